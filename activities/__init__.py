@@ -1,0 +1,1 @@
+"""Activities: every piece of I/O a turn performs. Built in `worker.py` with dependencies."""

@@ -1,0 +1,1 @@
+"""The session API: the only door for browsers (auth, ordering, idempotency, streaming)."""

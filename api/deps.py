@@ -1,0 +1,83 @@
+"""Annotated dependencies shared by the routers."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.client import Client
+
+from api.streaming import EventHub
+from parley.config import Settings
+from parley.errors import Unauthenticated
+from store.identity import Identity, identity_for_token
+
+log = logging.getLogger(__name__)
+
+
+class TemporalConnector:
+    """Connects lazily and reconnects after failures, so the API starts without Temporal."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._client: Client | None = None
+        self._lock = asyncio.Lock()
+
+    async def get(self) -> Client:
+        if self._client is None:
+            async with self._lock:
+                if self._client is None:
+                    self._client = await Client.connect(
+                        self._settings.temporal_address,
+                        namespace=self._settings.temporal_namespace,
+                    )
+        return self._client
+
+
+def get_settings_dep(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+def get_sessions(request: Request) -> async_sessionmaker[AsyncSession]:
+    return request.app.state.sessions
+
+
+async def get_db(request: Request) -> AsyncIterator[AsyncSession]:
+    async with request.app.state.sessions() as db:
+        yield db
+
+
+def get_temporal(request: Request) -> TemporalConnector:
+    return request.app.state.temporal
+
+
+def get_hub(request: Request) -> EventHub:
+    return request.app.state.hub
+
+
+_bearer = HTTPBearer(auto_error=False)
+
+
+async def current_identity(
+    db: Annotated[AsyncSession, Depends(get_db)],
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Identity:
+    if credentials is None or not credentials.credentials:
+        raise Unauthenticated("a bearer token is required")
+    identity = await identity_for_token(db, token=credentials.credentials)
+    if identity is None:
+        raise Unauthenticated("the bearer token is not valid")
+    return identity
+
+
+AppSettings = Annotated[Settings, Depends(get_settings_dep)]
+DbSession = Annotated[AsyncSession, Depends(get_db)]
+Sessions = Annotated[async_sessionmaker[AsyncSession], Depends(get_sessions)]
+CurrentUser = Annotated[Identity, Depends(current_identity)]
+Temporal = Annotated[TemporalConnector, Depends(get_temporal)]
+Hub = Annotated[EventHub, Depends(get_hub)]

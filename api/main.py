@@ -1,0 +1,48 @@
+"""Assembles the FastAPI application."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from api import errors
+from api.deps import TemporalConnector
+from api.routes import ops, sessions, turns
+from api.streaming import EventHub
+from parley.config import Settings, get_settings
+from store.db import create_engine, libpq_url, session_factory
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if settings.database_url is None:
+            raise RuntimeError("DATABASE_URL is not set (use `parley dev` to run everything)")
+        engine = create_engine(settings.database_url)
+        app.state.settings = settings
+        app.state.engine = engine
+        app.state.sessions = session_factory(engine)
+        app.state.temporal = TemporalConnector(settings)
+        app.state.hub = EventHub(libpq_url(settings.database_url))
+        await app.state.hub.start()
+        try:
+            yield
+        finally:
+            await app.state.hub.stop()
+            await engine.dispose()
+
+    app = FastAPI(
+        title="Parley session API",
+        version="1",
+        summary="Durable chat turns: sessions, messages, streamed turn events.",
+        lifespan=lifespan,
+    )
+    errors.install(app)
+    app.include_router(sessions.router)
+    app.include_router(turns.router)
+    app.include_router(ops.router)
+    return app

@@ -1,0 +1,53 @@
+"""Health, readiness, metrics and the web page."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from fastapi import APIRouter, Response
+from fastapi.responses import FileResponse, JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy import text
+
+from api.deps import DbSession, Temporal
+
+router = APIRouter(tags=["operations"])
+
+WEB_PAGE = Path(__file__).resolve().parent.parent / "web" / "index.html"
+
+
+@router.get("/healthz")
+async def healthz() -> dict[str, str]:
+    """The process is up."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz")
+async def readyz(db: DbSession, temporal: Temporal) -> JSONResponse:
+    """The database and Temporal are reachable."""
+    checks: dict[str, str] = {}
+    try:
+        await db.execute(text("SELECT 1"))
+        checks["database"] = "ok"
+    except Exception as exc:
+        checks["database"] = f"unreachable: {type(exc).__name__}"
+    try:
+        client = await asyncio.wait_for(temporal.get(), 3)
+        await asyncio.wait_for(client.service_client.check_health(), 3)
+        checks["temporal"] = "ok"
+    except Exception as exc:
+        checks["temporal"] = f"unreachable: {type(exc).__name__}"
+    ready = all(v == "ok" for v in checks.values())
+    return JSONResponse({"ready": ready, "checks": checks}, status_code=200 if ready else 503)
+
+
+@router.get("/metrics")
+async def metrics() -> Response:
+    """Prometheus metrics."""
+    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+
+@router.get("/", include_in_schema=False)
+async def web_page() -> FileResponse:
+    return FileResponse(WEB_PAGE, media_type="text/html")

@@ -1,0 +1,120 @@
+"""Posting a message starts a turn; turns can be read and their events streamed."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query
+from fastapi.responses import JSONResponse
+from sse_starlette import EventSourceResponse, ServerSentEvent
+
+from api.deps import AppSettings, CurrentUser, DbSession, Hub, Sessions, Temporal
+from api.metrics import MESSAGES_POSTED, STREAMS_OPEN, TURN_START_FAILURES
+from api.schemas import PostMessageIn, events_url, message_view, turn_view
+from api.streaming import turn_event_stream
+from parley.errors import InvalidRequest
+from parley.outbox import start_and_record
+from store import chat
+
+log = logging.getLogger(__name__)
+
+router = APIRouter(prefix="/v1/sessions/{session_id}", tags=["turns"])
+
+# How long the API waits on Temporal before leaving the start to the worker's outbox sweep.
+START_TIMEOUT_S = 5.0
+
+
+@router.post("/messages", status_code=202)
+async def post_message(
+    session_id: str,
+    body: PostMessageIn,
+    db: DbSession,
+    sessions: Sessions,
+    user: CurrentUser,
+    temporal: Temporal,
+    settings: AppSettings,
+) -> JSONResponse:
+    """Store a user message and start its turn; a repeated `client_message_id` is answered
+    with the original turn."""
+    if len(body.text) > settings.max_message_chars:
+        raise InvalidRequest(f"text: at most {settings.max_message_chars} characters", field="text")
+    posted = await chat.post_user_message(
+        db,
+        owner=user,
+        session_id=session_id,
+        client_message_id=body.client_message_id,
+        text=body.text,
+        expected_last_seq=body.expected_last_seq,
+    )
+    MESSAGES_POSTED.labels("new" if posted.created else "duplicate").inc()
+    turn = posted.turn
+    if posted.created or turn.workflow_started_at is None:
+        try:
+            client = await asyncio.wait_for(temporal.get(), START_TIMEOUT_S)
+            await asyncio.wait_for(
+                start_and_record(
+                    client,
+                    sessions,
+                    task_queue=settings.task_queue,
+                    turn_id=turn.id,
+                    session_id=turn.session_id,
+                    tenant_id=turn.tenant_id,
+                ),
+                START_TIMEOUT_S,
+            )
+        except Exception:
+            # The turn is committed; the worker's outbox sweep will start it.
+            TURN_START_FAILURES.inc()
+            log.warning("could not start turn %s now; the outbox will", turn.id, exc_info=True)
+    body_out = {
+        "turn_id": turn.id,
+        "message": message_view(posted.message),
+        "events_url": events_url(session_id, turn.id),
+    }
+    return JSONResponse(body_out, status_code=202 if posted.created else 200)
+
+
+@router.get("/turns/{turn_id}")
+async def get_turn(
+    session_id: str, turn_id: str, db: DbSession, user: CurrentUser
+) -> dict[str, Any]:
+    """The turn's state and, once answered, its assistant message id."""
+    turn = await chat.get_turn(db, owner=user, session_id=session_id, turn_id=turn_id)
+    return turn_view(turn)
+
+
+@router.get("/turns/{turn_id}/events", response_class=EventSourceResponse)
+async def stream_events(
+    session_id: str,
+    turn_id: str,
+    db: DbSession,
+    sessions: Sessions,
+    user: CurrentUser,
+    hub: Hub,
+    settings: AppSettings,
+    last_event_id: Annotated[int | None, Header(ge=0)] = None,
+    after: Annotated[int | None, Query(ge=0)] = None,
+) -> EventSourceResponse:
+    """Server-sent events of the turn: replay after `Last-Event-ID` (or `?after=`), then live."""
+    await chat.get_turn(db, owner=user, session_id=session_id, turn_id=turn_id)
+    await db.close()  # the stream may run for minutes; do not hold a pooled connection
+    start = last_event_id if last_event_id is not None else (after or 0)
+
+    async def events() -> AsyncIterator[ServerSentEvent]:
+        STREAMS_OPEN.inc()
+        try:
+            async for event in turn_event_stream(
+                hub=hub, sessions=sessions, turn_id=turn_id, after=start
+            ):
+                yield event
+        finally:
+            STREAMS_OPEN.dec()
+
+    return EventSourceResponse(
+        events(),
+        ping=settings.stream_keepalive_s,
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )

@@ -1,0 +1,44 @@
+"""Request and response bodies of the session API (api.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from store.chat import message_payload
+from store.models import ChatSession, Message, Turn
+
+
+class PostMessageIn(BaseModel):
+    client_message_id: str = Field(min_length=1, max_length=64)
+    text: str = Field(min_length=1)
+    expected_last_seq: int | None = None
+
+
+def turn_view(turn: Turn) -> dict[str, Any]:
+    return {
+        "id": turn.id,
+        "state": turn.state,
+        "user_seq": turn.user_seq,
+        "assistant_message_id": turn.assistant_message_id,
+        "pending_action": None,
+        "created_at": turn.created_at.isoformat(),
+        "updated_at": turn.updated_at.isoformat(),
+    }
+
+
+def session_summary(session: ChatSession) -> dict[str, Any]:
+    return {
+        "id": session.id,
+        "last_seq": session.last_seq,
+        "created_at": session.created_at.isoformat(),
+    }
+
+
+def message_view(message: Message) -> dict[str, Any]:
+    return message_payload(message)
+
+
+def events_url(session_id: str, turn_id: str) -> str:
+    return f"/v1/sessions/{session_id}/turns/{turn_id}/events"

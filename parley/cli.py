@@ -1,0 +1,103 @@
+"""The operator CLI: `parley token create | migrate | api | worker | dev`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+
+from parley.config import Settings, get_settings
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="parley", description="Parley operator commands")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    token = commands.add_parser("token", help="manage bearer tokens")
+    token_commands = token.add_subparsers(dest="token_command", required=True)
+    create = token_commands.add_parser("create", help="create a token and print it")
+    create.add_argument("--tenant", required=True)
+    create.add_argument("--user", required=True)
+
+    commands.add_parser("migrate", help="apply database migrations")
+    commands.add_parser("seed", help="insert the Northwind demo tenants and users")
+
+    api = commands.add_parser("api", help="serve the session API and web page")
+    api.add_argument("--host", default=None)
+    api.add_argument("--port", type=int, default=None)
+
+    commands.add_parser("worker", help="run a Temporal worker for turns")
+    commands.add_parser("dev", help="start everything locally (make run)")
+    return parser
+
+
+def _require_database(settings: Settings) -> str:
+    if settings.database_url is None:
+        sys.exit("DATABASE_URL is not set; `parley dev` starts an embedded database")
+    return settings.database_url
+
+
+async def _create_token(settings: Settings, tenant: str, user: str) -> str:
+    from store.db import create_engine, session_factory
+    from store.identity import create_token
+
+    engine = create_engine(_require_database(settings), pool_size=1)
+    try:
+        async with session_factory(engine)() as db:
+            return await create_token(db, tenant_id=tenant, user_id=user)
+    finally:
+        await engine.dispose()
+
+
+async def _seed(settings: Settings) -> None:
+    from store.db import create_engine, session_factory
+    from store.identity import seed_demo
+
+    engine = create_engine(_require_database(settings), pool_size=1)
+    try:
+        async with session_factory(engine)() as db:
+            await seed_demo(db)
+    finally:
+        await engine.dispose()
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    settings = get_settings()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+
+    if args.command == "token":
+        try:
+            print(asyncio.run(_create_token(settings, args.tenant, args.user)))
+        except LookupError as exc:
+            sys.exit(str(exc))
+    elif args.command == "migrate":
+        from store.migrate import upgrade
+
+        upgrade(_require_database(settings))
+    elif args.command == "seed":
+        asyncio.run(_seed(settings))
+    elif args.command == "api":
+        import uvicorn
+
+        from api.main import create_app
+
+        uvicorn.run(
+            create_app(settings),
+            host=args.host or settings.api_host,
+            port=args.port or settings.api_port,
+            log_level="info",
+        )
+    elif args.command == "worker":
+        from worker import run_worker
+
+        asyncio.run(run_worker(settings))
+    elif args.command == "dev":
+        from parley.dev import run_dev
+
+        run_dev(settings)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,75 @@
+"""One `Settings` object, read from the environment with safe development defaults.
+
+Every process (API, worker, CLI, tests) builds it the same way, so a variable set before
+`make run` reaches every component.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import AliasChoices, Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="PARLEY_", extra="ignore")
+
+    env: str = "dev"
+    # External services. Unset DATABASE_URL means "embedded PostgreSQL under data_dir".
+    database_url: str | None = Field(
+        default=None, validation_alias=AliasChoices("DATABASE_URL", "PARLEY_DATABASE_URL")
+    )
+    temporal_address: str = Field(
+        default="127.0.0.1:7233",
+        validation_alias=AliasChoices("TEMPORAL_ADDRESS", "PARLEY_TEMPORAL_ADDRESS"),
+    )
+    temporal_namespace: str = "default"
+    task_queue: str = "parley-turns"
+    data_dir: Path = REPO_ROOT / ".data"
+
+    api_host: str = "127.0.0.1"
+    api_port: int = 8000
+    temporal_ui_port: int = 8233
+
+    # Contract limits.
+    max_message_chars: int = 8000
+
+    # Streaming: deltas are coalesced into frames of this many milliseconds.
+    stream_frame_ms: int = 40
+    stream_keepalive_s: float = 15.0
+
+    # Context building.
+    system_prompt: str = (
+        "You are the Northwind Outfitters assistant. Answer from facts you were given; "
+        "never invent an order status, a date or an amount."
+    )
+    context_window_messages: int = 20
+
+    # Model gateway.
+    model_provider: str = "demo"
+    model: str = "demo-1"
+    demo_token_delay_ms: float = 15.0
+
+    # Outbox: turns whose workflow was not started by the API are started by the worker
+    # after this many seconds.
+    outbox_grace_s: float = 3.0
+    outbox_poll_s: float = 2.0
+
+    @model_validator(mode="after")
+    def _refuse_dev_defaults_outside_dev(self) -> Settings:
+        if self.env != "dev" and self.database_url is None:
+            raise ValueError("DATABASE_URL must be set outside the dev environment")
+        return self
+
+    @property
+    def frame_seconds(self) -> float:
+        return self.stream_frame_ms / 1000.0
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

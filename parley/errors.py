@@ -1,0 +1,64 @@
+"""Domain errors raised by the store and the turn machinery.
+
+    ParleyError
+    ├── NotFound                  resource missing or owned by someone else (never 403)
+    ├── Unauthenticated           missing, unknown or revoked bearer token
+    ├── Conflict
+    │   ├── StaleView             client's expected_last_seq is behind the session
+    │   ├── TurnInProgress        the session already has an active turn
+    │   └── TurnFinished          the turn has already reached a terminal state
+    ├── IdempotencyKeyReused      same client_message_id, different text
+    ├── InvalidRequest            a field breaks the contract (names the field)
+    └── AgentPaused               the tenant's assistant is switched off
+
+HTTP status codes are assigned to these in one place, `api/errors.py`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ParleyError(Exception):
+    code = "internal_error"
+
+    def __init__(self, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.extra = extra
+
+
+class NotFound(ParleyError):
+    code = "not_found"
+
+
+class Unauthenticated(ParleyError):
+    code = "unauthenticated"
+
+
+class Conflict(ParleyError):
+    code = "conflict"
+
+
+class StaleView(Conflict):
+    code = "stale_view"
+
+
+class TurnInProgress(Conflict):
+    code = "turn_in_progress"
+
+
+class TurnFinished(Conflict):
+    code = "turn_finished"
+
+
+class IdempotencyKeyReused(ParleyError):
+    code = "idempotency_key_reused"
+
+
+class InvalidRequest(ParleyError):
+    code = "invalid_request"
+
+
+class AgentPaused(ParleyError):
+    code = "agent_paused"

@@ -1,0 +1,1 @@
+"""Persistence: the PostgreSQL record (schema, migrations, repository functions, event log)."""

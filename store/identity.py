@@ -1,0 +1,80 @@
+"""Tenants, users and bearer tokens."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from parley.ids import new_id
+from store.models import ApiToken, Tenant, User
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who is calling: taken only from the token, never from a body or query field."""
+
+    tenant_id: str
+    user_id: str
+    roles: tuple[str, ...]
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+async def create_token(db: AsyncSession, *, tenant_id: str, user_id: str) -> str:
+    user = await db.get(User, (tenant_id, user_id))
+    if user is None:
+        raise LookupError(f"unknown user {user_id!r} in tenant {tenant_id!r}")
+    token = "pk_" + secrets.token_urlsafe(32)
+    db.add(
+        ApiToken(
+            id=new_id("tok"), tenant_id=tenant_id, user_id=user_id, token_hash=hash_token(token)
+        )
+    )
+    await db.commit()
+    return token
+
+
+async def identity_for_token(db: AsyncSession, *, token: str) -> Identity | None:
+    row = (
+        await db.execute(
+            select(ApiToken.tenant_id, ApiToken.user_id, User.roles)
+            .join(User, (User.tenant_id == ApiToken.tenant_id) & (User.id == ApiToken.user_id))
+            .where(ApiToken.token_hash == hash_token(token), ApiToken.revoked_at.is_(None))
+        )
+    ).first()
+    if row is None:
+        return None
+    return Identity(tenant_id=row.tenant_id, user_id=row.user_id, roles=tuple(row.roles or ()))
+
+
+# The Northwind demo of design.md and api.md: two customers of one tenant, one of another
+# tenant (for isolation), and an operator with the admin role.
+DEMO_TENANTS = {"northwind": "Northwind Outfitters", "southwind": "Southwind Supplies"}
+DEMO_USERS = [
+    ("northwind", "cust_2291", "Priya", "priya@example.com", []),
+    ("northwind", "cust_3301", "Marco", "marco@example.com", []),
+    ("southwind", "cust_9001", "Ines", "ines@example.com", []),
+    ("northwind", "ops_admin", "Northwind operator", None, ["admin"]),
+]
+
+
+async def seed_demo(db: AsyncSession) -> None:
+    """Insert the demo tenants and users; running it again changes nothing."""
+    for tenant_id, name in DEMO_TENANTS.items():
+        await db.execute(insert(Tenant).values(id=tenant_id, name=name).on_conflict_do_nothing())
+    for tenant_id, user_id, display_name, email, roles in DEMO_USERS:
+        await db.execute(
+            insert(User)
+            .values(
+                tenant_id=tenant_id, id=user_id, display_name=display_name, email=email, roles=roles
+            )
+            .on_conflict_do_nothing()
+        )
+    await db.commit()

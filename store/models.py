@@ -1,0 +1,171 @@
+"""SQLAlchemy 2 typed models: the record Parley keeps in PostgreSQL.
+
+Temporal holds execution state; these tables hold what the product shows and what the next
+prompt is built from. Every schema change also gets an Alembic migration.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    Boolean,
+    DateTime,
+    ForeignKey,
+    ForeignKeyConstraint,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    func,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+def _now_column() -> Mapped[datetime]:
+    return mapped_column(DateTime(timezone=True), server_default=func.now(), nullable=False)
+
+
+class Tenant(Base):
+    __tablename__ = "tenants"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    paused: Mapped[bool] = mapped_column(Boolean, default=False, server_default="false")
+    created_at: Mapped[datetime] = _now_column()
+
+
+class User(Base):
+    __tablename__ = "users"
+
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    display_name: Mapped[str] = mapped_column(String(200))
+    email: Mapped[str | None] = mapped_column(String(320))
+    roles: Mapped[list[str]] = mapped_column(ARRAY(String(32)), server_default="{}")
+    created_at: Mapped[datetime] = _now_column()
+
+
+class ApiToken(Base):
+    """Bearer tokens are stored as SHA-256 digests; the plain token is shown once."""
+
+    __tablename__ = "api_tokens"
+    __table_args__ = (
+        ForeignKeyConstraint(["tenant_id", "user_id"], ["users.tenant_id", "users.id"]),
+    )
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(String(64))
+    user_id: Mapped[str] = mapped_column(String(64))
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = _now_column()
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class ChatSession(Base):
+    __tablename__ = "sessions"
+    __table_args__ = (
+        ForeignKeyConstraint(["tenant_id", "user_id"], ["users.tenant_id", "users.id"]),
+        Index("ix_sessions_owner", "tenant_id", "user_id", "created_at"),
+    )
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(String(64))
+    user_id: Mapped[str] = mapped_column(String(64))
+    # Highest seq stored in this session; the session row is the lock that orders messages.
+    last_seq: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # The turn that holds the session; at most one at a time.
+    active_turn_id: Mapped[str | None] = mapped_column(String(40))
+    created_at: Mapped[datetime] = _now_column()
+    updated_at: Mapped[datetime] = _now_column()
+
+
+class Message(Base):
+    __tablename__ = "messages"
+    __table_args__ = (
+        UniqueConstraint("session_id", "seq", name="uq_messages_session_seq"),
+        UniqueConstraint("session_id", "client_message_id", name="uq_messages_client_id"),
+    )
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id"))
+    seq: Mapped[int] = mapped_column(Integer)
+    role: Mapped[str] = mapped_column(String(16))
+    turn_id: Mapped[str | None] = mapped_column(String(40))
+    status: Mapped[str] = mapped_column(String(16), default="complete")
+    text: Mapped[str] = mapped_column(Text, default="")
+    client_message_id: Mapped[str | None] = mapped_column(String(64))
+    tool_calls: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONB)
+    tool_call_id: Mapped[str | None] = mapped_column(String(64))
+    created_at: Mapped[datetime] = _now_column()
+
+
+class Turn(Base):
+    __tablename__ = "turns"
+    __table_args__ = (
+        Index("ix_turns_session", "session_id", "created_at"),
+        # The outbox sweep looks only at turns whose workflow start is not yet confirmed.
+        Index(
+            "ix_turns_unstarted",
+            "created_at",
+            postgresql_where="workflow_started_at IS NULL",
+        ),
+    )
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id"))
+    tenant_id: Mapped[str] = mapped_column(String(64))
+    user_id: Mapped[str] = mapped_column(String(64))
+    user_message_id: Mapped[str] = mapped_column(String(40))
+    user_seq: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(32))
+    assistant_message_id: Mapped[str | None] = mapped_column(String(40))
+    # Counter behind the per-turn monotonic event ids; the row lock serialises appends.
+    last_event_id: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    workflow_started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    error: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    created_at: Mapped[datetime] = _now_column()
+    updated_at: Mapped[datetime] = _now_column()
+
+
+class TurnEvent(Base):
+    """The durable event log behind every stream; SSE replays it by id."""
+
+    __tablename__ = "turn_events"
+
+    turn_id: Mapped[str] = mapped_column(ForeignKey("turns.id"), primary_key=True)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    type: Mapped[str] = mapped_column(String(32))
+    data: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    created_at: Mapped[datetime] = _now_column()
+
+
+class ModelCall(Base):
+    """One model call of a turn: the prompt the context builder packed and what came back.
+
+    This is how the workflow passes ids instead of prompts: `build_context` writes the
+    request here and the call-model activity reads it back by id.
+    """
+
+    __tablename__ = "model_calls"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    turn_id: Mapped[str] = mapped_column(ForeignKey("turns.id"), index=True)
+    provider: Mapped[str] = mapped_column(String(32))
+    model: Mapped[str] = mapped_column(String(100))
+    request: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    response_text: Mapped[str | None] = mapped_column(Text)
+    finish_reason: Mapped[str | None] = mapped_column(String(32))
+    attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    first_token_ms: Mapped[float | None]
+    total_ms: Mapped[float | None]
+    usage: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    created_at: Mapped[datetime] = _now_column()
+    completed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

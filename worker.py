@@ -1,0 +1,89 @@
+"""The worker process: wires activities to their dependencies and runs the turn workflow.
+
+Also runs the outbox sweep, which starts turns whose workflow the API failed to start.
+Stopping it (SIGINT/SIGTERM) drains gracefully; killing it outright loses nothing either:
+Temporal hands the unfinished step to the next worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from datetime import timedelta
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities.turn import TurnActivities
+from gateway import ModelProvider, build_provider
+from parley.config import Settings, get_settings
+from parley.outbox import sweep_forever
+from store.db import create_engine, session_factory
+from workflows.turn import TurnWorkflow
+
+
+def build_worker(
+    client: Client,
+    settings: Settings,
+    sessions: object,
+    *,
+    provider: ModelProvider | None = None,
+    task_queue: str | None = None,
+) -> Worker:
+    activities = TurnActivities(
+        sessions=sessions,  # type: ignore[arg-type]
+        provider=provider or build_provider(settings),
+        settings=settings,
+    )
+    return Worker(
+        client,
+        task_queue=task_queue or settings.task_queue,
+        workflows=[TurnWorkflow],
+        activities=[
+            activities.build_context,
+            activities.call_model,
+            activities.finalize_turn,
+            activities.fail_turn,
+        ],
+        graceful_shutdown_timeout=timedelta(seconds=10),
+    )
+
+
+async def run_worker(settings: Settings) -> None:
+    if settings.database_url is None:
+        raise SystemExit("DATABASE_URL is not set (use `parley dev` for the embedded database)")
+    engine = create_engine(settings.database_url)
+    sessions = session_factory(engine)
+    client = await Client.connect(settings.temporal_address, namespace=settings.temporal_namespace)
+    worker = build_worker(client, settings, sessions)
+    sweep = asyncio.create_task(
+        sweep_forever(
+            client,
+            sessions,
+            task_queue=settings.task_queue,
+            grace=timedelta(seconds=settings.outbox_grace_s),
+            every=timedelta(seconds=settings.outbox_poll_s),
+        )
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with worker:
+        logging.getLogger(__name__).info("worker polling task queue %s", settings.task_queue)
+        await stop.wait()
+    sweep.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await sweep
+    await engine.dispose()
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    asyncio.run(run_worker(get_settings()))
+
+
+if __name__ == "__main__":
+    main()

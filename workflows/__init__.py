@@ -1,0 +1,1 @@
+"""Workflows: deterministic orchestration only, no I/O."""
