@@ -89,11 +89,11 @@ class TurnActivities:
     @activity.defn(name="call_model")
     async def call_model(self, inp: CallModelInput) -> CallModelResult:
         async with self._sessions() as db:
+            await chat.set_turn_state(db, turn_id=inp.turn_id, state=TurnState.calling_model)
             call = await db.get(ModelCall, inp.model_call_id)
             assert call is not None
             if call.finish_reason is not None:  # finished by an attempt that died reporting it
                 return CallModelResult(call.id, call.finish_reason, len(call.response_text or ""))
-            await chat.set_turn_state(db, turn_id=inp.turn_id, state=TurnState.calling_model)
             message_id = assistant_message_id(inp.turn_id)
             await _reset_partial_stream(db, turn_id=inp.turn_id, message_id=message_id)
             call.attempts += 1

@@ -128,13 +128,14 @@ async def post_user_message(
         )
     )
     if earlier is not None:
-        await db.rollback()
         if earlier.text != text:
+            await db.rollback()
             raise IdempotencyKeyReused(
                 "this client_message_id was already used with a different text"
             )
         turn = await db.scalar(select(Turn).where(Turn.user_message_id == earlier.id))
         assert turn is not None
+        await db.commit()  # nothing written; ends the transaction without expiring objects
         return PostedMessage(turn=turn, message=earlier, created=False)
 
     tenant = await db.get(Tenant, owner.tenant_id)
@@ -228,7 +229,7 @@ async def set_turn_state(db: AsyncSession, *, turn_id: str, state: TurnState) ->
     if turn is None:
         raise LookupError(turn_id)
     if turn.state == state or turn.state in TERMINAL_TURN_STATES:
-        await db.rollback()
+        await db.commit()  # nothing changed; releases the row lock without expiring objects
         return
     turn.state = state
     await append_event(db, turn_id=turn_id, type=EventType.state, data={"state": state})
@@ -246,7 +247,7 @@ async def complete_turn(db: AsyncSession, *, turn_id: str, text: str) -> Message
     message_id = assistant_message_id(turn_id)
     existing = await db.get(Message, message_id)
     if existing is not None:
-        await db.rollback()
+        await db.commit()  # nothing changed; releases the row lock without expiring objects
         return existing
     session = await db.get(ChatSession, turn.session_id, with_for_update=True)
     assert session is not None
@@ -288,7 +289,7 @@ async def fail_turn(
     if turn is None:
         raise LookupError(turn_id)
     if turn.state in TERMINAL_TURN_STATES:
-        await db.rollback()
+        await db.commit()  # nothing changed; releases the row lock without expiring objects
         return
     session = await db.get(ChatSession, turn.session_id, with_for_update=True)
     assert session is not None

@@ -1,0 +1,34 @@
+# One image for every Parley process: `parley api`, `parley worker`, `parley migrate`.
+# docker-compose.yml picks the process with `command:`; the default is the API.
+# tests/test_compose.py checks this file against the code (CMD, copied packages).
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+# Copy only what the package needs (no .venv, .data or tests): every package named in
+# pyproject.toml's [tool.setuptools] section, plus the metadata. README.m[d] is a wildcard
+# so the build still works while the file is absent.
+WORKDIR /src
+COPY pyproject.toml README.m[d] ./
+COPY worker.py ./
+COPY api ./api
+COPY workflows ./workflows
+COPY activities ./activities
+COPY parley ./parley
+COPY store ./store
+COPY gateway ./gateway
+
+# Install into site-packages, then drop the sources so nothing shadows the installed copy.
+RUN pip install . \
+    && cd / \
+    && rm -rf /src
+
+RUN useradd --create-home --uid 10001 --user-group parley
+USER parley
+WORKDIR /home/parley
+
+EXPOSE 8000
+CMD ["parley", "api", "--host", "0.0.0.0", "--port", "8000"]

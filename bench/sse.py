@@ -1,0 +1,41 @@
+"""The one SSE reader the bench uses for Parley and the baseline alike (same client path)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+TERMINAL = frozenset({"done", "error", "cancelled"})
+
+
+@dataclass
+class Event:
+    id: int | None
+    type: str
+    data: Any
+
+
+async def iter_events(response: httpx.Response) -> AsyncIterator[Event]:
+    event_id: int | None = None
+    event_type = "message"
+    data: list[str] = []
+    async for line in response.aiter_lines():
+        if line == "":
+            if data:
+                yield Event(event_id, event_type, json.loads("\n".join(data)))
+            event_id, event_type, data = None, "message", []
+            continue
+        if line.startswith(":"):
+            continue
+        field, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if field == "id":
+            event_id = int(value)
+        elif field == "event":
+            event_type = value
+        elif field == "data":
+            data.append(value)

@@ -1,0 +1,210 @@
+"""Stand up Parley and the baseline for one bench run, and tear everything down afterwards.
+
+Embedded PostgreSQL (in a temporary folder) and the Temporal dev server run as their own
+processes, as do the Parley worker, the Parley API and the baseline server, so the bench
+client's event loop shares no CPU time with any server loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+import httpx
+from temporalio.testing import WorkflowEnvironment
+
+from parley.config import Settings
+from parley.contracts import SEARCH_ATTRIBUTES
+from parley.dev import temporal_cli
+from store.db import create_engine, session_factory
+from store.embedded import EmbeddedPostgres
+from store.identity import create_token, seed_demo
+from store.migrate import upgrade
+
+REPO = Path(__file__).resolve().parent.parent
+LOG_DIR = REPO / ".data" / "bench" / "logs"
+
+
+def log(message: str) -> None:
+    print(f"[bench] {message}", file=sys.stderr, flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Child:
+    name: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    log_file: IO[bytes]
+
+    def check(self) -> None:
+        code = self.process.poll()
+        if code is not None:
+            raise RuntimeError(
+                f"{self.name} exited with code {code}; last lines of {self.log_path}:\n"
+                + tail(self.log_path)
+            )
+
+
+def tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+@dataclass
+class Stack:
+    settings: Settings
+    parley_url: str
+    baseline_url: str
+    token: str
+    children: list[Child] = field(default_factory=list)
+
+    def check(self) -> None:
+        for child in self.children:
+            child.check()
+
+
+def _spawn(name: str, args: list[str], env: dict[str, str]) -> Child:
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    log_path = LOG_DIR / f"{name}.log"
+    log_file = log_path.open("wb")
+    process = subprocess.Popen(
+        [sys.executable, *args],
+        env=env,
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        stdout=log_file,
+        stderr=subprocess.STDOUT,
+    )
+    return Child(name, process, log_path, log_file)
+
+
+def _stop(child: Child, timeout: float = 15.0) -> None:
+    if child.process.poll() is None:
+        child.process.terminate()
+        try:
+            child.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            child.process.kill()
+            child.process.wait()
+    child.log_file.close()
+
+
+async def _wait_ready(url: str, child: Child, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    async with httpx.AsyncClient(timeout=5) as http:
+        while True:
+            child.check()
+            with contextlib.suppress(httpx.HTTPError):
+                if (await http.get(url)).status_code == 200:
+                    return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{child.name} not ready at {url} after {timeout:.0f}s")
+            await asyncio.sleep(0.1)
+
+
+async def _seed_and_token(database_url: str) -> str:
+    engine = create_engine(database_url, pool_size=1)
+    try:
+        async with session_factory(engine)() as db:
+            await seed_demo(db)
+        async with session_factory(engine)() as db:
+            return await create_token(db, tenant_id="northwind", user_id="cust_2291")
+    finally:
+        await engine.dispose()
+
+
+@contextlib.asynccontextmanager
+async def running_stack(token_delay_ms: float) -> AsyncIterator[Stack]:
+    """Everything up, yielded as a `Stack`; everything stopped and deleted on exit."""
+    tmp = Path(tempfile.mkdtemp(prefix="parley-bench-"))
+    pg = EmbeddedPostgres(tmp / "pg" / "data")
+    env: WorkflowEnvironment | None = None
+    children: list[Child] = []
+    try:
+        log(f"starting embedded PostgreSQL in {tmp}")
+        database_url = await asyncio.to_thread(pg.start)
+        await asyncio.to_thread(upgrade, database_url)
+        token = await _seed_and_token(database_url)
+
+        log("starting the Temporal dev server")
+        env = await WorkflowEnvironment.start_local(
+            dev_server_existing_path=temporal_cli(),
+            search_attributes=SEARCH_ATTRIBUTES,
+            dev_server_log_level="error",
+        )
+        temporal_address = str(env.client.service_client.config.target_host)
+
+        settings = Settings(
+            database_url=database_url,
+            temporal_address=temporal_address,
+            task_queue=f"bench-{uuid.uuid4().hex[:8]}",
+            demo_token_delay_ms=token_delay_ms,
+        )
+        service_env = {
+            **os.environ,
+            "DATABASE_URL": database_url,
+            "TEMPORAL_ADDRESS": temporal_address,
+            "PARLEY_TASK_QUEUE": settings.task_queue,
+            "PARLEY_DEMO_TOKEN_DELAY_MS": str(token_delay_ms),
+            "PYTHONUNBUFFERED": "1",
+        }
+        api_port, baseline_port = free_port(), free_port()
+        log("starting the Parley worker, the Parley API and the baseline server")
+        worker = _spawn("worker", ["-m", "parley.cli", "worker"], service_env)
+        children.append(worker)
+        api = _spawn(
+            "api",
+            ["-m", "parley.cli", "api", "--host", "127.0.0.1", "--port", str(api_port)],
+            service_env,
+        )
+        children.append(api)
+        baseline = _spawn(
+            "baseline",
+            [
+                "-m",
+                "bench.baseline",
+                "--port",
+                str(baseline_port),
+                "--token-delay-ms",
+                str(token_delay_ms),
+            ],
+            {**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        children.append(baseline)
+        parley_url = f"http://127.0.0.1:{api_port}"
+        baseline_url = f"http://127.0.0.1:{baseline_port}"
+        await _wait_ready(parley_url + "/readyz", api)
+        await _wait_ready(baseline_url + "/healthz", baseline)
+        worker.check()
+        yield Stack(settings, parley_url, baseline_url, token, children)
+    finally:
+        log("stopping everything")
+        for child in reversed(children):
+            with contextlib.suppress(Exception):
+                _stop(child)
+        if env is not None:
+            with contextlib.suppress(Exception):
+                await env.shutdown()
+        with contextlib.suppress(Exception):
+            await asyncio.to_thread(pg.stop)
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,176 @@
+"""Session-wide real services: one embedded PostgreSQL, one Temporal dev server, one worker,
+one API server. Tests that need their own worker or API (crash tests) build them from the
+same pieces on a fresh task queue."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+import uvicorn
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+
+from api.main import create_app
+from gateway.demo import DemoModel
+from parley.config import Settings
+from parley.contracts import SEARCH_ATTRIBUTES
+from parley.dev import temporal_cli
+from store.db import create_engine, session_factory
+from store.embedded import EmbeddedPostgres
+from store.identity import create_token, seed_demo
+from store.migrate import upgrade
+from tests.client import ParleyClient
+from worker import build_worker
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def database_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    external = os.environ.get("PARLEY_TEST_DATABASE_URL")
+    if external:
+        upgrade(external)
+        yield external
+        return
+    pg = EmbeddedPostgres(tmp_path_factory.mktemp("pg") / "data")
+    url = pg.start()
+    upgrade(url)
+    yield url
+    pg.stop()
+
+
+@pytest_asyncio.fixture(scope="session")
+async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=temporal_cli(),
+        search_attributes=SEARCH_ATTRIBUTES,
+        dev_server_log_level="error",
+    )
+    yield env
+    await env.shutdown()
+
+
+@pytest.fixture(scope="session")
+def temporal_address(temporal_env: WorkflowEnvironment) -> str:
+    return str(temporal_env.client.service_client.config.target_host)
+
+
+@pytest.fixture(scope="session")
+def temporal_client(temporal_env: WorkflowEnvironment) -> Client:
+    return temporal_env.client
+
+
+@pytest.fixture(scope="session")
+def settings(database_url: str, temporal_address: str) -> Settings:
+    return Settings(
+        database_url=database_url,
+        temporal_address=temporal_address,
+        task_queue=f"test-{uuid.uuid4().hex[:8]}",
+        demo_token_delay_ms=5,
+        outbox_grace_s=1.0,
+    )
+
+
+@pytest_asyncio.fixture(scope="session")
+async def sessions(database_url: str) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
+    engine = create_engine(database_url)
+    factory = session_factory(engine)
+    async with factory() as db:
+        await seed_demo(db)
+    yield factory
+    await engine.dispose()
+
+
+@pytest_asyncio.fixture(scope="session")
+async def worker(
+    temporal_client: Client, settings: Settings, sessions: async_sessionmaker[AsyncSession]
+) -> AsyncIterator[DemoModel]:
+    """The session's worker; yields its demo model so tests can read its token counter."""
+    model = DemoModel(token_delay_s=settings.demo_token_delay_ms / 1000)
+    async with build_worker(temporal_client, settings, sessions, provider=model):
+        yield model
+
+
+@asynccontextmanager
+async def serve_api(settings: Settings) -> AsyncIterator[str]:
+    """Run the real API app under uvicorn on a free loopback port, in this event loop."""
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning")
+    )
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            task.result()
+        await asyncio.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task
+
+
+@pytest_asyncio.fixture(scope="session")
+async def api_url(settings: Settings, worker: DemoModel) -> AsyncIterator[str]:
+    async with serve_api(settings) as url:
+        yield url
+
+
+@pytest_asyncio.fixture(scope="session")
+async def tokens(sessions: async_sessionmaker[AsyncSession]) -> dict[str, str]:
+    async with sessions() as db:
+        return {
+            "priya": await create_token(db, tenant_id="northwind", user_id="cust_2291"),
+            "marco": await create_token(db, tenant_id="northwind", user_id="cust_3301"),
+            "ines": await create_token(db, tenant_id="southwind", user_id="cust_9001"),
+        }
+
+
+@pytest_asyncio.fixture
+async def priya(api_url: str, tokens: dict[str, str]) -> AsyncIterator[ParleyClient]:
+    client = ParleyClient(api_url, tokens["priya"])
+    yield client
+    await client.aclose()
+
+
+@pytest_asyncio.fixture
+async def marco(api_url: str, tokens: dict[str, str]) -> AsyncIterator[ParleyClient]:
+    client = ParleyClient(api_url, tokens["marco"])
+    yield client
+    await client.aclose()
+
+
+def service_env(settings: Settings, **extra: str) -> dict[str, str]:
+    """Environment for a Parley subprocess (worker or API) pointed at the test services."""
+    assert settings.database_url is not None
+    return {
+        **os.environ,
+        "DATABASE_URL": settings.database_url,
+        "TEMPORAL_ADDRESS": settings.temporal_address,
+        "PARLEY_TASK_QUEUE": settings.task_queue,
+        "PARLEY_DEMO_TOKEN_DELAY_MS": str(settings.demo_token_delay_ms),
+        **extra,
+    }
+
+
+def spawn(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, *args], env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=None
+    )

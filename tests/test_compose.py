@@ -1,0 +1,496 @@
+"""docker-compose.yml and the Dockerfile, checked against the code.
+
+Docker does not run in CI, so nothing would notice if the deployment files drifted from the
+code: a renamed CLI subcommand or flag, a misspelled environment variable, a search attribute
+added to the contracts but never registered. These tests parse both files and hold them to
+the real `parley` CLI parser, the real `Settings` model and the real contracts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import difflib
+import fnmatch
+import io
+import json
+import os
+import re
+import shlex
+import tomllib
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+from pydantic import AliasChoices
+
+from parley.cli import build_parser
+from parley.config import Settings
+from parley.contracts import SEARCH_ATTRIBUTES
+
+REPO = Path(__file__).resolve().parent.parent
+COMPOSE_FILE = REPO / "docker-compose.yml"
+DOCKERFILE = REPO / "Dockerfile"
+
+# The Parley processes the deployment must run, each as its own service of the same name.
+PARLEY_PROCESSES = ("migrate", "api", "worker")
+
+# Compose restart policies that re-run a container after it exits successfully: a one-shot
+# job (`service_completed_successfully`) must not use them.
+RESTARTS_AFTER_SUCCESS = {"always", "unless-stopped"}
+
+
+# --- loading -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def services() -> dict[str, dict[str, Any]]:
+    compose = yaml.safe_load(COMPOSE_FILE.read_text())
+    assert isinstance(compose, dict) and isinstance(compose.get("services"), dict), (
+        f"{COMPOSE_FILE.name} has no `services:` mapping"
+    )
+    return compose["services"]
+
+
+@pytest.fixture(scope="module")
+def top_level_volumes() -> dict[str, Any]:
+    compose = yaml.safe_load(COMPOSE_FILE.read_text())
+    return compose.get("volumes") or {}
+
+
+def our_services(services: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Services that run the Parley image, i.e. are built from this repository."""
+    return {name: svc for name, svc in services.items() if "build" in svc}
+
+
+def command_of(name: str, service: dict[str, Any]) -> list[str]:
+    command = service.get("command")
+    assert command is not None, (
+        f"service {name!r} has no `command:`; give every Parley service an explicit "
+        f"`parley ...` command so this test can check it"
+    )
+    assert isinstance(command, list) and all(isinstance(word, str) for word in command), (
+        f"service {name!r}: `command:` must be in exec (list) form, got {command!r}"
+    )
+    return command
+
+
+def environment_of(service: dict[str, Any]) -> dict[str, str]:
+    env = service.get("environment") or {}
+    if isinstance(env, list):  # the ["NAME=value", "NAME"] form
+        return dict(item.partition("=")[::2] for item in env)
+    return {str(key): "" if value is None else str(value) for key, value in env.items()}
+
+
+def depends_on(service: dict[str, Any]) -> dict[str, str]:
+    """Dependency name -> condition, for both the list and the mapping form."""
+    deps = service.get("depends_on") or {}
+    if isinstance(deps, list):
+        return dict.fromkeys(deps, "service_started")
+    return {name: (spec or {}).get("condition", "service_started") for name, spec in deps.items()}
+
+
+def container_ports(service: dict[str, Any]) -> list[int]:
+    ports = []
+    for entry in service.get("ports") or []:
+        if isinstance(entry, dict):  # long syntax
+            ports.append(int(entry["target"]))
+        else:  # "8000", "8000:8000", "127.0.0.1:8000:8000", "8000:8000/tcp"
+            ports.append(int(str(entry).rsplit(":", 1)[-1].split("/")[0]))
+    return ports
+
+
+def parse_parley(argv: list[str], where: str) -> argparse.Namespace:
+    """Parse `parley <argv>` with the real CLI parser; an argparse error fails the test."""
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(stderr):
+            return build_parser().parse_args(argv)
+    except SystemExit:
+        pytest.fail(
+            f"{where}: `parley {shlex.join(argv)}` is not a command the parley CLI accepts "
+            f"(parley/cli.py build_parser). argparse said:\n{stderr.getvalue().strip()}"
+        )
+
+
+def parley_command(name: str, service: dict[str, Any]) -> argparse.Namespace:
+    command = command_of(name, service)
+    assert command and command[0] == "parley", (
+        f"service {name!r} runs {command!r}; a service built from this repository must run "
+        f"the `parley` CLI (its first word must be `parley`)"
+    )
+    return parse_parley(command[1:], f"service {name!r} in {COMPOSE_FILE.name}")
+
+
+def settings_env_names() -> set[str]:
+    """Every environment variable name `Settings` reads (upper-cased; it is case-insensitive)."""
+    prefix = Settings.model_config.get("env_prefix", "")
+    names: set[str] = set()
+    for field_name, field in Settings.model_fields.items():
+        alias = field.validation_alias or field.alias
+        if alias is None:
+            names.add(f"{prefix}{field_name}".upper())
+        elif isinstance(alias, str):
+            names.add(alias.upper())
+        elif isinstance(alias, AliasChoices):
+            names.update(choice.upper() for choice in alias.choices if isinstance(choice, str))
+    return names
+
+
+def dockerfile_instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) pairs, with comments dropped and `\\` continuations joined."""
+    instructions: list[tuple[str, str]] = []
+    pending = ""
+    for raw in DOCKERFILE.read_text().splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        keyword, _, arguments = (pending + line).partition(" ")
+        instructions.append((keyword.upper(), arguments.strip()))
+        pending = ""
+    return instructions
+
+
+def exec_form(instruction: str, arguments: str) -> list[str]:
+    try:
+        words = json.loads(arguments)
+    except json.JSONDecodeError:
+        words = None
+    assert isinstance(words, list) and all(isinstance(word, str) for word in words), (
+        f"Dockerfile {instruction} must be in exec (JSON list) form, got: {arguments}"
+    )
+    return words
+
+
+# --- the Parley commands -----------------------------------------------------------------
+
+
+def test_every_parley_process_is_a_service_built_from_this_repo(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    for name in PARLEY_PROCESSES:
+        assert name in services, f"{COMPOSE_FILE.name} has no {name!r} service"
+        build = services[name].get("build")
+        assert build is not None, f"service {name!r} must `build:` the Parley image"
+        context = build if isinstance(build, str) else build.get("context", ".")
+        dockerfile = "Dockerfile" if isinstance(build, str) else build.get("dockerfile")
+        assert (REPO / context).resolve() == REPO, (
+            f"service {name!r} builds from {context!r}, not the repository root"
+        )
+        assert (REPO / (dockerfile or "Dockerfile")) == DOCKERFILE, (
+            f"service {name!r} builds with {dockerfile!r}, not the root Dockerfile"
+        )
+
+
+def test_every_service_command_parses_with_the_parley_cli(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    ours = our_services(services)
+    assert ours, f"no service in {COMPOSE_FILE.name} builds the Parley image"
+    for name, service in ours.items():
+        assert "entrypoint" not in service, (
+            f"service {name!r} overrides the entrypoint; the Dockerfile has none, and the "
+            f"command must run as written"
+        )
+        parley_command(name, service)
+
+
+def test_each_process_service_runs_its_own_subcommand(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    for name in PARLEY_PROCESSES:
+        args = parley_command(name, services[name])
+        assert args.command == name, (
+            f"service {name!r} runs `parley {args.command}`; expected `parley {name}`"
+        )
+
+
+def test_dockerfile_cmd_parses_with_the_parley_cli() -> None:
+    instructions = dockerfile_instructions()
+    assert not [args for kind, args in instructions if kind == "ENTRYPOINT"], (
+        "the Dockerfile must not set an ENTRYPOINT: compose commands start with `parley`"
+    )
+    cmds = [args for kind, args in instructions if kind == "CMD"]
+    assert cmds, "the Dockerfile has no CMD"
+    command = exec_form("CMD", cmds[-1])
+    assert command and command[0] == "parley", f"Dockerfile CMD {command!r} must run `parley`"
+    args = parse_parley(command[1:], "Dockerfile CMD")
+    assert args.command == "api", f"Dockerfile CMD runs `parley {args.command}`, expected api"
+    assert args.host == "0.0.0.0", (
+        f"Dockerfile CMD binds {args.host!r}; in a container the API must bind 0.0.0.0"
+    )
+    exposed = {
+        int(port.split("/")[0])
+        for kind, arguments in instructions
+        if kind == "EXPOSE"
+        for port in arguments.split()
+    }
+    assert args.port in exposed, (
+        f"Dockerfile CMD serves on port {args.port} but EXPOSE lists {sorted(exposed)}"
+    )
+
+
+def test_dockerfile_copies_every_package_the_wheel_installs() -> None:
+    setuptools = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    patterns = setuptools["packages"]["find"]["include"]
+    needed = {"pyproject.toml"} | {f"{module}.py" for module in setuptools.get("py-modules", [])}
+    needed |= {
+        path.name
+        for path in REPO.iterdir()
+        if (path / "__init__.py").is_file()
+        and any(fnmatch.fnmatch(path.name, pattern) for pattern in patterns)
+    }
+    copied: set[str] = set()
+    for kind, arguments in dockerfile_instructions():
+        if kind not in ("COPY", "ADD"):
+            continue
+        words = json.loads(arguments) if arguments.startswith("[") else shlex.split(arguments)
+        if any(word.startswith("--from") for word in words):
+            continue
+        sources = [word for word in words if not word.startswith("--")][:-1]
+        for source in sources:
+            source = source.removeprefix("./").rstrip("/")
+            if not any(char in source for char in "*?["):
+                assert (REPO / source).exists(), (
+                    f"Dockerfile {kind} {source!r}: no such file or directory in the repository"
+                )
+            copied.add(source)
+    missing = sorted(needed - copied)
+    assert not missing, (
+        f"pyproject.toml installs {missing} but the Dockerfile does not COPY them into the "
+        f"image, so `pip install .` would build a package without them"
+    )
+
+
+def test_api_publishes_the_port_its_command_serves_on(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    api = services["api"]
+    args = parley_command("api", api)
+    assert args.port is not None, "the api command must pass --port explicitly"
+    assert args.host == "0.0.0.0", (
+        f"the api command binds {args.host!r}; in a container it must bind 0.0.0.0 to be "
+        f"reachable through the published port"
+    )
+    published = container_ports(api)
+    assert published, "the api service publishes no port"
+    assert published == [args.port] * len(published), (
+        f"the api serves on --port {args.port} but publishes container port(s) {published}"
+    )
+    healthcheck = " ".join(map(str, (api.get("healthcheck") or {}).get("test", [])))
+    if "http" in healthcheck:
+        assert f":{args.port}/" in healthcheck, (
+            f"the api healthcheck does not probe port {args.port}: {healthcheck}"
+        )
+
+
+# --- configuration -----------------------------------------------------------------------
+
+
+def test_settings_env_names_are_derived_correctly() -> None:
+    # Guards the derivation used below, so a broken helper cannot wave everything through.
+    names = settings_env_names()
+    assert {"DATABASE_URL", "TEMPORAL_ADDRESS", "PARLEY_ENV", "PARLEY_TASK_QUEUE"} <= names
+    assert "PARLEY_DATABASE_URL" in names and "ENV" not in names
+
+
+def test_service_environment_variables_are_ones_settings_reads(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    accepted = settings_env_names()
+    problems = []
+    for name, service in our_services(services).items():
+        for variable in environment_of(service):
+            if variable.upper() not in accepted:
+                close = difflib.get_close_matches(variable.upper(), accepted, n=1)
+                hint = f" (did you mean {close[0]}?)" if close else ""
+                problems.append(f"service {name!r} sets {variable}{hint}")
+    assert not problems, (
+        "parley.config.Settings does not read these variables, so they would be silently "
+        "ignored:\n  " + "\n  ".join(problems)
+    )
+
+
+@pytest.mark.parametrize("name", PARLEY_PROCESSES)
+def test_service_environment_builds_valid_production_settings(
+    name: str, services: dict[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    accepted = settings_env_names()
+    for variable in list(os.environ):
+        if variable.upper() in accepted:
+            monkeypatch.delenv(variable)
+    for variable, value in environment_of(services[name]).items():
+        monkeypatch.setenv(variable, value)
+    try:
+        settings = Settings()
+    except ValueError as exc:
+        pytest.fail(f"service {name!r}: its environment is not valid Settings: {exc}")
+    assert settings.env == "production", f"service {name!r} must set PARLEY_ENV=production"
+
+    assert settings.database_url is not None
+    database = urlsplit(settings.database_url)
+    assert database.hostname in services, (
+        f"service {name!r}: DATABASE_URL points at {database.hostname!r}, not a compose service"
+    )
+    postgres = environment_of(services[database.hostname])
+    assert (database.username, database.password, database.path.lstrip("/")) == (
+        postgres.get("POSTGRES_USER"),
+        postgres.get("POSTGRES_PASSWORD"),
+        postgres.get("POSTGRES_DB"),
+    ), f"service {name!r}: DATABASE_URL does not match the {database.hostname!r} credentials"
+
+    temporal_host, _, temporal_port = settings.temporal_address.rpartition(":")
+    assert temporal_host in services and temporal_port == "7233", (
+        f"service {name!r}: TEMPORAL_ADDRESS {settings.temporal_address!r} is not "
+        f"<compose service>:7233"
+    )
+
+
+# --- Temporal search attributes ----------------------------------------------------------
+
+SEARCH_ATTRIBUTE_CREATE = re.compile(r"search-attribute\s+create\b(?P<flags>[^\n]*)")
+
+
+def registered_search_attributes(
+    services: dict[str, dict[str, Any]],
+) -> dict[str, tuple[str, str, str | None]]:
+    """Attribute name -> (registering service, type, namespace) from every service's command."""
+    found: dict[str, tuple[str, str, str | None]] = {}
+    for service_name, service in services.items():
+        command = service.get("command") or []
+        text = command if isinstance(command, str) else "\n".join(map(str, command))
+        for match in SEARCH_ATTRIBUTE_CREATE.finditer(text):
+            flags = dict(re.findall(r"--(name|type|namespace)[=\s]+(\S+)", match["flags"]))
+            assert "name" in flags and "type" in flags, (
+                f"service {service_name!r}: cannot read --name/--type from {match[0]!r}"
+            )
+            found[flags["name"]] = (service_name, flags["type"], flags.get("namespace"))
+    return found
+
+
+def cli_type(indexed_value_type: Any) -> str:
+    """KEYWORD -> Keyword, KEYWORD_LIST -> KeywordList: the `temporal` CLI's --type names."""
+    return "".join(part.capitalize() for part in indexed_value_type.name.split("_"))
+
+
+def test_registered_search_attributes_are_exactly_the_contracts(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    registered = registered_search_attributes(services)
+    expected = {key.name: cli_type(key.indexed_value_type) for key in SEARCH_ATTRIBUTES}
+    assert set(registered) == set(expected), (
+        f"{COMPOSE_FILE.name} registers search attributes {sorted(registered)} but "
+        f"parley.contracts.SEARCH_ATTRIBUTES is {sorted(expected)}; workflows started with an "
+        f"unregistered attribute are rejected by the Temporal server"
+    )
+    for attribute, (_, registered_type, _) in registered.items():
+        assert registered_type == expected[attribute], (
+            f"{attribute} is registered as {registered_type}, the contracts say "
+            f"{expected[attribute]}"
+        )
+
+
+def test_search_attributes_are_registered_before_parley_starts_workflows(
+    services: dict[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registered = registered_search_attributes(services)
+    assert registered, f"{COMPOSE_FILE.name} registers no search attributes"
+    for variable in list(os.environ):
+        if variable.upper() in settings_env_names():
+            monkeypatch.delenv(variable)
+    for variable, value in environment_of(services["worker"]).items():
+        monkeypatch.setenv(variable, value)
+    namespace = Settings().temporal_namespace
+    for attribute, (setup, _, attribute_namespace) in registered.items():
+        assert attribute_namespace == namespace, (
+            f"{attribute} is registered in namespace {attribute_namespace!r} but the Parley "
+            f"services use {namespace!r}"
+        )
+        for name in ("api", "worker"):
+            assert depends_on(services[name]).get(setup) == "service_completed_successfully", (
+                f"service {name!r} must depend on {setup!r} (condition: "
+                f"service_completed_successfully), which registers {attribute}"
+            )
+
+
+# --- wiring --------------------------------------------------------------------------------
+
+
+def test_every_dependency_exists_and_its_condition_can_be_met(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    problems = []
+    for name, service in services.items():
+        for dependency, condition in depends_on(service).items():
+            target = services.get(dependency)
+            if target is None:
+                problems.append(f"{name!r} depends on {dependency!r}, which is not a service")
+            elif condition == "service_healthy" and "healthcheck" not in target:
+                problems.append(
+                    f"{name!r} waits for {dependency!r} to be healthy, but it has no healthcheck"
+                )
+            elif (
+                condition == "service_completed_successfully"
+                and target.get("restart") in RESTARTS_AFTER_SUCCESS
+            ):
+                problems.append(
+                    f"{name!r} waits for one-shot {dependency!r} to complete, but its "
+                    f"`restart: {target['restart']}` re-runs it forever"
+                )
+    assert not problems, "\n".join(problems)
+
+
+def test_api_and_worker_start_after_migrations(services: dict[str, dict[str, Any]]) -> None:
+    for name in ("api", "worker"):
+        assert depends_on(services[name]).get("migrate") == "service_completed_successfully", (
+            f"service {name!r} must depend on migrate with condition "
+            f"service_completed_successfully, or it can start against an old schema"
+        )
+
+
+def test_replicated_services_can_actually_replicate(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    replicas = int((services["worker"].get("deploy") or {}).get("replicas", 1))
+    assert replicas >= 2, "the worker service should run at least 2 replicas"
+    for name, service in services.items():
+        if int((service.get("deploy") or {}).get("replicas", 1)) < 2:
+            continue
+        assert "container_name" not in service, (
+            f"service {name!r} has replicas but a fixed container_name; only one can start"
+        )
+        assert not service.get("ports"), (
+            f"service {name!r} has replicas but publishes ports; the second replica would "
+            f"fail to bind the same host port"
+        )
+
+
+def test_postgres_has_a_healthcheck_and_a_named_volume(
+    services: dict[str, dict[str, Any]], top_level_volumes: dict[str, Any]
+) -> None:
+    postgres = services["postgres"]
+    test = " ".join(map(str, (postgres.get("healthcheck") or {}).get("test", [])))
+    assert "pg_isready" in test, "the postgres healthcheck must use pg_isready"
+    mounts = [str(volume).split(":") for volume in postgres.get("volumes") or []]
+    named = [mount for mount in mounts if len(mount) >= 2 and mount[0] in top_level_volumes]
+    assert named, "postgres must keep its data in a named volume declared under `volumes:`"
+    image = postgres["image"]
+    if re.search(r":(pg)?1[89]|:[2-9]\d", image):
+        # PostgreSQL 18+ images keep data in /var/lib/postgresql/<major>/docker and refuse
+        # to start with a volume at the old /var/lib/postgresql/data.
+        assert named[0][1] == "/var/lib/postgresql", (
+            f"{image} needs its volume at /var/lib/postgresql, not {named[0][1]}"
+        )
+
+
+def test_no_accidental_compose_interpolation() -> None:
+    # Compose substitutes $NAME and ${NAME} everywhere, shell scripts included; a literal
+    # dollar must be written $$. This file uses no substitution at all.
+    text = re.sub(r"\$\$", "", COMPOSE_FILE.read_text())
+    lines = [line.strip() for line in text.splitlines() if "$" in line]
+    assert not lines, f"unescaped $ (write $$ for a literal dollar): {lines}"

@@ -1,0 +1,170 @@
+"""Crashes: a worker killed with SIGKILL mid-stream, an API that dies before starting a turn.
+
+These run real worker processes (not in-process workers) on their own task queue, so a
+`kill -9` is exactly what an SRE's restart or an OOM kill does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+import pytest_asyncio
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from parley.config import Settings
+from store import chat
+from store.identity import Identity
+from store.models import Message, ModelCall
+from tests.client import ParleyClient, streamed_text
+from tests.conftest import serve_api, service_env, spawn
+from tests.sse import TERMINAL, Event, iter_events
+
+PRIYA = Identity(tenant_id="northwind", user_id="cust_2291", roles=())
+
+
+@pytest.fixture(scope="module")
+def crash_settings(settings: Settings) -> Settings:
+    # Slow tokens so there is time to kill the worker while the answer streams.
+    return settings.model_copy(
+        update={"task_queue": f"crash-{uuid.uuid4().hex[:8]}", "demo_token_delay_ms": 60}
+    )
+
+
+class Workers:
+    def __init__(self, settings: Settings) -> None:
+        self.env = service_env(settings, PARLEY_OUTBOX_GRACE_S="1", PARLEY_OUTBOX_POLL_S="1")
+        self.processes: list[subprocess.Popen[bytes]] = []
+
+    def start(self) -> subprocess.Popen[bytes]:
+        process = spawn(["worker.py"], self.env)
+        self.processes.append(process)
+        return process
+
+    def stop_all(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.kill()
+            process.wait(10)
+
+
+@pytest.fixture
+def workers(crash_settings: Settings) -> Iterator[Workers]:
+    pool = Workers(crash_settings)
+    yield pool
+    pool.stop_all()
+
+
+@pytest_asyncio.fixture(scope="module")
+async def crash_api(crash_settings: Settings, sessions: object) -> AsyncIterator[str]:
+    async with serve_api(crash_settings) as url:
+        yield url
+
+
+async def read_until(client: ParleyClient, url: str, *, after: int, stop: str) -> list[Event]:
+    """Read events after `after` until one of type `stop` (or a terminal event) arrives."""
+    received: list[Event] = []
+    headers = {"Last-Event-ID": str(after)}
+    async with client.http.stream("GET", url, headers=headers, timeout=90) as response:
+        async for event in iter_events(response):
+            received.append(event)
+            if event.type == stop or event.type in TERMINAL:
+                break
+    return received
+
+
+async def test_worker_killed_mid_stream_resumes_with_reset_and_stores_one_answer(
+    crash_api: str,
+    tokens: dict[str, str],
+    workers: Workers,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    client = ParleyClient(crash_api, tokens["priya"])
+    try:
+        first_worker = workers.start()
+        session_id = await client.new_session()
+        posted = await client.post(session_id, "Where is my order? Please be thorough.")
+        assert posted.status_code == 202
+        url = posted.json()["events_url"]
+
+        before = await read_until(client, url, after=0, stop="delta")
+        assert before[-1].type == "delta", [e.type for e in before]
+        first_worker.send_signal(signal.SIGKILL)
+        first_worker.wait(10)
+        partial = streamed_text(before)
+
+        workers.start()
+        after = await read_until(client, url, after=before[-1].id or 0, stop="done")
+        events = before + after
+        assert [e.id for e in events] == list(range(1, len(events) + 1))
+        assert events[-1].type == "done", [e.type for e in events]
+        kinds = [e.type for e in events]
+        assert "reset" in kinds
+        reset_at = kinds.index("reset")
+        assert "delta" in kinds[:reset_at] and "delta" in kinds[reset_at:]
+
+        final = events[-1].data["message"]
+        # The client applying deltas and the reset in order shows the whole answer once.
+        assert streamed_text(events) == final["text"]
+        assert len(partial) < len(final["text"])
+        assert final["text"].count("You wrote:") == 1
+
+        async with sessions() as db:
+            stored = (
+                await db.scalars(
+                    select(Message).where(
+                        Message.session_id == session_id, Message.role == "assistant"
+                    )
+                )
+            ).all()
+            calls = (
+                await db.scalars(
+                    select(ModelCall).where(ModelCall.turn_id == posted.json()["turn_id"])
+                )
+            ).all()
+        assert [m.text for m in stored] == [final["text"]]
+        assert [c.attempts for c in calls] == [2]
+    finally:
+        await client.aclose()
+
+
+async def test_a_turn_the_api_never_started_is_started_by_the_outbox_within_30s(
+    crash_api: str,
+    tokens: dict[str, str],
+    workers: Workers,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    workers.start()
+    client = ParleyClient(crash_api, tokens["priya"])
+    try:
+        session_id = await client.new_session()
+        # Exactly what the API commits before it would start the workflow; then it "dies".
+        async with sessions() as db:
+            posted = await chat.post_user_message(
+                db,
+                owner=PRIYA,
+                session_id=session_id,
+                client_message_id=uuid.uuid4().hex,
+                text="Is anyone there?",
+                expected_last_seq=None,
+            )
+        started = time.monotonic()
+        url = f"/v1/sessions/{session_id}/turns/{posted.turn.id}/events"
+        events = await asyncio.wait_for(read_until(client, url, after=0, stop="done"), 30)
+        assert events[-1].type == "done"
+        assert time.monotonic() - started < 30
+        async with sessions() as db:
+            count = await db.scalar(
+                select(func.count()).where(
+                    Message.session_id == session_id, Message.role == "assistant"
+                )
+            )
+        assert count == 1
+    finally:
+        await client.aclose()
