@@ -1,0 +1,53 @@
+"""Workflow history stays small: ids, not prompts, travel through it."""
+
+from __future__ import annotations
+
+import json
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.client import Client
+
+from store.models import ModelCall
+
+from parley.ids import workflow_id_for_turn
+from tests.client import ParleyClient
+
+
+async def history_size(client: Client, turn_id: str) -> int:
+    description = await client.get_workflow_handle(workflow_id_for_turn(turn_id)).describe()
+    return int(description.raw_description.workflow_execution_info.history_size_bytes)
+
+
+async def test_history_at_turn_30_is_within_20_percent_of_turn_1(
+    priya: ParleyClient,
+    temporal_client: Client,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    session_id = await priya.new_session()
+    turn_ids = []
+    for n in range(1, 31):
+        # Every message is long, so a transcript passed through history would show at once.
+        turn_id, events = await priya.turn(session_id, f"Message {n}: " + "tell me more. " * 40)
+        assert events[-1].type == "done"
+        turn_ids.append(turn_id)
+    first, last = (
+        await history_size(temporal_client, turn_ids[0]),
+        await history_size(temporal_client, turn_ids[-1]),
+    )
+    assert first > 0
+    assert abs(last - first) <= 0.2 * first, (first, last)
+    # ...while the prompt behind turn 30 is many times larger than turn 1's.
+    async with sessions() as db:
+        prompts = {
+            turn_id: len(json.dumps(request))
+            for turn_id, request in (
+                await db.execute(
+                    select(ModelCall.turn_id, ModelCall.request).where(
+                        ModelCall.turn_id.in_([turn_ids[0], turn_ids[-1]])
+                    )
+                )
+            ).all()
+        }
+    assert prompts[turn_ids[-1]] > 5 * prompts[turn_ids[0]]
+    assert (last - first) < prompts[turn_ids[-1]] - prompts[turn_ids[0]]
