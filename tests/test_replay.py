@@ -1,0 +1,57 @@
+"""Replay tests: the current workflow code must replay histories recorded by earlier code.
+
+Every file in tests/histories/ is the history of a real turn. A change to the workflow that
+would break a turn already running in production fails here; such a change needs
+`workflow.patched()` (or a new workflow type), not an edit to the recording.
+
+To record the current code's history next to the old ones:
+    PARLEY_RECORD_HISTORY=turn_vN make test   (then commit tests/histories/turn_vN.json)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client, WorkflowHistory
+from temporalio.worker import Replayer
+
+from parley.ids import workflow_id_for_turn
+from tests.client import ParleyClient
+from workflows.turn import TurnWorkflow
+
+HISTORIES = Path(__file__).resolve().parent / "histories"
+
+
+def _scrub(history_json: str) -> str:
+    """Worker identities name the recording machine; they play no part in replay."""
+    data = json.loads(history_json)
+    text = json.dumps(data, indent=1, sort_keys=True)
+    return re.sub(r'"identity": "[^"]*"', '"identity": "recorded-worker"', text) + "\n"
+
+
+@pytest.mark.parametrize("path", sorted(HISTORIES.glob("*.json")), ids=lambda p: p.stem)
+async def test_committed_history_replays(path: Path) -> None:
+    history = WorkflowHistory.from_json("recorded-turn", path.read_text())
+    await Replayer(workflows=[TurnWorkflow]).replay_workflow(history)
+
+
+def test_there_is_at_least_one_committed_history() -> None:
+    assert list(HISTORIES.glob("*.json")), "record one with PARLEY_RECORD_HISTORY"
+
+
+async def test_a_fresh_turn_replays_and_can_be_recorded(
+    priya: ParleyClient, temporal_client: Client
+) -> None:
+    session_id = await priya.new_session()
+    turn_id, events = await priya.turn(session_id, "Where is my order?")
+    assert events[-1].type == "done"
+    handle = temporal_client.get_workflow_handle(workflow_id_for_turn(turn_id))
+    history = await handle.fetch_history()
+    await Replayer(workflows=[TurnWorkflow]).replay_workflow(history)
+    name = os.environ.get("PARLEY_RECORD_HISTORY")
+    if name:
+        (HISTORIES / f"{name}.json").write_text(_scrub(history.to_json()))
