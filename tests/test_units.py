@@ -1,0 +1,77 @@
+"""Pure pieces: the context packer, delta coalescing, the demo model, ids."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from activities.turn import _coalesce
+from gateway.base import Finish, ModelRequest, TextDelta
+from gateway.demo import DemoModel, compose_reply, tokenize
+from parley.context import WindowMessage, pack_context
+from parley.ids import assistant_message_id
+
+
+def test_packer_keeps_the_newest_window_in_seq_order_after_the_system_prompt() -> None:
+    window = [
+        WindowMessage(seq, "user" if seq % 2 else "assistant", f"m{seq}", "complete")
+        for seq in range(10, 0, -1)
+    ]
+    packed = pack_context(system_prompt="rules", window=window, max_messages=4)
+    assert packed[0] == {"role": "system", "content": "rules"}
+    assert [m["content"] for m in packed[1:]] == ["m7", "m8", "m9", "m10"]
+
+
+def test_packer_drops_retracted_text_and_marks_unfinished_answers() -> None:
+    window = [
+        WindowMessage(1, "user", "hi", "complete"),
+        WindowMessage(2, "assistant", "unsafe words", "retracted"),
+        WindowMessage(3, "user", "again", "complete"),
+        WindowMessage(4, "assistant", "half an ans", "incomplete"),
+    ]
+    contents = [
+        m["content"] for m in pack_context(system_prompt="s", window=window, max_messages=10)
+    ]
+    assert "unsafe words" not in contents
+    assert contents[-1].startswith("half an ans") and "incomplete" in contents[-1]
+
+
+async def _timed(tokens: list[str], gap_s: float) -> AsyncIterator[TextDelta | Finish]:
+    for token in tokens:
+        await asyncio.sleep(gap_s)
+        yield TextDelta(token)
+    yield Finish("stop")
+
+
+async def test_coalescing_sends_the_first_token_alone_then_joins_frames() -> None:
+    tokens = [f"t{i} " for i in range(40)]
+    frames = [f async for f in _coalesce(_timed(tokens, 0.002), frame_s=0.03)]
+    texts = [f for f in frames if isinstance(f, str)]
+    assert texts[0] == "t0 "
+    assert "".join(texts) == "".join(tokens)  # nothing lost, nothing repeated
+    assert len(texts) < len(tokens) / 3  # tokens 2 ms apart, frames 30 ms: far fewer frames
+    assert isinstance(frames[-1], Finish)
+
+
+async def test_coalescing_with_zero_frame_passes_every_token() -> None:
+    tokens = ["a", "b", "c"]
+    frames = [f async for f in _coalesce(_timed(tokens, 0), frame_s=0)]
+    assert frames[:3] == tokens
+
+
+async def test_demo_model_is_deterministic_and_counts_tokens() -> None:
+    request = ModelRequest(
+        model="demo-1",
+        messages=[{"role": "system", "content": "s"}, {"role": "user", "content": "Hi there"}],
+    )
+    model = DemoModel(token_delay_s=0)
+    first = "".join([e.text async for e in model.stream(request) if isinstance(e, TextDelta)])
+    second = "".join([e.text async for e in model.stream(request) if isinstance(e, TextDelta)])
+    assert first == second == compose_reply(request)
+    assert 'You wrote: "Hi there"' in first
+    assert model.tokens_emitted == 2 * len(tokenize(first))
+
+
+def test_assistant_message_id_is_derived_from_the_turn() -> None:
+    assert assistant_message_id("trn_abc") == assistant_message_id("trn_abc") == "msg_abca"
+    assert assistant_message_id("trn_abc") != assistant_message_id("trn_abd")
