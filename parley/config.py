@@ -33,6 +33,8 @@ class Settings(BaseSettings):
 
     api_host: str = "127.0.0.1"
     api_port: int = 8000
+    # Ports of the Temporal dev server that `parley dev` starts when TEMPORAL_ADDRESS is unset.
+    dev_temporal_port: int = 7233
     temporal_ui_port: int = 8233
 
     # Contract limits.

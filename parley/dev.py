@@ -133,8 +133,15 @@ def run_dev(settings: Settings) -> None:
         upgrade(settings.database_url)
         asyncio.run(_seed(settings))
 
-        env = {**os.environ, "DATABASE_URL": settings.database_url}
-        if "TEMPORAL_ADDRESS" not in os.environ:
+        own_temporal = "TEMPORAL_ADDRESS" not in os.environ
+        if own_temporal:
+            settings.temporal_address = f"127.0.0.1:{settings.dev_temporal_port}"
+        env = {
+            **os.environ,
+            "DATABASE_URL": settings.database_url,
+            "TEMPORAL_ADDRESS": settings.temporal_address,
+        }
+        if own_temporal:
             command = temporal_dev_server_command(settings, data_dir / "temporal.db")
             supervisor.spawn("temporal", command, env)
         _wait_temporal(settings.temporal_address, 60)
