@@ -20,11 +20,13 @@ import os
 import platform
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from bench.cpu import snapshot, usage
 from bench.runner import (
     BaselineTarget,
     ParleyTarget,
@@ -83,7 +85,7 @@ async def measure(args: argparse.Namespace, stack: Stack) -> dict[str, Any]:
         baseline: Target = BaselineTarget(baseline_http)
         targets = [baseline, parley]
 
-        # Warm-up: imports, connection pools, Temporal task queue, JIT-less caches. Untimed.
+        # Warm-up: imports, connection pools, Temporal task queue. Untimed.
         warm_seq = sequential(targets, args.warmup_turns, args.warmup_turns, stack.check)
         warm = await timed("warm-up (sequential)", warm_seq, log)
         for name, phase in warm.items():
@@ -97,28 +99,34 @@ async def measure(args: argparse.Namespace, stack: Stack) -> dict[str, Any]:
             )
 
         log(f"(a) {args.latency_turns} sequential turns per system, interleaved")
+        before = snapshot()
         seq = await timed(
             "(a) sequential",
             sequential(targets, args.latency_turns, args.turns_per_session, stack.check),
             log,
         )
+        seq_cpu = usage(before, snapshot(), stack.roles())
 
         per_client = math.ceil(args.throughput_turns / args.concurrency)
         log(f"(b) {args.concurrency} concurrent clients x {per_client} turns per system")
         conc: dict[str, Phase] = {}
+        conc_cpu: dict[str, dict[str, Any]] = {}
         for target in targets:
+            before = snapshot()
             conc[target.name] = await timed(
                 f"(b) {target.name}",
                 concurrent(target, args.concurrency, per_client, stack.check),
                 log,
             )
+            conc_cpu[target.name] = usage(before, snapshot(), stack.roles())
         stack.check()
 
     a = {name: phase.report() for name, phase in seq.items()}
-    b = {name: phase.report() for name, phase in conc.items()}
+    b = {name: phase.report() | {"cpu": conc_cpu[name]} for name, phase in conc.items()}
     return {
         "sequential": {
             **a,
+            "cpu_both_interleaved": seq_cpu,
             "ratio_parley_over_baseline": {
                 "first_delta_p50": ratio(
                     a["parley"]["first_delta"]["p50_ms"], a["baseline"]["first_delta"]["p50_ms"]
@@ -204,6 +212,28 @@ def render(settings: dict[str, Any], results: dict[str, Any]) -> str:
         f"{'ratio parley/baseline':<22}{'':>9}{'':>8}{fmt(rb['turns_per_s'], 3) + 'x':>9}"
         f"{fmt(rb['full_turn_p50'], 2) + 'x':>15}{fmt(rb['full_turn_p95'], 2) + 'x':>9}"
     )
+    lines.append("")
+    lines.append(
+        f"CPU seconds spent during each (b) run, by process ({settings['cpus']} cores = "
+        f"{settings['cpus']} CPU-s per wall second; 'other' = processes this bench did not start)"
+    )
+    for name in ("baseline", "parley"):
+        cpu = b[name]["cpu"]
+        parts = [
+            f"{role.removesuffix('_cpu_s')} {value:.1f}"
+            for role, value in cpu.items()
+            if role.endswith("_cpu_s") and value >= 0.05
+        ]
+        busy = cpu.get("machine_busy_fraction")
+        busy_text = f"; machine busy {busy * 100:.0f}%" if busy is not None else ""
+        lines.append(f"  {name:<9} " + ", ".join(parts) + busy_text)
+        other, wall = cpu.get("other_cpu_s", 0.0), b[name]["wall_s"]
+        if wall and other / wall > 0.1:
+            lines.append(
+                f"  note: processes outside this bench ({', '.join(cpu['other_top'])}) used "
+                f"{other / wall * 100:.0f}% of a core during the {name} run; "
+                "its figures are disturbed by that load"
+            )
     for section, data in (("a", a), ("b", b)):
         for name in ("baseline", "parley"):
             for error in data[name].get("first_errors", []):
@@ -235,7 +265,7 @@ async def main_async(args: argparse.Namespace) -> None:
     document = {
         "measured_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "settings": settings,
-        "baseline": "gateway.demo.DemoModel streamed as SSE by a bare FastAPI app (bench/baseline.py)",
+        "baseline": "DemoModel streamed as SSE by a bare FastAPI app (bench/baseline.py)",
         "results": results,
     }
     args.output.write_text(json.dumps(document, indent=2, default=str) + "\n")
@@ -244,6 +274,7 @@ async def main_async(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
     try:
         asyncio.run(main_async(args))
     except KeyboardInterrupt:

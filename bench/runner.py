@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 
-from bench.sse import TERMINAL, iter_events
+from parley.sse import TERMINAL, iter_events
 
 TURN_TIMEOUT_S = 60.0
 
@@ -34,7 +34,9 @@ class Target:
     async def new_conversation(self) -> str:
         raise NotImplementedError
 
-    def open_turn(self, conversation: str, text: str) -> AbstractAsyncContextManager[httpx.Response]:
+    def open_turn(
+        self, conversation: str, text: str
+    ) -> AbstractAsyncContextManager[httpx.Response]:
         raise NotImplementedError
 
 

@@ -25,6 +25,7 @@ from typing import IO
 import httpx
 from temporalio.testing import WorkflowEnvironment
 
+from bench.cpu import Roles
 from parley.config import Settings
 from parley.contracts import SEARCH_ATTRIBUTES
 from parley.dev import temporal_cli
@@ -76,11 +77,21 @@ class Stack:
     parley_url: str
     baseline_url: str
     token: str
+    postmaster_pid: int | None
     children: list[Child] = field(default_factory=list)
 
     def check(self) -> None:
         for child in self.children:
             child.check()
+
+    def roles(self) -> Roles:
+        """Which process is which, for CPU accounting."""
+        by_pid = {os.getpid(): "bench_client"} | {c.process.pid: c.name for c in self.children}
+        by_parent = {os.getpid(): "temporal"}  # our only other child: the Temporal dev server
+        if self.postmaster_pid is not None:
+            by_pid[self.postmaster_pid] = "postgres"
+            by_parent[self.postmaster_pid] = "postgres"
+        return Roles(by_pid, by_parent)
 
 
 def _spawn(name: str, args: list[str], env: dict[str, str]) -> Child:
@@ -122,6 +133,13 @@ async def _wait_ready(url: str, child: Child, timeout: float = 60.0) -> None:
             await asyncio.sleep(0.1)
 
 
+def _postmaster_pid(pgdata: Path) -> int | None:
+    try:
+        return int((pgdata / "postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 async def _seed_and_token(database_url: str) -> str:
     engine = create_engine(database_url, pool_size=1)
     try:
@@ -131,6 +149,25 @@ async def _seed_and_token(database_url: str) -> str:
             return await create_token(db, tenant_id="northwind", user_id="cust_2291")
     finally:
         await engine.dispose()
+
+
+async def _start_temporal() -> WorkflowEnvironment:
+    """`WorkflowEnvironment.start_local`, with the dev server's banner and logs sent to a log
+    file instead of our stdout (the server inherits fd 1 when it is spawned)."""
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    saved = os.dup(1)
+    with (LOG_DIR / "temporal.log").open("wb") as server_log:
+        os.dup2(server_log.fileno(), 1)
+        try:
+            return await WorkflowEnvironment.start_local(
+                dev_server_existing_path=temporal_cli(),
+                search_attributes=SEARCH_ATTRIBUTES,
+                dev_server_log_level="error",
+            )
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
 
 
 @contextlib.asynccontextmanager
@@ -147,11 +184,7 @@ async def running_stack(token_delay_ms: float) -> AsyncIterator[Stack]:
         token = await _seed_and_token(database_url)
 
         log("starting the Temporal dev server")
-        env = await WorkflowEnvironment.start_local(
-            dev_server_existing_path=temporal_cli(),
-            search_attributes=SEARCH_ATTRIBUTES,
-            dev_server_log_level="error",
-        )
+        env = await _start_temporal()
         temporal_address = str(env.client.service_client.config.target_host)
 
         settings = Settings(
@@ -196,7 +229,7 @@ async def running_stack(token_delay_ms: float) -> AsyncIterator[Stack]:
         await _wait_ready(parley_url + "/readyz", api)
         await _wait_ready(baseline_url + "/healthz", baseline)
         worker.check()
-        yield Stack(settings, parley_url, baseline_url, token, children)
+        yield Stack(settings, parley_url, baseline_url, token, _postmaster_pid(pg.pgdata), children)
     finally:
         log("stopping everything")
         for child in reversed(children):

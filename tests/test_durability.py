@@ -19,12 +19,12 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from parley.config import Settings
+from parley.sse import TERMINAL, Event, iter_events
 from store import chat
 from store.identity import Identity
 from store.models import Message, ModelCall
 from tests.client import ParleyClient, streamed_text
 from tests.conftest import serve_api, service_env, spawn
-from tests.sse import TERMINAL, Event, iter_events
 
 PRIYA = Identity(tenant_id="northwind", user_id="cust_2291", roles=())
 

@@ -8,9 +8,8 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
-from store.models import ModelCall
-
 from parley.ids import workflow_id_for_turn
+from store.models import ModelCall
 from tests.client import ParleyClient
 
 

@@ -1,4 +1,8 @@
-"""The one SSE reader the bench uses for Parley and the baseline alike (same client path)."""
+"""A strict client-side reader of `text/event-stream`.
+
+The tests use it to check the raw wire format and the benchmarks use it to time streams, so
+both read Parley (and the bench baseline) through the same client path.
+"""
 
 from __future__ import annotations
 
