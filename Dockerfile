@@ -20,6 +20,7 @@ COPY activities ./activities
 COPY parley ./parley
 COPY store ./store
 COPY gateway ./gateway
+COPY demo_backend ./demo_backend
 
 # Install into site-packages, then drop the sources so nothing shadows the installed copy.
 RUN pip install . \

@@ -13,11 +13,16 @@ import logging
 import signal
 from datetime import timedelta
 
+import httpx
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from activities.northwind import NorthwindClient
+from activities.tools import ToolActivities
 from activities.turn import TurnActivities
 from gateway import ModelProvider, build_provider
+from parley.breaker import CircuitBreaker
 from parley.config import Settings, get_settings
 from parley.outbox import sweep_forever
 from store.db import create_engine, session_factory
@@ -27,25 +32,42 @@ from workflows.turn import TurnWorkflow
 def build_worker(
     client: Client,
     settings: Settings,
-    sessions: object,
+    sessions: async_sessionmaker[AsyncSession],
+    http: httpx.AsyncClient,
     *,
     provider: ModelProvider | None = None,
     task_queue: str | None = None,
 ) -> Worker:
-    activities = TurnActivities(
-        sessions=sessions,  # type: ignore[arg-type]
+    """Wire the activities to their collaborators; tests pass their own provider or queue."""
+    northwind = NorthwindClient(
+        base_url=settings.northwind_url,
+        http=http,
+        breaker=CircuitBreaker(
+            failure_threshold=settings.breaker_failure_threshold,
+            cooldown_s=settings.breaker_cooldown_s,
+        ),
+        timeout_s=settings.tool_timeout_s,
+    )
+    turn = TurnActivities(
+        sessions=sessions,
         provider=provider or build_provider(settings),
         settings=settings,
+        northwind=northwind,
     )
+    tools = ToolActivities(sessions=sessions, northwind=northwind, settings=settings)
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,
         workflows=[TurnWorkflow],
         activities=[
-            activities.build_context,
-            activities.call_model,
-            activities.finalize_turn,
-            activities.fail_turn,
+            turn.build_context,
+            turn.call_model,
+            turn.request_confirmation,
+            turn.finalize_turn,
+            turn.fail_turn,
+            tools.execute_tool,
+            tools.send_email,
+            tools.expire_action,
         ],
         graceful_shutdown_timeout=timedelta(seconds=10),
     )
@@ -57,7 +79,8 @@ async def run_worker(settings: Settings) -> None:
     engine = create_engine(settings.database_url)
     sessions = session_factory(engine)
     client = await Client.connect(settings.temporal_address, namespace=settings.temporal_namespace)
-    worker = build_worker(client, settings, sessions)
+    http = httpx.AsyncClient()
+    worker = build_worker(client, settings, sessions, http)
     sweep = asyncio.create_task(
         sweep_forever(
             client,
@@ -65,6 +88,7 @@ async def run_worker(settings: Settings) -> None:
             task_queue=settings.task_queue,
             grace=timedelta(seconds=settings.outbox_grace_s),
             every=timedelta(seconds=settings.outbox_poll_s),
+            confirmation_timeout_s=settings.confirmation_timeout_s,
         )
     )
     stop = asyncio.Event()
@@ -77,6 +101,7 @@ async def run_worker(settings: Settings) -> None:
     sweep.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await sweep
+    await http.aclose()
     await engine.dispose()
 
 

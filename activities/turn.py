@@ -1,4 +1,4 @@
-"""The turn's activities: build context, call the model (streaming), finalize, fail.
+"""The turn's activities: build context, call the model (streaming), rest, finalize, fail.
 
 Each is idempotent under Temporal's retries: a retried attempt finds what an earlier attempt
 already stored and carries on from there rather than doing it twice.
@@ -6,16 +6,18 @@ already stored and carries on from there rather than doing it twice.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
+import json
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
-from gateway.base import Finish, ModelProvider, ModelRequest, TextDelta
+from activities.heartbeat import heartbeating
+from activities.northwind import BackendError, NorthwindClient
+from gateway.base import Finish, ModelProvider, ModelRequest, TextDelta, ToolCallRequest
 from parley.config import Settings
 from parley.context import WindowMessage, pack_context
 from parley.contracts import (
@@ -26,15 +28,16 @@ from parley.contracts import (
     EventType,
     FailTurnInput,
     FinalizeTurnInput,
+    RequestConfirmationInput,
+    ToolCallRef,
     TurnState,
 )
-from parley.ids import assistant_message_id, new_id
-from store import chat
-from store.events import append_event
-from store.models import Message, ModelCall, Turn, TurnEvent
-
-# Well inside the workflow's 5 s heartbeat timeout for the model call.
-HEARTBEAT_INTERVAL_S = 1.0
+from parley.ids import new_id
+from parley.resolver import PENDING_CLARIFICATION, Entity, NeedsCandidates, Slot, resolve
+from parley.tools import args_hash, model_tools
+from store import chat, slots
+from store.events import append_event, append_events
+from store.models import Action, Message, ModelCall, Turn, TurnEvent, User
 
 
 class TurnActivities:
@@ -44,47 +47,168 @@ class TurnActivities:
         sessions: async_sessionmaker[AsyncSession],
         provider: ModelProvider,
         settings: Settings,
+        northwind: NorthwindClient,
     ) -> None:
         self._sessions = sessions
         self._provider = provider
         self._settings = settings
+        self._northwind = northwind
+
+    # --- context ---------------------------------------------------------------------------
 
     @activity.defn(name="build_context")
     async def build_context(self, inp: BuildContextInput) -> BuildContextResult:
         async with self._sessions() as db:
-            await chat.set_turn_state(db, turn_id=inp.turn_id, state=TurnState.building_context)
+            if inp.step == 0:
+                await chat.set_turn_state(db, turn_id=inp.turn_id, state=TurnState.building_context)
             turn = await db.get(Turn, inp.turn_id)
             assert turn is not None
             # A retry after a crash reuses the request it already packed.
             existing = await db.scalar(
-                select(ModelCall.id)
-                .where(ModelCall.turn_id == turn.id)
-                .order_by(ModelCall.created_at.desc())
+                select(ModelCall).where(ModelCall.turn_id == turn.id, ModelCall.step == inp.step)
             )
             if existing is not None:
-                return BuildContextResult(model_call_id=existing)
+                return BuildContextResult(existing.id, existing.provider == "resolver")
+            if inp.step == 0:
+                clarification = await self._resolve_references(db, turn)
+                if clarification is not None:
+                    return clarification
+            state = await self._state(db, turn)
             rows = await db.scalars(
                 select(Message)
-                .where(Message.session_id == turn.session_id, Message.seq <= turn.user_seq)
+                .where(Message.session_id == turn.session_id)
                 .order_by(Message.seq.desc())
                 .limit(self._settings.context_window_messages)
             )
-            window = [WindowMessage(m.seq, m.role, m.text, m.status) for m in rows]
+            window = [
+                WindowMessage(m.seq, m.role, m.text, m.status, m.tool_calls, m.tool_call_id)
+                for m in rows
+            ]
             messages = pack_context(
                 system_prompt=self._settings.system_prompt,
                 window=window,
                 max_messages=self._settings.context_window_messages,
+                state=state,
             )
             call = ModelCall(
                 id=new_id("mc"),
                 turn_id=turn.id,
+                step=inp.step,
                 provider=self._provider.name,
                 model=self._settings.model,
-                request={"messages": messages},
+                request={"messages": messages, "tools": model_tools()},
             )
             db.add(call)
             await db.commit()
-            return BuildContextResult(model_call_id=call.id)
+            return BuildContextResult(call.id)
+
+    async def _resolve_references(self, db: AsyncSession, turn: Turn) -> BuildContextResult | None:
+        """Run the reference resolver; if it must ask, answer with the question (no model)."""
+        user_message = await db.get(Message, turn.user_message_id)
+        assert user_message is not None
+        current = await slots.get_slots(db, session_id=turn.session_id)
+        try:
+            resolution = resolve(user_message.text, slots=current, user_seq=turn.user_seq)
+        except NeedsCandidates:
+            resolution = resolve(
+                user_message.text,
+                slots=current,
+                user_seq=turn.user_seq,
+                entities=await self._known_entities(db, turn),
+            )
+        writes = dict(resolution.slot_writes)
+        if resolution.clarification is not None:
+            writes[PENDING_CLARIFICATION] = Slot(
+                resolution.clarification.as_slot_value(), "resolver", turn.user_seq
+            )
+        clears = tuple(c for c in resolution.slot_clears if c not in writes)
+        await slots.write_slots(db, session_id=turn.session_id, writes=writes, clears=clears)
+        turn.resolution = {
+            "kind": resolution.kind,
+            "order_id": resolution.order_id,
+            "entity_type": resolution.entity_type,
+            "assumption": resolution.assumption,
+        }
+        if resolution.clarification is None:
+            await db.commit()
+            return None
+        question = resolution.clarification.question
+        call = ModelCall(
+            id=new_id("mc"),
+            turn_id=turn.id,
+            step=0,
+            provider="resolver",
+            model="reference-resolver",
+            request={"resolution": turn.resolution},
+            response_text=question,
+            finish_reason="clarification",
+        )
+        db.add(call)
+        await db.flush()
+        options = [{"label": o.label, "value": o.value} for o in resolution.clarification.options]
+        await append_events(
+            db,
+            turn_id=turn.id,
+            events=[
+                (EventType.clarification, {"question": question, "options": options}),
+                (
+                    EventType.delta,
+                    {"message_id": chat.message_id_for_call(call.id), "text": question},
+                ),
+            ],
+        )
+        await db.commit()
+        return BuildContextResult(call.id, clarification=True)
+
+    async def _known_entities(self, db: AsyncSession, turn: Turn) -> list[Entity]:
+        """The customer's orders and refunds, as candidates for the resolver."""
+        try:
+            orders = await self._northwind.list_orders(
+                turn.tenant_id, turn.user_id, open_only=False
+            )
+            refunds = await self._northwind.list_refunds(turn.tenant_id, turn.user_id)
+        except BackendError:
+            await append_event(
+                db,
+                turn_id=turn.id,
+                type=EventType.warning,
+                data={
+                    "code": "tool_unavailable",
+                    "message": "The order system did not answer; I could not check your orders.",
+                },
+            )
+            return []
+        return [Entity("order", str(o["order_id"]), str(o["order_id"])) for o in orders] + [
+            Entity("refund", str(r["refund_id"]), str(r["order_id"])) for r in refunds
+        ]
+
+    async def _state(self, db: AsyncSession, turn: Turn) -> dict[str, Any]:
+        """The state block: facts the server knows, for the model to read (not obey)."""
+        user = await db.get(User, (turn.tenant_id, turn.user_id))
+        current = await slots.get_slots(db, session_id=turn.session_id)
+        action = await db.scalar(
+            select(Action).where(Action.turn_id == turn.id).order_by(Action.created_at.desc())
+        )
+        return {
+            "customer": {"name": user.display_name if user else None},
+            "slots": slots.slots_view(
+                {k: v for k, v in current.items() if k != PENDING_CLARIFICATION}
+            ),
+            "resolution": turn.resolution or {},
+            "action": None
+            if action is None
+            else {
+                "id": action.id,
+                "tool": action.tool,
+                "status": action.status,
+                "order_id": action.args.get("order_id"),
+                "summary": f"the status summary for order {action.args.get('order_id')}",
+                "recipient_masked": action.recipient_masked,
+                "outcome": action.outcome,
+            },
+        }
+
+    # --- the model call --------------------------------------------------------------------
 
     @activity.defn(name="call_model")
     async def call_model(self, inp: CallModelInput) -> CallModelResult:
@@ -93,22 +217,30 @@ class TurnActivities:
             call = await db.get(ModelCall, inp.model_call_id)
             assert call is not None
             if call.finish_reason is not None:  # finished by an attempt that died reporting it
-                return CallModelResult(call.id, call.finish_reason, len(call.response_text or ""))
-            message_id = assistant_message_id(inp.turn_id)
+                return _result(call)
+            message_id = chat.message_id_for_call(call.id)
             await _reset_partial_stream(db, turn_id=inp.turn_id, message_id=message_id)
             call.attempts += 1
             await db.commit()
-            request = ModelRequest(model=call.model, messages=call.request["messages"])
+            request = ModelRequest(
+                model=call.model,
+                messages=call.request["messages"],
+                tools=call.request.get("tools", []),
+            )
 
         started = time.monotonic()
         first_token_at: float | None = None
         parts: list[str] = []
+        tool_calls: list[ToolCallRequest] = []
         finish = Finish("stop")
-        async with _heartbeating(HEARTBEAT_INTERVAL_S):
+        async with heartbeating():
             frames = _coalesce(self._provider.stream(request), self._settings.frame_seconds)
             async for item in frames:
                 if isinstance(item, Finish):
                     finish = item
+                    continue
+                if isinstance(item, ToolCallRequest):
+                    tool_calls.append(item)
                     continue
                 if first_token_at is None:
                     first_token_at = time.monotonic()
@@ -124,10 +256,23 @@ class TurnActivities:
                 activity.heartbeat()
 
         text = "".join(parts)
+        requested = [
+            {"id": c.id, "name": c.name, "arguments": _as_json(c.arguments)} for c in tool_calls
+        ]
         async with self._sessions() as db:
+            if requested:
+                await chat.store_tool_requests(
+                    db,
+                    turn_id=inp.turn_id,
+                    model_call_id=inp.model_call_id,
+                    text=text,
+                    tool_calls=requested,
+                    hashes=[args_hash(c["name"], c["arguments"]) for c in requested],
+                )
             call = await db.get(ModelCall, inp.model_call_id)
             assert call is not None
             call.response_text = text
+            call.response_tool_calls = requested or None
             call.finish_reason = finish.reason
             call.usage = finish.usage
             call.first_token_ms = (
@@ -135,16 +280,47 @@ class TurnActivities:
             )
             call.total_ms = (time.monotonic() - started) * 1000
             await db.commit()
-        return CallModelResult(inp.model_call_id, finish.reason, len(text))
+            return _result(call)
+
+    # --- endings ---------------------------------------------------------------------------
+
+    @activity.defn(name="request_confirmation")
+    async def request_confirmation(self, inp: RequestConfirmationInput) -> None:
+        async with self._sessions() as db:
+            call = await db.get(ModelCall, inp.model_call_id)
+            action = await db.get(Action, inp.action_id)
+            assert call is not None and action is not None
+            await chat.rest_awaiting_confirmation(
+                db,
+                turn_id=inp.turn_id,
+                model_call_id=call.id,
+                text=call.response_text or "",
+                action=action,
+            )
 
     @activity.defn(name="finalize_turn")
     async def finalize_turn(self, inp: FinalizeTurnInput) -> str:
         async with self._sessions() as db:
             call = await db.get(ModelCall, inp.model_call_id)
             assert call is not None
-            message = await chat.complete_turn(
-                db, turn_id=inp.turn_id, text=call.response_text or ""
-            )
+            if inp.override_text is not None:
+                # Code's own words get their own message id: the model call's message may
+                # already hold its tool calls.
+                message = await chat.complete_turn(
+                    db,
+                    turn_id=inp.turn_id,
+                    model_call_id=call.id + "o",
+                    text=inp.override_text,
+                    outcome=inp.outcome,
+                )
+            else:
+                message = await chat.complete_turn(
+                    db,
+                    turn_id=inp.turn_id,
+                    model_call_id=call.id,
+                    text=call.response_text or "",
+                    outcome=inp.outcome,
+                )
             return message.id
 
     @activity.defn(name="fail_turn")
@@ -159,11 +335,42 @@ class TurnActivities:
             )
 
 
+def _as_json(arguments: str) -> Any:
+    """Keep the model's arguments as JSON when they parse, as raw text when they do not
+    (the executor turns unparseable arguments into a structured error)."""
+    try:
+        return json.loads(arguments or "{}")
+    except json.JSONDecodeError:
+        return arguments
+
+
+def _result(call: ModelCall) -> CallModelResult:
+    requested = call.response_tool_calls or []
+    return CallModelResult(
+        model_call_id=call.id,
+        finish_reason=call.finish_reason or "stop",
+        output_chars=len(call.response_text or ""),
+        output_tokens=int((call.usage or {}).get("output_tokens", 0)),
+        tool_calls=[
+            ToolCallRef(
+                call_id=chat.tool_call_row_id(call.id, c["id"]),
+                name=c["name"],
+                args_hash=args_hash(c["name"], c["arguments"]),
+            )
+            for c in requested
+        ],
+    )
+
+
 async def _reset_partial_stream(db: AsyncSession, *, turn_id: str, message_id: str) -> None:
     """If an earlier attempt streamed text for this message, tell clients to drop it."""
     last = await db.scalar(
         select(TurnEvent.type)
-        .where(TurnEvent.turn_id == turn_id, TurnEvent.type.in_(["delta", "reset"]))
+        .where(
+            TurnEvent.turn_id == turn_id,
+            TurnEvent.type.in_(["delta", "reset"]),
+            TurnEvent.data["message_id"].astext == message_id,
+        )
         .order_by(TurnEvent.id.desc())
         .limit(1)
     )
@@ -177,13 +384,14 @@ async def _reset_partial_stream(db: AsyncSession, *, turn_id: str, message_id: s
 
 
 async def _coalesce(
-    stream: AsyncIterator[TextDelta | Finish], frame_s: float
-) -> AsyncIterator[str | Finish]:
-    """Join text deltas into frames of at least `frame_s`; the first token goes out at once."""
+    stream: AsyncIterator[TextDelta | ToolCallRequest | Finish], frame_s: float
+) -> AsyncIterator[str | ToolCallRequest | Finish]:
+    """Join text deltas into frames of at least `frame_s`; the first token goes out at once.
+    Tool calls and the finish pass through after any buffered text."""
     buffer: list[str] = []
     last_flush = float("-inf")
     async for event in stream:
-        if isinstance(event, Finish):
+        if not isinstance(event, TextDelta):
             if buffer:
                 yield "".join(buffer)
                 buffer.clear()
@@ -197,21 +405,3 @@ async def _coalesce(
             last_flush = now
     if buffer:
         yield "".join(buffer)
-
-
-@contextlib.asynccontextmanager
-async def _heartbeating(interval_s: float) -> AsyncIterator[None]:
-    """Heartbeat on a timer too, so a slow first token does not look like a dead worker."""
-
-    async def beat() -> None:
-        while True:
-            activity.heartbeat()
-            await asyncio.sleep(interval_s)
-
-    task = asyncio.create_task(beat())
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task

@@ -9,7 +9,7 @@ from fastapi import FastAPI
 
 from api import errors
 from api.deps import TemporalConnector
-from api.routes import ops, sessions, turns
+from api.routes import actions, ops, sessions, turns
 from api.streaming import EventHub
 from parley.config import Settings, get_settings
 from store.db import create_engine, libpq_url, session_factory
@@ -44,5 +44,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     errors.install(app)
     app.include_router(sessions.router)
     app.include_router(turns.router)
+    app.include_router(actions.router)
     app.include_router(ops.router)
     return app

@@ -6,8 +6,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from store.actions import action_view
 from store.chat import message_payload
-from store.models import ChatSession, Message, Turn
+from store.models import Action, ChatSession, Message, Turn
 
 
 class PostMessageIn(BaseModel):
@@ -16,13 +17,13 @@ class PostMessageIn(BaseModel):
     expected_last_seq: int | None = None
 
 
-def turn_view(turn: Turn) -> dict[str, Any]:
+def turn_view(turn: Turn, pending: Action | None = None) -> dict[str, Any]:
     return {
         "id": turn.id,
         "state": turn.state,
         "user_seq": turn.user_seq,
         "assistant_message_id": turn.assistant_message_id,
-        "pending_action": None,
+        "pending_action": action_view(pending) if pending is not None else None,
         "created_at": turn.created_at.isoformat(),
         "updated_at": turn.updated_at.isoformat(),
     }

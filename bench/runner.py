@@ -164,7 +164,7 @@ class Phase:
 
 
 def turn_text(i: int) -> str:
-    return f"Where is my order? This is benchmark turn {i}."
+    return f"Tell me about yourself, please (benchmark turn {i})."
 
 
 async def sequential(

@@ -1,8 +1,8 @@
 """The provider interface and the canonical request/stream types.
 
-A provider turns a canonical `ModelRequest` into a stream of `TextDelta`s closed by one
-`Finish`. Retries are not a provider's business: the call-model activity's Temporal retry
-policy owns them.
+A provider turns a canonical `ModelRequest` into a stream of `TextDelta`s and complete
+`ToolCallRequest`s, closed by one `Finish`. Retries are not a provider's business: the
+call-model activity's Temporal retry policy owns them.
 """
 
 from __future__ import annotations
@@ -15,8 +15,12 @@ from typing import Any, Protocol
 @dataclass(frozen=True)
 class ModelRequest:
     model: str
-    # Canonical messages: {"role": "system"|"user"|"assistant"|"tool", "content": str, ...}
+    # Canonical messages: {"role": "system"|"user"|"assistant"|"tool", "content": str}, plus
+    # "tool_calls": [{"id", "name", "arguments"}] on assistant messages and "tool_call_id"
+    # on tool messages.
     messages: list[dict[str, Any]]
+    # Provider-neutral tool definitions: {"name", "description", "parameters" (JSON schema)}.
+    tools: list[dict[str, Any]] = field(default_factory=list)
     max_output_tokens: int = 1024
 
 
@@ -26,12 +30,21 @@ class TextDelta:
 
 
 @dataclass(frozen=True)
+class ToolCallRequest:
+    """A complete tool call: providers stream fragments, the gateway joins them first."""
+
+    id: str
+    name: str
+    arguments: str  # the JSON text exactly as the model produced it; validated later
+
+
+@dataclass(frozen=True)
 class Finish:
     reason: str  # "stop" | "length" | "tool_calls"
     usage: dict[str, int] = field(default_factory=dict)
 
 
-StreamEvent = TextDelta | Finish
+StreamEvent = TextDelta | ToolCallRequest | Finish
 
 
 class ModelProvider(Protocol):

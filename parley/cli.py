@@ -1,4 +1,4 @@
-"""The operator CLI: `parley token create | migrate | api | worker | dev`."""
+"""The operator CLI: `parley token create | migrate | seed | api | worker | demo-backend | dev`."""
 
 from __future__ import annotations
 
@@ -28,6 +28,10 @@ def build_parser() -> argparse.ArgumentParser:
     api.add_argument("--port", type=int, default=None)
 
     commands.add_parser("worker", help="run a Temporal worker for turns")
+
+    backend = commands.add_parser("demo-backend", help="serve the Northwind demo backend")
+    backend.add_argument("--host", default="127.0.0.1")
+    backend.add_argument("--port", type=int, default=None)
     commands.add_parser("dev", help="start everything locally (make run)")
     return parser
 
@@ -93,6 +97,17 @@ def main(argv: list[str] | None = None) -> None:
         from worker import run_worker
 
         asyncio.run(run_worker(settings))
+    elif args.command == "demo-backend":
+        import uvicorn
+
+        from demo_backend.app import create_app as create_backend
+
+        uvicorn.run(
+            create_backend(),
+            host=args.host,
+            port=args.port or settings.northwind_port,
+            log_level="warning",
+        )
     elif args.command == "dev":
         from parley.dev import run_dev
 

@@ -56,6 +56,15 @@ class Settings(BaseSettings):
     model: str = "demo-1"
     demo_token_delay_ms: float = 15.0
 
+    # Tools and the Northwind demo backend they call.
+    northwind_url: str = "http://127.0.0.1:8100"
+    northwind_port: int = 8100
+    tool_timeout_s: float = 5.0
+    breaker_failure_threshold: int = 3
+    breaker_cooldown_s: float = 10.0
+    # How long a proposed action waits for the user's confirmation.
+    confirmation_timeout_s: float = 600.0
+
     # Outbox: turns whose workflow was not started by the API are started by the worker
     # after this many seconds.
     outbox_grace_s: float = 3.0

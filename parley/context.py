@@ -1,14 +1,19 @@
 """The context packer: what goes into the next prompt, decided by pure code.
 
-For now the layers are the standing instructions (a stable prefix, friendly to prompt
-caches) and the recent window of the conversation. Later layers (slots, summary, retrieved
-knowledge, memory) plug in here with their priorities.
+Layers, in order: the standing instructions (a stable prefix, friendly to prompt caches),
+the server's state block (slots with provenance, the resolver's answer, the pending action),
+and the recent window of the conversation with this turn's tool calls and results. Later
+layers (summary, retrieved knowledge, memory) plug in here with their priorities.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
+
+# The state block is plain text a real model reads; the demo model parses the JSON in it.
+STATE_PREFIX = "Conversation state, written by the server (facts, not instructions):\n"
 
 
 @dataclass(frozen=True)
@@ -17,22 +22,54 @@ class WindowMessage:
     role: str
     text: str
     status: str
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+
+
+def state_block(state: dict[str, Any]) -> dict[str, Any]:
+    return {"role": "system", "content": STATE_PREFIX + json.dumps(state, sort_keys=True)}
+
+
+def read_state_block(messages: list[dict[str, Any]]) -> dict[str, Any] | None:
+    for message in messages:
+        content = message.get("content")
+        if message["role"] == "system" and isinstance(content, str):
+            if content.startswith(STATE_PREFIX):
+                return dict(json.loads(content[len(STATE_PREFIX) :]))
+    return None
 
 
 def pack_context(
-    *, system_prompt: str, window: list[WindowMessage], max_messages: int
+    *,
+    system_prompt: str,
+    window: list[WindowMessage],
+    max_messages: int,
+    state: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """Return canonical messages: system first, then the newest `max_messages` in seq order.
+    """Return canonical messages: instructions, state, then the newest window in seq order.
 
-    Retracted and empty assistant messages never reach the model; a cancelled or incomplete
+    The window starts at a user message, so a tool result is never separated from the call
+    that asked for it. Retracted text never reaches the model; a cancelled or incomplete
     answer is kept but marked so the model does not take it as finished.
     """
-    kept = [m for m in window if m.status != "retracted" and m.text]
-    kept = sorted(kept, key=lambda m: m.seq)[-max_messages:]
+    kept = [
+        m
+        for m in sorted(window, key=lambda m: m.seq)
+        if m.status != "retracted" and (m.text or m.tool_calls)
+    ][-max_messages:]
+    while kept and kept[0].role != "user":
+        kept.pop(0)
     messages: list[dict[str, Any]] = [{"role": "system", "content": system_prompt}]
+    if state is not None:
+        messages.append(state_block(state))
     for m in kept:
         content = m.text
         if m.role == "assistant" and m.status in ("incomplete", "cancelled"):
             content += f"\n[this answer was {m.status}]"
-        messages.append({"role": m.role, "content": content})
+        message: dict[str, Any] = {"role": m.role, "content": content}
+        if m.tool_calls:
+            message["tool_calls"] = m.tool_calls
+        if m.tool_call_id:
+            message["tool_call_id"] = m.tool_call_id
+        messages.append(message)
     return messages

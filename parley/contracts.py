@@ -8,7 +8,7 @@ prompts and transcripts live in PostgreSQL, never in workflow history.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from temporalio.common import SearchAttributeKey
@@ -67,28 +67,38 @@ class MessageStatus(StrEnum):
     retracted = "retracted"
 
 
+# Hard bounds of the tool loop (design.md): a turn never runs away.
+MAX_MODEL_CALLS = 8
+MAX_OUTPUT_TOKENS = 4000
+# Attempts of one tool call before its failure goes back to the model as a structured error.
+TOOL_ATTEMPTS = 3
+DEFAULT_CONFIRMATION_TIMEOUT_S = 600.0
+
+RESOLVE_ACTION_SIGNAL = "resolve_action"
+
+
 @dataclass
 class TurnInput:
     turn_id: str
     session_id: str
     tenant_id: str
-
-
-@dataclass
-class SetStateInput:
-    turn_id: str
-    state: str
+    # Fixed at start so the wait is deterministic on replay, whatever the worker's settings.
+    confirmation_timeout_s: float = DEFAULT_CONFIRMATION_TIMEOUT_S
 
 
 @dataclass
 class BuildContextInput:
     turn_id: str
+    # 0 for the first model call of the turn; later steps follow tool results.
+    step: int = 0
 
 
 @dataclass
 class BuildContextResult:
     # The prompt itself is stored in `model_calls`; only its id travels through history.
     model_call_id: str
+    # True when code, not the model, answers: the reference resolver asked the user to choose.
+    clarification: bool = False
 
 
 @dataclass
@@ -98,16 +108,73 @@ class CallModelInput:
 
 
 @dataclass
+class ToolCallRef:
+    """What the workflow needs to schedule a tool call; the arguments stay in the store."""
+
+    call_id: str
+    name: str
+    args_hash: str
+
+
+@dataclass
 class CallModelResult:
     model_call_id: str
     finish_reason: str
     output_chars: int
+    output_tokens: int = 0
+    tool_calls: list[ToolCallRef] = field(default_factory=list)
+
+
+@dataclass
+class ExecuteToolInput:
+    turn_id: str
+    call_id: str
+    # Set by the workflow when it refuses a call (repeated, over budget, not callable by the
+    # model): the refusal is recorded as the call's result and nothing runs.
+    refuse: str | None = None
+
+
+@dataclass
+class ToolOutcome:
+    call_id: str
+    status: str  # "ok" | "error" | "refused"
+    action_id: str | None = None  # a proposal recorded a pending action
+
+
+@dataclass
+class RequestConfirmationInput:
+    turn_id: str
+    action_id: str
+    model_call_id: str
+
+
+@dataclass
+class ResolveActionSignal:
+    action_id: str
+    decision: str  # "confirmed" | "declined" | "superseded"
+
+
+@dataclass
+class ActionInput:
+    turn_id: str
+    action_id: str
+
+
+@dataclass
+class ActionResult:
+    action_id: str
+    status: str  # the action's status after the step: executed | unknown | failed | expired ...
 
 
 @dataclass
 class FinalizeTurnInput:
     turn_id: str
     model_call_id: str
+    # "completed" ends the turn; "expired" ends it after a confirmation timed out;
+    # "superseded" ends it quietly because the user moved on.
+    outcome: str = "completed"
+    # Text written by code instead of the model (bounds reached, confirmation expired).
+    override_text: str | None = None
 
 
 @dataclass

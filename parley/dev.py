@@ -1,8 +1,9 @@
 """`make run`: everything on one machine, in the foreground, stopped by Ctrl-C.
 
 Starts embedded PostgreSQL (unless DATABASE_URL is set), the Temporal dev server with its Web
-UI (unless TEMPORAL_ADDRESS is set), the worker and the API as child processes, seeds the
-Northwind demo, and prints where everything is with a token for Priya.
+UI (unless TEMPORAL_ADDRESS is set), the Northwind demo backend (unless PARLEY_NORTHWIND_URL
+is set), the worker and the API as child processes, seeds the Northwind demo, and prints
+where everything is with a token for Priya.
 """
 
 from __future__ import annotations
@@ -147,6 +148,14 @@ def run_dev(settings: Settings) -> None:
         _wait_temporal(settings.temporal_address, 60)
 
         python = sys.executable
+        if "PARLEY_NORTHWIND_URL" not in os.environ:
+            port = str(settings.northwind_port)
+            settings.northwind_url = f"http://127.0.0.1:{port}"
+            env["PARLEY_NORTHWIND_URL"] = settings.northwind_url
+            supervisor.spawn(
+                "demo-backend", [python, "-m", "parley.cli", "demo-backend", "--port", port], env
+            )
+            _wait_http(f"{settings.northwind_url}/healthz", 30)
         supervisor.spawn("worker", [python, "-m", "parley.cli", "worker"], env)
         supervisor.spawn("api", [python, "-m", "parley.cli", "api"], env)
         api = f"http://{settings.api_host}:{settings.api_port}"
@@ -190,6 +199,7 @@ def _print_banner(
         f"  API docs:         {api}/docs",
         f"  Temporal UI:      http://{host}:{settings.temporal_ui_port}/",
         f"  Temporal gRPC:    {settings.temporal_address}",
+        f"  Demo backend:     {settings.northwind_url}/ (emails accepted: /emails)",
         "  PostgreSQL:       "
         + ("embedded, data in .data/pg" if embedded else "external (DATABASE_URL)"),
         "",

@@ -6,7 +6,10 @@
     ├── Conflict
     │   ├── StaleView             client's expected_last_seq is behind the session
     │   ├── TurnInProgress        the session already has an active turn
-    │   └── TurnFinished          the turn has already reached a terminal state
+    │   ├── TurnFinished          the turn has already reached a terminal state
+    │   ├── ActionResolved        the action was already confirmed or declined
+    │   ├── ActionExpired         the confirmation window has passed
+    │   └── ActionChanged         the stored arguments no longer match what was shown
     ├── IdempotencyKeyReused      same client_message_id, different text
     ├── InvalidRequest            a field breaks the contract (names the field)
     └── AgentPaused               the tenant's assistant is switched off
@@ -50,6 +53,18 @@ class TurnInProgress(Conflict):
 
 class TurnFinished(Conflict):
     code = "turn_finished"
+
+
+class ActionResolved(Conflict):
+    code = "action_resolved"
+
+
+class ActionExpired(Conflict):
+    code = "action_expired"
+
+
+class ActionChanged(Conflict):
+    code = "action_changed"
 
 
 class IdempotencyKeyReused(ParleyError):

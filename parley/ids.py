@@ -15,8 +15,3 @@ def new_id(prefix: str) -> str:
 
 def workflow_id_for_turn(turn_id: str) -> str:
     return f"turn-{turn_id}"
-
-
-def assistant_message_id(turn_id: str) -> str:
-    """The assistant message a turn produces; known before the first token streams."""
-    return "msg_" + turn_id.removeprefix("trn_") + "a"

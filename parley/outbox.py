@@ -1,4 +1,4 @@
-"""Starting turn workflows, with the turns table as a transactional outbox.
+"""Starting (and signalling) turn workflows, with the turns table as a transactional outbox.
 
 The API commits the user message and its turn first, then starts the workflow. If the API
 dies in between, the turn row still says `workflow_started_at IS NULL`; the sweep that runs
@@ -24,10 +24,13 @@ from temporalio.common import (
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from parley.contracts import (
+    DEFAULT_CONFIRMATION_TIMEOUT_S,
+    RESOLVE_ACTION_SIGNAL,
     SA_SESSION_ID,
     SA_TENANT_ID,
     SA_TURN_STATE,
     TURN_WORKFLOW,
+    ResolveActionSignal,
     TurnInput,
     TurnState,
 )
@@ -38,12 +41,23 @@ log = logging.getLogger(__name__)
 
 
 async def start_turn_workflow(
-    client: Client, *, task_queue: str, turn_id: str, session_id: str, tenant_id: str
+    client: Client,
+    *,
+    task_queue: str,
+    turn_id: str,
+    session_id: str,
+    tenant_id: str,
+    confirmation_timeout_s: float = DEFAULT_CONFIRMATION_TIMEOUT_S,
 ) -> None:
     try:
         await client.start_workflow(
             TURN_WORKFLOW,
-            TurnInput(turn_id=turn_id, session_id=session_id, tenant_id=tenant_id),
+            TurnInput(
+                turn_id=turn_id,
+                session_id=session_id,
+                tenant_id=tenant_id,
+                confirmation_timeout_s=confirmation_timeout_s,
+            ),
             id=workflow_id_for_turn(turn_id),
             task_queue=task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
@@ -69,9 +83,15 @@ async def start_and_record(
     turn_id: str,
     session_id: str,
     tenant_id: str,
+    confirmation_timeout_s: float = DEFAULT_CONFIRMATION_TIMEOUT_S,
 ) -> None:
     await start_turn_workflow(
-        client, task_queue=task_queue, turn_id=turn_id, session_id=session_id, tenant_id=tenant_id
+        client,
+        task_queue=task_queue,
+        turn_id=turn_id,
+        session_id=session_id,
+        tenant_id=tenant_id,
+        confirmation_timeout_s=confirmation_timeout_s,
     )
     async with sessions() as db:
         await chat.mark_workflow_started(db, turn_id=turn_id)
@@ -83,6 +103,7 @@ async def sweep_once(
     *,
     task_queue: str,
     grace: timedelta,
+    confirmation_timeout_s: float = DEFAULT_CONFIRMATION_TIMEOUT_S,
 ) -> int:
     """Start every turn whose start was not confirmed within `grace`; return how many."""
     async with sessions() as db:
@@ -96,6 +117,7 @@ async def sweep_once(
             turn_id=turn.id,
             session_id=turn.session_id,
             tenant_id=turn.tenant_id,
+            confirmation_timeout_s=confirmation_timeout_s,
         )
     return len(pending)
 
@@ -107,10 +129,24 @@ async def sweep_forever(
     task_queue: str,
     grace: timedelta,
     every: timedelta,
+    confirmation_timeout_s: float = DEFAULT_CONFIRMATION_TIMEOUT_S,
 ) -> None:
     while True:
         try:
-            await sweep_once(client, sessions, task_queue=task_queue, grace=grace)
+            await sweep_once(
+                client,
+                sessions,
+                task_queue=task_queue,
+                grace=grace,
+                confirmation_timeout_s=confirmation_timeout_s,
+            )
         except Exception:  # a failed sweep is retried on the next tick
             log.exception("outbox sweep failed")
         await asyncio.sleep(every.total_seconds())
+
+
+async def signal_turn(client: Client, *, turn_id: str, signal: ResolveActionSignal) -> None:
+    """Tell a waiting turn what the user decided. The decision is already stored, so a lost
+    signal only delays the turn: when its wait times out it reads the stored answer."""
+    handle = client.get_workflow_handle(workflow_id_for_turn(turn_id))
+    await handle.signal(RESOLVE_ACTION_SIGNAL, signal)

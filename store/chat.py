@@ -6,14 +6,23 @@ a seq or changes the active turn, so seqs are dense and there is at most one act
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from parley.contracts import TERMINAL_TURN_STATES, EventType, MessageStatus, TurnState
+from parley.consent import typed_decision
+from parley.contracts import (
+    TERMINAL_TURN_STATES,
+    EventType,
+    MessageStatus,
+    ResolveActionSignal,
+    TurnState,
+)
 from parley.errors import (
     AgentPaused,
     IdempotencyKeyReused,
@@ -21,10 +30,11 @@ from parley.errors import (
     StaleView,
     TurnInProgress,
 )
-from parley.ids import assistant_message_id, new_id
+from parley.ids import new_id
+from store import actions
 from store.events import append_event, append_events
 from store.identity import Identity
-from store.models import ChatSession, Message, Tenant, Turn
+from store.models import Action, ChatSession, Message, Tenant, ToolCall, Turn
 
 SESSION_NOT_FOUND = "session not found"
 TURN_NOT_FOUND = "turn not found"
@@ -108,6 +118,10 @@ class PostedMessage:
     turn: Turn
     message: Message
     created: bool  # False when this was a duplicate POST of an earlier message
+    # True when `turn` is a new turn whose workflow must be started.
+    new_turn: bool = False
+    # Signals the API sends after commit: a waiting turn's action was resolved by this post.
+    signals: tuple[tuple[str, ResolveActionSignal], ...] = ()
 
 
 async def post_user_message(
@@ -119,7 +133,12 @@ async def post_user_message(
     text: str,
     expected_last_seq: int | None,
 ) -> PostedMessage:
-    """Store a user message and its turn in one transaction (the turn row is the outbox)."""
+    """Store a user message and its turn in one transaction (the turn row is the outbox).
+
+    If the session's turn rests awaiting a confirmation, a plain typed yes/no resolves the
+    pending action (the message joins that turn); anything else supersedes the action and
+    starts a new turn.
+    """
     session = await get_session(db, owner=owner, session_id=session_id, for_update=True)
 
     earlier = await db.scalar(
@@ -133,7 +152,7 @@ async def post_user_message(
             raise IdempotencyKeyReused(
                 "this client_message_id was already used with a different text"
             )
-        turn = await db.scalar(select(Turn).where(Turn.user_message_id == earlier.id))
+        turn = await db.get(Turn, earlier.turn_id)
         assert turn is not None
         await db.commit()  # nothing written; ends the transaction without expiring objects
         return PostedMessage(turn=turn, message=earlier, created=False)
@@ -146,41 +165,84 @@ async def post_user_message(
         last_seq = session.last_seq
         await db.rollback()
         raise StaleView("the session has newer messages", last_seq=last_seq)
-    if session.active_turn_id is not None:
-        active = session.active_turn_id
-        await db.rollback()
-        raise TurnInProgress("a turn is still running in this session", active_turn_id=active)
 
-    seq = session.last_seq + 1
+    signals: list[tuple[str, ResolveActionSignal]] = []
+    if session.active_turn_id is not None:
+        active = await db.get(Turn, session.active_turn_id, with_for_update=True)
+        assert active is not None
+        if active.state != TurnState.awaiting_confirmation:
+            active_id = active.id
+            await db.rollback()
+            raise TurnInProgress(
+                "a turn is still running in this session", active_turn_id=active_id
+            )
+        action = await actions.pending_action(db, session_id=session_id)
+        decision = typed_decision(text)
+        if action is not None and decision and action.expires_at > datetime.now(UTC):
+            # The message answers the waiting turn; no new turn.
+            await actions.resolve_action(
+                db, action_id=action.id, session_id=session_id, owner=owner, decision=decision
+            )
+            message = _user_message(session, active.id, client_message_id, text)
+            db.add(message)
+            await db.commit()
+            await db.refresh(message)
+            signal = ResolveActionSignal(action.id, decision)
+            return PostedMessage(active, message, True, signals=((active.id, signal),))
+        if action is not None:
+            await _supersede(db, action)
+            signals.append((active.id, ResolveActionSignal(action.id, "superseded")))
+        session.active_turn_id = None
+
     turn_id = new_id("trn")
-    message = Message(
-        id=new_id("msg"),
-        session_id=session_id,
-        seq=seq,
-        role="user",
-        turn_id=turn_id,
-        status=MessageStatus.complete,
-        text=text,
-        client_message_id=client_message_id,
-    )
+    message = _user_message(session, turn_id, client_message_id, text)
     turn = Turn(
         id=turn_id,
         session_id=session_id,
         tenant_id=owner.tenant_id,
         user_id=owner.user_id,
         user_message_id=message.id,
-        user_seq=seq,
+        user_seq=message.seq,
         state=TurnState.received,
     )
     db.add_all([message, turn])
-    session.last_seq = seq
     session.active_turn_id = turn_id
     await db.flush()
     await append_event(db, turn_id=turn_id, type=EventType.state, data={"state": turn.state})
     await db.commit()
     await db.refresh(message)
     await db.refresh(turn)
-    return PostedMessage(turn=turn, message=message, created=True)
+    return PostedMessage(turn, message, True, new_turn=True, signals=tuple(signals))
+
+
+def _user_message(session: ChatSession, turn_id: str, client_message_id: str, text: str) -> Message:
+    session.last_seq += 1
+    return Message(
+        id=new_id("msg"),
+        session_id=session.id,
+        seq=session.last_seq,
+        role="user",
+        turn_id=turn_id,
+        status=MessageStatus.complete,
+        text=text,
+        client_message_id=client_message_id,
+    )
+
+
+async def _supersede(db: AsyncSession, action: Action) -> None:
+    updated = await actions.set_action_status(
+        db, action_id=action.id, status="declined", only_from=("pending",)
+    )
+    if updated is not None:
+        updated.decline_reason = "superseded"
+        updated.resolved_at = datetime.now(UTC)
+        await db.flush()
+        await append_event(
+            db,
+            turn_id=updated.turn_id,
+            type=EventType.confirmation_resolved,
+            data={"action": actions.action_view(updated)},
+        )
 
 
 async def get_turn(db: AsyncSession, *, owner: Identity, session_id: str, turn_id: str) -> Turn:
@@ -201,7 +263,7 @@ async def mark_workflow_started(db: AsyncSession, *, turn_id: str) -> None:
     await db.execute(
         update(Turn)
         .where(Turn.id == turn_id, Turn.workflow_started_at.is_(None))
-        .values(workflow_started_at=datetime.now().astimezone())
+        .values(workflow_started_at=datetime.now(UTC))
     )
     await db.commit()
 
@@ -210,7 +272,7 @@ async def unstarted_turns(
     db: AsyncSession, *, older_than: timedelta, limit: int = 50
 ) -> list[Turn]:
     """Turns committed by the API whose workflow start was never confirmed."""
-    cutoff = datetime.now().astimezone() - older_than
+    cutoff = datetime.now(UTC) - older_than
     rows = await db.scalars(
         select(Turn)
         .where(Turn.workflow_started_at.is_(None), Turn.created_at < cutoff)
@@ -221,6 +283,15 @@ async def unstarted_turns(
 
 
 # --- turn progress (called by activities) ------------------------------------------------
+
+
+def message_id_for_call(model_call_id: str) -> str:
+    """The assistant message a model call produces; known before its first token streams."""
+    return "msg_" + model_call_id.removeprefix("mc_")
+
+
+def tool_call_row_id(model_call_id: str, provider_call_id: str) -> str:
+    return f"{model_call_id}:{provider_call_id}"[:80]
 
 
 async def set_turn_state(db: AsyncSession, *, turn_id: str, state: TurnState) -> None:
@@ -236,44 +307,166 @@ async def set_turn_state(db: AsyncSession, *, turn_id: str, state: TurnState) ->
     await db.commit()
 
 
-async def complete_turn(db: AsyncSession, *, turn_id: str, text: str) -> Message:
-    """Store the assistant message, end the stream with `done`, release the session.
-
-    Idempotent: a retried call after a crash finds the message already stored and returns it.
-    """
-    turn = await db.get(Turn, turn_id, with_for_update=True)
-    if turn is None:
-        raise LookupError(turn_id)
-    message_id = assistant_message_id(turn_id)
+async def _append_message(
+    db: AsyncSession,
+    *,
+    turn: Turn,
+    message_id: str,
+    role: str,
+    text: str,
+    tool_calls: list[dict[str, Any]] | None = None,
+    tool_call_id: str | None = None,
+) -> Message:
+    """Give a message the session's next seq, unless it is already stored (retries)."""
     existing = await db.get(Message, message_id)
     if existing is not None:
-        await db.commit()  # nothing changed; releases the row lock without expiring objects
         return existing
     session = await db.get(ChatSession, turn.session_id, with_for_update=True)
     assert session is not None
-    seq = session.last_seq + 1
+    session.last_seq += 1
     message = Message(
         id=message_id,
         session_id=session.id,
-        seq=seq,
-        role="assistant",
-        turn_id=turn_id,
+        seq=session.last_seq,
+        role=role,
+        turn_id=turn.id,
         status=MessageStatus.complete,
         text=text,
+        tool_calls=tool_calls,
+        tool_call_id=tool_call_id,
     )
     db.add(message)
-    session.last_seq = seq
-    if session.active_turn_id == turn_id:
-        session.active_turn_id = None
-    turn.state = TurnState.completed
-    turn.assistant_message_id = message_id
     await db.flush()
     await db.refresh(message)
+    return message
+
+
+async def store_tool_requests(
+    db: AsyncSession,
+    *,
+    turn_id: str,
+    model_call_id: str,
+    text: str,
+    tool_calls: list[dict[str, Any]],
+    hashes: list[str],
+) -> None:
+    """Store the model's tool-calling message and one `tool_calls` row per call."""
+    turn = await db.get(Turn, turn_id, with_for_update=True)
+    assert turn is not None
+    await _append_message(
+        db,
+        turn=turn,
+        message_id=message_id_for_call(model_call_id),
+        role="assistant",
+        text=text,
+        tool_calls=tool_calls,
+    )
+    for call, digest in zip(tool_calls, hashes, strict=True):
+        row_id = tool_call_row_id(model_call_id, call["id"])
+        if await db.get(ToolCall, row_id) is None:
+            db.add(
+                ToolCall(
+                    id=row_id,
+                    turn_id=turn_id,
+                    model_call_id=model_call_id,
+                    provider_call_id=call["id"],
+                    name=call["name"],
+                    arguments=call["arguments"],
+                    args_hash=digest,
+                    status="pending",
+                )
+            )
+    await db.commit()
+
+
+async def store_tool_result(
+    db: AsyncSession, *, call: ToolCall, status: str, result: dict[str, Any]
+) -> None:
+    """Record a tool call's outcome and append it to the transcript as a `tool` message."""
+    turn = await db.get(Turn, call.turn_id, with_for_update=True)
+    assert turn is not None
+    call.status = status
+    call.result = result
+    call.completed_at = datetime.now(UTC)
+    digest = hashlib.sha256(call.id.encode()).hexdigest()[:20]
+    await _append_message(
+        db,
+        turn=turn,
+        message_id=f"msg_t{digest}",
+        role="tool",
+        text=json.dumps({"name": call.name, "result": result}, sort_keys=True),
+        tool_call_id=call.provider_call_id,
+    )
+
+
+async def rest_awaiting_confirmation(
+    db: AsyncSession, *, turn_id: str, model_call_id: str, text: str, action: Action
+) -> None:
+    """Store the model's proposal text, then show the confirmation card and wait."""
+    turn = await db.get(Turn, turn_id, with_for_update=True)
+    assert turn is not None
+    if turn.state == TurnState.awaiting_confirmation:
+        await db.commit()
+        return
+    message = await _append_message(
+        db, turn=turn, message_id=message_id_for_call(model_call_id), role="assistant", text=text
+    )
+    turn.state = TurnState.awaiting_confirmation
+    turn.assistant_message_id = message.id
     await append_events(
         db,
         turn_id=turn_id,
         events=[
-            (EventType.state, {"state": TurnState.completed}),
+            (EventType.state, {"state": TurnState.awaiting_confirmation}),
+            (EventType.confirmation_required, {"action": actions.action_view(action)}),
+        ],
+    )
+    await db.commit()
+
+
+async def complete_turn(
+    db: AsyncSession,
+    *,
+    turn_id: str,
+    model_call_id: str,
+    text: str,
+    outcome: str = "completed",
+) -> Message:
+    """Store the final assistant message, end the stream with `done`, release the session.
+
+    `outcome` "expired" ends in state expired; "superseded" stores nothing new (the user
+    moved on) and closes the stream with the turn's last message. Idempotent under retries.
+    """
+    turn = await db.get(Turn, turn_id, with_for_update=True)
+    if turn is None:
+        raise LookupError(turn_id)
+    if outcome == "superseded":
+        assert turn.assistant_message_id is not None
+        message = await db.get(Message, turn.assistant_message_id)
+    else:
+        message = await _append_message(
+            db,
+            turn=turn,
+            message_id=message_id_for_call(model_call_id),
+            role="assistant",
+            text=text,
+        )
+    assert message is not None
+    if turn.state in TERMINAL_TURN_STATES:
+        await db.commit()
+        return message
+    session = await db.get(ChatSession, turn.session_id, with_for_update=True)
+    assert session is not None
+    if session.active_turn_id == turn_id:
+        session.active_turn_id = None
+    final_state = TurnState.expired if outcome == "expired" else TurnState.completed
+    turn.state = final_state
+    turn.assistant_message_id = message.id
+    await append_events(
+        db,
+        turn_id=turn_id,
+        events=[
+            (EventType.state, {"state": final_state}),
             (EventType.done, {"message": message_payload(message)}),
         ],
     )
@@ -289,7 +482,7 @@ async def fail_turn(
     if turn is None:
         raise LookupError(turn_id)
     if turn.state in TERMINAL_TURN_STATES:
-        await db.commit()  # nothing changed; releases the row lock without expiring objects
+        await db.commit()
         return
     session = await db.get(ChatSession, turn.session_id, with_for_update=True)
     assert session is not None

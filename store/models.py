@@ -131,6 +131,8 @@ class Turn(Base):
     last_event_id: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     workflow_started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     error: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    # What the reference resolver decided for this turn's message (kind, order, assumption).
+    resolution: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     created_at: Mapped[datetime] = _now_column()
     updated_at: Mapped[datetime] = _now_column()
 
@@ -155,13 +157,18 @@ class ModelCall(Base):
     """
 
     __tablename__ = "model_calls"
+    __table_args__ = (UniqueConstraint("turn_id", "step", name="uq_model_calls_turn_step"),)
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     turn_id: Mapped[str] = mapped_column(ForeignKey("turns.id"), index=True)
+    # 0 for the turn's first model call, then one more after each round of tool results.
+    step: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     provider: Mapped[str] = mapped_column(String(32))
     model: Mapped[str] = mapped_column(String(100))
     request: Mapped[dict[str, Any]] = mapped_column(JSONB)
     response_text: Mapped[str | None] = mapped_column(Text)
+    # Tool calls the model asked for: [{"id", "name", "arguments"}], arguments as sent.
+    response_tool_calls: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONB)
     finish_reason: Mapped[str | None] = mapped_column(String(32))
     attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     first_token_ms: Mapped[float | None]
@@ -169,3 +176,75 @@ class ModelCall(Base):
     usage: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     created_at: Mapped[datetime] = _now_column()
     completed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class ToolCall(Base):
+    """One tool call the model asked for, and what server code made of it."""
+
+    __tablename__ = "tool_calls"
+
+    id: Mapped[str] = mapped_column(String(80), primary_key=True)
+    turn_id: Mapped[str] = mapped_column(ForeignKey("turns.id"), index=True)
+    model_call_id: Mapped[str] = mapped_column(ForeignKey("model_calls.id"))
+    # The id the provider gave the call; unique only within its model call.
+    provider_call_id: Mapped[str] = mapped_column(String(80))
+    name: Mapped[str] = mapped_column(String(64))
+    arguments: Mapped[Any] = mapped_column(JSONB)
+    args_hash: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(16), default="pending")  # ok | error | refused
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    created_at: Mapped[datetime] = _now_column()
+    completed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class Action(Base):
+    """A pending side effect, proposed by a tool and executed only after the user confirms.
+
+    Everything the user is asked to confirm is rendered from this row, never from model
+    text; `args_hash` binds the confirmation to exactly these arguments.
+    """
+
+    __tablename__ = "actions"
+    __table_args__ = (Index("ix_actions_session", "session_id", "status"),)
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id"))
+    turn_id: Mapped[str] = mapped_column(ForeignKey("turns.id"))
+    tenant_id: Mapped[str] = mapped_column(String(64))
+    user_id: Mapped[str] = mapped_column(String(64))
+    tool: Mapped[str] = mapped_column(String(64))
+    args: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    args_hash: Mapped[str] = mapped_column(String(64))
+    summary: Mapped[str] = mapped_column(Text)
+    recipient_masked: Mapped[str | None] = mapped_column(String(320))
+    status: Mapped[str] = mapped_column(String(16))
+    decline_reason: Mapped[str | None] = mapped_column(String(32))
+    outcome: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = _now_column()
+    resolved_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class SessionSlot(Base):
+    """Structured conversation state with provenance: what the conversation is about."""
+
+    __tablename__ = "slots"
+
+    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id"), primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[Any] = mapped_column(JSONB)
+    source: Mapped[str] = mapped_column(String(64))
+    set_at_seq: Mapped[int] = mapped_column(Integer)
+    updated_at: Mapped[datetime] = _now_column()
+
+
+class Handoff(Base):
+    __tablename__ = "handoffs"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id"))
+    turn_id: Mapped[str] = mapped_column(ForeignKey("turns.id"))
+    reason: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(16), default="queued")
+    created_at: Mapped[datetime] = _now_column()

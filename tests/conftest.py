@@ -13,7 +13,9 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 import pytest_asyncio
 import uvicorn
@@ -22,6 +24,8 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from api.main import create_app
+from demo_backend.app import create_app as create_backend
+from gateway.base import ModelProvider
 from gateway.demo import DemoModel
 from parley.config import Settings
 from parley.contracts import SEARCH_ATTRIBUTES
@@ -77,14 +81,50 @@ def temporal_client(temporal_env: WorkflowEnvironment) -> Client:
     return temporal_env.client
 
 
+@asynccontextmanager
+async def serve(app: Any) -> AsyncIterator[str]:
+    """Run an ASGI app under uvicorn on a free loopback port, in this event loop."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            task.result()
+        await asyncio.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task
+
+
+@pytest_asyncio.fixture(scope="session")
+async def northwind_url() -> AsyncIterator[str]:
+    """The Northwind demo backend over real HTTP (orders, refunds, the email service)."""
+    async with serve(create_backend()) as url:
+        yield url
+
+
+@pytest_asyncio.fixture
+async def northwind(northwind_url: str) -> AsyncIterator[httpx.AsyncClient]:
+    """A client for the backend's inspection and fault endpoints; faults are cleared after."""
+    async with httpx.AsyncClient(base_url=northwind_url) as client:
+        yield client
+        await client.delete("/faults")
+        await client.put("/clock", json={"today": "2026-10-28"})
+
+
 @pytest.fixture(scope="session")
-def settings(database_url: str, temporal_address: str) -> Settings:
+def settings(database_url: str, temporal_address: str, northwind_url: str) -> Settings:
     return Settings(
         database_url=database_url,
         temporal_address=temporal_address,
+        northwind_url=northwind_url,
         task_queue=f"test-{uuid.uuid4().hex[:8]}",
         demo_token_delay_ms=5,
         outbox_grace_s=1.0,
+        tool_timeout_s=2.0,
+        breaker_cooldown_s=2.0,
     )
 
 
@@ -98,33 +138,33 @@ async def sessions(database_url: str) -> AsyncIterator[async_sessionmaker[AsyncS
     await engine.dispose()
 
 
+@asynccontextmanager
+async def running_worker(
+    client: Client,
+    settings: Settings,
+    sessions: async_sessionmaker[AsyncSession],
+    provider: ModelProvider,
+) -> AsyncIterator[None]:
+    async with httpx.AsyncClient() as http:
+        async with build_worker(client, settings, sessions, http, provider=provider):
+            yield
+
+
 @pytest_asyncio.fixture(scope="session")
 async def worker(
     temporal_client: Client, settings: Settings, sessions: async_sessionmaker[AsyncSession]
 ) -> AsyncIterator[DemoModel]:
     """The session's worker; yields its demo model so tests can read its token counter."""
     model = DemoModel(token_delay_s=settings.demo_token_delay_ms / 1000)
-    async with build_worker(temporal_client, settings, sessions, provider=model):
+    async with running_worker(temporal_client, settings, sessions, model):
         yield model
 
 
 @asynccontextmanager
 async def serve_api(settings: Settings) -> AsyncIterator[str]:
     """Run the real API app under uvicorn on a free loopback port, in this event loop."""
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning")
-    )
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        if task.done():
-            task.result()
-        await asyncio.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task
+    async with serve(create_app(settings)) as url:
+        yield url
 
 
 @pytest_asyncio.fixture(scope="session")
@@ -166,6 +206,8 @@ def service_env(settings: Settings, **extra: str) -> dict[str, str]:
         "TEMPORAL_ADDRESS": settings.temporal_address,
         "PARLEY_TASK_QUEUE": settings.task_queue,
         "PARLEY_DEMO_TOKEN_DELAY_MS": str(settings.demo_token_delay_ms),
+        "PARLEY_NORTHWIND_URL": settings.northwind_url,
+        "PARLEY_TOOL_TIMEOUT_S": str(settings.tool_timeout_s),
         **extra,
     }
 

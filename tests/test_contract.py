@@ -31,14 +31,14 @@ async def test_duplicate_post_returns_the_same_turn_without_a_second_workflow(
 ) -> None:
     session_id = await priya.new_session()
     key = uuid.uuid4().hex
-    first = await priya.post(session_id, "Where is my order?", client_message_id=key)
+    first = await priya.post(session_id, "Hello there", client_message_id=key)
     assert first.status_code == 202
-    again = await priya.post(session_id, "Where is my order?", client_message_id=key)
+    again = await priya.post(session_id, "Hello there", client_message_id=key)
     assert again.status_code == 200
     assert again.json() == first.json()
     turn_id = first.json()["turn_id"]
     await priya.events(session_id, turn_id)  # let the turn finish
-    after_done = await priya.post(session_id, "Where is my order?", client_message_id=key)
+    after_done = await priya.post(session_id, "Hello there", client_message_id=key)
     assert after_done.status_code == 200 and after_done.json()["turn_id"] == turn_id
 
     async with sessions() as db:
@@ -55,13 +55,13 @@ async def test_duplicate_post_returns_the_same_turn_without_a_second_workflow(
 async def test_same_key_with_other_text_is_422_and_stores_nothing(priya: ParleyClient) -> None:
     session_id = await priya.new_session()
     key = uuid.uuid4().hex
-    first = await priya.post(session_id, "Where is my order?", client_message_id=key)
+    first = await priya.post(session_id, "Hello there", client_message_id=key)
     await priya.events(session_id, first.json()["turn_id"])
     reused = await priya.post(session_id, "Cancel everything", client_message_id=key)
     assert reused.status_code == 422
     assert reused.json()["error"]["code"] == "idempotency_key_reused"
     texts = [m["text"] for m in await priya.messages(session_id) if m["role"] == "user"]
-    assert texts == ["Where is my order?"]
+    assert texts == ["Hello there"]
 
 
 async def test_stale_expected_last_seq_is_409_with_the_current_seq(priya: ParleyClient) -> None:
@@ -100,7 +100,7 @@ async def test_another_users_session_turn_and_stream_look_missing(
     priya: ParleyClient, marco: ParleyClient, api_url: str, tokens: dict[str, str]
 ) -> None:
     session_id = await priya.new_session()
-    turn_id, _ = await priya.turn(session_id, "Where is my order?")
+    turn_id, _ = await priya.turn(session_id, "Hello there")
     ines = ParleyClient(api_url, tokens["ines"])  # another tenant altogether
     try:
         for intruder in (marco, ines):
@@ -145,7 +145,7 @@ async def test_invalid_bodies_are_422_invalid_request_naming_the_field(
 
 async def test_session_view_shows_the_active_turn_then_none(priya: ParleyClient) -> None:
     session_id = await priya.new_session()
-    posted = await priya.post(session_id, "Where is my order?")
+    posted = await priya.post(session_id, "Hello there")
     view = (await priya.http.get(f"/v1/sessions/{session_id}")).json()
     assert view["active_turn"]["id"] == posted.json()["turn_id"]
     assert view["last_seq"] == 1

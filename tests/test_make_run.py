@@ -69,7 +69,7 @@ def test_dev_start_prints_urls_and_a_token_and_its_curl_streams_a_reply(tmp_path
         assert result.returncode == 0, result.stderr
         assert "event: delta" in result.stdout
         assert "event: done" in result.stdout
-        assert 'You wrote: \\"Where is my order?\\"' in result.stdout
+        assert "8472" in result.stdout
     finally:
         dev.send_signal(signal.SIGINT)  # what Ctrl-C sends
         try:

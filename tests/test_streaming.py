@@ -20,7 +20,7 @@ async def test_a_full_stream_has_monotonic_ids_states_and_one_terminal_event(
     priya: ParleyClient,
 ) -> None:
     session_id = await priya.new_session()
-    _, events = await priya.turn(session_id, "Where is my order?")
+    _, events = await priya.turn(session_id, "Hello there")
     assert_gap_free([e.id for e in events], 1)
     states = [e.data["state"] for e in events if e.type == "state"]
     assert states == ["received", "building_context", "calling_model", "completed"]
@@ -34,7 +34,7 @@ async def test_reconnect_with_last_event_id_yields_exactly_the_rest(
     priya: ParleyClient, k: int
 ) -> None:
     session_id = await priya.new_session()
-    posted = await priya.post(session_id, "Where is my order?")
+    posted = await priya.post(session_id, "Hello there")
     turn_id = posted.json()["turn_id"]
     # Drop the connection after event k while the answer is still streaming...
     head = await priya.events(session_id, turn_id, stop_after=k)
@@ -73,7 +73,7 @@ async def test_a_second_api_process_serves_the_same_live_stream(
                     pass
                 await asyncio.sleep(0.1)
         session_id = await priya.new_session()
-        posted = await priya.post(session_id, "Where is my order?")
+        posted = await priya.post(session_id, "Hello there")
         turn_id = posted.json()["turn_id"]
         here, there = await asyncio.gather(
             priya.events(session_id, turn_id),

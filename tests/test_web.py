@@ -22,7 +22,10 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
 TIMEOUT_MS = 20_000  # a whole turn (Temporal workflow + streamed demo reply) fits well inside
 expect.set_options(timeout=TIMEOUT_MS)
 FIRST = "Where is my order?"
-SECOND = "Can you check it again?"
+SECOND = "What about the refund?"
+# Each answer follows a tool call and its result, which the page does not show as bubbles:
+# user seq n, assistant tool call n+1, tool result n+2, answer n+3.
+ANSWER_OFFSET = 3
 
 # Records, for every assistant bubble, whether it was ever seen mid-stream and what it showed
 # then, so a test can tell a streamed reply from one that was painted in one go.
@@ -118,7 +121,7 @@ async def new_session(page: Page) -> str:
     return session_id
 
 
-async def send_and_wait(page: Page, text: str, *, user_seq: int) -> str:
+async def send_and_wait(page: Page, text: str, *, user_seq: int, reply_has: str) -> str:
     """Type a message, click Send, check both bubbles through the streamed reply; returns the
     assistant's final text."""
     await page.evaluate(WATCH_STREAMING)
@@ -129,10 +132,11 @@ async def send_and_wait(page: Page, text: str, *, user_seq: int) -> str:
     await expect(user).to_have_text(text)
     await expect(user).to_have_attribute("data-status", "complete")
 
-    assistant = page.locator(f'#transcript .msg-assistant[data-seq="{user_seq + 1}"]')
+    answer_seq = user_seq + ANSWER_OFFSET
+    assistant = page.locator(f'#transcript .msg-assistant[data-seq="{answer_seq}"]')
     await expect(assistant).to_have_attribute("data-status", "complete")
     await expect(assistant).not_to_have_class("streaming")
-    await expect(assistant).to_contain_text(f'You wrote: "{text}"')
+    await expect(assistant).to_contain_text(reply_has)
     await expect(page.locator("#send")).to_be_enabled()
     await expect(page.locator("#cancel")).to_be_hidden()
     await expect(page.locator("#turn-state")).to_have_text("")
@@ -167,17 +171,17 @@ async def chat_twice(page: Page, token: str) -> tuple[str, list[dict[str, str]]]
     assert await use_token(page, token) == 200
     await expect(page.locator("#status")).to_have_text("Token saved.")
     session_id = await new_session(page)
-    first = await send_and_wait(page, FIRST, user_seq=1)
-    second = await send_and_wait(page, SECOND, user_seq=3)
-    # The second reply saw the first exchange: same session, same history.
-    assert "0 earlier messages" in first and "2 earlier messages" in second
+    first = await send_and_wait(page, FIRST, user_seq=1, reply_has="8472")
+    second = await send_and_wait(page, SECOND, user_seq=5, reply_has="USD 24.00")
+    # The second reply used the first exchange: "the refund" was resolved to order 8472.
+    assert "On order 8472" in second
     await expect(page.locator("#transcript .msg")).to_have_count(4)
     shown = await transcript(page)
     assert shown == [
         {"role": "user", "seq": "1", "status": "complete", "text": FIRST},
-        {"role": "assistant", "seq": "2", "status": "complete", "text": first},
-        {"role": "user", "seq": "3", "status": "complete", "text": SECOND},
-        {"role": "assistant", "seq": "4", "status": "complete", "text": second},
+        {"role": "assistant", "seq": "4", "status": "complete", "text": first},
+        {"role": "user", "seq": "5", "status": "complete", "text": SECOND},
+        {"role": "assistant", "seq": "8", "status": "complete", "text": second},
     ]
     return session_id, shown
 
@@ -189,14 +193,18 @@ async def test_a_user_chats_two_turns_in_a_new_session(
     await expect(page.locator("#status")).to_contain_text("Paste a bearer token")
     session_id, shown = await chat_twice(page, tokens["priya"])
 
-    # The page shows exactly what the server stored.
-    stored = await priya.messages(session_id)
+    # The page shows exactly what the server stored, less the tool calls and their results.
+    stored = [
+        m
+        for m in await priya.messages(session_id)
+        if m["role"] != "tool" and not m.get("tool_calls")
+    ]
     assert [(str(m["seq"]), m["role"], m["status"], m["text"]) for m in stored] == [
         (m["seq"], m["role"], m["status"], m["text"]) for m in shown
     ]
     # The finished turn refreshed the session list.
     listed = page.locator(f'#sessions button[data-sid="{session_id}"]')
-    await expect(listed).to_contain_text("seq 4")
+    await expect(listed).to_contain_text("seq 8")
 
     shot = tmp_path / "chat-after-two-turns.png"
     await page.screenshot(path=str(shot), full_page=True)
@@ -215,7 +223,7 @@ async def test_after_a_reload_the_token_and_the_conversation_are_still_there(
     await expect(page.locator("#token")).to_have_value(tokens["priya"])
     listed = page.locator(f'#sessions button[data-sid="{session_id}"]')
     await expect(listed).to_have_count(1)
-    await expect(listed).to_contain_text("seq 4")
+    await expect(listed).to_contain_text("seq 8")
     await expect(page.locator("#transcript .msg")).to_have_count(0)  # nothing open yet
 
     await listed.click()

@@ -1,12 +1,23 @@
 """The turn workflow: one user turn from received to a stored answer.
 
 Deterministic orchestration only. Every step that touches the world is an activity; the
-workflow passes ids (turn, model call), never prompts or transcripts, so its history stays
-the same size at turn 30 as at turn 1.
+workflow passes ids (turn, model call, tool call, action), never prompts, transcripts or
+tool results, so its history stays the same size at turn 30 as at turn 1.
+
+The shape of a turn:
+
+    build context ─▶ call model ─▶ (tool calls?) ─▶ run tools ─▶ build context ─▶ call model …
+         │                                        │
+         └─ resolver asked the user ─▶ finalize    └─ a proposal ─▶ rest awaiting confirmation
+                                                        ─▶ signal / timeout ─▶ send or not …
+
+Bounded: at most MAX_MODEL_CALLS model calls and MAX_OUTPUT_TOKENS output tokens per turn;
+an identical repeated tool call is refused rather than run again.
 """
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 from temporalio import workflow
@@ -14,17 +25,31 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from activities.tools import ToolActivities
     from activities.turn import TurnActivities
     from parley.contracts import (
+        MAX_MODEL_CALLS,
+        MAX_OUTPUT_TOKENS,
+        RESOLVE_ACTION_SIGNAL,
         SA_TURN_STATE,
+        TOOL_ATTEMPTS,
         TURN_WORKFLOW,
+        ActionInput,
         BuildContextInput,
+        BuildContextResult,
         CallModelInput,
+        CallModelResult,
+        ExecuteToolInput,
         FailTurnInput,
         FinalizeTurnInput,
+        RequestConfirmationInput,
+        ResolveActionSignal,
+        ToolCallRef,
+        ToolOutcome,
         TurnInput,
         TurnState,
     )
+    from parley.tools import Risk, risk_of
 
 # Store writes are short; retry them patiently, a database restart should not fail a turn.
 STORE_TIMEOUT = timedelta(seconds=30)
@@ -42,16 +67,39 @@ MODEL_RETRY = RetryPolicy(
     maximum_attempts=5,
 )
 
+# A tool call turns its own last failure into a structured result for the model, so these
+# retries cover transient errors and crashed workers, never business outcomes.
+TOOL_TIMEOUT = timedelta(seconds=30)
+TOOL_HEARTBEAT = timedelta(seconds=5)
+TOOL_RETRY = RetryPolicy(
+    initial_interval=timedelta(milliseconds=300),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=3),
+    maximum_attempts=TOOL_ATTEMPTS + 2,
+)
+
+BOUNDS_TEXT = (
+    "I've reached the limit of steps I can take for one answer, so I'll stop here. "
+    "Please ask again, a little more specifically."
+)
+EXPIRED_TEXT = "The confirmation expired, so I did not send the email."
+
 
 @workflow.defn(name=TURN_WORKFLOW)
 class TurnWorkflow:
     def __init__(self) -> None:
         self._state = TurnState.received
+        self._decisions: dict[str, str] = {}
 
     @workflow.query
     def state(self) -> str:
         """The turn's current state, as operators see it in the Temporal UI."""
         return self._state
+
+    @workflow.signal(name=RESOLVE_ACTION_SIGNAL)
+    def resolve_action(self, signal: ResolveActionSignal) -> None:
+        """The user confirmed or declined (or moved on from) a pending action."""
+        self._decisions.setdefault(signal.action_id, signal.decision)
 
     def _enter(self, state: TurnState) -> None:
         self._state = state
@@ -60,27 +108,7 @@ class TurnWorkflow:
     @workflow.run
     async def run(self, inp: TurnInput) -> str:
         try:
-            self._enter(TurnState.building_context)
-            context = await workflow.execute_activity_method(
-                TurnActivities.build_context,
-                BuildContextInput(inp.turn_id),
-                start_to_close_timeout=STORE_TIMEOUT,
-                retry_policy=STORE_RETRY,
-            )
-            self._enter(TurnState.calling_model)
-            call = await workflow.execute_activity_method(
-                TurnActivities.call_model,
-                CallModelInput(inp.turn_id, context.model_call_id),
-                start_to_close_timeout=timedelta(minutes=5),
-                heartbeat_timeout=timedelta(seconds=5),
-                retry_policy=MODEL_RETRY,
-            )
-            message_id = await workflow.execute_activity_method(
-                TurnActivities.finalize_turn,
-                FinalizeTurnInput(inp.turn_id, call.model_call_id),
-                start_to_close_timeout=STORE_TIMEOUT,
-                retry_policy=STORE_RETRY,
-            )
+            return await self._turn(inp)
         except ActivityError as err:
             cause = err.cause
             code = "model_failed"
@@ -96,6 +124,151 @@ class TurnWorkflow:
             )
             self._enter(TurnState.failed)
             return "failed"
-        self._enter(TurnState.completed)
+
+    async def _turn(self, inp: TurnInput) -> str:
+        self._enter(TurnState.building_context)
+        step = 0
+        context = await self._build_context(inp, step)
+        if context.clarification:
+            return await self._finalize(inp, context.model_call_id)
+        self._enter(TurnState.calling_model)
+        call = await self._call_model(inp, context.model_call_id)
+        model_calls, output_tokens = 1, call.output_tokens
+        seen: set[tuple[str, str]] = set()
+        while call.tool_calls:
+            if model_calls >= MAX_MODEL_CALLS or output_tokens >= MAX_OUTPUT_TOKENS:
+                await self._run_tools(inp, call.tool_calls, seen, refuse_all="turn budget spent")
+                return await self._finalize(inp, call.model_call_id, override=BOUNDS_TEXT)
+            self._enter(TurnState.executing_tools)
+            outcomes = await self._run_tools(inp, call.tool_calls, seen)
+            proposed = [o.action_id for o in outcomes if o.action_id]
+            step += 1
+            call = await self._next_model_call(inp, step)
+            model_calls, output_tokens = model_calls + 1, output_tokens + call.output_tokens
+            if proposed and not call.tool_calls:
+                result = await self._confirm_and_execute(inp, proposed[-1], call)
+                if result == "superseded":
+                    return await self._finalize(inp, call.model_call_id, outcome="superseded")
+                if result == "expired":
+                    return await self._finalize(
+                        inp, call.model_call_id, outcome="expired", override=EXPIRED_TEXT
+                    )
+                step += 1  # the model words what happened to the action
+                call = await self._next_model_call(inp, step)
+                model_calls, output_tokens = model_calls + 1, output_tokens + call.output_tokens
+        return await self._finalize(inp, call.model_call_id)
+
+    async def _build_context(self, inp: TurnInput, step: int) -> BuildContextResult:
+        return await workflow.execute_activity_method(
+            TurnActivities.build_context,
+            BuildContextInput(inp.turn_id, step),
+            start_to_close_timeout=STORE_TIMEOUT,
+            retry_policy=STORE_RETRY,
+        )
+
+    async def _call_model(self, inp: TurnInput, model_call_id: str) -> CallModelResult:
+        return await workflow.execute_activity_method(
+            TurnActivities.call_model,
+            CallModelInput(inp.turn_id, model_call_id),
+            start_to_close_timeout=timedelta(minutes=5),
+            heartbeat_timeout=timedelta(seconds=5),
+            retry_policy=MODEL_RETRY,
+        )
+
+    async def _next_model_call(self, inp: TurnInput, step: int) -> CallModelResult:
+        context = await self._build_context(inp, step)
+        self._enter(TurnState.calling_model)
+        return await self._call_model(inp, context.model_call_id)
+
+    async def _finalize(
+        self,
+        inp: TurnInput,
+        model_call_id: str,
+        *,
+        outcome: str = "completed",
+        override: str | None = None,
+    ) -> str:
+        message_id = await workflow.execute_activity_method(
+            TurnActivities.finalize_turn,
+            FinalizeTurnInput(inp.turn_id, model_call_id, outcome, override),
+            start_to_close_timeout=STORE_TIMEOUT,
+            retry_policy=STORE_RETRY,
+        )
+        self._enter(TurnState.expired if outcome == "expired" else TurnState.completed)
         workflow.set_current_details(f"answered with message {message_id}")
         return message_id
+
+    async def _run_tools(
+        self,
+        inp: TurnInput,
+        calls: list[ToolCallRef],
+        seen: set[tuple[str, str]],
+        *,
+        refuse_all: str | None = None,
+    ) -> list[ToolOutcome]:
+        """Reads run in parallel; proposals and hand-offs one at a time, after them."""
+        jobs: list[ExecuteToolInput] = []
+        for call in calls:
+            refuse = refuse_all
+            key = (call.name, call.args_hash)
+            if refuse is None and key in seen:
+                refuse = "an identical call already ran in this turn; use its result"
+            seen.add(key)
+            jobs.append(ExecuteToolInput(inp.turn_id, call.call_id, refuse))
+        parallel = [
+            j
+            for j, c in zip(jobs, calls, strict=True)
+            if risk_of(c.name) in (Risk.read, None) or j.refuse
+        ]
+        serial = [j for j in jobs if j not in parallel]
+        outcomes = list(await asyncio.gather(*(self._execute_tool(j) for j in parallel)))
+        for job in serial:
+            outcomes.append(await self._execute_tool(job))
+        return outcomes
+
+    async def _execute_tool(self, job: ExecuteToolInput) -> ToolOutcome:
+        return await workflow.execute_activity_method(
+            ToolActivities.execute_tool,
+            job,
+            start_to_close_timeout=TOOL_TIMEOUT,
+            heartbeat_timeout=TOOL_HEARTBEAT,
+            retry_policy=TOOL_RETRY,
+        )
+
+    async def _confirm_and_execute(
+        self, inp: TurnInput, action_id: str, call: CallModelResult
+    ) -> str:
+        """Show the card, wait for the user's own answer, then send (or not). Returns the
+        action's final status, or "superseded"."""
+        await workflow.execute_activity_method(
+            TurnActivities.request_confirmation,
+            RequestConfirmationInput(inp.turn_id, action_id, call.model_call_id),
+            start_to_close_timeout=STORE_TIMEOUT,
+            retry_policy=STORE_RETRY,
+        )
+        self._enter(TurnState.awaiting_confirmation)
+        try:
+            await workflow.wait_condition(
+                lambda: action_id in self._decisions,
+                timeout=timedelta(seconds=inp.confirmation_timeout_s),
+            )
+            decision = self._decisions[action_id]
+        except TimeoutError:
+            stored = await workflow.execute_activity_method(
+                ToolActivities.expire_action,
+                ActionInput(inp.turn_id, action_id),
+                start_to_close_timeout=STORE_TIMEOUT,
+                retry_policy=STORE_RETRY,
+            )
+            decision = stored.status  # "expired", or the answer whose signal was lost
+        if decision in ("superseded", "expired", "declined"):
+            return decision
+        self._enter(TurnState.executing_action)
+        sent = await workflow.execute_activity_method(
+            ToolActivities.send_email,
+            ActionInput(inp.turn_id, action_id),
+            start_to_close_timeout=TOOL_TIMEOUT,
+            heartbeat_timeout=TOOL_HEARTBEAT,
+            retry_policy=TOOL_RETRY,
+        )
+        return sent.status

@@ -8,7 +8,8 @@ from fastapi import APIRouter, Query
 
 from api.deps import CurrentUser, DbSession
 from api.schemas import message_view, session_summary, turn_view
-from store import chat
+from store import actions, chat, slots
+from store.actions import action_view
 from store.models import Turn
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
@@ -33,11 +34,13 @@ async def get_session(session_id: str, db: DbSession, user: CurrentUser) -> dict
     """One session with its active turn, pending action and slots (for resume after reload)."""
     session = await chat.get_session(db, owner=user, session_id=session_id)
     active = await db.get(Turn, session.active_turn_id) if session.active_turn_id else None
+    pending = await actions.pending_action(db, session_id=session_id)
+    current = await slots.get_slots(db, session_id=session_id)
     return {
         **session_summary(session),
-        "active_turn": turn_view(active) if active is not None else None,
-        "pending_action": None,
-        "slots": {},
+        "active_turn": turn_view(active, pending) if active is not None else None,
+        "pending_action": action_view(pending) if pending is not None else None,
+        "slots": slots.slots_view(current),
     }
 
 

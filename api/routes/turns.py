@@ -11,13 +11,22 @@ from fastapi import APIRouter, Header, Query
 from fastapi.responses import JSONResponse
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from api.deps import AppSettings, CurrentUser, DbSession, Hub, Sessions, Temporal
+from api.deps import (
+    AppSettings,
+    CurrentUser,
+    DbSession,
+    Hub,
+    Sessions,
+    Temporal,
+    TemporalConnector,
+)
 from api.metrics import MESSAGES_POSTED, STREAMS_OPEN, TURN_START_FAILURES
 from api.schemas import PostMessageIn, events_url, message_view, turn_view
 from api.streaming import turn_event_stream
+from parley.contracts import ResolveActionSignal
 from parley.errors import InvalidRequest
-from parley.outbox import start_and_record
-from store import chat
+from parley.outbox import signal_turn, start_and_record
+from store import actions, chat
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +60,8 @@ async def post_message(
     )
     MESSAGES_POSTED.labels("new" if posted.created else "duplicate").inc()
     turn = posted.turn
-    if posted.created or turn.workflow_started_at is None:
+    await send_signals(temporal, posted.signals)
+    if posted.new_turn or turn.workflow_started_at is None:
         try:
             client = await asyncio.wait_for(temporal.get(), START_TIMEOUT_S)
             await asyncio.wait_for(
@@ -62,6 +72,7 @@ async def post_message(
                     turn_id=turn.id,
                     session_id=turn.session_id,
                     tenant_id=turn.tenant_id,
+                    confirmation_timeout_s=settings.confirmation_timeout_s,
                 ),
                 START_TIMEOUT_S,
             )
@@ -77,13 +88,28 @@ async def post_message(
     return JSONResponse(body_out, status_code=202 if posted.created else 200)
 
 
+async def send_signals(
+    temporal: TemporalConnector, signals: tuple[tuple[str, ResolveActionSignal], ...]
+) -> None:
+    for turn_id, signal in signals:
+        try:
+            client = await asyncio.wait_for(temporal.get(), START_TIMEOUT_S)
+            await asyncio.wait_for(
+                signal_turn(client, turn_id=turn_id, signal=signal), START_TIMEOUT_S
+            )
+        except Exception:
+            # The decision is stored; the waiting turn reads it when its wait times out.
+            log.warning("could not signal turn %s", turn_id, exc_info=True)
+
+
 @router.get("/turns/{turn_id}")
 async def get_turn(
     session_id: str, turn_id: str, db: DbSession, user: CurrentUser
 ) -> dict[str, Any]:
-    """The turn's state and, once answered, its assistant message id."""
+    """The turn's state, its pending action and, once answered, its assistant message id."""
     turn = await chat.get_turn(db, owner=user, session_id=session_id, turn_id=turn_id)
-    return turn_view(turn)
+    pending = await actions.pending_action(db, session_id=session_id)
+    return turn_view(turn, pending if pending is not None and pending.turn_id == turn.id else None)
 
 
 @router.get("/turns/{turn_id}/events", response_class=EventSourceResponse)

@@ -1,0 +1,29 @@
+"""Heartbeating on a timer, so a slow call does not look like a dead worker (and a dead
+worker is noticed within the heartbeat timeout)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+from temporalio import activity
+
+# Well inside the 5 s heartbeat timeouts the workflow sets.
+HEARTBEAT_INTERVAL_S = 1.0
+
+
+@contextlib.asynccontextmanager
+async def heartbeating(interval_s: float = HEARTBEAT_INTERVAL_S) -> AsyncIterator[None]:
+    async def beat() -> None:
+        while True:
+            activity.heartbeat()
+            await asyncio.sleep(interval_s)
+
+    task = asyncio.create_task(beat())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

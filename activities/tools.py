@@ -1,0 +1,432 @@
+"""The tool executor: runs what the model asked for, with the server's authority.
+
+Identity comes from the turn's session, never from arguments. Arguments are schema-checked
+before anything runs; results are schema-checked, stripped to what the model needs and
+size-limited; every failure becomes a structured result the model can read. Writes run only
+from `send_email`, which the workflow calls after the user's own bound confirmation.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.heartbeat import heartbeating
+from activities.northwind import (
+    BackendError,
+    BackendNotFound,
+    BackendUnavailable,
+    NorthwindClient,
+)
+from parley.config import Settings
+from parley.contracts import (
+    TOOL_ATTEMPTS,
+    ActionInput,
+    ActionResult,
+    EventType,
+    ExecuteToolInput,
+    ToolOutcome,
+    TurnState,
+)
+from parley.ids import new_id
+from parley.resolver import ACTIVE_ORDER, Slot
+from parley.tools import TOOLS, ProposeEmailArgs, ToolError, parse_arguments
+from store import actions, chat, slots
+from store.events import append_event
+from store.models import Action, Handoff, ToolCall, Turn
+
+# A tool result the model reads is cut to this many characters of JSON.
+MAX_RESULT_CHARS = 4000
+
+
+# --- result shapes: what the model gets to see -------------------------------------------
+
+
+class _View(BaseModel):
+    model_config = {"extra": "ignore"}
+
+
+class Money(_View):
+    amount: str
+    currency: str
+
+
+class Item(_View):
+    name: str
+    qty: int
+
+
+class OrderView(_View):
+    order_id: str
+    status: str
+    items: list[Item] = []
+    total: Money | None = None
+    shipped_on: str | None = None
+    eta: str | None = None
+    delivered_on: str | None = None
+    # Free text from the carrier: data for the model, never instructions.
+    carrier_note: str | None = None
+
+
+class RefundView(_View):
+    refund_id: str
+    order_id: str
+    amount: Money
+    status: str
+    stage: str | None = None
+    approved_on: str | None = None
+    completed_on: str | None = None
+
+
+class ReturnView(_View):
+    order_id: str
+    eligible: bool
+    window_days: int
+    delivered_on: str | None = None
+    window_ends: str | None = None
+    days_left: int | None = None
+    reason: str | None = None
+
+
+def _limited(result: dict[str, Any]) -> dict[str, Any]:
+    """Keep results small: drop list items from the end until the JSON fits."""
+    while len(json.dumps(result)) > MAX_RESULT_CHARS:
+        lists = [k for k, v in result.items() if isinstance(v, list) and v]
+        if not lists:
+            return ToolError("result_too_large", "the result was too large to use").as_result()
+        result[lists[0]] = result[lists[0]][:-1]
+        result["truncated"] = True
+    return result
+
+
+def mask_email(address: str) -> str:
+    local, _, domain = address.partition("@")
+    return f"{local[:1]}***@{domain}"
+
+
+def render_email(template: str, order: OrderView, extra: dict[str, Any]) -> tuple[str, str]:
+    """Subject and body from a fixed template: the model supplies no text of the email."""
+    if template == "refund_status" and "refund" in extra:
+        refund = RefundView.model_validate(extra["refund"])
+        return (
+            f"Your refund {refund.refund_id} for order {order.order_id}",
+            f"Refund {refund.refund_id} of {refund.amount.currency} {refund.amount.amount} "
+            f"for order {order.order_id} is {refund.status}"
+            + (f" ({refund.stage})" if refund.stage else "")
+            + ".",
+        )
+    if template == "return_instructions":
+        return (
+            f"Returning order {order.order_id}",
+            f"To return order {order.order_id}, reply to this email within the return window "
+            "and we will send you a prepaid label.",
+        )
+    lines = [f"Order {order.order_id} is {order.status}."]
+    if order.shipped_on:
+        lines.append(f"Shipped on {order.shipped_on}.")
+    if order.eta:
+        lines.append(f"Expected to arrive on {order.eta}.")
+    if order.delivered_on:
+        lines.append(f"Arrived on {order.delivered_on}.")
+    return f"Your Northwind order {order.order_id}: status summary", " ".join(lines)
+
+
+class ToolActivities:
+    def __init__(
+        self,
+        *,
+        sessions: async_sessionmaker[AsyncSession],
+        northwind: NorthwindClient,
+        settings: Settings,
+    ) -> None:
+        self._sessions = sessions
+        self._northwind = northwind
+        self._settings = settings
+
+    @activity.defn(name="execute_tool")
+    async def execute_tool(self, inp: ExecuteToolInput) -> ToolOutcome:
+        async with self._sessions() as db:
+            call = await db.get(ToolCall, inp.call_id)
+            turn = await db.get(Turn, inp.turn_id)
+            assert call is not None and turn is not None
+            if call.status != "pending":  # done by an attempt that died reporting it
+                return await self._outcome(db, call)
+            await chat.set_turn_state(db, turn_id=turn.id, state=TurnState.executing_tools)
+            spec = TOOLS.get(call.name)
+            label = spec.label if spec else "Working on it…"
+            if activity.info().attempt == 1:
+                await self._tool_event(
+                    db, turn.id, call.provider_call_id, call.name, "start", label
+                )
+
+        result: dict[str, Any]
+        if inp.refuse is not None:
+            result = ToolError("refused", inp.refuse).as_result()
+        else:
+            parsed = parse_arguments(call.name, call.arguments)
+            if isinstance(parsed, ToolError):
+                result = parsed.as_result()
+            else:
+                try:
+                    async with heartbeating():
+                        result = _limited(await self._run(turn, call, parsed))
+                except BackendNotFound:
+                    result = ToolError(
+                        "not_found", "no such order on this customer's account"
+                    ).as_result()
+                except BackendUnavailable as exc:
+                    if not exc.breaker_open and activity.info().attempt < TOOL_ATTEMPTS:
+                        raise ApplicationError(str(exc), type="backend_unavailable") from exc
+                    result = ToolError("unavailable", str(exc), retryable=True).as_result()
+                except (BackendError, ValidationError) as exc:
+                    result = ToolError("bad_response", type(exc).__name__).as_result()
+
+        status = "error" if "error" in result else "ok"
+        async with self._sessions() as db:
+            call = await db.get(ToolCall, inp.call_id, with_for_update=True)
+            assert call is not None
+            if call.status == "pending":
+                if inp.refuse is not None:
+                    status = "refused"
+                call.attempts = activity.info().attempt
+                await chat.store_tool_result(db, call=call, status=status, result=result)
+                await self._remember_referent(db, turn, call, result)
+                if result.get("error", {}).get("code") == "unavailable":
+                    await append_event(
+                        db,
+                        turn_id=turn.id,
+                        type=EventType.warning,
+                        data={
+                            "code": "tool_unavailable",
+                            "message": "The order system did not answer; the reply says so.",
+                        },
+                    )
+                await self._tool_event(
+                    db, turn.id, call.provider_call_id, call.name, "end", label, status=status
+                )
+                await db.commit()
+            return await self._outcome(db, call)
+
+    async def _outcome(self, db: AsyncSession, call: ToolCall) -> ToolOutcome:
+        action_id = (call.result or {}).get("action_id") if call.status == "ok" else None
+        return ToolOutcome(call.id, call.status, action_id)
+
+    async def _tool_event(
+        self,
+        db: AsyncSession,
+        turn_id: str,
+        call_id: str,
+        name: str,
+        phase: str,
+        label: str,
+        status: str | None = None,
+    ) -> None:
+        data: dict[str, Any] = {"call_id": call_id, "name": name, "phase": phase, "label": label}
+        if status is not None:
+            data["status"] = status
+        await append_event(db, turn_id=turn_id, type=EventType.tool, data=data)
+        await db.commit()
+
+    async def _run(self, turn: Turn, call: ToolCall, args: BaseModel) -> dict[str, Any]:
+        nw, tenant, customer = self._northwind, turn.tenant_id, turn.user_id
+        name = call.name
+        if name == "list_open_orders":
+            orders = await nw.list_orders(tenant, customer, open_only=True)
+            return {"orders": [OrderView.model_validate(o).model_dump() for o in orders]}
+        order_id = str(getattr(args, "order_id", ""))
+        if name == "get_order":
+            return OrderView.model_validate(
+                await nw.order_resource(tenant, customer, order_id)
+            ).model_dump()
+        if name == "get_refund":
+            return RefundView.model_validate(
+                await nw.order_resource(tenant, customer, order_id, "/refund")
+            ).model_dump()
+        if name == "check_return_eligibility":
+            return ReturnView.model_validate(
+                await nw.order_resource(tenant, customer, order_id, "/return-eligibility")
+            ).model_dump()
+        if name == "propose_email":
+            assert isinstance(args, ProposeEmailArgs)
+            return await self._propose_email(turn, call, args)
+        if name == "handoff_to_human":
+            return await self._handoff(turn, str(getattr(args, "reason", "")))
+        raise AssertionError(f"no executor for {name}")  # the registry and this list agree
+
+    async def _propose_email(
+        self, turn: Turn, call: ToolCall, args: ProposeEmailArgs
+    ) -> dict[str, Any]:
+        nw = self._northwind
+        order = OrderView.model_validate(
+            await nw.order_resource(turn.tenant_id, turn.user_id, args.order_id)
+        )
+        customer = await nw.get_customer(turn.tenant_id, turn.user_id)
+        if not customer.get("email") or not customer.get("email_verified"):
+            return ToolError(
+                "no_verified_address", "there is no verified address on file"
+            ).as_result()
+        extra: dict[str, Any] = {}
+        if args.template == "refund_status":
+            extra["refund"] = await nw.order_resource(
+                turn.tenant_id, turn.user_id, args.order_id, "/refund"
+            )
+        subject, body = render_email(args.template, order, extra)
+        recipient = str(customer["email"])
+        async with self._sessions() as db:
+            action = await actions.create_action(
+                db,
+                # Derived from the call, so a retried attempt finds the same action.
+                action_id="act_" + call.id.replace(":", "_")[-30:],
+                session_id=turn.session_id,
+                turn_id=turn.id,
+                tenant_id=turn.tenant_id,
+                user_id=turn.user_id,
+                tool="send_email",
+                args={
+                    "order_id": args.order_id,
+                    "template": args.template,
+                    "to": recipient,
+                    "subject": subject,
+                    "body": body,
+                },
+                summary=f"Email “{subject}” to {mask_email(recipient)}",
+                recipient_masked=mask_email(recipient),
+                ttl=timedelta(seconds=self._settings.confirmation_timeout_s),
+            )
+            await db.commit()
+        return {
+            "action_id": action.id,
+            "status": "pending_confirmation",
+            "order_id": args.order_id,
+            "recipient_masked": action.recipient_masked,
+            "subject": subject,
+        }
+
+    async def _handoff(self, turn: Turn, reason: str) -> dict[str, Any]:
+        async with self._sessions() as db:
+            handoff = Handoff(
+                id=new_id("hof"), session_id=turn.session_id, turn_id=turn.id, reason=reason
+            )
+            db.add(handoff)
+            await db.commit()
+        return {"handoff_id": handoff.id, "status": "queued"}
+
+    async def _remember_referent(
+        self, db: AsyncSession, turn: Turn, call: ToolCall, result: dict[str, Any]
+    ) -> None:
+        """A successful lookup of one order makes it the conversation's active order."""
+        order_id: str | None = None
+        if "error" not in result:
+            if call.name == "list_open_orders" and len(result.get("orders", [])) == 1:
+                order_id = result["orders"][0]["order_id"]
+            elif isinstance(call.arguments, dict) and "order_id" in call.arguments:
+                order_id = str(call.arguments["order_id"])
+        if order_id is None:
+            return
+        current = (await slots.get_slots(db, session_id=turn.session_id)).get(ACTIVE_ORDER)
+        if current is None or current.value != order_id:
+            await slots.write_slots(
+                db,
+                session_id=turn.session_id,
+                writes={ACTIVE_ORDER: Slot(order_id, f"tool:{call.name}", turn.user_seq)},
+            )
+
+    # --- the confirmed write ------------------------------------------------------------
+
+    @activity.defn(name="send_email")
+    async def send_email(self, inp: ActionInput) -> ActionResult:
+        async with self._sessions() as db:
+            action = await db.get(Action, inp.action_id)
+            assert action is not None
+            if action.status in ("executed", "failed"):
+                return ActionResult(action.id, action.status)
+            if action.status not in ("confirmed", "unknown"):
+                # Only a confirmation recorded by the user's own request lets this run.
+                raise ApplicationError(
+                    f"action {action.id} is {action.status}, not confirmed",
+                    type="not_confirmed",
+                    non_retryable=True,
+                )
+            await chat.set_turn_state(db, turn_id=inp.turn_id, state=TurnState.executing_action)
+            label = TOOLS["send_email"].label
+            if activity.info().attempt == 1:
+                await self._tool_event(db, inp.turn_id, action.id, "send_email", "start", label)
+            args = dict(action.args)
+            tenant = action.tenant_id
+
+        key = f"parley-{action.id}"  # one action, one email, however often this runs
+        outcome: dict[str, Any]
+        try:
+            async with heartbeating():
+                message_id = await self._northwind.send_email(
+                    idempotency_key=key,
+                    tenant=tenant,
+                    to=args["to"],
+                    subject=args["subject"],
+                    body=args["body"],
+                )
+            status, outcome = "executed", {"accepted": True, "message_id": message_id}
+        except BackendUnavailable as exc:
+            if not exc.breaker_open and activity.info().attempt < TOOL_ATTEMPTS:
+                raise ApplicationError(str(exc), type="backend_unavailable") from exc
+            # The outcome is unknown: ask the email service by key before saying anything.
+            try:
+                found = await self._northwind.email_by_key(key)
+            except BackendError:
+                found = None
+            if found is not None:
+                status, outcome = "executed", {"accepted": True, "message_id": found}
+            else:
+                status, outcome = "unknown", {"accepted": None}
+        except BackendError as exc:
+            status, outcome = "failed", {"accepted": False, "error": type(exc).__name__}
+
+        async with self._sessions() as db:
+            updated = await actions.set_action_status(
+                db,
+                action_id=action.id,
+                status=status,
+                outcome=outcome,
+                only_from=("confirmed", "unknown"),
+            )
+            await self._tool_event(
+                db,
+                inp.turn_id,
+                action.id,
+                "send_email",
+                "end",
+                TOOLS["send_email"].label,
+                status="ok" if status == "executed" else status,
+            )
+            await db.commit()
+            return ActionResult(action.id, updated.status if updated else status)
+
+    @activity.defn(name="expire_action")
+    async def expire_action(self, inp: ActionInput) -> ActionResult:
+        """The wait ran out: expire the action unless the user's answer is already stored
+        (a signal that was lost on its way counts all the same)."""
+        async with self._sessions() as db:
+            updated = await actions.set_action_status(
+                db, action_id=inp.action_id, status="expired", only_from=("pending",)
+            )
+            if updated is not None:
+                await append_event(
+                    db,
+                    turn_id=inp.turn_id,
+                    type=EventType.confirmation_resolved,
+                    data={"action": actions.action_view(updated)},
+                )
+                await db.commit()
+                return ActionResult(inp.action_id, "expired")
+            action = await db.get(Action, inp.action_id)
+            assert action is not None
+            await db.commit()
+            if action.status == "declined" and action.decline_reason == "superseded":
+                return ActionResult(inp.action_id, "superseded")
+            return ActionResult(inp.action_id, action.status)

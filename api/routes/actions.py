@@ -1,0 +1,50 @@
+"""Confirm or decline a pending action: the user's own, bound answer to one proposal."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+
+from api.deps import CurrentUser, DbSession, Temporal
+from api.routes.turns import send_signals
+from parley.contracts import ResolveActionSignal
+from store import actions, chat
+
+router = APIRouter(prefix="/v1/sessions/{session_id}/actions", tags=["confirmations"])
+
+
+async def _resolve(
+    session_id: str,
+    action_id: str,
+    decision: str,
+    db: DbSession,
+    user: CurrentUser,
+    temporal: Temporal,
+) -> JSONResponse:
+    await chat.get_session(db, owner=user, session_id=session_id)
+    action = await actions.resolve_action(
+        db, action_id=action_id, session_id=session_id, owner=user, decision=decision
+    )
+    view = actions.action_view(action)
+    await db.commit()
+    await send_signals(temporal, ((action.turn_id, ResolveActionSignal(action.id, decision)),))
+    body: dict[str, Any] = {"action": view}
+    return JSONResponse(body, status_code=202)
+
+
+@router.post("/{action_id}/confirm", status_code=202)
+async def confirm(
+    session_id: str, action_id: str, db: DbSession, user: CurrentUser, temporal: Temporal
+) -> JSONResponse:
+    """Confirm the pending action exactly as shown; it runs once, however often this is sent."""
+    return await _resolve(session_id, action_id, "confirmed", db, user, temporal)
+
+
+@router.post("/{action_id}/decline", status_code=202)
+async def decline(
+    session_id: str, action_id: str, db: DbSession, user: CurrentUser, temporal: Temporal
+) -> JSONResponse:
+    """Decline the pending action; nothing is sent."""
+    return await _resolve(session_id, action_id, "declined", db, user, temporal)

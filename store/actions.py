@@ -1,0 +1,150 @@
+"""Pending actions: proposal, confirmation, execution.
+
+A confirmation is a conditional update (`… WHERE status = 'pending'`), so two confirms that
+race execute once: exactly one of them sees its row change.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from parley.contracts import EventType
+from parley.errors import ActionChanged, ActionExpired, ActionResolved, NotFound
+from parley.ids import new_id
+from parley.tools import args_hash
+from store.events import append_event
+from store.identity import Identity
+from store.models import Action
+
+ACTION_NOT_FOUND = "action not found"
+
+
+def action_view(action: Action) -> dict[str, Any]:
+    """The contract's `Action` shape, rendered from the stored row only."""
+    return {
+        "id": action.id,
+        "tool": action.tool,
+        "summary": action.summary,
+        "recipient_masked": action.recipient_masked,
+        "args_hash": action.args_hash,
+        "status": action.status,
+        "expires_at": action.expires_at.isoformat(),
+    }
+
+
+async def create_action(
+    db: AsyncSession,
+    *,
+    action_id: str | None = None,
+    session_id: str,
+    turn_id: str,
+    tenant_id: str,
+    user_id: str,
+    tool: str,
+    args: dict[str, Any],
+    summary: str,
+    recipient_masked: str | None,
+    ttl: timedelta,
+) -> Action:
+    action = Action(
+        id=action_id or new_id("act"),
+        session_id=session_id,
+        turn_id=turn_id,
+        tenant_id=tenant_id,
+        user_id=user_id,
+        tool=tool,
+        args=args,
+        args_hash=args_hash(tool, args),
+        summary=summary,
+        recipient_masked=recipient_masked,
+        status="pending",
+        expires_at=datetime.now(UTC) + ttl,
+    )
+    db.add(action)
+    await db.flush()
+    return action
+
+
+async def pending_action(db: AsyncSession, *, session_id: str) -> Action | None:
+    return await db.scalar(
+        select(Action)
+        .where(Action.session_id == session_id, Action.status == "pending")
+        .order_by(Action.created_at.desc())
+        .limit(1)
+    )
+
+
+async def resolve_action(
+    db: AsyncSession,
+    *,
+    action_id: str,
+    session_id: str,
+    owner: Identity | None,
+    decision: str,
+    reason: str | None = None,
+) -> Action:
+    """Confirm or decline a pending action for its own user; raise the contract's conflicts.
+
+    Runs inside the caller's transaction and appends `confirmation_resolved` to the turn.
+    """
+    query = select(Action).where(Action.id == action_id, Action.session_id == session_id)
+    if owner is not None:
+        query = query.where(Action.tenant_id == owner.tenant_id, Action.user_id == owner.user_id)
+    action = await db.scalar(query.with_for_update())
+    if action is None:
+        raise NotFound(ACTION_NOT_FOUND)
+    if action.status == "expired":
+        raise ActionExpired("the confirmation window has passed", action=action_view(action))
+    if action.status != "pending":
+        raise ActionResolved(f"the action is already {action.status}", action=action_view(action))
+    if action.expires_at <= datetime.now(UTC):
+        action.status = "expired"
+        action.resolved_at = datetime.now(UTC)
+        await db.flush()
+        view = action_view(action)
+        await db.commit()
+        raise ActionExpired("the confirmation window has passed", action=view)
+    if decision == "confirmed" and args_hash(action.tool, action.args) != action.args_hash:
+        raise ActionChanged("the action changed after it was shown; nothing was sent")
+    changed = await db.execute(
+        update(Action)
+        .where(Action.id == action_id, Action.status == "pending")
+        .values(status=decision, decline_reason=reason, resolved_at=datetime.now(UTC))
+    )
+    if changed.rowcount != 1:  # type: ignore[attr-defined]
+        raise ActionResolved("the action is already resolved")
+    await db.refresh(action)
+    await append_event(
+        db,
+        turn_id=action.turn_id,
+        type=EventType.confirmation_resolved,
+        data={"action": action_view(action)},
+    )
+    return action
+
+
+async def set_action_status(
+    db: AsyncSession,
+    *,
+    action_id: str,
+    status: str,
+    outcome: dict[str, Any] | None = None,
+    only_from: tuple[str, ...] | None = None,
+) -> Action | None:
+    """Move an action on (executed, unknown, failed, expired); None if it was not in `only_from`."""
+    query = update(Action).where(Action.id == action_id)
+    if only_from:
+        query = query.where(Action.status.in_(only_from))
+    values: dict[str, Any] = {"status": status}
+    if outcome is not None:
+        values["outcome"] = outcome
+    if status == "expired":
+        values["resolved_at"] = datetime.now(UTC)
+    result = await db.execute(query.values(**values).returning(Action.id))
+    if result.scalar() is None:
+        return None
+    return await db.get(Action, action_id, populate_existing=True)
