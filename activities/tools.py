@@ -175,7 +175,7 @@ class ToolActivities:
             else:
                 try:
                     async with heartbeating():
-                        result = _limited(await self._run(turn, call, parsed))
+                        result = _limited(await self._run(turn, call, parsed, inp))
                 except BackendNotFound:
                     result = ToolError(
                         "not_found", "no such order on this customer's account"
@@ -233,7 +233,9 @@ class ToolActivities:
         await append_event(db, turn_id=turn_id, type=EventType.tool, data=data)
         await db.commit()
 
-    async def _run(self, turn: Turn, call: ToolCall, args: BaseModel) -> dict[str, Any]:
+    async def _run(
+        self, turn: Turn, call: ToolCall, args: BaseModel, inp: ExecuteToolInput
+    ) -> dict[str, Any]:
         nw, tenant, customer = self._northwind, turn.tenant_id, turn.user_id
         name = call.name
         if name == "list_open_orders":
@@ -254,13 +256,13 @@ class ToolActivities:
             ).model_dump()
         if name == "propose_email":
             assert isinstance(args, ProposeEmailArgs)
-            return await self._propose_email(turn, call, args)
+            return await self._propose_email(turn, call, args, inp.confirmation_timeout_s)
         if name == "handoff_to_human":
             return await self._handoff(turn, str(getattr(args, "reason", "")))
         raise AssertionError(f"no executor for {name}")  # the registry and this list agree
 
     async def _propose_email(
-        self, turn: Turn, call: ToolCall, args: ProposeEmailArgs
+        self, turn: Turn, call: ToolCall, args: ProposeEmailArgs, ttl_s: float
     ) -> dict[str, Any]:
         nw = self._northwind
         order = OrderView.model_validate(
@@ -297,7 +299,7 @@ class ToolActivities:
                 },
                 summary=f"Email “{subject}” to {mask_email(recipient)}",
                 recipient_masked=mask_email(recipient),
-                ttl=timedelta(seconds=self._settings.confirmation_timeout_s),
+                ttl=timedelta(seconds=ttl_s),
             )
             await db.commit()
         return {

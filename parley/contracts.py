@@ -132,6 +132,8 @@ class ExecuteToolInput:
     # Set by the workflow when it refuses a call (repeated, over budget, not callable by the
     # model): the refusal is recorded as the call's result and nothing runs.
     refuse: str | None = None
+    # How long a proposal made by this call waits for confirmation (the workflow's wait).
+    confirmation_timeout_s: float = DEFAULT_CONFIRMATION_TIMEOUT_S
 
 
 @dataclass

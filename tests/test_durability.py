@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import subprocess
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -19,12 +18,12 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from parley.config import Settings
-from parley.sse import TERMINAL, Event, iter_events
 from store import chat
 from store.identity import Identity
 from store.models import Message, ModelCall
 from tests.client import ParleyClient, streamed_text
-from tests.conftest import serve_api, service_env, spawn
+from tests.conftest import serve_api
+from tests.processes import Workers, read_until
 
 PRIYA = Identity(tenant_id="northwind", user_id="cust_2291", roles=())
 
@@ -35,23 +34,6 @@ def crash_settings(settings: Settings) -> Settings:
     return settings.model_copy(
         update={"task_queue": f"crash-{uuid.uuid4().hex[:8]}", "demo_token_delay_ms": 60}
     )
-
-
-class Workers:
-    def __init__(self, settings: Settings) -> None:
-        self.env = service_env(settings, PARLEY_OUTBOX_GRACE_S="1", PARLEY_OUTBOX_POLL_S="1")
-        self.processes: list[subprocess.Popen[bytes]] = []
-
-    def start(self) -> subprocess.Popen[bytes]:
-        process = spawn(["worker.py"], self.env)
-        self.processes.append(process)
-        return process
-
-    def stop_all(self) -> None:
-        for process in self.processes:
-            if process.poll() is None:
-                process.kill()
-            process.wait(10)
 
 
 @pytest.fixture
@@ -65,18 +47,6 @@ def workers(crash_settings: Settings) -> Iterator[Workers]:
 async def crash_api(crash_settings: Settings, sessions: object) -> AsyncIterator[str]:
     async with serve_api(crash_settings) as url:
         yield url
-
-
-async def read_until(client: ParleyClient, url: str, *, after: int, stop: str) -> list[Event]:
-    """Read events after `after` until one of type `stop` (or a terminal event) arrives."""
-    received: list[Event] = []
-    headers = {"Last-Event-ID": str(after)}
-    async with client.http.stream("GET", url, headers=headers, timeout=90) as response:
-        async for event in iter_events(response):
-            received.append(event)
-            if event.type == stop or event.type in TERMINAL:
-                break
-    return received
 
 
 async def test_worker_killed_mid_stream_resumes_with_reset_and_stores_one_answer(

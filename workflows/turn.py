@@ -214,7 +214,9 @@ class TurnWorkflow:
             if refuse is None and key in seen:
                 refuse = "an identical call already ran in this turn; use its result"
             seen.add(key)
-            jobs.append(ExecuteToolInput(inp.turn_id, call.call_id, refuse))
+            jobs.append(
+                ExecuteToolInput(inp.turn_id, call.call_id, refuse, inp.confirmation_timeout_s)
+            )
         parallel = [
             j
             for j, c in zip(jobs, calls, strict=True)
