@@ -4,8 +4,9 @@ Every file in tests/histories/ is the history of a real turn. A change to the wo
 would break a turn already running in production fails here; such a change needs
 `workflow.patched()` (or a new workflow type), not an edit to the recording.
 
-To record the current code's history next to the old ones:
-    PARLEY_RECORD_HISTORY=turn_vN make test   (then commit tests/histories/turn_vN.json)
+To record the current code's histories next to the old ones:
+    PARLEY_RECORD_HISTORY=turn_vN make test
+then commit tests/histories/turn_vN_*.json (a tool turn and a confirmation turn).
 """
 
 from __future__ import annotations
@@ -43,15 +44,36 @@ def test_there_is_at_least_one_committed_history() -> None:
     assert list(HISTORIES.glob("*.json")), "record one with PARLEY_RECORD_HISTORY"
 
 
-async def test_a_fresh_turn_replays_and_can_be_recorded(
+async def _replay_and_maybe_record(client: Client, turn_id: str, suffix: str) -> None:
+    handle = client.get_workflow_handle(workflow_id_for_turn(turn_id))
+    history = await handle.fetch_history()
+    await Replayer(workflows=[TurnWorkflow]).replay_workflow(history)
+    name = os.environ.get("PARLEY_RECORD_HISTORY")
+    if name:
+        (HISTORIES / f"{name}{suffix}.json").write_text(_scrub(history.to_json()))
+
+
+async def test_a_fresh_tool_turn_replays_and_can_be_recorded(
     priya: ParleyClient, temporal_client: Client
 ) -> None:
     session_id = await priya.new_session()
     turn_id, events = await priya.turn(session_id, "Where is my order?")
     assert events[-1].type == "done"
-    handle = temporal_client.get_workflow_handle(workflow_id_for_turn(turn_id))
-    history = await handle.fetch_history()
-    await Replayer(workflows=[TurnWorkflow]).replay_workflow(history)
-    name = os.environ.get("PARLEY_RECORD_HISTORY")
-    if name:
-        (HISTORIES / f"{name}.json").write_text(_scrub(history.to_json()))
+    assert any(e.type == "tool" for e in events)
+    await _replay_and_maybe_record(temporal_client, turn_id, "_tools")
+
+
+async def test_a_fresh_confirmation_turn_replays_and_can_be_recorded(
+    priya: ParleyClient, temporal_client: Client
+) -> None:
+    session_id = await priya.new_session()
+    await priya.turn(session_id, "Where is my order?")
+    posted = await priya.post(session_id, "Can you email me?")
+    turn_id = posted.json()["turn_id"]
+    events = await priya.events(session_id, turn_id)
+    action = events[-1].data["action"]
+    confirm = await priya.http.post(f"/v1/sessions/{session_id}/actions/{action['id']}/confirm")
+    assert confirm.status_code == 202
+    rest = await priya.events(session_id, turn_id, last_event_id=events[-1].id)
+    assert rest[-1].type == "done"
+    await _replay_and_maybe_record(temporal_client, turn_id, "_confirm")
