@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
 import pytest
 import pytest_asyncio
 from playwright.async_api import Browser, Page, async_playwright, expect
@@ -263,4 +264,35 @@ async def test_a_bad_token_shows_401_and_no_sessions(tab: Tab, tokens: dict[str,
     await expect(status).to_have_class("error")
     await expect(status).to_contain_text("401")
     await expect(sessions).to_have_count(0)
+    tab.assert_no_script_errors()
+
+
+async def test_a_user_confirms_an_email_from_the_card_and_it_is_sent_once(
+    tab: Tab, tokens: dict[str, str], northwind: httpx.AsyncClient
+) -> None:
+    page = tab.page
+    before = len((await northwind.get("/emails")).json()["emails"])
+    assert await use_token(page, tokens["priya"]) == 200
+    await new_session(page)
+    await send_and_wait(page, FIRST, user_seq=1, reply_has="8472")
+
+    await page.locator("#input").fill("Can you email me?")
+    await page.locator("#send").click()
+    card = page.locator("#confirm-card")
+    await expect(card).to_be_visible()
+    await expect(card).to_contain_text("p***@example.com")
+    await expect(card).to_contain_text("8472")
+    # The proposal's own words are shown, and nothing has been sent yet.
+    await expect(page.locator("#transcript .msg-assistant").last).to_contain_text(
+        "Nothing is sent until you confirm"
+    )
+    assert len((await northwind.get("/emails")).json()["emails"]) == before
+
+    await page.locator("#confirm-btn").click()
+    answer = page.locator("#transcript .msg-assistant").last
+    await expect(answer).to_contain_text("Sent")
+    await expect(answer).to_have_attribute("data-status", "complete")
+    await expect(page.locator("#send")).to_be_enabled()
+    sent = (await northwind.get("/emails")).json()["emails"][before:]
+    assert [e["to"] for e in sent] == ["priya@example.com"]
     tab.assert_no_script_errors()
