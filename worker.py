@@ -65,11 +65,16 @@ def build_worker(
             turn.request_confirmation,
             turn.finalize_turn,
             turn.fail_turn,
+            turn.cancel_turn,
             tools.execute_tool,
             tools.send_email,
             tools.expire_action,
         ],
         graceful_shutdown_timeout=timedelta(seconds=10),
+        # Heartbeats reach the server (and cancellations reach activities) within a second,
+        # so a cancelled turn stops its model stream that fast.
+        max_heartbeat_throttle_interval=timedelta(seconds=1),
+        default_heartbeat_throttle_interval=timedelta(seconds=1),
     )
 
 

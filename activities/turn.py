@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from sqlalchemy import select
@@ -74,9 +74,19 @@ class TurnActivities:
                 if clarification is not None:
                     return clarification
             state = await self._state(db, turn)
+            hidden = [turn.retry_of] if turn.retry_of else []
             rows = await db.scalars(
                 select(Message)
-                .where(Message.session_id == turn.session_id)
+                .where(
+                    Message.session_id == turn.session_id,
+                    Message.replaced_by.is_(None),
+                    # A retry does not show the model the answer it is replacing.
+                    ~(
+                        Message.turn_id.in_(hidden)
+                        & (Message.role == "assistant")
+                        & Message.tool_calls.is_(None)
+                    ),
+                )
                 .order_by(Message.seq.desc())
                 .limit(self._settings.context_window_messages)
             )
@@ -233,27 +243,36 @@ class TurnActivities:
         parts: list[str] = []
         tool_calls: list[ToolCallRequest] = []
         finish = Finish("stop")
-        async with heartbeating():
-            frames = _coalesce(self._provider.stream(request), self._settings.frame_seconds)
-            async for item in frames:
-                if isinstance(item, Finish):
-                    finish = item
-                    continue
-                if isinstance(item, ToolCallRequest):
-                    tool_calls.append(item)
-                    continue
-                if first_token_at is None:
-                    first_token_at = time.monotonic()
-                parts.append(item)
-                async with self._sessions() as db:
-                    await append_event(
-                        db,
-                        turn_id=inp.turn_id,
-                        type=EventType.delta,
-                        data={"message_id": message_id, "text": item},
-                    )
-                    await db.commit()
-                activity.heartbeat()
+        upstream = self._provider.stream(request)
+        frames = _coalesce(upstream, self._settings.frame_seconds)
+        try:
+            async with heartbeating():
+                async for item in frames:
+                    if isinstance(item, Finish):
+                        finish = item
+                        continue
+                    if isinstance(item, ToolCallRequest):
+                        tool_calls.append(item)
+                        continue
+                    if first_token_at is None:
+                        first_token_at = time.monotonic()
+                    parts.append(item)
+                    async with self._sessions() as db:
+                        await append_event(
+                            db,
+                            turn_id=inp.turn_id,
+                            type=EventType.delta,
+                            data={"message_id": message_id, "text": item},
+                        )
+                        await db.commit()
+                    activity.heartbeat()
+        finally:
+            # Closing the generators stops the upstream generation at once (a cancelled
+            # turn pays for no more tokens); what streamed stays in the event log.
+            await frames.aclose()
+            close = getattr(upstream, "aclose", None)
+            if close is not None:
+                await close()
 
         text = "".join(parts)
         requested = [
@@ -321,7 +340,13 @@ class TurnActivities:
                     text=call.response_text or "",
                     outcome=inp.outcome,
                 )
-            return message.id
+            return message.id if message is not None else ""
+
+    @activity.defn(name="cancel_turn")
+    async def cancel_turn(self, inp: FailTurnInput) -> None:
+        """End a cancelled turn: keep what streamed as a `cancelled` message."""
+        async with self._sessions() as db:
+            await chat.end_unfinished_turn(db, turn_id=inp.turn_id, state=TurnState.cancelled)
 
     @activity.defn(name="fail_turn")
     async def fail_turn(self, inp: FailTurnInput) -> None:
@@ -385,7 +410,7 @@ async def _reset_partial_stream(db: AsyncSession, *, turn_id: str, message_id: s
 
 async def _coalesce(
     stream: AsyncIterator[TextDelta | ToolCallRequest | Finish], frame_s: float
-) -> AsyncIterator[str | ToolCallRequest | Finish]:
+) -> AsyncGenerator[str | ToolCallRequest | Finish, None]:
     """Join text deltas into frames of at least `frame_s`; the first token goes out at once.
     Tool calls and the finish pass through after any buffered text."""
     buffer: list[str] = []

@@ -12,7 +12,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
-from api.streaming import EventHub
+from api.streaming import EventHub, StreamRegistry
 from parley.config import Settings
 from parley.errors import Unauthenticated
 from store.identity import Identity, identity_for_token
@@ -60,6 +60,10 @@ def get_hub(request: Request) -> EventHub:
     return request.app.state.hub
 
 
+def get_streams(request: Request) -> StreamRegistry:
+    return request.app.state.streams
+
+
 _bearer = HTTPBearer(auto_error=False)
 
 
@@ -81,3 +85,4 @@ Sessions = Annotated[async_sessionmaker[AsyncSession], Depends(get_sessions)]
 CurrentUser = Annotated[Identity, Depends(current_identity)]
 Temporal = Annotated[TemporalConnector, Depends(get_temporal)]
 Hub = Annotated[EventHub, Depends(get_hub)]
+Streams = Annotated[StreamRegistry, Depends(get_streams)]

@@ -18,6 +18,7 @@ STATUS_FOR: dict[type[errors.ParleyError], int] = {
     errors.IdempotencyKeyReused: 422,
     errors.InvalidRequest: 422,
     errors.AgentPaused: 403,
+    errors.RateLimited: 429,
 }
 
 
@@ -34,7 +35,11 @@ def _status(exc: errors.ParleyError) -> int:
 
 async def _domain_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, errors.ParleyError)
-    headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, errors.Unauthenticated) else None
+    headers: dict[str, str] | None = None
+    if isinstance(exc, errors.Unauthenticated):
+        headers = {"WWW-Authenticate": "Bearer"}
+    if isinstance(exc, errors.RateLimited):
+        headers = {"Retry-After": str(exc.retry_after_s)}
     return JSONResponse(
         error_body(exc.code, exc.message, **exc.extra), status_code=_status(exc), headers=headers
     )

@@ -10,8 +10,9 @@ from fastapi import FastAPI
 from api import errors
 from api.deps import TemporalConnector
 from api.routes import actions, ops, sessions, turns
-from api.streaming import EventHub
+from api.streaming import EventHub, StreamRegistry
 from parley.config import Settings, get_settings
+from parley.outbox import cancel_turn_workflow
 from store.db import create_engine, libpq_url, session_factory
 
 
@@ -28,10 +29,23 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.sessions = session_factory(engine)
         app.state.temporal = TemporalConnector(settings)
         app.state.hub = EventHub(libpq_url(settings.database_url))
+        temporal = app.state.temporal
+        sessions = app.state.sessions
+
+        async def cancel_abandoned(turn_id: str) -> None:
+            await cancel_turn_workflow(await temporal.get(), sessions, turn_id=turn_id)
+
+        app.state.streams = StreamRegistry(
+            sessions=sessions,
+            cancel_turn=cancel_abandoned,
+            max_per_user=settings.max_streams_per_user,
+            grace_s=settings.stream_grace_s,
+        )
         await app.state.hub.start()
         try:
             yield
         finally:
+            await app.state.streams.close()
             await app.state.hub.stop()
             await engine.dispose()
 

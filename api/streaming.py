@@ -12,8 +12,10 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections import defaultdict
-from collections.abc import AsyncIterator, Iterator
+from collections import Counter, defaultdict
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
+from datetime import timedelta
+from typing import Any
 
 import psycopg
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -21,6 +23,8 @@ from sse_starlette import ServerSentEvent
 
 from api.metrics import EVENTS_SENT
 from parley.contracts import TERMINAL_EVENTS, EventType
+from parley.errors import RateLimited
+from store import chat
 from store.events import NOTIFY_CHANNEL, read_events
 
 log = logging.getLogger(__name__)
@@ -108,3 +112,71 @@ async def turn_event_stream(
             if not events:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(doorbell.wait(), timeout=POLL_INTERVAL_S)
+
+
+class StreamRegistry:
+    """This process's open streams: the per-user limit, viewer counts in the store, and the
+    cancellation of turns nobody came back to watch.
+
+    Release never awaits: a stream ends inside a cancelled task when its client hangs up, so
+    the bookkeeping runs in a task of its own.
+    """
+
+    def __init__(
+        self,
+        *,
+        sessions: async_sessionmaker[AsyncSession],
+        cancel_turn: Callable[[str], Awaitable[None]],
+        max_per_user: int,
+        grace_s: float,
+    ) -> None:
+        self._sessions = sessions
+        self._cancel_turn = cancel_turn
+        self._max_per_user = max_per_user
+        self._grace = timedelta(seconds=grace_s)
+        self._open: Counter[tuple[str, str]] = Counter()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def reserve(self, owner: tuple[str, str]) -> None:
+        if self._open[owner] >= self._max_per_user:
+            raise RateLimited(
+                f"at most {self._max_per_user} open event streams per user", retry_after_s=1
+            )
+        self._open[owner] += 1
+
+    async def attach(self, turn_id: str) -> None:
+        async with self._sessions() as db:
+            await chat.attach_viewer(db, turn_id=turn_id)
+
+    def release(self, owner: tuple[str, str], turn_id: str | None, *, hung_up: bool) -> None:
+        self._open[owner] -= 1
+        if self._open[owner] <= 0:
+            del self._open[owner]
+        if turn_id is not None:
+            self._spawn(self._detach(turn_id, watch=hung_up))
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _detach(self, turn_id: str, *, watch: bool) -> None:
+        try:
+            async with self._sessions() as db:
+                await chat.detach_viewer(db, turn_id=turn_id)
+            if not watch:
+                return
+            await asyncio.sleep(self._grace.total_seconds())
+            async with self._sessions() as db:
+                if await chat.abandoned(db, turn_id=turn_id, grace=self._grace):
+                    log.info("nobody reattached to turn %s; cancelling it", turn_id)
+                    await self._cancel_turn(turn_id)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.warning("stream bookkeeping for turn %s failed", turn_id, exc_info=True)
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)

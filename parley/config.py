@@ -43,6 +43,15 @@ class Settings(BaseSettings):
     # Streaming: deltas are coalesced into frames of this many milliseconds.
     stream_frame_ms: int = 40
     stream_keepalive_s: float = 15.0
+    # A client that disconnects does not cancel at once: the turn runs on this long so that
+    # a reconnect can resume; if nobody reattaches, it is cancelled.
+    stream_grace_s: float = 30.0
+    # The reconnect delay suggested to EventSource clients (`retry:` at stream start).
+    stream_retry_ms: int = 1000
+    # A consumer whose socket accepts nothing for this long is dropped (it resumes from the
+    # log when it reconnects); it never slows the turn or other streams.
+    stream_send_timeout_s: float = 10.0
+    max_streams_per_user: int = 8
 
     # Context building.
     system_prompt: str = (

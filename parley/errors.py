@@ -7,12 +7,14 @@
     │   ├── StaleView             client's expected_last_seq is behind the session
     │   ├── TurnInProgress        the session already has an active turn
     │   ├── TurnFinished          the turn has already reached a terminal state
+    │   ├── TurnNotRetryable      the turn's answer is not incomplete or cancelled
     │   ├── ActionResolved        the action was already confirmed or declined
     │   ├── ActionExpired         the confirmation window has passed
     │   └── ActionChanged         the stored arguments no longer match what was shown
     ├── IdempotencyKeyReused      same client_message_id, different text
     ├── InvalidRequest            a field breaks the contract (names the field)
-    └── AgentPaused               the tenant's assistant is switched off
+    ├── AgentPaused               the tenant's assistant is switched off
+    └── RateLimited               too many of something at once (carries retry_after_s)
 
 HTTP status codes are assigned to these in one place, `api/errors.py`.
 """
@@ -67,6 +69,10 @@ class ActionChanged(Conflict):
     code = "action_changed"
 
 
+class TurnNotRetryable(Conflict):
+    code = "turn_not_retryable"
+
+
 class IdempotencyKeyReused(ParleyError):
     code = "idempotency_key_reused"
 
@@ -77,3 +83,11 @@ class InvalidRequest(ParleyError):
 
 class AgentPaused(ParleyError):
     code = "agent_paused"
+
+
+class RateLimited(ParleyError):
+    code = "rate_limited"
+
+    def __init__(self, message: str, *, retry_after_s: int = 1, **extra: Any) -> None:
+        super().__init__(message, **extra)
+        self.retry_after_s = retry_after_s

@@ -22,6 +22,7 @@ from temporalio.common import (
     WorkflowIDReusePolicy,
 )
 from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
 
 from parley.contracts import (
     DEFAULT_CONFIRMATION_TIMEOUT_S,
@@ -150,3 +151,23 @@ async def signal_turn(client: Client, *, turn_id: str, signal: ResolveActionSign
     signal only delays the turn: when its wait times out it reads the stored answer."""
     handle = client.get_workflow_handle(workflow_id_for_turn(turn_id))
     await handle.signal(RESOLVE_ACTION_SIGNAL, signal)
+
+
+async def cancel_turn_workflow(
+    client: Client, sessions: async_sessionmaker[AsyncSession], *, turn_id: str
+) -> None:
+    """Ask the turn's workflow to cancel; it stops the model stream and stores what streamed.
+
+    A turn whose workflow never started (the outbox had not got to it) is ended here, and
+    marked started so the outbox leaves it alone.
+    """
+    handle = client.get_workflow_handle(workflow_id_for_turn(turn_id))
+    try:
+        await handle.cancel()
+    except RPCError as exc:
+        if exc.status != RPCStatusCode.NOT_FOUND:
+            raise
+        async with sessions() as db:
+            await chat.end_unfinished_turn(db, turn_id=turn_id, state=TurnState.cancelled)
+        async with sessions() as db:
+            await chat.mark_workflow_started(db, turn_id=turn_id)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import case, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.consent import typed_decision
@@ -29,12 +29,13 @@ from parley.errors import (
     NotFound,
     StaleView,
     TurnInProgress,
+    TurnNotRetryable,
 )
 from parley.ids import new_id
 from store import actions
 from store.events import append_event, append_events
 from store.identity import Identity
-from store.models import Action, ChatSession, Message, Tenant, ToolCall, Turn
+from store.models import Action, ChatSession, Message, Tenant, ToolCall, Turn, TurnEvent
 
 SESSION_NOT_FOUND = "session not found"
 TURN_NOT_FOUND = "turn not found"
@@ -103,7 +104,11 @@ async def list_messages(
     await get_session(db, owner=owner, session_id=session_id)
     rows = await db.scalars(
         select(Message)
-        .where(Message.session_id == session_id, Message.seq > after_seq)
+        .where(
+            Message.session_id == session_id,
+            Message.seq > after_seq,
+            Message.replaced_by.is_(None),
+        )
         .order_by(Message.seq)
         .limit(limit)
     )
@@ -431,7 +436,7 @@ async def complete_turn(
     model_call_id: str,
     text: str,
     outcome: str = "completed",
-) -> Message:
+) -> Message | None:
     """Store the final assistant message, end the stream with `done`, release the session.
 
     `outcome` "expired" ends in state expired; "superseded" stores nothing new (the user
@@ -440,6 +445,11 @@ async def complete_turn(
     turn = await db.get(Turn, turn_id, with_for_update=True)
     if turn is None:
         raise LookupError(turn_id)
+    if turn.state in (TurnState.cancelled, TurnState.failed):
+        # Ended by a cancel that raced the answer; the answer must not reappear.
+        existing = await db.get(Message, turn.assistant_message_id or "")
+        await db.commit()
+        return existing
     if outcome == "superseded":
         assert turn.assistant_message_id is not None
         message = await db.get(Message, turn.assistant_message_id)
@@ -462,6 +472,7 @@ async def complete_turn(
     final_state = TurnState.expired if outcome == "expired" else TurnState.completed
     turn.state = final_state
     turn.assistant_message_id = message.id
+    await replace_retried_answer(db, turn=turn, message_id=message.id)
     await append_events(
         db,
         turn_id=turn_id,
@@ -474,28 +485,168 @@ async def complete_turn(
     return message
 
 
-async def fail_turn(
-    db: AsyncSession, *, turn_id: str, code: str, message: str, retryable: bool
-) -> None:
-    """Mark the turn failed, end its stream with `error`, release the session."""
+async def streamed_so_far(db: AsyncSession, *, turn_id: str) -> tuple[str | None, str]:
+    """The message the user last saw streaming in this turn and its text, exactly as a client
+    applying deltas and resets in order shows it. The event log is the record of that."""
+    rows = await db.execute(
+        select(TurnEvent.type, TurnEvent.data)
+        .where(TurnEvent.turn_id == turn_id, TurnEvent.type.in_(["delta", "reset"]))
+        .order_by(TurnEvent.id)
+    )
+    message_id: str | None = None
+    text = ""
+    for type_, data in rows:
+        if type_ == EventType.delta:
+            if data["message_id"] != message_id:
+                message_id, text = data["message_id"], ""
+            text += data["text"]
+        elif data["message_id"] == message_id:
+            text = ""
+    return message_id, text
+
+
+async def end_unfinished_turn(
+    db: AsyncSession,
+    *,
+    turn_id: str,
+    state: TurnState,
+    error: dict[str, Any] | None = None,
+) -> Message | None:
+    """End a turn that did not finish: `cancelled` (by the user or abandoned) or `failed`.
+
+    What had streamed is kept, marked `cancelled` or `incomplete`, so a retry can replace it.
+    A cancelled turn always ends with a message (the `cancelled` event carries one); a failed
+    turn that showed nothing ends with the `error` event alone. Idempotent.
+    """
     turn = await db.get(Turn, turn_id, with_for_update=True)
     if turn is None:
         raise LookupError(turn_id)
     if turn.state in TERMINAL_TURN_STATES:
         await db.commit()
-        return
+        return None
+    message_id, text = await streamed_so_far(db, turn_id=turn_id)
+    status = MessageStatus.cancelled if state == TurnState.cancelled else MessageStatus.incomplete
+    message: Message | None = None
+    if text or state == TurnState.cancelled:
+        candidate = message_id or f"msg_{turn_id.removeprefix('trn_')}x"
+        if await db.get(Message, candidate) is not None:
+            candidate += "x"  # that id already holds a stored step (a tool-calling message)
+        message = await _append_message(
+            db, turn=turn, message_id=candidate, role="assistant", text=text
+        )
+        message.status = status
+        turn.assistant_message_id = message.id
+    pending = await db.scalar(
+        select(Action).where(Action.turn_id == turn_id, Action.status == "pending")
+    )
+    if pending is not None:
+        pending.status, pending.decline_reason = "declined", state.value
+        pending.resolved_at = datetime.now(UTC)
     session = await db.get(ChatSession, turn.session_id, with_for_update=True)
     assert session is not None
     if session.active_turn_id == turn_id:
         session.active_turn_id = None
-    turn.state = TurnState.failed
-    turn.error = {"code": code, "message": message, "retryable": retryable}
-    await append_events(
+    turn.state = state
+    turn.error = error
+    await db.flush()
+    events: list[tuple[str, dict[str, Any]]] = [(EventType.state, {"state": state})]
+    if state == TurnState.cancelled:
+        assert message is not None
+        events.append((EventType.cancelled, {"message": message_payload(message)}))
+    else:
+        events.append((EventType.error, dict(error or {})))
+    await append_events(db, turn_id=turn_id, events=events)
+    await db.commit()
+    return message
+
+
+async def fail_turn(
+    db: AsyncSession, *, turn_id: str, code: str, message: str, retryable: bool
+) -> None:
+    """Mark the turn failed, keep what streamed as `incomplete`, end with `error`."""
+    await end_unfinished_turn(
         db,
         turn_id=turn_id,
-        events=[
-            (EventType.state, {"state": TurnState.failed}),
-            (EventType.error, {"code": code, "message": message, "retryable": retryable}),
-        ],
+        state=TurnState.failed,
+        error={"code": code, "message": message, "retryable": retryable},
+    )
+
+
+async def retry_turn(db: AsyncSession, *, owner: Identity, session_id: str, turn_id: str) -> Turn:
+    """Start a new turn for the same user message; its answer will replace the failed one."""
+    session = await get_session(db, owner=owner, session_id=session_id, for_update=True)
+    old = await get_turn(db, owner=owner, session_id=session_id, turn_id=turn_id)
+    answer = await db.get(Message, old.assistant_message_id) if old.assistant_message_id else None
+    retryable = old.state in (TurnState.failed, TurnState.cancelled) and (
+        answer is None or answer.status in (MessageStatus.incomplete, MessageStatus.cancelled)
+    )
+    if not retryable or (answer is not None and answer.replaced_by is not None):
+        state = old.state
+        await db.rollback()
+        raise TurnNotRetryable("only a failed or cancelled answer can be retried", state=state)
+    if session.active_turn_id is not None:
+        active = session.active_turn_id
+        await db.rollback()
+        raise TurnInProgress("a turn is still running in this session", active_turn_id=active)
+    turn = Turn(
+        id=new_id("trn"),
+        session_id=session_id,
+        tenant_id=owner.tenant_id,
+        user_id=owner.user_id,
+        user_message_id=old.user_message_id,
+        user_seq=old.user_seq,
+        state=TurnState.received,
+        retry_of=old.id,
+    )
+    db.add(turn)
+    session.active_turn_id = turn.id
+    await db.flush()
+    await append_event(db, turn_id=turn.id, type=EventType.state, data={"state": turn.state})
+    await db.commit()
+    await db.refresh(turn)
+    return turn
+
+
+async def replace_retried_answer(db: AsyncSession, *, turn: Turn, message_id: str) -> None:
+    """Within complete_turn: the retried turn's unfinished answer gives way to the new one."""
+    if turn.retry_of is None:
+        return
+    old = await db.get(Turn, turn.retry_of)
+    if old is not None and old.assistant_message_id is not None:
+        previous = await db.get(Message, old.assistant_message_id)
+        if previous is not None and previous.replaced_by is None:
+            previous.replaced_by = message_id
+
+
+# --- who is watching (for cancelling abandoned turns) ---------------------------------------
+
+
+async def attach_viewer(db: AsyncSession, *, turn_id: str) -> None:
+    await db.execute(
+        update(Turn).where(Turn.id == turn_id).values(viewers=Turn.viewers + 1, detached_at=None)
     )
     await db.commit()
+
+
+async def detach_viewer(db: AsyncSession, *, turn_id: str) -> None:
+    await db.execute(
+        update(Turn)
+        .where(Turn.id == turn_id)
+        .values(
+            viewers=func.greatest(Turn.viewers - 1, 0),
+            detached_at=case((Turn.viewers <= 1, func.now()), else_=None),
+        )
+    )
+    await db.commit()
+
+
+async def abandoned(db: AsyncSession, *, turn_id: str, grace: timedelta) -> bool:
+    """Nobody has watched this running turn for `grace`. A turn resting for a confirmation is
+    not running, so it is never abandoned."""
+    turn = await db.get(Turn, turn_id, populate_existing=True)
+    await db.commit()
+    if turn is None or turn.viewers > 0 or turn.detached_at is None:
+        return False
+    if turn.state in TERMINAL_TURN_STATES or turn.state == TurnState.awaiting_confirmation:
+        return False
+    return turn.detached_at <= datetime.now(UTC) - grace + timedelta(milliseconds=50)

@@ -104,6 +104,8 @@ class Message(Base):
     client_message_id: Mapped[str | None] = mapped_column(String(64))
     tool_calls: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONB)
     tool_call_id: Mapped[str | None] = mapped_column(String(64))
+    # An incomplete or cancelled answer that a retry replaced; hidden from lists and prompts.
+    replaced_by: Mapped[str | None] = mapped_column(String(40))
     created_at: Mapped[datetime] = _now_column()
 
 
@@ -133,6 +135,12 @@ class Turn(Base):
     error: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     # What the reference resolver decided for this turn's message (kind, order, assumption).
     resolution: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    # The turn this one retries (same user message; its answer replaces the failed one).
+    retry_of: Mapped[str | None] = mapped_column(String(40))
+    # Open event streams across all API processes, and when the last one closed: a turn
+    # nobody watches is cancelled after a grace period.
+    viewers: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    detached_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[datetime] = _now_column()
     updated_at: Mapped[datetime] = _now_column()
 
@@ -248,3 +256,22 @@ class Handoff(Base):
     reason: Mapped[str] = mapped_column(Text)
     status: Mapped[str] = mapped_column(String(16), default="queued")
     created_at: Mapped[datetime] = _now_column()
+
+
+class TraceSpan(Base):
+    """The trace ledger: one row per step of a turn (activity), with its timing.
+
+    Operators read it to see where a turn spent its time; tests read it to check that steps
+    that should overlap (input screen and context building) did.
+    """
+
+    __tablename__ = "trace_spans"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    turn_id: Mapped[str] = mapped_column(ForeignKey("turns.id"), index=True)
+    name: Mapped[str] = mapped_column(String(64))
+    attempt: Mapped[int] = mapped_column(Integer, default=1)
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    ended_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    outcome: Mapped[str] = mapped_column(String(32))
+    attrs: Mapped[dict[str, Any] | None] = mapped_column(JSONB)

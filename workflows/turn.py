@@ -22,7 +22,8 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     from activities.tools import ToolActivities
@@ -109,8 +110,14 @@ class TurnWorkflow:
     async def run(self, inp: TurnInput) -> str:
         try:
             return await self._turn(inp)
+        except asyncio.CancelledError:
+            await self._end_cancelled(inp)
+            raise
         except ActivityError as err:
             cause = err.cause
+            if isinstance(cause, CancelledError):
+                await self._end_cancelled(inp)
+                raise asyncio.CancelledError() from err
             code = "model_failed"
             if isinstance(cause, ApplicationError) and cause.type:
                 code = cause.type
@@ -124,6 +131,16 @@ class TurnWorkflow:
             )
             self._enter(TurnState.failed)
             return "failed"
+
+    async def _end_cancelled(self, inp: TurnInput) -> None:
+        """Cancelled (by the user, or abandoned): keep what streamed, marked `cancelled`."""
+        await workflow.execute_activity_method(
+            TurnActivities.cancel_turn,
+            FailTurnInput(inp.turn_id, "cancelled", "the turn was cancelled", True),
+            start_to_close_timeout=STORE_TIMEOUT,
+            retry_policy=STORE_RETRY,
+        )
+        self._enter(TurnState.cancelled)
 
     async def _turn(self, inp: TurnInput) -> str:
         self._enter(TurnState.building_context)
@@ -173,6 +190,8 @@ class TurnWorkflow:
             start_to_close_timeout=timedelta(minutes=5),
             heartbeat_timeout=timedelta(seconds=5),
             retry_policy=MODEL_RETRY,
+            # On cancel, wait for the activity to stop its upstream stream before cleaning up.
+            cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
         )
 
     async def _next_model_call(self, inp: TurnInput, step: int) -> CallModelResult:

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query
 from fastapi.responses import JSONResponse
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from api.deps import (
@@ -17,16 +18,19 @@ from api.deps import (
     DbSession,
     Hub,
     Sessions,
+    Streams,
     Temporal,
     TemporalConnector,
 )
 from api.metrics import MESSAGES_POSTED, STREAMS_OPEN, TURN_START_FAILURES
 from api.schemas import PostMessageIn, events_url, message_view, turn_view
 from api.streaming import turn_event_stream
-from parley.contracts import ResolveActionSignal
-from parley.errors import InvalidRequest
-from parley.outbox import signal_turn, start_and_record
+from parley.config import Settings
+from parley.contracts import TERMINAL_TURN_STATES, ResolveActionSignal
+from parley.errors import InvalidRequest, TurnFinished
+from parley.outbox import cancel_turn_workflow, signal_turn, start_and_record
 from store import actions, chat
+from store.models import Message, Turn
 
 log = logging.getLogger(__name__)
 
@@ -62,30 +66,39 @@ async def post_message(
     turn = posted.turn
     await send_signals(temporal, posted.signals)
     if posted.new_turn or turn.workflow_started_at is None:
-        try:
-            client = await asyncio.wait_for(temporal.get(), START_TIMEOUT_S)
-            await asyncio.wait_for(
-                start_and_record(
-                    client,
-                    sessions,
-                    task_queue=settings.task_queue,
-                    turn_id=turn.id,
-                    session_id=turn.session_id,
-                    tenant_id=turn.tenant_id,
-                    confirmation_timeout_s=settings.confirmation_timeout_s,
-                ),
-                START_TIMEOUT_S,
-            )
-        except Exception:
-            # The turn is committed; the worker's outbox sweep will start it.
-            TURN_START_FAILURES.inc()
-            log.warning("could not start turn %s now; the outbox will", turn.id, exc_info=True)
+        await _start(temporal, sessions, settings, turn)
     body_out = {
         "turn_id": turn.id,
         "message": message_view(posted.message),
         "events_url": events_url(session_id, turn.id),
     }
     return JSONResponse(body_out, status_code=202 if posted.created else 200)
+
+
+async def _start(
+    temporal: TemporalConnector,
+    sessions: async_sessionmaker[AsyncSession],
+    settings: Settings,
+    turn: Turn,
+) -> None:
+    try:
+        client = await asyncio.wait_for(temporal.get(), START_TIMEOUT_S)
+        await asyncio.wait_for(
+            start_and_record(
+                client,
+                sessions,
+                task_queue=settings.task_queue,
+                turn_id=turn.id,
+                session_id=turn.session_id,
+                tenant_id=turn.tenant_id,
+                confirmation_timeout_s=settings.confirmation_timeout_s,
+            ),
+            START_TIMEOUT_S,
+        )
+    except Exception:
+        # The turn is committed; the worker's outbox sweep will start it.
+        TURN_START_FAILURES.inc()
+        log.warning("could not start turn %s now; the outbox will", turn.id, exc_info=True)
 
 
 async def send_signals(
@@ -112,6 +125,49 @@ async def get_turn(
     return turn_view(turn, pending if pending is not None and pending.turn_id == turn.id else None)
 
 
+@router.post("/turns/{turn_id}/cancel", status_code=202)
+async def cancel_turn(
+    session_id: str,
+    turn_id: str,
+    db: DbSession,
+    sessions: Sessions,
+    user: CurrentUser,
+    temporal: Temporal,
+) -> JSONResponse:
+    """Stop the turn: the model stream stops, what streamed is kept as `cancelled`."""
+    turn = await chat.get_turn(db, owner=user, session_id=session_id, turn_id=turn_id)
+    if turn.state in TERMINAL_TURN_STATES:
+        raise TurnFinished(f"the turn is already {turn.state}", state=turn.state)
+    client = await asyncio.wait_for(temporal.get(), START_TIMEOUT_S)
+    await cancel_turn_workflow(client, sessions, turn_id=turn_id)
+    await db.refresh(turn)
+    return JSONResponse({"turn": turn_view(turn)}, status_code=202)
+
+
+@router.post("/turns/{turn_id}/retry", status_code=202)
+async def retry_turn(
+    session_id: str,
+    turn_id: str,
+    db: DbSession,
+    sessions: Sessions,
+    user: CurrentUser,
+    temporal: Temporal,
+    settings: AppSettings,
+) -> JSONResponse:
+    """Answer the same message again; the new answer replaces the incomplete or cancelled one,
+    reusing the tool results already stored."""
+    turn = await chat.retry_turn(db, owner=user, session_id=session_id, turn_id=turn_id)
+    await _start(temporal, sessions, settings, turn)
+    message = await db.get(Message, turn.user_message_id)
+    assert message is not None
+    body = {
+        "turn_id": turn.id,
+        "message": message_view(message),
+        "events_url": events_url(session_id, turn.id),
+    }
+    return JSONResponse(body, status_code=202)
+
+
 @router.get("/turns/{turn_id}/events", response_class=EventSourceResponse)
 async def stream_events(
     session_id: str,
@@ -120,6 +176,7 @@ async def stream_events(
     sessions: Sessions,
     user: CurrentUser,
     hub: Hub,
+    registry: Streams,
     settings: AppSettings,
     last_event_id: Annotated[int | None, Header(ge=0)] = None,
     after: Annotated[int | None, Query(ge=0)] = None,
@@ -128,19 +185,28 @@ async def stream_events(
     await chat.get_turn(db, owner=user, session_id=session_id, turn_id=turn_id)
     await db.close()  # the stream may run for minutes; do not hold a pooled connection
     start = last_event_id if last_event_id is not None else (after or 0)
+    owner = (user.tenant_id, user.user_id)
+    registry.reserve(owner)  # 429 before the stream starts
 
     async def events() -> AsyncIterator[ServerSentEvent]:
         STREAMS_OPEN.inc()
+        attached, finished = False, False
         try:
+            await registry.attach(turn_id)
+            attached = True
+            yield ServerSentEvent(retry=settings.stream_retry_ms)
             async for event in turn_event_stream(
                 hub=hub, sessions=sessions, turn_id=turn_id, after=start
             ):
                 yield event
+            finished = True  # a terminal event, or the turn rests awaiting a confirmation
         finally:
             STREAMS_OPEN.dec()
+            registry.release(owner, turn_id if attached else None, hung_up=not finished)
 
     return EventSourceResponse(
         events(),
         ping=settings.stream_keepalive_s,
+        send_timeout=settings.stream_send_timeout_s,
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )
