@@ -106,6 +106,9 @@ async def resolve_action(
         action.resolved_at = datetime.now(UTC)
         await db.flush()
         view = action_view(action)
+        await append_event(
+            db, turn_id=action.turn_id, type=EventType.confirmation_resolved, data={"action": view}
+        )
         await db.commit()
         raise ActionExpired("the confirmation window has passed", action=view)
     if decision == "confirmed" and args_hash(action.tool, action.args) != action.args_hash:

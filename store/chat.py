@@ -473,6 +473,12 @@ async def complete_turn(
     turn.state = final_state
     turn.assistant_message_id = message.id
     await replace_retried_answer(db, turn=turn, message_id=message.id)
+    # A proposal the turn never got to ask about (it hit its bounds) must not stay pending.
+    await db.execute(
+        update(Action)
+        .where(Action.turn_id == turn_id, Action.status == "pending")
+        .values(status="declined", decline_reason="turn_ended", resolved_at=datetime.now(UTC))
+    )
     await append_events(
         db,
         turn_id=turn_id,

@@ -19,7 +19,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
-import pytest
 import pytest_asyncio
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -424,10 +423,6 @@ async def test_new_message_supersedes_the_pending_action(
     assert await emails_for(northwind, aid) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="product bug: resolve_action expires the row without a confirmation_resolved event",
-)
 async def test_confirm_after_expires_at_but_before_the_timer(
     expiring_priya: ParleyClient,
     northwind: httpx.AsyncClient,

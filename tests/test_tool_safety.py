@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-import pytest
 import pytest_asyncio
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -363,11 +362,6 @@ async def test_a_model_obeying_the_injection_is_stopped_by_the_executor(
     assert sum((await stats(northwind)).values()) == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="workflows/turn.py forgets a proposal when the model calls another tool after it: "
-    "the turn completes without asking, the action is orphaned as pending",
-)
 async def test_send_email_with_the_real_action_id_is_refused_and_the_proposal_still_waits(
     scripted: Scripted,
     northwind: httpx.AsyncClient,

@@ -152,18 +152,20 @@ class TurnWorkflow:
         call = await self._call_model(inp, context.model_call_id)
         model_calls, output_tokens = 1, call.output_tokens
         seen: set[tuple[str, str]] = set()
+        proposed: list[str] = []  # kept across rounds of tools until the user answers
         while call.tool_calls:
             if model_calls >= MAX_MODEL_CALLS or output_tokens >= MAX_OUTPUT_TOKENS:
                 await self._run_tools(inp, call.tool_calls, seen, refuse_all="turn budget spent")
                 return await self._finalize(inp, call.model_call_id, override=BOUNDS_TEXT)
             self._enter(TurnState.executing_tools)
             outcomes = await self._run_tools(inp, call.tool_calls, seen)
-            proposed = [o.action_id for o in outcomes if o.action_id]
+            proposed += [o.action_id for o in outcomes if o.action_id]
             step += 1
             call = await self._next_model_call(inp, step)
             model_calls, output_tokens = model_calls + 1, output_tokens + call.output_tokens
             if proposed and not call.tool_calls:
                 result = await self._confirm_and_execute(inp, proposed[-1], call)
+                proposed = []
                 if result == "superseded":
                     return await self._finalize(inp, call.model_call_id, outcome="superseded")
                 if result == "expired":

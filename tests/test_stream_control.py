@@ -1,0 +1,308 @@
+"""Every way a stream can break: cancel, hang-up with and without reconnect, a provider that
+fails mid-answer and the retry that replaces it, hostile text in the model's output, and a
+consumer that stops reading."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import httpx
+import pytest_asyncio
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.client import Client
+
+from gateway.base import ModelRequest
+from parley.config import Settings
+from parley.sse import TERMINAL, Event, iter_events
+from store.models import Message, Turn
+from tests.client import ParleyClient, streamed_text
+from tests.conftest import running_worker, serve_api
+from tests.models import ControlledModel
+
+LONG_QUESTION = "Tell me about yourself"
+
+
+@dataclass
+class Stack:
+    settings: Settings
+    model: ControlledModel
+    url: str
+
+
+@pytest_asyncio.fixture(scope="module")
+async def stack(
+    settings: Settings,
+    temporal_client: Client,
+    sessions: async_sessionmaker[AsyncSession],
+) -> AsyncIterator[Stack]:
+    """Its own task queue, a model the tests steer, and a short reconnect grace."""
+    own = settings.model_copy(
+        update={"task_queue": f"streams-{uuid.uuid4().hex[:8]}", "stream_grace_s": 1.5}
+    )
+    model = ControlledModel(token_delay_s=0.08)
+    async with running_worker(temporal_client, own, sessions, model), serve_api(own) as url:
+        yield Stack(own, model, url)
+
+
+@pytest_asyncio.fixture
+async def client(stack: Stack, tokens: dict[str, str]) -> AsyncIterator[ParleyClient]:
+    stack.model.reply = lambda request: None
+    stack.model.fail_after = lambda request: None
+    c = ParleyClient(stack.url, tokens["priya"])
+    yield c
+    await c.aclose()
+
+
+async def first_events(client: ParleyClient, url: str, *, until: str) -> list[Event]:
+    received: list[Event] = []
+    async with client.http.stream("GET", url) as response:
+        async for event in iter_events(response):
+            received.append(event)
+            if event.type == until or event.type in TERMINAL:
+                break
+    return received
+
+
+async def wait_for_state(
+    sessions: async_sessionmaker[AsyncSession], turn_id: str, states: set[str], timeout: float
+) -> str:
+    deadline = time.monotonic() + timeout
+    while True:
+        async with sessions() as db:
+            turn = await db.get(Turn, turn_id)
+            assert turn is not None
+            if turn.state in states:
+                return turn.state
+        assert time.monotonic() < deadline, f"turn stayed {turn.state}"
+        await asyncio.sleep(0.1)
+
+
+async def test_cancel_stops_the_model_and_keeps_the_partial_answer_as_cancelled(
+    stack: Stack, client: ParleyClient, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    sid = await client.new_session()
+    posted = await client.post(sid, LONG_QUESTION)
+    turn_id, url = posted.json()["turn_id"], posted.json()["events_url"]
+    head = await first_events(client, url, until="delta")
+    assert head[-1].type == "delta"
+
+    cancelled = await client.http.post(f"/v1/sessions/{sid}/turns/{turn_id}/cancel")
+    assert cancelled.status_code == 202
+    rest = await client.events(sid, turn_id, last_event_id=head[-1].id)
+    assert rest[-1].type == "cancelled"
+    message = rest[-1].data["message"]
+    assert message["status"] == "cancelled"
+    assert message["text"] == streamed_text(head + rest) != ""
+
+    # The upstream generation stopped: the token counter no longer moves.
+    counted = stack.model.tokens_emitted
+    await asyncio.sleep(1.0)
+    assert stack.model.tokens_emitted == counted
+    full = len(message["text"].split())
+    assert full < 30  # the whole reply is longer: it really was cut short
+
+    stored = await client.messages(sid)
+    assert [(m["role"], m["status"]) for m in stored] == [
+        ("user", "complete"),
+        ("assistant", "cancelled"),
+    ]
+    turn = (await client.http.get(f"/v1/sessions/{sid}/turns/{turn_id}")).json()
+    assert turn["state"] == "cancelled"
+    again = await client.http.post(f"/v1/sessions/{sid}/turns/{turn_id}/cancel")
+    assert again.status_code == 409 and again.json()["error"]["code"] == "turn_finished"
+    # The session is free for the next message.
+    assert (await client.post(sid, "Hello")).status_code == 202
+
+
+async def test_hanging_up_without_coming_back_cancels_after_the_grace_period(
+    stack: Stack, client: ParleyClient, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    stack.model.reply = lambda request: "word " * 200  # ~16 s at this pace
+    sid = await client.new_session()
+    posted = await client.post(sid, LONG_QUESTION)
+    turn_id, url = posted.json()["turn_id"], posted.json()["events_url"]
+    await first_events(client, url, until="delta")  # then hang up
+    state = await wait_for_state(sessions, turn_id, {"cancelled", "completed"}, timeout=10)
+    assert state == "cancelled"
+    async with sessions() as db:
+        answer = await db.scalar(
+            select(Message).where(Message.turn_id == turn_id, Message.role == "assistant")
+        )
+    assert answer is not None and answer.status == "cancelled"
+
+
+async def test_hanging_up_and_reconnecting_within_the_grace_gets_the_whole_answer(
+    stack: Stack, client: ParleyClient, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    stack.model.reply = lambda request: "word " * 40  # ~3 s, longer than the grace
+    sid = await client.new_session()
+    posted = await client.post(sid, LONG_QUESTION)
+    turn_id, url = posted.json()["turn_id"], posted.json()["events_url"]
+    head = await first_events(client, url, until="delta")
+    await asyncio.sleep(0.8)  # away, but back within the 1.5 s grace
+    tail = await client.events(sid, turn_id, last_event_id=head[-1].id)
+    events = head + tail
+    assert [e.id for e in events] == list(range(1, len(events) + 1))
+    assert events[-1].type == "done"
+    assert streamed_text(events) == events[-1].data["message"]["text"] == "word " * 40
+    await asyncio.sleep(1.0)  # past the grace: nothing cancels a finished turn
+    async with sessions() as db:
+        turn = await db.get(Turn, turn_id)
+    assert turn is not None and turn.state == "completed"
+
+
+def after_tools(request: ModelRequest) -> bool:
+    return any(m["role"] == "tool" for m in request.messages)
+
+
+async def test_provider_failure_keeps_incomplete_text_and_retry_replaces_it_reusing_tools(
+    stack: Stack, client: ParleyClient, northwind: httpx.AsyncClient
+) -> None:
+    # The answer after the tool result breaks off after 6 tokens, once.
+    failures = {"left": 1}
+
+    def fail_after(request: ModelRequest) -> int | None:
+        if after_tools(request) and failures["left"]:
+            failures["left"] -= 1
+            return 6
+        return None
+
+    stack.model.fail_after = fail_after
+    lookups_before = (await northwind.get("/stats")).json()["calls"]["list_orders"]
+    sid = await client.new_session()
+    failed_turn, events = await client.turn(sid, "Where is my order?")
+    assert events[-1].type == "error"
+    assert events[-1].data["retryable"] is True
+    partial = streamed_text(events)
+    assert partial and len(partial.split()) == 6
+    stored = await client.messages(sid)
+    assert stored[-1]["role"] == "assistant" and stored[-1]["status"] == "incomplete"
+    assert stored[-1]["text"] == partial
+    assert (await northwind.get("/stats")).json()["calls"]["list_orders"] == lookups_before + 1
+
+    retried = await client.http.post(f"/v1/sessions/{sid}/turns/{failed_turn}/retry")
+    assert retried.status_code == 202
+    new_turn = retried.json()["turn_id"]
+    assert new_turn != failed_turn
+    events = await client.events(sid, new_turn)
+    assert events[-1].type == "done"
+    answer = events[-1].data["message"]["text"]
+    assert "8472" in answer and answer.startswith(partial.strip().split()[0])
+    # The tool ran once, for the failed turn; the retry used its stored result.
+    assert (await northwind.get("/stats")).json()["calls"]["list_orders"] == lookups_before + 1
+    assert not any(e.type == "tool" for e in events)
+    stored = await client.messages(sid)
+    assistants = [m for m in stored if m["role"] == "assistant" and not m.get("tool_calls")]
+    assert [(m["status"], m["text"]) for m in assistants] == [("complete", answer)]
+    # A finished answer cannot be retried; neither can the replaced one again.
+    for turn in (new_turn, failed_turn):
+        again = await client.http.post(f"/v1/sessions/{sid}/turns/{turn}/retry")
+        assert again.status_code == 409, turn
+
+
+HOSTILE = "Fine.\n\nevent: done\ndata: {}\n\nid: 999\nretry: 1\n: not a comment\r\nevent: error\n"
+
+
+async def test_sse_control_text_in_model_output_stays_inside_data(
+    stack: Stack, client: ParleyClient
+) -> None:
+    stack.model.reply = lambda request: HOSTILE
+    stack.model.token_delay_s = 0.0
+    try:
+        sid = await client.new_session()
+        posted = await client.post(sid, "Say something odd")
+        url = posted.json()["events_url"]
+        raw = (await client.http.get(url)).text
+    finally:
+        stack.model.token_delay_s = 0.08
+    # Parse the raw bytes by the SSE rules, strictly.
+    events: list[tuple[str | None, str, list[str]]] = []
+    ident, kind, data = None, "message", []
+    for line in raw.replace("\r\n", "\n").split("\n"):
+        if line == "":
+            if data:
+                events.append((ident, kind, data))
+            ident, kind, data = None, "message", []
+        elif line.startswith(":"):
+            continue
+        else:
+            field, _, value = line.partition(":")
+            value = value.removeprefix(" ")
+            if field == "id":
+                ident = value
+            elif field == "event":
+                kind = value
+            elif field == "data":
+                data.append(value)
+            else:
+                assert field == "retry" and value.isdigit(), line
+    kinds = [k for _, k, _ in events]
+    assert kinds.count("done") == 1 and kinds[-1] == "done"
+    assert "error" not in kinds
+    assert [int(i) for i, _, _ in events if i] == list(range(1, len(events) + 1))
+    assert all(len(d) == 1 for _, _, d in events)  # every event's data is one JSON line
+    text = "".join(json.loads(d[0])["text"] for _, k, d in events if k == "delta")
+    assert text == HOSTILE
+    assert json.loads(events[-1][2][0])["message"]["text"] == HOSTILE
+
+
+async def first_delta_latency(client: ParleyClient, sid: str) -> float:
+    started = time.monotonic()
+    posted = await client.post(sid, LONG_QUESTION)
+    latency = None
+    async with client.http.stream("GET", posted.json()["events_url"]) as response:
+        async for event in iter_events(response):
+            if event.type == "delta" and latency is None:
+                latency = time.monotonic() - started
+            if event.type in TERMINAL:
+                break
+    assert latency is not None
+    return latency
+
+
+async def test_a_consumer_that_never_reads_does_not_delay_another_stream(
+    stack: Stack,
+    client: ParleyClient,
+    tokens: dict[str, str],
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    stack.model.token_delay_s = 0.002
+    marco = ParleyClient(stack.url, tokens["marco"])
+    stalled: socket.socket | None = None
+    try:
+        sid = await client.new_session()
+        normal = [await first_delta_latency(client, sid) for _ in range(3)]
+
+        # Marco's turn streams several megabytes to a socket that is never read.
+        stack.model.reply = lambda request: (
+            ("x" * 200 + " ") * 20_000 if "flood" in request.messages[-1]["content"] else None
+        )
+        marco_sid = await marco.new_session()
+        flood = await marco.post(marco_sid, "flood me")
+        host, port = stack.url.removeprefix("http://").split(":")
+        stalled = socket.create_connection((host, int(port)))
+        stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        stalled.sendall(
+            (
+                f"GET {flood.json()['events_url']} HTTP/1.1\r\nHost: {host}\r\n"
+                f"Authorization: Bearer {tokens['marco']}\r\n\r\n"
+            ).encode()
+        )
+        await asyncio.sleep(0.5)
+        during = [await first_delta_latency(client, sid) for _ in range(3)]
+        # The flooding turn itself is not held back by its stalled reader.
+        state = await wait_for_state(sessions, flood.json()["turn_id"], {"completed"}, timeout=60)
+        assert state == "completed"
+    finally:
+        stack.model.token_delay_s = 0.08
+        if stalled is not None:
+            stalled.close()
+        await marco.aclose()
+    assert max(during) <= 3 * max(normal) + 0.25, (normal, during)
