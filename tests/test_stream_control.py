@@ -282,7 +282,7 @@ async def test_a_consumer_that_never_reads_does_not_delay_another_stream(
 
         # Marco's turn streams several megabytes to a socket that is never read.
         stack.model.reply = lambda request: (
-            ("x" * 200 + " ") * 20_000 if "flood" in request.messages[-1]["content"] else None
+            ("x" * 2000 + " ") * 2_000 if "flood" in request.messages[-1]["content"] else None
         )
         marco_sid = await marco.new_session()
         flood = await marco.post(marco_sid, "flood me")
