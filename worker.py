@@ -19,14 +19,30 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.northwind import NorthwindClient
+from activities.screens import ScreenActivities
 from activities.tools import ToolActivities
 from activities.turn import TurnActivities
 from gateway import ModelProvider, build_provider
 from parley.breaker import CircuitBreaker
 from parley.config import Settings, get_settings
 from parley.outbox import sweep_forever
+from parley.screens import ModerationScreen, RulesScreen, Screen, ScreenChain
 from store.db import create_engine, session_factory
 from workflows.turn import TurnWorkflow
+
+
+def build_screens(settings: Settings) -> tuple[Screen, Screen]:
+    """The rules floor, then (if configured) the provider's moderation endpoint."""
+    input_rules = RulesScreen("input", tuple(settings.screen_blocked_input_terms))
+    output_rules = RulesScreen("output", tuple(settings.screen_blocked_output_terms))
+    if settings.screen_provider == "rules":
+        return input_rules, output_rules
+    if settings.screen_provider == "openai":
+        from openai import AsyncOpenAI
+
+        moderation = ModerationScreen(AsyncOpenAI(max_retries=0, timeout=10.0))
+        return ScreenChain([input_rules, moderation]), ScreenChain([output_rules, moderation])
+    raise ValueError(f"unknown screen provider {settings.screen_provider!r}")
 
 
 def build_worker(
@@ -36,9 +52,11 @@ def build_worker(
     http: httpx.AsyncClient,
     *,
     provider: ModelProvider | None = None,
+    screens: tuple[Screen, Screen] | None = None,
     task_queue: str | None = None,
 ) -> Worker:
-    """Wire the activities to their collaborators; tests pass their own provider or queue."""
+    """Wire the activities to their collaborators; tests pass their own provider, screens or
+    queue."""
     northwind = NorthwindClient(
         base_url=settings.northwind_url,
         http=http,
@@ -55,6 +73,10 @@ def build_worker(
         northwind=northwind,
     )
     tools = ToolActivities(sessions=sessions, northwind=northwind, settings=settings)
+    input_screen, output_screen = screens or build_screens(settings)
+    screening = ScreenActivities(
+        sessions=sessions, input_screen=input_screen, output_screen=output_screen
+    )
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,
@@ -69,6 +91,9 @@ def build_worker(
             tools.execute_tool,
             tools.send_email,
             tools.expire_action,
+            screening.screen_input,
+            screening.screen_output,
+            screening.suggest_followups,
         ],
         graceful_shutdown_timeout=timedelta(seconds=10),
         # Heartbeats reach the server (and cancellations reach activities) within a second,

@@ -24,6 +24,7 @@ from activities.northwind import (
     BackendUnavailable,
     NorthwindClient,
 )
+from activities.tracing import span
 from parley.config import Settings
 from parley.contracts import (
     TOOL_ATTEMPTS,
@@ -151,6 +152,10 @@ class ToolActivities:
 
     @activity.defn(name="execute_tool")
     async def execute_tool(self, inp: ExecuteToolInput) -> ToolOutcome:
+        async with span(self._sessions, inp.turn_id, "execute_tool"):
+            return await self._execute_tool(inp)
+
+    async def _execute_tool(self, inp: ExecuteToolInput) -> ToolOutcome:
         async with self._sessions() as db:
             call = await db.get(ToolCall, inp.call_id)
             turn = await db.get(Turn, inp.turn_id)
@@ -343,6 +348,10 @@ class ToolActivities:
 
     @activity.defn(name="send_email")
     async def send_email(self, inp: ActionInput) -> ActionResult:
+        async with span(self._sessions, inp.turn_id, "send_email"):
+            return await self._send_email(inp)
+
+    async def _send_email(self, inp: ActionInput) -> ActionResult:
         async with self._sessions() as db:
             action = await db.get(Action, inp.action_id)
             assert action is not None

@@ -17,6 +17,7 @@ from temporalio import activity
 
 from activities.heartbeat import heartbeating
 from activities.northwind import BackendError, NorthwindClient
+from activities.tracing import span
 from gateway.base import Finish, ModelProvider, ModelRequest, TextDelta, ToolCallRequest
 from parley.config import Settings
 from parley.context import WindowMessage, pack_context
@@ -58,6 +59,10 @@ class TurnActivities:
 
     @activity.defn(name="build_context")
     async def build_context(self, inp: BuildContextInput) -> BuildContextResult:
+        async with span(self._sessions, inp.turn_id, "build_context"):
+            return await self._build_context(inp)
+
+    async def _build_context(self, inp: BuildContextInput) -> BuildContextResult:
         async with self._sessions() as db:
             if inp.step == 0:
                 await chat.set_turn_state(db, turn_id=inp.turn_id, state=TurnState.building_context)
@@ -222,6 +227,10 @@ class TurnActivities:
 
     @activity.defn(name="call_model")
     async def call_model(self, inp: CallModelInput) -> CallModelResult:
+        async with span(self._sessions, inp.turn_id, "call_model"):
+            return await self._call_model(inp)
+
+    async def _call_model(self, inp: CallModelInput) -> CallModelResult:
         async with self._sessions() as db:
             await chat.set_turn_state(db, turn_id=inp.turn_id, state=TurnState.calling_model)
             call = await db.get(ModelCall, inp.model_call_id)
@@ -319,10 +328,23 @@ class TurnActivities:
 
     @activity.defn(name="finalize_turn")
     async def finalize_turn(self, inp: FinalizeTurnInput) -> str:
+        async with span(self._sessions, inp.turn_id, "finalize_turn"):
+            return await self._finalize_turn(inp)
+
+    async def _finalize_turn(self, inp: FinalizeTurnInput) -> str:
         async with self._sessions() as db:
             call = await db.get(ModelCall, inp.model_call_id)
             assert call is not None
-            if inp.override_text is not None:
+            if inp.retract:
+                message = await chat.complete_turn(
+                    db,
+                    turn_id=inp.turn_id,
+                    model_call_id=call.id,
+                    text=inp.override_text or "",
+                    outcome=inp.outcome,
+                    retracted=True,
+                )
+            elif inp.override_text is not None:
                 # Code's own words get their own message id: the model call's message may
                 # already hold its tool calls.
                 message = await chat.complete_turn(

@@ -74,6 +74,12 @@ class Settings(BaseSettings):
     # How long a proposed action waits for the user's confirmation.
     confirmation_timeout_s: float = 600.0
 
+    # Screens: the rules floor always runs; "openai" chains an OpenAI-compatible moderation
+    # endpoint after it (OPENAI_BASE_URL / OPENAI_API_KEY).
+    screen_provider: str = "rules"
+    screen_blocked_input_terms: list[str] = []
+    screen_blocked_output_terms: list[str] = []
+
     # Outbox: turns whose workflow was not started by the API are started by the worker
     # after this many seconds.
     outbox_grace_s: float = 3.0

@@ -169,6 +169,19 @@ class ActionResult:
 
 
 @dataclass
+class ScreenInput:
+    turn_id: str
+    # The model call whose answer the output screen checks; None for the input screen.
+    model_call_id: str | None = None
+
+
+@dataclass
+class ScreenResult:
+    allowed: bool
+    category: str | None = None
+
+
+@dataclass
 class FinalizeTurnInput:
     turn_id: str
     model_call_id: str
@@ -177,6 +190,9 @@ class FinalizeTurnInput:
     outcome: str = "completed"
     # Text written by code instead of the model (bounds reached, confirmation expired).
     override_text: str | None = None
+    # The output screen withdrew the streamed answer: store `override_text` in its place,
+    # marked `retracted`, and tell the stream.
+    retract: bool = False
 
 
 @dataclass

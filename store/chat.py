@@ -436,6 +436,7 @@ async def complete_turn(
     model_call_id: str,
     text: str,
     outcome: str = "completed",
+    retracted: bool = False,
 ) -> Message | None:
     """Store the final assistant message, end the stream with `done`, release the session.
 
@@ -461,6 +462,10 @@ async def complete_turn(
             role="assistant",
             text=text,
         )
+        if retracted:
+            # Only the safe text is kept; the withdrawn answer is not stored anywhere visible.
+            message.text, message.status = text, MessageStatus.retracted
+            await db.flush()
     assert message is not None
     if turn.state in TERMINAL_TURN_STATES:
         await db.commit()
@@ -479,14 +484,16 @@ async def complete_turn(
         .where(Action.turn_id == turn_id, Action.status == "pending")
         .values(status="declined", decline_reason="turn_ended", resolved_at=datetime.now(UTC))
     )
-    await append_events(
-        db,
-        turn_id=turn_id,
-        events=[
-            (EventType.state, {"state": final_state}),
-            (EventType.done, {"message": message_payload(message)}),
-        ],
-    )
+    events: list[tuple[str, dict[str, Any]]] = []
+    if retracted:
+        events.append(
+            (EventType.retracted, {"message_id": message.id, "replacement_text": message.text})
+        )
+    events += [
+        (EventType.state, {"state": final_state}),
+        (EventType.done, {"message": message_payload(message)}),
+    ]
+    await append_events(db, turn_id=turn_id, events=events)
     await db.commit()
     return message
 

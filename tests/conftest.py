@@ -30,6 +30,7 @@ from gateway.demo import DemoModel
 from parley.config import Settings
 from parley.contracts import SEARCH_ATTRIBUTES
 from parley.dev import temporal_cli
+from parley.screens import Screen
 from store.db import create_engine, session_factory
 from store.embedded import EmbeddedPostgres
 from store.identity import create_token, seed_demo
@@ -144,9 +145,12 @@ async def running_worker(
     settings: Settings,
     sessions: async_sessionmaker[AsyncSession],
     provider: ModelProvider,
+    screens: tuple[Screen, Screen] | None = None,
 ) -> AsyncIterator[None]:
     async with httpx.AsyncClient() as http:
-        async with build_worker(client, settings, sessions, http, provider=provider):
+        async with build_worker(
+            client, settings, sessions, http, provider=provider, screens=screens
+        ):
             yield
 
 

@@ -26,6 +26,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
+    from activities.screens import ScreenActivities
     from activities.tools import ToolActivities
     from activities.turn import TurnActivities
     from parley.contracts import (
@@ -45,11 +46,14 @@ with workflow.unsafe.imports_passed_through():
         FinalizeTurnInput,
         RequestConfirmationInput,
         ResolveActionSignal,
+        ScreenInput,
+        ScreenResult,
         ToolCallRef,
         ToolOutcome,
         TurnInput,
         TurnState,
     )
+    from parley.screens import DECLINE_TEXT, RETRACTION_TEXT
     from parley.tools import Risk, risk_of
 
 # Store writes are short; retry them patiently, a database restart should not fail a turn.
@@ -78,6 +82,13 @@ TOOL_RETRY = RetryPolicy(
     maximum_interval=timedelta(seconds=3),
     maximum_attempts=TOOL_ATTEMPTS + 2,
 )
+
+# Screens: quick, retried briefly. The input screen failing closed means a dead moderation
+# endpoint stops turns rather than letting unscreened text through.
+SCREENS_PATCH = "screens-v1"
+SCREEN_TIMEOUT = timedelta(seconds=10)
+SCREEN_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=3)
+FOLLOWUPS_GRACE = timedelta(milliseconds=300)
 
 BOUNDS_TEXT = (
     "I've reached the limit of steps I can take for one answer, so I'll stop here. "
@@ -143,9 +154,25 @@ class TurnWorkflow:
         self._enter(TurnState.cancelled)
 
     async def _turn(self, inp: TurnInput) -> str:
+        # Turns started before screens existed replay without them.
+        screening = workflow.patched(SCREENS_PATCH)
+        input_screen = None
+        if screening:
+            # Started first, awaited just before the first model call: its latency overlaps
+            # context building instead of adding to it.
+            input_screen = workflow.start_activity_method(
+                ScreenActivities.screen_input,
+                ScreenInput(inp.turn_id),
+                start_to_close_timeout=SCREEN_TIMEOUT,
+                retry_policy=SCREEN_RETRY,
+            )
         self._enter(TurnState.building_context)
         step = 0
         context = await self._build_context(inp, step)
+        if input_screen is not None:
+            verdict = await input_screen  # an error here fails the turn closed
+            if not verdict.allowed:
+                return await self._finalize(inp, context.model_call_id, override=DECLINE_TEXT)
         if context.clarification:
             return await self._finalize(inp, context.model_call_id)
         self._enter(TurnState.calling_model)
@@ -175,6 +202,37 @@ class TurnWorkflow:
                 step += 1  # the model words what happened to the action
                 call = await self._next_model_call(inp, step)
                 model_calls, output_tokens = model_calls + 1, output_tokens + call.output_tokens
+        if screening:
+            return await self._screened_answer(inp, call)
+        return await self._finalize(inp, call.model_call_id)
+
+    async def _screened_answer(self, inp: TurnInput, call: CallModelResult) -> str:
+        """The output screen and the follow-ups run side by side once the answer is complete;
+        a declined answer is retracted, an erroring screen lets the answer stand."""
+        check = ScreenInput(inp.turn_id, call.model_call_id)
+        screen = workflow.start_activity_method(
+            ScreenActivities.screen_output,
+            check,
+            start_to_close_timeout=SCREEN_TIMEOUT,
+            retry_policy=SCREEN_RETRY,
+        )
+        followups = workflow.start_activity_method(
+            ScreenActivities.suggest_followups,
+            check,
+            start_to_close_timeout=SCREEN_TIMEOUT,
+            retry_policy=RetryPolicy(maximum_attempts=1),
+        )
+        try:
+            verdict = await screen
+        except ActivityError:
+            verdict = ScreenResult(True, "screen_error")  # fail open; the activity logged it
+        if not verdict.allowed:
+            followups.cancel()
+            return await self._finalize(
+                inp, call.model_call_id, override=RETRACTION_TEXT, retract=True
+            )
+        # Follow-ups are a courtesy: a moment's head start, never a wait for `done`.
+        await workflow.wait([followups], timeout=FOLLOWUPS_GRACE.total_seconds())
         return await self._finalize(inp, call.model_call_id)
 
     async def _build_context(self, inp: TurnInput, step: int) -> BuildContextResult:
@@ -208,10 +266,11 @@ class TurnWorkflow:
         *,
         outcome: str = "completed",
         override: str | None = None,
+        retract: bool = False,
     ) -> str:
         message_id = await workflow.execute_activity_method(
             TurnActivities.finalize_turn,
-            FinalizeTurnInput(inp.turn_id, model_call_id, outcome, override),
+            FinalizeTurnInput(inp.turn_id, model_call_id, outcome, override, retract),
             start_to_close_timeout=STORE_TIMEOUT,
             retry_policy=STORE_RETRY,
         )

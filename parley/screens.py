@@ -1,0 +1,115 @@
+"""Input and output screens: a deterministic rules floor, and a provider moderation adapter.
+
+A screen answers with a `Verdict`. The rules floor always runs, needs no network and is the
+same everywhere; a moderation endpoint (OpenAI-compatible `/v1/moderations`) can be chained
+after it. Policy on errors lives in the workflow: an input screen that errors fails the
+turn closed, an output screen that errors fails open.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+_CARD = re.compile(r"(?<!\d)(?:\d[ -]?){13,19}(?!\d)")
+_EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}")
+
+# Said instead of an answer the output screen withdrew.
+RETRACTION_TEXT = (
+    "I'm sorry, I can't share that answer. Please ask again, or I can pass this to a person."
+)
+# Said when the input screen declines a message; the model never sees the message.
+DECLINE_TEXT = (
+    "I can't help with that request. I can look up your orders and refunds, check returns, "
+    "or pass you to a person."
+)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    allowed: bool
+    category: str | None = None
+    reason: str | None = None
+
+
+ALLOW = Verdict(True)
+
+
+class Screen(Protocol):
+    async def check(self, text: str) -> Verdict: ...
+
+
+def _luhn(digits: str) -> bool:
+    total, parity = 0, len(digits) % 2
+    for i, ch in enumerate(digits):
+        d = int(ch)
+        if i % 2 == parity:
+            d = d * 2 - 9 if d * 2 > 9 else d * 2
+        total += d
+    return total % 10 == 0
+
+
+def contains_card_number(text: str) -> bool:
+    for match in _CARD.finditer(text):
+        digits = re.sub(r"\D", "", match.group())
+        if 13 <= len(digits) <= 19 and _luhn(digits):
+            return True
+    return False
+
+
+@dataclass(frozen=True)
+class RulesScreen:
+    """The floor. Input: no payment card numbers (we must not process them), no blocked
+    terms. Output: no card numbers, no unmasked email addresses (the assistant only ever
+    shows masked ones), no blocked terms."""
+
+    direction: str  # "input" | "output"
+    blocked_terms: Sequence[str] = field(default_factory=tuple)
+
+    async def check(self, text: str) -> Verdict:
+        lowered = text.lower()
+        for term in self.blocked_terms:
+            if term and term.lower() in lowered:
+                return Verdict(False, "blocked_term", f"contains a blocked term ({term!r})")
+        if contains_card_number(text):
+            return Verdict(False, "payment_card", "contains a payment card number")
+        if self.direction == "output" and _EMAIL.search(text.replace("***@", "")):
+            return Verdict(False, "personal_data", "contains an unmasked email address")
+        return ALLOW
+
+
+class ModerationScreen:
+    """A provider moderation endpoint over HTTP, through the official `openai` SDK (it speaks
+    the OpenAI-compatible `/v1/moderations`). Retries belong to the activity, not the SDK."""
+
+    def __init__(self, client: Any, model: str | None = None) -> None:
+        self._client = client
+        self._model = model
+
+    async def check(self, text: str) -> Verdict:
+        kwargs: dict[str, Any] = {"input": text}
+        if self._model:
+            kwargs["model"] = self._model
+        result = await self._client.moderations.create(**kwargs)
+        for item in result.results:
+            if item.flagged:
+                categories = item.categories.model_dump() if item.categories else {}
+                flagged = sorted(name for name, hit in categories.items() if hit)
+                return Verdict(False, "moderation", ", ".join(flagged) or "flagged")
+        return ALLOW
+
+
+@dataclass(frozen=True)
+class ScreenChain:
+    """Runs screens in order; the first that declines decides."""
+
+    screens: Sequence[Screen]
+
+    async def check(self, text: str) -> Verdict:
+        for screen in self.screens:
+            verdict = await screen.check(text)
+            if not verdict.allowed:
+                return verdict
+        return ALLOW

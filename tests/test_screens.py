@@ -1,0 +1,210 @@
+"""Input and output screens: a declined input never reaches the model, a declined answer is
+retracted and only the safe text is stored, and screening overlaps context building."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import pytest
+import pytest_asyncio
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.client import Client
+
+from parley.config import Settings
+from parley.screens import (
+    DECLINE_TEXT,
+    RETRACTION_TEXT,
+    RulesScreen,
+    Verdict,
+    contains_card_number,
+)
+from store.models import Message, TraceSpan
+from tests.client import ParleyClient
+from tests.conftest import running_worker, serve_api
+from tests.models import ControlledModel
+
+
+class SlowScreen:
+    """The rules floor behind a slow network call, so overlap with other steps shows."""
+
+    def __init__(self, inner: RulesScreen, delay_s: float) -> None:
+        self.inner, self.delay_s = inner, delay_s
+
+    async def check(self, text: str) -> Verdict:
+        await asyncio.sleep(self.delay_s)
+        return await self.inner.check(text)
+
+
+class BrokenScreen:
+    async def check(self, text: str) -> Verdict:
+        raise ConnectionError("moderation endpoint unreachable")
+
+
+@dataclass
+class Stack:
+    model: ControlledModel
+    url: str
+
+
+async def make_stack(
+    settings: Settings,
+    temporal_client: Client,
+    sessions: async_sessionmaker[AsyncSession],
+    screens: tuple[object, object],
+) -> AsyncIterator[Stack]:
+    own = settings.model_copy(update={"task_queue": f"screens-{uuid.uuid4().hex[:8]}"})
+    model = ControlledModel(token_delay_s=0.005)
+    async with (
+        running_worker(temporal_client, own, sessions, model, screens=screens),  # type: ignore[arg-type]
+        serve_api(own) as url,
+    ):
+        yield Stack(model, url)
+
+
+@pytest_asyncio.fixture(scope="module")
+async def stack(
+    settings: Settings, temporal_client: Client, sessions: async_sessionmaker[AsyncSession]
+) -> AsyncIterator[Stack]:
+    screens = (
+        SlowScreen(RulesScreen("input", ("forbidden topic",)), delay_s=0.3),
+        RulesScreen("output", ("classified",)),
+    )
+    async for s in make_stack(settings, temporal_client, sessions, screens):
+        yield s
+
+
+@pytest_asyncio.fixture
+async def client(stack: Stack, tokens: dict[str, str]) -> AsyncIterator[ParleyClient]:
+    stack.model.reply = lambda request: None
+    c = ParleyClient(stack.url, tokens["priya"])
+    yield c
+    await c.aclose()
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["Tell me about the forbidden topic", "My card is 4111 1111 1111 1111, charge it"],
+)
+async def test_a_declined_input_never_reaches_the_model(
+    stack: Stack, client: ParleyClient, text: str
+) -> None:
+    calls = stack.model.calls
+    sid = await client.new_session()
+    _, events = await client.turn(sid, text)
+    assert events[-1].type == "done"
+    assert events[-1].data["message"]["text"] == DECLINE_TEXT
+    assert stack.model.calls == calls  # the model was never called
+    assert not any(e.type == "delta" for e in events)
+    stored = await client.messages(sid)
+    assert [(m["role"], m["text"]) for m in stored][-1] == ("assistant", DECLINE_TEXT)
+
+
+async def test_a_declined_answer_is_retracted_and_only_safe_text_is_stored(
+    stack: Stack, client: ParleyClient, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    stack.model.reply = lambda request: "The classified launch codes are 0000."
+    sid = await client.new_session()
+    _, events = await client.turn(sid, "Tell me a secret")
+    kinds = [e.type for e in events]
+    assert "delta" in kinds  # it had streamed before the screen saw the whole answer
+    retracted = [e.data for e in events if e.type == "retracted"]
+    assert len(retracted) == 1 and retracted[0]["replacement_text"] == RETRACTION_TEXT
+    assert kinds.index("retracted") < kinds.index("done")
+    assert "followups" not in kinds
+    final = events[-1].data["message"]
+    assert final["status"] == "retracted" and final["text"] == RETRACTION_TEXT
+    assert retracted[0]["message_id"] == final["id"]
+    async with sessions() as db:
+        texts = list(await db.scalars(select(Message.text).where(Message.session_id == sid)))
+    assert not any("classified" in t for t in texts)  # the withdrawn words are not kept
+
+
+async def test_an_allowed_answer_gets_followups_before_done(
+    stack: Stack, client: ParleyClient
+) -> None:
+    sid = await client.new_session()
+    _, events = await client.turn(sid, "Where is my order?")
+    kinds = [e.type for e in events]
+    assert kinds[-1] == "done" and "retracted" not in kinds
+    followups = [e.data["suggestions"] for e in events if e.type == "followups"]
+    assert len(followups) == 1
+    assert 1 <= len(followups[0]) <= 3 and "What about the refund?" in followups[0]
+
+
+async def test_screening_overlaps_context_building(
+    stack: Stack, client: ParleyClient, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    sid = await client.new_session()
+    turn_id, events = await client.turn(sid, "Where is my order?")
+    assert events[-1].type == "done"
+    async with sessions() as db:
+        rows = await db.scalars(
+            select(TraceSpan)
+            .where(TraceSpan.turn_id == turn_id)
+            .order_by(TraceSpan.started_at.desc())
+        )
+        spans = {s.name: s for s in rows}  # the first span of each step (step 0)
+    screen, build = spans["screen_input"], spans["build_context"]
+    model = spans["call_model"]
+    # Both ran at the same time, and the model waited for the (slow) screen's verdict.
+    assert screen.started_at < build.ended_at and build.started_at < screen.ended_at
+    assert model.started_at >= screen.ended_at
+
+
+async def test_an_input_screen_that_errors_fails_the_turn_closed(
+    settings: Settings,
+    temporal_client: Client,
+    sessions: async_sessionmaker[AsyncSession],
+    tokens: dict[str, str],
+) -> None:
+    screens = (BrokenScreen(), RulesScreen("output"))
+    async for broken in make_stack(settings, temporal_client, sessions, screens):
+        client = ParleyClient(broken.url, tokens["priya"])
+        try:
+            sid = await client.new_session()
+            _, events = await client.turn(sid, "Where is my order?")
+        finally:
+            await client.aclose()
+        assert events[-1].type == "error"
+        assert broken.model.calls == 0
+
+
+async def test_an_output_screen_that_errors_lets_the_answer_stand(
+    settings: Settings,
+    temporal_client: Client,
+    sessions: async_sessionmaker[AsyncSession],
+    tokens: dict[str, str],
+) -> None:
+    screens = (RulesScreen("input"), BrokenScreen())
+    async for broken in make_stack(settings, temporal_client, sessions, screens):
+        client = ParleyClient(broken.url, tokens["priya"])
+        try:
+            sid = await client.new_session()
+            _, events = await client.turn(sid, "Where is my order?")
+        finally:
+            await client.aclose()
+        assert events[-1].type == "done"
+        assert "8472" in events[-1].data["message"]["text"]
+
+
+@pytest.mark.parametrize(
+    ("text", "card"),
+    [
+        ("4111 1111 1111 1111", True),
+        ("4111-1111-1111-1111", True),
+        ("4111 1111 1111 1112", False),  # fails the Luhn check
+        ("order 8472 and 8390", False),
+    ],
+)
+def test_card_numbers_are_recognised(text: str, card: bool) -> None:
+    assert contains_card_number(text) is card
+
+
+async def test_the_output_floor_allows_masked_addresses_only() -> None:
+    floor = RulesScreen("output")
+    assert (await floor.check("sent to p***@example.com")).allowed
+    assert not (await floor.check("sent to priya@example.com")).allowed
