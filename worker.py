@@ -99,6 +99,9 @@ def build_worker(
         # Heartbeats reach the server (and cancellations reach activities) within a second,
         # so a cancelled turn stops its model stream that fast.
         max_heartbeat_throttle_interval=timedelta(seconds=1),
+        # A worker that died holding a turn's cached workflow task: hand the task to another
+        # worker after 3 s rather than the SDK's default 10 s.
+        sticky_queue_schedule_to_start_timeout=timedelta(seconds=3),
         default_heartbeat_throttle_interval=timedelta(seconds=1),
     )
 

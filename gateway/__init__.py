@@ -1,13 +1,22 @@
-"""The model gateway: the one place that talks to model providers."""
+"""The model gateway: the one place that talks to model providers.
+
+The provider adapters (`gateway.openai_compat`, `gateway.anthropic`) are imported where
+used, so importing the gateway does not load the provider SDKs.
+"""
 
 from gateway.base import Finish, ModelProvider, ModelRequest, TextDelta, ToolCallRequest
+from gateway.errors import ProviderError, ProviderFatal, ProviderRetryable, Timeouts
 from gateway.registry import build_provider
 
 __all__ = [
     "Finish",
     "ModelProvider",
     "ModelRequest",
+    "ProviderError",
+    "ProviderFatal",
+    "ProviderRetryable",
     "TextDelta",
+    "Timeouts",
     "ToolCallRequest",
     "build_provider",
 ]

@@ -63,6 +63,12 @@ class Settings(BaseSettings):
     # Model gateway.
     model_provider: str = "demo"
     model: str = "demo-1"
+    # Taken over when the primary's retries are spent ("" = no fallback).
+    fallback_model_provider: str = ""
+    fallback_model: str = ""
+    model_connect_timeout_s: float = 5.0
+    model_first_token_timeout_s: float = 30.0
+    model_total_timeout_s: float = 240.0
     demo_token_delay_ms: float = 15.0
 
     # Tools and the Northwind demo backend they call.

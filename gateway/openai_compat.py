@@ -1,0 +1,229 @@
+"""OpenAI-compatible Chat Completions (OpenAI itself, vLLM, Ollama, LiteLLM, ...) via the
+official `openai` SDK, streaming, with tools.
+
+History is stored in the canonical format and translated here on every call, so switching
+providers never rewrites a conversation. Text deltas pass straight through; tool calls
+arrive as fragments keyed by `index` (the `id` and name on the first one only) and are
+emitted whole once the choice's `finish_reason` arrives. Usage comes in a final chunk with
+no choices because we ask for `stream_options.include_usage`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from typing import Any, Literal, cast
+
+import openai
+from openai.types.chat import ChatCompletionChunk
+from openai.types.chat.chat_completion_chunk import ChoiceDeltaToolCall
+from openai.types.completion_usage import CompletionUsage
+
+from gateway.base import Finish, ModelRequest, StreamEvent, TextDelta, ToolCallRequest
+from gateway.errors import (
+    ProviderError,
+    Timeouts,
+    connection_error,
+    error_type,
+    guarded_stream,
+    incomplete_stream,
+    status_error,
+    stream_error,
+    timeout_error,
+    transport_error,
+)
+
+_FINISH = {"stop": "stop", "length": "length", "tool_calls": "tool_calls"}
+
+
+def to_openai_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Canonical messages → Chat Completions messages, one for one and in order (several
+    system messages stay separate, which keeps the stable instructions a cacheable prefix)."""
+    wire: list[dict[str, Any]] = []
+    for m in messages:
+        role, content = m["role"], m.get("content") or ""
+        if role == "assistant" and m.get("tool_calls"):
+            wire.append(
+                {
+                    "role": "assistant",
+                    # Chat Completions wants null, not "", beside tool calls.
+                    "content": content or None,
+                    "tool_calls": [
+                        {
+                            "id": call["id"],
+                            "type": "function",
+                            "function": {
+                                "name": call["name"],
+                                "arguments": arguments_text(call.get("arguments")),
+                            },
+                        }
+                        for call in m["tool_calls"]
+                    ],
+                }
+            )
+        elif role == "tool":
+            wire.append({"role": "tool", "tool_call_id": m["tool_call_id"], "content": content})
+        else:
+            wire.append({"role": role, "content": content})
+    return wire
+
+
+def arguments_text(arguments: Any) -> str:
+    """Stored arguments are a parsed object, or the model's raw text when it did not parse:
+    that text goes back verbatim so the model sees what it wrote."""
+    if isinstance(arguments, str):
+        return arguments
+    return json.dumps({} if arguments is None else arguments, ensure_ascii=False)
+
+
+def to_openai_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": tool["name"],
+                "description": tool.get("description", ""),
+                "parameters": tool.get("parameters") or {"type": "object", "properties": {}},
+            },
+        }
+        for tool in tools
+    ]
+
+
+@dataclass
+class _PendingCall:
+    id: str = ""
+    name: str = ""
+    parts: list[str] = field(default_factory=list)
+
+
+class OpenAICompatProvider:
+    """A Chat Completions endpoint as a `ModelProvider`.
+
+    `base_url` includes the version path (`https://api.openai.com/v1`,
+    `http://127.0.0.1:11434/v1`); `None` lets the SDK read `OPENAI_BASE_URL`/`OPENAI_API_KEY`.
+    `max_tokens_field` is `max_completion_tokens` (OpenAI's current name, required by its
+    reasoning models) or `max_tokens` for older compatible servers.
+    """
+
+    name = "openai"
+
+    def __init__(
+        self,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeouts: Timeouts | None = None,
+        max_tokens_field: Literal["max_completion_tokens", "max_tokens"] = (
+            "max_completion_tokens"
+        ),
+        http_client: Any | None = None,
+    ) -> None:
+        self._timeouts = timeouts or Timeouts()
+        t = self._timeouts
+        self._max_tokens_field = max_tokens_field
+        self._client = openai.AsyncOpenAI(
+            base_url=base_url,
+            api_key=api_key,
+            max_retries=0,  # Temporal's retry policy owns retries
+            timeout=openai.Timeout(
+                t.total_s, connect=t.connect_s, read=t.first_token_s, pool=t.connect_s
+            ),
+            http_client=http_client,
+        )
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        params: dict[str, Any] = {
+            "model": request.model,
+            "messages": to_openai_messages(request.messages),
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            self._max_tokens_field: request.max_output_tokens,
+        }
+        if request.tools:
+            params["tools"] = to_openai_tools(request.tools)
+
+        async def open_stream() -> openai.AsyncStream[ChatCompletionChunk]:
+            # The wire dicts follow the SDK's TypedDicts; the cast keeps translation plain JSON.
+            create = cast(Any, self._client.chat.completions.create)
+            return cast(openai.AsyncStream[ChatCompletionChunk], await create(**params))
+
+        calls: dict[int, _PendingCall] = {}
+        finish: str | None = None
+        called = False
+        usage: dict[str, int] = {}
+        chunks = guarded_stream(self.name, open_stream, self._timeouts, self._classify)
+        async with aclosing(chunks):
+            async for chunk in chunks:
+                if chunk.usage is not None:
+                    usage = _usage(chunk.usage)
+                for choice in chunk.choices:
+                    if choice.index != 0:  # we never ask for n > 1
+                        continue
+                    text = choice.delta.content or choice.delta.refusal
+                    if text:
+                        yield TextDelta(text)
+                    for fragment in choice.delta.tool_calls or []:
+                        _add_fragment(calls, fragment)
+                    if choice.finish_reason is not None:
+                        finish = _FINISH.get(choice.finish_reason, "stop")
+                        for call in _complete(calls):
+                            called = True
+                            yield call
+        if finish is None:
+            raise incomplete_stream(self.name)
+        for call in _complete(calls):  # fragments after the finish chunk (lenient servers)
+            called = True
+            yield call
+        # Some compatible servers say "stop" after tool calls; the calls are what counts.
+        yield Finish("tool_calls" if called and finish == "stop" else finish, usage)
+
+    def _classify(self, exc: Exception, started: bool) -> ProviderError | None:
+        if isinstance(exc, openai.APIStatusError):
+            return status_error(
+                self.name,
+                exc.status_code,
+                headers=exc.response.headers,
+                error_type=error_type(exc.body),
+            )
+        if isinstance(exc, openai.APITimeoutError):
+            return timeout_error(self.name, exc, started=started)
+        if isinstance(exc, openai.APIConnectionError):
+            cause = exc.__cause__ if isinstance(exc.__cause__, Exception) else exc
+            return connection_error(self.name, cause, started=started)
+        if isinstance(exc, openai.APIError):  # an error object inside a 200 stream
+            return stream_error(self.name, error_type(exc.body))
+        return transport_error(self.name, exc, started=started)
+
+
+def _add_fragment(calls: dict[int, _PendingCall], fragment: ChoiceDeltaToolCall) -> None:
+    call = calls.setdefault(fragment.index, _PendingCall())
+    # The id and name come on the first fragment; some compatible servers repeat them.
+    call.id = call.id or fragment.id or ""
+    if fragment.function is not None:
+        call.name = call.name or fragment.function.name or ""
+        call.parts.append(fragment.function.arguments or "")
+
+
+def _complete(calls: dict[int, _PendingCall]) -> list[ToolCallRequest]:
+    """Every buffered call, whole, in index order; the buffer is emptied."""
+    done = [
+        ToolCallRequest(call.id or f"call_{index}", call.name, "".join(call.parts))
+        for index, call in sorted(calls.items())
+    ]
+    calls.clear()
+    return done
+
+
+def _usage(usage: CompletionUsage) -> dict[str, int]:
+    details = usage.prompt_tokens_details
+    return {
+        "input_tokens": usage.prompt_tokens,
+        "output_tokens": usage.completion_tokens,
+        "cached_tokens": (details.cached_tokens or 0) if details is not None else 0,
+    }
