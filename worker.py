@@ -14,6 +14,7 @@ import signal
 from datetime import timedelta
 
 import httpx
+from prometheus_client import start_http_server
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 from temporalio.worker import Worker
@@ -22,7 +23,7 @@ from activities.northwind import NorthwindClient
 from activities.screens import ScreenActivities
 from activities.tools import ToolActivities
 from activities.turn import TurnActivities
-from gateway import ModelProvider, build_provider
+from gateway import ModelProvider, ProviderPool
 from parley.breaker import CircuitBreaker
 from parley.config import Settings, get_settings
 from parley.outbox import sweep_forever
@@ -52,6 +53,7 @@ def build_worker(
     http: httpx.AsyncClient,
     *,
     provider: ModelProvider | None = None,
+    fallback: ModelProvider | None = None,
     screens: tuple[Screen, Screen] | None = None,
     task_queue: str | None = None,
 ) -> Worker:
@@ -68,7 +70,7 @@ def build_worker(
     )
     turn = TurnActivities(
         sessions=sessions,
-        provider=provider or build_provider(settings),
+        providers=ProviderPool(settings, given=[p for p in (provider, fallback) if p]),
         settings=settings,
         northwind=northwind,
     )
@@ -114,6 +116,8 @@ async def run_worker(settings: Settings) -> None:
     client = await Client.connect(settings.temporal_address, namespace=settings.temporal_namespace)
     http = httpx.AsyncClient()
     worker = build_worker(client, settings, sessions, http)
+    if settings.worker_metrics_port:
+        start_http_server(settings.worker_metrics_port, addr=settings.api_host)
     sweep = asyncio.create_task(
         sweep_forever(
             client,

@@ -9,16 +9,21 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeating
+from activities.metrics import MODEL_CALLS, record_usage
 from activities.northwind import BackendError, NorthwindClient
 from activities.tracing import span
-from gateway.base import Finish, ModelProvider, ModelRequest, TextDelta, ToolCallRequest
+from gateway.base import Finish, ModelRequest, TextDelta, ToolCallRequest
+from gateway.errors import ProviderFatal, ProviderRetryable
+from gateway.registry import ProviderPool
 from parley.config import Settings
 from parley.context import WindowMessage, pack_context
 from parley.contracts import (
@@ -46,12 +51,12 @@ class TurnActivities:
         self,
         *,
         sessions: async_sessionmaker[AsyncSession],
-        provider: ModelProvider,
+        providers: ProviderPool,
         settings: Settings,
         northwind: NorthwindClient,
     ) -> None:
         self._sessions = sessions
-        self._provider = provider
+        self._providers = providers
         self._settings = settings
         self._northwind = northwind
 
@@ -109,7 +114,7 @@ class TurnActivities:
                 id=new_id("mc"),
                 turn_id=turn.id,
                 step=inp.step,
-                provider=self._provider.name,
+                provider=self._settings.model_provider,
                 model=self._settings.model,
                 request={"messages": messages, "tools": model_tools()},
             )
@@ -227,10 +232,10 @@ class TurnActivities:
 
     @activity.defn(name="call_model")
     async def call_model(self, inp: CallModelInput) -> CallModelResult:
-        async with span(self._sessions, inp.turn_id, "call_model"):
-            return await self._call_model(inp)
+        async with span(self._sessions, inp.turn_id, "call_model") as attrs:
+            return await self._call_model(inp, attrs)
 
-    async def _call_model(self, inp: CallModelInput) -> CallModelResult:
+    async def _call_model(self, inp: CallModelInput, attrs: dict[str, Any]) -> CallModelResult:
         async with self._sessions() as db:
             await chat.set_turn_state(db, turn_id=inp.turn_id, state=TurnState.calling_model)
             call = await db.get(ModelCall, inp.model_call_id)
@@ -241,18 +246,30 @@ class TurnActivities:
             await _reset_partial_stream(db, turn_id=inp.turn_id, message_id=message_id)
             call.attempts += 1
             await db.commit()
+            provider_name, model = call.provider, call.model
+            if inp.fallback:
+                if not self._settings.fallback_model_provider:
+                    raise ApplicationError(
+                        "no fallback model is configured", type="no_fallback", non_retryable=True
+                    )
+                provider_name = self._settings.fallback_model_provider
+                model = self._settings.fallback_model or model
             request = ModelRequest(
-                model=call.model,
+                model=model,
                 messages=call.request["messages"],
                 tools=call.request.get("tools", []),
+                # Stable per tenant and prompt version, so providers can reuse the prefix.
+                cache_key=f"parley-v1-{await _tenant(db, call.turn_id)}",
             )
+        attrs.update(provider=provider_name, model=model, fallback=inp.fallback)
+        provider = self._providers.get(provider_name)
 
         started = time.monotonic()
         first_token_at: float | None = None
         parts: list[str] = []
         tool_calls: list[ToolCallRequest] = []
         finish = Finish("stop")
-        upstream = self._provider.stream(request)
+        upstream = provider.stream(request)
         frames = _coalesce(upstream, self._settings.frame_seconds)
         try:
             async with heartbeating():
@@ -275,6 +292,19 @@ class TurnActivities:
                         )
                         await db.commit()
                     activity.heartbeat()
+        except ProviderFatal as exc:
+            MODEL_CALLS.labels(provider_name, model, exc.code).inc()
+            raise ApplicationError(
+                f"{exc.provider} refused the request ({exc.code})",
+                type=exc.code,
+                non_retryable=True,
+            ) from None
+        except ProviderRetryable as exc:
+            MODEL_CALLS.labels(provider_name, model, exc.code).inc()
+            delay = timedelta(seconds=exc.retry_after_s) if exc.retry_after_s else None
+            raise ApplicationError(
+                f"{exc.provider} is unavailable ({exc.code})", type=exc.code, next_retry_delay=delay
+            ) from None
         finally:
             # Closing the generators stops the upstream generation at once (a cancelled
             # turn pays for no more tokens); what streamed stays in the event log.
@@ -307,7 +337,13 @@ class TurnActivities:
                 (first_token_at - started) * 1000 if first_token_at is not None else None
             )
             call.total_ms = (time.monotonic() - started) * 1000
+            if inp.fallback:
+                call.provider, call.model = provider_name, model
             await db.commit()
+            attrs.update(
+                first_token_ms=call.first_token_ms, total_ms=call.total_ms, usage=finish.usage
+            )
+            record_usage(provider_name, model, finish.usage)
             return _result(call)
 
     # --- endings ---------------------------------------------------------------------------
@@ -409,6 +445,11 @@ def _result(call: ModelCall) -> CallModelResult:
     )
 
 
+async def _tenant(db: AsyncSession, turn_id: str) -> str:
+    turn = await db.get(Turn, turn_id)
+    return turn.tenant_id if turn is not None else "unknown"
+
+
 async def _reset_partial_stream(db: AsyncSession, *, turn_id: str, message_id: str) -> None:
     """If an earlier attempt streamed text for this message, tell clients to drop it."""
     last = await db.scalar(
@@ -434,21 +475,27 @@ async def _coalesce(
     stream: AsyncIterator[TextDelta | ToolCallRequest | Finish], frame_s: float
 ) -> AsyncGenerator[str | ToolCallRequest | Finish, None]:
     """Join text deltas into frames of at least `frame_s`; the first token goes out at once.
-    Tool calls and the finish pass through after any buffered text."""
+    Tool calls and the finish pass through after any buffered text. If the stream breaks,
+    the text already received is yielded before the error: the user has seen it."""
     buffer: list[str] = []
     last_flush = float("-inf")
-    async for event in stream:
-        if not isinstance(event, TextDelta):
-            if buffer:
+    try:
+        async for event in stream:
+            if not isinstance(event, TextDelta):
+                if buffer:
+                    yield "".join(buffer)
+                    buffer.clear()
+                yield event
+                continue
+            buffer.append(event.text)
+            now = time.monotonic()
+            if now - last_flush >= frame_s:
                 yield "".join(buffer)
                 buffer.clear()
-            yield event
-            continue
-        buffer.append(event.text)
-        now = time.monotonic()
-        if now - last_flush >= frame_s:
+                last_flush = now
+    except Exception:
+        if buffer:
             yield "".join(buffer)
-            buffer.clear()
-            last_flush = now
+        raise
     if buffer:
         yield "".join(buffer)

@@ -6,7 +6,7 @@ used, so importing the gateway does not load the provider SDKs.
 
 from gateway.base import Finish, ModelProvider, ModelRequest, TextDelta, ToolCallRequest
 from gateway.errors import ProviderError, ProviderFatal, ProviderRetryable, Timeouts
-from gateway.registry import build_provider
+from gateway.registry import ProviderPool, build_provider
 
 __all__ = [
     "Finish",
@@ -18,5 +18,6 @@ __all__ = [
     "TextDelta",
     "Timeouts",
     "ToolCallRequest",
+    "ProviderPool",
     "build_provider",
 ]

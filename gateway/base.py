@@ -22,6 +22,8 @@ class ModelRequest:
     # Provider-neutral tool definitions: {"name", "description", "parameters" (JSON schema)}.
     tools: list[dict[str, Any]] = field(default_factory=list)
     max_output_tokens: int = 1024
+    # A stable key for the prompt's unchanging prefix, where the provider takes one.
+    cache_key: str | None = None
 
 
 @dataclass(frozen=True)

@@ -17,22 +17,21 @@ from parley.config import Settings
 
 
 def model_timeouts(settings: Settings) -> Timeouts:
-    # getattr: the settings fields may not exist yet in every deployment's config.
-    defaults = Timeouts()
     return Timeouts(
-        connect_s=float(getattr(settings, "model_connect_timeout_s", defaults.connect_s)),
-        first_token_s=float(
-            getattr(settings, "model_first_token_timeout_s", defaults.first_token_s)
-        ),
-        total_s=float(getattr(settings, "model_total_timeout_s", defaults.total_s)),
+        connect_s=settings.model_connect_timeout_s,
+        first_token_s=settings.model_first_token_timeout_s,
+        total_s=settings.model_total_timeout_s,
     )
 
 
-def build_provider(settings: Settings) -> ModelProvider:
-    if settings.model_provider == "demo":
+def build_provider(settings: Settings, name: str | None = None) -> ModelProvider:
+    """The provider called `name` (default: the configured one), credentials from the SDKs'
+    own environment variables."""
+    name = name or settings.model_provider
+    if name == "demo":
         return DemoModel(token_delay_s=settings.demo_token_delay_ms / 1000.0)
     # The SDKs are imported only when used: a demo deployment does not load them.
-    if settings.model_provider == "openai":
+    if name == "openai":
         from gateway.openai_compat import OpenAICompatProvider
 
         return OpenAICompatProvider(
@@ -40,7 +39,7 @@ def build_provider(settings: Settings) -> ModelProvider:
             api_key=_required_key("OPENAI_API_KEY"),
             timeouts=model_timeouts(settings),
         )
-    if settings.model_provider == "anthropic":
+    if name == "anthropic":
         from gateway.anthropic import AnthropicProvider
 
         return AnthropicProvider(
@@ -48,7 +47,26 @@ def build_provider(settings: Settings) -> ModelProvider:
             api_key=_required_key("ANTHROPIC_API_KEY"),
             timeouts=model_timeouts(settings),
         )
-    raise ValueError(f"unknown model provider {settings.model_provider!r}")
+    raise ValueError(f"unknown model provider {name!r}")
+
+
+class ProviderPool:
+    """Providers by name, built on first use; tests and the worker may hand in instances."""
+
+    def __init__(self, settings: Settings, *, given: list[ModelProvider] | None = None) -> None:
+        self._settings = settings
+        self._providers: dict[str, ModelProvider] = {p.name: p for p in given or []}
+
+    def get(self, name: str) -> ModelProvider:
+        if name not in self._providers:
+            self._providers[name] = build_provider(self._settings, name)
+        return self._providers[name]
+
+    async def aclose(self) -> None:
+        for provider in self._providers.values():
+            close = getattr(provider, "aclose", None)
+            if close is not None:
+                await close()
 
 
 def _required_key(variable: str) -> str:

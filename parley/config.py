@@ -52,6 +52,8 @@ class Settings(BaseSettings):
     # log when it reconnects); it never slows the turn or other streams.
     stream_send_timeout_s: float = 10.0
     max_streams_per_user: int = 8
+    # Where the worker serves its Prometheus metrics (model calls, tokens); 0 turns it off.
+    worker_metrics_port: int = 9464
 
     # Context building.
     system_prompt: str = (

@@ -105,6 +105,8 @@ class BuildContextResult:
 class CallModelInput:
     turn_id: str
     model_call_id: str
+    # The primary's retries are spent: the configured fallback model answers instead.
+    fallback: bool = False
 
 
 @dataclass

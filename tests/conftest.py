@@ -212,6 +212,7 @@ def service_env(settings: Settings, **extra: str) -> dict[str, str]:
         "PARLEY_DEMO_TOKEN_DELAY_MS": str(settings.demo_token_delay_ms),
         "PARLEY_NORTHWIND_URL": settings.northwind_url,
         "PARLEY_TOOL_TIMEOUT_S": str(settings.tool_timeout_s),
+        "PARLEY_WORKER_METRICS_PORT": "0",
         **extra,
     }
 

@@ -90,6 +90,11 @@ SCREEN_TIMEOUT = timedelta(seconds=10)
 SCREEN_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=3)
 FOLLOWUPS_GRACE = timedelta(milliseconds=300)
 
+# Provider answers that a retry of the same request would get again.
+REQUEST_REFUSED = frozenset(
+    {"bad_request", "unauthorized", "forbidden", "not_found", "too_large", "unprocessable"}
+)
+
 BOUNDS_TEXT = (
     "I've reached the limit of steps I can take for one answer, so I'll stop here. "
     "Please ask again, a little more specifically."
@@ -135,7 +140,11 @@ class TurnWorkflow:
             await workflow.execute_activity_method(
                 TurnActivities.fail_turn,
                 FailTurnInput(
-                    inp.turn_id, code, "the assistant could not finish this answer", True
+                    inp.turn_id,
+                    code,
+                    "the assistant could not finish this answer",
+                    # Whether asking again may help: not when the request itself was refused.
+                    code not in REQUEST_REFUSED,
                 ),
                 start_to_close_timeout=STORE_TIMEOUT,
                 retry_policy=STORE_RETRY,
@@ -244,9 +253,32 @@ class TurnWorkflow:
         )
 
     async def _call_model(self, inp: TurnInput, model_call_id: str) -> CallModelResult:
+        try:
+            return await self._model_activity(CallModelInput(inp.turn_id, model_call_id))
+        except ActivityError as err:
+            cause = err.cause
+            spent = not isinstance(cause, (ApplicationError, CancelledError)) or (
+                isinstance(cause, ApplicationError) and not cause.non_retryable
+            )
+            if not spent:
+                raise
+            # The primary's retries are spent: the fallback model (if configured) answers.
+            try:
+                return await self._model_activity(
+                    CallModelInput(inp.turn_id, model_call_id, fallback=True)
+                )
+            except ActivityError as fallback_err:
+                no_fallback = isinstance(fallback_err.cause, ApplicationError) and (
+                    fallback_err.cause.type == "no_fallback"
+                )
+                if no_fallback:
+                    raise err from None
+                raise
+
+    async def _model_activity(self, call: CallModelInput) -> CallModelResult:
         return await workflow.execute_activity_method(
             TurnActivities.call_model,
-            CallModelInput(inp.turn_id, model_call_id),
+            call,
             start_to_close_timeout=timedelta(minutes=5),
             heartbeat_timeout=timedelta(seconds=5),
             retry_policy=MODEL_RETRY,

@@ -1,0 +1,23 @@
+"""Worker-side Prometheus metrics (served by the worker on PARLEY_WORKER_METRICS_PORT)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter
+
+MODEL_CALLS = Counter(
+    "parley_model_calls_total",
+    "Model calls by provider, model and outcome",
+    ["provider", "model", "outcome"],
+)
+MODEL_TOKENS = Counter(
+    "parley_model_tokens_total",
+    "Tokens as the provider reported them",
+    ["provider", "model", "kind"],
+)
+
+
+def record_usage(provider: str, model: str, usage: dict[str, int]) -> None:
+    MODEL_CALLS.labels(provider, model, "ok").inc()
+    for kind in ("input_tokens", "output_tokens", "cached_tokens"):
+        if usage.get(kind):
+            MODEL_TOKENS.labels(provider, model, kind.removesuffix("_tokens")).inc(usage[kind])
