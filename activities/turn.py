@@ -236,6 +236,11 @@ class TurnActivities:
             return await self._call_model(inp, attrs)
 
     async def _call_model(self, inp: CallModelInput, attrs: dict[str, Any]) -> CallModelResult:
+        if inp.fallback and not self._settings.fallback_model_provider:
+            # Before anything is reset: the failed attempt's text stays as the user saw it.
+            raise ApplicationError(
+                "no fallback model is configured", type="no_fallback", non_retryable=True
+            )
         async with self._sessions() as db:
             await chat.set_turn_state(db, turn_id=inp.turn_id, state=TurnState.calling_model)
             call = await db.get(ModelCall, inp.model_call_id)
@@ -248,10 +253,6 @@ class TurnActivities:
             await db.commit()
             provider_name, model = call.provider, call.model
             if inp.fallback:
-                if not self._settings.fallback_model_provider:
-                    raise ApplicationError(
-                        "no fallback model is configured", type="no_fallback", non_retryable=True
-                    )
                 provider_name = self._settings.fallback_model_provider
                 model = self._settings.fallback_model or model
             request = ModelRequest(

@@ -146,10 +146,11 @@ async def running_worker(
     sessions: async_sessionmaker[AsyncSession],
     provider: ModelProvider,
     screens: tuple[Screen, Screen] | None = None,
+    fallback: ModelProvider | None = None,
 ) -> AsyncIterator[None]:
     async with httpx.AsyncClient() as http:
         async with build_worker(
-            client, settings, sessions, http, provider=provider, screens=screens
+            client, settings, sessions, http, provider=provider, fallback=fallback, screens=screens
         ):
             yield
 
