@@ -40,7 +40,8 @@ from parley.resolver import ACTIVE_ORDER, Slot
 from parley.tools import TOOLS, ProposeEmailArgs, ToolError, parse_arguments
 from store import actions, chat, slots
 from store.events import append_event
-from store.models import Action, Handoff, ToolCall, Turn
+from parley.tenancy import TenantConfig
+from store.models import Action, Handoff, Tenant, ToolCall, Turn
 
 # A tool result the model reads is cut to this many characters of JSON.
 MAX_RESULT_CHARS = 4000
@@ -175,6 +176,8 @@ class ToolActivities:
             result = ToolError("refused", inp.refuse).as_result()
         else:
             parsed = parse_arguments(call.name, call.arguments)
+            if not isinstance(parsed, ToolError) and not await self._allowed(turn, call.name):
+                parsed = ToolError("not_allowed", f"{call.name} is not enabled for this tenant")
             if isinstance(parsed, ToolError):
                 result = parsed.as_result()
             else:
@@ -217,6 +220,12 @@ class ToolActivities:
                 )
                 await db.commit()
             return await self._outcome(db, call)
+
+    async def _allowed(self, turn: Turn, name: str) -> bool:
+        async with self._sessions() as db:
+            tenant = await db.get(Tenant, turn.tenant_id)
+            config = TenantConfig.model_validate(tenant.config if tenant and tenant.config else {})
+            return config.offered(name)
 
     async def _outcome(self, db: AsyncSession, call: ToolCall) -> ToolOutcome:
         action_id = (call.result or {}).get("action_id") if call.status == "ok" else None

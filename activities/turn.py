@@ -40,10 +40,11 @@ from parley.contracts import (
 )
 from parley.ids import new_id
 from parley.resolver import PENDING_CLARIFICATION, Entity, NeedsCandidates, Slot, resolve
+from parley.tenancy import TenantConfig
 from parley.tools import args_hash, model_tools
 from store import chat, slots
 from store.events import append_event, append_events
-from store.models import Action, Message, ModelCall, Turn, TurnEvent, User
+from store.models import Action, Message, ModelCall, Tenant, Turn, TurnEvent, User
 
 
 class TurnActivities:
@@ -84,6 +85,8 @@ class TurnActivities:
                 if clarification is not None:
                     return clarification
             state = await self._state(db, turn)
+            tenant = await _tenant_config(db, turn.tenant_id)
+            window_size = tenant.context_window_messages or self._settings.context_window_messages
             hidden = [turn.retry_of] if turn.retry_of else []
             rows = await db.scalars(
                 select(Message)
@@ -98,25 +101,31 @@ class TurnActivities:
                     ),
                 )
                 .order_by(Message.seq.desc())
-                .limit(self._settings.context_window_messages)
+                .limit(window_size)
             )
             window = [
                 WindowMessage(m.seq, m.role, m.text, m.status, m.tool_calls, m.tool_call_id)
                 for m in rows
             ]
             messages = pack_context(
-                system_prompt=self._settings.system_prompt,
+                system_prompt=self._settings.system_prompt
+                + (f"\n\n{tenant.persona}" if tenant.persona else ""),
                 window=window,
-                max_messages=self._settings.context_window_messages,
+                max_messages=window_size,
                 state=state,
             )
             call = ModelCall(
                 id=new_id("mc"),
                 turn_id=turn.id,
                 step=inp.step,
-                provider=self._settings.model_provider,
-                model=self._settings.model,
-                request={"messages": messages, "tools": model_tools()},
+                provider=tenant.model_provider or self._settings.model_provider,
+                model=tenant.model or self._settings.model,
+                request={
+                    "messages": messages,
+                    "tools": [t for t in model_tools() if tenant.offered(t["name"])],
+                    "max_output_tokens": tenant.output_reserve_tokens or 1024,
+                    "reasoning_effort": tenant.reasoning_effort,
+                },
             )
             db.add(call)
             await db.commit()
@@ -259,6 +268,8 @@ class TurnActivities:
                 model=model,
                 messages=call.request["messages"],
                 tools=call.request.get("tools", []),
+                max_output_tokens=call.request.get("max_output_tokens", 1024),
+                reasoning_effort=call.request.get("reasoning_effort"),
                 # Stable per tenant and prompt version, so providers can reuse the prefix.
                 cache_key=f"parley-v1-{await _tenant(db, call.turn_id)}",
             )
@@ -444,6 +455,11 @@ def _result(call: ModelCall) -> CallModelResult:
             for c in requested
         ],
     )
+
+
+async def _tenant_config(db: AsyncSession, tenant_id: str) -> TenantConfig:
+    tenant = await db.get(Tenant, tenant_id)
+    return TenantConfig.model_validate(tenant.config if tenant and tenant.config else {})
 
 
 async def _tenant(db: AsyncSession, turn_id: str) -> str:

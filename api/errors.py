@@ -18,6 +18,7 @@ STATUS_FOR: dict[type[errors.ParleyError], int] = {
     errors.IdempotencyKeyReused: 422,
     errors.InvalidRequest: 422,
     errors.AgentPaused: 403,
+    errors.Forbidden: 403,
     errors.RateLimited: 429,
 }
 

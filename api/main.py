@@ -9,7 +9,7 @@ from fastapi import FastAPI
 
 from api import errors
 from api.deps import TemporalConnector
-from api.routes import actions, ops, sessions, turns
+from api.routes import actions, admin, ops, sessions, turns
 from api.streaming import EventHub, StreamRegistry
 from parley.config import Settings, get_settings
 from parley.outbox import cancel_turn_workflow
@@ -59,5 +59,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(sessions.router)
     app.include_router(turns.router)
     app.include_router(actions.router)
+    app.include_router(admin.router)
     app.include_router(ops.router)
     return app

@@ -168,6 +168,11 @@ class AnthropicProvider:
             params["system"] = system
         if request.tools:
             params["tools"] = to_anthropic_tools(request.tools)
+        if request.reasoning_effort:
+            # Extended thinking: a token budget that grows with the requested effort.
+            budget = {"low": 1024, "medium": 4096, "high": 16384}[request.reasoning_effort]
+            params["thinking"] = {"type": "enabled", "budget_tokens": budget}
+            params["max_tokens"] = max(request.max_output_tokens, budget + 1024)
 
         async def open_stream() -> anthropic.AsyncStream[RawMessageStreamEvent]:
             # The wire dicts follow the SDK's TypedDicts; the cast keeps translation plain JSON.

@@ -24,6 +24,8 @@ class ModelRequest:
     max_output_tokens: int = 1024
     # A stable key for the prompt's unchanging prefix, where the provider takes one.
     cache_key: str | None = None
+    # "low" | "medium" | "high" for providers with a reasoning-effort setting.
+    reasoning_effort: str | None = None
 
 
 @dataclass(frozen=True)

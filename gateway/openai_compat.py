@@ -147,6 +147,11 @@ class OpenAICompatProvider:
         }
         if request.tools:
             params["tools"] = to_openai_tools(request.tools)
+        if request.cache_key:
+            # Routes requests sharing a prefix to the same cache (OpenAI's prompt caching).
+            params["prompt_cache_key"] = request.cache_key
+        if request.reasoning_effort:
+            params["reasoning_effort"] = request.reasoning_effort
 
         async def open_stream() -> openai.AsyncStream[ChatCompletionChunk]:
             # The wire dicts follow the SDK's TypedDicts; the cast keeps translation plain JSON.

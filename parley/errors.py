@@ -14,6 +14,7 @@
     ├── IdempotencyKeyReused      same client_message_id, different text
     ├── InvalidRequest            a field breaks the contract (names the field)
     ├── AgentPaused               the tenant's assistant is switched off
+    ├── Forbidden                 the caller lacks the role (admin routes only)
     └── RateLimited               too many of something at once (carries retry_after_s)
 
 HTTP status codes are assigned to these in one place, `api/errors.py`.
@@ -77,6 +78,10 @@ class IdempotencyKeyReused(ParleyError):
     code = "idempotency_key_reused"
 
 
+class Forbidden(ParleyError):
+    code = "forbidden"
+
+
 class InvalidRequest(ParleyError):
     code = "invalid_request"
 
@@ -88,6 +93,10 @@ class AgentPaused(ParleyError):
 class RateLimited(ParleyError):
     code = "rate_limited"
 
-    def __init__(self, message: str, *, retry_after_s: int = 1, **extra: Any) -> None:
+    def __init__(
+        self, message: str, *, retry_after_s: int = 1, code: str | None = None, **extra: Any
+    ) -> None:
         super().__init__(message, **extra)
         self.retry_after_s = retry_after_s
+        if code is not None:  # rate_limited | daily_cap_reached | too_many_active_turns
+            self.code = code

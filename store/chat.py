@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -27,6 +28,7 @@ from parley.errors import (
     AgentPaused,
     IdempotencyKeyReused,
     NotFound,
+    RateLimited,
     StaleView,
     TurnInProgress,
     TurnNotRetryable,
@@ -36,6 +38,8 @@ from store import actions
 from store.events import append_event, append_events
 from store.identity import Identity
 from store.models import Action, ChatSession, Message, Tenant, ToolCall, Turn, TurnEvent
+
+log = logging.getLogger(__name__)
 
 SESSION_NOT_FOUND = "session not found"
 TURN_NOT_FOUND = "turn not found"
@@ -166,6 +170,13 @@ async def post_user_message(
     if tenant is not None and tenant.paused:
         await db.rollback()
         raise AgentPaused("the assistant is paused for this tenant")
+    if tenant is not None and await _over_daily_cap(db, tenant):
+        await db.rollback()
+        raise RateLimited(
+            "the tenant's daily message cap is reached",
+            retry_after_s=_seconds_to_midnight(),
+            code="daily_cap_reached",
+        )
     if expected_last_seq is not None and expected_last_seq != session.last_seq:
         last_seq = session.last_seq
         await db.rollback()
@@ -218,6 +229,36 @@ async def post_user_message(
     await db.refresh(message)
     await db.refresh(turn)
     return PostedMessage(turn, message, True, new_turn=True, signals=tuple(signals))
+
+
+async def _over_daily_cap(db: AsyncSession, tenant: Tenant) -> bool:
+    """The cap fails open: if counting fails, the message goes through (and is logged)."""
+    cap = (tenant.config or {}).get("daily_cap")
+    if cap is None:
+        return False
+    midnight = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    try:
+        async with db.begin_nested():
+            today = await db.scalar(
+                select(func.count())
+                .select_from(Message)
+                .join(ChatSession, ChatSession.id == Message.session_id)
+                .where(
+                    ChatSession.tenant_id == tenant.id,
+                    Message.role == "user",
+                    Message.created_at >= midnight,
+                )
+            )
+    except Exception:
+        log.warning("could not count today's messages for %s; letting it through", tenant.id)
+        return False
+    return int(today or 0) >= int(cap)
+
+
+def _seconds_to_midnight() -> int:
+    now = datetime.now(UTC)
+    midnight = (now + timedelta(days=1)).replace(hour=0, minute=0, second=0, microsecond=0)
+    return max(1, int((midnight - now).total_seconds()))
 
 
 def _user_message(session: ChatSession, turn_id: str, client_message_id: str, text: str) -> Message:

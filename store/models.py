@@ -39,6 +39,8 @@ class Tenant(Base):
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     name: Mapped[str] = mapped_column(String(200))
     paused: Mapped[bool] = mapped_column(Boolean, default=False, server_default="false")
+    # Per-tenant settings over the code defaults (parley/tenancy.py); never credentials.
+    config: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict, server_default="{}")
     created_at: Mapped[datetime] = _now_column()
 
 

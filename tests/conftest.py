@@ -185,6 +185,7 @@ async def tokens(sessions: async_sessionmaker[AsyncSession]) -> dict[str, str]:
             "priya": await create_token(db, tenant_id="northwind", user_id="cust_2291"),
             "marco": await create_token(db, tenant_id="northwind", user_id="cust_3301"),
             "ines": await create_token(db, tenant_id="southwind", user_id="cust_9001"),
+            "admin": await create_token(db, tenant_id="northwind", user_id="ops_admin"),
         }
 
 

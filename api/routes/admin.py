@@ -1,0 +1,67 @@
+"""Operator switches for a tenant: pause and resume the assistant, and its configuration.
+
+Admins manage their own tenant only; any other tenant is 404, as for any resource that is
+not the caller's.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends
+
+from api.deps import CurrentUser, DbSession
+from parley.errors import Forbidden, InvalidRequest, NotFound
+from parley.tenancy import TenantConfig
+from store import tenants
+from store.identity import Identity
+
+router = APIRouter(prefix="/v1/admin/tenants/{tenant_id}", tags=["admin"])
+
+
+def _admin_of(tenant_id: str, user: Identity) -> None:
+    if "admin" not in user.roles:
+        raise Forbidden("this needs the admin role")
+    if tenant_id != user.tenant_id:
+        raise NotFound("tenant not found")
+
+
+def require_admin(tenant_id: str, user: CurrentUser) -> Identity:
+    _admin_of(tenant_id, user)
+    return user
+
+
+Admin = Annotated[Identity, Depends(require_admin)]
+
+
+def _view(tenant: Any) -> dict[str, Any]:
+    return {"id": tenant.id, "paused": tenant.paused, "config": tenant.config or {}}
+
+
+@router.post("/pause")
+async def pause(tenant_id: str, db: DbSession, _: Admin) -> dict[str, Any]:
+    """Switch the tenant's assistant off: new messages get 403 `agent_paused`."""
+    return _view(await tenants.set_paused(db, tenant_id=tenant_id, paused=True))
+
+
+@router.post("/resume")
+async def resume(tenant_id: str, db: DbSession, _: Admin) -> dict[str, Any]:
+    """Switch the tenant's assistant back on."""
+    return _view(await tenants.set_paused(db, tenant_id=tenant_id, paused=False))
+
+
+@router.get("/config")
+async def get_config(tenant_id: str, db: DbSession, _: Admin) -> dict[str, Any]:
+    """The tenant's configuration over the code defaults."""
+    return _view(await tenants.get_tenant(db, tenant_id=tenant_id))
+
+
+@router.put("/config")
+async def put_config(
+    tenant_id: str, config: TenantConfig, db: DbSession, _: Admin
+) -> dict[str, Any]:
+    """Replace the tenant's configuration (persona, model, tool allow-list, daily cap…)."""
+    unknown = set(config.tool_allowlist or ()) - TenantConfig.known_tools()
+    if unknown:
+        raise InvalidRequest(f"unknown tools: {sorted(unknown)}", field="tool_allowlist")
+    return _view(await tenants.set_config(db, tenant_id=tenant_id, config=config))

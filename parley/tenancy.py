@@ -1,0 +1,39 @@
+"""Per-tenant configuration: what an operator may change for one tenant, over code defaults.
+
+Validated here, stored as JSON on the tenant row, read by the context builder (model,
+window, persona, tools) and the session API (daily cap). Credentials are never part of it:
+they come from the environment only.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from parley.tools import TOOLS, Risk
+
+
+class TenantConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    # Added to the standing instructions, e.g. a brand voice.
+    persona: str | None = Field(default=None, max_length=2000)
+    model_provider: Literal["demo", "openai", "anthropic"] | None = None
+    model: str | None = Field(default=None, max_length=100)
+    # Recent messages packed into each prompt.
+    context_window_messages: int | None = Field(default=None, ge=2, le=200)
+    # Tokens kept free for the answer.
+    output_reserve_tokens: int | None = Field(default=None, ge=64, le=32000)
+    reasoning_effort: Literal["low", "medium", "high"] | None = None
+    # Tools the model is offered; None offers all of them.
+    tool_allowlist: list[str] | None = None
+    # User messages accepted per tenant per UTC day; None is unlimited.
+    daily_cap: int | None = Field(default=None, ge=0)
+
+    def offered(self, name: str) -> bool:
+        return self.tool_allowlist is None or name in self.tool_allowlist
+
+    @classmethod
+    def known_tools(cls) -> set[str]:
+        return {name for name, spec in TOOLS.items() if spec.risk != Risk.write}

@@ -1,0 +1,30 @@
+"""Tenant switches and configuration (admin)."""
+
+from __future__ import annotations
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from parley.errors import NotFound
+from parley.tenancy import TenantConfig
+from store.models import Tenant
+
+
+async def get_tenant(db: AsyncSession, *, tenant_id: str) -> Tenant:
+    tenant = await db.get(Tenant, tenant_id)
+    if tenant is None:
+        raise NotFound("tenant not found")
+    return tenant
+
+
+async def set_paused(db: AsyncSession, *, tenant_id: str, paused: bool) -> Tenant:
+    tenant = await get_tenant(db, tenant_id=tenant_id)
+    tenant.paused = paused
+    await db.commit()
+    return tenant
+
+
+async def set_config(db: AsyncSession, *, tenant_id: str, config: TenantConfig) -> Tenant:
+    tenant = await get_tenant(db, tenant_id=tenant_id)
+    tenant.config = config.model_dump(exclude_none=True)
+    await db.commit()
+    return tenant
