@@ -350,10 +350,14 @@ class FakeProvider:
         self.token_delay_s = token_delay_s  # between brain-mode events
         self.queue: deque[Reply | Fail] = deque()
         self.requests: list[Recorded] = []
+        self.flag_terms = set()
         self.app = self._build_app()
         uvicorn_log = logging.getLogger("uvicorn.error")
         if not any(isinstance(f, _HideDrops) for f in uvicorn_log.filters):
             uvicorn_log.addFilter(_HideDrops())
+
+    # Text containing any of these is flagged by the fake moderation endpoint.
+    flag_terms: set[str]
 
     def script(self, *items: Reply | Fail) -> None:
         """Queue replies; each request takes the next one."""
@@ -375,6 +379,23 @@ class FakeProvider:
         async def messages(request: Request) -> Response:
             """Anthropic Messages, streaming."""
             return await self._answer(request, "anthropic")
+
+        @app.post("/v1/moderations")
+        async def moderations(request: Request) -> dict[str, Any]:
+            """OpenAI moderation: flags text containing one of `flag_terms` as harassment."""
+            body = await request.json()
+            inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
+            results = []
+            for text in inputs:
+                hit = any(term in str(text).lower() for term in self.flag_terms)
+                results.append(
+                    {
+                        "flagged": hit,
+                        "categories": {"harassment": hit, "violence": False},
+                        "category_scores": {"harassment": 0.99 if hit else 0.0, "violence": 0.0},
+                    }
+                )
+            return {"id": "modr-fake", "model": "omni-moderation-latest", "results": results}
 
         @app.post("/_fake/script")
         async def script(request: Request) -> dict[str, int]:

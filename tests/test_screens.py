@@ -208,3 +208,22 @@ async def test_the_output_floor_allows_masked_addresses_only() -> None:
     floor = RulesScreen("output")
     assert (await floor.check("sent to p***@example.com")).allowed
     assert not (await floor.check("sent to priya@example.com")).allowed
+
+
+async def test_the_moderation_adapter_speaks_the_openai_endpoint() -> None:
+    from openai import AsyncOpenAI
+
+    from gateway.fake_server import FakeProvider
+    from parley.screens import ModerationScreen, ScreenChain
+    from tests.conftest import serve
+
+    fake = FakeProvider()
+    fake.flag_terms = {"you idiot"}
+    async with serve(fake.app) as url:
+        client = AsyncOpenAI(base_url=url + "/v1", api_key="test", max_retries=0)
+        screen = ScreenChain([RulesScreen("input"), ModerationScreen(client)])
+        assert (await screen.check("Where is my order?")).allowed
+        verdict = await screen.check("Where is my order, you idiot?")
+        assert not verdict.allowed
+        assert (verdict.category, verdict.reason) == ("moderation", "harassment")
+        await client.close()
