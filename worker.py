@@ -70,7 +70,7 @@ def build_worker(
     )
     turn = TurnActivities(
         sessions=sessions,
-        providers=ProviderPool(settings, given=[p for p in (provider, fallback) if p]),
+        providers=ProviderPool(settings, primary=provider, fallback=fallback),
         settings=settings,
         northwind=northwind,
     )

@@ -37,10 +37,10 @@ from parley.contracts import (
 )
 from parley.ids import new_id
 from parley.resolver import ACTIVE_ORDER, Slot
+from parley.tenancy import TenantConfig
 from parley.tools import TOOLS, ProposeEmailArgs, ToolError, parse_arguments
 from store import actions, chat, slots
 from store.events import append_event
-from parley.tenancy import TenantConfig
 from store.models import Action, Handoff, Tenant, ToolCall, Turn
 
 # A tool result the model reads is cut to this many characters of JSON.

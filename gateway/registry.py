@@ -51,11 +51,25 @@ def build_provider(settings: Settings, name: str | None = None) -> ModelProvider
 
 
 class ProviderPool:
-    """Providers by name, built on first use; tests and the worker may hand in instances."""
+    """Providers by name, built on first use. Instances handed in serve as the configured
+    primary (and fallback), under the configured names as well as their own."""
 
-    def __init__(self, settings: Settings, *, given: list[ModelProvider] | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        primary: ModelProvider | None = None,
+        fallback: ModelProvider | None = None,
+    ) -> None:
         self._settings = settings
-        self._providers: dict[str, ModelProvider] = {p.name: p for p in given or []}
+        self._providers: dict[str, ModelProvider] = {}
+        if fallback is not None:
+            self._providers[fallback.name] = fallback
+            if settings.fallback_model_provider:
+                self._providers[settings.fallback_model_provider] = fallback
+        if primary is not None:
+            self._providers[primary.name] = primary
+            self._providers[settings.model_provider] = primary
 
     def get(self, name: str) -> ModelProvider:
         if name not in self._providers:

@@ -27,16 +27,19 @@ def port_is_open(port: int) -> bool:
 
 def test_dev_start_prints_urls_and_a_token_and_its_curl_streams_a_reply(tmp_path: Path) -> None:
     api_port, temporal_port, ui_port = free_port(), free_port(), free_port()
+    backend_port, metrics_port = free_port(), free_port()
     env = {
         key: value
         for key, value in os.environ.items()
-        if key not in ("DATABASE_URL", "TEMPORAL_ADDRESS")
+        if key not in ("DATABASE_URL", "TEMPORAL_ADDRESS", "PARLEY_NORTHWIND_URL")
     }
     env.update(
         PARLEY_DATA_DIR=str(tmp_path / "data"),
         PARLEY_API_PORT=str(api_port),
         PARLEY_DEV_TEMPORAL_PORT=str(temporal_port),
         PARLEY_TEMPORAL_UI_PORT=str(ui_port),
+        PARLEY_NORTHWIND_PORT=str(backend_port),
+        PARLEY_WORKER_METRICS_PORT=str(metrics_port),
     )
     dev = subprocess.Popen(
         [sys.executable, "-m", "parley.cli", "dev"],
@@ -61,6 +64,8 @@ def test_dev_start_prints_urls_and_a_token_and_its_curl_streams_a_reply(tmp_path
         assert f"http://127.0.0.1:{ui_port}/" in text
         assert "Token for Priya" in text
         assert port_is_open(ui_port), "the Temporal Web UI is not listening"
+        assert f"http://127.0.0.1:{backend_port}/" in text
+        assert port_is_open(metrics_port), "the worker's metrics port is not listening"
 
         curl = banner[-1].strip()
         result = subprocess.run(
@@ -78,7 +83,7 @@ def test_dev_start_prints_urls_and_a_token_and_its_curl_streams_a_reply(tmp_path
             if dev.poll() is None:
                 os.killpg(dev.pid, signal.SIGKILL)
     assert dev.returncode == 0
-    for port in (api_port, temporal_port, ui_port):
+    for port in (api_port, temporal_port, ui_port, backend_port, metrics_port):
         assert not port_is_open(port), f"port {port} still open after Ctrl-C"
     data_dir = str(tmp_path / "data")
     leftovers = [
