@@ -199,6 +199,9 @@ async def running_stack(token_delay_ms: float) -> AsyncIterator[Stack]:
             "TEMPORAL_ADDRESS": temporal_address,
             "PARLEY_TASK_QUEUE": settings.task_queue,
             "PARLEY_DEMO_TOKEN_DELAY_MS": str(token_delay_ms),
+            # One user drives every concurrent session here; lift the per-user stream limit.
+            "PARLEY_MAX_STREAMS_PER_USER": "1000",
+            "PARLEY_WORKER_METRICS_PORT": "0",
             "PYTHONUNBUFFERED": "1",
         }
         api_port, baseline_port = free_port(), free_port()
