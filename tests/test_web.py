@@ -296,3 +296,32 @@ async def test_a_user_confirms_an_email_from_the_card_and_it_is_sent_once(
     sent = (await northwind.get("/emails")).json()["emails"][before:]
     assert [e["to"] for e in sent] == ["priya@example.com"]
     tab.assert_no_script_errors()
+
+
+async def test_after_a_reload_a_waiting_confirmation_card_comes_back_and_still_works(
+    tab: Tab, tokens: dict[str, str], northwind: httpx.AsyncClient
+) -> None:
+    page = tab.page
+    assert await use_token(page, tokens["priya"]) == 200
+    session_id = await new_session(page)
+    await send_and_wait(page, FIRST, user_seq=1, reply_has="8472")
+    await page.locator("#input").fill("Can you email me?")
+    await page.locator("#send").click()
+    await expect(page.locator("#confirm-card")).to_be_visible()
+    action_id = await page.locator("#confirm-card").get_attribute("data-action-id")
+
+    await page.reload()
+    await page.locator(f'#sessions button[data-sid="{session_id}"]').click()
+    card = page.locator("#confirm-card")
+    await expect(card).to_be_visible()
+    await expect(card).to_have_attribute("data-action-id", action_id or "")
+    await expect(card).to_contain_text("p***@example.com")
+    await page.locator("#confirm-btn").click()
+    await expect(page.locator("#transcript .msg-assistant").last).to_contain_text("Sent")
+    sent = [
+        e
+        for e in (await northwind.get("/emails")).json()["emails"]
+        if e["idempotency_key"] == f"parley-{action_id}"
+    ]
+    assert len(sent) == 1
+    tab.assert_no_script_errors()
