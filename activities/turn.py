@@ -330,15 +330,6 @@ class TurnActivities:
             {"id": c.id, "name": c.name, "arguments": _as_json(c.arguments)} for c in tool_calls
         ]
         async with self._sessions() as db:
-            if requested:
-                await chat.store_tool_requests(
-                    db,
-                    turn_id=inp.turn_id,
-                    model_call_id=inp.model_call_id,
-                    text=text,
-                    tool_calls=requested,
-                    hashes=[args_hash(c["name"], c["arguments"]) for c in requested],
-                )
             call = await db.get(ModelCall, inp.model_call_id)
             assert call is not None
             call.response_text = text
@@ -351,7 +342,19 @@ class TurnActivities:
             call.total_ms = (time.monotonic() - started) * 1000
             if inp.fallback:
                 call.provider, call.model = provider_name, model
-            await db.commit()
+            # One commit for the call's outcome and its tool calls: a retry after a crash
+            # finds both or neither, so the stored calls always match their results.
+            if requested:
+                await chat.store_tool_requests(
+                    db,
+                    turn_id=inp.turn_id,
+                    model_call_id=inp.model_call_id,
+                    text=text,
+                    tool_calls=requested,
+                    hashes=[args_hash(c["name"], c["arguments"]) for c in requested],
+                )
+            else:
+                await db.commit()
             attrs.update(
                 first_token_ms=call.first_token_ms, total_ms=call.total_ms, usage=finish.usage
             )

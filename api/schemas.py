@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from store.actions import action_view
 from store.chat import message_payload
@@ -15,6 +15,14 @@ class PostMessageIn(BaseModel):
     client_message_id: str = Field(min_length=1, max_length=64)
     text: str = Field(min_length=1)
     expected_last_seq: int | None = None
+
+    @field_validator("text", "client_message_id")
+    @classmethod
+    def _no_nul(cls, value: str) -> str:
+        # PostgreSQL text cannot hold NUL; say so rather than fail on insert.
+        if "\x00" in value:
+            raise ValueError("must not contain NUL characters")
+        return value
 
 
 def turn_view(turn: Turn, pending: Action | None = None) -> dict[str, Any]:

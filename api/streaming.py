@@ -18,14 +18,16 @@ from datetime import timedelta
 from typing import Any
 
 import psycopg
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sse_starlette import ServerSentEvent
 
 from api.metrics import EVENTS_SENT
-from parley.contracts import TERMINAL_EVENTS, EventType
+from parley.contracts import TERMINAL_EVENTS, TERMINAL_TURN_STATES, EventType
 from parley.errors import RateLimited
 from store import chat
 from store.events import NOTIFY_CHANNEL, read_events
+from store.models import Turn
 
 log = logging.getLogger(__name__)
 
@@ -110,8 +112,22 @@ async def turn_event_stream(
             if events and events[-1].type == EventType.confirmation_required:
                 return  # the turn rests; its stream resumes once the action is resolved
             if not events:
+                if await _finished_before(sessions, turn_id, after):
+                    return  # resumed at or past the end of a finished turn
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(doorbell.wait(), timeout=POLL_INTERVAL_S)
+
+
+async def _finished_before(
+    sessions: async_sessionmaker[AsyncSession], turn_id: str, after: int
+) -> bool:
+    """The turn has ended and the client has every event of it. Comparing with the turn's
+    last event id means an event committed between the two reads is never skipped."""
+    async with sessions() as db:
+        row = (
+            await db.execute(select(Turn.state, Turn.last_event_id).where(Turn.id == turn_id))
+        ).one_or_none()
+    return row is not None and row.state in TERMINAL_TURN_STATES and after >= row.last_event_id
 
 
 class StreamRegistry:

@@ -59,6 +59,7 @@ def pack_context(
     ][-max_messages:]
     while kept and kept[0].role != "user":
         kept.pop(0)
+    answered = {m.tool_call_id for m in kept if m.role == "tool"}
     messages: list[dict[str, Any]] = [{"role": "system", "content": system_prompt}]
     if state is not None:
         messages.append(state_block(state))
@@ -67,8 +68,11 @@ def pack_context(
         if m.role == "assistant" and m.status in ("incomplete", "cancelled"):
             content += f"\n[this answer was {m.status}]"
         message: dict[str, Any] = {"role": m.role, "content": content}
-        if m.tool_calls:
-            message["tool_calls"] = m.tool_calls
+        calls = [c for c in m.tool_calls or [] if c.get("id") in answered]
+        if m.tool_calls and not calls and not content:
+            continue  # only unanswered calls: providers refuse a call without its result
+        if calls:
+            message["tool_calls"] = calls
         if m.tool_call_id:
             message["tool_call_id"] = m.tool_call_id
         messages.append(message)

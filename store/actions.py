@@ -50,6 +50,8 @@ async def create_action(
     recipient_masked: str | None,
     ttl: timedelta,
 ) -> Action:
+    if action_id is not None and (existing := await db.get(Action, action_id)) is not None:
+        return existing  # a retried attempt of the proposing tool call
     action = Action(
         id=action_id or new_id("act"),
         session_id=session_id,

@@ -166,17 +166,7 @@ async def post_user_message(
         await db.commit()  # nothing written; ends the transaction without expiring objects
         return PostedMessage(turn=turn, message=earlier, created=False)
 
-    tenant = await db.get(Tenant, owner.tenant_id)
-    if tenant is not None and tenant.paused:
-        await db.rollback()
-        raise AgentPaused("the assistant is paused for this tenant")
-    if tenant is not None and await _over_daily_cap(db, tenant):
-        await db.rollback()
-        raise RateLimited(
-            "the tenant's daily message cap is reached",
-            retry_after_s=_seconds_to_midnight(),
-            code="daily_cap_reached",
-        )
+    await _admit(db, tenant_id=owner.tenant_id)
     if expected_last_seq is not None and expected_last_seq != session.last_seq:
         last_seq = session.last_seq
         await db.rollback()
@@ -184,15 +174,20 @@ async def post_user_message(
 
     signals: list[tuple[str, ResolveActionSignal]] = []
     if session.active_turn_id is not None:
-        active = await db.get(Turn, session.active_turn_id, with_for_update=True)
+        # Read, not locked: the session lock already orders every change of the active turn,
+        # and activities lock turn then session (taking both here would invert that order).
+        active = await db.get(Turn, session.active_turn_id)
         assert active is not None
-        if active.state != TurnState.awaiting_confirmation:
+        action = await actions.pending_action(db, session_id=session_id)
+        if active.state != TurnState.awaiting_confirmation or (
+            action is None or action.turn_id != active.id
+        ):
+            # Running, or its action was just answered and it is about to resume.
             active_id = active.id
             await db.rollback()
             raise TurnInProgress(
                 "a turn is still running in this session", active_turn_id=active_id
             )
-        action = await actions.pending_action(db, session_id=session_id)
         decision = typed_decision(text)
         if action is not None and decision and action.expires_at > datetime.now(UTC):
             # The message answers the waiting turn; no new turn.
@@ -229,6 +224,21 @@ async def post_user_message(
     await db.refresh(message)
     await db.refresh(turn)
     return PostedMessage(turn, message, True, new_turn=True, signals=tuple(signals))
+
+
+async def _admit(db: AsyncSession, *, tenant_id: str) -> None:
+    """The tenant's switches: paused fails closed, the daily cap answers 429."""
+    tenant = await db.get(Tenant, tenant_id)
+    if tenant is not None and tenant.paused:
+        await db.rollback()
+        raise AgentPaused("the assistant is paused for this tenant")
+    if tenant is not None and await _over_daily_cap(db, tenant):
+        await db.rollback()
+        raise RateLimited(
+            "the tenant's daily message cap is reached",
+            retry_after_s=_seconds_to_midnight(),
+            code="daily_cap_reached",
+        )
 
 
 async def _over_daily_cap(db: AsyncSession, tenant: Tenant) -> bool:
@@ -578,6 +588,26 @@ async def end_unfinished_turn(
     if turn.state in TERMINAL_TURN_STATES:
         await db.commit()
         return None
+    # Tool calls the turn never got to answer get a result now: a transcript with a call and
+    # no result is refused by real providers, and would break every later turn.
+    open_calls = await db.scalars(
+        select(ToolCall)
+        .where(ToolCall.turn_id == turn_id, ToolCall.status == "pending")
+        .order_by(ToolCall.created_at)
+    )
+    for open_call in list(open_calls):
+        await store_tool_result(
+            db,
+            call=open_call,
+            status="error",
+            result={
+                "error": {
+                    "code": state.value,
+                    "message": f"the turn was {state.value} before this ran",
+                    "retryable": True,
+                }
+            },
+        )
     message_id, text = await streamed_so_far(db, turn_id=turn_id)
     status = MessageStatus.cancelled if state == TurnState.cancelled else MessageStatus.incomplete
     message: Message | None = None
@@ -630,11 +660,14 @@ async def retry_turn(db: AsyncSession, *, owner: Identity, session_id: str, turn
     """Start a new turn for the same user message; its answer will replace the failed one."""
     session = await get_session(db, owner=owner, session_id=session_id, for_update=True)
     old = await get_turn(db, owner=owner, session_id=session_id, turn_id=turn_id)
+    await _admit(db, tenant_id=owner.tenant_id)
     answer = await db.get(Message, old.assistant_message_id) if old.assistant_message_id else None
     retryable = old.state in (TurnState.failed, TurnState.cancelled) and (
         answer is None or answer.status in (MessageStatus.incomplete, MessageStatus.cancelled)
     )
-    if not retryable or (answer is not None and answer.replaced_by is not None):
+    # One retry per turn: a retry that failed in turn is retried itself, never the original.
+    retried = await db.scalar(select(Turn.id).where(Turn.retry_of == old.id).limit(1))
+    if not retryable or retried is not None:
         state = old.state
         await db.rollback()
         raise TurnNotRetryable("only a failed or cancelled answer can be retried", state=state)

@@ -27,7 +27,13 @@ def libpq_url(url: str) -> str:
 
 def create_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
     return create_async_engine(
-        sqlalchemy_url(url), pool_size=pool_size, max_overflow=20, pool_pre_ping=True
+        sqlalchemy_url(url),
+        pool_size=pool_size,
+        max_overflow=20,
+        pool_pre_ping=True,
+        # Errors must not carry statement parameters (message text, addresses) into logs or
+        # into Temporal history as activity failures.
+        hide_parameters=True,
     )
 
 

@@ -133,6 +133,7 @@ async def test_invalid_bodies_are_422_invalid_request_naming_the_field(
         ({"client_message_id": "k1", "text": ""}, "text"),
         ({"client_message_id": "k2", "text": "x" * 8001}, "text"),
         ({"text": "hi"}, "client_message_id"),
+        ({"client_message_id": "k3", "text": "nul \u0000 inside"}, "text"),
     ]
     for body, field in cases:
         response = await priya.http.post(f"/v1/sessions/{session_id}/messages", json=body)

@@ -167,7 +167,7 @@ def after_tools(request: ModelRequest) -> bool:
 
 
 async def test_provider_failure_keeps_incomplete_text_and_retry_replaces_it_reusing_tools(
-    stack: Stack, client: ParleyClient, northwind: httpx.AsyncClient
+    stack: Stack, client: ParleyClient, northwind: httpx.AsyncClient, tokens: dict[str, str]
 ) -> None:
     # The answer after the tool result breaks off after 6 tokens, once.
     failures = {"left": 1}
@@ -190,6 +190,15 @@ async def test_provider_failure_keeps_incomplete_text_and_retry_replaces_it_reus
     assert stored[-1]["role"] == "assistant" and stored[-1]["status"] == "incomplete"
     assert stored[-1]["text"] == partial
     assert (await northwind.get("/stats")).json()["calls"]["list_orders"] == lookups_before + 1
+
+    # A paused tenant's assistant stays off for retries too.
+    admin = {"Authorization": f"Bearer {tokens['admin']}"}
+    await client.http.post("/v1/admin/tenants/northwind/pause", headers=admin)
+    try:
+        paused = await client.http.post(f"/v1/sessions/{sid}/turns/{failed_turn}/retry")
+        assert paused.status_code == 403 and paused.json()["error"]["code"] == "agent_paused"
+    finally:
+        await client.http.post("/v1/admin/tenants/northwind/resume", headers=admin)
 
     retried = await client.http.post(f"/v1/sessions/{sid}/turns/{failed_turn}/retry")
     assert retried.status_code == 202

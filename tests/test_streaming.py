@@ -84,3 +84,19 @@ async def test_a_second_api_process_serves_the_same_live_stream(
     finally:
         other.terminate()
         other.wait(10)
+
+
+async def test_resuming_at_the_end_of_a_finished_turn_closes_at_once(priya: ParleyClient) -> None:
+    session_id = await priya.new_session()
+    turn_id, whole = await priya.turn(session_id, "Hello")
+    last = whole[-1].id
+    assert last is not None
+    response = await asyncio.wait_for(
+        priya.http.get(
+            f"/v1/sessions/{session_id}/turns/{turn_id}/events",
+            headers={"Last-Event-ID": str(last)},
+        ),
+        timeout=5,
+    )
+    assert response.status_code == 200
+    assert [line for line in response.text.splitlines() if line.startswith("id:")] == []

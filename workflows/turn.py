@@ -378,11 +378,20 @@ class TurnWorkflow:
         if decision in ("superseded", "expired", "declined"):
             return decision
         self._enter(TurnState.executing_action)
-        sent = await workflow.execute_activity_method(
-            ToolActivities.send_email,
-            ActionInput(inp.turn_id, action_id),
-            start_to_close_timeout=TOOL_TIMEOUT,
-            heartbeat_timeout=TOOL_HEARTBEAT,
-            retry_policy=TOOL_RETRY,
+        send = asyncio.ensure_future(
+            workflow.execute_activity_method(
+                ToolActivities.send_email,
+                ActionInput(inp.turn_id, action_id),
+                start_to_close_timeout=TOOL_TIMEOUT,
+                heartbeat_timeout=TOOL_HEARTBEAT,
+                retry_policy=TOOL_RETRY,
+            )
         )
+        try:
+            sent = await asyncio.shield(send)
+        except asyncio.CancelledError:
+            # A send under way is finished and recorded before the turn ends cancelled, so
+            # what happened to the email is never lost.
+            await send
+            raise
         return sent.status

@@ -1,0 +1,104 @@
+"""Regressions for defects found in review: each test failed before its fix."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import httpx
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.client import Client
+
+from parley.contracts import RESOLVE_ACTION_SIGNAL, ResolveActionSignal
+from parley.ids import workflow_id_for_turn
+from store import actions
+from store.models import ModelCall, ToolCall
+from tests.client import ParleyClient
+from tests.test_stream_control import Stack, client, first_events, stack, wait_for_state
+
+__all__ = ["client", "stack"]  # module-scoped fixtures shared with the stream tests
+
+
+async def test_cancelling_during_a_tool_leaves_no_unanswered_call_behind(
+    stack: Stack,
+    client: ParleyClient,
+    northwind: httpx.AsyncClient,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    await northwind.post("/faults", json={"latency_ms": 3000})
+    sid = await client.new_session()
+    posted = await client.post(sid, "Where is my order?")
+    turn_id = posted.json()["turn_id"]
+    await first_events(client, posted.json()["events_url"], until="tool")
+    assert (await client.http.post(f"/v1/sessions/{sid}/turns/{turn_id}/cancel")).status_code == 202
+    await wait_for_state(sessions, turn_id, {"cancelled"}, timeout=15)
+    await northwind.delete("/faults")
+    async with sessions() as db:
+        calls = list(await db.scalars(select(ToolCall).where(ToolCall.turn_id == turn_id)))
+    assert calls and all(c.status != "pending" for c in calls)
+
+    # The next turn's prompt pairs every tool call with its result.
+    next_turn, events = await client.turn(sid, "Hello again")
+    assert events[-1].type == "done"
+    async with sessions() as db:
+        request = await db.scalar(select(ModelCall.request).where(ModelCall.turn_id == next_turn))
+    assert request is not None
+    asked = {c["id"] for m in request["messages"] for c in m.get("tool_calls") or []}
+    answered = {m["tool_call_id"] for m in request["messages"] if m["role"] == "tool"}
+    assert asked <= answered
+
+
+async def test_a_message_right_after_a_confirmation_waits_for_that_turn(
+    priya: ParleyClient,
+    sessions: async_sessionmaker[AsyncSession],
+    temporal_client: Client,
+) -> None:
+    sid = await priya.new_session()
+    await priya.turn(sid, "Where is my order?")
+    posted = await priya.post(sid, "Can you email me?")
+    turn_id = posted.json()["turn_id"]
+    events = await priya.events(sid, turn_id)
+    action_id = events[-1].data["action"]["id"]
+    # Confirmed in the store, the signal not yet delivered: the turn is about to resume.
+    async with sessions() as db:
+        await actions.resolve_action(
+            db, action_id=action_id, session_id=sid, owner=None, decision="confirmed"
+        )
+        await db.commit()
+    busy = await priya.post(sid, "And another thing")
+    assert busy.status_code == 409
+    assert busy.json()["error"] == {
+        "code": "turn_in_progress",
+        "message": "a turn is still running in this session",
+        "active_turn_id": turn_id,
+    }
+    handle = temporal_client.get_workflow_handle(workflow_id_for_turn(turn_id))
+    await handle.signal(RESOLVE_ACTION_SIGNAL, ResolveActionSignal(action_id, "confirmed"))
+    rest = await priya.events(sid, turn_id, last_event_id=events[-1].id)
+    assert rest[-1].type == "done"
+
+
+async def test_a_retried_proposal_finds_its_action(
+    sessions: async_sessionmaker[AsyncSession], priya: ParleyClient
+) -> None:
+    sid = await priya.new_session()
+    turn_id, _ = await priya.turn(sid, "Hello")
+    fields = {
+        "action_id": "act_retry_probe",
+        "session_id": sid,
+        "turn_id": turn_id,
+        "tenant_id": "northwind",
+        "user_id": "cust_2291",
+        "tool": "send_email",
+        "args": {"to": "priya@example.com"},
+        "summary": "probe",
+        "recipient_masked": "p***@example.com",
+        "ttl": timedelta(minutes=1),
+    }
+    async with sessions() as db:
+        first = await actions.create_action(db, **fields)  # type: ignore[arg-type]
+        await db.commit()
+    async with sessions() as db:
+        again = await actions.create_action(db, **fields)  # type: ignore[arg-type]
+        await db.commit()
+    assert again.id == first.id and again.args_hash == first.args_hash
