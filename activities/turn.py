@@ -284,7 +284,8 @@ class TurnActivities:
         upstream = provider.stream(request)
         frames = _coalesce(upstream, self._settings.frame_seconds)
         try:
-            async with heartbeating():
+            # One connection for the whole stream: a frame costs one round trip and a commit.
+            async with heartbeating(), self._sessions() as stream_db:
                 async for item in frames:
                     if isinstance(item, Finish):
                         finish = item
@@ -295,14 +296,13 @@ class TurnActivities:
                     if first_token_at is None:
                         first_token_at = time.monotonic()
                     parts.append(item)
-                    async with self._sessions() as db:
-                        await append_event(
-                            db,
-                            turn_id=inp.turn_id,
-                            type=EventType.delta,
-                            data={"message_id": message_id, "text": item},
-                        )
-                        await db.commit()
+                    await append_event(
+                        stream_db,
+                        turn_id=inp.turn_id,
+                        type=EventType.delta,
+                        data={"message_id": message_id, "text": item},
+                    )
+                    await stream_db.commit()
                     activity.heartbeat()
         except ProviderFatal as exc:
             MODEL_CALLS.labels(provider_name, model, exc.code).inc()

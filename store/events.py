@@ -8,10 +8,11 @@ is committed and readable.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, select, text
+from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from store.models import TurnEvent
@@ -34,23 +35,31 @@ async def append_event(db: AsyncSession, *, turn_id: str, type: str, data: dict[
 async def append_events(
     db: AsyncSession, *, turn_id: str, events: list[tuple[str, dict[str, Any]]]
 ) -> list[int]:
-    first = await db.scalar(
-        text(
-            "UPDATE turns SET last_event_id = last_event_id + :n, updated_at = now() "
-            "WHERE id = :turn_id RETURNING last_event_id - :n + 1"
-        ),
-        {"turn_id": turn_id, "n": len(events)},
-    )
-    if first is None:
+    """Append events within the caller's transaction: one round trip that takes the ids from
+    the turn row (locking it), inserts the events and rings the doorbell."""
+    payload = json.dumps([{"type": type_, "data": data} for type_, data in events])
+    last = await db.scalar(_APPEND, {"turn_id": turn_id, "n": len(events), "events": payload})
+    if last is None:
         raise LookupError(f"turn {turn_id} does not exist")
-    ids = list(range(first, first + len(events)))
-    db.add_all(
-        TurnEvent(turn_id=turn_id, id=event_id, type=type_, data=data)
-        for event_id, (type_, data) in zip(ids, events, strict=True)
+    return list(range(last - len(events) + 1, last + 1))
+
+
+_APPEND = text(
+    f"""
+    WITH counter AS (
+        UPDATE turns SET last_event_id = last_event_id + :n, updated_at = now()
+        WHERE id = :turn_id
+        RETURNING last_event_id - :n AS base
+    ), inserted AS (
+        INSERT INTO turn_events (turn_id, id, type, data, created_at)
+        SELECT :turn_id, counter.base + e.ord, e.value ->> 'type', e.value -> 'data', now()
+        FROM counter, jsonb_array_elements(CAST(:events AS jsonb)) WITH ORDINALITY AS e(value, ord)
+        RETURNING id
     )
-    await db.flush()
-    await db.execute(select(func.pg_notify(NOTIFY_CHANNEL, f"{turn_id}:{ids[-1]}")))
-    return ids
+    SELECT max(id), pg_notify('{NOTIFY_CHANNEL}', :turn_id || ':' || max(id)::text)
+    FROM inserted
+    """
+)
 
 
 async def read_events(
