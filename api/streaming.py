@@ -95,6 +95,9 @@ async def turn_event_stream(
 ) -> AsyncIterator[ServerSentEvent]:
     """Replay the log after `after`, then follow it live until a terminal event."""
     with hub.subscribe(turn_id) as doorbell:
+        # Whether the turn may have ended unseen: checked at the start and after any poll
+        # interval without a wake-up, not on every wake-up.
+        check_end = True
         while True:
             doorbell.clear()  # cleared before reading, so a ring during the read is kept
             async with sessions() as db:
@@ -112,10 +115,13 @@ async def turn_event_stream(
             if events and events[-1].type == EventType.confirmation_required:
                 return  # the turn rests; its stream resumes once the action is resolved
             if not events:
-                if await _finished_before(sessions, turn_id, after):
+                if check_end and await _finished_before(sessions, turn_id, after):
                     return  # resumed at or past the end of a finished turn
-                with contextlib.suppress(TimeoutError):
+                try:
                     await asyncio.wait_for(doorbell.wait(), timeout=POLL_INTERVAL_S)
+                    check_end = False
+                except TimeoutError:
+                    check_end = True
 
 
 async def _finished_before(

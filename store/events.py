@@ -12,10 +12,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select, text
+from sqlalchemy import Integer, String, text
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncSession
-
-from store.models import TurnEvent
 
 NOTIFY_CHANNEL = "parley_turn_events"
 
@@ -65,10 +64,12 @@ _APPEND = text(
 async def read_events(
     db: AsyncSession, *, turn_id: str, after: int, limit: int = 500
 ) -> list[StoredEvent]:
-    rows = await db.execute(
-        select(TurnEvent.id, TurnEvent.type, TurnEvent.data)
-        .where(TurnEvent.turn_id == turn_id, TurnEvent.id > after)
-        .order_by(TurnEvent.id)
-        .limit(limit)
-    )
+    rows = await db.execute(_READ, {"turn_id": turn_id, "after": after, "limit": limit})
     return [StoredEvent(id=r.id, type=r.type, data=r.data) for r in rows]
+
+
+# Plain SQL: this runs for every wake-up of every open stream, so it skips ORM compilation.
+_READ = text(
+    "SELECT id, type, data FROM turn_events WHERE turn_id = :turn_id AND id > :after "
+    "ORDER BY id LIMIT :limit"
+).columns(id=Integer, type=String, data=JSONB)
