@@ -132,7 +132,7 @@ async def test_an_allowed_answer_gets_followups_before_done(
     assert kinds[-1] == "done" and "retracted" not in kinds
     followups = [e.data["suggestions"] for e in events if e.type == "followups"]
     assert len(followups) == 1
-    assert 1 <= len(followups[0]) <= 3 and "What about the refund?" in followups[0]
+    assert 0 < len(followups[0]) <= 3 and "What about the refund?" in followups[0]
 
 
 async def test_screening_overlaps_context_building(
