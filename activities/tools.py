@@ -37,11 +37,10 @@ from parley.contracts import (
 )
 from parley.ids import new_id
 from parley.resolver import ACTIVE_ORDER, Slot
-from parley.tenancy import TenantConfig
 from parley.tools import TOOLS, ProposeEmailArgs, ToolError, parse_arguments
-from store import actions, chat, slots
+from store import actions, chat, slots, tenants
 from store.events import append_event
-from store.models import Action, Handoff, Tenant, ToolCall, Turn
+from store.models import Action, Handoff, ToolCall, Turn
 
 # A tool result the model reads is cut to this many characters of JSON.
 MAX_RESULT_CHARS = 4000
@@ -164,6 +163,7 @@ class ToolActivities:
             if call.status != "pending":  # done by an attempt that died reporting it
                 return await self._outcome(db, call)
             await chat.set_turn_state(db, turn_id=turn.id, state=TurnState.executing_tools)
+            allowed = (await tenants.tenant_config(db, tenant_id=turn.tenant_id)).offered(call.name)
             spec = TOOLS.get(call.name)
             label = spec.label if spec else "Working on it…"
             if activity.info().attempt == 1:
@@ -176,7 +176,7 @@ class ToolActivities:
             result = ToolError("refused", inp.refuse).as_result()
         else:
             parsed = parse_arguments(call.name, call.arguments)
-            if not isinstance(parsed, ToolError) and not await self._allowed(turn, call.name):
+            if not isinstance(parsed, ToolError) and not allowed:
                 parsed = ToolError("not_allowed", f"{call.name} is not enabled for this tenant")
             if isinstance(parsed, ToolError):
                 result = parsed.as_result()
@@ -220,12 +220,6 @@ class ToolActivities:
                 )
                 await db.commit()
             return await self._outcome(db, call)
-
-    async def _allowed(self, turn: Turn, name: str) -> bool:
-        async with self._sessions() as db:
-            tenant = await db.get(Tenant, turn.tenant_id)
-            config = TenantConfig.model_validate(tenant.config if tenant and tenant.config else {})
-            return config.offered(name)
 
     async def _outcome(self, db: AsyncSession, call: ToolCall) -> ToolOutcome:
         action_id = (call.result or {}).get("action_id") if call.status == "ok" else None

@@ -40,11 +40,10 @@ from parley.contracts import (
 )
 from parley.ids import new_id
 from parley.resolver import PENDING_CLARIFICATION, Entity, NeedsCandidates, Slot, resolve
-from parley.tenancy import TenantConfig
 from parley.tools import args_hash, model_tools
-from store import chat, slots
+from store import chat, slots, tenants
 from store.events import append_event, append_events
-from store.models import Action, Message, ModelCall, Tenant, Turn, TurnEvent, User
+from store.models import Action, Message, ModelCall, Turn, TurnEvent, User
 
 
 class TurnActivities:
@@ -85,7 +84,7 @@ class TurnActivities:
                 if clarification is not None:
                     return clarification
             state = await self._state(db, turn)
-            tenant = await _tenant_config(db, turn.tenant_id)
+            tenant = await tenants.tenant_config(db, tenant_id=turn.tenant_id)
             window_size = tenant.context_window_messages or self._settings.context_window_messages
             hidden = [turn.retry_of] if turn.retry_of else []
             rows = await db.scalars(
@@ -125,6 +124,8 @@ class TurnActivities:
                     "tools": [t for t in model_tools() if tenant.offered(t["name"])],
                     "max_output_tokens": tenant.output_reserve_tokens or 1024,
                     "reasoning_effort": tenant.reasoning_effort,
+                    # Stable per tenant and prompt version, so providers can reuse the prefix.
+                    "cache_key": f"parley-v1-{turn.tenant_id}",
                 },
             )
             db.add(call)
@@ -257,7 +258,8 @@ class TurnActivities:
             if call.finish_reason is not None:  # finished by an attempt that died reporting it
                 return _result(call)
             message_id = chat.message_id_for_call(call.id)
-            await _reset_partial_stream(db, turn_id=inp.turn_id, message_id=message_id)
+            if call.attempts:  # only an earlier attempt can have streamed for this message
+                await _reset_partial_stream(db, turn_id=inp.turn_id, message_id=message_id)
             call.attempts += 1
             await db.commit()
             provider_name, model = call.provider, call.model
@@ -270,8 +272,7 @@ class TurnActivities:
                 tools=call.request.get("tools", []),
                 max_output_tokens=call.request.get("max_output_tokens", 1024),
                 reasoning_effort=call.request.get("reasoning_effort"),
-                # Stable per tenant and prompt version, so providers can reuse the prefix.
-                cache_key=f"parley-v1-{await _tenant(db, call.turn_id)}",
+                cache_key=call.request.get("cache_key"),
             )
         attrs.update(provider=provider_name, model=model, fallback=inp.fallback)
         provider = self._providers.get(provider_name)
@@ -386,33 +387,21 @@ class TurnActivities:
         async with self._sessions() as db:
             call = await db.get(ModelCall, inp.model_call_id)
             assert call is not None
-            if inp.retract:
-                message = await chat.complete_turn(
-                    db,
-                    turn_id=inp.turn_id,
-                    model_call_id=call.id,
-                    text=inp.override_text or "",
-                    outcome=inp.outcome,
-                    retracted=True,
-                )
-            elif inp.override_text is not None:
-                # Code's own words get their own message id: the model call's message may
-                # already hold its tool calls.
-                message = await chat.complete_turn(
-                    db,
-                    turn_id=inp.turn_id,
-                    model_call_id=call.id + "o",
-                    text=inp.override_text,
-                    outcome=inp.outcome,
-                )
-            else:
-                message = await chat.complete_turn(
-                    db,
-                    turn_id=inp.turn_id,
-                    model_call_id=call.id,
-                    text=call.response_text or "",
-                    outcome=inp.outcome,
-                )
+            text, message_of = call.response_text or "", call.id
+            if inp.override_text is not None:
+                text = inp.override_text
+                if not inp.retract:
+                    # Code's own words get their own message id: the model call's message
+                    # may already hold its tool calls. A retraction replaces the streamed one.
+                    message_of = call.id + "o"
+            message = await chat.complete_turn(
+                db,
+                turn_id=inp.turn_id,
+                model_call_id=message_of,
+                text=text,
+                outcome=inp.outcome,
+                retracted=inp.retract,
+            )
             return message.id if message is not None else ""
 
     @activity.defn(name="cancel_turn")
@@ -458,16 +447,6 @@ def _result(call: ModelCall) -> CallModelResult:
             for c in requested
         ],
     )
-
-
-async def _tenant_config(db: AsyncSession, tenant_id: str) -> TenantConfig:
-    tenant = await db.get(Tenant, tenant_id)
-    return TenantConfig.model_validate(tenant.config if tenant and tenant.config else {})
-
-
-async def _tenant(db: AsyncSession, turn_id: str) -> str:
-    turn = await db.get(Turn, turn_id)
-    return turn.tenant_id if turn is not None else "unknown"
 
 
 async def _reset_partial_stream(db: AsyncSession, *, turn_id: str, message_id: str) -> None:

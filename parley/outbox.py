@@ -1,4 +1,4 @@
-"""Starting (and signalling) turn workflows, with the turns table as a transactional outbox.
+"""Starting, signalling and cancelling turn workflows; the turns table is the start outbox.
 
 The API commits the user message and its turn first, then starts the workflow. If the API
 dies in between, the turn row still says `workflow_started_at IS NULL`; the sweep that runs

@@ -34,6 +34,7 @@ from parley.errors import (
     TurnNotRetryable,
 )
 from parley.ids import new_id
+from parley.tenancy import TenantConfig
 from store import actions
 from store.events import append_event, append_events
 from store.identity import Identity
@@ -207,23 +208,40 @@ async def post_user_message(
 
     turn_id = new_id("trn")
     message = _user_message(session, turn_id, client_message_id, text)
+    db.add(message)
+    turn = await _open_turn(db, session, owner, message, turn_id=turn_id)
+    await db.refresh(message)
+    return PostedMessage(turn, message, True, new_turn=True, signals=tuple(signals))
+
+
+async def _open_turn(
+    db: AsyncSession,
+    session: ChatSession,
+    owner: Identity,
+    message: Message,
+    *,
+    turn_id: str | None = None,
+    retry_of: str | None = None,
+) -> Turn:
+    """Create the session's active turn for a user message and commit it: the row is the
+    outbox the workflow start relies on, and its first event is `received`."""
     turn = Turn(
-        id=turn_id,
-        session_id=session_id,
+        id=turn_id or new_id("trn"),
+        session_id=session.id,
         tenant_id=owner.tenant_id,
         user_id=owner.user_id,
         user_message_id=message.id,
         user_seq=message.seq,
         state=TurnState.received,
+        retry_of=retry_of,
     )
-    db.add_all([message, turn])
-    session.active_turn_id = turn_id
+    db.add(turn)
+    session.active_turn_id = turn.id
     await db.flush()
-    await append_event(db, turn_id=turn_id, type=EventType.state, data={"state": turn.state})
+    await append_event(db, turn_id=turn.id, type=EventType.state, data={"state": turn.state})
     await db.commit()
-    await db.refresh(message)
     await db.refresh(turn)
-    return PostedMessage(turn, message, True, new_turn=True, signals=tuple(signals))
+    return turn
 
 
 async def _admit(db: AsyncSession, *, tenant_id: str) -> None:
@@ -243,7 +261,7 @@ async def _admit(db: AsyncSession, *, tenant_id: str) -> None:
 
 async def _over_daily_cap(db: AsyncSession, tenant: Tenant) -> bool:
     """The cap fails open: if counting fails, the message goes through (and is logged)."""
-    cap = (tenant.config or {}).get("daily_cap")
+    cap = TenantConfig.model_validate(tenant.config or {}).daily_cap
     if cap is None:
         return False
     midnight = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
@@ -675,23 +693,9 @@ async def retry_turn(db: AsyncSession, *, owner: Identity, session_id: str, turn
         active = session.active_turn_id
         await db.rollback()
         raise TurnInProgress("a turn is still running in this session", active_turn_id=active)
-    turn = Turn(
-        id=new_id("trn"),
-        session_id=session_id,
-        tenant_id=owner.tenant_id,
-        user_id=owner.user_id,
-        user_message_id=old.user_message_id,
-        user_seq=old.user_seq,
-        state=TurnState.received,
-        retry_of=old.id,
-    )
-    db.add(turn)
-    session.active_turn_id = turn.id
-    await db.flush()
-    await append_event(db, turn_id=turn.id, type=EventType.state, data={"state": turn.state})
-    await db.commit()
-    await db.refresh(turn)
-    return turn
+    asked = await db.get(Message, old.user_message_id)
+    assert asked is not None
+    return await _open_turn(db, session, owner, asked, retry_of=old.id)
 
 
 async def replace_retried_answer(db: AsyncSession, *, turn: Turn, message_id: str) -> None:

@@ -16,6 +16,12 @@ async def get_tenant(db: AsyncSession, *, tenant_id: str) -> Tenant:
     return tenant
 
 
+async def tenant_config(db: AsyncSession, *, tenant_id: str) -> TenantConfig:
+    """The tenant's configuration over the code defaults (empty when the tenant is unknown)."""
+    tenant = await db.get(Tenant, tenant_id)
+    return TenantConfig.model_validate(tenant.config if tenant is not None else {})
+
+
 async def set_paused(db: AsyncSession, *, tenant_id: str, paused: bool) -> Tenant:
     tenant = await get_tenant(db, tenant_id=tenant_id)
     tenant.paused = paused

@@ -129,6 +129,12 @@ def settings(database_url: str, temporal_address: str, northwind_url: str) -> Se
     )
 
 
+def own_queue(settings: Settings, prefix: str, **update: Any) -> Settings:
+    """The session's settings on a task queue of its own, so only the worker a test module
+    starts (with its own model, screens or crash behaviour) serves its turns."""
+    return settings.model_copy(update={"task_queue": f"{prefix}-{uuid.uuid4().hex[:8]}", **update})
+
+
 @pytest_asyncio.fixture(scope="session")
 async def sessions(database_url: str) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
     engine = create_engine(database_url)

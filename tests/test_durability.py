@@ -22,7 +22,7 @@ from store import chat
 from store.identity import Identity
 from store.models import Message, ModelCall
 from tests.client import ParleyClient, streamed_text
-from tests.conftest import serve_api
+from tests.conftest import own_queue, serve_api
 from tests.processes import Workers, read_until
 
 PRIYA = Identity(tenant_id="northwind", user_id="cust_2291", roles=())
@@ -31,9 +31,7 @@ PRIYA = Identity(tenant_id="northwind", user_id="cust_2291", roles=())
 @pytest.fixture(scope="module")
 def crash_settings(settings: Settings) -> Settings:
     # Slow tokens so there is time to kill the worker while the answer streams.
-    return settings.model_copy(
-        update={"task_queue": f"crash-{uuid.uuid4().hex[:8]}", "demo_token_delay_ms": 60}
-    )
+    return own_queue(settings, "crash", demo_token_delay_ms=60)
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 import time
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +25,7 @@ from gateway.openai_compat import OpenAICompatProvider
 from parley.config import Settings
 from store.models import ModelCall, TraceSpan
 from tests.client import ParleyClient, streamed_text
-from tests.conftest import running_worker, serve, serve_api
+from tests.conftest import own_queue, running_worker, serve, serve_api
 
 TIMEOUTS = Timeouts(connect_s=2.0, first_token_s=1.5, total_s=30.0)
 
@@ -65,14 +64,13 @@ async def stack(
     dialect = request.param
     fake = FakeProvider(brain=True)
     async with serve(fake.app) as fake_url:
-        own = settings.model_copy(
-            update={
-                "task_queue": f"{dialect}-{uuid.uuid4().hex[:8]}",
-                "model_provider": dialect,
-                "model": f"{dialect}-test-model",
-                "fallback_model_provider": "demo",
-                "fallback_model": "demo-1",
-            }
+        own = own_queue(
+            settings,
+            dialect,
+            model_provider=dialect,
+            model=f"{dialect}-test-model",
+            fallback_model_provider="demo",
+            fallback_model="demo-1",
         )
         provider = provider_for(dialect, fake_url)
         fallback = DemoModel(token_delay_s=0)

@@ -4,7 +4,6 @@ retracted and only the safe text is stored, and screening overlaps context build
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -24,7 +23,7 @@ from parley.screens import (
 )
 from store.models import Message, TraceSpan
 from tests.client import ParleyClient
-from tests.conftest import running_worker, serve_api
+from tests.conftest import own_queue, running_worker, serve_api
 from tests.models import ControlledModel
 
 
@@ -56,7 +55,7 @@ async def make_stack(
     sessions: async_sessionmaker[AsyncSession],
     screens: tuple[object, object],
 ) -> AsyncIterator[Stack]:
-    own = settings.model_copy(update={"task_queue": f"screens-{uuid.uuid4().hex[:8]}"})
+    own = own_queue(settings, "screens")
     model = ControlledModel(token_delay_s=0.005)
     async with (
         running_worker(temporal_client, own, sessions, model, screens=screens),  # type: ignore[arg-type]

@@ -8,7 +8,6 @@ import asyncio
 import json
 import socket
 import time
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -24,7 +23,7 @@ from parley.config import Settings
 from parley.sse import TERMINAL, Event, iter_events
 from store.models import Message, Turn
 from tests.client import ParleyClient, streamed_text
-from tests.conftest import running_worker, serve_api
+from tests.conftest import own_queue, running_worker, serve_api
 from tests.models import ControlledModel
 
 LONG_QUESTION = "Tell me about yourself"
@@ -44,9 +43,7 @@ async def stack(
     sessions: async_sessionmaker[AsyncSession],
 ) -> AsyncIterator[Stack]:
     """Its own task queue, a model the tests steer, and a short reconnect grace."""
-    own = settings.model_copy(
-        update={"task_queue": f"streams-{uuid.uuid4().hex[:8]}", "stream_grace_s": 1.5}
-    )
+    own = own_queue(settings, "streams", stream_grace_s=1.5)
     model = ControlledModel(token_delay_s=0.08)
     async with running_worker(temporal_client, own, sessions, model), serve_api(own) as url:
         yield Stack(own, model, url)

@@ -14,7 +14,6 @@ import asyncio
 import signal
 import subprocess
 import time
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -31,7 +30,7 @@ from parley.ids import workflow_id_for_turn
 from parley.sse import Event
 from store.models import Action, Message, ToolCall, Turn
 from tests.client import ParleyClient
-from tests.conftest import serve_api
+from tests.conftest import own_queue, serve_api
 from tests.processes import Workers, read_until
 
 # How long a turn may take to finish after a kill: a ~5 s heartbeat timeout for the killed
@@ -43,9 +42,7 @@ RECOVERY_S = 45
 def tool_crash_settings(settings: Settings) -> Settings:
     # A generous HTTP timeout, so a held answer is cut short only by the kill, never by
     # the worker's own timeout (which would retry before the crash this file is about).
-    return settings.model_copy(
-        update={"task_queue": f"toolcrash-{uuid.uuid4().hex[:8]}", "tool_timeout_s": 10.0}
-    )
+    return own_queue(settings, "toolcrash", tool_timeout_s=10.0)
 
 
 @pytest.fixture

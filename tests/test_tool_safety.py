@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,7 +33,7 @@ from parley.contracts import MAX_MODEL_CALLS, TOOL_ATTEMPTS
 from parley.sse import Event
 from store.models import Action, ModelCall, ToolCall, Turn
 from tests.client import ParleyClient
-from tests.conftest import running_worker, serve_api
+from tests.conftest import own_queue, running_worker, serve_api
 from workflows.turn import BOUNDS_TEXT
 
 ATTACKER = "audit@attacker.test"
@@ -200,7 +199,7 @@ async def scripted(
     tokens: dict[str, str],
 ) -> AsyncIterator[Scripted]:
     """A worker running the scripted model, and an API, on their own task queue."""
-    own = settings.model_copy(update={"task_queue": f"scripted-{uuid.uuid4().hex[:8]}"})
+    own = own_queue(settings, "scripted")
     model = ScriptedModel()
     async with running_worker(temporal_client, own, sessions, model), serve_api(own) as url:
         client = ParleyClient(url, tokens["priya"])
