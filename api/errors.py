@@ -9,6 +9,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from api.schemas import ErrorOut
 from parley import errors
 
 STATUS_FOR: dict[type[errors.ParleyError], int] = {
@@ -23,15 +24,53 @@ STATUS_FOR: dict[type[errors.ParleyError], int] = {
 }
 
 
+# Answers that are not domain errors but can come from any route (see the handlers below).
+_VALIDATION = (422, "invalid_request")
+_DESCRIPTION = {
+    401: "Missing, unknown or revoked bearer token",
+    403: "Not allowed",
+    404: "Not found, or not the caller's",
+    409: "Conflicts with the resource's current state",
+    422: "A field breaks the contract",
+    429: "A limit is reached; `Retry-After` says when to try again",
+}
+
+
+def answers(*raised: type[errors.ParleyError]) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses=` for the domain errors a route can raise, in the error shape.
+
+    401 and 422 come with every authenticated route (the token and the request's fields are
+    checked before any handler runs), so they are always listed.
+    """
+    codes: dict[int, list[str]] = {401: ["unauthenticated"], _VALIDATION[0]: [_VALIDATION[1]]}
+    for cls in raised:
+        codes.setdefault(_status_of_class(cls), []).append(cls.code)
+    out: dict[int | str, dict[str, Any]] = {}
+    for status, names in sorted(codes.items()):
+        listed = ", ".join(f"`{name}`" for name in dict.fromkeys(names))
+        entry: dict[str, Any] = {
+            "model": ErrorOut,
+            "description": f"{_DESCRIPTION.get(status, 'Error')} (code {listed})",
+        }
+        if status == 429:
+            entry["headers"] = {"Retry-After": {"schema": {"type": "integer"}}}
+        out[status] = entry
+    return out
+
+
 def error_body(code: str, message: str, **extra: Any) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, **extra}}
 
 
-def _status(exc: errors.ParleyError) -> int:
-    for cls in type(exc).__mro__:
+def _status_of_class(kind: type[errors.ParleyError]) -> int:
+    for cls in kind.__mro__:
         if cls in STATUS_FOR:
             return STATUS_FOR[cls]
     return 500
+
+
+def _status(exc: errors.ParleyError) -> int:
+    return _status_of_class(type(exc))
 
 
 async def _domain_error(_: Request, exc: Exception) -> JSONResponse:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
 
 from api import errors
 from api.deps import TemporalConnector
@@ -61,4 +63,28 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(actions.router)
     app.include_router(admin.router)
     app.include_router(ops.router)
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's document, with each event stream's frame model under `text/event-stream`.
+
+    sse-starlette's response class names no media type, so FastAPI files the frame model of
+    `responses={200: {"model": ..., "content": {"text/event-stream": {}}}}` under
+    `application/json`; clients must see only the stream's own type, with the model as the
+    schema of each frame (`itemSchema`).
+    """
+    if app.openapi_schema is None:
+        schema = get_openapi(
+            title=app.title, version=app.version, summary=app.summary, routes=app.routes
+        )
+        for operations in schema["paths"].values():
+            for operation in operations.values():
+                for answer in operation["responses"].values():
+                    content = answer.get("content", {})
+                    if "text/event-stream" in content and "application/json" in content:
+                        frame = content.pop("application/json")["schema"]
+                        content["text/event-stream"] = {"itemSchema": frame}
+        app.openapi_schema = schema
+    return app.openapi_schema

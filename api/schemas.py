@@ -1,14 +1,16 @@
-"""Request and response bodies of the session API (api.md)."""
+"""Request and response bodies of the session API (api.md).
+
+Shapes that also travel in events (Message, Action, slots) live in `parley.wire`; the bodies
+here embed them. Each response model is built by one constructor from the stored rows.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Self
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from store.actions import action_view
-from store.chat import message_payload
-from store.models import Action, ChatSession, Message, Turn
+from parley.wire import ActionView, MessageView, SlotView, Timestamp, TurnStateName, View
 
 
 class PostMessageIn(BaseModel):
@@ -25,29 +27,119 @@ class PostMessageIn(BaseModel):
         return value
 
 
-def turn_view(turn: Turn, pending: Action | None = None) -> dict[str, Any]:
-    return {
-        "id": turn.id,
-        "state": turn.state,
-        "user_seq": turn.user_seq,
-        "assistant_message_id": turn.assistant_message_id,
-        "pending_action": action_view(pending) if pending is not None else None,
-        "created_at": turn.created_at.isoformat(),
-        "updated_at": turn.updated_at.isoformat(),
-    }
+class ErrorDetail(BaseModel):
+    """`code` is part of the contract; some errors add fields (`field`, `last_seq`,
+    `active_turn_id`, `state`, `action`)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    code: str
+    message: str
 
 
-def session_summary(session: ChatSession) -> dict[str, Any]:
-    return {
-        "id": session.id,
-        "last_seq": session.last_seq,
-        "created_at": session.created_at.isoformat(),
-    }
+class ErrorOut(BaseModel):
+    """Every error answer of the API."""
+
+    error: ErrorDetail
 
 
-def message_view(message: Message) -> dict[str, Any]:
-    return message_payload(message)
+class SessionOut(View):
+    id: str
+    last_seq: int
+    created_at: Timestamp
 
 
-def events_url(session_id: str, turn_id: str) -> str:
-    return f"/v1/sessions/{session_id}/turns/{turn_id}/events"
+class SessionList(BaseModel):
+    sessions: list[SessionOut]
+
+
+class TurnOut(BaseModel):
+    id: str
+    state: TurnStateName
+    user_seq: int
+    assistant_message_id: str | None
+    pending_action: ActionView | None
+    created_at: Timestamp
+    updated_at: Timestamp
+
+    @classmethod
+    def from_row(cls, turn: Any, pending: Any | None = None) -> Self:
+        """`pending` is the turn's pending action row, if it rests on one."""
+        return cls(
+            id=turn.id,
+            state=turn.state,
+            user_seq=turn.user_seq,
+            assistant_message_id=turn.assistant_message_id,
+            pending_action=ActionView.from_row(pending) if pending is not None else None,
+            created_at=turn.created_at,
+            updated_at=turn.updated_at,
+        )
+
+
+class SessionDetail(SessionOut):
+    """A session with what a reloaded page needs to resume it."""
+
+    active_turn: TurnOut | None
+    pending_action: ActionView | None
+    slots: dict[str, SlotView]
+
+    @classmethod
+    def build(
+        cls, session: Any, *, active: Any | None, pending: Any | None, slots: dict[str, Any]
+    ) -> Self:
+        return cls(
+            id=session.id,
+            last_seq=session.last_seq,
+            created_at=session.created_at,
+            active_turn=TurnOut.from_row(active, pending) if active is not None else None,
+            pending_action=ActionView.from_row(pending) if pending is not None else None,
+            slots={name: SlotView.from_row(slot) for name, slot in slots.items()},
+        )
+
+
+class MessageList(BaseModel):
+    messages: list[MessageView]
+
+
+class TurnStarted(BaseModel):
+    """The answer to a posted (or retried) message: its turn and where to stream it."""
+
+    turn_id: str
+    message: MessageView
+    events_url: str
+
+    @classmethod
+    def build(cls, *, session_id: str, turn_id: str, message: Any) -> Self:
+        return cls(
+            turn_id=turn_id,
+            message=MessageView.from_row(message),
+            events_url=f"/v1/sessions/{session_id}/turns/{turn_id}/events",
+        )
+
+
+class CancelOut(BaseModel):
+    turn: TurnOut
+
+
+class ActionOut(BaseModel):
+    action: ActionView
+
+
+class TenantOut(View):
+    id: str
+    paused: bool
+    config: dict[str, Any]
+
+    @classmethod
+    def from_row(cls, row: object) -> Self:
+        # An unset configuration is stored as NULL on old rows; the contract says `{}`.
+        return cls(id=row.id, paused=row.paused, config=row.config or {})  # type: ignore[attr-defined]
+
+
+class Health(BaseModel):
+    status: str
+
+
+class Readiness(BaseModel):
+    ready: bool
+    checks: dict[str, str]

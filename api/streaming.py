@@ -18,6 +18,7 @@ from datetime import timedelta
 from typing import Any
 
 import psycopg
+from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sse_starlette import ServerSentEvent
@@ -25,6 +26,7 @@ from sse_starlette import ServerSentEvent
 from api.metrics import EVENTS_SENT
 from parley.contracts import TERMINAL_EVENTS, TERMINAL_TURN_STATES, EventType
 from parley.errors import RateLimited
+from parley.wire import event_data
 from store import chat
 from store.events import NOTIFY_CHANNEL, read_events
 from store.models import Turn
@@ -105,6 +107,7 @@ async def turn_event_stream(
             for event in events:
                 after = event.id
                 EVENTS_SENT.inc()
+                _check_shape(event.id, event.type, event.data)
                 yield ServerSentEvent(
                     id=str(event.id),
                     event=event.type,
@@ -122,6 +125,15 @@ async def turn_event_stream(
                     check_end = False
                 except TimeoutError:
                     check_end = True
+
+
+def _check_shape(event_id: int, type_: str, data: dict[str, Any]) -> None:
+    """Log an event whose payload breaks its `parley.wire` model. The stored JSON is still
+    sent as written: the log is the truth, and a client may know better than this process."""
+    try:
+        event_data(type_, data)
+    except (ValidationError, KeyError):
+        log.warning("event %s (%s) does not match the contract", event_id, type_, exc_info=True)
 
 
 async def _finished_before(

@@ -6,17 +6,23 @@ not the caller's.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends
 
 from api.deps import CurrentUser, DbSession
+from api.errors import answers
+from api.schemas import TenantOut
 from parley.errors import Forbidden, InvalidRequest, NotFound
 from parley.tenancy import TenantConfig
 from store import tenants
 from store.identity import Identity
 
-router = APIRouter(prefix="/v1/admin/tenants/{tenant_id}", tags=["admin"])
+router = APIRouter(
+    prefix="/v1/admin/tenants/{tenant_id}",
+    tags=["admin"],
+    responses=answers(Forbidden, NotFound),
+)
 
 
 def _admin_of(tenant_id: str, user: Identity) -> None:
@@ -34,34 +40,28 @@ def require_admin(tenant_id: str, user: CurrentUser) -> Identity:
 Admin = Annotated[Identity, Depends(require_admin)]
 
 
-def _view(tenant: Any) -> dict[str, Any]:
-    return {"id": tenant.id, "paused": tenant.paused, "config": tenant.config or {}}
-
-
 @router.post("/pause")
-async def pause(tenant_id: str, db: DbSession, _: Admin) -> dict[str, Any]:
+async def pause(tenant_id: str, db: DbSession, _: Admin) -> TenantOut:
     """Switch the tenant's assistant off: new messages get 403 `agent_paused`."""
-    return _view(await tenants.set_paused(db, tenant_id=tenant_id, paused=True))
+    return TenantOut.from_row(await tenants.set_paused(db, tenant_id=tenant_id, paused=True))
 
 
 @router.post("/resume")
-async def resume(tenant_id: str, db: DbSession, _: Admin) -> dict[str, Any]:
+async def resume(tenant_id: str, db: DbSession, _: Admin) -> TenantOut:
     """Switch the tenant's assistant back on."""
-    return _view(await tenants.set_paused(db, tenant_id=tenant_id, paused=False))
+    return TenantOut.from_row(await tenants.set_paused(db, tenant_id=tenant_id, paused=False))
 
 
 @router.get("/config")
-async def get_config(tenant_id: str, db: DbSession, _: Admin) -> dict[str, Any]:
+async def get_config(tenant_id: str, db: DbSession, _: Admin) -> TenantOut:
     """The tenant's configuration over the code defaults."""
-    return _view(await tenants.get_tenant(db, tenant_id=tenant_id))
+    return TenantOut.from_row(await tenants.get_tenant(db, tenant_id=tenant_id))
 
 
 @router.put("/config")
-async def put_config(
-    tenant_id: str, config: TenantConfig, db: DbSession, _: Admin
-) -> dict[str, Any]:
+async def put_config(tenant_id: str, config: TenantConfig, db: DbSession, _: Admin) -> TenantOut:
     """Replace the tenant's configuration (persona, model, tool allow-list, daily cap…)."""
     unknown = set(config.tool_allowlist or ()) - TenantConfig.known_tools()
     if unknown:
         raise InvalidRequest(f"unknown tools: {sorted(unknown)}", field="tool_allowlist")
-    return _view(await tenants.set_config(db, tenant_id=tenant_id, config=config))
+    return TenantOut.from_row(await tenants.set_config(db, tenant_id=tenant_id, config=config))

@@ -6,11 +6,12 @@ import asyncio
 from pathlib import Path
 
 from fastapi import APIRouter, Response
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
 
 from api.deps import DbSession, Temporal
+from api.schemas import Health, Readiness
 
 router = APIRouter(tags=["operations"])
 
@@ -18,12 +19,16 @@ WEB_PAGE = Path(__file__).resolve().parent.parent / "web" / "index.html"
 
 
 @router.get("/healthz")
-async def healthz() -> dict[str, str]:
+async def healthz() -> Health:
     """The process is up."""
-    return {"status": "ok"}
+    return Health(status="ok")
 
 
-@router.get("/readyz")
+@router.get(
+    "/readyz",
+    response_model=Readiness,
+    responses={503: {"model": Readiness, "description": "The database or Temporal is down"}},
+)
 async def readyz(db: DbSession, temporal: Temporal) -> JSONResponse:
     """The database and Temporal are reachable."""
     checks: dict[str, str] = {}
@@ -39,10 +44,11 @@ async def readyz(db: DbSession, temporal: Temporal) -> JSONResponse:
     except Exception as exc:
         checks["temporal"] = f"unreachable: {type(exc).__name__}"
     ready = all(v == "ok" for v in checks.values())
-    return JSONResponse({"ready": ready, "checks": checks}, status_code=200 if ready else 503)
+    body = Readiness(ready=ready, checks=checks)
+    return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
 
 
-@router.get("/metrics")
+@router.get("/metrics", response_class=PlainTextResponse)
 async def metrics() -> Response:
     """Prometheus metrics."""
     return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)

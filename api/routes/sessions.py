@@ -2,58 +2,52 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, Query
 
 from api.deps import CurrentUser, DbSession
-from api.schemas import message_view, session_summary, turn_view
+from api.errors import answers
+from api.schemas import MessageList, SessionDetail, SessionList, SessionOut
+from parley.errors import NotFound
+from parley.wire import MessageView
 from store import actions, chat, slots
-from store.actions import action_view
 from store.models import Turn
 
-router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
+router = APIRouter(prefix="/v1/sessions", tags=["sessions"], responses=answers())
 
 
 @router.post("", status_code=201)
-async def create_session(db: DbSession, user: CurrentUser) -> dict[str, Any]:
+async def create_session(db: DbSession, user: CurrentUser) -> SessionOut:
     """Start a new, empty conversation."""
-    session = await chat.create_session(db, owner=user)
-    return session_summary(session)
+    return SessionOut.from_row(await chat.create_session(db, owner=user))
 
 
 @router.get("")
-async def list_sessions(db: DbSession, user: CurrentUser) -> dict[str, Any]:
+async def list_sessions(db: DbSession, user: CurrentUser) -> SessionList:
     """List the caller's own sessions, newest first."""
     sessions = await chat.list_sessions(db, owner=user)
-    return {"sessions": [session_summary(s) for s in sessions]}
+    return SessionList(sessions=[SessionOut.from_row(s) for s in sessions])
 
 
-@router.get("/{session_id}")
-async def get_session(session_id: str, db: DbSession, user: CurrentUser) -> dict[str, Any]:
+@router.get("/{session_id}", responses=answers(NotFound))
+async def get_session(session_id: str, db: DbSession, user: CurrentUser) -> SessionDetail:
     """One session with its active turn, pending action and slots (for resume after reload)."""
     session = await chat.get_session(db, owner=user, session_id=session_id)
     active = await db.get(Turn, session.active_turn_id) if session.active_turn_id else None
     pending = await actions.pending_action(db, session_id=session_id)
     current = await slots.get_slots(db, session_id=session_id)
-    return {
-        **session_summary(session),
-        "active_turn": turn_view(active, pending) if active is not None else None,
-        "pending_action": action_view(pending) if pending is not None else None,
-        "slots": slots.slots_view(current),
-    }
+    return SessionDetail.build(session, active=active, pending=pending, slots=current)
 
 
-@router.get("/{session_id}/messages")
+@router.get("/{session_id}/messages", responses=answers(NotFound))
 async def list_messages(
     session_id: str,
     db: DbSession,
     user: CurrentUser,
     after_seq: int = Query(0, ge=0),
     limit: int = Query(100, ge=1, le=500),
-) -> dict[str, Any]:
+) -> MessageList:
     """Messages after `after_seq`, in seq order."""
     messages = await chat.list_messages(
         db, owner=user, session_id=session_id, after_seq=after_seq, limit=limit
     )
-    return {"messages": [message_view(m) for m in messages]}
+    return MessageList(messages=[MessageView.from_row(m) for m in messages])

@@ -5,10 +5,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from typing import Annotated, Any
+from typing import Annotated
 
-from fastapi import APIRouter, Header, Query
-from fastapi.responses import JSONResponse
+from fastapi import APIRouter, Header, Query, Response
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
@@ -22,34 +21,65 @@ from api.deps import (
     Temporal,
     TemporalConnector,
 )
+from api.errors import answers
 from api.metrics import MESSAGES_POSTED, STREAMS_OPEN, TURN_START_FAILURES
-from api.schemas import PostMessageIn, events_url, message_view, turn_view
+from api.schemas import CancelOut, PostMessageIn, TurnOut, TurnStarted
 from api.streaming import turn_event_stream
 from parley.config import Settings
 from parley.contracts import TERMINAL_TURN_STATES, ResolveActionSignal
-from parley.errors import InvalidRequest, TurnFinished
+from parley.errors import (
+    AgentPaused,
+    IdempotencyKeyReused,
+    InvalidRequest,
+    NotFound,
+    RateLimited,
+    StaleView,
+    TurnFinished,
+    TurnInProgress,
+    TurnNotRetryable,
+)
 from parley.outbox import cancel_turn_workflow, signal_turn, start_and_record
+from parley.wire import TurnStreamEvent
 from store import actions, chat
 from store.models import Message, Turn
 
 log = logging.getLogger(__name__)
 
-router = APIRouter(prefix="/v1/sessions/{session_id}", tags=["turns"])
+router = APIRouter(prefix="/v1/sessions/{session_id}", tags=["turns"], responses=answers(NotFound))
 
 # How long the API waits on Temporal before leaving the start to the worker's outbox sweep.
 START_TIMEOUT_S = 5.0
 
+# An SSE id is any string on the wire; ours are event ids, so anything else is a 422. The
+# length bound keeps `int()` cheap.
+LAST_EVENT_ID = r"^[0-9]{1,18}$"
 
-@router.post("/messages", status_code=202)
+
+@router.post(
+    "/messages",
+    status_code=202,
+    responses={
+        200: {"model": TurnStarted, "description": "The same message again: its original turn"},
+        **answers(
+            StaleView,
+            TurnInProgress,
+            IdempotencyKeyReused,
+            InvalidRequest,
+            AgentPaused,
+            RateLimited,
+        ),
+    },
+)
 async def post_message(
     session_id: str,
     body: PostMessageIn,
+    response: Response,
     db: DbSession,
     sessions: Sessions,
     user: CurrentUser,
     temporal: Temporal,
     settings: AppSettings,
-) -> JSONResponse:
+) -> TurnStarted:
     """Store a user message and start its turn; a repeated `client_message_id` is answered
     with the original turn."""
     if len(body.text) > settings.max_message_chars:
@@ -67,12 +97,8 @@ async def post_message(
     await send_signals(temporal, posted.signals)
     if posted.new_turn or turn.workflow_started_at is None:
         await _start(temporal, sessions, settings, turn)
-    body_out = {
-        "turn_id": turn.id,
-        "message": message_view(posted.message),
-        "events_url": events_url(session_id, turn.id),
-    }
-    return JSONResponse(body_out, status_code=202 if posted.created else 200)
+    response.status_code = 202 if posted.created else 200
+    return TurnStarted.build(session_id=session_id, turn_id=turn.id, message=posted.message)
 
 
 async def _start(
@@ -116,16 +142,16 @@ async def send_signals(
 
 
 @router.get("/turns/{turn_id}")
-async def get_turn(
-    session_id: str, turn_id: str, db: DbSession, user: CurrentUser
-) -> dict[str, Any]:
+async def get_turn(session_id: str, turn_id: str, db: DbSession, user: CurrentUser) -> TurnOut:
     """The turn's state, its pending action and, once answered, its assistant message id."""
     turn = await chat.get_turn(db, owner=user, session_id=session_id, turn_id=turn_id)
     pending = await actions.pending_action(db, session_id=session_id)
-    return turn_view(turn, pending if pending is not None and pending.turn_id == turn.id else None)
+    return TurnOut.from_row(
+        turn, pending if pending is not None and pending.turn_id == turn.id else None
+    )
 
 
-@router.post("/turns/{turn_id}/cancel", status_code=202)
+@router.post("/turns/{turn_id}/cancel", status_code=202, responses=answers(TurnFinished))
 async def cancel_turn(
     session_id: str,
     turn_id: str,
@@ -133,7 +159,7 @@ async def cancel_turn(
     sessions: Sessions,
     user: CurrentUser,
     temporal: Temporal,
-) -> JSONResponse:
+) -> CancelOut:
     """Stop the turn: the model stream stops, what streamed is kept as `cancelled`."""
     turn = await chat.get_turn(db, owner=user, session_id=session_id, turn_id=turn_id)
     if turn.state in TERMINAL_TURN_STATES:
@@ -141,10 +167,14 @@ async def cancel_turn(
     client = await asyncio.wait_for(temporal.get(), START_TIMEOUT_S)
     await cancel_turn_workflow(client, sessions, turn_id=turn_id)
     await db.refresh(turn)
-    return JSONResponse({"turn": turn_view(turn)}, status_code=202)
+    return CancelOut(turn=TurnOut.from_row(turn))
 
 
-@router.post("/turns/{turn_id}/retry", status_code=202)
+@router.post(
+    "/turns/{turn_id}/retry",
+    status_code=202,
+    responses=answers(TurnNotRetryable, TurnInProgress, AgentPaused, RateLimited),
+)
 async def retry_turn(
     session_id: str,
     turn_id: str,
@@ -153,22 +183,28 @@ async def retry_turn(
     user: CurrentUser,
     temporal: Temporal,
     settings: AppSettings,
-) -> JSONResponse:
+) -> TurnStarted:
     """Answer the same message again; the new answer replaces the incomplete or cancelled one,
     reusing the tool results already stored."""
     turn = await chat.retry_turn(db, owner=user, session_id=session_id, turn_id=turn_id)
     await _start(temporal, sessions, settings, turn)
     message = await db.get(Message, turn.user_message_id)
     assert message is not None
-    body = {
-        "turn_id": turn.id,
-        "message": message_view(message),
-        "events_url": events_url(session_id, turn.id),
-    }
-    return JSONResponse(body, status_code=202)
+    return TurnStarted.build(session_id=session_id, turn_id=turn.id, message=message)
 
 
-@router.get("/turns/{turn_id}/events", response_class=EventSourceResponse)
+@router.get(
+    "/turns/{turn_id}/events",
+    response_class=EventSourceResponse,
+    responses={
+        200: {
+            "model": TurnStreamEvent,
+            "description": "One frame per event (api.md)",
+            "content": {"text/event-stream": {}},
+        },
+        **answers(RateLimited),
+    },
+)
 async def stream_events(
     session_id: str,
     turn_id: str,
@@ -178,13 +214,13 @@ async def stream_events(
     hub: Hub,
     registry: Streams,
     settings: AppSettings,
-    last_event_id: Annotated[int | None, Header(ge=0)] = None,
+    last_event_id: Annotated[str | None, Header(pattern=LAST_EVENT_ID)] = None,
     after: Annotated[int | None, Query(ge=0)] = None,
 ) -> EventSourceResponse:
     """Server-sent events of the turn: replay after `Last-Event-ID` (or `?after=`), then live."""
     await chat.get_turn(db, owner=user, session_id=session_id, turn_id=turn_id)
     await db.close()  # the stream may run for minutes; do not hold a pooled connection
-    start = last_event_id if last_event_id is not None else (after or 0)
+    start = int(last_event_id) if last_event_id is not None else (after or 0)
     owner = (user.tenant_id, user.user_id)
     registry.reserve(owner)  # 429 before the stream starts
 

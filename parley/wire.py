@@ -1,0 +1,233 @@
+"""The shapes that cross the wire: shared views and every event payload of a turn's stream.
+
+These are the contract's types (api.md), defined once. The API's routes embed them in their
+response bodies (`api/schemas.py`), the event stream checks what it sends against them, and the
+tests read them. This module imports pydantic only, so the event writer, the workflows' side and
+test readers can use it without FastAPI or SQLAlchemy; views are built from any object with the
+right attributes (an ORM row, a dataclass), never from a store import.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal, Self, Union
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    RootModel,
+    SerializerFunctionWrapHandler,
+    WithJsonSchema,
+    create_model,
+    model_serializer,
+)
+
+
+def _iso(moment: datetime) -> str:
+    # `isoformat()` is what the API has always sent (`+00:00`, not pydantic's `Z`).
+    return moment.isoformat()
+
+
+Timestamp = Annotated[
+    datetime,
+    PlainSerializer(_iso, return_type=str),
+    WithJsonSchema({"type": "string", "format": "date-time"}),
+]
+
+# Values the contract names; stored rows only ever hold these.
+Role = Literal["user", "assistant", "tool"]
+MessageStatusName = Literal["complete", "incomplete", "cancelled", "retracted"]
+TurnStateName = Literal[
+    "received",
+    "building_context",
+    "calling_model",
+    "executing_tools",
+    "awaiting_confirmation",
+    "awaiting_input",
+    "executing_action",
+    "completed",
+    "failed",
+    "cancelled",
+    "expired",
+]
+# Beyond the contract's five, an executed send can end `failed` or `unknown` (the email service
+# did not say); clients treat both as not executed.
+ActionStatusName = Literal[
+    "pending", "confirmed", "declined", "expired", "executed", "failed", "unknown"
+]
+
+
+class View(BaseModel):
+    """A response shape read off a stored row's attributes."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    @classmethod
+    def from_row(cls, row: object) -> Self:
+        return cls.model_validate(row, from_attributes=True)
+
+
+class MessageView(View):
+    """The contract's `Message`; `tool_calls` and `tool_call_id` appear only when set."""
+
+    id: str
+    seq: int
+    role: Role
+    turn_id: str | None
+    status: MessageStatusName
+    text: str
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+    created_at: Timestamp
+
+    # No return annotation: pydantic would take it as this model's output schema.
+    @model_serializer(mode="wrap")
+    def _omit_unset_tool_fields(self, handler: SerializerFunctionWrapHandler):
+        data: dict[str, Any] = handler(self)
+        for optional in ("tool_calls", "tool_call_id"):
+            if data.get(optional) is None:
+                data.pop(optional, None)
+        return data
+
+
+class ActionView(View):
+    """The contract's `Action`, rendered from the stored proposal, never from model text."""
+
+    id: str
+    tool: str
+    summary: str
+    recipient_masked: str | None
+    args_hash: str
+    status: ActionStatusName
+    expires_at: Timestamp
+
+
+class SlotView(View):
+    """One conversation slot with where its value came from."""
+
+    value: Any
+    source: str
+    set_at_seq: int
+
+
+class Option(BaseModel):
+    label: str
+    value: str
+
+
+# --- event payloads (the `data:` of each event type) ------------------------------------------
+
+
+class StateData(BaseModel):
+    state: TurnStateName
+
+
+class DeltaData(BaseModel):
+    """Text to append to the message being streamed."""
+
+    message_id: str
+    text: str
+
+
+class ResetData(BaseModel):
+    """Drop what was appended for this message; a retry of the model call follows."""
+
+    message_id: str
+    reason: str
+
+
+class ToolData(BaseModel):
+    call_id: str
+    name: str
+    phase: Literal["start", "end"]
+    status: str | None = Field(default=None, description="only on `end`: ok, error, refused…")
+    label: str
+
+
+class ActionData(BaseModel):
+    """`confirmation_required` and `confirmation_resolved`."""
+
+    action: ActionView
+
+
+class ClarificationData(BaseModel):
+    question: str
+    options: list[Option]
+
+
+class WarningData(BaseModel):
+    """Degraded, not failed."""
+
+    code: str
+    message: str
+
+
+class RetractedData(BaseModel):
+    """The output screen declined an answer after it streamed."""
+
+    message_id: str
+    replacement_text: str
+
+
+class FollowupsData(BaseModel):
+    suggestions: list[str]
+
+
+class MessageData(BaseModel):
+    """`done` and `cancelled`: the turn's final assistant message."""
+
+    message: MessageView
+
+
+class ErrorData(BaseModel):
+    code: str
+    message: str
+    retryable: bool
+
+
+EVENT_DATA: dict[str, type[BaseModel]] = {
+    "state": StateData,
+    "delta": DeltaData,
+    "reset": ResetData,
+    "tool": ToolData,
+    "confirmation_required": ActionData,
+    "confirmation_resolved": ActionData,
+    "clarification": ClarificationData,
+    "warning": WarningData,
+    "retracted": RetractedData,
+    "followups": FollowupsData,
+    "done": MessageData,
+    "error": ErrorData,
+    "cancelled": MessageData,
+}
+
+
+def event_data(event: str, data: dict[str, Any]) -> BaseModel:
+    """The typed payload of one stored event; raises `ValidationError` if it breaks the shape,
+    `KeyError` for a type the contract does not know."""
+    return EVENT_DATA[event].model_validate(data)
+
+
+def _envelope(event: str, data: type[BaseModel]) -> type[BaseModel]:
+    """The model of one SSE frame of this type: `id:`, `event:` and the JSON in `data:`."""
+    name = "".join(part.title() for part in event.split("_")) + "Event"
+    kind: Any = Literal[event]  # a literal built at run time, once per event type
+    return create_model(
+        name,
+        id=(int, Field(ge=1, description="monotonic within the turn, starting at 1")),
+        event=(kind, ...),
+        data=(data, ...),
+    )
+
+
+# Built from EVENT_DATA, so adding an event type there documents it in OpenAPI too.
+_FRAMES: Any = Union[tuple(_envelope(event, data) for event, data in EVENT_DATA.items())]  # noqa: UP007
+
+
+class TurnStreamEvent(RootModel[Any]):
+    """One frame of `text/event-stream`; the stream closes after `done`, `error` or
+    `cancelled` (or rests after `confirmation_required`)."""
+
+    root: Annotated[_FRAMES, Field(discriminator="event")]
