@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -94,12 +95,30 @@ async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(error_body("invalid_request", message, field=field), status_code=422)
 
 
-async def _http_error(_: Request, exc: Exception) -> JSONResponse:
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 400:
+        # A body that is not JSON at all breaks the contract like any other field does.
+        return JSONResponse(
+            error_body("invalid_request", f"body: {exc.detail}", field="body"), status_code=422
+        )
+    headers = exc.headers
+    if exc.status_code == 405:
+        # Starlette names only the methods of the one route it tried; list the path's all.
+        headers = {**(headers or {}), "Allow": ", ".join(_methods_at(request))}
     code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
     return JSONResponse(
-        error_body(code, str(exc.detail)), status_code=exc.status_code, headers=exc.headers
+        error_body(code, str(exc.detail)), status_code=exc.status_code, headers=headers
     )
+
+
+def _methods_at(request: Request) -> list[str]:
+    """The methods the OpenAPI document lists for the request's path."""
+    path = request.url.path
+    for template, operations in request.app.openapi()["paths"].items():
+        if re.fullmatch(re.sub(r"\{[^/}]+\}", "[^/]+", template), path):
+            return sorted(method.upper() for method in operations)
+    return []
 
 
 def install(app: FastAPI) -> None:

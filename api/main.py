@@ -63,12 +63,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(actions.router)
     app.include_router(admin.router)
     app.include_router(ops.router)
-    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    app.openapi = lambda: _openapi(app, settings)  # type: ignore[method-assign]
     return app
 
 
-def _openapi(app: FastAPI) -> dict[str, Any]:
-    """FastAPI's document, with each event stream's frame model under `text/event-stream`.
+def _openapi(app: FastAPI, settings: Settings) -> dict[str, Any]:
+    """FastAPI's document, with this deployment's message size limit, and with each event
+    stream's frame model under `text/event-stream`.
 
     sse-starlette's response class names no media type, so FastAPI files the frame model of
     `responses={200: {"model": ..., "content": {"text/event-stream": {}}}}` under
@@ -86,5 +87,7 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
                     if "text/event-stream" in content and "application/json" in content:
                         frame = content.pop("application/json")["schema"]
                         content["text/event-stream"] = {"itemSchema": frame}
+        post = schema["components"]["schemas"]["PostMessageIn"]
+        post["properties"]["text"]["maxLength"] = settings.max_message_chars
         app.openapi_schema = schema
     return app.openapi_schema

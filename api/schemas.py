@@ -12,11 +12,18 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from parley.wire import ActionView, MessageView, SlotView, Timestamp, TurnStateName, View
 
+NO_NUL = "^[^\u0000]*$"
+
 
 class PostMessageIn(BaseModel):
-    client_message_id: str = Field(min_length=1, max_length=64)
-    text: str = Field(min_length=1)
-    expected_last_seq: int | None = None
+    # The pattern documents what `_no_nul` enforces (with a clearer message).
+    client_message_id: str = Field(
+        min_length=1, max_length=64, json_schema_extra={"pattern": NO_NUL}
+    )
+    # maxLength is the deployment's `max_message_chars`, added to the OpenAPI document.
+    text: str = Field(min_length=1, json_schema_extra={"pattern": NO_NUL})
+    # Strict: `false` is not a seq, though Python would read it as 0.
+    expected_last_seq: int | None = Field(default=None, strict=True)
 
     @field_validator("text", "client_message_id")
     @classmethod

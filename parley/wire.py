@@ -16,6 +16,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    GetJsonSchemaHandler,
     PlainSerializer,
     RootModel,
     SerializerFunctionWrapHandler,
@@ -23,6 +24,8 @@ from pydantic import (
     create_model,
     model_serializer,
 )
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import core_schema
 
 
 def _iso(moment: datetime) -> str:
@@ -210,24 +213,48 @@ def event_data(event: str, data: dict[str, Any]) -> BaseModel:
     return EVENT_DATA[event].model_validate(data)
 
 
-def _envelope(event: str, data: type[BaseModel]) -> type[BaseModel]:
-    """The model of one SSE frame of this type: `id:`, `event:` and the JSON in `data:`."""
+class JsonText:
+    """Marks a `str` field as JSON text of `model`: how an SSE frame carries its `data:`."""
+
+    def __init__(self, model: type[BaseModel]) -> None:
+        self.model = model
+
+    def __get_pydantic_json_schema__(
+        self, _: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        return {
+            "type": "string",
+            "contentMediaType": "application/json",
+            "contentSchema": handler(self.model.__pydantic_core_schema__),
+        }
+
+
+def _frame(event: str, data: type[BaseModel]) -> type[BaseModel]:
+    """One SSE frame of this type as a client's parser sees it: three text fields."""
     name = "".join(part.title() for part in event.split("_")) + "Event"
     kind: Any = Literal[event]  # a literal built at run time, once per event type
     return create_model(
         name,
-        id=(int, Field(ge=1, description="monotonic within the turn, starting at 1")),
+        id=(str, Field(pattern="^[0-9]+$", description="monotonic within the turn, from 1")),
         event=(kind, ...),
-        data=(data, ...),
+        data=(Annotated[str, JsonText(data)], ...),
     )
 
 
+class RetryFrame(BaseModel):
+    """The stream's first frame: how long a browser waits before reconnecting."""
+
+    retry: int
+
+
 # Built from EVENT_DATA, so adding an event type there documents it in OpenAPI too.
-_FRAMES: Any = Union[tuple(_envelope(event, data) for event, data in EVENT_DATA.items())]  # noqa: UP007
+_FRAMES: Any = Union[  # noqa: UP007
+    (RetryFrame, *(_frame(event, data) for event, data in EVENT_DATA.items()))
+]
 
 
 class TurnStreamEvent(RootModel[Any]):
     """One frame of `text/event-stream`; the stream closes after `done`, `error` or
     `cancelled` (or rests after `confirmation_required`)."""
 
-    root: Annotated[_FRAMES, Field(discriminator="event")]
+    root: _FRAMES

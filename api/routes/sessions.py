@@ -12,6 +12,9 @@ from parley.wire import MessageView
 from store import actions, chat, slots
 from store.models import Turn
 
+# Seqs are 32-bit in the store; a larger `after_seq` is a 422, not a database error.
+MAX_SEQ = 2**31 - 1
+
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"], responses=answers())
 
 
@@ -43,7 +46,7 @@ async def list_messages(
     session_id: str,
     db: DbSession,
     user: CurrentUser,
-    after_seq: int = Query(0, ge=0),
+    after_seq: int = Query(0, ge=0, le=MAX_SEQ),
     limit: int = Query(100, ge=1, le=500),
 ) -> MessageList:
     """Messages after `after_seq`, in seq order."""

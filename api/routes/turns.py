@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Response
+from pydantic import WithJsonSchema
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
@@ -214,7 +215,12 @@ async def stream_events(
     hub: Hub,
     registry: Streams,
     settings: AppSettings,
-    last_event_id: Annotated[str | None, Header(pattern=LAST_EVENT_ID)] = None,
+    last_event_id: Annotated[
+        str | None,
+        Header(pattern=LAST_EVENT_ID),
+        # Absent, not null: a header has no null to send.
+        WithJsonSchema({"type": "string", "pattern": LAST_EVENT_ID}),
+    ] = None,
     after: Annotated[int | None, Query(ge=0)] = None,
 ) -> EventSourceResponse:
     """Server-sent events of the turn: replay after `Last-Event-ID` (or `?after=`), then live."""

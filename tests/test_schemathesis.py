@@ -1,0 +1,90 @@
+"""The OpenAPI document is the contract: schemathesis runs every check against the real API.
+
+Two runs, as two callers: Priya's token for the session routes and an admin's for
+`/v1/admin`. Generation is deterministic (fixed seed, no example database, one worker), so a
+failure here is repeatable. Posted messages go to generated session ids, which mostly do not
+exist (404), so the worker sees only the few turns the stateful phase starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+SCHEMATHESIS = Path(sys.executable).with_name("schemathesis")
+ADMIN_ROUTES = "^/v1/admin/"
+# A reused `client_message_id` with another text is answered 422 `idempotency_key_reused`
+# (api.md): a schema-valid body, rejected because of what an earlier case posted. Posting is
+# the one operation where 422 is an expected answer to schema-valid data; every other check
+# and operation keeps the defaults.
+CONFIG = """
+[[operations]]
+include-path = "/v1/sessions/{session_id}/messages"
+include-method = "POST"
+checks.positive_data_acceptance.expected-statuses = [
+    "2xx", "401", "403", "404", "409", "422", "429",
+]
+"""
+# Per operation; with the coverage phase's own cases this gives well over 1,000 in total.
+MAX_EXAMPLES = 50
+
+
+async def _run(api_url: str, token: str, report: Path, *filters: str) -> dict[str, Any]:
+    """One schemathesis run; returns its JSON report after printing its summary."""
+    config = report.with_suffix(".toml")
+    config.write_text(CONFIG)
+    process = await asyncio.create_subprocess_exec(
+        str(SCHEMATHESIS),
+        "--config-file",
+        str(config),
+        "run",
+        f"{api_url}/openapi.json",
+        "--checks",
+        "all",
+        "--header",
+        f"Authorization: Bearer {token}",
+        "--max-examples",
+        str(MAX_EXAMPLES),
+        "--workers",
+        "1",
+        "--seed",
+        "1",
+        "--generation-deterministic",  # implies no example database
+        "--request-timeout",
+        "20",
+        "--no-color",
+        "--report",
+        "json",
+        "--report-json-path",
+        str(report),
+        *filters,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    # Awaited, not blocking: the API under test serves from this same event loop.
+    output, _ = await process.communicate()
+    text = output.decode(errors="replace")
+    assert process.returncode == 0, f"schemathesis found problems:\n{text[-6000:]}"
+    return json.loads(report.read_text())
+
+
+@pytest.mark.timeout(170)
+async def test_the_api_keeps_its_openapi_contract(
+    api_url: str, tokens: dict[str, str], tmp_path: Path
+) -> None:
+    user = await _run(
+        api_url, tokens["priya"], tmp_path / "user.json", "--exclude-path-regex", ADMIN_ROUTES
+    )
+    admin = await _run(
+        api_url, tokens["admin"], tmp_path / "admin.json", "--include-path-regex", ADMIN_ROUTES
+    )
+    for report in (user, admin):
+        assert report["failures"] == [] and report["errors"] == [], report
+        assert report["test_cases"]["with_failures"] == 0
+    generated = user["test_cases"]["generated"] + admin["test_cases"]["generated"]
+    assert generated >= 1000, f"only {generated} cases generated"
