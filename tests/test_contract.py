@@ -9,7 +9,9 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
+from api.schemas import SessionDetail, TurnOut, TurnStarted
 from parley.ids import workflow_id_for_turn
+from parley.wire import MessageView, event_data
 from store.models import Turn
 from tests.client import ParleyClient
 
@@ -171,3 +173,41 @@ async def test_health_readiness_metrics_and_openapi(api_url: str) -> None:
         paths = (await http.get("/openapi.json")).json()["paths"]
         assert "/v1/sessions/{session_id}/messages" in paths
         assert "/v1/sessions/{session_id}/turns/{turn_id}/events" in paths
+
+
+async def test_bodies_and_events_match_the_wire_models(priya: ParleyClient) -> None:
+    session_id = await priya.new_session()
+    posted = await priya.post(session_id, "Hello there")
+    started = TurnStarted.model_validate(posted.json())
+    assert posted.json() == started.model_dump(mode="json")  # nothing dropped, nothing added
+    events = await priya.events(session_id, started.turn_id)
+    assert [
+        event_data(e.type, e.data).model_dump(mode="json", exclude_unset=True) for e in events
+    ] == [e.data for e in events]
+    session = (await priya.http.get(f"/v1/sessions/{session_id}")).json()
+    assert session == SessionDetail.model_validate(session).model_dump(mode="json")
+    turn = (await priya.http.get(f"/v1/sessions/{session_id}/turns/{started.turn_id}")).json()
+    assert turn == TurnOut.model_validate(turn).model_dump(mode="json")
+    for message in await priya.messages(session_id):
+        assert message == MessageView.model_validate(message).model_dump(mode="json")
+
+
+async def test_every_route_documents_its_errors_in_the_error_shape(api_url: str) -> None:
+    async with httpx.AsyncClient(base_url=api_url) as http:
+        spec = (await http.get("/openapi.json")).json()
+    error_ref = {"$ref": "#/components/schemas/ErrorOut"}
+    for path, operations in spec["paths"].items():
+        if not path.startswith("/v1/"):
+            continue
+        for method, operation in operations.items():
+            answers = operation["responses"]
+            for status in ("401", "422"):
+                assert answers[status]["content"]["application/json"]["schema"] == error_ref, (
+                    method,
+                    path,
+                    status,
+                )
+            if "{" in path:
+                assert "404" in answers, (method, path)
+    stream = spec["paths"]["/v1/sessions/{session_id}/turns/{turn_id}/events"]["get"]
+    assert list(stream["responses"]["200"]["content"]) == ["text/event-stream"]
