@@ -35,7 +35,8 @@ MAX_EXAMPLES = 50
 
 
 async def _run(api_url: str, token: str, report: Path, *filters: str) -> dict[str, Any]:
-    """One schemathesis run; returns its JSON report after printing its summary."""
+    """One schemathesis run; returns its JSON report. It runs in the test's own directory,
+    where it keeps its cache of earlier crashes, so every run starts from the same state."""
     config = report.with_suffix(".toml")
     config.write_text(CONFIG)
     process = await asyncio.create_subprocess_exec(
@@ -63,6 +64,7 @@ async def _run(api_url: str, token: str, report: Path, *filters: str) -> dict[st
         "--report-json-path",
         str(report),
         *filters,
+        cwd=report.parent,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
     )
