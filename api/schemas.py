@@ -7,8 +7,8 @@ from typing import Any
 from pydantic import BaseModel, Field, field_validator
 
 from store.actions import action_view
-from store.chat import message_payload
 from store.models import Action, ChatSession, Message, Turn
+from store.sessions import message_payload
 
 
 class PostMessageIn(BaseModel):

@@ -10,7 +10,10 @@ from fastapi.responses import JSONResponse
 from api.deps import CurrentUser, DbSession, Temporal
 from api.routes.turns import send_signals
 from parley.contracts import ResolveActionSignal
-from store import actions, chat
+from parley.errors import ActionExpired
+from parley.statuses import Decision
+from store import actions
+from store import sessions as store_sessions
 
 router = APIRouter(prefix="/v1/sessions/{session_id}/actions", tags=["confirmations"])
 
@@ -18,15 +21,19 @@ router = APIRouter(prefix="/v1/sessions/{session_id}/actions", tags=["confirmati
 async def _resolve(
     session_id: str,
     action_id: str,
-    decision: str,
+    decision: Decision,
     db: DbSession,
     user: CurrentUser,
     temporal: Temporal,
 ) -> JSONResponse:
-    await chat.get_session(db, owner=user, session_id=session_id)
-    action = await actions.resolve_action(
-        db, action_id=action_id, session_id=session_id, owner=user, decision=decision
-    )
+    await store_sessions.get_session(db, owner=user, session_id=session_id)
+    try:
+        action = await actions.resolve_action(
+            db, action_id=action_id, session_id=session_id, owner=user, decision=decision
+        )
+    except ActionExpired:
+        await db.commit()  # the action is stored expired, whatever the answer
+        raise
     view = actions.action_view(action)
     await db.commit()
     await send_signals(temporal, ((action.turn_id, ResolveActionSignal(action.id, decision)),))
@@ -39,7 +46,7 @@ async def confirm(
     session_id: str, action_id: str, db: DbSession, user: CurrentUser, temporal: Temporal
 ) -> JSONResponse:
     """Confirm the pending action exactly as shown; it runs once, however often this is sent."""
-    return await _resolve(session_id, action_id, "confirmed", db, user, temporal)
+    return await _resolve(session_id, action_id, Decision.confirmed, db, user, temporal)
 
 
 @router.post("/{action_id}/decline", status_code=202)
@@ -47,4 +54,4 @@ async def decline(
     session_id: str, action_id: str, db: DbSession, user: CurrentUser, temporal: Temporal
 ) -> JSONResponse:
     """Decline the pending action; nothing is sent."""
-    return await _resolve(session_id, action_id, "declined", db, user, temporal)
+    return await _resolve(session_id, action_id, Decision.declined, db, user, temporal)
