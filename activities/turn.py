@@ -284,7 +284,7 @@ class TurnActivities:
         first_token_at: float | None = None
         parts: list[str] = []
         tool_calls: list[ToolCallRequest] = []
-        finish = Finish("stop")
+        finish = Finish(FinishReason.stop)
         upstream = provider.stream(request)
         frames = _coalesce(upstream, self._settings.frame_seconds)
         try:
