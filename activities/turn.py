@@ -38,7 +38,13 @@ from parley.contracts import (
     ToolCallRef,
     TurnState,
 )
-from parley.ids import message_id_for_call, new_id, override_message_id, tool_call_row_id
+from parley.ids import (
+    message_id_for_call,
+    new_id,
+    override_message_id,
+    prompt_cache_key,
+    tool_call_row_id,
+)
 from parley.resolver import PENDING_CLARIFICATION, Entity, NeedsCandidates, Slot, resolve
 from parley.statuses import FinalizeOutcome, FinishReason
 from parley.tools import args_hash, model_tools
@@ -126,8 +132,7 @@ class TurnActivities:
                     "tools": [t for t in model_tools() if tenant.offered(t["name"])],
                     "max_output_tokens": tenant.output_reserve_tokens or 1024,
                     "reasoning_effort": tenant.reasoning_effort,
-                    # Stable per tenant and prompt version, so providers can reuse the prefix.
-                    "cache_key": f"parley-v1-{turn.tenant_id}",
+                    "cache_key": prompt_cache_key(tenant_id=turn.tenant_id),
                 },
             )
             db.add(call)

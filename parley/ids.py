@@ -67,3 +67,8 @@ def email_idempotency_key(*, action_id: str) -> str:
     """One action, one email, however often `send_email` runs: the email service dedupes
     on this key, and it is also how an unanswered send is looked up afterwards."""
     return f"parley-{action_id}"
+
+
+def prompt_cache_key(*, tenant_id: str) -> str:
+    """Stable per tenant and prompt version, so providers can reuse the cached prefix."""
+    return f"parley-v1-{tenant_id}"
