@@ -13,6 +13,7 @@ from activities.tracing import span
 from parley.contracts import TERMINAL_TURN_STATES, EventType, ScreenInput, ScreenResult
 from parley.followups import suggest
 from parley.screens import Screen
+from parley.statuses import ToolCallStatus
 from store.events import append_event
 from store.models import Message, ModelCall, ToolCall, Turn
 
@@ -73,7 +74,7 @@ class ScreenActivities:
             tools = list(
                 await db.scalars(
                     select(ToolCall.name)
-                    .where(ToolCall.turn_id == turn.id, ToolCall.status == "ok")
+                    .where(ToolCall.turn_id == turn.id, ToolCall.status == ToolCallStatus.ok)
                     .order_by(ToolCall.created_at)
                 )
             )

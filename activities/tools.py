@@ -35,10 +35,18 @@ from parley.contracts import (
     ToolOutcome,
     TurnState,
 )
-from parley.ids import new_id
+from parley.ids import action_id_for_call, email_idempotency_key, new_id
 from parley.resolver import ACTIVE_ORDER, Slot
+from parley.statuses import (
+    SENDABLE_ACTION_STATUSES,
+    SETTLED_ACTION_STATUSES,
+    ActionStatus,
+    Decision,
+    DeclineReason,
+    ToolCallStatus,
+)
 from parley.tools import TOOLS, ProposeEmailArgs, ToolError, parse_arguments
-from store import actions, chat, slots, tenants
+from store import actions, slots, tenants, turns
 from store.events import append_event
 from store.models import Action, Handoff, ToolCall, Turn
 
@@ -160,9 +168,10 @@ class ToolActivities:
             call = await db.get(ToolCall, inp.call_id)
             turn = await db.get(Turn, inp.turn_id)
             assert call is not None and turn is not None
-            if call.status != "pending":  # done by an attempt that died reporting it
+            if call.status != ToolCallStatus.pending:  # done by an attempt that died reporting it
                 return await self._outcome(db, call)
-            await chat.set_turn_state(db, turn_id=turn.id, state=TurnState.executing_tools)
+            await turns.advance_turn(db, turn_id=turn.id, to=TurnState.executing_tools)
+            await db.commit()  # the stream shows the step before it runs
             allowed = (await tenants.tenant_config(db, tenant_id=turn.tenant_id)).offered(call.name)
             spec = TOOLS.get(call.name)
             label = spec.label if spec else "Working on it…"
@@ -195,15 +204,15 @@ class ToolActivities:
                 except (BackendError, ValidationError) as exc:
                     result = ToolError("bad_response", type(exc).__name__).as_result()
 
-        status = "error" if "error" in result else "ok"
+        status = ToolCallStatus.error if "error" in result else ToolCallStatus.ok
         async with self._sessions() as db:
             call = await db.get(ToolCall, inp.call_id, with_for_update=True)
             assert call is not None
-            if call.status == "pending":
+            if call.status == ToolCallStatus.pending:
                 if inp.refuse is not None:
-                    status = "refused"
+                    status = ToolCallStatus.refused
                 call.attempts = activity.info().attempt
-                await chat.store_tool_result(db, call=call, status=status, result=result)
+                await turns.store_tool_result(db, call=call, status=status, result=result)
                 await self._remember_referent(db, turn, call, result)
                 if result.get("error", {}).get("code") == "unavailable":
                     await append_event(
@@ -222,8 +231,9 @@ class ToolActivities:
             return await self._outcome(db, call)
 
     async def _outcome(self, db: AsyncSession, call: ToolCall) -> ToolOutcome:
-        action_id = (call.result or {}).get("action_id") if call.status == "ok" else None
-        return ToolOutcome(call.id, call.status, action_id)
+        ok = call.status == ToolCallStatus.ok
+        action_id = (call.result or {}).get("action_id") if ok else None
+        return ToolOutcome(call.id, ToolCallStatus(call.status), action_id)
 
     async def _tool_event(
         self,
@@ -292,7 +302,7 @@ class ToolActivities:
             action = await actions.create_action(
                 db,
                 # Derived from the call, so a retried attempt finds the same action.
-                action_id="act_" + call.id.replace(":", "_")[-30:],
+                action_id=action_id_for_call(tool_call_id=call.id),
                 session_id=turn.session_id,
                 turn_id=turn.id,
                 tenant_id=turn.tenant_id,
@@ -358,23 +368,25 @@ class ToolActivities:
         async with self._sessions() as db:
             action = await db.get(Action, inp.action_id)
             assert action is not None
-            if action.status in ("executed", "failed"):
+            if action.status in SETTLED_ACTION_STATUSES:
                 return ActionResult(action.id, action.status)
-            if action.status not in ("confirmed", "unknown"):
+            if action.status not in SENDABLE_ACTION_STATUSES:
                 # Only a confirmation recorded by the user's own request lets this run.
                 raise ApplicationError(
                     f"action {action.id} is {action.status}, not confirmed",
                     type="not_confirmed",
                     non_retryable=True,
                 )
-            await chat.set_turn_state(db, turn_id=inp.turn_id, state=TurnState.executing_action)
+            await turns.advance_turn(db, turn_id=inp.turn_id, to=TurnState.executing_action)
+            await db.commit()  # the stream shows the step before it runs
             label = TOOLS["send_email"].label
             if activity.info().attempt == 1:
                 await self._tool_event(db, inp.turn_id, action.id, "send_email", "start", label)
             args = dict(action.args)
             tenant = action.tenant_id
 
-        key = f"parley-{action.id}"  # one action, one email, however often this runs
+        key = email_idempotency_key(action_id=action.id)
+        status: ActionStatus
         outcome: dict[str, Any]
         try:
             async with heartbeating():
@@ -385,7 +397,7 @@ class ToolActivities:
                     subject=args["subject"],
                     body=args["body"],
                 )
-            status, outcome = "executed", {"accepted": True, "message_id": message_id}
+            status, outcome = ActionStatus.executed, {"accepted": True, "message_id": message_id}
         except BackendUnavailable as exc:
             if not exc.breaker_open and activity.info().attempt < TOOL_ATTEMPTS:
                 raise ApplicationError(str(exc), type="backend_unavailable") from exc
@@ -395,11 +407,11 @@ class ToolActivities:
             except BackendError:
                 found = None
             if found is not None:
-                status, outcome = "executed", {"accepted": True, "message_id": found}
+                status, outcome = ActionStatus.executed, {"accepted": True, "message_id": found}
             else:
-                status, outcome = "unknown", {"accepted": None}
+                status, outcome = ActionStatus.unknown, {"accepted": None}
         except BackendError as exc:
-            status, outcome = "failed", {"accepted": False, "error": type(exc).__name__}
+            status, outcome = ActionStatus.failed, {"accepted": False, "error": type(exc).__name__}
 
         async with self._sessions() as db:
             updated = await actions.set_action_status(
@@ -407,7 +419,7 @@ class ToolActivities:
                 action_id=action.id,
                 status=status,
                 outcome=outcome,
-                only_from=("confirmed", "unknown"),
+                only_from=SENDABLE_ACTION_STATUSES,
             )
             await self._tool_event(
                 db,
@@ -416,7 +428,7 @@ class ToolActivities:
                 "send_email",
                 "end",
                 TOOLS["send_email"].label,
-                status="ok" if status == "executed" else status,
+                status=ToolCallStatus.ok if status == ActionStatus.executed else status,
             )
             await db.commit()
             return ActionResult(action.id, updated.status if updated else status)
@@ -427,7 +439,10 @@ class ToolActivities:
         (a signal that was lost on its way counts all the same)."""
         async with self._sessions() as db:
             updated = await actions.set_action_status(
-                db, action_id=inp.action_id, status="expired", only_from=("pending",)
+                db,
+                action_id=inp.action_id,
+                status=ActionStatus.expired,
+                only_from=(ActionStatus.pending,),
             )
             if updated is not None:
                 await append_event(
@@ -437,10 +452,11 @@ class ToolActivities:
                     data={"action": actions.action_view(updated)},
                 )
                 await db.commit()
-                return ActionResult(inp.action_id, "expired")
+                return ActionResult(inp.action_id, ActionStatus.expired)
             action = await db.get(Action, inp.action_id)
             assert action is not None
             await db.commit()
-            if action.status == "declined" and action.decline_reason == "superseded":
-                return ActionResult(inp.action_id, "superseded")
+            superseded = action.decline_reason == DeclineReason.superseded
+            if action.status == ActionStatus.declined and superseded:
+                return ActionResult(inp.action_id, Decision.superseded)
             return ActionResult(inp.action_id, action.status)

@@ -38,10 +38,17 @@ from parley.contracts import (
     ToolCallRef,
     TurnState,
 )
-from parley.ids import new_id
+from parley.ids import (
+    message_id_for_call,
+    new_id,
+    override_message_id,
+    prompt_cache_key,
+    tool_call_row_id,
+)
 from parley.resolver import PENDING_CLARIFICATION, Entity, NeedsCandidates, Slot, resolve
+from parley.statuses import FinalizeOutcome, FinishReason
 from parley.tools import args_hash, model_tools
-from store import chat, slots, tenants
+from store import slots, tenants, turns
 from store.events import append_event, append_events
 from store.models import Action, Message, ModelCall, Turn, TurnEvent, User
 
@@ -70,7 +77,8 @@ class TurnActivities:
     async def _build_context(self, inp: BuildContextInput) -> BuildContextResult:
         async with self._sessions() as db:
             if inp.step == 0:
-                await chat.set_turn_state(db, turn_id=inp.turn_id, state=TurnState.building_context)
+                await turns.advance_turn(db, turn_id=inp.turn_id, to=TurnState.building_context)
+                await db.commit()  # the stream shows the step before it runs
             turn = await db.get(Turn, inp.turn_id)
             assert turn is not None
             # A retry after a crash reuses the request it already packed.
@@ -124,8 +132,7 @@ class TurnActivities:
                     "tools": [t for t in model_tools() if tenant.offered(t["name"])],
                     "max_output_tokens": tenant.output_reserve_tokens or 1024,
                     "reasoning_effort": tenant.reasoning_effort,
-                    # Stable per tenant and prompt version, so providers can reuse the prefix.
-                    "cache_key": f"parley-v1-{turn.tenant_id}",
+                    "cache_key": prompt_cache_key(tenant_id=turn.tenant_id),
                 },
             )
             db.add(call)
@@ -171,7 +178,7 @@ class TurnActivities:
             model="reference-resolver",
             request={"resolution": turn.resolution},
             response_text=question,
-            finish_reason="clarification",
+            finish_reason=FinishReason.clarification,
         )
         db.add(call)
         await db.flush()
@@ -183,7 +190,7 @@ class TurnActivities:
                 (EventType.clarification, {"question": question, "options": options}),
                 (
                     EventType.delta,
-                    {"message_id": chat.message_id_for_call(call.id), "text": question},
+                    {"message_id": message_id_for_call(call.id), "text": question},
                 ),
             ],
         )
@@ -252,12 +259,13 @@ class TurnActivities:
                 "no fallback model is configured", type="no_fallback", non_retryable=True
             )
         async with self._sessions() as db:
-            await chat.set_turn_state(db, turn_id=inp.turn_id, state=TurnState.calling_model)
+            await turns.advance_turn(db, turn_id=inp.turn_id, to=TurnState.calling_model)
+            await db.commit()  # the stream shows the step before it runs
             call = await db.get(ModelCall, inp.model_call_id)
             assert call is not None
             if call.finish_reason is not None:  # finished by an attempt that died reporting it
                 return _result(call)
-            message_id = chat.message_id_for_call(call.id)
+            message_id = message_id_for_call(call.id)
             if call.attempts:  # only an earlier attempt can have streamed for this message
                 await _reset_partial_stream(db, turn_id=inp.turn_id, message_id=message_id)
             call.attempts += 1
@@ -281,7 +289,7 @@ class TurnActivities:
         first_token_at: float | None = None
         parts: list[str] = []
         tool_calls: list[ToolCallRequest] = []
-        finish = Finish("stop")
+        finish = Finish(FinishReason.stop)
         upstream = provider.stream(request)
         frames = _coalesce(upstream, self._settings.frame_seconds)
         try:
@@ -346,7 +354,7 @@ class TurnActivities:
             # One commit for the call's outcome and its tool calls: a retry after a crash
             # finds both or neither, so the stored calls always match their results.
             if requested:
-                await chat.store_tool_requests(
+                await turns.store_tool_requests(
                     db,
                     turn_id=inp.turn_id,
                     model_call_id=inp.model_call_id,
@@ -354,8 +362,7 @@ class TurnActivities:
                     tool_calls=requested,
                     hashes=[args_hash(c["name"], c["arguments"]) for c in requested],
                 )
-            else:
-                await db.commit()
+            await db.commit()
             attrs.update(
                 first_token_ms=call.first_token_ms, total_ms=call.total_ms, usage=finish.usage
             )
@@ -370,13 +377,14 @@ class TurnActivities:
             call = await db.get(ModelCall, inp.model_call_id)
             action = await db.get(Action, inp.action_id)
             assert call is not None and action is not None
-            await chat.rest_awaiting_confirmation(
+            await turns.rest_awaiting_confirmation(
                 db,
                 turn_id=inp.turn_id,
                 model_call_id=call.id,
                 text=call.response_text or "",
                 action=action,
             )
+            await db.commit()
 
     @activity.defn(name="finalize_turn")
     async def finalize_turn(self, inp: FinalizeTurnInput) -> str:
@@ -387,39 +395,42 @@ class TurnActivities:
         async with self._sessions() as db:
             call = await db.get(ModelCall, inp.model_call_id)
             assert call is not None
-            text, message_of = call.response_text or "", call.id
+            text, message_id = call.response_text or "", message_id_for_call(call.id)
             if inp.override_text is not None:
                 text = inp.override_text
                 if not inp.retract:
                     # Code's own words get their own message id: the model call's message
                     # may already hold its tool calls. A retraction replaces the streamed one.
-                    message_of = call.id + "o"
-            message = await chat.complete_turn(
+                    message_id = override_message_id(model_call_id=call.id)
+            message = await turns.complete_turn(
                 db,
                 turn_id=inp.turn_id,
-                model_call_id=message_of,
+                message_id=message_id,
                 text=text,
-                outcome=inp.outcome,
+                outcome=FinalizeOutcome(inp.outcome),
                 retracted=inp.retract,
             )
+            await db.commit()
             return message.id if message is not None else ""
 
     @activity.defn(name="cancel_turn")
     async def cancel_turn(self, inp: FailTurnInput) -> None:
         """End a cancelled turn: keep what streamed as a `cancelled` message."""
         async with self._sessions() as db:
-            await chat.end_unfinished_turn(db, turn_id=inp.turn_id, state=TurnState.cancelled)
+            await turns.end_unfinished_turn(db, turn_id=inp.turn_id, state=TurnState.cancelled)
+            await db.commit()
 
     @activity.defn(name="fail_turn")
     async def fail_turn(self, inp: FailTurnInput) -> None:
         async with self._sessions() as db:
-            await chat.fail_turn(
+            await turns.fail_turn(
                 db,
                 turn_id=inp.turn_id,
                 code=inp.code,
                 message=inp.message,
                 retryable=inp.retryable,
             )
+            await db.commit()
 
 
 def _as_json(arguments: str) -> Any:
@@ -435,12 +446,12 @@ def _result(call: ModelCall) -> CallModelResult:
     requested = call.response_tool_calls or []
     return CallModelResult(
         model_call_id=call.id,
-        finish_reason=call.finish_reason or "stop",
+        finish_reason=call.finish_reason or FinishReason.stop,
         output_chars=len(call.response_text or ""),
         output_tokens=int((call.usage or {}).get("output_tokens", 0)),
         tool_calls=[
             ToolCallRef(
-                call_id=chat.tool_call_row_id(call.id, c["id"]),
+                call_id=tool_call_row_id(model_call_id=call.id, provider_call_id=c["id"]),
                 name=c["name"],
                 args_hash=args_hash(c["name"], c["arguments"]),
             )

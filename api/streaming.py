@@ -27,7 +27,7 @@ from api.metrics import EVENTS_SENT
 from parley.contracts import TERMINAL_EVENTS, TERMINAL_TURN_STATES, EventType
 from parley.errors import RateLimited
 from parley.wire import event_data
-from store import chat
+from store import viewers
 from store.events import NOTIFY_CHANNEL, read_events
 from store.models import Turn
 
@@ -180,7 +180,8 @@ class StreamRegistry:
 
     async def attach(self, turn_id: str) -> None:
         async with self._sessions() as db:
-            await chat.attach_viewer(db, turn_id=turn_id)
+            await viewers.attach_viewer(db, turn_id=turn_id)
+            await db.commit()
 
     def release(self, owner: tuple[str, str], turn_id: str | None, *, hung_up: bool) -> None:
         self._open[owner] -= 1
@@ -197,12 +198,13 @@ class StreamRegistry:
     async def _detach(self, turn_id: str, *, watch: bool) -> None:
         try:
             async with self._sessions() as db:
-                await chat.detach_viewer(db, turn_id=turn_id)
+                await viewers.detach_viewer(db, turn_id=turn_id)
+                await db.commit()
             if not watch:
                 return
             await asyncio.sleep(self._grace.total_seconds())
             async with self._sessions() as db:
-                if await chat.abandoned(db, turn_id=turn_id, grace=self._grace):
+                if await viewers.abandoned(db, turn_id=turn_id, grace=self._grace):
                     log.info("nobody reattached to turn %s; cancelling it", turn_id)
                     await self._cancel_turn(turn_id)
         except asyncio.CancelledError:

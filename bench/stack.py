@@ -145,8 +145,11 @@ async def _seed_and_token(database_url: str) -> str:
     try:
         async with session_factory(engine)() as db:
             await seed_demo(db)
+            await db.commit()
         async with session_factory(engine)() as db:
-            return await create_token(db, tenant_id="northwind", user_id="cust_2291")
+            token = await create_token(db, tenant_id="northwind", user_id="cust_2291")
+            await db.commit()
+            return token
     finally:
         await engine.dispose()
 

@@ -49,7 +49,9 @@ async def _create_token(settings: Settings, tenant: str, user: str) -> str:
     engine = create_engine(_require_database(settings), pool_size=1)
     try:
         async with session_factory(engine)() as db:
-            return await create_token(db, tenant_id=tenant, user_id=user)
+            token = await create_token(db, tenant_id=tenant, user_id=user)
+            await db.commit()
+            return token
     finally:
         await engine.dispose()
 
@@ -62,6 +64,7 @@ async def _seed(settings: Settings) -> None:
     try:
         async with session_factory(engine)() as db:
             await seed_demo(db)
+            await db.commit()
     finally:
         await engine.dispose()
 

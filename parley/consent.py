@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+from parley.statuses import Decision
+
 _YES = re.compile(
     r"^\s*(yes|yes please|yes,? send it|send it|confirm|confirmed|go ahead|ok,? send it)"
     r"\s*[.!]*\s*$",
@@ -19,10 +21,10 @@ _NO = re.compile(
 )
 
 
-def typed_decision(text: str) -> str | None:
+def typed_decision(text: str) -> Decision | None:
     """'confirmed', 'declined', or None when the text is not a plain yes or no."""
     if _YES.match(text):
-        return "confirmed"
+        return Decision.confirmed
     if _NO.match(text):
-        return "declined"
+        return Decision.declined
     return None

@@ -12,6 +12,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from parley.contracts import MessageStatus
+
 # The state block is plain text a real model reads; the demo model parses the JSON in it.
 STATE_PREFIX = "Conversation state, written by the server (facts, not instructions):\n"
 
@@ -65,7 +67,10 @@ def pack_context(
         messages.append(state_block(state))
     for m in kept:
         content = m.text
-        if m.role == "assistant" and m.status in ("incomplete", "cancelled"):
+        if m.role == "assistant" and m.status in (
+            MessageStatus.incomplete,
+            MessageStatus.cancelled,
+        ):
             content += f"\n[this answer was {m.status}]"
         message: dict[str, Any] = {"role": m.role, "content": content}
         calls = [c for c in m.tool_calls or [] if c.get("id") in answered]

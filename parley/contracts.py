@@ -13,6 +13,15 @@ from enum import StrEnum
 
 from temporalio.common import SearchAttributeKey
 
+# The statuses of actions, tool calls and decisions live in their own pure module and are
+# re-exported here, beside turn states and message statuses.
+from parley.statuses import ActionStatus as ActionStatus
+from parley.statuses import Decision as Decision
+from parley.statuses import DeclineReason as DeclineReason
+from parley.statuses import FinalizeOutcome as FinalizeOutcome
+from parley.statuses import FinishReason as FinishReason
+from parley.statuses import ToolCallStatus as ToolCallStatus
+
 TURN_WORKFLOW = "TurnWorkflow"
 
 # Search attributes registered with the Temporal server so operators can find a turn by
@@ -141,7 +150,7 @@ class ExecuteToolInput:
 @dataclass
 class ToolOutcome:
     call_id: str
-    status: str  # "ok" | "error" | "refused"
+    status: str  # a ToolCallStatus other than pending
     action_id: str | None = None  # a proposal recorded a pending action
 
 
@@ -155,7 +164,7 @@ class RequestConfirmationInput:
 @dataclass
 class ResolveActionSignal:
     action_id: str
-    decision: str  # "confirmed" | "declined" | "superseded"
+    decision: str  # a Decision
 
 
 @dataclass
@@ -187,8 +196,8 @@ class ScreenResult:
 class FinalizeTurnInput:
     turn_id: str
     model_call_id: str
-    # "completed" ends the turn; "expired" ends it after a confirmation timed out;
-    # "superseded" ends it quietly because the user moved on.
+    # A FinalizeOutcome: completed ends the turn; expired ends it after a confirmation timed
+    # out; superseded ends it quietly because the user moved on.
     outcome: str = "completed"
     # Text written by code instead of the model (bounds reached, confirmation expired).
     override_text: str | None = None

@@ -1,11 +1,15 @@
 """Prefixed random ids (`ses_…`, `trn_…`) and the ids derived from them.
 
-Derived ids are pure functions so that the API, the workflow and the activities agree on
-them without passing anything extra through workflow history.
+Derived ids are pure functions of the ids they come from, so that the API, the workflow and
+the activities agree on them without passing anything extra through workflow history, and
+so that a retried step finds (or produces) the very row an earlier attempt wrote: a retry is
+idempotent because its ids are. The strings they produce are stored in rows and committed
+workflow histories; changing a scheme here changes it everywhere, and must stay readable.
 """
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 
 
@@ -14,4 +18,57 @@ def new_id(prefix: str) -> str:
 
 
 def workflow_id_for_turn(turn_id: str) -> str:
+    """One workflow per turn: starting it twice attaches to (or refuses) the same workflow."""
     return f"turn-{turn_id}"
+
+
+def message_id_for_call(model_call_id: str) -> str:
+    """The assistant message a model call produces; known before its first token streams,
+    so deltas, the stored message and a retried attempt all name the same message."""
+    return "msg_" + model_call_id.removeprefix("mc_")
+
+
+def override_message_id(*, model_call_id: str) -> str:
+    """The message for code's own words at the end of a turn (bounds, expiry, a declined
+    input). The model call's message may already hold its tool calls, so this one gets its
+    own id, derived so a retried finalize stores it once."""
+    return message_id_for_call(model_call_id + "o")
+
+
+def tool_call_row_id(*, model_call_id: str, provider_call_id: str) -> str:
+    """A tool call row: the provider's call id is unique only within its model call."""
+    return f"{model_call_id}:{provider_call_id}"[:80]
+
+
+def tool_result_message_id(*, tool_call_id: str) -> str:
+    """The `tool` message holding a call's result: one per call however often it is stored."""
+    digest = hashlib.sha256(tool_call_id.encode()).hexdigest()[:20]
+    return f"msg_t{digest}"
+
+
+def unfinished_message_id(*, turn_id: str, streamed_message_id: str | None) -> str:
+    """The message that keeps what streamed in a turn that did not finish: the streamed
+    message's own id, or one derived from the turn when nothing streamed."""
+    return streamed_message_id or f"msg_{turn_id.removeprefix('trn_')}x"
+
+
+def unfinished_message_fallback_id(*, candidate: str) -> str:
+    """When `candidate` already holds a stored step (a tool-calling message), the unfinished
+    answer takes the next id in line."""
+    return candidate + "x"
+
+
+def action_id_for_call(*, tool_call_id: str) -> str:
+    """The action a proposing tool call records: a retried attempt finds the same action."""
+    return "act_" + tool_call_id.replace(":", "_")[-30:]
+
+
+def email_idempotency_key(*, action_id: str) -> str:
+    """One action, one email, however often `send_email` runs: the email service dedupes
+    on this key, and it is also how an unanswered send is looked up afterwards."""
+    return f"parley-{action_id}"
+
+
+def prompt_cache_key(*, tenant_id: str) -> str:
+    """Stable per tenant and prompt version, so providers can reuse the cached prefix."""
+    return f"parley-v1-{tenant_id}"

@@ -36,7 +36,7 @@ from parley.contracts import (
     TurnState,
 )
 from parley.ids import workflow_id_for_turn
-from store import chat
+from store import outbox, turns
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,8 @@ async def start_and_record(
         confirmation_timeout_s=confirmation_timeout_s,
     )
     async with sessions() as db:
-        await chat.mark_workflow_started(db, turn_id=turn_id)
+        await outbox.mark_workflow_started(db, turn_id=turn_id)
+        await db.commit()
 
 
 async def sweep_once(
@@ -108,7 +109,7 @@ async def sweep_once(
 ) -> int:
     """Start every turn whose start was not confirmed within `grace`; return how many."""
     async with sessions() as db:
-        pending = await chat.unstarted_turns(db, older_than=grace)
+        pending = await outbox.unstarted_turns(db, older_than=grace)
     for turn in pending:
         log.warning("starting turn %s that the API did not start", turn.id)
         await start_and_record(
@@ -168,6 +169,8 @@ async def cancel_turn_workflow(
         if exc.status != RPCStatusCode.NOT_FOUND:
             raise
         async with sessions() as db:
-            await chat.end_unfinished_turn(db, turn_id=turn_id, state=TurnState.cancelled)
+            await turns.end_unfinished_turn(db, turn_id=turn_id, state=TurnState.cancelled)
+            await db.commit()
         async with sessions() as db:
-            await chat.mark_workflow_started(db, turn_id=turn_id)
+            await outbox.mark_workflow_started(db, turn_id=turn_id)
+            await db.commit()

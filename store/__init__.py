@@ -1,1 +1,17 @@
-"""Persistence: the PostgreSQL record (schema, migrations, repository functions, event log)."""
+"""Persistence: the PostgreSQL record (schema, migrations, repository functions, event log).
+
+One module per stage of a conversation: `sessions` (sessions, messages, reads for the API),
+`posting` (a user message, admission, retry), `turns` (a turn's progress and endings, and the
+one function that moves its state), `actions` (proposals and confirmations), `viewers` (who
+watches a turn), `outbox` (the start outbox's queries), `events` (the per-turn event log),
+beside `identity`, `tenants` and `slots`.
+
+The transaction rule, kept by every module here: repository functions add, flush and lock,
+but never commit or roll back. The caller that opened the unit of work commits it: an API
+route with an explicit `await db.commit()` once its writes are done (a route that raises
+leaves them to the rollback of its closing session), an activity at the end of its step
+(`async with sessions.begin() as db`, or an explicit commit). An insert that may collide
+with a duplicate runs inside a SAVEPOINT (`async with db.begin_nested()`), so a collision
+undoes only itself. Events appended within a unit of work ring their NOTIFY at its commit,
+which is when streams can read them.
+"""

@@ -1,7 +1,8 @@
 """Pending actions: proposal, confirmation, execution.
 
 A confirmation is a conditional update (`… WHERE status = 'pending'`), so two confirms that
-race execute once: exactly one of them sees its row change.
+race execute once: exactly one of them sees its row change. Everything here runs in the
+caller's transaction (see `store`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from parley.contracts import EventType
 from parley.errors import ActionChanged, ActionExpired, ActionResolved, NotFound
 from parley.ids import new_id
+from parley.statuses import ActionStatus, Decision
 from parley.tools import args_hash
 from store.events import append_event
 from store.identity import Identity
@@ -63,7 +65,7 @@ async def create_action(
         args_hash=args_hash(tool, args),
         summary=summary,
         recipient_masked=recipient_masked,
-        status="pending",
+        status=ActionStatus.pending,
         expires_at=datetime.now(UTC) + ttl,
     )
     db.add(action)
@@ -74,7 +76,7 @@ async def create_action(
 async def pending_action(db: AsyncSession, *, session_id: str) -> Action | None:
     return await db.scalar(
         select(Action)
-        .where(Action.session_id == session_id, Action.status == "pending")
+        .where(Action.session_id == session_id, Action.status == ActionStatus.pending)
         .order_by(Action.created_at.desc())
         .limit(1)
     )
@@ -86,12 +88,13 @@ async def resolve_action(
     action_id: str,
     session_id: str,
     owner: Identity | None,
-    decision: str,
+    decision: Decision,
     reason: str | None = None,
 ) -> Action:
     """Confirm or decline a pending action for its own user; raise the contract's conflicts.
 
-    Runs inside the caller's transaction and appends `confirmation_resolved` to the turn.
+    Appends `confirmation_resolved` to the turn. An action whose window has passed is stored
+    `expired` before `ActionExpired` is raised: the caller commits that, then answers.
     """
     query = select(Action).where(Action.id == action_id, Action.session_id == session_id)
     if owner is not None:
@@ -99,25 +102,24 @@ async def resolve_action(
     action = await db.scalar(query.with_for_update())
     if action is None:
         raise NotFound(ACTION_NOT_FOUND)
-    if action.status == "expired":
+    if action.status == ActionStatus.expired:
         raise ActionExpired("the confirmation window has passed", action=action_view(action))
-    if action.status != "pending":
+    if action.status != ActionStatus.pending:
         raise ActionResolved(f"the action is already {action.status}", action=action_view(action))
     if action.expires_at <= datetime.now(UTC):
-        action.status = "expired"
+        action.status = ActionStatus.expired
         action.resolved_at = datetime.now(UTC)
         await db.flush()
         view = action_view(action)
         await append_event(
             db, turn_id=action.turn_id, type=EventType.confirmation_resolved, data={"action": view}
         )
-        await db.commit()
         raise ActionExpired("the confirmation window has passed", action=view)
-    if decision == "confirmed" and args_hash(action.tool, action.args) != action.args_hash:
+    if decision == Decision.confirmed and args_hash(action.tool, action.args) != action.args_hash:
         raise ActionChanged("the action changed after it was shown; nothing was sent")
     changed = await db.execute(
         update(Action)
-        .where(Action.id == action_id, Action.status == "pending")
+        .where(Action.id == action_id, Action.status == ActionStatus.pending)
         .values(status=decision, decline_reason=reason, resolved_at=datetime.now(UTC))
     )
     if changed.rowcount != 1:  # type: ignore[attr-defined]
@@ -136,9 +138,9 @@ async def set_action_status(
     db: AsyncSession,
     *,
     action_id: str,
-    status: str,
+    status: ActionStatus,
     outcome: dict[str, Any] | None = None,
-    only_from: tuple[str, ...] | None = None,
+    only_from: tuple[ActionStatus, ...] | None = None,
 ) -> Action | None:
     """Move an action on (executed, unknown, failed, expired); None if it was not in `only_from`."""
     query = update(Action).where(Action.id == action_id)
@@ -147,7 +149,7 @@ async def set_action_status(
     values: dict[str, Any] = {"status": status}
     if outcome is not None:
         values["outcome"] = outcome
-    if status == "expired":
+    if status == ActionStatus.expired:
         values["resolved_at"] = datetime.now(UTC)
     result = await db.execute(query.values(**values).returning(Action.id))
     if result.scalar() is None:

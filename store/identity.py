@@ -37,7 +37,7 @@ async def create_token(db: AsyncSession, *, tenant_id: str, user_id: str) -> str
             id=new_id("tok"), tenant_id=tenant_id, user_id=user_id, token_hash=hash_token(token)
         )
     )
-    await db.commit()
+    await db.flush()
     return token
 
 
@@ -66,7 +66,8 @@ DEMO_USERS = [
 
 
 async def seed_demo(db: AsyncSession) -> None:
-    """Insert the demo tenants and users; running it again changes nothing."""
+    """Insert the demo tenants and users (the caller commits); running it again changes
+    nothing."""
     for tenant_id, name in DEMO_TENANTS.items():
         await db.execute(insert(Tenant).values(id=tenant_id, name=name).on_conflict_do_nothing())
     for tenant_id, user_id, display_name, email, roles in DEMO_USERS:
@@ -77,4 +78,3 @@ async def seed_demo(db: AsyncSession) -> None:
             )
             .on_conflict_do_nothing()
         )
-    await db.commit()

@@ -24,6 +24,9 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from parley.contracts import MessageStatus
+from parley.statuses import ToolCallStatus
+
 
 class Base(DeclarativeBase):
     pass
@@ -101,7 +104,7 @@ class Message(Base):
     seq: Mapped[int] = mapped_column(Integer)
     role: Mapped[str] = mapped_column(String(16))
     turn_id: Mapped[str | None] = mapped_column(String(40))
-    status: Mapped[str] = mapped_column(String(16), default="complete")
+    status: Mapped[str] = mapped_column(String(16), default=MessageStatus.complete)
     text: Mapped[str] = mapped_column(Text, default="")
     client_message_id: Mapped[str | None] = mapped_column(String(64))
     tool_calls: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONB)
@@ -201,7 +204,7 @@ class ToolCall(Base):
     name: Mapped[str] = mapped_column(String(64))
     arguments: Mapped[Any] = mapped_column(JSONB)
     args_hash: Mapped[str] = mapped_column(String(64))
-    status: Mapped[str] = mapped_column(String(16), default="pending")  # ok | error | refused
+    status: Mapped[str] = mapped_column(String(16), default=ToolCallStatus.pending)
     result: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     created_at: Mapped[datetime] = _now_column()

@@ -25,12 +25,12 @@ async def tenant_config(db: AsyncSession, *, tenant_id: str) -> TenantConfig:
 async def set_paused(db: AsyncSession, *, tenant_id: str, paused: bool) -> Tenant:
     tenant = await get_tenant(db, tenant_id=tenant_id)
     tenant.paused = paused
-    await db.commit()
+    await db.flush()
     return tenant
 
 
 async def set_config(db: AsyncSession, *, tenant_id: str, config: TenantConfig) -> Tenant:
     tenant = await get_tenant(db, tenant_id=tenant_id)
     tenant.config = config.model_dump(exclude_none=True)
-    await db.commit()
+    await db.flush()
     return tenant

@@ -141,6 +141,7 @@ async def sessions(database_url: str) -> AsyncIterator[async_sessionmaker[AsyncS
     factory = session_factory(engine)
     async with factory() as db:
         await seed_demo(db)
+        await db.commit()
     yield factory
     await engine.dispose()
 
@@ -187,12 +188,14 @@ async def api_url(settings: Settings, worker: DemoModel) -> AsyncIterator[str]:
 @pytest_asyncio.fixture(scope="session")
 async def tokens(sessions: async_sessionmaker[AsyncSession]) -> dict[str, str]:
     async with sessions() as db:
-        return {
+        minted = {
             "priya": await create_token(db, tenant_id="northwind", user_id="cust_2291"),
             "marco": await create_token(db, tenant_id="northwind", user_id="cust_3301"),
             "ines": await create_token(db, tenant_id="southwind", user_id="cust_9001"),
             "admin": await create_token(db, tenant_id="northwind", user_id="ops_admin"),
         }
+        await db.commit()
+        return minted
 
 
 @pytest_asyncio.fixture

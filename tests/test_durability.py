@@ -18,7 +18,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from parley.config import Settings
-from store import chat
+from store import posting
 from store.identity import Identity
 from store.models import Message, ModelCall
 from tests.client import ParleyClient, streamed_text
@@ -114,7 +114,7 @@ async def test_a_turn_the_api_never_started_is_started_by_the_outbox_within_30s(
         session_id = await client.new_session()
         # Exactly what the API commits before it would start the workflow; then it "dies".
         async with sessions() as db:
-            posted = await chat.post_user_message(
+            posted = await posting.post_user_message(
                 db,
                 owner=PRIYA,
                 session_id=session_id,
@@ -122,6 +122,7 @@ async def test_a_turn_the_api_never_started_is_started_by_the_outbox_within_30s(
                 text="Is anyone there?",
                 expected_last_seq=None,
             )
+            await db.commit()
         started = time.monotonic()
         url = f"/v1/sessions/{session_id}/turns/{posted.turn.id}/events"
         events = await asyncio.wait_for(read_until(client, url, after=0, stop="done"), 30)

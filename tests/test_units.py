@@ -9,7 +9,7 @@ from activities.turn import _coalesce
 from gateway.base import Finish, ModelRequest, TextDelta
 from gateway.demo import DemoModel, compose_reply, tokenize
 from parley.context import WindowMessage, pack_context
-from store.chat import message_id_for_call
+from parley.ids import message_id_for_call
 
 
 def test_packer_keeps_the_newest_window_in_seq_order_after_the_system_prompt() -> None:

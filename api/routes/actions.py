@@ -10,8 +10,10 @@ from api.routes.turns import send_signals
 from api.schemas import ActionOut
 from parley.contracts import ResolveActionSignal
 from parley.errors import ActionChanged, ActionExpired, ActionResolved, NotFound
+from parley.statuses import Decision
 from parley.wire import ActionView
-from store import actions, chat
+from store import actions
+from store import sessions as store_sessions
 
 router = APIRouter(
     prefix="/v1/sessions/{session_id}/actions",
@@ -23,15 +25,19 @@ router = APIRouter(
 async def _resolve(
     session_id: str,
     action_id: str,
-    decision: str,
+    decision: Decision,
     db: DbSession,
     user: CurrentUser,
     temporal: Temporal,
 ) -> ActionOut:
-    await chat.get_session(db, owner=user, session_id=session_id)
-    action = await actions.resolve_action(
-        db, action_id=action_id, session_id=session_id, owner=user, decision=decision
-    )
+    await store_sessions.get_session(db, owner=user, session_id=session_id)
+    try:
+        action = await actions.resolve_action(
+            db, action_id=action_id, session_id=session_id, owner=user, decision=decision
+        )
+    except ActionExpired:
+        await db.commit()  # the action is stored expired, whatever the answer
+        raise
     view = ActionView.from_row(action)  # read before the commit expires the row
     await db.commit()
     await send_signals(temporal, ((action.turn_id, ResolveActionSignal(action.id, decision)),))
@@ -43,7 +49,7 @@ async def confirm(
     session_id: str, action_id: str, db: DbSession, user: CurrentUser, temporal: Temporal
 ) -> ActionOut:
     """Confirm the pending action exactly as shown; it runs once, however often this is sent."""
-    return await _resolve(session_id, action_id, "confirmed", db, user, temporal)
+    return await _resolve(session_id, action_id, Decision.confirmed, db, user, temporal)
 
 
 @router.post("/{action_id}/decline", status_code=202)
@@ -51,4 +57,4 @@ async def decline(
     session_id: str, action_id: str, db: DbSession, user: CurrentUser, temporal: Temporal
 ) -> ActionOut:
     """Decline the pending action; nothing is sent."""
-    return await _resolve(session_id, action_id, "declined", db, user, temporal)
+    return await _resolve(session_id, action_id, Decision.declined, db, user, temporal)

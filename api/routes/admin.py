@@ -43,13 +43,17 @@ Admin = Annotated[Identity, Depends(require_admin)]
 @router.post("/pause")
 async def pause(tenant_id: str, db: DbSession, _: Admin) -> TenantOut:
     """Switch the tenant's assistant off: new messages get 403 `agent_paused`."""
-    return TenantOut.from_row(await tenants.set_paused(db, tenant_id=tenant_id, paused=True))
+    tenant = await tenants.set_paused(db, tenant_id=tenant_id, paused=True)
+    await db.commit()
+    return TenantOut.from_row(tenant)
 
 
 @router.post("/resume")
 async def resume(tenant_id: str, db: DbSession, _: Admin) -> TenantOut:
     """Switch the tenant's assistant back on."""
-    return TenantOut.from_row(await tenants.set_paused(db, tenant_id=tenant_id, paused=False))
+    tenant = await tenants.set_paused(db, tenant_id=tenant_id, paused=False)
+    await db.commit()
+    return TenantOut.from_row(tenant)
 
 
 @router.get("/config")
@@ -64,4 +68,6 @@ async def put_config(tenant_id: str, config: TenantConfig, db: DbSession, _: Adm
     unknown = set(config.tool_allowlist or ()) - TenantConfig.known_tools()
     if unknown:
         raise InvalidRequest(f"unknown tools: {sorted(unknown)}", field="tool_allowlist")
-    return TenantOut.from_row(await tenants.set_config(db, tenant_id=tenant_id, config=config))
+    tenant = await tenants.set_config(db, tenant_id=tenant_id, config=config)
+    await db.commit()
+    return TenantOut.from_row(tenant)

@@ -9,7 +9,8 @@ from api.errors import answers
 from api.schemas import MessageList, SessionDetail, SessionList, SessionOut
 from parley.errors import NotFound
 from parley.wire import MessageView
-from store import actions, chat, slots
+from store import actions, slots
+from store import sessions as store_sessions
 from store.models import Turn
 
 # Seqs are 32-bit in the store; a larger `after_seq` is a 422, not a database error.
@@ -21,20 +22,22 @@ router = APIRouter(prefix="/v1/sessions", tags=["sessions"], responses=answers()
 @router.post("", status_code=201)
 async def create_session(db: DbSession, user: CurrentUser) -> SessionOut:
     """Start a new, empty conversation."""
-    return SessionOut.from_row(await chat.create_session(db, owner=user))
+    session = await store_sessions.create_session(db, owner=user)
+    await db.commit()
+    return SessionOut.from_row(session)
 
 
 @router.get("")
 async def list_sessions(db: DbSession, user: CurrentUser) -> SessionList:
     """List the caller's own sessions, newest first."""
-    sessions = await chat.list_sessions(db, owner=user)
+    sessions = await store_sessions.list_sessions(db, owner=user)
     return SessionList(sessions=[SessionOut.from_row(s) for s in sessions])
 
 
 @router.get("/{session_id}", responses=answers(NotFound))
 async def get_session(session_id: str, db: DbSession, user: CurrentUser) -> SessionDetail:
     """One session with its active turn, pending action and slots (for resume after reload)."""
-    session = await chat.get_session(db, owner=user, session_id=session_id)
+    session = await store_sessions.get_session(db, owner=user, session_id=session_id)
     active = await db.get(Turn, session.active_turn_id) if session.active_turn_id else None
     pending = await actions.pending_action(db, session_id=session_id)
     current = await slots.get_slots(db, session_id=session_id)
@@ -50,7 +53,7 @@ async def list_messages(
     limit: int = Query(100, ge=1, le=500),
 ) -> MessageList:
     """Messages after `after_seq`, in seq order."""
-    messages = await chat.list_messages(
+    messages = await store_sessions.list_messages(
         db, owner=user, session_id=session_id, after_seq=after_seq, limit=limit
     )
     return MessageList(messages=[MessageView.from_row(m) for m in messages])

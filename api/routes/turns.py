@@ -41,7 +41,8 @@ from parley.errors import (
 )
 from parley.outbox import cancel_turn_workflow, signal_turn, start_and_record
 from parley.wire import TurnStreamEvent
-from store import actions, chat
+from store import actions, posting
+from store import sessions as store_sessions
 from store.models import Message, Turn
 
 log = logging.getLogger(__name__)
@@ -85,7 +86,7 @@ async def post_message(
     with the original turn."""
     if len(body.text) > settings.max_message_chars:
         raise InvalidRequest(f"text: at most {settings.max_message_chars} characters", field="text")
-    posted = await chat.post_user_message(
+    posted = await posting.post_user_message(
         db,
         owner=user,
         session_id=session_id,
@@ -93,6 +94,7 @@ async def post_message(
         text=body.text,
         expected_last_seq=body.expected_last_seq,
     )
+    await db.commit()  # the message and its turn (the start outbox) before any start
     MESSAGES_POSTED.labels("new" if posted.created else "duplicate").inc()
     turn = posted.turn
     await send_signals(temporal, posted.signals)
@@ -145,7 +147,7 @@ async def send_signals(
 @router.get("/turns/{turn_id}")
 async def get_turn(session_id: str, turn_id: str, db: DbSession, user: CurrentUser) -> TurnOut:
     """The turn's state, its pending action and, once answered, its assistant message id."""
-    turn = await chat.get_turn(db, owner=user, session_id=session_id, turn_id=turn_id)
+    turn = await store_sessions.get_turn(db, owner=user, session_id=session_id, turn_id=turn_id)
     pending = await actions.pending_action(db, session_id=session_id)
     return TurnOut.from_row(
         turn, pending if pending is not None and pending.turn_id == turn.id else None
@@ -162,7 +164,7 @@ async def cancel_turn(
     temporal: Temporal,
 ) -> CancelOut:
     """Stop the turn: the model stream stops, what streamed is kept as `cancelled`."""
-    turn = await chat.get_turn(db, owner=user, session_id=session_id, turn_id=turn_id)
+    turn = await store_sessions.get_turn(db, owner=user, session_id=session_id, turn_id=turn_id)
     if turn.state in TERMINAL_TURN_STATES:
         raise TurnFinished(f"the turn is already {turn.state}", state=turn.state)
     client = await asyncio.wait_for(temporal.get(), START_TIMEOUT_S)
@@ -187,7 +189,8 @@ async def retry_turn(
 ) -> TurnStarted:
     """Answer the same message again; the new answer replaces the incomplete or cancelled one,
     reusing the tool results already stored."""
-    turn = await chat.retry_turn(db, owner=user, session_id=session_id, turn_id=turn_id)
+    turn = await posting.retry_turn(db, owner=user, session_id=session_id, turn_id=turn_id)
+    await db.commit()  # the new turn (the start outbox) before its start
     await _start(temporal, sessions, settings, turn)
     message = await db.get(Message, turn.user_message_id)
     assert message is not None
@@ -224,7 +227,7 @@ async def stream_events(
     after: Annotated[int | None, Query(ge=0)] = None,
 ) -> EventSourceResponse:
     """Server-sent events of the turn: replay after `Last-Event-ID` (or `?after=`), then live."""
-    await chat.get_turn(db, owner=user, session_id=session_id, turn_id=turn_id)
+    await store_sessions.get_turn(db, owner=user, session_id=session_id, turn_id=turn_id)
     await db.close()  # the stream may run for minutes; do not hold a pooled connection
     start = int(last_event_id) if last_event_id is not None else (after or 0)
     owner = (user.tenant_id, user.user_id)

@@ -1,0 +1,76 @@
+"""Every status that is stored in a row or sent to a client or a workflow, as a StrEnum.
+
+A StrEnum member compares equal to its string and serializes as that string, so rows already
+stored and workflow histories already committed read the same as before. Turn states and
+message statuses live beside the other contract types in `parley.contracts`.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class ActionStatus(StrEnum):
+    """A proposed write's life: pending until the user answers, then one of the others."""
+
+    pending = "pending"
+    confirmed = "confirmed"
+    declined = "declined"
+    expired = "expired"
+    executed = "executed"
+    # The email service did not answer and could not be asked afterwards.
+    unknown = "unknown"
+    failed = "failed"
+
+
+# Statuses from which `send_email` may (still) run: confirmed, or sent with no answer yet.
+SENDABLE_ACTION_STATUSES = (ActionStatus.confirmed, ActionStatus.unknown)
+# Statuses after which `send_email` has nothing left to do.
+SETTLED_ACTION_STATUSES = (ActionStatus.executed, ActionStatus.failed)
+
+
+class Decision(StrEnum):
+    """The user's answer to a pending action, as signalled to the waiting turn."""
+
+    confirmed = "confirmed"
+    declined = "declined"
+    # The user moved on: a new message took the place of an answer.
+    superseded = "superseded"
+
+
+class DeclineReason(StrEnum):
+    """Why an action was declined by code rather than by the user (`actions.decline_reason`).
+    A turn that ended cancelled or failed stores its terminal state instead."""
+
+    superseded = "superseded"
+    turn_ended = "turn_ended"
+
+
+class ToolCallStatus(StrEnum):
+    """A tool call row's status; every status but `pending` is also a `ToolOutcome` status."""
+
+    pending = "pending"
+    ok = "ok"
+    error = "error"
+    # The workflow refused the call (repeated, over budget, not callable by the model).
+    refused = "refused"
+
+
+class FinalizeOutcome(StrEnum):
+    """How the workflow asks `finalize_turn` to end a turn."""
+
+    completed = "completed"
+    # The confirmation window passed without an answer.
+    expired = "expired"
+    # The user moved on; the stream closes with the turn's last message.
+    superseded = "superseded"
+
+
+class FinishReason(StrEnum):
+    """Why a model call stopped (`model_calls.finish_reason`)."""
+
+    stop = "stop"
+    length = "length"
+    tool_calls = "tool_calls"
+    # Code, not the model, answered: the reference resolver asked the user to choose.
+    clarification = "clarification"

@@ -1,0 +1,255 @@
+"""Posting a user message: admission, the turn it opens (the start outbox), and retries.
+
+Ordering rule: the session row is locked (`SELECT … FOR UPDATE`) by every write that assigns
+a seq or changes the active turn, so seqs are dense and there is at most one active turn.
+Nothing here commits (see `store`): the API commits the message and its turn before it starts
+the workflow, because the turn row is the outbox that start relies on.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from parley.consent import typed_decision
+from parley.contracts import EventType, MessageStatus, ResolveActionSignal, TurnState
+from parley.errors import (
+    AgentPaused,
+    IdempotencyKeyReused,
+    RateLimited,
+    StaleView,
+    TurnInProgress,
+    TurnNotRetryable,
+)
+from parley.ids import new_id
+from parley.statuses import ActionStatus, Decision, DeclineReason
+from parley.tenancy import TenantConfig
+from store import actions
+from store.events import append_event
+from store.identity import Identity
+from store.models import Action, ChatSession, Message, Tenant, Turn
+from store.sessions import get_session, get_turn
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PostedMessage:
+    turn: Turn
+    message: Message
+    created: bool  # False when this was a duplicate POST of an earlier message
+    # True when `turn` is a new turn whose workflow must be started.
+    new_turn: bool = False
+    # Signals the API sends after commit: a waiting turn's action was resolved by this post.
+    signals: tuple[tuple[str, ResolveActionSignal], ...] = ()
+
+
+async def post_user_message(
+    db: AsyncSession,
+    *,
+    owner: Identity,
+    session_id: str,
+    client_message_id: str,
+    text: str,
+    expected_last_seq: int | None,
+) -> PostedMessage:
+    """Store a user message and its turn in the caller's transaction.
+
+    If the session's turn rests awaiting a confirmation, a plain typed yes/no resolves the
+    pending action (the message joins that turn); anything else supersedes the action and
+    starts a new turn.
+    """
+    session = await get_session(db, owner=owner, session_id=session_id, for_update=True)
+    earlier = await db.scalar(
+        select(Message).where(
+            Message.session_id == session_id, Message.client_message_id == client_message_id
+        )
+    )
+    if earlier is not None:
+        if earlier.text != text:
+            raise IdempotencyKeyReused(
+                "this client_message_id was already used with a different text"
+            )
+        turn = await db.get(Turn, earlier.turn_id)
+        assert turn is not None
+        return PostedMessage(turn=turn, message=earlier, created=False)
+
+    await _admit(db, tenant_id=owner.tenant_id)
+    if expected_last_seq is not None and expected_last_seq != session.last_seq:
+        raise StaleView("the session has newer messages", last_seq=session.last_seq)
+
+    signals: list[tuple[str, ResolveActionSignal]] = []
+    if session.active_turn_id is not None:
+        active, action = await _waiting_turn(db, session)
+        decision = typed_decision(text)
+        if decision and action.expires_at > datetime.now(UTC):
+            # The message answers the waiting turn; no new turn.
+            await actions.resolve_action(
+                db, action_id=action.id, session_id=session_id, owner=owner, decision=decision
+            )
+            message = _user_message(session, active.id, client_message_id, text)
+            db.add(message)
+            await db.flush()
+            await db.refresh(message)
+            signal = ResolveActionSignal(action.id, decision)
+            return PostedMessage(active, message, True, signals=((active.id, signal),))
+        await _supersede(db, action)
+        signals.append((active.id, ResolveActionSignal(action.id, Decision.superseded)))
+        session.active_turn_id = None
+
+    turn_id = new_id("trn")
+    message = _user_message(session, turn_id, client_message_id, text)
+    db.add(message)
+    turn = await open_turn(db, session=session, owner=owner, message=message, turn_id=turn_id)
+    await db.refresh(message)
+    return PostedMessage(turn, message, True, new_turn=True, signals=tuple(signals))
+
+
+async def _waiting_turn(db: AsyncSession, session: ChatSession) -> tuple[Turn, Action]:
+    """The session's active turn and its pending action, if the turn rests awaiting that
+    confirmation; otherwise the turn is running and a new message must wait."""
+    # Read, not locked: the session lock already orders every change of the active turn,
+    # and activities lock turn then session (taking both here would invert that order).
+    assert session.active_turn_id is not None
+    active = await db.get(Turn, session.active_turn_id)
+    assert active is not None
+    action = await actions.pending_action(db, session_id=session.id)
+    if active.state != TurnState.awaiting_confirmation or (
+        action is None or action.turn_id != active.id
+    ):
+        # Running, or its action was just answered and it is about to resume.
+        raise TurnInProgress("a turn is still running in this session", active_turn_id=active.id)
+    return active, action
+
+
+async def open_turn(
+    db: AsyncSession,
+    *,
+    session: ChatSession,
+    owner: Identity,
+    message: Message,
+    turn_id: str | None = None,
+    retry_of: str | None = None,
+) -> Turn:
+    """Create the session's active turn for a user message: the row is the outbox the
+    workflow start relies on, and its first event is `received`. A turn is born here in
+    `received`; every later state goes through `store.turns.move_turn`."""
+    turn = Turn(
+        id=turn_id or new_id("trn"),
+        session_id=session.id,
+        tenant_id=owner.tenant_id,
+        user_id=owner.user_id,
+        user_message_id=message.id,
+        user_seq=message.seq,
+        state=TurnState.received,
+        retry_of=retry_of,
+    )
+    db.add(turn)
+    session.active_turn_id = turn.id
+    await db.flush()
+    await append_event(db, turn_id=turn.id, type=EventType.state, data={"state": turn.state})
+    await db.refresh(turn)
+    return turn
+
+
+async def _admit(db: AsyncSession, *, tenant_id: str) -> None:
+    """The tenant's switches: paused fails closed, the daily cap answers 429."""
+    tenant = await db.get(Tenant, tenant_id)
+    if tenant is not None and tenant.paused:
+        raise AgentPaused("the assistant is paused for this tenant")
+    if tenant is not None and await _over_daily_cap(db, tenant):
+        raise RateLimited(
+            "the tenant's daily message cap is reached",
+            retry_after_s=_seconds_to_midnight(),
+            code="daily_cap_reached",
+        )
+
+
+async def _over_daily_cap(db: AsyncSession, tenant: Tenant) -> bool:
+    """The cap fails open: if counting fails, the message goes through (and is logged)."""
+    cap = TenantConfig.model_validate(tenant.config or {}).daily_cap
+    if cap is None:
+        return False
+    midnight = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    try:
+        async with db.begin_nested():
+            today = await db.scalar(
+                select(func.count())
+                .select_from(Message)
+                .join(ChatSession, ChatSession.id == Message.session_id)
+                .where(
+                    ChatSession.tenant_id == tenant.id,
+                    Message.role == "user",
+                    Message.created_at >= midnight,
+                )
+            )
+    except Exception:
+        log.warning("could not count today's messages for %s; letting it through", tenant.id)
+        return False
+    return int(today or 0) >= int(cap)
+
+
+def _seconds_to_midnight() -> int:
+    now = datetime.now(UTC)
+    midnight = (now + timedelta(days=1)).replace(hour=0, minute=0, second=0, microsecond=0)
+    return max(1, int((midnight - now).total_seconds()))
+
+
+def _user_message(session: ChatSession, turn_id: str, client_message_id: str, text: str) -> Message:
+    session.last_seq += 1
+    return Message(
+        id=new_id("msg"),
+        session_id=session.id,
+        seq=session.last_seq,
+        role="user",
+        turn_id=turn_id,
+        status=MessageStatus.complete,
+        text=text,
+        client_message_id=client_message_id,
+    )
+
+
+async def _supersede(db: AsyncSession, action: Action) -> None:
+    updated = await actions.set_action_status(
+        db,
+        action_id=action.id,
+        status=ActionStatus.declined,
+        only_from=(ActionStatus.pending,),
+    )
+    if updated is not None:
+        updated.decline_reason = DeclineReason.superseded
+        updated.resolved_at = datetime.now(UTC)
+        await db.flush()
+        await append_event(
+            db,
+            turn_id=updated.turn_id,
+            type=EventType.confirmation_resolved,
+            data={"action": actions.action_view(updated)},
+        )
+
+
+async def retry_turn(db: AsyncSession, *, owner: Identity, session_id: str, turn_id: str) -> Turn:
+    """Open a new turn for the same user message; its answer will replace the failed one.
+    The old turn stays as it ended: a finished turn never moves again."""
+    session = await get_session(db, owner=owner, session_id=session_id, for_update=True)
+    old = await get_turn(db, owner=owner, session_id=session_id, turn_id=turn_id)
+    await _admit(db, tenant_id=owner.tenant_id)
+    answer = await db.get(Message, old.assistant_message_id) if old.assistant_message_id else None
+    retryable = old.state in (TurnState.failed, TurnState.cancelled) and (
+        answer is None or answer.status in (MessageStatus.incomplete, MessageStatus.cancelled)
+    )
+    # One retry per turn: a retry that failed in turn is retried itself, never the original.
+    retried = await db.scalar(select(Turn.id).where(Turn.retry_of == old.id).limit(1))
+    if not retryable or retried is not None:
+        raise TurnNotRetryable("only a failed or cancelled answer can be retried", state=old.state)
+    if session.active_turn_id is not None:
+        raise TurnInProgress(
+            "a turn is still running in this session", active_turn_id=session.active_turn_id
+        )
+    asked = await db.get(Message, old.user_message_id)
+    assert asked is not None
+    return await open_turn(db, session=session, owner=owner, message=asked, retry_of=old.id)

@@ -1,0 +1,101 @@
+"""Sessions and their messages, and the owner-scoped reads the API answers from."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from parley.errors import NotFound
+from parley.ids import new_id
+from store.identity import Identity
+from store.models import ChatSession, Message, Turn
+
+SESSION_NOT_FOUND = "session not found"
+TURN_NOT_FOUND = "turn not found"
+
+
+def message_payload(m: Message) -> dict[str, Any]:
+    """The contract's `Message` shape (api.md), used by the API and by `done` events."""
+    payload: dict[str, Any] = {
+        "id": m.id,
+        "seq": m.seq,
+        "role": m.role,
+        "turn_id": m.turn_id,
+        "status": m.status,
+        "text": m.text,
+        "created_at": m.created_at.isoformat(),
+    }
+    if m.tool_calls is not None:
+        payload["tool_calls"] = m.tool_calls
+    if m.tool_call_id is not None:
+        payload["tool_call_id"] = m.tool_call_id
+    return payload
+
+
+async def create_session(db: AsyncSession, *, owner: Identity) -> ChatSession:
+    session = ChatSession(id=new_id("ses"), tenant_id=owner.tenant_id, user_id=owner.user_id)
+    db.add(session)
+    await db.flush()
+    await db.refresh(session)  # the server's defaults (created_at, last_seq)
+    return session
+
+
+async def list_sessions(
+    db: AsyncSession, *, owner: Identity, limit: int = 100
+) -> list[ChatSession]:
+    rows = await db.scalars(
+        select(ChatSession)
+        .where(ChatSession.tenant_id == owner.tenant_id, ChatSession.user_id == owner.user_id)
+        .order_by(ChatSession.created_at.desc())
+        .limit(limit)
+    )
+    return list(rows)
+
+
+async def get_session(
+    db: AsyncSession, *, owner: Identity, session_id: str, for_update: bool = False
+) -> ChatSession:
+    query = select(ChatSession).where(
+        ChatSession.id == session_id,
+        ChatSession.tenant_id == owner.tenant_id,
+        ChatSession.user_id == owner.user_id,
+    )
+    if for_update:
+        query = query.with_for_update()
+    session = await db.scalar(query)
+    if session is None:
+        raise NotFound(SESSION_NOT_FOUND)
+    return session
+
+
+async def list_messages(
+    db: AsyncSession, *, owner: Identity, session_id: str, after_seq: int, limit: int
+) -> list[Message]:
+    await get_session(db, owner=owner, session_id=session_id)
+    rows = await db.scalars(
+        select(Message)
+        .where(
+            Message.session_id == session_id,
+            Message.seq > after_seq,
+            Message.replaced_by.is_(None),
+        )
+        .order_by(Message.seq)
+        .limit(limit)
+    )
+    return list(rows)
+
+
+async def get_turn(db: AsyncSession, *, owner: Identity, session_id: str, turn_id: str) -> Turn:
+    turn = await db.scalar(
+        select(Turn).where(
+            Turn.id == turn_id,
+            Turn.session_id == session_id,
+            Turn.tenant_id == owner.tenant_id,
+            Turn.user_id == owner.user_id,
+        )
+    )
+    if turn is None:
+        raise NotFound(TURN_NOT_FOUND)
+    return turn

@@ -1,0 +1,370 @@
+"""A turn's progress and endings, written by the activities: its state, the messages it
+stores (tool requests and results, a proposal, the answer) and how it ends.
+
+`move_turn` is the one function that changes a stored turn's state; it asks the table in
+`parley.turn_states` and refuses a move the table does not allow. Every function here runs
+in the caller's transaction and locks the turn row first (then the session row, when it
+assigns a seq or releases the session), so retried attempts of a step serialize on the turn.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from parley.contracts import TERMINAL_TURN_STATES, EventType, MessageStatus, TurnState
+from parley.ids import (
+    message_id_for_call,
+    tool_call_row_id,
+    tool_result_message_id,
+    unfinished_message_fallback_id,
+    unfinished_message_id,
+)
+from parley.statuses import ActionStatus, DeclineReason, FinalizeOutcome, ToolCallStatus
+from parley.turn_states import IllegalTransition, can_move
+from store import actions
+from store.events import append_events
+from store.models import Action, ChatSession, Message, ToolCall, Turn, TurnEvent
+from store.sessions import message_payload
+
+
+async def move_turn(
+    db: AsyncSession, *, turn_id: str, to: TurnState, announce: bool = True
+) -> bool:
+    """Move the turn to `to`, locking its row; with `announce`, tell the stream (`state`).
+
+    A repeat of the current state is a no-op (False): a retried step enters it again. A move
+    the table does not allow raises `IllegalTransition` and changes nothing.
+    """
+    turn = await db.get(Turn, turn_id, with_for_update=True)
+    if turn is None:
+        raise LookupError(turn_id)
+    if turn.state == to:
+        return False
+    if not can_move(TurnState(turn.state), to):
+        raise IllegalTransition(turn_id=turn_id, from_state=TurnState(turn.state), to=to)
+    turn.state = to
+    if announce:
+        await append_events(db, turn_id=turn_id, events=[(EventType.state, {"state": to})])
+    return True
+
+
+async def advance_turn(db: AsyncSession, *, turn_id: str, to: TurnState) -> bool:
+    """A step of a running turn enters its state. A turn that already ended (a cancel raced
+    the step) stays ended and the step carries on quietly (False); its own ending is stored
+    by whoever ended it."""
+    try:
+        return await move_turn(db, turn_id=turn_id, to=to)
+    except IllegalTransition as refused:
+        if refused.from_state in TERMINAL_TURN_STATES:
+            return False
+        raise
+
+
+async def _append_message(
+    db: AsyncSession,
+    *,
+    turn: Turn,
+    message_id: str,
+    role: str,
+    text: str,
+    tool_calls: list[dict[str, Any]] | None = None,
+    tool_call_id: str | None = None,
+) -> Message:
+    """Give a message the session's next seq, unless it is already stored (retries)."""
+    existing = await db.get(Message, message_id)
+    if existing is not None:
+        return existing
+    session = await db.get(ChatSession, turn.session_id, with_for_update=True)
+    assert session is not None
+    session.last_seq += 1
+    message = Message(
+        id=message_id,
+        session_id=session.id,
+        seq=session.last_seq,
+        role=role,
+        turn_id=turn.id,
+        status=MessageStatus.complete,
+        text=text,
+        tool_calls=tool_calls,
+        tool_call_id=tool_call_id,
+    )
+    db.add(message)
+    await db.flush()
+    await db.refresh(message)
+    return message
+
+
+async def store_tool_requests(
+    db: AsyncSession,
+    *,
+    turn_id: str,
+    model_call_id: str,
+    text: str,
+    tool_calls: list[dict[str, Any]],
+    hashes: list[str],
+) -> None:
+    """Store the model's tool-calling message and one `tool_calls` row per call."""
+    turn = await db.get(Turn, turn_id, with_for_update=True)
+    assert turn is not None
+    await _append_message(
+        db,
+        turn=turn,
+        message_id=message_id_for_call(model_call_id),
+        role="assistant",
+        text=text,
+        tool_calls=tool_calls,
+    )
+    for call, digest in zip(tool_calls, hashes, strict=True):
+        row_id = tool_call_row_id(model_call_id=model_call_id, provider_call_id=call["id"])
+        if await db.get(ToolCall, row_id) is None:
+            db.add(
+                ToolCall(
+                    id=row_id,
+                    turn_id=turn_id,
+                    model_call_id=model_call_id,
+                    provider_call_id=call["id"],
+                    name=call["name"],
+                    arguments=call["arguments"],
+                    args_hash=digest,
+                    status=ToolCallStatus.pending,
+                )
+            )
+    await db.flush()
+
+
+async def store_tool_result(
+    db: AsyncSession, *, call: ToolCall, status: ToolCallStatus, result: dict[str, Any]
+) -> None:
+    """Record a tool call's outcome and append it to the transcript as a `tool` message."""
+    turn = await db.get(Turn, call.turn_id, with_for_update=True)
+    assert turn is not None
+    call.status = status
+    call.result = result
+    call.completed_at = datetime.now(UTC)
+    await _append_message(
+        db,
+        turn=turn,
+        message_id=tool_result_message_id(tool_call_id=call.id),
+        role="tool",
+        text=json.dumps({"name": call.name, "result": result}, sort_keys=True),
+        tool_call_id=call.provider_call_id,
+    )
+
+
+async def rest_awaiting_confirmation(
+    db: AsyncSession, *, turn_id: str, model_call_id: str, text: str, action: Action
+) -> None:
+    """Store the model's proposal text, then show the confirmation card and wait.
+
+    Idempotent; a turn that already ended (a cancel raced the proposal) stays as it ended."""
+    turn = await db.get(Turn, turn_id, with_for_update=True)
+    assert turn is not None
+    if turn.state == TurnState.awaiting_confirmation or turn.state in TERMINAL_TURN_STATES:
+        return
+    await move_turn(db, turn_id=turn_id, to=TurnState.awaiting_confirmation, announce=False)
+    message = await _append_message(
+        db, turn=turn, message_id=message_id_for_call(model_call_id), role="assistant", text=text
+    )
+    turn.assistant_message_id = message.id
+    await append_events(
+        db,
+        turn_id=turn_id,
+        events=[
+            (EventType.state, {"state": TurnState.awaiting_confirmation}),
+            (EventType.confirmation_required, {"action": actions.action_view(action)}),
+        ],
+    )
+
+
+async def complete_turn(
+    db: AsyncSession,
+    *,
+    turn_id: str,
+    message_id: str,
+    text: str,
+    outcome: FinalizeOutcome = FinalizeOutcome.completed,
+    retracted: bool = False,
+) -> Message | None:
+    """Store the final assistant message as `message_id`, end the stream with `done`,
+    release the session.
+
+    `outcome` expired ends in state expired; superseded stores nothing new (the user moved
+    on) and closes the stream with the turn's last message. Idempotent under retries.
+    """
+    turn = await db.get(Turn, turn_id, with_for_update=True)
+    if turn is None:
+        raise LookupError(turn_id)
+    if turn.state in (TurnState.cancelled, TurnState.failed):
+        # Ended by a cancel that raced the answer; the answer must not reappear.
+        return await db.get(Message, turn.assistant_message_id or "")
+    if outcome == FinalizeOutcome.superseded:
+        assert turn.assistant_message_id is not None
+        message = await db.get(Message, turn.assistant_message_id)
+    else:
+        message = await _append_message(
+            db, turn=turn, message_id=message_id, role="assistant", text=text
+        )
+        if retracted:
+            # Only the safe text is kept; the withdrawn answer is not stored anywhere visible.
+            message.text, message.status = text, MessageStatus.retracted
+            await db.flush()
+    assert message is not None
+    if turn.state in TERMINAL_TURN_STATES:
+        return message
+    final_state = TurnState.expired if outcome == FinalizeOutcome.expired else TurnState.completed
+    await move_turn(db, turn_id=turn_id, to=final_state, announce=False)
+    await _release_session(db, turn)
+    turn.assistant_message_id = message.id
+    await replace_retried_answer(db, turn=turn, message_id=message.id)
+    # A proposal the turn never got to ask about (it hit its bounds) must not stay pending.
+    await _decline_pending(db, turn_id=turn_id, reason=DeclineReason.turn_ended)
+    events: list[tuple[str, dict[str, Any]]] = []
+    if retracted:
+        events.append(
+            (EventType.retracted, {"message_id": message.id, "replacement_text": message.text})
+        )
+    events += [
+        (EventType.state, {"state": final_state}),
+        (EventType.done, {"message": message_payload(message)}),
+    ]
+    await append_events(db, turn_id=turn_id, events=events)
+    return message
+
+
+async def _release_session(db: AsyncSession, turn: Turn) -> None:
+    """The session may take a new turn once this one has ended."""
+    session = await db.get(ChatSession, turn.session_id, with_for_update=True)
+    assert session is not None
+    if session.active_turn_id == turn.id:
+        session.active_turn_id = None
+
+
+async def _decline_pending(db: AsyncSession, *, turn_id: str, reason: str) -> None:
+    await db.execute(
+        update(Action)
+        .where(Action.turn_id == turn_id, Action.status == ActionStatus.pending)
+        .values(status=ActionStatus.declined, decline_reason=reason, resolved_at=datetime.now(UTC))
+    )
+
+
+async def streamed_so_far(db: AsyncSession, *, turn_id: str) -> tuple[str | None, str]:
+    """The message the user last saw streaming in this turn and its text, exactly as a client
+    applying deltas and resets in order shows it. The event log is the record of that."""
+    rows = await db.execute(
+        select(TurnEvent.type, TurnEvent.data)
+        .where(TurnEvent.turn_id == turn_id, TurnEvent.type.in_(["delta", "reset"]))
+        .order_by(TurnEvent.id)
+    )
+    message_id: str | None = None
+    text = ""
+    for type_, data in rows:
+        if type_ == EventType.delta:
+            if data["message_id"] != message_id:
+                message_id, text = data["message_id"], ""
+            text += data["text"]
+        elif data["message_id"] == message_id:
+            text = ""
+    return message_id, text
+
+
+async def end_unfinished_turn(
+    db: AsyncSession,
+    *,
+    turn_id: str,
+    state: TurnState,
+    error: dict[str, Any] | None = None,
+) -> Message | None:
+    """End a turn that did not finish: `cancelled` (by the user or abandoned) or `failed`.
+
+    What had streamed is kept, marked `cancelled` or `incomplete`, so a retry can replace it.
+    A cancelled turn always ends with a message (the `cancelled` event carries one); a failed
+    turn that showed nothing ends with the `error` event alone. Idempotent.
+    """
+    turn = await db.get(Turn, turn_id, with_for_update=True)
+    if turn is None:
+        raise LookupError(turn_id)
+    if turn.state in TERMINAL_TURN_STATES:
+        return None
+    await move_turn(db, turn_id=turn_id, to=state, announce=False)
+    await _answer_open_calls(db, turn_id=turn_id, state=state)
+    message = await _keep_streamed(db, turn, state)
+    await _decline_pending(db, turn_id=turn_id, reason=state.value)
+    await _release_session(db, turn)
+    turn.error = error
+    await db.flush()
+    events: list[tuple[str, dict[str, Any]]] = [(EventType.state, {"state": state})]
+    if state == TurnState.cancelled:
+        assert message is not None
+        events.append((EventType.cancelled, {"message": message_payload(message)}))
+    else:
+        events.append((EventType.error, dict(error or {})))
+    await append_events(db, turn_id=turn_id, events=events)
+    return message
+
+
+async def _answer_open_calls(db: AsyncSession, *, turn_id: str, state: TurnState) -> None:
+    """Tool calls the turn never got to answer get a result now: a transcript with a call and
+    no result is refused by real providers, and would break every later turn."""
+    open_calls = await db.scalars(
+        select(ToolCall)
+        .where(ToolCall.turn_id == turn_id, ToolCall.status == ToolCallStatus.pending)
+        .order_by(ToolCall.created_at)
+    )
+    for open_call in list(open_calls):
+        await store_tool_result(
+            db,
+            call=open_call,
+            status=ToolCallStatus.error,
+            result={
+                "error": {
+                    "code": state.value,
+                    "message": f"the turn was {state.value} before this ran",
+                    "retryable": True,
+                }
+            },
+        )
+
+
+async def _keep_streamed(db: AsyncSession, turn: Turn, state: TurnState) -> Message | None:
+    """Store what streamed as the turn's answer, marked `cancelled` or `incomplete`."""
+    streamed_id, text = await streamed_so_far(db, turn_id=turn.id)
+    if not text and state != TurnState.cancelled:
+        return None
+    candidate = unfinished_message_id(turn_id=turn.id, streamed_message_id=streamed_id)
+    if await db.get(Message, candidate) is not None:
+        candidate = unfinished_message_fallback_id(candidate=candidate)
+    message = await _append_message(
+        db, turn=turn, message_id=candidate, role="assistant", text=text
+    )
+    cancelled = state == TurnState.cancelled
+    message.status = MessageStatus.cancelled if cancelled else MessageStatus.incomplete
+    turn.assistant_message_id = message.id
+    return message
+
+
+async def fail_turn(
+    db: AsyncSession, *, turn_id: str, code: str, message: str, retryable: bool
+) -> None:
+    """Mark the turn failed, keep what streamed as `incomplete`, end with `error`."""
+    await end_unfinished_turn(
+        db,
+        turn_id=turn_id,
+        state=TurnState.failed,
+        error={"code": code, "message": message, "retryable": retryable},
+    )
+
+
+async def replace_retried_answer(db: AsyncSession, *, turn: Turn, message_id: str) -> None:
+    """Within complete_turn: the retried turn's unfinished answer gives way to the new one."""
+    if turn.retry_of is None:
+        return
+    old = await db.get(Turn, turn.retry_of)
+    if old is not None and old.assistant_message_id is not None:
+        previous = await db.get(Message, old.assistant_message_id)
+        if previous is not None and previous.replaced_by is None:
+            previous.replaced_by = message_id
