@@ -210,7 +210,9 @@ class TurnWorkflow:
                 raise
             # The primary's retries are spent: the fallback model (if configured) answers.
             if workflow.patched(FALLBACK_PATCH) and not inp.fallback:
-                raise
+                # Without its cause the turn fails as `model_failed`, the code a turn
+                # without a fallback has always ended with (see below).
+                raise err from None
             try:
                 return await MODEL.run(
                     TurnActivities.call_model,
@@ -218,7 +220,8 @@ class TurnWorkflow:
                 )
             except ActivityError as fallback_err:
                 # The worker has no fallback though the turn's starter thought it had (or
-                # the turn predates the input's field): the primary's error stands.
+                # the turn predates the input's field): the primary's error stands, its cause
+                # dropped so that the turn fails as `model_failed`.
                 no_fallback = isinstance(fallback_err.cause, ApplicationError) and (
                     fallback_err.cause.type == "no_fallback"
                 )
