@@ -9,6 +9,7 @@ The full-stack tests prove the wiring; these prove the orchestration.
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import uuid
 from collections.abc import AsyncIterator
@@ -22,7 +23,7 @@ from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Worker
+from temporalio.worker import Replayer, Worker
 
 from parley.contracts import (
     MAX_MODEL_CALLS,
@@ -34,6 +35,7 @@ from parley.contracts import (
     TurnState,
 )
 from parley.screens import DECLINE_TEXT, RETRACTION_TEXT
+from tests.test_replay import HISTORIES, scrub
 from tests.workflow_stubs import ACTION_ID, ModelAnswer, Stubs, tool, unavailable
 from workflows.turn import BOUNDS_TEXT, EXPIRED_TEXT, TurnWorkflow
 
@@ -111,6 +113,16 @@ async def ends_cancelled(handle: Turn, stubs: Stubs) -> None:
     assert "finalize_turn" not in stubs.names() and "fail_turn" not in stubs.names()
 
 
+async def replays(handle: Turn, suffix: str) -> None:
+    """The run's history replays on the current code; `PARLEY_RECORD_HISTORY=turn_vN` also
+    commits it beside the full-stack recordings (tests/test_replay.py)."""
+    history = await handle.fetch_history()
+    await Replayer(workflows=[TurnWorkflow]).replay_workflow(history)
+    name = os.environ.get("PARLEY_RECORD_HISTORY")
+    if name:
+        (HISTORIES / f"{name}{suffix}.json").write_text(scrub(history.to_json()))
+
+
 def proposing() -> list[ModelAnswer]:
     """A model that proposes an email, then asks the user to confirm, then words the
     outcome."""
@@ -180,6 +192,7 @@ async def test_the_fallback_answers_once_the_primarys_retries_are_spent(
     stubs.model = primary_down
     async with turn(env, stubs, fallback=True) as handle:
         assert await handle.result() == "msg_mc_0"
+        await replays(handle, "_fallback")
     calls = stubs.inputs("call_model")
     assert [c.fallback for c in calls] == [False] * 5 + [True]
     assert stubs.inputs("finalize_turn")[0].outcome == "completed"
@@ -192,6 +205,7 @@ async def test_without_a_fallback_the_turn_fails_with_the_primarys_error_at_once
     async with turn(env, stubs, fallback=False) as handle:
         assert await handle.result() == "failed"
         assert await handle.query(TurnWorkflow.state) == TurnState.failed
+        await replays(handle, "_no_fallback")
     calls = stubs.inputs("call_model")
     assert len(calls) == 5 and not any(c.fallback for c in calls)  # no fallback scheduled
     [failed] = stubs.inputs("fail_turn")
