@@ -126,6 +126,7 @@ async def run_worker(settings: Settings) -> None:
             grace=timedelta(seconds=settings.outbox_grace_s),
             every=timedelta(seconds=settings.outbox_poll_s),
             confirmation_timeout_s=settings.confirmation_timeout_s,
+            fallback=settings.has_fallback_model,
         )
     )
     stop = asyncio.Event()

@@ -100,6 +100,11 @@ class Settings(BaseSettings):
         return self
 
     @property
+    def has_fallback_model(self) -> bool:
+        """Whether a fallback model takes over; turns carry the answer in their input."""
+        return bool(self.fallback_model_provider)
+
+    @property
     def frame_seconds(self) -> float:
         return self.stream_frame_ms / 1000.0
 

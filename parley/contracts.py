@@ -93,6 +93,10 @@ class TurnInput:
     tenant_id: str
     # Fixed at start so the wait is deterministic on replay, whatever the worker's settings.
     confirmation_timeout_s: float = DEFAULT_CONFIRMATION_TIMEOUT_S
+    # Whether a fallback model is configured, fixed at start like the timeout: when the
+    # primary's retries are spent, a turn without one fails at once instead of scheduling a
+    # model call only to learn that there is no fallback.
+    fallback: bool = False
 
 
 @dataclass

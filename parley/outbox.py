@@ -49,6 +49,7 @@ async def start_turn_workflow(
     session_id: str,
     tenant_id: str,
     confirmation_timeout_s: float = DEFAULT_CONFIRMATION_TIMEOUT_S,
+    fallback: bool = False,
 ) -> None:
     try:
         await client.start_workflow(
@@ -58,6 +59,7 @@ async def start_turn_workflow(
                 session_id=session_id,
                 tenant_id=tenant_id,
                 confirmation_timeout_s=confirmation_timeout_s,
+                fallback=fallback,
             ),
             id=workflow_id_for_turn(turn_id),
             task_queue=task_queue,
@@ -85,6 +87,7 @@ async def start_and_record(
     session_id: str,
     tenant_id: str,
     confirmation_timeout_s: float = DEFAULT_CONFIRMATION_TIMEOUT_S,
+    fallback: bool = False,
 ) -> None:
     await start_turn_workflow(
         client,
@@ -93,6 +96,7 @@ async def start_and_record(
         session_id=session_id,
         tenant_id=tenant_id,
         confirmation_timeout_s=confirmation_timeout_s,
+        fallback=fallback,
     )
     async with sessions() as db:
         await outbox.mark_workflow_started(db, turn_id=turn_id)
@@ -106,6 +110,7 @@ async def sweep_once(
     task_queue: str,
     grace: timedelta,
     confirmation_timeout_s: float = DEFAULT_CONFIRMATION_TIMEOUT_S,
+    fallback: bool = False,
 ) -> int:
     """Start every turn whose start was not confirmed within `grace`; return how many."""
     async with sessions() as db:
@@ -120,6 +125,7 @@ async def sweep_once(
             session_id=turn.session_id,
             tenant_id=turn.tenant_id,
             confirmation_timeout_s=confirmation_timeout_s,
+            fallback=fallback,
         )
     return len(pending)
 
@@ -132,6 +138,7 @@ async def sweep_forever(
     grace: timedelta,
     every: timedelta,
     confirmation_timeout_s: float = DEFAULT_CONFIRMATION_TIMEOUT_S,
+    fallback: bool = False,
 ) -> None:
     while True:
         try:
@@ -141,6 +148,7 @@ async def sweep_forever(
                 task_queue=task_queue,
                 grace=grace,
                 confirmation_timeout_s=confirmation_timeout_s,
+                fallback=fallback,
             )
         except Exception:  # a failed sweep is retried on the next tick
             log.exception("outbox sweep failed")

@@ -6,7 +6,8 @@ would break a turn already running in production fails here; such a change needs
 
 To record the current code's histories next to the old ones:
     PARLEY_RECORD_HISTORY=turn_vN make test
-then commit tests/histories/turn_vN_*.json (a tool turn and a confirmation turn).
+then commit tests/histories/turn_vN_*.json (a tool turn and a confirmation turn; the workflow
+tier, tests/test_workflow.py, adds the fallback paths, recorded on the test server).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from workflows.turn import TurnWorkflow
 HISTORIES = Path(__file__).resolve().parent / "histories"
 
 
-def _scrub(history_json: str) -> str:
+def scrub(history_json: str) -> str:
     """Worker identities name the recording machine; they play no part in replay."""
     data = json.loads(history_json)
     text = json.dumps(data, indent=1, sort_keys=True)
@@ -50,7 +51,7 @@ async def _replay_and_maybe_record(client: Client, turn_id: str, suffix: str) ->
     await Replayer(workflows=[TurnWorkflow]).replay_workflow(history)
     name = os.environ.get("PARLEY_RECORD_HISTORY")
     if name:
-        (HISTORIES / f"{name}{suffix}.json").write_text(_scrub(history.to_json()))
+        (HISTORIES / f"{name}{suffix}.json").write_text(scrub(history.to_json()))
 
 
 async def test_a_fresh_tool_turn_replays_and_can_be_recorded(

@@ -21,9 +21,7 @@ import asyncio
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
-from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     from activities.screens import ScreenActivities
@@ -34,7 +32,6 @@ with workflow.unsafe.imports_passed_through():
         MAX_OUTPUT_TOKENS,
         RESOLVE_ACTION_SIGNAL,
         SA_TURN_STATE,
-        TOOL_ATTEMPTS,
         TURN_WORKFLOW,
         ActionInput,
         BuildContextInput,
@@ -56,38 +53,13 @@ with workflow.unsafe.imports_passed_through():
     from parley.screens import DECLINE_TEXT, RETRACTION_TEXT
     from parley.tools import Risk, risk_of
 
-# Store writes are short; retry them patiently, a database restart should not fail a turn.
-STORE_TIMEOUT = timedelta(seconds=30)
-STORE_RETRY = RetryPolicy(
-    initial_interval=timedelta(milliseconds=200),
-    maximum_interval=timedelta(seconds=5),
-    maximum_attempts=20,
-)
+from workflows.options import FOLLOWUPS, MODEL, SCREEN, SEND, STORE, TOOL
 
-# The model call streams for a while; a short heartbeat timeout notices a dead worker fast.
-MODEL_RETRY = RetryPolicy(
-    initial_interval=timedelta(milliseconds=500),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(seconds=10),
-    maximum_attempts=5,
-)
-
-# A tool call turns its own last failure into a structured result for the model, so these
-# retries cover transient errors and crashed workers, never business outcomes.
-TOOL_TIMEOUT = timedelta(seconds=30)
-TOOL_HEARTBEAT = timedelta(seconds=5)
-TOOL_RETRY = RetryPolicy(
-    initial_interval=timedelta(milliseconds=300),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(seconds=3),
-    maximum_attempts=TOOL_ATTEMPTS + 2,
-)
-
-# Screens: quick, retried briefly. The input screen failing closed means a dead moderation
-# endpoint stops turns rather than letting unscreened text through.
+# Turns started before screens existed replay without them.
 SCREENS_PATCH = "screens-v1"
-SCREEN_TIMEOUT = timedelta(seconds=10)
-SCREEN_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=3)
+# Turns started before the input said whether a fallback model exists replay the old way:
+# schedule the fallback and learn from its error that there is none.
+FALLBACK_PATCH = "fallback-from-input"
 FOLLOWUPS_GRACE = timedelta(milliseconds=300)
 
 # Provider answers that a retry of the same request would get again.
@@ -137,7 +109,7 @@ class TurnWorkflow:
             code = "model_failed"
             if isinstance(cause, ApplicationError) and cause.type:
                 code = cause.type
-            await workflow.execute_activity_method(
+            await STORE.run(
                 TurnActivities.fail_turn,
                 FailTurnInput(
                     inp.turn_id,
@@ -146,19 +118,15 @@ class TurnWorkflow:
                     # Whether asking again may help: not when the request itself was refused.
                     code not in REQUEST_REFUSED,
                 ),
-                start_to_close_timeout=STORE_TIMEOUT,
-                retry_policy=STORE_RETRY,
             )
             self._enter(TurnState.failed)
             return "failed"
 
     async def _end_cancelled(self, inp: TurnInput) -> None:
         """Cancelled (by the user, or abandoned): keep what streamed, marked `cancelled`."""
-        await workflow.execute_activity_method(
+        await STORE.run(
             TurnActivities.cancel_turn,
             FailTurnInput(inp.turn_id, "cancelled", "the turn was cancelled", True),
-            start_to_close_timeout=STORE_TIMEOUT,
-            retry_policy=STORE_RETRY,
         )
         self._enter(TurnState.cancelled)
 
@@ -169,12 +137,7 @@ class TurnWorkflow:
         if screening:
             # Started first, awaited just before the first model call: its latency overlaps
             # context building instead of adding to it.
-            input_screen = workflow.start_activity_method(
-                ScreenActivities.screen_input,
-                ScreenInput(inp.turn_id),
-                start_to_close_timeout=SCREEN_TIMEOUT,
-                retry_policy=SCREEN_RETRY,
-            )
+            input_screen = SCREEN.start(ScreenActivities.screen_input, ScreenInput(inp.turn_id))
         self._enter(TurnState.building_context)
         step = 0
         context = await self._build_context(inp, step)
@@ -219,18 +182,8 @@ class TurnWorkflow:
         """The output screen and the follow-ups run side by side once the answer is complete;
         a declined answer is retracted, an erroring screen lets the answer stand."""
         check = ScreenInput(inp.turn_id, call.model_call_id)
-        screen = workflow.start_activity_method(
-            ScreenActivities.screen_output,
-            check,
-            start_to_close_timeout=SCREEN_TIMEOUT,
-            retry_policy=SCREEN_RETRY,
-        )
-        followups = workflow.start_activity_method(
-            ScreenActivities.suggest_followups,
-            check,
-            start_to_close_timeout=SCREEN_TIMEOUT,
-            retry_policy=RetryPolicy(maximum_attempts=1),
-        )
+        screen = SCREEN.start(ScreenActivities.screen_output, check)
+        followups = FOLLOWUPS.start(ScreenActivities.suggest_followups, check)
         try:
             verdict = await screen
         except ActivityError:
@@ -245,46 +198,36 @@ class TurnWorkflow:
         return await self._finalize(inp, call.model_call_id)
 
     async def _build_context(self, inp: TurnInput, step: int) -> BuildContextResult:
-        return await workflow.execute_activity_method(
-            TurnActivities.build_context,
-            BuildContextInput(inp.turn_id, step),
-            start_to_close_timeout=STORE_TIMEOUT,
-            retry_policy=STORE_RETRY,
-        )
+        return await STORE.run(TurnActivities.build_context, BuildContextInput(inp.turn_id, step))
 
     async def _call_model(self, inp: TurnInput, model_call_id: str) -> CallModelResult:
         try:
-            return await self._model_activity(CallModelInput(inp.turn_id, model_call_id))
-        except ActivityError as err:
-            cause = err.cause
-            spent = not isinstance(cause, (ApplicationError, CancelledError)) or (
-                isinstance(cause, ApplicationError) and not cause.non_retryable
+            return await MODEL.run(
+                TurnActivities.call_model, CallModelInput(inp.turn_id, model_call_id)
             )
-            if not spent:
+        except ActivityError as err:
+            if not _retries_spent(err):
                 raise
             # The primary's retries are spent: the fallback model (if configured) answers.
+            if workflow.patched(FALLBACK_PATCH) and not inp.fallback:
+                # Without its cause the turn fails as `model_failed`, the code a turn
+                # without a fallback has always ended with (see below).
+                raise err from None
             try:
-                return await self._model_activity(
-                    CallModelInput(inp.turn_id, model_call_id, fallback=True)
+                return await MODEL.run(
+                    TurnActivities.call_model,
+                    CallModelInput(inp.turn_id, model_call_id, fallback=True),
                 )
             except ActivityError as fallback_err:
+                # The worker has no fallback though the turn's starter thought it had (or
+                # the turn predates the input's field): the primary's error stands, its cause
+                # dropped so that the turn fails as `model_failed`.
                 no_fallback = isinstance(fallback_err.cause, ApplicationError) and (
                     fallback_err.cause.type == "no_fallback"
                 )
                 if no_fallback:
                     raise err from None
                 raise
-
-    async def _model_activity(self, call: CallModelInput) -> CallModelResult:
-        return await workflow.execute_activity_method(
-            TurnActivities.call_model,
-            call,
-            start_to_close_timeout=timedelta(minutes=5),
-            heartbeat_timeout=timedelta(seconds=5),
-            retry_policy=MODEL_RETRY,
-            # On cancel, wait for the activity to stop its upstream stream before cleaning up.
-            cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-        )
 
     async def _next_model_call(self, inp: TurnInput, step: int) -> CallModelResult:
         context = await self._build_context(inp, step)
@@ -300,11 +243,9 @@ class TurnWorkflow:
         override: str | None = None,
         retract: bool = False,
     ) -> str:
-        message_id = await workflow.execute_activity_method(
+        message_id = await STORE.run(
             TurnActivities.finalize_turn,
             FinalizeTurnInput(inp.turn_id, model_call_id, outcome, override, retract),
-            start_to_close_timeout=STORE_TIMEOUT,
-            retry_policy=STORE_RETRY,
         )
         self._enter(TurnState.expired if outcome == "expired" else TurnState.completed)
         workflow.set_current_details(f"answered with message {message_id}")
@@ -341,24 +282,16 @@ class TurnWorkflow:
         return outcomes
 
     async def _execute_tool(self, job: ExecuteToolInput) -> ToolOutcome:
-        return await workflow.execute_activity_method(
-            ToolActivities.execute_tool,
-            job,
-            start_to_close_timeout=TOOL_TIMEOUT,
-            heartbeat_timeout=TOOL_HEARTBEAT,
-            retry_policy=TOOL_RETRY,
-        )
+        return await TOOL.run(ToolActivities.execute_tool, job)
 
     async def _confirm_and_execute(
         self, inp: TurnInput, action_id: str, call: CallModelResult
     ) -> str:
         """Show the card, wait for the user's own answer, then send (or not). Returns the
         action's final status, or "superseded"."""
-        await workflow.execute_activity_method(
+        await STORE.run(
             TurnActivities.request_confirmation,
             RequestConfirmationInput(inp.turn_id, action_id, call.model_call_id),
-            start_to_close_timeout=STORE_TIMEOUT,
-            retry_policy=STORE_RETRY,
         )
         self._enter(TurnState.awaiting_confirmation)
         try:
@@ -368,24 +301,15 @@ class TurnWorkflow:
             )
             decision = self._decisions[action_id]
         except TimeoutError:
-            stored = await workflow.execute_activity_method(
-                ToolActivities.expire_action,
-                ActionInput(inp.turn_id, action_id),
-                start_to_close_timeout=STORE_TIMEOUT,
-                retry_policy=STORE_RETRY,
+            stored = await STORE.run(
+                ToolActivities.expire_action, ActionInput(inp.turn_id, action_id)
             )
             decision = stored.status  # "expired", or the answer whose signal was lost
         if decision in ("superseded", "expired", "declined"):
             return decision
         self._enter(TurnState.executing_action)
         send = asyncio.ensure_future(
-            workflow.execute_activity_method(
-                ToolActivities.send_email,
-                ActionInput(inp.turn_id, action_id),
-                start_to_close_timeout=TOOL_TIMEOUT,
-                heartbeat_timeout=TOOL_HEARTBEAT,
-                retry_policy=TOOL_RETRY,
-            )
+            SEND.run(ToolActivities.send_email, ActionInput(inp.turn_id, action_id))
         )
         try:
             sent = await asyncio.shield(send)
@@ -395,3 +319,12 @@ class TurnWorkflow:
             await send
             raise
         return sent.status
+
+
+def _retries_spent(err: ActivityError) -> bool:
+    """The primary failed for good after its retries, rather than refusing the request or
+    being cancelled (which a fallback model would not change)."""
+    cause = err.cause
+    if isinstance(cause, CancelledError):
+        return False
+    return not isinstance(cause, ApplicationError) or not cause.non_retryable

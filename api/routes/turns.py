@@ -121,6 +121,7 @@ async def _start(
                 session_id=turn.session_id,
                 tenant_id=turn.tenant_id,
                 confirmation_timeout_s=settings.confirmation_timeout_s,
+                fallback=settings.has_fallback_model,
             ),
             START_TIMEOUT_S,
         )

