@@ -121,18 +121,22 @@ async def own_stack(
     temporal_client: Client,
     settings: Settings,
     sessions: async_sessionmaker[AsyncSession],
-    model: ModelT,
+    provider: ModelT,
+    /,
     *,
     prefix: str,
     screens: tuple[Screen, Screen] | None = None,
     fallback: ModelProvider | None = None,
     **update: Any,
 ) -> AsyncIterator[Stack[ModelT]]:
-    """A worker running `model` and an API, both on a task queue of their own (so only this
-    worker serves their turns), with `update` applied to the session's settings."""
+    """A worker running `provider` and an API, both on a task queue of their own (so only this
+    worker serves their turns), with `update` applied to the session's settings (positional
+    parameters, so a setting may be called `model`)."""
     own = own_queue(settings, prefix, **update)
     async with (
-        running_worker(temporal_client, own, sessions, model, screens=screens, fallback=fallback),
+        running_worker(
+            temporal_client, own, sessions, provider, screens=screens, fallback=fallback
+        ),
         serve_api(own) as url,
     ):
-        yield Stack(own, model, url)
+        yield Stack(own, provider, url)
