@@ -107,7 +107,7 @@ async def test_cancel_stops_the_model_and_keeps_the_partial_answer_as_cancelled(
         ("user", "complete"),
         ("assistant", "cancelled"),
     ]
-    turn = (await client.http.get(f"/v1/sessions/{sid}/turns/{turn_id}")).json()
+    turn = await client.turn_view(sid, turn_id)
     assert turn["state"] == "cancelled"
     again = await client.http.post(f"/v1/sessions/{sid}/turns/{turn_id}/cancel")
     assert again.status_code == 409 and again.json()["error"]["code"] == "turn_finished"
