@@ -11,6 +11,8 @@ import asyncio
 import contextlib
 import logging
 import signal
+import time
+from collections.abc import Callable
 from datetime import timedelta
 
 import httpx
@@ -56,15 +58,17 @@ def build_worker(
     fallback: ModelProvider | None = None,
     screens: tuple[Screen, Screen] | None = None,
     task_queue: str | None = None,
+    breaker_clock: Callable[[], float] = time.monotonic,
 ) -> Worker:
-    """Wire the activities to their collaborators; tests pass their own provider, screens or
-    queue."""
+    """Wire the activities to their collaborators; tests pass their own provider, screens,
+    queue or the clock the breaker's cooldown is measured on."""
     northwind = NorthwindClient(
         base_url=settings.northwind_url,
         http=http,
         breaker=CircuitBreaker(
             failure_threshold=settings.breaker_failure_threshold,
             cooldown_s=settings.breaker_cooldown_s,
+            clock=breaker_clock,
         ),
         timeout_s=settings.tool_timeout_s,
     )

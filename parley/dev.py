@@ -93,6 +93,13 @@ def _wait_http(url: str, timeout_s: float) -> None:
     raise SystemExit(f"{url} did not come up within {timeout_s:.0f}s")
 
 
+def _wait_worker(settings: Settings) -> None:
+    """The banner says everything is running, so wait for the worker too: it opens its
+    metrics port once connected to Temporal, just before it starts polling."""
+    if settings.worker_metrics_port:
+        _wait_http(f"http://{settings.api_host}:{settings.worker_metrics_port}/metrics", 60)
+
+
 def _wait_temporal(address: str, timeout_s: float) -> None:
     from temporalio.client import Client
 
@@ -160,6 +167,7 @@ def run_dev(settings: Settings) -> None:
         supervisor.spawn("api", [python, "-m", "parley.cli", "api"], env)
         api = f"http://{settings.api_host}:{settings.api_port}"
         _wait_http(f"{api}/healthz", 60)
+        _wait_worker(settings)
 
         token = asyncio.run(_create_token(settings, "northwind", "cust_2291"))
         session_id = httpx.post(

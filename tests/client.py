@@ -72,6 +72,16 @@ class ParleyClient:
         turn_id = response.json()["turn_id"]
         return turn_id, await self.events(session_id, turn_id)
 
+    async def session_view(self, session_id: str) -> dict[str, Any]:
+        response = await self.http.get(f"/v1/sessions/{session_id}")
+        assert response.status_code == 200, response.text
+        return dict(response.json())
+
+    async def turn_view(self, session_id: str, turn_id: str) -> dict[str, Any]:
+        response = await self.http.get(f"/v1/sessions/{session_id}/turns/{turn_id}")
+        assert response.status_code == 200, response.text
+        return dict(response.json())
+
     async def messages(self, session_id: str, after_seq: int = 0) -> list[dict[str, Any]]:
         response = await self.http.get(
             f"/v1/sessions/{session_id}/messages", params={"after_seq": after_seq}

@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -125,7 +126,9 @@ def settings(database_url: str, temporal_address: str, northwind_url: str) -> Se
         demo_token_delay_ms=5,
         outbox_grace_s=1.0,
         tool_timeout_s=2.0,
-        breaker_cooldown_s=2.0,
+        # Long, so an open breaker stays open however slow the machine is; the tests that
+        # need the cooldown to pass move the `breaker_clock` forward.
+        breaker_cooldown_s=60.0,
     )
 
 
@@ -146,6 +149,20 @@ async def sessions(database_url: str) -> AsyncIterator[async_sessionmaker[AsyncS
     await engine.dispose()
 
 
+class SteppedClock:
+    """`time.monotonic`, plus however far a test moved it forward: a breaker's cooldown
+    passes when the test says so instead of after a sleep."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.monotonic() + self.offset
+
+    def advance(self, seconds: float) -> None:
+        self.offset += seconds
+
+
 @asynccontextmanager
 async def running_worker(
     client: Client,
@@ -154,21 +171,40 @@ async def running_worker(
     provider: ModelProvider,
     screens: tuple[Screen, Screen] | None = None,
     fallback: ModelProvider | None = None,
+    breaker_clock: SteppedClock | None = None,
 ) -> AsyncIterator[None]:
     async with httpx.AsyncClient() as http:
         async with build_worker(
-            client, settings, sessions, http, provider=provider, fallback=fallback, screens=screens
+            client,
+            settings,
+            sessions,
+            http,
+            provider=provider,
+            fallback=fallback,
+            screens=screens,
+            breaker_clock=breaker_clock or time.monotonic,
         ):
             yield
 
 
+@pytest.fixture(scope="session")
+def breaker_clock() -> SteppedClock:
+    """The clock of the session worker's circuit breaker."""
+    return SteppedClock()
+
+
 @pytest_asyncio.fixture(scope="session")
 async def worker(
-    temporal_client: Client, settings: Settings, sessions: async_sessionmaker[AsyncSession]
+    temporal_client: Client,
+    settings: Settings,
+    sessions: async_sessionmaker[AsyncSession],
+    breaker_clock: SteppedClock,
 ) -> AsyncIterator[DemoModel]:
     """The session's worker; yields its demo model so tests can read its token counter."""
     model = DemoModel(token_delay_s=settings.demo_token_delay_ms / 1000)
-    async with running_worker(temporal_client, settings, sessions, model):
+    async with running_worker(
+        temporal_client, settings, sessions, model, breaker_clock=breaker_clock
+    ):
         yield model
 
 

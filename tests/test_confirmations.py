@@ -12,7 +12,6 @@ the demo backend.
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -28,34 +27,12 @@ from parley.sse import Event
 from store.models import Action
 from tests.client import ParleyClient
 from tests.conftest import serve_api
+from tests.toolkit import emails, reply, wait_for_view_state
 
 EXPIRING_TIMEOUT_S = 2.0
 
 
 # --- helpers -------------------------------------------------------------------------------
-
-
-async def emails_for(northwind: httpx.AsyncClient, action_id: str) -> list[dict[str, Any]]:
-    response = await northwind.get("/emails")
-    assert response.status_code == 200, response.text
-    key = f"parley-{action_id}"
-    return [e for e in response.json()["emails"] if e["idempotency_key"] == key]
-
-
-async def all_emails(northwind: httpx.AsyncClient) -> list[dict[str, Any]]:
-    return list((await northwind.get("/emails")).json()["emails"])
-
-
-async def session_view(client: ParleyClient, sid: str) -> dict[str, Any]:
-    response = await client.http.get(f"/v1/sessions/{sid}")
-    assert response.status_code == 200, response.text
-    return dict(response.json())
-
-
-async def turn_view(client: ParleyClient, sid: str, tid: str) -> dict[str, Any]:
-    response = await client.http.get(f"/v1/sessions/{sid}/turns/{tid}")
-    assert response.status_code == 200, response.text
-    return dict(response.json())
 
 
 def confirm_url(sid: str, action_id: str, verb: str = "confirm") -> str:
@@ -76,11 +53,6 @@ def error_code(response: httpx.Response) -> str:
 
 def types(events: list[Event]) -> list[str]:
     return [e.type for e in events]
-
-
-def reply(events: list[Event]) -> str:
-    assert events and events[-1].type == "done", types(events)
-    return str(events[-1].data["message"]["text"])
 
 
 def resolved_statuses(events: list[Event]) -> list[str]:
@@ -117,14 +89,14 @@ async def test_session_view_while_awaiting_confirmation(
     sid = await priya.new_session()
     turn_id, events, action = await propose(priya, sid)
 
-    view = await session_view(priya, sid)
+    view = await priya.session_view(sid)
     assert view["active_turn"]["id"] == turn_id
     assert view["active_turn"]["state"] == "awaiting_confirmation"
     assert view["pending_action"] == action  # rendered from the stored row, as streamed
     assert view["active_turn"]["pending_action"] == action
-    assert (await turn_view(priya, sid, turn_id))["pending_action"] == action
+    assert (await priya.turn_view(sid, turn_id))["pending_action"] == action
     assert action["recipient_masked"] == "p***@example.com"
-    assert await emails_for(northwind, action["id"]) == []
+    assert await emails(northwind, action_id=action["id"]) == []
 
     # Tidy up: decline so the workflow does not wait out its window.
     assert (await decline(priya, sid, action["id"])).status_code == 202
@@ -153,13 +125,13 @@ async def test_confirm_twice_sends_one_email(
     assert resolved_statuses(rest_events) == ["confirmed"]
     text = reply(rest_events).lower()
     assert "sent" in text or "accepted" in text
-    assert (await turn_view(priya, sid, turn_id))["state"] == "completed"
+    assert (await priya.turn_view(sid, turn_id))["state"] == "completed"
 
-    sent = await emails_for(northwind, aid)
+    sent = await emails(northwind, action_id=aid)
     assert [e["to"] for e in sent] == ["priya@example.com"]
     third = await confirm(priya, sid, aid)  # after execution: still resolved, nothing more
     assert third.status_code == 409 and error_code(third) == "action_resolved"
-    assert len(await emails_for(northwind, aid)) == 1
+    assert len(await emails(northwind, action_id=aid)) == 1
 
 
 async def test_concurrent_confirms_send_one_email(
@@ -178,7 +150,7 @@ async def test_concurrent_confirms_send_one_email(
     rest_events = await rest(priya, sid, turn_id, events[-1].id or 0)
     assert resolved_statuses(rest_events) == ["confirmed"]
     assert reply(rest_events)
-    assert len(await emails_for(northwind, aid)) == 1
+    assert len(await emails(northwind, action_id=aid)) == 1
 
 
 # --- 2. expiry -----------------------------------------------------------------------------
@@ -199,17 +171,6 @@ async def expiring_priya(
             await client.aclose()
 
 
-async def wait_for_state(
-    client: ParleyClient, sid: str, tid: str, state: str, within_s: float
-) -> dict[str, Any]:
-    deadline = time.monotonic() + within_s
-    while True:
-        view = await turn_view(client, sid, tid)
-        if view["state"] == state or time.monotonic() > deadline:
-            return view
-        await asyncio.sleep(0.2)
-
-
 async def test_confirm_after_expiry(
     expiring_priya: ParleyClient, northwind: httpx.AsyncClient
 ) -> None:
@@ -219,8 +180,9 @@ async def test_confirm_after_expiry(
     aid = action["id"]
 
     # The turn ends by itself once the window passes; nobody has to confirm or decline.
-    view = await wait_for_state(client, sid, turn_id, "expired", within_s=EXPIRING_TIMEOUT_S + 13)
-    assert view["state"] == "expired", view
+    view = await wait_for_view_state(
+        client, sid, turn_id, "expired", timeout=EXPIRING_TIMEOUT_S + 13
+    )
     assert view["pending_action"] is None
 
     late = await confirm(client, sid, aid)
@@ -237,9 +199,9 @@ async def test_confirm_after_expiry(
     assert "not send" in text or "not sent" in text or "didn't send" in text, text
     assert {"state": "expired"} in [e.data for e in rest_events if e.type == "state"]
 
-    session = await session_view(client, sid)
+    session = await client.session_view(sid)
     assert session["active_turn"] is None and session["pending_action"] is None
-    assert await emails_for(northwind, aid) == []
+    assert await emails(northwind, action_id=aid) == []
     # A decline after expiry is the same conflict.
     late_decline = await decline(client, sid, aid)
     assert late_decline.status_code == 409 and error_code(late_decline) == "action_expired"
@@ -281,17 +243,17 @@ async def test_confirm_by_another_user_is_not_found(
         await ines.aclose()
 
     # Nothing moved: still pending, nothing sent, and Priya can still confirm.
-    view = await session_view(priya, sid)
+    view = await priya.session_view(sid)
     assert view["pending_action"] == action
     assert view["active_turn"]["state"] == "awaiting_confirmation"
-    assert await emails_for(northwind, aid) == []
+    assert await emails(northwind, action_id=aid) == []
 
     mine = await confirm(priya, sid, aid)
     assert mine.status_code == 202, mine.text
     rest_events = await rest(priya, sid, turn_id, events[-1].id or 0)
     assert resolved_statuses(rest_events) == ["confirmed"]
     assert reply(rest_events)
-    assert [e["to"] for e in await emails_for(northwind, aid)] == ["priya@example.com"]
+    assert [e["to"] for e in await emails(northwind, action_id=aid)] == ["priya@example.com"]
 
 
 # --- 4. changed arguments --------------------------------------------------------------------
@@ -317,17 +279,18 @@ async def test_confirm_after_arguments_changed(
     changed = await confirm(priya, sid, aid)
     assert changed.status_code == 409, changed.text
     assert error_code(changed) == "action_changed"
-    await asyncio.sleep(0.5)  # give a wrongly started send the time to reach the backend
-    assert await emails_for(northwind, aid) == []
-    assert [e for e in await all_emails(northwind) if e["to"] == attacker] == []
-    assert (await turn_view(priya, sid, turn_id))["state"] == "awaiting_confirmation"
+    # Nothing sent now; a send wrongly started by this confirm would still be in the turn,
+    # so the checks after the turn has ended (below) are the ones no timing can fool.
+    assert await emails(northwind, action_id=aid) == []
+    assert [e for e in await emails(northwind) if e["to"] == attacker] == []
+    assert (await priya.turn_view(sid, turn_id))["state"] == "awaiting_confirmation"
 
     # Tidy up: a decline needs no matching arguments and ends the turn; still nothing sent.
     assert (await decline(priya, sid, aid)).status_code == 202
     rest_events = await rest(priya, sid, turn_id, events[-1].id or 0)
     assert resolved_statuses(rest_events) == ["declined"]
-    assert await emails_for(northwind, aid) == []
-    assert [e for e in await all_emails(northwind) if e["to"] == attacker] == []
+    assert await emails(northwind, action_id=aid) == []
+    assert [e for e in await emails(northwind) if e["to"] == attacker] == []
 
 
 # --- 5. decline ------------------------------------------------------------------------------
@@ -346,16 +309,16 @@ async def test_decline(priya: ParleyClient, northwind: httpx.AsyncClient) -> Non
     assert resolved_statuses(rest_events) == ["declined"]
     text = reply(rest_events).lower()
     assert "won't send" in text or "will not send" in text, text
-    assert (await turn_view(priya, sid, turn_id))["state"] == "completed"
+    assert (await priya.turn_view(sid, turn_id))["state"] == "completed"
 
     late = await confirm(priya, sid, aid)
     assert late.status_code == 409, late.text
     assert error_code(late) == "action_resolved"
     again = await decline(priya, sid, aid)
     assert again.status_code == 409 and error_code(again) == "action_resolved"
-    view = await session_view(priya, sid)
+    view = await priya.session_view(sid)
     assert view["active_turn"] is None and view["pending_action"] is None
-    assert await emails_for(northwind, aid) == []
+    assert await emails(northwind, action_id=aid) == []
 
 
 # --- 6. typed yes ----------------------------------------------------------------------------
@@ -378,16 +341,20 @@ async def test_typed_yes_answers_the_waiting_turn(
     assert resolved_statuses(rest_events) == ["confirmed"]
     text = reply(rest_events).lower()
     assert "sent" in text or "accepted" in text
-    assert [e["to"] for e in await emails_for(northwind, aid)] == ["priya@example.com"]
+    assert [e["to"] for e in await emails(northwind, action_id=aid)] == ["priya@example.com"]
+    stored = await priya.messages(sid)
 
     repeat = await priya.post(sid, "Yes, send it", client_message_id=key)
     assert repeat.status_code == 200, repeat.text
     assert repeat.json()["turn_id"] == turn_id
     assert repeat.json()["message"]["id"] == yes.json()["message"]["id"]
-    await asyncio.sleep(0.3)
-    assert len(await emails_for(northwind, aid)) == 1
-    view = await session_view(priya, sid)
+    # The repeat started nothing: no new message, no turn open, the old turn stays finished
+    # (a finished turn's workflow cannot send again), so there is nothing to wait out.
+    assert await priya.messages(sid) == stored
+    view = await priya.session_view(sid)
     assert view["active_turn"] is None and view["pending_action"] is None
+    assert (await priya.turn_view(sid, turn_id))["state"] == "completed"
+    assert len(await emails(northwind, action_id=aid)) == 1
 
 
 # --- 7. supersede ----------------------------------------------------------------------------
@@ -404,7 +371,7 @@ async def test_new_message_supersedes_the_pending_action(
     assert posted.status_code == 202, posted.text
     new_turn = str(posted.json()["turn_id"])
     assert new_turn != turn_id
-    view = await session_view(priya, sid)
+    view = await priya.session_view(sid)
     assert view["pending_action"] is None
     assert view["active_turn"] is None or view["active_turn"]["id"] == new_turn
 
@@ -414,13 +381,13 @@ async def test_new_message_supersedes_the_pending_action(
     new_events = await asyncio.wait_for(priya.events(sid, new_turn), 30)
     assert new_events[-1].type == "done", types(new_events)
 
-    view = await session_view(priya, sid)
+    view = await priya.session_view(sid)
     assert view["pending_action"] is None
     assert view["active_turn"] is None
     late = await confirm(priya, sid, aid)
     assert late.status_code == 409, late.text
     assert error_code(late) == "action_resolved"
-    assert await emails_for(northwind, aid) == []
+    assert await emails(northwind, action_id=aid) == []
 
 
 async def test_confirm_after_expires_at_but_before_the_timer(
@@ -446,6 +413,6 @@ async def test_confirm_after_expires_at_but_before_the_timer(
 
     rest_events = await rest(client, sid, turn_id, events[-1].id or 0)
     assert types(rest_events)[-1] == "done"
-    assert (await turn_view(client, sid, turn_id))["state"] == "expired"
-    assert await emails_for(northwind, aid) == []
+    assert (await client.turn_view(sid, turn_id))["state"] == "expired"
+    assert await emails(northwind, action_id=aid) == []
     assert resolved_statuses(rest_events) == ["expired"], types(rest_events)

@@ -149,11 +149,11 @@ async def test_invalid_bodies_are_422_invalid_request_naming_the_field(
 async def test_session_view_shows_the_active_turn_then_none(priya: ParleyClient) -> None:
     session_id = await priya.new_session()
     posted = await priya.post(session_id, "Hello there")
-    view = (await priya.http.get(f"/v1/sessions/{session_id}")).json()
+    view = await priya.session_view(session_id)
     assert view["active_turn"]["id"] == posted.json()["turn_id"]
     assert view["last_seq"] == 1
     await priya.events(session_id, posted.json()["turn_id"])
-    view = (await priya.http.get(f"/v1/sessions/{session_id}")).json()
+    view = await priya.session_view(session_id)
     assert view["active_turn"] is None and view["last_seq"] == 2
     turn = (
         await priya.http.get(f"/v1/sessions/{session_id}/turns/{posted.json()['turn_id']}")

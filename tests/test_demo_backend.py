@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from demo_backend.app import create_app
+from tests.toolkit import emails, eventually
 
 PRIYA = "/v1/tenants/northwind/customers/cust_2291"
 MARCO = "/v1/tenants/northwind/customers/cust_3301"
@@ -325,21 +326,18 @@ async def test_email_is_recorded_before_the_slow_answer(backend: httpx.AsyncClie
     await backend.post("/faults", json={"email_post_accept_latency_ms": 1000})
     posting = asyncio.create_task(send(backend, "slow"))
 
-    async def accepted() -> list[dict[str, str]]:
-        while not (emails := (await backend.get("/emails")).json()["emails"]):
-            await asyncio.sleep(0.01)
-        return emails
-
-    emails = await asyncio.wait_for(accepted(), timeout=0.8)
-    assert [e["idempotency_key"] for e in emails] == ["slow"]
+    accepted = await eventually(
+        lambda: emails(backend), timeout=0.8, every=0.01, what="the email is recorded"
+    )
+    assert [e["idempotency_key"] for e in accepted] == ["slow"]
     assert not posting.done()
     # A caller that gave up can learn the outcome by key, and a retry answers at once.
     by_key = (await backend.get("/v1/emails/by-key/slow")).json()
     retry = await asyncio.wait_for(send(backend, "slow"), timeout=0.5)
-    assert retry.json()["message_id"] == by_key["message_id"] == emails[0]["message_id"]
+    assert retry.json()["message_id"] == by_key["message_id"] == accepted[0]["message_id"]
     assert not posting.done()
 
     answer = await posting
     assert answer.status_code == 202
-    assert answer.json()["message_id"] == emails[0]["message_id"]
+    assert answer.json()["message_id"] == accepted[0]["message_id"]
     assert len((await backend.get("/emails")).json()["emails"]) == 1

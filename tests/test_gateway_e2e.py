@@ -25,7 +25,8 @@ from gateway.openai_compat import OpenAICompatProvider
 from parley.config import Settings
 from store.models import ModelCall, TraceSpan
 from tests.client import ParleyClient, streamed_text
-from tests.conftest import own_queue, running_worker, serve, serve_api
+from tests.conftest import serve
+from tests.toolkit import own_stack
 
 TIMEOUTS = Timeouts(connect_s=2.0, first_token_s=1.5, total_s=30.0)
 
@@ -64,21 +65,21 @@ async def stack(
     dialect = request.param
     fake = FakeProvider(brain=True)
     async with serve(fake.app) as fake_url:
-        own = own_queue(
+        provider = provider_for(dialect, fake_url)
+        fallback = DemoModel(token_delay_s=0)
+        async with own_stack(
+            temporal_client,
             settings,
-            dialect,
+            sessions,
+            provider,
+            prefix=dialect,
+            fallback=fallback,
             model_provider=dialect,
             model=f"{dialect}-test-model",
             fallback_model_provider="demo",
             fallback_model="demo-1",
-        )
-        provider = provider_for(dialect, fake_url)
-        fallback = DemoModel(token_delay_s=0)
-        async with (
-            running_worker(temporal_client, own, sessions, provider, fallback=fallback),
-            serve_api(own) as url,
-        ):
-            yield Stack(dialect, fake, url, own)
+        ) as running:
+            yield Stack(dialect, fake, running.url, running.settings)
         await provider.aclose()  # type: ignore[attr-defined]
 
 

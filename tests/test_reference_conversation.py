@@ -12,8 +12,8 @@ from typing import Any
 
 import httpx
 
-from parley.sse import Event
 from tests.client import ParleyClient
+from tests.toolkit import emails, reply
 
 
 async def tools_ran(client: ParleyClient, session_id: str, after_seq: int) -> list[tuple[str, Any]]:
@@ -26,23 +26,8 @@ async def tools_ran(client: ParleyClient, session_id: str, after_seq: int) -> li
     ]
 
 
-async def session_view(client: ParleyClient, session_id: str) -> dict[str, Any]:
-    response = await client.http.get(f"/v1/sessions/{session_id}")
-    assert response.status_code == 200
-    return dict(response.json())
-
-
 def slot(view: dict[str, Any], name: str) -> Any:
     return view["slots"].get(name, {}).get("value")
-
-
-def reply(events: list[Event]) -> str:
-    assert events[-1].type == "done", [e.type for e in events]
-    return str(events[-1].data["message"]["text"])
-
-
-async def emails(northwind: httpx.AsyncClient) -> list[dict[str, Any]]:
-    return list((await northwind.get("/emails")).json()["emails"])
 
 
 async def test_the_northwind_reference_conversation(
@@ -52,12 +37,12 @@ async def test_the_northwind_reference_conversation(
     sid = await priya.new_session()
 
     # 1. "Where is my order?" -> list_open_orders, no customer id; slot set from the result.
-    seq = (await session_view(priya, sid))["last_seq"]
+    seq = (await priya.session_view(sid))["last_seq"]
     _, events = await priya.turn(sid, "Where is my order?")
     text = reply(events)
     assert await tools_ran(priya, sid, seq) == [("list_open_orders", {})]
     assert "8472" in text and "shipped" in text and "Oct 30" in text
-    view = await session_view(priya, sid)
+    view = await priya.session_view(sid)
     assert view["slots"]["active_order_id"]["value"] == "8472"
     assert view["slots"]["active_order_id"]["source"] == "tool:list_open_orders"
     tool_events = [e.data for e in events if e.type == "tool"]
@@ -75,7 +60,7 @@ async def test_the_northwind_reference_conversation(
     assert "On order 8472" in text and "24.00" in text
     assert "approved" in text and "settling" in text
     assert "R-5102" not in text
-    view = await session_view(priya, sid)
+    view = await priya.session_view(sid)
     assert slot(view, "active_order_id") == "8472"
 
     # 3. "Can you email me?" -> a proposal with the masked recipient; nothing is sent.
@@ -93,7 +78,7 @@ async def test_the_northwind_reference_conversation(
     assert await tools_ran(priya, sid, seq) == [
         ("propose_email", {"order_id": "8472", "template": "order_status_summary"})
     ]
-    view = await session_view(priya, sid)
+    view = await priya.session_view(sid)
     assert view["active_turn"]["state"] == "awaiting_confirmation"
     assert view["pending_action"]["id"] == action["id"]
     assert len(await emails(northwind)) == emails_before  # no email without a confirmation
@@ -122,7 +107,7 @@ async def test_the_northwind_reference_conversation(
     repeat = await priya.post(sid, "Can you email me?", client_message_id=email_key)
     assert repeat.status_code == 200 and repeat.json()["turn_id"] == email_turn
     assert len(await emails(northwind)) == emails_before + 1
-    view = await session_view(priya, sid)
+    view = await priya.session_view(sid)
     assert view["active_turn"] is None and view["pending_action"] is None
 
     # 5. "Thanks. And the other one?" -> one clarification with concrete options, no guess.
@@ -134,7 +119,7 @@ async def test_the_northwind_reference_conversation(
     assert [o["label"] for o in options] == ["Order 8390", "Refund R-5102"]
     assert await tools_ran(priya, sid, seq) == []  # no guessing, so no tool
     assert reply(events) == clarifications[0]["question"]
-    view = await session_view(priya, sid)
+    view = await priya.session_view(sid)
     assert slot(view, "active_order_id") == "8472"  # unchanged until the user picks
 
     # 6. "The order. Can I still return it?" -> slot moves to 8390 on the change of referent.
@@ -143,7 +128,7 @@ async def test_the_northwind_reference_conversation(
     text = reply(events)
     assert await tools_ran(priya, sid, seq) == [("check_return_eligibility", {"order_id": "8390"})]
     assert "4 days" in text and "8390" in text
-    view = await session_view(priya, sid)
+    view = await priya.session_view(sid)
     assert view["slots"]["active_order_id"] == {
         "value": "8390",
         "source": "clarification",

@@ -14,13 +14,14 @@ from parley.ids import workflow_id_for_turn
 from store import actions
 from store.models import ModelCall, ToolCall
 from tests.client import ParleyClient
-from tests.test_stream_control import Stack, client, first_events, stack, wait_for_state
+from tests.test_stream_control import StreamStack, client, first_events, stack
+from tests.toolkit import wait_for_stored_state
 
 __all__ = ["client", "stack"]  # module-scoped fixtures shared with the stream tests
 
 
 async def test_cancelling_during_a_tool_leaves_no_unanswered_call_behind(
-    stack: Stack,
+    stack: StreamStack,
     client: ParleyClient,
     northwind: httpx.AsyncClient,
     sessions: async_sessionmaker[AsyncSession],
@@ -31,7 +32,7 @@ async def test_cancelling_during_a_tool_leaves_no_unanswered_call_behind(
     turn_id = posted.json()["turn_id"]
     await first_events(client, posted.json()["events_url"], until="tool")
     assert (await client.http.post(f"/v1/sessions/{sid}/turns/{turn_id}/cancel")).status_code == 202
-    await wait_for_state(sessions, turn_id, {"cancelled"}, timeout=15)
+    await wait_for_stored_state(sessions, turn_id, {"cancelled"}, timeout=15)
     await northwind.delete("/faults")
     async with sessions() as db:
         calls = list(await db.scalars(select(ToolCall).where(ToolCall.turn_id == turn_id)))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from contextlib import AbstractAsyncContextManager
 
 import pytest
 import pytest_asyncio
@@ -23,8 +23,8 @@ from parley.screens import (
 )
 from store.models import Message, TraceSpan
 from tests.client import ParleyClient
-from tests.conftest import own_queue, running_worker, serve_api
 from tests.models import ControlledModel
+from tests.toolkit import Stack, own_stack
 
 
 class SlowScreen:
@@ -43,41 +43,40 @@ class BrokenScreen:
         raise ConnectionError("moderation endpoint unreachable")
 
 
-@dataclass
-class Stack:
-    model: ControlledModel
-    url: str
+ScreenStack = Stack[ControlledModel]
 
 
-async def make_stack(
+def screened_stack(
     settings: Settings,
     temporal_client: Client,
     sessions: async_sessionmaker[AsyncSession],
     screens: tuple[object, object],
-) -> AsyncIterator[Stack]:
-    own = own_queue(settings, "screens")
+) -> AbstractAsyncContextManager[ScreenStack]:
     model = ControlledModel(token_delay_s=0.005)
-    async with (
-        running_worker(temporal_client, own, sessions, model, screens=screens),  # type: ignore[arg-type]
-        serve_api(own) as url,
-    ):
-        yield Stack(model, url)
+    return own_stack(
+        temporal_client,
+        settings,
+        sessions,
+        model,
+        prefix="screens",
+        screens=screens,  # type: ignore[arg-type]
+    )
 
 
 @pytest_asyncio.fixture(scope="module")
 async def stack(
     settings: Settings, temporal_client: Client, sessions: async_sessionmaker[AsyncSession]
-) -> AsyncIterator[Stack]:
+) -> AsyncIterator[ScreenStack]:
     screens = (
         SlowScreen(RulesScreen("input", ("forbidden topic",)), delay_s=0.3),
         RulesScreen("output", ("classified",)),
     )
-    async for s in make_stack(settings, temporal_client, sessions, screens):
-        yield s
+    async with screened_stack(settings, temporal_client, sessions, screens) as stack:
+        yield stack
 
 
 @pytest_asyncio.fixture
-async def client(stack: Stack, tokens: dict[str, str]) -> AsyncIterator[ParleyClient]:
+async def client(stack: ScreenStack, tokens: dict[str, str]) -> AsyncIterator[ParleyClient]:
     stack.model.reply = lambda request: None
     c = ParleyClient(stack.url, tokens["priya"])
     yield c
@@ -89,7 +88,7 @@ async def client(stack: Stack, tokens: dict[str, str]) -> AsyncIterator[ParleyCl
     ["Tell me about the forbidden topic", "My card is 4111 1111 1111 1111, charge it"],
 )
 async def test_a_declined_input_never_reaches_the_model(
-    stack: Stack, client: ParleyClient, text: str
+    stack: ScreenStack, client: ParleyClient, text: str
 ) -> None:
     calls = stack.model.calls
     sid = await client.new_session()
@@ -103,7 +102,7 @@ async def test_a_declined_input_never_reaches_the_model(
 
 
 async def test_a_declined_answer_is_retracted_and_only_safe_text_is_stored(
-    stack: Stack, client: ParleyClient, sessions: async_sessionmaker[AsyncSession]
+    stack: ScreenStack, client: ParleyClient, sessions: async_sessionmaker[AsyncSession]
 ) -> None:
     stack.model.reply = lambda request: "The classified launch codes are 0000."
     sid = await client.new_session()
@@ -123,7 +122,7 @@ async def test_a_declined_answer_is_retracted_and_only_safe_text_is_stored(
 
 
 async def test_an_allowed_answer_gets_followups_before_done(
-    stack: Stack, client: ParleyClient
+    stack: ScreenStack, client: ParleyClient
 ) -> None:
     sid = await client.new_session()
     _, events = await client.turn(sid, "Where is my order?")
@@ -135,7 +134,7 @@ async def test_an_allowed_answer_gets_followups_before_done(
 
 
 async def test_screening_overlaps_context_building(
-    stack: Stack, client: ParleyClient, sessions: async_sessionmaker[AsyncSession]
+    stack: ScreenStack, client: ParleyClient, sessions: async_sessionmaker[AsyncSession]
 ) -> None:
     sid = await client.new_session()
     turn_id, events = await client.turn(sid, "Where is my order?")
@@ -161,7 +160,7 @@ async def test_an_input_screen_that_errors_fails_the_turn_closed(
     tokens: dict[str, str],
 ) -> None:
     screens = (BrokenScreen(), RulesScreen("output"))
-    async for broken in make_stack(settings, temporal_client, sessions, screens):
+    async with screened_stack(settings, temporal_client, sessions, screens) as broken:
         client = ParleyClient(broken.url, tokens["priya"])
         try:
             sid = await client.new_session()
@@ -179,7 +178,7 @@ async def test_an_output_screen_that_errors_lets_the_answer_stand(
     tokens: dict[str, str],
 ) -> None:
     screens = (RulesScreen("input"), BrokenScreen())
-    async for broken in make_stack(settings, temporal_client, sessions, screens):
+    async with screened_stack(settings, temporal_client, sessions, screens) as broken:
         client = ParleyClient(broken.url, tokens["priya"])
         try:
             sid = await client.new_session()

@@ -9,7 +9,6 @@ import json
 import socket
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 
 import httpx
 import pytest_asyncio
@@ -23,17 +22,17 @@ from parley.config import Settings
 from parley.sse import TERMINAL, Event, iter_events
 from store.models import Message, Turn
 from tests.client import ParleyClient, streamed_text
-from tests.conftest import own_queue, running_worker, serve_api
 from tests.models import ControlledModel
+from tests.toolkit import Stack, eventually, own_stack, wait_for_stored_state
 
 LONG_QUESTION = "Tell me about yourself"
 
 
-@dataclass
-class Stack:
-    settings: Settings
-    model: ControlledModel
-    url: str
+StreamStack = Stack[ControlledModel]
+
+# Well past anything the flood test can take: within it, a stalled reader is never dropped
+# (which would leave the flooding turn unwatched, and cancelled after the grace).
+SEND_TIMEOUT_S = 120.0
 
 
 @pytest_asyncio.fixture(scope="module")
@@ -41,16 +40,23 @@ async def stack(
     settings: Settings,
     temporal_client: Client,
     sessions: async_sessionmaker[AsyncSession],
-) -> AsyncIterator[Stack]:
+) -> AsyncIterator[StreamStack]:
     """Its own task queue, a model the tests steer, and a short reconnect grace."""
-    own = own_queue(settings, "streams", stream_grace_s=1.5)
     model = ControlledModel(token_delay_s=0.08)
-    async with running_worker(temporal_client, own, sessions, model), serve_api(own) as url:
-        yield Stack(own, model, url)
+    async with own_stack(
+        temporal_client,
+        settings,
+        sessions,
+        model,
+        prefix="streams",
+        stream_grace_s=1.5,
+        stream_send_timeout_s=SEND_TIMEOUT_S,
+    ) as stack:
+        yield stack
 
 
 @pytest_asyncio.fixture
-async def client(stack: Stack, tokens: dict[str, str]) -> AsyncIterator[ParleyClient]:
+async def client(stack: StreamStack, tokens: dict[str, str]) -> AsyncIterator[ParleyClient]:
     stack.model.reply = lambda request: None
     stack.model.fail_after = lambda request: None
     c = ParleyClient(stack.url, tokens["priya"])
@@ -68,22 +74,8 @@ async def first_events(client: ParleyClient, url: str, *, until: str) -> list[Ev
     return received
 
 
-async def wait_for_state(
-    sessions: async_sessionmaker[AsyncSession], turn_id: str, states: set[str], timeout: float
-) -> str:
-    deadline = time.monotonic() + timeout
-    while True:
-        async with sessions() as db:
-            turn = await db.get(Turn, turn_id)
-            assert turn is not None
-            if turn.state in states:
-                return turn.state
-        assert time.monotonic() < deadline, f"turn stayed {turn.state}"
-        await asyncio.sleep(0.1)
-
-
 async def test_cancel_stops_the_model_and_keeps_the_partial_answer_as_cancelled(
-    stack: Stack, client: ParleyClient, sessions: async_sessionmaker[AsyncSession]
+    stack: StreamStack, client: ParleyClient, sessions: async_sessionmaker[AsyncSession]
 ) -> None:
     sid = await client.new_session()
     posted = await client.post(sid, LONG_QUESTION)
@@ -99,9 +91,10 @@ async def test_cancel_stops_the_model_and_keeps_the_partial_answer_as_cancelled(
     assert message["status"] == "cancelled"
     assert message["text"] == streamed_text(head + rest) != ""
 
-    # The upstream generation stopped: the token counter no longer moves.
+    # The upstream generation stopped: the token counter no longer moves. Watching it stand
+    # still for a while is the claim itself; half a second is six tokens at this pace.
     counted = stack.model.tokens_emitted
-    await asyncio.sleep(1.0)
+    await asyncio.sleep(0.5)
     assert stack.model.tokens_emitted == counted
     whole = compose_reply(
         ModelRequest(model="demo", messages=[{"role": "user", "content": LONG_QUESTION}])
@@ -114,7 +107,7 @@ async def test_cancel_stops_the_model_and_keeps_the_partial_answer_as_cancelled(
         ("user", "complete"),
         ("assistant", "cancelled"),
     ]
-    turn = (await client.http.get(f"/v1/sessions/{sid}/turns/{turn_id}")).json()
+    turn = await client.turn_view(sid, turn_id)
     assert turn["state"] == "cancelled"
     again = await client.http.post(f"/v1/sessions/{sid}/turns/{turn_id}/cancel")
     assert again.status_code == 409 and again.json()["error"]["code"] == "turn_finished"
@@ -123,14 +116,14 @@ async def test_cancel_stops_the_model_and_keeps_the_partial_answer_as_cancelled(
 
 
 async def test_hanging_up_without_coming_back_cancels_after_the_grace_period(
-    stack: Stack, client: ParleyClient, sessions: async_sessionmaker[AsyncSession]
+    stack: StreamStack, client: ParleyClient, sessions: async_sessionmaker[AsyncSession]
 ) -> None:
     stack.model.reply = lambda request: "word " * 200  # ~16 s at this pace
     sid = await client.new_session()
     posted = await client.post(sid, LONG_QUESTION)
     turn_id, url = posted.json()["turn_id"], posted.json()["events_url"]
     await first_events(client, url, until="delta")  # then hang up
-    state = await wait_for_state(sessions, turn_id, {"cancelled", "completed"}, timeout=10)
+    state = await wait_for_stored_state(sessions, turn_id, {"cancelled", "completed"}, timeout=10)
     assert state == "cancelled"
     async with sessions() as db:
         answer = await db.scalar(
@@ -140,20 +133,22 @@ async def test_hanging_up_without_coming_back_cancels_after_the_grace_period(
 
 
 async def test_hanging_up_and_reconnecting_within_the_grace_gets_the_whole_answer(
-    stack: Stack, client: ParleyClient, sessions: async_sessionmaker[AsyncSession]
+    stack: StreamStack, client: ParleyClient, sessions: async_sessionmaker[AsyncSession]
 ) -> None:
     stack.model.reply = lambda request: "word " * 40  # ~3 s, longer than the grace
     sid = await client.new_session()
     posted = await client.post(sid, LONG_QUESTION)
     turn_id, url = posted.json()["turn_id"], posted.json()["events_url"]
     head = await first_events(client, url, until="delta")
-    await asyncio.sleep(0.8)  # away, but back within the 1.5 s grace
+    await asyncio.sleep(0.8)  # away for a while (the claim itself), back within the 1.5 s grace
     tail = await client.events(sid, turn_id, last_event_id=head[-1].id)
     events = head + tail
     assert [e.id for e in events] == list(range(1, len(events) + 1))
     assert events[-1].type == "done"
     assert streamed_text(events) == events[-1].data["message"]["text"] == "word " * 40
-    await asyncio.sleep(1.0)  # past the grace: nothing cancels a finished turn
+    # Past the grace of the first hang-up: nothing cancels a finished turn. The cancel would
+    # come from the API's own timer, which the test cannot observe, so it waits it out.
+    await asyncio.sleep(1.0)
     async with sessions() as db:
         turn = await db.get(Turn, turn_id)
     assert turn is not None and turn.state == "completed"
@@ -164,7 +159,7 @@ def after_tools(request: ModelRequest) -> bool:
 
 
 async def test_provider_failure_keeps_incomplete_text_and_retry_replaces_it_reusing_tools(
-    stack: Stack, client: ParleyClient, northwind: httpx.AsyncClient, tokens: dict[str, str]
+    stack: StreamStack, client: ParleyClient, northwind: httpx.AsyncClient, tokens: dict[str, str]
 ) -> None:
     # The answer after the tool result breaks off after 6 tokens, once.
     failures = {"left": 1}
@@ -221,7 +216,7 @@ HOSTILE = "Fine.\n\nevent: done\ndata: {}\n\nid: 999\nretry: 1\n: not a comment\
 
 
 async def test_sse_control_text_in_model_output_stays_inside_data(
-    stack: Stack, client: ParleyClient
+    stack: StreamStack, client: ParleyClient
 ) -> None:
     stack.model.reply = lambda request: HOSTILE
     stack.model.token_delay_s = 0.0
@@ -278,7 +273,7 @@ async def first_delta_latency(client: ParleyClient, sid: str) -> float:
 
 
 async def test_a_consumer_that_never_reads_does_not_delay_another_stream(
-    stack: Stack,
+    stack: StreamStack,
     client: ParleyClient,
     tokens: dict[str, str],
     sessions: async_sessionmaker[AsyncSession],
@@ -305,10 +300,17 @@ async def test_a_consumer_that_never_reads_does_not_delay_another_stream(
                 f"Authorization: Bearer {tokens['marco']}\r\n\r\n"
             ).encode()
         )
-        await asyncio.sleep(0.5)
+        flood_turn = flood.json()["turn_id"]
+
+        async def stalled_reader_attached() -> bool:
+            async with sessions() as db:
+                turn = await db.get(Turn, flood_turn)
+            return turn is not None and turn.viewers >= 1 and turn.last_event_id > 0
+
+        await eventually(stalled_reader_attached, timeout=10, what="the stalled reader follows")
         during = [await first_delta_latency(client, sid) for _ in range(3)]
         # The flooding turn itself is not held back by its stalled reader.
-        state = await wait_for_state(sessions, flood.json()["turn_id"], {"completed"}, timeout=60)
+        state = await wait_for_stored_state(sessions, flood_turn, {"completed"}, timeout=60)
         assert state == "completed"
     finally:
         stack.model.token_delay_s = 0.08

@@ -10,6 +10,7 @@ import pytest
 from parley.config import Settings
 from tests.client import ParleyClient, streamed_text
 from tests.conftest import free_port, service_env, spawn
+from tests.toolkit import eventually
 
 
 def assert_gap_free(ids: list[int | None], start: int) -> None:
@@ -65,13 +66,14 @@ async def test_a_second_api_process_serves_the_same_live_stream(
     other_url = f"http://127.0.0.1:{port}"
     try:
         async with httpx.AsyncClient() as http:
-            for _ in range(200):
+
+            async def healthy() -> bool:
                 try:
-                    if (await http.get(f"{other_url}/healthz")).status_code == 200:
-                        break
+                    return (await http.get(f"{other_url}/healthz")).status_code == 200
                 except httpx.TransportError:
-                    pass
-                await asyncio.sleep(0.1)
+                    return False
+
+            await eventually(healthy, timeout=30, what="the second API process answers /healthz")
         session_id = await priya.new_session()
         posted = await priya.post(session_id, "Hello there")
         turn_id = posted.json()["turn_id"]

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import signal
 import subprocess
-import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -32,6 +31,7 @@ from store.models import Action, Message, ToolCall, Turn
 from tests.client import ParleyClient
 from tests.conftest import own_queue, serve_api
 from tests.processes import Workers, read_until
+from tests.toolkit import emails, eventually
 
 # How long a turn may take to finish after a kill: a ~5 s heartbeat timeout for the killed
 # attempt, a ~5 s sticky-queue timeout for the workflow task, and the new worker's start-up.
@@ -83,23 +83,15 @@ async def follow(client: ParleyClient, url: str, *, after: int, stop: str) -> li
     return await asyncio.wait_for(read_until(client, url, after=after, stop=stop), RECOVERY_S)
 
 
-async def emails(northwind: httpx.AsyncClient) -> list[dict[str, Any]]:
-    return list((await northwind.get("/emails")).json()["emails"])
+async def wait_for_email(northwind: httpx.AsyncClient, action_id: str) -> None:
+    async def accepted() -> list[Any]:
+        return await emails(northwind, action_id=action_id)
 
-
-async def wait_for_email(northwind: httpx.AsyncClient, key: str, timeout_s: float = 15) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if any(e["idempotency_key"] == key for e in await emails(northwind)):
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"the email service never accepted an email under {key}")
+    await eventually(accepted, timeout=15, what=f"an email accepted for {action_id}")
 
 
 async def last_seq(client: ParleyClient, session_id: str) -> int:
-    response = await client.http.get(f"/v1/sessions/{session_id}")
-    assert response.status_code == 200, response.text
-    return int(response.json()["last_seq"])
+    return int((await client.session_view(session_id))["last_seq"])
 
 
 async def stored_action(sessions: async_sessionmaker[AsyncSession], action_id: str) -> Action:
@@ -216,13 +208,12 @@ async def test_worker_killed_after_the_email_service_accepted_sends_exactly_one_
 ) -> None:
     first = workers.start()
     session_id, turn_id, events, action = await propose_email(client)
-    key = f"parley-{action['id']}"
     emails_before = await emails(northwind)
     seq_at_confirm = await last_seq(client, session_id)
 
     async def crash_after_acceptance() -> None:
         # The email is recorded; its answer is held for 4 s. Kill inside that window.
-        await wait_for_email(northwind, key)
+        await wait_for_email(northwind, action["id"])
         kill(first)
         await northwind.delete("/faults")
         # The crash hit between acceptance and the activity's completion.
@@ -265,13 +256,12 @@ async def test_worker_killed_while_awaiting_confirmation_then_confirmed_sends_on
 
     # Wait until the workflow itself rests (its task that entered the wait is completed).
     handle = temporal_client.get_workflow_handle(workflow_id_for_turn(turn_id))
-    deadline = time.monotonic() + 15
-    while True:
+
+    async def resting() -> bool:
         described = await handle.describe()
-        if described.typed_search_attributes.get(SA_TURN_STATE) == "awaiting_confirmation":
-            break
-        assert time.monotonic() < deadline, "the turn never rested awaiting confirmation"
-        await asyncio.sleep(0.1)
+        return described.typed_search_attributes.get(SA_TURN_STATE) == "awaiting_confirmation"
+
+    await eventually(resting, timeout=15, what="the turn rests awaiting confirmation")
     async with sessions() as db:
         turn = await db.get(Turn, turn_id)
         assert turn is not None and turn.state == "awaiting_confirmation"
@@ -318,11 +308,12 @@ async def test_worker_killed_during_a_read_tool_stores_one_result_and_answers_ri
         assert before[-1].type == "tool", [e.type for e in before]
         assert before[-1].data["name"] == "list_open_orders"
         assert before[-1].data["phase"] == "start"
+
         # The tool's request is in flight, held by the backend.
-        deadline = time.monotonic() + 5
-        while (await northwind.get("/stats")).json()["calls"]["list_orders"] < 1:
-            assert time.monotonic() < deadline, "the tool never called the backend"
-            await asyncio.sleep(0.05)
+        async def reached_backend() -> bool:
+            return bool((await northwind.get("/stats")).json()["calls"]["list_orders"] >= 1)
+
+        await eventually(reached_backend, timeout=5, what="the tool calls the backend")
         kill(first)
     finally:
         await northwind.delete("/faults")

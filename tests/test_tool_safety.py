@@ -15,7 +15,6 @@ and API, on their own task queue.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -33,7 +32,8 @@ from parley.contracts import MAX_MODEL_CALLS, TOOL_ATTEMPTS
 from parley.sse import Event
 from store.models import Action, ModelCall, ToolCall, Turn
 from tests.client import ParleyClient
-from tests.conftest import own_queue, running_worker, serve_api
+from tests.conftest import SteppedClock
+from tests.toolkit import emails, own_stack, reply
 from workflows.turn import BOUNDS_TEXT
 
 ATTACKER = "audit@attacker.test"
@@ -46,15 +46,6 @@ PRIYA_MASKED = "p***@example.com"
 
 
 # --- helpers ------------------------------------------------------------------------------
-
-
-def reply(events: list[Event]) -> str:
-    assert events and events[-1].type == "done", [(e.type, e.data) for e in events]
-    return str(events[-1].data["message"]["text"])
-
-
-async def emails(northwind: httpx.AsyncClient) -> list[dict[str, Any]]:
-    return list((await northwind.get("/emails")).json()["emails"])
 
 
 async def stats(northwind: httpx.AsyncClient) -> dict[str, int]:
@@ -199,12 +190,12 @@ async def scripted(
     tokens: dict[str, str],
 ) -> AsyncIterator[Scripted]:
     """A worker running the scripted model, and an API, on their own task queue."""
-    own = own_queue(settings, "scripted")
-    model = ScriptedModel()
-    async with running_worker(temporal_client, own, sessions, model), serve_api(own) as url:
-        client = ParleyClient(url, tokens["priya"])
+    async with own_stack(
+        temporal_client, settings, sessions, ScriptedModel(), prefix="scripted"
+    ) as stack:
+        client = ParleyClient(stack.url, tokens["priya"])
         try:
-            yield Scripted(model, client)
+            yield Scripted(stack.model, client)
         finally:
             await client.aclose()
 
@@ -421,6 +412,8 @@ async def test_outage_degrades_honestly_and_the_breaker_stops_calling(
     priya: ParleyClient,
     northwind: httpx.AsyncClient,
     sessions: async_sessionmaker[AsyncSession],
+    settings: Settings,
+    breaker_clock: SteppedClock,
 ) -> None:
     sid = await priya.new_session()
     await reset_stats(northwind)
@@ -444,7 +437,7 @@ async def test_outage_degrades_honestly_and_the_breaker_stops_calling(
 
     # The order system is back; after the cooldown one trial call closes the breaker.
     assert (await northwind.delete("/faults")).status_code == 200
-    await asyncio.sleep(2.2)  # settings.breaker_cooldown_s is 2
+    breaker_clock.advance(settings.breaker_cooldown_s)
     _, events = await priya.turn(sid, "Where is my order?")
     text = reply(events)
     assert [e for e in events if e.type == "warning"] == []
@@ -457,6 +450,7 @@ async def test_a_timeout_degrades_the_same_way(
     northwind: httpx.AsyncClient,
     sessions: async_sessionmaker[AsyncSession],
     settings: Settings,
+    breaker_clock: SteppedClock,
 ) -> None:
     sid = await priya.new_session()
     await reset_stats(northwind)
@@ -472,7 +466,7 @@ async def test_a_timeout_degrades_the_same_way(
 
     # Leave the shared breaker closed: a successful call after the cooldown.
     assert (await northwind.delete("/faults")).status_code == 200
-    await asyncio.sleep(2.2)
+    breaker_clock.advance(settings.breaker_cooldown_s)
     _, events = await priya.turn(sid, "Where is my order?")
     text = reply(events)
     assert "8472" in text and "shipped" in text and "Oct 30" in text

@@ -17,6 +17,7 @@ import pytest_asyncio
 from playwright.async_api import Browser, Page, async_playwright, expect
 
 from tests.client import ParleyClient
+from tests.toolkit import emails
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
@@ -271,7 +272,7 @@ async def test_a_user_confirms_an_email_from_the_card_and_it_is_sent_once(
     tab: Tab, tokens: dict[str, str], northwind: httpx.AsyncClient
 ) -> None:
     page = tab.page
-    before = len((await northwind.get("/emails")).json()["emails"])
+    before = len(await emails(northwind))
     assert await use_token(page, tokens["priya"]) == 200
     await new_session(page)
     await send_and_wait(page, FIRST, user_seq=1, reply_has="8472")
@@ -286,14 +287,14 @@ async def test_a_user_confirms_an_email_from_the_card_and_it_is_sent_once(
     await expect(page.locator("#transcript .msg-assistant").last).to_contain_text(
         "Nothing is sent until you confirm"
     )
-    assert len((await northwind.get("/emails")).json()["emails"]) == before
+    assert len(await emails(northwind)) == before
 
     await page.locator("#confirm-btn").click()
     answer = page.locator("#transcript .msg-assistant").last
     await expect(answer).to_contain_text("Sent")
     await expect(answer).to_have_attribute("data-status", "complete")
     await expect(page.locator("#send")).to_be_enabled()
-    sent = (await northwind.get("/emails")).json()["emails"][before:]
+    sent = (await emails(northwind))[before:]
     assert [e["to"] for e in sent] == ["priya@example.com"]
     tab.assert_no_script_errors()
 
@@ -318,10 +319,6 @@ async def test_after_a_reload_a_waiting_confirmation_card_comes_back_and_still_w
     await expect(card).to_contain_text("p***@example.com")
     await page.locator("#confirm-btn").click()
     await expect(page.locator("#transcript .msg-assistant").last).to_contain_text("Sent")
-    sent = [
-        e
-        for e in (await northwind.get("/emails")).json()["emails"]
-        if e["idempotency_key"] == f"parley-{action_id}"
-    ]
-    assert len(sent) == 1
+    assert action_id is not None
+    assert len(await emails(northwind, action_id=action_id)) == 1
     tab.assert_no_script_errors()
