@@ -21,9 +21,11 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from activities.context import ContextBuilder
 from activities.northwind import NorthwindClient
 from activities.screens import ScreenActivities
 from activities.tools import ToolActivities
+from activities.tracing import TracingInterceptor
 from activities.turn import TurnActivities
 from gateway import ModelProvider, ProviderPool
 from parley.breaker import CircuitBreaker
@@ -48,6 +50,24 @@ def build_screens(settings: Settings) -> tuple[Screen, Screen]:
     raise ValueError(f"unknown screen provider {settings.screen_provider!r}")
 
 
+def build_northwind(
+    settings: Settings,
+    http: httpx.AsyncClient,
+    breaker_clock: Callable[[], float] = time.monotonic,
+) -> NorthwindClient:
+    """The demo backend's client, behind its circuit breaker."""
+    return NorthwindClient(
+        base_url=settings.northwind_url,
+        http=http,
+        breaker=CircuitBreaker(
+            failure_threshold=settings.breaker_failure_threshold,
+            cooldown_s=settings.breaker_cooldown_s,
+            clock=breaker_clock,
+        ),
+        timeout_s=settings.tool_timeout_s,
+    )
+
+
 def build_worker(
     client: Client,
     settings: Settings,
@@ -62,21 +82,12 @@ def build_worker(
 ) -> Worker:
     """Wire the activities to their collaborators; tests pass their own provider, screens,
     queue or the clock the breaker's cooldown is measured on."""
-    northwind = NorthwindClient(
-        base_url=settings.northwind_url,
-        http=http,
-        breaker=CircuitBreaker(
-            failure_threshold=settings.breaker_failure_threshold,
-            cooldown_s=settings.breaker_cooldown_s,
-            clock=breaker_clock,
-        ),
-        timeout_s=settings.tool_timeout_s,
-    )
+    northwind = build_northwind(settings, http, breaker_clock)
     turn = TurnActivities(
         sessions=sessions,
         providers=ProviderPool(settings, primary=provider, fallback=fallback),
         settings=settings,
-        northwind=northwind,
+        context=ContextBuilder(sessions=sessions, settings=settings, northwind=northwind),
     )
     tools = ToolActivities(sessions=sessions, northwind=northwind, settings=settings)
     input_screen, output_screen = screens or build_screens(settings)
@@ -101,6 +112,8 @@ def build_worker(
             screening.screen_output,
             screening.suggest_followups,
         ],
+        # Every activity attempt leaves a span in the trace ledger.
+        interceptors=[TracingInterceptor(sessions)],
         graceful_shutdown_timeout=timedelta(seconds=10),
         # Heartbeats reach the server (and cancellations reach activities) within a second,
         # so a cancelled turn stops its model stream that fast.

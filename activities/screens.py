@@ -9,11 +9,12 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
-from activities.tracing import span
+from activities import tracing
 from parley.contracts import TERMINAL_TURN_STATES, EventType, ScreenInput, ScreenResult
 from parley.followups import suggest
 from parley.screens import Screen
 from parley.statuses import ToolCallStatus
+from parley.wire import FollowupsData
 from store.events import append_event
 from store.models import Message, ModelCall, ToolCall, Turn
 
@@ -34,33 +35,29 @@ class ScreenActivities:
 
     @activity.defn(name="screen_input")
     async def screen_input(self, inp: ScreenInput) -> ScreenResult:
-        async with span(self._sessions, inp.turn_id, "screen_input") as attrs:
-            async with self._sessions() as db:
-                turn = await db.get(Turn, inp.turn_id)
-                assert turn is not None
-                message = await db.get(Message, turn.user_message_id)
-                assert message is not None
-                text = message.text
-            verdict = await self._input.check(text)
-            attrs.update(allowed=verdict.allowed, category=verdict.category)
-            return ScreenResult(verdict.allowed, verdict.category)
+        async with self._sessions() as db:
+            turn = await db.get(Turn, inp.turn_id)
+            assert turn is not None
+            message = await db.get(Message, turn.user_message_id)
+            assert message is not None
+            text = message.text
+        verdict = await self._input.check(text)
+        tracing.annotate(allowed=verdict.allowed, category=verdict.category)
+        return ScreenResult(verdict.allowed, verdict.category)
 
     @activity.defn(name="screen_output")
     async def screen_output(self, inp: ScreenInput) -> ScreenResult:
-        async with span(self._sessions, inp.turn_id, "screen_output") as attrs:
-            async with self._sessions() as db:
-                call = await db.get(ModelCall, inp.model_call_id)
-                assert call is not None
-                text = call.response_text or ""
-            verdict = await self._output.check(text)
-            attrs.update(allowed=verdict.allowed, category=verdict.category)
-            if not verdict.allowed:
-                log.info(
-                    "output screen withdrew an answer in turn %s (%s)",
-                    inp.turn_id,
-                    verdict.category,
-                )
-            return ScreenResult(verdict.allowed, verdict.category)
+        async with self._sessions() as db:
+            call = await db.get(ModelCall, inp.model_call_id)
+            assert call is not None
+            text = call.response_text or ""
+        verdict = await self._output.check(text)
+        tracing.annotate(allowed=verdict.allowed, category=verdict.category)
+        if not verdict.allowed:
+            log.info(
+                "output screen withdrew an answer in turn %s (%s)", inp.turn_id, verdict.category
+            )
+        return ScreenResult(verdict.allowed, verdict.category)
 
     @activity.defn(name="suggest_followups")
     async def suggest_followups(self, inp: ScreenInput) -> None:
@@ -85,6 +82,6 @@ class ScreenActivities:
                     db,
                     turn_id=turn.id,
                     type=EventType.followups,
-                    data={"suggestions": suggestions},
+                    data=FollowupsData(suggestions=suggestions),
                 )
             await db.commit()

@@ -9,8 +9,9 @@ from `send_email`, which the workflow calls after the user's own bound confirmat
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -24,7 +25,6 @@ from activities.northwind import (
     BackendUnavailable,
     NorthwindClient,
 )
-from activities.tracing import span
 from parley.config import Settings
 from parley.contracts import (
     TOOL_ATTEMPTS,
@@ -46,6 +46,7 @@ from parley.statuses import (
     ToolCallStatus,
 )
 from parley.tools import TOOLS, ProposeEmailArgs, ToolError, parse_arguments
+from parley.wire import ToolData, WarningData
 from store import actions, slots, tenants, turns
 from store.events import append_event
 from store.models import Action, Handoff, ToolCall, Turn
@@ -146,6 +147,36 @@ def render_email(template: str, order: OrderView, extra: dict[str, Any]) -> tupl
     return f"Your Northwind order {order.order_id}: status summary", " ".join(lines)
 
 
+@dataclass(frozen=True)
+class _ToolRun:
+    """A pending tool call about to run, with what its attempt needs to know."""
+
+    turn: Turn
+    call: ToolCall
+    allowed: bool  # the tenant offers this tool
+    label: str  # what the user sees while it runs
+
+
+def _outcome(call: ToolCall) -> ToolOutcome:
+    ok = call.status == ToolCallStatus.ok
+    action_id = (call.result or {}).get("action_id") if ok else None
+    return ToolOutcome(call.id, ToolCallStatus(call.status), action_id)
+
+
+async def _tool_event(
+    db: AsyncSession,
+    turn_id: str,
+    call_id: str,
+    name: str,
+    phase: Literal["start", "end"],
+    label: str,
+    status: str | None = None,
+) -> None:
+    """Show a tool call starting or ending on the turn's stream (the caller commits)."""
+    data = ToolData(call_id=call_id, name=name, phase=phase, label=label, status=status)
+    await append_event(db, turn_id=turn_id, type=EventType.tool, data=data)
+
+
 class ToolActivities:
     def __init__(
         self,
@@ -160,51 +191,61 @@ class ToolActivities:
 
     @activity.defn(name="execute_tool")
     async def execute_tool(self, inp: ExecuteToolInput) -> ToolOutcome:
-        async with span(self._sessions, inp.turn_id, "execute_tool"):
-            return await self._execute_tool(inp)
+        started = await self._begin_call(inp)
+        if isinstance(started, ToolOutcome):
+            return started
+        result = await self._call_result(inp, started)
+        return await self._store_result(inp, started, result)
 
-    async def _execute_tool(self, inp: ExecuteToolInput) -> ToolOutcome:
+    async def _begin_call(self, inp: ExecuteToolInput) -> _ToolRun | ToolOutcome:
+        """Enter `executing_tools` and show the call starting; a call that an earlier attempt
+        finished is answered from the store."""
         async with self._sessions() as db:
             call = await db.get(ToolCall, inp.call_id)
             turn = await db.get(Turn, inp.turn_id)
             assert call is not None and turn is not None
             if call.status != ToolCallStatus.pending:  # done by an attempt that died reporting it
-                return await self._outcome(db, call)
+                return _outcome(call)
             await turns.advance_turn(db, turn_id=turn.id, to=TurnState.executing_tools)
             await db.commit()  # the stream shows the step before it runs
             allowed = (await tenants.tenant_config(db, tenant_id=turn.tenant_id)).offered(call.name)
             spec = TOOLS.get(call.name)
-            label = spec.label if spec else "Working on it…"
+            run = _ToolRun(turn, call, allowed, spec.label if spec else "Working on it…")
             if activity.info().attempt == 1:
-                await self._tool_event(
-                    db, turn.id, call.provider_call_id, call.name, "start", label
-                )
+                await _tool_event(db, turn.id, call.provider_call_id, call.name, "start", run.label)
+                await db.commit()
+            return run
 
-        result: dict[str, Any]
+    async def _call_result(self, inp: ExecuteToolInput, run: _ToolRun) -> dict[str, Any]:
+        """The result the model reads: the tool's answer, or a structured error for a refusal,
+        bad arguments, a tool the tenant does not offer or a backend that failed. A backend
+        outage is retried by Temporal while attempts remain."""
         if inp.refuse is not None:
-            result = ToolError("refused", inp.refuse).as_result()
-        else:
-            parsed = parse_arguments(call.name, call.arguments)
-            if not isinstance(parsed, ToolError) and not allowed:
-                parsed = ToolError("not_allowed", f"{call.name} is not enabled for this tenant")
-            if isinstance(parsed, ToolError):
-                result = parsed.as_result()
-            else:
-                try:
-                    async with heartbeating():
-                        result = _limited(await self._run(turn, call, parsed, inp))
-                except BackendNotFound:
-                    result = ToolError(
-                        "not_found", "no such order on this customer's account"
-                    ).as_result()
-                except BackendUnavailable as exc:
-                    if not exc.breaker_open and activity.info().attempt < TOOL_ATTEMPTS:
-                        raise ApplicationError(str(exc), type="backend_unavailable") from exc
-                    result = ToolError("unavailable", str(exc), retryable=True).as_result()
-                except (BackendError, ValidationError) as exc:
-                    result = ToolError("bad_response", type(exc).__name__).as_result()
+            return ToolError("refused", inp.refuse).as_result()
+        call = run.call
+        parsed = parse_arguments(call.name, call.arguments)
+        if not isinstance(parsed, ToolError) and not run.allowed:
+            parsed = ToolError("not_allowed", f"{call.name} is not enabled for this tenant")
+        if isinstance(parsed, ToolError):
+            return parsed.as_result()
+        try:
+            async with heartbeating():
+                return _limited(await self._run(run.turn, call, parsed, inp))
+        except BackendNotFound:
+            return ToolError("not_found", "no such order on this customer's account").as_result()
+        except BackendUnavailable as exc:
+            if not exc.breaker_open and activity.info().attempt < TOOL_ATTEMPTS:
+                raise ApplicationError(str(exc), type="backend_unavailable") from exc
+            return ToolError("unavailable", str(exc), retryable=True).as_result()
+        except (BackendError, ValidationError) as exc:
+            return ToolError("bad_response", type(exc).__name__).as_result()
 
+    async def _store_result(
+        self, inp: ExecuteToolInput, run: _ToolRun, result: dict[str, Any]
+    ) -> ToolOutcome:
+        """Store the result once (the first attempt to get here wins) and show the call ending."""
         status = ToolCallStatus.error if "error" in result else ToolCallStatus.ok
+        turn = run.turn
         async with self._sessions() as db:
             call = await db.get(ToolCall, inp.call_id, with_for_update=True)
             assert call is not None
@@ -219,37 +260,16 @@ class ToolActivities:
                         db,
                         turn_id=turn.id,
                         type=EventType.warning,
-                        data={
-                            "code": "tool_unavailable",
-                            "message": "The order system did not answer; the reply says so.",
-                        },
+                        data=WarningData(
+                            code="tool_unavailable",
+                            message="The order system did not answer; the reply says so.",
+                        ),
                     )
-                await self._tool_event(
-                    db, turn.id, call.provider_call_id, call.name, "end", label, status=status
+                await _tool_event(
+                    db, turn.id, call.provider_call_id, call.name, "end", run.label, status=status
                 )
                 await db.commit()
-            return await self._outcome(db, call)
-
-    async def _outcome(self, db: AsyncSession, call: ToolCall) -> ToolOutcome:
-        ok = call.status == ToolCallStatus.ok
-        action_id = (call.result or {}).get("action_id") if ok else None
-        return ToolOutcome(call.id, ToolCallStatus(call.status), action_id)
-
-    async def _tool_event(
-        self,
-        db: AsyncSession,
-        turn_id: str,
-        call_id: str,
-        name: str,
-        phase: str,
-        label: str,
-        status: str | None = None,
-    ) -> None:
-        data: dict[str, Any] = {"call_id": call_id, "name": name, "phase": phase, "label": label}
-        if status is not None:
-            data["status"] = status
-        await append_event(db, turn_id=turn_id, type=EventType.tool, data=data)
-        await db.commit()
+            return _outcome(call)
 
     async def _run(
         self, turn: Turn, call: ToolCall, args: BaseModel, inp: ExecuteToolInput
@@ -361,10 +381,27 @@ class ToolActivities:
 
     @activity.defn(name="send_email")
     async def send_email(self, inp: ActionInput) -> ActionResult:
-        async with span(self._sessions, inp.turn_id, "send_email"):
-            return await self._send_email(inp)
+        action = await self._begin_send(inp)
+        if isinstance(action, ActionResult):
+            return action
+        status, outcome = await self._deliver(action)
+        async with self._sessions() as db:
+            updated = await actions.set_action_status(
+                db,
+                action_id=action.id,
+                status=status,
+                outcome=outcome,
+                only_from=SENDABLE_ACTION_STATUSES,
+            )
+            shown = ToolCallStatus.ok if status == ActionStatus.executed else status
+            label = TOOLS["send_email"].label
+            await _tool_event(db, inp.turn_id, action.id, "send_email", "end", label, shown)
+            await db.commit()
+            return ActionResult(action.id, updated.status if updated else status)
 
-    async def _send_email(self, inp: ActionInput) -> ActionResult:
+    async def _begin_send(self, inp: ActionInput) -> Action | ActionResult:
+        """Check the user's confirmation, enter `executing_action`, show the send starting; an
+        action an earlier attempt settled is answered from the store."""
         async with self._sessions() as db:
             action = await db.get(Action, inp.action_id)
             assert action is not None
@@ -379,59 +416,38 @@ class ToolActivities:
                 )
             await turns.advance_turn(db, turn_id=inp.turn_id, to=TurnState.executing_action)
             await db.commit()  # the stream shows the step before it runs
-            label = TOOLS["send_email"].label
             if activity.info().attempt == 1:
-                await self._tool_event(db, inp.turn_id, action.id, "send_email", "start", label)
-            args = dict(action.args)
-            tenant = action.tenant_id
+                label = TOOLS["send_email"].label
+                await _tool_event(db, inp.turn_id, action.id, "send_email", "start", label)
+                await db.commit()
+            return action
 
+    async def _deliver(self, action: Action) -> tuple[ActionStatus, dict[str, Any]]:
+        """Send the email under the action's idempotency key; the action's next status and
+        its outcome. A send whose fate is unknown is looked up by key before it is judged."""
         key = email_idempotency_key(action_id=action.id)
-        status: ActionStatus
-        outcome: dict[str, Any]
         try:
             async with heartbeating():
                 message_id = await self._northwind.send_email(
                     idempotency_key=key,
-                    tenant=tenant,
-                    to=args["to"],
-                    subject=args["subject"],
-                    body=args["body"],
+                    tenant=action.tenant_id,
+                    to=action.args["to"],
+                    subject=action.args["subject"],
+                    body=action.args["body"],
                 )
-            status, outcome = ActionStatus.executed, {"accepted": True, "message_id": message_id}
+            return ActionStatus.executed, {"accepted": True, "message_id": message_id}
         except BackendUnavailable as exc:
             if not exc.breaker_open and activity.info().attempt < TOOL_ATTEMPTS:
                 raise ApplicationError(str(exc), type="backend_unavailable") from exc
-            # The outcome is unknown: ask the email service by key before saying anything.
             try:
                 found = await self._northwind.email_by_key(key)
             except BackendError:
                 found = None
             if found is not None:
-                status, outcome = ActionStatus.executed, {"accepted": True, "message_id": found}
-            else:
-                status, outcome = ActionStatus.unknown, {"accepted": None}
+                return ActionStatus.executed, {"accepted": True, "message_id": found}
+            return ActionStatus.unknown, {"accepted": None}
         except BackendError as exc:
-            status, outcome = ActionStatus.failed, {"accepted": False, "error": type(exc).__name__}
-
-        async with self._sessions() as db:
-            updated = await actions.set_action_status(
-                db,
-                action_id=action.id,
-                status=status,
-                outcome=outcome,
-                only_from=SENDABLE_ACTION_STATUSES,
-            )
-            await self._tool_event(
-                db,
-                inp.turn_id,
-                action.id,
-                "send_email",
-                "end",
-                TOOLS["send_email"].label,
-                status=ToolCallStatus.ok if status == ActionStatus.executed else status,
-            )
-            await db.commit()
-            return ActionResult(action.id, updated.status if updated else status)
+            return ActionStatus.failed, {"accepted": False, "error": type(exc).__name__}
 
     @activity.defn(name="expire_action")
     async def expire_action(self, inp: ActionInput) -> ActionResult:
@@ -445,12 +461,7 @@ class ToolActivities:
                 only_from=(ActionStatus.pending,),
             )
             if updated is not None:
-                await append_event(
-                    db,
-                    turn_id=inp.turn_id,
-                    type=EventType.confirmation_resolved,
-                    data={"action": actions.action_view(updated)},
-                )
+                await actions.announce_resolution(db, action=updated)
                 await db.commit()
                 return ActionResult(inp.action_id, ActionStatus.expired)
             action = await db.get(Action, inp.action_id)

@@ -1,56 +1,98 @@
-"""The trace ledger: each activity records a span (name, attempt, timing, outcome).
+"""The trace ledger: every attempt of every activity records a span (name, attempt, timing,
+outcome, and whatever attributes the step adds with `annotate`).
 
-Written in its own transaction after the step, so a failing step still leaves its span and
-tracing never rolls back the work it describes.
+Recorded by a worker interceptor, so no activity opens its own span. The span is written in
+its own transaction after the step, so a failing step still leaves its span and tracing never
+rolls back the work it describes.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import Sequence
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
+from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
 from store.models import TraceSpan
 
 log = logging.getLogger(__name__)
 
+# The attributes of the span being recorded around the running activity; None outside one
+# (a test calling an activity method directly), where `annotate` does nothing.
+_current_attrs: ContextVar[dict[str, Any] | None] = ContextVar("span_attrs", default=None)
 
-@contextlib.asynccontextmanager
-async def span(
-    sessions: async_sessionmaker[AsyncSession],
-    turn_id: str,
-    name: str,
-    attrs: dict[str, Any] | None = None,
-) -> AsyncIterator[dict[str, Any]]:
-    """Yields a dict the step may fill with attributes (model, tokens, …)."""
-    started = datetime.now(UTC)
-    extra: dict[str, Any] = dict(attrs or {})
-    outcome = "ok"
-    try:
-        yield extra
-    except BaseException as exc:
-        outcome = type(exc).__name__
-        raise
-    finally:
-        attempt = activity.info().attempt if activity.in_activity() else 1
+
+def annotate(**attrs: Any) -> None:
+    """Add attributes (model, tokens, verdict…) to the running activity's span."""
+    current = _current_attrs.get()
+    if current is not None:
+        current.update(attrs)
+
+
+class TracingInterceptor(Interceptor):
+    """Records one span per activity attempt into `trace_spans`."""
+
+    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+        self._sessions = sessions
+
+    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
+        return _SpanRecorder(next, self._sessions)
+
+
+class _SpanRecorder(ActivityInboundInterceptor):
+    def __init__(
+        self, next: ActivityInboundInterceptor, sessions: async_sessionmaker[AsyncSession]
+    ) -> None:
+        super().__init__(next)
+        self._sessions = sessions
+
+    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+        turn_id = _turn_id(input.args)
+        if turn_id is None:  # every turn step carries its turn; anything else is not traced
+            return await self.next.execute_activity(input)
+        started = datetime.now(UTC)
+        attrs: dict[str, Any] = {}
+        token = _current_attrs.set(attrs)
+        outcome = "ok"
         try:
-            async with sessions() as db:
+            return await self.next.execute_activity(input)
+        except BaseException as exc:
+            outcome = type(exc).__name__
+            raise
+        finally:
+            _current_attrs.reset(token)
+            await self._record(turn_id, started, outcome, attrs)
+
+    async def _record(
+        self, turn_id: str, started: datetime, outcome: str, attrs: dict[str, Any]
+    ) -> None:
+        info = activity.info()
+        try:
+            async with self._sessions() as db:
                 db.add(
                     TraceSpan(
                         turn_id=turn_id,
-                        name=name,
-                        attempt=attempt,
+                        name=info.activity_type,
+                        attempt=info.attempt,
                         started_at=started,
                         ended_at=datetime.now(UTC),
                         outcome=outcome,
-                        attrs=extra or None,
+                        attrs=attrs or None,
                     )
                 )
                 await db.commit()
         except Exception:  # the ledger is best effort; the step's own result stands
-            log.warning("could not record trace span %s for %s", name, turn_id, exc_info=True)
+            log.warning(
+                "could not record trace span %s for %s", info.activity_type, turn_id, exc_info=True
+            )
+
+
+def _turn_id(args: Sequence[Any]) -> str | None:
+    """The turn an activity works on, from its one input model."""
+    turn_id = getattr(args[0], "turn_id", None) if args else None
+    return turn_id if isinstance(turn_id, str) else None

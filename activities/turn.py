@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -17,15 +18,14 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities import tracing
+from activities.context import ContextBuilder
 from activities.heartbeat import heartbeating
 from activities.metrics import MODEL_CALLS, record_usage
-from activities.northwind import BackendError, NorthwindClient
-from activities.tracing import span
 from gateway.base import Finish, ModelRequest, TextDelta, ToolCallRequest
 from gateway.errors import ProviderFatal, ProviderRetryable
 from gateway.registry import ProviderPool
 from parley.config import Settings
-from parley.context import WindowMessage, pack_context
 from parley.contracts import (
     BuildContextInput,
     BuildContextResult,
@@ -38,19 +38,53 @@ from parley.contracts import (
     ToolCallRef,
     TurnState,
 )
-from parley.ids import (
-    message_id_for_call,
-    new_id,
-    override_message_id,
-    prompt_cache_key,
-    tool_call_row_id,
-)
-from parley.resolver import PENDING_CLARIFICATION, Entity, NeedsCandidates, Slot, resolve
+from parley.ids import message_id_for_call, override_message_id, tool_call_row_id
 from parley.statuses import FinalizeOutcome, FinishReason
-from parley.tools import args_hash, model_tools
-from store import slots, tenants, turns
-from store.events import append_event, append_events
-from store.models import Action, Message, ModelCall, Turn, TurnEvent, User
+from parley.tools import args_hash
+from parley.wire import DeltaData, ResetData
+from store import turns
+from store.events import append_event
+from store.models import Action, ModelCall, TurnEvent
+
+
+@dataclass(frozen=True)
+class _Attempt:
+    """One attempt at a stored model call: the request and who answers it."""
+
+    message_id: str
+    provider: str
+    model: str
+    request: ModelRequest
+
+
+@dataclass
+class _Streamed:
+    """What an attempt's stream brought: text, tool calls, the finish, and when."""
+
+    started: float
+    parts: list[str] = field(default_factory=list)
+    tool_calls: list[ToolCallRequest] = field(default_factory=list)
+    finish: Finish = field(default_factory=lambda: Finish(FinishReason.stop))
+    first_token_at: float | None = None
+
+    @property
+    def first_token_ms(self) -> float | None:
+        if self.first_token_at is None:
+            return None
+        return (self.first_token_at - self.started) * 1000
+
+    def take(self, item: str | ToolCallRequest | Finish) -> str | None:
+        """Keep one coalesced item; return it when it is text for the user to see."""
+        if isinstance(item, Finish):
+            self.finish = item
+            return None
+        if isinstance(item, ToolCallRequest):
+            self.tool_calls.append(item)
+            return None
+        if self.first_token_at is None:
+            self.first_token_at = time.monotonic()
+        self.parts.append(item)
+        return item
 
 
 class TurnActivities:
@@ -60,204 +94,36 @@ class TurnActivities:
         sessions: async_sessionmaker[AsyncSession],
         providers: ProviderPool,
         settings: Settings,
-        northwind: NorthwindClient,
+        context: ContextBuilder,
     ) -> None:
         self._sessions = sessions
         self._providers = providers
         self._settings = settings
-        self._northwind = northwind
-
-    # --- context ---------------------------------------------------------------------------
+        self._context = context
 
     @activity.defn(name="build_context")
     async def build_context(self, inp: BuildContextInput) -> BuildContextResult:
-        async with span(self._sessions, inp.turn_id, "build_context"):
-            return await self._build_context(inp)
-
-    async def _build_context(self, inp: BuildContextInput) -> BuildContextResult:
-        async with self._sessions() as db:
-            if inp.step == 0:
-                await turns.advance_turn(db, turn_id=inp.turn_id, to=TurnState.building_context)
-                await db.commit()  # the stream shows the step before it runs
-            turn = await db.get(Turn, inp.turn_id)
-            assert turn is not None
-            # A retry after a crash reuses the request it already packed.
-            existing = await db.scalar(
-                select(ModelCall).where(ModelCall.turn_id == turn.id, ModelCall.step == inp.step)
-            )
-            if existing is not None:
-                return BuildContextResult(existing.id, existing.provider == "resolver")
-            if inp.step == 0:
-                clarification = await self._resolve_references(db, turn)
-                if clarification is not None:
-                    return clarification
-            state = await self._state(db, turn)
-            tenant = await tenants.tenant_config(db, tenant_id=turn.tenant_id)
-            window_size = tenant.context_window_messages or self._settings.context_window_messages
-            hidden = [turn.retry_of] if turn.retry_of else []
-            rows = await db.scalars(
-                select(Message)
-                .where(
-                    Message.session_id == turn.session_id,
-                    Message.replaced_by.is_(None),
-                    # A retry does not show the model the answer it is replacing.
-                    ~(
-                        Message.turn_id.in_(hidden)
-                        & (Message.role == "assistant")
-                        & Message.tool_calls.is_(None)
-                    ),
-                )
-                .order_by(Message.seq.desc())
-                .limit(window_size)
-            )
-            window = [
-                WindowMessage(m.seq, m.role, m.text, m.status, m.tool_calls, m.tool_call_id)
-                for m in rows
-            ]
-            messages = pack_context(
-                system_prompt=self._settings.system_prompt
-                + (f"\n\n{tenant.persona}" if tenant.persona else ""),
-                window=window,
-                max_messages=window_size,
-                state=state,
-            )
-            call = ModelCall(
-                id=new_id("mc"),
-                turn_id=turn.id,
-                step=inp.step,
-                provider=tenant.model_provider or self._settings.model_provider,
-                model=tenant.model or self._settings.model,
-                request={
-                    "messages": messages,
-                    "tools": [t for t in model_tools() if tenant.offered(t["name"])],
-                    "max_output_tokens": tenant.output_reserve_tokens or 1024,
-                    "reasoning_effort": tenant.reasoning_effort,
-                    "cache_key": prompt_cache_key(tenant_id=turn.tenant_id),
-                },
-            )
-            db.add(call)
-            await db.commit()
-            return BuildContextResult(call.id)
-
-    async def _resolve_references(self, db: AsyncSession, turn: Turn) -> BuildContextResult | None:
-        """Run the reference resolver; if it must ask, answer with the question (no model)."""
-        user_message = await db.get(Message, turn.user_message_id)
-        assert user_message is not None
-        current = await slots.get_slots(db, session_id=turn.session_id)
-        try:
-            resolution = resolve(user_message.text, slots=current, user_seq=turn.user_seq)
-        except NeedsCandidates:
-            resolution = resolve(
-                user_message.text,
-                slots=current,
-                user_seq=turn.user_seq,
-                entities=await self._known_entities(db, turn),
-            )
-        writes = dict(resolution.slot_writes)
-        if resolution.clarification is not None:
-            writes[PENDING_CLARIFICATION] = Slot(
-                resolution.clarification.as_slot_value(), "resolver", turn.user_seq
-            )
-        clears = tuple(c for c in resolution.slot_clears if c not in writes)
-        await slots.write_slots(db, session_id=turn.session_id, writes=writes, clears=clears)
-        turn.resolution = {
-            "kind": resolution.kind,
-            "order_id": resolution.order_id,
-            "entity_type": resolution.entity_type,
-            "assumption": resolution.assumption,
-        }
-        if resolution.clarification is None:
-            await db.commit()
-            return None
-        question = resolution.clarification.question
-        call = ModelCall(
-            id=new_id("mc"),
-            turn_id=turn.id,
-            step=0,
-            provider="resolver",
-            model="reference-resolver",
-            request={"resolution": turn.resolution},
-            response_text=question,
-            finish_reason=FinishReason.clarification,
-        )
-        db.add(call)
-        await db.flush()
-        options = [{"label": o.label, "value": o.value} for o in resolution.clarification.options]
-        await append_events(
-            db,
-            turn_id=turn.id,
-            events=[
-                (EventType.clarification, {"question": question, "options": options}),
-                (
-                    EventType.delta,
-                    {"message_id": message_id_for_call(call.id), "text": question},
-                ),
-            ],
-        )
-        await db.commit()
-        return BuildContextResult(call.id, clarification=True)
-
-    async def _known_entities(self, db: AsyncSession, turn: Turn) -> list[Entity]:
-        """The customer's orders and refunds, as candidates for the resolver."""
-        try:
-            orders = await self._northwind.list_orders(
-                turn.tenant_id, turn.user_id, open_only=False
-            )
-            refunds = await self._northwind.list_refunds(turn.tenant_id, turn.user_id)
-        except BackendError:
-            await append_event(
-                db,
-                turn_id=turn.id,
-                type=EventType.warning,
-                data={
-                    "code": "tool_unavailable",
-                    "message": "The order system did not answer; I could not check your orders.",
-                },
-            )
-            return []
-        return [Entity("order", str(o["order_id"]), str(o["order_id"])) for o in orders] + [
-            Entity("refund", str(r["refund_id"]), str(r["order_id"])) for r in refunds
-        ]
-
-    async def _state(self, db: AsyncSession, turn: Turn) -> dict[str, Any]:
-        """The state block: facts the server knows, for the model to read (not obey)."""
-        user = await db.get(User, (turn.tenant_id, turn.user_id))
-        current = await slots.get_slots(db, session_id=turn.session_id)
-        action = await db.scalar(
-            select(Action).where(Action.turn_id == turn.id).order_by(Action.created_at.desc())
-        )
-        return {
-            "customer": {"name": user.display_name if user else None},
-            "slots": slots.slots_view(
-                {k: v for k, v in current.items() if k != PENDING_CLARIFICATION}
-            ),
-            "resolution": turn.resolution or {},
-            "action": None
-            if action is None
-            else {
-                "id": action.id,
-                "tool": action.tool,
-                "status": action.status,
-                "order_id": action.args.get("order_id"),
-                "summary": f"the status summary for order {action.args.get('order_id')}",
-                "recipient_masked": action.recipient_masked,
-                "outcome": action.outcome,
-            },
-        }
+        return await self._context.build(inp)
 
     # --- the model call --------------------------------------------------------------------
 
     @activity.defn(name="call_model")
     async def call_model(self, inp: CallModelInput) -> CallModelResult:
-        async with span(self._sessions, inp.turn_id, "call_model") as attrs:
-            return await self._call_model(inp, attrs)
-
-    async def _call_model(self, inp: CallModelInput, attrs: dict[str, Any]) -> CallModelResult:
         if inp.fallback and not self._settings.fallback_model_provider:
             # Before anything is reset: the failed attempt's text stays as the user saw it.
             raise ApplicationError(
                 "no fallback model is configured", type="no_fallback", non_retryable=True
             )
+        attempt = await self._begin_attempt(inp)
+        if isinstance(attempt, CallModelResult):
+            return attempt
+        tracing.annotate(provider=attempt.provider, model=attempt.model, fallback=inp.fallback)
+        streamed = await self._stream(inp.turn_id, attempt)
+        return await self._store_outcome(inp, attempt, streamed)
+
+    async def _begin_attempt(self, inp: CallModelInput) -> _Attempt | CallModelResult:
+        """Enter `calling_model` and count the attempt; a call that an earlier attempt
+        finished is answered from the store."""
         async with self._sessions() as db:
             await turns.advance_turn(db, turn_id=inp.turn_id, to=TurnState.calling_model)
             await db.commit()  # the stream shows the step before it runs
@@ -270,9 +136,9 @@ class TurnActivities:
                 await _reset_partial_stream(db, turn_id=inp.turn_id, message_id=message_id)
             call.attempts += 1
             await db.commit()
-            provider_name, model = call.provider, call.model
+            provider, model = call.provider, call.model
             if inp.fallback:
-                provider_name = self._settings.fallback_model_provider
+                provider = self._settings.fallback_model_provider
                 model = self._settings.fallback_model or model
             request = ModelRequest(
                 model=model,
@@ -282,50 +148,32 @@ class TurnActivities:
                 reasoning_effort=call.request.get("reasoning_effort"),
                 cache_key=call.request.get("cache_key"),
             )
-        attrs.update(provider=provider_name, model=model, fallback=inp.fallback)
-        provider = self._providers.get(provider_name)
+            return _Attempt(message_id, provider, model, request)
 
-        started = time.monotonic()
-        first_token_at: float | None = None
-        parts: list[str] = []
-        tool_calls: list[ToolCallRequest] = []
-        finish = Finish(FinishReason.stop)
-        upstream = provider.stream(request)
+    async def _stream(self, turn_id: str, attempt: _Attempt) -> _Streamed:
+        """Relay the provider's stream into the event log, a frame at a time."""
+        provider = self._providers.get(attempt.provider)
+        streamed = _Streamed(started=time.monotonic())
+        upstream = provider.stream(attempt.request)
         frames = _coalesce(upstream, self._settings.frame_seconds)
         try:
             # One connection for the whole stream: a frame costs one round trip and a commit.
-            async with heartbeating(), self._sessions() as stream_db:
+            async with heartbeating(), self._sessions() as db:
                 async for item in frames:
-                    if isinstance(item, Finish):
-                        finish = item
+                    text = streamed.take(item)
+                    if text is None:
                         continue
-                    if isinstance(item, ToolCallRequest):
-                        tool_calls.append(item)
-                        continue
-                    if first_token_at is None:
-                        first_token_at = time.monotonic()
-                    parts.append(item)
                     await append_event(
-                        stream_db,
-                        turn_id=inp.turn_id,
+                        db,
+                        turn_id=turn_id,
                         type=EventType.delta,
-                        data={"message_id": message_id, "text": item},
+                        data=DeltaData(message_id=attempt.message_id, text=text),
                     )
-                    await stream_db.commit()
+                    await db.commit()
                     activity.heartbeat()
-        except ProviderFatal as exc:
-            MODEL_CALLS.labels(provider_name, model, exc.code).inc()
-            raise ApplicationError(
-                f"{exc.provider} refused the request ({exc.code})",
-                type=exc.code,
-                non_retryable=True,
-            ) from None
-        except ProviderRetryable as exc:
-            MODEL_CALLS.labels(provider_name, model, exc.code).inc()
-            delay = timedelta(seconds=exc.retry_after_s) if exc.retry_after_s else None
-            raise ApplicationError(
-                f"{exc.provider} is unavailable ({exc.code})", type=exc.code, next_retry_delay=delay
-            ) from None
+        except (ProviderFatal, ProviderRetryable) as exc:
+            MODEL_CALLS.labels(attempt.provider, attempt.model, exc.code).inc()
+            raise _activity_error(exc) from None
         finally:
             # Closing the generators stops the upstream generation at once (a cancelled
             # turn pays for no more tokens); what streamed stays in the event log.
@@ -333,11 +181,18 @@ class TurnActivities:
             close = getattr(upstream, "aclose", None)
             if close is not None:
                 await close()
+        return streamed
 
-        text = "".join(parts)
+    async def _store_outcome(
+        self, inp: CallModelInput, attempt: _Attempt, streamed: _Streamed
+    ) -> CallModelResult:
+        """Store the answer, its timing and usage, and the tool calls it asked for."""
+        text = "".join(streamed.parts)
         requested = [
-            {"id": c.id, "name": c.name, "arguments": _as_json(c.arguments)} for c in tool_calls
+            {"id": c.id, "name": c.name, "arguments": _as_json(c.arguments)}
+            for c in streamed.tool_calls
         ]
+        finish = streamed.finish
         async with self._sessions() as db:
             call = await db.get(ModelCall, inp.model_call_id)
             assert call is not None
@@ -345,12 +200,10 @@ class TurnActivities:
             call.response_tool_calls = requested or None
             call.finish_reason = finish.reason
             call.usage = finish.usage
-            call.first_token_ms = (
-                (first_token_at - started) * 1000 if first_token_at is not None else None
-            )
-            call.total_ms = (time.monotonic() - started) * 1000
+            call.first_token_ms = streamed.first_token_ms
+            call.total_ms = (time.monotonic() - streamed.started) * 1000
             if inp.fallback:
-                call.provider, call.model = provider_name, model
+                call.provider, call.model = attempt.provider, attempt.model
             # One commit for the call's outcome and its tool calls: a retry after a crash
             # finds both or neither, so the stored calls always match their results.
             if requested:
@@ -363,10 +216,10 @@ class TurnActivities:
                     hashes=[args_hash(c["name"], c["arguments"]) for c in requested],
                 )
             await db.commit()
-            attrs.update(
+            tracing.annotate(
                 first_token_ms=call.first_token_ms, total_ms=call.total_ms, usage=finish.usage
             )
-            record_usage(provider_name, model, finish.usage)
+            record_usage(attempt.provider, attempt.model, finish.usage)
             return _result(call)
 
     # --- endings ---------------------------------------------------------------------------
@@ -388,10 +241,6 @@ class TurnActivities:
 
     @activity.defn(name="finalize_turn")
     async def finalize_turn(self, inp: FinalizeTurnInput) -> str:
-        async with span(self._sessions, inp.turn_id, "finalize_turn"):
-            return await self._finalize_turn(inp)
-
-    async def _finalize_turn(self, inp: FinalizeTurnInput) -> str:
         async with self._sessions() as db:
             call = await db.get(ModelCall, inp.model_call_id)
             assert call is not None
@@ -431,6 +280,19 @@ class TurnActivities:
                 retryable=inp.retryable,
             )
             await db.commit()
+
+
+def _activity_error(exc: ProviderFatal | ProviderRetryable) -> ApplicationError:
+    """A provider's failure as Temporal should treat it: a refusal is final; an outage is
+    retried, after the provider's own `Retry-After` when it gave one."""
+    if isinstance(exc, ProviderFatal):
+        return ApplicationError(
+            f"{exc.provider} refused the request ({exc.code})", type=exc.code, non_retryable=True
+        )
+    delay = timedelta(seconds=exc.retry_after_s) if exc.retry_after_s else None
+    return ApplicationError(
+        f"{exc.provider} is unavailable ({exc.code})", type=exc.code, next_retry_delay=delay
+    )
 
 
 def _as_json(arguments: str) -> Any:
@@ -477,7 +339,7 @@ async def _reset_partial_stream(db: AsyncSession, *, turn_id: str, message_id: s
             db,
             turn_id=turn_id,
             type=EventType.reset,
-            data={"message_id": message_id, "reason": "retry"},
+            data=ResetData(message_id=message_id, reason="retry"),
         )
 
 

@@ -148,6 +148,14 @@ class ToolData(BaseModel):
     status: str | None = Field(default=None, description="only on `end`: ok, error, refused…")
     label: str
 
+    # No return annotation: pydantic would take it as this model's output schema.
+    @model_serializer(mode="wrap")
+    def _omit_status_on_start(self, handler: SerializerFunctionWrapHandler):
+        data: dict[str, Any] = handler(self)
+        if data.get("status") is None:
+            data.pop("status", None)
+        return data
+
 
 class ActionData(BaseModel):
     """`confirmation_required` and `confirmation_resolved`."""

@@ -18,24 +18,12 @@ from parley.errors import ActionChanged, ActionExpired, ActionResolved, NotFound
 from parley.ids import new_id
 from parley.statuses import ActionStatus, Decision
 from parley.tools import args_hash
+from parley.wire import ActionData, ActionView
 from store.events import append_event
 from store.identity import Identity
 from store.models import Action
 
 ACTION_NOT_FOUND = "action not found"
-
-
-def action_view(action: Action) -> dict[str, Any]:
-    """The contract's `Action` shape, rendered from the stored row only."""
-    return {
-        "id": action.id,
-        "tool": action.tool,
-        "summary": action.summary,
-        "recipient_masked": action.recipient_masked,
-        "args_hash": action.args_hash,
-        "status": action.status,
-        "expires_at": action.expires_at.isoformat(),
-    }
 
 
 async def create_action(
@@ -103,18 +91,15 @@ async def resolve_action(
     if action is None:
         raise NotFound(ACTION_NOT_FOUND)
     if action.status == ActionStatus.expired:
-        raise ActionExpired("the confirmation window has passed", action=action_view(action))
+        raise ActionExpired("the confirmation window has passed", action=_shown(action))
     if action.status != ActionStatus.pending:
-        raise ActionResolved(f"the action is already {action.status}", action=action_view(action))
+        raise ActionResolved(f"the action is already {action.status}", action=_shown(action))
     if action.expires_at <= datetime.now(UTC):
         action.status = ActionStatus.expired
         action.resolved_at = datetime.now(UTC)
         await db.flush()
-        view = action_view(action)
-        await append_event(
-            db, turn_id=action.turn_id, type=EventType.confirmation_resolved, data={"action": view}
-        )
-        raise ActionExpired("the confirmation window has passed", action=view)
+        await announce_resolution(db, action=action)
+        raise ActionExpired("the confirmation window has passed", action=_shown(action))
     if decision == Decision.confirmed and args_hash(action.tool, action.args) != action.args_hash:
         raise ActionChanged("the action changed after it was shown; nothing was sent")
     changed = await db.execute(
@@ -125,13 +110,23 @@ async def resolve_action(
     if changed.rowcount != 1:  # type: ignore[attr-defined]
         raise ActionResolved("the action is already resolved")
     await db.refresh(action)
+    await announce_resolution(db, action=action)
+    return action
+
+
+async def announce_resolution(db: AsyncSession, *, action: Action) -> None:
+    """Tell the turn's stream how its confirmation ended (`confirmation_resolved`)."""
     await append_event(
         db,
         turn_id=action.turn_id,
         type=EventType.confirmation_resolved,
-        data={"action": action_view(action)},
+        data=ActionData(action=ActionView.from_row(action)),
     )
-    return action
+
+
+def _shown(action: Action) -> dict[str, Any]:
+    """The action as an error answer carries it (its `action` field)."""
+    return ActionView.from_row(action).model_dump(mode="json")
 
 
 async def set_action_status(

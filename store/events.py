@@ -1,5 +1,8 @@
 """The per-turn event log behind every stream.
 
+Every payload is the contract's model for its event type (`parley.wire.EVENT_DATA`), so what
+a stream sends has one shape, written down once.
+
 Appends take the turn row's lock to hand out the next id, so ids are gap-free and monotonic
 even when two writers race (an activity retried while its old attempt is still finishing).
 The NOTIFY is sent inside the same transaction, so listeners are woken only once the event
@@ -9,12 +12,17 @@ is committed and readable.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import BaseModel
 from sqlalchemy import Integer, String, text
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncSession
+
+from parley.contracts import EventType, TurnState
+from parley.wire import EVENT_DATA, StateData
 
 NOTIFY_CHANNEL = "parley_turn_events"
 
@@ -26,21 +34,35 @@ class StoredEvent:
     data: dict[str, Any]
 
 
-async def append_event(db: AsyncSession, *, turn_id: str, type: str, data: dict[str, Any]) -> int:
+async def append_event(db: AsyncSession, *, turn_id: str, type: EventType, data: BaseModel) -> int:
     """Append one event within the caller's transaction and return its id."""
     return (await append_events(db, turn_id=turn_id, events=[(type, data)]))[-1]
 
 
 async def append_events(
-    db: AsyncSession, *, turn_id: str, events: list[tuple[str, dict[str, Any]]]
+    db: AsyncSession, *, turn_id: str, events: Sequence[tuple[EventType, BaseModel]]
 ) -> list[int]:
     """Append events within the caller's transaction: one round trip that takes the ids from
     the turn row (locking it), inserts the events and rings the doorbell."""
-    payload = json.dumps([{"type": type_, "data": data} for type_, data in events])
+    payload = json.dumps([{"type": type_, "data": _wire(type_, data)} for type_, data in events])
     last = await db.scalar(_APPEND, {"turn_id": turn_id, "n": len(events), "events": payload})
     if last is None:
         raise LookupError(f"turn {turn_id} does not exist")
     return list(range(last - len(events) + 1, last + 1))
+
+
+def state_event(state: TurnState) -> tuple[EventType, BaseModel]:
+    """The `state` event of a turn entering `state`."""
+    # Validated rather than constructed: the wire names states as literals, the store as enums.
+    return EventType.state, StateData.model_validate({"state": state})
+
+
+def _wire(type_: EventType, data: BaseModel) -> dict[str, Any]:
+    """The stored JSON of one payload; a model of another event type is a bug, refused here."""
+    expected = EVENT_DATA[type_]
+    if type(data) is not expected:
+        raise TypeError(f"a {type_} event carries {expected.__name__}, not {type(data).__name__}")
+    return data.model_dump(mode="json")
 
 
 _APPEND = text(

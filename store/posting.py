@@ -16,7 +16,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.consent import typed_decision
-from parley.contracts import EventType, MessageStatus, ResolveActionSignal, TurnState
+from parley.contracts import MessageStatus, ResolveActionSignal, TurnState
 from parley.errors import (
     AgentPaused,
     IdempotencyKeyReused,
@@ -29,7 +29,7 @@ from parley.ids import new_id
 from parley.statuses import ActionStatus, Decision, DeclineReason
 from parley.tenancy import TenantConfig
 from store import actions
-from store.events import append_event
+from store.events import append_events, state_event
 from store.identity import Identity
 from store.models import Action, ChatSession, Message, Tenant, Turn
 from store.sessions import get_session, get_turn
@@ -151,7 +151,7 @@ async def open_turn(
     db.add(turn)
     session.active_turn_id = turn.id
     await db.flush()
-    await append_event(db, turn_id=turn.id, type=EventType.state, data={"state": turn.state})
+    await append_events(db, turn_id=turn.id, events=[state_event(TurnState.received)])
     await db.refresh(turn)
     return turn
 
@@ -224,12 +224,7 @@ async def _supersede(db: AsyncSession, action: Action) -> None:
         updated.decline_reason = DeclineReason.superseded
         updated.resolved_at = datetime.now(UTC)
         await db.flush()
-        await append_event(
-            db,
-            turn_id=updated.turn_id,
-            type=EventType.confirmation_resolved,
-            data={"action": actions.action_view(updated)},
-        )
+        await actions.announce_resolution(db, action=updated)
 
 
 async def retry_turn(db: AsyncSession, *, owner: Identity, session_id: str, turn_id: str) -> Turn:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -14,24 +12,6 @@ from store.models import ChatSession, Message, Turn
 
 SESSION_NOT_FOUND = "session not found"
 TURN_NOT_FOUND = "turn not found"
-
-
-def message_payload(m: Message) -> dict[str, Any]:
-    """The contract's `Message` shape (api.md), used by the API and by `done` events."""
-    payload: dict[str, Any] = {
-        "id": m.id,
-        "seq": m.seq,
-        "role": m.role,
-        "turn_id": m.turn_id,
-        "status": m.status,
-        "text": m.text,
-        "created_at": m.created_at.isoformat(),
-    }
-    if m.tool_calls is not None:
-        payload["tool_calls"] = m.tool_calls
-    if m.tool_call_id is not None:
-        payload["tool_call_id"] = m.tool_call_id
-    return payload
 
 
 async def create_session(db: AsyncSession, *, owner: Identity) -> ChatSession:

@@ -13,6 +13,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+from pydantic import BaseModel
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -26,10 +27,16 @@ from parley.ids import (
 )
 from parley.statuses import ActionStatus, DeclineReason, FinalizeOutcome, ToolCallStatus
 from parley.turn_states import IllegalTransition, can_move
-from store import actions
-from store.events import append_events
+from parley.wire import (
+    ActionData,
+    ActionView,
+    ErrorData,
+    MessageData,
+    MessageView,
+    RetractedData,
+)
+from store.events import append_events, state_event
 from store.models import Action, ChatSession, Message, ToolCall, Turn, TurnEvent
-from store.sessions import message_payload
 
 
 async def move_turn(
@@ -49,7 +56,7 @@ async def move_turn(
         raise IllegalTransition(turn_id=turn_id, from_state=TurnState(turn.state), to=to)
     turn.state = to
     if announce:
-        await append_events(db, turn_id=turn_id, events=[(EventType.state, {"state": to})])
+        await append_events(db, turn_id=turn_id, events=[state_event(to)])
     return True
 
 
@@ -175,8 +182,8 @@ async def rest_awaiting_confirmation(
         db,
         turn_id=turn_id,
         events=[
-            (EventType.state, {"state": TurnState.awaiting_confirmation}),
-            (EventType.confirmation_required, {"action": actions.action_view(action)}),
+            state_event(TurnState.awaiting_confirmation),
+            (EventType.confirmation_required, ActionData(action=ActionView.from_row(action))),
         ],
     )
 
@@ -223,14 +230,13 @@ async def complete_turn(
     await replace_retried_answer(db, turn=turn, message_id=message.id)
     # A proposal the turn never got to ask about (it hit its bounds) must not stay pending.
     await _decline_pending(db, turn_id=turn_id, reason=DeclineReason.turn_ended)
-    events: list[tuple[str, dict[str, Any]]] = []
+    events: list[tuple[EventType, BaseModel]] = []
     if retracted:
-        events.append(
-            (EventType.retracted, {"message_id": message.id, "replacement_text": message.text})
-        )
+        retraction = RetractedData(message_id=message.id, replacement_text=message.text)
+        events.append((EventType.retracted, retraction))
     events += [
-        (EventType.state, {"state": final_state}),
-        (EventType.done, {"message": message_payload(message)}),
+        state_event(final_state),
+        (EventType.done, MessageData(message=MessageView.from_row(message))),
     ]
     await append_events(db, turn_id=turn_id, events=events)
     return message
@@ -277,7 +283,7 @@ async def end_unfinished_turn(
     *,
     turn_id: str,
     state: TurnState,
-    error: dict[str, Any] | None = None,
+    error: ErrorData | None = None,
 ) -> Message | None:
     """End a turn that did not finish: `cancelled` (by the user or abandoned) or `failed`.
 
@@ -295,14 +301,15 @@ async def end_unfinished_turn(
     message = await _keep_streamed(db, turn, state)
     await _decline_pending(db, turn_id=turn_id, reason=state.value)
     await _release_session(db, turn)
-    turn.error = error
+    turn.error = error.model_dump(mode="json") if error is not None else None
     await db.flush()
-    events: list[tuple[str, dict[str, Any]]] = [(EventType.state, {"state": state})]
+    events: list[tuple[EventType, BaseModel]] = [state_event(state)]
     if state == TurnState.cancelled:
         assert message is not None
-        events.append((EventType.cancelled, {"message": message_payload(message)}))
+        events.append((EventType.cancelled, MessageData(message=MessageView.from_row(message))))
     else:
-        events.append((EventType.error, dict(error or {})))
+        assert error is not None, "a failed turn ends with its error"
+        events.append((EventType.error, error))
     await append_events(db, turn_id=turn_id, events=events)
     return message
 
@@ -355,7 +362,7 @@ async def fail_turn(
         db,
         turn_id=turn_id,
         state=TurnState.failed,
-        error={"code": code, "message": message, "retryable": retryable},
+        error=ErrorData(code=code, message=message, retryable=retryable),
     )
 
 

@@ -4,6 +4,7 @@ and each kind of provider fault handled where the issue says."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from collections.abc import AsyncIterator
@@ -184,6 +185,31 @@ async def test_usage_is_stored_with_the_model_call(
     [call] = await model_calls(sessions, turn_id)
     assert call.usage == {"input_tokens": 40, "output_tokens": 3, "cached_tokens": 32}
     assert call.provider == stack.dialect and call.first_token_ms is not None
+
+
+async def test_every_step_leaves_one_span_and_the_model_call_names_its_model(
+    stack: Stack, client: ParleyClient, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    stack.fake.script(Reply(text="Hello there.", input_tokens=40, output_tokens=3))
+    sid = await client.new_session()
+    turn_id, events = await client.turn(sid, "Hi")
+    assert events[-1].type == "done"
+    # The finishing step's span is written after its commit, so after `done` went out.
+    deadline = time.monotonic() + 10
+    while not await spans(sessions, turn_id, "finalize_turn"):
+        assert time.monotonic() < deadline, "finalize_turn left no span"
+        await asyncio.sleep(0.05)
+    for step in ("screen_input", "build_context", "call_model", "screen_output"):
+        [span] = await spans(sessions, turn_id, step)
+        assert (span.attempt, span.outcome) == (1, "ok"), step
+        assert span.started_at <= span.ended_at
+    [model] = await spans(sessions, turn_id)
+    assert model.attrs is not None
+    assert model.attrs["provider"] == stack.dialect and model.attrs["fallback"] is False
+    assert model.attrs["model"] == f"{stack.dialect}-test-model"
+    assert model.attrs["usage"]["output_tokens"] == 3 and model.attrs["total_ms"] > 0
+    [screen] = await spans(sessions, turn_id, "screen_input")
+    assert screen.attrs == {"allowed": True, "category": None}
 
 
 async def test_429_is_retried_after_its_retry_after(

@@ -5,11 +5,17 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
+import pytest
+
+from activities import tracing
 from activities.turn import _coalesce
 from gateway.base import Finish, ModelRequest, TextDelta
 from gateway.demo import DemoModel, compose_reply, tokenize
 from parley.context import WindowMessage, pack_context
+from parley.contracts import EventType
 from parley.ids import message_id_for_call
+from parley.wire import ToolData
+from store.events import _wire
 
 
 def test_packer_keeps_the_newest_window_in_seq_order_after_the_system_prompt() -> None:
@@ -75,3 +81,21 @@ async def test_demo_model_is_deterministic_and_counts_tokens() -> None:
 def test_assistant_message_id_is_derived_from_the_model_call() -> None:
     assert message_id_for_call("mc_abc") == message_id_for_call("mc_abc") == "msg_abc"
     assert message_id_for_call("mc_abc") != message_id_for_call("mc_abd")
+
+
+def test_an_event_is_stored_as_its_wire_model_and_a_mismatched_model_is_refused() -> None:
+    start = ToolData(call_id="c1", name="get_order", phase="start", label="Looking…")
+    assert _wire(EventType.tool, start) == {
+        "call_id": "c1",
+        "name": "get_order",
+        "phase": "start",
+        "label": "Looking…",
+    }  # `status` only on `end`, as the contract says
+    end = ToolData(call_id="c1", name="get_order", phase="end", label="Looking…", status="ok")
+    assert _wire(EventType.tool, end)["status"] == "ok"
+    with pytest.raises(TypeError):
+        _wire(EventType.warning, start)
+
+
+def test_annotate_outside_a_traced_activity_does_nothing() -> None:
+    tracing.annotate(model="m")  # a test calling an activity method directly has no span
