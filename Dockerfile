@@ -21,6 +21,8 @@ COPY parley ./parley
 COPY store ./store
 COPY gateway ./gateway
 COPY demo_backend ./demo_backend
+COPY dispatch ./dispatch
+COPY launch ./launch
 
 # Install into site-packages, then drop the sources so nothing shadows the installed copy.
 RUN pip install . \

@@ -27,10 +27,10 @@ from activities.screens import ScreenActivities
 from activities.tools import ToolActivities
 from activities.tracing import TracingInterceptor
 from activities.turn import TurnActivities
+from dispatch.outbox import sweep_forever
 from gateway import ModelProvider, ProviderPool
 from parley.breaker import CircuitBreaker
 from parley.config import Settings, get_settings
-from parley.outbox import sweep_forever
 from parley.screens import ModerationScreen, RulesScreen, Screen, ScreenChain
 from store.db import create_engine, session_factory
 from workflows.turn import TurnWorkflow

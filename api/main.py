@@ -13,8 +13,8 @@ from api import errors
 from api.deps import TemporalConnector
 from api.routes import actions, admin, ops, sessions, turns
 from api.streaming import EventHub, StreamRegistry
+from dispatch.outbox import cancel_turn_workflow
 from parley.config import Settings, get_settings
-from parley.outbox import cancel_turn_workflow
 from store.db import create_engine, libpq_url, session_factory
 
 

@@ -26,9 +26,9 @@ import httpx
 from temporalio.testing import WorkflowEnvironment
 
 from bench.cpu import Roles
+from launch.dev import temporal_cli
 from parley.config import Settings
 from parley.contracts import SEARCH_ATTRIBUTES
-from parley.dev import temporal_cli
 from store.db import create_engine, session_factory
 from store.embedded import EmbeddedPostgres
 from store.identity import create_token, seed_demo
@@ -209,11 +209,11 @@ async def running_stack(token_delay_ms: float) -> AsyncIterator[Stack]:
         }
         api_port, baseline_port = free_port(), free_port()
         log("starting the Parley worker, the Parley API and the baseline server")
-        worker = _spawn("worker", ["-m", "parley.cli", "worker"], service_env)
+        worker = _spawn("worker", ["-m", "launch.cli", "worker"], service_env)
         children.append(worker)
         api = _spawn(
             "api",
-            ["-m", "parley.cli", "api", "--host", "127.0.0.1", "--port", str(api_port)],
+            ["-m", "launch.cli", "api", "--host", "127.0.0.1", "--port", str(api_port)],
             service_env,
         )
         children.append(api)

@@ -99,74 +99,98 @@ def resolve(
     user_seq: int,
     entities: list[Entity] | None = None,
 ) -> Resolution:
-    pending_slot = slots.get(PENDING_CLARIFICATION)
-    clears: tuple[str, ...] = (PENDING_CLARIFICATION,) if pending_slot else ()
-    active = slots.get(ACTIVE_ORDER)
+    ladder = _Ladder(text, slots, user_seq, entities)
+    for step in (ladder.stated, ladder.answered, ladder.the_other_one, ladder.fresh_slot):
+        found = step()
+        if found is not None:
+            return found
+    return ladder.needs_referent()
 
-    def moved_to(order_id: str, source: str) -> dict[str, Slot]:
-        if active is not None and active.value == order_id:
-            return {}
-        return {ACTIVE_ORDER: Slot(order_id, source, user_seq)}
 
-    # 1. A stated id wins.
-    refund = _REFUND_ID.search(text)
-    if refund:
-        refund_id = f"R-{refund.group(1)}"
-        if entities is None:
+@dataclass(frozen=True)
+class _Ladder:
+    """One resolution in progress: each rung answers, or passes (None) to the next."""
+
+    text: str
+    slots: dict[str, Slot]
+    user_seq: int
+    entities: list[Entity] | None
+
+    @property
+    def active(self) -> Slot | None:
+        return self.slots.get(ACTIVE_ORDER)
+
+    @property
+    def clears(self) -> tuple[str, ...]:
+        return (PENDING_CLARIFICATION,) if PENDING_CLARIFICATION in self.slots else ()
+
+    def known(self) -> list[Entity]:
+        if self.entities is None:
             raise NeedsCandidates
-        match = next((e for e in entities if e.type == "refund" and e.id == refund_id), None)
-        if match is not None:
-            return Resolution(
-                "stated",
-                match.order_id,
-                "refund",
-                slot_writes=moved_to(match.order_id, "user_stated"),
-                slot_clears=clears,
-            )
-    order = _ORDER_ID.search(text)
-    if order:
-        order_id = order.group(1)
+        return self.entities
+
+    def moved_to(self, order_id: str, source: str) -> dict[str, Slot]:
+        if self.active is not None and self.active.value == order_id:
+            return {}
+        return {ACTIVE_ORDER: Slot(order_id, source, self.user_seq)}
+
+    def _pick(self, kind: Kind, order_id: str, entity_type: str, source: str) -> Resolution:
         return Resolution(
-            "stated",
+            kind,
             order_id,
-            "order",
-            slot_writes=moved_to(order_id, "user_stated"),
-            slot_clears=clears,
+            entity_type,
+            slot_writes=self.moved_to(order_id, source),
+            slot_clears=self.clears,
         )
 
-    # 2. An answer to the question we asked.
-    if pending_slot is not None:
+    def stated(self) -> Resolution | None:
+        """1. A stated id wins."""
+        refund = _REFUND_ID.search(self.text)
+        if refund:
+            refund_id = f"R-{refund.group(1)}"
+            known = self.known()
+            match = next((e for e in known if e.type == "refund" and e.id == refund_id), None)
+            if match is not None:
+                return self._pick("stated", match.order_id, "refund", "user_stated")
+        order = _ORDER_ID.search(self.text)
+        if order:
+            return self._pick("stated", order.group(1), "order", "user_stated")
+        return None
+
+    def answered(self) -> Resolution | None:
+        """2. An answer to the question we asked."""
+        pending_slot = self.slots.get(PENDING_CLARIFICATION)
+        if pending_slot is None:
+            return None
         pending = Clarification.from_slot_value(pending_slot.value)
-        lowered = text.lower()
+        lowered = self.text.lower()
         picked = [o for o in pending.options if re.search(rf"\b{o.type}\b", lowered)]
-        if len(picked) == 1:
-            choice = picked[0]
-            return Resolution(
-                "clarified",
-                choice.order_id,
-                choice.type,
-                slot_writes=moved_to(choice.order_id, "clarification"),
-                slot_clears=clears,
-            )
+        if len(picked) != 1:
+            return None
+        return self._pick("clarified", picked[0].order_id, picked[0].type, "clarification")
 
-    # 3. "The other one": everything known except the current referent.
-    if _OTHER.search(text):
-        if entities is None:
-            raise NeedsCandidates
-        current = active.value if active is not None else None
-        candidates = [e for e in entities if e.order_id != current]
-        return _from_candidates(candidates, moved_to, clears)
+    def the_other_one(self) -> Resolution | None:
+        """3. "The other one": everything known except the current referent."""
+        if not _OTHER.search(self.text):
+            return None
+        current = self.active.value if self.active is not None else None
+        return self._from_candidates([e for e in self.known() if e.order_id != current])
 
-    # 4. A fresh slot.
-    if active is not None and active.set_at_seq >= user_seq - FRESH_WITHIN_SEQS:
-        return Resolution("slot", str(active.value), "order", slot_clears=clears)
+    def fresh_slot(self) -> Resolution | None:
+        """4. A fresh slot."""
+        active = self.active
+        if active is not None and active.set_at_seq >= self.user_seq - FRESH_WITHIN_SEQS:
+            return Resolution("slot", str(active.value), "order", slot_clears=self.clears)
+        return None
 
-    # 5. The message needs a referent and none is known: the customer's orders.
-    if _NEEDS_REFERENT.search(text):
-        if entities is None:
-            raise NeedsCandidates
-        return _from_candidates([e for e in entities if e.type == "order"], moved_to, clears)
-    return Resolution("none", slot_clears=clears)
+    def needs_referent(self) -> Resolution:
+        """5. The message needs a referent and none is known: the customer's orders."""
+        if _NEEDS_REFERENT.search(self.text):
+            return self._from_candidates([e for e in self.known() if e.type == "order"])
+        return Resolution("none", slot_clears=self.clears)
+
+    def _from_candidates(self, candidates: list[Entity]) -> Resolution:
+        return _from_candidates(candidates, self.moved_to, self.clears)
 
 
 def _from_candidates(

@@ -28,9 +28,9 @@ from api.main import create_app
 from demo_backend.app import create_app as create_backend
 from gateway.base import ModelProvider
 from gateway.demo import DemoModel
+from launch.dev import temporal_cli
 from parley.config import Settings
 from parley.contracts import SEARCH_ATTRIBUTES
-from parley.dev import temporal_cli
 from parley.screens import Screen
 from store.db import create_engine, session_factory
 from store.embedded import EmbeddedPostgres

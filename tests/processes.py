@@ -5,9 +5,9 @@ from __future__ import annotations
 import subprocess
 
 from parley.config import Settings
-from parley.sse import TERMINAL, Event, iter_events
 from tests.client import ParleyClient
 from tests.conftest import service_env, spawn
+from tests.sse import TERMINAL, Event, iter_events
 
 
 class Workers:

@@ -13,7 +13,7 @@ from tests.conftest import REPO, service_env
 
 def parley(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "parley.cli", *args],
+        [sys.executable, "-m", "launch.cli", *args],
         env=service_env(settings),
         cwd=REPO,
         capture_output=True,

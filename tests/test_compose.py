@@ -26,7 +26,7 @@ import pytest
 import yaml
 from pydantic import AliasChoices
 
-from parley.cli import build_parser
+from launch.cli import build_parser
 from parley.config import Settings
 from parley.contracts import SEARCH_ATTRIBUTES
 
@@ -112,7 +112,7 @@ def parse_parley(argv: list[str], where: str) -> argparse.Namespace:
         pass  # fail below, outside the handler, so the report shows argparse's message only
     pytest.fail(
         f"{where}: `parley {shlex.join(argv)}` is not a command the parley CLI accepts "
-        f"(parley/cli.py build_parser). argparse said:\n{stderr.getvalue().strip()}"
+        f"(launch/cli.py build_parser). argparse said:\n{stderr.getvalue().strip()}"
     )
 
 

@@ -23,10 +23,10 @@ from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from parley.config import Settings
-from parley.sse import Event
 from store.models import Action
 from tests.client import ParleyClient
 from tests.conftest import serve_api
+from tests.sse import Event
 from tests.toolkit import emails, reply, wait_for_view_state
 
 EXPIRING_TIMEOUT_S = 2.0

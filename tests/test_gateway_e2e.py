@@ -21,7 +21,7 @@ from gateway.anthropic import AnthropicProvider
 from gateway.base import ModelProvider
 from gateway.demo import DemoModel
 from gateway.errors import Timeouts
-from gateway.fake_server import Fail, FakeProvider, Reply, ToolCall
+from gateway.fake_provider.server import Fail, FakeProvider, Reply, ToolCall
 from gateway.openai_compat import OpenAICompatProvider
 from parley.config import Settings
 from store.models import ModelCall, TraceSpan

@@ -42,7 +42,7 @@ def test_dev_start_prints_urls_and_a_token_and_its_curl_streams_a_reply(tmp_path
         PARLEY_WORKER_METRICS_PORT=str(metrics_port),
     )
     dev = subprocess.Popen(
-        [sys.executable, "-m", "parley.cli", "dev"],
+        [sys.executable, "-m", "launch.cli", "dev"],
         cwd=REPO,
         env=env,
         stdout=subprocess.PIPE,

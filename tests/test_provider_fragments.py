@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from gateway.anthropic import AnthropicProvider
 from gateway.base import Finish, ModelProvider, ModelRequest, TextDelta, ToolCallRequest
 from gateway.errors import ProviderRetryable
-from gateway.fake_server import Frame, Reply, ToolCall, anthropic_sse, openai_sse
+from gateway.fake_provider.server import Frame, Reply, ToolCall, anthropic_sse, openai_sse
 from gateway.openai_compat import OpenAICompatProvider
 
 # JSON text with a key to cut, escaped quotes and backslashes, `\uXXXX` escapes (one a

@@ -21,7 +21,7 @@ from gateway.errors import (
     Timeouts,
     retry_after_seconds,
 )
-from gateway.fake_server import (
+from gateway.fake_provider.server import (
     Fail,
     FakeProvider,
     Reply,

@@ -211,7 +211,7 @@ async def test_the_output_floor_allows_masked_addresses_only() -> None:
 async def test_the_moderation_adapter_speaks_the_openai_endpoint() -> None:
     from openai import AsyncOpenAI
 
-    from gateway.fake_server import FakeProvider
+    from gateway.fake_provider.server import FakeProvider
     from parley.screens import ModerationScreen, ScreenChain
     from tests.conftest import serve
 

@@ -19,10 +19,10 @@ from temporalio.client import Client
 from gateway.base import ModelRequest
 from gateway.demo import compose_reply
 from parley.config import Settings
-from parley.sse import TERMINAL, Event, iter_events
 from store.models import Message, Turn
 from tests.client import ParleyClient, streamed_text
 from tests.models import ControlledModel
+from tests.sse import TERMINAL, Event, iter_events
 from tests.toolkit import Stack, eventually, own_stack, wait_for_stored_state
 
 LONG_QUESTION = "Tell me about yourself"

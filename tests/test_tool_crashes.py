@@ -26,11 +26,11 @@ from temporalio.client import Client
 from parley.config import Settings
 from parley.contracts import SA_TURN_STATE
 from parley.ids import workflow_id_for_turn
-from parley.sse import Event
 from store.models import Action, Message, ToolCall, Turn
 from tests.client import ParleyClient
 from tests.conftest import own_queue, serve_api
 from tests.processes import Workers, read_until
+from tests.sse import Event
 from tests.toolkit import emails, eventually
 
 # How long a turn may take to finish after a kill: a ~5 s heartbeat timeout for the killed

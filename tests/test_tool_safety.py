@@ -29,10 +29,10 @@ from temporalio.client import Client
 from gateway.base import Finish, ModelRequest, StreamEvent, TextDelta, ToolCallRequest
 from parley.config import Settings
 from parley.contracts import MAX_MODEL_CALLS, TOOL_ATTEMPTS
-from parley.sse import Event
 from store.models import Action, ModelCall, ToolCall, Turn
 from tests.client import ParleyClient
 from tests.conftest import SteppedClock
+from tests.sse import Event
 from tests.toolkit import emails, own_stack, reply
 from workflows.turn import BOUNDS_TEXT
 

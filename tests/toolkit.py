@@ -22,10 +22,10 @@ from temporalio.client import Client
 from gateway.base import ModelProvider
 from parley.config import Settings
 from parley.screens import Screen
-from parley.sse import Event
 from store.models import Turn
 from tests.client import ParleyClient
 from tests.conftest import own_queue, running_worker, serve_api
+from tests.sse import Event
 
 T = TypeVar("T")
 ModelT = TypeVar("ModelT", bound=ModelProvider)

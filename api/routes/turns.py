@@ -26,6 +26,7 @@ from api.errors import answers
 from api.metrics import MESSAGES_POSTED, STREAMS_OPEN, TURN_START_FAILURES
 from api.schemas import CancelOut, PostMessageIn, TurnOut, TurnStarted
 from api.streaming import turn_event_stream
+from dispatch.outbox import cancel_turn_workflow, signal_turn, start_and_record
 from parley.config import Settings
 from parley.contracts import TERMINAL_TURN_STATES, ResolveActionSignal
 from parley.errors import (
@@ -39,7 +40,6 @@ from parley.errors import (
     TurnInProgress,
     TurnNotRetryable,
 )
-from parley.outbox import cancel_turn_workflow, signal_turn, start_and_record
 from parley.wire import TurnStreamEvent
 from store import actions, posting
 from store import sessions as store_sessions

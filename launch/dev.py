@@ -19,6 +19,7 @@ from pathlib import Path
 
 import httpx
 
+from launch.seeding import create_token, seed
 from parley.config import Settings
 from parley.contracts import SEARCH_ATTRIBUTES
 
@@ -118,12 +119,9 @@ def _wait_temporal(address: str, timeout_s: float) -> None:
 
 
 def run_dev(settings: Settings) -> None:
-    from parley.cli import _create_token, _seed
     from store.embedded import EmbeddedPostgres
-    from store.migrate import upgrade
 
-    data_dir = settings.data_dir
-    data_dir.mkdir(parents=True, exist_ok=True)
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
     supervisor = Supervisor()
     embedded: EmbeddedPostgres | None = None
     stopping = False
@@ -136,45 +134,14 @@ def run_dev(settings: Settings) -> None:
     signal.signal(signal.SIGTERM, request_stop)
     try:
         if settings.database_url is None:
-            embedded = EmbeddedPostgres(data_dir / "pg")
+            embedded = EmbeddedPostgres(settings.data_dir / "pg")
             settings.database_url = embedded.start()
-        upgrade(settings.database_url)
-        asyncio.run(_seed(settings))
-
-        own_temporal = "TEMPORAL_ADDRESS" not in os.environ
-        if own_temporal:
-            settings.temporal_address = f"127.0.0.1:{settings.dev_temporal_port}"
-        env = {
-            **os.environ,
-            "DATABASE_URL": settings.database_url,
-            "TEMPORAL_ADDRESS": settings.temporal_address,
-        }
-        if own_temporal:
-            command = temporal_dev_server_command(settings, data_dir / "temporal.db")
-            supervisor.spawn("temporal", command, env)
-        _wait_temporal(settings.temporal_address, 60)
-
-        python = sys.executable
-        if "PARLEY_NORTHWIND_URL" not in os.environ:
-            port = str(settings.northwind_port)
-            settings.northwind_url = f"http://127.0.0.1:{port}"
-            env["PARLEY_NORTHWIND_URL"] = settings.northwind_url
-            supervisor.spawn(
-                "demo-backend", [python, "-m", "parley.cli", "demo-backend", "--port", port], env
-            )
-            _wait_http(f"{settings.northwind_url}/healthz", 30)
-        supervisor.spawn("worker", [python, "-m", "parley.cli", "worker"], env)
-        supervisor.spawn("api", [python, "-m", "parley.cli", "api"], env)
-        api = f"http://{settings.api_host}:{settings.api_port}"
-        _wait_http(f"{api}/healthz", 60)
-        _wait_worker(settings)
-
-        token = asyncio.run(_create_token(settings, "northwind", "cust_2291"))
+        api = _start_services(settings, supervisor)
+        token = asyncio.run(create_token(settings, "northwind", "cust_2291"))
         session_id = httpx.post(
             f"{api}/v1/sessions", headers={"Authorization": f"Bearer {token}"}
         ).json()["id"]
         _print_banner(settings, api, token, session_id, embedded is not None)
-
         while not stopping:
             dead = supervisor.dead_child()
             if dead is not None:
@@ -186,6 +153,42 @@ def run_dev(settings: Settings) -> None:
         supervisor.stop_all()
         if embedded is not None:
             embedded.stop()
+
+
+def _start_services(settings: Settings, supervisor: Supervisor) -> str:
+    """Migrate and seed the database, then start Temporal (unless one is configured), the
+    demo backend (unless one is configured), the worker and the API; waits for each to
+    answer and returns the API's base URL."""
+    from store.migrate import upgrade
+
+    assert settings.database_url is not None
+    upgrade(settings.database_url)
+    asyncio.run(seed(settings))
+    own_temporal = "TEMPORAL_ADDRESS" not in os.environ
+    if own_temporal:
+        settings.temporal_address = f"127.0.0.1:{settings.dev_temporal_port}"
+    env = {
+        **os.environ,
+        "DATABASE_URL": settings.database_url,
+        "TEMPORAL_ADDRESS": settings.temporal_address,
+    }
+    if own_temporal:
+        command = temporal_dev_server_command(settings, settings.data_dir / "temporal.db")
+        supervisor.spawn("temporal", command, env)
+    _wait_temporal(settings.temporal_address, 60)
+    cli = [sys.executable, "-m", "launch.cli"]
+    if "PARLEY_NORTHWIND_URL" not in os.environ:
+        port = str(settings.northwind_port)
+        settings.northwind_url = f"http://127.0.0.1:{port}"
+        env["PARLEY_NORTHWIND_URL"] = settings.northwind_url
+        supervisor.spawn("demo-backend", [*cli, "demo-backend", "--port", port], env)
+        _wait_http(f"{settings.northwind_url}/healthz", 30)
+    supervisor.spawn("worker", [*cli, "worker"], env)
+    supervisor.spawn("api", [*cli, "api"], env)
+    api = f"http://{settings.api_host}:{settings.api_port}"
+    _wait_http(f"{api}/healthz", 60)
+    _wait_worker(settings)
+    return api
 
 
 def _print_banner(

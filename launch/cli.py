@@ -7,7 +7,8 @@ import asyncio
 import logging
 import sys
 
-from parley.config import Settings, get_settings
+from launch.seeding import create_token, require_database, seed
+from parley.config import get_settings
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,39 +37,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _require_database(settings: Settings) -> str:
-    if settings.database_url is None:
-        sys.exit("DATABASE_URL is not set; `parley dev` starts an embedded database")
-    return settings.database_url
-
-
-async def _create_token(settings: Settings, tenant: str, user: str) -> str:
-    from store.db import create_engine, session_factory
-    from store.identity import create_token
-
-    engine = create_engine(_require_database(settings), pool_size=1)
-    try:
-        async with session_factory(engine)() as db:
-            token = await create_token(db, tenant_id=tenant, user_id=user)
-            await db.commit()
-            return token
-    finally:
-        await engine.dispose()
-
-
-async def _seed(settings: Settings) -> None:
-    from store.db import create_engine, session_factory
-    from store.identity import seed_demo
-
-    engine = create_engine(_require_database(settings), pool_size=1)
-    try:
-        async with session_factory(engine)() as db:
-            await seed_demo(db)
-            await db.commit()
-    finally:
-        await engine.dispose()
-
-
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     settings = get_settings()
@@ -76,15 +44,15 @@ def main(argv: list[str] | None = None) -> None:
 
     if args.command == "token":
         try:
-            print(asyncio.run(_create_token(settings, args.tenant, args.user)))
+            print(asyncio.run(create_token(settings, args.tenant, args.user)))
         except LookupError as exc:
             sys.exit(str(exc))
     elif args.command == "migrate":
         from store.migrate import upgrade
 
-        upgrade(_require_database(settings))
+        upgrade(require_database(settings))
     elif args.command == "seed":
-        asyncio.run(_seed(settings))
+        asyncio.run(seed(settings))
     elif args.command == "api":
         import uvicorn
 
@@ -112,7 +80,7 @@ def main(argv: list[str] | None = None) -> None:
             log_level="warning",
         )
     elif args.command == "dev":
-        from parley.dev import run_dev
+        from launch.dev import run_dev
 
         run_dev(settings)
 

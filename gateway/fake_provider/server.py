@@ -14,7 +14,7 @@ conversation can run through the real SDKs and produce what the demo model would
 
 By hand:
 
-    python -m gateway.fake_server --port 8200 --brain
+    python -m gateway.fake_provider --port 8200 --brain
     OPENAI_BASE_URL=http://127.0.0.1:8200/v1 OPENAI_API_KEY=fake PARLEY_MODEL_PROVIDER=openai
     ANTHROPIC_BASE_URL=http://127.0.0.1:8200 ANTHROPIC_API_KEY=fake \
         PARLEY_MODEL_PROVIDER=anthropic
@@ -34,7 +34,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from gateway.demo import compose_reply, tokenize
-from gateway.fake_wire import (
+from gateway.fake_provider.wire import (
     Dialect,
     Fail,
     Frame,

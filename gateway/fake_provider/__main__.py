@@ -1,0 +1,3 @@
+from gateway.fake_provider.server import main
+
+main()

@@ -1,0 +1,40 @@
+"""Database chores the CLI and the dev supervisor share: tokens and the demo seed.
+
+Each opens its own small engine, does one unit of work, commits and disposes it: these run
+once from a command line, not on a request path.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from parley.config import Settings
+from store import identity
+from store.db import create_engine, session_factory
+
+
+def require_database(settings: Settings) -> str:
+    if settings.database_url is None:
+        sys.exit("DATABASE_URL is not set; `parley dev` starts an embedded database")
+    return settings.database_url
+
+
+async def create_token(settings: Settings, tenant: str, user: str) -> str:
+    engine = create_engine(require_database(settings), pool_size=1)
+    try:
+        async with session_factory(engine)() as db:
+            token = await identity.create_token(db, tenant_id=tenant, user_id=user)
+            await db.commit()
+            return token
+    finally:
+        await engine.dispose()
+
+
+async def seed(settings: Settings) -> None:
+    engine = create_engine(require_database(settings), pool_size=1)
+    try:
+        async with session_factory(engine)() as db:
+            await identity.seed_demo(db)
+            await db.commit()
+    finally:
+        await engine.dispose()
