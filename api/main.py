@@ -11,7 +11,7 @@ from fastapi.openapi.utils import get_openapi
 
 from api import errors
 from api.deps import TemporalConnector
-from api.routes import actions, admin, ops, sessions, turns
+from api.routes import actions, admin, ops, sessions, turns, web
 from api.streaming import EventHub, StreamRegistry
 from dispatch.outbox import cancel_turn_workflow
 from parley.config import Settings, get_settings
@@ -63,6 +63,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(actions.router)
     app.include_router(admin.router)
     app.include_router(ops.router)
+    app.include_router(web.router)
+    app.mount(web.STATIC_PREFIX, web.web_files(), name="static")
     app.openapi = lambda: _openapi(app, settings)  # type: ignore[method-assign]
     return app
 

@@ -54,6 +54,22 @@ class SessionOut(View):
     id: str
     last_seq: int
     created_at: Timestamp
+    # The start of the session's first message; null while it has none (a list may hide it).
+    title: str | None = None
+    # When its latest message was stored (its creation while it has none).
+    last_activity_at: Timestamp | None = None
+
+    @classmethod
+    def from_summary(cls, summary: Any) -> Self:
+        """From a `store.sessions.SessionSummary`."""
+        session = summary.session
+        return cls(
+            id=session.id,
+            last_seq=session.last_seq,
+            created_at=session.created_at,
+            title=summary.title,
+            last_activity_at=summary.last_activity_at,
+        )
 
 
 class SessionList(BaseModel):
@@ -141,6 +157,29 @@ class TenantOut(View):
     def from_row(cls, row: object) -> Self:
         # An unset configuration is stored as NULL on old rows; the contract says `{}`.
         return cls(id=row.id, paused=row.paused, config=row.config or {})  # type: ignore[attr-defined]
+
+
+class DemoUser(BaseModel):
+    tenant_id: str
+    user_id: str
+    display_name: str
+
+
+class WebConfig(BaseModel):
+    """What the web page needs before anyone signs in."""
+
+    # One-click sign-in as a seeded demo user (`POST /dev/sign-in/...`); dev only, else empty.
+    demo_users: list[DemoUser]
+    # A turn's workflow in the Temporal UI, with `{turn_id}` to fill in; null when the server
+    # advertises no UI.
+    turn_link_template: str | None
+
+
+class DevSignIn(BaseModel):
+    """A fresh bearer token for a seeded demo user."""
+
+    token: str
+    user: DemoUser
 
 
 class Health(BaseModel):

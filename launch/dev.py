@@ -173,6 +173,8 @@ def _start_services(settings: Settings, supervisor: Supervisor) -> str:
         "TEMPORAL_ADDRESS": settings.temporal_address,
     }
     if own_temporal:
+        # The web page links each answer to its workflow in the dev server's UI.
+        env.setdefault("PARLEY_TEMPORAL_UI_URL", f"http://127.0.0.1:{settings.temporal_ui_port}")
         command = temporal_dev_server_command(settings, settings.data_dir / "temporal.db")
         supervisor.spawn("temporal", command, env)
     _wait_temporal(settings.temporal_address, 60)

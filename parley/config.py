@@ -36,6 +36,10 @@ class Settings(BaseSettings):
     # Ports of the Temporal dev server that `parley dev` starts when TEMPORAL_ADDRESS is unset.
     dev_temporal_port: int = 7233
     temporal_ui_port: int = 8233
+    # The Temporal Web UI that operators use, e.g. `http://127.0.0.1:8233`. When set, the web
+    # page links each answer to its turn's workflow there; unset, it shows no links. `parley
+    # dev` sets it to the UI of the dev server it starts.
+    temporal_ui_url: str = ""
 
     # Contract limits.
     max_message_chars: int = 8000

@@ -6,7 +6,7 @@ import hashlib
 import secrets
 from dataclasses import dataclass
 
-from sqlalchemy import select
+from sqlalchemy import select, tuple_
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -78,3 +78,13 @@ async def seed_demo(db: AsyncSession) -> None:
             )
             .on_conflict_do_nothing()
         )
+
+
+async def demo_customers(db: AsyncSession) -> list[User]:
+    """The seeded demo users without roles (customers), in seeding order: the people the dev
+    sign-in offers. Users another seed adds to `DEMO_USERS` appear once they are stored."""
+    customers = [(t, u) for t, u, _, _, roles in DEMO_USERS if not roles]
+    rows = await db.scalars(select(User).where(tuple_(User.tenant_id, User.id).in_(customers)))
+    # A stored user who has since been given a role is no longer offered.
+    found = {(user.tenant_id, user.id): user for user in rows if not user.roles}
+    return [found[key] for key in customers if key in found]

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.errors import NotFound
@@ -12,6 +15,18 @@ from store.models import ChatSession, Message, Turn
 
 SESSION_NOT_FOUND = "session not found"
 TURN_NOT_FOUND = "turn not found"
+# A session's title is the start of its first message, cut to this many characters.
+TITLE_CHARS = 80
+
+
+@dataclass(frozen=True)
+class SessionSummary:
+    """A session as its owner's list shows it: titled by its first message (None while it
+    has none) and dated by its latest message."""
+
+    session: ChatSession
+    title: str | None
+    last_activity_at: datetime
 
 
 async def create_session(db: AsyncSession, *, owner: Identity) -> ChatSession:
@@ -24,14 +39,30 @@ async def create_session(db: AsyncSession, *, owner: Identity) -> ChatSession:
 
 async def list_sessions(
     db: AsyncSession, *, owner: Identity, limit: int = 100
-) -> list[ChatSession]:
-    rows = await db.scalars(
-        select(ChatSession)
-        .where(ChatSession.tenant_id == owner.tenant_id, ChatSession.user_id == owner.user_id)
+) -> list[SessionSummary]:
+    first_text = (
+        select(func.left(Message.text, TITLE_CHARS))
+        .where(Message.session_id == ChatSession.id, Message.role == "user")
+        .order_by(Message.seq)
+        .limit(1)
+        .scalar_subquery()
+    )
+    latest = (
+        select(func.max(Message.created_at))
+        .where(Message.session_id == ChatSession.id)
+        .scalar_subquery()
+    )
+    rows = await db.execute(
+        select(ChatSession, first_text, func.coalesce(latest, ChatSession.created_at))
+        .where(
+            ChatSession.tenant_id == owner.tenant_id,
+            ChatSession.user_id == owner.user_id,
+            ChatSession.deleted_at.is_(None),
+        )
         .order_by(ChatSession.created_at.desc())
         .limit(limit)
     )
-    return list(rows)
+    return [SessionSummary(session, title, last) for session, title, last in rows]
 
 
 async def get_session(
@@ -41,6 +72,7 @@ async def get_session(
         ChatSession.id == session_id,
         ChatSession.tenant_id == owner.tenant_id,
         ChatSession.user_id == owner.user_id,
+        ChatSession.deleted_at.is_(None),
     )
     if for_update:
         query = query.with_for_update()
@@ -67,13 +99,25 @@ async def list_messages(
     return list(rows)
 
 
+async def delete_session(db: AsyncSession, *, owner: Identity, session_id: str) -> str | None:
+    """Hide the session from its owner for good; returns the turn still active in it, which
+    the caller cancels once this is committed (its workflow then ends it as usual)."""
+    session = await get_session(db, owner=owner, session_id=session_id, for_update=True)
+    session.deleted_at = datetime.now(UTC)
+    await db.flush()
+    return session.active_turn_id
+
+
 async def get_turn(db: AsyncSession, *, owner: Identity, session_id: str, turn_id: str) -> Turn:
     turn = await db.scalar(
-        select(Turn).where(
+        select(Turn)
+        .join(ChatSession, ChatSession.id == Turn.session_id)
+        .where(
             Turn.id == turn_id,
             Turn.session_id == session_id,
             Turn.tenant_id == owner.tenant_id,
             Turn.user_id == owner.user_id,
+            ChatSession.deleted_at.is_(None),
         )
     )
     if turn is None:

@@ -1,324 +1,235 @@
-"""The chat page at `/`, driven like a user drives it: a real headless Chromium against the real
-API server (PostgreSQL, Temporal, worker and the deterministic demo model behind it).
+"""The chat page at `/`, driven like a customer drives it: a real headless Chromium against
+the real API server (PostgreSQL, Temporal, the worker and the deterministic demo model).
 
-Needs Debian's Chromium at /usr/bin/chromium (`make browser`); Playwright's own browser download
-is not used.
+Priya's reference conversation through the page, at desktop and at phone width, with a
+screenshot of every step; sign-in; the conversation list; accessibility.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Callable
+from typing import Any
 
 import httpx
 import pytest
-import pytest_asyncio
-from playwright.async_api import Browser, Page, async_playwright, expect
+from playwright.async_api import Browser, Page, expect
 
 from tests.client import ParleyClient
 from tests.toolkit import emails
+from tests.webpage import (
+    DESKTOP,
+    PHONE,
+    browser,  # noqa: F401  (the module's browser fixture)
+    finished_answer,
+    last_answer,
+    opener,
+    screenshot,
+    send,
+    serious_accessibility_violations,
+    sign_in,
+    streamed_snapshots,
+)
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
-TIMEOUT_MS = 20_000  # a whole turn (Temporal workflow + streamed demo reply) fits well inside
-expect.set_options(timeout=TIMEOUT_MS)
-FIRST = "Where is my order?"
-SECOND = "What about the refund?"
-# Each answer follows a tool call and its result, which the page does not show as bubbles:
-# user seq n, assistant tool call n+1, tool result n+2, answer n+3.
-ANSWER_OFFSET = 3
-
-# Records, for every assistant bubble, whether it was ever seen mid-stream and what it showed
-# then, so a test can tell a streamed reply from one that was painted in one go.
-WATCH_STREAMING = """() => {
-  window.__streamed = {};
-  const seen = (b) => {
-    if (!b.classList.contains('streaming')) return;
-    const id = b.dataset.messageId;
-    const rec = window.__streamed[id] || (window.__streamed[id] = { snapshots: [] });
-    rec.snapshots.push(b.textContent);
-  };
-  new MutationObserver((records) => {
-    for (const r of records) {
-      const node = r.target.nodeType === 1 ? r.target : r.target.parentElement;
-      const bubble = node && node.closest && node.closest('#transcript .msg-assistant');
-      if (bubble) seen(bubble);
-      for (const n of r.addedNodes) {
-        if (n.nodeType === 1 && n.matches('.msg-assistant')) seen(n);
-      }
-    }
-  }).observe(document.getElementById('transcript'), {
-    subtree: true, childList: true, characterData: true,
-    attributes: true, attributeFilter: ['class'],
-  });
-}"""
+@pytest.fixture
+def open_tab(browser: Browser) -> Callable[..., Any]:  # noqa: F811
+    return opener(browser)
 
 
-@dataclass
-class Tab:
-    page: Page
-    errors: list[str] = field(default_factory=list)
-
-    def assert_no_script_errors(self) -> None:
-        assert self.errors == [], f"uncaught errors in the page: {self.errors}"
+async def no_badges(page: Page) -> None:
+    await expect(page.locator("#transcript .badge")).to_have_count(0)
 
 
-@pytest_asyncio.fixture(scope="module")
-async def browser() -> AsyncIterator[Browser]:
-    if not CHROMIUM.exists():
-        pytest.fail(
-            f"{CHROMIUM} is missing: the browser tests need Debian's Chromium. "
-            "Run `make browser` (installs it with apt-get), then run the tests again."
-        )
-    async with async_playwright() as pw:
-        chromium = await pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            yield chromium
-        finally:
-            await chromium.close()
-
-
-@pytest_asyncio.fixture
-async def tab(browser: Browser, api_url: str) -> AsyncIterator[Tab]:
-    """A fresh browser profile (empty localStorage) with the chat page open."""
-    context = await browser.new_context(base_url=api_url, viewport={"width": 1280, "height": 800})
-    context.set_default_timeout(TIMEOUT_MS)
-    page = await context.new_page()
-    tab = Tab(page)
-    page.on("pageerror", lambda exc: tab.errors.append(str(exc)))
-    response = await page.goto("/")
-    assert response is not None and response.status == 200
-    try:
-        yield tab
-    finally:
-        await context.close()
-
-
-async def use_token(page: Page, token: str) -> int:
-    """Paste a token and press "Use token"; waits until the page has drawn the session list it
-    fetched with it. Returns that list request's HTTP status."""
-    await page.locator("#token").fill(token)
-    async with page.expect_response(
-        lambda r: r.url.endswith("/v1/sessions") and r.request.method == "GET"
-    ) as listing:
-        await page.locator("#use-token").click()
-    response = await listing.value
-    if response.ok:
-        count = len((await response.json())["sessions"])
-        await expect(page.locator("#sessions li")).to_have_count(count)
-    return response.status
-
-
-async def new_session(page: Page) -> str:
-    """Click "New session"; returns the id of the session the page opened (and listed)."""
-    listed = page.locator("#sessions button")
-    before = set(await listed.evaluate_all("bs => bs.map(b => b.dataset.sid)"))
-    await page.locator("#new-session").click()
-    active = page.locator("#sessions li.active button")
-    await expect(active).to_have_count(1)
-    session_id = await active.get_attribute("data-sid")
-    assert session_id and session_id.startswith("ses_") and session_id not in before
-    await expect(page.locator("#transcript .msg")).to_have_count(0)
-    return session_id
-
-
-async def send_and_wait(page: Page, text: str, *, user_seq: int, reply_has: str) -> str:
-    """Type a message, click Send, check both bubbles through the streamed reply; returns the
-    assistant's final text."""
-    await page.evaluate(WATCH_STREAMING)
-    await page.locator("#input").fill(text)
-    await page.locator("#send").click()
-
-    user = page.locator(f'#transcript .msg-user[data-seq="{user_seq}"]')
-    await expect(user).to_have_text(text)
-    await expect(user).to_have_attribute("data-status", "complete")
-
-    answer_seq = user_seq + ANSWER_OFFSET
-    assistant = page.locator(f'#transcript .msg-assistant[data-seq="{answer_seq}"]')
-    await expect(assistant).to_have_attribute("data-status", "complete")
-    await expect(assistant).not_to_have_class("streaming")
-    await expect(assistant).to_contain_text(reply_has)
-    await expect(page.locator("#send")).to_be_enabled()
-    await expect(page.locator("#cancel")).to_be_hidden()
-    await expect(page.locator("#turn-state")).to_have_text("")
-    await expect(page.locator("#input")).to_have_value("")
-    await expect(page.locator("#status")).not_to_have_class("error")
-
-    final = await assistant.text_content()
-    assert final
-    # It streamed: the bubble was seen mid-reply, showing a growing prefix of the final text.
-    message_id = await assistant.get_attribute("data-message-id")
-    streamed = await page.evaluate("id => window.__streamed[id]", message_id)
-    assert streamed, "the assistant bubble was never seen streaming"
-    partial = [s for s in streamed["snapshots"] if s and s != final]
-    assert partial, f"no partial text was shown before the final reply: {streamed}"
-    assert all(final.startswith(s) for s in partial), streamed
-    return final
-
-
-async def transcript(page: Page) -> list[dict[str, str]]:
-    return list(
-        await page.locator("#transcript .msg").evaluate_all(
-            """bs => bs.map(b => ({
-                role: b.classList.contains('msg-user') ? 'user' : 'assistant',
-                seq: b.dataset.seq, status: b.dataset.status, text: b.textContent,
-            }))"""
-        )
-    )
-
-
-async def chat_twice(page: Page, token: str) -> tuple[str, list[dict[str, str]]]:
-    """Paste the token, start a session and hold a two-turn conversation in it."""
-    assert await use_token(page, token) == 200
-    await expect(page.locator("#status")).to_have_text("Token saved.")
-    session_id = await new_session(page)
-    first = await send_and_wait(page, FIRST, user_seq=1, reply_has="8472")
-    second = await send_and_wait(page, SECOND, user_seq=5, reply_has="USD 24.00")
-    # The second reply used the first exchange: "the refund" was resolved to order 8472.
-    assert "On order 8472" in second
-    await expect(page.locator("#transcript .msg")).to_have_count(4)
-    shown = await transcript(page)
-    assert shown == [
-        {"role": "user", "seq": "1", "status": "complete", "text": FIRST},
-        {"role": "assistant", "seq": "4", "status": "complete", "text": first},
-        {"role": "user", "seq": "5", "status": "complete", "text": SECOND},
-        {"role": "assistant", "seq": "8", "status": "complete", "text": second},
-    ]
-    return session_id, shown
-
-
-async def test_a_user_chats_two_turns_in_a_new_session(
-    tab: Tab, tokens: dict[str, str], priya: ParleyClient, tmp_path: Path
+@pytest.mark.parametrize("width", ["desktop", "phone"])
+async def test_priya_holds_the_reference_conversation_through_the_page(
+    open_tab: Callable[..., Any],
+    api_url: str,
+    northwind: httpx.AsyncClient,
+    width: str,
 ) -> None:
+    tab = await open_tab(api_url, DESKTOP if width == "desktop" else PHONE)
     page = tab.page
-    await expect(page.locator("#status")).to_contain_text("Paste a bearer token")
-    session_id, shown = await chat_twice(page, tokens["priya"])
+    shot = f"{width}-"
+    await expect(page.locator("#signin")).to_be_visible()
+    await screenshot(page, shot + "1-sign-in")
+    await sign_in(page, "cust_2291")
+    await expect(page.locator("#whoami")).to_have_text("Signed in as Priya")
 
-    # The page shows exactly what the server stored, less the tool calls and their results.
-    stored = [
-        m
-        for m in await priya.messages(session_id)
-        if m["role"] != "tool" and not m.get("tool_calls")
-    ]
-    assert [(str(m["seq"]), m["role"], m["status"], m["text"]) for m in stored] == [
-        (m["seq"], m["role"], m["status"], m["text"]) for m in shown
-    ]
-    # The finished turn refreshed the session list.
-    listed = page.locator(f'#sessions button[data-sid="{session_id}"]')
-    await expect(listed).to_contain_text("seq 8")
+    # 1-2: answers stream in, rendered as Markdown text, with times and no badges.
+    first = await send(page, "Where is my order?", reply_has="8472")
+    assert "shipped" in first and "Oct 30" in first
+    message_id = await last_answer(page).get_attribute("data-message-id")
+    partial = [s for s in await streamed_snapshots(page, message_id or "") if s and s != first]
+    assert partial and all(first.startswith(s) for s in partial), partial
+    await expect(last_answer(page).locator(".meta time")).to_have_count(1)
+    await expect(page.locator("#transcript .tool-chip")).to_have_count(1)
+    await expect(page.locator("#transcript .tool-chip")).to_have_attribute("data-phase", "end")
+    await screenshot(page, shot + "2-first-answer")
+    second = await send(page, "What about the refund?", reply_has="USD 24.00")
+    assert "On order 8472" in second and "R-5102" not in second
 
-    shot = tmp_path / "chat-after-two-turns.png"
-    await page.screenshot(path=str(shot), full_page=True)
-    assert shot.stat().st_size > 0
-    print(f"screenshot: {shot}")
-    tab.assert_no_script_errors()
-
-
-async def test_after_a_reload_the_token_and_the_conversation_are_still_there(
-    tab: Tab, tokens: dict[str, str]
-) -> None:
-    page = tab.page
-    session_id, shown = await chat_twice(page, tokens["priya"])
-
-    await page.reload()
-    await expect(page.locator("#token")).to_have_value(tokens["priya"])
-    listed = page.locator(f'#sessions button[data-sid="{session_id}"]')
-    await expect(listed).to_have_count(1)
-    await expect(listed).to_contain_text("seq 8")
-    await expect(page.locator("#transcript .msg")).to_have_count(0)  # nothing open yet
-
-    await listed.click()
-    await expect(page.locator("#sessions li.active button")).to_have_attribute(
-        "data-sid", session_id
-    )
-    await expect(page.locator("#transcript .msg")).to_have_count(4)
-    assert await transcript(page) == shown
-    await expect(page.locator("#send")).to_be_enabled()
-    await expect(page.locator("#status")).not_to_have_class("error")
-    tab.assert_no_script_errors()
-
-
-async def test_a_bad_token_shows_401_and_no_sessions(tab: Tab, tokens: dict[str, str]) -> None:
-    page = tab.page
-    status = page.locator("#status")
-    sessions = page.locator("#sessions li")
-
-    assert await use_token(page, "pk_not_a_real_token") == 401
-    await expect(status).to_have_class("error")
-    await expect(status).to_contain_text("401")
-    await expect(sessions).to_have_count(0)
-
-    # Nor can it create one.
-    await page.locator("#new-session").click()
-    await expect(status).to_have_class("error")
-    await expect(status).to_contain_text("401")
-    await expect(sessions).to_have_count(0)
-    await expect(page.locator("#transcript .msg")).to_have_count(0)
-
-    # A user who had a working token and pastes a bad one no longer sees the old list.
-    assert await use_token(page, tokens["priya"]) == 200
-    await expect(status).to_have_text("Token saved.")
-    await new_session(page)
-    await expect(sessions).not_to_have_count(0)
-    assert await use_token(page, "pk_not_a_real_token") == 401
-    await expect(status).to_have_class("error")
-    await expect(status).to_contain_text("401")
-    await expect(sessions).to_have_count(0)
-    tab.assert_no_script_errors()
-
-
-async def test_a_user_confirms_an_email_from_the_card_and_it_is_sent_once(
-    tab: Tab, tokens: dict[str, str], northwind: httpx.AsyncClient
-) -> None:
-    page = tab.page
+    # 3: the proposal waits on a card; its bubble carries no badge; nothing is sent yet.
     before = len(await emails(northwind))
-    assert await use_token(page, tokens["priya"]) == 200
-    await new_session(page)
-    await send_and_wait(page, FIRST, user_seq=1, reply_has="8472")
-
     await page.locator("#input").fill("Can you email me?")
-    await page.locator("#send").click()
+    await page.locator("#input").press("Enter")
     card = page.locator("#confirm-card")
     await expect(card).to_be_visible()
+    await expect(card.locator(".summary")).to_contain_text("8472")
     await expect(card).to_contain_text("p***@example.com")
-    await expect(card).to_contain_text("8472")
-    # The proposal's own words are shown, and nothing has been sent yet.
-    await expect(page.locator("#transcript .msg-assistant").last).to_contain_text(
-        "Nothing is sent until you confirm"
-    )
+    await expect(card.locator(".countdown")).to_contain_text("left")
+    await expect(last_answer(page)).to_contain_text("Nothing is sent until you confirm")
+    await expect(last_answer(page)).not_to_have_class("streaming")
+    await expect(last_answer(page)).to_have_attribute("data-status", "complete")
+    await no_badges(page)
+    await screenshot(page, shot + "3-confirmation-card")
     assert len(await emails(northwind)) == before
 
-    await page.locator("#confirm-btn").click()
-    answer = page.locator("#transcript .msg-assistant").last
-    await expect(answer).to_contain_text("Sent")
-    await expect(answer).to_have_attribute("data-status", "complete")
-    await expect(page.locator("#send")).to_be_enabled()
-    sent = (await emails(northwind))[before:]
-    assert [e["to"] for e in sent] == ["priya@example.com"]
-    tab.assert_no_script_errors()
+    # 4: Confirm, clicked twice: one email; the answer says sent; still no badge anywhere.
+    action_id = await card.get_attribute("data-action-id")
+    await page.locator("#confirm-btn").dblclick()
+    sent = await finished_answer(page, "Sent")
+    assert "accepted" in sent and "deliver" not in sent.lower()
+    await expect(card).to_have_count(0)
+    await no_badges(page)
+    assert action_id and len(await emails(northwind, action_id=action_id)) == 1
+    assert len(await emails(northwind)) == before + 1
+    await screenshot(page, shot + "4-sent")
+
+    # 5: one clarification: the question once (as the answer), the options under it.
+    await page.locator("#input").fill("Thanks. And the other one?")
+    await page.locator("#input").press("Enter")
+    options = page.locator("#transcript .options")
+    await expect(options).to_have_count(1)
+    await expect(options.locator("button")).to_have_text(["Order 8390", "Refund R-5102"])
+    await expect(page.locator("#transcript .msg-assistant .options")).to_have_count(1)
+    question = await options.get_attribute("aria-label")
+    assert question and question.startswith("Which one do you mean")
+    await expect(page.get_by_text(question, exact=True)).to_have_count(1)
+    await expect(page.locator("#transcript .clarification")).to_have_count(0)
+    await screenshot(page, shot + "5-clarification")
+
+    # 6-7: the option answers it; the follow-ups stay on order 8390.
+    await options.get_by_role("button", name="Order 8390").click()
+    await finished_answer(page, "8390")
+    returnable = await send(page, "Can I still return it?", reply_has="4 days")
+    assert "8390" in returnable
+    arrived = await send(page, "When did it arrive?", reply_has="Oct 2")
+    assert "8390" in arrived and "8472" not in arrived
+    await no_badges(page)
+    await screenshot(page, shot + "6-final-answer")
+
+    # The conversation is listed under its first message.
+    listed = page.locator("#sessions .session.active .session-title")
+    if width == "phone":
+        await page.locator("#menu").click()
+    await expect(listed).to_have_text("Where is my order?")
+    await expect(page.locator("#sessions .session.active .session-time")).to_have_text(
+        "just now"
+    )
+    await screenshot(page, shot + "7-conversations")
+    assert len(await emails(northwind)) == before + 1
+    tab.assert_clean()
+    await tab.context.close()
 
 
-async def test_after_a_reload_a_waiting_confirmation_card_comes_back_and_still_works(
-    tab: Tab, tokens: dict[str, str], northwind: httpx.AsyncClient
+async def test_a_token_signs_in_for_the_tab_only_and_a_bad_one_is_refused(
+    open_tab: Callable[..., Any], api_url: str, tokens: dict[str, str]
 ) -> None:
+    tab = await open_tab(api_url)
     page = tab.page
-    assert await use_token(page, tokens["priya"]) == 200
-    session_id = await new_session(page)
-    await send_and_wait(page, FIRST, user_seq=1, reply_has="8472")
-    await page.locator("#input").fill("Can you email me?")
-    await page.locator("#send").click()
-    await expect(page.locator("#confirm-card")).to_be_visible()
-    action_id = await page.locator("#confirm-card").get_attribute("data-action-id")
+    await page.locator("#token").fill("pk_not_a_real_token")
+    await page.locator("#token").press("Enter")
+    await expect(page.locator("#signin-error")).to_contain_text("not accepted")
+    await expect(page.locator("#app")).to_be_hidden()
 
-    await page.reload()
-    await page.locator(f'#sessions button[data-sid="{session_id}"]').click()
-    card = page.locator("#confirm-card")
-    await expect(card).to_be_visible()
-    await expect(card).to_have_attribute("data-action-id", action_id or "")
-    await expect(card).to_contain_text("p***@example.com")
-    await page.locator("#confirm-btn").click()
-    await expect(page.locator("#transcript .msg-assistant").last).to_contain_text("Sent")
-    assert action_id is not None
-    assert len(await emails(northwind, action_id=action_id)) == 1
-    tab.assert_no_script_errors()
+    await page.locator("#token").fill(tokens["marco"])
+    await page.locator("#token-submit").click()
+    await expect(page.locator("#app")).to_be_visible()
+    stored = await page.evaluate(
+        "() => [sessionStorage.getItem('parley_token'), localStorage.length]"
+    )
+    assert stored == [tokens["marco"], 0]  # kept for this tab, never in localStorage
+
+    await page.reload()  # the same tab keeps it
+    await expect(page.locator("#app")).to_be_visible()
+    other = await tab.context.new_page()  # a new tab starts signed out
+    await other.goto("/")
+    await expect(other.locator("#signin")).to_be_visible()
+
+    await page.locator("#sign-out").click()
+    await expect(page.locator("#signin")).to_be_visible()
+    assert await page.evaluate("() => sessionStorage.getItem('parley_token')") is None
+    tab.assert_clean()
+    await tab.context.close()
+
+
+async def test_conversations_are_titled_newest_first_empty_ones_hidden_and_deletable(
+    open_tab: Callable[..., Any], api_url: str, marco: ParleyClient
+) -> None:
+    empty = await marco.new_session()  # like the one `make run` creates
+    tab = await open_tab(api_url)
+    page = tab.page
+    await sign_in(page, "cust_3301")
+    await send(page, "Where is my order?", reply_has="order")
+    await page.locator("#new-session").click()
+    await expect(page.locator("#transcript .msg")).to_have_count(0)
+    await send(page, "Thanks!", reply_has="welcome")
+
+    titles = page.locator("#sessions .session-title")
+    await expect(titles.nth(0)).to_have_text("Thanks!")
+    await expect(titles.nth(1)).to_have_text("Where is my order?")
+    await expect(page.locator(f'#sessions li[data-sid="{empty}"]')).to_have_count(0)
+
+    # Delete takes two presses; then the conversation is gone here and from the API.
+    older = page.locator("#sessions li").filter(has_text="Where is my order?")
+    old_id = await older.get_attribute("data-sid")
+    await older.locator(".session-delete").click()
+    await expect(older.locator(".session-delete")).to_have_text("Delete?")
+    await older.locator(".session-delete").click()
+    await expect(page.locator("#sessions li").filter(has_text="Where is my order?")).to_have_count(
+        0
+    )
+    assert (await marco.http.get(f"/v1/sessions/{old_id}")).status_code == 404
+    await expect(titles).to_have_text(["Thanks!"])
+    tab.assert_clean()
+    await tab.context.close()
+
+
+async def test_keyboard_only_use(open_tab: Callable[..., Any], api_url: str) -> None:
+    tab = await open_tab(api_url)
+    page = tab.page
+    # The first demo customer's button has focus; Enter signs in, focus lands in the box.
+    await expect(page.locator(".demo-user").first).to_be_focused()
+    await page.keyboard.press("Enter")
+    await expect(page.locator("#input")).to_be_focused()
+    await page.keyboard.type("Where is")
+    await page.keyboard.press("Shift+Enter")
+    await page.keyboard.type("my order?")
+    await expect(page.locator("#input")).to_have_value("Where is\nmy order?")
+    await expect(page.locator("#transcript .msg")).to_have_count(0)  # Shift+Enter did not send
+    await page.keyboard.press("Enter")
+    await finished_answer(page, "8472")
+    # Tab order after the box: Send, then nothing hidden (Stop is hidden when idle).
+    await page.locator("#input").focus()
+    await page.keyboard.press("Tab")
+    await expect(page.locator("#send")).to_be_focused()
+    tab.assert_clean()
+    await tab.context.close()
+
+
+async def test_axe_finds_no_serious_or_critical_violations(
+    open_tab: Callable[..., Any], api_url: str
+) -> None:
+    for viewport in (DESKTOP, PHONE):
+        tab = await open_tab(api_url, viewport)
+        page = tab.page
+        assert await serious_accessibility_violations(page) == [], "sign-in page"
+        await sign_in(page, "cust_2291")
+        await send(page, "Where is my order?", reply_has="8472")
+        await page.locator("#input").fill("Can you email me?")
+        await page.locator("#input").press("Enter")
+        await expect(page.locator("#confirm-card")).to_be_visible()
+        assert await serious_accessibility_violations(page) == [], "conversation with a card"
+        await page.locator("#decline-btn").click()
+        await finished_answer(page, "won't send")
+        tab.assert_clean()
+        await tab.context.close()

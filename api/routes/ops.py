@@ -1,12 +1,11 @@
-"""Health, readiness, metrics and the web page."""
+"""Health, readiness and metrics."""
 
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 from fastapi import APIRouter, Response
-from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
 
@@ -14,8 +13,6 @@ from api.deps import DbSession, Temporal
 from api.schemas import Health, Readiness
 
 router = APIRouter(tags=["operations"])
-
-WEB_PAGE = Path(__file__).resolve().parent.parent / "web" / "index.html"
 
 
 @router.get("/healthz")
@@ -52,8 +49,3 @@ async def readyz(db: DbSession, temporal: Temporal) -> JSONResponse:
 async def metrics() -> Response:
     """Prometheus metrics."""
     return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
-
-
-@router.get("/", include_in_schema=False)
-async def web_page() -> FileResponse:
-    return FileResponse(WEB_PAGE, media_type="text/html")

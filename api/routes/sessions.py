@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Query
+import asyncio
+import logging
 
-from api.deps import CurrentUser, DbSession
+from fastapi import APIRouter, Query, Response
+
+from api.deps import CurrentUser, DbSession, Sessions, Temporal
 from api.errors import answers
 from api.schemas import MessageList, SessionDetail, SessionList, SessionOut
+from dispatch.outbox import cancel_turn_workflow
 from parley.errors import NotFound
 from parley.wire import MessageView
 from store import actions, slots
 from store import sessions as store_sessions
 from store.models import Turn
 
+log = logging.getLogger(__name__)
+
+# How long a delete waits on Temporal to cancel the session's running turn.
+CANCEL_TIMEOUT_S = 5.0
 # Seqs are 32-bit in the store; a larger `after_seq` is a 422, not a database error.
 MAX_SEQ = 2**31 - 1
 
@@ -29,9 +37,9 @@ async def create_session(db: DbSession, user: CurrentUser) -> SessionOut:
 
 @router.get("")
 async def list_sessions(db: DbSession, user: CurrentUser) -> SessionList:
-    """List the caller's own sessions, newest first."""
-    sessions = await store_sessions.list_sessions(db, owner=user)
-    return SessionList(sessions=[SessionOut.from_row(s) for s in sessions])
+    """List the caller's own sessions, newest first, each titled by its first message."""
+    summaries = await store_sessions.list_sessions(db, owner=user)
+    return SessionList(sessions=[SessionOut.from_summary(s) for s in summaries])
 
 
 @router.get("/{session_id}", responses=answers(NotFound))
@@ -42,6 +50,26 @@ async def get_session(session_id: str, db: DbSession, user: CurrentUser) -> Sess
     pending = await actions.pending_action(db, session_id=session_id)
     current = await slots.get_slots(db, session_id=session_id)
     return SessionDetail.build(session, active=active, pending=pending, slots=current)
+
+
+@router.delete("/{session_id}", status_code=204, responses=answers(NotFound))
+async def delete_session(
+    session_id: str, db: DbSession, sessions: Sessions, user: CurrentUser, temporal: Temporal
+) -> Response:
+    """Delete the session for its owner; a turn still running in it is cancelled."""
+    active_turn_id = await store_sessions.delete_session(db, owner=user, session_id=session_id)
+    await db.commit()
+    if active_turn_id is not None:
+        try:
+            client = await asyncio.wait_for(temporal.get(), CANCEL_TIMEOUT_S)
+            await asyncio.wait_for(
+                cancel_turn_workflow(client, sessions, turn_id=active_turn_id), CANCEL_TIMEOUT_S
+            )
+        except Exception:
+            # The session is gone for its owner either way; the turn then ends by its own
+            # bounds (a waiting confirmation expires).
+            log.exception("could not cancel turn %s of deleted session", active_turn_id)
+    return Response(status_code=204)
 
 
 @router.get("/{session_id}/messages", responses=answers(NotFound))

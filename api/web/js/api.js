@@ -1,0 +1,49 @@
+// The session API as the page uses it: the bearer token (kept for this tab only) and a JSON
+// request helper that never throws.
+
+const TOKEN_KEY = 'parley_token';
+const NAME_KEY = 'parley_user';
+
+export const auth = {
+  // sessionStorage: the token lives as long as the tab, and no other tab or later visit sees it.
+  get token() { return sessionStorage.getItem(TOKEN_KEY) || ''; },
+  get name() { return sessionStorage.getItem(NAME_KEY) || ''; },
+  save(token, name) {
+    sessionStorage.setItem(TOKEN_KEY, token);
+    sessionStorage.setItem(NAME_KEY, name || '');
+  },
+  clear() {
+    sessionStorage.removeItem(TOKEN_KEY);
+    sessionStorage.removeItem(NAME_KEY);
+  },
+};
+
+// Answers {ok, status, data, error, retryAfter}; status 0 means the network failed.
+export async function request(method, path, body) {
+  const headers = {};
+  if (auth.token) headers.Authorization = 'Bearer ' + auth.token;
+  if (body !== undefined) headers['Content-Type'] = 'application/json';
+  let res;
+  try {
+    res = await fetch(path, {
+      method, headers, body: body === undefined ? undefined : JSON.stringify(body),
+    });
+  } catch (e) {
+    return { ok: false, status: 0, data: null, error: { code: 'network', message: 'The network is unreachable; check your connection.' } };
+  }
+  const data = await res.json().catch(() => null); // empty or non-JSON body -> null
+  return {
+    ok: res.ok, status: res.status, data,
+    error: data && data.error, retryAfter: res.headers.get('Retry-After'),
+  };
+}
+
+export function errorText(r) {
+  if (r.status === 401) return 'Your sign-in is no longer valid. Please sign in again.';
+  let text = r.error ? r.error.message : 'Something went wrong (HTTP ' + r.status + ').';
+  if (r.retryAfter) text += ' Try again in ' + r.retryAfter + ' s.';
+  return text;
+}
+
+export const sessionPath = (sid, ...rest) =>
+  '/v1/sessions/' + [sid, ...rest].map(encodeURIComponent).join('/');

@@ -1,0 +1,435 @@
+// The chat page: sign-in, the conversation list, sending, following a turn's stream, and the
+// controls (Stop, Retry, confirmations, options). State lives in `S`; the DOM is drawn by
+// transcript.js, confirm.js and sessions.js.
+
+import { auth, errorText, request, sessionPath } from './api.js';
+import { expireConfirm, removeConfirm, showConfirm } from './confirm.js';
+import { renderSessions } from './sessions.js';
+import { followTurn } from './stream.js';
+import * as T from './transcript.js';
+
+const $ = (id) => document.getElementById(id);
+const SID_KEY = 'parley_session';
+const PROGRESS = {
+  received: 'Starting…',
+  building_context: 'Thinking…',
+  calling_model: 'Writing…',
+  executing_tools: 'Looking that up…',
+  awaiting_confirmation: 'Waiting for your confirmation',
+  awaiting_input: 'Waiting for your answer',
+  executing_action: 'Sending…',
+};
+
+const S = {
+  demoUsers: [],
+  sid: null, lastSeq: 0, sessions: [],
+  follow: null, turnId: null, turnFromSeq: 0, busy: false,
+  options: null, replacing: null, openGen: 0,
+};
+
+/* ---------- status line ---------- */
+
+function status(text, kind) {
+  const s = $('status');
+  s.textContent = text || '';
+  s.dataset.kind = kind || '';
+}
+
+function setBusy(on) {
+  S.busy = on;
+  $('send').disabled = on;
+  $('stop').hidden = !on;
+}
+
+function fail(r) {
+  if (r.status === 401) return signOut('Your sign-in is no longer valid. Please sign in again.');
+  status(errorText(r), 'error');
+}
+
+/* ---------- sign-in ---------- */
+
+async function boot() {
+  const config = await request('GET', '/web/config');
+  if (config.ok) {
+    S.demoUsers = config.data.demo_users || [];
+    T.view.turnLink = config.data.turn_link_template;
+  }
+  if (auth.token) enterApp();
+  else showSignIn('');
+}
+
+function showSignIn(message) {
+  $('app').hidden = true;
+  $('sign-out').hidden = true;
+  $('menu').hidden = true;
+  $('whoami').textContent = '';
+  $('signin').hidden = false;
+  $('signin-error').textContent = message || '';
+  const list = $('demo-users');
+  list.textContent = '';
+  for (const u of S.demoUsers) {
+    const b = T.el('button', 'demo-user');
+    b.type = 'button';
+    b.dataset.userId = u.user_id;
+    b.append(T.el('span', 'demo-name', u.display_name), T.el('span', 'demo-tenant', u.tenant_id));
+    b.addEventListener('click', () => signInAs(u));
+    const li = T.el('li');
+    li.append(b);
+    list.append(li);
+  }
+  $('demo-signin').hidden = S.demoUsers.length === 0;
+  (list.querySelector('button') || $('token')).focus();
+}
+
+async function signInAs(u) {
+  const r = await request('POST', '/dev/sign-in/' + encodeURIComponent(u.tenant_id) + '/' + encodeURIComponent(u.user_id));
+  if (!r.ok) {
+    $('signin-error').textContent = errorText(r);
+    return;
+  }
+  auth.save(r.data.token, r.data.user.display_name);
+  enterApp();
+}
+
+async function signInWithToken(event) {
+  event.preventDefault();
+  const token = $('token').value.trim();
+  if (!token) return;
+  auth.save(token, '');
+  const r = await request('GET', '/v1/sessions');
+  if (!r.ok) {
+    auth.clear();
+    $('signin-error').textContent = r.status === 401
+      ? 'That token was not accepted. Check it and try again.' : errorText(r);
+    return;
+  }
+  $('token').value = '';
+  enterApp();
+}
+
+function signOut(message) {
+  stopFollowing();
+  auth.clear();
+  sessionStorage.removeItem(SID_KEY);
+  S.sid = null;
+  T.clear();
+  removeConfirm();
+  status('');
+  showSignIn(message);
+}
+
+async function enterApp() {
+  $('signin').hidden = true;
+  $('app').hidden = false;
+  $('sign-out').hidden = false;
+  $('menu').hidden = false;
+  $('whoami').textContent = auth.name ? 'Signed in as ' + auth.name : 'Signed in';
+  const remembered = sessionStorage.getItem(SID_KEY);
+  await loadSessions();
+  if (remembered && S.sessions.some((s) => s.id === remembered)) await openSession(remembered);
+  else newConversation();
+}
+
+/* ---------- conversations ---------- */
+
+async function loadSessions() {
+  const r = await request('GET', '/v1/sessions');
+  if (!r.ok) return fail(r);
+  S.sessions = r.data.sessions || [];
+  drawSessions();
+}
+
+function drawSessions() {
+  renderSessions(S.sessions, S.sid, { open: openSession, remove: deleteSession });
+}
+
+function newConversation() {
+  stopFollowing();
+  S.openGen += 1;
+  Object.assign(S, { sid: null, lastSeq: 0, turnId: null, options: null, replacing: null });
+  sessionStorage.removeItem(SID_KEY);
+  T.clear();
+  removeConfirm();
+  status('');
+  setBusy(false);
+  drawSessions();
+  closeMenu();
+  $('input').focus();
+}
+
+async function openSession(sid) {
+  stopFollowing();
+  const gen = ++S.openGen;
+  Object.assign(S, { sid, lastSeq: 0, turnId: null, options: null, replacing: null });
+  sessionStorage.setItem(SID_KEY, sid);
+  T.clear();
+  removeConfirm();
+  status('');
+  setBusy(false);
+  drawSessions();
+  closeMenu();
+  const r = await request('GET', sessionPath(sid));
+  if (gen !== S.openGen) return;
+  if (!r.ok) return fail(r);
+  await syncMessages(0);
+  if (gen !== S.openGen) return;
+  S.lastSeq = Math.max(S.lastSeq, r.data.last_seq || 0);
+  const active = r.data.active_turn;
+  // A turn still running, or resting on a card: replay its stream from the start.
+  if (active) follow(active.id, sessionPath(sid, 'turns', active.id, 'events'), active.user_seq, null);
+  else offerRetry();
+}
+
+async function deleteSession(sid) {
+  const r = await request('DELETE', sessionPath(sid));
+  if (!r.ok && r.status !== 404) return fail(r);
+  S.sessions = S.sessions.filter((s) => s.id !== sid);
+  if (S.sid === sid) newConversation();
+  else drawSessions();
+  status('Conversation deleted.');
+}
+
+// Draw the stored messages after `fromSeq` (paged); their status, times and badges are the
+// server's, replacing whatever streamed.
+async function syncMessages(fromSeq) {
+  const sid = S.sid;
+  let after = fromSeq;
+  for (;;) {
+    const r = await request('GET', sessionPath(sid, 'messages') + '?after_seq=' + after + '&limit=200');
+    if (sid !== S.sid) return;
+    if (!r.ok) return fail(r);
+    const messages = r.data.messages || [];
+    for (const m of messages) {
+      T.showMessage(m);
+      S.lastSeq = Math.max(S.lastSeq, m.seq);
+      after = m.seq;
+    }
+    if (messages.length < 200) return;
+  }
+}
+
+/* ---------- sending ---------- */
+
+async function send(text, interactionValue) {
+  text = (text || '').trim();
+  if (!text || S.busy) return;
+  status('');
+  $('send').disabled = true;
+  if (!S.sid) {
+    const created = await request('POST', '/v1/sessions');
+    if (!created.ok) { $('send').disabled = false; return fail(created); }
+    S.sid = created.data.id;
+    sessionStorage.setItem(SID_KEY, S.sid);
+  }
+  const body = { client_message_id: crypto.randomUUID(), text, expected_last_seq: S.lastSeq };
+  if (interactionValue !== undefined) body.interaction_value = interactionValue;
+  const r = await request('POST', sessionPath(S.sid, 'messages'), body);
+  $('send').disabled = S.busy;
+  if (r.status === 202 || r.status === 200) {
+    $('input').value = '';
+    $('followups').textContent = '';
+    removeConfirm(); // a new message supersedes a waiting card
+    document.querySelectorAll('.retry').forEach((b) => b.remove());
+    T.showMessage(r.data.message);
+    S.lastSeq = Math.max(S.lastSeq, r.data.message.seq);
+    const sameTurn = r.data.turn_id === S.turnId; // an answer to a waiting specialist
+    follow(r.data.turn_id, r.data.events_url, r.data.message.seq, sameTurn ? S.follow?.lastEventId : null);
+    loadSessions(); // a new conversation gets its title from this message
+    return;
+  }
+  if (r.error && r.error.code === 'stale_view') {
+    await syncMessages(S.lastSeq); // another tab moved on: catch up, keep the draft
+    status('The conversation changed in another window; it is up to date now. Press Send again.', 'error');
+    return;
+  }
+  fail(r);
+}
+
+/* ---------- following a turn ---------- */
+
+function stopFollowing() {
+  if (S.follow) S.follow.abort();
+  S.follow = null;
+}
+
+function follow(turnId, url, fromSeq, after) {
+  stopFollowing();
+  S.turnId = turnId;
+  S.turnFromSeq = fromSeq;
+  setBusy(true);
+  const gen = S.openGen;
+  const current = followTurn(url, {
+    event: (type, data, fromScratch) => onEvent(turnId, type, data, fromScratch),
+    connection: (state, outcome, detail) => {
+      if (current !== S.follow) return;
+      if (state === 'reconnecting') status('Connection lost. Reconnecting…', 'warning');
+      else if (state === 'live' && $('status').dataset.kind === 'warning') status('');
+      else if (state === 'closed') afterTurn(outcome, detail, gen);
+    },
+  }, after);
+  S.follow = current;
+}
+
+async function afterTurn(outcome, detail, gen) {
+  setBusy(false);
+  T.endStreaming();
+  if (outcome === 'fatal' && detail) fail(detail);
+  if (S.options) { T.attachOptions(S.options); S.options = null; }
+  await syncMessages(S.turnFromSeq);
+  if (gen !== S.openGen) return;
+  if (outcome !== 'paused') offerRetry();
+  loadSessions();
+}
+
+function onEvent(turnId, type, d, fromScratch) {
+  switch (type) {
+    case 'state':
+      if (PROGRESS[d.state]) status(PROGRESS[d.state], 'progress');
+      return false;
+    case 'delta': {
+      T.appendDelta(d.message_id, d.text, turnId, fromScratch, S.replacing);
+      S.replacing = null;
+      return false;
+    }
+    case 'reset': T.resetMessage(d.message_id); return false;
+    case 'tool': T.toolChip(turnId, d); return false;
+    case 'warning': T.notice(d.message, 'warning'); return false;
+    case 'confirmation_required':
+      T.endStreaming(); // the proposal's words are whole; only the card waits
+      status('');
+      showConfirm(d.action, resolveAction);
+      return false;
+    case 'confirmation_resolved':
+      removeConfirm();
+      T.notice(d.action.status === 'declined' ? 'You declined: ' + d.action.summary
+        : d.action.status === 'expired' ? 'Expired: ' + d.action.summary
+          : 'You confirmed: ' + d.action.summary);
+      return false;
+    case 'clarification':
+      S.options = T.options(turnId, d, (o) => send(o.value));
+      return false;
+    case 'interaction':
+      S.options = T.options(turnId, d, (o) => send(o.label, o.value));
+      return false;
+    case 'retracted': T.retract(d.message_id, d.replacement_text); return false;
+    case 'followups': drawFollowups(d.suggestions || []); return false;
+    case 'citations': T.citations(d); return false;
+    case 'artifact': T.fileCard(d, download); return false;
+    case 'subagent':
+      if (d.phase === 'start') T.notice(d.name + ' is helping with this.', 'info');
+      return false;
+    case 'done':
+    case 'cancelled':
+      T.showMessage(d.message);
+      S.lastSeq = Math.max(S.lastSeq, d.message.seq || 0);
+      status(type === 'cancelled' ? 'You stopped this answer.' : '');
+      return true;
+    case 'error':
+      status(d.message, 'error');
+      return true;
+    default:
+      return false;
+  }
+}
+
+function drawFollowups(suggestions) {
+  const box = $('followups');
+  box.textContent = '';
+  for (const text of suggestions) {
+    const chip = T.el('button', 'chip', text);
+    chip.type = 'button';
+    chip.addEventListener('click', () => send(text));
+    box.append(chip);
+  }
+}
+
+/* ---------- controls ---------- */
+
+async function resolveAction(actionId, verb) {
+  const r = await request('POST', sessionPath(S.sid, 'actions', actionId, verb));
+  if (r.status === 202) {
+    status('');
+    // The waiting turn goes on: follow its stream after the last event shown.
+    if (S.turnId) follow(S.turnId, sessionPath(S.sid, 'turns', S.turnId, 'events'), S.turnFromSeq, S.follow?.lastEventId ?? null);
+    return true;
+  }
+  if (r.error && r.error.code === 'action_expired') { expireConfirm(); return true; }
+  if (r.error && r.error.code === 'action_resolved') { removeConfirm(); await openSession(S.sid); return true; }
+  fail(r);
+  return false;
+}
+
+// Retry belongs on the latest answer when it was cut short (incomplete or stopped).
+function offerRetry() {
+  document.querySelectorAll('.retry').forEach((b) => b.remove());
+  const answers = [...document.querySelectorAll('#transcript .msg-assistant[data-seq]')];
+  const last = answers.sort((a, b) => Number(a.dataset.seq) - Number(b.dataset.seq)).pop();
+  if (!last || !['incomplete', 'cancelled'].includes(last.dataset.status) || !last.dataset.turnId) return;
+  const button = T.el('button', 'retry', 'Retry');
+  button.type = 'button';
+  button.setAttribute('aria-label', 'Retry this answer');
+  button.addEventListener('click', () => retry(last, button));
+  last.querySelector('.meta').append(button);
+}
+
+async function retry(answer, button) {
+  button.disabled = true;
+  const r = await request('POST', sessionPath(S.sid, 'turns', answer.dataset.turnId, 'retry'));
+  if (r.status !== 202) { button.disabled = false; return fail(r); }
+  button.remove();
+  status('');
+  S.replacing = answer; // the new answer takes this one's place
+  follow(r.data.turn_id, r.data.events_url, r.data.message.seq, null);
+}
+
+async function stop() {
+  if (!S.turnId) return;
+  const r = await request('POST', sessionPath(S.sid, 'turns', S.turnId, 'cancel'));
+  if (r.status === 202) status('Stopping…', 'progress');
+  else if (!(r.error && r.error.code === 'turn_finished')) fail(r);
+}
+
+async function download(file) {
+  const res = await fetch(sessionPath(S.sid, 'files', file.file_id), {
+    headers: { Authorization: 'Bearer ' + auth.token },
+  }).catch(() => null);
+  if (!res || !res.ok) return status('The file could not be downloaded.', 'error');
+  const url = URL.createObjectURL(await res.blob());
+  const a = T.el('a');
+  a.href = url;
+  a.download = file.name;
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 10000);
+}
+
+/* ---------- narrow screens: the list is a panel behind a button ---------- */
+
+function closeMenu() {
+  document.body.classList.remove('menu-open');
+  $('menu').setAttribute('aria-expanded', 'false');
+}
+
+$('menu').addEventListener('click', () => {
+  const open = document.body.classList.toggle('menu-open');
+  $('menu').setAttribute('aria-expanded', String(open));
+});
+
+/* ---------- wiring ---------- */
+
+$('token-form').addEventListener('submit', signInWithToken);
+$('sign-out').addEventListener('click', () => signOut(''));
+$('new-session').addEventListener('click', newConversation);
+$('stop').addEventListener('click', stop);
+$('composer').addEventListener('submit', (e) => { e.preventDefault(); send($('input').value); });
+$('input').addEventListener('keydown', (e) => {
+  // Enter sends; Shift+Enter is a new line; Enter that ends an IME composition is not a send.
+  if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
+    e.preventDefault();
+    send($('input').value);
+  }
+});
+setInterval(drawSessions, 30000); // keep "5 min ago" true
+
+boot();

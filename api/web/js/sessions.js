@@ -1,0 +1,45 @@
+// The conversation list: titled by the first message, newest activity first, empty ones
+// hidden (except the one open), each with a two-step delete.
+
+import { el, relative } from './transcript.js';
+
+const activity = (s) => s.last_activity_at || s.created_at;
+
+export function renderSessions(sessions, openId, actions) {
+  const list = document.getElementById('sessions');
+  const focused = document.activeElement && list.contains(document.activeElement)
+    ? document.activeElement.closest('li')?.dataset.sid : null;
+  list.textContent = '';
+  const shown = sessions
+    .filter((s) => s.title || s.id === openId)
+    .sort((a, b) => new Date(activity(b)) - new Date(activity(a)));
+  if (!shown.length) list.append(el('li', 'sessions-empty', 'No conversations yet.'));
+  for (const s of shown) {
+    const li = el('li', s.id === openId ? 'session active' : 'session');
+    li.dataset.sid = s.id;
+    const open = el('button', 'session-open');
+    open.type = 'button';
+    if (s.id === openId) open.setAttribute('aria-current', 'true');
+    open.append(el('span', 'session-title', s.title || 'New conversation'));
+    const when = el('time', 'session-time', relative(activity(s)));
+    when.dateTime = activity(s);
+    open.append(when);
+    open.addEventListener('click', () => actions.open(s.id));
+    const remove = el('button', 'session-delete', '×');
+    remove.type = 'button';
+    remove.setAttribute('aria-label', 'Delete conversation: ' + (s.title || 'New conversation'));
+    remove.addEventListener('click', () => {
+      if (remove.dataset.armed) return actions.remove(s.id);
+      remove.dataset.armed = 'true';
+      remove.textContent = 'Delete?';
+      remove.setAttribute('aria-label', 'Press again to delete: ' + (s.title || 'New conversation'));
+    });
+    remove.addEventListener('blur', () => {
+      delete remove.dataset.armed;
+      remove.textContent = '×';
+    });
+    li.append(open, remove);
+    list.append(li);
+  }
+  if (focused) list.querySelector(`li[data-sid="${CSS.escape(focused)}"] .session-open`)?.focus();
+}

@@ -1,0 +1,160 @@
+"""Driving the chat page as a user does, for the browser tests: a real headless Chromium
+(Debian's, at /usr/bin/chromium; Playwright's own download is not used) against a real API.
+
+Every wait is one of Playwright's auto-waiting expectations on what the page shows.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from playwright.async_api import Browser, BrowserContext, Locator, Page, async_playwright, expect
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+TIMEOUT_MS = 20_000  # a whole turn (Temporal workflow + streamed reply) fits well inside
+expect.set_options(timeout=TIMEOUT_MS)
+# Git-ignored (under .data/); the README shows two of them, copied to docs/.
+SCREENSHOTS = Path(__file__).resolve().parent.parent / ".data" / "screenshots"
+DESKTOP = {"width": 1280, "height": 800}
+PHONE = {"width": 390, "height": 844}
+AXE = "/static/vendor/axe-core/axe.min.js"
+STORED = re.compile(r"^\d+$")  # a bubble with a seq shows a stored message
+
+# Records every text an assistant bubble showed while it streamed, so a test can tell a
+# streamed reply from one painted in one go, and see that no text was shown twice.
+WATCH_STREAMING = """() => {
+  window.__streamed = {};
+  const seen = (b) => {
+    if (!b.classList.contains('streaming')) return;
+    const rec = window.__streamed[b.dataset.messageId] ||= { snapshots: [] };
+    rec.snapshots.push(b.querySelector('.body').textContent.trim());
+  };
+  new MutationObserver((records) => {
+    for (const r of records) {
+      const node = r.target.nodeType === 1 ? r.target : r.target.parentElement;
+      const bubble = node && node.closest && node.closest('#transcript .msg-assistant');
+      if (bubble) seen(bubble);
+    }
+  }).observe(document.getElementById('transcript'), {
+    subtree: true, childList: true, characterData: true, attributes: true,
+    attributeFilter: ['class'],
+  });
+}"""
+
+
+@dataclass
+class Tab:
+    page: Page
+    context: BrowserContext
+    errors: list[str] = field(default_factory=list)
+    dialogs: list[str] = field(default_factory=list)
+
+    def assert_clean(self) -> None:
+        assert self.errors == [], f"uncaught errors in the page: {self.errors}"
+        assert self.dialogs == [], f"the page opened dialogs: {self.dialogs}"
+
+
+@pytest_asyncio.fixture(scope="module")
+async def browser() -> AsyncIterator[Browser]:
+    if not CHROMIUM.exists():
+        pytest.fail(
+            f"{CHROMIUM} is missing: the browser tests need Debian's Chromium. "
+            "Run `make browser` (installs it with apt-get), then run the tests again."
+        )
+    async with async_playwright() as pw:
+        chromium = await pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            yield chromium
+        finally:
+            await chromium.close()
+
+
+def opener(browser: Browser) -> Callable[..., Any]:
+    """`await open_tab(base_url, viewport)` -> a fresh profile (empty storage) on the page."""
+
+    async def open_tab(base_url: str, viewport: dict[str, int] = DESKTOP) -> Tab:
+        context = await browser.new_context(base_url=base_url, viewport=viewport)
+        context.set_default_timeout(TIMEOUT_MS)
+        page = await context.new_page()
+        tab = Tab(page, context)
+        page.on("pageerror", lambda exc: tab.errors.append(str(exc)))
+
+        async def on_dialog(dialog: Any) -> None:
+            tab.dialogs.append(dialog.message)
+            await dialog.dismiss()
+
+        page.on("dialog", on_dialog)
+        response = await page.goto("/")
+        assert response is not None and response.status == 200
+        return tab
+
+    return open_tab
+
+
+async def sign_in(page: Page, user_id: str) -> None:
+    """Click the demo sign-in button of `user_id`; waits for the chat to be shown."""
+    await page.locator(f'.demo-user[data-user-id="{user_id}"]').click()
+    await expect(page.locator("#app")).to_be_visible()
+    await expect(page.locator("#input")).to_be_focused()
+
+
+def last_answer(page: Page) -> Locator:
+    return page.locator("#transcript .msg-assistant").last
+
+
+async def send(page: Page, text: str, *, reply_has: str) -> str:
+    """Type a message and press Enter; waits for the whole streamed answer and returns its
+    text."""
+    await page.evaluate(WATCH_STREAMING)
+    answers_before = await page.locator("#transcript .msg-assistant").count()
+    await page.locator("#input").fill(text)
+    await page.locator("#input").press("Enter")
+    await expect(page.locator("#transcript .msg-user").last.locator(".body")).to_have_text(text)
+    await expect(page.locator("#transcript .msg-assistant")).to_have_count(answers_before + 1)
+    return await finished_answer(page, reply_has)
+
+
+async def finished_answer(page: Page, reply_has: str) -> str:
+    answer = last_answer(page)
+    await expect(answer.locator(".body")).to_contain_text(reply_has)
+    await expect(answer).not_to_have_class("streaming")
+    await expect(answer).to_have_attribute("data-seq", STORED)
+    await expect(page.locator("#send")).to_be_enabled()
+    await expect(page.locator("#stop")).to_be_hidden()
+    await expect(page.locator("#status")).not_to_have_attribute("data-kind", "error")
+    text = await answer.locator(".body").text_content()
+    assert text
+    return text.strip()
+
+
+async def streamed_snapshots(page: Page, message_id: str) -> list[str]:
+    record = await page.evaluate("id => window.__streamed && window.__streamed[id]", message_id)
+    return list(record["snapshots"]) if record else []
+
+
+async def screenshot(page: Page, name: str) -> Path:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"{name}.png"
+    await page.screenshot(path=str(path))
+    assert path.stat().st_size > 0
+    return path
+
+
+async def serious_accessibility_violations(page: Page) -> list[dict[str, Any]]:
+    """axe-core, run in the page (it is served from the page's own origin, as the page's
+    Content-Security-Policy allows): the violations of impact serious or critical."""
+    if not await page.evaluate("() => typeof window.axe === 'object'"):
+        await page.add_script_tag(url=AXE)
+    result = await page.evaluate("async () => (await window.axe.run(document)).violations")
+    return [
+        {"id": v["id"], "impact": v["impact"], "nodes": [n["target"] for n in v["nodes"]]}
+        for v in result
+        if v["impact"] in ("serious", "critical")
+    ]
