@@ -6,6 +6,8 @@ Every wait is one of Playwright's auto-waiting expectations on what the page sho
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import re
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -158,3 +160,43 @@ async def serious_accessibility_violations(page: Page) -> list[dict[str, Any]]:
         for v in result
         if v["impact"] in ("serious", "critical")
     ]
+
+
+class DroppingRelay:
+    """A TCP relay in front of the API whose open connections a test can cut at once, as a
+    network drop does (Chromium's offline emulation leaves a stream already open untouched)."""
+
+    def __init__(self, upstream: str) -> None:
+        host, port = upstream.removeprefix("http://").split(":")
+        self._upstream = (host, int(port))
+        self._links: set[asyncio.StreamWriter] = set()
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> str:
+        self._server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
+        port = self._server.sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{port}"
+
+    async def stop(self) -> None:
+        self.cut()
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    def cut(self) -> None:
+        for writer in self._links:
+            writer.transport.abort()
+        self._links.clear()
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(*self._upstream)
+        self._links.update((writer, up_writer))
+
+        async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(ConnectionError, OSError):
+                while data := await source.read(65536):
+                    sink.write(data)
+                    await sink.drain()
+            sink.transport.abort()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
