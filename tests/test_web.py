@@ -30,6 +30,7 @@ from tests.webpage import (
     streamed_snapshots,
 )
 
+
 @pytest.fixture
 def open_tab(browser: Browser) -> Callable[..., Any]:  # noqa: F811
     return opener(browser)
@@ -122,9 +123,7 @@ async def test_priya_holds_the_reference_conversation_through_the_page(
     if width == "phone":
         await page.locator("#menu").click()
     await expect(listed).to_have_text("Where is my order?")
-    await expect(page.locator("#sessions .session.active .session-time")).to_have_text(
-        "just now"
-    )
+    await expect(page.locator("#sessions .session.active .session-time")).to_have_text("just now")
     await screenshot(page, shot + "7-conversations")
     assert len(await emails(northwind)) == before + 1
     tab.assert_clean()

@@ -16,11 +16,12 @@ from temporalio.client import Client
 
 from gateway.base import ModelRequest
 from parley.config import Settings
+from tests.client import ParleyClient
 from tests.models import ControlledModel
-from tests.toolkit import Stack, emails, own_stack
+from tests.toolkit import Stack, emails, own_stack, wait_for_stored_state
 from tests.webpage import (
-    DroppingRelay,
     WATCH_STREAMING,
+    DroppingRelay,
     browser,  # noqa: F401  (the module's browser fixture)
     finished_answer,
     last_answer,
@@ -125,9 +126,7 @@ async def test_a_reload_mid_stream_resumes_the_answer_whole(
     await streaming_shows(page, "word5 ")
     await page.reload()
     # The same tab reopens its conversation and follows the turn from the event log.
-    await expect(page.locator("#transcript .msg-user .body")).to_have_text(
-        ["A long answer please"]
-    )
+    await expect(page.locator("#transcript .msg-user .body")).to_have_text(["A long answer please"])
     text = await finished_answer(page, "word69")
     assert text == LONG
     await expect(page.locator("#transcript .msg-assistant")).to_have_count(1)
@@ -220,3 +219,22 @@ async def test_stop_keeps_the_partial_answer_and_retry_replaces_it_in_place(
     assert await answers.get_attribute("data-message-id") != stopped_id
     await expect(page.locator("#transcript .badge")).to_have_count(0)
     await expect(page.locator("#transcript .retry")).to_have_count(0)
+
+
+async def test_deleting_a_conversation_cancels_its_running_turn(
+    stack: WebStack,
+    replies: Callable[[dict[str, str]], None],
+    tokens: dict[str, str],
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    replies({"long": LONG})
+    priya = ParleyClient(stack.url, tokens["priya"])
+    try:
+        sid = await priya.new_session()
+        turn_id = (await priya.post(sid, "A long answer please")).json()["turn_id"]
+        await wait_for_stored_state(sessions, turn_id, ["calling_model"], timeout=20)
+        assert (await priya.http.delete(f"/v1/sessions/{sid}")).status_code == 204
+        await wait_for_stored_state(sessions, turn_id, ["cancelled"], timeout=20)
+        assert (await priya.http.get(f"/v1/sessions/{sid}/turns/{turn_id}")).status_code == 404
+    finally:
+        await priya.aclose()
