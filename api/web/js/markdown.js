@@ -6,6 +6,8 @@ import markdownit from '../vendor/markdown-it/markdown-it.esm.min.mjs';
 import DOMPurify from '../vendor/dompurify/purify.es.mjs';
 
 const md = markdownit({ html: false, linkify: true, breaks: true });
+// A masked address (p***@example.com) is not a link.
+md.linkify.set({ fuzzyEmail: false });
 
 const PURIFY = {
   // No images (tracking pixels) or forms in an answer; links only.

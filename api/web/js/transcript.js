@@ -178,7 +178,7 @@ export function toolChip(turnId, d) {
     box.append(chip);
   }
   chip.dataset.phase = d.phase;
-  const label = d.label || d.name;
+  const label = (d.label || d.name).replace(/…$/, '');
   if (d.phase === 'start') {
     chip.textContent = label;
     chip.prepend(el('span', 'spinner'));
