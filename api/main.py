@@ -10,6 +10,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from api import errors
+from api.body_limit import BodyLimit
 from api.deps import TemporalConnector
 from api.routes import actions, admin, ops, sessions, turns
 from api.streaming import EventHub, StreamRegistry
@@ -58,6 +59,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     errors.install(app)
+    # Outermost of ours: a body is refused before routing, authentication or parsing.
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.include_router(sessions.router)
     app.include_router(turns.router)
     app.include_router(actions.router)

@@ -39,6 +39,9 @@ class Settings(BaseSettings):
 
     # Contract limits.
     max_message_chars: int = 8000
+    # Any request body over this is refused (413) before it is read or parsed. The longest
+    # message, every character escaped as a JSON surrogate pair, still fits.
+    max_body_bytes: int = 128 * 1024
 
     # Streaming: deltas are coalesced into frames of this many milliseconds.
     stream_frame_ms: int = 40
