@@ -42,6 +42,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             sessions=sessions,
             cancel_turn=cancel_abandoned,
             max_per_user=settings.max_streams_per_user,
+            lease_s=settings.stream_lease_s,
             grace_s=settings.stream_grace_s,
         )
         await app.state.hub.start()

@@ -30,6 +30,9 @@ class TenantConfig(BaseModel):
     tool_allowlist: list[str] | None = None
     # User messages accepted per tenant per UTC day; None is unlimited.
     daily_cap: int | None = Field(default=None, ge=0)
+    # User messages accepted per user of this tenant per UTC day; None: the deployment's
+    # `PARLEY_USER_DAILY_MESSAGES`.
+    user_daily_cap: int | None = Field(default=None, ge=0)
 
     def offered(self, name: str) -> bool:
         return self.tool_allowlist is None or name in self.tool_allowlist

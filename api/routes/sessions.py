@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Query
 
-from api.deps import CurrentUser, DbSession
+from api.deps import AppSettings, CurrentUser, DbSession
 from api.errors import answers
 from api.schemas import MessageList, SessionDetail, SessionList, SessionOut
-from parley.errors import NotFound
+from parley.errors import NotFound, RateLimited
 from parley.wire import MessageView
 from store import actions, slots
 from store import sessions as store_sessions
@@ -19,10 +19,11 @@ MAX_SEQ = 2**31 - 1
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"], responses=answers())
 
 
-@router.post("", status_code=201)
-async def create_session(db: DbSession, user: CurrentUser) -> SessionOut:
+@router.post("", status_code=201, responses=answers(RateLimited))
+async def create_session(db: DbSession, user: CurrentUser, settings: AppSettings) -> SessionOut:
     """Start a new, empty conversation."""
-    session = await store_sessions.create_session(db, owner=user)
+    per_day = settings.max_sessions_per_user_per_day
+    session = await store_sessions.create_session(db, owner=user, per_day=per_day)
     await db.commit()
     return SessionOut.from_row(session)
 
