@@ -20,6 +20,7 @@ process that dies stops renewing, and its leases lapse.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from sqlalchemy import delete, func, select, text, update
@@ -42,7 +43,14 @@ RESTING = (TurnState.awaiting_confirmation,)
 async def admit_turn(
     db: AsyncSession, *, owner: Identity, tenant: Tenant | None, limits: Limits
 ) -> None:
-    """Refuse a post that would go over a limit, counting it against the windowed ones."""
+    """Refuse a post that would go over a limit, counting it against the windowed ones.
+    The tenant's configuration, where it sets a limit, overrides the deployment's."""
+    config = TenantConfig.model_validate((tenant.config if tenant is not None else None) or {})
+    limits = replace(
+        limits,
+        active_turns_per_user=config.max_active_turns_per_user or limits.active_turns_per_user,
+        user_per_minute=config.user_requests_per_minute or limits.user_per_minute,
+    )
     await _check_running_turns(db, owner=owner, limits=limits)
     now = await _now(db)
     minute = now.replace(second=0, microsecond=0)
@@ -62,7 +70,6 @@ async def admit_turn(
                 retry_after_s=_until(now, minute + timedelta(minutes=1)),
             ),
         )
-    config = TenantConfig.model_validate((tenant.config if tenant is not None else None) or {})
     user_cap = config.user_daily_cap if config.user_daily_cap is not None else limits.user_per_day
     day = now.replace(hour=0, minute=0, second=0, microsecond=0)
     for who, scope, subject, cap in (
