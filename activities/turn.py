@@ -43,7 +43,7 @@ from parley.statuses import FinalizeOutcome, FinishReason
 from parley.tools import args_hash
 from parley.wire import DeltaData, ResetData
 from store import turns
-from store.events import append_event
+from store.events import append_event, withdraw_turn_text
 from store.models import Action, ModelCall, TurnEvent
 
 
@@ -251,6 +251,9 @@ class TurnActivities:
                     # Code's own words get their own message id: the model call's message
                     # may already hold its tool calls. A retraction replaces the streamed one.
                     message_id = override_message_id(model_call_id=call.id)
+            if inp.retract:
+                # In the same commit as `retracted`: no replay after it serves the old words.
+                await withdraw_turn_text(db, turn_id=inp.turn_id)
             message = await turns.complete_turn(
                 db,
                 turn_id=inp.turn_id,
