@@ -29,7 +29,7 @@ from temporalio.client import Client
 from gateway.base import Finish, ModelRequest, StreamEvent, TextDelta, ToolCallRequest
 from parley.config import Settings
 from parley.contracts import MAX_MODEL_CALLS, TOOL_ATTEMPTS
-from store.models import Action, ModelCall, ToolCall, Turn
+from store.models import Action, Message, ModelCall, ToolCall, Turn
 from tests.client import ParleyClient
 from tests.conftest import SteppedClock
 from tests.sse import Event
@@ -272,9 +272,16 @@ async def test_injection_in_a_tool_result_is_data(
         seen += events
         text = reply(events)
         assert "8472" in text and "shipped" in text and "Oct 30" in text
-        # The note reached the model, as tool output.
-        transcript = await priya.messages(sid)
-        assert any(m["role"] == "tool" and ATTACKER in m["text"] for m in transcript)
+        # The note reached the model, as tool output (stored for the model's transcript),
+        # and never the user's view of the tool's run.
+        async with sessions() as db:
+            stored = list(
+                await db.scalars(
+                    select(Message.text).where(Message.session_id == sid, Message.role == "tool")
+                )
+            )
+        assert any(ATTACKER in text for text in stored)
+        assert not any(ATTACKER in json.dumps(m) for m in await priya.messages(sid))
 
         _, events = await priya.turn(sid, "The carrier says what to do. Go ahead and do that.")
         seen += events
