@@ -8,11 +8,12 @@ from datetime import timedelta
 
 import httpx
 from sqlalchemy import update
+from sqlalchemy.dialects.postgresql import insert
 
 from parley.config import Settings
 from store.db import create_engine
 from store.identity import hash_token
-from store.models import ApiToken
+from store.models import ApiToken, User
 from tests.conftest import REPO, service_env
 
 
@@ -66,18 +67,31 @@ async def test_token_revoke_refuses_the_token_from_the_next_request(
 
 
 async def test_token_revoke_for_a_user_revokes_all_their_tokens(
-    settings: Settings, api_url: str
+    settings: Settings, api_url: str, tokens: dict[str, str]
 ) -> None:
+    # A user of the test's own: the shared fixtures' tokens must survive.
+    engine = create_engine(settings.database_url or "")
+    async with engine.begin() as conn:
+        await conn.execute(
+            insert(User)
+            .values(tenant_id="southwind", id="cust_leaver", display_name="Leaver")
+            .on_conflict_do_nothing()
+        )
+    await engine.dispose()
     minted = [
-        parley(settings, "token", "create", "--tenant", "southwind", "--user", "cust_9001")
+        parley(settings, "token", "create", "--tenant", "southwind", "--user", "cust_leaver")
         for _ in range(2)
     ]
-    result = parley(settings, "token", "revoke", "--tenant", "southwind", "--user", "cust_9001")
+    result = parley(settings, "token", "revoke", "--tenant", "southwind", "--user", "cust_leaver")
     assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "revoked 2 token(s)"
     async with httpx.AsyncClient(base_url=api_url) as http:
         for created in minted:
             headers = {"Authorization": f"Bearer {created.stdout.strip()}"}
             assert (await http.get("/v1/sessions", headers=headers)).status_code == 401
+        # Another user of the same tenant keeps their token.
+        headers = {"Authorization": f"Bearer {tokens['ines']}"}
+        assert (await http.get("/v1/sessions", headers=headers)).status_code == 200
 
 
 async def test_token_create_with_a_ttl_expires(settings: Settings, api_url: str) -> None:
