@@ -143,6 +143,8 @@ SHARED_STACK_LIMITS: dict[str, Any] = {
     "max_sessions_per_user_per_day": 100_000,
     "user_daily_messages": 0,
 }
+# The same, for tests that post through the store directly as the API would.
+LIFTED_LIMITS = Settings(database_url="postgresql://unused", **SHARED_STACK_LIMITS).limits
 
 
 def own_queue(settings: Settings, prefix: str, **update: Any) -> Settings:
