@@ -83,14 +83,15 @@ def build_worker(
     """Wire the activities to their collaborators; tests pass their own provider, screens,
     queue or the clock the breaker's cooldown is measured on."""
     northwind = build_northwind(settings, http, breaker_clock)
+    input_screen, output_screen = screens or build_screens(settings)
     turn = TurnActivities(
         sessions=sessions,
         providers=ProviderPool(settings, primary=provider, fallback=fallback),
         settings=settings,
         context=ContextBuilder(sessions=sessions, settings=settings, northwind=northwind),
+        output_screen=output_screen,
     )
     tools = ToolActivities(sessions=sessions, northwind=northwind, settings=settings)
-    input_screen, output_screen = screens or build_screens(settings)
     screening = ScreenActivities(
         sessions=sessions, input_screen=input_screen, output_screen=output_screen
     )

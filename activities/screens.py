@@ -47,10 +47,16 @@ class ScreenActivities:
 
     @activity.defn(name="screen_output")
     async def screen_output(self, inp: ScreenInput) -> ScreenResult:
+        """Every text the model produced in this turn reaches the user (what accompanied its
+        tool calls and proposals streamed too), so all of it is screened, not only the last
+        call's; a decline withdraws all of it."""
         async with self._sessions() as db:
-            call = await db.get(ModelCall, inp.model_call_id)
-            assert call is not None
-            text = call.response_text or ""
+            texts = await db.scalars(
+                select(ModelCall.response_text)
+                .where(ModelCall.turn_id == inp.turn_id)
+                .order_by(ModelCall.step)
+            )
+            text = "\n".join(t for t in texts if t)
         verdict = await self._output.check(text)
         tracing.annotate(allowed=verdict.allowed, category=verdict.category)
         if not verdict.allowed:
@@ -76,7 +82,11 @@ class ScreenActivities:
                 )
             )
             asked = await db.get(Message, turn.user_message_id)
-            suggestions = suggest(tools, asked=asked.text if asked else "")
+            suggestions = [
+                s
+                for s in suggest(tools, asked=asked.text if asked else "")
+                if (await self._output.check(s)).allowed
+            ]
             if suggestions:
                 await append_event(
                     db,

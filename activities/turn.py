@@ -7,6 +7,7 @@ already stored and carries on from there rather than doing it twice.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from gateway.errors import ProviderFatal, ProviderRetryable
 from gateway.registry import ProviderPool
 from parley.config import Settings
 from parley.contracts import (
+    TERMINAL_TURN_STATES,
     BuildContextInput,
     BuildContextResult,
     CallModelInput,
@@ -39,12 +41,15 @@ from parley.contracts import (
     TurnState,
 )
 from parley.ids import message_id_for_call, override_message_id, tool_call_row_id
+from parley.screens import RETRACTION_TEXT, Screen
 from parley.statuses import FinalizeOutcome, FinishReason
 from parley.tools import args_hash
-from parley.wire import DeltaData, ResetData
+from parley.wire import DeltaData, ResetData, RetractedData
 from store import turns
-from store.events import append_event
-from store.models import Action, ModelCall, TurnEvent
+from store.events import append_event, withdraw_turn_text
+from store.models import Action, ModelCall, Turn, TurnEvent
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -95,11 +100,13 @@ class TurnActivities:
         providers: ProviderPool,
         settings: Settings,
         context: ContextBuilder,
+        output_screen: Screen | None = None,
     ) -> None:
         self._sessions = sessions
         self._providers = providers
         self._settings = settings
         self._context = context
+        self._output_screen = output_screen
 
     @activity.defn(name="build_context")
     async def build_context(self, inp: BuildContextInput) -> BuildContextResult:
@@ -226,18 +233,47 @@ class TurnActivities:
 
     @activity.defn(name="request_confirmation")
     async def request_confirmation(self, inp: RequestConfirmationInput) -> None:
+        """Rest on the proposal. The text that accompanies it is shown for as long as the
+        user takes to answer, so it is screened here, before the card: a declined text is
+        withdrawn (its deltas blanked, `retracted`) and the safe text stored instead."""
         async with self._sessions() as db:
             call = await db.get(ModelCall, inp.model_call_id)
             action = await db.get(Action, inp.action_id)
-            assert call is not None and action is not None
+            turn = await db.get(Turn, inp.turn_id)
+            assert call is not None and action is not None and turn is not None
+            text = call.response_text or ""
+            resting = turn.state == TurnState.awaiting_confirmation
+            if not resting and turn.state not in TERMINAL_TURN_STATES:
+                if await self._declined_by_screen(db, turn_id=inp.turn_id):
+                    text = RETRACTION_TEXT
+                    await withdraw_turn_text(db, turn_id=inp.turn_id)
+                    retraction = RetractedData(
+                        message_id=message_id_for_call(call.id), replacement_text=text
+                    )
+                    await append_event(
+                        db, turn_id=inp.turn_id, type=EventType.retracted, data=retraction
+                    )
             await turns.rest_awaiting_confirmation(
-                db,
-                turn_id=inp.turn_id,
-                model_call_id=call.id,
-                text=call.response_text or "",
-                action=action,
+                db, turn_id=inp.turn_id, model_call_id=call.id, text=text, action=action
             )
             await db.commit()
+
+    async def _declined_by_screen(self, db: AsyncSession, *, turn_id: str) -> bool:
+        """Whether the output screen declines what the model has said in this turn so far;
+        a screen that errors lets it stand (the output screen fails open)."""
+        if self._output_screen is None:
+            return False
+        texts = await db.scalars(
+            select(ModelCall.response_text)
+            .where(ModelCall.turn_id == turn_id)
+            .order_by(ModelCall.step)
+        )
+        try:
+            verdict = await self._output_screen.check("\n".join(t for t in texts if t))
+        except Exception:
+            log.warning("output screen failed on a proposal of turn %s", turn_id, exc_info=True)
+            return False
+        return not verdict.allowed
 
     @activity.defn(name="finalize_turn")
     async def finalize_turn(self, inp: FinalizeTurnInput) -> str:
@@ -251,6 +287,9 @@ class TurnActivities:
                     # Code's own words get their own message id: the model call's message
                     # may already hold its tool calls. A retraction replaces the streamed one.
                     message_id = override_message_id(model_call_id=call.id)
+            if inp.retract:
+                # In the same commit as `retracted`: no replay after it serves the old words.
+                await withdraw_turn_text(db, turn_id=inp.turn_id)
             message = await turns.complete_turn(
                 db,
                 turn_id=inp.turn_id,

@@ -32,6 +32,7 @@ _DESCRIPTION = {
     403: "Not allowed",
     404: "Not found, or not the caller's",
     409: "Conflicts with the resource's current state",
+    413: "The request body is over the deployment's limit (`api/body_limit.py`)",
     422: "A field breaks the contract",
     429: "A limit is reached; `Retry-After` says when to try again",
 }
@@ -40,10 +41,14 @@ _DESCRIPTION = {
 def answers(*raised: type[errors.ParleyError]) -> dict[int | str, dict[str, Any]]:
     """OpenAPI `responses=` for the domain errors a route can raise, in the error shape.
 
-    401 and 422 come with every authenticated route (the token and the request's fields are
-    checked before any handler runs), so they are always listed.
+    401, 413 and 422 come with every authenticated route (the body's size, the token and the
+    request's fields are checked before any handler runs), so they are always listed.
     """
-    codes: dict[int, list[str]] = {401: ["unauthenticated"], _VALIDATION[0]: [_VALIDATION[1]]}
+    codes: dict[int, list[str]] = {
+        401: ["unauthenticated"],
+        413: ["payload_too_large"],
+        _VALIDATION[0]: [_VALIDATION[1]],
+    }
     for cls in raised:
         codes.setdefault(_status_of_class(cls), []).append(cls.code)
     out: dict[int | str, dict[str, Any]] = {}

@@ -10,6 +10,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from api import errors
+from api.body_limit import BodyLimit
 from api.deps import TemporalConnector
 from api.routes import actions, admin, ops, sessions, turns, web
 from api.streaming import EventHub, StreamRegistry
@@ -41,6 +42,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             sessions=sessions,
             cancel_turn=cancel_abandoned,
             max_per_user=settings.max_streams_per_user,
+            lease_s=settings.stream_lease_s,
             grace_s=settings.stream_grace_s,
         )
         await app.state.hub.start()
@@ -58,6 +60,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     errors.install(app)
+    # Outermost of ours: a body is refused before routing, authentication or parsing.
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.include_router(sessions.router)
     app.include_router(turns.router)
     app.include_router(actions.router)

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from datetime import timedelta
 from typing import Any
@@ -27,8 +27,9 @@ from api.metrics import EVENTS_SENT
 from parley.contracts import TERMINAL_EVENTS, TERMINAL_TURN_STATES, EventType
 from parley.errors import RateLimited
 from parley.wire import event_data
-from store import viewers
+from store import limits, viewers
 from store.events import NOTIFY_CHANNEL, read_events
+from store.identity import Identity
 from store.models import Turn
 
 log = logging.getLogger(__name__)
@@ -149,11 +150,12 @@ async def _finished_before(
 
 
 class StreamRegistry:
-    """This process's open streams: the per-user limit, viewer counts in the store, and the
-    cancellation of turns nobody came back to watch.
+    """This process's open streams: the per-user limit (leases in the store, shared by every
+    API process), viewer counts in the store, and the cancellation of turns nobody came back
+    to watch.
 
     Release never awaits: a stream ends inside a cancelled task when its client hangs up, so
-    the bookkeeping runs in a task of its own.
+    the bookkeeping runs in a task of its own. One task renews this process's leases.
     """
 
     def __init__(
@@ -163,32 +165,64 @@ class StreamRegistry:
         cancel_turn: Callable[[str], Awaitable[None]],
         max_per_user: int,
         grace_s: float,
+        lease_s: float = 60.0,
     ) -> None:
         self._sessions = sessions
         self._cancel_turn = cancel_turn
         self._max_per_user = max_per_user
         self._grace = timedelta(seconds=grace_s)
-        self._open: Counter[tuple[str, str]] = Counter()
+        self._lease_s = lease_s
+        self._leases: set[str] = set()
+        self._renewer: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def reserve(self, owner: tuple[str, str]) -> None:
-        if self._open[owner] >= self._max_per_user:
+    async def reserve(self, owner: Identity) -> str:
+        """A lease on one of the user's open streams, or 429 at the limit."""
+        async with self._sessions() as db:
+            lease = await limits.take_stream_lease(
+                db, owner=owner, limit=self._max_per_user, lease_s=self._lease_s
+            )
+            await db.commit()
+        if lease is None:
             raise RateLimited(
                 f"at most {self._max_per_user} open event streams per user", retry_after_s=1
             )
-        self._open[owner] += 1
+        self._leases.add(lease)
+        if self._renewer is None or self._renewer.done():
+            self._renewer = asyncio.create_task(self._renew_forever())
+        return lease
+
+    async def _renew_forever(self) -> None:
+        while self._leases:
+            await asyncio.sleep(self._lease_s / 3)
+            try:
+                async with self._sessions() as db:
+                    await limits.renew_stream_leases(
+                        db, lease_ids=sorted(self._leases), lease_s=self._lease_s
+                    )
+                    await db.commit()
+            except Exception:
+                log.warning("could not renew stream leases", exc_info=True)
 
     async def attach(self, turn_id: str) -> None:
         async with self._sessions() as db:
             await viewers.attach_viewer(db, turn_id=turn_id)
             await db.commit()
 
-    def release(self, owner: tuple[str, str], turn_id: str | None, *, hung_up: bool) -> None:
-        self._open[owner] -= 1
-        if self._open[owner] <= 0:
-            del self._open[owner]
+    def release(self, lease: str, turn_id: str | None, *, hung_up: bool) -> None:
+        self._leases.discard(lease)
+        self._spawn(self._drop_leases([lease]))
         if turn_id is not None:
             self._spawn(self._detach(turn_id, watch=hung_up))
+
+    async def _drop_leases(self, leases: list[str]) -> None:
+        try:
+            async with self._sessions() as db:
+                await limits.drop_stream_leases(db, lease_ids=leases)
+                await db.commit()
+        except Exception:
+            # They lapse by themselves once they are no longer renewed.
+            log.warning("could not drop stream leases %s", leases, exc_info=True)
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(coro)
@@ -213,6 +247,10 @@ class StreamRegistry:
             log.warning("stream bookkeeping for turn %s failed", turn_id, exc_info=True)
 
     async def close(self) -> None:
+        if self._renewer is not None:
+            self._renewer.cancel()
+        if self._leases:  # this process's streams end with it
+            await self._drop_leases(sorted(self._leases))
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -202,8 +202,13 @@ async def running_stack(token_delay_ms: float) -> AsyncIterator[Stack]:
             "TEMPORAL_ADDRESS": temporal_address,
             "PARLEY_TASK_QUEUE": settings.task_queue,
             "PARLEY_DEMO_TOKEN_DELAY_MS": str(token_delay_ms),
-            # One user drives every concurrent session here; lift the per-user stream limit.
+            # One user drives every concurrent session here; lift the per-user limits.
             "PARLEY_MAX_STREAMS_PER_USER": "1000",
+            "PARLEY_MAX_ACTIVE_TURNS_PER_USER": "100000",
+            "PARLEY_USER_REQUESTS_PER_MINUTE": "1000000",
+            "PARLEY_TENANT_REQUESTS_PER_MINUTE": "1000000",
+            "PARLEY_MAX_SESSIONS_PER_USER_PER_DAY": "1000000",
+            "PARLEY_USER_DAILY_MESSAGES": "0",
             "PARLEY_WORKER_METRICS_PORT": "0",
             "PYTHONUNBUFFERED": "1",
         }

@@ -1,14 +1,27 @@
-"""The operator CLI: `parley token create | migrate | seed | api | worker | demo-backend | dev`."""
+"""The operator CLI: `parley token create | token revoke | migrate | seed | api | worker |
+demo-backend | dev`."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import logging
+import re
 import sys
+from datetime import timedelta
 
-from launch.seeding import create_token, require_database, seed
-from parley.config import get_settings
+from launch.seeding import create_token, require_database, revoke_tokens, seed
+from parley.config import Settings, get_settings
+
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
+
+
+def duration(text: str) -> timedelta:
+    """`90s`, `15m`, `12h`, `30d` (a bare number is seconds)."""
+    match = re.fullmatch(r"([0-9]+)([smhd]?)", text.strip())
+    if match is None or int(match.group(1)) == 0:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (try 30d, 12h, 15m)")
+    return timedelta(**{_UNITS[match.group(2) or "s"]: int(match.group(1))})
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -20,6 +33,15 @@ def build_parser() -> argparse.ArgumentParser:
     create = token_commands.add_parser("create", help="create a token and print it")
     create.add_argument("--tenant", required=True)
     create.add_argument("--user", required=True)
+    create.add_argument(
+        "--ttl", type=duration, default=None, help="expire after this long (30d, 12h, 15m)"
+    )
+    revoke = token_commands.add_parser(
+        "revoke", help="revoke a token (or every token of a user); refused from the next request"
+    )
+    revoke.add_argument("token", nargs="?", help="the token to revoke")
+    revoke.add_argument("--tenant")
+    revoke.add_argument("--user", help="revoke every token of this user (with --tenant)")
 
     commands.add_parser("migrate", help="apply database migrations")
     commands.add_parser("seed", help="insert the Northwind demo tenants and users")
@@ -42,11 +64,13 @@ def main(argv: list[str] | None = None) -> None:
     settings = get_settings()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
 
-    if args.command == "token":
+    if args.command == "token" and args.token_command == "create":
         try:
-            print(asyncio.run(create_token(settings, args.tenant, args.user)))
+            print(asyncio.run(create_token(settings, args.tenant, args.user, args.ttl)))
         except LookupError as exc:
             sys.exit(str(exc))
+    elif args.command == "token":
+        _revoke(settings, args)
     elif args.command == "migrate":
         from store.migrate import upgrade
 
@@ -83,6 +107,17 @@ def main(argv: list[str] | None = None) -> None:
         from launch.dev import run_dev
 
         run_dev(settings)
+
+
+def _revoke(settings: Settings, args: argparse.Namespace) -> None:
+    if (args.token is None) == (args.user is None) or (args.user and not args.tenant):
+        sys.exit("give either a token, or --tenant and --user")
+    revoked = asyncio.run(
+        revoke_tokens(settings, token=args.token, tenant=args.tenant, user=args.user)
+    )
+    if args.token is not None and revoked == 0:
+        sys.exit("no such live token")
+    print(f"revoked {revoked} token(s)")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ once from a command line, not on a request path.
 from __future__ import annotations
 
 import sys
+from datetime import timedelta
 
 from parley.config import Settings
 from store import identity
@@ -19,13 +20,33 @@ def require_database(settings: Settings) -> str:
     return settings.database_url
 
 
-async def create_token(settings: Settings, tenant: str, user: str) -> str:
+async def create_token(
+    settings: Settings, tenant: str, user: str, ttl: timedelta | None = None
+) -> str:
     engine = create_engine(require_database(settings), pool_size=1)
     try:
         async with session_factory(engine)() as db:
-            token = await identity.create_token(db, tenant_id=tenant, user_id=user)
+            token = await identity.create_token(db, tenant_id=tenant, user_id=user, ttl=ttl)
             await db.commit()
             return token
+    finally:
+        await engine.dispose()
+
+
+async def revoke_tokens(
+    settings: Settings, *, token: str | None, tenant: str | None, user: str | None
+) -> int:
+    """Revoke one token, or every token of one user; returns how many were revoked."""
+    engine = create_engine(require_database(settings), pool_size=1)
+    try:
+        async with session_factory(engine)() as db:
+            if token is not None:
+                revoked = int(await identity.revoke_token(db, token=token))
+            else:
+                assert tenant is not None and user is not None
+                revoked = await identity.revoke_user_tokens(db, tenant_id=tenant, user_id=user)
+            await db.commit()
+            return revoked
     finally:
         await engine.dispose()
 

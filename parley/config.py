@@ -6,6 +6,7 @@ Every process (API, worker, CLI, tests) builds it the same way, so a variable se
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -13,6 +14,18 @@ from pydantic import AliasChoices, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The admission limits the store checks (store/limits.py); built from `Settings`."""
+
+    active_turns_per_user: int = 3
+    turn_stale_after_s: float = 600.0
+    user_per_minute: int = 20
+    tenant_per_minute: int = 600
+    sessions_per_user_per_day: int = 200
+    user_per_day: int | None = 500
 
 
 class Settings(BaseSettings):
@@ -43,6 +56,9 @@ class Settings(BaseSettings):
 
     # Contract limits.
     max_message_chars: int = 8000
+    # Any request body over this is refused (413) before it is read or parsed. The longest
+    # message, every character escaped as a JSON surrogate pair, still fits.
+    max_body_bytes: int = 128 * 1024
 
     # Streaming: deltas are coalesced into frames of this many milliseconds.
     stream_frame_ms: int = 40
@@ -55,7 +71,24 @@ class Settings(BaseSettings):
     # A consumer whose socket accepts nothing for this long is dropped (it resumes from the
     # log when it reconnects); it never slows the turn or other streams.
     stream_send_timeout_s: float = 10.0
+    # Open event streams per user across every API process (store/limits.py leases).
     max_streams_per_user: int = 8
+    # A stream's lease lapses this long after its API process stopped renewing it (a crash).
+    stream_lease_s: float = 60.0
+
+    # Abuse limits, kept in PostgreSQL so every API process shares them, checked cheapest
+    # first before a posted message may start any model work (store/limits.py).
+    # Turns of one user running at once (a turn resting on a confirmation does not count,
+    # nor one that has made no progress for `turn_stale_after_s`: its worker is gone).
+    max_active_turns_per_user: int = 3
+    turn_stale_after_s: float = 600.0
+    # Posted messages and retries per minute, per user and per tenant (429 `rate_limited`).
+    user_requests_per_minute: int = 20
+    tenant_requests_per_minute: int = 600
+    # New sessions per user per UTC day.
+    max_sessions_per_user_per_day: int = 200
+    # Messages per user per UTC day (a tenant's `user_daily_cap` overrides it; 0: no cap).
+    user_daily_messages: int = 500
     # Where the worker serves its Prometheus metrics (model calls, tokens); 0 turns it off.
     worker_metrics_port: int = 9464
 
@@ -107,6 +140,17 @@ class Settings(BaseSettings):
     def has_fallback_model(self) -> bool:
         """Whether a fallback model takes over; turns carry the answer in their input."""
         return bool(self.fallback_model_provider)
+
+    @property
+    def limits(self) -> Limits:
+        return Limits(
+            active_turns_per_user=self.max_active_turns_per_user,
+            turn_stale_after_s=self.turn_stale_after_s,
+            user_per_minute=self.user_requests_per_minute,
+            tenant_per_minute=self.tenant_requests_per_minute,
+            sessions_per_user_per_day=self.max_sessions_per_user_per_day,
+            user_per_day=self.user_daily_messages or None,
+        )
 
     @property
     def frame_seconds(self) -> float:

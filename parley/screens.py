@@ -9,12 +9,25 @@ turn closed, an output screen that errors fails open.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-_CARD = re.compile(r"(?<!\d)(?:\d[ -]?){13,19}(?!\d)")
-_EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}")
+_CARD = re.compile(r"(?<!\d)(?:\d[ .\-]?){13,19}(?!\d)")
+# Any address-like run, masked or not: `*` counts as part of a local part here.
+_EMAIL = re.compile(r"[A-Za-z0-9._%+*-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}")
+# The one mask the assistant shows (activities/tools.py): the first character, then `***`.
+_MASKED_LOCAL = re.compile(r"[A-Za-z0-9]\*\*\*")
+# Invisible characters that split a word without showing (soft hyphen, zero-width, marks).
+_INVISIBLE = re.compile("[\u00ad\u034f\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]")
+# Spelled-out addresses: `priya [at] example (dot) com`, `priya at example dot com`.
+_SPELLED_AT = re.compile(r"\s*[\[({<]\s*(?:at|@)\s*[\])}>]\s*", re.IGNORECASE)
+_SPELLED_DOT = re.compile(r"\s*[\[({<]\s*(?:dot|\.)\s*[\])}>]\s*", re.IGNORECASE)
+_SPACED_AT = re.compile(r"(?<=[A-Za-z0-9*])\s*@\s*(?=[A-Za-z0-9])")
+_WORDY = re.compile(
+    r"\b([A-Za-z0-9._%+-]+)\s+at\s+([A-Za-z0-9-]+(?:\s+dot\s+[A-Za-z0-9-]+)+)\b", re.IGNORECASE
+)
 
 # Said instead of an answer the output screen withdrew.
 RETRACTION_TEXT = (
@@ -51,7 +64,28 @@ def _luhn(digits: str) -> bool:
     return total % 10 == 0
 
 
+def normalized(text: str) -> str:
+    """What a reader sees: compatibility forms folded (full-width digits and `＠`), invisible
+    characters dropped, so a look-alike cannot slip past the rules."""
+    return _INVISIBLE.sub("", unicodedata.normalize("NFKC", text))
+
+
+def contains_unmasked_email(text: str) -> bool:
+    """An email address other than the assistant's own mask (`p***@example.com`), also when
+    spelled out, spaced or percent-encoded."""
+    text = normalized(text).replace("%40", "@")
+    text = _SPELLED_DOT.sub(".", _SPELLED_AT.sub("@", text))
+    text = _WORDY.sub(lambda m: m[1] + "@" + re.sub(r"\s+dot\s+", ".", m[2], flags=re.I), text)
+    text = _SPACED_AT.sub("@", text)
+    for match in _EMAIL.finditer(text):
+        local = match.group().rsplit("@", 1)[0]
+        if not _MASKED_LOCAL.fullmatch(local):
+            return True
+    return False
+
+
 def contains_card_number(text: str) -> bool:
+    text = normalized(text)
     for match in _CARD.finditer(text):
         digits = re.sub(r"\D", "", match.group())
         if 13 <= len(digits) <= 19 and _luhn(digits):
@@ -69,13 +103,13 @@ class RulesScreen:
     blocked_terms: Sequence[str] = field(default_factory=tuple)
 
     async def check(self, text: str) -> Verdict:
-        lowered = text.lower()
+        lowered = normalized(text).casefold()
         for term in self.blocked_terms:
-            if term and term.lower() in lowered:
+            if term and normalized(term).casefold() in lowered:
                 return Verdict(False, "blocked_term", f"contains a blocked term ({term!r})")
         if contains_card_number(text):
             return Verdict(False, "payment_card", "contains a payment card number")
-        if self.direction == "output" and _EMAIL.search(text.replace("***@", "")):
+        if self.direction == "output" and contains_unmasked_email(text):
             return Verdict(False, "personal_data", "contains an unmasked email address")
         return ALLOW
 

@@ -30,6 +30,13 @@ class TenantConfig(BaseModel):
     tool_allowlist: list[str] | None = None
     # User messages accepted per tenant per UTC day; None is unlimited.
     daily_cap: int | None = Field(default=None, ge=0)
+    # User messages accepted per user of this tenant per UTC day; None: the deployment's
+    # `PARLEY_USER_DAILY_MESSAGES`.
+    user_daily_cap: int | None = Field(default=None, ge=0)
+    # Over the deployment's `PARLEY_MAX_ACTIVE_TURNS_PER_USER` and
+    # `PARLEY_USER_REQUESTS_PER_MINUTE` for this tenant's users.
+    max_active_turns_per_user: int | None = Field(default=None, ge=1, le=100)
+    user_requests_per_minute: int | None = Field(default=None, ge=1, le=10_000)
 
     def offered(self, name: str) -> bool:
         return self.tool_allowlist is None or name in self.tool_allowlist

@@ -9,6 +9,7 @@ right attributes (an ORM row, a dataclass), never from a store import.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Annotated, Any, Literal, Self, Union
 
@@ -26,6 +27,8 @@ from pydantic import (
 )
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import core_schema
+
+from parley.tools import TOOLS
 
 
 def _iso(moment: datetime) -> str:
@@ -72,8 +75,28 @@ class View(BaseModel):
         return cls.model_validate(row, from_attributes=True)
 
 
+class ToolView(BaseModel):
+    """What a user may see of a tool's run: never its raw result (backend payloads, carrier
+    notes, error strings or allow-list hints stay in the store, for the model only)."""
+
+    name: str
+    label: str
+    status: Literal["ok", "error", "refused"]
+
+
+class ToolCallView(BaseModel):
+    """A tool call the model asked for: its id, the tool and the arguments it gave."""
+
+    id: str
+    name: str
+    arguments: Any
+
+
 class MessageView(View):
-    """The contract's `Message`; `tool_calls` and `tool_call_id` appear only when set."""
+    """The contract's `Message`; `tool_calls`, `tool_call_id` and `tool` appear only when set.
+
+    An allow-list: fields are named here one by one, and a `tool` message shows its tool's
+    label as its text, with `tool` = name, label and status."""
 
     id: str
     seq: int
@@ -81,18 +104,43 @@ class MessageView(View):
     turn_id: str | None
     status: MessageStatusName
     text: str
-    tool_calls: list[dict[str, Any]] | None = None
+    tool_calls: list[ToolCallView] | None = None
     tool_call_id: str | None = None
+    tool: ToolView | None = None
     created_at: Timestamp
+
+    @classmethod
+    def from_row(cls, row: object) -> Self:
+        view = cls.model_validate(row, from_attributes=True)
+        if view.role != "tool":
+            return view
+        shown = tool_view(view.text)
+        return view.model_copy(update={"text": shown.label, "tool": shown})
 
     # No return annotation: pydantic would take it as this model's output schema.
     @model_serializer(mode="wrap")
     def _omit_unset_tool_fields(self, handler: SerializerFunctionWrapHandler):
         data: dict[str, Any] = handler(self)
-        for optional in ("tool_calls", "tool_call_id"):
+        for optional in ("tool_calls", "tool_call_id", "tool"):
             if data.get(optional) is None:
                 data.pop(optional, None)
         return data
+
+
+def tool_view(stored: str) -> ToolView:
+    """A stored tool message (`{"name", "result"}` JSON) as the user may see it."""
+    try:
+        record = json.loads(stored)
+        name, result = str(record["name"]), record.get("result") or {}
+    except (ValueError, KeyError, TypeError):
+        return ToolView(name="unknown", label="Working on it…", status="error")
+    spec = TOOLS.get(name)
+    error = result.get("error") if isinstance(result, dict) else None
+    status: Literal["ok", "error", "refused"] = "ok"
+    if error is not None:
+        refused = isinstance(error, dict) and error.get("code") == "refused"
+        status = "refused" if refused else "error"
+    return ToolView(name=name, label=spec.label if spec else "Working on it…", status=status)
 
 
 class ActionView(View):

@@ -95,3 +95,23 @@ _READ = text(
     "SELECT id, type, data FROM turn_events WHERE turn_id = :turn_id AND id > :after "
     "ORDER BY id LIMIT :limit"
 ).columns(id=Integer, type=String, data=JSONB)
+
+
+async def withdraw_turn_text(db: AsyncSession, *, turn_id: str) -> None:
+    """The output screen withdrew the turn's answer: blank the text of every `delta` the
+    turn streamed, and of the turn's tool-calling messages, so that neither a replay from
+    any id nor the message list serves the withdrawn words again. Event ids stay as they are
+    (a client resuming mid-turn keeps its place); the `retracted` event that follows says
+    what to show instead."""
+    await db.execute(_WITHDRAW_DELTAS, {"turn_id": turn_id})
+    await db.execute(_WITHDRAW_MESSAGES, {"turn_id": turn_id})
+
+
+_WITHDRAW_DELTAS = text(
+    "UPDATE turn_events SET data = jsonb_set(data, '{text}', '\"\"') "
+    "WHERE turn_id = :turn_id AND type = 'delta' AND data ->> 'text' <> ''"
+)
+_WITHDRAW_MESSAGES = text(
+    "UPDATE messages SET text = '' "
+    "WHERE turn_id = :turn_id AND role = 'assistant' AND tool_calls IS NOT NULL"
+)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import hashlib
 import secrets
 from dataclasses import dataclass
+from datetime import timedelta
 
-from sqlalchemy import select, tuple_
+from sqlalchemy import func, select, tuple_, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -27,26 +28,65 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-async def create_token(db: AsyncSession, *, tenant_id: str, user_id: str) -> str:
+async def create_token(
+    db: AsyncSession, *, tenant_id: str, user_id: str, ttl: timedelta | None = None
+) -> str:
+    """Mint a token for the user; with `ttl` it is refused once that long has passed."""
     user = await db.get(User, (tenant_id, user_id))
     if user is None:
         raise LookupError(f"unknown user {user_id!r} in tenant {tenant_id!r}")
     token = "pk_" + secrets.token_urlsafe(32)
     db.add(
         ApiToken(
-            id=new_id("tok"), tenant_id=tenant_id, user_id=user_id, token_hash=hash_token(token)
+            id=new_id("tok"),
+            tenant_id=tenant_id,
+            user_id=user_id,
+            token_hash=hash_token(token),
+            # The database's clock, the same one `identity_for_token` compares with.
+            expires_at=func.now() + ttl if ttl is not None else None,
         )
     )
     await db.flush()
     return token
 
 
+async def revoke_token(db: AsyncSession, *, token: str) -> bool:
+    """Revoke one token; False if it is unknown or already revoked. Every request looks its
+    token up again, so the next request with it is refused."""
+    result = await db.execute(
+        update(ApiToken)
+        .where(ApiToken.token_hash == hash_token(token), ApiToken.revoked_at.is_(None))
+        .values(revoked_at=func.now())
+    )
+    return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+async def revoke_user_tokens(db: AsyncSession, *, tenant_id: str, user_id: str) -> int:
+    """Revoke every live token of one user (a lost device, a departed employee)."""
+    result = await db.execute(
+        update(ApiToken)
+        .where(
+            ApiToken.tenant_id == tenant_id,
+            ApiToken.user_id == user_id,
+            ApiToken.revoked_at.is_(None),
+        )
+        .values(revoked_at=func.now())
+    )
+    return int(result.rowcount)  # type: ignore[attr-defined]
+
+
 async def identity_for_token(db: AsyncSession, *, token: str) -> Identity | None:
+    """The caller behind a live token: not revoked and not expired (by the database's clock,
+    so every API process agrees)."""
     row = (
         await db.execute(
             select(ApiToken.tenant_id, ApiToken.user_id, User.roles)
             .join(User, (User.tenant_id == ApiToken.tenant_id) & (User.id == ApiToken.user_id))
-            .where(ApiToken.token_hash == hash_token(token), ApiToken.revoked_at.is_(None))
+            .where(
+                ApiToken.token_hash == hash_token(token),
+                ApiToken.revoked_at.is_(None),
+                (ApiToken.expires_at.is_(None)) | (ApiToken.expires_at > func.now()),
+            )
         )
     ).first()
     if row is None:

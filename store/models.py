@@ -72,6 +72,8 @@ class ApiToken(Base):
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[datetime] = _now_column()
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # A token past this moment is refused like a revoked one; NULL never expires.
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class ChatSession(Base):
@@ -127,6 +129,13 @@ class Turn(Base):
             "created_at",
             postgresql_where="workflow_started_at IS NULL",
         ),
+        # The per-user active-turn limit counts a user's unfinished turns.
+        Index(
+            "ix_turns_user_unfinished",
+            "tenant_id",
+            "user_id",
+            postgresql_where="state NOT IN ('completed', 'failed', 'cancelled', 'expired')",
+        ),
     )
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
@@ -151,6 +160,35 @@ class Turn(Base):
     detached_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[datetime] = _now_column()
     updated_at: Mapped[datetime] = _now_column()
+
+
+class UsageCounter(Base):
+    """How much of a limit a user or tenant has used in one window (a minute, a UTC day).
+
+    One row per (scope, subject, window), incremented by a conditional upsert, so concurrent
+    posts in every API process count atomically (store/limits.py).
+    """
+
+    __tablename__ = "usage_counters"
+
+    scope: Mapped[str] = mapped_column(String(32), primary_key=True)
+    subject: Mapped[str] = mapped_column(String(200), primary_key=True)
+    window_start: Mapped[datetime] = mapped_column(DateTime(timezone=True), primary_key=True)
+    used: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+
+
+class StreamLease(Base):
+    """One open event stream, held by whichever API process serves it: the per-user stream
+    limit counts these across processes. A process that dies stops renewing its leases, so
+    they lapse at `expires_at` instead of holding the user's slots forever."""
+
+    __tablename__ = "stream_leases"
+    __table_args__ = (Index("ix_stream_leases_owner", "tenant_id", "user_id"),)
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(String(64))
+    user_id: Mapped[str] = mapped_column(String(64))
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
 class TurnEvent(Base):

@@ -10,25 +10,25 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from parley.config import Limits
 from parley.consent import typed_decision
 from parley.contracts import MessageStatus, ResolveActionSignal, TurnState
 from parley.errors import (
     AgentPaused,
     IdempotencyKeyReused,
-    RateLimited,
     StaleView,
     TurnInProgress,
     TurnNotRetryable,
 )
 from parley.ids import new_id
 from parley.statuses import ActionStatus, Decision, DeclineReason
-from parley.tenancy import TenantConfig
 from store import actions
+from store import limits as limits_store
 from store.events import append_events, state_event
 from store.identity import Identity
 from store.models import Action, ChatSession, Message, Tenant, Turn
@@ -56,6 +56,7 @@ async def post_user_message(
     client_message_id: str,
     text: str,
     expected_last_seq: int | None,
+    limits: Limits | None = None,
 ) -> PostedMessage:
     """Store a user message and its turn in the caller's transaction.
 
@@ -78,7 +79,7 @@ async def post_user_message(
         assert turn is not None
         return PostedMessage(turn=turn, message=earlier, created=False)
 
-    await _admit(db, tenant_id=owner.tenant_id)
+    await _admit(db, owner=owner, limits=limits)
     if expected_last_seq is not None and expected_last_seq != session.last_seq:
         raise StaleView("the session has newer messages", last_seq=session.last_seq)
 
@@ -156,47 +157,13 @@ async def open_turn(
     return turn
 
 
-async def _admit(db: AsyncSession, *, tenant_id: str) -> None:
-    """The tenant's switches: paused fails closed, the daily cap answers 429."""
-    tenant = await db.get(Tenant, tenant_id)
+async def _admit(db: AsyncSession, *, owner: Identity, limits: Limits | None) -> None:
+    """Before anything that leads to model work: the tenant's switch (paused fails closed),
+    then the limits (`store.limits`), cheapest first."""
+    tenant = await db.get(Tenant, owner.tenant_id)
     if tenant is not None and tenant.paused:
         raise AgentPaused("the assistant is paused for this tenant")
-    if tenant is not None and await _over_daily_cap(db, tenant):
-        raise RateLimited(
-            "the tenant's daily message cap is reached",
-            retry_after_s=_seconds_to_midnight(),
-            code="daily_cap_reached",
-        )
-
-
-async def _over_daily_cap(db: AsyncSession, tenant: Tenant) -> bool:
-    """The cap fails open: if counting fails, the message goes through (and is logged)."""
-    cap = TenantConfig.model_validate(tenant.config or {}).daily_cap
-    if cap is None:
-        return False
-    midnight = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
-    try:
-        async with db.begin_nested():
-            today = await db.scalar(
-                select(func.count())
-                .select_from(Message)
-                .join(ChatSession, ChatSession.id == Message.session_id)
-                .where(
-                    ChatSession.tenant_id == tenant.id,
-                    Message.role == "user",
-                    Message.created_at >= midnight,
-                )
-            )
-    except Exception:
-        log.warning("could not count today's messages for %s; letting it through", tenant.id)
-        return False
-    return int(today or 0) >= int(cap)
-
-
-def _seconds_to_midnight() -> int:
-    now = datetime.now(UTC)
-    midnight = (now + timedelta(days=1)).replace(hour=0, minute=0, second=0, microsecond=0)
-    return max(1, int((midnight - now).total_seconds()))
+    await limits_store.admit_turn(db, owner=owner, tenant=tenant, limits=limits or Limits())
 
 
 def _user_message(session: ChatSession, turn_id: str, client_message_id: str, text: str) -> Message:
@@ -227,12 +194,19 @@ async def _supersede(db: AsyncSession, action: Action) -> None:
         await actions.announce_resolution(db, action=updated)
 
 
-async def retry_turn(db: AsyncSession, *, owner: Identity, session_id: str, turn_id: str) -> Turn:
+async def retry_turn(
+    db: AsyncSession,
+    *,
+    owner: Identity,
+    session_id: str,
+    turn_id: str,
+    limits: Limits | None = None,
+) -> Turn:
     """Open a new turn for the same user message; its answer will replace the failed one.
     The old turn stays as it ended: a finished turn never moves again."""
     session = await get_session(db, owner=owner, session_id=session_id, for_update=True)
     old = await get_turn(db, owner=owner, session_id=session_id, turn_id=turn_id)
-    await _admit(db, tenant_id=owner.tenant_id)
+    await _admit(db, owner=owner, limits=limits)
     answer = await db.get(Message, old.assistant_message_id) if old.assistant_message_id else None
     retryable = old.state in (TurnState.failed, TurnState.cancelled) and (
         answer is None or answer.status in (MessageStatus.incomplete, MessageStatus.cancelled)

@@ -10,6 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.errors import NotFound
 from parley.ids import new_id
+from store import limits
 from store.identity import Identity
 from store.models import ChatSession, Message, Turn
 
@@ -29,7 +30,12 @@ class SessionSummary:
     last_activity_at: datetime
 
 
-async def create_session(db: AsyncSession, *, owner: Identity) -> ChatSession:
+async def create_session(
+    db: AsyncSession, *, owner: Identity, per_day: int | None = None
+) -> ChatSession:
+    """A new session; with `per_day`, refused (429) once the user made that many today."""
+    if per_day is not None:
+        await limits.admit_session(db, owner=owner, per_day=per_day)
     session = ChatSession(id=new_id("ses"), tenant_id=owner.tenant_id, user_id=owner.user_id)
     db.add(session)
     await db.flush()

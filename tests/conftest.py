@@ -129,7 +129,22 @@ def settings(database_url: str, temporal_address: str, northwind_url: str) -> Se
         # Long, so an open breaker stays open however slow the machine is; the tests that
         # need the cooldown to pass move the `breaker_clock` forward.
         breaker_cooldown_s=60.0,
+        **SHARED_STACK_LIMITS,
     )
+
+
+# Priya drives most of the suite's turns from one token, faster than any person: the shared
+# stack lifts the per-user limits (as the bench does). tests/test_limits.py runs the default
+# machinery with its own, low limits.
+SHARED_STACK_LIMITS: dict[str, Any] = {
+    "max_active_turns_per_user": 50,
+    "user_requests_per_minute": 10_000,
+    "tenant_requests_per_minute": 100_000,
+    "max_sessions_per_user_per_day": 100_000,
+    "user_daily_messages": 0,
+}
+# The same, for tests that post through the store directly as the API would.
+LIFTED_LIMITS = Settings(database_url="postgresql://unused", **SHARED_STACK_LIMITS).limits
 
 
 def own_queue(settings: Settings, prefix: str, **update: Any) -> Settings:
@@ -260,6 +275,11 @@ def service_env(settings: Settings, **extra: str) -> dict[str, str]:
         "PARLEY_NORTHWIND_URL": settings.northwind_url,
         "PARLEY_TOOL_TIMEOUT_S": str(settings.tool_timeout_s),
         "PARLEY_WORKER_METRICS_PORT": "0",
+        "PARLEY_MAX_ACTIVE_TURNS_PER_USER": str(settings.max_active_turns_per_user),
+        "PARLEY_USER_REQUESTS_PER_MINUTE": str(settings.user_requests_per_minute),
+        "PARLEY_TENANT_REQUESTS_PER_MINUTE": str(settings.tenant_requests_per_minute),
+        "PARLEY_MAX_SESSIONS_PER_USER_PER_DAY": str(settings.max_sessions_per_user_per_day),
+        "PARLEY_USER_DAILY_MESSAGES": str(settings.user_daily_messages),
         **extra,
     }
 

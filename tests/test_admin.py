@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 
 import pytest_asyncio
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from store.models import ModelCall
+from store.models import ModelCall, ToolCall
 from tests.client import ParleyClient
 
 BASE = "/v1/admin/tenants"
@@ -81,10 +82,14 @@ async def test_model_persona_and_tool_allowlist_apply_to_the_next_turn(
     assert "Sign off as Northwind Support." in request["messages"][0]["content"]
     assert [t["name"] for t in request["tools"]] == config["tool_allowlist"]
     # A tool off the list is refused even if the model asks for it.
-    _, events = await priya.turn(sid, "Can you email me?")
+    turn_id, events = await priya.turn(sid, "Can you email me?")
     assert events[-1].type == "done"
-    tool_results = [m["text"] for m in await priya.messages(sid) if m["role"] == "tool"]
-    assert "not_allowed" in tool_results[-1]
+    async with sessions() as db:
+        results = list(await db.scalars(select(ToolCall.result).where(ToolCall.turn_id == turn_id)))
+    assert "not_allowed" in json.dumps(results[-1])
+    # The user's view names the tool and its status, never the result behind it.
+    shown = [m for m in await priya.messages(sid) if m["role"] == "tool"][-1]
+    assert shown["tool"]["status"] == "error" and "not_allowed" not in json.dumps(shown)
 
 
 async def test_the_daily_cap_answers_429_with_retry_after(

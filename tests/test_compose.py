@@ -498,3 +498,34 @@ def test_no_accidental_compose_interpolation() -> None:
         if "$" in line.replace("$$", "")
     ]
     assert not lines, f"unescaped $ (write $$ for a literal dollar): {lines}"
+
+
+LOOPBACK = {"127.0.0.1", "::1", "[::1]", "localhost"}
+
+
+def published_host_ips(service: dict[str, Any]) -> list[str]:
+    """The host address each published port binds ("" means every interface)."""
+    ips = []
+    for entry in service.get("ports") or []:
+        if isinstance(entry, dict):
+            ips.append(str(entry.get("host_ip", "")))
+        else:
+            parts = str(entry).split("/")[0].rsplit(":", 2)
+            ips.append(parts[0] if len(parts) == 3 else "")
+    return ips
+
+
+def test_temporal_is_reachable_only_from_inside_or_from_loopback(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    # Temporal's gRPC and UI have no login: anyone who reaches them can cancel or terminate
+    # turns and read their histories.
+    for name, service in services.items():
+        if not str(service.get("image", "")).startswith("temporalio/"):
+            continue
+        for ip in published_host_ips(service):
+            assert ip in LOOPBACK, f"service {name!r} publishes a port on {ip or 'every interface'}"
+    assert not services["temporal"].get("ports"), "Temporal's gRPC is for the compose network"
+    assert published_host_ips(services["temporal-ui"]) == ["127.0.0.1"]
+    readme = (REPO / "README.md").read_text()
+    assert "TEMPORAL_AUTH_ENABLED" in readme, "the README says how to put the UI behind a login"

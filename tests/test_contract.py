@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 
 import httpx
@@ -211,3 +212,24 @@ async def test_every_route_documents_its_errors_in_the_error_shape(api_url: str)
                 assert "404" in answers, (method, path)
     stream = spec["paths"]["/v1/sessions/{session_id}/turns/{turn_id}/events"]["get"]
     assert list(stream["responses"]["200"]["content"]) == ["text/event-stream"]
+
+
+async def test_a_tool_message_shows_its_tool_never_its_raw_result(priya: ParleyClient) -> None:
+    sid = await priya.new_session()
+    _, events = await priya.turn(sid, "Where is my order?")
+    assert events[-1].type == "done"
+    [tool] = [m for m in await priya.messages(sid) if m["role"] == "tool"]
+    assert tool["tool"] == {"name": "list_open_orders", "label": tool["text"], "status": "ok"}
+    # The backend's payload (order numbers, carriers, notes) is the model's, not the view's.
+    assert "8472" not in json.dumps(tool) and "result" not in json.dumps(tool)
+    assert set(tool) == {
+        "id",
+        "seq",
+        "role",
+        "turn_id",
+        "status",
+        "text",
+        "tool_call_id",
+        "tool",
+        "created_at",
+    }

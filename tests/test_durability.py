@@ -22,7 +22,7 @@ from store import posting
 from store.identity import Identity
 from store.models import Message, ModelCall
 from tests.client import ParleyClient, streamed_text
-from tests.conftest import own_queue, serve_api
+from tests.conftest import LIFTED_LIMITS, own_queue, serve_api
 from tests.processes import Workers, read_until
 
 PRIYA = Identity(tenant_id="northwind", user_id="cust_2291", roles=())
@@ -121,6 +121,7 @@ async def test_a_turn_the_api_never_started_is_started_by_the_outbox_within_30s(
                 client_message_id=uuid.uuid4().hex,
                 text="Is anyone there?",
                 expected_last_seq=None,
+                limits=LIFTED_LIMITS,
             )
             await db.commit()
         started = time.monotonic()

@@ -25,6 +25,7 @@ from gateway.fake_provider.server import Fail, FakeProvider, Reply, ToolCall
 from gateway.openai_compat import OpenAICompatProvider
 from parley.config import Settings
 from store.models import ModelCall, TraceSpan
+from store.models import ToolCall as StoredToolCall
 from tests.client import ParleyClient, streamed_text
 from tests.conftest import serve
 from tests.toolkit import own_stack
@@ -300,15 +301,19 @@ async def test_a_drop_that_persists_leaves_incomplete_text_and_a_retryable_error
 
 
 async def test_malformed_tool_arguments_go_back_to_the_model_as_a_structured_error(
-    stack: Stack, client: ParleyClient
+    stack: Stack, client: ParleyClient, sessions: async_sessionmaker[AsyncSession]
 ) -> None:
     stack.fake.script(Reply(tool_calls=[ToolCall(name="get_order", arguments='{"order_id": "84')]))
     sid = await client.new_session()
-    _, events = await client.turn(sid, "Where is my order?")
+    turn_id, events = await client.turn(sid, "Where is my order?")
     assert events[-1].type == "done"
     messages = await client.messages(sid)
-    tool_results = [m["text"] for m in messages if m["role"] == "tool"]
-    assert len(tool_results) == 1 and "invalid_arguments" in tool_results[0]
+    assert [m["tool"]["status"] for m in messages if m["role"] == "tool"] == ["error"]
+    async with sessions() as db:
+        results = list(
+            await db.scalars(select(StoredToolCall.result).where(StoredToolCall.turn_id == turn_id))
+        )
+    assert len(results) == 1 and "invalid_arguments" in str(results[0])
     assert "went wrong" in events[-1].data["message"]["text"]
 
 

@@ -4,6 +4,7 @@ retracted and only the safe text is stored, and screening overlaps context build
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
 
@@ -225,3 +226,61 @@ async def test_the_moderation_adapter_speaks_the_openai_endpoint() -> None:
         assert not verdict.allowed
         assert (verdict.category, verdict.reason) == ("moderation", "harassment")
         await client.close()
+
+
+async def test_a_retracted_answer_is_never_served_again_by_a_replay(
+    stack: ScreenStack, client: ParleyClient
+) -> None:
+    withdrawn = "The classified launch codes are 0000 and the vault opens at midnight."
+    stack.model.reply = lambda request: withdrawn
+    sid = await client.new_session()
+    turn_id, live = await client.turn(sid, "Tell me a secret")
+    assert any(e.type == "retracted" for e in live)
+    last = live[-1].id
+    assert last is not None
+    for start in (0, last // 2, last - 3):
+        replayed = await client.events(sid, turn_id, last_event_id=start)
+        assert replayed and replayed[-1].type == "done", start
+        served = " ".join(json.dumps(e.data) for e in replayed)
+        for word in ("classified", "launch codes", "vault"):
+            assert word not in served, (start, word)
+        # The ids are those the live stream had: a client resuming keeps its place.
+        assert [e.id for e in replayed] == [e.id for e in live if e.id is not None and e.id > start]
+    messages = await client.messages(sid)
+    assert not any("classified" in m["text"] for m in messages)
+
+
+# Near-misses of the floor's rules: each is what a leaky model (or an injected instruction)
+# might write to get an address or a card number past a naive pattern, beside text that
+# must stay allowed.
+OUTPUT_NEAR_MISSES = [
+    ("priya***@example.com", False),  # a mask that still shows the whole name
+    ("p***a@example.com", False),
+    ("x.p***@example.com", False),
+    ("pr***@example.com", False),
+    ("priya@example.com", False),
+    ("PRIYA@EXAMPLE.COM", False),
+    ("mailto:priya@example.com", False),
+    ("priya [at] example [dot] com", False),
+    ("priya(at)example(dot)com", False),
+    ("priya at example dot com", False),
+    ("priya @ example.com", False),
+    ("priya%40example.com", False),
+    ("pri\u200bya@example.com", False),  # a zero-width space inside
+    ("priya\uff20example.com", False),  # a full-width at sign
+    ("4111.1111.1111.1111", False),
+    ("\uff14\uff11\uff11\uff11 1111 1111 1111", False),  # full-width digits
+    ("4111\u200b1111\u200b1111\u200b1111", False),
+    ("It is cl\u00adassified", False),  # a blocked term split by a soft hyphen
+    ("sent to p***@example.com", True),
+    ("I'll email p***@example.com, then m***@example.com", True),
+    ("I looked at example.com for you", True),
+    ("Order 8472 arrives at noon; 8390 shipped", True),
+    ("Your refund of 49.99 is on its way", True),
+]
+
+
+@pytest.mark.parametrize(("text", "allowed"), OUTPUT_NEAR_MISSES)
+async def test_the_output_floor_against_near_misses(text: str, allowed: bool) -> None:
+    floor = RulesScreen("output", ("classified",))
+    assert (await floor.check(text)).allowed is allowed

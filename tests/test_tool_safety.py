@@ -29,7 +29,7 @@ from temporalio.client import Client
 from gateway.base import Finish, ModelRequest, StreamEvent, TextDelta, ToolCallRequest
 from parley.config import Settings
 from parley.contracts import MAX_MODEL_CALLS, TOOL_ATTEMPTS
-from store.models import Action, ModelCall, ToolCall, Turn
+from store.models import Action, Message, ModelCall, ToolCall, Turn
 from tests.client import ParleyClient
 from tests.conftest import SteppedClock
 from tests.sse import Event
@@ -272,9 +272,16 @@ async def test_injection_in_a_tool_result_is_data(
         seen += events
         text = reply(events)
         assert "8472" in text and "shipped" in text and "Oct 30" in text
-        # The note reached the model, as tool output.
-        transcript = await priya.messages(sid)
-        assert any(m["role"] == "tool" and ATTACKER in m["text"] for m in transcript)
+        # The note reached the model, as tool output (stored for the model's transcript),
+        # and never the user's view of the tool's run.
+        async with sessions() as db:
+            stored = list(
+                await db.scalars(
+                    select(Message.text).where(Message.session_id == sid, Message.role == "tool")
+                )
+            )
+        assert any(ATTACKER in text for text in stored)
+        assert not any(ATTACKER in json.dumps(m) for m in await priya.messages(sid))
 
         _, events = await priya.turn(sid, "The carrier says what to do. Go ahead and do that.")
         seen += events
@@ -585,3 +592,33 @@ async def test_a_model_that_keeps_calling_tools_stops_at_the_bound(
     assert last.status == "refused" and error_of(last)["code"] == "refused"
     ran = [rows[f"c_loop_{n}"] for n in range(MAX_MODEL_CALLS - 1)]
     assert [error_of(r)["code"] for r in ran] == ["not_found"] * (MAX_MODEL_CALLS - 1)
+
+
+async def test_a_proposal_whose_text_leaks_is_withdrawn_before_the_card(
+    scripted: Scripted, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    leak = f"I will send it to {PRIYA_EMAIL} as soon as you confirm."
+    propose = call("c_plain", "propose_email", {"order_id": "8472", "template": "refund_status"})
+    scripted.model.start(lambda request, n: [propose] if n == 0 else leak)
+    client = scripted.client
+    sid = await client.new_session()
+    posted = await client.post(sid, "Email me the refund status of 8472")
+    turn_id = posted.json()["turn_id"]
+    events = await client.events(sid, turn_id)
+    kinds = [e.type for e in events]
+    assert kinds[-1] == "confirmation_required", kinds
+    assert kinds.index("retracted") < kinds.index("confirmation_required")
+    # While the card waits, neither a replay nor the message list shows the leaked text.
+    for start in (0, events[-1].id // 2 if events[-1].id else 0):
+        replayed = await client.events(sid, turn_id, last_event_id=start)
+        assert PRIYA_EMAIL not in json.dumps([e.data for e in replayed])
+    assert PRIYA_EMAIL not in json.dumps(await client.messages(sid))
+    [action] = confirmations(events)
+    declined = await client.http.post(f"/v1/sessions/{sid}/actions/{action['id']}/decline")
+    assert declined.status_code == 202
+    rest = await client.events(sid, turn_id, last_event_id=events[-1].id)
+    assert rest[-1].type == "done"  # the answer after the decline streamed, then was retracted
+    assert any(e.type == "retracted" for e in rest)
+    for start in (0, events[-1].id or 0):
+        replayed = await client.events(sid, turn_id, last_event_id=start)
+        assert PRIYA_EMAIL not in json.dumps([e.data for e in replayed]), start

@@ -13,6 +13,7 @@ from store import outbox, posting, turns
 from store.identity import Identity
 from store.models import Turn
 from store.sessions import create_session
+from tests.conftest import LIFTED_LIMITS
 
 PRIYA = Identity(tenant_id="northwind", user_id="cust_2291", roles=())
 
@@ -70,6 +71,7 @@ async def _new_turn(db: AsyncSession) -> Turn:
         client_message_id=uuid.uuid4().hex,
         text="Where is my order?",
         expected_last_seq=None,
+        limits=LIFTED_LIMITS,
     )
     # No workflow runs this turn: keep the worker's outbox sweep away from it.
     await outbox.mark_workflow_started(db, turn_id=posted.turn.id)

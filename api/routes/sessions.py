@@ -7,11 +7,11 @@ import logging
 
 from fastapi import APIRouter, Query, Response
 
-from api.deps import CurrentUser, DbSession, Sessions, Temporal
+from api.deps import AppSettings, CurrentUser, DbSession, Sessions, Temporal
 from api.errors import answers
 from api.schemas import MessageList, SessionDetail, SessionList, SessionOut
 from dispatch.outbox import cancel_turn_workflow
-from parley.errors import NotFound
+from parley.errors import NotFound, RateLimited
 from parley.wire import MessageView
 from store import actions, slots
 from store import sessions as store_sessions
@@ -27,10 +27,11 @@ MAX_SEQ = 2**31 - 1
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"], responses=answers())
 
 
-@router.post("", status_code=201)
-async def create_session(db: DbSession, user: CurrentUser) -> SessionOut:
+@router.post("", status_code=201, responses=answers(RateLimited))
+async def create_session(db: DbSession, user: CurrentUser, settings: AppSettings) -> SessionOut:
     """Start a new, empty conversation."""
-    session = await store_sessions.create_session(db, owner=user)
+    per_day = settings.max_sessions_per_user_per_day
+    session = await store_sessions.create_session(db, owner=user, per_day=per_day)
     await db.commit()
     return SessionOut.from_row(session)
 

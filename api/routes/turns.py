@@ -93,6 +93,7 @@ async def post_message(
         client_message_id=body.client_message_id,
         text=body.text,
         expected_last_seq=body.expected_last_seq,
+        limits=settings.limits,
     )
     await db.commit()  # the message and its turn (the start outbox) before any start
     MESSAGES_POSTED.labels("new" if posted.created else "duplicate").inc()
@@ -190,7 +191,9 @@ async def retry_turn(
 ) -> TurnStarted:
     """Answer the same message again; the new answer replaces the incomplete or cancelled one,
     reusing the tool results already stored."""
-    turn = await posting.retry_turn(db, owner=user, session_id=session_id, turn_id=turn_id)
+    turn = await posting.retry_turn(
+        db, owner=user, session_id=session_id, turn_id=turn_id, limits=settings.limits
+    )
     await db.commit()  # the new turn (the start outbox) before its start
     await _start(temporal, sessions, settings, turn)
     message = await db.get(Message, turn.user_message_id)
@@ -231,8 +234,7 @@ async def stream_events(
     await store_sessions.get_turn(db, owner=user, session_id=session_id, turn_id=turn_id)
     await db.close()  # the stream may run for minutes; do not hold a pooled connection
     start = int(last_event_id) if last_event_id is not None else (after or 0)
-    owner = (user.tenant_id, user.user_id)
-    registry.reserve(owner)  # 429 before the stream starts
+    lease = await registry.reserve(user)  # 429 before the stream starts
 
     async def events() -> AsyncIterator[ServerSentEvent]:
         STREAMS_OPEN.inc()
@@ -248,7 +250,7 @@ async def stream_events(
             finished = True  # a terminal event, or the turn rests awaiting a confirmation
         finally:
             STREAMS_OPEN.dec()
-            registry.release(owner, turn_id if attached else None, hung_up=not finished)
+            registry.release(lease, turn_id if attached else None, hung_up=not finished)
 
     return EventSourceResponse(
         events(),
