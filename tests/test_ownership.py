@@ -24,7 +24,15 @@ from store.models import ApiToken, User
 from tests.client import ParleyClient
 from tests.test_confirmations import propose
 
-PUBLIC = {("get", "/healthz"), ("get", "/readyz"), ("get", "/metrics")}
+PUBLIC = {
+    ("get", "/healthz"),
+    ("get", "/readyz"),
+    ("get", "/metrics"),
+    # The page's own settings (demo users in dev, the Temporal UI link): no user data.
+    ("get", "/web/config"),
+    # Mints a token for a seeded demo customer in dev only; 404 everywhere else.
+    ("post", "/dev/sign-in/{tenant_id}/{user_id}"),
+}
 MISSING = {
     "session_id": "ses_missing",
     "turn_id": "trn_missing",
