@@ -22,6 +22,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.context import ContextBuilder
+from activities.failures import FailureInterceptor
 from activities.northwind import NorthwindClient
 from activities.screens import ScreenActivities
 from activities.tools import ToolActivities
@@ -112,8 +113,9 @@ def build_worker(
             screening.screen_output,
             screening.suggest_followups,
         ],
-        # Every activity attempt leaves a span in the trace ledger.
-        interceptors=[TracingInterceptor(sessions)],
+        # Every activity attempt leaves a span in the trace ledger,
+        # and its failures reach the workflow under names it relies on (activities/failures.py).
+        interceptors=[TracingInterceptor(sessions), FailureInterceptor()],
         graceful_shutdown_timeout=timedelta(seconds=10),
         # Heartbeats reach the server (and cancellations reach activities) within a second,
         # so a cancelled turn stops its model stream that fast.

@@ -35,7 +35,7 @@ from parley.contracts import (
     ToolOutcome,
     TurnState,
 )
-from parley.ids import action_id_for_call, email_idempotency_key, new_id
+from parley.ids import action_id_for_call, email_idempotency_key, handoff_id_for_call
 from parley.resolver import ACTIVE_ORDER, Slot
 from parley.statuses import (
     SENDABLE_ACTION_STATUSES,
@@ -44,12 +44,13 @@ from parley.statuses import (
     Decision,
     DeclineReason,
     ToolCallStatus,
+    TurnErrorCode,
 )
-from parley.tools import TOOLS, ProposeEmailArgs, ToolError, parse_arguments
+from parley.tools import TOOLS, ProposeEmailArgs, ToolError, args_hash, parse_arguments
 from parley.wire import ToolData, WarningData
 from store import actions, slots, tenants, turns
 from store.events import append_event
-from store.models import Action, Handoff, ToolCall, Turn
+from store.models import Action, ToolCall, Turn
 
 # A tool result the model reads is cut to this many characters of JSON.
 MAX_RESULT_CHARS = 4000
@@ -296,7 +297,7 @@ class ToolActivities:
             assert isinstance(args, ProposeEmailArgs)
             return await self._propose_email(turn, call, args, inp.confirmation_timeout_s)
         if name == "handoff_to_human":
-            return await self._handoff(turn, str(getattr(args, "reason", "")))
+            return await self._handoff(turn, call, str(getattr(args, "reason", "")))
         raise AssertionError(f"no executor for {name}")  # the registry and this list agree
 
     async def _propose_email(
@@ -348,14 +349,18 @@ class ToolActivities:
             "subject": subject,
         }
 
-    async def _handoff(self, turn: Turn, reason: str) -> dict[str, Any]:
+    async def _handoff(self, turn: Turn, call: ToolCall, reason: str) -> dict[str, Any]:
         async with self._sessions() as db:
-            handoff = Handoff(
-                id=new_id("hof"), session_id=turn.session_id, turn_id=turn.id, reason=reason
+            handoff = await actions.create_handoff(
+                db,
+                # Derived from the call: a retried attempt finds the hand-off, not a second one.
+                handoff_id=handoff_id_for_call(tool_call_id=call.id),
+                session_id=turn.session_id,
+                turn_id=turn.id,
+                reason=reason,
             )
-            db.add(handoff)
             await db.commit()
-        return {"handoff_id": handoff.id, "status": "queued"}
+            return {"handoff_id": handoff.id, "status": handoff.status}
 
     async def _remember_referent(
         self, db: AsyncSession, turn: Turn, call: ToolCall, result: dict[str, Any]
@@ -384,7 +389,11 @@ class ToolActivities:
         action = await self._begin_send(inp)
         if isinstance(action, ActionResult):
             return action
-        status, outcome = await self._deliver(action)
+        refusal = await self._recheck(action)
+        if refusal is not None:
+            status, outcome = ActionStatus.failed, {"accepted": False, "error": refusal}
+        else:
+            status, outcome = await self._deliver(action)
         async with self._sessions() as db:
             updated = await actions.set_action_status(
                 db,
@@ -414,6 +423,15 @@ class ToolActivities:
                     type="not_confirmed",
                     non_retryable=True,
                 )
+            turn = await db.get(Turn, inp.turn_id)
+            assert turn is not None
+            if await tenants.is_paused(db, tenant_id=turn.tenant_id):
+                # A paused tenant sends nothing: the turn ends with `agent_paused`.
+                raise ApplicationError(
+                    "the assistant is paused for this tenant",
+                    type=TurnErrorCode.agent_paused,
+                    non_retryable=True,
+                )
             await turns.advance_turn(db, turn_id=inp.turn_id, to=TurnState.executing_action)
             await db.commit()  # the stream shows the step before it runs
             if activity.info().attempt == 1:
@@ -421,6 +439,24 @@ class ToolActivities:
                 await _tool_event(db, inp.turn_id, action.id, "send_email", "start", label)
                 await db.commit()
             return action
+
+    async def _recheck(self, action: Action) -> str | None:
+        """Right before the send: the stored arguments are still the ones the user confirmed,
+        and the recipient is still the customer's verified address. The refusal's code, or
+        None when the send may go ahead."""
+        if args_hash(action.tool, action.args) != action.args_hash:
+            return "action_changed"
+        try:
+            customer = await self._northwind.get_customer(action.tenant_id, action.user_id)
+        except BackendUnavailable as exc:
+            if not exc.breaker_open and activity.info().attempt < TOOL_ATTEMPTS:
+                raise ApplicationError(str(exc), type="backend_unavailable") from exc
+            return "recipient_unverified"
+        except BackendError:
+            return "recipient_unverified"
+        if not customer.get("email_verified") or customer.get("email") != action.args.get("to"):
+            return "recipient_unverified"
+        return None
 
     async def _deliver(self, action: Action) -> tuple[ActionStatus, dict[str, Any]]:
         """Send the email under the action's idempotency key; the action's next status and

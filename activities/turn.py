@@ -39,12 +39,12 @@ from parley.contracts import (
     TurnState,
 )
 from parley.ids import message_id_for_call, override_message_id, tool_call_row_id
-from parley.statuses import FinalizeOutcome, FinishReason
+from parley.statuses import FinalizeOutcome, FinishReason, TurnErrorCode
 from parley.tools import args_hash
 from parley.wire import DeltaData, ResetData
-from store import turns
+from store import tenants, turns
 from store.events import append_event
-from store.models import Action, ModelCall, TurnEvent
+from store.models import Action, ModelCall, Turn, TurnEvent
 
 
 @dataclass(frozen=True)
@@ -131,6 +131,7 @@ class TurnActivities:
             assert call is not None
             if call.finish_reason is not None:  # finished by an attempt that died reporting it
                 return _result(call)
+            await _refuse_if_paused(db, turn_id=inp.turn_id)
             message_id = message_id_for_call(call.id)
             if call.attempts:  # only an earlier attempt can have streamed for this message
                 await _reset_partial_stream(db, turn_id=inp.turn_id, message_id=message_id)
@@ -251,14 +252,18 @@ class TurnActivities:
                     # Code's own words get their own message id: the model call's message
                     # may already hold its tool calls. A retraction replaces the streamed one.
                     message_id = override_message_id(model_call_id=call.id)
-            message = await turns.complete_turn(
-                db,
-                turn_id=inp.turn_id,
-                message_id=message_id,
-                text=text,
-                outcome=FinalizeOutcome(inp.outcome),
-                retracted=inp.retract,
-            )
+            try:
+                message = await turns.complete_turn(
+                    db,
+                    turn_id=inp.turn_id,
+                    message_id=message_id,
+                    text=text,
+                    outcome=FinalizeOutcome(inp.outcome),
+                    retracted=inp.retract,
+                )
+            except turns.TurnStopped:
+                await db.commit()  # the cancelled ending, when the user's Stop came first
+                raise
             await db.commit()
             return message.id if message is not None else ""
 
@@ -280,6 +285,18 @@ class TurnActivities:
                 retryable=inp.retryable,
             )
             await db.commit()
+
+
+async def _refuse_if_paused(db: AsyncSession, *, turn_id: str) -> None:
+    """A paused tenant's turn calls no model: it ends with `agent_paused` (retryable)."""
+    turn = await db.get(Turn, turn_id)
+    assert turn is not None
+    if await tenants.is_paused(db, tenant_id=turn.tenant_id):
+        raise ApplicationError(
+            "the assistant is paused for this tenant",
+            type=TurnErrorCode.agent_paused,
+            non_retryable=True,
+        )
 
 
 def _activity_error(exc: ProviderFatal | ProviderRetryable) -> ApplicationError:
@@ -307,17 +324,18 @@ def _as_json(arguments: str) -> Any:
 def _result(call: ModelCall) -> CallModelResult:
     requested = call.response_tool_calls or []
     return CallModelResult(
+        attempts=max(1, call.attempts),
         model_call_id=call.id,
         finish_reason=call.finish_reason or FinishReason.stop,
         output_chars=len(call.response_text or ""),
         output_tokens=int((call.usage or {}).get("output_tokens", 0)),
         tool_calls=[
             ToolCallRef(
-                call_id=tool_call_row_id(model_call_id=call.id, provider_call_id=c["id"]),
+                call_id=tool_call_row_id(model_call_id=call.id, position=position),
                 name=c["name"],
                 args_hash=args_hash(c["name"], c["arguments"]),
             )
-            for c in requested
+            for position, c in enumerate(requested)
         ],
     )
 

@@ -13,8 +13,9 @@ from api import errors
 from api.deps import TemporalConnector
 from api.routes import actions, admin, ops, sessions, turns
 from api.streaming import EventHub, StreamRegistry
-from dispatch.outbox import cancel_turn_workflow
+from dispatch.control import cancel_turn_workflow
 from parley.config import Settings, get_settings
+from parley.errors import TurnFinished
 from store.db import create_engine, libpq_url, session_factory
 
 
@@ -35,7 +36,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         sessions = app.state.sessions
 
         async def cancel_abandoned(turn_id: str) -> None:
-            await cancel_turn_workflow(await temporal.get(), sessions, turn_id=turn_id)
+            try:
+                await cancel_turn_workflow(await temporal.get(), sessions, turn_id=turn_id)
+            except TurnFinished:
+                pass  # it ended while nobody watched; its ending stands
 
         app.state.streams = StreamRegistry(
             sessions=sessions,
