@@ -25,6 +25,7 @@ from activities.context import ContextBuilder
 from activities.failures import FailureInterceptor
 from activities.northwind import NorthwindClient
 from activities.screens import ScreenActivities
+from activities.send import SendActivities
 from activities.tools import ToolActivities
 from activities.tracing import TracingInterceptor
 from activities.turn import TurnActivities
@@ -91,6 +92,7 @@ def build_worker(
         context=ContextBuilder(sessions=sessions, settings=settings, northwind=northwind),
     )
     tools = ToolActivities(sessions=sessions, northwind=northwind, settings=settings)
+    send = SendActivities(sessions=sessions, northwind=northwind)
     input_screen, output_screen = screens or build_screens(settings)
     screening = ScreenActivities(
         sessions=sessions, input_screen=input_screen, output_screen=output_screen
@@ -107,8 +109,8 @@ def build_worker(
             turn.fail_turn,
             turn.cancel_turn,
             tools.execute_tool,
-            tools.send_email,
-            tools.expire_action,
+            send.send_email,
+            send.expire_action,
             screening.screen_input,
             screening.screen_output,
             screening.suggest_followups,

@@ -10,8 +10,10 @@ Histories of cancelled, failed, expired, declined and superseded turns are recor
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 
 import pytest
+import pytest_asyncio
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
@@ -23,20 +25,31 @@ from parley.contracts import (
     ResolveActionSignal,
     TurnState,
 )
-from tests.test_workflow import (  # noqa: F401 (fixtures)
+from tests.test_workflow import (
     STEP_DEADLINE_S,
     decide,
     ends_cancelled,
-    env,
     proposing,
     reached,
     replays,
-    stubs,
+    time_skipping_server,
     turn,
     waiting_for_confirmation,
 )
 from tests.workflow_stubs import ACTION_ID, Stubs, tool, unavailable
 from workflows.turn import BOUNDS_TEXT, SENT_TEXT, TOO_MANY_TOOLS, TurnWorkflow
+
+
+@pytest_asyncio.fixture(scope="module")
+async def env() -> AsyncIterator[WorkflowEnvironment]:
+    async with time_skipping_server() as env:
+        yield env
+
+
+@pytest.fixture
+def stubs() -> Stubs:
+    return Stubs()
+
 
 # --- a Stop that a finishing step would have swallowed ----------------------------------------
 
@@ -79,7 +92,8 @@ async def test_no_send_starts_after_a_stop_that_came_with_the_confirm(
         await reached(stubs, "request_confirmation")
         await asyncio.wait_for(waiting_for_confirmation(handle), STEP_DEADLINE_S)
         await handle.cancel()
-        await handle.signal(TurnWorkflow.resolve_action, ResolveActionSignal(ACTION_ID, "confirmed"))
+        confirmed = ResolveActionSignal(ACTION_ID, "confirmed")
+        await handle.signal(TurnWorkflow.resolve_action, confirmed)
         await ends_cancelled(handle, stubs)
     assert "send_email" not in stubs.names()
 

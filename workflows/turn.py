@@ -32,6 +32,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 
 with workflow.unsafe.imports_passed_through():
     from activities.screens import ScreenActivities
+    from activities.send import SendActivities
     from activities.tools import ToolActivities
     from activities.turn import TurnActivities
     from parley.contracts import (
@@ -388,7 +389,7 @@ class TurnWorkflow:
             decision = self._decisions[action_id]
         except TimeoutError:
             stored = await STORE.run(
-                ToolActivities.expire_action, ActionInput(inp.turn_id, action_id)
+                SendActivities.expire_action, ActionInput(inp.turn_id, action_id)
             )
             decision = stored.status  # "expired", or the answer whose signal was lost
         if decision in ("superseded", "expired", "declined"):
@@ -396,7 +397,7 @@ class TurnWorkflow:
         self._honour_cancel()  # no send starts after the Stop
         self._enter(TurnState.executing_action)
         send = asyncio.ensure_future(
-            SEND.run(ToolActivities.send_email, ActionInput(inp.turn_id, action_id))
+            SEND.run(SendActivities.send_email, ActionInput(inp.turn_id, action_id))
         )
         try:
             sent = await asyncio.shield(send)
