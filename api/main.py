@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from temporalio.client import Interceptor
 
 from api import errors
 from api.deps import TemporalConnector
@@ -19,7 +20,9 @@ from parley.errors import TurnFinished
 from store.db import create_engine, libpq_url, session_factory
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(
+    settings: Settings | None = None, *, temporal_interceptors: Sequence[Interceptor] = ()
+) -> FastAPI:
     settings = settings or get_settings()
 
     @asynccontextmanager
@@ -30,7 +33,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.settings = settings
         app.state.engine = engine
         app.state.sessions = session_factory(engine)
-        app.state.temporal = TemporalConnector(settings)
+        app.state.temporal = TemporalConnector(settings, temporal_interceptors)
         app.state.hub = EventHub(libpq_url(settings.database_url))
         temporal = app.state.temporal
         sessions = app.state.sessions
