@@ -22,8 +22,10 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.context import ContextBuilder
+from activities.failures import FailureInterceptor
 from activities.northwind import NorthwindClient
 from activities.screens import ScreenActivities
+from activities.send import SendActivities
 from activities.tools import ToolActivities
 from activities.tracing import TracingInterceptor
 from activities.turn import TurnActivities
@@ -92,6 +94,7 @@ def build_worker(
         output_screen=output_screen,
     )
     tools = ToolActivities(sessions=sessions, northwind=northwind, settings=settings)
+    send = SendActivities(sessions=sessions, northwind=northwind)
     screening = ScreenActivities(
         sessions=sessions, input_screen=input_screen, output_screen=output_screen
     )
@@ -107,14 +110,15 @@ def build_worker(
             turn.fail_turn,
             turn.cancel_turn,
             tools.execute_tool,
-            tools.send_email,
-            tools.expire_action,
+            send.send_email,
+            send.expire_action,
             screening.screen_input,
             screening.screen_output,
             screening.suggest_followups,
         ],
-        # Every activity attempt leaves a span in the trace ledger.
-        interceptors=[TracingInterceptor(sessions)],
+        # Every activity attempt leaves a span in the trace ledger,
+        # and its failures reach the workflow under names it relies on (activities/failures.py).
+        interceptors=[TracingInterceptor(sessions), FailureInterceptor()],
         graceful_shutdown_timeout=timedelta(seconds=10),
         # Heartbeats reach the server (and cancellations reach activities) within a second,
         # so a cancelled turn stops its model stream that fast.

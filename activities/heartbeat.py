@@ -25,5 +25,6 @@ async def heartbeating(interval_s: float = HEARTBEAT_INTERVAL_S) -> AsyncIterato
         yield
     finally:
         task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        # Wait for the beat to stop without taking its CancelledError for ours: if the
+        # activity itself is being cancelled, that cancellation must go on propagating.
+        await asyncio.wait([task])

@@ -28,28 +28,21 @@ from activities.northwind import (
 from parley.config import Settings
 from parley.contracts import (
     TOOL_ATTEMPTS,
-    ActionInput,
-    ActionResult,
     EventType,
     ExecuteToolInput,
     ToolOutcome,
     TurnState,
 )
-from parley.ids import action_id_for_call, email_idempotency_key, new_id
+from parley.ids import action_id_for_call, handoff_id_for_call
 from parley.resolver import ACTIVE_ORDER, Slot
 from parley.statuses import (
-    SENDABLE_ACTION_STATUSES,
-    SETTLED_ACTION_STATUSES,
-    ActionStatus,
-    Decision,
-    DeclineReason,
     ToolCallStatus,
 )
 from parley.tools import TOOLS, ProposeEmailArgs, ToolError, parse_arguments
 from parley.wire import ToolData, WarningData
 from store import actions, slots, tenants, turns
 from store.events import append_event
-from store.models import Action, Handoff, ToolCall, Turn
+from store.models import ToolCall, Turn
 
 # A tool result the model reads is cut to this many characters of JSON.
 MAX_RESULT_CHARS = 4000
@@ -163,7 +156,7 @@ def _outcome(call: ToolCall) -> ToolOutcome:
     return ToolOutcome(call.id, ToolCallStatus(call.status), action_id)
 
 
-async def _tool_event(
+async def tool_event(
     db: AsyncSession,
     turn_id: str,
     call_id: str,
@@ -212,7 +205,7 @@ class ToolActivities:
             spec = TOOLS.get(call.name)
             run = _ToolRun(turn, call, allowed, spec.label if spec else "Working on it…")
             if activity.info().attempt == 1:
-                await _tool_event(db, turn.id, call.provider_call_id, call.name, "start", run.label)
+                await tool_event(db, turn.id, call.provider_call_id, call.name, "start", run.label)
                 await db.commit()
             return run
 
@@ -265,7 +258,7 @@ class ToolActivities:
                             message="The order system did not answer; the reply says so.",
                         ),
                     )
-                await _tool_event(
+                await tool_event(
                     db, turn.id, call.provider_call_id, call.name, "end", run.label, status=status
                 )
                 await db.commit()
@@ -296,7 +289,7 @@ class ToolActivities:
             assert isinstance(args, ProposeEmailArgs)
             return await self._propose_email(turn, call, args, inp.confirmation_timeout_s)
         if name == "handoff_to_human":
-            return await self._handoff(turn, str(getattr(args, "reason", "")))
+            return await self._handoff(turn, call, str(getattr(args, "reason", "")))
         raise AssertionError(f"no executor for {name}")  # the registry and this list agree
 
     async def _propose_email(
@@ -348,14 +341,18 @@ class ToolActivities:
             "subject": subject,
         }
 
-    async def _handoff(self, turn: Turn, reason: str) -> dict[str, Any]:
+    async def _handoff(self, turn: Turn, call: ToolCall, reason: str) -> dict[str, Any]:
         async with self._sessions() as db:
-            handoff = Handoff(
-                id=new_id("hof"), session_id=turn.session_id, turn_id=turn.id, reason=reason
+            handoff = await actions.create_handoff(
+                db,
+                # Derived from the call: a retried attempt finds the hand-off, not a second one.
+                handoff_id=handoff_id_for_call(tool_call_id=call.id),
+                session_id=turn.session_id,
+                turn_id=turn.id,
+                reason=reason,
             )
-            db.add(handoff)
             await db.commit()
-        return {"handoff_id": handoff.id, "status": "queued"}
+            return {"handoff_id": handoff.id, "status": handoff.status}
 
     async def _remember_referent(
         self, db: AsyncSession, turn: Turn, call: ToolCall, result: dict[str, Any]
@@ -376,98 +373,3 @@ class ToolActivities:
                 session_id=turn.session_id,
                 writes={ACTIVE_ORDER: Slot(order_id, f"tool:{call.name}", turn.user_seq)},
             )
-
-    # --- the confirmed write ------------------------------------------------------------
-
-    @activity.defn(name="send_email")
-    async def send_email(self, inp: ActionInput) -> ActionResult:
-        action = await self._begin_send(inp)
-        if isinstance(action, ActionResult):
-            return action
-        status, outcome = await self._deliver(action)
-        async with self._sessions() as db:
-            updated = await actions.set_action_status(
-                db,
-                action_id=action.id,
-                status=status,
-                outcome=outcome,
-                only_from=SENDABLE_ACTION_STATUSES,
-            )
-            shown = ToolCallStatus.ok if status == ActionStatus.executed else status
-            label = TOOLS["send_email"].label
-            await _tool_event(db, inp.turn_id, action.id, "send_email", "end", label, shown)
-            await db.commit()
-            return ActionResult(action.id, updated.status if updated else status)
-
-    async def _begin_send(self, inp: ActionInput) -> Action | ActionResult:
-        """Check the user's confirmation, enter `executing_action`, show the send starting; an
-        action an earlier attempt settled is answered from the store."""
-        async with self._sessions() as db:
-            action = await db.get(Action, inp.action_id)
-            assert action is not None
-            if action.status in SETTLED_ACTION_STATUSES:
-                return ActionResult(action.id, action.status)
-            if action.status not in SENDABLE_ACTION_STATUSES:
-                # Only a confirmation recorded by the user's own request lets this run.
-                raise ApplicationError(
-                    f"action {action.id} is {action.status}, not confirmed",
-                    type="not_confirmed",
-                    non_retryable=True,
-                )
-            await turns.advance_turn(db, turn_id=inp.turn_id, to=TurnState.executing_action)
-            await db.commit()  # the stream shows the step before it runs
-            if activity.info().attempt == 1:
-                label = TOOLS["send_email"].label
-                await _tool_event(db, inp.turn_id, action.id, "send_email", "start", label)
-                await db.commit()
-            return action
-
-    async def _deliver(self, action: Action) -> tuple[ActionStatus, dict[str, Any]]:
-        """Send the email under the action's idempotency key; the action's next status and
-        its outcome. A send whose fate is unknown is looked up by key before it is judged."""
-        key = email_idempotency_key(action_id=action.id)
-        try:
-            async with heartbeating():
-                message_id = await self._northwind.send_email(
-                    idempotency_key=key,
-                    tenant=action.tenant_id,
-                    to=action.args["to"],
-                    subject=action.args["subject"],
-                    body=action.args["body"],
-                )
-            return ActionStatus.executed, {"accepted": True, "message_id": message_id}
-        except BackendUnavailable as exc:
-            if not exc.breaker_open and activity.info().attempt < TOOL_ATTEMPTS:
-                raise ApplicationError(str(exc), type="backend_unavailable") from exc
-            try:
-                found = await self._northwind.email_by_key(key)
-            except BackendError:
-                found = None
-            if found is not None:
-                return ActionStatus.executed, {"accepted": True, "message_id": found}
-            return ActionStatus.unknown, {"accepted": None}
-        except BackendError as exc:
-            return ActionStatus.failed, {"accepted": False, "error": type(exc).__name__}
-
-    @activity.defn(name="expire_action")
-    async def expire_action(self, inp: ActionInput) -> ActionResult:
-        """The wait ran out: expire the action unless the user's answer is already stored
-        (a signal that was lost on its way counts all the same)."""
-        async with self._sessions() as db:
-            updated = await actions.set_action_status(
-                db,
-                action_id=inp.action_id,
-                status=ActionStatus.expired,
-                only_from=(ActionStatus.pending,),
-            )
-            if updated is not None:
-                await actions.announce_resolution(db, action=updated)
-                await db.commit()
-                return ActionResult(inp.action_id, ActionStatus.expired)
-            action = await db.get(Action, inp.action_id)
-            assert action is not None
-            await db.commit()
-            superseded = action.decline_reason == DeclineReason.superseded
-            if action.status == ActionStatus.declined and superseded:
-                return ActionResult(inp.action_id, Decision.superseded)
-            return ActionResult(inp.action_id, action.status)

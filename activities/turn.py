@@ -42,10 +42,10 @@ from parley.contracts import (
 )
 from parley.ids import message_id_for_call, override_message_id, tool_call_row_id
 from parley.screens import RETRACTION_TEXT, Screen
-from parley.statuses import FinalizeOutcome, FinishReason
+from parley.statuses import FinalizeOutcome, FinishReason, TurnErrorCode
 from parley.tools import args_hash
 from parley.wire import DeltaData, ResetData, RetractedData
-from store import turns
+from store import tenants, turns
 from store.events import append_event, withdraw_turn_text
 from store.models import Action, ModelCall, Turn, TurnEvent
 
@@ -138,6 +138,7 @@ class TurnActivities:
             assert call is not None
             if call.finish_reason is not None:  # finished by an attempt that died reporting it
                 return _result(call)
+            await _refuse_if_paused(db, turn_id=inp.turn_id)
             message_id = message_id_for_call(call.id)
             if call.attempts:  # only an earlier attempt can have streamed for this message
                 await _reset_partial_stream(db, turn_id=inp.turn_id, message_id=message_id)
@@ -290,14 +291,18 @@ class TurnActivities:
             if inp.retract:
                 # In the same commit as `retracted`: no replay after it serves the old words.
                 await withdraw_turn_text(db, turn_id=inp.turn_id)
-            message = await turns.complete_turn(
-                db,
-                turn_id=inp.turn_id,
-                message_id=message_id,
-                text=text,
-                outcome=FinalizeOutcome(inp.outcome),
-                retracted=inp.retract,
-            )
+            try:
+                message = await turns.complete_turn(
+                    db,
+                    turn_id=inp.turn_id,
+                    message_id=message_id,
+                    text=text,
+                    outcome=FinalizeOutcome(inp.outcome),
+                    retracted=inp.retract,
+                )
+            except turns.TurnStopped:
+                await db.commit()  # the cancelled ending, when the user's Stop came first
+                raise
             await db.commit()
             return message.id if message is not None else ""
 
@@ -319,6 +324,18 @@ class TurnActivities:
                 retryable=inp.retryable,
             )
             await db.commit()
+
+
+async def _refuse_if_paused(db: AsyncSession, *, turn_id: str) -> None:
+    """A paused tenant's turn calls no model: it ends with `agent_paused` (retryable)."""
+    turn = await db.get(Turn, turn_id)
+    assert turn is not None
+    if await tenants.is_paused(db, tenant_id=turn.tenant_id):
+        raise ApplicationError(
+            "the assistant is paused for this tenant",
+            type=TurnErrorCode.agent_paused,
+            non_retryable=True,
+        )
 
 
 def _activity_error(exc: ProviderFatal | ProviderRetryable) -> ApplicationError:
@@ -346,17 +363,18 @@ def _as_json(arguments: str) -> Any:
 def _result(call: ModelCall) -> CallModelResult:
     requested = call.response_tool_calls or []
     return CallModelResult(
+        attempts=max(1, call.attempts),
         model_call_id=call.id,
         finish_reason=call.finish_reason or FinishReason.stop,
         output_chars=len(call.response_text or ""),
         output_tokens=int((call.usage or {}).get("output_tokens", 0)),
         tool_calls=[
             ToolCallRef(
-                call_id=tool_call_row_id(model_call_id=call.id, provider_call_id=c["id"]),
+                call_id=tool_call_row_id(model_call_id=call.id, position=position),
                 name=c["name"],
                 args_hash=args_hash(c["name"], c["arguments"]),
             )
-            for c in requested
+            for position, c in enumerate(requested)
         ],
     )
 

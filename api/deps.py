@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from temporalio.client import Client
+from temporalio.client import Client, Interceptor
 
 from api.streaming import EventHub, StreamRegistry
 from parley.config import Settings
@@ -23,8 +23,10 @@ log = logging.getLogger(__name__)
 class TemporalConnector:
     """Connects lazily and reconnects after failures, so the API starts without Temporal."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, interceptors: Sequence[Interceptor] = ()) -> None:
         self._settings = settings
+        # Client interceptors: tests use one to lose a delivery on purpose.
+        self._interceptors = list(interceptors)
         self._client: Client | None = None
         self._lock = asyncio.Lock()
 
@@ -35,6 +37,7 @@ class TemporalConnector:
                     self._client = await Client.connect(
                         self._settings.temporal_address,
                         namespace=self._settings.temporal_namespace,
+                        interceptors=self._interceptors,
                     )
         return self._client
 

@@ -2,24 +2,28 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from temporalio.client import Interceptor
 
 from api import errors
 from api.body_limit import BodyLimit
 from api.deps import TemporalConnector
 from api.routes import actions, admin, ops, sessions, turns, web
 from api.streaming import EventHub, StreamRegistry
-from dispatch.outbox import cancel_turn_workflow
+from dispatch.control import cancel_turn_workflow
 from parley.config import Settings, get_settings
+from parley.errors import TurnFinished
 from store.db import create_engine, libpq_url, session_factory
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(
+    settings: Settings | None = None, *, temporal_interceptors: Sequence[Interceptor] = ()
+) -> FastAPI:
     settings = settings or get_settings()
 
     @asynccontextmanager
@@ -30,13 +34,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.settings = settings
         app.state.engine = engine
         app.state.sessions = session_factory(engine)
-        app.state.temporal = TemporalConnector(settings)
+        app.state.temporal = TemporalConnector(settings, temporal_interceptors)
         app.state.hub = EventHub(libpq_url(settings.database_url))
         temporal = app.state.temporal
         sessions = app.state.sessions
 
         async def cancel_abandoned(turn_id: str) -> None:
-            await cancel_turn_workflow(await temporal.get(), sessions, turn_id=turn_id)
+            try:
+                await cancel_turn_workflow(await temporal.get(), sessions, turn_id=turn_id)
+            except TurnFinished:
+                pass  # it ended while nobody watched; its ending stands
 
         app.state.streams = StreamRegistry(
             sessions=sessions,

@@ -5,6 +5,11 @@ dies in between, the turn row still says `workflow_started_at IS NULL`; the swee
 in every worker starts such turns a few seconds later. Starting is idempotent: the workflow
 id comes from the turn, a running workflow is attached to (`USE_EXISTING`), and a finished
 one is never started again (`REJECT_DUPLICATE`).
+
+The sweep starts only turns still in `received`; a paused tenant's turn is ended instead
+(`agent_paused`, retryable), in the transaction that marks it started. A second sweep ends
+turns whose workflow closed while the row says they have not ended (an execution timeout,
+a bug in workflow code), so no session stays locked behind them.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import logging
 from datetime import timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import (
     SearchAttributePair,
     TypedSearchAttributes,
@@ -26,17 +31,23 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from parley.contracts import (
     DEFAULT_CONFIRMATION_TIMEOUT_S,
-    RESOLVE_ACTION_SIGNAL,
     SA_SESSION_ID,
     SA_TENANT_ID,
     SA_TURN_STATE,
     TURN_WORKFLOW,
-    ResolveActionSignal,
     TurnInput,
     TurnState,
 )
 from parley.ids import workflow_id_for_turn
-from store import outbox, turns
+from parley.statuses import TurnErrorCode
+from parley.wire import ErrorData
+from store import outbox, tenants
+
+# A turn's workflow runs at most this much longer than its confirmation wait; past that
+# Temporal closes it and the abandoned-turn sweep ends the row.
+EXECUTION_MARGIN = timedelta(minutes=30)
+# A started turn that has written nothing for this long is looked up in Temporal.
+QUIET_FOR = timedelta(minutes=2)
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +76,7 @@ async def start_turn_workflow(
             task_queue=task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            execution_timeout=timedelta(seconds=confirmation_timeout_s) + EXECUTION_MARGIN,
             search_attributes=TypedSearchAttributes(
                 [
                     SearchAttributePair(SA_SESSION_ID, session_id),
@@ -116,6 +128,8 @@ async def sweep_once(
     async with sessions() as db:
         pending = await outbox.unstarted_turns(db, older_than=grace)
     for turn in pending:
+        if await _end_if_paused(sessions, turn.id, turn.tenant_id):
+            continue
         log.warning("starting turn %s that the API did not start", turn.id)
         await start_and_record(
             client,
@@ -128,6 +142,55 @@ async def sweep_once(
             fallback=fallback,
         )
     return len(pending)
+
+
+async def _end_if_paused(
+    sessions: async_sessionmaker[AsyncSession], turn_id: str, tenant_id: str
+) -> bool:
+    """A paused tenant's turn is not started: it ends with `agent_paused` (retryable)."""
+    async with sessions() as db:
+        if not await tenants.is_paused(db, tenant_id=tenant_id):
+            return False
+        paused = ErrorData(
+            code=TurnErrorCode.agent_paused,
+            message="the assistant is paused for this tenant",
+            retryable=True,
+        )
+        await outbox.end_unstarted_turn(db, turn_id=turn_id, state=TurnState.failed, error=paused)
+        await db.commit()
+    return True
+
+
+async def end_abandoned_turns(
+    client: Client, sessions: async_sessionmaker[AsyncSession], *, quiet_for: timedelta = QUIET_FOR
+) -> int:
+    """End every open turn whose workflow has closed (or never existed); return how many."""
+    async with sessions() as db:
+        quiet = await outbox.quiet_open_turns(db, quiet_for=quiet_for)
+    ended = 0
+    for turn in quiet:
+        handle = client.get_workflow_handle(workflow_id_for_turn(turn.id))
+        try:
+            status = (await handle.describe()).status
+        except RPCError as exc:
+            if exc.status != RPCStatusCode.NOT_FOUND:
+                raise
+            status = None
+        if status == WorkflowExecutionStatus.RUNNING:
+            continue
+        log.warning("turn %s is open but its workflow is %s; ending it", turn.id, status)
+        abandoned = ErrorData(
+            code=TurnErrorCode.turn_abandoned,
+            message="the assistant could not finish this answer",
+            retryable=True,
+        )
+        async with sessions() as db:
+            await outbox.end_unstarted_turn(
+                db, turn_id=turn.id, state=TurnState.failed, error=abandoned
+            )
+            await db.commit()
+        ended += 1
+    return ended
 
 
 async def sweep_forever(
@@ -150,35 +213,7 @@ async def sweep_forever(
                 confirmation_timeout_s=confirmation_timeout_s,
                 fallback=fallback,
             )
+            await end_abandoned_turns(client, sessions)
         except Exception:  # a failed sweep is retried on the next tick
             log.exception("outbox sweep failed")
         await asyncio.sleep(every.total_seconds())
-
-
-async def signal_turn(client: Client, *, turn_id: str, signal: ResolveActionSignal) -> None:
-    """Tell a waiting turn what the user decided. The decision is already stored, so a lost
-    signal only delays the turn: when its wait times out it reads the stored answer."""
-    handle = client.get_workflow_handle(workflow_id_for_turn(turn_id))
-    await handle.signal(RESOLVE_ACTION_SIGNAL, signal)
-
-
-async def cancel_turn_workflow(
-    client: Client, sessions: async_sessionmaker[AsyncSession], *, turn_id: str
-) -> None:
-    """Ask the turn's workflow to cancel; it stops the model stream and stores what streamed.
-
-    A turn whose workflow never started (the outbox had not got to it) is ended here, and
-    marked started so the outbox leaves it alone.
-    """
-    handle = client.get_workflow_handle(workflow_id_for_turn(turn_id))
-    try:
-        await handle.cancel()
-    except RPCError as exc:
-        if exc.status != RPCStatusCode.NOT_FOUND:
-            raise
-        async with sessions() as db:
-            await turns.end_unfinished_turn(db, turn_id=turn_id, state=TurnState.cancelled)
-            await db.commit()
-        async with sessions() as db:
-            await outbox.mark_workflow_started(db, turn_id=turn_id)
-            await db.commit()

@@ -84,6 +84,14 @@ TOOL_ATTEMPTS = 3
 DEFAULT_CONFIRMATION_TIMEOUT_S = 600.0
 
 RESOLVE_ACTION_SIGNAL = "resolve_action"
+# The same decision as a Workflow Update: the API learns at once whether the turn took it
+# (its validator accepts only the decision the turn is waiting for) and retries if not.
+RESOLVE_ACTION_UPDATE = "decide_action"
+# At most this many tool calls of one model response run; the rest are refused to the model.
+MAX_TOOL_CALLS_PER_RESPONSE = 8
+# The `ApplicationError` type by which a step tells the workflow to stop (never shown to a
+# client): the turn ended, or its cancel was recorded, while the workflow ran on.
+TURN_STOPPED = "turn_stopped"
 
 
 @dataclass
@@ -138,6 +146,8 @@ class CallModelResult:
     output_chars: int
     output_tokens: int = 0
     tool_calls: list[ToolCallRef] = field(default_factory=list)
+    # Requests sent to providers for this call: retries and the fallback each count one.
+    attempts: int = 1
 
 
 @dataclass

@@ -35,9 +35,11 @@ def override_message_id(*, model_call_id: str) -> str:
     return message_id_for_call(model_call_id + "o")
 
 
-def tool_call_row_id(*, model_call_id: str, provider_call_id: str) -> str:
-    """A tool call row: the provider's call id is unique only within its model call."""
-    return f"{model_call_id}:{provider_call_id}"[:80]
+def tool_call_row_id(*, model_call_id: str, position: int) -> str:
+    """A tool call row: the model call (one step of one turn) and the call's position in its
+    response. Never the provider's call id, which is unique only within its response (when
+    a server sends one at all) and long enough to be cut."""
+    return f"{model_call_id}:{position}"
 
 
 def tool_result_message_id(*, tool_call_id: str) -> str:
@@ -58,9 +60,19 @@ def unfinished_message_fallback_id(*, candidate: str) -> str:
     return candidate + "x"
 
 
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
 def action_id_for_call(*, tool_call_id: str) -> str:
-    """The action a proposing tool call records: a retried attempt finds the same action."""
-    return "act_" + tool_call_id.replace(":", "_")[-30:]
+    """The action a proposing tool call records: a retried attempt finds the same action,
+    and the whole row id (turn, step, position) goes into it, never a cut-off part."""
+    return "act_" + _digest(tool_call_id)
+
+
+def handoff_id_for_call(*, tool_call_id: str) -> str:
+    """The hand-off a `handoff_to_human` call records: one however often the call runs."""
+    return "hof_" + _digest(tool_call_id)
 
 
 def email_idempotency_key(*, action_id: str) -> str:

@@ -74,3 +74,42 @@ class FinishReason(StrEnum):
     tool_calls = "tool_calls"
     # Code, not the model, answered: the reference resolver asked the user to choose.
     clarification = "clarification"
+
+
+class TurnErrorCode(StrEnum):
+    """The codes a client can read in a turn's `error` event: a fixed list, so an exception's
+    class name (`OperationalError`) never reaches a client. Anything else maps to
+    `model_failed` (see `turn_error_code`)."""
+
+    model_failed = "model_failed"
+    # The tenant's assistant was paused while the turn ran; retrying after a resume may help.
+    agent_paused = "agent_paused"
+    # The database stayed unreachable for longer than the step's schedule-to-close bound.
+    store_unavailable = "store_unavailable"
+    # The turn's workflow closed (execution timeout, a bug) without ending the turn.
+    turn_abandoned = "turn_abandoned"
+    # The provider's own answers (gateway.errors), kept so the client can tell them apart.
+    bad_request = "bad_request"
+    unauthorized = "unauthorized"
+    forbidden = "forbidden"
+    not_found = "not_found"
+    too_large = "too_large"
+    unprocessable = "unprocessable"
+    conflict = "conflict"
+    rate_limited = "rate_limited"
+    server_error = "server_error"
+    client_error = "client_error"
+    timeout = "timeout"
+    first_token_timeout = "first_token_timeout"
+    total_timeout = "total_timeout"
+    connection = "connection"
+    stream_dropped = "stream_dropped"
+    stream_incomplete = "stream_incomplete"
+    stream_error = "stream_error"
+
+
+def turn_error_code(error_type: str | None) -> TurnErrorCode:
+    """The client-visible code for a step's failure type (an `ApplicationError.type`)."""
+    if error_type is not None and error_type in TurnErrorCode.__members__:
+        return TurnErrorCode(error_type)
+    return TurnErrorCode.model_failed

@@ -1,8 +1,10 @@
-"""Pending actions: proposal, confirmation, execution.
+"""Pending actions (proposal, confirmation, execution) and hand-offs to a person.
 
 A confirmation is a conditional update (`… WHERE status = 'pending'`), so two confirms that
-race execute once: exactly one of them sees its row change. Everything here runs in the
-caller's transaction (see `store`).
+race execute once: exactly one of them sees its row change. Rows a tool call creates are
+inserted with an id derived from the call (`… ON CONFLICT DO NOTHING`), so a retried attempt
+finds the row the first one wrote, and a row found under that id must belong to the same
+session, tenant and user. Everything here runs in the caller's transaction (see `store`).
 """
 
 from __future__ import annotations
@@ -11,25 +13,30 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import select, update
+from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.contracts import EventType
 from parley.errors import ActionChanged, ActionExpired, ActionResolved, NotFound
-from parley.ids import new_id
 from parley.statuses import ActionStatus, Decision
 from parley.tools import args_hash
 from parley.wire import ActionData, ActionView
 from store.events import append_event
 from store.identity import Identity
-from store.models import Action
+from store.models import Action, Handoff
 
 ACTION_NOT_FOUND = "action not found"
+
+
+class ForeignRow(Exception):
+    """A derived id already names a row of another session, tenant or user: a bug, never
+    something to hand back."""
 
 
 async def create_action(
     db: AsyncSession,
     *,
-    action_id: str | None = None,
+    action_id: str,
     session_id: str,
     turn_id: str,
     tenant_id: str,
@@ -40,25 +47,47 @@ async def create_action(
     recipient_masked: str | None,
     ttl: timedelta,
 ) -> Action:
-    if action_id is not None and (existing := await db.get(Action, action_id)) is not None:
-        return existing  # a retried attempt of the proposing tool call
-    action = Action(
-        id=action_id or new_id("act"),
-        session_id=session_id,
-        turn_id=turn_id,
-        tenant_id=tenant_id,
-        user_id=user_id,
-        tool=tool,
-        args=args,
-        args_hash=args_hash(tool, args),
-        summary=summary,
-        recipient_masked=recipient_masked,
-        status=ActionStatus.pending,
-        expires_at=datetime.now(UTC) + ttl,
+    """The proposal's pending action, once: a retried attempt gets the row the first wrote."""
+    await db.execute(
+        insert(Action)
+        .values(
+            id=action_id,
+            session_id=session_id,
+            turn_id=turn_id,
+            tenant_id=tenant_id,
+            user_id=user_id,
+            tool=tool,
+            args=args,
+            args_hash=args_hash(tool, args),
+            summary=summary,
+            recipient_masked=recipient_masked,
+            status=ActionStatus.pending,
+            expires_at=datetime.now(UTC) + ttl,
+        )
+        .on_conflict_do_nothing(index_elements=[Action.id])
     )
-    db.add(action)
-    await db.flush()
+    action = await db.get(Action, action_id, populate_existing=True)
+    assert action is not None
+    owner = (action.session_id, action.turn_id, action.tenant_id, action.user_id)
+    if owner != (session_id, turn_id, tenant_id, user_id):
+        raise ForeignRow(f"action {action_id} belongs to another turn")
     return action
+
+
+async def create_handoff(
+    db: AsyncSession, *, handoff_id: str, session_id: str, turn_id: str, reason: str
+) -> Handoff:
+    """The hand-off a tool call asked for, once however often the call runs."""
+    await db.execute(
+        insert(Handoff)
+        .values(id=handoff_id, session_id=session_id, turn_id=turn_id, reason=reason)
+        .on_conflict_do_nothing(index_elements=[Handoff.id])
+    )
+    handoff = await db.get(Handoff, handoff_id, populate_existing=True)
+    assert handoff is not None
+    if (handoff.session_id, handoff.turn_id) != (session_id, turn_id):
+        raise ForeignRow(f"hand-off {handoff_id} belongs to another turn")
+    return handoff
 
 
 async def pending_action(db: AsyncSession, *, session_id: str) -> Action | None:

@@ -136,6 +136,15 @@ class Turn(Base):
             "user_id",
             postgresql_where="state NOT IN ('completed', 'failed', 'cancelled', 'expired')",
         ),
+        # The sweep for turns whose workflow closed while the row says they have not ended.
+        Index(
+            "ix_turns_open",
+            "updated_at",
+            postgresql_where=(
+                "state NOT IN ('completed', 'failed', 'cancelled', 'expired')"
+                " AND workflow_started_at IS NOT NULL"
+            ),
+        ),
     )
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
@@ -149,6 +158,9 @@ class Turn(Base):
     # Counter behind the per-turn monotonic event ids; the row lock serialises appends.
     last_event_id: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     workflow_started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The user's Stop, recorded once under the row lock: from then on every step refuses to
+    # run and every ending is `cancelled` (a 202 to the cancel always means that).
+    cancel_requested_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     error: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     # What the reference resolver decided for this turn's message (kind, order, assumption).
     resolution: Mapped[dict[str, Any] | None] = mapped_column(JSONB)

@@ -1,4 +1,5 @@
-"""The start outbox's queries: a turn row whose workflow start was never confirmed."""
+"""The start outbox's queries: a turn row whose workflow start was never confirmed, and a
+turn row still open whose workflow may have closed without ending it."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from parley.contracts import TERMINAL_TURN_STATES, TurnState
+from parley.wire import ErrorData
+from store import turns
 from store.models import Turn
 
 
@@ -21,12 +25,45 @@ async def mark_workflow_started(db: AsyncSession, *, turn_id: str) -> None:
 async def unstarted_turns(
     db: AsyncSession, *, older_than: timedelta, limit: int = 50
 ) -> list[Turn]:
-    """Turns committed by the API whose workflow start was never confirmed."""
+    """Turns committed by the API whose workflow start was never confirmed. Only turns still
+    in `received`: a turn that ended (a cancel raced the start) is never started."""
     cutoff = datetime.now(UTC) - older_than
     rows = await db.scalars(
         select(Turn)
-        .where(Turn.workflow_started_at.is_(None), Turn.created_at < cutoff)
+        .where(
+            Turn.workflow_started_at.is_(None),
+            Turn.created_at < cutoff,
+            Turn.state == TurnState.received,
+        )
         .order_by(Turn.created_at)
         .limit(limit)
     )
     return list(rows)
+
+
+async def quiet_open_turns(
+    db: AsyncSession, *, quiet_for: timedelta, limit: int = 50
+) -> list[Turn]:
+    """Started turns that have not ended and have written nothing for `quiet_for`: the sweep
+    asks Temporal whether their workflow still runs."""
+    cutoff = datetime.now(UTC) - quiet_for
+    rows = await db.scalars(
+        select(Turn)
+        .where(
+            Turn.state.not_in([s.value for s in TERMINAL_TURN_STATES]),
+            Turn.workflow_started_at.is_not(None),
+            Turn.updated_at < cutoff,
+        )
+        .order_by(Turn.updated_at)
+        .limit(limit)
+    )
+    return list(rows)
+
+
+async def end_unstarted_turn(
+    db: AsyncSession, *, turn_id: str, state: TurnState, error: ErrorData | None = None
+) -> None:
+    """End a turn whose workflow will not run it (never started, or closed), and mark it
+    started, in the caller's one transaction: the outbox can never start it afterwards."""
+    await turns.end_unfinished_turn(db, turn_id=turn_id, state=state, error=error)
+    await mark_workflow_started(db, turn_id=turn_id)

@@ -34,3 +34,10 @@ async def set_config(db: AsyncSession, *, tenant_id: str, config: TenantConfig) 
     tenant.config = config.model_dump(exclude_none=True)
     await db.flush()
     return tenant
+
+
+async def is_paused(db: AsyncSession, *, tenant_id: str) -> bool:
+    """Whether the tenant's assistant is switched off: work that would start or go on
+    (a turn, a model call, a send, a confirmation) fails closed."""
+    tenant = await db.get(Tenant, tenant_id, populate_existing=True)
+    return tenant is not None and tenant.paused

@@ -5,6 +5,11 @@ stores (tool requests and results, a proposal, the answer) and how it ends.
 `parley.turn_states` and refuses a move the table does not allow. Every function here runs
 in the caller's transaction and locks the turn row first (then the session row, when it
 assigns a seq or releases the session), so retried attempts of a step serialize on the turn.
+
+A cancel is a decision recorded on the row (`request_cancel`), under the same lock: a step
+that starts after it refuses to run (`TurnStopped`), and every ending after it is
+`cancelled`. The finalize transaction is the line: before it commits a cancel is accepted
+and wins; after it, the turn is finished and the cancel is refused.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.contracts import TERMINAL_TURN_STATES, EventType, MessageStatus, TurnState
+from parley.errors import TurnFinished
 from parley.ids import (
     message_id_for_call,
     tool_call_row_id,
@@ -60,16 +66,46 @@ async def move_turn(
     return True
 
 
+class TurnStopped(Exception):
+    """The turn ended, or its cancel was recorded, before this step could start: the step
+    does nothing and the workflow stops (its ending is stored by whoever ended it)."""
+
+    def __init__(self, turn_id: str, state: str) -> None:
+        super().__init__(f"turn {turn_id} is {state}; the step does not run")
+        self.turn_id = turn_id
+        self.state = state
+
+
+def _refuse_if_stopped(turn: Turn) -> None:
+    if turn.state in TERMINAL_TURN_STATES:
+        raise TurnStopped(turn.id, turn.state)
+    if turn.cancel_requested_at is not None:
+        raise TurnStopped(turn.id, "cancelling")
+
+
 async def advance_turn(db: AsyncSession, *, turn_id: str, to: TurnState) -> bool:
-    """A step of a running turn enters its state. A turn that already ended (a cancel raced
-    the step) stays ended and the step carries on quietly (False); its own ending is stored
-    by whoever ended it."""
-    try:
-        return await move_turn(db, turn_id=turn_id, to=to)
-    except IllegalTransition as refused:
-        if refused.from_state in TERMINAL_TURN_STATES:
-            return False
-        raise
+    """A step of a running turn enters its state; a repeat of it is a no-op (False). A turn
+    that already ended or whose cancel was recorded raises `TurnStopped`: the step must not
+    run (a cancelled turn never calls the model, runs a tool or sends again)."""
+    turn = await db.get(Turn, turn_id, with_for_update=True)
+    if turn is None:
+        raise LookupError(turn_id)
+    _refuse_if_stopped(turn)
+    return await move_turn(db, turn_id=turn_id, to=to)
+
+
+async def request_cancel(db: AsyncSession, *, turn_id: str) -> Turn:
+    """Record the user's Stop once. A finished turn refuses (`TurnFinished`): its ending is
+    already stored and will not change. Repeating a cancel is harmless."""
+    turn = await db.get(Turn, turn_id, with_for_update=True)
+    if turn is None:
+        raise LookupError(turn_id)
+    if turn.state in TERMINAL_TURN_STATES:
+        raise TurnFinished(f"the turn is already {turn.state}", state=turn.state)
+    if turn.cancel_requested_at is None:
+        turn.cancel_requested_at = datetime.now(UTC)
+        await db.flush()
+    return turn
 
 
 async def _append_message(
@@ -126,8 +162,8 @@ async def store_tool_requests(
         text=text,
         tool_calls=tool_calls,
     )
-    for call, digest in zip(tool_calls, hashes, strict=True):
-        row_id = tool_call_row_id(model_call_id=model_call_id, provider_call_id=call["id"])
+    for position, (call, digest) in enumerate(zip(tool_calls, hashes, strict=True)):
+        row_id = tool_call_row_id(model_call_id=model_call_id, position=position)
         if await db.get(ToolCall, row_id) is None:
             db.add(
                 ToolCall(
@@ -168,11 +204,12 @@ async def rest_awaiting_confirmation(
 ) -> None:
     """Store the model's proposal text, then show the confirmation card and wait.
 
-    Idempotent; a turn that already ended (a cancel raced the proposal) stays as it ended."""
+    Idempotent. A turn that ended or is being cancelled never shows a card (`TurnStopped`)."""
     turn = await db.get(Turn, turn_id, with_for_update=True)
     assert turn is not None
-    if turn.state == TurnState.awaiting_confirmation or turn.state in TERMINAL_TURN_STATES:
+    if turn.state == TurnState.awaiting_confirmation:
         return
+    _refuse_if_stopped(turn)
     await move_turn(db, turn_id=turn_id, to=TurnState.awaiting_confirmation, announce=False)
     message = await _append_message(
         db, turn=turn, message_id=message_id_for_call(model_call_id), role="assistant", text=text
@@ -202,13 +239,19 @@ async def complete_turn(
 
     `outcome` expired ends in state expired; superseded stores nothing new (the user moved
     on) and closes the stream with the turn's last message. Idempotent under retries.
+
+    A turn whose cancel was recorded first ends `cancelled` instead and raises `TurnStopped`
+    once that is stored (the caller commits, then tells the workflow).
     """
     turn = await db.get(Turn, turn_id, with_for_update=True)
     if turn is None:
         raise LookupError(turn_id)
     if turn.state in (TurnState.cancelled, TurnState.failed):
         # Ended by a cancel that raced the answer; the answer must not reappear.
-        return await db.get(Message, turn.assistant_message_id or "")
+        raise TurnStopped(turn.id, turn.state)
+    if turn.cancel_requested_at is not None and turn.state not in TERMINAL_TURN_STATES:
+        await end_unfinished_turn(db, turn_id=turn_id, state=TurnState.cancelled)
+        raise TurnStopped(turn.id, TurnState.cancelled)
     if outcome == FinalizeOutcome.superseded:
         assert turn.assistant_message_id is not None
         message = await db.get(Message, turn.assistant_message_id)
@@ -296,6 +339,9 @@ async def end_unfinished_turn(
         raise LookupError(turn_id)
     if turn.state in TERMINAL_TURN_STATES:
         return None
+    if turn.cancel_requested_at is not None:
+        # The user's Stop came first: the turn ends the way they asked, whatever else failed.
+        state, error = TurnState.cancelled, None
     await move_turn(db, turn_id=turn_id, to=state, announce=False)
     await _answer_open_calls(db, turn_id=turn_id, state=state)
     message = await _keep_streamed(db, turn, state)

@@ -12,15 +12,15 @@ def test_derived_ids_keep_their_exact_strings() -> None:
     assert ids.workflow_id_for_turn("trn_1") == "turn-trn_1"
     assert ids.message_id_for_call("mc_abc") == "msg_abc"
     assert ids.override_message_id(model_call_id="mc_abc") == "msg_abco"
-    assert ids.tool_call_row_id(model_call_id="mc_a", provider_call_id="call_1") == "mc_a:call_1"
-    assert len(ids.tool_call_row_id(model_call_id="m" * 60, provider_call_id="c" * 60)) == 80
+    assert ids.tool_call_row_id(model_call_id="mc_a", position=0) == "mc_a:0"
     digest = hashlib.sha256(b"mc_a:call_1").hexdigest()[:20]
     assert ids.tool_result_message_id(tool_call_id="mc_a:call_1") == f"msg_t{digest}"
     assert ids.unfinished_message_id(turn_id="trn_9", streamed_message_id=None) == "msg_9x"
     assert ids.unfinished_message_id(turn_id="trn_9", streamed_message_id="msg_s") == "msg_s"
     assert ids.unfinished_message_fallback_id(candidate="msg_9x") == "msg_9xx"
-    call_id = "mc_" + "a" * 20 + ":call_" + "b" * 24
-    assert ids.action_id_for_call(tool_call_id=call_id) == "act_" + call_id.replace(":", "_")[-30:]
+    action_digest = hashlib.sha256(b"mc_a:0").hexdigest()[:24]
+    assert ids.action_id_for_call(tool_call_id="mc_a:0") == f"act_{action_digest}"
+    assert ids.handoff_id_for_call(tool_call_id="mc_a:0") == f"hof_{action_digest}"
     assert ids.email_idempotency_key(action_id="act_1") == "parley-act_1"
     assert ids.prompt_cache_key(tenant_id="northwind") == "parley-v1-northwind"
 
@@ -28,3 +28,18 @@ def test_derived_ids_keep_their_exact_strings() -> None:
 def test_a_random_id_carries_its_prefix() -> None:
     assert ids.new_id("trn").startswith("trn_")
     assert ids.new_id("trn") != ids.new_id("trn")
+
+
+def test_an_anthropic_length_call_id_yields_a_distinct_action_per_turn() -> None:
+    # Anthropic's tool-use ids are exactly 30 characters; two turns may even see the same one
+    # (a replayed or fake provider). The action comes from the turn's own call, not from it.
+    provider_id = "toolu_01" + "A" * 22
+    assert len(provider_id) == 30
+    actions = {
+        ids.action_id_for_call(
+            tool_call_id=ids.tool_call_row_id(model_call_id=model_call, position=0)
+        )
+        for model_call in (ids.new_id("mc"), ids.new_id("mc"), ids.new_id("mc"))
+    }
+    assert len(actions) == 3
+    assert all(len(a) <= 40 for a in actions)

@@ -118,7 +118,8 @@ async def test_a_finished_turn_never_moves_again(
     async with sessions() as db:
         with pytest.raises(IllegalTransition):
             await turns.move_turn(db, turn_id=turn.id, to=TurnState.calling_model)
-        # A step that a cancel raced carries on quietly and changes nothing.
-        assert not await turns.advance_turn(db, turn_id=turn.id, to=TurnState.calling_model)
+        # A step that a cancel raced refuses to run and changes nothing.
+        with pytest.raises(turns.TurnStopped):
+            await turns.advance_turn(db, turn_id=turn.id, to=TurnState.calling_model)
         await db.commit()
     assert await _row(sessions, turn.id) == ended

@@ -48,8 +48,8 @@ STEP_DEADLINE_S = 10.0
 Turn = WorkflowHandle[TurnWorkflow, str]
 
 
-@pytest_asyncio.fixture(scope="module")
-async def env() -> AsyncIterator[WorkflowEnvironment]:
+@asynccontextmanager
+async def time_skipping_server() -> AsyncIterator[WorkflowEnvironment]:
     async with await WorkflowEnvironment.start_time_skipping(
         test_server_existing_path=str(TEST_SERVER)
     ) as env:
@@ -60,6 +60,12 @@ async def env() -> AsyncIterator[WorkflowEnvironment]:
                 search_attributes={key.name: key.indexed_value_type for key in SEARCH_ATTRIBUTES},
             )
         )
+        yield env
+
+
+@pytest_asyncio.fixture(scope="module")
+async def env() -> AsyncIterator[WorkflowEnvironment]:
+    async with time_skipping_server() as env:
         yield env
 
 

@@ -57,6 +57,12 @@ class Stubs:
         self.released: defaultdict[str, asyncio.Event] = defaultdict(asyncio.Event)
         self.finished: list[str] = []  # stubs that returned, in order
         self.hold: set[str] = set()
+        # Held like `hold`, but a cancellation that reaches it is ignored: the stub finishes
+        # with its normal answer once released, as a quick step does that ends before it
+        # hears of the cancel.
+        self.stubborn: set[str] = set()
+        # Errors a stub raises instead of answering, by stub name.
+        self.errors: dict[str, BaseException] = {}
         # Model answers in order; once spent, every call answers plainly.
         self.answers: list[ModelAnswer] = []
         # Overrides the script when set (the fallback tests answer by `inp.fallback`).
@@ -64,6 +70,8 @@ class Stubs:
         self.input_screen = ScreenResult(True)
         self.output_screen = ScreenResult(True)
         self.expired_status = "expired"
+        # Provider requests each model call reports (its retries and fallback).
+        self.model_attempts = 1
 
     # --- what the test reads ----------------------------------------------------------
 
@@ -96,7 +104,15 @@ class Stubs:
             # Heartbeats carry the workflow's cancellation to the held activity.
             async with heartbeating(interval_s=0.05):
                 await self.released[name].wait()
+        if name in self.stubborn:
+            async with heartbeating(interval_s=0.05):
+                try:
+                    await self.released[name].wait()
+                except asyncio.CancelledError:
+                    await self.released[name].wait()  # too late to stop: report success
         self.finished.append(name)  # not reached by a stub cancelled while held
+        if name in self.errors:
+            raise self.errors[name]
 
     # --- the stubs, under the real names ------------------------------------------------
 
@@ -115,7 +131,9 @@ class Stubs:
         if isinstance(answer, BaseException):
             raise answer
         reason = "tool_calls" if answer else "stop"
-        return CallModelResult(inp.model_call_id, reason, 40, 10, list(answer))
+        return CallModelResult(
+            inp.model_call_id, reason, 40, 10, list(answer), attempts=self.model_attempts
+        )
 
     @activity.defn(name="request_confirmation")
     async def request_confirmation(self, inp: RequestConfirmationInput) -> None:

@@ -33,6 +33,9 @@ class ActivityOptions:
     # Set for steps that heartbeat, so a dead worker is noticed before start_to_close.
     heartbeat: timedelta | None = None
     cancellation: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL
+    # All attempts together, retries and their backoff included: how long the step may keep
+    # trying (a store write waits out a database restart, then gives up).
+    schedule_to_close: timedelta | None = None
 
     def run(self, activity: ActivityMethod[Arg, Result], arg: Arg) -> Awaitable[Result]:
         """Schedule the activity with these options and await its result."""
@@ -40,6 +43,7 @@ class ActivityOptions:
             activity,
             arg,
             start_to_close_timeout=self.start_to_close,
+            schedule_to_close_timeout=self.schedule_to_close,
             heartbeat_timeout=self.heartbeat,
             retry_policy=self.retry,
             cancellation_type=self.cancellation,
@@ -51,20 +55,24 @@ class ActivityOptions:
             activity,
             arg,
             start_to_close_timeout=self.start_to_close,
+            schedule_to_close_timeout=self.schedule_to_close,
             heartbeat_timeout=self.heartbeat,
             retry_policy=self.retry,
             cancellation_type=self.cancellation,
         )
 
 
-# Store writes are short; retry them patiently, a database restart should not fail a turn.
+# Store writes are short; retry them patiently, a database outage of a minute or more
+# should not fail a turn (an unreachable database is retried every 2 s, see
+# activities/failures.py), and bound all the attempts so that a turn still ends.
 STORE = ActivityOptions(
     start_to_close=timedelta(seconds=30),
     retry=RetryPolicy(
         initial_interval=timedelta(milliseconds=200),
         maximum_interval=timedelta(seconds=5),
-        maximum_attempts=20,
+        maximum_attempts=0,  # unlimited within schedule_to_close
     ),
+    schedule_to_close=timedelta(minutes=3),
 )
 
 # The model call streams for a while; a short heartbeat timeout notices a dead worker fast.

@@ -11,8 +11,15 @@ The shape of a turn:
          └─ resolver asked the user ─▶ finalize    └─ a proposal ─▶ rest awaiting confirmation
                                                         ─▶ signal / timeout ─▶ send or not …
 
-Bounded: at most MAX_MODEL_CALLS model calls and MAX_OUTPUT_TOKENS output tokens per turn;
-an identical repeated tool call is refused rather than run again.
+Bounded: at most MAX_MODEL_CALLS model requests (retries and the fallback included) and
+MAX_OUTPUT_TOKENS output tokens per turn, at most MAX_TOOL_CALLS_PER_RESPONSE tool calls run
+per model response; an identical repeated tool call is refused rather than run again.
+
+Cancel: the user's Stop is recorded on the turn row by the API, then the workflow is
+cancelled. A step that finishes anyway (a quick model call, a screen) does not swallow it:
+the workflow checks `workflow.cancellation_reason()` at every step boundary, and a step that
+finds the Stop recorded refuses to run (`turn_stopped`), so a cancel that was accepted
+always ends the turn `cancelled`.
 """
 
 from __future__ import annotations
@@ -25,13 +32,17 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 
 with workflow.unsafe.imports_passed_through():
     from activities.screens import ScreenActivities
+    from activities.send import SendActivities
     from activities.tools import ToolActivities
     from activities.turn import TurnActivities
     from parley.contracts import (
         MAX_MODEL_CALLS,
         MAX_OUTPUT_TOKENS,
+        MAX_TOOL_CALLS_PER_RESPONSE,
         RESOLVE_ACTION_SIGNAL,
+        RESOLVE_ACTION_UPDATE,
         SA_TURN_STATE,
+        TURN_STOPPED,
         TURN_WORKFLOW,
         ActionInput,
         BuildContextInput,
@@ -51,6 +62,7 @@ with workflow.unsafe.imports_passed_through():
         TurnState,
     )
     from parley.screens import DECLINE_TEXT, RETRACTION_TEXT
+    from parley.statuses import ActionStatus, Decision, TurnErrorCode, turn_error_code
     from parley.tools import Risk, risk_of
 
 from workflows.options import FOLLOWUPS, MODEL, SCREEN, SEND, STORE, TOOL
@@ -60,6 +72,10 @@ SCREENS_PATCH = "screens-v1"
 # Turns started before the input said whether a fallback model exists replay the old way:
 # schedule the fallback and learn from its error that there is none.
 FALLBACK_PATCH = "fallback-from-input"
+# Turns started before the lifecycle rules replay without them: a Stop honoured at every
+# step boundary, model requests counted with their retries and the confirmation path, and
+# the turn's own words when the budget is spent after a send.
+LIFECYCLE_PATCH = "lifecycle-v1"
 FOLLOWUPS_GRACE = timedelta(milliseconds=300)
 
 # Provider answers that a retry of the same request would get again.
@@ -72,6 +88,12 @@ BOUNDS_TEXT = (
     "Please ask again, a little more specifically."
 )
 EXPIRED_TEXT = "The confirmation expired, so I did not send the email."
+SENT_TEXT = "Done: the email was sent."
+NOT_SENT_TEXT = "The email was not sent."
+TOO_MANY_TOOLS = (
+    f"at most {MAX_TOOL_CALLS_PER_RESPONSE} tool calls run per answer; "
+    "ask for the rest in your next step"
+)
 
 
 @workflow.defn(name=TURN_WORKFLOW)
@@ -79,6 +101,10 @@ class TurnWorkflow:
     def __init__(self) -> None:
         self._state = TurnState.received
         self._decisions: dict[str, str] = {}
+        # The action whose card the turn shows: the only one an Update may decide.
+        self._awaiting: str | None = None
+        self._lifecycle = False
+        self._requests = 0  # model requests sent so far, retries and fallback included
 
     @workflow.query
     def state(self) -> str:
@@ -90,12 +116,41 @@ class TurnWorkflow:
         """The user confirmed or declined (or moved on from) a pending action."""
         self._decisions.setdefault(signal.action_id, signal.decision)
 
+    @workflow.update(name=RESOLVE_ACTION_UPDATE)
+    def decide_action(self, decision: ResolveActionSignal) -> str:
+        """The same decision as an Update: the caller learns that the turn took it. Returns
+        the decision the turn holds for the action (the first one delivered wins)."""
+        return self._decisions.setdefault(decision.action_id, decision.decision)
+
+    @decide_action.validator
+    def _only_the_awaited_decision(self, decision: ResolveActionSignal) -> None:
+        """Only the action whose card the turn shows can be decided, with a real decision."""
+        if decision.action_id != self._awaiting:
+            raise ValueError(f"this turn is not waiting for {decision.action_id}")
+        if decision.decision not in Decision.__members__:
+            raise ValueError(f"{decision.decision!r} is not a decision")
+
+    def _honour_cancel(self) -> None:
+        """A step boundary: a Stop delivered while the step ran is honoured here, whatever
+        the step returned (a model call that finished before hearing of it, a screen)."""
+        if self._lifecycle and workflow.cancellation_reason() is not None:
+            raise asyncio.CancelledError()
+
+    def _budget_spent(self, output_tokens: int) -> bool:
+        return self._requests >= MAX_MODEL_CALLS or output_tokens >= MAX_OUTPUT_TOKENS
+
+    def _count(self, call: CallModelResult) -> CallModelResult:
+        """Count the call's requests: every attempt with the lifecycle rules, else one."""
+        self._requests += max(1, call.attempts) if self._lifecycle else 1
+        return call
+
     def _enter(self, state: TurnState) -> None:
         self._state = state
         workflow.upsert_search_attributes([SA_TURN_STATE.value_set(state.value)])
 
     @workflow.run
     async def run(self, inp: TurnInput) -> str:
+        self._lifecycle = workflow.patched(LIFECYCLE_PATCH)
         try:
             return await self._turn(inp)
         except asyncio.CancelledError:
@@ -106,9 +161,16 @@ class TurnWorkflow:
             if isinstance(cause, CancelledError):
                 await self._end_cancelled(inp)
                 raise asyncio.CancelledError() from err
-            code = "model_failed"
+            if isinstance(cause, ApplicationError) and cause.type == TURN_STOPPED:
+                # A step found the turn ended, or its Stop recorded: end it as the user asked
+                # (a no-op if it already ended), and stop.
+                await self._end_cancelled(inp)
+                if workflow.cancellation_reason() is not None:
+                    raise asyncio.CancelledError() from err
+                return "stopped"
+            code = TurnErrorCode.model_failed
             if isinstance(cause, ApplicationError) and cause.type:
-                code = cause.type
+                code = turn_error_code(cause.type)
             await STORE.run(
                 TurnActivities.fail_turn,
                 FailTurnInput(
@@ -143,25 +205,26 @@ class TurnWorkflow:
         context = await self._build_context(inp, step)
         if input_screen is not None:
             verdict = await input_screen  # an error here fails the turn closed
+            self._honour_cancel()
             if not verdict.allowed:
                 return await self._finalize(inp, context.model_call_id, override=DECLINE_TEXT)
         if context.clarification:
             return await self._finalize(inp, context.model_call_id)
         self._enter(TurnState.calling_model)
-        call = await self._call_model(inp, context.model_call_id)
-        model_calls, output_tokens = 1, call.output_tokens
+        call = self._count(await self._call_model(inp, context.model_call_id))
+        output_tokens = call.output_tokens
         seen: set[tuple[str, str]] = set()
         proposed: list[str] = []  # kept across rounds of tools until the user answers
         while call.tool_calls:
-            if model_calls >= MAX_MODEL_CALLS or output_tokens >= MAX_OUTPUT_TOKENS:
+            if self._budget_spent(output_tokens):
                 await self._run_tools(inp, call.tool_calls, seen, refuse_all="turn budget spent")
                 return await self._finalize(inp, call.model_call_id, override=BOUNDS_TEXT)
             self._enter(TurnState.executing_tools)
             outcomes = await self._run_tools(inp, call.tool_calls, seen)
             proposed += [o.action_id for o in outcomes if o.action_id]
             step += 1
-            call = await self._next_model_call(inp, step)
-            model_calls, output_tokens = model_calls + 1, output_tokens + call.output_tokens
+            call = self._count(await self._next_model_call(inp, step))
+            output_tokens += call.output_tokens
             if proposed and not call.tool_calls:
                 result = await self._confirm_and_execute(inp, proposed[-1], call)
                 proposed = []
@@ -171,9 +234,13 @@ class TurnWorkflow:
                     return await self._finalize(
                         inp, call.model_call_id, outcome="expired", override=EXPIRED_TEXT
                     )
+                if self._lifecycle and self._budget_spent(output_tokens):
+                    # No request left to word it: code says what happened to the action.
+                    said = SENT_TEXT if result == ActionStatus.executed else NOT_SENT_TEXT
+                    return await self._finalize(inp, call.model_call_id, override=said)
                 step += 1  # the model words what happened to the action
-                call = await self._next_model_call(inp, step)
-                model_calls, output_tokens = model_calls + 1, output_tokens + call.output_tokens
+                call = self._count(await self._next_model_call(inp, step))
+                output_tokens += call.output_tokens
         if screening:
             return await self._screened_answer(inp, call)
         return await self._finalize(inp, call.model_call_id)
@@ -188,6 +255,9 @@ class TurnWorkflow:
             verdict = await screen
         except ActivityError:
             verdict = ScreenResult(True, "screen_error")  # fail open; the activity logged it
+        if self._lifecycle and workflow.cancellation_reason() is not None:
+            followups.cancel()  # a cancelled screen is no verdict: the Stop is honoured
+        self._honour_cancel()
         if not verdict.allowed:
             followups.cancel()
             return await self._finalize(
@@ -198,9 +268,17 @@ class TurnWorkflow:
         return await self._finalize(inp, call.model_call_id)
 
     async def _build_context(self, inp: TurnInput, step: int) -> BuildContextResult:
-        return await STORE.run(TurnActivities.build_context, BuildContextInput(inp.turn_id, step))
+        built = await STORE.run(TurnActivities.build_context, BuildContextInput(inp.turn_id, step))
+        self._honour_cancel()
+        return built
 
     async def _call_model(self, inp: TurnInput, model_call_id: str) -> CallModelResult:
+        answered = await self._call_model_or_fallback(inp, model_call_id)
+        # A call that finished before it heard of the Stop does not swallow it.
+        self._honour_cancel()
+        return answered
+
+    async def _call_model_or_fallback(self, inp: TurnInput, model_call_id: str) -> CallModelResult:
         try:
             return await MODEL.run(
                 TurnActivities.call_model, CallModelInput(inp.turn_id, model_call_id)
@@ -210,6 +288,8 @@ class TurnWorkflow:
                 raise
             # The primary's retries are spent: the fallback model (if configured) answers.
             if workflow.patched(FALLBACK_PATCH) and not inp.fallback:
+                if _store_unavailable(err):
+                    raise  # the database, not the model: the turn fails with that code
                 # Without its cause the turn fails as `model_failed`, the code a turn
                 # without a fallback has always ended with (see below).
                 raise err from None
@@ -243,6 +323,7 @@ class TurnWorkflow:
         override: str | None = None,
         retract: bool = False,
     ) -> str:
+        self._honour_cancel()
         message_id = await STORE.run(
             TurnActivities.finalize_turn,
             FinalizeTurnInput(inp.turn_id, model_call_id, outcome, override, retract),
@@ -261,11 +342,13 @@ class TurnWorkflow:
     ) -> list[ToolOutcome]:
         """Reads run in parallel; proposals and hand-offs one at a time, after them."""
         jobs: list[ExecuteToolInput] = []
-        for call in calls:
+        for position, call in enumerate(calls):
             refuse = refuse_all
             key = (call.name, call.args_hash)
             if refuse is None and key in seen:
                 refuse = "an identical call already ran in this turn; use its result"
+            if refuse is None and self._lifecycle and position >= MAX_TOOL_CALLS_PER_RESPONSE:
+                refuse = TOO_MANY_TOOLS
             seen.add(key)
             jobs.append(
                 ExecuteToolInput(inp.turn_id, call.call_id, refuse, inp.confirmation_timeout_s)
@@ -278,7 +361,9 @@ class TurnWorkflow:
         serial = [j for j in jobs if j not in parallel]
         outcomes = list(await asyncio.gather(*(self._execute_tool(j) for j in parallel)))
         for job in serial:
+            self._honour_cancel()
             outcomes.append(await self._execute_tool(job))
+        self._honour_cancel()
         return outcomes
 
     async def _execute_tool(self, job: ExecuteToolInput) -> ToolOutcome:
@@ -289,10 +374,12 @@ class TurnWorkflow:
     ) -> str:
         """Show the card, wait for the user's own answer, then send (or not). Returns the
         action's final status, or "superseded"."""
+        self._awaiting = action_id
         await STORE.run(
             TurnActivities.request_confirmation,
             RequestConfirmationInput(inp.turn_id, action_id, call.model_call_id),
         )
+        self._honour_cancel()
         self._enter(TurnState.awaiting_confirmation)
         try:
             await workflow.wait_condition(
@@ -302,14 +389,15 @@ class TurnWorkflow:
             decision = self._decisions[action_id]
         except TimeoutError:
             stored = await STORE.run(
-                ToolActivities.expire_action, ActionInput(inp.turn_id, action_id)
+                SendActivities.expire_action, ActionInput(inp.turn_id, action_id)
             )
             decision = stored.status  # "expired", or the answer whose signal was lost
         if decision in ("superseded", "expired", "declined"):
             return decision
+        self._honour_cancel()  # no send starts after the Stop
         self._enter(TurnState.executing_action)
         send = asyncio.ensure_future(
-            SEND.run(ToolActivities.send_email, ActionInput(inp.turn_id, action_id))
+            SEND.run(SendActivities.send_email, ActionInput(inp.turn_id, action_id))
         )
         try:
             sent = await asyncio.shield(send)
@@ -328,3 +416,8 @@ def _retries_spent(err: ActivityError) -> bool:
     if isinstance(cause, CancelledError):
         return False
     return not isinstance(cause, ApplicationError) or not cause.non_retryable
+
+
+def _store_unavailable(err: ActivityError) -> bool:
+    cause = err.cause
+    return isinstance(cause, ApplicationError) and cause.type == TurnErrorCode.store_unavailable

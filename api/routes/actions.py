@@ -9,16 +9,17 @@ from api.errors import answers
 from api.routes.turns import send_signals
 from api.schemas import ActionOut
 from parley.contracts import ResolveActionSignal
-from parley.errors import ActionChanged, ActionExpired, ActionResolved, NotFound
+from parley.errors import ActionChanged, ActionExpired, ActionResolved, AgentPaused, NotFound
 from parley.statuses import Decision
 from parley.wire import ActionView
-from store import actions
+from store import actions, tenants
 from store import sessions as store_sessions
+from store.models import Action
 
 router = APIRouter(
     prefix="/v1/sessions/{session_id}/actions",
     tags=["confirmations"],
-    responses=answers(NotFound, ActionResolved, ActionExpired, ActionChanged),
+    responses=answers(NotFound, ActionResolved, ActionExpired, ActionChanged, AgentPaused),
 )
 
 
@@ -31,12 +32,24 @@ async def _resolve(
     temporal: Temporal,
 ) -> ActionOut:
     await store_sessions.get_session(db, owner=user, session_id=session_id)
+    if await tenants.is_paused(db, tenant_id=user.tenant_id):
+        # Fails closed: nothing is decided, the action stays pending for after the resume.
+        raise AgentPaused("the assistant is paused for this tenant")
     try:
         action = await actions.resolve_action(
             db, action_id=action_id, session_id=session_id, owner=user, decision=decision
         )
     except ActionExpired:
         await db.commit()  # the action is stored expired, whatever the answer
+        raise
+    except ActionResolved:
+        # The same answer again: its first delivery may have been lost, so deliver it again
+        # (the turn takes a decision once) before answering 409.
+        answered = await db.get(Action, action_id)
+        if answered is not None and answered.status == decision:
+            again = ((answered.turn_id, ResolveActionSignal(action_id, decision)),)
+            await db.rollback()
+            await send_signals(temporal, again)
         raise
     view = ActionView.from_row(action)  # read before the commit expires the row
     await db.commit()

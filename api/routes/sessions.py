@@ -10,8 +10,8 @@ from fastapi import APIRouter, Query, Response
 from api.deps import AppSettings, CurrentUser, DbSession, Sessions, Temporal
 from api.errors import answers
 from api.schemas import MessageList, SessionDetail, SessionList, SessionOut
-from dispatch.outbox import cancel_turn_workflow
-from parley.errors import NotFound, RateLimited
+from dispatch.control import cancel_turn_workflow
+from parley.errors import NotFound, RateLimited, TurnFinished
 from parley.wire import MessageView
 from store import actions, slots
 from store import sessions as store_sessions
@@ -66,6 +66,8 @@ async def delete_session(
             await asyncio.wait_for(
                 cancel_turn_workflow(client, sessions, turn_id=active_turn_id), CANCEL_TIMEOUT_S
             )
+        except TurnFinished:
+            pass  # it ended on its own meanwhile
         except Exception:
             # The session is gone for its owner either way; the turn then ends by its own
             # bounds (a waiting confirmation expires).

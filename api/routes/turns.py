@@ -26,7 +26,8 @@ from api.errors import answers
 from api.metrics import MESSAGES_POSTED, STREAMS_OPEN, TURN_START_FAILURES
 from api.schemas import CancelOut, PostMessageIn, TurnOut, TurnStarted
 from api.streaming import turn_event_stream
-from dispatch.outbox import cancel_turn_workflow, signal_turn, start_and_record
+from dispatch.control import cancel_turn_workflow, deliver_decision
+from dispatch.outbox import start_and_record
 from parley.config import Settings
 from parley.contracts import TERMINAL_TURN_STATES, ResolveActionSignal
 from parley.errors import (
@@ -135,15 +136,14 @@ async def _start(
 async def send_signals(
     temporal: TemporalConnector, signals: tuple[tuple[str, ResolveActionSignal], ...]
 ) -> None:
+    """Deliver stored decisions to their waiting turns, each retried until it is taken."""
     for turn_id, signal in signals:
         try:
             client = await asyncio.wait_for(temporal.get(), START_TIMEOUT_S)
-            await asyncio.wait_for(
-                signal_turn(client, turn_id=turn_id, signal=signal), START_TIMEOUT_S
-            )
+            await deliver_decision(client, turn_id=turn_id, decision=signal)
         except Exception:
             # The decision is stored; the waiting turn reads it when its wait times out.
-            log.warning("could not signal turn %s", turn_id, exc_info=True)
+            log.warning("could not deliver a decision to turn %s", turn_id, exc_info=True)
 
 
 @router.get("/turns/{turn_id}")
@@ -165,10 +165,12 @@ async def cancel_turn(
     user: CurrentUser,
     temporal: Temporal,
 ) -> CancelOut:
-    """Stop the turn: the model stream stops, what streamed is kept as `cancelled`."""
+    """Stop the turn: the model stream stops, what streamed is kept as `cancelled`. A `202`
+    means the turn ends `cancelled`; a turn that has already ended answers `409`."""
     turn = await store_sessions.get_turn(db, owner=user, session_id=session_id, turn_id=turn_id)
     if turn.state in TERMINAL_TURN_STATES:
         raise TurnFinished(f"the turn is already {turn.state}", state=turn.state)
+    await db.rollback()  # the Stop is recorded under the row lock, in its own transaction
     client = await asyncio.wait_for(temporal.get(), START_TIMEOUT_S)
     await cancel_turn_workflow(client, sessions, turn_id=turn_id)
     await db.refresh(turn)

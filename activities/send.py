@@ -1,0 +1,162 @@
+"""The confirmed write: `send_email` runs only for an action the user confirmed, re-checks
+what was confirmed right before sending, and sends under the action's idempotency key; and
+`expire_action`, for a confirmation nobody answered in time.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.heartbeat import heartbeating
+from activities.northwind import BackendError, BackendUnavailable, NorthwindClient
+from activities.tools import tool_event
+from parley.contracts import TOOL_ATTEMPTS, ActionInput, ActionResult, TurnState
+from parley.ids import email_idempotency_key
+from parley.statuses import (
+    SENDABLE_ACTION_STATUSES,
+    SETTLED_ACTION_STATUSES,
+    ActionStatus,
+    Decision,
+    DeclineReason,
+    ToolCallStatus,
+    TurnErrorCode,
+)
+from parley.tools import TOOLS, args_hash
+from store import actions, tenants, turns
+from store.models import Action, Turn
+
+
+class SendActivities:
+    def __init__(
+        self, *, sessions: async_sessionmaker[AsyncSession], northwind: NorthwindClient
+    ) -> None:
+        self._sessions = sessions
+        self._northwind = northwind
+
+    @activity.defn(name="send_email")
+    async def send_email(self, inp: ActionInput) -> ActionResult:
+        action = await self._begin_send(inp)
+        if isinstance(action, ActionResult):
+            return action
+        refusal = await self._recheck(action)
+        if refusal is not None:
+            status, outcome = ActionStatus.failed, {"accepted": False, "error": refusal}
+        else:
+            status, outcome = await self._deliver(action)
+        async with self._sessions() as db:
+            updated = await actions.set_action_status(
+                db,
+                action_id=action.id,
+                status=status,
+                outcome=outcome,
+                only_from=SENDABLE_ACTION_STATUSES,
+            )
+            shown = ToolCallStatus.ok if status == ActionStatus.executed else status
+            label = TOOLS["send_email"].label
+            await tool_event(db, inp.turn_id, action.id, "send_email", "end", label, shown)
+            await db.commit()
+            return ActionResult(action.id, updated.status if updated else status)
+
+    async def _begin_send(self, inp: ActionInput) -> Action | ActionResult:
+        """Check the user's confirmation, enter `executing_action`, show the send starting; an
+        action an earlier attempt settled is answered from the store."""
+        async with self._sessions() as db:
+            action = await db.get(Action, inp.action_id)
+            assert action is not None
+            if action.status in SETTLED_ACTION_STATUSES:
+                return ActionResult(action.id, action.status)
+            if action.status not in SENDABLE_ACTION_STATUSES:
+                # Only a confirmation recorded by the user's own request lets this run.
+                raise ApplicationError(
+                    f"action {action.id} is {action.status}, not confirmed",
+                    type="not_confirmed",
+                    non_retryable=True,
+                )
+            turn = await db.get(Turn, inp.turn_id)
+            assert turn is not None
+            if await tenants.is_paused(db, tenant_id=turn.tenant_id):
+                # A paused tenant sends nothing: the turn ends with `agent_paused`.
+                raise ApplicationError(
+                    "the assistant is paused for this tenant",
+                    type=TurnErrorCode.agent_paused,
+                    non_retryable=True,
+                )
+            await turns.advance_turn(db, turn_id=inp.turn_id, to=TurnState.executing_action)
+            await db.commit()  # the stream shows the step before it runs
+            if activity.info().attempt == 1:
+                label = TOOLS["send_email"].label
+                await tool_event(db, inp.turn_id, action.id, "send_email", "start", label)
+                await db.commit()
+            return action
+
+    async def _recheck(self, action: Action) -> str | None:
+        """Right before the send: the stored arguments are still the ones the user confirmed,
+        and the recipient is still the customer's verified address. The refusal's code, or
+        None when the send may go ahead."""
+        if args_hash(action.tool, action.args) != action.args_hash:
+            return "action_changed"
+        try:
+            customer = await self._northwind.get_customer(action.tenant_id, action.user_id)
+        except BackendUnavailable as exc:
+            if not exc.breaker_open and activity.info().attempt < TOOL_ATTEMPTS:
+                raise ApplicationError(str(exc), type="backend_unavailable") from exc
+            return "recipient_unverified"
+        except BackendError:
+            return "recipient_unverified"
+        if not customer.get("email_verified") or customer.get("email") != action.args.get("to"):
+            return "recipient_unverified"
+        return None
+
+    async def _deliver(self, action: Action) -> tuple[ActionStatus, dict[str, Any]]:
+        """Send the email under the action's idempotency key; the action's next status and
+        its outcome. A send whose fate is unknown is looked up by key before it is judged."""
+        key = email_idempotency_key(action_id=action.id)
+        try:
+            async with heartbeating():
+                message_id = await self._northwind.send_email(
+                    idempotency_key=key,
+                    tenant=action.tenant_id,
+                    to=action.args["to"],
+                    subject=action.args["subject"],
+                    body=action.args["body"],
+                )
+            return ActionStatus.executed, {"accepted": True, "message_id": message_id}
+        except BackendUnavailable as exc:
+            if not exc.breaker_open and activity.info().attempt < TOOL_ATTEMPTS:
+                raise ApplicationError(str(exc), type="backend_unavailable") from exc
+            try:
+                found = await self._northwind.email_by_key(key)
+            except BackendError:
+                found = None
+            if found is not None:
+                return ActionStatus.executed, {"accepted": True, "message_id": found}
+            return ActionStatus.unknown, {"accepted": None}
+        except BackendError as exc:
+            return ActionStatus.failed, {"accepted": False, "error": type(exc).__name__}
+
+    @activity.defn(name="expire_action")
+    async def expire_action(self, inp: ActionInput) -> ActionResult:
+        """The wait ran out: expire the action unless the user's answer is already stored
+        (a signal that was lost on its way counts all the same)."""
+        async with self._sessions() as db:
+            updated = await actions.set_action_status(
+                db,
+                action_id=inp.action_id,
+                status=ActionStatus.expired,
+                only_from=(ActionStatus.pending,),
+            )
+            if updated is not None:
+                await actions.announce_resolution(db, action=updated)
+                await db.commit()
+                return ActionResult(inp.action_id, ActionStatus.expired)
+            action = await db.get(Action, inp.action_id)
+            assert action is not None
+            await db.commit()
+            superseded = action.decline_reason == DeclineReason.superseded
+            if action.status == ActionStatus.declined and superseded:
+                return ActionResult(inp.action_id, Decision.superseded)
+            return ActionResult(inp.action_id, action.status)

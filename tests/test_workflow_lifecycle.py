@@ -1,0 +1,249 @@
+"""The turn workflow's lifecycle rules alone, on the time-skipping server with stub
+activities: a Stop is honoured at every step boundary even when the step finished anyway,
+a step that finds the turn stopped ends it, decisions arrive as a validated Update, paused
+and failing steps end the turn with a contract code, and the caps count every request.
+
+Histories of cancelled, failed, expired, declined and superseded turns are recorded here
+(`PARLEY_RECORD_HISTORY=turn_v5`) and replayed by tests/test_replay.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+import pytest_asyncio
+from temporalio.client import WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import WorkflowEnvironment
+
+from parley.contracts import (
+    MAX_MODEL_CALLS,
+    MAX_TOOL_CALLS_PER_RESPONSE,
+    TURN_STOPPED,
+    ResolveActionSignal,
+    TurnState,
+)
+from tests.test_workflow import (
+    STEP_DEADLINE_S,
+    decide,
+    ends_cancelled,
+    proposing,
+    reached,
+    replays,
+    time_skipping_server,
+    turn,
+    waiting_for_confirmation,
+)
+from tests.workflow_stubs import ACTION_ID, Stubs, tool, unavailable
+from workflows.turn import BOUNDS_TEXT, SENT_TEXT, TOO_MANY_TOOLS, TurnWorkflow
+
+
+@pytest_asyncio.fixture(scope="module")
+async def env() -> AsyncIterator[WorkflowEnvironment]:
+    async with time_skipping_server() as env:
+        yield env
+
+
+@pytest.fixture
+def stubs() -> Stubs:
+    return Stubs()
+
+
+# --- a Stop that a finishing step would have swallowed ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("step", "answers"),
+    [
+        ("build_context", []),
+        ("screen_input", []),
+        ("call_model", []),
+        ("call_model", [[tool("get_order", "h1")]]),
+        ("execute_tool", [[tool("get_order", "h1")]]),
+        ("request_confirmation", proposing()),
+        ("screen_output", []),
+    ],
+)
+async def test_a_stop_during_a_step_that_finishes_anyway_still_ends_the_turn_cancelled(
+    temporal_env: WorkflowEnvironment, stubs: Stubs, step: str, answers: list
+) -> None:
+    # On the real dev server: the time-skipping test server refuses a cancel request for an
+    # activity that goes on to complete (ACTIVITY_UNKNOWN), the very race this covers.
+    stubs.answers = list(answers)
+    stubs.stubborn = {step}
+    async with turn(temporal_env, stubs) as handle:
+        await reached(stubs, step)
+        await handle.cancel()
+        stubs.released[step].set()  # the step reports success after the cancel
+        await ends_cancelled(handle, stubs)
+        if step == "call_model" and not answers:
+            await replays(handle, "_cancelled")
+    assert step in stubs.finished
+    assert "send_email" not in stubs.names()
+
+
+async def test_no_send_starts_after_a_stop_that_came_with_the_confirm(
+    env: WorkflowEnvironment, stubs: Stubs
+) -> None:
+    stubs.answers = proposing()
+    async with turn(env, stubs) as handle:
+        await reached(stubs, "request_confirmation")
+        await asyncio.wait_for(waiting_for_confirmation(handle), STEP_DEADLINE_S)
+        await handle.cancel()
+        confirmed = ResolveActionSignal(ACTION_ID, "confirmed")
+        await handle.signal(TurnWorkflow.resolve_action, confirmed)
+        await ends_cancelled(handle, stubs)
+    assert "send_email" not in stubs.names()
+
+
+async def test_a_step_that_finds_the_turn_stopped_ends_it_without_finalizing(
+    env: WorkflowEnvironment, stubs: Stubs
+) -> None:
+    # The Stop was recorded on the row but the workflow's cancel never arrived.
+    stubs.errors["call_model"] = ApplicationError("stopped", type=TURN_STOPPED, non_retryable=True)
+    async with turn(env, stubs) as handle:
+        assert await handle.result() == "stopped"
+    assert len(stubs.inputs("call_model")) == 1  # never retried
+    assert len(stubs.inputs("cancel_turn")) == 1
+    assert "finalize_turn" not in stubs.names() and "fail_turn" not in stubs.names()
+
+
+# --- failures end with a code from the contract ---------------------------------------------
+
+
+async def test_a_pause_noticed_before_a_model_call_fails_the_turn_retryably(
+    env: WorkflowEnvironment, stubs: Stubs
+) -> None:
+    stubs.answers = [
+        ApplicationError("paused", type="agent_paused", non_retryable=True),
+    ]
+    async with turn(env, stubs, fallback=True) as handle:
+        assert await handle.result() == "failed"
+    assert len(stubs.inputs("call_model")) == 1  # no retry, no fallback
+    [failed] = stubs.inputs("fail_turn")
+    assert (failed.code, failed.retryable) == ("agent_paused", True)
+
+
+async def test_an_unknown_failure_type_never_reaches_the_client_as_a_class_name(
+    env: WorkflowEnvironment, stubs: Stubs
+) -> None:
+    stubs.model = lambda inp: ApplicationError("db", type="OperationalError")
+    async with turn(env, stubs) as handle:
+        assert await handle.result() == "failed"
+        await replays(handle, "_failed")
+    [failed] = stubs.inputs("fail_turn")
+    assert (failed.code, failed.retryable) == ("model_failed", True)
+
+
+async def test_a_database_outage_that_outlasts_the_model_retries_fails_with_its_code(
+    env: WorkflowEnvironment, stubs: Stubs
+) -> None:
+    stubs.model = lambda inp: ApplicationError("down", type="store_unavailable")
+    async with turn(env, stubs) as handle:
+        assert await handle.result() == "failed"
+    [failed] = stubs.inputs("fail_turn")
+    assert (failed.code, failed.retryable) == ("store_unavailable", True)
+
+
+# --- decisions as a validated Update --------------------------------------------------------
+
+
+async def test_an_update_decides_only_the_action_the_turn_waits_for(
+    env: WorkflowEnvironment, stubs: Stubs
+) -> None:
+    stubs.answers = proposing()
+    async with turn(env, stubs) as handle:
+        await reached(stubs, "request_confirmation")
+        with pytest.raises(WorkflowUpdateFailedError):
+            await handle.execute_update(
+                TurnWorkflow.decide_action, ResolveActionSignal("act_other", "confirmed")
+            )
+        with pytest.raises(WorkflowUpdateFailedError):
+            await handle.execute_update(
+                TurnWorkflow.decide_action, ResolveActionSignal(ACTION_ID, "maybe")
+            )
+        taken = await handle.execute_update(
+            TurnWorkflow.decide_action, ResolveActionSignal(ACTION_ID, "confirmed")
+        )
+        assert taken == "confirmed"
+        # A second delivery of another answer does not change the first.
+        again = await handle.execute_update(
+            TurnWorkflow.decide_action, ResolveActionSignal(ACTION_ID, "declined")
+        )
+        assert again == "confirmed"
+        await handle.result()
+    assert stubs.names().count("send_email") == 1
+
+
+@pytest.mark.parametrize("decision", ["declined", "superseded"])
+async def test_declined_and_superseded_turns_replay(
+    env: WorkflowEnvironment, stubs: Stubs, decision: str
+) -> None:
+    stubs.answers = proposing()
+    async with turn(env, stubs) as handle:
+        await decide(handle, stubs, decision)
+        await handle.result()
+        await replays(handle, f"_{decision}")
+    assert "send_email" not in stubs.names()
+
+
+async def test_an_expired_turn_replays(env: WorkflowEnvironment, stubs: Stubs) -> None:
+    stubs.answers = proposing()
+    async with turn(env, stubs) as handle:
+        await handle.result()
+        assert await handle.query(TurnWorkflow.state) == TurnState.expired
+        await replays(handle, "_expired")
+
+
+# --- caps ------------------------------------------------------------------------------------
+
+
+async def test_at_most_eight_tool_calls_of_one_response_run_the_rest_are_refused(
+    env: WorkflowEnvironment, stubs: Stubs
+) -> None:
+    many = [tool("get_order", f"h{n}") for n in range(MAX_TOOL_CALLS_PER_RESPONSE + 3)]
+    stubs.answers = [many, []]
+    async with turn(env, stubs) as handle:
+        await handle.result()
+    jobs = stubs.inputs("execute_tool")
+    assert len(jobs) == len(many)  # every call gets a result the model can read
+    ran = [j for j in jobs if j.refuse is None]
+    refused = [j for j in jobs if j.refuse is not None]
+    assert len(ran) == MAX_TOOL_CALLS_PER_RESPONSE
+    assert len(refused) == 3 and all(j.refuse == TOO_MANY_TOOLS for j in refused)
+
+
+async def test_retries_and_fallback_requests_count_against_the_turns_cap(
+    env: WorkflowEnvironment, stubs: Stubs
+) -> None:
+    stubs.model_attempts = 3  # each call needed two retries
+    stubs.answers = [[tool("get_order", f"h{n}")] for n in range(MAX_MODEL_CALLS)]
+    async with turn(env, stubs) as handle:
+        await handle.result()
+    calls = stubs.inputs("call_model")
+    assert len(calls) * 3 >= MAX_MODEL_CALLS > (len(calls) - 1) * 3
+    [final] = stubs.inputs("finalize_turn")
+    assert final.override_text == BOUNDS_TEXT
+
+
+async def test_the_confirmation_path_counts_and_never_exceeds_the_cap(
+    env: WorkflowEnvironment, stubs: Stubs
+) -> None:
+    # Tool rounds until a proposal is the last thing one request short of the cap: the
+    # model asks for the confirmation with the last request; nothing is left to word it.
+    reads = [[tool("get_order", f"h{n}")] for n in range(MAX_MODEL_CALLS - 2)]
+    stubs.answers = [*reads, [tool("propose_email", "h_email")], [], []]
+    async with turn(env, stubs) as handle:
+        await decide(handle, stubs, "confirmed")
+        await handle.result()
+    assert len(stubs.inputs("call_model")) == MAX_MODEL_CALLS
+    assert stubs.names().count("send_email") == 1
+    [final] = stubs.inputs("finalize_turn")
+    assert final.override_text == SENT_TEXT
+
+
+def test_stub_answers_are_plain_once_spent() -> None:
+    # Guards the scripts above: a spent script answers plainly, so turns end.
+    assert unavailable().type == "unavailable"
