@@ -38,7 +38,7 @@ from store import actions, outbox, posting, turns
 from store.identity import Identity
 from store.models import Action, Handoff, Message, ModelCall, ToolCall, Turn, TurnEvent
 from tests.client import ParleyClient
-from tests.conftest import serve
+from tests.conftest import LIFTED_LIMITS, serve
 from tests.test_confirmations import propose
 from tests.toolkit import emails, eventually, wait_for_stored_state, wait_for_view_state
 
@@ -156,6 +156,9 @@ async def unstarted_turn(
             client_message_id=f"race-{time.monotonic_ns()}",
             text=text,
             expected_last_seq=None,
+            # Priya posts hundreds of turns a minute across the suite; the limits have their
+            # own tests (test_limits.py).
+            limits=LIFTED_LIMITS,
         )
         await db.commit()
         return posted.turn.id
