@@ -114,7 +114,10 @@ def build_worker(
         ],
         # Every activity attempt leaves a span in the trace ledger.
         interceptors=[TracingInterceptor(sessions)],
-        graceful_shutdown_timeout=timedelta(seconds=10),
+        # SIGTERM: poll no more, let running steps (a whole streamed answer) finish.
+        graceful_shutdown_timeout=timedelta(seconds=settings.worker_shutdown_grace_s),
+        # No more steps at once than the pool has connections for (`worker_pool`).
+        max_concurrent_activities=settings.worker_max_activities,
         # Heartbeats reach the server (and cancellations reach activities) within a second,
         # so a cancelled turn stops its model stream that fast.
         max_heartbeat_throttle_interval=timedelta(seconds=1),
@@ -125,10 +128,25 @@ def build_worker(
     )
 
 
+# Connections beyond one per running activity: the outbox sweep, the trace ledger's span
+# writes and the log context's turn lookups (both between steps, briefly).
+POOL_RESERVE = 4
+
+
+def worker_pool(settings: Settings) -> dict[str, int]:
+    """The worker engine's pool: a connection for every activity slot (`call_model` holds one
+    for its whole stream), so steps never queue behind the pool; Temporal queues the rest,
+    where another worker can take them."""
+    return {
+        "pool_size": settings.worker_max_activities + POOL_RESERVE,
+        "max_overflow": POOL_RESERVE,
+    }
+
+
 async def run_worker(settings: Settings) -> None:
     if settings.database_url is None:
         raise SystemExit("DATABASE_URL is not set (use `parley dev` for the embedded database)")
-    engine = create_engine(settings.database_url)
+    engine = create_engine(settings.database_url, **worker_pool(settings))
     sessions = session_factory(engine)
     client = await Client.connect(settings.temporal_address, namespace=settings.temporal_namespace)
     http = httpx.AsyncClient()

@@ -7,6 +7,7 @@ import asyncio
 import logging
 import sys
 
+from launch.devstate import with_dev_services
 from launch.seeding import create_token, require_database, seed
 from parley.config import get_settings
 
@@ -33,13 +34,17 @@ def build_parser() -> argparse.ArgumentParser:
     backend = commands.add_parser("demo-backend", help="serve the Northwind demo backend")
     backend.add_argument("--host", default="127.0.0.1")
     backend.add_argument("--port", type=int, default=None)
-    commands.add_parser("dev", help="start everything locally (make run)")
+    dev = commands.add_parser("dev", help="start everything locally (make run)")
+    dev.add_argument("--workers", type=int, default=1, help="worker processes to run")
     return parser
 
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     settings = get_settings()
+    if args.command != "dev":
+        # Whatever the environment leaves unset comes from a running `parley dev`.
+        settings = with_dev_services(settings)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
 
     if args.command == "token":
@@ -82,7 +87,7 @@ def main(argv: list[str] | None = None) -> None:
     elif args.command == "dev":
         from launch.dev import run_dev
 
-        run_dev(settings)
+        run_dev(settings, workers=max(1, args.workers))
 
 
 if __name__ == "__main__":
