@@ -31,6 +31,7 @@ from dispatch.outbox import sweep_forever
 from gateway import ModelProvider, ProviderPool
 from parley.breaker import CircuitBreaker
 from parley.config import Settings, get_settings
+from parley.logs import configure_logging
 from parley.screens import ModerationScreen, RulesScreen, Screen, ScreenChain
 from store.db import create_engine, session_factory
 from workflows.turn import TurnWorkflow
@@ -179,8 +180,9 @@ async def run_worker(settings: Settings) -> None:
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    asyncio.run(run_worker(get_settings()))
+    settings = get_settings()
+    configure_logging(settings.log_format, settings.log_level)
+    asyncio.run(run_worker(settings))
 
 
 if __name__ == "__main__":

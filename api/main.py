@@ -11,6 +11,7 @@ from fastapi.openapi.utils import get_openapi
 
 from api import errors
 from api.deps import TemporalConnector
+from api.logcontext import RequestLogContext
 from api.routes import actions, admin, ops, sessions, turns, web
 from api.streaming import EventHub, StreamRegistry
 from dispatch.outbox import cancel_turn_workflow
@@ -58,6 +59,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     errors.install(app)
+    app.add_middleware(RequestLogContext)
     app.include_router(sessions.router)
     app.include_router(turns.router)
     app.include_router(actions.router)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import sys
 
 from launch.devstate import with_dev_services
 from launch.seeding import create_token, require_database, seed
 from parley.config import get_settings
+from parley.logs import configure_logging
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.command != "dev":
         # Whatever the environment leaves unset comes from a running `parley dev`.
         settings = with_dev_services(settings)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging(settings.log_format, settings.log_level)
 
     if args.command == "token":
         try:
@@ -68,6 +68,8 @@ def main(argv: list[str] | None = None) -> None:
             host=args.host or settings.api_host,
             port=args.port or settings.api_port,
             log_level="info",
+            # Logging is configured above (ids, redaction); uvicorn must not replace it.
+            log_config=None,
         )
     elif args.command == "worker":
         from worker import run_worker
@@ -83,6 +85,7 @@ def main(argv: list[str] | None = None) -> None:
             host=args.host,
             port=args.port or settings.northwind_port,
             log_level="warning",
+            log_config=None,
         )
     elif args.command == "dev":
         from launch.dev import run_dev

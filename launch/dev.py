@@ -296,10 +296,10 @@ def _start_services(settings: Settings, supervisor: Supervisor, workers: int) ->
     supervisor.spawn("api", [*cli, "api"], env, restart=True)
     api = f"http://{settings.api_host}:{settings.api_port}"
     _wait_http(f"{api}/healthz", 60)
-    for port in metrics_ports:
+    for metrics_port in metrics_ports:
         # The banner says everything is running, so wait for the workers too: each opens its
         # metrics port once connected to Temporal, just before it starts polling.
-        _wait_http(f"http://{settings.api_host}:{port}/metrics", 60)
+        _wait_http(f"http://{settings.api_host}:{metrics_port}/metrics", 60)
     return api
 
 
