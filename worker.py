@@ -24,6 +24,7 @@ from temporalio.worker import Worker
 from activities.context import ContextBuilder
 from activities.northwind import NorthwindClient
 from activities.screens import ScreenActivities
+from activities.sdk_metrics import sdk_runtime
 from activities.tools import ToolActivities
 from activities.tracing import TracingInterceptor
 from activities.turn import TurnActivities
@@ -149,9 +150,14 @@ async def run_worker(settings: Settings) -> None:
         raise SystemExit("DATABASE_URL is not set (use `parley dev` for the embedded database)")
     engine = create_engine(settings.database_url, **worker_pool(settings))
     sessions = session_factory(engine)
-    client = await Client.connect(settings.temporal_address, namespace=settings.temporal_namespace)
+    # The SDK's own metrics join the app's on the metrics port; its core logs join ours.
+    runtime, sdk_metrics = sdk_runtime(metrics=bool(settings.worker_metrics_port))
+    client = await Client.connect(
+        settings.temporal_address, namespace=settings.temporal_namespace, runtime=runtime
+    )
     http = httpx.AsyncClient()
     worker = build_worker(client, settings, sessions, http)
+    draining = asyncio.create_task(sdk_metrics.drain_forever()) if sdk_metrics else None
     if settings.worker_metrics_port:
         start_http_server(settings.worker_metrics_port, addr=settings.api_host)
     sweep = asyncio.create_task(
@@ -175,6 +181,8 @@ async def run_worker(settings: Settings) -> None:
     sweep.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await sweep
+    if draining is not None:
+        draining.cancel()
     await http.aclose()
     await engine.dispose()
 

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
 import psutil
 import pytest
 
@@ -123,7 +124,9 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevRun]:
                 os.killpg(run.process.pid, signal.SIGKILL)
 
 
-def test_dev_start_prints_urls_and_a_token_and_its_curl_streams_a_reply(dev: DevRun) -> None:
+async def test_dev_start_prints_urls_and_a_token_and_its_curl_streams_a_reply(
+    dev: DevRun,
+) -> None:
     text = "\n".join(dev.banner)
     assert f"http://127.0.0.1:{dev.ports['api']}/" in text
     assert f"http://127.0.0.1:{dev.ports['ui']}/" in text
@@ -140,6 +143,17 @@ def test_dev_start_prints_urls_and_a_token_and_its_curl_streams_a_reply(dev: Dev
     assert "event: delta" in result.stdout
     assert "event: done" in result.stdout
     assert "8472" in result.stdout
+
+    # The worker's metrics port serves the SDK's metrics beside the app's own.
+    async def both_kinds() -> str | None:
+        async with httpx.AsyncClient() as http:
+            text = (await http.get(f"http://127.0.0.1:{dev.ports['metrics']}/metrics")).text
+        app = 'parley_model_calls_total{model="demo-1",outcome="ok"' in text
+        return text if app and "temporal_workflow_task_schedule_to_start_latency" in text else None
+
+    scraped = await eventually(both_kinds, timeout=10, what="the app's and the SDK's metrics")
+    for sdk_metric in ("temporal_worker_task_slots_available", "temporal_sticky_cache_size"):
+        assert sdk_metric in scraped
 
 
 async def test_token_create_finds_the_running_dev_database_by_itself(dev: DevRun) -> None:
