@@ -14,6 +14,7 @@ import signal
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 import httpx
 from prometheus_client import start_http_server
@@ -25,6 +26,7 @@ from activities.context import ContextBuilder
 from activities.failures import FailureInterceptor
 from activities.northwind import NorthwindClient
 from activities.screens import ScreenActivities
+from activities.sdk_metrics import sdk_runtime
 from activities.send import SendActivities
 from activities.tools import ToolActivities
 from activities.tracing import TracingInterceptor
@@ -33,6 +35,7 @@ from dispatch.outbox import sweep_forever
 from gateway import ModelProvider, ProviderPool
 from parley.breaker import CircuitBreaker
 from parley.config import Settings, get_settings
+from parley.logs import configure_logging
 from parley.screens import ModerationScreen, RulesScreen, Screen, ScreenChain
 from store.db import create_engine, session_factory
 from workflows.turn import TurnWorkflow
@@ -70,6 +73,44 @@ def build_northwind(
     )
 
 
+def build_activities(
+    settings: Settings,
+    sessions: async_sessionmaker[AsyncSession],
+    northwind: NorthwindClient,
+    *,
+    providers: ProviderPool,
+    screens: tuple[Screen, Screen],
+) -> list[Callable[..., Any]]:
+    """Every activity of a turn, as methods of small classes holding their collaborators."""
+    input_screen, output_screen = screens
+    turn = TurnActivities(
+        sessions=sessions,
+        providers=providers,
+        settings=settings,
+        context=ContextBuilder(sessions=sessions, settings=settings, northwind=northwind),
+        output_screen=output_screen,
+    )
+    tools = ToolActivities(sessions=sessions, northwind=northwind, settings=settings)
+    send = SendActivities(sessions=sessions, northwind=northwind)
+    screening = ScreenActivities(
+        sessions=sessions, input_screen=input_screen, output_screen=output_screen
+    )
+    return [
+        turn.build_context,
+        turn.call_model,
+        turn.request_confirmation,
+        turn.finalize_turn,
+        turn.fail_turn,
+        turn.cancel_turn,
+        tools.execute_tool,
+        send.send_email,
+        send.expire_action,
+        screening.screen_input,
+        screening.screen_output,
+        screening.suggest_followups,
+    ]
+
+
 def build_worker(
     client: Client,
     settings: Settings,
@@ -84,42 +125,25 @@ def build_worker(
 ) -> Worker:
     """Wire the activities to their collaborators; tests pass their own provider, screens,
     queue or the clock the breaker's cooldown is measured on."""
-    northwind = build_northwind(settings, http, breaker_clock)
-    input_screen, output_screen = screens or build_screens(settings)
-    turn = TurnActivities(
-        sessions=sessions,
+    activities = build_activities(
+        settings,
+        sessions,
+        build_northwind(settings, http, breaker_clock),
         providers=ProviderPool(settings, primary=provider, fallback=fallback),
-        settings=settings,
-        context=ContextBuilder(sessions=sessions, settings=settings, northwind=northwind),
-        output_screen=output_screen,
-    )
-    tools = ToolActivities(sessions=sessions, northwind=northwind, settings=settings)
-    send = SendActivities(sessions=sessions, northwind=northwind)
-    screening = ScreenActivities(
-        sessions=sessions, input_screen=input_screen, output_screen=output_screen
+        screens=screens or build_screens(settings),
     )
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,
         workflows=[TurnWorkflow],
-        activities=[
-            turn.build_context,
-            turn.call_model,
-            turn.request_confirmation,
-            turn.finalize_turn,
-            turn.fail_turn,
-            turn.cancel_turn,
-            tools.execute_tool,
-            send.send_email,
-            send.expire_action,
-            screening.screen_input,
-            screening.screen_output,
-            screening.suggest_followups,
-        ],
+        activities=activities,
         # Every activity attempt leaves a span in the trace ledger,
         # and its failures reach the workflow under names it relies on (activities/failures.py).
         interceptors=[TracingInterceptor(sessions), FailureInterceptor()],
-        graceful_shutdown_timeout=timedelta(seconds=10),
+        # SIGTERM: poll no more, let running steps (a whole streamed answer) finish.
+        graceful_shutdown_timeout=timedelta(seconds=settings.worker_shutdown_grace_s),
+        # No more steps at once than the pool has connections for (`worker_pool`).
+        max_concurrent_activities=settings.worker_max_activities,
         # Heartbeats reach the server (and cancellations reach activities) within a second,
         # so a cancelled turn stops its model stream that fast.
         max_heartbeat_throttle_interval=timedelta(seconds=1),
@@ -130,14 +154,34 @@ def build_worker(
     )
 
 
+# Connections beyond one per running activity: the outbox sweep, the trace ledger's span
+# writes and the log context's turn lookups (both between steps, briefly).
+POOL_RESERVE = 4
+
+
+def worker_pool(settings: Settings) -> dict[str, int]:
+    """The worker engine's pool: a connection for every activity slot (`call_model` holds one
+    for its whole stream), so steps never queue behind the pool; Temporal queues the rest,
+    where another worker can take them."""
+    return {
+        "pool_size": settings.worker_max_activities + POOL_RESERVE,
+        "max_overflow": POOL_RESERVE,
+    }
+
+
 async def run_worker(settings: Settings) -> None:
     if settings.database_url is None:
         raise SystemExit("DATABASE_URL is not set (use `parley dev` for the embedded database)")
-    engine = create_engine(settings.database_url)
+    engine = create_engine(settings.database_url, **worker_pool(settings))
     sessions = session_factory(engine)
-    client = await Client.connect(settings.temporal_address, namespace=settings.temporal_namespace)
+    # The SDK's own metrics join the app's on the metrics port; its core logs join ours.
+    runtime, sdk_metrics = sdk_runtime(metrics=bool(settings.worker_metrics_port))
+    client = await Client.connect(
+        settings.temporal_address, namespace=settings.temporal_namespace, runtime=runtime
+    )
     http = httpx.AsyncClient()
     worker = build_worker(client, settings, sessions, http)
+    draining = asyncio.create_task(sdk_metrics.drain_forever()) if sdk_metrics else None
     if settings.worker_metrics_port:
         start_http_server(settings.worker_metrics_port, addr=settings.api_host)
     sweep = asyncio.create_task(
@@ -161,13 +205,16 @@ async def run_worker(settings: Settings) -> None:
     sweep.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await sweep
+    if draining is not None:
+        draining.cancel()
     await http.aclose()
     await engine.dispose()
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    asyncio.run(run_worker(get_settings()))
+    settings = get_settings()
+    configure_logging(settings.log_format, settings.log_level)
+    asyncio.run(run_worker(settings))
 
 
 if __name__ == "__main__":

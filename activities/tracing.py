@@ -1,5 +1,6 @@
 """The trace ledger: every attempt of every activity records a span (name, attempt, timing,
-outcome, and whatever attributes the step adds with `annotate`).
+outcome, and whatever attributes the step adds with `annotate`). The same interceptor binds
+the turn, session and tenant ids to every log line the step writes (`parley.logs`).
 
 Recorded by a worker interceptor, so no activity opens its own span. The span is written in
 its own transaction after the step, so a failing step still leaves its span and tracing never
@@ -9,16 +10,19 @@ rolls back the work it describes.
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from collections.abc import Sequence
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
 
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
-from store.models import TraceSpan
+from parley.logs import log_context
+from store.models import TraceSpan, Turn
 
 log = logging.getLogger(__name__)
 
@@ -39,22 +43,66 @@ class TracingInterceptor(Interceptor):
 
     def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
         self._sessions = sessions
+        self._owners = TurnOwners(sessions)
 
     def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
-        return _SpanRecorder(next, self._sessions)
+        return _SpanRecorder(next, self._sessions, self._owners)
+
+
+class TurnOwners:
+    """The session and tenant of a turn, for the log context of its steps: looked up once
+    per turn and worker (a turn's steps mostly run on one worker), kept for the last few
+    hundred turns."""
+
+    SIZE = 512
+
+    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+        self._sessions = sessions
+        self._known: OrderedDict[str, tuple[str, str]] = OrderedDict()
+
+    async def of(self, turn_id: str) -> tuple[str | None, str | None]:
+        known = self._known.get(turn_id)
+        if known is not None:
+            self._known.move_to_end(turn_id)
+            return known
+        try:
+            async with self._sessions() as db:
+                row = (
+                    await db.execute(
+                        select(Turn.session_id, Turn.tenant_id).where(Turn.id == turn_id)
+                    )
+                ).first()
+        except Exception:  # logs without the ids beat a step that fails for them
+            log.warning("could not look up the owners of turn %s", turn_id, exc_info=True)
+            return None, None
+        if row is None:
+            return None, None
+        self._known[turn_id] = (row.session_id, row.tenant_id)
+        if len(self._known) > self.SIZE:
+            self._known.popitem(last=False)
+        return row.session_id, row.tenant_id
 
 
 class _SpanRecorder(ActivityInboundInterceptor):
     def __init__(
-        self, next: ActivityInboundInterceptor, sessions: async_sessionmaker[AsyncSession]
+        self,
+        next: ActivityInboundInterceptor,
+        sessions: async_sessionmaker[AsyncSession],
+        owners: TurnOwners,
     ) -> None:
         super().__init__(next)
         self._sessions = sessions
+        self._owners = owners
 
     async def execute_activity(self, input: ExecuteActivityInput) -> Any:
         turn_id = _turn_id(input.args)
         if turn_id is None:  # every turn step carries its turn; anything else is not traced
             return await self.next.execute_activity(input)
+        session_id, tenant_id = await self._owners.of(turn_id)
+        with log_context(turn_id=turn_id, session_id=session_id, tenant_id=tenant_id):
+            return await self._traced(input, turn_id)
+
+    async def _traced(self, input: ExecuteActivityInput, turn_id: str) -> Any:
         started = datetime.now(UTC)
         attrs: dict[str, Any] = {}
         token = _current_attrs.set(attrs)

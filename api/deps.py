@@ -15,6 +15,7 @@ from temporalio.client import Client, Interceptor
 from api.streaming import EventHub, StreamRegistry
 from parley.config import Settings
 from parley.errors import Unauthenticated
+from parley.logs import bind_log_context
 from store.identity import Identity, identity_for_token
 
 log = logging.getLogger(__name__)
@@ -79,6 +80,7 @@ async def current_identity(
     identity = await identity_for_token(db, token=credentials.credentials)
     if identity is None:
         raise Unauthenticated("the bearer token is not valid")
+    bind_log_context(tenant_id=identity.tenant_id)  # every line of this request names it
     return identity
 
 

@@ -13,6 +13,7 @@ from temporalio.client import Interceptor
 from api import errors
 from api.body_limit import BodyLimit
 from api.deps import TemporalConnector
+from api.logcontext import RequestLogContext
 from api.routes import actions, admin, ops, sessions, turns, web
 from api.streaming import EventHub, StreamRegistry
 from dispatch.control import cancel_turn_workflow
@@ -67,6 +68,7 @@ def create_app(
         lifespan=lifespan,
     )
     errors.install(app)
+    app.add_middleware(RequestLogContext)
     # Outermost of ours: a body is refused before routing, authentication or parsing.
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.include_router(sessions.router)

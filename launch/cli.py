@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import re
 import sys
 from datetime import timedelta
 
+from launch.devstate import with_dev_services
 from launch.seeding import create_token, require_database, revoke_tokens, seed
 from parley.config import Settings, get_settings
+from parley.logs import configure_logging
 
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 
@@ -55,14 +56,18 @@ def build_parser() -> argparse.ArgumentParser:
     backend = commands.add_parser("demo-backend", help="serve the Northwind demo backend")
     backend.add_argument("--host", default="127.0.0.1")
     backend.add_argument("--port", type=int, default=None)
-    commands.add_parser("dev", help="start everything locally (make run)")
+    dev = commands.add_parser("dev", help="start everything locally (make run)")
+    dev.add_argument("--workers", type=int, default=1, help="worker processes to run")
     return parser
 
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     settings = get_settings()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    if args.command != "dev":
+        # Whatever the environment leaves unset comes from a running `parley dev`.
+        settings = with_dev_services(settings)
+    configure_logging(settings.log_format, settings.log_level)
 
     if args.command == "token" and args.token_command == "create":
         try:
@@ -87,6 +92,8 @@ def main(argv: list[str] | None = None) -> None:
             host=args.host or settings.api_host,
             port=args.port or settings.api_port,
             log_level="info",
+            # Logging is configured above (ids, redaction); uvicorn must not replace it.
+            log_config=None,
         )
     elif args.command == "worker":
         from worker import run_worker
@@ -102,11 +109,12 @@ def main(argv: list[str] | None = None) -> None:
             host=args.host,
             port=args.port or settings.northwind_port,
             log_level="warning",
+            log_config=None,
         )
     elif args.command == "dev":
         from launch.dev import run_dev
 
-        run_dev(settings)
+        run_dev(settings, workers=max(1, args.workers))
 
 
 def _revoke(settings: Settings, args: argparse.Namespace) -> None:

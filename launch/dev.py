@@ -2,23 +2,33 @@
 
 Starts embedded PostgreSQL (unless DATABASE_URL is set), the Temporal dev server with its Web
 UI (unless TEMPORAL_ADDRESS is set), the Northwind demo backend (unless PARLEY_NORTHWIND_URL
-is set), the worker and the API as child processes, seeds the Northwind demo, and prints
-where everything is with a token for Priya.
+is set), the workers (`--workers N`) and the API as child processes, seeds the Northwind demo,
+and prints where everything is with a token for Priya.
+
+A worker or the API that exits, however it exits, is started again (with a growing pause if
+it keeps dying young), so an SRE can `kill -9` or drain (SIGTERM) a worker and the system
+stays up. Ctrl-C stops the children in order: the API, the workers (each drains), the demo
+backend, Temporal, PostgreSQL. `dev.json` in the data folder tells the CLI where the running
+services are (`launch.devstate`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
+from launch.devstate import clear_dev_state, write_dev_state
 from launch.seeding import create_token, seed
 from parley.config import Settings
 from parley.contracts import SEARCH_ATTRIBUTES
@@ -57,29 +67,129 @@ def temporal_dev_server_command(settings: Settings, db_file: Path) -> list[str]:
     return command
 
 
+# A child that dies is started again after a pause that doubles with each quick death, so a
+# crash loop (a bad setting, the database gone) does not spin, and a one-off death (an OOM
+# kill, an SRE's `kill -9`) is repaired at once.
+FIRST_RESTART_DELAY_S = 0.5
+MAX_RESTART_DELAY_S = 15.0
+# A child that ran this long before dying counts as healthy: its next restart is immediate.
+HEALTHY_RUN_S = 30.0
+# How long the children other than workers get to stop after SIGTERM before they are killed.
+STOP_TIMEOUT_S = 15.0
+
+
+@dataclass
+class Child:
+    """One supervised process; `restart` says whether its death is repaired or fatal."""
+
+    name: str
+    command: list[str]
+    env: dict[str, str]
+    restart: bool
+    stop_timeout_s: float = STOP_TIMEOUT_S
+    process: subprocess.Popen[bytes] | None = None
+    started_at: float = 0.0
+    quick_deaths: int = 0
+    restart_at: float | None = None
+
+    def start(self) -> None:
+        # Its own process group: Ctrl-C in the terminal reaches only the supervisor, which
+        # stops the children in order (API, then workers draining, then the services).
+        self.process = subprocess.Popen(self.command, env=self.env, process_group=0)
+        self.started_at = time.monotonic()
+        self.restart_at = None
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+
+def _describe_exit(code: int) -> str:
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(-code).name}"
+    return f"exit code {code}"
+
+
 class Supervisor:
-    def __init__(self) -> None:
-        self.children: list[tuple[str, subprocess.Popen[bytes]]] = []
+    def __init__(self, log: Callable[[str], None] | None = None) -> None:
+        self.children: list[Child] = []
+        self._log = log or (lambda line: print(line, file=sys.stderr, flush=True))
 
-    def spawn(self, name: str, command: list[str], env: dict[str, str]) -> None:
-        self.children.append((name, subprocess.Popen(command, env=env)))
+    def spawn(
+        self,
+        name: str,
+        command: list[str],
+        env: dict[str, str],
+        *,
+        restart: bool = False,
+        stop_timeout_s: float = STOP_TIMEOUT_S,
+    ) -> Child:
+        child = Child(name, command, env, restart, stop_timeout_s)
+        child.start()
+        self.children.append(child)
+        return child
 
-    def dead_child(self) -> str | None:
-        for name, process in self.children:
-            if process.poll() is not None:
-                return name
+    def tend(self) -> str | None:
+        """Restart the children that died and may be restarted; return the name of one that
+        died and may not (the caller stops everything), or None."""
+        now = time.monotonic()
+        for child in self.children:
+            if child.process is None or child.running:
+                continue
+            if not child.restart:
+                return child.name
+            if child.restart_at is None:
+                self._schedule_restart(child, now)
+            elif now >= child.restart_at:
+                child.start()
+                assert child.process is not None
+                self._log(f"parley dev: {child.name} restarted (pid {child.process.pid})")
         return None
 
+    def _schedule_restart(self, child: Child, now: float) -> None:
+        assert child.process is not None
+        # A clean exit (a drained worker) or a long healthy run is replaced at once.
+        healthy = child.process.returncode == 0 or now - child.started_at >= HEALTHY_RUN_S
+        child.quick_deaths = 0 if healthy else child.quick_deaths + 1
+        delay = (
+            0.0
+            if child.quick_deaths == 0
+            else min(FIRST_RESTART_DELAY_S * 2 ** (child.quick_deaths - 1), MAX_RESTART_DELAY_S)
+        )
+        child.restart_at = now + delay
+        self._log(
+            f"parley dev: {child.name} (pid {child.process.pid}) "
+            f"{_describe_exit(child.process.returncode)}; restarting in {delay:.1f}s"
+        )
+
     def stop_all(self) -> None:
-        for _, process in reversed(self.children):
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 15
-        for _, process in reversed(self.children):
-            try:
-                process.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                process.kill()
+        """SIGTERM the children, last started first; children of one kind (the workers) stop
+        together, each waited for up to its own timeout, then killed."""
+        remaining = list(reversed(self.children))
+        while remaining:
+            kind = remaining[0].name.split("-")[0]
+            batch = [c for c in remaining if c.name.split("-")[0] == kind]
+            remaining = [c for c in remaining if c not in batch]
+            for child in batch:
+                if child.running:
+                    assert child.process is not None
+                    child.process.send_signal(signal.SIGTERM)
+            for child in batch:
+                if child.process is None:
+                    continue
+                try:
+                    child.process.wait(child.stop_timeout_s)
+                except subprocess.TimeoutExpired:
+                    child.process.kill()
+                    child.process.wait()
+
+    def kill_all(self) -> None:
+        """A second Ctrl-C: no more waiting."""
+        for child in self.children:
+            if child.running:
+                assert child.process is not None
+                child.process.kill()
 
 
 def _wait_http(url: str, timeout_s: float) -> None:
@@ -92,13 +202,6 @@ def _wait_http(url: str, timeout_s: float) -> None:
             pass
         time.sleep(0.2)
     raise SystemExit(f"{url} did not come up within {timeout_s:.0f}s")
-
-
-def _wait_worker(settings: Settings) -> None:
-    """The banner says everything is running, so wait for the worker too: it opens its
-    metrics port once connected to Temporal, just before it starts polling."""
-    if settings.worker_metrics_port:
-        _wait_http(f"http://{settings.api_host}:{settings.worker_metrics_port}/metrics", 60)
 
 
 def _wait_temporal(address: str, timeout_s: float) -> None:
@@ -118,7 +221,7 @@ def _wait_temporal(address: str, timeout_s: float) -> None:
     asyncio.run(probe())
 
 
-def run_dev(settings: Settings) -> None:
+def run_dev(settings: Settings, *, workers: int = 1) -> None:
     from store.embedded import EmbeddedPostgres
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
@@ -128,6 +231,8 @@ def run_dev(settings: Settings) -> None:
 
     def request_stop(*_: object) -> None:
         nonlocal stopping
+        if stopping:  # a second Ctrl-C: stop waiting for drains
+            supervisor.kill_all()
         stopping = True
 
     signal.signal(signal.SIGINT, request_stop)
@@ -136,29 +241,31 @@ def run_dev(settings: Settings) -> None:
         if settings.database_url is None:
             embedded = EmbeddedPostgres(settings.data_dir / "pg")
             settings.database_url = embedded.start()
-        api = _start_services(settings, supervisor)
+        api = _start_services(settings, supervisor, workers)
+        write_dev_state(settings, embedded_database=embedded is not None)
         token = asyncio.run(create_token(settings, "northwind", "cust_2291"))
         session_id = httpx.post(
             f"{api}/v1/sessions", headers={"Authorization": f"Bearer {token}"}
         ).json()["id"]
         _print_banner(settings, api, token, session_id, embedded is not None)
         while not stopping:
-            dead = supervisor.dead_child()
+            dead = supervisor.tend()
             if dead is not None:
                 print(f"\n{dead} exited; stopping everything.", file=sys.stderr)
                 break
-            time.sleep(0.5)
+            time.sleep(0.2)
     finally:
-        print("\nStopping Parley…")
+        print("\nStopping Parley…", flush=True)
+        clear_dev_state(settings)
         supervisor.stop_all()
         if embedded is not None:
             embedded.stop()
 
 
-def _start_services(settings: Settings, supervisor: Supervisor) -> str:
+def _start_services(settings: Settings, supervisor: Supervisor, workers: int) -> str:
     """Migrate and seed the database, then start Temporal (unless one is configured), the
-    demo backend (unless one is configured), the worker and the API; waits for each to
-    answer and returns the API's base URL."""
+    demo backend (unless one is configured), the workers and the API; waits for each to
+    answer and returns the API's base URL. Workers and the API are restarted if they die."""
     from store.migrate import upgrade
 
     assert settings.database_url is not None
@@ -185,12 +292,38 @@ def _start_services(settings: Settings, supervisor: Supervisor) -> str:
         env["PARLEY_NORTHWIND_URL"] = settings.northwind_url
         supervisor.spawn("demo-backend", [*cli, "demo-backend", "--port", port], env)
         _wait_http(f"{settings.northwind_url}/healthz", 30)
-    supervisor.spawn("worker", [*cli, "worker"], env)
-    supervisor.spawn("api", [*cli, "api"], env)
+    metrics_ports = _spawn_workers(settings, supervisor, env, workers)
+    supervisor.spawn("api", [*cli, "api"], env, restart=True)
     api = f"http://{settings.api_host}:{settings.api_port}"
     _wait_http(f"{api}/healthz", 60)
-    _wait_worker(settings)
+    for metrics_port in metrics_ports:
+        # The banner says everything is running, so wait for the workers too: each opens its
+        # metrics port once connected to Temporal, just before it starts polling.
+        _wait_http(f"http://{settings.api_host}:{metrics_port}/metrics", 60)
     return api
+
+
+def _spawn_workers(
+    settings: Settings, supervisor: Supervisor, env: dict[str, str], count: int
+) -> list[int]:
+    """Start `count` workers (`worker-1`…), each on its own metrics port (the configured one,
+    then the next ones up); returns the ports to wait on."""
+    ports = []
+    for number in range(1, count + 1):
+        worker_env = dict(env)
+        if settings.worker_metrics_port:
+            port = settings.worker_metrics_port + number - 1
+            worker_env["PARLEY_WORKER_METRICS_PORT"] = str(port)
+            ports.append(port)
+        supervisor.spawn(
+            f"worker-{number}",
+            [sys.executable, "-m", "launch.cli", "worker"],
+            worker_env,
+            restart=True,
+            # A worker drains its running steps first (a streamed answer may take a while).
+            stop_timeout_s=settings.worker_shutdown_grace_s + 5,
+        )
+    return ports
 
 
 def _print_banner(

@@ -16,7 +16,10 @@ from store.db import create_engine, session_factory
 
 def require_database(settings: Settings) -> str:
     if settings.database_url is None:
-        sys.exit("DATABASE_URL is not set; `parley dev` starts an embedded database")
+        sys.exit(
+            "DATABASE_URL is not set and no `parley dev` is running in "
+            f"{settings.data_dir}; `parley dev` starts an embedded database"
+        )
     return settings.database_url
 
 

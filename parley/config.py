@@ -89,8 +89,24 @@ class Settings(BaseSettings):
     max_sessions_per_user_per_day: int = 200
     # Messages per user per UTC day (a tenant's `user_daily_cap` overrides it; 0: no cap).
     user_daily_messages: int = 500
-    # Where the worker serves its Prometheus metrics (model calls, tokens); 0 turns it off.
+    # Where the worker serves its Prometheus metrics (model calls, tokens, and the Temporal
+    # SDK's own: slots, schedule-to-start latency, sticky cache); 0 turns it off.
     worker_metrics_port: int = 9464
+    # A stopping worker (SIGTERM) polls no more and lets its running steps finish for this
+    # long before cancelling them: long enough for a whole streamed answer, so a rolling
+    # restart resets nobody's stream. Deployments give the process a little more
+    # (docker-compose.yml `stop_grace_period`).
+    worker_shutdown_grace_s: float = 90.0
+    # Activities one worker runs at once. Each may hold one database connection for its
+    # whole run (`call_model` keeps one for its stream), so the worker's pool is sized from
+    # this and a step never waits for a connection behind other steps.
+    worker_max_activities: int = 40
+
+    # Logs: "text" (the dev default, one readable line) or "json" (one object per line, with
+    # the turn, session and tenant ids when known). Addresses and card numbers are redacted
+    # in both.
+    log_format: str = "text"
+    log_level: str = "INFO"
 
     # Context building.
     system_prompt: str = (

@@ -25,11 +25,11 @@ def libpq_url(url: str) -> str:
     return "postgresql://" + sqlalchemy_url(url).removeprefix("postgresql+psycopg://")
 
 
-def create_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
+def create_engine(url: str, *, pool_size: int = 10, max_overflow: int = 20) -> AsyncEngine:
     return create_async_engine(
         sqlalchemy_url(url),
         pool_size=pool_size,
-        max_overflow=20,
+        max_overflow=max_overflow,
         pool_pre_ping=True,
         # Errors must not carry statement parameters (message text, addresses) into logs or
         # into Temporal history as activity failures.

@@ -529,3 +529,24 @@ def test_temporal_is_reachable_only_from_inside_or_from_loopback(
     assert published_host_ips(services["temporal-ui"]) == ["127.0.0.1"]
     readme = (REPO / "README.md").read_text()
     assert "TEMPORAL_AUTH_ENABLED" in readme, "the README says how to put the UI behind a login"
+
+
+def _seconds(duration: str) -> float:
+    """A compose duration (`100s`, `1m30s`, `2m`) in seconds."""
+    parts = re.fullmatch(r"(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s)?", str(duration).strip())
+    assert parts and any(parts.groups()), f"unreadable duration {duration!r}"
+    minutes, seconds = parts.groups()
+    return int(minutes or 0) * 60 + float(seconds or 0)
+
+
+def test_the_worker_is_given_longer_than_its_drain_before_sigkill(
+    services: dict[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for variable, value in environment_of(services["worker"]).items():
+        monkeypatch.setenv(variable, value)
+    grace = Settings().worker_shutdown_grace_s
+    assert grace >= 60, "a drain shorter than a streamed answer resets streams on every deploy"
+    period = services["worker"].get("stop_grace_period")
+    assert period is not None, "Docker's default 10 s would SIGKILL a draining worker"
+    assert _seconds(period) > grace, f"stop_grace_period {period} <= the {grace:g} s drain"
+    assert _seconds("1m30s") == 90 and _seconds("100s") == 100
