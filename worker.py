@@ -22,6 +22,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.context import ContextBuilder
+from activities.memory import MemoryActivities
 from activities.northwind import NorthwindClient
 from activities.screens import ScreenActivities
 from activities.tools import ToolActivities
@@ -33,6 +34,7 @@ from parley.breaker import CircuitBreaker
 from parley.config import Settings, get_settings
 from parley.screens import ModerationScreen, RulesScreen, Screen, ScreenChain
 from store.db import create_engine, session_factory
+from workflows.summary import SummaryWorkflow
 from workflows.turn import TurnWorkflow
 
 
@@ -83,12 +85,14 @@ def build_worker(
     """Wire the activities to their collaborators; tests pass their own provider, screens,
     queue or the clock the breaker's cooldown is measured on."""
     northwind = build_northwind(settings, http, breaker_clock)
+    providers = ProviderPool(settings, primary=provider, fallback=fallback)
     turn = TurnActivities(
         sessions=sessions,
-        providers=ProviderPool(settings, primary=provider, fallback=fallback),
+        providers=providers,
         settings=settings,
         context=ContextBuilder(sessions=sessions, settings=settings, northwind=northwind),
     )
+    memory = MemoryActivities(sessions=sessions, providers=providers, settings=settings)
     tools = ToolActivities(sessions=sessions, northwind=northwind, settings=settings)
     input_screen, output_screen = screens or build_screens(settings)
     screening = ScreenActivities(
@@ -97,7 +101,7 @@ def build_worker(
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,
-        workflows=[TurnWorkflow],
+        workflows=[TurnWorkflow, SummaryWorkflow],
         activities=[
             turn.build_context,
             turn.call_model,
@@ -111,6 +115,7 @@ def build_worker(
             screening.screen_input,
             screening.screen_output,
             screening.suggest_followups,
+            memory.summarize,
         ],
         # Every activity attempt leaves a span in the trace ledger.
         interceptors=[TracingInterceptor(sessions)],

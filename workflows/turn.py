@@ -22,6 +22,7 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from activities.screens import ScreenActivities
@@ -32,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
         MAX_OUTPUT_TOKENS,
         RESOLVE_ACTION_SIGNAL,
         SA_TURN_STATE,
+        SUMMARY_WORKFLOW,
         TURN_WORKFLOW,
         ActionInput,
         BuildContextInput,
@@ -45,11 +47,13 @@ with workflow.unsafe.imports_passed_through():
         ResolveActionSignal,
         ScreenInput,
         ScreenResult,
+        SummarizeInput,
         ToolCallRef,
         ToolOutcome,
         TurnInput,
         TurnState,
     )
+    from parley.ids import summary_workflow_id
     from parley.screens import DECLINE_TEXT, RETRACTION_TEXT
     from parley.tools import Risk, risk_of
 
@@ -61,6 +65,8 @@ SCREENS_PATCH = "screens-v1"
 # schedule the fallback and learn from its error that there is none.
 FALLBACK_PATCH = "fallback-from-input"
 FOLLOWUPS_GRACE = timedelta(milliseconds=300)
+# Turns started before rolling summaries existed replay without starting one.
+SUMMARIES_PATCH = "summaries-v1"
 
 # Provider answers that a retry of the same request would get again.
 REQUEST_REFUSED = frozenset(
@@ -96,6 +102,19 @@ class TurnWorkflow:
 
     @workflow.run
     async def run(self, inp: TurnInput) -> str:
+        outcome = await self._run(inp)
+        if workflow.patched(SUMMARIES_PATCH):
+            # After the answer is stored (`done` has gone out): the summary runs on its own,
+            # abandoned by this turn, so it never delays it.
+            await workflow.start_child_workflow(
+                SUMMARY_WORKFLOW,
+                SummarizeInput(inp.session_id, inp.turn_id),
+                id=summary_workflow_id(turn_id=inp.turn_id),
+                parent_close_policy=ParentClosePolicy.ABANDON,
+            )
+        return outcome
+
+    async def _run(self, inp: TurnInput) -> str:
         try:
             return await self._turn(inp)
         except asyncio.CancelledError:
