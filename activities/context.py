@@ -138,7 +138,7 @@ class ContextBuilder:
         return Budgets(
             window=tenant.context_window_tokens or s.context_window_tokens,
             reserve=tenant.output_reserve_tokens or s.output_reserve_tokens,
-            recent=tenant.context_recent_tokens or s.context_recent_tokens,
+            conversation=tenant.context_conversation_tokens or s.context_conversation_tokens,
             summary=s.context_summary_tokens,
             recall=s.context_recall_tokens,
             tool_age_turns=s.context_tool_result_age_turns,
@@ -168,25 +168,34 @@ class ContextBuilder:
             counter=counter,
         )
         history, current = split_current(messages, turn.user_seq)
-        window = plan_window(history, memory, budgets)
+        remembered = memory_blocks(counter, memory, budgets)
+        left = budgets.conversation - sum(b.tokens for b in remembered)
         terms = recall_terms(
             current[0].text if current else "",
             slot_values=[str(v) for v, _ in memory.slots.values() if isinstance(v, str | int)],
         )
+        # First with the recall budget held back; then the recent turns take what the recalled
+        # lines left over (never fewer turns, so recall only loses lines the window now shows).
+        first = plan_window(history, memory, recent=left - budgets.recall)
         hits = await memory_store.recall(
             db,
             session_id=turn.session_id,
             terms=terms,
-            before_seq=window.from_seq or turn.user_seq,
+            before_seq=first.from_seq or turn.user_seq,
         )
+        recalled = recall_block(counter, hits, budgets)
+        window = plan_window(history, memory, recent=left - sum(b.tokens for b in recalled))
+        if window.from_seq is not None and window.from_seq != first.from_seq:
+            hits = [h for h in hits if h.seq < window.from_seq]
+            recalled = recall_block(counter, hits, budgets)
         system_prompt = self._settings.system_prompt + (
             f"\n\n{tenant.persona}" if tenant.persona else ""
         )
         blocks = [
             instructions_block(counter, system_prompt=system_prompt, tools=tools),
-            *memory_blocks(counter, memory, budgets),
+            *remembered,
             *history_blocks(counter, window, budgets),
-            *recall_block(counter, hits, budgets),
+            *recalled,
             *current_blocks(counter, current, await _state(db, turn), budgets, terms=terms),
         ]
         budget = input_budget(window=budgets.window, reserve=budgets.reserve, exact=counter.exact)

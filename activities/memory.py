@@ -23,6 +23,7 @@ from parley.config import Settings
 from parley.context import WindowMessage
 from parley.contracts import SummarizeInput, SummarizeResult
 from parley.memory import cap_lines, parse_summary, summary_request
+from parley.prompt import MIN_RECENT
 from parley.tokens import counter_for
 from parley.window import choose_window, group_turns
 from store import memory as memory_store
@@ -105,8 +106,24 @@ class MemoryActivities:
             messages = await memory_store.session_messages(
                 db, session_id=session_id, after_seq=base, hide_answers_of=None, counter=counter
             )
-        recent = tenant.context_recent_tokens or self._settings.context_recent_tokens
-        window = choose_window(group_turns(messages), recent_tokens=recent, summary_through=None)
+        # The smallest window a turn will show: the conversation budget less the largest
+        # summary and recall blocks (folding a little early only makes them overlap).
+        conversation = (
+            tenant.context_conversation_tokens or self._settings.context_conversation_tokens
+        )
+        recent = max(
+            MIN_RECENT,
+            conversation
+            - self._settings.context_summary_tokens
+            - self._settings.context_recall_tokens,
+        )
+        if not messages:
+            return base
+        # The window the next turn shows by its budget alone (not widened: this run is what
+        # will let it start there).
+        window = choose_window(
+            group_turns(messages), recent_tokens=recent, summary_through=messages[-1].seq
+        )
         if window.from_seq is None:
             return base
         cap = (tenant.context_window_tokens or self._settings.context_window_tokens) // 2

@@ -60,13 +60,15 @@ class Settings(BaseSettings):
         "You are the Northwind Outfitters assistant. Answer from facts you were given; "
         "never invent an order status, a date or an amount."
     )
-    # Token budgets (tenant config overrides the window and the reserve). The prompt's input
-    # budget is the window minus the reserve; within it the recent turns, the rolling summary
-    # and recalled messages each get at most their share.
+    # Token budgets (tenant config overrides the window, the reserve and the conversation
+    # budget). The prompt's input budget is the window minus the reserve. Within it, the
+    # conversation context (pinned facts, rolling summary, recalled messages and the recent
+    # turns, which get what the others leave) shares one budget, so a prompt at turn 60 costs
+    # what it cost at turn 10.
     context_window_tokens: int = 16384
     output_reserve_tokens: int = 1024
-    context_recent_tokens: int = 2000
-    context_summary_tokens: int = 600
+    context_conversation_tokens: int = 900
+    context_summary_tokens: int = 500
     context_recall_tokens: int = 500
     # Tool results older than this many turns are shown as metadata, not payloads.
     context_tool_result_age_turns: int = 2
@@ -75,7 +77,7 @@ class Settings(BaseSettings):
     # A paste over half the input budget is cut into chunks of this size.
     context_paste_chunk_tokens: int = 300
     # The rolling summary runs after a turn once this many tokens have left the window.
-    summary_min_new_tokens: int = 300
+    summary_min_new_tokens: int = 150
 
     # Model gateway.
     model_provider: str = "demo"

@@ -46,8 +46,9 @@ class Budgets:
 
     window: int
     reserve: int
-    recent: int = 2000
-    summary: int = 600
+    # Pinned facts, summary, recalled messages and the recent turns share this.
+    conversation: int = 900
+    summary: int = 500
     recall: int = 500
     tool_age_turns: int = 2
     message_max: int = 600
@@ -85,9 +86,13 @@ def split_current(messages: list[WindowMessage], user_seq: int) -> tuple[list[Tu
     return history, current
 
 
-def plan_window(history: list[Turn], memory: Memory, budgets: Budgets) -> Window:
+# The recent turns get at least this much, whatever the memory blocks take.
+MIN_RECENT = 200
+
+
+def plan_window(history: list[Turn], memory: Memory, *, recent: int) -> Window:
     through = memory.summary.through_seq if memory.summary else None
-    return choose_window(history, recent_tokens=budgets.recent, summary_through=through)
+    return choose_window(history, recent_tokens=max(recent, MIN_RECENT), summary_through=through)
 
 
 def instructions_block(

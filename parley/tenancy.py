@@ -25,8 +25,8 @@ class TenantConfig(BaseModel):
     context_window_tokens: int | None = Field(default=None, ge=1024, le=2_000_000)
     # Tokens kept free for the answer.
     output_reserve_tokens: int | None = Field(default=None, ge=64, le=32000)
-    # Share of the input budget for the recent turns shown verbatim.
-    context_recent_tokens: int | None = Field(default=None, ge=200, le=200_000)
+    # Tokens for the conversation context: pinned facts, summary, recalled and recent turns.
+    context_conversation_tokens: int | None = Field(default=None, ge=300, le=1_000_000)
     # Whether older turns are folded into a rolling summary after each turn.
     summaries: bool | None = None
     reasoning_effort: Literal["low", "medium", "high"] | None = None
