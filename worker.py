@@ -92,7 +92,9 @@ def build_worker(
         settings=settings,
         context=ContextBuilder(sessions=sessions, settings=settings, northwind=northwind),
     )
-    memory = MemoryActivities(sessions=sessions, providers=providers, settings=settings)
+    memory = MemoryActivities(
+        sessions=sessions, providers=providers, settings=settings, client=client
+    )
     tools = ToolActivities(sessions=sessions, northwind=northwind, settings=settings)
     input_screen, output_screen = screens or build_screens(settings)
     screening = ScreenActivities(
@@ -115,6 +117,7 @@ def build_worker(
             screening.screen_input,
             screening.screen_output,
             screening.suggest_followups,
+            memory.start_summary,
             memory.summarize,
         ],
         # Every activity attempt leaves a span in the trace ledger.

@@ -1,6 +1,7 @@
 """The rolling summary's activity: fold what left the recent window into the summary.
 
-Runs in the summary workflow, after a turn's answer is stored. The summarizer is a model call
+`start_summary` runs at the end of the turn workflow, after the answer is stored; it starts
+the summary workflow, whose one step is `summarize`. The summarizer is a model call
 through the gateway (the demo model answers with an extractive summary; real providers get a
 prompt asking for structured JSON). Nothing is written until the answer is parsed and
 checked, and then in one transaction: a crash anywhere before the commit leaves the stored
@@ -14,6 +15,8 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
+from temporalio.client import Client
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError
 
 from gateway.base import Finish, ModelRequest, TextDelta
@@ -21,7 +24,8 @@ from gateway.errors import ProviderFatal
 from gateway.registry import ProviderPool
 from parley.config import Settings
 from parley.context import WindowMessage
-from parley.contracts import SummarizeInput, SummarizeResult
+from parley.contracts import SUMMARY_WORKFLOW, SummarizeInput, SummarizeResult
+from parley.ids import summary_workflow_id
 from parley.memory import cap_lines, parse_summary, summary_request
 from parley.prompt import MIN_RECENT
 from parley.tokens import counter_for
@@ -48,10 +52,26 @@ class MemoryActivities:
         sessions: async_sessionmaker[AsyncSession],
         providers: ProviderPool,
         settings: Settings,
+        client: Client | None = None,
     ) -> None:
         self._sessions = sessions
         self._providers = providers
         self._settings = settings
+        self._client = client
+
+    @activity.defn(name="start_summary")
+    async def start_summary(self, inp: SummarizeInput) -> None:
+        """Start the summary workflow for a finished turn, on this worker's queue; a retried
+        start finds the one already started (its id is derived from the turn)."""
+        assert self._client is not None, "the worker builds this with its Temporal client"
+        await self._client.start_workflow(
+            SUMMARY_WORKFLOW,
+            inp,
+            id=summary_workflow_id(turn_id=inp.turn_id),
+            task_queue=activity.info().task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+        )
 
     @activity.defn(name="summarize")
     async def summarize(self, inp: SummarizeInput) -> SummarizeResult:

@@ -1,7 +1,7 @@
 """The summary workflow: fold the turns that left the recent window into the rolling summary.
 
-Started by the turn workflow after its answer is stored (so it never delays `done`) and
-abandoned by it: the turn completes without waiting. One activity does the work; a crash at
+Started after a turn's answer is stored (the turn's last step, `start_summary`, starts it and
+does not wait), so it never delays `done`. One activity does the work; a crash at
 any point loses nothing, because the stored summary only moves forward in one transaction and
 the next run starts from wherever it stands.
 """

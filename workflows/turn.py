@@ -22,9 +22,9 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
-from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
+    from activities.memory import MemoryActivities
     from activities.screens import ScreenActivities
     from activities.tools import ToolActivities
     from activities.turn import TurnActivities
@@ -33,7 +33,6 @@ with workflow.unsafe.imports_passed_through():
         MAX_OUTPUT_TOKENS,
         RESOLVE_ACTION_SIGNAL,
         SA_TURN_STATE,
-        SUMMARY_WORKFLOW,
         TURN_WORKFLOW,
         ActionInput,
         BuildContextInput,
@@ -53,7 +52,6 @@ with workflow.unsafe.imports_passed_through():
         TurnInput,
         TurnState,
     )
-    from parley.ids import summary_workflow_id
     from parley.screens import DECLINE_TEXT, RETRACTION_TEXT
     from parley.tools import Risk, risk_of
 
@@ -104,14 +102,15 @@ class TurnWorkflow:
     async def run(self, inp: TurnInput) -> str:
         outcome = await self._run(inp)
         if workflow.patched(SUMMARIES_PATCH):
-            # After the answer is stored (`done` has gone out): the summary runs on its own,
-            # abandoned by this turn, so it never delays it.
-            await workflow.start_child_workflow(
-                SUMMARY_WORKFLOW,
-                SummarizeInput(inp.session_id, inp.turn_id),
-                id=summary_workflow_id(turn_id=inp.turn_id),
-                parent_close_policy=ParentClosePolicy.ABANDON,
-            )
+            # After the answer is stored (`done` has gone out): the summary workflow is
+            # started on its own and not awaited, so it never delays a turn. Best effort: a
+            # summary that fails to start is covered by the next turn's.
+            try:
+                await STORE.run(
+                    MemoryActivities.start_summary, SummarizeInput(inp.session_id, inp.turn_id)
+                )
+            except ActivityError:
+                workflow.logger.warning("the rolling summary did not start")
         return outcome
 
     async def _run(self, inp: TurnInput) -> str:
