@@ -7,6 +7,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
 import pytest_asyncio
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -25,8 +26,9 @@ from parley.contracts import SummarizeInput
 from parley.memory import ORDER_SLOT
 from parley.resolver import Slot
 from parley.tokens import count_messages, count_tools, default_counter
+from store import memory as memory_store
 from store import slots
-from store.models import ChatSession, ConversationSummary, Message, ModelCall, Turn
+from store.models import ChatSession, ConversationSummary, Message, ModelCall
 from tests.client import ParleyClient
 from tests.conftest import serve
 from tests.toolkit import own_stack, reply
@@ -283,9 +285,13 @@ async def test_a_crash_during_summarization_loses_nothing(
     priya: ParleyClient,
 ) -> None:
     sid = await priya.new_session()
-    for text in ["Hi, my account nickname is trailblazer", *SCRIPT[:4]]:
-        _, events = await priya.turn(sid, text)
-        assert events[-1].type == "done"
+    history = [("user", "Hi, my account nickname is trailblazer")]
+    for n in range(1, 12):
+        history += [
+            ("assistant", f"Answer number {n}, with a few words to fold into the summary."),
+            ("user", f"Question number {n} about order 8472 and its delivery."),
+        ]
+    await seed_history(sessions, sid, history)
 
     async def latest() -> ConversationSummary | None:
         async with sessions() as db:
@@ -296,48 +302,29 @@ async def test_a_crash_during_summarization_loses_nothing(
                 .limit(1)
             )
 
-    # (The session worker's own summaries have nothing to fold yet: all of it fits its window.)
-    before = await latest()
-    start = before.through_seq if before is not None else 0
-    async with sessions() as db:
-        turn = await db.scalar(
-            select(Turn).where(Turn.session_id == sid).order_by(Turn.created_at.desc()).limit(1)
-        )
-    assert turn is not None
     tight = settings.model_copy(
         update={"context_conversation_tokens": 300, "summary_min_new_tokens": 1}
     )
     crashing = MemoryActivities(
         sessions=sessions,
-        providers=ProviderPool(tight, primary=Crashing()),
-        settings=tight,  # type: ignore[arg-type]
+        providers=ProviderPool(tight, primary=Crashing()),  # type: ignore[arg-type]
+        settings=tight,
     )
-    try:
-        await crashing.summarize(SummarizeInput(sid, turn.id))
-        raise AssertionError("the crash did not happen")
-    except RuntimeError:
-        pass
-    crashed = await latest()
-    assert (crashed.through_seq if crashed is not None else 0) == start
-    # The next run covers the gap: everything up to the new window is folded in, once.
+    with pytest.raises(RuntimeError):
+        await crashing.summarize(SummarizeInput(sid, "trn_seeded"))
+    assert await latest() is None  # nothing half-written
+
+    # The next run covers the gap: everything before the window, each message once.
     working = MemoryActivities(
         sessions=sessions,
         providers=ProviderPool(tight, primary=DemoModel(token_delay_s=0)),
         settings=tight,
     )
-    result = await working.summarize(SummarizeInput(sid, turn.id))
+    result = await working.summarize(SummarizeInput(sid, "trn_seeded"))
     after = await latest()
-    assert result.summarized and after is not None and after.through_seq > start
+    assert result.summarized and after is not None and after.through_seq == result.through_seq
     seqs = [line["seq"] for line in after.lines]
-    assert seqs == sorted(set(seqs))  # no line twice
-    covered = set(seqs)
+    assert seqs == list(range(1, after.through_seq + 1))
     async with sessions() as db:
-        folded = await db.scalars(
-            select(Message.seq).where(
-                Message.session_id == sid,
-                Message.seq > start,
-                Message.seq <= after.through_seq,
-                Message.text != "",
-            )
-        )
-        assert set(folded) <= covered
+        pinned = await memory_store.pinned_facts(db, session_id=sid)
+    assert [(f.key, f.value, f.seq) for f in pinned] == [("account_nickname", "trailblazer", 1)]
