@@ -92,9 +92,8 @@ def build_worker(
         settings=settings,
         context=ContextBuilder(sessions=sessions, settings=settings, northwind=northwind),
     )
-    memory = MemoryActivities(
-        sessions=sessions, providers=providers, settings=settings, client=client
-    )
+    memory = MemoryActivities(sessions=sessions, providers=providers, settings=settings)
+    memory.attach(client)
     tools = ToolActivities(sessions=sessions, northwind=northwind, settings=settings)
     input_screen, output_screen = screens or build_screens(settings)
     screening = ScreenActivities(

@@ -18,7 +18,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.northwind import BackendError, NorthwindClient
 from parley.config import Settings
-from parley.context import Packed, input_budget, pack
+from parley.context import Block, Packed, WindowMessage, input_budget, pack
 from parley.contracts import BuildContextInput, BuildContextResult, EventType, TurnState
 from parley.errors import ContextTooLarge
 from parley.ids import message_id_for_call, new_id, prompt_cache_key
@@ -26,6 +26,7 @@ from parley.memory import extract_facts, recall_terms
 from parley.prompt import (
     Budgets,
     Memory,
+    RecallHit,
     current_blocks,
     describe,
     history_blocks,
@@ -49,6 +50,7 @@ from parley.statuses import FinishReason
 from parley.tenancy import TenantConfig
 from parley.tokens import TokenCounter, count_message, counter_for
 from parley.tools import model_tools
+from parley.window import Window
 from parley.wire import ClarificationData, DeltaData, Option, WarningData
 from store import memory as memory_store
 from store import slots, tenants, turns
@@ -174,20 +176,9 @@ class ContextBuilder:
             current[0].text if current else "",
             slot_values=[str(v) for v, _ in memory.slots.values() if isinstance(v, str | int)],
         )
-        # First with the recall budget held back; then the recent turns take what the recalled
-        # lines left over (never fewer turns, so recall only loses lines the window now shows).
-        first = plan_window(history, memory, recent=left - budgets.recall)
-        hits = await memory_store.recall(
-            db,
-            session_id=turn.session_id,
-            terms=terms,
-            before_seq=first.from_seq or turn.user_seq,
+        window, recalled, hits = await _window_and_recall(
+            db, turn, history, memory, budgets, counter, left=left, terms=terms
         )
-        recalled = recall_block(counter, hits, budgets)
-        window = plan_window(history, memory, recent=left - sum(b.tokens for b in recalled))
-        if window.from_seq is not None and window.from_seq != first.from_seq:
-            hits = [h for h in hits if h.seq < window.from_seq]
-            recalled = recall_block(counter, hits, budgets)
         system_prompt = self._settings.system_prompt + (
             f"\n\n{tenant.persona}" if tenant.persona else ""
         )
@@ -302,6 +293,38 @@ async def _ask(db: AsyncSession, turn: Turn, clarification: Clarification) -> Mo
         ],
     )
     return call
+
+
+async def _window_and_recall(
+    db: AsyncSession,
+    turn: Turn,
+    history: list[list[WindowMessage]],
+    memory: Memory,
+    budgets: Budgets,
+    counter: TokenCounter,
+    *,
+    left: int,
+    terms: list[str],
+) -> tuple[Window, list[Block], list[RecallHit]]:
+    """The recent window and the recalled lines, sharing what the memory blocks left.
+
+    First with the recall budget held back; then the recent turns take what the recalled lines
+    left over (never fewer turns, so recall only loses lines the window now shows)."""
+    first = plan_window(history, memory, recent=left - budgets.recall)
+    hits = await memory_store.recall(
+        db,
+        session_id=turn.session_id,
+        terms=terms,
+        before_seq=first.from_seq or turn.user_seq,
+        # As many candidates as the recall budget could show (about 40 tokens a line).
+        limit=max(8, budgets.recall // 40),
+    )
+    recalled = recall_block(counter, hits, budgets)
+    window = plan_window(history, memory, recent=left - sum(b.tokens for b in recalled))
+    if window.from_seq is not None and window.from_seq != first.from_seq:
+        hits = [h for h in hits if h.seq < window.from_seq]
+        recalled = recall_block(counter, hits, budgets)
+    return window, recalled, hits
 
 
 async def _memory(db: AsyncSession, turn: Turn) -> Memory:

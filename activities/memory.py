@@ -59,6 +59,10 @@ class MemoryActivities:
         self._settings = settings
         self._client = client
 
+    def attach(self, client: Client) -> None:
+        """The Temporal client `start_summary` starts summary workflows with."""
+        self._client = client
+
     @activity.defn(name="start_summary")
     async def start_summary(self, inp: SummarizeInput) -> None:
         """Start the summary workflow for a finished turn, on this worker's queue; a retried
