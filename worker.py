@@ -24,6 +24,7 @@ from temporalio.worker import Worker
 
 from activities.context import ContextBuilder
 from activities.failures import FailureInterceptor
+from activities.memory import MemoryActivities
 from activities.northwind import NorthwindClient
 from activities.screens import ScreenActivities
 from activities.sdk_metrics import sdk_runtime
@@ -38,6 +39,7 @@ from parley.config import Settings, get_settings
 from parley.logs import configure_logging
 from parley.screens import ModerationScreen, RulesScreen, Screen, ScreenChain
 from store.db import create_engine, session_factory
+from workflows.summary import SummaryWorkflow
 from workflows.turn import TurnWorkflow
 
 
@@ -74,6 +76,7 @@ def build_northwind(
 
 
 def build_activities(
+    client: Client,
     settings: Settings,
     sessions: async_sessionmaker[AsyncSession],
     northwind: NorthwindClient,
@@ -92,6 +95,9 @@ def build_activities(
     )
     tools = ToolActivities(sessions=sessions, northwind=northwind, settings=settings)
     send = SendActivities(sessions=sessions, northwind=northwind)
+    # Starts a session's summary workflow after a turn, so it needs the client.
+    memory = MemoryActivities(sessions=sessions, providers=providers, settings=settings)
+    memory.attach(client)
     screening = ScreenActivities(
         sessions=sessions, input_screen=input_screen, output_screen=output_screen
     )
@@ -108,6 +114,8 @@ def build_activities(
         screening.screen_input,
         screening.screen_output,
         screening.suggest_followups,
+        memory.start_summary,
+        memory.summarize,
     ]
 
 
@@ -126,6 +134,7 @@ def build_worker(
     """Wire the activities to their collaborators; tests pass their own provider, screens,
     queue or the clock the breaker's cooldown is measured on."""
     activities = build_activities(
+        client,
         settings,
         sessions,
         build_northwind(settings, http, breaker_clock),
@@ -135,7 +144,7 @@ def build_worker(
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,
-        workflows=[TurnWorkflow],
+        workflows=[TurnWorkflow, SummaryWorkflow],
         activities=activities,
         # Every activity attempt leaves a span in the trace ledger,
         # and its failures reach the workflow under names it relies on (activities/failures.py).

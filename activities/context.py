@@ -1,8 +1,11 @@
 """Context building: what the model is shown for one step of a turn.
 
-The reference resolver runs first (it may answer with a question instead of the model), then
-the window of recent messages, the state block and the tenant's model settings are packed
-into a stored `ModelCall` request; only its id travels through the workflow's history.
+The reference resolver runs first (it may answer with a question instead of the model). Then
+the prompt is packed to a token budget (the model's window minus the output reserve) from
+blocks: standing instructions and tool schemas, pinned facts, the rolling summary, the recent
+turns, messages recalled by full-text search, the state block and the current message
+(parley/prompt.py shapes them, parley/context.py packs them). The request, with what it cost
+and what was left out, is stored as a `ModelCall`; only its id travels through history.
 """
 
 from __future__ import annotations
@@ -11,12 +14,29 @@ from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.exceptions import ApplicationError
 
 from activities.northwind import BackendError, NorthwindClient
 from parley.config import Settings
-from parley.context import WindowMessage, pack_context
+from parley.context import Block, Packed, WindowMessage, input_budget, pack
 from parley.contracts import BuildContextInput, BuildContextResult, EventType, TurnState
+from parley.errors import ContextTooLarge
 from parley.ids import message_id_for_call, new_id, prompt_cache_key
+from parley.memory import extract_facts, recall_terms
+from parley.prompt import (
+    Budgets,
+    Memory,
+    RecallHit,
+    current_blocks,
+    describe,
+    history_blocks,
+    instructions_block,
+    memory_blocks,
+    plan_window,
+    recall_block,
+    split_current,
+    stable_prefix,
+)
 from parley.resolver import (
     PENDING_CLARIFICATION,
     Clarification,
@@ -28,11 +48,17 @@ from parley.resolver import (
 )
 from parley.statuses import FinishReason
 from parley.tenancy import TenantConfig
+from parley.tokens import TokenCounter, count_message, counter_for
 from parley.tools import model_tools
+from parley.window import Window
 from parley.wire import ClarificationData, DeltaData, Option, WarningData
+from store import memory as memory_store
 from store import slots, tenants, turns
 from store.events import append_event, append_events
-from store.models import Action, Message, ModelCall, Turn, User
+from store.models import Action, Message, ModelCall, Turn, TurnEvent, User
+
+# The warning a turn emits when the packer left something out.
+CONTEXT_TRIMMED = "context_trimmed"
 
 
 class ContextBuilder:
@@ -71,32 +97,114 @@ class ContextBuilder:
             return BuildContextResult(call.id)
 
     async def _pack_request(self, db: AsyncSession, turn: Turn, step: int) -> ModelCall:
-        """Store the step's model request: instructions, window, state block, tools."""
+        """Store the step's model request: the packed blocks, the tools, the budget."""
         tenant = await tenants.tenant_config(db, tenant_id=turn.tenant_id)
-        window_size = tenant.context_window_messages or self._settings.context_window_messages
-        messages = pack_context(
-            system_prompt=self._settings.system_prompt
-            + (f"\n\n{tenant.persona}" if tenant.persona else ""),
-            window=await _window(db, turn, window_size),
-            max_messages=window_size,
-            state=await _state(db, turn),
-        )
+        model = tenant.model or self._settings.model
+        counter = counter_for(model)
+        budgets = self._budgets(tenant)
+        tools = _offered_tools(tenant)
+        if step == 0:
+            await _pin_stated_facts(db, turn)
+        packed, plan = await self._assemble(db, turn, tenant, budgets, counter, tools)
+        if packed.dropped:
+            await _warn_dropped(db, turn, packed.missing)
         call = ModelCall(
             id=new_id("mc"),
             turn_id=turn.id,
             step=step,
             provider=tenant.model_provider or self._settings.model_provider,
-            model=tenant.model or self._settings.model,
+            model=model,
             request={
-                "messages": messages,
-                "tools": _offered_tools(tenant),
-                "max_output_tokens": tenant.output_reserve_tokens or 1024,
+                "messages": packed.messages,
+                "tools": tools,
+                "max_output_tokens": budgets.reserve,
                 "reasoning_effort": tenant.reasoning_effort,
-                "cache_key": prompt_cache_key(tenant_id=turn.tenant_id),
+                "cache_key": prompt_cache_key(stable_prefix=stable_prefix(packed.messages, tools)),
+                "budget": {
+                    "window": budgets.window,
+                    "reserve": budgets.reserve,
+                    "input_budget": packed.budget,
+                    "prompt_tokens": packed.used,
+                    "counter": counter.name,
+                    "blocks": describe(packed.kept),
+                    "dropped": packed.missing,
+                    **plan,
+                },
             },
         )
         db.add(call)
         return call
+
+    def _budgets(self, tenant: TenantConfig) -> Budgets:
+        s = self._settings
+        return Budgets(
+            window=tenant.context_window_tokens or s.context_window_tokens,
+            reserve=tenant.output_reserve_tokens or s.output_reserve_tokens,
+            conversation=tenant.context_conversation_tokens or s.context_conversation_tokens,
+            summary=s.context_summary_tokens,
+            recall=s.context_recall_tokens,
+            tool_age_turns=s.context_tool_result_age_turns,
+            message_max=s.context_message_max_tokens,
+            paste_chunk=s.context_paste_chunk_tokens,
+        )
+
+    async def _assemble(
+        self,
+        db: AsyncSession,
+        turn: Turn,
+        tenant: TenantConfig,
+        budgets: Budgets,
+        counter: TokenCounter,
+        tools: list[dict[str, Any]],
+    ) -> tuple[Packed, dict[str, Any]]:
+        """Load memory and messages, choose the window, recall, shape the blocks, pack."""
+        memory = await _memory(db, turn)
+        through = memory.summary.through_seq if memory.summary else None
+        messages = await memory_store.session_messages(
+            db,
+            session_id=turn.session_id,
+            after_seq=await memory_store.window_start(
+                db, session_id=turn.session_id, summary_through=through
+            ),
+            hide_answers_of=turn.retry_of,
+            counter=counter,
+        )
+        history, current = split_current(messages, turn.user_seq)
+        remembered = memory_blocks(counter, memory, budgets)
+        left = budgets.conversation - sum(b.tokens for b in remembered)
+        terms = recall_terms(
+            current[0].text if current else "",
+            slot_values=[str(v) for v, _ in memory.slots.values() if isinstance(v, str | int)],
+        )
+        window, recalled, hits = await _window_and_recall(
+            db, turn, history, memory, budgets, counter, left=left, terms=terms
+        )
+        system_prompt = self._settings.system_prompt + (
+            f"\n\n{tenant.persona}" if tenant.persona else ""
+        )
+        blocks = [
+            instructions_block(counter, system_prompt=system_prompt, tools=tools),
+            *remembered,
+            *history_blocks(counter, window, budgets),
+            *recalled,
+            *current_blocks(counter, current, await _state(db, turn), budgets, terms=terms),
+        ]
+        budget = input_budget(window=budgets.window, reserve=budgets.reserve, exact=counter.exact)
+        try:
+            packed = pack(
+                blocks,
+                budget=budget,
+                count_note=lambda note: count_message(counter, {"role": "system", "content": note}),
+            )
+        except ContextTooLarge as exc:
+            raise ApplicationError(exc.message, type=exc.code, non_retryable=True) from None
+        plan = {
+            "window_from_seq": window.from_seq,
+            "window_widened": window.widened,
+            "summary_through_seq": through,
+            "recalled_seqs": sorted(h.seq for h in hits),
+        }
+        return packed, plan
 
     async def _resolve_references(self, db: AsyncSession, turn: Turn) -> BuildContextResult | None:
         """Run the reference resolver; if it must ask, answer with the question (no model)."""
@@ -187,27 +295,81 @@ async def _ask(db: AsyncSession, turn: Turn, clarification: Clarification) -> Mo
     return call
 
 
-async def _window(db: AsyncSession, turn: Turn, size: int) -> list[WindowMessage]:
-    """The session's latest `size` messages, newest first, as the packer reads them."""
-    hidden = [turn.retry_of] if turn.retry_of else []
-    rows = await db.scalars(
-        select(Message)
-        .where(
-            Message.session_id == turn.session_id,
-            Message.replaced_by.is_(None),
-            # A retry does not show the model the answer it is replacing.
-            ~(
-                Message.turn_id.in_(hidden)
-                & (Message.role == "assistant")
-                & Message.tool_calls.is_(None)
-            ),
-        )
-        .order_by(Message.seq.desc())
-        .limit(size)
+async def _window_and_recall(
+    db: AsyncSession,
+    turn: Turn,
+    history: list[list[WindowMessage]],
+    memory: Memory,
+    budgets: Budgets,
+    counter: TokenCounter,
+    *,
+    left: int,
+    terms: list[str],
+) -> tuple[Window, list[Block], list[RecallHit]]:
+    """The recent window and the recalled lines, sharing what the memory blocks left.
+
+    First with the recall budget held back; then the recent turns take what the recalled lines
+    left over (never fewer turns, so recall only loses lines the window now shows)."""
+    first = plan_window(history, memory, recent=left - budgets.recall)
+    hits = await memory_store.recall(
+        db,
+        session_id=turn.session_id,
+        terms=terms,
+        before_seq=first.from_seq or turn.user_seq,
+        # As many candidates as the recall budget could show (about 40 tokens a line).
+        limit=max(8, budgets.recall // 40),
     )
-    return [
-        WindowMessage(m.seq, m.role, m.text, m.status, m.tool_calls, m.tool_call_id) for m in rows
-    ]
+    recalled = recall_block(counter, hits, budgets)
+    window = plan_window(history, memory, recent=left - sum(b.tokens for b in recalled))
+    if window.from_seq is not None and window.from_seq != first.from_seq:
+        hits = [h for h in hits if h.seq < window.from_seq]
+        recalled = recall_block(counter, hits, budgets)
+    return window, recalled, hits
+
+
+async def _memory(db: AsyncSession, turn: Turn) -> Memory:
+    """The session's summary, pinned facts and slots (slots outrank summary lines)."""
+    current = await slots.get_slots(db, session_id=turn.session_id)
+    return Memory(
+        summary=await memory_store.latest_summary(db, session_id=turn.session_id),
+        facts=await memory_store.pinned_facts(db, session_id=turn.session_id),
+        slots={
+            k: (v.value, v.set_at_seq) for k, v in current.items() if k != PENDING_CLARIFICATION
+        },
+    )
+
+
+async def _pin_stated_facts(db: AsyncSession, turn: Turn) -> None:
+    """What the user's message states about them outright is pinned by code, at once."""
+    message = await db.get(Message, turn.user_message_id)
+    if message is not None:
+        facts = extract_facts(message.text, turn.user_seq)
+        await memory_store.pin_facts(db, session_id=turn.session_id, facts=facts)
+
+
+async def _warn_dropped(db: AsyncSession, turn: Turn, missing: list[str]) -> None:
+    """A drop is never silent: the stream says what the answer could not take into account
+    (once per turn; the prompt itself carries the packer's note)."""
+    earlier = await db.scalar(
+        select(TurnEvent.id).where(
+            TurnEvent.turn_id == turn.id,
+            TurnEvent.type == EventType.warning,
+            TurnEvent.data["code"].astext == CONTEXT_TRIMMED,
+        )
+    )
+    if earlier is not None:
+        return
+    await append_event(
+        db,
+        turn_id=turn.id,
+        type=EventType.warning,
+        data=WarningData(
+            code=CONTEXT_TRIMMED,
+            message="Not everything fit in this answer's context; left out: "
+            + "; ".join(missing)
+            + ".",
+        ),
+    )
 
 
 async def _state(db: AsyncSession, turn: Turn) -> dict[str, Any]:

@@ -1,7 +1,9 @@
 """`make bench`: one run, figures for Parley beside a baseline measured in the same run.
 
 (a) time from POST to the first `delta` event at the client, sequential turns;
-(b) turns per second and full-turn latency with N concurrent sessions.
+(b) turns per second and full-turn latency with N concurrent sessions;
+(c)-(e) conversational memory: tokens against resending the history, time to `done` with and
+without summaries, LoCoMo evidence recall (bench/memory.py).
 
 The baseline is the same demo model streamed as SSE by a bare FastAPI endpoint (no Temporal,
 no database; see bench/baseline.py). Both use the same demo token delay and the same client
@@ -27,6 +29,7 @@ from typing import Any
 import httpx
 
 from bench.cpu import snapshot, usage
+from bench.memory import measure_memory, render_memory
 from bench.runner import (
     BaselineTarget,
     ParleyTarget,
@@ -37,6 +40,7 @@ from bench.runner import (
     timed,
 )
 from bench.stack import REPO, Stack, log, running_stack
+from store.db import create_engine, session_factory
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -55,6 +59,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--throughput-turns", type=int, default=200, help="(b) total turns per system"
     )
     parser.add_argument("--warmup-turns", type=int, default=5, help="untimed turns per system")
+    parser.add_argument(
+        "--memory-only", action="store_true", help="only the memory figures (c), (d), (e)"
+    )
+    parser.add_argument("--locomo-only", action="store_true", help="only (e)")
+    parser.add_argument(
+        "--locomo-share", type=float, default=0.11, help="(e) conversation budget / tokens"
+    )
     parser.add_argument(
         "--output", type=Path, default=REPO / ".data" / "bench" / "latest.json", help="JSON file"
     )
@@ -256,11 +267,27 @@ async def main_async(args: argparse.Namespace) -> None:
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
         }
-        results = await measure(args, stack)
+        memory_only = args.memory_only or args.locomo_only
+        results = {} if memory_only else await measure(args, stack)
+        engine = create_engine(stack.settings.database_url or "", pool_size=2)
+        try:
+            log("(c)-(e) memory: token table, time to done, LoCoMo")
+            results["memory"] = await measure_memory(
+                stack.parley_url,
+                stack.token,
+                stack.settings,
+                session_factory(engine),
+                locomo_share=args.locomo_share,
+                locomo_only=args.locomo_only,
+            )
+        finally:
+            await engine.dispose()
     elapsed = time.perf_counter() - started
     settings["bench_runtime_s"] = round(elapsed, 1)
 
-    print(render(settings, results))
+    if "sequential" in results:
+        print(render(settings, results))
+    print(render_memory(results["memory"]))
     args.output.parent.mkdir(parents=True, exist_ok=True)
     document = {
         "measured_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),

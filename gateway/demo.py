@@ -18,7 +18,10 @@ from datetime import date
 from typing import Any
 
 from gateway.base import Finish, ModelRequest, StreamEvent, TextDelta, ToolCallRequest
-from parley.context import read_state_block
+from parley.context import read_state_block, unfence
+from parley.memory import extract_facts, is_summary_request
+from parley.prompt import PASTE_NONE, PASTE_SOME
+from parley.tokens import count_message, count_messages, count_tools, default_counter
 
 _TOKEN = re.compile(r"\S+\s*|\s+")
 
@@ -80,7 +83,7 @@ class _Context:
         self.results: dict[str, dict[str, Any]] = {}
         for m in messages[last_user + 1 :]:
             if m["role"] == "tool":
-                payload = json.loads(m["content"])
+                payload = json.loads(unfence(m["content"]))
                 self.results[payload["name"]] = payload["result"]
         self.earlier_messages = sum(
             1 for m in messages[:last_user] if m["role"] in ("user", "assistant")
@@ -101,6 +104,9 @@ class _Context:
 
 
 def compose_reply(request: ModelRequest) -> Reply:
+    if is_summary_request(request.messages):
+        transcript = json.loads(request.messages[-1]["content"])
+        return Reply(json.dumps(summarize_extractive(transcript), sort_keys=True))
     ctx = _Context(request)
     action = ctx.state.get("action")
     if action and action.get("status") != "pending":
@@ -113,6 +119,16 @@ def compose_reply(request: ModelRequest) -> Reply:
 
 
 def _next_step(ctx: _Context) -> Reply:
+    if PASTE_NONE in ctx.user_text:
+        return Reply(
+            "The text you pasted is too long for me to read in one go, and I couldn't tell "
+            "which part your question is about. Which part should I focus on?"
+        )
+    if PASTE_SOME in ctx.user_text:
+        return Reply(
+            "Your paste was too long to read whole, so I read only the parts that match "
+            "your question; tell me if I should look at another part."
+        )
     intent, order_id = _intent(ctx.user_text), ctx.order_id
     if intent == "handoff":
         return ctx.call("handoff_to_human", reason=" ".join(ctx.user_text.split())[:200])
@@ -248,6 +264,59 @@ def _about_action(action: dict[str, Any]) -> str:
     return "OK, I won't send the email."
 
 
+# --- the summarizer -------------------------------------------------------------------------
+
+_SENTENCE = re.compile(r"(?<=[.!?])\s+")
+
+
+def _first_sentence(text: str, words: int = 30) -> str:
+    first = _SENTENCE.split(" ".join(text.split()), maxsplit=1)[0]
+    cut = first.split()
+    return " ".join(cut[:words]) + (" …" if len(cut) > words else "")
+
+
+def summarize_extractive(transcript: list[dict[str, Any]]) -> dict[str, Any]:
+    """The demo model's summary: extractive and deterministic. What the user said, what the
+    assistant answered (first sentence each), what tools were asked and found; and the
+    facts the user stated, by the same patterns code pins them with."""
+    lines: list[dict[str, Any]] = []
+    facts: list[dict[str, Any]] = []
+    for m in transcript:
+        seq, role, text = int(m["seq"]), m["role"], str(m.get("text") or "")
+        if role == "user" and text:
+            lines.append({"seq": seq, "text": f'The user said: "{_first_sentence(text)}"'})
+            facts += [
+                {"key": f.key, "value": f.value, "seq": seq} for f in extract_facts(text, seq)
+            ]
+        elif role == "assistant" and text:
+            lines.append({"seq": seq, "text": f"The assistant answered: {_first_sentence(text)}"})
+        elif role == "tool":
+            lines.append({"seq": seq, "text": _tool_line(text)})
+    return {"lines": lines, "facts": facts}
+
+
+def _tool_line(text: str) -> str:
+    try:
+        payload = json.loads(unfence(text))
+    except json.JSONDecodeError:
+        return "A tool answered."
+    name, result = payload.get("name"), payload.get("result") or {}
+    if isinstance(result, dict) and "error" in result:
+        return f"Tool {name} failed ({(result.get('error') or {}).get('code')})."
+    ids = sorted({str(v) for k, v in _flat_items(result) if k == "order_id"})
+    about = f" for order {', '.join(ids)}" if ids else ""
+    status = result.get("status") if isinstance(result, dict) else None
+    return f"Tool {name} answered{about}" + (f": status {status}." if status else ".")
+
+
+def _flat_items(value: Any) -> list[tuple[str, Any]]:
+    if isinstance(value, dict):
+        return [*value.items(), *(i for v in value.values() for i in _flat_items(v))]
+    if isinstance(value, list):
+        return [i for v in value for i in _flat_items(v)]
+    return []
+
+
 class DemoModel:
     name = "demo"
 
@@ -255,22 +324,44 @@ class DemoModel:
         self.token_delay_s = token_delay_s
         self.tokens_emitted = 0
         self.calls = 0
+        # The last prompt per cache key: the demo reports the shared prefix as cached tokens,
+        # the way providers with prefix caching do.
+        self._prefixes: dict[str, list[dict[str, Any]]] = {}
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         self.calls += 1
         reply = compose_reply(request)
         tokens = tokenize(reply.text)
+        # Nobody watches a summary being written: it comes at once.
+        delay = 0.0 if is_summary_request(request.messages) else self.token_delay_s
         for token in tokens:
-            if self.token_delay_s:
-                await asyncio.sleep(self.token_delay_s)
+            if delay:
+                await asyncio.sleep(delay)
             self.tokens_emitted += 1
             yield TextDelta(token)
         for call in reply.tool_calls:
-            if self.token_delay_s:
-                await asyncio.sleep(self.token_delay_s)
+            if delay:
+                await asyncio.sleep(delay)
             yield call
+        counter = default_counter()
         usage = {
-            "input_tokens": sum(len(tokenize(str(m["content"]))) for m in request.messages),
+            "input_tokens": count_messages(counter, request.messages)
+            + count_tools(counter, request.tools),
             "output_tokens": len(tokens) + 10 * len(reply.tool_calls),
+            "cached_tokens": self._cached(request),
         }
         yield Finish("tool_calls" if reply.tool_calls else "stop", usage)
+
+    def _cached(self, request: ModelRequest) -> int:
+        """Tokens of the whole messages this prompt shares with the last one under its key."""
+        if not request.cache_key:
+            return 0
+        previous = self._prefixes.get(request.cache_key, [])
+        self._prefixes[request.cache_key] = request.messages
+        counter = default_counter()
+        shared = 0
+        for before, now in zip(previous, request.messages, strict=False):
+            if before != now:
+                break
+            shared += count_message(counter, now)
+        return shared + (count_tools(counter, request.tools) if shared else 0)

@@ -113,7 +113,24 @@ class Settings(BaseSettings):
         "You are the Northwind Outfitters assistant. Answer from facts you were given; "
         "never invent an order status, a date or an amount."
     )
-    context_window_messages: int = 20
+    # Token budgets (tenant config overrides the window, the reserve and the conversation
+    # budget). The prompt's input budget is the window minus the reserve. Within it, the
+    # conversation context (pinned facts, rolling summary, recalled messages and the recent
+    # turns, which get what the others leave) shares one budget, so a prompt at turn 60 costs
+    # what it cost at turn 10.
+    context_window_tokens: int = 16384
+    output_reserve_tokens: int = 1024
+    context_conversation_tokens: int = 900
+    context_summary_tokens: int = 500
+    context_recall_tokens: int = 500
+    # Tool results older than this many turns are shown as metadata, not payloads.
+    context_tool_result_age_turns: int = 2
+    # An older message longer than this is cut in the window (recall still finds all of it).
+    context_message_max_tokens: int = 600
+    # A paste over half the input budget is cut into chunks of this size.
+    context_paste_chunk_tokens: int = 300
+    # The rolling summary runs after a turn once this many tokens have left the window.
+    summary_min_new_tokens: int = 150
 
     # Model gateway.
     model_provider: str = "demo"

@@ -23,6 +23,8 @@ from parley.statuses import FinishReason as FinishReason
 from parley.statuses import ToolCallStatus as ToolCallStatus
 
 TURN_WORKFLOW = "TurnWorkflow"
+# Folds older turns into the session's rolling summary, started (and abandoned) by a turn.
+SUMMARY_WORKFLOW = "SummaryWorkflow"
 
 # Search attributes registered with the Temporal server so operators can find a turn by
 # session or tenant and filter by state in the Temporal UI.
@@ -226,3 +228,17 @@ class FailTurnInput:
     code: str
     message: str
     retryable: bool = False
+
+
+@dataclass
+class SummarizeInput:
+    session_id: str
+    # The turn after which the summary runs (ids only: the messages stay in the store).
+    turn_id: str
+
+
+@dataclass
+class SummarizeResult:
+    # The summary's new end, or the old one when there was nothing (yet) to fold in.
+    through_seq: int
+    summarized: bool = False

@@ -15,7 +15,8 @@
     ├── InvalidRequest            a field breaks the contract (names the field)
     ├── AgentPaused               the tenant's assistant is switched off
     ├── Forbidden                 the caller lacks the role (admin routes only)
-    └── RateLimited               too many of something at once (carries retry_after_s)
+    ├── RateLimited               too many of something at once (carries retry_after_s)
+    └── ContextTooLarge           the required part of a prompt exceeds the model's input budget
 
 HTTP status codes are assigned to these in one place, `api/errors.py`.
 """
@@ -100,3 +101,10 @@ class RateLimited(ParleyError):
         self.retry_after_s = retry_after_s
         if code is not None:  # rate_limited | daily_cap_reached | too_many_active_turns
             self.code = code
+
+
+class ContextTooLarge(ParleyError):
+    """The blocks a prompt cannot do without (instructions, state, the current message) do
+    not fit the model's window minus the output reserve: the turn fails loudly."""
+
+    code = "context_too_large"

@@ -22,6 +22,11 @@ def workflow_id_for_turn(turn_id: str) -> str:
     return f"turn-{turn_id}"
 
 
+def summary_workflow_id(*, turn_id: str) -> str:
+    """The summary started after a turn: one per turn, however often the start is replayed."""
+    return f"summary-{turn_id}"
+
+
 def message_id_for_call(model_call_id: str) -> str:
     """The assistant message a model call produces; known before its first token streams,
     so deltas, the stored message and a retried attempt all name the same message."""
@@ -81,6 +86,13 @@ def email_idempotency_key(*, action_id: str) -> str:
     return f"parley-{action_id}"
 
 
-def prompt_cache_key(*, tenant_id: str) -> str:
-    """Stable per tenant and prompt version, so providers can reuse the cached prefix."""
-    return f"parley-v1-{tenant_id}"
+# Bumped whenever the layout of the prompt's stable prefix changes.
+PROMPT_LAYOUT_VERSION = 2
+
+
+def prompt_cache_key(*, stable_prefix: str) -> str:
+    """Names the prompt's invariant prefix (instructions, tool schemas) for the provider's
+    cache: versioned by layout, and a digest of the prefix itself, so equal prefixes share a
+    key and no tenant id or other tenant data is sent with it."""
+    digest = hashlib.sha256(stable_prefix.encode()).hexdigest()[:16]
+    return f"parley-p{PROMPT_LAYOUT_VERSION}-{digest}"

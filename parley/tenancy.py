@@ -21,10 +21,14 @@ class TenantConfig(BaseModel):
     persona: str | None = Field(default=None, max_length=2000)
     model_provider: Literal["demo", "openai", "anthropic"] | None = None
     model: str | None = Field(default=None, max_length=100)
-    # Recent messages packed into each prompt.
-    context_window_messages: int | None = Field(default=None, ge=2, le=200)
+    # The model's context window in tokens; the prompt gets this minus the output reserve.
+    context_window_tokens: int | None = Field(default=None, ge=1024, le=2_000_000)
     # Tokens kept free for the answer.
     output_reserve_tokens: int | None = Field(default=None, ge=64, le=32000)
+    # Tokens for the conversation context: pinned facts, summary, recalled and recent turns.
+    context_conversation_tokens: int | None = Field(default=None, ge=300, le=1_000_000)
+    # Whether older turns are folded into a rolling summary after each turn.
+    summaries: bool | None = None
     reasoning_effort: Literal["low", "medium", "high"] | None = None
     # Tools the model is offered; None offers all of them.
     tool_allowlist: list[str] | None = None

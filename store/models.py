@@ -11,6 +11,7 @@ from typing import Any
 
 from sqlalchemy import (
     Boolean,
+    Computed,
     DateTime,
     ForeignKey,
     ForeignKeyConstraint,
@@ -21,11 +22,13 @@ from sqlalchemy import (
     UniqueConstraint,
     func,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy import event as orm_event
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TSVECTOR
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from parley.contracts import MessageStatus
 from parley.statuses import ToolCallStatus
+from parley.tokens import count_message, default_counter
 
 
 class Base(DeclarativeBase):
@@ -102,6 +105,8 @@ class Message(Base):
     __table_args__ = (
         UniqueConstraint("session_id", "seq", name="uq_messages_session_seq"),
         UniqueConstraint("session_id", "client_message_id", name="uq_messages_client_id"),
+        # Recall searches every stored message of a session by full text.
+        Index("ix_messages_tsv", "tsv", postgresql_using="gin"),
     )
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
@@ -116,7 +121,62 @@ class Message(Base):
     tool_call_id: Mapped[str | None] = mapped_column(String(64))
     # An incomplete or cancelled answer that a retry replaced; hidden from lists and prompts.
     replaced_by: Mapped[str | None] = mapped_column(String(40))
+    # Counted when the message is written (see `_count_tokens`), by the counter named beside
+    # it; a prompt packed with another counter recounts. NULL on rows older than the column.
+    token_count: Mapped[int | None] = mapped_column(Integer)
+    token_counter: Mapped[str | None] = mapped_column(String(32))
+    # Full-text index of the text, kept by PostgreSQL itself.
+    tsv: Mapped[Any] = mapped_column(
+        TSVECTOR, Computed("to_tsvector('english', coalesce(text, ''))", persisted=True)
+    )
     created_at: Mapped[datetime] = _now_column()
+
+
+@orm_event.listens_for(Message, "before_insert")
+@orm_event.listens_for(Message, "before_update")
+def _count_tokens(_mapper: Any, _connection: Any, message: Message) -> None:
+    """Every stored message carries its token count, whoever writes it."""
+    counter = default_counter()
+    message.token_count = count_message(
+        counter,
+        {"role": message.role, "content": message.text or "", "tool_calls": message.tool_calls},
+    )
+    message.token_counter = counter.name
+
+
+class ConversationSummary(Base):
+    """One version of a session's rolling summary: the lines that fold in every message up
+    to `through_seq`, written off the hot path by the summary workflow."""
+
+    __tablename__ = "conversation_summaries"
+    __table_args__ = (UniqueConstraint("session_id", "through_seq", name="uq_summary_through"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id"), index=True)
+    through_seq: Mapped[int] = mapped_column(Integer)
+    # [{"seq", "text", "refs"}]: each line knows where it came from and what it is about.
+    lines: Mapped[list[dict[str, Any]]] = mapped_column(JSONB)
+    token_count: Mapped[int] = mapped_column(Integer)
+    provider: Mapped[str] = mapped_column(String(32))
+    model: Mapped[str] = mapped_column(String(100))
+    # What writing this version cost (the summarizer's own model call).
+    input_tokens: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    output_tokens: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    created_at: Mapped[datetime] = _now_column()
+
+
+class PinnedFactRow(Base):
+    """What the user said about themselves, kept across every summary; one value per key."""
+
+    __tablename__ = "pinned_facts"
+
+    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id"), primary_key=True)
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
+    source_seq: Mapped[int] = mapped_column(Integer)
+    # "pattern" (code matched the user's words) or "summarizer" (checked against them).
+    source: Mapped[str] = mapped_column(String(16))
+    updated_at: Mapped[datetime] = _now_column()
 
 
 class Turn(Base):

@@ -22,7 +22,16 @@ def test_derived_ids_keep_their_exact_strings() -> None:
     assert ids.action_id_for_call(tool_call_id="mc_a:0") == f"act_{action_digest}"
     assert ids.handoff_id_for_call(tool_call_id="mc_a:0") == f"hof_{action_digest}"
     assert ids.email_idempotency_key(action_id="act_1") == "parley-act_1"
-    assert ids.prompt_cache_key(tenant_id="northwind") == "parley-v1-northwind"
+    prefix_digest = hashlib.sha256(b"instructions").hexdigest()[:16]
+    assert ids.prompt_cache_key(stable_prefix="instructions") == f"parley-p2-{prefix_digest}"
+
+
+def test_the_prompt_cache_key_names_the_prefix_not_the_tenant() -> None:
+    """Equal prefixes share a key; another prefix gets another; no tenant id is in it."""
+    key = ids.prompt_cache_key(stable_prefix="You are the Northwind assistant.")
+    assert key == ids.prompt_cache_key(stable_prefix="You are the Northwind assistant.")
+    assert key != ids.prompt_cache_key(stable_prefix="You are the Acme assistant.")
+    assert "northwind" not in key.lower()
 
 
 def test_a_random_id_carries_its_prefix() -> None:

@@ -33,7 +33,8 @@ from gateway.fake_provider.server import (
 from gateway.openai_compat import OpenAICompatProvider, to_openai_messages
 from gateway.registry import build_provider
 from parley.config import Settings
-from parley.context import pack_context, state_block
+from parley.context import state_block
+from parley.window import group_turns, render_turn
 from tests.conftest import serve
 
 DIALECTS = ["openai", "anthropic"]
@@ -516,12 +517,17 @@ def test_errors_survive_pickling() -> None:
 def parley_request(window: list[Any] | None = None) -> ModelRequest:
     from parley.context import WindowMessage
 
-    messages = pack_context(
-        system_prompt=Settings().system_prompt,
-        window=window or [WindowMessage(1, "user", "Where is my order?", "complete")],
-        max_messages=20,
-        state={"customer": {"name": "Priya"}, "slots": {}, "resolution": {}, "action": None},
-    )
+    turns = group_turns(window or [WindowMessage(1, "user", "Where is my order?", "complete")])
+    state = {"customer": {"name": "Priya"}, "slots": {}, "resolution": {}, "action": None}
+    messages = [
+        {"role": "system", "content": Settings().system_prompt},
+        state_block(state),
+        *(
+            m
+            for turn in turns
+            for m in render_turn(turn, aged=False, max_message_tokens=10**6, cut=lambda t, n: t)
+        ),
+    ]
     return ModelRequest("fake-model", messages, TOOLS)
 
 

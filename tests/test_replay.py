@@ -47,6 +47,7 @@ def test_there_is_at_least_one_committed_history() -> None:
 
 async def _replay_and_maybe_record(client: Client, turn_id: str, suffix: str) -> None:
     handle = client.get_workflow_handle(workflow_id_for_turn(turn_id))
+    await handle.result()  # `done` goes out before the turn's last step (starting its summary)
     history = await handle.fetch_history()
     await Replayer(workflows=[TurnWorkflow]).replay_workflow(history)
     name = os.environ.get("PARLEY_RECORD_HISTORY")

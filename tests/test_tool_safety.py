@@ -28,6 +28,7 @@ from temporalio.client import Client
 
 from gateway.base import Finish, ModelRequest, StreamEvent, TextDelta, ToolCallRequest
 from parley.config import Settings
+from parley.context import unfence
 from parley.contracts import MAX_MODEL_CALLS, TOOL_ATTEMPTS
 from store.models import Action, Message, ModelCall, ToolCall, Turn
 from tests.client import ParleyClient
@@ -130,7 +131,7 @@ def round_of(request: ModelRequest) -> int:
 def tool_results(request: ModelRequest) -> dict[str, dict[str, Any]]:
     """The tool results the model can read in this request, by provider call id."""
     return {
-        str(m["tool_call_id"]): json.loads(m["content"])["result"]
+        str(m["tool_call_id"]): json.loads(unfence(m["content"]))["result"]
         for m in request.messages
         if m["role"] == "tool"
     }

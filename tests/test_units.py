@@ -11,33 +11,45 @@ from activities import tracing
 from activities.turn import _coalesce
 from gateway.base import Finish, ModelRequest, TextDelta
 from gateway.demo import DemoModel, compose_reply, tokenize
-from parley.context import WindowMessage, pack_context
+from parley.context import WindowMessage
 from parley.contracts import EventType
 from parley.ids import message_id_for_call
+from parley.window import choose_window, group_turns, render_turn
 from parley.wire import ToolData
 from store.events import _wire
 
 
-def test_packer_keeps_the_newest_window_in_seq_order_after_the_system_prompt() -> None:
+def _rendered(
+    window: list[WindowMessage], recent_tokens: int = 10_000, summary_through: int = 0
+) -> list[str]:
+    chosen = choose_window(
+        group_turns(window), recent_tokens=recent_tokens, summary_through=summary_through
+    )
+    return [
+        m["content"]
+        for turn in chosen.turns
+        for m in render_turn(turn, aged=False, max_message_tokens=1000, cut=lambda t, n: t)
+    ]
+
+
+def test_window_keeps_the_newest_turns_in_seq_order() -> None:
     window = [
-        WindowMessage(seq, "user" if seq % 2 else "assistant", f"m{seq}", "complete")
+        WindowMessage(seq, "user" if seq % 2 else "assistant", f"m{seq}", "complete", tokens=10)
         for seq in range(10, 0, -1)
     ]
-    packed = pack_context(system_prompt="rules", window=window, max_messages=4)
-    assert packed[0] == {"role": "system", "content": "rules"}
-    assert [m["content"] for m in packed[1:]] == ["m7", "m8", "m9", "m10"]
+    # Each turn (a user message and its answer) costs 2 x (10 + framing) = 28 tokens; the
+    # summary covers everything before them.
+    assert _rendered(window, recent_tokens=60, summary_through=6) == ["m7", "m8", "m9", "m10"]
 
 
-def test_packer_drops_retracted_text_and_marks_unfinished_answers() -> None:
+def test_window_drops_retracted_text_and_marks_unfinished_answers() -> None:
     window = [
         WindowMessage(1, "user", "hi", "complete"),
         WindowMessage(2, "assistant", "unsafe words", "retracted"),
         WindowMessage(3, "user", "again", "complete"),
         WindowMessage(4, "assistant", "half an ans", "incomplete"),
     ]
-    contents = [
-        m["content"] for m in pack_context(system_prompt="s", window=window, max_messages=10)
-    ]
+    contents = _rendered(window)
     assert "unsafe words" not in contents
     assert contents[-1].startswith("half an ans") and "incomplete" in contents[-1]
 

@@ -149,6 +149,19 @@ async def test_a_plain_turn_is_screened_answered_and_finalized(
     assert (final.outcome, final.override_text, final.retract) == ("completed", None, False)
 
 
+async def test_the_turn_starts_its_summary_workflow_once_the_answer_is_stored(
+    env: WorkflowEnvironment, stubs: Stubs
+) -> None:
+    async with turn(env, stubs) as handle:
+        assert await handle.result() == "msg_mc_0"
+    # Asked for once the answer was stored; the turn only starts it (a workflow of its own).
+    [summary] = stubs.summaries
+    assert summary.turn_id == handle.id.removeprefix("turn-")
+    assert summary.session_id == "ses_1"
+    assert stubs.names()[-1] == "finalize_turn"
+    assert "summarize" not in stubs.names()
+
+
 async def test_the_tool_round_bound_finalizes_with_the_bounds_text_and_refuses_the_rest(
     env: WorkflowEnvironment, stubs: Stubs
 ) -> None:

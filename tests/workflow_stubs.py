@@ -30,6 +30,8 @@ from parley.contracts import (
     RequestConfirmationInput,
     ScreenInput,
     ScreenResult,
+    SummarizeInput,
+    SummarizeResult,
     ToolCallRef,
     ToolOutcome,
 )
@@ -72,6 +74,7 @@ class Stubs:
         self.expired_status = "expired"
         # Provider requests each model call reports (its retries and fallback).
         self.model_attempts = 1
+        self.summaries: list[SummarizeInput] = []
 
     # --- what the test reads ----------------------------------------------------------
 
@@ -95,6 +98,8 @@ class Stubs:
             self.screen_input,
             self.screen_output,
             self.suggest_followups,
+            self.start_summary,
+            self.summarize,
         ]
 
     async def _arrive(self, name: str, inp: Any) -> None:
@@ -183,3 +188,18 @@ class Stubs:
     @activity.defn(name="suggest_followups")
     async def suggest_followups(self, inp: ScreenInput) -> None:
         await self._arrive("suggest_followups", inp)
+
+    @activity.defn(name="start_summary")
+    async def start_summary(self, inp: SummarizeInput) -> None:
+        """Starts nothing here: records that the turn asked for its summary."""
+        self.summaries.append(inp)
+
+    @activity.defn(name="summarize")
+    async def summarize(self, inp: SummarizeInput) -> SummarizeResult:
+        """The summary workflow's step: recorded apart from the turn's own steps (it runs in
+        a workflow of its own, after the turn)."""
+        self.entered["summarize"].set()
+        if "summarize" in self.hold:
+            async with heartbeating(interval_s=0.05):
+                await self.released["summarize"].wait()
+        return SummarizeResult(0)

@@ -119,3 +119,15 @@ SCREEN = ActivityOptions(
 FOLLOWUPS = ActivityOptions(
     start_to_close=SCREEN.start_to_close, retry=RetryPolicy(maximum_attempts=1)
 )
+
+# The rolling summary: a model call off the hot path. Retried patiently; a run that fails for
+# good loses nothing (the summary stays where it was and the next run covers the gap).
+SUMMARY = ActivityOptions(
+    start_to_close=timedelta(minutes=2),
+    retry=RetryPolicy(
+        initial_interval=timedelta(seconds=1),
+        backoff_coefficient=2.0,
+        maximum_interval=timedelta(seconds=30),
+        maximum_attempts=5,
+    ),
+)

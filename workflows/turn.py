@@ -31,6 +31,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
+    from activities.memory import MemoryActivities
     from activities.screens import ScreenActivities
     from activities.send import SendActivities
     from activities.tools import ToolActivities
@@ -56,6 +57,7 @@ with workflow.unsafe.imports_passed_through():
         ResolveActionSignal,
         ScreenInput,
         ScreenResult,
+        SummarizeInput,
         ToolCallRef,
         ToolOutcome,
         TurnInput,
@@ -77,6 +79,8 @@ FALLBACK_PATCH = "fallback-from-input"
 # the turn's own words when the budget is spent after a send.
 LIFECYCLE_PATCH = "lifecycle-v1"
 FOLLOWUPS_GRACE = timedelta(milliseconds=300)
+# Turns started before rolling summaries existed replay without starting one.
+SUMMARIES_PATCH = "summaries-v1"
 
 # Provider answers that a retry of the same request would get again.
 REQUEST_REFUSED = frozenset(
@@ -150,6 +154,20 @@ class TurnWorkflow:
 
     @workflow.run
     async def run(self, inp: TurnInput) -> str:
+        outcome = await self._run(inp)
+        if workflow.patched(SUMMARIES_PATCH):
+            # After the answer is stored (`done` has gone out): the summary workflow is
+            # started on its own and not awaited, so it never delays a turn. Best effort: a
+            # summary that fails to start is covered by the next turn's.
+            try:
+                await STORE.run(
+                    MemoryActivities.start_summary, SummarizeInput(inp.session_id, inp.turn_id)
+                )
+            except ActivityError:
+                workflow.logger.warning("the rolling summary did not start")
+        return outcome
+
+    async def _run(self, inp: TurnInput) -> str:
         self._lifecycle = workflow.patched(LIFECYCLE_PATCH)
         try:
             return await self._turn(inp)

@@ -1,0 +1,202 @@
+"""The rolling summary's activity: fold what left the recent window into the summary.
+
+`start_summary` runs at the end of the turn workflow, after the answer is stored; it starts
+the summary workflow, whose one step is `summarize`. The summarizer is a model call
+through the gateway (the demo model answers with an extractive summary; real providers get a
+prompt asking for structured JSON). Nothing is written until the answer is parsed and
+checked, and then in one transaction: a crash anywhere before the commit leaves the stored
+summary where it was, and the next run covers the gap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio import activity
+from temporalio.client import Client
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import ApplicationError
+
+from gateway.base import Finish, ModelRequest, TextDelta
+from gateway.errors import ProviderFatal
+from gateway.registry import ProviderPool
+from parley.config import Settings
+from parley.context import WindowMessage
+from parley.contracts import SUMMARY_WORKFLOW, SummarizeInput, SummarizeResult
+from parley.ids import summary_workflow_id
+from parley.memory import cap_lines, parse_summary, summary_request
+from parley.prompt import MIN_RECENT
+from parley.tokens import counter_for
+from parley.window import choose_window, group_turns
+from store import memory as memory_store
+from store import tenants
+from store.models import ChatSession
+
+
+@dataclass(frozen=True)
+class _Job:
+    session_id: str
+    provider: str
+    model: str
+    base: int  # the stored summary's end (0: none yet)
+    through: int  # the last seq this run folds in
+    transcript: list[dict[str, Any]]
+
+
+class MemoryActivities:
+    def __init__(
+        self,
+        *,
+        sessions: async_sessionmaker[AsyncSession],
+        providers: ProviderPool,
+        settings: Settings,
+        client: Client | None = None,
+    ) -> None:
+        self._sessions = sessions
+        self._providers = providers
+        self._settings = settings
+        self._client = client
+
+    def attach(self, client: Client) -> None:
+        """The Temporal client `start_summary` starts summary workflows with."""
+        self._client = client
+
+    @activity.defn(name="start_summary")
+    async def start_summary(self, inp: SummarizeInput) -> None:
+        """Start the summary workflow for a finished turn, on this worker's queue; a retried
+        start finds the one already started (its id is derived from the turn)."""
+        assert self._client is not None, "the worker builds this with its Temporal client"
+        await self._client.start_workflow(
+            SUMMARY_WORKFLOW,
+            inp,
+            id=summary_workflow_id(turn_id=inp.turn_id),
+            task_queue=activity.info().task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+        )
+
+    @activity.defn(name="summarize")
+    async def summarize(self, inp: SummarizeInput) -> SummarizeResult:
+        job = await self._plan(inp.session_id)
+        if isinstance(job, int):
+            return SummarizeResult(job)
+        answer, usage = await self._ask(job)
+        try:
+            lines, facts = parse_summary(answer, job.transcript)
+        except ValueError as exc:  # JSONDecodeError included: ask again (Temporal retries)
+            raise ApplicationError(f"unreadable summary: {exc}", type="bad_summary") from None
+        async with self._sessions() as db:
+            await memory_store.lock_session_memory(db, session_id=job.session_id)
+            latest = await memory_store.latest_summary(db, session_id=job.session_id)
+            if latest is not None and latest.through_seq >= job.through:
+                return SummarizeResult(latest.through_seq)  # a concurrent run got there first
+            earlier = latest.lines if latest is not None else []
+            since = latest.through_seq if latest is not None else 0
+            counter = counter_for(job.model)
+            merged = cap_lines(
+                [*earlier, *(line for line in lines if line.seq > since)],
+                max_tokens=self._settings.context_summary_tokens,
+                count=counter.count,
+            )
+            await memory_store.save_summary(
+                db,
+                session_id=job.session_id,
+                through_seq=job.through,
+                lines=merged,
+                token_count=sum(counter.count(line.text) for line in merged),
+                provider=job.provider,
+                model=job.model,
+                usage=usage,
+            )
+            await memory_store.pin_facts(db, session_id=job.session_id, facts=facts)
+            await db.commit()
+        return SummarizeResult(job.through, summarized=True)
+
+    async def _plan(self, session_id: str) -> _Job | int:
+        """What to fold in: messages after the summary's end and before the window the next
+        turn will show. Returns the current end instead when there is not enough yet."""
+        async with self._sessions() as db:
+            session = await db.get(ChatSession, session_id)
+            assert session is not None
+            tenant = await tenants.tenant_config(db, tenant_id=session.tenant_id)
+            latest = await memory_store.latest_summary(db, session_id=session_id)
+            base = latest.through_seq if latest is not None else 0
+            if tenant.summaries is False:
+                return base
+            model = tenant.model or self._settings.model
+            counter = counter_for(model)
+            messages = await memory_store.session_messages(
+                db, session_id=session_id, after_seq=base, hide_answers_of=None, counter=counter
+            )
+        # The smallest window a turn will show: the conversation budget less the largest
+        # summary and recall blocks (folding a little early only makes them overlap).
+        conversation = (
+            tenant.context_conversation_tokens or self._settings.context_conversation_tokens
+        )
+        recent = max(
+            MIN_RECENT,
+            conversation
+            - self._settings.context_summary_tokens
+            - self._settings.context_recall_tokens,
+        )
+        if not messages:
+            return base
+        # The window the next turn shows by its budget alone (not widened: this run is what
+        # will let it start there).
+        window = choose_window(
+            group_turns(messages), recent_tokens=recent, summary_through=messages[-1].seq
+        )
+        if window.from_seq is None:
+            return base
+        cap = (tenant.context_window_tokens or self._settings.context_window_tokens) // 2
+        folded = _take([m for m in messages if m.seq < window.from_seq], max_tokens=cap)
+        if sum(m.tokens for m in folded) < self._settings.summary_min_new_tokens:
+            return base
+        return _Job(
+            session_id,
+            tenant.model_provider or self._settings.model_provider,
+            model,
+            base,
+            folded[-1].seq,
+            [_transcript_item(m) for m in folded],
+        )
+
+    async def _ask(self, job: _Job) -> tuple[str, dict[str, int]]:
+        """The summarizer's model call, through the gateway like any other."""
+        provider = self._providers.get(job.provider)
+        request = ModelRequest(
+            model=job.model, messages=summary_request(job.transcript), max_output_tokens=1500
+        )
+        parts: list[str] = []
+        usage: dict[str, int] = {}
+        try:
+            async for event in provider.stream(request):
+                if isinstance(event, TextDelta):
+                    parts.append(event.text)
+                elif isinstance(event, Finish):
+                    usage = dict(event.usage)
+        except ProviderFatal as exc:
+            raise ApplicationError(str(exc), type=exc.code, non_retryable=True) from None
+        return "".join(parts), usage
+
+
+def _take(messages: list[WindowMessage], *, max_tokens: int) -> list[WindowMessage]:
+    """The oldest messages within `max_tokens` (at least one): a long backlog is folded in a
+    few runs rather than in one request too large for the model."""
+    taken: list[WindowMessage] = []
+    used = 0
+    for m in messages:
+        if taken and used + m.tokens > max_tokens:
+            break
+        taken.append(m)
+        used += m.tokens
+    return taken
+
+
+def _transcript_item(m: WindowMessage) -> dict[str, Any]:
+    item: dict[str, Any] = {"seq": m.seq, "role": m.role, "text": m.text}
+    if m.tool_calls:
+        item["tool_calls"] = [c.get("name") for c in m.tool_calls]
+    return item

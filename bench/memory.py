@@ -1,0 +1,385 @@
+"""Memory figures for `make bench`: token cost of long conversations, time to `done` with and
+without summaries, and evidence recall on LoCoMo.
+
+(c) Scripted 20- and 50-turn conversations through the API: total input tokens against
+    resending the whole history (the naive prompt: the same instructions, state and current
+    message, plus every earlier message in full), the largest prompt, cached tokens (the demo
+    model reports the prefix shared with the previous request under the same cache key) and
+    what the summarizer cost.
+(d) Time from POST to `done`, summaries on and off (the tenant's switch), same run.
+(e) LoCoMo (bench/data/locomo3.json): a conversation is stored as one session (speaker A as
+    the user, B as the assistant) and folded into summaries; each category 1-4 question is then
+    packed by the real context builder as the next user message (rolled back afterwards), and
+    counted as recalled when every evidence turn is in the prompt verbatim (recent window or
+    recalled lines). Footprint: the prompt less standing instructions and tool schemas, over
+    the whole conversation's tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from activities.context import ContextBuilder, _offered_tools
+from activities.memory import MemoryActivities
+from gateway.demo import DemoModel
+from gateway.registry import ProviderPool
+from parley.config import Settings
+from parley.contracts import SummarizeInput
+from parley.tenancy import TenantConfig
+from parley.tokens import MESSAGE_OVERHEAD, counter_for
+from store.models import ChatSession, ConversationSummary, Message, ModelCall, Tenant, Turn
+from tests.client import ParleyClient
+from worker import build_northwind
+
+DATA = Path(__file__).resolve().parent / "data" / "locomo3.json"
+SCRIPT = [
+    "Hi, call me Pri. Where is my order?",
+    "What about the refund?",
+    "Thanks!",
+    "The order. Can I still return it?",
+    "When did it arrive?",
+    "Thanks. And the other one?",
+    "Where is my order?",
+]
+
+
+# --- (c) tokens over scripted conversations ----------------------------------------------------
+
+
+async def token_table(
+    client: ParleyClient, db_sessions: async_sessionmaker[AsyncSession], turns: int
+) -> dict[str, Any]:
+    sid = await client.new_session()
+    for i in range(turns):
+        _, events = await client.turn(sid, SCRIPT[i % len(SCRIPT)])
+        if events[-1].type != "done":
+            raise RuntimeError(f"turn {i + 1} ended {events[-1].type}")
+    async with db_sessions() as db:
+        calls = list(
+            await db.execute(
+                select(ModelCall, Turn.user_seq)
+                .join(Turn, Turn.id == ModelCall.turn_id)
+                .where(Turn.session_id == sid, ModelCall.provider != "resolver")
+            )
+        )
+        messages = list(
+            await db.execute(
+                select(Message.seq, Message.token_count).where(Message.session_id == sid)
+            )
+        )
+        summaries = list(
+            await db.scalars(
+                select(ConversationSummary).where(ConversationSummary.session_id == sid)
+            )
+        )
+    sizes = {seq: (tokens or 0) + MESSAGE_OVERHEAD for seq, tokens in messages}
+    used = naive = largest = cached = 0
+    for call, user_seq in calls:
+        budget = call.request["budget"]
+        blocks = budget["blocks"]
+        prompt = (call.usage or {}).get("input_tokens", budget["prompt_tokens"])
+        used += prompt
+        largest = max(largest, prompt)
+        cached += int((call.usage or {}).get("cached_tokens", 0))
+        fixed = blocks.get("instructions", 0) + blocks.get("state", 0) + blocks.get("current", 0)
+        naive += fixed + sum(size for seq, size in sizes.items() if seq < user_seq)
+    summarizer = sum(s.input_tokens + s.output_tokens for s in summaries)
+    return {
+        "turns": turns,
+        "model_calls": len(calls),
+        "input_tokens": used,
+        "naive_input_tokens": naive,
+        "ratio": used / naive if naive else float("nan"),
+        "largest_prompt": largest,
+        "cached_tokens": cached,
+        "summaries": len(summaries),
+        "summarizer_tokens": summarizer,
+    }
+
+
+# --- (d) time to done with and without summaries ---------------------------------------------
+
+
+async def set_summaries(db_sessions: async_sessionmaker[AsyncSession], on: bool) -> None:
+    async with db_sessions() as db:
+        tenant = await db.get(Tenant, "northwind")
+        assert tenant is not None
+        config = dict(tenant.config or {})
+        config["summaries"] = on
+        await db.execute(update(Tenant).where(Tenant.id == "northwind").values(config=config))
+        await db.commit()
+
+
+async def time_to_done(client: ParleyClient, turns: int) -> list[float]:
+    sid = await client.new_session()
+    times = []
+    for i in range(turns):
+        started = time.perf_counter()
+        _, events = await client.turn(sid, SCRIPT[i % len(SCRIPT)])
+        times.append((time.perf_counter() - started) * 1000)
+        if events[-1].type != "done":
+            raise RuntimeError(f"turn {i + 1} ended {events[-1].type}")
+    return times
+
+
+# --- (e) LoCoMo evidence recall ----------------------------------------------------------------
+
+
+def _when(text: str | None) -> datetime:
+    try:
+        return datetime.strptime(text or "", "%I:%M %p on %d %B, %Y").replace(tzinfo=UTC)
+    except ValueError:
+        return datetime.now(UTC)
+
+
+async def ingest(
+    db_sessions: async_sessionmaker[AsyncSession], conversation: dict[str, Any]
+) -> tuple[str, dict[str, int], int]:
+    """Store the conversation as one session; returns its id, dia_id -> seq, total tokens."""
+    sid = f"ses_locomo{uuid.uuid4().hex[:12]}"
+    seqs: dict[str, int] = {}
+    async with db_sessions() as db:
+        db.add(ChatSession(id=sid, tenant_id="northwind", user_id="cust_2291"))
+        await db.flush()
+        seq = 0
+        for session in conversation["sessions"]:
+            moment = _when(session["date_time"])
+            for turn in session["turns"]:
+                seq += 1
+                role = "user" if turn["speaker"] == conversation["speaker_a"] else "assistant"
+                text = f"{turn['speaker']}: {turn['text']}"
+                db.add(
+                    Message(
+                        id=f"msg_l{uuid.uuid4().hex[:20]}",
+                        session_id=sid,
+                        seq=seq,
+                        role=role,
+                        status="complete",
+                        text=text,
+                        created_at=moment,
+                    )
+                )
+                seqs[turn["dia_id"]] = seq
+        await db.execute(update(ChatSession).where(ChatSession.id == sid).values(last_seq=seq))
+        await db.commit()
+        total = sum(
+            (t or 0) + MESSAGE_OVERHEAD
+            for t in await db.scalars(select(Message.token_count).where(Message.session_id == sid))
+        )
+    return sid, seqs, total
+
+
+async def locomo_one(
+    settings: Settings,
+    db_sessions: async_sessionmaker[AsyncSession],
+    name: str,
+    conversation: dict[str, Any],
+    share: float,
+) -> dict[str, Any]:
+    sid, seqs, total = await ingest(db_sessions, conversation)
+    conversation_budget = int(total * share)
+    tuned = settings.model_copy(
+        update={
+            "context_conversation_tokens": conversation_budget,
+            "context_recall_tokens": int(conversation_budget * 0.75),
+            "context_summary_tokens": int(conversation_budget * 0.1),
+            "summary_min_new_tokens": 1,
+        }
+    )
+    memory = MemoryActivities(
+        sessions=db_sessions,
+        settings=tuned,
+        providers=ProviderPool(tuned, primary=DemoModel(token_delay_s=0)),
+    )
+    for _ in range(100):  # fold the backlog in as many runs as it takes
+        if not (await memory.summarize(SummarizeInput(sid, "trn_locomo"))).summarized:
+            break
+    async with httpx.AsyncClient() as http:
+        builder = ContextBuilder(
+            sessions=db_sessions, settings=tuned, northwind=build_northwind(tuned, http)
+        )
+        found = asked = 0
+        footprints: list[int] = []
+        for qa in conversation["qa"]:
+            if qa["category"] not in (1, 2, 3, 4) or not qa["evidence"]:
+                continue
+            wanted = {seqs.get(e) for e in qa["evidence"]}
+            if None in wanted:
+                continue
+            asked += 1
+            shown, footprint = await _pack_question(builder, db_sessions, sid, qa["question"])
+            found += wanted <= shown
+            footprints.append(footprint)
+    return {
+        "conversation": name,
+        "messages": len(seqs),
+        "conversation_tokens": total,
+        "questions": asked,
+        "evidence_recall": found / asked if asked else float("nan"),
+        "mean_context_tokens": statistics.fmean(footprints) if footprints else 0,
+        "footprint": statistics.fmean(footprints) / total if footprints else float("nan"),
+    }
+
+
+async def _pack_question(
+    builder: ContextBuilder,
+    db_sessions: async_sessionmaker[AsyncSession],
+    sid: str,
+    question: str,
+) -> tuple[set[int], int]:
+    """Pack the question as the next user message with the real builder, then roll back."""
+    async with db_sessions() as db:
+        session = await db.get(ChatSession, sid)
+        assert session is not None
+        seq = session.last_seq + 1
+        message = Message(
+            id=f"msg_q{uuid.uuid4().hex[:20]}",
+            session_id=sid,
+            seq=seq,
+            role="user",
+            status="complete",
+            text=question,
+        )
+        db.add(message)
+        await db.flush()
+        turn = Turn(
+            id=f"trn_q{uuid.uuid4().hex[:12]}",
+            session_id=sid,
+            tenant_id="northwind",
+            user_id="cust_2291",
+            user_message_id=message.id,
+            user_seq=seq,
+            state="building_context",
+        )
+        tenant = TenantConfig()
+        budgets = builder._budgets(tenant)
+        counter = counter_for(None)
+        packed, plan = await builder._assemble(
+            db, turn, tenant, budgets, counter, _offered_tools(tenant)
+        )
+        await db.rollback()
+    start = plan["window_from_seq"] or seq
+    shown = set(range(start, seq)) | set(plan["recalled_seqs"])
+    blocks = {b.kind: b.tokens for b in packed.kept}
+    context = sum(v for k, v in blocks.items() if k not in ("instructions", "state", "current"))
+    return shown, context
+
+
+async def locomo(
+    settings: Settings,
+    db_sessions: async_sessionmaker[AsyncSession],
+    *,
+    share: float,
+    path: Path = DATA,
+) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    data = json.loads(path.read_text())
+    if isinstance(data, list):  # the upstream locomo10.json
+        data = {d["sample_id"]: _upstream(d) for d in data}
+    return [
+        await locomo_one(settings, db_sessions, name, conv, share) for name, conv in data.items()
+    ]
+
+
+def _upstream(sample: dict[str, Any]) -> dict[str, Any]:
+    conv = sample["conversation"]
+    sessions = []
+    n = 1
+    while f"session_{n}" in conv:
+        sessions.append(
+            {"date_time": conv.get(f"session_{n}_date_time"), "turns": conv[f"session_{n}"]}
+        )
+        n += 1
+    return {
+        "speaker_a": conv["speaker_a"],
+        "speaker_b": conv["speaker_b"],
+        "sessions": sessions,
+        "qa": sample["qa"],
+    }
+
+
+def render_memory(results: dict[str, Any]) -> str:
+    lines = [
+        "",
+        "(c) Input tokens over scripted conversations (demo model; naive = resend everything)",
+    ]
+    lines.append(
+        f"{'turns':>6}{'calls':>7}{'input tok':>11}{'naive tok':>11}{'ratio':>8}"
+        f"{'largest':>9}{'cached':>9}{'summaries':>11}{'summarizer tok':>16}"
+    )
+    for r in results["tokens"]:
+        lines.append(
+            f"{r['turns']:>6}{r['model_calls']:>7}{r['input_tokens']:>11}"
+            f"{r['naive_input_tokens']:>11}{r['ratio'] * 100:>7.1f}%{r['largest_prompt']:>9}"
+            f"{r['cached_tokens']:>9}{r['summaries']:>11}{r['summarizer_tokens']:>16}"
+        )
+    d = results["done"]
+    lines.append("")
+    lines.append("(d) Time from POST to `done` (ms), same run")
+    for key in d:
+        times = d[key]
+        lines.append(
+            f"  {key:<14} p50 {statistics.median(times):7.1f}   mean "
+            f"{statistics.fmean(times):7.1f}   turns {len(times)}"
+        )
+    lines.append("")
+    lines.append(
+        f"(e) LoCoMo evidence recall (categories 1-4; conversation budget "
+        f"{results['locomo_share'] * 100:.0f}% of the conversation's tokens)"
+    )
+    if not results["locomo"]:
+        lines.append("  no data file (bench/data/locomo3.json)")
+    for r in results["locomo"]:
+        lines.append(
+            f"  {r['conversation']:<9} messages {r['messages']:>4}  tokens "
+            f"{r['conversation_tokens']:>6}  questions {r['questions']:>4}  recall "
+            f"{r['evidence_recall'] * 100:5.1f}%  context {r['mean_context_tokens']:7.0f} "
+            f"tok = {r['footprint'] * 100:4.1f}% of the conversation"
+        )
+    return "\n".join(lines)
+
+
+async def measure_memory(
+    base_url: str,
+    token: str,
+    settings: Settings,
+    db_sessions: async_sessionmaker[AsyncSession],
+    *,
+    done_turns: int = 15,
+    locomo_share: float = 0.11,
+    locomo_only: bool = False,
+) -> dict[str, Any]:
+    if locomo_only:
+        return {
+            "tokens": [],
+            "done": {},
+            "locomo_share": locomo_share,
+            "locomo": await locomo(settings, db_sessions, share=locomo_share),
+        }
+    client = ParleyClient(base_url, token)
+    try:
+        tokens = [await token_table(client, db_sessions, n) for n in (20, 50)]
+        await set_summaries(db_sessions, True)
+        on = await time_to_done(client, done_turns)
+        await set_summaries(db_sessions, False)
+        off = await time_to_done(client, done_turns)
+        await set_summaries(db_sessions, True)
+    finally:
+        await client.aclose()
+    return {
+        "tokens": tokens,
+        "done": {"summaries_on": on, "summaries_off": off},
+        "locomo_share": locomo_share,
+        "locomo": await locomo(settings, db_sessions, share=locomo_share),
+    }

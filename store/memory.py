@@ -1,0 +1,207 @@
+"""Conversational memory in PostgreSQL: the messages a prompt is built from, pinned facts,
+rolling summaries and full-text recall over every stored message of a session.
+
+Like every store module these never commit; the caller does.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from sqlalchemy import func, select, text
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from parley.context import WindowMessage
+from parley.memory import PinnedFact, SummaryLine
+from parley.prompt import RecallHit, StoredSummary
+from parley.tokens import TokenCounter, count_message
+from store.models import ConversationSummary, Message, PinnedFactRow
+
+# Messages loaded before the summary's end, so the recent window can reach back that far.
+WINDOW_REACH = 200
+
+
+async def latest_summary(db: AsyncSession, *, session_id: str) -> StoredSummary | None:
+    row = await db.scalar(
+        select(ConversationSummary)
+        .where(ConversationSummary.session_id == session_id)
+        .order_by(ConversationSummary.through_seq.desc())
+        .limit(1)
+    )
+    if row is None:
+        return None
+    lines = [
+        SummaryLine(int(x["seq"]), str(x["text"]), dict(x.get("refs") or {})) for x in row.lines
+    ]
+    return StoredSummary(row.through_seq, lines, row.model)
+
+
+async def pinned_facts(db: AsyncSession, *, session_id: str) -> list[PinnedFact]:
+    rows = await db.scalars(
+        select(PinnedFactRow)
+        .where(PinnedFactRow.session_id == session_id)
+        .order_by(PinnedFactRow.key)
+    )
+    return [PinnedFact(r.key, r.value, r.source_seq, r.source) for r in rows]
+
+
+async def pin_facts(db: AsyncSession, *, session_id: str, facts: Iterable[PinnedFact]) -> None:
+    """Upsert facts; a stored fact from a later seq is never overwritten by an older one."""
+    for fact in facts:
+        values = {
+            "value": fact.value,
+            "source_seq": fact.seq,
+            "source": fact.source,
+            "updated_at": func.now(),
+        }
+        await db.execute(
+            insert(PinnedFactRow)
+            .values(session_id=session_id, key=fact.key, **values)
+            .on_conflict_do_update(
+                index_elements=["session_id", "key"],
+                set_=values,
+                where=PinnedFactRow.source_seq <= fact.seq,
+            )
+        )
+
+
+async def session_messages(
+    db: AsyncSession,
+    *,
+    session_id: str,
+    after_seq: int,
+    hide_answers_of: str | None,
+    counter: TokenCounter,
+    before_seq: int | None = None,
+) -> list[WindowMessage]:
+    """Messages after `after_seq` (and before `before_seq`), with their token counts (the
+    stored count when the same counter made it)."""
+    query = select(Message).where(
+        Message.session_id == session_id,
+        Message.replaced_by.is_(None),
+        Message.seq > after_seq,
+    )
+    if before_seq is not None:
+        query = query.where(Message.seq < before_seq)
+    if hide_answers_of:
+        # A retry does not show the model the answer it is replacing.
+        query = query.where(
+            ~(
+                (Message.turn_id == hide_answers_of)
+                & (Message.role == "assistant")
+                & Message.tool_calls.is_(None)
+            )
+        )
+    rows = await db.scalars(query.order_by(Message.seq))
+    return [
+        WindowMessage(
+            m.seq,
+            m.role,
+            m.text,
+            m.status,
+            m.tool_calls,
+            m.tool_call_id,
+            tokens=_tokens(m, counter),
+            created_at=m.created_at.date().isoformat(),
+            turn_id=m.turn_id,
+        )
+        for m in rows
+    ]
+
+
+def _tokens(message: Message, counter: TokenCounter) -> int:
+    if message.token_count is not None and message.token_counter == counter.name:
+        return message.token_count
+    return count_message(
+        counter, {"role": message.role, "content": message.text, "tool_calls": message.tool_calls}
+    )
+
+
+async def window_start(db: AsyncSession, *, session_id: str, summary_through: int | None) -> int:
+    """Where loading starts: a little before the summary's end, within reach of the newest."""
+    last = await db.scalar(select(func.max(Message.seq)).where(Message.session_id == session_id))
+    floor = max(0, (last or 0) - WINDOW_REACH)
+    return min(summary_through or 0, floor)
+
+
+_TERM = re.compile(r"[^a-z0-9]")
+
+# Each matching term scores its inverse document frequency within the session's messages, so
+# a name said in every message counts for little and a rare word for much.
+_RECALL_SQL = text(
+    """
+    WITH q AS (
+        SELECT t, to_tsquery('english', t) AS query
+        FROM unnest(CAST(:terms AS text[])) AS t
+        WHERE numnode(to_tsquery('english', t)) > 0
+    ),
+    docs AS (
+        SELECT seq, role, text, created_at, tsv FROM messages
+        WHERE session_id = :session_id AND seq < :before AND replaced_by IS NULL
+          AND role IN ('user', 'assistant') AND status <> 'retracted' AND text <> ''
+    ),
+    total AS (SELECT count(*) AS n FROM docs),
+    df AS (
+        SELECT q.t, q.query, count(docs.seq) AS n
+        FROM q LEFT JOIN docs ON docs.tsv @@ q.query GROUP BY q.t, q.query
+    )
+    SELECT docs.seq, docs.role, docs.text, docs.created_at,
+           sum(ln((total.n + 1.0) / (df.n + 0.5))) AS score
+    FROM docs JOIN df ON docs.tsv @@ df.query CROSS JOIN total
+    GROUP BY docs.seq, docs.role, docs.text, docs.created_at
+    ORDER BY score DESC, docs.seq DESC
+    LIMIT :limit
+    """
+)
+
+
+async def recall(
+    db: AsyncSession, *, session_id: str, terms: list[str], before_seq: int, limit: int = 8
+) -> list[RecallHit]:
+    """The older messages (before `before_seq`) that best match `terms`, best first."""
+    clean = [t for t in (_TERM.sub("", term.lower()) for term in terms) if t]
+    if not clean or before_seq <= 1:
+        return []
+    rows = await db.execute(
+        _RECALL_SQL,
+        {"terms": clean, "session_id": session_id, "before": before_seq, "limit": limit},
+    )
+    return [RecallHit(r.seq, r.role, r.text, r.created_at.date().isoformat()) for r in rows]
+
+
+async def save_summary(
+    db: AsyncSession,
+    *,
+    session_id: str,
+    through_seq: int,
+    lines: list[SummaryLine],
+    token_count: int,
+    provider: str,
+    model: str,
+    usage: dict[str, int],
+) -> bool:
+    """Store a new summary version unless one already reaches as far (a concurrent run won)."""
+    result = await db.execute(
+        insert(ConversationSummary)
+        .values(
+            session_id=session_id,
+            through_seq=through_seq,
+            lines=[line.as_json() for line in lines],
+            token_count=token_count,
+            provider=provider,
+            model=model,
+            input_tokens=int(usage.get("input_tokens", 0)),
+            output_tokens=int(usage.get("output_tokens", 0)),
+        )
+        .on_conflict_do_nothing(constraint="uq_summary_through")
+    )
+    return bool(getattr(result, "rowcount", 0))
+
+
+async def lock_session_memory(db: AsyncSession, *, session_id: str) -> None:
+    """Serialise summary writers of one session (not the session row: turns keep writing)."""
+    await db.execute(
+        text("SELECT pg_advisory_xact_lock(hashtext(:key))"), {"key": f"summary:{session_id}"}
+    )
