@@ -95,7 +95,7 @@ async def outage(
         token = await create_token(db, tenant_id="northwind", user_id="cust_2291")
         await db.commit()
     # Slow tokens, so the answer is still streaming when the server goes away.
-    model = DemoModel(token_delay_s=0.04)
+    model = DemoModel(token_delay_s=0.06)
     async with own_stack(
         temporal_client,
         settings,
@@ -103,7 +103,7 @@ async def outage(
         model,
         prefix="outage",
         database_url=database.url,
-        demo_token_delay_ms=40,
+        demo_token_delay_ms=60,
     ) as stack:
         client = ParleyClient(stack.url, token)
         yield Outage(database, stack, own_sessions, client)
