@@ -23,7 +23,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.context import ContextBuilder
-from activities.failures import FailureInterceptor
+from activities.failures import FailureInterceptor, database_probe
 from activities.memory import MemoryActivities
 from activities.northwind import NorthwindClient
 from activities.screens import ScreenActivities
@@ -148,7 +148,7 @@ def build_worker(
         activities=activities,
         # Every activity attempt leaves a span in the trace ledger,
         # and its failures reach the workflow under names it relies on (activities/failures.py).
-        interceptors=[TracingInterceptor(sessions), FailureInterceptor()],
+        interceptors=[TracingInterceptor(sessions), FailureInterceptor(database_probe(sessions))],
         # SIGTERM: poll no more, let running steps (a whole streamed answer) finish.
         graceful_shutdown_timeout=timedelta(seconds=settings.worker_shutdown_grace_s),
         # No more steps at once than the pool has connections for (`worker_pool`).

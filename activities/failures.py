@@ -5,16 +5,27 @@ the exception's class name that Temporal would report:
 
 - `TurnStopped` (the turn ended, or its cancel was recorded, before the step could run):
   final, typed `turn_stopped`, so the workflow stops instead of retrying or failing the turn.
-- the database being unreachable: typed `store_unavailable` and retried after a pause long
-  enough for a restart, within the step's schedule-to-close bound (workflows/options.py).
+- the database being unreachable: the attempt first waits (heartbeating) for the database to
+  answer again, for at most STORE_OUTAGE_WAIT and never past its own start-to-close, then
+  fails typed `store_unavailable` and is retried after a short pause, within the step's
+  retry policy (workflows/options.py). So a restart of a few seconds costs a streaming model
+  call one attempt (its retry resets the stream and streams the answer again) instead of all
+  of them, and the model call's five attempts ride out about a minute of outage, no more:
+  past that the turn fails with `store_unavailable` once the database is back.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio import activity
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
@@ -24,6 +35,18 @@ from store.turns import TurnStopped
 
 # Between attempts of a step that could not reach the database: a restart takes seconds.
 STORE_RETRY_DELAY = timedelta(seconds=2)
+# Between attempts once the database answers again.
+RETRY_WHEN_BACK = timedelta(milliseconds=100)
+# How long one attempt waits for the database to come back before it fails: five model-call
+# attempts of this plus the retry delay last about 70 s, so an outage of a minute is ridden
+# out and one of 90 s fails the turn.
+STORE_OUTAGE_WAIT = timedelta(seconds=12)
+# Polls of the database while it is away; each one heartbeats.
+PROBE_INTERVAL_S = 0.5
+# Left of the attempt's start-to-close when the wait gives up, to report the failure in time.
+REPORT_MARGIN = timedelta(seconds=2)
+
+Probe = Callable[[], Awaitable[None]]
 
 
 def _database_unreachable(exc: BaseException) -> bool:
@@ -35,12 +58,51 @@ def _database_unreachable(exc: BaseException) -> bool:
     return isinstance(exc, ConnectionError | FileNotFoundError)
 
 
+def database_probe(sessions: async_sessionmaker[AsyncSession]) -> Probe:
+    """A round trip to the database; raises while it is unreachable."""
+
+    async def probe() -> None:
+        async with sessions() as db:
+            await db.execute(text("SELECT 1"))
+
+    return probe
+
+
+async def wait_for_database(probe: Probe, wait: timedelta = STORE_OUTAGE_WAIT) -> bool:
+    """Heartbeat while polling the database, until it answers (True) or this attempt's wait
+    is over (False). The wait ends early enough that the attempt can still report."""
+    info = activity.info()
+    deadline = time.monotonic() + wait.total_seconds()
+    if info.start_to_close_timeout:
+        ends = info.started_time + info.start_to_close_timeout - REPORT_MARGIN
+        deadline = min(deadline, time.monotonic() + (ends - datetime.now(UTC)).total_seconds())
+    while time.monotonic() < deadline:
+        activity.heartbeat()
+        await asyncio.sleep(PROBE_INTERVAL_S)
+        try:
+            await probe()
+        except Exception as exc:
+            if not _database_unreachable(exc):
+                raise
+            continue
+        return True
+    return False
+
+
 class FailureInterceptor(Interceptor):
+    def __init__(self, probe: Probe | None = None) -> None:
+        # Without a probe an unreachable database fails the attempt at once.
+        self._probe = probe
+
     def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
-        return _FailureMapper(next)
+        return _FailureMapper(next, self._probe)
 
 
 class _FailureMapper(ActivityInboundInterceptor):
+    def __init__(self, next: ActivityInboundInterceptor, probe: Probe | None) -> None:
+        super().__init__(next)
+        self._probe = probe
+
     async def execute_activity(self, input: ExecuteActivityInput) -> Any:
         try:
             return await self.next.execute_activity(input)
@@ -49,8 +111,13 @@ class _FailureMapper(ActivityInboundInterceptor):
         except Exception as exc:
             if not _database_unreachable(exc):
                 raise
+            back = False
+            if self._probe is not None:
+                # The attempt fails either way (what it was doing is lost with the
+                # connection); waiting here keeps a short outage from spending the retries.
+                back = await wait_for_database(self._probe)
             raise ApplicationError(
                 f"the database is unreachable ({type(exc).__name__})",
                 type=TurnErrorCode.store_unavailable,
-                next_retry_delay=STORE_RETRY_DELAY,
+                next_retry_delay=RETRY_WHEN_BACK if back else STORE_RETRY_DELAY,
             ) from None
