@@ -14,7 +14,11 @@ from tests.client import ParleyClient
 
 
 async def history_size(client: Client, turn_id: str) -> int:
-    description = await client.get_workflow_handle(workflow_id_for_turn(turn_id)).describe()
+    """The size of the turn's whole history: `done` goes out before the turn's last step
+    (starting the rolling summary), so wait for the workflow to close first."""
+    handle = client.get_workflow_handle(workflow_id_for_turn(turn_id))
+    await handle.result()
+    description = await handle.describe()
     return int(description.raw_description.workflow_execution_info.history_size_bytes)
 
 
