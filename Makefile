@@ -23,7 +23,7 @@ run: install
 	$(BIN)/parley dev
 
 test: install browser
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2 --dist loadfile
 
 lint: install
 	$(BIN)/ruff check .
