@@ -13,6 +13,8 @@ from pathlib import Path
 from pydantic import AliasChoices, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from parley.ids import workflow_id_for_turn
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -167,6 +169,14 @@ class Settings(BaseSettings):
             sessions_per_user_per_day=self.max_sessions_per_user_per_day,
             user_per_day=self.user_daily_messages or None,
         )
+
+    def turn_workflow_url(self, turn_id: str) -> str | None:
+        """The turn's workflow in the Temporal UI, or None when no UI address is set."""
+        if not self.temporal_ui_url:
+            return None
+        base = self.temporal_ui_url.rstrip("/")
+        workflow = workflow_id_for_turn(turn_id)
+        return f"{base}/namespaces/{self.temporal_namespace}/workflows/{workflow}"
 
     @property
     def frame_seconds(self) -> float:
