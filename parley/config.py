@@ -103,6 +103,17 @@ class Settings(BaseSettings):
     # whole run (`call_model` keeps one for its stream), so the worker's pool is sized from
     # this and a step never waits for a connection behind other steps.
     worker_max_activities: int = 40
+    # Worker Deployment Versioning (dispatch/deployment.py). Empty: workers are unversioned and
+    # a workflow change needs `workflow.patched()`. Set (e.g. "parley"): each worker joins
+    # this deployment under `worker_build_id`, turns are pinned to the version they started
+    # on, and old workers drain their own turns while new turns go to the current version.
+    worker_deployment: str = ""
+    # The version's build id; empty: the package version and, in a git checkout, the commit.
+    worker_build_id: str = ""
+    # A starting versioned worker makes its version the deployment's current one (new turns
+    # go to it). Off for a deploy promoted by hand (`temporal worker deployment
+    # set-current-version`) after the new workers are seen healthy.
+    worker_promote: bool = True
 
     # Logs: "text" (the dev default, one readable line) or "json" (one object per line, with
     # the turn, session and tenant ids when known). Addresses and card numbers are redacted

@@ -28,6 +28,7 @@ import asyncio
 from datetime import timedelta
 
 from temporalio import workflow
+from temporalio.common import VersioningBehavior
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
@@ -96,7 +97,9 @@ TOO_MANY_TOOLS = (
 )
 
 
-@workflow.defn(name=TURN_WORKFLOW)
+# Pinned: under Worker Deployment Versioning a turn runs to its end on the build it started
+# on (unversioned workers ignore this and rely on patches).
+@workflow.defn(name=TURN_WORKFLOW, versioning_behavior=VersioningBehavior.PINNED)
 class TurnWorkflow:
     def __init__(self) -> None:
         self._state = TurnState.received
