@@ -1,7 +1,8 @@
 """Worker Deployment Versioning: which deployment version a worker serves, and making it the
 version that new turns start on.
 
-A turn is pinned (`VersioningBehavior.PINNED` on the workflow) to the version it started on:
+A turn is pinned (`VersioningBehavior.PINNED`, the versioned worker's default for its only
+workflow) to the version it started on:
 its every task goes to workers of that build, so a deploy never hands a running turn to code
 it was not recorded with. New turns go to the deployment's current version. A deploy starts
 workers of the new build, makes their version current, and stops the old workers once their
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from temporalio.api.workflowservice.v1 import SetWorkerDeploymentCurrentVersionRequest
 from temporalio.client import Client
-from temporalio.common import WorkerDeploymentVersion
+from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.service import RPCError
 from temporalio.worker import WorkerDeploymentConfig
 
@@ -56,11 +57,16 @@ def deployment_version(settings: Settings) -> WorkerDeploymentVersion | None:
 
 
 def deployment_config(settings: Settings) -> WorkerDeploymentConfig | None:
-    """The worker's deployment version, or None for an unversioned worker."""
+    """The worker's deployment version, its turns pinned; None for an unversioned worker
+    (which may not name a versioning behavior at all)."""
     version = deployment_version(settings)
     if version is None:
         return None
-    return WorkerDeploymentConfig(version=version, use_worker_versioning=True)
+    return WorkerDeploymentConfig(
+        version=version,
+        use_worker_versioning=True,
+        default_versioning_behavior=VersioningBehavior.PINNED,
+    )
 
 
 async def promote(client: Client, version: WorkerDeploymentVersion) -> None:

@@ -28,7 +28,6 @@ import asyncio
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import VersioningBehavior
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
@@ -97,9 +96,10 @@ TOO_MANY_TOOLS = (
 )
 
 
-# Pinned: under Worker Deployment Versioning a turn runs to its end on the build it started
-# on (unversioned workers ignore this and rely on patches).
-@workflow.defn(name=TURN_WORKFLOW, versioning_behavior=VersioningBehavior.PINNED)
+# Pinned under Worker Deployment Versioning (a turn runs to its end on the build it started
+# on): the versioned worker's default, dispatch/deployment.py. Not declared here, because
+# the server refuses a versioning behavior from an unversioned worker.
+@workflow.defn(name=TURN_WORKFLOW)
 class TurnWorkflow:
     def __init__(self) -> None:
         self._state = TurnState.received
