@@ -10,6 +10,7 @@ from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from parley.config import Settings
 from parley.wire import ActionView, MessageView, SlotView, Timestamp, TurnStateName, View
 
 NO_NUL = "^[^\u0000]*$"
@@ -84,10 +85,16 @@ class TurnOut(BaseModel):
     pending_action: ActionView | None
     created_at: Timestamp
     updated_at: Timestamp
+    # The turn's workflow in the Temporal UI, for operators; null unless
+    # PARLEY_TEMPORAL_UI_URL is set.
+    workflow_url: str | None = None
 
     @classmethod
-    def from_row(cls, turn: Any, pending: Any | None = None) -> Self:
-        """`pending` is the turn's pending action row, if it rests on one."""
+    def from_row(
+        cls, turn: Any, pending: Any | None = None, *, settings: Settings | None = None
+    ) -> Self:
+        """`pending` is the turn's pending action row, if it rests on one; `settings` name
+        the Temporal UI that the turn links to."""
         return cls(
             id=turn.id,
             state=turn.state,
@@ -96,6 +103,7 @@ class TurnOut(BaseModel):
             pending_action=ActionView.from_row(pending) if pending is not None else None,
             created_at=turn.created_at,
             updated_at=turn.updated_at,
+            workflow_url=settings.turn_workflow_url(turn.id) if settings is not None else None,
         )
 
 
@@ -108,13 +116,22 @@ class SessionDetail(SessionOut):
 
     @classmethod
     def build(
-        cls, session: Any, *, active: Any | None, pending: Any | None, slots: dict[str, Any]
+        cls,
+        session: Any,
+        *,
+        active: Any | None,
+        pending: Any | None,
+        slots: dict[str, Any],
+        settings: Settings | None = None,
     ) -> Self:
+        active_turn = (
+            TurnOut.from_row(active, pending, settings=settings) if active is not None else None
+        )
         return cls(
             id=session.id,
             last_seq=session.last_seq,
             created_at=session.created_at,
-            active_turn=TurnOut.from_row(active, pending) if active is not None else None,
+            active_turn=active_turn,
             pending_action=ActionView.from_row(pending) if pending is not None else None,
             slots={name: SlotView.from_row(slot) for name, slot in slots.items()},
         )

@@ -61,7 +61,10 @@ async def start_turn_workflow(
     tenant_id: str,
     confirmation_timeout_s: float = DEFAULT_CONFIRMATION_TIMEOUT_S,
     fallback: bool = False,
+    turn_number: int | None = None,
 ) -> None:
+    # The UI's one line for the turn: ids and its place in the session, no personal data.
+    place = f"Turn {turn_number}" if turn_number else "Turn"
     try:
         await client.start_workflow(
             TURN_WORKFLOW,
@@ -84,7 +87,7 @@ async def start_turn_workflow(
                     SearchAttributePair(SA_TURN_STATE, TurnState.received.value),
                 ]
             ),
-            static_summary=f"Turn {turn_id} of session {session_id}",
+            static_summary=f"{place} of session {session_id} ({turn_id})",
         )
     except WorkflowAlreadyStartedError:
         pass  # it ran already; starting twice must never run a turn twice
@@ -101,6 +104,8 @@ async def start_and_record(
     confirmation_timeout_s: float = DEFAULT_CONFIRMATION_TIMEOUT_S,
     fallback: bool = False,
 ) -> None:
+    async with sessions() as db:
+        number = await outbox.turn_number(db, turn_id=turn_id)
     await start_turn_workflow(
         client,
         task_queue=task_queue,
@@ -109,6 +114,7 @@ async def start_and_record(
         tenant_id=tenant_id,
         confirmation_timeout_s=confirmation_timeout_s,
         fallback=fallback,
+        turn_number=number,
     )
     async with sessions() as db:
         await outbox.mark_workflow_started(db, turn_id=turn_id)

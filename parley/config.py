@@ -13,6 +13,8 @@ from pathlib import Path
 from pydantic import AliasChoices, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from parley.ids import workflow_id_for_turn
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -101,6 +103,17 @@ class Settings(BaseSettings):
     # whole run (`call_model` keeps one for its stream), so the worker's pool is sized from
     # this and a step never waits for a connection behind other steps.
     worker_max_activities: int = 40
+    # Worker Deployment Versioning (dispatch/deployment.py). Empty: workers are unversioned and
+    # a workflow change needs `workflow.patched()`. Set (e.g. "parley"): each worker joins
+    # this deployment under `worker_build_id`, turns are pinned to the version they started
+    # on, and old workers drain their own turns while new turns go to the current version.
+    worker_deployment: str = ""
+    # The version's build id; empty: the package version and, in a git checkout, the commit.
+    worker_build_id: str = ""
+    # A starting versioned worker makes its version the deployment's current one (new turns
+    # go to it). Off for a deploy promoted by hand (`temporal worker deployment
+    # set-current-version`) after the new workers are seen healthy.
+    worker_promote: bool = True
 
     # Logs: "text" (the dev default, one readable line) or "json" (one object per line, with
     # the turn, session and tenant ids when known). Addresses and card numbers are redacted
@@ -184,6 +197,14 @@ class Settings(BaseSettings):
             sessions_per_user_per_day=self.max_sessions_per_user_per_day,
             user_per_day=self.user_daily_messages or None,
         )
+
+    def turn_workflow_url(self, turn_id: str) -> str | None:
+        """The turn's workflow in the Temporal UI, or None when no UI address is set."""
+        if not self.temporal_ui_url:
+            return None
+        base = self.temporal_ui_url.rstrip("/")
+        workflow = workflow_id_for_turn(turn_id)
+        return f"{base}/namespaces/{self.temporal_namespace}/workflows/{workflow}"
 
     @property
     def frame_seconds(self) -> float:

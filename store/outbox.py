@@ -5,13 +5,26 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.contracts import TERMINAL_TURN_STATES, TurnState
 from parley.wire import ErrorData
 from store import turns
 from store.models import Turn
+
+
+async def turn_number(db: AsyncSession, *, turn_id: str) -> int:
+    """The turn's place in its session (1 for the first; a retry is a turn of its own), for
+    the workflow's summary in the Temporal UI."""
+    this = select(Turn.session_id, Turn.created_at).where(Turn.id == turn_id).subquery()
+    count = await db.scalar(
+        select(func.count())
+        .select_from(Turn)
+        .join(this, Turn.session_id == this.c.session_id)
+        .where(Turn.created_at <= this.c.created_at)
+    )
+    return int(count or 0)
 
 
 async def mark_workflow_started(db: AsyncSession, *, turn_id: str) -> None:

@@ -5,9 +5,12 @@ would break a turn already running in production fails here; such a change needs
 `workflow.patched()` (or a new workflow type), not an edit to the recording.
 
 To record the current code's histories next to the old ones:
-    PARLEY_RECORD_HISTORY=turn_vN make test
-then commit tests/histories/turn_vN_*.json (a tool turn and a confirmation turn; the workflow
-tier, tests/test_workflow.py, adds the fallback paths, recorded on the test server).
+    PARLEY_RECORD_HISTORY=turn_vN .venv/bin/pytest tests/test_replay_shapes.py
+then commit tests/histories/turn_vN_*.json: one history of every shape in SHAPES, each
+fetched after the workflow closed (tests/test_replay_shapes.py). Older recordings stay: they
+guard the code paths (patches) of turns started by older code. From turn_v6 on, every history
+ends with the workflow's close; earlier ones were fetched when `done` reached the client and
+stop before the last workflow task.
 """
 
 from __future__ import annotations
@@ -18,21 +21,52 @@ import re
 from pathlib import Path
 
 import pytest
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Replayer
+from temporalio.workflow import NondeterminismError
 
 from parley.ids import workflow_id_for_turn
 from tests.client import ParleyClient
+from tests.workflow_variants import ExtraStep, FollowupsFirst
 from workflows.turn import TurnWorkflow
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
+# The recording made with the current workflow code: every shape, each to its close.
+CURRENT = "turn_v6"
+SHAPES = (
+    "plain",
+    "tool",
+    "confirmed",
+    "declined",
+    "expired",
+    "superseded",
+    "cancelled",
+    "failed",
+    "clarification",
+    "fallback",
+    "retracted",
+)
+WORKFLOW_TASK = {
+    EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED,
+    EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED,
+}
+# Shapes whose answer is screened once complete (the output screen beside the follow-ups).
+SCREENED = {"plain", "tool", "confirmed", "declined", "fallback", "retracted"}
+CLOSED = {
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED,
+}
 
 
 def scrub(history_json: str) -> str:
-    """Worker identities name the recording machine; they play no part in replay."""
+    """Worker identities and failures' stack traces name the recording machine and its
+    paths; they play no part in replay."""
     data = json.loads(history_json)
     text = json.dumps(data, indent=1, sort_keys=True)
-    return re.sub(r'"identity": "[^"]*"', '"identity": "recorded-worker"', text) + "\n"
+    text = re.sub(r'"identity": "[^"]*"', '"identity": "recorded-worker"', text)
+    return re.sub(r'"stackTrace": "(?:[^"\\]|\\.)*"', '"stackTrace": ""', text) + "\n"
 
 
 @pytest.mark.parametrize("path", sorted(HISTORIES.glob("*.json")), ids=lambda p: p.stem)
@@ -45,9 +79,41 @@ def test_there_is_at_least_one_committed_history() -> None:
     assert list(HISTORIES.glob("*.json")), "record one with PARLEY_RECORD_HISTORY"
 
 
+def current(shape: str) -> WorkflowHistory:
+    return WorkflowHistory.from_json(shape, (HISTORIES / f"{CURRENT}_{shape}.json").read_text())
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_the_current_recording_has_every_shape_each_to_its_close(shape: str) -> None:
+    history = current(shape)
+    assert history.events[-1].event_type in CLOSED
+    # The task that closed the run is in it: the last workflow task completed (a history
+    # fetched too early ends on a task started and never finished).
+    tasks = [e.event_type for e in history.events if e.event_type in WORKFLOW_TASK]
+    assert tasks[-1] == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+async def test_an_extra_activity_fails_replay_of_every_shape(shape: str) -> None:
+    with pytest.raises(NondeterminismError):
+        await Replayer(workflows=[ExtraStep]).replay_workflow(current(shape))
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+async def test_two_reordered_activities_fail_replay_of_every_shape_that_runs_them(
+    shape: str,
+) -> None:
+    replay = Replayer(workflows=[FollowupsFirst]).replay_workflow(current(shape))
+    if shape in SCREENED:
+        with pytest.raises(NondeterminismError):
+            await replay
+    else:
+        await replay  # the edit is on a path this shape never takes
+
+
 async def _replay_and_maybe_record(client: Client, turn_id: str, suffix: str) -> None:
     handle = client.get_workflow_handle(workflow_id_for_turn(turn_id))
-    await handle.result()  # `done` goes out before the turn's last step (starting its summary)
+    await handle.result()  # `done` goes out before the turn's last steps (its summary)
     history = await handle.fetch_history()
     await Replayer(workflows=[TurnWorkflow]).replay_workflow(history)
     name = os.environ.get("PARLEY_RECORD_HISTORY")

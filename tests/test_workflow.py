@@ -9,7 +9,6 @@ The full-stack tests prove the wiring; these prove the orchestration.
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 import uuid
 from collections.abc import AsyncIterator
@@ -35,7 +34,6 @@ from parley.contracts import (
     TurnState,
 )
 from parley.screens import DECLINE_TEXT, RETRACTION_TEXT
-from tests.test_replay import HISTORIES, scrub
 from tests.workflow_stubs import ACTION_ID, ModelAnswer, Stubs, tool, unavailable
 from workflows.turn import BOUNDS_TEXT, EXPIRED_TEXT, TurnWorkflow
 
@@ -120,13 +118,13 @@ async def ends_cancelled(handle: Turn, stubs: Stubs) -> None:
 
 
 async def replays(handle: Turn, suffix: str) -> None:
-    """The run's history replays on the current code; `PARLEY_RECORD_HISTORY=turn_vN` also
-    commits it beside the full-stack recordings (tests/test_replay.py)."""
+    """The run's history replays on the current code. (The committed recordings of every
+    shape are made by tests/test_replay_shapes.py; `suffix` names the shape for a failure.)"""
     history = await handle.fetch_history()
-    await Replayer(workflows=[TurnWorkflow]).replay_workflow(history)
-    name = os.environ.get("PARLEY_RECORD_HISTORY")
-    if name:
-        (HISTORIES / f"{name}{suffix}.json").write_text(scrub(history.to_json()))
+    try:
+        await Replayer(workflows=[TurnWorkflow]).replay_workflow(history)
+    except Exception as err:
+        raise AssertionError(f"the {suffix.strip('_')} run does not replay") from err
 
 
 def proposing() -> list[ModelAnswer]:

@@ -3,8 +3,8 @@ activities: a Stop is honoured at every step boundary even when the step finishe
 a step that finds the turn stopped ends it, decisions arrive as a validated Update, paused
 and failing steps end the turn with a contract code, and the caps count every request.
 
-Histories of cancelled, failed, expired, declined and superseded turns are recorded here
-(`PARLEY_RECORD_HISTORY=turn_v5`) and replayed by tests/test_replay.py.
+Histories of cancelled, failed, expired, declined and superseded turns were recorded here
+as turn_v5_*; tests/test_replay_shapes.py now records every shape (turn_v6_* on).
 """
 
 from __future__ import annotations

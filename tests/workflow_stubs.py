@@ -75,6 +75,8 @@ class Stubs:
         # Provider requests each model call reports (its retries and fallback).
         self.model_attempts = 1
         self.summaries: list[SummarizeInput] = []
+        # The reference resolver asks the user to choose: code answers, no model call.
+        self.clarification = False
 
     # --- what the test reads ----------------------------------------------------------
 
@@ -124,7 +126,7 @@ class Stubs:
     @activity.defn(name="build_context")
     async def build_context(self, inp: BuildContextInput) -> BuildContextResult:
         await self._arrive("build_context", inp)
-        return BuildContextResult(f"mc_{inp.step}")
+        return BuildContextResult(f"mc_{inp.step}", clarification=self.clarification)
 
     @activity.defn(name="call_model")
     async def call_model(self, inp: CallModelInput) -> CallModelResult:

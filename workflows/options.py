@@ -37,8 +37,11 @@ class ActivityOptions:
     # trying (a store write waits out a database restart, then gives up).
     schedule_to_close: timedelta | None = None
 
-    def run(self, activity: ActivityMethod[Arg, Result], arg: Arg) -> Awaitable[Result]:
-        """Schedule the activity with these options and await its result."""
+    def run(
+        self, activity: ActivityMethod[Arg, Result], arg: Arg, *, summary: str | None = None
+    ) -> Awaitable[Result]:
+        """Schedule the activity with these options and await its result. `summary` is the
+        step's one line in the Temporal UI (metadata on the command: replay ignores it)."""
         return workflow.execute_activity_method(
             activity,
             arg,
@@ -47,9 +50,12 @@ class ActivityOptions:
             heartbeat_timeout=self.heartbeat,
             retry_policy=self.retry,
             cancellation_type=self.cancellation,
+            summary=summary,
         )
 
-    def start(self, activity: ActivityMethod[Arg, Result], arg: Arg) -> ActivityHandle[Result]:
+    def start(
+        self, activity: ActivityMethod[Arg, Result], arg: Arg, *, summary: str | None = None
+    ) -> ActivityHandle[Result]:
         """Schedule the activity with these options; await or cancel the handle later."""
         return workflow.start_activity_method(
             activity,
@@ -59,6 +65,7 @@ class ActivityOptions:
             heartbeat_timeout=self.heartbeat,
             retry_policy=self.retry,
             cancellation_type=self.cancellation,
+            summary=summary,
         )
 
 

@@ -100,6 +100,9 @@ TOO_MANY_TOOLS = (
 )
 
 
+# Pinned under Worker Deployment Versioning (a turn runs to its end on the build it started
+# on): the versioned worker's default, dispatch/deployment.py. Not declared here, because
+# the server refuses a versioning behavior from an unversioned worker.
 @workflow.defn(name=TURN_WORKFLOW)
 class TurnWorkflow:
     def __init__(self) -> None:
@@ -109,6 +112,7 @@ class TurnWorkflow:
         self._awaiting: str | None = None
         self._lifecycle = False
         self._requests = 0  # model requests sent so far, retries and fallback included
+        self._model_step = 0  # model calls scheduled so far: "model step 2" in the UI
 
     @workflow.query
     def state(self) -> str:
@@ -148,9 +152,12 @@ class TurnWorkflow:
         self._requests += max(1, call.attempts) if self._lifecycle else 1
         return call
 
-    def _enter(self, state: TurnState) -> None:
+    def _enter(self, state: TurnState, details: str = "") -> None:
+        """The turn's state, mirrored for operators: the search attribute, and the current
+        details the Temporal UI shows (ids and step numbers only, never personal data)."""
         self._state = state
         workflow.upsert_search_attributes([SA_TURN_STATE.value_set(state.value)])
+        workflow.set_current_details(f"{state.value}: {details}" if details else state.value)
 
     @workflow.run
     async def run(self, inp: TurnInput) -> str:
@@ -198,8 +205,9 @@ class TurnWorkflow:
                     # Whether asking again may help: not when the request itself was refused.
                     code not in REQUEST_REFUSED,
                 ),
+                summary=f"fail turn ({code})",
             )
-            self._enter(TurnState.failed)
+            self._enter(TurnState.failed, f"ended with {code}")
             return "failed"
 
     async def _end_cancelled(self, inp: TurnInput) -> None:
@@ -207,8 +215,9 @@ class TurnWorkflow:
         await STORE.run(
             TurnActivities.cancel_turn,
             FailTurnInput(inp.turn_id, "cancelled", "the turn was cancelled", True),
+            summary="end turn cancelled",
         )
-        self._enter(TurnState.cancelled)
+        self._enter(TurnState.cancelled, "stopped; what streamed is kept")
 
     async def _turn(self, inp: TurnInput) -> str:
         # Turns started before screens existed replay without them.
@@ -217,8 +226,10 @@ class TurnWorkflow:
         if screening:
             # Started first, awaited just before the first model call: its latency overlaps
             # context building instead of adding to it.
-            input_screen = SCREEN.start(ScreenActivities.screen_input, ScreenInput(inp.turn_id))
-        self._enter(TurnState.building_context)
+            input_screen = SCREEN.start(
+                ScreenActivities.screen_input, ScreenInput(inp.turn_id), summary="screen input"
+            )
+        self._enter(TurnState.building_context, "context for model step 1")
         step = 0
         context = await self._build_context(inp, step)
         if input_screen is not None:
@@ -228,7 +239,6 @@ class TurnWorkflow:
                 return await self._finalize(inp, context.model_call_id, override=DECLINE_TEXT)
         if context.clarification:
             return await self._finalize(inp, context.model_call_id)
-        self._enter(TurnState.calling_model)
         call = self._count(await self._call_model(inp, context.model_call_id))
         output_tokens = call.output_tokens
         seen: set[tuple[str, str]] = set()
@@ -237,7 +247,7 @@ class TurnWorkflow:
             if self._budget_spent(output_tokens):
                 await self._run_tools(inp, call.tool_calls, seen, refuse_all="turn budget spent")
                 return await self._finalize(inp, call.model_call_id, override=BOUNDS_TEXT)
-            self._enter(TurnState.executing_tools)
+            self._enter(TurnState.executing_tools, ", ".join(c.name for c in call.tool_calls))
             outcomes = await self._run_tools(inp, call.tool_calls, seen)
             proposed += [o.action_id for o in outcomes if o.action_id]
             step += 1
@@ -267,8 +277,10 @@ class TurnWorkflow:
         """The output screen and the follow-ups run side by side once the answer is complete;
         a declined answer is retracted, an erroring screen lets the answer stand."""
         check = ScreenInput(inp.turn_id, call.model_call_id)
-        screen = SCREEN.start(ScreenActivities.screen_output, check)
-        followups = FOLLOWUPS.start(ScreenActivities.suggest_followups, check)
+        screen = SCREEN.start(ScreenActivities.screen_output, check, summary="screen answer")
+        followups = FOLLOWUPS.start(
+            ScreenActivities.suggest_followups, check, summary="suggest follow-ups"
+        )
         try:
             verdict = await screen
         except ActivityError:
@@ -286,11 +298,17 @@ class TurnWorkflow:
         return await self._finalize(inp, call.model_call_id)
 
     async def _build_context(self, inp: TurnInput, step: int) -> BuildContextResult:
-        built = await STORE.run(TurnActivities.build_context, BuildContextInput(inp.turn_id, step))
+        built = await STORE.run(
+            TurnActivities.build_context,
+            BuildContextInput(inp.turn_id, step),
+            summary=f"context for model step {self._model_step + 1}",
+        )
         self._honour_cancel()
         return built
 
     async def _call_model(self, inp: TurnInput, model_call_id: str) -> CallModelResult:
+        self._model_step += 1
+        self._enter(TurnState.calling_model, f"model step {self._model_step}")
         answered = await self._call_model_or_fallback(inp, model_call_id)
         # A call that finished before it heard of the Stop does not swallow it.
         self._honour_cancel()
@@ -299,7 +317,9 @@ class TurnWorkflow:
     async def _call_model_or_fallback(self, inp: TurnInput, model_call_id: str) -> CallModelResult:
         try:
             return await MODEL.run(
-                TurnActivities.call_model, CallModelInput(inp.turn_id, model_call_id)
+                TurnActivities.call_model,
+                CallModelInput(inp.turn_id, model_call_id),
+                summary=f"model step {self._model_step}",
             )
         except ActivityError as err:
             if not _retries_spent(err):
@@ -315,6 +335,7 @@ class TurnWorkflow:
                 return await MODEL.run(
                     TurnActivities.call_model,
                     CallModelInput(inp.turn_id, model_call_id, fallback=True),
+                    summary=f"model step {self._model_step} (fallback model)",
                 )
             except ActivityError as fallback_err:
                 # The worker has no fallback though the turn's starter thought it had (or
@@ -329,7 +350,6 @@ class TurnWorkflow:
 
     async def _next_model_call(self, inp: TurnInput, step: int) -> CallModelResult:
         context = await self._build_context(inp, step)
-        self._enter(TurnState.calling_model)
         return await self._call_model(inp, context.model_call_id)
 
     async def _finalize(
@@ -345,9 +365,10 @@ class TurnWorkflow:
         message_id = await STORE.run(
             TurnActivities.finalize_turn,
             FinalizeTurnInput(inp.turn_id, model_call_id, outcome, override, retract),
+            summary=f"finalize ({outcome}{', retracted' if retract else ''})",
         )
-        self._enter(TurnState.expired if outcome == "expired" else TurnState.completed)
-        workflow.set_current_details(f"answered with message {message_id}")
+        ended = TurnState.expired if outcome == "expired" else TurnState.completed
+        self._enter(ended, f"answered with message {message_id}")
         return message_id
 
     async def _run_tools(
@@ -359,7 +380,7 @@ class TurnWorkflow:
         refuse_all: str | None = None,
     ) -> list[ToolOutcome]:
         """Reads run in parallel; proposals and hand-offs one at a time, after them."""
-        jobs: list[ExecuteToolInput] = []
+        jobs: list[tuple[ExecuteToolInput, str]] = []  # each with its line in the UI
         for position, call in enumerate(calls):
             refuse = refuse_all
             key = (call.name, call.args_hash)
@@ -369,23 +390,26 @@ class TurnWorkflow:
                 refuse = TOO_MANY_TOOLS
             seen.add(key)
             jobs.append(
-                ExecuteToolInput(inp.turn_id, call.call_id, refuse, inp.confirmation_timeout_s)
+                (
+                    ExecuteToolInput(inp.turn_id, call.call_id, refuse, inp.confirmation_timeout_s),
+                    f"{call.name} (refused)" if refuse else call.name,
+                )
             )
         parallel = [
-            j
-            for j, c in zip(jobs, calls, strict=True)
+            (j, summary)
+            for (j, summary), c in zip(jobs, calls, strict=True)
             if risk_of(c.name) in (Risk.read, None) or j.refuse
         ]
         serial = [j for j in jobs if j not in parallel]
-        outcomes = list(await asyncio.gather(*(self._execute_tool(j) for j in parallel)))
-        for job in serial:
+        outcomes = list(await asyncio.gather(*(self._execute_tool(*j) for j in parallel)))
+        for one in serial:
             self._honour_cancel()
-            outcomes.append(await self._execute_tool(job))
+            outcomes.append(await self._execute_tool(*one))
         self._honour_cancel()
         return outcomes
 
-    async def _execute_tool(self, job: ExecuteToolInput) -> ToolOutcome:
-        return await TOOL.run(ToolActivities.execute_tool, job)
+    async def _execute_tool(self, job: ExecuteToolInput, summary: str) -> ToolOutcome:
+        return await TOOL.run(ToolActivities.execute_tool, job, summary=summary)
 
     async def _confirm_and_execute(
         self, inp: TurnInput, action_id: str, call: CallModelResult
@@ -396,26 +420,35 @@ class TurnWorkflow:
         await STORE.run(
             TurnActivities.request_confirmation,
             RequestConfirmationInput(inp.turn_id, action_id, call.model_call_id),
+            summary=f"show the card for {action_id}",
         )
         self._honour_cancel()
-        self._enter(TurnState.awaiting_confirmation)
+        wait_s = inp.confirmation_timeout_s
+        self._enter(TurnState.awaiting_confirmation, f"{action_id}, expires after {wait_s:g} s")
         try:
             await workflow.wait_condition(
                 lambda: action_id in self._decisions,
-                timeout=timedelta(seconds=inp.confirmation_timeout_s),
+                timeout=timedelta(seconds=wait_s),
+                timeout_summary=f"confirmation of {action_id} expires",
             )
             decision = self._decisions[action_id]
         except TimeoutError:
             stored = await STORE.run(
-                SendActivities.expire_action, ActionInput(inp.turn_id, action_id)
+                SendActivities.expire_action,
+                ActionInput(inp.turn_id, action_id),
+                summary=f"expire {action_id}",
             )
             decision = stored.status  # "expired", or the answer whose signal was lost
         if decision in ("superseded", "expired", "declined"):
             return decision
         self._honour_cancel()  # no send starts after the Stop
-        self._enter(TurnState.executing_action)
+        self._enter(TurnState.executing_action, f"sending email {action_id}")
         send = asyncio.ensure_future(
-            SEND.run(SendActivities.send_email, ActionInput(inp.turn_id, action_id))
+            SEND.run(
+                SendActivities.send_email,
+                ActionInput(inp.turn_id, action_id),
+                summary=f"send email {action_id}",
+            )
         )
         try:
             sent = await asyncio.shield(send)

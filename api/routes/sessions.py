@@ -44,13 +44,17 @@ async def list_sessions(db: DbSession, user: CurrentUser) -> SessionList:
 
 
 @router.get("/{session_id}", responses=answers(NotFound))
-async def get_session(session_id: str, db: DbSession, user: CurrentUser) -> SessionDetail:
+async def get_session(
+    session_id: str, db: DbSession, user: CurrentUser, settings: AppSettings
+) -> SessionDetail:
     """One session with its active turn, pending action and slots (for resume after reload)."""
     session = await store_sessions.get_session(db, owner=user, session_id=session_id)
     active = await db.get(Turn, session.active_turn_id) if session.active_turn_id else None
     pending = await actions.pending_action(db, session_id=session_id)
     current = await slots.get_slots(db, session_id=session_id)
-    return SessionDetail.build(session, active=active, pending=pending, slots=current)
+    return SessionDetail.build(
+        session, active=active, pending=pending, slots=current, settings=settings
+    )
 
 
 @router.delete("/{session_id}", status_code=204, responses=answers(NotFound))

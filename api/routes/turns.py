@@ -147,12 +147,17 @@ async def send_signals(
 
 
 @router.get("/turns/{turn_id}")
-async def get_turn(session_id: str, turn_id: str, db: DbSession, user: CurrentUser) -> TurnOut:
-    """The turn's state, its pending action and, once answered, its assistant message id."""
+async def get_turn(
+    session_id: str, turn_id: str, db: DbSession, user: CurrentUser, settings: AppSettings
+) -> TurnOut:
+    """The turn's state, its pending action, once answered its assistant message id, and its
+    workflow in the Temporal UI when that is configured."""
     turn = await store_sessions.get_turn(db, owner=user, session_id=session_id, turn_id=turn_id)
     pending = await actions.pending_action(db, session_id=session_id)
     return TurnOut.from_row(
-        turn, pending if pending is not None and pending.turn_id == turn.id else None
+        turn,
+        pending if pending is not None and pending.turn_id == turn.id else None,
+        settings=settings,
     )
 
 
@@ -164,6 +169,7 @@ async def cancel_turn(
     sessions: Sessions,
     user: CurrentUser,
     temporal: Temporal,
+    settings: AppSettings,
 ) -> CancelOut:
     """Stop the turn: the model stream stops, what streamed is kept as `cancelled`. A `202`
     means the turn ends `cancelled`; a turn that has already ended answers `409`."""
@@ -174,7 +180,7 @@ async def cancel_turn(
     client = await asyncio.wait_for(temporal.get(), START_TIMEOUT_S)
     await cancel_turn_workflow(client, sessions, turn_id=turn_id)
     await db.refresh(turn)
-    return CancelOut(turn=TurnOut.from_row(turn))
+    return CancelOut(turn=TurnOut.from_row(turn, settings=settings))
 
 
 @router.post(

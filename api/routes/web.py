@@ -23,7 +23,6 @@ from api.errors import answers
 from api.schemas import DemoUser, DevSignIn, WebConfig
 from parley.config import Settings
 from parley.errors import NotFound
-from parley.ids import workflow_id_for_turn
 from store import identity
 from store.models import User
 
@@ -69,7 +68,7 @@ async def web_config(db: DbSession, settings: AppSettings) -> WebConfig:
     users = await identity.demo_customers(db) if _is_dev(settings) else []
     return WebConfig(
         demo_users=[_demo_user(user) for user in users],
-        turn_link_template=_turn_link_template(settings),
+        turn_link_template=settings.turn_workflow_url("{turn_id}"),
     )
 
 
@@ -112,11 +111,3 @@ def _is_dev(settings: Settings) -> bool:
 
 def _demo_user(user: User) -> DemoUser:
     return DemoUser(tenant_id=user.tenant_id, user_id=user.id, display_name=user.display_name)
-
-
-def _turn_link_template(settings: Settings) -> str | None:
-    if not settings.temporal_ui_url:
-        return None
-    base = settings.temporal_ui_url.rstrip("/")
-    workflow = workflow_id_for_turn("{turn_id}")
-    return f"{base}/namespaces/{settings.temporal_namespace}/workflows/{workflow}"

@@ -1,0 +1,100 @@
+"""Worker Deployment Versioning on the real dev server, with stub activities: a deploy of a
+new build while a turn rests on a confirmation card. New turns go to the new build; the
+waiting turn stays pinned to the build it started on and finishes there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import timedelta
+
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from dispatch.deployment import build_id, deployment_config, deployment_version, promote
+from parley.config import Settings
+from parley.contracts import ResolveActionSignal, TurnInput
+from tests.test_workflow import STEP_DEADLINE_S, proposing, reached, waiting_for_confirmation
+from tests.workflow_stubs import ACTION_ID, Stubs
+from workflows.turn import TurnWorkflow
+
+
+@asynccontextmanager
+async def versioned_worker(
+    client: Client, settings: Settings, queue: str, stubs: Stubs
+) -> AsyncIterator[None]:
+    """A worker of the settings' build that makes its version current, as run_worker does."""
+    async with Worker(
+        client,
+        task_queue=queue,
+        workflows=[TurnWorkflow],
+        activities=stubs.activities(),
+        deployment_config=deployment_config(settings),
+    ):
+        version = deployment_version(settings)
+        assert version is not None
+        await promote(client, version)
+        yield
+
+
+def build_of(description: object) -> str:
+    info = description.raw_description.workflow_execution_info.versioning_info  # type: ignore[attr-defined]
+    assert info.behavior == 1, info  # VERSIONING_BEHAVIOR_PINNED
+    return str(info.deployment_version.build_id)
+
+
+async def test_a_turn_started_before_a_deploy_finishes_on_its_own_build(
+    temporal_env: WorkflowEnvironment, settings: Settings
+) -> None:
+    client = temporal_env.client
+    deployment = f"parley-{uuid.uuid4().hex[:8]}"
+    queue = f"versioned-{uuid.uuid4().hex[:8]}"
+    old = settings.model_copy(update={"worker_deployment": deployment, "worker_build_id": "b1"})
+    new = settings.model_copy(update={"worker_deployment": deployment, "worker_build_id": "b2"})
+    old_stubs, new_stubs = Stubs(), Stubs()
+    old_stubs.answers = proposing()
+
+    async with versioned_worker(client, old, queue, old_stubs):
+        waiting = await client.start_workflow(
+            TurnWorkflow.run,
+            TurnInput("turn_pinned", "ses_1", "northwind"),
+            id=queue + "-a",
+            task_queue=queue,
+            execution_timeout=timedelta(minutes=5),
+        )
+        await reached(old_stubs, "request_confirmation")
+        await asyncio.wait_for(waiting_for_confirmation(waiting), STEP_DEADLINE_S)
+
+        async with versioned_worker(client, new, queue, new_stubs):  # the deploy
+            fresh = await client.start_workflow(
+                TurnWorkflow.run,
+                TurnInput("turn_fresh", "ses_2", "northwind"),
+                id=queue + "-b",
+                task_queue=queue,
+                execution_timeout=timedelta(minutes=5),
+            )
+            assert await fresh.result() == "msg_mc_0"
+            await waiting.signal(
+                TurnWorkflow.resolve_action, ResolveActionSignal(ACTION_ID, "confirmed")
+            )
+            await waiting.result()
+
+            assert build_of(await waiting.describe()) == "b1"
+            assert build_of(await fresh.describe()) == "b2"
+    # The new build ran the new turn only; the waiting turn sent its email on the old one.
+    assert {i.turn_id for _, i in new_stubs.calls} == {"turn_fresh"}
+    assert old_stubs.names().count("send_email") == 1 and "send_email" not in new_stubs.names()
+    assert "turn_fresh" not in {i.turn_id for _, i in old_stubs.calls}
+
+
+def test_the_build_id_comes_from_the_setting_else_the_package_and_commit(
+    settings: Settings,
+) -> None:
+    assert build_id(settings.model_copy(update={"worker_build_id": "2026.11.30"})) == "2026.11.30"
+    derived = build_id(settings.model_copy(update={"worker_build_id": ""}))
+    assert derived.startswith("0.1.0")  # pyproject's version, then the commit in a checkout
+    assert deployment_config(settings.model_copy(update={"worker_deployment": ""})) is None
