@@ -102,7 +102,7 @@ class Settings(BaseSettings):
     # Activities one worker runs at once. Each may hold one database connection for its
     # whole run (`call_model` keeps one for its stream), so the worker's pool is sized from
     # this and a step never waits for a connection behind other steps.
-    worker_max_activities: int = 40
+    worker_max_activities: int = 32
     # Worker Deployment Versioning (dispatch/deployment.py). Empty: workers are unversioned and
     # a workflow change needs `workflow.patched()`. Set (e.g. "parley"): each worker joins
     # this deployment under `worker_build_id`, turns are pinned to the version they started
