@@ -168,7 +168,9 @@ class TurnWorkflow:
             # summary that fails to start is covered by the next turn's.
             try:
                 await STORE.run(
-                    MemoryActivities.start_summary, SummarizeInput(inp.session_id, inp.turn_id)
+                    MemoryActivities.start_summary,
+                    SummarizeInput(inp.session_id, inp.turn_id),
+                    summary="start the rolling summary",
                 )
             except ActivityError:
                 workflow.logger.warning("the rolling summary did not start")
