@@ -550,3 +550,191 @@ def test_the_worker_is_given_longer_than_its_drain_before_sigkill(
     assert period is not None, "Docker's default 10 s would SIGKILL a draining worker"
     assert _seconds(period) > grace, f"stop_grace_period {period} <= the {grace:g} s drain"
     assert _seconds("1m30s") == 90 and _seconds("100s") == 100
+
+
+# --- monitoring: Prometheus and Grafana ----------------------------------------------------
+
+DEPLOY = REPO / "deploy"
+PROMETHEUS_FILE = DEPLOY / "prometheus.yml"
+GRAFANA = DEPLOY / "grafana"
+MONITORING = ("prometheus", "grafana")
+
+
+def scrape_targets(config: dict[str, Any]) -> list[tuple[str, str, int, str, str]]:
+    """(job, host, port, metrics path, "static"|"dns") for every target in the config."""
+    found = []
+    for job in config.get("scrape_configs") or []:
+        path = job.get("metrics_path", "/metrics")
+        for static in job.get("static_configs") or []:
+            for target in static.get("targets") or []:
+                host, _, port = str(target).rpartition(":")
+                found.append((job["job_name"], host, int(port), path, "static"))
+        for dns in job.get("dns_sd_configs") or []:
+            assert dns.get("type", "SRV") == "A", f"{job['job_name']}: SRV needs no port; use A"
+            for name in dns.get("names") or []:
+                found.append((job["job_name"], name, int(dns["port"]), path, "dns"))
+    return found
+
+
+def worker_settings(services: dict[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch) -> Any:
+    for variable in list(os.environ):
+        if variable.upper() in settings_env_names():
+            monkeypatch.delenv(variable)
+    for variable, value in environment_of(services["worker"]).items():
+        monkeypatch.setenv(variable, value)
+    return Settings()
+
+
+def test_prometheus_scrapes_every_api_and_worker_on_their_metrics_ports(
+    services: dict[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = worker_settings(services, monkeypatch)
+    assert settings.worker_metrics_port, "the compose workers serve no metrics (port 0)"
+    assert settings.api_host == "0.0.0.0", (
+        f"workers bind their metrics port on {settings.api_host!r} (worker.py uses "
+        f"PARLEY_API_HOST); inside a container only 0.0.0.0 is reachable by Prometheus"
+    )
+    serves = {
+        "api": (parley_command("api", services["api"]).port, "/metrics"),
+        "worker": (settings.worker_metrics_port, "/metrics"),
+    }
+    targets = scrape_targets(yaml.safe_load(PROMETHEUS_FILE.read_text()))
+    assert {host for _, host, *_ in targets} == set(serves), (
+        f"{PROMETHEUS_FILE.name} scrapes {sorted({t[1] for t in targets})}; it must scrape "
+        f"exactly the services that serve metrics, {sorted(serves)}"
+    )
+    for job, host, port, path, kind in targets:
+        assert host in services, f"job {job}: {host!r} is not a compose service"
+        assert (port, path) == serves[host], (
+            f"job {job} scrapes {host}:{port}{path}, but {host} serves metrics on "
+            f"{serves[host][0]}{serves[host][1]}"
+        )
+        replicas = int((services[host].get("deploy") or {}).get("replicas", 1))
+        if replicas > 1:
+            assert kind == "dns", (
+                f"job {job}: {host} runs {replicas} replicas; a static target reaches one of "
+                f"them at random, DNS discovery (type A) reaches each"
+            )
+
+
+def registered_app_metrics() -> dict[str, set[str]]:
+    """Series name -> label names, for every metric api/metrics.py and activities/metrics.py
+    define (a counter's samples end in `_total`)."""
+    from prometheus_client.metrics import MetricWrapperBase
+
+    import activities.metrics
+    import api.metrics
+
+    series: dict[str, set[str]] = {}
+    for module in (api.metrics, activities.metrics):
+        for metric in vars(module).values():
+            if not isinstance(metric, MetricWrapperBase):
+                continue
+            family = metric.describe()[0]
+            suffixes = {
+                "counter": ("_total",),
+                "gauge": ("",),
+                "histogram": ("_bucket", "_count", "_sum"),
+                "summary": ("_count", "_sum"),
+            }[family.type]
+            for suffix in suffixes:
+                series[family.name + suffix] = set(metric._labelnames)
+    return series
+
+
+def sdk_bridge_library() -> bytes:
+    import temporalio.bridge.temporal_sdk_bridge as bridge
+
+    return Path(str(bridge.__file__)).read_bytes()
+
+
+def sdk_metric_exists(name: str, library: bytes) -> bool:
+    """Whether a `temporal_*` series is one the SDK's core records, loosely: the core's metric
+    names are string constants in its native library (the compiler may merge them into
+    longer literals, so this checks for the bytes only). activities/sdk_metrics.py serves
+    them with the `temporal_` prefix, counters with `_total`, histograms as `_bucket`..."""
+    base = re.sub(r"_(bucket|count|sum|total)$", "", name.removeprefix("temporal_"))
+    return base.encode() in library
+
+
+def dashboard_expressions() -> list[tuple[str, str]]:
+    found = []
+    for path in sorted((GRAFANA / "dashboards").glob("*.json")):
+        for panel in json.loads(path.read_text())["panels"]:
+            for target in panel.get("targets") or []:
+                found.append((f"{path.name}: {panel['title']}", target["expr"]))
+    return found
+
+
+def test_the_metric_checks_tell_real_names_from_made_up_ones() -> None:
+    app = registered_app_metrics()
+    assert "parley_messages_posted_total" in app and "parley_event_streams_open" in app
+    assert "parley_messages_posted" not in app
+    library = sdk_bridge_library()
+    assert sdk_metric_exists("temporal_sticky_cache_size", library)
+    assert not sdk_metric_exists("temporal_sticky_cache_bytes", library)
+    assert not sdk_metric_exists("temporal_workflow_task_schedule_to_begin_latency", library)
+
+
+def test_dashboard_panels_query_only_metrics_the_code_defines() -> None:
+    expressions = dashboard_expressions()
+    assert len(expressions) >= 8, "the Parley dashboard has lost its panels"
+    app = registered_app_metrics()
+    library = sdk_bridge_library()
+    used: set[str] = set()
+    problems = []
+    for where, expr in expressions:
+        names = re.findall(r"\b(?:parley|temporal)_[a-z0-9_]+", expr)
+        assert names, f"{where}: `{expr}` queries no parley_ or temporal_ metric"
+        used.update(names)
+        for name in names:
+            if name.startswith("parley_") and name not in app:
+                close = difflib.get_close_matches(name, app, n=1)
+                problems.append(
+                    f"{where}: {name} is not defined{f' ({close[0]}?)' if close else ''}"
+                )
+            elif name.startswith("temporal_") and not sdk_metric_exists(name, library):
+                problems.append(f"{where}: {name} is not a metric of the Temporal SDK")
+        grouped = {
+            label.strip()
+            for group in re.findall(r"\bby\s*\(([^)]*)\)", expr)
+            for label in group.split(",")
+        }
+        if all(name.startswith("parley_") and name in app for name in names):
+            known = set().union(*(app[name] for name in names)) | {"le", "instance", "job"}
+            problems += [f"{where}: no label {label!r}" for label in sorted(grouped - known)]
+    assert not problems, "\n".join(problems)
+    missing = {name for name in app if name.startswith("parley_")} - used
+    assert not missing, f"metrics with no panel on the dashboard: {sorted(missing)}"
+
+
+def test_monitoring_is_loopback_only_pinned_and_mounts_the_shipped_files(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    for name in MONITORING:
+        service = services[name]
+        ips = published_host_ips(service)
+        assert ips and all(ip in LOOPBACK for ip in ips), (
+            f"service {name!r} publishes on {ips}; it has no login in front, keep it on loopback"
+        )
+        image, _, tag = str(service["image"]).partition(":")
+        assert tag and tag != "latest", f"service {name!r}: pin the image version, not {tag!r}"
+        for volume in service.get("volumes") or []:
+            source, target, *mode = str(volume).split(":")
+            if source.startswith("."):
+                assert (REPO / source).exists(), f"service {name!r} mounts missing {source}"
+                assert mode == ["ro"], f"service {name!r}: mount {source} read-only"
+    mounted = " ".join(map(str, services["prometheus"]["volumes"]))
+    assert "./deploy/prometheus.yml:/etc/prometheus/prometheus.yml:ro" in mounted
+    datasources = yaml.safe_load((GRAFANA / "provisioning/datasources/prometheus.yml").read_text())[
+        "datasources"
+    ]
+    url = urlsplit(datasources[0]["url"])
+    assert url.hostname == "prometheus" and url.port in container_ports(services["prometheus"])
+    uids = {source["uid"] for source in datasources}
+    for path in (GRAFANA / "dashboards").glob("*.json"):
+        for panel in json.loads(path.read_text())["panels"]:
+            assert panel["datasource"]["uid"] in uids, f"{path.name}: {panel['title']}"
+    provider = yaml.safe_load((GRAFANA / "provisioning/dashboards/parley.yml").read_text())
+    folder = provider["providers"][0]["options"]["path"]
+    assert f"./deploy/grafana/dashboards:{folder}:ro" in services["grafana"]["volumes"]
