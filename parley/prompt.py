@@ -217,18 +217,7 @@ def current_blocks(
     user = current[0]
     input_budget = budgets.window - budgets.reserve
     if user.tokens <= input_budget // 2:
-        messages = render_turn(current, aged=False, max_message_tokens=10**9, cut=lambda t, n: t)
-        blocks.append(
-            Block(
-                "current",
-                "the current message",
-                tuple(messages),
-                count_messages(counter, messages),
-                Position.current,
-                required=True,
-            )
-        )
-        return blocks
+        return [*blocks, _current_block(counter, current)]
     return blocks + paste_blocks(counter, current, budgets, terms=terms)
 
 
@@ -261,20 +250,20 @@ def paste_blocks(
         )
     note = PASTE_SOME if matching else PASTE_NONE
     shown = WindowMessage(user.seq, "user", f"{paste.question}\n\n{note}".strip(), user.status)
-    messages = render_turn(
-        [shown, *steps], aged=False, max_message_tokens=10**9, cut=lambda t, n: t
+    return [*blocks, _current_block(counter, [shown, *steps])]
+
+
+def _current_block(counter: TokenCounter, turn: Turn) -> Block:
+    """The message being answered (and this turn's steps so far), whole: always required."""
+    messages = render_turn(turn, aged=False, max_message_tokens=10**9, cut=lambda t, n: t)
+    return Block(
+        "current",
+        "the current message",
+        tuple(messages),
+        count_messages(counter, messages),
+        Position.current,
+        required=True,
     )
-    blocks.append(
-        Block(
-            "current",
-            "the current message",
-            tuple(messages),
-            count_messages(counter, messages),
-            Position.current,
-            required=True,
-        )
-    )
-    return blocks
 
 
 def _cut(counter: TokenCounter, text: str, limit: int) -> str:
