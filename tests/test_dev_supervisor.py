@@ -96,7 +96,7 @@ def test_the_cli_takes_what_the_environment_leaves_unset_from_a_running_dev(
         monkeypatch.delenv(variable, raising=False)
     dev = Settings(
         data_dir=tmp_path,
-        database_url="postgresql://postgres@/parley?host=/tmp/pg",
+        database_url=f"postgresql://postgres@/parley?host={tmp_path / 'pg'}",
         temporal_address="127.0.0.1:7999",
     )
     write_dev_state(dev, embedded_database=True)
