@@ -42,16 +42,7 @@ class ActivityOptions:
     ) -> Awaitable[Result]:
         """Schedule the activity with these options and await its result. `summary` is the
         step's one line in the Temporal UI (metadata on the command: replay ignores it)."""
-        return workflow.execute_activity_method(
-            activity,
-            arg,
-            start_to_close_timeout=self.start_to_close,
-            schedule_to_close_timeout=self.schedule_to_close,
-            heartbeat_timeout=self.heartbeat,
-            retry_policy=self.retry,
-            cancellation_type=self.cancellation,
-            summary=summary,
-        )
+        return self.start(activity, arg, summary=summary)
 
     def start(
         self, activity: ActivityMethod[Arg, Result], arg: Arg, *, summary: str | None = None
