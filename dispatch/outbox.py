@@ -53,41 +53,27 @@ log = logging.getLogger(__name__)
 
 
 async def start_turn_workflow(
-    client: Client,
-    *,
-    task_queue: str,
-    turn_id: str,
-    session_id: str,
-    tenant_id: str,
-    confirmation_timeout_s: float = DEFAULT_CONFIRMATION_TIMEOUT_S,
-    fallback: bool = False,
-    turn_number: int | None = None,
+    client: Client, inp: TurnInput, *, task_queue: str, turn_number: int | None = None
 ) -> None:
     # The UI's one line for the turn: ids and its place in the session, no personal data.
     place = f"Turn {turn_number}" if turn_number else "Turn"
     try:
         await client.start_workflow(
             TURN_WORKFLOW,
-            TurnInput(
-                turn_id=turn_id,
-                session_id=session_id,
-                tenant_id=tenant_id,
-                confirmation_timeout_s=confirmation_timeout_s,
-                fallback=fallback,
-            ),
-            id=workflow_id_for_turn(turn_id),
+            inp,
+            id=workflow_id_for_turn(inp.turn_id),
             task_queue=task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-            execution_timeout=timedelta(seconds=confirmation_timeout_s) + EXECUTION_MARGIN,
+            execution_timeout=timedelta(seconds=inp.confirmation_timeout_s) + EXECUTION_MARGIN,
             search_attributes=TypedSearchAttributes(
                 [
-                    SearchAttributePair(SA_SESSION_ID, session_id),
-                    SearchAttributePair(SA_TENANT_ID, tenant_id),
+                    SearchAttributePair(SA_SESSION_ID, inp.session_id),
+                    SearchAttributePair(SA_TENANT_ID, inp.tenant_id),
                     SearchAttributePair(SA_TURN_STATE, TurnState.received.value),
                 ]
             ),
-            static_summary=f"{place} of session {session_id} ({turn_id})",
+            static_summary=f"{place} of session {inp.session_id} ({inp.turn_id})",
         )
     except WorkflowAlreadyStartedError:
         pass  # it ran already; starting twice must never run a turn twice
@@ -96,28 +82,16 @@ async def start_turn_workflow(
 async def start_and_record(
     client: Client,
     sessions: async_sessionmaker[AsyncSession],
+    inp: TurnInput,
     *,
     task_queue: str,
-    turn_id: str,
-    session_id: str,
-    tenant_id: str,
-    confirmation_timeout_s: float = DEFAULT_CONFIRMATION_TIMEOUT_S,
-    fallback: bool = False,
 ) -> None:
+    """Start the turn's workflow (idempotently), then mark the outbox row started."""
     async with sessions() as db:
-        number = await outbox.turn_number(db, turn_id=turn_id)
-    await start_turn_workflow(
-        client,
-        task_queue=task_queue,
-        turn_id=turn_id,
-        session_id=session_id,
-        tenant_id=tenant_id,
-        confirmation_timeout_s=confirmation_timeout_s,
-        fallback=fallback,
-        turn_number=number,
-    )
+        number = await outbox.turn_number(db, turn_id=inp.turn_id)
+    await start_turn_workflow(client, inp, task_queue=task_queue, turn_number=number)
     async with sessions() as db:
-        await outbox.mark_workflow_started(db, turn_id=turn_id)
+        await outbox.mark_workflow_started(db, turn_id=inp.turn_id)
         await db.commit()
 
 
@@ -137,16 +111,14 @@ async def sweep_once(
         if await _end_if_paused(sessions, turn.id, turn.tenant_id):
             continue
         log.warning("starting turn %s that the API did not start", turn.id)
-        await start_and_record(
-            client,
-            sessions,
-            task_queue=task_queue,
+        inp = TurnInput(
             turn_id=turn.id,
             session_id=turn.session_id,
             tenant_id=turn.tenant_id,
             confirmation_timeout_s=confirmation_timeout_s,
             fallback=fallback,
         )
+        await start_and_record(client, sessions, inp, task_queue=task_queue)
     return len(pending)
 
 

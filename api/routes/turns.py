@@ -29,7 +29,7 @@ from api.streaming import turn_event_stream
 from dispatch.control import cancel_turn_workflow, deliver_decision
 from dispatch.outbox import start_and_record
 from parley.config import Settings
-from parley.contracts import TERMINAL_TURN_STATES, ResolveActionSignal
+from parley.contracts import TERMINAL_TURN_STATES, ResolveActionSignal, TurnInput
 from parley.errors import (
     AgentPaused,
     IdempotencyKeyReused,
@@ -118,12 +118,14 @@ async def _start(
             start_and_record(
                 client,
                 sessions,
+                TurnInput(
+                    turn_id=turn.id,
+                    session_id=turn.session_id,
+                    tenant_id=turn.tenant_id,
+                    confirmation_timeout_s=settings.confirmation_timeout_s,
+                    fallback=settings.has_fallback_model,
+                ),
                 task_queue=settings.task_queue,
-                turn_id=turn.id,
-                session_id=turn.session_id,
-                tenant_id=turn.tenant_id,
-                confirmation_timeout_s=settings.confirmation_timeout_s,
-                fallback=settings.has_fallback_model,
             ),
             START_TIMEOUT_S,
         )
