@@ -430,11 +430,11 @@ async def test_silence_is_a_first_token_timeout(
 ) -> None:
     fake.script(stall)
     timeouts = Timeouts(connect_s=1.0, first_token_s=0.3, total_s=10.0)
-    started = time.monotonic()
     with pytest.raises(ProviderRetryable) as caught:
         await collect(provider(dialect, url, timeouts), simple_request())
+    # The reply would come (after 1.5 s or 5 s) within the 10 s total; giving up with this
+    # code means the 0.3 s first-token limit cut the wait short.
     assert caught.value.code == "first_token_timeout"
-    assert time.monotonic() - started < 1.2
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)

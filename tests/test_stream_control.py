@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import time
 from collections.abc import AsyncIterator
 
 import httpx
@@ -258,18 +257,15 @@ async def test_sse_control_text_in_model_output_stays_inside_data(
     assert json.loads(events[-1][2][0])["message"]["text"] == HOSTILE
 
 
-async def first_delta_latency(client: ParleyClient, sid: str) -> float:
-    started = time.monotonic()
+async def streamed_to_the_end(client: ParleyClient, sid: str) -> list[Event]:
     posted = await client.post(sid, LONG_QUESTION)
-    latency = None
+    received: list[Event] = []
     async with client.http.stream("GET", posted.json()["events_url"]) as response:
         async for event in iter_events(response):
-            if event.type == "delta" and latency is None:
-                latency = time.monotonic() - started
+            received.append(event)
             if event.type in TERMINAL:
                 break
-    assert latency is not None
-    return latency
+    return received
 
 
 async def test_a_consumer_that_never_reads_does_not_delay_another_stream(
@@ -278,12 +274,13 @@ async def test_a_consumer_that_never_reads_does_not_delay_another_stream(
     tokens: dict[str, str],
     sessions: async_sessionmaker[AsyncSession],
 ) -> None:
+    """Priya's turns stream start to finish while Marco's reader sits on a full socket: no
+    stream waits for another's consumer. Order of events, not wall-clock time, is checked."""
     stack.model.token_delay_s = 0.002
     marco = ParleyClient(stack.url, tokens["marco"])
     stalled: socket.socket | None = None
     try:
         sid = await client.new_session()
-        normal = [await first_delta_latency(client, sid) for _ in range(3)]
 
         # Marco's turn streams several megabytes to a socket that is never read.
         stack.model.reply = lambda request: (
@@ -308,13 +305,18 @@ async def test_a_consumer_that_never_reads_does_not_delay_another_stream(
             return turn is not None and turn.viewers >= 1 and turn.last_event_id > 0
 
         await eventually(stalled_reader_attached, timeout=10, what="the stalled reader follows")
-        during = [await first_delta_latency(client, sid) for _ in range(3)]
         # The flooding turn itself is not held back by its stalled reader.
         state = await wait_for_stored_state(sessions, flood_turn, {"completed"}, timeout=60)
         assert state == "completed"
+
+        for _ in range(3):
+            events = await asyncio.wait_for(streamed_to_the_end(client, sid), 60)
+            assert [e.type for e in events][-1] == "done"
+            assert any(e.type == "delta" for e in events)
+            # ...and all the while Marco's reader still holds its stream, megabytes behind.
+            assert await stalled_reader_attached()
     finally:
         stack.model.token_delay_s = 0.08
         if stalled is not None:
             stalled.close()
         await marco.aclose()
-    assert max(during) <= 3 * max(normal) + 0.25, (normal, during)
