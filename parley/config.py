@@ -133,9 +133,9 @@ class Settings(BaseSettings):
     # what it cost at turn 10.
     context_window_tokens: int = 16384
     output_reserve_tokens: int = 1024
-    context_conversation_tokens: int = 900
-    context_summary_tokens: int = 500
-    context_recall_tokens: int = 500
+    context_conversation_tokens: int = 600
+    context_summary_tokens: int = 150
+    context_recall_tokens: int = 200
     # Tool results older than this many turns are shown as metadata, not payloads.
     context_tool_result_age_turns: int = 2
     # An older message longer than this is cut in the window (recall still finds all of it).
