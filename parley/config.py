@@ -144,6 +144,10 @@ class Settings(BaseSettings):
     context_paste_chunk_tokens: int = 300
     # The rolling summary runs after a turn once this many tokens have left the window.
     summary_min_new_tokens: int = 150
+    # The summary workflow starts this long after the turn that asked for it: a customer reads
+    # the answer before writing again, so the summarizer runs while the session is idle rather
+    # than beside the next turn on the same cores (0: at once).
+    summary_start_delay_ms: int = 1500
 
     # Model gateway.
     model_provider: str = "demo"
