@@ -11,6 +11,7 @@ summary where it was, and the next run covers the gap.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -65,8 +66,9 @@ class MemoryActivities:
 
     @activity.defn(name="start_summary")
     async def start_summary(self, inp: SummarizeInput) -> None:
-        """Start the summary workflow for a finished turn, on this worker's queue; a retried
-        start finds the one already started (its id is derived from the turn)."""
+        """Start the summary workflow for a finished turn, on this worker's queue, after the
+        configured idle delay; a retried start finds the one already started (its id is
+        derived from the turn)."""
         assert self._client is not None, "the worker builds this with its Temporal client"
         await self._client.start_workflow(
             SUMMARY_WORKFLOW,
@@ -75,6 +77,7 @@ class MemoryActivities:
             task_queue=activity.info().task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            start_delay=timedelta(milliseconds=self._settings.summary_start_delay_ms) or None,
         )
 
     @activity.defn(name="summarize")

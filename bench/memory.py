@@ -42,14 +42,23 @@ from tests.client import ParleyClient
 from worker import build_northwind
 
 DATA = Path(__file__).resolve().parent / "data" / "locomo3.json"
+# A support chat as customers write one: full sentences with some context, questions that
+# need the order system (the bench runs the demo backend), references back to earlier
+# orders, and small talk. Cycled for longer conversations.
 SCRIPT = [
-    "Hi, call me Pri. Where is my order?",
-    "What about the refund?",
-    "Thanks!",
-    "The order. Can I still return it?",
-    "When did it arrive?",
-    "Thanks. And the other one?",
-    "Where is my order?",
+    "Hi, call me Pri. I ordered a rain shell and some socks a couple of weeks ago and they "
+    "still haven't turned up. Can you tell me where my order is?",
+    "Okay, thanks. I was also told that part of that order was out of stock and that I would "
+    "get money back for it. What's happening with the refund?",
+    "Good to know. I had an earlier order too, order 8390, with a fleece and a camp mug, and "
+    "the mug was chipped when I opened the box. When did that one arrive?",
+    "Can I still return the fleece from that order? It's a size too small and I'd rather "
+    "send it back than keep it in the drawer.",
+    "And is there a refund on 8390 for the chipped mug? I sent photos of it to your team "
+    "last week and haven't heard back.",
+    "Thanks so much, that's really helpful. I think that covers most of it for now.",
+    "Sorry, one more thing: what's the latest on order 8472? Has it shipped yet, and when "
+    "should it get here?",
 ]
 
 

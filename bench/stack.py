@@ -212,8 +212,20 @@ async def running_stack(token_delay_ms: float) -> AsyncIterator[Stack]:
             "PARLEY_WORKER_METRICS_PORT": "0",
             "PYTHONUNBUFFERED": "1",
         }
-        api_port, baseline_port = free_port(), free_port()
-        log("starting the Parley worker, the Parley API and the baseline server")
+        api_port, baseline_port, backend_port = free_port(), free_port(), free_port()
+        # The Northwind demo backend, so the scripted conversations get real tool results
+        # (without it every lookup fails and the memory figures measure error replies).
+        settings.northwind_url = f"http://127.0.0.1:{backend_port}"
+        service_env["PARLEY_NORTHWIND_URL"] = settings.northwind_url
+        log("starting the demo backend, the Parley worker, the Parley API and the baseline")
+        backend = _spawn(
+            "demo-backend",
+            ["-m", "launch.cli", "demo-backend", "--host", "127.0.0.1"]
+            + ["--port", str(backend_port)],
+            service_env,
+        )
+        children.append(backend)
+        await _wait_ready(settings.northwind_url + "/healthz", backend)
         worker = _spawn("worker", ["-m", "launch.cli", "worker"], service_env)
         children.append(worker)
         api = _spawn(

@@ -133,9 +133,9 @@ class Settings(BaseSettings):
     # what it cost at turn 10.
     context_window_tokens: int = 16384
     output_reserve_tokens: int = 1024
-    context_conversation_tokens: int = 900
-    context_summary_tokens: int = 500
-    context_recall_tokens: int = 500
+    context_conversation_tokens: int = 600
+    context_summary_tokens: int = 150
+    context_recall_tokens: int = 200
     # Tool results older than this many turns are shown as metadata, not payloads.
     context_tool_result_age_turns: int = 2
     # An older message longer than this is cut in the window (recall still finds all of it).
@@ -144,6 +144,10 @@ class Settings(BaseSettings):
     context_paste_chunk_tokens: int = 300
     # The rolling summary runs after a turn once this many tokens have left the window.
     summary_min_new_tokens: int = 150
+    # The summary workflow starts this long after the turn that asked for it: a customer reads
+    # the answer before writing again, so the summarizer runs while the session is idle rather
+    # than beside the next turn on the same cores (0: at once).
+    summary_start_delay_ms: int = 1500
 
     # Model gateway.
     model_provider: str = "demo"

@@ -47,9 +47,9 @@ class Budgets:
     window: int
     reserve: int
     # Pinned facts, summary, recalled messages and the recent turns share this.
-    conversation: int = 900
-    summary: int = 500
-    recall: int = 500
+    conversation: int = 600
+    summary: int = 150
+    recall: int = 200
     tool_age_turns: int = 2
     message_max: int = 600
     paste_chunk: int = 300

@@ -32,7 +32,7 @@ class _Args(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
-OrderId = Field(pattern=r"^\d{3,10}$", description="The order number, digits only")
+OrderId = Field(pattern=r"^\d{3,10}$", description="Order number")
 
 
 class NoArgs(_Args):
@@ -72,6 +72,9 @@ class ToolSpec:
         """The provider-neutral tool definition given to the model."""
         parameters = self.args.model_json_schema()
         parameters.pop("title", None)
+        # Pydantic's per-field titles repeat the field names: tokens on every call, no meaning.
+        for field_schema in parameters.get("properties", {}).values():
+            field_schema.pop("title", None)
         return {"name": self.name, "description": self.description, "parameters": parameters}
 
 

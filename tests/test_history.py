@@ -8,9 +8,12 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
+from gateway.demo import DemoModel
+from parley.config import Settings
 from parley.ids import workflow_id_for_turn
 from store.models import ModelCall
 from tests.client import ParleyClient
+from tests.toolkit import own_stack
 
 
 async def history_size(client: Client, turn_id: str) -> int:
@@ -23,17 +26,33 @@ async def history_size(client: Client, turn_id: str) -> int:
 
 
 async def test_history_at_turn_30_is_within_20_percent_of_turn_1(
-    priya: ParleyClient,
+    settings: Settings,
+    tokens: dict[str, str],
     temporal_client: Client,
     sessions: async_sessionmaker[AsyncSession],
 ) -> None:
-    session_id = await priya.new_session()
-    turn_ids = []
-    for n in range(1, 31):
-        # Every message is long, so a transcript passed through history would show at once.
-        turn_id, events = await priya.turn(session_id, f"Message {n}: " + "tell me more. " * 40)
-        assert events[-1].type == "done"
-        turn_ids.append(turn_id)
+    # Conversation budgets roomy enough for the prompt to grow well past twice turn 1's (the
+    # default budget keeps prompts flatter than that), so a transcript carried through history
+    # could not hide in the comparison below.
+    async with own_stack(
+        temporal_client,
+        settings,
+        sessions,
+        DemoModel(token_delay_s=0),
+        prefix="history",
+        context_conversation_tokens=900,
+        context_summary_tokens=500,
+        context_recall_tokens=500,
+    ) as stack:
+        priya = ParleyClient(stack.url, tokens["priya"])
+        session_id = await priya.new_session()
+        turn_ids = []
+        for n in range(1, 31):
+            # Every message is long, so a transcript passed through history would show at once.
+            turn_id, events = await priya.turn(session_id, f"Message {n}: " + "tell me more. " * 40)
+            assert events[-1].type == "done"
+            turn_ids.append(turn_id)
+        await priya.aclose()
     first, last = (
         await history_size(temporal_client, turn_ids[0]),
         await history_size(temporal_client, turn_ids[-1]),

@@ -302,8 +302,13 @@ async def test_a_crash_during_summarization_loses_nothing(
                 .limit(1)
             )
 
+    # A summary cap that holds the whole fold, so every folded message shows in it.
     tight = settings.model_copy(
-        update={"context_conversation_tokens": 300, "summary_min_new_tokens": 1}
+        update={
+            "context_conversation_tokens": 300,
+            "context_summary_tokens": 500,
+            "summary_min_new_tokens": 1,
+        }
     )
     crashing = MemoryActivities(
         sessions=sessions,
