@@ -20,7 +20,7 @@ from playwright.async_api import Browser, BrowserContext, Locator, Page, async_p
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
-TIMEOUT_MS = 20_000  # a whole turn (Temporal workflow + streamed reply) fits well inside
+TIMEOUT_MS = 45_000  # an upper bound on a wait, not a target: a loaded 2-core run stays inside
 expect.set_options(timeout=TIMEOUT_MS)
 # Git-ignored (under .data/); the README shows two of them, copied to docs/.
 SCREENSHOTS = Path(__file__).resolve().parent.parent / ".data" / "screenshots"
