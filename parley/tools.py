@@ -59,6 +59,24 @@ class HandoffArgs(_Args):
     reason: str = Field(min_length=1, max_length=500)
 
 
+IsoDate = Field(default=None, pattern=r"^\d{4}-\d{2}-\d{2}$", description="YYYY-MM-DD")
+
+
+class SearchOrdersArgs(_Args):
+    placed_from: str | None = IsoDate
+    placed_to: str | None = IsoDate
+    min_total: float | None = Field(
+        default=None, ge=0, description="Only orders whose total is strictly over this (USD)"
+    )
+    status: Literal["processing", "shipped", "delivered", "cancelled"] | None = None
+
+
+class ProposeOrdersCsvArgs(_Args):
+    result_set_id: str = Field(
+        pattern=r"^rs_[0-9a-f]{6,40}$", description="The result set to export (from a search)"
+    )
+
+
 @dataclass(frozen=True)
 class ToolSpec:
     name: str
@@ -120,6 +138,23 @@ TOOLS: dict[str, ToolSpec] = {
             SendEmailArgs,
             Risk.write,
             "Sending the email…",
+        ),
+        ToolSpec(
+            "search_orders",
+            "Search the customer's orders by placed date range (inclusive), minimum total "
+            "(strictly over) and status. The result is kept as a result set the user can "
+            "refer back to.",
+            SearchOrdersArgs,
+            Risk.read,
+            "Searching your orders…",
+        ),
+        ToolSpec(
+            "propose_orders_csv",
+            "Prepare an email to the customer's verified address with orders.csv attached: "
+            "exactly the rows of one result set. Nothing is sent until the customer confirms.",
+            ProposeOrdersCsvArgs,
+            Risk.proposal,
+            "Preparing the export…",
         ),
         ToolSpec(
             "handoff_to_human",
