@@ -59,22 +59,34 @@ class HandoffArgs(_Args):
     reason: str = Field(min_length=1, max_length=500)
 
 
-IsoDate = Field(default=None, pattern=r"^\d{4}-\d{2}-\d{2}$", description="YYYY-MM-DD")
+class _OptionalArgs(_Args):
+    """Arguments that may all be left out, shown to the model without null branches, titles
+    or null defaults: the same contract in fewer prompt tokens on every turn."""
+
+    @classmethod
+    def model_json_schema(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        schema = super().model_json_schema(*args, **kwargs)
+        for prop in schema.get("properties", {}).values():
+            prop.pop("title", None)
+            branches = [b for b in prop.pop("anyOf", []) if b.get("type") != "null"]
+            prop.update(branches[0] if branches else {})
+            if prop.get("default", 0) is None:
+                del prop["default"]
+        return schema
 
 
-class SearchOrdersArgs(_Args):
+IsoDate = Field(default=None, pattern=r"^\d{4}-\d{2}-\d{2}$")
+
+
+class SearchOrdersArgs(_OptionalArgs):
     placed_from: str | None = IsoDate
     placed_to: str | None = IsoDate
-    min_total: float | None = Field(
-        default=None, ge=0, description="Only orders whose total is strictly over this (USD)"
-    )
+    min_total: float | None = Field(default=None, ge=0, description="strictly over, USD")
     status: Literal["processing", "shipped", "delivered", "cancelled"] | None = None
 
 
-class ProposeOrdersCsvArgs(_Args):
-    result_set_id: str = Field(
-        pattern=r"^rs_[0-9a-f]{6,40}$", description="The result set to export (from a search)"
-    )
+class ProposeOrdersCsvArgs(_OptionalArgs):
+    result_set_id: str = Field(pattern=r"^rs_[0-9a-f]{6,40}$")
 
 
 @dataclass(frozen=True)
@@ -141,17 +153,16 @@ TOOLS: dict[str, ToolSpec] = {
         ),
         ToolSpec(
             "search_orders",
-            "Search the customer's orders by placed date range (inclusive), minimum total "
-            "(strictly over) and status. The result is kept as a result set the user can "
-            "refer back to.",
+            "Search the customer's orders by placed date (inclusive range), total and status; "
+            "the result is kept as a result set.",
             SearchOrdersArgs,
             Risk.read,
             "Searching your orders…",
         ),
         ToolSpec(
             "propose_orders_csv",
-            "Prepare an email to the customer's verified address with orders.csv attached: "
-            "exactly the rows of one result set. Nothing is sent until the customer confirms.",
+            "Prepare an email of one result set as orders.csv to the customer's verified "
+            "address. Nothing is sent until the customer confirms.",
             ProposeOrdersCsvArgs,
             Risk.proposal,
             "Preparing the export…",

@@ -18,6 +18,8 @@ import pytest_asyncio
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
+from demo_backend.app import create_app as create_backend
+from gateway.demo import DemoModel
 from gateway.errors import Timeouts
 from gateway.fake_provider.server import FakeProvider, Reply, ToolCall
 from gateway.fake_provider.wire import request_from_openai
@@ -48,13 +50,12 @@ async def dana_token(sessions: async_sessionmaker[AsyncSession]) -> str:
         return token
 
 
-@pytest_asyncio.fixture
-async def demo_clock(northwind: httpx.AsyncClient) -> AsyncIterator[None]:
-    """The demo's Wednesday 2026-10-28, whatever an earlier test left the clock at."""
-    before = (await northwind.get("/clock")).json()["today"]
-    await northwind.put("/clock", json={"today": "2026-10-28"})
-    yield
-    await northwind.put("/clock", json={"today": before})
+@pytest_asyncio.fixture(scope="module")
+async def backend() -> AsyncIterator[tuple[str, httpx.AsyncClient]]:
+    """A Northwind backend of this module's own: its clock at the demo's Wednesday, and its
+    email service holding only Dana's emails (other tests count theirs on the shared one)."""
+    async with serve(create_backend()) as url, httpx.AsyncClient(base_url=url) as client:
+        yield url, client
 
 
 def tool_results(messages: list[dict[str, Any]], after_seq: int) -> list[tuple[str, Any]]:
@@ -140,13 +141,22 @@ def ids_in(text: str) -> list[str]:
 
 
 async def test_danas_five_turns_with_the_demo_model(
-    api_url: str, dana_token: str, northwind: httpx.AsyncClient, demo_clock: None
+    settings: Settings,
+    temporal_client: Client,
+    sessions: async_sessionmaker[AsyncSession],
+    backend: tuple[str, httpx.AsyncClient],
+    dana_token: str,
 ) -> None:
-    dana = ParleyClient(api_url, dana_token)
-    try:
-        answers = await five_turns(dana, northwind)
-    finally:
-        await dana.aclose()
+    url, northwind = backend
+    model = DemoModel(token_delay_s=0)
+    async with own_stack(
+        temporal_client, settings, sessions, model, prefix="dana-demo", northwind_url=url
+    ) as running:
+        dana = ParleyClient(running.url, dana_token)
+        try:
+            answers = await five_turns(dana, northwind)
+        finally:
+            await dana.aclose()
     first, second, sent, unshipped, october = answers
     assert ids_in(first) == WEEK_IDS
     assert ids_in(second) == EXPORTED  # 9114 (exactly 500.00) is not over
@@ -167,6 +177,7 @@ async def scripted(
     settings: Settings,
     temporal_client: Client,
     sessions: async_sessionmaker[AsyncSession],
+    backend: tuple[str, httpx.AsyncClient],
 ) -> AsyncIterator[tuple[FakeProvider, str]]:
     fake = FakeProvider()
     async with serve(fake.app) as fake_url:
@@ -183,6 +194,7 @@ async def scripted(
             prefix="dana",
             model_provider="openai",
             model="scripted-model",
+            northwind_url=backend[0],
             # No rolling summary: it would take a scripted reply meant for a turn.
             summary_min_new_tokens=10**9,
         ) as running:
@@ -193,8 +205,7 @@ async def scripted(
 async def test_danas_five_turns_with_a_scripted_provider(
     scripted: tuple[FakeProvider, str],
     dana_token: str,
-    northwind: httpx.AsyncClient,
-    demo_clock: None,
+    backend: tuple[str, httpx.AsyncClient],
 ) -> None:
     """The "model" only repeats what the server's state block and the tool results tell it;
     the server computed every query and kept every referent."""
@@ -225,7 +236,7 @@ async def test_danas_five_turns_with_a_scripted_provider(
 
     dana = ParleyClient(url, dana_token)
     try:
-        await five_turns(dana, northwind, script)
+        await five_turns(dana, backend[1], script)
     finally:
         await dana.aclose()
 
