@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.exceptions import ApplicationError
 
 from activities.northwind import BackendError, NorthwindClient
+from activities.result_sets import export_summary, resolve_result_sets
 from parley.config import Settings
 from parley.context import Block, Packed, WindowMessage, input_budget, pack
 from parley.contracts import BuildContextInput, BuildContextResult, EventType, TurnState
@@ -208,11 +209,22 @@ class ContextBuilder:
 
     async def _resolve_references(self, db: AsyncSession, turn: Turn) -> BuildContextResult | None:
         """Run the reference resolver; if it must ask, answer with the question (no model)."""
-        resolution = await self._resolution(db, turn)
+        # Result sets first ("those", "just the ones over $500"); orders when they pass.
+        sets = await resolve_result_sets(db, turn, self._northwind)
+        if sets.kind == "none":
+            resolution = await self._resolution(db, turn)
+        else:
+            pending = PENDING_CLARIFICATION in await slots.get_slots(db, session_id=turn.session_id)
+            resolution = Resolution("none", slot_clears=(PENDING_CLARIFICATION,) if pending else ())
+        clarification = resolution.clarification or sets.clarification
         writes = dict(resolution.slot_writes)
         if resolution.clarification is not None:
             writes[PENDING_CLARIFICATION] = Slot(
                 resolution.clarification.as_slot_value(), "resolver", turn.user_seq
+            )
+        elif sets.clarification is not None:
+            writes[PENDING_CLARIFICATION] = Slot(
+                sets.pending_slot_value(), "resolver", turn.user_seq
             )
         clears = tuple(c for c in resolution.slot_clears if c not in writes)
         await slots.write_slots(db, session_id=turn.session_id, writes=writes, clears=clears)
@@ -221,11 +233,12 @@ class ContextBuilder:
             "order_id": resolution.order_id,
             "entity_type": resolution.entity_type,
             "assumption": resolution.assumption,
+            **({"result_set": sets.as_state()} if sets.as_state() else {}),
         }
-        if resolution.clarification is None:
+        if clarification is None:
             await db.commit()
             return None
-        call = await _ask(db, turn, resolution.clarification)
+        call = await _ask(db, turn, clarification)
         await db.commit()
         return BuildContextResult(call.id, clarification=True)
 
@@ -390,7 +403,8 @@ async def _state(db: AsyncSession, turn: Turn) -> dict[str, Any]:
             "tool": action.tool,
             "status": action.status,
             "order_id": action.args.get("order_id"),
-            "summary": f"the status summary for order {action.args.get('order_id')}",
+            "summary": export_summary(action.args)
+            or f"the status summary for order {action.args.get('order_id')}",
             "recipient_masked": action.recipient_masked,
             "outcome": action.outcome,
         },

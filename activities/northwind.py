@@ -13,8 +13,9 @@ The circuit breaker sits here, in the one place every call passes through.
 
 from __future__ import annotations
 
+from datetime import date
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import httpx
 
@@ -100,13 +101,35 @@ class NorthwindClient:
         path = f"{self._customer(tenant, customer)}/orders/{quote(order_id, safe='')}{suffix}"
         return dict(await self._request("GET", path))
 
+    async def search_orders(
+        self, tenant: str, customer: str, query: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        params = urlencode({k: v for k, v in query.items() if v is not None})
+        path = f"{self._customer(tenant, customer)}/order-search" + (f"?{params}" if params else "")
+        return list((await self._request("GET", path))["orders"])
+
+    async def today(self) -> date | None:
+        """The backend's "today" (the demo's settable clock); None if it keeps none."""
+        try:
+            return date.fromisoformat(str((await self._request("GET", "/clock"))["today"]))
+        except (BackendError, KeyError, ValueError):
+            return None
+
     async def send_email(
-        self, *, idempotency_key: str, tenant: str, to: str, subject: str, body: str
+        self,
+        *,
+        idempotency_key: str,
+        tenant: str,
+        to: str,
+        subject: str,
+        body: str,
+        attachments: list[dict[str, Any]] | None = None,
     ) -> str:
+        email = {"tenant": tenant, "to": to, "subject": subject, "body": body}
         accepted = await self._request(
             "POST",
             "/v1/emails",
-            json={"tenant": tenant, "to": to, "subject": subject, "body": body},
+            json={**email, "attachments": attachments} if attachments else email,
             headers={"Idempotency-Key": idempotency_key},
         )
         return str(accepted["message_id"])

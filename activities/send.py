@@ -13,6 +13,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeating
 from activities.northwind import BackendError, BackendUnavailable, NorthwindClient
+from activities.result_sets import attachments_to_send
 from activities.tools import tool_event
 from parley.contracts import TOOL_ATTEMPTS, ActionInput, ActionResult, TurnState
 from parley.ids import email_idempotency_key
@@ -123,6 +124,7 @@ class SendActivities:
                     to=action.args["to"],
                     subject=action.args["subject"],
                     body=action.args["body"],
+                    attachments=attachments_to_send(action.args),
                 )
             return ActionStatus.executed, {"accepted": True, "message_id": message_id}
         except BackendUnavailable as exc:

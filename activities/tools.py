@@ -25,6 +25,7 @@ from activities.northwind import (
     BackendUnavailable,
     NorthwindClient,
 )
+from activities.result_sets import RESULT_SET_TOOLS, ResultSetTools
 from parley.config import Settings
 from parley.contracts import (
     TOOL_ATTEMPTS,
@@ -181,6 +182,7 @@ class ToolActivities:
         self._sessions = sessions
         self._northwind = northwind
         self._settings = settings
+        self._result_sets = ResultSetTools(sessions=sessions, northwind=northwind, mask=mask_email)
 
     @activity.defn(name="execute_tool")
     async def execute_tool(self, inp: ExecuteToolInput) -> ToolOutcome:
@@ -290,6 +292,8 @@ class ToolActivities:
             return await self._propose_email(turn, call, args, inp.confirmation_timeout_s)
         if name == "handoff_to_human":
             return await self._handoff(turn, call, str(getattr(args, "reason", "")))
+        if name in RESULT_SET_TOOLS:
+            return await self._result_sets.run(turn, call, args, inp.confirmation_timeout_s)
         raise AssertionError(f"no executor for {name}")  # the registry and this list agree
 
     async def _propose_email(

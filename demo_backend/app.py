@@ -13,20 +13,18 @@ customer's order answers exactly like a missing one)::
     GET  .../orders/{order_id}/refund                                     get_refund
     GET  .../orders/{order_id}/return-eligibility                         return_eligibility
     GET  .../refunds                                                      list_refunds
+    GET  .../order-search?placed_from&placed_to&min_total&status         search_orders
 
-Email service (ESP), idempotent per `Idempotency-Key`::
-
-    POST /v1/emails                                                       send_email
-    GET  /v1/emails/by-key/{key}                                          get_email_by_key
+Email service (ESP), idempotent per `Idempotency-Key`: `POST /v1/emails` (send_email; it keeps
+the `attachments`) and `GET /v1/emails/by-key/{key}` (get_email_by_key).
 
 Control (never faulted, never counted): `GET /emails`, `GET|POST|DELETE /faults`,
 `GET|PUT /clock`, `GET|DELETE /stats`, `PUT /admin/tenants/{tenant}/orders/{id}/carrier-note`,
 `GET /healthz`.
 
-Faults apply to the tool-facing and ESP endpoints, in this order: the call is counted, an outage
-answers 503 at once, `latency_ms` is slept, then an `error_rate` draw (made on arrival, so the
-sequence follows arrival order) may answer 503. The ESP records a new email before it sleeps
-`email_post_accept_latency_ms`, so a client can be killed after acceptance and before the answer.
+Faults apply to the tool-facing and ESP endpoints, in order: the call is counted, an outage is
+503 at once, `latency_ms` is slept, an `error_rate` draw (made on arrival) may answer 503. The ESP
+records a new email before sleeping `email_post_accept_latency_ms`: a client can die in between.
 """
 
 from __future__ import annotations
@@ -51,6 +49,7 @@ from typing_extensions import TypedDict
 from demo_backend.data import (
     DEMO_TODAY,
     SEED,
+    AttachmentJSON,
     Catalog,
     Customer,
     CustomerJSON,
@@ -67,9 +66,9 @@ from demo_backend.data import (
     RefundList,
     return_eligibility,
 )
+from demo_backend.search import search
 
-# Names under which `GET /stats` counts calls; all are listed even at zero so that tests can
-# index them directly.
+# Names `GET /stats` counts calls under, all listed even at zero so tests can index them.
 CALL_NAMES = (
     "get_customer",
     "list_orders",
@@ -77,6 +76,7 @@ CALL_NAMES = (
     "get_refund",
     "return_eligibility",
     "list_refunds",
+    "search_orders",
     "send_email",
     "get_email_by_key",
 )
@@ -114,6 +114,7 @@ class EmailIn(BaseModel):
     to: str = Field(min_length=1)
     subject: str
     body: str
+    attachments: list[AttachmentJSON] = []
 
 
 class ClockIn(BaseModel):
@@ -241,6 +242,7 @@ class Backend:
                 subject=email.subject,
                 body=email.body,
                 accepted_at=datetime.now(UTC),
+                attachments=tuple(email.attachments),
             )
             self._emails[key] = record
             return record, True
@@ -494,4 +496,5 @@ def create_app(*, today: date = DEMO_TODAY, seed: int = 0) -> FastAPI:
     app.include_router(tools)
     app.include_router(esp)
     app.include_router(control)
+    app.include_router(search, dependencies=_gated("search_orders"))
     return app

@@ -58,6 +58,7 @@ class OrderJSON(TypedDict):
     eta: str | None
     delivered_on: str | None
     carrier_note: str | None
+    placed_on: str | None
 
 
 class RefundJSON(TypedDict):
@@ -97,6 +98,13 @@ class EmailStatus(EmailAccepted):
     accepted_at: str
 
 
+class AttachmentJSON(TypedDict):
+    filename: str
+    content_type: str
+    # The file's text (the demo exports CSV); the ESP stores it as given.
+    content: str
+
+
 class EmailRecordJSON(TypedDict):
     message_id: str
     idempotency_key: str
@@ -105,6 +113,7 @@ class EmailRecordJSON(TypedDict):
     subject: str
     body: str
     accepted_at: str
+    attachments: list[AttachmentJSON]
 
 
 class EmailRecords(TypedDict):
@@ -169,6 +178,7 @@ class Order:
     # Free text from the carrier. It reaches the model as tool output, which makes it the
     # natural place for tests to plant an injection attempt.
     carrier_note: str | None = None
+    placed_on: date | None = None
 
     @property
     def is_open(self) -> bool:
@@ -184,6 +194,7 @@ class Order:
             "eta": _iso(self.eta),
             "delivered_on": _iso(self.delivered_on),
             "carrier_note": self.carrier_note,
+            "placed_on": _iso(self.placed_on),
         }
 
 
@@ -220,6 +231,7 @@ class Email:
     subject: str
     body: str
     accepted_at: datetime
+    attachments: tuple[AttachmentJSON, ...] = ()
 
     def status_json(self) -> EmailStatus:
         return {
@@ -237,6 +249,7 @@ class Email:
             "subject": self.subject,
             "body": self.body,
             "accepted_at": self.accepted_at.isoformat(),
+            "attachments": list(self.attachments),
         }
 
 
@@ -276,11 +289,48 @@ def _usd(amount: str) -> Money:
     return Money(Decimal(amount), "USD")
 
 
+# Dana's October (design.md): order, placed, total, status. Shipping dates follow the status.
+DANA_OCTOBER: tuple[tuple[str, str, str, OrderStatus], ...] = (
+    ("9090", "2026-10-06", "320.00", "delivered"),
+    ("9093", "2026-10-09", "880.00", "delivered"),
+    ("9097", "2026-10-13", "1120.00", "delivered"),
+    ("9099", "2026-10-16", "45.00", "delivered"),
+    ("9101", "2026-10-19", "230.00", "delivered"),
+    ("9104", "2026-10-20", "740.00", "shipped"),
+    ("9105", "2026-10-21", "99.90", "shipped"),
+    ("9107", "2026-10-22", "1250.00", "processing"),
+    ("9108", "2026-10-22", "480.00", "shipped"),
+    ("9111", "2026-10-23", "515.50", "delivered"),
+    ("9112", "2026-10-24", "60.00", "cancelled"),
+    ("9114", "2026-10-25", "500.00", "shipped"),
+    ("9118", "2026-10-27", "2100.00", "processing"),
+)
+
+
+def _dana_order(order_id: str, placed: str, total: str, status: OrderStatus) -> Order:
+    placed_on = date.fromisoformat(placed)
+    shipped = placed_on + timedelta(days=1) if status in ("shipped", "delivered") else None
+    return Order(
+        "northwind",
+        "cust_4410",
+        order_id,
+        status,
+        items=(Item("NW-BIZ-" + order_id, "Business order " + order_id),),
+        total=_usd(total),
+        shipped_on=shipped,
+        eta=shipped + timedelta(days=4) if status == "shipped" and shipped else None,
+        delivered_on=shipped + timedelta(days=3) if status == "delivered" and shipped else None,
+        placed_on=placed_on,
+    )
+
+
 SEED = Catalog(
     customers=(
         Customer("northwind", "cust_2291", "Priya", "priya@example.com"),
         Customer("northwind", "cust_3301", "Marco", "marco@example.com"),
         Customer("southwind", "cust_9001", "Ines", "ines@example.com"),
+        # Dana's business account: the result-set conversation of design.md.
+        Customer("northwind", "cust_4410", "Dana", "dana@example.com"),
     ),
     orders=(
         Order(
@@ -329,6 +379,7 @@ SEED = Catalog(
             shipped_on=date(2026, 10, 17),
             delivered_on=date(2026, 10, 20),
         ),
+        *(_dana_order(*row) for row in reversed(DANA_OCTOBER)),
     ),
     refunds=(
         Refund(

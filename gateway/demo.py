@@ -18,6 +18,7 @@ from datetime import date
 from typing import Any
 
 from gateway.base import Finish, ModelRequest, StreamEvent, TextDelta, ToolCallRequest
+from gateway.demo_orders import next_step as orders_step
 from parley.context import read_state_block, unfence
 from parley.memory import extract_facts, is_summary_request
 from parley.prompt import PASTE_NONE, PASTE_SOME
@@ -111,6 +112,9 @@ def compose_reply(request: ModelRequest) -> Reply:
     action = ctx.state.get("action")
     if action and action.get("status") != "pending":
         return Reply(_about_action(action))
+    orders = orders_step(ctx.state, ctx.user_text, ctx.results)  # order searches
+    if orders is not None:
+        return ctx.call(orders.tool, **orders.arguments) if orders.tool else Reply(orders.text)
     if ctx.results:
         text = _from_results(ctx)
         assumption = ctx.resolution.get("assumption")

@@ -80,6 +80,11 @@ def handoff_id_for_call(*, tool_call_id: str) -> str:
     return "hof_" + _digest(tool_call_id)
 
 
+def result_set_id_for_call(*, tool_call_id: str) -> str:
+    """The result set a `search_orders` call stores: one however often the call runs."""
+    return "rs_" + _digest(tool_call_id)
+
+
 def email_idempotency_key(*, action_id: str) -> str:
     """One action, one email, however often `send_email` runs: the email service dedupes
     on this key, and it is also how an unanswered send is looked up afterwards."""

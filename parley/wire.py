@@ -143,6 +143,13 @@ def tool_view(stored: str) -> ToolView:
     return ToolView(name=name, label=spec.label if spec else "Working on it…", status=status)
 
 
+class AttachmentView(View):
+    """A file an action sends: its name and, for an export, how many rows it holds."""
+
+    name: str
+    rows: int | None = None
+
+
 class ActionView(View):
     """The contract's `Action`, rendered from the stored proposal, never from model text."""
 
@@ -153,6 +160,8 @@ class ActionView(View):
     args_hash: str
     status: ActionStatusName
     expires_at: Timestamp
+    # The file the email carries, when it carries one (the card shows its name and rows).
+    attachment: AttachmentView | None = None
 
 
 class SlotView(View):

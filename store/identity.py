@@ -101,6 +101,8 @@ DEMO_USERS = [
     ("northwind", "cust_2291", "Priya", "priya@example.com", []),
     ("northwind", "cust_3301", "Marco", "marco@example.com", []),
     ("southwind", "cust_9001", "Ines", "ines@example.com", []),
+    # Dana's business account: the result-set conversation of design.md.
+    ("northwind", "cust_4410", "Dana", "dana@example.com", []),
     ("northwind", "ops_admin", "Northwind operator", None, ["admin"]),
 ]
 

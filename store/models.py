@@ -351,6 +351,14 @@ class Action(Base):
     created_at: Mapped[datetime] = _now_column()
     resolved_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
+    @property
+    def attachment(self) -> dict[str, Any] | None:
+        """The file the card names (`{name, rows}`), when the proposal carries one."""
+        attached = (self.args or {}).get("attachment")
+        if not attached:
+            return None
+        return {"name": attached["filename"], "rows": attached.get("rows")}
+
 
 class SessionSlot(Base):
     """Structured conversation state with provenance: what the conversation is about."""
@@ -393,3 +401,22 @@ class TraceSpan(Base):
     ended_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     outcome: Mapped[str] = mapped_column(String(32))
     attrs: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+
+
+class ResultSet(Base):
+    """A search's result kept as a referent: the query, the ordered order ids and the rows it
+    found, and the turn it came from, so "those" and "just the ones over $500" mean it."""
+
+    __tablename__ = "result_sets"
+    __table_args__ = (Index("ix_result_sets_session", "session_id", "user_seq"),)
+
+    # Derived from the tool call (parley/ids.py), so a retried attempt stores one row.
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id"))
+    turn_id: Mapped[str] = mapped_column(ForeignKey("turns.id"))
+    tool_call_id: Mapped[str] = mapped_column(String(80))
+    user_seq: Mapped[int] = mapped_column(Integer)
+    query: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    order_ids: Mapped[list[str]] = mapped_column(JSONB)
+    rows: Mapped[list[dict[str, Any]]] = mapped_column(JSONB)
+    created_at: Mapped[datetime] = _now_column()

@@ -169,6 +169,7 @@ async def test_same_key_twice_sends_one_email(backend: httpx.AsyncClient) -> Non
         "subject": "Order 8472",
         "body": "Hi",
         "accepted_at": None,
+        "attachments": [],  # api.md: every record lists its attachments
     }
 
     other = await send(backend, "proposal-2")
@@ -287,6 +288,7 @@ async def test_stats_count_every_call_that_arrived(backend: httpx.AsyncClient) -
     await backend.get(f"{PRIYA}/orders/8472/refund")
     await backend.get(f"{PRIYA}/orders/8390/return-eligibility")
     await backend.get(f"{PRIYA}/refunds")
+    await backend.get(f"{PRIYA}/order-search")
     await send(backend, "k")
     await backend.post("/faults", json={"outage": True})
     await backend.get(f"{PRIYA}/orders")  # a faulted call counts too
@@ -300,6 +302,7 @@ async def test_stats_count_every_call_that_arrived(backend: httpx.AsyncClient) -
         "get_refund": 1,
         "return_eligibility": 1,
         "list_refunds": 1,
+        "search_orders": 1,
         "send_email": 1,
         "get_email_by_key": 0,
     }
@@ -341,3 +344,56 @@ async def test_email_is_recorded_before_the_slow_answer(backend: httpx.AsyncClie
     assert answer.status_code == 202
     assert answer.json()["message_id"] == accepted[0]["message_id"]
     assert len((await backend.get("/emails")).json()["emails"]) == 1
+
+
+DANA = "/v1/tenants/northwind/customers/cust_4410"
+
+
+async def test_order_search_filters_one_customers_orders(backend: httpx.AsyncClient) -> None:
+    async def ids(customer: str, **params: object) -> list[str]:
+        found = await backend.get(f"{customer}/order-search", params=params)
+        assert found.status_code == 200, found.text
+        return [o["order_id"] for o in found.json()["orders"]]
+
+    week = {"placed_from": "2026-10-19", "placed_to": "2026-10-25"}
+    assert await ids(DANA, **week) == [
+        "9101",
+        "9104",
+        "9105",
+        "9107",
+        "9108",
+        "9111",
+        "9112",
+        "9114",
+    ]
+    # "Over" is strictly greater: 9114 at exactly 500.00 is out.
+    assert await ids(DANA, **week, min_total=500) == ["9104", "9107", "9111"]
+    assert await ids(DANA, **week, min_total=500, status="processing") == ["9107"]
+    assert len(await ids(DANA)) == 13
+    # Another customer's search never sees Dana's orders; an unknown customer is a 404.
+    assert "9107" not in await ids(PRIYA)
+    missing = await backend.get("/v1/tenants/southwind/customers/cust_4410/order-search")
+    assert missing.status_code == 404
+    assert missing.json()["error"]["code"] == "not_found"
+    row = (await backend.get(f"{DANA}/order-search", params={"min_total": 2000})).json()
+    assert row["orders"] == [
+        {
+            "order_id": "9118",
+            "placed": "2026-10-27",
+            "total": "2100.00",
+            "currency": "USD",
+            "status": "processing",
+        }
+    ]
+
+
+async def test_the_email_service_keeps_attachments(backend: httpx.AsyncClient) -> None:
+    attachment = {"filename": "orders.csv", "content_type": "text/csv", "content": "order_id\n1\n"}
+    sent = await backend.post(
+        "/v1/emails",
+        json={**EMAIL, "attachments": [attachment]},
+        headers={"Idempotency-Key": "with-file"},
+    )
+    assert sent.status_code == 202
+    [record] = (await backend.get("/emails")).json()["emails"]
+    assert record["attachments"] == [attachment]

@@ -59,6 +59,7 @@ async def test_the_page_settings_offer_demo_users_in_dev(api_url: str) -> None:
     users = [(u["tenant_id"], u["user_id"], u["display_name"]) for u in config["demo_users"]]
     assert ("northwind", "cust_2291", "Priya") in users
     assert ("northwind", "cust_3301", "Marco") in users
+    assert ("northwind", "cust_4410", "Dana") in users
     assert all(user != "ops_admin" for _, user, _ in users)
     assert config["turn_link_template"] is None  # no Temporal UI advertised
     assert signed.status_code == 201

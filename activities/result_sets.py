@@ -1,0 +1,176 @@
+"""Result sets in the turn: the search tool, the CSV export proposal, and the resolver step
+that decides, before the model runs, which set or which new search a message means.
+
+The domain rules are in parley/result_sets.py; this module does their I/O: it reads and
+writes `result_sets` rows (store/result_sets.py), asks the backend for its clock and its
+orders, and records the export as a pending action whose arguments carry the whole file, so
+the user's confirmation is bound to exactly those rows (the action's argument hash).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from activities.northwind import NorthwindClient
+from parley.ids import action_id_for_call, result_set_id_for_call
+from parley.resolver import PENDING_CLARIFICATION
+from parley.result_sets import (
+    CSV_FILENAME,
+    NeedsToday,
+    SetResolution,
+    decide,
+    describe_query,
+    describe_set,
+    orders_csv,
+)
+from parley.tools import ProposeOrdersCsvArgs, SearchOrdersArgs, ToolError
+from store import actions, slots
+from store import result_sets as result_set_store
+from store.models import Message, ToolCall, Turn
+
+RESULT_SET_TOOLS = ("search_orders", "propose_orders_csv")
+CSV_CONTENT_TYPE = "text/csv"
+
+
+async def resolve_result_sets(
+    db: AsyncSession, turn: Turn, northwind: NorthwindClient
+) -> SetResolution:
+    """Rungs of the resolver ladder for result sets (run before the order resolver)."""
+    message = await db.get(Message, turn.user_message_id)
+    assert message is not None
+    sets = await result_set_store.recent_result_sets(db, session_id=turn.session_id)
+    pending = (await slots.get_slots(db, session_id=turn.session_id)).get(PENDING_CLARIFICATION)
+    value = pending.value if pending is not None and isinstance(pending.value, dict) else None
+    try:
+        return decide(message.text, sets=sets, pending=value)
+    except NeedsToday:
+        today = await northwind.today() or datetime.now(UTC).date()
+        return decide(message.text, sets=sets, pending=value, today=today)
+
+
+def export_summary(args: dict[str, Any]) -> str | None:
+    """How the state block names an export action ("orders.csv with 3 rows"), or None."""
+    attached = args.get("attachment")
+    if not attached:
+        return None
+    rows = attached.get("rows")
+    return f"{attached['filename']} with {rows} row{'' if rows == 1 else 's'}"
+
+
+def attachments_to_send(args: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The attachments of a confirmed email, in the email service's shape."""
+    attached = args.get("attachment")
+    if not attached:
+        return None
+    keys = ("filename", "content_type", "content")
+    return [{k: attached[k] for k in keys}]
+
+
+class ResultSetTools:
+    """Runs `search_orders` and `propose_orders_csv` for the tool executor."""
+
+    def __init__(
+        self,
+        *,
+        sessions: async_sessionmaker[AsyncSession],
+        northwind: NorthwindClient,
+        mask: Callable[[str], str],
+    ) -> None:
+        self._sessions = sessions
+        self._northwind = northwind
+        self._mask = mask
+
+    async def run(self, turn: Turn, call: ToolCall, args: Any, ttl_s: float) -> dict[str, Any]:
+        if isinstance(args, SearchOrdersArgs):
+            return await self._search(turn, call, args)
+        assert isinstance(args, ProposeOrdersCsvArgs)
+        return await self._propose_csv(turn, call, args, ttl_s)
+
+    async def _search(self, turn: Turn, call: ToolCall, args: SearchOrdersArgs) -> dict[str, Any]:
+        query = args.model_dump(exclude_none=True)
+        found = await self._northwind.search_orders(turn.tenant_id, turn.user_id, query)
+        rows = [
+            {
+                "order_id": str(o["order_id"]),
+                "placed": o["placed"],
+                "total": o["total"],
+                "status": o["status"],
+            }
+            for o in found
+        ]
+        async with self._sessions() as db:
+            stored = await result_set_store.record_result_set(
+                db,
+                result_set_id=result_set_id_for_call(tool_call_id=call.id),
+                session_id=turn.session_id,
+                turn_id=turn.id,
+                tool_call_id=call.id,
+                user_seq=turn.user_seq,
+                query=query,
+                rows=rows,
+            )
+            await db.commit()
+        return {
+            "result_set_id": stored.id,
+            "query": query,
+            "about": describe_query(query),
+            "count": len(rows),
+            "currency": "USD",
+            "orders": rows,
+        }
+
+    async def _propose_csv(
+        self, turn: Turn, call: ToolCall, args: ProposeOrdersCsvArgs, ttl_s: float
+    ) -> dict[str, Any]:
+        async with self._sessions() as db:
+            stored = await result_set_store.session_result_set(
+                db, session_id=turn.session_id, result_set_id=args.result_set_id
+            )
+        if stored is None:
+            return ToolError("not_found", "no such result set in this conversation").as_result()
+        customer = await self._northwind.get_customer(turn.tenant_id, turn.user_id)
+        if not customer.get("email") or not customer.get("email_verified"):
+            return ToolError(
+                "no_verified_address", "there is no verified address on file"
+            ).as_result()
+        recipient, count = str(customer["email"]), len(stored.rows)
+        attachment = {
+            "filename": CSV_FILENAME,
+            "content_type": CSV_CONTENT_TYPE,
+            "content": orders_csv(stored.rows),
+            "rows": count,
+        }
+        async with self._sessions() as db:
+            action = await actions.create_action(
+                db,
+                action_id=action_id_for_call(tool_call_id=call.id),
+                session_id=turn.session_id,
+                turn_id=turn.id,
+                tenant_id=turn.tenant_id,
+                user_id=turn.user_id,
+                tool="send_email",
+                args={
+                    "result_set_id": stored.id,
+                    "to": recipient,
+                    "subject": f"Your Northwind orders: {describe_set(stored)}",
+                    "body": f"Attached: {CSV_FILENAME}, {describe_set(stored)}.",
+                    "attachment": attachment,
+                },
+                summary=f"Email {CSV_FILENAME} ({describe_set(stored)}) to {self._mask(recipient)}",
+                recipient_masked=self._mask(recipient),
+                ttl=timedelta(seconds=ttl_s),
+            )
+            await db.commit()
+        return {
+            "action_id": action.id,
+            "status": "pending_confirmation",
+            "result_set_id": stored.id,
+            "filename": CSV_FILENAME,
+            "rows": count,
+            "order_ids": stored.order_ids,
+            "recipient_masked": action.recipient_masked,
+        }
