@@ -144,6 +144,8 @@ class Settings(BaseSettings):
     context_paste_chunk_tokens: int = 300
     # The rolling summary runs after a turn once this many tokens have left the window.
     summary_min_new_tokens: int = 150
+    # Durable, consented memory (parley/consented.py): how long a remembered item lives.
+    memory_ttl_days: int = 180
 
     # Model gateway.
     model_provider: str = "demo"
