@@ -29,8 +29,8 @@ from parley.context import Block, Position
 from parley.tokens import TokenCounter, count_message
 
 CONTACT_CHANNEL = "contact_channel"
-# The tool whose confirmed proposal is a confirmed choice of email as the channel.
-EMAIL_PROPOSAL_TOOL = "propose_email"
+# The write an email proposal becomes: the user confirming it chose email as the channel.
+EMAIL_ACTION_TOOL = "send_email"
 
 # The hints block: plain words for a real model, then one JSON line the demo model reads.
 HINTS_PREFIX = (
@@ -127,7 +127,7 @@ def stated_preferences(text: str, *, message_id: str) -> list[Remembered]:
 
 def confirmed_choice(*, tool: str, action_id: str) -> list[Remembered]:
     """A confirmed proposal that is a choice of contact channel (today: email)."""
-    if tool == EMAIL_PROPOSAL_TOOL:
+    if tool == EMAIL_ACTION_TOOL:
         return [Remembered(CONTACT_CHANNEL, "email", action_source(action_id))]
     return []
 

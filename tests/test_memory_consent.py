@@ -255,6 +255,32 @@ async def test_a_hint_never_overrides_a_tool_result(
     assert not re.search(r"\bOct 2\b", answer)  # the hint's date (Oct 26 is the tool's)
 
 
+async def test_a_confirmed_email_proposal_is_remembered_as_the_contact_channel(
+    me: ParleyClient,
+) -> None:
+    await set_consent(me, True)
+    sid = await me.new_session()
+    await me.turn(sid, "Where is my order?")
+    posted = await me.post(sid, "Can you email me?")
+    assert posted.status_code == 202, posted.text
+    turn_id = posted.json()["turn_id"]
+    events = await me.events(sid, turn_id)
+    assert events[-1].type == "confirmation_required"
+    action_id = events[-1].data["action"]["id"]
+    assert await memory(me) == {"consent": True, "items": []}  # proposed is not chosen
+
+    confirmed = await me.http.post(f"/v1/sessions/{sid}/actions/{action_id}/confirm")
+    assert confirmed.status_code == 202, confirmed.text
+    rest = await me.events(sid, turn_id, last_event_id=events[-1].id)
+    assert rest[-1].type == "done"
+    [item] = (await memory(me))["items"]
+    assert (item["key"], item["value"], item["source"]) == (
+        "contact_channel",
+        "email",
+        f"action:{action_id}",
+    )
+
+
 # --- helpers for the summary -----------------------------------------------------------------
 
 
