@@ -22,7 +22,7 @@ from parley.context import Block, Packed
 from parley.statuses import ActionStatus
 from parley.tokens import TokenCounter
 from store import user_memory
-from store.models import Action, Message, Turn
+from store.models import Action, Message, PinnedFactRow, Turn
 
 # The user said yes to these (sent or not): a confirmed choice.
 _CONFIRMED = (
@@ -74,5 +74,14 @@ async def hints(db: AsyncSession, turn: Turn, counter: TokenCounter) -> Hints:
     owner = {"tenant_id": turn.tenant_id, "user_id": turn.user_id}
     if not await user_memory.has_consent(db, **owner):
         return Hints([], [])
-    items = await user_memory.items(db, **owner)
+    # An item stated in this session is already pinned here, as what the user said; shown
+    # again as "last time" it would only repeat it, wrongly dated.
+    here = set(
+        await db.scalars(
+            select(PinnedFactRow.memory_key).where(
+                PinnedFactRow.session_id == turn.session_id, PinnedFactRow.memory_key.is_not(None)
+            )
+        )
+    )
+    items = [i for i in await user_memory.items(db, **owner) if i.key not in here]
     return Hints(hint_blocks(counter, items), [item.key for item in items])

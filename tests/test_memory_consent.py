@@ -29,6 +29,7 @@ from store.models import (
     Message,
     ModelCall,
     PinnedFactRow,
+    Turn,
     UserMemoryItem,
 )
 from tests.client import ParleyClient
@@ -125,6 +126,17 @@ async def test_a_stated_preference_is_remembered_and_hinted_in_the_next_session(
         f"message:{message_id}",
     )
     assert item["expires_at"] > item["created_at"]
+
+    async with sessions() as db:
+        shown_where_stated = await db.scalars(
+            select(ModelCall.request["budget"]["memory_hints"])
+            .join(Turn, Turn.id == ModelCall.turn_id)
+            .where(Turn.session_id == first)
+        )
+        # Where it was said it is a pinned fact (the user's words), not a "last time" hint.
+        assert list(shown_where_stated) == [[]]
+        pinned = await db.get(PinnedFactRow, (first, "contact_channel"))
+        assert pinned is not None and pinned.value == "phone"
 
     second = await me.new_session()
     turn_id, events = await me.turn(second, CONTACT_QUESTION)
