@@ -16,6 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.exceptions import ApplicationError
 
+from activities import consented_memory
 from activities.northwind import BackendError, NorthwindClient
 from activities.result_sets import export_summary, resolve_result_sets
 from parley.config import Settings
@@ -54,7 +55,7 @@ from parley.tools import model_tools
 from parley.window import Window
 from parley.wire import ClarificationData, DeltaData, Option, WarningData
 from store import memory as memory_store
-from store import slots, tenants, turns
+from store import slots, tenants, turns, user_memory
 from store.events import append_event, append_events
 from store.models import Action, Message, ModelCall, Turn, TurnEvent, User
 
@@ -89,6 +90,7 @@ class ContextBuilder:
             )
             if existing is not None:
                 return BuildContextResult(existing.id, existing.provider == "resolver")
+            await consented_memory.remember_validated(db, turn, self._settings, step=inp.step)
             if inp.step == 0:
                 clarification = await self._resolve_references(db, turn)
                 if clarification is not None:
@@ -171,7 +173,8 @@ class ContextBuilder:
             counter=counter,
         )
         history, current = split_current(messages, turn.user_seq)
-        remembered = memory_blocks(counter, memory, budgets)
+        hints = await consented_memory.hints(db, turn, counter)  # durable memory, consented
+        remembered = memory_blocks(counter, memory, budgets) + hints.blocks
         left = budgets.conversation - sum(b.tokens for b in remembered)
         terms = recall_terms(
             current[0].text if current else "",
@@ -204,6 +207,7 @@ class ContextBuilder:
             "window_widened": window.widened,
             "summary_through_seq": through,
             "recalled_seqs": sorted(h.seq for h in hits),
+            user_memory.HINTED_KEYS: hints.shown(packed),
         }
         return packed, plan
 

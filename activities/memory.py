@@ -32,7 +32,7 @@ from parley.prompt import MIN_RECENT
 from parley.tokens import counter_for
 from parley.window import choose_window, group_turns
 from store import memory as memory_store
-from store import tenants
+from store import tenants, user_memory
 from store.models import ChatSession
 
 
@@ -112,6 +112,9 @@ class MemoryActivities:
                 provider=job.provider,
                 model=job.model,
                 usage=usage,
+                memory_keys=await user_memory.hinted_keys(  # provenance (store/user_memory.py)
+                    db, session_id=job.session_id, through_seq=job.through
+                ),
             )
             await memory_store.pin_facts(db, session_id=job.session_id, facts=facts)
             await db.commit()

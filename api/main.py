@@ -14,7 +14,7 @@ from api import errors
 from api.body_limit import BodyLimit
 from api.deps import TemporalConnector
 from api.logcontext import RequestLogContext
-from api.routes import actions, admin, ops, sessions, turns, web
+from api.routes import actions, admin, memory, ops, sessions, turns, web
 from api.streaming import EventHub, StreamRegistry
 from dispatch.control import cancel_turn_workflow
 from parley.config import Settings, get_settings
@@ -74,6 +74,7 @@ def create_app(
     app.include_router(sessions.router)
     app.include_router(turns.router)
     app.include_router(actions.router)
+    app.include_router(memory.router)
     app.include_router(admin.router)
     app.include_router(ops.router)
     app.include_router(web.router)

@@ -206,3 +206,27 @@ class Health(BaseModel):
 class Readiness(BaseModel):
     ready: bool
     checks: dict[str, str]
+
+
+# --- durable memory (api.md, Memory) --------------------------------------------------------
+
+
+class MemoryItemOut(View):
+    key: str
+    value: str
+    # "message:<id>" or "action:<id>": the event that wrote it.
+    source: str
+    created_at: Timestamp
+    expires_at: Timestamp
+
+
+class MemoryOut(BaseModel):
+    """The caller's consent and their live remembered items (expired ones never appear)."""
+
+    consent: bool
+    items: list[MemoryItemOut]
+
+
+class ConsentIn(BaseModel):
+    # Strict: only a JSON boolean is an answer to "may we remember?".
+    consent: bool = Field(strict=True)

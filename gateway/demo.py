@@ -18,7 +18,9 @@ from datetime import date
 from typing import Any
 
 from gateway.base import Finish, ModelRequest, StreamEvent, TextDelta, ToolCallRequest
+from gateway.demo_hints import contact_answer, note_over_results
 from gateway.demo_orders import next_step as orders_step
+from parley.consented import read_hints
 from parley.context import read_state_block, unfence
 from parley.memory import extract_facts, is_summary_request
 from parley.prompt import PASTE_NONE, PASTE_SOME
@@ -89,6 +91,8 @@ class _Context:
         self.earlier_messages = sum(
             1 for m in messages[:last_user] if m["role"] in ("user", "assistant")
         )
+        # Durable-memory hints: unverified, below tool results (gateway/demo_hints.py).
+        self.hints = read_hints(messages)
 
     @property
     def resolution(self) -> dict[str, Any]:
@@ -117,6 +121,8 @@ def compose_reply(request: ModelRequest) -> Reply:
         return ctx.call(orders.tool, **orders.arguments) if orders.tool else Reply(orders.text)
     if ctx.results:
         text = _from_results(ctx)
+        note = note_over_results(ctx.hints, ctx.results)
+        text = f"{text} {note}" if note else text
         assumption = ctx.resolution.get("assumption")
         return Reply(f"{assumption} {text}" if assumption else text)
     return _next_step(ctx)
@@ -133,6 +139,9 @@ def _next_step(ctx: _Context) -> Reply:
             "Your paste was too long to read whole, so I read only the parts that match "
             "your question; tell me if I should look at another part."
         )
+    hinted = contact_answer(ctx.user_text, ctx.hints)
+    if hinted is not None:
+        return Reply(hinted)
     intent, order_id = _intent(ctx.user_text), ctx.order_id
     if intent == "handoff":
         return ctx.call("handoff_to_human", reason=" ".join(ctx.user_text.split())[:200])

@@ -148,6 +148,8 @@ class Settings(BaseSettings):
     # the answer before writing again, so the summarizer runs while the session is idle rather
     # than beside the next turn on the same cores (0: at once).
     summary_start_delay_ms: int = 1500
+    # Durable, consented memory (parley/consented.py): how long a remembered item lives.
+    memory_ttl_days: int = 180
 
     # Model gateway.
     model_provider: str = "demo"

@@ -181,6 +181,7 @@ async def save_summary(
     provider: str,
     model: str,
     usage: dict[str, int],
+    memory_keys: list[str] | None = None,
 ) -> bool:
     """Store a new summary version unless one already reaches as far (a concurrent run won)."""
     result = await db.execute(
@@ -194,6 +195,7 @@ async def save_summary(
             model=model,
             input_tokens=int(usage.get("input_tokens", 0)),
             output_tokens=int(usage.get("output_tokens", 0)),
+            memory_keys=list(memory_keys or []),
         )
         .on_conflict_do_nothing(constraint="uq_summary_through")
     )

@@ -163,6 +163,9 @@ class ConversationSummary(Base):
     input_tokens: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     output_tokens: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     created_at: Mapped[datetime] = _now_column()
+    # Provenance: keys of durable memory items whose hints were in the prompts of the turns
+    # this version folds in (parley/consented.py); such a version is deleted with the item.
+    memory_keys: Mapped[list[str]] = mapped_column(JSONB, default=list, server_default="[]")
 
 
 class PinnedFactRow(Base):
@@ -177,6 +180,9 @@ class PinnedFactRow(Base):
     # "pattern" (code matched the user's words) or "summarizer" (checked against them).
     source: Mapped[str] = mapped_column(String(16))
     updated_at: Mapped[datetime] = _now_column()
+    # Provenance: set when the fact was written with a durable memory item of this key (the
+    # same statement); deleting the item or turning consent off deletes the fact too.
+    memory_key: Mapped[str | None] = mapped_column(String(64))
 
 
 class Turn(Base):
@@ -420,3 +426,33 @@ class ResultSet(Base):
     order_ids: Mapped[list[str]] = mapped_column(JSONB)
     rows: Mapped[list[dict[str, Any]]] = mapped_column(JSONB)
     created_at: Mapped[datetime] = _now_column()
+
+
+class MemoryConsent(Base):
+    """A user's consent to durable memory (no row: not given)."""
+
+    __tablename__ = "memory_consents"
+
+    tenant_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    user_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    consent: Mapped[bool] = mapped_column(Boolean, default=False, server_default="false")
+    updated_at: Mapped[datetime] = _now_column()
+
+
+class UserMemoryItem(Base):
+    """One remembered preference of a user, across sessions (parley/consented.py); one value
+    per key, written only by server code from a validated event named in `source`."""
+
+    __tablename__ = "user_memory"
+    __table_args__ = (
+        ForeignKeyConstraint(["tenant_id", "user_id"], ["users.tenant_id", "users.id"]),
+    )
+
+    tenant_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    user_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
+    # "message:<id>" or "action:<id>": the event that wrote it.
+    source: Mapped[str] = mapped_column(String(80))
+    created_at: Mapped[datetime] = _now_column()
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
@@ -19,6 +20,8 @@ from sqlalchemy import text, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from parley.consented import Remembered
+from store import user_memory
 from store.identity import create_token, revoke_token
 from store.models import ApiToken, User
 from tests.client import ParleyClient
@@ -38,6 +41,7 @@ MISSING = {
     "turn_id": "trn_missing",
     "action_id": "act_missing",
     "tenant_id": "tenant_missing",
+    "key": "key_missing",
 }
 # Rows that any of the matrix's requests could touch, read as JSON text in a stable order.
 SNAPSHOT = {
@@ -53,6 +57,9 @@ SNAPSHOT = {
     "usage_counters": "SELECT * FROM usage_counters WHERE subject IN "
     "('northwind/cust_2291', 'northwind', 'southwind') ORDER BY scope, subject, window_start",
     "stream_leases": "SELECT * FROM stream_leases ORDER BY id",
+    # Priya's durable memory: the others' own consent and items are theirs to change.
+    "memory_consents": "SELECT * FROM memory_consents WHERE user_id = 'cust_2291'",
+    "user_memory": "SELECT * FROM user_memory WHERE user_id = 'cust_2291' ORDER BY key",
 }
 
 
@@ -70,6 +77,8 @@ def body_for(method: str, path: str) -> dict[str, Any] | None:
         return {"client_message_id": uuid.uuid4().hex, "text": "Show me their orders"}
     if path.endswith("/config") and method == "put":
         return {"persona": "Answer in pirate speak."}
+    if path == "/v1/memory/consent":
+        return {"consent": False}
     return None
 
 
@@ -123,9 +132,30 @@ async def southwind_admin(sessions: async_sessionmaker[AsyncSession]) -> str:
     return token
 
 
+@pytest.fixture
+async def priya_remembers(
+    priya: ParleyClient, sessions: async_sessionmaker[AsyncSession]
+) -> AsyncIterator[str]:
+    """Priya consents to durable memory and has one item (its key); both gone afterwards."""
+    assert (await priya.http.put("/v1/memory/consent", json={"consent": True})).is_success
+    async with sessions() as db:
+        written = await user_memory.remember(
+            db,
+            tenant_id="northwind",
+            user_id="cust_2291",
+            remembered=[Remembered("contact_channel", "email", "message:seeded")],
+            ttl_days=30,
+        )
+        await db.commit()
+    assert written == ["contact_channel"]
+    yield "contact_channel"
+    await priya.http.put("/v1/memory/consent", json={"consent": False})
+
+
 async def test_every_route_refuses_everyone_but_the_owner_and_changes_nothing(
     api_url: str,
     priya: ParleyClient,
+    priya_remembers: str,
     tokens: dict[str, str],
     southwind_admin: str,
     sessions: async_sessionmaker[AsyncSession],
@@ -137,6 +167,7 @@ async def test_every_route_refuses_everyone_but_the_owner_and_changes_nothing(
         "turn_id": turn_id,
         "action_id": action["id"],
         "tenant_id": "northwind",
+        "key": priya_remembers,
     }
     intruders = {
         "same tenant": {"session": tokens["marco"], "admin": tokens["marco"]},

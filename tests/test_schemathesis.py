@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 SCHEMATHESIS = Path(sys.executable).with_name("schemathesis")
@@ -85,6 +86,14 @@ async def test_the_api_keeps_its_openapi_contract(
     admin = await _run(
         api_url, tokens["admin"], tmp_path / "admin.json", "--include-path-regex", ADMIN_ROUTES
     )
+    # The run may have given Priya's consent to durable memory: other tests share her.
+    async with httpx.AsyncClient(base_url=api_url) as http:
+        reset = await http.put(
+            "/v1/memory/consent",
+            json={"consent": False},
+            headers={"Authorization": f"Bearer {tokens['priya']}"},
+        )
+        assert reset.status_code == 200, reset.text
     for report in (user, admin):
         assert report["failures"] == [] and report["errors"] == [], report
         assert report["test_cases"]["with_failures"] == 0

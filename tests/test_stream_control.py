@@ -139,7 +139,7 @@ async def test_hanging_up_and_reconnecting_within_the_grace_gets_the_whole_answe
     posted = await client.post(sid, LONG_QUESTION)
     turn_id, url = posted.json()["turn_id"], posted.json()["events_url"]
     head = await first_events(client, url, until="delta")
-    await asyncio.sleep(0.3)  # away for a while (the claim itself), back well within the 1.5 s grace
+    await asyncio.sleep(0.3)  # away for a while (the claim itself), back well inside the grace
     tail = await client.events(sid, turn_id, last_event_id=head[-1].id)
     events = head + tail
     assert [e.id for e in events] == list(range(1, len(events) + 1))

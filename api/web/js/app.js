@@ -4,6 +4,7 @@
 
 import { auth, errorText, request, sessionPath } from './api.js';
 import { expireConfirm, removeConfirm, showConfirm } from './confirm.js';
+import { initMemory, loadMemory } from './memory.js';
 import { renderSessions } from './sessions.js';
 import { followTurn } from './stream.js';
 import * as T from './transcript.js';
@@ -126,6 +127,7 @@ async function enterApp() {
   $('whoami').textContent = auth.name ? 'Signed in as ' + auth.name : 'Signed in';
   const remembered = sessionStorage.getItem(SID_KEY);
   await loadSessions();
+  loadMemory(); // the memory panel fills in on its own
   if (remembered && S.sessions.some((s) => s.id === remembered)) await openSession(remembered);
   else newConversation();
 }
@@ -279,6 +281,7 @@ async function afterTurn(outcome, detail, gen) {
   if (gen !== S.openGen) return;
   if (outcome !== 'paused') offerRetry();
   loadSessions();
+  loadMemory(); // a turn may have remembered something
 }
 
 function onEvent(turnId, type, d, fromScratch) {
@@ -421,6 +424,7 @@ $('menu').addEventListener('click', () => {
 $('token-form').addEventListener('submit', signInWithToken);
 $('sign-out').addEventListener('click', () => signOut(''));
 $('new-session').addEventListener('click', newConversation);
+initMemory();
 $('stop').addEventListener('click', stop);
 $('composer').addEventListener('submit', (e) => { e.preventDefault(); send($('input').value); });
 $('input').addEventListener('keydown', (e) => {

@@ -1,0 +1,87 @@
+"""Durable memory's two hooks in context building (parley/consented.py has the rules).
+
+- `remember_validated`: before a step's prompt is packed, what this turn's validated events
+  say to remember is stored, with consent only: a preference the user's message states (at
+  step 0; the session gets a pinned copy with the item's key as provenance), and a confirmed
+  choice of contact channel (an email proposal of this turn that the user confirmed). Both
+  are upserts, so a retried step writes nothing twice.
+- `hints`: the user's live items as the hints block, and the keys shown, which the stored
+  request records so a summary of this turn knows it folded memory in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from parley.config import Settings
+from parley.consented import confirmed_choice, hint_blocks, stated_preferences
+from parley.context import Block, Packed
+from parley.statuses import ActionStatus
+from parley.tokens import TokenCounter
+from store import user_memory
+from store.models import Action, Message, PinnedFactRow, Turn
+
+# The user said yes to these (sent or not): a confirmed choice.
+_CONFIRMED = (
+    ActionStatus.confirmed,
+    ActionStatus.executed,
+    ActionStatus.unknown,
+    ActionStatus.failed,
+)
+
+
+async def remember_validated(
+    db: AsyncSession, turn: Turn, settings: Settings, *, step: int
+) -> None:
+    owner = {"tenant_id": turn.tenant_id, "user_id": turn.user_id}
+    ttl = settings.memory_ttl_days
+    if step == 0:
+        message = await db.get(Message, turn.user_message_id)
+        stated = stated_preferences(message.text, message_id=message.id) if message else []
+        written = await user_memory.remember(db, **owner, remembered=stated, ttl_days=ttl)
+        for item in stated:
+            if item.key in written:
+                await user_memory.pin_copy(
+                    db,
+                    session_id=turn.session_id,
+                    key=item.key,
+                    value=item.value,
+                    seq=turn.user_seq,
+                )
+    confirmed = await db.scalars(
+        select(Action).where(Action.turn_id == turn.id, Action.status.in_(_CONFIRMED))
+    )
+    for action in confirmed:
+        choice = confirmed_choice(tool=action.tool, action_id=action.id)
+        await user_memory.remember(db, **owner, remembered=choice, ttl_days=ttl)
+
+
+@dataclass(frozen=True)
+class Hints:
+    blocks: list[Block]
+    keys: list[str]
+
+    def shown(self, packed: Packed) -> list[str]:
+        """The keys the prompt actually showed (none when the packer dropped the block)."""
+        return self.keys if any(b in packed.kept for b in self.blocks) else []
+
+
+async def hints(db: AsyncSession, turn: Turn, counter: TokenCounter) -> Hints:
+    """The user's live items as the hints block (nothing without consent)."""
+    owner = {"tenant_id": turn.tenant_id, "user_id": turn.user_id}
+    if not await user_memory.has_consent(db, **owner):
+        return Hints([], [])
+    # An item stated in this session is already pinned here, as what the user said; shown
+    # again as "last time" it would only repeat it, wrongly dated.
+    here = set(
+        await db.scalars(
+            select(PinnedFactRow.memory_key).where(
+                PinnedFactRow.session_id == turn.session_id, PinnedFactRow.memory_key.is_not(None)
+            )
+        )
+    )
+    items = [i for i in await user_memory.items(db, **owner) if i.key not in here]
+    return Hints(hint_blocks(counter, items), [item.key for item in items])
