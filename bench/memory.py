@@ -11,13 +11,16 @@ without summaries, and evidence recall on LoCoMo.
     the user, B as the assistant) and folded into summaries; each category 1-4 question is then
     packed by the real context builder as the next user message (rolled back afterwards), and
     counted as recalled when every evidence turn is in the prompt verbatim (recent window or
-    recalled lines). Footprint: the prompt less standing instructions and tool schemas, over
-    the whole conversation's tokens.
+    the recall block the packer kept; a candidate the recall budget had no room for does not
+    count). Footprint: the prompt less standing instructions and tool schemas, over the whole
+    conversation's tokens. Run twice: full-text recall alone, and hybrid (full-text fused with
+    the local MiniLM embeddings, when the `embeddings` extra is installed).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import statistics
 import time
 import uuid
@@ -32,6 +35,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from activities.context import ContextBuilder, _offered_tools
 from activities.memory import MemoryActivities
 from gateway.demo import DemoModel
+from gateway.minilm import Embedder, build_embedder
 from gateway.registry import ProviderPool
 from parley.config import Settings
 from parley.contracts import SummarizeInput
@@ -194,6 +198,7 @@ async def locomo_one(
     name: str,
     conversation: dict[str, Any],
     share: float,
+    embedder: Embedder | None = None,
 ) -> dict[str, Any]:
     sid, seqs, total = await ingest(db_sessions, conversation)
     conversation_budget = int(total * share)
@@ -209,13 +214,19 @@ async def locomo_one(
         sessions=db_sessions,
         settings=tuned,
         providers=ProviderPool(tuned, primary=DemoModel(token_delay_s=0)),
+        embedder=embedder,
     )
+    while await memory.embed_messages(sid):  # index the backlog (a turn's summary run does it)
+        pass
     for _ in range(100):  # fold the backlog in as many runs as it takes
         if not (await memory.summarize(SummarizeInput(sid, "trn_locomo"))).summarized:
             break
     async with httpx.AsyncClient() as http:
         builder = ContextBuilder(
-            sessions=db_sessions, settings=tuned, northwind=build_northwind(tuned, http)
+            sessions=db_sessions,
+            settings=tuned,
+            northwind=build_northwind(tuned, http),
+            embedder=embedder,
         )
         found = asked = 0
         footprints: list[int] = []
@@ -231,6 +242,7 @@ async def locomo_one(
             footprints.append(footprint)
     return {
         "conversation": name,
+        "recall": "hybrid" if embedder is not None else "full-text",
         "messages": len(seqs),
         "conversation_tokens": total,
         "questions": asked,
@@ -278,10 +290,17 @@ async def _pack_question(
         )
         await db.rollback()
     start = plan["window_from_seq"] or seq
-    shown = set(range(start, seq)) | set(plan["recalled_seqs"])
+    shown = set(range(start, seq))
+    for block in packed.kept:  # the recalled lines that made it into the prompt
+        if block.kind == "recall":
+            for message in block.messages:
+                shown |= {int(s) for s in _SHOWN_SEQ.findall(str(message["content"]))}
     blocks = {b.kind: b.tokens for b in packed.kept}
     context = sum(v for k, v in blocks.items() if k not in ("instructions", "state", "current"))
     return shown, context
+
+
+_SHOWN_SEQ = re.compile(r"^\[seq (\d+)", re.MULTILINE)
 
 
 async def locomo(
@@ -291,14 +310,18 @@ async def locomo(
     share: float,
     path: Path = DATA,
 ) -> list[dict[str, Any]]:
+    """Full-text recall, then hybrid recall where the embeddings extra is installed."""
     if not path.exists():
         return []
     data = json.loads(path.read_text())
     if isinstance(data, list):  # the upstream locomo10.json
         data = {d["sample_id"]: _upstream(d) for d in data}
-    return [
-        await locomo_one(settings, db_sessions, name, conv, share) for name, conv in data.items()
-    ]
+    embedder = build_embedder(settings.model_copy(update={"embeddings": "local-minilm"}))
+    results = []
+    for use in (None, embedder) if embedder is not None else (None,):
+        for name, conv in data.items():
+            results.append(await locomo_one(settings, db_sessions, name, conv, share, use))
+    return results
 
 
 def _upstream(sample: dict[str, Any]) -> dict[str, Any]:
@@ -349,9 +372,12 @@ def render_memory(results: dict[str, Any]) -> str:
     )
     if not results["locomo"]:
         lines.append("  no data file (bench/data/locomo3.json)")
+    if all(r.get("recall") != "hybrid" for r in results["locomo"]):
+        lines.append("  hybrid: not run (pip install -e '.[embeddings]' and the weights, README)")
     for r in results["locomo"]:
         lines.append(
-            f"  {r['conversation']:<9} messages {r['messages']:>4}  tokens "
+            f"  {r.get('recall', 'full-text'):<9} "
+            f"{r['conversation']:<9} messages {r['messages']:>4}  tokens "
             f"{r['conversation_tokens']:>6}  questions {r['questions']:>4}  recall "
             f"{r['evidence_recall'] * 100:5.1f}%  context {r['mean_context_tokens']:7.0f} "
             f"tok = {r['footprint'] * 100:4.1f}% of the conversation"

@@ -142,6 +142,10 @@ class Settings(BaseSettings):
     context_message_max_tokens: int = 600
     # A paste over half the input budget is cut into chunks of this size.
     context_paste_chunk_tokens: int = 300
+    # Recall by meaning as well as by words: "" (full-text only) or "local-minilm" (the
+    # optional `embeddings` extra; see gateway/minilm.py). Falls back to full-text when the
+    # extra, the weights or PostgreSQL's `vector` extension is missing.
+    embeddings: str = ""
     # The rolling summary runs after a turn once this many tokens have left the window.
     summary_min_new_tokens: int = 150
     # The summary workflow starts this long after the turn that asked for it: a customer reads

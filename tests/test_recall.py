@@ -1,0 +1,144 @@
+"""Hybrid recall: the rank fusion rule, and (with the optional `embeddings` extra) a question
+in other words than the message that answers it, which full-text search cannot find."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from sqlalchemy import text, update
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from activities.memory import MemoryActivities
+from activities.recall import RecallQuery, recall_hits
+from gateway.demo import DemoModel
+from gateway.minilm import EmbeddingsUnavailable, MiniLMEmbedder
+from gateway.registry import ProviderPool
+from parley.config import Settings
+from parley.memory import recall_terms
+from parley.recall import fuse
+from store.models import ChatSession, Message
+
+# --- the fusion rule (pure) -------------------------------------------------------------------
+
+
+def test_a_message_both_rankings_found_outranks_the_top_of_either_alone() -> None:
+    words = ["w1", "both", "w3", "w4"]
+    meaning = ["m1", "both", "m3"]
+    fused = fuse([words, meaning], k=10)
+    assert fused[0] == "both"
+    assert set(fused) == set(words) | set(meaning)
+    # The rest keep their standing: each ranking's first before its third.
+    assert fused.index("w1") < fused.index("w3") and fused.index("m1") < fused.index("m3")
+
+
+def test_a_small_k_lets_the_top_of_one_ranking_beat_the_middle_of_both() -> None:
+    words = [1, 9, 8, 7, 2]
+    meaning = [5, 6, 4, 3, 2]
+    assert fuse([words, meaning], k=1)[0] == 1  # 1/2 against 2 x 1/6
+    assert fuse([words, meaning], k=60)[0] == 2  # 1/61 against 2 x 1/65
+
+
+def test_one_ranking_alone_keeps_its_order_and_counts_a_repeat_once() -> None:
+    assert fuse([[3, 1, 3, 2]]) == [3, 1, 2]
+    assert fuse([[3, 1], [1, 3]]) == [3, 1]  # a tie keeps the order first seen
+    assert fuse([]) == []
+    with pytest.raises(ValueError):
+        fuse([[1]], k=0)
+
+
+# --- recall by meaning, with the real model and PostgreSQL ------------------------------------
+
+EVIDENCE = "I'm a transgender woman, and I came out to my family last spring."
+QUESTION = "What did I tell you about my gender identity?"
+OTHERS = [
+    "Hi! I ordered a rain shell two weeks ago and it still hasn't arrived.",
+    "Your order 8472 shipped on Monday and should arrive by Thursday.",
+    "Can I return the fleece? It's a size too small.",
+    "Yes, returns are free within 30 days of delivery.",
+    "I went hiking in the mountains last weekend with my dog.",
+    "That sounds lovely. How long was the trail?",
+    "About twelve miles, and the view from the ridge was amazing.",
+    "I also started a pottery class on Tuesday evenings.",
+    "My sister is getting married in June, so I need a dress.",
+    "I prefer to be contacted by email rather than phone.",
+    "The refund for the camp mug was issued yesterday.",
+    "We painted the kitchen a pale green colour.",
+    "I'm reading a novel about a detective in Oslo.",
+    "My name is Sam and I work as a nurse.",
+    "We adopted a cat from the shelter in March.",
+]
+
+
+@pytest.fixture(scope="module")
+def minilm() -> MiniLMEmbedder:
+    try:
+        return MiniLMEmbedder()
+    except EmbeddingsUnavailable as exc:
+        pytest.skip(f"the optional embeddings extra is not installed ({exc})")
+
+
+async def _conversation(sessions: async_sessionmaker[AsyncSession]) -> tuple[str, int]:
+    """A session whose third message is the evidence; returns its id and the next seq."""
+    texts = OTHERS[:2] + [EVIDENCE] + OTHERS[2:]
+    sid = f"ses_rec{uuid.uuid4().hex[:12]}"
+    async with sessions() as db:
+        db.add(ChatSession(id=sid, tenant_id="northwind", user_id="cust_2291"))
+        await db.flush()
+        for seq, body in enumerate(texts, start=1):
+            db.add(
+                Message(
+                    id=f"msg_{uuid.uuid4().hex[:20]}",
+                    session_id=sid,
+                    seq=seq,
+                    role="user" if seq % 2 else "assistant",
+                    status="complete",
+                    text=body,
+                )
+            )
+        await db.execute(update(ChatSession).where(ChatSession.id == sid).values(last_seq=seq))
+        await db.commit()
+    return sid, len(texts) + 1
+
+
+async def test_a_paraphrased_question_recalls_the_turn_full_text_search_misses(
+    settings: Settings, sessions: async_sessionmaker[AsyncSession], minilm: MiniLMEmbedder
+) -> None:
+    sid, next_seq = await _conversation(sessions)
+    memory = MemoryActivities(
+        sessions=sessions,
+        providers=ProviderPool(settings, primary=DemoModel(token_delay_s=0)),
+        settings=settings,
+        embedder=minilm,
+    )
+    # The summary run indexes the messages (off the turn's path), each once.
+    assert await memory.embed_messages(sid) == next_seq - 1
+    assert await memory.embed_messages(sid) == 0
+
+    async def recall(embedder: MiniLMEmbedder | None) -> list[int]:
+        async with sessions() as db:
+            query = RecallQuery(recall_terms(QUESTION), QUESTION, embedder)
+            hits = await recall_hits(db, query, session_id=sid, before_seq=next_seq, limit=2)
+        return [h.seq for h in hits]
+
+    assert 3 not in await recall(None)  # no word of the question is in the evidence
+    assert 3 in (await recall(minilm))[:2]
+
+
+async def test_vectors_are_removed_with_their_messages(
+    settings: Settings, sessions: async_sessionmaker[AsyncSession], minilm: MiniLMEmbedder
+) -> None:
+    sid, _ = await _conversation(sessions)
+    memory = MemoryActivities(
+        sessions=sessions,
+        providers=ProviderPool(settings, primary=DemoModel(token_delay_s=0)),
+        settings=settings,
+        embedder=minilm,
+    )
+    await memory.embed_messages(sid)
+    count = text("SELECT count(*) FROM message_embeddings WHERE session_id = :sid")
+    async with sessions() as db:
+        assert await db.scalar(count, {"sid": sid}) == len(OTHERS) + 1
+        await db.execute(text("DELETE FROM messages WHERE session_id = :sid"), {"sid": sid})
+        await db.commit()
+        assert await db.scalar(count, {"sid": sid}) == 0
