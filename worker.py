@@ -24,6 +24,7 @@ from temporalio.worker import Worker
 
 from activities.context import ContextBuilder
 from activities.failures import FailureInterceptor, database_probe
+from activities.mcp import McpTools
 from activities.memory import MemoryActivities
 from activities.northwind import NorthwindClient
 from activities.screens import ScreenActivities
@@ -87,15 +88,16 @@ def build_activities(
 ) -> list[Callable[..., Any]]:
     """Every activity of a turn, as methods of small classes holding their collaborators."""
     input_screen, output_screen = screens
+    mcp = McpTools(sessions=sessions)  # the tenants' MCP servers
     turn = TurnActivities(
         sessions=sessions,
         providers=providers,
         settings=settings,
-        context=ContextBuilder(sessions=sessions, settings=settings, northwind=northwind),
+        context=ContextBuilder(sessions=sessions, settings=settings, northwind=northwind, mcp=mcp),
         output_screen=output_screen,
     )
-    tools = ToolActivities(sessions=sessions, northwind=northwind, settings=settings)
-    send = SendActivities(sessions=sessions, northwind=northwind)
+    tools = ToolActivities(sessions=sessions, northwind=northwind, settings=settings, mcp=mcp)
+    send = SendActivities(sessions=sessions, northwind=northwind, mcp=mcp)
     # Starts a session's summary workflow after a turn, so it needs the client.
     memory = MemoryActivities(sessions=sessions, providers=providers, settings=settings)
     memory.attach(client)
