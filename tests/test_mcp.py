@@ -269,3 +269,46 @@ async def test_tenant_config_refuses_a_token_from_any_other_variable() -> None:
         except ValueError:
             continue
         raise AssertionError(f"{env} accepted as a token variable")
+
+
+async def test_a_rejected_credential_degrades_like_an_outage(
+    stack: Stack[ScriptedDemo],
+    tokens: dict[str, str],
+    northwind: httpx.AsyncClient,
+) -> None:
+    # The server checks who is asking: the operator is no Northwind customer, so it refuses.
+    operator = ParleyClient(stack.url, tokens["admin"])
+    try:
+        sid = await operator.new_session()
+        _, events = await operator.turn(sid, "What are your store hours in Seattle?")
+    finally:
+        await operator.aclose()
+    answer = reply(events)
+    assert [e.data["code"] for e in events if e.type == "warning"] == ["mcp_unavailable"]
+    assert not CLOCK.search(answer), answer
+    await sessions_closed(northwind)
+
+
+async def test_a_call_that_fails_is_a_prefixed_error_not_a_fact(
+    priya: ParleyClient,
+    northwind: httpx.AsyncClient,
+    stack: Stack[ScriptedDemo],
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    # The server goes down between the listing and the call (the model asks for the tool
+    # although this step's listing could not offer it).
+    assert (await northwind.post("/faults", json={"mcp_outage": True})).status_code == 200
+    stack.model.force.append("northwind_mcp__get_store_hours")
+    sid = await priya.new_session()
+    _, events = await priya.turn(sid, "What are your store hours in Seattle?")
+    answer = reply(events)
+    async with sessions() as db:
+        [call] = await db.scalars(
+            select(ToolCall).join(Turn, Turn.id == ToolCall.turn_id).where(Turn.session_id == sid)
+        )
+    assert call.status == "error" and call.result is not None
+    error = call.result["error"]
+    assert error["code"] == "server_unavailable"
+    assert error["message"].startswith("TOOL ERROR (not an answer")
+    assert "can't look up our store hours" in answer and not CLOCK.search(answer)
+    assert [e.data["code"] for e in events if e.type == "warning"] == ["mcp_unavailable"]
