@@ -24,6 +24,7 @@ from temporalio.worker import Worker
 
 from activities.context import ContextBuilder
 from activities.failures import FailureInterceptor, database_probe
+from activities.mcp import McpTools
 from activities.memory import MemoryActivities
 from activities.northwind import NorthwindClient
 from activities.screens import ScreenActivities
@@ -89,17 +90,22 @@ def build_activities(
     """Every activity of a turn, as methods of small classes holding their collaborators."""
     input_screen, output_screen = screens
     embedder = build_embedder(settings)  # recall by meaning; None: full-text only
+    mcp = McpTools(sessions=sessions)  # the tenants' MCP servers
     turn = TurnActivities(
         sessions=sessions,
         providers=providers,
         settings=settings,
         context=ContextBuilder(
-            sessions=sessions, settings=settings, northwind=northwind, embedder=embedder
+            sessions=sessions,
+            settings=settings,
+            northwind=northwind,
+            embedder=embedder,
+            mcp=mcp,
         ),
         output_screen=output_screen,
     )
-    tools = ToolActivities(sessions=sessions, northwind=northwind, settings=settings)
-    send = SendActivities(sessions=sessions, northwind=northwind)
+    tools = ToolActivities(sessions=sessions, northwind=northwind, settings=settings, mcp=mcp)
+    send = SendActivities(sessions=sessions, northwind=northwind, mcp=mcp)
     # Starts a session's summary workflow after a turn, so it needs the client.
     memory = MemoryActivities(
         sessions=sessions, providers=providers, settings=settings, embedder=embedder

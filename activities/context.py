@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.exceptions import ApplicationError
 
 from activities import consented_memory
+from activities.mcp import McpTools
 from activities.northwind import BackendError, NorthwindClient
 from activities.recall import RecallQuery, recall_hits
 from activities.result_sets import export_summary, resolve_result_sets
@@ -26,6 +27,7 @@ from parley.context import Block, Packed, WindowMessage, input_budget, pack
 from parley.contracts import BuildContextInput, BuildContextResult, EventType, TurnState
 from parley.errors import ContextTooLarge
 from parley.ids import message_id_for_call, new_id, prompt_cache_key
+from parley.mcp import is_mcp_name
 from parley.memory import extract_facts, recall_terms
 from parley.prompt import (
     Budgets,
@@ -75,12 +77,14 @@ class ContextBuilder:
         settings: Settings,
         northwind: NorthwindClient,
         embedder: Embedder | None = None,
+        mcp: McpTools | None = None,
     ) -> None:
         self._sessions = sessions
         self._settings = settings
         self._northwind = northwind
         # Recall by meaning as well as by words (activities/recall.py); None: words only.
         self._embedder = embedder
+        self._mcp = mcp or McpTools(sessions=sessions)
 
     async def build(self, inp: BuildContextInput) -> BuildContextResult:
         async with self._sessions() as db:
@@ -110,7 +114,8 @@ class ContextBuilder:
         model = tenant.model or self._settings.model
         counter = counter_for(model)
         budgets = self._budgets(tenant)
-        tools = _offered_tools(tenant)
+        # Local tools, then the allowed tools of the tenant's MCP servers (activities/mcp.py).
+        tools = _offered_tools(tenant) + await self._mcp.offered(db, turn, tenant)
         if step == 0:
             await _pin_stated_facts(db, turn)
         packed, plan = await self._assemble(db, turn, tenant, budgets, counter, tools)
@@ -414,6 +419,7 @@ async def _state(db: AsyncSession, turn: Turn) -> dict[str, Any]:
             "status": action.status,
             "order_id": action.args.get("order_id"),
             "summary": export_summary(action.args)
+            or (action.summary if is_mcp_name(action.tool) else None)
             or f"the status summary for order {action.args.get('order_id')}",
             "recipient_masked": action.recipient_masked,
             "outcome": action.outcome,

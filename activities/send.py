@@ -12,11 +12,13 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeating
+from activities.mcp import McpTools
 from activities.northwind import BackendError, BackendUnavailable, NorthwindClient
 from activities.result_sets import attachments_to_send
 from activities.tools import tool_event
 from parley.contracts import TOOL_ATTEMPTS, ActionInput, ActionResult, TurnState
 from parley.ids import email_idempotency_key
+from parley.mcp import is_mcp_name
 from parley.statuses import (
     SENDABLE_ACTION_STATUSES,
     SETTLED_ACTION_STATUSES,
@@ -33,10 +35,15 @@ from store.models import Action, Turn
 
 class SendActivities:
     def __init__(
-        self, *, sessions: async_sessionmaker[AsyncSession], northwind: NorthwindClient
+        self,
+        *,
+        sessions: async_sessionmaker[AsyncSession],
+        northwind: NorthwindClient,
+        mcp: McpTools | None = None,
     ) -> None:
         self._sessions = sessions
         self._northwind = northwind
+        self._mcp = mcp or McpTools(sessions=sessions)
 
     @activity.defn(name="send_email")
     async def send_email(self, inp: ActionInput) -> ActionResult:
@@ -46,6 +53,8 @@ class SendActivities:
         refusal = await self._recheck(action)
         if refusal is not None:
             status, outcome = ActionStatus.failed, {"accepted": False, "error": refusal}
+        elif is_mcp_name(action.tool):  # a confirmed write of a tenant's tool server
+            status, outcome = await self._mcp.execute_confirmed(action)
         else:
             status, outcome = await self._deliver(action)
         async with self._sessions() as db:
@@ -57,8 +66,8 @@ class SendActivities:
                 only_from=SENDABLE_ACTION_STATUSES,
             )
             shown = ToolCallStatus.ok if status == ActionStatus.executed else status
-            label = TOOLS["send_email"].label
-            await tool_event(db, inp.turn_id, action.id, "send_email", "end", label, shown)
+            name, label = _shown(action)
+            await tool_event(db, inp.turn_id, action.id, name, "end", label, shown)
             await db.commit()
             return ActionResult(action.id, updated.status if updated else status)
 
@@ -89,8 +98,8 @@ class SendActivities:
             await turns.advance_turn(db, turn_id=inp.turn_id, to=TurnState.executing_action)
             await db.commit()  # the stream shows the step before it runs
             if activity.info().attempt == 1:
-                label = TOOLS["send_email"].label
-                await tool_event(db, inp.turn_id, action.id, "send_email", "start", label)
+                name, label = _shown(action)
+                await tool_event(db, inp.turn_id, action.id, name, "start", label)
                 await db.commit()
             return action
 
@@ -100,6 +109,8 @@ class SendActivities:
         None when the send may go ahead."""
         if args_hash(action.tool, action.args) != action.args_hash:
             return "action_changed"
+        if is_mcp_name(action.tool):
+            return None  # no recipient: the tool server checks the user it is called as
         try:
             customer = await self._northwind.get_customer(action.tenant_id, action.user_id)
         except BackendUnavailable as exc:
@@ -162,3 +173,10 @@ class SendActivities:
             if action.status == ActionStatus.declined and superseded:
                 return ActionResult(inp.action_id, Decision.superseded)
             return ActionResult(inp.action_id, action.status)
+
+
+def _shown(action: Action) -> tuple[str, str]:
+    """The tool name and label the stream shows while the confirmed action runs."""
+    if is_mcp_name(action.tool):
+        return action.tool, "Doing what you confirmed…"
+    return "send_email", TOOLS["send_email"].label

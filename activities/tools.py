@@ -19,6 +19,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeating
+from activities.mcp import McpTools
 from activities.northwind import (
     BackendError,
     BackendNotFound,
@@ -35,6 +36,7 @@ from parley.contracts import (
     TurnState,
 )
 from parley.ids import action_id_for_call, handoff_id_for_call
+from parley.mcp import is_mcp_name
 from parley.resolver import ACTIVE_ORDER, Slot
 from parley.statuses import (
     ToolCallStatus,
@@ -178,10 +180,12 @@ class ToolActivities:
         sessions: async_sessionmaker[AsyncSession],
         northwind: NorthwindClient,
         settings: Settings,
+        mcp: McpTools | None = None,
     ) -> None:
         self._sessions = sessions
         self._northwind = northwind
         self._settings = settings
+        self._mcp = mcp or McpTools(sessions=sessions)
         self._result_sets = ResultSetTools(sessions=sessions, northwind=northwind, mask=mask_email)
 
     @activity.defn(name="execute_tool")
@@ -218,6 +222,15 @@ class ToolActivities:
         if inp.refuse is not None:
             return ToolError("refused", inp.refuse).as_result()
         call = run.call
+        if is_mcp_name(call.name):  # a tenant's tool server: activities/mcp.py
+            if not run.allowed:
+                return ToolError(
+                    "not_allowed", f"{call.name} is not enabled for this tenant"
+                ).as_result()
+            async with heartbeating():
+                return _limited(
+                    await self._mcp.run(run.turn, call, ttl_s=inp.confirmation_timeout_s)
+                )
         parsed = parse_arguments(call.name, call.arguments)
         if not isinstance(parsed, ToolError) and not run.allowed:
             parsed = ToolError("not_allowed", f"{call.name} is not enabled for this tenant")

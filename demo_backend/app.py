@@ -16,15 +16,14 @@ customer's order answers exactly like a missing one)::
     GET  .../order-search?placed_from&placed_to&min_total&status         search_orders
 
 Email service (ESP), idempotent per `Idempotency-Key`: `POST /v1/emails` (send_email; it keeps
-the `attachments`) and `GET /v1/emails/by-key/{key}` (get_email_by_key).
-
-Control (never faulted, never counted): `GET /emails`, `GET|POST|DELETE /faults`,
-`GET|PUT /clock`, `GET|DELETE /stats`, `PUT /admin/tenants/{tenant}/orders/{id}/carrier-note`,
-`GET /healthz`.
+the `attachments`) and `GET /v1/emails/by-key/{key}` (get_email_by_key). MCP: `/mcp` and `GET
+/mcp/stats` (demo_backend/mcp_server.py). Control (never faulted, never counted): `GET /emails`,
+`GET|POST|DELETE /faults`, `GET|PUT /clock`, `GET|DELETE /stats`, `GET /healthz`, `PUT
+/admin/tenants/{tenant}/orders/{id}/carrier-note`.
 
 Faults apply to the tool-facing and ESP endpoints, in order: the call is counted, an outage is
-503 at once, `latency_ms` is slept, an `error_rate` draw (made on arrival) may answer 503. The ESP
-records a new email before sleeping `email_post_accept_latency_ms`: a client can die in between.
+503 at once, `latency_ms` is slept, an `error_rate` draw (made on arrival) may answer 503 (the
+ESP records an email before sleeping `email_post_accept_latency_ms`); `mcp_outage`: /mcp 503s.
 """
 
 from __future__ import annotations
@@ -66,6 +65,7 @@ from demo_backend.data import (
     RefundList,
     return_eligibility,
 )
+from demo_backend.mcp_server import mount_mcp
 from demo_backend.search import search
 
 # Names `GET /stats` counts calls under, all listed even at zero so tests can index them.
@@ -99,13 +99,13 @@ def _not_found(what: str) -> BackendError:
 
 
 class Faults(BaseModel):
-    # Unknown fields are refused so that a typo in a test ("latency") fails loudly instead of
-    # silently injecting nothing.
+    # Unknown fields are refused: a typo in a test ("latency") fails loudly, never injects nothing.
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     latency_ms: int = Field(default=0, ge=0)
     error_rate: float = Field(default=0.0, ge=0.0, le=1.0)
     outage: bool = False
+    mcp_outage: bool = False
     email_post_accept_latency_ms: int = Field(default=0, ge=0)
 
 
@@ -257,8 +257,7 @@ class Backend:
 
 
 def get_backend(request: Request) -> Backend:
-    backend: Backend = request.app.state.backend
-    return backend
+    return request.app.state.backend
 
 
 BackendDep = Annotated[Backend, Depends(get_backend)]
@@ -489,7 +488,8 @@ def create_app(*, today: date = DEMO_TODAY, seed: int = 0) -> FastAPI:
         version="1",
         summary="Orders, refunds and an email service for Parley's demo and tests.",
     )
-    app.state.backend = Backend(SEED, today=today, seed=seed)
+    backend = app.state.backend = Backend(SEED, today=today, seed=seed)
+    mount_mcp(app, lambda t, u: (backend.faults.mcp_outage, backend.customer(t, u) is not None))
     app.add_exception_handler(BackendError, _backend_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)

@@ -19,6 +19,7 @@ from typing import Any
 
 from gateway.base import Finish, ModelRequest, StreamEvent, TextDelta, ToolCallRequest
 from gateway.demo_hints import contact_answer, note_over_results
+from gateway.demo_mcp import next_step as outside_step
 from gateway.demo_orders import next_step as orders_step
 from parley.consented import read_hints
 from parley.context import read_state_block, unfence
@@ -113,6 +114,9 @@ def compose_reply(request: ModelRequest) -> Reply:
         transcript = json.loads(request.messages[-1]["content"])
         return Reply(json.dumps(summarize_extractive(transcript), sort_keys=True))
     ctx = _Context(request)
+    outside = outside_step(request.tools, ctx.state, ctx.user_text, ctx.results)  # MCP tools
+    if outside is not None:
+        return ctx.call(outside.tool, **outside.arguments) if outside.tool else Reply(outside.text)
     action = ctx.state.get("action")
     if action and action.get("status") != "pending":
         return Reply(_about_action(action))

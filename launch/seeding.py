@@ -10,7 +10,8 @@ import sys
 from datetime import timedelta
 
 from parley.config import Settings
-from store import identity
+from parley.mcp import McpServerConfig
+from store import identity, tenants
 from store.db import create_engine, session_factory
 
 
@@ -54,11 +55,31 @@ async def revoke_tokens(
         await engine.dispose()
 
 
+def demo_mcp_server(northwind_url: str) -> McpServerConfig:
+    """The demo backend's MCP server as tenant `northwind` uses it: store hours and product
+    search to read, a store pickup reservation that only the user's confirm makes. The
+    backend also serves a staff-only export that no allow-list names."""
+    return McpServerConfig(
+        name="northwind_mcp",
+        url=f"{northwind_url.rstrip('/')}/mcp",
+        allowed_tools=["get_store_hours", "search_products", "reserve_in_store_pickup"],
+        risk={"reserve_in_store_pickup": "write"},
+    )
+
+
 async def seed(settings: Settings) -> None:
     engine = create_engine(require_database(settings), pool_size=1)
     try:
         async with session_factory(engine)() as db:
             await identity.seed_demo(db)
+            # Northwind's MCP server at this run's backend (its URL may change between runs);
+            # the tenant's other settings and servers are kept.
+            config = await tenants.tenant_config(db, tenant_id="northwind")
+            mcp = demo_mcp_server(settings.northwind_url)
+            servers = [s for s in config.mcp_servers or [] if s.name != mcp.name] + [mcp]
+            await tenants.set_config(
+                db, tenant_id="northwind", config=config.model_copy(update={"mcp_servers": servers})
+            )
             await db.commit()
     finally:
         await engine.dispose()

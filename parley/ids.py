@@ -91,6 +91,12 @@ def email_idempotency_key(*, action_id: str) -> str:
     return f"parley-{action_id}"
 
 
+def mcp_idempotency_key(*, action_id: str) -> str:
+    """One confirmed MCP write, one effect, however often it is executed: the tool server
+    dedupes on this key."""
+    return f"parley-mcp-{action_id}"
+
+
 # Bumped whenever the layout of the prompt's stable prefix changes.
 PROMPT_LAYOUT_VERSION = 2
 

@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from parley.mcp import McpServerConfig, find_tool, is_mcp_name
 from parley.tools import TOOLS, Risk
 
 
@@ -41,8 +42,13 @@ class TenantConfig(BaseModel):
     # `PARLEY_USER_REQUESTS_PER_MINUTE` for this tenant's users.
     max_active_turns_per_user: int | None = Field(default=None, ge=1, le=100)
     user_requests_per_minute: int | None = Field(default=None, ge=1, le=10_000)
+    # Tool servers over the Model Context Protocol (parley/mcp.py): each with its own
+    # allow-list and risk classes; `tool_allowlist` is about the local tools only.
+    mcp_servers: list[McpServerConfig] | None = Field(default=None, max_length=10)
 
     def offered(self, name: str) -> bool:
+        if is_mcp_name(name):  # a server's tool: only what its allow-list names
+            return find_tool(self.mcp_servers, name) is not None
         return self.tool_allowlist is None or name in self.tool_allowlist
 
     @classmethod

@@ -276,6 +276,7 @@ async def test_bad_faults_are_refused(backend: httpx.AsyncClient) -> None:
         "latency_ms": 0,
         "error_rate": 0.0,
         "outage": False,
+        "mcp_outage": False,
         "email_post_accept_latency_ms": 0,
     }
 
