@@ -20,5 +20,7 @@ def alembic_config(database_url: str) -> Config:
     return config
 
 
-def upgrade(database_url: str, revision: str = "head") -> None:
+def upgrade(database_url: str, revision: str = "heads") -> None:
+    # "heads": branches developed side by side each add a migration on the same parent; all
+    # of them are applied until a merge chains them.
     command.upgrade(alembic_config(database_url), revision)
