@@ -41,7 +41,8 @@ def answer_from_files(messages: list[dict[str, Any]], question: str) -> str | No
 def _described(view: FileView) -> str:
     if view.parts is not None:
         shown = _and([str(p) for p in view.parts]) if view.parts else "none"
-        return f"{view.name} (too long to read whole, so only parts {shown} of {view.of})"
+        noun = "part" if len(view.parts) == 1 else "parts"
+        return f"{view.name} (too long to read whole, so only {noun} {shown} of {view.of})"
     if view.pages is not None:
         return f"{view.name} ({view.pages} page{'s' if view.pages != 1 else ''})"
     if view.rows is not None:
