@@ -24,6 +24,7 @@ from temporalio.worker import Worker
 
 from activities.context import ContextBuilder
 from activities.failures import FailureInterceptor, database_probe
+from activities.knowledge import KnowledgeSource
 from activities.memory import MemoryActivities
 from activities.northwind import NorthwindClient
 from activities.screens import ScreenActivities
@@ -35,6 +36,7 @@ from activities.turn import TurnActivities
 from dispatch.deployment import deployment_config, deployment_version, promote
 from dispatch.outbox import sweep_forever
 from gateway import ModelProvider, ProviderPool
+from gateway.embeddings import build_embedder
 from parley.breaker import CircuitBreaker
 from parley.config import Settings, get_settings
 from parley.logs import configure_logging
@@ -91,7 +93,14 @@ def build_activities(
         sessions=sessions,
         providers=providers,
         settings=settings,
-        context=ContextBuilder(sessions=sessions, settings=settings, northwind=northwind),
+        context=ContextBuilder(
+            sessions=sessions,
+            settings=settings,
+            northwind=northwind,
+            knowledge=KnowledgeSource(
+                passages=settings.knowledge_passages, embedder=build_embedder(settings)
+            ),
+        ),
         output_screen=output_screen,
     )
     tools = ToolActivities(sessions=sessions, northwind=northwind, settings=settings)

@@ -16,6 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.exceptions import ApplicationError
 
+from activities.knowledge import KnowledgeSource
 from activities.northwind import BackendError, NorthwindClient
 from parley.config import Settings
 from parley.context import Block, Packed, WindowMessage, input_budget, pack
@@ -70,10 +71,12 @@ class ContextBuilder:
         sessions: async_sessionmaker[AsyncSession],
         settings: Settings,
         northwind: NorthwindClient,
+        knowledge: KnowledgeSource | None = None,
     ) -> None:
         self._sessions = sessions
         self._settings = settings
         self._northwind = northwind
+        self._knowledge = knowledge
 
     async def build(self, inp: BuildContextInput) -> BuildContextResult:
         async with self._sessions() as db:
@@ -106,6 +109,10 @@ class ContextBuilder:
         if step == 0:
             await _pin_stated_facts(db, turn)
         packed, plan = await self._assemble(db, turn, tenant, budgets, counter, tools)
+        # Knowledge: what the prompt showed, by reference (finalize reads it for citations).
+        knowledge = plan.pop("knowledge", None)
+        if knowledge and not any(b.kind == "knowledge" for b in packed.kept):
+            knowledge = {**knowledge, "sources": []}
         if packed.dropped:
             await _warn_dropped(db, turn, packed.missing)
         call = ModelCall(
@@ -120,6 +127,7 @@ class ContextBuilder:
                 "max_output_tokens": budgets.reserve,
                 "reasoning_effort": tenant.reasoning_effort,
                 "cache_key": prompt_cache_key(stable_prefix=stable_prefix(packed.messages, tools)),
+                "knowledge": knowledge,
                 "budget": {
                     "window": budgets.window,
                     "reserve": budgets.reserve,
@@ -146,6 +154,7 @@ class ContextBuilder:
             tool_age_turns=s.context_tool_result_age_turns,
             message_max=s.context_message_max_tokens,
             paste_chunk=s.context_paste_chunk_tokens,
+            knowledge=s.knowledge_tokens,
         )
 
     async def _assemble(
@@ -179,6 +188,9 @@ class ContextBuilder:
         window, recalled, hits = await _window_and_recall(
             db, turn, history, memory, budgets, counter, left=left, terms=terms
         )
+        knowledge, knowledge_plan = await self._knowledge_blocks(
+            db, turn, current, memory, budgets, counter
+        )
         system_prompt = self._settings.system_prompt + (
             f"\n\n{tenant.persona}" if tenant.persona else ""
         )
@@ -187,6 +199,7 @@ class ContextBuilder:
             *remembered,
             *history_blocks(counter, window, budgets),
             *recalled,
+            *knowledge,
             *current_blocks(counter, current, await _state(db, turn), budgets, terms=terms),
         ]
         budget = input_budget(window=budgets.window, reserve=budgets.reserve, exact=counter.exact)
@@ -203,8 +216,30 @@ class ContextBuilder:
             "window_widened": window.widened,
             "summary_through_seq": through,
             "recalled_seqs": sorted(h.seq for h in hits),
+            "knowledge": knowledge_plan,
         }
         return packed, plan
+
+    async def _knowledge_blocks(
+        self,
+        db: AsyncSession,
+        turn: Turn,
+        current: list[WindowMessage],
+        memory: Memory,
+        budgets: Budgets,
+        counter: TokenCounter,
+    ) -> tuple[list[Block], dict[str, Any] | None]:
+        """The tenant's knowledge passages for this message (activities/knowledge.py)."""
+        if self._knowledge is None or not current:
+            return [], None
+        return await self._knowledge.blocks(
+            db,
+            turn,
+            message=current[0].text,
+            slots={k: v for k, (v, _) in memory.slots.items()},
+            counter=counter,
+            budget=budgets.knowledge,
+        )
 
     async def _resolve_references(self, db: AsyncSession, turn: Turn) -> BuildContextResult | None:
         """Run the reference resolver; if it must ask, answer with the question (no model)."""

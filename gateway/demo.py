@@ -18,7 +18,9 @@ from datetime import date
 from typing import Any
 
 from gateway.base import Finish, ModelRequest, StreamEvent, TextDelta, ToolCallRequest
+from gateway.demo_policy import policy_answer
 from parley.context import read_state_block, unfence
+from parley.knowledge import read_passages
 from parley.memory import extract_facts, is_summary_request
 from parley.prompt import PASTE_NONE, PASTE_SOME
 from parley.tokens import count_message, count_messages, count_tools, default_counter
@@ -115,6 +117,10 @@ def compose_reply(request: ModelRequest) -> Reply:
         text = _from_results(ctx)
         assumption = ctx.resolution.get("assumption")
         return Reply(f"{assumption} {text}" if assumption else text)
+    # Policy questions are answered from the knowledge passages (gateway/demo_policy.py).
+    policy = policy_answer(ctx.user_text, read_passages(request.messages))
+    if policy is not None:
+        return Reply(policy)
     return _next_step(ctx)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 from datetime import timedelta
 
+from launch.knowledge import load_knowledge
 from parley.config import Settings
 from store import identity
 from store.db import create_engine, session_factory
@@ -62,3 +63,5 @@ async def seed(settings: Settings) -> None:
             await db.commit()
     finally:
         await engine.dispose()
+    # The demo tenants' knowledge documents (launch/knowledge/).
+    await load_knowledge(settings)
