@@ -188,9 +188,7 @@ class ContextBuilder:
         window, recalled, hits = await _window_and_recall(
             db, turn, history, memory, budgets, counter, left=left, terms=terms
         )
-        knowledge, knowledge_plan = await self._knowledge_blocks(
-            db, turn, current, memory, budgets, counter
-        )
+        knowledge, known = await self._passages(db, turn, current, memory, budgets, counter)
         system_prompt = self._settings.system_prompt + (
             f"\n\n{tenant.persona}" if tenant.persona else ""
         )
@@ -216,11 +214,11 @@ class ContextBuilder:
             "window_widened": window.widened,
             "summary_through_seq": through,
             "recalled_seqs": sorted(h.seq for h in hits),
-            "knowledge": knowledge_plan,
+            "knowledge": known,
         }
         return packed, plan
 
-    async def _knowledge_blocks(
+    async def _passages(
         self,
         db: AsyncSession,
         turn: Turn,

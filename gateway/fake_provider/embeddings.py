@@ -10,6 +10,9 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+from typing import Any
+
+from fastapi import FastAPI, Request
 
 DIMENSIONS = 256
 MODEL = "fake-hashed-bow-256"
@@ -41,3 +44,16 @@ def hashed_embedding(text: str, dimensions: int = DIMENSIONS) -> list[float]:
         vector[bucket] += 1.0 if digest[4] & 1 else -1.0
     norm = math.sqrt(sum(v * v for v in vector))
     return [v / norm for v in vector] if norm else [1.0] + [0.0] * (dimensions - 1)
+
+
+def add_embeddings_route(app: FastAPI) -> None:
+    @app.post("/v1/embeddings")
+    async def embeddings(request: Request) -> dict[str, Any]:
+        """OpenAI embeddings: hashed bag-of-words vectors (not semantic)."""
+        body = await request.json()
+        inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        data = [
+            {"object": "embedding", "index": i, "embedding": hashed_embedding(str(text))}
+            for i, text in enumerate(inputs)
+        ]
+        return {"object": "list", "model": body.get("model"), "data": data}

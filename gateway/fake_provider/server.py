@@ -34,7 +34,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from gateway.demo import compose_reply, tokenize
-from gateway.fake_provider.embeddings import hashed_embedding
+from gateway.fake_provider.embeddings import add_embeddings_route
 from gateway.fake_provider.wire import (
     Dialect,
     Fail,
@@ -158,16 +158,7 @@ class FakeProvider:
                 )
             return {"id": "modr-fake", "model": "omni-moderation-latest", "results": results}
 
-        @app.post("/v1/embeddings")
-        async def embeddings(request: Request) -> dict[str, Any]:
-            """OpenAI embeddings: hashed bag-of-words vectors (not semantic; see embeddings.py)."""
-            body = await request.json()
-            inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
-            data = [
-                {"object": "embedding", "index": i, "embedding": hashed_embedding(str(text))}
-                for i, text in enumerate(inputs)
-            ]
-            return {"object": "list", "model": body.get("model"), "data": data}
+        add_embeddings_route(app)
 
         @app.post("/_fake/script")
         async def script(request: Request) -> dict[str, int]:
