@@ -227,8 +227,11 @@ class ContextBuilder:
         budgets: Budgets,
         counter: TokenCounter,
     ) -> tuple[list[Block], dict[str, Any] | None]:
-        """The tenant's knowledge passages for this message (activities/knowledge.py)."""
+        """The tenant's knowledge passages for this message (activities/knowledge.py); not
+        for a paste too large to read whole: its question is about the pasted text."""
         if self._knowledge is None or not current:
+            return [], None
+        if current[0].tokens > (budgets.window - budgets.reserve) // 2:
             return [], None
         return await self._knowledge.blocks(
             db,
