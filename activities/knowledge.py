@@ -180,7 +180,8 @@ async def emit_citations(
     call = await db.get(ModelCall, model_call_id)
     if turn is None or call is None or turn.state in TERMINAL_TURN_STATES:
         return
-    shown = (call.request or {}).get("knowledge", {}).get("sources") or []
+    # A request without passages records none (or no "knowledge" at all: older calls).
+    shown = ((call.request or {}).get("knowledge") or {}).get("sources") or []
     sources = cited_sources(text, shown)
     if not sources:
         return
