@@ -24,6 +24,7 @@ from temporalio.worker import Worker
 
 from activities.context import ContextBuilder
 from activities.failures import FailureInterceptor, database_probe
+from activities.knowledge import KnowledgeSource
 from activities.mcp import McpTools
 from activities.memory import MemoryActivities
 from activities.northwind import NorthwindClient
@@ -36,6 +37,7 @@ from activities.turn import TurnActivities
 from dispatch.deployment import deployment_config, deployment_version, promote
 from dispatch.outbox import sweep_forever
 from gateway import ModelProvider, ProviderPool
+from gateway.embeddings import build_embedder as passage_embedder
 from gateway.minilm import build_embedder
 from parley.breaker import CircuitBreaker
 from parley.config import Settings, get_settings
@@ -101,6 +103,9 @@ def build_activities(
             northwind=northwind,
             embedder=embedder,
             mcp=mcp,
+            knowledge=KnowledgeSource(
+                passages=settings.knowledge_passages, embedder=passage_embedder(settings)
+            ),
         ),
         output_screen=output_screen,
     )
