@@ -101,11 +101,7 @@ def main(argv: list[str] | None = None) -> None:
     elif args.command == "seed":
         asyncio.run(seed(settings))
     elif args.command == "knowledge":
-        from launch.knowledge import KNOWLEDGE_DIR, load_knowledge
-
-        require_database(settings)
-        for line in asyncio.run(load_knowledge(settings, args.dir or KNOWLEDGE_DIR)):
-            print(line)
+        _load_knowledge(settings, args)
     elif args.command == "api":
         import uvicorn
 
@@ -139,6 +135,15 @@ def main(argv: list[str] | None = None) -> None:
         from launch.dev import run_dev
 
         run_dev(settings, workers=max(1, args.workers))
+
+
+def _load_knowledge(settings: Settings, args: argparse.Namespace) -> None:
+    """`parley knowledge load [--dir D]`: (re)load the tenants' documents, one line each."""
+    from launch.knowledge import KNOWLEDGE_DIR, load_knowledge
+
+    require_database(settings)
+    for line in asyncio.run(load_knowledge(settings, args.dir or KNOWLEDGE_DIR)):
+        print(line)
 
 
 def _feature(settings: Settings, args: argparse.Namespace) -> None:
