@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.exceptions import ApplicationError
 
 from activities import consented_memory
+from activities.attachments import attached_file_blocks
 from activities.mcp import McpTools
 from activities.northwind import BackendError, NorthwindClient
 from activities.recall import RecallQuery, recall_hits
@@ -209,6 +210,7 @@ class ContextBuilder:
             *history_blocks(counter, window, budgets),
             *recalled,
             *current_blocks(counter, current, await _state(db, turn), budgets, terms=terms),
+            *await attached_file_blocks(db, turn, counter, self._settings, terms),  # uploads
         ]
         budget = input_budget(window=budgets.window, reserve=budgets.reserve, exact=counter.exact)
         try:

@@ -5,11 +5,16 @@ It runs outside FastAPI, so before routing, authentication and JSON parsing. A d
 (the server then closes the connection rather than drain it). A body without a length
 (chunked) is counted while the app reads it; at the first byte over the limit the client
 gets the 413 and the app sees a disconnect, so no more than the limit is ever held.
+
+A few routes take larger bodies (a file upload): `larger` maps a path pattern to its own
+limit, decided the same way, before anything is read.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Mapping
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -18,21 +23,31 @@ from api.errors import error_body
 
 
 class BodyLimit:
-    def __init__(self, app: ASGIApp, *, max_bytes: int) -> None:
+    def __init__(
+        self, app: ASGIApp, *, max_bytes: int, larger: Mapping[str, int] | None = None
+    ) -> None:
         self._app = app
         self._max = max_bytes
+        self._larger = [(re.compile(p), limit) for p, limit in (larger or {}).items()]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self._app(scope, receive, send)
             return
+        limit = self._limit_for(scope.get("path", ""))
         declared = _content_length(scope)
-        if declared is not None and declared > self._max:
-            await self._refuse(send)
+        if declared is not None and declared > limit:
+            await self._refuse(send, limit)
             return
-        await self._app(scope, *self._guarded(receive, send))
+        await self._app(scope, *self._guarded(receive, send, limit))
 
-    def _guarded(self, receive: Receive, send: Send) -> tuple[Receive, Send]:
+    def _limit_for(self, path: str) -> int:
+        for pattern, limit in self._larger:
+            if pattern.fullmatch(path):
+                return limit
+        return self._max
+
+    def _guarded(self, receive: Receive, send: Send, limit: int) -> tuple[Receive, Send]:
         """`receive` that counts the body and `send` that goes quiet once 413 is sent."""
         seen = 0
         answered = False  # by us (413): the app's own answer is dropped
@@ -45,10 +60,10 @@ class BodyLimit:
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self._max:
+                if seen > limit:
                     if not started:
                         answered = True
-                        await self._refuse(send)
+                        await self._refuse(send, limit)
                     return {"type": "http.disconnect"}
             return message
 
@@ -61,11 +76,9 @@ class BodyLimit:
 
         return counting_receive, guarded_send
 
-    async def _refuse(self, send: Send) -> None:
+    async def _refuse(self, send: Send, limit: int) -> None:
         body = json.dumps(
-            error_body(
-                "payload_too_large", f"the request body is over {self._max} bytes", limit=self._max
-            )
+            error_body("payload_too_large", f"the request body is over {limit} bytes", limit=limit)
         ).encode()
         headers: list[tuple[bytes, Any]] = [
             (b"content-type", b"application/json"),

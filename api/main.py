@@ -14,7 +14,7 @@ from api import errors
 from api.body_limit import BodyLimit
 from api.deps import TemporalConnector
 from api.logcontext import RequestLogContext
-from api.routes import actions, admin, memory, ops, sessions, turns, web
+from api.routes import actions, admin, feedback, files, memory, ops, sessions, turns, web
 from api.streaming import EventHub, StreamRegistry
 from dispatch.control import cancel_turn_workflow
 from parley.config import Settings, get_settings
@@ -70,14 +70,10 @@ def create_app(
     errors.install(app)
     app.add_middleware(RequestLogContext)
     # Outermost of ours: a body is refused before routing, authentication or parsing.
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
-    app.include_router(sessions.router)
-    app.include_router(turns.router)
-    app.include_router(actions.router)
-    app.include_router(memory.router)
-    app.include_router(admin.router)
-    app.include_router(ops.router)
-    app.include_router(web.router)
+    larger = {files.UPLOAD_PATH: settings.max_file_bytes}  # an upload's own limit
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, larger=larger)
+    for routes in (sessions, turns, actions, memory, files, feedback, admin, ops, web):
+        app.include_router(routes.router)
     app.mount(web.STATIC_PREFIX, web.web_files(), name="static")
     app.openapi = lambda: _openapi(app, settings)  # type: ignore[method-assign]
     return app

@@ -6,7 +6,7 @@ here embed them. Each response model is built by one constructor from the stored
 
 from __future__ import annotations
 
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -25,6 +25,8 @@ class PostMessageIn(BaseModel):
     text: str = Field(min_length=1, json_schema_extra={"pattern": NO_NUL})
     # Strict: `false` is not a seq, though Python would read it as 0.
     expected_last_seq: int | None = Field(default=None, strict=True)
+    # Files uploaded to this session (`POST .../files`) that the message refers to.
+    file_ids: list[str] = Field(default_factory=list, max_length=10)
 
     @field_validator("text", "client_message_id")
     @classmethod
@@ -230,3 +232,61 @@ class MemoryOut(BaseModel):
 class ConsentIn(BaseModel):
     # Strict: only a JSON boolean is an answer to "may we remember?".
     consent: bool = Field(strict=True)
+
+
+# --- files and feedback -------------------------------------------------------------------
+
+
+class FileOut(View):
+    """An uploaded file (`POST .../files`); its bytes are at `GET .../files/{file_id}`."""
+
+    file_id: str = Field(validation_alias="id")
+    name: str
+    content_type: str
+    bytes: int = Field(validation_alias="size")
+
+
+class FeedbackIn(BaseModel):
+    rating: Literal["up", "down"]
+    comment: str | None = Field(
+        default=None, max_length=2000, json_schema_extra={"pattern": NO_NUL}
+    )
+
+    @field_validator("comment")
+    @classmethod
+    def _no_nul(cls, value: str | None) -> str | None:
+        if value is not None and "\x00" in value:
+            raise ValueError("must not contain NUL characters")
+        return value
+
+
+class FeedbackOut(View):
+    message_id: str
+    rating: str
+    comment: str | None
+    # The run that produced the rated answer: its spans are in the trace ledger.
+    turn_id: str | None
+    created_at: Timestamp
+    updated_at: Timestamp
+
+
+class TraceSpanOut(View):
+    name: str
+    attempt: int
+    started_at: Timestamp
+    ended_at: Timestamp
+    outcome: str
+    attrs: dict[str, Any] | None
+
+
+class RatedAnswerOut(FeedbackOut):
+    """A rating as an operator reads it: who, the answer's text, and the run's trace."""
+
+    user_id: str
+    session_id: str
+    answer_text: str
+    trace: list[TraceSpanOut]
+
+
+class FeedbackList(BaseModel):
+    feedback: list[RatedAnswerOut]

@@ -18,6 +18,7 @@ from datetime import date
 from typing import Any
 
 from gateway.base import Finish, ModelRequest, StreamEvent, TextDelta, ToolCallRequest
+from gateway.demo_files import answer_from_files
 from gateway.demo_hints import contact_answer, note_over_results
 from gateway.demo_mcp import next_step as outside_step
 from gateway.demo_orders import next_step as orders_step
@@ -124,6 +125,9 @@ def compose_reply(request: ModelRequest) -> Reply:
     action = ctx.state.get("action")
     if action and action.get("status") != "pending":
         return Reply(_about_action(action))
+    from_files = answer_from_files(request.messages, ctx.user_text)  # attached files
+    if from_files is not None:
+        return Reply(from_files)
     orders = orders_step(ctx.state, ctx.user_text, ctx.results)  # order searches
     if orders is not None:
         return ctx.call(orders.tool, **orders.arguments) if orders.tool else Reply(orders.text)

@@ -1,5 +1,5 @@
-"""The operator CLI: `parley token create | token revoke | migrate | seed | api | worker |
-demo-backend | dev`."""
+"""The operator CLI: `parley token create | token revoke | feature grant | feature revoke |
+migrate | seed | api | worker | demo-backend | dev`."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import sys
 from datetime import timedelta
 
 from launch.devstate import with_dev_services
-from launch.seeding import create_token, require_database, revoke_tokens, seed
+from launch.seeding import create_token, require_database, revoke_tokens, seed, set_feature
 from parley.config import Settings, get_settings
+from parley.features import KNOWN as KNOWN_FEATURES
 from parley.logs import configure_logging
 
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
@@ -43,6 +44,14 @@ def build_parser() -> argparse.ArgumentParser:
     revoke.add_argument("token", nargs="?", help="the token to revoke")
     revoke.add_argument("--tenant")
     revoke.add_argument("--user", help="revoke every token of this user (with --tenant)")
+
+    feature = commands.add_parser("feature", help="grant or revoke a user's feature")
+    feature_commands = feature.add_subparsers(dest="feature_command", required=True)
+    for verb, what in (("grant", "give the user"), ("revoke", "take from the user")):
+        change = feature_commands.add_parser(verb, help=f"{what} a feature (`assistant`)")
+        change.add_argument("feature", choices=KNOWN_FEATURES)
+        change.add_argument("--tenant", required=True)
+        change.add_argument("--user", required=True)
 
     commands.add_parser("migrate", help="apply database migrations")
     commands.add_parser("seed", help="insert the Northwind demo tenants and users")
@@ -76,6 +85,8 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(str(exc))
     elif args.command == "token":
         _revoke(settings, args)
+    elif args.command == "feature":
+        _feature(settings, args)
     elif args.command == "migrate":
         from store.migrate import upgrade
 
@@ -115,6 +126,19 @@ def main(argv: list[str] | None = None) -> None:
         from launch.dev import run_dev
 
         run_dev(settings, workers=max(1, args.workers))
+
+
+def _feature(settings: Settings, args: argparse.Namespace) -> None:
+    """`parley feature grant|revoke assistant --tenant T --user U`: from the next request."""
+    enabled = args.feature_command == "grant"
+    found = asyncio.run(
+        set_feature(
+            settings, tenant=args.tenant, user=args.user, feature=args.feature, enabled=enabled
+        )
+    )
+    if not found:
+        sys.exit(f"unknown user {args.user!r} in tenant {args.tenant!r}")
+    print(f"{args.feature} {'granted to' if enabled else 'revoked from'} {args.user}")
 
 
 def _revoke(settings: Settings, args: argparse.Namespace) -> None:

@@ -83,3 +83,19 @@ async def seed(settings: Settings) -> None:
             await db.commit()
     finally:
         await engine.dispose()
+
+
+async def set_feature(
+    settings: Settings, *, tenant: str, user: str, feature: str, enabled: bool
+) -> bool:
+    """Grant or revoke a user's feature; False when there is no such user."""
+    engine = create_engine(require_database(settings), pool_size=1)
+    try:
+        async with session_factory(engine)() as db:
+            found = await identity.set_feature(
+                db, tenant_id=tenant, user_id=user, feature=feature, enabled=enabled
+            )
+            await db.commit()
+            return found
+    finally:
+        await engine.dispose()

@@ -61,6 +61,9 @@ class Settings(BaseSettings):
     # Any request body over this is refused (413) before it is read or parsed. The longest
     # message, every character escaped as a JSON surrogate pair, still fits.
     max_body_bytes: int = 128 * 1024
+    # An uploaded file (`POST .../files`): its request body may be this long (multipart
+    # framing included), refused 413 before it is read like any other body.
+    max_file_bytes: int = 5 * 1024 * 1024
 
     # Streaming: deltas are coalesced into frames of this many milliseconds.
     stream_frame_ms: int = 40
@@ -146,6 +149,9 @@ class Settings(BaseSettings):
     # optional `embeddings` extra; see gateway/minilm.py). Falls back to full-text when the
     # extra, the weights or PostgreSQL's `vector` extension is missing.
     embeddings: str = ""
+    # The text of every file attached to one message shares this many characters of the
+    # prompt, split evenly; a file over its share is chunked and searched like a paste.
+    context_file_chars: int = 24_000
     # The rolling summary runs after a turn once this many tokens have left the window.
     summary_min_new_tokens: int = 150
     # The summary workflow starts this long after the turn that asked for it: a customer reads

@@ -15,6 +15,7 @@
     ├── InvalidRequest            a field breaks the contract (names the field)
     ├── AgentPaused               the tenant's assistant is switched off
     ├── Forbidden                 the caller lacks the role (admin routes only)
+    │   └── FeatureNotEnabled     the user's `assistant` feature is revoked
     ├── RateLimited               too many of something at once (carries retry_after_s)
     └── ContextTooLarge           the required part of a prompt exceeds the model's input budget
 
@@ -81,6 +82,12 @@ class IdempotencyKeyReused(ParleyError):
 
 class Forbidden(ParleyError):
     code = "forbidden"
+
+
+class FeatureNotEnabled(Forbidden):
+    """The user's access to the assistant is revoked: no new turns (history stays readable)."""
+
+    code = "feature_not_enabled"
 
 
 class InvalidRequest(ParleyError):

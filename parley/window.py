@@ -163,6 +163,15 @@ def split_paste(text: str, *, chunk_tokens: int, count: Callable[[str], int]) ->
         question = paragraphs.pop()
     elif len(paragraphs) > 1 and count(paragraphs[0]) <= 150:
         question = paragraphs.pop(0)
+    return Paste(
+        question, chunk_text("\n\n".join(paragraphs), chunk_tokens=chunk_tokens, count=count)
+    )
+
+
+def chunk_text(text: str, *, chunk_tokens: int, count: Callable[[str], int]) -> list[str]:
+    """Text in chunks of about `chunk_tokens` each, cut at paragraphs, then lines, then words
+    (a paste's body; an attached file too long for its share of the prompt)."""
+    paragraphs = [p.strip() for p in _PARAGRAPHS.split(text) if p.strip()]
     pieces: list[str] = []
     for paragraph in paragraphs:
         pieces += _split_long(paragraph, chunk_tokens, count)
@@ -178,7 +187,7 @@ def split_paste(text: str, *, chunk_tokens: int, count: Callable[[str], int]) ->
         size += cost
     if current:
         chunks.append("\n\n".join(current))
-    return Paste(question, chunks)
+    return chunks
 
 
 def _split_long(paragraph: str, chunk_tokens: int, count: Callable[[str], int]) -> list[str]:

@@ -11,6 +11,7 @@ from sqlalchemy import func, select, tuple_, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from parley.features import ASSISTANT
 from parley.ids import new_id
 from store.models import ApiToken, Tenant, User
 
@@ -22,6 +23,9 @@ class Identity:
     tenant_id: str
     user_id: str
     roles: tuple[str, ...]
+    # What the user may use (parley/features.py); read with the token, so checking it costs
+    # no query.
+    features: tuple[str, ...] = (ASSISTANT,)
 
 
 def hash_token(token: str) -> str:
@@ -80,7 +84,7 @@ async def identity_for_token(db: AsyncSession, *, token: str) -> Identity | None
     so every API process agrees)."""
     row = (
         await db.execute(
-            select(ApiToken.tenant_id, ApiToken.user_id, User.roles)
+            select(ApiToken.tenant_id, ApiToken.user_id, User.roles, User.features)
             .join(User, (User.tenant_id == ApiToken.tenant_id) & (User.id == ApiToken.user_id))
             .where(
                 ApiToken.token_hash == hash_token(token),
@@ -91,7 +95,26 @@ async def identity_for_token(db: AsyncSession, *, token: str) -> Identity | None
     ).first()
     if row is None:
         return None
-    return Identity(tenant_id=row.tenant_id, user_id=row.user_id, roles=tuple(row.roles or ()))
+    return Identity(
+        tenant_id=row.tenant_id,
+        user_id=row.user_id,
+        roles=tuple(row.roles or ()),
+        features=tuple(row.features or ()),
+    )
+
+
+async def set_feature(
+    db: AsyncSession, *, tenant_id: str, user_id: str, feature: str, enabled: bool
+) -> bool:
+    """Grant or revoke one feature of a user (the caller commits); False for an unknown user.
+    Every request reads the features with its token, so the next request sees the change."""
+    user = await db.get(User, (tenant_id, user_id), with_for_update=True)
+    if user is None:
+        return False
+    current = [f for f in user.features or [] if f != feature]
+    user.features = [*current, feature] if enabled else current
+    await db.flush()
+    return True
 
 
 # The Northwind demo of design.md and api.md: two customers of one tenant, one of another

@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     Computed,
     DateTime,
@@ -17,6 +18,7 @@ from sqlalchemy import (
     ForeignKeyConstraint,
     Index,
     Integer,
+    LargeBinary,
     String,
     Text,
     UniqueConstraint,
@@ -58,6 +60,8 @@ class User(Base):
     display_name: Mapped[str] = mapped_column(String(200))
     email: Mapped[str | None] = mapped_column(String(320))
     roles: Mapped[list[str]] = mapped_column(ARRAY(String(32)), server_default="{}")
+    # What the user may use (parley/features.py); everyone has the assistant until revoked.
+    features: Mapped[list[str]] = mapped_column(ARRAY(String(32)), server_default="{assistant}")
     created_at: Mapped[datetime] = _now_column()
 
 
@@ -119,6 +123,8 @@ class Message(Base):
     client_message_id: Mapped[str | None] = mapped_column(String(64))
     tool_calls: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONB)
     tool_call_id: Mapped[str | None] = mapped_column(String(64))
+    # Files the user attached to this message (`files.id`, checked as theirs when posted).
+    file_ids: Mapped[list[str] | None] = mapped_column(JSONB)
     # An incomplete or cancelled answer that a retry replaced; hidden from lists and prompts.
     replaced_by: Mapped[str | None] = mapped_column(String(40))
     # Counted when the message is written (see `_count_tokens`), by the counter named beside
@@ -456,3 +462,39 @@ class UserMemoryItem(Base):
     source: Mapped[str] = mapped_column(String(80))
     created_at: Mapped[datetime] = _now_column()
     expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class SessionFile(Base):
+    """An upload into a session: its bytes and the text extracted once (parley/file_text.py)."""
+
+    __tablename__ = "files"
+    __table_args__ = (Index("ix_files_session", "session_id"),)
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id"))
+    tenant_id: Mapped[str] = mapped_column(String(64))
+    user_id: Mapped[str] = mapped_column(String(64))
+    name: Mapped[str] = mapped_column(String(255))
+    content_type: Mapped[str] = mapped_column(String(100))
+    size: Mapped[int] = mapped_column("bytes", BigInteger)  # `bytes` would shadow the type
+    content: Mapped[bytes] = mapped_column(LargeBinary)
+    text: Mapped[str] = mapped_column(Text)
+    meta: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default="{}")  # pages, rows
+    created_at: Mapped[datetime] = _now_column()
+
+
+class Feedback(Base):
+    """A user's rating of an answer, linked to the turn (trace spans) that produced it."""
+
+    __tablename__ = "feedback"
+    __table_args__ = (Index("ix_feedback_recent", "tenant_id", "rating", "updated_at"),)
+
+    message_id: Mapped[str] = mapped_column(ForeignKey("messages.id"), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    user_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    session_id: Mapped[str] = mapped_column(String(40))
+    turn_id: Mapped[str | None] = mapped_column(ForeignKey("turns.id"))
+    rating: Mapped[str] = mapped_column(String(8))
+    comment: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = _now_column()
+    updated_at: Mapped[datetime] = _now_column()

@@ -9,6 +9,7 @@ the workflow, because the turn row is the outbox that start relies on.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -20,14 +21,17 @@ from parley.consent import typed_decision
 from parley.contracts import MessageStatus, ResolveActionSignal, TurnState
 from parley.errors import (
     AgentPaused,
+    FeatureNotEnabled,
     IdempotencyKeyReused,
     StaleView,
     TurnInProgress,
     TurnNotRetryable,
 )
+from parley.features import ASSISTANT
 from parley.ids import new_id
 from parley.statuses import ActionStatus, Decision, DeclineReason
 from store import actions
+from store import files as files_store
 from store import limits as limits_store
 from store.events import append_events, state_event
 from store.identity import Identity
@@ -57,31 +61,26 @@ async def post_user_message(
     text: str,
     expected_last_seq: int | None,
     limits: Limits | None = None,
+    file_ids: Sequence[str] = (),
 ) -> PostedMessage:
-    """Store a user message and its turn in the caller's transaction.
+    """Store a user message and its turn in the caller's transaction; `file_ids` (the user's
+    uploads to this session, else 404) are kept on the message for its prompt.
 
     If the session's turn rests awaiting a confirmation, a plain typed yes/no resolves the
     pending action (the message joins that turn); anything else supersedes the action and
     starts a new turn.
     """
     session = await get_session(db, owner=owner, session_id=session_id, for_update=True)
-    earlier = await db.scalar(
-        select(Message).where(
-            Message.session_id == session_id, Message.client_message_id == client_message_id
-        )
-    )
+    earlier = await _earlier_post(db, session_id, client_message_id, text)
     if earlier is not None:
-        if earlier.text != text:
-            raise IdempotencyKeyReused(
-                "this client_message_id was already used with a different text"
-            )
-        turn = await db.get(Turn, earlier.turn_id)
-        assert turn is not None
-        return PostedMessage(turn=turn, message=earlier, created=False)
+        return earlier
 
     await _admit(db, owner=owner, limits=limits)
     if expected_last_seq is not None and expected_last_seq != session.last_seq:
         raise StaleView("the session has newer messages", last_seq=session.last_seq)
+    attached = await files_store.check_owned(
+        db, owner=owner, session_id=session_id, file_ids=file_ids
+    )
 
     signals: list[tuple[str, ResolveActionSignal]] = []
     if session.active_turn_id is not None:
@@ -93,6 +92,7 @@ async def post_user_message(
                 db, action_id=action.id, session_id=session_id, owner=owner, decision=decision
             )
             message = _user_message(session, active.id, client_message_id, text)
+            message.file_ids = attached or None
             db.add(message)
             await db.flush()
             await db.refresh(message)
@@ -104,10 +104,29 @@ async def post_user_message(
 
     turn_id = new_id("trn")
     message = _user_message(session, turn_id, client_message_id, text)
+    message.file_ids = attached or None
     db.add(message)
     turn = await open_turn(db, session=session, owner=owner, message=message, turn_id=turn_id)
     await db.refresh(message)
     return PostedMessage(turn, message, True, new_turn=True, signals=tuple(signals))
+
+
+async def _earlier_post(
+    db: AsyncSession, session_id: str, client_message_id: str, text: str
+) -> PostedMessage | None:
+    """The same message posted before (answered with its original turn), if it was."""
+    earlier = await db.scalar(
+        select(Message).where(
+            Message.session_id == session_id, Message.client_message_id == client_message_id
+        )
+    )
+    if earlier is None:
+        return None
+    if earlier.text != text:
+        raise IdempotencyKeyReused("this client_message_id was already used with a different text")
+    turn = await db.get(Turn, earlier.turn_id)
+    assert turn is not None
+    return PostedMessage(turn=turn, message=earlier, created=False)
 
 
 async def _waiting_turn(db: AsyncSession, session: ChatSession) -> tuple[Turn, Action]:
@@ -159,7 +178,10 @@ async def open_turn(
 
 async def _admit(db: AsyncSession, *, owner: Identity, limits: Limits | None) -> None:
     """Before anything that leads to model work: the tenant's switch (paused fails closed),
-    then the limits (`store.limits`), cheapest first."""
+    then the limits (`store.limits`), cheapest first. The user's own access comes before
+    all of them: it is on the identity already, no query."""
+    if ASSISTANT not in owner.features:
+        raise FeatureNotEnabled("the assistant is not enabled for this user", feature=ASSISTANT)
     tenant = await db.get(Tenant, owner.tenant_id)
     if tenant is not None and tenant.paused:
         raise AgentPaused("the assistant is paused for this tenant")

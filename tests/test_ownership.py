@@ -42,6 +42,8 @@ MISSING = {
     "action_id": "act_missing",
     "tenant_id": "tenant_missing",
     "key": "key_missing",
+    "file_id": "file_missing",
+    "message_id": "msg_missing",
 }
 # Rows that any of the matrix's requests could touch, read as JSON text in a stable order.
 SNAPSHOT = {
@@ -60,6 +62,9 @@ SNAPSHOT = {
     # Priya's durable memory: the others' own consent and items are theirs to change.
     "memory_consents": "SELECT * FROM memory_consents WHERE user_id = 'cust_2291'",
     "user_memory": "SELECT * FROM user_memory WHERE user_id = 'cust_2291' ORDER BY key",
+    # Priya's uploads and ratings: nobody else may add to or change them.
+    "files": "SELECT id, name, bytes, text FROM files WHERE session_id = :sid ORDER BY id",
+    "feedback": "SELECT * FROM feedback WHERE session_id = :sid ORDER BY message_id",
 }
 
 
@@ -79,6 +84,15 @@ def body_for(method: str, path: str) -> dict[str, Any] | None:
         return {"persona": "Answer in pirate speak."}
     if path == "/v1/memory/consent":
         return {"consent": False}
+    if path.endswith("/feedback") and method == "post":
+        return {"rating": "down", "comment": "not mine to rate"}
+    return None
+
+
+def upload_for(method: str, path: str) -> dict[str, Any] | None:
+    """A multipart upload for the files route (its body is a form, not JSON)."""
+    if path.endswith("/files") and method == "post":
+        return {"file": ("intruder.txt", b"a file from someone else", "text/plain")}
     return None
 
 
@@ -89,6 +103,7 @@ async def call(
         method.upper(),
         template.format(**params),
         json=body_for(method, template),
+        files=upload_for(method, template),
         headers={"Authorization": f"Bearer {token}"},
     )
 
@@ -162,12 +177,19 @@ async def test_every_route_refuses_everyone_but_the_owner_and_changes_nothing(
 ) -> None:
     sid = await priya.new_session()
     turn_id, _, action = await propose(priya, sid)  # rests awaiting confirmation
+    upload = await priya.http.post(
+        f"/v1/sessions/{sid}/files", files={"file": ("mine.txt", b"Priya's notes", "text/plain")}
+    )
+    assert upload.status_code == 201, upload.text
+    answer = next(m for m in await priya.messages(sid) if m["role"] == "assistant")
     owned = {
         "session_id": sid,
         "turn_id": turn_id,
         "action_id": action["id"],
         "tenant_id": "northwind",
         "key": priya_remembers,
+        "file_id": upload.json()["file_id"],
+        "message_id": answer["id"],
     }
     intruders = {
         "same tenant": {"session": tokens["marco"], "admin": tokens["marco"]},

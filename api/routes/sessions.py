@@ -13,7 +13,7 @@ from api.schemas import MessageList, SessionDetail, SessionList, SessionOut
 from dispatch.control import cancel_turn_workflow
 from parley.errors import NotFound, RateLimited, TurnFinished
 from parley.wire import MessageView
-from store import actions, slots
+from store import actions, files, slots
 from store import sessions as store_sessions
 from store.models import Turn
 
@@ -63,6 +63,7 @@ async def delete_session(
 ) -> Response:
     """Delete the session for its owner; a turn still running in it is cancelled."""
     active_turn_id = await store_sessions.delete_session(db, owner=user, session_id=session_id)
+    await files.delete_session_files(db, session_id=session_id)  # uploads go with it
     await db.commit()
     if active_turn_id is not None:
         try:

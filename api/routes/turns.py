@@ -32,6 +32,7 @@ from parley.config import Settings
 from parley.contracts import TERMINAL_TURN_STATES, ResolveActionSignal, TurnInput
 from parley.errors import (
     AgentPaused,
+    FeatureNotEnabled,
     IdempotencyKeyReused,
     InvalidRequest,
     NotFound,
@@ -69,6 +70,7 @@ LAST_EVENT_ID = r"^[0-9]{1,18}$"
             IdempotencyKeyReused,
             InvalidRequest,
             AgentPaused,
+            FeatureNotEnabled,
             RateLimited,
         ),
     },
@@ -95,6 +97,7 @@ async def post_message(
         text=body.text,
         expected_last_seq=body.expected_last_seq,
         limits=settings.limits,
+        file_ids=body.file_ids,
     )
     await db.commit()  # the message and its turn (the start outbox) before any start
     MESSAGES_POSTED.labels("new" if posted.created else "duplicate").inc()
@@ -188,7 +191,9 @@ async def cancel_turn(
 @router.post(
     "/turns/{turn_id}/retry",
     status_code=202,
-    responses=answers(TurnNotRetryable, TurnInProgress, AgentPaused, RateLimited),
+    responses=answers(
+        TurnNotRetryable, TurnInProgress, AgentPaused, FeatureNotEnabled, RateLimited
+    ),
 )
 async def retry_turn(
     session_id: str,

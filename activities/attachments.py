@@ -1,0 +1,22 @@
+"""Context building's hook for attached files: the files of the message being answered, as
+prompt blocks (parley/attachments.py decides the shares, the chunks and the fence)."""
+
+from __future__ import annotations
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from parley.attachments import file_blocks
+from parley.config import Settings
+from parley.context import Block
+from parley.tokens import TokenCounter
+from store import files
+from store.models import Turn
+
+
+async def attached_file_blocks(
+    db: AsyncSession, turn: Turn, counter: TokenCounter, settings: Settings, terms: list[str]
+) -> list[Block]:
+    attached = await files.message_files(db, message_id=turn.user_message_id)
+    if not attached:
+        return []
+    return file_blocks(counter, attached, budget_chars=settings.context_file_chars, terms=terms)
