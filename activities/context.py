@@ -212,15 +212,7 @@ class ContextBuilder:
             *current_blocks(counter, current, await _state(db, turn), budgets, terms=terms),
             *await attached_file_blocks(db, turn, counter, self._settings, terms),  # uploads
         ]
-        budget = input_budget(window=budgets.window, reserve=budgets.reserve, exact=counter.exact)
-        try:
-            packed = pack(
-                blocks,
-                budget=budget,
-                count_note=lambda note: count_message(counter, {"role": "system", "content": note}),
-            )
-        except ContextTooLarge as exc:
-            raise ApplicationError(exc.message, type=exc.code, non_retryable=True) from None
+        packed = _pack(blocks, budgets, counter)
         plan = {
             "window_from_seq": window.from_seq,
             "window_widened": window.widened,
@@ -302,6 +294,20 @@ class ContextBuilder:
         return [Entity("order", str(o["order_id"]), str(o["order_id"])) for o in orders] + [
             Entity("refund", str(r["refund_id"]), str(r["order_id"])) for r in refunds
         ]
+
+
+def _pack(blocks: list[Block], budgets: Budgets, counter: TokenCounter) -> Packed:
+    """Pack to the model's window minus the output reserve; a required block that cannot fit
+    fails the turn (not retried: the same conversation would not fit the next time either)."""
+    budget = input_budget(window=budgets.window, reserve=budgets.reserve, exact=counter.exact)
+    try:
+        return pack(
+            blocks,
+            budget=budget,
+            count_note=lambda note: count_message(counter, {"role": "system", "content": note}),
+        )
+    except ContextTooLarge as exc:
+        raise ApplicationError(exc.message, type=exc.code, non_retryable=True) from None
 
 
 async def _ask(db: AsyncSession, turn: Turn, clarification: Clarification) -> ModelCall:
