@@ -11,6 +11,7 @@ sandbox to be had says so with a `warning` and answers without the skill.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import struct
 import zlib
@@ -23,16 +24,20 @@ import pytest
 import pytest_asyncio
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
+from temporalio.worker import Replayer
 
 from activities.sandbox import SCRATCH_PREFIX
 from demo_backend.app import create_app as create_backend
 from gateway.demo import DemoModel
 from parley.config import REPO_ROOT, Settings
+from parley.ids import workflow_id_for_turn
 from store import tenants
 from store.identity import create_token
 from tests.client import ParleyClient
 from tests.conftest import serve
+from tests.test_replay import HISTORIES, scrub
 from tests.toolkit import Stack, eventually, own_stack, reply
+from workflows.turn import SKILLS_PATCH, TurnWorkflow
 
 CHART = "Make me a chart of my October spending by week."
 WALL_CLOCK_S = 4.0
@@ -220,11 +225,35 @@ def bars(width: int, rows: list[bytes]) -> list[int]:
     return runs
 
 
+async def replay_and_maybe_record(client: Client, turn_id: str) -> None:
+    """The skill turn's history replays on the current code (its skill step serial behind
+    the patch marker); `PARLEY_RECORD_HISTORY=turn_vN` keeps it as tests/histories/
+    turn_vN_skill.json for tests/test_replay.py."""
+    handle = client.get_workflow_handle(workflow_id_for_turn(turn_id))
+    await handle.result()
+    history = await handle.fetch_history()
+    patches = [
+        payload.data.decode()
+        for e in history.events
+        if e.HasField("marker_recorded_event_attributes")
+        for payload in e.marker_recorded_event_attributes.details["patch-data"].payloads
+    ]
+    assert any(SKILLS_PATCH in p for p in patches), patches  # a skill turn's step is marked
+    await Replayer(workflows=[TurnWorkflow]).replay_workflow(history)
+    name = os.environ.get("PARLEY_RECORD_HISTORY")
+    if name:
+        (HISTORIES / f"{name}_skill.json").write_text(scrub(history.to_json()))
+
+
 async def test_danas_chart_is_an_artifact_she_alone_can_download(
-    dana: ParleyClient, tokens: dict[str, str], stack: Stack[DemoModel], scratch_root: Path
+    dana: ParleyClient,
+    tokens: dict[str, str],
+    stack: Stack[DemoModel],
+    scratch_root: Path,
+    temporal_client: Client,
 ) -> None:
     sid = await dana.new_session()
-    _, events = await dana.turn(sid, CHART)
+    turn_id, events = await dana.turn(sid, CHART)
     text = reply(events)
     artifacts = [e.data for e in events if e.type == "artifact"]
     assert len(artifacts) == 1, [(e.type, e.data) for e in events]
@@ -253,6 +282,7 @@ async def test_danas_chart_is_an_artifact_she_alone_can_download(
 
     assert skill_processes() == []
     assert leftovers(scratch_root) == []
+    await replay_and_maybe_record(temporal_client, turn_id)
 
 
 async def test_a_skill_that_tries_the_network_fails_cleanly(
