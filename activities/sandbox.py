@@ -1,11 +1,11 @@
 """The ephemeral sandbox a turn's skills run in: bubblewrap, one scratch folder per run.
 
 `Sandbox.run` acquires a scratch folder named for the turn and the call, runs the skill's
-entry point under bubblewrap (the command line is `parley.skills.bwrap_argv`) with CPU and
-memory rlimits and a wall clock, collects what the skill wrote to its output folder, and in
-a `finally`, whatever happened (a failure, the wall clock, the activity cancelled), kills the
-sandbox's whole process group and removes the scratch folder. The workflow runs skill calls
-one at a time (their risk class is not a read), so a turn never holds two sandboxes.
+entry point under bubblewrap (the command line is `parley.skills.bwrap_argv`; it sets the CPU
+and memory rlimits inside) under a wall clock, collects what the skill wrote to its output
+folder, and in a `finally`, whatever happened (a failure, the wall clock, the activity
+cancelled), kills the sandbox's whole process group and removes the scratch folder. The
+workflow runs a turn's skill calls one at a time, so a turn never holds two sandboxes.
 
 Errors::
 
@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import json
 import os
-import resource
 import shutil
 import signal
 from dataclasses import dataclass
@@ -126,12 +125,11 @@ class Sandbox:
             (scratch / INPUT_FILE).write_text(json.dumps(payload))
             paths = SandboxPaths(self._bwrap, self._python, str(skill_dir), str(scratch))
             proc = await asyncio.create_subprocess_exec(
-                *bwrap_argv(paths, manifest),
+                *bwrap_argv(paths, manifest, limits),
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 start_new_session=True,  # its own process group, killed as one
-                preexec_fn=_limiter(limits),
             )
             try:
                 out, err = await asyncio.wait_for(proc.communicate(), limits.wall_clock_s)
@@ -150,18 +148,6 @@ class Sandbox:
             if proc is not None:
                 await _release(proc)
             shutil.rmtree(scratch, ignore_errors=True)
-
-
-def _limiter(limits: SkillLimits) -> Any:
-    """Set in the child before bubblewrap starts: CPU seconds and address space."""
-    memory = limits.memory_mb * 1024 * 1024
-
-    def apply() -> None:
-        resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 1))
-        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
-    return apply
 
 
 async def _release(proc: asyncio.subprocess.Process) -> None:

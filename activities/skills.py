@@ -90,6 +90,7 @@ class SkillTools:
         self._sandbox = sandbox or Sandbox(
             bwrap=settings.sandbox_bwrap,
             root=settings.sandbox_root or Path(tempfile.gettempdir()),
+            python=settings.sandbox_python,
         )
 
     def _enabled(self, tenant: TenantConfig) -> dict[str, tuple[Path, SkillManifest]]:

@@ -185,6 +185,8 @@ class Settings(BaseSettings):
     # The workflow's SKILL step allows a little over the cap (workflows/options.py).
     skills_dir: Path = REPO_ROOT / "skills"
     sandbox_bwrap: str = "bwrap"
+    # The interpreter skills run with inside the sandbox: the system's, under /usr.
+    sandbox_python: str = "/usr/bin/python3"
     # Where each run's scratch folder is made (and removed); the system temp folder if unset.
     sandbox_root: Path | None = None
     sandbox_wall_clock_s: float = Field(default=120.0, gt=0, le=150)

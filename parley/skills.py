@@ -151,7 +151,22 @@ class SandboxPaths:
     scratch: str  # the run's own folder: input.json in, out/ written by the skill
 
 
-def bwrap_argv(paths: SandboxPaths, manifest: SkillManifest) -> list[str]:
+# Run inside the sandbox before any skill code: CPU seconds, address space and no core
+# dumps as hard limits the skill cannot raise, then the entry point as `__main__` with
+# `argv` = [entry, input, output folder]. (Set here rather than in a `preexec_fn`, which is
+# not safe in the worker's threaded process.)
+LAUNCHER = (
+    "import resource as r, runpy, sys; "
+    "cpu, memory = int(sys.argv[1]), int(sys.argv[2]); "
+    "r.setrlimit(r.RLIMIT_CPU, (cpu, cpu)); "
+    "r.setrlimit(r.RLIMIT_AS, (memory, memory)); "
+    "r.setrlimit(r.RLIMIT_CORE, (0, 0)); "
+    "sys.argv = sys.argv[3:]; "
+    "runpy.run_path(sys.argv[0], run_name='__main__')"
+)
+
+
+def bwrap_argv(paths: SandboxPaths, manifest: SkillManifest, limits: SkillLimits) -> list[str]:
     """The bubblewrap command line of one skill run: every namespace unshared (no network:
     only a loopback that is down), the system's /usr read-only, the skill read-only at
     /skill, the scratch folder the only writable mount at /work, a fresh /tmp, no environment
@@ -177,7 +192,8 @@ def bwrap_argv(paths: SandboxPaths, manifest: SkillManifest) -> list[str]:
         "--bind", paths.scratch, WORK_MOUNT,
         "--chdir", WORK_MOUNT,
         "--",
-        paths.python, "-I", "-S",
+        paths.python, "-I", "-S", "-c", LAUNCHER,
+        str(limits.cpu_s), str(limits.memory_mb * 1024 * 1024),
         f"{SKILL_MOUNT}/{manifest.entry}",
         f"{WORK_MOUNT}/{INPUT_FILE}",
         f"{WORK_MOUNT}/{OUTPUT_DIR}",
