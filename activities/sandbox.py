@@ -123,7 +123,7 @@ class Sandbox:
         try:
             (scratch / OUTPUT_DIR).mkdir(parents=True)
             (scratch / INPUT_FILE).write_text(json.dumps(payload))
-            paths = SandboxPaths(self._bwrap, self._python, str(skill_dir), str(scratch))
+            paths = SandboxPaths(self._bwrap, self._python, str(skill_dir), str(scratch), run_id)
             proc = await asyncio.create_subprocess_exec(
                 *bwrap_argv(paths, manifest, limits),
                 stdin=asyncio.subprocess.DEVNULL,

@@ -49,6 +49,9 @@ CONTENT_TYPES = {
 SKILL_MOUNT = "/skill"
 WORK_MOUNT = "/work"
 INPUT_FILE = "input.json"
+# Set inside the sandbox to the run's id (turn and call), so an operator (or a test) can tell
+# whose a process is from its environment.
+RUN_ENV = "PARLEY_SANDBOX_RUN"
 OUTPUT_DIR = "out"
 
 
@@ -149,6 +152,7 @@ class SandboxPaths:
     python: str  # the system interpreter, bound read-only with /usr
     skill_dir: str
     scratch: str  # the run's own folder: input.json in, out/ written by the skill
+    run_id: str
 
 
 # Run inside the sandbox before any skill code: CPU seconds, address space and no core
@@ -180,6 +184,7 @@ def bwrap_argv(paths: SandboxPaths, manifest: SkillManifest, limits: SkillLimits
         "--setenv", "PATH", "/usr/bin:/bin",
         "--setenv", "HOME", WORK_MOUNT,
         "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
+        "--setenv", RUN_ENV, paths.run_id,
         "--ro-bind", "/usr", "/usr",
         "--symlink", "usr/bin", "/bin",
         "--symlink", "usr/lib", "/lib",

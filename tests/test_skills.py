@@ -31,6 +31,7 @@ from demo_backend.app import create_app as create_backend
 from gateway.demo import DemoModel
 from parley.config import REPO_ROOT, Settings
 from parley.ids import workflow_id_for_turn
+from parley.skills import RUN_ENV
 from store import tenants
 from store.identity import create_token
 from tests.client import ParleyClient
@@ -41,9 +42,6 @@ from workflows.turn import SKILLS_PATCH, TurnWorkflow
 
 CHART = "Make me a chart of my October spending by week."
 WALL_CLOCK_S = 4.0
-# In the sandbox a skill's input is always here (parley/skills.py); a live skill process
-# shows it on its command line.
-SKILL_INPUT = "/work/input.json"
 
 # A skill that tries to reach the backend (reachable from the worker, so only the sandbox
 # stands in the way): connected, it would write a file that would come back as an artifact.
@@ -146,17 +144,24 @@ async def dana(
     await client.aclose()
 
 
-def skill_processes() -> list[str]:
-    """Command lines of live skill processes (bubblewrap's and the skill's own)."""
+def skill_processes(turn_id: str) -> list[str]:
+    """Command lines of the live processes of this turn's sandboxes: bubblewrap's and the
+    skill's own (told by the run id the sandbox puts in their environment)."""
     found = []
+    marker = f"{RUN_ENV}={turn_id}-".encode()
     for proc in Path("/proc").iterdir():
         try:
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            environ = (proc / "environ").read_bytes()
+            cmdline = (proc / "cmdline").read_bytes()
         except OSError:
             continue
-        if SKILL_INPUT in cmdline:
-            found.append(cmdline)
+        if marker in environ or f"{SCRATCH_PREFIX}{turn_id}-".encode() in cmdline:
+            found.append(cmdline.replace(b"\0", b" ").decode())
     return found
+
+
+async def sleeping_skill(turn_id: str) -> list[str] | None:
+    return [c for c in skill_processes(turn_id) if "/skill/main.py" in c] or None
 
 
 def leftovers(root: Path) -> list[str]:
@@ -280,7 +285,7 @@ async def test_danas_chart_is_an_artifact_she_alone_can_download(
     finally:
         await priya.aclose()
 
-    assert skill_processes() == []
+    assert skill_processes(turn_id) == []
     assert leftovers(scratch_root) == []
     await replay_and_maybe_record(temporal_client, turn_id)
 
@@ -289,13 +294,13 @@ async def test_a_skill_that_tries_the_network_fails_cleanly(
     dana: ParleyClient, scratch_root: Path
 ) -> None:
     sid = await dana.new_session()
-    _, events = await dana.turn(sid, "Run the net_probe skill.")
+    turn_id, events = await dana.turn(sid, "Run the net_probe skill.")
     text = reply(events)
     warnings = [e.data for e in events if e.type == "warning"]
     assert [w["code"] for w in warnings] == ["skill_failed"], warnings
     assert not [e for e in events if e.type == "artifact"]
     assert "didn't finish" in text
-    assert skill_processes() == []
+    assert skill_processes(turn_id) == []
     assert leftovers(scratch_root) == []
 
 
@@ -308,10 +313,14 @@ async def test_a_skill_past_its_wall_clock_is_stopped_and_released(
     turn_id = posted.json()["turn_id"]
 
     async def sleeping() -> list[str] | None:
-        return skill_processes() or None
+        return skill_processes(turn_id) or None
 
     # While it sleeps, its sandbox is there to be seen (so the checks after it can fail).
-    await eventually(sleeping, timeout=30, what="the sleeper's sandbox running")
+    running = await eventually(sleeping, timeout=30, what="the sleeper's sandbox running")
+    assert any("bwrap" in c for c in running), running
+    await eventually(
+        lambda: sleeping_skill(turn_id), timeout=30, what="the sleeper itself, in its sandbox"
+    )
     assert leftovers(scratch_root)
     events = await dana.events(sid, turn_id)
     text = reply(events)
@@ -319,7 +328,7 @@ async def test_a_skill_past_its_wall_clock_is_stopped_and_released(
     assert [w["code"] for w in warnings] == ["skill_timed_out"], warnings
     assert not [e for e in events if e.type == "artifact"]
     assert "time limit" in text
-    assert skill_processes() == []
+    assert skill_processes(turn_id) == []
     assert leftovers(scratch_root) == []
 
 

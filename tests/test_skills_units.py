@@ -15,6 +15,7 @@ from activities.sandbox import Sandbox, SkillRunError
 from activities.skills import load_catalog
 from parley.config import REPO_ROOT
 from parley.skills import (
+    RUN_ENV,
     RUN_SKILL,
     SkillLimits,
     SkillManifest,
@@ -89,7 +90,14 @@ async def test_a_sandboxed_skill_cannot_write_its_own_folder_or_see_the_worker(
     seen = json.loads(ran.summary)
     assert seen["wrote_skill"] is False and not (skill / "x").exists()
     assert seen["srv"] is False and seen["home"] is False
-    assert set(seen["env"]) <= {"PATH", "HOME", "PYTHONDONTWRITEBYTECODE", "PWD", "LC_CTYPE"}, seen
+    assert set(seen["env"]) <= {
+        "PATH",
+        "HOME",
+        "PYTHONDONTWRITEBYTECODE",
+        "PWD",
+        "LC_CTYPE",
+        RUN_ENV,
+    }, seen
     assert list((tmp_path / "scratch").iterdir()) == []
 
 
