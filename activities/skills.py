@@ -185,8 +185,10 @@ async def events(db: AsyncSession, turn_id: str, result: dict[str, Any]) -> None
     error = result.get("error")
     if isinstance(error, dict):
         code = str(error.get("code"))
-        if code in ("invalid_arguments", "not_allowed"):
-            return  # the model's own mistake: it reads the error, the user needs no notice
+        if code in ("invalid_arguments", "not_allowed", "unavailable"):
+            # The model's own mistake (it reads the error, the user needs no notice), or the
+            # order system down (the executor's `tool_unavailable` warning says so).
+            return
         message = WARNINGS.get(code, WARNING_OTHER)
         warning = WarningData(code=code, message=message)
         await append_event(db, turn_id=turn_id, type=EventType.warning, data=warning)

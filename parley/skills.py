@@ -174,7 +174,7 @@ def bwrap_argv(paths: SandboxPaths, manifest: SkillManifest, limits: SkillLimits
     """The bubblewrap command line of one skill run: every namespace unshared (no network:
     only a loopback that is down), the system's /usr read-only, the skill read-only at
     /skill, the scratch folder the only writable mount at /work, a fresh /tmp, no environment
-    from the worker, and the sandbox dying with its parent."""
+    from the worker, the sandbox dying with its parent, and `limits` applied by `LAUNCHER`."""
     return [
         paths.bwrap,
         "--unshare-all",
