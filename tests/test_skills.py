@@ -377,3 +377,25 @@ async def test_with_no_sandbox_the_turn_says_so_and_answers_without_the_skill(
     # The weekly totals in words, from the plain search (the cancelled order left out).
     for total in ("$1,200.00", "$1,165.00", "$3,815.40", "$2,100.00"):
         assert total in text, text
+
+
+async def test_a_turn_stopped_while_its_skill_runs_still_releases_the_sandbox(
+    dana: ParleyClient, scratch_root: Path
+) -> None:
+    sid = await dana.new_session()
+    posted = await dana.post(sid, "Run the sleeper skill.")
+    assert posted.status_code == 202, posted.text
+    turn_id = posted.json()["turn_id"]
+    await eventually(
+        lambda: sleeping_skill(turn_id), timeout=30, what="the sleeper itself, in its sandbox"
+    )
+    stopped = await dana.http.post(f"/v1/sessions/{sid}/turns/{turn_id}/cancel")
+    assert stopped.status_code == 202, stopped.text
+    events = await dana.events(sid, turn_id)
+    assert events[-1].type == "cancelled", [(e.type, e.data) for e in events[-3:]]
+    assert not [e for e in events if e.type == "artifact"]
+
+    async def released() -> bool:
+        return not skill_processes(turn_id) and not leftovers(scratch_root)
+
+    await eventually(released, timeout=30, what="the stopped turn's sandbox released")
