@@ -24,6 +24,7 @@ from temporalio.worker import Worker
 
 from activities.context import ContextBuilder
 from activities.failures import FailureInterceptor, database_probe
+from activities.knowledge import KnowledgeSource
 from activities.mcp import McpTools
 from activities.memory import MemoryActivities
 from activities.northwind import NorthwindClient
@@ -37,6 +38,7 @@ from activities.turn import TurnActivities
 from dispatch.deployment import deployment_config, deployment_version, promote
 from dispatch.outbox import sweep_forever
 from gateway import ModelProvider, ProviderPool
+from gateway.embeddings import build_embedder as passage_embedder
 from gateway.minilm import build_embedder
 from parley.breaker import CircuitBreaker
 from parley.config import Settings, get_settings
@@ -105,6 +107,9 @@ def build_activities(
             embedder=embedder,
             mcp=mcp,
             skills=skills,
+            knowledge=KnowledgeSource(
+                passages=settings.knowledge_passages, embedder=passage_embedder(settings)
+            ),
         ),
         output_screen=output_screen,
     )

@@ -18,6 +18,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities import consented_memory
 from activities.attachments import attached_file_blocks
+from activities.knowledge import KnowledgeSource
 from activities.mcp import McpTools
 from activities.northwind import BackendError, NorthwindClient
 from activities.recall import RecallQuery, recall_hits
@@ -81,6 +82,7 @@ class ContextBuilder:
         embedder: Embedder | None = None,
         mcp: McpTools | None = None,
         skills: SkillTools | None = None,
+        knowledge: KnowledgeSource | None = None,
     ) -> None:
         self._sessions = sessions
         self._settings = settings
@@ -91,6 +93,7 @@ class ContextBuilder:
         self._skills = skills or SkillTools(
             sessions=sessions, northwind=northwind, settings=settings
         )
+        self._knowledge = knowledge
 
     async def build(self, inp: BuildContextInput) -> BuildContextResult:
         async with self._sessions() as db:
@@ -126,6 +129,10 @@ class ContextBuilder:
         if step == 0:
             await _pin_stated_facts(db, turn)
         packed, plan = await self._assemble(db, turn, tenant, budgets, counter, tools)
+        # Knowledge: what the prompt showed, by reference (finalize reads it for citations).
+        knowledge = plan.pop("knowledge", None)
+        if knowledge and not any(b.kind == "knowledge" for b in packed.kept):
+            knowledge = {**knowledge, "sources": []}
         if packed.dropped:
             await _warn_dropped(db, turn, packed.missing)
         call = ModelCall(
@@ -140,6 +147,7 @@ class ContextBuilder:
                 "max_output_tokens": budgets.reserve,
                 "reasoning_effort": tenant.reasoning_effort,
                 "cache_key": prompt_cache_key(stable_prefix=stable_prefix(packed.messages, tools)),
+                "knowledge": knowledge,
                 "budget": {
                     "window": budgets.window,
                     "reserve": budgets.reserve,
@@ -166,6 +174,7 @@ class ContextBuilder:
             tool_age_turns=s.context_tool_result_age_turns,
             message_max=s.context_message_max_tokens,
             paste_chunk=s.context_paste_chunk_tokens,
+            knowledge=s.knowledge_tokens,
         )
 
     async def _assemble(
@@ -201,6 +210,7 @@ class ContextBuilder:
         window, recalled, hits = await _window_and_recall(
             db, turn, history, memory, budgets, counter, left=left, query=query
         )
+        knowledge, known = await self._passages(db, turn, current, memory, budgets, counter)
         system_prompt = self._settings.system_prompt + (
             f"\n\n{tenant.persona}" if tenant.persona else ""
         )
@@ -209,6 +219,7 @@ class ContextBuilder:
             *remembered,
             *history_blocks(counter, window, budgets),
             *recalled,
+            *knowledge,
             *current_blocks(counter, current, await _state(db, turn), budgets, terms=terms),
             *await attached_file_blocks(db, turn, counter, self._settings, terms),  # uploads
         ]
@@ -219,8 +230,33 @@ class ContextBuilder:
             "summary_through_seq": through,
             "recalled_seqs": sorted(h.seq for h in hits),
             user_memory.HINTED_KEYS: hints.shown(packed),
+            "knowledge": known,
         }
         return packed, plan
+
+    async def _passages(
+        self,
+        db: AsyncSession,
+        turn: Turn,
+        current: list[WindowMessage],
+        memory: Memory,
+        budgets: Budgets,
+        counter: TokenCounter,
+    ) -> tuple[list[Block], dict[str, Any] | None]:
+        """The tenant's knowledge passages for this message (activities/knowledge.py); not
+        for a paste too large to read whole: its question is about the pasted text."""
+        if self._knowledge is None or not current:
+            return [], None
+        if current[0].tokens > (budgets.window - budgets.reserve) // 2:
+            return [], None
+        return await self._knowledge.blocks(
+            db,
+            turn,
+            message=current[0].text,
+            slots={k: v for k, (v, _) in memory.slots.items()},
+            counter=counter,
+            budget=budgets.knowledge,
+        )
 
     async def _resolve_references(self, db: AsyncSession, turn: Turn) -> BuildContextResult | None:
         """Run the reference resolver; if it must ask, answer with the question (no model)."""

@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities import tracing
+from activities import knowledge, tracing
 from activities.context import ContextBuilder
 from activities.heartbeat import heartbeating
 from activities.metrics import MODEL_CALLS, record_usage
@@ -291,6 +291,14 @@ class TurnActivities:
             if inp.retract:
                 # In the same commit as `retracted`: no replay after it serves the old words.
                 await withdraw_turn_text(db, turn_id=inp.turn_id)
+            else:
+                await knowledge.emit_citations(
+                    db,
+                    turn_id=inp.turn_id,
+                    model_call_id=call.id,
+                    message_id=message_id,
+                    text=text,
+                )
             try:
                 message = await turns.complete_turn(
                     db,

@@ -3,7 +3,8 @@
 (a) time from POST to the first `delta` event at the client, sequential turns;
 (b) turns per second and full-turn latency with N concurrent sessions;
 (c)-(e) conversational memory: tokens against resending the history, time to `done` with and
-without summaries, LoCoMo evidence recall (bench/memory.py).
+without summaries, LoCoMo evidence recall (bench/memory.py);
+(f) knowledge retrieval: top-3 hit rate, full-text and hybrid (bench/knowledge.py).
 
 The baseline is the same demo model streamed as SSE by a bare FastAPI endpoint (no Temporal,
 no database; see bench/baseline.py). Both use the same demo token delay and the same client
@@ -29,6 +30,7 @@ from typing import Any
 import httpx
 
 from bench.cpu import snapshot, usage
+from bench.knowledge import measure_knowledge, render_knowledge
 from bench.memory import measure_memory, render_memory
 from bench.runner import (
     BaselineTarget,
@@ -280,6 +282,8 @@ async def main_async(args: argparse.Namespace) -> None:
                 locomo_share=args.locomo_share,
                 locomo_only=args.locomo_only,
             )
+            log("(f) knowledge retrieval: top-3 hit rate, full-text and hybrid")
+            results["knowledge"] = await measure_knowledge(session_factory(engine))
         finally:
             await engine.dispose()
     elapsed = time.perf_counter() - started
@@ -288,6 +292,7 @@ async def main_async(args: argparse.Namespace) -> None:
     if "sequential" in results:
         print(render(settings, results))
     print(render_memory(results["memory"]))
+    print(render_knowledge(results["knowledge"]))
     args.output.parent.mkdir(parents=True, exist_ok=True)
     document = {
         "measured_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),

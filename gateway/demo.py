@@ -22,9 +22,11 @@ from gateway.demo_files import answer_from_files
 from gateway.demo_hints import contact_answer, note_over_results
 from gateway.demo_mcp import next_step as outside_step
 from gateway.demo_orders import next_step as orders_step
+from gateway.demo_policy import policy_answer
 from gateway.demo_skills import next_step as skills_step
 from parley.consented import read_hints
 from parley.context import read_state_block, unfence
+from parley.knowledge import read_passages
 from parley.memory import extract_facts, is_summary_request
 from parley.prompt import PASTE_NONE, PASTE_SOME
 from parley.tokens import count_message, count_messages, count_tools, default_counter
@@ -137,6 +139,10 @@ def compose_reply(request: ModelRequest) -> Reply:
         text = f"{text} {note}" if note else text
         assumption = ctx.resolution.get("assumption")
         return Reply(f"{assumption} {text}" if assumption else text)
+    # Policy questions are answered from the knowledge passages (gateway/demo_policy.py).
+    policy = policy_answer(ctx.user_text, read_passages(request.messages))
+    if policy is not None:
+        return Reply(policy)
     return _next_step(ctx)
 
 

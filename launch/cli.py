@@ -8,6 +8,7 @@ import asyncio
 import re
 import sys
 from datetime import timedelta
+from pathlib import Path
 
 from launch.devstate import with_dev_services
 from launch.seeding import create_token, require_database, revoke_tokens, seed, set_feature
@@ -55,6 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     commands.add_parser("migrate", help="apply database migrations")
     commands.add_parser("seed", help="insert the Northwind demo tenants and users")
+    knowledge = commands.add_parser("knowledge", help="manage tenants' knowledge documents")
+    knowledge_commands = knowledge.add_subparsers(dest="knowledge_command", required=True)
+    load = knowledge_commands.add_parser(
+        "load", help="load a folder of <tenant>/<doc>.md files (new versions where changed)"
+    )
+    load.add_argument("--dir", type=Path, default=None, help="default: the demo library")
 
     api = commands.add_parser("api", help="serve the session API and web page")
     api.add_argument("--host", default=None)
@@ -93,6 +100,8 @@ def main(argv: list[str] | None = None) -> None:
         upgrade(require_database(settings))
     elif args.command == "seed":
         asyncio.run(seed(settings))
+    elif args.command == "knowledge":
+        _load_knowledge(settings, args)
     elif args.command == "api":
         import uvicorn
 
@@ -126,6 +135,15 @@ def main(argv: list[str] | None = None) -> None:
         from launch.dev import run_dev
 
         run_dev(settings, workers=max(1, args.workers))
+
+
+def _load_knowledge(settings: Settings, args: argparse.Namespace) -> None:
+    """`parley knowledge load [--dir D]`: (re)load the tenants' documents, one line each."""
+    from launch.knowledge import KNOWLEDGE_DIR, load_knowledge
+
+    require_database(settings)
+    for line in asyncio.run(load_knowledge(settings, args.dir or KNOWLEDGE_DIR)):
+        print(line)
 
 
 def _feature(settings: Settings, args: argparse.Namespace) -> None:

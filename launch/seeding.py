@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 from datetime import timedelta
 
+from launch.knowledge import load_knowledge
 from parley.config import Settings
 from parley.mcp import McpServerConfig
 from store import identity, tenants
@@ -93,6 +94,8 @@ async def seed(settings: Settings) -> None:
             await db.commit()
     finally:
         await engine.dispose()
+    # The demo tenants' knowledge documents (launch/knowledge/).
+    await load_knowledge(settings)
 
 
 async def set_feature(

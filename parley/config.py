@@ -161,6 +161,15 @@ class Settings(BaseSettings):
     # Durable, consented memory (parley/consented.py): how long a remembered item lives.
     memory_ttl_days: int = 180
 
+    # Knowledge documents (parley/knowledge.py): the prompt's budget for passages and how many
+    # retrieved passages are candidates. An embedding model (any OpenAI-compatible server's
+    # `/v1/embeddings`; base URL default `OPENAI_BASE_URL`) adds vector search beside full-text
+    # search; empty, retrieval is full-text only.
+    knowledge_tokens: int = 900
+    knowledge_passages: int = 4
+    embedding_model: str = ""
+    embedding_base_url: str = ""
+
     # Model gateway.
     model_provider: str = "demo"
     model: str = "demo-1"

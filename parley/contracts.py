@@ -63,6 +63,7 @@ class EventType(StrEnum):
     warning = "warning"
     retracted = "retracted"
     followups = "followups"
+    citations = "citations"
     done = "done"
     error = "error"
     cancelled = "cancelled"

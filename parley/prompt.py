@@ -53,6 +53,8 @@ class Budgets:
     tool_age_turns: int = 2
     message_max: int = 600
     paste_chunk: int = 300
+    # Knowledge passages (always-documents and retrieved chunks) share this.
+    knowledge: int = 900
 
 
 @dataclass(frozen=True)

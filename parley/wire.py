@@ -252,6 +252,19 @@ class FollowupsData(BaseModel):
     suggestions: list[str]
 
 
+class CitationSource(BaseModel):
+    doc: str
+    section: str
+    version: int
+
+
+class CitationsData(BaseModel):
+    """The knowledge passages an answer used (sent before `done`)."""
+
+    message_id: str
+    sources: list[CitationSource]
+
+
 class MessageData(BaseModel):
     """`done` and `cancelled`: the turn's final assistant message."""
 
@@ -275,6 +288,7 @@ EVENT_DATA: dict[str, type[BaseModel]] = {
     "warning": WarningData,
     "retracted": RetractedData,
     "followups": FollowupsData,
+    "citations": CitationsData,
     "done": MessageData,
     "error": ErrorData,
     "cancelled": MessageData,

@@ -29,6 +29,7 @@ from demo_backend.app import create_app as create_backend
 from gateway.base import ModelProvider
 from gateway.demo import DemoModel
 from launch.dev import temporal_cli
+from launch.knowledge import load_library, read_library
 from parley.config import Settings
 from parley.contracts import SEARCH_ATTRIBUTES
 from parley.screens import Screen
@@ -159,6 +160,7 @@ async def sessions(database_url: str) -> AsyncIterator[async_sessionmaker[AsyncS
     factory = session_factory(engine)
     async with factory() as db:
         await seed_demo(db)
+        await load_library(db, read_library())
         await db.commit()
     yield factory
     await engine.dispose()

@@ -34,6 +34,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from gateway.demo import compose_reply, tokenize
+from gateway.fake_provider.embeddings import add_embeddings_route
 from gateway.fake_provider.wire import (
     Dialect,
     Fail,
@@ -156,6 +157,8 @@ class FakeProvider:
                     }
                 )
             return {"id": "modr-fake", "model": "omni-moderation-latest", "results": results}
+
+        add_embeddings_route(app)
 
         @app.post("/_fake/script")
         async def script(request: Request) -> dict[str, int]:

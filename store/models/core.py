@@ -1,8 +1,5 @@
-"""SQLAlchemy 2 typed models: the record Parley keeps in PostgreSQL.
-
-Temporal holds execution state; these tables hold what the product shows and what the next
-prompt is built from. Every schema change also gets an Alembic migration.
-"""
+"""The core record: tenants, users and tokens, sessions and messages, turns and their events,
+model and tool calls, actions, slots, hand-offs, trace spans and result sets."""
 
 from __future__ import annotations
 
@@ -10,7 +7,6 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
-    BigInteger,
     Boolean,
     Computed,
     DateTime,
@@ -18,7 +14,6 @@ from sqlalchemy import (
     ForeignKeyConstraint,
     Index,
     Integer,
-    LargeBinary,
     String,
     Text,
     UniqueConstraint,
@@ -37,7 +32,7 @@ class Base(DeclarativeBase):
     pass
 
 
-def _now_column() -> Mapped[datetime]:
+def now_column() -> Mapped[datetime]:
     return mapped_column(DateTime(timezone=True), server_default=func.now(), nullable=False)
 
 
@@ -49,7 +44,7 @@ class Tenant(Base):
     paused: Mapped[bool] = mapped_column(Boolean, default=False, server_default="false")
     # Per-tenant settings over the code defaults (parley/tenancy.py); never credentials.
     config: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict, server_default="{}")
-    created_at: Mapped[datetime] = _now_column()
+    created_at: Mapped[datetime] = now_column()
 
 
 class User(Base):
@@ -62,7 +57,7 @@ class User(Base):
     roles: Mapped[list[str]] = mapped_column(ARRAY(String(32)), server_default="{}")
     # What the user may use (parley/features.py); everyone has the assistant until revoked.
     features: Mapped[list[str]] = mapped_column(ARRAY(String(32)), server_default="{assistant}")
-    created_at: Mapped[datetime] = _now_column()
+    created_at: Mapped[datetime] = now_column()
 
 
 class ApiToken(Base):
@@ -77,7 +72,7 @@ class ApiToken(Base):
     tenant_id: Mapped[str] = mapped_column(String(64))
     user_id: Mapped[str] = mapped_column(String(64))
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
-    created_at: Mapped[datetime] = _now_column()
+    created_at: Mapped[datetime] = now_column()
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # A token past this moment is refused like a revoked one; NULL never expires.
     expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
@@ -100,8 +95,8 @@ class ChatSession(Base):
     # Set when the owner deletes the session: from then on it is missing to every route (404),
     # while its turns, actions and traces stay for the operators' record.
     deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    created_at: Mapped[datetime] = _now_column()
-    updated_at: Mapped[datetime] = _now_column()
+    created_at: Mapped[datetime] = now_column()
+    updated_at: Mapped[datetime] = now_column()
 
 
 class Message(Base):
@@ -135,7 +130,7 @@ class Message(Base):
     tsv: Mapped[Any] = mapped_column(
         TSVECTOR, Computed("to_tsvector('english', coalesce(text, ''))", persisted=True)
     )
-    created_at: Mapped[datetime] = _now_column()
+    created_at: Mapped[datetime] = now_column()
 
 
 @orm_event.listens_for(Message, "before_insert")
@@ -148,47 +143,6 @@ def _count_tokens(_mapper: Any, _connection: Any, message: Message) -> None:
         {"role": message.role, "content": message.text or "", "tool_calls": message.tool_calls},
     )
     message.token_counter = counter.name
-
-
-class ConversationSummary(Base):
-    """One version of a session's rolling summary: the lines that fold in every message up
-    to `through_seq`, written off the hot path by the summary workflow."""
-
-    __tablename__ = "conversation_summaries"
-    __table_args__ = (UniqueConstraint("session_id", "through_seq", name="uq_summary_through"),)
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id"), index=True)
-    through_seq: Mapped[int] = mapped_column(Integer)
-    # [{"seq", "text", "refs"}]: each line knows where it came from and what it is about.
-    lines: Mapped[list[dict[str, Any]]] = mapped_column(JSONB)
-    token_count: Mapped[int] = mapped_column(Integer)
-    provider: Mapped[str] = mapped_column(String(32))
-    model: Mapped[str] = mapped_column(String(100))
-    # What writing this version cost (the summarizer's own model call).
-    input_tokens: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
-    output_tokens: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
-    created_at: Mapped[datetime] = _now_column()
-    # Provenance: keys of durable memory items whose hints were in the prompts of the turns
-    # this version folds in (parley/consented.py); such a version is deleted with the item.
-    memory_keys: Mapped[list[str]] = mapped_column(JSONB, default=list, server_default="[]")
-
-
-class PinnedFactRow(Base):
-    """What the user said about themselves, kept across every summary; one value per key."""
-
-    __tablename__ = "pinned_facts"
-
-    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id"), primary_key=True)
-    key: Mapped[str] = mapped_column(String(64), primary_key=True)
-    value: Mapped[str] = mapped_column(Text)
-    source_seq: Mapped[int] = mapped_column(Integer)
-    # "pattern" (code matched the user's words) or "summarizer" (checked against them).
-    source: Mapped[str] = mapped_column(String(16))
-    updated_at: Mapped[datetime] = _now_column()
-    # Provenance: set when the fact was written with a durable memory item of this key (the
-    # same statement); deleting the item or turning consent off deletes the fact too.
-    memory_key: Mapped[str | None] = mapped_column(String(64))
 
 
 class Turn(Base):
@@ -242,8 +196,8 @@ class Turn(Base):
     # nobody watches is cancelled after a grace period.
     viewers: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     detached_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    created_at: Mapped[datetime] = _now_column()
-    updated_at: Mapped[datetime] = _now_column()
+    created_at: Mapped[datetime] = now_column()
+    updated_at: Mapped[datetime] = now_column()
 
 
 class UsageCounter(Base):
@@ -284,7 +238,7 @@ class TurnEvent(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     type: Mapped[str] = mapped_column(String(32))
     data: Mapped[dict[str, Any]] = mapped_column(JSONB)
-    created_at: Mapped[datetime] = _now_column()
+    created_at: Mapped[datetime] = now_column()
 
 
 class ModelCall(Base):
@@ -312,7 +266,7 @@ class ModelCall(Base):
     first_token_ms: Mapped[float | None]
     total_ms: Mapped[float | None]
     usage: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
-    created_at: Mapped[datetime] = _now_column()
+    created_at: Mapped[datetime] = now_column()
     completed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
@@ -332,7 +286,7 @@ class ToolCall(Base):
     status: Mapped[str] = mapped_column(String(16), default=ToolCallStatus.pending)
     result: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
-    created_at: Mapped[datetime] = _now_column()
+    created_at: Mapped[datetime] = now_column()
     completed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
@@ -360,7 +314,7 @@ class Action(Base):
     decline_reason: Mapped[str | None] = mapped_column(String(32))
     outcome: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    created_at: Mapped[datetime] = _now_column()
+    created_at: Mapped[datetime] = now_column()
     resolved_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
     @property
@@ -382,7 +336,7 @@ class SessionSlot(Base):
     value: Mapped[Any] = mapped_column(JSONB)
     source: Mapped[str] = mapped_column(String(64))
     set_at_seq: Mapped[int] = mapped_column(Integer)
-    updated_at: Mapped[datetime] = _now_column()
+    updated_at: Mapped[datetime] = now_column()
 
 
 class Handoff(Base):
@@ -393,7 +347,7 @@ class Handoff(Base):
     turn_id: Mapped[str] = mapped_column(ForeignKey("turns.id"))
     reason: Mapped[str] = mapped_column(Text)
     status: Mapped[str] = mapped_column(String(16), default="queued")
-    created_at: Mapped[datetime] = _now_column()
+    created_at: Mapped[datetime] = now_column()
 
 
 class TraceSpan(Base):
@@ -431,70 +385,4 @@ class ResultSet(Base):
     query: Mapped[dict[str, Any]] = mapped_column(JSONB)
     order_ids: Mapped[list[str]] = mapped_column(JSONB)
     rows: Mapped[list[dict[str, Any]]] = mapped_column(JSONB)
-    created_at: Mapped[datetime] = _now_column()
-
-
-class MemoryConsent(Base):
-    """A user's consent to durable memory (no row: not given)."""
-
-    __tablename__ = "memory_consents"
-
-    tenant_id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    user_id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    consent: Mapped[bool] = mapped_column(Boolean, default=False, server_default="false")
-    updated_at: Mapped[datetime] = _now_column()
-
-
-class UserMemoryItem(Base):
-    """One remembered preference of a user, across sessions (parley/consented.py); one value
-    per key, written only by server code from a validated event named in `source`."""
-
-    __tablename__ = "user_memory"
-    __table_args__ = (
-        ForeignKeyConstraint(["tenant_id", "user_id"], ["users.tenant_id", "users.id"]),
-    )
-
-    tenant_id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    user_id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    key: Mapped[str] = mapped_column(String(64), primary_key=True)
-    value: Mapped[str] = mapped_column(Text)
-    # "message:<id>" or "action:<id>": the event that wrote it.
-    source: Mapped[str] = mapped_column(String(80))
-    created_at: Mapped[datetime] = _now_column()
-    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-
-
-class SessionFile(Base):
-    """An upload into a session: its bytes and the text extracted once (parley/file_text.py)."""
-
-    __tablename__ = "files"
-    __table_args__ = (Index("ix_files_session", "session_id"),)
-
-    id: Mapped[str] = mapped_column(String(40), primary_key=True)
-    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id"))
-    tenant_id: Mapped[str] = mapped_column(String(64))
-    user_id: Mapped[str] = mapped_column(String(64))
-    name: Mapped[str] = mapped_column(String(255))
-    content_type: Mapped[str] = mapped_column(String(100))
-    size: Mapped[int] = mapped_column("bytes", BigInteger)  # `bytes` would shadow the type
-    content: Mapped[bytes] = mapped_column(LargeBinary)
-    text: Mapped[str] = mapped_column(Text)
-    meta: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default="{}")  # pages, rows
-    created_at: Mapped[datetime] = _now_column()
-
-
-class Feedback(Base):
-    """A user's rating of an answer, linked to the turn (trace spans) that produced it."""
-
-    __tablename__ = "feedback"
-    __table_args__ = (Index("ix_feedback_recent", "tenant_id", "rating", "updated_at"),)
-
-    message_id: Mapped[str] = mapped_column(ForeignKey("messages.id"), primary_key=True)
-    tenant_id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    user_id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    session_id: Mapped[str] = mapped_column(String(40))
-    turn_id: Mapped[str | None] = mapped_column(ForeignKey("turns.id"))
-    rating: Mapped[str] = mapped_column(String(8))
-    comment: Mapped[str | None] = mapped_column(Text)
-    created_at: Mapped[datetime] = _now_column()
-    updated_at: Mapped[datetime] = _now_column()
+    created_at: Mapped[datetime] = now_column()

@@ -1,0 +1,196 @@
+"""The activity side of knowledge: the prompt's passages for a turn, and its citations.
+
+`KnowledgeSource.blocks` (called by the context builder) rewrites the message into a
+standalone query, searches the tenant's documents (full-text; with an embedder configured,
+vectors too, fused by reciprocal rank), fills the knowledge budget and shapes one prompt
+block. A search that fails degrades the turn (a `warning`, no passages or full-text only);
+a turn whose user is not a member of its tenant stops (`forbidden`): knowledge is never
+searched on behalf of someone the tenant does not know.
+
+`emit_citations` (called by finalize) turns the references an answer cites into the
+`citations` event, just before `done`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncSession
+from temporalio.exceptions import ApplicationError
+
+from gateway.embeddings import Embedder, EmbeddingError
+from parley.context import Block, Position
+from parley.contracts import TERMINAL_TURN_STATES, EventType
+from parley.knowledge import (
+    Passage,
+    cited_sources,
+    fuse,
+    knowledge_text,
+    query_terms,
+    select_passages,
+    standalone_query,
+)
+from parley.statuses import TurnErrorCode
+from parley.tokens import TokenCounter, count_message
+from parley.wire import CitationsData, CitationSource, WarningData
+from store import knowledge as knowledge_store
+from store.events import append_event
+from store.models import ChatSession, ModelCall, Turn, TurnEvent, User
+
+log = logging.getLogger(__name__)
+
+KNOWLEDGE_UNAVAILABLE = "knowledge_unavailable"
+# Between the pasted chunks (60) and the summary (70): a policy answer needs its passages.
+KNOWLEDGE_PRIORITY = 65
+
+
+@dataclass(frozen=True)
+class Found:
+    passages: list[Passage]
+    method: str  # "fts", "hybrid", or "none" when the search failed
+
+
+class KnowledgeSource:
+    """Built in worker.py with the settings' limits and the configured embedder (if any)."""
+
+    def __init__(self, *, passages: int, embedder: Embedder | None = None) -> None:
+        self._limit = passages
+        self._embedder = embedder
+
+    async def blocks(
+        self,
+        db: AsyncSession,
+        turn: Turn,
+        *,
+        message: str,
+        slots: dict[str, Any],
+        counter: TokenCounter,
+        budget: int,
+    ) -> tuple[list[Block], dict[str, Any]]:
+        """The knowledge block for this step (none when nothing matched), and the record
+        the stored request keeps (query, method, the sources shown by reference)."""
+        await _authorize(db, turn)
+        query = standalone_query(message, slots=slots)
+        always = await knowledge_store.always_passages(db, tenant_id=turn.tenant_id)
+        found = await self._search(db, turn, query)
+        selection = select_passages(always, found.passages, budget=budget, count=counter.count)
+        record: dict[str, Any] = {
+            "query": query,
+            "method": found.method,
+            "sources": selection.sources,
+            "left_out": selection.left_out,
+            "truncated": selection.truncated,
+        }
+        if not selection.passages and not selection.left_out:
+            return [], record
+        content = {"role": "system", "content": knowledge_text(selection)}
+        block = Block(
+            "knowledge",
+            "knowledge passages",
+            (content,),
+            count_message(counter, content),
+            Position.recall,
+            priority=KNOWLEDGE_PRIORITY,
+            order=-1,  # before recalled messages
+        )
+        return [block], record
+
+    async def _search(self, db: AsyncSession, turn: Turn, query: str) -> Found:
+        terms = query_terms(query)
+        try:
+            async with db.begin_nested():  # a failed search must not spoil the transaction
+                text_hits = await knowledge_store.search_text(
+                    db, tenant_id=turn.tenant_id, terms=terms, limit=self._limit * 2
+                )
+        except SQLAlchemyError:
+            log.warning("knowledge search failed", exc_info=True)
+            await _warn(db, turn, "I could not search our policy documents for this answer.")
+            return Found([], "none")
+        vector_hits = await self._vector_search(db, turn, query)
+        if vector_hits is None:
+            return Found(text_hits[: self._limit], "fts")
+        by_key = {p.key: p for p in [*text_hits, *vector_hits]}
+        fused = fuse([[p.key for p in text_hits], [p.key for p in vector_hits]])
+        return Found([by_key[k] for k in fused[: self._limit]], "hybrid")
+
+    async def _vector_search(
+        self, db: AsyncSession, turn: Turn, query: str
+    ) -> list[Passage] | None:
+        """Nearest chunks by embedding; None when there is no embedder or no vector column,
+        and on a failure (with a warning: the answer rests on full-text search alone)."""
+        if self._embedder is None or not await knowledge_store.has_vectors(db):
+            return None
+        try:
+            [vector] = await self._embedder.embed([query])
+            async with db.begin_nested():
+                return await knowledge_store.search_vector(
+                    db,
+                    tenant_id=turn.tenant_id,
+                    model=self._embedder.model,
+                    vector=vector,
+                    limit=self._limit * 2,
+                )
+        except (EmbeddingError, SQLAlchemyError):
+            log.warning("knowledge vector search failed", exc_info=True)
+            await _warn(db, turn, "Semantic search of our documents was unavailable.")
+            return None
+
+
+async def _authorize(db: AsyncSession, turn: Turn) -> None:
+    """The turn's user must be a member of the tenant whose documents are searched, and the
+    session must belong to that tenant; otherwise the turn stops."""
+    user = await db.get(User, (turn.tenant_id, turn.user_id))
+    session = await db.get(ChatSession, turn.session_id)
+    if user is None or session is None or session.tenant_id != turn.tenant_id:
+        raise ApplicationError(
+            "not authorized to read this tenant's knowledge",
+            type=TurnErrorCode.forbidden,
+            non_retryable=True,
+        )
+
+
+async def _warn(db: AsyncSession, turn: Turn, message: str) -> None:
+    """One warning per turn, however many steps search."""
+    earlier = await db.scalar(
+        select(TurnEvent.id).where(
+            TurnEvent.turn_id == turn.id,
+            TurnEvent.type == EventType.warning,
+            TurnEvent.data["code"].astext == KNOWLEDGE_UNAVAILABLE,
+        )
+    )
+    if earlier is None:
+        await append_event(
+            db,
+            turn_id=turn.id,
+            type=EventType.warning,
+            data=WarningData(code=KNOWLEDGE_UNAVAILABLE, message=message),
+        )
+
+
+async def emit_citations(
+    db: AsyncSession, *, turn_id: str, model_call_id: str, message_id: str, text: str
+) -> None:
+    """Append `citations` for the passages the answer cites (nothing when it cites none);
+    once: a finalize retried after its commit finds the turn ended and adds nothing."""
+    turn = await db.get(Turn, turn_id)
+    call = await db.get(ModelCall, model_call_id)
+    if turn is None or call is None or turn.state in TERMINAL_TURN_STATES:
+        return
+    # A request without passages records none (or no "knowledge" at all: older calls).
+    shown = ((call.request or {}).get("knowledge") or {}).get("sources") or []
+    sources = cited_sources(text, shown)
+    if not sources:
+        return
+    await append_event(
+        db,
+        turn_id=turn_id,
+        type=EventType.citations,
+        data=CitationsData(
+            message_id=message_id,
+            sources=[CitationSource.model_validate(s) for s in sources],
+        ),
+    )

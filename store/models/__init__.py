@@ -1,0 +1,67 @@
+"""SQLAlchemy 2 typed models: the record Parley keeps in PostgreSQL, one module per concept.
+
+Temporal holds execution state; these tables hold what the product shows and what the next
+prompt is built from. Every schema change also gets an Alembic migration.
+"""
+
+from store.models.core import (
+    Action,
+    ApiToken,
+    Base,
+    ChatSession,
+    Handoff,
+    Message,
+    ModelCall,
+    ResultSet,
+    SessionSlot,
+    StreamLease,
+    Tenant,
+    ToolCall,
+    TraceSpan,
+    Turn,
+    TurnEvent,
+    UsageCounter,
+    User,
+)
+from store.models.knowledge import (
+    KnowledgeChunk,
+    KnowledgeDocument,
+)
+from store.models.memory import (
+    ConversationSummary,
+    MemoryConsent,
+    PinnedFactRow,
+    UserMemoryItem,
+)
+from store.models.uploads import (
+    Feedback,
+    SessionFile,
+)
+
+__all__ = [
+    "Base",
+    "Tenant",
+    "User",
+    "ApiToken",
+    "ChatSession",
+    "Message",
+    "Turn",
+    "UsageCounter",
+    "StreamLease",
+    "TurnEvent",
+    "ModelCall",
+    "ToolCall",
+    "Action",
+    "SessionSlot",
+    "Handoff",
+    "TraceSpan",
+    "ResultSet",
+    "ConversationSummary",
+    "PinnedFactRow",
+    "MemoryConsent",
+    "UserMemoryItem",
+    "KnowledgeDocument",
+    "KnowledgeChunk",
+    "SessionFile",
+    "Feedback",
+]
