@@ -13,6 +13,10 @@ Errors::
       SandboxUnavailable     no sandbox can be had here (no bwrap, or it cannot unshare)
 
 Both reach the model as a structured tool error and the client as a `warning`.
+
+A worker killed outright cannot run its `finally`: bubblewrap dies with it
+(`--die-with-parent`), a retried attempt of the same call starts by removing its own
+folder, and the first skill run of each worker sweeps folders older than any run could be.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import json
 import os
 import shutil
 import signal
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +51,8 @@ from parley.skills import (
 MAX_OUTPUT_CHARS = 2000
 # The name prefix of every scratch folder, so leftovers are recognisable (and tests can look).
 SCRATCH_PREFIX = "parley-sandbox-"
+# A scratch folder older than this outlived its run (the longest is the SKILL step's 180 s).
+STALE_AFTER_S = 600.0
 
 
 class SkillRunError(Exception):
@@ -85,8 +92,24 @@ class Sandbox:
 
     async def available(self) -> bool:
         if self._usable is None:
+            self.sweep()
             self._usable = await self._probe()
         return self._usable
+
+    def sweep(self, *, older_than_s: float = STALE_AFTER_S) -> list[str]:
+        """Remove scratch folders left by a worker killed mid-run (its `finally` never ran;
+        bubblewrap died with it). Only folders older than any run could be are touched, so a
+        live run on another worker sharing the folder keeps its own."""
+        removed: list[str] = []
+        if not self._root.is_dir():
+            return removed
+        cutoff = time.time() - older_than_s
+        for folder in self._root.glob(f"{SCRATCH_PREFIX}*"):
+            with contextlib.suppress(OSError):
+                if folder.is_dir() and folder.stat().st_mtime < cutoff:
+                    shutil.rmtree(folder)
+                    removed.append(folder.name)
+        return removed
 
     async def _probe(self) -> bool:
         binary = shutil.which(self._bwrap)

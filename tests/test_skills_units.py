@@ -5,7 +5,9 @@ offered, and that a sandboxed skill sees neither the network nor a writable skil
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import time
 from datetime import date
 from pathlib import Path
 
@@ -116,3 +118,14 @@ async def test_a_skill_over_its_memory_limit_fails(tmp_path: Path) -> None:
         )
     assert failed.value.code == "skill_failed"
     assert "MemoryError" in str(failed.value)
+
+
+def test_the_sweep_removes_only_scratch_folders_no_run_could_still_use(tmp_path: Path) -> None:
+    old, fresh, other = (tmp_path / n for n in ("parley-sandbox-a", "parley-sandbox-b", "keep"))
+    for folder in (old, fresh, other):
+        (folder / "out").mkdir(parents=True)
+    an_hour_ago = time.time() - 3600
+    os.utime(old, (an_hour_ago, an_hour_ago))
+    os.utime(other, (an_hour_ago, an_hour_ago))
+    assert Sandbox(bwrap="bwrap", root=tmp_path).sweep() == ["parley-sandbox-a"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep", "parley-sandbox-b"]
