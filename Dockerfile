@@ -29,6 +29,16 @@ RUN pip install . \
     && cd / \
     && rm -rf /src
 
+# Skills (parley/skills.py): the catalog, and Debian's bubblewrap to sandbox them with the
+# image's own Python (under /usr, which the sandbox mounts read-only). Where the container
+# may not create namespaces, a skill turn says so with a warning and answers without it.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends bubblewrap \
+    && rm -rf /var/lib/apt/lists/*
+COPY skills /opt/parley/skills
+ENV PARLEY_SKILLS_DIR=/opt/parley/skills \
+    PARLEY_SANDBOX_PYTHON=/usr/local/bin/python3
+
 RUN useradd --create-home --uid 10001 --user-group parley
 USER parley
 WORKDIR /home/parley

@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test lint fmt bench install browser clean embeddings
+.PHONY: run test lint fmt bench install browser sandbox clean embeddings
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,10 +29,17 @@ browser:
 		echo "installing Debian chromium for the browser tests"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; }
 
+# Debian's bubblewrap, the sandbox skills run in (parley/skills.py). Without it a skill turn
+# degrades with a warning; the tests exercise the sandbox itself, so they install it.
+sandbox:
+	@command -v bwrap >/dev/null 2>&1 || { \
+		echo "installing Debian bubblewrap for the skills sandbox"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; }
+
 run: install
 	$(BIN)/parley dev
 
-test: install embeddings browser
+test: install embeddings browser sandbox
 	$(BIN)/pytest -n 2 --dist loadfile
 
 lint: install

@@ -31,6 +31,7 @@ from activities.northwind import NorthwindClient
 from activities.screens import ScreenActivities
 from activities.sdk_metrics import sdk_runtime
 from activities.send import SendActivities
+from activities.skills import SkillTools
 from activities.tools import ToolActivities
 from activities.tracing import TracingInterceptor
 from activities.turn import TurnActivities
@@ -93,6 +94,8 @@ def build_activities(
     input_screen, output_screen = screens
     embedder = build_embedder(settings)  # recall by meaning; None: full-text only
     mcp = McpTools(sessions=sessions)  # the tenants' MCP servers
+    # The skills catalog and the sandbox they run in (one per worker; each run its own folder).
+    skills = SkillTools(sessions=sessions, northwind=northwind, settings=settings)
     turn = TurnActivities(
         sessions=sessions,
         providers=providers,
@@ -103,13 +106,16 @@ def build_activities(
             northwind=northwind,
             embedder=embedder,
             mcp=mcp,
+            skills=skills,
             knowledge=KnowledgeSource(
                 passages=settings.knowledge_passages, embedder=passage_embedder(settings)
             ),
         ),
         output_screen=output_screen,
     )
-    tools = ToolActivities(sessions=sessions, northwind=northwind, settings=settings, mcp=mcp)
+    tools = ToolActivities(
+        sessions=sessions, northwind=northwind, settings=settings, mcp=mcp, skills=skills
+    )
     send = SendActivities(sessions=sessions, northwind=northwind, mcp=mcp)
     # Starts a session's summary workflow after a turn, so it needs the client.
     memory = MemoryActivities(

@@ -23,6 +23,7 @@ from activities.mcp import McpTools
 from activities.northwind import BackendError, NorthwindClient
 from activities.recall import RecallQuery, recall_hits
 from activities.result_sets import export_summary, resolve_result_sets
+from activities.skills import SkillTools
 from gateway.minilm import Embedder
 from parley.config import Settings
 from parley.context import Block, Packed, WindowMessage, input_budget, pack
@@ -80,6 +81,7 @@ class ContextBuilder:
         northwind: NorthwindClient,
         embedder: Embedder | None = None,
         mcp: McpTools | None = None,
+        skills: SkillTools | None = None,
         knowledge: KnowledgeSource | None = None,
     ) -> None:
         self._sessions = sessions
@@ -88,6 +90,9 @@ class ContextBuilder:
         # Recall by meaning as well as by words (activities/recall.py); None: words only.
         self._embedder = embedder
         self._mcp = mcp or McpTools(sessions=sessions)
+        self._skills = skills or SkillTools(
+            sessions=sessions, northwind=northwind, settings=settings
+        )
         self._knowledge = knowledge
 
     async def build(self, inp: BuildContextInput) -> BuildContextResult:
@@ -120,6 +125,7 @@ class ContextBuilder:
         budgets = self._budgets(tenant)
         # Local tools, then the allowed tools of the tenant's MCP servers (activities/mcp.py).
         tools = _offered_tools(tenant) + await self._mcp.offered(db, turn, tenant)
+        tools += self._skills.offered(tenant)  # `run_skill`, when the tenant enables skills
         if step == 0:
             await _pin_stated_facts(db, turn)
         packed, plan = await self._assemble(db, turn, tenant, budgets, counter, tools)

@@ -27,6 +27,8 @@ from activities.northwind import (
     NorthwindClient,
 )
 from activities.result_sets import RESULT_SET_TOOLS, ResultSetTools
+from activities.skills import SkillTools
+from activities.skills import events as skill_events
 from parley.config import Settings
 from parley.contracts import (
     TOOL_ATTEMPTS,
@@ -38,6 +40,7 @@ from parley.contracts import (
 from parley.ids import action_id_for_call, handoff_id_for_call
 from parley.mcp import is_mcp_name
 from parley.resolver import ACTIVE_ORDER, Slot
+from parley.skills import RUN_SKILL, RUN_SKILL_LABEL
 from parley.statuses import (
     ToolCallStatus,
 )
@@ -181,11 +184,15 @@ class ToolActivities:
         northwind: NorthwindClient,
         settings: Settings,
         mcp: McpTools | None = None,
+        skills: SkillTools | None = None,
     ) -> None:
         self._sessions = sessions
         self._northwind = northwind
         self._settings = settings
         self._mcp = mcp or McpTools(sessions=sessions)
+        self._skills = skills or SkillTools(
+            sessions=sessions, northwind=northwind, settings=settings
+        )
         self._result_sets = ResultSetTools(sessions=sessions, northwind=northwind, mask=mask_email)
 
     @activity.defn(name="execute_tool")
@@ -209,7 +216,9 @@ class ToolActivities:
             await db.commit()  # the stream shows the step before it runs
             allowed = (await tenants.tenant_config(db, tenant_id=turn.tenant_id)).offered(call.name)
             spec = TOOLS.get(call.name)
-            run = _ToolRun(turn, call, allowed, spec.label if spec else "Working on it…")
+            label = spec.label if spec else "Working on it…"
+            label = RUN_SKILL_LABEL if call.name == RUN_SKILL else label
+            run = _ToolRun(turn, call, allowed, label)
             if activity.info().attempt == 1:
                 await tool_event(db, turn.id, call.provider_call_id, call.name, "start", run.label)
                 await db.commit()
@@ -231,6 +240,8 @@ class ToolActivities:
                 return _limited(
                     await self._mcp.run(run.turn, call, ttl_s=inp.confirmation_timeout_s)
                 )
+        if call.name == RUN_SKILL:  # a skill in a sandbox of its own: activities/skills.py
+            return await self._run_skill(run)
         parsed = parse_arguments(call.name, call.arguments)
         if not isinstance(parsed, ToolError) and not run.allowed:
             parsed = ToolError("not_allowed", f"{call.name} is not enabled for this tenant")
@@ -248,6 +259,14 @@ class ToolActivities:
         except (BackendError, ValidationError) as exc:
             return ToolError("bad_response", type(exc).__name__).as_result()
 
+    async def _run_skill(self, run: _ToolRun) -> dict[str, Any]:
+        if not run.allowed:
+            return ToolError("not_allowed", "skills are not enabled for this tenant").as_result()
+        async with self._sessions() as db:
+            tenant = await tenants.tenant_config(db, tenant_id=run.turn.tenant_id)
+        async with heartbeating():
+            return _limited(await self._skills.run(run.turn, run.call, tenant))
+
     async def _store_result(
         self, inp: ExecuteToolInput, run: _ToolRun, result: dict[str, Any]
     ) -> ToolOutcome:
@@ -263,6 +282,8 @@ class ToolActivities:
                 call.attempts = activity.info().attempt
                 await turns.store_tool_result(db, call=call, status=status, result=result)
                 await self._remember_referent(db, turn, call, result)
+                if call.name == RUN_SKILL:
+                    await skill_events(db, turn.id, result)
                 if result.get("error", {}).get("code") == "unavailable":
                     await append_event(
                         db,

@@ -23,6 +23,7 @@ from gateway.demo_hints import contact_answer, note_over_results
 from gateway.demo_mcp import next_step as outside_step
 from gateway.demo_orders import next_step as orders_step
 from gateway.demo_policy import policy_answer
+from gateway.demo_skills import next_step as skills_step
 from parley.consented import read_hints
 from parley.context import read_state_block, unfence
 from parley.knowledge import read_passages
@@ -120,6 +121,9 @@ def compose_reply(request: ModelRequest) -> Reply:
     outside = outside_step(request.tools, ctx.state, ctx.user_text, ctx.results)  # MCP tools
     if outside is not None:
         return ctx.call(outside.tool, **outside.arguments) if outside.tool else Reply(outside.text)
+    skill = skills_step(request.tools, ctx.user_text, ctx.results)  # skills in a sandbox
+    if skill is not None:
+        return ctx.call(skill.tool, **skill.arguments) if skill.tool else Reply(skill.text)
     action = ctx.state.get("action")
     if action and action.get("status") != "pending":
         return Reply(_about_action(action))

@@ -68,6 +68,10 @@ def demo_mcp_server(northwind_url: str) -> McpServerConfig:
     )
 
 
+# Skills tenant `northwind` runs in the demo: its orders drawn as a chart by week.
+DEMO_SKILLS = ("spending_chart",)
+
+
 async def seed(settings: Settings) -> None:
     engine = create_engine(require_database(settings), pool_size=1)
     try:
@@ -78,8 +82,14 @@ async def seed(settings: Settings) -> None:
             config = await tenants.tenant_config(db, tenant_id="northwind")
             mcp = demo_mcp_server(settings.northwind_url)
             servers = [s for s in config.mcp_servers or [] if s.name != mcp.name] + [mcp]
+            # The demo's sandboxed skill (parley/skills.py), beside any the tenant enables.
+            skills = [
+                *(config.skills or []),
+                *(s for s in DEMO_SKILLS if s not in (config.skills or [])),
+            ]
+            update = {"mcp_servers": servers, "skills": skills}
             await tenants.set_config(
-                db, tenant_id="northwind", config=config.model_copy(update={"mcp_servers": servers})
+                db, tenant_id="northwind", config=config.model_copy(update=update)
             )
             await db.commit()
     finally:

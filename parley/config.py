@@ -190,6 +190,16 @@ class Settings(BaseSettings):
     # How long a proposed action waits for the user's confirmation.
     confirmation_timeout_s: float = 600.0
 
+    # Skills (parley/skills.py): the catalog, the sandbox that runs them, its wall-clock cap.
+    # The workflow's SKILL step allows a little over the cap (workflows/options.py).
+    skills_dir: Path = REPO_ROOT / "skills"
+    sandbox_bwrap: str = "bwrap"
+    # The interpreter skills run with inside the sandbox: the system's, under /usr.
+    sandbox_python: str = "/usr/bin/python3"
+    # Where each run's scratch folder is made (and removed); the system temp folder if unset.
+    sandbox_root: Path | None = None
+    sandbox_wall_clock_s: float = Field(default=120.0, gt=0, le=150)
+
     # Screens: the rules floor always runs; "openai" chains an OpenAI-compatible moderation
     # endpoint after it (OPENAI_BASE_URL / OPENAI_API_KEY).
     screen_provider: str = "rules"

@@ -67,6 +67,7 @@ class EventType(StrEnum):
     done = "done"
     error = "error"
     cancelled = "cancelled"
+    artifact = "artifact"
 
 
 TERMINAL_EVENTS = frozenset({EventType.done, EventType.error, EventType.cancelled})

@@ -107,3 +107,8 @@ def prompt_cache_key(*, stable_prefix: str) -> str:
     key and no tenant id or other tenant data is sent with it."""
     digest = hashlib.sha256(stable_prefix.encode()).hexdigest()[:16]
     return f"parley-p{PROMPT_LAYOUT_VERSION}-{digest}"
+
+
+def artifact_file_id(*, tool_call_id: str, name: str) -> str:
+    """A file a `run_skill` call produced: stored once however often the call runs."""
+    return "file_" + _digest(f"{tool_call_id}/{name}")

@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from parley.mcp import McpServerConfig, find_tool, is_mcp_name
+from parley.skills import RUN_SKILL
 from parley.tools import TOOLS, Risk
 
 
@@ -45,8 +46,13 @@ class TenantConfig(BaseModel):
     # Tool servers over the Model Context Protocol (parley/mcp.py): each with its own
     # allow-list and risk classes; `tool_allowlist` is about the local tools only.
     mcp_servers: list[McpServerConfig] | None = Field(default=None, max_length=10)
+    # Skills of the catalog this tenant's turns may run in a sandbox (parley/skills.py);
+    # None or empty: no `run_skill` tool is offered.
+    skills: list[str] | None = Field(default=None, max_length=20)
 
     def offered(self, name: str) -> bool:
+        if name == RUN_SKILL:  # offered only when the tenant enables a skill
+            return bool(self.skills)
         if is_mcp_name(name):  # a server's tool: only what its allow-list names
             return find_tool(self.mcp_servers, name) is not None
         return self.tool_allowlist is None or name in self.tool_allowlist

@@ -232,6 +232,15 @@ class WarningData(BaseModel):
     message: str
 
 
+class ArtifactData(BaseModel):
+    """A file a skill produced, stored with the session (`GET .../files/{file_id}`)."""
+
+    file_id: str
+    name: str
+    content_type: str
+    bytes: int
+
+
 class RetractedData(BaseModel):
     """The output screen declined an answer after it streamed."""
 
@@ -283,6 +292,7 @@ EVENT_DATA: dict[str, type[BaseModel]] = {
     "done": MessageData,
     "error": ErrorData,
     "cancelled": MessageData,
+    "artifact": ArtifactData,
 }
 
 

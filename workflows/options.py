@@ -100,6 +100,19 @@ TOOL = ActivityOptions(
     ),
 )
 
+# A skill in its sandbox: like a tool call, but long enough for the sandbox's wall clock
+# (`PARLEY_SANDBOX_WALL_CLOCK_S`, at most 150 s) and its set-up. A skill over its limit is a
+# structured result, not a failure, so the retries cover crashed workers only.
+SKILL = ActivityOptions(
+    start_to_close=timedelta(seconds=180),
+    heartbeat=TOOL.heartbeat,
+    retry=RetryPolicy(
+        initial_interval=timedelta(seconds=1),
+        maximum_interval=timedelta(seconds=5),
+        maximum_attempts=3,
+    ),
+)
+
 # Sending a confirmed email: the same shape as a tool call (the activity records the outcome
 # itself and refuses to send twice), named apart so the two can be tuned separately.
 SEND = ActivityOptions(

@@ -64,11 +64,15 @@ with workflow.unsafe.imports_passed_through():
         TurnState,
     )
     from parley.screens import DECLINE_TEXT, RETRACTION_TEXT
+    from parley.skills import RUN_SKILL
     from parley.statuses import ActionStatus, Decision, TurnErrorCode, turn_error_code
     from parley.tools import Risk, risk_of
 
-from workflows.options import FOLLOWUPS, MODEL, SCREEN, SEND, STORE, TOOL
+from workflows.options import FOLLOWUPS, MODEL, SCREEN, SEND, SKILL, STORE, TOOL
 
+# Turns that asked for skills before skills ran one at a time replay as they ran (in
+# parallel with the reads); the marker is written only by a response that holds a skill call.
+SKILLS_PATCH = "skills-serial-v1"
 # Turns started before screens existed replay without them.
 SCREENS_PATCH = "screens-v1"
 # Turns started before the input said whether a fallback model exists replay the old way:
@@ -397,10 +401,12 @@ class TurnWorkflow:
                     f"{call.name} (refused)" if refuse else call.name,
                 )
             )
+        skills_serial = any(c.name == RUN_SKILL for c in calls) and workflow.patched(SKILLS_PATCH)
         parallel = [
             (j, summary)
             for (j, summary), c in zip(jobs, calls, strict=True)
-            if risk_of(c.name) in (Risk.read, None) or j.refuse
+            if (risk_of(c.name) in (Risk.read, None) or j.refuse)
+            and not (skills_serial and c.name == RUN_SKILL)
         ]
         serial = [j for j in jobs if j not in parallel]
         outcomes = list(await asyncio.gather(*(self._execute_tool(*j) for j in parallel)))
@@ -411,7 +417,9 @@ class TurnWorkflow:
         return outcomes
 
     async def _execute_tool(self, job: ExecuteToolInput, summary: str) -> ToolOutcome:
-        return await TOOL.run(ToolActivities.execute_tool, job, summary=summary)
+        # A skill's sandbox may run for its whole wall clock: a bundle of its own.
+        options = SKILL if summary == RUN_SKILL else TOOL
+        return await options.run(ToolActivities.execute_tool, job, summary=summary)
 
     async def _confirm_and_execute(
         self, inp: TurnInput, action_id: str, call: CallModelResult

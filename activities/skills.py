@@ -1,0 +1,198 @@
+"""Skills for the tool executor: the catalog, the `run_skill` tool, its artifacts and events.
+
+The model names a skill and its arguments; everything else is the server's: the skill must be
+in the catalog and enabled for the tenant, the arguments must match its manifest's schema,
+the customer's data comes from the backend with the session's identity, and the run happens
+in a sandbox of its own (activities/sandbox.py). Files it produced are stored with the
+session under ids derived from the call, so a retried attempt stores them once; the executor
+announces them as `artifact` events, and a failed or impossible run as a `warning`, when it
+records the call's result (`events`, called once per call).
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+from pydantic import ValidationError
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from activities.northwind import BackendError, NorthwindClient
+from activities.sandbox import Produced, Sandbox, SkillRunError
+from parley.config import Settings
+from parley.contracts import EventType
+from parley.ids import artifact_file_id
+from parley.skills import (
+    SANDBOX_UNAVAILABLE,
+    SKILL_FAILED,
+    SKILL_TIMED_OUT,
+    RunSkillArgs,
+    SkillManifest,
+    effective_limits,
+    month_range,
+    run_skill_schema,
+)
+from parley.tenancy import TenantConfig
+from parley.tools import ToolError
+from parley.wire import ArtifactData, WarningData
+from store import artifacts
+from store.events import append_event
+from store.models import ToolCall, Turn
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "manifest.json"
+
+WARNINGS = {
+    SANDBOX_UNAVAILABLE: "Skills cannot run here (no sandbox is available); the reply says so.",
+    SKILL_FAILED: "The skill did not finish; the reply says so.",
+    SKILL_TIMED_OUT: "The skill ran past its time limit and was stopped; the reply says so.",
+}
+WARNING_OTHER = "The skill was stopped before it finished; the reply says so."
+
+
+class _BadArguments(Exception):
+    """Arguments the schema let through that name nothing (an unknown month)."""
+
+
+def load_catalog(root: Path) -> dict[str, tuple[Path, SkillManifest]]:
+    """Every skill folder under `root` with a valid manifest named as its folder; a broken
+    one is logged and left out, never offered."""
+    found: dict[str, tuple[Path, SkillManifest]] = {}
+    for manifest_path in sorted(root.glob(f"*/{MANIFEST}")):
+        folder = manifest_path.parent
+        try:
+            manifest = SkillManifest.model_validate_json(manifest_path.read_text())
+        except (OSError, ValidationError) as exc:
+            log.warning("skill %s left out: %s", folder.name, exc)
+            continue
+        if manifest.name == folder.name and (folder / manifest.entry).is_file():
+            found[manifest.name] = (folder.resolve(), manifest)
+    return found
+
+
+class SkillTools:
+    def __init__(
+        self,
+        *,
+        sessions: async_sessionmaker[AsyncSession],
+        northwind: NorthwindClient,
+        settings: Settings,
+        sandbox: Sandbox | None = None,
+    ) -> None:
+        self._sessions = sessions
+        self._northwind = northwind
+        self._settings = settings
+        self._sandbox = sandbox or Sandbox(
+            bwrap=settings.sandbox_bwrap,
+            root=settings.sandbox_root or Path(tempfile.gettempdir()),
+            python=settings.sandbox_python,
+        )
+
+    def _enabled(self, tenant: TenantConfig) -> dict[str, tuple[Path, SkillManifest]]:
+        catalog = load_catalog(self._settings.skills_dir)
+        return {name: catalog[name] for name in tenant.skills or [] if name in catalog}
+
+    def offered(self, tenant: TenantConfig) -> list[dict[str, Any]]:
+        """The `run_skill` tool when the tenant enables a skill the catalog holds."""
+        enabled = self._enabled(tenant)
+        return [run_skill_schema([m for _, m in enabled.values()])] if enabled else []
+
+    async def run(self, turn: Turn, call: ToolCall, tenant: TenantConfig) -> dict[str, Any]:
+        """The result the model reads: what the skill said and the files it produced, or a
+        structured error."""
+        try:
+            args = RunSkillArgs.model_validate(call.arguments or {})
+        except ValidationError as exc:
+            return ToolError("invalid_arguments", str(exc.errors()[0]["msg"])).as_result()
+        skill = self._enabled(tenant).get(args.skill)
+        if skill is None:
+            return ToolError("not_allowed", f"{args.skill} is not an enabled skill").as_result()
+        folder, manifest = skill
+        try:
+            jsonschema.validate(args.arguments, manifest.input_schema)
+        except jsonschema.ValidationError as exc:
+            return ToolError("invalid_arguments", exc.message).as_result()
+        try:
+            data = await self._data(turn, manifest, args)
+        except _BadArguments as exc:
+            return ToolError("invalid_arguments", str(exc)).as_result()
+        except BackendError as exc:
+            return ToolError("unavailable", str(exc), retryable=True).as_result()
+        limits = effective_limits(
+            manifest.limits, wall_clock_cap_s=self._settings.sandbox_wall_clock_s
+        )
+        try:
+            ran = await self._sandbox.run(
+                run_id=f"{turn.id}-{call.id}",
+                skill_dir=folder,
+                manifest=manifest,
+                limits=limits,
+                payload={"arguments": args.arguments, "data": data},
+            )
+        except SkillRunError as exc:
+            failed = ToolError(exc.code, str(exc)).as_result()
+            # The period the server worked out, so a model can answer without the skill.
+            return failed | ({"period": data["period"]} if "period" in data else {})
+        stored = await self._store(turn, call, ran.files)
+        return {
+            "skill": manifest.name,
+            "summary": ran.summary,
+            "artifacts": [a.model_dump() for a in stored],
+        }
+
+    async def _data(
+        self, turn: Turn, manifest: SkillManifest, args: RunSkillArgs
+    ) -> dict[str, Any]:
+        """The customer's data the skill works on, read with the session's identity."""
+        if manifest.data == "orders":
+            today = await self._northwind.today() or date.today()
+            period = month_range(str(args.arguments.get("month", "")), today)
+            if period is None:
+                raise _BadArguments("month must be a month name or YYYY-MM")
+            query = {"placed_from": period[0].isoformat(), "placed_to": period[1].isoformat()}
+            orders = await self._northwind.search_orders(turn.tenant_id, turn.user_id, query)
+            return {"period": query, "orders": orders}
+        return {}
+
+    async def _store(self, turn: Turn, call: ToolCall, files: list[Produced]) -> list[ArtifactData]:
+        async with self._sessions() as db:
+            stored = [
+                await artifacts.store_artifact(
+                    db,
+                    file_id=artifact_file_id(tool_call_id=call.id, name=f.name),
+                    session_id=turn.session_id,
+                    tenant_id=turn.tenant_id,
+                    user_id=turn.user_id,
+                    name=f.name,
+                    content_type=f.content_type,
+                    content=f.content,
+                )
+                for f in files
+            ]
+            await db.commit()
+        return [ArtifactData(file_id=r.id, name=r.name, content_type=r.content_type, bytes=r.size)
+                for r in stored]  # fmt: skip
+
+
+async def events(db: AsyncSession, turn_id: str, result: dict[str, Any]) -> None:
+    """Announce a skill call's outcome on the stream (the caller commits, once per call):
+    each file as an `artifact`, a failure as a `warning`."""
+    error = result.get("error")
+    if isinstance(error, dict):
+        code = str(error.get("code"))
+        if code in ("invalid_arguments", "not_allowed", "unavailable"):
+            # The model's own mistake (it reads the error, the user needs no notice), or the
+            # order system down (the executor's `tool_unavailable` warning says so).
+            return
+        message = WARNINGS.get(code, WARNING_OTHER)
+        warning = WarningData(code=code, message=message)
+        await append_event(db, turn_id=turn_id, type=EventType.warning, data=warning)
+        return
+    for artifact in result.get("artifacts") or []:
+        data = ArtifactData.model_validate(artifact)
+        await append_event(db, turn_id=turn_id, type=EventType.artifact, data=data)
