@@ -24,6 +24,7 @@ from parley.wire import ActionData, ActionView
 from store.events import append_event
 from store.identity import Identity
 from store.models import Action, Handoff
+from store.turns import lock_running
 
 ACTION_NOT_FOUND = "action not found"
 
@@ -47,7 +48,9 @@ async def create_action(
     recipient_masked: str | None,
     ttl: timedelta,
 ) -> Action:
-    """The proposal's pending action, once: a retried attempt gets the row the first wrote."""
+    """The proposal's pending action, once: a retried attempt gets the row the first wrote.
+    A turn that ended or is being cancelled gets none (`TurnStopped`): no card outlives a Stop."""
+    await lock_running(db, turn_id=turn_id)
     await db.execute(
         insert(Action)
         .values(

@@ -83,6 +83,17 @@ def _refuse_if_stopped(turn: Turn) -> None:
         raise TurnStopped(turn.id, "cancelling")
 
 
+async def lock_running(db: AsyncSession, *, turn_id: str) -> Turn:
+    """Lock a turn that is still running, for a step that records something only a running
+    turn may have (a pending card): endings take the same lock, so either the record comes
+    first and the ending sees it, or the ending comes first and this raises `TurnStopped`."""
+    turn = await db.get(Turn, turn_id, with_for_update=True)
+    if turn is None:
+        raise LookupError(turn_id)
+    _refuse_if_stopped(turn)
+    return turn
+
+
 async def advance_turn(db: AsyncSession, *, turn_id: str, to: TurnState) -> bool:
     """A step of a running turn enters its state; a repeat of it is a no-op (False). A turn
     that already ended or whose cancel was recorded raises `TurnStopped`: the step must not

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 
 import pytest
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from parley.contracts import TERMINAL_TURN_STATES, TurnState
 from parley.turn_states import ALLOWED, IllegalTransition, can_move
-from store import outbox, posting, turns
+from store import actions, outbox, posting, turns
 from store.identity import Identity
-from store.models import Turn
+from store.models import Action, Turn
 from store.sessions import create_session
 from tests.conftest import LIFTED_LIMITS
 
@@ -123,3 +125,46 @@ async def test_a_finished_turn_never_moves_again(
             await turns.advance_turn(db, turn_id=turn.id, to=TurnState.calling_model)
         await db.commit()
     assert await _row(sessions, turn.id) == ended
+
+
+async def _propose(db: AsyncSession, turn: Turn) -> None:
+    await actions.create_action(
+        db,
+        action_id=f"act_{uuid.uuid4().hex[:12]}",
+        session_id=turn.session_id,
+        turn_id=turn.id,
+        tenant_id=turn.tenant_id,
+        user_id=turn.user_id,
+        tool="send_email",
+        args={"order_id": "8472"},
+        summary="Email the status of order 8472",
+        recipient_masked="p***@example.com",
+        ttl=timedelta(minutes=10),
+    )
+
+
+async def test_no_card_outlives_a_stop_whichever_commits_first(
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    # The Stop first: a proposal step that finishes afterwards records no card.
+    async with sessions() as db:
+        stopped = await _new_turn(db)
+        await turns.request_cancel(db, turn_id=stopped.id)
+        await db.commit()
+    async with sessions() as db:
+        with pytest.raises(turns.TurnStopped):
+            await _propose(db, stopped)
+        await db.rollback()
+        assert await db.scalar(select(Action).where(Action.turn_id == stopped.id)) is None
+
+    # The proposal first: the ending that follows declines it, so no card stays pending.
+    async with sessions() as db:
+        proposed = await _new_turn(db)
+        await _propose(db, proposed)
+        await db.commit()
+    async with sessions() as db:
+        await turns.end_unfinished_turn(db, turn_id=proposed.id, state=TurnState.cancelled)
+        await db.commit()
+    async with sessions() as db:
+        action = await db.scalar(select(Action).where(Action.turn_id == proposed.id))
+    assert action is not None and action.status != "pending"
