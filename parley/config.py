@@ -174,6 +174,9 @@ class Settings(BaseSettings):
     breaker_cooldown_s: float = 10.0
     # How long a proposed action waits for the user's confirmation.
     confirmation_timeout_s: float = 600.0
+    # How long a specialist waits for the user's answer to its question before it ends the
+    # turn politely (parley/specialists.py).
+    specialist_wait_s: float = 600.0
 
     # Screens: the rules floor always runs; "openai" chains an OpenAI-compatible moderation
     # endpoint after it (OPENAI_BASE_URL / OPENAI_API_KEY).

@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from parley.mcp import McpServerConfig, find_tool, is_mcp_name
+from parley.specialists import DELEGATION_TOOLS
 from parley.tools import TOOLS, Risk
 
 
@@ -45,10 +46,17 @@ class TenantConfig(BaseModel):
     # Tool servers over the Model Context Protocol (parley/mcp.py): each with its own
     # allow-list and risk classes; `tool_allowlist` is about the local tools only.
     mcp_servers: list[McpServerConfig] | None = Field(default=None, max_length=10)
+    # Whether the model may hand work to a specialist (parley/specialists.py); off unless set.
+    specialists: bool | None = None
 
     def offered(self, name: str) -> bool:
         if is_mcp_name(name):  # a server's tool: only what its allow-list names
             return find_tool(self.mcp_servers, name) is not None
+        if name in DELEGATION_TOOLS:
+            return bool(self.specialists) and self._allowed(name)
+        return self._allowed(name)
+
+    def _allowed(self, name: str) -> bool:
         return self.tool_allowlist is None or name in self.tool_allowlist
 
     @classmethod

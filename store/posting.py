@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.config import Limits
 from parley.consent import typed_decision
-from parley.contracts import MessageStatus, ResolveActionSignal, TurnState
+from parley.contracts import InteractionAnswer, MessageStatus, ResolveActionSignal, TurnState
 from parley.errors import (
     AgentPaused,
     IdempotencyKeyReused,
@@ -27,7 +27,7 @@ from parley.errors import (
 )
 from parley.ids import new_id
 from parley.statuses import ActionStatus, Decision, DeclineReason
-from store import actions
+from store import actions, interactions
 from store import limits as limits_store
 from store.events import append_events, state_event
 from store.identity import Identity
@@ -46,6 +46,8 @@ class PostedMessage:
     new_turn: bool = False
     # Signals the API sends after commit: a waiting turn's action was resolved by this post.
     signals: tuple[tuple[str, ResolveActionSignal], ...] = ()
+    # Answers the API delivers after commit to a specialist waiting in `awaiting_input`.
+    answers: tuple[tuple[str, InteractionAnswer], ...] = ()
 
 
 async def post_user_message(
@@ -57,6 +59,7 @@ async def post_user_message(
     text: str,
     expected_last_seq: int | None,
     limits: Limits | None = None,
+    interaction_value: str | None = None,
 ) -> PostedMessage:
     """Store a user message and its turn in the caller's transaction.
 
@@ -83,6 +86,17 @@ async def post_user_message(
     if expected_last_seq is not None and expected_last_seq != session.last_seq:
         raise StaleView("the session has newer messages", last_seq=session.last_seq)
 
+    # A specialist waits for the user: the message is its answer (store/interactions.py).
+    answered = await interactions.answer_for_waiting_turn(
+        db, session=session, text=text, value=interaction_value
+    )
+    if answered is not None:
+        waiting, answer = answered
+        message = _user_message(session, waiting.id, client_message_id, text)
+        db.add(message)
+        await db.flush()
+        await db.refresh(message)
+        return PostedMessage(waiting, message, True, answers=((waiting.id, answer),))
     signals: list[tuple[str, ResolveActionSignal]] = []
     if session.active_turn_id is not None:
         active, action = await _waiting_turn(db, session)
