@@ -61,12 +61,9 @@ async def post_user_message(
     limits: Limits | None = None,
     interaction_value: str | None = None,
 ) -> PostedMessage:
-    """Store a user message and its turn in the caller's transaction.
-
-    If the session's turn rests awaiting a confirmation, a plain typed yes/no resolves the
-    pending action (the message joins that turn); anything else supersedes the action and
-    starts a new turn.
-    """
+    """Store a user message and its turn in the caller's transaction. A turn resting on a
+    specialist's question takes it as the answer; on a confirmation, a plain typed yes/no
+    resolves the pending action (the message joins that turn), anything else supersedes it."""
     session = await get_session(db, owner=owner, session_id=session_id, for_update=True)
     earlier = await db.scalar(
         select(Message).where(
@@ -86,17 +83,8 @@ async def post_user_message(
     if expected_last_seq is not None and expected_last_seq != session.last_seq:
         raise StaleView("the session has newer messages", last_seq=session.last_seq)
 
-    # A specialist waits for the user: the message is its answer (store/interactions.py).
-    answered = await interactions.answer_for_waiting_turn(
-        db, session=session, text=text, value=interaction_value
-    )
-    if answered is not None:
-        waiting, answer = answered
-        message = _user_message(session, waiting.id, client_message_id, text)
-        db.add(message)
-        await db.flush()
-        await db.refresh(message)
-        return PostedMessage(waiting, message, True, answers=((waiting.id, answer),))
+    if answered := await _answering(db, session, client_message_id, text, interaction_value):
+        return answered
     signals: list[tuple[str, ResolveActionSignal]] = []
     if session.active_turn_id is not None:
         active, action = await _waiting_turn(db, session)
@@ -122,6 +110,24 @@ async def post_user_message(
     turn = await open_turn(db, session=session, owner=owner, message=message, turn_id=turn_id)
     await db.refresh(message)
     return PostedMessage(turn, message, True, new_turn=True, signals=tuple(signals))
+
+
+async def _answering(
+    db: AsyncSession, session: ChatSession, client_message_id: str, text: str, value: str | None
+) -> PostedMessage | None:
+    """A specialist waits for the user: the message joins its turn as the answer, delivered
+    after commit (store/interactions.py). None when no specialist waits."""
+    answered = await interactions.answer_for_waiting_turn(
+        db, session=session, text=text, value=value
+    )
+    if answered is None:
+        return None
+    waiting, answer = answered
+    message = _user_message(session, waiting.id, client_message_id, text)
+    db.add(message)
+    await db.flush()
+    await db.refresh(message)
+    return PostedMessage(waiting, message, True, answers=((waiting.id, answer),))
 
 
 async def _waiting_turn(db: AsyncSession, session: ChatSession) -> tuple[Turn, Action]:
