@@ -9,6 +9,7 @@ The backend is this module's own, so its `GET /returns` holds only these returns
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import uuid
 from collections.abc import AsyncIterator
@@ -18,16 +19,21 @@ import httpx
 import pytest_asyncio
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
+from temporalio.worker import Replayer
 
 from demo_backend.app import create_app as create_backend
 from gateway.demo import DemoModel
 from parley.config import Settings
+from parley.ids import specialist_workflow_id, workflow_id_for_turn
 from parley.specialists import CLOSING_TEXT, SpecialistOutcome
 from store import tenants
 from tests.client import ParleyClient
 from tests.conftest import serve
 from tests.sse import TERMINAL, Event, iter_events
+from tests.test_replay import HISTORIES, scrub
 from tests.toolkit import Stack, own_stack, reply
+from workflows.specialist import SpecialistWorkflow
+from workflows.turn import TurnWorkflow
 
 ASK = "I want to return something from order 8390."
 
@@ -108,12 +114,28 @@ async def test_the_returns_conversation(
     ) as running:
         priya = ParleyClient(running.url, tokens["priya"])
         try:
-            await _returns_conversation(priya, northwind)
+            turn_id = await _returns_conversation(priya, northwind)
         finally:
             await priya.aclose()
+        await _replays(temporal_client, turn_id)
 
 
-async def _returns_conversation(priya: ParleyClient, northwind: httpx.AsyncClient) -> None:
+async def _replays(client: Client, turn_id: str) -> None:
+    """The delegated turn and its specialist replay on the current code, each fetched after
+    its close; with PARLEY_RECORD_HISTORY=specialist_vN they are written to tests/histories/."""
+    turn = client.get_workflow_handle(workflow_id_for_turn(turn_id))
+    specialist = client.get_workflow_handle(specialist_workflow_id(turn_id=turn_id))
+    await turn.result()
+    await specialist.result()
+    recording = os.environ.get("PARLEY_RECORD_HISTORY")
+    for name, handle in (("delegated_turn", turn), ("returns", specialist)):
+        history = await handle.fetch_history()
+        await Replayer(workflows=[TurnWorkflow, SpecialistWorkflow]).replay_workflow(history)
+        if recording:
+            (HISTORIES / f"{recording}_{name}.json").write_text(scrub(history.to_json()))
+
+
+async def _returns_conversation(priya: ParleyClient, northwind: httpx.AsyncClient) -> str:
     sid = await priya.new_session()
     posted = await priya.post(sid, ASK)
     assert posted.status_code == 202, posted.text
@@ -183,6 +205,7 @@ async def _returns_conversation(priya: ParleyClient, northwind: httpx.AsyncClien
     # The answers joined the delegating turn: one turn for the whole conversation.
     messages = await priya.messages(sid)
     assert {m["turn_id"] for m in messages} == {turn_id}
+    return str(turn_id)
 
 
 async def test_answers_in_words_and_a_left_waiting_specialist(
