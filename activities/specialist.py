@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.heartbeat import heartbeating
 from activities.northwind import BackendError, BackendUnavailable, NorthwindClient
 from activities.tools import mask_email, tool_event
 from parley.config import Settings
@@ -153,11 +154,12 @@ class SpecialistActivities:
                 await tool_event(db, inp.turn_id, call_id, name, "start", label)
             await db.commit()
         turn = await self._turn(inp.turn_id)
-        result = await self._backend(
-            self._northwind.order_resource(
-                turn.tenant_id, turn.user_id, inp.order_id, "/return-eligibility"
+        async with heartbeating():  # a dead worker is noticed within the heartbeat timeout
+            result = await self._backend(
+                self._northwind.order_resource(
+                    turn.tenant_id, turn.user_id, inp.order_id, "/return-eligibility"
+                )
             )
-        )
         async with self._sessions() as db:
             await tool_event(db, inp.turn_id, call_id, name, "end", label, status="ok")
             await db.commit()
