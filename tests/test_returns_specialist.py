@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest_asyncio
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.worker import Replayer
 
 from demo_backend.app import create_app as create_backend
@@ -257,3 +257,37 @@ async def _left_waiting(priya: ParleyClient, running: Stack[DemoModel]) -> None:
     assert new_turn != turn_id
     assert "subagent" not in types(later) and "interaction" not in types(later)
     assert "8472" in reply(later)
+
+
+async def test_stop_while_the_specialist_waits_cancels_it_with_the_turn(
+    settings: Settings,
+    temporal_client: Client,
+    sessions: async_sessionmaker[AsyncSession],
+    backend: tuple[str, httpx.AsyncClient],
+    tokens: dict[str, str],
+    specialists_on: None,
+) -> None:
+    url, _ = backend
+    async with own_stack(
+        temporal_client,
+        settings,
+        sessions,
+        DemoModel(token_delay_s=0),
+        prefix="returns-stop",
+        northwind_url=url,
+    ) as running:
+        priya = ParleyClient(running.url, tokens["priya"])
+        try:
+            sid = await priya.new_session()
+            turn_id = (await priya.post(sid, ASK)).json()["turn_id"]
+            events = await follow(priya, sid, turn_id)
+            assert events[-1].type == "interaction", types(events)
+            stop = await priya.http.post(f"/v1/sessions/{sid}/turns/{turn_id}/cancel")
+            assert stop.status_code == 202, stop.text
+            rest = await follow(priya, sid, turn_id, after=events[-1].id)
+            assert types(rest)[-1] == "cancelled", types(rest)
+            assert (await priya.turn_view(sid, turn_id))["state"] == "cancelled"
+        finally:
+            await priya.aclose()
+    child = temporal_client.get_workflow_handle(specialist_workflow_id(turn_id=turn_id))
+    assert (await child.describe()).status == WorkflowExecutionStatus.CANCELED

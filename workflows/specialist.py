@@ -17,6 +17,7 @@ import asyncio
 from datetime import timedelta
 
 from temporalio import workflow
+from temporalio.exceptions import ActivityError, CancelledError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
     from activities.send import SendActivities
@@ -58,12 +59,21 @@ def delegation(calls: list[ToolCallRef], outcomes: list[ToolOutcome]) -> str | N
 
 
 async def run_specialist(inp: TurnInput, call_id: str) -> str:
-    """Run the specialist as a child of the turn; the words the turn ends with."""
-    return await workflow.execute_child_workflow(
-        SpecialistWorkflow.run,
-        SpecialistInput(inp.turn_id, call_id),
-        id=specialist_workflow_id(turn_id=inp.turn_id),
-    )
+    """Run the specialist as a child of the turn; the words the turn ends with. A Stop
+    cancels the child with the turn (the turn then ends `cancelled`); a step of the child
+    that failed for good fails the turn as the same step of the turn itself would."""
+    try:
+        return await workflow.execute_child_workflow(
+            SpecialistWorkflow.run,
+            SpecialistInput(inp.turn_id, call_id),
+            id=specialist_workflow_id(turn_id=inp.turn_id),
+        )
+    except ChildWorkflowError as err:
+        if isinstance(err.cause, CancelledError):
+            raise asyncio.CancelledError() from err
+        if isinstance(err.cause, ActivityError):
+            raise err.cause from None
+        raise
 
 
 @workflow.defn(name=SPECIALIST_WORKFLOW)
