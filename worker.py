@@ -32,6 +32,7 @@ from activities.screens import ScreenActivities
 from activities.sdk_metrics import sdk_runtime
 from activities.send import SendActivities
 from activities.skills import SkillTools
+from activities.specialist import SpecialistActivities
 from activities.tools import ToolActivities
 from activities.tracing import TracingInterceptor
 from activities.turn import TurnActivities
@@ -45,6 +46,7 @@ from parley.config import Settings, get_settings
 from parley.logs import configure_logging
 from parley.screens import ModerationScreen, RulesScreen, Screen, ScreenChain
 from store.db import create_engine, session_factory
+from workflows.specialist import SpecialistWorkflow
 from workflows.summary import SummaryWorkflow
 from workflows.turn import TurnWorkflow
 
@@ -117,6 +119,7 @@ def build_activities(
         sessions=sessions, northwind=northwind, settings=settings, mcp=mcp, skills=skills
     )
     send = SendActivities(sessions=sessions, northwind=northwind, mcp=mcp)
+    specialist = SpecialistActivities(sessions=sessions, northwind=northwind, settings=settings)
     # Starts a session's summary workflow after a turn, so it needs the client.
     memory = MemoryActivities(
         sessions=sessions, providers=providers, settings=settings, embedder=embedder
@@ -140,6 +143,11 @@ def build_activities(
         screening.suggest_followups,
         memory.start_summary,
         memory.summarize,
+        specialist.begin,
+        specialist.ask,
+        specialist.check_window,
+        specialist.propose_return,
+        specialist.end,
     ]
 
 
@@ -168,7 +176,7 @@ def build_worker(
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,
-        workflows=[TurnWorkflow, SummaryWorkflow],
+        workflows=[TurnWorkflow, SummaryWorkflow, SpecialistWorkflow],
         activities=activities,
         # Every activity attempt leaves a span in the trace ledger,
         # and its failures reach the workflow under names it relies on (activities/failures.py).

@@ -143,3 +143,17 @@ class NorthwindClient:
         except BackendNotFound:
             return None
         return str(found["message_id"])
+
+    async def create_return(
+        self, *, idempotency_key: str, tenant: str, customer: str, args: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Create a return of one item (demo_backend/returns.py); the same key again answers
+        with the return made the first time, so a retried call creates one."""
+        return dict(
+            await self._request(
+                "POST",
+                f"{self._customer(tenant, customer)}/returns",
+                json={k: args[k] for k in ("order_id", "item_id", "reason")},
+                headers={"Idempotency-Key": idempotency_key},
+            )
+        )

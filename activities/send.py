@@ -15,10 +15,12 @@ from activities.heartbeat import heartbeating
 from activities.mcp import McpTools
 from activities.northwind import BackendError, BackendUnavailable, NorthwindClient
 from activities.result_sets import attachments_to_send
+from activities.specialist import create_confirmed_return
 from activities.tools import tool_event
 from parley.contracts import TOOL_ATTEMPTS, ActionInput, ActionResult, TurnState
 from parley.ids import email_idempotency_key
 from parley.mcp import is_mcp_name
+from parley.specialists import CREATE_RETURN
 from parley.statuses import (
     SENDABLE_ACTION_STATUSES,
     SETTLED_ACTION_STATUSES,
@@ -55,6 +57,8 @@ class SendActivities:
             status, outcome = ActionStatus.failed, {"accepted": False, "error": refusal}
         elif is_mcp_name(action.tool):  # a confirmed write of a tenant's tool server
             status, outcome = await self._mcp.execute_confirmed(action)
+        elif action.tool == CREATE_RETURN:  # a specialist's proposal (activities/specialist.py)
+            status, outcome = await create_confirmed_return(self._northwind, action)
         else:
             status, outcome = await self._deliver(action)
         async with self._sessions() as db:
@@ -109,8 +113,10 @@ class SendActivities:
         None when the send may go ahead."""
         if args_hash(action.tool, action.args) != action.args_hash:
             return "action_changed"
-        if is_mcp_name(action.tool):
-            return None  # no recipient: the tool server checks the user it is called as
+        if is_mcp_name(action.tool) or action.tool == CREATE_RETURN:
+            # No recipient to re-check: the tool server (or the backend, for a return) checks
+            # the user it is called as.
+            return None
         try:
             customer = await self._northwind.get_customer(action.tenant_id, action.user_id)
         except BackendUnavailable as exc:
@@ -179,4 +185,6 @@ def _shown(action: Action) -> tuple[str, str]:
     """The tool name and label the stream shows while the confirmed action runs."""
     if is_mcp_name(action.tool):
         return action.tool, "Doing what you confirmed…"
+    if action.tool == CREATE_RETURN:
+        return action.tool, TOOLS[CREATE_RETURN].label
     return "send_email", TOOLS["send_email"].label

@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.delegation import delegate_returns
 from activities.heartbeat import heartbeating
 from activities.mcp import McpTools
 from activities.northwind import (
@@ -41,6 +42,7 @@ from parley.ids import action_id_for_call, handoff_id_for_call
 from parley.mcp import is_mcp_name
 from parley.resolver import ACTIVE_ORDER, Slot
 from parley.skills import RUN_SKILL, RUN_SKILL_LABEL
+from parley.specialists import DELEGATE_RETURNS
 from parley.statuses import (
     ToolCallStatus,
 )
@@ -324,6 +326,8 @@ class ToolActivities:
         if name == "propose_email":
             assert isinstance(args, ProposeEmailArgs)
             return await self._propose_email(turn, call, args, inp.confirmation_timeout_s)
+        if name == DELEGATE_RETURNS:  # the turn then starts the specialist
+            return await delegate_returns(nw, turn, order_id)
         if name == "handoff_to_human":
             return await self._handoff(turn, call, str(getattr(args, "reason", "")))
         if name in RESULT_SET_TOOLS:

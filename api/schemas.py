@@ -27,12 +27,16 @@ class PostMessageIn(BaseModel):
     expected_last_seq: int | None = Field(default=None, strict=True)
     # Files uploaded to this session (`POST .../files`) that the message refers to.
     file_ids: list[str] = Field(default_factory=list, max_length=10)
+    # A clicked option of the question a specialist is waiting on (an `interaction` event).
+    interaction_value: str | None = Field(
+        default=None, max_length=100, json_schema_extra={"pattern": NO_NUL}
+    )
 
-    @field_validator("text", "client_message_id")
+    @field_validator("text", "client_message_id", "interaction_value")
     @classmethod
-    def _no_nul(cls, value: str) -> str:
+    def _no_nul(cls, value: str | None) -> str | None:
         # PostgreSQL text cannot hold NUL; say so rather than fail on insert.
-        if "\x00" in value:
+        if value is not None and "\x00" in value:
             raise ValueError("must not contain NUL characters")
         return value
 

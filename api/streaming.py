@@ -116,8 +116,11 @@ async def turn_event_stream(
                 )
                 if event.type in TERMINAL_EVENTS:
                     return
-            if events and events[-1].type == EventType.confirmation_required:
-                return  # the turn rests; its stream resumes once the action is resolved
+            if events and events[-1].type in (
+                EventType.confirmation_required,
+                EventType.interaction,
+            ):
+                return  # the turn rests; its stream resumes once the user has answered
             if not events:
                 if check_end and await _finished_before(sessions, turn_id, after):
                     return  # resumed at or past the end of a finished turn

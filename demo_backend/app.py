@@ -15,11 +15,10 @@ customer's order answers exactly like a missing one)::
     GET  .../refunds                                                      list_refunds
     GET  .../order-search?placed_from&placed_to&min_total&status         search_orders
 
-Email service (ESP), idempotent per `Idempotency-Key`: `POST /v1/emails` (send_email; it keeps
-the `attachments`) and `GET /v1/emails/by-key/{key}` (get_email_by_key). MCP: `/mcp` and `GET
-/mcp/stats` (demo_backend/mcp_server.py). Control (never faulted, never counted): `GET /emails`,
-`GET|POST|DELETE /faults`, `GET|PUT /clock`, `GET|DELETE /stats`, `GET /healthz`, `PUT
-/admin/tenants/{tenant}/orders/{id}/carrier-note`.
+Email service (ESP), idempotent per `Idempotency-Key`: `POST /v1/emails` (send_email, keeps the
+`attachments`), `GET /v1/emails/by-key/{key}`. `/mcp`: mcp_server.py; returns: returns.py. Control
+(never faulted or counted): `GET /emails`, `GET|POST|DELETE /faults`, `GET|PUT /clock`, `GET|DELETE
+/stats`, `GET /healthz`, `PUT /admin/tenants/{tenant}/orders/{id}/carrier-note`.
 
 Faults apply to the tool-facing and ESP endpoints, in order: the call is counted, an outage is
 503 at once, `latency_ms` is slept, an `error_rate` draw (made on arrival) may answer 503 (the
@@ -66,6 +65,7 @@ from demo_backend.data import (
     return_eligibility,
 )
 from demo_backend.mcp_server import mount_mcp
+from demo_backend.returns import returns
 from demo_backend.search import search
 
 # Names `GET /stats` counts calls under, all listed even at zero so tests can index them.
@@ -122,8 +122,7 @@ class ClockIn(BaseModel):
 
 
 class CarrierNoteIn(BaseModel):
-    # None clears the note.
-    note: str | None
+    note: str | None  # None clears the note
 
 
 class Backend:
@@ -497,4 +496,5 @@ def create_app(*, today: date = DEMO_TODAY, seed: int = 0) -> FastAPI:
     app.include_router(esp)
     app.include_router(control)
     app.include_router(search, dependencies=_gated("search_orders"))
+    app.include_router(returns)
     return app

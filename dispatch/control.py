@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from dispatch.specialists import offer_decision
 from parley.contracts import (
     RESOLVE_ACTION_SIGNAL,
     RESOLVE_ACTION_UPDATE,
@@ -89,6 +90,8 @@ async def deliver_decision(
             return True
         except WorkflowUpdateFailedError:
             rejected = True  # not (yet) waiting for this action, or a turn without the Update
+            if await offer_decision(client, turn_id=turn_id, decision=decision):
+                return True  # the turn's specialist was waiting for it (dispatch/specialists.py)
         except RPCError as exc:
             if exc.status == RPCStatusCode.NOT_FOUND:
                 return False  # the turn has closed

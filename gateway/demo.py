@@ -23,6 +23,7 @@ from gateway.demo_hints import contact_answer, note_over_results
 from gateway.demo_mcp import next_step as outside_step
 from gateway.demo_orders import next_step as orders_step
 from gateway.demo_policy import policy_answer
+from gateway.demo_returns import next_step as returns_step
 from gateway.demo_skills import next_step as skills_step
 from parley.consented import read_hints
 from parley.context import read_state_block, unfence
@@ -118,6 +119,9 @@ def compose_reply(request: ModelRequest) -> Reply:
         transcript = json.loads(request.messages[-1]["content"])
         return Reply(json.dumps(summarize_extractive(transcript), sort_keys=True))
     ctx = _Context(request)
+    handed = returns_step(request.tools, ctx.user_text, ctx.results)  # gateway/demo_returns.py
+    if handed is not None:
+        return ctx.call(handed.tool, **handed.arguments) if handed.tool else Reply(handed.text)
     outside = outside_step(request.tools, ctx.state, ctx.user_text, ctx.results)  # MCP tools
     if outside is not None:
         return ctx.call(outside.tool, **outside.arguments) if outside.tool else Reply(outside.text)

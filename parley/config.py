@@ -189,6 +189,9 @@ class Settings(BaseSettings):
     breaker_cooldown_s: float = 10.0
     # How long a proposed action waits for the user's confirmation.
     confirmation_timeout_s: float = 600.0
+    # How long a specialist waits for the user's answer to its question before it ends the
+    # turn politely (parley/specialists.py).
+    specialist_wait_s: float = 600.0
 
     # Skills (parley/skills.py): the catalog, the sandbox that runs them, its wall-clock cap.
     # The workflow's SKILL step allows a little over the cap (workflows/options.py).

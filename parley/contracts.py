@@ -40,6 +40,8 @@ class TurnState(StrEnum):
     calling_model = "calling_model"
     executing_tools = "executing_tools"
     awaiting_confirmation = "awaiting_confirmation"
+    # A specialist asked the user something and waits for the answer (parley/specialists.py).
+    awaiting_input = "awaiting_input"
     executing_action = "executing_action"
     completed = "completed"
     failed = "failed"
@@ -64,6 +66,8 @@ class EventType(StrEnum):
     retracted = "retracted"
     followups = "followups"
     citations = "citations"
+    subagent = "subagent"
+    interaction = "interaction"
     done = "done"
     error = "error"
     cancelled = "cancelled"
@@ -244,3 +248,72 @@ class SummarizeResult:
     # The summary's new end, or the old one when there was nothing (yet) to fold in.
     through_seq: int
     summarized: bool = False
+
+
+# --- specialists (parley/specialists.py, workflows/specialist.py) ----------------------------
+
+SPECIALIST_WORKFLOW = "SpecialistWorkflow"
+# The user's answer to a specialist's question, bound to the question's interaction id.
+ANSWER_INTERACTION_SIGNAL = "answer_interaction"
+DEFAULT_SPECIALIST_WAIT_S = 600.0
+
+
+@dataclass
+class SpecialistInput:
+    """A specialist started by a turn: ids only (the order is read back from the tool call)."""
+
+    turn_id: str
+    # The delegating tool call (its arguments stay in the store).
+    call_id: str
+    name: str = "returns"
+
+
+@dataclass
+class SpecialistPlan:
+    """The specialist's bounds, read from the worker's settings once and kept in history, so
+    a replay waits exactly as long as the original run."""
+
+    order_id: str
+    wait_s: float = DEFAULT_SPECIALIST_WAIT_S
+    confirmation_timeout_s: float = DEFAULT_CONFIRMATION_TIMEOUT_S
+    # Questions asked at most (an answer that names no option is asked again).
+    max_steps: int = 6
+
+
+@dataclass
+class AskInput:
+    turn_id: str
+    interaction_id: str
+    # "item" or "reason": which question (its options are built by the activity).
+    question: str
+    order_id: str
+
+
+@dataclass
+class InteractionAnswer:
+    interaction_id: str
+    # The chosen option's value, or "" when the user's words matched no option.
+    value: str
+
+
+@dataclass
+class ReturnWindowResult:
+    eligible: bool
+
+
+@dataclass
+class ProposeReturnInput:
+    turn_id: str
+    order_id: str
+    item_id: str
+    reason: str
+    confirmation_timeout_s: float = DEFAULT_CONFIRMATION_TIMEOUT_S
+
+
+@dataclass
+class SpecialistEndInput:
+    turn_id: str
+    outcome: str  # a SpecialistOutcome
+    # The proposed action, when there was one (its outcome holds the RMA id).
+    action_id: str | None = None
+    name: str = "returns"

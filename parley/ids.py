@@ -97,6 +97,27 @@ def mcp_idempotency_key(*, action_id: str) -> str:
     return f"parley-mcp-{action_id}"
 
 
+def specialist_workflow_id(*, turn_id: str) -> str:
+    """The specialist a turn hands work to: one per turn (a turn delegates at most once)."""
+    return f"specialist-{turn_id}"
+
+
+def interaction_id_for(*, turn_id: str, step: int) -> str:
+    """A specialist's question: its step in the turn, so a retried ask shows the same one
+    and an answer to an earlier question is told apart."""
+    return "ia_" + _digest(f"{turn_id}:{step}")
+
+
+def specialist_action_id(*, turn_id: str, step: int) -> str:
+    """The action a specialist proposes: one however often the proposing step runs."""
+    return "act_" + _digest(f"{turn_id}:specialist:{step}")
+
+
+def return_idempotency_key(*, action_id: str) -> str:
+    """One confirmed return, one RMA, however often `create_return` runs."""
+    return f"parley-return-{action_id}"
+
+
 # Bumped whenever the layout of the prompt's stable prefix changes.
 PROMPT_LAYOUT_VERSION = 2
 

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from parley.mcp import McpServerConfig, find_tool, is_mcp_name
 from parley.skills import RUN_SKILL
+from parley.specialists import DELEGATION_TOOLS
 from parley.tools import TOOLS, Risk
 
 
@@ -49,12 +50,19 @@ class TenantConfig(BaseModel):
     # Skills of the catalog this tenant's turns may run in a sandbox (parley/skills.py);
     # None or empty: no `run_skill` tool is offered.
     skills: list[str] | None = Field(default=None, max_length=20)
+    # Whether the model may hand work to a specialist (parley/specialists.py); off unless set.
+    specialists: bool | None = None
 
     def offered(self, name: str) -> bool:
         if name == RUN_SKILL:  # offered only when the tenant enables a skill
             return bool(self.skills)
         if is_mcp_name(name):  # a server's tool: only what its allow-list names
             return find_tool(self.mcp_servers, name) is not None
+        if name in DELEGATION_TOOLS:
+            return bool(self.specialists) and self._allowed(name)
+        return self._allowed(name)
+
+    def _allowed(self, name: str) -> bool:
         return self.tool_allowlist is None or name in self.tool_allowlist
 
     @classmethod

@@ -171,6 +171,22 @@ TOOLS: dict[str, ToolSpec] = {
             "Preparing the export…",
         ),
         ToolSpec(
+            "delegate_returns",
+            "Hand a return of one of the customer's orders to the Returns specialist, who asks "
+            "the customer which item and why and prepares the return for them to confirm.",
+            OrderArgs,
+            Risk.handoff,
+            "Getting the Returns specialist…",
+            backend="parley",
+        ),
+        ToolSpec(
+            "create_return",
+            "Create a confirmed return. Called only by the server after confirmation.",
+            SendEmailArgs,
+            Risk.write,
+            "Creating the return…",
+        ),
+        ToolSpec(
             "handoff_to_human",
             "Hand the conversation to a person on the support team.",
             HandoffArgs,

@@ -6,6 +6,8 @@
     received ─► building_context ─► calling_model ─► executing_tools ─► calling_model …
     calling_model ─► awaiting_confirmation ─► executing_action ─► calling_model …
     awaiting_confirmation ─► calling_model (declined: the model words it)
+    executing_tools ─► awaiting_input ─► executing_tools (a specialist asked and was answered)
+    executing_tools ─► awaiting_confirmation ─► executing_tools (a specialist's proposal)
     any state that is not terminal ─► completed | failed | cancelled | expired
 
 A retry does not move a finished turn: it opens a new turn row in `received`.
@@ -22,14 +24,21 @@ ALLOWED: dict[TurnState, frozenset[TurnState]] = {
     TurnState.building_context: frozenset({TurnState.calling_model}) | _ENDINGS,
     TurnState.calling_model: frozenset({TurnState.executing_tools, TurnState.awaiting_confirmation})
     | _ENDINGS,
-    # The next model call follows the tool results (its context is built without a move).
-    TurnState.executing_tools: frozenset({TurnState.calling_model}) | _ENDINGS,
-    # Confirmed: the action runs; declined: the model words what did not happen.
-    TurnState.awaiting_confirmation: frozenset(
-        {TurnState.executing_action, TurnState.calling_model}
+    # The next model call follows the tool results (its context is built without a move); a
+    # specialist run by a tool call may ask the user, or propose an action.
+    TurnState.executing_tools: frozenset(
+        {TurnState.calling_model, TurnState.awaiting_input, TurnState.awaiting_confirmation}
     )
     | _ENDINGS,
-    TurnState.executing_action: frozenset({TurnState.calling_model}) | _ENDINGS,
+    # Confirmed: the action runs; declined: the model (or the specialist) words it.
+    TurnState.awaiting_confirmation: frozenset(
+        {TurnState.executing_action, TurnState.calling_model, TurnState.executing_tools}
+    )
+    | _ENDINGS,
+    # The specialist was answered and works on.
+    TurnState.awaiting_input: frozenset({TurnState.executing_tools}) | _ENDINGS,
+    TurnState.executing_action: frozenset({TurnState.calling_model, TurnState.executing_tools})
+    | _ENDINGS,
     # Terminal: nothing follows.
     TurnState.completed: frozenset(),
     TurnState.failed: frozenset(),

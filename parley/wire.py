@@ -225,6 +225,23 @@ class ClarificationData(BaseModel):
     options: list[Option]
 
 
+class SubagentData(BaseModel):
+    """A specialist took over (`start`) or handed back (`end`)."""
+
+    name: str
+    phase: Literal["start", "end"]
+
+
+class InteractionData(BaseModel):
+    """A specialist waits for the user: a question with options. The user's next message
+    (or `interaction_value`) answers `interaction_id`."""
+
+    agent: str
+    question: str
+    options: list[Option]
+    interaction_id: str
+
+
 class WarningData(BaseModel):
     """Degraded, not failed."""
 
@@ -289,6 +306,8 @@ EVENT_DATA: dict[str, type[BaseModel]] = {
     "retracted": RetractedData,
     "followups": FollowupsData,
     "citations": CitationsData,
+    "subagent": SubagentData,
+    "interaction": InteractionData,
     "done": MessageData,
     "error": ErrorData,
     "cancelled": MessageData,

@@ -37,7 +37,7 @@ from store.models import StreamLease, Tenant, Turn
 log = logging.getLogger(__name__)
 
 # States in which a turn does no model work: it waits for its user.
-RESTING = (TurnState.awaiting_confirmation,)
+RESTING = (TurnState.awaiting_confirmation, TurnState.awaiting_input)
 
 
 async def admit_turn(

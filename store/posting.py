@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.config import Limits
 from parley.consent import typed_decision
-from parley.contracts import MessageStatus, ResolveActionSignal, TurnState
+from parley.contracts import InteractionAnswer, MessageStatus, ResolveActionSignal, TurnState
 from parley.errors import (
     AgentPaused,
     FeatureNotEnabled,
@@ -30,7 +30,7 @@ from parley.errors import (
 from parley.features import ASSISTANT
 from parley.ids import new_id
 from parley.statuses import ActionStatus, Decision, DeclineReason
-from store import actions
+from store import actions, interactions
 from store import files as files_store
 from store import limits as limits_store
 from store.events import append_events, state_event
@@ -50,6 +50,8 @@ class PostedMessage:
     new_turn: bool = False
     # Signals the API sends after commit: a waiting turn's action was resolved by this post.
     signals: tuple[tuple[str, ResolveActionSignal], ...] = ()
+    # Answers the API delivers after commit to a specialist waiting in `awaiting_input`.
+    answers: tuple[tuple[str, InteractionAnswer], ...] = ()
 
 
 async def post_user_message(
@@ -62,13 +64,13 @@ async def post_user_message(
     expected_last_seq: int | None,
     limits: Limits | None = None,
     file_ids: Sequence[str] = (),
+    interaction_value: str | None = None,
 ) -> PostedMessage:
     """Store a user message and its turn in the caller's transaction; `file_ids` (the user's
-    uploads to this session, else 404) are kept on the message for its prompt.
-
-    If the session's turn rests awaiting a confirmation, a plain typed yes/no resolves the
-    pending action (the message joins that turn); anything else supersedes the action and
-    starts a new turn.
+    uploads to this session, else 404) are kept on the message for its prompt. A turn resting
+    on a specialist's question takes the message as the answer; on a confirmation, a plain
+    typed yes/no resolves the pending action (the message joins that turn), anything else
+    supersedes it and starts a new turn.
     """
     session = await get_session(db, owner=owner, session_id=session_id, for_update=True)
     earlier = await _earlier_post(db, session_id, client_message_id, text)
@@ -82,6 +84,8 @@ async def post_user_message(
         db, owner=owner, session_id=session_id, file_ids=file_ids
     )
 
+    if answered := await _answering(db, session, client_message_id, text, interaction_value):
+        return answered
     signals: list[tuple[str, ResolveActionSignal]] = []
     if session.active_turn_id is not None:
         active, action = await _waiting_turn(db, session)
@@ -127,6 +131,24 @@ async def _earlier_post(
     turn = await db.get(Turn, earlier.turn_id)
     assert turn is not None
     return PostedMessage(turn=turn, message=earlier, created=False)
+
+
+async def _answering(
+    db: AsyncSession, session: ChatSession, client_message_id: str, text: str, value: str | None
+) -> PostedMessage | None:
+    """A specialist waits for the user: the message joins its turn as the answer, delivered
+    after commit (store/interactions.py). None when no specialist waits."""
+    answered = await interactions.answer_for_waiting_turn(
+        db, session=session, text=text, value=value
+    )
+    if answered is None:
+        return None
+    waiting, answer = answered
+    message = _user_message(session, waiting.id, client_message_id, text)
+    db.add(message)
+    await db.flush()
+    await db.refresh(message)
+    return PostedMessage(waiting, message, True, answers=((waiting.id, answer),))
 
 
 async def _waiting_turn(db: AsyncSession, session: ChatSession) -> tuple[Turn, Action]:

@@ -29,11 +29,14 @@ async def detach_viewer(db: AsyncSession, *, turn_id: str) -> None:
 
 
 async def abandoned(db: AsyncSession, *, turn_id: str, grace: timedelta) -> bool:
-    """Nobody has watched this running turn for `grace`. A turn resting for a confirmation is
-    not running, so it is never abandoned."""
+    """Nobody has watched this running turn for `grace`. A turn resting for a confirmation
+    (or a specialist's question) is not running, so it is never abandoned."""
     turn = await db.get(Turn, turn_id, populate_existing=True)
     if turn is None or turn.viewers > 0 or turn.detached_at is None:
         return False
-    if turn.state in TERMINAL_TURN_STATES or turn.state == TurnState.awaiting_confirmation:
+    if turn.state in TERMINAL_TURN_STATES or turn.state in (
+        TurnState.awaiting_confirmation,
+        TurnState.awaiting_input,
+    ):
         return False
     return turn.detached_at <= datetime.now(UTC) - grace + timedelta(milliseconds=50)

@@ -29,6 +29,7 @@ from temporalio.workflow import NondeterminismError
 from parley.ids import workflow_id_for_turn
 from tests.client import ParleyClient
 from tests.workflow_variants import ExtraStep, FollowupsFirst
+from workflows.specialist import SpecialistWorkflow
 from workflows.turn import TurnWorkflow
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
@@ -72,7 +73,8 @@ def scrub(history_json: str) -> str:
 @pytest.mark.parametrize("path", sorted(HISTORIES.glob("*.json")), ids=lambda p: p.stem)
 async def test_committed_history_replays(path: Path) -> None:
     history = WorkflowHistory.from_json("recorded-turn", path.read_text())
-    await Replayer(workflows=[TurnWorkflow]).replay_workflow(history)
+    # A delegated turn's specialist (specialist_v*_returns) replays beside the turns.
+    await Replayer(workflows=[TurnWorkflow, SpecialistWorkflow]).replay_workflow(history)
 
 
 def test_there_is_at_least_one_committed_history() -> None:

@@ -69,6 +69,7 @@ with workflow.unsafe.imports_passed_through():
     from parley.tools import Risk, risk_of
 
 from workflows.options import FOLLOWUPS, MODEL, SCREEN, SEND, SKILL, STORE, TOOL
+from workflows.specialist import SPECIALIST_PATCH, delegation, run_specialist
 
 # Turns that asked for skills before skills ran one at a time replay as they ran (in
 # parallel with the reads); the marker is written only by a response that holds a skill call.
@@ -255,6 +256,10 @@ class TurnWorkflow:
                 return await self._finalize(inp, call.model_call_id, override=BOUNDS_TEXT)
             self._enter(TurnState.executing_tools, ", ".join(c.name for c in call.tool_calls))
             outcomes = await self._run_tools(inp, call.tool_calls, seen)
+            handed = delegation(call.tool_calls, outcomes)  # workflows/specialist.py
+            if handed is not None and workflow.patched(SPECIALIST_PATCH):
+                said = await run_specialist(inp, handed)
+                return await self._finalize(inp, call.model_call_id, override=said)
             proposed += [o.action_id for o in outcomes if o.action_id]
             step += 1
             call = self._count(await self._next_model_call(inp, step))

@@ -28,8 +28,14 @@ from api.schemas import CancelOut, PostMessageIn, TurnOut, TurnStarted
 from api.streaming import turn_event_stream
 from dispatch.control import cancel_turn_workflow, deliver_decision
 from dispatch.outbox import start_and_record
+from dispatch.specialists import deliver_answer
 from parley.config import Settings
-from parley.contracts import TERMINAL_TURN_STATES, ResolveActionSignal, TurnInput
+from parley.contracts import (
+    TERMINAL_TURN_STATES,
+    InteractionAnswer,
+    ResolveActionSignal,
+    TurnInput,
+)
 from parley.errors import (
     AgentPaused,
     FeatureNotEnabled,
@@ -98,11 +104,13 @@ async def post_message(
         expected_last_seq=body.expected_last_seq,
         limits=settings.limits,
         file_ids=body.file_ids,
+        interaction_value=body.interaction_value,
     )
     await db.commit()  # the message and its turn (the start outbox) before any start
     MESSAGES_POSTED.labels("new" if posted.created else "duplicate").inc()
     turn = posted.turn
     await send_signals(temporal, posted.signals)
+    await send_answers(temporal, posted.answers)
     if posted.new_turn or turn.workflow_started_at is None:
         await _start(temporal, sessions, settings, turn)
     response.status_code = 202 if posted.created else 200
@@ -149,6 +157,18 @@ async def send_signals(
         except Exception:
             # The decision is stored; the waiting turn reads it when its wait times out.
             log.warning("could not deliver a decision to turn %s", turn_id, exc_info=True)
+
+
+async def send_answers(
+    temporal: TemporalConnector, answers: tuple[tuple[str, InteractionAnswer], ...]
+) -> None:
+    """Deliver answers to the specialists waiting for them (dispatch/specialists.py)."""
+    for turn_id, answer in answers:
+        try:
+            client = await asyncio.wait_for(temporal.get(), START_TIMEOUT_S)
+            await deliver_answer(client, turn_id=turn_id, answer=answer)
+        except Exception:
+            log.warning("could not deliver an answer to turn %s", turn_id, exc_info=True)
 
 
 @router.get("/turns/{turn_id}")

@@ -284,6 +284,9 @@ async function afterTurn(outcome, detail, gen) {
   loadMemory(); // a turn may have remembered something
 }
 
+// How a specialist named in a `subagent` event is introduced.
+const SPECIALISTS = { returns: 'Returns specialist' };
+
 function onEvent(turnId, type, d, fromScratch) {
   switch (type) {
     case 'state':
@@ -319,7 +322,7 @@ function onEvent(turnId, type, d, fromScratch) {
     case 'citations': T.citations(d); return false;
     case 'artifact': T.fileCard(d, download); return false;
     case 'subagent':
-      if (d.phase === 'start') T.notice(d.name + ' is helping with this.', 'info');
+      if (d.phase === 'start') T.notice((SPECIALISTS[d.name] || d.name) + ' is helping with this.', 'info');
       return false;
     case 'done':
     case 'cancelled':

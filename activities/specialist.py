@@ -1,0 +1,243 @@
+"""The Returns specialist's steps (workflows/specialist.py orchestrates them).
+
+Each step is idempotent under retries: a question is shown once per interaction id, the
+proposal's action id is derived from the turn, and the confirmed return is created under the
+action's idempotency key (`create_confirmed_return`, called by `send_email`, so the confirm,
+re-check and settle machinery of emails is the same for returns).
+
+    begin ─▶ ask (item) ─▶ ask (reason) ─▶ check window ─▶ propose ─▶ [send_email] ─▶ end
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.heartbeat import heartbeating
+from activities.northwind import BackendError, BackendUnavailable, NorthwindClient
+from activities.tools import mask_email, tool_event
+from parley.config import Settings
+from parley.contracts import (
+    TOOL_ATTEMPTS,
+    AskInput,
+    EventType,
+    ProposeReturnInput,
+    ReturnWindowResult,
+    SpecialistEndInput,
+    SpecialistInput,
+    SpecialistPlan,
+    TurnState,
+)
+from parley.ids import return_idempotency_key, specialist_action_id
+from parley.specialists import (
+    CLOSING_TEXT,
+    ITEM_QUESTION,
+    REASON_QUESTION,
+    REASONS,
+    RETURNS,
+    SpecialistOutcome,
+    closing_text,
+    reason_label,
+)
+from parley.statuses import ActionStatus
+from parley.tools import TOOLS
+from parley.wire import ActionData, ActionView, InteractionData, Option, SubagentData
+from store import actions, turns
+from store.events import append_event, append_events, state_event
+from store.interactions import has_event
+from store.models import Action, ToolCall, Turn
+
+
+async def create_confirmed_return(
+    nw: NorthwindClient, action: Action
+) -> tuple[ActionStatus, dict[str, Any]]:
+    """Create the confirmed return under the action's idempotency key: a retry after a lost
+    answer gets the same RMA back, never a second return."""
+    try:
+        made = await nw.create_return(
+            idempotency_key=return_idempotency_key(action_id=action.id),
+            tenant=action.tenant_id,
+            customer=action.user_id,
+            args=action.args,
+        )
+    except BackendUnavailable as exc:
+        if not exc.breaker_open and activity.info().attempt < TOOL_ATTEMPTS:
+            raise ApplicationError(str(exc), type="backend_unavailable") from exc
+        return ActionStatus.unknown, {"accepted": None}
+    except BackendError as exc:
+        return ActionStatus.failed, {"accepted": False, "error": type(exc).__name__}
+    return ActionStatus.executed, {"accepted": True, "rma_id": str(made["rma_id"])}
+
+
+class SpecialistActivities:
+    def __init__(
+        self,
+        *,
+        sessions: async_sessionmaker[AsyncSession],
+        northwind: NorthwindClient,
+        settings: Settings,
+    ) -> None:
+        self._sessions = sessions
+        self._northwind = northwind
+        self._settings = settings
+
+    @activity.defn(name="specialist_begin")
+    async def begin(self, inp: SpecialistInput) -> SpecialistPlan:
+        """Show the hand-over (`subagent` start) and fix the specialist's bounds."""
+        async with self._sessions() as db:
+            call = await db.get(ToolCall, inp.call_id)
+            assert call is not None
+            order_id = str((call.arguments or {}).get("order_id", ""))
+            if not await has_event(
+                db, turn_id=inp.turn_id, type_=EventType.subagent, key="phase", value="start"
+            ):
+                start = SubagentData(name=inp.name, phase="start")
+                await append_event(db, turn_id=inp.turn_id, type=EventType.subagent, data=start)
+                await db.commit()
+        return SpecialistPlan(
+            order_id=order_id,
+            wait_s=self._settings.specialist_wait_s,
+            confirmation_timeout_s=self._settings.confirmation_timeout_s,
+        )
+
+    @activity.defn(name="specialist_ask")
+    async def ask(self, inp: AskInput) -> None:
+        """Ask the user (an `interaction`) and rest the turn in `awaiting_input`; once per
+        interaction id, however often the step is retried."""
+        if inp.question == "item":
+            question, options = ITEM_QUESTION, await self._item_options(inp)
+        else:
+            question, options = REASON_QUESTION, list(REASONS)
+        async with self._sessions() as db:
+            if await has_event(
+                db,
+                turn_id=inp.turn_id,
+                type_=EventType.interaction,
+                key="interaction_id",
+                value=inp.interaction_id,
+            ):
+                return
+            await turns.advance_turn(db, turn_id=inp.turn_id, to=TurnState.executing_tools)
+            await turns.move_turn(
+                db, turn_id=inp.turn_id, to=TurnState.awaiting_input, announce=False
+            )
+            data = InteractionData(
+                agent=RETURNS, question=question, options=options, interaction_id=inp.interaction_id
+            )
+            await append_events(
+                db,
+                turn_id=inp.turn_id,
+                events=[state_event(TurnState.awaiting_input), (EventType.interaction, data)],
+            )
+            await db.commit()
+
+    async def _item_options(self, inp: AskInput) -> list[Option]:
+        turn = await self._turn(inp.turn_id)
+        body = await self._backend(
+            self._northwind.order_resource(turn.tenant_id, turn.user_id, inp.order_id, "/items")
+        )
+        return [Option(label=i["name"], value=i["item_id"]) for i in body["items"]]
+
+    @activity.defn(name="specialist_check_window")
+    async def check_window(self, inp: AskInput) -> ReturnWindowResult:
+        """The existing eligibility check, shown as a tool call on the stream."""
+        name = "check_return_eligibility"
+        label = TOOLS[name].label
+        call_id = f"{inp.interaction_id}:window"
+        async with self._sessions() as db:
+            await turns.advance_turn(db, turn_id=inp.turn_id, to=TurnState.executing_tools)
+            if activity.info().attempt == 1:
+                await tool_event(db, inp.turn_id, call_id, name, "start", label)
+            await db.commit()
+        turn = await self._turn(inp.turn_id)
+        async with heartbeating():  # a dead worker is noticed within the heartbeat timeout
+            result = await self._backend(
+                self._northwind.order_resource(
+                    turn.tenant_id, turn.user_id, inp.order_id, "/return-eligibility"
+                )
+            )
+        async with self._sessions() as db:
+            await tool_event(db, inp.turn_id, call_id, name, "end", label, status="ok")
+            await db.commit()
+        return ReturnWindowResult(eligible=bool(result.get("eligible")))
+
+    @activity.defn(name="specialist_propose_return")
+    async def propose_return(self, inp: ProposeReturnInput) -> str:
+        """Record the return as a pending action and show its card; the action's id."""
+        turn = await self._turn(inp.turn_id)
+        nw = self._northwind
+        items = await self._backend(
+            nw.order_resource(turn.tenant_id, turn.user_id, inp.order_id, "/items")
+        )
+        customer = await self._backend(nw.get_customer(turn.tenant_id, turn.user_id))
+        item = next(i for i in items["items"] if i["item_id"] == inp.item_id)
+        masked = mask_email(str(customer.get("email") or ""))
+        async with self._sessions() as db:
+            action = await actions.create_action(
+                db,
+                action_id=specialist_action_id(turn_id=turn.id, step=0),
+                session_id=turn.session_id,
+                turn_id=turn.id,
+                tenant_id=turn.tenant_id,
+                user_id=turn.user_id,
+                tool="create_return",
+                args={"order_id": inp.order_id, "item_id": inp.item_id, "reason": inp.reason},
+                summary=(
+                    f"Return “{item['name']}” from order {inp.order_id} "
+                    f"(reason: {reason_label(inp.reason).lower()}); "
+                    f"a prepaid label goes to {masked} by email"
+                ),
+                recipient_masked=masked,
+                ttl=timedelta(seconds=inp.confirmation_timeout_s),
+            )
+            await turns.advance_turn(db, turn_id=turn.id, to=TurnState.executing_tools)
+            if await turns.move_turn(
+                db, turn_id=turn.id, to=TurnState.awaiting_confirmation, announce=False
+            ):
+                await append_events(
+                    db,
+                    turn_id=turn.id,
+                    events=[
+                        state_event(TurnState.awaiting_confirmation),
+                        (
+                            EventType.confirmation_required,
+                            ActionData(action=ActionView.from_row(action)),
+                        ),
+                    ],
+                )
+            await db.commit()
+            return action.id
+
+    @activity.defn(name="specialist_end")
+    async def end(self, inp: SpecialistEndInput) -> str:
+        """Hand back (`subagent` end); the words the turn ends with."""
+        async with self._sessions() as db:
+            rma_id = None
+            if inp.action_id:
+                action = await db.get(Action, inp.action_id)
+                rma_id = ((action.outcome or {}) if action else {}).get("rma_id")
+            if not await has_event(
+                db, turn_id=inp.turn_id, type_=EventType.subagent, key="phase", value="end"
+            ):
+                end = SubagentData(name=inp.name, phase="end")
+                await append_event(db, turn_id=inp.turn_id, type=EventType.subagent, data=end)
+                await db.commit()
+        outcome = inp.outcome if inp.outcome in CLOSING_TEXT else SpecialistOutcome.failed
+        return closing_text(outcome, rma_id)
+
+    async def _turn(self, turn_id: str) -> Turn:
+        async with self._sessions() as db:
+            turn = await db.get(Turn, turn_id)
+            assert turn is not None
+            return turn
+
+    async def _backend(self, call: Any) -> Any:
+        """A backend read: an outage is retried by Temporal while attempts remain."""
+        try:
+            return await call
+        except BackendUnavailable as exc:
+            raise ApplicationError(str(exc), type="backend_unavailable") from exc

@@ -1,0 +1,63 @@
+"""A specialist's questions to the user, read back from the turn's event log.
+
+The `interaction` event is the record of a question (its id and options); there is no other
+row. Posting a message while the session's turn rests in `awaiting_input` answers the last
+question asked: the message joins that turn and its answer is delivered to the specialist.
+Nothing here commits (see `store`).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from parley.contracts import EventType, InteractionAnswer, TurnState
+from parley.specialists import match_option
+from parley.wire import InteractionData
+from store.models import ChatSession, Turn, TurnEvent
+
+
+async def has_event(
+    db: AsyncSession, *, turn_id: str, type_: EventType, key: str, value: str
+) -> bool:
+    """Whether the turn's log holds an event of this type whose `key` field is `value`."""
+    found = await db.scalar(
+        select(TurnEvent.id)
+        .where(
+            TurnEvent.turn_id == turn_id,
+            TurnEvent.type == type_,
+            TurnEvent.data[key].astext == value,
+        )
+        .limit(1)
+    )
+    return found is not None
+
+
+async def open_interaction(db: AsyncSession, *, turn_id: str) -> InteractionData | None:
+    """The question the turn's specialist asked last, or None."""
+    data = await db.scalar(
+        select(TurnEvent.data)
+        .where(TurnEvent.turn_id == turn_id, TurnEvent.type == EventType.interaction)
+        .order_by(TurnEvent.id.desc())
+        .limit(1)
+    )
+    return InteractionData.model_validate(data) if data is not None else None
+
+
+async def answer_for_waiting_turn(
+    db: AsyncSession, *, session: ChatSession, text: str, value: str | None
+) -> tuple[Turn, InteractionAnswer] | None:
+    """When the session's active turn waits for the user's answer: that turn and the answer
+    (a clicked option's `value`, else the option the text names, else "": the specialist
+    asks again). None when the active turn is not waiting for an answer."""
+    if session.active_turn_id is None:
+        return None
+    active = await db.get(Turn, session.active_turn_id)
+    if active is None or active.state != TurnState.awaiting_input:
+        return None
+    asked = await open_interaction(db, turn_id=active.id)
+    if asked is None:
+        return None
+    values = {o.value for o in asked.options}
+    chosen = value if value in values else match_option(text, asked.options)
+    return active, InteractionAnswer(asked.interaction_id, chosen or "")
