@@ -98,21 +98,22 @@ def build_activities(
     mcp = McpTools(sessions=sessions)  # the tenants' MCP servers
     # The skills catalog and the sandbox they run in (one per worker; each run its own folder).
     skills = SkillTools(sessions=sessions, northwind=northwind, settings=settings)
+    context = ContextBuilder(
+        sessions=sessions,
+        settings=settings,
+        northwind=northwind,
+        embedder=embedder,
+        mcp=mcp,
+        skills=skills,
+        knowledge=KnowledgeSource(
+            passages=settings.knowledge_passages, embedder=passage_embedder(settings)
+        ),
+    )
     turn = TurnActivities(
         sessions=sessions,
         providers=providers,
         settings=settings,
-        context=ContextBuilder(
-            sessions=sessions,
-            settings=settings,
-            northwind=northwind,
-            embedder=embedder,
-            mcp=mcp,
-            skills=skills,
-            knowledge=KnowledgeSource(
-                passages=settings.knowledge_passages, embedder=passage_embedder(settings)
-            ),
-        ),
+        context=context,
         output_screen=output_screen,
     )
     tools = ToolActivities(
@@ -128,6 +129,17 @@ def build_activities(
     screening = ScreenActivities(
         sessions=sessions, input_screen=input_screen, output_screen=output_screen
     )
+    return _activity_list(turn, tools, send, screening, memory, specialist)
+
+
+def _activity_list(
+    turn: TurnActivities,
+    tools: ToolActivities,
+    send: SendActivities,
+    screening: ScreenActivities,
+    memory: MemoryActivities,
+    specialist: SpecialistActivities,
+) -> list[Callable[..., Any]]:
     return [
         turn.build_context,
         turn.call_model,
