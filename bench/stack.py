@@ -79,6 +79,7 @@ class Stack:
     token: str
     postmaster_pid: int | None
     children: list[Child] = field(default_factory=list)
+    skeleton_queue: str = ""  # the skeleton floor's worker (bench/skeleton.py) polls this
 
     def check(self) -> None:
         for child in self.children:
@@ -247,12 +248,29 @@ async def running_stack(token_delay_ms: float) -> AsyncIterator[Stack]:
             {**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         children.append(baseline)
+        skeleton_queue = f"skeleton-{uuid.uuid4().hex[:8]}"
+        children.append(
+            _spawn(
+                "skeleton-worker",
+                ["-m", "bench.skeleton", "--address", temporal_address]
+                + ["--task-queue", skeleton_queue],
+                service_env,
+            )
+        )
         parley_url = f"http://127.0.0.1:{api_port}"
         baseline_url = f"http://127.0.0.1:{baseline_port}"
         await _wait_ready(parley_url + "/readyz", api)
         await _wait_ready(baseline_url + "/healthz", baseline)
         worker.check()
-        yield Stack(settings, parley_url, baseline_url, token, _postmaster_pid(pg.pgdata), children)
+        yield Stack(
+            settings,
+            parley_url,
+            baseline_url,
+            token,
+            _postmaster_pid(pg.pgdata),
+            children,
+            skeleton_queue,
+        )
     finally:
         log("stopping everything")
         for child in reversed(children):
