@@ -64,6 +64,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--throughput-turns", type=int, default=200, help="(b) total turns per row and table"
     )
     parser.add_argument("--no-memory", action="store_true", help="skip (c)-(e)")
+    parser.add_argument(
+        "--no-eager",
+        action="store_true",
+        help="Temporal without eager activity dispatch (as in a default server)",
+    )
     parser.add_argument("--warmup-turns", type=int, default=5, help="untimed turns per system")
     parser.add_argument(
         "--memory-only", action="store_true", help="only the memory figures (c), (d), (e)"
@@ -223,7 +228,7 @@ def render(settings: dict[str, Any], results: dict[str, Any]) -> str:
 
 async def main_async(args: argparse.Namespace) -> None:
     started = time.perf_counter()
-    async with running_stack(args.token_delay_ms) as stack:
+    async with running_stack(args.token_delay_ms, eager=not args.no_eager) as stack:
         settings = {
             "demo_token_delay_ms": args.token_delay_ms,
             "parley_stream_frame_ms": stack.settings.stream_frame_ms,
@@ -232,6 +237,7 @@ async def main_async(args: argparse.Namespace) -> None:
             "concurrency": args.concurrency,
             "throughput_turns_per_row": args.throughput_turns,
             "warmup_turns": args.warmup_turns,
+            "eager_activities": not args.no_eager,
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
         }

@@ -26,7 +26,7 @@ import httpx
 from temporalio.testing import WorkflowEnvironment
 
 from bench.cpu import Roles
-from launch.dev import temporal_cli
+from launch.dev import EAGER_ACTIVITIES, temporal_cli
 from parley.config import Settings
 from parley.contracts import SEARCH_ATTRIBUTES
 from store.db import create_engine, session_factory
@@ -155,7 +155,7 @@ async def _seed_and_token(database_url: str) -> str:
         await engine.dispose()
 
 
-async def _start_temporal() -> WorkflowEnvironment:
+async def _start_temporal(eager: bool) -> WorkflowEnvironment:
     """`WorkflowEnvironment.start_local`, with the dev server's banner and logs sent to a log
     file instead of our stdout (the server inherits fd 1 when it is spawned)."""
     LOG_DIR.mkdir(parents=True, exist_ok=True)
@@ -168,6 +168,7 @@ async def _start_temporal() -> WorkflowEnvironment:
                 dev_server_existing_path=temporal_cli(),
                 search_attributes=SEARCH_ATTRIBUTES,
                 dev_server_log_level="error",
+                dev_server_extra_args=list(EAGER_ACTIVITIES) if eager else [],
             )
         finally:
             os.dup2(saved, 1)
@@ -175,7 +176,7 @@ async def _start_temporal() -> WorkflowEnvironment:
 
 
 @contextlib.asynccontextmanager
-async def running_stack(token_delay_ms: float) -> AsyncIterator[Stack]:
+async def running_stack(token_delay_ms: float, *, eager: bool = True) -> AsyncIterator[Stack]:
     """Everything up, yielded as a `Stack`; everything stopped and deleted on exit."""
     tmp = Path(tempfile.mkdtemp(prefix="parley-bench-"))
     pg = EmbeddedPostgres(tmp / "pg" / "data")
@@ -188,7 +189,7 @@ async def running_stack(token_delay_ms: float) -> AsyncIterator[Stack]:
         token = await _seed_and_token(database_url)
 
         log("starting the Temporal dev server")
-        env = await _start_temporal()
+        env = await _start_temporal(eager)
         temporal_address = str(env.client.service_client.config.target_host)
 
         settings = Settings(
