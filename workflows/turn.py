@@ -43,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
         RESOLVE_ACTION_SIGNAL,
         RESOLVE_ACTION_UPDATE,
         SA_TURN_STATE,
+        TERMINAL_TURN_STATES,
         TURN_STOPPED,
         TURN_WORKFLOW,
         ActionInput,
@@ -81,6 +82,12 @@ LIFECYCLE_PATCH = "lifecycle-v1"
 FOLLOWUPS_GRACE = timedelta(milliseconds=300)
 # Turns started before rolling summaries existed replay without starting one.
 SUMMARIES_PATCH = "summaries-v1"
+# Turns started before it upsert the state search attribute at every move; with it, only
+# into and out of the states an operator looks a turn up by (resting on a card, ended), so a
+# running turn's attribute says `received` (set at its start). Every move still shows in the
+# current details.
+OPERATOR_STATES_PATCH = "operator-states-v1"
+OPERATOR_STATES = TERMINAL_TURN_STATES | {TurnState.awaiting_confirmation}
 
 # Provider answers that a retry of the same request would get again.
 REQUEST_REFUSED = frozenset(
@@ -111,6 +118,8 @@ class TurnWorkflow:
         # The action whose card the turn shows: the only one an Update may decide.
         self._awaiting: str | None = None
         self._lifecycle = False
+        self._all_states = True  # every move upserted (turns started before the patch)
+        self._shown = TurnState.received  # the search attribute's value
         self._requests = 0  # model requests sent so far, retries and fallback included
         self._model_step = 0  # model calls scheduled so far: "model step 2" in the UI
 
@@ -156,7 +165,9 @@ class TurnWorkflow:
         """The turn's state, mirrored for operators: the search attribute, and the current
         details the Temporal UI shows (ids and step numbers only, never personal data)."""
         self._state = state
-        workflow.upsert_search_attributes([SA_TURN_STATE.value_set(state.value)])
+        if self._all_states or OPERATOR_STATES & {state, self._shown}:
+            workflow.upsert_search_attributes([SA_TURN_STATE.value_set(state.value)])
+            self._shown = state
         workflow.set_current_details(f"{state.value}: {details}" if details else state.value)
 
     @workflow.run
@@ -178,6 +189,7 @@ class TurnWorkflow:
 
     async def _run(self, inp: TurnInput) -> str:
         self._lifecycle = workflow.patched(LIFECYCLE_PATCH)
+        self._all_states = not workflow.patched(OPERATOR_STATES_PATCH)
         try:
             return await self._turn(inp)
         except asyncio.CancelledError:
