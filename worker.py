@@ -21,6 +21,7 @@ from prometheus_client import start_http_server
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.context import ContextBuilder
 from activities.failures import FailureInterceptor, database_probe
@@ -190,6 +191,7 @@ def build_worker(
         task_queue=task_queue or settings.task_queue,
         workflows=[TurnWorkflow, SummaryWorkflow, SpecialistWorkflow],
         activities=activities,
+        workflow_runner=WORKFLOW_RUNNER,
         # Every activity attempt leaves a span in the trace ledger,
         # and its failures reach the workflow under names it relies on (activities/failures.py).
         interceptors=[TracingInterceptor(sessions), FailureInterceptor(database_probe(sessions))],
@@ -208,6 +210,12 @@ def build_worker(
         deployment_config=deployment_config(settings),
     )
 
+
+# Each workflow run re-imports its workflow module in a fresh sandbox; the step options (frozen
+# dataclasses and constants, no state) are shared instead of rebuilt for every turn.
+WORKFLOW_RUNNER = SandboxedWorkflowRunner(
+    restrictions=SandboxRestrictions.default.with_passthrough_modules("workflows.options")
+)
 
 # Connections beyond one per running activity: the outbox sweep, the trace ledger's span
 # writes and the log context's turn lookups (both between steps, briefly).

@@ -16,7 +16,7 @@ from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import insert, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
@@ -122,8 +122,9 @@ class _SpanRecorder(ActivityInboundInterceptor):
         info = activity.info()
         try:
             async with self._sessions() as db:
-                db.add(
-                    TraceSpan(
+                # Core, not the unit of work: one span per attempt of every step adds up.
+                await db.execute(
+                    insert(TraceSpan).values(
                         turn_id=turn_id,
                         name=info.activity_type,
                         attempt=info.attempt,

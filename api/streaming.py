@@ -1,9 +1,12 @@
 """Live event streams: one LISTEN connection per API process wakes every open stream.
 
-The durable log in `turn_events` is the truth; NOTIFY is only a doorbell. A stream reads the
-log after its last id, sends what it finds, and sleeps until the doorbell rings for its turn
-(or a short poll interval passes, which covers notifications lost while reconnecting). So any
-API process can serve any turn, and a reconnect with `Last-Event-ID` misses nothing.
+The durable log in `turn_events` is the truth; NOTIFY is a doorbell that also brings the
+events just committed when they fit (store/events.py). A stream reads the log after its last
+id, sends what it finds, and sleeps until the doorbell rings for its turn (or a short poll
+interval passes, which covers notifications lost while reconnecting). When the doorbell brings
+exactly the next events, the stream sends them without a read; a gap, or a ring without
+events, sends it back to the log. So any API process can serve any turn, and a reconnect with
+`Last-Event-ID` misses nothing.
 """
 
 from __future__ import annotations
@@ -28,20 +31,57 @@ from parley.contracts import TERMINAL_EVENTS, TERMINAL_TURN_STATES, EventType
 from parley.errors import RateLimited
 from parley.wire import event_data
 from store import limits, viewers
-from store.events import NOTIFY_CHANNEL, read_events
+from store.events import NOTIFY_CHANNEL, StoredEvent, parse_notification, read_events
 from store.identity import Identity
 from store.models import Turn
 
 log = logging.getLogger(__name__)
 
 POLL_INTERVAL_S = 1.0
+READ_LIMIT = 500
+
+
+class Doorbell:
+    """One open stream's wake-up, holding the events the doorbell brought since it last looked."""
+
+    def __init__(self) -> None:
+        self._rung = asyncio.Event()
+        self._brought: list[StoredEvent] = []
+        self._unknown = False  # rung without events: only the log knows what is new
+
+    def ring(self, events: list[StoredEvent]) -> None:
+        if events:
+            self._brought.extend(events)
+        else:
+            self._unknown = True
+        self._rung.set()
+
+    def clear(self) -> None:
+        self._rung.clear()
+
+    async def wait(self) -> None:
+        await self._rung.wait()
+
+    def take(self, after: int) -> list[StoredEvent] | None:
+        """The brought events after `after` if they follow it without a gap (none brought:
+        an empty list), or None when the log must be read."""
+        brought, unknown = self._brought, self._unknown
+        self._brought, self._unknown = [], False
+        if unknown:
+            return None
+        fresh = [event for event in brought if event.id > after]
+        for offset, event in enumerate(fresh, start=1):
+            if event.id != after + offset:
+                return None
+        return fresh
 
 
 class EventHub:
     def __init__(self, conninfo: str) -> None:
         self._conninfo = conninfo
-        self._waiters: dict[str, set[asyncio.Event]] = defaultdict(set)
+        self._waiters: dict[str, set[Doorbell]] = defaultdict(set)
         self._task: asyncio.Task[None] | None = None
+        self.listening = asyncio.Event()  # set while the LISTEN connection is up
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._listen_forever())
@@ -53,8 +93,8 @@ class EventHub:
                 await self._task
 
     @contextlib.contextmanager
-    def subscribe(self, turn_id: str) -> Iterator[asyncio.Event]:
-        event = asyncio.Event()
+    def subscribe(self, turn_id: str) -> Iterator[Doorbell]:
+        event = Doorbell()
         self._waiters[turn_id].add(event)
         try:
             yield event
@@ -65,9 +105,18 @@ class EventHub:
                 if not waiters:
                     del self._waiters[turn_id]
 
-    def _ring(self, turn_id: str) -> None:
-        for event in self._waiters.get(turn_id, ()):
-            event.set()
+    def _ring(self, payload: str) -> None:
+        """Wake this process's streams of the payload's turn; parse the events only if any."""
+        waiters = self._waiters.get(payload.partition(":")[0])
+        if not waiters:
+            return
+        try:
+            _, events = parse_notification(payload)
+        except (ValueError, KeyError, TypeError):
+            log.warning("unreadable event notification; streams read the log", exc_info=True)
+            events = []
+        for doorbell in waiters:
+            doorbell.ring(events)
 
     async def _listen_forever(self) -> None:
         while True:
@@ -76,15 +125,17 @@ class EventHub:
                     self._conninfo, autocommit=True
                 ) as conn:
                     await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                    self.listening.set()
                     # Anything committed while we were not listening is picked up by polls.
                     for waiters in list(self._waiters.values()):
-                        for event in waiters:
-                            event.set()
+                        for doorbell in waiters:
+                            doorbell.ring([])
                     async for note in conn.notifies():
-                        self._ring(note.payload.partition(":")[0])
+                        self._ring(note.payload)
             except asyncio.CancelledError:
                 raise
             except Exception:
+                self.listening.clear()
                 log.warning("event listener lost its connection; reconnecting", exc_info=True)
                 await asyncio.sleep(1.0)
 
@@ -101,10 +152,14 @@ async def turn_event_stream(
         # Whether the turn may have ended unseen: checked at the start and after any poll
         # interval without a wake-up, not on every wake-up.
         check_end = True
+        read_log = True  # at the start, after a poll interval, while a read comes back full
         while True:
-            doorbell.clear()  # cleared before reading, so a ring during the read is kept
-            async with sessions() as db:
-                events = await read_events(db, turn_id=turn_id, after=after)
+            doorbell.clear()  # cleared before looking, so a ring during a read is kept
+            events = doorbell.take(after)
+            if events is None or read_log:
+                async with sessions() as db:
+                    events = await read_events(db, turn_id=turn_id, after=after, limit=READ_LIMIT)
+                read_log = len(events) >= READ_LIMIT
             for event in events:
                 after = event.id
                 EVENTS_SENT.inc()
@@ -121,14 +176,15 @@ async def turn_event_stream(
                 EventType.interaction,
             ):
                 return  # the turn rests; its stream resumes once the user has answered
-            if not events:
-                if check_end and await _finished_before(sessions, turn_id, after):
-                    return  # resumed at or past the end of a finished turn
-                try:
-                    await asyncio.wait_for(doorbell.wait(), timeout=POLL_INTERVAL_S)
-                    check_end = False
-                except TimeoutError:
-                    check_end = True
+            if events or read_log:
+                continue
+            if check_end and await _finished_before(sessions, turn_id, after):
+                return  # resumed at or past the end of a finished turn
+            try:
+                await asyncio.wait_for(doorbell.wait(), timeout=POLL_INTERVAL_S)
+                check_end = False
+            except TimeoutError:
+                check_end, read_log = True, True
 
 
 def _check_shape(event_id: int, type_: str, data: dict[str, Any]) -> None:
@@ -214,9 +270,7 @@ class StreamRegistry:
 
     def release(self, lease: str, turn_id: str | None, *, hung_up: bool) -> None:
         self._leases.discard(lease)
-        self._spawn(self._drop_leases([lease]))
-        if turn_id is not None:
-            self._spawn(self._detach(turn_id, watch=hung_up))
+        self._spawn(self._release(lease, turn_id, watch=hung_up))
 
     async def _drop_leases(self, leases: list[str]) -> None:
         try:
@@ -232,13 +286,26 @@ class StreamRegistry:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _detach(self, turn_id: str, *, watch: bool) -> None:
+    async def _release(self, lease: str, turn_id: str | None, *, watch: bool) -> None:
+        """Drop the lease and the viewer in one transaction; then, if the client hung up,
+        cancel the turn should nobody come back to it within the grace period."""
         try:
             async with self._sessions() as db:
-                await viewers.detach_viewer(db, turn_id=turn_id)
+                await limits.drop_stream_leases(db, lease_ids=[lease])
+                if turn_id is not None:
+                    await viewers.detach_viewer(db, turn_id=turn_id)
                 await db.commit()
-            if not watch:
-                return
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # A lease lapses by itself once it is no longer renewed.
+            log.warning("could not release the stream of turn %s", turn_id, exc_info=True)
+            return
+        if turn_id is not None and watch:
+            await self._watch(turn_id)
+
+    async def _watch(self, turn_id: str) -> None:
+        try:
             await asyncio.sleep(self._grace.total_seconds())
             async with self._sessions() as db:
                 if await viewers.abandoned(db, turn_id=turn_id, grace=self._grace):

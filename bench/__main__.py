@@ -35,13 +35,13 @@ from bench.memory import measure_memory, render_memory
 from bench.runner import (
     BaselineTarget,
     ParleyTarget,
-    Phase,
     Target,
     concurrent,
     sequential,
     timed,
 )
 from bench.stack import REPO, Stack, log, running_stack
+from bench.throughput import render_throughput, shapes, throughput
 from store.db import create_engine, session_factory
 
 
@@ -56,9 +56,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--turns-per-session", type=int, default=5, help="(a) fresh session every N turns"
     )
-    parser.add_argument("--concurrency", type=int, default=20, help="(b) concurrent sessions")
     parser.add_argument(
-        "--throughput-turns", type=int, default=200, help="(b) total turns per system"
+        "--concurrency",
+        type=lambda v: [int(c) for c in v.split(",")],
+        default=[20, 50],
+        help="(b) concurrent sessions, comma-separated: one table each",
+    )
+    parser.add_argument(
+        "--throughput-turns", type=int, default=200, help="(b) total turns per row and table"
+    )
+    parser.add_argument("--no-memory", action="store_true", help="skip (c)-(e)")
+    parser.add_argument(
+        "--no-eager",
+        action="store_true",
+        help="Temporal without eager activity dispatch (as in a default server)",
     )
     parser.add_argument("--warmup-turns", type=int, default=5, help="untimed turns per system")
     parser.add_argument(
@@ -89,14 +100,14 @@ def http_client(base_url: str, token: str | None, connections: int) -> httpx.Asy
 
 
 async def measure(args: argparse.Namespace, stack: Stack) -> dict[str, Any]:
-    connections = 2 * args.concurrency + 10
+    connections = 2 * max(args.concurrency) + 10
     async with (
         http_client(stack.parley_url, stack.token, connections) as parley_http,
         http_client(stack.baseline_url, None, connections) as baseline_http,
     ):
-        parley: Target = ParleyTarget(parley_http)
+        parley = ParleyTarget(parley_http)
         baseline: Target = BaselineTarget(baseline_http)
-        targets = [baseline, parley]
+        targets: list[Target] = [baseline, parley]
 
         # Warm-up: imports, connection pools, Temporal task queue. Untimed.
         warm_seq = sequential(targets, args.warmup_turns, args.warmup_turns, stack.check)
@@ -107,7 +118,7 @@ async def measure(args: argparse.Namespace, stack: Stack) -> dict[str, Any]:
         for target in targets:
             await timed(
                 f"warm-up ({target.name}, concurrent)",
-                concurrent(target, args.concurrency, 1, stack.check),
+                concurrent(target, max(args.concurrency), 1, stack.check),
                 log,
             )
 
@@ -120,22 +131,20 @@ async def measure(args: argparse.Namespace, stack: Stack) -> dict[str, Any]:
         )
         seq_cpu = usage(before, snapshot(), stack.roles())
 
-        per_client = math.ceil(args.throughput_turns / args.concurrency)
-        log(f"(b) {args.concurrency} concurrent clients x {per_client} turns per system")
-        conc: dict[str, Phase] = {}
-        conc_cpu: dict[str, dict[str, Any]] = {}
-        for target in targets:
-            before = snapshot()
-            conc[target.name] = await timed(
-                f"(b) {target.name}",
-                concurrent(target, args.concurrency, per_client, stack.check),
-                log,
+        shape = await shapes(stack, parley)
+        conc = {
+            str(clients): await throughput(
+                stack,
+                baseline,
+                parley,
+                clients=clients,
+                total_turns=args.throughput_turns,
+                shape=shape,
             )
-            conc_cpu[target.name] = usage(before, snapshot(), stack.roles())
-        stack.check()
+            for clients in args.concurrency
+        }
 
     a = {name: phase.report() for name, phase in seq.items()}
-    b = {name: phase.report() | {"cpu": conc_cpu[name]} for name, phase in conc.items()}
     return {
         "sequential": {
             **a,
@@ -152,20 +161,8 @@ async def measure(args: argparse.Namespace, stack: Stack) -> dict[str, Any]:
                 ),
             },
         },
-        "concurrent": {
-            **b,
-            "clients": args.concurrency,
-            "turns_per_client": per_client,
-            "ratio_parley_over_baseline": {
-                "turns_per_s": ratio(b["parley"]["turns_per_s"], b["baseline"]["turns_per_s"]),
-                "full_turn_p50": ratio(
-                    b["parley"]["full_turn"]["p50_ms"], b["baseline"]["full_turn"]["p50_ms"]
-                ),
-                "full_turn_p95": ratio(
-                    b["parley"]["full_turn"]["p95_ms"], b["baseline"]["full_turn"]["p95_ms"]
-                ),
-            },
-        },
+        "shape": shape,
+        "concurrent": conc,
     }
 
 
@@ -204,95 +201,91 @@ def render(settings: dict[str, Any], results: dict[str, Any]) -> str:
     )
     lines.append("")
 
+    for table in b.values():
+        lines.extend(render_throughput(table, results["shape"]))
+        lines.append("")
     lines.append(
-        f"(b) Throughput, {b['clients']} concurrent sessions x {b['turns_per_client']} turns "
-        f"back to back (latencies in ms)"
+        f"{settings['cpus']} cores; 'x base' = turns/s over the baseline's in the same table; "
+        "the skeleton rows are Temporal's floor for a workflow of that many no-op activities; "
+        "'lost' = event ids the client never received plus answers whose done text differs "
+        "from their deltas"
     )
-    lines.append(
-        f"{'':<22}{'turns ok':>9}{'wall s':>8}{'turns/s':>9}"
-        f"{'full-turn p50':>15}{'p95':>9}{'first-delta p50':>17}{'p95':>9}"
-    )
-    for name in ("baseline", "parley"):
-        r = b[name]
-        lines.append(
-            f"{name:<22}{r['ok']:>4}/{r['turns']:<4}{fmt(r['wall_s']):>8}"
-            f"{fmt(r['turns_per_s'], 2):>9}"
-            f"{fmt(r['full_turn']['p50_ms']):>15}{fmt(r['full_turn']['p95_ms']):>9}"
-            f"{fmt(r['first_delta']['p50_ms']):>17}{fmt(r['first_delta']['p95_ms']):>9}"
-        )
-    rb = b["ratio_parley_over_baseline"]
-    lines.append(
-        f"{'ratio parley/baseline':<22}{'':>9}{'':>8}{fmt(rb['turns_per_s'], 3) + 'x':>9}"
-        f"{fmt(rb['full_turn_p50'], 2) + 'x':>15}{fmt(rb['full_turn_p95'], 2) + 'x':>9}"
-    )
-    lines.append("")
-    lines.append(
-        f"CPU seconds spent during each (b) run, by process ({settings['cpus']} cores = "
-        f"{settings['cpus']} CPU-s per wall second; 'other' = processes this bench did not start)"
-    )
-    for name in ("baseline", "parley"):
-        cpu = b[name]["cpu"]
-        parts = [
-            f"{role.removesuffix('_cpu_s')} {value:.1f}"
-            for role, value in cpu.items()
-            if role.endswith("_cpu_s") and value >= 0.05
+    for table in b.values():
+        shares = [
+            r["cpu"].get("other_cpu_s", 0.0) / r["wall_s"]
+            for r in table["rows"].values()
+            if r.get("wall_s")
         ]
-        busy = cpu.get("machine_busy_fraction")
-        busy_text = f"; machine busy {busy * 100:.0f}%" if busy is not None else ""
-        lines.append(f"  {name:<9} " + ", ".join(parts) + busy_text)
-        other, wall = cpu.get("other_cpu_s", 0.0), b[name]["wall_s"]
-        if wall and other / wall > 0.1:
+        if shares and max(shares) > 0.1:
             lines.append(
-                f"  note: processes outside this bench ({', '.join(cpu['other_top'])}) used "
-                f"{other / wall * 100:.0f}% of a core during the {name} run; "
-                "its figures are disturbed by that load"
+                f"  note: processes outside this bench used {min(shares) * 100:.0f}-"
+                f"{max(shares) * 100:.0f}% of a core during the {table['clients']}-session rows; "
+                "their figures are disturbed by that load"
             )
-    for section, data in (("a", a), ("b", b)):
-        for name in ("baseline", "parley"):
-            for error in data[name].get("first_errors", []):
-                lines.append(f"({section}) {name} failure: {error}")
+    for name in ("baseline", "parley"):
+        for error in a[name].get("first_errors", []):
+            lines.append(f"(a) {name} failure: {error}")
     return "\n".join(lines)
 
 
 async def main_async(args: argparse.Namespace) -> None:
     started = time.perf_counter()
-    async with running_stack(args.token_delay_ms) as stack:
+    async with running_stack(args.token_delay_ms, eager=not args.no_eager) as stack:
         settings = {
             "demo_token_delay_ms": args.token_delay_ms,
             "parley_stream_frame_ms": stack.settings.stream_frame_ms,
             "latency_turns": args.latency_turns,
             "turns_per_session": args.turns_per_session,
             "concurrency": args.concurrency,
-            "throughput_turns": math.ceil(args.throughput_turns / args.concurrency)
-            * args.concurrency,
+            "throughput_turns_per_row": args.throughput_turns,
             "warmup_turns": args.warmup_turns,
+            "eager_activities": not args.no_eager,
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
         }
         memory_only = args.memory_only or args.locomo_only
         results = {} if memory_only else await measure(args, stack)
-        engine = create_engine(stack.settings.database_url or "", pool_size=2)
-        try:
-            log("(c)-(e) memory: token table, time to done, LoCoMo")
-            results["memory"] = await measure_memory(
-                stack.parley_url,
-                stack.token,
-                stack.settings,
-                session_factory(engine),
-                locomo_share=args.locomo_share,
-                locomo_only=args.locomo_only,
-            )
-            log("(f) knowledge retrieval: top-3 hit rate, full-text and hybrid")
-            results["knowledge"] = await measure_knowledge(session_factory(engine))
-        finally:
-            await engine.dispose()
-    elapsed = time.perf_counter() - started
-    settings["bench_runtime_s"] = round(elapsed, 1)
+        if not args.no_memory:
+            results["memory"] = await _memory(args, stack)
+            results["knowledge"] = await _knowledge(stack)
+    _write(args, settings, results, started)
 
+
+async def _memory(args: argparse.Namespace, stack: Stack) -> dict[str, Any]:
+    engine = create_engine(stack.settings.database_url or "", pool_size=2)
+    try:
+        log("(c)-(e) memory: token table, time to done, LoCoMo")
+        return await measure_memory(
+            stack.parley_url,
+            stack.token,
+            stack.settings,
+            session_factory(engine),
+            locomo_share=args.locomo_share,
+            locomo_only=args.locomo_only,
+        )
+    finally:
+        await engine.dispose()
+
+
+async def _knowledge(stack: Stack) -> dict[str, Any]:
+    engine = create_engine(stack.settings.database_url or "", pool_size=2)
+    try:
+        log("(f) knowledge retrieval: top-3 hit rate, full-text and hybrid")
+        return await measure_knowledge(session_factory(engine))
+    finally:
+        await engine.dispose()
+
+
+def _write(
+    args: argparse.Namespace, settings: dict[str, Any], results: dict[str, Any], started: float
+) -> None:
+    settings["bench_runtime_s"] = round(time.perf_counter() - started, 1)
     if "sequential" in results:
         print(render(settings, results))
-    print(render_memory(results["memory"]))
-    print(render_knowledge(results["knowledge"]))
+    if "memory" in results:
+        print(render_memory(results["memory"]))
+    if "knowledge" in results:
+        print(render_knowledge(results["knowledge"]))
     args.output.parent.mkdir(parents=True, exist_ok=True)
     document = {
         "measured_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),

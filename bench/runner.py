@@ -44,6 +44,7 @@ class ParleyTarget(Target):
     """POST the message (202 with `events_url`), then GET the event stream."""
 
     name = "parley"
+    last_turn_id: str | None = None
 
     async def new_conversation(self) -> str:
         response = await self.http.post("/v1/sessions")
@@ -59,6 +60,7 @@ class ParleyTarget(Target):
         )
         if posted.status_code != 202:
             raise RuntimeError(f"POST messages: {posted.status_code} {posted.text}")
+        self.last_turn_id = str(posted.json()["turn_id"])
         async with self.http.stream("GET", posted.json()["events_url"]) as response:
             yield response
 
@@ -86,6 +88,10 @@ class Turn:
     deltas: int = 0
     chars: int = 0
     error: str | None = None
+    # Events the client never saw: gaps in the event ids (Parley numbers a turn's events from
+    # 1 without gaps; the baseline too), plus one for an answer whose `done` text is not the
+    # text its deltas spelled out.
+    lost: int = 0
 
 
 async def run_turn(target: Target, conversation: str, text: str) -> Turn:
@@ -98,23 +104,37 @@ async def run_turn(target: Target, conversation: str, text: str) -> Turn:
                 if response.status_code != 200:
                     await response.aread()
                     raise RuntimeError(f"stream: {response.status_code} {response.text}")
-                async for event in iter_events(response):
-                    if event.type == "delta":
-                        if turn.first_delta_s is None:
-                            turn.first_delta_s = time.perf_counter() - start
-                        turn.deltas += 1
-                        turn.chars += len(event.data["text"])
-                    elif event.type in TERMINAL:
-                        turn.total_s = time.perf_counter() - start
-                        turn.ok = event.type == "done" and turn.first_delta_s is not None
-                        if not turn.ok:
-                            turn.error = f"terminal {event.type}: {event.data}"
-                        break
-                else:
-                    turn.error = "stream closed without a terminal event"
+                await _read_turn(response, turn, start)
     except Exception as exc:  # counted and reported, never fatal to the run
         turn.error = f"{type(exc).__name__}: {exc}"
     return turn
+
+
+async def _read_turn(response: httpx.Response, turn: Turn, start: float) -> None:
+    last_id = 0
+    texts: dict[str, list[str]] = {}  # message id -> its deltas since its last reset
+    async for event in iter_events(response):
+        if event.id is not None:
+            turn.lost += max(0, event.id - last_id - 1)
+            last_id = event.id
+        if event.type == "delta":
+            if turn.first_delta_s is None:
+                turn.first_delta_s = time.perf_counter() - start
+            turn.deltas += 1
+            turn.chars += len(event.data["text"])
+            texts.setdefault(event.data["message_id"], []).append(event.data["text"])
+        elif event.type == "reset":
+            texts.pop(event.data.get("message_id", ""), None)
+        elif event.type in TERMINAL:
+            turn.total_s = time.perf_counter() - start
+            turn.ok = event.type == "done" and turn.first_delta_s is not None
+            if not turn.ok:
+                turn.error = f"terminal {event.type}: {event.data}"
+            else:
+                message = event.data["message"]
+                turn.lost += "".join(texts.get(message["id"], [])) != message["text"]
+            return
+    turn.error = "stream closed without a terminal event"
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -154,6 +174,7 @@ class Phase:
             "full_turn": summarize([t.total_s for t in good if t.total_s]),
             "delta_events_per_turn": statistics.fmean([t.deltas for t in good]) if good else 0,
             "chars_per_turn": statistics.fmean([t.chars for t in good]) if good else 0,
+            "events_lost": sum(t.lost for t in self.turns),
         }
         if self.wall_s:
             out["wall_s"] = self.wall_s
@@ -164,7 +185,13 @@ class Phase:
 
 
 def turn_text(i: int) -> str:
+    """A plain answer: no tool."""
     return f"Tell me about yourself, please (benchmark turn {i})."
+
+
+def tool_text(i: int) -> str:
+    """A tool turn: the demo model looks the orders up (one read tool), then answers."""
+    return f"Where are my orders? (benchmark turn {i})"
 
 
 async def sequential(
@@ -189,7 +216,11 @@ async def sequential(
 
 
 async def concurrent(
-    target: Target, clients: int, turns_per_client: int, check: Callable[[], None]
+    target: Target,
+    clients: int,
+    turns_per_client: int,
+    check: Callable[[], None],
+    text: Callable[[int], str] = turn_text,
 ) -> Phase:
     """`clients` conversations at once, each running `turns_per_client` turns back to back
     (post, stream to the terminal event, next). Conversations are created before the clock."""
@@ -199,7 +230,7 @@ async def concurrent(
 
     async def client(conversation: str, c: int) -> None:
         for i in range(turns_per_client):
-            phase.turns.append(await run_turn(target, conversation, turn_text(c * 1000 + i)))
+            phase.turns.append(await run_turn(target, conversation, text(c * 1000 + i)))
 
     start = time.perf_counter()
     await asyncio.gather(*(client(conv, c) for c, conv in enumerate(conversations)))

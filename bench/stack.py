@@ -26,7 +26,7 @@ import httpx
 from temporalio.testing import WorkflowEnvironment
 
 from bench.cpu import Roles
-from launch.dev import temporal_cli
+from launch.dev import EAGER_ACTIVITIES, temporal_cli
 from parley.config import Settings
 from parley.contracts import SEARCH_ATTRIBUTES
 from store.db import create_engine, session_factory
@@ -79,6 +79,7 @@ class Stack:
     token: str
     postmaster_pid: int | None
     children: list[Child] = field(default_factory=list)
+    skeleton_queue: str = ""  # the skeleton floor's worker (bench/skeleton.py) polls this
 
     def check(self) -> None:
         for child in self.children:
@@ -154,7 +155,7 @@ async def _seed_and_token(database_url: str) -> str:
         await engine.dispose()
 
 
-async def _start_temporal() -> WorkflowEnvironment:
+async def _start_temporal(eager: bool) -> WorkflowEnvironment:
     """`WorkflowEnvironment.start_local`, with the dev server's banner and logs sent to a log
     file instead of our stdout (the server inherits fd 1 when it is spawned)."""
     LOG_DIR.mkdir(parents=True, exist_ok=True)
@@ -167,6 +168,7 @@ async def _start_temporal() -> WorkflowEnvironment:
                 dev_server_existing_path=temporal_cli(),
                 search_attributes=SEARCH_ATTRIBUTES,
                 dev_server_log_level="error",
+                dev_server_extra_args=list(EAGER_ACTIVITIES) if eager else [],
             )
         finally:
             os.dup2(saved, 1)
@@ -174,7 +176,7 @@ async def _start_temporal() -> WorkflowEnvironment:
 
 
 @contextlib.asynccontextmanager
-async def running_stack(token_delay_ms: float) -> AsyncIterator[Stack]:
+async def running_stack(token_delay_ms: float, *, eager: bool = True) -> AsyncIterator[Stack]:
     """Everything up, yielded as a `Stack`; everything stopped and deleted on exit."""
     tmp = Path(tempfile.mkdtemp(prefix="parley-bench-"))
     pg = EmbeddedPostgres(tmp / "pg" / "data")
@@ -187,7 +189,7 @@ async def running_stack(token_delay_ms: float) -> AsyncIterator[Stack]:
         token = await _seed_and_token(database_url)
 
         log("starting the Temporal dev server")
-        env = await _start_temporal()
+        env = await _start_temporal(eager)
         temporal_address = str(env.client.service_client.config.target_host)
 
         settings = Settings(
@@ -247,12 +249,29 @@ async def running_stack(token_delay_ms: float) -> AsyncIterator[Stack]:
             {**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         children.append(baseline)
+        skeleton_queue = f"skeleton-{uuid.uuid4().hex[:8]}"
+        children.append(
+            _spawn(
+                "skeleton-worker",
+                ["-m", "bench.skeleton", "--address", temporal_address]
+                + ["--task-queue", skeleton_queue],
+                service_env,
+            )
+        )
         parley_url = f"http://127.0.0.1:{api_port}"
         baseline_url = f"http://127.0.0.1:{baseline_port}"
         await _wait_ready(parley_url + "/readyz", api)
         await _wait_ready(baseline_url + "/healthz", baseline)
         worker.check()
-        yield Stack(settings, parley_url, baseline_url, token, _postmaster_pid(pg.pgdata), children)
+        yield Stack(
+            settings,
+            parley_url,
+            baseline_url,
+            token,
+            _postmaster_pid(pg.pgdata),
+            children,
+            skeleton_queue,
+        )
     finally:
         log("stopping everything")
         for child in reversed(children):

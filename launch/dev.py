@@ -43,6 +43,12 @@ def temporal_cli() -> str:
     return found
 
 
+# The server hands the activities a workflow task schedules straight back to the worker that
+# completed the task, when that worker has a free slot and polls the same queue: no trip
+# through the task queue. History, retries, heartbeats and timeouts are as for any activity.
+EAGER_ACTIVITIES = ("--dynamic-config-value", "system.enableActivityEagerExecution=true")
+
+
 def temporal_dev_server_command(settings: Settings, db_file: Path) -> list[str]:
     host, _, port = settings.temporal_address.rpartition(":")
     command = [
@@ -61,6 +67,7 @@ def temporal_dev_server_command(settings: Settings, db_file: Path) -> list[str]:
         settings.temporal_namespace,
         "--log-level",
         "warn",
+        *EAGER_ACTIVITIES,
     ]
     for key in SEARCH_ATTRIBUTES:
         command += ["--search-attribute", f"{key.name}=Keyword"]

@@ -6,7 +6,8 @@ a stream sends has one shape, written down once.
 Appends take the turn row's lock to hand out the next id, so ids are gap-free and monotonic
 even when two writers race (an activity retried while its old attempt is still finishing).
 The NOTIFY is sent inside the same transaction, so listeners are woken only once the event
-is committed and readable.
+is committed and readable; it carries the events themselves when they fit, so a live stream
+need not read them back.
 """
 
 from __future__ import annotations
@@ -25,6 +26,11 @@ from parley.contracts import EventType, TurnState
 from parley.wire import EVENT_DATA, StateData
 
 NOTIFY_CHANNEL = "parley_turn_events"
+# The doorbell's payload: `turn_id:first_id:batch`, the batch being the appended events as
+# written (a JSON list of {type, data}) when it fits in a notification (PostgreSQL's limit is
+# 8000 bytes), else empty. A listener that already has every event before `first_id` can send
+# the batch without reading the log; anything else (a gap, an empty batch) reads the log.
+NOTIFY_EVENTS_MAX = 7600
 
 
 @dataclass(frozen=True)
@@ -32,6 +38,20 @@ class StoredEvent:
     id: int
     type: str
     data: dict[str, Any]
+
+
+def parse_notification(payload: str) -> tuple[str, list[StoredEvent]]:
+    """The turn a doorbell rang for and the events it brought: none when they did not fit, or
+    for the older `turn_id:last_id` payload (a worker of the previous release)."""
+    turn_id, _, rest = payload.partition(":")
+    first, _, batch = rest.partition(":")
+    if not batch or not first.isdigit():
+        return turn_id, []
+    start = int(first)
+    return turn_id, [
+        StoredEvent(id=start + i, type=e["type"], data=e["data"])
+        for i, e in enumerate(json.loads(batch))
+    ]
 
 
 async def append_event(db: AsyncSession, *, turn_id: str, type: EventType, data: BaseModel) -> int:
@@ -77,7 +97,12 @@ _APPEND = text(
         FROM counter, jsonb_array_elements(CAST(:events AS jsonb)) WITH ORDINALITY AS e(value, ord)
         RETURNING id
     )
-    SELECT max(id), pg_notify('{NOTIFY_CHANNEL}', :turn_id || ':' || max(id)::text)
+    SELECT max(id), pg_notify(
+        '{NOTIFY_CHANNEL}',
+        :turn_id || ':' || (max(id) - :n + 1)::text || ':'
+        || CASE WHEN octet_length(CAST(:events AS text)) <= {NOTIFY_EVENTS_MAX}
+            THEN CAST(:events AS text) ELSE '' END
+    )
     FROM inserted
     """
 )

@@ -24,6 +24,7 @@ from store.models import Message, ModelCall
 from tests.client import ParleyClient, streamed_text
 from tests.conftest import LIFTED_LIMITS, own_queue, serve_api
 from tests.processes import Workers, read_until
+from tests.sse import Event, iter_events
 
 PRIYA = Identity(tenant_id="northwind", user_id="cust_2291", roles=())
 
@@ -136,5 +137,51 @@ async def test_a_turn_the_api_never_started_is_started_by_the_outbox_within_30s(
                 )
             )
         assert count == 1
+    finally:
+        await client.aclose()
+
+
+async def test_worker_killed_once_the_context_is_built_answers_once(
+    crash_api: str,
+    tokens: dict[str, str],
+    workers: Workers,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """The step boundary after context building: the kill lands as the model step starts
+    (its `calling_model` state is the stream's signal), before or around its first token."""
+    client = ParleyClient(crash_api, tokens["priya"])
+    try:
+        first_worker = workers.start()
+        session_id = await client.new_session()
+        posted = await client.post(session_id, "Tell me about yourself, please.")
+        url = posted.json()["events_url"]
+        before: list[Event] = []
+        async with client.http.stream("GET", url, timeout=90) as response:
+            async for event in iter_events(response):
+                before.append(event)
+                if event.type == "state" and event.data["state"] == "calling_model":
+                    break
+        assert before[-1].type == "state", [e.type for e in before]
+        first_worker.send_signal(signal.SIGKILL)
+        first_worker.wait(10)
+
+        workers.start()
+        after = await read_until(client, url, after=before[-1].id or 0, stop="done")
+        events = before + after
+        assert [e.id for e in events] == list(range(1, len(events) + 1))
+        assert events[-1].type == "done", [e.type for e in events]
+        assert [e.type for e in events].count("done") == 1
+        final = events[-1].data["message"]
+        assert streamed_text(events) == final["text"]
+        assert final["text"].count("I can look up") == 1
+        async with sessions() as db:
+            stored = (
+                await db.scalars(
+                    select(Message.text).where(
+                        Message.session_id == session_id, Message.role == "assistant"
+                    )
+                )
+            ).all()
+        assert list(stored) == [final["text"]]
     finally:
         await client.aclose()

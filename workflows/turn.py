@@ -15,11 +15,10 @@ Bounded: at most MAX_MODEL_CALLS model requests (retries and the fallback includ
 MAX_OUTPUT_TOKENS output tokens per turn, at most MAX_TOOL_CALLS_PER_RESPONSE tool calls run
 per model response; an identical repeated tool call is refused rather than run again.
 
-Cancel: the user's Stop is recorded on the turn row by the API, then the workflow is
-cancelled. A step that finishes anyway (a quick model call, a screen) does not swallow it:
-the workflow checks `workflow.cancellation_reason()` at every step boundary, and a step that
-finds the Stop recorded refuses to run (`turn_stopped`), so a cancel that was accepted
-always ends the turn `cancelled`.
+Cancel: the API records the user's Stop on the turn row, then cancels the workflow. A step
+that finishes anyway (a quick model call, a screen) does not swallow it: the workflow checks
+`workflow.cancellation_reason()` at every step boundary, and a step that finds the Stop
+recorded refuses to run (`turn_stopped`), so an accepted cancel always ends it `cancelled`.
 """
 
 from __future__ import annotations
@@ -43,6 +42,7 @@ with workflow.unsafe.imports_passed_through():
         RESOLVE_ACTION_SIGNAL,
         RESOLVE_ACTION_UPDATE,
         SA_TURN_STATE,
+        TERMINAL_TURN_STATES,
         TURN_STOPPED,
         TURN_WORKFLOW,
         ActionInput,
@@ -86,6 +86,12 @@ LIFECYCLE_PATCH = "lifecycle-v1"
 FOLLOWUPS_GRACE = timedelta(milliseconds=300)
 # Turns started before rolling summaries existed replay without starting one.
 SUMMARIES_PATCH = "summaries-v1"
+# Turns started before it upsert the state search attribute at every move; with it, only
+# into and out of the states an operator looks a turn up by (resting on a card, ended), so a
+# running turn's attribute says `received` (set at its start). Every move still shows in the
+# current details.
+OPERATOR_STATES_PATCH = "operator-states-v1"
+OPERATOR_STATES = TERMINAL_TURN_STATES | {TurnState.awaiting_confirmation}
 
 # Provider answers that a retry of the same request would get again.
 REQUEST_REFUSED = frozenset(
@@ -116,6 +122,8 @@ class TurnWorkflow:
         # The action whose card the turn shows: the only one an Update may decide.
         self._awaiting: str | None = None
         self._lifecycle = False
+        self._all_states = True  # every move upserted (turns started before the patch)
+        self._shown = TurnState.received  # the search attribute's value
         self._requests = 0  # model requests sent so far, retries and fallback included
         self._model_step = 0  # model calls scheduled so far: "model step 2" in the UI
 
@@ -161,7 +169,9 @@ class TurnWorkflow:
         """The turn's state, mirrored for operators: the search attribute, and the current
         details the Temporal UI shows (ids and step numbers only, never personal data)."""
         self._state = state
-        workflow.upsert_search_attributes([SA_TURN_STATE.value_set(state.value)])
+        if self._all_states or OPERATOR_STATES & {state, self._shown}:
+            workflow.upsert_search_attributes([SA_TURN_STATE.value_set(state.value)])
+            self._shown = state
         workflow.set_current_details(f"{state.value}: {details}" if details else state.value)
 
     @workflow.run
@@ -183,6 +193,7 @@ class TurnWorkflow:
 
     async def _run(self, inp: TurnInput) -> str:
         self._lifecycle = workflow.patched(LIFECYCLE_PATCH)
+        self._all_states = not workflow.patched(OPERATOR_STATES_PATCH)
         try:
             return await self._turn(inp)
         except asyncio.CancelledError:
