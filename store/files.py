@@ -12,7 +12,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.attachments import AttachedFile
-from parley.errors import NotFound
+from parley.errors import InvalidRequest, NotFound
 from parley.file_text import Extracted
 from parley.ids import new_id
 from store.identity import Identity
@@ -70,8 +70,9 @@ async def get_file(
 async def check_owned(
     db: AsyncSession, *, owner: Identity, session_id: str, file_ids: Sequence[str]
 ) -> list[str]:
-    """The ids, deduplicated in order, once each is a file of this session and user; the
-    first that is not is missing (404), whoever it belongs to."""
+    """The ids, deduplicated in order, once each is a file of this session and user. A message
+    naming any other id is an invalid request (422), whoever that file belongs to: the
+    message's session exists, its body is what is wrong."""
     wanted = list(dict.fromkeys(file_ids))
     if not wanted:
         return []
@@ -87,7 +88,7 @@ async def check_owned(
     )
     for file_id in wanted:
         if file_id not in found:
-            raise NotFound(FILE_NOT_FOUND, file_id=file_id)
+            raise InvalidRequest(f"file_ids: {FILE_NOT_FOUND} in this session", field="file_ids")
     return wanted
 
 

@@ -201,8 +201,9 @@ async def test_a_file_is_its_owners_alone(priya: ParleyClient, marco: ParleyClie
         f"/v1/sessions/{sid}/messages",
         json={"client_message_id": uuid.uuid4().hex, "text": "Summarise it", "file_ids": [marcos]},
     )
-    assert posted.status_code == 404, posted.text
-    assert posted.json()["error"]["code"] == "not_found"
+    assert posted.status_code == 422, posted.text
+    assert posted.json()["error"]["code"] == "invalid_request"
+    assert posted.json()["error"]["field"] == "file_ids"
     assert await priya.messages(sid) == []  # nothing was stored, no turn started
     refused = await upload(priya, sid, "tool.exe", b"MZ\x90\x00", "application/x-msdownload")
     assert refused.status_code == 422 and refused.json()["error"]["code"] == "invalid_request"

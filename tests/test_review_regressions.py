@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 
 import httpx
@@ -11,9 +12,11 @@ from temporalio.client import Client
 
 from parley.contracts import RESOLVE_ACTION_SIGNAL, ResolveActionSignal
 from parley.ids import workflow_id_for_turn
-from store import actions
+from store import actions, outbox, posting
+from store.identity import Identity
 from store.models import ModelCall, ToolCall
 from tests.client import ParleyClient
+from tests.conftest import LIFTED_LIMITS
 from tests.test_stream_control import StreamStack, client, first_events, stack
 from tests.toolkit import wait_for_stored_state
 
@@ -82,8 +85,21 @@ async def test_a_message_right_after_a_confirmation_waits_for_that_turn(
 async def test_a_retried_proposal_finds_its_action(
     sessions: async_sessionmaker[AsyncSession], priya: ParleyClient
 ) -> None:
+    # A turn still running (its workflow held back by `started`), as a proposal step finds it.
     sid = await priya.new_session()
-    turn_id, _ = await priya.turn(sid, "Hello")
+    async with sessions() as db:
+        posted = await posting.post_user_message(
+            db,
+            owner=Identity(tenant_id="northwind", user_id="cust_2291", roles=()),
+            session_id=sid,
+            client_message_id=uuid.uuid4().hex,
+            text="Can you email me?",
+            expected_last_seq=None,
+            limits=LIFTED_LIMITS,
+        )
+        await outbox.mark_workflow_started(db, turn_id=posted.turn.id)
+        await db.commit()
+    turn_id = posted.turn.id
     fields = {
         "action_id": "act_retry_probe",
         "session_id": sid,
