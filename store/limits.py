@@ -67,7 +67,7 @@ async def admit_turn(
             limit=limit,
             refusal=RateLimited(
                 f"at most {limit} messages a minute for this {who}",
-                retry_after_s=_until(now, minute + timedelta(minutes=1)),
+                retry_after_s=seconds_until(now, minute + timedelta(minutes=1)),
             ),
         )
     user_cap = config.user_daily_cap if config.user_daily_cap is not None else limits.user_per_day
@@ -86,7 +86,7 @@ async def admit_turn(
             limit=cap,
             refusal=RateLimited(
                 f"{who} daily message cap is reached",
-                retry_after_s=_until(now, day + timedelta(days=1)),
+                retry_after_s=seconds_until(now, day + timedelta(days=1)),
                 code="daily_cap_reached",
             ),
         )
@@ -104,7 +104,7 @@ async def admit_session(db: AsyncSession, *, owner: Identity, per_day: int) -> N
         limit=per_day,
         refusal=RateLimited(
             f"at most {per_day} new sessions a day",
-            retry_after_s=_until(now, day + timedelta(days=1)),
+            retry_after_s=seconds_until(now, day + timedelta(days=1)),
         ),
     )
 
@@ -225,5 +225,7 @@ async def _lock(db: AsyncSession, key: str) -> None:
     await db.execute(select(func.pg_advisory_xact_lock(func.hashtext(key))))
 
 
-def _until(now: datetime, end: datetime) -> int:
+def seconds_until(now: datetime, end: datetime) -> int:
+    """A `Retry-After` in whole seconds: rounded up, so a client that waits it is past `end`,
+    and never 0 (which would invite an immediate retry)."""
     return max(1, int((end - now).total_seconds() + 0.999))
