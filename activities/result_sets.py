@@ -147,11 +147,8 @@ class ResultSetTools:
         async with self._sessions() as db:
             action = await actions.create_action(
                 db,
+                turn=turn,
                 action_id=action_id_for_call(tool_call_id=call.id),
-                session_id=turn.session_id,
-                turn_id=turn.id,
-                tenant_id=turn.tenant_id,
-                user_id=turn.user_id,
                 tool="send_email",
                 args={
                     "result_set_id": stored.id,

@@ -179,11 +179,8 @@ class SpecialistActivities:
         async with self._sessions() as db:
             action = await actions.create_action(
                 db,
+                turn=turn,
                 action_id=specialist_action_id(turn_id=turn.id, step=0),
-                session_id=turn.session_id,
-                turn_id=turn.id,
-                tenant_id=turn.tenant_id,
-                user_id=turn.user_id,
                 tool="create_return",
                 args={"order_id": inp.order_id, "item_id": inp.item_id, "reason": inp.reason},
                 summary=(

@@ -356,12 +356,9 @@ class ToolActivities:
         async with self._sessions() as db:
             action = await actions.create_action(
                 db,
+                turn=turn,
                 # Derived from the call, so a retried attempt finds the same action.
                 action_id=action_id_for_call(tool_call_id=call.id),
-                session_id=turn.session_id,
-                turn_id=turn.id,
-                tenant_id=turn.tenant_id,
-                user_id=turn.user_id,
                 tool="send_email",
                 args={
                     "order_id": args.order_id,

@@ -23,7 +23,7 @@ from parley.tools import args_hash
 from parley.wire import ActionData, ActionView
 from store.events import append_event
 from store.identity import Identity
-from store.models import Action, Handoff
+from store.models import Action, Handoff, Turn
 from store.turns import lock_running
 
 ACTION_NOT_FOUND = "action not found"
@@ -37,11 +37,8 @@ class ForeignRow(Exception):
 async def create_action(
     db: AsyncSession,
     *,
+    turn: Turn,
     action_id: str,
-    session_id: str,
-    turn_id: str,
-    tenant_id: str,
-    user_id: str,
     tool: str,
     args: dict[str, Any],
     summary: str,
@@ -50,6 +47,7 @@ async def create_action(
 ) -> Action:
     """The proposal's pending action, once: a retried attempt gets the row the first wrote.
     A turn that ended or is being cancelled gets none (`TurnStopped`): no card outlives a Stop."""
+    session_id, turn_id, tenant_id, user_id = turn.session_id, turn.id, turn.tenant_id, turn.user_id
     await lock_running(db, turn_id=turn_id)
     await db.execute(
         insert(Action)

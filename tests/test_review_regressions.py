@@ -99,13 +99,9 @@ async def test_a_retried_proposal_finds_its_action(
         )
         await outbox.mark_workflow_started(db, turn_id=posted.turn.id)
         await db.commit()
-    turn_id = posted.turn.id
     fields = {
+        "turn": posted.turn,
         "action_id": "act_retry_probe",
-        "session_id": sid,
-        "turn_id": turn_id,
-        "tenant_id": "northwind",
-        "user_id": "cust_2291",
         "tool": "send_email",
         "args": {"to": "priya@example.com"},
         "summary": "probe",

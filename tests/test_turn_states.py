@@ -130,11 +130,8 @@ async def test_a_finished_turn_never_moves_again(
 async def _propose(db: AsyncSession, turn: Turn) -> None:
     await actions.create_action(
         db,
+        turn=turn,
         action_id=f"act_{uuid.uuid4().hex[:12]}",
-        session_id=turn.session_id,
-        turn_id=turn.id,
-        tenant_id=turn.tenant_id,
-        user_id=turn.user_id,
         tool="send_email",
         args={"order_id": "8472"},
         summary="Email the status of order 8472",
