@@ -8,6 +8,7 @@ replay compares activity types and order, not their timeouts.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -24,6 +25,18 @@ Arg = TypeVar("Arg")
 Result = TypeVar("Result")
 # An activity method as the workflow names it: `TurnActivities.build_context`.
 ActivityMethod = Callable[[Any, Arg], Awaitable[Result]]
+
+
+async def to_its_end(step: Awaitable[Result]) -> Result:
+    """Run a step with a side effect (a send, a return) to its end: if the workflow is
+    cancelled meanwhile, the step still finishes and is recorded before the cancel goes
+    through, so what happened to it is never lost."""
+    running = asyncio.ensure_future(step)
+    try:
+        return await asyncio.shield(running)
+    except asyncio.CancelledError:
+        await running
+        raise
 
 
 @dataclass(frozen=True)

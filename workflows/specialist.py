@@ -43,7 +43,7 @@ with workflow.unsafe.imports_passed_through():
     from parley.specialists import DELEGATE_RETURNS, SpecialistOutcome
     from parley.statuses import ActionStatus, Decision, ToolCallStatus
 
-from workflows.options import SEND, STORE, TOOL
+from workflows.options import SEND, STORE, TOOL, to_its_end
 
 # Turns started before specialists existed never delegated; the marker is written only by a
 # turn that does, so histories without a delegation replay unchanged.
@@ -182,18 +182,13 @@ class SpecialistWorkflow:
             return SpecialistOutcome.expired
         if decision != Decision.confirmed:
             return SpecialistOutcome.declined
-        create = asyncio.ensure_future(
+        made = await to_its_end(
             SEND.run(
                 SendActivities.send_email,
                 ActionInput(inp.turn_id, action_id),
                 summary=f"create return {action_id}",
             )
         )
-        try:
-            made = await asyncio.shield(create)
-        except asyncio.CancelledError:
-            await create  # a return under way is finished and recorded before the turn ends
-            raise
         if made.status == ActionStatus.executed:
             return SpecialistOutcome.created
         return SpecialistOutcome.failed

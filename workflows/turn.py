@@ -68,7 +68,7 @@ with workflow.unsafe.imports_passed_through():
     from parley.statuses import ActionStatus, Decision, TurnErrorCode, turn_error_code
     from parley.tools import Risk, risk_of
 
-from workflows.options import FOLLOWUPS, MODEL, SCREEN, SEND, SKILL, STORE, TOOL
+from workflows.options import FOLLOWUPS, MODEL, SCREEN, SEND, SKILL, STORE, TOOL, to_its_end
 from workflows.specialist import SPECIALIST_PATCH, delegation, run_specialist
 
 # Turns that asked for skills before skills ran one at a time replay as they ran (in
@@ -469,20 +469,13 @@ class TurnWorkflow:
             return decision
         self._honour_cancel()  # no send starts after the Stop
         self._enter(TurnState.executing_action, f"sending email {action_id}")
-        send = asyncio.ensure_future(
+        sent = await to_its_end(
             SEND.run(
                 SendActivities.send_email,
                 ActionInput(inp.turn_id, action_id),
                 summary=f"send email {action_id}",
             )
         )
-        try:
-            sent = await asyncio.shield(send)
-        except asyncio.CancelledError:
-            # A send under way is finished and recorded before the turn ends cancelled, so
-            # what happened to the email is never lost.
-            await send
-            raise
         return sent.status
 
 
