@@ -32,6 +32,7 @@ from parley.errors import ContextTooLarge
 from parley.ids import message_id_for_call, new_id, prompt_cache_key
 from parley.mcp import is_mcp_name
 from parley.memory import extract_facts, recall_terms
+from parley.paths import AnswerPath, choose_path, effort_for, path_block
 from parley.prompt import (
     Budgets,
     Memory,
@@ -113,22 +114,27 @@ class ContextBuilder:
                 clarification = await self._resolve_references(db, turn)
                 if clarification is not None:
                     return clarification
-            call = await self._pack_request(db, turn, inp.step)
+            call = await self._pack_request(db, turn, inp.step, reanswer_of=inp.reanswer_of)
             await db.commit()
             return BuildContextResult(call.id)
 
-    async def _pack_request(self, db: AsyncSession, turn: Turn, step: int) -> ModelCall:
+    async def _pack_request(
+        self, db: AsyncSession, turn: Turn, step: int, *, reanswer_of: str | None = None
+    ) -> ModelCall:
         """Store the step's model request: the packed blocks, the tools, the budget."""
         tenant = await tenants.tenant_config(db, tenant_id=turn.tenant_id)
         model = tenant.model or self._settings.model
         counter = counter_for(model)
         budgets = self._budgets(tenant)
-        # Local tools, then the allowed tools of the tenant's MCP servers (activities/mcp.py).
-        tools = _offered_tools(tenant) + await self._mcp.offered(db, turn, tenant)
-        tools += self._skills.offered(tenant)  # `run_skill`, when the tenant enables skills
+        tools: list[dict[str, Any]] = []  # a re-answer gets none: it words what it has
+        if reanswer_of is None:
+            # Local tools, then the allowed tools of the tenant's MCP servers (activities/mcp.py).
+            tools = _offered_tools(tenant) + await self._mcp.offered(db, turn, tenant)
+            tools += self._skills.offered(tenant)  # `run_skill`, when the tenant enables skills
+        path = choose_path(tools, reanswer=reanswer_of is not None)  # parley/paths.py
         if step == 0:
             await _pin_stated_facts(db, turn)
-        packed, plan = await self._assemble(db, turn, tenant, budgets, counter, tools)
+        packed, plan = await self._assemble(db, turn, tenant, budgets, counter, tools, path)
         # Knowledge: what the prompt showed, by reference (finalize reads it for citations).
         knowledge = plan.pop("knowledge", None)
         if knowledge and not any(b.kind == "knowledge" for b in packed.kept):
@@ -145,7 +151,9 @@ class ContextBuilder:
                 "messages": packed.messages,
                 "tools": tools,
                 "max_output_tokens": budgets.reserve,
-                "reasoning_effort": tenant.reasoning_effort,
+                "reasoning_effort": effort_for(path, tenant.reasoning_effort),
+                "path": path.value,
+                "reanswer_of": reanswer_of,
                 "cache_key": prompt_cache_key(stable_prefix=stable_prefix(packed.messages, tools)),
                 "knowledge": knowledge,
                 "budget": {
@@ -185,6 +193,7 @@ class ContextBuilder:
         budgets: Budgets,
         counter: TokenCounter,
         tools: list[dict[str, Any]],
+        path: AnswerPath,
     ) -> tuple[Packed, dict[str, Any]]:
         """Load memory and messages, choose the window, recall, shape the blocks, pack."""
         memory = await _memory(db, turn)
@@ -220,6 +229,7 @@ class ContextBuilder:
             *history_blocks(counter, window, budgets),
             *recalled,
             *knowledge,
+            *path_block(counter, path),
             *current_blocks(counter, current, await _state(db, turn), budgets, terms=terms),
             *await attached_file_blocks(db, turn, counter, self._settings, terms),  # uploads
         ]

@@ -139,6 +139,10 @@ class TurnActivities:
             if call.finish_reason is not None:  # finished by an attempt that died reporting it
                 return _result(call)
             await _refuse_if_paused(db, turn_id=inp.turn_id)
+            # The step's answer path; a re-answer names the capped step it is the child of.
+            tracing.annotate(path=call.request.get("path", "tools"))
+            if call.request.get("reanswer_of"):
+                tracing.annotate(reanswer_of=call.request["reanswer_of"])
             message_id = message_id_for_call(call.id)
             if call.attempts:  # only an earlier attempt can have streamed for this message
                 await _reset_partial_stream(db, turn_id=inp.turn_id, message_id=message_id)

@@ -99,6 +99,7 @@ class _Context:
         )
         # Durable-memory hints: unverified, below tool results (gateway/demo_hints.py).
         self.hints = read_hints(messages)
+        self.offered = {t["name"] for t in request.tools}
 
     @property
     def resolution(self) -> dict[str, Any]:
@@ -110,8 +111,17 @@ class _Context:
         return str(value) if value else None
 
     def call(self, name: str, **arguments: Any) -> Reply:
+        if name not in self.offered:  # like a real model, it calls only what it is offered
+            return Reply(NO_TOOLS_TEXT)
         call_id = f"call_{len(self.calls_this_turn) + 1}_{name}"
         return Reply(tool_calls=[ToolCallRequest(call_id, name, json.dumps(arguments))])
+
+
+# What the demo model says when the step it would take needs a tool it was not offered.
+NO_TOOLS_TEXT = (
+    "I can't look that up from here: checking orders isn't available in this conversation. "
+    "I can answer from what we've discussed and from our help articles."
+)
 
 
 def compose_reply(request: ModelRequest) -> Reply:

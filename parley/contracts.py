@@ -120,6 +120,9 @@ class BuildContextInput:
     turn_id: str
     # 0 for the first model call of the turn; later steps follow tool results.
     step: int = 0
+    # The model call whose tool loop hit the turn's cap: this step re-answers from what the
+    # turn has, without tools (parley/paths.py).
+    reanswer_of: str | None = None
 
 
 @dataclass

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 
 import pytest_asyncio
@@ -81,15 +80,14 @@ async def test_model_persona_and_tool_allowlist_apply_to_the_next_turn(
     request = calls[0].request
     assert "Sign off as Northwind Support." in request["messages"][0]["content"]
     assert [t["name"] for t in request["tools"]] == config["tool_allowlist"]
-    # A tool off the list is refused even if the model asks for it.
+    # A tool off the list is not offered, so the model does not ask for it (that the server
+    # refuses one a provider asks for anyway: tests/test_answer_paths.py).
     turn_id, events = await priya.turn(sid, "Can you email me?")
     assert events[-1].type == "done"
     async with sessions() as db:
-        results = list(await db.scalars(select(ToolCall.result).where(ToolCall.turn_id == turn_id)))
-    assert "not_allowed" in json.dumps(results[-1])
-    # The user's view names the tool and its status, never the result behind it.
-    shown = [m for m in await priya.messages(sid) if m["role"] == "tool"][-1]
-    assert shown["tool"]["status"] == "error" and "not_allowed" not in json.dumps(shown)
+        asked = list(await db.scalars(select(ToolCall.name).where(ToolCall.turn_id == turn_id)))
+    assert "propose_email" not in asked
+    assert not [e for e in events if e.type == "confirmation_required"]
 
 
 async def test_the_daily_cap_answers_429_with_retry_after(

@@ -34,7 +34,7 @@ from workflows.turn import TurnWorkflow
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
 # The recording made with the current workflow code: every shape, each to its close.
-CURRENT = "turn_v7"
+CURRENT = "turn_v8"
 SHAPES = (
     "plain",
     "tool",
@@ -47,13 +47,14 @@ SHAPES = (
     "clarification",
     "fallback",
     "retracted",
+    "reanswer",
 )
 WORKFLOW_TASK = {
     EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED,
     EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED,
 }
 # Shapes whose answer is screened once complete (the output screen beside the follow-ups).
-SCREENED = {"plain", "tool", "confirmed", "declined", "fallback", "retracted"}
+SCREENED = {"plain", "tool", "confirmed", "declined", "fallback", "retracted", "reanswer"}
 CLOSED = {
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED,
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED,

@@ -20,7 +20,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
-from parley.contracts import ScreenResult
+from parley.contracts import MAX_MODEL_CALLS, ScreenResult
 from tests.test_replay import HISTORIES, SHAPES, scrub
 from tests.test_workflow import (
     Turn,
@@ -113,6 +113,15 @@ SHAPE_RUNS: dict[str, Shape] = {
         ),
         ran=("screen_output", "finalize_turn"),
     ),
+    # The tool loop hits its cap; a step without tools words the answer.
+    "reanswer": Shape(
+        prepare=script(
+            answers=lambda: (
+                [[tool("get_order", f"h{n}")] for n in range(MAX_MODEL_CALLS - 1)] + [[]]
+            )
+        ),
+        ran=("execute_tool", "screen_output", "finalize_turn"),
+    ),
 }
 
 
@@ -149,6 +158,8 @@ async def test_each_shape_runs_to_its_close_and_replays(
         assert [c.fallback for c in stubs.inputs("call_model")][-1] is True
     if name == "retracted":
         assert stubs.inputs("finalize_turn")[0].retract is True
+    if name == "reanswer":
+        assert stubs.inputs("build_context")[-1].reanswer_of is not None
     await Replayer(workflows=[TurnWorkflow]).replay_workflow(history)
     recording = os.environ.get("PARLEY_RECORD_HISTORY")
     if recording:

@@ -30,7 +30,7 @@ from gateway.base import Finish, ModelRequest, StreamEvent, TextDelta, ToolCallR
 from parley.config import Settings
 from parley.context import unfence
 from parley.contracts import MAX_MODEL_CALLS, TOOL_ATTEMPTS
-from store.models import Action, Message, ModelCall, ToolCall, Turn
+from store.models import Action, Message, ModelCall, ToolCall, TraceSpan, Turn
 from tests.client import ParleyClient
 from tests.conftest import SteppedClock
 from tests.sse import Event
@@ -571,28 +571,67 @@ async def test_an_identical_repeated_call_is_refused(
     assert tool_results(requests[2])["c_again"] == rows["c_again"].result
 
 
-async def test_a_model_that_keeps_calling_tools_stops_at_the_bound(
+async def test_a_model_that_keeps_calling_tools_stops_at_the_bound_and_answers_from_what_it_found(
     scripted: Scripted,
     sessions: async_sessionmaker[AsyncSession],
 ) -> None:
-    def forever(_: ModelRequest, n: int) -> Reply:
-        # A different call every time, so only the bound (not the repeat rule) stops it.
+    looked_up = "I looked up orders 7000 to 7005 and found none of them on your account."
+
+    def forever(request: ModelRequest, n: int) -> Reply:
+        # A different call every time it may (so only the bound, not the repeat rule, stops
+        # it); offered no tools, it can only answer.
+        if not request.tools:
+            return looked_up
         return [call(f"c_loop_{n}", "get_order", {"order_id": str(7000 + n)})]
 
     scripted.model.start(forever)
     client = scripted.client
     sid = await client.new_session()
     turn_id, events = await client.turn(sid, "Look something up for me.")
-    assert reply(events) == BOUNDS_TEXT
+    assert reply(events) == looked_up
 
+    # The loop kept its last request for the re-answer: the bound holds.
     assert len(scripted.model.requests) == MAX_MODEL_CALLS
-    assert len(await model_calls(sessions, turn_id)) == MAX_MODEL_CALLS
+    assert [bool(r.tools) for r in scripted.model.requests] == [True] * (MAX_MODEL_CALLS - 1) + [
+        False
+    ]
+    calls = await model_calls(sessions, turn_id)
+    assert len(calls) == MAX_MODEL_CALLS
+    capped, reanswer = calls[-2:]
+    assert (reanswer.request["path"], reanswer.request["reanswer_of"]) == ("reanswer", capped.id)
+    # The re-answer read every result the loop found, the refused last call's included.
     rows = {row.provider_call_id: row for row in await tool_rows(sessions, turn_id)}
-    assert len(rows) == MAX_MODEL_CALLS
-    last = rows[f"c_loop_{MAX_MODEL_CALLS - 1}"]
+    assert len(rows) == MAX_MODEL_CALLS - 1
+    last = rows[f"c_loop_{MAX_MODEL_CALLS - 2}"]
     assert last.status == "refused" and error_of(last)["code"] == "refused"
-    ran = [rows[f"c_loop_{n}"] for n in range(MAX_MODEL_CALLS - 1)]
-    assert [error_of(r)["code"] for r in ran] == ["not_found"] * (MAX_MODEL_CALLS - 1)
+    ran = [rows[f"c_loop_{n}"] for n in range(MAX_MODEL_CALLS - 2)]
+    assert [error_of(r)["code"] for r in ran] == ["not_found"] * (MAX_MODEL_CALLS - 2)
+    assert set(tool_results(scripted.model.requests[-1])) == set(rows)
+    # The trace ledger links the child run to the step that hit the cap.
+    async with sessions() as db:
+        spans = list(
+            await db.scalars(
+                select(TraceSpan).where(
+                    TraceSpan.turn_id == turn_id, TraceSpan.name == "call_model"
+                )
+            )
+        )
+    linked = [s.attrs for s in spans if (s.attrs or {}).get("reanswer_of")]
+    assert [(a["path"], a["reanswer_of"]) for a in linked] == [("reanswer", capped.id)]
+
+
+async def test_a_model_that_answers_nothing_at_the_bound_gets_the_bounds_text(
+    scripted: Scripted,
+) -> None:
+    def forever(request: ModelRequest, n: int) -> Reply:
+        return [call(f"c_loop_{n}", "get_order", {"order_id": str(7000 + n)})]
+
+    scripted.model.start(forever)  # it asks for tools even when offered none
+    client = scripted.client
+    sid = await client.new_session()
+    _, events = await client.turn(sid, "Look something up for me.")
+    assert reply(events) == BOUNDS_TEXT
+    assert len(scripted.model.requests) == MAX_MODEL_CALLS
 
 
 async def test_a_proposal_whose_text_leaks_is_withdrawn_before_the_card(

@@ -160,18 +160,42 @@ async def test_the_turn_starts_its_summary_workflow_once_the_answer_is_stored(
     assert "summarize" not in stubs.names()
 
 
-async def test_the_tool_round_bound_finalizes_with_the_bounds_text_and_refuses_the_rest(
+async def test_at_the_tool_loops_cap_a_step_without_tools_answers_from_what_it_found(
     env: WorkflowEnvironment, stubs: Stubs
 ) -> None:
-    # A model that never stops asking for tools, each call new.
+    # A model that keeps asking for tools, each call new, until it is offered none.
+    stubs.answers = [[tool("get_order", f"h{n}")] for n in range(MAX_MODEL_CALLS - 1)]
+    stubs.answers.append([])  # the re-answer: words, no tools
+    async with turn(env, stubs) as handle:
+        await handle.result()
+    # The loop keeps its last request for the re-answer: the bound still holds.
+    assert len(stubs.inputs("call_model")) == MAX_MODEL_CALLS
+    tools = stubs.inputs("execute_tool")
+    assert len(tools) == MAX_MODEL_CALLS - 1
+    assert all(t.refuse is None for t in tools[:-1])
+    assert tools[-1].refuse == "turn budget spent"
+    # The re-answer is the capped step's child, one step later.
+    contexts = stubs.inputs("build_context")
+    assert [c.reanswer_of for c in contexts] == [None] * (MAX_MODEL_CALLS - 1) + [
+        f"mc_{MAX_MODEL_CALLS - 2}"
+    ]
+    assert contexts[-1].step == MAX_MODEL_CALLS - 1
+    # Its words are the answer, screened like any other.
+    [final] = stubs.inputs("finalize_turn")
+    assert (final.model_call_id, final.override_text) == (f"mc_{MAX_MODEL_CALLS - 1}", None)
+    assert "screen_output" in stubs.names()
+
+
+async def test_a_re_answer_that_still_asks_for_tools_is_refused_and_the_bounds_text_ends_it(
+    env: WorkflowEnvironment, stubs: Stubs
+) -> None:
     stubs.answers = [[tool("get_order", f"h{n}")] for n in range(MAX_MODEL_CALLS + 2)]
     async with turn(env, stubs) as handle:
         await handle.result()
     assert len(stubs.inputs("call_model")) == MAX_MODEL_CALLS
     tools = stubs.inputs("execute_tool")
-    assert len(tools) == MAX_MODEL_CALLS
-    assert all(t.refuse is None for t in tools[:-1])
-    assert tools[-1].refuse == "turn budget spent"
+    assert len(tools) == MAX_MODEL_CALLS  # every call the model made has a result
+    assert [t.refuse for t in tools[-2:]] == ["turn budget spent"] * 2
     [final] = stubs.inputs("finalize_turn")
     assert (final.outcome, final.override_text) == ("completed", BOUNDS_TEXT)
     assert "screen_output" not in stubs.names()

@@ -246,17 +246,35 @@ async def test_retries_and_fallback_requests_count_against_the_turns_cap(
 async def test_the_confirmation_path_counts_and_never_exceeds_the_cap(
     env: WorkflowEnvironment, stubs: Stubs
 ) -> None:
-    # Tool rounds until a proposal is the last thing one request short of the cap: the
-    # model asks for the confirmation with the last request; nothing is left to word it.
-    reads = [[tool("get_order", f"h{n}")] for n in range(MAX_MODEL_CALLS - 2)]
-    stubs.answers = [*reads, [tool("propose_email", "h_email")], [], []]
+    # Every request took two attempts: the model asks for the confirmation with the turn's
+    # last request, so nothing is left to word the outcome and code says it.
+    stubs.model_attempts = 2
+    stubs.answers = [[tool("get_order", "h0")], [tool("get_order", "h1")]]
+    stubs.answers += [[tool("propose_email", "h_email")], [], []]
     async with turn(env, stubs) as handle:
         await decide(handle, stubs, "confirmed")
         await handle.result()
-    assert len(stubs.inputs("call_model")) == MAX_MODEL_CALLS
+    assert len(stubs.inputs("call_model")) * 2 == MAX_MODEL_CALLS
     assert stubs.names().count("send_email") == 1
     [final] = stubs.inputs("finalize_turn")
     assert final.override_text == SENT_TEXT
+
+
+async def test_a_proposal_at_the_loops_cap_is_refused_and_no_card_is_shown(
+    env: WorkflowEnvironment, stubs: Stubs
+) -> None:
+    # The proposal comes with the loop's last request: running it would leave no request to
+    # ask for the confirmation and word the outcome, so it is refused and the turn re-answers.
+    reads = [[tool("get_order", f"h{n}")] for n in range(MAX_MODEL_CALLS - 2)]
+    stubs.answers = [*reads, [tool("propose_email", "h_email")], []]
+    async with turn(env, stubs) as handle:
+        await handle.result()
+    assert len(stubs.inputs("call_model")) == MAX_MODEL_CALLS
+    assert stubs.inputs("execute_tool")[-1].refuse == "turn budget spent"
+    assert "request_confirmation" not in stubs.names()
+    assert "send_email" not in stubs.names()
+    [final] = stubs.inputs("finalize_turn")
+    assert (final.model_call_id, final.override_text) == (f"mc_{MAX_MODEL_CALLS - 1}", None)
 
 
 def test_stub_answers_are_plain_once_spent() -> None:

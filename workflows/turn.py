@@ -13,7 +13,8 @@ The shape of a turn:
 
 Bounded: at most MAX_MODEL_CALLS model requests (retries and the fallback included) and
 MAX_OUTPUT_TOKENS output tokens per turn, at most MAX_TOOL_CALLS_PER_RESPONSE tool calls run
-per model response; an identical repeated tool call is refused rather than run again.
+per model response; an identical repeated tool call is refused rather than run again. The
+loop keeps its last request for a re-answer without tools (`_at_the_cap`, parley/paths.py).
 
 Cancel: the API records the user's Stop on the turn row, then cancels the workflow. A step
 that finishes anyway (a quick model call, a screen) does not swallow it: the workflow checks
@@ -69,46 +70,30 @@ with workflow.unsafe.imports_passed_through():
     from parley.tools import Risk, risk_of
 
 from workflows.options import FOLLOWUPS, MODEL, SCREEN, SEND, SKILL, STORE, TOOL, to_its_end
+from workflows.patches import (
+    FALLBACK_PATCH,
+    LIFECYCLE_PATCH,
+    OPERATOR_STATES_PATCH,
+    REANSWER_PATCH,
+    SCREENS_PATCH,
+    SKILLS_PATCH,
+    SUMMARIES_PATCH,
+)
 from workflows.specialist import SPECIALIST_PATCH, delegation, run_specialist
+from workflows.wording import (
+    BOUNDS_TEXT,
+    BUDGET_SPENT,
+    EXPIRED_TEXT,
+    NOT_SENT_TEXT,
+    REQUEST_REFUSED,
+    SENT_TEXT,
+    TOO_MANY_TOOLS,
+    retries_spent,
+    store_unavailable,
+)
 
-# Turns that asked for skills before skills ran one at a time replay as they ran (in
-# parallel with the reads); the marker is written only by a response that holds a skill call.
-SKILLS_PATCH = "skills-serial-v1"
-# Turns started before screens existed replay without them.
-SCREENS_PATCH = "screens-v1"
-# Turns started before the input said whether a fallback model exists replay the old way:
-# schedule the fallback and learn from its error that there is none.
-FALLBACK_PATCH = "fallback-from-input"
-# Turns started before the lifecycle rules replay without them: a Stop honoured at every
-# step boundary, model requests counted with their retries and the confirmation path, and
-# the turn's own words when the budget is spent after a send.
-LIFECYCLE_PATCH = "lifecycle-v1"
 FOLLOWUPS_GRACE = timedelta(milliseconds=300)
-# Turns started before rolling summaries existed replay without starting one.
-SUMMARIES_PATCH = "summaries-v1"
-# Turns started before it upsert the state search attribute at every move; with it, only
-# into and out of the states an operator looks a turn up by (resting on a card, ended), so a
-# running turn's attribute says `received` (set at its start). Every move still shows in the
-# current details.
-OPERATOR_STATES_PATCH = "operator-states-v1"
 OPERATOR_STATES = TERMINAL_TURN_STATES | {TurnState.awaiting_confirmation}
-
-# Provider answers that a retry of the same request would get again.
-REQUEST_REFUSED = frozenset(
-    {"bad_request", "unauthorized", "forbidden", "not_found", "too_large", "unprocessable"}
-)
-
-BOUNDS_TEXT = (
-    "I've reached the limit of steps I can take for one answer, so I'll stop here. "
-    "Please ask again, a little more specifically."
-)
-EXPIRED_TEXT = "The confirmation expired, so I did not send the email."
-SENT_TEXT = "Done: the email was sent."
-NOT_SENT_TEXT = "The email was not sent."
-TOO_MANY_TOOLS = (
-    f"at most {MAX_TOOL_CALLS_PER_RESPONSE} tool calls run per answer; "
-    "ask for the rest in your next step"
-)
 
 
 # Pinned under Worker Deployment Versioning (a turn runs to its end on the build it started
@@ -126,6 +111,8 @@ class TurnWorkflow:
         self._shown = TurnState.received  # the search attribute's value
         self._requests = 0  # model requests sent so far, retries and fallback included
         self._model_step = 0  # model calls scheduled so far: "model step 2" in the UI
+        self._reanswer = False  # the loop's cap keeps a request back for a re-answer
+        self._screening = False
 
     @workflow.query
     def state(self) -> str:
@@ -159,6 +146,13 @@ class TurnWorkflow:
 
     def _budget_spent(self, output_tokens: int) -> bool:
         return self._requests >= MAX_MODEL_CALLS or output_tokens >= MAX_OUTPUT_TOKENS
+
+    def _loop_capped(self, output_tokens: int) -> bool:
+        """Whether the tool loop stops before running the calls in hand: one request short of
+        the turn's bound when a re-answer will word what the turn found."""
+        if self._reanswer and self._requests >= MAX_MODEL_CALLS - 1:
+            return True
+        return self._budget_spent(output_tokens)
 
     def _count(self, call: CallModelResult) -> CallModelResult:
         """Count the call's requests: every attempt with the lifecycle rules, else one."""
@@ -194,6 +188,7 @@ class TurnWorkflow:
     async def _run(self, inp: TurnInput) -> str:
         self._lifecycle = workflow.patched(LIFECYCLE_PATCH)
         self._all_states = not workflow.patched(OPERATOR_STATES_PATCH)
+        self._reanswer = workflow.patched(REANSWER_PATCH)
         try:
             return await self._turn(inp)
         except asyncio.CancelledError:
@@ -239,7 +234,7 @@ class TurnWorkflow:
 
     async def _turn(self, inp: TurnInput) -> str:
         # Turns started before screens existed replay without them.
-        screening = workflow.patched(SCREENS_PATCH)
+        screening = self._screening = workflow.patched(SCREENS_PATCH)
         input_screen = None
         if screening:
             # Started first, awaited just before the first model call: its latency overlaps
@@ -262,9 +257,9 @@ class TurnWorkflow:
         seen: set[tuple[str, str]] = set()
         proposed: list[str] = []  # kept across rounds of tools until the user answers
         while call.tool_calls:
-            if self._budget_spent(output_tokens):
-                await self._run_tools(inp, call.tool_calls, seen, refuse_all="turn budget spent")
-                return await self._finalize(inp, call.model_call_id, override=BOUNDS_TEXT)
+            if self._loop_capped(output_tokens):
+                await self._run_tools(inp, call.tool_calls, seen, refuse_all=BUDGET_SPENT)
+                return await self._at_the_cap(inp, call, step, output_tokens, seen)
             self._enter(TurnState.executing_tools, ", ".join(c.name for c in call.tool_calls))
             outcomes = await self._run_tools(inp, call.tool_calls, seen)
             handed = delegation(call.tool_calls, outcomes)  # workflows/specialist.py
@@ -295,6 +290,29 @@ class TurnWorkflow:
             return await self._screened_answer(inp, call)
         return await self._finalize(inp, call.model_call_id)
 
+    async def _at_the_cap(
+        self,
+        inp: TurnInput,
+        capped: CallModelResult,
+        step: int,
+        output_tokens: int,
+        seen: set[tuple[str, str]],
+    ) -> str:
+        """The tool loop hit its cap: a step without tools, the capped step's child, answers
+        from what the turn found; with no request left (or no words from it), the bounds
+        text does."""
+        if not self._reanswer or self._budget_spent(output_tokens):
+            return await self._finalize(inp, capped.model_call_id, override=BOUNDS_TEXT)
+        context = await self._build_context(inp, step + 1, reanswer_of=capped.model_call_id)
+        answer = self._count(await self._call_model(inp, context.model_call_id))
+        if answer.tool_calls:  # a provider that asks anyway: refused, every call answered
+            await self._run_tools(inp, answer.tool_calls, seen, refuse_all=BUDGET_SPENT)
+        if answer.tool_calls or answer.output_chars == 0:
+            return await self._finalize(inp, answer.model_call_id, override=BOUNDS_TEXT)
+        if self._screening:
+            return await self._screened_answer(inp, answer)
+        return await self._finalize(inp, answer.model_call_id)
+
     async def _screened_answer(self, inp: TurnInput, call: CallModelResult) -> str:
         """The output screen and the follow-ups run side by side once the answer is complete;
         a declined answer is retracted, an erroring screen lets the answer stand."""
@@ -319,11 +337,14 @@ class TurnWorkflow:
         await workflow.wait([followups], timeout=FOLLOWUPS_GRACE.total_seconds())
         return await self._finalize(inp, call.model_call_id)
 
-    async def _build_context(self, inp: TurnInput, step: int) -> BuildContextResult:
+    async def _build_context(
+        self, inp: TurnInput, step: int, *, reanswer_of: str | None = None
+    ) -> BuildContextResult:
+        what = " (re-answer, no tools)" if reanswer_of else ""
         built = await STORE.run(
             TurnActivities.build_context,
-            BuildContextInput(inp.turn_id, step),
-            summary=f"context for model step {self._model_step + 1}",
+            BuildContextInput(inp.turn_id, step, reanswer_of),
+            summary=f"context for model step {self._model_step + 1}{what}",
         )
         self._honour_cancel()
         return built
@@ -344,11 +365,11 @@ class TurnWorkflow:
                 summary=f"model step {self._model_step}",
             )
         except ActivityError as err:
-            if not _retries_spent(err):
+            if not retries_spent(err):
                 raise
             # The primary's retries are spent: the fallback model (if configured) answers.
             if workflow.patched(FALLBACK_PATCH) and not inp.fallback:
-                if _store_unavailable(err):
+                if store_unavailable(err):
                     raise  # the database, not the model: the turn fails with that code
                 # Without its cause the turn fails as `model_failed`, the code a turn
                 # without a fallback has always ended with (see below).
@@ -477,17 +498,3 @@ class TurnWorkflow:
             )
         )
         return sent.status
-
-
-def _retries_spent(err: ActivityError) -> bool:
-    """The primary failed for good after its retries, rather than refusing the request or
-    being cancelled (which a fallback model would not change)."""
-    cause = err.cause
-    if isinstance(cause, CancelledError):
-        return False
-    return not isinstance(cause, ApplicationError) or not cause.non_retryable
-
-
-def _store_unavailable(err: ActivityError) -> bool:
-    cause = err.cause
-    return isinstance(cause, ApplicationError) and cause.type == TurnErrorCode.store_unavailable

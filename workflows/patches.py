@@ -1,0 +1,25 @@
+"""The turn workflow's patches: each marks where turns started on newer code take another
+path than the committed histories of older turns replay (tests/test_replay.py)."""
+
+# Turns that asked for skills before skills ran one at a time replay as they ran (in
+# parallel with the reads); the marker is written only by a response that holds a skill call.
+SKILLS_PATCH = "skills-serial-v1"
+# Turns started before screens existed replay without them.
+SCREENS_PATCH = "screens-v1"
+# Turns started before the input said whether a fallback model exists replay the old way:
+# schedule the fallback and learn from its error that there is none.
+FALLBACK_PATCH = "fallback-from-input"
+# Turns started before the lifecycle rules replay without them: a Stop honoured at every
+# step boundary, model requests counted with their retries and the confirmation path, and
+# the turn's own words when the budget is spent after a send.
+LIFECYCLE_PATCH = "lifecycle-v1"
+# Turns started before rolling summaries existed replay without starting one.
+SUMMARIES_PATCH = "summaries-v1"
+# Turns started before it upsert the state search attribute at every move; with it, only
+# into and out of the states an operator looks a turn up by (resting on a card, ended), so a
+# running turn's attribute says `received` (set at its start). Every move still shows in the
+# current details.
+OPERATOR_STATES_PATCH = "operator-states-v1"
+# Turns started before it end at the tool loop's cap with the bounds text; with it, the loop
+# keeps one request back and a step without tools words an answer from what the turn found.
+REANSWER_PATCH = "reanswer-v1"
