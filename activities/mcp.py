@@ -45,6 +45,7 @@ from parley.mcp import (
     McpTool,
     failure_text,
     find_tool,
+    is_mcp_name,
     model_schema,
 )
 from parley.statuses import ActionStatus
@@ -53,7 +54,7 @@ from parley.tools import ToolError
 from parley.wire import WarningData
 from store import actions, tenants
 from store.events import append_event
-from store.models import Action, ToolCall, Turn, TurnEvent
+from store.models import Action, ModelCall, ToolCall, Turn, TurnEvent
 
 # What the model reads of one result, at most.
 MAX_CONTENT_CHARS = 3000
@@ -113,7 +114,17 @@ class McpTools:
         self, db: AsyncSession, turn: Turn, tenant: TenantConfig
     ) -> list[dict[str, Any]]:
         """The allowed tools of every configured server, as the model is offered them (the
-        caller commits the warning a failed server leaves)."""
+        caller commits the warning a failed server leaves). Listed once per turn: a later
+        step offers what its first step listed, so a turn's tools do not change under it."""
+        if not any(server.allowed_tools for server in tenant.mcp_servers or []):
+            return []
+        first = await db.scalar(
+            select(ModelCall.request["tools"]).where(
+                ModelCall.turn_id == turn.id, ModelCall.step == 0
+            )
+        )
+        if first is not None:
+            return [t for t in first if is_mcp_name(t["name"])]
         offered: list[dict[str, Any]] = []
         for server in tenant.mcp_servers or []:
             if not server.allowed_tools:

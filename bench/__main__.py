@@ -32,6 +32,7 @@ import httpx
 from bench.cpu import snapshot, usage
 from bench.knowledge import measure_knowledge, render_knowledge
 from bench.memory import measure_memory, render_memory
+from bench.paths import measure_paths, render_paths
 from bench.runner import (
     BaselineTarget,
     ParleyTarget,
@@ -66,6 +67,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--throughput-turns", type=int, default=200, help="(b) total turns per row and table"
     )
     parser.add_argument("--no-memory", action="store_true", help="skip (c)-(e)")
+    parser.add_argument("--path-turns", type=int, default=20, help="(g) turns per answer path")
     parser.add_argument(
         "--no-eager",
         action="store_true",
@@ -245,6 +247,8 @@ async def main_async(args: argparse.Namespace) -> None:
         }
         memory_only = args.memory_only or args.locomo_only
         results = {} if memory_only else await measure(args, stack)
+        if not memory_only and args.path_turns:
+            results["paths"] = await _paths(args, stack)
         if not args.no_memory:
             results["memory"] = await _memory(args, stack)
             results["knowledge"] = await _knowledge(stack)
@@ -267,6 +271,18 @@ async def _memory(args: argparse.Namespace, stack: Stack) -> dict[str, Any]:
         await engine.dispose()
 
 
+async def _paths(args: argparse.Namespace, stack: Stack) -> dict[str, Any]:
+    engine = create_engine(stack.settings.database_url or "", pool_size=2)
+    try:
+        log(f"(g) answer paths: {args.path_turns} turns each, interleaved")
+        async with http_client(stack.parley_url, stack.token, 4) as http:
+            return await measure_paths(
+                ParleyTarget(http), session_factory(engine), turns=args.path_turns
+            )
+    finally:
+        await engine.dispose()
+
+
 async def _knowledge(stack: Stack) -> dict[str, Any]:
     engine = create_engine(stack.settings.database_url or "", pool_size=2)
     try:
@@ -282,6 +298,8 @@ def _write(
     settings["bench_runtime_s"] = round(time.perf_counter() - started, 1)
     if "sequential" in results:
         print(render(settings, results))
+    if "paths" in results:
+        print(render_paths(results["paths"]))
     if "memory" in results:
         print(render_memory(results["memory"]))
     if "knowledge" in results:

@@ -151,8 +151,9 @@ async def test_store_hours_come_from_the_mcp_server(
     assert calls == [("northwind_mcp__get_store_hours", {"city": "Seattle"})]
     after = await sessions_closed(northwind)
     assert after["calls"]["get_store_hours"] == before["calls"].get("get_store_hours", 0) + 1
-    # Listed for each model step, one more for the call: all of them closed again.
-    assert after["opens"] >= before["opens"] + 3
+    # Listed once for the turn (its later steps offer what it listed), one more session for
+    # the call: all of them closed again.
+    assert after["opens"] >= before["opens"] + 2
     offered = await offered_tools(sessions, sid)
     assert offered and all("northwind_mcp__get_store_hours" in names for names in offered)
     assert all("get_order" in names for names in offered)  # beside the local tools
