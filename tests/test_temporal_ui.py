@@ -21,6 +21,8 @@ from tests.toolkit import eventually
 UI = "http://ui.example:8233/"
 SCHEDULED = EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
 TIMER = EventType.EVENT_TYPE_TIMER_STARTED
+# A local activity's record (its summary is on the marker).
+MARKER = EventType.EVENT_TYPE_MARKER_RECORDED
 
 
 async def find(client: Client, session_id: str, state: str) -> list[WorkflowExecution]:
@@ -36,13 +38,15 @@ async def current_details(handle: WorkflowHandle[Any, Any]) -> str:
 
 
 async def step_summaries(client: Client, handle: WorkflowHandle[Any, Any]) -> list[str]:
-    """The one-line summary of every activity (each must have one) and of the timers that
-    have one (the follow-ups' short grace, `workflow.wait`, takes none), in order."""
+    """The one-line summary of every activity (each must have one), local ones included, and
+    of the timers that have one (the follow-ups' short grace, `workflow.wait`, takes none), in
+    order."""
     lines = []
     async for event in handle.fetch_history_events():
         if event.event_type == SCHEDULED:
             assert event.user_metadata.HasField("summary"), event
-        if event.event_type in (SCHEDULED, TIMER) and event.user_metadata.HasField("summary"):
+        shown = (SCHEDULED, TIMER, MARKER)
+        if event.event_type in shown and event.user_metadata.HasField("summary"):
             lines.append(await summary_of(client, event.user_metadata))
     return lines
 

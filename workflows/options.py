@@ -57,6 +57,22 @@ class ActivityOptions:
         step's one line in the Temporal UI (metadata on the command: replay ignores it)."""
         return self.start(activity, arg, summary=summary)
 
+    def run_local(
+        self, activity: ActivityMethod[Arg, Result], arg: Arg, *, summary: str | None = None
+    ) -> Awaitable[Result]:
+        """Run the activity as a local activity of the worker running the workflow: no task
+        for the server to dispatch, its result recorded with the workflow task. For short
+        steps without heartbeats whose retry after a crash is harmless."""
+        return workflow.start_local_activity_method(
+            activity,
+            arg,
+            start_to_close_timeout=self.start_to_close,
+            schedule_to_close_timeout=self.schedule_to_close,
+            retry_policy=self.retry,
+            cancellation_type=self.cancellation,
+            summary=summary,
+        )
+
     def start(
         self, activity: ActivityMethod[Arg, Result], arg: Arg, *, summary: str | None = None
     ) -> ActivityHandle[Result]:

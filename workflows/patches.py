@@ -23,3 +23,7 @@ OPERATOR_STATES_PATCH = "operator-states-v1"
 # Turns started before it end at the tool loop's cap with the bounds text; with it, the loop
 # keeps one request back and a step without tools words an answer from what the turn found.
 REANSWER_PATCH = "reanswer-v1"
+# Turns started before it schedule the start of their rolling summary as a regular activity;
+# with it, the start is a local activity of the worker that ran the turn (one task fewer for
+# the server per turn).
+LOCAL_SUMMARY_START_PATCH = "summary-start-local-v1"

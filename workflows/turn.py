@@ -1,8 +1,8 @@
 """The turn workflow: one user turn from received to a stored answer.
 
 Deterministic orchestration only. Every step that touches the world is an activity; the
-workflow passes ids (turn, model call, tool call, action), never prompts, transcripts or
-tool results, so its history stays the same size at turn 30 as at turn 1.
+workflow passes ids, never prompts or tool results, so its history does not grow with the
+conversation.
 
 The shape of a turn:
 
@@ -73,6 +73,7 @@ from workflows.options import FOLLOWUPS, MODEL, SCREEN, SEND, SKILL, STORE, TOOL
 from workflows.patches import (
     FALLBACK_PATCH,
     LIFECYCLE_PATCH,
+    LOCAL_SUMMARY_START_PATCH,
     OPERATOR_STATES_PATCH,
     REANSWER_PATCH,
     SCREENS_PATCH,
@@ -172,11 +173,10 @@ class TurnWorkflow:
     async def run(self, inp: TurnInput) -> str:
         outcome = await self._run(inp)
         if workflow.patched(SUMMARIES_PATCH):
-            # After the answer is stored (`done` has gone out): the summary workflow is
-            # started on its own and not awaited, so it never delays a turn. Best effort: a
-            # summary that fails to start is covered by the next turn's.
+            # After `done`: started, not awaited, best effort (the next turn's covers a miss).
+            run = STORE.run_local if workflow.patched(LOCAL_SUMMARY_START_PATCH) else STORE.run
             try:
-                await STORE.run(
+                await run(
                     MemoryActivities.start_summary,
                     SummarizeInput(inp.session_id, inp.turn_id),
                     summary="start the rolling summary",
