@@ -12,6 +12,8 @@ takes identity from the session (no tool has a customer argument), and decides b
 
 from __future__ import annotations
 
+import copy
+import functools
 import hashlib
 import json
 from dataclasses import dataclass
@@ -199,7 +201,14 @@ TOOLS: dict[str, ToolSpec] = {
 
 
 def model_tools() -> list[dict[str, Any]]:
-    """Tools offered to the model: everything but writes, in a stable order (cache-friendly)."""
+    """Tools offered to the model: everything but writes, in a stable order (cache-friendly).
+    Fresh copies of schemas built once (pydantic's schema generation is not cheap, and every
+    context build asks)."""
+    return copy.deepcopy(_model_tools())
+
+
+@functools.cache
+def _model_tools() -> list[dict[str, Any]]:
     return [spec.schema() for spec in TOOLS.values() if spec.risk != Risk.write]
 
 
