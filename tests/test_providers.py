@@ -516,6 +516,7 @@ def test_errors_survive_pickling() -> None:
 
 def parley_request(window: list[Any] | None = None) -> ModelRequest:
     from parley.context import WindowMessage
+    from parley.tools import model_tools
 
     turns = group_turns(window or [WindowMessage(1, "user", "Where is my order?", "complete")])
     state = {"customer": {"name": "Priya"}, "slots": {}, "resolution": {}, "action": None}
@@ -528,7 +529,8 @@ def parley_request(window: list[Any] | None = None) -> ModelRequest:
             for m in render_turn(turn, aged=False, max_message_tokens=10**6, cut=lambda t, n: t)
         ),
     ]
-    return ModelRequest("fake-model", messages, TOOLS)
+    # The tools a turn offers: the demo model (and brain mode) calls only what it is offered.
+    return ModelRequest("fake-model", messages, model_tools())
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)

@@ -180,8 +180,8 @@ async def test_conversations_are_titled_newest_first_empty_ones_hidden_and_delet
 
     # Delete takes two presses; then the conversation is gone here and from the API. (Marco
     # may have older conversations from other tests; ours are the two newest.)
-    older = page.locator("#sessions li").nth(1)
-    old_id = await older.get_attribute("data-sid")
+    old_id = await page.locator("#sessions li").nth(1).get_attribute("data-sid")
+    older = page.locator(f'#sessions li[data-sid="{old_id}"]')  # the same one, re-rendered
     await older.locator(".session-delete").click()
     await expect(older.locator(".session-delete")).to_have_text("Delete?")
     await older.locator(".session-delete").click()

@@ -4,11 +4,16 @@
 import { el, relative } from './transcript.js';
 
 const activity = (s) => s.last_activity_at || s.created_at;
+// The conversation whose delete was pressed once: kept across re-renders of the list (a
+// reply's arrival re-renders it), so the second press still deletes.
+let armed = null;
 
 export function renderSessions(sessions, openId, actions) {
   const list = document.getElementById('sessions');
-  const focused = document.activeElement && list.contains(document.activeElement)
-    ? document.activeElement.closest('li')?.dataset.sid : null;
+  const active = document.activeElement;
+  const focused = active && list.contains(active) ? active.closest('li')?.dataset.sid : null;
+  const focusedPart = active?.classList.contains('session-delete')
+    ? '.session-delete' : '.session-open';
   list.textContent = '';
   const shown = sessions
     .filter((s) => s.title || s.id === openId)
@@ -28,18 +33,28 @@ export function renderSessions(sessions, openId, actions) {
     const remove = el('button', 'session-delete', '×');
     remove.type = 'button';
     remove.setAttribute('aria-label', 'Delete conversation: ' + (s.title || 'New conversation'));
-    remove.addEventListener('click', () => {
-      if (remove.dataset.armed) return actions.remove(s.id);
+    const arm = () => {
       remove.dataset.armed = 'true';
       remove.textContent = 'Delete?';
       remove.setAttribute('aria-label', 'Press again to delete: ' + (s.title || 'New conversation'));
+    };
+    if (armed === s.id) arm();
+    remove.addEventListener('click', () => {
+      if (remove.dataset.armed) {
+        armed = null;
+        return actions.remove(s.id);
+      }
+      armed = s.id;
+      arm();
     });
     remove.addEventListener('blur', () => {
+      if (!remove.isConnected) return; // replaced by a re-render, not left by the user
+      armed = null;
       delete remove.dataset.armed;
       remove.textContent = '×';
     });
     li.append(open, remove);
     list.append(li);
   }
-  if (focused) list.querySelector(`li[data-sid="${CSS.escape(focused)}"] .session-open`)?.focus();
+  if (focused) list.querySelector(`li[data-sid="${CSS.escape(focused)}"] ${focusedPart}`)?.focus();
 }
