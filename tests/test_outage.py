@@ -97,8 +97,9 @@ async def outage(
         await seed_demo(db)
         token = await create_token(db, tenant_id="northwind", user_id="cust_2291")
         await db.commit()
-    # Slow tokens, so the answer is still streaming when the server goes away.
-    model = DemoModel(token_delay_s=0.06)
+    # Slow tokens, so the answer is still streaming when the server goes away, however long a
+    # loaded machine takes to stop it (about 4 s of answer).
+    model = DemoModel(token_delay_s=0.12)
     async with own_stack(
         temporal_client,
         settings,
@@ -106,7 +107,7 @@ async def outage(
         model,
         prefix="outage",
         database_url=database.url,
-        demo_token_delay_ms=60,
+        demo_token_delay_ms=120,
     ) as stack:
         client = ParleyClient(stack.url, token)
         yield Outage(database, stack, own_sessions, client)

@@ -306,7 +306,7 @@ async def test_a_consumer_that_never_reads_does_not_delay_another_stream(
 
         await eventually(stalled_reader_attached, timeout=10, what="the stalled reader follows")
         # The flooding turn itself is not held back by its stalled reader.
-        state = await wait_for_stored_state(sessions, flood_turn, {"completed"}, timeout=60)
+        state = await wait_for_stored_state(sessions, flood_turn, {"completed"}, timeout=180)
         assert state == "completed"
 
         for _ in range(3):
