@@ -22,11 +22,11 @@ from gateway.openai_compat import OpenAICompatProvider
 from parley.config import Settings
 from parley.tenancy import TenantConfig
 from store import tenants
-from store.models import ModelCall, TraceSpan
 from store.models import ToolCall as StoredToolCall
+from store.models import TraceSpan
 from tests.client import ParleyClient
 from tests.conftest import serve
-from tests.toolkit import own_stack, reply
+from tests.toolkit import model_calls, own_stack, reply
 
 TIMEOUTS = Timeouts(connect_s=2.0, first_token_s=5.0, total_s=30.0)
 
@@ -79,14 +79,6 @@ async def northwind_config(
             await db.commit()
 
 
-async def calls_of(sessions: async_sessionmaker[AsyncSession], turn_id: str) -> list[ModelCall]:
-    async with sessions() as db:
-        rows = await db.scalars(
-            select(ModelCall).where(ModelCall.turn_id == turn_id).order_by(ModelCall.step)
-        )
-        return list(rows)
-
-
 async def test_a_turn_with_no_tools_takes_the_fast_grounded_path_at_low_effort(
     fake_and_client: tuple[FakeProvider, ParleyClient],
     sessions: async_sessionmaker[AsyncSession],
@@ -111,7 +103,7 @@ async def test_a_turn_with_no_tools_takes_the_fast_grounded_path_at_low_effort(
         assert body["reasoning_effort"] == "low"  # not the tenant's "high"
         system = " ".join(m["content"] for m in body["messages"] if m["role"] == "system")
         assert "No tools are available in this conversation" in system
-    [call] = await calls_of(sessions, turn_id)
+    [call] = await model_calls(sessions, turn_id)
     assert call.request["path"] == "fast"
     async with sessions() as db:
         span = await db.scalar(
@@ -139,7 +131,7 @@ async def test_a_tool_turn_runs_the_loop_at_the_tenants_effort(
         assert body["reasoning_effort"] == "high"
         system = " ".join(m["content"] for m in body["messages"] if m["role"] == "system")
         assert "No tools are available" not in system
-    assert {c.request["path"] for c in await calls_of(sessions, turn_id)} == {"tools"}
+    assert {c.request["path"] for c in await model_calls(sessions, turn_id)} == {"tools"}
 
 
 async def test_a_tool_off_the_allow_list_is_refused_even_when_the_provider_asks_for_it(

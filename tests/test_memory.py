@@ -28,20 +28,17 @@ from parley.resolver import Slot
 from parley.tokens import count_messages, count_tools, default_counter
 from store import memory as memory_store
 from store import slots
-from store.models import ChatSession, ConversationSummary, Message, ModelCall
+from store.models import ChatSession, ConversationSummary, Message
 from tests.client import ParleyClient
 from tests.conftest import serve
-from tests.toolkit import own_stack, reply
+from tests.toolkit import model_calls, own_stack, reply
 
 
 async def prompts(
     db_sessions: async_sessionmaker[AsyncSession], turn_id: str
 ) -> list[dict[str, Any]]:
-    async with db_sessions() as db:
-        calls = await db.scalars(
-            select(ModelCall).where(ModelCall.turn_id == turn_id).order_by(ModelCall.step)
-        )
-        return [c.request for c in calls if c.provider != "resolver"]
+    calls = await model_calls(db_sessions, turn_id)
+    return [c.request for c in calls if c.provider != "resolver"]
 
 
 def prompt_text(request: dict[str, Any]) -> str:

@@ -33,7 +33,7 @@ from store.models import (
     UserMemoryItem,
 )
 from tests.client import ParleyClient
-from tests.toolkit import reply
+from tests.toolkit import model_calls, reply
 
 PRIYA = {"tenant_id": "northwind", "user_id": "cust_2291"}
 CONTACT_QUESTION = "How should you contact me?"
@@ -62,11 +62,8 @@ async def memory(client: ParleyClient) -> dict[str, Any]:
 async def requests_of(
     sessions: async_sessionmaker[AsyncSession], turn_id: str
 ) -> list[dict[str, Any]]:
-    async with sessions() as db:
-        calls = await db.scalars(
-            select(ModelCall).where(ModelCall.turn_id == turn_id).order_by(ModelCall.step)
-        )
-        return [c.request for c in calls if c.provider != "resolver"]
+    calls = await model_calls(sessions, turn_id)
+    return [c.request for c in calls if c.provider != "resolver"]
 
 
 def hint_messages(request: dict[str, Any]) -> list[str]:

@@ -34,7 +34,7 @@ from store.models import Action, Message, ModelCall, ToolCall, TraceSpan, Turn
 from tests.client import ParleyClient
 from tests.conftest import SteppedClock
 from tests.sse import Event
-from tests.toolkit import emails, own_stack, reply
+from tests.toolkit import emails, model_calls, own_stack, reply
 from workflows.turn import BOUNDS_TEXT
 
 ATTACKER = "audit@attacker.test"
@@ -61,14 +61,6 @@ async def tool_rows(sessions: async_sessionmaker[AsyncSession], turn_id: str) ->
     async with sessions() as db:
         rows = await db.scalars(
             select(ToolCall).where(ToolCall.turn_id == turn_id).order_by(ToolCall.created_at)
-        )
-        return list(rows)
-
-
-async def model_calls(sessions: async_sessionmaker[AsyncSession], turn_id: str) -> list[ModelCall]:
-    async with sessions() as db:
-        rows = await db.scalars(
-            select(ModelCall).where(ModelCall.turn_id == turn_id).order_by(ModelCall.step)
         )
         return list(rows)
 

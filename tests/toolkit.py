@@ -16,13 +16,14 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import httpx
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from gateway.base import ModelProvider
 from parley.config import Settings
 from parley.screens import Screen
-from store.models import Turn
+from store.models import ModelCall, Turn
 from tests.client import ParleyClient
 from tests.conftest import own_queue, running_worker, serve_api
 from tests.sse import Event
@@ -140,3 +141,12 @@ async def own_stack(
         serve_api(own) as url,
     ):
         yield Stack(own, provider, url)
+
+
+async def model_calls(sessions: async_sessionmaker[AsyncSession], turn_id: str) -> list[ModelCall]:
+    """A turn's model calls (each with the request it stored), in step order."""
+    async with sessions() as db:
+        rows = await db.scalars(
+            select(ModelCall).where(ModelCall.turn_id == turn_id).order_by(ModelCall.step)
+        )
+        return list(rows)
