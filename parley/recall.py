@@ -69,16 +69,19 @@ _FILLER = frozenset(
 )
 _SENTENCE = re.compile(r"[^.!?…]+[.!?…]*\s*")
 _WORD = re.compile(r"[A-Za-z0-9']+")
+_LABEL = re.compile(r"^[A-Z][\w'-]{0,30}: ")
 
 
 def trim_filler(text: str) -> str:
     """The text without its filler sentences (greetings, thanks, bare exclamations), in the
     speaker's own words otherwise; unchanged when nothing else would be left."""
-    sentences = _SENTENCE.findall(text)
+    label = _LABEL.match(text)  # "Name: ..." keeps who is speaking
+    head, body = (label.group(0), text[label.end() :]) if label else ("", text)
+    sentences = _SENTENCE.findall(body)
     kept = [s for s in sentences if not _is_filler(s)]
     if not kept or len(kept) == len(sentences):
         return text
-    return "".join(kept).strip()
+    return head + "".join(kept).strip()
 
 
 def _is_filler(sentence: str) -> bool:
