@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.minilm import Embedder
 from parley.prompt import RecallHit
-from parley.recall import CANDIDATES, fuse, neighbours
+from parley.recall import CANDIDATES, with_neighbours
 from store import embeddings as embedding_store
 from store import memory as memory_store
 
@@ -61,8 +61,7 @@ async def recall_hits(
             limit=CANDIDATES,
         )
         rankings.append(dense)
-    near = [s for s in neighbours(fuse(rankings)) if s < before_seq]
-    fused = fuse([*rankings, near])[: limit * 2]
+    fused = with_neighbours(rankings, below=before_seq)[: limit * 2]
     known = {h.seq: h for h in lexical}
     missing = [s for s in fused if s not in known]
     for hit in await embedding_store.hits_for(db, session_id=session_id, seqs=missing):

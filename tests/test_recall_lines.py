@@ -4,7 +4,7 @@ recalled lines (one date heading per day, greetings and thank-yous left out, wit
 from __future__ import annotations
 
 from parley.prompt import Budgets, RecallHit, recall_block
-from parley.recall import fuse, neighbours, trim_filler
+from parley.recall import fuse, neighbours, trim_filler, with_neighbours
 from parley.tokens import default_counter
 
 # --- neighbours ---------------------------------------------------------------------------------
@@ -70,3 +70,14 @@ def test_the_recall_block_stays_within_its_budget_and_keeps_the_best_hits() -> N
     content = block.messages[0]["content"]
     assert block.tokens <= budgets.recall
     assert "[seq 1]" in content and "[seq 28]" not in content  # best first: seq 1 wins
+
+
+def test_a_second_round_brings_in_the_neighbour_of_a_neighbour_the_first_round_lifted() -> None:
+    words, meaning = [10], [10, 70]
+    one = with_neighbours([words, meaning], below=100, top=2, rounds=1)
+    two = with_neighbours([words, meaning], below=100, top=2, rounds=2)
+    assert 9 in one and 11 in one and 8 not in one  # round one: the neighbours of 10
+    # Round one lifted 9 above 70 (the top two are now 10 and 9): its neighbour 8 comes in.
+    assert 8 in two and two.index(8) > two.index(9)
+    # Nothing at or past `below` (the recent window's first seq) is offered.
+    assert max(with_neighbours([[98, 99]], below=100)) == 99
