@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.minilm import Embedder
 from parley.prompt import RecallHit
-from parley.recall import CANDIDATES, fuse
+from parley.recall import CANDIDATES, with_neighbours
 from store import embeddings as embedding_store
 from store import memory as memory_store
 
@@ -39,27 +39,29 @@ class RecallQuery:
 async def recall_hits(
     db: AsyncSession, query: RecallQuery, *, session_id: str, before_seq: int, limit: int
 ) -> list[RecallHit]:
-    """The older messages most relevant to the question, best first: full-text alone, or
-    fused with the nearest in meaning (twice `limit` candidates, since lines found by meaning
-    are often short; the recall block takes what its budget holds)."""
+    """The older messages most relevant to the question, best first: full-text, fused with
+    the nearest in meaning when an embedder is configured, and with the neighbours of the best
+    of those (twice `limit` candidates, since many lines are short; the recall block takes
+    what its budget holds)."""
     terms, embedder = query.terms, query.embedder
-    if embedder is None or before_seq <= 1 or not await embedding_store.available(db):
-        return await memory_store.recall(
-            db, session_id=session_id, terms=terms, before_seq=before_seq, limit=limit
-        )
+    if before_seq <= 1:
+        return []
     lexical = await memory_store.recall(
         db, session_id=session_id, terms=terms, before_seq=before_seq, limit=CANDIDATES
     )
-    (vector,) = await asyncio.to_thread(embedder.embed, [query.question])
-    dense = await embedding_store.nearest(
-        db,
-        session_id=session_id,
-        model=embedder.name,
-        query=vector,
-        before_seq=before_seq,
-        limit=CANDIDATES,
-    )
-    fused = fuse([[h.seq for h in lexical], dense])[: limit * 2]
+    rankings = [[h.seq for h in lexical]]
+    if embedder is not None and await embedding_store.available(db):
+        (vector,) = await asyncio.to_thread(embedder.embed, [query.question])
+        dense = await embedding_store.nearest(
+            db,
+            session_id=session_id,
+            model=embedder.name,
+            query=vector,
+            before_seq=before_seq,
+            limit=CANDIDATES,
+        )
+        rankings.append(dense)
+    fused = with_neighbours(rankings, below=before_seq)[: limit * 2]
     known = {h.seq: h for h in lexical}
     missing = [s for s in fused if s not in known]
     for hit in await embedding_store.hits_for(db, session_id=session_id, seqs=missing):

@@ -12,9 +12,11 @@ without summaries, and evidence recall on LoCoMo.
     packed by the real context builder as the next user message (rolled back afterwards), and
     counted as recalled when every evidence turn is in the prompt verbatim (recent window or
     the recall block the packer kept; a candidate the recall budget had no room for does not
-    count). Footprint: the prompt less standing instructions and tool schemas, over the whole
-    conversation's tokens. Run twice: full-text recall alone, and hybrid (full-text fused with
-    the local MiniLM embeddings, when the `embeddings` extra is installed).
+    count; a recalled line leaves out greetings and thank-you sentences, and a long one is cut
+    at about 120 tokens, as in production). Footprint: the prompt less standing instructions
+    and tool schemas, over the whole conversation's tokens. Run twice: full-text recall
+    alone, and hybrid (full-text fused with the local MiniLM embeddings, when the `embeddings`
+    extra is installed).
 """
 
 from __future__ import annotations

@@ -118,11 +118,19 @@ async def nearest(
 
 
 async def hits_for(db: AsyncSession, *, session_id: str, seqs: Sequence[int]) -> list[RecallHit]:
-    """Recall lines for the given seqs, in the order given."""
+    """Recall lines for the given seqs, in the order given; only messages recall may show
+    (a user's or assistant's words, not replaced, not retracted, not empty)."""
     if not seqs:
         return []
     rows = await db.scalars(
-        select(Message).where(Message.session_id == session_id, Message.seq.in_(list(seqs)))
+        select(Message).where(
+            Message.session_id == session_id,
+            Message.seq.in_(list(seqs)),
+            Message.replaced_by.is_(None),
+            Message.role.in_(("user", "assistant")),
+            Message.status != "retracted",
+            Message.text != "",
+        )
     )
     by_seq = {
         m.seq: RecallHit(m.seq, m.role, m.text, m.created_at.date().isoformat()) for m in rows

@@ -1,0 +1,83 @@
+"""Recall's pure rules beyond the fusion: the neighbours of the best hits, and the compact
+recalled lines (one date heading per day, greetings and thank-yous left out, within budget)."""
+
+from __future__ import annotations
+
+from parley.prompt import Budgets, RecallHit, recall_block
+from parley.recall import fuse, neighbours, trim_filler, with_neighbours
+from parley.tokens import default_counter
+
+# --- neighbours ---------------------------------------------------------------------------------
+
+
+def test_the_messages_next_to_the_best_hits_are_offered_in_the_order_of_their_hits() -> None:
+    assert neighbours([40, 7, 90], top=2) == [39, 41, 6, 8]
+    assert neighbours([1], top=10) == [2]  # there is no seq 0
+    assert neighbours([5, 6], top=10) == [4, 6, 5, 7]  # a hit can be another's neighbour
+
+
+def test_a_neighbour_of_several_good_hits_climbs_above_a_lone_weak_hit() -> None:
+    words, meaning = [20, 50, 70, 90], [22, 51, 71, 91]
+    rankings = [words, meaning]
+    near = neighbours(fuse(rankings), top=4)
+    fused = fuse([*rankings, near])
+    # 21 answers the question at 20 and precedes the reply at 22: both rankings' top hits.
+    assert fused.index(21) < fused.index(91)
+    assert 21 not in fuse(rankings)
+
+
+# --- compact lines ------------------------------------------------------------------------------
+
+
+def test_greetings_and_thanks_are_left_out_and_the_rest_is_the_speakers_own_words() -> None:
+    text = "Hey Mel! Good to see you! I went to a support group yesterday. It was powerful."
+    assert trim_filler(text) == "I went to a support group yesterday. It was powerful."
+    assert trim_filler("Wow, that's awesome! I painted a sunrise.") == "I painted a sunrise."
+    # A speaker's label stays; a message that is all filler is kept whole.
+    assert trim_filler("Caroline: Thanks, Melanie! Is this your painting?") == (
+        "Caroline: Is this your painting?"
+    )
+    assert trim_filler("Thanks so much, Melanie!") == "Thanks so much, Melanie!"
+    assert trim_filler("My order 8472 never came. Thanks!") == "My order 8472 never came."
+
+
+def test_recalled_lines_carry_seq_and_a_date_heading_per_day_in_conversation_order() -> None:
+    hits = [
+        RecallHit(30, "user", "Thanks! My new address is 12 Harbour Lane.", "2024-03-02"),
+        RecallHit(4, "assistant", "Your order 8390 shipped today.", "2024-03-01"),
+        RecallHit(31, "assistant", "Noted, I updated the address.", "2024-03-02"),
+    ]
+    counter = default_counter()
+    (block,) = recall_block(counter, hits, Budgets(window=4096, reserve=512, recall=400))
+    lines = block.messages[0]["content"].splitlines()[1:]
+    assert lines == [
+        "On 2024-03-01:",
+        "[seq 4] assistant: Your order 8390 shipped today.",
+        "On 2024-03-02:",
+        "[seq 30] user: My new address is 12 Harbour Lane.",
+        "[seq 31] assistant: Noted, I updated the address.",
+    ]
+
+
+def test_the_recall_block_stays_within_its_budget_and_keeps_the_best_hits() -> None:
+    counter = default_counter()
+    hits = [
+        RecallHit(seq, "user", f"Line number {seq} about the fleece return.", f"2024-03-{seq:02d}")
+        for seq in range(1, 29)
+    ]
+    budgets = Budgets(window=4096, reserve=512, recall=120)
+    (block,) = recall_block(counter, hits, budgets)
+    content = block.messages[0]["content"]
+    assert block.tokens <= budgets.recall
+    assert "[seq 1]" in content and "[seq 28]" not in content  # best first: seq 1 wins
+
+
+def test_a_second_round_brings_in_the_neighbour_of_a_neighbour_the_first_round_lifted() -> None:
+    words, meaning = [10], [10, 70]
+    one = with_neighbours([words, meaning], below=100, top=2, rounds=1)
+    two = with_neighbours([words, meaning], below=100, top=2, rounds=2)
+    assert 9 in one and 11 in one and 8 not in one  # round one: the neighbours of 10
+    # Round one lifted 9 above 70 (the top two are now 10 and 9): its neighbour 8 comes in.
+    assert 8 in two and two.index(8) > two.index(9)
+    # Nothing at or past `below` (the recent window's first seq) is offered.
+    assert max(with_neighbours([[98, 99]], below=100)) == 99
