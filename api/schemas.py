@@ -6,7 +6,7 @@ here embed them. Each response model is built by one constructor from the stored
 
 from __future__ import annotations
 
-from typing import Any, Literal, Self
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -14,6 +14,8 @@ from parley.config import Settings
 from parley.wire import ActionView, MessageView, SlotView, Timestamp, TurnStateName, View
 
 NO_NUL = "^[^\u0000]*$"
+# What `POST .../files` returns as a file id (parley/ids.py `new_id("file")`).
+FILE_ID = "^file_[0-9a-f]{20}$"
 
 
 class PostMessageIn(BaseModel):
@@ -25,8 +27,11 @@ class PostMessageIn(BaseModel):
     text: str = Field(min_length=1, json_schema_extra={"pattern": NO_NUL})
     # Strict: `false` is not a seq, though Python would read it as 0.
     expected_last_seq: int | None = Field(default=None, strict=True)
-    # Files uploaded to this session (`POST .../files`) that the message refers to.
-    file_ids: list[str] = Field(default_factory=list, max_length=10)
+    # Files uploaded to this session (`POST .../files`) that the message refers to: ids as
+    # the upload returned them, so a malformed one is refused before any lookup.
+    file_ids: list[Annotated[str, Field(pattern=FILE_ID)]] = Field(
+        default_factory=list, max_length=10
+    )
     # A clicked option of the question a specialist is waiting on (an `interaction` event).
     interaction_value: str | None = Field(
         default=None, max_length=100, json_schema_extra={"pattern": NO_NUL}

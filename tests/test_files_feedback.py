@@ -205,6 +205,17 @@ async def test_a_file_is_its_owners_alone(priya: ParleyClient, marco: ParleyClie
     assert posted.json()["error"]["code"] == "invalid_request"
     assert posted.json()["error"]["field"] == "file_ids"
     assert await priya.messages(sid) == []  # nothing was stored, no turn started
+    # A malformed id (a NUL byte, which PostgreSQL cannot hold, or any other shape) is the same
+    # clear refusal, not a server error.
+    for bad in ("file_\u0000", "../etc/passwd", "file_missing"):
+        posted = await priya.http.post(
+            f"/v1/sessions/{sid}/messages",
+            json={"client_message_id": uuid.uuid4().hex, "text": "Read it", "file_ids": [bad]},
+        )
+        assert posted.status_code == 422, (bad, posted.text)
+        error = posted.json()["error"]
+        assert error["code"] == "invalid_request" and error["field"].startswith("file_ids"), error
+    assert await priya.messages(sid) == []
     refused = await upload(priya, sid, "tool.exe", b"MZ\x90\x00", "application/x-msdownload")
     assert refused.status_code == 422 and refused.json()["error"]["code"] == "invalid_request"
 
