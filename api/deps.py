@@ -43,11 +43,15 @@ class TemporalConnector:
         return self._client
 
 
-def get_settings_dep(request: Request) -> Settings:
+# The getters below are `async def` though they never await: FastAPI runs a plain `def`
+# dependency in its thread pool, a thread hop per dependency per request.
+
+
+async def get_settings_dep(request: Request) -> Settings:
     return request.app.state.settings
 
 
-def get_sessions(request: Request) -> async_sessionmaker[AsyncSession]:
+async def get_sessions(request: Request) -> async_sessionmaker[AsyncSession]:
     return request.app.state.sessions
 
 
@@ -56,15 +60,15 @@ async def get_db(request: Request) -> AsyncIterator[AsyncSession]:
         yield db
 
 
-def get_temporal(request: Request) -> TemporalConnector:
+async def get_temporal(request: Request) -> TemporalConnector:
     return request.app.state.temporal
 
 
-def get_hub(request: Request) -> EventHub:
+async def get_hub(request: Request) -> EventHub:
     return request.app.state.hub
 
 
-def get_streams(request: Request) -> StreamRegistry:
+async def get_streams(request: Request) -> StreamRegistry:
     return request.app.state.streams
 
 

@@ -22,18 +22,17 @@ from typing import Any
 
 import psycopg
 from pydantic import ValidationError
-from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sse_starlette import ServerSentEvent
 
 from api.metrics import EVENTS_SENT
-from parley.contracts import TERMINAL_EVENTS, TERMINAL_TURN_STATES, EventType
+from parley.contracts import TERMINAL_EVENTS, EventType
 from parley.errors import RateLimited
 from parley.wire import event_data
+from store import events as store_events
 from store import limits, viewers
-from store.events import NOTIFY_CHANNEL, StoredEvent, parse_notification, read_events
+from store.events import NOTIFY_CHANNEL, StoredEvent, parse_notification
 from store.identity import Identity
-from store.models import Turn
 
 log = logging.getLogger(__name__)
 
@@ -140,25 +139,41 @@ class EventHub:
                 await asyncio.sleep(1.0)
 
 
+class Viewer:
+    """A stream that counts as a viewer of its turn (store/viewers.py): it attaches in the
+    transaction of its first read, and `attached` says whether that committed (only then
+    must its end detach it)."""
+
+    def __init__(self) -> None:
+        self.attached = False
+
+
 async def turn_event_stream(
     *,
     hub: EventHub,
     sessions: async_sessionmaker[AsyncSession],
     turn_id: str,
     after: int,
+    viewer: Viewer | None = None,
 ) -> AsyncIterator[ServerSentEvent]:
     """Replay the log after `after`, then follow it live until a terminal event."""
     with hub.subscribe(turn_id) as doorbell:
-        # Whether the turn may have ended unseen: checked at the start and after any poll
-        # interval without a wake-up, not on every wake-up.
-        check_end = True
         read_log = True  # at the start, after a poll interval, while a read comes back full
         while True:
             doorbell.clear()  # cleared before looking, so a ring during a read is kept
             events = doorbell.take(after)
+            ended = False
             if events is None or read_log:
                 async with sessions() as db:
-                    events = await read_events(db, turn_id=turn_id, after=after, limit=READ_LIMIT)
+                    if viewer is not None and not viewer.attached:
+                        await viewers.attach_viewer(db, turn_id=turn_id)
+                    read = await store_events.read_log(
+                        db, turn_id=turn_id, after=after, limit=READ_LIMIT
+                    )
+                    if viewer is not None and not viewer.attached:
+                        await db.commit()
+                        viewer.attached = True
+                events, ended = read.events, read.ended
                 read_log = len(events) >= READ_LIMIT
             for event in events:
                 after = event.id
@@ -176,15 +191,14 @@ async def turn_event_stream(
                 EventType.interaction,
             ):
                 return  # the turn rests; its stream resumes once the user has answered
+            if ended:
+                return  # resumed at or past the end of a finished turn
             if events or read_log:
                 continue
-            if check_end and await _finished_before(sessions, turn_id, after):
-                return  # resumed at or past the end of a finished turn
             try:
                 await asyncio.wait_for(doorbell.wait(), timeout=POLL_INTERVAL_S)
-                check_end = False
             except TimeoutError:
-                check_end, read_log = True, True
+                read_log = True
 
 
 def _check_shape(event_id: int, type_: str, data: dict[str, Any]) -> None:
@@ -194,18 +208,6 @@ def _check_shape(event_id: int, type_: str, data: dict[str, Any]) -> None:
         event_data(type_, data)
     except (ValidationError, KeyError):
         log.warning("event %s (%s) does not match the contract", event_id, type_, exc_info=True)
-
-
-async def _finished_before(
-    sessions: async_sessionmaker[AsyncSession], turn_id: str, after: int
-) -> bool:
-    """The turn has ended and the client has every event of it. Comparing with the turn's
-    last event id means an event committed between the two reads is never skipped."""
-    async with sessions() as db:
-        row = (
-            await db.execute(select(Turn.state, Turn.last_event_id).where(Turn.id == turn_id))
-        ).one_or_none()
-    return row is not None and row.state in TERMINAL_TURN_STATES and after >= row.last_event_id
 
 
 class StreamRegistry:
@@ -235,13 +237,13 @@ class StreamRegistry:
         self._renewer: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
-    async def reserve(self, owner: Identity) -> str:
-        """A lease on one of the user's open streams, or 429 at the limit."""
-        async with self._sessions() as db:
-            lease = await limits.take_stream_lease(
-                db, owner=owner, limit=self._max_per_user, lease_s=self._lease_s
-            )
-            await db.commit()
+    async def reserve(self, db: AsyncSession, owner: Identity) -> str:
+        """A lease on one of the user's open streams, or 429 at the limit; committed in the
+        caller's session (the request's own, which has just authorized the stream)."""
+        lease = await limits.take_stream_lease(
+            db, owner=owner, limit=self._max_per_user, lease_s=self._lease_s
+        )
+        await db.commit()
         if lease is None:
             raise RateLimited(
                 f"at most {self._max_per_user} open event streams per user", retry_after_s=1
@@ -262,11 +264,6 @@ class StreamRegistry:
                     await db.commit()
             except Exception:
                 log.warning("could not renew stream leases", exc_info=True)
-
-    async def attach(self, turn_id: str) -> None:
-        async with self._sessions() as db:
-            await viewers.attach_viewer(db, turn_id=turn_id)
-            await db.commit()
 
     def release(self, lease: str, turn_id: str | None, *, hung_up: bool) -> None:
         self._leases.discard(lease)

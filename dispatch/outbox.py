@@ -85,10 +85,15 @@ async def start_and_record(
     inp: TurnInput,
     *,
     task_queue: str,
+    turn_number: int | None = None,
 ) -> None:
-    """Start the turn's workflow (idempotently), then mark the outbox row started."""
-    async with sessions() as db:
-        number = await outbox.turn_number(db, turn_id=inp.turn_id)
+    """Start the turn's workflow (idempotently), then mark the outbox row started. A caller
+    that has the turn's `turn_number` at hand (read in the transaction that made the turn)
+    saves a read."""
+    number = turn_number
+    if number is None:
+        async with sessions() as db:
+            number = await outbox.turn_number(db, turn_id=inp.turn_id)
     await start_turn_workflow(client, inp, task_queue=task_queue, turn_number=number)
     async with sessions() as db:
         await outbox.mark_workflow_started(db, turn_id=inp.turn_id)

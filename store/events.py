@@ -22,7 +22,7 @@ from sqlalchemy import Integer, String, text
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from parley.contracts import EventType, TurnState
+from parley.contracts import TERMINAL_TURN_STATES, EventType, TurnState
 from parley.wire import EVENT_DATA, StateData
 
 NOTIFY_CHANNEL = "parley_turn_events"
@@ -108,18 +108,44 @@ _APPEND = text(
 )
 
 
-async def read_events(
-    db: AsyncSession, *, turn_id: str, after: int, limit: int = 500
-) -> list[StoredEvent]:
-    rows = await db.execute(_READ, {"turn_id": turn_id, "after": after, "limit": limit})
-    return [StoredEvent(id=r.id, type=r.type, data=r.data) for r in rows]
+@dataclass(frozen=True)
+class LogRead:
+    """What a stream learns from one read of the log: the events after its last id, and
+    whether the turn has ended with nothing left to send after them."""
+
+    events: list[StoredEvent]
+    ended: bool
 
 
-# Plain SQL: this runs for every wake-up of every open stream, so it skips ORM compilation.
-_READ = text(
-    "SELECT id, type, data FROM turn_events WHERE turn_id = :turn_id AND id > :after "
-    "ORDER BY id LIMIT :limit"
-).columns(id=Integer, type=String, data=JSONB)
+async def read_log(db: AsyncSession, *, turn_id: str, after: int, limit: int = 500) -> LogRead:
+    """The events after `after` and whether the turn has ended, from one statement: one
+    snapshot, so an event committed between two reads is never taken for the end. A turn
+    that does not exist has no events and has not ended."""
+    rows = (
+        await db.execute(_READ_WITH_END, {"turn_id": turn_id, "after": after, "limit": limit})
+    ).all()
+    if not rows:
+        return LogRead([], False)
+    events = [StoredEvent(id=r.id, type=r.type, data=r.data) for r in rows if r.id is not None]
+    last_sent = events[-1].id if events else after
+    turn = rows[0]
+    return LogRead(events, turn.state in _TERMINAL and last_sent >= turn.last_event_id)
+
+
+_TERMINAL = frozenset(state.value for state in TERMINAL_TURN_STATES)
+# Plain SQL: this runs at the start of every stream, at every poll and after every gap, so it
+# skips ORM compilation.
+_READ_WITH_END = text(
+    """
+    SELECT t.state, t.last_event_id, e.id, e.type, e.data
+    FROM turns AS t LEFT JOIN LATERAL (
+        SELECT id, type, data FROM turn_events
+        WHERE turn_id = t.id AND id > :after ORDER BY id LIMIT :limit
+    ) AS e ON true
+    WHERE t.id = :turn_id
+    ORDER BY e.id
+    """
+).columns(state=String, last_event_id=Integer, id=Integer, type=String, data=JSONB)
 
 
 async def withdraw_turn_text(db: AsyncSession, *, turn_id: str) -> None:

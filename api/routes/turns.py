@@ -25,7 +25,7 @@ from api.deps import (
 from api.errors import answers
 from api.metrics import MESSAGES_POSTED, STREAMS_OPEN, TURN_START_FAILURES
 from api.schemas import CancelOut, PostMessageIn, TurnOut, TurnStarted
-from api.streaming import turn_event_stream
+from api.streaming import Viewer, turn_event_stream
 from dispatch.control import cancel_turn_workflow, deliver_decision
 from dispatch.outbox import start_and_record
 from dispatch.specialists import deliver_answer
@@ -49,7 +49,7 @@ from parley.errors import (
     TurnNotRetryable,
 )
 from parley.wire import TurnStreamEvent
-from store import actions, posting
+from store import actions, outbox, posting
 from store import sessions as store_sessions
 from store.models import Message, Turn
 
@@ -106,13 +106,16 @@ async def post_message(
         file_ids=body.file_ids,
         interaction_value=body.interaction_value,
     )
+    turn = posted.turn
+    starting = posted.new_turn or turn.workflow_started_at is None
+    # Its place in the session (the workflow's summary), read while the session is at hand.
+    number = await outbox.turn_number(db, turn_id=turn.id) if starting else None
     await db.commit()  # the message and its turn (the start outbox) before any start
     MESSAGES_POSTED.labels("new" if posted.created else "duplicate").inc()
-    turn = posted.turn
     await send_signals(temporal, posted.signals)
     await send_answers(temporal, posted.answers)
-    if posted.new_turn or turn.workflow_started_at is None:
-        await _start(temporal, sessions, settings, turn)
+    if starting:
+        await _start(temporal, sessions, settings, turn, number)
     response.status_code = 202 if posted.created else 200
     return TurnStarted.build(session_id=session_id, turn_id=turn.id, message=posted.message)
 
@@ -122,6 +125,7 @@ async def _start(
     sessions: async_sessionmaker[AsyncSession],
     settings: Settings,
     turn: Turn,
+    turn_number: int | None = None,
 ) -> None:
     try:
         client = await asyncio.wait_for(temporal.get(), START_TIMEOUT_S)
@@ -137,6 +141,7 @@ async def _start(
                     fallback=settings.has_fallback_model,
                 ),
                 task_queue=settings.task_queue,
+                turn_number=turn_number,
             ),
             START_TIMEOUT_S,
         )
@@ -267,25 +272,23 @@ async def stream_events(
 ) -> EventSourceResponse:
     """Server-sent events of the turn: replay after `Last-Event-ID` (or `?after=`), then live."""
     await store_sessions.get_turn(db, owner=user, session_id=session_id, turn_id=turn_id)
-    await db.close()  # the stream may run for minutes; do not hold a pooled connection
     start = int(last_event_id) if last_event_id is not None else (after or 0)
-    lease = await registry.reserve(user)  # 429 before the stream starts
+    lease = await registry.reserve(db, user)  # 429 before the stream starts
+    await db.close()  # the stream may run for minutes; do not hold a pooled connection
 
     async def events() -> AsyncIterator[ServerSentEvent]:
         STREAMS_OPEN.inc()
-        attached, finished = False, False
+        viewer, finished = Viewer(), False  # the stream attaches with its first read
         try:
-            await registry.attach(turn_id)
-            attached = True
             yield ServerSentEvent(retry=settings.stream_retry_ms)
             async for event in turn_event_stream(
-                hub=hub, sessions=sessions, turn_id=turn_id, after=start
+                hub=hub, sessions=sessions, turn_id=turn_id, after=start, viewer=viewer
             ):
                 yield event
             finished = True  # a terminal event, or the turn rests awaiting a confirmation
         finally:
             STREAMS_OPEN.dec()
-            registry.release(lease, turn_id if attached else None, hung_up=not finished)
+            registry.release(lease, turn_id if viewer.attached else None, hung_up=not finished)
 
     return EventSourceResponse(
         events(),
