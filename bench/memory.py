@@ -32,8 +32,9 @@ import httpx
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from activities.context import ContextBuilder, _offered_tools
+from activities.context import ContextBuilder
 from activities.memory import MemoryActivities
+from activities.tool_offer import tenant_tools
 from gateway.demo import DemoModel
 from gateway.minilm import Embedder, build_embedder
 from gateway.registry import ProviderPool
@@ -286,7 +287,7 @@ async def _pack_question(
         budgets = builder._budgets(tenant)
         counter = counter_for(None)
         packed, plan = await builder._assemble(
-            db, turn, tenant, budgets, counter, _offered_tools(tenant)
+            db, turn, tenant, budgets, counter, tenant_tools(tenant)
         )
         await db.rollback()
     start = plan["window_from_seq"] or seq
