@@ -3,7 +3,12 @@ withheld, with its reason, while the turn's shape cannot use it; a tool used lat
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from pathlib import Path
+
+import pytest_asyncio
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from activities.skills import load_catalog
 from parley.config import REPO_ROOT
@@ -21,6 +26,10 @@ from parley.tool_offer import (
     skill_asked,
 )
 from parley.tools import model_tools
+from store.identity import create_token
+from store.models import ModelCall
+from tests.client import ParleyClient
+from tests.toolkit import reply
 
 CHART = load_catalog(Path(REPO_ROOT) / "skills")["spending_chart"][1]
 PLAIN = "Okay, thanks. What's happening with the refund on that order?"
@@ -98,3 +107,53 @@ def test_a_tool_used_lately_stays_offered() -> None:
     made = offer(_tools(follow_up.skills), follow_up)
     assert made.withheld == {}
     assert {SEARCH_ORDERS, RUN_SKILL, PROPOSE_ORDERS_CSV} <= {t["name"] for t in made.tools}
+
+
+# --- through the stack: the stored request says what was withheld ------------------------------
+
+
+@pytest_asyncio.fixture
+async def dana(
+    api_url: str, sessions: async_sessionmaker[AsyncSession]
+) -> AsyncIterator[ParleyClient]:
+    async with sessions() as db:
+        token = await create_token(db, tenant_id="northwind", user_id="cust_4410")
+        await db.commit()
+    client = ParleyClient(api_url, token)
+    yield client
+    await client.aclose()
+
+
+async def _requests(sessions: async_sessionmaker[AsyncSession], turn_id: str) -> list[dict]:
+    async with sessions() as db:
+        calls = await db.scalars(
+            select(ModelCall).where(ModelCall.turn_id == turn_id).order_by(ModelCall.step)
+        )
+        return [c.request for c in calls if c.provider != "resolver"]
+
+
+async def test_the_stored_request_names_what_was_withheld_and_a_search_keeps_its_tools(
+    dana: ParleyClient, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    sid = await dana.new_session()
+    turn_id, events = await dana.turn(sid, "Hi there, thanks for having me.")
+    assert events[-1].type == "done"
+    [first] = await _requests(sessions, turn_id)
+    assert first["budget"]["tools_withheld"] == {
+        SEARCH_ORDERS: NO_SEARCH,
+        PROPOSE_ORDERS_CSV: NO_RESULT_SET,
+    }
+    assert {t["name"] for t in first["tools"]}.isdisjoint({SEARCH_ORDERS, PROPOSE_ORDERS_CSV})
+
+    turn_id, events = await dana.turn(sid, "Show me everything I ordered last week.")
+    assert events[-1].type == "done"
+    requests = await _requests(sessions, turn_id)
+    assert all(SEARCH_ORDERS in {t["name"] for t in r["tools"]} for r in requests)
+    assert "I found" in reply(events)
+
+    # The next, plain message: the search was used a turn ago and a result set is stored.
+    turn_id, events = await dana.turn(sid, "Thanks, that's helpful.")
+    assert events[-1].type == "done"
+    [after] = await _requests(sessions, turn_id)
+    assert after["budget"]["tools_withheld"] == {}
+    assert {SEARCH_ORDERS, PROPOSE_ORDERS_CSV} <= {t["name"] for t in after["tools"]}
