@@ -2,7 +2,8 @@
 without summaries, and evidence recall on LoCoMo.
 
 (c) Scripted 20- and 50-turn conversations through the API: total input tokens against
-    resending the whole history (the naive prompt: the same instructions, state and current
+    resending the whole history (the naive prompt: the same instructions and tool schemas
+    (those the call was offered: the naive side gets the same tool rule), state and current
     message, plus every earlier message in full), the largest prompt, cached tokens (the demo
     model reports the prefix shared with the previous request under the same cache key) and
     what the summarizer cost.
