@@ -24,6 +24,7 @@ from activities.northwind import BackendError, NorthwindClient
 from activities.recall import RecallQuery, recall_hits
 from activities.result_sets import export_summary, resolve_result_sets
 from activities.skills import SkillTools
+from activities.tool_offer import offered_tools
 from gateway.minilm import Embedder
 from parley.config import Settings
 from parley.context import Block, Packed, WindowMessage, input_budget, pack
@@ -59,7 +60,6 @@ from parley.resolver import (
 from parley.statuses import FinishReason
 from parley.tenancy import TenantConfig
 from parley.tokens import TokenCounter, count_message, counter_for
-from parley.tools import model_tools
 from parley.window import Window
 from parley.wire import ClarificationData, DeltaData, Option, WarningData
 from store import memory as memory_store
@@ -127,10 +127,18 @@ class ContextBuilder:
         counter = counter_for(model)
         budgets = self._budgets(tenant)
         tools: list[dict[str, Any]] = []  # a re-answer gets none: it words what it has
+        withheld: dict[str, str] = {}
         if reanswer_of is None:
-            # Local tools, then the allowed tools of the tenant's MCP servers (activities/mcp.py).
-            tools = _offered_tools(tenant) + await self._mcp.offered(db, turn, tenant)
-            tools += self._skills.offered(tenant)  # `run_skill`, when the tenant enables skills
+            # The tenant's tools less those this turn cannot use (parley/tool_offer.py).
+            offer = await offered_tools(
+                db,
+                turn,
+                tenant,
+                mcp=self._mcp,
+                skills=self._skills,
+                recent_turns=self._settings.context_tool_result_age_turns,
+            )
+            tools, withheld = offer.tools, offer.withheld
         path = choose_path(tools, reanswer=reanswer_of is not None)  # parley/paths.py
         if step == 0:
             await _pin_stated_facts(db, turn)
@@ -164,6 +172,7 @@ class ContextBuilder:
                     "counter": counter.name,
                     "blocks": describe(packed.kept),
                     "dropped": packed.missing,
+                    "tools_withheld": withheld,
                     **plan,
                 },
             },
@@ -485,8 +494,3 @@ async def _state(db: AsyncSession, turn: Turn) -> dict[str, Any]:
             "outcome": action.outcome,
         },
     }
-
-
-def _offered_tools(tenant: TenantConfig) -> list[dict[str, Any]]:
-    """The tool schemas this tenant lets the model see."""
-    return [t for t in model_tools() if tenant.offered(t["name"])]

@@ -97,6 +97,10 @@ class SkillTools:
         catalog = load_catalog(self._settings.skills_dir)
         return {name: catalog[name] for name in tenant.skills or [] if name in catalog}
 
+    def manifests(self, tenant: TenantConfig) -> list[SkillManifest]:
+        """The manifests of the skills the tenant enables (what asks for each: `offer_when`)."""
+        return [manifest for _, manifest in self._enabled(tenant).values()]
+
     def offered(self, tenant: TenantConfig) -> list[dict[str, Any]]:
         """The `run_skill` tool when the tenant enables a skill the catalog holds."""
         enabled = self._enabled(tenant)

@@ -78,6 +78,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--memory-only", action="store_true", help="only the memory figures (c), (d), (e)"
     )
     parser.add_argument("--locomo-only", action="store_true", help="only (e)")
+    parser.add_argument("--no-locomo", action="store_true", help="skip (e)")
+    parser.add_argument(
+        "--reading-pause-s", type=float, default=2.0, help="(d) pause after each answer"
+    )
+    parser.add_argument("--done-turns", type=int, default=15, help="(d) turns per row")
     parser.add_argument(
         "--locomo-share", type=float, default=0.11, help="(e) conversation budget / tokens"
     )
@@ -264,8 +269,11 @@ async def _memory(args: argparse.Namespace, stack: Stack) -> dict[str, Any]:
             stack.token,
             stack.settings,
             session_factory(engine),
+            done_turns=args.done_turns,
+            reading_pause_s=args.reading_pause_s,
             locomo_share=args.locomo_share,
             locomo_only=args.locomo_only,
+            locomo=not args.no_locomo,
         )
     finally:
         await engine.dispose()

@@ -2,11 +2,13 @@
 without summaries, and evidence recall on LoCoMo.
 
 (c) Scripted 20- and 50-turn conversations through the API: total input tokens against
-    resending the whole history (the naive prompt: the same instructions, state and current
+    resending the whole history (the naive prompt: the same instructions and tool schemas
+    (those the call was offered: the naive side gets the same tool rule), state and current
     message, plus every earlier message in full), the largest prompt, cached tokens (the demo
     model reports the prefix shared with the previous request under the same cache key) and
     what the summarizer cost.
-(d) Time from POST to `done`, summaries on and off (the tenant's switch), same run.
+(d) Time from POST to `done`, summaries on and off interleaved, with a reading pause
+    (bench/done.py).
 (e) LoCoMo (bench/data/locomo3.json): a conversation is stored as one session (speaker A as
     the user, B as the assistant) and folded into summaries; each category 1-4 question is then
     packed by the real context builder as the next user message (rolled back afterwards), and
@@ -24,7 +26,6 @@ from __future__ import annotations
 import json
 import re
 import statistics
-import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,8 +35,10 @@ import httpx
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from activities.context import ContextBuilder, _offered_tools
+from activities.context import ContextBuilder
 from activities.memory import MemoryActivities
+from activities.tool_offer import tenant_tools
+from bench.done import render_done, time_to_done
 from gateway.demo import DemoModel
 from gateway.minilm import Embedder, build_embedder
 from gateway.registry import ProviderPool
@@ -43,7 +46,7 @@ from parley.config import Settings
 from parley.contracts import SummarizeInput
 from parley.tenancy import TenantConfig
 from parley.tokens import MESSAGE_OVERHEAD, counter_for
-from store.models import ChatSession, ConversationSummary, Message, ModelCall, Tenant, Turn
+from store.models import ChatSession, ConversationSummary, Message, ModelCall, Turn
 from tests.client import ParleyClient
 from worker import build_northwind
 
@@ -120,31 +123,6 @@ async def token_table(
         "summaries": len(summaries),
         "summarizer_tokens": summarizer,
     }
-
-
-# --- (d) time to done with and without summaries ---------------------------------------------
-
-
-async def set_summaries(db_sessions: async_sessionmaker[AsyncSession], on: bool) -> None:
-    async with db_sessions() as db:
-        tenant = await db.get(Tenant, "northwind")
-        assert tenant is not None
-        config = dict(tenant.config or {})
-        config["summaries"] = on
-        await db.execute(update(Tenant).where(Tenant.id == "northwind").values(config=config))
-        await db.commit()
-
-
-async def time_to_done(client: ParleyClient, turns: int) -> list[float]:
-    sid = await client.new_session()
-    times = []
-    for i in range(turns):
-        started = time.perf_counter()
-        _, events = await client.turn(sid, SCRIPT[i % len(SCRIPT)])
-        times.append((time.perf_counter() - started) * 1000)
-        if events[-1].type != "done":
-            raise RuntimeError(f"turn {i + 1} ended {events[-1].type}")
-    return times
 
 
 # --- (e) LoCoMo evidence recall ----------------------------------------------------------------
@@ -288,7 +266,7 @@ async def _pack_question(
         budgets = builder._budgets(tenant)
         counter = counter_for(None)
         packed, plan = await builder._assemble(
-            db, turn, tenant, budgets, counter, _offered_tools(tenant)
+            db, turn, tenant, budgets, counter, tenant_tools(tenant)
         )
         await db.rollback()
     start = plan["window_from_seq"] or seq
@@ -305,7 +283,7 @@ async def _pack_question(
 _SHOWN_SEQ = re.compile(r"^\[seq (\d+)", re.MULTILINE)
 
 
-async def locomo(
+async def locomo_table(
     settings: Settings,
     db_sessions: async_sessionmaker[AsyncSession],
     *,
@@ -358,20 +336,16 @@ def render_memory(results: dict[str, Any]) -> str:
             f"{r['naive_input_tokens']:>11}{r['ratio'] * 100:>7.1f}%{r['largest_prompt']:>9}"
             f"{r['cached_tokens']:>9}{r['summaries']:>11}{r['summarizer_tokens']:>16}"
         )
-    d = results["done"]
     lines.append("")
-    lines.append("(d) Time from POST to `done` (ms), same run")
-    for key in d:
-        times = d[key]
-        lines.append(
-            f"  {key:<14} p50 {statistics.median(times):7.1f}   mean "
-            f"{statistics.fmean(times):7.1f}   turns {len(times)}"
-        )
+    lines.extend(render_done(results["done"]))
     lines.append("")
     lines.append(
         f"(e) LoCoMo evidence recall (categories 1-4; conversation budget "
         f"{results['locomo_share'] * 100:.0f}% of the conversation's tokens)"
     )
+    if results.get("locomo_skipped"):
+        lines.append("  skipped (--no-locomo)")
+        return "\n".join(lines)
     if not results["locomo"]:
         lines.append("  no data file (bench/data/locomo3.json)")
     if all(r.get("recall") != "hybrid" for r in results["locomo"]):
@@ -394,29 +368,30 @@ async def measure_memory(
     db_sessions: async_sessionmaker[AsyncSession],
     *,
     done_turns: int = 15,
+    reading_pause_s: float = 2.0,
     locomo_share: float = 0.11,
     locomo_only: bool = False,
+    locomo: bool = True,
 ) -> dict[str, Any]:
     if locomo_only:
         return {
             "tokens": [],
             "done": {},
             "locomo_share": locomo_share,
-            "locomo": await locomo(settings, db_sessions, share=locomo_share),
+            "locomo": await locomo_table(settings, db_sessions, share=locomo_share),
         }
     client = ParleyClient(base_url, token)
     try:
         tokens = [await token_table(client, db_sessions, n) for n in (20, 50)]
-        await set_summaries(db_sessions, True)
-        on = await time_to_done(client, done_turns)
-        await set_summaries(db_sessions, False)
-        off = await time_to_done(client, done_turns)
-        await set_summaries(db_sessions, True)
+        done = await time_to_done(
+            client, db_sessions, settings, SCRIPT, turns=done_turns, pause_s=reading_pause_s
+        )
     finally:
         await client.aclose()
     return {
         "tokens": tokens,
-        "done": {"summaries_on": on, "summaries_off": off},
+        "done": done,
         "locomo_share": locomo_share,
-        "locomo": await locomo(settings, db_sessions, share=locomo_share),
+        "locomo": await locomo_table(settings, db_sessions, share=locomo_share) if locomo else [],
+        "locomo_skipped": not locomo,
     }

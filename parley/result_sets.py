@@ -202,6 +202,33 @@ def _status(text: str) -> str | None:
     return None
 
 
+# A month named anywhere ("my October spending"), for `mentions_scope` only: "May" counts
+# only after a preposition (`_MONTH`), as the verb is far more common.
+_MONTH_ANYWHERE = re.compile(
+    r"\b(" + "|".join(n for n in _MONTHS if len(n) > 3 and n != "may") + r")\b", re.IGNORECASE
+)
+_ORDERS_WORD = re.compile(
+    r"\b(orders?|ordered|buy|bought|purchases?|purchased|spen[dt]|spending|everything|all)\b",
+    re.IGNORECASE,
+)
+
+
+def mentions_scope(text: str) -> bool:
+    """Whether a message asks about orders by period, amount or status: what a search of
+    orders filters by. Generous where `decide` is strict (a tool offered in vain costs tokens,
+    one withheld costs the answer), but a message naming an order number is about that order."""
+    if _ORDER_NUMBER.search(_OVER.sub("", text)):
+        return False
+    named = (
+        _RELATIVE.search(text)
+        or _MONTH.search(text)
+        or _MONTH_ANYWHERE.search(text)
+        or _OVER.search(text)
+        or _STATUS.search(text)
+    )
+    return named is not None and _ORDERS_WORD.search(text) is not None
+
+
 def read_scope(text: str, today: date | None) -> Scope:
     dates = date_range(text, today)
     return Scope(

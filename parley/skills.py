@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from datetime import date
 from pathlib import PurePosixPath
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -74,6 +74,12 @@ class SkillManifest(BaseModel):
     # The customer's data the server puts beside the arguments; "orders": their orders placed
     # in the arguments' `month` (see `month_range`).
     data: Literal["none", "orders"] = "none"
+    # Words in a customer's message that ask for what the skill does ("chart"); `run_skill`
+    # is offered to a turn only when its message has one or names the skill
+    # (parley/tool_offer.py). Empty: offered on every turn.
+    offer_when: list[Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z -]{1,39}$")]] = Field(
+        default_factory=list, max_length=20
+    )
     input_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})
     limits: SkillLimits = Field(default_factory=SkillLimits)
 

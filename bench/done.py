@@ -1,0 +1,129 @@
+"""(d) Time from POST to `done` with and without rolling summaries, interleaved in one run.
+
+A customer reads an answer before typing the next message, so each turn is followed by a
+reading pause (`--reading-pause-s`, awaited). Two sessions run the same script, one with the
+tenant's summaries on and one with them off; their turns alternate, and which row goes first
+alternates by round, so a change in the machine's load falls on both rows alike. The switch
+is the tenant's and a summary run reads it when it begins (activities/memory.py), so before
+the switch is flipped for the other row the bench waits for the summary workflow the last
+turn started to close: every summary run saw the switch of its own row.
+
+Each row reports p50 and p95 and the summaries written in its session while it ran: the
+"with" row provably had summaries running (each folds the turns that left the window while
+the customer was reading); the "without" row writes none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.client import Client
+from temporalio.service import RPCError
+
+from parley.config import Settings
+from parley.ids import summary_workflow_id
+from store.models import ConversationSummary, Tenant
+from tests.client import ParleyClient
+
+ROWS = ("summaries_on", "summaries_off")
+
+
+async def set_summaries(db_sessions: async_sessionmaker[AsyncSession], on: bool) -> None:
+    async with db_sessions() as db:
+        tenant = await db.get(Tenant, "northwind")
+        assert tenant is not None
+        config = dict(tenant.config or {})
+        config["summaries"] = on
+        await db.execute(update(Tenant).where(Tenant.id == "northwind").values(config=config))
+        await db.commit()
+
+
+async def _summaries(db_sessions: async_sessionmaker[AsyncSession], sid: str) -> int:
+    async with db_sessions() as db:
+        count = await db.scalar(
+            select(func.count())
+            .select_from(ConversationSummary)
+            .where(ConversationSummary.session_id == sid)
+        )
+        return int(count or 0)
+
+
+async def _summary_closed(temporal: Client, turn_id: str, *, deadline_s: float = 60.0) -> None:
+    """Wait for the summary workflow a turn started (it may not exist for a moment: the turn
+    starts it after `done`)."""
+    handle = temporal.get_workflow_handle(summary_workflow_id(turn_id=turn_id))
+    give_up = time.monotonic() + deadline_s
+    while True:
+        try:
+            await handle.result()
+            return
+        except RPCError:
+            if time.monotonic() > give_up:
+                raise
+            await asyncio.sleep(0.1)
+
+
+async def time_to_done(
+    client: ParleyClient,
+    db_sessions: async_sessionmaker[AsyncSession],
+    settings: Settings,
+    script: list[str],
+    *,
+    turns: int,
+    pause_s: float,
+) -> dict[str, Any]:
+    temporal = await Client.connect(
+        settings.temporal_address, namespace=settings.temporal_namespace
+    )
+    sessions = {row: await client.new_session() for row in ROWS}
+    times: dict[str, list[float]] = {row: [] for row in ROWS}
+    for i in range(turns):
+        for row in ROWS if i % 2 == 0 else ROWS[::-1]:
+            await set_summaries(db_sessions, row == "summaries_on")
+            started = time.perf_counter()
+            turn_id, events = await client.turn(sessions[row], script[i % len(script)])
+            times[row].append((time.perf_counter() - started) * 1000)
+            if events[-1].type != "done":
+                raise RuntimeError(f"{row} turn {i + 1} ended {events[-1].type}")
+            await asyncio.sleep(pause_s)  # the customer reads the answer
+            await _summary_closed(temporal, turn_id)
+    await set_summaries(db_sessions, True)
+    return {
+        "reading_pause_s": pause_s,
+        "rows": {
+            row: {
+                "times_ms": times[row],
+                "summaries_written": await _summaries(db_sessions, sessions[row]),
+            }
+            for row in ROWS
+        },
+    }
+
+
+def _p95(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+
+
+def render_done(d: dict[str, Any]) -> list[str]:
+    if not d.get("rows"):
+        return []
+    lines = [
+        f"(d) Time from POST to `done` (ms), summaries on and off interleaved in one run, "
+        f"{d['reading_pause_s']:g} s reading pause after each answer",
+        f"  {'':<14}{'p50':>8}{'p95':>8}{'mean':>8}{'turns':>7}{'summaries written':>19}",
+    ]
+    for row, r in d["rows"].items():
+        t = r["times_ms"]
+        lines.append(
+            f"  {row:<14}{statistics.median(t):>8.1f}{_p95(t):>8.1f}{statistics.fmean(t):>8.1f}"
+            f"{len(t):>7}{r['summaries_written']:>19}"
+        )
+    on, off = (statistics.median(d["rows"][row]["times_ms"]) for row in ROWS)
+    lines.append(f"  p50 on / off: {on / off:.2f}x")
+    return lines
