@@ -126,19 +126,7 @@ class ContextBuilder:
         model = tenant.model or self._settings.model
         counter = counter_for(model)
         budgets = self._budgets(tenant)
-        tools: list[dict[str, Any]] = []  # a re-answer gets none: it words what it has
-        withheld: dict[str, str] = {}
-        if reanswer_of is None:
-            # The tenant's tools less those this turn cannot use (parley/tool_offer.py).
-            offer = await offered_tools(
-                db,
-                turn,
-                tenant,
-                mcp=self._mcp,
-                skills=self._skills,
-                recent_turns=self._settings.context_tool_result_age_turns,
-            )
-            tools, withheld = offer.tools, offer.withheld
+        tools, withheld = await self._tools(db, turn, tenant, reanswer=reanswer_of is not None)
         path = choose_path(tools, reanswer=reanswer_of is not None)  # parley/paths.py
         if step == 0:
             await _pin_stated_facts(db, turn)
@@ -179,6 +167,22 @@ class ContextBuilder:
         )
         db.add(call)
         return call
+
+    async def _tools(
+        self, db: AsyncSession, turn: Turn, tenant: TenantConfig, *, reanswer: bool
+    ) -> tuple[list[dict[str, Any]], dict[str, str]]:
+        """The tools this turn can use, and why the others were left out (tool_offer.py)."""
+        if reanswer:
+            return [], {}
+        offer = await offered_tools(
+            db,
+            turn,
+            tenant,
+            mcp=self._mcp,
+            skills=self._skills,
+            recent_turns=self._settings.context_tool_result_age_turns,
+        )
+        return offer.tools, offer.withheld
 
     def _budgets(self, tenant: TenantConfig) -> Budgets:
         s = self._settings
