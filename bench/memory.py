@@ -44,6 +44,7 @@ from gateway.minilm import Embedder, build_embedder
 from gateway.registry import ProviderPool
 from parley.config import Settings
 from parley.contracts import SummarizeInput
+from parley.paths import choose_path
 from parley.tenancy import TenantConfig
 from parley.tokens import MESSAGE_OVERHEAD, counter_for
 from store.models import ChatSession, ConversationSummary, Message, ModelCall, Turn
@@ -265,8 +266,9 @@ async def _pack_question(
         tenant = TenantConfig()
         budgets = builder._budgets(tenant)
         counter = counter_for(None)
+        tools = tenant_tools(tenant)
         packed, plan = await builder._assemble(
-            db, turn, tenant, budgets, counter, tenant_tools(tenant)
+            db, turn, tenant, budgets, counter, tools, choose_path(tools)
         )
         await db.rollback()
     start = plan["window_from_seq"] or seq
