@@ -12,7 +12,9 @@ from parley.ids import workflow_id_for_turn
 
 
 async def turn_shape(client: Client, turn_id: str) -> dict[str, Any]:
-    history = await client.get_workflow_handle(workflow_id_for_turn(turn_id)).fetch_history()
+    handle = client.get_workflow_handle(workflow_id_for_turn(turn_id))
+    await handle.result()  # its last steps (the summary's start) come after `done`
+    history = await handle.fetch_history()
     counts = {"activities": 0, "local_activities": 0, "workflow_tasks": 0, "upserts": 0}
     for event in history.events:
         if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:

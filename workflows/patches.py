@@ -1,5 +1,14 @@
 """The turn workflow's patches: each marks where turns started on newer code take another
-path than the committed histories of older turns replay (tests/test_replay.py)."""
+path than the committed histories of older turns replay (tests/test_replay.py).
+
+A patch costs a new turn a marker and an update of the `TemporalChangeVersion` search
+attribute (the SDK adds one to every marker: a visibility write on the server). So a turn
+started on this code records one marker, `ALL_PATCHES`, that stands for every patch below;
+older turns replay through the markers they recorded. A new patch is added below and checked
+with `Patches.taken` like the others; the next consolidation renames `ALL_PATCHES`.
+"""
+
+from temporalio import workflow
 
 # Turns that asked for skills before skills ran one at a time replay as they ran (in
 # parallel with the reads); the marker is written only by a response that holds a skill call.
@@ -27,3 +36,20 @@ REANSWER_PATCH = "reanswer-v1"
 # with it, the start is a local activity of the worker that ran the turn (one task fewer for
 # the server per turn).
 LOCAL_SUMMARY_START_PATCH = "summary-start-local-v1"
+
+# Every patch above, for turns started on this code or later.
+ALL_PATCHES = "turn-v9"
+
+
+class Patches:
+    """Which paths a turn takes: all of them for a turn that recorded `ALL_PATCHES` (checked
+    once, first thing), else each patch by its own marker."""
+
+    def __init__(self) -> None:
+        self._all = False
+
+    def start(self) -> None:
+        self._all = workflow.patched(ALL_PATCHES)
+
+    def taken(self, patch: str) -> bool:
+        return self._all or workflow.patched(patch)

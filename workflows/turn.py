@@ -1,8 +1,7 @@
 """The turn workflow: one user turn from received to a stored answer.
 
-Deterministic orchestration only. Every step that touches the world is an activity; the
-workflow passes ids, never prompts or tool results, so its history does not grow with the
-conversation.
+Deterministic orchestration: every step that touches the world is an activity, and only ids
+travel through history (never prompts or tool results), so it does not grow with the chat.
 
 The shape of a turn:
 
@@ -11,15 +10,13 @@ The shape of a turn:
          └─ resolver asked the user ─▶ finalize    └─ a proposal ─▶ rest awaiting confirmation
                                                         ─▶ signal / timeout ─▶ send or not …
 
-Bounded: at most MAX_MODEL_CALLS model requests (retries and the fallback included) and
-MAX_OUTPUT_TOKENS output tokens per turn, at most MAX_TOOL_CALLS_PER_RESPONSE tool calls run
-per model response; an identical repeated tool call is refused rather than run again. The
-loop keeps its last request for a re-answer without tools (`_at_the_cap`, parley/paths.py).
+Bounded by MAX_MODEL_CALLS requests (retries count), MAX_OUTPUT_TOKENS and
+MAX_TOOL_CALLS_PER_RESPONSE; a repeated call is refused; the loop keeps its last request for a
+re-answer without tools (`_at_the_cap`, parley/paths.py).
 
-Cancel: the API records the user's Stop on the turn row, then cancels the workflow. A step
-that finishes anyway (a quick model call, a screen) does not swallow it: the workflow checks
-`workflow.cancellation_reason()` at every step boundary, and a step that finds the Stop
-recorded refuses to run (`turn_stopped`), so an accepted cancel always ends it `cancelled`.
+Cancel: the API records the Stop on the turn row, then cancels the workflow; every step
+boundary checks `workflow.cancellation_reason()` and a step that finds the Stop recorded
+refuses to run (`turn_stopped`), so an accepted cancel always ends the turn `cancelled`.
 """
 
 from __future__ import annotations
@@ -79,6 +76,7 @@ from workflows.patches import (
     SCREENS_PATCH,
     SKILLS_PATCH,
     SUMMARIES_PATCH,
+    Patches,
 )
 from workflows.specialist import SPECIALIST_PATCH, delegation, run_specialist
 from workflows.wording import (
@@ -97,9 +95,8 @@ FOLLOWUPS_GRACE = timedelta(milliseconds=300)
 OPERATOR_STATES = TERMINAL_TURN_STATES | {TurnState.awaiting_confirmation}
 
 
-# Pinned under Worker Deployment Versioning (a turn runs to its end on the build it started
-# on): the versioned worker's default, dispatch/deployment.py. Not declared here, because
-# the server refuses a versioning behavior from an unversioned worker.
+# Pinned under Worker Deployment Versioning (a turn ends on the build it started on) by the
+# versioned worker's default (dispatch/deployment.py); an unversioned worker may not declare it.
 @workflow.defn(name=TURN_WORKFLOW)
 class TurnWorkflow:
     def __init__(self) -> None:
@@ -112,6 +109,7 @@ class TurnWorkflow:
         self._shown = TurnState.received  # the search attribute's value
         self._requests = 0  # model requests sent so far, retries and fallback included
         self._model_step = 0  # model calls scheduled so far: "model step 2" in the UI
+        self._patches = Patches()  # workflows/patches.py
         self._reanswer = False  # the loop's cap keeps a request back for a re-answer
         self._screening = False
 
@@ -171,10 +169,11 @@ class TurnWorkflow:
 
     @workflow.run
     async def run(self, inp: TurnInput) -> str:
+        self._patches.start()
         outcome = await self._run(inp)
-        if workflow.patched(SUMMARIES_PATCH):
+        if self._patches.taken(SUMMARIES_PATCH):
             # After `done`: started, not awaited, best effort (the next turn's covers a miss).
-            run = STORE.run_local if workflow.patched(LOCAL_SUMMARY_START_PATCH) else STORE.run
+            run = STORE.run_local if self._patches.taken(LOCAL_SUMMARY_START_PATCH) else STORE.run
             try:
                 await run(
                     MemoryActivities.start_summary,
@@ -186,9 +185,9 @@ class TurnWorkflow:
         return outcome
 
     async def _run(self, inp: TurnInput) -> str:
-        self._lifecycle = workflow.patched(LIFECYCLE_PATCH)
-        self._all_states = not workflow.patched(OPERATOR_STATES_PATCH)
-        self._reanswer = workflow.patched(REANSWER_PATCH)
+        self._lifecycle = self._patches.taken(LIFECYCLE_PATCH)
+        self._all_states = not self._patches.taken(OPERATOR_STATES_PATCH)
+        self._reanswer = self._patches.taken(REANSWER_PATCH)
         try:
             return await self._turn(inp)
         except asyncio.CancelledError:
@@ -234,7 +233,7 @@ class TurnWorkflow:
 
     async def _turn(self, inp: TurnInput) -> str:
         # Turns started before screens existed replay without them.
-        screening = self._screening = workflow.patched(SCREENS_PATCH)
+        screening = self._screening = self._patches.taken(SCREENS_PATCH)
         input_screen = None
         if screening:
             # Started first, awaited just before the first model call: its latency overlaps
@@ -263,7 +262,7 @@ class TurnWorkflow:
             self._enter(TurnState.executing_tools, ", ".join(c.name for c in call.tool_calls))
             outcomes = await self._run_tools(inp, call.tool_calls, seen)
             handed = delegation(call.tool_calls, outcomes)  # workflows/specialist.py
-            if handed is not None and workflow.patched(SPECIALIST_PATCH):
+            if handed is not None and self._patches.taken(SPECIALIST_PATCH):
                 said = await run_specialist(inp, handed)
                 return await self._finalize(inp, call.model_call_id, override=said)
             proposed += [o.action_id for o in outcomes if o.action_id]
@@ -368,7 +367,7 @@ class TurnWorkflow:
             if not retries_spent(err):
                 raise
             # The primary's retries are spent: the fallback model (if configured) answers.
-            if workflow.patched(FALLBACK_PATCH) and not inp.fallback:
+            if self._patches.taken(FALLBACK_PATCH) and not inp.fallback:
                 if store_unavailable(err):
                     raise  # the database, not the model: the turn fails with that code
                 # Without its cause the turn fails as `model_failed`, the code a turn
@@ -438,7 +437,8 @@ class TurnWorkflow:
                     f"{call.name} (refused)" if refuse else call.name,
                 )
             )
-        skills_serial = any(c.name == RUN_SKILL for c in calls) and workflow.patched(SKILLS_PATCH)
+        skill_call = any(c.name == RUN_SKILL for c in calls)
+        skills_serial = skill_call and self._patches.taken(SKILLS_PATCH)
         parallel = [
             (j, summary)
             for (j, summary), c in zip(jobs, calls, strict=True)
