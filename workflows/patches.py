@@ -5,7 +5,8 @@ A patch costs a new turn a marker and an update of the `TemporalChangeVersion` s
 attribute (the SDK adds one to every marker: a visibility write on the server). So a turn
 started on this code records one marker, `ALL_PATCHES`, that stands for every patch below;
 older turns replay through the markers they recorded. A new patch is added below and checked
-with `Patches.taken` like the others; the next consolidation renames `ALL_PATCHES`.
+with `Patches.taken` like the others (a new turn records its own marker until the next
+consolidation adds a generation, see `GENERATIONS`).
 """
 
 from temporalio import workflow
@@ -36,20 +37,47 @@ REANSWER_PATCH = "reanswer-v1"
 # with it, the start is a local activity of the worker that ran the turn (one task fewer for
 # the server per turn).
 LOCAL_SUMMARY_START_PATCH = "summary-start-local-v1"
+# Turns started before specialists existed never delegated; the marker is written only by a
+# turn that does, so histories without a delegation replay unchanged.
+SPECIALIST_PATCH = "specialist-v1"
 
-# Every patch above, for turns started on this code or later.
+# The marker a new turn records for every patch above.
 ALL_PATCHES = "turn-v9"
+# Each marker that stood for many, newest first, with the patches it stands for. A later
+# consolidation adds its own line above the others (and becomes ALL_PATCHES); the older lines
+# stay while turns that recorded them may still replay.
+GENERATIONS: tuple[tuple[str, frozenset[str]], ...] = (
+    (
+        ALL_PATCHES,
+        frozenset(
+            {
+                SKILLS_PATCH,
+                SCREENS_PATCH,
+                FALLBACK_PATCH,
+                LIFECYCLE_PATCH,
+                SUMMARIES_PATCH,
+                OPERATOR_STATES_PATCH,
+                REANSWER_PATCH,
+                LOCAL_SUMMARY_START_PATCH,
+                SPECIALIST_PATCH,
+            }
+        ),
+    ),
+)
 
 
 class Patches:
-    """Which paths a turn takes: all of them for a turn that recorded `ALL_PATCHES` (checked
-    once, first thing), else each patch by its own marker."""
+    """Which paths a turn takes: the patches of the generation marker it recorded (checked
+    once, first thing; a new turn records the newest), else each patch by its own marker."""
 
     def __init__(self) -> None:
-        self._all = False
+        self._covered: frozenset[str] = frozenset()
 
     def start(self) -> None:
-        self._all = workflow.patched(ALL_PATCHES)
+        for marker, covered in GENERATIONS:
+            if workflow.patched(marker):
+                self._covered = covered
+                return
 
     def taken(self, patch: str) -> bool:
-        return self._all or workflow.patched(patch)
+        return patch in self._covered or workflow.patched(patch)

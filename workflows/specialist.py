@@ -45,10 +45,6 @@ with workflow.unsafe.imports_passed_through():
 
 from workflows.options import SEND, STORE, TOOL, to_its_end
 
-# Turns started before specialists existed never delegated; the marker is written only by a
-# turn that does, so histories without a delegation replay unchanged.
-SPECIALIST_PATCH = "specialist-v1"
-
 
 def delegation(calls: list[ToolCallRef], outcomes: list[ToolOutcome]) -> str | None:
     """The tool call that handed work to a specialist and was accepted, if any."""

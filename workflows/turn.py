@@ -75,10 +75,11 @@ from workflows.patches import (
     REANSWER_PATCH,
     SCREENS_PATCH,
     SKILLS_PATCH,
+    SPECIALIST_PATCH,
     SUMMARIES_PATCH,
     Patches,
 )
-from workflows.specialist import SPECIALIST_PATCH, delegation, run_specialist
+from workflows.specialist import delegation, run_specialist
 from workflows.wording import (
     BOUNDS_TEXT,
     BUDGET_SPENT,
@@ -232,7 +233,6 @@ class TurnWorkflow:
         self._enter(TurnState.cancelled, "stopped; what streamed is kept")
 
     async def _turn(self, inp: TurnInput) -> str:
-        # Turns started before screens existed replay without them.
         screening = self._screening = self._patches.taken(SCREENS_PATCH)
         input_screen = None
         if screening:
