@@ -33,7 +33,7 @@ async def offered_tools(
     shape = TurnShape(
         message=message.text if message is not None else "",
         result_set_in_play="result_set" in (turn.resolution or {}),
-        has_result_sets=bool(await result_sets.recent_result_sets(db, session_id=turn.session_id)),
+        has_result_sets=await result_sets.has_result_sets(db, session_id=turn.session_id),
         recently_used=await _recently_used(db, turn, recent_turns),
         skills=tuple(skills.manifests(tenant)),
     )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import exists, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -63,6 +63,12 @@ async def recent_result_sets(db: AsyncSession, *, session_id: str) -> list[Store
         .limit(RECENT_SETS)
     )
     return [_stored(r) for r in reversed(list(rows))]
+
+
+async def has_result_sets(db: AsyncSession, *, session_id: str) -> bool:
+    """Whether the session has stored any set (without loading one)."""
+    found = await db.scalar(select(exists().where(ResultSet.session_id == session_id)))
+    return bool(found)
 
 
 async def session_result_set(

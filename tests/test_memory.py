@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from sqlalchemy import select, update
+from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
@@ -24,6 +24,7 @@ from parley.config import Settings
 from parley.context import read_missing
 from parley.contracts import SummarizeInput
 from parley.memory import ORDER_SLOT
+from parley.prompt import StoredSummary
 from parley.resolver import Slot
 from parley.tokens import count_messages, count_tools, default_counter
 from store import memory as memory_store
@@ -290,14 +291,9 @@ async def test_a_crash_during_summarization_loses_nothing(
         ]
     await seed_history(sessions, sid, history)
 
-    async def latest() -> ConversationSummary | None:
+    async def latest() -> StoredSummary | None:
         async with sessions() as db:
-            return await db.scalar(
-                select(ConversationSummary)
-                .where(ConversationSummary.session_id == sid)
-                .order_by(ConversationSummary.through_seq.desc())
-                .limit(1)
-            )
+            return await memory_store.latest_summary(db, session_id=sid)
 
     # A summary cap that holds the whole fold, so every folded message shows in it.
     tight = settings.model_copy(
@@ -325,7 +321,7 @@ async def test_a_crash_during_summarization_loses_nothing(
     result = await working.summarize(SummarizeInput(sid, "trn_seeded"))
     after = await latest()
     assert result.summarized and after is not None and after.through_seq == result.through_seq
-    seqs = [line["seq"] for line in after.lines]
+    seqs = [line.seq for line in after.lines]
     assert seqs == list(range(1, after.through_seq + 1))
     async with sessions() as db:
         pinned = await memory_store.pinned_facts(db, session_id=sid)

@@ -19,7 +19,9 @@ from gateway.demo import DemoModel
 from parley.config import Settings
 from parley.ids import summary_workflow_id
 from parley.memory import is_summary_request
-from store.models import ConversationSummary, Message
+from parley.prompt import StoredSummary
+from store import memory as memory_store
+from store.models import Message
 from tests.client import ParleyClient
 from tests.toolkit import eventually, own_stack
 
@@ -71,14 +73,9 @@ async def test_a_summary_run_killed_midway_is_covered_by_the_next_one(
         client = ParleyClient(stack.url, tokens["priya"])
         sid = await client.new_session()
 
-        async def latest() -> ConversationSummary | None:
+        async def latest() -> StoredSummary | None:
             async with sessions() as db:
-                return await db.scalar(
-                    select(ConversationSummary)
-                    .where(ConversationSummary.session_id == sid)
-                    .order_by(ConversationSummary.through_seq.desc())
-                    .limit(1)
-                )
+                return await memory_store.latest_summary(db, session_id=sid)
 
         async def turn(n: int) -> str:
             turn_id, events = await client.turn(sid, statement(n))
@@ -120,7 +117,7 @@ async def test_a_summary_run_killed_midway_is_covered_by_the_next_one(
         await client.aclose()
 
     # Every message through the new end has its line, once, the killed run's share included.
-    seqs = [line["seq"] for line in covered.lines]
+    seqs = [line.seq for line in covered.lines]
     assert seqs == list(range(1, covered.through_seq + 1))
     async with sessions() as db:
         texts = dict(
@@ -133,9 +130,9 @@ async def test_a_summary_run_killed_midway_is_covered_by_the_next_one(
             ).all()
         )
     for line in covered.lines:
-        if line["seq"] > base and texts[line["seq"]].startswith("Note "):
+        if line.seq > base and texts[line.seq].startswith("Note "):
             # What the user said in the gap is in the summary, in their words.
-            assert texts[line["seq"]].split(":")[0] in line["text"], line
+            assert texts[line.seq].split(":")[0] in line.text, line
 
 
 async def _caught(model: HeldSummarizer) -> bool:
