@@ -72,9 +72,10 @@ def with_neighbours(
 # --- compact recalled lines ---------------------------------------------------------------------
 
 # Words that carry no fact on their own: a sentence made only of these (and punctuation) is a
-# greeting, a thank-you or an exclamation, and a recalled line can do without it.
+# greeting, a thank-you or an exclamation, and a recalled line can do without it. Yes and no
+# are not among them: an answer's "No." is a fact about what was asked.
 _FILLER = frozenset(
-    "hey hi hello hiya yo oh wow whoa yay yeah yes yep no nope ok okay sure cool great awesome "
+    "hey hi hello hiya yo oh wow whoa yay ok okay sure cool great awesome "
     "amazing wonderful fantastic lovely nice good glad happy so very really totally that's "
     "thats that is it's its what a an the to you your too see hear thanks thank much lot "
     "appreciate appreciated it bye later take care talk soon catch up again how are have been "
@@ -100,10 +101,11 @@ def trim_filler(text: str) -> str:
 
 def _is_filler(sentence: str) -> bool:
     words = [w.lower() for w in _WORD.findall(sentence)]
-    # A name after a greeting ("Hey Mel!") is still a greeting: one capitalised word may pass.
+    # A name after a greeting ("Hey Mel!") is still a greeting: one capitalised word may pass,
+    # beside filler (alone, "Tuesday." or "No." answers something).
     names = [w for w in _WORD.findall(sentence) if w[:1].isupper() and w.lower() not in _FILLER]
     return (
-        bool(words)
+        any(w in _FILLER for w in words)
         and len(names) <= 1
         and all(w in _FILLER or w in {n.lower() for n in names} for w in words)
     )

@@ -32,6 +32,9 @@ def test_a_neighbour_of_several_good_hits_climbs_above_a_lone_weak_hit() -> None
 def test_greetings_and_thanks_are_left_out_and_the_rest_is_the_speakers_own_words() -> None:
     text = "Hey Mel! Good to see you! I went to a support group yesterday. It was powerful."
     assert trim_filler(text) == "I went to a support group yesterday. It was powerful."
+    # A yes or a no answers something: it stays with the line.
+    assert trim_filler("No. The fleece still fits. Thanks!") == "No. The fleece still fits."
+    assert trim_filler("Tuesday. Hi Mel!") == "Tuesday."  # a one-word answer is not filler
     assert trim_filler("Wow, that's awesome! I painted a sunrise.") == "I painted a sunrise."
     # A speaker's label stays; a message that is all filler is kept whole.
     assert trim_filler("Caroline: Thanks, Melanie! Is this your painting?") == (
