@@ -2,10 +2,22 @@
 
 SQLAlchemy wants `postgresql+psycopg://…`; psycopg's own LISTEN connection wants a plain
 libpq URL. Both are derived from the one `DATABASE_URL`.
+
+A pooled connection may have died while it sat in the pool (the server restarted). The
+default check is SQLAlchemy's pre-ping: a `SELECT 1` (and its `BEGIN`) on every checkout.
+`create_socket_checked_engine` checks without a round trip instead: an idle connection whose socket
+has something to read was closed by the server (it says so before closing: a FATAL notice,
+then end of file), so it is thrown away and a fresh one taken. A server that vanished
+without a word (a cut network) is then found by the first statement, which fails, and
+SQLAlchemy discards the whole pool; the API's hot path takes that trade.
 """
 
 from __future__ import annotations
 
+import select
+from typing import Any
+
+from sqlalchemy import event, exc
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
     AsyncSession,
@@ -26,16 +38,48 @@ def libpq_url(url: str) -> str:
 
 
 def create_engine(url: str, *, pool_size: int = 10, max_overflow: int = 20) -> AsyncEngine:
+    return _engine(url, pool_size=pool_size, max_overflow=max_overflow, pre_ping=True)
+
+
+def create_socket_checked_engine(url: str) -> AsyncEngine:
+    """An engine whose pool checks a connection by its socket, not by a query (see above)."""
+    engine = _engine(url, pool_size=10, max_overflow=20, pre_ping=False)
+    event.listen(engine.sync_engine.pool, "checkout", _refuse_closed)
+    return engine
+
+
+def _engine(url: str, *, pool_size: int, max_overflow: int, pre_ping: bool) -> AsyncEngine:
     return create_async_engine(
         sqlalchemy_url(url),
         pool_size=pool_size,
         max_overflow=max_overflow,
-        pool_pre_ping=True,
+        pool_pre_ping=pre_ping,
         # Errors must not carry statement parameters (message text, addresses) into logs or
         # into Temporal history as activity failures.
         hide_parameters=True,
     )
 
 
+def _refuse_closed(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+    """Pool checkout hook: a connection the server has closed is replaced (the pool retries
+    the checkout on `DisconnectionError`)."""
+    pgconn = dbapi_connection.driver_connection.pgconn
+    if pgconn.status != 0:  # libpq's CONNECTION_OK
+        raise exc.DisconnectionError("the connection is closed")
+    # poll, not select: select cannot watch a descriptor numbered 1024 or above.
+    waiting = select.poll()
+    waiting.register(pgconn.socket, select.POLLIN)
+    if waiting.poll(0):
+        raise exc.DisconnectionError("the server closed the connection")
+
+
 def session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
     return async_sessionmaker(engine, expire_on_commit=False)
+
+
+def autocommit_session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
+    """Sessions whose every statement commits by itself (no `BEGIN`, `COMMIT` is a no-op),
+    for work that is one statement: two round trips fewer each. The caller still calls
+    `commit()`, so the code reads the same and stays right if it ever runs in a
+    transaction."""
+    return session_factory(engine.execution_options(isolation_level="AUTOCOMMIT"))
