@@ -55,6 +55,10 @@ async def get_sessions(request: Request) -> async_sessionmaker[AsyncSession]:
     return request.app.state.sessions
 
 
+async def get_autocommit_sessions(request: Request) -> async_sessionmaker[AsyncSession]:
+    return request.app.state.autocommit_sessions
+
+
 async def get_db(request: Request) -> AsyncIterator[AsyncSession]:
     async with request.app.state.sessions() as db:
         yield db
@@ -91,6 +95,8 @@ async def current_identity(
 AppSettings = Annotated[Settings, Depends(get_settings_dep)]
 DbSession = Annotated[AsyncSession, Depends(get_db)]
 Sessions = Annotated[async_sessionmaker[AsyncSession], Depends(get_sessions)]
+# Sessions without a transaction, for work that is one statement (store/db.py).
+AutocommitSessions = Annotated[async_sessionmaker[AsyncSession], Depends(get_autocommit_sessions)]
 CurrentUser = Annotated[Identity, Depends(current_identity)]
 Temporal = Annotated[TemporalConnector, Depends(get_temporal)]
 Hub = Annotated[EventHub, Depends(get_hub)]

@@ -14,12 +14,18 @@ from api import errors
 from api.body_limit import BodyLimit
 from api.deps import TemporalConnector
 from api.logcontext import RequestLogContext
+from api.metrics import count_database_work
 from api.routes import actions, admin, feedback, files, memory, ops, sessions, turns, web
 from api.streaming import EventHub, StreamRegistry
 from dispatch.control import cancel_turn_workflow
 from parley.config import Settings, get_settings
 from parley.errors import TurnFinished
-from store.db import create_engine, libpq_url, session_factory
+from store.db import (
+    autocommit_session_factory,
+    create_socket_checked_engine,
+    libpq_url,
+    session_factory,
+)
 
 
 def create_app(
@@ -31,10 +37,13 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if settings.database_url is None:
             raise RuntimeError("DATABASE_URL is not set (use `parley dev` to run everything)")
-        engine = create_engine(settings.database_url)
+        engine = create_socket_checked_engine(settings.database_url)
+        count_database_work(engine)
         app.state.settings = settings
         app.state.engine = engine
         app.state.sessions = session_factory(engine)
+        # For work that is one statement (a stream's reads, its end, marking a turn started).
+        app.state.autocommit_sessions = autocommit_session_factory(engine)
         app.state.temporal = TemporalConnector(settings, temporal_interceptors)
         app.state.hub = EventHub(libpq_url(settings.database_url))
         temporal = app.state.temporal
@@ -47,7 +56,7 @@ def create_app(
                 pass  # it ended while nobody watched; its ending stands
 
         app.state.streams = StreamRegistry(
-            sessions=sessions,
+            sessions=app.state.autocommit_sessions,
             cancel_turn=cancel_abandoned,
             max_per_user=settings.max_streams_per_user,
             lease_s=settings.stream_lease_s,

@@ -2,11 +2,11 @@
 
 The durable log in `turn_events` is the truth; NOTIFY is a doorbell that also brings the
 events just committed when they fit (store/events.py). A stream reads the log after its last
-id, sends what it finds, and sleeps until the doorbell rings for its turn (or a short poll
-interval passes, which covers notifications lost while reconnecting). When the doorbell brings
-exactly the next events, the stream sends them without a read; a gap, or a ring without
-events, sends it back to the log. So any API process can serve any turn, and a reconnect with
-`Last-Event-ID` misses nothing.
+id, sends what it finds, and sleeps until the doorbell rings for its turn (or a poll interval
+passes: short while the listener is down and notifications can be lost, long while it is up).
+When the doorbell brings exactly the next events, the stream sends them without a read; a
+gap, or a ring without events, sends it back to the log. So any API process can serve any
+turn, and a reconnect with `Last-Event-ID` misses nothing.
 """
 
 from __future__ import annotations
@@ -36,7 +36,11 @@ from store.identity import Identity
 
 log = logging.getLogger(__name__)
 
+# A stream reads the log when its doorbell has been quiet this long. While the LISTEN
+# connection is up no notification can be lost (and its reconnect rings every doorbell), so
+# the poll is only a safety net then; while it is down, polls are how streams move on.
 POLL_INTERVAL_S = 1.0
+LISTENING_POLL_S = 15.0
 READ_LIMIT = 500
 
 
@@ -157,48 +161,78 @@ async def turn_event_stream(
     viewer: Viewer | None = None,
 ) -> AsyncIterator[ServerSentEvent]:
     """Replay the log after `after`, then follow it live until a terminal event."""
+    async for batch in turn_event_batches(
+        hub=hub, sessions=sessions, turn_id=turn_id, after=after, viewer=viewer
+    ):
+        for event in batch:
+            yield event
+
+
+async def turn_event_batches(
+    *,
+    hub: EventHub,
+    sessions: async_sessionmaker[AsyncSession],
+    turn_id: str,
+    after: int,
+    viewer: Viewer | None = None,
+) -> AsyncIterator[list[ServerSentEvent]]:
+    """The turn's frames in the batches they became known together (one log read, or one
+    doorbell), so a caller can write each batch at once. The first batch comes after the
+    first read even when it is empty; later batches are never empty."""
     with hub.subscribe(turn_id) as doorbell:
         read_log = True  # at the start, after a poll interval, while a read comes back full
+        first = True
         while True:
             doorbell.clear()  # cleared before looking, so a ring during a read is kept
             events = doorbell.take(after)
             ended = False
             if events is None or read_log:
+                attach = viewer is not None and not viewer.attached
                 async with sessions() as db:
-                    if viewer is not None and not viewer.attached:
-                        await viewers.attach_viewer(db, turn_id=turn_id)
                     read = await store_events.read_log(
-                        db, turn_id=turn_id, after=after, limit=READ_LIMIT
+                        db, turn_id=turn_id, after=after, limit=READ_LIMIT, attach=attach
                     )
-                    if viewer is not None and not viewer.attached:
+                    if viewer is not None and attach:
                         await db.commit()
                         viewer.attached = True
                 events, ended = read.events, read.ended
                 read_log = len(events) >= READ_LIMIT
-            for event in events:
-                after = event.id
-                EVENTS_SENT.inc()
-                _check_shape(event.id, event.type, event.data)
-                yield ServerSentEvent(
-                    id=str(event.id),
-                    event=event.type,
-                    data=json.dumps(event.data, separators=(",", ":")),
-                )
-                if event.type in TERMINAL_EVENTS:
-                    return
-            if events and events[-1].type in (
-                EventType.confirmation_required,
-                EventType.interaction,
-            ):
-                return  # the turn rests; its stream resumes once the user has answered
-            if ended:
-                return  # resumed at or past the end of a finished turn
+            batch, done = _frames(events)
+            if batch or first:
+                first = False
+                yield batch
+            if events:
+                after = events[-1].id
+            if done or ended:
+                return  # a terminal event, the turn rests, or resumed past a finished turn
             if events or read_log:
                 continue
+            poll_s = LISTENING_POLL_S if hub.listening.is_set() else POLL_INTERVAL_S
             try:
-                await asyncio.wait_for(doorbell.wait(), timeout=POLL_INTERVAL_S)
+                await asyncio.wait_for(doorbell.wait(), timeout=poll_s)
             except TimeoutError:
                 read_log = True
+
+
+def _frames(events: list[StoredEvent]) -> tuple[list[ServerSentEvent], bool]:
+    """The frames of `events` up to the first terminal one, and whether the stream ends with
+    them: at a terminal event, or when the turn comes to rest awaiting the user (its stream
+    resumes once the user has answered)."""
+    frames: list[ServerSentEvent] = []
+    for event in events:
+        EVENTS_SENT.inc()
+        _check_shape(event.id, event.type, event.data)
+        frames.append(
+            ServerSentEvent(
+                id=str(event.id),
+                event=event.type,
+                data=json.dumps(event.data, separators=(",", ":")),
+            )
+        )
+        if event.type in TERMINAL_EVENTS:
+            return frames, True
+    resting = (EventType.confirmation_required, EventType.interaction)
+    return frames, bool(events) and events[-1].type in resting
 
 
 def _check_shape(event_id: int, type_: str, data: dict[str, Any]) -> None:
@@ -288,9 +322,7 @@ class StreamRegistry:
         cancel the turn should nobody come back to it within the grace period."""
         try:
             async with self._sessions() as db:
-                await limits.drop_stream_leases(db, lease_ids=[lease])
-                if turn_id is not None:
-                    await viewers.detach_viewer(db, turn_id=turn_id)
+                await limits.end_stream(db, lease_id=lease, turn_id=turn_id)
                 await db.commit()
         except asyncio.CancelledError:
             raise

@@ -24,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.contracts import TERMINAL_TURN_STATES, EventType, TurnState
 from parley.wire import EVENT_DATA, StateData
+from store.viewers import ATTACH_VIEWER_SQL
 
 NOTIFY_CHANNEL = "parley_turn_events"
 # The doorbell's payload: `turn_id:first_id:batch`, the batch being the appended events as
@@ -117,13 +118,15 @@ class LogRead:
     ended: bool
 
 
-async def read_log(db: AsyncSession, *, turn_id: str, after: int, limit: int = 500) -> LogRead:
+async def read_log(
+    db: AsyncSession, *, turn_id: str, after: int, limit: int = 500, attach: bool = False
+) -> LogRead:
     """The events after `after` and whether the turn has ended, from one statement: one
     snapshot, so an event committed between two reads is never taken for the end. A turn
-    that does not exist has no events and has not ended."""
-    rows = (
-        await db.execute(_READ_WITH_END, {"turn_id": turn_id, "after": after, "limit": limit})
-    ).all()
+    that does not exist has no events and has not ended. With `attach`, the same statement
+    counts the reader as a viewer of the turn (store/viewers.py)."""
+    statement = _ATTACH_AND_READ if attach else _READ_WITH_END
+    rows = (await db.execute(statement, {"turn_id": turn_id, "after": after, "limit": limit})).all()
     if not rows:
         return LogRead([], False)
     events = [StoredEvent(id=r.id, type=r.type, data=r.data) for r in rows if r.id is not None]
@@ -135,8 +138,7 @@ async def read_log(db: AsyncSession, *, turn_id: str, after: int, limit: int = 5
 _TERMINAL = frozenset(state.value for state in TERMINAL_TURN_STATES)
 # Plain SQL: this runs at the start of every stream, at every poll and after every gap, so it
 # skips ORM compilation.
-_READ_WITH_END = text(
-    """
+_READ_SQL = """
     SELECT t.state, t.last_event_id, e.id, e.type, e.data
     FROM turns AS t LEFT JOIN LATERAL (
         SELECT id, type, data FROM turn_events
@@ -144,8 +146,14 @@ _READ_WITH_END = text(
     ) AS e ON true
     WHERE t.id = :turn_id
     ORDER BY e.id
-    """
-).columns(state=String, last_event_id=Integer, id=Integer, type=String, data=JSONB)
+"""
+_COLUMNS = {"state": String, "last_event_id": Integer, "id": Integer, "type": String}
+_READ_WITH_END = text(_READ_SQL).columns(**_COLUMNS, data=JSONB)
+# The UPDATE in the WITH runs whether or not it is read; the SELECT sees the turn as it was
+# before it, which differs only in the viewer count.
+_ATTACH_AND_READ = text(f"WITH attached AS ({ATTACH_VIEWER_SQL}) {_READ_SQL}").columns(
+    **_COLUMNS, data=JSONB
+)
 
 
 async def withdraw_turn_text(db: AsyncSession, *, turn_id: str) -> None:

@@ -7,7 +7,7 @@ import secrets
 from dataclasses import dataclass
 from datetime import timedelta
 
-from sqlalchemy import func, select, tuple_, update
+from sqlalchemy import bindparam, func, select, tuple_, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -82,17 +82,7 @@ async def revoke_user_tokens(db: AsyncSession, *, tenant_id: str, user_id: str) 
 async def identity_for_token(db: AsyncSession, *, token: str) -> Identity | None:
     """The caller behind a live token: not revoked and not expired (by the database's clock,
     so every API process agrees)."""
-    row = (
-        await db.execute(
-            select(ApiToken.tenant_id, ApiToken.user_id, User.roles, User.features)
-            .join(User, (User.tenant_id == ApiToken.tenant_id) & (User.id == ApiToken.user_id))
-            .where(
-                ApiToken.token_hash == hash_token(token),
-                ApiToken.revoked_at.is_(None),
-                (ApiToken.expires_at.is_(None)) | (ApiToken.expires_at > func.now()),
-            )
-        )
-    ).first()
+    row = (await db.execute(_IDENTITY, {"token_hash": hash_token(token)})).first()
     if row is None:
         return None
     return Identity(
@@ -101,6 +91,19 @@ async def identity_for_token(db: AsyncSession, *, token: str) -> Identity | None
         roles=tuple(row.roles or ()),
         features=tuple(row.features or ()),
     )
+
+
+# Built once: every request runs it, and a statement built per call is compiled (or looked
+# up in the compiled cache by a freshly computed key) per call.
+_IDENTITY = (
+    select(ApiToken.tenant_id, ApiToken.user_id, User.roles, User.features)
+    .join(User, (User.tenant_id == ApiToken.tenant_id) & (User.id == ApiToken.user_id))
+    .where(
+        ApiToken.token_hash == bindparam("token_hash"),
+        ApiToken.revoked_at.is_(None),
+        (ApiToken.expires_at.is_(None)) | (ApiToken.expires_at > func.now()),
+    )
+)
 
 
 async def set_feature(

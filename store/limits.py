@@ -7,8 +7,9 @@ Checked before a posted message may start model work, cheapest first (`admit_tur
     posts per minute         429 rate_limited           (user, then tenant; Retry-After)
     messages per UTC day     429 daily_cap_reached      (user, then tenant)
 
-Windowed limits are counters (`usage_counters`), taken by one conditional upsert: the row is
-locked while it is counted, so concurrent posts in any process never exceed a cap. The count
+Windowed limits are counters (`usage_counters`), each taken by a conditional upsert (all of a
+post's windows in one statement): the row is locked while it is counted, so concurrent posts
+in any process never exceed a cap. The count
 joins the caller's transaction: a post refused later (409, or a cap after this one) counts
 for nothing. A counting error fails open (the post goes through and the error is logged);
 pause fails closed, because an error reading the tenant row fails the request.
@@ -20,10 +21,12 @@ process that dies stops renewing, and its leases lapse.
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import Any
 
-from sqlalchemy import delete, func, select, text, update
+from sqlalchemy import TextClause, delete, func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.config import Limits
@@ -33,6 +36,7 @@ from parley.ids import new_id
 from parley.tenancy import TenantConfig
 from store.identity import Identity
 from store.models import StreamLease, Tenant, Turn
+from store.viewers import DETACH_VIEWER_SQL
 
 log = logging.getLogger(__name__)
 
@@ -51,16 +55,11 @@ async def admit_turn(
         active_turns_per_user=config.max_active_turns_per_user or limits.active_turns_per_user,
         user_per_minute=config.user_requests_per_minute or limits.user_per_minute,
     )
-    await _check_running_turns(db, owner=owner, limits=limits)
-    now = await _now(db)
+    now = await _check_running_turns(db, owner=owner, limits=limits)
     minute = now.replace(second=0, microsecond=0)
     user, tenant_id = f"{owner.tenant_id}/{owner.user_id}", owner.tenant_id
-    for who, subject, limit in (
-        ("user", user, limits.user_per_minute),
-        ("tenant", tenant_id, limits.tenant_per_minute),
-    ):
-        await take(
-            db,
+    takes = [
+        Take(
             scope=f"minute_{who}",
             subject=subject,
             window=minute,
@@ -70,16 +69,15 @@ async def admit_turn(
                 retry_after_s=seconds_until(now, minute + timedelta(minutes=1)),
             ),
         )
+        for who, subject, limit in (
+            ("user", user, limits.user_per_minute),
+            ("tenant", tenant_id, limits.tenant_per_minute),
+        )
+    ]
     user_cap = config.user_daily_cap if config.user_daily_cap is not None else limits.user_per_day
     day = now.replace(hour=0, minute=0, second=0, microsecond=0)
-    for who, scope, subject, cap in (
-        ("your", "day_user", user, user_cap),
-        ("the tenant's", "day_tenant", tenant_id, config.daily_cap),
-    ):
-        if cap is None:
-            continue
-        await take(
-            db,
+    takes += [
+        Take(
             scope=scope,
             subject=subject,
             window=day,
@@ -90,31 +88,36 @@ async def admit_turn(
                 code="daily_cap_reached",
             ),
         )
+        for who, scope, subject, cap in (
+            ("your", "day_user", user, user_cap),
+            ("the tenant's", "day_tenant", tenant_id, config.daily_cap),
+        )
+        if cap is not None
+    ]
+    await take_all(db, takes)
 
 
 async def admit_session(db: AsyncSession, *, owner: Identity, per_day: int) -> None:
     """Count a new session against the user's sessions of the UTC day."""
     now = await _now(db)
     day = now.replace(hour=0, minute=0, second=0, microsecond=0)
-    await take(
-        db,
-        scope="day_sessions",
-        subject=f"{owner.tenant_id}/{owner.user_id}",
-        window=day,
-        limit=per_day,
-        refusal=RateLimited(
-            f"at most {per_day} new sessions a day",
-            retry_after_s=seconds_until(now, day + timedelta(days=1)),
-        ),
+    refusal = RateLimited(
+        f"at most {per_day} new sessions a day",
+        retry_after_s=seconds_until(now, day + timedelta(days=1)),
     )
+    subject = f"{owner.tenant_id}/{owner.user_id}"
+    await take_all(db, [Take("day_sessions", subject, day, per_day, refusal)])
 
 
-async def _check_running_turns(db: AsyncSession, *, owner: Identity, limits: Limits) -> None:
+async def _check_running_turns(db: AsyncSession, *, owner: Identity, limits: Limits) -> datetime:
+    """Refuse a post over the user's running turns; return the database's clock (read with
+    the count), so every API process puts a post in the same window."""
     # The user's lock, held to the end of the caller's transaction: two posts of one user
-    # cannot both see room for one more turn.
+    # cannot both see room for one more turn. Its own statement: the count that follows
+    # must be read after the lock is held.
     await _lock(db, f"turns:{owner.tenant_id}/{owner.user_id}")
     stale = timedelta(seconds=limits.turn_stale_after_s)
-    running = await db.scalar(
+    running = (
         select(func.count())
         .select_from(Turn)
         .where(
@@ -123,56 +126,76 @@ async def _check_running_turns(db: AsyncSession, *, owner: Identity, limits: Lim
             Turn.state.not_in([*TERMINAL_TURN_STATES, *RESTING]),
             Turn.updated_at > func.now() - stale,
         )
+        .scalar_subquery()
     )
-    if int(running or 0) >= limits.active_turns_per_user:
+    row = (await db.execute(select(running, func.now()))).one()
+    if int(row[0] or 0) >= limits.active_turns_per_user:
         raise RateLimited(
             f"at most {limits.active_turns_per_user} answers can run at once for a user",
             retry_after_s=2,
             code="too_many_active_turns",
         )
+    now: datetime = row[1]
+    return now
 
 
-async def take(
-    db: AsyncSession,
-    *,
-    scope: str,
-    subject: str,
-    window: datetime,
-    limit: int,
-    refusal: RateLimited,
-) -> None:
-    """Count one use in the window, or raise `refusal` if the window is full. A counting
-    error lets the use through (logged): the limits protect the operator's bill, and an
-    outage of this table must not take the product down with it."""
-    if limit <= 0:
-        raise refusal
-    params = {"scope": scope, "subject": subject, "window": window, "limit": limit}
+@dataclass(frozen=True)
+class Take:
+    """One use to count in a window, refused with `refusal` when the window is full."""
+
+    scope: str
+    subject: str
+    window: datetime
+    limit: int
+    refusal: RateLimited
+
+
+async def take_all(db: AsyncSession, takes: Sequence[Take]) -> None:
+    """Count one use in each window, or raise the first full window's refusal. One statement
+    for all of them (a refusal rolls the caller's transaction back, so the others count for
+    nothing either). A counting error lets the use through (logged): the limits protect the
+    operator's bill, and an outage of this table must not take the product down with it."""
+    for take in takes:
+        if take.limit <= 0:
+            raise take.refusal
+    if not takes:
+        return
+    params: dict[str, Any] = {}
+    for i, take in enumerate(takes):
+        params |= {f"scope{i}": take.scope, f"subject{i}": take.subject}
+        params |= {f"window{i}": take.window, f"limit{i}": take.limit}
     try:
         async with db.begin_nested():
-            row = (await db.execute(_TAKE, params)).first()
-            if row is not None and row.fresh:
-                # A new window: the subject's older windows are done with.
-                await db.execute(_FORGET, params)
+            row = (await db.execute(_take_statement(len(takes)), params)).one()
     except Exception:
-        log.warning("could not count %s for %s; letting it through", scope, subject, exc_info=True)
+        scopes = ", ".join(f"{t.scope} for {t.subject}" for t in takes)
+        log.warning("could not count %s; letting it through", scopes, exc_info=True)
         return
-    if row is None:
-        raise refusal
+    for take, taken in zip(takes, row, strict=True):
+        if not taken:
+            raise take.refusal
 
 
-_TAKE = text(
-    """
-    INSERT INTO usage_counters (scope, subject, window_start, used)
-    VALUES (:scope, :subject, :window, 1)
-    ON CONFLICT (scope, subject, window_start)
-    DO UPDATE SET used = usage_counters.used + 1 WHERE usage_counters.used < :limit
-    RETURNING used, (xmax = 0) AS fresh
-    """
-)
-_FORGET = text(
-    "DELETE FROM usage_counters "
-    "WHERE scope = :scope AND subject = :subject AND window_start < :window"
-)
+def _take_statement(n: int) -> TextClause:
+    """Upsert each counter (only while under its limit) and forget the subject's older windows
+    once a new window opens; select whether each use was taken."""
+    parts = []
+    for i in range(n):
+        parts.append(
+            f"""take{i} AS (
+        INSERT INTO usage_counters (scope, subject, window_start, used)
+        VALUES (:scope{i}, :subject{i}, :window{i}, 1)
+        ON CONFLICT (scope, subject, window_start)
+        DO UPDATE SET used = usage_counters.used + 1 WHERE usage_counters.used < :limit{i}
+        RETURNING (xmax = 0) AS fresh
+    ), forget{i} AS (
+        DELETE FROM usage_counters
+        WHERE scope = :scope{i} AND subject = :subject{i} AND window_start < :window{i}
+            AND EXISTS (SELECT 1 FROM take{i} WHERE fresh)
+    )"""
+        )
+    taken = ", ".join(f"EXISTS (SELECT 1 FROM take{i})" for i in range(n))
+    return text(f"WITH {', '.join(parts)} SELECT {taken}")
 
 
 # --- open streams -------------------------------------------------------------------------
@@ -181,22 +204,58 @@ _FORGET = text(
 async def take_stream_lease(
     db: AsyncSession, *, owner: Identity, limit: int, lease_s: float
 ) -> str | None:
-    """A lease for one more open stream of the user, or None at the limit."""
+    """A lease for one more open stream of the user, or None at the limit. Under the user's
+    lock: then one statement forgets the user's lapsed leases and takes the new one if the
+    live ones leave room."""
     await _lock(db, f"streams:{owner.tenant_id}/{owner.user_id}")
-    mine = (StreamLease.tenant_id == owner.tenant_id) & (StreamLease.user_id == owner.user_id)
-    await db.execute(delete(StreamLease).where(mine, StreamLease.expires_at <= func.now()))
-    held = await db.scalar(select(func.count()).select_from(StreamLease).where(mine))
-    if int(held or 0) >= limit:
-        return None
-    lease = StreamLease(
-        id=new_id("lse"),
-        tenant_id=owner.tenant_id,
-        user_id=owner.user_id,
-        expires_at=func.now() + timedelta(seconds=lease_s),
+    lease_id = new_id("lse")
+    taken = await db.scalar(
+        _TAKE_LEASE,
+        {
+            "id": lease_id,
+            "tenant_id": owner.tenant_id,
+            "user_id": owner.user_id,
+            "limit": limit,
+            "lease_s": lease_s,
+        },
     )
-    db.add(lease)
-    await db.flush()
-    return lease.id
+    return lease_id if taken is not None else None
+
+
+# The CTEs see the table as it was before the statement: the count skips lapsed leases
+# itself rather than relying on the DELETE beside it.
+_TAKE_LEASE = text(
+    """
+    WITH lapsed AS (
+        DELETE FROM stream_leases
+        WHERE tenant_id = :tenant_id AND user_id = :user_id AND expires_at <= now()
+    ), held AS (
+        SELECT count(*) AS n FROM stream_leases
+        WHERE tenant_id = :tenant_id AND user_id = :user_id AND expires_at > now()
+    )
+    INSERT INTO stream_leases (id, tenant_id, user_id, expires_at)
+    SELECT :id, :tenant_id, :user_id, now() + make_interval(secs => :lease_s)
+    FROM held WHERE held.n < :limit
+    RETURNING id
+    """
+)
+
+
+async def end_stream(db: AsyncSession, *, lease_id: str, turn_id: str | None) -> None:
+    """Drop a stream's lease and, when it counted as a viewer of `turn_id`, detach it
+    (store/viewers.py), in one statement."""
+    if turn_id is None:
+        await drop_stream_leases(db, lease_ids=[lease_id])
+        return
+    await db.execute(_END_STREAM, {"lease_id": lease_id, "turn_id": turn_id})
+
+
+_END_STREAM = text(
+    f"""
+    WITH dropped AS (DELETE FROM stream_leases WHERE id = :lease_id)
+    {DETACH_VIEWER_SQL}
+    """
+)
 
 
 async def renew_stream_leases(db: AsyncSession, *, lease_ids: list[str], lease_s: float) -> None:

@@ -12,9 +12,12 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any, cast
 
-from sqlalchemy import select
+from sqlalchemy import Select, Table, func, insert, select, true, update
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import make_transient_to_detached
+from sqlalchemy.orm.attributes import set_committed_value
 
 from parley.config import Limits
 from parley.consent import typed_decision
@@ -36,6 +39,7 @@ from store import limits as limits_store
 from store.events import append_events, state_event
 from store.identity import Identity
 from store.models import Action, ChatSession, Message, Tenant, Turn
+from store.models.core import count_tokens
 from store.sessions import get_session, get_turn
 
 log = logging.getLogger(__name__)
@@ -52,6 +56,8 @@ class PostedMessage:
     signals: tuple[tuple[str, ResolveActionSignal], ...] = ()
     # Answers the API delivers after commit to a specialist waiting in `awaiting_input`.
     answers: tuple[tuple[str, InteractionAnswer], ...] = ()
+    # A new turn's place in its session (the workflow's summary), read under the session lock.
+    turn_number: int | None = None
 
 
 async def post_user_message(
@@ -73,7 +79,7 @@ async def post_user_message(
     supersedes it and starts a new turn.
     """
     session = await get_session(db, owner=owner, session_id=session_id, for_update=True)
-    earlier = await _earlier_post(db, session_id, client_message_id, text)
+    earlier, turns_before = await _earlier_post(db, session_id, client_message_id, text)
     if earlier is not None:
         return earlier
 
@@ -104,33 +110,36 @@ async def post_user_message(
             return PostedMessage(active, message, True, signals=((active.id, signal),))
         await _supersede(db, action)
         signals.append((active.id, ResolveActionSignal(action.id, Decision.superseded)))
-        session.active_turn_id = None
 
-    turn_id = new_id("trn")
-    message = _user_message(session, turn_id, client_message_id, text)
-    message.file_ids = attached or None
-    db.add(message)
-    turn = await open_turn(db, session=session, owner=owner, message=message, turn_id=turn_id)
-    await db.refresh(message)
-    return PostedMessage(turn, message, True, new_turn=True, signals=tuple(signals))
+    message, turn = await _insert_message_and_turn(
+        db, session=session, owner=owner, message=(client_message_id, text, attached)
+    )
+    return PostedMessage(
+        turn, message, True, new_turn=True, signals=tuple(signals), turn_number=turns_before + 1
+    )
 
 
 async def _earlier_post(
     db: AsyncSession, session_id: str, client_message_id: str, text: str
-) -> PostedMessage | None:
-    """The same message posted before (answered with its original turn), if it was."""
-    earlier = await db.scalar(
-        select(Message).where(
-            Message.session_id == session_id, Message.client_message_id == client_message_id
-        )
+) -> tuple[PostedMessage | None, int]:
+    """The same message posted before (answered with its original turn), if it was, and how
+    many turns the session has: one read, taken after the session's lock."""
+    earlier_id = (
+        select(Message.id)
+        .where(Message.session_id == session_id, Message.client_message_id == client_message_id)
+        .scalar_subquery()
     )
-    if earlier is None:
-        return None
+    turns = select(func.count()).where(Turn.session_id == session_id).scalar_subquery()
+    found, turns_before = (await db.execute(select(earlier_id, turns))).one()
+    if found is None:
+        return None, int(turns_before)
+    earlier = await db.get(Message, found)
+    assert earlier is not None
     if earlier.text != text:
         raise IdempotencyKeyReused("this client_message_id was already used with a different text")
     turn = await db.get(Turn, earlier.turn_id)
     assert turn is not None
-    return PostedMessage(turn=turn, message=earlier, created=False)
+    return PostedMessage(turn=turn, message=earlier, created=False), int(turns_before)
 
 
 async def _answering(
@@ -192,10 +201,108 @@ async def open_turn(
     )
     db.add(turn)
     session.active_turn_id = turn.id
-    await db.flush()
-    await append_events(db, turn_id=turn.id, events=[state_event(TurnState.received)])
-    await db.refresh(turn)
+    await db.flush()  # the rows' server defaults come back with their INSERTs (eager defaults)
+    ids = await append_events(db, turn_id=turn.id, events=[state_event(TurnState.received)])
+    # The append moved the counter in SQL (and `updated_at` to the same transaction time).
+    set_committed_value(turn, "last_event_id", ids[-1])
     return turn
+
+
+async def _insert_message_and_turn(
+    db: AsyncSession,
+    *,
+    session: ChatSession,
+    owner: Identity,
+    message: tuple[str, str, Sequence[str]],  # client_message_id, text, attached file ids
+) -> tuple[Message, Turn]:
+    """The user message, its new turn (born in `received`, the start outbox) and the session's
+    next seq and active turn, written in one statement; the rows join the ORM session as
+    loaded, as if a flush had written them. The turn's first event follows, as in `open_turn`.
+    """
+    client_message_id, text, attached = message
+    turn_id, seq = new_id("trn"), session.last_seq + 1
+    row = Message(
+        id=new_id("msg"),
+        session_id=session.id,
+        seq=seq,
+        role="user",
+        turn_id=turn_id,
+        status=MessageStatus.complete,
+        text=text,
+        client_message_id=client_message_id,
+        file_ids=list(attached) or None,
+        **dict.fromkeys(("tool_calls", "tool_call_id", "replaced_by")),
+    )
+    count_tokens(row)
+    turn = Turn(
+        id=turn_id,
+        session_id=session.id,
+        tenant_id=owner.tenant_id,
+        user_id=owner.user_id,
+        user_message_id=row.id,
+        user_seq=seq,
+        state=TurnState.received,
+        last_event_id=0,
+        viewers=0,
+        **dict.fromkeys(_TURN_UNSET),
+    )
+    stamps = (await db.execute(_write_statement(row, turn))).one()
+    set_committed_value(row, "created_at", stamps.message_created_at)
+    set_committed_value(turn, "created_at", stamps.turn_created_at)
+    set_committed_value(turn, "updated_at", stamps.turn_updated_at)
+    for loaded in (row, turn):
+        make_transient_to_detached(loaded)
+        db.add(loaded)
+    set_committed_value(session, "last_seq", seq)  # written above, not a pending change
+    set_committed_value(session, "active_turn_id", turn_id)
+    ids = await append_events(db, turn_id=turn_id, events=[state_event(TurnState.received)])
+    set_committed_value(turn, "last_event_id", ids[-1])
+    return row, turn
+
+
+def _write_statement(message: Message, turn: Turn) -> Select[Any]:
+    """Insert the message and the turn and move the session on, returning the rows' stamps."""
+    messages, turns, sessions = (cast(Table, m.__table__) for m in (Message, Turn, ChatSession))
+    new_message = (
+        insert(messages)
+        .values({c: getattr(message, c) for c in _MESSAGE_WRITTEN})
+        .returning(messages.c.created_at)
+        .cte("new_message")
+    )
+    new_turn = (
+        insert(turns)
+        .values({c: getattr(turn, c) for c in _TURN_WRITTEN})
+        .returning(turns.c.created_at, turns.c.updated_at)
+        .cte("new_turn")
+    )
+    moved = (
+        update(sessions)
+        .where(sessions.c.id == turn.session_id)
+        .values(last_seq=message.seq, active_turn_id=turn.id)
+        .returning(sessions.c.id)
+        .cte("moved_session")
+    )
+    return select(
+        new_message.c.created_at.label("message_created_at"),
+        new_turn.c.created_at.label("turn_created_at"),
+        new_turn.c.updated_at.label("turn_updated_at"),
+        moved.c.id.label("session_id"),
+    ).select_from(new_message.join(new_turn, true()).join(moved, true()))  # one row each
+
+
+_MESSAGE_WRITTEN = (
+    "id", "session_id", "seq", "role", "turn_id", "status", "text", "client_message_id",
+    "file_ids", "token_count", "token_counter",
+)  # fmt: skip
+_TURN_UNSET = (
+    "assistant_message_id", "workflow_started_at", "cancel_requested_at", "error",
+    "resolution", "retry_of", "detached_at",
+)  # fmt: skip
+_TURN_WRITTEN = (
+    "id", "session_id", "tenant_id", "user_id", "user_message_id", "user_seq", "state",
+    "last_event_id", "viewers",
+)  # fmt: skip
+_STAMPS = ("created_at", "updated_at")
 
 
 async def _admit(db: AsyncSession, *, owner: Identity, limits: Limits | None) -> None:

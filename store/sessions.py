@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import func, select
+from sqlalchemy import bindparam, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.errors import NotFound
@@ -74,18 +74,22 @@ async def list_sessions(
 async def get_session(
     db: AsyncSession, *, owner: Identity, session_id: str, for_update: bool = False
 ) -> ChatSession:
-    query = select(ChatSession).where(
-        ChatSession.id == session_id,
-        ChatSession.tenant_id == owner.tenant_id,
-        ChatSession.user_id == owner.user_id,
-        ChatSession.deleted_at.is_(None),
-    )
-    if for_update:
-        query = query.with_for_update()
-    session = await db.scalar(query)
+    query = _SESSION_FOR_UPDATE if for_update else _SESSION
+    params = {"session_id": session_id, "tenant_id": owner.tenant_id, "user_id": owner.user_id}
+    session = await db.scalar(query, params)
     if session is None:
         raise NotFound(SESSION_NOT_FOUND)
     return session
+
+
+# Built once (every post and stream runs them): see store/identity.py `_IDENTITY`.
+_SESSION = select(ChatSession).where(
+    ChatSession.id == bindparam("session_id"),
+    ChatSession.tenant_id == bindparam("tenant_id"),
+    ChatSession.user_id == bindparam("user_id"),
+    ChatSession.deleted_at.is_(None),
+)
+_SESSION_FOR_UPDATE = _SESSION.with_for_update()
 
 
 async def list_messages(
@@ -115,17 +119,21 @@ async def delete_session(db: AsyncSession, *, owner: Identity, session_id: str) 
 
 
 async def get_turn(db: AsyncSession, *, owner: Identity, session_id: str, turn_id: str) -> Turn:
-    turn = await db.scalar(
-        select(Turn)
-        .join(ChatSession, ChatSession.id == Turn.session_id)
-        .where(
-            Turn.id == turn_id,
-            Turn.session_id == session_id,
-            Turn.tenant_id == owner.tenant_id,
-            Turn.user_id == owner.user_id,
-            ChatSession.deleted_at.is_(None),
-        )
-    )
+    params = {"turn_id": turn_id, "session_id": session_id}
+    turn = await db.scalar(_TURN, params | {"tenant_id": owner.tenant_id, "user_id": owner.user_id})
     if turn is None:
         raise NotFound(TURN_NOT_FOUND)
     return turn
+
+
+_TURN = (
+    select(Turn)
+    .join(ChatSession, ChatSession.id == Turn.session_id)
+    .where(
+        Turn.id == bindparam("turn_id"),
+        Turn.session_id == bindparam("session_id"),
+        Turn.tenant_id == bindparam("tenant_id"),
+        Turn.user_id == bindparam("user_id"),
+        ChatSession.deleted_at.is_(None),
+    )
+)

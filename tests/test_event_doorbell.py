@@ -5,6 +5,7 @@ with, a ring without events)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any, cast
@@ -150,3 +151,47 @@ async def test_a_live_stream_sends_every_event_in_order_with_or_without_the_door
     assert [DeltaData.model_validate_json(t).text for t in texts] == expected
     assert received[-1].event == "error"
     assert counting.opened > opened_before  # the large batch came from the log
+
+
+async def test_a_quiet_stream_polls_the_log_only_while_the_listener_is_down(
+    sessions: async_sessionmaker[AsyncSession], hub: EventHub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("api.streaming.POLL_INTERVAL_S", 0.05)
+    monkeypatch.setattr("api.streaming.LISTENING_POLL_S", 120.0)
+    async with sessions() as db:
+        turn_id = await _new_turn(db)
+    counting = CountingSessions(sessions)
+    received: list[ServerSentEvent] = []
+
+    async def follow() -> None:
+        stream = turn_event_stream(hub=hub, sessions=cast(Any, counting), turn_id=turn_id, after=0)
+        async for event in stream:
+            received.append(event)
+
+    follower = asyncio.create_task(follow())
+    try:
+
+        async def first_read() -> bool:
+            return counting.opened >= 1 and len(received) >= 1  # `received`, from the log
+
+        await eventually(first_read, timeout=30, what="the stream reads the log once")
+        # Listening: a quiet turn costs no reads (ten poll intervals of the listener-down kind).
+        await asyncio.sleep(0.5)
+        assert counting.opened == 1
+        hub.listening.clear()  # as while the listener reconnects: notifications may be lost
+        async with sessions() as db:
+            await append_events(
+                db, turn_id=turn_id, events=[(EventType.delta, DeltaData(message_id="m", text="a"))]
+            )
+            await db.commit()
+
+        async def polling() -> bool:
+            return counting.opened >= 4
+
+        await eventually(polling, timeout=30, what="the stream polls the log again")
+        assert [e.event for e in received] == ["state", "delta"]
+    finally:
+        hub.listening.set()
+        follower.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await follower

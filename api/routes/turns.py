@@ -14,6 +14,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from api.deps import (
     AppSettings,
+    AutocommitSessions,
     CurrentUser,
     DbSession,
     Hub,
@@ -25,7 +26,7 @@ from api.deps import (
 from api.errors import answers
 from api.metrics import MESSAGES_POSTED, STREAMS_OPEN, TURN_START_FAILURES
 from api.schemas import CancelOut, PostMessageIn, TurnOut, TurnStarted
-from api.streaming import Viewer, turn_event_stream
+from api.streaming import Viewer, turn_event_batches
 from dispatch.control import cancel_turn_workflow, deliver_decision
 from dispatch.outbox import start_and_record
 from dispatch.specialists import deliver_answer
@@ -49,7 +50,7 @@ from parley.errors import (
     TurnNotRetryable,
 )
 from parley.wire import TurnStreamEvent
-from store import actions, outbox, posting
+from store import actions, posting
 from store import sessions as store_sessions
 from store.models import Message, Turn
 
@@ -86,7 +87,7 @@ async def post_message(
     body: PostMessageIn,
     response: Response,
     db: DbSession,
-    sessions: Sessions,
+    one_statement: AutocommitSessions,
     user: CurrentUser,
     temporal: Temporal,
     settings: AppSettings,
@@ -108,21 +109,21 @@ async def post_message(
     )
     turn = posted.turn
     starting = posted.new_turn or turn.workflow_started_at is None
-    # Its place in the session (the workflow's summary), read while the session is at hand.
-    number = await outbox.turn_number(db, turn_id=turn.id) if starting else None
+    # Its place in the session (the workflow's summary); a duplicate's start looks it up.
+    number = posted.turn_number if starting else None
     await db.commit()  # the message and its turn (the start outbox) before any start
     MESSAGES_POSTED.labels("new" if posted.created else "duplicate").inc()
     await send_signals(temporal, posted.signals)
     await send_answers(temporal, posted.answers)
     if starting:
-        await _start(temporal, sessions, settings, turn, number)
+        await _start(temporal, one_statement, settings, turn, number)
     response.status_code = 202 if posted.created else 200
     return TurnStarted.build(session_id=session_id, turn_id=turn.id, message=posted.message)
 
 
 async def _start(
     temporal: TemporalConnector,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: async_sessionmaker[AsyncSession],  # marking it started is one statement
     settings: Settings,
     turn: Turn,
     turn_number: int | None = None,
@@ -224,7 +225,7 @@ async def retry_turn(
     session_id: str,
     turn_id: str,
     db: DbSession,
-    sessions: Sessions,
+    one_statement: AutocommitSessions,
     user: CurrentUser,
     temporal: Temporal,
     settings: AppSettings,
@@ -235,7 +236,7 @@ async def retry_turn(
         db, owner=user, session_id=session_id, turn_id=turn_id, limits=settings.limits
     )
     await db.commit()  # the new turn (the start outbox) before its start
-    await _start(temporal, sessions, settings, turn)
+    await _start(temporal, one_statement, settings, turn)
     message = await db.get(Message, turn.user_message_id)
     assert message is not None
     return TurnStarted.build(session_id=session_id, turn_id=turn.id, message=message)
@@ -257,7 +258,7 @@ async def stream_events(
     session_id: str,
     turn_id: str,
     db: DbSession,
-    sessions: Sessions,
+    one_statement: AutocommitSessions,
     user: CurrentUser,
     hub: Hub,
     registry: Streams,
@@ -276,15 +277,18 @@ async def stream_events(
     lease = await registry.reserve(db, user)  # 429 before the stream starts
     await db.close()  # the stream may run for minutes; do not hold a pooled connection
 
-    async def events() -> AsyncIterator[ServerSentEvent]:
+    async def events() -> AsyncIterator[bytes]:
         STREAMS_OPEN.inc()
         viewer, finished = Viewer(), False  # the stream attaches with its first read
+        # Frames known together go out as one body chunk: the `retry:` frame with the first
+        # read's events, then each batch the log or the doorbell brings.
+        lead = ServerSentEvent(retry=settings.stream_retry_ms).encode()
         try:
-            yield ServerSentEvent(retry=settings.stream_retry_ms)
-            async for event in turn_event_stream(
-                hub=hub, sessions=sessions, turn_id=turn_id, after=start, viewer=viewer
+            async for batch in turn_event_batches(
+                hub=hub, sessions=one_statement, turn_id=turn_id, after=start, viewer=viewer
             ):
-                yield event
+                yield lead + b"".join(frame.encode() for frame in batch)
+                lead = b""
             finished = True  # a terminal event, or the turn rests awaiting a confirmation
         finally:
             STREAMS_OPEN.dec()

@@ -137,6 +137,11 @@ class Message(Base):
 @orm_event.listens_for(Message, "before_update")
 def _count_tokens(_mapper: Any, _connection: Any, message: Message) -> None:
     """Every stored message carries its token count, whoever writes it."""
+    count_tokens(message)
+
+
+def count_tokens(message: Message) -> None:
+    """Set the message's token count and counter (for writers that bypass the ORM flush)."""
     counter = default_counter()
     message.token_count = count_message(
         counter,
