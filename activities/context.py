@@ -22,8 +22,9 @@ from activities.knowledge import KnowledgeSource
 from activities.mcp import McpTools
 from activities.northwind import BackendError, NorthwindClient
 from activities.recall import RecallQuery, recall_hits
-from activities.result_sets import export_summary, resolve_result_sets
+from activities.result_sets import resolve_result_sets
 from activities.skills import SkillTools
+from activities.state_block import state_block
 from activities.tool_offer import offered_tools
 from gateway.minilm import Embedder
 from parley.config import Settings
@@ -31,7 +32,6 @@ from parley.context import Block, Packed, WindowMessage, input_budget, pack
 from parley.contracts import BuildContextInput, BuildContextResult, EventType, TurnState
 from parley.errors import ContextTooLarge
 from parley.ids import message_id_for_call, new_id, prompt_cache_key
-from parley.mcp import is_mcp_name
 from parley.memory import extract_facts, recall_terms
 from parley.paths import AnswerPath, choose_path, effort_for, path_block
 from parley.prompt import (
@@ -65,7 +65,7 @@ from parley.wire import ClarificationData, DeltaData, Option, WarningData
 from store import memory as memory_store
 from store import slots, tenants, turns, user_memory
 from store.events import append_event, append_events
-from store.models import Action, Message, ModelCall, Turn, TurnEvent, User
+from store.models import Message, ModelCall, Turn, TurnEvent, User
 
 # The warning a turn emits when the packer left something out.
 CONTEXT_TRIMMED = "context_trimmed"
@@ -109,6 +109,10 @@ class ContextBuilder:
             )
             if existing is not None:
                 return BuildContextResult(existing.id, existing.provider == "resolver")
+            # Rows every phase reads, held for the whole build: the session's identity map
+            # keeps only referenced objects, so each later `db.get` of them is answered
+            # from memory instead of by another round trip.
+            held = await _hold_turn_rows(db, turn)
             await consented_memory.remember_validated(db, turn, self._settings, step=inp.step)
             if inp.step == 0:
                 clarification = await self._resolve_references(db, turn)
@@ -116,6 +120,7 @@ class ContextBuilder:
                     return clarification
             call = await self._pack_request(db, turn, inp.step, reanswer_of=inp.reanswer_of)
             await db.commit()
+            del held
             return BuildContextResult(call.id)
 
     async def _pack_request(
@@ -209,7 +214,8 @@ class ContextBuilder:
         path: AnswerPath,
     ) -> tuple[Packed, dict[str, Any]]:
         """Load memory and messages, choose the window, recall, shape the blocks, pack."""
-        memory = await _memory(db, turn)
+        current_slots = await slots.get_slots(db, session_id=turn.session_id)  # read once
+        memory = await _memory(db, turn, current_slots)
         through = memory.summary.through_seq if memory.summary else None
         messages = await memory_store.session_messages(
             db,
@@ -236,6 +242,7 @@ class ContextBuilder:
         system_prompt = self._settings.system_prompt + (
             f"\n\n{tenant.persona}" if tenant.persona else ""
         )
+        state = await state_block(db, turn, current_slots)
         blocks = [
             instructions_block(counter, system_prompt=system_prompt, tools=tools),
             *remembered,
@@ -243,7 +250,7 @@ class ContextBuilder:
             *recalled,
             *knowledge,
             *path_block(counter, path),
-            *current_blocks(counter, current, await _state(db, turn), budgets, terms=terms),
+            *current_blocks(counter, current, state, budgets, terms=terms),
             *await attached_file_blocks(db, turn, counter, self._settings, terms),  # uploads
         ]
         packed = _pack(blocks, budgets, counter)
@@ -284,11 +291,12 @@ class ContextBuilder:
     async def _resolve_references(self, db: AsyncSession, turn: Turn) -> BuildContextResult | None:
         """Run the reference resolver; if it must ask, answer with the question (no model)."""
         # Result sets first ("those", "just the ones over $500"); orders when they pass.
-        sets = await resolve_result_sets(db, turn, self._northwind)
+        current = await slots.get_slots(db, session_id=turn.session_id)  # read once, below
+        sets = await resolve_result_sets(db, turn, self._northwind, current)
         if sets.kind == "none":
-            resolution = await self._resolution(db, turn)
+            resolution = await self._resolution(db, turn, current)
         else:
-            pending = PENDING_CLARIFICATION in await slots.get_slots(db, session_id=turn.session_id)
+            pending = PENDING_CLARIFICATION in current
             resolution = Resolution("none", slot_clears=(PENDING_CLARIFICATION,) if pending else ())
         clarification = resolution.clarification or sets.clarification
         writes = dict(resolution.slot_writes)
@@ -316,12 +324,13 @@ class ContextBuilder:
         await db.commit()
         return BuildContextResult(call.id, clarification=True)
 
-    async def _resolution(self, db: AsyncSession, turn: Turn) -> Resolution:
+    async def _resolution(
+        self, db: AsyncSession, turn: Turn, current: dict[str, Slot]
+    ) -> Resolution:
         """What the user's message refers to; the customer's records are fetched only when the
         slots alone cannot tell."""
         user_message = await db.get(Message, turn.user_message_id)
         assert user_message is not None
-        current = await slots.get_slots(db, session_id=turn.session_id)
         try:
             return resolve(user_message.text, slots=current, user_seq=turn.user_seq)
         except NeedsCandidates:
@@ -428,15 +437,22 @@ async def _window_and_recall(
     return window, recalled, hits
 
 
-async def _memory(db: AsyncSession, turn: Turn) -> Memory:
+async def _memory(db: AsyncSession, turn: Turn, current: dict[str, Slot]) -> Memory:
     """The session's summary, pinned facts and slots (slots outrank summary lines)."""
-    current = await slots.get_slots(db, session_id=turn.session_id)
     return Memory(
         summary=await memory_store.latest_summary(db, session_id=turn.session_id),
         facts=await memory_store.pinned_facts(db, session_id=turn.session_id),
         slots={
             k: (v.value, v.set_at_seq) for k, v in current.items() if k != PENDING_CLARIFICATION
         },
+    )
+
+
+async def _hold_turn_rows(db: AsyncSession, turn: Turn) -> tuple[Message | None, User | None]:
+    """The turn's user message and user, loaded once (see `build`)."""
+    return (
+        await db.get(Message, turn.user_message_id),
+        await db.get(User, (turn.tenant_id, turn.user_id)),
     )
 
 
@@ -471,30 +487,3 @@ async def _warn_dropped(db: AsyncSession, turn: Turn, missing: list[str]) -> Non
             + ".",
         ),
     )
-
-
-async def _state(db: AsyncSession, turn: Turn) -> dict[str, Any]:
-    """The state block: facts the server knows, for the model to read (not obey)."""
-    user = await db.get(User, (turn.tenant_id, turn.user_id))
-    current = await slots.get_slots(db, session_id=turn.session_id)
-    action = await db.scalar(
-        select(Action).where(Action.turn_id == turn.id).order_by(Action.created_at.desc())
-    )
-    return {
-        "customer": {"name": user.display_name if user else None},
-        "slots": slots.slots_view({k: v for k, v in current.items() if k != PENDING_CLARIFICATION}),
-        "resolution": turn.resolution or {},
-        "action": None
-        if action is None
-        else {
-            "id": action.id,
-            "tool": action.tool,
-            "status": action.status,
-            "order_id": action.args.get("order_id"),
-            "summary": export_summary(action.args)
-            or (action.summary if is_mcp_name(action.tool) else None)
-            or f"the status summary for order {action.args.get('order_id')}",
-            "recipient_masked": action.recipient_masked,
-            "outcome": action.outcome,
-        },
-    }

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from activities.northwind import NorthwindClient
 from parley.ids import action_id_for_call, result_set_id_for_call
-from parley.resolver import PENDING_CLARIFICATION
+from parley.resolver import PENDING_CLARIFICATION, Slot
 from parley.result_sets import (
     CSV_FILENAME,
     NeedsToday,
@@ -37,13 +37,19 @@ CSV_CONTENT_TYPE = "text/csv"
 
 
 async def resolve_result_sets(
-    db: AsyncSession, turn: Turn, northwind: NorthwindClient
+    db: AsyncSession,
+    turn: Turn,
+    northwind: NorthwindClient,
+    current: dict[str, Slot] | None = None,
 ) -> SetResolution:
-    """Rungs of the resolver ladder for result sets (run before the order resolver)."""
+    """Rungs of the resolver ladder for result sets (run before the order resolver);
+    `current`: the session's slots when the caller has read them already."""
     message = await db.get(Message, turn.user_message_id)
     assert message is not None
     sets = await result_set_store.recent_result_sets(db, session_id=turn.session_id)
-    pending = (await slots.get_slots(db, session_id=turn.session_id)).get(PENDING_CLARIFICATION)
+    if current is None:
+        current = await slots.get_slots(db, session_id=turn.session_id)
+    pending = current.get(PENDING_CLARIFICATION)
     value = pending.value if pending is not None and isinstance(pending.value, dict) else None
     try:
         return decide(message.text, sets=sets, pending=value)

@@ -1,0 +1,41 @@
+"""The state block of a step's prompt: facts the server knows about the turn (the customer,
+the conversation's slots, the reference resolution, the turn's latest action)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from activities.result_sets import export_summary
+from parley.mcp import is_mcp_name
+from parley.resolver import PENDING_CLARIFICATION, Slot
+from store import slots
+from store.models import Action, Turn, User
+
+
+async def state_block(db: AsyncSession, turn: Turn, current: dict[str, Slot]) -> dict[str, Any]:
+    """The state block: facts the server knows, for the model to read (not obey)."""
+    user = await db.get(User, (turn.tenant_id, turn.user_id))
+    action = await db.scalar(
+        select(Action).where(Action.turn_id == turn.id).order_by(Action.created_at.desc())
+    )
+    return {
+        "customer": {"name": user.display_name if user else None},
+        "slots": slots.slots_view({k: v for k, v in current.items() if k != PENDING_CLARIFICATION}),
+        "resolution": turn.resolution or {},
+        "action": None
+        if action is None
+        else {
+            "id": action.id,
+            "tool": action.tool,
+            "status": action.status,
+            "order_id": action.args.get("order_id"),
+            "summary": export_summary(action.args)
+            or (action.summary if is_mcp_name(action.tool) else None)
+            or f"the status summary for order {action.args.get('order_id')}",
+            "recipient_masked": action.recipient_masked,
+            "outcome": action.outcome,
+        },
+    }
