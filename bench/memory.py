@@ -18,7 +18,9 @@ without summaries, and evidence recall on LoCoMo.
     at about 120 tokens, as in production). Footprint: the prompt less standing instructions
     and tool schemas, over the whole conversation's tokens. Run twice: full-text recall
     alone, and hybrid (full-text fused with the local MiniLM embeddings, when the `embeddings`
-    extra is installed).
+    extra is installed). Each row also counts the missed questions by LoCoMo category (1
+    multi-hop, 2 temporal, 3 open-domain, 4 single-hop). bench/locomo_lab.py replays the
+    ranking offline, in seconds, for trying ranking ideas.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ import json
 import re
 import statistics
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -173,15 +177,31 @@ async def ingest(
     return sid, seqs, total
 
 
-async def locomo_one(
+@asynccontextmanager
+async def bench_builder(
+    settings: Settings, db_sessions: async_sessionmaker[AsyncSession], embedder: Embedder | None
+) -> AsyncIterator[ContextBuilder]:
+    """The real context builder with the bench's settings, its order lookups on their own
+    HTTP client (closed on exit)."""
+    async with httpx.AsyncClient() as http:
+        yield ContextBuilder(
+            sessions=db_sessions,
+            settings=settings,
+            northwind=build_northwind(settings, http),
+            embedder=embedder,
+        )
+
+
+async def prepared(
     settings: Settings,
     db_sessions: async_sessionmaker[AsyncSession],
-    name: str,
-    conversation: dict[str, Any],
+    sid: str,
+    total: int,
     share: float,
-    embedder: Embedder | None = None,
-) -> dict[str, Any]:
-    sid, seqs, total = await ingest(db_sessions, conversation)
+    embedder: Embedder | None,
+) -> Settings:
+    """The bench's budgets for a conversation of `total` tokens, with its backlog embedded
+    and folded into summaries (as a turn's summary runs would have done)."""
     conversation_budget = int(total * share)
     tuned = settings.model_copy(
         update={
@@ -202,14 +222,22 @@ async def locomo_one(
     for _ in range(100):  # fold the backlog in as many runs as it takes
         if not (await memory.summarize(SummarizeInput(sid, "trn_locomo"))).summarized:
             break
-    async with httpx.AsyncClient() as http:
-        builder = ContextBuilder(
-            sessions=db_sessions,
-            settings=tuned,
-            northwind=build_northwind(tuned, http),
-            embedder=embedder,
-        )
+    return tuned
+
+
+async def locomo_one(
+    settings: Settings,
+    db_sessions: async_sessionmaker[AsyncSession],
+    name: str,
+    conversation: dict[str, Any],
+    share: float,
+    embedder: Embedder | None = None,
+) -> dict[str, Any]:
+    sid, seqs, total = await ingest(db_sessions, conversation)
+    tuned = await prepared(settings, db_sessions, sid, total, share, embedder)
+    async with bench_builder(tuned, db_sessions, embedder) as builder:
         found = asked = 0
+        missed: dict[int, int] = {}  # category -> questions with evidence left out
         footprints: list[int] = []
         for qa in conversation["qa"]:
             if qa["category"] not in (1, 2, 3, 4) or not qa["evidence"]:
@@ -220,6 +248,8 @@ async def locomo_one(
             asked += 1
             shown, footprint = await _pack_question(builder, db_sessions, sid, qa["question"])
             found += wanted <= shown
+            if not wanted <= shown:
+                missed[qa["category"]] = missed.get(qa["category"], 0) + 1
             footprints.append(footprint)
     return {
         "conversation": name,
@@ -228,6 +258,7 @@ async def locomo_one(
         "conversation_tokens": total,
         "questions": asked,
         "evidence_recall": found / asked if asked else float("nan"),
+        "missed_by_category": dict(sorted(missed.items())),
         "mean_context_tokens": statistics.fmean(footprints) if footprints else 0,
         "footprint": statistics.fmean(footprints) / total if footprints else float("nan"),
     }
@@ -358,7 +389,8 @@ def render_memory(results: dict[str, Any]) -> str:
             f"{r['conversation']:<9} messages {r['messages']:>4}  tokens "
             f"{r['conversation_tokens']:>6}  questions {r['questions']:>4}  recall "
             f"{r['evidence_recall'] * 100:5.1f}%  context {r['mean_context_tokens']:7.0f} "
-            f"tok = {r['footprint'] * 100:4.1f}% of the conversation"
+            f"tok = {r['footprint'] * 100:4.1f}% of the conversation  missed by category "
+            + (" ".join(f"{c}:{n}" for c, n in r.get("missed_by_category", {}).items()) or "-")
         )
     return "\n".join(lines)
 

