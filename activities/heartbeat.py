@@ -15,6 +15,10 @@ HEARTBEAT_INTERVAL_S = 1.0
 
 @contextlib.asynccontextmanager
 async def heartbeating(interval_s: float = HEARTBEAT_INTERVAL_S) -> AsyncIterator[None]:
+    if activity.info().is_local:  # a local activity has no heartbeat (its workflow task waits)
+        yield
+        return
+
     async def beat() -> None:
         while True:
             activity.heartbeat()

@@ -377,6 +377,27 @@ async def test_a_declined_answer_is_retracted(env: WorkflowEnvironment, stubs: S
     assert "suggest_followups" not in stubs.finished
 
 
+async def test_an_input_screen_that_keeps_failing_fails_the_turn_closed(
+    env: WorkflowEnvironment, stubs: Stubs
+) -> None:
+    stubs.errors["screen_input"] = ApplicationError("moderation unreachable")
+    async with turn(env, stubs) as handle:
+        await handle.result()
+    assert stubs.names().count("screen_input") == 3  # the screen's attempts, then no more
+    assert "call_model" not in stubs.names() and "finalize_turn" not in stubs.names()
+    assert [f.code for f in stubs.inputs("fail_turn")] == ["model_failed"]
+
+
+async def test_an_output_screen_that_keeps_failing_lets_the_answer_stand(
+    env: WorkflowEnvironment, stubs: Stubs
+) -> None:
+    stubs.errors["screen_output"] = ApplicationError("moderation unreachable")
+    async with turn(env, stubs) as handle:
+        await handle.result()
+    [final] = stubs.inputs("finalize_turn")
+    assert (final.override_text, final.retract) == (None, False)
+
+
 # --- cancel at each step ---------------------------------------------------------------------
 
 

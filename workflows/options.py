@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, FailureError
 from temporalio.workflow import ActivityCancellationType, ActivityHandle
 
 with workflow.unsafe.imports_passed_through():
@@ -39,6 +40,26 @@ async def to_its_end(step: Awaitable[Result]) -> Result:
         raise
 
 
+async def _failing_as_activity(step: Awaitable[Result], name: str) -> Result:
+    """A local activity's last failure reaches the workflow bare (its ApplicationError, not
+    wrapped in an ActivityError as a regular activity's is): wrap it, so the workflow handles
+    a step's failure one way however the step ran."""
+    try:
+        return await step
+    except ActivityError:
+        raise
+    except FailureError as err:
+        raise ActivityError(
+            f"local activity {name} failed",
+            scheduled_event_id=0,
+            started_event_id=0,
+            identity="",
+            activity_type=name,
+            activity_id="",
+            retry_state=None,
+        ) from err
+
+
 @dataclass(frozen=True)
 class ActivityOptions:
     start_to_close: timedelta
@@ -59,11 +80,12 @@ class ActivityOptions:
 
     def run_local(
         self, activity: ActivityMethod[Arg, Result], arg: Arg, *, summary: str | None = None
-    ) -> Awaitable[Result]:
+    ) -> asyncio.Task[Result]:
         """Run the activity as a local activity of the worker running the workflow: no task
         for the server to dispatch, its result recorded with the workflow task. For short
-        steps without heartbeats whose retry after a crash is harmless."""
-        return workflow.start_local_activity_method(
+        steps without heartbeats whose retry after a crash is harmless. Started at once;
+        await the task (or cancel it) later."""
+        step = workflow.start_local_activity_method(
             activity,
             arg,
             start_to_close_timeout=self.start_to_close,
@@ -72,6 +94,7 @@ class ActivityOptions:
             cancellation_type=self.cancellation,
             summary=summary,
         )
+        return asyncio.ensure_future(_failing_as_activity(step, activity.__name__))
 
     def start(
         self, activity: ActivityMethod[Arg, Result], arg: Arg, *, summary: str | None = None

@@ -40,29 +40,36 @@ LOCAL_SUMMARY_START_PATCH = "summary-start-local-v1"
 # Turns started before specialists existed never delegated; the marker is written only by a
 # turn that does, so histories without a delegation replay unchanged.
 SPECIALIST_PATCH = "specialist-v1"
+# Turns started before it run their store steps (context, the card, finalize, expiry) and
+# their screens as regular activities; with it, as local activities of the worker running the
+# turn: no task for the server to dispatch and no worker to poll for it, the result recorded
+# with the workflow task (the input screen and the first context still run side by side).
+# The steps that heartbeat (model, tools, send), the follow-ups and the endings by failure
+# or cancel stay regular.
+LOCAL_STORE_PATCH = "local-store-steps-v1"
 
+# The patches the turn-v9 marker stands for (turns started from its consolidation on).
+TURN_V9 = frozenset(
+    {
+        SKILLS_PATCH,
+        SCREENS_PATCH,
+        FALLBACK_PATCH,
+        LIFECYCLE_PATCH,
+        SUMMARIES_PATCH,
+        OPERATOR_STATES_PATCH,
+        REANSWER_PATCH,
+        LOCAL_SUMMARY_START_PATCH,
+        SPECIALIST_PATCH,
+    }
+)
 # The marker a new turn records for every patch above.
-ALL_PATCHES = "turn-v9"
+ALL_PATCHES = "turn-v10"
 # Each marker that stood for many, newest first, with the patches it stands for. A later
 # consolidation adds its own line above the others (and becomes ALL_PATCHES); the older lines
 # stay while turns that recorded them may still replay.
 GENERATIONS: tuple[tuple[str, frozenset[str]], ...] = (
-    (
-        ALL_PATCHES,
-        frozenset(
-            {
-                SKILLS_PATCH,
-                SCREENS_PATCH,
-                FALLBACK_PATCH,
-                LIFECYCLE_PATCH,
-                SUMMARIES_PATCH,
-                OPERATOR_STATES_PATCH,
-                REANSWER_PATCH,
-                LOCAL_SUMMARY_START_PATCH,
-                SPECIALIST_PATCH,
-            }
-        ),
-    ),
+    (ALL_PATCHES, TURN_V9 | {LOCAL_STORE_PATCH}),
+    ("turn-v9", TURN_V9),
 )
 
 

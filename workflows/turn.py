@@ -46,7 +46,6 @@ with workflow.unsafe.imports_passed_through():
         ActionInput,
         BuildContextInput,
         BuildContextResult,
-        CallModelInput,
         CallModelResult,
         ExecuteToolInput,
         FailTurnInput,
@@ -66,10 +65,11 @@ with workflow.unsafe.imports_passed_through():
     from parley.statuses import ActionStatus, Decision, TurnErrorCode, turn_error_code
     from parley.tools import Risk, risk_of
 
-from workflows.options import FOLLOWUPS, MODEL, SCREEN, SEND, SKILL, STORE, TOOL, to_its_end
+from workflows.model_step import call_model_or_fallback
+from workflows.options import FOLLOWUPS, SCREEN, SEND, SKILL, STORE, TOOL, to_its_end
 from workflows.patches import (
-    FALLBACK_PATCH,
     LIFECYCLE_PATCH,
+    LOCAL_STORE_PATCH,
     LOCAL_SUMMARY_START_PATCH,
     OPERATOR_STATES_PATCH,
     REANSWER_PATCH,
@@ -88,8 +88,6 @@ from workflows.wording import (
     REQUEST_REFUSED,
     SENT_TEXT,
     TOO_MANY_TOOLS,
-    retries_spent,
-    store_unavailable,
 )
 
 FOLLOWUPS_GRACE = timedelta(milliseconds=300)
@@ -113,6 +111,9 @@ class TurnWorkflow:
         self._patches = Patches()  # workflows/patches.py
         self._reanswer = False  # the loop's cap keeps a request back for a re-answer
         self._screening = False
+        # How the turn's store steps run: local activities from the patch on (below).
+        self._store = STORE.run
+        self._screen = SCREEN.run
 
     @workflow.query
     def state(self) -> str:
@@ -189,6 +190,8 @@ class TurnWorkflow:
         self._lifecycle = self._patches.taken(LIFECYCLE_PATCH)
         self._all_states = not self._patches.taken(OPERATOR_STATES_PATCH)
         self._reanswer = self._patches.taken(REANSWER_PATCH)
+        if self._patches.taken(LOCAL_STORE_PATCH):
+            self._store, self._screen = STORE.run_local, SCREEN.run_local
         try:
             return await self._turn(inp)
         except asyncio.CancelledError:
@@ -237,8 +240,8 @@ class TurnWorkflow:
         input_screen = None
         if screening:
             # Started first, awaited just before the first model call: its latency overlaps
-            # context building instead of adding to it.
-            input_screen = SCREEN.start(
+            # context building instead of adding to it (two local activities run at once).
+            input_screen = self._screen(
                 ScreenActivities.screen_input, ScreenInput(inp.turn_id), summary="screen input"
             )
         self._enter(TurnState.building_context, "context for model step 1")
@@ -316,7 +319,7 @@ class TurnWorkflow:
         """The output screen and the follow-ups run side by side once the answer is complete;
         a declined answer is retracted, an erroring screen lets the answer stand."""
         check = ScreenInput(inp.turn_id, call.model_call_id)
-        screen = SCREEN.start(ScreenActivities.screen_output, check, summary="screen answer")
+        screen = self._screen(ScreenActivities.screen_output, check, summary="screen answer")
         followups = FOLLOWUPS.start(
             ScreenActivities.suggest_followups, check, summary="suggest follow-ups"
         )
@@ -340,7 +343,7 @@ class TurnWorkflow:
         self, inp: TurnInput, step: int, *, reanswer_of: str | None = None
     ) -> BuildContextResult:
         what = " (re-answer, no tools)" if reanswer_of else ""
-        built = await STORE.run(
+        built = await self._store(
             TurnActivities.build_context,
             BuildContextInput(inp.turn_id, step, reanswer_of),
             summary=f"context for model step {self._model_step + 1}{what}",
@@ -351,44 +354,10 @@ class TurnWorkflow:
     async def _call_model(self, inp: TurnInput, model_call_id: str) -> CallModelResult:
         self._model_step += 1
         self._enter(TurnState.calling_model, f"model step {self._model_step}")
-        answered = await self._call_model_or_fallback(inp, model_call_id)
+        answered = await call_model_or_fallback(inp, model_call_id, self._model_step, self._patches)
         # A call that finished before it heard of the Stop does not swallow it.
         self._honour_cancel()
         return answered
-
-    async def _call_model_or_fallback(self, inp: TurnInput, model_call_id: str) -> CallModelResult:
-        try:
-            return await MODEL.run(
-                TurnActivities.call_model,
-                CallModelInput(inp.turn_id, model_call_id),
-                summary=f"model step {self._model_step}",
-            )
-        except ActivityError as err:
-            if not retries_spent(err):
-                raise
-            # The primary's retries are spent: the fallback model (if configured) answers.
-            if self._patches.taken(FALLBACK_PATCH) and not inp.fallback:
-                if store_unavailable(err):
-                    raise  # the database, not the model: the turn fails with that code
-                # Without its cause the turn fails as `model_failed`, the code a turn
-                # without a fallback has always ended with (see below).
-                raise err from None
-            try:
-                return await MODEL.run(
-                    TurnActivities.call_model,
-                    CallModelInput(inp.turn_id, model_call_id, fallback=True),
-                    summary=f"model step {self._model_step} (fallback model)",
-                )
-            except ActivityError as fallback_err:
-                # The worker has no fallback though the turn's starter thought it had (or
-                # the turn predates the input's field): the primary's error stands, its cause
-                # dropped so that the turn fails as `model_failed`.
-                no_fallback = isinstance(fallback_err.cause, ApplicationError) and (
-                    fallback_err.cause.type == "no_fallback"
-                )
-                if no_fallback:
-                    raise err from None
-                raise
 
     async def _next_model_call(self, inp: TurnInput, step: int) -> CallModelResult:
         context = await self._build_context(inp, step)
@@ -404,7 +373,7 @@ class TurnWorkflow:
         retract: bool = False,
     ) -> str:
         self._honour_cancel()
-        message_id = await STORE.run(
+        message_id = await self._store(
             TurnActivities.finalize_turn,
             FinalizeTurnInput(inp.turn_id, model_call_id, outcome, override, retract),
             summary=f"finalize ({outcome}{', retracted' if retract else ''})",
@@ -464,7 +433,7 @@ class TurnWorkflow:
         """Show the card, wait for the user's own answer, then send (or not). Returns the
         action's final status, or "superseded"."""
         self._awaiting = action_id
-        await STORE.run(
+        await self._store(
             TurnActivities.request_confirmation,
             RequestConfirmationInput(inp.turn_id, action_id, call.model_call_id),
             summary=f"show the card for {action_id}",
@@ -480,7 +449,7 @@ class TurnWorkflow:
             )
             decision = self._decisions[action_id]
         except TimeoutError:
-            stored = await STORE.run(
+            stored = await self._store(
                 SendActivities.expire_action,
                 ActionInput(inp.turn_id, action_id),
                 summary=f"expire {action_id}",
