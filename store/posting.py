@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from sqlalchemy import Select, Table, func, insert, select, true, update
+from sqlalchemy import Select, Table, bindparam, func, insert, select, true, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import make_transient_to_detached
 from sqlalchemy.orm.attributes import set_committed_value
@@ -23,7 +23,6 @@ from parley.config import Limits
 from parley.consent import typed_decision
 from parley.contracts import InteractionAnswer, MessageStatus, ResolveActionSignal, TurnState
 from parley.errors import (
-    AgentPaused,
     FeatureNotEnabled,
     IdempotencyKeyReused,
     StaleView,
@@ -38,7 +37,7 @@ from store import files as files_store
 from store import limits as limits_store
 from store.events import append_events, state_event
 from store.identity import Identity
-from store.models import Action, ChatSession, Message, Tenant, Turn
+from store.models import Action, ChatSession, Message, Turn
 from store.models.core import count_tokens
 from store.sessions import get_session, get_turn
 
@@ -246,7 +245,7 @@ async def _insert_message_and_turn(
         viewers=0,
         **dict.fromkeys(_TURN_UNSET),
     )
-    stamps = (await db.execute(_write_statement(row, turn))).one()
+    stamps = (await db.execute(_WRITE, _write_params(row, turn))).one()
     set_committed_value(row, "created_at", stamps.message_created_at)
     set_committed_value(turn, "created_at", stamps.turn_created_at)
     set_committed_value(turn, "updated_at", stamps.turn_updated_at)
@@ -260,25 +259,30 @@ async def _insert_message_and_turn(
     return row, turn
 
 
-def _write_statement(message: Message, turn: Turn) -> Select[Any]:
-    """Insert the message and the turn and move the session on, returning the rows' stamps."""
+def _write_statement() -> Select[Any]:
+    """Insert the message and the turn and move the session on, returning the rows' stamps.
+    Built once with a parameter per written column (`m_<column>`, `t_<column>`): a statement
+    built per post is compiled, or looked up by a cache key computed afresh, per post."""
     messages, turns, sessions = (cast(Table, m.__table__) for m in (Message, Turn, ChatSession))
     new_message = (
         insert(messages)
-        .values({c: getattr(message, c) for c in _MESSAGE_WRITTEN})
+        .values({c: bindparam(f"m_{c}", type_=messages.c[c].type) for c in _MESSAGE_WRITTEN})
         .returning(messages.c.created_at)
         .cte("new_message")
     )
     new_turn = (
         insert(turns)
-        .values({c: getattr(turn, c) for c in _TURN_WRITTEN})
+        .values({c: bindparam(f"t_{c}", type_=turns.c[c].type) for c in _TURN_WRITTEN})
         .returning(turns.c.created_at, turns.c.updated_at)
         .cte("new_turn")
     )
     moved = (
         update(sessions)
-        .where(sessions.c.id == turn.session_id)
-        .values(last_seq=message.seq, active_turn_id=turn.id)
+        .where(sessions.c.id == bindparam("s_id", type_=sessions.c.id.type))
+        .values(
+            last_seq=bindparam("s_last_seq", type_=sessions.c.last_seq.type),
+            active_turn_id=bindparam("s_active_turn_id", type_=sessions.c.active_turn_id.type),
+        )
         .returning(sessions.c.id)
         .cte("moved_session")
     )
@@ -288,6 +292,16 @@ def _write_statement(message: Message, turn: Turn) -> Select[Any]:
         new_turn.c.updated_at.label("turn_updated_at"),
         moved.c.id.label("session_id"),
     ).select_from(new_message.join(new_turn, true()).join(moved, true()))  # one row each
+
+
+def _write_params(message: Message, turn: Turn) -> dict[str, Any]:
+    params = {f"m_{c}": getattr(message, c) for c in _MESSAGE_WRITTEN}
+    params |= {f"t_{c}": getattr(turn, c) for c in _TURN_WRITTEN}
+    return params | {
+        "s_id": turn.session_id,
+        "s_last_seq": message.seq,
+        "s_active_turn_id": turn.id,
+    }
 
 
 _MESSAGE_WRITTEN = (
@@ -303,6 +317,7 @@ _TURN_WRITTEN = (
     "last_event_id", "viewers",
 )  # fmt: skip
 _STAMPS = ("created_at", "updated_at")
+_WRITE = _write_statement()
 
 
 async def _admit(db: AsyncSession, *, owner: Identity, limits: Limits | None) -> None:
@@ -311,10 +326,7 @@ async def _admit(db: AsyncSession, *, owner: Identity, limits: Limits | None) ->
     all of them: it is on the identity already, no query."""
     if ASSISTANT not in owner.features:
         raise FeatureNotEnabled("the assistant is not enabled for this user", feature=ASSISTANT)
-    tenant = await db.get(Tenant, owner.tenant_id)
-    if tenant is not None and tenant.paused:
-        raise AgentPaused("the assistant is paused for this tenant")
-    await limits_store.admit_turn(db, owner=owner, tenant=tenant, limits=limits or Limits())
+    await limits_store.admit_turn(db, owner=owner, limits=limits or Limits())
 
 
 def _user_message(session: ChatSession, turn_id: str, client_message_id: str, text: str) -> Message:
