@@ -27,12 +27,13 @@ from sse_starlette import ServerSentEvent
 
 from api.metrics import EVENTS_SENT
 from parley.contracts import TERMINAL_EVENTS, EventType
-from parley.errors import RateLimited
+from parley.errors import NotFound, RateLimited
 from parley.wire import event_data
 from store import events as store_events
 from store import limits, viewers
 from store.events import NOTIFY_CHANNEL, StoredEvent, parse_notification
 from store.identity import Identity
+from store.sessions import TURN_NOT_FOUND
 
 log = logging.getLogger(__name__)
 
@@ -271,12 +272,22 @@ class StreamRegistry:
         self._renewer: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
-    async def reserve(self, db: AsyncSession, owner: Identity) -> str:
-        """A lease on one of the user's open streams, or 429 at the limit; committed in the
-        caller's session (the request's own, which has just authorized the stream)."""
-        lease = await limits.take_stream_lease(
-            db, owner=owner, limit=self._max_per_user, lease_s=self._lease_s
-        )
+    async def reserve(
+        self, db: AsyncSession, owner: Identity, session_id: str, turn_id: str
+    ) -> str:
+        """A lease on one of the user's open streams of the owner's turn (404 when it is not
+        theirs), or 429 at the limit; committed in the caller's session (the request's own,
+        which has just authenticated the caller)."""
+        try:
+            lease = await limits.take_stream_lease(
+                db,
+                owner=owner,
+                limit=self._max_per_user,
+                lease_s=self._lease_s,
+                turn=(session_id, turn_id),
+            )
+        except LookupError:
+            raise NotFound(TURN_NOT_FOUND) from None
         await db.commit()
         if lease is None:
             raise RateLimited(

@@ -223,12 +223,28 @@ def _take_statement(n: int) -> TextClause:
 
 
 async def take_stream_lease(
-    db: AsyncSession, *, owner: Identity, limit: int, lease_s: float
+    db: AsyncSession,
+    *,
+    owner: Identity,
+    limit: int,
+    lease_s: float,
+    turn: tuple[str, str] | None = None,
 ) -> str | None:
     """A lease for one more open stream of the user, or None at the limit. Under the user's
     lock: then one statement forgets the user's lapsed leases and takes the new one if the
-    live ones leave room."""
-    await _lock(db, f"streams:{owner.tenant_id}/{owner.user_id}")
+    live ones leave room. With `turn` (session id, turn id), the lock is taken by the
+    statement that finds the owner's turn, and LookupError says it is not theirs."""
+    key = f"streams:{owner.tenant_id}/{owner.user_id}"
+    if turn is None:
+        await _lock(db, key)
+    else:
+        session_id, turn_id = turn
+        params = {"turn_id": turn_id, "session_id": session_id, "key": key}
+        found = await db.execute(
+            _LOCK_FOR_TURN, params | {"tenant_id": owner.tenant_id, "user_id": owner.user_id}
+        )
+        if found.first() is None:
+            raise LookupError(turn_id)
     lease_id = new_id("lse")
     taken = await db.scalar(
         _TAKE_LEASE,
@@ -241,6 +257,18 @@ async def take_stream_lease(
         },
     )
     return lease_id if taken is not None else None
+
+
+# The lock is taken for the row found (a select list is computed only for rows that pass
+# the WHERE), so a turn of someone else's takes no lock.
+_LOCK_FOR_TURN = text(
+    """
+    SELECT pg_advisory_xact_lock(hashtext(:key))
+    FROM turns AS t JOIN sessions AS s ON s.id = t.session_id
+    WHERE t.id = :turn_id AND t.session_id = :session_id AND t.tenant_id = :tenant_id
+        AND t.user_id = :user_id AND s.deleted_at IS NULL
+    """
+)
 
 
 # The CTEs see the table as it was before the statement: the count skips lapsed leases

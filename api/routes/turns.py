@@ -272,9 +272,9 @@ async def stream_events(
     after: Annotated[int | None, Query(ge=0)] = None,
 ) -> EventSourceResponse:
     """Server-sent events of the turn: replay after `Last-Event-ID` (or `?after=`), then live."""
-    await store_sessions.get_turn(db, owner=user, session_id=session_id, turn_id=turn_id)
     start = int(last_event_id) if last_event_id is not None else (after or 0)
-    lease = await registry.reserve(db, user)  # 429 before the stream starts
+    # 404 for a turn that is not the caller's, 429 at the limit, both before the stream starts.
+    lease = await registry.reserve(db, user, session_id, turn_id)
     await db.close()  # the stream may run for minutes; do not hold a pooled connection
 
     async def events() -> AsyncIterator[bytes]:
