@@ -134,14 +134,40 @@ class EventHub:
                     for waiters in list(self._waiters.values()):
                         for doorbell in waiters:
                             doorbell.ring([])
-                    async for note in conn.notifies():
-                        self._ring(note.payload)
+                    await self._relay(conn)
             except asyncio.CancelledError:
                 raise
             except Exception:
                 self.listening.clear()
                 log.warning("event listener lost its connection; reconnecting", exc_info=True)
                 await asyncio.sleep(1.0)
+
+    async def _relay(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Ring for every notification until the connection fails. One reader stays on the
+        socket for the connection's life and takes every notification a read brings
+        (psycopg's `notifies()` adds and removes a reader, and runs a generator, for each)."""
+        loop = asyncio.get_running_loop()
+        pgconn, encoding = conn.pgconn, conn.info.encoding
+        lost: asyncio.Future[None] = loop.create_future()
+
+        def readable() -> None:
+            try:
+                pgconn.consume_input()  # raises once the server has closed the connection
+                while (note := pgconn.notifies()) is not None:
+                    self._ring(note.extra.decode(encoding))
+                if pgconn.status != psycopg.pq.ConnStatus.OK:
+                    raise psycopg.OperationalError("the listener's connection is closed")
+            except Exception as exc:
+                if not lost.done():
+                    lost.set_exception(exc)
+
+        socket = pgconn.socket
+        loop.add_reader(socket, readable)
+        try:
+            readable()  # what arrived with the LISTEN's answer
+            await lost
+        finally:
+            loop.remove_reader(socket)
 
 
 class Viewer:
@@ -210,7 +236,8 @@ async def turn_event_batches(
                 continue
             poll_s = LISTENING_POLL_S if hub.listening.is_set() else POLL_INTERVAL_S
             try:
-                await asyncio.wait_for(doorbell.wait(), timeout=poll_s)
+                async with asyncio.timeout(poll_s):  # no task of its own, as `wait_for` makes
+                    await doorbell.wait()
             except TimeoutError:
                 read_log = True
 
