@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from sqlalchemy import Select, Table, bindparam, func, insert, select, true, update
+from sqlalchemy import Select, Table, Text, bindparam, func, insert, select, true, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import make_transient_to_detached
 from sqlalchemy.orm.attributes import set_committed_value
@@ -35,9 +35,9 @@ from parley.statuses import ActionStatus, Decision, DeclineReason
 from store import actions, interactions
 from store import files as files_store
 from store import limits as limits_store
-from store.events import append_events, state_event
+from store.events import NOTIFY_CHANNEL, append_events, opening_event, state_event
 from store.identity import Identity
-from store.models import Action, ChatSession, Message, Turn
+from store.models import Action, ChatSession, Message, Turn, TurnEvent
 from store.models.core import count_tokens
 from store.sessions import get_session, get_turn
 
@@ -241,7 +241,7 @@ async def _insert_message_and_turn(
         user_message_id=row.id,
         user_seq=seq,
         state=TurnState.received,
-        last_event_id=0,
+        last_event_id=1,  # its `received` event is written with it
         viewers=0,
         **dict.fromkeys(_TURN_UNSET),
     )
@@ -254,16 +254,17 @@ async def _insert_message_and_turn(
         db.add(loaded)
     set_committed_value(session, "last_seq", seq)  # written above, not a pending change
     set_committed_value(session, "active_turn_id", turn_id)
-    ids = await append_events(db, turn_id=turn_id, events=[state_event(TurnState.received)])
-    set_committed_value(turn, "last_event_id", ids[-1])
     return row, turn
 
 
 def _write_statement() -> Select[Any]:
-    """Insert the message and the turn and move the session on, returning the rows' stamps.
-    Built once with a parameter per written column (`m_<column>`, `t_<column>`): a statement
-    built per post is compiled, or looked up by a cache key computed afresh, per post."""
-    messages, turns, sessions = (cast(Table, m.__table__) for m in (Message, Turn, ChatSession))
+    """Insert the message, the turn and its first event (`received`, rung on the doorbell as
+    `append_events` would) and move the session on, returning the rows' stamps. Built once,
+    with a parameter per written column (`m_<column>`, `t_<column>`): a statement built per
+    post is compiled, or looked up by a cache key computed afresh, per post."""
+    messages, turns, sessions, events = (
+        cast(Table, m.__table__) for m in (Message, Turn, ChatSession, TurnEvent)
+    )
     new_message = (
         insert(messages)
         .values({c: bindparam(f"m_{c}", type_=messages.c[c].type) for c in _MESSAGE_WRITTEN})
@@ -275,6 +276,17 @@ def _write_statement() -> Select[Any]:
         .values({c: bindparam(f"t_{c}", type_=turns.c[c].type) for c in _TURN_WRITTEN})
         .returning(turns.c.created_at, turns.c.updated_at)
         .cte("new_turn")
+    )
+    first_event = (
+        insert(events)
+        .values(
+            turn_id=bindparam("t_id"),
+            id=1,
+            type=bindparam("e_type", type_=events.c.type.type),
+            data=bindparam("e_data", type_=events.c.data.type),
+        )
+        .returning(events.c.id)
+        .cte("first_event")
     )
     moved = (
         update(sessions)
@@ -291,12 +303,18 @@ def _write_statement() -> Select[Any]:
         new_turn.c.created_at.label("turn_created_at"),
         new_turn.c.updated_at.label("turn_updated_at"),
         moved.c.id.label("session_id"),
-    ).select_from(new_message.join(new_turn, true()).join(moved, true()))  # one row each
+        func.pg_notify(NOTIFY_CHANNEL, bindparam("e_notify", type_=Text)).label("rung"),
+    ).select_from(  # one row each
+        new_message.join(new_turn, true()).join(first_event, true()).join(moved, true())
+    )
 
 
 def _write_params(message: Message, turn: Turn) -> dict[str, Any]:
     params = {f"m_{c}": getattr(message, c) for c in _MESSAGE_WRITTEN}
     params |= {f"t_{c}": getattr(turn, c) for c in _TURN_WRITTEN}
+    type_, data = state_event(TurnState.received)
+    wire, notify = opening_event(turn.id, type_, data)
+    params |= {"e_type": type_.value, "e_data": wire, "e_notify": notify}
     return params | {
         "s_id": turn.session_id,
         "s_last_seq": message.seq,
