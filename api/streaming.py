@@ -23,7 +23,9 @@ from typing import Any
 import psycopg
 from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from sse_starlette import ServerSentEvent
+from sse_starlette import EventSourceResponse, ServerSentEvent
+from sse_starlette.sse import SendTimeoutError
+from starlette.types import Message, Send
 
 from api.metrics import EVENTS_SENT
 from parley.contracts import TERMINAL_EVENTS, EventType
@@ -168,6 +170,22 @@ class EventHub:
             await lost
         finally:
             loop.remove_reader(socket)
+
+
+class TurnEventResponse(EventSourceResponse):
+    """sse-starlette's response, each write bounded by asyncio's own timeout: its anyio
+    cancel scope (with the async library looked up each time) cost more than the write
+    itself, once per frame batch of every stream."""
+
+    async def _send_with_timeout(self, send: Send, message: Message) -> None:
+        bound = asyncio.timeout(self.send_timeout)
+        try:
+            async with bound:
+                await send(message)
+        except TimeoutError:
+            if bound.expired():
+                raise SendTimeoutError() from None
+            raise
 
 
 class Viewer:

@@ -123,13 +123,8 @@ async def _earlier_post(
 ) -> tuple[PostedMessage | None, int]:
     """The same message posted before (answered with its original turn), if it was, and how
     many turns the session has: one read, taken after the session's lock."""
-    earlier_id = (
-        select(Message.id)
-        .where(Message.session_id == session_id, Message.client_message_id == client_message_id)
-        .scalar_subquery()
-    )
-    turns = select(func.count()).where(Turn.session_id == session_id).scalar_subquery()
-    found, turns_before = (await db.execute(select(earlier_id, turns))).one()
+    params = {"session_id": session_id, "client_message_id": client_message_id}
+    found, turns_before = (await db.execute(_EARLIER_AND_TURNS, params)).one()
     if found is None:
         return None, int(turns_before)
     earlier = await db.get(Message, found)
@@ -139,6 +134,18 @@ async def _earlier_post(
     turn = await db.get(Turn, earlier.turn_id)
     assert turn is not None
     return PostedMessage(turn=turn, message=earlier, created=False), int(turns_before)
+
+
+# Built once: every post runs it (see store/identity.py `_IDENTITY`).
+_EARLIER_AND_TURNS = select(
+    select(Message.id)
+    .where(
+        Message.session_id == bindparam("session_id"),
+        Message.client_message_id == bindparam("client_message_id"),
+    )
+    .scalar_subquery(),
+    select(func.count()).where(Turn.session_id == bindparam("session_id")).scalar_subquery(),
+)
 
 
 async def _answering(

@@ -14,8 +14,9 @@ import psycopg
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sse_starlette import ServerSentEvent
+from sse_starlette.sse import SendTimeoutError
 
-from api.streaming import Doorbell, EventHub, turn_event_stream
+from api.streaming import Doorbell, EventHub, TurnEventResponse, turn_event_stream
 from parley.contracts import EventType
 from parley.wire import DeltaData, ErrorData
 from store import outbox, posting
@@ -234,3 +235,28 @@ async def test_the_listener_comes_back_after_its_connection_is_killed_and_rings_
             await asyncio.wait_for(doorbell.wait(), timeout=30)
             brought = doorbell.take(0)
         assert brought == [StoredEvent(id=1, type="delta", data={"text": "back"})]
+
+
+async def test_a_frame_the_client_never_takes_ends_its_stream_at_the_send_timeout() -> None:
+    closed = asyncio.Event()
+
+    async def frames() -> AsyncIterator[bytes]:
+        try:
+            while True:
+                yield b"data: x\n\n"
+        finally:
+            closed.set()
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            await asyncio.Event().wait()  # a reader that stopped reading
+
+    async def receive() -> dict[str, Any]:
+        await asyncio.Event().wait()
+        return {"type": "http.disconnect"}
+
+    response = TurnEventResponse(frames(), ping=600, send_timeout=0.05)
+    scope = {"type": "http", "method": "GET", "path": "/", "headers": []}
+    with pytest.raises(SendTimeoutError):
+        await asyncio.wait_for(response(scope, receive, send), timeout=30)
+    assert closed.is_set()  # the stream's own cleanup ran

@@ -26,7 +26,7 @@ from api.deps import (
 from api.errors import answers
 from api.metrics import MESSAGES_POSTED, STREAMS_OPEN, TURN_START_FAILURES
 from api.schemas import CancelOut, PostMessageIn, TurnOut, TurnStarted
-from api.streaming import Viewer, turn_event_batches
+from api.streaming import TurnEventResponse, Viewer, turn_event_batches
 from dispatch.control import cancel_turn_workflow, deliver_decision
 from dispatch.outbox import start_and_record
 from dispatch.specialists import deliver_answer
@@ -294,7 +294,7 @@ async def stream_events(
             STREAMS_OPEN.dec()
             registry.release(lease, turn_id if viewer.attached else None, hung_up=not finished)
 
-    return EventSourceResponse(
+    return TurnEventResponse(
         events(),
         ping=settings.stream_keepalive_s,
         send_timeout=settings.stream_send_timeout_s,
