@@ -38,12 +38,17 @@ def create_app(
         if settings.database_url is None:
             raise RuntimeError("DATABASE_URL is not set (use `parley dev` to run everything)")
         engine = create_socket_checked_engine(settings.database_url)
-        count_database_work(engine)
+        # For work that is one statement (a stream's reads, its end, marking a turn started):
+        # a pool of its own, whose connections stay in autocommit mode.
+        one_statement = create_socket_checked_engine(
+            settings.database_url, pool_size=5, max_overflow=10, autocommit=True
+        )
+        app.state.engines = (engine, one_statement)
+        for each in app.state.engines:
+            count_database_work(each)
         app.state.settings = settings
-        app.state.engine = engine
         app.state.sessions = session_factory(engine)
-        # For work that is one statement (a stream's reads, its end, marking a turn started).
-        app.state.autocommit_sessions = autocommit_session_factory(engine)
+        app.state.autocommit_sessions = autocommit_session_factory(one_statement)
         app.state.temporal = TemporalConnector(settings, temporal_interceptors)
         app.state.hub = EventHub(libpq_url(settings.database_url))
         temporal = app.state.temporal
@@ -68,7 +73,8 @@ def create_app(
         finally:
             await app.state.streams.close()
             await app.state.hub.stop()
-            await engine.dispose()
+            for each in app.state.engines:
+                await each.dispose()
 
     app = FastAPI(
         title="Parley session API",

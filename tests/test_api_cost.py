@@ -39,7 +39,8 @@ async def test_a_turn_costs_the_api_a_fixed_number_of_statements(
             def count(*args: Any) -> None:
                 sent.append(str(args[2]).split("\n")[0][:80])
 
-            event.listen(app.state.engine.sync_engine, "before_cursor_execute", count)
+            for engine in app.state.engines:
+                event.listen(engine.sync_engine, "before_cursor_execute", count)
             turn_id, events = await client.turn(session_id, "Tell me about yourself, please.")
             assert events[-1].type == "done"
 
@@ -51,7 +52,8 @@ async def test_a_turn_costs_the_api_a_fixed_number_of_statements(
                 return viewers == 0
 
             await eventually(let_go, timeout=30, what="the stream lets its turn go")
-            event.remove(app.state.engine.sync_engine, "before_cursor_execute", count)
+            for engine in app.state.engines:
+                event.remove(engine.sync_engine, "before_cursor_execute", count)
         finally:
             await client.aclose()
     assert len(sent) <= STATEMENTS_PER_TURN, "\n".join(sent)
