@@ -37,13 +37,8 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if settings.database_url is None:
             raise RuntimeError("DATABASE_URL is not set (use `parley dev` to run everything)")
-        engine = create_socket_checked_engine(settings.database_url)
-        count_database_work(engine)
+        _open_database(app, settings.database_url)
         app.state.settings = settings
-        app.state.engine = engine
-        app.state.sessions = session_factory(engine)
-        # For work that is one statement (a stream's reads, its end, marking a turn started).
-        app.state.autocommit_sessions = autocommit_session_factory(engine)
         app.state.temporal = TemporalConnector(settings, temporal_interceptors)
         app.state.hub = EventHub(libpq_url(settings.database_url))
         temporal = app.state.temporal
@@ -68,7 +63,8 @@ def create_app(
         finally:
             await app.state.streams.close()
             await app.state.hub.stop()
-            await engine.dispose()
+            for each in app.state.engines:
+                await each.dispose()
 
     app = FastAPI(
         title="Parley session API",
@@ -86,6 +82,19 @@ def create_app(
     app.mount(web.STATIC_PREFIX, web.web_files(), name="static")
     app.openapi = lambda: _openapi(app, settings)  # type: ignore[method-assign]
     return app
+
+
+def _open_database(app: FastAPI, url: str) -> None:
+    """The API's engines, each counted on /metrics, and their session factories."""
+    engine = create_socket_checked_engine(url)
+    # For work that is one statement (a stream's reads, its end, marking a turn started):
+    # a pool of its own, whose connections stay in autocommit mode.
+    one_statement = create_socket_checked_engine(url, pool_size=5, max_overflow=10, autocommit=True)
+    app.state.engines = (engine, one_statement)
+    for each in app.state.engines:
+        count_database_work(each)
+    app.state.sessions = session_factory(engine)
+    app.state.autocommit_sessions = autocommit_session_factory(one_statement)
 
 
 def _openapi(app: FastAPI, settings: Settings) -> dict[str, Any]:

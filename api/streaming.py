@@ -23,16 +23,19 @@ from typing import Any
 import psycopg
 from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from sse_starlette import ServerSentEvent
+from sse_starlette import EventSourceResponse, ServerSentEvent
+from sse_starlette.sse import SendTimeoutError
+from starlette.types import Message, Send
 
 from api.metrics import EVENTS_SENT
 from parley.contracts import TERMINAL_EVENTS, EventType
-from parley.errors import RateLimited
+from parley.errors import NotFound, RateLimited
 from parley.wire import event_data
 from store import events as store_events
 from store import limits, viewers
 from store.events import NOTIFY_CHANNEL, StoredEvent, parse_notification
 from store.identity import Identity
+from store.sessions import TURN_NOT_FOUND
 
 log = logging.getLogger(__name__)
 
@@ -133,14 +136,56 @@ class EventHub:
                     for waiters in list(self._waiters.values()):
                         for doorbell in waiters:
                             doorbell.ring([])
-                    async for note in conn.notifies():
-                        self._ring(note.payload)
+                    await self._relay(conn)
             except asyncio.CancelledError:
                 raise
             except Exception:
                 self.listening.clear()
                 log.warning("event listener lost its connection; reconnecting", exc_info=True)
                 await asyncio.sleep(1.0)
+
+    async def _relay(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Ring for every notification until the connection fails. One reader stays on the
+        socket for the connection's life and takes every notification a read brings
+        (psycopg's `notifies()` adds and removes a reader, and runs a generator, for each)."""
+        loop = asyncio.get_running_loop()
+        pgconn, encoding = conn.pgconn, conn.info.encoding
+        lost: asyncio.Future[None] = loop.create_future()
+
+        def readable() -> None:
+            try:
+                pgconn.consume_input()  # raises once the server has closed the connection
+                while (note := pgconn.notifies()) is not None:
+                    self._ring(note.extra.decode(encoding))
+                if pgconn.status != psycopg.pq.ConnStatus.OK:
+                    raise psycopg.OperationalError("the listener's connection is closed")
+            except Exception as exc:
+                if not lost.done():
+                    lost.set_exception(exc)
+
+        socket = pgconn.socket
+        loop.add_reader(socket, readable)
+        try:
+            readable()  # what arrived with the LISTEN's answer
+            await lost
+        finally:
+            loop.remove_reader(socket)
+
+
+class TurnEventResponse(EventSourceResponse):
+    """sse-starlette's response, each write bounded by asyncio's own timeout: its anyio
+    cancel scope (with the async library looked up each time) cost more than the write
+    itself, once per frame batch of every stream."""
+
+    async def _send_with_timeout(self, send: Send, message: Message) -> None:
+        bound = asyncio.timeout(self.send_timeout)
+        try:
+            async with bound:
+                await send(message)
+        except TimeoutError:
+            if bound.expired():
+                raise SendTimeoutError() from None
+            raise
 
 
 class Viewer:
@@ -209,7 +254,8 @@ async def turn_event_batches(
                 continue
             poll_s = LISTENING_POLL_S if hub.listening.is_set() else POLL_INTERVAL_S
             try:
-                await asyncio.wait_for(doorbell.wait(), timeout=poll_s)
+                async with asyncio.timeout(poll_s):  # no task of its own, as `wait_for` makes
+                    await doorbell.wait()
             except TimeoutError:
                 read_log = True
 
@@ -271,12 +317,22 @@ class StreamRegistry:
         self._renewer: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
-    async def reserve(self, db: AsyncSession, owner: Identity) -> str:
-        """A lease on one of the user's open streams, or 429 at the limit; committed in the
-        caller's session (the request's own, which has just authorized the stream)."""
-        lease = await limits.take_stream_lease(
-            db, owner=owner, limit=self._max_per_user, lease_s=self._lease_s
-        )
+    async def reserve(
+        self, db: AsyncSession, owner: Identity, session_id: str, turn_id: str
+    ) -> str:
+        """A lease on one of the user's open streams of the owner's turn (404 when it is not
+        theirs), or 429 at the limit; committed in the caller's session (the request's own,
+        which has just authenticated the caller)."""
+        try:
+            lease = await limits.take_stream_lease(
+                db,
+                owner=owner,
+                limit=self._max_per_user,
+                lease_s=self._lease_s,
+                turn=(session_id, turn_id),
+            )
+        except LookupError:
+            raise NotFound(TURN_NOT_FOUND) from None
         await db.commit()
         if lease is None:
             raise RateLimited(

@@ -41,14 +41,26 @@ def create_engine(url: str, *, pool_size: int = 10, max_overflow: int = 20) -> A
     return _engine(url, pool_size=pool_size, max_overflow=max_overflow, pre_ping=True)
 
 
-def create_socket_checked_engine(url: str) -> AsyncEngine:
-    """An engine whose pool checks a connection by its socket, not by a query (see above)."""
-    engine = _engine(url, pool_size=10, max_overflow=20, pre_ping=False)
+def create_socket_checked_engine(
+    url: str, *, pool_size: int = 10, max_overflow: int = 20, autocommit: bool = False
+) -> AsyncEngine:
+    """An engine whose pool checks a connection by its socket, not by a query (see above).
+    With `autocommit`, its connections stay in autocommit mode for good (see
+    `autocommit_session_factory`)."""
+    engine = _engine(
+        url,
+        pool_size=pool_size,
+        max_overflow=max_overflow,
+        pre_ping=False,
+        **({"isolation_level": "AUTOCOMMIT"} if autocommit else {}),
+    )
     event.listen(engine.sync_engine.pool, "checkout", _refuse_closed)
     return engine
 
 
-def _engine(url: str, *, pool_size: int, max_overflow: int, pre_ping: bool) -> AsyncEngine:
+def _engine(
+    url: str, *, pool_size: int, max_overflow: int, pre_ping: bool, **options: Any
+) -> AsyncEngine:
     return create_async_engine(
         sqlalchemy_url(url),
         pool_size=pool_size,
@@ -57,6 +69,7 @@ def _engine(url: str, *, pool_size: int, max_overflow: int, pre_ping: bool) -> A
         # Errors must not carry statement parameters (message text, addresses) into logs or
         # into Temporal history as activity failures.
         hide_parameters=True,
+        **options,
     )
 
 
@@ -81,5 +94,9 @@ def autocommit_session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncS
     """Sessions whose every statement commits by itself (no `BEGIN`, `COMMIT` is a no-op),
     for work that is one statement: two round trips fewer each. The caller still calls
     `commit()`, so the code reads the same and stays right if it ever runs in a
-    transaction."""
+    transaction. An engine made with `autocommit=True` serves them as it is; any other is
+    switched to autocommit on each checkout and back on each return (a few Python calls
+    each way, which the API's hot path avoids with an engine of their own)."""
+    if engine.get_execution_options().get("isolation_level") == "AUTOCOMMIT":
+        return session_factory(engine)
     return session_factory(engine.execution_options(isolation_level="AUTOCOMMIT"))

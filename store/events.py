@@ -72,6 +72,15 @@ async def append_events(
     return list(range(last - len(events) + 1, last + 1))
 
 
+def opening_event(turn_id: str, type_: EventType, data: BaseModel) -> tuple[dict[str, Any], str]:
+    """A new turn's first event (id 1), for a writer that inserts it in the statement that
+    inserts the turn: its stored JSON, and the doorbell payload `append_events` would send."""
+    wire = _wire(type_, data)
+    batch = json.dumps([{"type": type_, "data": wire}])
+    fits = len(batch.encode()) <= NOTIFY_EVENTS_MAX
+    return wire, f"{turn_id}:1:{batch if fits else ''}"
+
+
 def state_event(state: TurnState) -> tuple[EventType, BaseModel]:
     """The `state` event of a turn entering `state`."""
     # Validated rather than constructed: the wire names states as literals, the store as enums.

@@ -2,7 +2,7 @@
 
 Checked before a posted message may start model work, cheapest first (`admit_turn`):
 
-    paused tenant            403 agent_paused           (the caller reads the tenant row)
+    paused tenant            403 agent_paused           (read with the count below)
     running turns per user   429 too_many_active_turns  (one indexed count under a user lock)
     posts per minute         429 rate_limited           (user, then tenant; Retry-After)
     messages per UTC day     429 daily_cap_reached      (user, then tenant)
@@ -26,12 +26,12 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import TextClause, delete, func, select, text, update
+from sqlalchemy import Interval, Select, TextClause, bindparam, delete, func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.config import Limits
 from parley.contracts import TERMINAL_TURN_STATES, TurnState
-from parley.errors import RateLimited
+from parley.errors import AgentPaused, RateLimited
 from parley.ids import new_id
 from parley.tenancy import TenantConfig
 from store.identity import Identity
@@ -44,18 +44,25 @@ log = logging.getLogger(__name__)
 RESTING = (TurnState.awaiting_confirmation, TurnState.awaiting_input)
 
 
-async def admit_turn(
-    db: AsyncSession, *, owner: Identity, tenant: Tenant | None, limits: Limits
-) -> None:
-    """Refuse a post that would go over a limit, counting it against the windowed ones.
-    The tenant's configuration, where it sets a limit, overrides the deployment's."""
-    config = TenantConfig.model_validate((tenant.config if tenant is not None else None) or {})
+async def admit_turn(db: AsyncSession, *, owner: Identity, limits: Limits) -> None:
+    """Refuse a post of a paused tenant, or one that would go over a limit, counting it
+    against the windowed ones. The tenant's configuration, where it sets a limit, overrides
+    the deployment's."""
+    now, running, paused, stored = await _running_turns(db, owner=owner, limits=limits)
+    if paused:
+        raise AgentPaused("the assistant is paused for this tenant")
+    config = TenantConfig.model_validate(stored or {})
     limits = replace(
         limits,
         active_turns_per_user=config.max_active_turns_per_user or limits.active_turns_per_user,
         user_per_minute=config.user_requests_per_minute or limits.user_per_minute,
     )
-    now = await _check_running_turns(db, owner=owner, limits=limits)
+    if running >= limits.active_turns_per_user:
+        raise RateLimited(
+            f"at most {limits.active_turns_per_user} answers can run at once for a user",
+            retry_after_s=2,
+            code="too_many_active_turns",
+        )
     minute = now.replace(second=0, microsecond=0)
     user, tenant_id = f"{owner.tenant_id}/{owner.user_id}", owner.tenant_id
     takes = [
@@ -109,34 +116,48 @@ async def admit_session(db: AsyncSession, *, owner: Identity, per_day: int) -> N
     await take_all(db, [Take("day_sessions", subject, day, per_day, refusal)])
 
 
-async def _check_running_turns(db: AsyncSession, *, owner: Identity, limits: Limits) -> datetime:
-    """Refuse a post over the user's running turns; return the database's clock (read with
-    the count), so every API process puts a post in the same window."""
+async def _running_turns(
+    db: AsyncSession, *, owner: Identity, limits: Limits
+) -> tuple[datetime, int, bool, dict[str, Any] | None]:
+    """The database's clock (so every API process puts a post in the same window), the
+    user's running turns, and the tenant's switch and configuration (a tenant without a row
+    is not paused and configures nothing): one statement, read under the user's lock."""
     # The user's lock, held to the end of the caller's transaction: two posts of one user
     # cannot both see room for one more turn. Its own statement: the count that follows
     # must be read after the lock is held.
     await _lock(db, f"turns:{owner.tenant_id}/{owner.user_id}")
-    stale = timedelta(seconds=limits.turn_stale_after_s)
+    params = {
+        "tenant_id": owner.tenant_id,
+        "user_id": owner.user_id,
+        "stale": timedelta(seconds=limits.turn_stale_after_s),
+    }
+    row = (await db.execute(_RUNNING_AND_TENANT, params)).one()
+    return row.now, int(row.running or 0), bool(row.paused), row.config
+
+
+def _running_and_tenant() -> Select[Any]:
     running = (
         select(func.count())
         .select_from(Turn)
         .where(
-            Turn.tenant_id == owner.tenant_id,
-            Turn.user_id == owner.user_id,
+            Turn.tenant_id == bindparam("tenant_id"),
+            Turn.user_id == bindparam("user_id"),
             Turn.state.not_in([*TERMINAL_TURN_STATES, *RESTING]),
-            Turn.updated_at > func.now() - stale,
+            Turn.updated_at > func.now() - bindparam("stale", type_=Interval),
         )
         .scalar_subquery()
     )
-    row = (await db.execute(select(running, func.now()))).one()
-    if int(row[0] or 0) >= limits.active_turns_per_user:
-        raise RateLimited(
-            f"at most {limits.active_turns_per_user} answers can run at once for a user",
-            retry_after_s=2,
-            code="too_many_active_turns",
-        )
-    now: datetime = row[1]
-    return now
+    tenant = select(Tenant.paused, Tenant.config).where(Tenant.id == bindparam("tenant_id"))
+    return select(
+        func.now().label("now"),
+        running.label("running"),
+        tenant.with_only_columns(Tenant.paused).scalar_subquery().label("paused"),
+        tenant.with_only_columns(Tenant.config).scalar_subquery().label("config"),
+    )
+
+
+# Built once: every post runs it (see store/identity.py `_IDENTITY`).
+_RUNNING_AND_TENANT = _running_and_tenant()
 
 
 @dataclass(frozen=True)
@@ -202,12 +223,28 @@ def _take_statement(n: int) -> TextClause:
 
 
 async def take_stream_lease(
-    db: AsyncSession, *, owner: Identity, limit: int, lease_s: float
+    db: AsyncSession,
+    *,
+    owner: Identity,
+    limit: int,
+    lease_s: float,
+    turn: tuple[str, str] | None = None,
 ) -> str | None:
     """A lease for one more open stream of the user, or None at the limit. Under the user's
     lock: then one statement forgets the user's lapsed leases and takes the new one if the
-    live ones leave room."""
-    await _lock(db, f"streams:{owner.tenant_id}/{owner.user_id}")
+    live ones leave room. With `turn` (session id, turn id), the lock is taken by the
+    statement that finds the owner's turn, and LookupError says it is not theirs."""
+    key = f"streams:{owner.tenant_id}/{owner.user_id}"
+    if turn is None:
+        await _lock(db, key)
+    else:
+        session_id, turn_id = turn
+        params = {"turn_id": turn_id, "session_id": session_id, "key": key}
+        found = await db.execute(
+            _LOCK_FOR_TURN, params | {"tenant_id": owner.tenant_id, "user_id": owner.user_id}
+        )
+        if found.first() is None:
+            raise LookupError(turn_id)
     lease_id = new_id("lse")
     taken = await db.scalar(
         _TAKE_LEASE,
@@ -220,6 +257,18 @@ async def take_stream_lease(
         },
     )
     return lease_id if taken is not None else None
+
+
+# The lock is taken for the row found (a select list is computed only for rows that pass
+# the WHERE), so a turn of someone else's takes no lock.
+_LOCK_FOR_TURN = text(
+    """
+    SELECT pg_advisory_xact_lock(hashtext(:key))
+    FROM turns AS t JOIN sessions AS s ON s.id = t.session_id
+    WHERE t.id = :turn_id AND t.session_id = :session_id AND t.tenant_id = :tenant_id
+        AND t.user_id = :user_id AND s.deleted_at IS NULL
+    """
+)
 
 
 # The CTEs see the table as it was before the statement: the count skips lapsed leases

@@ -4,8 +4,9 @@ turn row still open whose workflow may have closed without ending it."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import cast
 
-from sqlalchemy import func, select, update
+from sqlalchemy import Table, bindparam, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.contracts import TERMINAL_TURN_STATES, TurnState
@@ -28,11 +29,17 @@ async def turn_number(db: AsyncSession, *, turn_id: str) -> int:
 
 
 async def mark_workflow_started(db: AsyncSession, *, turn_id: str) -> None:
-    await db.execute(
-        update(Turn)
-        .where(Turn.id == turn_id, Turn.workflow_started_at.is_(None))
-        .values(workflow_started_at=datetime.now(UTC))
-    )
+    await db.execute(_MARK_STARTED, {"turn_id": turn_id, "now": datetime.now(UTC)})
+
+
+# Built once, plain Core: every turn the API starts runs it, and an ORM update would evaluate
+# its criteria against the session's objects (`synchronize_session`) for nothing.
+_TURNS = cast(Table, Turn.__table__)
+_MARK_STARTED = (
+    update(_TURNS)
+    .where(_TURNS.c.id == bindparam("turn_id"), _TURNS.c.workflow_started_at.is_(None))
+    .values(workflow_started_at=bindparam("now"))
+)
 
 
 async def unstarted_turns(

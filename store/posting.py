@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from sqlalchemy import Select, Table, func, insert, select, true, update
+from sqlalchemy import Select, Table, Text, bindparam, func, insert, select, true, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import make_transient_to_detached
 from sqlalchemy.orm.attributes import set_committed_value
@@ -23,7 +23,6 @@ from parley.config import Limits
 from parley.consent import typed_decision
 from parley.contracts import InteractionAnswer, MessageStatus, ResolveActionSignal, TurnState
 from parley.errors import (
-    AgentPaused,
     FeatureNotEnabled,
     IdempotencyKeyReused,
     StaleView,
@@ -36,9 +35,9 @@ from parley.statuses import ActionStatus, Decision, DeclineReason
 from store import actions, interactions
 from store import files as files_store
 from store import limits as limits_store
-from store.events import append_events, state_event
+from store.events import NOTIFY_CHANNEL, append_events, opening_event, state_event
 from store.identity import Identity
-from store.models import Action, ChatSession, Message, Tenant, Turn
+from store.models import Action, ChatSession, Message, Turn, TurnEvent
 from store.models.core import count_tokens
 from store.sessions import get_session, get_turn
 
@@ -124,13 +123,8 @@ async def _earlier_post(
 ) -> tuple[PostedMessage | None, int]:
     """The same message posted before (answered with its original turn), if it was, and how
     many turns the session has: one read, taken after the session's lock."""
-    earlier_id = (
-        select(Message.id)
-        .where(Message.session_id == session_id, Message.client_message_id == client_message_id)
-        .scalar_subquery()
-    )
-    turns = select(func.count()).where(Turn.session_id == session_id).scalar_subquery()
-    found, turns_before = (await db.execute(select(earlier_id, turns))).one()
+    params = {"session_id": session_id, "client_message_id": client_message_id}
+    found, turns_before = (await db.execute(_EARLIER_AND_TURNS, params)).one()
     if found is None:
         return None, int(turns_before)
     earlier = await db.get(Message, found)
@@ -140,6 +134,18 @@ async def _earlier_post(
     turn = await db.get(Turn, earlier.turn_id)
     assert turn is not None
     return PostedMessage(turn=turn, message=earlier, created=False), int(turns_before)
+
+
+# Built once: every post runs it (see store/identity.py `_IDENTITY`).
+_EARLIER_AND_TURNS = select(
+    select(Message.id)
+    .where(
+        Message.session_id == bindparam("session_id"),
+        Message.client_message_id == bindparam("client_message_id"),
+    )
+    .scalar_subquery(),
+    select(func.count()).where(Turn.session_id == bindparam("session_id")).scalar_subquery(),
+)
 
 
 async def _answering(
@@ -242,11 +248,11 @@ async def _insert_message_and_turn(
         user_message_id=row.id,
         user_seq=seq,
         state=TurnState.received,
-        last_event_id=0,
+        last_event_id=1,  # its `received` event is written with it
         viewers=0,
         **dict.fromkeys(_TURN_UNSET),
     )
-    stamps = (await db.execute(_write_statement(row, turn))).one()
+    stamps = (await db.execute(_WRITE, _write_params(row, turn))).one()
     set_committed_value(row, "created_at", stamps.message_created_at)
     set_committed_value(turn, "created_at", stamps.turn_created_at)
     set_committed_value(turn, "updated_at", stamps.turn_updated_at)
@@ -255,30 +261,47 @@ async def _insert_message_and_turn(
         db.add(loaded)
     set_committed_value(session, "last_seq", seq)  # written above, not a pending change
     set_committed_value(session, "active_turn_id", turn_id)
-    ids = await append_events(db, turn_id=turn_id, events=[state_event(TurnState.received)])
-    set_committed_value(turn, "last_event_id", ids[-1])
     return row, turn
 
 
-def _write_statement(message: Message, turn: Turn) -> Select[Any]:
-    """Insert the message and the turn and move the session on, returning the rows' stamps."""
-    messages, turns, sessions = (cast(Table, m.__table__) for m in (Message, Turn, ChatSession))
+def _write_statement() -> Select[Any]:
+    """Insert the message, the turn and its first event (`received`, rung on the doorbell as
+    `append_events` would) and move the session on, returning the rows' stamps. Built once,
+    with a parameter per written column (`m_<column>`, `t_<column>`): a statement built per
+    post is compiled, or looked up by a cache key computed afresh, per post."""
+    messages, turns, sessions, events = (
+        cast(Table, m.__table__) for m in (Message, Turn, ChatSession, TurnEvent)
+    )
     new_message = (
         insert(messages)
-        .values({c: getattr(message, c) for c in _MESSAGE_WRITTEN})
+        .values({c: bindparam(f"m_{c}", type_=messages.c[c].type) for c in _MESSAGE_WRITTEN})
         .returning(messages.c.created_at)
         .cte("new_message")
     )
     new_turn = (
         insert(turns)
-        .values({c: getattr(turn, c) for c in _TURN_WRITTEN})
+        .values({c: bindparam(f"t_{c}", type_=turns.c[c].type) for c in _TURN_WRITTEN})
         .returning(turns.c.created_at, turns.c.updated_at)
         .cte("new_turn")
     )
+    first_event = (
+        insert(events)
+        .values(
+            turn_id=bindparam("t_id"),
+            id=1,
+            type=bindparam("e_type", type_=events.c.type.type),
+            data=bindparam("e_data", type_=events.c.data.type),
+        )
+        .returning(events.c.id)
+        .cte("first_event")
+    )
     moved = (
         update(sessions)
-        .where(sessions.c.id == turn.session_id)
-        .values(last_seq=message.seq, active_turn_id=turn.id)
+        .where(sessions.c.id == bindparam("s_id", type_=sessions.c.id.type))
+        .values(
+            last_seq=bindparam("s_last_seq", type_=sessions.c.last_seq.type),
+            active_turn_id=bindparam("s_active_turn_id", type_=sessions.c.active_turn_id.type),
+        )
         .returning(sessions.c.id)
         .cte("moved_session")
     )
@@ -287,7 +310,23 @@ def _write_statement(message: Message, turn: Turn) -> Select[Any]:
         new_turn.c.created_at.label("turn_created_at"),
         new_turn.c.updated_at.label("turn_updated_at"),
         moved.c.id.label("session_id"),
-    ).select_from(new_message.join(new_turn, true()).join(moved, true()))  # one row each
+        func.pg_notify(NOTIFY_CHANNEL, bindparam("e_notify", type_=Text)).label("rung"),
+    ).select_from(  # one row each
+        new_message.join(new_turn, true()).join(first_event, true()).join(moved, true())
+    )
+
+
+def _write_params(message: Message, turn: Turn) -> dict[str, Any]:
+    params = {f"m_{c}": getattr(message, c) for c in _MESSAGE_WRITTEN}
+    params |= {f"t_{c}": getattr(turn, c) for c in _TURN_WRITTEN}
+    type_, data = state_event(TurnState.received)
+    wire, notify = opening_event(turn.id, type_, data)
+    params |= {"e_type": type_.value, "e_data": wire, "e_notify": notify}
+    return params | {
+        "s_id": turn.session_id,
+        "s_last_seq": message.seq,
+        "s_active_turn_id": turn.id,
+    }
 
 
 _MESSAGE_WRITTEN = (
@@ -303,6 +342,7 @@ _TURN_WRITTEN = (
     "last_event_id", "viewers",
 )  # fmt: skip
 _STAMPS = ("created_at", "updated_at")
+_WRITE = _write_statement()
 
 
 async def _admit(db: AsyncSession, *, owner: Identity, limits: Limits | None) -> None:
@@ -311,10 +351,7 @@ async def _admit(db: AsyncSession, *, owner: Identity, limits: Limits | None) ->
     all of them: it is on the identity already, no query."""
     if ASSISTANT not in owner.features:
         raise FeatureNotEnabled("the assistant is not enabled for this user", feature=ASSISTANT)
-    tenant = await db.get(Tenant, owner.tenant_id)
-    if tenant is not None and tenant.paused:
-        raise AgentPaused("the assistant is paused for this tenant")
-    await limits_store.admit_turn(db, owner=owner, tenant=tenant, limits=limits or Limits())
+    await limits_store.admit_turn(db, owner=owner, limits=limits or Limits())
 
 
 def _user_message(session: ChatSession, turn_id: str, client_message_id: str, text: str) -> Message:

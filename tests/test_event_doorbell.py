@@ -10,16 +10,24 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any, cast
 
+import psycopg
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sse_starlette import ServerSentEvent
+from sse_starlette.sse import SendTimeoutError
 
-from api.streaming import Doorbell, EventHub, turn_event_stream
+from api.streaming import Doorbell, EventHub, TurnEventResponse, turn_event_stream
 from parley.contracts import EventType
 from parley.wire import DeltaData, ErrorData
 from store import outbox, posting
 from store.db import libpq_url
-from store.events import NOTIFY_EVENTS_MAX, StoredEvent, append_events, parse_notification
+from store.events import (
+    NOTIFY_CHANNEL,
+    NOTIFY_EVENTS_MAX,
+    StoredEvent,
+    append_events,
+    parse_notification,
+)
 from store.identity import Identity
 from store.sessions import create_session
 from tests.conftest import LIFTED_LIMITS
@@ -195,3 +203,60 @@ async def test_a_quiet_stream_polls_the_log_only_while_the_listener_is_down(
         follower.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await follower
+
+
+async def test_the_listener_comes_back_after_its_connection_is_killed_and_rings_again(
+    database_url: str, hub: EventHub
+) -> None:
+    async with await psycopg.AsyncConnection.connect(
+        libpq_url(database_url), autocommit=True
+    ) as admin:
+
+        async def listener_pid() -> int | None:
+            cur = await admin.execute(
+                "SELECT pid FROM pg_stat_activity WHERE query = %s AND pid <> pg_backend_pid()",
+                (f"LISTEN {NOTIFY_CHANNEL}",),
+            )
+            row = await cur.fetchone()
+            return None if row is None else int(row[0])
+
+        first = await eventually(listener_pid, timeout=30, what="the hub listens")
+        await admin.execute("SELECT pg_terminate_backend(%s)", (first,))
+
+        async def listening_again() -> int | None:
+            pid = await listener_pid()
+            return pid if pid not in (None, first) and hub.listening.is_set() else None
+
+        await eventually(listening_again, timeout=30, what="a new LISTEN connection")
+        turn_id = f"trn_{uuid.uuid4().hex[:20]}"
+        with hub.subscribe(turn_id) as doorbell:
+            note = f'{turn_id}:1:[{{"type":"delta","data":{{"text":"back"}}}}]'
+            await admin.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, note))
+            await asyncio.wait_for(doorbell.wait(), timeout=30)
+            brought = doorbell.take(0)
+        assert brought == [StoredEvent(id=1, type="delta", data={"text": "back"})]
+
+
+async def test_a_frame_the_client_never_takes_ends_its_stream_at_the_send_timeout() -> None:
+    closed = asyncio.Event()
+
+    async def frames() -> AsyncIterator[bytes]:
+        try:
+            while True:
+                yield b"data: x\n\n"
+        finally:
+            closed.set()
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            await asyncio.Event().wait()  # a reader that stopped reading
+
+    async def receive() -> dict[str, Any]:
+        await asyncio.Event().wait()
+        return {"type": "http.disconnect"}
+
+    response = TurnEventResponse(frames(), ping=600, send_timeout=0.05)
+    scope = {"type": "http", "method": "GET", "path": "/", "headers": []}
+    with pytest.raises(SendTimeoutError):
+        await asyncio.wait_for(response(scope, receive, send), timeout=30)
+    assert closed.is_set()  # the stream's own cleanup ran

@@ -26,7 +26,7 @@ from api.deps import (
 from api.errors import answers
 from api.metrics import MESSAGES_POSTED, STREAMS_OPEN, TURN_START_FAILURES
 from api.schemas import CancelOut, PostMessageIn, TurnOut, TurnStarted
-from api.streaming import Viewer, turn_event_batches
+from api.streaming import TurnEventResponse, Viewer, turn_event_batches
 from dispatch.control import cancel_turn_workflow, deliver_decision
 from dispatch.outbox import start_and_record
 from dispatch.specialists import deliver_answer
@@ -272,9 +272,9 @@ async def stream_events(
     after: Annotated[int | None, Query(ge=0)] = None,
 ) -> EventSourceResponse:
     """Server-sent events of the turn: replay after `Last-Event-ID` (or `?after=`), then live."""
-    await store_sessions.get_turn(db, owner=user, session_id=session_id, turn_id=turn_id)
     start = int(last_event_id) if last_event_id is not None else (after or 0)
-    lease = await registry.reserve(db, user)  # 429 before the stream starts
+    # 404 for a turn that is not the caller's, 429 at the limit, both before the stream starts.
+    lease = await registry.reserve(db, user, session_id, turn_id)
     await db.close()  # the stream may run for minutes; do not hold a pooled connection
 
     async def events() -> AsyncIterator[bytes]:
@@ -294,7 +294,7 @@ async def stream_events(
             STREAMS_OPEN.dec()
             registry.release(lease, turn_id if viewer.attached else None, hung_up=not finished)
 
-    return EventSourceResponse(
+    return TurnEventResponse(
         events(),
         ping=settings.stream_keepalive_s,
         send_timeout=settings.stream_send_timeout_s,
