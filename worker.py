@@ -10,11 +10,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
+import sys
 import time
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 import httpx
 from prometheus_client import start_http_server
@@ -277,10 +279,23 @@ async def run_worker(settings: Settings) -> None:
     await engine.dispose()
 
 
+def serve(settings: Settings) -> NoReturn:
+    """Run the worker until SIGTERM or SIGINT and its drain, then leave without finalizing
+    the interpreter: Temporal's core runtime keeps native threads (its log forwarding among
+    them) that may still call into Python while the interpreter shuts down, which aborts a
+    worker that drained cleanly (a rolling restart saw exit code -6). Everything the worker
+    owns is closed by then and the logs are flushed first."""
+    asyncio.run(run_worker(settings))
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 def main() -> None:
     settings = get_settings()
     configure_logging(settings.log_format, settings.log_level)
-    asyncio.run(run_worker(settings))
+    serve(settings)
 
 
 if __name__ == "__main__":

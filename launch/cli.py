@@ -116,9 +116,9 @@ def main(argv: list[str] | None = None) -> None:
             log_config=None,
         )
     elif args.command == "worker":
-        from worker import run_worker
+        from worker import serve
 
-        asyncio.run(run_worker(settings))
+        serve(settings)
     elif args.command == "demo-backend":
         import uvicorn
 
