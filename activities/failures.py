@@ -29,6 +29,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
+from activities.heartbeat import heartbeat
 from parley.contracts import TURN_STOPPED
 from parley.statuses import TurnErrorCode
 from store.turns import TurnStopped
@@ -77,8 +78,7 @@ async def wait_for_database(probe: Probe, wait: timedelta = STORE_OUTAGE_WAIT) -
         ends = info.started_time + info.start_to_close_timeout - REPORT_MARGIN
         deadline = min(deadline, time.monotonic() + (ends - datetime.now(UTC)).total_seconds())
     while time.monotonic() < deadline:
-        if not info.is_local:  # a local activity has no heartbeat: its workflow task waits
-            activity.heartbeat()
+        heartbeat()
         await asyncio.sleep(PROBE_INTERVAL_S)
         try:
             await probe()
@@ -117,14 +117,8 @@ class _FailureMapper(ActivityInboundInterceptor):
                 # The attempt fails either way (what it was doing is lost with the
                 # connection); waiting here keeps a short outage from spending the retries.
                 back = await wait_for_database(self._probe)
-            # A local activity's retries keep to its policy's own intervals: the SDK's local
-            # retries take an explicit delay in place of the policy, attempt limit included,
-            # and would retry a step that can never succeed forever.
-            delay = (
-                None if activity.info().is_local else RETRY_WHEN_BACK if back else STORE_RETRY_DELAY
-            )
             raise ApplicationError(
                 f"the database is unreachable ({type(exc).__name__})",
                 type=TurnErrorCode.store_unavailable,
-                next_retry_delay=delay,
+                next_retry_delay=RETRY_WHEN_BACK if back else STORE_RETRY_DELAY,
             ) from None
