@@ -1,11 +1,11 @@
 """The rolling summary's activity: fold what left the recent window into the summary.
 
-`start_summary` runs at the end of the turn workflow, after the answer is stored; it starts
-the summary workflow, whose one step is `summarize`. The summarizer is a model call
-through the gateway (the demo model answers with an extractive summary; real providers get a
-prompt asking for structured JSON). Nothing is written until the answer is parsed and
-checked, and then in one transaction: a crash anywhere before the commit leaves the stored
-summary where it was, and the next run covers the gap.
+`start_summary` runs at the end of the turn workflow, after the answer is stored; when there
+is work, it starts the summary workflow, whose one step is `summarize`. The summarizer is a
+model call through the gateway (the demo model answers with an extractive summary; real
+providers get a prompt asking for structured JSON). Nothing is written until the answer is
+parsed and checked, and then in one transaction: a crash anywhere before the commit leaves
+the stored summary where it was, and the next run covers the gap.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from parley.memory import cap_lines, parse_summary, summary_request
 from parley.prompt import MIN_RECENT
 from parley.tokens import counter_for
 from parley.window import choose_window, group_turns
+from store import embeddings as embedding_store
 from store import memory as memory_store
 from store import tenants, user_memory
 from store.models import ChatSession
@@ -74,9 +75,13 @@ class MemoryActivities:
     @activity.defn(name="start_summary")
     async def start_summary(self, inp: SummarizeInput) -> None:
         """Start the summary workflow for a finished turn, on this worker's queue, after the
-        configured idle delay; a retried start finds the one already started (its id is
-        derived from the turn)."""
+        configured idle delay, when it has work: messages to embed, or enough past the
+        recent window to fold. Most turns have none, and a workflow that would only find
+        that out costs the server and the worker more than this check. A retried start
+        finds the one already started (its id is derived from the turn)."""
         assert self._client is not None, "the worker builds this with its Temporal client"
+        if not await self._has_work(inp.session_id):
+            return
         await self._client.start_workflow(
             SUMMARY_WORKFLOW,
             inp,
@@ -127,6 +132,15 @@ class MemoryActivities:
             await memory_store.pin_facts(db, session_id=job.session_id, facts=facts)
             await db.commit()
         return SummarizeResult(job.through, summarized=True)
+
+    async def _has_work(self, session_id: str) -> bool:
+        if self._embedder is not None:
+            async with self._sessions() as db:
+                if await embedding_store.available(db) and await embedding_store.unembedded(
+                    db, session_id=session_id, model=self._embedder.name, limit=1
+                ):
+                    return True
+        return not isinstance(await self._plan(session_id), int)
 
     async def embed_messages(self, session_id: str) -> int:
         """Index the session's new messages for recall by meaning (activities/recall.py), off
