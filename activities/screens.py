@@ -67,11 +67,12 @@ class ScreenActivities:
 
     @activity.defn(name="suggest_followups")
     async def suggest_followups(self, inp: ScreenInput) -> None:
-        """Best effort: offered only while the turn is still open, never after its end."""
+        """Best effort: offered only while the turn is still open, never after its end or its
+        Stop (a Stop during the turn's last workflow task runs this step again)."""
         async with self._sessions() as db:
             turn = await db.get(Turn, inp.turn_id, with_for_update=True)
             assert turn is not None
-            if turn.state in TERMINAL_TURN_STATES:
+            if turn.state in TERMINAL_TURN_STATES or turn.cancel_requested_at is not None:
                 await db.commit()
                 return
             tools = list(

@@ -81,16 +81,23 @@ async def ended_cancelled(
 # --- 1. a Stop accepted at any moment before the first delta ends the turn cancelled ----------
 
 
+# A turn that proposes (context, model, tool, confirmation), and a plain answer, whose
+# screen, follow-ups and end share the turn's last workflow task.
+ASKED = {"proposal": "Can you email me?", "answer": "Thanks, that helps."}
+
+
 @pytest.mark.parametrize("delay_s", [0.0, 0.01, 0.03, 0.06, 0.1, 0.15, 0.2, 0.3, 0.5])
+@pytest.mark.parametrize("asked", sorted(ASKED))
 async def test_every_accepted_stop_ends_the_turn_cancelled(
     priya: ParleyClient,
     sessions: async_sessionmaker[AsyncSession],
     northwind: httpx.AsyncClient,
     delay_s: float,
+    asked: str,
 ) -> None:
     sid = await priya.new_session()
     await priya.turn(sid, "Where is my order?")
-    posted = await priya.post(sid, "Can you email me?")  # context, model, tool, confirmation
+    posted = await priya.post(sid, ASKED[asked])
     turn_id = posted.json()["turn_id"]
     await asyncio.sleep(delay_s)  # the spread of moments under test, not a wait for anything
     stop = await priya.http.post(f"/v1/sessions/{sid}/turns/{turn_id}/cancel")
@@ -119,6 +126,8 @@ async def test_every_accepted_stop_ends_the_turn_cancelled(
         print(f"stop after {delay_s:.2f} s: {stop.status_code}")
         assert stop.status_code == 409, stop.text
         assert stop.json()["error"]["code"] == "turn_finished"
+    ended = await event_types(sessions, turn_id)
+    assert ended.count("followups") <= 1, ended  # never offered twice
     # Either way the session takes the next message.
     after = await priya.turn(sid, "Thanks")
     assert after[1][-1].type == "done"

@@ -34,7 +34,7 @@ from workflows.turn import TurnWorkflow
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
 # The recording made with the current workflow code: every shape, each to its close.
-CURRENT = "turn_v10"
+CURRENT = "turn_v11"
 SHAPES = (
     "plain",
     "tool",

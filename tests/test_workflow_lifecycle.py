@@ -81,7 +81,8 @@ async def test_a_stop_during_a_step_that_finishes_anyway_still_ends_the_turn_can
         await reached(stubs, step)
         await handle.cancel()
         stubs.released[step].set()  # the step reports success after the cancel
-        await ends_cancelled(handle, stubs)
+        # The answer's screen, its follow-ups and the turn's end share one workflow task.
+        await ends_cancelled(handle, stubs, in_a_refused_task=step == "screen_output")
         if step == "call_model" and not answers:
             await replays(handle, "_cancelled")
     assert step in stubs.finished

@@ -47,6 +47,11 @@ SPECIALIST_PATCH = "specialist-v1"
 # The steps that heartbeat (model, tools, send), the follow-ups and the endings by failure
 # or cancel stay regular.
 LOCAL_STORE_PATCH = "local-store-steps-v1"
+# Turns started before it ask for follow-up suggestions as a regular activity beside the
+# output screen, with a timer for their grace; with it, as a local activity (rules and one
+# write, no model call): a plain turn's answer is screened, offered follow-ups, finalized and
+# its summary considered in one workflow task, and its only regular activity is the model.
+LOCAL_FOLLOWUPS_PATCH = "local-followups-v1"
 
 # The patches the turn-v9 marker stands for (turns started from its consolidation on).
 TURN_V9 = frozenset(
@@ -62,13 +67,16 @@ TURN_V9 = frozenset(
         SPECIALIST_PATCH,
     }
 )
+# The patches the turn-v10 marker stands for.
+TURN_V10 = TURN_V9 | {LOCAL_STORE_PATCH}
 # The marker a new turn records for every patch above.
-ALL_PATCHES = "turn-v10"
+ALL_PATCHES = "turn-v11"
 # Each marker that stood for many, newest first, with the patches it stands for. A later
 # consolidation adds its own line above the others (and becomes ALL_PATCHES); the older lines
 # stay while turns that recorded them may still replay.
 GENERATIONS: tuple[tuple[str, frozenset[str]], ...] = (
-    (ALL_PATCHES, TURN_V9 | {LOCAL_STORE_PATCH}),
+    (ALL_PATCHES, TURN_V10 | {LOCAL_FOLLOWUPS_PATCH}),
+    ("turn-v10", TURN_V10),
     ("turn-v9", TURN_V9),
 )
 

@@ -69,6 +69,7 @@ from workflows.model_step import call_model_or_fallback
 from workflows.options import FOLLOWUPS, SCREEN, SEND, SKILL, STORE, TOOL, to_its_end
 from workflows.patches import (
     LIFECYCLE_PATCH,
+    LOCAL_FOLLOWUPS_PATCH,
     LOCAL_STORE_PATCH,
     LOCAL_SUMMARY_START_PATCH,
     OPERATOR_STATES_PATCH,
@@ -320,9 +321,10 @@ class TurnWorkflow:
         a declined answer is retracted, an erroring screen lets the answer stand."""
         check = ScreenInput(inp.turn_id, call.model_call_id)
         screen = self._screen(ScreenActivities.screen_output, check, summary="screen answer")
-        followups = FOLLOWUPS.start(
-            ScreenActivities.suggest_followups, check, summary="suggest follow-ups"
+        offer = (
+            FOLLOWUPS.run_local if self._patches.taken(LOCAL_FOLLOWUPS_PATCH) else FOLLOWUPS.start
         )
+        followups = offer(ScreenActivities.suggest_followups, check, summary="suggest follow-ups")
         try:
             verdict = await screen
         except ActivityError:
