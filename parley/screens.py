@@ -15,8 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 _CARD = re.compile(r"(?<!\d)(?:\d[ .\-]?){13,19}(?!\d)")
-# Any address-like run, masked or not: `*` counts as part of a local part here.
-_EMAIL = re.compile(r"[A-Za-z0-9._%+*-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}")
+# Any address-like run, masked or not: `*` counts as part of a local part here. A match
+# starts only where a run of local-part characters starts (the leftmost match would anyway):
+# without that, every position of a long run without `@` rescans the run (quadratic time).
+_EMAIL = re.compile(
+    r"(?<![A-Za-z0-9._%+*-])[A-Za-z0-9._%+*-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}"
+)
 # The one mask the assistant shows (activities/tools.py): the first character, then `***`.
 _MASKED_LOCAL = re.compile(r"[A-Za-z0-9]\*\*\*")
 # Invisible characters that split a word without showing (soft hyphen, zero-width, marks).

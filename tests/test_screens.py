@@ -209,6 +209,17 @@ async def test_the_output_floor_allows_masked_addresses_only() -> None:
     assert not (await floor.check("sent to priya@example.com")).allowed
 
 
+async def test_the_output_floor_reads_a_long_answer_to_its_end() -> None:
+    # Long runs without `@` (a pasted blob the model echoes) once cost the address rule time
+    # quadratic in their length: a 4 MB answer outran the screen's timeout and went out
+    # unscreened. The rule still finds an address after them, and only a real one.
+    blob = ("x" * 2000 + " ") * 500
+    floor = RulesScreen("output")
+    assert not (await floor.check(blob + "write to priya.s@example.com")).allowed
+    assert (await floor.check(blob + "sent to p***@example.com")).allowed
+    assert not (await floor.check("x" * 50_000 + "priya@example.com")).allowed
+
+
 async def test_the_moderation_adapter_speaks_the_openai_endpoint() -> None:
     from openai import AsyncOpenAI
 
