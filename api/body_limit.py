@@ -1,10 +1,16 @@
 """The request body limit, enforced before anything reads a body: pure ASGI middleware.
 
 It runs outside FastAPI, so before routing, authentication and JSON parsing. A declared
-`Content-Length` over the limit is answered 413 at once, without reading a byte of the body
-(the server then closes the connection rather than drain it). A body without a length
-(chunked) is counted while the app reads it; at the first byte over the limit the client
-gets the 413 and the app sees a disconnect, so no more than the limit is ever held.
+`Content-Length` over the limit is answered 413 at once, without reading the body. A body
+without a length (chunked) is counted while the app reads it; at the first byte over the
+limit the client gets the 413 and the app sees a disconnect, so no more than the limit is
+ever held.
+
+After a 413 the connection closes. Closed with the client's bytes still unread, it would be
+reset, and a reset can discard the answer before the client has read it. So the answer is
+sent whole, then what the client keeps sending is read and dropped for a moment (at most
+`LINGER_S` and `LINGER_BYTES`), and only then is the response completed and the connection
+closed: the bytes held at any time stay within one read.
 
 A few routes take larger bodies (a file upload): `larger` maps a path pattern to its own
 limit, decided the same way, before anything is read.
@@ -12,6 +18,8 @@ limit, decided the same way, before anything is read.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import re
 from collections.abc import Mapping
@@ -20,6 +28,11 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.errors import error_body
+
+# After a 413: how long, and how much of the rest of the body, is read and dropped before the
+# close, so the client can read the answer first.
+LINGER_S = 1.0
+LINGER_BYTES = 4 * 1024 * 1024
 
 
 class BodyLimit:
@@ -38,6 +51,7 @@ class BodyLimit:
         declared = _content_length(scope)
         if declared is not None and declared > limit:
             await self._refuse(send, limit)
+            await _linger(receive, send)
             return
         await self._app(scope, *self._guarded(receive, send, limit))
 
@@ -64,6 +78,7 @@ class BodyLimit:
                     if not started:
                         answered = True
                         await self._refuse(send, limit)
+                        await _linger(receive, send)
                     return {"type": "http.disconnect"}
             return message
 
@@ -86,7 +101,22 @@ class BodyLimit:
             (b"connection", b"close"),
         ]
         await send({"type": "http.response.start", "status": 413, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+        # All of it, but not yet complete: `_linger` completes it.
+        await send({"type": "http.response.body", "body": body, "more_body": True})
+
+
+async def _linger(receive: Receive, send: Send) -> None:
+    """Read and drop what the client still sends, briefly and boundedly, then complete the
+    response (the server closes the connection after it)."""
+    dropped = 0
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(LINGER_S):
+            while dropped < LINGER_BYTES:
+                message = await receive()
+                if message["type"] != "http.request" or not message.get("more_body"):
+                    break
+                dropped += len(message.get("body", b""))
+    await send({"type": "http.response.body", "body": b""})
 
 
 def _content_length(scope: Scope) -> int | None:
