@@ -25,12 +25,14 @@ _EMAIL = re.compile(
 _MASKED_LOCAL = re.compile(r"[A-Za-z0-9]\*\*\*")
 # Invisible characters that split a word without showing (soft hyphen, zero-width, marks).
 _INVISIBLE = re.compile("[\u00ad\u034f\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]")
-# Spelled-out addresses: `priya [at] example (dot) com`, `priya at example dot com`.
-_SPELLED_AT = re.compile(r"\s*[\[({<]\s*(?:at|@)\s*[\])}>]\s*", re.IGNORECASE)
-_SPELLED_DOT = re.compile(r"\s*[\[({<]\s*(?:dot|\.)\s*[\])}>]\s*", re.IGNORECASE)
+# Spelled-out addresses: `priya [at] example (dot) com`, `priya at example dot com`. A match
+# starts only where a run of spaces starts (linear time on a long run of them).
+_SPELLED_AT = re.compile(r"(?<!\s)\s*[\[({<]\s*(?:at|@)\s*[\])}>]\s*", re.IGNORECASE)
+_SPELLED_DOT = re.compile(r"(?<!\s)\s*[\[({<]\s*(?:dot|\.)\s*[\])}>]\s*", re.IGNORECASE)
 _SPACED_AT = re.compile(r"(?<=[A-Za-z0-9*])\s*@\s*(?=[A-Za-z0-9])")
 _WORDY = re.compile(
-    r"\b([A-Za-z0-9._%+-]+)\s+at\s+([A-Za-z0-9-]+(?:\s+dot\s+[A-Za-z0-9-]+)+)\b", re.IGNORECASE
+    r"(?<![A-Za-z0-9._%+-])([A-Za-z0-9._%+-]+)\s+at\s+([A-Za-z0-9-]+(?:\s+dot\s+[A-Za-z0-9-]+)+)\b",
+    re.IGNORECASE,
 )
 
 # Said instead of an answer the output screen withdrew.

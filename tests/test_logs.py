@@ -57,6 +57,13 @@ def test_redact_replaces_addresses_and_card_numbers_and_keeps_ids_and_amounts() 
     assert redact("GET /x?from=a.b%2Bc%40example.org&y=1") == "GET /x?from=[email]&y=1"
 
 
+def test_redact_finds_an_address_after_a_long_run_of_address_characters() -> None:
+    # Such a run once cost time quadratic in its length (a 100 kB blob: minutes per line).
+    blob = "x" * 200_000
+    assert redact(f"{blob} wrote priya@example.com") == f"{blob} wrote [email]"
+    assert redact(f"{blob}@example.com") == "[email]"
+
+
 def _capture(formatter: logging.Formatter) -> tuple[logging.Logger, io.StringIO]:
     out = io.StringIO()
     handler = logging.StreamHandler(out)

@@ -218,6 +218,10 @@ async def test_the_output_floor_reads_a_long_answer_to_its_end() -> None:
     assert not (await floor.check(blob + "write to priya.s@example.com")).allowed
     assert (await floor.check(blob + "sent to p***@example.com")).allowed
     assert not (await floor.check("x" * 50_000 + "priya@example.com")).allowed
+    # Long runs of spaces or of dotted words before a spelled-out address: the same.
+    spaced = " " * 200_000 + "priya [at] example (dot) com"
+    assert not (await floor.check(spaced)).allowed
+    assert not (await floor.check("a." * 100_000 + " at example dot com")).allowed
 
 
 async def test_the_moderation_adapter_speaks_the_openai_endpoint() -> None:
