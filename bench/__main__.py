@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from temporalio.client import Client
 
 from bench.cpu import snapshot, usage
 from bench.knowledge import measure_knowledge, render_knowledge
@@ -43,6 +44,7 @@ from bench.runner import (
 )
 from bench.stack import REPO, Stack, log, running_stack
 from bench.throughput import render_throughput, shapes, throughput
+from bench.timeline import measure_timeline, render_timeline
 from store.db import create_engine, session_factory
 
 
@@ -254,6 +256,7 @@ async def main_async(args: argparse.Namespace) -> None:
         results = {} if memory_only else await measure(args, stack)
         if not memory_only and args.path_turns:
             results["paths"] = await _paths(args, stack)
+            results["timeline"] = await _timeline(args, stack)
         if not args.no_memory:
             results["memory"] = await _memory(args, stack)
             results["knowledge"] = await _knowledge(stack)
@@ -291,6 +294,19 @@ async def _paths(args: argparse.Namespace, stack: Stack) -> dict[str, Any]:
         await engine.dispose()
 
 
+async def _timeline(args: argparse.Namespace, stack: Stack) -> dict[str, Any]:
+    engine = create_engine(stack.settings.database_url or "", pool_size=2)
+    try:
+        log(f"(h) the first delta stage by stage: {args.path_turns} plain turns")
+        temporal = await Client.connect(stack.settings.temporal_address)
+        async with http_client(stack.parley_url, stack.token, 4) as http:
+            return await measure_timeline(
+                ParleyTarget(http), session_factory(engine), temporal, turns=args.path_turns
+            )
+    finally:
+        await engine.dispose()
+
+
 async def _knowledge(stack: Stack) -> dict[str, Any]:
     engine = create_engine(stack.settings.database_url or "", pool_size=2)
     try:
@@ -308,6 +324,8 @@ def _write(
         print(render(settings, results))
     if "paths" in results:
         print(render_paths(results["paths"]))
+    if "timeline" in results:
+        print(render_timeline(results["timeline"]))
     if "memory" in results:
         print(render_memory(results["memory"]))
     if "knowledge" in results:

@@ -1,0 +1,124 @@
+"""(h) Where the first delta's time goes: plain turns, one at a time, each taken apart by stage.
+
+Every stage is read from a record the system keeps anyway, on one machine's clock: the
+Temporal history (workflow started, its first workflow task picked up), the trace ledger
+(`trace_spans`: the first step running, the context built, the model call running) and the
+event log (`turn_events`: the first delta stored), and the client's own clock for the POST and
+the first delta it read. A stage's figure is the time from the previous stage, p50 over the
+turns; their sum is close to the first delta's p50 (medians do not add exactly).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+
+from bench.runner import ParleyTarget, percentile, run_turn, turn_text
+from parley.ids import workflow_id_for_turn
+from store.models import TraceSpan, TurnEvent
+
+STAGES = (
+    "POST -> workflow started",
+    "-> first workflow task picked up",
+    "-> first step running",
+    "-> context built",
+    "-> model call running",
+    "-> first delta stored",
+    "-> first delta at the client",
+)
+SPANS_WAIT_S = 10.0  # spans may be written after the step that they time
+
+
+async def measure_timeline(
+    parley: ParleyTarget,
+    db_sessions: async_sessionmaker[AsyncSession],
+    temporal: Client,
+    *,
+    turns: int,
+) -> dict[str, Any]:
+    conversation = await parley.new_conversation()
+    samples: list[list[float]] = []
+    for i in range(turns):
+        posted_at = time.time()
+        turn = await run_turn(parley, conversation, turn_text(i))
+        if not turn.ok or turn.first_delta_s is None or parley.last_turn_id is None:
+            continue
+        marks = await _marks(db_sessions, temporal, parley.last_turn_id)
+        if marks is None:
+            continue
+        marks.append(posted_at + turn.first_delta_s)
+        points = [posted_at, *marks]
+        samples.append([(b - a) * 1000 for a, b in zip(points, points[1:], strict=False)])
+    return {
+        "turns": len(samples),
+        "stages_p50_ms": {s: percentile([x[k] for x in samples], 0.5) for k, s in enumerate(STAGES)}
+        if samples
+        else {},
+    }
+
+
+async def _marks(
+    db_sessions: async_sessionmaker[AsyncSession], temporal: Client, turn_id: str
+) -> list[float] | None:
+    """The wall-clock instants of the stages after the POST, or None when a record is missing."""
+    started = picked = None
+    handle = temporal.get_workflow_handle(workflow_id_for_turn(turn_id))
+    async for event in handle.fetch_history_events():
+        at = event.event_time.ToDatetime().timestamp()
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+            started = at
+        elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+            picked = at
+            break
+    spans = await _spans(db_sessions, turn_id)
+    if started is None or picked is None or spans is None:
+        return None
+    async with db_sessions() as db:
+        stored = await db.scalar(
+            select(func.min(TurnEvent.created_at)).where(
+                TurnEvent.turn_id == turn_id, TurnEvent.type == "delta"
+            )
+        )
+    if stored is None:
+        return None
+    first_step = min(s.started_at for s in spans)
+    context = min(s.ended_at for s in spans if s.name == "build_context")
+    model = min(s.started_at for s in spans if s.name == "call_model")
+    return [started, picked, *(_epoch(t) for t in (first_step, context, model, stored))]
+
+
+async def _spans(
+    db_sessions: async_sessionmaker[AsyncSession], turn_id: str
+) -> list[TraceSpan] | None:
+    deadline = time.monotonic() + SPANS_WAIT_S
+    while True:
+        async with db_sessions() as db:
+            spans = list(await db.scalars(select(TraceSpan).where(TraceSpan.turn_id == turn_id)))
+        names = {s.name for s in spans}
+        if {"build_context", "call_model"} <= names:
+            return spans
+        if time.monotonic() >= deadline:
+            return None
+        await asyncio.sleep(0.05)
+
+
+def _epoch(at: datetime) -> float:
+    return at.timestamp()
+
+
+def render_timeline(results: dict[str, Any]) -> str:
+    lines = ["", "(h) The first delta of a plain turn, stage by stage (ms from the previous, p50)"]
+    stages = results["stages_p50_ms"]
+    for stage in STAGES:
+        if stage in stages:
+            lines.append(f"  {stage:<38}{stages[stage]:>8.1f}")
+    if stages:
+        lines.append(f"  {'sum':<38}{sum(stages.values()):>8.1f}   ({results['turns']} turns)")
+    return "\n".join(lines)
