@@ -12,6 +12,7 @@ worker that is killed loses the spans of its last few milliseconds, never a step
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import logging
 from collections import OrderedDict
@@ -59,9 +60,10 @@ class TracingInterceptor(Interceptor):
 
 
 class SpanLedger:
-    """Spans on their way to `trace_spans`. A span is kept at once and written by the next
-    flush, which starts when the first span is kept and takes every span kept until then: one
-    statement, in autocommit, for the steps that ended close together."""
+    """Spans on their way to `trace_spans`. A span is kept at once; the first one kept starts
+    a short wait, then every span kept by then is written in one statement, in autocommit.
+    `drain` writes what is kept at once: a turn's ending step drains before it runs, so the
+    spans of the steps before it are stored before the turn's `done` or `error` goes out."""
 
     def __init__(
         self, sessions: async_sessionmaker[AsyncSession], gather_s: float = GATHER_S
@@ -69,26 +71,37 @@ class SpanLedger:
         self._sessions = sessions
         self._gather_s = gather_s
         self._kept: list[dict[str, Any]] = []
-        self._flushing: asyncio.Task[None] | None = None
+        self._waiting: asyncio.Task[None] | None = None
+        self._writing: set[asyncio.Future[None]] = set()
 
     def keep(self, span: dict[str, Any]) -> None:
         self._kept.append(span)
-        if self._flushing is None:
-            self._flushing = asyncio.get_running_loop().create_task(self._flush())
+        if self._waiting is None:
+            # In a context of its own: the write belongs to no step (nor to its log ids).
+            self._waiting = asyncio.get_running_loop().create_task(
+                self._after_the_wait(), context=contextvars.Context()
+            )
 
     async def drain(self) -> None:
-        """Write what is kept (a worker that stops lets its last spans out first)."""
-        while self._flushing is not None:
-            await asyncio.shield(self._flushing)
+        """Write what is kept, and wait for the writes under way."""
+        await self._write_kept()
+        while self._writing:
+            await asyncio.wait([asyncio.shield(w) for w in self._writing])
 
-    async def _flush(self) -> None:
+    async def _after_the_wait(self) -> None:
         try:
             await asyncio.sleep(self._gather_s)
-            while self._kept:
-                spans, self._kept = self._kept, []
-                await self._write(spans)
         finally:
-            self._flushing = None
+            self._waiting = None
+        await self._write_kept()
+
+    async def _write_kept(self) -> None:
+        while self._kept:
+            spans, self._kept = self._kept, []
+            write = asyncio.ensure_future(self._write(spans))
+            self._writing.add(write)
+            write.add_done_callback(self._writing.discard)
+            await asyncio.shield(write)
 
     async def _write(self, spans: list[dict[str, Any]]) -> None:
         try:
@@ -99,6 +112,9 @@ class SpanLedger:
         except Exception:  # the ledger is best effort; the steps' own results stand
             log.warning("could not record %d trace spans", len(spans), exc_info=True)
 
+
+# The steps that end a turn or rest it on a card: the ledger is drained before they run.
+ENDINGS = frozenset({"finalize_turn", "fail_turn", "cancel_turn", "request_confirmation"})
 
 # One statement for any number of spans, so it is prepared once per connection.
 _INSERT_SPANS = text(
@@ -177,6 +193,8 @@ class _SpanRecorder(ActivityInboundInterceptor):
             return await self._traced(input, turn_id)
 
     async def _traced(self, input: ExecuteActivityInput, turn_id: str) -> Any:
+        if activity.info().activity_type in ENDINGS:
+            await self._ledger.drain()
         started = datetime.now(UTC)
         attrs: dict[str, Any] = {}
         token = _current_attrs.set(attrs)
