@@ -23,7 +23,6 @@ from prometheus_client import start_http_server
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 from temporalio.worker import Worker
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.context import ContextBuilder
 from activities.failures import FailureInterceptor, database_probe
@@ -41,6 +40,7 @@ from activities.tracing import TracingInterceptor
 from activities.turn import TurnActivities
 from dispatch.deployment import deployment_config, deployment_version, promote
 from dispatch.outbox import sweep_forever
+from dispatch.runner import workflow_runner
 from gateway import ModelProvider, ProviderPool
 from gateway.embeddings import build_embedder as passage_embedder
 from gateway.minilm import build_embedder
@@ -48,7 +48,7 @@ from parley.breaker import CircuitBreaker
 from parley.config import Settings, get_settings
 from parley.logs import configure_logging
 from parley.screens import ModerationScreen, RulesScreen, Screen, ScreenChain
-from store.db import create_engine, session_factory
+from store.db import create_socket_checked_engine, session_factory
 from workflows.specialist import SpecialistWorkflow
 from workflows.summary import SummaryWorkflow
 from workflows.turn import TurnWorkflow
@@ -193,7 +193,7 @@ def build_worker(
         task_queue=task_queue or settings.task_queue,
         workflows=[TurnWorkflow, SummaryWorkflow, SpecialistWorkflow],
         activities=activities,
-        workflow_runner=WORKFLOW_RUNNER,
+        workflow_runner=workflow_runner(client.data_converter),
         # Every activity attempt leaves a span in the trace ledger,
         # and its failures reach the workflow under names it relies on (activities/failures.py).
         interceptors=[TracingInterceptor(sessions), FailureInterceptor(database_probe(sessions))],
@@ -213,12 +213,6 @@ def build_worker(
     )
 
 
-# Each workflow run re-imports its workflow module in a fresh sandbox; the step options (frozen
-# dataclasses and constants, no state) are shared instead of rebuilt for every turn.
-WORKFLOW_RUNNER = SandboxedWorkflowRunner(
-    restrictions=SandboxRestrictions.default.with_passthrough_modules("workflows.options")
-)
-
 # Connections beyond one per running activity: the outbox sweep, the trace ledger's span
 # writes and the log context's turn lookups (both between steps, briefly).
 POOL_RESERVE = 4
@@ -237,7 +231,13 @@ def worker_pool(settings: Settings) -> dict[str, int]:
 async def run_worker(settings: Settings) -> None:
     if settings.database_url is None:
         raise SystemExit("DATABASE_URL is not set (use `parley dev` for the embedded database)")
-    engine = create_engine(settings.database_url, **worker_pool(settings))
+    # Checked by its socket, not by a `SELECT 1` per checkout (store/db.py): a step takes a
+    # session or two, a turn about twenty. A connection the network lost without a word fails
+    # its step's statement instead, and the step is retried (activities/failures.py).
+    pool = worker_pool(settings)
+    engine = create_socket_checked_engine(
+        settings.database_url, pool_size=pool["pool_size"], max_overflow=pool["max_overflow"]
+    )
     sessions = session_factory(engine)
     # The SDK's own metrics join the app's on the metrics port; its core logs join ours.
     runtime, sdk_metrics = sdk_runtime(metrics=bool(settings.worker_metrics_port))
@@ -273,6 +273,9 @@ async def run_worker(settings: Settings) -> None:
     sweep.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await sweep
+    for interceptor in worker.config()["interceptors"]:
+        if isinstance(interceptor, TracingInterceptor):
+            await interceptor.ledger.drain()  # the last steps' spans
     if draining is not None:
         draining.cancel()
     await http.aclose()

@@ -51,6 +51,9 @@ async def remember_validated(
                     value=item.value,
                     seq=turn.user_seq,
                 )
+        # A turn's actions are proposed by its tools, which run after this step's model
+        # call: at step 0 it has none to read.
+        return
     confirmed = await db.scalars(
         select(Action).where(Action.turn_id == turn.id, Action.status.in_(_CONFIRMED))
     )

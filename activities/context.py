@@ -98,10 +98,15 @@ class ContextBuilder:
 
     async def build(self, inp: BuildContextInput) -> BuildContextResult:
         async with self._sessions() as db:
+            turn: Turn | None
             if inp.step == 0:
-                await turns.advance_turn(db, turn_id=inp.turn_id, to=TurnState.building_context)
+                # Kept, so the reads below find the row in the session's identity map.
+                turn = await turns.advance_turn(
+                    db, turn_id=inp.turn_id, to=TurnState.building_context
+                )
                 await db.commit()  # the stream shows the step before it runs
-            turn = await db.get(Turn, inp.turn_id)
+            else:
+                turn = await db.get(Turn, inp.turn_id)
             assert turn is not None
             # A retry after a crash reuses the request it already packed.
             existing = await db.scalar(

@@ -15,6 +15,7 @@ from parley.followups import suggest
 from parley.screens import Screen
 from parley.statuses import ToolCallStatus
 from parley.wire import FollowupsData
+from store.db import autocommit
 from store.events import append_event
 from store.models import Message, ModelCall, ToolCall, Turn
 
@@ -36,6 +37,7 @@ class ScreenActivities:
     @activity.defn(name="screen_input")
     async def screen_input(self, inp: ScreenInput) -> ScreenResult:
         async with self._sessions() as db:
+            await autocommit(db)  # reads only
             turn = await db.get(Turn, inp.turn_id)
             assert turn is not None
             message = await db.get(Message, turn.user_message_id)
@@ -51,6 +53,7 @@ class ScreenActivities:
         tool calls and proposals streamed too), so all of it is screened, not only the last
         call's; a decline withdraws all of it."""
         async with self._sessions() as db:
+            await autocommit(db)  # reads only
             texts = await db.scalars(
                 select(ModelCall.response_text)
                 .where(ModelCall.turn_id == inp.turn_id)

@@ -2,13 +2,18 @@
 outcome, and whatever attributes the step adds with `annotate`). The same interceptor binds
 the turn, session and tenant ids to every log line the step writes (`parley.logs`).
 
-Recorded by a worker interceptor, so no activity opens its own span. The span is written in
-its own transaction after the step, so a failing step still leaves its span and tracing never
-rolls back the work it describes.
+Recorded by a worker interceptor, so no activity opens its own span. A span is written
+outside the step's transaction, so a failing step still leaves its span and tracing never
+rolls back the work it describes. The step does not wait for it: the spans of the steps that
+end close together are written together, in one statement, a moment later (`SpanLedger`); a
+worker that is killed loses the spans of its last few milliseconds, never a step's work.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import json
 import logging
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -16,15 +21,20 @@ from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import insert, select
+from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
 from parley.logs import log_context
-from store.models import TraceSpan, Turn
+from store.db import autocommit
+from store.models import Turn
 
 log = logging.getLogger(__name__)
+
+# How long a written span waits for the spans of other steps that end at about the same time,
+# to share their statement.
+GATHER_S = 0.02
 
 # The attributes of the span being recorded around the running activity; None outside one
 # (a test calling an activity method directly), where `annotate` does nothing.
@@ -42,31 +52,111 @@ class TracingInterceptor(Interceptor):
     """Records one span per activity attempt into `trace_spans`."""
 
     def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
-        self._sessions = sessions
+        self.ledger = SpanLedger(sessions)
         self._owners = TurnOwners(sessions)
 
     def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
-        return _SpanRecorder(next, self._sessions, self._owners)
+        return _SpanRecorder(next, self.ledger, self._owners)
+
+
+class SpanLedger:
+    """Spans on their way to `trace_spans`. A span is kept at once; the first one kept starts
+    a short wait, then every span kept by then is written in one statement, in autocommit.
+    `drain` writes what is kept at once: a turn's ending step drains before it runs, so the
+    spans of the steps before it are stored before the turn's `done` or `error` goes out."""
+
+    def __init__(
+        self, sessions: async_sessionmaker[AsyncSession], gather_s: float = GATHER_S
+    ) -> None:
+        self._sessions = sessions
+        self._gather_s = gather_s
+        self._kept: list[dict[str, Any]] = []
+        self._waiting: asyncio.Task[None] | None = None
+        self._writing: set[asyncio.Future[None]] = set()
+
+    def keep(self, span: dict[str, Any]) -> None:
+        self._kept.append(span)
+        if self._waiting is None:
+            # In a context of its own: the write belongs to no step (nor to its log ids).
+            self._waiting = asyncio.get_running_loop().create_task(
+                self._after_the_wait(), context=contextvars.Context()
+            )
+
+    async def drain(self) -> None:
+        """Write what is kept, and wait for the writes under way."""
+        await self._write_kept()
+        while self._writing:
+            await asyncio.wait([asyncio.shield(w) for w in self._writing])
+
+    async def _after_the_wait(self) -> None:
+        try:
+            await asyncio.sleep(self._gather_s)
+        finally:
+            self._waiting = None
+        await self._write_kept()
+
+    async def _write_kept(self) -> None:
+        while self._kept:
+            spans, self._kept = self._kept, []
+            write = asyncio.ensure_future(self._write(spans))
+            self._writing.add(write)
+            write.add_done_callback(self._writing.discard)
+            await asyncio.shield(write)
+
+    async def _write(self, spans: list[dict[str, Any]]) -> None:
+        try:
+            async with self._sessions() as db:
+                await autocommit(db)
+                await db.execute(_INSERT_SPANS, {"spans": json.dumps(spans, default=str)})
+                await db.commit()
+        except Exception:  # the ledger is best effort; the steps' own results stand
+            log.warning("could not record %d trace spans", len(spans), exc_info=True)
+
+
+# The steps that end a turn or rest it on a card: the ledger is drained before they run.
+ENDINGS = frozenset({"finalize_turn", "fail_turn", "cancel_turn", "request_confirmation"})
+
+# One statement for any number of spans, so it is prepared once per connection.
+_INSERT_SPANS = text(
+    """
+    INSERT INTO trace_spans (turn_id, name, attempt, started_at, ended_at, outcome, attrs)
+    SELECT turn_id, name, attempt, started_at, ended_at, outcome, attrs
+    FROM jsonb_to_recordset(CAST(:spans AS jsonb)) AS s(
+        turn_id text, name text, attempt int, started_at timestamptz, ended_at timestamptz,
+        outcome text, attrs jsonb
+    )
+    """
+)
 
 
 class TurnOwners:
     """The session and tenant of a turn, for the log context of its steps: looked up once
-    per turn and worker (a turn's steps mostly run on one worker), kept for the last few
-    hundred turns."""
+    per turn and worker (a turn's steps mostly run on one worker; steps that start together,
+    the input screen and the context, share one lookup), kept for the last few hundred turns."""
 
     SIZE = 512
 
     def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
         self._sessions = sessions
         self._known: OrderedDict[str, tuple[str, str]] = OrderedDict()
+        self._asked: dict[str, asyncio.Future[tuple[str, str] | None]] = {}
 
     async def of(self, turn_id: str) -> tuple[str | None, str | None]:
         known = self._known.get(turn_id)
         if known is not None:
             self._known.move_to_end(turn_id)
             return known
+        asked = self._asked.get(turn_id)
+        if asked is None:
+            asked = self._asked[turn_id] = asyncio.ensure_future(self._look_up(turn_id))
+            asked.add_done_callback(lambda _: self._asked.pop(turn_id, None))
+        row = await asyncio.shield(asked)
+        return row if row is not None else (None, None)
+
+    async def _look_up(self, turn_id: str) -> tuple[str, str] | None:
         try:
             async with self._sessions() as db:
+                await autocommit(db)
                 row = (
                     await db.execute(
                         select(Turn.session_id, Turn.tenant_id).where(Turn.id == turn_id)
@@ -74,9 +164,9 @@ class TurnOwners:
                 ).first()
         except Exception:  # logs without the ids beat a step that fails for them
             log.warning("could not look up the owners of turn %s", turn_id, exc_info=True)
-            return None, None
+            return None
         if row is None:
-            return None, None
+            return None
         self._known[turn_id] = (row.session_id, row.tenant_id)
         if len(self._known) > self.SIZE:
             self._known.popitem(last=False)
@@ -87,11 +177,11 @@ class _SpanRecorder(ActivityInboundInterceptor):
     def __init__(
         self,
         next: ActivityInboundInterceptor,
-        sessions: async_sessionmaker[AsyncSession],
+        ledger: SpanLedger,
         owners: TurnOwners,
     ) -> None:
         super().__init__(next)
-        self._sessions = sessions
+        self._ledger = ledger
         self._owners = owners
 
     async def execute_activity(self, input: ExecuteActivityInput) -> Any:
@@ -103,6 +193,8 @@ class _SpanRecorder(ActivityInboundInterceptor):
             return await self._traced(input, turn_id)
 
     async def _traced(self, input: ExecuteActivityInput, turn_id: str) -> Any:
+        if activity.info().activity_type in ENDINGS:
+            await self._ledger.drain()
         started = datetime.now(UTC)
         attrs: dict[str, Any] = {}
         token = _current_attrs.set(attrs)
@@ -114,30 +206,17 @@ class _SpanRecorder(ActivityInboundInterceptor):
             raise
         finally:
             _current_attrs.reset(token)
-            await self._record(turn_id, started, outcome, attrs)
-
-    async def _record(
-        self, turn_id: str, started: datetime, outcome: str, attrs: dict[str, Any]
-    ) -> None:
-        info = activity.info()
-        try:
-            async with self._sessions() as db:
-                # Core, not the unit of work: one span per attempt of every step adds up.
-                await db.execute(
-                    insert(TraceSpan).values(
-                        turn_id=turn_id,
-                        name=info.activity_type,
-                        attempt=info.attempt,
-                        started_at=started,
-                        ended_at=datetime.now(UTC),
-                        outcome=outcome,
-                        attrs=attrs or None,
-                    )
-                )
-                await db.commit()
-        except Exception:  # the ledger is best effort; the step's own result stands
-            log.warning(
-                "could not record trace span %s for %s", info.activity_type, turn_id, exc_info=True
+            info = activity.info()
+            self._ledger.keep(
+                {
+                    "turn_id": turn_id,
+                    "name": info.activity_type,
+                    "attempt": info.attempt,
+                    "started_at": started.isoformat(),
+                    "ended_at": datetime.now(UTC).isoformat(),
+                    "outcome": outcome,
+                    "attrs": attrs or None,
+                }
             )
 
 

@@ -46,6 +46,7 @@ from parley.statuses import FinalizeOutcome, FinishReason, TurnErrorCode
 from parley.tools import args_hash
 from parley.wire import DeltaData, ResetData, RetractedData
 from store import tenants, turns
+from store.db import autocommit
 from store.events import append_event, withdraw_turn_text
 from store.models import Action, ModelCall, Turn, TurnEvent
 
@@ -54,12 +55,14 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class _Attempt:
-    """One attempt at a stored model call: the request and who answers it."""
+    """One attempt at a stored model call: the request, who answers it, and the call's row
+    as the attempt found it (its outcome is written to it without reading it again)."""
 
     message_id: str
     provider: str
     model: str
     request: ModelRequest
+    call: ModelCall
 
 
 @dataclass
@@ -132,13 +135,15 @@ class TurnActivities:
         """Enter `calling_model` and count the attempt; a call that an earlier attempt
         finished is answered from the store."""
         async with self._sessions() as db:
-            await turns.advance_turn(db, turn_id=inp.turn_id, to=TurnState.calling_model)
+            # The row is kept (the session's identity map holds only referenced rows), so
+            # the pause check below reads it from memory.
+            turn = await turns.advance_turn(db, turn_id=inp.turn_id, to=TurnState.calling_model)
             await db.commit()  # the stream shows the step before it runs
             call = await db.get(ModelCall, inp.model_call_id)
             assert call is not None
             if call.finish_reason is not None:  # finished by an attempt that died reporting it
                 return _result(call)
-            await _refuse_if_paused(db, turn_id=inp.turn_id)
+            await _refuse_if_paused(db, turn)
             # The step's answer path; a re-answer names the capped step it is the child of.
             tracing.annotate(path=call.request.get("path", "tools"))
             if call.request.get("reanswer_of"):
@@ -160,7 +165,7 @@ class TurnActivities:
                 reasoning_effort=call.request.get("reasoning_effort"),
                 cache_key=call.request.get("cache_key"),
             )
-            return _Attempt(message_id, provider, model, request)
+            return _Attempt(message_id, provider, model, request, call)
 
     async def _stream(self, turn_id: str, attempt: _Attempt) -> _Streamed:
         """Relay the provider's stream into the event log, a frame at a time."""
@@ -169,20 +174,20 @@ class TurnActivities:
         upstream = provider.stream(attempt.request)
         frames = _coalesce(upstream, self._settings.frame_seconds)
         try:
-            # One connection for the whole stream: a frame costs one round trip and a commit.
+            # One connection for the whole stream, in autocommit: a frame is one statement
+            # (the append commits by itself), one round trip.
             async with heartbeating(), self._sessions() as db:
+                connection = await autocommit(db)
                 async for item in frames:
                     text = streamed.take(item)
                     if text is None:
                         continue
                     await append_event(
-                        db,
+                        connection,
                         turn_id=turn_id,
                         type=EventType.delta,
                         data=DeltaData(message_id=attempt.message_id, text=text),
                     )
-                    await db.commit()
-                    activity.heartbeat()
         except (ProviderFatal, ProviderRetryable) as exc:
             MODEL_CALLS.labels(attempt.provider, attempt.model, exc.code).inc()
             raise _activity_error(exc) from None
@@ -206,8 +211,10 @@ class TurnActivities:
         ]
         finish = streamed.finish
         async with self._sessions() as db:
-            call = await db.get(ModelCall, inp.model_call_id)
-            assert call is not None
+            if not requested:
+                await autocommit(db)  # one UPDATE of the call: it commits by itself
+            call = attempt.call
+            db.add(call)  # the row `_begin_attempt` read, written back without a read
             call.response_text = text
             call.response_tool_calls = requested or None
             call.finish_reason = finish.reason
@@ -284,7 +291,10 @@ class TurnActivities:
     async def finalize_turn(self, inp: FinalizeTurnInput) -> str:
         async with self._sessions() as db:
             call = await db.get(ModelCall, inp.model_call_id)
-            assert call is not None
+            # Locked first and kept: the citations read it from the session, and the ending
+            # below needs the lock anyway.
+            turn = await db.get(Turn, inp.turn_id, with_for_update=True)
+            assert call is not None and turn is not None
             text, message_id = call.response_text or "", message_id_for_call(call.id)
             if inp.override_text is not None:
                 text = inp.override_text
@@ -311,6 +321,7 @@ class TurnActivities:
                     text=text,
                     outcome=FinalizeOutcome(inp.outcome),
                     retracted=inp.retract,
+                    locked=turn,
                 )
             except turns.TurnStopped:
                 await db.commit()  # the cancelled ending, when the user's Stop came first
@@ -338,10 +349,8 @@ class TurnActivities:
             await db.commit()
 
 
-async def _refuse_if_paused(db: AsyncSession, *, turn_id: str) -> None:
+async def _refuse_if_paused(db: AsyncSession, turn: Turn) -> None:
     """A paused tenant's turn calls no model: it ends with `agent_paused` (retryable)."""
-    turn = await db.get(Turn, turn_id)
-    assert turn is not None
     if await tenants.is_paused(db, tenant_id=turn.tenant_id):
         raise ApplicationError(
             "the assistant is paused for this tenant",

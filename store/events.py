@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import BaseModel
 from sqlalchemy import Integer, String, text
 from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from parley.contracts import TERMINAL_TURN_STATES, EventType, TurnState
 from parley.wire import EVENT_DATA, StateData
@@ -55,16 +55,22 @@ def parse_notification(payload: str) -> tuple[str, list[StoredEvent]]:
     ]
 
 
-async def append_event(db: AsyncSession, *, turn_id: str, type: EventType, data: BaseModel) -> int:
+async def append_event(
+    db: AsyncSession | AsyncConnection, *, turn_id: str, type: EventType, data: BaseModel
+) -> int:
     """Append one event within the caller's transaction and return its id."""
     return (await append_events(db, turn_id=turn_id, events=[(type, data)]))[-1]
 
 
 async def append_events(
-    db: AsyncSession, *, turn_id: str, events: Sequence[tuple[EventType, BaseModel]]
+    db: AsyncSession | AsyncConnection,
+    *,
+    turn_id: str,
+    events: Sequence[tuple[EventType, BaseModel]],
 ) -> list[int]:
     """Append events within the caller's transaction: one round trip that takes the ids from
-    the turn row (locking it), inserts the events and rings the doorbell."""
+    the turn row (locking it), inserts the events and rings the doorbell. On a connection
+    (Core) rather than a session, it skips the unit of work (the stream's deltas)."""
     payload = json.dumps([{"type": type_, "data": _wire(type_, data)} for type_, data in events])
     last = await db.scalar(_APPEND, {"turn_id": turn_id, "n": len(events), "events": payload})
     if last is None:

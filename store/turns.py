@@ -56,13 +56,18 @@ async def move_turn(
     turn = await db.get(Turn, turn_id, with_for_update=True)
     if turn is None:
         raise LookupError(turn_id)
+    return await _move(db, turn, to=to, announce=announce)
+
+
+async def _move(db: AsyncSession, turn: Turn, *, to: TurnState, announce: bool = True) -> bool:
+    """`move_turn` for a turn whose row the caller has locked."""
     if turn.state == to:
         return False
     if not can_move(TurnState(turn.state), to):
-        raise IllegalTransition(turn_id=turn_id, from_state=TurnState(turn.state), to=to)
+        raise IllegalTransition(turn_id=turn.id, from_state=TurnState(turn.state), to=to)
     turn.state = to
     if announce:
-        await append_events(db, turn_id=turn_id, events=[state_event(to)])
+        await append_events(db, turn_id=turn.id, events=[state_event(to)])
     return True
 
 
@@ -94,15 +99,17 @@ async def lock_running(db: AsyncSession, *, turn_id: str) -> Turn:
     return turn
 
 
-async def advance_turn(db: AsyncSession, *, turn_id: str, to: TurnState) -> bool:
-    """A step of a running turn enters its state; a repeat of it is a no-op (False). A turn
-    that already ended or whose cancel was recorded raises `TurnStopped`: the step must not
-    run (a cancelled turn never calls the model, runs a tool or sends again)."""
+async def advance_turn(db: AsyncSession, *, turn_id: str, to: TurnState) -> Turn:
+    """A step of a running turn enters its state (a repeat of it changes nothing) and gets
+    the turn's row: a caller that keeps it reads it again from the session, not the database.
+    A turn that already ended or whose cancel was recorded raises `TurnStopped`: the step
+    must not run (a cancelled turn never calls the model, runs a tool or sends again)."""
     turn = await db.get(Turn, turn_id, with_for_update=True)
     if turn is None:
         raise LookupError(turn_id)
     _refuse_if_stopped(turn)
-    return await move_turn(db, turn_id=turn_id, to=to)
+    await _move(db, turn, to=to)
+    return turn
 
 
 async def request_cancel(db: AsyncSession, *, turn_id: str) -> Turn:
@@ -133,13 +140,19 @@ async def _append_message(
     existing = await db.get(Message, message_id)
     if existing is not None:
         return existing
-    session = await db.get(ChatSession, turn.session_id, with_for_update=True)
-    assert session is not None
-    session.last_seq += 1
+    # One statement takes the next seq and locks the session row until the commit.
+    seq = await db.scalar(
+        update(ChatSession)
+        .where(ChatSession.id == turn.session_id)
+        .values(last_seq=ChatSession.last_seq + 1)
+        .returning(ChatSession.last_seq)
+        .execution_options(synchronize_session=False)
+    )
+    assert seq is not None
     message = Message(
         id=message_id,
-        session_id=session.id,
-        seq=session.last_seq,
+        session_id=turn.session_id,
+        seq=seq,
         role=role,
         turn_id=turn.id,
         status=MessageStatus.complete,
@@ -148,8 +161,7 @@ async def _append_message(
         tool_call_id=tool_call_id,
     )
     db.add(message)
-    await db.flush()
-    await db.refresh(message)
+    await db.flush()  # the INSERT returns what the server fills in (created_at, tsv)
     return message
 
 
@@ -221,7 +233,7 @@ async def rest_awaiting_confirmation(
     if turn.state == TurnState.awaiting_confirmation:
         return
     _refuse_if_stopped(turn)
-    await move_turn(db, turn_id=turn_id, to=TurnState.awaiting_confirmation, announce=False)
+    await _move(db, turn, to=TurnState.awaiting_confirmation, announce=False)
     message = await _append_message(
         db, turn=turn, message_id=message_id_for_call(model_call_id), role="assistant", text=text
     )
@@ -244,9 +256,10 @@ async def complete_turn(
     text: str,
     outcome: FinalizeOutcome = FinalizeOutcome.completed,
     retracted: bool = False,
+    locked: Turn | None = None,
 ) -> Message | None:
     """Store the final assistant message as `message_id`, end the stream with `done`,
-    release the session.
+    release the session. `locked`: the turn's row, if the caller has locked it already.
 
     `outcome` expired ends in state expired; superseded stores nothing new (the user moved
     on) and closes the stream with the turn's last message. Idempotent under retries.
@@ -254,7 +267,7 @@ async def complete_turn(
     A turn whose cancel was recorded first ends `cancelled` instead and raises `TurnStopped`
     once that is stored (the caller commits, then tells the workflow).
     """
-    turn = await db.get(Turn, turn_id, with_for_update=True)
+    turn = locked or await db.get(Turn, turn_id, with_for_update=True)
     if turn is None:
         raise LookupError(turn_id)
     if turn.state in (TurnState.cancelled, TurnState.failed):
@@ -278,9 +291,9 @@ async def complete_turn(
     if turn.state in TERMINAL_TURN_STATES:
         return message
     final_state = TurnState.expired if outcome == FinalizeOutcome.expired else TurnState.completed
-    await move_turn(db, turn_id=turn_id, to=final_state, announce=False)
+    turn.assistant_message_id = message.id  # flushed with the state, in one UPDATE
+    await _move(db, turn, to=final_state, announce=False)
     await _release_session(db, turn)
-    turn.assistant_message_id = message.id
     await replace_retried_answer(db, turn=turn, message_id=message.id)
     # A proposal the turn never got to ask about (it hit its bounds) must not stay pending.
     await _decline_pending(db, turn_id=turn_id, reason=DeclineReason.turn_ended)
@@ -297,11 +310,14 @@ async def complete_turn(
 
 
 async def _release_session(db: AsyncSession, turn: Turn) -> None:
-    """The session may take a new turn once this one has ended."""
-    session = await db.get(ChatSession, turn.session_id, with_for_update=True)
-    assert session is not None
-    if session.active_turn_id == turn.id:
-        session.active_turn_id = None
+    """The session may take a new turn once this one has ended (one statement, which locks
+    the session row like every other writer of it)."""
+    await db.execute(
+        update(ChatSession)
+        .where(ChatSession.id == turn.session_id, ChatSession.active_turn_id == turn.id)
+        .values(active_turn_id=None)
+        .execution_options(synchronize_session=False)
+    )
 
 
 async def _decline_pending(db: AsyncSession, *, turn_id: str, reason: str) -> None:
@@ -353,7 +369,7 @@ async def end_unfinished_turn(
     if turn.cancel_requested_at is not None:
         # The user's Stop came first: the turn ends the way they asked, whatever else failed.
         state, error = TurnState.cancelled, None
-    await move_turn(db, turn_id=turn_id, to=state, announce=False)
+    await _move(db, turn, to=state, announce=False)
     await _answer_open_calls(db, turn_id=turn_id, state=state)
     message = await _keep_streamed(db, turn, state)
     await _decline_pending(db, turn_id=turn_id, reason=state.value)

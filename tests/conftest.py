@@ -33,7 +33,7 @@ from launch.knowledge import load_library, read_library
 from parley.config import Settings
 from parley.contracts import SEARCH_ATTRIBUTES
 from parley.screens import Screen
-from store.db import create_engine, session_factory
+from store.db import create_socket_checked_engine, session_factory
 from store.embedded import EmbeddedPostgres
 from store.identity import create_token, seed_demo
 from store.migrate import upgrade
@@ -157,7 +157,7 @@ def own_queue(settings: Settings, prefix: str, **update: Any) -> Settings:
 
 @pytest_asyncio.fixture(scope="session")
 async def sessions(database_url: str) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
-    engine = create_engine(database_url)
+    engine = create_socket_checked_engine(database_url)
     factory = session_factory(engine)
     async with factory() as db:
         await seed_demo(db)

@@ -35,7 +35,7 @@ from gateway.demo import DemoModel
 from parley.config import Settings
 from parley.ids import workflow_id_for_turn
 from parley.statuses import TurnErrorCode
-from store.db import create_engine, session_factory
+from store.db import create_socket_checked_engine, session_factory
 from store.embedded import EmbeddedPostgres
 from store.identity import create_token, seed_demo
 from store.migrate import upgrade
@@ -91,7 +91,7 @@ def database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Database]:
 async def outage(
     database: Database, temporal_client: Client, settings: Settings
 ) -> AsyncIterator[Outage]:
-    engine = create_engine(database.url)
+    engine = create_socket_checked_engine(database.url)
     own_sessions = session_factory(engine)
     async with own_sessions() as db:
         await seed_demo(db)
