@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from parley.prompt import Budgets, RecallHit, recall_block
+from parley.prompt import RECALLED_SEQ, Budgets, RecallHit, recall_block
 from parley.recall import CANDIDATES, with_neighbours
 from parley.tokens import counter_for
 
@@ -231,7 +231,7 @@ def shown_by_recall(conv: Conversation, ranked: list[int], budget: int) -> set[i
     ]
     blocks = recall_block(counter_for(None), hits, Budgets(window=10**6, reserve=0, recall=budget))
     content = str(blocks[0].messages[0]["content"]) if blocks else ""
-    return {int(s) for s in re.findall(r"^\[seq (\d+)", content, re.MULTILINE)}
+    return {int(s) for s in RECALLED_SEQ.findall(content)}
 
 
 def evaluate(

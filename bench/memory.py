@@ -26,7 +26,6 @@ without summaries, and evidence recall on LoCoMo.
 from __future__ import annotations
 
 import json
-import re
 import statistics
 import uuid
 from collections.abc import AsyncIterator
@@ -49,6 +48,7 @@ from gateway.registry import ProviderPool
 from parley.config import Settings
 from parley.contracts import SummarizeInput
 from parley.paths import choose_path
+from parley.prompt import RECALLED_SEQ
 from parley.tenancy import TenantConfig
 from parley.tokens import MESSAGE_OVERHEAD, counter_for
 from store.models import ChatSession, ConversationSummary, Message, ModelCall, Turn
@@ -307,13 +307,10 @@ async def _pack_question(
     for block in packed.kept:  # the recalled lines that made it into the prompt
         if block.kind == "recall":
             for message in block.messages:
-                shown |= {int(s) for s in _SHOWN_SEQ.findall(str(message["content"]))}
+                shown |= {int(s) for s in RECALLED_SEQ.findall(str(message["content"]))}
     blocks = {b.kind: b.tokens for b in packed.kept}
     context = sum(v for k, v in blocks.items() if k not in ("instructions", "state", "current"))
     return shown, context
-
-
-_SHOWN_SEQ = re.compile(r"^\[seq (\d+)", re.MULTILINE)
 
 
 async def locomo_table(

@@ -118,7 +118,7 @@ async def test_sixty_turns_remember_turn_one_within_a_flat_budget(
     # The nickname from turn 1 is still in front of the model at turn 60 (a pinned fact).
     assert "preferred name: Pri (said at seq 1)" in prompt_text(last)
     # What turn 2 said is recalled by search, with its seq.
-    assert "[seq 5] user: My old address was 12 Harbour Lane" in prompt_text(last)
+    assert "\n5 user: My old address was 12 Harbour Lane" in prompt_text(last)
     assert 5 in last["budget"]["recalled_seqs"]
     # A rolling summary carries the older turns; the prompt does not grow with the history.
     assert last["budget"]["summary_through_seq"] is not None

@@ -3,7 +3,7 @@ recalled lines (one date heading per day, greetings and thank-yous left out, wit
 
 from __future__ import annotations
 
-from parley.prompt import Budgets, RecallHit, recall_block
+from parley.prompt import RECALLED_SEQ, Budgets, RecallHit, recall_block
 from parley.recall import fuse, neighbours, trim_filler, with_neighbours
 from parley.tokens import default_counter
 
@@ -54,12 +54,29 @@ def test_recalled_lines_carry_seq_and_a_date_heading_per_day_in_conversation_ord
     (block,) = recall_block(counter, hits, Budgets(window=4096, reserve=512, recall=400))
     lines = block.messages[0]["content"].splitlines()[1:]
     assert lines == [
-        "On 2024-03-01:",
-        "[seq 4] assistant: Your order 8390 shipped today.",
-        "On 2024-03-02:",
-        "[seq 30] user: My new address is 12 Harbour Lane.",
-        "[seq 31] assistant: Noted, I updated the address.",
+        "2024-03-01:",
+        "4 assistant: Your order 8390 shipped today.",
+        "2024-03-02:",
+        "30 user: My new address is 12 Harbour Lane.",
+        "31 assistant: Noted, I updated the address.",
     ]
+    # The seqs shown are read back from the text, and only from the start of a line: not a
+    # date heading, not a number inside the text.
+    assert [int(s) for s in RECALLED_SEQ.findall(block.messages[0]["content"])] == [4, 30, 31]
+
+
+def test_compact_lines_fit_more_recalled_messages_in_the_same_budget() -> None:
+    counter = default_counter()
+    hits = [
+        RecallHit(100 + i, "user", f"I told you my sister {i} lives in Oslo now.", "2024-03-01")
+        for i in range(60)
+    ]
+    budgets = Budgets(window=4096, reserve=512, recall=300)
+    (block,) = recall_block(counter, hits, budgets)
+    shown = RECALLED_SEQ.findall(block.messages[0]["content"])
+    # The same lines in the old "[seq N] role: text" form cost 4 tokens more each.
+    old_form = sum(counter.count(f"[seq {h.seq}] user: {h.text}") + 1 for h in hits[: len(shown)])
+    assert block.tokens <= budgets.recall < old_form
 
 
 def test_the_recall_block_stays_within_its_budget_and_keeps_the_best_hits() -> None:
@@ -72,7 +89,8 @@ def test_the_recall_block_stays_within_its_budget_and_keeps_the_best_hits() -> N
     (block,) = recall_block(counter, hits, budgets)
     content = block.messages[0]["content"]
     assert block.tokens <= budgets.recall
-    assert "[seq 1]" in content and "[seq 28]" not in content  # best first: seq 1 wins
+    shown = RECALLED_SEQ.findall(content)
+    assert "1" in shown and "28" not in shown  # best first: seq 1 wins
 
 
 def test_a_second_round_brings_in_the_neighbour_of_a_neighbour_the_first_round_lifted() -> None:
