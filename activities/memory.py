@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 
 from activities.recall import embed_pending
 from gateway.base import Finish, ModelRequest, TextDelta
@@ -82,6 +82,13 @@ class MemoryActivities:
         assert self._client is not None, "the worker builds this with its Temporal client"
         if not await self._has_work(inp.session_id):
             return
+        try:
+            await self._start(inp)
+        except WorkflowAlreadyStartedError:
+            pass  # a retry after this turn's run already ran and closed: nothing to start
+
+    async def _start(self, inp: SummarizeInput) -> None:
+        assert self._client is not None
         await self._client.start_workflow(
             SUMMARY_WORKFLOW,
             inp,
