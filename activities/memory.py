@@ -83,21 +83,17 @@ class MemoryActivities:
         if not await self._has_work(inp.session_id):
             return
         try:
-            await self._start(inp)
+            await self._client.start_workflow(
+                SUMMARY_WORKFLOW,
+                inp,
+                id=summary_workflow_id(turn_id=inp.turn_id),
+                task_queue=activity.info().task_queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                start_delay=timedelta(milliseconds=self._settings.summary_start_delay_ms) or None,
+            )
         except WorkflowAlreadyStartedError:
             pass  # a retry after this turn's run already ran and closed: nothing to start
-
-    async def _start(self, inp: SummarizeInput) -> None:
-        assert self._client is not None
-        await self._client.start_workflow(
-            SUMMARY_WORKFLOW,
-            inp,
-            id=summary_workflow_id(turn_id=inp.turn_id),
-            task_queue=activity.info().task_queue,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-            start_delay=timedelta(milliseconds=self._settings.summary_start_delay_ms) or None,
-        )
 
     @activity.defn(name="summarize")
     async def summarize(self, inp: SummarizeInput) -> SummarizeResult:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy import func, select
@@ -91,7 +90,7 @@ async def _marks(
     first_step = min(s.started_at for s in spans)
     context = min(s.ended_at for s in spans if s.name == "build_context")
     model = min(s.started_at for s in spans if s.name == "call_model")
-    return [started, picked, *(_epoch(t) for t in (first_step, context, model, stored))]
+    return [started, picked, *(t.timestamp() for t in (first_step, context, model, stored))]
 
 
 async def _spans(
@@ -107,10 +106,6 @@ async def _spans(
         if time.monotonic() >= deadline:
             return None
         await asyncio.sleep(0.05)
-
-
-def _epoch(at: datetime) -> float:
-    return at.timestamp()
 
 
 def render_timeline(results: dict[str, Any]) -> str:
