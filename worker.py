@@ -40,7 +40,7 @@ from activities.tracing import TracingInterceptor
 from activities.turn import TurnActivities
 from dispatch.deployment import deployment_config, deployment_version, promote
 from dispatch.outbox import sweep_forever
-from dispatch.runner import workflow_runner
+from dispatch.runner import one_batch_per_task, workflow_runner
 from gateway import ModelProvider, ProviderPool
 from gateway.embeddings import build_embedder as passage_embedder
 from gateway.minilm import build_embedder
@@ -188,28 +188,33 @@ def build_worker(
         providers=ProviderPool(settings, primary=provider, fallback=fallback),
         screens=screens or build_screens(settings),
     )
-    return Worker(
-        client,
-        task_queue=task_queue or settings.task_queue,
-        workflows=[TurnWorkflow, SummaryWorkflow, SpecialistWorkflow],
-        activities=activities,
-        workflow_runner=workflow_runner(client.data_converter),
-        # Every activity attempt leaves a span in the trace ledger,
-        # and its failures reach the workflow under names it relies on (activities/failures.py).
-        interceptors=[TracingInterceptor(sessions), FailureInterceptor(database_probe(sessions))],
-        # SIGTERM: poll no more, let running steps (a whole streamed answer) finish.
-        graceful_shutdown_timeout=timedelta(seconds=settings.worker_shutdown_grace_s),
-        # No more steps at once than the pool has connections for (`worker_pool`).
-        max_concurrent_activities=settings.worker_max_activities,
-        # Heartbeats reach the server (and cancellations reach activities) within a second,
-        # so a cancelled turn stops its model stream that fast.
-        max_heartbeat_throttle_interval=timedelta(seconds=1),
-        # A worker that died holding a turn's cached workflow task: hand the task to another
-        # worker after 3 s rather than the SDK's default 10 s.
-        sticky_queue_schedule_to_start_timeout=timedelta(seconds=3),
-        default_heartbeat_throttle_interval=timedelta(seconds=1),
-        # With PARLEY_WORKER_DEPLOYMENT set, a version of that deployment (turns pinned).
-        deployment_config=deployment_config(settings),
+    return one_batch_per_task(
+        Worker(
+            client,
+            task_queue=task_queue or settings.task_queue,
+            workflows=[TurnWorkflow, SummaryWorkflow, SpecialistWorkflow],
+            activities=activities,
+            workflow_runner=workflow_runner(client.data_converter),
+            # Every activity attempt leaves a span in the trace ledger,
+            # and its failures reach the workflow under names it relies on (activities/failures.py).
+            interceptors=[
+                TracingInterceptor(sessions),
+                FailureInterceptor(database_probe(sessions)),
+            ],
+            # SIGTERM: poll no more, let running steps (a whole streamed answer) finish.
+            graceful_shutdown_timeout=timedelta(seconds=settings.worker_shutdown_grace_s),
+            # No more steps at once than the pool has connections for (`worker_pool`).
+            max_concurrent_activities=settings.worker_max_activities,
+            # Heartbeats reach the server (and cancellations reach activities) within a second,
+            # so a cancelled turn stops its model stream that fast.
+            max_heartbeat_throttle_interval=timedelta(seconds=1),
+            # A worker that died holding a turn's cached workflow task: hand the task to another
+            # worker after 3 s rather than the SDK's default 10 s.
+            sticky_queue_schedule_to_start_timeout=timedelta(seconds=3),
+            default_heartbeat_throttle_interval=timedelta(seconds=1),
+            # With PARLEY_WORKER_DEPLOYMENT set, a version of that deployment (turns pinned).
+            deployment_config=deployment_config(settings),
+        )
     )
 
 

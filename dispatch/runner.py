@@ -15,6 +15,7 @@ each turn.
   context, outside the sandbox (`ContextFreeRunner`).
 
 What the workflow code may do, and the replay of its histories, are the sandbox's as before.
+`one_batch_per_task` sets how a task's jobs reach the workflow (a Stop beside a confirm).
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ from temporalio.converter import (
     StorageDriverWorkflowInfo,
     WorkflowSerializationContext,
 )
-from temporalio.worker import WorkflowInstance, WorkflowInstanceDetails, WorkflowRunner
+from temporalio.worker import Worker, WorkflowInstance, WorkflowInstanceDetails, WorkflowRunner
+from temporalio.worker._workflow_instance import _WorkflowLogicFlag
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 from temporalio.workflow import Info
 
@@ -148,3 +150,19 @@ def compile_workflows_once() -> None:
     """Serve the modules under `workflows` through `CompiledOnce` (installed once)."""
     if not any(isinstance(finder, _WorkflowSources) for finder in sys.meta_path):
         sys.meta_path.insert(0, _WorkflowSources())
+
+
+def one_batch_per_task(worker: Worker) -> Worker:
+    """Each workflow task's jobs all applied before the workflow code runs again.
+
+    By default the SDK runs the workflow after the signals of a task and only then applies
+    the rest of its jobs, the cancel among them. A Stop and a confirm that reach the turn in
+    one task would then let the confirm's wait end and the send be scheduled before the turn
+    hears of the Stop, even when the history has the Stop first. With every job applied
+    first, the wait ends cancelled. The SDK records the choice in the history (its logic flag
+    2, meant to become its default), so histories written without it replay as they were.
+    """
+    worker._set_default_workflow_logic_flag(
+        _WorkflowLogicFlag.PROCESS_WORKFLOW_ACTIVATION_JOBS_AS_SINGLE_BATCH, enabled=True
+    )
+    return worker

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -25,6 +26,7 @@ from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
 
+from dispatch.runner import one_batch_per_task
 from parley.contracts import (
     MAX_MODEL_CALLS,
     SEARCH_ATTRIBUTES,
@@ -73,21 +75,29 @@ def stubs() -> Stubs:
     return Stubs()
 
 
+def stub_worker(env: WorkflowEnvironment, stubs: Stubs, queue: str, **options: Any) -> Worker:
+    """A worker for the turn workflow on `queue`, its steps answered by the stubs."""
+    return one_batch_per_task(
+        Worker(
+            env.client,
+            task_queue=queue,
+            workflows=[TurnWorkflow],
+            activities=stubs.activities(),
+            # Heartbeats (and so cancellations) reach a held stub at once.
+            max_heartbeat_throttle_interval=timedelta(milliseconds=50),
+            default_heartbeat_throttle_interval=timedelta(milliseconds=50),
+            **options,
+        )
+    )
+
+
 @asynccontextmanager
 async def turn(
     env: WorkflowEnvironment, stubs: Stubs, *, fallback: bool = False
 ) -> AsyncIterator[Turn]:
     """One turn on a task queue of its own, served by a worker with these stubs."""
     queue = f"wf-{uuid.uuid4().hex[:8]}"
-    async with Worker(
-        env.client,
-        task_queue=queue,
-        workflows=[TurnWorkflow],
-        activities=stubs.activities(),
-        # Heartbeats (and so cancellations) reach a held stub at once.
-        max_heartbeat_throttle_interval=timedelta(milliseconds=50),
-        default_heartbeat_throttle_interval=timedelta(milliseconds=50),
-    ):
+    async with stub_worker(env, stubs, queue):
         turn_id = f"turn_{uuid.uuid4().hex[:8]}"
         handle = await env.client.start_workflow(
             TurnWorkflow.run,

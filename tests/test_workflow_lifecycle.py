@@ -10,6 +10,7 @@ as turn_v5_*; tests/test_replay_shapes.py now records every shape (turn_v6_* on)
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import AsyncIterator
 
 import pytest
@@ -24,6 +25,7 @@ from parley.contracts import (
     MAX_TOOL_CALLS_PER_RESPONSE,
     TURN_STOPPED,
     ResolveActionSignal,
+    TurnInput,
     TurnState,
 )
 from tests.test_workflow import (
@@ -33,6 +35,7 @@ from tests.test_workflow import (
     proposing,
     reached,
     replays,
+    stub_worker,
     time_skipping_server,
     turn,
     waiting_for_confirmation,
@@ -112,6 +115,35 @@ async def test_no_send_starts_after_a_stop_that_came_with_the_confirm(
         assert "send_email" not in stubs.names()
     else:
         assert order == [SIGNALED, CANCEL_REQUESTED], order
+
+
+async def test_a_stop_recorded_before_the_confirm_in_one_workflow_task_starts_no_send(
+    env: WorkflowEnvironment, stubs: Stubs
+) -> None:
+    # No worker polls while the Stop and then the confirm are recorded, so the next workflow
+    # task brings both at once: the history orders them, and the Stop came first.
+    stubs.answers = proposing()
+    queue = f"wf-{uuid.uuid4().hex[:8]}"
+    # No sticky queue: the next task must go to whichever worker polls next.
+    async with stub_worker(env, stubs, queue, max_cached_workflows=0):
+        handle = await env.client.start_workflow(
+            TurnWorkflow.run,
+            TurnInput("turn_batched", "ses_1", "northwind"),
+            id=f"turn-{uuid.uuid4().hex[:8]}",
+            task_queue=queue,
+        )
+        await asyncio.wait_for(waiting_for_confirmation(handle), STEP_DEADLINE_S)
+    await handle.cancel()
+    await handle.signal(TurnWorkflow.resolve_action, ResolveActionSignal(ACTION_ID, "confirmed"))
+    async with stub_worker(env, stubs, queue):
+        await ends_cancelled(handle, stubs)
+    order = [
+        e.event_type
+        async for e in handle.fetch_history_events()
+        if e.event_type in (CANCEL_REQUESTED, SIGNALED)
+    ]
+    assert order == [CANCEL_REQUESTED, SIGNALED]
+    assert "send_email" not in stubs.names()
 
 
 async def test_a_step_that_finds_the_turn_stopped_ends_it_without_finalizing(
