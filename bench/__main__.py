@@ -4,7 +4,9 @@
 (b) turns per second and full-turn latency with N concurrent sessions;
 (c)-(e) conversational memory: tokens against resending the history, time to `done` with and
 without summaries, LoCoMo evidence recall (bench/memory.py);
-(f) knowledge retrieval: top-3 hit rate, full-text and hybrid (bench/knowledge.py).
+(f) knowledge retrieval: top-3 hit rate, full-text and hybrid (bench/knowledge.py);
+(g) answer paths, (h) the first delta stage by stage; (i) regular expressions over long
+hostile input (bench/regexes.py).
 
 The baseline is the same demo model streamed as SSE by a bare FastAPI endpoint (no Temporal,
 no database; see bench/baseline.py). Both use the same demo token delay and the same client
@@ -34,6 +36,7 @@ from bench.cpu import snapshot, usage
 from bench.knowledge import measure_knowledge, render_knowledge
 from bench.memory import measure_memory, render_memory
 from bench.paths import measure_paths, render_paths
+from bench.regexes import measure_regexes, render_regexes
 from bench.runner import (
     BaselineTarget,
     ParleyTarget,
@@ -260,6 +263,9 @@ async def main_async(args: argparse.Namespace) -> None:
         if not args.no_memory:
             results["memory"] = await _memory(args, stack)
             results["knowledge"] = await _knowledge(stack)
+    if not memory_only:
+        log("(i) regular expressions over long hostile runs")
+        results["regexes"] = measure_regexes()
     _write(args, settings, results, started)
 
 
@@ -330,6 +336,8 @@ def _write(
         print(render_memory(results["memory"]))
     if "knowledge" in results:
         print(render_knowledge(results["knowledge"]))
+    if "regexes" in results:
+        print(render_regexes(results["regexes"]))
     args.output.parent.mkdir(parents=True, exist_ok=True)
     document = {
         "measured_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
