@@ -307,7 +307,11 @@ async def _timeline(args: argparse.Namespace, stack: Stack) -> dict[str, Any]:
         temporal = await Client.connect(stack.settings.temporal_address)
         async with http_client(stack.parley_url, stack.token, 4) as http:
             return await measure_timeline(
-                ParleyTarget(http), session_factory(engine), temporal, turns=args.path_turns
+                ParleyTarget(http),
+                session_factory(engine),
+                temporal,
+                turns=args.path_turns,
+                skeleton_queue=stack.skeleton_queue,
             )
     finally:
         await engine.dispose()

@@ -53,6 +53,33 @@ class SkeletonWorkflow:
         return total
 
 
+@activity.defn(name="skeleton_clock")
+async def skeleton_clock() -> float:
+    return time.time()
+
+
+@workflow.defn(name="SkeletonFirstStep", sandboxed=False)
+class SkeletonFirstStep:
+    """A workflow whose first step is one regular activity that reads the clock: how soon
+    Temporal alone gets a started workflow to its first step (the floor of (h))."""
+
+    @workflow.run
+    async def run(self) -> float:
+        return await workflow.execute_activity(skeleton_clock, start_to_close_timeout=STEP_TIMEOUT)
+
+
+async def first_step_ms(client: Client, task_queue: str, key: str) -> float:
+    """From the client's start request to the skeleton's first activity running (ms)."""
+    started = time.time()
+    ran = await client.execute_workflow(
+        SkeletonFirstStep.run,
+        id=f"skeleton-first-{key}",
+        task_queue=task_queue,
+        execution_timeout=timedelta(seconds=60),
+    )
+    return (ran - started) * 1000
+
+
 async def floor(
     address: str, task_queue: str, *, clients: int, per_client: int, steps: int, local: bool
 ) -> Phase:
@@ -90,8 +117,8 @@ async def serve(address: str, task_queue: str) -> None:
     worker = Worker(
         client,
         task_queue=task_queue,
-        workflows=[SkeletonWorkflow],
-        activities=[skeleton_step],
+        workflows=[SkeletonWorkflow, SkeletonFirstStep],
+        activities=[skeleton_step, skeleton_clock],
     )
     await worker.run()
 

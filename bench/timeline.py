@@ -5,7 +5,9 @@ Temporal history (workflow started, its first workflow task picked up), the trac
 (`trace_spans`: the first step running, the context built, the model call running) and the
 event log (`turn_events`: the first delta stored), and the client's own clock for the POST and
 the first delta it read. A stage's figure is the time from the previous stage, p50 over the
-turns; their sum is close to the first delta's p50 (medians do not add exactly).
+turns; their sum is close to the first delta's p50 (medians do not add exactly). Beside them,
+the floor Temporal alone sets: a no-op workflow started by a client, to its first regular
+activity running (bench/skeleton.py), on the same server, interleaved with the turns.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from bench.runner import ParleyTarget, percentile, run_turn, turn_text
+from bench.skeleton import first_step_ms
 from parley.ids import workflow_id_for_turn
 from store.models import TraceSpan, TurnEvent
 
@@ -41,10 +44,14 @@ async def measure_timeline(
     temporal: Client,
     *,
     turns: int,
+    skeleton_queue: str = "",
 ) -> dict[str, Any]:
     conversation = await parley.new_conversation()
     samples: list[list[float]] = []
+    floor: list[float] = []
     for i in range(turns):
+        if skeleton_queue:  # interleaved with the turns, so both see the same machine
+            floor.append(await first_step_ms(temporal, skeleton_queue, f"{time.time_ns()}-{i}"))
         posted_at = time.time()
         turn = await run_turn(parley, conversation, turn_text(i))
         if not turn.ok or turn.first_delta_s is None or parley.last_turn_id is None:
@@ -60,6 +67,7 @@ async def measure_timeline(
         "stages_p50_ms": {s: percentile([x[k] for x in samples], 0.5) for k, s in enumerate(STAGES)}
         if samples
         else {},
+        "skeleton_first_step_p50_ms": percentile(floor, 0.5) if floor else None,
     }
 
 
@@ -116,4 +124,10 @@ def render_timeline(results: dict[str, Any]) -> str:
             lines.append(f"  {stage:<38}{stages[stage]:>8.1f}")
     if stages:
         lines.append(f"  {'sum':<38}{sum(stages.values()):>8.1f}   ({results['turns']} turns)")
+    floor = results.get("skeleton_first_step_p50_ms")
+    if floor is not None:
+        lines.append(
+            f"  {'floor: start -> no-op first activity':<38}{floor:>8.1f}   "
+            "(Temporal alone, bench/skeleton.py)"
+        )
     return "\n".join(lines)
