@@ -396,7 +396,7 @@ def render_memory(results: dict[str, Any]) -> str:
     lines.append("")
     lines.append(
         f"(e) LoCoMo evidence recall (categories 1-4; conversation budget "
-        f"{results['locomo_share'] * 100:.0f}% of the conversation's tokens)"
+        f"{results['locomo_share'] * 100:.1f}% of the conversation's tokens)"
     )
     if results.get("locomo_skipped"):
         lines.append("  skipped (--no-locomo)")
