@@ -92,6 +92,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--locomo-share", type=float, default=0.11, help="(e) conversation budget / tokens"
     )
     parser.add_argument(
+        "--locomo-data",
+        type=lambda v: [Path(p) for p in v.split(",")],
+        default=None,
+        help="(e) LoCoMo files, comma-separated (default bench/data/locomo3.json; upstream "
+        "locomo10.json or locomo10_v2/NN.json keep the photo captions)",
+    )
+    parser.add_argument(
         "--output", type=Path, default=REPO / ".data" / "bench" / "latest.json", help="JSON file"
     )
     return parser.parse_args(argv)
@@ -283,6 +290,7 @@ async def _memory(args: argparse.Namespace, stack: Stack) -> dict[str, Any]:
             locomo_share=args.locomo_share,
             locomo_only=args.locomo_only,
             locomo=not args.no_locomo,
+            locomo_data=args.locomo_data,
         )
     finally:
         await engine.dispose()

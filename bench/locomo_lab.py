@@ -1,6 +1,6 @@
 """An offline loop for LoCoMo recall ideas: dump once, then replay the ranking in seconds.
 
-    python -m bench.locomo_lab dump .data/bench/locomo-lab.json   # a few minutes, once
+    python -m bench.locomo_lab dump .data/bench/locomo-lab.json [DATA ...]  # minutes, once
     python -m bench.locomo_lab eval .data/bench/locomo-lab.json   # seconds
 
 `dump` does what bench/memory.py section (e) does (ingest, embed, summarize, pack every
@@ -38,9 +38,10 @@ from parley.tokens import counter_for
 # --- dump ---------------------------------------------------------------------------------------
 
 
-async def dump(out: Path, share: float = 0.11) -> None:
-    """Run the real pipeline on bench/data/locomo3.json and write what `evaluate` needs."""
-    from bench.memory import DATA
+async def dump(out: Path, share: float = 0.11, data: list[Path] | None = None) -> None:
+    """Run the real pipeline on `data` (bench/data/locomo3.json by default; see
+    bench/memory.py `load_locomo`) and write what `evaluate` needs."""
+    from bench.memory import DATA, load_locomo
     from parley.config import Settings
     from store.db import create_engine, session_factory
     from store.embedded import EmbeddedPostgres
@@ -57,7 +58,7 @@ async def dump(out: Path, share: float = 0.11) -> None:
             await seed_demo(db)
             await db.commit()
         result = []
-        for name, conv in json.loads(DATA.read_text()).items():
+        for name, conv in load_locomo(data or [DATA]).items():
             print("dumping", name, file=sys.stderr)
             result.append(
                 await _dump_one(Settings(database_url=url), db_sessions, name, conv, share)
@@ -269,11 +270,11 @@ def render(result: dict[str, dict[str, Any]], label: str) -> str:
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) != 2 or argv[0] not in ("dump", "eval"):
-        raise SystemExit("usage: python -m bench.locomo_lab dump|eval FILE")
+    if len(argv) < 2 or argv[0] not in ("dump", "eval"):
+        raise SystemExit("usage: python -m bench.locomo_lab dump|eval FILE [LOCOMO_DATA ...]")
     path = Path(argv[1])
     if argv[0] == "dump":
-        asyncio.run(dump(path))
+        asyncio.run(dump(path, data=[Path(p) for p in argv[2:]] or None))
         return
     convs = load(path)
     print(render(evaluate(convs), "production"))

@@ -140,6 +140,15 @@ def _when(text: str | None) -> datetime:
         return datetime.now(UTC)
 
 
+def photo_note(turn: dict[str, Any]) -> str:
+    """A shared photo's description, stored with the message as a chat product stores an
+    attachment's description: LoCoMo's `blip_caption` (what an image captioner wrote; the
+    search `query` the dataset's authors used to find the photo is not used). Counted in the
+    conversation's tokens like the rest of the message."""
+    caption = str(turn.get("blip_caption") or "").strip()
+    return f" [photo: {caption}]" if caption else ""
+
+
 async def ingest(
     db_sessions: async_sessionmaker[AsyncSession], conversation: dict[str, Any]
 ) -> tuple[str, dict[str, int], int]:
@@ -155,7 +164,7 @@ async def ingest(
             for turn in session["turns"]:
                 seq += 1
                 role = "user" if turn["speaker"] == conversation["speaker_a"] else "assistant"
-                text = f"{turn['speaker']}: {turn['text']}"
+                text = f"{turn['speaker']}: {turn['text']}{photo_note(turn)}"
                 db.add(
                     Message(
                         id=f"msg_l{uuid.uuid4().hex[:20]}",
@@ -318,20 +327,36 @@ async def locomo_table(
     db_sessions: async_sessionmaker[AsyncSession],
     *,
     share: float,
-    path: Path = DATA,
+    paths: list[Path] | None = None,
 ) -> list[dict[str, Any]]:
     """Full-text recall, then hybrid recall where the embeddings extra is installed."""
-    if not path.exists():
+    data = load_locomo(paths or [DATA])
+    if not data:
         return []
-    data = json.loads(path.read_text())
-    if isinstance(data, list):  # the upstream locomo10.json
-        data = {d["sample_id"]: _upstream(d) for d in data}
     embedder = build_embedder(settings.model_copy(update={"embeddings": "local-minilm"}))
     results = []
     for use in (None, embedder) if embedder is not None else (None,):
         for name, conv in data.items():
             results.append(await locomo_one(settings, db_sessions, name, conv, share, use))
     return results
+
+
+def load_locomo(paths: list[Path]) -> dict[str, dict[str, Any]]:
+    """Conversations by name from bench/data/locomo3.json (slimmed: no photo captions), the
+    upstream locomo10.json, or upstream single-conversation files (`locomo10_v2/26.json`,
+    named `conv-26`), which keep each shared photo's caption."""
+    found: dict[str, dict[str, Any]] = {}
+    for path in paths:
+        if not path.exists():
+            continue
+        data = json.loads(path.read_text())
+        if isinstance(data, list):  # the upstream locomo10.json
+            found.update({d["sample_id"]: _upstream(d) for d in data})
+        elif "speaker_a" in data:  # one upstream conversation
+            found[f"conv-{path.stem}"] = _upstream({"conversation": data, "qa": data["qa"]})
+        else:
+            found.update(data)
+    return found
 
 
 def _upstream(sample: dict[str, Any]) -> dict[str, Any]:
@@ -371,7 +396,7 @@ def render_memory(results: dict[str, Any]) -> str:
     lines.append("")
     lines.append(
         f"(e) LoCoMo evidence recall (categories 1-4; conversation budget "
-        f"{results['locomo_share'] * 100:.0f}% of the conversation's tokens)"
+        f"{results['locomo_share'] * 100:.1f}% of the conversation's tokens)"
     )
     if results.get("locomo_skipped"):
         lines.append("  skipped (--no-locomo)")
@@ -403,13 +428,16 @@ async def measure_memory(
     locomo_share: float = 0.11,
     locomo_only: bool = False,
     locomo: bool = True,
+    locomo_data: list[Path] | None = None,
 ) -> dict[str, Any]:
     if locomo_only:
         return {
             "tokens": [],
             "done": {},
             "locomo_share": locomo_share,
-            "locomo": await locomo_table(settings, db_sessions, share=locomo_share),
+            "locomo": await locomo_table(
+                settings, db_sessions, share=locomo_share, paths=locomo_data
+            ),
         }
     client = ParleyClient(base_url, token)
     try:
@@ -423,6 +451,10 @@ async def measure_memory(
         "tokens": tokens,
         "done": done,
         "locomo_share": locomo_share,
-        "locomo": await locomo_table(settings, db_sessions, share=locomo_share) if locomo else [],
+        "locomo": (
+            await locomo_table(settings, db_sessions, share=locomo_share, paths=locomo_data)
+            if locomo
+            else []
+        ),
         "locomo_skipped": not locomo,
     }
