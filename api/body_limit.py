@@ -4,7 +4,8 @@ It runs outside FastAPI, so before routing, authentication and JSON parsing. A d
 `Content-Length` over the limit is answered 413 at once, without reading the body. A body
 without a length (chunked) is counted while the app reads it; at the first byte over the
 limit the client gets the 413 and the app sees a disconnect, so no more than the limit is
-ever held.
+ever held. A body framed by its length (or a request without a body) needs no counting: the
+server never reads past the declared length, so those requests pass through unwrapped.
 
 After a 413 the connection closes. Closed with the client's bytes still unread, it would be
 reset, and a reset can discard the answer before the client has read it. So the answer is
@@ -48,10 +49,16 @@ class BodyLimit:
             await self._app(scope, receive, send)
             return
         limit = self._limit_for(scope.get("path", ""))
-        declared = _content_length(scope)
+        declared, chunked = _framing(scope)
         if declared is not None and declared > limit:
             await self._refuse(send, limit)
             await _linger(receive, send)
+            return
+        if not chunked:
+            # The server reads no more than the declared length, and without one (nor a
+            # transfer coding) there is no body: nothing to count, so no wrapper around
+            # every receive and send (an event stream's sends are many).
+            await self._app(scope, receive, send)
             return
         await self._app(scope, *self._guarded(receive, send, limit))
 
@@ -119,11 +126,16 @@ async def _linger(receive: Receive, send: Send) -> None:
     await send({"type": "http.response.body", "body": b""})
 
 
-def _content_length(scope: Scope) -> int | None:
+def _framing(scope: Scope) -> tuple[int | None, bool]:
+    """The declared `Content-Length`, and whether the body has a transfer coding (chunked),
+    which overrides any declared length (RFC 9112 6.3): then only counting bounds it."""
+    declared, chunked = None, False
     for name, value in scope.get("headers", ()):
         if name == b"content-length":
             try:
-                return int(value)
+                declared = int(value)
             except ValueError:
-                return None  # the server refuses a malformed length before we see it
-    return None
+                pass  # the server refuses a malformed length before we see it
+        elif name == b"transfer-encoding":
+            chunked = True
+    return declared, chunked

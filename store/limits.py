@@ -20,6 +20,7 @@ process that dies stops renewing, and its leases lapse.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -44,11 +45,16 @@ log = logging.getLogger(__name__)
 RESTING = (TurnState.awaiting_confirmation, TurnState.awaiting_input)
 
 
-async def admit_turn(db: AsyncSession, *, owner: Identity, limits: Limits) -> None:
+async def admit_turn(
+    db: AsyncSession, *, owner: Identity, limits: Limits, locked: bool = False
+) -> None:
     """Refuse a post of a paused tenant, or one that would go over a limit, counting it
     against the windowed ones. The tenant's configuration, where it sets a limit, overrides
-    the deployment's."""
-    now, running, paused, stored = await _running_turns(db, owner=owner, limits=limits)
+    the deployment's. `locked`: the caller's transaction already holds `turns_lock(owner)`
+    (taken by an earlier statement of its own, saving this one a round trip)."""
+    now, running, paused, stored = await _running_turns(
+        db, owner=owner, limits=limits, locked=locked
+    )
     if paused:
         raise AgentPaused("the assistant is paused for this tenant")
     config = TenantConfig.model_validate(stored or {})
@@ -116,8 +122,14 @@ async def admit_session(db: AsyncSession, *, owner: Identity, per_day: int) -> N
     await take_all(db, [Take("day_sessions", subject, day, per_day, refusal)])
 
 
+def turns_lock(owner: Identity) -> str:
+    """The key of the user's lock that orders their posts' admissions (`pg_advisory_xact_lock`
+    of its `hashtext`)."""
+    return f"turns:{owner.tenant_id}/{owner.user_id}"
+
+
 async def _running_turns(
-    db: AsyncSession, *, owner: Identity, limits: Limits
+    db: AsyncSession, *, owner: Identity, limits: Limits, locked: bool
 ) -> tuple[datetime, int, bool, dict[str, Any] | None]:
     """The database's clock (so every API process puts a post in the same window), the
     user's running turns, and the tenant's switch and configuration (a tenant without a row
@@ -125,7 +137,8 @@ async def _running_turns(
     # The user's lock, held to the end of the caller's transaction: two posts of one user
     # cannot both see room for one more turn. Its own statement: the count that follows
     # must be read after the lock is held.
-    await _lock(db, f"turns:{owner.tenant_id}/{owner.user_id}")
+    if not locked:
+        await _lock(db, turns_lock(owner))
     params = {
         "tenant_id": owner.tenant_id,
         "user_id": owner.user_id,
@@ -197,6 +210,7 @@ async def take_all(db: AsyncSession, takes: Sequence[Take]) -> None:
             raise take.refusal
 
 
+@functools.cache  # one statement per number of windows (at most four), built once
 def _take_statement(n: int) -> TextClause:
     """Upsert each counter (only while under its limit) and forget the subject's older windows
     once a new window opens; select whether each use was taken."""
@@ -330,7 +344,11 @@ async def _now(db: AsyncSession) -> datetime:
 
 
 async def _lock(db: AsyncSession, key: str) -> None:
-    await db.execute(select(func.pg_advisory_xact_lock(func.hashtext(key))))
+    await db.execute(_LOCK, {"key": key})
+
+
+# Built once (see store/identity.py `_IDENTITY`).
+_LOCK = text("SELECT pg_advisory_xact_lock(hashtext(:key))")
 
 
 def seconds_until(now: datetime, end: datetime) -> int:

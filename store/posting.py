@@ -78,11 +78,11 @@ async def post_user_message(
     supersedes it and starts a new turn.
     """
     session = await get_session(db, owner=owner, session_id=session_id, for_update=True)
-    earlier, turns_before = await _earlier_post(db, session_id, client_message_id, text)
+    earlier, turns_before = await _earlier_post(db, owner, session_id, client_message_id, text)
     if earlier is not None:
         return earlier
 
-    await _admit(db, owner=owner, limits=limits)
+    await _admit(db, owner=owner, limits=limits, locked=True)
     if expected_last_seq is not None and expected_last_seq != session.last_seq:
         raise StaleView("the session has newer messages", last_seq=session.last_seq)
     attached = await files_store.check_owned(
@@ -119,12 +119,19 @@ async def post_user_message(
 
 
 async def _earlier_post(
-    db: AsyncSession, session_id: str, client_message_id: str, text: str
+    db: AsyncSession, owner: Identity, session_id: str, client_message_id: str, text: str
 ) -> tuple[PostedMessage | None, int]:
     """The same message posted before (answered with its original turn), if it was, and how
-    many turns the session has: one read, taken after the session's lock."""
-    params = {"session_id": session_id, "client_message_id": client_message_id}
-    found, turns_before = (await db.execute(_EARLIER_AND_TURNS, params)).one()
+    many turns the session has: one read, taken after the session's lock. The same statement
+    takes the user's admission lock (`limits.turns_lock`, always after the session's, as
+    before), which `_admit` would otherwise take in a round trip of its own; a repeated post
+    holds it briefly for nothing."""
+    params = {
+        "session_id": session_id,
+        "client_message_id": client_message_id,
+        "lock_key": limits_store.turns_lock(owner),
+    }
+    _, found, turns_before = (await db.execute(_EARLIER_AND_TURNS, params)).one()
     if found is None:
         return None, int(turns_before)
     earlier = await db.get(Message, found)
@@ -138,6 +145,7 @@ async def _earlier_post(
 
 # Built once: every post runs it (see store/identity.py `_IDENTITY`).
 _EARLIER_AND_TURNS = select(
+    func.pg_advisory_xact_lock(func.hashtext(bindparam("lock_key", type_=Text))),
     select(Message.id)
     .where(
         Message.session_id == bindparam("session_id"),
@@ -345,13 +353,16 @@ _STAMPS = ("created_at", "updated_at")
 _WRITE = _write_statement()
 
 
-async def _admit(db: AsyncSession, *, owner: Identity, limits: Limits | None) -> None:
+async def _admit(
+    db: AsyncSession, *, owner: Identity, limits: Limits | None, locked: bool = False
+) -> None:
     """Before anything that leads to model work: the tenant's switch (paused fails closed),
     then the limits (`store.limits`), cheapest first. The user's own access comes before
-    all of them: it is on the identity already, no query."""
+    all of them: it is on the identity already, no query. `locked`: the transaction holds
+    the user's admission lock already."""
     if ASSISTANT not in owner.features:
         raise FeatureNotEnabled("the assistant is not enabled for this user", feature=ASSISTANT)
-    await limits_store.admit_turn(db, owner=owner, limits=limits or Limits())
+    await limits_store.admit_turn(db, owner=owner, limits=limits or Limits(), locked=locked)
 
 
 def _user_message(session: ChatSession, turn_id: str, client_message_id: str, text: str) -> Message:

@@ -16,11 +16,11 @@ from tests.client import ParleyClient
 from tests.conftest import serve
 from tests.toolkit import eventually
 
-# POST: the token, the session's lock, the earlier post and the session's turns, the user's
-# lock, the running turns with the tenant, the counters (in a savepoint: two more), the
+# POST: the token, the session's lock, the earlier post and the session's turns with the
+# user's lock, the running turns with the tenant, the counters (in a savepoint: two more), the
 # message with its turn and `received` event, the start mark. Stream: the token, the turn
 # with the user's stream lock, the lease, the first read with the viewer, the lease's end.
-STATEMENTS_PER_TURN = 15
+STATEMENTS_PER_TURN = 14
 
 
 async def test_a_turn_costs_the_api_a_fixed_number_of_statements(

@@ -136,6 +136,26 @@ async def test_running_turns_per_user_are_counted_across_processes(
     assert await stored_user_messages(sessions, tenant) == DEFAULTS.max_active_turns_per_user
 
 
+async def test_running_turns_per_user_hold_under_12_concurrent_posts(
+    apis: list[str], sessions: async_sessionmaker[AsyncSession], clients: list[ParleyClient]
+) -> None:
+    """The user's admission lock (taken with the post's duplicate check, store/posting.py)
+    orders concurrent posts in two processes: no two see room for the same last turn."""
+    running = 4
+    config = {"max_active_turns_per_user": running, "user_requests_per_minute": 100}
+    tenant, (token,) = await new_tenant(sessions, config)
+    a, b = on_both(apis, token, clients)
+    sids = [await a.new_session() for _ in range(12)]
+    answers = await asyncio.gather(
+        *((a if n % 2 else b).post(sid, "Where is my order?") for n, sid in enumerate(sids))
+    )
+    assert sorted(r.status_code for r in answers).count(202) == running
+    assert [refusal(r) for r in answers if r.status_code != 202] == [
+        (429, "too_many_active_turns")
+    ] * (12 - running)
+    assert await stored_user_messages(sessions, tenant) == running
+
+
 async def test_posts_per_minute_answer_429_with_retry_after_across_processes(
     apis: list[str], sessions: async_sessionmaker[AsyncSession], clients: list[ParleyClient]
 ) -> None:
