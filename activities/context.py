@@ -18,6 +18,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities import consented_memory
 from activities.attachments import attached_file_blocks
+from activities.context_rows import hold_turn_rows, packed_before
 from activities.knowledge import KnowledgeSource
 from activities.mcp import McpTools
 from activities.northwind import BackendError, NorthwindClient
@@ -65,7 +66,7 @@ from parley.wire import ClarificationData, DeltaData, Option, WarningData
 from store import memory as memory_store
 from store import slots, tenants, turns, user_memory
 from store.events import append_event, append_events
-from store.models import Message, ModelCall, Turn, TurnEvent, User
+from store.models import Message, ModelCall, Turn, TurnEvent
 
 # The warning a turn emits when the packer left something out.
 CONTEXT_TRIMMED = "context_trimmed"
@@ -108,16 +109,12 @@ class ContextBuilder:
             else:
                 turn = await db.get(Turn, inp.turn_id)
             assert turn is not None
+            # Rows every phase reads, held for the whole build (activities/context_rows.py).
+            held = await hold_turn_rows(db, turn, inp.step)
             # A retry after a crash reuses the request it already packed.
-            existing = await db.scalar(
-                select(ModelCall).where(ModelCall.turn_id == turn.id, ModelCall.step == inp.step)
-            )
+            existing = await packed_before(db, turn, inp.step, held)
             if existing is not None:
                 return BuildContextResult(existing.id, existing.provider == "resolver")
-            # Rows every phase reads, held for the whole build: the session's identity map
-            # keeps only referenced objects, so each later `db.get` of them is answered
-            # from memory instead of by another round trip.
-            held = await _hold_turn_rows(db, turn)
             await consented_memory.remember_validated(db, turn, self._settings, step=inp.step)
             if inp.step == 0:
                 clarification = await self._resolve_references(db, turn)
@@ -225,8 +222,8 @@ class ContextBuilder:
         messages = await memory_store.session_messages(
             db,
             session_id=turn.session_id,
-            after_seq=await memory_store.window_start(
-                db, session_id=turn.session_id, summary_through=through
+            after_seq=memory_store.window_start_clause(
+                session_id=turn.session_id, summary_through=through
             ),
             hide_answers_of=turn.retry_of,
             counter=counter,
@@ -450,14 +447,6 @@ async def _memory(db: AsyncSession, turn: Turn, current: dict[str, Slot]) -> Mem
         slots={
             k: (v.value, v.set_at_seq) for k, v in current.items() if k != PENDING_CLARIFICATION
         },
-    )
-
-
-async def _hold_turn_rows(db: AsyncSession, turn: Turn) -> tuple[Message | None, User | None]:
-    """The turn's user message and user, loaded once (see `build`)."""
-    return (
-        await db.get(Message, turn.user_message_id),
-        await db.get(User, (turn.tenant_id, turn.user_id)),
     )
 
 
