@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import logging
 
-from sqlalchemy import select
+from sqlalchemy import func, select
+from sqlalchemy.dialects.postgresql import aggregate_order_by
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
@@ -38,11 +39,12 @@ class ScreenActivities:
     async def screen_input(self, inp: ScreenInput) -> ScreenResult:
         async with self._sessions() as db:
             await autocommit(db)  # reads only
-            turn = await db.get(Turn, inp.turn_id)
-            assert turn is not None
-            message = await db.get(Message, turn.user_message_id)
-            assert message is not None
-            text = message.text
+            text = await db.scalar(
+                select(Message.text)
+                .join(Turn, Turn.user_message_id == Message.id)
+                .where(Turn.id == inp.turn_id)
+            )
+            assert text is not None
         verdict = await self._input.check(text)
         tracing.annotate(allowed=verdict.allowed, category=verdict.category)
         return ScreenResult(verdict.allowed, verdict.category)
@@ -78,18 +80,9 @@ class ScreenActivities:
             if turn.state in TERMINAL_TURN_STATES or turn.cancel_requested_at is not None:
                 await db.commit()
                 return
-            tools = list(
-                await db.scalars(
-                    select(ToolCall.name)
-                    .where(ToolCall.turn_id == turn.id, ToolCall.status == ToolCallStatus.ok)
-                    .order_by(ToolCall.created_at)
-                )
-            )
-            asked = await db.get(Message, turn.user_message_id)
+            tools, asked = await _tools_and_question(db, turn)
             suggestions = [
-                s
-                for s in suggest(tools, asked=asked.text if asked else "")
-                if (await self._output.check(s)).allowed
+                s for s in suggest(tools, asked=asked) if (await self._output.check(s)).allowed
             ]
             if suggestions:
                 await append_event(
@@ -99,3 +92,16 @@ class ScreenActivities:
                     data=FollowupsData(suggestions=suggestions),
                 )
             await db.commit()
+
+
+async def _tools_and_question(db: AsyncSession, turn: Turn) -> tuple[list[str], str]:
+    """The tools the turn ran successfully, in call order, and the user's message (empty
+    when missing): one round trip."""
+    names = (
+        select(func.array_agg(aggregate_order_by(ToolCall.name, ToolCall.created_at)))
+        .where(ToolCall.turn_id == turn.id, ToolCall.status == ToolCallStatus.ok)
+        .scalar_subquery()
+    )
+    asked = select(Message.text).where(Message.id == turn.user_message_id).scalar_subquery()
+    row = (await db.execute(select(names, asked))).one()
+    return list(row[0] or []), row[1] or ""

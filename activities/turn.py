@@ -45,10 +45,10 @@ from parley.screens import RETRACTION_TEXT, Screen
 from parley.statuses import FinalizeOutcome, FinishReason, TurnErrorCode
 from parley.tools import args_hash
 from parley.wire import DeltaData, ResetData, RetractedData
-from store import tenants, turns
+from store import turns
 from store.db import autocommit
 from store.events import append_event, withdraw_turn_text
-from store.models import Action, ModelCall, Turn, TurnEvent
+from store.models import Action, ModelCall, Tenant, Turn, TurnEvent
 
 log = logging.getLogger(__name__)
 
@@ -139,11 +139,17 @@ class TurnActivities:
             # the pause check below reads it from memory.
             turn = await turns.advance_turn(db, turn_id=inp.turn_id, to=TurnState.calling_model)
             await db.commit()  # the stream shows the step before it runs
-            call = await db.get(ModelCall, inp.model_call_id)
-            assert call is not None
+            # The call and whether its tenant is paused, in one round trip.
+            found = await db.execute(
+                select(ModelCall, Tenant.paused)
+                .select_from(ModelCall)
+                .outerjoin(Tenant, Tenant.id == turn.tenant_id)
+                .where(ModelCall.id == inp.model_call_id)
+            )
+            call, paused = found.one()
             if call.finish_reason is not None:  # finished by an attempt that died reporting it
                 return _result(call)
-            await _refuse_if_paused(db, turn)
+            _refuse_if_paused(paused)
             # The step's answer path; a re-answer names the capped step it is the child of.
             tracing.annotate(path=call.request.get("path", "tools"))
             if call.request.get("reanswer_of"):
@@ -349,9 +355,9 @@ class TurnActivities:
             await db.commit()
 
 
-async def _refuse_if_paused(db: AsyncSession, turn: Turn) -> None:
+def _refuse_if_paused(paused: bool | None) -> None:
     """A paused tenant's turn calls no model: it ends with `agent_paused` (retryable)."""
-    if await tenants.is_paused(db, tenant_id=turn.tenant_id):
+    if paused:
         raise ApplicationError(
             "the assistant is paused for this tenant",
             type=TurnErrorCode.agent_paused,
