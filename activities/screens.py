@@ -75,12 +75,10 @@ class ScreenActivities:
         """Best effort: offered only while the turn is still open, never after its end or its
         Stop (a Stop during the turn's last workflow task runs this step again)."""
         async with self._sessions() as db:
-            turn = await db.get(Turn, inp.turn_id, with_for_update=True)
-            assert turn is not None
+            turn, tools, asked = await _lock_turn_with_tools_and_question(db, inp.turn_id)
             if turn.state in TERMINAL_TURN_STATES or turn.cancel_requested_at is not None:
                 await db.commit()
                 return
-            tools, asked = await _tools_and_question(db, turn)
             suggestions = [
                 s for s in suggest(tools, asked=asked) if (await self._output.check(s)).allowed
             ]
@@ -94,14 +92,19 @@ class ScreenActivities:
             await db.commit()
 
 
-async def _tools_and_question(db: AsyncSession, turn: Turn) -> tuple[list[str], str]:
-    """The tools the turn ran successfully, in call order, and the user's message (empty
-    when missing): one round trip."""
+async def _lock_turn_with_tools_and_question(
+    db: AsyncSession, turn_id: str
+) -> tuple[Turn, list[str], str]:
+    """The turn's row, locked; the tools it ran successfully, in call order; and the user's
+    message (empty when missing): one round trip."""
     names = (
         select(func.array_agg(aggregate_order_by(ToolCall.name, ToolCall.created_at)))
-        .where(ToolCall.turn_id == turn.id, ToolCall.status == ToolCallStatus.ok)
+        .where(ToolCall.turn_id == Turn.id, ToolCall.status == ToolCallStatus.ok)
         .scalar_subquery()
     )
-    asked = select(Message.text).where(Message.id == turn.user_message_id).scalar_subquery()
-    row = (await db.execute(select(names, asked))).one()
-    return list(row[0] or []), row[1] or ""
+    asked = select(Message.text).where(Message.id == Turn.user_message_id).scalar_subquery()
+    found = await db.execute(
+        select(Turn, names, asked).where(Turn.id == turn_id).with_for_update(of=Turn)
+    )
+    turn, tools, text = found.one()
+    return turn, list(tools or []), text or ""

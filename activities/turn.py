@@ -296,11 +296,9 @@ class TurnActivities:
     @activity.defn(name="finalize_turn")
     async def finalize_turn(self, inp: FinalizeTurnInput) -> str:
         async with self._sessions() as db:
-            call = await db.get(ModelCall, inp.model_call_id)
-            # Locked first and kept: the citations read it from the session, and the ending
-            # below needs the lock anyway.
-            turn = await db.get(Turn, inp.turn_id, with_for_update=True)
-            assert call is not None and turn is not None
+            # The turn locked and kept, with its call, in one statement: the citations read
+            # both from the session, and the ending below needs the lock anyway.
+            turn, call = await _lock_turn_with_call(db, inp.turn_id, inp.model_call_id)
             text, message_id = call.response_text or "", message_id_for_call(call.id)
             if inp.override_text is not None:
                 text = inp.override_text
@@ -353,6 +351,22 @@ class TurnActivities:
                 retryable=inp.retryable,
             )
             await db.commit()
+
+
+async def _lock_turn_with_call(
+    db: AsyncSession, turn_id: str, model_call_id: str
+) -> tuple[Turn, ModelCall]:
+    """The turn's row, locked (`FOR UPDATE` of the turn only), and the model call."""
+    found = await db.execute(
+        select(Turn, ModelCall)
+        .select_from(Turn)
+        .outerjoin(ModelCall, ModelCall.id == model_call_id)
+        .where(Turn.id == turn_id)
+        .with_for_update(of=Turn)
+    )
+    turn, call = found.one()
+    assert call is not None
+    return turn, call
 
 
 def _refuse_if_paused(paused: bool | None) -> None:
