@@ -137,7 +137,9 @@ class ContextBuilder:
         path = choose_path(tools, reanswer=reanswer_of is not None)  # parley/paths.py
         if step == 0:
             await _pin_stated_facts(db, turn)
-        packed, plan = await self._assemble(db, turn, tenant, budgets, counter, tools, path)
+        packed, plan = await self._assemble(
+            db, turn, tenant, budgets, counter, tools, path, step=step
+        )
         # Knowledge: what the prompt showed, by reference (finalize reads it for citations).
         knowledge = plan.pop("knowledge", None)
         if knowledge and not any(b.kind == "knowledge" for b in packed.kept):
@@ -214,6 +216,8 @@ class ContextBuilder:
         counter: TokenCounter,
         tools: list[dict[str, Any]],
         path: AnswerPath,
+        *,
+        step: int,
     ) -> tuple[Packed, dict[str, Any]]:
         """Load memory and messages, choose the window, recall, shape the blocks, pack."""
         current_slots = await slots.get_slots(db, session_id=turn.session_id)  # read once
@@ -244,7 +248,8 @@ class ContextBuilder:
         system_prompt = self._settings.system_prompt + (
             f"\n\n{tenant.persona}" if tenant.persona else ""
         )
-        state = await state_block(db, turn, current_slots)
+        # A turn's actions are proposed by its tools, which run after step 0's model call.
+        state = await state_block(db, turn, current_slots, has_actions=step > 0)
         blocks = [
             instructions_block(counter, system_prompt=system_prompt, tools=tools),
             *remembered,
