@@ -18,6 +18,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities import consented_memory
 from activities.attachments import attached_file_blocks
+from activities.context_rows import hold_turn_rows, packed_before
 from activities.knowledge import KnowledgeSource
 from activities.mcp import McpTools
 from activities.northwind import BackendError, NorthwindClient
@@ -65,7 +66,7 @@ from parley.wire import ClarificationData, DeltaData, Option, WarningData
 from store import memory as memory_store
 from store import slots, tenants, turns, user_memory
 from store.events import append_event, append_events
-from store.models import Message, ModelCall, Turn, TurnEvent, User
+from store.models import Message, ModelCall, Turn, TurnEvent
 
 # The warning a turn emits when the packer left something out.
 CONTEXT_TRIMMED = "context_trimmed"
@@ -108,16 +109,12 @@ class ContextBuilder:
             else:
                 turn = await db.get(Turn, inp.turn_id)
             assert turn is not None
+            # Rows every phase reads, held for the whole build (activities/context_rows.py).
+            held = await hold_turn_rows(db, turn, inp.step)
             # A retry after a crash reuses the request it already packed.
-            existing = await db.scalar(
-                select(ModelCall).where(ModelCall.turn_id == turn.id, ModelCall.step == inp.step)
-            )
+            existing = await packed_before(db, turn, inp.step, held)
             if existing is not None:
                 return BuildContextResult(existing.id, existing.provider == "resolver")
-            # Rows every phase reads, held for the whole build: the session's identity map
-            # keeps only referenced objects, so each later `db.get` of them is answered
-            # from memory instead of by another round trip.
-            held = await _hold_turn_rows(db, turn)
             await consented_memory.remember_validated(db, turn, self._settings, step=inp.step)
             if inp.step == 0:
                 clarification = await self._resolve_references(db, turn)
@@ -140,7 +137,9 @@ class ContextBuilder:
         path = choose_path(tools, reanswer=reanswer_of is not None)  # parley/paths.py
         if step == 0:
             await _pin_stated_facts(db, turn)
-        packed, plan = await self._assemble(db, turn, tenant, budgets, counter, tools, path)
+        packed, plan = await self._assemble(
+            db, turn, tenant, budgets, counter, tools, path, step=step
+        )
         # Knowledge: what the prompt showed, by reference (finalize reads it for citations).
         knowledge = plan.pop("knowledge", None)
         if knowledge and not any(b.kind == "knowledge" for b in packed.kept):
@@ -217,6 +216,8 @@ class ContextBuilder:
         counter: TokenCounter,
         tools: list[dict[str, Any]],
         path: AnswerPath,
+        *,
+        step: int,
     ) -> tuple[Packed, dict[str, Any]]:
         """Load memory and messages, choose the window, recall, shape the blocks, pack."""
         current_slots = await slots.get_slots(db, session_id=turn.session_id)  # read once
@@ -225,8 +226,8 @@ class ContextBuilder:
         messages = await memory_store.session_messages(
             db,
             session_id=turn.session_id,
-            after_seq=await memory_store.window_start(
-                db, session_id=turn.session_id, summary_through=through
+            after_seq=memory_store.window_start_clause(
+                session_id=turn.session_id, summary_through=through
             ),
             hide_answers_of=turn.retry_of,
             counter=counter,
@@ -247,7 +248,8 @@ class ContextBuilder:
         system_prompt = self._settings.system_prompt + (
             f"\n\n{tenant.persona}" if tenant.persona else ""
         )
-        state = await state_block(db, turn, current_slots)
+        # A turn's actions are proposed by its tools, which run after step 0's model call.
+        state = await state_block(db, turn, current_slots, has_actions=step > 0)
         blocks = [
             instructions_block(counter, system_prompt=system_prompt, tools=tools),
             *remembered,
@@ -450,14 +452,6 @@ async def _memory(db: AsyncSession, turn: Turn, current: dict[str, Slot]) -> Mem
         slots={
             k: (v.value, v.set_at_seq) for k, v in current.items() if k != PENDING_CLARIFICATION
         },
-    )
-
-
-async def _hold_turn_rows(db: AsyncSession, turn: Turn) -> tuple[Message | None, User | None]:
-    """The turn's user message and user, loaded once (see `build`)."""
-    return (
-        await db.get(Message, turn.user_message_id),
-        await db.get(User, (turn.tenant_id, turn.user_id)),
     )
 
 

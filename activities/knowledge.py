@@ -75,8 +75,7 @@ class KnowledgeSource:
         the stored request keeps (query, method, the sources shown by reference)."""
         await _authorize(db, turn)
         query = standalone_query(message, slots=slots)
-        always = await knowledge_store.always_passages(db, tenant_id=turn.tenant_id)
-        found = await self._search(db, turn, query)
+        always, found = await self._search(db, turn, query)
         selection = select_passages(always, found.passages, budget=budget, count=counter.count)
         record: dict[str, Any] = {
             "query": query,
@@ -99,23 +98,29 @@ class KnowledgeSource:
         )
         return [block], record
 
-    async def _search(self, db: AsyncSession, turn: Turn, query: str) -> Found:
+    async def _search(
+        self, db: AsyncSession, turn: Turn, query: str
+    ) -> tuple[list[Passage], Found]:
+        """The always-documents' passages, and what the search found."""
         terms = query_terms(query)
         try:
             async with db.begin_nested():  # a failed search must not spoil the transaction
-                text_hits = await knowledge_store.search_text(
+                # One statement for both (the always-documents read again on its own below
+                # when it fails: they are shown whatever the search does).
+                always, text_hits = await knowledge_store.always_and_search_text(
                     db, tenant_id=turn.tenant_id, terms=terms, limit=self._limit * 2
                 )
         except SQLAlchemyError:
             log.warning("knowledge search failed", exc_info=True)
             await _warn(db, turn, "I could not search our policy documents for this answer.")
-            return Found([], "none")
+            always = await knowledge_store.always_passages(db, tenant_id=turn.tenant_id)
+            return always, Found([], "none")
         vector_hits = await self._vector_search(db, turn, query)
         if vector_hits is None:
-            return Found(text_hits[: self._limit], "fts")
+            return always, Found(text_hits[: self._limit], "fts")
         by_key = {p.key: p for p in [*text_hits, *vector_hits]}
         fused = fuse([[p.key for p in text_hits], [p.key for p in vector_hits]])
-        return Found([by_key[k] for k in fused[: self._limit]], "hybrid")
+        return always, Found([by_key[k] for k in fused[: self._limit]], "hybrid")
 
     async def _vector_search(
         self, db: AsyncSession, turn: Turn, query: str

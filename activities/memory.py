@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.client import Client
@@ -37,7 +38,7 @@ from parley.window import choose_window, group_turns
 from store import embeddings as embedding_store
 from store import memory as memory_store
 from store import tenants, user_memory
-from store.models import ChatSession
+from store.models import ChatSession, Tenant
 
 log = logging.getLogger(__name__)
 
@@ -160,8 +161,18 @@ class MemoryActivities:
         """What to fold in: messages after the summary's end and before the window the next
         turn will show. Returns the current end instead when there is not enough yet."""
         async with self._sessions() as db:
-            session = await db.get(ChatSession, session_id)
-            assert session is not None
+            # The session and its tenant in one round trip (the tenant's configuration is
+            # then read from the session's identity map).
+            held = (
+                await db.execute(
+                    select(ChatSession, Tenant)
+                    .select_from(ChatSession)
+                    .outerjoin(Tenant, Tenant.id == ChatSession.tenant_id)
+                    .where(ChatSession.id == session_id)
+                )
+            ).one_or_none()
+            assert held is not None
+            session = held[0]
             tenant = await tenants.tenant_config(db, tenant_id=session.tenant_id)
             latest = await memory_store.latest_summary(db, session_id=session_id)
             base = latest.through_seq if latest is not None else 0

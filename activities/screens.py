@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import logging
 
-from sqlalchemy import select
+from sqlalchemy import func, select
+from sqlalchemy.dialects.postgresql import aggregate_order_by
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
@@ -38,11 +39,12 @@ class ScreenActivities:
     async def screen_input(self, inp: ScreenInput) -> ScreenResult:
         async with self._sessions() as db:
             await autocommit(db)  # reads only
-            turn = await db.get(Turn, inp.turn_id)
-            assert turn is not None
-            message = await db.get(Message, turn.user_message_id)
-            assert message is not None
-            text = message.text
+            text = await db.scalar(
+                select(Message.text)
+                .join(Turn, Turn.user_message_id == Message.id)
+                .where(Turn.id == inp.turn_id)
+            )
+            assert text is not None
         verdict = await self._input.check(text)
         tracing.annotate(allowed=verdict.allowed, category=verdict.category)
         return ScreenResult(verdict.allowed, verdict.category)
@@ -73,23 +75,12 @@ class ScreenActivities:
         """Best effort: offered only while the turn is still open, never after its end or its
         Stop (a Stop during the turn's last workflow task runs this step again)."""
         async with self._sessions() as db:
-            turn = await db.get(Turn, inp.turn_id, with_for_update=True)
-            assert turn is not None
+            turn, tools, asked = await _lock_turn_with_tools_and_question(db, inp.turn_id)
             if turn.state in TERMINAL_TURN_STATES or turn.cancel_requested_at is not None:
                 await db.commit()
                 return
-            tools = list(
-                await db.scalars(
-                    select(ToolCall.name)
-                    .where(ToolCall.turn_id == turn.id, ToolCall.status == ToolCallStatus.ok)
-                    .order_by(ToolCall.created_at)
-                )
-            )
-            asked = await db.get(Message, turn.user_message_id)
             suggestions = [
-                s
-                for s in suggest(tools, asked=asked.text if asked else "")
-                if (await self._output.check(s)).allowed
+                s for s in suggest(tools, asked=asked) if (await self._output.check(s)).allowed
             ]
             if suggestions:
                 await append_event(
@@ -99,3 +90,21 @@ class ScreenActivities:
                     data=FollowupsData(suggestions=suggestions),
                 )
             await db.commit()
+
+
+async def _lock_turn_with_tools_and_question(
+    db: AsyncSession, turn_id: str
+) -> tuple[Turn, list[str], str]:
+    """The turn's row, locked; the tools it ran successfully, in call order; and the user's
+    message (empty when missing): one round trip."""
+    names = (
+        select(func.array_agg(aggregate_order_by(ToolCall.name, ToolCall.created_at)))
+        .where(ToolCall.turn_id == Turn.id, ToolCall.status == ToolCallStatus.ok)
+        .scalar_subquery()
+    )
+    asked = select(Message.text).where(Message.id == Turn.user_message_id).scalar_subquery()
+    found = await db.execute(
+        select(Turn, names, asked).where(Turn.id == turn_id).with_for_update(of=Turn)
+    )
+    turn, tools, text = found.one()
+    return turn, list(tools or []), text or ""

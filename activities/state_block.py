@@ -15,12 +15,17 @@ from store import slots
 from store.models import Action, Turn, User
 
 
-async def state_block(db: AsyncSession, turn: Turn, current: dict[str, Slot]) -> dict[str, Any]:
-    """The state block: facts the server knows, for the model to read (not obey)."""
+async def state_block(
+    db: AsyncSession, turn: Turn, current: dict[str, Slot], *, has_actions: bool = True
+) -> dict[str, Any]:
+    """The state block: facts the server knows, for the model to read (not obey).
+    `has_actions=False`: the caller knows the turn has proposed nothing yet (not read)."""
     user = await db.get(User, (turn.tenant_id, turn.user_id))
-    action = await db.scalar(
-        select(Action).where(Action.turn_id == turn.id).order_by(Action.created_at.desc())
-    )
+    action = None
+    if has_actions:
+        action = await db.scalar(
+            select(Action).where(Action.turn_id == turn.id).order_by(Action.created_at.desc())
+        )
     return {
         "customer": {"name": user.display_name if user else None},
         "slots": slots.slots_view({k: v for k, v in current.items() if k != PENDING_CLARIFICATION}),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import ScalarSelect, distinct, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from activities.mcp import McpTools
@@ -30,11 +30,20 @@ async def offered_tools(
     enables skills; less those this turn's shape cannot use."""
     tools = tenant_tools(tenant) + await mcp.offered(db, turn, tenant) + skills.offered(tenant)
     message = await db.get(Message, turn.user_message_id)
+    # Both facts about the session in one round trip.
+    has_result_sets, recently_used = (
+        await db.execute(
+            select(
+                result_sets.result_sets_exist(session_id=turn.session_id),
+                _recently_used(turn, recent_turns),
+            )
+        )
+    ).one()
     shape = TurnShape(
         message=message.text if message is not None else "",
         result_set_in_play="result_set" in (turn.resolution or {}),
-        has_result_sets=await result_sets.has_result_sets(db, session_id=turn.session_id),
-        recently_used=await _recently_used(db, turn, recent_turns),
+        has_result_sets=bool(has_result_sets),
+        recently_used=frozenset(recently_used or ()),
         skills=tuple(skills.manifests(tenant)),
     )
     return offer(tools, shape)
@@ -45,15 +54,17 @@ def tenant_tools(tenant: TenantConfig) -> list[dict[str, Any]]:
     return [t for t in model_tools() if tenant.offered(t["name"])]
 
 
-async def _recently_used(db: AsyncSession, turn: Turn, recent_turns: int) -> frozenset[str]:
-    """The tools called in this turn and the session's `recent_turns` turns before it."""
+def _recently_used(turn: Turn, recent_turns: int) -> ScalarSelect[Any]:
+    """The tools called in this turn and the session's `recent_turns` turns before it (an
+    array of names, NULL when none)."""
     recent = (
         select(Turn.id)
         .where(Turn.session_id == turn.session_id, Turn.user_seq <= turn.user_seq)
         .order_by(Turn.user_seq.desc())
         .limit(recent_turns + 1)
     )
-    names = await db.scalars(
-        select(ToolCall.name).where(ToolCall.turn_id.in_(recent.scalar_subquery())).distinct()
+    return (
+        select(func.array_agg(distinct(ToolCall.name)))
+        .where(ToolCall.turn_id.in_(recent.scalar_subquery()))
+        .scalar_subquery()
     )
-    return frozenset(names)

@@ -210,11 +210,10 @@ class ToolActivities:
         finished is answered from the store."""
         async with self._sessions() as db:
             call = await db.get(ToolCall, inp.call_id)
-            turn = await db.get(Turn, inp.turn_id)
-            assert call is not None and turn is not None
+            assert call is not None
             if call.status != ToolCallStatus.pending:  # done by an attempt that died reporting it
                 return _outcome(call)
-            await turns.advance_turn(db, turn_id=turn.id, to=TurnState.executing_tools)
+            turn = await turns.advance_turn(db, turn_id=inp.turn_id, to=TurnState.executing_tools)
             await db.commit()  # the stream shows the step before it runs
             allowed = (await tenants.tenant_config(db, tenant_id=turn.tenant_id)).offered(call.name)
             spec = TOOLS.get(call.name)

@@ -45,10 +45,10 @@ from parley.screens import RETRACTION_TEXT, Screen
 from parley.statuses import FinalizeOutcome, FinishReason, TurnErrorCode
 from parley.tools import args_hash
 from parley.wire import DeltaData, ResetData, RetractedData
-from store import tenants, turns
+from store import turns
 from store.db import autocommit
 from store.events import append_event, withdraw_turn_text
-from store.models import Action, ModelCall, Turn, TurnEvent
+from store.models import Action, ModelCall, Tenant, Turn, TurnEvent
 
 log = logging.getLogger(__name__)
 
@@ -139,11 +139,17 @@ class TurnActivities:
             # the pause check below reads it from memory.
             turn = await turns.advance_turn(db, turn_id=inp.turn_id, to=TurnState.calling_model)
             await db.commit()  # the stream shows the step before it runs
-            call = await db.get(ModelCall, inp.model_call_id)
-            assert call is not None
+            # The call and whether its tenant is paused, in one round trip.
+            found = await db.execute(
+                select(ModelCall, Tenant.paused)
+                .select_from(ModelCall)
+                .outerjoin(Tenant, Tenant.id == turn.tenant_id)
+                .where(ModelCall.id == inp.model_call_id)
+            )
+            call, paused = found.one()
             if call.finish_reason is not None:  # finished by an attempt that died reporting it
                 return _result(call)
-            await _refuse_if_paused(db, turn)
+            _refuse_if_paused(paused)
             # The step's answer path; a re-answer names the capped step it is the child of.
             tracing.annotate(path=call.request.get("path", "tools"))
             if call.request.get("reanswer_of"):
@@ -290,11 +296,9 @@ class TurnActivities:
     @activity.defn(name="finalize_turn")
     async def finalize_turn(self, inp: FinalizeTurnInput) -> str:
         async with self._sessions() as db:
-            call = await db.get(ModelCall, inp.model_call_id)
-            # Locked first and kept: the citations read it from the session, and the ending
-            # below needs the lock anyway.
-            turn = await db.get(Turn, inp.turn_id, with_for_update=True)
-            assert call is not None and turn is not None
+            # The turn locked and kept, with its call, in one statement: the citations read
+            # both from the session, and the ending below needs the lock anyway.
+            turn, call = await _lock_turn_with_call(db, inp.turn_id, inp.model_call_id)
             text, message_id = call.response_text or "", message_id_for_call(call.id)
             if inp.override_text is not None:
                 text = inp.override_text
@@ -349,9 +353,25 @@ class TurnActivities:
             await db.commit()
 
 
-async def _refuse_if_paused(db: AsyncSession, turn: Turn) -> None:
+async def _lock_turn_with_call(
+    db: AsyncSession, turn_id: str, model_call_id: str
+) -> tuple[Turn, ModelCall]:
+    """The turn's row, locked (`FOR UPDATE` of the turn only), and the model call."""
+    found = await db.execute(
+        select(Turn, ModelCall)
+        .select_from(Turn)
+        .outerjoin(ModelCall, ModelCall.id == model_call_id)
+        .where(Turn.id == turn_id)
+        .with_for_update(of=Turn)
+    )
+    turn, call = found.one()
+    assert call is not None
+    return turn, call
+
+
+def _refuse_if_paused(paused: bool | None) -> None:
     """A paused tenant's turn calls no model: it ends with `agent_paused` (retryable)."""
-    if await tenants.is_paused(db, tenant_id=turn.tenant_id):
+    if paused:
         raise ApplicationError(
             "the assistant is paused for this tenant",
             type=TurnErrorCode.agent_paused,

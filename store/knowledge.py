@@ -124,15 +124,35 @@ _COLUMNS = """
 """
 
 
+_WHERE_CURRENT = "c.tenant_id = :tenant AND d.tenant_id = :tenant AND d.current"
+_ALWAYS_ORDER = "d.doc, c.position"
+_ALWAYS_SQL = (
+    f"SELECT {_COLUMNS} WHERE {_WHERE_CURRENT} AND d.mode = 'always' ORDER BY {_ALWAYS_ORDER}"
+)
+_FOUND = "CROSS JOIN websearch_to_tsquery('english', :q) AS q"
+_FOUND_WHERE = f"{_WHERE_CURRENT} AND d.mode = 'retrieved' AND c.tsv @@ q"
+_FOUND_ORDER = "ts_rank_cd(c.tsv, q) DESC, c.id"
+_ALWAYS = text(_ALWAYS_SQL)
+_SEARCH = text(
+    f"SELECT {_COLUMNS} {_FOUND} WHERE {_FOUND_WHERE} ORDER BY {_FOUND_ORDER} LIMIT :limit"
+)
+# Both reads of a turn's knowledge in one round trip: the always-documents' chunks (part 0,
+# in document order), then the search's hits (part 1, best first), each numbered in its order.
+_ALWAYS_AND_SEARCH = text(
+    f"""
+    (SELECT 0 AS part, row_number() OVER (ORDER BY {_ALWAYS_ORDER}) AS ord, {_COLUMNS}
+     WHERE {_WHERE_CURRENT} AND d.mode = 'always')
+    UNION ALL
+    (SELECT 1, row_number() OVER (ORDER BY {_FOUND_ORDER}), {_COLUMNS} {_FOUND}
+     WHERE {_FOUND_WHERE} ORDER BY {_FOUND_ORDER} LIMIT :limit)
+    ORDER BY part, ord
+    """
+)
+
+
 async def always_passages(db: AsyncSession, *, tenant_id: str) -> list[Passage]:
     """Every chunk of the tenant's current always-documents, in document order."""
-    rows = await db.execute(
-        text(
-            f"SELECT {_COLUMNS} WHERE c.tenant_id = :tenant AND d.tenant_id = :tenant "
-            "AND d.current AND d.mode = 'always' ORDER BY d.doc, c.position"
-        ),
-        {"tenant": tenant_id},
-    )
+    rows = await db.execute(_ALWAYS, {"tenant": tenant_id})
     return [_passage(r) for r in rows]
 
 
@@ -143,16 +163,23 @@ async def search_text(
     terms, closer together, and a match in the section title count more)."""
     if not terms:
         return []
-    rows = await db.execute(
-        text(
-            f"SELECT {_COLUMNS} CROSS JOIN websearch_to_tsquery('english', :q) AS q "
-            "WHERE c.tenant_id = :tenant AND d.tenant_id = :tenant AND d.current "
-            "AND d.mode = 'retrieved' AND c.tsv @@ q "
-            "ORDER BY ts_rank_cd(c.tsv, q) DESC, c.id LIMIT :limit"
-        ),
-        {"tenant": tenant_id, "q": or_query(terms), "limit": limit},
-    )
+    rows = await db.execute(_SEARCH, {"tenant": tenant_id, "q": or_query(terms), "limit": limit})
     return [_passage(r) for r in rows]
+
+
+async def always_and_search_text(
+    db: AsyncSession, *, tenant_id: str, terms: Sequence[str], limit: int
+) -> tuple[list[Passage], list[Passage]]:
+    """`always_passages` and `search_text` in one statement: (always, found)."""
+    if not terms:
+        return await always_passages(db, tenant_id=tenant_id), []
+    rows = await db.execute(
+        _ALWAYS_AND_SEARCH, {"tenant": tenant_id, "q": or_query(terms), "limit": limit}
+    )
+    parts: tuple[list[Passage], list[Passage]] = ([], [])
+    for row in rows:
+        parts[row.part].append(_passage(row))
+    return parts
 
 
 async def search_vector(

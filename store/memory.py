@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from sqlalchemy import func, select, text
+from sqlalchemy import ColumnElement, func, select, text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -71,13 +71,14 @@ async def session_messages(
     db: AsyncSession,
     *,
     session_id: str,
-    after_seq: int,
+    after_seq: int | ColumnElement[int],
     hide_answers_of: str | None,
     counter: TokenCounter,
     before_seq: int | None = None,
 ) -> list[WindowMessage]:
     """Messages after `after_seq` (and before `before_seq`), with their token counts (the
-    stored count when the same counter made it)."""
+    stored count when the same counter made it). `after_seq` may be a SQL expression
+    (`window_start_clause`), evaluated by the same statement."""
     query = select(Message).where(
         Message.session_id == session_id,
         Message.replaced_by.is_(None),
@@ -119,11 +120,17 @@ def _tokens(message: Message, counter: TokenCounter) -> int:
     )
 
 
-async def window_start(db: AsyncSession, *, session_id: str, summary_through: int | None) -> int:
-    """Where loading starts: a little before the summary's end, within reach of the newest."""
-    last = await db.scalar(select(func.max(Message.seq)).where(Message.session_id == session_id))
-    floor = max(0, (last or 0) - WINDOW_REACH)
-    return min(summary_through or 0, floor)
+def window_start_clause(*, session_id: str, summary_through: int | None) -> ColumnElement[int]:
+    """Where loading starts: a little before the summary's end, within reach of the newest
+    message; a SQL expression, so `session_messages` loads the window in one statement."""
+    last = (
+        select(func.max(Message.seq))
+        .where(Message.session_id == session_id)
+        .correlate(None)  # its own scan of the session, not the outer row
+        .scalar_subquery()
+    )
+    floor = func.greatest(0, func.coalesce(last, 0) - WINDOW_REACH)
+    return func.least(summary_through or 0, floor)
 
 
 _TERM = re.compile(r"[^a-z0-9]")

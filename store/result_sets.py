@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import exists, select
+from sqlalchemy import Exists, exists, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -65,10 +65,10 @@ async def recent_result_sets(db: AsyncSession, *, session_id: str) -> list[Store
     return [_stored(r) for r in reversed(list(rows))]
 
 
-async def has_result_sets(db: AsyncSession, *, session_id: str) -> bool:
-    """Whether the session has stored any set (without loading one)."""
-    found = await db.scalar(select(exists().where(ResultSet.session_id == session_id)))
-    return bool(found)
+def result_sets_exist(*, session_id: str) -> Exists:
+    """Whether the session has stored any set (without loading one), as a SQL expression
+    for the caller's statement."""
+    return exists().where(ResultSet.session_id == session_id)
 
 
 async def session_result_set(
