@@ -223,15 +223,7 @@ class ContextBuilder:
         current_slots = await slots.get_slots(db, session_id=turn.session_id)  # read once
         memory = await _memory(db, turn, current_slots)
         through = memory.summary.through_seq if memory.summary else None
-        messages = await memory_store.session_messages(
-            db,
-            session_id=turn.session_id,
-            after_seq=memory_store.window_start_clause(
-                session_id=turn.session_id, summary_through=through
-            ),
-            hide_answers_of=turn.retry_of,
-            counter=counter,
-        )
+        messages = await _window_messages(db, turn, through, counter)
         history, current = split_current(messages, turn.user_seq)
         hints = await consented_memory.hints(db, turn, counter)  # durable memory, consented
         remembered = memory_blocks(counter, memory, budgets) + hints.blocks
@@ -442,6 +434,22 @@ async def _window_and_recall(
         hits = [h for h in hits if h.seq < window.from_seq]
         recalled = recall_block(counter, hits, budgets)
     return window, recalled, hits
+
+
+async def _window_messages(
+    db: AsyncSession, turn: Turn, summary_through: int | None, counter: TokenCounter
+) -> list[WindowMessage]:
+    """The session's messages from where the window may start (after the summary, or wider
+    when the summary lags), a retried turn's earlier answers hidden."""
+    return await memory_store.session_messages(
+        db,
+        session_id=turn.session_id,
+        after_seq=memory_store.window_start_clause(
+            session_id=turn.session_id, summary_through=summary_through
+        ),
+        hide_answers_of=turn.retry_of,
+        counter=counter,
+    )
 
 
 async def _memory(db: AsyncSession, turn: Turn, current: dict[str, Slot]) -> Memory:

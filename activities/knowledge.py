@@ -60,6 +60,9 @@ class KnowledgeSource:
     def __init__(self, *, passages: int, embedder: Embedder | None = None) -> None:
         self._limit = passages
         self._embedder = embedder
+        # Once the vector column is seen it stays (no migration drops it): asked per process,
+        # not per turn. Its absence is asked again, in case a migration adds it meanwhile.
+        self._vectors_seen = False
 
     async def blocks(
         self,
@@ -122,12 +125,17 @@ class KnowledgeSource:
         fused = fuse([[p.key for p in text_hits], [p.key for p in vector_hits]])
         return always, Found([by_key[k] for k in fused[: self._limit]], "hybrid")
 
+    async def _has_vectors(self, db: AsyncSession) -> bool:
+        if not self._vectors_seen:
+            self._vectors_seen = await knowledge_store.has_vectors(db)
+        return self._vectors_seen
+
     async def _vector_search(
         self, db: AsyncSession, turn: Turn, query: str
     ) -> list[Passage] | None:
         """Nearest chunks by embedding; None when there is no embedder or no vector column,
         and on a failure (with a warning: the answer rests on full-text search alone)."""
-        if self._embedder is None or not await knowledge_store.has_vectors(db):
+        if self._embedder is None or not await self._has_vectors(db):
             return None
         try:
             [vector] = await self._embedder.embed([query])

@@ -69,6 +69,12 @@ async def admit_turn(
             retry_after_s=2,
             code="too_many_active_turns",
         )
+    await take_all(db, _takes(now, owner, limits, config))
+
+
+def _takes(now: datetime, owner: Identity, limits: Limits, config: TenantConfig) -> list[Take]:
+    """The windowed counters a post takes: per minute for the user and the tenant, per day
+    where a cap is set (the tenant's own daily cap for the user overrides the deployment's)."""
     minute = now.replace(second=0, microsecond=0)
     user, tenant_id = f"{owner.tenant_id}/{owner.user_id}", owner.tenant_id
     takes = [
@@ -107,7 +113,7 @@ async def admit_turn(
         )
         if cap is not None
     ]
-    await take_all(db, takes)
+    return takes
 
 
 async def admit_session(db: AsyncSession, *, owner: Identity, per_day: int) -> None:
