@@ -25,7 +25,7 @@ from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from sse_starlette.sse import SendTimeoutError
-from starlette.types import Message, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from api.metrics import EVENTS_SENT
 from parley.contracts import TERMINAL_EVENTS, EventType
@@ -175,7 +175,23 @@ class EventHub:
 class TurnEventResponse(EventSourceResponse):
     """sse-starlette's response, each write bounded by asyncio's own timeout: its anyio
     cancel scope (with the async library looked up each time) cost more than the write
-    itself, once per frame batch of every stream."""
+    itself, once per frame batch of every stream.
+
+    `on_close` runs when the response is done, however it ended. A stream's own cleanup
+    sits in its generator's `finally`, which never runs if the generator never started (the
+    headers could not be sent, the client was gone first): the stream's slot would be held
+    until the process ends. `on_close` must be safe to call after that cleanup ran."""
+
+    def __init__(self, *args: Any, on_close: Callable[[], None] | None = None, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self._on_close = on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            if self._on_close is not None:
+                self._on_close()
 
     async def _send_with_timeout(self, send: Send, message: Message) -> None:
         bound = asyncio.timeout(self.send_timeout)

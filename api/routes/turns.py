@@ -277,9 +277,17 @@ async def stream_events(
     lease = await registry.reserve(db, user, session_id, turn_id)
     await db.close()  # the stream may run for minutes; do not hold a pooled connection
 
+    viewer, finished, released = Viewer(), False, False  # it attaches with its first read
+
+    def release() -> None:  # once: from the stream's end, or the response's if it never began
+        nonlocal released
+        if not released:
+            released = True
+            registry.release(lease, turn_id if viewer.attached else None, hung_up=not finished)
+
     async def events() -> AsyncIterator[bytes]:
+        nonlocal finished
         STREAMS_OPEN.inc()
-        viewer, finished = Viewer(), False  # the stream attaches with its first read
         # Frames known together go out as one body chunk: the `retry:` frame with the first
         # read's events, then each batch the log or the doorbell brings.
         lead = ServerSentEvent(retry=settings.stream_retry_ms).encode()
@@ -292,10 +300,11 @@ async def stream_events(
             finished = True  # a terminal event, or the turn rests awaiting a confirmation
         finally:
             STREAMS_OPEN.dec()
-            registry.release(lease, turn_id if viewer.attached else None, hung_up=not finished)
+            release()
 
     return TurnEventResponse(
         events(),
+        on_close=release,
         ping=settings.stream_keepalive_s,
         send_timeout=settings.stream_send_timeout_s,
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
