@@ -102,6 +102,19 @@ async def serve(app: Any) -> AsyncIterator[str]:
         await task
 
 
+@asynccontextmanager
+async def api_in_process(settings: Settings, token: str) -> AsyncIterator[tuple[Any, ParleyClient]]:
+    """The API app served in this event loop (so a test can reach the app object too), and
+    a client of it with `token`."""
+    app = create_app(settings)
+    async with serve(app) as url:
+        client = ParleyClient(url, token)
+        try:
+            yield app, client
+        finally:
+            await client.aclose()
+
+
 @pytest_asyncio.fixture(scope="session")
 async def northwind_url() -> AsyncIterator[str]:
     """The Northwind demo backend over real HTTP (orders, refunds, the email service)."""

@@ -9,11 +9,9 @@ from typing import Any
 from sqlalchemy import event, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from api.main import create_app
 from gateway.demo import DemoModel
 from parley.config import Settings
-from tests.client import ParleyClient
-from tests.conftest import serve
+from tests.conftest import api_in_process
 from tests.toolkit import eventually
 
 # POST: the token, the session's lock, the earlier post and the session's turns with the
@@ -29,31 +27,26 @@ async def test_a_turn_costs_the_api_a_fixed_number_of_statements(
     tokens: dict[str, str],
     sessions: async_sessionmaker[AsyncSession],
 ) -> None:
-    app = create_app(settings)
-    async with serve(app) as url:
-        client = ParleyClient(url, tokens["marco"])
-        try:
-            session_id = await client.new_session()
-            sent: list[str] = []
+    async with api_in_process(settings, tokens["marco"]) as (app, client):
+        session_id = await client.new_session()
+        sent: list[str] = []
 
-            def count(*args: Any) -> None:
-                sent.append(str(args[2]).split("\n")[0][:80])
+        def count(*args: Any) -> None:
+            sent.append(str(args[2]).split("\n")[0][:80])
 
-            for engine in app.state.engines:
-                event.listen(engine.sync_engine, "before_cursor_execute", count)
-            turn_id, events = await client.turn(session_id, "Tell me about yourself, please.")
-            assert events[-1].type == "done"
+        for engine in app.state.engines:
+            event.listen(engine.sync_engine, "before_cursor_execute", count)
+        turn_id, events = await client.turn(session_id, "Tell me about yourself, please.")
+        assert events[-1].type == "done"
 
-            async def let_go() -> bool:  # the stream's end drops its lease and its viewer
-                async with sessions() as db:
-                    viewers = await db.scalar(
-                        text("SELECT viewers FROM turns WHERE id = :id"), {"id": turn_id}
-                    )
-                return viewers == 0
+        async def let_go() -> bool:  # the stream's end drops its lease and its viewer
+            async with sessions() as db:
+                viewers = await db.scalar(
+                    text("SELECT viewers FROM turns WHERE id = :id"), {"id": turn_id}
+                )
+            return viewers == 0
 
-            await eventually(let_go, timeout=30, what="the stream lets its turn go")
-            for engine in app.state.engines:
-                event.remove(engine.sync_engine, "before_cursor_execute", count)
-        finally:
-            await client.aclose()
+        await eventually(let_go, timeout=30, what="the stream lets its turn go")
+        for engine in app.state.engines:
+            event.remove(engine.sync_engine, "before_cursor_execute", count)
     assert len(sent) <= STATEMENTS_PER_TURN, "\n".join(sent)

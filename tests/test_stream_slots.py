@@ -10,11 +10,8 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from starlette.types import Message
 
-from api.main import create_app
-from gateway.demo import DemoModel
 from parley.config import Settings
-from tests.client import ParleyClient
-from tests.conftest import serve
+from tests.conftest import api_in_process
 from tests.toolkit import eventually
 
 
@@ -24,20 +21,12 @@ async def leases(sessions: async_sessionmaker[AsyncSession]) -> set[str]:
 
 
 async def test_a_stream_whose_headers_never_went_out_gives_its_slot_back(
-    settings: Settings,
-    worker: DemoModel,
-    tokens: dict[str, str],
-    sessions: async_sessionmaker[AsyncSession],
+    settings: Settings, tokens: dict[str, str], sessions: async_sessionmaker[AsyncSession]
 ) -> None:
-    app = create_app(settings)
-    async with serve(app) as url:
-        client = ParleyClient(url, tokens["marco"])
-        try:
-            session_id = await client.new_session()
-            posted = await client.post(session_id, "Hello")
-            events_url = posted.json()["events_url"]
-        finally:
-            await client.aclose()
+    # No worker is needed: the turn need not move for its stream's slot to be taken.
+    async with api_in_process(settings, tokens["marco"]) as (app, client):
+        session_id = await client.new_session()
+        events_url = (await client.post(session_id, "Hello")).json()["events_url"]
         before = await leases(sessions)
 
         # The connection is gone by the time the answer's headers are written: the server's
