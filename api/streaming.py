@@ -177,10 +177,10 @@ class TurnEventResponse(EventSourceResponse):
     cancel scope (with the async library looked up each time) cost more than the write
     itself, once per frame batch of every stream.
 
-    `on_close` runs when the response is done, however it ended. A stream's own cleanup
-    sits in its generator's `finally`, which never runs if the generator never started (the
-    headers could not be sent, the client was gone first): the stream's slot would be held
-    until the process ends. `on_close` must be safe to call after that cleanup ran."""
+    `on_close` runs once, when the response is done, however it ended: the place for a
+    stream's bookkeeping (its slot, its viewer). Not the generator's `finally`, which never
+    runs for a generator that never started (the headers could not be sent, the client was
+    gone first), and which may run only when the generator is collected."""
 
     def __init__(self, *args: Any, on_close: Callable[[], None] | None = None, **kw: Any) -> None:
         super().__init__(*args, **kw)

@@ -56,6 +56,7 @@ class Finding:
 def module_patterns() -> dict[str, re.Pattern[str]]:
     """Every compiled str pattern bound at module level (or on a module-level class)."""
     found: dict[str, re.Pattern[str]] = {}
+    seen: set[str] = set()  # one entry per pattern text (a module may re-export another's)
     for package in PACKAGES:
         root = importlib.import_module(package)
         for info in pkgutil.walk_packages(root.__path__, prefix=f"{package}."):
@@ -67,7 +68,8 @@ def module_patterns() -> dict[str, re.Pattern[str]]:
                 continue
             for attr, value in vars(module).items():
                 for name, pattern in _patterns_in(f"{info.name}.{attr}", value):
-                    if pattern.pattern not in {p.pattern for p in found.values()}:
+                    if pattern.pattern not in seen:
+                        seen.add(pattern.pattern)
                         found[name] = pattern
     return found
 

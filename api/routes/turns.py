@@ -277,13 +277,10 @@ async def stream_events(
     lease = await registry.reserve(db, user, session_id, turn_id)
     await db.close()  # the stream may run for minutes; do not hold a pooled connection
 
-    viewer, finished, released = Viewer(), False, False  # it attaches with its first read
+    viewer, finished = Viewer(), False  # the stream attaches with its first read
 
-    def release() -> None:  # once: from the stream's end, or the response's if it never began
-        nonlocal released
-        if not released:
-            released = True
-            registry.release(lease, turn_id if viewer.attached else None, hung_up=not finished)
+    def release() -> None:  # when the response is done, whether or not the stream began
+        registry.release(lease, turn_id if viewer.attached else None, hung_up=not finished)
 
     async def events() -> AsyncIterator[bytes]:
         nonlocal finished
@@ -300,7 +297,6 @@ async def stream_events(
             finished = True  # a terminal event, or the turn rests awaiting a confirmation
         finally:
             STREAMS_OPEN.dec()
-            release()
 
     return TurnEventResponse(
         events(),
