@@ -6,7 +6,8 @@
 without summaries, LoCoMo evidence recall (bench/memory.py);
 (f) knowledge retrieval: top-3 hit rate, full-text and hybrid (bench/knowledge.py);
 (g) answer paths, (h) the first delta stage by stage; (i) regular expressions over long
-hostile input (bench/regexes.py).
+hostile input (bench/regexes.py); (j) the workflow code's own CPU per turn, replayed
+(bench/replay_cost.py).
 
 The baseline is the same demo model streamed as SSE by a bare FastAPI endpoint (no Temporal,
 no database; see bench/baseline.py). Both use the same demo token delay and the same client
@@ -37,6 +38,7 @@ from bench.knowledge import measure_knowledge, render_knowledge
 from bench.memory import measure_memory, render_memory
 from bench.paths import measure_paths, render_paths
 from bench.regexes import measure_regexes, render_regexes
+from bench.replay_cost import measure_replay_cost, render_replay_cost
 from bench.runner import (
     BaselineTarget,
     ParleyTarget,
@@ -273,6 +275,8 @@ async def main_async(args: argparse.Namespace) -> None:
     if not memory_only:
         log("(i) regular expressions over long hostile runs")
         results["regexes"] = measure_regexes()
+        log("(j) workflow code per turn, replayed")
+        results["replay_cost"] = await measure_replay_cost()
     _write(args, settings, results, started)
 
 
@@ -350,6 +354,8 @@ def _write(
         print(render_knowledge(results["knowledge"]))
     if "regexes" in results:
         print(render_regexes(results["regexes"]))
+    if "replay_cost" in results:
+        print(render_replay_cost(results["replay_cost"]))
     args.output.parent.mkdir(parents=True, exist_ok=True)
     document = {
         "measured_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),

@@ -1,12 +1,16 @@
 """How the worker runs workflow code: in Temporal's sandbox, with two costs of it taken off
 each turn.
 
-- The sandbox re-imports a workflow's module for every run. The turn's helpers that hold no
-  state (frozen step options, constants, the patch table, pure functions over the workflow
-  API, the specialist) are passed through, imported once; the turn and summary workflow
-  modules stay in the sandbox, executed afresh for every run but compiled once per process
-  (`CompiledOnce`): where bytecode is not written (PYTHONDONTWRITEBYTECODE, as in the image
-  and the dev environment) every run compiled them from source.
+- By default the sandbox imports a workflow's module afresh for every run, so that module
+  state cannot leak from one run to the next: for a turn that was the module executed again
+  and its class decorated again, about a third of the Python work of a plain turn's workflow
+  (bench/replay_cost.py). No workflow module here keeps state at module level (constants,
+  frozen options and pure functions only; every run's state lives on its workflow instance),
+  so every module under `workflows` is passed through: imported once per process. What the
+  sandbox still does per run: its own module table, restricted builtins, and the checks on
+  what the workflow code calls at run time. The replay tests run every committed history
+  under the SDK's default sandbox (no module passed through), so the strict import-time
+  checks still hold over all the workflow code.
 - For every payload of every activation the SDK asks the workflow, inside its sandbox, which
   serialization context applies (a snippet compiled and the import state swapped each time).
   A context matters only to a payload codec, external payload storage or a converter that
@@ -14,20 +18,15 @@ each turn.
   written the same whatever the context, so the worker answers with the workflow's own
   context, outside the sandbox (`ContextFreeRunner`).
 
-What the workflow code may do, and the replay of its histories, are the sandbox's as before.
-`one_batch_per_task` sets how a task's jobs reach the workflow (a Stop beside a confirm).
+Payload types (parley/contracts.py) are decoded in the sandbox, whose module table holds only
+what was imported in it: their annotations are evaluated when the module loads, so decoding
+needs no lookup of the module's globals. `one_batch_per_task` sets how a task's jobs reach
+the workflow (a Stop beside a confirm).
 """
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
-import os
-import sys
-from collections.abc import Sequence
-from importlib.machinery import ModuleSpec
-from types import CodeType, ModuleType
-from typing import Any, ClassVar
+from typing import Any
 
 import temporalio.converter
 from temporalio.bridge.proto.workflow_activation import WorkflowActivation
@@ -43,21 +42,22 @@ from temporalio.worker._workflow_instance import _WorkflowLogicFlag
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 from temporalio.workflow import Info
 
-# Modules without state of their own: constants, frozen options, the patch table, functions
-# over the workflow API, and the specialist's helpers and workflow (its state is per run).
+# Every workflow module: none holds state of its own (see above). A new module under
+# `workflows` goes here too (tests/test_replay.py checks the list is complete).
 PASSED_THROUGH = (
     "workflows.options",
     "workflows.patches",
     "workflows.wording",
     "workflows.model_step",
     "workflows.specialist",
+    "workflows.summary",
+    "workflows.turn",
 )
 RESTRICTIONS = SandboxRestrictions.default.with_passthrough_modules(*PASSED_THROUGH)
 
 
 def workflow_runner(converter: DataConverter) -> WorkflowRunner:
     """The worker's runner for workflows whose payloads `converter` writes."""
-    compile_workflows_once()
     if context_free(converter):
         return ContextFreeRunner(restrictions=RESTRICTIONS)
     return SandboxedWorkflowRunner(restrictions=RESTRICTIONS)
@@ -110,46 +110,6 @@ class _ContextFree(WorkflowInstance):
 
     def get_thread_id(self) -> int | None:
         return self._inner.get_thread_id()
-
-
-class CompiledOnce(importlib.machinery.SourceFileLoader):
-    """The loader of a module under `workflows`: its code object is compiled once per process
-    and version of its source file, then reused by every sandbox that imports the module."""
-
-    _codes: ClassVar[dict[tuple[str, int, int], CodeType]] = {}
-
-    def get_code(self, fullname: str) -> CodeType:
-        path = self.get_filename(fullname)
-        stat = os.stat(path)
-        key = (path, stat.st_mtime_ns, stat.st_size)
-        code = self._codes.get(key)
-        if code is None:
-            code = super().get_code(fullname)
-            assert code is not None
-            self._codes[key] = code
-        return code
-
-
-class _WorkflowSources(importlib.abc.MetaPathFinder):
-    """Finds the modules under `workflows` as the path finder does, loaded by `CompiledOnce`."""
-
-    def find_spec(
-        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
-    ) -> ModuleSpec | None:
-        if not fullname.startswith("workflows."):
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        loader = spec.loader if spec is not None else None
-        if spec is None or type(loader) is not importlib.machinery.SourceFileLoader:
-            return spec
-        spec.loader = CompiledOnce(loader.name, loader.path)
-        return spec
-
-
-def compile_workflows_once() -> None:
-    """Serve the modules under `workflows` through `CompiledOnce` (installed once)."""
-    if not any(isinstance(finder, _WorkflowSources) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _WorkflowSources())
 
 
 def one_batch_per_task(worker: Worker) -> Worker:

@@ -6,7 +6,8 @@ added later with defaults without breaking replay of running turns. Inputs carry
 prompts and transcripts live in PostgreSQL, never in workflow history.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations` here: these types are decoded inside the workflow
+# sandbox, where `typing.get_type_hints` cannot see this module's globals (dispatch/runner.py).
 
 from dataclasses import dataclass, field
 from enum import StrEnum
