@@ -1,7 +1,7 @@
 """An offline loop for LoCoMo recall ideas: dump once, then replay the ranking in seconds.
 
     python -m bench.locomo_lab dump .data/bench/locomo-lab.json [DATA ...]  # minutes, once
-    python -m bench.locomo_lab eval .data/bench/locomo-lab.json   # seconds
+    python -m bench.locomo_lab eval .data/bench/locomo-lab.json [MORE ...]  # seconds
 
 `dump` does what bench/memory.py section (e) does (ingest, embed, summarize, pack every
 category 1-4 question with the real builder, hybrid) and writes, per message, its lexemes (the
@@ -58,14 +58,15 @@ async def dump(out: Path, share: float = 0.11, data: list[Path] | None = None) -
             await seed_demo(db)
             await db.commit()
         result = []
+        out.parent.mkdir(parents=True, exist_ok=True)
         for name, conv in load_locomo(data or [DATA]).items():
             print("dumping", name, file=sys.stderr)
             result.append(
                 await _dump_one(Settings(database_url=url), db_sessions, name, conv, share)
             )
+            # Written after each conversation: a long dump stopped halfway keeps what it did.
+            out.write_text(json.dumps(result))
         await engine.dispose()
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result))
     finally:
         pg.stop()
 
@@ -172,6 +173,7 @@ class Conversation:
     questions: list[dict[str, Any]]
     by_seq: dict[int, dict[str, Any]] = field(default_factory=dict)
     index: dict[str, set[int]] = field(default_factory=dict)  # lexeme -> seqs
+    matrix: Any = None  # the messages' unit vectors, one row each (`nearest`)
 
     def __post_init__(self) -> None:
         for m in self.messages:
@@ -206,13 +208,18 @@ def full_text(conv: Conversation, lexemes: list[list[str]], before: int) -> list
 
 
 def nearest(conv: Conversation, vector: list[float], before: int) -> list[int]:
-    """store/embeddings.py's ranking: cosine nearest first, newer first on a tie."""
-    sims = {
-        m["seq"]: sum(a * b for a, b in zip(m["norm"], vector, strict=True))
-        for m in conv.messages
-        if m["seq"] < before
-    }
-    return sorted(sims, key=lambda s: (-sims[s], -s))[:CANDIDATES]
+    """store/embeddings.py's ranking: cosine nearest first, newer first on a tie. One matrix
+    product per question (NumPy, from the `embeddings` extra the dump needs anyway): a
+    loop in Python took minutes per pass over ten conversations on a loaded machine."""
+    import numpy as np
+
+    if conv.matrix is None:
+        conv.matrix = np.array([m["norm"] for m in conv.messages], dtype=np.float64)
+    seqs = np.array([m["seq"] for m in conv.messages])
+    sims = conv.matrix @ np.asarray(vector, dtype=np.float64)
+    keep = np.nonzero(seqs < before)[0]
+    order = keep[np.lexsort((-seqs[keep], -sims[keep]))]  # the last key sorts first
+    return [int(s) for s in seqs[order[:CANDIDATES]]]
 
 
 Ranking = Callable[[Conversation, dict[str, Any], int, int], list[int]]
@@ -266,17 +273,22 @@ def render(result: dict[str, dict[str, Any]], label: str) -> str:
         + " ".join(f"{c}:{n}" for c, n in r["missed_by_category"].items())
         for name, r in result.items()
     ]
-    return f"{label:<12}" + "   ".join(cells)
+    recalls = [r["recall"] for r in result.values()]
+    mean = f"   mean {sum(recalls) / len(recalls) * 100:5.1f}%" if len(recalls) > 1 else ""
+    return f"{label:<12}" + "   ".join(cells) + mean
 
 
 def main(argv: list[str]) -> None:
     if len(argv) < 2 or argv[0] not in ("dump", "eval"):
-        raise SystemExit("usage: python -m bench.locomo_lab dump|eval FILE [LOCOMO_DATA ...]")
+        raise SystemExit(
+            "usage: python -m bench.locomo_lab dump FILE [LOCOMO_DATA ...] | eval FILE [FILE ...]"
+        )
     path = Path(argv[1])
     if argv[0] == "dump":
         asyncio.run(dump(path, data=[Path(p) for p in argv[2:]] or None))
         return
-    convs = load(path)
+    # Several dumps at once: held-out conversations to choose on, the bench's three to confirm.
+    convs = [conv for file in argv[1:] for conv in load(Path(file))]
     print(render(evaluate(convs), "production"))
 
 

@@ -308,7 +308,7 @@ async def _pack_question(
         counter = counter_for(None)
         tools = tenant_tools(tenant)
         packed, plan = await builder._assemble(
-            db, turn, tenant, budgets, counter, tools, choose_path(tools)
+            db, turn, tenant, budgets, counter, tools, choose_path(tools), step=0
         )
         await db.rollback()
     start = plan["window_from_seq"] or seq

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.locomo_lab import Conversation, evaluate, full_text, nearest
+from bench.locomo_lab import Conversation, evaluate, full_text, nearest, render
 
 
 def _conversation(recall_budget: int = 400) -> Conversation:
@@ -60,6 +60,16 @@ def test_full_text_ranks_rare_terms_first_and_only_before_the_window() -> None:
 def test_nearest_orders_by_cosine() -> None:
     conv = _conversation()
     assert nearest(conv, [0.0, 1.0], before=6)[:2] == [3, 4]
+    # Messages from the window on are not candidates; on a tie the newer message comes first.
+    assert nearest(conv, [0.0, 1.0], before=4) == [3, 2, 1]
+    assert nearest(conv, [1.0, 1.0], before=6)[:3] == [5, 4, 2]
+
+
+def test_eval_over_several_dumps_reports_each_conversation_and_their_mean() -> None:
+    roomy = evaluate([_conversation(recall_budget=400)])["tiny"]
+    tight = evaluate([_conversation(recall_budget=400)], budget_scale=0.09)["tiny"]
+    line = render({"a": roomy, "b": tight}, "production")
+    assert "a 100.0%" in line and "b   0.0%" in line and line.endswith("mean  50.0%")
 
 
 def test_evaluate_counts_a_question_only_when_all_its_evidence_is_shown() -> None:
