@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import ColumnElement, func, select, text
 from sqlalchemy.dialects.postgresql import insert
@@ -207,6 +209,52 @@ async def save_summary(
         .on_conflict_do_nothing(constraint="uq_summary_through")
     )
     return bool(getattr(result, "rowcount", 0))
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """What the rolling summary's check reads of a session: its tenant's configuration, the
+    stored summary's end (0: none yet), and each message after it as stored, without its text:
+    (seq, role, status, token count, the counter that made it, whether it shows anything)."""
+
+    tenant_config: dict[str, Any]
+    base: int
+    messages: list[tuple[int, str, str, int | None, str | None, bool]]
+
+
+async def summary_backlog(db: AsyncSession, *, session_id: str) -> Backlog | None:
+    """The session's messages past its summary, by their stored token counts, in one
+    statement (None for a session that does not exist). A turn's check of whether the summary
+    has work reads this instead of the messages themselves."""
+    row = (await db.execute(_BACKLOG_SQL, {"session_id": session_id})).first()
+    if row is None:
+        return None
+    messages = [(m[0], m[1], m[2], m[3], m[4], bool(m[5])) for m in row.messages]
+    return Backlog(row.config or {}, row.base, messages)
+
+
+# "Shows anything" as `parley.window.group_turns` decides it: some text, or tool calls.
+_BACKLOG_SQL = text(
+    """
+    SELECT t.config AS config, coalesce(cs.through_seq, 0) AS base, coalesce((
+        SELECT json_agg(json_build_array(
+            m.seq, m.role, m.status, m.token_count, m.token_counter,
+            coalesce(m.text, '') <> ''
+            OR (jsonb_typeof(m.tool_calls) = 'array' AND m.tool_calls <> '[]'::jsonb)
+        ) ORDER BY m.seq)
+        FROM messages AS m
+        WHERE m.session_id = s.id AND m.replaced_by IS NULL
+          AND m.seq > coalesce(cs.through_seq, 0)
+    ), '[]') AS messages
+    FROM sessions AS s
+    LEFT JOIN tenants AS t ON t.id = s.tenant_id
+    LEFT JOIN LATERAL (
+        SELECT through_seq FROM conversation_summaries
+        WHERE session_id = s.id ORDER BY through_seq DESC LIMIT 1
+    ) AS cs ON true
+    WHERE s.id = :session_id
+    """
+)
 
 
 async def lock_session_memory(db: AsyncSession, *, session_id: str) -> None:
