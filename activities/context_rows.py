@@ -3,6 +3,7 @@
 The session's identity map keeps only referenced objects; the build holds these for its whole
 run, so each later `db.get` of them (the tool offer, the state block, the knowledge check,
 the tenant's configuration) is answered from memory instead of by another round trip.
+Also the session's memory and recent messages, which the packing reads once.
 """
 
 from __future__ import annotations
@@ -13,6 +14,11 @@ from typing import Any, cast
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from parley.context import WindowMessage
+from parley.prompt import Memory
+from parley.resolver import PENDING_CLARIFICATION, Slot
+from parley.tokens import TokenCounter
+from store import memory as memory_store
 from store.models import ChatSession, Message, ModelCall, Tenant, Turn, User
 
 
@@ -42,4 +48,31 @@ async def packed_before(
         return cast(ModelCall | None, held[-1])
     return await db.scalar(
         select(ModelCall).where(ModelCall.turn_id == turn.id, ModelCall.step == step)
+    )
+
+
+async def window_messages(
+    db: AsyncSession, turn: Turn, summary_through: int | None, counter: TokenCounter
+) -> list[WindowMessage]:
+    """The session's messages from where the window may start (after the summary, or wider
+    when the summary lags), a retried turn's earlier answers hidden."""
+    return await memory_store.session_messages(
+        db,
+        session_id=turn.session_id,
+        after_seq=memory_store.window_start_clause(
+            session_id=turn.session_id, summary_through=summary_through
+        ),
+        hide_answers_of=turn.retry_of,
+        counter=counter,
+    )
+
+
+async def session_memory(db: AsyncSession, turn: Turn, current: dict[str, Slot]) -> Memory:
+    """The session's summary, pinned facts and slots (slots outrank summary lines)."""
+    return Memory(
+        summary=await memory_store.latest_summary(db, session_id=turn.session_id),
+        facts=await memory_store.pinned_facts(db, session_id=turn.session_id),
+        slots={
+            k: (v.value, v.set_at_seq) for k, v in current.items() if k != PENDING_CLARIFICATION
+        },
     )

@@ -46,8 +46,8 @@ from parley.statuses import FinalizeOutcome, FinishReason, TurnErrorCode
 from parley.tools import args_hash
 from parley.wire import DeltaData, ResetData, RetractedData
 from store import turns
-from store.db import autocommit
-from store.events import append_event, withdraw_turn_text
+from store.db import autocommit, driver_connection
+from store.events import append_event, append_on_driver, withdraw_turn_text
 from store.models import Action, ModelCall, Tenant, Turn, TurnEvent
 
 log = logging.getLogger(__name__)
@@ -181,14 +181,14 @@ class TurnActivities:
         frames = _coalesce(upstream, self._settings.frame_seconds)
         try:
             # One connection for the whole stream, in autocommit: a frame is one statement
-            # (the append commits by itself), one round trip.
+            # (the append commits by itself), one round trip, sent by psycopg itself.
             async with heartbeating(), self._sessions() as db:
-                connection = await autocommit(db)
+                connection = await driver_connection(await autocommit(db))
                 async for item in frames:
                     text = streamed.take(item)
                     if text is None:
                         continue
-                    await append_event(
+                    await append_on_driver(
                         connection,
                         turn_id=turn_id,
                         type=EventType.delta,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from sqlalchemy import delete, select
@@ -42,6 +43,17 @@ async def write_slots(
             .values(session_id=session_id, name=name, **values)
             .on_conflict_do_update(index_elements=["session_id", "name"], set_=values)
         )
+
+
+def after_writes(
+    current: dict[str, Slot], *, writes: dict[str, Slot], clears: tuple[str, ...] = ()
+) -> dict[str, Slot]:
+    """The slots as `write_slots` leaves them, without reading them back: `current` less
+    `clears`, with `writes` over it, each value as stored (JSON) and so as a read returns it."""
+    kept = {name: slot for name, slot in current.items() if name not in clears}
+    for name, slot in writes.items():
+        kept[name] = Slot(json.loads(json.dumps(slot.value)), slot.source, slot.set_at_seq)
+    return kept
 
 
 def slots_view(slots: dict[str, Slot]) -> dict[str, dict[str, Any]]:

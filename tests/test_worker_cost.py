@@ -25,9 +25,10 @@ from tests.toolkit import own_stack
 # sets, the resolver's note, the tool offer's facts, summary, pinned facts, the window,
 # consent, knowledge in a savepoint, the stored request); the model call (its state, the
 # call, attempts, the answer); the output screen and follow-ups; finalize (the answer as a
-# message, the turn and session closed, a pending action superseded); the summary's check.
-# Counted on 2026-12-01 (the slots are still read twice).
-STATEMENTS_PER_PLAIN_TURN = 35
+# message, the turn and session closed, a pending action superseded); the summary's check
+# (one read of the backlog's token counts). Counted on 2026-12-01 (35 before the slots were
+# read once and the summary's check became one statement).
+STATEMENTS_PER_PLAIN_TURN = 32
 VARIABLE = ("INSERT INTO turn_events", "WITH counter", "INSERT INTO trace_spans")
 Counted = tuple[async_sessionmaker[AsyncSession], list[str]]
 
