@@ -14,6 +14,7 @@ SQLAlchemy discards the whole pool; the API's hot path takes that trade.
 
 from __future__ import annotations
 
+import re
 import select
 from typing import Any
 
@@ -120,3 +121,9 @@ async def driver_connection(connection: AsyncConnection) -> psycopg.AsyncConnect
     driver = raw.driver_connection
     assert isinstance(driver, psycopg.AsyncConnection)
     return driver
+
+
+def driver_sql(sql: str) -> str:
+    """A statement written for SQLAlchemy's `text()` (`:name` placeholders) in psycopg's own
+    form (`%(name)s`), for `driver_connection`; `::` casts are left alone."""
+    return re.sub(r"(?<![:\w]):(\w+)", r"%(\1)s", sql)

@@ -13,7 +13,6 @@ need not read them back.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from parley.contracts import TERMINAL_TURN_STATES, EventType, TurnState
 from parley.wire import EVENT_DATA, StateData
+from store.db import driver_sql
 from store.viewers import ATTACH_VIEWER_SQL
 
 NOTIFY_CHANNEL = "parley_turn_events"
@@ -75,6 +75,25 @@ async def append_events(
     (Core) rather than a session, it skips the unit of work (the stream's deltas)."""
     payload = json.dumps([{"type": type_, "data": _wire(type_, data)} for type_, data in events])
     last = await db.scalar(_APPEND, {"turn_id": turn_id, "n": len(events), "events": payload})
+    if last is None:
+        raise LookupError(f"turn {turn_id} does not exist")
+    return list(range(last - len(events) + 1, last + 1))
+
+
+async def append_moving(
+    db: AsyncSession,
+    *,
+    turn_id: str,
+    state: TurnState,
+    events: Sequence[tuple[EventType, BaseModel]],
+) -> list[int]:
+    """`append_events` that also sets the turn's state, in the same statement: a move and its
+    announcement are one round trip (the caller keeps its turn object in step; `store.turns`)."""
+    payload = json.dumps([{"type": type_, "data": _wire(type_, data)} for type_, data in events])
+    last = await db.scalar(
+        _APPEND_MOVING,
+        {"turn_id": turn_id, "n": len(events), "events": payload, "state": state.value},
+    )
     if last is None:
         raise LookupError(f"turn {turn_id} does not exist")
     return list(range(last - len(events) + 1, last + 1))
@@ -143,8 +162,10 @@ _APPEND_SQL = f"""
     FROM inserted
     """
 _APPEND = text(_APPEND_SQL)
-# The same statement with psycopg's placeholders (`%(name)s` for `:name`; `::` casts stay).
-_APPEND_DRIVER = re.sub(r"(?<![:\w]):(\w+)", r"%(\1)s", _APPEND_SQL)
+_COUNTER_SET = "SET last_event_id = last_event_id + :n, updated_at = now()"
+assert _COUNTER_SET in _APPEND_SQL
+_APPEND_MOVING = text(_APPEND_SQL.replace(_COUNTER_SET, _COUNTER_SET + ", state = :state", 1))
+_APPEND_DRIVER = driver_sql(_APPEND_SQL)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, func, select, text
+from sqlalchemy import ColumnElement, Row, func, select, text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -81,7 +81,20 @@ async def session_messages(
     """Messages after `after_seq` (and before `before_seq`), with their token counts (the
     stored count when the same counter made it). `after_seq` may be a SQL expression
     (`window_start_clause`), evaluated by the same statement."""
-    query = select(Message).where(
+    # The columns a window needs, not the mapped rows: no identity map to fill, and not the
+    # full-text vector, which is as long as the text.
+    query = select(
+        Message.seq,
+        Message.role,
+        Message.text,
+        Message.status,
+        Message.tool_calls,
+        Message.tool_call_id,
+        Message.token_count,
+        Message.token_counter,
+        Message.created_at,
+        Message.turn_id,
+    ).where(
         Message.session_id == session_id,
         Message.replaced_by.is_(None),
         Message.seq > after_seq,
@@ -97,7 +110,7 @@ async def session_messages(
                 & Message.tool_calls.is_(None)
             )
         )
-    rows = await db.scalars(query.order_by(Message.seq))
+    rows = await db.execute(query.order_by(Message.seq))
     return [
         WindowMessage(
             m.seq,
@@ -114,7 +127,7 @@ async def session_messages(
     ]
 
 
-def _tokens(message: Message, counter: TokenCounter) -> int:
+def _tokens(message: Row[Any], counter: TokenCounter) -> int:
     if message.token_count is not None and message.token_counter == counter.name:
         return message.token_count
     return count_message(
