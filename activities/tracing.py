@@ -21,13 +21,13 @@ from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import select, text
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
 from parley.logs import log_context
-from store.db import autocommit
+from store.db import autocommit, driver_connection, driver_sql
 from store.models import Turn
 
 log = logging.getLogger(__name__)
@@ -106,9 +106,8 @@ class SpanLedger:
     async def _write(self, spans: list[dict[str, Any]]) -> None:
         try:
             async with self._sessions() as db:
-                await autocommit(db)
-                await db.execute(_INSERT_SPANS, {"spans": json.dumps(spans, default=str)})
-                await db.commit()
+                connection = await driver_connection(await autocommit(db))
+                await connection.execute(_INSERT_SPANS, {"spans": json.dumps(spans, default=str)})
         except Exception:  # the ledger is best effort; the steps' own results stand
             log.warning("could not record %d trace spans", len(spans), exc_info=True)
 
@@ -116,8 +115,9 @@ class SpanLedger:
 # The steps that end a turn or rest it on a card: the ledger is drained before they run.
 ENDINGS = frozenset({"finalize_turn", "fail_turn", "cancel_turn", "request_confirmation"})
 
-# One statement for any number of spans, so it is prepared once per connection.
-_INSERT_SPANS = text(
+# One statement for any number of spans, so it is prepared once per connection; sent by
+# psycopg itself (several times a turn, and SQLAlchemy's layer costs more than the statement).
+_INSERT_SPANS = driver_sql(
     """
     INSERT INTO trace_spans (turn_id, name, attempt, started_at, ended_at, outcome, attrs)
     SELECT turn_id, name, attempt, started_at, ended_at, outcome, attrs

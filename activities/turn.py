@@ -135,10 +135,11 @@ class TurnActivities:
         """Enter `calling_model` and count the attempt; a call that an earlier attempt
         finished is answered from the store."""
         async with self._sessions() as db:
-            # The row is kept (the session's identity map holds only referenced rows), so
-            # the pause check below reads it from memory.
+            # The state and the attempt's count are committed together, before the stream
+            # starts: the stream shows the step before it runs. The row is kept (the session's
+            # identity map holds only referenced rows), so the pause check below reads it from
+            # memory.
             turn = await turns.advance_turn(db, turn_id=inp.turn_id, to=TurnState.calling_model)
-            await db.commit()  # the stream shows the step before it runs
             # The call and whether its tenant is paused, in one round trip.
             found = await db.execute(
                 select(ModelCall, Tenant.paused)
@@ -147,6 +148,8 @@ class TurnActivities:
                 .where(ModelCall.id == inp.model_call_id)
             )
             call, paused = found.one()
+            if call.finish_reason is not None or paused:
+                await db.commit()  # the step was entered, whatever it finds
             if call.finish_reason is not None:  # finished by an attempt that died reporting it
                 return _result(call)
             _refuse_if_paused(paused)
