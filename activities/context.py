@@ -18,7 +18,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities import consented_memory
 from activities.attachments import attached_file_blocks
-from activities.context_rows import hold_turn_rows, packed_before, session_memory, window_messages
+from activities.context_rows import packed_before, session_memory, turn_with_rows, window_messages
 from activities.knowledge import KnowledgeSource
 from activities.mcp import McpTools
 from activities.northwind import BackendError, NorthwindClient
@@ -99,18 +99,12 @@ class ContextBuilder:
 
     async def build(self, inp: BuildContextInput) -> BuildContextResult:
         async with self._sessions() as db:
-            turn: Turn | None
+            # The turn (locked when the build enters its state) and the rows every phase
+            # reads, held for the whole build (activities/context_rows.py), in one statement.
+            turn, held = await turn_with_rows(db, inp.turn_id, inp.step, lock=inp.step == 0)
             if inp.step == 0:
-                # Kept, so the reads below find the row in the session's identity map.
-                turn = await turns.advance_turn(
-                    db, turn_id=inp.turn_id, to=TurnState.building_context
-                )
+                await turns.advance_locked(db, turn, to=TurnState.building_context)
                 await db.commit()  # the stream shows the step before it runs
-            else:
-                turn = await db.get(Turn, inp.turn_id)
-            assert turn is not None
-            # Rows every phase reads, held for the whole build (activities/context_rows.py).
-            held = await hold_turn_rows(db, turn, inp.step)
             # A retry after a crash reuses the request it already packed.
             existing = await packed_before(db, turn, inp.step, held)
             if existing is not None:

@@ -22,22 +22,32 @@ from store import memory as memory_store
 from store.models import ChatSession, Message, ModelCall, Tenant, Turn, User
 
 
-async def hold_turn_rows(db: AsyncSession, turn: Turn, step: int) -> Sequence[Any] | None:
-    """The turn's user message, user, session and tenant, and the step's model call if an
-    earlier attempt stored it: loaded once and in one statement. None when
-    the message is missing (each later `db.get` then reads on its own)."""
-    user = (User.tenant_id == turn.tenant_id) & (User.id == turn.user_id)
-    call = (ModelCall.turn_id == turn.id) & (ModelCall.step == step)
-    held = await db.execute(
-        select(Message, User, ChatSession, Tenant, ModelCall)
-        .select_from(Message)
+async def turn_with_rows(
+    db: AsyncSession, turn_id: str, step: int, *, lock: bool
+) -> tuple[Turn, Sequence[Any] | None]:
+    """The turn (its row locked, with `lock`) and the rows every phase reads: its user
+    message, user, session and tenant, and the step's model call if an earlier attempt stored
+    it, all in one statement. The rows are None when the message is missing (each later
+    `db.get` then reads on its own)."""
+    user = (User.tenant_id == Turn.tenant_id) & (User.id == Turn.user_id)
+    call = (ModelCall.turn_id == Turn.id) & (ModelCall.step == step)
+    statement = (
+        select(Turn, Message, User, ChatSession, Tenant, ModelCall)
+        .select_from(Turn)
+        .outerjoin(Message, Message.id == Turn.user_message_id)
         .outerjoin(User, user)
-        .outerjoin(ChatSession, ChatSession.id == turn.session_id)
-        .outerjoin(Tenant, Tenant.id == turn.tenant_id)
+        .outerjoin(ChatSession, ChatSession.id == Turn.session_id)
+        .outerjoin(Tenant, Tenant.id == Turn.tenant_id)
         .outerjoin(ModelCall, call)
-        .where(Message.id == turn.user_message_id)
+        .where(Turn.id == turn_id)
     )
-    return held.one_or_none()
+    if lock:
+        statement = statement.with_for_update(of=Turn)
+    found = (await db.execute(statement)).one_or_none()
+    if found is None:
+        raise LookupError(turn_id)
+    turn, *held = found
+    return turn, (held if held[0] is not None else None)
 
 
 async def packed_before(

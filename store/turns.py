@@ -112,9 +112,15 @@ async def advance_turn(db: AsyncSession, *, turn_id: str, to: TurnState) -> Turn
     turn = await db.get(Turn, turn_id, with_for_update=True)
     if turn is None:
         raise LookupError(turn_id)
+    await advance_locked(db, turn, to=to)
+    return turn
+
+
+async def advance_locked(db: AsyncSession, turn: Turn, *, to: TurnState) -> None:
+    """`advance_turn` for a turn whose row the caller has read `FOR UPDATE` itself (with the
+    other rows it needs, in the same statement)."""
     _refuse_if_stopped(turn)
     await _move(db, turn, to=to)
-    return turn
 
 
 async def request_cancel(db: AsyncSession, *, turn_id: str) -> Turn:
