@@ -79,9 +79,10 @@ async def window_messages(
 
 async def session_memory(db: AsyncSession, turn: Turn, current: dict[str, Slot]) -> Memory:
     """The session's summary, pinned facts and slots (slots outrank summary lines)."""
+    summary, facts = await memory_store.summary_and_facts(db, session_id=turn.session_id)
     return Memory(
-        summary=await memory_store.latest_summary(db, session_id=turn.session_id),
-        facts=await memory_store.pinned_facts(db, session_id=turn.session_id),
+        summary=summary,
+        facts=facts,
         slots={
             k: (v.value, v.set_at_seq) for k, v in current.items() if k != PENDING_CLARIFICATION
         },

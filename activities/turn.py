@@ -135,19 +135,23 @@ class TurnActivities:
         """Enter `calling_model` and count the attempt; a call that an earlier attempt
         finished is answered from the store."""
         async with self._sessions() as db:
+            # The turn locked, the call, and whether its tenant is paused, in one round trip.
             # The state and the attempt's count are committed together, before the stream
-            # starts: the stream shows the step before it runs. The row is kept (the session's
-            # identity map holds only referenced rows), so the pause check below reads it from
-            # memory.
-            turn = await turns.advance_turn(db, turn_id=inp.turn_id, to=TurnState.calling_model)
-            # The call and whether its tenant is paused, in one round trip.
+            # starts: the stream shows the step before it runs.
             found = await db.execute(
-                select(ModelCall, Tenant.paused)
-                .select_from(ModelCall)
-                .outerjoin(Tenant, Tenant.id == turn.tenant_id)
-                .where(ModelCall.id == inp.model_call_id)
+                select(Turn, ModelCall, Tenant.paused)
+                .select_from(Turn)
+                .outerjoin(ModelCall, ModelCall.id == inp.model_call_id)
+                .outerjoin(Tenant, Tenant.id == Turn.tenant_id)
+                .where(Turn.id == inp.turn_id)
+                .with_for_update(of=Turn)
             )
-            call, paused = found.one()
+            row = found.one_or_none()
+            if row is None:
+                raise LookupError(inp.turn_id)
+            turn, call, paused = row
+            await turns.advance_locked(db, turn, to=TurnState.calling_model)
+            assert call is not None, f"model call {inp.model_call_id} is missing"
             if call.finish_reason is not None or paused:
                 await db.commit()  # the step was entered, whatever it finds
             if call.finish_reason is not None:  # finished by an attempt that died reporting it

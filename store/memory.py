@@ -34,10 +34,35 @@ async def latest_summary(db: AsyncSession, *, session_id: str) -> StoredSummary 
     )
     if row is None:
         return None
-    lines = [
-        SummaryLine(int(x["seq"]), str(x["text"]), dict(x.get("refs") or {})) for x in row.lines
-    ]
-    return StoredSummary(row.through_seq, lines, row.model)
+    return _summary(row.through_seq, row.lines, row.model)
+
+
+def _summary(through_seq: int, lines: list[dict[str, Any]], model: str) -> StoredSummary:
+    kept = [SummaryLine(int(x["seq"]), str(x["text"]), dict(x.get("refs") or {})) for x in lines]
+    return StoredSummary(through_seq, kept, model)
+
+
+async def summary_and_facts(
+    db: AsyncSession, *, session_id: str
+) -> tuple[StoredSummary | None, list[PinnedFact]]:
+    """`latest_summary` and `pinned_facts` in one statement (every context build reads both)."""
+    row = (await db.execute(_SUMMARY_AND_FACTS, {"session_id": session_id})).one()
+    summary = None if row.summary is None else _summary(*row.summary)
+    facts = [PinnedFact(key, value, seq, source) for key, value, seq, source in row.facts]
+    return summary, facts
+
+
+_SUMMARY_AND_FACTS = text(
+    """
+    SELECT (
+        SELECT json_build_array(through_seq, lines, model) FROM conversation_summaries
+        WHERE session_id = :session_id ORDER BY through_seq DESC LIMIT 1
+    ) AS summary, coalesce((
+        SELECT json_agg(json_build_array(key, value, source_seq, source) ORDER BY key)
+        FROM pinned_facts WHERE session_id = :session_id
+    ), '[]') AS facts
+    """
+)
 
 
 async def pinned_facts(db: AsyncSession, *, session_id: str) -> list[PinnedFact]:
