@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import select, text
+from sqlalchemy import Row, select, text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -19,7 +19,7 @@ from store.models import ResultSet
 RECENT_SETS = 6
 
 
-def _stored(row: ResultSet) -> StoredSet:
+def _stored(row: ResultSet | Row[Any]) -> StoredSet:
     return StoredSet(row.id, dict(row.query), list(row.order_ids), row.user_seq, list(row.rows))
 
 
@@ -55,9 +55,11 @@ async def record_result_set(
 
 
 async def recent_result_sets(db: AsyncSession, *, session_id: str) -> list[StoredSet]:
-    """The session's newest sets, oldest first."""
-    rows = await db.scalars(
-        select(ResultSet)
+    """The session's newest sets, oldest first (their columns: no mapped rows to keep)."""
+    rows = await db.execute(
+        select(
+            ResultSet.id, ResultSet.query, ResultSet.order_ids, ResultSet.user_seq, ResultSet.rows
+        )
         .where(ResultSet.session_id == session_id)
         .order_by(ResultSet.user_seq.desc(), ResultSet.created_at.desc(), ResultSet.id.desc())
         .limit(RECENT_SETS)

@@ -14,7 +14,12 @@ from store.models import SessionSlot
 
 
 async def get_slots(db: AsyncSession, *, session_id: str) -> dict[str, Slot]:
-    rows = await db.scalars(select(SessionSlot).where(SessionSlot.session_id == session_id))
+    # Columns, not mapped rows: nothing here is written back through the session.
+    rows = await db.execute(
+        select(
+            SessionSlot.name, SessionSlot.value, SessionSlot.source, SessionSlot.set_at_seq
+        ).where(SessionSlot.session_id == session_id)
+    )
     return {r.name: Slot(r.value, r.source, r.set_at_seq) for r in rows}
 
 
