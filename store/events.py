@@ -69,31 +69,19 @@ async def append_events(
     *,
     turn_id: str,
     events: Sequence[tuple[EventType, BaseModel]],
+    moving_to: TurnState | None = None,
 ) -> list[int]:
     """Append events within the caller's transaction: one round trip that takes the ids from
     the turn row (locking it), inserts the events and rings the doorbell. On a connection
-    (Core) rather than a session, it skips the unit of work (the stream's deltas)."""
+    (Core) rather than a session, it skips the unit of work. With `moving_to`, the same
+    statement sets the turn's state: a move and its announcement are one round trip (the
+    caller keeps its turn object in step, `store.turns`)."""
     payload = json.dumps([{"type": type_, "data": _wire(type_, data)} for type_, data in events])
-    last = await db.scalar(_APPEND, {"turn_id": turn_id, "n": len(events), "events": payload})
-    if last is None:
-        raise LookupError(f"turn {turn_id} does not exist")
-    return list(range(last - len(events) + 1, last + 1))
-
-
-async def append_moving(
-    db: AsyncSession,
-    *,
-    turn_id: str,
-    state: TurnState,
-    events: Sequence[tuple[EventType, BaseModel]],
-) -> list[int]:
-    """`append_events` that also sets the turn's state, in the same statement: a move and its
-    announcement are one round trip (the caller keeps its turn object in step; `store.turns`)."""
-    payload = json.dumps([{"type": type_, "data": _wire(type_, data)} for type_, data in events])
-    last = await db.scalar(
-        _APPEND_MOVING,
-        {"turn_id": turn_id, "n": len(events), "events": payload, "state": state.value},
-    )
+    params: dict[str, Any] = {"turn_id": turn_id, "n": len(events), "events": payload}
+    statement = _APPEND
+    if moving_to is not None:
+        statement, params["state"] = _APPEND_MOVING, moving_to.value
+    last = await db.scalar(statement, params)
     if last is None:
         raise LookupError(f"turn {turn_id} does not exist")
     return list(range(last - len(events) + 1, last + 1))

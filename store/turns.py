@@ -42,7 +42,7 @@ from parley.wire import (
     MessageView,
     RetractedData,
 )
-from store.events import append_events, append_moving, state_event
+from store.events import append_events, state_event
 from store.models import Action, ChatSession, Message, ToolCall, Turn, TurnEvent
 
 
@@ -69,7 +69,7 @@ async def _move(db: AsyncSession, turn: Turn, *, to: TurnState, announce: bool =
     if announce:
         # The state and its `state` event in one statement; the row object is told the new
         # state as stored, so no UPDATE of its own follows.
-        await append_moving(db, turn_id=turn.id, state=to, events=[state_event(to)])
+        await append_events(db, turn_id=turn.id, events=[state_event(to)], moving_to=to)
         set_committed_value(turn, "state", to)
     else:
         turn.state = to
