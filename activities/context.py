@@ -18,7 +18,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities import consented_memory
 from activities.attachments import attached_file_blocks
-from activities.context_rows import hold_turn_rows, packed_before
+from activities.context_rows import packed_before, session_memory, turn_with_rows, window_messages
 from activities.knowledge import KnowledgeSource
 from activities.mcp import McpTools
 from activities.northwind import BackendError, NorthwindClient
@@ -99,34 +99,38 @@ class ContextBuilder:
 
     async def build(self, inp: BuildContextInput) -> BuildContextResult:
         async with self._sessions() as db:
-            turn: Turn | None
+            # The turn (locked when the build enters its state) and the rows every phase
+            # reads, held for the whole build (activities/context_rows.py), in one statement.
+            turn, held = await turn_with_rows(db, inp.turn_id, inp.step, lock=inp.step == 0)
             if inp.step == 0:
-                # Kept, so the reads below find the row in the session's identity map.
-                turn = await turns.advance_turn(
-                    db, turn_id=inp.turn_id, to=TurnState.building_context
-                )
+                await turns.advance_locked(db, turn, to=TurnState.building_context)
                 await db.commit()  # the stream shows the step before it runs
-            else:
-                turn = await db.get(Turn, inp.turn_id)
-            assert turn is not None
-            # Rows every phase reads, held for the whole build (activities/context_rows.py).
-            held = await hold_turn_rows(db, turn, inp.step)
             # A retry after a crash reuses the request it already packed.
             existing = await packed_before(db, turn, inp.step, held)
             if existing is not None:
                 return BuildContextResult(existing.id, existing.provider == "resolver")
             await consented_memory.remember_validated(db, turn, self._settings, step=inp.step)
+            current_slots = None  # read by the packing, unless the resolver has them
             if inp.step == 0:
-                clarification = await self._resolve_references(db, turn)
-                if clarification is not None:
-                    return clarification
-            call = await self._pack_request(db, turn, inp.step, reanswer_of=inp.reanswer_of)
+                resolved = await self._resolve_references(db, turn)
+                if isinstance(resolved, BuildContextResult):
+                    return resolved
+                current_slots = resolved
+            call = await self._pack_request(
+                db, turn, inp.step, reanswer_of=inp.reanswer_of, current_slots=current_slots
+            )
             await db.commit()
             del held
             return BuildContextResult(call.id)
 
     async def _pack_request(
-        self, db: AsyncSession, turn: Turn, step: int, *, reanswer_of: str | None = None
+        self,
+        db: AsyncSession,
+        turn: Turn,
+        step: int,
+        *,
+        reanswer_of: str | None = None,
+        current_slots: dict[str, Slot] | None = None,
     ) -> ModelCall:
         """Store the step's model request: the packed blocks, the tools, the budget."""
         tenant = await tenants.tenant_config(db, tenant_id=turn.tenant_id)
@@ -137,8 +141,10 @@ class ContextBuilder:
         path = choose_path(tools, reanswer=reanswer_of is not None)  # parley/paths.py
         if step == 0:
             await _pin_stated_facts(db, turn)
+        if current_slots is None:
+            current_slots = await slots.get_slots(db, session_id=turn.session_id)
         packed, plan = await self._assemble(
-            db, turn, tenant, budgets, counter, tools, path, step=step
+            db, turn, tenant, budgets, counter, tools, path, step=step, current_slots=current_slots
         )
         # Knowledge: what the prompt showed, by reference (finalize reads it for citations).
         knowledge = plan.pop("knowledge", None)
@@ -218,12 +224,12 @@ class ContextBuilder:
         path: AnswerPath,
         *,
         step: int,
+        current_slots: dict[str, Slot],
     ) -> tuple[Packed, dict[str, Any]]:
         """Load memory and messages, choose the window, recall, shape the blocks, pack."""
-        current_slots = await slots.get_slots(db, session_id=turn.session_id)  # read once
-        memory = await _memory(db, turn, current_slots)
+        memory = await session_memory(db, turn, current_slots)
         through = memory.summary.through_seq if memory.summary else None
-        messages = await _window_messages(db, turn, through, counter)
+        messages = await window_messages(db, turn, through, counter)
         history, current = split_current(messages, turn.user_seq)
         hints = await consented_memory.hints(db, turn, counter)  # durable memory, consented
         remembered = memory_blocks(counter, memory, budgets) + hints.blocks
@@ -287,8 +293,12 @@ class ContextBuilder:
             budget=budgets.knowledge,
         )
 
-    async def _resolve_references(self, db: AsyncSession, turn: Turn) -> BuildContextResult | None:
-        """Run the reference resolver; if it must ask, answer with the question (no model)."""
+    async def _resolve_references(
+        self, db: AsyncSession, turn: Turn
+    ) -> BuildContextResult | dict[str, Slot]:
+        """Run the reference resolver; if it must ask, answer with the question (no model).
+        Otherwise return the session's slots as the resolver left them (the packing reads
+        them from here, not from the store again)."""
         # Result sets first ("those", "just the ones over $500"); orders when they pass.
         current = await slots.get_slots(db, session_id=turn.session_id)  # read once, below
         sets = await resolve_result_sets(db, turn, self._northwind, current)
@@ -318,7 +328,7 @@ class ContextBuilder:
         }
         if clarification is None:
             await db.commit()
-            return None
+            return slots.after_writes(current, writes=writes, clears=clears)
         call = await _ask(db, turn, clarification)
         await db.commit()
         return BuildContextResult(call.id, clarification=True)
@@ -434,33 +444,6 @@ async def _window_and_recall(
         hits = [h for h in hits if h.seq < window.from_seq]
         recalled = recall_block(counter, hits, budgets)
     return window, recalled, hits
-
-
-async def _window_messages(
-    db: AsyncSession, turn: Turn, summary_through: int | None, counter: TokenCounter
-) -> list[WindowMessage]:
-    """The session's messages from where the window may start (after the summary, or wider
-    when the summary lags), a retried turn's earlier answers hidden."""
-    return await memory_store.session_messages(
-        db,
-        session_id=turn.session_id,
-        after_seq=memory_store.window_start_clause(
-            session_id=turn.session_id, summary_through=summary_through
-        ),
-        hide_answers_of=turn.retry_of,
-        counter=counter,
-    )
-
-
-async def _memory(db: AsyncSession, turn: Turn, current: dict[str, Slot]) -> Memory:
-    """The session's summary, pinned facts and slots (slots outrank summary lines)."""
-    return Memory(
-        summary=await memory_store.latest_summary(db, session_id=turn.session_id),
-        facts=await memory_store.pinned_facts(db, session_id=turn.session_id),
-        slots={
-            k: (v.value, v.set_at_seq) for k, v in current.items() if k != PENDING_CLARIFICATION
-        },
-    )
 
 
 async def _pin_stated_facts(db: AsyncSession, turn: Turn) -> None:

@@ -33,11 +33,13 @@ from parley.contracts import SUMMARY_WORKFLOW, SummarizeInput, SummarizeResult
 from parley.ids import summary_workflow_id
 from parley.memory import cap_lines, parse_summary, summary_request
 from parley.prompt import MIN_RECENT
+from parley.tenancy import TenantConfig
 from parley.tokens import counter_for
 from parley.window import choose_window, group_turns
 from store import embeddings as embedding_store
 from store import memory as memory_store
 from store import tenants, user_memory
+from store.db import autocommit
 from store.models import ChatSession, Tenant
 
 log = logging.getLogger(__name__)
@@ -144,7 +146,32 @@ class MemoryActivities:
                     db, session_id=session_id, model=self._embedder.name, limit=1
                 ):
                     return True
+        due = await self._due_by_stored_counts(session_id)
+        if due is not None:
+            return due
         return not isinstance(await self._plan(session_id), int)
+
+    async def _due_by_stored_counts(self, session_id: str) -> bool | None:
+        """Whether `_plan` would find work, decided as it decides but from the messages'
+        stored token counts, in one statement that reads no text (most turns have no work, and
+        reading and counting the whole backlog to learn that was most of this step). None
+        when a count is missing or made by another counter: then only `_plan` can tell."""
+        async with self._sessions() as db:
+            await autocommit(db)  # one read
+            backlog = await memory_store.summary_backlog(db, session_id=session_id)
+        if backlog is None:
+            return None
+        tenant = TenantConfig.model_validate(backlog.tenant_config)
+        if tenant.summaries is False:
+            return False
+        counter = counter_for(tenant.model or self._settings.model)
+        messages: list[WindowMessage] = []
+        for seq, role, status, tokens, made_by, shows in backlog.messages:
+            if tokens is None or made_by != counter.name:
+                return None
+            # The text stands in for what the window's grouping asks of it: is there any.
+            messages.append(WindowMessage(seq, role, "." if shows else "", status, tokens=tokens))
+        return bool(self._to_fold(messages, tenant))
 
     async def embed_messages(self, session_id: str) -> int:
         """Index the session's new messages for recall by meaning (activities/recall.py), off
@@ -183,6 +210,21 @@ class MemoryActivities:
             messages = await memory_store.session_messages(
                 db, session_id=session_id, after_seq=base, hide_answers_of=None, counter=counter
             )
+        folded = self._to_fold(messages, tenant)
+        if not folded:
+            return base
+        return _Job(
+            session_id,
+            tenant.model_provider or self._settings.model_provider,
+            model,
+            base,
+            folded[-1].seq,
+            [_transcript_item(m) for m in folded],
+        )
+
+    def _to_fold(self, messages: list[WindowMessage], tenant: TenantConfig) -> list[WindowMessage]:
+        """The oldest messages the summary should fold in now: those before the window the
+        next turn will show, when there are enough of them; empty when there is nothing to do."""
         # The smallest window a turn will show: the conversation budget less the largest
         # summary and recall blocks (folding a little early only makes them overlap).
         conversation = (
@@ -195,26 +237,19 @@ class MemoryActivities:
             - self._settings.context_recall_tokens,
         )
         if not messages:
-            return base
+            return []
         # The window the next turn shows by its budget alone (not widened: this run is what
         # will let it start there).
         window = choose_window(
             group_turns(messages), recent_tokens=recent, summary_through=messages[-1].seq
         )
         if window.from_seq is None:
-            return base
+            return []
         cap = (tenant.context_window_tokens or self._settings.context_window_tokens) // 2
         folded = _take([m for m in messages if m.seq < window.from_seq], max_tokens=cap)
         if sum(m.tokens for m in folded) < self._settings.summary_min_new_tokens:
-            return base
-        return _Job(
-            session_id,
-            tenant.model_provider or self._settings.model_provider,
-            model,
-            base,
-            folded[-1].seq,
-            [_transcript_item(m) for m in folded],
-        )
+            return []
+        return folded
 
     async def _ask(self, job: _Job) -> tuple[str, dict[str, int]]:
         """The summarizer's model call, through the gateway like any other."""

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from sqlalchemy import func, select
-from sqlalchemy.dialects.postgresql import aggregate_order_by
+from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
@@ -18,7 +17,7 @@ from parley.statuses import ToolCallStatus
 from parley.wire import FollowupsData
 from store.db import autocommit
 from store.events import append_event
-from store.models import Message, ModelCall, ToolCall, Turn
+from store.models import Message, ModelCall, Turn
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +74,8 @@ class ScreenActivities:
         """Best effort: offered only while the turn is still open, never after its end or its
         Stop (a Stop during the turn's last workflow task runs this step again)."""
         async with self._sessions() as db:
-            turn, tools, asked = await _lock_turn_with_tools_and_question(db, inp.turn_id)
-            if turn.state in TERMINAL_TURN_STATES or turn.cancel_requested_at is not None:
+            open_turn, tools, asked = await _lock_turn_with_tools_and_question(db, inp.turn_id)
+            if not open_turn:
                 await db.commit()
                 return
             suggestions = [
@@ -85,7 +84,7 @@ class ScreenActivities:
             if suggestions:
                 await append_event(
                     db,
-                    turn_id=turn.id,
+                    turn_id=inp.turn_id,
                     type=EventType.followups,
                     data=FollowupsData(suggestions=suggestions),
                 )
@@ -94,17 +93,24 @@ class ScreenActivities:
 
 async def _lock_turn_with_tools_and_question(
     db: AsyncSession, turn_id: str
-) -> tuple[Turn, list[str], str]:
-    """The turn's row, locked; the tools it ran successfully, in call order; and the user's
-    message (empty when missing): one round trip."""
-    names = (
-        select(func.array_agg(aggregate_order_by(ToolCall.name, ToolCall.created_at)))
-        .where(ToolCall.turn_id == Turn.id, ToolCall.status == ToolCallStatus.ok)
-        .scalar_subquery()
-    )
-    asked = select(Message.text).where(Message.id == Turn.user_message_id).scalar_subquery()
-    found = await db.execute(
-        select(Turn, names, asked).where(Turn.id == turn_id).with_for_update(of=Turn)
-    )
-    turn, tools, text = found.one()
-    return turn, list(tools or []), text or ""
+) -> tuple[bool, list[str], str]:
+    """Whether the turn is still open (not ended, no Stop recorded), its row locked; the
+    tools it ran successfully, in call order; and the user's message (empty when missing):
+    one round trip."""
+    found = (await db.execute(_TURN_TOOLS_AND_QUESTION, {"turn_id": turn_id})).one()
+    terminal = {state.value for state in TERMINAL_TURN_STATES}
+    still_open = found.state not in terminal and found.cancel_requested_at is None
+    return still_open, list(found.tools or []), found.asked or ""
+
+
+# Plain SQL: it runs once a turn, and its ORM form cost more to prepare than to run.
+_TURN_TOOLS_AND_QUESTION = text(
+    """
+    SELECT t.state, t.cancel_requested_at, (
+        SELECT array_agg(c.name ORDER BY c.created_at) FROM tool_calls AS c
+        WHERE c.turn_id = t.id AND c.status = :ok
+    ) AS tools, (SELECT m.text FROM messages AS m WHERE m.id = t.user_message_id) AS asked
+    FROM turns AS t WHERE t.id = :turn_id
+    FOR UPDATE OF t
+    """
+).bindparams(ok=ToolCallStatus.ok.value)

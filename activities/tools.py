@@ -214,7 +214,6 @@ class ToolActivities:
             if call.status != ToolCallStatus.pending:  # done by an attempt that died reporting it
                 return _outcome(call)
             turn = await turns.advance_turn(db, turn_id=inp.turn_id, to=TurnState.executing_tools)
-            await db.commit()  # the stream shows the step before it runs
             allowed = (await tenants.tenant_config(db, tenant_id=turn.tenant_id)).offered(call.name)
             spec = TOOLS.get(call.name)
             label = spec.label if spec else "Working on it…"
@@ -222,7 +221,8 @@ class ToolActivities:
             run = _ToolRun(turn, call, allowed, label)
             if activity.info().attempt == 1:
                 await tool_event(db, turn.id, call.provider_call_id, call.name, "start", run.label)
-                await db.commit()
+            # One commit: the stream shows the step and the call starting before it runs.
+            await db.commit()
             return run
 
     async def _call_result(self, inp: ExecuteToolInput, run: _ToolRun) -> dict[str, Any]:

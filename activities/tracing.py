@@ -16,18 +16,18 @@ import contextvars
 import json
 import logging
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import select, text
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
-from parley.logs import log_context
-from store.db import autocommit
+from parley.logs import late_binder, log_context
+from store.db import autocommit, driver_connection, driver_sql
 from store.models import Turn
 
 log = logging.getLogger(__name__)
@@ -106,9 +106,8 @@ class SpanLedger:
     async def _write(self, spans: list[dict[str, Any]]) -> None:
         try:
             async with self._sessions() as db:
-                await autocommit(db)
-                await db.execute(_INSERT_SPANS, {"spans": json.dumps(spans, default=str)})
-                await db.commit()
+                connection = await driver_connection(await autocommit(db))
+                await connection.execute(_INSERT_SPANS, {"spans": json.dumps(spans, default=str)})
         except Exception:  # the ledger is best effort; the steps' own results stand
             log.warning("could not record %d trace spans", len(spans), exc_info=True)
 
@@ -116,8 +115,9 @@ class SpanLedger:
 # The steps that end a turn or rest it on a card: the ledger is drained before they run.
 ENDINGS = frozenset({"finalize_turn", "fail_turn", "cancel_turn", "request_confirmation"})
 
-# One statement for any number of spans, so it is prepared once per connection.
-_INSERT_SPANS = text(
+# One statement for any number of spans, so it is prepared once per connection; sent by
+# psycopg itself (several times a turn, and SQLAlchemy's layer costs more than the statement).
+_INSERT_SPANS = driver_sql(
     """
     INSERT INTO trace_spans (turn_id, name, attempt, started_at, ended_at, outcome, attrs)
     SELECT turn_id, name, attempt, started_at, ended_at, outcome, attrs
@@ -132,7 +132,8 @@ _INSERT_SPANS = text(
 class TurnOwners:
     """The session and tenant of a turn, for the log context of its steps: looked up once
     per turn and worker (a turn's steps mostly run on one worker; steps that start together,
-    the input screen and the context, share one lookup), kept for the last few hundred turns."""
+    the input screen and the context, share one lookup, and neither waits for it), kept for
+    the last few hundred turns."""
 
     SIZE = 512
 
@@ -141,17 +142,20 @@ class TurnOwners:
         self._known: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self._asked: dict[str, asyncio.Future[tuple[str, str] | None]] = {}
 
-    async def of(self, turn_id: str) -> tuple[str | None, str | None]:
+    def known(self, turn_id: str) -> tuple[str, str] | None:
+        """The turn's owners if this worker has looked them up already."""
         known = self._known.get(turn_id)
         if known is not None:
             self._known.move_to_end(turn_id)
-            return known
+        return known
+
+    def ask(self, turn_id: str) -> asyncio.Future[tuple[str, str] | None]:
+        """The lookup of the turn's owners, started now or already under way."""
         asked = self._asked.get(turn_id)
         if asked is None:
             asked = self._asked[turn_id] = asyncio.ensure_future(self._look_up(turn_id))
             asked.add_done_callback(lambda _: self._asked.pop(turn_id, None))
-        row = await asyncio.shield(asked)
-        return row if row is not None else (None, None)
+        return asked
 
     async def _look_up(self, turn_id: str) -> tuple[str, str] | None:
         try:
@@ -188,8 +192,14 @@ class _SpanRecorder(ActivityInboundInterceptor):
         turn_id = _turn_id(input.args)
         if turn_id is None:  # every turn step carries its turn; anything else is not traced
             return await self.next.execute_activity(input)
-        session_id, tenant_id = await self._owners.of(turn_id)
+        known = self._owners.known(turn_id)
+        session_id, tenant_id = known if known is not None else (None, None)
         with log_context(turn_id=turn_id, session_id=session_id, tenant_id=tenant_id):
+            if known is None:
+                # A turn's first step on this worker does not wait for the lookup (a round
+                # trip on the way to the first token): its lines name the session and tenant
+                # from when the lookup is back.
+                self._owners.ask(turn_id).add_done_callback(_binding(late_binder()))
             return await self._traced(input, turn_id)
 
     async def _traced(self, input: ExecuteActivityInput, turn_id: str) -> Any:
@@ -218,6 +228,21 @@ class _SpanRecorder(ActivityInboundInterceptor):
                     "attrs": attrs or None,
                 }
             )
+
+
+def _binding(
+    bind: Callable[..., None],
+) -> Callable[[asyncio.Future[tuple[str, str] | None]], None]:
+    """A callback that binds a finished lookup's owners with `bind`."""
+
+    def bound(looked_up: asyncio.Future[tuple[str, str] | None]) -> None:
+        if looked_up.cancelled() or looked_up.exception() is not None:
+            return
+        owners = looked_up.result()
+        if owners is not None:
+            bind(session_id=owners[0], tenant_id=owners[1])
+
+    return bound
 
 
 def _turn_id(args: Sequence[Any]) -> str | None:

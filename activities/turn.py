@@ -46,8 +46,8 @@ from parley.statuses import FinalizeOutcome, FinishReason, TurnErrorCode
 from parley.tools import args_hash
 from parley.wire import DeltaData, ResetData, RetractedData
 from store import turns
-from store.db import autocommit
-from store.events import append_event, withdraw_turn_text
+from store.db import autocommit, driver_connection
+from store.events import append_event, append_on_driver, withdraw_turn_text
 from store.models import Action, ModelCall, Tenant, Turn, TurnEvent
 
 log = logging.getLogger(__name__)
@@ -135,18 +135,25 @@ class TurnActivities:
         """Enter `calling_model` and count the attempt; a call that an earlier attempt
         finished is answered from the store."""
         async with self._sessions() as db:
-            # The row is kept (the session's identity map holds only referenced rows), so
-            # the pause check below reads it from memory.
-            turn = await turns.advance_turn(db, turn_id=inp.turn_id, to=TurnState.calling_model)
-            await db.commit()  # the stream shows the step before it runs
-            # The call and whether its tenant is paused, in one round trip.
+            # The turn locked, the call, and whether its tenant is paused, in one round trip.
+            # The state and the attempt's count are committed together, before the stream
+            # starts: the stream shows the step before it runs.
             found = await db.execute(
-                select(ModelCall, Tenant.paused)
-                .select_from(ModelCall)
-                .outerjoin(Tenant, Tenant.id == turn.tenant_id)
-                .where(ModelCall.id == inp.model_call_id)
+                select(Turn, ModelCall, Tenant.paused)
+                .select_from(Turn)
+                .outerjoin(ModelCall, ModelCall.id == inp.model_call_id)
+                .outerjoin(Tenant, Tenant.id == Turn.tenant_id)
+                .where(Turn.id == inp.turn_id)
+                .with_for_update(of=Turn)
             )
-            call, paused = found.one()
+            row = found.one_or_none()
+            if row is None:
+                raise LookupError(inp.turn_id)
+            turn, call, paused = row
+            await turns.advance_locked(db, turn, to=TurnState.calling_model)
+            assert call is not None, f"model call {inp.model_call_id} is missing"
+            if call.finish_reason is not None or paused:
+                await db.commit()  # the step was entered, whatever it finds
             if call.finish_reason is not None:  # finished by an attempt that died reporting it
                 return _result(call)
             _refuse_if_paused(paused)
@@ -181,14 +188,14 @@ class TurnActivities:
         frames = _coalesce(upstream, self._settings.frame_seconds)
         try:
             # One connection for the whole stream, in autocommit: a frame is one statement
-            # (the append commits by itself), one round trip.
+            # (the append commits by itself), one round trip, sent by psycopg itself.
             async with heartbeating(), self._sessions() as db:
-                connection = await autocommit(db)
+                connection = await driver_connection(await autocommit(db))
                 async for item in frames:
                     text = streamed.take(item)
                     if text is None:
                         continue
-                    await append_event(
+                    await append_on_driver(
                         connection,
                         turn_id=turn_id,
                         type=EventType.delta,

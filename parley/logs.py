@@ -20,7 +20,7 @@ import json
 import logging
 import re
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import UTC, datetime
@@ -84,6 +84,20 @@ def bind_log_context(**ids: str | None) -> None:
     bound = {key: value for key, value in ids.items() if value}
     if bound:
         _context.set({**(_context.get() or {}), **bound})
+
+
+def late_binder() -> Callable[..., None]:
+    """A function that adds ids to the running block's context later, from anywhere: for ids
+    a lookup brings that the block does not wait for. Lines logged before then, and in blocks
+    nested before then, go without them."""
+    # The block's own mapping, replaced by a dict this function alone may add to.
+    current = dict(_context.get() or {})
+    _context.set(current)
+
+    def bind(**ids: str | None) -> None:
+        current.update({key: value for key, value in ids.items() if value})
+
+    return bind
 
 
 def current_log_context() -> Mapping[str, str]:

@@ -57,13 +57,23 @@ class TiktokenCounter:
 
     exact = True
 
+    # Texts up to this long are remembered with their count: every context build counts the
+    # same standing instructions and tool schemas again (kilobytes of BPE work each time).
+    REMEMBERED_CHARS = 16_000
+
     def __init__(self, encoding: Any, name: str) -> None:
         self._encoding = encoding
         self.name = name
+        self._remembered = lru_cache(maxsize=256)(self._encode_count)
 
     def count(self, text: str) -> int:
         if not text:
             return 0
+        if len(text) <= self.REMEMBERED_CHARS:
+            return self._remembered(text)
+        return self._encode_count(text)
+
+    def _encode_count(self, text: str) -> int:
         return len(self._encoding.encode(text, disallowed_special=()))
 
 

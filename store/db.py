@@ -14,9 +14,11 @@ SQLAlchemy discards the whole pool; the API's hot path takes that trade.
 
 from __future__ import annotations
 
+import re
 import select
 from typing import Any
 
+import psycopg
 from sqlalchemy import event, exc
 from sqlalchemy.ext.asyncio import (
     AsyncConnection,
@@ -109,3 +111,19 @@ async def autocommit(db: AsyncSession) -> AsyncConnection:
     session's first statement; its connection goes back to the pool in the engine's own mode.
     Returns that connection, for statements that need no unit of work (Core)."""
     return await db.connection(execution_options={"isolation_level": "AUTOCOMMIT"})
+
+
+async def driver_connection(connection: AsyncConnection) -> psycopg.AsyncConnection[Any]:
+    """psycopg's own connection under a SQLAlchemy one, for a hot statement that skips
+    SQLAlchemy's statement layer. It stays the SQLAlchemy connection's: returned to the pool
+    with it, and in the same mode (call `autocommit` first for statements that commit alone)."""
+    raw = await connection.get_raw_connection()
+    driver = raw.driver_connection
+    assert isinstance(driver, psycopg.AsyncConnection)
+    return driver
+
+
+def driver_sql(sql: str) -> str:
+    """A statement written for SQLAlchemy's `text()` (`:name` placeholders) in psycopg's own
+    form (`%(name)s`), for `driver_connection`; `::` casts are left alone."""
+    return re.sub(r"(?<![:\w]):(\w+)", r"%(\1)s", sql)

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
 from pydantic import BaseModel
 from sqlalchemy import Integer, String, text
 from sqlalchemy.dialects.postgresql import JSONB
@@ -24,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from parley.contracts import TERMINAL_TURN_STATES, EventType, TurnState
 from parley.wire import EVENT_DATA, StateData
+from store.db import driver_sql
 from store.viewers import ATTACH_VIEWER_SQL
 
 NOTIFY_CHANNEL = "parley_turn_events"
@@ -67,15 +69,42 @@ async def append_events(
     *,
     turn_id: str,
     events: Sequence[tuple[EventType, BaseModel]],
+    moving_to: TurnState | None = None,
 ) -> list[int]:
     """Append events within the caller's transaction: one round trip that takes the ids from
     the turn row (locking it), inserts the events and rings the doorbell. On a connection
-    (Core) rather than a session, it skips the unit of work (the stream's deltas)."""
+    (Core) rather than a session, it skips the unit of work. With `moving_to`, the same
+    statement sets the turn's state: a move and its announcement are one round trip (the
+    caller keeps its turn object in step, `store.turns`)."""
     payload = json.dumps([{"type": type_, "data": _wire(type_, data)} for type_, data in events])
-    last = await db.scalar(_APPEND, {"turn_id": turn_id, "n": len(events), "events": payload})
+    params: dict[str, Any] = {"turn_id": turn_id, "n": len(events), "events": payload}
+    statement = _APPEND
+    if moving_to is not None:
+        statement, params["state"] = _APPEND_MOVING, moving_to.value
+    last = await db.scalar(statement, params)
     if last is None:
         raise LookupError(f"turn {turn_id} does not exist")
     return list(range(last - len(events) + 1, last + 1))
+
+
+async def append_on_driver(
+    connection: psycopg.AsyncConnection[Any],
+    *,
+    turn_id: str,
+    type: EventType,
+    data: BaseModel,
+) -> int:
+    """`append_event` on psycopg's own connection in autocommit mode (the event commits by
+    itself), without SQLAlchemy's statement layer: for the streamed deltas, the most frequent
+    write of a turn, where that layer costs more of the worker's CPU than the statement."""
+    payload = json.dumps([{"type": type, "data": _wire(type, data)}])
+    cursor = await connection.execute(
+        _APPEND_DRIVER, {"turn_id": turn_id, "n": 1, "events": payload}
+    )
+    found = await cursor.fetchone()
+    if found is None or found[0] is None:
+        raise LookupError(f"turn {turn_id} does not exist")
+    return int(found[0])
 
 
 def opening_event(turn_id: str, type_: EventType, data: BaseModel) -> tuple[dict[str, Any], str]:
@@ -101,8 +130,7 @@ def _wire(type_: EventType, data: BaseModel) -> dict[str, Any]:
     return data.model_dump(mode="json")
 
 
-_APPEND = text(
-    f"""
+_APPEND_SQL = f"""
     WITH counter AS (
         UPDATE turns SET last_event_id = last_event_id + :n, updated_at = now()
         WHERE id = :turn_id
@@ -121,7 +149,11 @@ _APPEND = text(
     )
     FROM inserted
     """
-)
+_APPEND = text(_APPEND_SQL)
+_COUNTER_SET = "SET last_event_id = last_event_id + :n, updated_at = now()"
+assert _COUNTER_SET in _APPEND_SQL
+_APPEND_MOVING = text(_APPEND_SQL.replace(_COUNTER_SET, _COUNTER_SET + ", state = :state", 1))
+_APPEND_DRIVER = driver_sql(_APPEND_SQL)
 
 
 @dataclass(frozen=True)

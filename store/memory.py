@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import ColumnElement, func, select, text
+from sqlalchemy import ColumnElement, Row, func, select, text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -32,10 +34,35 @@ async def latest_summary(db: AsyncSession, *, session_id: str) -> StoredSummary 
     )
     if row is None:
         return None
-    lines = [
-        SummaryLine(int(x["seq"]), str(x["text"]), dict(x.get("refs") or {})) for x in row.lines
-    ]
-    return StoredSummary(row.through_seq, lines, row.model)
+    return _summary(row.through_seq, row.lines, row.model)
+
+
+def _summary(through_seq: int, lines: list[dict[str, Any]], model: str) -> StoredSummary:
+    kept = [SummaryLine(int(x["seq"]), str(x["text"]), dict(x.get("refs") or {})) for x in lines]
+    return StoredSummary(through_seq, kept, model)
+
+
+async def summary_and_facts(
+    db: AsyncSession, *, session_id: str
+) -> tuple[StoredSummary | None, list[PinnedFact]]:
+    """`latest_summary` and `pinned_facts` in one statement (every context build reads both)."""
+    row = (await db.execute(_SUMMARY_AND_FACTS, {"session_id": session_id})).one()
+    summary = None if row.summary is None else _summary(*row.summary)
+    facts = [PinnedFact(key, value, seq, source) for key, value, seq, source in row.facts]
+    return summary, facts
+
+
+_SUMMARY_AND_FACTS = text(
+    """
+    SELECT (
+        SELECT json_build_array(through_seq, lines, model) FROM conversation_summaries
+        WHERE session_id = :session_id ORDER BY through_seq DESC LIMIT 1
+    ) AS summary, coalesce((
+        SELECT json_agg(json_build_array(key, value, source_seq, source) ORDER BY key)
+        FROM pinned_facts WHERE session_id = :session_id
+    ), '[]') AS facts
+    """
+)
 
 
 async def pinned_facts(db: AsyncSession, *, session_id: str) -> list[PinnedFact]:
@@ -79,7 +106,20 @@ async def session_messages(
     """Messages after `after_seq` (and before `before_seq`), with their token counts (the
     stored count when the same counter made it). `after_seq` may be a SQL expression
     (`window_start_clause`), evaluated by the same statement."""
-    query = select(Message).where(
+    # The columns a window needs, not the mapped rows: no identity map to fill, and not the
+    # full-text vector, which is as long as the text.
+    query = select(
+        Message.seq,
+        Message.role,
+        Message.text,
+        Message.status,
+        Message.tool_calls,
+        Message.tool_call_id,
+        Message.token_count,
+        Message.token_counter,
+        Message.created_at,
+        Message.turn_id,
+    ).where(
         Message.session_id == session_id,
         Message.replaced_by.is_(None),
         Message.seq > after_seq,
@@ -95,7 +135,7 @@ async def session_messages(
                 & Message.tool_calls.is_(None)
             )
         )
-    rows = await db.scalars(query.order_by(Message.seq))
+    rows = await db.execute(query.order_by(Message.seq))
     return [
         WindowMessage(
             m.seq,
@@ -112,7 +152,7 @@ async def session_messages(
     ]
 
 
-def _tokens(message: Message, counter: TokenCounter) -> int:
+def _tokens(message: Row[Any], counter: TokenCounter) -> int:
     if message.token_count is not None and message.token_counter == counter.name:
         return message.token_count
     return count_message(
@@ -207,6 +247,52 @@ async def save_summary(
         .on_conflict_do_nothing(constraint="uq_summary_through")
     )
     return bool(getattr(result, "rowcount", 0))
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """What the rolling summary's check reads of a session: its tenant's configuration, the
+    stored summary's end (0: none yet), and each message after it as stored, without its text:
+    (seq, role, status, token count, the counter that made it, whether it shows anything)."""
+
+    tenant_config: dict[str, Any]
+    base: int
+    messages: list[tuple[int, str, str, int | None, str | None, bool]]
+
+
+async def summary_backlog(db: AsyncSession, *, session_id: str) -> Backlog | None:
+    """The session's messages past its summary, by their stored token counts, in one
+    statement (None for a session that does not exist). A turn's check of whether the summary
+    has work reads this instead of the messages themselves."""
+    row = (await db.execute(_BACKLOG_SQL, {"session_id": session_id})).first()
+    if row is None:
+        return None
+    messages = [(m[0], m[1], m[2], m[3], m[4], bool(m[5])) for m in row.messages]
+    return Backlog(row.config or {}, row.base, messages)
+
+
+# "Shows anything" as `parley.window.group_turns` decides it: some text, or tool calls.
+_BACKLOG_SQL = text(
+    """
+    SELECT t.config AS config, coalesce(cs.through_seq, 0) AS base, coalesce((
+        SELECT json_agg(json_build_array(
+            m.seq, m.role, m.status, m.token_count, m.token_counter,
+            coalesce(m.text, '') <> ''
+            OR (jsonb_typeof(m.tool_calls) = 'array' AND m.tool_calls <> '[]'::jsonb)
+        ) ORDER BY m.seq)
+        FROM messages AS m
+        WHERE m.session_id = s.id AND m.replaced_by IS NULL
+          AND m.seq > coalesce(cs.through_seq, 0)
+    ), '[]') AS messages
+    FROM sessions AS s
+    LEFT JOIN tenants AS t ON t.id = s.tenant_id
+    LEFT JOIN LATERAL (
+        SELECT through_seq FROM conversation_summaries
+        WHERE session_id = s.id ORDER BY through_seq DESC LIMIT 1
+    ) AS cs ON true
+    WHERE s.id = :session_id
+    """
+)
 
 
 async def lock_session_memory(db: AsyncSession, *, session_id: str) -> None:

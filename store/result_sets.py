@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Exists, exists, select
+from sqlalchemy import Row, select, text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -19,7 +19,7 @@ from store.models import ResultSet
 RECENT_SETS = 6
 
 
-def _stored(row: ResultSet) -> StoredSet:
+def _stored(row: ResultSet | Row[Any]) -> StoredSet:
     return StoredSet(row.id, dict(row.query), list(row.order_ids), row.user_seq, list(row.rows))
 
 
@@ -55,9 +55,11 @@ async def record_result_set(
 
 
 async def recent_result_sets(db: AsyncSession, *, session_id: str) -> list[StoredSet]:
-    """The session's newest sets, oldest first."""
-    rows = await db.scalars(
-        select(ResultSet)
+    """The session's newest sets, oldest first (their columns: no mapped rows to keep)."""
+    rows = await db.execute(
+        select(
+            ResultSet.id, ResultSet.query, ResultSet.order_ids, ResultSet.user_seq, ResultSet.rows
+        )
         .where(ResultSet.session_id == session_id)
         .order_by(ResultSet.user_seq.desc(), ResultSet.created_at.desc(), ResultSet.id.desc())
         .limit(RECENT_SETS)
@@ -65,10 +67,32 @@ async def recent_result_sets(db: AsyncSession, *, session_id: str) -> list[Store
     return [_stored(r) for r in reversed(list(rows))]
 
 
-def result_sets_exist(*, session_id: str) -> Exists:
-    """Whether the session has stored any set (without loading one), as a SQL expression
-    for the caller's statement."""
-    return exists().where(ResultSet.session_id == session_id)
+async def offer_facts(
+    db: AsyncSession, *, session_id: str, user_seq: int, recent_turns: int
+) -> tuple[bool, frozenset[str]]:
+    """What the tool offer asks of the session, in one round trip: whether it has stored any
+    set, and the tools called in the turn at `user_seq` and its `recent_turns` turns before."""
+    row = (
+        await db.execute(
+            _OFFER_FACTS,
+            {"session_id": session_id, "user_seq": user_seq, "turns": recent_turns + 1},
+        )
+    ).one()
+    return bool(row.has_sets), frozenset(row.recently_used or ())
+
+
+# Plain SQL: it runs in every context build, and as an ORM statement its subqueries cost more
+# to prepare than to run.
+_OFFER_FACTS = text(
+    """
+    SELECT EXISTS (SELECT 1 FROM result_sets WHERE session_id = :session_id) AS has_sets, (
+        SELECT array_agg(DISTINCT name) FROM tool_calls WHERE turn_id IN (
+            SELECT id FROM turns WHERE session_id = :session_id AND user_seq <= :user_seq
+            ORDER BY user_seq DESC LIMIT :turns
+        )
+    ) AS recently_used
+    """
+)
 
 
 async def session_result_set(

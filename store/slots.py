@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from sqlalchemy import delete, select
@@ -13,7 +14,12 @@ from store.models import SessionSlot
 
 
 async def get_slots(db: AsyncSession, *, session_id: str) -> dict[str, Slot]:
-    rows = await db.scalars(select(SessionSlot).where(SessionSlot.session_id == session_id))
+    # Columns, not mapped rows: nothing here is written back through the session.
+    rows = await db.execute(
+        select(
+            SessionSlot.name, SessionSlot.value, SessionSlot.source, SessionSlot.set_at_seq
+        ).where(SessionSlot.session_id == session_id)
+    )
     return {r.name: Slot(r.value, r.source, r.set_at_seq) for r in rows}
 
 
@@ -42,6 +48,17 @@ async def write_slots(
             .values(session_id=session_id, name=name, **values)
             .on_conflict_do_update(index_elements=["session_id", "name"], set_=values)
         )
+
+
+def after_writes(
+    current: dict[str, Slot], *, writes: dict[str, Slot], clears: tuple[str, ...] = ()
+) -> dict[str, Slot]:
+    """The slots as `write_slots` leaves them, without reading them back: `current` less
+    `clears`, with `writes` over it, each value as stored (JSON) and so as a read returns it."""
+    kept = {name: slot for name, slot in current.items() if name not in clears}
+    for name, slot in writes.items():
+        kept[name] = Slot(json.loads(json.dumps(slot.value)), slot.source, slot.set_at_seq)
+    return kept
 
 
 def slots_view(slots: dict[str, Slot]) -> dict[str, dict[str, Any]]:

@@ -19,8 +19,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel
-from sqlalchemy import select, update
+from sqlalchemy import exists, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm.attributes import set_committed_value
 
 from parley.contracts import TERMINAL_TURN_STATES, EventType, MessageStatus, TurnState
 from parley.errors import TurnFinished
@@ -65,9 +66,13 @@ async def _move(db: AsyncSession, turn: Turn, *, to: TurnState, announce: bool =
         return False
     if not can_move(TurnState(turn.state), to):
         raise IllegalTransition(turn_id=turn.id, from_state=TurnState(turn.state), to=to)
-    turn.state = to
     if announce:
-        await append_events(db, turn_id=turn.id, events=[state_event(to)])
+        # The state and its `state` event in one statement; the row object is told the new
+        # state as stored, so no UPDATE of its own follows.
+        await append_events(db, turn_id=turn.id, events=[state_event(to)], moving_to=to)
+        set_committed_value(turn, "state", to)
+    else:
+        turn.state = to
     return True
 
 
@@ -107,9 +112,15 @@ async def advance_turn(db: AsyncSession, *, turn_id: str, to: TurnState) -> Turn
     turn = await db.get(Turn, turn_id, with_for_update=True)
     if turn is None:
         raise LookupError(turn_id)
+    await advance_locked(db, turn, to=to)
+    return turn
+
+
+async def advance_locked(db: AsyncSession, turn: Turn, *, to: TurnState) -> None:
+    """`advance_turn` for a turn whose row the caller has read `FOR UPDATE` itself (with the
+    other rows it needs, in the same statement)."""
     _refuse_if_stopped(turn)
     await _move(db, turn, to=to)
-    return turn
 
 
 async def request_cancel(db: AsyncSession, *, turn_id: str) -> Turn:
@@ -137,18 +148,19 @@ async def _append_message(
     tool_call_id: str | None = None,
 ) -> Message:
     """Give a message the session's next seq, unless it is already stored (retries)."""
-    existing = await db.get(Message, message_id)
-    if existing is not None:
-        return existing
-    # One statement takes the next seq and locks the session row until the commit.
+    # One statement takes the next seq and locks the session row until the commit, unless
+    # the message is stored already (a retry), which then is read.
     seq = await db.scalar(
         update(ChatSession)
-        .where(ChatSession.id == turn.session_id)
+        .where(ChatSession.id == turn.session_id, ~exists().where(Message.id == message_id))
         .values(last_seq=ChatSession.last_seq + 1)
         .returning(ChatSession.last_seq)
         .execution_options(synchronize_session=False)
     )
-    assert seq is not None
+    if seq is None:
+        existing = await db.get(Message, message_id)
+        assert existing is not None, f"session {turn.session_id} is missing"
+        return existing
     message = Message(
         id=message_id,
         session_id=turn.session_id,
@@ -293,10 +305,8 @@ async def complete_turn(
     final_state = TurnState.expired if outcome == FinalizeOutcome.expired else TurnState.completed
     turn.assistant_message_id = message.id  # flushed with the state, in one UPDATE
     await _move(db, turn, to=final_state, announce=False)
-    await _release_session(db, turn)
     await replace_retried_answer(db, turn=turn, message_id=message.id)
-    # A proposal the turn never got to ask about (it hit its bounds) must not stay pending.
-    await _decline_pending(db, turn_id=turn_id, reason=DeclineReason.turn_ended)
+    await _close_out(db, turn, reason=DeclineReason.turn_ended)
     events: list[tuple[EventType, BaseModel]] = []
     if retracted:
         retraction = RetractedData(message_id=message.id, replacement_text=message.text)
@@ -309,23 +319,34 @@ async def complete_turn(
     return message
 
 
-async def _release_session(db: AsyncSession, turn: Turn) -> None:
-    """The session may take a new turn once this one has ended (one statement, which locks
-    the session row like every other writer of it)."""
+async def _close_out(db: AsyncSession, turn: Turn, *, reason: str) -> None:
+    """An ending's bookkeeping, in one statement: the session may take a new turn (its row is
+    locked like by every other writer of it), and a proposal the turn never got to ask about
+    (it hit its bounds, or failed) must not stay pending."""
     await db.execute(
-        update(ChatSession)
-        .where(ChatSession.id == turn.session_id, ChatSession.active_turn_id == turn.id)
-        .values(active_turn_id=None)
-        .execution_options(synchronize_session=False)
+        _CLOSE_OUT,
+        {
+            "session_id": turn.session_id,
+            "turn_id": turn.id,
+            "declined": ActionStatus.declined.value,
+            "pending": ActionStatus.pending.value,
+            "reason": str(reason),
+            "now": datetime.now(UTC),
+        },
     )
 
 
-async def _decline_pending(db: AsyncSession, *, turn_id: str, reason: str) -> None:
-    await db.execute(
-        update(Action)
-        .where(Action.turn_id == turn_id, Action.status == ActionStatus.pending)
-        .values(status=ActionStatus.declined, decline_reason=reason, resolved_at=datetime.now(UTC))
+# Plain SQL: every turn ends through it, and no caller holds the rows it changes.
+_CLOSE_OUT = text(
+    """
+    WITH released AS (
+        UPDATE sessions SET active_turn_id = NULL
+        WHERE id = :session_id AND active_turn_id = :turn_id
     )
+    UPDATE actions SET status = :declined, decline_reason = :reason, resolved_at = :now
+    WHERE turn_id = :turn_id AND status = :pending
+    """
+)
 
 
 async def streamed_so_far(db: AsyncSession, *, turn_id: str) -> tuple[str | None, str]:
@@ -372,8 +393,7 @@ async def end_unfinished_turn(
     await _move(db, turn, to=state, announce=False)
     await _answer_open_calls(db, turn_id=turn_id, state=state)
     message = await _keep_streamed(db, turn, state)
-    await _decline_pending(db, turn_id=turn_id, reason=state.value)
-    await _release_session(db, turn)
+    await _close_out(db, turn, reason=state.value)
     turn.error = error.model_dump(mode="json") if error is not None else None
     await db.flush()
     events: list[tuple[EventType, BaseModel]] = [state_event(state)]

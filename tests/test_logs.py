@@ -27,6 +27,7 @@ from parley.logs import (
     Redact,
     TextFormatter,
     WithContext,
+    late_binder,
     log_context,
     redact,
 )
@@ -106,6 +107,26 @@ def test_json_lines_carry_the_bound_ids_and_text_lines_name_them() -> None:
     with log_context(turn_id="trn_2"):
         logger.info("step done")
     assert out.getvalue().rstrip().endswith("step done [turn=trn_2]")
+
+
+def test_ids_bound_late_name_the_lines_after_them_and_leave_with_the_block() -> None:
+    """A step does not wait for its turn's session and tenant: they join its lines once the
+    lookup is back, and go with the step."""
+    logger, out = _capture(JsonFormatter())
+    with log_context(turn_id="trn_3"):
+        bind = late_binder()
+        logger.info("before the lookup")
+        bind(session_id="ses_3", tenant_id="northwind")
+        logger.info("after the lookup")
+    logger.info("outside")
+    before, after, outside = (json.loads(line) for line in out.getvalue().splitlines())
+    assert before["turn_id"] == "trn_3" and "session_id" not in before
+    assert (after["turn_id"], after["session_id"], after["tenant_id"]) == (
+        "trn_3",
+        "ses_3",
+        "northwind",
+    )
+    assert not {"turn_id", "session_id", "tenant_id"} & outside.keys()
 
 
 # --- the processes' logs, end to end ----------------------------------------------------------
