@@ -51,6 +51,7 @@ from parley.paths import choose_path
 from parley.prompt import RECALLED_SEQ
 from parley.tenancy import TenantConfig
 from parley.tokens import MESSAGE_OVERHEAD, counter_for
+from store import slots
 from store.models import ChatSession, ConversationSummary, Message, ModelCall, Turn
 from tests.client import ParleyClient
 from worker import build_northwind
@@ -307,8 +308,17 @@ async def _pack_question(
         budgets = builder._budgets(tenant)
         counter = counter_for(None)
         tools = tenant_tools(tenant)
+        current_slots = await slots.get_slots(db, session_id=sid)
         packed, plan = await builder._assemble(
-            db, turn, tenant, budgets, counter, tools, choose_path(tools), step=0
+            db,
+            turn,
+            tenant,
+            budgets,
+            counter,
+            tools,
+            choose_path(tools),
+            step=0,
+            current_slots=current_slots,
         )
         await db.rollback()
     start = plan["window_from_seq"] or seq

@@ -125,5 +125,11 @@ async def driver_connection(connection: AsyncConnection) -> psycopg.AsyncConnect
 
 def driver_sql(sql: str) -> str:
     """A statement written for SQLAlchemy's `text()` (`:name` placeholders) in psycopg's own
-    form (`%(name)s`), for `driver_connection`; `::` casts are left alone."""
-    return re.sub(r"(?<![:\w]):(\w+)", r"%(\1)s", sql)
+    form (`%(name)s`), for `driver_connection`. A name counts as `text()` counts it (not after
+    a colon, a word character or a backslash, nor before a colon: `::` casts stay), and a
+    literal `%` (a LIKE pattern) is doubled, as psycopg reads a lone one as a placeholder."""
+    return _TEXT_BIND.sub(r"%(\1)s", sql.replace("%", "%%"))
+
+
+# The pattern SQLAlchemy's `text()` finds its bind names with.
+_TEXT_BIND = re.compile(r"(?<![:\w\\]):(\w+)(?!:)")
