@@ -24,6 +24,7 @@ async def test_one_statement_means_the_same_on_both_paths(
 ) -> None:
     async with sessions() as db:
         through_sqlalchemy = (await db.execute(text(STATEMENT), {"word": "widget"})).one()
+    async with sessions() as db:
         connection = await driver_connection(await autocommit(db))
         cursor = await connection.execute(driver_sql(STATEMENT), {"word": "widget"})
         through_psycopg = await cursor.fetchone()
