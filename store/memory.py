@@ -45,7 +45,8 @@ def _summary(through_seq: int, lines: list[dict[str, Any]], model: str) -> Store
 async def summary_and_facts(
     db: AsyncSession, *, session_id: str
 ) -> tuple[StoredSummary | None, list[PinnedFact]]:
-    """`latest_summary` and `pinned_facts` in one statement (every context build reads both)."""
+    """The latest summary (as `latest_summary` reads it) and the pinned facts, by key, in one
+    statement (every context build reads both)."""
     row = (await db.execute(_SUMMARY_AND_FACTS, {"session_id": session_id})).one()
     summary = None if row.summary is None else _summary(*row.summary)
     facts = [PinnedFact(key, value, seq, source) for key, value, seq, source in row.facts]
@@ -63,15 +64,6 @@ _SUMMARY_AND_FACTS = text(
     ), '[]') AS facts
     """
 )
-
-
-async def pinned_facts(db: AsyncSession, *, session_id: str) -> list[PinnedFact]:
-    rows = await db.scalars(
-        select(PinnedFactRow)
-        .where(PinnedFactRow.session_id == session_id)
-        .order_by(PinnedFactRow.key)
-    )
-    return [PinnedFact(r.key, r.value, r.source_seq, r.source) for r in rows]
 
 
 async def pin_facts(db: AsyncSession, *, session_id: str, facts: Iterable[PinnedFact]) -> None:

@@ -324,5 +324,5 @@ async def test_a_crash_during_summarization_loses_nothing(
     seqs = [line.seq for line in after.lines]
     assert seqs == list(range(1, after.through_seq + 1))
     async with sessions() as db:
-        pinned = await memory_store.pinned_facts(db, session_id=sid)
+        _, pinned = await memory_store.summary_and_facts(db, session_id=sid)
     assert [(f.key, f.value, f.seq) for f in pinned] == [("account_nickname", "trailblazer", 1)]
