@@ -25,6 +25,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.context import ContextBuilder
+from activities.ending import EndingActivities
 from activities.failures import FailureInterceptor, database_probe
 from activities.knowledge import KnowledgeSource
 from activities.mcp import McpTools
@@ -132,7 +133,8 @@ def build_activities(
     screening = ScreenActivities(
         sessions=sessions, input_screen=input_screen, output_screen=output_screen
     )
-    return _activity_list(turn, tools, send, screening, memory, specialist)
+    ending = EndingActivities(turn=turn, screens=screening, memory=memory)
+    return _activity_list(turn, tools, send, screening, memory, specialist, ending)
 
 
 def _activity_list(
@@ -142,8 +144,10 @@ def _activity_list(
     screening: ScreenActivities,
     memory: MemoryActivities,
     specialist: SpecialistActivities,
+    ending: EndingActivities,
 ) -> list[Callable[..., Any]]:
     return [
+        ending.finish_turn,
         turn.build_context,
         turn.call_model,
         turn.request_confirmation,

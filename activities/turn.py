@@ -23,6 +23,7 @@ from activities import knowledge, tracing
 from activities.context import ContextBuilder
 from activities.heartbeat import heartbeating
 from activities.metrics import MODEL_CALLS, record_usage
+from activities.stop_watch import STOP_CHECK_S, checking_while_quiet, stop_recorded
 from gateway.base import Finish, ModelRequest, TextDelta, ToolCallRequest
 from gateway.errors import ProviderFatal, ProviderRetryable
 from gateway.registry import ProviderPool
@@ -191,16 +192,21 @@ class TurnActivities:
             # (the append commits by itself), one round trip, sent by psycopg itself.
             async with heartbeating(), self._sessions() as db:
                 connection = await driver_connection(await autocommit(db))
-                async for item in frames:
+                stopped = stop_recorded(connection, turn_id)
+                async for item in checking_while_quiet(
+                    frames, stopped, STOP_CHECK_S, turn_id=turn_id
+                ):
                     text = streamed.take(item)
                     if text is None:
                         continue
-                    await append_on_driver(
+                    appended = await append_on_driver(
                         connection,
                         turn_id=turn_id,
                         type=EventType.delta,
                         data=DeltaData(message_id=attempt.message_id, text=text),
                     )
+                    if appended.stopped:
+                        raise turns.TurnStopped(turn_id, "cancelling")
         except (ProviderFatal, ProviderRetryable) as exc:
             MODEL_CALLS.labels(attempt.provider, attempt.model, exc.code).inc()
             raise _activity_error(exc) from None

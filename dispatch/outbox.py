@@ -34,6 +34,7 @@ from parley.contracts import (
     SA_SESSION_ID,
     SA_TENANT_ID,
     SA_TURN_STATE,
+    TURN_GENERATION,
     TURN_WORKFLOW,
     TurnInput,
     TurnState,
@@ -46,6 +47,10 @@ from store import outbox, tenants
 # A turn's workflow runs at most this much longer than its confirmation wait; past that
 # Temporal closes it and the abandoned-turn sweep ends the row.
 EXECUTION_MARGIN = timedelta(minutes=30)
+# How long a worker may hold one of the turn's workflow tasks: a dead worker's turn resumes
+# on another after this. The SDK extends a task while a local step (the model call) runs
+# past most of it, so a long answer is never cut off.
+WORKFLOW_TASK_TIMEOUT = timedelta(seconds=5)
 # A started turn that has written nothing for this long is looked up in Temporal.
 QUIET_FOR = timedelta(minutes=2)
 
@@ -66,6 +71,7 @@ async def start_turn_workflow(
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
             execution_timeout=timedelta(seconds=inp.confirmation_timeout_s) + EXECUTION_MARGIN,
+            task_timeout=WORKFLOW_TASK_TIMEOUT,
             search_attributes=TypedSearchAttributes(
                 [
                     SearchAttributePair(SA_SESSION_ID, inp.session_id),
@@ -122,6 +128,7 @@ async def sweep_once(
             tenant_id=turn.tenant_id,
             confirmation_timeout_s=confirmation_timeout_s,
             fallback=fallback,
+            generation=TURN_GENERATION,
         )
         await start_and_record(client, sessions, inp, task_queue=task_queue)
     return len(pending)

@@ -102,6 +102,12 @@ MAX_TOOL_CALLS_PER_RESPONSE = 8
 # client): the turn ended, or its cancel was recorded, while the workflow ran on.
 TURN_STOPPED = "turn_stopped"
 
+# The turn's shapes (workflows/turn.py). 11: every step a workflow task of its own around a
+# regular model activity, the tail in four local steps. 12: the model call a local activity
+# and the tail one step, so a plain answer is one workflow task.
+PREVIOUS_TURN_GENERATION = 11
+TURN_GENERATION = 12
+
 
 @dataclass
 class TurnInput:
@@ -114,6 +120,10 @@ class TurnInput:
     # primary's retries are spent, a turn without one fails at once instead of scheduling a
     # model call only to learn that there is no fallback.
     fallback: bool = False
+    # The shape the turn runs (workflows/turn.py): every start names the current one. A
+    # history recorded before the field existed decodes as the previous generation and
+    # replays on that generation's path.
+    generation: int = PREVIOUS_TURN_GENERATION
 
 
 @dataclass
@@ -230,6 +240,25 @@ class FinalizeTurnInput:
     # The output screen withdrew the streamed answer: store `override_text` in its place,
     # marked `retracted`, and tell the stream.
     retract: bool = False
+
+
+@dataclass
+class FinishTurnInput:
+    """The turn's tail in one step: screen the answer and offer follow-ups (`screen`), store
+    the ending (as `finalize_turn`), then start the rolling summary when it is due."""
+
+    finalize: FinalizeTurnInput
+    session_id: str
+    screen: bool = False
+
+
+@dataclass
+class TurnOutcome:
+    """How a turn ended, as its workflow returns it: `ending` is completed, expired,
+    superseded, failed or stopped; `message_id` the stored answer's, when there is one."""
+
+    ending: str
+    message_id: str | None = None
 
 
 @dataclass

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 from pydantic import BaseModel
@@ -93,10 +93,11 @@ async def append_on_driver(
     turn_id: str,
     type: EventType,
     data: BaseModel,
-) -> int:
+) -> Appended:
     """`append_event` on psycopg's own connection in autocommit mode (the event commits by
     itself), without SQLAlchemy's statement layer: for the streamed deltas, the most frequent
-    write of a turn, where that layer costs more of the worker's CPU than the statement."""
+    write of a turn, where that layer costs more of the worker's CPU than the statement.
+    The same round trip tells whether the user's Stop is recorded on the turn."""
     payload = json.dumps([{"type": type, "data": _wire(type, data)}])
     cursor = await connection.execute(
         _APPEND_DRIVER, {"turn_id": turn_id, "n": 1, "events": payload}
@@ -104,7 +105,13 @@ async def append_on_driver(
     found = await cursor.fetchone()
     if found is None or found[0] is None:
         raise LookupError(f"turn {turn_id} does not exist")
-    return int(found[0])
+    return Appended(int(found[0]), bool(found[2]))
+
+
+class Appended(NamedTuple):
+    event_id: int
+    # The turn's Stop is recorded: a step that streams for it stops at once.
+    stopped: bool
 
 
 def opening_event(turn_id: str, type_: EventType, data: BaseModel) -> tuple[dict[str, Any], str]:
@@ -134,7 +141,7 @@ _APPEND_SQL = f"""
     WITH counter AS (
         UPDATE turns SET last_event_id = last_event_id + :n, updated_at = now()
         WHERE id = :turn_id
-        RETURNING last_event_id - :n AS base
+        RETURNING last_event_id - :n AS base, cancel_requested_at IS NOT NULL AS stopped
     ), inserted AS (
         INSERT INTO turn_events (turn_id, id, type, data, created_at)
         SELECT :turn_id, counter.base + e.ord, e.value ->> 'type', e.value -> 'data', now()
@@ -146,7 +153,7 @@ _APPEND_SQL = f"""
         :turn_id || ':' || (max(id) - :n + 1)::text || ':'
         || CASE WHEN octet_length(CAST(:events AS text)) <= {NOTIFY_EVENTS_MAX}
             THEN CAST(:events AS text) ELSE '' END
-    )
+    ), (SELECT stopped FROM counter)
     FROM inserted
     """
 _APPEND = text(_APPEND_SQL)

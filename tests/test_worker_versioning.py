@@ -17,7 +17,7 @@ from temporalio.worker import Worker
 
 from dispatch.deployment import build_id, deployment_config, deployment_version, promote
 from parley.config import Settings
-from parley.contracts import ResolveActionSignal, TurnInput
+from parley.contracts import TURN_GENERATION, ResolveActionSignal, TurnInput, TurnOutcome
 from tests.test_workflow import STEP_DEADLINE_S, proposing, reached, waiting_for_confirmation
 from tests.workflow_stubs import ACTION_ID, Stubs
 from workflows.turn import TurnWorkflow
@@ -61,7 +61,7 @@ async def test_a_turn_started_before_a_deploy_finishes_on_its_own_build(
     async with versioned_worker(client, old, queue, old_stubs):
         waiting = await client.start_workflow(
             TurnWorkflow.run,
-            TurnInput("turn_pinned", "ses_1", "northwind"),
+            TurnInput("turn_pinned", "ses_1", "northwind", generation=TURN_GENERATION),
             id=queue + "-a",
             task_queue=queue,
             execution_timeout=timedelta(minutes=5),
@@ -72,12 +72,12 @@ async def test_a_turn_started_before_a_deploy_finishes_on_its_own_build(
         async with versioned_worker(client, new, queue, new_stubs):  # the deploy
             fresh = await client.start_workflow(
                 TurnWorkflow.run,
-                TurnInput("turn_fresh", "ses_2", "northwind"),
+                TurnInput("turn_fresh", "ses_2", "northwind", generation=TURN_GENERATION),
                 id=queue + "-b",
                 task_queue=queue,
                 execution_timeout=timedelta(minutes=5),
             )
-            assert await fresh.result() == "msg_mc_0"
+            assert await fresh.result() == TurnOutcome("completed", "msg_mc_0")
             await waiting.signal(
                 TurnWorkflow.resolve_action, ResolveActionSignal(ACTION_ID, "confirmed")
             )

@@ -26,14 +26,17 @@ from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
 
+from dispatch.outbox import WORKFLOW_TASK_TIMEOUT
 from dispatch.runner import one_batch_per_task
 from parley.contracts import (
     MAX_MODEL_CALLS,
     SEARCH_ATTRIBUTES,
+    TURN_GENERATION,
     CallModelInput,
     ResolveActionSignal,
     ScreenResult,
     TurnInput,
+    TurnOutcome,
     TurnState,
 )
 from parley.screens import DECLINE_TEXT, RETRACTION_TEXT
@@ -46,7 +49,7 @@ TEST_SERVER = Path(sys.executable).parent / "temporal-test-server"
 # A deadline for a step to be reached, never a wait: every await below ends on an event.
 STEP_DEADLINE_S = 10.0
 
-Turn = WorkflowHandle[TurnWorkflow, str]
+Turn = WorkflowHandle[TurnWorkflow, TurnOutcome]
 
 
 @asynccontextmanager
@@ -101,9 +104,10 @@ async def turn(
         turn_id = f"turn_{uuid.uuid4().hex[:8]}"
         handle = await env.client.start_workflow(
             TurnWorkflow.run,
-            TurnInput(turn_id, "ses_1", "northwind", fallback=fallback),
+            TurnInput(turn_id, "ses_1", "northwind", fallback=fallback, generation=TURN_GENERATION),
             id=f"turn-{turn_id}",
             task_queue=queue,
+            task_timeout=WORKFLOW_TASK_TIMEOUT,
         )
         yield handle
 
@@ -168,7 +172,7 @@ async def test_a_plain_turn_is_screened_answered_and_finalized(
     env: WorkflowEnvironment, stubs: Stubs
 ) -> None:
     async with turn(env, stubs) as handle:
-        assert await handle.result() == "msg_mc_0"
+        assert await handle.result() == TurnOutcome("completed", "msg_mc_0")
     assert stubs.names()[-1] == "finalize_turn"
     assert {"screen_input", "screen_output", "suggest_followups"} <= set(stubs.names())
     [final] = stubs.inputs("finalize_turn")
@@ -179,7 +183,7 @@ async def test_the_turn_starts_its_summary_workflow_once_the_answer_is_stored(
     env: WorkflowEnvironment, stubs: Stubs
 ) -> None:
     async with turn(env, stubs) as handle:
-        assert await handle.result() == "msg_mc_0"
+        assert await handle.result() == TurnOutcome("completed", "msg_mc_0")
     # Asked for once the answer was stored; the turn only starts it (a workflow of its own).
     [summary] = stubs.summaries
     assert summary.turn_id == handle.id.removeprefix("turn-")
@@ -260,7 +264,7 @@ async def test_the_fallback_answers_once_the_primarys_retries_are_spent(
 ) -> None:
     stubs.model = primary_down
     async with turn(env, stubs, fallback=True) as handle:
-        assert await handle.result() == "msg_mc_0"
+        assert await handle.result() == TurnOutcome("completed", "msg_mc_0")
         await replays(handle, "_fallback")
     calls = stubs.inputs("call_model")
     assert [c.fallback for c in calls] == [False] * 5 + [True]
@@ -272,7 +276,7 @@ async def test_without_a_fallback_the_turn_fails_with_the_primarys_error_at_once
 ) -> None:
     stubs.model = primary_down
     async with turn(env, stubs, fallback=False) as handle:
-        assert await handle.result() == "failed"
+        assert (await handle.result()).ending == "failed"
         assert await handle.query(TurnWorkflow.state) == TurnState.failed
         await replays(handle, "_no_fallback")
     calls = stubs.inputs("call_model")
@@ -291,7 +295,7 @@ async def test_a_worker_without_the_fallback_the_input_promised_keeps_the_primar
 
     stubs.model = no_fallback_here
     async with turn(env, stubs, fallback=True) as handle:
-        assert await handle.result() == "failed"
+        assert (await handle.result()).ending == "failed"
     assert [c.fallback for c in stubs.inputs("call_model")] == [False] * 5 + [True]
     [failed] = stubs.inputs("fail_turn")
     assert (failed.code, failed.retryable) == ("model_failed", True)
@@ -302,7 +306,7 @@ async def test_a_refused_request_fails_at_once_without_fallback_or_retry(
 ) -> None:
     stubs.answers = [ApplicationError("bad", type="bad_request", non_retryable=True)]
     async with turn(env, stubs, fallback=True) as handle:
-        assert await handle.result() == "failed"
+        assert (await handle.result()).ending == "failed"
     assert len(stubs.inputs("call_model")) == 1
     [failed] = stubs.inputs("fail_turn")
     assert (failed.code, failed.retryable) == ("bad_request", False)

@@ -23,6 +23,7 @@ from temporalio.testing import WorkflowEnvironment
 from parley.contracts import (
     MAX_MODEL_CALLS,
     MAX_TOOL_CALLS_PER_RESPONSE,
+    TURN_GENERATION,
     TURN_STOPPED,
     ResolveActionSignal,
     TurnInput,
@@ -84,8 +85,10 @@ async def test_a_stop_during_a_step_that_finishes_anyway_still_ends_the_turn_can
         await reached(stubs, step)
         await handle.cancel()
         stubs.released[step].set()  # the step reports success after the cancel
-        # The answer's screen, its follow-ups and the turn's end share one workflow task.
-        await ends_cancelled(handle, stubs, in_a_refused_task=step == "screen_output")
+        # A plain answer is one workflow task: a Stop during any of its steps comes in the
+        # task that would have finished the turn, which the server then refuses.
+        plain = step in ("build_context", "screen_input", "screen_output") or not answers
+        await ends_cancelled(handle, stubs, in_a_refused_task=plain)
         if step == "call_model" and not answers:
             await replays(handle, "_cancelled")
     assert step in stubs.finished
@@ -128,7 +131,7 @@ async def test_a_stop_recorded_before_the_confirm_in_one_workflow_task_starts_no
     async with stub_worker(env, stubs, queue, max_cached_workflows=0):
         handle = await env.client.start_workflow(
             TurnWorkflow.run,
-            TurnInput("turn_batched", "ses_1", "northwind"),
+            TurnInput("turn_batched", "ses_1", "northwind", generation=TURN_GENERATION),
             id=f"turn-{uuid.uuid4().hex[:8]}",
             task_queue=queue,
         )
@@ -152,7 +155,7 @@ async def test_a_step_that_finds_the_turn_stopped_ends_it_without_finalizing(
     # The Stop was recorded on the row but the workflow's cancel never arrived.
     stubs.errors["call_model"] = ApplicationError("stopped", type=TURN_STOPPED, non_retryable=True)
     async with turn(env, stubs) as handle:
-        assert await handle.result() == "stopped"
+        assert (await handle.result()).ending == "stopped"
     assert len(stubs.inputs("call_model")) == 1  # never retried
     assert len(stubs.inputs("cancel_turn")) == 1
     assert "finalize_turn" not in stubs.names() and "fail_turn" not in stubs.names()
@@ -168,7 +171,7 @@ async def test_a_pause_noticed_before_a_model_call_fails_the_turn_retryably(
         ApplicationError("paused", type="agent_paused", non_retryable=True),
     ]
     async with turn(env, stubs, fallback=True) as handle:
-        assert await handle.result() == "failed"
+        assert (await handle.result()).ending == "failed"
     assert len(stubs.inputs("call_model")) == 1  # no retry, no fallback
     [failed] = stubs.inputs("fail_turn")
     assert (failed.code, failed.retryable) == ("agent_paused", True)
@@ -179,7 +182,7 @@ async def test_an_unknown_failure_type_never_reaches_the_client_as_a_class_name(
 ) -> None:
     stubs.model = lambda inp: ApplicationError("db", type="OperationalError")
     async with turn(env, stubs) as handle:
-        assert await handle.result() == "failed"
+        assert (await handle.result()).ending == "failed"
         await replays(handle, "_failed")
     [failed] = stubs.inputs("fail_turn")
     assert (failed.code, failed.retryable) == ("model_failed", True)
@@ -190,7 +193,7 @@ async def test_a_database_outage_that_outlasts_the_model_retries_fails_with_its_
 ) -> None:
     stubs.model = lambda inp: ApplicationError("down", type="store_unavailable")
     async with turn(env, stubs) as handle:
-        assert await handle.result() == "failed"
+        assert (await handle.result()).ending == "failed"
     [failed] = stubs.inputs("fail_turn")
     assert (failed.code, failed.retryable) == ("store_unavailable", True)
 

@@ -16,6 +16,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.ending import EndingActivities
 from activities.heartbeat import heartbeating
 from parley.contracts import (
     ActionInput,
@@ -87,7 +88,10 @@ class Stubs:
         return [inp for called, inp in self.calls if called == name]
 
     def activities(self) -> list[Callable[..., Any]]:
+        # The real tail step, over the stubs of its parts: a test reads the parts it ran.
+        ending = EndingActivities(turn=self, screens=self, memory=self)
         return [
+            ending.finish_turn,
             self.build_context,
             self.call_model,
             self.request_confirmation,

@@ -5,21 +5,22 @@ refuse them, so the suite would catch such a change before it reached running tu
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from activities.screens import ScreenActivities
     from activities.turn import TurnActivities
     from parley.contracts import (
         TURN_WORKFLOW,
         BuildContextInput,
         BuildContextResult,
-        CallModelResult,
-        ScreenInput,
+        ScreenResult,
         TurnInput,
+        TurnOutcome,
     )
 
-from workflows.options import FOLLOWUPS, SCREEN, STORE
+from workflows.options import STORE
 from workflows.turn import TurnWorkflow
 
 
@@ -28,27 +29,28 @@ class ExtraStep(TurnWorkflow):
     """Builds the first context twice: one activity more than the histories scheduled."""
 
     @workflow.run
-    async def run(self, inp: TurnInput) -> str:
+    async def run(self, inp: TurnInput) -> TurnOutcome:
         return await super().run(inp)
 
-    async def _build_context(self, inp: TurnInput, step: int) -> BuildContextResult:
+    async def _build_context(
+        self, inp: TurnInput, step: int, *, reanswer_of: str | None = None
+    ) -> BuildContextResult:
         if step == 0:
             await STORE.run(TurnActivities.build_context, BuildContextInput(inp.turn_id, step))
-        return await super()._build_context(inp, step)
+        return await super()._build_context(inp, step, reanswer_of=reanswer_of)
 
 
 @workflow.defn(name=TURN_WORKFLOW)
-class FollowupsFirst(TurnWorkflow):
-    """Starts the follow-ups before the output screen: the same activities, two reordered."""
+class ScreenAfterContext(TurnWorkflow):
+    """Starts the input screen once the first context is built instead of before: the same
+    steps, two reordered."""
 
     @workflow.run
-    async def run(self, inp: TurnInput) -> str:
+    async def run(self, inp: TurnInput) -> TurnOutcome:
         return await super().run(inp)
 
-    async def _screened_answer(self, inp: TurnInput, call: CallModelResult) -> str:
-        check = ScreenInput(inp.turn_id, call.model_call_id)
-        followups = FOLLOWUPS.start(ScreenActivities.suggest_followups, check)
-        screen = SCREEN.start(ScreenActivities.screen_output, check)
-        await screen
-        await workflow.wait([followups], timeout=1)
-        return await self._finalize(inp, call.model_call_id)
+    def _screen_input(self, inp: TurnInput) -> Awaitable[ScreenResult]:
+        async def when_awaited() -> ScreenResult:
+            return await super(ScreenAfterContext, self)._screen_input(inp)
+
+        return when_awaited()

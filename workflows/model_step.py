@@ -11,19 +11,18 @@ with workflow.unsafe.imports_passed_through():
     from parley.contracts import CallModelInput, CallModelResult, TurnInput
 
 from workflows.options import MODEL
-from workflows.patches import FALLBACK_PATCH, Patches
 from workflows.wording import retries_spent, store_unavailable
 
 
 async def call_model_or_fallback(
-    inp: TurnInput, model_call_id: str, step: int, patches: Patches
+    inp: TurnInput, model_call_id: str, step: int, *, local: bool
 ) -> CallModelResult:
-    """Call the primary model; when its retries are spent, the fallback (if configured)
-    answers. From FALLBACK_PATCH on the turn's input says whether a fallback exists (older
-    turns learn it from the fallback's `no_fallback` error). The patch is checked only once
-    the primary failed, where the turns that recorded its marker checked it."""
+    """Call the primary model; when its retries are spent, the fallback (if the turn's input
+    says there is one) answers. `local`: as a local activity of the worker running the turn
+    (the current shape), else as a regular activity that heartbeats."""
+    run = MODEL.run_local if local else MODEL.run
     try:
-        return await MODEL.run(
+        return await run(
             TurnActivities.call_model,
             CallModelInput(inp.turn_id, model_call_id),
             summary=f"model step {step}",
@@ -31,14 +30,14 @@ async def call_model_or_fallback(
     except ActivityError as err:
         if not retries_spent(err):
             raise
-        if patches.taken(FALLBACK_PATCH) and not inp.fallback:
+        if not inp.fallback:
             if store_unavailable(err):
                 raise  # the database, not the model: the turn fails with that code
             # Without its cause the turn fails as `model_failed`, the code a turn without a
             # fallback has always ended with (see below).
             raise err from None
         try:
-            return await MODEL.run(
+            return await run(
                 TurnActivities.call_model,
                 CallModelInput(inp.turn_id, model_call_id, fallback=True),
                 summary=f"model step {step} (fallback model)",

@@ -3,6 +3,16 @@
 Deterministic orchestration: every step that touches the world is an activity, and only ids
 travel through history (never prompts or tool results), so it does not grow with the chat.
 
+A plain answer is one workflow task: the context build (beside the input screen), the model
+call and the tail (`finish_turn`: output screen, follow-ups, ending, summary start) run as
+local activities of the worker running the turn. A dead worker is noticed at the workflow
+task's timeout (5 s, dispatch/outbox.py; the SDK extends the task while a long local step
+runs), and the next worker runs the step again (a model call resets what it had streamed).
+Tools, the confirmed send, the confirmation wait and the endings by failure or Stop stay
+regular activities and timers: an operator sees them pending, and an ending is scheduled once
+even when the task that asked for it is refused (a Stop or a tool's result arriving in it).
+Turns of the previous generation run as they were recorded (workflows/patches.py).
+
 The shape of a turn:
 
     build context ─▶ call model ─▶ (tool calls?) ─▶ run tools ─▶ build context ─▶ call model …
@@ -16,18 +26,22 @@ re-answer without tools (`_at_the_cap`, parley/paths.py).
 
 Cancel: the API records the Stop on the turn row, then cancels the workflow; every step
 boundary checks `workflow.cancellation_reason()` and a step that finds the Stop recorded
-refuses to run (`turn_stopped`), so an accepted cancel always ends the turn `cancelled`.
+refuses to run (`turn_stopped`), so an accepted cancel always ends the turn `cancelled`. A
+model call watches the row while it streams (activities/stop_watch.py): a local step hears
+of the workflow's cancel only at the next workflow task.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
+    from activities.ending import EndingActivities
     from activities.memory import MemoryActivities
     from activities.screens import ScreenActivities
     from activities.send import SendActivities
@@ -50,6 +64,7 @@ with workflow.unsafe.imports_passed_through():
         ExecuteToolInput,
         FailTurnInput,
         FinalizeTurnInput,
+        FinishTurnInput,
         RequestConfirmationInput,
         ResolveActionSignal,
         ScreenInput,
@@ -58,6 +73,7 @@ with workflow.unsafe.imports_passed_through():
         ToolCallRef,
         ToolOutcome,
         TurnInput,
+        TurnOutcome,
         TurnState,
     )
     from parley.screens import DECLINE_TEXT, RETRACTION_TEXT
@@ -67,19 +83,7 @@ with workflow.unsafe.imports_passed_through():
 
 from workflows.model_step import call_model_or_fallback
 from workflows.options import FOLLOWUPS, SCREEN, SEND, SKILL, STORE, TOOL, to_its_end
-from workflows.patches import (
-    LIFECYCLE_PATCH,
-    LOCAL_FOLLOWUPS_PATCH,
-    LOCAL_STORE_PATCH,
-    LOCAL_SUMMARY_START_PATCH,
-    OPERATOR_STATES_PATCH,
-    REANSWER_PATCH,
-    SCREENS_PATCH,
-    SKILLS_PATCH,
-    SPECIALIST_PATCH,
-    SUMMARIES_PATCH,
-    Patches,
-)
+from workflows.patches import runs_current_shape
 from workflows.specialist import delegation, run_specialist
 from workflows.wording import (
     BOUNDS_TEXT,
@@ -104,17 +108,12 @@ class TurnWorkflow:
         self._decisions: dict[str, str] = {}
         # The action whose card the turn shows: the only one an Update may decide.
         self._awaiting: str | None = None
-        self._lifecycle = False
-        self._all_states = True  # every move upserted (turns started before the patch)
         self._shown = TurnState.received  # the search attribute's value
         self._requests = 0  # model requests sent so far, retries and fallback included
         self._model_step = 0  # model calls scheduled so far: "model step 2" in the UI
-        self._patches = Patches()  # workflows/patches.py
-        self._reanswer = False  # the loop's cap keeps a request back for a re-answer
-        self._screening = False
-        # How the turn's store steps run: local activities from the patch on (below).
-        self._store = STORE.run
-        self._screen = SCREEN.run
+        # The current shape (workflows/patches.py); False: a previous-generation turn.
+        self._current = True
+        self._summary_started = False  # by the tail step (current shape)
 
     @workflow.query
     def state(self) -> str:
@@ -143,7 +142,7 @@ class TurnWorkflow:
     def _honour_cancel(self) -> None:
         """A step boundary: a Stop delivered while the step ran is honoured here, whatever
         the step returned (a model call that finished before hearing of it, a screen)."""
-        if self._lifecycle and workflow.cancellation_reason() is not None:
+        if workflow.cancellation_reason() is not None:
             raise asyncio.CancelledError()
 
     def _budget_spent(self, output_tokens: int) -> bool:
@@ -152,33 +151,34 @@ class TurnWorkflow:
     def _loop_capped(self, output_tokens: int) -> bool:
         """Whether the tool loop stops before running the calls in hand: one request short of
         the turn's bound when a re-answer will word what the turn found."""
-        if self._reanswer and self._requests >= MAX_MODEL_CALLS - 1:
+        if self._requests >= MAX_MODEL_CALLS - 1:
             return True
         return self._budget_spent(output_tokens)
 
     def _count(self, call: CallModelResult) -> CallModelResult:
-        """Count the call's requests: every attempt with the lifecycle rules, else one."""
-        self._requests += max(1, call.attempts) if self._lifecycle else 1
+        """Count the call's requests: every attempt, retries and the fallback included."""
+        self._requests += max(1, call.attempts)
         return call
 
     def _enter(self, state: TurnState, details: str = "") -> None:
         """The turn's state, mirrored for operators: the search attribute, and the current
-        details the Temporal UI shows (ids and step numbers only, never personal data)."""
+        details the Temporal UI shows (ids and step numbers only, never personal data). The
+        attribute moves only into and out of the states an operator looks a turn up by
+        (resting on a card, ended): set at the start, one upsert when the turn ends or waits."""
         self._state = state
-        if self._all_states or OPERATOR_STATES & {state, self._shown}:
+        if OPERATOR_STATES & {state, self._shown}:
             workflow.upsert_search_attributes([SA_TURN_STATE.value_set(state.value)])
             self._shown = state
         workflow.set_current_details(f"{state.value}: {details}" if details else state.value)
 
     @workflow.run
-    async def run(self, inp: TurnInput) -> str:
-        self._patches.start()
+    async def run(self, inp: TurnInput) -> TurnOutcome:
+        self._current = runs_current_shape(inp)
         outcome = await self._run(inp)
-        if self._patches.taken(SUMMARIES_PATCH):
+        if not self._summary_started:
             # After `done`: started, not awaited, best effort (the next turn's covers a miss).
-            run = STORE.run_local if self._patches.taken(LOCAL_SUMMARY_START_PATCH) else STORE.run
             try:
-                await run(
+                await STORE.run_local(
                     MemoryActivities.start_summary,
                     SummarizeInput(inp.session_id, inp.turn_id),
                     summary="start the rolling summary",
@@ -187,12 +187,7 @@ class TurnWorkflow:
                 workflow.logger.warning("the rolling summary did not start")
         return outcome
 
-    async def _run(self, inp: TurnInput) -> str:
-        self._lifecycle = self._patches.taken(LIFECYCLE_PATCH)
-        self._all_states = not self._patches.taken(OPERATOR_STATES_PATCH)
-        self._reanswer = self._patches.taken(REANSWER_PATCH)
-        if self._patches.taken(LOCAL_STORE_PATCH):
-            self._store, self._screen = STORE.run_local, SCREEN.run_local
+    async def _run(self, inp: TurnInput) -> TurnOutcome:
         try:
             return await self._turn(inp)
         except asyncio.CancelledError:
@@ -209,7 +204,7 @@ class TurnWorkflow:
                 await self._end_cancelled(inp)
                 if workflow.cancellation_reason() is not None:
                     raise asyncio.CancelledError() from err
-                return "stopped"
+                return TurnOutcome("stopped")
             code = TurnErrorCode.model_failed
             if isinstance(cause, ApplicationError) and cause.type:
                 code = turn_error_code(cause.type)
@@ -225,7 +220,7 @@ class TurnWorkflow:
                 summary=f"fail turn ({code})",
             )
             self._enter(TurnState.failed, f"ended with {code}")
-            return "failed"
+            return TurnOutcome("failed")
 
     async def _end_cancelled(self, inp: TurnInput) -> None:
         """Cancelled (by the user, or abandoned): keep what streamed, marked `cancelled`."""
@@ -236,23 +231,17 @@ class TurnWorkflow:
         )
         self._enter(TurnState.cancelled, "stopped; what streamed is kept")
 
-    async def _turn(self, inp: TurnInput) -> str:
-        screening = self._screening = self._patches.taken(SCREENS_PATCH)
-        input_screen = None
-        if screening:
-            # Started first, awaited just before the first model call: its latency overlaps
-            # context building instead of adding to it (two local activities run at once).
-            input_screen = self._screen(
-                ScreenActivities.screen_input, ScreenInput(inp.turn_id), summary="screen input"
-            )
+    async def _turn(self, inp: TurnInput) -> TurnOutcome:
+        # Started first, awaited just before the first model call: its latency overlaps
+        # context building instead of adding to it (two local activities run at once).
+        input_screen = self._screen_input(inp)
         self._enter(TurnState.building_context, "context for model step 1")
         step = 0
         context = await self._build_context(inp, step)
-        if input_screen is not None:
-            verdict = await input_screen  # an error here fails the turn closed
-            self._honour_cancel()
-            if not verdict.allowed:
-                return await self._finalize(inp, context.model_call_id, override=DECLINE_TEXT)
+        verdict = await input_screen  # an error here fails the turn closed
+        self._honour_cancel()
+        if not verdict.allowed:
+            return await self._finalize(inp, context.model_call_id, override=DECLINE_TEXT)
         if context.clarification:
             return await self._finalize(inp, context.model_call_id)
         call = self._count(await self._call_model(inp, context.model_call_id))
@@ -266,7 +255,7 @@ class TurnWorkflow:
             self._enter(TurnState.executing_tools, ", ".join(c.name for c in call.tool_calls))
             outcomes = await self._run_tools(inp, call.tool_calls, seen)
             handed = delegation(call.tool_calls, outcomes)  # workflows/specialist.py
-            if handed is not None and self._patches.taken(SPECIALIST_PATCH):
+            if handed is not None:
                 said = await run_specialist(inp, handed)
                 return await self._finalize(inp, call.model_call_id, override=said)
             proposed += [o.action_id for o in outcomes if o.action_id]
@@ -282,16 +271,19 @@ class TurnWorkflow:
                     return await self._finalize(
                         inp, call.model_call_id, outcome="expired", override=EXPIRED_TEXT
                     )
-                if self._lifecycle and self._budget_spent(output_tokens):
+                if self._budget_spent(output_tokens):
                     # No request left to word it: code says what happened to the action.
                     said = SENT_TEXT if result == ActionStatus.executed else NOT_SENT_TEXT
                     return await self._finalize(inp, call.model_call_id, override=said)
                 step += 1  # the model words what happened to the action
                 call = self._count(await self._next_model_call(inp, step))
                 output_tokens += call.output_tokens
-        if screening:
-            return await self._screened_answer(inp, call)
-        return await self._finalize(inp, call.model_call_id)
+        return await self._screened_answer(inp, call)
+
+    def _screen_input(self, inp: TurnInput) -> Awaitable[ScreenResult]:
+        return SCREEN.run_local(
+            ScreenActivities.screen_input, ScreenInput(inp.turn_id), summary="screen input"
+        )
 
     async def _at_the_cap(
         self,
@@ -300,11 +292,11 @@ class TurnWorkflow:
         step: int,
         output_tokens: int,
         seen: set[tuple[str, str]],
-    ) -> str:
+    ) -> TurnOutcome:
         """The tool loop hit its cap: a step without tools, the capped step's child, answers
         from what the turn found; with no request left (or no words from it), the bounds
         text does."""
-        if not self._reanswer or self._budget_spent(output_tokens):
+        if self._budget_spent(output_tokens):
             return await self._finalize(inp, capped.model_call_id, override=BOUNDS_TEXT)
         context = await self._build_context(inp, step + 1, reanswer_of=capped.model_call_id)
         answer = self._count(await self._call_model(inp, context.model_call_id))
@@ -312,24 +304,24 @@ class TurnWorkflow:
             await self._run_tools(inp, answer.tool_calls, seen, refuse_all=BUDGET_SPENT)
         if answer.tool_calls or answer.output_chars == 0:
             return await self._finalize(inp, answer.model_call_id, override=BOUNDS_TEXT)
-        if self._screening:
-            return await self._screened_answer(inp, answer)
-        return await self._finalize(inp, answer.model_call_id)
+        return await self._screened_answer(inp, answer)
 
-    async def _screened_answer(self, inp: TurnInput, call: CallModelResult) -> str:
+    async def _screened_answer(self, inp: TurnInput, call: CallModelResult) -> TurnOutcome:
         """The output screen and the follow-ups run side by side once the answer is complete;
-        a declined answer is retracted, an erroring screen lets the answer stand."""
+        a declined answer is retracted, an erroring screen lets the answer stand. In the
+        current shape both are parts of the tail step (activities/ending.py)."""
+        if self._current:
+            return await self._finalize(inp, call.model_call_id, screen=True)
         check = ScreenInput(inp.turn_id, call.model_call_id)
-        screen = self._screen(ScreenActivities.screen_output, check, summary="screen answer")
-        offer = (
-            FOLLOWUPS.run_local if self._patches.taken(LOCAL_FOLLOWUPS_PATCH) else FOLLOWUPS.start
+        screen = SCREEN.run_local(ScreenActivities.screen_output, check, summary="screen answer")
+        followups = FOLLOWUPS.run_local(
+            ScreenActivities.suggest_followups, check, summary="suggest follow-ups"
         )
-        followups = offer(ScreenActivities.suggest_followups, check, summary="suggest follow-ups")
         try:
             verdict = await screen
         except ActivityError:
             verdict = ScreenResult(True, "screen_error")  # fail open; the activity logged it
-        if self._lifecycle and workflow.cancellation_reason() is not None:
+        if workflow.cancellation_reason() is not None:
             followups.cancel()  # a cancelled screen is no verdict: the Stop is honoured
         self._honour_cancel()
         if not verdict.allowed:
@@ -345,7 +337,7 @@ class TurnWorkflow:
         self, inp: TurnInput, step: int, *, reanswer_of: str | None = None
     ) -> BuildContextResult:
         what = " (re-answer, no tools)" if reanswer_of else ""
-        built = await self._store(
+        built = await STORE.run_local(
             TurnActivities.build_context,
             BuildContextInput(inp.turn_id, step, reanswer_of),
             summary=f"context for model step {self._model_step + 1}{what}",
@@ -356,7 +348,9 @@ class TurnWorkflow:
     async def _call_model(self, inp: TurnInput, model_call_id: str) -> CallModelResult:
         self._model_step += 1
         self._enter(TurnState.calling_model, f"model step {self._model_step}")
-        answered = await call_model_or_fallback(inp, model_call_id, self._model_step, self._patches)
+        answered = await call_model_or_fallback(
+            inp, model_call_id, self._model_step, local=self._current
+        )
         # A call that finished before it heard of the Stop does not swallow it.
         self._honour_cancel()
         return answered
@@ -373,16 +367,28 @@ class TurnWorkflow:
         outcome: str = "completed",
         override: str | None = None,
         retract: bool = False,
-    ) -> str:
+        screen: bool = False,
+    ) -> TurnOutcome:
+        """Store the ending. In the current shape one step also screens a model's answer
+        (`screen`), offers its follow-ups and starts the rolling summary when due."""
         self._honour_cancel()
-        message_id = await self._store(
-            TurnActivities.finalize_turn,
-            FinalizeTurnInput(inp.turn_id, model_call_id, outcome, override, retract),
-            summary=f"finalize ({outcome}{', retracted' if retract else ''})",
-        )
+        ending = FinalizeTurnInput(inp.turn_id, model_call_id, outcome, override, retract)
+        if self._current:
+            message_id = await STORE.run_local(
+                EndingActivities.finish_turn,
+                FinishTurnInput(ending, inp.session_id, screen),
+                summary=f"finish ({outcome}{', screened' if screen else ''})",
+            )
+            self._summary_started = True
+        else:
+            message_id = await STORE.run_local(
+                TurnActivities.finalize_turn,
+                ending,
+                summary=f"finalize ({outcome}{', retracted' if retract else ''})",
+            )
         ended = TurnState.expired if outcome == "expired" else TurnState.completed
         self._enter(ended, f"answered with message {message_id}")
-        return message_id
+        return TurnOutcome(outcome, message_id or None)
 
     async def _run_tools(
         self,
@@ -399,7 +405,7 @@ class TurnWorkflow:
             key = (call.name, call.args_hash)
             if refuse is None and key in seen:
                 refuse = "an identical call already ran in this turn; use its result"
-            if refuse is None and self._lifecycle and position >= MAX_TOOL_CALLS_PER_RESPONSE:
+            if refuse is None and position >= MAX_TOOL_CALLS_PER_RESPONSE:
                 refuse = TOO_MANY_TOOLS
             seen.add(key)
             jobs.append(
@@ -408,13 +414,11 @@ class TurnWorkflow:
                     f"{call.name} (refused)" if refuse else call.name,
                 )
             )
-        skill_call = any(c.name == RUN_SKILL for c in calls)
-        skills_serial = skill_call and self._patches.taken(SKILLS_PATCH)
+        # Skills run one at a time, after the reads: each holds a sandbox.
         parallel = [
             (j, summary)
             for (j, summary), c in zip(jobs, calls, strict=True)
-            if (risk_of(c.name) in (Risk.read, None) or j.refuse)
-            and not (skills_serial and c.name == RUN_SKILL)
+            if (risk_of(c.name) in (Risk.read, None) or j.refuse) and c.name != RUN_SKILL
         ]
         serial = [j for j in jobs if j not in parallel]
         outcomes = list(await asyncio.gather(*(self._execute_tool(*j) for j in parallel)))
@@ -435,7 +439,7 @@ class TurnWorkflow:
         """Show the card, wait for the user's own answer, then send (or not). Returns the
         action's final status, or "superseded"."""
         self._awaiting = action_id
-        await self._store(
+        await STORE.run_local(
             TurnActivities.request_confirmation,
             RequestConfirmationInput(inp.turn_id, action_id, call.model_call_id),
             summary=f"show the card for {action_id}",
@@ -451,7 +455,7 @@ class TurnWorkflow:
             )
             decision = self._decisions[action_id]
         except TimeoutError:
-            stored = await self._store(
+            stored = await STORE.run_local(
                 SendActivities.expire_action,
                 ActionInput(inp.turn_id, action_id),
                 summary=f"expire {action_id}",

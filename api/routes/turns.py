@@ -33,6 +33,7 @@ from dispatch.specialists import deliver_answer
 from parley.config import Settings
 from parley.contracts import (
     TERMINAL_TURN_STATES,
+    TURN_GENERATION,
     InteractionAnswer,
     ResolveActionSignal,
     TurnInput,
@@ -140,6 +141,7 @@ async def _start(
                     tenant_id=turn.tenant_id,
                     confirmation_timeout_s=settings.confirmation_timeout_s,
                     fallback=settings.has_fallback_model,
+                    generation=TURN_GENERATION,
                 ),
                 task_queue=settings.task_queue,
                 turn_number=turn_number,

@@ -1,0 +1,102 @@
+"""The turn's tail as one step: the answer screened with follow-ups offered beside it, the
+ending stored, the rolling summary started when it is due.
+
+Each part is the activity it was as a step of its own (screens, `finalize_turn`,
+`start_summary`), called in one local activity so that a plain turn's answer ends in the
+workflow task that streamed it. A retry after a crash runs the parts again: each is
+idempotent (the ending is stored once, follow-ups are offered only while the turn is open,
+a summary run's id comes from the turn).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from typing import Protocol
+
+from temporalio import activity
+
+from parley.contracts import (
+    FinalizeTurnInput,
+    FinishTurnInput,
+    ScreenInput,
+    ScreenResult,
+    SummarizeInput,
+)
+from parley.screens import RETRACTION_TEXT
+
+log = logging.getLogger(__name__)
+
+# Follow-ups are a courtesy: this long at most once the screen has answered, never a wait
+# for `done` beyond it.
+FOLLOWUPS_GRACE_S = 0.3
+
+
+class Ending(Protocol):
+    """Stores a turn's ending (activities/turn.py `TurnActivities`)."""
+
+    async def finalize_turn(self, inp: FinalizeTurnInput) -> str: ...
+
+
+class Screens(Protocol):
+    """Screens an answer and suggests follow-ups (activities/screens.py)."""
+
+    async def screen_output(self, inp: ScreenInput) -> ScreenResult: ...
+
+    async def suggest_followups(self, inp: ScreenInput) -> None: ...
+
+
+class Summaries(Protocol):
+    """Starts a session's rolling summary when due (activities/memory.py)."""
+
+    async def start_summary(self, inp: SummarizeInput) -> None: ...
+
+
+class EndingActivities:
+    def __init__(self, *, turn: Ending, screens: Screens, memory: Summaries) -> None:
+        self._turn = turn
+        self._screens = screens
+        self._memory = memory
+
+    @activity.defn(name="finish_turn")
+    async def finish_turn(self, inp: FinishTurnInput) -> str:
+        """Store the turn's ending; returns the answer's message id (empty if none)."""
+        ending = inp.finalize
+        if inp.screen and not await self._screened_and_offered(
+            ending.turn_id, ending.model_call_id
+        ):
+            ending = dataclasses.replace(ending, override_text=RETRACTION_TEXT, retract=True)
+        message_id = await self._turn.finalize_turn(ending)
+        await self._start_summary(SummarizeInput(inp.session_id, ending.turn_id))
+        return message_id
+
+    async def _screened_and_offered(self, turn_id: str, model_call_id: str) -> bool:
+        """Whether the output screen lets the answer stand (a screen that errors does: it
+        fails open). Follow-ups are suggested meanwhile; a withdrawn answer gets none."""
+        check = ScreenInput(turn_id, model_call_id)
+        followups = asyncio.ensure_future(self._screens.suggest_followups(check))
+        try:
+            verdict = await self._screens.screen_output(check)
+        except Exception:
+            log.warning(
+                "output screen failed in turn %s; the answer stands", turn_id, exc_info=True
+            )
+            verdict = ScreenResult(True, "screen_error")
+        if verdict.allowed:
+            await asyncio.wait([followups], timeout=FOLLOWUPS_GRACE_S)
+        if not followups.done():
+            followups.cancel()
+        await asyncio.wait([followups])  # its end, without taking its error for ours
+        if followups.cancelled() or followups.exception() is not None:
+            log.info("no follow-ups offered in turn %s", turn_id)
+        return verdict.allowed
+
+    async def _start_summary(self, inp: SummarizeInput) -> None:
+        """Best effort: a summary that does not start now is started by a later turn."""
+        try:
+            await self._memory.start_summary(inp)
+        except Exception:
+            log.warning(
+                "the rolling summary did not start after turn %s", inp.turn_id, exc_info=True
+            )
