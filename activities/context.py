@@ -102,13 +102,15 @@ class ContextBuilder:
             # The turn (locked when the build enters its state) and the rows every phase
             # reads, held for the whole build (activities/context_rows.py), in one statement.
             turn, held = await turn_with_rows(db, inp.turn_id, inp.step, lock=inp.step == 0)
-            if inp.step == 0:
-                await turns.advance_locked(db, turn, to=TurnState.building_context)
-                await db.commit()  # the stream shows the step before it runs
-            # A retry after a crash reuses the request it already packed.
+            # A retry after a crash reuses the request it already packed, wherever the turn
+            # has got to since: a plain turn's steps are recorded when its one workflow task
+            # completes, so a worker that dies in it has the next one run them all again.
             existing = await packed_before(db, turn, inp.step, held)
             if existing is not None:
                 return BuildContextResult(existing.id, existing.provider == "resolver")
+            if inp.step == 0:
+                await turns.advance_locked(db, turn, to=TurnState.building_context)
+                await db.commit()  # the stream shows the step before it runs
             await consented_memory.remember_validated(db, turn, self._settings, step=inp.step)
             current_slots = None  # read by the packing, unless the resolver has them
             if inp.step == 0:

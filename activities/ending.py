@@ -68,7 +68,7 @@ class EndingActivities:
         ):
             ending = dataclasses.replace(ending, override_text=RETRACTION_TEXT, retract=True)
         message_id = await self._turn.finalize_turn(ending)
-        await self._start_summary(SummarizeInput(inp.session_id, ending.turn_id))
+        await self._start_summary(SummarizeInput(inp.session_id, ending.turn_id, local=True))
         return message_id
 
     async def _screened_and_offered(self, turn_id: str, model_call_id: str) -> bool:

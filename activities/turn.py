@@ -151,12 +151,14 @@ class TurnActivities:
             if row is None:
                 raise LookupError(inp.turn_id)
             turn, call, paused = row
-            await turns.advance_locked(db, turn, to=TurnState.calling_model)
             assert call is not None, f"model call {inp.model_call_id} is missing"
-            if call.finish_reason is not None or paused:
-                await db.commit()  # the step was entered, whatever it finds
-            if call.finish_reason is not None:  # finished by an attempt that died reporting it
+            if call.finish_reason is not None:
+                # Finished by an attempt that died reporting it, or run again with the rest of
+                # its workflow task after a crash (wherever the turn has got to since).
                 return _result(call)
+            await turns.advance_locked(db, turn, to=TurnState.calling_model)
+            if paused:
+                await db.commit()  # the step was entered, whatever it finds
             _refuse_if_paused(paused)
             # The step's answer path; a re-answer names the capped step it is the child of.
             tracing.annotate(path=call.request.get("path", "tools"))

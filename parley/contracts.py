@@ -274,6 +274,9 @@ class SummarizeInput:
     session_id: str
     # The turn after which the summary runs (ids only: the messages stay in the store).
     turn_id: str
+    # The summary's step runs as a local activity of its workflow's task (summaries started
+    # by turns of the current generation): one task for the server, not three.
+    local: bool = False
 
 
 @dataclass

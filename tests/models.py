@@ -19,8 +19,14 @@ class ControlledModel(DemoModel):
         super().__init__(token_delay_s=token_delay_s)
         self.reply: Callable[[ModelRequest], str | None] = lambda request: None
         self.fail_after: Callable[[ModelRequest], int | None] = lambda request: None
+        # Set: the model says nothing until it is (a provider still thinking).
+        self.first_token_gate: asyncio.Event | None = None
+        self.waiting = asyncio.Event()  # set once a stream waits at the gate
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        if self.first_token_gate is not None:
+            self.waiting.set()
+            await self.first_token_gate.wait()
         fixed = self.reply(request)
         fail_at = self.fail_after(request)
         if fixed is None and fail_at is None:

@@ -18,6 +18,7 @@ from temporalio.client import Client
 from gateway.base import ModelRequest
 from gateway.demo import compose_reply
 from parley.config import Settings
+from store import turns
 from store.models import Message, Turn
 from tests.client import ParleyClient, streamed_text
 from tests.models import ControlledModel
@@ -112,6 +113,53 @@ async def test_cancel_stops_the_model_and_keeps_the_partial_answer_as_cancelled(
     assert again.status_code == 409 and again.json()["error"]["code"] == "turn_finished"
     # The session is free for the next message.
     assert (await client.post(sid, "Hello")).status_code == 202
+
+
+async def record_stop_only(sessions: async_sessionmaker[AsyncSession], turn_id: str) -> None:
+    """The Stop as the cancel route records it, without the workflow's cancel that follows:
+    what a running model step sees of it (the workflow hears of a cancel only at its next
+    task, after the local step)."""
+    async with sessions() as db:
+        await turns.request_cancel(db, turn_id=turn_id)
+        await db.commit()
+
+
+async def test_a_stop_recorded_on_the_turn_stops_a_streaming_model_step(
+    stack: StreamStack, client: ParleyClient, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    sid = await client.new_session()
+    posted = await client.post(sid, LONG_QUESTION)
+    turn_id, url = posted.json()["turn_id"], posted.json()["events_url"]
+    head = await first_events(client, url, until="delta")
+
+    await record_stop_only(sessions, turn_id)
+    rest = await client.events(sid, turn_id, last_event_id=head[-1].id)
+    assert rest[-1].type == "cancelled"
+    kept = rest[-1].data["message"]["text"]
+    whole = compose_reply(
+        ModelRequest(model="demo", messages=[{"role": "user", "content": LONG_QUESTION}])
+    ).text
+    # The step stopped at the next frame it stored, not at the end of the answer.
+    assert whole.startswith(kept) and len(kept) < len(whole)
+
+
+async def test_a_stop_before_the_first_token_ends_the_turn_without_waiting_for_it(
+    stack: StreamStack, client: ParleyClient, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    gate = stack.model.first_token_gate = asyncio.Event()
+    stack.model.waiting.clear()
+    try:
+        sid = await client.new_session()
+        turn_id = (await client.post(sid, LONG_QUESTION)).json()["turn_id"]
+        await asyncio.wait_for(stack.model.waiting.wait(), 30)
+
+        await record_stop_only(sessions, turn_id)
+        events = await client.events(sid, turn_id)
+        assert events[-1].type == "cancelled"
+        assert not [e for e in events if e.type == "delta"]
+    finally:
+        stack.model.first_token_gate = None
+        gate.set()
 
 
 async def test_hanging_up_without_coming_back_cancels_after_the_grace_period(

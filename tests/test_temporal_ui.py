@@ -106,8 +106,8 @@ async def test_an_operator_finds_a_turn_by_session_and_state_and_reads_its_steps
     assert first_steps[:3] == ["screen input", "context for model step 1", "model step 1"]
     assert first_steps[3 : 3 + len(tools)] == tools  # each tool by its name
     assert first_steps[3 + len(tools) :][:2] == ["context for model step 2", "model step 2"]
-    # The answer is stored, then the session's rolling summary is started (never awaited).
-    assert first_steps[-2:] == ["finalize (completed)", "start the rolling summary"]
+    # One step screens the answer, stores it and starts the session's rolling summary.
+    assert first_steps[-1] == "finish (completed, screened)"
 
     second_steps = await step_summaries(
         temporal_client, temporal_client.get_workflow_handle(workflow_id_for_turn(second))
@@ -116,7 +116,7 @@ async def test_an_operator_finds_a_turn_by_session_and_state_and_reads_its_steps
     assert f"confirmation of {action_id} expires" in second_steps  # the wait's timer
     assert f"send email {action_id}" in second_steps
     assert second_steps.index(f"send email {action_id}") < second_steps.index(
-        "finalize (completed)"
+        "finish (completed, screened)"
     )
     # Ids, names and step numbers only: nothing the user wrote or their address.
     for line in first_steps + second_steps:

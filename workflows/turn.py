@@ -180,7 +180,7 @@ class TurnWorkflow:
             try:
                 await STORE.run_local(
                     MemoryActivities.start_summary,
-                    SummarizeInput(inp.session_id, inp.turn_id),
+                    SummarizeInput(inp.session_id, inp.turn_id, local=self._current),
                     summary="start the rolling summary",
                 )
             except ActivityError:
