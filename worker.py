@@ -38,7 +38,7 @@ from activities.specialist import SpecialistActivities
 from activities.tools import ToolActivities
 from activities.tracing import TracingInterceptor
 from activities.turn import TurnActivities
-from dispatch.deployment import deployment_config, deployment_version, promote
+from dispatch.deployment import deployment_config, promote_configured
 from dispatch.outbox import sweep_forever
 from dispatch.runner import one_batch_per_task, workflow_runner
 from gateway import ModelProvider, ProviderPool
@@ -212,7 +212,7 @@ def build_worker(
             # worker after 3 s rather than the SDK's default 10 s.
             sticky_queue_schedule_to_start_timeout=timedelta(seconds=3),
             default_heartbeat_throttle_interval=timedelta(seconds=1),
-            # With PARLEY_WORKER_DEPLOYMENT set, a version of that deployment (turns pinned).
+            # A version of PARLEY_WORKER_DEPLOYMENT (turns pinned); unversioned if it is "".
             deployment_config=deployment_config(settings),
         )
     )
@@ -271,9 +271,7 @@ async def run_worker(settings: Settings) -> None:
         loop.add_signal_handler(sig, stop.set)
     async with worker:
         logging.getLogger(__name__).info("worker polling task queue %s", settings.task_queue)
-        version = deployment_version(settings)
-        if version is not None and settings.worker_promote:
-            await promote(client, version)  # new turns start on this build
+        await promote_configured(client, settings)  # new turns start on this build
         await stop.wait()
     sweep.cancel()
     with contextlib.suppress(asyncio.CancelledError):

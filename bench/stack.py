@@ -26,6 +26,7 @@ import httpx
 from temporalio.testing import WorkflowEnvironment
 
 from bench.cpu import Roles
+from dispatch.deployment import wait_promoted
 from launch.dev import EAGER_ACTIVITIES, temporal_cli
 from parley.config import Settings
 from parley.contracts import SEARCH_ATTRIBUTES
@@ -263,6 +264,8 @@ async def running_stack(token_delay_ms: float, *, eager: bool = True) -> AsyncIt
         await _wait_ready(parley_url + "/readyz", api)
         await _wait_ready(baseline_url + "/healthz", baseline)
         worker.check()
+        # The worker is versioned (the default): no turn before its build is current.
+        await wait_promoted(env.client, settings, 60)
         yield Stack(
             settings,
             parley_url,

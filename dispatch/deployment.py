@@ -7,17 +7,27 @@ its every task goes to workers of that build, so a deploy never hands a running 
 it was not recorded with. New turns go to the deployment's current version. A deploy starts
 workers of the new build, makes their version current, and stops the old workers once their
 version has drained (no open pinned turn left; `temporal worker deployment describe-version`).
+
+Versioned is the default (`Settings.worker_deployment` = "parley") wherever a worker starts:
+`parley dev`, compose, the test stacks and the bench. A turn started before any version of
+the deployment is current (a worker still starting) is not lost: it waits, unpinned, and the
+promoted version takes it within a second, which is why `parley dev` waits for the promotion
+(`wait_promoted`) before it says it is running.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import subprocess
 import time
 from importlib import metadata
 from pathlib import Path
 
-from temporalio.api.workflowservice.v1 import SetWorkerDeploymentCurrentVersionRequest
+from temporalio.api.workflowservice.v1 import (
+    DescribeWorkerDeploymentRequest,
+    SetWorkerDeploymentCurrentVersionRequest,
+)
 from temporalio.client import Client
 from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.service import RPCError
@@ -32,10 +42,20 @@ PROMOTE_WITHIN_S = 30.0
 
 def build_id(settings: Settings) -> str:
     """The configured build id, else the package version and the git commit when run from a
-    checkout (`0.1.0+3f2a9c1`), else the package version alone (an installed image)."""
+    checkout (`0.1.0+3f2a9c1d0e4b`), else the version and a digest of the installed files (an
+    image: `0.1.0+sha.1b2c3d4e5f60`), so every image of changed code is a new build without
+    anyone remembering to pass one. Every worker of one checkout or one image agrees."""
     if settings.worker_build_id:
         return settings.worker_build_id
     version = metadata.version("parley")
+    commit = _git_commit()
+    if commit:
+        return f"{version}+{commit}"
+    digest = _installed_digest()
+    return f"{version}+sha.{digest}" if digest else version
+
+
+def _git_commit() -> str:
     try:
         commit = subprocess.run(
             ["git", "rev-parse", "--short=12", "HEAD"],
@@ -46,8 +66,17 @@ def build_id(settings: Settings) -> str:
             check=True,
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
-        return version
-    return f"{version}+{commit}" if commit else version
+        return ""
+    return commit
+
+
+def _installed_digest() -> str:
+    """A digest of the installed distribution's RECORD (every file with its sha256), or ""
+    for an editable install, whose RECORD names no source file."""
+    record = metadata.distribution("parley").read_text("RECORD") or ""
+    if not any(line.startswith("workflows/") for line in record.splitlines()):
+        return ""
+    return hashlib.sha256(record.encode()).hexdigest()[:12]
 
 
 def deployment_version(settings: Settings) -> WorkerDeploymentVersion | None:
@@ -87,3 +116,42 @@ async def promote(client: Client, version: WorkerDeploymentVersion) -> None:
             if time.monotonic() >= deadline:
                 raise
             await asyncio.sleep(0.2)
+
+
+async def promote_configured(client: Client, settings: Settings) -> None:
+    """What a started worker does (`run_worker`, the test stacks): make its version current
+    when it is versioned and `worker_promote` is on; nothing otherwise. Safe to repeat: a
+    version that is already current stays so (a second worker of the same build)."""
+    version = deployment_version(settings)
+    if version is not None and settings.worker_promote:
+        await promote(client, version)
+
+
+async def current_build(client: Client, deployment_name: str) -> str | None:
+    """The build id of the deployment's current version; None while it has none (or the
+    deployment does not exist yet)."""
+    request = DescribeWorkerDeploymentRequest(
+        namespace=client.namespace, deployment_name=deployment_name
+    )
+    try:
+        response = await client.workflow_service.describe_worker_deployment(request)
+    except RPCError:
+        return None
+    routing = response.worker_deployment_info.routing_config
+    if not routing.HasField("current_deployment_version"):
+        return None
+    return routing.current_deployment_version.build_id or None
+
+
+async def wait_promoted(client: Client, settings: Settings, timeout_s: float) -> None:
+    """Until the version the settings' workers serve is current (one of them promoted it), so
+    a caller that says "running" knows new turns reach a worker of this build. Returns at once
+    for unversioned workers or a version promoted by hand (`worker_promote` off)."""
+    version = deployment_version(settings)
+    if version is None or not settings.worker_promote:
+        return
+    deadline = time.monotonic() + timeout_s
+    while await current_build(client, version.deployment_name) != version.build_id:
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"{version.to_canonical_string()} is not current after {timeout_s}s")
+        await asyncio.sleep(0.2)

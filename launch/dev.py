@@ -307,7 +307,29 @@ def _start_services(settings: Settings, supervisor: Supervisor, workers: int) ->
         # The banner says everything is running, so wait for the workers too: each opens its
         # metrics port once connected to Temporal, just before it starts polling.
         _wait_http(f"http://{settings.api_host}:{metrics_port}/metrics", 60)
+    _wait_promoted(settings, 60)
     return api
+
+
+def _wait_promoted(settings: Settings, timeout_s: float) -> None:
+    """Versioned workers (the default) make their build the deployment's current version once
+    they poll; until then a new turn waits (on a `temporal.db` kept from an earlier commit it
+    would wait for that build's version). Wait for it, so the first turn after the banner
+    starts at once."""
+    from temporalio.client import Client
+
+    from dispatch.deployment import wait_promoted
+
+    async def wait() -> None:
+        client = await Client.connect(
+            settings.temporal_address, namespace=settings.temporal_namespace
+        )
+        await wait_promoted(client, settings, timeout_s)
+
+    try:
+        asyncio.run(wait())
+    except TimeoutError as exc:
+        raise SystemExit(f"no worker promoted its build: {exc}") from None
 
 
 def _spawn_workers(

@@ -26,6 +26,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from api.main import create_app
 from demo_backend.app import create_app as create_backend
+from dispatch.deployment import promote_configured
 from gateway.base import ModelProvider
 from gateway.demo import DemoModel
 from launch.dev import EAGER_ACTIVITIES, temporal_cli
@@ -215,6 +216,8 @@ async def running_worker(
             screens=screens,
             breaker_clock=breaker_clock or time.monotonic,
         ):
+            # Versioned by default, as `parley worker` is: its version becomes current.
+            await promote_configured(client, settings)
             yield
 
 
