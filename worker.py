@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from typing import Any, NoReturn
 
@@ -233,6 +233,36 @@ def worker_pool(settings: Settings) -> dict[str, int]:
     }
 
 
+@contextlib.asynccontextmanager
+async def embedded_worker(client: Client, settings: Settings) -> AsyncIterator[Worker]:
+    """A worker inside another process, on that process's client: the API's, with
+    `api_worker`, so the turns it starts eagerly run here. Its own pool (as `run_worker`'s),
+    its version promoted like any worker's; leaving it drains its running steps. The outbox
+    sweep and the metrics port stay with the dedicated workers."""
+    assert settings.database_url is not None
+    pool = worker_pool(settings)
+    engine = create_socket_checked_engine(
+        settings.database_url, pool_size=pool["pool_size"], max_overflow=pool["max_overflow"]
+    )
+    http = httpx.AsyncClient()
+    try:
+        worker = build_worker(client, settings, session_factory(engine), http)
+        async with worker:
+            await promote_configured(client, settings)
+            yield worker
+        await _drain_spans(worker)
+    finally:
+        await http.aclose()
+        await engine.dispose()
+
+
+async def _drain_spans(worker: Worker) -> None:
+    """The trace ledger's last spans (the final steps'), written before the pool closes."""
+    for interceptor in worker.config()["interceptors"]:
+        if isinstance(interceptor, TracingInterceptor):
+            await interceptor.ledger.drain()
+
+
 async def run_worker(settings: Settings) -> None:
     if settings.database_url is None:
         raise SystemExit("DATABASE_URL is not set (use `parley dev` for the embedded database)")
@@ -276,9 +306,7 @@ async def run_worker(settings: Settings) -> None:
     sweep.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await sweep
-    for interceptor in worker.config()["interceptors"]:
-        if isinstance(interceptor, TracingInterceptor):
-            await interceptor.ledger.drain()  # the last steps' spans
+    await _drain_spans(worker)
     if draining is not None:
         draining.cancel()
     await http.aclose()

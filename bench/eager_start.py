@@ -44,10 +44,9 @@ from bench.cpu import Roles, snapshot, usage
 from bench.runner import percentile
 from bench.stack import LOG_DIR
 from dispatch.deployment import deployment_config, promote_configured
-from launch.dev import EAGER_ACTIVITIES, temporal_cli
+from launch.dev import EAGER_ACTIVITIES, EAGER_WORKFLOW_START, temporal_cli
 from parley.config import Settings
 
-EAGER_WORKFLOW_START = ("--dynamic-config-value", "system.enableEagerWorkflowStart=true")
 STEP_TIMEOUT = timedelta(seconds=30)
 # Each mode runs in blocks of this many workflows, the modes taking turns, so a burst of
 # another process's work lands on every mode alike.

@@ -47,6 +47,10 @@ def temporal_cli() -> str:
 # completed the task, when that worker has a free slot and polls the same queue: no trip
 # through the task queue. History, retries, heartbeats and timeouts are as for any activity.
 EAGER_ACTIVITIES = ("--dynamic-config-value", "system.enableActivityEagerExecution=true")
+# A start that asks for it (`request_eager_start`: the API with PARLEY_API_WORKER) gets the
+# workflow's first task in its response, for the worker on the same client. Recent dev servers
+# have it on already; older servers (and compose's, deploy/temporal/dynamicconfig.yaml) do not.
+EAGER_WORKFLOW_START = ("--dynamic-config-value", "system.enableEagerWorkflowStart=true")
 
 
 def temporal_dev_server_command(settings: Settings, db_file: Path) -> list[str]:
@@ -68,6 +72,7 @@ def temporal_dev_server_command(settings: Settings, db_file: Path) -> list[str]:
         "--log-level",
         "warn",
         *EAGER_ACTIVITIES,
+        *EAGER_WORKFLOW_START,
     ]
     for key in SEARCH_ATTRIBUTES:
         command += ["--search-attribute", f"{key.name}=Keyword"]

@@ -120,6 +120,16 @@ class Settings(BaseSettings):
     # set-current-version`) after the new workers are seen healthy.
     worker_promote: bool = True
 
+    # The API process also runs a worker on its own Temporal client and starts turns with
+    # `request_eager_start`: the server answers the start with the turn's first workflow task
+    # and this process runs it, skipping a trip through matching (bench/eager_start.py: about
+    # 80% off the time from start to a first step). The trade: the API process is then a
+    # worker too: it runs the turns it starts (their first task, the activities that task
+    # schedules), needs a worker's database pool, sandbox and drain, and deploys like a
+    # worker. Eager starts pin a turn to the API's own build, whatever version is current, so
+    # the API and the workers must run one build. Off: the API only starts turns.
+    api_worker: bool = False
+
     # Logs: "text" (the dev default, one readable line) or "json" (one object per line, with
     # the turn, session and tenant ids when known). Addresses and card numbers are redacted
     # in both.

@@ -29,7 +29,7 @@ from demo_backend.app import create_app as create_backend
 from dispatch.deployment import promote_configured
 from gateway.base import ModelProvider
 from gateway.demo import DemoModel
-from launch.dev import EAGER_ACTIVITIES, temporal_cli
+from launch.dev import EAGER_ACTIVITIES, EAGER_WORKFLOW_START, temporal_cli
 from launch.knowledge import load_library, read_library
 from parley.config import Settings
 from parley.contracts import SEARCH_ATTRIBUTES
@@ -70,7 +70,7 @@ async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
         dev_server_existing_path=temporal_cli(),
         search_attributes=SEARCH_ATTRIBUTES,
         dev_server_log_level="error",
-        dev_server_extra_args=list(EAGER_ACTIVITIES),
+        dev_server_extra_args=[*EAGER_ACTIVITIES, *EAGER_WORKFLOW_START],
     )
     yield env
     await env.shutdown()

@@ -29,7 +29,7 @@ from temporalio.common import VersioningBehavior
 
 from dispatch.deployment import deployment_config
 from launch.cli import build_parser
-from launch.dev import EAGER_ACTIVITIES
+from launch.dev import EAGER_ACTIVITIES, EAGER_WORKFLOW_START
 from parley.config import Settings
 from parley.contracts import SEARCH_ATTRIBUTES
 
@@ -558,19 +558,16 @@ def test_the_worker_is_given_longer_than_its_drain_before_sigkill(
 # --- the Temporal server's dynamic config and the workers' versioning ----------------------
 
 TEMPORAL_DYNAMIC_CONFIG = REPO / "deploy" / "temporal" / "dynamicconfig.yaml"
-# Both off by default in the server. The activity key is the one `make run`, the tests and the
-# bench pass to the dev server (launch/dev.py), so the two stay the same switch.
-EAGER_KEYS = (
-    EAGER_ACTIVITIES[1].partition("=")[0],  # system.enableActivityEagerExecution
-    "system.enableEagerWorkflowStart",
-)
+# Both off by default in the server. The keys are the ones `make run`, the tests and the bench
+# pass to the dev server (launch/dev.py), so the two stay the same switches.
+EAGER_KEYS = tuple(flag[1].partition("=")[0] for flag in (EAGER_ACTIVITIES, EAGER_WORKFLOW_START))
 
 
 def test_temporal_reads_a_dynamic_config_that_turns_on_both_kinds_of_eager_dispatch(
     services: dict[str, dict[str, Any]],
 ) -> None:
     values = yaml.safe_load(TEMPORAL_DYNAMIC_CONFIG.read_text())
-    assert EAGER_KEYS[0] == "system.enableActivityEagerExecution"
+    assert EAGER_KEYS == ("system.enableActivityEagerExecution", "system.enableEagerWorkflowStart")
     for key in EAGER_KEYS:
         entries = values.get(key)
         assert entries, f"{TEMPORAL_DYNAMIC_CONFIG.name} does not set {key}"
