@@ -51,7 +51,7 @@ def build_id(settings: Settings) -> str:
     commit = _git_commit()
     if commit:
         return f"{version}+{commit}"
-    digest = _installed_digest()
+    digest = installed_digest(metadata.distribution("parley").read_text("RECORD") or "")
     return f"{version}+sha.{digest}" if digest else version
 
 
@@ -70,10 +70,9 @@ def _git_commit() -> str:
     return commit
 
 
-def _installed_digest() -> str:
-    """A digest of the installed distribution's RECORD (every file with its sha256), or ""
+def installed_digest(record: str) -> str:
+    """A digest of an installed distribution's RECORD (every file with its sha256), or ""
     for an editable install, whose RECORD names no source file."""
-    record = metadata.distribution("parley").read_text("RECORD") or ""
     if not any(line.startswith("workflows/") for line in record.splitlines()):
         return ""
     return hashlib.sha256(record.encode()).hexdigest()[:12]

@@ -17,7 +17,13 @@ from temporalio.common import VersioningBehavior
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from dispatch.deployment import build_id, deployment_config, deployment_version, promote
+from dispatch.deployment import (
+    build_id,
+    deployment_config,
+    deployment_version,
+    installed_digest,
+    promote,
+)
 from parley.config import Settings
 from parley.contracts import ResolveActionSignal, TurnInput
 from parley.ids import workflow_id_for_turn
@@ -128,3 +134,13 @@ async def test_a_turn_on_the_stack_is_pinned_to_the_workers_build(
     assert info.behavior == 1, info  # VERSIONING_BEHAVIOR_PINNED
     assert info.deployment_version.deployment_name == "parley"
     assert info.deployment_version.build_id == build_id(settings)
+
+
+def test_an_image_without_git_gets_a_build_id_from_its_installed_files() -> None:
+    record = "workflows/turn.py,sha256=AAAA,1200\nparley/config.py,sha256=BBBB,900\n"
+    digest = installed_digest(record)
+    assert len(digest) == 12 and int(digest, 16) >= 0
+    assert installed_digest(record) == digest  # every replica of one image agrees
+    assert installed_digest(record.replace("AAAA", "CCCC")) != digest  # changed code
+    # An editable install (a checkout) records no source file: the git commit names it.
+    assert installed_digest("__editable__.parley-0.1.0.pth,sha256=DDDD,90\n") == ""
