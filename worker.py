@@ -38,7 +38,7 @@ from activities.specialist import SpecialistActivities
 from activities.tools import ToolActivities
 from activities.tracing import TracingInterceptor
 from activities.turn import TurnActivities
-from dispatch.deployment import deployment_config, promote_configured
+from dispatch.deployment import build_id, deployment_config, promote_configured
 from dispatch.outbox import sweep_forever
 from dispatch.runner import one_batch_per_task, workflow_runner
 from gateway import ModelProvider, ProviderPool
@@ -301,7 +301,11 @@ async def run_worker(settings: Settings) -> None:
         loop.add_signal_handler(sig, stop.set)
     async with worker:
         logging.getLogger(__name__).info("worker polling task queue %s", settings.task_queue)
-        await promote_configured(client, settings)  # new turns start on this build
+        if not await promote_configured(client, settings):  # new turns start on this build
+            logging.getLogger(__name__).warning(
+                "build %s was replaced by a newer current version: serving its own turns only",
+                build_id(settings),
+            )
         await stop.wait()
     sweep.cancel()
     with contextlib.suppress(asyncio.CancelledError):

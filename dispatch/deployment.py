@@ -24,8 +24,11 @@ import time
 from importlib import metadata
 from pathlib import Path
 
+from temporalio.api.deployment.v1 import WorkerDeploymentVersion as WorkerDeploymentVersionProto
+from temporalio.api.enums.v1 import WorkerDeploymentVersionStatus
 from temporalio.api.workflowservice.v1 import (
     DescribeWorkerDeploymentRequest,
+    DescribeWorkerDeploymentVersionRequest,
     SetWorkerDeploymentCurrentVersionRequest,
 )
 from temporalio.client import Client
@@ -97,8 +100,21 @@ def deployment_config(settings: Settings) -> WorkerDeploymentConfig | None:
     )
 
 
-async def promote(client: Client, version: WorkerDeploymentVersion) -> None:
-    """Make `version` the deployment's current version, once its workers have polled."""
+# A version that was current once and has since been replaced: its workers (one restarting
+# mid-deploy, an old replica) never take new turns back; a rollback is an operator's
+# `temporal worker deployment set-current-version`.
+REPLACED = (
+    WorkerDeploymentVersionStatus.WORKER_DEPLOYMENT_VERSION_STATUS_DRAINING,
+    WorkerDeploymentVersionStatus.WORKER_DEPLOYMENT_VERSION_STATUS_DRAINED,
+)
+
+
+async def promote(
+    client: Client, version: WorkerDeploymentVersion, *, take_back: bool = False
+) -> bool:
+    """Make `version` the deployment's current version once its workers have polled, unless
+    another version replaced it (then False, nothing changed) or `take_back` says it wins
+    anyway (`parley dev`, where the checkout is the truth). True: it is current."""
     request = SetWorkerDeploymentCurrentVersionRequest(
         namespace=client.namespace,
         deployment_name=version.deployment_name,
@@ -108,8 +124,13 @@ async def promote(client: Client, version: WorkerDeploymentVersion) -> None:
     deadline = time.monotonic() + PROMOTE_WITHIN_S
     while True:
         try:
+            status = await _status(client, version)
+            if status == WorkerDeploymentVersionStatus.WORKER_DEPLOYMENT_VERSION_STATUS_CURRENT:
+                return True
+            if status in REPLACED and not take_back:
+                return False
             await client.workflow_service.set_worker_deployment_current_version(request)
-            return
+            return True
         except RPCError:
             # Not registered yet (no poll has reached the server), or a concurrent change.
             if time.monotonic() >= deadline:
@@ -117,13 +138,30 @@ async def promote(client: Client, version: WorkerDeploymentVersion) -> None:
             await asyncio.sleep(0.2)
 
 
-async def promote_configured(client: Client, settings: Settings) -> None:
+async def _status(
+    client: Client, version: WorkerDeploymentVersion
+) -> WorkerDeploymentVersionStatus.ValueType:
+    """The version's status; RPCError (not found) until one of its workers has polled."""
+    response = await client.workflow_service.describe_worker_deployment_version(
+        DescribeWorkerDeploymentVersionRequest(
+            namespace=client.namespace,
+            deployment_version=WorkerDeploymentVersionProto(
+                deployment_name=version.deployment_name, build_id=version.build_id
+            ),
+        )
+    )
+    return response.worker_deployment_version_info.status
+
+
+async def promote_configured(client: Client, settings: Settings) -> bool:
     """What a started worker does (`run_worker`, the test stacks): make its version current
-    when it is versioned and `worker_promote` is on; nothing otherwise. Safe to repeat: a
-    version that is already current stays so (a second worker of the same build)."""
+    when it is versioned and `worker_promote` is on, unless a newer build replaced it. Safe to
+    repeat: a version that is already current stays so (a second worker of the same build).
+    False: this worker serves a version that new turns do not go to."""
     version = deployment_version(settings)
-    if version is not None and settings.worker_promote:
-        await promote(client, version)
+    if version is None or not settings.worker_promote:
+        return True
+    return await promote(client, version)
 
 
 async def current_build(client: Client, deployment_name: str) -> str | None:

@@ -278,6 +278,7 @@ def _start_services(settings: Settings, supervisor: Supervisor, workers: int) ->
     """Migrate and seed the database, then start Temporal (unless one is configured), the
     demo backend (unless one is configured), the workers and the API; waits for each to
     answer and returns the API's base URL. Workers and the API are restarted if they die."""
+    from dispatch.deployment import build_id
     from store.migrate import upgrade
 
     assert settings.database_url is not None
@@ -291,6 +292,11 @@ def _start_services(settings: Settings, supervisor: Supervisor, workers: int) ->
         "DATABASE_URL": settings.database_url,
         "TEMPORAL_ADDRESS": settings.temporal_address,
     }
+    if settings.worker_deployment:
+        # One build id for the whole run, read once: a worker restarted after a commit stays a
+        # worker of the version the open turns are pinned to.
+        settings.worker_build_id = build_id(settings)
+        env["PARLEY_WORKER_BUILD_ID"] = settings.worker_build_id
     if own_temporal:
         # The web page links each answer to its workflow in the dev server's UI.
         env.setdefault("PARLEY_TEMPORAL_UI_URL", f"http://127.0.0.1:{settings.temporal_ui_port}")
@@ -312,29 +318,34 @@ def _start_services(settings: Settings, supervisor: Supervisor, workers: int) ->
         # The banner says everything is running, so wait for the workers too: each opens its
         # metrics port once connected to Temporal, just before it starts polling.
         _wait_http(f"http://{settings.api_host}:{metrics_port}/metrics", 60)
-    _wait_promoted(settings, 60)
+    _make_current(settings, 60)
     return api
 
 
-def _wait_promoted(settings: Settings, timeout_s: float) -> None:
+def _make_current(settings: Settings, timeout_s: float) -> None:
     """Versioned workers (the default) make their build the deployment's current version once
-    they poll; until then a new turn waits (on a `temporal.db` kept from an earlier commit it
-    would wait for that build's version). Wait for it, so the first turn after the banner
-    starts at once."""
+    they poll; until then a new turn waits. Make it current here too, even over a build that
+    replaced it (`make run` after checking out an older commit, with `.data/temporal.db` kept):
+    the checkout is the truth in development. Waits until it is, so the first turn after the
+    banner starts at once. Nothing to do for unversioned workers or a hand-promoted version."""
     from temporalio.client import Client
 
-    from dispatch.deployment import wait_promoted
+    from dispatch.deployment import deployment_version, promote
 
-    async def wait() -> None:
+    version = deployment_version(settings)
+    if version is None or not settings.worker_promote:
+        return
+
+    async def make_current() -> None:
         client = await Client.connect(
             settings.temporal_address, namespace=settings.temporal_namespace
         )
-        await wait_promoted(client, settings, timeout_s)
+        await promote(client, version, take_back=True)
 
     try:
-        asyncio.run(wait())
-    except TimeoutError as exc:
-        raise SystemExit(f"no worker promoted its build: {exc}") from None
+        asyncio.run(asyncio.wait_for(make_current(), timeout_s))
+    except Exception as exc:
+        raise SystemExit(f"could not make {version.to_canonical_string()} current: {exc}") from None
 
 
 def _spawn_workers(

@@ -19,10 +19,12 @@ from temporalio.worker import Worker
 
 from dispatch.deployment import (
     build_id,
+    current_build,
     deployment_config,
     deployment_version,
     installed_digest,
     promote,
+    promote_configured,
 )
 from parley.config import Settings
 from parley.contracts import ResolveActionSignal, TurnInput
@@ -45,9 +47,7 @@ async def versioned_worker(
         activities=stubs.activities(),
         deployment_config=deployment_config(settings),
     ):
-        version = deployment_version(settings)
-        assert version is not None
-        await promote(client, version)
+        await promote_configured(client, settings)
         yield
 
 
@@ -95,6 +95,15 @@ async def test_a_turn_started_before_a_deploy_finishes_on_its_own_build(
 
             assert build_of(await waiting.describe()) == "b1"
             assert build_of(await fresh.describe()) == "b2"
+
+            # A worker of the old build starting again (a restart mid-deploy) leaves the new
+            # build current; only `parley dev` (the checkout is the truth) takes it back.
+            old_version = deployment_version(old)
+            assert old_version is not None
+            assert await promote(client, old_version) is False
+            assert await current_build(client, deployment) == "b2"
+            assert await promote(client, old_version, take_back=True) is True
+            assert await current_build(client, deployment) == "b1"
     # The new build ran the new turn only; the waiting turn sent its email on the old one.
     assert {i.turn_id for _, i in new_stubs.calls} == {"turn_fresh"}
     assert old_stubs.names().count("send_email") == 1 and "send_email" not in new_stubs.names()
