@@ -11,8 +11,9 @@ version has drained (no open pinned turn left; `temporal worker deployment descr
 Versioned is the default (`Settings.worker_deployment` = "parley") wherever a worker starts:
 `parley dev`, compose, the test stacks and the bench. A turn started before any version of
 the deployment is current (a worker still starting) is not lost: it waits, unpinned, and the
-promoted version takes it within a second, which is why `parley dev` waits for the promotion
-(`wait_promoted`) before it says it is running.
+promoted version takes it within a second; still, `parley dev` and the bench make sure of the
+promotion before they say they are running. Whoever starts several workers reads the build id
+once and hands it to all of them, so a commit in between cannot split them into two versions.
 """
 
 from __future__ import annotations
