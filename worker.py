@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from typing import Any, NoReturn
 
@@ -39,7 +39,7 @@ from activities.specialist import SpecialistActivities
 from activities.tools import ToolActivities
 from activities.tracing import TracingInterceptor
 from activities.turn import TurnActivities
-from dispatch.deployment import deployment_config, deployment_version, promote
+from dispatch.deployment import build_id, deployment_config, promote_configured
 from dispatch.outbox import sweep_forever
 from dispatch.runner import one_batch_per_task, workflow_runner
 from gateway import ModelProvider, ProviderPool
@@ -216,7 +216,7 @@ def build_worker(
             # worker after 3 s rather than the SDK's default 10 s.
             sticky_queue_schedule_to_start_timeout=timedelta(seconds=3),
             default_heartbeat_throttle_interval=timedelta(seconds=1),
-            # With PARLEY_WORKER_DEPLOYMENT set, a version of that deployment (turns pinned).
+            # A version of PARLEY_WORKER_DEPLOYMENT (turns pinned); unversioned if it is "".
             deployment_config=deployment_config(settings),
         )
     )
@@ -235,6 +235,36 @@ def worker_pool(settings: Settings) -> dict[str, int]:
         "pool_size": settings.worker_max_activities + POOL_RESERVE,
         "max_overflow": POOL_RESERVE,
     }
+
+
+@contextlib.asynccontextmanager
+async def embedded_worker(client: Client, settings: Settings) -> AsyncIterator[Worker]:
+    """A worker inside another process, on that process's client: the API's, with
+    `api_worker`, so the turns it starts eagerly run here. Its own pool (as `run_worker`'s),
+    its version promoted like any worker's; leaving it drains its running steps. The outbox
+    sweep and the metrics port stay with the dedicated workers."""
+    assert settings.database_url is not None
+    pool = worker_pool(settings)
+    engine = create_socket_checked_engine(
+        settings.database_url, pool_size=pool["pool_size"], max_overflow=pool["max_overflow"]
+    )
+    http = httpx.AsyncClient()
+    try:
+        worker = build_worker(client, settings, session_factory(engine), http)
+        async with worker:
+            await promote_configured(client, settings)
+            yield worker
+        await _drain_spans(worker)
+    finally:
+        await http.aclose()
+        await engine.dispose()
+
+
+async def _drain_spans(worker: Worker) -> None:
+    """The trace ledger's last spans (the final steps'), written before the pool closes."""
+    for interceptor in worker.config()["interceptors"]:
+        if isinstance(interceptor, TracingInterceptor):
+            await interceptor.ledger.drain()
 
 
 async def run_worker(settings: Settings) -> None:
@@ -275,16 +305,16 @@ async def run_worker(settings: Settings) -> None:
         loop.add_signal_handler(sig, stop.set)
     async with worker:
         logging.getLogger(__name__).info("worker polling task queue %s", settings.task_queue)
-        version = deployment_version(settings)
-        if version is not None and settings.worker_promote:
-            await promote(client, version)  # new turns start on this build
+        if not await promote_configured(client, settings):  # new turns start on this build
+            logging.getLogger(__name__).warning(
+                "build %s was replaced by a newer current version: serving its own turns only",
+                build_id(settings),
+            )
         await stop.wait()
     sweep.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await sweep
-    for interceptor in worker.config()["interceptors"]:
-        if isinstance(interceptor, TracingInterceptor):
-            await interceptor.ledger.drain()  # the last steps' spans
+    await _drain_spans(worker)
     if draining is not None:
         draining.cancel()
     await http.aclose()

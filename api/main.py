@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
@@ -59,7 +59,13 @@ def create_app(
         )
         await app.state.hub.start()
         try:
-            yield
+            async with AsyncExitStack() as stack:
+                if settings.api_worker:
+                    # Eager starts need the worker on the very client that starts the turns.
+                    from worker import embedded_worker
+
+                    await stack.enter_async_context(embedded_worker(await temporal.get(), settings))
+                yield
         finally:
             await app.state.streams.close()
             await app.state.hub.stop()

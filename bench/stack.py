@@ -26,6 +26,7 @@ import httpx
 from temporalio.testing import WorkflowEnvironment
 
 from bench.cpu import Roles
+from dispatch.deployment import build_id, wait_promoted
 from launch.dev import EAGER_ACTIVITIES, temporal_cli
 from parley.config import Settings
 from parley.contracts import SEARCH_ATTRIBUTES
@@ -228,6 +229,8 @@ async def running_stack(token_delay_ms: float, *, eager: bool = True) -> AsyncIt
         )
         children.append(backend)
         await _wait_ready(settings.northwind_url + "/healthz", backend)
+        # One build id for the worker and the wait below (the worker is versioned by default).
+        service_env["PARLEY_WORKER_BUILD_ID"] = settings.worker_build_id = build_id(settings)
         worker = _spawn("worker", ["-m", "launch.cli", "worker"], service_env)
         children.append(worker)
         api = _spawn(
@@ -263,6 +266,8 @@ async def running_stack(token_delay_ms: float, *, eager: bool = True) -> AsyncIt
         await _wait_ready(parley_url + "/readyz", api)
         await _wait_ready(baseline_url + "/healthz", baseline)
         worker.check()
+        # The worker is versioned (the default): no turn before its build is current.
+        await wait_promoted(env.client, settings, 60)
         yield Stack(
             settings,
             parley_url,

@@ -58,8 +58,15 @@ log = logging.getLogger(__name__)
 
 
 async def start_turn_workflow(
-    client: Client, inp: TurnInput, *, task_queue: str, turn_number: int | None = None
+    client: Client,
+    inp: TurnInput,
+    *,
+    task_queue: str,
+    turn_number: int | None = None,
+    eager: bool = False,
 ) -> None:
+    """Start the turn's workflow; `eager` asks the server to hand its first task to a worker
+    running on this same client (`Settings.api_worker`)."""
     # The UI's one line for the turn: ids and its place in the session, no personal data.
     place = f"Turn {turn_number}" if turn_number else "Turn"
     try:
@@ -80,6 +87,7 @@ async def start_turn_workflow(
                 ]
             ),
             static_summary=f"{place} of session {inp.session_id} ({inp.turn_id})",
+            request_eager_start=eager,
         )
     except WorkflowAlreadyStartedError:
         pass  # it ran already; starting twice must never run a turn twice
@@ -92,15 +100,16 @@ async def start_and_record(
     *,
     task_queue: str,
     turn_number: int | None = None,
+    eager: bool = False,
 ) -> None:
-    """Start the turn's workflow (idempotently), then mark the outbox row started. A caller
-    that has the turn's `turn_number` at hand (read in the transaction that made the turn)
-    saves a read."""
+    """Start the turn's workflow (idempotently, eagerly if asked), then mark the outbox row
+    started. A caller that has the turn's `turn_number` at hand (read in the transaction that
+    made the turn) saves a read."""
     number = turn_number
     if number is None:
         async with sessions() as db:
             number = await outbox.turn_number(db, turn_id=inp.turn_id)
-    await start_turn_workflow(client, inp, task_queue=task_queue, turn_number=number)
+    await start_turn_workflow(client, inp, task_queue=task_queue, turn_number=number, eager=eager)
     async with sessions() as db:
         await outbox.mark_workflow_started(db, turn_id=inp.turn_id)
         await db.commit()

@@ -47,6 +47,10 @@ def temporal_cli() -> str:
 # completed the task, when that worker has a free slot and polls the same queue: no trip
 # through the task queue. History, retries, heartbeats and timeouts are as for any activity.
 EAGER_ACTIVITIES = ("--dynamic-config-value", "system.enableActivityEagerExecution=true")
+# A start that asks for it (`request_eager_start`: the API with PARLEY_API_WORKER) gets the
+# workflow's first task in its response, for the worker on the same client. Recent dev servers
+# have it on already; older servers (and compose's, deploy/temporal/dynamicconfig.yaml) do not.
+EAGER_WORKFLOW_START = ("--dynamic-config-value", "system.enableEagerWorkflowStart=true")
 
 
 def temporal_dev_server_command(settings: Settings, db_file: Path) -> list[str]:
@@ -68,6 +72,7 @@ def temporal_dev_server_command(settings: Settings, db_file: Path) -> list[str]:
         "--log-level",
         "warn",
         *EAGER_ACTIVITIES,
+        *EAGER_WORKFLOW_START,
     ]
     for key in SEARCH_ATTRIBUTES:
         command += ["--search-attribute", f"{key.name}=Keyword"]
@@ -273,6 +278,7 @@ def _start_services(settings: Settings, supervisor: Supervisor, workers: int) ->
     """Migrate and seed the database, then start Temporal (unless one is configured), the
     demo backend (unless one is configured), the workers and the API; waits for each to
     answer and returns the API's base URL. Workers and the API are restarted if they die."""
+    from dispatch.deployment import build_id
     from store.migrate import upgrade
 
     assert settings.database_url is not None
@@ -286,6 +292,11 @@ def _start_services(settings: Settings, supervisor: Supervisor, workers: int) ->
         "DATABASE_URL": settings.database_url,
         "TEMPORAL_ADDRESS": settings.temporal_address,
     }
+    if settings.worker_deployment:
+        # One build id for the whole run, read once: a worker restarted after a commit stays a
+        # worker of the version the open turns are pinned to.
+        settings.worker_build_id = build_id(settings)
+        env["PARLEY_WORKER_BUILD_ID"] = settings.worker_build_id
     if own_temporal:
         # The web page links each answer to its workflow in the dev server's UI.
         env.setdefault("PARLEY_TEMPORAL_UI_URL", f"http://127.0.0.1:{settings.temporal_ui_port}")
@@ -307,7 +318,34 @@ def _start_services(settings: Settings, supervisor: Supervisor, workers: int) ->
         # The banner says everything is running, so wait for the workers too: each opens its
         # metrics port once connected to Temporal, just before it starts polling.
         _wait_http(f"http://{settings.api_host}:{metrics_port}/metrics", 60)
+    _make_current(settings, 60)
     return api
+
+
+def _make_current(settings: Settings, timeout_s: float) -> None:
+    """Versioned workers (the default) make their build the deployment's current version once
+    they poll; until then a new turn waits. Make it current here too, even over a build that
+    replaced it (`make run` after checking out an older commit, with `.data/temporal.db` kept):
+    the checkout is the truth in development. Waits until it is, so the first turn after the
+    banner starts at once. Nothing to do for unversioned workers or a hand-promoted version."""
+    from temporalio.client import Client
+
+    from dispatch.deployment import deployment_version, promote
+
+    version = deployment_version(settings)
+    if version is None or not settings.worker_promote:
+        return
+
+    async def make_current() -> None:
+        client = await Client.connect(
+            settings.temporal_address, namespace=settings.temporal_namespace
+        )
+        await promote(client, version, take_back=True)
+
+    try:
+        asyncio.run(asyncio.wait_for(make_current(), timeout_s))
+    except Exception as exc:
+        raise SystemExit(f"could not make {version.to_canonical_string()} current: {exc}") from None
 
 
 def _spawn_workers(

@@ -106,17 +106,29 @@ class Settings(BaseSettings):
     # whole run (`call_model` keeps one for its stream), so the worker's pool is sized from
     # this and a step never waits for a connection behind other steps.
     worker_max_activities: int = 32
-    # Worker Deployment Versioning (dispatch/deployment.py). Empty: workers are unversioned and
-    # a workflow change needs `workflow.patched()`. Set (e.g. "parley"): each worker joins
+    # Worker Deployment Versioning (dispatch/deployment.py), on by default so that a new shape
+    # of the turn is a new build rather than a `workflow.patched()` branch: each worker joins
     # this deployment under `worker_build_id`, turns are pinned to the version they started
     # on, and old workers drain their own turns while new turns go to the current version.
-    worker_deployment: str = ""
-    # The version's build id; empty: the package version and, in a git checkout, the commit.
+    # Empty: workers are unversioned (any worker takes any turn; workflow changes need patches).
+    worker_deployment: str = "parley"
+    # The version's build id; empty: the package version and, in a git checkout, the commit
+    # (outside one, a digest of the installed files). Workers of one build share a version.
     worker_build_id: str = ""
     # A starting versioned worker makes its version the deployment's current one (new turns
     # go to it). Off for a deploy promoted by hand (`temporal worker deployment
     # set-current-version`) after the new workers are seen healthy.
     worker_promote: bool = True
+
+    # The API process also runs a worker on its own Temporal client and starts turns with
+    # `request_eager_start`: the server answers the start with the turn's first workflow task
+    # and this process runs it, skipping a trip through matching (bench/eager_start.py: about
+    # 80% off the time from start to a first step). The trade: the API process is then a
+    # worker too: it runs the turns it starts (their first task, the activities that task
+    # schedules), needs a worker's database pool, sandbox and drain, and deploys like a
+    # worker. Eager starts pin a turn to the API's own build, whatever version is current, so
+    # the API and the workers must run one build. Off: the API only starts turns.
+    api_worker: bool = False
 
     # Logs: "text" (the dev default, one readable line) or "json" (one object per line, with
     # the turn, session and tenant ids when known). Addresses and card numbers are redacted

@@ -26,9 +26,10 @@ from temporalio.testing import WorkflowEnvironment
 
 from api.main import create_app
 from demo_backend.app import create_app as create_backend
+from dispatch.deployment import build_id, promote_configured
 from gateway.base import ModelProvider
 from gateway.demo import DemoModel
-from launch.dev import EAGER_ACTIVITIES, temporal_cli
+from launch.dev import EAGER_ACTIVITIES, EAGER_WORKFLOW_START, temporal_cli
 from launch.knowledge import load_library, read_library
 from parley.config import Settings
 from parley.contracts import SEARCH_ATTRIBUTES
@@ -69,7 +70,7 @@ async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
         dev_server_existing_path=temporal_cli(),
         search_attributes=SEARCH_ATTRIBUTES,
         dev_server_log_level="error",
-        dev_server_extra_args=list(EAGER_ACTIVITIES),
+        dev_server_extra_args=[*EAGER_ACTIVITIES, *EAGER_WORKFLOW_START],
     )
     yield env
     await env.shutdown()
@@ -144,6 +145,10 @@ def settings(database_url: str, temporal_address: str, northwind_url: str) -> Se
         # Long, so an open breaker stays open however slow the machine is; the tests that
         # need the cooldown to pass move the `breaker_clock` forward.
         breaker_cooldown_s=60.0,
+        # Read once: a commit made while the suite runs must not give the workers it starts
+        # later another build (whose promotion the server would refuse: it would strand the
+        # session version's task queues).
+        worker_build_id=build_id(Settings(database_url="postgresql://unused")),
         **SHARED_STACK_LIMITS,
     )
 
@@ -215,6 +220,8 @@ async def running_worker(
             screens=screens,
             breaker_clock=breaker_clock or time.monotonic,
         ):
+            # Versioned by default, as `parley worker` is: its version becomes current.
+            await promote_configured(client, settings)
             yield
 
 
@@ -291,6 +298,8 @@ def service_env(settings: Settings, **extra: str) -> dict[str, str]:
         "PARLEY_NORTHWIND_URL": settings.northwind_url,
         "PARLEY_TOOL_TIMEOUT_S": str(settings.tool_timeout_s),
         "PARLEY_WORKER_METRICS_PORT": "0",
+        "PARLEY_WORKER_DEPLOYMENT": settings.worker_deployment,
+        "PARLEY_WORKER_BUILD_ID": settings.worker_build_id,
         "PARLEY_MAX_ACTIVE_TURNS_PER_USER": str(settings.max_active_turns_per_user),
         "PARLEY_USER_REQUESTS_PER_MINUTE": str(settings.user_requests_per_minute),
         "PARLEY_TENANT_REQUESTS_PER_MINUTE": str(settings.tenant_requests_per_minute),

@@ -25,8 +25,11 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 from pydantic import AliasChoices
+from temporalio.common import VersioningBehavior
 
+from dispatch.deployment import deployment_config
 from launch.cli import build_parser
+from launch.dev import EAGER_ACTIVITIES, EAGER_WORKFLOW_START
 from parley.config import Settings
 from parley.contracts import SEARCH_ATTRIBUTES
 
@@ -550,6 +553,52 @@ def test_the_worker_is_given_longer_than_its_drain_before_sigkill(
     assert period is not None, "Docker's default 10 s would SIGKILL a draining worker"
     assert _seconds(period) > grace, f"stop_grace_period {period} <= the {grace:g} s drain"
     assert _seconds("1m30s") == 90 and _seconds("100s") == 100
+
+
+# --- the Temporal server's dynamic config and the workers' versioning ----------------------
+
+TEMPORAL_DYNAMIC_CONFIG = REPO / "deploy" / "temporal" / "dynamicconfig.yaml"
+# Both off by default in the server. The keys are the ones `make run`, the tests and the bench
+# pass to the dev server (launch/dev.py), so the two stay the same switches.
+EAGER_KEYS = tuple(flag[1].partition("=")[0] for flag in (EAGER_ACTIVITIES, EAGER_WORKFLOW_START))
+
+
+def test_temporal_reads_a_dynamic_config_that_turns_on_both_kinds_of_eager_dispatch(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    values = yaml.safe_load(TEMPORAL_DYNAMIC_CONFIG.read_text())
+    assert EAGER_KEYS == ("system.enableActivityEagerExecution", "system.enableEagerWorkflowStart")
+    for key in EAGER_KEYS:
+        entries = values.get(key)
+        assert entries, f"{TEMPORAL_DYNAMIC_CONFIG.name} does not set {key}"
+        # One value for every namespace: no constraints, enabled.
+        assert [(e.get("value"), e.get("constraints") or {}) for e in entries] == [(True, {})], (
+            f"{key} must be enabled unconditionally, got {entries}"
+        )
+    temporal = services["temporal"]
+    # The official image's embedded config reads its dynamic config from this variable
+    # (`dynamicConfigClient.filepath`, default .../dynamicconfig/docker.yaml, an empty file).
+    path = environment_of(temporal).get("DYNAMIC_CONFIG_FILE_PATH")
+    assert path, "the temporal service must point DYNAMIC_CONFIG_FILE_PATH at the mounted file"
+    mounts = [str(volume).split(":") for volume in temporal.get("volumes") or []]
+    source = "./" + str(TEMPORAL_DYNAMIC_CONFIG.relative_to(REPO))
+    assert [source, path, "ro"] in mounts, (
+        f"the temporal service must mount {source} read-only at {path}, got {mounts}"
+    )
+
+
+def test_compose_workers_are_pinned_versions_of_a_deployment(
+    services: dict[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for variable, value in environment_of(services["worker"]).items():
+        monkeypatch.setenv(variable, value)
+    config = deployment_config(Settings())
+    assert config is not None and config.use_worker_versioning
+    assert config.default_versioning_behavior == VersioningBehavior.PINNED
+    # The image has no git checkout: its build id is a digest of the installed files, which a
+    # plain (not editable) install records, so a changed image is a new version by itself.
+    installs = [args for keyword, args in dockerfile_instructions() if keyword == "RUN"]
+    assert any(args.startswith("pip install . ") for args in installs), installs
 
 
 # --- monitoring: Prometheus and Grafana ----------------------------------------------------

@@ -22,7 +22,10 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
+from temporalio.client import Client
 
+from dispatch.deployment import current_build
+from parley.ids import workflow_id_for_turn
 from tests.client import ParleyClient, streamed_text
 from tests.conftest import REPO, free_port
 from tests.processes import read_until
@@ -173,10 +176,19 @@ async def test_token_create_finds_the_running_dev_database_by_itself(dev: DevRun
     marco = ParleyClient(dev.api, token)
     try:
         session_id = await marco.new_session()
-        _, events = await marco.turn(session_id, "Where is my order?")
+        turn_id, events = await marco.turn(session_id, "Where is my order?")
         assert events[-1].type == "done", [e.type for e in events]
     finally:
         await marco.aclose()
+    # The worker `make run` starts is a version of the "parley" deployment, the turn pinned
+    # to this checkout's build.
+    temporal = await Client.connect(f"127.0.0.1:{dev.ports['temporal']}")
+    described = await temporal.get_workflow_handle(workflow_id_for_turn(turn_id)).describe()
+    info = described.raw_description.workflow_execution_info.versioning_info
+    assert info.behavior == 1, info  # VERSIONING_BEHAVIOR_PINNED
+    assert info.deployment_version.deployment_name == "parley"
+    assert info.deployment_version.build_id == await current_build(temporal, "parley"), info
+    assert info.deployment_version.build_id.startswith("0.1.0+"), info  # version + commit
 
 
 async def test_worker_killed_mid_answer_is_replaced_and_the_answer_completes_once(

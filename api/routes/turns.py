@@ -145,6 +145,7 @@ async def _start(
                 ),
                 task_queue=settings.task_queue,
                 turn_number=turn_number,
+                eager=settings.api_worker,  # this process's own worker takes the first task
             ),
             START_TIMEOUT_S,
         )
