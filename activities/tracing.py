@@ -113,7 +113,9 @@ class SpanLedger:
 
 
 # The steps that end a turn or rest it on a card: the ledger is drained before they run.
-ENDINGS = frozenset({"finalize_turn", "fail_turn", "cancel_turn", "request_confirmation"})
+ENDINGS = frozenset(
+    {"finish_turn", "finalize_turn", "fail_turn", "cancel_turn", "request_confirmation"}
+)
 
 # One statement for any number of spans, so it is prepared once per connection; sent by
 # psycopg itself (several times a turn, and SQLAlchemy's layer costs more than the statement).

@@ -251,6 +251,11 @@ class FinishTurnInput:
     session_id: str
     screen: bool = False
 
+    @property
+    def turn_id(self) -> str:
+        """The turn, as every step's input names it (its trace span and log lines)."""
+        return self.finalize.turn_id
+
 
 @dataclass
 class TurnOutcome:

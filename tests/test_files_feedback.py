@@ -270,9 +270,7 @@ async def test_a_rating_down_reaches_an_admin_with_the_runs_trace(
             response = await admin.get("/v1/admin/tenants/northwind/feedback")
             assert response.status_code == 200, response.text
             found = [f for f in response.json()["feedback"] if f["message_id"] == answer["id"]]
-            done = found and {"call_model", "finalize_turn"} <= {
-                s["name"] for s in found[0]["trace"]
-            }
+            done = found and {"call_model", "finish_turn"} <= {s["name"] for s in found[0]["trace"]}
             return found[0] if done else None
 
         rated = await eventually(listed, timeout=30, what="the rating with its run's trace")

@@ -197,10 +197,10 @@ async def test_every_step_leaves_one_span_and_the_model_call_names_its_model(
     assert events[-1].type == "done"
     # The finishing step's span is written after its commit, so after `done` went out.
     deadline = time.monotonic() + 10
-    while not await spans(sessions, turn_id, "finalize_turn"):
-        assert time.monotonic() < deadline, "finalize_turn left no span"
+    while not await spans(sessions, turn_id, "finish_turn"):
+        assert time.monotonic() < deadline, "finish_turn left no span"
         await asyncio.sleep(0.05)
-    for step in ("screen_input", "build_context", "call_model", "screen_output"):
+    for step in ("screen_input", "build_context", "call_model", "finish_turn"):
         [span] = await spans(sessions, turn_id, step)
         assert (span.attempt, span.outcome) == (1, "ok"), step
         assert span.started_at <= span.ended_at

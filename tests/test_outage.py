@@ -209,6 +209,9 @@ async def model_call_gave_up(temporal_client: Client, turn_id: str) -> bool:
     async for event in handle.fetch_history_events():
         if event.HasField("activity_task_failed_event_attributes"):
             return True
+        marker = event.marker_recorded_event_attributes  # a local step's outcome
+        if marker.marker_name == "core_local_activity" and marker.HasField("failure"):
+            return True
     return False
 
 

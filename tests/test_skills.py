@@ -38,8 +38,7 @@ from tests.client import ParleyClient
 from tests.conftest import serve
 from tests.test_replay import HISTORIES, scrub
 from tests.toolkit import Stack, eventually, own_stack, reply
-from workflows.patches import ALL_PATCHES
-from workflows.turn import SKILLS_PATCH, TurnWorkflow
+from workflows.turn import TurnWorkflow
 
 CHART = "Make me a chart of my October spending by week."
 WALL_CLOCK_S = 4.0
@@ -232,20 +231,18 @@ def bars(width: int, rows: list[bytes]) -> list[int]:
 
 
 async def replay_and_maybe_record(client: Client, turn_id: str) -> None:
-    """The skill turn's history replays on the current code (its skill step serial behind
-    the patch marker); `PARLEY_RECORD_HISTORY=turn_vN` keeps it as tests/histories/
-    turn_vN_skill.json for tests/test_replay.py."""
+    """The skill turn's history replays on the current code; `PARLEY_RECORD_HISTORY=turn_vN`
+    keeps it as tests/histories/turn_vN_skill.json for tests/test_replay.py."""
     handle = client.get_workflow_handle(workflow_id_for_turn(turn_id))
     await handle.result()
     history = await handle.fetch_history()
-    patches = [
-        payload.data.decode()
+    # A turn of the current generation records no patch marker, a skill step included.
+    markers = [
+        e.marker_recorded_event_attributes.marker_name
         for e in history.events
         if e.HasField("marker_recorded_event_attributes")
-        for payload in e.marker_recorded_event_attributes.details["patch-data"].payloads
     ]
-    # A skill turn's step is marked: by its own patch, or by the one that stands for all.
-    assert any(SKILLS_PATCH in p or ALL_PATCHES in p for p in patches), patches
+    assert set(markers) <= {"core_local_activity"}, markers
     await Replayer(workflows=[TurnWorkflow]).replay_workflow(history)
     name = os.environ.get("PARLEY_RECORD_HISTORY")
     if name:

@@ -1,5 +1,6 @@
 """Crashes around tools: a worker killed with SIGKILL while an email is in flight, while a
-turn rests awaiting confirmation, and during a read tool; a new worker finishes the turn.
+turn rests awaiting confirmation, during a read tool, and while the proposal is worded; a new
+worker finishes the turn.
 
 Issue acceptance 2. Real worker processes on their own task queue, a real API in this
 process and the real Northwind backend over HTTP, whose faults open the window to kill in:
@@ -33,8 +34,9 @@ from tests.processes import Workers, read_until
 from tests.sse import Event
 from tests.toolkit import emails, eventually
 
-# How long a turn may take to finish after a kill: a ~5 s heartbeat timeout for the killed
-# attempt, a ~5 s sticky-queue timeout for the workflow task, and the new worker's start-up.
+# How long a turn may take to finish after a kill: a ~5 s heartbeat or workflow task timeout
+# for the killed step, a ~3 s sticky-queue timeout for the next task, and the new worker's
+# start-up.
 RECOVERY_S = 45
 
 
@@ -342,3 +344,60 @@ async def test_worker_killed_during_a_read_tool_stores_one_result_and_answers_ri
     assert [m.tool_call_id for m in tool_messages] == [call.provider_call_id]
     # The killed attempt reached the backend and so did the retry; nothing ran a third time.
     assert (await northwind.get("/stats")).json()["calls"]["list_orders"] == 2
+
+
+async def test_worker_killed_while_the_proposal_is_worded_shows_one_card_and_sends_once(
+    client: ParleyClient,
+    tool_crash_settings: Settings,
+    northwind: httpx.AsyncClient,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """The step after `propose_email` (context, the model wording the proposal, the card)
+    is one workflow task of local steps: killed in it, the next worker runs it again."""
+    # A slow model for the first worker only, so the kill lands while the proposal streams.
+    slow = Workers(tool_crash_settings.model_copy(update={"demo_token_delay_ms": 150.0}))
+    fresh = Workers(tool_crash_settings)
+    try:
+        first = slow.start()
+        session_id = await client.new_session()
+        _, opening = await client.turn(session_id, "Where is my order?")
+        assert opening[-1].type == "done", [e.type for e in opening]
+        posted = await client.post(session_id, "Can you email me?")
+        assert posted.status_code == 202, posted.text
+        turn_id = posted.json()["turn_id"]
+        url = events_url(session_id, turn_id)
+
+        before = await follow(client, url, after=0, stop="tool")
+        while not (before[-1].type == "delta" and tool_phases(before, "propose_email")):
+            before += await follow(client, url, after=before[-1].id or 0, stop="delta")
+        assert before[-1].type == "delta"
+        kill(first)
+        async with sessions() as db:
+            turn = await db.get(Turn, turn_id)
+            assert turn is not None and turn.state == "calling_model"  # not yet resting
+        fresh.start()
+
+        rest = await follow(client, url, after=before[-1].id or 0, stop="confirmation_required")
+        events = before + rest
+        assert [e.id for e in events] == list(range(1, len(events) + 1))
+        assert "reset" in [e.type for e in rest]  # the cut proposal is streamed again
+        cards = [e.data["action"] for e in events if e.type == "confirmation_required"]
+        assert len(cards) == 1 and cards[0]["status"] == "pending"
+        assert tool_phases(events, "propose_email") == ["start", "end"]
+
+        emails_before = await emails(northwind)
+        seq_at_confirm = await last_seq(client, session_id)
+        done = await confirm_and_finish(client, session_id, turn_id, events, cards[0]["id"])
+        await assert_sent_once(
+            client,
+            northwind,
+            sessions,
+            session_id=session_id,
+            action_id=cards[0]["id"],
+            emails_before=emails_before,
+            seq_at_confirm=seq_at_confirm,
+            rest=done,
+        )
+    finally:
+        slow.stop_all()
+        fresh.stop_all()

@@ -138,7 +138,9 @@ async def test_a_turn_on_the_stack_is_pinned_to_the_workers_build(
     session_id = await priya.new_session()
     turn_id, events = await priya.turn(session_id, "Tell me about yourself")
     assert events[-1].type == "done"
-    described = await temporal_client.get_workflow_handle(workflow_id_for_turn(turn_id)).describe()
+    handle = temporal_client.get_workflow_handle(workflow_id_for_turn(turn_id))
+    await handle.result()  # `done` streams from the turn's one workflow task, before it completes
+    described = await handle.describe()
     info = described.raw_description.workflow_execution_info.versioning_info
     assert info.behavior == 1, info  # VERSIONING_BEHAVIOR_PINNED
     assert info.deployment_version.deployment_name == "parley"
