@@ -325,8 +325,8 @@ async def _pack_question(
     shown = set(range(start, seq))
     for block in packed.kept:  # the recalled lines that made it into the prompt
         if block.kind == "recall":
-            for message in block.messages:
-                shown |= {int(s) for s in RECALLED_SEQ.findall(str(message["content"]))}
+            for recalled in block.messages:
+                shown |= {int(s) for s in RECALLED_SEQ.findall(str(recalled["content"]))}
     blocks = {b.kind: b.tokens for b in packed.kept}
     context = sum(v for k, v in blocks.items() if k not in ("instructions", "state", "current"))
     return shown, context
