@@ -1,17 +1,24 @@
-"""The bench's own logic, without a stack: the section guard (a failed section costs only its
-own figures, and latest.json is still written), the open-loop schedule and the acceptance
-block read from a run's figures."""
+"""The bench's own logic, without its stack: the section guard (a failed section costs only
+its own figures, and latest.json is still written), the open-loop schedule, the acceptance
+block read from a run's figures, and the shape of the new-shape skeleton on a dev server."""
 
 from __future__ import annotations
 
 import json
 import random
+import uuid
 from pathlib import Path
 from typing import Any
+
+from temporalio import activity
+from temporalio.client import Client
+from temporalio.worker import Worker
 
 from bench.acceptance import render_acceptance
 from bench.open_loop import arrival_times, plain_capacity
 from bench.sections import Section, render_sections, run_sections, write_document
+from bench.shape import workflow_shape
+from bench.skeleton import SkeletonNewShape
 
 
 async def _figures() -> dict[str, Any]:
@@ -120,3 +127,25 @@ def test_the_acceptance_block_reads_each_figure_against_its_target() -> None:
     assert "p95 250.0 ms, max 280.0 ms over 20 stopped tries (target <= 300 ms over 20): met" in (
         block
     )
+
+
+async def test_the_new_shape_skeleton_is_one_workflow_task_and_one_local_step(
+    temporal_client: Client,
+) -> None:
+    """The row is read as the floor of issue 25's plain turn: start, one workflow task, one
+    local step, done. The step's database write is stubbed under its real name."""
+
+    @activity.defn(name="skeleton_store_event")
+    async def store_event(turn_id: str) -> int:
+        return 1
+
+    queue = f"skeleton-shape-{uuid.uuid4().hex[:8]}"
+    async with Worker(
+        temporal_client, task_queue=queue, workflows=[SkeletonNewShape], activities=[store_event]
+    ):
+        workflow_id = f"skeleton-shape-{uuid.uuid4().hex[:8]}"
+        await temporal_client.execute_workflow(
+            "SkeletonNewShape", "trn_x", id=workflow_id, task_queue=queue
+        )
+    shape = await workflow_shape(temporal_client, workflow_id)
+    assert shape == {"activities": 0, "local_activities": 1, "workflow_tasks": 1, "upserts": 0}
