@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from bench.sections import failed
+from bench.sections import failed, failures
 from bench.throughput import NEW_SHAPE, ONE_ACTIVITY, PARLEY_ROLES, fmt
 
 TABLE = "20"  # acceptance 2 and 3 read the table with 20 concurrent sessions
@@ -124,7 +124,7 @@ CHECKS: dict[str, tuple[tuple[str, ...], Callable[[dict[str, Any]], list[str]]]]
 
 
 def render_acceptance(results: dict[str, Any]) -> str:
-    broken = [name for name, figures in results.items() if failed(figures)]
+    broken = failures(results)
     lines = [
         "",
         "Acceptance (issue 25): this run's figures, ratios against this run's baseline",

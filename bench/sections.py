@@ -42,14 +42,31 @@ def failed(figures: Any) -> bool:
     return isinstance(figures, dict) and set(figures) == {"error"}
 
 
+async def guarded(name: str, measure: Callable[[], Awaitable[Any]]) -> Any:
+    """The figures `measure` returns, or its failure: for a section, or a part of one whose
+    neighbours must survive it."""
+    try:
+        return await measure()
+    except Exception as exc:
+        return failure(name, exc)
+
+
 async def run_sections(sections: Sequence[Section], results: dict[str, Any]) -> None:
     """Run the sections in order, each to its end or to its error; each one's figures go into
     `results` as soon as it finishes, so a later failure cannot take them."""
     for section in sections:
-        try:
-            results[section.name] = await section.measure()
-        except Exception as exc:
-            results[section.name] = failure(section.name, exc)
+        results[section.name] = await guarded(section.name, section.measure)
+
+
+def failures(results: dict[str, Any]) -> list[str]:
+    """The sections that failed, and the parts that failed inside a section that did not."""
+    found = []
+    for name, figures in results.items():
+        if failed(figures):
+            found.append(name)
+        elif isinstance(figures, dict):
+            found += [f"{name}.{part}" for part, value in figures.items() if failed(value)]
+    return found
 
 
 def render_sections(sections: Sequence[Section], results: dict[str, Any]) -> str:

@@ -15,6 +15,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from bench.acceptance import render_acceptance
+from bench.memory import render_memory
 from bench.open_loop import arrival_times, plain_capacity
 from bench.sections import Section, render_sections, run_sections, write_document
 from bench.shape import workflow_shape
@@ -58,6 +59,30 @@ def test_a_table_that_cannot_be_drawn_does_not_hide_the_others() -> None:
     shown = render_sections(sections, {"odd": {"x": 1}, "fine": {"x": 1}})
     assert "odd: figures measured, table failed" in shown
     assert "fine table" in shown
+
+
+def test_a_failed_part_of_the_memory_section_costs_only_its_own_table() -> None:
+    tokens = {
+        "turns": 20,
+        "model_calls": 37,
+        "input_tokens": 50203,
+        "naive_input_tokens": 98282,
+        "ratio": 0.511,
+        "largest_prompt": 1823,
+        "cached_tokens": 34782,
+        "summaries": 7,
+        "summarizer_tokens": 5622,
+    }
+    memory = {
+        "tokens": [tokens],
+        "done": {"error": "RPCError: workflow not found"},
+        "locomo_share": 0.11,
+        "locomo": [],
+        "locomo_skipped": True,
+    }
+    shown = render_memory(memory)
+    assert "50203" in shown and "(d) FAILED: RPCError: workflow not found" in shown
+    assert "0 sections that failed: memory.done" in render_acceptance({"memory": memory})
 
 
 def test_open_loop_arrivals_are_a_fixed_poisson_schedule() -> None:
