@@ -28,7 +28,7 @@ import platform
 import sys
 import time
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -46,7 +46,14 @@ from bench.paths import measure_paths, render_paths
 from bench.regexes import measure_regexes, render_regexes
 from bench.replay_cost import measure_replay_cost, render_replay_cost
 from bench.runner import BaselineTarget, ParleyTarget, Target
-from bench.sections import Section, failure, render_sections, run_sections, write_document
+from bench.sections import (
+    Section,
+    failure,
+    needed,
+    render_sections,
+    run_sections,
+    write_document,
+)
 from bench.stack import REPO, Stack, log, running_stack
 from bench.stop import measure_stop, render_stop
 from bench.throughput import render_concurrent, shapes, throughput
@@ -150,16 +157,6 @@ async def database(stack: Stack) -> AsyncIterator[async_sessionmaker[AsyncSessio
         await engine.dispose()
 
 
-def with_database(
-    stack: Stack, measure: Callable[[async_sessionmaker[AsyncSession]], Awaitable[Any]]
-) -> Callable[[], Awaitable[Any]]:
-    async def run() -> Any:
-        async with database(stack) as db_sessions:
-            return await measure(db_sessions)
-
-    return run
-
-
 def live_sections(
     args: argparse.Namespace,
     stack: Stack,
@@ -184,7 +181,7 @@ def live_sections(
         Section("shape", lambda: shapes(stack, parley)),
         Section(
             "concurrent",
-            lambda: _concurrent(args, stack, baseline, parley, results["shape"]),
+            lambda: _concurrent(args, stack, baseline, parley, needed(results, "shape")),
             lambda tables: render_concurrent(tables, results["shape"]),
         ),
     ]
@@ -204,8 +201,10 @@ def live_sections(
                 lambda: measure_open_loop(
                     parley,
                     stack,
-                    capacity=plain_capacity(results["concurrent"]),
-                    unloaded_p50_ms=results["sequential"]["parley"]["first_delta"]["p50_ms"],
+                    capacity=plain_capacity(needed(results, "concurrent")),
+                    unloaded_p50_ms=needed(results, "sequential")["parley"]["first_delta"][
+                        "p50_ms"
+                    ],
                     duration_s=args.open_loop_s,
                 ),
                 render_open_loop,
@@ -218,8 +217,8 @@ def memory_sections(args: argparse.Namespace, stack: Stack) -> list[Section]:
     if args.no_memory:
         return []
     return [
-        Section("memory", with_database(stack, lambda db: _memory(args, stack, db)), render_memory),
-        Section("knowledge", with_database(stack, _knowledge), render_knowledge),
+        Section("memory", lambda: _memory(args, stack), render_memory),
+        Section("knowledge", lambda: _knowledge(stack), render_knowledge),
     ]
 
 
@@ -270,27 +269,27 @@ async def _timeline(args: argparse.Namespace, stack: Stack) -> dict[str, Any]:
         )
 
 
-async def _memory(
-    args: argparse.Namespace, stack: Stack, db_sessions: async_sessionmaker[AsyncSession]
-) -> dict[str, Any]:
+async def _memory(args: argparse.Namespace, stack: Stack) -> dict[str, Any]:
     log("(c)-(e) memory: token table, time to done, LoCoMo")
-    return await measure_memory(
-        stack.parley_url,
-        stack.token,
-        stack.settings,
-        db_sessions,
-        done_turns=args.done_turns,
-        reading_pause_s=args.reading_pause_s,
-        locomo_share=args.locomo_share,
-        locomo_only=args.locomo_only,
-        locomo=not args.no_locomo,
-        locomo_data=args.locomo_data,
-    )
+    async with database(stack) as db_sessions:
+        return await measure_memory(
+            stack.parley_url,
+            stack.token,
+            stack.settings,
+            db_sessions,
+            done_turns=args.done_turns,
+            reading_pause_s=args.reading_pause_s,
+            locomo_share=args.locomo_share,
+            locomo_only=args.locomo_only,
+            locomo=not args.no_locomo,
+            locomo_data=args.locomo_data,
+        )
 
 
-async def _knowledge(db_sessions: async_sessionmaker[AsyncSession]) -> dict[str, Any]:
+async def _knowledge(stack: Stack) -> dict[str, Any]:
     log("(f) knowledge retrieval: top-3 hit rate, full-text and hybrid")
-    return await measure_knowledge(db_sessions)
+    async with database(stack) as db_sessions:
+        return await measure_knowledge(db_sessions)
 
 
 async def _regexes() -> dict[str, Any]:

@@ -42,6 +42,17 @@ def failed(figures: Any) -> bool:
     return isinstance(figures, dict) and set(figures) == {"error"}
 
 
+def needed(results: dict[str, Any], name: str) -> Any:
+    """Another section's figures, for a section that builds on them: a clear error when that
+    section failed or did not run, rather than a KeyError deep inside."""
+    figures = results.get(name)
+    if figures is None or failed(figures):
+        raise RuntimeError(
+            f"needs the figures of {name!r}, which {'failed' if figures else 'did not run'}"
+        )
+    return figures
+
+
 async def guarded(name: str, measure: Callable[[], Awaitable[Any]]) -> Any:
     """The figures `measure` returns, or its failure: for a section, or a part of one whose
     neighbours must survive it."""

@@ -17,7 +17,7 @@ from temporalio.worker import Worker
 from bench.acceptance import render_acceptance
 from bench.memory import render_memory
 from bench.open_loop import arrival_times, plain_capacity
-from bench.sections import Section, render_sections, run_sections, write_document
+from bench.sections import Section, needed, render_sections, run_sections, write_document
 from bench.shape import workflow_shape
 from bench.skeleton import SkeletonNewShape
 
@@ -49,6 +49,16 @@ async def test_a_section_that_raises_leaves_the_others_figures_and_the_json(
     shown = render_sections(sections, results)
     assert "before: 12.5" in shown and "after: 12.5" in shown
     assert "memory: FAILED: RuntimeError: gave up waiting" in shown
+
+
+async def test_a_section_built_on_a_failed_one_says_which() -> None:
+    results: dict[str, Any] = {}
+
+    async def builds_on_memory() -> Any:
+        return needed(results, "memory")
+
+    await run_sections([Section("memory", _broken), Section("next", builds_on_memory)], results)
+    assert results["next"] == {"error": "RuntimeError: needs the figures of 'memory', which failed"}
 
 
 def test_a_table_that_cannot_be_drawn_does_not_hide_the_others() -> None:
