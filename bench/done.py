@@ -5,8 +5,10 @@ reading pause (`--reading-pause-s`, awaited). Two sessions run the same script, 
 tenant's summaries on and one with them off; their turns alternate, and which row goes first
 alternates by round, so a change in the machine's load falls on both rows alike. The switch
 is the tenant's and a summary run reads it when it begins (activities/memory.py), so before
-the switch is flipped for the other row the bench waits for the summary workflow the last
-turn started to close: every summary run saw the switch of its own row.
+the switch is flipped for the other row the bench waits for the last turn's workflow to close
+and then for the summary workflow it started, if it started one (`start_summary` starts one
+only when there is work: messages to embed or enough past the window to fold; the "without"
+row and short sessions start none): every summary run saw the switch of its own row.
 
 Each row reports p50 and p95 and the summaries written in its session while it ran: the
 "with" row provably had summaries running (each folds the turns that left the window while
@@ -17,17 +19,16 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-import time
 from typing import Any
 
 from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from bench.runner import ParleyTarget, run_turn
 from parley.config import Settings
-from parley.ids import summary_workflow_id
+from parley.ids import summary_workflow_id, workflow_id_for_turn
 from store.models import ConversationSummary, Tenant
 from tests.client import ParleyClient
 
@@ -54,19 +55,19 @@ async def _summaries(db_sessions: async_sessionmaker[AsyncSession], sid: str) ->
         return int(count or 0)
 
 
-async def _summary_closed(temporal: Client, turn_id: str, *, deadline_s: float = 60.0) -> None:
-    """Wait for the summary workflow a turn started (it may not exist for a moment: the turn
-    starts it after `done`)."""
-    handle = temporal.get_workflow_handle(summary_workflow_id(turn_id=turn_id))
-    give_up = time.monotonic() + deadline_s
-    while True:
-        try:
-            await handle.result()
+async def _summary_closed(temporal: Client, turn_id: str) -> None:
+    """Wait for the turn's workflow to close (its last step, `start_summary`, runs after
+    `done`), then for the summary workflow that step started. Once the turn's workflow has
+    closed, a summary that does not exist was never started: there is nothing to wait for."""
+    await temporal.get_workflow_handle(workflow_id_for_turn(turn_id)).result()
+    summary = temporal.get_workflow_handle(summary_workflow_id(turn_id=turn_id))
+    try:
+        await summary.describe()
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
             return
-        except RPCError:
-            if time.monotonic() > give_up:
-                raise
-            await asyncio.sleep(0.1)
+        raise
+    await summary.result()
 
 
 async def time_to_done(

@@ -42,6 +42,7 @@ from activities.context import ContextBuilder
 from activities.memory import MemoryActivities
 from activities.tool_offer import tenant_tools
 from bench.done import render_done, time_to_done
+from bench.sections import failed, guarded
 from gateway.demo import DemoModel
 from gateway.minilm import Embedder, build_embedder
 from gateway.registry import ProviderPool
@@ -325,8 +326,8 @@ async def _pack_question(
     shown = set(range(start, seq))
     for block in packed.kept:  # the recalled lines that made it into the prompt
         if block.kind == "recall":
-            for message in block.messages:
-                shown |= {int(s) for s in RECALLED_SEQ.findall(str(message["content"]))}
+            for recalled in block.messages:
+                shown |= {int(s) for s in RECALLED_SEQ.findall(str(recalled["content"]))}
     blocks = {b.kind: b.tokens for b in packed.kept}
     context = sum(v for k, v in blocks.items() if k not in ("instructions", "state", "current"))
     return shown, context
@@ -387,30 +388,44 @@ def _upstream(sample: dict[str, Any]) -> dict[str, Any]:
 
 
 def render_memory(results: dict[str, Any]) -> str:
+    """(c), (d) and (e), each from its own figures or its failure (a failed part costs only
+    its own table)."""
+    lines = [""]
+    parts = (("(c)", "tokens", _render_tokens), ("(d)", "done", render_done))
+    for label, part, render in parts:
+        if failed(results[part]):
+            lines.append(f"{label} FAILED: {results[part]['error']}")
+        else:
+            lines.extend(render(results[part]))
+        lines.append("")
+    lines.extend(_render_locomo(results))
+    return "\n".join(lines)
+
+
+def _render_tokens(tokens: list[dict[str, Any]]) -> list[str]:
     lines = [
-        "",
         "(c) Input tokens over scripted conversations (demo model; naive = resend everything)",
-    ]
-    lines.append(
         f"{'turns':>6}{'calls':>7}{'input tok':>11}{'naive tok':>11}{'ratio':>8}"
-        f"{'largest':>9}{'cached':>9}{'summaries':>11}{'summarizer tok':>16}"
-    )
-    for r in results["tokens"]:
+        f"{'largest':>9}{'cached':>9}{'summaries':>11}{'summarizer tok':>16}",
+    ]
+    for r in tokens:
         lines.append(
             f"{r['turns']:>6}{r['model_calls']:>7}{r['input_tokens']:>11}"
             f"{r['naive_input_tokens']:>11}{r['ratio'] * 100:>7.1f}%{r['largest_prompt']:>9}"
             f"{r['cached_tokens']:>9}{r['summaries']:>11}{r['summarizer_tokens']:>16}"
         )
-    lines.append("")
-    lines.extend(render_done(results["done"]))
-    lines.append("")
-    lines.append(
+    return lines
+
+
+def _render_locomo(results: dict[str, Any]) -> list[str]:
+    lines = [
         f"(e) LoCoMo evidence recall (categories 1-4; conversation budget "
         f"{results['locomo_share'] * 100:.1f}% of the conversation's tokens)"
-    )
+    ]
     if results.get("locomo_skipped"):
-        lines.append("  skipped (--no-locomo)")
-        return "\n".join(lines)
+        return [*lines, "  skipped (--no-locomo)"]
+    if failed(results["locomo"]):
+        return [*lines, f"  FAILED: {results['locomo']['error']}"]
     if not results["locomo"]:
         lines.append("  no data file (bench/data/locomo3.json)")
     if all(r.get("recall") != "hybrid" for r in results["locomo"]):
@@ -424,7 +439,7 @@ def render_memory(results: dict[str, Any]) -> str:
             f"tok = {r['footprint'] * 100:4.1f}% of the conversation  missed by category "
             + (" ".join(f"{c}:{n}" for c, n in r.get("missed_by_category", {}).items()) or "-")
         )
-    return "\n".join(lines)
+    return lines
 
 
 async def measure_memory(
@@ -451,9 +466,12 @@ async def measure_memory(
         }
     client = ParleyClient(base_url, token)
     try:
-        tokens = [await token_table(client, db_sessions, n) for n in (20, 50)]
-        done = await time_to_done(
-            client, db_sessions, settings, SCRIPT, turns=done_turns, pause_s=reading_pause_s
+        tokens = await guarded("memory (c)", lambda: _token_tables(client, db_sessions, (20, 50)))
+        done = await guarded(
+            "memory (d)",
+            lambda: time_to_done(
+                client, db_sessions, settings, SCRIPT, turns=done_turns, pause_s=reading_pause_s
+            ),
         )
     finally:
         await client.aclose()
@@ -462,9 +480,18 @@ async def measure_memory(
         "done": done,
         "locomo_share": locomo_share,
         "locomo": (
-            await locomo_table(settings, db_sessions, share=locomo_share, paths=locomo_data)
+            await guarded(
+                "memory (e)",
+                lambda: locomo_table(settings, db_sessions, share=locomo_share, paths=locomo_data),
+            )
             if locomo
             else []
         ),
         "locomo_skipped": not locomo,
     }
+
+
+async def _token_tables(
+    client: ParleyClient, db_sessions: async_sessionmaker[AsyncSession], lengths: tuple[int, ...]
+) -> list[dict[str, Any]]:
+    return [await token_table(client, db_sessions, n) for n in lengths]

@@ -12,8 +12,14 @@ from parley.ids import workflow_id_for_turn
 
 
 async def turn_shape(client: Client, turn_id: str) -> dict[str, Any]:
-    handle = client.get_workflow_handle(workflow_id_for_turn(turn_id))
-    await handle.result()  # its last steps (the summary's start) come after `done`
+    return await workflow_shape(client, workflow_id_for_turn(turn_id))
+
+
+async def workflow_shape(client: Client, workflow_id: str) -> dict[str, Any]:
+    """Counted once the workflow has closed: a turn's last steps (the summary's start) come
+    after `done`."""
+    handle = client.get_workflow_handle(workflow_id)
+    await handle.result()
     history = await handle.fetch_history()
     counts = {"activities": 0, "local_activities": 0, "workflow_tasks": 0, "upserts": 0}
     for event in history.events:

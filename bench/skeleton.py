@@ -5,7 +5,12 @@ that shape per second the same Temporal dev server and a worker like Parley's ca
 machine when the activities do nothing at all, once as regular activities (each a trip
 through the task queue) and once as local activities (run inside the workflow task's
 worker, recorded as markers). Parley's turns/s is read against the regular row with the
-same number of activities.
+same number of activities, and against the one-activity row (issue 25's yardstick).
+
+The new shape of a plain turn (issue 25: start, one workflow task, done) has its own floor:
+a workflow whose one local step stores one `delta` through the very path a model call's
+stream stores each frame (psycopg's own connection in autocommit, `append_on_driver`), on a
+turn row made for the bench, so the row counts the database's share of a turn's one step too.
 
 The worker runs as its own process (so its CPU is counted apart from the bench client):
 
@@ -17,13 +22,32 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
-from datetime import timedelta
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity, workflow
 from temporalio.client import Client
 from temporalio.worker import Worker
 
 from bench.runner import Phase, Turn
+from parley.config import Settings
+from parley.contracts import EventType, TurnState
+from parley.wire import DeltaData
+from store.db import (
+    autocommit,
+    create_engine,
+    create_socket_checked_engine,
+    driver_connection,
+    session_factory,
+)
+from store.events import append_on_driver
+from store.models import ChatSession
+from store.models import Turn as TurnRow
+from worker import worker_pool
 
 ACTIVITIES = 9  # a Parley tool turn's regular activities (issue 12)
 STEP_TIMEOUT = timedelta(seconds=30)
@@ -51,6 +75,84 @@ class SkeletonWorkflow:
                     skeleton_step, step, start_to_close_timeout=STEP_TIMEOUT
                 )
         return total
+
+
+class EventStep:
+    """The new shape's one step, built with the worker's sessions like Parley's activities."""
+
+    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+        self._sessions = sessions
+
+    @activity.defn(name="skeleton_store_event")
+    async def store_event(self, turn_id: str) -> int:
+        """One `delta` stored as `call_model` stores each streamed frame."""
+        async with self._sessions() as db:
+            connection = await driver_connection(await autocommit(db))
+            return await append_on_driver(
+                connection,
+                turn_id=turn_id,
+                type=EventType.delta,
+                data=DeltaData(message_id="msg_skeleton", text="skeleton "),
+            )
+
+
+@workflow.defn(name="SkeletonNewShape", sandboxed=False)
+class SkeletonNewShape:
+    """Start, one workflow task in which one local step stores one event, done."""
+
+    @workflow.run
+    async def run(self, turn_id: str) -> int:
+        return await workflow.execute_local_activity_method(
+            EventStep.store_event, turn_id, start_to_close_timeout=STEP_TIMEOUT
+        )
+
+
+async def skeleton_turns(database_url: str, count: int) -> list[str]:
+    """`count` turn rows for the new shape's steps to store events on, one per caller (two
+    callers on one row would queue on its lock, which no two real turns share). Made ended,
+    with their workflow marked started, so no sweep of the worker's ever takes them up."""
+    engine = create_engine(database_url, pool_size=1)
+    key = uuid.uuid4().hex[:12]
+    session_id = f"ses_skel{key}"
+    turn_ids = [f"trn_skel{key}{c:03d}" for c in range(count)]
+    try:
+        async with session_factory(engine)() as db:
+            db.add(ChatSession(id=session_id, tenant_id="northwind", user_id="cust_2291"))
+            await db.flush()
+            now = datetime.now(UTC)
+            for seq, turn_id in enumerate(turn_ids, start=1):
+                db.add(
+                    TurnRow(
+                        id=turn_id,
+                        session_id=session_id,
+                        tenant_id="northwind",
+                        user_id="cust_2291",
+                        user_message_id=f"msg_skel{key}{seq:03d}",
+                        user_seq=seq,
+                        state=TurnState.completed.value,
+                        workflow_started_at=now,
+                    )
+                )
+            await db.commit()
+    finally:
+        await engine.dispose()
+    return turn_ids
+
+
+@dataclass(frozen=True)
+class Skeleton:
+    """One skeleton row: the workflow it runs and that workflow's argument for each caller."""
+
+    workflow: str
+    arg: Callable[[int], Any]
+
+
+def no_op_steps(steps: int, *, local: bool) -> Skeleton:
+    return Skeleton("SkeletonWorkflow", lambda caller: [steps, int(local)])
+
+
+def new_shape(turn_ids: Sequence[str]) -> Skeleton:
+    return Skeleton("SkeletonNewShape", lambda caller: turn_ids[caller])
 
 
 @activity.defn(name="skeleton_clock")
@@ -81,12 +183,12 @@ async def first_step_ms(client: Client, task_queue: str, key: str) -> float:
 
 
 async def floor(
-    address: str, task_queue: str, *, clients: int, per_client: int, steps: int, local: bool
+    address: str, task_queue: str, skeleton: Skeleton, *, clients: int, per_client: int
 ) -> Phase:
     """`clients` callers, each running `per_client` skeleton workflows back to back."""
     client = await Client.connect(address)
     phase = Phase()
-    run_id = f"{int(time.time() * 1000)}-{int(local)}"
+    run_id = uuid.uuid4().hex[:8]
 
     async def caller(c: int) -> None:
         for i in range(per_client):
@@ -94,8 +196,8 @@ async def floor(
             turn = Turn(ok=False)
             try:
                 await client.execute_workflow(
-                    SkeletonWorkflow.run,
-                    [steps, int(local)],
+                    skeleton.workflow,
+                    skeleton.arg(c),
                     id=f"skeleton-{run_id}-{c}-{i}",
                     task_queue=task_queue,
                     execution_timeout=timedelta(seconds=60),
@@ -113,14 +215,26 @@ async def floor(
 
 
 async def serve(address: str, task_queue: str) -> None:
+    """The skeleton worker, with a database engine like the Parley worker's (its settings come
+    from the same environment) for the new shape's step."""
+    settings = Settings()
+    if settings.database_url is None:
+        raise SystemExit("DATABASE_URL is not set")
+    pool = worker_pool(settings)
+    engine = create_socket_checked_engine(
+        settings.database_url, pool_size=pool["pool_size"], max_overflow=pool["max_overflow"]
+    )
     client = await Client.connect(address)
     worker = Worker(
         client,
         task_queue=task_queue,
-        workflows=[SkeletonWorkflow, SkeletonFirstStep],
-        activities=[skeleton_step, skeleton_clock],
+        workflows=[SkeletonWorkflow, SkeletonFirstStep, SkeletonNewShape],
+        activities=[skeleton_step, skeleton_clock, EventStep(session_factory(engine)).store_event],
     )
-    await worker.run()
+    try:
+        await worker.run()
+    finally:
+        await engine.dispose()
 
 
 def main() -> None:

@@ -1,0 +1,142 @@
+"""Issue 25's acceptance figures, gathered from one run's results into one block a closing
+note can paste: each figure, its ratio against the baseline of the same run, and the target.
+
+Only figures are read here, nothing is measured; a figure whose section failed or was skipped
+says so instead of taking the block down. "met" and "not met" read one run's figures, on
+whatever load the machine had: they are not a verdict.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from bench.sections import failed, failures
+from bench.throughput import NEW_SHAPE, ONE_ACTIVITY, PARLEY_ROLES, fmt
+
+TABLE = "20"  # acceptance 2 and 3 read the table with 20 concurrent sessions
+STOP_TRIES = 20
+
+
+def _verdict(ok: bool) -> str:
+    return "met" if ok else "NOT met"
+
+
+def _at_most(value: float, target: float) -> str:
+    return "n/a" if math.isnan(value) else _verdict(value <= target)
+
+
+def _at_least(value: float, target: float) -> str:
+    return "n/a" if math.isnan(value) else _verdict(value >= target)
+
+
+def _table(results: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The (b) table acceptance 2 and 3 read: 20 sessions, else the first one measured."""
+    tables = results["concurrent"]
+    clients = TABLE if TABLE in tables else next(iter(tables))
+    return clients, tables[clients]
+
+
+def first_delta(results: dict[str, Any]) -> list[str]:
+    a = results["sequential"]
+    parley, base = a["parley"]["first_delta"], a["baseline"]["first_delta"]
+    ratios = a["ratio_parley_over_baseline"]
+    lines = [
+        f"1 first delta p50 {fmt(parley['p50_ms'])} ms / baseline {fmt(base['p50_ms'])} ms = "
+        f"{fmt(ratios['first_delta_p50'], 2)}x (target <= 6x): "
+        f"{_at_most(ratios['first_delta_p50'], 6)}",
+        f"  first delta p95 {fmt(parley['p95_ms'])} ms / baseline {fmt(base['p95_ms'])} ms = "
+        f"{fmt(ratios['first_delta_p95'], 2)}x (target <= 7x): "
+        f"{_at_most(ratios['first_delta_p95'], 7)}",
+    ]
+    stages = results.get("timeline", {}).get("stages_p50_ms")
+    if stages:
+        where = ", ".join(f"{stage.removeprefix('-> ')} {ms:.1f}" for stage, ms in stages.items())
+        lines.append(f"  where it goes, p50 ms per stage (h): {where}")
+    return lines
+
+
+def throughput(results: dict[str, Any]) -> list[str]:
+    clients, table = _table(results)
+    rows, ratios = table["rows"], table["ratios"]
+    plain, tool = ratios["plain"], ratios["tool"]
+    lost = sum(r["events_lost"] for name, r in rows.items() if name.startswith("parley"))
+    return [
+        f"2 plain turns/s ({clients} sessions) {fmt(rows['parley plain']['turns_per_s'], 2)} = "
+        f"{fmt(plain['turns_per_s_over_one_activity_skeleton'] * 100, 0)}% of the one-activity "
+        f"skeleton's {fmt(rows[ONE_ACTIVITY]['turns_per_s'], 2)} (target >= 30%): "
+        f"{_at_least(plain['turns_per_s_over_one_activity_skeleton'], 0.3)}; "
+        f"{fmt(plain['turns_per_s_over_new_shape_skeleton'] * 100, 0)}% of the new-shape "
+        f"skeleton's {fmt(rows[NEW_SHAPE]['turns_per_s'], 2)}",
+        f"  tool turns/s {fmt(rows['parley tool']['turns_per_s'], 2)} = "
+        f"{fmt(tool['turns_per_s_over_one_activity_skeleton'] * 100, 0)}% of the one-activity "
+        f"skeleton's (target >= 20%): "
+        f"{_at_least(tool['turns_per_s_over_one_activity_skeleton'], 0.2)}",
+        f"  lost events in the Parley rows of that table: {lost} (target 0): {_verdict(lost == 0)}",
+    ]
+
+
+def cpu(results: dict[str, Any]) -> list[str]:
+    clients, table = _table(results)
+    plain, skeleton = table["rows"]["parley plain"], table["rows"][ONE_ACTIVITY]
+    by_process = ", ".join(
+        f"{role} {plain['cpu_ms_per_turn'].get(role, 0.0):.0f}" for role in PARLEY_ROLES
+    )
+    over = table["ratios"]["plain"]["cpu_over_one_activity_skeleton"]
+    return [
+        f"3 CPU per plain turn ({clients} sessions) {fmt(plain['cpu_ms_per_turn_total'], 0)} ms "
+        f"({by_process}) = {fmt(over, 2)}x the one-activity skeleton's "
+        f"{fmt(skeleton['cpu_ms_per_turn_total'], 0)} ms (target <= 3.5x): {_at_most(over, 3.5)}"
+    ]
+
+
+def open_loop(results: dict[str, Any]) -> list[str]:
+    o = results["open_loop"]
+    p95 = o["turns"]["first_delta"]["p95_ms"]
+    over = o["first_delta_p95_over_unloaded_p50"]
+    return [
+        f"4 open loop at {o['rate_per_s']:.2f} turns/s for {o['duration_s']:g} s: first delta "
+        f"p95 {fmt(p95)} ms = {fmt(over, 2)}x the unloaded p50 "
+        f"{fmt(o['unloaded_first_delta_p50_ms'])} ms (target <= 2x): {_at_most(over, 2)}"
+    ]
+
+
+def stop(results: dict[str, Any]) -> list[str]:
+    s = results["stop"]
+    p95 = s["cancel_to_cancelled_ms"]["p95_ms"]
+    enough = s["cancelled"] >= STOP_TRIES
+    return [
+        f"5 Stop mid-answer: cancel POST -> `cancelled` p95 {fmt(p95)} ms, max "
+        f"{fmt(s['cancel_to_cancelled_ms']['max_ms'])} ms over {s['cancelled']} stopped tries "
+        f"(target <= 300 ms over {STOP_TRIES}): "
+        + (_at_most(p95, 300) if enough else f"too few tries ({s['cancelled']})")
+    ]
+
+
+CHECKS: dict[str, tuple[tuple[str, ...], Callable[[dict[str, Any]], list[str]]]] = {
+    "1": (("sequential",), first_delta),
+    "2": (("concurrent",), throughput),
+    "3": (("concurrent",), cpu),
+    "4": (("open_loop",), open_loop),
+    "5": (("stop",), stop),
+}
+
+
+def render_acceptance(results: dict[str, Any]) -> str:
+    broken = failures(results)
+    lines = [
+        "",
+        "Acceptance (issue 25): this run's figures, ratios against this run's baseline",
+        f"0 sections that failed: {', '.join(broken) if broken else 'none'}",
+    ]
+    for number, (needs, check) in CHECKS.items():
+        missing = [name for name in needs if name not in results or failed(results[name])]
+        if missing:
+            lines.append(f"{number} not measured: {', '.join(missing)} failed or skipped")
+            continue
+        try:
+            lines.extend(check(results))
+        except (KeyError, StopIteration) as exc:
+            lines.append(f"{number} not measured: figure {exc} missing")
+    return "\n".join(lines)
