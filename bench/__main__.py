@@ -6,11 +6,12 @@ floor (bench/throughput.py, bench/skeleton.py);
 (c)-(e) conversational memory: tokens against resending the history, time to `done` with and
 without summaries, LoCoMo evidence recall (bench/memory.py);
 (f) knowledge retrieval: top-3 hit rate, full-text and hybrid (bench/knowledge.py);
-(g) answer paths, (h) the first delta stage by stage; (i) regular expressions over long
-hostile input (bench/regexes.py); (j) the workflow code's own CPU per turn, replayed
-(bench/replay_cost.py); (k) Stop mid-answer (bench/stop.py); (l) open-loop load at half the
-plain-turn capacity of (b) (bench/open_loop.py); then issue 25's acceptance figures in one
-block (bench/acceptance.py).
+(g) answer paths, (h) the first delta stage by stage; (k) Stop mid-answer (bench/stop.py);
+(l) open-loop load at half the plain-turn capacity of (b) (bench/open_loop.py); then, with
+the stack down, (i) regular expressions over long hostile input (bench/regexes.py), (j) the
+workflow code's own CPU per turn, replayed (bench/replay_cost.py), (m) eager workflow start
+on a dev server of its own (bench/eager_start.py); last, issue 25's acceptance figures in
+one block (bench/acceptance.py).
 
 The baseline is the same demo model streamed as SSE by a bare FastAPI endpoint (no Temporal,
 no database; see bench/baseline.py). Both use the same demo token delay and the same client
@@ -38,6 +39,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from bench.acceptance import render_acceptance
+from bench.eager_start import measure_eager_start, render_eager_start
 from bench.knowledge import measure_knowledge, render_knowledge
 from bench.latency import measure_sequential, render_sequential, warm_up
 from bench.memory import measure_memory, render_memory
@@ -72,6 +74,7 @@ QUICK = {
     "reading_pause_s": 0.2,
     "stop_tries": 5,
     "open_loop_s": 5.0,
+    "eager_runs": 10,
 }
 
 
@@ -128,6 +131,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--stop-tries", type=int, default=20, help="(k) Stops mid-answer")
     parser.add_argument(
         "--open-loop-s", type=float, default=60.0, help="(l) seconds of open-loop arrivals"
+    )
+    parser.add_argument(
+        "--eager-runs", type=int, default=60, help="(m) workflows per eager-start mode"
     )
     parser.add_argument(
         "--output", type=Path, default=REPO / ".data" / "bench" / "latest.json", help="JSON file"
@@ -222,11 +228,12 @@ def memory_sections(args: argparse.Namespace, stack: Stack) -> list[Section]:
     ]
 
 
-def offline_sections() -> list[Section]:
+def offline_sections(args: argparse.Namespace) -> list[Section]:
     """The sections that need no stack: they run after it is down."""
     return [
         Section("regexes", _regexes, render_regexes),
         Section("replay_cost", _replay_cost, render_replay_cost),
+        Section("eager_start", lambda: _eager_start(args), render_eager_start),
     ]
 
 
@@ -302,6 +309,11 @@ async def _replay_cost() -> dict[str, Any]:
     return await measure_replay_cost()
 
 
+async def _eager_start(args: argparse.Namespace) -> dict[str, Any]:
+    log(f"(m) eager workflow start: {args.eager_runs} workflows per mode, own dev server")
+    return await measure_eager_start(runs=args.eager_runs)
+
+
 def run_settings(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "demo_token_delay_ms": args.token_delay_ms,
@@ -355,7 +367,7 @@ async def main_async(args: argparse.Namespace) -> None:
     try:
         await run_live(args, settings, results, shown)
         if not (args.memory_only or args.locomo_only):
-            offline = offline_sections()
+            offline = offline_sections(args)
             shown.extend(offline)
             await run_sections(offline, results)
     finally:

@@ -1,20 +1,20 @@
-"""(k) Eager workflow start: does a process that is both the API and a worker get a turn to its
+"""(m) Eager workflow start: does a process that is both the API and a worker get a turn to its
 first step sooner?
 
 With `request_eager_start=True` (and `system.enableEagerWorkflowStart` on the server) the
 start call's response carries the workflow's first task, and a worker running on the same
 `Client` object and task queue takes it at once, with no trip through matching. Parley's API
-runs no worker, so its turns never start eagerly; this measures what running one there would
-buy, before anyone pays for it (a process that is both API and worker shares its CPU and
-its lifetime between the two: a deploy of either restarts both).
+runs no worker unless `PARLEY_API_WORKER` is set; this measures what running one there buys
+(a process that is both API and worker shares its CPU and its lifetime between the two: a
+deploy of either restarts both).
 
 One process starts a Temporal dev server (eager activity dispatch and eager workflow start
 on), runs two workers on one client (a pinned version of a Worker Deployment, as Parley's
 workers are by default, and an unversioned one, each on its own queue) and starts small
 workflows on the same client, with and without `request_eager_start`, in alternating blocks:
 
-- `activity`: the first step is a regular activity that reads the clock (Parley's first
-  step today is a local activity, its model call a regular one);
+- `activity`: the first step is a regular activity that reads the clock (a turn's first
+  step before generation 12);
 - `local`: the first step is a local activity that reads the clock.
 
 The figure is the time from just before `start_workflow` to the first step's clock reading
@@ -191,7 +191,7 @@ async def _measure(client: Client, queues: dict[str, str], runs: int) -> dict[st
 
 def render_eager_start(result: dict[str, Any]) -> str:
     lines = [
-        f"(k) Eager workflow start, API and worker in one process on one client: ms from "
+        f"(m) Eager workflow start, API and worker in one process on one client: ms from "
         f"start_workflow to the first step, {result['runs']} workflows per mode",
         f"  {'worker/first step/start':34} {'p50':>8} {'p95':>8} {'eager':>7} {'CPU ms/wf':>10}",
     ]
