@@ -77,17 +77,19 @@ class EndingActivities:
         check = ScreenInput(turn_id, model_call_id)
         followups = asyncio.ensure_future(self._screens.suggest_followups(check))
         try:
-            verdict = await self._screens.screen_output(check)
-        except Exception:
-            log.warning(
-                "output screen failed in turn %s; the answer stands", turn_id, exc_info=True
-            )
-            verdict = ScreenResult(True, "screen_error")
-        if verdict.allowed:
-            await asyncio.wait([followups], timeout=FOLLOWUPS_GRACE_S)
-        if not followups.done():
+            try:
+                verdict = await self._screens.screen_output(check)
+            except Exception:
+                log.warning(
+                    "output screen failed in turn %s; the answer stands", turn_id, exc_info=True
+                )
+                verdict = ScreenResult(True, "screen_error")
+            if verdict.allowed:
+                await asyncio.wait([followups], timeout=FOLLOWUPS_GRACE_S)
+        finally:
+            # Past the grace, withdrawn, or this step cancelled: the suggestions are dropped.
             followups.cancel()
-        await asyncio.wait([followups])  # its end, without taking its error for ours
+            await asyncio.wait([followups])  # its end, without taking its error for ours
         if followups.cancelled() or followups.exception() is not None:
             log.info("no follow-ups offered in turn %s", turn_id)
         return verdict.allowed

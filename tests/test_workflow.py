@@ -430,6 +430,23 @@ async def test_an_output_screen_that_keeps_failing_lets_the_answer_stand(
     assert (final.override_text, final.retract) == (None, False)
 
 
+async def test_follow_ups_that_fail_or_take_too_long_never_hold_the_answer_back(
+    env: WorkflowEnvironment, stubs: Stubs
+) -> None:
+    stubs.hold = {"suggest_followups"}  # never released: dropped after their grace
+    async with turn(env, stubs) as handle:
+        assert await handle.result() == TurnOutcome("completed", "msg_mc_0")
+    assert "suggest_followups" not in stubs.finished  # cancelled, not waited for
+    [final] = stubs.inputs("finalize_turn")
+    assert (final.override_text, final.retract) == (None, False)
+
+    failing = Stubs()
+    failing.errors["suggest_followups"] = ApplicationError("suggestions unavailable")
+    async with turn(env, failing) as handle:
+        assert await handle.result() == TurnOutcome("completed", "msg_mc_0")
+    assert [s.turn_id for s in failing.summaries] == [handle.id.removeprefix("turn-")]
+
+
 # --- cancel at each step ---------------------------------------------------------------------
 
 
