@@ -88,12 +88,13 @@ class EventStep:
         """One `delta` stored as `call_model` stores each streamed frame."""
         async with self._sessions() as db:
             connection = await driver_connection(await autocommit(db))
-            return await append_on_driver(
+            appended = await append_on_driver(
                 connection,
                 turn_id=turn_id,
                 type=EventType.delta,
                 data=DeltaData(message_id="msg_skeleton", text="skeleton "),
             )
+            return appended.event_id
 
 
 @workflow.defn(name="SkeletonNewShape", sandboxed=False)
