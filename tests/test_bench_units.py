@@ -10,7 +10,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from temporalio import activity
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 from temporalio.worker import Worker
 
@@ -19,7 +19,8 @@ from bench.memory import render_memory
 from bench.open_loop import arrival_times, plain_capacity
 from bench.sections import Section, needed, render_sections, run_sections, write_document
 from bench.shape import workflow_shape
-from bench.skeleton import SkeletonNewShape
+from bench.skeleton import EventStep, SkeletonNewShape, skeleton_turns
+from parley.config import Settings
 
 
 async def _figures() -> dict[str, Any]:
@@ -165,22 +166,24 @@ def test_the_acceptance_block_reads_each_figure_against_its_target() -> None:
 
 
 async def test_the_new_shape_skeleton_is_one_workflow_task_and_one_local_step(
-    temporal_client: Client,
+    temporal_client: Client, settings: Settings, sessions: async_sessionmaker[AsyncSession]
 ) -> None:
     """The row is read as the floor of issue 25's plain turn: start, one workflow task, one
-    local step, done. The step's database write is stubbed under its real name."""
-
-    @activity.defn(name="skeleton_store_event")
-    async def store_event(turn_id: str) -> int:
-        return 1
-
+    local step that stores one event (the statement a streamed frame uses), done."""
+    assert settings.database_url is not None
+    [turn_id] = await skeleton_turns(settings.database_url, 1)
     queue = f"skeleton-shape-{uuid.uuid4().hex[:8]}"
+    step = EventStep(sessions)
     async with Worker(
-        temporal_client, task_queue=queue, workflows=[SkeletonNewShape], activities=[store_event]
+        temporal_client,
+        task_queue=queue,
+        workflows=[SkeletonNewShape],
+        activities=[step.store_event],
     ):
         workflow_id = f"skeleton-shape-{uuid.uuid4().hex[:8]}"
-        await temporal_client.execute_workflow(
-            "SkeletonNewShape", "trn_x", id=workflow_id, task_queue=queue
+        stored = await temporal_client.execute_workflow(
+            "SkeletonNewShape", turn_id, id=workflow_id, task_queue=queue, result_type=int
         )
+    assert stored == 1  # the turn's first event
     shape = await workflow_shape(temporal_client, workflow_id)
     assert shape == {"activities": 0, "local_activities": 1, "workflow_tasks": 1, "upserts": 0}
