@@ -16,11 +16,12 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.exceptions import ApplicationError
 
-from activities import consented_memory
+from activities import consented_memory, tracing
 from activities.attachments import attached_file_blocks
 from activities.context_rows import packed_before, session_memory, turn_with_rows, window_messages
 from activities.knowledge import KnowledgeSource
 from activities.mcp import McpTools
+from activities.metrics import RECALLS
 from activities.northwind import BackendError, NorthwindClient
 from activities.recall import RecallQuery, recall_hits
 from activities.result_sets import resolve_result_sets
@@ -238,16 +239,30 @@ class ContextBuilder:
             current[0].text if current else "",
             slot_values=[str(v) for v, _ in memory.slots.values() if isinstance(v, str | int)],
         )
-        query = RecallQuery(terms, current[0].text if current else "", self._embedder)
-        window, recalled, hits = await _window_and_recall(
-            db, turn, history, memory, budgets, counter, left=left, query=query
-        )
-        knowledge, known = await self._passages(db, turn, current, memory, budgets, counter)
+        whole = plan_window(history, memory, recent=left)
+        query = None
+        if not _holds_everything(whole, turn):
+            # The question's embedding (a thread) runs while the database answers the reads
+            # below; recall awaits it last.
+            question = current[0].text if current else ""
+            query = await RecallQuery(terms, question, self._embedder).start(db)
+        try:
+            knowledge, known = await self._passages(db, turn, current, memory, budgets, counter)
+            # A turn's actions are proposed by its tools, which run after step 0's model call.
+            state = await state_block(db, turn, current_slots, has_actions=step > 0)
+            files = await attached_file_blocks(db, turn, counter, self._settings, terms)
+            window, recalled, hits = await _window_and_recall(
+                db, turn, history, memory, budgets, counter, left=left, whole=whole, query=query
+            )
+        finally:
+            if query is not None:
+                query.cancel()  # when a read above failed, nobody reads the embedding
+        method = "skipped" if query is None else query.method
+        RECALLS.labels(method).inc()
+        tracing.annotate(recall=method)
         system_prompt = self._settings.system_prompt + (
             f"\n\n{tenant.persona}" if tenant.persona else ""
         )
-        # A turn's actions are proposed by its tools, which run after step 0's model call.
-        state = await state_block(db, turn, current_slots, has_actions=step > 0)
         blocks = [
             instructions_block(counter, system_prompt=system_prompt, tools=tools),
             *remembered,
@@ -256,13 +271,15 @@ class ContextBuilder:
             *knowledge,
             *path_block(counter, path),
             *current_blocks(counter, current, state, budgets, terms=terms),
-            *await attached_file_blocks(db, turn, counter, self._settings, terms),  # uploads
+            *files,  # uploads
         ]
         packed = _pack(blocks, budgets, counter)
         plan = {
             "window_from_seq": window.from_seq,
             "window_widened": window.widened,
             "summary_through_seq": through,
+            # "skipped" (the window holds the whole conversation), "fts" or "hybrid".
+            "recall": method,
             "recalled_seqs": sorted(h.seq for h in hits),
             user_memory.HINTED_KEYS: hints.shown(packed),
             "knowledge": known,
@@ -414,6 +431,14 @@ async def _ask(db: AsyncSession, turn: Turn, clarification: Clarification) -> Mo
     return call
 
 
+def _holds_everything(window: Window, turn: Turn) -> bool:
+    """Whether the window holds the session from its first message (seqs are dense from 1):
+    recall, which searches the messages before the window, could only find lines the prompt
+    shows whole. A session whose first message the window does not show (retracted, or
+    empty) is searched as before."""
+    return (window.from_seq or turn.user_seq) <= 1
+
+
 async def _window_and_recall(
     db: AsyncSession,
     turn: Turn,
@@ -423,12 +448,18 @@ async def _window_and_recall(
     counter: TokenCounter,
     *,
     left: int,
-    query: RecallQuery,
+    whole: Window,
+    query: RecallQuery | None,
 ) -> tuple[Window, list[Block], list[RecallHit]]:
-    """The recent window and the recalled lines, sharing what the memory blocks left.
+    """The recent window and the recalled lines, sharing what the memory blocks left: the
+    `whole` window (all of `left`) with no recall when there is no `query` (it holds the
+    whole conversation).
 
-    First with the recall budget held back; then the recent turns take what the recalled lines
-    left over (never fewer turns, so recall only loses lines the window now shows)."""
+    Otherwise first with the recall budget held back; then the recent turns take what the
+    recalled lines left over (never fewer turns, so recall only loses lines the window now
+    shows)."""
+    if query is None:
+        return whole, [], []
     first = plan_window(history, memory, recent=left - budgets.recall)
     hits = await recall_hits(
         db,
