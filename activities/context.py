@@ -10,6 +10,7 @@ and what was left out, is stored as a `ModelCall`; only its id travels through h
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from sqlalchemy import select
@@ -19,7 +20,7 @@ from temporalio.exceptions import ApplicationError
 from activities import consented_memory, tracing
 from activities.attachments import attached_file_blocks
 from activities.context_rows import packed_before, session_memory, turn_with_rows, window_messages
-from activities.knowledge import KnowledgeSource
+from activities.knowledge import KnowledgeSource, Searched, authorize
 from activities.mcp import McpTools
 from activities.metrics import RECALLS
 from activities.northwind import BackendError, NorthwindClient
@@ -31,7 +32,13 @@ from activities.tool_offer import offered_tools
 from gateway.minilm import Embedder
 from parley.config import Settings
 from parley.context import Block, Packed, WindowMessage, input_budget, pack
-from parley.contracts import BuildContextInput, BuildContextResult, EventType, TurnState
+from parley.contracts import (
+    BuildContextInput,
+    BuildContextResult,
+    EventType,
+    MessageStatus,
+    TurnState,
+)
 from parley.errors import ContextTooLarge
 from parley.ids import message_id_for_call, new_id, prompt_cache_key
 from parley.memory import extract_facts, recall_terms
@@ -138,15 +145,29 @@ class ContextBuilder:
         model = tenant.model or self._settings.model
         counter = counter_for(model)
         budgets = self._budgets(tenant)
-        tools, withheld = await self._tools(db, turn, tenant, reanswer=reanswer_of is not None)
-        path = choose_path(tools, reanswer=reanswer_of is not None)  # parley/paths.py
-        if step == 0:
-            await _pin_stated_facts(db, turn)
         if current_slots is None:
             current_slots = await slots.get_slots(db, session_id=turn.session_id)
-        packed, plan = await self._assemble(
-            db, turn, tenant, budgets, counter, tools, path, step=step, current_slots=current_slots
-        )
+        # Knowledge is searched on a connection of its own while this one reads the rest.
+        searching = await self._search_knowledge(db, turn, budgets, counter, current_slots)
+        try:
+            tools, withheld = await self._tools(db, turn, tenant, reanswer=reanswer_of is not None)
+            path = choose_path(tools, reanswer=reanswer_of is not None)  # parley/paths.py
+            if step == 0:
+                await _pin_stated_facts(db, turn)
+            packed, plan = await self._assemble(
+                db,
+                turn,
+                tenant,
+                budgets,
+                counter,
+                tools,
+                path,
+                step=step,
+                current_slots=current_slots,
+                searching=searching,
+            )
+        finally:
+            await _settle(searching)
         # Knowledge: what the prompt showed, by reference (finalize reads it for citations).
         knowledge = plan.pop("knowledge", None)
         if knowledge and not any(b.kind == "knowledge" for b in packed.kept):
@@ -226,6 +247,7 @@ class ContextBuilder:
         *,
         step: int,
         current_slots: dict[str, Slot],
+        searching: asyncio.Task[Searched] | None,
     ) -> tuple[Packed, dict[str, Any]]:
         """Load memory and messages, choose the window, recall, shape the blocks, pack."""
         memory = await session_memory(db, turn, current_slots)
@@ -247,7 +269,7 @@ class ContextBuilder:
             question = current[0].text if current else ""
             query = await RecallQuery(terms, question, self._embedder).start(db)
         try:
-            knowledge, known = await self._passages(db, turn, current, memory, budgets, counter)
+            knowledge, known = await self._passages(db, turn, searching, budgets, counter)
             # A turn's actions are proposed by its tools, which run after step 0's model call.
             state = await state_block(db, turn, current_slots, has_actions=step > 0)
             files = await attached_file_blocks(db, turn, counter, self._settings, terms)
@@ -286,28 +308,47 @@ class ContextBuilder:
         }
         return packed, plan
 
+    async def _search_knowledge(
+        self,
+        db: AsyncSession,
+        turn: Turn,
+        budgets: Budgets,
+        counter: TokenCounter,
+        current_slots: dict[str, Slot],
+    ) -> asyncio.Task[Searched] | None:
+        """The tenant's knowledge search for this message, started (activities/knowledge.py);
+        none without a message, nor for a paste too large to read whole: its question is
+        about the pasted text."""
+        if self._knowledge is None:
+            return None
+        message = await db.get(Message, turn.user_message_id)
+        if message is None or message.status == MessageStatus.retracted or not message.text:
+            return None
+        if _tokens(message, counter) > (budgets.window - budgets.reserve) // 2:
+            return None
+        await authorize(db, turn)
+        search = self._knowledge.search(
+            self._sessions,
+            turn,
+            message=message.text,
+            slots={k: v.value for k, v in current_slots.items() if k != PENDING_CLARIFICATION},
+        )
+        return asyncio.create_task(search)
+
     async def _passages(
         self,
         db: AsyncSession,
         turn: Turn,
-        current: list[WindowMessage],
-        memory: Memory,
+        searching: asyncio.Task[Searched] | None,
         budgets: Budgets,
         counter: TokenCounter,
     ) -> tuple[list[Block], dict[str, Any] | None]:
-        """The tenant's knowledge passages for this message (activities/knowledge.py); not
-        for a paste too large to read whole: its question is about the pasted text."""
-        if self._knowledge is None or not current:
+        """The knowledge block from the search started at the build's beginning."""
+        if self._knowledge is None or searching is None:
             return [], None
-        if current[0].tokens > (budgets.window - budgets.reserve) // 2:
-            return [], None
+        found = await searching
         return await self._knowledge.blocks(
-            db,
-            turn,
-            message=current[0].text,
-            slots={k: v for k, (v, _) in memory.slots.items()},
-            counter=counter,
-            budget=budgets.knowledge,
+            db, turn, found, counter=counter, budget=budgets.knowledge
         )
 
     async def _resolve_references(
@@ -429,6 +470,26 @@ async def _ask(db: AsyncSession, turn: Turn, clarification: Clarification) -> Mo
         ],
     )
     return call
+
+
+def _tokens(message: Message, counter: TokenCounter) -> int:
+    """A stored message's tokens as the window counts them (store/memory.py)."""
+    if message.token_count is not None and message.token_counter == counter.name:
+        return message.token_count
+    return count_message(counter, {"role": message.role, "content": message.text})
+
+
+async def _settle(task: asyncio.Task[Any] | None) -> None:
+    """A task the build started beside its own reads, once the build is done with it: when
+    the build failed first, stopped and waited for, so its connection is back in the pool
+    and its failure (if any) is not reported as never retrieved."""
+    if task is None:
+        return
+    if not task.done():
+        task.cancel()
+        await asyncio.wait([task])
+    if not task.cancelled():
+        task.exception()
 
 
 def _holds_everything(window: Window, turn: Turn) -> bool:
