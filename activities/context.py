@@ -356,7 +356,9 @@ class ContextBuilder:
     ) -> BuildContextResult | dict[str, Slot]:
         """Run the reference resolver; if it must ask, answer with the question (no model).
         Otherwise return the session's slots as the resolver left them (the packing reads
-        them from here, not from the store again)."""
+        them from here, not from the store again); their writes and the resolution commit
+        with the packed request, so a build retried after a crash resolves from the same
+        slots as the attempt that died (and costs no commit of its own)."""
         # Result sets first ("those", "just the ones over $500"); orders when they pass.
         current = await slots.get_slots(db, session_id=turn.session_id)  # read once, below
         sets = await resolve_result_sets(db, turn, self._northwind, current)
@@ -385,7 +387,6 @@ class ContextBuilder:
             **({"result_set": sets.as_state()} if sets.as_state() else {}),
         }
         if clarification is None:
-            await db.commit()
             return slots.after_writes(current, writes=writes, clears=clears)
         call = await _ask(db, turn, clarification)
         await db.commit()
