@@ -19,7 +19,13 @@ from temporalio.exceptions import ApplicationError
 
 from activities import consented_memory, tracing
 from activities.attachments import attached_file_blocks
-from activities.context_rows import packed_before, session_memory, turn_with_rows, window_messages
+from activities.context_rows import (
+    SessionFacts,
+    packed_before,
+    session_memory,
+    turn_with_rows,
+    window_messages,
+)
 from activities.knowledge import KnowledgeSource, Searched, authorize
 from activities.mcp import McpTools
 from activities.metrics import RECALLS
@@ -109,7 +115,13 @@ class ContextBuilder:
         async with self._sessions() as db:
             # The turn (locked when the build enters its state) and the rows every phase
             # reads, held for the whole build (activities/context_rows.py), in one statement.
-            turn, held = await turn_with_rows(db, inp.turn_id, inp.step, lock=inp.step == 0)
+            turn, held, facts = await turn_with_rows(
+                db,
+                inp.turn_id,
+                inp.step,
+                lock=inp.step == 0,
+                recent_turns=self._settings.context_tool_result_age_turns,
+            )
             if inp.step == 0:
                 await turns.advance_locked(db, turn, to=TurnState.building_context)
                 await db.commit()  # the stream shows the step before it runs
@@ -118,14 +130,19 @@ class ContextBuilder:
             if existing is not None:
                 return BuildContextResult(existing.id, existing.provider == "resolver")
             await consented_memory.remember_validated(db, turn, self._settings, step=inp.step)
-            current_slots = None  # read by the packing, unless the resolver has them
+            current_slots = facts.slots  # as the resolver leaves them, at step 0
             if inp.step == 0:
-                resolved = await self._resolve_references(db, turn)
+                resolved = await self._resolve_references(db, turn, facts.slots)
                 if isinstance(resolved, BuildContextResult):
                     return resolved
                 current_slots = resolved
             call = await self._pack_request(
-                db, turn, inp.step, reanswer_of=inp.reanswer_of, current_slots=current_slots
+                db,
+                turn,
+                inp.step,
+                reanswer_of=inp.reanswer_of,
+                current_slots=current_slots,
+                facts=facts,
             )
             await db.commit()
             del held
@@ -138,19 +155,20 @@ class ContextBuilder:
         step: int,
         *,
         reanswer_of: str | None = None,
-        current_slots: dict[str, Slot] | None = None,
+        current_slots: dict[str, Slot],
+        facts: SessionFacts,
     ) -> ModelCall:
         """Store the step's model request: the packed blocks, the tools, the budget."""
         tenant = await tenants.tenant_config(db, tenant_id=turn.tenant_id)
         model = tenant.model or self._settings.model
         counter = counter_for(model)
         budgets = self._budgets(tenant)
-        if current_slots is None:
-            current_slots = await slots.get_slots(db, session_id=turn.session_id)
         # Knowledge is searched on a connection of its own while this one reads the rest.
         searching = await self._search_knowledge(db, turn, budgets, counter, current_slots)
         try:
-            tools, withheld = await self._tools(db, turn, tenant, reanswer=reanswer_of is not None)
+            tools, withheld = await self._tools(
+                db, turn, tenant, facts, reanswer=reanswer_of is not None
+            )
             path = choose_path(tools, reanswer=reanswer_of is not None)  # parley/paths.py
             if step == 0:
                 await _pin_stated_facts(db, turn)
@@ -164,6 +182,7 @@ class ContextBuilder:
                 path,
                 step=step,
                 current_slots=current_slots,
+                consent=facts.consent,
                 searching=searching,
             )
         finally:
@@ -206,7 +225,13 @@ class ContextBuilder:
         return call
 
     async def _tools(
-        self, db: AsyncSession, turn: Turn, tenant: TenantConfig, *, reanswer: bool
+        self,
+        db: AsyncSession,
+        turn: Turn,
+        tenant: TenantConfig,
+        facts: SessionFacts,
+        *,
+        reanswer: bool,
     ) -> tuple[list[dict[str, Any]], dict[str, str]]:
         """The tools this turn can use, and why the others were left out (tool_offer.py)."""
         if reanswer:
@@ -218,6 +243,7 @@ class ContextBuilder:
             mcp=self._mcp,
             skills=self._skills,
             recent_turns=self._settings.context_tool_result_age_turns,
+            facts=(facts.has_sets, facts.recently_used),
         )
         return offer.tools, offer.withheld
 
@@ -247,6 +273,7 @@ class ContextBuilder:
         *,
         step: int,
         current_slots: dict[str, Slot],
+        consent: bool,
         searching: asyncio.Task[Searched] | None,
     ) -> tuple[Packed, dict[str, Any]]:
         """Load memory and messages, choose the window, recall, shape the blocks, pack."""
@@ -254,7 +281,8 @@ class ContextBuilder:
         through = memory.summary.through_seq if memory.summary else None
         messages = await window_messages(db, turn, through, counter)
         history, current = split_current(messages, turn.user_seq)
-        hints = await consented_memory.hints(db, turn, counter)  # durable memory, consented
+        # Durable memory, consented (`consent` read with the turn).
+        hints = await consented_memory.hints(db, turn, counter, consent=consent)
         remembered = memory_blocks(counter, memory, budgets) + hints.blocks
         left = budgets.conversation - sum(b.tokens for b in remembered)
         terms = recall_terms(
@@ -352,7 +380,7 @@ class ContextBuilder:
         )
 
     async def _resolve_references(
-        self, db: AsyncSession, turn: Turn
+        self, db: AsyncSession, turn: Turn, current: dict[str, Slot]
     ) -> BuildContextResult | dict[str, Slot]:
         """Run the reference resolver; if it must ask, answer with the question (no model).
         Otherwise return the session's slots as the resolver left them (the packing reads
@@ -360,7 +388,6 @@ class ContextBuilder:
         with the packed request, so a build retried after a crash resolves from the same
         slots as the attempt that died (and costs no commit of its own)."""
         # Result sets first ("those", "just the ones over $500"); orders when they pass.
-        current = await slots.get_slots(db, session_id=turn.session_id)  # read once, below
         sets = await resolve_result_sets(db, turn, self._northwind, current)
         if sets.kind == "none":
             resolution = await self._resolution(db, turn, current)
