@@ -30,14 +30,14 @@ from activities.knowledge import KnowledgeSource, Searched, authorize
 from activities.mcp import McpTools
 from activities.metrics import RECALLS
 from activities.northwind import BackendError, NorthwindClient
-from activities.recall import RecallQuery, recall_hits
+from activities.recall import RecallQuery, holds_everything, window_and_recall
 from activities.result_sets import resolve_result_sets
 from activities.skills import SkillTools
 from activities.state_block import state_block
 from activities.tool_offer import offered_tools
 from gateway.minilm import Embedder
 from parley.config import Settings
-from parley.context import Block, Packed, WindowMessage, input_budget, pack
+from parley.context import Block, Packed, input_budget, pack
 from parley.contracts import (
     BuildContextInput,
     BuildContextResult,
@@ -51,15 +51,12 @@ from parley.memory import extract_facts, recall_terms
 from parley.paths import AnswerPath, choose_path, effort_for, path_block
 from parley.prompt import (
     Budgets,
-    Memory,
-    RecallHit,
     current_blocks,
     describe,
     history_blocks,
     instructions_block,
     memory_blocks,
     plan_window,
-    recall_block,
     split_current,
     stable_prefix,
 )
@@ -75,7 +72,6 @@ from parley.resolver import (
 from parley.statuses import FinishReason
 from parley.tenancy import TenantConfig
 from parley.tokens import TokenCounter, count_message, counter_for
-from parley.window import Window
 from parley.wire import ClarificationData, DeltaData, Option, WarningData
 from store import memory as memory_store
 from store import slots, tenants, turns, user_memory
@@ -291,7 +287,7 @@ class ContextBuilder:
         )
         whole = plan_window(history, memory, recent=left)
         query = None
-        if not _holds_everything(whole, turn):
+        if not holds_everything(whole, turn):
             # The question's embedding (a thread) runs while the database answers the reads
             # below; recall awaits it last.
             question = current[0].text if current else ""
@@ -301,7 +297,7 @@ class ContextBuilder:
             # A turn's actions are proposed by its tools, which run after step 0's model call.
             state = await state_block(db, turn, current_slots, has_actions=step > 0)
             files = await attached_file_blocks(db, turn, counter, self._settings, terms)
-            window, recalled, hits = await _window_and_recall(
+            window, recalled, hits = await window_and_recall(
                 db, turn, history, memory, budgets, counter, left=left, whole=whole, query=query
             )
         finally:
@@ -518,52 +514,6 @@ async def _settle(task: asyncio.Task[Any] | None) -> None:
         await asyncio.wait([task])
     if not task.cancelled():
         task.exception()
-
-
-def _holds_everything(window: Window, turn: Turn) -> bool:
-    """Whether the window holds the session from its first message (seqs are dense from 1):
-    recall, which searches the messages before the window, could only find lines the prompt
-    shows whole. A session whose first message the window does not show (retracted, or
-    empty) is searched as before."""
-    return (window.from_seq or turn.user_seq) <= 1
-
-
-async def _window_and_recall(
-    db: AsyncSession,
-    turn: Turn,
-    history: list[list[WindowMessage]],
-    memory: Memory,
-    budgets: Budgets,
-    counter: TokenCounter,
-    *,
-    left: int,
-    whole: Window,
-    query: RecallQuery | None,
-) -> tuple[Window, list[Block], list[RecallHit]]:
-    """The recent window and the recalled lines, sharing what the memory blocks left: the
-    `whole` window (all of `left`) with no recall when there is no `query` (it holds the
-    whole conversation).
-
-    Otherwise first with the recall budget held back; then the recent turns take what the
-    recalled lines left over (never fewer turns, so recall only loses lines the window now
-    shows)."""
-    if query is None:
-        return whole, [], []
-    first = plan_window(history, memory, recent=left - budgets.recall)
-    hits = await recall_hits(
-        db,
-        query,
-        session_id=turn.session_id,
-        before_seq=first.from_seq or turn.user_seq,
-        # As many candidates as the recall budget could show (about 40 tokens a line).
-        limit=max(8, budgets.recall // 40),
-    )
-    recalled = recall_block(counter, hits, budgets)
-    window = plan_window(history, memory, recent=left - sum(b.tokens for b in recalled))
-    if window.from_seq is not None and window.from_seq != first.from_seq:
-        hits = [h for h in hits if h.seq < window.from_seq]
-        recalled = recall_block(counter, hits, budgets)
-    return window, recalled, hits
 
 
 async def _pin_stated_facts(db: AsyncSession, turn: Turn) -> None:

@@ -1,5 +1,7 @@
-"""Recall for the context builder: full-text search, fused with recall by meaning when an
-embedder is configured (parley/recall.py), and the indexing of messages for it.
+"""Recall for the context builder: whether it runs at all (not while the window holds the
+whole conversation), how the window and the recalled lines share the conversation budget,
+full-text search fused with recall by meaning when an embedder is configured
+(parley/recall.py), and the indexing of messages for it.
 
 Message vectors are computed off the turn's critical path, by the summary workflow's activity
 (`embed_pending`, called from `MemoryActivities.summarize`); a turn embeds only its own
@@ -20,10 +22,14 @@ from dataclasses import dataclass, replace
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.minilm import Embedder
-from parley.prompt import RecallHit
+from parley.context import Block, WindowMessage
+from parley.prompt import Budgets, Memory, RecallHit, plan_window, recall_block
 from parley.recall import CANDIDATES, with_neighbours
+from parley.tokens import TokenCounter
+from parley.window import Window
 from store import embeddings as embedding_store
 from store import memory as memory_store
+from store.models import Turn
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +116,52 @@ async def recall_hits(
     for hit in await embedding_store.hits_for(db, session_id=session_id, seqs=missing):
         known[hit.seq] = hit
     return [known[s] for s in fused if s in known]
+
+
+def holds_everything(window: Window, turn: Turn) -> bool:
+    """Whether the window holds the session from its first message (seqs are dense from 1):
+    recall, which searches the messages before the window, could only find lines the prompt
+    shows whole. A session whose first message the window does not show (retracted, or
+    empty) is searched as before."""
+    return (window.from_seq or turn.user_seq) <= 1
+
+
+async def window_and_recall(
+    db: AsyncSession,
+    turn: Turn,
+    history: list[list[WindowMessage]],
+    memory: Memory,
+    budgets: Budgets,
+    counter: TokenCounter,
+    *,
+    left: int,
+    whole: Window,
+    query: RecallQuery | None,
+) -> tuple[Window, list[Block], list[RecallHit]]:
+    """The recent window and the recalled lines, sharing what the memory blocks left: the
+    `whole` window (all of `left`) with no recall when there is no `query` (it holds the
+    whole conversation).
+
+    Otherwise first with the recall budget held back; then the recent turns take what the
+    recalled lines left over (never fewer turns, so recall only loses lines the window now
+    shows)."""
+    if query is None:
+        return whole, [], []
+    first = plan_window(history, memory, recent=left - budgets.recall)
+    hits = await recall_hits(
+        db,
+        query,
+        session_id=turn.session_id,
+        before_seq=first.from_seq or turn.user_seq,
+        # As many candidates as the recall budget could show (about 40 tokens a line).
+        limit=max(8, budgets.recall // 40),
+    )
+    recalled = recall_block(counter, hits, budgets)
+    window = plan_window(history, memory, recent=left - sum(b.tokens for b in recalled))
+    if window.from_seq is not None and window.from_seq != first.from_seq:
+        hits = [h for h in hits if h.seq < window.from_seq]
+        recalled = recall_block(counter, hits, budgets)
+    return window, recalled, hits
 
 
 async def embed_pending(
