@@ -269,10 +269,13 @@ class ContextBuilder:
         *,
         step: int,
         current_slots: dict[str, Slot],
-        consent: bool,
-        searching: asyncio.Task[Searched] | None,
+        consent: bool | None = None,
+        searching: asyncio.Task[Searched] | None = None,
     ) -> tuple[Packed, dict[str, Any]]:
-        """Load memory and messages, choose the window, recall, shape the blocks, pack."""
+        """Load memory and messages, choose the window, recall, shape the blocks, pack.
+        `consent`: the user's, read with the turn (None: read here); `searching`: the
+        knowledge search started beside the build (None: no passages). The LoCoMo bench packs
+        its questions through here (bench/memory.py)."""
         memory = await session_memory(db, turn, current_slots)
         through = memory.summary.through_seq if memory.summary else None
         messages = await window_messages(db, turn, through, counter)
