@@ -128,7 +128,7 @@ class ContextBuilder:
             await consented_memory.remember_validated(db, turn, self._settings, step=inp.step)
             current_slots = facts.slots  # as the resolver leaves them, at step 0
             if inp.step == 0:
-                resolved = await self._resolve_references(db, turn, facts.slots)
+                resolved = await self._resolve_references(db, turn, facts)
                 if isinstance(resolved, BuildContextResult):
                     return resolved
                 current_slots = resolved
@@ -379,7 +379,7 @@ class ContextBuilder:
         )
 
     async def _resolve_references(
-        self, db: AsyncSession, turn: Turn, current: dict[str, Slot]
+        self, db: AsyncSession, turn: Turn, facts: SessionFacts
     ) -> BuildContextResult | dict[str, Slot]:
         """Run the reference resolver; if it must ask, answer with the question (no model).
         Otherwise return the session's slots as the resolver left them (the packing reads
@@ -387,7 +387,10 @@ class ContextBuilder:
         with the packed request, so a build retried after a crash resolves from the same
         slots as the attempt that died (and costs no commit of its own)."""
         # Result sets first ("those", "just the ones over $500"); orders when they pass.
-        sets = await resolve_result_sets(db, turn, self._northwind, current)
+        current = facts.slots
+        sets = await resolve_result_sets(
+            db, turn, self._northwind, current, has_sets=facts.has_sets
+        )
         if sets.kind == "none":
             resolution = await self._resolution(db, turn, current)
         else:
