@@ -72,10 +72,15 @@ class Hints:
         return self.keys if any(b in packed.kept for b in self.blocks) else []
 
 
-async def hints(db: AsyncSession, turn: Turn, counter: TokenCounter) -> Hints:
-    """The user's live items as the hints block (nothing without consent)."""
+async def hints(
+    db: AsyncSession, turn: Turn, counter: TokenCounter, *, consent: bool | None = None
+) -> Hints:
+    """The user's live items as the hints block (nothing without consent); `consent`: the
+    user's choice when the caller read it already."""
     owner = {"tenant_id": turn.tenant_id, "user_id": turn.user_id}
-    if not await user_memory.has_consent(db, **owner):
+    if consent is None:
+        consent = await user_memory.has_consent(db, **owner)
+    if not consent:
         return Hints([], [])
     # An item stated in this session is already pinned here, as what the user said; shown
     # again as "last time" it would only repeat it, wrongly dated.

@@ -10,42 +10,53 @@ and what was left out, is stored as a `ModelCall`; only its id travels through h
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.exceptions import ApplicationError
 
-from activities import consented_memory
+from activities import consented_memory, tracing
 from activities.attachments import attached_file_blocks
-from activities.context_rows import packed_before, session_memory, turn_with_rows, window_messages
-from activities.knowledge import KnowledgeSource
+from activities.context_rows import (
+    SessionFacts,
+    packed_before,
+    session_memory,
+    turn_with_rows,
+    window_messages,
+)
+from activities.knowledge import KnowledgeSource, Searched, authorize
 from activities.mcp import McpTools
+from activities.metrics import RECALLS
 from activities.northwind import BackendError, NorthwindClient
-from activities.recall import RecallQuery, recall_hits
+from activities.recall import RecallQuery, holds_everything, window_and_recall
 from activities.result_sets import resolve_result_sets
 from activities.skills import SkillTools
 from activities.state_block import state_block
 from activities.tool_offer import offered_tools
 from gateway.minilm import Embedder
 from parley.config import Settings
-from parley.context import Block, Packed, WindowMessage, input_budget, pack
-from parley.contracts import BuildContextInput, BuildContextResult, EventType, TurnState
+from parley.context import Block, Packed, input_budget, pack
+from parley.contracts import (
+    BuildContextInput,
+    BuildContextResult,
+    EventType,
+    MessageStatus,
+    TurnState,
+)
 from parley.errors import ContextTooLarge
 from parley.ids import message_id_for_call, new_id, prompt_cache_key
 from parley.memory import extract_facts, recall_terms
 from parley.paths import AnswerPath, choose_path, effort_for, path_block
 from parley.prompt import (
     Budgets,
-    Memory,
-    RecallHit,
     current_blocks,
     describe,
     history_blocks,
     instructions_block,
     memory_blocks,
     plan_window,
-    recall_block,
     split_current,
     stable_prefix,
 )
@@ -61,7 +72,6 @@ from parley.resolver import (
 from parley.statuses import FinishReason
 from parley.tenancy import TenantConfig
 from parley.tokens import TokenCounter, count_message, counter_for
-from parley.window import Window
 from parley.wire import ClarificationData, DeltaData, Option, WarningData
 from store import memory as memory_store
 from store import slots, tenants, turns, user_memory
@@ -101,7 +111,13 @@ class ContextBuilder:
         async with self._sessions() as db:
             # The turn (locked when the build enters its state) and the rows every phase
             # reads, held for the whole build (activities/context_rows.py), in one statement.
-            turn, held = await turn_with_rows(db, inp.turn_id, inp.step, lock=inp.step == 0)
+            turn, held, facts = await turn_with_rows(
+                db,
+                inp.turn_id,
+                inp.step,
+                lock=inp.step == 0,
+                recent_turns=self._settings.context_tool_result_age_turns,
+            )
             # A retry after a crash reuses the request it already packed, wherever the turn
             # has got to since: a plain turn's steps are recorded when its one workflow task
             # completes, so a worker that dies in it has the next one run them all again.
@@ -112,14 +128,19 @@ class ContextBuilder:
                 await turns.advance_locked(db, turn, to=TurnState.building_context)
                 await db.commit()  # the stream shows the step before it runs
             await consented_memory.remember_validated(db, turn, self._settings, step=inp.step)
-            current_slots = None  # read by the packing, unless the resolver has them
+            current_slots = facts.slots  # as the resolver leaves them, at step 0
             if inp.step == 0:
-                resolved = await self._resolve_references(db, turn)
+                resolved = await self._resolve_references(db, turn, facts)
                 if isinstance(resolved, BuildContextResult):
                     return resolved
                 current_slots = resolved
             call = await self._pack_request(
-                db, turn, inp.step, reanswer_of=inp.reanswer_of, current_slots=current_slots
+                db,
+                turn,
+                inp.step,
+                reanswer_of=inp.reanswer_of,
+                current_slots=current_slots,
+                facts=facts,
             )
             await db.commit()
             del held
@@ -132,22 +153,38 @@ class ContextBuilder:
         step: int,
         *,
         reanswer_of: str | None = None,
-        current_slots: dict[str, Slot] | None = None,
+        current_slots: dict[str, Slot],
+        facts: SessionFacts,
     ) -> ModelCall:
         """Store the step's model request: the packed blocks, the tools, the budget."""
         tenant = await tenants.tenant_config(db, tenant_id=turn.tenant_id)
         model = tenant.model or self._settings.model
         counter = counter_for(model)
         budgets = self._budgets(tenant)
-        tools, withheld = await self._tools(db, turn, tenant, reanswer=reanswer_of is not None)
-        path = choose_path(tools, reanswer=reanswer_of is not None)  # parley/paths.py
-        if step == 0:
-            await _pin_stated_facts(db, turn)
-        if current_slots is None:
-            current_slots = await slots.get_slots(db, session_id=turn.session_id)
-        packed, plan = await self._assemble(
-            db, turn, tenant, budgets, counter, tools, path, step=step, current_slots=current_slots
-        )
+        # Knowledge is searched on a connection of its own while this one reads the rest.
+        searching = await self._search_knowledge(db, turn, budgets, counter, current_slots)
+        try:
+            tools, withheld = await self._tools(
+                db, turn, tenant, facts, reanswer=reanswer_of is not None
+            )
+            path = choose_path(tools, reanswer=reanswer_of is not None)  # parley/paths.py
+            if step == 0:
+                await _pin_stated_facts(db, turn)
+            packed, plan = await self._assemble(
+                db,
+                turn,
+                tenant,
+                budgets,
+                counter,
+                tools,
+                path,
+                step=step,
+                current_slots=current_slots,
+                consent=facts.consent,
+                searching=searching,
+            )
+        finally:
+            await _settle(searching)
         # Knowledge: what the prompt showed, by reference (finalize reads it for citations).
         knowledge = plan.pop("knowledge", None)
         if knowledge and not any(b.kind == "knowledge" for b in packed.kept):
@@ -186,7 +223,13 @@ class ContextBuilder:
         return call
 
     async def _tools(
-        self, db: AsyncSession, turn: Turn, tenant: TenantConfig, *, reanswer: bool
+        self,
+        db: AsyncSession,
+        turn: Turn,
+        tenant: TenantConfig,
+        facts: SessionFacts,
+        *,
+        reanswer: bool,
     ) -> tuple[list[dict[str, Any]], dict[str, str]]:
         """The tools this turn can use, and why the others were left out (tool_offer.py)."""
         if reanswer:
@@ -198,6 +241,7 @@ class ContextBuilder:
             mcp=self._mcp,
             skills=self._skills,
             recent_turns=self._settings.context_tool_result_age_turns,
+            facts=(facts.has_sets, facts.recently_used),
         )
         return offer.tools, offer.withheld
 
@@ -227,29 +271,49 @@ class ContextBuilder:
         *,
         step: int,
         current_slots: dict[str, Slot],
+        consent: bool | None = None,
+        searching: asyncio.Task[Searched] | None = None,
     ) -> tuple[Packed, dict[str, Any]]:
-        """Load memory and messages, choose the window, recall, shape the blocks, pack."""
+        """Load memory and messages, choose the window, recall, shape the blocks, pack.
+        `consent`: the user's, read with the turn (None: read here); `searching`: the
+        knowledge search started beside the build (None: no passages). The LoCoMo bench packs
+        its questions through here (bench/memory.py)."""
         memory = await session_memory(db, turn, current_slots)
         through = memory.summary.through_seq if memory.summary else None
         messages = await window_messages(db, turn, through, counter)
         history, current = split_current(messages, turn.user_seq)
-        hints = await consented_memory.hints(db, turn, counter)  # durable memory, consented
+        # Durable memory, consented (`consent` read with the turn).
+        hints = await consented_memory.hints(db, turn, counter, consent=consent)
         remembered = memory_blocks(counter, memory, budgets) + hints.blocks
         left = budgets.conversation - sum(b.tokens for b in remembered)
         terms = recall_terms(
             current[0].text if current else "",
             slot_values=[str(v) for v, _ in memory.slots.values() if isinstance(v, str | int)],
         )
-        query = RecallQuery(terms, current[0].text if current else "", self._embedder)
-        window, recalled, hits = await _window_and_recall(
-            db, turn, history, memory, budgets, counter, left=left, query=query
-        )
-        knowledge, known = await self._passages(db, turn, current, memory, budgets, counter)
+        whole = plan_window(history, memory, recent=left)
+        query = None
+        if not holds_everything(whole, turn):
+            # The question's embedding (a thread) runs while the database answers the reads
+            # below; recall awaits it last.
+            question = current[0].text if current else ""
+            query = await RecallQuery(terms, question, self._embedder).start(db)
+        try:
+            knowledge, known = await self._passages(db, turn, searching, budgets, counter)
+            # A turn's actions are proposed by its tools, which run after step 0's model call.
+            state = await state_block(db, turn, current_slots, has_actions=step > 0)
+            files = await attached_file_blocks(db, turn, counter, self._settings, terms)
+            window, recalled, hits = await window_and_recall(
+                db, turn, history, memory, budgets, counter, left=left, whole=whole, query=query
+            )
+        finally:
+            if query is not None:
+                query.cancel()  # when a read above failed, nobody reads the embedding
+        method = "skipped" if query is None else query.method
+        RECALLS.labels(method).inc()
+        tracing.annotate(recall=method)
         system_prompt = self._settings.system_prompt + (
             f"\n\n{tenant.persona}" if tenant.persona else ""
         )
-        # A turn's actions are proposed by its tools, which run after step 0's model call.
-        state = await state_block(db, turn, current_slots, has_actions=step > 0)
         blocks = [
             instructions_block(counter, system_prompt=system_prompt, tools=tools),
             *remembered,
@@ -258,52 +322,77 @@ class ContextBuilder:
             *knowledge,
             *path_block(counter, path),
             *current_blocks(counter, current, state, budgets, terms=terms),
-            *await attached_file_blocks(db, turn, counter, self._settings, terms),  # uploads
+            *files,  # uploads
         ]
         packed = _pack(blocks, budgets, counter)
         plan = {
             "window_from_seq": window.from_seq,
             "window_widened": window.widened,
             "summary_through_seq": through,
+            # "skipped" (the window holds the whole conversation), "fts" or "hybrid".
+            "recall": method,
             "recalled_seqs": sorted(h.seq for h in hits),
             user_memory.HINTED_KEYS: hints.shown(packed),
             "knowledge": known,
         }
         return packed, plan
 
+    async def _search_knowledge(
+        self,
+        db: AsyncSession,
+        turn: Turn,
+        budgets: Budgets,
+        counter: TokenCounter,
+        current_slots: dict[str, Slot],
+    ) -> asyncio.Task[Searched] | None:
+        """The tenant's knowledge search for this message, started (activities/knowledge.py);
+        none without a message, nor for a paste too large to read whole: its question is
+        about the pasted text."""
+        if self._knowledge is None:
+            return None
+        message = await db.get(Message, turn.user_message_id)
+        if message is None or message.status == MessageStatus.retracted or not message.text:
+            return None
+        if _tokens(message, counter) > (budgets.window - budgets.reserve) // 2:
+            return None
+        await authorize(db, turn)
+        search = self._knowledge.search(
+            self._sessions,
+            turn,
+            message=message.text,
+            slots={k: v.value for k, v in current_slots.items() if k != PENDING_CLARIFICATION},
+        )
+        return asyncio.create_task(search)
+
     async def _passages(
         self,
         db: AsyncSession,
         turn: Turn,
-        current: list[WindowMessage],
-        memory: Memory,
+        searching: asyncio.Task[Searched] | None,
         budgets: Budgets,
         counter: TokenCounter,
     ) -> tuple[list[Block], dict[str, Any] | None]:
-        """The tenant's knowledge passages for this message (activities/knowledge.py); not
-        for a paste too large to read whole: its question is about the pasted text."""
-        if self._knowledge is None or not current:
+        """The knowledge block from the search started at the build's beginning."""
+        if self._knowledge is None or searching is None:
             return [], None
-        if current[0].tokens > (budgets.window - budgets.reserve) // 2:
-            return [], None
+        found = await searching
         return await self._knowledge.blocks(
-            db,
-            turn,
-            message=current[0].text,
-            slots={k: v for k, (v, _) in memory.slots.items()},
-            counter=counter,
-            budget=budgets.knowledge,
+            db, turn, found, counter=counter, budget=budgets.knowledge
         )
 
     async def _resolve_references(
-        self, db: AsyncSession, turn: Turn
+        self, db: AsyncSession, turn: Turn, facts: SessionFacts
     ) -> BuildContextResult | dict[str, Slot]:
         """Run the reference resolver; if it must ask, answer with the question (no model).
         Otherwise return the session's slots as the resolver left them (the packing reads
-        them from here, not from the store again)."""
+        them from here, not from the store again); their writes and the resolution commit
+        with the packed request, so a build retried after a crash resolves from the same
+        slots as the attempt that died (and costs no commit of its own)."""
         # Result sets first ("those", "just the ones over $500"); orders when they pass.
-        current = await slots.get_slots(db, session_id=turn.session_id)  # read once, below
-        sets = await resolve_result_sets(db, turn, self._northwind, current)
+        current = facts.slots
+        sets = await resolve_result_sets(
+            db, turn, self._northwind, current, has_sets=facts.has_sets
+        )
         if sets.kind == "none":
             resolution = await self._resolution(db, turn, current)
         else:
@@ -329,7 +418,6 @@ class ContextBuilder:
             **({"result_set": sets.as_state()} if sets.as_state() else {}),
         }
         if clarification is None:
-            await db.commit()
             return slots.after_writes(current, writes=writes, clears=clears)
         call = await _ask(db, turn, clarification)
         await db.commit()
@@ -416,36 +504,24 @@ async def _ask(db: AsyncSession, turn: Turn, clarification: Clarification) -> Mo
     return call
 
 
-async def _window_and_recall(
-    db: AsyncSession,
-    turn: Turn,
-    history: list[list[WindowMessage]],
-    memory: Memory,
-    budgets: Budgets,
-    counter: TokenCounter,
-    *,
-    left: int,
-    query: RecallQuery,
-) -> tuple[Window, list[Block], list[RecallHit]]:
-    """The recent window and the recalled lines, sharing what the memory blocks left.
+def _tokens(message: Message, counter: TokenCounter) -> int:
+    """A stored message's tokens as the window counts them (store/memory.py)."""
+    if message.token_count is not None and message.token_counter == counter.name:
+        return message.token_count
+    return count_message(counter, {"role": message.role, "content": message.text})
 
-    First with the recall budget held back; then the recent turns take what the recalled lines
-    left over (never fewer turns, so recall only loses lines the window now shows)."""
-    first = plan_window(history, memory, recent=left - budgets.recall)
-    hits = await recall_hits(
-        db,
-        query,
-        session_id=turn.session_id,
-        before_seq=first.from_seq or turn.user_seq,
-        # As many candidates as the recall budget could show (about 40 tokens a line).
-        limit=max(8, budgets.recall // 40),
-    )
-    recalled = recall_block(counter, hits, budgets)
-    window = plan_window(history, memory, recent=left - sum(b.tokens for b in recalled))
-    if window.from_seq is not None and window.from_seq != first.from_seq:
-        hits = [h for h in hits if h.seq < window.from_seq]
-        recalled = recall_block(counter, hits, budgets)
-    return window, recalled, hits
+
+async def _settle(task: asyncio.Task[Any] | None) -> None:
+    """A task the build started beside its own reads, once the build is done with it: when
+    the build failed first, stopped and waited for, so its connection is back in the pool
+    and its failure (if any) is not reported as never retrieved."""
+    if task is None:
+        return
+    if not task.done():
+        task.cancel()
+        await asyncio.wait([task])
+    if not task.cancelled():
+        task.exception()
 
 
 async def _pin_stated_facts(db: AsyncSession, turn: Turn) -> None:

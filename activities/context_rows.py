@@ -2,52 +2,132 @@
 
 The session's identity map keeps only referenced objects; the build holds these for its whole
 run, so each later `db.get` of them (the tool offer, the state block, the knowledge check,
-the tenant's configuration) is answered from memory instead of by another round trip.
-Also the session's memory and recent messages, which the packing reads once.
+the tenant's configuration) is answered from memory instead of by another round trip. The
+same statement reads the session's facts that every step asks (slots, the user's consent to
+durable memory, the tool offer's facts), each a scalar subquery. Also the session's memory
+and recent messages, which the packing reads once.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import select
+from sqlalchemy import Select, bindparam, exists, func, literal_column, select
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import aliased
 
 from parley.context import WindowMessage
 from parley.prompt import Memory
 from parley.resolver import PENDING_CLARIFICATION, Slot
 from parley.tokens import TokenCounter
 from store import memory as memory_store
-from store.models import ChatSession, Message, ModelCall, Tenant, Turn, User
+from store.models import (
+    ChatSession,
+    MemoryConsent,
+    Message,
+    ModelCall,
+    ResultSet,
+    SessionSlot,
+    Tenant,
+    ToolCall,
+    Turn,
+    User,
+)
+
+
+@dataclass(frozen=True)
+class SessionFacts:
+    """What the build asks of the session and its user in every step, read with the turn:
+    the slots (the resolver's and the packing's), whether the user consented to durable
+    memory (the hints), and the tool offer's facts (store/result_sets.py `offer_facts`)."""
+
+    slots: dict[str, Slot]
+    consent: bool
+    has_sets: bool
+    recently_used: frozenset[str]
 
 
 async def turn_with_rows(
-    db: AsyncSession, turn_id: str, step: int, *, lock: bool
-) -> tuple[Turn, Sequence[Any] | None]:
+    db: AsyncSession, turn_id: str, step: int, *, lock: bool, recent_turns: int
+) -> tuple[Turn, Sequence[Any] | None, SessionFacts]:
     """The turn (its row locked, with `lock`) and the rows every phase reads: its user
     message, user, session and tenant, and the step's model call if an earlier attempt stored
-    it, all in one statement. The rows are None when the message is missing (each later
-    `db.get` then reads on its own)."""
+    it, with the session's facts, all in one statement. The rows are None when the message is
+    missing (each later `db.get` then reads on its own). `recent_turns`: how many turns before
+    this one the tool offer looks back at."""
+    params = {"turn_id": turn_id, "step": step, "turns": recent_turns + 1}
+    found = (await db.execute(_LOCKED if lock else _UNLOCKED, params)).one_or_none()
+    if found is None:
+        raise LookupError(turn_id)
+    turn, message, user, session, tenant, call, slots, consent, has_sets, used = found
+    facts = SessionFacts(
+        slots={name: Slot(value, source, seq) for name, value, source, seq in slots},
+        consent=bool(consent),
+        has_sets=bool(has_sets),
+        recently_used=frozenset(used or ()),
+    )
+    held = [message, user, session, tenant, call]
+    return turn, (held if message is not None else None), facts
+
+
+def _statement(*, lock: bool) -> Select[Any]:
+    """The statement `turn_with_rows` sends, built once (bound by name: turn id, step, and
+    the tool offer's look-back in turns)."""
     user = (User.tenant_id == Turn.tenant_id) & (User.id == Turn.user_id)
-    call = (ModelCall.turn_id == Turn.id) & (ModelCall.step == step)
+    call = (ModelCall.turn_id == Turn.id) & (ModelCall.step == bindparam("step"))
+    slots = (
+        select(
+            func.coalesce(
+                func.json_agg(
+                    func.json_build_array(
+                        SessionSlot.name,
+                        SessionSlot.value,
+                        SessionSlot.source,
+                        SessionSlot.set_at_seq,
+                    )
+                ),
+                literal_column("'[]'::json"),
+            )
+        )
+        .where(SessionSlot.session_id == Turn.session_id)
+        .scalar_subquery()
+    )
+    consent = (
+        select(MemoryConsent.consent)
+        .where(MemoryConsent.tenant_id == Turn.tenant_id, MemoryConsent.user_id == Turn.user_id)
+        .scalar_subquery()
+    )
+    has_sets = exists().where(ResultSet.session_id == Turn.session_id)
+    recent = aliased(Turn)
+    recent_ids = (
+        select(recent.id)
+        .where(recent.session_id == Turn.session_id, recent.user_seq <= Turn.user_seq)
+        .order_by(recent.user_seq.desc())
+        .limit(bindparam("turns"))
+        .correlate(Turn)
+    )
+    used = (
+        select(func.array_agg(ToolCall.name.distinct()))
+        .where(ToolCall.turn_id.in_(recent_ids))
+        .scalar_subquery()
+    )
     statement = (
-        select(Turn, Message, User, ChatSession, Tenant, ModelCall)
+        select(Turn, Message, User, ChatSession, Tenant, ModelCall, slots, consent, has_sets, used)
         .select_from(Turn)
         .outerjoin(Message, Message.id == Turn.user_message_id)
         .outerjoin(User, user)
         .outerjoin(ChatSession, ChatSession.id == Turn.session_id)
         .outerjoin(Tenant, Tenant.id == Turn.tenant_id)
         .outerjoin(ModelCall, call)
-        .where(Turn.id == turn_id)
+        .where(Turn.id == bindparam("turn_id"))
     )
-    if lock:
-        statement = statement.with_for_update(of=Turn)
-    found = (await db.execute(statement)).one_or_none()
-    if found is None:
-        raise LookupError(turn_id)
-    turn, *held = found
-    return turn, (held if held[0] is not None else None)
+    return statement.with_for_update(of=Turn) if lock else statement
+
+
+_LOCKED = _statement(lock=True)
+_UNLOCKED = _statement(lock=False)
 
 
 async def packed_before(

@@ -1,10 +1,13 @@
 """The activity side of knowledge: the prompt's passages for a turn, and its citations.
 
-`KnowledgeSource.blocks` (called by the context builder) rewrites the message into a
-standalone query, searches the tenant's documents (full-text; with an embedder configured,
-vectors too, fused by reciprocal rank), fills the knowledge budget and shapes one prompt
-block. A search that fails degrades the turn (a `warning`, no passages or full-text only);
-a turn whose user is not a member of its tenant stops (`forbidden`): knowledge is never
+The context builder uses it in two calls. `KnowledgeSource.search` rewrites the message into a
+standalone query and searches the tenant's documents (full-text; with an embedder configured,
+vectors too, fused by reciprocal rank) on a connection of its own, in autocommit: it runs
+side by side with the build's other reads (the builder starts it first and reads it last),
+and a search that fails cannot spoil the build's transaction. `KnowledgeSource.blocks` then
+fills the knowledge budget and shapes one prompt block, in the build's transaction. A search
+that fails degrades the turn (a `warning`, no passages or full-text only); a turn whose user
+is not a member of its tenant stops (`forbidden`) before any search: knowledge is never
 searched on behalf of someone the tenant does not know.
 
 `emit_citations` (called by finalize) turns the references an answer cites into the
@@ -13,13 +16,14 @@ searched on behalf of someone the tenant does not know.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.exceptions import ApplicationError
 
 from gateway.embeddings import Embedder, EmbeddingError
@@ -38,12 +42,15 @@ from parley.statuses import TurnErrorCode
 from parley.tokens import TokenCounter, count_message
 from parley.wire import CitationsData, CitationSource, WarningData
 from store import knowledge as knowledge_store
+from store.db import autocommit
 from store.events import append_event
 from store.models import ChatSession, ModelCall, Turn, TurnEvent, User
 
 log = logging.getLogger(__name__)
 
 KNOWLEDGE_UNAVAILABLE = "knowledge_unavailable"
+SEARCH_FAILED = "I could not search our policy documents for this answer."
+VECTORS_FAILED = "Semantic search of our documents was unavailable."
 # Between the pasted chunks (60) and the summary (70): a policy answer needs its passages.
 KNOWLEDGE_PRIORITY = 65
 
@@ -52,6 +59,17 @@ KNOWLEDGE_PRIORITY = 65
 class Found:
     passages: list[Passage]
     method: str  # "fts", "hybrid", or "none" when the search failed
+
+
+@dataclass(frozen=True)
+class Searched:
+    """What `KnowledgeSource.search` found for one message."""
+
+    query: str
+    always: list[Passage]  # the always-documents' passages, shown whatever the search does
+    found: Found
+    # Set when a search failed: the warning the build's stream shows (the answer degrades).
+    warning: str | None = None
 
 
 class KnowledgeSource:
@@ -64,25 +82,41 @@ class KnowledgeSource:
         # not per turn. Its absence is asked again, in case a migration adds it meanwhile.
         self._vectors_seen = False
 
-    async def blocks(
+    async def search(
         self,
-        db: AsyncSession,
+        sessions: async_sessionmaker[AsyncSession],
         turn: Turn,
         *,
         message: str,
         slots: dict[str, Any],
+    ) -> Searched:
+        """The passages for this message, searched on a session of `sessions` in autocommit
+        (reads only). The caller has `authorize`d the turn."""
+        query = standalone_query(message, slots=slots)
+        async with sessions() as aside:
+            await autocommit(aside)
+            return await self._search(aside, turn, query)
+
+    async def blocks(
+        self,
+        db: AsyncSession,
+        turn: Turn,
+        searched: Searched,
+        *,
         counter: TokenCounter,
         budget: int,
     ) -> tuple[list[Block], dict[str, Any]]:
         """The knowledge block for this step (none when nothing matched), and the record
-        the stored request keeps (query, method, the sources shown by reference)."""
-        await _authorize(db, turn)
-        query = standalone_query(message, slots=slots)
-        always, found = await self._search(db, turn, query)
-        selection = select_passages(always, found.passages, budget=budget, count=counter.count)
+        the stored request keeps (query, method, the sources shown by reference); a failed
+        search's warning goes to the stream here, in the build's transaction."""
+        if searched.warning is not None:
+            await _warn(db, turn, searched.warning)
+        selection = select_passages(
+            searched.always, searched.found.passages, budget=budget, count=counter.count
+        )
         record: dict[str, Any] = {
-            "query": query,
-            "method": found.method,
+            "query": searched.query,
+            "method": searched.found.method,
             "sources": selection.sources,
             "left_out": selection.left_out,
             "truncated": selection.truncated,
@@ -101,29 +135,37 @@ class KnowledgeSource:
         )
         return [block], record
 
-    async def _search(
-        self, db: AsyncSession, turn: Turn, query: str
-    ) -> tuple[list[Passage], Found]:
-        """The always-documents' passages, and what the search found."""
+    async def _search(self, db: AsyncSession, turn: Turn, query: str) -> Searched:
+        """The always-documents' passages and what the search found, on a session in
+        autocommit (a failed statement spoils nothing). With an embedder, the query's
+        embedding (a request to the embedding server) runs while the text search does."""
         terms = query_terms(query)
+        embedding = None
+        if self._embedder is not None and await self._has_vectors(db):
+            embedding = asyncio.create_task(self._embedder.embed([query]))
         try:
-            async with db.begin_nested():  # a failed search must not spoil the transaction
-                # One statement for both (the always-documents read again on its own below
-                # when it fails: they are shown whatever the search does).
+            try:
+                # One statement for both (the always-documents read again on their own
+                # below when it fails: they are shown whatever the search does).
                 always, text_hits = await knowledge_store.always_and_search_text(
                     db, tenant_id=turn.tenant_id, terms=terms, limit=self._limit * 2
                 )
-        except SQLAlchemyError:
-            log.warning("knowledge search failed", exc_info=True)
-            await _warn(db, turn, "I could not search our policy documents for this answer.")
-            always = await knowledge_store.always_passages(db, tenant_id=turn.tenant_id)
-            return always, Found([], "none")
-        vector_hits = await self._vector_search(db, turn, query)
+            except SQLAlchemyError:
+                log.warning("knowledge search failed", exc_info=True)
+                always = await knowledge_store.always_passages(db, tenant_id=turn.tenant_id)
+                return Searched(query, always, Found([], "none"), SEARCH_FAILED)
+            vector_hits = (
+                None if embedding is None else await self._vector_search(db, turn, embedding)
+            )
+        finally:
+            if embedding is not None and not embedding.done():
+                embedding.cancel()
         if vector_hits is None:
-            return always, Found(text_hits[: self._limit], "fts")
+            warning = None if embedding is None else VECTORS_FAILED
+            return Searched(query, always, Found(text_hits[: self._limit], "fts"), warning)
         by_key = {p.key: p for p in [*text_hits, *vector_hits]}
         fused = fuse([[p.key for p in text_hits], [p.key for p in vector_hits]])
-        return always, Found([by_key[k] for k in fused[: self._limit]], "hybrid")
+        return Searched(query, always, Found([by_key[k] for k in fused[: self._limit]], "hybrid"))
 
     async def _has_vectors(self, db: AsyncSession) -> bool:
         if not self._vectors_seen:
@@ -131,29 +173,26 @@ class KnowledgeSource:
         return self._vectors_seen
 
     async def _vector_search(
-        self, db: AsyncSession, turn: Turn, query: str
+        self, db: AsyncSession, turn: Turn, embedding: asyncio.Task[list[list[float]]]
     ) -> list[Passage] | None:
-        """Nearest chunks by embedding; None when there is no embedder or no vector column,
-        and on a failure (with a warning: the answer rests on full-text search alone)."""
-        if self._embedder is None or not await self._has_vectors(db):
-            return None
+        """Nearest chunks to the query's embedding; None on a failure (the answer then rests
+        on full-text search alone, with a warning)."""
+        assert self._embedder is not None
         try:
-            [vector] = await self._embedder.embed([query])
-            async with db.begin_nested():
-                return await knowledge_store.search_vector(
-                    db,
-                    tenant_id=turn.tenant_id,
-                    model=self._embedder.model,
-                    vector=vector,
-                    limit=self._limit * 2,
-                )
+            [vector] = await embedding
+            return await knowledge_store.search_vector(
+                db,
+                tenant_id=turn.tenant_id,
+                model=self._embedder.model,
+                vector=vector,
+                limit=self._limit * 2,
+            )
         except (EmbeddingError, SQLAlchemyError):
             log.warning("knowledge vector search failed", exc_info=True)
-            await _warn(db, turn, "Semantic search of our documents was unavailable.")
             return None
 
 
-async def _authorize(db: AsyncSession, turn: Turn) -> None:
+async def authorize(db: AsyncSession, turn: Turn) -> None:
     """The turn's user must be a member of the tenant whose documents are searched, and the
     session must belong to that tenant; otherwise the turn stops."""
     user = await db.get(User, (turn.tenant_id, turn.user_id))

@@ -15,6 +15,15 @@ MODEL_TOKENS = Counter(
     ["provider", "model", "kind"],
 )
 
+# What recall did for each prompt a context build packed: "skipped" (the window held the whole
+# conversation: no search, no embedding), "fts" (full-text search) or "hybrid" (full-text
+# fused with the nearest in meaning: the question was embedded).
+RECALLS = Counter(
+    "parley_context_recall_total",
+    "Context builds by what recall did (skipped, fts, hybrid)",
+    ["method"],
+)
+
 
 def record_usage(provider: str, model: str, usage: dict[str, int]) -> None:
     MODEL_CALLS.labels(provider, model, "ok").inc()

@@ -1,9 +1,14 @@
-"""Recall for the context builder: full-text search, fused with recall by meaning when an
-embedder is configured (parley/recall.py), and the indexing of messages for it.
+"""Recall for the context builder: whether it runs at all (not while the window holds the
+whole conversation), how the window and the recalled lines share the conversation budget,
+full-text search fused with recall by meaning when an embedder is configured
+(parley/recall.py), and the indexing of messages for it.
 
 Message vectors are computed off the turn's critical path, by the summary workflow's activity
 (`embed_pending`, called from `MemoryActivities.summarize`); a turn embeds only its own
-question. Messages not embedded yet are recent ones, which the window shows anyway, and
+question, and only when recall runs at all (the context builder skips it while the window
+holds the whole conversation). That embedding is CPU work, so it runs in a thread, started
+before the build's remaining reads (`RecallQuery.start`), which the database answers
+meanwhile. Messages not embedded yet are recent ones, which the window shows anyway, and
 full-text search still finds them. Without the extra, the weights or the `vector` extension,
 recall is full-text alone.
 """
@@ -12,15 +17,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.minilm import Embedder
-from parley.prompt import RecallHit
+from parley.context import Block, WindowMessage
+from parley.prompt import Budgets, Memory, RecallHit, plan_window, recall_block
 from parley.recall import CANDIDATES, with_neighbours
+from parley.tokens import TokenCounter
+from parley.window import Window
 from store import embeddings as embedding_store
 from store import memory as memory_store
+from store.models import Turn
 
 log = logging.getLogger(__name__)
 
@@ -29,11 +38,46 @@ log = logging.getLogger(__name__)
 EMBED_BATCH = 256
 
 
+# Databases seen to hold message vectors, by URL. Once the table is there it stays (no
+# migration drops it): asked once per process, not per turn. Its absence is asked again, in
+# case a migration adds it meanwhile.
+_VECTORS_SEEN: set[str] = set()
+
+
+async def has_vectors(db: AsyncSession) -> bool:
+    url = str(db.get_bind().engine.url)
+    if url not in _VECTORS_SEEN and await embedding_store.available(db):
+        _VECTORS_SEEN.add(url)
+    return url in _VECTORS_SEEN
+
+
 @dataclass(frozen=True)
 class RecallQuery:
     terms: list[str]  # full-text terms (parley/memory.py `recall_terms`)
     question: str  # the current message, embedded as it stands
     embedder: Embedder | None = None  # None: full-text only
+    # The question's embedding, running in a thread (`start`); None: not started.
+    vector: asyncio.Task[list[list[float]]] | None = None
+
+    async def start(self, db: AsyncSession) -> RecallQuery:
+        """This query with its embedding under way, when there is an embedder and the
+        database holds vectors to compare it with (else as it is): the forward pass is CPU
+        work, so it runs in a thread while the caller's next statements wait on the database.
+        The caller awaits it through `recall_hits`, or `cancel`s it."""
+        if self.embedder is None or self.vector is not None or not await has_vectors(db):
+            return self
+        task = asyncio.create_task(asyncio.to_thread(self.embedder.embed, [self.question]))
+        return replace(self, vector=task)
+
+    def cancel(self) -> None:
+        """Drop an embedding nobody will read (the thread finishes on its own)."""
+        if self.vector is not None and not self.vector.done():
+            self.vector.cancel()
+
+    @property
+    def method(self) -> str:
+        """What the search will be: full-text alone, or fused with recall by meaning."""
+        return "fts" if self.vector is None else "hybrid"
 
 
 async def recall_hits(
@@ -42,31 +86,82 @@ async def recall_hits(
     """The older messages most relevant to the question, best first: full-text, fused with
     the nearest in meaning when an embedder is configured, and with the neighbours of the best
     of those (twice `limit` candidates, since many lines are short; the recall block takes
-    what its budget holds)."""
-    terms, embedder = query.terms, query.embedder
+    what its budget holds). The question's embedding (`RecallQuery.start`, started here if
+    the caller has not) runs while the full-text search does."""
     if before_seq <= 1:
+        query.cancel()
         return []
-    lexical = await memory_store.recall(
-        db, session_id=session_id, terms=terms, before_seq=before_seq, limit=CANDIDATES
-    )
-    rankings = [[h.seq for h in lexical]]
-    if embedder is not None and await embedding_store.available(db):
-        (vector,) = await asyncio.to_thread(embedder.embed, [query.question])
-        dense = await embedding_store.nearest(
-            db,
-            session_id=session_id,
-            model=embedder.name,
-            query=vector,
-            before_seq=before_seq,
-            limit=CANDIDATES,
+    query = await query.start(db)
+    try:
+        lexical = await memory_store.recall(
+            db, session_id=session_id, terms=query.terms, before_seq=before_seq, limit=CANDIDATES
         )
-        rankings.append(dense)
+        rankings = [[h.seq for h in lexical]]
+        if query.vector is not None and query.embedder is not None:
+            (vector,) = await query.vector
+            dense = await embedding_store.nearest(
+                db,
+                session_id=session_id,
+                model=query.embedder.name,
+                query=vector,
+                before_seq=before_seq,
+                limit=CANDIDATES,
+            )
+            rankings.append(dense)
+    finally:
+        query.cancel()
     fused = with_neighbours(rankings, below=before_seq)[: limit * 2]
     known = {h.seq: h for h in lexical}
     missing = [s for s in fused if s not in known]
     for hit in await embedding_store.hits_for(db, session_id=session_id, seqs=missing):
         known[hit.seq] = hit
     return [known[s] for s in fused if s in known]
+
+
+def holds_everything(window: Window, turn: Turn) -> bool:
+    """Whether the window holds the session from its first message (seqs are dense from 1):
+    recall, which searches the messages before the window, could only find lines the prompt
+    shows whole. A session whose first message the window does not show (retracted, or
+    empty) is searched as before."""
+    return (window.from_seq or turn.user_seq) <= 1
+
+
+async def window_and_recall(
+    db: AsyncSession,
+    turn: Turn,
+    history: list[list[WindowMessage]],
+    memory: Memory,
+    budgets: Budgets,
+    counter: TokenCounter,
+    *,
+    left: int,
+    whole: Window,
+    query: RecallQuery | None,
+) -> tuple[Window, list[Block], list[RecallHit]]:
+    """The recent window and the recalled lines, sharing what the memory blocks left: the
+    `whole` window (all of `left`) with no recall when there is no `query` (it holds the
+    whole conversation).
+
+    Otherwise first with the recall budget held back; then the recent turns take what the
+    recalled lines left over (never fewer turns, so recall only loses lines the window now
+    shows)."""
+    if query is None:
+        return whole, [], []
+    first = plan_window(history, memory, recent=left - budgets.recall)
+    hits = await recall_hits(
+        db,
+        query,
+        session_id=turn.session_id,
+        before_seq=first.from_seq or turn.user_seq,
+        # As many candidates as the recall budget could show (about 40 tokens a line).
+        limit=max(8, budgets.recall // 40),
+    )
+    recalled = recall_block(counter, hits, budgets)
+    window = plan_window(history, memory, recent=left - sum(b.tokens for b in recalled))
+    if window.from_seq is not None and window.from_seq != first.from_seq:
+        hits = [h for h in hits if h.seq < window.from_seq]
+        recalled = recall_block(counter, hits, budgets)
+    return window, recalled, hits
 
 
 async def embed_pending(

@@ -41,12 +41,19 @@ async def resolve_result_sets(
     turn: Turn,
     northwind: NorthwindClient,
     current: dict[str, Slot] | None = None,
+    *,
+    has_sets: bool = True,
 ) -> SetResolution:
     """Rungs of the resolver ladder for result sets (run before the order resolver);
-    `current`: the session's slots when the caller has read them already."""
+    `current`: the session's slots when the caller has read them already; `has_sets=False`:
+    the caller knows the session has stored no set (none is read)."""
     message = await db.get(Message, turn.user_message_id)
     assert message is not None
-    sets = await result_set_store.recent_result_sets(db, session_id=turn.session_id)
+    sets = (
+        await result_set_store.recent_result_sets(db, session_id=turn.session_id)
+        if has_sets
+        else []
+    )
     if current is None:
         current = await slots.get_slots(db, session_id=turn.session_id)
     pending = current.get(PENDING_CLARIFICATION)

@@ -24,12 +24,14 @@ async def offered_tools(
     mcp: McpTools,
     skills: SkillTools,
     recent_turns: int,
+    facts: tuple[bool, frozenset[str]] | None = None,
 ) -> Offer:
     """Local tools, the allowed tools of the tenant's MCP servers, `run_skill` when the tenant
-    enables skills; less those this turn's shape cannot use."""
+    enables skills; less those this turn's shape cannot use. `facts`: the session's facts
+    (`result_sets.offer_facts`) when the caller read them already."""
     tools = tenant_tools(tenant) + await mcp.offered(db, turn, tenant) + skills.offered(tenant)
     message = await db.get(Message, turn.user_message_id)
-    has_result_sets, recently_used = await result_sets.offer_facts(
+    has_result_sets, recently_used = facts or await result_sets.offer_facts(
         db, session_id=turn.session_id, user_seq=turn.user_seq, recent_turns=recent_turns
     )
     shape = TurnShape(
