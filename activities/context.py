@@ -1,6 +1,7 @@
 """Context building: what the model is shown for one step of a turn.
 
-The reference resolver runs first (it may answer with a question instead of the model). Then
+The reference resolver runs first (activities/references.py; it may answer with a question
+instead of the model). Then
 the prompt is packed to a token budget (the model's window minus the output reserve) from
 blocks: standing instructions and tool schemas, pinned facts, the rolling summary, the recent
 turns, messages recalled by full-text search, the state block and the current message
@@ -29,9 +30,9 @@ from activities.context_rows import (
 from activities.knowledge import KnowledgeSource, Searched, authorize
 from activities.mcp import McpTools
 from activities.metrics import RECALLS
-from activities.northwind import BackendError, NorthwindClient
-from activities.recall import RecallQuery, holds_everything, window_and_recall
-from activities.result_sets import resolve_result_sets
+from activities.northwind import NorthwindClient
+from activities.recall import RecallQuery, start_recall, window_and_recall
+from activities.references import References
 from activities.skills import SkillTools
 from activities.state_block import state_block
 from activities.tool_offer import offered_tools
@@ -46,11 +47,12 @@ from parley.contracts import (
     TurnState,
 )
 from parley.errors import ContextTooLarge
-from parley.ids import message_id_for_call, new_id, prompt_cache_key
+from parley.ids import new_id, prompt_cache_key
 from parley.memory import extract_facts, recall_terms
 from parley.paths import AnswerPath, choose_path, effort_for, path_block
 from parley.prompt import (
     Budgets,
+    RecallHit,
     current_blocks,
     describe,
     history_blocks,
@@ -62,20 +64,15 @@ from parley.prompt import (
 )
 from parley.resolver import (
     PENDING_CLARIFICATION,
-    Clarification,
-    Entity,
-    NeedsCandidates,
-    Resolution,
     Slot,
-    resolve,
 )
-from parley.statuses import FinishReason
 from parley.tenancy import TenantConfig
 from parley.tokens import TokenCounter, count_message, counter_for
-from parley.wire import ClarificationData, DeltaData, Option, WarningData
+from parley.window import Window
+from parley.wire import WarningData
 from store import memory as memory_store
-from store import slots, tenants, turns, user_memory
-from store.events import append_event, append_events
+from store import tenants, turns, user_memory
+from store.events import append_event
 from store.models import Message, ModelCall, Turn, TurnEvent
 
 # The warning a turn emits when the packer left something out.
@@ -98,7 +95,7 @@ class ContextBuilder:
     ) -> None:
         self._sessions = sessions
         self._settings = settings
-        self._northwind = northwind
+        self._references = References(northwind)
         # Recall by meaning as well as by words (activities/recall.py); None: words only.
         self._embedder = embedder
         self._mcp = mcp or McpTools(sessions=sessions)
@@ -130,7 +127,7 @@ class ContextBuilder:
             await consented_memory.remember_validated(db, turn, self._settings, step=inp.step)
             current_slots = facts.slots  # as the resolver leaves them, at step 0
             if inp.step == 0:
-                resolved = await self._resolve_references(db, turn, facts)
+                resolved = await self._references.resolve(db, turn, facts)
                 if isinstance(resolved, BuildContextResult):
                     return resolved
                 current_slots = resolved
@@ -197,28 +194,11 @@ class ContextBuilder:
             step=step,
             provider=tenant.model_provider or self._settings.model_provider,
             model=model,
-            request={
-                "messages": packed.messages,
-                "tools": tools,
-                "max_output_tokens": budgets.reserve,
-                "reasoning_effort": effort_for(path, tenant.reasoning_effort),
-                "path": path.value,
-                "reanswer_of": reanswer_of,
-                "cache_key": prompt_cache_key(stable_prefix=stable_prefix(packed.messages, tools)),
-                "knowledge": knowledge,
-                "budget": {
-                    "window": budgets.window,
-                    "reserve": budgets.reserve,
-                    "input_budget": packed.budget,
-                    "prompt_tokens": packed.used,
-                    "counter": counter.name,
-                    "blocks": describe(packed.kept),
-                    "dropped": packed.missing,
-                    "tools_withheld": withheld,
-                    **plan,
-                },
-            },
+            request=_request(
+                packed, plan, tools, budgets, counter, path, tenant, withheld, reanswer_of
+            ),
         )
+        call.request["knowledge"] = knowledge
         db.add(call)
         return call
 
@@ -276,27 +256,21 @@ class ContextBuilder:
     ) -> tuple[Packed, dict[str, Any]]:
         """Load memory and messages, choose the window, recall, shape the blocks, pack.
         `consent`: the user's, read with the turn (None: read here); `searching`: the
-        knowledge search started beside the build (None: no passages). The LoCoMo bench packs
-        its questions through here (bench/memory.py)."""
+        knowledge search started beside the build (None: no passages); bench/memory.py too."""
         memory = await session_memory(db, turn, current_slots)
         through = memory.summary.through_seq if memory.summary else None
         messages = await window_messages(db, turn, through, counter)
         history, current = split_current(messages, turn.user_seq)
-        # Durable memory, consented (`consent` read with the turn).
         hints = await consented_memory.hints(db, turn, counter, consent=consent)
         remembered = memory_blocks(counter, memory, budgets) + hints.blocks
         left = budgets.conversation - sum(b.tokens for b in remembered)
-        terms = recall_terms(
-            current[0].text if current else "",
-            slot_values=[str(v) for v, _ in memory.slots.values() if isinstance(v, str | int)],
-        )
+        question = current[0].text if current else ""
+        slot_values = [str(v) for v, _ in memory.slots.values() if isinstance(v, str | int)]
+        terms = recall_terms(question, slot_values=slot_values)
         whole = plan_window(history, memory, recent=left)
-        query = None
-        if not holds_everything(whole, turn):
-            # The question's embedding (a thread) runs while the database answers the reads
-            # below; recall awaits it last.
-            question = current[0].text if current else ""
-            query = await RecallQuery(terms, question, self._embedder).start(db)
+        # None when the window holds it all; else the question's embedding runs while the
+        # database answers the reads below.
+        query = await start_recall(db, turn, whole, RecallQuery(terms, question, self._embedder))
         try:
             knowledge, known = await self._passages(db, turn, searching, budgets, counter)
             # A turn's actions are proposed by its tools, which run after step 0's model call.
@@ -308,14 +282,9 @@ class ContextBuilder:
         finally:
             if query is not None:
                 query.cancel()  # when a read above failed, nobody reads the embedding
-        method = "skipped" if query is None else query.method
-        RECALLS.labels(method).inc()
-        tracing.annotate(recall=method)
-        system_prompt = self._settings.system_prompt + (
-            f"\n\n{tenant.persona}" if tenant.persona else ""
-        )
+        method = _recalled_by(query)
         blocks = [
-            instructions_block(counter, system_prompt=system_prompt, tools=tools),
+            instructions_block(counter, system_prompt=self._system_prompt(tenant), tools=tools),
             *remembered,
             *history_blocks(counter, window, budgets),
             *recalled,
@@ -325,17 +294,15 @@ class ContextBuilder:
             *files,  # uploads
         ]
         packed = _pack(blocks, budgets, counter)
-        plan = {
-            "window_from_seq": window.from_seq,
-            "window_widened": window.widened,
-            "summary_through_seq": through,
-            # "skipped" (the window holds the whole conversation), "fts" or "hybrid".
-            "recall": method,
-            "recalled_seqs": sorted(h.seq for h in hits),
+        plan = _window_plan(window, through, method, hits) | {
             user_memory.HINTED_KEYS: hints.shown(packed),
             "knowledge": known,
         }
         return packed, plan
+
+    def _system_prompt(self, tenant: TenantConfig) -> str:
+        persona = f"\n\n{tenant.persona}" if tenant.persona else ""
+        return self._settings.system_prompt + persona
 
     async def _search_knowledge(
         self,
@@ -380,88 +347,6 @@ class ContextBuilder:
             db, turn, found, counter=counter, budget=budgets.knowledge
         )
 
-    async def _resolve_references(
-        self, db: AsyncSession, turn: Turn, facts: SessionFacts
-    ) -> BuildContextResult | dict[str, Slot]:
-        """Run the reference resolver; if it must ask, answer with the question (no model).
-        Otherwise return the session's slots as the resolver left them (the packing reads
-        them from here, not from the store again); their writes and the resolution commit
-        with the packed request, so a build retried after a crash resolves from the same
-        slots as the attempt that died (and costs no commit of its own)."""
-        # Result sets first ("those", "just the ones over $500"); orders when they pass.
-        current = facts.slots
-        sets = await resolve_result_sets(
-            db, turn, self._northwind, current, has_sets=facts.has_sets
-        )
-        if sets.kind == "none":
-            resolution = await self._resolution(db, turn, current)
-        else:
-            pending = PENDING_CLARIFICATION in current
-            resolution = Resolution("none", slot_clears=(PENDING_CLARIFICATION,) if pending else ())
-        clarification = resolution.clarification or sets.clarification
-        writes = dict(resolution.slot_writes)
-        if resolution.clarification is not None:
-            writes[PENDING_CLARIFICATION] = Slot(
-                resolution.clarification.as_slot_value(), "resolver", turn.user_seq
-            )
-        elif sets.clarification is not None:
-            writes[PENDING_CLARIFICATION] = Slot(
-                sets.pending_slot_value(), "resolver", turn.user_seq
-            )
-        clears = tuple(c for c in resolution.slot_clears if c not in writes)
-        await slots.write_slots(db, session_id=turn.session_id, writes=writes, clears=clears)
-        turn.resolution = {
-            "kind": resolution.kind,
-            "order_id": resolution.order_id,
-            "entity_type": resolution.entity_type,
-            "assumption": resolution.assumption,
-            **({"result_set": sets.as_state()} if sets.as_state() else {}),
-        }
-        if clarification is None:
-            return slots.after_writes(current, writes=writes, clears=clears)
-        call = await _ask(db, turn, clarification)
-        await db.commit()
-        return BuildContextResult(call.id, clarification=True)
-
-    async def _resolution(
-        self, db: AsyncSession, turn: Turn, current: dict[str, Slot]
-    ) -> Resolution:
-        """What the user's message refers to; the customer's records are fetched only when the
-        slots alone cannot tell."""
-        user_message = await db.get(Message, turn.user_message_id)
-        assert user_message is not None
-        try:
-            return resolve(user_message.text, slots=current, user_seq=turn.user_seq)
-        except NeedsCandidates:
-            return resolve(
-                user_message.text,
-                slots=current,
-                user_seq=turn.user_seq,
-                entities=await self._known_entities(db, turn),
-            )
-
-    async def _known_entities(self, db: AsyncSession, turn: Turn) -> list[Entity]:
-        """The customer's orders and refunds, as candidates for the resolver."""
-        try:
-            orders = await self._northwind.list_orders(
-                turn.tenant_id, turn.user_id, open_only=False
-            )
-            refunds = await self._northwind.list_refunds(turn.tenant_id, turn.user_id)
-        except BackendError:
-            await append_event(
-                db,
-                turn_id=turn.id,
-                type=EventType.warning,
-                data=WarningData(
-                    code="tool_unavailable",
-                    message="The order system did not answer; I could not check your orders.",
-                ),
-            )
-            return []
-        return [Entity("order", str(o["order_id"]), str(o["order_id"])) for o in orders] + [
-            Entity("refund", str(r["refund_id"]), str(r["order_id"])) for r in refunds
-        ]
-
 
 def _pack(blocks: list[Block], budgets: Budgets, counter: TokenCounter) -> Packed:
     """Pack to the model's window minus the output reserve; a required block that cannot fit
@@ -477,31 +362,60 @@ def _pack(blocks: list[Block], budgets: Budgets, counter: TokenCounter) -> Packe
         raise ApplicationError(exc.message, type=exc.code, non_retryable=True) from None
 
 
-async def _ask(db: AsyncSession, turn: Turn, clarification: Clarification) -> ModelCall:
-    """Store the resolver's question as the step's answer (a call no model made) and show it."""
-    question = clarification.question
-    call = ModelCall(
-        id=new_id("mc"),
-        turn_id=turn.id,
-        step=0,
-        provider="resolver",
-        model="reference-resolver",
-        request={"resolution": turn.resolution},
-        response_text=question,
-        finish_reason=FinishReason.clarification,
-    )
-    db.add(call)
-    await db.flush()
-    options = [Option(label=o.label, value=o.value) for o in clarification.options]
-    await append_events(
-        db,
-        turn_id=turn.id,
-        events=[
-            (EventType.clarification, ClarificationData(question=question, options=options)),
-            (EventType.delta, DeltaData(message_id=message_id_for_call(call.id), text=question)),
-        ],
-    )
-    return call
+def _request(
+    packed: Packed,
+    plan: dict[str, Any],
+    tools: list[dict[str, Any]],
+    budgets: Budgets,
+    counter: TokenCounter,
+    path: AnswerPath,
+    tenant: TenantConfig,
+    withheld: dict[str, str],
+    reanswer_of: str | None,
+) -> dict[str, Any]:
+    """The stored request of a step: what the model is sent, and what packing it cost."""
+    return {
+        "messages": packed.messages,
+        "tools": tools,
+        "max_output_tokens": budgets.reserve,
+        "reasoning_effort": effort_for(path, tenant.reasoning_effort),
+        "path": path.value,
+        "reanswer_of": reanswer_of,
+        "cache_key": prompt_cache_key(stable_prefix=stable_prefix(packed.messages, tools)),
+        "budget": {
+            "window": budgets.window,
+            "reserve": budgets.reserve,
+            "input_budget": packed.budget,
+            "prompt_tokens": packed.used,
+            "counter": counter.name,
+            "blocks": describe(packed.kept),
+            "dropped": packed.missing,
+            "tools_withheld": withheld,
+            **plan,
+        },
+    }
+
+
+def _window_plan(
+    window: Window, through: int | None, method: str, hits: list[RecallHit]
+) -> dict[str, Any]:
+    """Where the window starts and what recall added, as the stored request records it."""
+    return {
+        "window_from_seq": window.from_seq,
+        "window_widened": window.widened,
+        "summary_through_seq": through,
+        "recall": method,
+        "recalled_seqs": sorted(h.seq for h in hits),
+    }
+
+
+def _recalled_by(query: RecallQuery | None) -> str:
+    """What recall did for this prompt, counted and on the build's span: "skipped" (the
+    window holds the whole conversation), "fts" or "hybrid"."""
+    method = "skipped" if query is None else query.method
+    RECALLS.labels(method).inc()
+    tracing.annotate(recall=method)
+    return method
 
 
 def _tokens(message: Message, counter: TokenCounter) -> int:

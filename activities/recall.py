@@ -126,6 +126,17 @@ def holds_everything(window: Window, turn: Turn) -> bool:
     return (window.from_seq or turn.user_seq) <= 1
 
 
+async def start_recall(
+    db: AsyncSession, turn: Turn, whole: Window, query: RecallQuery
+) -> RecallQuery | None:
+    """No recall (None) when the `whole` window holds the conversation: nothing to search,
+    nothing to embed. Else `query`, its embedding started in a thread so that it runs while
+    the build's other reads do; recall awaits it last."""
+    if holds_everything(whole, turn):
+        return None
+    return await query.start(db)
+
+
 async def window_and_recall(
     db: AsyncSession,
     turn: Turn,
