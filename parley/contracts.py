@@ -296,7 +296,7 @@ class SummarizeResult:
     through_seq: int
     summarized: bool = False
     # The passes the workflow's run made (its result; a step's own result leaves it at 1):
-    # one, and one more for each time a turn asked while a pass was under way.
+    # one, and one more each time turns asked while a pass was under way.
     passes: int = 1
 
 

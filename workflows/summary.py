@@ -9,6 +9,13 @@ by then, however many turns that is. A turn that asks while a pass is under way 
 more pass after it: the asks coalesce (three turns finishing meanwhile cost one pass, not
 three). With nothing asked since the pass began, the run ends; a later turn starts the next.
 
+A local pass's result reaches the server only with the workflow task that carries the run's
+next command. Were that command the run's end, asks that arrived during the pass would make
+the server refuse it, and the worker would replay the run and run the unrecorded pass again
+(all its attempts again: a failing summarizer would cost a run as many passes as turns
+finished meanwhile). So each pass is recorded first, with a short timer, before the run
+decides whether to end.
+
 A crash at any point loses nothing, because the stored summary only moves forward in one
 transaction and the next pass starts from wherever it stands. A pass that fails for good
 (its bounded attempts spent, workflows/options.py `SUMMARY`) ends the run with it: the asks
@@ -19,7 +26,10 @@ meanwhile. A session that keeps asking while passes run continues as new every
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from temporalio import workflow
+from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from activities.memory import MemoryActivities
@@ -35,6 +45,9 @@ from workflows.options import SUMMARY
 # Passes before the run continues as new: each is a handful of events (its step, the
 # signals that asked for the next), far below the history's limits.
 PASSES_PER_RUN = 20
+# How long a run waits after a pass before deciding to end: long enough for one workflow task
+# that records the pass, short enough not to keep an idle session's run open.
+SETTLE = timedelta(milliseconds=100)
 
 
 @workflow.defn(name=SUMMARY_WORKFLOW)
@@ -57,7 +70,14 @@ class SummaryWorkflow:
             latest = self._latest or inp
             workflow.set_current_details(f"pass {passes + 1} after turn {latest.turn_id}")
             run = SUMMARY.run_local if latest.local else SUMMARY.run
-            result = await run(MemoryActivities.summarize, latest, summary="fold into the summary")
+            try:
+                result = await run(
+                    MemoryActivities.summarize, latest, summary="fold into the summary"
+                )
+            except ActivityError:
+                await workflow.sleep(SETTLE)  # the failed pass recorded: the run fails once
+                raise
+            await workflow.sleep(SETTLE)
             passes += 1
             if self._asks == asked:
                 return SummarizeResult(result.through_seq, result.summarized, passes)
