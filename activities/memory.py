@@ -23,6 +23,7 @@ from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError
 
+from activities.metrics import record_usage
 from activities.recall import embed_pending
 from gateway.base import Finish, ModelRequest, TextDelta
 from gateway.errors import ProviderFatal
@@ -275,6 +276,7 @@ class MemoryActivities:
                     usage = dict(event.usage)
         except ProviderFatal as exc:
             raise ApplicationError(str(exc), type=exc.code, non_retryable=True) from None
+        record_usage(job.provider, job.model, usage)  # beside the turns' calls, answered or not
         return "".join(parts), usage
 
 

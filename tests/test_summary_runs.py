@@ -207,9 +207,14 @@ class ScriptedSummarizer:
             if self.mode == "down":
                 raise ProviderRetryable("overloaded", provider="demo", code="overloaded")
             async for event in self.demo.stream(request):
+                if isinstance(event, Finish):  # a bill the test can recognise
+                    event = Finish(event.reason, SUMMARIZER_USAGE)
                 yield event
         finally:
             self.in_flight -= 1
+
+
+SUMMARIZER_USAGE = {"input_tokens": 7001, "output_tokens": 301}
 
 
 def statement(n: int) -> str:
@@ -333,3 +338,49 @@ async def test_a_failing_summarizer_costs_a_bounded_number_of_requests_per_run(
         await client.aclose()
     assert model.requests, "the summarizer was never asked"
     assert max(model.requests.values()) <= most, model.requests
+
+
+async def test_the_tenants_usage_counts_the_summarizers_tokens(
+    settings: Settings,
+    temporal_client: Client,
+    sessions: async_sessionmaker[AsyncSession],
+    tokens: dict[str, str],
+) -> None:
+    model = ScriptedSummarizer()
+    async with own_stack(
+        temporal_client, settings, sessions, model, prefix="sumusage", **SMALL
+    ) as stack:
+        admin = ParleyClient(stack.url, tokens["admin"])
+        client = ParleyClient(stack.url, tokens["priya"])
+
+        async def usage() -> dict[str, Any]:
+            answer = await admin.http.get("/v1/admin/tenants/northwind/usage", params={"days": 1})
+            assert answer.status_code == 200, answer.text
+            return dict(answer.json())
+
+        before = await usage()
+        sid = await client.new_session()
+        n = 0
+        while not model.requests:
+            n += 1
+            assert n <= 12, "no summary run after 12 turns"
+            await turn_closed(temporal_client, await turn(client, sid, n))
+        await summary_handle(temporal_client, sid).result()
+        after = await usage()
+        denied = await client.http.get("/v1/admin/tenants/northwind/usage")
+        await client.aclose()
+        await admin.aclose()
+
+    assert denied.status_code == 403  # a customer reads no tenant's bill
+    written = sum(model.requests.values())
+    delta = {
+        part: {k: after[part][k] - before[part][k] for k in after[part]}
+        for part in ("turns", "summaries", "total")
+    }
+    # Other tests of the tenant may run meanwhile: at least this session's share.
+    assert delta["summaries"]["requests"] >= written >= 1
+    assert delta["summaries"]["input_tokens"] >= written * SUMMARIZER_USAGE["input_tokens"]
+    assert delta["summaries"]["output_tokens"] >= written * SUMMARIZER_USAGE["output_tokens"]
+    assert delta["turns"]["requests"] >= n
+    for kind in ("requests", "input_tokens", "output_tokens"):
+        assert after["total"][kind] == after["turns"][kind] + after["summaries"][kind]
