@@ -11,9 +11,10 @@ and the Temporal dev server) shows the wiring.
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -24,7 +25,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
-from temporalio.worker import Worker
+from temporalio.worker import Replayer, Worker
 
 from activities.memory import MemoryActivities
 from dispatch.runner import one_batch_per_task
@@ -39,9 +40,10 @@ from parley.memory import is_summary_request
 from parley.prompt import StoredSummary
 from store import memory as memory_store
 from tests.client import ParleyClient
+from tests.test_replay import HISTORIES, scrub
 from tests.toolkit import eventually, own_stack
 from workflows.options import SUMMARY
-from workflows.summary import SummaryWorkflow
+from workflows.summary import PASSES_PER_RUN, SummaryWorkflow
 
 ATTEMPTS = SUMMARY.retry.maximum_attempts
 DEADLINE_S = 20.0
@@ -58,10 +60,14 @@ class Summarizing:
         self.entered = asyncio.Event()
         self.release = asyncio.Event()
         self.failing = False
+        # Awaited in each call: what happens while the pass runs (a turn that asks).
+        self.during: Callable[[], Awaitable[None]] | None = None
 
     @activity.defn(name="summarize")
     async def summarize(self, inp: SummarizeInput) -> SummarizeResult:
         self.calls.append(inp)
+        if self.during is not None:
+            await self.during()
         if self.failing:
             raise ApplicationError("the provider is down", type="provider_unavailable")
         if len(self.calls) == 1:
@@ -96,6 +102,17 @@ async def ask(
     )
 
 
+async def maybe_record(client: Client, session_id: str, run_id: str, shape: str) -> None:
+    """Replay the run, and with PARLEY_RECORD_SUMMARY_HISTORY=summary_vN keep its history
+    for the replay tests (tests/test_replay.py replays every committed history)."""
+    handle = client.get_workflow_handle(summary_workflow_id(session_id=session_id), run_id=run_id)
+    history = await handle.fetch_history()
+    await Replayer(workflows=[SummaryWorkflow]).replay_workflow(history)
+    name = os.environ.get("PARLEY_RECORD_SUMMARY_HISTORY")
+    if name:
+        (HISTORIES / f"{name}_{shape}.json").write_text(scrub(history.to_json()))
+
+
 def summary_handle(client: Client, session_id: str) -> WorkflowHandle[Any, SummarizeResult]:
     return client.get_workflow_handle(
         summary_workflow_id(session_id=session_id), result_type=SummarizeResult
@@ -113,6 +130,10 @@ async def runs(client: Client, session_id: str) -> list[tuple[str, WorkflowExecu
 # Both ways a pass runs: a regular activity, and a local one (whose result reaches the server
 # only with the run's next command).
 BOTH = pytest.mark.parametrize("local", [False, True], ids=["activity", "local"])
+
+
+def kind(local: bool) -> str:
+    return "local" if local else "activity"
 
 
 @BOTH
@@ -142,6 +163,7 @@ async def test_asks_during_a_pass_cost_one_more_pass_not_one_each(
         again = await summary_handle(temporal_client, session_id).result()
         assert again.passes == 1
         assert len(step.calls) == 3
+        await maybe_record(temporal_client, session_id, first_run, f"coalesced_{kind(local)}")
     seen = await runs(temporal_client, session_id)
     assert len(seen) == 2 and first_run in {run for run, _ in seen}
     assert all(status == WorkflowExecutionStatus.COMPLETED for _, status in seen)
@@ -162,10 +184,44 @@ async def test_a_failing_step_costs_bounded_attempts_per_run_however_often_turns
         handle = temporal_client.get_workflow_handle(summary_workflow_id(session_id=session_id))
         with pytest.raises(WorkflowFailureError):
             await handle.result()
+        failed = (await handle.describe()).run_id
+        await maybe_record(temporal_client, session_id, failed, f"failed_{kind(local)}")
     # One pass, its attempts spent, ends the run: the asks it leaves cost nothing more here
     # (the next turn's run covers them).
     assert len(step.calls) == ATTEMPTS == 3
     assert len(await runs(temporal_client, session_id)) == 1
+
+
+async def test_a_session_that_keeps_asking_continues_as_new_and_loses_no_ask(
+    temporal_client: Client,
+) -> None:
+    step = Summarizing()
+    step.release.set()
+    session_id = f"ses_{uuid.uuid4().hex[:20]}"
+    asks = PASSES_PER_RUN + 2
+    async with summary_worker(temporal_client, step) as queue:
+        asked = 1
+        await ask(temporal_client, queue, session_id, "trn_1")
+
+        async def one_ask_per_pass() -> None:
+            nonlocal asked
+            if asked < asks:  # a turn finishes during each pass
+                asked += 1
+                await ask(temporal_client, queue, session_id, f"trn_{asked}")
+
+        step.during = one_ask_per_pass
+        result = await summary_handle(temporal_client, session_id).result()
+        [continued] = [
+            run
+            for run, status in await runs(temporal_client, session_id)
+            if status == WorkflowExecutionStatus.CONTINUED_AS_NEW
+        ]
+        await maybe_record(temporal_client, session_id, continued, "continued")
+    assert len(step.calls) == asks  # every ask answered, across the runs
+    assert [c.turn_id for c in step.calls] == [f"trn_{n}" for n in range(1, asks + 1)]
+    statuses = sorted(s.name for _, s in await runs(temporal_client, session_id))
+    assert statuses == ["COMPLETED", "CONTINUED_AS_NEW"]
+    assert result.passes == asks - PASSES_PER_RUN
 
 
 # --- the whole stack ---------------------------------------------------------------------------
