@@ -16,6 +16,7 @@ import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -87,7 +88,13 @@ async def summary_worker(client: Client, step: Summarizing) -> AsyncIterator[str
 
 
 async def ask(
-    client: Client, queue: str, session_id: str, turn_id: str, *, local: bool = False
+    client: Client,
+    queue: str,
+    session_id: str,
+    turn_id: str,
+    *,
+    local: bool = False,
+    delay: timedelta | None = None,
 ) -> None:
     """What `start_summary` does once it has found work (activities/memory.py)."""
     inp = SummarizeInput(session_id, turn_id, local=local)
@@ -99,6 +106,7 @@ async def ask(
         start_signal=SUMMARY_DUE_SIGNAL,
         start_signal_args=[inp],
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        start_delay=delay,
     )
 
 
@@ -190,6 +198,29 @@ async def test_a_failing_step_costs_bounded_attempts_per_run_however_often_turns
     # (the next turn's run covers them).
     assert len(step.calls) == ATTEMPTS == 3
     assert len(await runs(temporal_client, session_id)) == 1
+
+
+async def test_the_start_delay_holds_the_first_pass_until_another_turn_asks(
+    temporal_client: Client,
+) -> None:
+    """The idle delay is the server's start delay, which signal-with-start keeps: the first
+    ask's run waits it out, and another turn's ask meanwhile starts the run at once (that
+    turn has finished too: the session is idle again)."""
+    step = Summarizing()
+    step.release.set()
+    delay = timedelta(seconds=30)
+    session_id = f"ses_{uuid.uuid4().hex[:20]}"
+    async with summary_worker(temporal_client, step) as queue:
+        await ask(temporal_client, queue, session_id, "trn_1", delay=delay)
+        await asyncio.sleep(1.0)
+        assert step.calls == []  # held back by the delay
+        await ask(temporal_client, queue, session_id, "trn_2", delay=delay)
+        result = await asyncio.wait_for(
+            summary_handle(temporal_client, session_id).result(), DEADLINE_S
+        )
+    # One pass for both asks, long before the delay was out.
+    assert result.passes == 1
+    assert [c.turn_id for c in step.calls] == ["trn_2"]
 
 
 async def test_a_session_that_keeps_asking_continues_as_new_and_loses_no_ask(
