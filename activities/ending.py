@@ -5,7 +5,7 @@ Each part is the activity it was as a step of its own (screens, `finalize_turn`,
 `start_summary`), called in one local activity so that a plain turn's answer ends in the
 workflow task that streamed it. A retry after a crash runs the parts again: each is
 idempotent (the ending is stored once, follow-ups are offered only while the turn is open,
-a summary run's id comes from the turn).
+asking the session's summary workflow twice costs at most a pass that finds nothing to do).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The rolling summary's activity: fold what left the recent window into the summary.
 
 `start_summary` runs at the end of the turn workflow, after the answer is stored; when there
-is work, it starts the summary workflow, whose one step is `summarize`. The summarizer is a
+is work, it starts the session's summary workflow or signals the one under way, whose step,
+once per pass, is `summarize`. The summarizer is a
 model call through the gateway (the demo model answers with an extractive summary; real
 providers get a prompt asking for structured JSON). Nothing is written until the answer is
 parsed and checked, and then in one transaction: a crash anywhere before the commit leaves
@@ -20,8 +21,9 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
+from temporalio.exceptions import ApplicationError
 
+from activities.metrics import record_usage
 from activities.recall import embed_pending
 from gateway.base import Finish, ModelRequest, TextDelta
 from gateway.errors import ProviderFatal
@@ -29,7 +31,7 @@ from gateway.minilm import Embedder
 from gateway.registry import ProviderPool
 from parley.config import Settings
 from parley.context import WindowMessage
-from parley.contracts import SUMMARY_WORKFLOW, SummarizeInput, SummarizeResult
+from parley.contracts import SUMMARY_DUE_SIGNAL, SUMMARY_WORKFLOW, SummarizeInput, SummarizeResult
 from parley.ids import summary_workflow_id
 from parley.memory import cap_lines, parse_summary, summary_request
 from parley.prompt import MIN_RECENT
@@ -77,26 +79,33 @@ class MemoryActivities:
 
     @activity.defn(name="start_summary")
     async def start_summary(self, inp: SummarizeInput) -> None:
-        """Start the summary workflow for a finished turn, on this worker's queue, after the
-        configured idle delay, when it has work: messages to embed, or enough past the
-        recent window to fold. Most turns have none, and a workflow that would only find
-        that out costs the server and the worker more than this check. A retried start
-        finds the one already started (its id is derived from the turn)."""
+        """Ask the session's summary workflow for a pass after a finished turn, when there is
+        work: messages to embed, or enough past the recent window to fold. Most turns have
+        none, and a pass that would only find that out costs the server and the worker more
+        than this check. One call starts the workflow (on this worker's queue, after the
+        configured idle delay) or, when a run is under way, signals it for one more pass, so a
+        session has at most one run at a time; a retried start asks again, which at most
+        costs a pass that finds nothing to do.
+
+        The delay is the server's: it holds the run's first task back, unless another turn's
+        start arrives meanwhile, which dispatches it at once (that turn has finished too, so
+        the session is idle again)."""
         assert self._client is not None, "the worker builds this with its Temporal client"
         if not await self._has_work(inp.session_id):
             return
-        try:
-            await self._client.start_workflow(
-                SUMMARY_WORKFLOW,
-                inp,
-                id=summary_workflow_id(turn_id=inp.turn_id),
-                task_queue=activity.info().task_queue,
-                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-                start_delay=timedelta(milliseconds=self._settings.summary_start_delay_ms) or None,
-            )
-        except WorkflowAlreadyStartedError:
-            pass  # a retry after this turn's run already ran and closed: nothing to start
+        await self._client.start_workflow(
+            SUMMARY_WORKFLOW,
+            inp,
+            id=summary_workflow_id(session_id=inp.session_id),
+            task_queue=activity.info().task_queue,
+            # Signal-with-start: a running run takes the signal (one more pass), a closed
+            # one is followed by a new run.
+            start_signal=SUMMARY_DUE_SIGNAL,
+            start_signal_args=[inp],
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+            start_delay=timedelta(milliseconds=self._settings.summary_start_delay_ms) or None,
+        )
 
     @activity.defn(name="summarize")
     async def summarize(self, inp: SummarizeInput) -> SummarizeResult:
@@ -267,6 +276,7 @@ class MemoryActivities:
                     usage = dict(event.usage)
         except ProviderFatal as exc:
             raise ApplicationError(str(exc), type=exc.code, non_retryable=True) from None
+        record_usage(job.provider, job.model, usage)  # beside the turns' calls, answered or not
         return "".join(parts), usage
 
 

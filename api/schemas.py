@@ -6,12 +6,15 @@ here embed them. Each response model is built by one constructor from the stored
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Self
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from parley.config import Settings
 from parley.wire import ActionView, MessageView, SlotView, Timestamp, TurnStateName, View
+
+if TYPE_CHECKING:
+    from store.usage import TenantUsage, Tokens
 
 NO_NUL = "^[^\u0000]*$"
 # What `POST .../files` returns as a file id (parley/ids.py `new_id("file")`).
@@ -185,6 +188,37 @@ class TenantOut(View):
     def from_row(cls, row: object) -> Self:
         # An unset configuration is stored as NULL on old rows; the contract says `{}`.
         return cls(id=row.id, paused=row.paused, config=row.config or {})  # type: ignore[attr-defined]
+
+
+class TokensOut(View):
+    requests: int
+    input_tokens: int
+    output_tokens: int
+
+
+class UsageOut(View):
+    """A tenant's model tokens since `since`: its turns', its summarizer's, and both."""
+
+    since: Timestamp
+    turns: TokensOut
+    summaries: TokensOut
+    total: TokensOut
+
+    @classmethod
+    def from_usage(cls, usage: TenantUsage) -> Self:
+        def out(part: Tokens) -> TokensOut:
+            return TokensOut(
+                requests=part.requests,
+                input_tokens=part.input_tokens,
+                output_tokens=part.output_tokens,
+            )
+
+        return cls(
+            since=usage.since,
+            turns=out(usage.turns),
+            summaries=out(usage.summaries),
+            total=out(usage.total),
+        )
 
 
 class DemoUser(BaseModel):

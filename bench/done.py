@@ -6,9 +6,10 @@ tenant's summaries on and one with them off; their turns alternate, and which ro
 alternates by round, so a change in the machine's load falls on both rows alike. The switch
 is the tenant's and a summary run reads it when it begins (activities/memory.py), so before
 the switch is flipped for the other row the bench waits for the last turn's workflow to close
-and then for the summary workflow it started, if it started one (`start_summary` starts one
-only when there is work: messages to embed or enough past the window to fold; the "without"
-row and short sessions start none): every summary run saw the switch of its own row.
+and then for its session's summary workflow, if the turn started or signalled it
+(`start_summary` asks only when there is work: messages to embed or enough past the window to
+fold; the "without" row and short sessions start none): every summary run saw the switch of
+its own row.
 
 Each row reports p50 and p95 and the summaries written in its session while it ran: the
 "with" row provably had summaries running (each folds the turns that left the window while
@@ -55,12 +56,13 @@ async def _summaries(db_sessions: async_sessionmaker[AsyncSession], sid: str) ->
         return int(count or 0)
 
 
-async def _summary_closed(temporal: Client, turn_id: str) -> None:
+async def _summary_closed(temporal: Client, turn_id: str, session_id: str) -> None:
     """Wait for the turn's workflow to close (its last step, `start_summary`, runs after
-    `done`), then for the summary workflow that step started. Once the turn's workflow has
-    closed, a summary that does not exist was never started: there is nothing to wait for."""
+    `done`), then for its session's summary workflow, which that step started or signalled
+    (one per session at a time: the result follows it through continue-as-new). Once the
+    turn's workflow has closed, a session without one never had a summary run."""
     await temporal.get_workflow_handle(workflow_id_for_turn(turn_id)).result()
-    summary = temporal.get_workflow_handle(summary_workflow_id(turn_id=turn_id))
+    summary = temporal.get_workflow_handle(summary_workflow_id(session_id=session_id))
     try:
         await summary.describe()
     except RPCError as exc:
@@ -99,7 +101,7 @@ async def time_to_done(
             first[row].append((turn.first_delta_s or 0.0) * 1000)
             chars[row].append(turn.chars)
             await asyncio.sleep(pause_s)  # the customer reads the answer
-            await _summary_closed(temporal, target.last_turn_id)
+            await _summary_closed(temporal, target.last_turn_id, sessions[row])
     await set_summaries(db_sessions, True)
     return {
         "reading_pause_s": pause_s,

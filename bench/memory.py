@@ -6,7 +6,8 @@ without summaries, and evidence recall on LoCoMo.
     (those the call was offered: the naive side gets the same tool rule), state and current
     message, plus every earlier message in full), the largest prompt, cached tokens (the demo
     model reports the prefix shared with the previous request under the same cache key) and
-    what the summarizer cost.
+    what the summarizer cost: its input tokens count in Parley's input (and so in the ratio),
+    and its input and output are shown apart.
 (d) Time from POST to `done`, summaries on and off interleaved, with a reading pause
     (bench/done.py).
 (e) LoCoMo (bench/data/locomo3.json): a conversation is stored as one session (speaker A as
@@ -118,17 +119,23 @@ async def token_table(
         cached += int((call.usage or {}).get("cached_tokens", 0))
         fixed = blocks.get("instructions", 0) + blocks.get("state", 0) + blocks.get("current", 0)
         naive += fixed + sum(size for seq, size in sizes.items() if seq < user_seq)
-    summarizer = sum(s.input_tokens + s.output_tokens for s in summaries)
+    # The summarizer's requests are part of what the conversation cost: its input counts with
+    # the turns' prompts against the naive resend, and both its sides are shown apart.
+    summarizer_in = sum(s.input_tokens for s in summaries)
+    summarizer_out = sum(s.output_tokens for s in summaries)
     return {
         "turns": turns,
         "model_calls": len(calls),
-        "input_tokens": used,
+        "input_tokens": used + summarizer_in,
+        "turn_input_tokens": used,
         "naive_input_tokens": naive,
-        "ratio": used / naive if naive else float("nan"),
+        "ratio": (used + summarizer_in) / naive if naive else float("nan"),
         "largest_prompt": largest,
         "cached_tokens": cached,
         "summaries": len(summaries),
-        "summarizer_tokens": summarizer,
+        "summarizer_input_tokens": summarizer_in,
+        "summarizer_output_tokens": summarizer_out,
+        "summarizer_tokens": summarizer_in + summarizer_out,
     }
 
 
@@ -404,15 +411,19 @@ def render_memory(results: dict[str, Any]) -> str:
 
 def _render_tokens(tokens: list[dict[str, Any]]) -> list[str]:
     lines = [
-        "(c) Input tokens over scripted conversations (demo model; naive = resend everything)",
+        "(c) Input tokens over scripted conversations (demo model; naive = resend everything;"
+        " input = the turns' prompts and the summarizer's input)",
         f"{'turns':>6}{'calls':>7}{'input tok':>11}{'naive tok':>11}{'ratio':>8}"
-        f"{'largest':>9}{'cached':>9}{'summaries':>11}{'summarizer tok':>16}",
+        f"{'largest':>9}{'cached':>9}{'summaries':>11}{'summ. in':>10}{'summ. out':>11}",
     ]
     for r in tokens:
+        # Figures measured before the summarizer's sides were kept apart show its total.
+        summ_in = r.get("summarizer_input_tokens", r["summarizer_tokens"])
+        summ_out = r.get("summarizer_output_tokens", "-")
         lines.append(
             f"{r['turns']:>6}{r['model_calls']:>7}{r['input_tokens']:>11}"
             f"{r['naive_input_tokens']:>11}{r['ratio'] * 100:>7.1f}%{r['largest_prompt']:>9}"
-            f"{r['cached_tokens']:>9}{r['summaries']:>11}{r['summarizer_tokens']:>16}"
+            f"{r['cached_tokens']:>9}{r['summaries']:>11}{summ_in:>10}{summ_out:>11}"
         )
     return lines
 

@@ -166,9 +166,10 @@ class Settings(BaseSettings):
     context_file_chars: int = 24_000
     # The rolling summary runs after a turn once this many tokens have left the window.
     summary_min_new_tokens: int = 150
-    # The summary workflow starts this long after the turn that asked for it: a customer reads
-    # the answer before writing again, so the summarizer runs while the session is idle rather
-    # than beside the next turn on the same cores (0: at once).
+    # The session's summary workflow starts this long after the turn that asked for it: a
+    # customer reads the answer before writing again, so the summarizer runs while the session
+    # is idle rather than beside the next turn on the same cores (0: at once). The server holds
+    # the run's first task back; another turn's ask meanwhile releases it at once.
     summary_start_delay_ms: int = 1500
     # Durable, consented memory (parley/consented.py): how long a remembered item lives.
     memory_ttl_days: int = 180

@@ -24,8 +24,11 @@ from parley.statuses import FinishReason as FinishReason
 from parley.statuses import ToolCallStatus as ToolCallStatus
 
 TURN_WORKFLOW = "TurnWorkflow"
-# Folds older turns into the session's rolling summary, started (and abandoned) by a turn.
+# Folds older turns into the session's rolling summary: one per session at a time, started
+# or signalled by the turns that finish while it runs (workflows/summary.py).
 SUMMARY_WORKFLOW = "SummaryWorkflow"
+# A finished turn's "the summary is due" to the session's summary workflow (signal-with-start).
+SUMMARY_DUE_SIGNAL = "summary_due"
 
 # Search attributes registered with the Temporal server so operators can find a turn by
 # session or tenant and filter by state in the Temporal UI.
@@ -276,6 +279,9 @@ class FailTurnInput:
 
 @dataclass
 class SummarizeInput:
+    """What the session's summary workflow starts with, what each finished turn signals it,
+    and what each of its passes hands its step."""
+
     session_id: str
     # The turn after which the summary runs (ids only: the messages stay in the store).
     turn_id: str
@@ -289,6 +295,9 @@ class SummarizeResult:
     # The summary's new end, or the old one when there was nothing (yet) to fold in.
     through_seq: int
     summarized: bool = False
+    # The passes the workflow's run made (its result; a step's own result leaves it at 1):
+    # one, and one more each time turns asked while a pass was under way.
+    passes: int = 1
 
 
 # --- specialists (parley/specialists.py, workflows/specialist.py) ----------------------------

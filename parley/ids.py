@@ -22,9 +22,10 @@ def workflow_id_for_turn(turn_id: str) -> str:
     return f"turn-{turn_id}"
 
 
-def summary_workflow_id(*, turn_id: str) -> str:
-    """The summary started after a turn: one per turn, however often the start is replayed."""
-    return f"summary-{turn_id}"
+def summary_workflow_id(*, session_id: str) -> str:
+    """The session's summary workflow: one run at a time per session, which the turns that
+    finish start or signal (`summary-ses_…`; runs started per turn were `summary-trn_…`)."""
+    return f"summary-{session_id}"
 
 
 def message_id_for_call(model_call_id: str) -> str:

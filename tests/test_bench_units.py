@@ -82,6 +82,8 @@ def test_a_failed_part_of_the_memory_section_costs_only_its_own_table() -> None:
         "largest_prompt": 1823,
         "cached_tokens": 34782,
         "summaries": 7,
+        "summarizer_input_tokens": 5100,
+        "summarizer_output_tokens": 522,
         "summarizer_tokens": 5622,
     }
     memory = {
@@ -93,6 +95,7 @@ def test_a_failed_part_of_the_memory_section_costs_only_its_own_table() -> None:
     }
     shown = render_memory(memory)
     assert "50203" in shown and "(d) FAILED: RPCError: workflow not found" in shown
+    assert "5100" in shown and "522" in shown  # the summarizer's input and output, apart
     assert "0 sections that failed: memory.done" in render_acceptance({"memory": memory})
 
 

@@ -1,6 +1,7 @@
 """Replay tests: the current workflow code must replay histories recorded by earlier code.
 
-Every file in tests/histories/ is the history of a real turn. A change to the workflow that
+Every file in tests/histories/ is the history of a real turn (or of a session's summary run,
+`summary_v*`, recorded by tests/test_summary_runs.py). A change to the workflow that
 would break a turn already running in production fails here; such a change needs
 `workflow.patched()` (or a new workflow type), not an edit to the recording.
 
@@ -29,6 +30,7 @@ from parley.ids import workflow_id_for_turn
 from tests.client import ParleyClient
 from tests.workflow_variants import ExtraStep, ScreenAfterContext
 from workflows.specialist import SpecialistWorkflow
+from workflows.summary import SummaryWorkflow
 from workflows.turn import TurnWorkflow
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
@@ -72,8 +74,11 @@ def scrub(history_json: str) -> str:
 @pytest.mark.parametrize("path", sorted(HISTORIES.glob("*.json")), ids=lambda p: p.stem)
 async def test_committed_history_replays(path: Path) -> None:
     history = WorkflowHistory.from_json("recorded-turn", path.read_text())
-    # A delegated turn's specialist (specialist_v*_returns) replays beside the turns.
-    await Replayer(workflows=[TurnWorkflow, SpecialistWorkflow]).replay_workflow(history)
+    # A delegated turn's specialist (specialist_v*_returns) replays beside the turns, and so
+    # do the summary runs.
+    await Replayer(workflows=[TurnWorkflow, SpecialistWorkflow, SummaryWorkflow]).replay_workflow(
+        history
+    )
 
 
 def test_there_is_at_least_one_committed_history() -> None:

@@ -89,7 +89,7 @@ async def test_a_summary_run_killed_midway_is_covered_by_the_next_one(
             finished = await turn(n)
             # That turn's summary run has ended, or the turn started none (nothing to fold).
             started = await eventually(
-                partial(_summary_settled, temporal_client, finished),
+                partial(_summary_settled, temporal_client, finished, sid),
                 timeout=20,
                 what="the turn's summary run closed",
             )
@@ -146,13 +146,14 @@ async def _summary_past(latest, seq: int):  # type: ignore[no-untyped-def]
     return found if found is not None and found.through_seq >= seq else None
 
 
-async def _summary_settled(client: Client, turn_id: str) -> str | None:
-    """ "none" when the turn ended without starting a summary run, "closed" when the one it
-    started has ended, None while either is still running."""
+async def _summary_settled(client: Client, turn_id: str, session_id: str) -> str | None:
+    """ "none" when the turn ended and its session has no summary run, "closed" when the
+    session's run (which the turn started or signalled) has ended, None while either is
+    still running."""
     turn = await client.get_workflow_handle(workflow_id_for_turn(turn_id)).describe()
     if turn.status == WorkflowExecutionStatus.RUNNING:
         return None  # its last step, which starts the run, may be under way
-    handle = client.get_workflow_handle(summary_workflow_id(turn_id=turn_id))
+    handle = client.get_workflow_handle(summary_workflow_id(session_id=session_id))
     try:
         described = await handle.describe()
     except RPCError:

@@ -183,14 +183,19 @@ FOLLOWUPS = ActivityOptions(
     start_to_close=SCREEN.start_to_close, retry=RetryPolicy(maximum_attempts=1)
 )
 
-# The rolling summary: a model call off the hot path. Retried patiently; a run that fails for
-# good loses nothing (the summary stays where it was and the next run covers the gap).
+# The rolling summary: a model call off the hot path. A few attempts for transport errors
+# and crashed workers; an answer the summarizer could not read (`bad_summary`) is not asked
+# again with the same prompt. So a pass costs at most `maximum_attempts` summarizer requests
+# whatever the provider does, and a pass that fails for good ends its run (workflows/
+# summary.py): a run that fails costs no more than one pass. It loses nothing: the summary
+# stays where it was and the next run covers the gap.
 SUMMARY = ActivityOptions(
     start_to_close=timedelta(minutes=2),
     retry=RetryPolicy(
         initial_interval=timedelta(seconds=1),
         backoff_coefficient=2.0,
         maximum_interval=timedelta(seconds=30),
-        maximum_attempts=5,
+        maximum_attempts=3,
+        non_retryable_error_types=["bad_summary"],
     ),
 )

@@ -1,4 +1,5 @@
-"""Operator switches for a tenant: pause and resume the assistant, and its configuration.
+"""Operator switches for a tenant: pause and resume the assistant, its configuration, and
+what its model calls cost.
 
 Admins manage their own tenant only; any other tenant is 404, as for any resource that is
 not the caller's.
@@ -6,16 +7,17 @@ not the caller's.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Query
 
 from api.deps import CurrentUser, DbSession
 from api.errors import answers
-from api.schemas import TenantOut
+from api.schemas import TenantOut, UsageOut
 from parley.errors import Forbidden, InvalidRequest, NotFound
 from parley.tenancy import TenantConfig
-from store import tenants
+from store import tenants, usage
 from store.identity import Identity
 
 router = APIRouter(
@@ -71,3 +73,13 @@ async def put_config(tenant_id: str, config: TenantConfig, db: DbSession, _: Adm
     tenant = await tenants.set_config(db, tenant_id=tenant_id, config=config)
     await db.commit()
     return TenantOut.from_row(tenant)
+
+
+@router.get("/usage")
+async def get_usage(
+    tenant_id: str, db: DbSession, _: Admin, days: int = Query(30, ge=1, le=366)
+) -> UsageOut:
+    """The tenant's model tokens over the last `days` days: its turns', its summarizer's, and
+    both."""
+    since = datetime.now(UTC) - timedelta(days=days)
+    return UsageOut.from_usage(await usage.tenant_usage(db, tenant_id=tenant_id, since=since))
