@@ -6,10 +6,16 @@ blocks: standing instructions and tool schemas, pinned facts, the rolling summar
 turns, messages recalled by full-text search, the state block and the current message
 (parley/prompt.py shapes them, parley/context.py packs them). The request, with what it cost
 and what was left out, is stored as a `ModelCall`; only its id travels through history.
+
+The conversation's blocks (pinned facts, summary, recent turns, recall) share the
+conversation budget, a ceiling whatever the rolling summary does: when the summary lags or
+failed, the turns between its end and the recent window are folded here by code
+(parley/fold.py) within the share recall would have had, never shown by widening the window.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import select
@@ -29,18 +35,21 @@ from activities.state_block import state_block
 from activities.tool_offer import offered_tools
 from gateway.minilm import Embedder
 from parley.config import Settings
-from parley.context import Block, Packed, WindowMessage, input_budget, pack
+from parley.context import Block, Packed, Share, WindowMessage, input_budget, pack
 from parley.contracts import BuildContextInput, BuildContextResult, EventType, TurnState
 from parley.errors import ContextTooLarge
 from parley.ids import message_id_for_call, new_id, prompt_cache_key
 from parley.memory import extract_facts, recall_terms
 from parley.paths import AnswerPath, choose_path, effort_for, path_block
 from parley.prompt import (
+    CONVERSATION_KINDS,
     Budgets,
+    Fold,
     Memory,
     RecallHit,
     current_blocks,
     describe,
+    fold_block,
     history_blocks,
     instructions_block,
     memory_blocks,
@@ -152,7 +161,7 @@ class ContextBuilder:
         knowledge = plan.pop("knowledge", None)
         if knowledge and not any(b.kind == "knowledge" for b in packed.kept):
             knowledge = {**knowledge, "sources": []}
-        if packed.dropped:
+        if packed.missing:
             await _warn_dropped(db, turn, packed.missing)
         call = ModelCall(
             id=new_id("mc"),
@@ -241,9 +250,10 @@ class ContextBuilder:
             slot_values=[str(v) for v, _ in memory.slots.values() if isinstance(v, str | int)],
         )
         query = RecallQuery(terms, current[0].text if current else "", self._embedder)
-        window, recalled, hits = await _window_and_recall(
+        window, folded, recalled, hits = await _window_and_recall(
             db, turn, history, memory, budgets, counter, left=left, query=query
         )
+        fold_tokens = sum(b.tokens for b in folded.blocks)
         knowledge, known = await self._passages(db, turn, current, memory, budgets, counter)
         system_prompt = self._settings.system_prompt + (
             f"\n\n{tenant.persona}" if tenant.persona else ""
@@ -253,18 +263,26 @@ class ContextBuilder:
         blocks = [
             instructions_block(counter, system_prompt=system_prompt, tools=tools),
             *remembered,
-            *history_blocks(counter, window, budgets),
+            *folded.blocks,
+            *history_blocks(counter, window, budgets, room=left - fold_tokens),
             *recalled,
             *knowledge,
             *path_block(counter, path),
             *current_blocks(counter, current, state, budgets, terms=terms),
             *await attached_file_blocks(db, turn, counter, self._settings, terms),  # uploads
         ]
-        packed = _pack(blocks, budgets, counter)
+        packed = _pack(blocks, budgets, counter, left_out=folded.left_out)
         plan = {
             "window_from_seq": window.from_seq,
-            "window_widened": window.widened,
             "summary_through_seq": through,
+            # The turns between the summary and the window, condensed by code (None: none).
+            "folded": {
+                "from_seq": folded.from_seq,
+                "through_seq": folded.through_seq,
+                "lines": folded.lines,
+            }
+            if folded.from_seq is not None
+            else None,
             "recalled_seqs": sorted(h.seq for h in hits),
             user_memory.HINTED_KEYS: hints.shown(packed),
             "knowledge": known,
@@ -375,15 +393,20 @@ class ContextBuilder:
         ]
 
 
-def _pack(blocks: list[Block], budgets: Budgets, counter: TokenCounter) -> Packed:
-    """Pack to the model's window minus the output reserve; a required block that cannot fit
-    fails the turn (not retried: the same conversation would not fit the next time either)."""
+def _pack(
+    blocks: list[Block], budgets: Budgets, counter: TokenCounter, *, left_out: list[str]
+) -> Packed:
+    """Pack to the model's window minus the output reserve, the conversation's blocks within
+    the conversation budget; a required block that cannot fit fails the turn (not retried:
+    the same conversation would not fit the next time either)."""
     budget = input_budget(window=budgets.window, reserve=budgets.reserve, exact=counter.exact)
     try:
         return pack(
             blocks,
             budget=budget,
             count_note=lambda note: count_message(counter, {"role": "system", "content": note}),
+            share=Share(CONVERSATION_KINDS, budgets.conversation),
+            left_out=left_out,
         )
     except ContextTooLarge as exc:
         raise ApplicationError(exc.message, type=exc.code, non_retryable=True) from None
@@ -426,12 +449,19 @@ async def _window_and_recall(
     *,
     left: int,
     query: RecallQuery,
-) -> tuple[Window, list[Block], list[RecallHit]]:
-    """The recent window and the recalled lines, sharing what the memory blocks left.
+) -> tuple[Window, Fold, list[Block], list[RecallHit]]:
+    """The recent window, the folded gap and the recalled lines, sharing what the memory
+    blocks left.
 
-    First with the recall budget held back; then the recent turns take what the recalled lines
-    left over (never fewer turns, so recall only loses lines the window now shows)."""
+    First with the recall budget held back. A gap between the summary and that window (the
+    summary lags, or failed) is folded by code within the summary's share of the recall
+    budget, so the window is the same with or without a gap. Then the recent turns take what
+    the recalled lines left over (never fewer turns, so recall only loses lines the window
+    now shows, and the fold only turns the window now shows)."""
     first = plan_window(history, memory, recent=left - budgets.recall)
+    folded = fold_block(counter, first, memory, max_tokens=min(budgets.summary, budgets.recall))
+    fold_tokens = sum(b.tokens for b in folded.blocks)
+    recall_budgets = replace(budgets, recall=budgets.recall - fold_tokens)
     hits = await recall_hits(
         db,
         query,
@@ -440,12 +470,15 @@ async def _window_and_recall(
         # As many candidates as the recall budget could show (about 40 tokens a line).
         limit=max(8, budgets.recall // 40),
     )
-    recalled = recall_block(counter, hits, budgets)
-    window = plan_window(history, memory, recent=left - sum(b.tokens for b in recalled))
+    recalled = recall_block(counter, hits, recall_budgets)
+    taken = fold_tokens + sum(b.tokens for b in recalled)
+    window = plan_window(history, memory, recent=left - taken)
     if window.from_seq is not None and window.from_seq != first.from_seq:
         hits = [h for h in hits if h.seq < window.from_seq]
-        recalled = recall_block(counter, hits, budgets)
-    return window, recalled, hits
+        recalled = recall_block(counter, hits, recall_budgets)
+        if folded.from_seq is not None:  # the same share, for what is still left between
+            folded = fold_block(counter, window, memory, max_tokens=fold_tokens)
+    return window, folded, recalled, hits
 
 
 async def _pin_stated_facts(db: AsyncSession, turn: Turn) -> None:
