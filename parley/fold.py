@@ -55,7 +55,7 @@ def fold(transcript: list[dict[str, Any]]) -> tuple[list[SummaryLine], list[Pinn
     """The same summary as typed lines and facts (what `parse_summary` returns)."""
     data = extractive_summary(transcript)
     lines = [SummaryLine(x["seq"], x["text"], line_refs(x["text"])) for x in data["lines"]]
-    facts = [PinnedFact(x["key"], x["value"], x["seq"], FALLBACK) for x in data["facts"]]
+    facts = [PinnedFact(x["key"], x["value"], x["seq"]) for x in data["facts"]]  # patterns
     return lines, facts
 
 
