@@ -127,7 +127,8 @@ NO_TOOLS_TEXT = (
 
 def compose_reply(request: ModelRequest) -> Reply:
     if is_summary_request(request.messages):
-        transcript = json.loads(request.messages[-1]["content"])
+        # The transcript is the first user message (a repair prompt adds messages after it).
+        transcript = json.loads(request.messages[1]["content"])
         return Reply(json.dumps(extractive_summary(transcript), sort_keys=True))
     ctx = _Context(request)
     handed = returns_step(request.tools, ctx.user_text, ctx.results)  # gateway/demo_returns.py

@@ -221,11 +221,14 @@ class FakeProvider:
     def _think(self, dialect: Dialect, body: dict[str, Any], item: Reply) -> Reply:
         """The demo model's answer to the canonical request behind this wire body."""
         request = request_from_openai(body) if dialect == "openai" else request_from_anthropic(body)
-        answer = compose_reply(request)
-        text = answer.text
         if self.summarizer is not None and is_summary_request(request.messages):
-            text = self.summarizer(request)
-        calls = [ToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in answer.tool_calls]
+            text, calls = self.summarizer(request), []
+        else:
+            answer = compose_reply(request)
+            text = answer.text
+            calls = [
+                ToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in answer.tool_calls
+            ]
         forced = body.get("tool_choice") or {}
         if forced.get("type") == "tool" and not calls:  # the answer is the forced tool's input
             calls, text = [ToolCall(name=forced["name"], arguments=text)], ""
