@@ -70,7 +70,7 @@ from parley.resolver import (
 from parley.statuses import FinishReason
 from parley.tenancy import TenantConfig
 from parley.tokens import TokenCounter, count_message, counter_for
-from parley.window import Window
+from parley.window import Window, turn_tokens
 from parley.wire import ClarificationData, DeltaData, Option, WarningData
 from store import memory as memory_store
 from store import slots, tenants, turns, user_memory
@@ -454,14 +454,21 @@ async def _window_and_recall(
     blocks left.
 
     First with the recall budget held back. A gap between the summary and that window (the
-    summary lags, or failed) is folded by code within the summary's share of the recall
-    budget, so the window is the same with or without a gap. Then the recent turns take what
-    the recalled lines left over (never fewer turns, so recall only loses lines the window
-    now shows, and the fold only turns the window now shows)."""
+    summary lags, or failed) is folded by code within the summary's budget, taken from the
+    window's share (the window then starts a little later, and its first turns join the
+    fold). Then the recent turns take what the recalled lines left over (never fewer turns,
+    so recall only loses lines the window now shows, and the fold only turns it now shows)."""
     first = plan_window(history, memory, recent=left - budgets.recall)
-    folded = fold_block(counter, first, memory, max_tokens=min(budgets.summary, budgets.recall))
+    folded = fold_block(counter, first, memory, max_tokens=budgets.summary)
     fold_tokens = sum(b.tokens for b in folded.blocks)
-    recall_budgets = replace(budgets, recall=budgets.recall - fold_tokens)
+    if fold_tokens:  # the fold's share comes out of the window's, not recall's
+        first = plan_window(history, memory, recent=left - budgets.recall - fold_tokens)
+        folded = fold_block(counter, first, memory, max_tokens=budgets.summary)
+        fold_tokens = sum(b.tokens for b in folded.blocks)
+    # Recall gets its budget, or what the window and the fold leave when the window's one
+    # turn is over its share.
+    room = left - sum(turn_tokens(t) for t in first.turns) - fold_tokens
+    recall_budgets = replace(budgets, recall=max(0, min(budgets.recall, room)))
     hits = await recall_hits(
         db,
         query,

@@ -274,7 +274,7 @@ def test_a_lagging_summarys_gap_is_folded_within_its_share_and_the_rest_is_named
     assert "I decided to keep it." in text and "Question number 8" not in text  # 8 is shown
     assert "Question number 7" in text
     [left_out] = folded.left_out
-    assert left_out == "14 condensed lines of the turns at seq 1 to 19"
+    assert left_out == "5 condensed lines of the turns at seq 1 to 12"  # user lines only
     assert (folded.from_seq, folded.through_seq) == (1, 19)
 
 
