@@ -163,7 +163,7 @@ async def test_sixty_turns_keep_to_the_conversation_budget_whatever_the_summariz
         kept = [v for k, v in budget["blocks"].items() if k in CONVERSATION_KINDS]
         assert sum(kept) <= CONVERSATION_TOKENS, (number, budget["blocks"])
         # No turn falls between the summary and what the prompt shows (folded or verbatim).
-        shown_from = (budget["folded"] or {}).get("from_seq") or budget["window_from_seq"]
+        shown_from = (budget.get("folded") or {}).get("from_seq") or budget["window_from_seq"]
         if shown_from is not None:
             assert (budget["summary_through_seq"] or 0) + 1 >= shown_from, (number, budget)
         firsts[number] = request
