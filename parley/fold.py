@@ -59,6 +59,22 @@ def fold(transcript: list[dict[str, Any]]) -> tuple[list[SummaryLine], list[Pinn
     return lines, facts
 
 
+def gap_lines(transcript: list[dict[str, Any]]) -> list[SummaryLine]:
+    """The compact fold of a lagging summary's gap, for the prompt: what the user said (its
+    first sentence, at most 20 words) and what tools found; not the assistant's words (its
+    next answer can restate them, and a lag is a few turns at most)."""
+    lines = []
+    for m in transcript:
+        seq, role, text = int(m["seq"]), m["role"], str(m.get("text") or "")
+        if role == "user" and text:
+            said = f"user: {first_sentence(text, 20)}"
+            lines.append(SummaryLine(seq, said, line_refs(said)))
+        elif role == "tool":
+            found = tool_line(text)
+            lines.append(SummaryLine(seq, found, line_refs(found)))
+    return lines
+
+
 def within(
     lines: list[SummaryLine], *, max_tokens: int, count: Callable[[str], int]
 ) -> tuple[list[SummaryLine], list[SummaryLine]]:

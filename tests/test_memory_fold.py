@@ -22,7 +22,7 @@ from gateway.errors import Timeouts
 from gateway.fake_provider.server import FakeProvider
 from gateway.openai_compat import OpenAICompatProvider
 from parley.config import Settings
-from parley.context import STATE_PREFIX
+from parley.context import STATE_PREFIX, read_missing
 from parley.ids import summary_workflow_id, workflow_id_for_turn
 from parley.memory import is_summary_request
 from parley.prompt import CONVERSATION_KINDS, FOLD_PREFIX
@@ -151,6 +151,7 @@ async def test_sixty_turns_keep_to_the_conversation_budget_whatever_the_summariz
     counter = counter_for(model)
     firsts: dict[int, dict[str, Any]] = {}
     largest = 0
+    trimmed = 0  # prompts that name something left out
     for number, turn_id in enumerate(turn_ids, start=1):
         [call] = await model_calls(sessions, turn_id)  # statements: one model call a turn
         request = call.request
@@ -160,6 +161,7 @@ async def test_sixty_turns_keep_to_the_conversation_budget_whatever_the_summariz
         recount = count_messages(counter, conversation_part(request["messages"]))
         assert recount <= CONVERSATION_TOKENS, (number, recount, budget)
         largest = max(largest, recount)
+        trimmed += bool(read_missing(request["messages"]))
         kept = [v for k, v in budget["blocks"].items() if k in CONVERSATION_KINDS]
         assert sum(kept) <= CONVERSATION_TOKENS, (number, budget["blocks"])
         # No turn falls between the summary and what the prompt shows (folded or verbatim).
@@ -196,7 +198,7 @@ async def test_sixty_turns_keep_to_the_conversation_budget_whatever_the_summariz
         f"{model}: conversation tokens at most {largest} of {CONVERSATION_TOKENS}; prompt "
         f"turn 10 {ten}, turn 60 {sixty} ({sixty / ten:.2f}x); summarizer requests "
         f"{len(asked)}, summary runs {runs}, versions {len(rows)} written by "
-        f"{sorted({r.written_by for r in rows})}"
+        f"{sorted({r.written_by for r in rows})}; prompts naming a drop {trimmed}"
     )
 
 

@@ -270,11 +270,15 @@ def test_a_lagging_summarys_gap_is_folded_within_its_share_and_the_rest_is_named
     folded = fold_block(counter, window, memory, max_tokens=150)
     assert folded.blocks[0].tokens <= 150
     text = folded.blocks[0].messages[0]["content"]
-    # The newest of what the user said comes first; the oldest lines are named, not lost.
-    assert "I decided to keep it." in text and "Question number 8" not in text  # 8 is shown
-    assert "Question number 7" in text
+    # What the user said, newest first, without the assistant's words; the older lines are
+    # named, not lost silently.
+    assert "18 user: Question number 7" in text and "Answer number" not in text
+    assert "Question number 8" not in text  # seq 20 is in the window
     [left_out] = folded.left_out
-    assert left_out == "5 condensed lines of the turns at seq 1 to 12"  # user lines only
+    assert left_out == "5 condensed lines of the turns at seq 1 to 10"
+    roomy = fold_block(counter, window, memory, max_tokens=400)
+    assert not roomy.left_out
+    assert "4 user: I decided to keep it." in roomy.blocks[0].messages[0]["content"]
     assert (folded.from_seq, folded.through_seq) == (1, 19)
 
 
