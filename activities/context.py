@@ -10,7 +10,8 @@ and what was left out, is stored as a `ModelCall`; only its id travels through h
 The conversation's blocks (pinned facts, summary, recent turns, recall) share the
 conversation budget, a ceiling whatever the rolling summary does: when the summary lags or
 failed, the turns between its end and the recent window are folded here by code
-(parley/fold.py) within the share recall would have had, never shown by widening the window.
+(parley/fold.py) within the summary's budget, out of the window's share; they are never shown
+by widening the window past the budget.
 """
 
 from __future__ import annotations
