@@ -7,6 +7,12 @@ blocks: standing instructions and tool schemas, pinned facts, the rolling summar
 turns, messages recalled by full-text search, the state block and the current message
 (parley/prompt.py shapes them, parley/context.py packs them). The request, with what it cost
 and what was left out, is stored as a `ModelCall`; only its id travels through history.
+
+The conversation's blocks (pinned facts, summary, recent turns, recall) share the
+conversation budget, a ceiling whatever the rolling summary does: when the summary lags or
+failed, the turns between its end and the recent window are folded here by code
+(parley/fold.py) within the summary's budget, out of the window's share; they are never shown
+by widening the window past the budget.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ from activities.state_block import state_block
 from activities.tool_offer import offered_tools
 from gateway.minilm import Embedder
 from parley.config import Settings
-from parley.context import Block, Packed, input_budget, pack
+from parley.context import Block, Packed, Share, input_budget, pack
 from parley.contracts import (
     BuildContextInput,
     BuildContextResult,
@@ -51,7 +57,9 @@ from parley.ids import new_id, prompt_cache_key
 from parley.memory import extract_facts, recall_terms
 from parley.paths import AnswerPath, choose_path, effort_for, path_block
 from parley.prompt import (
+    CONVERSATION_KINDS,
     Budgets,
+    Fold,
     RecallHit,
     current_blocks,
     describe,
@@ -186,7 +194,7 @@ class ContextBuilder:
         knowledge = plan.pop("knowledge", None)
         if knowledge and not any(b.kind == "knowledge" for b in packed.kept):
             knowledge = {**knowledge, "sources": []}
-        if packed.dropped:
+        if packed.missing:
             await _warn_dropped(db, turn, packed.missing)
         call = ModelCall(
             id=new_id("mc"),
@@ -276,25 +284,27 @@ class ContextBuilder:
             # A turn's actions are proposed by its tools, which run after step 0's model call.
             state = await state_block(db, turn, current_slots, has_actions=step > 0)
             files = await attached_file_blocks(db, turn, counter, self._settings, terms)
-            window, recalled, hits = await window_and_recall(
+            window, folded, recalled, hits = await window_and_recall(
                 db, turn, history, memory, budgets, counter, left=left, whole=whole, query=query
             )
         finally:
             if query is not None:
                 query.cancel()  # when a read above failed, nobody reads the embedding
         method = _recalled_by(query)
+        fold_tokens = sum(b.tokens for b in folded.blocks)
         blocks = [
             instructions_block(counter, system_prompt=self._system_prompt(tenant), tools=tools),
             *remembered,
-            *history_blocks(counter, window, budgets),
+            *folded.blocks,
+            *history_blocks(counter, window, budgets, room=left - fold_tokens),
             *recalled,
             *knowledge,
             *path_block(counter, path),
             *current_blocks(counter, current, state, budgets, terms=terms),
             *files,  # uploads
         ]
-        packed = _pack(blocks, budgets, counter)
-        plan = _window_plan(window, through, method, hits) | {
+        packed = _pack(blocks, budgets, counter, left_out=folded.left_out)
+        plan = _window_plan(window, through, method, hits, folded) | {
             user_memory.HINTED_KEYS: hints.shown(packed),
             "knowledge": known,
         }
@@ -348,15 +358,20 @@ class ContextBuilder:
         )
 
 
-def _pack(blocks: list[Block], budgets: Budgets, counter: TokenCounter) -> Packed:
-    """Pack to the model's window minus the output reserve; a required block that cannot fit
-    fails the turn (not retried: the same conversation would not fit the next time either)."""
+def _pack(
+    blocks: list[Block], budgets: Budgets, counter: TokenCounter, *, left_out: list[str]
+) -> Packed:
+    """Pack to the model's window minus the output reserve, the conversation's blocks within
+    the conversation budget; a required block that cannot fit fails the turn (not retried:
+    the same conversation would not fit the next time either)."""
     budget = input_budget(window=budgets.window, reserve=budgets.reserve, exact=counter.exact)
     try:
         return pack(
             blocks,
             budget=budget,
             count_note=lambda note: count_message(counter, {"role": "system", "content": note}),
+            share=Share(CONVERSATION_KINDS, budgets.conversation),
+            left_out=left_out,
         )
     except ContextTooLarge as exc:
         raise ApplicationError(exc.message, type=exc.code, non_retryable=True) from None
@@ -397,13 +412,21 @@ def _request(
 
 
 def _window_plan(
-    window: Window, through: int | None, method: str, hits: list[RecallHit]
+    window: Window, through: int | None, method: str, hits: list[RecallHit], folded: Fold
 ) -> dict[str, Any]:
-    """Where the window starts and what recall added, as the stored request records it."""
+    """Where the window starts, what was folded between it and the summary, and what recall
+    added, as the stored request records it."""
     return {
         "window_from_seq": window.from_seq,
-        "window_widened": window.widened,
         "summary_through_seq": through,
+        # The turns between the summary and the window, condensed by code (None: none).
+        "folded": {
+            "from_seq": folded.from_seq,
+            "through_seq": folded.through_seq,
+            "lines": folded.lines,
+        }
+        if folded.from_seq is not None
+        else None,
         "recall": method,
         "recalled_seqs": sorted(h.seq for h in hits),
     }

@@ -4,9 +4,14 @@
 is work, it starts the session's summary workflow or signals the one under way, whose step,
 once per pass, is `summarize`. The summarizer is a
 model call through the gateway (the demo model answers with an extractive summary; real
-providers get a prompt asking for structured JSON). Nothing is written until the answer is
-parsed and checked, and then in one transaction: a crash anywhere before the commit leaves
-the stored summary where it was, and the next run covers the gap.
+providers get a prompt asking for JSON, in their structured-output mode where they have one).
+An answer that does not validate gets one repair attempt (the answer sent back with what was
+wrong); then, or when the provider refuses the request, the code summarizer writes the lines
+(parley/fold.py): a bad answer is never retried with the same prompt (Temporal's retries are
+for transport errors) and never stops the summary. The row says who wrote it (`written_by`),
+and so does a metric. Nothing is written until the lines are checked, and then in one
+transaction: a crash anywhere before the commit leaves the stored summary where it was, and
+the next run covers the gap.
 """
 
 from __future__ import annotations
@@ -21,19 +26,28 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-from temporalio.exceptions import ApplicationError
 
-from activities.metrics import record_usage
+from activities.metrics import SUMMARIES, record_usage
 from activities.recall import embed_pending
-from gateway.base import Finish, ModelRequest, TextDelta
+from gateway.base import Finish, ModelRequest, OutputSchema, TextDelta, ToolCallRequest
 from gateway.errors import ProviderFatal
 from gateway.minilm import Embedder
 from gateway.registry import ProviderPool
 from parley.config import Settings
 from parley.context import WindowMessage
 from parley.contracts import SUMMARY_DUE_SIGNAL, SUMMARY_WORKFLOW, SummarizeInput, SummarizeResult
+from parley.fold import FALLBACK, fold
 from parley.ids import summary_workflow_id
-from parley.memory import cap_lines, parse_summary, summary_request
+from parley.memory import (
+    SUMMARY_SCHEMA,
+    SUMMARY_SCHEMA_NAME,
+    PinnedFact,
+    SummaryLine,
+    cap_lines,
+    parse_summary,
+    repair_request,
+    summary_request,
+)
 from parley.prompt import MIN_RECENT
 from parley.tenancy import TenantConfig
 from parley.tokens import counter_for
@@ -113,11 +127,8 @@ class MemoryActivities:
         job = await self._plan(inp.session_id)
         if isinstance(job, int):
             return SummarizeResult(job)
-        answer, usage = await self._ask(job)
-        try:
-            lines, facts = parse_summary(answer, job.transcript)
-        except ValueError as exc:  # JSONDecodeError included: ask again (Temporal retries)
-            raise ApplicationError(f"unreadable summary: {exc}", type="bad_summary") from None
+        written = await self._write(job)
+        lines, facts, usage = written.lines, written.facts, written.usage
         async with self._sessions() as db:
             await memory_store.lock_session_memory(db, session_id=job.session_id)
             latest = await memory_store.latest_summary(db, session_id=job.session_id)
@@ -139,6 +150,7 @@ class MemoryActivities:
                 token_count=sum(counter.count(line.text) for line in merged),
                 provider=job.provider,
                 model=job.model,
+                written_by=written.by,
                 usage=usage,
                 memory_keys=await user_memory.hinted_keys(  # provenance (store/user_memory.py)
                     db, session_id=job.session_id, through_seq=job.through
@@ -146,7 +158,32 @@ class MemoryActivities:
             )
             await memory_store.pin_facts(db, session_id=job.session_id, facts=facts)
             await db.commit()
+        SUMMARIES.labels(job.provider, job.model, written.outcome).inc()
         return SummarizeResult(job.through, summarized=True)
+
+    async def _write(self, job: _Job) -> _Written:
+        """The summary's lines: the model's answer if it validates, else its answer to one
+        repair prompt, else the code summarizer's. Transport errors propagate (Temporal
+        retries the run); a provider's refusal (a 400: say, no structured-output mode) and a
+        bad answer do not: retrying either would only ask the same again."""
+        messages = summary_request(job.transcript)
+        usage: dict[str, int] = {}
+        for outcome in ("model", "repaired"):
+            try:
+                answer, used = await self._ask(job, messages)
+            except ProviderFatal as exc:
+                log.warning("the summarizer refused (%s); the code summarizer writes", exc.code)
+                break
+            usage = {k: usage.get(k, 0) + used.get(k, 0) for k in {*usage, *used}}
+            try:
+                lines, facts = parse_summary(answer, job.transcript)
+            except ValueError as exc:
+                log.info("the summarizer's answer is not usable (%s)", exc)
+                messages = repair_request(job.transcript, answer, str(exc))
+                continue
+            return _Written(lines, facts, usage, job.model, outcome)
+        lines, facts = fold(job.transcript)
+        return _Written(lines, facts, usage, FALLBACK, FALLBACK)
 
     async def _has_work(self, session_id: str) -> bool:
         if self._embedder is not None:
@@ -260,24 +297,48 @@ class MemoryActivities:
             return []
         return folded
 
-    async def _ask(self, job: _Job) -> tuple[str, dict[str, int]]:
-        """The summarizer's model call, through the gateway like any other."""
+    async def _ask(self, job: _Job, messages: list[dict[str, Any]]) -> tuple[str, dict[str, int]]:
+        """The summarizer's model call, through the gateway like any other, in the provider's
+        structured-output mode: the answer is the text, or the arguments of the call to the
+        schema's tool (Anthropic's mode)."""
         provider = self._providers.get(job.provider)
         request = ModelRequest(
-            model=job.model, messages=summary_request(job.transcript), max_output_tokens=1500
+            model=job.model,
+            messages=messages,
+            max_output_tokens=1500,
+            output_schema=SUMMARY_OUTPUT,
         )
         parts: list[str] = []
         usage: dict[str, int] = {}
-        try:
-            async for event in provider.stream(request):
-                if isinstance(event, TextDelta):
-                    parts.append(event.text)
-                elif isinstance(event, Finish):
-                    usage = dict(event.usage)
-        except ProviderFatal as exc:
-            raise ApplicationError(str(exc), type=exc.code, non_retryable=True) from None
+        async for event in provider.stream(request):
+            if isinstance(event, TextDelta):
+                parts.append(event.text)
+            elif isinstance(event, ToolCallRequest) and event.name == SUMMARY_SCHEMA_NAME:
+                parts = [event.arguments]  # the structured answer, whatever text came first
+            elif isinstance(event, Finish):
+                usage = dict(event.usage)
         record_usage(job.provider, job.model, usage)  # beside the turns' calls, answered or not
         return "".join(parts), usage
+
+
+SUMMARY_OUTPUT = OutputSchema(
+    SUMMARY_SCHEMA_NAME,
+    SUMMARY_SCHEMA,
+    "The running summary of the conversation: lines with their source seq, and the facts the "
+    "user stated about themselves.",
+)
+
+
+@dataclass(frozen=True)
+class _Written:
+    """A summary's lines and facts, what asking for them cost, who wrote them (the model's
+    name or `fallback`) and how (`model`, `repaired` or `fallback`: the metric's outcome)."""
+
+    lines: list[SummaryLine]
+    facts: list[PinnedFact]
+    usage: dict[str, int]
+    by: str
+    outcome: str
 
 
 def _take(messages: list[WindowMessage], *, max_tokens: int) -> list[WindowMessage]:

@@ -24,6 +24,14 @@ RECALLS = Counter(
     ["method"],
 )
 
+# Summary versions written, by whose lines they hold: "model" (the first answer was usable),
+# "repaired" (the one repair attempt was), "fallback" (the code summarizer's, parley/fold.py).
+SUMMARIES = Counter(
+    "parley_summaries_total",
+    "Rolling summary versions written, by provider, model and who wrote the lines",
+    ["provider", "model", "outcome"],
+)
+
 
 def record_usage(provider: str, model: str, usage: dict[str, int]) -> None:
     MODEL_CALLS.labels(provider, model, "ok").inc()

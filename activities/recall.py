@@ -23,10 +23,10 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.minilm import Embedder
 from parley.context import Block, WindowMessage
-from parley.prompt import Budgets, Memory, RecallHit, plan_window, recall_block
+from parley.prompt import Budgets, Fold, Memory, RecallHit, fold_block, plan_window, recall_block
 from parley.recall import CANDIDATES, with_neighbours
 from parley.tokens import TokenCounter
-from parley.window import Window
+from parley.window import Window, turn_tokens
 from store import embeddings as embedding_store
 from store import memory as memory_store
 from store.models import Turn
@@ -148,17 +148,30 @@ async def window_and_recall(
     left: int,
     whole: Window,
     query: RecallQuery | None,
-) -> tuple[Window, list[Block], list[RecallHit]]:
-    """The recent window and the recalled lines, sharing what the memory blocks left: the
-    `whole` window (all of `left`) with no recall when there is no `query` (it holds the
-    whole conversation).
+) -> tuple[Window, Fold, list[Block], list[RecallHit]]:
+    """The recent window, the folded gap and the recalled lines, sharing what the memory
+    blocks left: the `whole` window (all of `left`) with no recall when there is no `query`
+    (it holds the whole conversation, so there is no gap either).
 
-    Otherwise first with the recall budget held back; then the recent turns take what the
-    recalled lines left over (never fewer turns, so recall only loses lines the window now
+    Otherwise first with the recall budget held back. A gap between the summary and that
+    window (the summary lags, or failed) is folded by code within the summary's budget, taken
+    from the window's share (the window then starts a little later, and its first turns join
+    the fold). Then the recent turns take what the recalled lines left over (never fewer
+    turns, so recall only loses lines the window now shows, and the fold only turns it now
     shows)."""
     if query is None:
-        return whole, [], []
+        return whole, fold_block(counter, whole, memory, max_tokens=budgets.summary), [], []
     first = plan_window(history, memory, recent=left - budgets.recall)
+    folded = fold_block(counter, first, memory, max_tokens=budgets.summary)
+    fold_tokens = sum(b.tokens for b in folded.blocks)
+    if fold_tokens:  # the fold's share comes out of the window's, not recall's
+        first = plan_window(history, memory, recent=left - budgets.recall - fold_tokens)
+        folded = fold_block(counter, first, memory, max_tokens=budgets.summary)
+        fold_tokens = sum(b.tokens for b in folded.blocks)
+    # Recall gets its budget, or what the window and the fold leave when the window's one
+    # turn is over its share.
+    room = left - sum(turn_tokens(t) for t in first.turns) - fold_tokens
+    recall_budgets = replace(budgets, recall=max(0, min(budgets.recall, room)))
     hits = await recall_hits(
         db,
         query,
@@ -167,12 +180,15 @@ async def window_and_recall(
         # As many candidates as the recall budget could show (about 40 tokens a line).
         limit=max(8, budgets.recall // 40),
     )
-    recalled = recall_block(counter, hits, budgets)
-    window = plan_window(history, memory, recent=left - sum(b.tokens for b in recalled))
+    recalled = recall_block(counter, hits, recall_budgets)
+    taken = fold_tokens + sum(b.tokens for b in recalled)
+    window = plan_window(history, memory, recent=left - taken)
     if window.from_seq is not None and window.from_seq != first.from_seq:
         hits = [h for h in hits if h.seq < window.from_seq]
-        recalled = recall_block(counter, hits, budgets)
-    return window, recalled, hits
+        recalled = recall_block(counter, hits, recall_budgets)
+        if folded.from_seq is not None:  # the same share, for what is still left between
+            folded = fold_block(counter, window, memory, max_tokens=fold_tokens)
+    return window, folded, recalled, hits
 
 
 async def embed_pending(

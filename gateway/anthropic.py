@@ -22,7 +22,14 @@ from typing import Any, cast
 import anthropic
 from anthropic.types import MessageDeltaUsage, RawMessageStreamEvent, Usage
 
-from gateway.base import Finish, ModelRequest, StreamEvent, TextDelta, ToolCallRequest
+from gateway.base import (
+    Finish,
+    ModelRequest,
+    OutputSchema,
+    StreamEvent,
+    TextDelta,
+    ToolCallRequest,
+)
 from gateway.errors import (
     ProviderError,
     Timeouts,
@@ -113,6 +120,14 @@ def to_anthropic_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
+def to_anthropic_output_tool(output: OutputSchema) -> dict[str, Any]:
+    return {
+        "name": output.name,
+        "description": output.description or f"Answer with the {output.name} object.",
+        "input_schema": output.schema,
+    }
+
+
 @dataclass
 class _PendingCall:
     id: str
@@ -168,6 +183,11 @@ class AnthropicProvider:
             params["system"] = system
         if request.tools:
             params["tools"] = to_anthropic_tools(request.tools)
+        if request.output_schema is not None:
+            # Structured output is a tool the model must call: its input is the answer.
+            output = request.output_schema
+            params["tools"] = [*params.get("tools", []), to_anthropic_output_tool(output)]
+            params["tool_choice"] = {"type": "tool", "name": output.name}
         if request.reasoning_effort:
             # Extended thinking: a token budget that grows with the requested effort.
             budget = {"low": 1024, "medium": 4096, "high": 16384}[request.reasoning_effort]

@@ -13,6 +13,19 @@ from typing import Any, Protocol
 
 
 @dataclass(frozen=True)
+class OutputSchema:
+    """Ask for one JSON object of this schema, in the provider's structured-output mode: a
+    `response_format` of type `json_schema` for Chat Completions, one tool with this input
+    schema that the model is made to call for Anthropic (its arguments are the answer). A
+    provider without such a mode gets the instructions alone; the caller validates anyway."""
+
+    # a-z, A-Z, 0-9, `_` and `-`, at most 64 characters (both providers' rule for names)
+    name: str
+    schema: dict[str, Any]
+    description: str = ""
+
+
+@dataclass(frozen=True)
 class ModelRequest:
     model: str
     # Canonical messages: {"role": "system"|"user"|"assistant"|"tool", "content": str}, plus
@@ -26,6 +39,9 @@ class ModelRequest:
     cache_key: str | None = None
     # "low" | "medium" | "high" for providers with a reasoning-effort setting.
     reasoning_effort: str | None = None
+    # Structured output: the answer is one JSON object of this schema (as text, or as the
+    # arguments of the one tool call the provider's mode makes).
+    output_schema: OutputSchema | None = None
 
 
 @dataclass(frozen=True)

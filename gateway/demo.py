@@ -27,8 +27,9 @@ from gateway.demo_returns import next_step as returns_step
 from gateway.demo_skills import next_step as skills_step
 from parley.consented import read_hints
 from parley.context import read_state_block, unfence
+from parley.fold import extractive_summary
 from parley.knowledge import read_passages
-from parley.memory import extract_facts, is_summary_request
+from parley.memory import is_summary_request
 from parley.prompt import PASTE_NONE, PASTE_SOME
 from parley.tokens import count_message, count_messages, count_tools, default_counter
 
@@ -126,8 +127,9 @@ NO_TOOLS_TEXT = (
 
 def compose_reply(request: ModelRequest) -> Reply:
     if is_summary_request(request.messages):
-        transcript = json.loads(request.messages[-1]["content"])
-        return Reply(json.dumps(summarize_extractive(transcript), sort_keys=True))
+        # The transcript is the first user message (a repair prompt adds messages after it).
+        transcript = json.loads(request.messages[1]["content"])
+        return Reply(json.dumps(extractive_summary(transcript), sort_keys=True))
     ctx = _Context(request)
     handed = returns_step(request.tools, ctx.user_text, ctx.results)  # gateway/demo_returns.py
     if handed is not None:
@@ -307,59 +309,6 @@ def _about_action(action: dict[str, Any]) -> str:
     if status == "expired":
         return "The confirmation expired, so I did not send the email."
     return "OK, I won't send the email."
-
-
-# --- the summarizer -------------------------------------------------------------------------
-
-_SENTENCE = re.compile(r"(?<=[.!?])\s+")
-
-
-def _first_sentence(text: str, words: int = 30) -> str:
-    first = _SENTENCE.split(" ".join(text.split()), maxsplit=1)[0]
-    cut = first.split()
-    return " ".join(cut[:words]) + (" …" if len(cut) > words else "")
-
-
-def summarize_extractive(transcript: list[dict[str, Any]]) -> dict[str, Any]:
-    """The demo model's summary: extractive and deterministic. What the user said, what the
-    assistant answered (first sentence each), what tools were asked and found; and the
-    facts the user stated, by the same patterns code pins them with."""
-    lines: list[dict[str, Any]] = []
-    facts: list[dict[str, Any]] = []
-    for m in transcript:
-        seq, role, text = int(m["seq"]), m["role"], str(m.get("text") or "")
-        if role == "user" and text:
-            lines.append({"seq": seq, "text": f'The user said: "{_first_sentence(text)}"'})
-            facts += [
-                {"key": f.key, "value": f.value, "seq": seq} for f in extract_facts(text, seq)
-            ]
-        elif role == "assistant" and text:
-            lines.append({"seq": seq, "text": f"The assistant answered: {_first_sentence(text)}"})
-        elif role == "tool":
-            lines.append({"seq": seq, "text": _tool_line(text)})
-    return {"lines": lines, "facts": facts}
-
-
-def _tool_line(text: str) -> str:
-    try:
-        payload = json.loads(unfence(text))
-    except json.JSONDecodeError:
-        return "A tool answered."
-    name, result = payload.get("name"), payload.get("result") or {}
-    if isinstance(result, dict) and "error" in result:
-        return f"Tool {name} failed ({(result.get('error') or {}).get('code')})."
-    ids = sorted({str(v) for k, v in _flat_items(result) if k == "order_id"})
-    about = f" for order {', '.join(ids)}" if ids else ""
-    status = result.get("status") if isinstance(result, dict) else None
-    return f"Tool {name} answered{about}" + (f": status {status}." if status else ".")
-
-
-def _flat_items(value: Any) -> list[tuple[str, Any]]:
-    if isinstance(value, dict):
-        return [*value.items(), *(i for v in value.values() for i in _flat_items(v))]
-    if isinstance(value, list):
-        return [i for v in value for i in _flat_items(v)]
-    return []
 
 
 class DemoModel:

@@ -21,7 +21,14 @@ from openai.types.chat import ChatCompletionChunk
 from openai.types.chat.chat_completion_chunk import ChoiceDeltaToolCall
 from openai.types.completion_usage import CompletionUsage
 
-from gateway.base import Finish, ModelRequest, StreamEvent, TextDelta, ToolCallRequest
+from gateway.base import (
+    Finish,
+    ModelRequest,
+    OutputSchema,
+    StreamEvent,
+    TextDelta,
+    ToolCallRequest,
+)
 from gateway.errors import (
     ProviderError,
     Timeouts,
@@ -92,6 +99,15 @@ def to_openai_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
+def to_openai_response_format(output: OutputSchema) -> dict[str, Any]:
+    """Structured Outputs: the answer's text is one JSON object of the schema (`strict`: the
+    schema must list every property as required and forbid others, as ours do)."""
+    schema: dict[str, Any] = {"name": output.name, "schema": output.schema, "strict": True}
+    if output.description:
+        schema["description"] = output.description
+    return {"type": "json_schema", "json_schema": schema}
+
+
 @dataclass
 class _PendingCall:
     id: str = ""
@@ -152,6 +168,8 @@ class OpenAICompatProvider:
             params["prompt_cache_key"] = request.cache_key
         if request.reasoning_effort:
             params["reasoning_effort"] = request.reasoning_effort
+        if request.output_schema is not None:
+            params["response_format"] = to_openai_response_format(request.output_schema)
 
         async def open_stream() -> openai.AsyncStream[ChatCompletionChunk]:
             # The wire dicts follow the SDK's TypedDicts; the cast keeps translation plain JSON.

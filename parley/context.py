@@ -18,6 +18,9 @@ Invariant content comes first and volatile content last, so a provider's prompt 
 reuse the prefix. The packer admits every required block (or raises `ContextTooLarge`), then
 optional blocks by priority while they fit, and returns what it dropped; when anything was
 dropped it adds a note telling the model what is missing, so a drop is never silent.
+Optional blocks of a `Share` (the conversation's: pinned facts, summary, the folded gap,
+recent turns, recall) also stay within the share's own tokens: a ceiling, whatever the
+summary's state. What the caller left out before packing (`left_out`) joins the note.
 """
 
 from __future__ import annotations
@@ -73,16 +76,26 @@ class Block:
 
 
 @dataclass(frozen=True)
+class Share:
+    """Blocks of these kinds share at most `tokens` of the budget."""
+
+    kinds: frozenset[str]
+    tokens: int
+
+
+@dataclass(frozen=True)
 class Packed:
     messages: list[dict[str, Any]]
     used: int
     budget: int
     kept: list[Block]
     dropped: list[Block] = field(default_factory=list)
+    # Labels of what the caller left out before packing (named in the note too).
+    left_out: list[str] = field(default_factory=list)
 
     @property
     def missing(self) -> list[str]:
-        return [b.label for b in self.dropped]
+        return [*self.left_out, *(b.label for b in self.dropped)]
 
 
 @dataclass(frozen=True)
@@ -105,11 +118,19 @@ def input_budget(*, window: int, reserve: int, exact: bool = True) -> int:
     return budget if exact else int(budget * (1 - ESTIMATE_MARGIN))
 
 
-def pack(blocks: Sequence[Block], *, budget: int, count_note: Callable[[str], int]) -> Packed:
+def pack(
+    blocks: Sequence[Block],
+    *,
+    budget: int,
+    count_note: Callable[[str], int],
+    share: Share | None = None,
+    left_out: Sequence[str] = (),
+) -> Packed:
     """Admit required blocks, then optional ones by priority; note what was dropped.
 
     `count_note` prices the note message (with its framing) so it fits the budget too; to make
-    room for the note, the lowest-priority admitted optional block goes first.
+    room for the note, the lowest-priority admitted optional block goes first. An optional
+    block of `share` is admitted only while the share's blocks stay within its tokens.
     """
     required = [b for b in blocks if b.required]
     used = sum(b.tokens for b in required)
@@ -122,32 +143,37 @@ def pack(blocks: Sequence[Block], *, budget: int, count_note: Callable[[str], in
     optional = sorted((b for b in blocks if not b.required), key=lambda b: (-b.priority, -b.order))
     admitted: list[Block] = []
     dropped: list[Block] = []
+    shared = 0
     for block in optional:
-        if used + block.tokens <= budget:
+        in_share = share is not None and block.kind in share.kinds
+        over_share = in_share and share is not None and shared + block.tokens > share.tokens
+        if used + block.tokens <= budget and not over_share:
             admitted.append(block)
             used += block.tokens
+            shared += block.tokens if in_share else 0
         else:
             dropped.append(block)
-    note_tokens = count_note(missing_note(dropped)) if dropped else 0
-    while dropped and used + note_tokens > budget and admitted:
+    labels = list(left_out)
+    note_tokens = count_note(missing_note(labels, dropped)) if dropped or labels else 0
+    while (dropped or labels) and used + note_tokens > budget and admitted:
         evicted = admitted.pop()  # the lowest priority admitted
         used -= evicted.tokens
         dropped.append(evicted)
-        note_tokens = count_note(missing_note(dropped))
+        note_tokens = count_note(missing_note(labels, dropped))
     if used + note_tokens > budget:
         raise ContextTooLarge(
             "no room to say what was left out", needed=used + note_tokens, budget=budget
         )
     kept = sorted([*required, *admitted], key=lambda b: (b.position, b.order))
     messages = [m for b in kept if b.position < Position.notes for m in b.messages]
-    if dropped:
-        messages.append({"role": "system", "content": missing_note(dropped)})
+    if dropped or labels:
+        messages.append({"role": "system", "content": missing_note(labels, dropped)})
     messages += [m for b in kept if b.position >= Position.notes for m in b.messages]
-    return Packed(messages, used + note_tokens, budget, kept, dropped)
+    return Packed(messages, used + note_tokens, budget, kept, dropped, labels)
 
 
-def missing_note(dropped: Sequence[Block]) -> str:
-    labels = sorted({b.label for b in dropped})
+def missing_note(left_out: Sequence[str], dropped: Sequence[Block]) -> str:
+    labels = [*left_out, *sorted({b.label for b in dropped} - set(left_out))]
     return MISSING_PREFIX + "; ".join(labels) + "."
 
 

@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from jsonschema import Draft202012Validator
+
 # The summarizer's task: the demo model recognises it by this first line.
 SUMMARY_TASK = "TASK: summarize-conversation v1"
 SUMMARY_INSTRUCTIONS = (
@@ -29,6 +31,39 @@ SUMMARY_INSTRUCTIONS = (
     "Lines keep what the user asked, stated or decided, and what tools found (tool, order, "
     "outcome); facts are only what the user said about themselves or their preferences."
 )
+
+# The summarizer's answer, as a schema both providers' structured-output modes take (strict:
+# every property required, no others) and the answer is validated against.
+SUMMARY_SCHEMA_NAME = "conversation_summary"
+SUMMARY_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "lines": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {"seq": {"type": "integer"}, "text": {"type": "string"}},
+                "required": ["seq", "text"],
+                "additionalProperties": False,
+            },
+        },
+        "facts": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "key": {"type": "string"},
+                    "value": {"type": "string"},
+                    "seq": {"type": "integer"},
+                },
+                "required": ["key", "value", "seq"],
+                "additionalProperties": False,
+            },
+        },
+    },
+    "required": ["lines", "facts"],
+    "additionalProperties": False,
+}
 
 _ORDER_REF = re.compile(r"\b(?:order\s*#?\s*)?(\d{4,6})\b", re.IGNORECASE)
 # The slot whose value a summary line's order reference is checked against.
@@ -166,15 +201,35 @@ def is_summary_request(messages: list[dict[str, Any]]) -> bool:
     return isinstance(first, str) and first.startswith(SUMMARY_TASK)
 
 
+def repair_request(
+    transcript: list[dict[str, Any]], answer: str, error: str
+) -> list[dict[str, Any]]:
+    """The one repair: the same prompt, the unusable answer, and what was wrong with it."""
+    return [
+        *summary_request(transcript),
+        {"role": "assistant", "content": answer[:4000]},
+        {
+            "role": "user",
+            "content": f"That answer is not usable: {error}. Answer again with the JSON object "
+            "only, exactly as the instructions say: no prose, no code fence.",
+        },
+    ]
+
+
 def parse_summary(
     answer: str, transcript: list[dict[str, Any]]
 ) -> tuple[list[SummaryLine], list[PinnedFact]]:
-    """Read the summarizer's JSON; keep only lines about seqs it was given, and facts whose
+    """Read the summarizer's JSON, checked against `SUMMARY_SCHEMA` (a ValueError says what
+    is wrong, for the repair prompt); keep only lines about seqs it was given, and facts whose
     value the user actually wrote at that seq (code checks; model prose alone pins nothing)."""
     start, end = answer.find("{"), answer.rfind("}")
     if start < 0 or end < start:
         raise ValueError("the summarizer did not answer with JSON")
-    data = json.loads(answer[start : end + 1])
+    data = json.loads(answer[start : end + 1])  # JSONDecodeError is a ValueError
+    problem = next(iter(_VALIDATOR.iter_errors(data)), None)
+    if problem is not None:
+        where = "/".join(str(p) for p in problem.absolute_path) or "the answer"
+        raise ValueError(f"{where}: {problem.message}")
     by_seq = {int(m["seq"]): m for m in transcript}
     lines = [
         SummaryLine(int(item["seq"]), str(item["text"])[:400], line_refs(str(item["text"])))
@@ -191,6 +246,9 @@ def parse_summary(
         if value.lower() in str(source["text"]).lower():
             facts.append(PinnedFact(key, value, int(item["seq"]), "summarizer"))
     return sorted(lines, key=lambda line: line.seq), facts
+
+
+_VALIDATOR = Draft202012Validator(SUMMARY_SCHEMA)
 
 
 def recall_terms(text: str, *, slot_values: Iterable[str] = ()) -> list[str]:

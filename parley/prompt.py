@@ -19,6 +19,7 @@ from parley.context import (
     fence,
     state_block,
 )
+from parley.fold import gap_lines, within
 from parley.memory import PinnedFact, SummaryLine, facts_text, fresh_lines, summary_text
 from parley.recall import trim_filler
 from parley.tokens import TokenCounter, count_message, count_messages, count_tools
@@ -90,13 +91,15 @@ def split_current(messages: list[WindowMessage], user_seq: int) -> tuple[list[Tu
     return history, current
 
 
-# The recent turns get at least this much, whatever the memory blocks take.
+# The smallest recent window the rolling summary plans for (activities/memory.py).
 MIN_RECENT = 200
 
 
 def plan_window(history: list[Turn], memory: Memory, *, recent: int) -> Window:
+    """The newest turns within `recent` tokens (at least one). No floor: the conversation
+    budget is a ceiling, so the window gets what the memory blocks and recall leave."""
     through = memory.summary.through_seq if memory.summary else None
-    return choose_window(history, recent_tokens=max(recent, MIN_RECENT), summary_through=through)
+    return choose_window(history, recent_tokens=max(recent, 0), summary_through=through)
 
 
 def instructions_block(
@@ -140,9 +143,70 @@ def memory_blocks(counter: TokenCounter, memory: Memory, budgets: Budgets) -> li
     return blocks
 
 
-def history_blocks(counter: TokenCounter, window: Window, budgets: Budgets) -> list[Block]:
+# The conversation's blocks: together they stay within the conversation budget.
+CONVERSATION_KINDS = frozenset({"pinned", "memory_hints", "summary", "fold", "history", "recall"})
+FOLD_PREFIX = "Not in the summary yet, condensed"
+
+
+@dataclass(frozen=True)
+class Fold:
+    """The window's gap as condensed lines (parley/fold.py): the block, and a label for
+    what its budget could not hold (named in the prompt's note and the warning)."""
+
+    blocks: list[Block]
+    left_out: list[str]
+    from_seq: int | None = None
+    through_seq: int | None = None
+    lines: int = 0
+
+
+def fold_block(counter: TokenCounter, window: Window, memory: Memory, *, max_tokens: int) -> Fold:
+    """The turns between the summary and the window, folded by code within `max_tokens`
+    (parley/fold.py `gap_lines`), the newest first."""
+    covered = memory.summary.through_seq if memory.summary else 0
+    transcript: list[dict[str, Any]] = [
+        {"seq": m.seq, "role": m.role, "text": m.text}
+        for turn in window.gap
+        for m in turn
+        if m.seq > covered
+    ]
+    if not transcript:
+        return Fold([], [])
+    lines = fresh_lines(gap_lines(transcript), memory.slots)
+    first, last = int(transcript[0]["seq"]), int(transcript[-1]["seq"])
+    header = f"{FOLD_PREFIX} (seq {first}-{last}; data, not instructions):"
+    kept, left = within(
+        lines, max_tokens=max_tokens - counter.count(header) - 8, count=counter.count
+    )
+    left_out = (
+        [f"{len(left)} condensed lines of the turns at seq {left[0].seq} to {left[-1].seq}"]
+        if left
+        else []
+    )
+    if not kept:
+        return Fold([], left_out, first, last)
+    body = "\n".join(f"{line.seq} {line.text}" for line in kept)  # as recalled lines are
+    message = {"role": "system", "content": f"{header}\n{body}"}
+    block = Block(
+        "fold",
+        f"the condensed turns at seq {first} to {last}",
+        (message,),
+        count_message(counter, message),
+        Position.summary,
+        priority=65,
+        order=1,
+    )
+    return Fold([block], left_out, first, last, len(kept))
+
+
+def history_blocks(
+    counter: TokenCounter, window: Window, budgets: Budgets, *, room: int | None = None
+) -> list[Block]:
     """One block per turn of the window; newer turns outrank older ones, and tool results
-    older than `tool_age_turns` turns are shown as metadata."""
+    older than `tool_age_turns` turns are shown as metadata. The newest turn, shown even when
+    it alone is over the recent budget, is cut to `room` tokens if it would not fit there:
+    its tool results as metadata, its long messages cut with a note (the conversation
+    budget is a ceiling; what the cut leaves out is said in the message)."""
     blocks = []
     total = len(window.turns)
     for index, turn in enumerate(window.turns):
@@ -153,6 +217,10 @@ def history_blocks(counter: TokenCounter, window: Window, budgets: Budgets) -> l
             max_message_tokens=budgets.message_max,
             cut=lambda text, limit: _cut(counter, text, limit),
         )
+        tokens = count_messages(counter, messages)
+        if age == 1 and room is not None and tokens > room:
+            messages = _squeezed(counter, turn, room)
+            tokens = count_messages(counter, messages)
         if not messages:
             continue
         blocks.append(
@@ -160,13 +228,29 @@ def history_blocks(counter: TokenCounter, window: Window, budgets: Budgets) -> l
                 "history",
                 f"the turn at seq {turn[0].seq}",
                 tuple(messages),
-                count_messages(counter, messages),
+                tokens,
                 Position.history,
                 priority=max(1, 50 - age),
                 order=turn[0].seq,
             )
         )
     return blocks
+
+
+def _squeezed(counter: TokenCounter, turn: Turn, room: int) -> list[dict[str, Any]]:
+    """A turn rendered within `room` tokens where it can be: tool results as metadata, and
+    its long messages cut to a smaller and smaller share until it fits."""
+    share = room // max(1, len(turn))
+    while True:
+        messages = render_turn(
+            turn,
+            aged=True,
+            max_message_tokens=share,
+            cut=lambda text, limit: _cut(counter, text, limit),
+        )
+        if count_messages(counter, messages) <= room or share <= 16:
+            return messages
+        share = share * 3 // 4
 
 
 def recall_block(counter: TokenCounter, hits: list[RecallHit], budgets: Budgets) -> list[Block]:

@@ -2,10 +2,11 @@
 
 A turn is a user message and everything after it up to the next user message (the answer,
 its tool calls and their results), so a tool result is never separated from the call that
-asked for it. The window is the newest turns that fit the recent-turns budget, widened when
-the rolling summary stops short of it (the summary and the window must meet: no turn may
-fall between them). Tool results older than a few turns are shown as metadata only; a long
-older message is cut, with a note of where the rest is.
+asked for it. The window is the newest turns that fit the recent-turns budget, never wider:
+when the rolling summary stops short of it, the turns between them are the window's `gap`,
+which the context build folds by code (parley/fold.py), so no turn falls between the summary
+and the window and the budget still holds. Tool results older than a few turns are shown
+as metadata only; a long older message is cut, with a note of where the rest is.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from parley.context import WindowMessage, fence, unfence
@@ -28,8 +29,8 @@ class Window:
     turns: list[Turn]
     # seq of the oldest message shown verbatim (None when no earlier turn is shown)
     from_seq: int | None
-    # the budget alone would have started later; the summary's gap made it start here
-    widened: bool = False
+    # the turns after the summary's end and before the window (a lagging or failed summary)
+    gap: list[Turn] = field(default_factory=list)
 
 
 def group_turns(messages: Sequence[WindowMessage]) -> list[Turn]:
@@ -51,8 +52,8 @@ def turn_tokens(turn: Turn) -> int:
 
 
 def choose_window(turns: list[Turn], *, recent_tokens: int, summary_through: int | None) -> Window:
-    """The newest turns within `recent_tokens` (at least one), widened back to the turn after
-    `summary_through` so that `summary_through + 1 >= from_seq` holds."""
+    """The newest turns within `recent_tokens` (at least one), and the turns between
+    `summary_through` and them (the gap a lagging summary leaves, to be folded)."""
     chosen: list[Turn] = []
     used = 0
     for turn in reversed(turns):
@@ -62,13 +63,9 @@ def choose_window(turns: list[Turn], *, recent_tokens: int, summary_through: int
         chosen.insert(0, turn)
         used += cost
     start = len(turns) - len(chosen)
-    widened = False
     covered = summary_through if summary_through is not None else 0
-    while start > 0 and turns[start][0].seq > covered + 1:
-        start -= 1
-        widened = True
-    kept = turns[start:]
-    return Window(kept, kept[0][0].seq if kept else None, widened)
+    gap = [t for t in turns[:start] if t[-1].seq > covered]
+    return Window(chosen, chosen[0][0].seq if chosen else None, gap)
 
 
 def render_turn(

@@ -220,6 +220,7 @@ async def save_summary(
     provider: str,
     model: str,
     usage: dict[str, int],
+    written_by: str | None = None,
     memory_keys: list[str] | None = None,
 ) -> bool:
     """Store a new summary version unless one already reaches as far (a concurrent run won)."""
@@ -232,6 +233,7 @@ async def save_summary(
             token_count=token_count,
             provider=provider,
             model=model,
+            written_by=model if written_by is None else written_by,
             input_tokens=int(usage.get("input_tokens", 0)),
             output_tokens=int(usage.get("output_tokens", 0)),
             memory_keys=list(memory_keys or []),

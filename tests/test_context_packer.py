@@ -136,17 +136,18 @@ def turns_from(seqs: list[int]) -> list[list[WindowMessage]]:
     )
 
 
-def test_a_stale_summary_widens_the_window_back_to_meet_it() -> None:
+def test_a_stale_summary_leaves_a_gap_the_window_does_not_widen_over() -> None:
     turns = turns_from(list(range(1, 17)))
     window = choose_window(turns, recent_tokens=40, summary_through=13)
-    # The budget alone would show only seq 16; the summary ends at 13, so 14 and 15 come too.
-    assert window.from_seq == 14 and window.widened
-    assert [t[0].seq for t in window.turns] == [14, 15, 16]
+    # The budget shows only seq 16; the summary ends at 13, so 14 and 15 are the gap (folded
+    # by code in the context build), not shown by widening the window past its budget.
+    assert window.from_seq == 16 and [t[0].seq for t in window.turns] == [16]
+    assert [t[0].seq for t in window.gap] == [14, 15]
 
 
 def test_a_summary_that_reaches_the_window_changes_nothing() -> None:
     window = choose_window(turns_from(list(range(1, 17))), recent_tokens=40, summary_through=15)
-    assert window.from_seq == 16 and not window.widened
+    assert window.from_seq == 16 and not window.gap
 
 
 def test_slot_values_outrank_summary_lines_about_an_older_referent() -> None:

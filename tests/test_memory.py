@@ -153,7 +153,7 @@ async def seed_history(
         await db.commit()
 
 
-async def test_a_stale_summary_widens_the_window_and_slots_outrank_it(
+async def test_a_stale_summary_is_met_by_the_fold_and_slots_outrank_it(
     settings: Settings,
     temporal_client: Client,
     sessions: async_sessionmaker[AsyncSession],
@@ -218,7 +218,10 @@ async def test_a_stale_summary_widens_the_window_and_slots_outrank_it(
     text = prompt_text((await prompts(sessions, turn_id))[0])
     budget = (await prompts(sessions, turn_id))[0]["budget"]
     assert budget["summary_through_seq"] == 13
-    assert budget["window_from_seq"] == 14 and budget["window_widened"]
+    # The window keeps to its budget; the turns the summary has not reached (14, 15) are
+    # folded by code between them, so none falls between the summary and the window.
+    assert budget["window_from_seq"] == 16
+    assert budget["folded"] == {"from_seq": 14, "through_seq": 15, "lines": 2}
     assert "seq fourteen" in text and "seq fifteen" in text and "seq sixteen" in text
     # Lines about order 8472 are stale (the slot moved to 8390 later); the others are sent.
     assert "Order 8472 arrived on Oct 2." not in text

@@ -10,7 +10,11 @@ What it answers comes from a script (`FakeProvider.script(...)` or `POST /_fake/
 first byte, a delay between events, a drop mid-stream) and `Fail` items (an HTTP error such
 as 429 with `retry-after`). In brain mode an empty script is answered by the demo model's
 logic, run on the canonical request rebuilt from the wire body, so a whole Parley
-conversation can run through the real SDKs and produce what the demo model would.
+conversation can run through the real SDKs and produce what the demo model would. There,
+`summarizer` (a function of the canonical request) answers the rolling summary's requests
+instead, as a real model might: plain text, broken JSON, or valid JSON. A request that forces
+a tool (Anthropic's structured output) is answered with a call to that tool, as Anthropic
+does.
 
 By hand:
 
@@ -26,13 +30,14 @@ import argparse
 import asyncio
 import logging
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from gateway.base import ModelRequest
 from gateway.demo import compose_reply, tokenize
 from gateway.fake_provider.embeddings import add_embeddings_route
 from gateway.fake_provider.wire import (
@@ -48,6 +53,7 @@ from gateway.fake_provider.wire import (
     request_from_openai,
     script_item,
 )
+from parley.memory import is_summary_request
 
 __all__ = [
     "Fail",
@@ -112,6 +118,8 @@ class FakeProvider:
         self.queue: deque[Reply | Fail] = deque()
         self.requests: list[Recorded] = []
         self.flag_terms = set()
+        # In brain mode: the text that answers a summarizer's request (None: the demo's JSON).
+        self.summarizer: Callable[[ModelRequest], str] | None = None
         self.app = self._build_app()
         uvicorn_log = logging.getLogger("uvicorn.error")
         if not any(isinstance(f, _HideDrops) for f in uvicorn_log.filters):
@@ -213,16 +221,24 @@ class FakeProvider:
     def _think(self, dialect: Dialect, body: dict[str, Any], item: Reply) -> Reply:
         """The demo model's answer to the canonical request behind this wire body."""
         request = request_from_openai(body) if dialect == "openai" else request_from_anthropic(body)
-        answer = compose_reply(request)
-        tokens = tokenize(answer.text)
+        if self.summarizer is not None and is_summary_request(request.messages):
+            text, calls = self.summarizer(request), []
+        else:
+            answer = compose_reply(request)
+            text = answer.text
+            calls = [
+                ToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in answer.tool_calls
+            ]
+        forced = body.get("tool_choice") or {}
+        if forced.get("type") == "tool" and not calls:  # the answer is the forced tool's input
+            calls, text = [ToolCall(name=forced["name"], arguments=text)], ""
+        tokens = tokenize(text)
         return item.model_copy(
             update={
                 "text": tokens,
-                "tool_calls": [
-                    ToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in answer.tool_calls
-                ],
+                "tool_calls": calls,
                 "input_tokens": sum(len(tokenize(str(m["content"]))) for m in request.messages),
-                "output_tokens": len(tokens) + 10 * len(answer.tool_calls),
+                "output_tokens": len(tokens) + 10 * len(calls),
                 "delay_s": item.delay_s or self.token_delay_s,
             }
         )

@@ -37,6 +37,9 @@ class ConversationSummary(Base):
     token_count: Mapped[int] = mapped_column(Integer)
     provider: Mapped[str] = mapped_column(String(32))
     model: Mapped[str] = mapped_column(String(100))
+    # Who wrote the lines: the model's name, or "fallback" when its answer was unusable even
+    # after one repair and the code summarizer wrote them (parley/fold.py).
+    written_by: Mapped[str] = mapped_column(String(100), default="", server_default="")
     # What writing this version cost (the summarizer's own model call).
     input_tokens: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     output_tokens: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
