@@ -60,6 +60,7 @@ from parley.prompt import (
     CONVERSATION_KINDS,
     Budgets,
     Fold,
+    Memory,
     RecallHit,
     current_blocks,
     describe,
@@ -263,8 +264,8 @@ class ContextBuilder:
         searching: asyncio.Task[Searched] | None = None,
     ) -> tuple[Packed, dict[str, Any]]:
         """Load memory and messages, choose the window, recall, shape the blocks, pack.
-        `consent`: the user's, read with the turn (None: read here); `searching`: the
-        knowledge search started beside the build (None: no passages); bench/memory.py too."""
+        `consent`: read with the turn (None: read here); `searching`: the knowledge search
+        started beside the build (None: no passages). bench/memory.py packs through here."""
         memory = await session_memory(db, turn, current_slots)
         through = memory.summary.through_seq if memory.summary else None
         messages = await window_messages(db, turn, through, counter)
@@ -273,11 +274,9 @@ class ContextBuilder:
         remembered = memory_blocks(counter, memory, budgets) + hints.blocks
         left = budgets.conversation - sum(b.tokens for b in remembered)
         question = current[0].text if current else ""
-        slot_values = [str(v) for v, _ in memory.slots.values() if isinstance(v, str | int)]
-        terms = recall_terms(question, slot_values=slot_values)
+        terms = recall_terms(question, slot_values=_slot_values(memory))
         whole = plan_window(history, memory, recent=left)
-        # None when the window holds it all; else the question's embedding runs while the
-        # database answers the reads below.
+        # None when the window holds it all; else its embedding runs beside the reads below.
         query = await start_recall(db, turn, whole, RecallQuery(terms, question, self._embedder))
         try:
             knowledge, known = await self._passages(db, turn, searching, budgets, counter)
@@ -291,12 +290,12 @@ class ContextBuilder:
             if query is not None:
                 query.cancel()  # when a read above failed, nobody reads the embedding
         method = _recalled_by(query)
-        fold_tokens = sum(b.tokens for b in folded.blocks)
+        room = left - sum(b.tokens for b in folded.blocks)  # the window's, after the fold's
         blocks = [
             instructions_block(counter, system_prompt=self._system_prompt(tenant), tools=tools),
             *remembered,
             *folded.blocks,
-            *history_blocks(counter, window, budgets, room=left - fold_tokens),
+            *history_blocks(counter, window, budgets, room=room),
             *recalled,
             *knowledge,
             *path_block(counter, path),
@@ -430,6 +429,11 @@ def _window_plan(
         "recall": method,
         "recalled_seqs": sorted(h.seq for h in hits),
     }
+
+
+def _slot_values(memory: Memory) -> list[str]:
+    """The session's slot values recall may search for beside the message's own words."""
+    return [str(value) for value, _ in memory.slots.values() if isinstance(value, str | int)]
 
 
 def _recalled_by(query: RecallQuery | None) -> str:

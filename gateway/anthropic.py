@@ -172,27 +172,7 @@ class AnthropicProvider:
         await self._client.close()
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
-        system, messages = to_anthropic_messages(request.messages)
-        params: dict[str, Any] = {
-            "model": request.model,
-            "max_tokens": request.max_output_tokens,
-            "messages": messages,
-            "stream": True,
-        }
-        if system:
-            params["system"] = system
-        if request.tools:
-            params["tools"] = to_anthropic_tools(request.tools)
-        if request.output_schema is not None:
-            # Structured output is a tool the model must call: its input is the answer.
-            output = request.output_schema
-            params["tools"] = [*params.get("tools", []), to_anthropic_output_tool(output)]
-            params["tool_choice"] = {"type": "tool", "name": output.name}
-        if request.reasoning_effort:
-            # Extended thinking: a token budget that grows with the requested effort.
-            budget = {"low": 1024, "medium": 4096, "high": 16384}[request.reasoning_effort]
-            params["thinking"] = {"type": "enabled", "budget_tokens": budget}
-            params["max_tokens"] = max(request.max_output_tokens, budget + 1024)
+        params = _create_params(request)
 
         async def open_stream() -> anthropic.AsyncStream[RawMessageStreamEvent]:
             # The wire dicts follow the SDK's TypedDicts; the cast keeps translation plain JSON.
@@ -285,3 +265,29 @@ class _Usage:
 
 def _latest(value: int | None, previous: int) -> int:
     return previous if value is None else value
+
+
+def _create_params(request: ModelRequest) -> dict[str, Any]:
+    """The Messages API request for `request`, streamed."""
+    system, messages = to_anthropic_messages(request.messages)
+    params: dict[str, Any] = {
+        "model": request.model,
+        "max_tokens": request.max_output_tokens,
+        "messages": messages,
+        "stream": True,
+    }
+    if system:
+        params["system"] = system
+    if request.tools:
+        params["tools"] = to_anthropic_tools(request.tools)
+    if request.output_schema is not None:
+        # Structured output is a tool the model must call: its input is the answer.
+        output = request.output_schema
+        params["tools"] = [*params.get("tools", []), to_anthropic_output_tool(output)]
+        params["tool_choice"] = {"type": "tool", "name": output.name}
+    if request.reasoning_effort:
+        # Extended thinking: a token budget that grows with the requested effort.
+        budget = {"low": 1024, "medium": 4096, "high": 16384}[request.reasoning_effort]
+        params["thinking"] = {"type": "enabled", "budget_tokens": budget}
+        params["max_tokens"] = max(request.max_output_tokens, budget + 1024)
+    return params
