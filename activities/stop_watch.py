@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import psycopg
 
+from store.events import stop_is_recorded
 from store.turns import TurnStopped
 
 # While the stream is quiet, the Stop is looked for this often: well under the time a user
@@ -25,17 +26,13 @@ STOP_CHECK_S = 0.2
 Item = TypeVar("Item")
 StopCheck = Callable[[], Awaitable[bool]]
 
-_STOP_RECORDED = "SELECT cancel_requested_at IS NOT NULL FROM turns WHERE id = %(turn_id)s"
-
 
 def stop_recorded(connection: psycopg.AsyncConnection[Any], turn_id: str) -> StopCheck:
-    """Whether the turn's Stop is recorded, read on the stream's own connection (free
-    between appends: the check runs only while no append is in flight)."""
+    """The check for one turn, on the stream's own connection (free between appends: the
+    check runs only while no append is in flight)."""
 
     async def check() -> bool:
-        cursor = await connection.execute(_STOP_RECORDED, {"turn_id": turn_id})
-        found = await cursor.fetchone()
-        return bool(found and found[0])
+        return await stop_is_recorded(connection, turn_id=turn_id)
 
     return check
 

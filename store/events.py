@@ -108,6 +108,17 @@ async def append_on_driver(
     return Appended(int(found[0]), bool(found[2]))
 
 
+async def stop_is_recorded(connection: psycopg.AsyncConnection[Any], *, turn_id: str) -> bool:
+    """Whether the user's Stop is recorded on the turn, read on a streaming step's own
+    connection (`append_on_driver`'s) while it has nothing to append."""
+    cursor = await connection.execute(_STOP_RECORDED, {"turn_id": turn_id})
+    found = await cursor.fetchone()
+    return bool(found and found[0])
+
+
+_STOP_RECORDED = "SELECT cancel_requested_at IS NOT NULL FROM turns WHERE id = %(turn_id)s"
+
+
 class Appended(NamedTuple):
     event_id: int
     # The turn's Stop is recorded: a step that streams for it stops at once.

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import pytest
@@ -28,7 +29,7 @@ from parley.config import Settings
 from store.db import create_socket_checked_engine, session_factory
 from store.models import ChatSession, ConversationSummary, Message, TraceSpan
 from tests.client import ParleyClient
-from tests.toolkit import model_calls, own_stack
+from tests.toolkit import Stack, model_calls, own_stack
 
 FACT = "My gym locker code is 4417, please keep it in mind."
 QUESTION = "What is my gym locker code?"
@@ -60,6 +61,26 @@ async def counted(
     event.listen(engine.sync_engine, "before_cursor_execute", count)
     yield session_factory(engine), sent
     await engine.dispose()
+
+
+def recall_stack(
+    temporal_client: Client,
+    settings: Settings,
+    worker_sessions: async_sessionmaker[AsyncSession],
+    prefix: str,
+) -> AbstractAsyncContextManager[Stack[DemoModel]]:
+    """A stack whose worker recalls by words and meaning (MiniLM), with a conversation
+    budget of 600 tokens of which recall holds 200."""
+    return own_stack(
+        temporal_client,
+        settings,
+        worker_sessions,
+        DemoModel(token_delay_s=0),
+        prefix=prefix,
+        embeddings="local-minilm",
+        context_conversation_tokens=600,
+        context_recall_tokens=200,
+    )
 
 
 async def seed(
@@ -139,16 +160,7 @@ async def test_a_conversation_the_window_holds_whole_is_not_searched_nor_embedde
 ) -> None:
     worker_sessions, sent = counted
     history = exchanges(9)
-    async with own_stack(
-        temporal_client,
-        settings,
-        worker_sessions,
-        DemoModel(token_delay_s=0),
-        prefix="fits",
-        embeddings="local-minilm",
-        context_conversation_tokens=600,
-        context_recall_tokens=200,
-    ) as running:
+    async with recall_stack(temporal_client, settings, worker_sessions, "fits") as running:
         client = ParleyClient(running.url, tokens["priya"])
         try:
             sid = await client.new_session()
@@ -189,16 +201,7 @@ async def test_a_conversation_too_long_for_the_window_still_recalls_the_old_fact
 ) -> None:
     worker_sessions, sent = counted
     history = exchanges(30)  # about 1,300 tokens
-    async with own_stack(
-        temporal_client,
-        settings,
-        worker_sessions,
-        DemoModel(token_delay_s=0),
-        prefix="long",
-        embeddings="local-minilm",
-        context_conversation_tokens=600,
-        context_recall_tokens=200,
-    ) as running:
+    async with recall_stack(temporal_client, settings, worker_sessions, "long") as running:
         client = ParleyClient(running.url, tokens["priya"])
         try:
             sid = await client.new_session()
@@ -227,4 +230,6 @@ async def test_a_conversation_too_long_for_the_window_still_recalls_the_old_fact
     assert budget["recall"] == "hybrid"
     assert budget["window_from_seq"] > 2  # the fact left the window long ago ...
     assert 1 in budget["recalled_seqs"]  # ... and recall brings it back
+    # Nothing else could have: the summary covers seq 1 without it, and nothing was folded.
+    assert budget["summary_through_seq"] == 50 and budget["folded"] is None
     assert "1 user: My gym locker code is 4417" in prompt_text(call.request)
