@@ -112,7 +112,7 @@ def settings_table(meanings: dict[str, str]) -> str:
 def openapi_document() -> dict[str, Any]:
     from api.main import create_app  # the app only when a route table is asked for
 
-    return create_app(Settings()).openapi()
+    return create_app(Settings(env="dev")).openapi()
 
 
 def _answers(responses: dict[str, Any]) -> str:
