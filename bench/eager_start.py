@@ -184,8 +184,8 @@ async def _measure(client: Client, queues: dict[str, str], runs: int) -> dict[st
     for worker in queues:
         for step in ("activity", "local"):
             plain = rows[mode_name(worker, step, False)]["p50_ms"]
-            eager = rows[mode_name(worker, step, True)]["p50_ms"]
-            gains[f"{worker}/{step}"] = round(1 - eager / plain, 3) if plain else None
+            eager_ms = rows[mode_name(worker, step, True)]["p50_ms"]
+            gains[f"{worker}/{step}"] = round(1 - eager_ms / plain, 3) if plain else None
     return {"runs": runs, "rows": rows, "p50_gain": gains}
 
 

@@ -119,7 +119,7 @@ class MessageView(View):
 
     # No return annotation: pydantic would take it as this model's output schema.
     @model_serializer(mode="wrap")
-    def _omit_unset_tool_fields(self, handler: SerializerFunctionWrapHandler):
+    def _omit_unset_tool_fields(self, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]
         data: dict[str, Any] = handler(self)
         for optional in ("tool_calls", "tool_call_id", "tool"):
             if data.get(optional) is None:
@@ -207,7 +207,7 @@ class ToolData(BaseModel):
 
     # No return annotation: pydantic would take it as this model's output schema.
     @model_serializer(mode="wrap")
-    def _omit_status_on_start(self, handler: SerializerFunctionWrapHandler):
+    def _omit_status_on_start(self, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]
         data: dict[str, Any] = handler(self)
         if data.get("status") is None:
             data.pop("status", None)
