@@ -99,7 +99,7 @@ def build_activities(
     """Every activity of a turn, as methods of small classes holding their collaborators."""
     input_screen, output_screen = screens
     embedder = build_embedder(settings)  # recall by meaning; None: full-text only
-    mcp = McpTools(sessions=sessions)  # the tenants' MCP servers
+    mcp = McpTools(sessions=sessions, allowed=settings.mcp_allowlist)  # the tenants' MCP servers
     # The skills catalog and the sandbox they run in (one per worker; each run its own folder).
     skills = SkillTools(sessions=sessions, northwind=northwind, settings=settings)
     context = ContextBuilder(

@@ -107,7 +107,7 @@ class ContextBuilder:
         self._references = References(northwind)
         # Recall by meaning as well as by words (activities/recall.py); None: words only.
         self._embedder = embedder
-        self._mcp = mcp or McpTools(sessions=sessions)
+        self._mcp = mcp or McpTools(sessions=sessions, allowed=settings.mcp_allowlist)
         self._skills = skills or SkillTools(
             sessions=sessions, northwind=northwind, settings=settings
         )

@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urljoin
 
 import httpx2
 import jsonschema
@@ -37,6 +39,8 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from parley.contracts import TOOL_ATTEMPTS, EventType
+from parley.egress import Allowlist, check_redirect, check_url
+from parley.errors import UrlNotAllowed
 from parley.ids import action_id_for_call, mcp_idempotency_key
 from parley.mcp import (
     IDEMPOTENCY_HEADER,
@@ -56,28 +60,87 @@ from store import actions, tenants
 from store.events import append_event
 from store.models import Action, ModelCall, ToolCall, Turn, TurnEvent
 
+log = logging.getLogger(__name__)
+
 # What the model reads of one result, at most.
 MAX_CONTENT_CHARS = 3000
+REDIRECTS = (301, 302, 303, 307, 308)
 
 
 class McpUnavailable(Exception):
     """The server could not be reached, refused the credentials, or broke off the session."""
 
 
+class _OriginGuard(httpx2.AsyncBaseTransport):
+    """The session's transport: every request goes to the configured URL's origin, and a
+    redirect anywhere else is refused before anything follows it (parley/egress.py). The
+    refusal is kept, since the SDK reports a failed request in its own words."""
+
+    def __init__(self, server: McpServerConfig) -> None:
+        self._server = server
+        self._inner = httpx2.AsyncHTTPTransport()
+        self.refused: UrlNotAllowed | None = None
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        self._check(str(request.url))
+        response = await self._inner.handle_async_request(request)
+        location = response.headers.get("location")
+        if response.status_code in REDIRECTS and location:
+            try:
+                self._check(urljoin(str(request.url), location))
+            finally:
+                if self.refused is not None:
+                    await response.aclose()
+        return response
+
+    def _check(self, url: str) -> None:
+        try:
+            check_redirect(self._server.url, url, field=self._server.name)
+        except UrlNotAllowed as exc:
+            self.refused = exc
+            raise
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
 @asynccontextmanager
 async def mcp_session(
-    server: McpServerConfig, *, tenant_id: str, user_id: str, extra: dict[str, str] | None = None
+    server: McpServerConfig,
+    *,
+    tenant_id: str,
+    user_id: str,
+    allowed: Allowlist,
+    extra: dict[str, str] | None = None,
 ) -> AsyncIterator[ClientSession]:
-    """An initialized session with `server` as the user, closed when the block ends."""
+    """An initialized session with `server` as the user, closed when the block ends. Its
+    address is checked against the deployment's allow-list first (the name resolved now, not
+    when the config was saved): `UrlNotAllowed` names the rule that refused it."""
+    await check_url(server.url, allowed, field=server.name)
     headers = server.headers(tenant_id=tenant_id, user_id=user_id) | (extra or {})
     timeout = httpx2.Timeout(server.timeout_s)
-    async with (
-        httpx2.AsyncClient(headers=headers, timeout=timeout) as http,
-        streamable_http_client(server.url, http_client=http) as (read, write),
-        ClientSession(read, write, read_timeout_seconds=server.timeout_s) as session,
-    ):
-        await session.initialize()
-        yield session
+    guard = _OriginGuard(server)
+    try:
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=timeout, transport=guard) as http,
+            streamable_http_client(server.url, http_client=http) as (read, write),
+            ClientSession(read, write, read_timeout_seconds=server.timeout_s) as session,
+        ):
+            await session.initialize()
+            yield session
+    except Exception as exc:
+        if guard.refused is not None:
+            raise guard.refused from exc
+        raise
+
+
+def refused_warning(server: McpServerConfig, exc: UrlNotAllowed) -> str:
+    """What the turn's user reads (the rule, not the addresses; those go to the log)."""
+    log.warning("MCP server %s refused: %s", server.name, exc.message)
+    return (
+        f"The {server.name} tools were refused by this deployment's address rules "
+        f"({exc.extra.get('rule')}); this answer uses the built-in tools only."
+    )
 
 
 async def warn_once(db: AsyncSession, *, turn_id: str, message: str) -> None:
@@ -107,8 +170,12 @@ def _content(result: Any) -> tuple[str, Any]:
 class McpTools:
     """The turn's side of its tenant's MCP servers (built in worker.py)."""
 
-    def __init__(self, *, sessions: async_sessionmaker[AsyncSession]) -> None:
+    def __init__(
+        self, *, sessions: async_sessionmaker[AsyncSession], allowed: Allowlist | None = None
+    ) -> None:
         self._sessions = sessions
+        # Where the tenants' servers may be (`Settings.mcp_allowed_hosts`; default: public).
+        self._allowed = allowed or Allowlist.parse(["*"])
 
     async def offered(
         self, db: AsyncSession, turn: Turn, tenant: TenantConfig
@@ -131,6 +198,9 @@ class McpTools:
                 continue  # nothing it serves is allowed: no session at all
             try:
                 listed = await self._list(server, turn.tenant_id, turn.user_id)
+            except UrlNotAllowed as exc:
+                await warn_once(db, turn_id=turn.id, message=refused_warning(server, exc))
+                continue
             except McpUnavailable:
                 await warn_once(
                     db,
@@ -150,8 +220,12 @@ class McpTools:
     ) -> dict[str, tuple[str, dict[str, Any]]]:
         try:
             async with asyncio.timeout(server.timeout_s):
-                async with mcp_session(server, tenant_id=tenant_id, user_id=user_id) as session:
+                async with mcp_session(
+                    server, tenant_id=tenant_id, user_id=user_id, allowed=self._allowed
+                ) as session:
                     listed = await session.list_tools()
+        except UrlNotAllowed:
+            raise
         except Exception as exc:  # any way a session fails is the server being unusable
             raise McpUnavailable(type(exc).__name__) from exc
         return {t.name: (t.description or "", dict(t.input_schema)) for t in listed.tools}
@@ -176,6 +250,10 @@ class McpTools:
         try:
             async with asyncio.timeout(tool.server.timeout_s * 2):
                 return await self._run(turn, call, tool, arguments, ttl_s)
+        except UrlNotAllowed as exc:
+            await self._warn(turn, tool, refused_warning(tool.server, exc))
+            message = failure_text(tool.server.name, "is refused by the deployment's rules")
+            return ToolError("not_allowed", message).as_result()
         except Exception as exc:
             if isinstance(exc, ApplicationError):
                 raise
@@ -187,7 +265,9 @@ class McpTools:
         self, turn: Turn, call: ToolCall, tool: McpTool, arguments: dict[str, Any], ttl_s: float
     ) -> dict[str, Any]:
         server = tool.server
-        async with mcp_session(server, tenant_id=turn.tenant_id, user_id=turn.user_id) as session:
+        async with mcp_session(
+            server, tenant_id=turn.tenant_id, user_id=turn.user_id, allowed=self._allowed
+        ) as session:
             listed = {t.name: t for t in (await session.list_tools()).tools}
             if tool.tool not in listed:
                 return ToolError("unknown_tool", f"{server.name} no longer serves it").as_result()
@@ -241,10 +321,16 @@ class McpTools:
             async with (
                 asyncio.timeout(tool.server.timeout_s * 2),
                 mcp_session(
-                    tool.server, tenant_id=action.tenant_id, user_id=action.user_id, extra=key
+                    tool.server,
+                    tenant_id=action.tenant_id,
+                    user_id=action.user_id,
+                    allowed=self._allowed,
+                    extra=key,
                 ) as session,
             ):
                 result = await session.call_tool(tool.tool, action.args["arguments"])
+        except UrlNotAllowed as exc:  # nothing was sent: it never will be
+            return ActionStatus.failed, {"accepted": False, "error": exc.code}
         except Exception as exc:
             if activity.info().attempt < TOOL_ATTEMPTS:
                 raise ApplicationError(str(exc), type="backend_unavailable") from exc
@@ -254,11 +340,12 @@ class McpTools:
             return ActionStatus.failed, {"accepted": False, "error": text[:300]}
         return ActionStatus.executed, {"accepted": True, "result": data if data else text}
 
-    async def _warn(self, turn: Turn, tool: McpTool) -> None:
+    async def _warn(self, turn: Turn, tool: McpTool, message: str | None = None) -> None:
         async with self._sessions() as db:
             await warn_once(
                 db,
                 turn_id=turn.id,
-                message=f"The {tool.server.name} tools did not answer; the reply says so.",
+                message=message
+                or f"The {tool.server.name} tools did not answer; the reply says so.",
             )
             await db.commit()

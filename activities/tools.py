@@ -191,7 +191,7 @@ class ToolActivities:
         self._sessions = sessions
         self._northwind = northwind
         self._settings = settings
-        self._mcp = mcp or McpTools(sessions=sessions)
+        self._mcp = mcp or McpTools(sessions=sessions, allowed=settings.mcp_allowlist)
         self._skills = skills or SkillTools(
             sessions=sessions, northwind=northwind, settings=settings
         )

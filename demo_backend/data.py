@@ -40,6 +40,7 @@ class ItemJSON(TypedDict):
     sku: str
     name: str
     qty: int
+    price: MoneyJSON  # of one
 
 
 class CustomerJSON(TypedDict):
@@ -136,12 +137,16 @@ class Money:
 
 @dataclass(frozen=True)
 class Item:
+    """One line of an order, the one record of it every route reads (the order, the order
+    list and the returnable items of `demo_backend/returns.py`)."""
+
     sku: str
     name: str
+    price: Money  # of one
     qty: int = 1
 
     def to_json(self) -> ItemJSON:
-        return {"sku": self.sku, "name": self.name, "qty": self.qty}
+        return {"sku": self.sku, "name": self.name, "qty": self.qty, "price": self.price.to_json()}
 
 
 @dataclass(frozen=True)
@@ -315,7 +320,7 @@ def _dana_order(order_id: str, placed: str, total: str, status: OrderStatus) -> 
         "cust_4410",
         order_id,
         status,
-        items=(Item("NW-BIZ-" + order_id, "Business order " + order_id),),
+        items=(Item("NW-BIZ-" + order_id, "Business order " + order_id, _usd(total)),),
         total=_usd(total),
         shipped_on=shipped,
         eta=shipped + timedelta(days=4) if status == "shipped" and shipped else None,
@@ -339,9 +344,9 @@ SEED = Catalog(
             "8472",
             "shipped",
             items=(
-                Item("NW-JKT-114", "Ridgeline Rain Shell, M"),
+                Item("NW-JKT-114", "Ridgeline Rain Shell, M", _usd("65.00")),
                 # Out of stock after shipping; its price is the refund R-5530.
-                Item("NW-SCK-207", "Merino Trail Socks, 3-pack"),
+                Item("NW-SCK-207", "Merino Trail Socks, 3-pack", _usd("24.00")),
             ),
             total=_usd("89.00"),
             shipped_on=date(2026, 10, 26),
@@ -352,7 +357,7 @@ SEED = Catalog(
             "cust_3301",
             "8555",
             "processing",
-            items=(Item("NW-TNT-301", "Basecamp 2-Person Tent"),),
+            items=(Item("NW-TNT-301", "Basecamp 2-Person Tent", _usd("249.00")),),
             total=_usd("249.00"),
         ),
         Order(
@@ -360,12 +365,13 @@ SEED = Catalog(
             "cust_2291",
             "8390",
             "delivered",
+            # design.md's third example: the items the Returns specialist offers (8390-1, 8390-2).
             items=(
-                Item("NW-FLC-052", "Summit Fleece Pullover, S"),
-                # Arrived chipped; its price is the refund R-5102.
-                Item("NW-MUG-018", "Enamel Camp Mug"),
+                Item("NW-TRL-008", "Trail Runner shoes, size 8", _usd("89.00")),
+                Item("NW-SCK-311", "Wool socks (3-pack)", _usd("18.00")),
             ),
-            total=_usd("58.50"),
+            # R-5102 (USD 12.50) was a price adjustment on the shoes, not a return.
+            total=_usd("107.00"),
             shipped_on=date(2026, 9, 29),
             delivered_on=date(2026, 10, 2),
         ),
@@ -374,7 +380,10 @@ SEED = Catalog(
             "cust_9001",
             "9100",
             "delivered",
-            items=(Item("SW-WND-410", "Harbor Windbreaker, L"), Item("SW-CAP-022", "Deck Cap", 2)),
+            items=(
+                Item("SW-WND-410", "Harbor Windbreaker, L", _usd("72.00")),
+                Item("SW-CAP-022", "Deck Cap", _usd("12.00"), qty=2),
+            ),
             total=_usd("96.00"),
             shipped_on=date(2026, 10, 17),
             delivered_on=date(2026, 10, 20),

@@ -5,8 +5,9 @@
     POST /v1/tenants/{tenant}/customers/{customer}/returns                   create_return
     GET  /returns                                                            (control)
 
-The items are design.md's third example (order 8390: Trail Runner shoes and Wool socks); an
-order of this customer that lists no items here has none to return. State lives on the app
+The items are the order's own (`demo_backend/data.py`, the one record of them: order 8390's
+are design.md's Trail Runner shoes and Wool socks), each named `<order>-<line>`; only a
+delivered order has items to return. State lives on the app
 (one `ReturnsDesk` per backend), created on first use, so the app assembly stays untouched.
 """
 
@@ -35,18 +36,6 @@ class ItemsJSON(TypedDict):
     order_id: str
     items: list[ItemJSON]
 
-
-ITEMS: dict[tuple[str, str], tuple[ItemJSON, ...]] = {
-    ("northwind", "8390"): (
-        {
-            "item_id": "8390-1",
-            "name": "Trail Runner shoes, size 8",
-            "price": "89.00",
-            "currency": "USD",
-        },
-        {"item_id": "8390-2", "name": "Wool socks (3-pack)", "price": "18.00", "currency": "USD"},
-    ),
-}
 
 Reason = Literal["too_small", "too_large", "damaged", "changed_my_mind"]
 
@@ -128,17 +117,27 @@ returns = APIRouter(tags=["returns"])
 _CUSTOMER = "/v1/tenants/{tenant}/customers/{customer}"
 
 
-def _items(book: OrderBook, tenant: str, customer: str, order_id: str) -> tuple[ItemJSON, ...]:
-    # Another customer's order answers exactly like a missing one.
-    if book.order(tenant, customer, order_id) is None:
+def _items(book: OrderBook, tenant: str, customer: str, order_id: str) -> list[ItemJSON]:
+    order = book.order(tenant, customer, order_id)
+    if order is None:  # another customer's order answers exactly like a missing one
         raise HTTPException(404, "order not found")
-    return ITEMS.get((tenant, order_id), ())
+    if order.status != "delivered":  # nothing has arrived to send back
+        return []
+    return [
+        {
+            "item_id": f"{order_id}-{line}",
+            "name": item.name,
+            "price": f"{item.price.amount:.2f}",
+            "currency": item.price.currency,
+        }
+        for line, item in enumerate(order.items, start=1)
+    ]
 
 
 @returns.get(_CUSTOMER + "/orders/{order_id}/items")
 async def order_items(tenant: str, customer: str, order_id: str, book: Book) -> ItemsJSON:
     """The order's returnable items, each with its id and price."""
-    return {"order_id": order_id, "items": list(_items(book, tenant, customer, order_id))}
+    return {"order_id": order_id, "items": _items(book, tenant, customer, order_id)}
 
 
 @returns.post(_CUSTOMER + "/returns", status_code=201)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -32,6 +33,7 @@ from launch.devstate import clear_dev_state, write_dev_state
 from launch.seeding import create_token, seed
 from parley.config import Settings
 from parley.contracts import SEARCH_ATTRIBUTES
+from parley.egress import Origin
 
 
 def temporal_cli() -> str:
@@ -253,8 +255,7 @@ def run_dev(settings: Settings, *, workers: int = 1) -> None:
         if settings.database_url is None:
             embedded = EmbeddedPostgres(settings.data_dir / "pg")
             settings.database_url = embedded.start()
-        api = _start_services(settings, supervisor, workers)
-        write_dev_state(settings, embedded_database=embedded is not None)
+        api = _start_services(settings, supervisor, workers, embedded=embedded is not None)
         token = asyncio.run(create_token(settings, "northwind", "cust_2291"))
         session_id = httpx.post(
             f"{api}/v1/sessions", headers={"Authorization": f"Bearer {token}"}
@@ -274,19 +275,29 @@ def run_dev(settings: Settings, *, workers: int = 1) -> None:
             embedded.stop()
 
 
-def _start_services(settings: Settings, supervisor: Supervisor, workers: int) -> str:
+def _start_services(
+    settings: Settings, supervisor: Supervisor, workers: int, *, embedded: bool
+) -> str:
     """Migrate and seed the database, then start Temporal (unless one is configured), the
     demo backend (unless one is configured), the workers and the API; waits for each to
-    answer and returns the API's base URL. Workers and the API are restarted if they die."""
+    answer and returns the API's base URL. Workers and the API are restarted if they die.
+
+    `dev.json` is written as soon as the database is migrated, with the addresses the other
+    services are about to get: a script that waits for the API's `/healthz` and then runs a
+    `parley` command finds the database whatever the workers are still doing."""
     from dispatch.deployment import build_id
     from store.migrate import upgrade
 
     assert settings.database_url is not None
     upgrade(settings.database_url)
-    asyncio.run(seed(settings))
     own_temporal = "TEMPORAL_ADDRESS" not in os.environ
     if own_temporal:
         settings.temporal_address = f"127.0.0.1:{settings.dev_temporal_port}"
+    own_backend = "PARLEY_NORTHWIND_URL" not in os.environ
+    if own_backend:
+        settings.northwind_url = f"http://127.0.0.1:{settings.northwind_port}"
+    write_dev_state(settings, embedded_database=embedded)
+    asyncio.run(seed(settings))  # the demo tenant's MCP server is at this run's backend
     env = {
         **os.environ,
         "DATABASE_URL": settings.database_url,
@@ -304,10 +315,11 @@ def _start_services(settings: Settings, supervisor: Supervisor, workers: int) ->
         supervisor.spawn("temporal", command, env)
     _wait_temporal(settings.temporal_address, 60)
     cli = [sys.executable, "-m", "launch.cli"]
-    if "PARLEY_NORTHWIND_URL" not in os.environ:
-        port = str(settings.northwind_port)
-        settings.northwind_url = f"http://127.0.0.1:{port}"
+    # The demo tenant's MCP server is this run's backend, on loopback: the allow-list names it.
+    env["PARLEY_MCP_ALLOWED_HOSTS"] = json.dumps(with_demo_backend(settings))
+    if own_backend:
         env["PARLEY_NORTHWIND_URL"] = settings.northwind_url
+        port = str(settings.northwind_port)
         supervisor.spawn("demo-backend", [*cli, "demo-backend", "--port", port], env)
         _wait_http(f"{settings.northwind_url}/healthz", 30)
     metrics_ports = _spawn_workers(settings, supervisor, env, workers)
@@ -320,6 +332,16 @@ def _start_services(settings: Settings, supervisor: Supervisor, workers: int) ->
         _wait_http(f"http://{settings.api_host}:{metrics_port}/metrics", 60)
     _make_current(settings, 60)
     return api
+
+
+def with_demo_backend(settings: Settings) -> list[str]:
+    """The deployment's MCP allow-list with the demo backend's host and port added (its MCP
+    server is at a loopback address, which nothing but a listed entry reaches)."""
+    backend = Origin.of(settings.northwind_url)
+    host = f"[{backend.host}]" if ":" in backend.host else backend.host
+    entry = f"{host}:{backend.port}"
+    listed = settings.mcp_allowed_hosts
+    return listed if entry in listed else [*listed, entry]
 
 
 def _make_current(settings: Settings, timeout_s: float) -> None:

@@ -1,8 +1,9 @@
 """Where the running `parley dev` put things, so the CLI finds them with no extra environment.
 
-`parley dev` writes `dev.json` into the data folder once everything answers and removes it when
-it stops. It names the embedded PostgreSQL server's URL (a Unix socket inside the data folder,
-trust authentication: no password exists to leak), the Temporal address and the demo backend.
+`parley dev` writes `dev.json` into the data folder as soon as its database is migrated (before
+the API answers, so a script that waits for `/healthz` finds it) and removes it when it stops.
+It names the embedded PostgreSQL server's URL (a Unix socket inside the data folder, trust
+authentication: no password exists to leak), the Temporal address and the demo backend.
 An external `DATABASE_URL` is never written: it may carry a password.
 
 Every `parley` command reads it through `with_dev_services`; a variable set in the environment

@@ -10,9 +10,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import AliasChoices, Field, model_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from parley.egress import Allowlist
 from parley.ids import workflow_id_for_turn
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -206,6 +207,14 @@ class Settings(BaseSettings):
     # turn politely (parley/specialists.py).
     specialist_wait_s: float = 600.0
 
+    # Where a tenant's MCP servers may be (parley/egress.py), checked when a config is saved
+    # and when a turn connects: `host:port`, `host` (any port), `*:port`, `*` (any host, any
+    # port). A host only `*` covers must resolve to public addresses; loopback, private and
+    # link-local ones (the metadata service, the database) only through an entry naming the
+    # host. `parley dev` adds its demo backend. JSON in the environment:
+    # PARLEY_MCP_ALLOWED_HOSTS='["*:443", "mcp.internal:8443"]'.
+    mcp_allowed_hosts: list[str] = ["*"]
+
     # Skills (parley/skills.py): the catalog, the sandbox that runs them, its wall-clock cap.
     # The workflow's SKILL step allows a little over the cap (workflows/options.py).
     skills_dir: Path = REPO_ROOT / "skills"
@@ -227,11 +236,21 @@ class Settings(BaseSettings):
     outbox_grace_s: float = 3.0
     outbox_poll_s: float = 2.0
 
+    @field_validator("mcp_allowed_hosts")
+    @classmethod
+    def _entries_parse(cls, entries: list[str]) -> list[str]:
+        Allowlist.parse(entries)  # a bad entry stops the process at start, not a turn later
+        return entries
+
     @model_validator(mode="after")
     def _refuse_dev_defaults_outside_dev(self) -> Settings:
         if self.env != "dev" and self.database_url is None:
             raise ValueError("DATABASE_URL must be set outside the dev environment")
         return self
+
+    @property
+    def mcp_allowlist(self) -> Allowlist:
+        return Allowlist.parse(self.mcp_allowed_hosts)
 
     @property
     def has_fallback_model(self) -> bool:

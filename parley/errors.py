@@ -13,6 +13,7 @@
     │   └── ActionChanged         the stored arguments no longer match what was shown
     ├── IdempotencyKeyReused      same client_message_id, different text
     ├── InvalidRequest            a field breaks the contract (names the field)
+    │   └── UrlNotAllowed         an address the deployment's egress rules refuse (names the rule)
     ├── AgentPaused               the tenant's assistant is switched off
     ├── Forbidden                 the caller lacks the role (admin routes only)
     │   └── FeatureNotEnabled     the user's `assistant` feature is revoked
@@ -92,6 +93,13 @@ class FeatureNotEnabled(Forbidden):
 
 class InvalidRequest(ParleyError):
     code = "invalid_request"
+
+
+class UrlNotAllowed(InvalidRequest):
+    """A URL in a tenant's config that the deployment may not reach (parley/egress.py); its
+    `rule` says which rule refused it."""
+
+    code = "url_not_allowed"
 
 
 class AgentPaused(ParleyError):

@@ -1,6 +1,8 @@
 """Abuse limits kept in PostgreSQL, so that every API process counts against the same numbers.
 
-Checked before a posted message may start model work, cheapest first (`admit_turn`):
+Checked before a posted message may start model work, cheapest first (`admit_turn`), and only
+once the request is known to be valid (store/posting.py: an unknown file or a stale view is
+refused first, so a bad request costs nothing and is told what is wrong even at a limit):
 
     paused tenant            403 agent_paused           (read with the count below)
     running turns per user   429 too_many_active_turns  (one indexed count under a user lock)

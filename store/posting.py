@@ -82,12 +82,15 @@ async def post_user_message(
     if earlier is not None:
         return earlier
 
-    await _admit(db, owner=owner, limits=limits, locked=True)
+    _may_use_assistant(owner)
+    # What the request itself gets wrong is refused before the limits count it: a post that
+    # fails validation costs nothing, and is told what is wrong even at a limit.
     if expected_last_seq is not None and expected_last_seq != session.last_seq:
         raise StaleView("the session has newer messages", last_seq=session.last_seq)
     attached = await files_store.check_owned(
         db, owner=owner, session_id=session_id, file_ids=file_ids
     )
+    await _admit(db, owner=owner, limits=limits, locked=True)
 
     if answered := await _answering(db, session, client_message_id, text, interaction_value):
         return answered
@@ -353,15 +356,18 @@ _STAMPS = ("created_at", "updated_at")
 _WRITE = _write_statement()
 
 
+def _may_use_assistant(owner: Identity) -> None:
+    """The user's own access, first of all: it is on the identity already, no query."""
+    if ASSISTANT not in owner.features:
+        raise FeatureNotEnabled("the assistant is not enabled for this user", feature=ASSISTANT)
+
+
 async def _admit(
     db: AsyncSession, *, owner: Identity, limits: Limits | None, locked: bool = False
 ) -> None:
-    """Before anything that leads to model work: the tenant's switch (paused fails closed),
-    then the limits (`store.limits`), cheapest first. The user's own access comes before
-    all of them: it is on the identity already, no query. `locked`: the transaction holds
-    the user's admission lock already."""
-    if ASSISTANT not in owner.features:
-        raise FeatureNotEnabled("the assistant is not enabled for this user", feature=ASSISTANT)
+    """Before anything that leads to model work, once the request is known to be valid: the
+    tenant's switch (paused fails closed), then the limits (`store.limits`), cheapest first.
+    `locked`: the transaction holds the user's admission lock already."""
     await limits_store.admit_turn(db, owner=owner, limits=limits or Limits(), locked=locked)
 
 
@@ -405,7 +411,7 @@ async def retry_turn(
     The old turn stays as it ended: a finished turn never moves again."""
     session = await get_session(db, owner=owner, session_id=session_id, for_update=True)
     old = await get_turn(db, owner=owner, session_id=session_id, turn_id=turn_id)
-    await _admit(db, owner=owner, limits=limits)
+    _may_use_assistant(owner)
     answer = await db.get(Message, old.assistant_message_id) if old.assistant_message_id else None
     retryable = old.state in (TurnState.failed, TurnState.cancelled) and (
         answer is None or answer.status in (MessageStatus.incomplete, MessageStatus.cancelled)
@@ -418,6 +424,7 @@ async def retry_turn(
         raise TurnInProgress(
             "a turn is still running in this session", active_turn_id=session.active_turn_id
         )
+    await _admit(db, owner=owner, limits=limits)  # only a retry that can run is counted
     asked = await db.get(Message, old.user_message_id)
     assert asked is not None
     return await open_turn(db, session=session, owner=owner, message=asked, retry_of=old.id)

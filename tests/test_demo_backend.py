@@ -47,7 +47,9 @@ async def test_priya_has_two_orders_and_one_is_open(backend: httpx.AsyncClient) 
     assert shipped["status"] == "shipped"
     assert (shipped["shipped_on"], shipped["eta"]) == ("2026-10-26", "2026-10-30")
     assert shipped["total"] == {"amount": "89.00", "currency": "USD"}
-    assert shipped["items"] and all({"sku", "name", "qty"} == set(i) for i in shipped["items"])
+    assert shipped["items"] and all(
+        {"sku", "name", "qty", "price"} == set(i) for i in shipped["items"]
+    )
     assert delivered["status"] == "delivered"
     assert delivered["delivered_on"] == "2026-10-02"
 
@@ -60,6 +62,26 @@ async def test_priya_has_two_orders_and_one_is_open(backend: httpx.AsyncClient) 
     bad = await backend.get(f"{PRIYA}/orders", params={"status": "late"})
     assert bad.status_code == 422
     assert bad.json()["error"]["code"] == "invalid_request"
+
+
+# design.md's third example: what order 8390 holds, as (name, unit price in USD).
+ORDER_8390 = [("Trail Runner shoes, size 8", "89.00"), ("Wool socks (3-pack)", "18.00")]
+
+
+async def test_order_8390_holds_the_same_items_in_every_route(backend: httpx.AsyncClient) -> None:
+    listed = (await backend.get(f"{PRIYA}/orders")).json()["orders"]
+    [in_list] = [o for o in listed if o["order_id"] == "8390"]
+    alone = (await backend.get(f"{PRIYA}/orders/8390")).json()
+    for order in (in_list, alone):
+        assert [(i["name"], i["price"]["amount"]) for i in order["items"]] == ORDER_8390
+        assert all(i["price"]["currency"] == "USD" and i["qty"] == 1 for i in order["items"])
+    assert alone["total"] == {"amount": "107.00", "currency": "USD"}
+    returnable = (await backend.get(f"{PRIYA}/orders/8390/items")).json()["items"]
+    assert [(i["name"], i["price"]) for i in returnable] == ORDER_8390
+    assert [i["item_id"] for i in returnable] == ["8390-1", "8390-2"]
+    # Nothing of a shipped order has arrived to be sent back; Marco cannot read Priya's.
+    assert (await backend.get(f"{PRIYA}/orders/8472/items")).json()["items"] == []
+    assert (await backend.get(f"{MARCO}/orders/8390/items")).status_code == 404
 
 
 async def test_return_window_follows_the_clock(backend: httpx.AsyncClient) -> None:

@@ -26,7 +26,7 @@ from store import limits
 from store.identity import Identity, create_token
 from store.models import ChatSession, Message, Tenant, User
 from tests.client import ParleyClient
-from tests.conftest import free_port, service_env, spawn
+from tests.conftest import api_in_process, free_port, own_queue, service_env, spawn
 from tests.toolkit import eventually
 
 DEFAULTS = Settings(database_url="postgresql://unused")
@@ -304,3 +304,70 @@ def test_retry_after_rounds_up_to_the_end_of_the_window_and_is_never_zero() -> N
     assert limits.seconds_until(minute + timedelta(seconds=59.9), end) == 1
     assert limits.seconds_until(end, end) == 1  # the window just ended: still not 0
     assert limits.seconds_until(minute, minute + timedelta(days=1)) == 86_400
+
+
+async def day_count(sessions: async_sessionmaker[AsyncSession], tenant: str) -> int:
+    """The user's messages counted against the daily cap today (u0 of `tenant`)."""
+    async with sessions() as db:
+        used = await db.scalar(
+            text(
+                "SELECT used FROM usage_counters WHERE scope = 'day_user' AND subject = :s"
+                " AND window_start = date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'"
+            ),
+            {"s": f"{tenant}/u0"},
+        )
+    return int(used or 0)
+
+
+async def test_a_request_that_fails_validation_costs_nothing(
+    settings: Settings, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    per_minute = 3
+    config = {"user_requests_per_minute": per_minute, "user_daily_cap": per_minute}
+    tenant, (token,) = await new_tenant(sessions, config)
+    # One API, on a task queue no worker serves (the turns it admits stay running).
+    async with api_in_process(own_queue(settings, "free"), token) as (_, client):
+        sids = [await client.new_session() for _ in range(per_minute + 1)]
+        # More bad requests than the limits allow: each refused for what it gets wrong.
+        for _ in range(2):
+            assert await bad_posts(client, sids[0]) == BAD_ANSWERS
+        # None of them counted: the whole budget is still there for good ones.
+        for sid in sids[:per_minute]:
+            good = await client.post(sid, "Where is my order?")
+            assert good.status_code == 202, good.text
+        # At the limit, a bad request is still told what is wrong with it, as is a retry of
+        # a turn that is still running.
+        assert await bad_posts(client, sids[-1]) == BAD_ANSWERS
+        running = f"/v1/sessions/{sids[-2]}/turns/{good.json()['turn_id']}/retry"
+        assert refusal(await client.http.post(running)) == (409, "turn_not_retryable")
+        assert refusal(await client.post(sids[-1], "Hello")) in {
+            (429, "rate_limited"),
+            (429, "daily_cap_reached"),
+        }
+    assert await day_count(sessions, tenant) == per_minute
+    assert await stored_user_messages(sessions, tenant) == per_minute
+
+
+# A request body each, and the answer it gets.
+BAD_POSTS: list[dict[str, Any]] = [
+    {"text": "Look at this", "file_ids": ["fil_nosuchfile"]},  # an unknown file
+    {"text": "Look at this", "file_ids": ["fil_nosuchfile", "fil_other"]},
+    {"text": "x" * (DEFAULTS.max_message_chars + 1)},  # over the deployment's length
+    {"text": "Hello", "expected_last_seq": 7},  # the session has no message 7
+]
+BAD_ANSWERS = [
+    (422, "invalid_request"),
+    (422, "invalid_request"),
+    (422, "invalid_request"),
+    (409, "stale_view"),
+]
+
+
+async def bad_posts(client: ParleyClient, sid: str) -> list[tuple[int, str]]:
+    answers = []
+    for body in BAD_POSTS:
+        response = await client.http.post(
+            f"/v1/sessions/{sid}/messages", json={"client_message_id": uuid.uuid4().hex, **body}
+        )
+        answers.append(refusal(response))
+    return answers

@@ -49,6 +49,8 @@ class DevRun:
     banner: list[str]
     log: Path
     output: list[str] = field(default_factory=list)
+    # What a script that waits for `/healthz` and then runs `parley token create` met.
+    early: dict[str, object] = field(default_factory=dict)
 
     @property
     def api(self) -> str:
@@ -102,6 +104,8 @@ def _start_dev(tmp_path: Path) -> DevRun:
         start_new_session=True,
     )
     run = DevRun(dev, env, tmp_path / "data", ports, [], log)
+    early = threading.Thread(target=_script_at_first_healthz, args=(run,), daemon=True)
+    early.start()
     assert dev.stdout is not None
     deadline = time.monotonic() + 120
     for line in dev.stdout:
@@ -111,7 +115,30 @@ def _start_dev(tmp_path: Path) -> DevRun:
         assert time.monotonic() < deadline, "\n".join(run.banner)
     # Keep reading, so a chatty child never blocks on a full pipe.
     threading.Thread(target=lambda: run.output.extend(dev.stdout or ()), daemon=True).start()
+    early.join(60)
     return run
+
+
+def _script_at_first_healthz(run: DevRun) -> None:
+    """A user's script: poll the API's `/healthz`, and the moment it answers, create a token
+    with the CLI (which finds the database through `dev.json` only)."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and run.process.poll() is None:
+        try:
+            if httpx.get(f"{run.api}/healthz", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.05)
+    run.early["dev_json"] = (run.data_dir / "dev.json").exists()
+    run.early["token"] = subprocess.run(
+        [*CLI, "token", "create", "--tenant", "northwind", "--user", "cust_3301"],
+        cwd=REPO,
+        env=run.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -189,6 +216,33 @@ async def test_token_create_finds_the_running_dev_database_by_itself(dev: DevRun
     assert info.deployment_version.deployment_name == "parley"
     assert info.deployment_version.build_id == await current_build(temporal, "parley"), info
     assert info.deployment_version.build_id.startswith("0.1.0+"), info  # version + commit
+
+
+async def test_a_script_that_waits_for_healthz_can_create_a_token(dev: DevRun) -> None:
+    # `dev.json` is there before the API answers (the workers may still be starting).
+    assert dev.early["dev_json"] is True
+    result = dev.early["token"]
+    assert isinstance(result, subprocess.CompletedProcess)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().startswith("pk_")
+    marco = ParleyClient(dev.api, result.stdout.strip())
+    try:
+        assert (await marco.new_session()).startswith("ses_")
+    finally:
+        await marco.aclose()
+
+
+async def test_the_demo_tenants_mcp_server_is_on_the_allow_list(dev: DevRun) -> None:
+    # The demo backend's MCP server is on loopback, which only a listed host may be: `parley
+    # dev` lists the backend it starts, so store hours come from it, with no warning.
+    client = ParleyClient(dev.api, dev.priya_token)
+    try:
+        session_id = await client.new_session()
+        _, events = await client.turn(session_id, "What are your store hours in Seattle?")
+    finally:
+        await client.aclose()
+    assert [e.data for e in events if e.type == "warning"] == []
+    assert "Mon-Sat 09:00-20:00" in streamed_text(events), [e.type for e in events]
 
 
 async def test_worker_killed_mid_answer_is_replaced_and_the_answer_completes_once(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -66,16 +67,67 @@ async def backend() -> AsyncIterator[tuple[str, httpx.AsyncClient]]:
         yield url, client
 
 
+class Recorder:
+    """An HTTP server that writes down every request it gets and answers 404."""
+
+    def __init__(self) -> None:
+        self.requests: list[str] = []
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        self.requests.append(f"{scope['method']} {scope['path']}")
+        await send({"type": "http.response.start", "status": 404, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+
+def redirecting_to(location: str) -> Any:
+    """An HTTP server that answers every request with a 307 to `location`."""
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        headers = [(b"location", location.encode())]
+        await send({"type": "http.response.start", "status": 307, "headers": headers})
+        await send({"type": "http.response.body", "body": b""})
+
+    return app
+
+
+@dataclass
+class Redirect:
+    """An MCP URL whose server redirects to another local port, and what that port received."""
+
+    url: str
+    target: str
+    recorder: Recorder
+
+
+@pytest_asyncio.fixture(scope="module")
+async def redirect() -> AsyncIterator[Redirect]:
+    recorder = Recorder()
+    async with serve(recorder) as second, serve(redirecting_to(f"{second}/mcp")) as first:
+        yield Redirect(f"{first}/mcp", f"{second}/mcp", recorder)
+
+
+def listed(*urls: str) -> list[str]:
+    """The deployment's allow-list: public hosts, and these loopback servers by host:port."""
+    return ["*", *(url.split("://", 1)[1].split("/", 1)[0] for url in urls)]
+
+
 @pytest_asyncio.fixture(scope="module")
 async def stack(
     settings: Settings,
     temporal_client: Client,
     sessions: async_sessionmaker[AsyncSession],
     backend: tuple[str, httpx.AsyncClient],
+    redirect: Redirect,
 ) -> AsyncIterator[Stack[ScriptedDemo]]:
     """Tenant `northwind` with the backend's MCP server, as the demo seed configures it; the
-    tenant's configuration is put back afterwards."""
+    tenant's configuration is put back afterwards. The deployment lists the backend (on
+    loopback, refused unless listed) and both servers of the redirect."""
     url, _ = backend
+    allowed = listed(url, redirect.url, redirect.target)
     async with sessions() as db:
         before = await tenants.tenant_config(db, tenant_id="northwind")
         config = before.model_copy(update={"mcp_servers": [demo_mcp_server(url)]})
@@ -83,7 +135,13 @@ async def stack(
         await db.commit()
     try:
         async with own_stack(
-            temporal_client, settings, sessions, ScriptedDemo(), prefix="mcp", northwind_url=url
+            temporal_client,
+            settings,
+            sessions,
+            ScriptedDemo(),
+            prefix="mcp",
+            northwind_url=url,
+            mcp_allowed_hosts=allowed,
         ) as running:
             yield running
     finally:
@@ -313,3 +371,58 @@ async def test_a_call_that_fails_is_a_prefixed_error_not_a_fact(
     assert error["message"].startswith("TOOL ERROR (not an answer")
     assert "can't look up our store hours" in answer and not CLOCK.search(answer)
     assert [e.data["code"] for e in events if e.type == "warning"] == ["mcp_unavailable"]
+
+
+async def test_an_mcp_server_on_an_internal_address_is_refused_when_the_config_is_saved(
+    stack: Stack[ScriptedDemo], tokens: dict[str, str], backend: tuple[str, httpx.AsyncClient]
+) -> None:
+    admin = ParleyClient(stack.url, tokens["admin"])
+    config = "/v1/admin/tenants/northwind/config"
+    try:
+        before = (await admin.http.get(config)).json()["config"]
+        for url in (
+            "http://10.20.30.40/mcp",  # a private range
+            "http://169.254.169.254/latest",  # link-local: the cloud's metadata service
+            "http://127.0.0.1:5432/mcp",  # loopback, a port the deployment does not list
+            "http://localhost:8100/mcp",  # a name is resolved and its address checked
+        ):
+            server = {"name": "elsewhere", "url": url, "allowed_tools": ["get_store_hours"]}
+            refused = await admin.http.put(config, json={**before, "mcp_servers": [server]})
+            assert refused.status_code == 422, (url, refused.text)
+            error = refused.json()["error"]
+            assert error["code"] == "url_not_allowed" and error["rule"] == "private_address"
+            assert error["field"] == "mcp_servers.0.url"
+            assert "private_address" in error["message"]
+        # Nothing was saved; the listed backend's own server is accepted.
+        assert (await admin.http.get(config)).json()["config"] == before
+        kept = await admin.http.put(config, json=before)
+        assert kept.status_code == 200, kept.text
+        assert backend[0] in json.dumps(kept.json()["config"]["mcp_servers"])
+    finally:
+        await admin.aclose()
+
+
+async def test_a_redirect_to_another_host_is_refused_at_turn_time_and_never_followed(
+    priya: ParleyClient,
+    redirect: Redirect,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    server = demo_mcp_server("http://unused").model_copy(update={"url": redirect.url})
+    async with sessions() as db:
+        before = await tenants.tenant_config(db, tenant_id="northwind")
+        moved = before.model_copy(update={"mcp_servers": [server]})
+        await tenants.set_config(db, tenant_id="northwind", config=moved)
+        await db.commit()
+    try:
+        sid = await priya.new_session()
+        _, events = await priya.turn(sid, "What are your store hours in Seattle?")
+    finally:
+        async with sessions() as db:
+            await tenants.set_config(db, tenant_id="northwind", config=before)
+            await db.commit()
+    answer = reply(events)
+    warnings = [e.data for e in events if e.type == "warning"]
+    assert [w["code"] for w in warnings] == ["mcp_unavailable"], warnings
+    assert "redirect_off_origin" in warnings[0]["message"]
+    assert "can't look up our store hours" in answer and not CLOCK.search(answer)
+    assert redirect.recorder.requests == []  # the second host heard nothing

@@ -12,10 +12,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
 
-from api.deps import CurrentUser, DbSession
+from api.deps import AppSettings, CurrentUser, DbSession
 from api.errors import answers
 from api.schemas import TenantOut, UsageOut
-from parley.errors import Forbidden, InvalidRequest, NotFound
+from parley.egress import check_url
+from parley.errors import Forbidden, InvalidRequest, NotFound, UrlNotAllowed
 from parley.tenancy import TenantConfig
 from store import tenants, usage
 from store.identity import Identity
@@ -64,12 +65,18 @@ async def get_config(tenant_id: str, db: DbSession, _: Admin) -> TenantOut:
     return TenantOut.from_row(await tenants.get_tenant(db, tenant_id=tenant_id))
 
 
-@router.put("/config")
-async def put_config(tenant_id: str, config: TenantConfig, db: DbSession, _: Admin) -> TenantOut:
-    """Replace the tenant's configuration (persona, model, tool allow-list, daily cap…)."""
+@router.put("/config", responses=answers(UrlNotAllowed))
+async def put_config(
+    tenant_id: str, config: TenantConfig, db: DbSession, _: Admin, settings: AppSettings
+) -> TenantOut:
+    """Replace the tenant's configuration (persona, model, tool allow-list, daily cap…); an
+    MCP server the deployment may not reach is refused (`url_not_allowed`, naming the rule)."""
     unknown = set(config.tool_allowlist or ()) - TenantConfig.known_tools()
     if unknown:
         raise InvalidRequest(f"unknown tools: {sorted(unknown)}", field="tool_allowlist")
+    for number, server in enumerate(config.mcp_servers or []):
+        field = f"mcp_servers.{number}.url"
+        await check_url(server.url, settings.mcp_allowlist, field=field)
     tenant = await tenants.set_config(db, tenant_id=tenant_id, config=config)
     await db.commit()
     return TenantOut.from_row(tenant)

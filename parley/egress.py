@@ -1,0 +1,154 @@
+"""Where a tenant's configuration may send the deployment's requests: the allow-list of MCP
+server addresses (`Settings.mcp_allowed_hosts`), checked when a tenant's config is saved
+(api/routes/admin.py) and again each time a turn opens a connection (activities/mcp.py), so a
+DNS name that moved to an internal address since the save is still refused.
+
+An entry is `host:port`, `host` (any port), `*:port` or `*` (any host, any port). A host an
+entry names is reached at whatever address it has: the operator listed it. A host only a `*`
+entry covers must resolve to public addresses only, every one of them: loopback, private,
+link-local, shared, reserved, multicast and unspecified ranges are refused, so a tenant
+cannot point the worker at the metadata service, the database or a neighbour's admin port.
+A redirect is never followed off the URL's origin (scheme, host, port).
+
+Each refusal names its rule, the same words at save time (a 422) and at turn time (the
+turn's `warning`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal, NoReturn
+from urllib.parse import urlsplit
+
+from parley.errors import UrlNotAllowed
+
+Rule = Literal["host_not_listed", "private_address", "unresolvable", "redirect_off_origin"]
+IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+# Looks a host up: its addresses (a name resolves to one or more; an IP literal is itself).
+Resolver = Callable[[str, int], Awaitable[list[str]]]
+
+ANY = "*"
+DEFAULT_PORTS = {"http": 80, "https": 443}
+# How long a lookup may take before the host counts as unresolvable.
+RESOLVE_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class Origin:
+    scheme: str
+    host: str  # lower case, IPv6 without brackets
+    port: int
+
+    @classmethod
+    def of(cls, url: str) -> Origin:
+        parts = urlsplit(url)
+        scheme = parts.scheme.lower()
+        try:
+            port = parts.port or DEFAULT_PORTS.get(scheme, 0)
+        except ValueError:  # a port that is no number
+            port = 0
+        return cls(scheme, (parts.hostname or "").lower(), port)
+
+
+@dataclass(frozen=True)
+class Allowlist:
+    """The parsed `mcp_allowed_hosts`: hosts named (with their ports, None for any) and the
+    ports any public host may use (None for any)."""
+
+    named: frozenset[tuple[str, int | None]]
+    public_ports: frozenset[int | None]
+
+    @classmethod
+    def parse(cls, entries: Sequence[str]) -> Allowlist:
+        named: set[tuple[str, int | None]] = set()
+        public: set[int | None] = set()
+        for entry in entries:
+            host, port = _split(entry.strip())
+            if host == ANY:
+                public.add(port)
+            else:
+                named.add((host, port))
+        return cls(frozenset(named), frozenset(public))
+
+    def names(self, origin: Origin) -> bool:
+        return bool({(origin.host, origin.port), (origin.host, None)} & self.named)
+
+    def admits_public(self, origin: Origin) -> bool:
+        return bool({origin.port, None} & self.public_ports)
+
+
+def _split(entry: str) -> tuple[str, int | None]:
+    """`host:port`, `[v6]:port`, `host`, `*`, `*:port` -> (host, port or None)."""
+    if entry.startswith("["):
+        host, _, rest = entry[1:].partition("]")
+        port = rest.removeprefix(":")
+    elif entry.count(":") == 1:
+        host, _, port = entry.partition(":")
+    else:  # a bare name, `*`, or a bare IPv6 address
+        host, port = entry, ""
+    if port in ("", ANY):
+        return host.lower(), None
+    if not port.isdigit():
+        raise ValueError(f"an MCP allow-list entry has a bad port: {entry!r}")
+    return host.lower(), int(port)
+
+
+def address_kind(address: str) -> str | None:
+    """What makes an address internal ("loopback", "private", …), or None when it is public."""
+    ip: IpAddress = ipaddress.ip_address(address.split("%", 1)[0])  # no IPv6 zone id
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    for kind in ("loopback", "link_local", "multicast", "unspecified", "reserved", "private"):
+        if getattr(ip, f"is_{kind}"):
+            return kind.replace("_", "-")
+    return None if ip.is_global else "reserved"
+
+
+async def system_resolver(host: str, port: int) -> list[str]:
+    """The addresses the system's resolver gives `host` (what the connection would use)."""
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return sorted({str(info[4][0]) for info in infos})
+
+
+async def check_url(
+    url: str, allowed: Allowlist, *, field: str, resolve: Resolver = system_resolver
+) -> None:
+    """Raise `UrlNotAllowed` naming the rule when `url` may not be reached."""
+    origin = Origin.of(url)
+    if allowed.names(origin):
+        return
+    shown = f"{origin.host}:{origin.port}"
+    if not origin.host or not allowed.admits_public(origin):
+        refuse("host_not_listed", f"{shown} is not on the deployment's MCP allow-list", field)
+    try:
+        async with asyncio.timeout(RESOLVE_TIMEOUT_S):
+            addresses = await resolve(origin.host, origin.port)
+    except (OSError, TimeoutError, UnicodeError):
+        addresses = []
+    if not addresses:
+        refuse("unresolvable", f"{origin.host} does not resolve to any address", field)
+    for address in addresses:
+        kind = address_kind(address)
+        if kind is not None:
+            refuse(
+                "private_address",
+                f"{origin.host} resolves to {address}, a {kind} address; only a host the "
+                "deployment's MCP allow-list names may be internal",
+                field,
+            )
+
+
+def check_redirect(url: str, location: str, *, field: str) -> None:
+    """A redirect may stay on the URL's origin only."""
+    if Origin.of(location) != Origin.of(url):
+        refuse(
+            "redirect_off_origin", f"a redirect to {Origin.of(location).host} was refused", field
+        )
+
+
+def refuse(rule: Rule, message: str, field: str) -> NoReturn:
+    raise UrlNotAllowed(f"{field}: {message} (rule {rule})", field=field, rule=rule)
