@@ -4,14 +4,17 @@
 (b) turns per second and full-turn latency with N concurrent sessions, beside Temporal's own
 floor (bench/throughput.py, bench/skeleton.py);
 (c)-(e) conversational memory: tokens against resending the history, time to `done` with and
-without summaries, LoCoMo evidence recall (bench/memory.py);
+without summaries, LoCoMo evidence recall (bench/memory.py); (c) has a row with a
+summarizer that fails, through OpenAI's wire format (bench/plain_summarizer.py);
 (f) knowledge retrieval: top-3 hit rate, full-text and hybrid (bench/knowledge.py);
 (g) answer paths, (h) the first delta stage by stage; (k) Stop mid-answer (bench/stop.py);
 (l) open-loop load at half the plain-turn capacity of (b) (bench/open_loop.py); then, with
 the stack down, (i) regular expressions over long hostile input (bench/regexes.py), (j) the
 workflow code's own CPU per turn, replayed (bench/replay_cost.py), (m) eager workflow start
 on a dev server of its own (bench/eager_start.py); last, issue 25's acceptance figures in
-one block (bench/acceptance.py).
+one block (bench/acceptance.py). Not in the default run: (n) LoCoMo conversation 50 posted
+through the API with a summarizer that answers in prose (`--locomo-api`, alone with
+`--locomo-api-only`; bench/locomo_api.py).
 
 The baseline is the same demo model streamed as SSE by a bare FastAPI endpoint (no Temporal,
 no database; see bench/baseline.py). Both use the same demo token delay and the same client

@@ -58,6 +58,21 @@ def askable(conv: dict[str, Any], seqs: dict[str, int]) -> list[dict[str, Any]]:
     ]
 
 
+async def answered(client: ParleyClient, sid: str, text: str) -> str:
+    """Post `text` and follow its turn to `done`, declining any action it proposes (a turn
+    that mentions sending something may propose an email; a user would say no)."""
+    turn_id, events = await client.turn(sid, text)
+    while events[-1].type == "confirmation_required":
+        action_id = events[-1].data["action"]["id"]
+        declined = await client.http.post(f"/v1/sessions/{sid}/actions/{action_id}/decline")
+        if declined.status_code != 202:
+            raise RuntimeError(f"declining {action_id}: {declined.status_code} {declined.text}")
+        events = await client.events(sid, turn_id, last_event_id=events[-1].id)
+    if events[-1].type != "done":
+        raise RuntimeError(f"{text[:60]!r} ended {events[-1].type}")
+    return turn_id
+
+
 async def post_conversation(
     client: ParleyClient, conv: dict[str, Any], sessions: int
 ) -> tuple[str, list[str], list[dict[str, Any]]]:
@@ -67,10 +82,7 @@ async def post_conversation(
     turns = [t for s in conv["sessions"][:sessions] for t in s["turns"]]
     turn_ids = []
     for n, turn in enumerate(turns, 1):
-        turn_id, events = await client.turn(sid, posted_text(turn))
-        if events[-1].type != "done":
-            raise RuntimeError(f"turn {n} ({turn['dia_id']}) ended {events[-1].type}")
-        turn_ids.append(turn_id)
+        turn_ids.append(await answered(client, sid, posted_text(turn)))
         if n % 50 == 0:
             log(f"(n) posted {n} of {len(turns)} turns")
     return sid, turn_ids, turns
@@ -106,9 +118,7 @@ async def ask(
     seqs: dict[str, int],
 ) -> Question:
     """Ask one question in the session; what its turn's first model call's prompt showed."""
-    turn_id, events = await client.turn(sid, qa["question"])
-    if events[-1].type != "done":
-        raise RuntimeError(f"question {qa['question']!r} ended {events[-1].type}")
+    turn_id = await answered(client, sid, qa["question"])
     async with db_sessions() as db:
         call, user_seq = (
             await db.execute(

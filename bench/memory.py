@@ -43,7 +43,7 @@ from activities.context import ContextBuilder
 from activities.memory import MemoryActivities
 from activities.tool_offer import tenant_tools
 from bench.done import render_done, time_to_done
-from bench.prompt_figures import Call, token_row
+from bench.prompt_figures import Call, render_tokens, token_row
 from bench.sections import failed, guarded
 from gateway.demo import DemoModel
 from gateway.minilm import Embedder, build_embedder
@@ -390,7 +390,7 @@ def render_memory(results: dict[str, Any]) -> str:
     """(c), (d) and (e), each from its own figures or its failure (a failed part costs only
     its own table)."""
     lines = [""]
-    parts = (("(c)", "tokens", _render_tokens), ("(d)", "done", render_done))
+    parts = (("(c)", "tokens", render_tokens), ("(d)", "done", render_done))
     for label, part, render in parts:
         if failed(results[part]):
             lines.append(f"{label} FAILED: {results[part]['error']}")
@@ -403,39 +403,6 @@ def render_memory(results: dict[str, Any]) -> str:
         lines.append("")
     lines.extend(_render_locomo(results))
     return "\n".join(lines)
-
-
-def _render_tokens(tokens: list[dict[str, Any]]) -> list[str]:
-    lines = [
-        "(c) Input tokens over scripted conversations (naive = resend everything; input = the"
-        " turns' prompts and the summarizer's input; demo: the demo model, whose summarizer is"
-        " code; plain: OpenAI's wire format to a local server that answers summaries in prose)",
-        f"{'summarizer':<11}{'turns':>6}{'calls':>7}{'input tok':>11}{'naive tok':>11}"
-        f"{'ratio':>8}{'largest':>9}{'cached':>9}{'summaries':>11}{'summ. in':>10}"
-        f"{'summ. out':>11}",
-    ]
-    for r in tokens:
-        # Figures measured before the summarizer's sides were kept apart show its total.
-        summ_in = r.get("summarizer_input_tokens", r["summarizer_tokens"])
-        summ_out = r.get("summarizer_output_tokens", "-")
-        lines.append(
-            f"{r.get('summarizer', 'demo').split()[0]:<11}{r['turns']:>6}{r['model_calls']:>7}"
-            f"{r['input_tokens']:>11}{r['naive_input_tokens']:>11}{r['ratio'] * 100:>7.1f}%"
-            f"{r['largest_prompt']:>9}{r['cached_tokens']:>9}{r['summaries']:>11}"
-            f"{summ_in:>10}{summ_out:>11}"
-        )
-    for r in tokens:
-        if "provider_summary_requests" in r:
-            lines.append(
-                f"  plain, {r['turns']} turns: input {r['input_tokens']} tokens = "
-                f"{r['ratio'] * 100:.1f}% of naive {r['naive_input_tokens']} (issue 26: at most"
-                f" 25%); summary versions {r['summaries']} written by "
-                f"{', '.join(r.get('written_by', [])) or '-'}; the server was asked "
-                f"{r['provider_summary_requests']} summary requests of "
-                f"{r['provider_summarizer_input_tokens']} input tokens (stored: "
-                f"{r['summarizer_input_tokens']})"
-            )
-    return lines
 
 
 def _render_locomo(results: dict[str, Any]) -> list[str]:

@@ -1,6 +1,6 @@
 """What the memory figures read off stored prompts: pure arithmetic over `model_calls.request`
 and the conversation's message sizes, shared by the token table (bench/memory.py, section
-(c)) and LoCoMo through the API (bench/locomo_api.py, section (n)).
+(c), whose table is drawn here) and LoCoMo through the API (bench/locomo_api.py, section (n)).
 
 A stored request carries the prompt it sent (`messages`) and how the packer built it
 (`budget`: tokens per kind of block, where the recent window began). From those:
@@ -76,6 +76,41 @@ def token_row(
         "summarizer_output_tokens": summarizer_out,
         "summarizer_tokens": summarizer_in + summarizer_out,
     }
+
+
+def render_tokens(tokens: list[dict[str, Any]]) -> list[str]:
+    """Table (c): a row per conversation, then the check of each row whose summarizer
+    failed."""
+    lines = [
+        "(c) Input tokens over scripted conversations (naive = resend everything; input = the"
+        " turns' prompts and the summarizer's input; demo: the demo model, whose summarizer is"
+        " code; plain: OpenAI's wire format to a local server that answers summaries in prose)",
+        f"{'summarizer':<11}{'turns':>6}{'calls':>7}{'input tok':>11}{'naive tok':>11}"
+        f"{'ratio':>8}{'largest':>9}{'cached':>9}{'summaries':>11}{'summ. in':>10}"
+        f"{'summ. out':>11}",
+    ]
+    for r in tokens:
+        # Figures measured before the summarizer's sides were kept apart show its total.
+        summ_in = r.get("summarizer_input_tokens", r["summarizer_tokens"])
+        summ_out = r.get("summarizer_output_tokens", "-")
+        lines.append(
+            f"{r.get('summarizer', 'demo').split()[0]:<11}{r['turns']:>6}{r['model_calls']:>7}"
+            f"{r['input_tokens']:>11}{r['naive_input_tokens']:>11}{r['ratio'] * 100:>7.1f}%"
+            f"{r['largest_prompt']:>9}{r['cached_tokens']:>9}{r['summaries']:>11}"
+            f"{summ_in:>10}{summ_out:>11}"
+        )
+    for r in tokens:
+        if "provider_summary_requests" in r:
+            lines.append(
+                f"  plain, {r['turns']} turns: input {r['input_tokens']} tokens = "
+                f"{r['ratio'] * 100:.1f}% of naive {r['naive_input_tokens']} (issue 26: at most"
+                f" 25%); summary versions {r['summaries']} written by "
+                f"{', '.join(r.get('written_by', [])) or '-'}; the server was asked "
+                f"{r['provider_summary_requests']} summary requests of "
+                f"{r['provider_summarizer_input_tokens']} input tokens (stored: "
+                f"{r['summarizer_input_tokens']})"
+            )
+    return lines
 
 
 def shown_seqs(request: dict[str, Any], user_seq: int) -> set[int]:
