@@ -137,3 +137,14 @@ def test_the_locomo_api_table_names_its_figures() -> None:
     }
     shown = render_locomo_api(figures)
     assert "evidence in prompt 100.0%" in shown and "footprint  5.0%" in shown
+
+
+def test_a_failed_plain_row_is_named_under_the_table_the_other_rows_stand() -> None:
+    memory = {
+        "tokens": [],
+        "tokens_plain": {"error": "RuntimeError: turn 3 ended error"},
+        "done": {"error": "skipped"},
+        "locomo_share": 0.11,
+        "locomo": [],
+    }
+    assert "(c) plain-text summarizer row FAILED: RuntimeError: turn 3" in render_memory(memory)
