@@ -8,7 +8,10 @@ providers get a prompt asking for JSON, in their structured-output mode where th
 An answer that does not validate gets one repair attempt (the answer sent back with what was
 wrong); then, or when the provider refuses the request, the code summarizer writes the lines
 (parley/fold.py): a bad answer is never retried with the same prompt (Temporal's retries are
-for transport errors) and never stops the summary. The row says who wrote it (`written_by`),
+for transport errors) and never stops the summary. After such a version the session's next
+runs do not ask the model again until every `summary_model_retry_every`-th run (a model that
+answered the schema with prose twice will do so again: two requests of the transcript each
+run for nothing). The row says who wrote it (`written_by`),
 and so does a metric. Nothing is written until the lines are checked, and then in one
 transaction: a crash anywhere before the commit leaves the stored summary where it was, and
 the next run covers the gap.
@@ -36,7 +39,7 @@ from gateway.registry import ProviderPool
 from parley.config import Settings
 from parley.context import WindowMessage
 from parley.contracts import SUMMARY_DUE_SIGNAL, SUMMARY_WORKFLOW, SummarizeInput, SummarizeResult
-from parley.fold import FALLBACK, fold
+from parley.fold import FALLBACK, ask_the_model, fold
 from parley.ids import summary_workflow_id
 from parley.memory import (
     SUMMARY_SCHEMA,
@@ -60,6 +63,10 @@ from store.models import ChatSession, Tenant
 
 log = logging.getLogger(__name__)
 
+# The metric's outcome for a version the code wrote without asking the model (it failed on
+# the session's latest versions; parley/fold.py `ask_the_model`).
+SKIPPED = "fallback_unasked"
+
 
 @dataclass(frozen=True)
 class _Job:
@@ -69,6 +76,7 @@ class _Job:
     base: int  # the stored summary's end (0: none yet)
     through: int  # the last seq this run folds in
     transcript: list[dict[str, Any]]
+    ask_model: bool = True  # False: the model failed lately; the code writes (`_write`)
 
 
 class MemoryActivities:
@@ -168,6 +176,9 @@ class MemoryActivities:
         bad answer do not: retrying either would only ask the same again."""
         messages = summary_request(job.transcript)
         usage: dict[str, int] = {}
+        if not job.ask_model:  # it could not write the last version(s): not asked this time
+            lines, facts = fold(job.transcript)
+            return _Written(lines, facts, usage, FALLBACK, SKIPPED)
         for outcome in ("model", "repaired"):
             try:
                 answer, used = await self._ask(job, messages)
@@ -251,6 +262,7 @@ class MemoryActivities:
             base = latest.through_seq if latest is not None else 0
             if tenant.summaries is False:
                 return base
+            fallbacks = await memory_store.fallbacks_in_a_row(db, session_id=session_id)
             model = tenant.model or self._settings.model
             counter = counter_for(model)
             messages = await memory_store.session_messages(
@@ -266,6 +278,7 @@ class MemoryActivities:
             base,
             folded[-1].seq,
             [_transcript_item(m) for m in folded],
+            ask_the_model(fallbacks, self._settings.summary_model_retry_every),
         )
 
     def _to_fold(self, messages: list[WindowMessage], tenant: TenantConfig) -> list[WindowMessage]:
@@ -332,7 +345,8 @@ SUMMARY_OUTPUT = OutputSchema(
 @dataclass(frozen=True)
 class _Written:
     """A summary's lines and facts, what asking for them cost, who wrote them (the model's
-    name or `fallback`) and how (`model`, `repaired` or `fallback`: the metric's outcome)."""
+    name or `fallback`) and how (`model`, `repaired`, `fallback` or `fallback_unasked`: the
+    metric's outcome)."""
 
     lines: list[SummaryLine]
     facts: list[PinnedFact]

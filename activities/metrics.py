@@ -25,7 +25,8 @@ RECALLS = Counter(
 )
 
 # Summary versions written, by whose lines they hold: "model" (the first answer was usable),
-# "repaired" (the one repair attempt was), "fallback" (the code summarizer's, parley/fold.py).
+# "repaired" (the one repair attempt was), "fallback" (the code summarizer's, parley/fold.py),
+# "fallback_unasked" (the code's, the model not asked: it failed on the latest versions).
 SUMMARIES = Counter(
     "parley_summaries_total",
     "Rolling summary versions written, by provider, model and who wrote the lines",

@@ -4,14 +4,17 @@
 (b) turns per second and full-turn latency with N concurrent sessions, beside Temporal's own
 floor (bench/throughput.py, bench/skeleton.py);
 (c)-(e) conversational memory: tokens against resending the history, time to `done` with and
-without summaries, LoCoMo evidence recall (bench/memory.py);
+without summaries, LoCoMo evidence recall (bench/memory.py); (c) has a row with a
+summarizer that fails, through OpenAI's wire format (bench/plain_summarizer.py);
 (f) knowledge retrieval: top-3 hit rate, full-text and hybrid (bench/knowledge.py);
 (g) answer paths, (h) the first delta stage by stage; (k) Stop mid-answer (bench/stop.py);
 (l) open-loop load at half the plain-turn capacity of (b) (bench/open_loop.py); then, with
 the stack down, (i) regular expressions over long hostile input (bench/regexes.py), (j) the
 workflow code's own CPU per turn, replayed (bench/replay_cost.py), (m) eager workflow start
 on a dev server of its own (bench/eager_start.py); last, issue 25's acceptance figures in
-one block (bench/acceptance.py).
+one block (bench/acceptance.py). Not in the default run: (n) LoCoMo conversation 50 posted
+through the API with a summarizer that answers in prose (`--locomo-api`, alone with
+`--locomo-api-only`; bench/locomo_api.py).
 
 The baseline is the same demo model streamed as SSE by a bare FastAPI endpoint (no Temporal,
 no database; see bench/baseline.py). Both use the same demo token delay and the same client
@@ -42,15 +45,19 @@ from bench.acceptance import render_acceptance
 from bench.eager_start import measure_eager_start, render_eager_start
 from bench.knowledge import measure_knowledge, render_knowledge
 from bench.latency import measure_sequential, render_sequential, warm_up
+from bench.locomo_api import measure_locomo_api, render_locomo_api
 from bench.memory import measure_memory, render_memory
 from bench.open_loop import measure_open_loop, plain_capacity, render_open_loop
 from bench.paths import measure_paths, render_paths
+from bench.plain_summarizer import failing_summarizer_row
 from bench.regexes import measure_regexes, render_regexes
 from bench.replay_cost import measure_replay_cost, render_replay_cost
 from bench.runner import BaselineTarget, ParleyTarget, Target
 from bench.sections import (
     Section,
+    failed,
     failure,
+    guarded,
     needed,
     render_sections,
     run_sections,
@@ -127,6 +134,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="(e) LoCoMo files, comma-separated (default bench/data/locomo3.json; upstream "
         "locomo10.json or locomo10_v2/NN.json keep the photo captions)",
+    )
+    parser.add_argument(
+        "--locomo-api",
+        action="store_true",
+        help="(n) also LoCoMo conversation 50 through the API, summarizer failing (slow)",
+    )
+    parser.add_argument("--locomo-api-only", action="store_true", help="only (n)")
+    parser.add_argument(
+        "--locomo-api-sessions", type=int, default=15, help="(n) LoCoMo sessions posted"
     )
     parser.add_argument("--stop-tries", type=int, default=20, help="(k) Stops mid-answer")
     parser.add_argument(
@@ -220,12 +236,18 @@ def live_sections(
 
 
 def memory_sections(args: argparse.Namespace, stack: Stack) -> list[Section]:
-    if args.no_memory:
-        return []
-    return [
-        Section("memory", lambda: _memory(args, stack), render_memory),
-        Section("knowledge", lambda: _knowledge(stack), render_knowledge),
-    ]
+    locomo_api = Section("locomo_api", lambda: _locomo_api(args, stack), render_locomo_api)
+    if args.locomo_api_only:
+        return [locomo_api]
+    sections = (
+        []
+        if args.no_memory
+        else [
+            Section("memory", lambda: _memory(args, stack), render_memory),
+            Section("knowledge", lambda: _knowledge(stack), render_knowledge),
+        ]
+    )
+    return sections + [locomo_api] if args.locomo_api else sections
 
 
 def offline_sections(args: argparse.Namespace) -> list[Section]:
@@ -279,7 +301,7 @@ async def _timeline(args: argparse.Namespace, stack: Stack) -> dict[str, Any]:
 async def _memory(args: argparse.Namespace, stack: Stack) -> dict[str, Any]:
     log("(c)-(e) memory: token table, time to done, LoCoMo")
     async with database(stack) as db_sessions:
-        return await measure_memory(
+        figures = await measure_memory(
             stack.parley_url,
             stack.token,
             stack.settings,
@@ -291,6 +313,22 @@ async def _memory(args: argparse.Namespace, stack: Stack) -> dict[str, Any]:
             locomo=not args.no_locomo,
             locomo_data=args.locomo_data,
         )
+        if not args.locomo_only and isinstance(figures["tokens"], list):
+            log("(c) the 50-turn conversation again, the summarizer answering in prose")
+            row = await guarded(
+                "memory (c) plain", lambda: failing_summarizer_row(stack, db_sessions, 50)
+            )
+            if failed(row):  # its error is shown under the table; the other rows stand
+                figures["tokens_plain"] = row
+            else:
+                figures["tokens"].append(row)
+        return figures
+
+
+async def _locomo_api(args: argparse.Namespace, stack: Stack) -> dict[str, Any]:
+    log("(n) LoCoMo conversation 50 through the API, the summarizer answering in prose")
+    async with database(stack) as db_sessions:
+        return await measure_locomo_api(stack, db_sessions, sessions=args.locomo_api_sessions)
 
 
 async def _knowledge(stack: Stack) -> dict[str, Any]:
@@ -339,7 +377,7 @@ async def run_live(
 ) -> None:
     """Bring the stack up, run the sections that need it, take it down. A stack that does
     not come up (or down) is itself a failed section: the offline ones still run."""
-    memory_only = args.memory_only or args.locomo_only
+    memory_only = args.memory_only or args.locomo_only or args.locomo_api_only
     try:
         async with running_stack(args.token_delay_ms, eager=not args.no_eager) as stack:
             settings["parley_stream_frame_ms"] = stack.settings.stream_frame_ms
@@ -366,7 +404,7 @@ async def main_async(args: argparse.Namespace) -> None:
     shown: list[Section] = []
     try:
         await run_live(args, settings, results, shown)
-        if not (args.memory_only or args.locomo_only):
+        if not (args.memory_only or args.locomo_only or args.locomo_api_only):
             offline = offline_sections(args)
             shown.extend(offline)
             await run_sections(offline, results)
@@ -377,7 +415,7 @@ async def main_async(args: argparse.Namespace) -> None:
         print(render_sections(shown, results))
         if "stack" in results:
             print(f"\nstack: FAILED: {results['stack']['error']}")
-        if not (args.memory_only or args.locomo_only):
+        if not (args.memory_only or args.locomo_only or args.locomo_api_only):
             print(render_acceptance(results))
         write_document(args.output, settings, results)
         print(f"\nfigures written to {args.output}")

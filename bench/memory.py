@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import statistics
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -43,6 +43,7 @@ from activities.context import ContextBuilder
 from activities.memory import MemoryActivities
 from activities.tool_offer import tenant_tools
 from bench.done import render_done, time_to_done
+from bench.prompt_figures import Call, render_tokens, token_row
 from bench.sections import failed, guarded
 from gateway.demo import DemoModel
 from gateway.minilm import Embedder, build_embedder
@@ -83,13 +84,23 @@ SCRIPT = [
 
 
 async def token_table(
-    client: ParleyClient, db_sessions: async_sessionmaker[AsyncSession], turns: int
+    client: ParleyClient,
+    db_sessions: async_sessionmaker[AsyncSession],
+    turns: int,
+    settle: Callable[[str, list[str]], Awaitable[None]] | None = None,
 ) -> dict[str, Any]:
+    """One row: `turns` scripted turns in a new session, counted from the stored calls and
+    summaries (after `settle(session_id, turn_ids)`, when given: the summary runs the
+    conversation started have finished, so all they cost is counted)."""
     sid = await client.new_session()
+    turn_ids = []
     for i in range(turns):
-        _, events = await client.turn(sid, SCRIPT[i % len(SCRIPT)])
+        turn_id, events = await client.turn(sid, SCRIPT[i % len(SCRIPT)])
         if events[-1].type != "done":
             raise RuntimeError(f"turn {i + 1} ended {events[-1].type}")
+        turn_ids.append(turn_id)
+    if settle is not None:
+        await settle(sid, turn_ids)
     async with db_sessions() as db:
         calls = list(
             await db.execute(
@@ -109,34 +120,15 @@ async def token_table(
             )
         )
     sizes = {seq: (tokens or 0) + MESSAGE_OVERHEAD for seq, tokens in messages}
-    used = naive = largest = cached = 0
-    for call, user_seq in calls:
-        budget = call.request["budget"]
-        blocks = budget["blocks"]
-        prompt = (call.usage or {}).get("input_tokens", budget["prompt_tokens"])
-        used += prompt
-        largest = max(largest, prompt)
-        cached += int((call.usage or {}).get("cached_tokens", 0))
-        fixed = blocks.get("instructions", 0) + blocks.get("state", 0) + blocks.get("current", 0)
-        naive += fixed + sum(size for seq, size in sizes.items() if seq < user_seq)
-    # The summarizer's requests are part of what the conversation cost: its input counts with
-    # the turns' prompts against the naive resend, and both its sides are shown apart.
-    summarizer_in = sum(s.input_tokens for s in summaries)
-    summarizer_out = sum(s.output_tokens for s in summaries)
-    return {
-        "turns": turns,
-        "model_calls": len(calls),
-        "input_tokens": used + summarizer_in,
-        "turn_input_tokens": used,
-        "naive_input_tokens": naive,
-        "ratio": (used + summarizer_in) / naive if naive else float("nan"),
-        "largest_prompt": largest,
-        "cached_tokens": cached,
-        "summaries": len(summaries),
-        "summarizer_input_tokens": summarizer_in,
-        "summarizer_output_tokens": summarizer_out,
-        "summarizer_tokens": summarizer_in + summarizer_out,
-    }
+    row = token_row(
+        [Call(call.request["budget"], call.usage or {}, user_seq) for call, user_seq in calls],
+        sizes,
+        turns=turns,
+        summaries=len(summaries),
+        summarizer_in=sum(s.input_tokens for s in summaries),
+        summarizer_out=sum(s.output_tokens for s in summaries),
+    )
+    return {**row, "written_by": sorted({s.written_by for s in summaries})}
 
 
 # --- (e) LoCoMo evidence recall ----------------------------------------------------------------
@@ -398,34 +390,19 @@ def render_memory(results: dict[str, Any]) -> str:
     """(c), (d) and (e), each from its own figures or its failure (a failed part costs only
     its own table)."""
     lines = [""]
-    parts = (("(c)", "tokens", _render_tokens), ("(d)", "done", render_done))
+    parts = (("(c)", "tokens", render_tokens), ("(d)", "done", render_done))
     for label, part, render in parts:
         if failed(results[part]):
             lines.append(f"{label} FAILED: {results[part]['error']}")
         else:
             lines.extend(render(results[part]))
+        if part == "tokens" and failed(results.get("tokens_plain")):
+            lines.append(
+                f"(c) plain-text summarizer row FAILED: {results['tokens_plain']['error']}"
+            )
         lines.append("")
     lines.extend(_render_locomo(results))
     return "\n".join(lines)
-
-
-def _render_tokens(tokens: list[dict[str, Any]]) -> list[str]:
-    lines = [
-        "(c) Input tokens over scripted conversations (demo model; naive = resend everything;"
-        " input = the turns' prompts and the summarizer's input)",
-        f"{'turns':>6}{'calls':>7}{'input tok':>11}{'naive tok':>11}{'ratio':>8}"
-        f"{'largest':>9}{'cached':>9}{'summaries':>11}{'summ. in':>10}{'summ. out':>11}",
-    ]
-    for r in tokens:
-        # Figures measured before the summarizer's sides were kept apart show its total.
-        summ_in = r.get("summarizer_input_tokens", r["summarizer_tokens"])
-        summ_out = r.get("summarizer_output_tokens", "-")
-        lines.append(
-            f"{r['turns']:>6}{r['model_calls']:>7}{r['input_tokens']:>11}"
-            f"{r['naive_input_tokens']:>11}{r['ratio'] * 100:>7.1f}%{r['largest_prompt']:>9}"
-            f"{r['cached_tokens']:>9}{r['summaries']:>11}{summ_in:>10}{summ_out:>11}"
-        )
-    return lines
 
 
 def _render_locomo(results: dict[str, Any]) -> list[str]:

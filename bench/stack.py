@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import IO
 
 import httpx
+from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from bench.cpu import Roles
@@ -81,6 +82,7 @@ class Stack:
     postmaster_pid: int | None
     children: list[Child] = field(default_factory=list)
     skeleton_queue: str = ""  # the skeleton floor's worker (bench/skeleton.py) polls this
+    env: dict[str, str] = field(default_factory=dict)  # the services' environment
 
     def check(self) -> None:
         for child in self.children:
@@ -276,6 +278,7 @@ async def running_stack(token_delay_ms: float, *, eager: bool = True) -> AsyncIt
             _postmaster_pid(pg.pgdata),
             children,
             skeleton_queue,
+            service_env,
         )
     finally:
         log("stopping everything")
@@ -288,3 +291,71 @@ async def running_stack(token_delay_ms: float, *, eager: bool = True) -> AsyncIt
         with contextlib.suppress(Exception):
             await asyncio.to_thread(pg.stop)
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class ProviderStack:
+    """A second Parley (worker and API on a task queue and deployment of their own) whose
+    gateway speaks OpenAI's wire format to a local server, beside the bench's stack."""
+
+    settings: Settings
+    parley_url: str
+    provider_url: str  # the local OpenAI-compatible server (its `/_fake/requests` too)
+    model: str
+
+
+@contextlib.asynccontextmanager
+async def provider_stack(
+    stack: Stack, *, summarizer: str = "plain", model: str = "gpt-plain"
+) -> AsyncIterator[ProviderStack]:
+    """The real stack through a real provider's wire format: `python -m gateway.fake_provider
+    --brain` answers turns as the demo model would, and the rolling summary's requests as
+    `summarizer` says (`plain`: prose, never the JSON asked for). Stopped on exit."""
+    delay_ms = str(stack.settings.demo_token_delay_ms)
+    provider_port, api_port = free_port(), free_port()
+    provider_url = f"http://127.0.0.1:{provider_port}"
+    queue = f"bench-{summarizer}-{uuid.uuid4().hex[:8]}"
+    deployment = f"parley-{summarizer}"
+    env = {
+        **stack.env,
+        "PARLEY_MODEL_PROVIDER": "openai",
+        "PARLEY_MODEL": model,
+        "OPENAI_BASE_URL": provider_url + "/v1",
+        "OPENAI_API_KEY": "bench-local-server",
+        "PARLEY_TASK_QUEUE": queue,
+        "PARLEY_WORKER_DEPLOYMENT": deployment,
+    }
+    children: list[Child] = []
+    try:
+        provider = _spawn(
+            f"provider-{summarizer}",
+            ["-m", "gateway.fake_provider", "--brain", "--summarizer", summarizer]
+            + ["--port", str(provider_port), "--token-delay-ms", delay_ms],
+            env,
+        )
+        children.append(provider)
+        await _wait_ready(provider_url + "/_fake/requests", provider)
+        children.append(_spawn(f"worker-{summarizer}", ["-m", "launch.cli", "worker"], env))
+        api = _spawn(
+            f"api-{summarizer}",
+            ["-m", "launch.cli", "api", "--host", "127.0.0.1", "--port", str(api_port)],
+            env,
+        )
+        children.append(api)
+        parley_url = f"http://127.0.0.1:{api_port}"
+        await _wait_ready(parley_url + "/readyz", api)
+        settings = stack.settings.model_copy(
+            update={
+                "task_queue": queue,
+                "worker_deployment": deployment,
+                "model_provider": "openai",
+                "model": model,
+            }
+        )
+        client = await Client.connect(settings.temporal_address)
+        await wait_promoted(client, settings, 60)
+        yield ProviderStack(settings, parley_url, provider_url, model)
+    finally:
+        for child in reversed(children):
+            with contextlib.suppress(Exception):
+                _stop(child)

@@ -167,6 +167,10 @@ class Settings(BaseSettings):
     context_file_chars: int = 24_000
     # The rolling summary runs after a turn once this many tokens have left the window.
     summary_min_new_tokens: int = 150
+    # After a version the model could not write (the code's fallback), the next runs fold by
+    # code without asking it, and it is asked again every this-many runs (parley/fold.py
+    # `ask_the_model`; 1: ask every run).
+    summary_model_retry_every: int = Field(default=8, ge=1)
     # The session's summary workflow starts this long after the turn that asked for it: a
     # customer reads the answer before writing again, so the summarizer runs while the session
     # is idle rather than beside the next turn on the same cores (0: at once). The server holds

@@ -6,7 +6,8 @@ facts the user stated, by the patterns code pins them with. Three callers share 
 
 - the demo model answers the summarizer's prompt with it (gateway/demo.py);
 - the rolling summary falls back to it when the model's summary is unusable, even after one
-  repair (activities/memory.py; the row says `written_by: fallback`);
+  repair (activities/memory.py; the row says `written_by: fallback`), and uses it without
+  asking the model for a while after that (`ask_the_model`);
 - the context build folds the turns between a lagging summary and the recent window with it,
   so the conversation budget is a ceiling whatever the summarizer does (parley/prompt.py).
 """
@@ -23,6 +24,17 @@ from parley.memory import PinnedFact, SummaryLine, extract_facts, line_refs
 
 # Who wrote a summary that no model wrote.
 FALLBACK = "fallback"
+
+
+def ask_the_model(fallbacks_in_a_row: int, every: int) -> bool:
+    """Whether a summary run asks the model, given how many of the session's latest versions
+    the code wrote in a row. A model that answered the schema with prose twice (the question
+    and its repair) will almost always do so again: asking costs two requests of the whole
+    transcript per run for nothing. So after a fallback the code writes the next versions
+    directly, and the model is asked again every `every`-th run (a provider may recover; a
+    tenant may switch models). `every` 1 asks every time."""
+    return every <= 1 or fallbacks_in_a_row % every == 0
+
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 

@@ -16,6 +16,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.context import WindowMessage
+from parley.fold import FALLBACK
 from parley.memory import PinnedFact, SummaryLine
 from parley.prompt import RecallHit, StoredSummary
 from parley.tokens import TokenCounter, count_message
@@ -35,6 +36,28 @@ async def latest_summary(db: AsyncSession, *, session_id: str) -> StoredSummary 
     if row is None:
         return None
     return _summary(row.through_seq, row.lines, row.model)
+
+
+async def fallbacks_in_a_row(db: AsyncSession, *, session_id: str) -> int:
+    """How many of the session's latest summary versions the code wrote (`fallback`), counted
+    back to the newest one a model wrote."""
+    newest_by_model = (
+        select(func.coalesce(func.max(ConversationSummary.through_seq), 0))
+        .where(
+            ConversationSummary.session_id == session_id,
+            ConversationSummary.written_by != FALLBACK,
+        )
+        .scalar_subquery()
+    )
+    count = await db.scalar(
+        select(func.count())
+        .select_from(ConversationSummary)
+        .where(
+            ConversationSummary.session_id == session_id,
+            ConversationSummary.through_seq > newest_by_model,
+        )
+    )
+    return int(count or 0)
 
 
 def _summary(through_seq: int, lines: list[dict[str, Any]], model: str) -> StoredSummary:

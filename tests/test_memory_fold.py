@@ -184,7 +184,15 @@ async def test_sixty_turns_keep_to_the_conversation_budget_whatever_the_summariz
     # repair where the first answer was unusable.
     if summarizer is plain_text:
         assert {r.written_by for r in rows} == {"fallback"}
-        assert len(asked) == 2 * len(rows)  # each version: the question and its one repair
+        # After a version the model could not write, the next runs fold by code without
+        # asking it, until every `summary_model_retry_every`-th run; each run that asks sends
+        # the question and its one repair, both on the version's tokens.
+        every = settings.summary_model_retry_every
+        ordered = sorted(rows, key=lambda r: r.through_seq)
+        assert [r.input_tokens > 0 for r in ordered] == [
+            i % every == 0 for i in range(len(ordered))
+        ]
+        assert len(asked) == 2 * sum(r.input_tokens > 0 for r in ordered)
         assert "The user said" in text  # the code summary's lines reach the prompt
     else:
         assert {r.written_by for r in rows} == {model}

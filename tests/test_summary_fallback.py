@@ -25,7 +25,7 @@ from gateway.registry import ProviderPool
 from parley.config import Settings
 from parley.context import MISSING_PREFIX, Block, Position, Share, WindowMessage, pack
 from parley.contracts import SummarizeInput
-from parley.fold import fold, within
+from parley.fold import ask_the_model, fold, within
 from parley.memory import SUMMARY_SCHEMA, SUMMARY_SCHEMA_NAME, SummaryLine
 from parley.prompt import Memory, StoredSummary, fold_block
 from parley.tokens import default_counter
@@ -186,6 +186,60 @@ async def test_two_bad_answers_fall_back_to_the_code_summary_which_keeps_what_th
     async with sessions() as db:
         _, pinned = await memory_store.summary_and_facts(db, session_id=sid)
     assert [(f.key, f.value) for f in pinned] == [("account_nickname", "trailblazer")]
+
+
+def test_after_a_fallback_the_model_is_asked_again_only_every_nth_run() -> None:
+    asked = [ask_the_model(fallbacks, every=8) for fallbacks in range(18)]
+    assert [n for n, yes in enumerate(asked) if yes] == [0, 8, 16]
+    assert all(ask_the_model(n, every=1) for n in range(5))
+
+
+async def append(sessions: async_sessionmaker[AsyncSession], sid: str, count: int) -> None:
+    """`count` more exchanges after what the session holds."""
+    async with sessions() as db:
+        session = await db.get(ChatSession, sid)
+        assert session is not None
+        seq = session.last_seq
+        for n in range(count):
+            for role, text in HISTORY[5:7]:
+                seq += 1
+                db.add(
+                    Message(
+                        id=f"msg_{uuid.uuid4().hex[:20]}",
+                        session_id=sid,
+                        seq=seq,
+                        role=role,
+                        status="complete",
+                        text=f"Later {n}: {text}",
+                    )
+                )
+        session.last_seq = seq
+        await db.commit()
+
+
+async def test_a_model_that_failed_the_last_version_is_not_asked_for_the_next(
+    settings: Settings, sessions: async_sessionmaker[AsyncSession], priya: ParleyClient
+) -> None:
+    sid = await seeded_session(sessions, priya)
+    model = Scripted("Here is a summary of the chat.", "Still prose.")  # nothing more
+    memory = memory_with(settings, sessions, model)
+    assert (await memory.summarize(SummarizeInput(sid, "trn_1"))).summarized
+    await append(sessions, sid, 8)
+    assert (await memory.summarize(SummarizeInput(sid, "trn_2"))).summarized
+    assert len(model.requests) == 2  # the first run's question and repair; none since
+    async with sessions() as db:
+        rows = list(
+            await db.scalars(
+                select(ConversationSummary)
+                .where(ConversationSummary.session_id == sid)
+                .order_by(ConversationSummary.through_seq)
+            )
+        )
+        assert await memory_store.fallbacks_in_a_row(db, session_id=sid) == 2
+    assert [(r.written_by, r.input_tokens) for r in rows] == [("fallback", 200), ("fallback", 0)]
+    # The code folded the later turns in all the same.
+    assert rows[1].through_seq > rows[0].through_seq
+    assert any("Later " in line["text"] for line in rows[1].lines)
 
 
 async def test_a_provider_that_refuses_the_request_falls_back_without_a_retry(

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 from collections import deque
 from collections.abc import AsyncIterator, Callable
@@ -54,6 +55,7 @@ from gateway.fake_provider.wire import (
     script_item,
 )
 from parley.memory import is_summary_request
+from parley.tokens import count_messages, count_tools, default_counter
 
 __all__ = [
     "Fail",
@@ -237,11 +239,38 @@ class FakeProvider:
             update={
                 "text": tokens,
                 "tool_calls": calls,
-                "input_tokens": sum(len(tokenize(str(m["content"]))) for m in request.messages),
+                "input_tokens": prompt_tokens(request, body),
                 "output_tokens": len(tokens) + 10 * len(calls),
                 "delay_s": item.delay_s or self.token_delay_s,
             }
         )
+
+
+def prompt_tokens(request: ModelRequest, body: dict[str, Any]) -> int:
+    """The prompt's tokens as a provider bills them: the messages, the tool schemas and a
+    structured-output schema, by the counter the context builder budgets with (so a bench
+    can set the usage beside its own counts)."""
+    counter = default_counter()
+    schema = body.get("response_format") or {}  # Anthropic's forced tool is among the tools
+    return (
+        count_messages(counter, request.messages)
+        + count_tools(counter, request.tools)
+        + (counter.count(json.dumps(schema, sort_keys=True)) if schema else 0)
+    )
+
+
+def plain_summary(request: ModelRequest) -> str:
+    """A summarizer that answers in prose whatever it is asked (as many models and local
+    servers do when asked for JSON): every summary request fails validation."""
+    del request
+    return "Here is a summary: the customer talked about their orders and a few other things."
+
+
+# `--summarizer`: what a brain-mode server answers the rolling summary's requests with.
+SUMMARIZERS: dict[str, Callable[[ModelRequest], str] | None] = {
+    "demo": None,  # the demo model's own JSON
+    "plain": plain_summary,
+}
 
 
 async def _send(
@@ -300,8 +329,15 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8200)
     parser.add_argument("--brain", action="store_true", help="answer with the demo model")
     parser.add_argument("--token-delay-ms", type=float, default=15.0)
+    parser.add_argument(
+        "--summarizer",
+        choices=sorted(SUMMARIZERS),
+        default="demo",
+        help="brain mode: how the rolling summary's requests are answered",
+    )
     args = parser.parse_args()
     fake = FakeProvider(brain=args.brain, token_delay_s=args.token_delay_ms / 1000)
+    fake.summarizer = SUMMARIZERS[args.summarizer]
     uvicorn.run(fake.app, host=args.host, port=args.port, log_level="info")
 
 
