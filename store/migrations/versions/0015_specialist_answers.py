@@ -1,5 +1,4 @@
-"""the specialist answer outbox: an answer committed but not yet signalled is delivered by the
-worker's sweep
+"""specialist answers as an outbox: one committed but never signalled is delivered by a sweep
 
 Revision ID: 0015
 Revises: 0014
