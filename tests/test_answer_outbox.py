@@ -19,6 +19,7 @@ import subprocess
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
+from datetime import timedelta
 from typing import Any
 
 import httpx
@@ -29,13 +30,16 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from demo_backend.app import create_app as create_backend
+from dispatch.specialists import sweep_answers
 from parley.config import Settings
-from parley.contracts import ANSWER_INTERACTION_SIGNAL
+from parley.contracts import ANSWER_INTERACTION_SIGNAL, InteractionAnswer
 from parley.ids import return_idempotency_key, specialist_workflow_id
-from store import tenants
+from store import interactions, posting, tenants
+from store import sessions as store_sessions
+from store.identity import Identity
 from store.models import SpecialistAnswer
 from tests.client import ParleyClient
-from tests.conftest import free_port, own_queue, serve, serve_api, service_env, spawn
+from tests.conftest import LIFTED_LIMITS, free_port, own_queue, serve, serve_api, service_env, spawn
 from tests.processes import Workers, read_until
 from tests.sse import Event
 from tests.toolkit import eventually
@@ -222,3 +226,34 @@ async def _answer_signals(temporal_client: Client, turn_id: str) -> Counter[str]
             payload: dict[str, Any] = json.loads(attrs.input.payloads[0].data)
             counted[payload["interaction_id"]] += 1
     return counted
+
+
+async def test_an_undelivered_answer_whose_specialist_has_ended_is_settled_not_retried(
+    sessions: async_sessionmaker[AsyncSession], temporal_client: Client
+) -> None:
+    """The sweep signals a specialist that no longer runs (its wait ran out, its turn was
+    stopped): nobody takes the answer, and the row is marked so it is not tried forever."""
+    priya = Identity(tenant_id="northwind", user_id="cust_2291", roles=())
+    async with sessions() as db:
+        chat = await store_sessions.create_session(db, owner=priya)
+        posted = await posting.post_user_message(
+            db,
+            owner=priya,
+            session_id=chat.id,
+            client_message_id=uuid.uuid4().hex,
+            text="I want to return something from order 8390.",
+            expected_last_seq=None,
+            limits=LIFTED_LIMITS,
+        )
+        answer = InteractionAnswer(f"{posted.turn.id}:ask:1", "8390-1")
+        row = await interactions.record_answer(db, turn_id=posted.turn.id, answer=answer)
+        await db.commit()
+
+    swept = await sweep_answers(temporal_client, sessions, grace=timedelta(0))
+    assert swept >= 1
+    async with sessions() as db:
+        delivered = await db.scalar(
+            select(SpecialistAnswer.delivered_at).where(SpecialistAnswer.id == row.id)
+        )
+    assert delivered is not None
+    assert await sweep_answers(temporal_client, sessions, grace=timedelta(0)) == 0
