@@ -32,7 +32,7 @@ from typing import IO
 import httpx
 
 from launch.devstate import clear_dev_state, write_dev_state
-from launch.lifeline import Lifeline, die_with_parent, refuse_taken_ports
+from launch.lifeline import Lifeline, dev_ports, die_with_parent, refuse_taken_ports
 from launch.seeding import create_token, seed
 from parley.config import Settings
 from parley.contracts import SEARCH_ATTRIBUTES
@@ -276,7 +276,7 @@ def run_dev(settings: Settings, *, workers: int = 1) -> None:
     from store.embedded import EmbeddedPostgres
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    refuse_taken_ports(_needed_ports(settings, workers))
+    refuse_taken_ports(dev_ports(settings, workers))
     # Quiet the supervisor's own requests (its readiness probes); the children log theirs.
     logging.getLogger("httpx").setLevel(logging.WARNING)
     lifeline = Lifeline()
@@ -316,24 +316,13 @@ def run_dev(settings: Settings, *, workers: int = 1) -> None:
         clear_dev_state(settings)
         supervisor.stop_all()
         if embedded is not None:
-            embedded.stop()
+            server = embedded.pid
+            embedded.stop()  # stops it unless another process of ours still uses it
+            if server is not None:
+                lifeline.release(server)
             print("  PostgreSQL stopped", flush=True)
         lifeline.close()
         print("Parley stopped.", flush=True)
-
-
-def _needed_ports(settings: Settings, workers: int) -> dict[str, tuple[int, str]]:
-    """The ports this run will listen on: what → (port, the variable that moves it)."""
-    ports = {"the API": (settings.api_port, "PARLEY_API_PORT")}
-    if "TEMPORAL_ADDRESS" not in os.environ:
-        ports["Temporal"] = (settings.dev_temporal_port, "PARLEY_DEV_TEMPORAL_PORT")
-        ports["the Temporal UI"] = (settings.temporal_ui_port, "PARLEY_TEMPORAL_UI_PORT")
-    if "PARLEY_NORTHWIND_URL" not in os.environ:
-        ports["the demo backend"] = (settings.northwind_port, "PARLEY_NORTHWIND_PORT")
-    for number in range(workers if settings.worker_metrics_port else 0):
-        port = settings.worker_metrics_port + number
-        ports[f"worker-{number + 1}'s metrics"] = (port, "PARLEY_WORKER_METRICS_PORT")
-    return ports
 
 
 def _report_death(supervisor: Supervisor, name: str) -> None:

@@ -31,6 +31,8 @@ from typing import IO
 
 import psutil
 
+from parley.config import Settings
+
 PR_SET_PDEATHSIG = 1
 # How long PostgreSQL gets for its immediate shutdown before it is killed.
 POSTGRES_QUIT_S = 3.0
@@ -71,6 +73,11 @@ class Lifeline:
             self._pipe.write(f"{how} {pid}\n")
             self._pipe.flush()
 
+    def release(self, pid: int) -> None:
+        """Leave `pid` alone after all (a server stopped, or kept on purpose for another user
+        of it)."""
+        self.watch(pid, how="release")
+
     def close(self) -> None:
         """A clean stop: everything is stopped already; the watchman exits."""
         with contextlib.suppress(OSError):
@@ -84,7 +91,10 @@ def _watch(lines: IO[str]) -> None:
     for line in lines:  # until the supervisor's end closes
         how, _, pid = line.strip().partition(" ")
         with contextlib.suppress(psutil.Error, ValueError):
-            watched.append((how, psutil.Process(int(pid))))
+            if how == "release":
+                watched = [(h, p) for h, p in watched if p.pid != int(pid)]
+            else:
+                watched.append((how, psutil.Process(int(pid))))
     servers = [p for how, p in watched if how == "postgres" and p.is_running()]
     for server in servers:
         with contextlib.suppress(psutil.Error):
@@ -127,6 +137,20 @@ def port_holders(port: int) -> list[str]:
             command = "?"
         holders.append(f"pid {conn.pid} ({command[:120]})")
     return sorted(set(holders))
+
+
+def dev_ports(settings: Settings, workers: int) -> dict[str, tuple[int, str]]:
+    """The ports `parley dev` will listen on: what → (port, the variable that moves it)."""
+    ports = {"the API": (settings.api_port, "PARLEY_API_PORT")}
+    if "TEMPORAL_ADDRESS" not in os.environ:
+        ports["Temporal"] = (settings.dev_temporal_port, "PARLEY_DEV_TEMPORAL_PORT")
+        ports["the Temporal UI"] = (settings.temporal_ui_port, "PARLEY_TEMPORAL_UI_PORT")
+    if "PARLEY_NORTHWIND_URL" not in os.environ:
+        ports["the demo backend"] = (settings.northwind_port, "PARLEY_NORTHWIND_PORT")
+    for number in range(workers if settings.worker_metrics_port else 0):
+        port = settings.worker_metrics_port + number
+        ports[f"worker-{number + 1}'s metrics"] = (port, "PARLEY_WORKER_METRICS_PORT")
+    return ports
 
 
 def refuse_taken_ports(ports: dict[str, tuple[int, str]]) -> None:

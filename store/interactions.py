@@ -95,7 +95,7 @@ async def undelivered_answers(
     db: AsyncSession, *, older_than: timedelta, limit: int = 50
 ) -> Sequence[SpecialistAnswer]:
     """Answers committed more than `older_than` ago and never marked delivered, oldest
-    first (of two answers to one question, the first posted is the one the specialist takes)."""
+    first."""
     cutoff = datetime.now(UTC) - older_than
     rows = await db.scalars(
         select(SpecialistAnswer)
