@@ -8,8 +8,10 @@ and prints where everything is with a token for Priya.
 A worker or the API that exits, however it exits, is started again (with a growing pause if
 it keeps dying young), so an SRE can `kill -9` or drain (SIGTERM) a worker and the system
 stays up. Ctrl-C stops the children in order: the API, the workers (each drains), the demo
-backend, Temporal, PostgreSQL. `dev.json` in the data folder tells the CLI where the running
-services are (`launch.devstate`).
+backend, Temporal, PostgreSQL, a line each. A supervisor killed outright takes every child and
+the embedded PostgreSQL server with it, and a port it needs that is taken stops it before
+anything starts (`launch.lifeline`). `dev.json` in the data folder tells the CLI where the
+running services are (`launch.devstate`).
 """
 
 from __future__ import annotations
