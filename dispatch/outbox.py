@@ -9,7 +9,8 @@ one is never started again (`REJECT_DUPLICATE`).
 The sweep starts only turns still in `received`; a paused tenant's turn is ended instead
 (`agent_paused`, retryable), in the transaction that marks it started. A second sweep ends
 turns whose workflow closed while the row says they have not ended (an execution timeout,
-a bug in workflow code), so no session stays locked behind them.
+a bug in workflow code), so no session stays locked behind them. The same loop delivers the
+specialists' answers the API committed but did not signal (dispatch/specialists.py).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from temporalio.common import (
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from dispatch.specialists import sweep_answers
 from parley.contracts import (
     DEFAULT_CONFIRMATION_TIMEOUT_S,
     SA_SESSION_ID,
@@ -212,6 +214,7 @@ async def sweep_forever(
                 confirmation_timeout_s=confirmation_timeout_s,
                 fallback=fallback,
             )
+            await sweep_answers(client, sessions, grace=grace)
             await end_abandoned_turns(client, sessions)
         except Exception:  # a failed sweep is retried on the next tick
             log.exception("outbox sweep failed")

@@ -8,8 +8,10 @@ and prints where everything is with a token for Priya.
 A worker or the API that exits, however it exits, is started again (with a growing pause if
 it keeps dying young), so an SRE can `kill -9` or drain (SIGTERM) a worker and the system
 stays up. Ctrl-C stops the children in order: the API, the workers (each drains), the demo
-backend, Temporal, PostgreSQL. `dev.json` in the data folder tells the CLI where the running
-services are (`launch.devstate`).
+backend, Temporal, PostgreSQL, a line each. A supervisor killed outright takes every child and
+the embedded PostgreSQL server with it, and a port it needs that is taken stops it before
+anything starts (`launch.lifeline`). `dev.json` in the data folder tells the CLI where the
+running services are (`launch.devstate`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import shutil
 import signal
@@ -25,11 +28,14 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+from typing import IO
 
 import httpx
 
 from launch.devstate import clear_dev_state, write_dev_state
+from launch.lifeline import Lifeline, dev_ports, die_with_parent, refuse_taken_ports
 from launch.seeding import create_token, seed
 from parley.config import Settings
 from parley.contracts import SEARCH_ATTRIBUTES
@@ -81,6 +87,9 @@ def temporal_dev_server_command(settings: Settings, db_file: Path) -> list[str]:
     return command
 
 
+# The Temporal dev server's output, in the data folder.
+TEMPORAL_LOG = "temporal.log"
+
 # A child that dies is started again after a pause that doubles with each quick death, so a
 # crash loop (a bad setting, the database gone) does not spin, and a one-off death (an OOM
 # kill, an SRE's `kill -9`) is repaired at once.
@@ -101,6 +110,8 @@ class Child:
     env: dict[str, str]
     restart: bool
     stop_timeout_s: float = STOP_TIMEOUT_S
+    # Where its stdout and stderr go: the supervisor's own (None) or a log file.
+    output: Path | None = None
     process: subprocess.Popen[bytes] | None = None
     started_at: float = 0.0
     quick_deaths: int = 0
@@ -108,8 +119,21 @@ class Child:
 
     def start(self) -> None:
         # Its own process group: Ctrl-C in the terminal reaches only the supervisor, which
-        # stops the children in order (API, then workers draining, then the services).
-        self.process = subprocess.Popen(self.command, env=self.env, process_group=0)
+        # stops the children in order (API, then workers draining, then the services). A
+        # supervisor killed outright takes it along (launch/lifeline.py).
+        log: IO[bytes] | None = self.output.open("ab") if self.output else None
+        try:
+            self.process = subprocess.Popen(
+                self.command,
+                env=self.env,
+                process_group=0,
+                stdout=log,
+                stderr=log,
+                preexec_fn=partial(die_with_parent, os.getpid()),
+            )
+        finally:
+            if log is not None:
+                log.close()
         self.started_at = time.monotonic()
         self.restart_at = None
 
@@ -126,9 +150,18 @@ def _describe_exit(code: int) -> str:
 
 
 class Supervisor:
-    def __init__(self, log: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        log: Callable[[str], None] | None = None,
+        *,
+        say: Callable[[str], None] | None = None,
+        lifeline: Lifeline | None = None,
+    ) -> None:
         self.children: list[Child] = []
         self._log = log or (lambda line: print(line, file=sys.stderr, flush=True))
+        # What the user is told as the run stops (stdout, beside the banner).
+        self._say = say or (lambda line: print(line, flush=True))
+        self.lifeline = lifeline
 
     def spawn(
         self,
@@ -138,11 +171,17 @@ class Supervisor:
         *,
         restart: bool = False,
         stop_timeout_s: float = STOP_TIMEOUT_S,
+        output: Path | None = None,
     ) -> Child:
-        child = Child(name, command, env, restart, stop_timeout_s)
-        child.start()
+        child = Child(name, command, env, restart, stop_timeout_s, output)
+        self._start(child)
         self.children.append(child)
         return child
+
+    def _start(self, child: Child) -> None:
+        child.start()
+        if self.lifeline is not None and child.process is not None:
+            self.lifeline.watch(child.process.pid)
 
     def tend(self) -> str | None:
         """Restart the children that died and may be restarted; return the name of one that
@@ -156,7 +195,7 @@ class Supervisor:
             if child.restart_at is None:
                 self._schedule_restart(child, now)
             elif now >= child.restart_at:
-                child.start()
+                self._start(child)
                 assert child.process is not None
                 self._log(f"parley dev: {child.name} restarted (pid {child.process.pid})")
         return None
@@ -194,9 +233,11 @@ class Supervisor:
                     continue
                 try:
                     child.process.wait(child.stop_timeout_s)
+                    self._say(f"  {child.name} stopped")
                 except subprocess.TimeoutExpired:
                     child.process.kill()
                     child.process.wait()
+                    self._say(f"  {child.name} killed (did not stop in {child.stop_timeout_s:g}s)")
 
     def kill_all(self) -> None:
         """A second Ctrl-C: no more waiting."""
@@ -239,7 +280,11 @@ def run_dev(settings: Settings, *, workers: int = 1) -> None:
     from store.embedded import EmbeddedPostgres
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    supervisor = Supervisor()
+    refuse_taken_ports(dev_ports(settings, workers))
+    # Quiet the supervisor's own requests (its readiness probes); the children log theirs.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    lifeline = Lifeline()
+    supervisor = Supervisor(lifeline=lifeline)
     embedded: EmbeddedPostgres | None = None
     stopping = False
 
@@ -255,6 +300,8 @@ def run_dev(settings: Settings, *, workers: int = 1) -> None:
         if settings.database_url is None:
             embedded = EmbeddedPostgres(settings.data_dir / "pg")
             settings.database_url = embedded.start()
+            if embedded.pid is not None:
+                lifeline.watch(embedded.pid, how="postgres")
         api = _start_services(settings, supervisor, workers, embedded=embedded is not None)
         token = asyncio.run(create_token(settings, "northwind", "cust_2291"))
         session_id = httpx.post(
@@ -264,7 +311,7 @@ def run_dev(settings: Settings, *, workers: int = 1) -> None:
         while not stopping:
             dead = supervisor.tend()
             if dead is not None:
-                print(f"\n{dead} exited; stopping everything.", file=sys.stderr)
+                _report_death(supervisor, dead)
                 break
             time.sleep(0.2)
     finally:
@@ -272,7 +319,22 @@ def run_dev(settings: Settings, *, workers: int = 1) -> None:
         clear_dev_state(settings)
         supervisor.stop_all()
         if embedded is not None:
-            embedded.stop()
+            server = embedded.pid
+            embedded.stop()  # stops it unless another process of ours still uses it
+            if server is not None:
+                lifeline.release(server)
+            print("  PostgreSQL stopped", flush=True)
+        lifeline.close()
+        print("Parley stopped.", flush=True)
+
+
+def _report_death(supervisor: Supervisor, name: str) -> None:
+    """A child that may not die did: say so, with the end of its log if it keeps one."""
+    print(f"\n{name} exited; stopping everything.", file=sys.stderr)
+    child = next(c for c in supervisor.children if c.name == name)
+    if child.output is not None and child.output.exists():
+        tail = child.output.read_text(errors="replace").splitlines()[-20:]
+        print(f"The end of its log ({child.output}):", *tail, sep="\n", file=sys.stderr)
 
 
 def _start_services(
@@ -312,7 +374,11 @@ def _start_services(
         # The web page links each answer to its workflow in the dev server's UI.
         env.setdefault("PARLEY_TEMPORAL_UI_URL", f"http://127.0.0.1:{settings.temporal_ui_port}")
         command = temporal_dev_server_command(settings, settings.data_dir / "temporal.db")
-        supervisor.spawn("temporal", command, env)
+        # Its own log, not the terminal: its start-up banner, and the warnings its internal
+        # workers print while it stops, are not news to a user (a fatal exit shows the end).
+        log = settings.data_dir / TEMPORAL_LOG
+        log.unlink(missing_ok=True)
+        supervisor.spawn("temporal", command, env, output=log)
     _wait_temporal(settings.temporal_address, 60)
     cli = [sys.executable, "-m", "launch.cli"]
     # The demo tenant's MCP server is this run's backend, on loopback: the allow-list names it.
@@ -412,6 +478,11 @@ def _print_banner(
         f"  API docs:         {api}/docs",
         f"  Temporal UI:      http://{host}:{settings.temporal_ui_port}/",
         f"  Temporal gRPC:    {settings.temporal_address}",
+        *(
+            [f"  Temporal log:     {settings.data_dir / TEMPORAL_LOG}"]
+            if "TEMPORAL_ADDRESS" not in os.environ
+            else []
+        ),
         f"  Demo backend:     {settings.northwind_url}/ (emails accepted: /emails)",
         "  PostgreSQL:       "
         + ("embedded, data in .data/pg" if embedded else "external (DATABASE_URL)"),

@@ -239,6 +239,10 @@ class Settings(BaseSettings):
     # after this many seconds.
     outbox_grace_s: float = 3.0
     outbox_poll_s: float = 2.0
+    # Tests only (api/faults.py): the API process kills itself (SIGKILL) when it reaches the
+    # named point, e.g. `answer_committed` (a specialist's answer committed, not signalled).
+    # Refused outside dev.
+    fault_kill_at: str = ""
 
     @field_validator("mcp_allowed_hosts")
     @classmethod
@@ -250,6 +254,8 @@ class Settings(BaseSettings):
     def _refuse_dev_defaults_outside_dev(self) -> Settings:
         if self.env != "dev" and self.database_url is None:
             raise ValueError("DATABASE_URL must be set outside the dev environment")
+        if self.env != "dev" and self.fault_kill_at:
+            raise ValueError("PARLEY_FAULT_KILL_AT is for tests in the dev environment only")
         return self
 
     @property

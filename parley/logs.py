@@ -192,4 +192,17 @@ def configure_logging(format: str = "text", level: str | int = "INFO") -> loggin
         library = logging.getLogger(name)
         library.handlers.clear()
         library.propagate = True
+    for name, quiet_below in QUIET_LIBRARIES.items():
+        logging.getLogger(name).setLevel(quiet_below)
     return handler
+
+
+# Libraries whose INFO lines are their own bookkeeping, not news about the work: the MCP
+# SDK's lines per session (client and server) and, through `httpx2` (the HTTP client of the
+# MCP and provider SDKs), a line per request (one MCP tool call makes five); alembic's
+# plugin set-up. Their warnings and errors still show.
+QUIET_LIBRARIES = {
+    "mcp": logging.WARNING,
+    "httpx2": logging.WARNING,
+    "alembic.runtime.plugins": logging.WARNING,
+}

@@ -2,19 +2,24 @@
 
 The `interaction` event is the record of a question (its id and options); there is no other
 row. Posting a message while the session's turn rests in `awaiting_input` answers the last
-question asked: the message joins that turn and its answer is delivered to the specialist.
-Nothing here commits (see `store`).
+question asked: the message joins that turn and its answer, a `specialist_answers` row (the
+delivery outbox, dispatch/specialists.py), is delivered to the specialist. Nothing here
+commits (see `store`).
 """
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.contracts import EventType, InteractionAnswer, TurnState
+from parley.ids import new_id
 from parley.specialists import match_option
 from parley.wire import InteractionData
-from store.models import ChatSession, Turn, TurnEvent
+from store.models import ChatSession, SpecialistAnswer, Turn, TurnEvent
 
 
 async def has_event(
@@ -61,3 +66,41 @@ async def answer_for_waiting_turn(
     values = {o.value for o in asked.options}
     chosen = value if value in values else match_option(text, asked.options)
     return active, InteractionAnswer(asked.interaction_id, chosen or "")
+
+
+async def record_answer(
+    db: AsyncSession, *, turn_id: str, answer: InteractionAnswer
+) -> SpecialistAnswer:
+    """The answer as an outbox row, committed with the user's message before any signal."""
+    row = SpecialistAnswer(
+        id=new_id("ans"),
+        turn_id=turn_id,
+        interaction_id=answer.interaction_id,
+        value=answer.value,
+    )
+    db.add(row)
+    await db.flush()
+    return row
+
+
+async def mark_answer_delivered(db: AsyncSession, *, answer_id: str) -> None:
+    await db.execute(
+        update(SpecialistAnswer)
+        .where(SpecialistAnswer.id == answer_id, SpecialistAnswer.delivered_at.is_(None))
+        .values(delivered_at=datetime.now(UTC))
+    )
+
+
+async def undelivered_answers(
+    db: AsyncSession, *, older_than: timedelta, limit: int = 50
+) -> Sequence[SpecialistAnswer]:
+    """Answers committed more than `older_than` ago and never marked delivered, oldest
+    first."""
+    cutoff = datetime.now(UTC) - older_than
+    rows = await db.scalars(
+        select(SpecialistAnswer)
+        .where(SpecialistAnswer.delivered_at.is_(None), SpecialistAnswer.created_at < cutoff)
+        .order_by(SpecialistAnswer.created_at)
+        .limit(limit)
+    )
+    return rows.all()

@@ -21,7 +21,7 @@ from sqlalchemy.orm.attributes import set_committed_value
 
 from parley.config import Limits
 from parley.consent import typed_decision
-from parley.contracts import InteractionAnswer, MessageStatus, ResolveActionSignal, TurnState
+from parley.contracts import MessageStatus, ResolveActionSignal, TurnState
 from parley.errors import (
     FeatureNotEnabled,
     IdempotencyKeyReused,
@@ -37,7 +37,7 @@ from store import files as files_store
 from store import limits as limits_store
 from store.events import NOTIFY_CHANNEL, append_events, opening_event, state_event
 from store.identity import Identity
-from store.models import Action, ChatSession, Message, Turn, TurnEvent
+from store.models import Action, ChatSession, Message, SpecialistAnswer, Turn, TurnEvent
 from store.models.core import count_tokens
 from store.sessions import get_session, get_turn
 
@@ -53,8 +53,9 @@ class PostedMessage:
     new_turn: bool = False
     # Signals the API sends after commit: a waiting turn's action was resolved by this post.
     signals: tuple[tuple[str, ResolveActionSignal], ...] = ()
-    # Answers the API delivers after commit to a specialist waiting in `awaiting_input`.
-    answers: tuple[tuple[str, InteractionAnswer], ...] = ()
+    # Answers (their outbox rows) the API delivers after commit to a specialist waiting in
+    # `awaiting_input`; the worker's sweep delivers any it does not.
+    answers: tuple[SpecialistAnswer, ...] = ()
     # A new turn's place in its session (the workflow's summary), read under the session lock.
     turn_number: int | None = None
 
@@ -162,8 +163,8 @@ _EARLIER_AND_TURNS = select(
 async def _answering(
     db: AsyncSession, session: ChatSession, client_message_id: str, text: str, value: str | None
 ) -> PostedMessage | None:
-    """A specialist waits for the user: the message joins its turn as the answer, delivered
-    after commit (store/interactions.py). None when no specialist waits."""
+    """A specialist waits for the user: the message joins its turn as the answer, an outbox
+    row delivered after commit (store/interactions.py). None when no specialist waits."""
     answered = await interactions.answer_for_waiting_turn(
         db, session=session, text=text, value=value
     )
@@ -174,7 +175,8 @@ async def _answering(
     db.add(message)
     await db.flush()
     await db.refresh(message)
-    return PostedMessage(waiting, message, True, answers=((waiting.id, answer),))
+    row = await interactions.record_answer(db, turn_id=waiting.id, answer=answer)
+    return PostedMessage(waiting, message, True, answers=(row,))
 
 
 async def _waiting_turn(db: AsyncSession, session: ChatSession) -> tuple[Turn, Action]:

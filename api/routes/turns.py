@@ -24,17 +24,17 @@ from api.deps import (
     TemporalConnector,
 )
 from api.errors import answers
+from api.faults import kill_at
 from api.metrics import MESSAGES_POSTED, STREAMS_OPEN, TURN_START_FAILURES
 from api.schemas import CancelOut, PostMessageIn, TurnOut, TurnStarted
 from api.streaming import TurnEventResponse, Viewer, turn_event_batches
 from dispatch.control import cancel_turn_workflow, deliver_decision
 from dispatch.outbox import start_and_record
-from dispatch.specialists import deliver_answer
+from dispatch.specialists import deliver_and_record
 from parley.config import Settings
 from parley.contracts import (
     TERMINAL_TURN_STATES,
     TURN_GENERATION,
-    InteractionAnswer,
     ResolveActionSignal,
     TurnInput,
 )
@@ -53,7 +53,7 @@ from parley.errors import (
 from parley.wire import TurnStreamEvent
 from store import actions, posting
 from store import sessions as store_sessions
-from store.models import Message, Turn
+from store.models import Message, SpecialistAnswer, Turn
 
 log = logging.getLogger(__name__)
 
@@ -114,8 +114,10 @@ async def post_message(
     number = posted.turn_number if starting else None
     await db.commit()  # the message and its turn (the start outbox) before any start
     MESSAGES_POSTED.labels("new" if posted.created else "duplicate").inc()
+    if posted.answers:
+        kill_at(settings, "answer_committed")  # a test's crash between commit and delivery
     await send_signals(temporal, posted.signals)
-    await send_answers(temporal, posted.answers)
+    await send_answers(temporal, one_statement, posted.answers)
     if starting:
         await _start(temporal, one_statement, settings, turn, number)
     response.status_code = 202 if posted.created else 200
@@ -169,15 +171,18 @@ async def send_signals(
 
 
 async def send_answers(
-    temporal: TemporalConnector, answers: tuple[tuple[str, InteractionAnswer], ...]
+    temporal: TemporalConnector,
+    sessions: async_sessionmaker[AsyncSession],  # marking it delivered is one statement
+    answers: tuple[SpecialistAnswer, ...],
 ) -> None:
-    """Deliver answers to the specialists waiting for them (dispatch/specialists.py)."""
-    for turn_id, answer in answers:
+    """Deliver committed answers to the specialists waiting for them and mark them delivered
+    (dispatch/specialists.py); one this cannot deliver, the worker's outbox sweep will."""
+    for row in answers:
         try:
             client = await asyncio.wait_for(temporal.get(), START_TIMEOUT_S)
-            await deliver_answer(client, turn_id=turn_id, answer=answer)
+            await asyncio.wait_for(deliver_and_record(client, sessions, row), START_TIMEOUT_S)
         except Exception:
-            log.warning("could not deliver an answer to turn %s", turn_id, exc_info=True)
+            log.warning("could not deliver an answer to turn %s now", row.turn_id, exc_info=True)
 
 
 @router.get("/turns/{turn_id}")

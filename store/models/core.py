@@ -331,6 +331,30 @@ class Action(Base):
         return {"name": attached["filename"], "rows": attached.get("rows")}
 
 
+class SpecialistAnswer(Base):
+    """The user's answer to a specialist's question: the delivery outbox. Committed with the
+    user's message; the API signals the waiting specialist at once and marks it delivered,
+    and the worker's sweep delivers any the API did not (dispatch/specialists.py)."""
+
+    __tablename__ = "specialist_answers"
+    __table_args__ = (
+        # The sweep looks only at answers not yet delivered.
+        Index(
+            "ix_specialist_answers_undelivered",
+            "created_at",
+            postgresql_where="delivered_at IS NULL",
+        ),
+    )
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    turn_id: Mapped[str] = mapped_column(ForeignKey("turns.id"))
+    interaction_id: Mapped[str] = mapped_column(String(100))
+    # The chosen option's value, or "" when the user's words matched no option.
+    value: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = now_column()
+    delivered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
 class SessionSlot(Base):
     """Structured conversation state with provenance: what the conversation is about."""
 
