@@ -34,12 +34,11 @@ from typing import IO
 
 import httpx
 
-from launch.devstate import clear_dev_state, write_dev_state
+from launch.devstate import clear_dev_state, with_demo_backend, write_dev_state
 from launch.lifeline import Lifeline, dev_ports, die_with_parent, refuse_taken_ports
 from launch.seeding import create_token, seed
 from parley.config import Settings
 from parley.contracts import SEARCH_ATTRIBUTES
-from parley.egress import Origin
 
 
 def temporal_cli() -> str:
@@ -371,14 +370,7 @@ def _start_services(
         settings.worker_build_id = build_id(settings)
         env["PARLEY_WORKER_BUILD_ID"] = settings.worker_build_id
     if own_temporal:
-        # The web page links each answer to its workflow in the dev server's UI.
-        env.setdefault("PARLEY_TEMPORAL_UI_URL", f"http://127.0.0.1:{settings.temporal_ui_port}")
-        command = temporal_dev_server_command(settings, settings.data_dir / "temporal.db")
-        # Its own log, not the terminal: its start-up banner, and the warnings its internal
-        # workers print while it stops, are not news to a user (a fatal exit shows the end).
-        log = settings.data_dir / TEMPORAL_LOG
-        log.unlink(missing_ok=True)
-        supervisor.spawn("temporal", command, env, output=log)
+        _spawn_temporal(settings, supervisor, env)
     _wait_temporal(settings.temporal_address, 60)
     cli = [sys.executable, "-m", "launch.cli"]
     # The demo tenant's MCP server is this run's backend, on loopback: the allow-list names it.
@@ -400,14 +392,16 @@ def _start_services(
     return api
 
 
-def with_demo_backend(settings: Settings) -> list[str]:
-    """The deployment's MCP allow-list with the demo backend's host and port added (its MCP
-    server is at a loopback address, which nothing but a listed entry reaches)."""
-    backend = Origin.of(settings.northwind_url)
-    host = f"[{backend.host}]" if ":" in backend.host else backend.host
-    entry = f"{host}:{backend.port}"
-    listed = settings.mcp_allowed_hosts
-    return listed if entry in listed else [*listed, entry]
+def _spawn_temporal(settings: Settings, supervisor: Supervisor, env: dict[str, str]) -> None:
+    """The Temporal dev server, writing to its own log, not the terminal: its start-up banner,
+    and the warnings its internal workers print while it stops, are not news to a user (a
+    fatal exit shows the end)."""
+    # The web page links each answer to its workflow in the dev server's UI.
+    env.setdefault("PARLEY_TEMPORAL_UI_URL", f"http://127.0.0.1:{settings.temporal_ui_port}")
+    command = temporal_dev_server_command(settings, settings.data_dir / "temporal.db")
+    log = settings.data_dir / TEMPORAL_LOG
+    log.unlink(missing_ok=True)
+    supervisor.spawn("temporal", command, env, output=log)
 
 
 def _make_current(settings: Settings, timeout_s: float) -> None:

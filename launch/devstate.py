@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from parley.config import Settings
+from parley.egress import Origin
 
 STATE_FILE = "dev.json"
 
@@ -84,3 +85,13 @@ def _alive(pid: object) -> bool:
     except PermissionError:  # exists, owned by someone else
         return True
     return True
+
+
+def with_demo_backend(settings: Settings) -> list[str]:
+    """The deployment's MCP allow-list with the demo backend's host and port added (its MCP
+    server is at a loopback address, which nothing but a listed entry reaches)."""
+    backend = Origin.of(settings.northwind_url)
+    host = f"[{backend.host}]" if ":" in backend.host else backend.host
+    entry = f"{host}:{backend.port}"
+    listed = settings.mcp_allowed_hosts
+    return listed if entry in listed else [*listed, entry]
