@@ -9,7 +9,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from store.models import ModelCall, ToolCall
-from tests.client import ParleyClient
+from tests.support.client import ParleyClient
 
 BASE = "/v1/admin/tenants"
 
@@ -81,7 +81,7 @@ async def test_model_persona_and_tool_allowlist_apply_to_the_next_turn(
     assert "Sign off as Northwind Support." in request["messages"][0]["content"]
     assert [t["name"] for t in request["tools"]] == config["tool_allowlist"]
     # A tool off the list is not offered, so the model does not ask for it (that the server
-    # refuses one a provider asks for anyway: tests/test_answer_paths.py).
+    # refuses one a provider asks for anyway: tests/system/test_answer_paths.py).
     turn_id, events = await priya.turn(sid, "Can you email me?")
     assert events[-1].type == "done"
     async with sessions() as db:

@@ -11,8 +11,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.demo import DemoModel
 from parley.config import Settings
-from tests.conftest import api_in_process
-from tests.toolkit import eventually
+from tests.support.stack import api_in_process
+from tests.support.toolkit import eventually
 
 # POST: the token, the session's lock, the earlier post and the session's turns with the
 # user's lock, the running turns with the tenant, the counters (in a savepoint: two more), the

@@ -15,7 +15,6 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import httpx
 import pytest_asyncio
@@ -24,10 +23,10 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from parley.config import Settings
 from store.models import Action
-from tests.client import ParleyClient
-from tests.conftest import serve_api
-from tests.sse import Event
-from tests.toolkit import emails, reply, wait_for_view_state
+from tests.support.client import ParleyClient
+from tests.support.sse import Event
+from tests.support.stack import serve_api
+from tests.support.toolkit import emails, propose, reply, types, wait_for_view_state
 
 EXPIRING_TIMEOUT_S = 2.0
 
@@ -51,28 +50,8 @@ def error_code(response: httpx.Response) -> str:
     return str(response.json()["error"]["code"])
 
 
-def types(events: list[Event]) -> list[str]:
-    return [e.type for e in events]
-
-
 def resolved_statuses(events: list[Event]) -> list[str]:
     return [e.data["action"]["status"] for e in events if e.type == "confirmation_resolved"]
-
-
-async def propose(client: ParleyClient, sid: str) -> tuple[str, list[Event], dict[str, Any]]:
-    """Make the assistant propose an email, as in the reference conversation; the turn
-    rests awaiting confirmation. Returns (turn id, its events so far, the streamed action)."""
-    _, first = await client.turn(sid, "Where is my order?")
-    assert first[-1].type == "done", types(first)
-    posted = await client.post(sid, "Can you email me?")
-    assert posted.status_code == 202, posted.text
-    turn_id = str(posted.json()["turn_id"])
-    events = await client.events(sid, turn_id)
-    assert events[-1].type == "confirmation_required", types(events)
-    action = dict(events[-1].data["action"])
-    assert action["tool"] == "send_email" and action["status"] == "pending"
-    assert action["id"].startswith("act_")
-    return turn_id, events, action
 
 
 async def rest(client: ParleyClient, sid: str, turn_id: str, after: int) -> list[Event]:

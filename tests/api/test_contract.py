@@ -14,7 +14,7 @@ from api.schemas import SessionDetail, TurnOut, TurnStarted
 from parley.ids import workflow_id_for_turn
 from parley.wire import MessageView, event_data
 from store.models import Turn
-from tests.client import ParleyClient
+from tests.support.client import ParleyClient
 
 
 async def test_no_token_or_a_bad_token_is_401(api_url: str) -> None:

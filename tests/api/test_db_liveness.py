@@ -9,7 +9,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from store.db import create_socket_checked_engine, libpq_url, session_factory
-from tests.toolkit import eventually
+from tests.support.toolkit import eventually
 
 
 async def _backend_pid(sessions: async_sessionmaker[AsyncSession]) -> int:

@@ -30,8 +30,8 @@ from store.events import (
 )
 from store.identity import Identity
 from store.sessions import create_session
-from tests.conftest import LIFTED_LIMITS
-from tests.toolkit import eventually
+from tests.support.stack import LIFTED_LIMITS
+from tests.support.toolkit import eventually
 
 PRIYA = Identity(tenant_id="northwind", user_id="cust_2291", roles=())
 

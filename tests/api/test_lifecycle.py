@@ -37,10 +37,15 @@ from parley.statuses import Decision
 from store import actions, outbox, posting, turns
 from store.identity import Identity
 from store.models import Action, Handoff, Message, ModelCall, ToolCall, Turn, TurnEvent
-from tests.client import ParleyClient
-from tests.conftest import LIFTED_LIMITS, serve
-from tests.test_confirmations import propose
-from tests.toolkit import emails, eventually, wait_for_stored_state, wait_for_view_state
+from tests.support.client import ParleyClient
+from tests.support.stack import LIFTED_LIMITS, serve
+from tests.support.toolkit import (
+    emails,
+    eventually,
+    propose,
+    wait_for_stored_state,
+    wait_for_view_state,
+)
 
 ADMIN = "/v1/admin/tenants/northwind"
 PRIYA = Identity(tenant_id="northwind", user_id="cust_2291", roles=())

@@ -32,8 +32,8 @@ from store.models import (
     Turn,
     UserMemoryItem,
 )
-from tests.client import ParleyClient
-from tests.toolkit import model_calls, reply
+from tests.support.client import ParleyClient
+from tests.support.toolkit import model_calls, reply
 
 PRIYA = {"tenant_id": "northwind", "user_id": "cust_2291"}
 CONTACT_QUESTION = "How should you contact me?"

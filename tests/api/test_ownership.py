@@ -24,8 +24,8 @@ from parley.consented import Remembered
 from store import user_memory
 from store.identity import create_token, revoke_token
 from store.models import ApiToken, User
-from tests.client import ParleyClient
-from tests.test_confirmations import propose
+from tests.support.client import ParleyClient
+from tests.support.toolkit import propose
 
 PUBLIC = {
     ("get", "/healthz"),

@@ -12,8 +12,8 @@ from typing import Any
 
 import httpx
 
-from tests.client import ParleyClient
-from tests.toolkit import emails, reply
+from tests.support.client import ParleyClient
+from tests.support.toolkit import emails, reply
 
 
 async def tools_ran(client: ParleyClient, session_id: str, after_seq: int) -> list[tuple[str, Any]]:

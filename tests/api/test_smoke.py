@@ -1,4 +1,4 @@
-from tests.client import ParleyClient, streamed_text
+from tests.support.client import ParleyClient, streamed_text
 
 
 async def test_a_turn_streams_and_stores_the_answer(priya: ParleyClient) -> None:

@@ -11,8 +11,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from starlette.types import Message
 
 from parley.config import Settings
-from tests.conftest import api_in_process
-from tests.toolkit import eventually
+from tests.support.stack import api_in_process
+from tests.support.toolkit import eventually
 
 
 async def leases(sessions: async_sessionmaker[AsyncSession]) -> set[str]:

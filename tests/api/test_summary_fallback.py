@@ -32,8 +32,8 @@ from parley.tokens import default_counter
 from parley.window import choose_window, group_turns
 from store import memory as memory_store
 from store.models import ChatSession, ConversationSummary, Message
-from tests.client import ParleyClient
-from tests.conftest import serve
+from tests.support.client import ParleyClient
+from tests.support.stack import serve
 
 TOOL_RESULT = json.dumps({"name": "get_order", "result": {"order_id": "8472", "status": "shipped"}})
 HISTORY: list[tuple[str, str]] = [

@@ -18,7 +18,7 @@ from gateway.registry import ProviderPool
 from parley.config import Settings
 from parley.contracts import SummarizeInput
 from store.models import ChatSession, Message
-from tests.client import ParleyClient
+from tests.support.client import ParleyClient
 
 
 class RecordedStarts:

@@ -14,9 +14,9 @@ from temporalio.client import Client, WorkflowExecution, WorkflowHandle
 
 from parley.config import Settings
 from parley.ids import workflow_id_for_turn
-from tests.client import ParleyClient
-from tests.conftest import serve_api
-from tests.toolkit import eventually
+from tests.support.client import ParleyClient
+from tests.support.stack import serve_api
+from tests.support.toolkit import eventually
 
 UI = "http://ui.example:8233/"
 SCHEDULED = EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED

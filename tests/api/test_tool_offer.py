@@ -28,8 +28,8 @@ from parley.tool_offer import (
 from parley.tools import model_tools
 from store.identity import create_token
 from store.models import ModelCall
-from tests.client import ParleyClient
-from tests.toolkit import reply
+from tests.support.client import ParleyClient
+from tests.support.toolkit import reply
 
 CHART = load_catalog(Path(REPO_ROOT) / "skills")["spending_chart"][1]
 PLAIN = "Okay, thanks. What's happening with the refund on that order?"

@@ -15,7 +15,7 @@ from store import actions, outbox, posting, turns
 from store.identity import Identity
 from store.models import Action, Turn
 from store.sessions import create_session
-from tests.conftest import LIFTED_LIMITS
+from tests.support.stack import LIFTED_LIMITS
 
 PRIYA = Identity(tenant_id="northwind", user_id="cust_2291", roles=())
 

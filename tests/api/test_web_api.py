@@ -10,8 +10,8 @@ from temporalio.client import Client
 
 from api.routes.web import CONTENT_SECURITY_POLICY
 from parley.config import Settings
-from tests.client import ParleyClient
-from tests.conftest import serve_api
+from tests.support.client import ParleyClient
+from tests.support.stack import serve_api
 
 
 async def test_the_list_titles_sessions_by_their_first_message_and_dates_their_activity(

@@ -1,56 +1,34 @@
 """Replay tests: the current workflow code must replay histories recorded by earlier code.
 
 Every file in tests/histories/ is the history of a real turn (or of a session's summary run,
-`summary_v*`, recorded by tests/test_summary_runs.py). A change to the workflow that
+`summary_v*`, recorded by tests/system/test_summary_runs.py). A change to the workflow that
 would break a turn already running in production fails here; such a change needs
 `workflow.patched()` (or a new workflow type), not an edit to the recording.
 
 To record the current code's histories next to the old ones:
-    PARLEY_RECORD_HISTORY=turn_vN .venv/bin/pytest tests/test_replay_shapes.py
+    PARLEY_RECORD_HISTORY=turn_vN .venv/bin/pytest tests/workflow/test_replay_shapes.py
 then commit tests/histories/turn_vN_*.json: one history of every shape in SHAPES, each
-fetched after the workflow closed (tests/test_replay_shapes.py). The previous generation's
+fetched after the workflow closed (tests/workflow/test_replay_shapes.py). The previous generation's
 recordings stay beside the current ones: they guard the path its turns still take
 (workflows/patches.py); older ones go once no turn started on them can still be running.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import re
 from pathlib import Path
 
 import pytest
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowHistory
+from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
-from parley.ids import workflow_id_for_turn
-from tests.client import ParleyClient
-from tests.workflow_variants import ExtraStep, ScreenAfterContext
+from tests.support.histories import HISTORIES, SHAPES, current
+from tests.support.workflow_variants import ExtraStep, ScreenAfterContext
 from workflows.specialist import SpecialistWorkflow
 from workflows.summary import SummaryWorkflow
 from workflows.turn import TurnWorkflow
 
-HISTORIES = Path(__file__).resolve().parent / "histories"
-# The recording made with the current workflow code: every shape, each to its close. The
-# previous generation's recording (turn_v11) replays too (workflows/patches.py).
-CURRENT = "turn_v12"
-SHAPES = (
-    "plain",
-    "tool",
-    "confirmed",
-    "declined",
-    "expired",
-    "superseded",
-    "cancelled",
-    "failed",
-    "clarification",
-    "fallback",
-    "retracted",
-    "reanswer",
-)
 WORKFLOW_TASK = {
     EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED,
     EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED,
@@ -60,15 +38,6 @@ CLOSED = {
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED,
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED,
 }
-
-
-def scrub(history_json: str) -> str:
-    """Worker identities and failures' stack traces name the recording machine and its
-    paths; they play no part in replay."""
-    data = json.loads(history_json)
-    text = json.dumps(data, indent=1, sort_keys=True)
-    text = re.sub(r'"identity": "[^"]*"', '"identity": "recorded-worker"', text)
-    return re.sub(r'"stackTrace": "(?:[^"\\]|\\.)*"', '"stackTrace": ""', text) + "\n"
 
 
 @pytest.mark.parametrize("path", sorted(HISTORIES.glob("*.json")), ids=lambda p: p.stem)
@@ -83,10 +52,6 @@ async def test_committed_history_replays(path: Path) -> None:
 
 def test_there_is_at_least_one_committed_history() -> None:
     assert list(HISTORIES.glob("*.json")), "record one with PARLEY_RECORD_HISTORY"
-
-
-def current(shape: str) -> WorkflowHistory:
-    return WorkflowHistory.from_json(shape, (HISTORIES / f"{CURRENT}_{shape}.json").read_text())
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -112,39 +77,3 @@ async def test_two_reordered_local_steps_fail_replay_of_every_shape(shape: str) 
     # step is handed the other's result and its decoding fails the task.
     with pytest.raises((NondeterminismError, RuntimeError)):
         await Replayer(workflows=[ScreenAfterContext]).replay_workflow(current(shape))
-
-
-async def _replay_and_maybe_record(client: Client, turn_id: str, suffix: str) -> None:
-    handle = client.get_workflow_handle(workflow_id_for_turn(turn_id))
-    await handle.result()  # `done` goes out before the turn's last steps (its summary)
-    history = await handle.fetch_history()
-    await Replayer(workflows=[TurnWorkflow]).replay_workflow(history)
-    name = os.environ.get("PARLEY_RECORD_HISTORY")
-    if name:
-        (HISTORIES / f"{name}{suffix}.json").write_text(scrub(history.to_json()))
-
-
-async def test_a_fresh_tool_turn_replays_and_can_be_recorded(
-    priya: ParleyClient, temporal_client: Client
-) -> None:
-    session_id = await priya.new_session()
-    turn_id, events = await priya.turn(session_id, "Where is my order?")
-    assert events[-1].type == "done"
-    assert any(e.type == "tool" for e in events)
-    await _replay_and_maybe_record(temporal_client, turn_id, "_tools")
-
-
-async def test_a_fresh_confirmation_turn_replays_and_can_be_recorded(
-    priya: ParleyClient, temporal_client: Client
-) -> None:
-    session_id = await priya.new_session()
-    await priya.turn(session_id, "Where is my order?")
-    posted = await priya.post(session_id, "Can you email me?")
-    turn_id = posted.json()["turn_id"]
-    events = await priya.events(session_id, turn_id)
-    action = events[-1].data["action"]
-    confirm = await priya.http.post(f"/v1/sessions/{session_id}/actions/{action['id']}/confirm")
-    assert confirm.status_code == 202
-    rest = await priya.events(session_id, turn_id, last_event_id=events[-1].id)
-    assert rest[-1].type == "done"
-    await _replay_and_maybe_record(temporal_client, turn_id, "_confirm")

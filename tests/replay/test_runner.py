@@ -1,7 +1,7 @@
 """The worker's workflow runner (dispatch/runner.py): every workflow module imported once per
 process, and the committed histories replayed under it as under the SDK's default sandbox.
 
-tests/test_replay.py replays every history in the default sandbox (every workflow module
+tests/replay/test_replay.py replays every history in the default sandbox (every workflow module
 imported afresh and checked); here the same recordings go through the runner the worker
 really uses, whose sandbox never imports the payload types' module itself."""
 
@@ -20,7 +20,7 @@ from temporalio.worker import Replayer
 import parley.contracts
 import workflows
 from dispatch.runner import PASSED_THROUGH, workflow_runner
-from tests.test_replay import SHAPES, current
+from tests.support.histories import SHAPES, current
 from workflows.specialist import SpecialistWorkflow
 from workflows.summary import SummaryWorkflow
 from workflows.turn import TurnWorkflow

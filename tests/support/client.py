@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 
-from tests.sse import TERMINAL, Event, iter_events
+from tests.support.sse import TERMINAL, Event, iter_events
 
 
 class ParleyClient:

@@ -1,14 +1,19 @@
-"""Model providers for tests: real `ModelProvider`s whose behaviour a test controls."""
+"""Model providers for tests: real `ModelProvider`s whose behaviour a test controls: the demo
+model steered (`ControlledModel`), and a model that answers from a script (`ScriptedModel`)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 from temporalio.exceptions import ApplicationError
 
-from gateway.base import Finish, ModelRequest, StreamEvent, TextDelta
+from gateway.base import Finish, ModelRequest, StreamEvent, TextDelta, ToolCallRequest
 from gateway.demo import DemoModel, tokenize
+from parley.context import unfence
 
 
 class ControlledModel(DemoModel):
@@ -56,3 +61,68 @@ class ControlledModel(DemoModel):
             self.tokens_emitted += 1
             yield TextDelta(token)
         yield Finish("stop", {"input_tokens": 1, "output_tokens": len(tokens)})
+
+
+# --- a scripted model ---------------------------------------------------------------------
+
+Reply = list[ToolCallRequest] | str
+Script = Callable[[ModelRequest, int], Reply]
+
+
+def round_of(request: ModelRequest) -> int:
+    """Which model call of the turn this is: the number of tool-calling rounds after the
+    turn's user message (0 for the first call)."""
+    messages = request.messages
+    last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=-1)
+    return sum(
+        1 for m in messages[last_user + 1 :] if m["role"] == "assistant" and m.get("tool_calls")
+    )
+
+
+def tool_results(request: ModelRequest) -> dict[str, dict[str, Any]]:
+    """The tool results the model can read in this request, by provider call id."""
+    return {
+        str(m["tool_call_id"]): json.loads(unfence(m["content"]))["result"]
+        for m in request.messages
+        if m["role"] == "tool"
+    }
+
+
+def rounds(*calls: list[ToolCallRequest], text: str = "Done.") -> Script:
+    """A script: the n-th model call of a turn returns calls[n], later calls answer `text`."""
+
+    def script(_: ModelRequest, n: int) -> Reply:
+        return calls[n] if n < len(calls) else text
+
+    return script
+
+
+def call(call_id: str, name: str, arguments: str | dict[str, Any]) -> ToolCallRequest:
+    text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    return ToolCallRequest(call_id, name, text)
+
+
+@dataclass
+class ScriptedModel:
+    """A `ModelProvider` that answers from a script and records every request it gets."""
+
+    name: str = "scripted"
+    script: Script = field(default_factory=lambda: rounds())
+    requests: list[ModelRequest] = field(default_factory=list)
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        self.requests.append(request)
+        answer = self.script(request, round_of(request))
+        if isinstance(answer, str):
+            words = answer.split(" ")
+            for i, word in enumerate(words):
+                yield TextDelta(word if i == len(words) - 1 else word + " ")
+            yield Finish("stop", {"output_tokens": len(answer.split())})
+            return
+        for tool_call in answer:
+            yield tool_call
+        yield Finish("tool_calls", {"output_tokens": 10 * len(answer)})
+
+    def start(self, script: Script) -> None:
+        self.script = script
+        self.requests.clear()

@@ -24,9 +24,9 @@ from gateway.base import ModelProvider
 from parley.config import Settings
 from parley.screens import Screen
 from store.models import ModelCall, Turn
-from tests.client import ParleyClient
-from tests.conftest import own_queue, running_worker, serve_api
-from tests.sse import Event
+from tests.support.client import ParleyClient
+from tests.support.sse import TERMINAL, Event, iter_events
+from tests.support.stack import own_queue, running_worker, serve_api
 
 T = TypeVar("T")
 ModelT = TypeVar("ModelT", bound=ModelProvider)
@@ -48,6 +48,9 @@ async def eventually(
 
 
 # --- replies and emails -----------------------------------------------------------------------
+
+# The verified address of the seeded customer Priya: the only one her emails may go to.
+PRIYA_EMAIL = "priya@example.com"
 
 
 def reply(events: list[Event]) -> str:
@@ -150,3 +153,40 @@ async def model_calls(sessions: async_sessionmaker[AsyncSession], turn_id: str) 
             select(ModelCall).where(ModelCall.turn_id == turn_id).order_by(ModelCall.step)
         )
         return list(rows)
+
+
+def confirmations(events: list[Event]) -> list[dict[str, Any]]:
+    return [e.data["action"] for e in events if e.type == "confirmation_required"]
+
+
+# --- a turn resting on a confirmation card ---------------------------------------------------
+
+
+def types(events: list[Event]) -> list[str]:
+    return [e.type for e in events]
+
+
+async def propose(client: ParleyClient, sid: str) -> tuple[str, list[Event], dict[str, Any]]:
+    """Make the assistant propose an email, as in the reference conversation; the turn
+    rests awaiting confirmation. Returns (turn id, its events so far, the streamed action)."""
+    _, first = await client.turn(sid, "Where is my order?")
+    assert first[-1].type == "done", types(first)
+    posted = await client.post(sid, "Can you email me?")
+    assert posted.status_code == 202, posted.text
+    turn_id = str(posted.json()["turn_id"])
+    events = await client.events(sid, turn_id)
+    assert events[-1].type == "confirmation_required", types(events)
+    action = dict(events[-1].data["action"])
+    assert action["tool"] == "send_email" and action["status"] == "pending"
+    assert action["id"].startswith("act_")
+    return turn_id, events, action
+
+
+async def first_events(client: ParleyClient, url: str, *, until: str) -> list[Event]:
+    received: list[Event] = []
+    async with client.http.stream("GET", url) as response:
+        async for event in iter_events(response):
+            received.append(event)
+            if event.type == until or event.type in TERMINAL:
+                break
+    return received

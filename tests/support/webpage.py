@@ -9,21 +9,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pytest
-import pytest_asyncio
-from playwright.async_api import Browser, BrowserContext, Locator, Page, async_playwright, expect
+from playwright.async_api import Browser, BrowserContext, Locator, Page, expect
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 TIMEOUT_MS = 45_000  # an upper bound on a wait, not a target: a loaded 2-core run stays inside
 expect.set_options(timeout=TIMEOUT_MS)
 # Git-ignored (under .data/); the README shows two of them, copied to docs/.
-SCREENSHOTS = Path(__file__).resolve().parent.parent / ".data" / "screenshots"
+SCREENSHOTS = Path(__file__).resolve().parents[2] / ".data" / "screenshots"
 DESKTOP = {"width": 1280, "height": 800}
 PHONE = {"width": 390, "height": 844}
 AXE = "/static/vendor/axe-core/axe.min.js"
@@ -61,21 +59,6 @@ class Tab:
     def assert_clean(self) -> None:
         assert self.errors == [], f"uncaught errors in the page: {self.errors}"
         assert self.dialogs == [], f"the page opened dialogs: {self.dialogs}"
-
-
-@pytest_asyncio.fixture(scope="module")
-async def browser() -> AsyncIterator[Browser]:
-    if not CHROMIUM.exists():
-        pytest.fail(
-            f"{CHROMIUM} is missing: the browser tests need Debian's Chromium. "
-            "Run `make browser` (installs it with apt-get), then run the tests again."
-        )
-    async with async_playwright() as pw:
-        chromium = await pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            yield chromium
-        finally:
-            await chromium.close()
 
 
 def opener(browser: Browser) -> Callable[..., Any]:

@@ -1,5 +1,5 @@
 """Stand-ins for the turn's activities, registered under the real activity names, for the
-workflow test tier (tests/test_workflow.py).
+workflow test tier (tests/workflow/test_workflow.py).
 
 Each stub records the input it was given and answers from a script the test sets; a stub
 named in `hold` stays running (heartbeating) until the test releases it or the workflow

@@ -1,5 +1,5 @@
 """Deliberately non-deterministic edits of the turn workflow, registered under its real name:
-what a careless change looks like. tests/test_replay.py proves that the committed histories
+what a careless change looks like. tests/replay/test_replay.py proves that the committed histories
 refuse them, so the suite would catch such a change before it reached running turns.
 """
 

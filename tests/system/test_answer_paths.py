@@ -24,9 +24,9 @@ from parley.tenancy import TenantConfig
 from store import tenants
 from store.models import ToolCall as StoredToolCall
 from store.models import TraceSpan
-from tests.client import ParleyClient
-from tests.conftest import serve
-from tests.toolkit import model_calls, own_stack, reply
+from tests.support.client import ParleyClient
+from tests.support.stack import serve
+from tests.support.toolkit import model_calls, own_stack, reply
 
 TIMEOUTS = Timeouts(connect_s=2.0, first_token_s=5.0, total_s=30.0)
 

@@ -20,8 +20,8 @@ from api.main import create_app
 from dispatch.deployment import build_id
 from parley.config import Settings
 from parley.ids import workflow_id_for_turn
-from tests.client import ParleyClient
-from tests.conftest import own_queue, serve
+from tests.support.client import ParleyClient
+from tests.support.stack import own_queue, serve
 
 
 class EagerStarts(Interceptor):

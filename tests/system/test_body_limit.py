@@ -15,8 +15,8 @@ import psutil
 import pytest
 
 from parley.config import Settings
-from tests.conftest import free_port, service_env, spawn
-from tests.toolkit import eventually
+from tests.support.stack import free_port, service_env, spawn
+from tests.support.toolkit import eventually
 
 DECLARED = 50 * 1024 * 1024
 SENT = 4 * 1024  # what the client sends of the declared body before waiting for an answer

@@ -14,7 +14,7 @@ from parley.config import Settings
 from store.db import create_engine
 from store.identity import hash_token
 from store.models import ApiToken, User
-from tests.conftest import REPO, service_env
+from tests.support.stack import REPO, service_env
 
 
 def parley(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:

@@ -28,8 +28,8 @@ from gateway.registry import ProviderPool
 from parley.config import Settings
 from store.db import create_socket_checked_engine, session_factory
 from store.models import ChatSession, ConversationSummary, Message, TraceSpan
-from tests.client import ParleyClient
-from tests.toolkit import Stack, model_calls, own_stack
+from tests.support.client import ParleyClient
+from tests.support.toolkit import Stack, model_calls, own_stack
 
 FACT = "My gym locker code is 4417, please keep it in mind."
 QUESTION = "What is my gym locker code?"

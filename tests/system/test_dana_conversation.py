@@ -27,9 +27,9 @@ from gateway.openai_compat import OpenAICompatProvider
 from parley.config import Settings
 from parley.context import read_state_block
 from store.identity import create_token
-from tests.client import ParleyClient
-from tests.conftest import serve
-from tests.toolkit import emails, own_stack, reply
+from tests.support.client import ParleyClient
+from tests.support.stack import serve
+from tests.support.toolkit import emails, own_stack, reply
 
 LAST_WEEK = {"placed_from": "2026-10-19", "placed_to": "2026-10-25"}
 OVER_500 = {**LAST_WEEK, "min_total": 500.0}

@@ -21,10 +21,10 @@ from parley.config import Settings
 from store import posting
 from store.identity import Identity
 from store.models import Message, ModelCall
-from tests.client import ParleyClient, streamed_text
-from tests.conftest import LIFTED_LIMITS, own_queue, serve_api
-from tests.processes import Workers, read_until
-from tests.sse import Event, iter_events
+from tests.support.client import ParleyClient, streamed_text
+from tests.support.processes import Workers, read_until
+from tests.support.sse import Event, iter_events
+from tests.support.stack import LIFTED_LIMITS, own_queue, serve_api
 
 PRIYA = Identity(tenant_id="northwind", user_id="cust_2291", roles=())
 

@@ -26,9 +26,9 @@ from gateway.openai_compat import OpenAICompatProvider
 from parley.config import Settings
 from store.models import ModelCall, TraceSpan
 from store.models import ToolCall as StoredToolCall
-from tests.client import ParleyClient, streamed_text
-from tests.conftest import serve
-from tests.toolkit import own_stack
+from tests.support.client import ParleyClient, streamed_text
+from tests.support.stack import serve
+from tests.support.toolkit import own_stack
 
 TIMEOUTS = Timeouts(connect_s=2.0, first_token_s=1.5, total_s=30.0)
 

@@ -13,8 +13,8 @@ from gateway.demo import DemoModel
 from parley.config import Settings
 from parley.ids import workflow_id_for_turn
 from store.models import ModelCall
-from tests.client import ParleyClient
-from tests.toolkit import own_stack
+from tests.support.client import ParleyClient
+from tests.support.toolkit import own_stack
 
 
 async def history_size(client: Client, turn_id: str) -> int:

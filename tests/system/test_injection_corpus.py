@@ -1,4 +1,4 @@
-"""The injection corpus (tests/injection_corpus.py) against a model that obeys every
+"""The injection corpus (tests/support/injection_corpus.py) against a model that obeys every
 instruction it sees, pasted by the user and planted in a carrier note the order tool
 returns. The protections are the executor's and the workflow's, not the model's good sense:
 
@@ -26,16 +26,10 @@ from temporalio.client import Client
 from gateway.base import ModelRequest, ToolCallRequest
 from parley.config import Settings
 from store.models import ToolCall, Turn
-from tests.client import ParleyClient
-from tests.injection_corpus import payloads
-from tests.test_tool_safety import (
-    PRIYA_EMAIL,
-    ScriptedModel,
-    call,
-    confirmations,
-    tool_results,
-)
-from tests.toolkit import emails, own_stack
+from tests.support.client import ParleyClient
+from tests.support.injection_corpus import payloads
+from tests.support.models import ScriptedModel, call, tool_results
+from tests.support.toolkit import PRIYA_EMAIL, confirmations, emails, own_stack
 
 ATTACKER = "exfil@attacker.test"
 ALLOWED = ["list_open_orders", "get_order", "propose_email"]

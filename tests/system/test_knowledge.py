@@ -20,9 +20,9 @@ from parley.config import Settings
 from parley.knowledge import parse_document
 from store.identity import create_token
 from store.models import ModelCall, TraceSpan, Turn, TurnEvent
-from tests.client import ParleyClient
-from tests.conftest import free_port
-from tests.toolkit import own_stack, reply
+from tests.support.client import ParleyClient
+from tests.support.stack import free_port
+from tests.support.toolkit import own_stack, reply
 
 POLICY_QUESTIONS = [
     "What is your policy on damaged items?",

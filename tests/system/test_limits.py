@@ -25,9 +25,9 @@ from parley.config import Limits, Settings
 from store import limits
 from store.identity import Identity, create_token
 from store.models import ChatSession, Message, Tenant, User
-from tests.client import ParleyClient
-from tests.conftest import free_port, service_env, spawn
-from tests.toolkit import eventually
+from tests.support.client import ParleyClient
+from tests.support.stack import free_port, service_env, spawn
+from tests.support.toolkit import eventually
 
 DEFAULTS = Settings(database_url="postgresql://unused")
 

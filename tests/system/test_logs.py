@@ -31,9 +31,9 @@ from parley.logs import (
     log_context,
     redact,
 )
-from tests.client import ParleyClient
-from tests.conftest import REPO, free_port, own_queue, service_env
-from tests.toolkit import emails, eventually, reply
+from tests.support.client import ParleyClient
+from tests.support.stack import REPO, free_port, own_queue, service_env
+from tests.support.toolkit import emails, eventually, reply
 
 PLANTED_ADDRESS = "priya.private+orders@mail.example.org"
 PLANTED_CARDS = ("4111 1111 1111 1111", "5500-0000-0000-0004", "378282246310005")

@@ -26,10 +26,10 @@ from temporalio.client import Client
 
 from dispatch.deployment import current_build
 from parley.ids import workflow_id_for_turn
-from tests.client import ParleyClient, streamed_text
-from tests.conftest import REPO, free_port
-from tests.processes import read_until
-from tests.toolkit import eventually
+from tests.support.client import ParleyClient, streamed_text
+from tests.support.processes import read_until
+from tests.support.stack import REPO, free_port
+from tests.support.toolkit import eventually
 
 CLI = [sys.executable, "-m", "launch.cli"]
 

@@ -29,9 +29,9 @@ from parley.config import Settings
 from parley.tenancy import TenantConfig
 from store import tenants
 from store.models import ModelCall, ToolCall, Turn
-from tests.client import ParleyClient
-from tests.conftest import serve
-from tests.toolkit import Stack, eventually, own_stack, reply
+from tests.support.client import ParleyClient
+from tests.support.stack import serve
+from tests.support.toolkit import Stack, eventually, own_stack, reply
 
 SEATTLE = "Mon-Sat 09:00-20:00, Sun 10:00-18:00"
 NOT_ALLOWED = "northwind_mcp__export_customer_list"

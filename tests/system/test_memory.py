@@ -30,9 +30,9 @@ from parley.tokens import count_messages, count_tools, default_counter
 from store import memory as memory_store
 from store import slots
 from store.models import ChatSession, ConversationSummary, Message
-from tests.client import ParleyClient
-from tests.conftest import serve
-from tests.toolkit import model_calls, own_stack, reply
+from tests.support.client import ParleyClient
+from tests.support.stack import serve
+from tests.support.toolkit import model_calls, own_stack, reply
 
 
 async def prompts(

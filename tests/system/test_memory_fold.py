@@ -28,9 +28,9 @@ from parley.memory import is_summary_request
 from parley.prompt import CONVERSATION_KINDS, FOLD_PREFIX
 from parley.tokens import count_messages, counter_for
 from store.models import ConversationSummary
-from tests.client import ParleyClient
-from tests.conftest import serve
-from tests.toolkit import model_calls, own_stack
+from tests.support.client import ParleyClient
+from tests.support.stack import serve
+from tests.support.toolkit import model_calls, own_stack
 
 # Small budgets, so that summaries are due every few turns and the 60 turns stay quick.
 CONVERSATION_TOKENS = 300

@@ -15,13 +15,11 @@ Temporal dev server and the Northwind backend are the session's.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import httpx
 import pytest
 import pytest_asyncio
 from sqlalchemy import select
@@ -40,11 +38,11 @@ from store.embedded import EmbeddedPostgres
 from store.identity import create_token, seed_demo
 from store.migrate import upgrade
 from store.models import Message, Turn
-from tests.client import ParleyClient, streamed_text
-from tests.sse import TERMINAL, Event, iter_events
-from tests.toolkit import Stack, eventually, own_stack
+from tests.support.client import ParleyClient, streamed_text
+from tests.support.processes import QUESTION, follow
+from tests.support.sse import Event
+from tests.support.toolkit import Stack, eventually, own_stack
 
-QUESTION = "Tell me about yourself, please."
 SHORT_OUTAGE_S = 5.0
 # The long outage lasts until the workflow's history shows the model call gave up (its five
 # attempts each wait for the database, about 70 s in all); this bounds that wait. It is well
@@ -113,25 +111,6 @@ async def outage(
         yield Outage(database, stack, own_sessions, client)
         await client.aclose()
     await engine.dispose()
-
-
-async def follow(client: ParleyClient, url: str, seen: list[Event], *, timeout: float) -> None:
-    """Read the turn's stream into `seen` until a terminal event, reconnecting with the last
-    id whenever the API drops the stream or cannot serve it (its database is away)."""
-    deadline = time.monotonic() + timeout
-    while not (seen and seen[-1].type in TERMINAL):
-        assert time.monotonic() < deadline, f"no terminal event; last {seen[-3:]}"
-        headers = {"Last-Event-ID": str(seen[-1].id)} if seen else {}
-        try:
-            async with client.http.stream("GET", url, headers=headers, timeout=30) as response:
-                if response.status_code == 200:
-                    async for event in iter_events(response):
-                        seen.append(event)
-                        if event.type in TERMINAL:
-                            return
-        except httpx.HTTPError:
-            pass  # dropped mid-stream: reconnect after the last event received
-        await asyncio.sleep(0.2)
 
 
 async def assistant_messages(

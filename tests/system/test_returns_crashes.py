@@ -24,10 +24,10 @@ from demo_backend.app import create_app as create_backend
 from parley.config import Settings
 from parley.ids import return_idempotency_key
 from store import tenants
-from tests.client import ParleyClient
-from tests.conftest import own_queue, serve, serve_api
-from tests.processes import Workers, read_until
-from tests.sse import Event
+from tests.support.client import ParleyClient
+from tests.support.processes import Workers, read_until
+from tests.support.sse import Event
+from tests.support.stack import own_queue, serve, serve_api
 
 # A ~5 s heartbeat or sticky-queue timeout for the killed worker's work, plus a start-up.
 RECOVERY_S = 45

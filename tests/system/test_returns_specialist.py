@@ -27,11 +27,11 @@ from parley.config import Settings
 from parley.ids import specialist_workflow_id, workflow_id_for_turn
 from parley.specialists import CLOSING_TEXT, SpecialistOutcome
 from store import tenants
-from tests.client import ParleyClient
-from tests.conftest import serve
-from tests.sse import TERMINAL, Event, iter_events
-from tests.test_replay import HISTORIES, scrub
-from tests.toolkit import Stack, own_stack, reply
+from tests.support.client import ParleyClient
+from tests.support.histories import HISTORIES, scrub
+from tests.support.sse import TERMINAL, Event, iter_events
+from tests.support.stack import serve
+from tests.support.toolkit import Stack, own_stack, reply
 from workflows.specialist import SpecialistWorkflow
 from workflows.turn import TurnWorkflow
 

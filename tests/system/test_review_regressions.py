@@ -15,26 +15,26 @@ from parley.ids import workflow_id_for_turn
 from store import actions, outbox, posting
 from store.identity import Identity
 from store.models import ModelCall, ToolCall
-from tests.client import ParleyClient
-from tests.conftest import LIFTED_LIMITS
-from tests.test_stream_control import StreamStack, client, first_events, stack
-from tests.toolkit import wait_for_stored_state
-
-__all__ = ["client", "stack"]  # module-scoped fixtures shared with the stream tests
+from tests.support.client import ParleyClient
+from tests.support.models import ControlledModel
+from tests.support.stack import LIFTED_LIMITS
+from tests.support.toolkit import Stack, first_events, wait_for_stored_state
 
 
 async def test_cancelling_during_a_tool_leaves_no_unanswered_call_behind(
-    stack: StreamStack,
-    client: ParleyClient,
+    stream_stack: Stack[ControlledModel],
+    stream_client: ParleyClient,
     northwind: httpx.AsyncClient,
     sessions: async_sessionmaker[AsyncSession],
 ) -> None:
     await northwind.post("/faults", json={"latency_ms": 3000})
-    sid = await client.new_session()
-    posted = await client.post(sid, "Where is my order?")
+    sid = await stream_client.new_session()
+    posted = await stream_client.post(sid, "Where is my order?")
     turn_id = posted.json()["turn_id"]
-    await first_events(client, posted.json()["events_url"], until="tool")
-    assert (await client.http.post(f"/v1/sessions/{sid}/turns/{turn_id}/cancel")).status_code == 202
+    await first_events(stream_client, posted.json()["events_url"], until="tool")
+    assert (
+        await stream_client.http.post(f"/v1/sessions/{sid}/turns/{turn_id}/cancel")
+    ).status_code == 202
     await wait_for_stored_state(sessions, turn_id, {"cancelled"}, timeout=15)
     await northwind.delete("/faults")
     async with sessions() as db:
@@ -42,7 +42,7 @@ async def test_cancelling_during_a_tool_leaves_no_unanswered_call_behind(
     assert calls and all(c.status != "pending" for c in calls)
 
     # The next turn's prompt pairs every tool call with its result.
-    next_turn, events = await client.turn(sid, "Hello again")
+    next_turn, events = await stream_client.turn(sid, "Hello again")
     assert events[-1].type == "done"
     async with sessions() as db:
         request = await db.scalar(select(ModelCall.request).where(ModelCall.turn_id == next_turn))

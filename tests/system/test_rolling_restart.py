@@ -24,11 +24,11 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from parley.config import Settings
 from store.models import ToolCall
-from tests.client import ParleyClient, streamed_text
-from tests.conftest import own_queue, serve_api
-from tests.processes import Workers
-from tests.sse import TERMINAL, Event, iter_events
-from tests.toolkit import emails, eventually
+from tests.support.client import ParleyClient, streamed_text
+from tests.support.processes import Workers
+from tests.support.sse import TERMINAL, Event, iter_events
+from tests.support.stack import own_queue, serve_api
+from tests.support.toolkit import emails, eventually
 
 STREAMING, TOOLS, CONFIRMING = 8, 6, 6  # twenty turns in flight
 HELD_TOOL_MS = 2500

@@ -23,9 +23,9 @@ from parley.screens import (
     contains_card_number,
 )
 from store.models import Message, TraceSpan
-from tests.client import ParleyClient
-from tests.models import ControlledModel
-from tests.toolkit import Stack, own_stack
+from tests.support.client import ParleyClient
+from tests.support.models import ControlledModel
+from tests.support.toolkit import Stack, own_stack
 
 
 class SlowScreen:
@@ -229,7 +229,7 @@ async def test_the_moderation_adapter_speaks_the_openai_endpoint() -> None:
 
     from gateway.fake_provider.server import FakeProvider
     from parley.screens import ModerationScreen, ScreenChain
-    from tests.conftest import serve
+    from tests.support.stack import serve
 
     fake = FakeProvider()
     fake.flag_terms = {"you idiot"}

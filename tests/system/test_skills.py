@@ -34,10 +34,10 @@ from parley.ids import workflow_id_for_turn
 from parley.skills import RUN_ENV
 from store import tenants
 from store.identity import create_token
-from tests.client import ParleyClient
-from tests.conftest import serve
-from tests.test_replay import HISTORIES, scrub
-from tests.toolkit import Stack, eventually, own_stack, reply
+from tests.support.client import ParleyClient
+from tests.support.histories import HISTORIES, scrub
+from tests.support.stack import serve
+from tests.support.toolkit import Stack, eventually, own_stack, reply
 from workflows.turn import TurnWorkflow
 
 CHART = "Make me a chart of my October spending by week."
@@ -232,7 +232,7 @@ def bars(width: int, rows: list[bytes]) -> list[int]:
 
 async def replay_and_maybe_record(client: Client, turn_id: str) -> None:
     """The skill turn's history replays on the current code; `PARLEY_RECORD_HISTORY=turn_vN`
-    keeps it as tests/histories/turn_vN_skill.json for tests/test_replay.py."""
+    keeps it as tests/histories/turn_vN_skill.json for tests/replay/test_replay.py."""
     handle = client.get_workflow_handle(workflow_id_for_turn(turn_id))
     await handle.result()
     history = await handle.fetch_history()

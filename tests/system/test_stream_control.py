@@ -7,85 +7,37 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-from collections.abc import AsyncIterator
 
 import httpx
-import pytest_asyncio
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from temporalio.client import Client
 
 from gateway.base import ModelRequest
 from gateway.demo import compose_reply
-from parley.config import Settings
 from store import turns
 from store.models import Message, Turn
-from tests.client import ParleyClient, streamed_text
-from tests.models import ControlledModel
-from tests.sse import TERMINAL, Event, iter_events
-from tests.toolkit import Stack, eventually, own_stack, wait_for_stored_state
+from tests.support.client import ParleyClient, streamed_text
+from tests.support.models import ControlledModel
+from tests.support.sse import TERMINAL, Event, iter_events
+from tests.support.toolkit import Stack, eventually, first_events, wait_for_stored_state
 
 LONG_QUESTION = "Tell me about yourself"
 
 
-StreamStack = Stack[ControlledModel]
-
-# Well past anything the flood test can take: within it, a stalled reader is never dropped
-# (which would leave the flooding turn unwatched, and cancelled after the grace).
-SEND_TIMEOUT_S = 120.0
-
-
-@pytest_asyncio.fixture(scope="module")
-async def stack(
-    settings: Settings,
-    temporal_client: Client,
-    sessions: async_sessionmaker[AsyncSession],
-) -> AsyncIterator[StreamStack]:
-    """Its own task queue, a model the tests steer, and a short reconnect grace."""
-    model = ControlledModel(token_delay_s=0.08)
-    async with own_stack(
-        temporal_client,
-        settings,
-        sessions,
-        model,
-        prefix="streams",
-        stream_grace_s=1.5,
-        stream_send_timeout_s=SEND_TIMEOUT_S,
-    ) as stack:
-        yield stack
-
-
-@pytest_asyncio.fixture
-async def client(stack: StreamStack, tokens: dict[str, str]) -> AsyncIterator[ParleyClient]:
-    stack.model.reply = lambda request: None
-    stack.model.fail_after = lambda request: None
-    c = ParleyClient(stack.url, tokens["priya"])
-    yield c
-    await c.aclose()
-
-
-async def first_events(client: ParleyClient, url: str, *, until: str) -> list[Event]:
-    received: list[Event] = []
-    async with client.http.stream("GET", url) as response:
-        async for event in iter_events(response):
-            received.append(event)
-            if event.type == until or event.type in TERMINAL:
-                break
-    return received
-
-
 async def test_cancel_stops_the_model_and_keeps_the_partial_answer_as_cancelled(
-    stack: StreamStack, client: ParleyClient, sessions: async_sessionmaker[AsyncSession]
+    stream_stack: Stack[ControlledModel],
+    stream_client: ParleyClient,
+    sessions: async_sessionmaker[AsyncSession],
 ) -> None:
-    sid = await client.new_session()
-    posted = await client.post(sid, LONG_QUESTION)
+    sid = await stream_client.new_session()
+    posted = await stream_client.post(sid, LONG_QUESTION)
     turn_id, url = posted.json()["turn_id"], posted.json()["events_url"]
-    head = await first_events(client, url, until="delta")
+    head = await first_events(stream_client, url, until="delta")
     assert head[-1].type == "delta"
 
-    cancelled = await client.http.post(f"/v1/sessions/{sid}/turns/{turn_id}/cancel")
+    cancelled = await stream_client.http.post(f"/v1/sessions/{sid}/turns/{turn_id}/cancel")
     assert cancelled.status_code == 202
-    rest = await client.events(sid, turn_id, last_event_id=head[-1].id)
+    rest = await stream_client.events(sid, turn_id, last_event_id=head[-1].id)
     assert rest[-1].type == "cancelled"
     message = rest[-1].data["message"]
     assert message["status"] == "cancelled"
@@ -93,26 +45,26 @@ async def test_cancel_stops_the_model_and_keeps_the_partial_answer_as_cancelled(
 
     # The upstream generation stopped: the token counter no longer moves. Watching it stand
     # still for a while is the claim itself; half a second is six tokens at this pace.
-    counted = stack.model.tokens_emitted
+    counted = stream_stack.model.tokens_emitted
     await asyncio.sleep(0.5)
-    assert stack.model.tokens_emitted == counted
+    assert stream_stack.model.tokens_emitted == counted
     whole = compose_reply(
         ModelRequest(model="demo", messages=[{"role": "user", "content": LONG_QUESTION}])
     ).text
     # It really was cut short: what was kept is a strict prefix of the whole reply.
     assert whole.startswith(message["text"]) and len(message["text"]) < len(whole)
 
-    stored = await client.messages(sid)
+    stored = await stream_client.messages(sid)
     assert [(m["role"], m["status"]) for m in stored] == [
         ("user", "complete"),
         ("assistant", "cancelled"),
     ]
-    turn = await client.turn_view(sid, turn_id)
+    turn = await stream_client.turn_view(sid, turn_id)
     assert turn["state"] == "cancelled"
-    again = await client.http.post(f"/v1/sessions/{sid}/turns/{turn_id}/cancel")
+    again = await stream_client.http.post(f"/v1/sessions/{sid}/turns/{turn_id}/cancel")
     assert again.status_code == 409 and again.json()["error"]["code"] == "turn_finished"
     # The session is free for the next message.
-    assert (await client.post(sid, "Hello")).status_code == 202
+    assert (await stream_client.post(sid, "Hello")).status_code == 202
 
 
 async def record_stop_only(sessions: async_sessionmaker[AsyncSession], turn_id: str) -> None:
@@ -125,15 +77,17 @@ async def record_stop_only(sessions: async_sessionmaker[AsyncSession], turn_id: 
 
 
 async def test_a_stop_recorded_on_the_turn_stops_a_streaming_model_step(
-    stack: StreamStack, client: ParleyClient, sessions: async_sessionmaker[AsyncSession]
+    stream_stack: Stack[ControlledModel],
+    stream_client: ParleyClient,
+    sessions: async_sessionmaker[AsyncSession],
 ) -> None:
-    sid = await client.new_session()
-    posted = await client.post(sid, LONG_QUESTION)
+    sid = await stream_client.new_session()
+    posted = await stream_client.post(sid, LONG_QUESTION)
     turn_id, url = posted.json()["turn_id"], posted.json()["events_url"]
-    head = await first_events(client, url, until="delta")
+    head = await first_events(stream_client, url, until="delta")
 
     await record_stop_only(sessions, turn_id)
-    rest = await client.events(sid, turn_id, last_event_id=head[-1].id)
+    rest = await stream_client.events(sid, turn_id, last_event_id=head[-1].id)
     assert rest[-1].type == "cancelled"
     kept = rest[-1].data["message"]["text"]
     whole = compose_reply(
@@ -144,32 +98,36 @@ async def test_a_stop_recorded_on_the_turn_stops_a_streaming_model_step(
 
 
 async def test_a_stop_before_the_first_token_ends_the_turn_without_waiting_for_it(
-    stack: StreamStack, client: ParleyClient, sessions: async_sessionmaker[AsyncSession]
+    stream_stack: Stack[ControlledModel],
+    stream_client: ParleyClient,
+    sessions: async_sessionmaker[AsyncSession],
 ) -> None:
-    gate = stack.model.first_token_gate = asyncio.Event()
-    stack.model.waiting.clear()
+    gate = stream_stack.model.first_token_gate = asyncio.Event()
+    stream_stack.model.waiting.clear()
     try:
-        sid = await client.new_session()
-        turn_id = (await client.post(sid, LONG_QUESTION)).json()["turn_id"]
-        await asyncio.wait_for(stack.model.waiting.wait(), 30)
+        sid = await stream_client.new_session()
+        turn_id = (await stream_client.post(sid, LONG_QUESTION)).json()["turn_id"]
+        await asyncio.wait_for(stream_stack.model.waiting.wait(), 30)
 
         await record_stop_only(sessions, turn_id)
-        events = await client.events(sid, turn_id)
+        events = await stream_client.events(sid, turn_id)
         assert events[-1].type == "cancelled"
         assert not [e for e in events if e.type == "delta"]
     finally:
-        stack.model.first_token_gate = None
+        stream_stack.model.first_token_gate = None
         gate.set()
 
 
 async def test_hanging_up_without_coming_back_cancels_after_the_grace_period(
-    stack: StreamStack, client: ParleyClient, sessions: async_sessionmaker[AsyncSession]
+    stream_stack: Stack[ControlledModel],
+    stream_client: ParleyClient,
+    sessions: async_sessionmaker[AsyncSession],
 ) -> None:
-    stack.model.reply = lambda request: "word " * 200  # ~16 s at this pace
-    sid = await client.new_session()
-    posted = await client.post(sid, LONG_QUESTION)
+    stream_stack.model.reply = lambda request: "word " * 200  # ~16 s at this pace
+    sid = await stream_client.new_session()
+    posted = await stream_client.post(sid, LONG_QUESTION)
     turn_id, url = posted.json()["turn_id"], posted.json()["events_url"]
-    await first_events(client, url, until="delta")  # then hang up
+    await first_events(stream_client, url, until="delta")  # then hang up
     state = await wait_for_stored_state(sessions, turn_id, {"cancelled", "completed"}, timeout=10)
     assert state == "cancelled"
     async with sessions() as db:
@@ -180,15 +138,17 @@ async def test_hanging_up_without_coming_back_cancels_after_the_grace_period(
 
 
 async def test_hanging_up_and_reconnecting_within_the_grace_gets_the_whole_answer(
-    stack: StreamStack, client: ParleyClient, sessions: async_sessionmaker[AsyncSession]
+    stream_stack: Stack[ControlledModel],
+    stream_client: ParleyClient,
+    sessions: async_sessionmaker[AsyncSession],
 ) -> None:
-    stack.model.reply = lambda request: "word " * 40  # ~3 s, longer than the grace
-    sid = await client.new_session()
-    posted = await client.post(sid, LONG_QUESTION)
+    stream_stack.model.reply = lambda request: "word " * 40  # ~3 s, longer than the grace
+    sid = await stream_client.new_session()
+    posted = await stream_client.post(sid, LONG_QUESTION)
     turn_id, url = posted.json()["turn_id"], posted.json()["events_url"]
-    head = await first_events(client, url, until="delta")
+    head = await first_events(stream_client, url, until="delta")
     await asyncio.sleep(0.3)  # away for a while (the claim itself), back well inside the grace
-    tail = await client.events(sid, turn_id, last_event_id=head[-1].id)
+    tail = await stream_client.events(sid, turn_id, last_event_id=head[-1].id)
     events = head + tail
     assert [e.id for e in events] == list(range(1, len(events) + 1))
     assert events[-1].type == "done"
@@ -206,7 +166,10 @@ def after_tools(request: ModelRequest) -> bool:
 
 
 async def test_provider_failure_keeps_incomplete_text_and_retry_replaces_it_reusing_tools(
-    stack: StreamStack, client: ParleyClient, northwind: httpx.AsyncClient, tokens: dict[str, str]
+    stream_stack: Stack[ControlledModel],
+    stream_client: ParleyClient,
+    northwind: httpx.AsyncClient,
+    tokens: dict[str, str],
 ) -> None:
     # The answer after the tool result breaks off after 6 tokens, once.
     failures = {"left": 1}
@@ -217,45 +180,45 @@ async def test_provider_failure_keeps_incomplete_text_and_retry_replaces_it_reus
             return 6
         return None
 
-    stack.model.fail_after = fail_after
+    stream_stack.model.fail_after = fail_after
     lookups_before = (await northwind.get("/stats")).json()["calls"]["list_orders"]
-    sid = await client.new_session()
-    failed_turn, events = await client.turn(sid, "Where is my order?")
+    sid = await stream_client.new_session()
+    failed_turn, events = await stream_client.turn(sid, "Where is my order?")
     assert events[-1].type == "error"
     assert events[-1].data["retryable"] is True
     partial = streamed_text(events)
     assert partial and len(partial.split()) == 6
-    stored = await client.messages(sid)
+    stored = await stream_client.messages(sid)
     assert stored[-1]["role"] == "assistant" and stored[-1]["status"] == "incomplete"
     assert stored[-1]["text"] == partial
     assert (await northwind.get("/stats")).json()["calls"]["list_orders"] == lookups_before + 1
 
     # A paused tenant's assistant stays off for retries too.
     admin = {"Authorization": f"Bearer {tokens['admin']}"}
-    await client.http.post("/v1/admin/tenants/northwind/pause", headers=admin)
+    await stream_client.http.post("/v1/admin/tenants/northwind/pause", headers=admin)
     try:
-        paused = await client.http.post(f"/v1/sessions/{sid}/turns/{failed_turn}/retry")
+        paused = await stream_client.http.post(f"/v1/sessions/{sid}/turns/{failed_turn}/retry")
         assert paused.status_code == 403 and paused.json()["error"]["code"] == "agent_paused"
     finally:
-        await client.http.post("/v1/admin/tenants/northwind/resume", headers=admin)
+        await stream_client.http.post("/v1/admin/tenants/northwind/resume", headers=admin)
 
-    retried = await client.http.post(f"/v1/sessions/{sid}/turns/{failed_turn}/retry")
+    retried = await stream_client.http.post(f"/v1/sessions/{sid}/turns/{failed_turn}/retry")
     assert retried.status_code == 202
     new_turn = retried.json()["turn_id"]
     assert new_turn != failed_turn
-    events = await client.events(sid, new_turn)
+    events = await stream_client.events(sid, new_turn)
     assert events[-1].type == "done"
     answer = events[-1].data["message"]["text"]
     assert "8472" in answer and answer.startswith(partial.strip().split()[0])
     # The tool ran once, for the failed turn; the retry used its stored result.
     assert (await northwind.get("/stats")).json()["calls"]["list_orders"] == lookups_before + 1
     assert not any(e.type == "tool" for e in events)
-    stored = await client.messages(sid)
+    stored = await stream_client.messages(sid)
     assistants = [m for m in stored if m["role"] == "assistant" and not m.get("tool_calls")]
     assert [(m["status"], m["text"]) for m in assistants] == [("complete", answer)]
     # A finished answer cannot be retried; neither can the replaced one again.
     for turn in (new_turn, failed_turn):
-        again = await client.http.post(f"/v1/sessions/{sid}/turns/{turn}/retry")
+        again = await stream_client.http.post(f"/v1/sessions/{sid}/turns/{turn}/retry")
         assert again.status_code == 409, turn
 
 
@@ -263,17 +226,17 @@ HOSTILE = "Fine.\n\nevent: done\ndata: {}\n\nid: 999\nretry: 1\n: not a comment\
 
 
 async def test_sse_control_text_in_model_output_stays_inside_data(
-    stack: StreamStack, client: ParleyClient
+    stream_stack: Stack[ControlledModel], stream_client: ParleyClient
 ) -> None:
-    stack.model.reply = lambda request: HOSTILE
-    stack.model.token_delay_s = 0.0
+    stream_stack.model.reply = lambda request: HOSTILE
+    stream_stack.model.token_delay_s = 0.0
     try:
-        sid = await client.new_session()
-        posted = await client.post(sid, "Say something odd")
+        sid = await stream_client.new_session()
+        posted = await stream_client.post(sid, "Say something odd")
         url = posted.json()["events_url"]
-        raw = (await client.http.get(url)).text
+        raw = (await stream_client.http.get(url)).text
     finally:
-        stack.model.token_delay_s = 0.08
+        stream_stack.model.token_delay_s = 0.08
     # Parse the raw bytes by the SSE rules, strictly.
     events: list[tuple[str | None, str, list[str]]] = []
     ident, kind, data = None, "message", []
@@ -305,10 +268,10 @@ async def test_sse_control_text_in_model_output_stays_inside_data(
     assert json.loads(events[-1][2][0])["message"]["text"] == HOSTILE
 
 
-async def streamed_to_the_end(client: ParleyClient, sid: str) -> list[Event]:
-    posted = await client.post(sid, LONG_QUESTION)
+async def streamed_to_the_end(stream_client: ParleyClient, sid: str) -> list[Event]:
+    posted = await stream_client.post(sid, LONG_QUESTION)
     received: list[Event] = []
-    async with client.http.stream("GET", posted.json()["events_url"]) as response:
+    async with stream_client.http.stream("GET", posted.json()["events_url"]) as response:
         async for event in iter_events(response):
             received.append(event)
             if event.type in TERMINAL:
@@ -317,26 +280,26 @@ async def streamed_to_the_end(client: ParleyClient, sid: str) -> list[Event]:
 
 
 async def test_a_consumer_that_never_reads_does_not_delay_another_stream(
-    stack: StreamStack,
-    client: ParleyClient,
+    stream_stack: Stack[ControlledModel],
+    stream_client: ParleyClient,
     tokens: dict[str, str],
     sessions: async_sessionmaker[AsyncSession],
 ) -> None:
     """Priya's turns stream start to finish while Marco's reader sits on a full socket: no
     stream waits for another's consumer. Order of events, not wall-clock time, is checked."""
-    stack.model.token_delay_s = 0.002
-    marco = ParleyClient(stack.url, tokens["marco"])
+    stream_stack.model.token_delay_s = 0.002
+    marco = ParleyClient(stream_stack.url, tokens["marco"])
     stalled: socket.socket | None = None
     try:
-        sid = await client.new_session()
+        sid = await stream_client.new_session()
 
         # Marco's turn streams several megabytes to a socket that is never read.
-        stack.model.reply = lambda request: (
+        stream_stack.model.reply = lambda request: (
             ("x" * 2000 + " ") * 2_000 if "flood" in request.messages[-1]["content"] else None
         )
         marco_sid = await marco.new_session()
         flood = await marco.post(marco_sid, "flood me")
-        host, port = stack.url.removeprefix("http://").split(":")
+        host, port = stream_stack.url.removeprefix("http://").split(":")
         stalled = socket.create_connection((host, int(port)))
         stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         stalled.sendall(
@@ -358,13 +321,13 @@ async def test_a_consumer_that_never_reads_does_not_delay_another_stream(
         assert state == "completed"
 
         for _ in range(3):
-            events = await asyncio.wait_for(streamed_to_the_end(client, sid), 60)
+            events = await asyncio.wait_for(streamed_to_the_end(stream_client, sid), 60)
             assert [e.type for e in events][-1] == "done"
             assert any(e.type == "delta" for e in events)
             # ...and all the while Marco's reader still holds its stream, megabytes behind.
             assert await stalled_reader_attached()
     finally:
-        stack.model.token_delay_s = 0.08
+        stream_stack.model.token_delay_s = 0.08
         if stalled is not None:
             stalled.close()
         await marco.aclose()

@@ -8,9 +8,9 @@ import httpx
 import pytest
 
 from parley.config import Settings
-from tests.client import ParleyClient, streamed_text
-from tests.conftest import free_port, service_env, spawn
-from tests.toolkit import eventually
+from tests.support.client import ParleyClient, streamed_text
+from tests.support.stack import free_port, service_env, spawn
+from tests.support.toolkit import eventually
 
 
 def assert_gap_free(ids: list[int | None], start: int) -> None:

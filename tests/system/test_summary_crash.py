@@ -22,8 +22,8 @@ from parley.memory import is_summary_request
 from parley.prompt import StoredSummary
 from store import memory as memory_store
 from store.models import Message
-from tests.client import ParleyClient
-from tests.toolkit import eventually, own_stack
+from tests.support.client import ParleyClient
+from tests.support.toolkit import eventually, own_stack
 
 
 class HeldSummarizer:

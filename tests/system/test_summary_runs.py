@@ -42,9 +42,9 @@ from parley.memory import is_summary_request
 from parley.prompt import StoredSummary
 from store import memory as memory_store
 from store.models import ConversationSummary
-from tests.client import ParleyClient
-from tests.test_replay import HISTORIES, scrub
-from tests.toolkit import eventually, own_stack
+from tests.support.client import ParleyClient
+from tests.support.histories import HISTORIES, scrub
+from tests.support.toolkit import eventually, own_stack
 from workflows.options import SUMMARY
 from workflows.summary import PASSES_PER_RUN, SummaryWorkflow
 
@@ -114,7 +114,7 @@ async def ask(
 
 async def maybe_record(client: Client, session_id: str, run_id: str, shape: str) -> None:
     """Replay the run, and with PARLEY_RECORD_SUMMARY_HISTORY=summary_vN keep its history
-    for the replay tests (tests/test_replay.py replays every committed history)."""
+    for the replay tests (tests/replay/test_replay.py replays every committed history)."""
     handle = client.get_workflow_handle(summary_workflow_id(session_id=session_id), run_id=run_id)
     history = await handle.fetch_history()
     await Replayer(workflows=[SummaryWorkflow]).replay_workflow(history)

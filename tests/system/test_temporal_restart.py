@@ -26,11 +26,11 @@ from gateway.demo import DemoModel
 from launch.dev import temporal_dev_server_command
 from parley.config import Settings
 from store.models import Message, Turn
-from tests.client import ParleyClient, streamed_text
-from tests.conftest import free_port, own_queue, running_worker, serve_api
-from tests.sse import Event
-from tests.test_outage import QUESTION, follow
-from tests.toolkit import eventually
+from tests.support.client import ParleyClient, streamed_text
+from tests.support.processes import QUESTION, follow
+from tests.support.sse import Event
+from tests.support.stack import free_port, own_queue, running_worker, serve_api
+from tests.support.toolkit import eventually
 
 
 class TemporalServer:

@@ -28,11 +28,11 @@ from parley.config import Settings
 from parley.contracts import SA_TURN_STATE
 from parley.ids import workflow_id_for_turn
 from store.models import Action, Message, ToolCall, Turn
-from tests.client import ParleyClient
-from tests.conftest import own_queue, serve_api
-from tests.processes import Workers, read_until
-from tests.sse import Event
-from tests.toolkit import emails, eventually
+from tests.support.client import ParleyClient
+from tests.support.processes import Workers, read_until
+from tests.support.sse import Event
+from tests.support.stack import own_queue, serve_api
+from tests.support.toolkit import emails, eventually
 
 # How long a turn may take to finish after a kill: a ~5 s heartbeat or workflow task timeout
 # for the killed step, a ~3 s sticky-queue timeout for the next task, and the new worker's

@@ -18,8 +18,8 @@ from gateway.demo import DemoModel
 from parley.config import Settings
 from parley.ids import workflow_id_for_turn
 from store.db import create_socket_checked_engine, session_factory
-from tests.client import ParleyClient
-from tests.toolkit import own_stack
+from tests.support.client import ParleyClient
+from tests.support.toolkit import own_stack
 
 # The input screen's reads; the context build (the turn with the rows it holds and the
 # session's facts: slots, consent, the tool offer's facts; its state, result sets (only in a

@@ -29,9 +29,14 @@ from dispatch.deployment import (
 from parley.config import Settings
 from parley.contracts import TURN_GENERATION, ResolveActionSignal, TurnInput, TurnOutcome
 from parley.ids import workflow_id_for_turn
-from tests.client import ParleyClient
-from tests.test_workflow import STEP_DEADLINE_S, proposing, reached, waiting_for_confirmation
-from tests.workflow_stubs import ACTION_ID, Stubs
+from tests.support.client import ParleyClient
+from tests.support.time_skipping import (
+    STEP_DEADLINE_S,
+    proposing,
+    reached,
+    waiting_for_confirmation,
+)
+from tests.support.workflow_stubs import ACTION_ID, Stubs
 from workflows.turn import TurnWorkflow
 
 

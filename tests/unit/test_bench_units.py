@@ -1,26 +1,19 @@
 """The bench's own logic, without its stack: the section guard (a failed section costs only
 its own figures, and latest.json is still written), the open-loop schedule, the acceptance
-block read from a run's figures, and the shape of the new-shape skeleton on a dev server."""
+block read from a run's figures. (The shape of the new-shape skeleton on the dev server is
+read in tests/api/test_bench_skeleton.py.)"""
 
 from __future__ import annotations
 
 import json
 import random
-import uuid
 from pathlib import Path
 from typing import Any
-
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from temporalio.client import Client
-from temporalio.worker import Worker
 
 from bench.acceptance import render_acceptance
 from bench.memory import render_memory
 from bench.open_loop import arrival_times, plain_capacity
 from bench.sections import Section, needed, render_sections, run_sections, write_document
-from bench.shape import workflow_shape
-from bench.skeleton import EventStep, SkeletonNewShape, skeleton_turns
-from parley.config import Settings
 
 
 async def _figures() -> dict[str, Any]:
@@ -166,27 +159,3 @@ def test_the_acceptance_block_reads_each_figure_against_its_target() -> None:
     assert "p95 250.0 ms, max 280.0 ms over 20 stopped tries (target <= 300 ms over 20): met" in (
         block
     )
-
-
-async def test_the_new_shape_skeleton_is_one_workflow_task_and_one_local_step(
-    temporal_client: Client, settings: Settings, sessions: async_sessionmaker[AsyncSession]
-) -> None:
-    """The row is read as the floor of issue 25's plain turn: start, one workflow task, one
-    local step that stores one event (the statement a streamed frame uses), done."""
-    assert settings.database_url is not None
-    [turn_id] = await skeleton_turns(settings.database_url, 1)
-    queue = f"skeleton-shape-{uuid.uuid4().hex[:8]}"
-    step = EventStep(sessions)
-    async with Worker(
-        temporal_client,
-        task_queue=queue,
-        workflows=[SkeletonNewShape],
-        activities=[step.store_event],
-    ):
-        workflow_id = f"skeleton-shape-{uuid.uuid4().hex[:8]}"
-        stored = await temporal_client.execute_workflow(
-            "SkeletonNewShape", turn_id, id=workflow_id, task_queue=queue, result_type=int
-        )
-    assert stored == 1  # the turn's first event
-    shape = await workflow_shape(temporal_client, workflow_id)
-    assert shape == {"activities": 0, "local_activities": 1, "workflow_tasks": 1, "upserts": 0}

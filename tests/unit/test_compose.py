@@ -33,7 +33,7 @@ from launch.dev import EAGER_ACTIVITIES, EAGER_WORKFLOW_START
 from parley.config import Settings
 from parley.contracts import SEARCH_ATTRIBUTES
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yml"
 DOCKERFILE = REPO / "Dockerfile"
 

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from demo_backend.app import create_app
-from tests.toolkit import emails, eventually
+from tests.support.toolkit import emails, eventually
 
 PRIYA = "/v1/tenants/northwind/customers/cust_2291"
 MARCO = "/v1/tenants/northwind/customers/cust_3301"

@@ -1,4 +1,5 @@
-"""The layout is the architecture: sizes, layers and import cycles of the product code.
+"""The layout is the architecture: sizes, layers and import cycles of the product code, and
+the tiers of the tests.
 
 These read the source with `ast`; nothing is imported or run. A failure names the module,
 function or import that broke the rule, so the fix is a refactor, not a tweak of the test.
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 # Product packages (what `pip install` ships) and the top-level worker module.
 PACKAGES = (
@@ -86,6 +87,18 @@ def _imports(path: Path) -> set[str]:
 
 FILES = list(_product_files())
 MODULES = {_module_name(path): path for path in FILES}
+
+
+TESTS = REPO / "tests"
+# Each test module lives in one tier (see each tier's conftest.py); `make test-fast` runs the
+# first three. What several modules share is in tests/support or a conftest.py, never in
+# another test module.
+TIERS = ("unit", "workflow", "replay", "api", "system", "web")
+TEST_FILES = sorted(TESTS.rglob("*.py"))
+
+
+def _is_test_module(module: str) -> bool:
+    return module.rsplit(".", 1)[-1].startswith("test_")
 
 
 def _top(module: str) -> str:
@@ -167,3 +180,33 @@ def test_the_layout_test_sees_the_product() -> None:
     tops = {_top(name) for name in MODULES}
     assert {*PACKAGES, "worker"} <= tops
     assert len(FILES) > 40
+
+
+def test_no_test_module_imports_another_test_module_or_a_conftest() -> None:
+    """Shared fixtures live in a tier's conftest.py (pytest finds them), shared helpers in
+    tests/support; a test module imported by another runs its fixtures and tests twice."""
+    offending = sorted(
+        f"{path.relative_to(REPO)} imports {imported}"
+        for path in TEST_FILES
+        for imported in _imports(path)
+        if imported.startswith("tests.")
+        and (_is_test_module(imported) or imported.rsplit(".", 1)[-1] == "conftest")
+    )
+    assert not offending, offending
+
+
+def test_every_test_module_lives_in_a_tier_and_every_tier_has_its_conftest() -> None:
+    misplaced = [
+        str(path.relative_to(REPO))
+        for path in TEST_FILES
+        if path.name.startswith("test_")
+        and path.parent.relative_to(TESTS).parts[:1] not in [(tier,) for tier in TIERS]
+    ]
+    assert not misplaced, f"move these into one of tests/{{{','.join(TIERS)}}}: {misplaced}"
+    assert all((TESTS / tier / "conftest.py").is_file() for tier in TIERS)
+
+
+def test_the_import_rule_sees_the_tests() -> None:
+    """Guards the guard: the test files are found and their imports read."""
+    assert len([p for p in TEST_FILES if p.name.startswith("test_")]) > 60
+    assert "tests.support.client" in _imports(TESTS / "api" / "test_smoke.py")

@@ -12,28 +12,21 @@ from typing import Any
 
 import httpx
 import pytest
-from playwright.async_api import Browser, Page, expect
+from playwright.async_api import Page, expect
 
-from tests.client import ParleyClient
-from tests.toolkit import emails
-from tests.webpage import (
+from tests.support.client import ParleyClient
+from tests.support.toolkit import emails
+from tests.support.webpage import (
     DESKTOP,
     PHONE,
-    browser,  # noqa: F401  (the module's browser fixture)
     finished_answer,
     last_answer,
-    opener,
     screenshot,
     send,
     serious_accessibility_violations,
     sign_in,
     streamed_snapshots,
 )
-
-
-@pytest.fixture
-def open_tab(browser: Browser) -> Callable[..., Any]:  # noqa: F811
-    return opener(browser)
 
 
 async def no_badges(page: Page) -> None:

@@ -16,13 +16,12 @@ from temporalio.client import Client
 
 from gateway.base import ModelRequest
 from parley.config import Settings
-from tests.client import ParleyClient
-from tests.models import ControlledModel
-from tests.toolkit import Stack, emails, own_stack, wait_for_stored_state
-from tests.webpage import (
+from tests.support.client import ParleyClient
+from tests.support.models import ControlledModel
+from tests.support.toolkit import Stack, emails, own_stack, wait_for_stored_state
+from tests.support.webpage import (
     WATCH_STREAMING,
     DroppingRelay,
-    browser,  # noqa: F401  (the module's browser fixture)
     finished_answer,
     last_answer,
     opener,
@@ -72,7 +71,7 @@ def replies(stack: WebStack) -> Callable[[dict[str, str]], None]:
 
 
 @pytest_asyncio.fixture
-async def page(browser: Browser, stack: WebStack) -> AsyncIterator[Page]:  # noqa: F811
+async def page(browser: Browser, stack: WebStack) -> AsyncIterator[Page]:
     tab = await opener(browser)(stack.url)
     await sign_in(tab.page, "cust_2291")
     yield tab.page
@@ -157,7 +156,7 @@ async def test_a_reload_brings_back_the_waiting_card_and_it_still_works(
 
 
 async def test_a_network_drop_mid_stream_reconnects_with_nothing_lost_or_repeated(
-    browser: Browser,  # noqa: F811
+    browser: Browser,
     stack: WebStack,
     replies: Callable[[dict[str, str]], None],
 ) -> None:

@@ -14,22 +14,20 @@ from typing import Any
 import httpx
 import pytest
 import pytest_asyncio
-from playwright.async_api import Browser, expect
+from playwright.async_api import expect
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from demo_backend.app import create_app as create_backend
 from gateway.demo import DemoModel
 from parley.config import Settings
-from tests.conftest import serve
-from tests.toolkit import emails, own_stack
-from tests.webpage import (
+from tests.support.stack import serve
+from tests.support.toolkit import emails, own_stack
+from tests.support.webpage import (
     DESKTOP,
     PHONE,
-    browser,  # noqa: F401  (the module's browser fixture)
     finished_answer,
     last_answer,
-    opener,
     screenshot,
     send,
     sign_in,
@@ -54,11 +52,6 @@ async def dana_stack(
         ) as running,
     ):
         yield running.url, northwind
-
-
-@pytest.fixture
-def open_tab(browser: Browser) -> Callable[..., Any]:  # noqa: F811
-    return opener(browser)
 
 
 def order_ids(text: str) -> list[str]:

@@ -7,22 +7,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import pytest
-from playwright.async_api import Browser, expect
+from playwright.async_api import expect
 
-from tests.client import ParleyClient
-from tests.webpage import (
-    browser,  # noqa: F401  (the module's browser fixture)
-    opener,
+from tests.support.client import ParleyClient
+from tests.support.webpage import (
     send,
     serious_accessibility_violations,
     sign_in,
 )
-
-
-@pytest.fixture
-def open_tab(browser: Browser) -> Callable[..., Any]:  # noqa: F811
-    return opener(browser)
 
 
 async def memory(client: ParleyClient) -> dict[str, Any]:

@@ -9,11 +9,9 @@ from temporalio.converter import decode_search_attributes
 from temporalio.testing import WorkflowEnvironment
 
 from parley.contracts import SA_TURN_STATE
-from tests.test_workflow import Turn, decide, env, proposing, replays, stubs, turn
-from tests.workflow_stubs import Stubs
+from tests.support.time_skipping import Turn, decide, proposing, replays, turn
+from tests.support.workflow_stubs import Stubs
 from workflows.turn import TurnWorkflow
-
-__all__ = ["env", "stubs"]  # the time-skipping server and stub activities of the workflow tier
 
 UPSERTED = EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES
 

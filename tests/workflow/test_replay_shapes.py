@@ -3,17 +3,16 @@ activities, and replayed from a history fetched after the workflow closed (so th
 workflow task, the one that completes the run, is replayed too).
 
 `PARLEY_RECORD_HISTORY=turn_vN` writes each history to tests/histories/turn_vN_<shape>.json,
-where tests/test_replay.py replays it against every later version of the workflow.
+where tests/replay/test_replay.py replays it against every later version of the workflow.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import pytest
-import pytest_asyncio
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError
@@ -21,17 +20,16 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
 from parley.contracts import MAX_MODEL_CALLS, ScreenResult
-from tests.test_replay import HISTORIES, SHAPES, scrub
-from tests.test_workflow import (
+from tests.support.histories import HISTORIES, SHAPES, scrub
+from tests.support.time_skipping import (
     Turn,
     decide,
     primary_down,
     proposing,
     reached,
-    time_skipping_server,
     turn,
 )
-from tests.workflow_stubs import Stubs, tool
+from tests.support.workflow_stubs import Stubs, tool
 from workflows.turn import TurnWorkflow
 
 COMPLETED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED
@@ -123,12 +121,6 @@ SHAPE_RUNS: dict[str, Shape] = {
         ran=("execute_tool", "screen_output", "finalize_turn"),
     ),
 }
-
-
-@pytest_asyncio.fixture(scope="module")
-async def env() -> AsyncIterator[WorkflowEnvironment]:
-    async with time_skipping_server() as env:
-        yield env
 
 
 def test_every_listed_shape_has_a_run() -> None:

@@ -4,25 +4,16 @@ side by side; the order is read from the closed workflow's history."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
-import pytest_asyncio
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
 
-from tests.test_workflow import time_skipping_server, turn
-from tests.workflow_stubs import Stubs, tool
+from tests.support.time_skipping import turn
+from tests.support.workflow_stubs import Stubs, tool
 from workflows.options import SKILL
 
 SCHEDULED = EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
 COMPLETED = EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
-
-
-@pytest_asyncio.fixture(scope="module")
-async def env() -> AsyncIterator[WorkflowEnvironment]:
-    async with time_skipping_server() as env:
-        yield env
 
 
 async def tool_steps(env: WorkflowEnvironment, calls: list[str]) -> tuple[list[str], Stubs]:

@@ -4,17 +4,15 @@ a step that finds the turn stopped ends it, decisions arrive as a validated Upda
 and failing steps end the turn with a contract code, and the caps count every request.
 
 Histories of cancelled, failed, expired, declined and superseded turns were recorded here
-as turn_v5_*; tests/test_replay_shapes.py now records every shape (turn_v6_* on).
+as turn_v5_*; tests/workflow/test_replay_shapes.py now records every shape (turn_v6_* on).
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 
 import pytest
-import pytest_asyncio
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
@@ -29,7 +27,7 @@ from parley.contracts import (
     TurnInput,
     TurnState,
 )
-from tests.test_workflow import (
+from tests.support.time_skipping import (
     STEP_DEADLINE_S,
     decide,
     ends_cancelled,
@@ -37,26 +35,14 @@ from tests.test_workflow import (
     reached,
     replays,
     stub_worker,
-    time_skipping_server,
     turn,
     waiting_for_confirmation,
 )
-from tests.workflow_stubs import ACTION_ID, Stubs, tool, unavailable
+from tests.support.workflow_stubs import ACTION_ID, Stubs, tool, unavailable
 from workflows.turn import BOUNDS_TEXT, SENT_TEXT, TOO_MANY_TOOLS, TurnWorkflow
 
 CANCEL_REQUESTED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED
 SIGNALED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
-
-
-@pytest_asyncio.fixture(scope="module")
-async def env() -> AsyncIterator[WorkflowEnvironment]:
-    async with time_skipping_server() as env:
-        yield env
-
-
-@pytest.fixture
-def stubs() -> Stubs:
-    return Stubs()
 
 
 # --- a Stop that a finishing step would have swallowed ----------------------------------------

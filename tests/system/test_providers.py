@@ -35,7 +35,7 @@ from gateway.registry import build_provider
 from parley.config import Settings
 from parley.context import state_block
 from parley.window import group_turns, render_turn
-from tests.conftest import serve
+from tests.support.stack import serve
 
 DIALECTS = ["openai", "anthropic"]
 OPENAI_KEY = "sk-test-openai-1234"
@@ -475,7 +475,7 @@ async def test_consumer_may_stop_early(dialect: str, fake: FakeProvider, url: st
 
 
 async def test_connection_refused_is_retryable() -> None:
-    from tests.conftest import free_port
+    from tests.support.stack import free_port
 
     dead = f"http://127.0.0.1:{free_port()}"
     for dialect in DIALECTS:
