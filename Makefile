@@ -44,9 +44,11 @@ test: install embeddings browser sandbox
 	$(BIN)/pytest -n 2 --dist loadfile
 
 # The tiers that start no database, worker, API or browser: pure code, the workflow alone on
-# the time-skipping server, and replay of the committed histories. Under a minute.
+# the time-skipping server, and replay of the committed histories. Under a minute. Most of
+# its time is the workflow's retry backoffs, waited in real time: three processes, handed
+# tests one by one (a module's time-skipping server is cheap to start twice), overlap them.
 test-fast: install embeddings sandbox
-	$(BIN)/pytest -n 2 --dist loadfile tests/unit tests/workflow tests/replay
+	$(BIN)/pytest -n 3 --dist load tests/unit tests/workflow tests/replay
 
 lint: install
 	$(BIN)/ruff check .
