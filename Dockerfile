@@ -1,6 +1,6 @@
 # One image for every Parley process: `parley api`, `parley worker`, `parley migrate`.
 # docker-compose.yml picks the process with `command:`; the default is the API.
-# tests/test_compose.py checks this file against the code (CMD, copied packages).
+# tests/unit/test_compose.py checks this file against the code (CMD, copied packages).
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \

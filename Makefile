@@ -1,9 +1,10 @@
-# One command runner. `make run` starts everything; `make test` installs and runs every test.
+# One command runner. `make run` starts everything; `make test` installs and runs every test;
+# `make test-fast` runs the tiers that need no database, worker or browser.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test lint fmt bench install browser sandbox clean embeddings
+.PHONY: run test test-fast lint fmt bench install browser sandbox clean embeddings
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +42,13 @@ run: install
 
 test: install embeddings browser sandbox
 	$(BIN)/pytest -n 2 --dist loadfile
+
+# The tiers that start no database, worker, API or browser: pure code, the workflow alone on
+# the time-skipping server, and replay of the committed histories. Under a minute. Most of
+# its time is the workflow's retry backoffs, waited in real time: three processes, handed
+# tests one by one (a module's time-skipping server is cheap to start twice), overlap them.
+test-fast: install embeddings sandbox
+	$(BIN)/pytest -n 3 --dist load tests/unit tests/workflow tests/replay
 
 lint: install
 	$(BIN)/ruff check .

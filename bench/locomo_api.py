@@ -37,7 +37,7 @@ from bench.prompt_figures import Question, context_tokens, footprint, shown_seqs
 from bench.stack import Stack, log, provider_stack
 from parley.tokens import MESSAGE_OVERHEAD
 from store.models import ConversationSummary, Message, ModelCall, Turn
-from tests.client import ParleyClient
+from tests.support.client import ParleyClient
 
 DATA = Path(__file__).resolve().parent / "data" / "locomo50.json"
 CATEGORIES = (1, 2, 3, 4)

@@ -56,7 +56,7 @@ from parley.tenancy import TenantConfig
 from parley.tokens import MESSAGE_OVERHEAD, counter_for
 from store import slots
 from store.models import ChatSession, ConversationSummary, Message, ModelCall, Turn
-from tests.client import ParleyClient
+from tests.support.client import ParleyClient
 from worker import build_northwind
 
 DATA = Path(__file__).resolve().parent / "data" / "locomo3.json"

@@ -27,7 +27,7 @@ from gateway.fake_provider.server import prompt_tokens
 from gateway.fake_provider.wire import request_from_openai
 from parley.ids import summary_workflow_id, workflow_id_for_turn
 from parley.memory import is_summary_request
-from tests.client import ParleyClient
+from tests.support.client import ParleyClient
 
 SETTLE_TIMEOUT_S = 300.0
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 
-from tests.sse import TERMINAL, iter_events
+from tests.support.sse import TERMINAL, iter_events
 
 TURN_TIMEOUT_S = 60.0
 

@@ -23,7 +23,7 @@ import httpx
 from bench.runner import TURN_TIMEOUT_S, percentile
 from bench.stack import log
 from bench.throughput import fmt
-from tests.sse import TERMINAL, iter_events
+from tests.support.sse import TERMINAL, iter_events
 
 # About 500 tokens: 2.5 s of streaming at the default 5 ms per token.
 LOG_TEXT = (

@@ -43,7 +43,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from temporalio.workflow import Info
 
 # Every workflow module: none holds state of its own (see above). A new module under
-# `workflows` goes here too (tests/test_replay.py checks the list is complete).
+# `workflows` goes here too (tests/replay/test_replay.py checks the list is complete).
 PASSED_THROUGH = (
     "workflows.options",
     "workflows.patches",

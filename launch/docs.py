@@ -2,7 +2,7 @@
 
 Each sits in its document between two markers; everything around it is written by hand.
 `python -m launch.docs` rewrites both in place, `python -m launch.docs --check` exits
-non-zero when either is stale, and tests/test_docs.py runs the same check, so a setting or a
+non-zero when either is stale, and tests/unit/test_docs.py runs the same check, so a setting or a
 route cannot be added, renamed or dropped without the documents following.
 
 The settings table is regenerated from `Settings` (variable and default) but keeps the

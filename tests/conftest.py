@@ -1,53 +1,34 @@
 """Session-wide real services: one embedded PostgreSQL, one Temporal dev server, one worker,
-one API server. Tests that need their own worker or API (crash tests) build them from the
-same pieces on a fresh task queue."""
+one API server, each started the first time a test asks for it. Tests that need their own
+worker or API (tests/system) build them from the same pieces (tests/support/stack.py) on a
+fresh task queue. Each tier's own fixtures are in its conftest.py."""
 
 from __future__ import annotations
 
-import asyncio
 import os
-import socket
-import subprocess
-import sys
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
-from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 import pytest_asyncio
-import uvicorn
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from api.main import create_app
 from demo_backend.app import create_app as create_backend
-from dispatch.deployment import build_id, promote_configured
-from gateway.base import ModelProvider
+from dispatch.deployment import build_id
 from gateway.demo import DemoModel
 from launch.dev import EAGER_ACTIVITIES, EAGER_WORKFLOW_START, temporal_cli
 from launch.knowledge import load_library, read_library
 from parley.config import Settings
 from parley.contracts import SEARCH_ATTRIBUTES
-from parley.screens import Screen
 from store.db import create_socket_checked_engine, session_factory
 from store.embedded import EmbeddedPostgres
 from store.identity import create_token, seed_demo
 from store.migrate import upgrade
-from tests.client import ParleyClient
-from worker import build_worker
-
-REPO = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.support.client import ParleyClient
+from tests.support.stack import SHARED_STACK_LIMITS, SteppedClock, running_worker, serve, serve_api
 
 
 @pytest.fixture(scope="session")
@@ -84,36 +65,6 @@ def temporal_address(temporal_env: WorkflowEnvironment) -> str:
 @pytest.fixture(scope="session")
 def temporal_client(temporal_env: WorkflowEnvironment) -> Client:
     return temporal_env.client
-
-
-@asynccontextmanager
-async def serve(app: Any) -> AsyncIterator[str]:
-    """Run an ASGI app under uvicorn on a free loopback port, in this event loop."""
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        if task.done():
-            task.result()
-        await asyncio.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task
-
-
-@asynccontextmanager
-async def api_in_process(settings: Settings, token: str) -> AsyncIterator[tuple[Any, ParleyClient]]:
-    """The API app served in this event loop (so a test can reach the app object too), and
-    a client of it with `token`."""
-    app = create_app(settings)
-    async with serve(app) as url:
-        client = ParleyClient(url, token)
-        try:
-            yield app, client
-        finally:
-            await client.aclose()
 
 
 @pytest_asyncio.fixture(scope="session")
@@ -153,26 +104,6 @@ def settings(database_url: str, temporal_address: str, northwind_url: str) -> Se
     )
 
 
-# Priya drives most of the suite's turns from one token, faster than any person: the shared
-# stack lifts the per-user limits (as the bench does). tests/test_limits.py runs the default
-# machinery with its own, low limits.
-SHARED_STACK_LIMITS: dict[str, Any] = {
-    "max_active_turns_per_user": 50,
-    "user_requests_per_minute": 10_000,
-    "tenant_requests_per_minute": 100_000,
-    "max_sessions_per_user_per_day": 100_000,
-    "user_daily_messages": 0,
-}
-# The same, for tests that post through the store directly as the API would.
-LIFTED_LIMITS = Settings(database_url="postgresql://unused", **SHARED_STACK_LIMITS).limits
-
-
-def own_queue(settings: Settings, prefix: str, **update: Any) -> Settings:
-    """The session's settings on a task queue of its own, so only the worker a test module
-    starts (with its own model, screens or crash behaviour) serves its turns."""
-    return settings.model_copy(update={"task_queue": f"{prefix}-{uuid.uuid4().hex[:8]}", **update})
-
-
 @pytest_asyncio.fixture(scope="session")
 async def sessions(database_url: str) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
     engine = create_socket_checked_engine(database_url)
@@ -183,46 +114,6 @@ async def sessions(database_url: str) -> AsyncIterator[async_sessionmaker[AsyncS
         await db.commit()
     yield factory
     await engine.dispose()
-
-
-class SteppedClock:
-    """`time.monotonic`, plus however far a test moved it forward: a breaker's cooldown
-    passes when the test says so instead of after a sleep."""
-
-    def __init__(self) -> None:
-        self.offset = 0.0
-
-    def __call__(self) -> float:
-        return time.monotonic() + self.offset
-
-    def advance(self, seconds: float) -> None:
-        self.offset += seconds
-
-
-@asynccontextmanager
-async def running_worker(
-    client: Client,
-    settings: Settings,
-    sessions: async_sessionmaker[AsyncSession],
-    provider: ModelProvider,
-    screens: tuple[Screen, Screen] | None = None,
-    fallback: ModelProvider | None = None,
-    breaker_clock: SteppedClock | None = None,
-) -> AsyncIterator[None]:
-    async with httpx.AsyncClient() as http:
-        async with build_worker(
-            client,
-            settings,
-            sessions,
-            http,
-            provider=provider,
-            fallback=fallback,
-            screens=screens,
-            breaker_clock=breaker_clock or time.monotonic,
-        ):
-            # Versioned by default, as `parley worker` is: its version becomes current.
-            await promote_configured(client, settings)
-            yield
 
 
 @pytest.fixture(scope="session")
@@ -244,13 +135,6 @@ async def worker(
         temporal_client, settings, sessions, model, breaker_clock=breaker_clock
     ):
         yield model
-
-
-@asynccontextmanager
-async def serve_api(settings: Settings) -> AsyncIterator[str]:
-    """Run the real API app under uvicorn on a free loopback port, in this event loop."""
-    async with serve(create_app(settings)) as url:
-        yield url
 
 
 @pytest_asyncio.fixture(scope="session")
@@ -286,30 +170,22 @@ async def marco(api_url: str, tokens: dict[str, str]) -> AsyncIterator[ParleyCli
     await client.aclose()
 
 
-def service_env(settings: Settings, **extra: str) -> dict[str, str]:
-    """Environment for a Parley subprocess (worker or API) pointed at the test services."""
-    assert settings.database_url is not None
-    return {
-        **os.environ,
-        "DATABASE_URL": settings.database_url,
-        "TEMPORAL_ADDRESS": settings.temporal_address,
-        "PARLEY_TASK_QUEUE": settings.task_queue,
-        "PARLEY_DEMO_TOKEN_DELAY_MS": str(settings.demo_token_delay_ms),
-        "PARLEY_NORTHWIND_URL": settings.northwind_url,
-        "PARLEY_TOOL_TIMEOUT_S": str(settings.tool_timeout_s),
-        "PARLEY_WORKER_METRICS_PORT": "0",
-        "PARLEY_WORKER_DEPLOYMENT": settings.worker_deployment,
-        "PARLEY_WORKER_BUILD_ID": settings.worker_build_id,
-        "PARLEY_MAX_ACTIVE_TURNS_PER_USER": str(settings.max_active_turns_per_user),
-        "PARLEY_USER_REQUESTS_PER_MINUTE": str(settings.user_requests_per_minute),
-        "PARLEY_TENANT_REQUESTS_PER_MINUTE": str(settings.tenant_requests_per_minute),
-        "PARLEY_MAX_SESSIONS_PER_USER_PER_DAY": str(settings.max_sessions_per_user_per_day),
-        "PARLEY_USER_DAILY_MESSAGES": str(settings.user_daily_messages),
-        **extra,
-    }
+# `make test-fast` runs these tiers; none of them may wait for the database (and so for the
+# session's worker or API). The workflow tier may use the dev server where the time-skipping
+# server cannot stand in (tests/workflow/test_workflow_lifecycle.py).
+FAST_TIERS = ("unit", "workflow", "replay")
 
 
-def spawn(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, *args], env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=None
-    )
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    slow = [
+        item.nodeid
+        for item in items
+        if item.nodeid.split("/")[1:2]
+        and item.nodeid.split("/")[1] in FAST_TIERS
+        and "database_url" in getattr(item, "fixturenames", ())
+    ]
+    if slow:
+        raise pytest.UsageError(
+            f"tests in the fast tiers {FAST_TIERS} need the session's database; move them to "
+            f"tests/api or tests/system: {slow}"
+        )

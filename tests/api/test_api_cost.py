@@ -1,0 +1,52 @@
+"""What a turn costs the API in statements to PostgreSQL: one POST and one event stream
+followed to `done`. Each statement is a round trip and a few hundred microseconds of the
+API's CPU (the bench reports that CPU per turn); this keeps the count from creeping back."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import event, text
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from gateway.demo import DemoModel
+from parley.config import Settings
+from tests.support.stack import api_in_process
+from tests.support.toolkit import eventually
+
+# POST: the token, the session's lock, the earlier post and the session's turns with the
+# user's lock, the running turns with the tenant, the counters (in a savepoint: two more), the
+# message with its turn and `received` event, the start mark. Stream: the token, the turn
+# with the user's stream lock, the lease, the first read with the viewer, the lease's end.
+STATEMENTS_PER_TURN = 14
+
+
+async def test_a_turn_costs_the_api_a_fixed_number_of_statements(
+    settings: Settings,
+    worker: DemoModel,
+    tokens: dict[str, str],
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    async with api_in_process(settings, tokens["marco"]) as (app, client):
+        session_id = await client.new_session()
+        sent: list[str] = []
+
+        def count(*args: Any) -> None:
+            sent.append(str(args[2]).split("\n")[0][:80])
+
+        for engine in app.state.engines:
+            event.listen(engine.sync_engine, "before_cursor_execute", count)
+        turn_id, events = await client.turn(session_id, "Tell me about yourself, please.")
+        assert events[-1].type == "done"
+
+        async def let_go() -> bool:  # the stream's end drops its lease and its viewer
+            async with sessions() as db:
+                viewers = await db.scalar(
+                    text("SELECT viewers FROM turns WHERE id = :id"), {"id": turn_id}
+                )
+            return viewers == 0
+
+        await eventually(let_go, timeout=30, what="the stream lets its turn go")
+        for engine in app.state.engines:
+            event.remove(engine.sync_engine, "before_cursor_execute", count)
+    assert len(sent) <= STATEMENTS_PER_TURN, "\n".join(sent)

@@ -1,0 +1,266 @@
+"""Ownership matrix: every route the OpenAPI document lists, called on Priya's own
+resources by everyone who must not reach them, answers exactly as if they did not exist
+(or 401 for a dead token), and nothing in the database changes.
+
+Routes are read from `/openapi.json`, so a route added later joins the matrix by itself;
+a route that documents no 401 must be on the short list of public ones.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import text, update
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from parley.consented import Remembered
+from store import user_memory
+from store.identity import create_token, revoke_token
+from store.models import ApiToken, User
+from tests.support.client import ParleyClient
+from tests.support.toolkit import propose
+
+PUBLIC = {
+    ("get", "/healthz"),
+    ("get", "/readyz"),
+    ("get", "/metrics"),
+    # The page's own settings (demo users in dev, the Temporal UI link): no user data.
+    ("get", "/web/config"),
+    # Mints a token for a seeded demo customer in dev only; 404 everywhere else.
+    ("post", "/dev/sign-in/{tenant_id}/{user_id}"),
+}
+MISSING = {
+    "session_id": "ses_missing",
+    "turn_id": "trn_missing",
+    "action_id": "act_missing",
+    "tenant_id": "tenant_missing",
+    "key": "key_missing",
+    "file_id": "file_missing",
+    "message_id": "msg_missing",
+}
+# Rows that any of the matrix's requests could touch, read as JSON text in a stable order.
+SNAPSHOT = {
+    "sessions": "SELECT * FROM sessions WHERE id = :sid",
+    "messages": "SELECT * FROM messages WHERE session_id = :sid ORDER BY seq",
+    "turns": "SELECT * FROM turns WHERE session_id = :sid ORDER BY id",
+    "turn_events": "SELECT e.* FROM turn_events e JOIN turns t ON t.id = e.turn_id "
+    "WHERE t.session_id = :sid ORDER BY e.turn_id, e.id",
+    "actions": "SELECT * FROM actions WHERE session_id = :sid ORDER BY id",
+    "slots": "SELECT * FROM slots WHERE session_id = :sid ORDER BY name",
+    "tenants": "SELECT * FROM tenants ORDER BY id",
+    # Priya's and the tenants' counters (the others' own new sessions count for them).
+    "usage_counters": "SELECT * FROM usage_counters WHERE subject IN "
+    "('northwind/cust_2291', 'northwind', 'southwind') ORDER BY scope, subject, window_start",
+    "stream_leases": "SELECT * FROM stream_leases ORDER BY id",
+    # Priya's durable memory: the others' own consent and items are theirs to change.
+    "memory_consents": "SELECT * FROM memory_consents WHERE user_id = 'cust_2291'",
+    "user_memory": "SELECT * FROM user_memory WHERE user_id = 'cust_2291' ORDER BY key",
+    # Priya's uploads and ratings: nobody else may add to or change them.
+    "files": "SELECT id, name, bytes, text FROM files WHERE session_id = :sid ORDER BY id",
+    "feedback": "SELECT * FROM feedback WHERE session_id = :sid ORDER BY message_id",
+}
+
+
+async def snapshot(sessions: async_sessionmaker[AsyncSession], sid: str) -> dict[str, Any]:
+    rows: dict[str, Any] = {}
+    async with sessions() as db:
+        for table, query in SNAPSHOT.items():
+            result = await db.execute(text(query), {"sid": sid} if ":sid" in query else {})
+            rows[table] = [json.dumps(dict(r._mapping), default=str) for r in result]
+    return rows
+
+
+def body_for(method: str, path: str) -> dict[str, Any] | None:
+    if path.endswith("/messages") and method == "post":
+        return {"client_message_id": uuid.uuid4().hex, "text": "Show me their orders"}
+    if path.endswith("/config") and method == "put":
+        return {"persona": "Answer in pirate speak."}
+    if path == "/v1/memory/consent":
+        return {"consent": False}
+    if path.endswith("/feedback") and method == "post":
+        return {"rating": "down", "comment": "not mine to rate"}
+    return None
+
+
+def upload_for(method: str, path: str) -> dict[str, Any] | None:
+    """A multipart upload for the files route (its body is a form, not JSON)."""
+    if path.endswith("/files") and method == "post":
+        return {"file": ("intruder.txt", b"a file from someone else", "text/plain")}
+    return None
+
+
+async def call(
+    http: httpx.AsyncClient, token: str, method: str, template: str, params: dict[str, str]
+) -> httpx.Response:
+    return await http.request(
+        method.upper(),
+        template.format(**params),
+        json=body_for(method, template),
+        files=upload_for(method, template),
+        headers={"Authorization": f"Bearer {token}"},
+    )
+
+
+async def dead_tokens(sessions: async_sessionmaker[AsyncSession], user: str) -> dict[str, str]:
+    """Two tokens of the owner that worked once: one revoked, one past its expiry."""
+    async with sessions() as db:
+        revoked = await create_token(db, tenant_id="northwind", user_id=user)
+        expired = await create_token(
+            db, tenant_id="northwind", user_id=user, ttl=timedelta(hours=1)
+        )
+        await db.commit()
+    async with sessions() as db:
+        assert await revoke_token(db, token=revoked)
+        # An hour passes for this token: its expiry moves into the past.
+        await db.execute(
+            update(ApiToken)
+            .where(ApiToken.expires_at.is_not(None), ApiToken.user_id == user)
+            .values(expires_at=ApiToken.expires_at - timedelta(hours=2))
+        )
+        await db.commit()
+    return {"revoked token": revoked, "expired token": expired}
+
+
+@pytest.fixture
+async def southwind_admin(sessions: async_sessionmaker[AsyncSession]) -> str:
+    """An admin of another tenant (the demo seeds none)."""
+    async with sessions() as db:
+        await db.execute(
+            insert(User)
+            .values(
+                tenant_id="southwind",
+                id="ops_south",
+                display_name="Southwind operator",
+                roles=["admin"],
+            )
+            .on_conflict_do_nothing()
+        )
+        token = await create_token(db, tenant_id="southwind", user_id="ops_south")
+        await db.commit()
+    return token
+
+
+@pytest.fixture
+async def priya_remembers(
+    priya: ParleyClient, sessions: async_sessionmaker[AsyncSession]
+) -> AsyncIterator[str]:
+    """Priya consents to durable memory and has one item (its key); both gone afterwards."""
+    assert (await priya.http.put("/v1/memory/consent", json={"consent": True})).is_success
+    async with sessions() as db:
+        written = await user_memory.remember(
+            db,
+            tenant_id="northwind",
+            user_id="cust_2291",
+            remembered=[Remembered("contact_channel", "email", "message:seeded")],
+            ttl_days=30,
+        )
+        await db.commit()
+    assert written == ["contact_channel"]
+    yield "contact_channel"
+    await priya.http.put("/v1/memory/consent", json={"consent": False})
+
+
+async def test_every_route_refuses_everyone_but_the_owner_and_changes_nothing(
+    api_url: str,
+    priya: ParleyClient,
+    priya_remembers: str,
+    tokens: dict[str, str],
+    southwind_admin: str,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    sid = await priya.new_session()
+    turn_id, _, action = await propose(priya, sid)  # rests awaiting confirmation
+    upload = await priya.http.post(
+        f"/v1/sessions/{sid}/files", files={"file": ("mine.txt", b"Priya's notes", "text/plain")}
+    )
+    assert upload.status_code == 201, upload.text
+    answer = next(m for m in await priya.messages(sid) if m["role"] == "assistant")
+    owned = {
+        "session_id": sid,
+        "turn_id": turn_id,
+        "action_id": action["id"],
+        "tenant_id": "northwind",
+        "key": priya_remembers,
+        "file_id": upload.json()["file_id"],
+        "message_id": answer["id"],
+    }
+    intruders = {
+        "same tenant": {"session": tokens["marco"], "admin": tokens["marco"]},
+        "other tenant": {"session": tokens["ines"], "admin": southwind_admin},
+    }
+    for name, token in (await dead_tokens(sessions, "cust_2291")).items():
+        intruders[name] = {"session": token, "admin": token}
+    for name, token in (await dead_tokens(sessions, "ops_admin")).items():
+        intruders[name]["admin"] = token
+
+    async with httpx.AsyncClient(base_url=api_url, timeout=30) as http:
+        spec = (await http.get("/openapi.json")).json()
+        routes = [
+            (method, path)
+            for path, operations in spec["paths"].items()
+            for method, operation in operations.items()
+            if (method, path) not in PUBLIC
+        ]
+        for method, path in routes:
+            assert "401" in spec["paths"][path][method]["responses"], (
+                f"{method} {path} documents no 401: is it meant to be public?"
+            )
+        before = await snapshot(sessions, sid)
+        checked = 0
+        for who, by_kind in intruders.items():
+            for method, path in routes:
+                token = by_kind["admin" if path.startswith("/v1/admin/") else "session"]
+                theirs = await call(http, token, method, path, owned)
+                where = f"{who}: {method.upper()} {path}"
+                checked += 1
+                if "{" not in path and not who.endswith("token"):
+                    # The caller's own collection (list, create): never Priya's session.
+                    assert theirs.status_code < 300 and sid not in theirs.text, where
+                    continue
+                missing = await call(http, token, method, path, MISSING)
+                allowed = {401} if who.endswith("token") else {404}
+                if path.startswith("/v1/admin/") and who == "same tenant":
+                    allowed = {403}  # a customer is no admin, whichever tenant is named
+                assert theirs.status_code in allowed, (where, theirs.status_code, theirs.text)
+                assert theirs.status_code == missing.status_code, where
+                assert theirs.json() == missing.json(), where
+        after = await snapshot(sessions, sid)
+        assert after == before, [t for t in before if before[t] != after[t]]
+        # The owner still reaches everything that was refused to the others (GETs only,
+        # to leave the state as it is).
+        admin = tokens["admin"]
+        for method, path in routes:
+            if method == "get":
+                token = admin if path.startswith("/v1/admin/") else tokens["priya"]
+                if path.endswith("/events"):
+                    continue  # a resting turn's stream is read by `propose` already
+                response = await call(http, token, method, path, owned)
+                assert response.status_code == 200, (path, response.text)
+    print(f"\nownership matrix: {len(routes)} routes x {len(intruders)} callers = {checked} cases")
+    assert checked == len(routes) * len(intruders)
+
+
+async def test_revocation_takes_effect_on_the_next_request(
+    api_url: str, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    async with sessions() as db:
+        token = await create_token(db, tenant_id="northwind", user_id="cust_3301")
+        await db.commit()
+    client = ParleyClient(api_url, token)
+    try:
+        sid = await client.new_session()
+        async with sessions() as db:
+            assert await revoke_token(db, token=token)
+            await db.commit()
+        refused = await client.http.get(f"/v1/sessions/{sid}")
+        assert refused.status_code == 401
+        assert refused.json()["error"]["code"] == "unauthenticated"
+    finally:
+        await client.aclose()

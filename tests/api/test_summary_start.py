@@ -1,0 +1,101 @@
+"""A turn starts the rolling summary only when the summary has work: enough of the conversation
+has left the recent window. The turn's check reads the messages' stored token counts instead
+of the messages; it must decide exactly as the summary run does, whatever the conversation
+holds (tool calls, a retracted answer, a message stored without its count)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from sqlalchemy import update
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.testing import ActivityEnvironment
+
+from activities.memory import MemoryActivities
+from gateway.demo import DemoModel
+from gateway.registry import ProviderPool
+from parley.config import Settings
+from parley.contracts import SummarizeInput
+from store.models import ChatSession, Message
+from tests.support.client import ParleyClient
+
+
+class RecordedStarts:
+    """A Temporal client that records the workflows it is asked to start."""
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+
+    async def start_workflow(self, _workflow: str, _arg: Any, *, id: str, **_: Any) -> None:
+        self.started.append(id)
+
+
+def exchange(n: int) -> list[dict[str, Any]]:
+    """One turn of the conversation; every third looks something up, every fifth answer was
+    withdrawn by the output screen."""
+    rows: list[dict[str, Any]] = [{"role": "user", "text": f"Question {n} about order 84{n}."}]
+    if n % 3 == 0:
+        call = {"id": f"call_{n}", "name": "get_order", "arguments": {"order_id": f"84{n}"}}
+        rows += [
+            {"role": "assistant", "text": "", "tool_calls": [call]},
+            {"role": "tool", "text": '{"status": "shipped"}', "tool_call_id": f"call_{n}"},
+        ]
+    status = "retracted" if n % 5 == 0 else "complete"
+    text = f"Answer {n}: order 84{n} left the warehouse and should arrive within a few days."
+    return [*rows, {"role": "assistant", "text": text, "status": status}]
+
+
+async def seed(
+    sessions: async_sessionmaker[AsyncSession], session_id: str, rows: list[dict[str, Any]]
+) -> None:
+    async with sessions() as db:
+        for seq, row in enumerate(rows, start=1):
+            fields = {"status": "complete", **row}
+            db.add(
+                Message(id=f"msg_{uuid.uuid4().hex[:20]}", session_id=session_id, seq=seq, **fields)
+            )
+        await db.execute(
+            update(ChatSession).where(ChatSession.id == session_id).values(last_seq=len(rows))
+        )
+        await db.commit()
+
+
+async def starts_summary(memory: MemoryActivities, client: RecordedStarts, session_id: str) -> bool:
+    before = len(client.started)
+    await ActivityEnvironment().run(memory.start_summary, SummarizeInput(session_id, "trn_seed"))
+    return len(client.started) > before
+
+
+async def test_the_summary_starts_exactly_when_its_run_has_something_to_fold(
+    settings: Settings, sessions: async_sessionmaker[AsyncSession], priya: ParleyClient
+) -> None:
+    small = settings.model_copy(update={"context_conversation_tokens": 400})
+    client = RecordedStarts()
+    memory = MemoryActivities(
+        sessions=sessions,
+        providers=ProviderPool(small, primary=DemoModel(token_delay_s=0)),
+        settings=small,
+        client=client,  # type: ignore[arg-type]
+    )
+    decisions = []
+    for turns in range(1, 13):
+        session_id = await priya.new_session()
+        rows = [row for n in range(1, turns + 1) for row in exchange(n)]
+        await seed(sessions, session_id, rows)
+        if turns == 11:  # a message stored before messages carried their token count
+            async with sessions() as db:
+                await db.execute(
+                    update(Message)
+                    .where(Message.session_id == session_id, Message.seq == 2)
+                    .values(token_count=None)
+                    .execution_options(synchronize_session=False)
+                )
+                await db.commit()
+        started = await starts_summary(memory, client, session_id)
+        result = await memory.summarize(SummarizeInput(session_id, "trn_seed"))
+        assert started == result.summarized, f"{turns} turns"
+        decisions.append(started)
+        if started:  # folded now: the next turn has nothing new to fold
+            assert not await starts_summary(memory, client, session_id)
+    assert decisions[0] is False and decisions[-1] is True

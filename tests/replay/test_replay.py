@@ -1,0 +1,79 @@
+"""Replay tests: the current workflow code must replay histories recorded by earlier code.
+
+Every file in tests/histories/ is the history of a real turn (or of a session's summary run,
+`summary_v*`, recorded by tests/system/test_summary_runs.py). A change to the workflow that
+would break a turn already running in production fails here; such a change needs
+`workflow.patched()` (or a new workflow type), not an edit to the recording.
+
+To record the current code's histories next to the old ones:
+    PARLEY_RECORD_HISTORY=turn_vN .venv/bin/pytest tests/workflow/test_replay_shapes.py
+then commit tests/histories/turn_vN_*.json: one history of every shape in SHAPES, each
+fetched after the workflow closed (tests/workflow/test_replay_shapes.py). The previous generation's
+recordings stay beside the current ones: they guard the path its turns still take
+(workflows/patches.py); older ones go once no turn started on them can still be running.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowHistory
+from temporalio.worker import Replayer
+from temporalio.workflow import NondeterminismError
+
+from tests.support.histories import HISTORIES, SHAPES, current
+from tests.support.workflow_variants import ExtraStep, ScreenAfterContext
+from workflows.specialist import SpecialistWorkflow
+from workflows.summary import SummaryWorkflow
+from workflows.turn import TurnWorkflow
+
+WORKFLOW_TASK = {
+    EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED,
+    EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED,
+}
+CLOSED = {
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED,
+}
+
+
+@pytest.mark.parametrize("path", sorted(HISTORIES.glob("*.json")), ids=lambda p: p.stem)
+async def test_committed_history_replays(path: Path) -> None:
+    history = WorkflowHistory.from_json("recorded-turn", path.read_text())
+    # A delegated turn's specialist (specialist_v*_returns) replays beside the turns, and so
+    # do the summary runs.
+    await Replayer(workflows=[TurnWorkflow, SpecialistWorkflow, SummaryWorkflow]).replay_workflow(
+        history
+    )
+
+
+def test_there_is_at_least_one_committed_history() -> None:
+    assert list(HISTORIES.glob("*.json")), "record one with PARLEY_RECORD_HISTORY"
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_the_current_recording_has_every_shape_each_to_its_close(shape: str) -> None:
+    history = current(shape)
+    assert history.events[-1].event_type in CLOSED
+    # The task that closed the run is in it: the last workflow task completed (a history
+    # fetched too early ends on a task started and never finished).
+    tasks = [e.event_type for e in history.events if e.event_type in WORKFLOW_TASK]
+    assert tasks[-1] == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+async def test_an_extra_activity_fails_replay_of_every_shape(shape: str) -> None:
+    with pytest.raises(NondeterminismError):
+        await Replayer(workflows=[ExtraStep]).replay_workflow(current(shape))
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.filterwarnings("ignore:coroutine .*when_awaited. was never awaited:RuntimeWarning")
+async def test_two_reordered_local_steps_fail_replay_of_every_shape(shape: str) -> None:
+    # Local steps' recorded results are matched to the steps by order: swapped, the first
+    # step is handed the other's result and its decoding fails the task.
+    with pytest.raises((NondeterminismError, RuntimeError)):
+        await Replayer(workflows=[ScreenAfterContext]).replay_workflow(current(shape))

@@ -1,0 +1,57 @@
+"""The system tier: Parley as a whole system. Each module builds what it tests on: a worker and
+API of its own on a fresh task queue (own model, screens, limits or crash behaviour), a fake
+model provider over real HTTP, real processes it starts, kills and restarts, or services it
+takes away (the database, Temporal). The session's database and dev server
+(tests/conftest.py) are shared with the other tiers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest_asyncio
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.client import Client
+
+from parley.config import Settings
+from tests.support.client import ParleyClient
+from tests.support.models import ControlledModel
+from tests.support.toolkit import Stack, own_stack
+
+# The stream tests' stack (tests/system/test_stream_control.py, test_review_regressions.py).
+StreamStack = Stack[ControlledModel]
+
+# Well past anything the flood test can take: within it, a stalled reader is never dropped
+# (which would leave the flooding turn unwatched, and cancelled after the grace).
+SEND_TIMEOUT_S = 120.0
+
+
+@pytest_asyncio.fixture(scope="module")
+async def stream_stack(
+    settings: Settings,
+    temporal_client: Client,
+    sessions: async_sessionmaker[AsyncSession],
+) -> AsyncIterator[StreamStack]:
+    """Its own task queue, a model the tests steer, and a short reconnect grace."""
+    model = ControlledModel(token_delay_s=0.08)
+    async with own_stack(
+        temporal_client,
+        settings,
+        sessions,
+        model,
+        prefix="streams",
+        stream_grace_s=1.5,
+        stream_send_timeout_s=SEND_TIMEOUT_S,
+    ) as stack:
+        yield stack
+
+
+@pytest_asyncio.fixture
+async def stream_client(
+    stream_stack: StreamStack, tokens: dict[str, str]
+) -> AsyncIterator[ParleyClient]:
+    stream_stack.model.reply = lambda request: None
+    stream_stack.model.fail_after = lambda request: None
+    c = ParleyClient(stream_stack.url, tokens["priya"])
+    yield c
+    await c.aclose()

@@ -1,0 +1,235 @@
+"""A context build costs what the conversation needs: while the recent window holds the whole
+conversation, recall neither searches nor embeds the question (and the prompt still shows
+every message); once it does not, recall by words and by meaning still finds an old fact.
+
+Through the whole stack (API, Temporal, a worker with the local MiniLM embedder, PostgreSQL),
+read where an operator reads it: the stored request, the build's span, the worker's
+`parley_context_recall_total` counter, and the statements the worker sent."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from prometheus_client import REGISTRY
+from sqlalchemy import event, select, update
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.client import Client
+
+from activities.memory import MemoryActivities
+from gateway.demo import DemoModel
+from gateway.minilm import EmbeddingsUnavailable, MiniLMEmbedder
+from gateway.registry import ProviderPool
+from parley.config import Settings
+from store.db import create_socket_checked_engine, session_factory
+from store.models import ChatSession, ConversationSummary, Message, TraceSpan
+from tests.support.client import ParleyClient
+from tests.support.toolkit import Stack, model_calls, own_stack
+
+FACT = "My gym locker code is 4417, please keep it in mind."
+QUESTION = "What is my gym locker code?"
+# What the worker sends when recall runs: the full-text search (store/memory.py) and the
+# nearest messages by meaning (store/embeddings.py).
+RECALL_SEARCH = "WITH q AS ("
+NEAREST = "SELECT e.seq FROM message_embeddings"
+
+
+@pytest.fixture(scope="module")
+def minilm() -> MiniLMEmbedder:
+    try:
+        return MiniLMEmbedder()
+    except EmbeddingsUnavailable as exc:
+        pytest.skip(f"the optional embeddings extra is not installed ({exc})")
+
+
+@pytest_asyncio.fixture
+async def counted(
+    database_url: str,
+) -> AsyncIterator[tuple[async_sessionmaker[AsyncSession], list[str]]]:
+    """An engine for the worker, every statement it sends recorded."""
+    engine = create_socket_checked_engine(database_url)
+    sent: list[str] = []
+
+    def count(*args: Any) -> None:
+        sent.append(str(args[2]).strip())
+
+    event.listen(engine.sync_engine, "before_cursor_execute", count)
+    yield session_factory(engine), sent
+    await engine.dispose()
+
+
+def recall_stack(
+    temporal_client: Client,
+    settings: Settings,
+    worker_sessions: async_sessionmaker[AsyncSession],
+    prefix: str,
+) -> AbstractAsyncContextManager[Stack[DemoModel]]:
+    """A stack whose worker recalls by words and meaning (MiniLM), with a conversation
+    budget of 600 tokens of which recall holds 200."""
+    return own_stack(
+        temporal_client,
+        settings,
+        worker_sessions,
+        DemoModel(token_delay_s=0),
+        prefix=prefix,
+        embeddings="local-minilm",
+        context_conversation_tokens=600,
+        context_recall_tokens=200,
+    )
+
+
+async def seed(
+    sessions: async_sessionmaker[AsyncSession], session_id: str, texts: list[str], *, summary: int
+) -> None:
+    """A transcript as earlier turns would have stored it (seq 1..n, user then assistant),
+    and a rolling summary of it through seq `summary` that kept nothing of the fact."""
+    async with sessions() as db:
+        db.add(
+            ConversationSummary(
+                session_id=session_id,
+                through_seq=summary,
+                lines=[{"seq": 3, "text": "The user asked about trail runner sizes.", "refs": {}}],
+                token_count=12,
+                provider="demo",
+                model="demo-1",
+            )
+        )
+        for seq, body in enumerate(texts, start=1):
+            db.add(
+                Message(
+                    id=f"msg_{uuid.uuid4().hex[:20]}",
+                    session_id=session_id,
+                    seq=seq,
+                    role="user" if seq % 2 else "assistant",
+                    status="complete",
+                    text=body,
+                )
+            )
+        await db.execute(
+            update(ChatSession).where(ChatSession.id == session_id).values(last_seq=len(texts))
+        )
+        await db.commit()
+
+
+def exchanges(n: int) -> list[str]:
+    """`n` exchanges of small talk after the fact, about 45 tokens each."""
+    texts = [FACT, "Noted, I will remember that."]
+    for i in range(n):
+        texts += [
+            f"Question {i}: do you have the trail runner shoes in size {i + 5}?",
+            f"Answer {i}: yes, the trail runners come in size {i + 5}, in blue and grey.",
+        ]
+    return texts
+
+
+def recalls(method: str) -> float:
+    return REGISTRY.get_sample_value("parley_context_recall_total", {"method": method}) or 0.0
+
+
+async def build_span(sessions: async_sessionmaker[AsyncSession], turn_id: str) -> dict[str, Any]:
+    """The attributes of the turn's `build_context` span (written a moment after the step)."""
+    for _ in range(100):
+        async with sessions() as db:
+            attrs = await db.scalar(
+                select(TraceSpan.attrs).where(
+                    TraceSpan.turn_id == turn_id, TraceSpan.name == "build_context"
+                )
+            )
+        if attrs is not None:
+            return dict(attrs)
+        await asyncio.sleep(0.05)
+    raise AssertionError("no build_context span")
+
+
+def prompt_text(request: dict[str, Any]) -> str:
+    return "\n".join(str(m.get("content")) for m in request["messages"])
+
+
+async def test_a_conversation_the_window_holds_whole_is_not_searched_nor_embedded(
+    settings: Settings,
+    temporal_client: Client,
+    sessions: async_sessionmaker[AsyncSession],
+    tokens: dict[str, str],
+    counted: tuple[async_sessionmaker[AsyncSession], list[str]],
+    minilm: MiniLMEmbedder,
+) -> None:
+    worker_sessions, sent = counted
+    history = exchanges(9)
+    async with recall_stack(temporal_client, settings, worker_sessions, "fits") as running:
+        client = ParleyClient(running.url, tokens["priya"])
+        try:
+            sid = await client.new_session()
+            await seed(sessions, sid, history, summary=4)
+            skipped, searched = recalls("skipped"), recalls("fts") + recalls("hybrid")
+            sent.clear()
+            turn_id, events = await client.turn(sid, QUESTION)
+            during_turn = list(sent)
+        finally:
+            await client.aclose()
+    assert events[-1].type == "done"
+    # No recall search and no embedding of the question: not in what the worker sent, ...
+    assert not [s for s in during_turn if s.startswith(RECALL_SEARCH) or s.startswith(NEAREST)]
+    # ... as the counter, the build's span and the stored request say.
+    assert recalls("skipped") == skipped + 1
+    assert recalls("fts") + recalls("hybrid") == searched
+    assert (await build_span(sessions, turn_id))["recall"] == "skipped"
+    [call] = await model_calls(sessions, turn_id)
+    budget = call.request["budget"]
+    assert budget["recall"] == "skipped" and budget["recalled_seqs"] == []
+    # The whole conversation fits the conversation budget (600 tokens, the summary's share
+    # taken), but not what is left of it once recall's share (200) is held back: where the
+    # build used to search anyway (the summary's end kept its first window off seq 1).
+    assert 600 - 200 - budget["blocks"]["summary"] < budget["blocks"]["history"] <= 600
+    # The model still sees every message, the fact among them, verbatim in the window.
+    assert budget["window_from_seq"] == 1
+    shown = prompt_text(call.request)
+    assert all(text in shown for text in history)
+
+
+async def test_a_conversation_too_long_for_the_window_still_recalls_the_old_fact(
+    settings: Settings,
+    temporal_client: Client,
+    sessions: async_sessionmaker[AsyncSession],
+    tokens: dict[str, str],
+    counted: tuple[async_sessionmaker[AsyncSession], list[str]],
+    minilm: MiniLMEmbedder,
+) -> None:
+    worker_sessions, sent = counted
+    history = exchanges(30)  # about 1,300 tokens
+    async with recall_stack(temporal_client, settings, worker_sessions, "long") as running:
+        client = ParleyClient(running.url, tokens["priya"])
+        try:
+            sid = await client.new_session()
+            await seed(sessions, sid, history, summary=50)
+            # The summary run indexes the messages for recall by meaning (off the turn's path).
+            memory = MemoryActivities(
+                sessions=sessions,
+                providers=ProviderPool(settings, primary=DemoModel(token_delay_s=0)),
+                settings=settings,
+                embedder=minilm,
+            )
+            assert await memory.embed_messages(sid) == len(history)
+            hybrid = recalls("hybrid")
+            sent.clear()
+            turn_id, events = await client.turn(sid, QUESTION)
+            during_turn = list(sent)
+        finally:
+            await client.aclose()
+    assert events[-1].type == "done"
+    assert any(s.startswith(RECALL_SEARCH) for s in during_turn)
+    assert any(s.startswith(NEAREST) for s in during_turn)  # the question was embedded
+    assert recalls("hybrid") == hybrid + 1
+    assert (await build_span(sessions, turn_id))["recall"] == "hybrid"
+    [call] = await model_calls(sessions, turn_id)
+    budget = call.request["budget"]
+    assert budget["recall"] == "hybrid"
+    assert budget["window_from_seq"] > 2  # the fact left the window long ago ...
+    assert 1 in budget["recalled_seqs"]  # ... and recall brings it back
+    # Nothing else could have: the summary covers seq 1 without it, and nothing was folded.
+    assert budget["summary_through_seq"] == 50 and budget["folded"] is None
+    assert "1 user: My gym locker code is 4417" in prompt_text(call.request)

@@ -1,0 +1,275 @@
+"""Database outages: the module's own embedded PostgreSQL is stopped mid-turn and started
+again on the same data folder and socket, under a worker and an API of the module's own.
+
+- A short outage while the answer streams: the turn completes once, one assistant message is
+  stored, and the stream (reconnecting with `Last-Event-ID` while the API cannot read the log)
+  shows the whole answer, nothing repeated or missing.
+- A long outage (the database stays away until the model call has spent all its retries, about
+  70 s): the turn fails with a contract error code, and once the database is back the session
+  takes the next message.
+
+The session-wide PostgreSQL is shared by every test, so it is never the one stopped here; the
+Temporal dev server and the Northwind backend are the session's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from sqlalchemy import select
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.client import Client
+from temporalio.testing import ActivityEnvironment
+
+from activities.failures import REPORT_MARGIN, wait_for_database
+from gateway.demo import DemoModel
+from parley.config import Settings
+from parley.ids import workflow_id_for_turn
+from parley.statuses import TurnErrorCode
+from store.db import create_socket_checked_engine, session_factory
+from store.embedded import EmbeddedPostgres
+from store.identity import create_token, seed_demo
+from store.migrate import upgrade
+from store.models import Message, Turn
+from tests.support.client import ParleyClient, streamed_text
+from tests.support.processes import QUESTION, follow
+from tests.support.sse import Event
+from tests.support.toolkit import Stack, eventually, own_stack
+
+SHORT_OUTAGE_S = 5.0
+# The long outage lasts until the workflow's history shows the model call gave up (its five
+# attempts each wait for the database, about 70 s in all); this bounds that wait. It is well
+# inside a store step's schedule-to-close (3 min), so the turn must then fail, and cleanly.
+LONG_OUTAGE_LIMIT_S = 150.0
+
+
+class Database:
+    """The module's own server: stopped and started again on the same data folder, so it
+    comes back with its data at the same socket (the URL the worker and API hold)."""
+
+    def __init__(self, pgdata: Path) -> None:
+        self._pg = EmbeddedPostgres(pgdata)
+        self.url = self._pg.start()
+
+    async def stop(self) -> None:
+        await asyncio.to_thread(self._pg.stop)
+
+    async def start(self) -> None:
+        url = await asyncio.to_thread(self._pg.start)
+        assert url == self.url, (url, self.url)
+
+    def close(self) -> None:
+        self._pg.stop()
+
+
+@dataclass
+class Outage:
+    db: Database
+    stack: Stack[DemoModel]
+    sessions: async_sessionmaker[AsyncSession]
+    client: ParleyClient
+
+
+@pytest.fixture(scope="module")
+def database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Database]:
+    db = Database(tmp_path_factory.mktemp("outage-pg") / "data")
+    upgrade(db.url)
+    yield db
+    db.close()
+
+
+@pytest_asyncio.fixture(scope="module")
+async def outage(
+    database: Database, temporal_client: Client, settings: Settings
+) -> AsyncIterator[Outage]:
+    engine = create_socket_checked_engine(database.url)
+    own_sessions = session_factory(engine)
+    async with own_sessions() as db:
+        await seed_demo(db)
+        token = await create_token(db, tenant_id="northwind", user_id="cust_2291")
+        await db.commit()
+    # Slow tokens, so the answer is still streaming when the server goes away, however long a
+    # loaded machine takes to stop it (about 4 s of answer).
+    model = DemoModel(token_delay_s=0.12)
+    async with own_stack(
+        temporal_client,
+        settings,
+        own_sessions,
+        model,
+        prefix="outage",
+        database_url=database.url,
+        demo_token_delay_ms=120,
+    ) as stack:
+        client = ParleyClient(stack.url, token)
+        yield Outage(database, stack, own_sessions, client)
+        await client.aclose()
+    await engine.dispose()
+
+
+async def assistant_messages(
+    sessions: async_sessionmaker[AsyncSession], turn_id: str
+) -> list[Message]:
+    async with sessions() as db:
+        rows = await db.scalars(
+            select(Message).where(Message.turn_id == turn_id, Message.role == "assistant")
+        )
+        return list(rows)
+
+
+async def stored_turn(sessions: async_sessionmaker[AsyncSession], turn_id: str) -> Turn:
+    async with sessions() as db:
+        turn = await db.get(Turn, turn_id)
+    assert turn is not None
+    return turn
+
+
+async def start_turn(outage: Outage, session_id: str) -> tuple[str, str]:
+    posted = await outage.client.post(session_id, QUESTION)
+    assert posted.status_code == 202, posted.text
+    return posted.json()["turn_id"], posted.json()["events_url"]
+
+
+async def stop_mid_answer(
+    outage: Outage, url: str, seen: list[Event]
+) -> tuple[asyncio.Task[None], int]:
+    """Follow the stream and stop the database once the answer has started streaming;
+    returns the reader and how many events had arrived when the database went away."""
+    reader = asyncio.create_task(
+        follow(outage.client, url, seen, timeout=LONG_OUTAGE_LIMIT_S + 120)
+    )
+
+    async def streaming() -> bool:
+        assert not reader.done(), [e.type for e in seen]
+        return any(e.type == "delta" for e in seen)
+
+    await eventually(streaming, timeout=30, what="the answer started streaming")
+    await outage.db.stop()
+    return reader, len(seen)
+
+
+async def test_short_outage_while_streaming_completes_the_turn_once(outage: Outage) -> None:
+    # The same question without an outage: the answer the user must end up seeing.
+    session_id = await outage.client.new_session()
+    _, control = await outage.client.turn(session_id, QUESTION)
+    assert control[-1].type == "done", [(e.type, e.data) for e in control[-3:]]
+    expected = control[-1].data["message"]["text"]
+
+    session_id = await outage.client.new_session()
+    turn_id, url = await start_turn(outage, session_id)
+    seen: list[Event] = []
+    reader, before_stop = await stop_mid_answer(outage, url, seen)
+    await asyncio.sleep(SHORT_OUTAGE_S)  # the outage itself: how long the server is away
+    await outage.db.start()
+    await reader
+
+    # The outage came mid-answer: text streamed after it.
+    assert any(e.type == "delta" for e in seen[before_stop:]), [e.type for e in seen]
+
+    assert seen[-1].type == "done", [(e.type, e.data) for e in seen[-3:]]
+    ids = [e.id for e in seen]
+    assert ids == sorted(set(ids)), "an event was received twice or out of order"
+    assert streamed_text(seen) == expected == seen[-1].data["message"]["text"]
+    stored = await assistant_messages(outage.sessions, turn_id)
+    assert [m.text for m in stored] == [expected]
+    assert (await stored_turn(outage.sessions, turn_id)).state == "completed"
+
+
+async def model_call_gave_up(temporal_client: Client, turn_id: str) -> bool:
+    """Whether the turn's history records an activity that failed for good (its retries spent):
+    Temporal keeps the history, so this is readable while PostgreSQL is away."""
+    handle = temporal_client.get_workflow_handle(workflow_id_for_turn(turn_id))
+    async for event in handle.fetch_history_events():
+        if event.HasField("activity_task_failed_event_attributes"):
+            return True
+        marker = event.marker_recorded_event_attributes  # a local step's outcome
+        if marker.marker_name == "core_local_activity" and marker.HasField("failure"):
+            return True
+    return False
+
+
+# LONG TEST (about 70 s): the only one of its kind; the outage's length is the point of it.
+async def test_long_outage_fails_the_turn_cleanly_and_frees_the_session(
+    outage: Outage, temporal_client: Client
+) -> None:
+    session_id = await outage.client.new_session()
+    turn_id, url = await start_turn(outage, session_id)
+    seen: list[Event] = []
+    reader, _ = await stop_mid_answer(outage, url, seen)
+    # The outage itself: the database stays away until the model call has given up.
+    await eventually(
+        lambda: model_call_gave_up(temporal_client, turn_id),
+        timeout=LONG_OUTAGE_LIMIT_S,
+        what="the model call spent its retries",
+        every=1.0,
+    )
+    await outage.db.start()
+    await reader
+
+    assert seen[-1].type == "error", [(e.type, e.data) for e in seen[-3:]]
+    error = seen[-1].data
+    assert error["code"] in {code.value for code in TurnErrorCode}, error
+    assert error["code"] == TurnErrorCode.store_unavailable, error
+    turn = await stored_turn(outage.sessions, turn_id)
+    assert turn.state == "failed"
+
+    # The session is not locked by the failed turn: the next message is taken and answered.
+    _, events = await outage.client.turn(session_id, QUESTION)
+    assert events[-1].type == "done", [(e.type, e.data) for e in events[-3:]]
+
+
+# --- an attempt's wait for the database, on its own ---------------------------------------
+
+
+def attempt_env(start_to_close: timedelta) -> tuple[ActivityEnvironment, list[object]]:
+    env = ActivityEnvironment()
+    env.info = replace(
+        env.info, started_time=datetime.now(UTC), start_to_close_timeout=start_to_close
+    )
+    beats: list[object] = []
+    env.on_heartbeat = lambda *details: beats.append(details)
+    return env, beats
+
+
+class FlakyDatabase:
+    """A probe that finds the database away `down` times, then answers."""
+
+    def __init__(self, down: int, error: Exception | None = None) -> None:
+        self.down = down
+        self.calls = 0
+        self.error = error or OperationalError("SELECT 1", {}, ConnectionError("no socket"))
+
+    async def __call__(self) -> None:
+        self.calls += 1
+        if self.calls <= self.down:
+            raise self.error
+
+
+async def test_an_attempt_waits_for_the_database_and_heartbeats_meanwhile() -> None:
+    env, beats = attempt_env(timedelta(seconds=30))
+    probe = FlakyDatabase(down=2)
+    assert await env.run(wait_for_database, probe) is True
+    assert probe.calls == 3
+    assert len(beats) == 3  # one per poll: a heartbeat timeout never fires while it waits
+
+
+async def test_an_attempts_wait_ends_before_its_start_to_close() -> None:
+    # The wait allowed is long, the attempt's start-to-close short: the wait gives up in time
+    # to report, after a poll or two rather than the dozens that the long wait would make.
+    env, _ = attempt_env(REPORT_MARGIN + timedelta(seconds=1))
+    probe = FlakyDatabase(down=1000)
+    assert await env.run(wait_for_database, probe, timedelta(minutes=5)) is False
+    assert 0 < probe.calls <= 3
+
+
+async def test_an_error_that_is_not_an_outage_ends_the_wait() -> None:
+    env, _ = attempt_env(timedelta(seconds=30))
+    probe = FlakyDatabase(down=1, error=ValueError("a bug, not an outage"))
+    with pytest.raises(ValueError):
+        await env.run(wait_for_database, probe)

@@ -1,0 +1,117 @@
+"""Regressions for defects found in review: each test failed before its fix."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import httpx
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.client import Client
+
+from parley.contracts import RESOLVE_ACTION_SIGNAL, ResolveActionSignal
+from parley.ids import workflow_id_for_turn
+from store import actions, outbox, posting
+from store.identity import Identity
+from store.models import ModelCall, ToolCall
+from tests.support.client import ParleyClient
+from tests.support.models import ControlledModel
+from tests.support.stack import LIFTED_LIMITS
+from tests.support.toolkit import Stack, first_events, wait_for_stored_state
+
+
+async def test_cancelling_during_a_tool_leaves_no_unanswered_call_behind(
+    stream_stack: Stack[ControlledModel],
+    stream_client: ParleyClient,
+    northwind: httpx.AsyncClient,
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    await northwind.post("/faults", json={"latency_ms": 3000})
+    sid = await stream_client.new_session()
+    posted = await stream_client.post(sid, "Where is my order?")
+    turn_id = posted.json()["turn_id"]
+    await first_events(stream_client, posted.json()["events_url"], until="tool")
+    assert (
+        await stream_client.http.post(f"/v1/sessions/{sid}/turns/{turn_id}/cancel")
+    ).status_code == 202
+    await wait_for_stored_state(sessions, turn_id, {"cancelled"}, timeout=15)
+    await northwind.delete("/faults")
+    async with sessions() as db:
+        calls = list(await db.scalars(select(ToolCall).where(ToolCall.turn_id == turn_id)))
+    assert calls and all(c.status != "pending" for c in calls)
+
+    # The next turn's prompt pairs every tool call with its result.
+    next_turn, events = await stream_client.turn(sid, "Hello again")
+    assert events[-1].type == "done"
+    async with sessions() as db:
+        request = await db.scalar(select(ModelCall.request).where(ModelCall.turn_id == next_turn))
+    assert request is not None
+    asked = {c["id"] for m in request["messages"] for c in m.get("tool_calls") or []}
+    answered = {m["tool_call_id"] for m in request["messages"] if m["role"] == "tool"}
+    assert asked <= answered
+
+
+async def test_a_message_right_after_a_confirmation_waits_for_that_turn(
+    priya: ParleyClient,
+    sessions: async_sessionmaker[AsyncSession],
+    temporal_client: Client,
+) -> None:
+    sid = await priya.new_session()
+    await priya.turn(sid, "Where is my order?")
+    posted = await priya.post(sid, "Can you email me?")
+    turn_id = posted.json()["turn_id"]
+    events = await priya.events(sid, turn_id)
+    action_id = events[-1].data["action"]["id"]
+    # Confirmed in the store, the signal not yet delivered: the turn is about to resume.
+    async with sessions() as db:
+        await actions.resolve_action(
+            db, action_id=action_id, session_id=sid, owner=None, decision="confirmed"
+        )
+        await db.commit()
+    busy = await priya.post(sid, "And another thing")
+    assert busy.status_code == 409
+    assert busy.json()["error"] == {
+        "code": "turn_in_progress",
+        "message": "a turn is still running in this session",
+        "active_turn_id": turn_id,
+    }
+    handle = temporal_client.get_workflow_handle(workflow_id_for_turn(turn_id))
+    await handle.signal(RESOLVE_ACTION_SIGNAL, ResolveActionSignal(action_id, "confirmed"))
+    rest = await priya.events(sid, turn_id, last_event_id=events[-1].id)
+    assert rest[-1].type == "done"
+
+
+async def test_a_retried_proposal_finds_its_action(
+    sessions: async_sessionmaker[AsyncSession], priya: ParleyClient
+) -> None:
+    # A turn still running (its workflow held back by `started`), as a proposal step finds it.
+    sid = await priya.new_session()
+    async with sessions() as db:
+        posted = await posting.post_user_message(
+            db,
+            owner=Identity(tenant_id="northwind", user_id="cust_2291", roles=()),
+            session_id=sid,
+            client_message_id=uuid.uuid4().hex,
+            text="Can you email me?",
+            expected_last_seq=None,
+            limits=LIFTED_LIMITS,
+        )
+        await outbox.mark_workflow_started(db, turn_id=posted.turn.id)
+        await db.commit()
+    fields = {
+        "turn": posted.turn,
+        "action_id": "act_retry_probe",
+        "tool": "send_email",
+        "args": {"to": "priya@example.com"},
+        "summary": "probe",
+        "recipient_masked": "p***@example.com",
+        "ttl": timedelta(minutes=1),
+    }
+    async with sessions() as db:
+        first = await actions.create_action(db, **fields)  # type: ignore[arg-type]
+        await db.commit()
+    async with sessions() as db:
+        again = await actions.create_action(db, **fields)  # type: ignore[arg-type]
+        await db.commit()
+    assert again.id == first.id and again.args_hash == first.args_hash

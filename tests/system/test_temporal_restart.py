@@ -1,0 +1,167 @@
+"""The Temporal server killed and started again mid-turn: a dev server of this module's own,
+persisting to a file (as `make run` starts it), killed with SIGKILL while an answer streams
+and started again on the same file and port. The turn completes once: one assistant message,
+the whole answer on the stream with nothing repeated or missing (a `reset` followed by the
+whole answer is allowed: a heartbeat timeout may have retried the model call meanwhile).
+
+The session's PostgreSQL and Northwind backend serve it; the worker and the API are the
+module's own, pointed at this server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.client import Client
+
+from gateway.demo import DemoModel
+from launch.dev import temporal_dev_server_command
+from parley.config import Settings
+from store.models import Message, Turn
+from tests.support.client import ParleyClient, streamed_text
+from tests.support.processes import QUESTION, follow
+from tests.support.sse import Event
+from tests.support.stack import free_port, own_queue, running_worker, serve_api
+from tests.support.toolkit import eventually
+
+
+class TemporalServer:
+    """A dev server on a fixed port and database file, so a restart finds its history."""
+
+    def __init__(self, settings: Settings, db_file: Path) -> None:
+        self.command = temporal_dev_server_command(settings, db_file)
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            self.command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(10)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+
+
+@pytest.fixture(scope="module")
+def chaos_settings(settings: Settings) -> Settings:
+    return own_queue(
+        settings,
+        "chaos",
+        temporal_address=f"127.0.0.1:{free_port()}",
+        temporal_ui_port=free_port(),
+        demo_token_delay_ms=40,
+    )
+
+
+@pytest.fixture(scope="module")
+def temporal_server(
+    chaos_settings: Settings, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[TemporalServer]:
+    server = TemporalServer(chaos_settings, tmp_path_factory.mktemp("temporal") / "dev.db")
+    server.start()
+    yield server
+    server.stop()
+
+
+async def connect(address: str) -> Client:
+    async def connected() -> Client | None:
+        try:
+            return await Client.connect(address)
+        except RuntimeError:
+            return None
+
+    return await eventually(
+        connected, timeout=60, what="the Temporal dev server answers", every=0.2
+    )
+
+
+@pytest_asyncio.fixture(scope="module")
+async def chaos_api(
+    temporal_server: TemporalServer,
+    chaos_settings: Settings,
+    sessions: async_sessionmaker[AsyncSession],
+) -> AsyncIterator[str]:
+    client = await connect(chaos_settings.temporal_address)
+    model = DemoModel(token_delay_s=chaos_settings.demo_token_delay_ms / 1000)
+    async with (
+        running_worker(client, chaos_settings, sessions, model),
+        serve_api(chaos_settings) as url,
+    ):
+        yield url
+
+
+async def test_temporal_restart_mid_answer_completes_the_turn_once(
+    chaos_api: str,
+    temporal_server: TemporalServer,
+    chaos_settings: Settings,
+    tokens: dict[str, str],
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    client = ParleyClient(chaos_api, tokens["priya"])
+    try:
+        # The same question before the restart: the answer the user must end up seeing.
+        _, control = await client.turn(await client.new_session(), QUESTION)
+        assert control[-1].type == "done", [(e.type, e.data) for e in control[-3:]]
+        expected = control[-1].data["message"]["text"]
+
+        session_id = await client.new_session()
+        posted = await client.post(session_id, QUESTION)
+        assert posted.status_code == 202, posted.text
+        turn_id, url = posted.json()["turn_id"], posted.json()["events_url"]
+        seen: list[Event] = []
+        reader = asyncio.create_task(follow(client, url, seen, timeout=120))
+
+        async def streaming() -> bool:
+            assert not reader.done(), [e.type for e in seen]
+            return any(e.type == "delta" for e in seen)
+
+        await eventually(streaming, timeout=30, what="the answer started streaming")
+        await asyncio.to_thread(temporal_server.kill)
+        before_kill = len(seen)
+        temporal_server.start()
+        await reader
+
+        # The kill came mid-answer: text streamed after it.
+        assert any(e.type == "delta" for e in seen[before_kill:]), [e.type for e in seen]
+
+        assert seen[-1].type == "done", [(e.type, e.data) for e in seen[-3:]]
+        ids = [e.id for e in seen]
+        assert ids == sorted(set(ids)), "an event was received twice or out of order"
+        assert streamed_text(seen) == expected == seen[-1].data["message"]["text"]
+        async with sessions() as db:
+            answers = list(
+                await db.scalars(
+                    select(Message.text).where(
+                        Message.turn_id == turn_id,
+                        Message.role == "assistant",
+                        Message.replaced_by.is_(None),
+                    )
+                )
+            )
+            turn = await db.get(Turn, turn_id)
+        assert answers == [expected]
+        assert turn is not None and turn.state == "completed"
+
+        # The restarted server runs new turns too.
+        _, after = await client.turn(session_id, QUESTION)
+        assert after[-1].type == "done", [(e.type, e.data) for e in after[-3:]]
+    finally:
+        await client.aclose()

@@ -1,0 +1,79 @@
+"""What a plain turn costs the worker in statements to PostgreSQL, from the context build to
+the rolling summary's start. Each statement is a round trip and some of the worker's CPU (the
+bench reports that CPU per turn); this keeps the count from creeping back. The streamed
+deltas' appends and the trace spans' writes are left out: how many there are depends on how
+the answer's tokens fall into frames and spans into batches, not on the turn's shape."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest_asyncio
+from sqlalchemy import event
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.client import Client
+
+from gateway.demo import DemoModel
+from parley.config import Settings
+from parley.ids import workflow_id_for_turn
+from store.db import create_socket_checked_engine, session_factory
+from tests.support.client import ParleyClient
+from tests.support.toolkit import own_stack
+
+# The input screen's reads; the context build (the turn with the rows it holds and the
+# session's facts: slots, consent, the tool offer's facts; its state, result sets (only in a
+# session that has stored one), the resolver's note, summary and pinned facts, the window, the
+# stored request; knowledge on a connection of its own, in autocommit); the model call (the
+# turn with the call, the attempt counted); the answer; the output screen and follow-ups;
+# finalize (the answer as a message, the turn closed, the session released and a pending
+# action superseded in one statement); the summary's check (one read of the backlog's token
+# counts). A state move that is announced is written by its event's append (not counted,
+# below). Counted on 2026-12-01: 35 before the slots were read once, the summary's check
+# became one statement, a message's seq stopped needing a read first, the moves rode on their
+# events, and the build and the model call read their turn with the rows they need; 25 before
+# knowledge was searched beside the build instead of in a savepoint of its transaction, 23
+# before the build read the session's facts with its turn, 20 before a session without
+# result sets stopped reading them.
+STATEMENTS_PER_PLAIN_TURN = 19
+VARIABLE = ("INSERT INTO turn_events", "WITH counter", "INSERT INTO trace_spans")
+Counted = tuple[async_sessionmaker[AsyncSession], list[str]]
+
+
+@pytest_asyncio.fixture
+async def counted(
+    database_url: str,
+) -> AsyncIterator[tuple[async_sessionmaker[AsyncSession], list[str]]]:
+    """The worker's own engine, every statement it sends recorded."""
+    engine = create_socket_checked_engine(database_url)
+    sent: list[str] = []
+
+    def count(*args: Any) -> None:
+        sent.append(str(args[2]).strip().split("\n")[0][:100])
+
+    event.listen(engine.sync_engine, "before_cursor_execute", count)
+    yield session_factory(engine), sent
+    await engine.dispose()
+
+
+async def test_a_plain_turn_costs_the_worker_a_fixed_number_of_statements(
+    settings: Settings,
+    temporal_client: Client,
+    tokens: dict[str, str],
+    counted: Counted,
+) -> None:
+    worker_sessions, sent = counted
+    model = DemoModel(token_delay_s=0)
+    async with own_stack(temporal_client, settings, worker_sessions, model, prefix="cost") as stack:
+        client = ParleyClient(stack.url, tokens["marco"])
+        try:
+            session_id = await client.new_session()
+            sent.clear()
+            turn_id, events = await client.turn(session_id, "Tell me about yourself, please.")
+            assert events[-1].type == "done"
+            # The turn's steps after `done` (the summary's start) are part of its cost.
+            await temporal_client.get_workflow_handle(workflow_id_for_turn(turn_id)).result()
+        finally:
+            await client.aclose()
+    counted_here = [s for s in sent if not s.startswith(VARIABLE)]
+    assert len(counted_here) <= STATEMENTS_PER_PLAIN_TURN, "\n".join(counted_here)

@@ -1,0 +1,161 @@
+"""The bench's own logic, without its stack: the section guard (a failed section costs only
+its own figures, and latest.json is still written), the open-loop schedule, the acceptance
+block read from a run's figures. (The shape of the new-shape skeleton on the dev server is
+read in tests/api/test_bench_skeleton.py.)"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+from bench.acceptance import render_acceptance
+from bench.memory import render_memory
+from bench.open_loop import arrival_times, plain_capacity
+from bench.sections import Section, needed, render_sections, run_sections, write_document
+
+
+async def _figures() -> dict[str, Any]:
+    return {"turns_per_s": 12.5}
+
+
+async def _broken() -> dict[str, Any]:
+    raise RuntimeError("gave up waiting for a summary workflow")
+
+
+async def test_a_section_that_raises_leaves_the_others_figures_and_the_json(
+    tmp_path: Path,
+) -> None:
+    sections = [
+        Section("before", _figures, lambda f: f"before: {f['turns_per_s']}"),
+        Section("memory", _broken, lambda f: f"memory: {f['tokens']}"),
+        Section("after", _figures, lambda f: f"after: {f['turns_per_s']}"),
+    ]
+    results: dict[str, Any] = {}
+    await run_sections(sections, results)
+    output = tmp_path / "bench" / "latest.json"
+    write_document(output, {"quick": True}, results)
+
+    written = json.loads(output.read_text())["results"]
+    assert written["before"] == written["after"] == {"turns_per_s": 12.5}
+    assert written["memory"] == {"error": "RuntimeError: gave up waiting for a summary workflow"}
+    shown = render_sections(sections, results)
+    assert "before: 12.5" in shown and "after: 12.5" in shown
+    assert "memory: FAILED: RuntimeError: gave up waiting" in shown
+
+
+async def test_a_section_built_on_a_failed_one_says_which() -> None:
+    results: dict[str, Any] = {}
+
+    async def builds_on_memory() -> Any:
+        return needed(results, "memory")
+
+    await run_sections([Section("memory", _broken), Section("next", builds_on_memory)], results)
+    assert results["next"] == {"error": "RuntimeError: needs the figures of 'memory', which failed"}
+
+
+def test_a_table_that_cannot_be_drawn_does_not_hide_the_others() -> None:
+    sections = [
+        Section("odd", _figures, lambda f: f["missing"]),
+        Section("fine", _figures, lambda f: "fine table"),
+    ]
+    shown = render_sections(sections, {"odd": {"x": 1}, "fine": {"x": 1}})
+    assert "odd: figures measured, table failed" in shown
+    assert "fine table" in shown
+
+
+def test_a_failed_part_of_the_memory_section_costs_only_its_own_table() -> None:
+    tokens = {
+        "turns": 20,
+        "model_calls": 37,
+        "input_tokens": 50203,
+        "naive_input_tokens": 98282,
+        "ratio": 0.511,
+        "largest_prompt": 1823,
+        "cached_tokens": 34782,
+        "summaries": 7,
+        "summarizer_input_tokens": 5100,
+        "summarizer_output_tokens": 522,
+        "summarizer_tokens": 5622,
+    }
+    memory = {
+        "tokens": [tokens],
+        "done": {"error": "RPCError: workflow not found"},
+        "locomo_share": 0.11,
+        "locomo": [],
+        "locomo_skipped": True,
+    }
+    shown = render_memory(memory)
+    assert "50203" in shown and "(d) FAILED: RPCError: workflow not found" in shown
+    assert "5100" in shown and "522" in shown  # the summarizer's input and output, apart
+    assert "0 sections that failed: memory.done" in render_acceptance({"memory": memory})
+
+
+def test_open_loop_arrivals_are_a_fixed_poisson_schedule() -> None:
+    times = arrival_times(5.0, 60.0, random.Random(25))
+    assert times == arrival_times(5.0, 60.0, random.Random(25))
+    assert times == sorted(times) and 0 < times[0] and times[-1] < 60.0
+    assert 240 < len(times) < 360  # 300 expected; the Poisson spread, with room
+
+
+def test_capacity_is_the_best_plain_rate_of_any_table() -> None:
+    tables = {
+        "20": {"rows": {"parley plain": {"turns_per_s": 10.3}}},
+        "50": {"rows": {"parley plain": {"turns_per_s": 11.1}}},
+    }
+    assert plain_capacity(tables) == (11.1, "50 concurrent sessions")
+
+
+def _row(turns_per_s: float, cpu_total: float, lost: int = 0) -> dict[str, Any]:
+    return {
+        "turns_per_s": turns_per_s,
+        "cpu_ms_per_turn_total": cpu_total,
+        "cpu_ms_per_turn": {"api": 20.0, "worker": 71.0, "temporal": 42.0, "postgres": 22.0},
+        "events_lost": lost,
+    }
+
+
+def test_the_acceptance_block_reads_each_figure_against_its_target() -> None:
+    results = {
+        "sequential": {
+            "parley": {"first_delta": {"p50_ms": 80.6, "p95_ms": 100.0}},
+            "baseline": {"first_delta": {"p50_ms": 9.8, "p95_ms": 20.0}},
+            "ratio_parley_over_baseline": {"first_delta_p50": 8.22, "first_delta_p95": 5.0},
+        },
+        "concurrent": {
+            "20": {
+                "rows": {
+                    "parley plain": _row(10.3, 155.0),
+                    "parley tool": _row(6.5, 300.0),
+                    "skeleton regular x1": _row(54.8, 30.0),
+                    "skeleton new shape": _row(80.0, 20.0),
+                },
+                "ratios": {
+                    "plain": {
+                        "turns_per_s_over_one_activity_skeleton": 0.19,
+                        "turns_per_s_over_new_shape_skeleton": 0.13,
+                        "cpu_over_one_activity_skeleton": 5.17,
+                    },
+                    "tool": {"turns_per_s_over_one_activity_skeleton": 0.12},
+                },
+            }
+        },
+        "stop": {
+            "cancelled": 20,
+            "cancel_to_cancelled_ms": {"p50_ms": 120.0, "p95_ms": 250.0, "max_ms": 280.0},
+        },
+        "memory": {"error": "RuntimeError: boom"},
+    }
+    block = render_acceptance(results)
+    assert "0 sections that failed: memory" in block
+    assert "= 8.22x (target <= 6x): NOT met" in block
+    assert "= 5.00x (target <= 7x): met" in block
+    assert "19% of the one-activity skeleton's 54.80 (target >= 30%): NOT met" in block
+    assert "13% of the new-shape skeleton's 80.00" in block
+    assert "lost events in the Parley rows of that table: 0 (target 0): met" in block
+    assert "= 5.17x the one-activity skeleton's 30 ms (target <= 3.5x): NOT met" in block
+    assert "4 not measured: open_loop failed or skipped" in block
+    assert "p95 250.0 ms, max 280.0 ms over 20 stopped tries (target <= 300 ms over 20): met" in (
+        block
+    )

@@ -1,0 +1,212 @@
+"""The layout is the architecture: sizes, layers and import cycles of the product code, and
+the tiers of the tests.
+
+These read the source with `ast`; nothing is imported or run. A failure names the module,
+function or import that broke the rule, so the fix is a refactor, not a tweak of the test.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+# Product packages (what `pip install` ships) and the top-level worker module.
+PACKAGES = (
+    "api",
+    "workflows",
+    "activities",
+    "parley",
+    "store",
+    "gateway",
+    "demo_backend",
+    "dispatch",
+    "launch",
+)
+TOP_MODULES = ("worker.py",)
+
+MAX_MODULE_LINES = 500
+MAX_FUNCTION_LINES = 60
+
+# The domain package is pure: rules and contracts, no I/O layers and no wiring.
+DOMAIN = "parley"
+DOMAIN_MAY_NOT_IMPORT = ("store", "api", "activities", "workflows", "worker", "launch", "dispatch")
+
+# Workflow code is deterministic orchestration: it never reaches for a database or the web.
+WORKFLOWS_MAY_NOT_IMPORT = ("sqlalchemy", "psycopg", "fastapi", "httpx", "store", "api")
+
+
+def _product_files() -> Iterator[Path]:
+    for package in PACKAGES:
+        root = REPO / package
+        if not root.is_dir():
+            continue
+        for path in sorted(root.rglob("*.py")):
+            if "migrations" not in path.parts:
+                yield path
+    for name in TOP_MODULES:
+        yield REPO / name
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module a file imports, at any depth, except under `if TYPE_CHECKING:`."""
+    tree = ast.parse(path.read_text())
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skipped.update(id(child) for child in ast.walk(node))
+    found: set[str] = set()
+    package = _module_name(path).rsplit(".", 1)[0] if "." in _module_name(path) else ""
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                module = ".".join([*base, node.module] if node.module else base)
+            else:
+                module = node.module or ""
+            found.add(module)
+            # `from store import chat` imports the submodule `store.chat`.
+            found.update(f"{module}.{alias.name}" for alias in node.names)
+    return found
+
+
+FILES = list(_product_files())
+MODULES = {_module_name(path): path for path in FILES}
+
+
+TESTS = REPO / "tests"
+# Each test module lives in one tier (see each tier's conftest.py); `make test-fast` runs the
+# first three. What several modules share is in tests/support or a conftest.py, never in
+# another test module.
+TIERS = ("unit", "workflow", "replay", "api", "system", "web")
+TEST_FILES = sorted(TESTS.rglob("*.py"))
+
+
+def _is_test_module(module: str) -> bool:
+    return module.rsplit(".", 1)[-1].startswith("test_")
+
+
+def _top(module: str) -> str:
+    return module.split(".", 1)[0]
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(REPO)))
+def test_modules_and_functions_stay_small(path: Path) -> None:
+    lines = len(path.read_text().splitlines())
+    assert lines <= MAX_MODULE_LINES, f"{path.name} has {lines} lines; split it along a seam"
+    long = [
+        f"{node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.end_lineno is not None
+        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+    ]
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines in {path.name}: {long}"
+
+
+def test_the_domain_package_imports_no_io_layer() -> None:
+    offending = {
+        f"{name} imports {imported}"
+        for name, path in MODULES.items()
+        if _top(name) == DOMAIN
+        for imported in _imports(path)
+        if _top(imported) in DOMAIN_MAY_NOT_IMPORT
+    }
+    assert not offending, sorted(offending)
+
+
+def test_workflow_code_imports_no_database_or_web_library() -> None:
+    offending = {
+        f"{name} imports {imported}"
+        for name, path in MODULES.items()
+        if _top(name) == "workflows"
+        for imported in _imports(path)
+        if _top(imported) in WORKFLOWS_MAY_NOT_IMPORT
+    }
+    assert not offending, sorted(offending)
+
+
+def test_there_is_no_import_cycle() -> None:
+    graph = {
+        name: {imported for imported in _imports(path) if imported in MODULES and imported != name}
+        for name, path in MODULES.items()
+    }
+    cycle = _find_cycle(graph)
+    assert cycle is None, " -> ".join(cycle or [])
+
+
+def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    visiting: list[str] = []
+    done: set[str] = set()
+
+    def visit(node: str) -> list[str] | None:
+        if node in visiting:
+            return [*visiting[visiting.index(node) :], node]
+        if node in done:
+            return None
+        visiting.append(node)
+        for nxt in sorted(graph[node]):
+            found = visit(nxt)
+            if found:
+                return found
+        visiting.pop()
+        done.add(node)
+        return None
+
+    for start in sorted(graph):
+        found = visit(start)
+        if found:
+            return found
+    return None
+
+
+def test_the_layout_test_sees_the_product() -> None:
+    """Guards the guard: a renamed package must not make every check above vacuous."""
+    tops = {_top(name) for name in MODULES}
+    assert {*PACKAGES, "worker"} <= tops
+    assert len(FILES) > 40
+
+
+def test_no_test_module_imports_another_test_module_or_a_conftest() -> None:
+    """Shared fixtures live in a tier's conftest.py (pytest finds them), shared helpers in
+    tests/support; a test module imported by another runs its fixtures and tests twice."""
+    offending = sorted(
+        f"{path.relative_to(REPO)} imports {imported}"
+        for path in TEST_FILES
+        for imported in _imports(path)
+        if imported.startswith("tests.")
+        and (_is_test_module(imported) or imported.rsplit(".", 1)[-1] == "conftest")
+    )
+    assert not offending, offending
+
+
+def test_every_test_module_lives_in_a_tier_and_every_tier_has_its_conftest() -> None:
+    misplaced = [
+        str(path.relative_to(REPO))
+        for path in TEST_FILES
+        if path.name.startswith("test_")
+        and path.parent.relative_to(TESTS).parts[:1] not in [(tier,) for tier in TIERS]
+    ]
+    assert not misplaced, f"move these into one of tests/{{{','.join(TIERS)}}}: {misplaced}"
+    assert all((TESTS / tier / "conftest.py").is_file() for tier in TIERS)
+
+
+def test_the_import_rule_sees_the_tests() -> None:
+    """Guards the guard: the test files are found and their imports read."""
+    assert len([p for p in TEST_FILES if p.name.startswith("test_")]) > 60
+    assert "tests.support.client" in _imports(TESTS / "api" / "test_smoke.py")

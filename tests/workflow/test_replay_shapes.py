@@ -1,0 +1,158 @@
+"""Every shape a turn can take, run to its end on the time-skipping server with stub
+activities, and replayed from a history fetched after the workflow closed (so the last
+workflow task, the one that completes the run, is replayed too).
+
+`PARLEY_RECORD_HISTORY=turn_vN` writes each history to tests/histories/turn_vN_<shape>.json,
+where tests/replay/test_replay.py replays it against every later version of the workflow.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowFailureError
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Replayer
+
+from parley.contracts import MAX_MODEL_CALLS, ScreenResult
+from tests.support.histories import HISTORIES, SHAPES, scrub
+from tests.support.time_skipping import (
+    Turn,
+    decide,
+    primary_down,
+    proposing,
+    reached,
+    turn,
+)
+from tests.support.workflow_stubs import Stubs, tool
+from workflows.turn import TurnWorkflow
+
+COMPLETED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED
+CANCELED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED
+
+
+@dataclass(frozen=True)
+class Shape:
+    # The script the stubs follow.
+    prepare: Callable[[Stubs], None] = lambda stubs: None
+    # What the user does while the turn runs.
+    act: Callable[[Turn, Stubs], Awaitable[None]] | None = None
+    fallback: bool = False
+    ends: EventType.ValueType = COMPLETED
+    # Steps the shape must have taken (so each history is the shape it is named after).
+    ran: tuple[str, ...] = field(default=())
+    skipped: tuple[str, ...] = field(default=())
+
+
+def script(**attrs: object) -> Callable[[Stubs], None]:
+    def prepare(stubs: Stubs) -> None:
+        for name, value in attrs.items():
+            setattr(stubs, name, value() if callable(value) else value)
+
+    return prepare
+
+
+def deciding(decision: str) -> Callable[[Turn, Stubs], Awaitable[None]]:
+    async def act(handle: Turn, stubs: Stubs) -> None:
+        await decide(handle, stubs, decision)
+
+    return act
+
+
+async def stop_mid_answer(handle: Turn, stubs: Stubs) -> None:
+    await reached(stubs, "call_model")
+    await handle.cancel()
+
+
+def failing(stubs: Stubs) -> None:
+    stubs.model = lambda inp: ApplicationError("refused", type="bad_request", non_retryable=True)
+
+
+SHAPE_RUNS: dict[str, Shape] = {
+    "plain": Shape(ran=("screen_output", "finalize_turn"), skipped=("execute_tool",)),
+    "tool": Shape(
+        prepare=script(answers=lambda: [[tool("get_order", "h1")], []]),
+        ran=("execute_tool", "finalize_turn"),
+    ),
+    "confirmed": Shape(
+        prepare=script(answers=proposing), act=deciding("confirmed"), ran=("send_email",)
+    ),
+    "declined": Shape(
+        prepare=script(answers=proposing), act=deciding("declined"), skipped=("send_email",)
+    ),
+    "expired": Shape(
+        prepare=script(answers=proposing), ran=("expire_action",), skipped=("send_email",)
+    ),
+    "superseded": Shape(
+        prepare=script(answers=proposing), act=deciding("superseded"), skipped=("send_email",)
+    ),
+    "cancelled": Shape(
+        prepare=script(hold={"call_model"}),
+        act=stop_mid_answer,
+        ends=CANCELED,
+        ran=("cancel_turn",),
+        skipped=("finalize_turn",),
+    ),
+    "failed": Shape(prepare=failing, ran=("fail_turn",), skipped=("finalize_turn",)),
+    "clarification": Shape(
+        prepare=script(clarification=True), ran=("finalize_turn",), skipped=("call_model",)
+    ),
+    "fallback": Shape(prepare=script(model=lambda: primary_down), fallback=True),
+    "retracted": Shape(
+        # Still suggesting when the answer is withdrawn (the test server refuses to cancel
+        # a step that has just finished, so the race is kept out of the recording).
+        prepare=script(
+            output_screen=ScreenResult(False, "blocked_term"), hold={"suggest_followups"}
+        ),
+        ran=("screen_output", "finalize_turn"),
+    ),
+    # The tool loop hits its cap; a step without tools words the answer.
+    "reanswer": Shape(
+        prepare=script(
+            answers=lambda: (
+                [[tool("get_order", f"h{n}")] for n in range(MAX_MODEL_CALLS - 1)] + [[]]
+            )
+        ),
+        ran=("execute_tool", "screen_output", "finalize_turn"),
+    ),
+}
+
+
+def test_every_listed_shape_has_a_run() -> None:
+    assert set(SHAPE_RUNS) == set(SHAPES)
+
+
+@pytest.mark.parametrize("name", SHAPES)
+async def test_each_shape_runs_to_its_close_and_replays(
+    env: WorkflowEnvironment, name: str
+) -> None:
+    shape = SHAPE_RUNS[name]
+    stubs = Stubs()
+    shape.prepare(stubs)
+    async with turn(env, stubs, fallback=shape.fallback) as handle:
+        if shape.act is not None:
+            await shape.act(handle, stubs)
+        if shape.ends == CANCELED:
+            with pytest.raises(WorkflowFailureError):
+                await handle.result()
+        else:
+            await handle.result()
+        history = await handle.fetch_history()  # after the close: the last task included
+    assert history.events[-1].event_type == shape.ends
+    assert set(shape.ran) <= set(stubs.names()), stubs.names()
+    assert not set(shape.skipped) & set(stubs.names()), stubs.names()
+    if name == "fallback":
+        assert [c.fallback for c in stubs.inputs("call_model")][-1] is True
+    if name == "retracted":
+        assert stubs.inputs("finalize_turn")[0].retract is True
+    if name == "reanswer":
+        assert stubs.inputs("build_context")[-1].reanswer_of is not None
+    await Replayer(workflows=[TurnWorkflow]).replay_workflow(history)
+    recording = os.environ.get("PARLEY_RECORD_HISTORY")
+    if recording:
+        (HISTORIES / f"{recording}_{name}.json").write_text(scrub(history.to_json()))
