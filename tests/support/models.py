@@ -27,6 +27,11 @@ class ControlledModel(DemoModel):
         # Set: the model says nothing until it is (a provider still thinking).
         self.first_token_gate: asyncio.Event | None = None
         self.waiting = asyncio.Event()  # set once a stream waits at the gate
+        # Set: the next answer stops after this many tokens until `resume` is set, with
+        # `held` set meanwhile (something happens to the world mid-answer, whatever the load).
+        self.hold_after: int | None = None
+        self.held = asyncio.Event()
+        self.resume = asyncio.Event()
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         if self.first_token_gate is not None:
@@ -35,7 +40,12 @@ class ControlledModel(DemoModel):
         fixed = self.reply(request)
         fail_at = self.fail_after(request)
         if fixed is None and fail_at is None:
+            produced = 0
             async for event in super().stream(request):
+                if isinstance(event, TextDelta) and produced == self.hold_after:
+                    self.held.set()
+                    await self.resume.wait()
+                produced += isinstance(event, TextDelta)
                 yield event
             return
         self.calls += 1

@@ -39,7 +39,15 @@ from store import sessions as store_sessions
 from store.identity import Identity
 from store.models import SpecialistAnswer
 from tests.support.client import ParleyClient
-from tests.support.stack import LIFTED_LIMITS, free_port, own_queue, serve, serve_api, service_env, spawn
+from tests.support.stack import (
+    LIFTED_LIMITS,
+    free_port,
+    own_queue,
+    serve,
+    serve_api,
+    service_env,
+    spawn,
+)
 from tests.support.processes import Workers, read_until
 from tests.support.sse import Event
 from tests.support.toolkit import eventually

@@ -29,7 +29,6 @@ from temporalio.client import Client
 from temporalio.testing import ActivityEnvironment
 
 from activities.failures import REPORT_MARGIN, wait_for_database
-from gateway.demo import DemoModel
 from parley.config import Settings
 from parley.ids import workflow_id_for_turn
 from parley.statuses import TurnErrorCode
@@ -39,6 +38,7 @@ from store.identity import create_token, seed_demo
 from store.migrate import upgrade
 from store.models import Message, Turn
 from tests.support.client import ParleyClient, streamed_text
+from tests.support.models import ControlledModel
 from tests.support.processes import QUESTION, follow
 from tests.support.sse import Event
 from tests.support.toolkit import Stack, eventually, own_stack
@@ -72,7 +72,7 @@ class Database:
 @dataclass
 class Outage:
     db: Database
-    stack: Stack[DemoModel]
+    stack: Stack[ControlledModel]
     sessions: async_sessionmaker[AsyncSession]
     client: ParleyClient
 
@@ -95,9 +95,9 @@ async def outage(
         await seed_demo(db)
         token = await create_token(db, tenant_id="northwind", user_id="cust_2291")
         await db.commit()
-    # Slow tokens, so the answer is still streaming when the server goes away, however long a
-    # loaded machine takes to stop it (about 4 s of answer).
-    model = DemoModel(token_delay_s=0.12)
+    # A test holds the answer after its first tokens while the server goes away (however long a
+    # loaded machine takes to stop it), then lets it go on into the outage.
+    model = ControlledModel(token_delay_s=0.05)
     async with own_stack(
         temporal_client,
         settings,
@@ -141,17 +141,24 @@ async def stop_mid_answer(
 ) -> tuple[asyncio.Task[None], int]:
     """Follow the stream and stop the database once the answer has started streaming;
     returns the reader and how many events had arrived when the database went away."""
+    model = outage.stack.model
+    model.held.clear()
+    model.resume.clear()
+    model.hold_after = 3
     reader = asyncio.create_task(
         follow(outage.client, url, seen, timeout=LONG_OUTAGE_LIMIT_S + 120)
     )
 
     async def streaming() -> bool:
         assert not reader.done(), [e.type for e in seen]
-        return any(e.type == "delta" for e in seen)
+        return model.held.is_set() and any(e.type == "delta" for e in seen)
 
     await eventually(streaming, timeout=30, what="the answer started streaming")
     await outage.db.stop()
-    return reader, len(seen)
+    before_stop = len(seen)
+    model.hold_after = None  # a retried call streams on, as a provider would
+    model.resume.set()
+    return reader, before_stop
 
 
 async def test_short_outage_while_streaming_completes_the_turn_once(outage: Outage) -> None:
