@@ -39,6 +39,8 @@ from store import sessions as store_sessions
 from store.identity import Identity
 from store.models import SpecialistAnswer
 from tests.support.client import ParleyClient
+from tests.support.processes import Workers, read_until
+from tests.support.sse import Event
 from tests.support.stack import (
     LIFTED_LIMITS,
     free_port,
@@ -48,8 +50,6 @@ from tests.support.stack import (
     service_env,
     spawn,
 )
-from tests.support.processes import Workers, read_until
-from tests.support.sse import Event
 from tests.support.toolkit import eventually
 
 # The sweep's grace and poll (1 s each in tests.processes.Workers) plus a worker start-up.
