@@ -35,7 +35,9 @@ _CONFIRMED = (
 
 async def remember_validated(
     db: AsyncSession, turn: Turn, settings: Settings, *, step: int
-) -> None:
+) -> bool:
+    """Store what this step's validated events say to remember (see above); whether the
+    session got a pinned copy (the build then reads its pinned facts again)."""
     owner = {"tenant_id": turn.tenant_id, "user_id": turn.user_id}
     ttl = settings.memory_ttl_days
     if step == 0:
@@ -53,13 +55,14 @@ async def remember_validated(
                 )
         # A turn's actions are proposed by its tools, which run after this step's model
         # call: at step 0 it has none to read.
-        return
+        return any(item.key in written for item in stated)
     confirmed = await db.scalars(
         select(Action).where(Action.turn_id == turn.id, Action.status.in_(_CONFIRMED))
     )
     for action in confirmed:
         choice = confirmed_choice(tool=action.tool, action_id=action.id)
         await user_memory.remember(db, **owner, remembered=choice, ttl_days=ttl)
+    return False
 
 
 @dataclass(frozen=True)

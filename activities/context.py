@@ -24,10 +24,11 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.exceptions import ApplicationError
 
-from activities import consented_memory, tracing
+from activities import consented_memory
 from activities.attachments import attached_file_blocks
 from activities.context_rows import (
     SessionFacts,
+    memory_read_again,
     packed_before,
     session_memory,
     turn_with_rows,
@@ -35,9 +36,14 @@ from activities.context_rows import (
 )
 from activities.knowledge import KnowledgeSource, Searched, authorize
 from activities.mcp import McpTools
-from activities.metrics import RECALLS
 from activities.northwind import NorthwindClient
-from activities.recall import RecallQuery, start_recall, window_and_recall
+from activities.recall import (
+    RecallQuery,
+    recalled_by,
+    start_recall,
+    window_and_recall,
+    window_plan,
+)
 from activities.references import References
 from activities.skills import SkillTools
 from activities.state_block import state_block
@@ -59,9 +65,7 @@ from parley.paths import AnswerPath, choose_path, effort_for, path_block
 from parley.prompt import (
     CONVERSATION_KINDS,
     Budgets,
-    Fold,
     Memory,
-    RecallHit,
     current_blocks,
     describe,
     history_blocks,
@@ -77,7 +81,6 @@ from parley.resolver import (
 )
 from parley.tenancy import TenantConfig
 from parley.tokens import TokenCounter, count_message, counter_for
-from parley.window import Window
 from parley.wire import WarningData
 from store import memory as memory_store
 from store import tenants, turns, user_memory
@@ -133,7 +136,9 @@ class ContextBuilder:
             if inp.step == 0:
                 await turns.advance_locked(db, turn, to=TurnState.building_context)
                 await db.commit()  # the stream shows the step before it runs
-            await consented_memory.remember_validated(db, turn, self._settings, step=inp.step)
+            pinned = await consented_memory.remember_validated(
+                db, turn, self._settings, step=inp.step
+            )
             current_slots = facts.slots  # as the resolver leaves them, at step 0
             if inp.step == 0:
                 resolved = await self._references.resolve(db, turn, facts)
@@ -147,6 +152,7 @@ class ContextBuilder:
                 reanswer_of=inp.reanswer_of,
                 current_slots=current_slots,
                 facts=facts,
+                pinned=pinned,
             )
             await db.commit()
             del held
@@ -161,6 +167,7 @@ class ContextBuilder:
         reanswer_of: str | None = None,
         current_slots: dict[str, Slot],
         facts: SessionFacts,
+        pinned: bool = False,
     ) -> ModelCall:
         """Store the step's model request: the packed blocks, the tools, the budget."""
         tenant = await tenants.tenant_config(db, tenant_id=turn.tenant_id)
@@ -174,8 +181,7 @@ class ContextBuilder:
                 db, turn, tenant, facts, reanswer=reanswer_of is not None
             )
             path = choose_path(tools, reanswer=reanswer_of is not None)  # parley/paths.py
-            if step == 0:
-                await _pin_stated_facts(db, turn)
+            facts = await _pin_stated_facts(db, turn, facts, step=step, pinned=pinned)
             packed, plan = await self._assemble(
                 db,
                 turn,
@@ -186,7 +192,7 @@ class ContextBuilder:
                 path,
                 step=step,
                 current_slots=current_slots,
-                consent=facts.consent,
+                facts=facts,
                 searching=searching,
             )
         finally:
@@ -260,16 +266,16 @@ class ContextBuilder:
         *,
         step: int,
         current_slots: dict[str, Slot],
-        consent: bool | None = None,
+        facts: SessionFacts | None = None,
         searching: asyncio.Task[Searched] | None = None,
     ) -> tuple[Packed, dict[str, Any]]:
-        """Load memory and messages, choose the window, recall, shape the blocks, pack.
-        `consent`: read with the turn (None: read here); `searching`: the knowledge search
-        started beside the build (None: no passages). bench/memory.py packs through here."""
-        memory = await session_memory(db, turn, current_slots)
+        """Load memory and messages, choose the window, recall, shape the blocks, pack. `facts`:
+        read with the turn (None: here, as for bench/memory.py); `searching`: knowledge's."""
+        memory = await session_memory(db, turn, current_slots, facts)
         through = memory.summary.through_seq if memory.summary else None
         messages = await window_messages(db, turn, through, counter)
         history, current = split_current(messages, turn.user_seq)
+        consent = None if facts is None else facts.consent
         hints = await consented_memory.hints(db, turn, counter, consent=consent)
         remembered = memory_blocks(counter, memory, budgets) + hints.blocks
         left = budgets.conversation - sum(b.tokens for b in remembered)
@@ -289,7 +295,7 @@ class ContextBuilder:
         finally:
             if query is not None:
                 query.cancel()  # when a read above failed, nobody reads the embedding
-        method = _recalled_by(query)
+        method = recalled_by(query)
         room = left - sum(b.tokens for b in folded.blocks)  # the window's, after the fold's
         blocks = [
             instructions_block(counter, system_prompt=self._system_prompt(tenant), tools=tools),
@@ -303,7 +309,7 @@ class ContextBuilder:
             *files,  # uploads
         ]
         packed = _pack(blocks, budgets, counter, left_out=folded.left_out)
-        plan = _window_plan(window, through, method, hits, folded) | {
+        plan = window_plan(window, through, method, hits, folded) | {
             user_memory.HINTED_KEYS: hints.shown(packed),
             "knowledge": known,
         }
@@ -410,39 +416,9 @@ def _request(
     }
 
 
-def _window_plan(
-    window: Window, through: int | None, method: str, hits: list[RecallHit], folded: Fold
-) -> dict[str, Any]:
-    """Where the window starts, what was folded between it and the summary, and what recall
-    added, as the stored request records it."""
-    return {
-        "window_from_seq": window.from_seq,
-        "summary_through_seq": through,
-        # The turns between the summary and the window, condensed by code (None: none).
-        "folded": {
-            "from_seq": folded.from_seq,
-            "through_seq": folded.through_seq,
-            "lines": folded.lines,
-        }
-        if folded.from_seq is not None
-        else None,
-        "recall": method,
-        "recalled_seqs": sorted(h.seq for h in hits),
-    }
-
-
 def _slot_values(memory: Memory) -> list[str]:
     """The session's slot values recall may search for beside the message's own words."""
     return [str(value) for value, _ in memory.slots.values() if isinstance(value, str | int)]
-
-
-def _recalled_by(query: RecallQuery | None) -> str:
-    """What recall did for this prompt, counted and on the build's span: "skipped" (the
-    window holds the whole conversation), "fts" or "hybrid"."""
-    method = "skipped" if query is None else query.method
-    RECALLS.labels(method).inc()
-    tracing.annotate(recall=method)
-    return method
 
 
 def _tokens(message: Message, counter: TokenCounter) -> int:
@@ -465,12 +441,18 @@ async def _settle(task: asyncio.Task[Any] | None) -> None:
         task.exception()
 
 
-async def _pin_stated_facts(db: AsyncSession, turn: Turn) -> None:
-    """What the user's message states about them outright is pinned by code, at once."""
-    message = await db.get(Message, turn.user_message_id)
+async def _pin_stated_facts(
+    db: AsyncSession, turn: Turn, read: SessionFacts, *, step: int, pinned: bool
+) -> SessionFacts:
+    """What the user's message states about them outright is pinned by code, at once (at
+    step 0). The session's facts as `read` with the turn, their memory read again when this
+    build pinned anything (`pinned`: durable memory's copies did)."""
+    message = await db.get(Message, turn.user_message_id) if step == 0 else None
     if message is not None:
-        facts = extract_facts(message.text, turn.user_seq)
-        await memory_store.pin_facts(db, session_id=turn.session_id, facts=facts)
+        stated = extract_facts(message.text, turn.user_seq)
+        await memory_store.pin_facts(db, session_id=turn.session_id, facts=stated)
+        pinned = pinned or bool(stated)
+    return await memory_read_again(db, turn, read) if pinned else read
 
 
 async def _warn_dropped(db: AsyncSession, turn: Turn, missing: list[str]) -> None:

@@ -4,14 +4,14 @@ The session's identity map keeps only referenced objects; the build holds these 
 run, so each later `db.get` of them (the tool offer, the state block, the knowledge check,
 the tenant's configuration) is answered from memory instead of by another round trip. The
 same statement reads the session's facts that every step asks (slots, the user's consent to
-durable memory, the tool offer's facts), each a scalar subquery. Also the session's memory
-and recent messages, which the packing reads once.
+durable memory, the tool offer's facts, the rolling summary and the pinned facts), each a
+scalar subquery. Also the session's recent messages, which the packing reads once.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 from sqlalchemy import Select, bindparam, exists, func, literal_column, select
@@ -19,7 +19,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
 from parley.context import WindowMessage
-from parley.prompt import Memory
+from parley.memory import PinnedFact
+from parley.prompt import Memory, StoredSummary
 from parley.resolver import PENDING_CLARIFICATION, Slot
 from parley.tokens import TokenCounter
 from store import memory as memory_store
@@ -41,12 +42,15 @@ from store.models import (
 class SessionFacts:
     """What the build asks of the session and its user in every step, read with the turn:
     the slots (the resolver's and the packing's), whether the user consented to durable
-    memory (the hints), and the tool offer's facts (store/result_sets.py `offer_facts`)."""
+    memory (the hints), the tool offer's facts (store/result_sets.py `offer_facts`), and the
+    session's memory as `memory_store.summary_and_facts` reads it."""
 
     slots: dict[str, Slot]
     consent: bool
     has_sets: bool
     recently_used: frozenset[str]
+    summary: StoredSummary | None = None
+    pinned: list[PinnedFact] = field(default_factory=list)
 
 
 async def turn_with_rows(
@@ -61,12 +65,15 @@ async def turn_with_rows(
     found = (await db.execute(_LOCKED if lock else _UNLOCKED, params)).one_or_none()
     if found is None:
         raise LookupError(turn_id)
-    turn, message, user, session, tenant, call, slots, consent, has_sets, used = found
+    turn, message, user, session, tenant, call, slots, consent, has_sets, used, *memory = found
+    summary, pinned = memory_store.parse_summary_and_facts(*memory)
     facts = SessionFacts(
         slots={name: Slot(value, source, seq) for name, value, source, seq in slots},
         consent=bool(consent),
         has_sets=bool(has_sets),
         recently_used=frozenset(used or ()),
+        summary=summary,
+        pinned=pinned,
     )
     held = [message, user, session, tenant, call]
     return turn, (held if message is not None else None), facts
@@ -113,8 +120,12 @@ def _statement(*, lock: bool) -> Select[Any]:
         .where(ToolCall.turn_id.in_(recent_ids))
         .scalar_subquery()
     )
+    memory = memory_store.summary_and_facts_columns(Turn.session_id)
     statement = (
-        select(Turn, Message, User, ChatSession, Tenant, ModelCall, slots, consent, has_sets, used)
+        select(
+            *(Turn, Message, User, ChatSession, Tenant, ModelCall),
+            *(slots, consent, has_sets, used, *memory),
+        )
         .select_from(Turn)
         .outerjoin(Message, Message.id == Turn.user_message_id)
         .outerjoin(User, user)
@@ -146,20 +157,31 @@ async def window_messages(
 ) -> list[WindowMessage]:
     """The session's messages from where the window may start (after the summary, or wider
     when the summary lags), a retried turn's earlier answers hidden."""
-    return await memory_store.session_messages(
+    return await memory_store.window_messages(
         db,
         session_id=turn.session_id,
-        after_seq=memory_store.window_start_clause(
-            session_id=turn.session_id, summary_through=summary_through
-        ),
+        summary_through=summary_through,
         hide_answers_of=turn.retry_of,
         counter=counter,
     )
 
 
-async def session_memory(db: AsyncSession, turn: Turn, current: dict[str, Slot]) -> Memory:
-    """The session's summary, pinned facts and slots (slots outrank summary lines)."""
-    summary, facts = await memory_store.summary_and_facts(db, session_id=turn.session_id)
+async def memory_read_again(db: AsyncSession, turn: Turn, read: SessionFacts) -> SessionFacts:
+    """`read` with the session's summary and pinned facts as they stand now (the build
+    pinned some after reading them with the turn)."""
+    summary, pinned = await memory_store.summary_and_facts(db, session_id=turn.session_id)
+    return replace(read, summary=summary, pinned=pinned)
+
+
+async def session_memory(
+    db: AsyncSession, turn: Turn, current: dict[str, Slot], read: SessionFacts | None = None
+) -> Memory:
+    """The session's summary, pinned facts and slots (slots outrank summary lines); `read`:
+    the summary and facts as the build read them (None: read here)."""
+    if read is None:
+        summary, facts = await memory_store.summary_and_facts(db, session_id=turn.session_id)
+    else:
+        summary, facts = read.summary, read.pinned
     return Memory(
         summary=summary,
         facts=facts,

@@ -18,9 +18,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, replace
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from activities import tracing
+from activities.metrics import RECALLS
 from gateway.minilm import Embedder
 from parley.context import Block, WindowMessage
 from parley.prompt import Budgets, Fold, Memory, RecallHit, fold_block, plan_window, recall_block
@@ -189,6 +192,36 @@ async def window_and_recall(
         if folded.from_seq is not None:  # the same share, for what is still left between
             folded = fold_block(counter, window, memory, max_tokens=fold_tokens)
     return window, folded, recalled, hits
+
+
+def window_plan(
+    window: Window, through: int | None, method: str, hits: list[RecallHit], folded: Fold
+) -> dict[str, Any]:
+    """Where the window starts, what was folded between it and the summary, and what recall
+    added, as the stored request records it."""
+    return {
+        "window_from_seq": window.from_seq,
+        "summary_through_seq": through,
+        # The turns between the summary and the window, condensed by code (None: none).
+        "folded": {
+            "from_seq": folded.from_seq,
+            "through_seq": folded.through_seq,
+            "lines": folded.lines,
+        }
+        if folded.from_seq is not None
+        else None,
+        "recall": method,
+        "recalled_seqs": sorted(h.seq for h in hits),
+    }
+
+
+def recalled_by(query: RecallQuery | None) -> str:
+    """What recall did for this prompt, counted and on the build's span: "skipped" (the
+    window holds the whole conversation), "fts" or "hybrid"."""
+    method = "skipped" if query is None else query.method
+    RECALLS.labels(method).inc()
+    tracing.annotate(recall=method)
+    return method
 
 
 async def embed_pending(

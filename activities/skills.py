@@ -92,9 +92,14 @@ class SkillTools:
             root=settings.sandbox_root or Path(tempfile.gettempdir()),
             python=settings.sandbox_python,
         )
+        # The catalog, read at first use: skills ship with the deployment, so a worker reads
+        # its folder once instead of every manifest in every context build and tool call.
+        self._catalog: dict[str, tuple[Path, SkillManifest]] | None = None
 
     def _enabled(self, tenant: TenantConfig) -> dict[str, tuple[Path, SkillManifest]]:
-        catalog = load_catalog(self._settings.skills_dir)
+        if self._catalog is None:
+            self._catalog = load_catalog(self._settings.skills_dir)
+        catalog = self._catalog
         return {name: catalog[name] for name in tenant.skills or [] if name in catalog}
 
     def manifests(self, tenant: TenantConfig) -> list[SkillManifest]:

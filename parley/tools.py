@@ -12,7 +12,6 @@ takes identity from the session (no tool has a customer argument), and decides b
 
 from __future__ import annotations
 
-import copy
 import functools
 import hashlib
 import json
@@ -202,9 +201,10 @@ TOOLS: dict[str, ToolSpec] = {
 
 def model_tools() -> list[dict[str, Any]]:
     """Tools offered to the model: everything but writes, in a stable order (cache-friendly).
-    Fresh copies of schemas built once (pydantic's schema generation is not cheap, and every
-    context build asks)."""
-    return copy.deepcopy(_model_tools())
+    The schemas are built once (pydantic's schema generation is not cheap, and every context
+    build asks) and shared, not copied: a new list of the same dicts, which callers read and
+    store, never change."""
+    return list(_model_tools())
 
 
 @functools.cache

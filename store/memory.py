@@ -11,8 +11,21 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, Row, func, select, text
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy import (
+    ColumnElement,
+    Integer,
+    Label,
+    Row,
+    Select,
+    SQLColumnExpression,
+    String,
+    bindparam,
+    func,
+    literal_column,
+    select,
+    text,
+)
+from sqlalchemy.dialects.postgresql import aggregate_order_by, insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.context import WindowMessage
@@ -71,22 +84,54 @@ async def summary_and_facts(
     """The latest summary (as `latest_summary` reads it) and the pinned facts, by key, in one
     statement (every context build reads both)."""
     row = (await db.execute(_SUMMARY_AND_FACTS, {"session_id": session_id})).one()
-    summary = None if row.summary is None else _summary(*row.summary)
-    facts = [PinnedFact(key, value, seq, source) for key, value, seq, source in row.facts]
+    return parse_summary_and_facts(row.summary, row.facts)
+
+
+def parse_summary_and_facts(
+    summary: list[Any] | None, facts: list[list[Any]]
+) -> tuple[StoredSummary | None, list[PinnedFact]]:
+    """The summary and facts as `summary_and_facts` reads them, from the JSON of its two
+    subqueries (`summary_and_facts_columns`, when another statement carries them)."""
+    return (
+        None if summary is None else _summary(*summary),
+        [PinnedFact(key, value, seq, source) for key, value, seq, source in facts],
+    )
+
+
+def summary_and_facts_columns(
+    session_id: SQLColumnExpression[str],
+) -> tuple[Label[Any], Label[Any]]:
+    """`summary_and_facts`'s two subqueries as columns of another statement, for the session
+    `session_id` names there (the context build reads them with its turn)."""
+    latest = func.json_build_array(
+        ConversationSummary.through_seq, ConversationSummary.lines, ConversationSummary.model
+    )
+    summary = (
+        select(latest)
+        .where(ConversationSummary.session_id == session_id)
+        .order_by(ConversationSummary.through_seq.desc())
+        .limit(1)
+        .scalar_subquery()
+        .label("summary")
+    )
+    fact = func.json_build_array(
+        PinnedFactRow.key, PinnedFactRow.value, PinnedFactRow.source_seq, PinnedFactRow.source
+    )
+    facts = (
+        select(
+            func.coalesce(
+                func.json_agg(aggregate_order_by(fact, PinnedFactRow.key)),
+                literal_column("'[]'::json"),
+            )
+        )
+        .where(PinnedFactRow.session_id == session_id)
+        .scalar_subquery()
+        .label("facts")
+    )
     return summary, facts
 
 
-_SUMMARY_AND_FACTS = text(
-    """
-    SELECT (
-        SELECT json_build_array(through_seq, lines, model) FROM conversation_summaries
-        WHERE session_id = :session_id ORDER BY through_seq DESC LIMIT 1
-    ) AS summary, coalesce((
-        SELECT json_agg(json_build_array(key, value, source_seq, source) ORDER BY key)
-        FROM pinned_facts WHERE session_id = :session_id
-    ), '[]') AS facts
-    """
-)
+_SUMMARY_AND_FACTS = select(*summary_and_facts_columns(bindparam("session_id", type_=String)))
 
 
 async def pin_facts(db: AsyncSession, *, session_id: str, facts: Iterable[PinnedFact]) -> None:
@@ -113,14 +158,44 @@ async def session_messages(
     db: AsyncSession,
     *,
     session_id: str,
-    after_seq: int | ColumnElement[int],
+    after_seq: int,
     hide_answers_of: str | None,
     counter: TokenCounter,
     before_seq: int | None = None,
 ) -> list[WindowMessage]:
     """Messages after `after_seq` (and before `before_seq`), with their token counts (the
-    stored count when the same counter made it). `after_seq` may be a SQL expression
-    (`window_start_clause`), evaluated by the same statement."""
+    stored count when the same counter made it)."""
+    query = _messages(
+        session_id=session_id, after_seq=after_seq, before_seq=before_seq, hide=hide_answers_of
+    )
+    return _window_rows(await db.execute(query), counter)
+
+
+async def window_messages(
+    db: AsyncSession,
+    *,
+    session_id: str,
+    summary_through: int | None,
+    hide_answers_of: str | None,
+    counter: TokenCounter,
+) -> list[WindowMessage]:
+    """The session's messages from where the window may start: a little before the summary's
+    end, within reach of the newest message (`_window_start`), in one statement built once
+    (every context build sends it); a retried turn's earlier answers hidden."""
+    params = {"session_id": session_id, "summary_through": summary_through or 0}
+    if hide_answers_of:
+        params["hide"] = hide_answers_of
+    query = _WINDOW_HIDING if hide_answers_of else _WINDOW
+    return _window_rows(await db.execute(query, params), counter)
+
+
+def _messages(
+    *,
+    session_id: str | ColumnElement[str],
+    after_seq: int | ColumnElement[int],
+    before_seq: int | None = None,
+    hide: str | ColumnElement[str] | None = None,
+) -> Select[Any]:
     # The columns a window needs, not the mapped rows: no identity map to fill, and not the
     # full-text vector, which is as long as the text.
     query = select(
@@ -141,16 +216,19 @@ async def session_messages(
     )
     if before_seq is not None:
         query = query.where(Message.seq < before_seq)
-    if hide_answers_of:
+    if hide is not None:
         # A retry does not show the model the answer it is replacing.
         query = query.where(
             ~(
-                (Message.turn_id == hide_answers_of)
+                (Message.turn_id == hide)
                 & (Message.role == "assistant")
                 & Message.tool_calls.is_(None)
             )
         )
-    rows = await db.execute(query.order_by(Message.seq))
+    return query.order_by(Message.seq)
+
+
+def _window_rows(rows: Iterable[Row[Any]], counter: TokenCounter) -> list[WindowMessage]:
     return [
         WindowMessage(
             m.seq,
@@ -175,9 +253,11 @@ def _tokens(message: Row[Any], counter: TokenCounter) -> int:
     )
 
 
-def window_start_clause(*, session_id: str, summary_through: int | None) -> ColumnElement[int]:
-    """Where loading starts: a little before the summary's end, within reach of the newest
-    message; a SQL expression, so `session_messages` loads the window in one statement."""
+def _window_start(
+    session_id: ColumnElement[str], summary_through: ColumnElement[int]
+) -> ColumnElement[int]:
+    """Where loading starts: a little before the summary's end (0: none), within reach of the
+    newest message."""
     last = (
         select(func.max(Message.seq))
         .where(Message.session_id == session_id)
@@ -185,7 +265,19 @@ def window_start_clause(*, session_id: str, summary_through: int | None) -> Colu
         .scalar_subquery()
     )
     floor = func.greatest(0, func.coalesce(last, 0) - WINDOW_REACH)
-    return func.least(summary_through or 0, floor)
+    return func.least(summary_through, floor)
+
+
+def _window_statement(*, hiding: bool) -> Select[Any]:
+    """`window_messages`' statement, bound by name: session_id, summary_through, hide."""
+    session_id = bindparam("session_id", type_=String)
+    start = _window_start(session_id, bindparam("summary_through", type_=Integer))
+    hide = bindparam("hide", type_=String) if hiding else None
+    return _messages(session_id=session_id, after_seq=start, hide=hide)
+
+
+_WINDOW = _window_statement(hiding=False)
+_WINDOW_HIDING = _window_statement(hiding=True)
 
 
 _TERM = re.compile(r"[^a-z0-9]")

@@ -22,9 +22,9 @@ from tests.support.client import ParleyClient
 from tests.support.toolkit import own_stack
 
 # The input screen's reads; the context build (the turn with the rows it holds and the
-# session's facts: slots, consent, the tool offer's facts; its state, result sets (only in a
-# session that has stored one), the resolver's note, summary and pinned facts, the window, the
-# stored request; knowledge on a connection of its own, in autocommit); the model call (the
+# session's facts: slots, consent, the tool offer's facts, summary and pinned facts; its
+# state, result sets (only in a session that has stored one), the resolver's note, the window,
+# the stored request; knowledge on a connection of its own, in autocommit); the model call (the
 # turn with the call, the attempt counted); the answer; the output screen and follow-ups;
 # finalize (the answer as a message, the turn closed, the session released and a pending
 # action superseded in one statement); the summary's check (one read of the backlog's token
@@ -34,8 +34,8 @@ from tests.support.toolkit import own_stack
 # events, and the build and the model call read their turn with the rows they need; 25 before
 # knowledge was searched beside the build instead of in a savepoint of its transaction, 23
 # before the build read the session's facts with its turn, 20 before a session without
-# result sets stopped reading them.
-STATEMENTS_PER_PLAIN_TURN = 19
+# result sets stopped reading them, 19 before the summary and pinned facts came with the turn.
+STATEMENTS_PER_PLAIN_TURN = 18
 VARIABLE = ("INSERT INTO turn_events", "WITH counter", "INSERT INTO trace_spans")
 Counted = tuple[async_sessionmaker[AsyncSession], list[str]]
 
