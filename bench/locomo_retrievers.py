@@ -106,12 +106,17 @@ class MiniLMModel:
 MODELS: dict[str, Callable[[], Any]] = {"minilm": MiniLMModel, "e5": E5Model, "splade": SpladeModel}
 
 
-def encode_into(cache: dict[str, Any], messages: list[str], questions: list[str]) -> None:
+def encode_into(
+    cache: dict[str, Any],
+    messages: list[str],
+    questions: list[str],
+    models: dict[str, Callable[[], Any]] = MODELS,
+) -> None:
     """Encode what `cache` lacks, model by model, adding up the CPU seconds and the count per
     kind: messages in batches of 32 (as `embed_pending` does), questions one call each (as a
     turn does). MiniLM encodes only MINILM_SAMPLE messages and questions: its cost is all that
     is kept."""
-    for name, make in MODELS.items():
+    for name, make in models.items():
         entry = cache.setdefault(name, {"passage": {}, "query": {}, "cpu": {}})
         todo = [t for t in dict.fromkeys(messages) if t not in entry["passage"]]
         asked = [q for q in dict.fromkeys(questions) if q not in entry["query"]]

@@ -248,3 +248,27 @@ def test_the_bundled_retrievers_when_installed() -> None:
     query = e5.query("What exercises has John done?")
     gym, dog = e5.passage(["I started lifting weights at the gym", "My dog is named Oscar"])
     assert float(gym @ query) > float(dog @ query)
+
+
+def test_encodings_are_cached_by_text_with_their_cpu_per_message_and_query() -> None:
+    from bench.locomo_retrievers import costs, encode_into
+
+    class Fake:
+        made = 0
+
+        def __init__(self) -> None:
+            Fake.made += 1
+
+        def passages(self, texts: list[str]) -> list[Any]:
+            return [len(t) for t in texts]
+
+        def query(self, text: str) -> Any:
+            return -len(text)
+
+    cache: dict[str, Any] = {}
+    encode_into(cache, ["a", "bb", "a"], ["q?"], {"e5": Fake})
+    assert cache["e5"]["passage"] == {"a": 1, "bb": 2} and cache["e5"]["query"] == {"q?": -2}
+    assert cache["e5"]["cpu"]["message"][1] == 2 and cache["e5"]["cpu"]["query"][1] == 1
+    encode_into(cache, ["bb"], ["q?"], {"e5": Fake})  # nothing new: no model loaded
+    assert Fake.made == 1
+    assert set(costs(cache)["e5"]) == {"message", "query"}
