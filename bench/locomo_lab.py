@@ -254,9 +254,27 @@ def _recalled(conv: Conversation, ranked: list[int], budget: int) -> tuple[set[i
         RecallHit(s, conv.by_seq[s]["role"], conv.by_seq[s]["text"], conv.by_seq[s]["date"])
         for s in ranked
     ]
-    blocks = recall_block(counter_for(None), hits, Budgets(window=10**6, reserve=0, recall=budget))
+    blocks = recall_block(_COUNTER, hits, Budgets(window=10**6, reserve=0, recall=budget))
     content = str(blocks[0].messages[0]["content"]) if blocks else ""
     return {int(s) for s in RECALLED_SEQ.findall(content)}, (blocks[0].tokens if blocks else 0)
+
+
+class _MemoCounter:
+    """The production counter, remembering each text's count: a replay packs the same lines
+    for every question and every idea, and counting them was most of its time."""
+
+    def __init__(self) -> None:
+        self._counter = counter_for(None)
+        self.name, self.exact = self._counter.name, self._counter.exact
+        self._counts: dict[str, int] = {}
+
+    def count(self, text: str) -> int:
+        if text not in self._counts:
+            self._counts[text] = self._counter.count(text)
+        return self._counts[text]
+
+
+_COUNTER = _MemoCounter()
 
 
 def evaluate(
