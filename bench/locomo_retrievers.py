@@ -178,6 +178,7 @@ def encode_data(cache_path: Path, data: list[Path]) -> None:
     from bench.memory import load_locomo, photo_note
 
     cache = load_cache(cache_path)
+    cache_path.parent.mkdir(parents=True, exist_ok=True)
     for name, conv in load_locomo(data).items():
         texts = [
             f"{t['speaker']}: {t['text']}{photo_note(t)}"
