@@ -12,7 +12,8 @@ Python (full-text scored as store/memory.py scores it, cosine nearest, parley/re
 fusion and neighbours, parley/prompt.py `recall_block` for the budget) and prints recall and
 missed questions by category per conversation, with the real builder's figure beside it.
 The window is taken as the real builder left it, so the replay is close, not exact (within
-a few questions). A ranking idea is a function with `production_ranking`'s signature.
+a few questions). A ranking idea is a function with `production_ranking`'s signature;
+bench/locomo_retrievers.py judges e5 and SPLADE-tiny this way (issue 26).
 
 Not part of `make bench`; nothing here reads the evidence labels to rank.
 """
