@@ -9,14 +9,19 @@ the user's confirmation is bound to exactly those rows (the action's argument ha
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from activities.email_proposal import (
+    NO_VERIFIED_ADDRESS,
+    mask_email,
+    propose_send_email,
+    verified_address,
+)
 from activities.northwind import NorthwindClient
-from parley.ids import action_id_for_call, result_set_id_for_call
+from parley.ids import result_set_id_for_call
 from parley.resolver import PENDING_CLARIFICATION, Slot
 from parley.result_sets import (
     CSV_FILENAME,
@@ -28,8 +33,8 @@ from parley.result_sets import (
     orders_csv,
 )
 from parley.tools import ProposeOrdersCsvArgs, SearchOrdersArgs, ToolError
-from store import actions, slots
 from store import result_sets as result_set_store
+from store import slots
 from store.models import Message, ToolCall, Turn
 
 RESULT_SET_TOOLS = ("search_orders", "propose_orders_csv")
@@ -91,11 +96,9 @@ class ResultSetTools:
         *,
         sessions: async_sessionmaker[AsyncSession],
         northwind: NorthwindClient,
-        mask: Callable[[str], str],
     ) -> None:
         self._sessions = sessions
         self._northwind = northwind
-        self._mask = mask
 
     async def run(self, turn: Turn, call: ToolCall, args: Any, ttl_s: float) -> dict[str, Any]:
         if isinstance(args, SearchOrdersArgs):
@@ -146,35 +149,30 @@ class ResultSetTools:
         if stored is None:
             return ToolError("not_found", "no such result set in this conversation").as_result()
         customer = await self._northwind.get_customer(turn.tenant_id, turn.user_id)
-        if not customer.get("email") or not customer.get("email_verified"):
-            return ToolError(
-                "no_verified_address", "there is no verified address on file"
-            ).as_result()
-        recipient, count = str(customer["email"]), len(stored.rows)
+        recipient = verified_address(customer)
+        if recipient is None:
+            return NO_VERIFIED_ADDRESS.as_result()
+        count = len(stored.rows)
         attachment = {
             "filename": CSV_FILENAME,
             "content_type": CSV_CONTENT_TYPE,
             "content": orders_csv(stored.rows),
             "rows": count,
         }
-        async with self._sessions() as db:
-            action = await actions.create_action(
-                db,
-                turn=turn,
-                action_id=action_id_for_call(tool_call_id=call.id),
-                tool="send_email",
-                args={
-                    "result_set_id": stored.id,
-                    "to": recipient,
-                    "subject": f"Your Northwind orders: {describe_set(stored)}",
-                    "body": f"Attached: {CSV_FILENAME}, {describe_set(stored)}.",
-                    "attachment": attachment,
-                },
-                summary=f"Email {CSV_FILENAME} ({describe_set(stored)}) to {self._mask(recipient)}",
-                recipient_masked=self._mask(recipient),
-                ttl=timedelta(seconds=ttl_s),
-            )
-            await db.commit()
+        action = await propose_send_email(
+            self._sessions,
+            turn=turn,
+            call=call,
+            args={
+                "result_set_id": stored.id,
+                "to": recipient,
+                "subject": f"Your Northwind orders: {describe_set(stored)}",
+                "body": f"Attached: {CSV_FILENAME}, {describe_set(stored)}.",
+                "attachment": attachment,
+            },
+            summary=f"Email {CSV_FILENAME} ({describe_set(stored)}) to {mask_email(recipient)}",
+            ttl_s=ttl_s,
+        )
         return {
             "action_id": action.id,
             "status": "pending_confirmation",

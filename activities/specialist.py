@@ -17,9 +17,10 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.email_proposal import mask_email
 from activities.heartbeat import heartbeating
 from activities.northwind import BackendError, BackendUnavailable, NorthwindClient
-from activities.tools import mask_email, tool_event
+from activities.tools import tool_event
 from parley.config import Settings
 from parley.contracts import (
     TOOL_ATTEMPTS,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
@@ -19,6 +18,12 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.delegation import delegate_returns
+from activities.email_proposal import (
+    NO_VERIFIED_ADDRESS,
+    mask_email,
+    propose_send_email,
+    verified_address,
+)
 from activities.heartbeat import heartbeating
 from activities.mcp import McpTools
 from activities.northwind import (
@@ -38,7 +43,7 @@ from parley.contracts import (
     ToolOutcome,
     TurnState,
 )
-from parley.ids import action_id_for_call, handoff_id_for_call
+from parley.ids import handoff_id_for_call
 from parley.mcp import is_mcp_name
 from parley.resolver import ACTIVE_ORDER, Slot
 from parley.skills import RUN_SKILL, RUN_SKILL_LABEL
@@ -116,9 +121,10 @@ def _limited(result: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def mask_email(address: str) -> str:
-    local, _, domain = address.partition("@")
-    return f"{local[:1]}***@{domain}"
+# The warning beside a tool result that says the order system did not answer.
+_UNAVAILABLE = WarningData(
+    code="tool_unavailable", message="The order system did not answer; the reply says so."
+)
 
 
 def render_email(template: str, order: OrderView, extra: dict[str, Any]) -> tuple[str, str]:
@@ -195,7 +201,7 @@ class ToolActivities:
         self._skills = skills or SkillTools(
             sessions=sessions, northwind=northwind, settings=settings
         )
-        self._result_sets = ResultSetTools(sessions=sessions, northwind=northwind, mask=mask_email)
+        self._result_sets = ResultSetTools(sessions=sessions, northwind=northwind)
 
     @activity.defn(name="execute_tool")
     async def execute_tool(self, inp: ExecuteToolInput) -> ToolOutcome:
@@ -287,13 +293,7 @@ class ToolActivities:
                     await skill_events(db, turn.id, result)
                 if result.get("error", {}).get("code") == "unavailable":
                     await append_event(
-                        db,
-                        turn_id=turn.id,
-                        type=EventType.warning,
-                        data=WarningData(
-                            code="tool_unavailable",
-                            message="The order system did not answer; the reply says so.",
-                        ),
+                        db, turn_id=turn.id, type=EventType.warning, data=_UNAVAILABLE
                     )
                 await tool_event(
                     db, turn.id, call.provider_call_id, call.name, "end", run.label, status=status
@@ -340,37 +340,29 @@ class ToolActivities:
         order = OrderView.model_validate(
             await nw.order_resource(turn.tenant_id, turn.user_id, args.order_id)
         )
-        customer = await nw.get_customer(turn.tenant_id, turn.user_id)
-        if not customer.get("email") or not customer.get("email_verified"):
-            return ToolError(
-                "no_verified_address", "there is no verified address on file"
-            ).as_result()
+        recipient = verified_address(await nw.get_customer(turn.tenant_id, turn.user_id))
+        if recipient is None:
+            return NO_VERIFIED_ADDRESS.as_result()
         extra: dict[str, Any] = {}
         if args.template == "refund_status":
             extra["refund"] = await nw.order_resource(
                 turn.tenant_id, turn.user_id, args.order_id, "/refund"
             )
         subject, body = render_email(args.template, order, extra)
-        recipient = str(customer["email"])
-        async with self._sessions() as db:
-            action = await actions.create_action(
-                db,
-                turn=turn,
-                # Derived from the call, so a retried attempt finds the same action.
-                action_id=action_id_for_call(tool_call_id=call.id),
-                tool="send_email",
-                args={
-                    "order_id": args.order_id,
-                    "template": args.template,
-                    "to": recipient,
-                    "subject": subject,
-                    "body": body,
-                },
-                summary=f"Email “{subject}” to {mask_email(recipient)}",
-                recipient_masked=mask_email(recipient),
-                ttl=timedelta(seconds=ttl_s),
-            )
-            await db.commit()
+        action = await propose_send_email(
+            self._sessions,
+            turn=turn,
+            call=call,
+            args={
+                "order_id": args.order_id,
+                "template": args.template,
+                "to": recipient,
+                "subject": subject,
+                "body": body,
+            },
+            summary=f"Email “{subject}” to {mask_email(recipient)}",
+            ttl_s=ttl_s,
+        )
         return {
             "action_id": action.id,
             "status": "pending_confirmation",

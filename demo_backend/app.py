@@ -240,7 +240,7 @@ class Backend:
                 to=email.to,
                 subject=email.subject,
                 body=email.body,
-                accepted_at=datetime.now(UTC),
+                accepted_at=datetime.now(UTC).isoformat(),
                 attachments=tuple(email.attachments),
             )
             self._emails[key] = record
@@ -390,7 +390,7 @@ class StatsJSON(TypedDict):
 @control.get("/emails")
 async def list_emails(backend: BackendDep) -> EmailRecords:
     """Every email the ESP accepted, one per idempotency key, oldest first."""
-    return {"emails": [e.record_json() for e in backend.emails()]}
+    return {"emails": backend.emails()}
 
 
 @control.get("/faults")
@@ -467,9 +467,8 @@ async def _backend_error(_: Request, exc: Exception) -> JSONResponse:
 
 async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    first = exc.errors()[0] if exc.errors() else {}
-    location = [str(part) for part in first.get("loc", ()) if part not in ("body", "query")]
-    field = ".".join(location) or None
+    first: dict[str, Any] = next(iter(exc.errors()), {})
+    field = ".".join(str(p) for p in first.get("loc", ()) if p not in ("body", "query")) or None
     message = f"{field}: {first.get('msg', 'invalid')}" if field else "invalid request"
     return _error(422, "invalid_request", message, field=field)
 

@@ -12,7 +12,7 @@ Accepted emails are records too, though the seed has none.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
+from datetime import date, timedelta
 from decimal import Decimal
 from typing import Literal
 
@@ -104,21 +104,6 @@ class AttachmentJSON(TypedDict):
     content_type: str
     # The file's text (the demo exports CSV); the ESP stores it as given.
     content: str
-
-
-class EmailRecordJSON(TypedDict):
-    message_id: str
-    idempotency_key: str
-    tenant: str
-    to: str
-    subject: str
-    body: str
-    accepted_at: str
-    attachments: list[AttachmentJSON]
-
-
-class EmailRecords(TypedDict):
-    emails: list[EmailRecordJSON]
 
 
 def _iso(day: date | None) -> str | None:
@@ -235,27 +220,20 @@ class Email:
     to: str
     subject: str
     body: str
-    accepted_at: datetime
+    # ISO 8601, as the service answers it: the record is its own JSON (`EmailRecords`).
+    accepted_at: str
     attachments: tuple[AttachmentJSON, ...] = ()
 
     def status_json(self) -> EmailStatus:
         return {
             "message_id": self.message_id,
             "status": "accepted",
-            "accepted_at": self.accepted_at.isoformat(),
+            "accepted_at": self.accepted_at,
         }
 
-    def record_json(self) -> EmailRecordJSON:
-        return {
-            "message_id": self.message_id,
-            "idempotency_key": self.idempotency_key,
-            "tenant": self.tenant,
-            "to": self.to,
-            "subject": self.subject,
-            "body": self.body,
-            "accepted_at": self.accepted_at.isoformat(),
-            "attachments": list(self.attachments),
-        }
+
+class EmailRecords(TypedDict):
+    emails: list[Email]
 
 
 @dataclass(frozen=True)

@@ -21,26 +21,8 @@ from openai.types.chat import ChatCompletionChunk
 from openai.types.chat.chat_completion_chunk import ChoiceDeltaToolCall
 from openai.types.completion_usage import CompletionUsage
 
-from gateway.base import (
-    Finish,
-    ModelRequest,
-    OutputSchema,
-    StreamEvent,
-    TextDelta,
-    ToolCallRequest,
-)
-from gateway.errors import (
-    ProviderError,
-    Timeouts,
-    connection_error,
-    error_type,
-    guarded_stream,
-    incomplete_stream,
-    status_error,
-    stream_error,
-    timeout_error,
-    transport_error,
-)
+import gateway.errors as errors
+from gateway.base import Finish, ModelRequest, OutputSchema, StreamEvent, TextDelta, ToolCallRequest
 
 _FINISH = {"stop": "stop", "length": "length", "tool_calls": "tool_calls"}
 
@@ -131,13 +113,13 @@ class OpenAICompatProvider:
         *,
         base_url: str | None = None,
         api_key: str | None = None,
-        timeouts: Timeouts | None = None,
+        timeouts: errors.Timeouts | None = None,
         max_tokens_field: Literal["max_completion_tokens", "max_tokens"] = (
             "max_completion_tokens"
         ),
         http_client: Any | None = None,
     ) -> None:
-        self._timeouts = timeouts or Timeouts()
+        self._timeouts = timeouts or errors.Timeouts()
         t = self._timeouts
         self._max_tokens_field = max_tokens_field
         self._client = openai.AsyncOpenAI(
@@ -180,7 +162,7 @@ class OpenAICompatProvider:
         finish: str | None = None
         called = False
         usage: dict[str, int] = {}
-        chunks = guarded_stream(self.name, open_stream, self._timeouts, self._classify)
+        chunks = errors.guarded_stream(self.name, open_stream, self._timeouts, self._classify)
         async with aclosing(chunks):
             async for chunk in chunks:
                 if chunk.usage is not None:
@@ -199,29 +181,29 @@ class OpenAICompatProvider:
                             called = True
                             yield call
         if finish is None:
-            raise incomplete_stream(self.name)
+            raise errors.incomplete_stream(self.name)
         for call in _complete(calls):  # fragments after the finish chunk (lenient servers)
             called = True
             yield call
         # Some compatible servers say "stop" after tool calls; the calls are what counts.
         yield Finish("tool_calls" if called and finish == "stop" else finish, usage)
 
-    def _classify(self, exc: Exception, started: bool) -> ProviderError | None:
+    def _classify(self, exc: Exception, started: bool) -> errors.ProviderError | None:
         if isinstance(exc, openai.APIStatusError):
-            return status_error(
+            return errors.status_error(
                 self.name,
                 exc.status_code,
                 headers=exc.response.headers,
-                error_type=error_type(exc.body),
+                error_type=errors.error_type(exc.body),
             )
         if isinstance(exc, openai.APITimeoutError):
-            return timeout_error(self.name, exc, started=started)
+            return errors.timeout_error(self.name, exc, started=started)
         if isinstance(exc, openai.APIConnectionError):
             cause = exc.__cause__ if isinstance(exc.__cause__, Exception) else exc
-            return connection_error(self.name, cause, started=started)
+            return errors.connection_error(self.name, cause, started=started)
         if isinstance(exc, openai.APIError):  # an error object inside a 200 stream
-            return stream_error(self.name, error_type(exc.body))
-        return transport_error(self.name, exc, started=started)
+            return errors.stream_error(self.name, errors.error_type(exc.body))
+        return errors.transport_error(self.name, exc, started=started)
 
 
 def _add_fragment(calls: dict[int, _PendingCall], fragment: ChoiceDeltaToolCall) -> None:

@@ -232,11 +232,11 @@ async def cancel_turn(
 async def retry_turn(
     session_id: str,
     turn_id: str,
-    db: DbSession,
-    one_statement: AutocommitSessions,
     user: CurrentUser,
-    temporal: Temporal,
+    db: DbSession,
     settings: AppSettings,
+    temporal: Temporal,
+    one_statement: AutocommitSessions,
 ) -> TurnStarted:
     """Answer the same message again; the new answer replaces the incomplete or cancelled one,
     reusing the tool results already stored."""

@@ -145,31 +145,30 @@ function drawSessions() {
   renderSessions(S.sessions, S.sid, { open: openSession, remove: deleteSession });
 }
 
-function newConversation() {
+// Leaves the shown conversation for `sid` (null: a new one) with an empty, idle view; returns
+// the generation that tells a late answer for an earlier switch to stand down.
+function switchTo(sid) {
   stopFollowing();
-  S.openGen += 1;
-  Object.assign(S, { sid: null, lastSeq: 0, turnId: null, options: null, replacing: null });
-  sessionStorage.removeItem(SID_KEY);
+  const gen = ++S.openGen;
+  Object.assign(S, { sid, lastSeq: 0, turnId: null, options: null, replacing: null });
+  if (sid) sessionStorage.setItem(SID_KEY, sid);
+  else sessionStorage.removeItem(SID_KEY);
   T.clear();
   removeConfirm();
   status('');
   setBusy(false);
   drawSessions();
   closeMenu();
+  return gen;
+}
+
+function newConversation() {
+  switchTo(null);
   $('input').focus();
 }
 
 async function openSession(sid) {
-  stopFollowing();
-  const gen = ++S.openGen;
-  Object.assign(S, { sid, lastSeq: 0, turnId: null, options: null, replacing: null });
-  sessionStorage.setItem(SID_KEY, sid);
-  T.clear();
-  removeConfirm();
-  status('');
-  setBusy(false);
-  drawSessions();
-  closeMenu();
+  const gen = switchTo(sid);
   const r = await request('GET', sessionPath(sid));
   if (gen !== S.openGen) return;
   if (!r.ok) return fail(r);
