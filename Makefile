@@ -49,11 +49,13 @@ test: install embeddings browser sandbox
 	$(BIN)/pytest -n 2 --dist loadfile
 
 # The tiers that start no database, worker, API or browser: pure code, the workflow alone on
-# the time-skipping server, and replay of the committed histories. Under a minute. Most of
-# its time is the workflow's retry backoffs, waited in real time: three processes, handed
-# tests one by one (a module's time-skipping server is cheap to start twice), overlap them.
+# the time-skipping server, and replay of the committed histories. Under a minute. Nothing
+# in it waits in real time any more (tests/workflow/conftest.py says how), so its time is
+# CPU: the project's imports in each process and the workflow tests' time-skipping servers.
+# Two processes for this machine's two cores, handed whole files (one server per workflow
+# module, not one per module and process).
 test-fast: install embeddings sandbox
-	$(BIN)/pytest -n 3 --dist load tests/unit tests/workflow tests/replay
+	$(BIN)/pytest -n 2 --dist loadfile tests/unit tests/workflow tests/replay
 
 lint: install
 	$(BIN)/ruff check .

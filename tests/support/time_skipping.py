@@ -44,6 +44,13 @@ STEP_DEADLINE_S = 10.0
 
 Turn = WorkflowHandle[TurnWorkflow, TurnOutcome]
 
+# A Stop that comes during a local step is heard at the next workflow task, which the worker
+# asks for when it extends the task it holds: at 80% of the task's timeout, so 4 s with the
+# real one (dispatch/outbox.py), waited in real time. A test that stops a turn mid-step starts
+# it with this timeout instead and hears the Stop after 1.6 s; short enough to save the wait,
+# long enough that a loaded machine does not time a task out.
+STOP_HEARD_SOONER = timedelta(seconds=2)
+
 
 @asynccontextmanager
 async def time_skipping_server() -> AsyncIterator[WorkflowEnvironment]:
@@ -78,7 +85,11 @@ def stub_worker(env: WorkflowEnvironment, stubs: Stubs, queue: str, **options: A
 
 @asynccontextmanager
 async def turn(
-    env: WorkflowEnvironment, stubs: Stubs, *, fallback: bool = False
+    env: WorkflowEnvironment,
+    stubs: Stubs,
+    *,
+    fallback: bool = False,
+    task_timeout: timedelta = WORKFLOW_TASK_TIMEOUT,
 ) -> AsyncIterator[Turn]:
     """One turn on a task queue of its own, served by a worker with these stubs."""
     queue = f"wf-{uuid.uuid4().hex[:8]}"
@@ -89,7 +100,7 @@ async def turn(
             TurnInput(turn_id, "ses_1", "northwind", fallback=fallback, generation=TURN_GENERATION),
             id=f"turn-{turn_id}",
             task_queue=queue,
-            task_timeout=WORKFLOW_TASK_TIMEOUT,
+            task_timeout=task_timeout,
         )
         yield handle
 

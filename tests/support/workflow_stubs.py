@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from datetime import timedelta
 from typing import Any
 
 from temporalio import activity
@@ -43,14 +44,27 @@ ModelAnswer = Sequence[ToolCallRef] | BaseException
 
 ACTION_ID = "act_1"
 
+# The `Retry-After` a stubbed provider that is down gives (the real call_model passes it on as
+# the failure's next_retry_delay, activities/turn.py). The model call is a local activity, and
+# a local activity's retry backoff is waited in real time by the worker, even on the
+# time-skipping server: with the policy's own intervals (workflows/options.py MODEL: 0.5 s,
+# 1 s, 2 s, 4 s) a test whose primary spends its retries would wait 7.5 s. The attempts are
+# still counted and bounded by the policy.
+QUICK_RETRY = timedelta(milliseconds=10)
+
 
 def tool(name: str, args_hash: str, call_id: str | None = None) -> ToolCallRef:
     return ToolCallRef(call_id or f"call_{name}_{args_hash}", name, args_hash)
 
 
 def unavailable() -> ApplicationError:
-    """What the real call_model raises for a provider that is down: retryable."""
-    return ApplicationError("the provider is unavailable (unavailable)", type="unavailable")
+    """What the real call_model raises for a provider that is down and says when to come
+    back: retryable, soon."""
+    return ApplicationError(
+        "the provider is unavailable (unavailable)",
+        type="unavailable",
+        next_retry_delay=QUICK_RETRY,
+    )
 
 
 class Stubs:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 import pytest
 from temporalio.api.enums.v1 import EventType
@@ -19,9 +20,11 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
+from dispatch.outbox import WORKFLOW_TASK_TIMEOUT
 from parley.contracts import MAX_MODEL_CALLS, ScreenResult
 from tests.support.histories import HISTORIES, SHAPES, scrub
 from tests.support.time_skipping import (
+    STOP_HEARD_SOONER,
     Turn,
     decide,
     primary_down,
@@ -47,6 +50,8 @@ class Shape:
     # Steps the shape must have taken (so each history is the shape it is named after).
     ran: tuple[str, ...] = field(default=())
     skipped: tuple[str, ...] = field(default=())
+    # The workflow task timeout the turn starts with (replay does not read it).
+    task_timeout: timedelta = WORKFLOW_TASK_TIMEOUT
 
 
 def script(**attrs: object) -> Callable[[Stubs], None]:
@@ -95,6 +100,7 @@ SHAPE_RUNS: dict[str, Shape] = {
         prepare=script(hold={"call_model"}),
         act=stop_mid_answer,
         ends=CANCELED,
+        task_timeout=STOP_HEARD_SOONER,
         ran=("cancel_turn",),
         skipped=("finalize_turn",),
     ),
@@ -134,7 +140,7 @@ async def test_each_shape_runs_to_its_close_and_replays(
     shape = SHAPE_RUNS[name]
     stubs = Stubs()
     shape.prepare(stubs)
-    async with turn(env, stubs, fallback=shape.fallback) as handle:
+    async with turn(env, stubs, fallback=shape.fallback, task_timeout=shape.task_timeout) as handle:
         if shape.act is not None:
             await shape.act(handle, stubs)
         if shape.ends == CANCELED:

@@ -24,6 +24,7 @@ from parley.contracts import (
 from parley.screens import DECLINE_TEXT, RETRACTION_TEXT
 from tests.support.time_skipping import (
     STEP_DEADLINE_S,
+    STOP_HEARD_SOONER,
     decide,
     ends_cancelled,
     primary_down,
@@ -324,7 +325,7 @@ async def test_cancel_during_a_step_ends_the_turn_cancelled(
 ) -> None:
     stubs.answers = list(answers)
     stubs.hold = {step}
-    async with turn(env, stubs) as handle:
+    async with turn(env, stubs, task_timeout=STOP_HEARD_SOONER) as handle:
         await reached(stubs, step)
         await handle.cancel()
         await ends_cancelled(handle, stubs)

@@ -38,7 +38,7 @@ from tests.support.time_skipping import (
     turn,
     waiting_for_confirmation,
 )
-from tests.support.workflow_stubs import ACTION_ID, Stubs, tool, unavailable
+from tests.support.workflow_stubs import ACTION_ID, QUICK_RETRY, Stubs, tool, unavailable
 from workflows.turn import BOUNDS_TEXT, SENT_TEXT, TOO_MANY_TOOLS, TurnWorkflow
 
 CANCEL_REQUESTED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED
@@ -166,7 +166,10 @@ async def test_a_pause_noticed_before_a_model_call_fails_the_turn_retryably(
 async def test_an_unknown_failure_type_never_reaches_the_client_as_a_class_name(
     env: WorkflowEnvironment, stubs: Stubs
 ) -> None:
-    stubs.model = lambda inp: ApplicationError("db", type="OperationalError")
+    # Retried soon (QUICK_RETRY): the policy's own backoff would be waited in real time.
+    stubs.model = lambda inp: ApplicationError(
+        "db", type="OperationalError", next_retry_delay=QUICK_RETRY
+    )
     async with turn(env, stubs) as handle:
         assert (await handle.result()).ending == "failed"
         await replays(handle, "_failed")
@@ -177,7 +180,11 @@ async def test_an_unknown_failure_type_never_reaches_the_client_as_a_class_name(
 async def test_a_database_outage_that_outlasts_the_model_retries_fails_with_its_code(
     env: WorkflowEnvironment, stubs: Stubs
 ) -> None:
-    stubs.model = lambda inp: ApplicationError("down", type="store_unavailable")
+    # As the real failure mapper words it once the database answers again (activities/
+    # failures.py gives every store_unavailable a next_retry_delay), but sooner.
+    stubs.model = lambda inp: ApplicationError(
+        "down", type="store_unavailable", next_retry_delay=QUICK_RETRY
+    )
     async with turn(env, stubs) as handle:
         assert (await handle.result()).ending == "failed"
     [failed] = stubs.inputs("fail_turn")
