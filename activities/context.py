@@ -273,7 +273,7 @@ class ContextBuilder:
         read with the turn (None: here, as for bench/memory.py); `searching`: knowledge's."""
         memory = await session_memory(db, turn, current_slots, facts)
         through = memory.summary.through_seq if memory.summary else None
-        messages = await window_messages(db, turn, through, counter)
+        messages = await window_messages(db, turn, through, counter, facts)
         history, current = split_current(messages, turn.user_seq)
         consent = None if facts is None else facts.consent
         hints = await consented_memory.hints(db, turn, counter, consent=consent)

@@ -14,7 +14,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
-from sqlalchemy import Select, bindparam, exists, func, literal_column, select
+from sqlalchemy import (
+    Select,
+    bindparam,
+    exists,
+    func,
+    literal_column,
+    select,
+)
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
@@ -26,6 +33,7 @@ from parley.tokens import TokenCounter
 from store import memory as memory_store
 from store.models import (
     ChatSession,
+    ConversationSummary,
     MemoryConsent,
     Message,
     ModelCall,
@@ -51,6 +59,9 @@ class SessionFacts:
     recently_used: frozenset[str]
     summary: StoredSummary | None = None
     pinned: list[PinnedFact] = field(default_factory=list)
+    # The recent window's rows as `memory_store.window_column` reads them, from where this
+    # summary lets it start (None: read by `window_messages`, with the summary it is given).
+    window: list[list[Any]] | None = None
 
 
 async def turn_with_rows(
@@ -65,8 +76,8 @@ async def turn_with_rows(
     found = (await db.execute(_LOCKED if lock else _UNLOCKED, params)).one_or_none()
     if found is None:
         raise LookupError(turn_id)
-    turn, message, user, session, tenant, call, slots, consent, has_sets, used, *memory = found
-    summary, pinned = memory_store.parse_summary_and_facts(*memory)
+    turn, message, user, session, tenant, call, slots, consent, has_sets, used, *_ = found
+    summary, pinned = memory_store.parse_summary_and_facts(found.summary, found.facts)
     facts = SessionFacts(
         slots={name: Slot(value, source, seq) for name, value, source, seq in slots},
         consent=bool(consent),
@@ -74,6 +85,7 @@ async def turn_with_rows(
         recently_used=frozenset(used or ()),
         summary=summary,
         pinned=pinned,
+        window=found.window,
     )
     held = [message, user, session, tenant, call]
     return turn, (held if message is not None else None), facts
@@ -121,10 +133,11 @@ def _statement(*, lock: bool) -> Select[Any]:
         .scalar_subquery()
     )
     memory = memory_store.summary_and_facts_columns(Turn.session_id)
+    window = _window()
     statement = (
         select(
             *(Turn, Message, User, ChatSession, Tenant, ModelCall),
-            *(slots, consent, has_sets, used, *memory),
+            *(slots, consent, has_sets, used, *memory, window),
         )
         .select_from(Turn)
         .outerjoin(Message, Message.id == Turn.user_message_id)
@@ -135,6 +148,20 @@ def _statement(*, lock: bool) -> Select[Any]:
         .where(Turn.id == bindparam("turn_id"))
     )
     return statement.with_for_update(of=Turn) if lock else statement
+
+
+def _window() -> Any:
+    """The recent window as a column of `turn_with_rows`' statement: from where the turn's
+    session's latest summary lets it start, a retried turn's earlier answer hidden."""
+    through = (
+        select(ConversationSummary.through_seq)
+        .where(ConversationSummary.session_id == Turn.session_id)
+        .order_by(ConversationSummary.through_seq.desc())
+        .limit(1)
+        .correlate(Turn)  # read inside the window's subquery, of this statement's turn
+        .scalar_subquery()
+    )
+    return memory_store.window_column(Turn.session_id, func.coalesce(through, 0), Turn.retry_of)
 
 
 _LOCKED = _statement(lock=True)
@@ -153,10 +180,17 @@ async def packed_before(
 
 
 async def window_messages(
-    db: AsyncSession, turn: Turn, summary_through: int | None, counter: TokenCounter
+    db: AsyncSession,
+    turn: Turn,
+    summary_through: int | None,
+    counter: TokenCounter,
+    read: SessionFacts | None = None,
 ) -> list[WindowMessage]:
     """The session's messages from where the window may start (after the summary, or wider
-    when the summary lags), a retried turn's earlier answers hidden."""
+    when the summary lags), a retried turn's earlier answers hidden; `read`: as the build
+    read them with its turn (None, or read for another summary: read here)."""
+    if read is not None and read.window is not None:
+        return memory_store.parse_window(read.window, counter)
     return await memory_store.window_messages(
         db,
         session_id=turn.session_id,
@@ -170,7 +204,12 @@ async def memory_read_again(db: AsyncSession, turn: Turn, read: SessionFacts) ->
     """`read` with the session's summary and pinned facts as they stand now (the build
     pinned some after reading them with the turn)."""
     summary, pinned = await memory_store.summary_and_facts(db, session_id=turn.session_id)
-    return replace(read, summary=summary, pinned=pinned)
+    window = read.window if _through(summary) == _through(read.summary) else None
+    return replace(read, summary=summary, pinned=pinned, window=window)
+
+
+def _through(summary: StoredSummary | None) -> int | None:
+    return None if summary is None else summary.through_seq
 
 
 async def session_memory(

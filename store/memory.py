@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
+    Date,
     Integer,
     Label,
     Row,
@@ -20,6 +21,7 @@ from sqlalchemy import (
     SQLColumnExpression,
     String,
     bindparam,
+    cast,
     func,
     literal_column,
     select,
@@ -230,38 +232,58 @@ def _messages(
 
 def _window_rows(rows: Iterable[Row[Any]], counter: TokenCounter) -> list[WindowMessage]:
     return [
-        WindowMessage(
-            m.seq,
-            m.role,
-            m.text,
-            m.status,
-            m.tool_calls,
-            m.tool_call_id,
-            tokens=_tokens(m, counter),
-            created_at=m.created_at.date().isoformat(),
-            turn_id=m.turn_id,
+        _window_message(
+            counter,
+            *(m.seq, m.role, m.text, m.status, m.tool_calls, m.tool_call_id),
+            *(m.token_count, m.token_counter, m.created_at.date().isoformat(), m.turn_id),
         )
         for m in rows
     ]
 
 
-def _tokens(message: Row[Any], counter: TokenCounter) -> int:
-    if message.token_count is not None and message.token_counter == counter.name:
-        return message.token_count
-    return count_message(
-        counter, {"role": message.role, "content": message.text, "tool_calls": message.tool_calls}
+def parse_window(rows: list[list[Any]], counter: TokenCounter) -> list[WindowMessage]:
+    """The window as `window_column` reads it, from its JSON (one array per message)."""
+    return [_window_message(counter, *row) for row in rows]
+
+
+def _window_message(
+    counter: TokenCounter,
+    seq: int,
+    role: str,
+    text: str,
+    status: str,
+    tool_calls: list[dict[str, Any]] | None,
+    tool_call_id: str | None,
+    token_count: int | None,
+    token_counter: str | None,
+    created_at: str,
+    turn_id: str | None,
+) -> WindowMessage:
+    if token_count is None or token_counter != counter.name:
+        shown = {"role": role, "content": text, "tool_calls": tool_calls}
+        token_count = count_message(counter, shown)
+    return WindowMessage(
+        seq,
+        role,
+        text,
+        status,
+        tool_calls,
+        tool_call_id,
+        tokens=token_count,
+        created_at=created_at,
+        turn_id=turn_id,
     )
 
 
 def _window_start(
-    session_id: ColumnElement[str], summary_through: ColumnElement[int]
+    session_id: SQLColumnExpression[str], summary_through: SQLColumnExpression[int]
 ) -> ColumnElement[int]:
     """Where loading starts: a little before the summary's end (0: none), within reach of the
     newest message."""
     last = (
         select(func.max(Message.seq))
         .where(Message.session_id == session_id)
-        .correlate(None)  # its own scan of the session, not the outer row
+        .correlate_except(Message)  # its own scan of the session, not the outer row
         .scalar_subquery()
     )
     floor = func.greatest(0, func.coalesce(last, 0) - WINDOW_REACH)
@@ -278,6 +300,44 @@ def _window_statement(*, hiding: bool) -> Select[Any]:
 
 _WINDOW = _window_statement(hiding=False)
 _WINDOW_HIDING = _window_statement(hiding=True)
+
+
+def window_column(
+    session_id: SQLColumnExpression[str],
+    summary_through: SQLColumnExpression[int],
+    hide: SQLColumnExpression[str | None],
+) -> Label[Any]:
+    """`window_messages`' rows as one JSON column of another statement (the context build
+    reads them with its turn), for the session, summary end and retried turn (None: none)
+    its columns name there; `parse_window` reads it."""
+    row = func.json_build_array(
+        *(Message.seq, Message.role, Message.text, Message.status, Message.tool_calls),
+        *(Message.tool_call_id, Message.token_count, Message.token_counter),
+        *(cast(Message.created_at, Date), Message.turn_id),
+    )
+    hidden = (
+        hide.is_not(None)
+        & (Message.turn_id == hide)
+        & (Message.role == "assistant")
+        & Message.tool_calls.is_(None)
+    )
+    return (
+        select(
+            func.coalesce(
+                func.json_agg(aggregate_order_by(row, Message.seq)),
+                literal_column("'[]'::json"),
+            )
+        )
+        .where(
+            Message.session_id == session_id,
+            Message.replaced_by.is_(None),
+            Message.seq > _window_start(session_id, summary_through),
+            ~hidden,
+        )
+        .correlate_except(Message)  # not the outer statement's user message
+        .scalar_subquery()
+        .label("window")
+    )
 
 
 _TERM = re.compile(r"[^a-z0-9]")

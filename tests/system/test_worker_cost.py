@@ -22,8 +22,8 @@ from tests.support.client import ParleyClient
 from tests.support.toolkit import own_stack
 
 # The input screen's reads; the context build (the turn with the rows it holds and the
-# session's facts: slots, consent, the tool offer's facts, summary and pinned facts; its
-# state, result sets (only in a session that has stored one), the resolver's note, the window,
+# session's facts: slots, consent, the tool offer's facts, summary and pinned facts, the
+# window; its state, result sets (only in a session that has stored one), the resolver's note,
 # the stored request; knowledge on a connection of its own, in autocommit); the model call (the
 # turn with the call, the attempt counted); the answer; the output screen and follow-ups;
 # finalize (the answer as a message, the turn closed, the session released and a pending
@@ -34,8 +34,9 @@ from tests.support.toolkit import own_stack
 # events, and the build and the model call read their turn with the rows they need; 25 before
 # knowledge was searched beside the build instead of in a savepoint of its transaction, 23
 # before the build read the session's facts with its turn, 20 before a session without
-# result sets stopped reading them, 19 before the summary and pinned facts came with the turn.
-STATEMENTS_PER_PLAIN_TURN = 18
+# result sets stopped reading them, 19 before the summary and pinned facts came with the turn,
+# 18 before the window came with the turn too.
+STATEMENTS_PER_PLAIN_TURN = 17
 VARIABLE = ("INSERT INTO turn_events", "WITH counter", "INSERT INTO trace_spans")
 Counted = tuple[async_sessionmaker[AsyncSession], list[str]]
 
