@@ -38,6 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from gateway.resolver import system_resolver
 from parley.contracts import TOOL_ATTEMPTS, EventType
 from parley.egress import Allowlist, check_redirect, check_url
 from parley.errors import UrlNotAllowed
@@ -116,7 +117,7 @@ async def mcp_session(
     """An initialized session with `server` as the user, closed when the block ends. Its
     address is checked against the deployment's allow-list first (the name resolved now, not
     when the config was saved): `UrlNotAllowed` names the rule that refused it."""
-    await check_url(server.url, allowed, field=server.name)
+    await check_url(server.url, allowed, field=server.name, resolve=system_resolver)
     headers = server.headers(tenant_id=tenant_id, user_id=user_id) | (extra or {})
     timeout = httpx2.Timeout(server.timeout_s)
     guard = _OriginGuard(server)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-import socket
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, NoReturn
@@ -108,16 +107,9 @@ def address_kind(address: str) -> str | None:
     return None if ip.is_global else "reserved"
 
 
-async def system_resolver(host: str, port: int) -> list[str]:
-    """The addresses the system's resolver gives `host` (what the connection would use)."""
-    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    return sorted({str(info[4][0]) for info in infos})
-
-
-async def check_url(
-    url: str, allowed: Allowlist, *, field: str, resolve: Resolver = system_resolver
-) -> None:
-    """Raise `UrlNotAllowed` naming the rule when `url` may not be reached."""
+async def check_url(url: str, allowed: Allowlist, *, field: str, resolve: Resolver) -> None:
+    """Raise `UrlNotAllowed` naming the rule when `url` may not be reached; `resolve` gives a
+    host's addresses (the caller's I/O: `gateway/resolver.py` asks the system's resolver)."""
     origin = Origin.of(url)
     if allowed.names(origin):
         return

@@ -15,6 +15,7 @@ from fastapi import APIRouter, Depends, Query
 from api.deps import AppSettings, CurrentUser, DbSession
 from api.errors import answers
 from api.schemas import TenantOut, UsageOut
+from gateway.resolver import system_resolver
 from parley.egress import check_url
 from parley.errors import Forbidden, InvalidRequest, NotFound, UrlNotAllowed
 from parley.tenancy import TenantConfig
@@ -76,7 +77,7 @@ async def put_config(
         raise InvalidRequest(f"unknown tools: {sorted(unknown)}", field="tool_allowlist")
     for number, server in enumerate(config.mcp_servers or []):
         field = f"mcp_servers.{number}.url"
-        await check_url(server.url, settings.mcp_allowlist, field=field)
+        await check_url(server.url, settings.mcp_allowlist, field=field, resolve=system_resolver)
     tenant = await tenants.set_config(db, tenant_id=tenant_id, config=config)
     await db.commit()
     return TenantOut.from_row(tenant)
