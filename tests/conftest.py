@@ -19,6 +19,7 @@ from temporalio.testing import WorkflowEnvironment
 from demo_backend.app import create_app as create_backend
 from dispatch.deployment import build_id
 from gateway.demo import DemoModel
+from gateway.minilm import EmbeddingsUnavailable, MiniLMEmbedder
 from launch.dev import EAGER_ACTIVITIES, EAGER_WORKFLOW_START, temporal_cli
 from launch.knowledge import load_library, read_library
 from parley.config import Settings
@@ -174,6 +175,17 @@ async def marco(api_url: str, tokens: dict[str, str]) -> AsyncIterator[ParleyCli
 # session's worker or API). The workflow tier may use the dev server where the time-skipping
 # server cannot stand in (tests/workflow/test_workflow_lifecycle.py).
 FAST_TIERS = ("unit", "workflow", "replay")
+
+
+@pytest.fixture(scope="session")
+def minilm() -> MiniLMEmbedder:
+    """The local MiniLM that recall by meaning runs. `make test` installs it (`make
+    embeddings`), so its absence fails the tests that need it rather than skipping them:
+    recall by meaning would otherwise go untested without a word."""
+    try:
+        return MiniLMEmbedder()
+    except EmbeddingsUnavailable as exc:
+        pytest.fail(f"recall by meaning needs the embeddings extra: run `make embeddings` ({exc})")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from activities.memory import MemoryActivities
 from activities.recall import RecallQuery, recall_hits
 from gateway.demo import DemoModel
-from gateway.minilm import EmbeddingsUnavailable, MiniLMEmbedder
+from gateway.minilm import MiniLMEmbedder
 from gateway.registry import ProviderPool
 from parley.config import Settings
 from parley.memory import recall_terms
@@ -68,14 +68,6 @@ OTHERS = [
     "My name is Sam and I work as a nurse.",
     "We adopted a cat from the shelter in March.",
 ]
-
-
-@pytest.fixture(scope="module")
-def minilm() -> MiniLMEmbedder:
-    try:
-        return MiniLMEmbedder()
-    except EmbeddingsUnavailable as exc:
-        pytest.skip(f"the optional embeddings extra is not installed ({exc})")
 
 
 async def _conversation(sessions: async_sessionmaker[AsyncSession]) -> tuple[str, int]:

@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from parley.config import Settings
+from store import tenants
 from tests.support.client import ParleyClient
 from tests.support.models import ControlledModel
 from tests.support.toolkit import Stack, own_stack
@@ -55,3 +56,19 @@ async def stream_client(
     c = ParleyClient(stream_stack.url, tokens["priya"])
     yield c
     await c.aclose()
+
+
+@pytest_asyncio.fixture
+async def specialists_on(sessions: async_sessionmaker[AsyncSession]) -> AsyncIterator[None]:
+    """Tenant `northwind` allows specialists; its configuration is put back afterwards."""
+    async with sessions() as db:
+        before = await tenants.tenant_config(db, tenant_id="northwind")
+        config = before.model_copy(update={"specialists": True})
+        await tenants.set_config(db, tenant_id="northwind", config=config)
+        await db.commit()
+    try:
+        yield
+    finally:
+        async with sessions() as db:
+            await tenants.set_config(db, tenant_id="northwind", config=before)
+            await db.commit()

@@ -34,7 +34,7 @@ from dispatch.specialists import sweep_answers
 from parley.config import Settings
 from parley.contracts import ANSWER_INTERACTION_SIGNAL, InteractionAnswer
 from parley.ids import return_idempotency_key, specialist_workflow_id
-from store import interactions, posting, tenants
+from store import interactions, posting
 from store import sessions as store_sessions
 from store.identity import Identity
 from store.models import SpecialistAnswer
@@ -87,21 +87,6 @@ def crashing_api(outbox_settings: Settings) -> Iterator[tuple[subprocess.Popen[b
     if process.poll() is None:
         process.kill()
     process.wait(10)
-
-
-@pytest_asyncio.fixture
-async def specialists_on(sessions: async_sessionmaker[AsyncSession]) -> AsyncIterator[None]:
-    async with sessions() as db:
-        before = await tenants.tenant_config(db, tenant_id="northwind")
-        config = before.model_copy(update={"specialists": True})
-        await tenants.set_config(db, tenant_id="northwind", config=config)
-        await db.commit()
-    try:
-        yield
-    finally:
-        async with sessions() as db:
-            await tenants.set_config(db, tenant_id="northwind", config=before)
-            await db.commit()
 
 
 async def follow(client: ParleyClient, url: str, *, after: int, stop: str) -> list[Event]:

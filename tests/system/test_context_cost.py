@@ -14,7 +14,6 @@ from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
-import pytest
 import pytest_asyncio
 from prometheus_client import REGISTRY
 from sqlalchemy import event, select, update
@@ -23,7 +22,7 @@ from temporalio.client import Client
 
 from activities.memory import MemoryActivities
 from gateway.demo import DemoModel
-from gateway.minilm import EmbeddingsUnavailable, MiniLMEmbedder
+from gateway.minilm import MiniLMEmbedder
 from gateway.registry import ProviderPool
 from parley.config import Settings
 from store.db import create_socket_checked_engine, session_factory
@@ -37,14 +36,6 @@ QUESTION = "What is my gym locker code?"
 # nearest messages by meaning (store/embeddings.py).
 RECALL_SEARCH = "WITH q AS ("
 NEAREST = "SELECT e.seq FROM message_embeddings"
-
-
-@pytest.fixture(scope="module")
-def minilm() -> MiniLMEmbedder:
-    try:
-        return MiniLMEmbedder()
-    except EmbeddingsUnavailable as exc:
-        pytest.skip(f"the optional embeddings extra is not installed ({exc})")
 
 
 @pytest_asyncio.fixture

@@ -18,12 +18,10 @@ from typing import Any
 import httpx
 import pytest
 import pytest_asyncio
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from demo_backend.app import create_app as create_backend
 from parley.config import Settings
 from parley.ids import return_idempotency_key
-from store import tenants
 from tests.support.client import ParleyClient
 from tests.support.processes import Workers, read_until
 from tests.support.sse import Event
@@ -56,21 +54,6 @@ def workers(crash_settings: Settings) -> Iterator[Workers]:
 async def crash_api(crash_settings: Settings, sessions: object) -> AsyncIterator[str]:
     async with serve_api(crash_settings) as url:
         yield url
-
-
-@pytest_asyncio.fixture
-async def specialists_on(sessions: async_sessionmaker[AsyncSession]) -> AsyncIterator[None]:
-    async with sessions() as db:
-        before = await tenants.tenant_config(db, tenant_id="northwind")
-        config = before.model_copy(update={"specialists": True})
-        await tenants.set_config(db, tenant_id="northwind", config=config)
-        await db.commit()
-    try:
-        yield
-    finally:
-        async with sessions() as db:
-            await tenants.set_config(db, tenant_id="northwind", config=before)
-            await db.commit()
 
 
 def kill(process: subprocess.Popen[bytes]) -> None:

