@@ -68,11 +68,11 @@ SCRIPT = [
     "still haven't turned up. Can you tell me where my order is?",
     "Okay, thanks. I was also told that part of that order was out of stock and that I would "
     "get money back for it. What's happening with the refund?",
-    "Good to know. I had an earlier order too, order 8390, with a fleece and a camp mug, and "
-    "the mug was chipped when I opened the box. When did that one arrive?",
-    "Can I still return the fleece from that order? It's a size too small and I'd rather "
-    "send it back than keep it in the drawer.",
-    "And is there a refund on 8390 for the chipped mug? I sent photos of it to your team "
+    "Good to know. I had an earlier order too, order 8390, with trail runners and wool socks, "
+    "and one shoe's sole was peeling when I opened the box. When did that one arrive?",
+    "Can I still return the socks from that order? They're a size too small and I'd rather "
+    "send them back than keep them in the drawer.",
+    "And is there a refund on 8390 for the peeling shoe? I sent photos of it to your team "
     "last week and haven't heard back.",
     "Thanks so much, that's really helpful. I think that covers most of it for now.",
     "Sorry, one more thing: what's the latest on order 8472? Has it shipped yet, and when "
