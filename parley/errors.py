@@ -107,15 +107,25 @@ class AgentPaused(ParleyError):
 
 
 class RateLimited(ParleyError):
+    """A per-minute limit (or the open streams' cap) is reached: 429 with `Retry-After`."""
+
     code = "rate_limited"
 
-    def __init__(
-        self, message: str, *, retry_after_s: int = 1, code: str | None = None, **extra: Any
-    ) -> None:
+    def __init__(self, message: str, *, retry_after_s: int = 1, **extra: Any) -> None:
         super().__init__(message, **extra)
         self.retry_after_s = retry_after_s
-        if code is not None:  # rate_limited | daily_cap_reached | too_many_active_turns
-            self.code = code
+
+
+class TooManyActiveTurns(RateLimited):
+    """The user already has as many answers running as the deployment allows."""
+
+    code = "too_many_active_turns"
+
+
+class DailyCapReached(RateLimited):
+    """The user's or the tenant's messages of the UTC day reached the cap."""
+
+    code = "daily_cap_reached"
 
 
 class ContextTooLarge(ParleyError):

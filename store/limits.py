@@ -34,7 +34,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.config import Limits
 from parley.contracts import TERMINAL_TURN_STATES, TurnState
-from parley.errors import AgentPaused, RateLimited
+from parley.errors import AgentPaused, DailyCapReached, RateLimited, TooManyActiveTurns
 from parley.ids import new_id
 from parley.tenancy import TenantConfig
 from store.identity import Identity
@@ -66,10 +66,9 @@ async def admit_turn(
         user_per_minute=config.user_requests_per_minute or limits.user_per_minute,
     )
     if running >= limits.active_turns_per_user:
-        raise RateLimited(
+        raise TooManyActiveTurns(
             f"at most {limits.active_turns_per_user} answers can run at once for a user",
             retry_after_s=2,
-            code="too_many_active_turns",
         )
     await take_all(db, _takes(now, owner, limits, config))
 
@@ -103,10 +102,9 @@ def _takes(now: datetime, owner: Identity, limits: Limits, config: TenantConfig)
             subject=subject,
             window=day,
             limit=cap,
-            refusal=RateLimited(
+            refusal=DailyCapReached(
                 f"{who} daily message cap is reached",
                 retry_after_s=seconds_until(now, day + timedelta(days=1)),
-                code="daily_cap_reached",
             ),
         )
         for who, scope, subject, cap in (

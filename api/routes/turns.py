@@ -40,12 +40,14 @@ from parley.contracts import (
 )
 from parley.errors import (
     AgentPaused,
+    DailyCapReached,
     FeatureNotEnabled,
     IdempotencyKeyReused,
     InvalidRequest,
     NotFound,
     RateLimited,
     StaleView,
+    TooManyActiveTurns,
     TurnFinished,
     TurnInProgress,
     TurnNotRetryable,
@@ -80,6 +82,8 @@ LAST_EVENT_ID = r"^[0-9]{1,18}$"
             AgentPaused,
             FeatureNotEnabled,
             RateLimited,
+            TooManyActiveTurns,
+            DailyCapReached,
         ),
     },
 )
@@ -226,7 +230,13 @@ async def cancel_turn(
     "/turns/{turn_id}/retry",
     status_code=202,
     responses=answers(
-        TurnNotRetryable, TurnInProgress, AgentPaused, FeatureNotEnabled, RateLimited
+        TurnNotRetryable,
+        TurnInProgress,
+        AgentPaused,
+        FeatureNotEnabled,
+        RateLimited,
+        TooManyActiveTurns,
+        DailyCapReached,
     ),
 )
 async def retry_turn(
