@@ -88,6 +88,8 @@ class TurnErrorCode(StrEnum):
     store_unavailable = "store_unavailable"
     # The turn's workflow closed (execution timeout, a bug) without ending the turn.
     turn_abandoned = "turn_abandoned"
+    # The prompt's required blocks do not fit the model's input budget (parley/context.py).
+    context_too_large = "context_too_large"
     # The provider's own answers (gateway.errors), kept so the client can tell them apart.
     bad_request = "bad_request"
     unauthorized = "unauthorized"

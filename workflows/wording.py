@@ -25,7 +25,15 @@ BUDGET_SPENT = "turn budget spent"
 
 # Provider answers that a retry of the same request would get again.
 REQUEST_REFUSED = frozenset(
-    {"bad_request", "unauthorized", "forbidden", "not_found", "too_large", "unprocessable"}
+    {
+        "bad_request",
+        "unauthorized",
+        "forbidden",
+        "not_found",
+        "too_large",
+        "unprocessable",
+        "context_too_large",
+    }
 )
 
 

@@ -163,6 +163,19 @@ async def test_a_pause_noticed_before_a_model_call_fails_the_turn_retryably(
     assert (failed.code, failed.retryable) == ("agent_paused", True)
 
 
+async def test_a_prompt_too_large_for_the_model_fails_with_its_own_code_not_retryably(
+    env: WorkflowEnvironment, stubs: Stubs
+) -> None:
+    stubs.errors["build_context"] = ApplicationError(
+        "the required blocks need 9000 tokens", type="context_too_large", non_retryable=True
+    )
+    async with turn(env, stubs) as handle:
+        assert (await handle.result()).ending == "failed"
+    assert stubs.inputs("call_model") == []  # nothing was sent to the model
+    [failed] = stubs.inputs("fail_turn")
+    assert (failed.code, failed.retryable) == ("context_too_large", False)
+
+
 async def test_an_unknown_failure_type_never_reaches_the_client_as_a_class_name(
     env: WorkflowEnvironment, stubs: Stubs
 ) -> None:
