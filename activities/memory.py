@@ -144,6 +144,11 @@ class MemoryActivities:
                 return SummarizeResult(latest.through_seq)  # a concurrent run got there first
             earlier = latest.lines if latest is not None else []
             since = latest.through_seq if latest is not None else 0
+            folded = {int(item["seq"]) for item in job.transcript}
+            if since:  # what the earlier version folded, carried forward with its lines
+                folded.update(
+                    await memory_store.folded_by(db, session_id=job.session_id, through_seq=since)
+                )
             counter = counter_for(job.model)
             merged = cap_lines(
                 [*earlier, *(line for line in lines if line.seq > since)],
@@ -163,6 +168,7 @@ class MemoryActivities:
                 memory_keys=await user_memory.hinted_keys(  # provenance (store/user_memory.py)
                     db, session_id=job.session_id, through_seq=job.through
                 ),
+                folded_seqs=sorted(folded),
             )
             await memory_store.pin_facts(db, session_id=job.session_id, facts=facts)
             await db.commit()
