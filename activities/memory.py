@@ -52,6 +52,7 @@ from parley.memory import (
     summary_request,
 )
 from parley.prompt import MIN_RECENT
+from parley.redaction import redact_messages
 from parley.tenancy import TenantConfig
 from parley.tokens import counter_for
 from parley.window import choose_window, group_turns
@@ -77,6 +78,7 @@ class _Job:
     through: int  # the last seq this run folds in
     transcript: list[dict[str, Any]]
     ask_model: bool = True  # False: the model failed lately; the code writes (`_write`)
+    redact: bool = False  # the tenant's `redact_model_input` (parley/redaction.py)
 
 
 class MemoryActivities:
@@ -285,6 +287,7 @@ class MemoryActivities:
             folded[-1].seq,
             [_transcript_item(m) for m in folded],
             ask_the_model(fallbacks, self._settings.summary_model_retry_every),
+            bool(tenant.redact_model_input),
         )
 
     def _to_fold(self, messages: list[WindowMessage], tenant: TenantConfig) -> list[WindowMessage]:
@@ -323,7 +326,7 @@ class MemoryActivities:
         provider = self._providers.get(job.provider)
         request = ModelRequest(
             model=job.model,
-            messages=messages,
+            messages=redact_messages(messages) if job.redact else messages,
             max_output_tokens=1500,
             output_schema=SUMMARY_OUTPUT,
         )
