@@ -57,8 +57,8 @@ from parley.tenancy import TenantConfig
 from parley.tokens import counter_for
 from parley.window import choose_window, group_turns
 from store import embeddings as embedding_store
+from store import forget, tenants, user_memory
 from store import memory as memory_store
-from store import tenants, user_memory
 from store.db import autocommit
 from store.models import ChatSession, Tenant
 
@@ -144,6 +144,9 @@ class MemoryActivities:
             latest = await memory_store.latest_summary(db, session_id=job.session_id)
             if latest is not None and latest.through_seq >= job.through:
                 return SummarizeResult(latest.through_seq)  # a concurrent run got there first
+            seqs = [int(item["seq"]) for item in job.transcript]
+            if await forget.forgotten_meanwhile(db, session_id=job.session_id, seqs=seqs):
+                return SummarizeResult(job.base)  # the next pass folds what remains
             earlier = latest.lines if latest is not None else []
             since = latest.through_seq if latest is not None else 0
             folded = {int(item["seq"]) for item in job.transcript}

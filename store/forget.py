@@ -20,6 +20,7 @@ Like every store module this never commits; the caller does.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -31,6 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from parley.errors import NotFound, TurnInProgress
 from parley.forgetting import Forgotten, Scrubber, emptied_event
 from store import embeddings as embedding_store
+from store import memory as memory_store
 from store.identity import Identity
 from store.models import (
     ChatSession,
@@ -98,6 +100,9 @@ async def forget_message(
             "a turn of this session is still running; forget the message once it has ended",
             active_turn_id=session.active_turn_id,
         )
+    # A summary pass that read the message before this commits is refused at its save
+    # (`forgotten_meanwhile`), under the lock its save takes.
+    await memory_store.lock_session_memory(db, session_id=session_id)
     doomed = await _gather(db, owner, message)
     removed = Forgotten()
     removed = replace(removed, **await _memory(db, doomed))
@@ -110,16 +115,21 @@ async def forget_message(
 
 async def _gather(db: AsyncSession, owner: Identity, message: Message) -> _Doomed:
     """The messages that go: a user message's exchange (every turn that answered it, a retry
-    included), or an answer alone."""
+    included), a tool round's messages together (a call is never left without its result, nor
+    a result without its call: a provider refuses either), or an answer alone."""
     exchange: set[str] = set()
     if message.role == "user":
         answered = await db.scalars(select(Turn.id).where(Turn.user_message_id == message.id))
         exchange = set(answered)
+    going = or_(Message.id == message.id, Message.turn_id.in_(exchange))
+    if message.turn_id and (message.role == "tool" or message.tool_calls):
+        in_round = (Message.role == "tool") | (func.jsonb_typeof(Message.tool_calls) == "array")
+        going = or_(going, (Message.turn_id == message.turn_id) & in_round)
     rows = (
         await db.execute(
             select(Message.id, Message.seq, Message.text, Message.turn_id, Message.created_at)
             .where(Message.session_id == message.session_id)
-            .where(or_(Message.id == message.id, Message.turn_id.in_(exchange)))
+            .where(going)
         )
     ).all()
     return _Doomed(
@@ -281,3 +291,15 @@ async def _rows(db: AsyncSession, doomed: _Doomed) -> dict[str, int]:
         "feedback": int(getattr(feedback, "rowcount", 0) or 0),
         "messages": int(getattr(messages, "rowcount", 0) or 0),
     }
+
+
+async def forgotten_meanwhile(db: AsyncSession, *, session_id: str, seqs: Iterable[int]) -> bool:
+    """Whether any of these seqs of the session is no longer stored (forgotten since a summary
+    pass read them): that pass must not save what it wrote from them."""
+    wanted = sorted(set(seqs))
+    stored = await db.scalar(
+        select(func.count())
+        .select_from(Message)
+        .where(Message.session_id == session_id, Message.seq.in_(wanted))
+    )
+    return int(stored or 0) < len(wanted)

@@ -163,3 +163,21 @@ async def test_a_memory_item_the_message_wrote_goes_with_it(
         assert await item() is None
     finally:
         await priya.http.put("/v1/memory/consent", json={"consent": False})
+
+
+async def test_an_answer_goes_alone_and_a_tool_round_goes_whole(priya: ParleyClient) -> None:
+    sid = await priya.new_session()
+    await priya.turn(sid, "Where is order 8472?")
+    messages = await priya.messages(sid)
+    roles = [m["role"] for m in messages]
+    assert "tool" in roles, roles  # the demo model looked the order up
+    question, answer = messages[0], messages[-1]
+    round_ids = {m["id"] for m in messages if m["role"] == "tool" or m.get("tool_calls")}
+
+    response = await forget(priya, sid, next(m["id"] for m in messages if m["role"] == "tool"))
+    assert response.status_code == 200, response.text
+    assert set(response.json()["message_ids"]) == round_ids  # never a call without its result
+    response = await forget(priya, sid, answer["id"])
+    assert response.status_code == 200, response.text
+    assert response.json()["message_ids"] == [answer["id"]]
+    assert [m["id"] for m in await priya.messages(sid)] == [question["id"]]
