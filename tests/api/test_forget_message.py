@@ -10,13 +10,18 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from activities.memory import MemoryActivities
+from gateway.base import Finish, ModelRequest, StreamEvent, TextDelta
+from gateway.registry import ProviderPool
 from parley.config import Settings
-from store.models import ConversationSummary, UserMemoryItem
+from parley.contracts import SummarizeInput
+from store.models import ChatSession, ConversationSummary, Message, UserMemoryItem
 from tests.support.canary import scan
 from tests.support.client import ParleyClient
 from tests.support.toolkit import eventually, propose
@@ -181,3 +186,58 @@ async def test_an_answer_goes_alone_and_a_tool_round_goes_whole(priya: ParleyCli
     assert response.status_code == 200, response.text
     assert response.json()["message_ids"] == [answer["id"]]
     assert [m["id"] for m in await priya.messages(sid)] == [question["id"]]
+
+
+class ForgetsWhileAsked:
+    """A summarizer during whose call the user forgets the first message: the pass it serves
+    read that message before it went."""
+
+    name = "forgetful"
+
+    def __init__(self, client: ParleyClient, sid: str, message_id: str) -> None:
+        self.client, self.sid = client, sid
+        self.message_id: str | None = message_id
+        self.asked = 0
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        self.asked += 1
+        if self.message_id is not None:  # the first call only
+            response = await forget(self.client, self.sid, self.message_id)
+            assert response.status_code == 200, response.text
+            self.message_id = None
+        yield TextDelta(json.dumps({"lines": [], "facts": []}))
+        yield Finish("stop", {"input_tokens": 10, "output_tokens": 5})
+
+
+async def test_a_summary_pass_that_read_a_forgotten_message_saves_nothing(
+    priya: ParleyClient, sessions: async_sessionmaker[AsyncSession], settings: Settings
+) -> None:
+    sid = await priya.new_session()
+    said = [("user", f"My account nickname is {canary('race')}.")]
+    for n in range(6):
+        said += [("user", FILLER.format(n=n)), ("assistant", f"Answer {n}: it is on its way.")]
+    ids = [f"msg_{uuid.uuid4().hex[:20]}" for _ in said]
+    async with sessions() as db:
+        for seq, ((role, text), message_id) in enumerate(zip(said, ids, strict=True), start=1):
+            db.add(Message(id=message_id, session_id=sid, seq=seq, role=role, text=text))
+        await db.execute(update(ChatSession).where(ChatSession.id == sid).values(last_seq=seq))
+        await db.commit()
+    tight = settings.model_copy(
+        update={
+            "context_conversation_tokens": 300,
+            "summary_min_new_tokens": 1,
+            "model_provider": "forgetful",
+            "model": "forgetful-model",
+        }
+    )
+    model = ForgetsWhileAsked(priya, sid, ids[0])
+    memory = MemoryActivities(
+        sessions=sessions, providers=ProviderPool(tight, primary=model), settings=tight
+    )
+    result = await memory.summarize(SummarizeInput(sid, "trn_race"))
+    assert model.asked >= 1 and not result.summarized
+    assert await versions(sessions, sid) == []
+    # The next pass folds what remains.
+    assert (await memory.summarize(SummarizeInput(sid, "trn_race"))).summarized
+    [version] = await versions(sessions, sid)
+    assert version.folded_seqs and 1 not in version.folded_seqs
