@@ -21,6 +21,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from parley.fold import first_sentence
+
 FORGOTTEN = "[forgotten]"
 
 # What a forgotten message's events keep: the fields that carry no text.
@@ -75,6 +77,15 @@ class Scrubber:
         if isinstance(value, dict):
             return {key: self.json(item) for key, item in value.items()}
         return value
+
+
+def needles_of(text: str) -> set[str]:
+    """The forms a message's text is copied into a prompt in: whole (the window, recall), and
+    the excerpts the code summarizer and a lagging summary's fold quote (its first sentence,
+    cut at 30 and at 20 words: parley/fold.py), without the cut's ellipsis."""
+    if not text.strip():
+        return set()
+    return {text, *(first_sentence(text, words).removesuffix(" …") for words in (30, 20))}
 
 
 def _bounded(needle: str) -> str:

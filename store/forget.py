@@ -30,7 +30,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.errors import NotFound, TurnInProgress
-from parley.forgetting import Forgotten, Scrubber, emptied_event
+from parley.forgetting import Forgotten, Scrubber, emptied_event, needles_of
 from store import embeddings as embedding_store
 from store import memory as memory_store
 from store.identity import Identity
@@ -140,7 +140,7 @@ async def _gather(db: AsyncSession, owner: Identity, message: Message) -> _Doome
         turn_ids={r.turn_id for r in rows if r.turn_id} | exchange,
         exchange_turns=exchange,
         since=min(r.created_at for r in rows),
-        needles={r.text for r in rows if r.text},
+        needles={needle for r in rows for needle in needles_of(r.text or "")},
     )
 
 

@@ -3,7 +3,7 @@ scrubbed out of a JSON record, and what its events keep."""
 
 from __future__ import annotations
 
-from parley.forgetting import FORGOTTEN, Scrubber, emptied_event
+from parley.forgetting import FORGOTTEN, Scrubber, emptied_event, needles_of
 
 
 def test_a_needle_is_replaced_everywhere_in_a_record_as_a_whole_word() -> None:
@@ -43,3 +43,11 @@ def test_the_events_of_a_forgotten_message_keep_their_shape_without_text() -> No
         "options": [],
     }
     assert emptied_event("state", {"state": "completed"}, gone, whole_turn=True) is None
+
+
+def test_a_message_is_looked_for_whole_and_as_the_code_summarizers_quote_it() -> None:
+    text = "My nickname is zed42 and " + "word " * 30 + "end. Second sentence here."
+    forms = needles_of(text)
+    assert text in forms
+    assert any(f.startswith("My nickname is zed42") and len(f.split()) == 20 for f in forms)
+    assert needles_of("  ") == set() and needles_of("Hi.") == {"Hi."}
