@@ -70,7 +70,7 @@ async def test_a_forgotten_message_is_nowhere_and_the_rest_is_intact(
         found = await versions(sessions, sid)
         return next((v for v in found if message["seq"] in (v.folded_seqs or [])), None)
 
-    await eventually(folded, timeout=30, what="a summary version folds the canary's message")
+    await eventually(folded, timeout=60, what="a summary version folds the canary's message")
     before = await scan(settings.database_url, [gone, kept_before, kept_after])
     # Where the canary lives before: the assertion this test exists to turn around.
     for place in ("messages.text", "messages.tsv", "pinned_facts.value"):
@@ -94,7 +94,7 @@ async def test_a_forgotten_message_is_nowhere_and_the_rest_is_intact(
         newer = [v for v in await versions(sessions, sid) if v.id > newest_before]
         return newer[-1] if newer else None
 
-    rewrite = await eventually(rewritten, timeout=30, what="a new summary version")
+    rewrite = await eventually(rewritten, timeout=60, what="a new summary version")
     assert message["seq"] not in (rewrite.folded_seqs or [])
     assert gone not in json.dumps(rewrite.lines)
 
