@@ -75,6 +75,7 @@ from parley.prompt import (
     split_current,
     stable_prefix,
 )
+from parley.redaction import redact_messages
 from parley.resolver import (
     PENDING_CLARIFICATION,
     Slot,
@@ -393,15 +394,17 @@ def _request(
     withheld: dict[str, str],
     reanswer_of: str | None,
 ) -> dict[str, Any]:
-    """The stored request of a step: what the model is sent, and what packing it cost."""
+    """The stored request of a step: what the model is sent (masked where the tenant asks,
+    parley/redaction.py), and what packing it cost."""
+    messages = redact_messages(packed.messages) if tenant.redact_model_input else packed.messages
     return {
-        "messages": packed.messages,
+        "messages": messages,
         "tools": tools,
         "max_output_tokens": budgets.reserve,
         "reasoning_effort": effort_for(path, tenant.reasoning_effort),
         "path": path.value,
         "reanswer_of": reanswer_of,
-        "cache_key": prompt_cache_key(stable_prefix=stable_prefix(packed.messages, tools)),
+        "cache_key": prompt_cache_key(stable_prefix=stable_prefix(messages, tools)),
         "budget": {
             "window": budgets.window,
             "reserve": budgets.reserve,

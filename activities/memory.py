@@ -52,12 +52,13 @@ from parley.memory import (
     summary_request,
 )
 from parley.prompt import MIN_RECENT
+from parley.redaction import redact_messages
 from parley.tenancy import TenantConfig
 from parley.tokens import counter_for
 from parley.window import choose_window, group_turns
 from store import embeddings as embedding_store
+from store import forget, tenants, user_memory
 from store import memory as memory_store
-from store import tenants, user_memory
 from store.db import autocommit
 from store.models import ChatSession, Tenant
 
@@ -77,6 +78,7 @@ class _Job:
     through: int  # the last seq this run folds in
     transcript: list[dict[str, Any]]
     ask_model: bool = True  # False: the model failed lately; the code writes (`_write`)
+    redact: bool = False  # the tenant's `redact_model_input` (parley/redaction.py)
 
 
 class MemoryActivities:
@@ -142,8 +144,16 @@ class MemoryActivities:
             latest = await memory_store.latest_summary(db, session_id=job.session_id)
             if latest is not None and latest.through_seq >= job.through:
                 return SummarizeResult(latest.through_seq)  # a concurrent run got there first
+            seqs = [int(item["seq"]) for item in job.transcript]
+            if await forget.forgotten_meanwhile(db, session_id=job.session_id, seqs=seqs):
+                return SummarizeResult(job.base)  # the next pass folds what remains
             earlier = latest.lines if latest is not None else []
             since = latest.through_seq if latest is not None else 0
+            folded = {int(item["seq"]) for item in job.transcript}
+            if since:  # what the earlier version folded, carried forward with its lines
+                folded.update(
+                    await memory_store.folded_by(db, session_id=job.session_id, through_seq=since)
+                )
             counter = counter_for(job.model)
             merged = cap_lines(
                 [*earlier, *(line for line in lines if line.seq > since)],
@@ -163,6 +173,7 @@ class MemoryActivities:
                 memory_keys=await user_memory.hinted_keys(  # provenance (store/user_memory.py)
                     db, session_id=job.session_id, through_seq=job.through
                 ),
+                folded_seqs=sorted(folded),
             )
             await memory_store.pin_facts(db, session_id=job.session_id, facts=facts)
             await db.commit()
@@ -279,6 +290,7 @@ class MemoryActivities:
             folded[-1].seq,
             [_transcript_item(m) for m in folded],
             ask_the_model(fallbacks, self._settings.summary_model_retry_every),
+            bool(tenant.redact_model_input),
         )
 
     def _to_fold(self, messages: list[WindowMessage], tenant: TenantConfig) -> list[WindowMessage]:
@@ -317,7 +329,7 @@ class MemoryActivities:
         provider = self._providers.get(job.provider)
         request = ModelRequest(
             model=job.model,
-            messages=messages,
+            messages=redact_messages(messages) if job.redact else messages,
             max_output_tokens=1500,
             output_schema=SUMMARY_OUTPUT,
         )

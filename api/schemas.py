@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from parley.config import Settings
+from parley.forgetting import Forgotten
 from parley.wire import ActionView, MessageView, SlotView, Timestamp, TurnStateName, View
 
 if TYPE_CHECKING:
@@ -89,6 +90,18 @@ class SessionOut(View):
 
 class SessionList(BaseModel):
     sessions: list[SessionOut]
+
+
+class ForgottenOut(BaseModel):
+    """What forgetting a message removed (docs/features/forgetting.md): rows by kind, the
+    events and records scrubbed in place counted with them."""
+
+    message_id: str
+    # Every message that went: the one named, and a user message's answer with it.
+    message_ids: list[str]
+    removed: Forgotten
+    # Summary versions that folded it were deleted; the summary workflow is rewriting them.
+    summary_rewriting: bool
 
 
 class TurnOut(BaseModel):

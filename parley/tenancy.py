@@ -52,6 +52,9 @@ class TenantConfig(BaseModel):
     skills: list[str] | None = Field(default=None, max_length=20)
     # Whether the model may hand work to a specialist (parley/specialists.py); off unless set.
     specialists: bool | None = None
+    # Mask card numbers and email addresses in everything sent to a model provider (the
+    # turns' prompts and the summarizer's; parley/redaction.py); the stored text is unchanged.
+    redact_model_input: bool | None = None
 
     def offered(self, name: str) -> bool:
         if name == RUN_SKILL:  # offered only when the tenant enables a skill

@@ -397,6 +397,7 @@ async def save_summary(
     usage: dict[str, int],
     written_by: str | None = None,
     memory_keys: list[str] | None = None,
+    folded_seqs: list[int] | None = None,
 ) -> bool:
     """Store a new summary version unless one already reaches as far (a concurrent run won)."""
     result = await db.execute(
@@ -412,10 +413,28 @@ async def save_summary(
             input_tokens=int(usage.get("input_tokens", 0)),
             output_tokens=int(usage.get("output_tokens", 0)),
             memory_keys=list(memory_keys or []),
+            folded_seqs=folded_seqs,
         )
         .on_conflict_do_nothing(constraint="uq_summary_through")
     )
     return bool(getattr(result, "rowcount", 0))
+
+
+async def folded_by(db: AsyncSession, *, session_id: str, through_seq: int) -> list[int]:
+    """The seqs the session's version ending at `through_seq` folded (a version older than the
+    record of them: every stored message up to its end)."""
+    recorded = await db.scalar(
+        select(ConversationSummary.folded_seqs).where(
+            ConversationSummary.session_id == session_id,
+            ConversationSummary.through_seq == through_seq,
+        )
+    )
+    if recorded is not None:
+        return [int(seq) for seq in recorded]
+    seqs = await db.scalars(
+        select(Message.seq).where(Message.session_id == session_id, Message.seq <= through_seq)
+    )
+    return list(seqs)
 
 
 @dataclass(frozen=True)

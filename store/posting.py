@@ -428,5 +428,6 @@ async def retry_turn(
         )
     await _admit(db, owner=owner, limits=limits)  # only a retry that can run is counted
     asked = await db.get(Message, old.user_message_id)
-    assert asked is not None
+    if asked is None:  # the user forgot it (store/forget.py): nothing to answer again
+        raise TurnNotRetryable("the message this turn answered was forgotten", state=old.state)
     return await open_turn(db, session=session, owner=owner, message=asked, retry_of=old.id)

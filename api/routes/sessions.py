@@ -9,11 +9,12 @@ from fastapi import APIRouter, Query, Response
 
 from api.deps import AppSettings, CurrentUser, DbSession, Sessions, Temporal
 from api.errors import answers
-from api.schemas import MessageList, SessionDetail, SessionList, SessionOut
+from api.schemas import ForgottenOut, MessageList, SessionDetail, SessionList, SessionOut
 from dispatch.control import cancel_turn_workflow
-from parley.errors import NotFound, RateLimited, TurnFinished
+from dispatch.summaries import ask_for_summary
+from parley.errors import NotFound, RateLimited, TurnFinished, TurnInProgress
 from parley.wire import MessageView
-from store import actions, files, slots
+from store import actions, files, forget, slots
 from store import sessions as store_sessions
 from store.models import Turn
 
@@ -93,3 +94,38 @@ async def list_messages(
         db, owner=user, session_id=session_id, after_seq=after_seq, limit=limit
     )
     return MessageList(messages=[MessageView.from_row(m) for m in messages])
+
+
+@router.delete("/{session_id}/messages/{message_id}", responses=answers(NotFound, TurnInProgress))
+async def forget_message(
+    session_id: str,
+    message_id: str,
+    db: DbSession,
+    user: CurrentUser,
+    temporal: Temporal,
+    settings: AppSettings,
+) -> ForgottenOut:
+    """Forget one message and every copy of it (a user message goes with its answer)."""
+    withdrawn = await forget.forget_message(
+        db, owner=user, session_id=session_id, message_id=message_id
+    )
+    await db.commit()
+    asked = False
+    for session in withdrawn.sessions_to_summarize:
+        try:  # the next turn's summary run rewrites it as well, should this not reach it
+            client = await asyncio.wait_for(temporal.get(), CANCEL_TIMEOUT_S)
+            await asyncio.wait_for(
+                ask_for_summary(
+                    client, session_id=session, after=message_id, task_queue=settings.task_queue
+                ),
+                CANCEL_TIMEOUT_S,
+            )
+            asked = True
+        except Exception:
+            log.exception("could not ask for the summary of session %s", session)
+    return ForgottenOut(
+        message_id=message_id,
+        message_ids=withdrawn.message_ids,
+        removed=withdrawn.removed,
+        summary_rewriting=asked,
+    )

@@ -47,6 +47,10 @@ class ConversationSummary(Base):
     # Provenance: keys of durable memory items whose hints were in the prompts of the turns
     # this version folds in (parley/consented.py); such a version is deleted with the item.
     memory_keys: Mapped[list[str]] = mapped_column(JSONB, default=list, server_default="[]")
+    # The seqs of every message the lines were written from (this version's pass and the
+    # versions it carries forward); forgetting one of them deletes the version (store/forget.py).
+    # NULL on versions older than the column: they folded every message up to `through_seq`.
+    folded_seqs: Mapped[list[int] | None] = mapped_column(JSONB)
 
 
 class PinnedFactRow(Base):
