@@ -7,7 +7,8 @@ Priya hands a return to the Returns specialist, answers its two questions by cli
 confirms the card (double-clicked) and gets one `RMA-` return; her plain question before it
 carries no hand-over schema. Dana's chart shows inline under its answer, with a download link,
 at desktop and at phone width, fetched from the owner-only files route under the page's
-Content-Security-Policy. Every step is screenshotted; axe-core finds nothing serious.
+Content-Security-Policy, and again after a reload. Every step is screenshotted; axe-core
+finds nothing serious.
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ from tests.support.webpage import (
 
 RETURN = "I want to return something from order 8390."
 CHART = "Make me a chart of my October spending by week."
+# Waits for the image to be decoded (it rejects when the image cannot be loaded).
+LOADED = "img => img.decode().then(() => img.naturalWidth > 0, () => false)"
 
 
 @dataclass
@@ -188,7 +191,7 @@ async def test_danas_chart_shows_inline_under_its_answer_with_a_download_link(
     await expect(image).to_have_attribute("src", re.compile(r"^blob:"))
     await expect(image).to_have_attribute("alt", re.compile(r"^Spending by week"))
     await image.scroll_into_view_if_needed()
-    loaded = await image.evaluate("img => img.complete && img.naturalWidth > 0")
+    loaded = await image.evaluate(LOADED)
     assert loaded, "the chart did not load"
     box = await image.bounding_box()
     assert box is not None and box["width"] > 100
@@ -206,6 +209,15 @@ async def test_danas_chart_shows_inline_under_its_answer_with_a_download_link(
 
     await screenshot(page, f"demo-chart-{width}")
     assert await serious_accessibility_violations(page) == [], "the chart under its answer"
+
+    # Drawn again from the stored messages after a reload: once, under the same answer.
+    await page.reload()
+    await expect(last_answer(page)).to_contain_text("chart of spending by week")
+    await expect(page.locator("#transcript img")).to_have_count(1)
+    await expect(image).to_have_attribute("src", re.compile(r"^blob:"))
+    await expect(page.locator("#transcript .turn-activity:empty")).to_have_count(0)
+    loaded = await image.evaluate(LOADED)
+    assert loaded, "the chart did not load after a reload"
     assert refused == [], refused
     tab.assert_clean()
     await tab.context.close()

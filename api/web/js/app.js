@@ -200,11 +200,18 @@ async function syncMessages(fromSeq) {
     if (sid !== S.sid) return;
     if (!r.ok) return fail(r);
     const messages = r.data.messages || [];
+    const withFiles = new Set();
     for (const m of messages) {
       T.showMessage(m);
+      // A skill's files, named by its tool message: drawn again under the answer after a reload.
+      for (const f of (m.tool && m.tool.files) || []) {
+        T.artifact(m.turn_id, f, fetchFile);
+        withFiles.add(m.turn_id);
+      }
       S.lastSeq = Math.max(S.lastSeq, m.seq);
       after = m.seq;
     }
+    withFiles.forEach((turnId) => T.attachArtifacts(turnId));
     if (messages.length < 200) return;
   }
 }

@@ -305,7 +305,10 @@ export function attachArtifacts(turnId, messageId) {
   if (!figures.length) return;
   const answer = (messageId && bubble(messageId)) || [...transcript().querySelectorAll('.msg-assistant')]
     .filter((b) => b.dataset.turnId === turnId).pop();
-  if (answer) answer.querySelector('.extras').append(...figures);
+  if (!answer) return;
+  const boxes = new Set(figures.map((f) => f.parentElement));
+  answer.querySelector('.extras').append(...figures);
+  boxes.forEach((box) => { if (!box.children.length) box.remove(); }); // drawn for them alone
 }
 
 function humanBytes(n) {
