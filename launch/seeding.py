@@ -12,6 +12,7 @@ from datetime import timedelta
 from launch.knowledge import load_knowledge
 from parley.config import Settings
 from parley.mcp import McpServerConfig
+from parley.tenancy import TenantConfig
 from store import identity, tenants
 from store.db import create_engine, session_factory
 
@@ -72,24 +73,33 @@ def demo_mcp_server(northwind_url: str) -> McpServerConfig:
 DEMO_SKILLS = ("spending_chart",)
 
 
+def demo_tenant_config(config: TenantConfig, northwind_url: str) -> TenantConfig:
+    """Tenant `northwind` as the demo shows it, over what it holds: the backend's MCP server
+    at this run's URL (it may change between runs), the demo's sandboxed skill (beside any the
+    tenant enables) and the Returns specialist (parley/specialists.py). Its other settings and
+    servers are kept."""
+    mcp = demo_mcp_server(northwind_url)
+    servers = [s for s in config.mcp_servers or [] if s.name != mcp.name] + [mcp]
+    enabled = config.skills or []
+    skills = [*enabled, *(s for s in DEMO_SKILLS if s not in enabled)]
+    # An operator who switched specialists off explicitly keeps them off.
+    specialists = True if config.specialists is None else config.specialists
+    update = {"mcp_servers": servers, "skills": skills, "specialists": specialists}
+    return config.model_copy(update=update)
+
+
 async def seed(settings: Settings) -> None:
+    """The demo's tenants, users, `northwind`'s configuration and knowledge documents: what
+    `make run` shows, and what a test that runs the demo as it is seeds the same way."""
     engine = create_engine(require_database(settings), pool_size=1)
     try:
         async with session_factory(engine)() as db:
             await identity.seed_demo(db)
-            # Northwind's MCP server at this run's backend (its URL may change between runs);
-            # the tenant's other settings and servers are kept.
             config = await tenants.tenant_config(db, tenant_id="northwind")
-            mcp = demo_mcp_server(settings.northwind_url)
-            servers = [s for s in config.mcp_servers or [] if s.name != mcp.name] + [mcp]
-            # The demo's sandboxed skill (parley/skills.py), beside any the tenant enables.
-            skills = [
-                *(config.skills or []),
-                *(s for s in DEMO_SKILLS if s not in (config.skills or [])),
-            ]
-            update = {"mcp_servers": servers, "skills": skills}
             await tenants.set_config(
-                db, tenant_id="northwind", config=config.model_copy(update=update)
+                db,
+                tenant_id="northwind",
+                config=demo_tenant_config(config, settings.northwind_url),
             )
             await db.commit()
     finally:

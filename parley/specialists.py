@@ -81,6 +81,18 @@ def closing_text(outcome: str, rma_id: str | None = None) -> str:
     return text
 
 
+# Words that make a message about returning something: the only messages the hand-over is
+# offered on (parley/tool_offer.py), so other prompts do not carry its schema.
+_RETURNING = re.compile(
+    r"\breturn(?:s|ed|ing)?\b|\bRMA\b|\bsend(?:ing)?\b(?:\s+\w+){0,3}\s+back\b", re.IGNORECASE
+)
+
+
+def mentions_returning(message: str) -> bool:
+    """Whether a message talks about returning something ("return", "send it back")."""
+    return _RETURNING.search(message) is not None
+
+
 def reason_label(value: str) -> str:
     return next((o.label for o in REASONS if o.value == value), value)
 

@@ -14,8 +14,11 @@ hold. The rules are code over the turn's state, never the model's say:
 | `run_skill`          | the message asks for what an enabled skill does (a word of its      |
 |                      | manifest's `offer_when`) or names the skill; a skill whose manifest |
 |                      | lists no words is always offered                                    |
+| `delegate_returns`   | the message is about returning something ("return", "send back")   |
+|                      | (and the tenant allows specialists, parley/tenancy.py)              |
 
-Every other tool (the order reads, `propose_email`, hand-overs, MCP tools) is always offered.
+Every other tool (the order reads, `propose_email`, the hand-off to a human, MCP tools) is
+always offered.
 A tool called in this turn or in the last few turns stays offered whatever its rule says: a
 follow-up may need it again. Withholding is prompt economy, not permission: the executor still
 accepts any tool the tenant allows. The request's budget plan records what was withheld and
@@ -31,6 +34,7 @@ from typing import Any
 
 from parley.result_sets import mentions_scope
 from parley.skills import RUN_SKILL, SkillManifest
+from parley.specialists import DELEGATE_RETURNS, mentions_returning
 
 SEARCH_ORDERS = "search_orders"
 PROPOSE_ORDERS_CSV = "propose_orders_csv"
@@ -39,6 +43,7 @@ PROPOSE_ORDERS_CSV = "propose_orders_csv"
 NO_RESULT_SET = "no result set in the session to export"
 NO_SEARCH = "the message names no period or amount and no result set is in play"
 NO_SKILL_ASKED = "the message asks for no enabled skill"
+NO_RETURN = "the message is not about returning something"
 
 
 @dataclass(frozen=True)
@@ -89,6 +94,8 @@ def why_withheld(name: str, shape: TurnShape) -> str | None:
         return NO_SEARCH
     if name == RUN_SKILL and not any(skill_asked(s, shape.message) for s in shape.skills):
         return NO_SKILL_ASKED
+    if name == DELEGATE_RETURNS and not mentions_returning(shape.message):
+        return NO_RETURN
     return None
 
 

@@ -75,13 +75,33 @@ class View(BaseModel):
         return cls.model_validate(row, from_attributes=True)
 
 
+class ArtifactData(BaseModel):
+    """A file a skill produced, stored with the session (`GET .../files/{file_id}`)."""
+
+    file_id: str
+    name: str
+    content_type: str
+    bytes: int
+
+
 class ToolView(BaseModel):
     """What a user may see of a tool's run: never its raw result (backend payloads, carrier
-    notes, error strings or allow-list hints stay in the store, for the model only)."""
+    notes, error strings or allow-list hints stay in the store, for the model only). `files`:
+    what a skill's run stored with the session (its `artifact` events), only when there are
+    any, so a page drawn again from the messages shows them again."""
 
     name: str
     label: str
     status: Literal["ok", "error", "refused"]
+    files: list[ArtifactData] | None = None
+
+    # No return annotation: pydantic would take it as this model's output schema.
+    @model_serializer(mode="wrap")
+    def _omit_no_files(self, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]
+        data: dict[str, Any] = handler(self)
+        if data.get("files") is None:
+            data.pop("files", None)
+        return data
 
 
 class ToolCallView(BaseModel):
@@ -140,7 +160,19 @@ def tool_view(stored: str) -> ToolView:
     if error is not None:
         refused = isinstance(error, dict) and error.get("code") == "refused"
         status = "refused" if refused else "error"
-    return ToolView(name=name, label=spec.label if spec else "Working on it…", status=status)
+    label = spec.label if spec else "Working on it…"
+    return ToolView(name=name, label=label, status=status, files=_files(result))
+
+
+def _files(result: object) -> list[ArtifactData] | None:
+    """The files a stored tool result names (a skill's `artifacts`); None when there are none."""
+    listed = result.get("artifacts") if isinstance(result, dict) else None
+    if not isinstance(listed, list) or not listed:
+        return None
+    try:
+        return [ArtifactData.model_validate(a) for a in listed]
+    except ValueError:
+        return None
 
 
 class AttachmentView(View):
@@ -247,15 +279,6 @@ class WarningData(BaseModel):
 
     code: str
     message: str
-
-
-class ArtifactData(BaseModel):
-    """A file a skill produced, stored with the session (`GET .../files/{file_id}`)."""
-
-    file_id: str
-    name: str
-    content_type: str
-    bytes: int
 
 
 class RetractedData(BaseModel):

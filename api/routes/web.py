@@ -34,7 +34,9 @@ CONTENT_SECURITY_POLICY = "; ".join(
         "default-src 'self'",
         "script-src 'self'",
         "style-src 'self'",
-        "img-src 'self' data:",
+        # blob:: a skill's image, fetched with the bearer token from the owner-only files
+        # route, is shown from an object URL the page made (api/web/js/transcript.js).
+        "img-src 'self' data: blob:",
         "connect-src 'self'",
         "font-src 'self'",
         "object-src 'none'",

@@ -108,6 +108,9 @@ async def test_the_page_and_its_files_carry_a_strict_content_security_policy(
     policy = dict(p.split(" ", 1) for p in CONTENT_SECURITY_POLICY.split("; "))
     assert policy["default-src"] == "'self'"
     assert policy["script-src"] == "'self'" and policy["style-src"] == "'self'"
+    # A skill's image is shown from an object URL the page made; nothing is unsafe.
+    assert policy["img-src"] == "'self' data: blob:"
+    assert "unsafe" not in CONTENT_SECURITY_POLICY
     # The page itself holds no inline script or style for the policy to refuse.
     html = page.text
     assert "<script>" not in html and "<style" not in html and " style=" not in html

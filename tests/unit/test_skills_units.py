@@ -26,6 +26,7 @@ from parley.skills import (
     month_range,
 )
 from parley.tenancy import TenantConfig
+from parley.wire import MessageView, tool_view
 
 TODAY = date(2026, 10, 28)
 
@@ -129,3 +130,19 @@ def test_the_sweep_removes_only_scratch_folders_no_run_could_still_use(tmp_path:
     os.utime(other, (an_hour_ago, an_hour_ago))
     assert Sandbox(bwrap="bwrap", root=tmp_path).sweep() == ["parley-sandbox-a"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["keep", "parley-sandbox-b"]
+
+
+def test_a_skill_runs_tool_message_names_its_files_and_nothing_of_its_result() -> None:
+    chart = {"file_id": "fil_1", "name": "spending_by_week.png", "content_type": "image/png"}
+    ran = {
+        "skill": "spending_chart",
+        "summary": '{"weeks": []}',
+        "artifacts": [chart | {"bytes": 9}],
+    }
+    shown = tool_view(json.dumps({"name": "run_skill", "result": ran})).model_dump()
+    assert shown["files"] == [chart | {"bytes": 9}]
+    assert "summary" not in json.dumps(shown)
+    # Any other tool (or a run that made nothing) shows no `files` key at all.
+    for stored in ({"name": "get_order", "result": {"order_id": "8472"}}, {"name": "run_skill"}):
+        assert "files" not in tool_view(json.dumps(stored)).model_dump()
+    assert "files" in MessageView.model_json_schema()["$defs"]["ToolView"]["properties"]

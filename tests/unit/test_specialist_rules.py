@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.demo_returns import next_step
+from launch.seeding import demo_mcp_server, demo_tenant_config
 from parley.contracts import TurnState
 from parley.specialists import (
     CLOSING_TEXT,
@@ -14,8 +15,10 @@ from parley.specialists import (
     SpecialistOutcome,
     closing_text,
     match_option,
+    mentions_returning,
 )
 from parley.tenancy import TenantConfig
+from parley.tool_offer import NO_RETURN, TurnShape, offer
 from parley.tools import model_tools
 from parley.turn_states import can_move
 from parley.wire import Option
@@ -55,6 +58,48 @@ def test_delegation_is_offered_only_to_a_tenant_that_allows_specialists() -> Non
     assert TenantConfig(specialists=True).offered(DELEGATE_RETURNS)
     narrowed = TenantConfig(specialists=True, tool_allowlist=["get_order"])
     assert not narrowed.offered(DELEGATE_RETURNS)
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "I want to return something from order 8390.",
+        "Can I still return it?",
+        "How do returns work?",
+        "I'd like to send the shoes back.",
+        "Where is my RMA label?",
+    ],
+)
+def test_a_message_about_returning_is_offered_the_hand_over(message: str) -> None:
+    assert mentions_returning(message)
+    tools = [t for t in model_tools() if TenantConfig(specialists=True).offered(t["name"])]
+    assert DELEGATE_RETURNS in [t["name"] for t in offer(tools, TurnShape(message=message)).tools]
+
+
+@pytest.mark.parametrize(
+    "message",
+    ["Where is my order?", "What about the refund?", "Can you email me?", "Send it to my email"],
+)
+def test_other_messages_do_not_carry_the_hand_over_schema(message: str) -> None:
+    assert not mentions_returning(message)
+    tools = [t for t in model_tools() if TenantConfig(specialists=True).offered(t["name"])]
+    made = offer(tools, TurnShape(message=message))
+    assert DELEGATE_RETURNS not in [t["name"] for t in made.tools]
+    assert made.withheld[DELEGATE_RETURNS] == NO_RETURN
+    # Once called, it stays offered for the follow-ups, like every other tool.
+    lately = TurnShape(message=message, recently_used=frozenset({DELEGATE_RETURNS}))
+    assert DELEGATE_RETURNS in [t["name"] for t in offer(tools, lately).tools]
+
+
+def test_the_demo_seed_allows_specialists_unless_an_operator_said_no() -> None:
+    seeded = demo_tenant_config(TenantConfig(persona="Be brief."), "http://backend:8100")
+    assert seeded.specialists is True and seeded.offered(DELEGATE_RETURNS)
+    assert seeded.skills == ["spending_chart"] and seeded.persona == "Be brief."
+    assert seeded.mcp_servers == [demo_mcp_server("http://backend:8100")]
+    # Seeding again (every `make run`) changes nothing; an explicit "off" is kept.
+    assert demo_tenant_config(seeded, "http://backend:8100") == seeded
+    off = demo_tenant_config(TenantConfig(specialists=False), "http://backend:8100")
+    assert off.specialists is False
 
 
 def test_a_delegated_turn_rests_on_questions_and_cards_and_can_always_end() -> None:

@@ -200,11 +200,18 @@ async function syncMessages(fromSeq) {
     if (sid !== S.sid) return;
     if (!r.ok) return fail(r);
     const messages = r.data.messages || [];
+    const withFiles = new Set();
     for (const m of messages) {
       T.showMessage(m);
+      // A skill's files, named by its tool message: drawn again under the answer after a reload.
+      for (const f of (m.tool && m.tool.files) || []) {
+        T.artifact(m.turn_id, f, fetchFile);
+        withFiles.add(m.turn_id);
+      }
       S.lastSeq = Math.max(S.lastSeq, m.seq);
       after = m.seq;
     }
+    withFiles.forEach((turnId) => T.attachArtifacts(turnId));
     if (messages.length < 200) return;
   }
 }
@@ -278,6 +285,7 @@ async function afterTurn(outcome, detail, gen) {
   if (S.options) { T.attachOptions(S.options); S.options = null; }
   await syncMessages(S.turnFromSeq);
   if (gen !== S.openGen) return;
+  if (S.turnId) T.attachArtifacts(S.turnId); // files of a turn that ended without a `done`
   if (outcome !== 'paused') offerRetry();
   loadSessions();
   loadMemory(); // a turn may have remembered something
@@ -319,13 +327,14 @@ function onEvent(turnId, type, d, fromScratch) {
     case 'retracted': T.retract(d.message_id, d.replacement_text); return false;
     case 'followups': drawFollowups(d.suggestions || []); return false;
     case 'citations': T.citations(d); return false;
-    case 'artifact': T.fileCard(d, download); return false;
+    case 'artifact': T.artifact(turnId, d, fetchFile); return false;
     case 'subagent':
       if (d.phase === 'start') T.notice((SPECIALISTS[d.name] || d.name) + ' is helping with this.', 'info');
       return false;
     case 'done':
     case 'cancelled':
       T.showMessage(d.message);
+      T.attachArtifacts(turnId, d.message.id);
       S.lastSeq = Math.max(S.lastSeq, d.message.seq || 0);
       status(type === 'cancelled' ? 'You stopped this answer.' : '');
       return true;
@@ -394,19 +403,12 @@ async function stop() {
   else if (!(r.error && r.error.code === 'turn_finished')) fail(r);
 }
 
-async function download(file) {
-  const res = await fetch(sessionPath(S.sid, 'files', file.file_id), {
+// A file of the session (owner only, so with the token), as a Blob; null when it cannot be had.
+async function fetchFile(fileId) {
+  const res = await fetch(sessionPath(S.sid, 'files', fileId), {
     headers: { Authorization: 'Bearer ' + auth.token },
   }).catch(() => null);
-  if (!res || !res.ok) return status('The file could not be downloaded.', 'error');
-  const url = URL.createObjectURL(await res.blob());
-  const a = T.el('a');
-  a.href = url;
-  a.download = file.name;
-  document.body.append(a);
-  a.click();
-  a.remove();
-  setTimeout(() => URL.revokeObjectURL(url), 10000);
+  return res && res.ok ? res.blob().catch(() => null) : null;
 }
 
 /* ---------- narrow screens: the list is a panel behind a button ---------- */

@@ -1,6 +1,6 @@
 // The conversation on screen: message bubbles (keyed by message id, ordered by seq), the
-// cards a turn shows (confirmation, clarification options, tool progress, citations, files),
-// and times. Text always enters through textContent or the Markdown renderer.
+// cards a turn shows (confirmation, clarification options, tool progress, citations, the files
+// a skill made), and times. Text always enters through textContent or the Markdown renderer.
 
 import { renderMarkdown } from './markdown.js';
 
@@ -36,6 +36,8 @@ export function append(node) {
 
 export function clear() {
   texts.clear();
+  objectUrls.forEach((url) => URL.revokeObjectURL(url));
+  objectUrls.clear();
   const t = transcript();
   [...t.children].forEach((c) => { if (c.id !== 'empty-hint') c.remove(); });
   $('empty-hint').hidden = false;
@@ -249,16 +251,64 @@ export function citations(d) {
   extras.append(box);
 }
 
-export function fileCard(d, download) {
-  const card = el('div', 'card file-card');
-  card.append(el('span', 'file-name', d.name));
-  card.append(el('span', 'file-size', humanBytes(d.bytes)));
-  const button = el('button', 'file-download', 'Download');
-  button.type = 'button';
-  button.setAttribute('aria-label', 'Download ' + d.name);
-  button.addEventListener('click', () => download(d));
-  card.append(button);
-  append(card);
+/* ---------- files a skill made: shown under the answer of their turn ---------- */
+
+const objectUrls = new Set(); // blob: URLs of fetched files, revoked when the view is cleared
+
+// "spending_by_week.png" -> "Spending by week", the start of an image's text alternative.
+function nameWords(name) {
+  const words = name.replace(/\.[a-z0-9]+$/i, '').replace(/[_-]+/g, ' ').trim() || name;
+  return words.charAt(0).toUpperCase() + words.slice(1);
+}
+
+// A file the turn produced: an image inline, every file with a download link beside it. The
+// files route wants the bearer token, so the bytes are fetched (`fetchFile(file_id)` -> Blob
+// or null) and shown from a blob: URL, which the page's Content-Security-Policy allows for
+// images. It waits with the turn's tool progress until the answer it belongs under is there
+// (`attachArtifacts`). A replayed event draws nothing twice.
+export async function artifact(turnId, d, fetchFile) {
+  const shown = [...transcript().querySelectorAll('.artifact')].some((f) => f.dataset.fileId === d.file_id);
+  if (shown) return;
+  const figure = el('figure', 'artifact');
+  figure.dataset.fileId = d.file_id;
+  figure.dataset.turnId = turnId;
+  const caption = el('figcaption');
+  caption.append(el('span', 'file-name', d.name), el('span', 'file-size', humanBytes(d.bytes)));
+  figure.append(caption);
+  const box = activity(turnId);
+  box.append(figure);
+  const blob = await fetchFile(d.file_id);
+  if (!figure.isConnected) return; // the conversation was left meanwhile
+  if (!blob) {
+    caption.append(el('span', 'file-error', 'The file could not be loaded.'));
+    return;
+  }
+  const url = URL.createObjectURL(blob);
+  objectUrls.add(url);
+  if ((d.content_type || '').startsWith('image/')) {
+    const img = el('img', 'artifact-image');
+    img.alt = nameWords(d.name) + ', an image made for this answer';
+    img.src = url;
+    figure.prepend(img);
+  }
+  const link = el('a', 'file-download', 'Download');
+  link.href = url;
+  link.download = d.name;
+  link.setAttribute('aria-label', 'Download ' + d.name);
+  caption.append(link);
+}
+
+// Move the turn's files under its answer (the bubble of `messageId`, or its latest answer).
+export function attachArtifacts(turnId, messageId) {
+  const figures = [...transcript().querySelectorAll('.turn-activity .artifact')]
+    .filter((f) => f.dataset.turnId === turnId);
+  if (!figures.length) return;
+  const answer = (messageId && bubble(messageId)) || [...transcript().querySelectorAll('.msg-assistant')]
+    .filter((b) => b.dataset.turnId === turnId).pop();
+  if (!answer) return;
+  const boxes = new Set(figures.map((f) => f.parentElement));
+  answer.querySelector('.extras').append(...figures);
+  boxes.forEach((box) => { if (!box.children.length) box.remove(); }); // drawn for them alone
 }
 
 function humanBytes(n) {
