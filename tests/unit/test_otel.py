@@ -9,8 +9,11 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
+import temporalio.client
 from opentelemetry import baggage, context
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -191,3 +194,60 @@ def test_the_exporter_drops_who_asked_and_the_query_string() -> None:
         {"exception.type": "IntegrityError"}
     ]
     assert sent_untouched is untouched
+
+
+class _Started(Exception):
+    """What the stub Temporal client answers a start with, once it has looked at it."""
+
+
+class _StubOutbound(temporalio.client.OutboundInterceptor):
+    """The end of the client's interceptor chain: records what a start would have sent."""
+
+    def __init__(self) -> None:
+        self.headers: dict[str, Any] = {}
+
+    async def start_workflow(self, input: Any) -> Any:
+        self.headers = dict(input.headers)
+        raise _Started
+
+
+def _start_input() -> Any:
+    return SimpleNamespace(
+        args=[_turn_input()],
+        workflow="TurnWorkflow",
+        id="turn-trn_1",
+        start_signal=None,
+        headers={},
+    )
+
+
+@pytest.mark.parametrize("from_a_request", [True, False], ids=["post", "outbox sweep"])
+async def test_a_turn_start_carries_the_turns_ids_and_only_them(from_a_request: bool) -> None:
+    telemetry, spans = _telemetry()
+    stub = _StubOutbound()
+    chain = telemetry.interceptor.intercept_client(stub)
+    # A caller's own baggage (from a request's `baggage` header) must not reach the workflow.
+    token = context.attach(baggage.set_baggage("note", "hello there"))
+    try:
+        if from_a_request:
+            with telemetry.tracer.start_as_current_span("POST /v1/sessions/{session_id}/messages"):
+                with pytest.raises(_Started):
+                    await chain.start_workflow(_start_input())
+        else:
+            with pytest.raises(_Started):
+                await chain.start_workflow(_start_input())
+    finally:
+        context.detach(token)
+    telemetry.shutdown()
+    carried = telemetry.interceptor.payload_converter.from_payloads([stub.headers["_tracer-data"]])
+    sent = carried[0]["baggage"]
+    assert "note" not in sent and "parley.turn_id=trn_1" in sent, sent
+    by_name = {span.name: span for span in spans.get_finished_spans()}
+    start = by_name["StartWorkflow:TurnWorkflow"]
+    assert (start.attributes or {})["parley.turn_id"] == "trn_1"
+    if from_a_request:  # the request's span names the turn and is the start's parent
+        post = by_name["POST /v1/sessions/{session_id}/messages"]
+        assert (post.attributes or {})["parley.session_id"] == "ses_1"
+        assert start.parent is not None and start.parent.span_id == post.context.span_id
+    else:  # the sweep's start begins the turn's trace
+        assert start.parent is None
