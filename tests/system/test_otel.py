@@ -7,7 +7,8 @@ The stack is its own: a collector stand-in (tests/support/otlp.py), the fake pro
 HTTP in brain mode (the demo's answers through the real OpenAI SDK, with a tool call), a
 worker process with `PARLEY_OTLP_ENDPOINT` set, and the API in this process with the same.
 Both export when they stop (their tracer providers flush on shutdown); the test then reads
-the collector, polling with a deadline.
+the collector, polling with a deadline. A second test takes the eager path: an API that runs
+its own worker (`PARLEY_API_WORKER`) and starts the turn on that worker's client.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from parley.config import Settings
 from store.models import TraceSpan
 from tests.support.client import ParleyClient, streamed_text
 from tests.support.otlp import Collector, ExportedSpan
+from tests.support.sse import Event
 from tests.support.stack import own_queue, serve, serve_api, service_env, spawn
 
 # A question the demo answers with a tool call first; its last word is found nowhere else.
@@ -80,27 +82,61 @@ async def test_one_turn_is_one_trace_without_message_text(
             if worker.poll() is None:
                 worker.kill()
                 worker.wait(10)
-        assert events[-1].type == "done", [e.type for e in events]
-        answer = streamed_text(events)
-        ledger = await _ledger(sessions, turn_id)
-        steps = {row.name for row in ledger}
-        expected = {
-            "POST /v1/sessions/{session_id}/messages",
-            "StartWorkflow:TurnWorkflow",
-            "RunWorkflow:TurnWorkflow",
-            f"chat {own.model}",
-            *(f"RunActivity:{name}" for name in steps),
-        }
+        await _check_turn(collector, sessions, session_id, turn_id, events, provider="openai")
+        services = {s.service for s in collector.spans if s.attributes.get("parley.turn_id")}
+        assert services == {"parley-api", "parley-worker"}, services
 
-        def turn_spans() -> list[ExportedSpan]:
-            return [s for s in collector.spans if s.attributes.get("parley.turn_id") == turn_id]
 
-        await _until(f"spans {expected}", lambda: expected <= {s.name for s in turn_spans()})
-        _check_one_trace(collector, turn_spans(), ledger, session_id)
-        _check_provider_span(turn_spans(), own.model)
-        _check_no_text(collector.spans, [QUESTION, "Kestrelwood", answer])
-        # A local step and a regular one are among them (the context and the tool call).
-        assert {"build_context", "call_model", "execute_tool"} <= steps, steps
+async def test_an_eager_start_in_an_api_that_runs_a_worker_is_one_trace_too(
+    settings: Settings,
+    tokens: dict[str, str],
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    """`PARLEY_API_WORKER`: the API starts the turn eagerly on its own client, whose worker
+    runs it (the demo model); the one process exports the whole trace."""
+    collector = Collector()
+    async with serve(collector.app) as collector_url:
+        own = own_queue(settings, "otel-eager", otlp_endpoint=collector_url, api_worker=True)
+        async with serve_api(own) as api_url:
+            client = ParleyClient(api_url, tokens["priya"])
+            try:
+                session_id = await client.new_session()
+                turn_id, events = await client.turn(session_id, QUESTION)
+            finally:
+                await client.aclose()
+        await _check_turn(collector, sessions, session_id, turn_id, events, provider="demo")
+
+
+async def _check_turn(
+    collector: Collector,
+    sessions: async_sessionmaker[AsyncSession],
+    session_id: str,
+    turn_id: str,
+    events: list[Event],
+    *,
+    provider: str,
+) -> None:
+    assert events[-1].type == "done", [e.type for e in events]
+    answer = streamed_text(events)
+    ledger = await _ledger(sessions, turn_id)
+    steps = {row.name for row in ledger}
+    # A local step and a regular one are among them (the context and the tool call).
+    assert {"build_context", "call_model", "execute_tool"} <= steps, steps
+    expected = {
+        "POST /v1/sessions/{session_id}/messages",
+        "StartWorkflow:TurnWorkflow",
+        "RunWorkflow:TurnWorkflow",
+        "chat demo-1",
+        *(f"RunActivity:{name}" for name in steps),
+    }
+
+    def turn_spans() -> list[ExportedSpan]:
+        return [s for s in collector.spans if s.attributes.get("parley.turn_id") == turn_id]
+
+    await _until(f"spans {expected}", lambda: expected <= {s.name for s in turn_spans()})
+    _check_one_trace(collector, turn_spans(), ledger, session_id)
+    _check_provider_span(turn_spans(), provider)
+    _check_no_text(collector.spans, [QUESTION, "Kestrelwood", answer])
 
 
 async def _ledger(sessions: async_sessionmaker[AsyncSession], turn_id: str) -> list[TraceSpan]:
@@ -121,7 +157,6 @@ def _check_one_trace(
     assert [root.name for root in roots] == ["POST /v1/sessions/{session_id}/messages"], roots
     ids = {span.span_id for span in whole}
     assert all(span.parent_id in ids for span in whole if span.parent_id), "orphan spans"
-    assert {span.service for span in whole} == {"parley-api", "parley-worker"}
     # The ids on each span of the turn; the POST's names the request's path with ids only.
     for span in spans:
         assert span.attributes["parley.session_id"] == session_id, span
@@ -134,14 +169,14 @@ def _check_one_trace(
     assert ledger and {row.otel_trace_id for row in ledger} == {trace_id}
 
 
-def _check_provider_span(spans: list[ExportedSpan], model: str) -> None:
+def _check_provider_span(spans: list[ExportedSpan], provider: str) -> None:
     calls = [span for span in spans if span.name.startswith("chat ")]
     assert len(calls) >= 2, calls  # the tool call, then the answer
     by_id = {span.span_id: span for span in spans}
     for call in calls:
         assert by_id[call.parent_id or ""].name == "RunActivity:call_model"
-        assert call.attributes["gen_ai.provider.name"] == "openai"
-        assert call.attributes["gen_ai.request.model"] == model
+        assert call.attributes["gen_ai.provider.name"] == provider
+        assert call.attributes["gen_ai.request.model"] == "demo-1"
         assert call.attributes["gen_ai.usage.output_tokens"] > 0
 
 
