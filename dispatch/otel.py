@@ -27,7 +27,8 @@ exporter drops query strings, client addresses and user agents (`Scrubbed`).
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import temporalio.client
@@ -144,23 +145,42 @@ class TurnTracing(TracingInterceptor):
 
 
 class _TurnIds(temporalio.client.OutboundInterceptor):
+    """Only the turn's ids travel into Temporal's headers as baggage: a request's own baggage
+    (its `baggage` header, from outside) reaches no workflow, nor any span's attributes."""
+
     async def start_workflow(
         self, input: temporalio.client.StartWorkflowInput
     ) -> temporalio.client.WorkflowHandle[Any, Any]:
         ids = turn_ids(input.args)
-        if not ids:
+        if not ids:  # not a turn (a summary, started by a turn's step: its ids go on)
             return await super().start_workflow(input)
         # The request's span (none in the outbox sweep, whose start begins the turn's trace).
         trace.get_current_span().set_attributes(ids)
-        # Only the turn's ids travel on: a caller's own baggage does not reach the workflow.
-        carried = baggage.clear(context.get_current())
-        for key, value in ids.items():
-            carried = baggage.set_baggage(key, value, carried)
-        token = context.attach(carried)
-        try:
+        with _carrying(ids):
             return await super().start_workflow(input)
-        finally:
-            context.detach(token)
+
+    async def signal_workflow(self, input: temporalio.client.SignalWorkflowInput) -> None:
+        with _carrying({}):  # the workflow's spans name the turn from its start
+            await super().signal_workflow(input)
+
+    async def start_workflow_update(
+        self, input: temporalio.client.StartWorkflowUpdateInput
+    ) -> temporalio.client.WorkflowUpdateHandle[Any]:
+        with _carrying({}):
+            return await super().start_workflow_update(input)
+
+
+@contextmanager
+def _carrying(ids: dict[str, str]) -> Iterator[None]:
+    """Run with `ids` as the only baggage."""
+    carried = baggage.clear(context.get_current())
+    for key, value in ids.items():
+        carried = baggage.set_baggage(key, value, carried)
+    token = context.attach(carried)
+    try:
+        yield
+    finally:
+        context.detach(token)
 
 
 def turn_ids(args: Sequence[Any]) -> dict[str, str]:

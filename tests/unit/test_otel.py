@@ -196,6 +196,12 @@ def test_the_exporter_drops_who_asked_and_the_query_string() -> None:
     assert sent_untouched is untouched
 
 
+def _request_span(telemetry: Telemetry, name: str) -> Any:
+    """A request's span as FastAPI's instrumentation makes it (its own tracer)."""
+    tracer = telemetry.provider.get_tracer("opentelemetry.instrumentation.fastapi")
+    return tracer.start_as_current_span(name)
+
+
 class _Started(Exception):
     """What the stub Temporal client answers a start with, once it has looked at it."""
 
@@ -207,6 +213,10 @@ class _StubOutbound(temporalio.client.OutboundInterceptor):
         self.headers: dict[str, Any] = {}
 
     async def start_workflow(self, input: Any) -> Any:
+        self.headers = dict(input.headers)
+        raise _Started
+
+    async def signal_workflow(self, input: Any) -> None:
         self.headers = dict(input.headers)
         raise _Started
 
@@ -230,7 +240,7 @@ async def test_a_turn_start_carries_the_turns_ids_and_only_them(from_a_request: 
     token = context.attach(baggage.set_baggage("note", "hello there"))
     try:
         if from_a_request:
-            with telemetry.tracer.start_as_current_span("POST /v1/sessions/{session_id}/messages"):
+            with _request_span(telemetry, "POST /v1/sessions/{session_id}/messages"):
                 with pytest.raises(_Started):
                     await chain.start_workflow(_start_input())
         else:
@@ -251,3 +261,22 @@ async def test_a_turn_start_carries_the_turns_ids_and_only_them(from_a_request: 
         assert start.parent is not None and start.parent.span_id == post.context.span_id
     else:  # the sweep's start begins the turn's trace
         assert start.parent is None
+
+
+async def test_a_signal_from_a_request_carries_none_of_its_baggage() -> None:
+    telemetry, spans = _telemetry()
+    stub = _StubOutbound()
+    chain = telemetry.interceptor.intercept_client(stub)
+    token = context.attach(baggage.set_baggage("parley.turn_id", "trn_not_theirs"))
+    try:
+        with _request_span(telemetry, "POST /v1/sessions/{session_id}/actions"):
+            signal = SimpleNamespace(signal="resolve_action", id="turn-trn_1", headers={})
+            with pytest.raises(_Started):
+                await chain.signal_workflow(signal)
+    finally:
+        context.detach(token)
+    telemetry.shutdown()
+    carried = telemetry.interceptor.payload_converter.from_payloads([stub.headers["_tracer-data"]])
+    assert "baggage" not in carried[0] and "traceparent" in carried[0], carried
+    named = [dict(span.attributes or {}) for span in spans.get_finished_spans()]
+    assert len(named) == 2 and not [a for a in named if "parley.turn_id" in a], named
