@@ -21,7 +21,8 @@ The turn, session and tenant ids ride along as W3C baggage, set where a turn's w
 started (`TurnTracing`); every span of this tracer started under them carries them as
 `parley.turn_id`, `parley.session_id` and `parley.tenant_id` (`IdsFromBaggage`). Nothing
 here records text: no prompt, message or answer, no request body or header, and the
-exporter drops query strings, client addresses and user agents (`Scrubbed`).
+exporter drops query strings, client addresses, user agents and exception messages
+(`Scrubbed`).
 """
 
 from __future__ import annotations
