@@ -44,6 +44,7 @@ from activities.turn import TurnActivities
 from dispatch.deployment import build_id, deployment_config, promote_configured
 from dispatch.outbox import sweep_forever
 from dispatch.runner import one_batch_per_task, workflow_runner
+from dispatch.telemetry import telemetry_for, tracing_on
 from gateway import ModelProvider, ProviderPool
 from gateway.embeddings import build_embedder as passage_embedder
 from gateway.minilm import build_embedder
@@ -185,15 +186,26 @@ def build_worker(
     breaker_clock: Callable[[], float] = time.monotonic,
 ) -> Worker:
     """Wire the activities to their collaborators; tests pass their own provider, screens,
-    queue or the clock the breaker's cooldown is measured on."""
+    queue or the clock the breaker's cooldown is measured on. A client connected with the
+    tracing interceptor (`PARLEY_OTLP_ENDPOINT`) lends it to the worker: a span around each
+    provider call, the trace id in each ledger row."""
+    tracing = tracing_on(client, settings)
     activities = build_activities(
         client,
         settings,
         sessions,
         build_northwind(settings, http, breaker_clock),
-        providers=ProviderPool(settings, primary=provider, fallback=fallback),
+        providers=ProviderPool(
+            settings,
+            primary=provider,
+            fallback=fallback,
+            wrap=tracing.traced if tracing is not None else None,
+        ),
         screens=screens or build_screens(settings),
     )
+    ledger = TracingInterceptor(sessions)
+    if tracing is not None:
+        ledger = TracingInterceptor(sessions, trace_id=tracing.trace_id)
     return one_batch_per_task(
         Worker(
             client,
@@ -203,10 +215,8 @@ def build_worker(
             workflow_runner=workflow_runner(client.data_converter),
             # Every activity attempt leaves a span in the trace ledger,
             # and its failures reach the workflow under names it relies on (activities/failures.py).
-            interceptors=[
-                TracingInterceptor(sessions),
-                FailureInterceptor(database_probe(sessions)),
-            ],
+            # (The OpenTelemetry interceptor, when on, comes first: from the client.)
+            interceptors=[ledger, FailureInterceptor(database_probe(sessions))],
             # SIGTERM: poll no more, let running steps (a whole streamed answer) finish.
             graceful_shutdown_timeout=timedelta(seconds=settings.worker_shutdown_grace_s),
             # No more steps at once than the pool has connections for (`worker_pool`).
@@ -291,8 +301,12 @@ async def run_worker(settings: Settings) -> None:
     sessions = session_factory(engine)
     # The SDK's own metrics join the app's on the metrics port; its core logs join ours.
     runtime, sdk_metrics = sdk_runtime(metrics=bool(settings.worker_metrics_port))
+    telemetry = telemetry_for(settings, "parley-worker")  # None unless PARLEY_OTLP_ENDPOINT
     client = await Client.connect(
-        settings.temporal_address, namespace=settings.temporal_namespace, runtime=runtime
+        settings.temporal_address,
+        namespace=settings.temporal_namespace,
+        runtime=runtime,
+        interceptors=[telemetry.interceptor] if telemetry is not None else [],
     )
     http = httpx.AsyncClient()
     worker = build_worker(client, settings, sessions, http)
@@ -329,6 +343,8 @@ async def run_worker(settings: Settings) -> None:
     await _drain_spans(worker)
     if draining is not None:
         draining.cancel()
+    if telemetry is not None:
+        await asyncio.to_thread(telemetry.shutdown)  # the last steps' spans go out first
     await http.aclose()
     await engine.dispose()
 

@@ -51,12 +51,17 @@ def annotate(**attrs: Any) -> None:
 class TracingInterceptor(Interceptor):
     """Records one span per activity attempt into `trace_spans`."""
 
-    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        trace_id: Callable[[], str | None] = lambda: None,  # the OTel trace, when tracing is on
+    ) -> None:
         self.ledger = SpanLedger(sessions)
         self._owners = TurnOwners(sessions)
+        self._trace_id = trace_id
 
     def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
-        return _SpanRecorder(next, self.ledger, self._owners)
+        return _SpanRecorder(next, self.ledger, self._owners, self._trace_id)
 
 
 class SpanLedger:
@@ -121,11 +126,12 @@ ENDINGS = frozenset(
 # psycopg itself (several times a turn, and SQLAlchemy's layer costs more than the statement).
 _INSERT_SPANS = driver_sql(
     """
-    INSERT INTO trace_spans (turn_id, name, attempt, started_at, ended_at, outcome, attrs)
-    SELECT turn_id, name, attempt, started_at, ended_at, outcome, attrs
+    INSERT INTO trace_spans
+        (turn_id, name, attempt, started_at, ended_at, outcome, attrs, otel_trace_id)
+    SELECT turn_id, name, attempt, started_at, ended_at, outcome, attrs, otel_trace_id
     FROM jsonb_to_recordset(CAST(:spans AS jsonb)) AS s(
         turn_id text, name text, attempt int, started_at timestamptz, ended_at timestamptz,
-        outcome text, attrs jsonb
+        outcome text, attrs jsonb, otel_trace_id text
     )
     """
 )
@@ -185,10 +191,12 @@ class _SpanRecorder(ActivityInboundInterceptor):
         next: ActivityInboundInterceptor,
         ledger: SpanLedger,
         owners: TurnOwners,
+        trace_id: Callable[[], str | None],
     ) -> None:
         super().__init__(next)
         self._ledger = ledger
         self._owners = owners
+        self._trace_id = trace_id
 
     async def execute_activity(self, input: ExecuteActivityInput) -> Any:
         turn_id = _turn_id(input.args)
@@ -228,6 +236,7 @@ class _SpanRecorder(ActivityInboundInterceptor):
                     "ended_at": datetime.now(UTC).isoformat(),
                     "outcome": outcome,
                     "attrs": attrs or None,
+                    "otel_trace_id": self._trace_id(),
                 }
             )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
@@ -18,6 +19,7 @@ from api.metrics import count_database_work
 from api.routes import actions, admin, feedback, files, memory, ops, sessions, turns, web
 from api.streaming import EventHub, StreamRegistry
 from dispatch.control import cancel_turn_workflow
+from dispatch.telemetry import telemetry_for
 from parley.config import Settings, get_settings
 from parley.errors import TurnFinished
 from store.db import (
@@ -39,7 +41,7 @@ def create_app(
             raise RuntimeError("DATABASE_URL is not set (use `parley dev` to run everything)")
         _open_database(app, settings.database_url)
         app.state.settings = settings
-        app.state.temporal = TemporalConnector(settings, temporal_interceptors)
+        app.state.temporal = TemporalConnector(settings, _interceptors(app, temporal_interceptors))
         app.state.hub = EventHub(libpq_url(settings.database_url))
         temporal = app.state.temporal
         sessions = app.state.sessions
@@ -71,6 +73,7 @@ def create_app(
             await app.state.hub.stop()
             for each in app.state.engines:
                 await each.dispose()
+            await _stop_tracing(app)
 
     app = FastAPI(
         title="Parley session API",
@@ -83,11 +86,36 @@ def create_app(
     # Outermost of ours: a body is refused before routing, authentication or parsing.
     larger = {files.UPLOAD_PATH: settings.max_file_bytes}  # an upload's own limit
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, larger=larger)
+    _add_routes(app)
+    app.openapi = lambda: _openapi(app, settings)  # type: ignore[method-assign]
+    _trace(app, settings)
+    return app
+
+
+def _add_routes(app: FastAPI) -> None:
     for routes in (sessions, turns, actions, memory, files, feedback, admin, ops, web):
         app.include_router(routes.router)
     app.mount(web.STATIC_PREFIX, web.web_files(), name="static")
-    app.openapi = lambda: _openapi(app, settings)  # type: ignore[method-assign]
-    return app
+
+
+def _trace(app: FastAPI, settings: Settings) -> None:
+    """Traces (PARLEY_OTLP_ENDPOINT): a span for each request, outermost, and the Temporal
+    client's interceptor that carries a request's trace into the turn it starts. Off,
+    `app.state.telemetry` is None and nothing is installed."""
+    app.state.telemetry = telemetry_for(settings, "parley-api")
+    if app.state.telemetry is not None:
+        app.state.telemetry.instrument(app)
+
+
+def _interceptors(app: FastAPI, given: Sequence[Interceptor]) -> Sequence[Interceptor]:
+    telemetry = app.state.telemetry
+    return given if telemetry is None else [telemetry.interceptor, *given]
+
+
+async def _stop_tracing(app: FastAPI) -> None:
+    """Export what is still batched (in a thread: the export may be slow), then stop."""
+    if app.state.telemetry is not None:
+        await asyncio.to_thread(app.state.telemetry.shutdown)
 
 
 def _open_database(app: FastAPI, url: str) -> None:

@@ -9,6 +9,7 @@ point Parley at a server. Keys are passed to the SDK and never logged.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 from gateway.base import ModelProvider
 from gateway.demo import DemoModel
@@ -52,7 +53,8 @@ def build_provider(settings: Settings, name: str | None = None) -> ModelProvider
 
 class ProviderPool:
     """Providers by name, built on first use. Instances handed in serve as the configured
-    primary (and fallback), under the configured names as well as their own."""
+    primary (and fallback), under the configured names as well as their own. `wrap`, when
+    given, wraps every provider (a span around each call when tracing is on)."""
 
     def __init__(
         self,
@@ -60,9 +62,13 @@ class ProviderPool:
         *,
         primary: ModelProvider | None = None,
         fallback: ModelProvider | None = None,
+        wrap: Callable[[ModelProvider], ModelProvider] | None = None,
     ) -> None:
         self._settings = settings
         self._providers: dict[str, ModelProvider] = {}
+        self._wrap = wrap or (lambda provider: provider)
+        primary = self._wrap(primary) if primary is not None else None
+        fallback = self._wrap(fallback) if fallback is not None else None
         if fallback is not None:
             self._providers[fallback.name] = fallback
             if settings.fallback_model_provider:
@@ -73,7 +79,7 @@ class ProviderPool:
 
     def get(self, name: str) -> ModelProvider:
         if name not in self._providers:
-            self._providers[name] = build_provider(self._settings, name)
+            self._providers[name] = self._wrap(build_provider(self._settings, name))
         return self._providers[name]
 
     async def aclose(self) -> None:

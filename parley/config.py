@@ -136,6 +136,11 @@ class Settings(BaseSettings):
     # in both.
     log_format: str = "text"
     log_level: str = "INFO"
+    # OpenTelemetry traces (dispatch/otel.py): the OTLP/HTTP collector's base URL, e.g.
+    # `http://127.0.0.1:4318` (spans go to `/v1/traces`). Empty, the default: no tracing, and
+    # no OpenTelemetry code is loaded. The SDK's own OTEL_* variables (headers, timeout, batch
+    # delay, service name) still apply.
+    otlp_endpoint: str = ""
 
     # Context building.
     system_prompt: str = (

@@ -396,6 +396,8 @@ class TraceSpan(Base):
     ended_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     outcome: Mapped[str] = mapped_column(String(32))
     attrs: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    # The OpenTelemetry trace the step was part of (32 hex digits), when tracing is on.
+    otel_trace_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
 
 
 class ResultSet(Base):
