@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.archive import ArchivedFile, ArchivedSession
@@ -34,6 +34,8 @@ from store.models import (
 )
 
 EXPORT_NOT_FOUND = "export not found"
+# An export asked for again this soon after a finished one answers that one.
+REASK_WINDOW = timedelta(minutes=1)
 
 
 @dataclass(frozen=True)
@@ -73,14 +75,21 @@ async def request_export(
     db: AsyncSession, *, tenant_id: str, user_id: str, ttl: timedelta
 ) -> tuple[ExportRow, bool]:
     """A new export of the user's data, valid for `ttl` from now; or the one of theirs still
-    being written (so asking twice starts one workflow). Returns it and whether it is new."""
+    being written, or written within `REASK_WINDOW` (so asking twice, or a double click,
+    writes one archive). Returns it and whether it is new."""
     running = await db.scalar(
         select(Export)
         .where(
             Export.tenant_id == tenant_id,
             Export.user_id == user_id,
-            Export.state.in_([ExportState.pending, ExportState.running]),
             Export.expires_at > func.now(),
+            or_(
+                Export.state.in_([ExportState.pending, ExportState.running]),
+                and_(
+                    Export.state == ExportState.ready,
+                    Export.created_at > func.now() - REASK_WINDOW,
+                ),
+            ),
         )
         .order_by(Export.created_at.desc())
         .limit(1)

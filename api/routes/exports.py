@@ -30,7 +30,7 @@ async def request_export(
 ) -> ExportOut:
     """Export everything the caller's account holds into one archive; answered at once with the
     export's status and archive links (owner only, valid for a limited time). Asking again
-    while one is being written answers that one."""
+    while one is being written, or within a minute of one, answers that one."""
     row, _ = await exports.request_export(
         db,
         tenant_id=user.tenant_id,

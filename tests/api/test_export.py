@@ -159,6 +159,8 @@ async def test_the_archive_holds_everything_the_database_holds_for_the_user(
     assert asked.status_code == 202, asked.text
     export = asked.json()
     status = await _ready(eve, export["status_url"])
+    again = await eve.http.get("/v1/me/export")  # a second ask this soon: the same export
+    assert again.status_code == 202 and again.json()["id"] == export["id"]
     assert status["sessions_done"] == status["sessions_total"] == expected["sessions"]
     assert status["counts"] == expected
 
