@@ -6,11 +6,17 @@ defaults (`PARLEY_RETENTION_*_DAYS`); 0 keeps that kind forever. The daily purge
 
 - messages: the messages (their embeddings go with them), the feedback on them, the turns'
   event logs (the streamed deltas are copies of the answers), uploaded and produced files,
-  result sets, resolved actions (their arguments hold what was sent) and specialists' answers;
+  result sets, resolved actions (their arguments hold what was sent), specialists' answers,
+  conversation slots and hand-offs (by when each was written);
 - prompts: the packed prompts and answers of model calls, the tool calls (their arguments
   and results) and the trace spans;
 - summaries: rolling summary versions and pinned facts (by when they were last written);
 - memory: consented memory items (they also expire by themselves after `PARLEY_MEMORY_TTL_DAYS`).
+
+Prompts and summaries are copies of the conversation, so they never outlive its messages: with
+a messages period set, theirs is at most as long (a tenant keeping messages 30 days and
+prompts forever keeps prompts 30 days). Consented memory is the exception the user chose: it
+is kept across sessions for its own period.
 
 Exports whose link has expired are deleted whatever the periods. Sessions, turns (their
 state and ids, no text) and usage counters stay.
@@ -33,6 +39,8 @@ PERIOD_TABLES: dict[str, tuple[str, ...]] = {
         "result_sets",
         "actions",
         "specialist_answers",
+        "slots",
+        "handoffs",
     ),
     "prompts": ("tool_calls", "model_calls", "trace_spans"),
     "summaries": ("conversation_summaries", "pinned_facts"),
@@ -60,10 +68,14 @@ class RetentionPeriods(BaseModel):
             "summaries": self.summaries_days,
             "memory": self.memory_days,
         }
-        return {
+        days = {
             period: (value if value is not None else defaults.get(period, 0))
             for period, value in mine.items()
         }
+        if days["messages"]:  # copies of the conversation go no later than the conversation
+            for copy in ("prompts", "summaries"):
+                days[copy] = min(days[copy] or days["messages"], days["messages"])
+        return days
 
 
 def purge_plan(days: dict[str, int], now: datetime) -> list[tuple[str, datetime]]:

@@ -45,6 +45,12 @@ _EXPIRED: dict[str, str] = {
     "specialist_answers": """
         SELECT a.ctid FROM specialist_answers a JOIN turns t ON t.id = a.turn_id
         WHERE t.tenant_id = :tenant AND a.created_at < :cutoff""",
+    "slots": """
+        SELECT l.ctid FROM slots l JOIN sessions s ON s.id = l.session_id
+        WHERE s.tenant_id = :tenant AND l.updated_at < :cutoff""",
+    "handoffs": """
+        SELECT h.ctid FROM handoffs h JOIN sessions s ON s.id = h.session_id
+        WHERE s.tenant_id = :tenant AND h.created_at < :cutoff""",
     "tool_calls": """
         SELECT c.ctid FROM tool_calls c JOIN turns t ON t.id = c.turn_id
         WHERE t.tenant_id = :tenant AND c.created_at < :cutoff""",

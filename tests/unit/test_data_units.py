@@ -59,16 +59,23 @@ def test_the_archive_holds_what_the_manifest_counts_and_files_stay_in_their_fold
 
 
 def test_an_unset_period_is_the_default_and_zero_keeps_forever() -> None:
-    periods = RetentionPeriods(messages_days=7, memory_days=0)
-    defaults = {"messages": 30, "prompts": 3, "summaries": 0, "memory": 90}
-    assert periods.days(defaults) == {"messages": 7, "prompts": 3, "summaries": 0, "memory": 0}
+    periods = RetentionPeriods(messages_days=0, summaries_days=5)
+    defaults = {"messages": 30, "prompts": 3, "summaries": 0, "memory": 0}
+    assert periods.days(defaults) == {"messages": 0, "prompts": 3, "summaries": 5, "memory": 0}
     plan = purge_plan(periods.days(defaults), NOW)
     tables = [table for table, _ in plan]
-    assert tables == [*PERIOD_TABLES["messages"], *PERIOD_TABLES["prompts"], EXPIRED_EXPORTS]
+    assert tables == [*PERIOD_TABLES["prompts"], *PERIOD_TABLES["summaries"], EXPIRED_EXPORTS]
     cutoffs = dict(plan)
-    assert cutoffs["messages"] == NOW - timedelta(days=7)
     assert cutoffs["model_calls"] == NOW - timedelta(days=3)
+    assert cutoffs["pinned_facts"] == NOW - timedelta(days=5)
     assert cutoffs[EXPIRED_EXPORTS] == NOW
+
+
+def test_copies_of_the_conversation_never_outlive_its_messages() -> None:
+    # Prompts forever and summaries 90 days, messages 7: both go after 7; memory keeps its own.
+    periods = RetentionPeriods(messages_days=7, prompts_days=0, summaries_days=90, memory_days=60)
+    assert periods.days({}) == {"messages": 7, "prompts": 7, "summaries": 7, "memory": 60}
+    assert RetentionPeriods(messages_days=7, prompts_days=2).days({})["prompts"] == 2
 
 
 def test_rows_that_point_at_others_go_first() -> None:
