@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from parley.config import Settings
+from parley.statuses import ExportState
 from parley.wire import ActionView, MessageView, SlotView, Timestamp, TurnStateName, View
 
 if TYPE_CHECKING:
@@ -340,7 +341,7 @@ class ExportOut(BaseModel):
     """An export of the caller's data: how far it got, and where its archive is."""
 
     id: str
-    state: Literal["pending", "running", "ready", "failed"]
+    state: ExportState
     # Progress: the caller's sessions written into the archive so far, of all of them.
     sessions_total: int
     sessions_done: int
@@ -360,7 +361,7 @@ class ExportOut(BaseModel):
         status_url = f"/v1/me/exports/{row.id}"
         return cls(
             id=row.id,
-            state=row.state,  # type: ignore[arg-type]
+            state=ExportState(row.state),
             sessions_total=row.sessions_total,
             sessions_done=row.sessions_done,
             counts=row.counts,

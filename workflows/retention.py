@@ -5,8 +5,9 @@ by hand (`parley purge`). The moment the periods count back from is fixed once, 
 start (the input's `now`, or the workflow's clock), so every batch of a run uses the same
 cutoffs and a retried or repeated run deletes nothing a first one would not have. The plan
 (parley/retention.py) lists each tenant's tables in the order rows must go; each table is
-emptied of expired rows one batch per activity until a batch comes back short. Only ids,
-table names and counts travel through history.
+emptied of expired rows one batch per activity until a batch comes back short. A purge long
+enough for the server to suggest it continues as new with the same moment. Only ids, table
+names and counts travel through history.
 """
 
 from __future__ import annotations
@@ -47,5 +48,9 @@ class RetentionPurgeWorkflow:
                 purged[task.table] = purged.get(task.table, 0) + deleted
                 if deleted < fixed.batch_size:
                     break
+                if workflow.info().is_continue_as_new_suggested():
+                    # A long purge: a fresh run with the same moment plans again and finds
+                    # the tables done so far empty (the metric has counted every batch).
+                    workflow.continue_as_new(fixed)
         workflow.set_current_details(f"purged {sum(purged.values())} rows")
         return PurgeResult(purged)
