@@ -118,7 +118,7 @@ async def _owned(db: AsyncSession, *, tenant_id: str, user_id: str, export_id: s
         )
     )
     if export is None:
-        raise NotFound(EXPORT_NOT_FOUND, export_id=export_id)
+        raise NotFound(EXPORT_NOT_FOUND)
     if export.expires_at <= datetime.now(UTC):
         raise ExportExpired("the export's link has expired; ask for a new export")
     return export
@@ -143,7 +143,7 @@ async def read_export(db: AsyncSession, *, export_id: str) -> ExportRow:
     """An export by id, whoever owns it (the workflow's activities and the operator CLI)."""
     export = await db.get(Export, export_id)
     if export is None:
-        raise NotFound(EXPORT_NOT_FOUND, export_id=export_id)
+        raise NotFound(EXPORT_NOT_FOUND)
     return _row(export)
 
 
