@@ -28,11 +28,13 @@ from temporalio.worker import Worker
 
 from activities.context import ContextBuilder
 from activities.ending import EndingActivities
+from activities.exports import ExportActivities
 from activities.failures import FailureInterceptor, database_probe
 from activities.knowledge import KnowledgeSource
 from activities.mcp import McpTools
 from activities.memory import MemoryActivities
 from activities.northwind import NorthwindClient
+from activities.retention import RetentionActivities
 from activities.screens import ScreenActivities
 from activities.sdk_metrics import sdk_runtime
 from activities.send import SendActivities
@@ -43,6 +45,7 @@ from activities.tracing import TracingInterceptor
 from activities.turn import TurnActivities
 from dispatch.deployment import build_id, deployment_config, promote_configured
 from dispatch.outbox import sweep_forever
+from dispatch.retention import ensure_purge_schedule
 from dispatch.runner import one_batch_per_task, workflow_runner
 from dispatch.telemetry import telemetry_for, tracing_on
 from gateway import ModelProvider, ProviderPool
@@ -53,6 +56,8 @@ from parley.config import Settings, get_settings
 from parley.logs import configure_logging
 from parley.screens import ModerationScreen, RulesScreen, Screen, ScreenChain
 from store.db import create_socket_checked_engine, session_factory
+from workflows.export import ExportWorkflow
+from workflows.retention import RetentionPurgeWorkflow
 from workflows.specialist import SpecialistWorkflow
 from workflows.summary import SummaryWorkflow
 from workflows.turn import TurnWorkflow
@@ -137,7 +142,16 @@ def build_activities(
         sessions=sessions, input_screen=input_screen, output_screen=output_screen
     )
     ending = EndingActivities(turn=turn, screens=screening, memory=memory)
-    return _activity_list(turn, tools, send, screening, memory, specialist, ending)
+    # A user's data leaving (export) and expiring (retention purge).
+    export = ExportActivities(sessions=sessions)
+    purge = RetentionActivities(sessions=sessions, settings=settings)
+    return [
+        *_activity_list(turn, tools, send, screening, memory, specialist, ending),
+        export.write_export,
+        export.fail_export,
+        purge.plan_purge,
+        purge.purge_batch,
+    ]
 
 
 def _activity_list(
@@ -171,6 +185,16 @@ def _activity_list(
         specialist.propose_return,
         specialist.end,
     ]
+
+
+# Every workflow a Parley worker runs (tests/replay replays the committed histories of each).
+WORKFLOWS = (
+    TurnWorkflow,
+    SummaryWorkflow,
+    SpecialistWorkflow,
+    ExportWorkflow,
+    RetentionPurgeWorkflow,
+)
 
 
 def build_worker(
@@ -210,7 +234,7 @@ def build_worker(
         Worker(
             client,
             task_queue=task_queue or settings.task_queue,
-            workflows=[TurnWorkflow, SummaryWorkflow, SpecialistWorkflow],
+            workflows=list(WORKFLOWS),
             activities=activities,
             workflow_runner=workflow_runner(client.data_converter),
             # Every activity attempt leaves a span in the trace ledger,
@@ -288,6 +312,15 @@ def freeze_startup_objects() -> None:
     gc.freeze()
 
 
+async def _schedule_purge(client: Client, settings: Settings) -> None:
+    """The daily retention purge's schedule (dispatch/retention.py), created or updated; a
+    failure is logged, not fatal: the next worker to start tries again."""
+    try:
+        await ensure_purge_schedule(client, settings)
+    except Exception:
+        logging.getLogger(__name__).warning("could not set the purge schedule", exc_info=True)
+
+
 async def run_worker(settings: Settings) -> None:
     if settings.database_url is None:
         raise SystemExit("DATABASE_URL is not set (use `parley dev` for the embedded database)")
@@ -336,6 +369,7 @@ async def run_worker(settings: Settings) -> None:
                 "build %s was replaced by a newer current version: serving its own turns only",
                 build_id(settings),
             )
+        await _schedule_purge(client, settings)
         await stop.wait()
     sweep.cancel()
     with contextlib.suppress(asyncio.CancelledError):

@@ -39,3 +39,11 @@ def record_usage(provider: str, model: str, usage: dict[str, int]) -> None:
     for kind in ("input_tokens", "output_tokens", "cached_tokens"):
         if usage.get(kind):
             MODEL_TOKENS.labels(provider, model, kind.removesuffix("_tokens")).inc(usage[kind])
+
+
+# Rows the retention purge deleted, by table (workflows/retention.py).
+RETENTION_PURGED = Counter(
+    "parley_retention_rows_purged_total",
+    "Rows the retention purge deleted, by table",
+    ["table"],
+)

@@ -22,6 +22,7 @@ STATUS_FOR: dict[type[errors.ParleyError], int] = {
     errors.AgentPaused: 403,
     errors.Forbidden: 403,
     errors.RateLimited: 429,
+    errors.ExportExpired: 410,
 }
 
 
@@ -32,6 +33,7 @@ _DESCRIPTION = {
     403: "Not allowed",
     404: "Not found, or not the caller's",
     409: "Conflicts with the resource's current state",
+    410: "The link has expired",
     413: "The request body is over the deployment's limit (`api/body_limit.py`)",
     422: "A field breaks the contract",
     429: "A limit is reached; `Retry-After` says when to try again",

@@ -16,7 +16,18 @@ from api.body_limit import BodyLimit
 from api.deps import TemporalConnector
 from api.logcontext import RequestLogContext
 from api.metrics import count_database_work
-from api.routes import actions, admin, feedback, files, memory, ops, sessions, turns, web
+from api.routes import (
+    actions,
+    admin,
+    exports,
+    feedback,
+    files,
+    memory,
+    ops,
+    sessions,
+    turns,
+    web,
+)
 from api.streaming import EventHub, StreamRegistry
 from dispatch.control import cancel_turn_workflow
 from dispatch.telemetry import telemetry_for
@@ -93,7 +104,7 @@ def create_app(
 
 
 def _add_routes(app: FastAPI) -> None:
-    for routes in (sessions, turns, actions, memory, files, feedback, admin, ops, web):
+    for routes in (sessions, turns, actions, memory, files, feedback, exports, admin, ops, web):
         app.include_router(routes.router)
     app.mount(web.STATIC_PREFIX, web.web_files(), name="static")
 

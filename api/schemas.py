@@ -12,9 +12,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from parley.config import Settings
 from parley.forgetting import Forgotten
+from parley.statuses import ExportState
 from parley.wire import ActionView, MessageView, SlotView, Timestamp, TurnStateName, View
 
 if TYPE_CHECKING:
+    from store.exports import ExportRow
     from store.usage import TenantUsage, Tokens
 
 NO_NUL = "^[^\u0000]*$"
@@ -346,3 +348,40 @@ class RatedAnswerOut(FeedbackOut):
 
 class FeedbackList(BaseModel):
     feedback: list[RatedAnswerOut]
+
+
+class ExportOut(BaseModel):
+    """An export of the caller's data: how far it got, and where its archive is."""
+
+    id: str
+    state: ExportState
+    # Progress: the caller's sessions written into the archive so far, of all of them.
+    sessions_total: int
+    sessions_done: int
+    # What the archive holds by kind (sessions, messages, files, memory_items, pinned_facts,
+    # feedback, actions), once it is ready.
+    counts: dict[str, int]
+    bytes: int | None
+    created_at: Timestamp
+    # Both links answer 410 `export_expired` from this moment.
+    expires_at: Timestamp
+    finished_at: Timestamp | None
+    status_url: str
+    archive_url: str
+
+    @classmethod
+    def build(cls, row: ExportRow) -> Self:
+        status_url = f"/v1/me/exports/{row.id}"
+        return cls(
+            id=row.id,
+            state=ExportState(row.state),
+            sessions_total=row.sessions_total,
+            sessions_done=row.sessions_done,
+            counts=row.counts,
+            bytes=row.size,
+            created_at=row.created_at,
+            expires_at=row.expires_at,
+            finished_at=row.finished_at,
+            status_url=status_url,
+            archive_url=f"{status_url}/archive",
+        )

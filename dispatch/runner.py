@@ -52,6 +52,8 @@ PASSED_THROUGH = (
     "workflows.specialist",
     "workflows.summary",
     "workflows.turn",
+    "workflows.export",
+    "workflows.retention",
 )
 RESTRICTIONS = SandboxRestrictions.default.with_passthrough_modules(*PASSED_THROUGH)
 

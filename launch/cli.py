@@ -1,5 +1,5 @@
 """The operator CLI: `parley token create | token revoke | feature grant | feature revoke |
-migrate | seed | api | worker | demo-backend | dev`."""
+export | purge | migrate | seed | api | worker | demo-backend | dev`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import asyncio
 import gc
 import re
 import sys
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from launch.devstate import with_dev_services
@@ -55,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
         change.add_argument("--tenant", required=True)
         change.add_argument("--user", required=True)
 
+    _data_commands(commands)
     commands.add_parser("migrate", help="apply database migrations")
     commands.add_parser("seed", help="insert the Northwind demo tenants and users")
     knowledge = commands.add_parser("knowledge", help="manage tenants' knowledge documents")
@@ -78,6 +79,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _data_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    export = commands.add_parser("export", help="write a user's data archive (zip)")
+    export.add_argument("--tenant", required=True)
+    export.add_argument("--user", required=True)
+    export.add_argument("--out", type=Path, default=None, help="the file (default: stdout)")
+    purge = commands.add_parser("purge", help="run the retention purge now")
+    purge.add_argument("--tenant", default=None, help="only this tenant")
+    purge.add_argument(
+        "--now", type=datetime.fromisoformat, default=None, help="purge as of (ISO 8601)"
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     settings = get_settings()
@@ -95,6 +108,8 @@ def main(argv: list[str] | None = None) -> None:
         _revoke(settings, args)
     elif args.command == "feature":
         _feature(settings, args)
+    elif args.command in ("export", "purge"):
+        _data(settings, args)
     elif args.command == "migrate":
         from store.migrate import upgrade
 
@@ -145,6 +160,28 @@ def _serve_api(settings: Settings, args: argparse.Namespace) -> None:
         # Logging is configured in `main` (ids, redaction); uvicorn must not replace it.
         log_config=None,
     )
+
+
+def _data(settings: Settings, args: argparse.Namespace) -> None:
+    """`parley export` (the archive to --out or stdout) and `parley purge` (counts by table)."""
+    from launch.data import export_user, purge_now
+
+    require_database(settings)
+    if args.command == "purge":
+        purged = asyncio.run(purge_now(settings, tenant_id=args.tenant, now=args.now))
+        for table, count in sorted(purged.items()):
+            print(f"{table}: {count}")
+        return
+    try:
+        archive = asyncio.run(export_user(settings, tenant_id=args.tenant, user_id=args.user))
+    except (LookupError, RuntimeError) as exc:
+        sys.exit(str(exc))
+    if args.out is None:
+        sys.stdout.buffer.write(archive)
+        sys.stdout.buffer.flush()
+    else:
+        args.out.write_bytes(archive)
+        print(f"wrote {len(archive)} bytes to {args.out}", file=sys.stderr)
 
 
 def _load_knowledge(settings: Settings, args: argparse.Namespace) -> None:

@@ -184,6 +184,20 @@ class Settings(BaseSettings):
     # Durable, consented memory (parley/consented.py): how long a remembered item lives.
     memory_ttl_days: int = 180
 
+    # Exports (`GET /v1/me/export`, `parley export`): how long an export's status and
+    # download links answer before they are 410 `export_expired` (the purge then deletes it).
+    export_link_ttl_s: float = Field(default=86400.0, gt=0)
+    # Retention (parley/retention.py): the default periods in days, for tenants whose config
+    # sets none; 0 keeps that kind of data forever. A tenant's `retention` overrides each.
+    retention_messages_days: int = Field(default=0, ge=0)
+    retention_prompts_days: int = Field(default=0, ge=0)
+    retention_summaries_days: int = Field(default=0, ge=0)
+    retention_memory_days: int = Field(default=0, ge=0)
+    # When the daily purge runs (a cron line, UTC), as the Temporal Schedule each worker
+    # creates or updates at start; rows deleted per statement.
+    retention_purge_cron: str = "30 3 * * *"
+    retention_batch_size: int = Field(default=500, ge=1, le=50_000)
+
     # Knowledge documents (parley/knowledge.py): the prompt's budget for passages and how many
     # retrieved passages are candidates. An embedding model (any OpenAI-compatible server's
     # `/v1/embeddings`; base URL default `OPENAI_BASE_URL`) adds vector search beside full-text
@@ -271,6 +285,15 @@ class Settings(BaseSettings):
     def has_fallback_model(self) -> bool:
         """Whether a fallback model takes over; turns carry the answer in their input."""
         return bool(self.fallback_model_provider)
+
+    @property
+    def retention_defaults(self) -> dict[str, int]:
+        return {
+            "messages": self.retention_messages_days,
+            "prompts": self.retention_prompts_days,
+            "summaries": self.retention_summaries_days,
+            "memory": self.retention_memory_days,
+        }
 
     @property
     def limits(self) -> Limits:

@@ -367,3 +367,59 @@ class SpecialistEndInput:
     # The proposed action, when there was one (its outcome holds the RMA id).
     action_id: str | None = None
     name: str = "returns"
+
+
+# A user's data leaving and expiring: the export workflow writes one archive
+# (workflows/export.py); the retention purge deletes what a tenant's periods let go
+# (workflows/retention.py), run daily by a Temporal Schedule.
+EXPORT_WORKFLOW = "ExportWorkflow"
+PURGE_WORKFLOW = "RetentionPurgeWorkflow"
+PURGE_SCHEDULE_ID = "parley-retention-purge"
+
+
+@dataclass
+class ExportInput:
+    export_id: str
+
+
+@dataclass
+class ExportResult:
+    export_id: str
+    state: str  # an ExportState
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class PurgeInput:
+    # The moment the periods count back from, ISO 8601; None: the workflow's own clock (a
+    # scheduled run). Tests and operators set it to purge "as of" another day.
+    now: str | None = None
+    # Only this tenant; None: every tenant.
+    tenant_id: str | None = None
+    batch_size: int = 500
+
+
+@dataclass
+class PurgeTask:
+    """One table of one tenant: rows older than `cutoff` (ISO 8601) go."""
+
+    tenant_id: str
+    table: str
+    cutoff: str
+
+
+@dataclass
+class PurgePlan:
+    tasks: list[PurgeTask] = field(default_factory=list)
+
+
+@dataclass
+class PurgeBatchInput:
+    task: PurgeTask
+    batch_size: int
+
+
+@dataclass
+class PurgeResult:
+    # Rows deleted by table, over every tenant.
+    purged: dict[str, int] = field(default_factory=dict)

@@ -10,7 +10,8 @@
     │   ├── TurnNotRetryable      the turn's answer is not incomplete or cancelled
     │   ├── ActionResolved        the action was already confirmed or declined
     │   ├── ActionExpired         the confirmation window has passed
-    │   └── ActionChanged         the stored arguments no longer match what was shown
+    │   ├── ActionChanged         the stored arguments no longer match what was shown
+    │   └── ExportNotReady        the export's archive is still being written
     ├── IdempotencyKeyReused      same client_message_id, different text
     ├── InvalidRequest            a field breaks the contract (names the field)
     │   └── UrlNotAllowed         an address the deployment's egress rules refuse (names the rule)
@@ -18,6 +19,7 @@
     ├── Forbidden                 the caller lacks the role (admin routes only)
     │   └── FeatureNotEnabled     the user's `assistant` feature is revoked
     ├── RateLimited               too many of something at once (carries retry_after_s)
+    ├── ExportExpired             an export's download link has passed its validity
     └── ContextTooLarge           the required part of a prompt exceeds the model's input budget
 
 HTTP status codes are assigned to these in one place, `api/errors.py`.
@@ -133,3 +135,15 @@ class ContextTooLarge(ParleyError):
     not fit the model's window minus the output reserve: the turn fails loudly."""
 
     code = "context_too_large"
+
+
+class ExportExpired(ParleyError):
+    """An export's link has passed its validity (`PARLEY_EXPORT_LINK_TTL_S`): ask for another."""
+
+    code = "export_expired"
+
+
+class ExportNotReady(Conflict):
+    """The export's archive is still being written; its status says how far it got."""
+
+    code = "export_not_ready"

@@ -134,3 +134,8 @@ def prompt_cache_key(*, stable_prefix: str) -> str:
 def artifact_file_id(*, tool_call_id: str, name: str) -> str:
     """A file a `run_skill` call produced: stored once however often the call runs."""
     return "file_" + _digest(f"{tool_call_id}/{name}")
+
+
+def export_workflow_id(export_id: str) -> str:
+    """One workflow per export: asking again for an export still being written attaches."""
+    return f"export-{export_id}"

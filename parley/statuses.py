@@ -115,3 +115,12 @@ def turn_error_code(error_type: str | None) -> TurnErrorCode:
     if error_type is not None and error_type in TurnErrorCode.__members__:
         return TurnErrorCode(error_type)
     return TurnErrorCode.model_failed
+
+
+class ExportState(StrEnum):
+    """An export's life (store/exports.py): asked for, being written, then ready or failed."""
+
+    pending = "pending"
+    running = "running"
+    ready = "ready"
+    failed = "failed"

@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from parley.mcp import McpServerConfig, find_tool, is_mcp_name
+from parley.retention import RetentionPeriods
 from parley.skills import RUN_SKILL
 from parley.specialists import DELEGATION_TOOLS
 from parley.tools import TOOLS, Risk
@@ -55,6 +56,9 @@ class TenantConfig(BaseModel):
     # Mask card numbers and email addresses in everything sent to a model provider (the
     # turns' prompts and the summarizer's; parley/redaction.py); the stored text is unchanged.
     redact_model_input: bool | None = None
+    # How long this tenant keeps messages, prompts and traces, summaries and memory items
+    # (parley/retention.py); unset periods are the deployment's `PARLEY_RETENTION_*_DAYS`.
+    retention: RetentionPeriods | None = None
 
     def offered(self, name: str) -> bool:
         if name == RUN_SKILL:  # offered only when the tenant enables a skill

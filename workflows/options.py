@@ -199,3 +199,26 @@ SUMMARY = ActivityOptions(
         non_retryable_error_types=["bad_summary"],
     ),
 )
+
+# Writing an export's archive: one long read that heartbeats each session, so a dead worker
+# is noticed within a minute; a few attempts, each starting over.
+EXPORT = ActivityOptions(
+    start_to_close=timedelta(minutes=30),
+    heartbeat=timedelta(seconds=60),
+    retry=RetryPolicy(
+        initial_interval=timedelta(seconds=2),
+        maximum_interval=timedelta(seconds=30),
+        maximum_attempts=3,
+    ),
+)
+
+# One batch of the retention purge: a short delete, retried patiently (a batch that fails is
+# done again by the next attempt or the next day's run; nothing is half-deleted).
+PURGE = ActivityOptions(
+    start_to_close=timedelta(minutes=2),
+    retry=RetryPolicy(
+        initial_interval=timedelta(seconds=1),
+        maximum_interval=timedelta(seconds=30),
+        maximum_attempts=5,
+    ),
+)

@@ -35,6 +35,7 @@ from store.models.memory import (
     UserMemoryItem,
 )
 from store.models.uploads import (
+    Export,
     Feedback,
     SessionFile,
 )
@@ -66,4 +67,5 @@ __all__ = [
     "KnowledgeChunk",
     "SessionFile",
     "Feedback",
+    "Export",
 ]

@@ -1,4 +1,5 @@
-"""What users bring and say back: uploaded files and feedback on answers."""
+"""What users bring and say back: uploaded files and feedback on answers; and what they take
+away: the archives of their own data they export."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ from typing import Any
 
 from sqlalchemy import (
     BigInteger,
+    DateTime,
     ForeignKey,
     Index,
+    Integer,
     LargeBinary,
     String,
     Text,
@@ -53,3 +56,27 @@ class Feedback(Base):
     comment: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = now_column()
     updated_at: Mapped[datetime] = now_column()
+
+
+class Export(Base):
+    """A user's archive of their own data (store/exports.py), written by the export workflow;
+    downloadable by its owner until `expires_at`."""
+
+    __tablename__ = "exports"
+    __table_args__ = (Index("ix_exports_owner", "tenant_id", "user_id", "created_at"),)
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(String(64))
+    user_id: Mapped[str] = mapped_column(String(64))
+    # pending (asked for) → running (the workflow is writing it) → ready | failed
+    state: Mapped[str] = mapped_column(String(16))
+    # Progress: sessions written so far of all the user's sessions.
+    sessions_total: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    sessions_done: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # What the archive holds, by kind (sessions, messages, files...), once it is ready.
+    counts: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict, server_default="{}")
+    archive: Mapped[bytes | None] = mapped_column(LargeBinary)
+    size: Mapped[int | None] = mapped_column("bytes", BigInteger)
+    created_at: Mapped[datetime] = now_column()
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

@@ -25,7 +25,7 @@ from store import user_memory
 from store.identity import create_token, revoke_token
 from store.models import ApiToken, User
 from tests.support.client import ParleyClient
-from tests.support.toolkit import propose
+from tests.support.toolkit import eventually, propose
 
 PUBLIC = {
     ("get", "/healthz"),
@@ -44,6 +44,7 @@ MISSING = {
     "key": "key_missing",
     "file_id": "file_missing",
     "message_id": "msg_missing",
+    "export_id": "exp_missing",
 }
 # Rows that any of the matrix's requests could touch, read as JSON text in a stable order.
 SNAPSHOT = {
@@ -65,6 +66,9 @@ SNAPSHOT = {
     # Priya's uploads and ratings: nobody else may add to or change them.
     "files": "SELECT id, name, bytes, text FROM files WHERE session_id = :sid ORDER BY id",
     "feedback": "SELECT * FROM feedback WHERE session_id = :sid ORDER BY message_id",
+    # Priya's exports: nobody else may read, add to or change them.
+    "exports": "SELECT id, state, bytes, expires_at FROM exports WHERE user_id = 'cust_2291' "
+    "ORDER BY id",
 }
 
 
@@ -167,6 +171,19 @@ async def priya_remembers(
     await priya.http.put("/v1/memory/consent", json={"consent": False})
 
 
+async def exported(priya: ParleyClient) -> str:
+    """An export of Priya's data, written (so nothing changes it while the matrix runs)."""
+    asked = await priya.http.get("/v1/me/export")
+    assert asked.status_code == 202, asked.text
+
+    async def ready() -> bool:
+        status = await priya.http.get(asked.json()["status_url"])
+        return bool(status.json()["state"] == "ready")
+
+    await eventually(ready, timeout=60, what="Priya's export is written")
+    return str(asked.json()["id"])
+
+
 async def test_every_route_refuses_everyone_but_the_owner_and_changes_nothing(
     api_url: str,
     priya: ParleyClient,
@@ -182,6 +199,7 @@ async def test_every_route_refuses_everyone_but_the_owner_and_changes_nothing(
     )
     assert upload.status_code == 201, upload.text
     answer = next(m for m in await priya.messages(sid) if m["role"] == "assistant")
+    export_id = await exported(priya)
     owned = {
         "session_id": sid,
         "turn_id": turn_id,
@@ -190,6 +208,7 @@ async def test_every_route_refuses_everyone_but_the_owner_and_changes_nothing(
         "key": priya_remembers,
         "file_id": upload.json()["file_id"],
         "message_id": answer["id"],
+        "export_id": export_id,
     }
     intruders = {
         "same tenant": {"session": tokens["marco"], "admin": tokens["marco"]},
@@ -242,7 +261,8 @@ async def test_every_route_refuses_everyone_but_the_owner_and_changes_nothing(
                 if path.endswith("/events"):
                     continue  # a resting turn's stream is read by `propose` already
                 response = await call(http, token, method, path, owned)
-                assert response.status_code == 200, (path, response.text)
+                ok = 202 if path == "/v1/me/export" else 200  # asking for an export
+                assert response.status_code == ok, (path, response.text)
     print(f"\nownership matrix: {len(routes)} routes x {len(intruders)} callers = {checked} cases")
     assert checked == len(routes) * len(intruders)
 

@@ -1,7 +1,7 @@
 """trace spans name their OpenTelemetry trace, when tracing is on
 
-Revision ID: 0020
-Revises: 0015
+Revision ID: 0017
+Revises: 0016
 Create Date: 2026-12-02 02:40:00
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0020"
-down_revision = "0015"
+revision = "0017"
+down_revision = "0016"
 branch_labels = None
 depends_on = None
 
