@@ -28,6 +28,7 @@ from temporalio.worker import Worker
 
 from activities.context import ContextBuilder
 from activities.ending import EndingActivities
+from activities.erasure import ErasureActivities
 from activities.failures import FailureInterceptor, database_probe
 from activities.knowledge import KnowledgeSource
 from activities.mcp import McpTools
@@ -52,6 +53,7 @@ from parley.config import Settings, get_settings
 from parley.logs import configure_logging
 from parley.screens import ModerationScreen, RulesScreen, Screen, ScreenChain
 from store.db import create_socket_checked_engine, session_factory
+from workflows.erasure import ErasureWorkflow
 from workflows.specialist import SpecialistWorkflow
 from workflows.summary import SummaryWorkflow
 from workflows.turn import TurnWorkflow
@@ -136,7 +138,17 @@ def build_activities(
         sessions=sessions, input_screen=input_screen, output_screen=output_screen
     )
     ending = EndingActivities(turn=turn, screens=screening, memory=memory)
-    return _activity_list(turn, tools, send, screening, memory, specialist, ending)
+    # Erasures cancel turns and delete workflow executions, so they need the client too.
+    erasing = ErasureActivities(sessions=sessions, settings=settings, client=client)
+    return [
+        *_activity_list(turn, tools, send, screening, memory, specialist, ending),
+        erasing.begin_erasure,
+        erasing.stop_turns,
+        erasing.forget_workflows,
+        erasing.erase_table,
+        erasing.remaining_rows,
+        erasing.finish_erasure,
+    ]
 
 
 def _activity_list(
@@ -198,7 +210,7 @@ def build_worker(
         Worker(
             client,
             task_queue=task_queue or settings.task_queue,
-            workflows=[TurnWorkflow, SummaryWorkflow, SpecialistWorkflow],
+            workflows=[TurnWorkflow, SummaryWorkflow, SpecialistWorkflow, ErasureWorkflow],
             activities=activities,
             workflow_runner=workflow_runner(client.data_converter),
             # Every activity attempt leaves a span in the trace ledger,

@@ -15,7 +15,18 @@ from api.body_limit import BodyLimit
 from api.deps import TemporalConnector
 from api.logcontext import RequestLogContext
 from api.metrics import count_database_work
-from api.routes import actions, admin, feedback, files, memory, ops, sessions, turns, web
+from api.routes import (
+    actions,
+    admin,
+    erasure,
+    feedback,
+    files,
+    memory,
+    ops,
+    sessions,
+    turns,
+    web,
+)
 from api.streaming import EventHub, StreamRegistry
 from dispatch.control import cancel_turn_workflow
 from parley.config import Settings, get_settings
@@ -83,7 +94,7 @@ def create_app(
     # Outermost of ours: a body is refused before routing, authentication or parsing.
     larger = {files.UPLOAD_PATH: settings.max_file_bytes}  # an upload's own limit
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, larger=larger)
-    for routes in (sessions, turns, actions, memory, files, feedback, admin, ops, web):
+    for routes in (sessions, turns, actions, memory, files, feedback, erasure, admin, ops, web):
         app.include_router(routes.router)
     app.mount(web.STATIC_PREFIX, web.web_files(), name="static")
     app.openapi = lambda: _openapi(app, settings)  # type: ignore[method-assign]

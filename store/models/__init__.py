@@ -24,6 +24,7 @@ from store.models.core import (
     UsageCounter,
     User,
 )
+from store.models.erasure import Erasure
 from store.models.knowledge import (
     KnowledgeChunk,
     KnowledgeDocument,
@@ -66,4 +67,5 @@ __all__ = [
     "KnowledgeChunk",
     "SessionFile",
     "Feedback",
+    "Erasure",
 ]
