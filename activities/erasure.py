@@ -31,8 +31,6 @@ from store.erasure_catalogue import Subject
 
 log = logging.getLogger(__name__)
 
-# Rows one batch deletes: one short transaction, however many rows a user has.
-BATCH_ROWS = 500
 # Turns whose ids one page of `forget_workflows` reads.
 PAGE = 200
 # How long `stop_turns` waits for the stopped turns to end before erasing anyway (their
@@ -49,12 +47,12 @@ class ErasureActivities:
         sessions: async_sessionmaker[AsyncSession],
         settings: Settings,
         client: Client | None = None,
-        batch_rows: int = BATCH_ROWS,
     ) -> None:
         self._sessions = sessions
         self._settings = settings
         self._client = client
-        self._batch_rows = batch_rows
+        # One short transaction per batch, however many rows a user has.
+        self._batch_rows = settings.erasure_batch_rows
 
     def attach(self, client: Client) -> None:
         """The Temporal client turns are cancelled and executions deleted with."""

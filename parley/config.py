@@ -242,6 +242,8 @@ class Settings(BaseSettings):
     # it and the ids an operator finds the receipt (`parley erasure receipt`); without it the
     # receipt names nobody. Set a secret of your own outside dev.
     erasure_receipt_key: str = "parley-dev-erasure-receipt-key"
+    # Rows one erasure batch deletes (each batch is one short transaction).
+    erasure_batch_rows: int = Field(default=500, ge=1)
 
     # Outbox: turns whose workflow was not started by the API are started by the worker
     # after this many seconds.
