@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from parley.contracts import TERMINAL_TURN_STATES
 from parley.erasure import ErasureScope
 
 # Tables that hold no user's rows: the tenant's own, knowledge documents (written by
@@ -185,8 +186,8 @@ async def unfinished_turns(db: AsyncSession, *, subject: Subject) -> list[str]:
     rows = await db.scalars(
         text(
             f"SELECT id FROM turns WHERE ({_ENTRIES['turns'].where(subject.scope)})"
-            " AND state NOT IN ('completed', 'failed', 'cancelled', 'expired')"
+            " AND state <> ALL(:ended)"
         ),
-        subject.params,
+        {**subject.params, "ended": sorted(TERMINAL_TURN_STATES)},
     )
     return [str(turn_id) for turn_id in rows]

@@ -83,7 +83,7 @@ async def _run(api_url: str, token: str, report: Path, *filters: str) -> dict[st
     return json.loads(report.read_text())
 
 
-@pytest.mark.timeout(200)
+@pytest.mark.timeout(240)
 async def test_the_api_keeps_its_openapi_contract(
     api_url: str,
     tokens: dict[str, str],

@@ -26,6 +26,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from gateway.demo import DemoModel
 from parley.config import Settings
 from parley.erasure import subject_hash
+from parley.ids import workflow_id_for_turn
 from store.models import ChatSession, ConversationSummary, Erasure
 from tests.support.canary import scan, table_fingerprints
 from tests.support.client import ParleyClient
@@ -38,7 +39,7 @@ from tests.support.erasure import (
     new_customers,
     receipt,
 )
-from tests.support.toolkit import Stack, eventually, own_stack
+from tests.support.toolkit import Stack, eventually, own_stack, wait_for_stored_state
 
 ERASED, KEPT, SESSIONS_OWNER = new_customers(3)
 # Tables the first customer's canaries must reach before the erasure (so the scan can fail).
@@ -221,3 +222,35 @@ async def test_a_deleted_session_is_erased_with_what_came_from_it_and_nothing_el
         assert (await owner.http.get(f"/v1/sessions/{other}")).status_code == 200
     finally:
         await owner.aclose()
+
+
+@pytest.mark.timeout(180)
+async def test_a_turn_running_when_its_user_is_erased_is_stopped_and_its_workflow_deleted(
+    temporal_client: Client, settings: Settings, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    [who] = new_customers(1)
+    # A slow model: the answer is still streaming when the erasure starts.
+    async with own_stack(
+        temporal_client, settings, sessions, DemoModel(token_delay_s=0.3), prefix="erasebusy"
+    ) as busy:
+        client = ParleyClient(busy.url, await add_user(sessions, who))
+        try:
+            sid = await client.new_session()
+            posted = await client.post(sid, "Tell me about yourself, please.")
+            turn_id = posted.json()["turn_id"]
+            await wait_for_stored_state(sessions, turn_id, ["calling_model"], timeout=30)
+            workflow = temporal_client.get_workflow_handle(workflow_id_for_turn(turn_id))
+            assert (await workflow.describe()).status == WorkflowExecutionStatus.RUNNING
+            started = await client.http.delete("/v1/me")
+            assert started.status_code == 202, started.text
+            done = await receipt(client, started.json()["status_url"], timeout=90)
+        finally:
+            await client.aclose()
+    assert done["counts"]["turns"] == 1 and done["counts"]["users"] == 1
+    with pytest.raises(RPCError) as gone:
+        await workflow.describe()
+    assert gone.value.status == RPCStatusCode.NOT_FOUND
+    listed = [w async for w in temporal_client.list_workflows(f"ParleySessionId = '{sid}'")]
+    assert listed == []
+    async with sessions() as db:
+        assert await db.get(ChatSession, sid) is None
