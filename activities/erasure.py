@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from parley.config import Settings
@@ -136,7 +136,19 @@ class ErasureActivities:
         return deleted
 
     async def _delete_execution(self, workflow_id: str) -> int:
+        """Delete one execution; a running one is terminated first, since the server's own
+        terminate-then-delete of a running execution can lose the delete to the workflow's
+        own close (a turn finishing its cancel)."""
         assert self._client is not None, "the worker builds this with its Temporal client"
+        handle = self._client.get_workflow_handle(workflow_id)
+        try:
+            if (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
+                await handle.terminate(reason="erasure")
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND:
+                return 0
+            if exc.status != RPCStatusCode.FAILED_PRECONDITION:  # closed meanwhile
+                raise
         request = DeleteWorkflowExecutionRequest(
             namespace=self._client.namespace,
             workflow_execution=WorkflowExecution(workflow_id=workflow_id),
