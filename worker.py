@@ -28,6 +28,7 @@ from temporalio.worker import Worker
 
 from activities.context import ContextBuilder
 from activities.ending import EndingActivities
+from activities.erasure import ErasureActivities
 from activities.exports import ExportActivities
 from activities.failures import FailureInterceptor, database_probe
 from activities.knowledge import KnowledgeSource
@@ -56,6 +57,7 @@ from parley.config import Settings, get_settings
 from parley.logs import configure_logging
 from parley.screens import ModerationScreen, RulesScreen, Screen, ScreenChain
 from store.db import create_socket_checked_engine, session_factory
+from workflows.erasure import ErasureWorkflow
 from workflows.export import ExportWorkflow
 from workflows.retention import RetentionPurgeWorkflow
 from workflows.specialist import SpecialistWorkflow
@@ -142,15 +144,31 @@ def build_activities(
         sessions=sessions, input_screen=input_screen, output_screen=output_screen
     )
     ending = EndingActivities(turn=turn, screens=screening, memory=memory)
-    # A user's data leaving (export) and expiring (retention purge).
-    export = ExportActivities(sessions=sessions)
-    purge = RetentionActivities(sessions=sessions, settings=settings)
     return [
         *_activity_list(turn, tools, send, screening, memory, specialist, ending),
+        *_data_activities(client, settings, sessions),
+    ]
+
+
+def _data_activities(
+    client: Client, settings: Settings, sessions: async_sessionmaker[AsyncSession]
+) -> list[Callable[..., Any]]:
+    """A user's data leaving (export), expiring (retention purge) and erased (erasures cancel
+    turns and delete workflow executions, so they need the client too)."""
+    export = ExportActivities(sessions=sessions)
+    purge = RetentionActivities(sessions=sessions, settings=settings)
+    erasing = ErasureActivities(sessions=sessions, settings=settings, client=client)
+    return [
         export.write_export,
         export.fail_export,
         purge.plan_purge,
         purge.purge_batch,
+        erasing.begin_erasure,
+        erasing.stop_turns,
+        erasing.forget_workflows,
+        erasing.erase_table,
+        erasing.remaining_rows,
+        erasing.finish_erasure,
     ]
 
 
@@ -194,6 +212,7 @@ WORKFLOWS = (
     SpecialistWorkflow,
     ExportWorkflow,
     RetentionPurgeWorkflow,
+    ErasureWorkflow,
 )
 
 

@@ -19,6 +19,7 @@ from api.metrics import count_database_work
 from api.routes import (
     actions,
     admin,
+    erasure,
     exports,
     feedback,
     files,
@@ -104,7 +105,19 @@ def create_app(
 
 
 def _add_routes(app: FastAPI) -> None:
-    for routes in (sessions, turns, actions, memory, files, feedback, exports, admin, ops, web):
+    for routes in (
+        sessions,
+        turns,
+        actions,
+        memory,
+        files,
+        feedback,
+        exports,
+        erasure,
+        admin,
+        ops,
+        web,
+    ):
         app.include_router(routes.router)
     app.mount(web.STATIC_PREFIX, web.web_files(), name="static")
 

@@ -385,3 +385,39 @@ class ExportOut(BaseModel):
             status_url=status_url,
             archive_url=f"{status_url}/archive",
         )
+
+
+class ErasureStarted(BaseModel):
+    """The answer to `DELETE /v1/me`: the erasure and where to follow it (no token needed:
+    the caller's tokens stop working at once)."""
+
+    erasure_id: str
+    status: str
+    status_url: str
+
+
+class ErasureOut(BaseModel):
+    """An erasure's progress and, once `done`, its receipt: rows deleted per table and the
+    times. It names nobody: no user id, no text."""
+
+    erasure_id: str
+    scope: Literal["user", "session"]
+    status: Literal["requested", "running", "done"]
+    requested_at: Timestamp
+    started_at: Timestamp | None
+    finished_at: Timestamp | None
+    counts: dict[str, int]
+    total: int
+
+    @classmethod
+    def from_row(cls, row: Any) -> Self:
+        return cls(
+            erasure_id=row.id,
+            scope=row.scope,
+            status=row.status,
+            requested_at=row.requested_at,
+            started_at=row.started_at,
+            finished_at=row.finished_at,
+            counts=dict(sorted(row.counts.items())),
+            total=sum(row.counts.values()),
+        )

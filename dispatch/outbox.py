@@ -10,7 +10,8 @@ The sweep starts only turns still in `received`; a paused tenant's turn is ended
 (`agent_paused`, retryable), in the transaction that marks it started. A second sweep ends
 turns whose workflow closed while the row says they have not ended (an execution timeout,
 a bug in workflow code), so no session stays locked behind them. The same loop delivers the
-specialists' answers the API committed but did not signal (dispatch/specialists.py).
+specialists' answers the API committed but did not signal (dispatch/specialists.py) and
+starts erasures whose start was lost (dispatch/erasure.py).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from temporalio.common import (
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from dispatch.erasure import sweep_erasures
 from dispatch.specialists import sweep_answers
 from parley.contracts import (
     DEFAULT_CONFIRMATION_TIMEOUT_S,
@@ -215,6 +217,7 @@ async def sweep_forever(
                 fallback=fallback,
             )
             await sweep_answers(client, sessions, grace=grace)
+            await sweep_erasures(client, sessions, task_queue=task_queue, grace=grace)
             await end_abandoned_turns(client, sessions)
         except Exception:  # a failed sweep is retried on the next tick
             log.exception("outbox sweep failed")

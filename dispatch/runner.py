@@ -46,6 +46,7 @@ from temporalio.workflow import Info
 # `workflows` goes here too (tests/replay/test_replay.py checks the list is complete).
 PASSED_THROUGH = (
     "workflows.options",
+    "workflows.erasure",
     "workflows.patches",
     "workflows.wording",
     "workflows.model_step",

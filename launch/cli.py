@@ -1,15 +1,18 @@
 """The operator CLI: `parley token create | token revoke | feature grant | feature revoke |
-export | purge | migrate | seed | api | worker | demo-backend | dev`."""
+export | purge | erase | erasure receipt | erasure show | migrate | seed | api | worker |
+demo-backend | dev`."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import gc
+import json
 import re
 import sys
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from launch.devstate import with_dev_services
 from launch.seeding import create_token, require_database, revoke_tokens, seed, set_feature
@@ -56,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
         change.add_argument("--user", required=True)
 
     _data_commands(commands)
+    _erasure_commands(commands)
     commands.add_parser("migrate", help="apply database migrations")
     commands.add_parser("seed", help="insert the Northwind demo tenants and users")
     knowledge = commands.add_parser("knowledge", help="manage tenants' knowledge documents")
@@ -91,6 +95,49 @@ def _data_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]
     )
 
 
+def _erasure_commands(commands: Any) -> None:
+    erase = commands.add_parser(
+        "erase", help="erase a user: every row of theirs, their tokens, then the account"
+    )
+    erase.add_argument("--tenant", required=True)
+    erase.add_argument("--user", required=True)
+    erase.add_argument(
+        "--no-wait", action="store_true", help="print the erasure's id without waiting"
+    )
+    receipts = commands.add_parser("erasure", help="find erasure receipts")
+    receipt_commands = receipts.add_subparsers(dest="erasure_command", required=True)
+    receipt = receipt_commands.add_parser(
+        "receipt", help="the receipts of a user (or of one of their sessions)"
+    )
+    receipt.add_argument("--tenant", required=True)
+    receipt.add_argument("--user", required=True)
+    receipt.add_argument("--session", default=None)
+    show = receipt_commands.add_parser("show", help="one receipt by its erasure id")
+    show.add_argument("erasure_id")
+
+
+def _erasure(settings: Settings, args: argparse.Namespace) -> None:
+    """`parley erase` prints the receipt; `parley erasure ...` prints what it finds."""
+    from launch import erasure
+
+    found: Any
+    if args.command == "erase":
+        found = asyncio.run(
+            erasure.erase_user(settings, tenant=args.tenant, user=args.user, wait=not args.no_wait)
+        )
+    elif args.erasure_command == "receipt":
+        found = asyncio.run(
+            erasure.find_receipts(
+                settings, tenant=args.tenant, user=args.user, session=args.session
+            )
+        )
+    else:
+        found = asyncio.run(erasure.show_receipt(settings, erasure_id=args.erasure_id))
+        if found is None:
+            sys.exit(f"no erasure {args.erasure_id!r}")
+    print(json.dumps(found, indent=2))
+
+
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     settings = get_settings()
@@ -110,6 +157,8 @@ def main(argv: list[str] | None = None) -> None:
         _feature(settings, args)
     elif args.command in ("export", "purge"):
         _data(settings, args)
+    elif args.command in ("erase", "erasure"):
+        _erasure(settings, args)
     elif args.command == "migrate":
         from store.migrate import upgrade
 

@@ -254,6 +254,16 @@ class Settings(BaseSettings):
     screen_blocked_input_terms: list[str] = []
     screen_blocked_output_terms: list[str] = []
 
+    # Erasure (parley/erasure.py): a deleted session's rows, and everything derived from them,
+    # are erased this long after the delete (0: at once); until then it is only hidden.
+    session_erase_grace_s: float = Field(default=60.0, ge=0)
+    # The key of the keyed hash an erasure's receipt keeps instead of its subject's ids: with
+    # it and the ids an operator finds the receipt (`parley erasure receipt`); without it the
+    # receipt names nobody. Set a secret of your own outside dev.
+    erasure_receipt_key: str = "parley-dev-erasure-receipt-key"
+    # Rows one erasure batch deletes (each batch is one short transaction).
+    erasure_batch_rows: int = Field(default=500, ge=1)
+
     # Outbox: turns whose workflow was not started by the API are started by the worker
     # after this many seconds.
     outbox_grace_s: float = 3.0

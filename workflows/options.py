@@ -222,3 +222,17 @@ PURGE = ActivityOptions(
         maximum_attempts=5,
     ),
 )
+
+# An erasure's steps: a table emptied batch by batch (heartbeating after each), or the
+# subject's workflows deleted one by one. A dead worker is noticed at the heartbeat timeout
+# and the step resumes on another; retried without end, because an erasure must finish.
+ERASE = ActivityOptions(
+    start_to_close=timedelta(minutes=30),
+    heartbeat=timedelta(seconds=5),
+    retry=RetryPolicy(
+        initial_interval=timedelta(seconds=1),
+        backoff_coefficient=2.0,
+        maximum_interval=timedelta(seconds=30),
+        maximum_attempts=0,
+    ),
+)

@@ -9,12 +9,14 @@ from fastapi import APIRouter, Query, Response
 
 from api.deps import AppSettings, CurrentUser, DbSession, Sessions, Temporal
 from api.errors import answers
+from api.routes.erasure import start_soon
 from api.schemas import ForgottenOut, MessageList, SessionDetail, SessionList, SessionOut
 from dispatch.control import cancel_turn_workflow
 from dispatch.summaries import ask_for_summary
+from parley.erasure import ErasureInput
 from parley.errors import NotFound, RateLimited, TurnFinished, TurnInProgress
 from parley.wire import MessageView
-from store import actions, files, forget, slots
+from store import actions, erasure, files, forget, slots
 from store import sessions as store_sessions
 from store.models import Turn
 
@@ -60,12 +62,24 @@ async def get_session(
 
 @router.delete("/{session_id}", status_code=204, responses=answers(NotFound))
 async def delete_session(
-    session_id: str, db: DbSession, sessions: Sessions, user: CurrentUser, temporal: Temporal
+    session_id: str,
+    db: DbSession,
+    sessions: Sessions,
+    user: CurrentUser,
+    temporal: Temporal,
+    settings: AppSettings,
 ) -> Response:
-    """Delete the session for its owner; a turn still running in it is cancelled."""
+    """Delete the session for its owner; a turn still running in it is cancelled, and after a
+    short grace period the session and everything made from it are erased."""
     active_turn_id = await store_sessions.delete_session(db, owner=user, session_id=session_id)
     await files.delete_session_files(db, session_id=session_id)  # uploads go with it
+    grace = settings.session_erase_grace_s
+    owner = {"tenant_id": user.tenant_id, "user_id": user.user_id}
+    request = await erasure.request_erasure(
+        db, key=settings.erasure_receipt_key, **owner, session_id=session_id, grace_s=grace
+    )
     await db.commit()
+    await start_soon(temporal, sessions, settings, ErasureInput(request.id, grace_s=grace))
     if active_turn_id is not None:
         try:
             client = await asyncio.wait_for(temporal.get(), CANCEL_TIMEOUT_S)

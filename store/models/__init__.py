@@ -24,6 +24,7 @@ from store.models.core import (
     UsageCounter,
     User,
 )
+from store.models.erasure import Erasure
 from store.models.knowledge import (
     KnowledgeChunk,
     KnowledgeDocument,
@@ -68,4 +69,5 @@ __all__ = [
     "SessionFile",
     "Feedback",
     "Export",
+    "Erasure",
 ]

@@ -1,8 +1,9 @@
 """Replay tests: the current workflow code must replay histories recorded by earlier code.
 
 Every file in tests/histories/ is the history of a real turn (or of a session's summary run,
-`summary_v*`, recorded by tests/system/test_summary_runs.py; or of an export or a retention
-purge, `data_v*`, recorded by tests/workflow/test_data_workflows.py). A change to the workflow that
+`summary_v*`, recorded by tests/system/test_summary_runs.py; of an export or a retention purge,
+`data_v*`, recorded by tests/workflow/test_data_workflows.py; or of an erasure, `erasure_v*`,
+recorded by tests/workflow/test_erasure_workflow.py). A change to the workflow that
 would break a turn already running in production fails here; such a change needs
 `workflow.patched()` (or a new workflow type), not an edit to the recording.
 
@@ -26,6 +27,7 @@ from temporalio.workflow import NondeterminismError
 
 from tests.support.histories import HISTORIES, SHAPES, current
 from tests.support.workflow_variants import ExtraStep, ScreenAfterContext
+from workflows.erasure import ErasureWorkflow
 from workflows.export import ExportWorkflow
 from workflows.retention import RetentionPurgeWorkflow
 from workflows.specialist import SpecialistWorkflow
@@ -47,14 +49,16 @@ CLOSED = {
 async def test_committed_history_replays(path: Path) -> None:
     history = WorkflowHistory.from_json("recorded-turn", path.read_text())
     # A delegated turn's specialist (specialist_v*_returns) replays beside the turns, and so
-    # do the summary runs and the exports and purges (data_v*, tests/workflow/
-    # test_data_workflows.py).
+    # do the summary runs, the exports and purges (data_v*, tests/workflow/
+    # test_data_workflows.py) and the erasures (erasure_v*, tests/workflow/
+    # test_erasure_workflow.py).
     workflows = [
         TurnWorkflow,
         SpecialistWorkflow,
         SummaryWorkflow,
         ExportWorkflow,
         RetentionPurgeWorkflow,
+        ErasureWorkflow,
     ]
     await Replayer(workflows=workflows).replay_workflow(history)
 
