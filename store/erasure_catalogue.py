@@ -83,6 +83,9 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry("stream_leases", _BY_USER, None),
     # The rate counters name their user as "<tenant>/<user>" (store/limits.py).
     Entry("usage_counters", "subject = :tenant || '/' || :user", None),
+    # An export archive holds every session of its user, so a deleted session takes the
+    # user's archives with it (asking again writes one without it).
+    Entry("exports", _BY_USER, _BY_USER),
     Entry("api_tokens", _BY_USER, None),
     Entry("users", "tenant_id = :tenant AND id = :user", None),
 )
