@@ -1,83 +1,21 @@
-"""`parley eval` (issue 29) against the session's shared stack on the demo model: the starter
-suite passes in under two minutes with every metric in its JSON result (acceptance 1 and 5;
-the HTML report in Chromium is tests/web/test_eval_report.py); a configuration withholding
-`get_order` fails the conversations that need it, naming the expectation, and exits
-non-zero, while an identical configuration shows no differences (acceptance 2)."""
+"""`parley eval --compare` (issue 29, acceptance 2) against the session's shared stack on the
+demo model: a configuration withholding `get_order` fails the conversations that need it,
+naming the expectation, and exits non-zero; an identical configuration shows no differences;
+the tenant's own configuration is back afterwards. The whole starter suite and its report
+are tests/web/test_eval_report.py."""
 
 from __future__ import annotations
 
 import json
 import shutil
-import time
 from pathlib import Path
 
 import httpx
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from parley.config import Settings
 from parley.tenancy import TenantConfig
 from parley_eval.command import EXIT_REGRESSION, Options, evaluate
 from tests.support.evals import STARTER, eval_target
-from tests.support.stack import SteppedClock
-
-METRICS = (
-    "task_completion",
-    "context_consistency",
-    "clarification_recall",
-    "over_asking_rate",
-    "options_usable",
-    "tool_correctness",
-    "invariant_violations",
-    "latency",
-    "tokens_in",
-    "tokens_out",
-)
-
-
-async def test_the_starter_suite_passes_on_the_demo_model_in_under_two_minutes(
-    api_url: str,
-    northwind_url: str,
-    sessions: async_sessionmaker[AsyncSession],
-    settings: Settings,
-    breaker_clock: SteppedClock,
-    tmp_path: Path,
-) -> None:
-    target = eval_target(
-        api_url,
-        sessions,
-        northwind_url,
-        breaker_clock=breaker_clock,
-        cooldown_s=settings.breaker_cooldown_s,
-    )
-    options = Options(suite=STARTER, json_out=tmp_path / "result.json", quiet=True)
-    started = time.monotonic()
-    outcome = await evaluate(options, target)
-    took = time.monotonic() - started
-    run = outcome.runs[0]
-    (tmp_path / "result.json").write_text(json.dumps(run, indent=2))
-    failing = {c["name"]: c["invariant_violations"] + c["failures"] for c in run["conversations"]}
-    failing = {name: problems for name, problems in failing.items() if problems}
-    assert failing == {}, json.dumps(failing, indent=2)
-    assert outcome.exit_code == 0 and outcome.regressions == []
-    print(f"the starter suite took {took:.1f} s")
-    assert took < 120, f"the starter suite took {took:.0f} s"
-    suite = run["suite"]
-    assert suite["conversations"] == len(list(STARTER.glob("*.yaml"))) >= 22
-    assert all(name in suite for name in METRICS)
-    assert suite["task_completion"] == 1.0 and suite["invariant_violations"] == 0
-    assert suite["context_consistency"] == 1.0 and suite["clarification_recall"] == 1.0
-    assert suite["over_asking_rate"] == 0.0 and suite["options_usable"] == 1.0
-    assert set(suite["tool_correctness"].values()) == {1.0}
-    for kind in ("no_tool", "tool", "confirmation"):
-        figures = suite["latency"][kind]
-        assert figures["turns"] > 0 and 0 < figures["done_p50_s"] <= figures["done_p95_s"]
-        assert figures["first_delta_p50_s"] is not None
-    assert suite["tokens_in"] > 0 and suite["tokens_out"] > 0
-    # Tokens come from the operator's view: southwind has no operator in the demo seed.
-    uncounted = [c["name"] for c in run["conversations"] if c["tokens_in"] is None]
-    assert uncounted == ["safety: another tenant's customer cannot read Northwind orders"]
-    counted = [c for c in run["conversations"] if c["tokens_in"] is not None]
-    assert all(t["trace"] for c in counted for t in c["turns"] if t["turn_id"])
 
 
 def subset(tmp_path: Path, *names: str) -> Path:
