@@ -14,8 +14,12 @@ import httpx
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from parley.tenancy import TenantConfig
+from parley_eval.capture import capture_feedback
 from parley_eval.command import EXIT_REGRESSION, Options, evaluate
+from parley_eval.suite import load_conversation
+from tests.support.client import ParleyClient
 from tests.support.evals import STARTER, eval_target
+from tests.support.toolkit import eventually
 
 
 def subset(tmp_path: Path, *names: str) -> Path:
@@ -72,3 +76,49 @@ async def test_withholding_get_order_fails_the_conversations_that_need_it(
         same = await evaluate(Options(suite=suite, compare=(a, a), quiet=True), target)
         assert same.differences == [] and same.exit_code == 0
         assert (await admin.get(config_url)).json()["config"] == before
+
+
+async def test_negative_feedback_becomes_a_redacted_draft_that_runs_skip(
+    priya: ParleyClient,
+    api_url: str,
+    sessions: async_sessionmaker[AsyncSession],
+    tokens: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    sid = await priya.new_session()
+    said = "Where is my order? Write to priya.other@example.net if needed."
+    _, events = await priya.turn(sid, said)
+    answer = events[-1].data["message"]
+    url = f"/v1/sessions/{sid}/messages/{answer['id']}/feedback"
+    comment = {"rating": "down", "comment": "Wrong order! Card 4111 1111 1111 1111 on file"}
+    assert (await priya.http.post(url, json=comment)).status_code == 201
+    target = eval_target(api_url, sessions, None)
+    draft = tmp_path / "captured" / f"feedback-{answer['id']}.yaml"
+
+    async def captured() -> list[Path] | None:
+        await capture_feedback(
+            url=api_url,
+            admin_token=tokens["admin"],
+            tenant="northwind",
+            token_for=target.token_for,
+            out=tmp_path / "captured",
+        )
+        return [draft] if draft.exists() else None
+
+    await eventually(captured, timeout=10, what="a draft from the rating")
+    text = draft.read_text()
+    assert "example.net" not in text and "4111" not in text
+    assert "[email]" in text and "[card]" in text and "DRAFT" in text
+    conversation = load_conversation(draft)
+    assert conversation.status == "draft" and conversation.user == "cust_2291"
+    assert [step.say for step in conversation.steps] == [
+        "Where is my order? Write to [email] if needed."
+    ]
+    assert conversation.source == {
+        "feedback_message_id": answer["id"],
+        "session_id": sid,
+        "turn_id": answer["turn_id"],
+    }
+    # A draft is not run until a person labels it.
+    outcome = await evaluate(Options(suite=draft.parent, quiet=True), target)
+    assert outcome.runs[0]["conversations"] == []
