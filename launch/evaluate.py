@@ -15,12 +15,13 @@ import asyncio
 import sys
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from launch.seeding import create_token
 from parley.config import Settings
-from parley_eval.capture import capture_feedback
-from parley_eval.command import Options, main
-from parley_eval.runner import Target
+
+if TYPE_CHECKING:
+    from parley_eval.runner import Target
 
 TOKEN_TTL = timedelta(hours=2)
 
@@ -51,6 +52,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def run_eval(settings: Settings, args: argparse.Namespace) -> None:
+    from parley_eval.command import Options, main
+
     target = _target(settings, args)
     if args.suite == "capture":
         if not args.feedback:
@@ -70,6 +73,8 @@ def run_eval(settings: Settings, args: argparse.Namespace) -> None:
 
 
 def _target(settings: Settings, args: argparse.Namespace) -> Target:
+    from parley_eval.runner import Target
+
     given: dict[tuple[str, str], str] = {}
     for item in args.user_token:
         who, _, token = item.partition("=")
@@ -102,6 +107,8 @@ def _target(settings: Settings, args: argparse.Namespace) -> Target:
 
 
 def _remote(args: argparse.Namespace, given: dict[tuple[str, str], str]) -> Target:
+    from parley_eval.runner import Target
+
     async def token_for(tenant: str, user: str) -> str:
         if (tenant, user) not in given:
             raise SystemExit(f"no token for {tenant}/{user}: add --user-token {tenant}/{user}=…")
@@ -114,6 +121,8 @@ def _remote(args: argparse.Namespace, given: dict[tuple[str, str], str]) -> Targ
 
 
 def _capture(target: Target, args: argparse.Namespace) -> int:
+    from parley_eval.capture import capture_feedback
+
     async def token_or_none(tenant: str, user: str) -> str | None:
         try:
             return await target.token_for(tenant, user)
