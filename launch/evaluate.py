@@ -47,7 +47,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
     run.add_argument("--trace-url", help="a trace viewer: a template with {turn_id}")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument("--feedback", action="store_true", help="with `capture`")
-    run.add_argument("--tenant", default="northwind", help="with `capture`")
+    run.add_argument(
+        "--tenant", default="northwind", help="the tenant configured, or captured from"
+    )
     run.add_argument("--out", type=Path, default=Path("evals/captured"), help="with `capture`")
 
 
@@ -68,6 +70,7 @@ def run_eval(settings: Settings, args: argparse.Namespace) -> None:
         baseline=args.baseline,
         trace_url=args.trace_url,
         quiet=args.quiet,
+        config_tenant=args.tenant,
     )
     sys.exit(main(options, target))
 

@@ -173,6 +173,12 @@ class BackendClient:
     async def aclose(self) -> None:
         await self.http.aclose()
 
+    async def reachable(self) -> bool:
+        try:
+            return (await self.http.get("/healthz")).status_code == 200
+        except httpx.HTTPError:
+            return False
+
     async def emails(self) -> list[dict[str, Any]]:
         return list(_checked(await self.http.get("/emails"), 200)["emails"])
 

@@ -20,7 +20,7 @@ from parley_eval import html, report
 from parley_eval.client import AdminClient
 from parley_eval.runner import Progress, Target, run_suite
 from parley_eval.score import score
-from parley_eval.suite import Loaded, SuiteError, load_suite
+from parley_eval.suite import SuiteError, load_suite
 
 EXIT_REGRESSION = 1
 EXIT_INVARIANT = 2
@@ -37,6 +37,8 @@ class Options:
     baseline: Path | None = None
     trace_url: str | None = None
     quiet: bool = False
+    # The tenant that --tenant-config and --compare configure.
+    config_tenant: str = "northwind"
 
 
 @dataclass
@@ -57,6 +59,16 @@ def read_config(path: Path) -> dict[str, Any]:
     return config
 
 
+def read_baseline(path: Path) -> dict[str, Any]:
+    """A result saved with `--json`: its conversations and whether each passed."""
+    try:
+        saved = json.loads(path.read_text())
+        _ = [(c["name"], c["passed"]) for c in saved["conversations"]]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise SuiteError(f"{path}: not a result saved with --json ({exc!r})") from None
+    return dict(saved)
+
+
 async def evaluate(options: Options, target: Target, progress: Progress | None = None) -> Outcome:
     """The whole command, minus printing: raises `SuiteError` before anything runs."""
     suite = load_suite(options.suite)
@@ -67,10 +79,10 @@ async def evaluate(options: Options, target: Target, progress: Progress | None =
         configs = [(str(options.tenant_config), read_config(options.tenant_config))]
     else:
         configs = [("current configuration", None)]
-    baseline = json.loads(options.baseline.read_text()) if options.baseline else None
+    baseline = read_baseline(options.baseline) if options.baseline else None
     runs = []
     for label, config in configs:
-        async with _configured(target, suite, config):
+        async with _configured(target, options.config_tenant, config):
             seen = await run_suite(suite, target, progress)
         by_path = {item.path: item.conversation for item in suite}
         runs.append(report.result([score(by_path[s.path], s) for s in seen], label=label))
@@ -88,26 +100,25 @@ async def evaluate(options: Options, target: Target, progress: Progress | None =
 
 @asynccontextmanager
 async def _configured(
-    target: Target, suite: list[Loaded], config: dict[str, Any] | None
+    target: Target, tenant: str, config: dict[str, Any] | None
 ) -> AsyncIterator[None]:
-    """Each tenant of the suite under `config` for the run, its own configuration after."""
+    """`tenant` under `config` for the run, and its own configuration again after."""
     if config is None:
         yield
         return
-    saved: list[tuple[AdminClient, str, dict[str, Any]]] = []
+    token = await target.admin_token_for(tenant)
+    if token is None:
+        raise SuiteError(f"a tenant configuration needs an operator token for {tenant}")
+    admin = AdminClient(target.url, token)
     try:
-        for tenant in sorted({item.conversation.tenant for item in suite}):
-            token = await target.admin_token_for(tenant)
-            if token is None:
-                raise SuiteError(f"a tenant configuration needs an operator token for {tenant}")
-            admin = AdminClient(target.url, token)
-            saved.append((admin, tenant, await admin.config(tenant)))
-            await admin.put_config(tenant, config)
-        yield
-    finally:
-        for admin, tenant, previous in saved:
+        previous = await admin.config(tenant)
+        await admin.put_config(tenant, config)
+        try:
+            yield
+        finally:
             await admin.put_config(tenant, previous)
-            await admin.aclose()
+    finally:
+        await admin.aclose()
 
 
 def write_outputs(options: Options, outcome: Outcome) -> None:

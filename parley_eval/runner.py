@@ -42,6 +42,9 @@ async def run_suite(
         (item for item in suite if item.conversation.status == "ready"), key=_injects_faults
     )
     backend = BackendClient(target.backend_url) if target.backend_url else None
+    if backend is not None and not await backend.reachable():
+        await backend.aclose()
+        backend = None  # no demo backend here: no fixtures, emails judged by the API alone
     admins: dict[str, AdminClient | None] = {}
     seen: list[ConversationSeen] = []
     try:

@@ -229,3 +229,16 @@ def test_the_html_report_is_self_contained_and_escapes_what_it_shows() -> None:
         and 'href="http://ui/namespaces/default/workflows/turn-trn_1"' in page
     )
     assert 'href="#trace-trn_1-1"' in page and 'id="trace-trn_1-1"' in page
+
+
+def test_a_bad_baseline_or_config_file_runs_nothing(tmp_path: Path) -> None:
+    suite = tmp_path / "suite"
+    write(suite, "a.yaml", GOOD)
+    (tmp_path / "baseline.json").write_text('{"runs": []}')
+    (tmp_path / "config.json").write_text("[1, 2]")
+    for options in (
+        Options(suite=suite, baseline=tmp_path / "baseline.json", quiet=True),
+        Options(suite=suite, tenant_config=tmp_path / "config.json", quiet=True),
+    ):
+        with pytest.raises(SuiteError):
+            asyncio.run(evaluate(options, untouchable()))
