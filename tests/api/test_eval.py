@@ -122,3 +122,26 @@ async def test_negative_feedback_becomes_a_redacted_draft_that_runs_skip(
     # A draft is not run until a person labels it.
     outcome = await evaluate(Options(suite=draft.parent, quiet=True), target)
     assert outcome.runs[0]["conversations"] == []
+
+
+async def test_the_runs_route_gives_an_operator_each_turns_tokens_and_trace(
+    priya: ParleyClient, marco: ParleyClient, api_url: str, tokens: dict[str, str]
+) -> None:
+    sid = await priya.new_session()
+    turn_id, _ = await priya.turn(sid, "Where is my order?")
+    url = f"/v1/admin/tenants/northwind/sessions/{sid}/runs"
+    async with httpx.AsyncClient(
+        base_url=api_url, headers={"Authorization": f"Bearer {tokens['admin']}"}
+    ) as admin:
+        response = await admin.get(url)
+        assert response.status_code == 200, response.text
+        [turn] = response.json()["turns"]
+        assert turn["turn_id"] == turn_id
+        assert turn["tokens"]["input_tokens"] > 0 and turn["tokens"]["output_tokens"] > 0
+        names = {span["name"] for span in turn["trace"]}
+        assert any("model" in name for name in names), names
+        unknown = await admin.get("/v1/admin/tenants/northwind/sessions/ses_nope/runs")
+        assert unknown.status_code == 404
+        other_tenant = await admin.get(f"/v1/admin/tenants/southwind/sessions/{sid}/runs")
+        assert other_tenant.status_code == 404
+    assert (await marco.http.get(url)).status_code == 403
