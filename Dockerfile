@@ -23,6 +23,7 @@ COPY gateway ./gateway
 COPY demo_backend ./demo_backend
 COPY dispatch ./dispatch
 COPY launch ./launch
+COPY parley_eval ./parley_eval
 
 # Install into site-packages, then drop the sources so nothing shadows the installed copy.
 RUN pip install . \

@@ -17,7 +17,7 @@ from parley.wire import ActionView, MessageView, SlotView, Timestamp, TurnStateN
 
 if TYPE_CHECKING:
     from store.exports import ExportRow
-    from store.usage import TenantUsage, Tokens
+    from store.usage import TenantUsage, Tokens, TurnRun
 
 NO_NUL = "^[^\u0000]*$"
 # What `POST .../files` returns as a file id (parley/ids.py `new_id("file")`).
@@ -335,6 +335,44 @@ class TraceSpanOut(View):
     ended_at: Timestamp
     outcome: str
     attrs: dict[str, Any] | None
+
+
+class TurnRunOut(View):
+    """One turn of a session as an operator reads it: its model tokens and its trace."""
+
+    turn_id: str
+    created_at: Timestamp
+    tokens: TokensOut
+    trace: list[TraceSpanOut]
+
+
+class SessionRunsOut(BaseModel):
+    """A session's turns, oldest first (`parley eval` reads tokens and traces from here)."""
+
+    session_id: str
+    turns: list[TurnRunOut]
+
+    @classmethod
+    def build(cls, session_id: str, runs: list[TurnRun]) -> Self:
+        return cls(
+            session_id=session_id,
+            turns=[
+                TurnRunOut(
+                    turn_id=run.turn_id,
+                    created_at=run.created_at,
+                    tokens=TokensOut(
+                        requests=run.tokens.requests,
+                        input_tokens=run.tokens.input_tokens,
+                        output_tokens=run.tokens.output_tokens,
+                    ),
+                    trace=[
+                        TraceSpanOut.model_validate(span, from_attributes=True)
+                        for span in run.trace
+                    ],
+                )
+                for run in runs
+            ],
+        )
 
 
 class RatedAnswerOut(FeedbackOut):

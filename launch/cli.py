@@ -1,6 +1,6 @@
 """The operator CLI: `parley token create | token revoke | feature grant | feature revoke |
 export | purge | erase | erasure receipt | erasure show | migrate | seed | api | worker |
-demo-backend | dev`."""
+demo-backend | eval | dev`."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from launch.devstate import with_dev_services
+from launch.evaluate import add_parser as add_eval_parser
 from launch.seeding import create_token, require_database, revoke_tokens, seed, set_feature
 from parley.config import Settings, get_settings
 from parley.features import KNOWN as KNOWN_FEATURES
@@ -78,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     backend = commands.add_parser("demo-backend", help="serve the Northwind demo backend")
     backend.add_argument("--host", default="127.0.0.1")
     backend.add_argument("--port", type=int, default=None)
+    add_eval_parser(commands)
     dev = commands.add_parser("dev", help="start everything locally (make run)")
     dev.add_argument("--workers", type=int, default=1, help="worker processes to run")
     return parser
@@ -185,6 +187,10 @@ def main(argv: list[str] | None = None) -> None:
             log_level="warning",
             log_config=None,
         )
+    elif args.command == "eval":
+        from launch.evaluate import run_eval
+
+        run_eval(settings, args)
     elif args.command == "dev":
         from launch.dev import run_dev
 

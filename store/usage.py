@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -71,3 +72,81 @@ async def tenant_usage(db: AsyncSession, *, tenant_id: str, since: datetime) -> 
         for row in rows
     }
     return TenantUsage(since, parts.get("turns", Tokens()), parts.get("summaries", Tokens()))
+
+
+@dataclass(frozen=True)
+class Span:
+    name: str
+    attempt: int
+    started_at: datetime
+    ended_at: datetime
+    outcome: str
+    attrs: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class TurnRun:
+    """One turn of a session as an operator reads it: its model tokens and its trace."""
+
+    turn_id: str
+    created_at: datetime
+    tokens: Tokens
+    trace: list[Span]
+
+
+_SESSION_TURNS_SQL = text(
+    """
+    SELECT t.id AS turn_id, t.created_at,
+           count(mc.*) FILTER (WHERE mc.provider <> 'resolver') AS requests,
+           coalesce(sum((mc.usage ->> 'input_tokens')::bigint)
+                    FILTER (WHERE mc.provider <> 'resolver'), 0) AS input_tokens,
+           coalesce(sum((mc.usage ->> 'output_tokens')::bigint)
+                    FILTER (WHERE mc.provider <> 'resolver'), 0) AS output_tokens
+      FROM turns t
+      JOIN sessions s ON s.id = t.session_id
+      LEFT JOIN model_calls mc ON mc.turn_id = t.id
+     WHERE s.tenant_id = :tenant_id AND s.id = :session_id
+     GROUP BY t.id, t.created_at
+     ORDER BY t.created_at, t.id
+    """
+)
+
+_SESSION_SPANS_SQL = text(
+    """
+    SELECT ts.turn_id, ts.name, ts.attempt, ts.started_at, ts.ended_at, ts.outcome, ts.attrs
+      FROM trace_spans ts
+      JOIN turns t ON t.id = ts.turn_id
+      JOIN sessions s ON s.id = t.session_id
+     WHERE s.tenant_id = :tenant_id AND s.id = :session_id
+     ORDER BY ts.started_at, ts.id
+    """
+)
+
+
+_SESSION_OF_TENANT_SQL = text(
+    "SELECT 1 FROM sessions WHERE id = :session_id AND tenant_id = :tenant_id"
+)
+
+
+async def session_turns(
+    db: AsyncSession, *, tenant_id: str, session_id: str
+) -> list[TurnRun] | None:
+    """A session's turns in order, each with its model tokens and its trace spans; None for
+    a session that is not the tenant's (or none)."""
+    where = {"tenant_id": tenant_id, "session_id": session_id}
+    if (await db.execute(_SESSION_OF_TENANT_SQL, where)).first() is None:
+        return None
+    spans: dict[str, list[Span]] = {}
+    for row in await db.execute(_SESSION_SPANS_SQL, where):
+        spans.setdefault(row.turn_id, []).append(
+            Span(row.name, row.attempt, row.started_at, row.ended_at, row.outcome, row.attrs)
+        )
+    return [
+        TurnRun(
+            turn_id=row.turn_id,
+            created_at=row.created_at,
+            tokens=Tokens(int(row.requests), int(row.input_tokens), int(row.output_tokens)),
+            trace=spans.get(row.turn_id, []),
+        )
+        for row in await db.execute(_SESSION_TURNS_SQL, where)
+    ]

@@ -14,7 +14,7 @@ from fastapi import APIRouter, Depends, Query
 
 from api.deps import AppSettings, CurrentUser, DbSession
 from api.errors import answers
-from api.schemas import TenantOut, UsageOut
+from api.schemas import SessionRunsOut, TenantOut, UsageOut
 from gateway.resolver import system_resolver
 from parley.egress import check_url
 from parley.errors import Forbidden, InvalidRequest, NotFound, UrlNotAllowed
@@ -91,3 +91,12 @@ async def get_usage(
     both."""
     since = datetime.now(UTC) - timedelta(days=days)
     return UsageOut.from_usage(await usage.tenant_usage(db, tenant_id=tenant_id, since=since))
+
+
+@router.get("/sessions/{session_id}/runs")
+async def session_runs(tenant_id: str, session_id: str, db: DbSession, _: Admin) -> SessionRunsOut:
+    """A session's turns, oldest first, each with its model tokens and its trace spans."""
+    runs = await usage.session_turns(db, tenant_id=tenant_id, session_id=session_id)
+    if runs is None:
+        raise NotFound("session not found")
+    return SessionRunsOut.build(session_id, runs)

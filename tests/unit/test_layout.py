@@ -26,6 +26,7 @@ PACKAGES = (
     "demo_backend",
     "dispatch",
     "launch",
+    "parley_eval",
 )
 TOP_MODULES = ("worker.py",)
 
