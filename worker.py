@@ -22,7 +22,6 @@ from typing import Any, NoReturn
 import httpx
 import uvloop
 from prometheus_client import start_http_server
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 from temporalio.worker import Worker
 
@@ -51,7 +50,7 @@ from parley.breaker import CircuitBreaker
 from parley.config import Settings, get_settings
 from parley.logs import configure_logging
 from parley.screens import ModerationScreen, RulesScreen, Screen, ScreenChain
-from store.db import create_socket_checked_engine, session_factory
+from store.db import SessionMaker, create_socket_checked_engine, session_factory
 from workflows.specialist import SpecialistWorkflow
 from workflows.summary import SummaryWorkflow
 from workflows.turn import TurnWorkflow
@@ -92,7 +91,7 @@ def build_northwind(
 def build_activities(
     client: Client,
     settings: Settings,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: SessionMaker,
     northwind: NorthwindClient,
     *,
     providers: ProviderPool,
@@ -175,7 +174,7 @@ def _activity_list(
 def build_worker(
     client: Client,
     settings: Settings,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: SessionMaker,
     http: httpx.AsyncClient,
     *,
     provider: ModelProvider | None = None,
