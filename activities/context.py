@@ -49,7 +49,7 @@ from parley.contracts import (
     TurnState,
 )
 from parley.errors import ContextTooLarge
-from parley.ids import new_id, prompt_cache_key
+from parley.ids import prompt_cache_key
 from parley.memory import extract_facts, recall_terms
 from parley.paths import AnswerPath, choose_path, effort_for, path_block
 from parley.prompt import (
@@ -203,19 +203,18 @@ class ContextBuilder:
             knowledge = {**knowledge, "sources": []}
         if packed.missing:
             await _warn_dropped(db, turn, packed.missing)
-        call = ModelCall(
-            id=new_id("mc"),
+        request = _request(
+            packed, plan, tools, budgets, counter, path, tenant, withheld, reanswer_of
+        )
+        request["knowledge"] = knowledge
+        return steps.add_call(
+            db,
             turn_id=turn.id,
             step=step,
             provider=tenant.model_provider or self._settings.model_provider,
             model=model,
-            request=_request(
-                packed, plan, tools, budgets, counter, path, tenant, withheld, reanswer_of
-            ),
+            request=request,
         )
-        call.request["knowledge"] = knowledge
-        steps.add_call(db, call)
-        return call
 
     async def _tools(
         self,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from activities.northwind import BackendError, NorthwindClient
 from activities.result_sets import resolve_result_sets
 from parley.contracts import BuildContextResult, EventType
-from parley.ids import message_id_for_call, new_id
+from parley.ids import message_id_for_call
 from parley.resolver import (
     PENDING_CLARIFICATION,
     Clarification,
@@ -65,13 +65,16 @@ class References:
             )
         clears = tuple(c for c in resolution.slot_clears if c not in writes)
         await slots.write_slots(db, session_id=turn.session_id, writes=writes, clears=clears)
-        turn.resolution = {
-            "kind": resolution.kind,
-            "order_id": resolution.order_id,
-            "entity_type": resolution.entity_type,
-            "assumption": resolution.assumption,
-            **({"result_set": sets.as_state()} if sets.as_state() else {}),
-        }
+        steps.record_resolution(
+            turn,
+            {
+                "kind": resolution.kind,
+                "order_id": resolution.order_id,
+                "entity_type": resolution.entity_type,
+                "assumption": resolution.assumption,
+                **({"result_set": sets.as_state()} if sets.as_state() else {}),
+            },
+        )
         if clarification is None:
             return slots.after_writes(current, writes=writes, clears=clears)
         call = await _ask(db, turn, clarification)
@@ -119,8 +122,8 @@ class References:
 async def _ask(db: Db, turn: Turn, clarification: Clarification) -> ModelCall:
     """Store the resolver's question as the step's answer (a call no model made) and show it."""
     question = clarification.question
-    call = ModelCall(
-        id=new_id("mc"),
+    call = await steps.insert_call(
+        db,
         turn_id=turn.id,
         step=0,
         provider="resolver",
@@ -129,7 +132,6 @@ async def _ask(db: Db, turn: Turn, clarification: Clarification) -> ModelCall:
         response_text=question,
         finish_reason=FinishReason.clarification,
     )
-    await steps.insert_call(db, call)
     options = [Option(label=o.label, value=o.value) for o in clarification.options]
     await append_events(
         db,

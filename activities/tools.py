@@ -286,8 +286,9 @@ class ToolActivities:
             if call.status == ToolCallStatus.pending:
                 if inp.refuse is not None:
                     status = ToolCallStatus.refused
-                call.attempts = activity.info().attempt
-                await turns.store_tool_result(db, call=call, status=status, result=result)
+                await turns.store_tool_result(
+                    db, call=call, status=status, result=result, attempts=activity.info().attempt
+                )
                 await self._remember_referent(db, turn, call, result)
                 if call.name == RUN_SKILL:
                     await skill_events(db, turn.id, result)

@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import bindparam, select, text
 
 from parley.contracts import TERMINAL_TURN_STATES, EventType
+from parley.ids import new_id
 from parley.statuses import ToolCallStatus
 from store.db import Db
 from store.models import ModelCall, Tenant, ToolCall, Turn, TurnEvent
@@ -33,15 +34,44 @@ async def get_tool_call(db: Db, *, call_id: str, lock: bool = False) -> ToolCall
     return await db.get(ToolCall, call_id, with_for_update=lock or None)
 
 
-def add_call(db: Db, call: ModelCall) -> None:
-    """A new model call, written at the caller's commit."""
+def add_call(
+    db: Db,
+    *,
+    turn_id: str,
+    step: int,
+    provider: str,
+    model: str,
+    request: dict[str, Any],
+    response_text: str | None = None,
+    finish_reason: str | None = None,
+) -> ModelCall:
+    """A new model call (a fresh id), written at the caller's commit, or at once with
+    `insert_call`. With a `finish_reason`, a call no model made: its answer is given."""
+    call = ModelCall(
+        id=new_id("mc"),
+        turn_id=turn_id,
+        step=step,
+        provider=provider,
+        model=model,
+        request=request,
+        response_text=response_text,
+        finish_reason=finish_reason,
+    )
     db.add(call)
+    return call
 
 
-async def insert_call(db: Db, call: ModelCall) -> None:
-    """A new model call, written now (within the caller's transaction)."""
-    db.add(call)
+async def insert_call(db: Db, **call: Any) -> ModelCall:
+    """`add_call`, written now (within the caller's transaction)."""
+    added = add_call(db, **call)
     await db.flush()
+    return added
+
+
+def record_resolution(turn: Turn, resolution: dict[str, Any]) -> None:
+    """What the reference resolver made of the turn's message, written at the caller's
+    commit."""
+    turn.resolution = resolution
 
 
 async def read_again(db: Db, turn: Turn) -> None:
