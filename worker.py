@@ -22,7 +22,6 @@ from typing import Any, NoReturn
 import httpx
 import uvloop
 from prometheus_client import start_http_server
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 from temporalio.worker import Worker
 
@@ -56,7 +55,7 @@ from parley.breaker import CircuitBreaker
 from parley.config import Settings, get_settings
 from parley.logs import configure_logging
 from parley.screens import ModerationScreen, RulesScreen, Screen, ScreenChain
-from store.db import create_socket_checked_engine, session_factory
+from store.db import SessionMaker, create_socket_checked_engine, session_factory
 from workflows.erasure import ErasureWorkflow
 from workflows.export import ExportWorkflow
 from workflows.retention import RetentionPurgeWorkflow
@@ -100,7 +99,7 @@ def build_northwind(
 def build_activities(
     client: Client,
     settings: Settings,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: SessionMaker,
     northwind: NorthwindClient,
     *,
     providers: ProviderPool,
@@ -151,7 +150,7 @@ def build_activities(
 
 
 def _data_activities(
-    client: Client, settings: Settings, sessions: async_sessionmaker[AsyncSession]
+    client: Client, settings: Settings, sessions: SessionMaker
 ) -> list[Callable[..., Any]]:
     """A user's data leaving (export), expiring (retention purge) and erased (erasures cancel
     turns and delete workflow executions, so they need the client too)."""
@@ -219,7 +218,7 @@ WORKFLOWS = (
 def build_worker(
     client: Client,
     settings: Settings,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: SessionMaker,
     http: httpx.AsyncClient,
     *,
     provider: ModelProvider | None = None,

@@ -3,18 +3,17 @@ prompt blocks (parley/attachments.py decides the shares, the chunks and the fenc
 
 from __future__ import annotations
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from parley.attachments import file_blocks
 from parley.config import Settings
 from parley.context import Block
 from parley.tokens import TokenCounter
 from store import files
+from store.db import Db
 from store.models import Turn
 
 
 async def attached_file_blocks(
-    db: AsyncSession, turn: Turn, counter: TokenCounter, settings: Settings, terms: list[str]
+    db: Db, turn: Turn, counter: TokenCounter, settings: Settings, terms: list[str]
 ) -> list[Block]:
     attached = await files.message_files(db, message_id=turn.user_message_id)
     if not attached:

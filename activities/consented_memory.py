@@ -13,16 +13,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from parley.config import Settings
 from parley.consented import confirmed_choice, hint_blocks, stated_preferences
 from parley.context import Block, Packed
 from parley.statuses import ActionStatus
 from parley.tokens import TokenCounter
-from store import user_memory
-from store.models import Action, Message, PinnedFactRow, Turn
+from store import actions, sessions, user_memory
+from store.db import Db
+from store.models import Turn
 
 # The user said yes to these (sent or not): a confirmed choice.
 _CONFIRMED = (
@@ -33,15 +31,13 @@ _CONFIRMED = (
 )
 
 
-async def remember_validated(
-    db: AsyncSession, turn: Turn, settings: Settings, *, step: int
-) -> bool:
+async def remember_validated(db: Db, turn: Turn, settings: Settings, *, step: int) -> bool:
     """Store what this step's validated events say to remember (see above); whether the
     session got a pinned copy (the build then reads its pinned facts again)."""
     owner = {"tenant_id": turn.tenant_id, "user_id": turn.user_id}
     ttl = settings.memory_ttl_days
     if step == 0:
-        message = await db.get(Message, turn.user_message_id)
+        message = await sessions.get_message(db, message_id=turn.user_message_id)
         stated = stated_preferences(message.text, message_id=message.id) if message else []
         written = await user_memory.remember(db, **owner, remembered=stated, ttl_days=ttl)
         for item in stated:
@@ -56,9 +52,7 @@ async def remember_validated(
         # A turn's actions are proposed by its tools, which run after this step's model
         # call: at step 0 it has none to read.
         return any(item.key in written for item in stated)
-    confirmed = await db.scalars(
-        select(Action).where(Action.turn_id == turn.id, Action.status.in_(_CONFIRMED))
-    )
+    confirmed = await actions.actions_in(db, turn_id=turn.id, statuses=_CONFIRMED)
     for action in confirmed:
         choice = confirmed_choice(tool=action.tool, action_id=action.id)
         await user_memory.remember(db, **owner, remembered=choice, ttl_days=ttl)
@@ -75,9 +69,7 @@ class Hints:
         return self.keys if any(b in packed.kept for b in self.blocks) else []
 
 
-async def hints(
-    db: AsyncSession, turn: Turn, counter: TokenCounter, *, consent: bool | None = None
-) -> Hints:
+async def hints(db: Db, turn: Turn, counter: TokenCounter, *, consent: bool | None = None) -> Hints:
     """The user's live items as the hints block (nothing without consent); `consent`: the
     user's choice when the caller read it already."""
     owner = {"tenant_id": turn.tenant_id, "user_id": turn.user_id}
@@ -87,12 +79,6 @@ async def hints(
         return Hints([], [])
     # An item stated in this session is already pinned here, as what the user said; shown
     # again as "last time" it would only repeat it, wrongly dated.
-    here = set(
-        await db.scalars(
-            select(PinnedFactRow.memory_key).where(
-                PinnedFactRow.session_id == turn.session_id, PinnedFactRow.memory_key.is_not(None)
-            )
-        )
-    )
+    here = await user_memory.pinned_keys(db, session_id=turn.session_id)
     items = [i for i in await user_memory.items(db, **owner) if i.key not in here]
     return Hints(hint_blocks(counter, items), [item.key for item in items])

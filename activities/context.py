@@ -20,20 +20,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.exceptions import ApplicationError
 
 from activities import consented_memory
 from activities.attachments import attached_file_blocks
-from activities.context_rows import (
-    SessionFacts,
-    memory_read_again,
-    packed_before,
-    session_memory,
-    turn_with_rows,
-    window_messages,
-)
 from activities.knowledge import KnowledgeSource, Searched, authorize
 from activities.mcp import McpTools
 from activities.northwind import NorthwindClient
@@ -59,7 +49,7 @@ from parley.contracts import (
     TurnState,
 )
 from parley.errors import ContextTooLarge
-from parley.ids import new_id, prompt_cache_key
+from parley.ids import prompt_cache_key
 from parley.memory import extract_facts, recall_terms
 from parley.paths import AnswerPath, choose_path, effort_for, path_block
 from parley.prompt import (
@@ -84,9 +74,19 @@ from parley.tenancy import TenantConfig
 from parley.tokens import TokenCounter, count_message, counter_for
 from parley.wire import WarningData
 from store import memory as memory_store
-from store import tenants, turns, user_memory
-from store.events import append_event
-from store.models import Message, ModelCall, Turn, TurnEvent
+from store import sessions as session_store
+from store import steps, tenants, turns, user_memory
+from store.context_rows import (
+    SessionFacts,
+    memory_read_again,
+    packed_before,
+    session_memory,
+    turn_with_rows,
+    window_messages,
+)
+from store.db import Db, SessionMaker
+from store.events import append_event, has_warning
+from store.models import Message, ModelCall, Turn
 
 # The warning a turn emits when the packer left something out.
 CONTEXT_TRIMMED = "context_trimmed"
@@ -98,7 +98,7 @@ class ContextBuilder:
     def __init__(
         self,
         *,
-        sessions: async_sessionmaker[AsyncSession],
+        sessions: SessionMaker,
         settings: Settings,
         northwind: NorthwindClient,
         embedder: Embedder | None = None,
@@ -161,7 +161,7 @@ class ContextBuilder:
 
     async def _pack_request(
         self,
-        db: AsyncSession,
+        db: Db,
         turn: Turn,
         step: int,
         *,
@@ -204,23 +204,22 @@ class ContextBuilder:
             knowledge = {**knowledge, "sources": []}
         if packed.missing:
             await _warn_dropped(db, turn, packed.missing)
-        call = ModelCall(
-            id=new_id("mc"),
+        request = _request(
+            packed, plan, tools, budgets, counter, path, tenant, withheld, reanswer_of
+        )
+        request["knowledge"] = knowledge
+        return steps.add_call(
+            db,
             turn_id=turn.id,
             step=step,
             provider=tenant.model_provider or self._settings.model_provider,
             model=model,
-            request=_request(
-                packed, plan, tools, budgets, counter, path, tenant, withheld, reanswer_of
-            ),
+            request=request,
         )
-        call.request["knowledge"] = knowledge
-        db.add(call)
-        return call
 
     async def _tools(
         self,
-        db: AsyncSession,
+        db: Db,
         turn: Turn,
         tenant: TenantConfig,
         facts: SessionFacts,
@@ -257,7 +256,7 @@ class ContextBuilder:
 
     async def _assemble(
         self,
-        db: AsyncSession,
+        db: Db,
         turn: Turn,
         tenant: TenantConfig,
         budgets: Budgets,
@@ -322,7 +321,7 @@ class ContextBuilder:
 
     async def _search_knowledge(
         self,
-        db: AsyncSession,
+        db: Db,
         turn: Turn,
         budgets: Budgets,
         counter: TokenCounter,
@@ -333,7 +332,7 @@ class ContextBuilder:
         about the pasted text."""
         if self._knowledge is None:
             return None
-        message = await db.get(Message, turn.user_message_id)
+        message = await session_store.get_message(db, message_id=turn.user_message_id)
         if message is None or message.status == MessageStatus.retracted or not message.text:
             return None
         if _tokens(message, counter) > (budgets.window - budgets.reserve) // 2:
@@ -349,7 +348,7 @@ class ContextBuilder:
 
     async def _passages(
         self,
-        db: AsyncSession,
+        db: Db,
         turn: Turn,
         searching: asyncio.Task[Searched] | None,
         budgets: Budgets,
@@ -445,12 +444,14 @@ async def _settle(task: asyncio.Task[Any] | None) -> None:
 
 
 async def _pin_stated_facts(
-    db: AsyncSession, turn: Turn, read: SessionFacts, *, step: int, pinned: bool
+    db: Db, turn: Turn, read: SessionFacts, *, step: int, pinned: bool
 ) -> SessionFacts:
     """What the user's message states about them outright is pinned by code, at once (at
     step 0). The session's facts as `read` with the turn, their memory read again when this
     build pinned anything (`pinned`: durable memory's copies did)."""
-    message = await db.get(Message, turn.user_message_id) if step == 0 else None
+    message = (
+        await session_store.get_message(db, message_id=turn.user_message_id) if step == 0 else None
+    )
     if message is not None:
         stated = extract_facts(message.text, turn.user_seq)
         await memory_store.pin_facts(db, session_id=turn.session_id, facts=stated)
@@ -458,17 +459,10 @@ async def _pin_stated_facts(
     return await memory_read_again(db, turn, read) if pinned else read
 
 
-async def _warn_dropped(db: AsyncSession, turn: Turn, missing: list[str]) -> None:
+async def _warn_dropped(db: Db, turn: Turn, missing: list[str]) -> None:
     """A drop is never silent: the stream says what the answer could not take into account
     (once per turn; the prompt itself carries the packer's note)."""
-    earlier = await db.scalar(
-        select(TurnEvent.id).where(
-            TurnEvent.turn_id == turn.id,
-            TurnEvent.type == EventType.warning,
-            TurnEvent.data["code"].astext == CONTEXT_TRIMMED,
-        )
-    )
-    if earlier is not None:
+    if await has_warning(db, turn_id=turn.id, code=CONTEXT_TRIMMED):
         return
     await append_event(
         db,

@@ -8,11 +8,10 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-
 from parley.ids import action_id_for_call
 from parley.tools import ToolError
 from store import actions
+from store.db import SessionMaker
 from store.models import Action, ToolCall, Turn
 
 # What the tool answers when there is nowhere safe to send the email.
@@ -32,7 +31,7 @@ def verified_address(customer: Mapping[str, Any]) -> str | None:
 
 
 async def propose_send_email(
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: SessionMaker,
     *,
     turn: Turn,
     call: ToolCall,

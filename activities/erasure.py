@@ -15,7 +15,6 @@ import os
 import signal
 import time
 
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
@@ -27,6 +26,7 @@ from parley.erasure import EraseTableInput, ErasureInput, ErasurePlan, ErasureRe
 from parley.errors import TurnFinished
 from parley.ids import specialist_workflow_id, summary_workflow_id, workflow_id_for_turn
 from store import erasure, erasure_catalogue, turns
+from store.db import SessionMaker
 from store.erasure_catalogue import Subject
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ class ErasureActivities:
     def __init__(
         self,
         *,
-        sessions: async_sessionmaker[AsyncSession],
+        sessions: SessionMaker,
         settings: Settings,
         client: Client | None = None,
     ) -> None:

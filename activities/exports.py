@@ -8,20 +8,20 @@ A retried attempt starts over and overwrites: the archive is written once, at th
 
 from __future__ import annotations
 
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
 from parley.archive import ArchiveWriter
 from parley.contracts import ExportInput, ExportResult
 from parley.statuses import ExportState
 from store import exports
+from store.db import SessionMaker
 
 # Progress is written every this many sessions (and after the last).
 PROGRESS_EVERY = 10
 
 
 class ExportActivities:
-    def __init__(self, *, sessions: async_sessionmaker[AsyncSession]) -> None:
+    def __init__(self, *, sessions: SessionMaker) -> None:
         self._sessions = sessions
 
     @activity.defn(name="write_export")

@@ -22,9 +22,6 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import text
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
@@ -32,6 +29,7 @@ from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, 
 from activities.heartbeat import heartbeat
 from parley.contracts import TURN_STOPPED
 from parley.statuses import TurnErrorCode
+from store.db import SessionMaker, is_unreachable, ping
 from store.turns import TurnStopped
 
 # Between attempts of a step that could not reach the database: a restart takes seconds.
@@ -50,21 +48,12 @@ REPORT_MARGIN = timedelta(seconds=2)
 Probe = Callable[[], Awaitable[None]]
 
 
-def _database_unreachable(exc: BaseException) -> bool:
-    if isinstance(exc, OperationalError | InterfaceError):
-        return True
-    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
-        return True
-    # asyncpg raises the socket's own error when it cannot connect at all.
-    return isinstance(exc, ConnectionError | FileNotFoundError)
-
-
-def database_probe(sessions: async_sessionmaker[AsyncSession]) -> Probe:
+def database_probe(sessions: SessionMaker) -> Probe:
     """A round trip to the database; raises while it is unreachable."""
 
     async def probe() -> None:
         async with sessions() as db:
-            await db.execute(text("SELECT 1"))
+            await ping(db)
 
     return probe
 
@@ -83,7 +72,7 @@ async def wait_for_database(probe: Probe, wait: timedelta = STORE_OUTAGE_WAIT) -
         try:
             await probe()
         except Exception as exc:
-            if not _database_unreachable(exc):
+            if not is_unreachable(exc):
                 raise
             continue
         return True
@@ -110,7 +99,7 @@ class _FailureMapper(ActivityInboundInterceptor):
         except TurnStopped as stopped:
             raise ApplicationError(str(stopped), type=TURN_STOPPED, non_retryable=True) from None
         except Exception as exc:
-            if not _database_unreachable(exc):
+            if not is_unreachable(exc):
                 raise
             back = False
             if self._probe is not None:

@@ -21,9 +21,6 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
-from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.exceptions import ApplicationError
 
 from gateway.embeddings import Embedder, EmbeddingError
@@ -41,10 +38,12 @@ from parley.knowledge import (
 from parley.statuses import TurnErrorCode
 from parley.tokens import TokenCounter, count_message
 from parley.wire import CitationsData, CitationSource, WarningData
+from store import identity, steps
 from store import knowledge as knowledge_store
-from store.db import autocommit
-from store.events import append_event
-from store.models import ChatSession, ModelCall, Turn, TurnEvent, User
+from store import sessions as session_store
+from store.db import Db, SessionMaker, StoreError, autocommit
+from store.events import append_event, has_warning
+from store.models import Turn
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +83,7 @@ class KnowledgeSource:
 
     async def search(
         self,
-        sessions: async_sessionmaker[AsyncSession],
+        sessions: SessionMaker,
         turn: Turn,
         *,
         message: str,
@@ -99,7 +98,7 @@ class KnowledgeSource:
 
     async def blocks(
         self,
-        db: AsyncSession,
+        db: Db,
         turn: Turn,
         searched: Searched,
         *,
@@ -135,7 +134,7 @@ class KnowledgeSource:
         )
         return [block], record
 
-    async def _search(self, db: AsyncSession, turn: Turn, query: str) -> Searched:
+    async def _search(self, db: Db, turn: Turn, query: str) -> Searched:
         """The always-documents' passages and what the search found, on a session in
         autocommit (a failed statement spoils nothing). With an embedder, the query's
         embedding (a request to the embedding server) runs while the text search does."""
@@ -150,7 +149,7 @@ class KnowledgeSource:
                 always, text_hits = await knowledge_store.always_and_search_text(
                     db, tenant_id=turn.tenant_id, terms=terms, limit=self._limit * 2
                 )
-            except SQLAlchemyError:
+            except StoreError:
                 log.warning("knowledge search failed", exc_info=True)
                 always = await knowledge_store.always_passages(db, tenant_id=turn.tenant_id)
                 return Searched(query, always, Found([], "none"), SEARCH_FAILED)
@@ -167,13 +166,13 @@ class KnowledgeSource:
         fused = fuse([[p.key for p in text_hits], [p.key for p in vector_hits]])
         return Searched(query, always, Found([by_key[k] for k in fused[: self._limit]], "hybrid"))
 
-    async def _has_vectors(self, db: AsyncSession) -> bool:
+    async def _has_vectors(self, db: Db) -> bool:
         if not self._vectors_seen:
             self._vectors_seen = await knowledge_store.has_vectors(db)
         return self._vectors_seen
 
     async def _vector_search(
-        self, db: AsyncSession, turn: Turn, embedding: asyncio.Task[list[list[float]]]
+        self, db: Db, turn: Turn, embedding: asyncio.Task[list[list[float]]]
     ) -> list[Passage] | None:
         """Nearest chunks to the query's embedding; None on a failure (the answer then rests
         on full-text search alone, with a warning)."""
@@ -187,16 +186,16 @@ class KnowledgeSource:
                 vector=vector,
                 limit=self._limit * 2,
             )
-        except (EmbeddingError, SQLAlchemyError):
+        except (EmbeddingError, StoreError):
             log.warning("knowledge vector search failed", exc_info=True)
             return None
 
 
-async def authorize(db: AsyncSession, turn: Turn) -> None:
+async def authorize(db: Db, turn: Turn) -> None:
     """The turn's user must be a member of the tenant whose documents are searched, and the
     session must belong to that tenant; otherwise the turn stops."""
-    user = await db.get(User, (turn.tenant_id, turn.user_id))
-    session = await db.get(ChatSession, turn.session_id)
+    user = await identity.get_user(db, tenant_id=turn.tenant_id, user_id=turn.user_id)
+    session = await session_store.get_chat_session(db, session_id=turn.session_id)
     if user is None or session is None or session.tenant_id != turn.tenant_id:
         raise ApplicationError(
             "not authorized to read this tenant's knowledge",
@@ -205,16 +204,9 @@ async def authorize(db: AsyncSession, turn: Turn) -> None:
         )
 
 
-async def _warn(db: AsyncSession, turn: Turn, message: str) -> None:
+async def _warn(db: Db, turn: Turn, message: str) -> None:
     """One warning per turn, however many steps search."""
-    earlier = await db.scalar(
-        select(TurnEvent.id).where(
-            TurnEvent.turn_id == turn.id,
-            TurnEvent.type == EventType.warning,
-            TurnEvent.data["code"].astext == KNOWLEDGE_UNAVAILABLE,
-        )
-    )
-    if earlier is None:
+    if not await has_warning(db, turn_id=turn.id, code=KNOWLEDGE_UNAVAILABLE):
         await append_event(
             db,
             turn_id=turn.id,
@@ -224,12 +216,12 @@ async def _warn(db: AsyncSession, turn: Turn, message: str) -> None:
 
 
 async def emit_citations(
-    db: AsyncSession, *, turn_id: str, model_call_id: str, message_id: str, text: str
+    db: Db, *, turn_id: str, model_call_id: str, message_id: str, text: str
 ) -> None:
     """Append `citations` for the passages the answer cites (nothing when it cites none);
     once: a finalize retried after its commit finds the turn ended and adds nothing."""
-    turn = await db.get(Turn, turn_id)
-    call = await db.get(ModelCall, model_call_id)
+    turn = await steps.get_turn(db, turn_id=turn_id)
+    call = await steps.get_call(db, model_call_id=model_call_id)
     if turn is None or call is None or turn.state in TERMINAL_TURN_STATES:
         return
     # A request without passages records none (or no "knowledge" at all: older calls).

@@ -33,8 +33,6 @@ import httpx2
 import jsonschema
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
-from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -57,9 +55,10 @@ from parley.statuses import ActionStatus
 from parley.tenancy import TenantConfig
 from parley.tools import ToolError
 from parley.wire import WarningData
-from store import actions, tenants
-from store.events import append_event
-from store.models import Action, ModelCall, ToolCall, Turn, TurnEvent
+from store import actions, steps, tenants
+from store.db import Db, SessionMaker
+from store.events import append_event, has_warning
+from store.models import Action, ToolCall, Turn
 
 log = logging.getLogger(__name__)
 
@@ -144,16 +143,9 @@ def refused_warning(server: McpServerConfig, exc: UrlNotAllowed) -> str:
     )
 
 
-async def warn_once(db: AsyncSession, *, turn_id: str, message: str) -> None:
+async def warn_once(db: Db, *, turn_id: str, message: str) -> None:
     """The turn's `mcp_unavailable` warning, once however many steps meet the failure."""
-    earlier = await db.scalar(
-        select(TurnEvent.id).where(
-            TurnEvent.turn_id == turn_id,
-            TurnEvent.type == EventType.warning,
-            TurnEvent.data["code"].astext == MCP_UNAVAILABLE,
-        )
-    )
-    if earlier is None:
+    if not await has_warning(db, turn_id=turn_id, code=MCP_UNAVAILABLE):
         data = WarningData(code=MCP_UNAVAILABLE, message=message)
         await append_event(db, turn_id=turn_id, type=EventType.warning, data=data)
 
@@ -171,26 +163,18 @@ def _content(result: Any) -> tuple[str, Any]:
 class McpTools:
     """The turn's side of its tenant's MCP servers (built in worker.py)."""
 
-    def __init__(
-        self, *, sessions: async_sessionmaker[AsyncSession], allowed: Allowlist | None = None
-    ) -> None:
+    def __init__(self, *, sessions: SessionMaker, allowed: Allowlist | None = None) -> None:
         self._sessions = sessions
         # Where the tenants' servers may be (`Settings.mcp_allowed_hosts`; default: public).
         self._allowed = allowed or Allowlist.parse(["*"])
 
-    async def offered(
-        self, db: AsyncSession, turn: Turn, tenant: TenantConfig
-    ) -> list[dict[str, Any]]:
+    async def offered(self, db: Db, turn: Turn, tenant: TenantConfig) -> list[dict[str, Any]]:
         """The allowed tools of every configured server, as the model is offered them (the
         caller commits the warning a failed server leaves). Listed once per turn: a later
         step offers what its first step listed, so a turn's tools do not change under it."""
         if not any(server.allowed_tools for server in tenant.mcp_servers or []):
             return []
-        first = await db.scalar(
-            select(ModelCall.request["tools"]).where(
-                ModelCall.turn_id == turn.id, ModelCall.step == 0
-            )
-        )
+        first = await steps.first_step_tools(db, turn_id=turn.id)
         if first is not None:
             return [t for t in first if is_mcp_name(t["name"])]
         offered: list[dict[str, Any]] = []

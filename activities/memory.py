@@ -24,8 +24,6 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
@@ -59,8 +57,8 @@ from parley.window import choose_window, group_turns
 from store import embeddings as embedding_store
 from store import forget, tenants, user_memory
 from store import memory as memory_store
-from store.db import autocommit
-from store.models import ChatSession, Tenant
+from store import sessions as session_store
+from store.db import SessionMaker, autocommit
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +83,7 @@ class MemoryActivities:
     def __init__(
         self,
         *,
-        sessions: async_sessionmaker[AsyncSession],
+        sessions: SessionMaker,
         providers: ProviderPool,
         settings: Settings,
         client: Client | None = None,
@@ -258,16 +256,8 @@ class MemoryActivities:
         async with self._sessions() as db:
             # The session and its tenant in one round trip (the tenant's configuration is
             # then read from the session's identity map).
-            held = (
-                await db.execute(
-                    select(ChatSession, Tenant)
-                    .select_from(ChatSession)
-                    .outerjoin(Tenant, Tenant.id == ChatSession.tenant_id)
-                    .where(ChatSession.id == session_id)
-                )
-            ).one_or_none()
-            assert held is not None
-            session = held[0]
+            session = await session_store.with_tenant(db, session_id=session_id)
+            assert session is not None
             tenant = await tenants.tenant_config(db, tenant_id=session.tenant_id)
             latest = await memory_store.latest_summary(db, session_id=session_id)
             base = latest.through_seq if latest is not None else 0

@@ -20,8 +20,6 @@ import logging
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-
 from activities import tracing
 from activities.metrics import RECALLS
 from gateway.minilm import Embedder
@@ -32,6 +30,7 @@ from parley.tokens import TokenCounter
 from parley.window import Window, turn_tokens
 from store import embeddings as embedding_store
 from store import memory as memory_store
+from store.db import Db, SessionMaker
 from store.models import Turn
 
 log = logging.getLogger(__name__)
@@ -39,19 +38,6 @@ log = logging.getLogger(__name__)
 # Messages embedded per summary run: a long backlog is spread over a few runs, well within
 # the activity's timeout (about 25 ms a message on one core).
 EMBED_BATCH = 256
-
-
-# Databases seen to hold message vectors, by URL. Once the table is there it stays (no
-# migration drops it): asked once per process, not per turn. Its absence is asked again, in
-# case a migration adds it meanwhile.
-_VECTORS_SEEN: set[str] = set()
-
-
-async def has_vectors(db: AsyncSession) -> bool:
-    url = str(db.get_bind().engine.url)
-    if url not in _VECTORS_SEEN and await embedding_store.available(db):
-        _VECTORS_SEEN.add(url)
-    return url in _VECTORS_SEEN
 
 
 @dataclass(frozen=True)
@@ -62,12 +48,16 @@ class RecallQuery:
     # The question's embedding, running in a thread (`start`); None: not started.
     vector: asyncio.Task[list[list[float]]] | None = None
 
-    async def start(self, db: AsyncSession) -> RecallQuery:
+    async def start(self, db: Db) -> RecallQuery:
         """This query with its embedding under way, when there is an embedder and the
         database holds vectors to compare it with (else as it is): the forward pass is CPU
         work, so it runs in a thread while the caller's next statements wait on the database.
         The caller awaits it through `recall_hits`, or `cancel`s it."""
-        if self.embedder is None or self.vector is not None or not await has_vectors(db):
+        if (
+            self.embedder is None
+            or self.vector is not None
+            or not await embedding_store.available_once_seen(db)
+        ):
             return self
         task = asyncio.create_task(asyncio.to_thread(self.embedder.embed, [self.question]))
         return replace(self, vector=task)
@@ -84,7 +74,7 @@ class RecallQuery:
 
 
 async def recall_hits(
-    db: AsyncSession, query: RecallQuery, *, session_id: str, before_seq: int, limit: int
+    db: Db, query: RecallQuery, *, session_id: str, before_seq: int, limit: int
 ) -> list[RecallHit]:
     """The older messages most relevant to the question, best first: full-text, fused with
     the nearest in meaning when an embedder is configured, and with the neighbours of the best
@@ -129,9 +119,7 @@ def holds_everything(window: Window, turn: Turn) -> bool:
     return (window.from_seq or turn.user_seq) <= 1
 
 
-async def start_recall(
-    db: AsyncSession, turn: Turn, whole: Window, query: RecallQuery
-) -> RecallQuery | None:
+async def start_recall(db: Db, turn: Turn, whole: Window, query: RecallQuery) -> RecallQuery | None:
     """No recall (None) when the `whole` window holds the conversation: nothing to search,
     nothing to embed. Else `query`, its embedding started in a thread so that it runs while
     the build's other reads do; recall awaits it last."""
@@ -141,7 +129,7 @@ async def start_recall(
 
 
 async def window_and_recall(
-    db: AsyncSession,
+    db: Db,
     turn: Turn,
     history: list[list[WindowMessage]],
     memory: Memory,
@@ -225,7 +213,7 @@ def recalled_by(query: RecallQuery | None) -> str:
 
 
 async def embed_pending(
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: SessionMaker,
     embedder: Embedder,
     *,
     session_id: str,

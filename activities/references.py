@@ -8,13 +8,10 @@ packed request (activities/context.py).
 
 from __future__ import annotations
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
-from activities.context_rows import SessionFacts
 from activities.northwind import BackendError, NorthwindClient
 from activities.result_sets import resolve_result_sets
 from parley.contracts import BuildContextResult, EventType
-from parley.ids import message_id_for_call, new_id
+from parley.ids import message_id_for_call
 from parley.resolver import (
     PENDING_CLARIFICATION,
     Clarification,
@@ -26,9 +23,12 @@ from parley.resolver import (
 )
 from parley.statuses import FinishReason
 from parley.wire import ClarificationData, DeltaData, Option, WarningData
-from store import slots
+from store import sessions as session_store
+from store import slots, steps
+from store.context_rows import SessionFacts
+from store.db import Db
 from store.events import append_event, append_events
-from store.models import Message, ModelCall, Turn
+from store.models import ModelCall, Turn
 
 
 class References:
@@ -36,7 +36,7 @@ class References:
         self._northwind = northwind
 
     async def resolve(
-        self, db: AsyncSession, turn: Turn, facts: SessionFacts
+        self, db: Db, turn: Turn, facts: SessionFacts
     ) -> BuildContextResult | dict[str, Slot]:
         """Run the reference resolver; if it must ask, answer with the question (no model).
         Otherwise return the session's slots as the resolver left them (the packing reads
@@ -65,25 +65,26 @@ class References:
             )
         clears = tuple(c for c in resolution.slot_clears if c not in writes)
         await slots.write_slots(db, session_id=turn.session_id, writes=writes, clears=clears)
-        turn.resolution = {
-            "kind": resolution.kind,
-            "order_id": resolution.order_id,
-            "entity_type": resolution.entity_type,
-            "assumption": resolution.assumption,
-            **({"result_set": sets.as_state()} if sets.as_state() else {}),
-        }
+        steps.record_resolution(
+            turn,
+            {
+                "kind": resolution.kind,
+                "order_id": resolution.order_id,
+                "entity_type": resolution.entity_type,
+                "assumption": resolution.assumption,
+                **({"result_set": sets.as_state()} if sets.as_state() else {}),
+            },
+        )
         if clarification is None:
             return slots.after_writes(current, writes=writes, clears=clears)
         call = await _ask(db, turn, clarification)
         await db.commit()
         return BuildContextResult(call.id, clarification=True)
 
-    async def _resolution(
-        self, db: AsyncSession, turn: Turn, current: dict[str, Slot]
-    ) -> Resolution:
+    async def _resolution(self, db: Db, turn: Turn, current: dict[str, Slot]) -> Resolution:
         """What the user's message refers to; the customer's records are fetched only when the
         slots alone cannot tell."""
-        user_message = await db.get(Message, turn.user_message_id)
+        user_message = await session_store.get_message(db, message_id=turn.user_message_id)
         assert user_message is not None
         try:
             return resolve(user_message.text, slots=current, user_seq=turn.user_seq)
@@ -95,7 +96,7 @@ class References:
                 entities=await self._known_entities(db, turn),
             )
 
-    async def _known_entities(self, db: AsyncSession, turn: Turn) -> list[Entity]:
+    async def _known_entities(self, db: Db, turn: Turn) -> list[Entity]:
         """The customer's orders and refunds, as candidates for the resolver."""
         try:
             orders = await self._northwind.list_orders(
@@ -118,11 +119,11 @@ class References:
         ]
 
 
-async def _ask(db: AsyncSession, turn: Turn, clarification: Clarification) -> ModelCall:
+async def _ask(db: Db, turn: Turn, clarification: Clarification) -> ModelCall:
     """Store the resolver's question as the step's answer (a call no model made) and show it."""
     question = clarification.question
-    call = ModelCall(
-        id=new_id("mc"),
+    call = await steps.insert_call(
+        db,
         turn_id=turn.id,
         step=0,
         provider="resolver",
@@ -131,8 +132,6 @@ async def _ask(db: AsyncSession, turn: Turn, clarification: Clarification) -> Mo
         response_text=question,
         finish_reason=FinishReason.clarification,
     )
-    db.add(call)
-    await db.flush()
     options = [Option(label=o.label, value=o.value) for o in clarification.options]
     await append_events(
         db,

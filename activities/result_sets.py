@@ -12,8 +12,6 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-
 from activities.email_proposal import (
     NO_VERIFIED_ADDRESS,
     mask_email,
@@ -34,15 +32,17 @@ from parley.result_sets import (
 )
 from parley.tools import ProposeOrdersCsvArgs, SearchOrdersArgs, ToolError
 from store import result_sets as result_set_store
+from store import sessions as session_store
 from store import slots
-from store.models import Message, ToolCall, Turn
+from store.db import Db, SessionMaker
+from store.models import ToolCall, Turn
 
 RESULT_SET_TOOLS = ("search_orders", "propose_orders_csv")
 CSV_CONTENT_TYPE = "text/csv"
 
 
 async def resolve_result_sets(
-    db: AsyncSession,
+    db: Db,
     turn: Turn,
     northwind: NorthwindClient,
     current: dict[str, Slot] | None = None,
@@ -52,7 +52,7 @@ async def resolve_result_sets(
     """Rungs of the resolver ladder for result sets (run before the order resolver);
     `current`: the session's slots when the caller has read them already; `has_sets=False`:
     the caller knows the session has stored no set (none is read)."""
-    message = await db.get(Message, turn.user_message_id)
+    message = await session_store.get_message(db, message_id=turn.user_message_id)
     assert message is not None
     sets = (
         await result_set_store.recent_result_sets(db, session_id=turn.session_id)
@@ -94,7 +94,7 @@ class ResultSetTools:
     def __init__(
         self,
         *,
-        sessions: async_sessionmaker[AsyncSession],
+        sessions: SessionMaker,
         northwind: NorthwindClient,
     ) -> None:
         self._sessions = sessions

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
 from activities.metrics import RETENTION_PURGED
@@ -18,10 +17,11 @@ from parley.config import Settings
 from parley.contracts import PurgeBatchInput, PurgeInput, PurgePlan, PurgeTask
 from parley.retention import purge_plan
 from store import retention
+from store.db import SessionMaker
 
 
 class RetentionActivities:
-    def __init__(self, *, sessions: async_sessionmaker[AsyncSession], settings: Settings) -> None:
+    def __init__(self, *, sessions: SessionMaker, settings: Settings) -> None:
         self._sessions = sessions
         self._settings = settings
 

@@ -5,19 +5,16 @@ from __future__ import annotations
 
 import logging
 
-from sqlalchemy import select, text
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
 from activities import tracing
-from parley.contracts import TERMINAL_TURN_STATES, EventType, ScreenInput, ScreenResult
+from parley.contracts import EventType, ScreenInput, ScreenResult
 from parley.followups import suggest
 from parley.screens import Screen
-from parley.statuses import ToolCallStatus
 from parley.wire import FollowupsData
-from store.db import autocommit
+from store import steps
+from store.db import SessionMaker, autocommit
 from store.events import append_event
-from store.models import Message, ModelCall, Turn
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +23,7 @@ class ScreenActivities:
     def __init__(
         self,
         *,
-        sessions: async_sessionmaker[AsyncSession],
+        sessions: SessionMaker,
         input_screen: Screen,
         output_screen: Screen,
     ) -> None:
@@ -38,11 +35,7 @@ class ScreenActivities:
     async def screen_input(self, inp: ScreenInput) -> ScreenResult:
         async with self._sessions() as db:
             await autocommit(db)  # reads only
-            text = await db.scalar(
-                select(Message.text)
-                .join(Turn, Turn.user_message_id == Message.id)
-                .where(Turn.id == inp.turn_id)
-            )
+            text = await steps.question(db, turn_id=inp.turn_id)
             assert text is not None
         verdict = await self._input.check(text)
         tracing.annotate(allowed=verdict.allowed, category=verdict.category)
@@ -55,12 +48,7 @@ class ScreenActivities:
         call's; a decline withdraws all of it."""
         async with self._sessions() as db:
             await autocommit(db)  # reads only
-            texts = await db.scalars(
-                select(ModelCall.response_text)
-                .where(ModelCall.turn_id == inp.turn_id)
-                .order_by(ModelCall.step)
-            )
-            text = "\n".join(t for t in texts if t)
+            text = "\n".join(await steps.response_texts(db, turn_id=inp.turn_id))
         verdict = await self._output.check(text)
         tracing.annotate(allowed=verdict.allowed, category=verdict.category)
         if not verdict.allowed:
@@ -74,7 +62,9 @@ class ScreenActivities:
         """Best effort: offered only while the turn is still open, never after its end or its
         Stop (a Stop during the turn's last workflow task runs this step again)."""
         async with self._sessions() as db:
-            open_turn, tools, asked = await _lock_turn_with_tools_and_question(db, inp.turn_id)
+            open_turn, tools, asked = await steps.lock_with_tools_and_question(
+                db, turn_id=inp.turn_id
+            )
             if not open_turn:
                 await db.commit()
                 return
@@ -89,28 +79,3 @@ class ScreenActivities:
                     data=FollowupsData(suggestions=suggestions),
                 )
             await db.commit()
-
-
-async def _lock_turn_with_tools_and_question(
-    db: AsyncSession, turn_id: str
-) -> tuple[bool, list[str], str]:
-    """Whether the turn is still open (not ended, no Stop recorded), its row locked; the
-    tools it ran successfully, in call order; and the user's message (empty when missing):
-    one round trip."""
-    found = (await db.execute(_TURN_TOOLS_AND_QUESTION, {"turn_id": turn_id})).one()
-    terminal = {state.value for state in TERMINAL_TURN_STATES}
-    still_open = found.state not in terminal and found.cancel_requested_at is None
-    return still_open, list(found.tools or []), found.asked or ""
-
-
-# Plain SQL: it runs once a turn, and its ORM form cost more to prepare than to run.
-_TURN_TOOLS_AND_QUESTION = text(
-    """
-    SELECT t.state, t.cancel_requested_at, (
-        SELECT array_agg(c.name ORDER BY c.created_at) FROM tool_calls AS c
-        WHERE c.turn_id = t.id AND c.status = :ok
-    ) AS tools, (SELECT m.text FROM messages AS m WHERE m.id = t.user_message_id) AS asked
-    FROM turns AS t WHERE t.id = :turn_id
-    FOR UPDATE OF t
-    """
-).bindparams(ok=ToolCallStatus.ok.value)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -31,15 +30,16 @@ from parley.statuses import (
     TurnErrorCode,
 )
 from parley.tools import TOOLS, args_hash
-from store import actions, tenants, turns
-from store.models import Action, Turn
+from store import actions, steps, tenants, turns
+from store.db import SessionMaker
+from store.models import Action
 
 
 class SendActivities:
     def __init__(
         self,
         *,
-        sessions: async_sessionmaker[AsyncSession],
+        sessions: SessionMaker,
         northwind: NorthwindClient,
         mcp: McpTools | None = None,
     ) -> None:
@@ -79,7 +79,7 @@ class SendActivities:
         """Check the user's confirmation, enter `executing_action`, show the send starting; an
         action an earlier attempt settled is answered from the store."""
         async with self._sessions() as db:
-            action = await db.get(Action, inp.action_id)
+            action = await actions.get_action(db, action_id=inp.action_id)
             assert action is not None
             if action.status in SETTLED_ACTION_STATUSES:
                 return ActionResult(action.id, action.status)
@@ -90,7 +90,7 @@ class SendActivities:
                     type="not_confirmed",
                     non_retryable=True,
                 )
-            turn = await db.get(Turn, inp.turn_id)
+            turn = await steps.get_turn(db, turn_id=inp.turn_id)
             assert turn is not None
             if await tenants.is_paused(db, tenant_id=turn.tenant_id):
                 # A paused tenant sends nothing: the turn ends with `agent_paused`.
@@ -172,7 +172,7 @@ class SendActivities:
                 await actions.announce_resolution(db, action=updated)
                 await db.commit()
                 return ActionResult(inp.action_id, ActionStatus.expired)
-            action = await db.get(Action, inp.action_id)
+            action = await actions.get_action(db, action_id=inp.action_id)
             assert action is not None
             await db.commit()
             superseded = action.decline_reason == DeclineReason.superseded

@@ -19,7 +19,6 @@ from typing import Any
 
 import jsonschema
 from pydantic import ValidationError
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from activities.northwind import BackendError, NorthwindClient
 from activities.sandbox import Produced, Sandbox, SkillRunError
@@ -40,6 +39,7 @@ from parley.tenancy import TenantConfig
 from parley.tools import ToolError
 from parley.wire import ArtifactData, WarningData
 from store import artifacts
+from store.db import Db, SessionMaker
 from store.events import append_event
 from store.models import ToolCall, Turn
 
@@ -79,7 +79,7 @@ class SkillTools:
     def __init__(
         self,
         *,
-        sessions: async_sessionmaker[AsyncSession],
+        sessions: SessionMaker,
         northwind: NorthwindClient,
         settings: Settings,
         sandbox: Sandbox | None = None,
@@ -188,7 +188,7 @@ class SkillTools:
                 for r in stored]  # fmt: skip
 
 
-async def events(db: AsyncSession, turn_id: str, result: dict[str, Any]) -> None:
+async def events(db: Db, turn_id: str, result: dict[str, Any]) -> None:
     """Announce a skill call's outcome on the stream (the caller commits, once per call):
     each file as an `artifact`, a failure as a `warning`."""
     error = result.get("error")

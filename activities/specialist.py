@@ -13,7 +13,6 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -47,10 +46,11 @@ from parley.specialists import (
 from parley.statuses import ActionStatus
 from parley.tools import TOOLS
 from parley.wire import ActionData, ActionView, InteractionData, Option, SubagentData
-from store import actions, turns
+from store import actions, steps, turns
+from store.db import SessionMaker
 from store.events import append_event, append_events, state_event
 from store.interactions import has_event
-from store.models import Action, ToolCall, Turn
+from store.models import Action, Turn
 
 
 async def create_confirmed_return(
@@ -78,7 +78,7 @@ class SpecialistActivities:
     def __init__(
         self,
         *,
-        sessions: async_sessionmaker[AsyncSession],
+        sessions: SessionMaker,
         northwind: NorthwindClient,
         settings: Settings,
     ) -> None:
@@ -90,7 +90,7 @@ class SpecialistActivities:
     async def begin(self, inp: SpecialistInput) -> SpecialistPlan:
         """Show the hand-over (`subagent` start) and fix the specialist's bounds."""
         async with self._sessions() as db:
-            call = await db.get(ToolCall, inp.call_id)
+            call = await steps.get_tool_call(db, call_id=inp.call_id)
             assert call is not None
             order_id = str((call.arguments or {}).get("order_id", ""))
             if not await has_event(
@@ -216,7 +216,7 @@ class SpecialistActivities:
         async with self._sessions() as db:
             rma_id = None
             if inp.action_id:
-                action = await db.get(Action, inp.action_id)
+                action = await actions.get_action(db, action_id=inp.action_id)
                 rma_id = ((action.outcome or {}) if action else {}).get("rma_id")
             if not await has_event(
                 db, turn_id=inp.turn_id, type_=EventType.subagent, key="phase", value="end"
@@ -229,7 +229,7 @@ class SpecialistActivities:
 
     async def _turn(self, turn_id: str) -> Turn:
         async with self._sessions() as db:
-            turn = await db.get(Turn, turn_id)
+            turn = await steps.get_turn(db, turn_id=turn_id)
             assert turn is not None
             return turn
 

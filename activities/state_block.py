@@ -5,27 +5,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from activities.result_sets import export_summary
 from parley.mcp import is_mcp_name
 from parley.resolver import PENDING_CLARIFICATION, Slot
-from store import slots
-from store.models import Action, Turn, User
+from store import actions, identity, slots
+from store.db import Db
+from store.models import Turn
 
 
 async def state_block(
-    db: AsyncSession, turn: Turn, current: dict[str, Slot], *, has_actions: bool = True
+    db: Db, turn: Turn, current: dict[str, Slot], *, has_actions: bool = True
 ) -> dict[str, Any]:
     """The state block: facts the server knows, for the model to read (not obey).
     `has_actions=False`: the caller knows the turn has proposed nothing yet (not read)."""
-    user = await db.get(User, (turn.tenant_id, turn.user_id))
-    action = None
-    if has_actions:
-        action = await db.scalar(
-            select(Action).where(Action.turn_id == turn.id).order_by(Action.created_at.desc())
-        )
+    user = await identity.get_user(db, tenant_id=turn.tenant_id, user_id=turn.user_id)
+    action = await actions.latest_action(db, turn_id=turn.id) if has_actions else None
     return {
         "customer": {"name": user.display_name if user else None},
         "slots": slots.slots_view({k: v for k, v in current.items() if k != PENDING_CLARIFICATION}),

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
-import psycopg
-
+from store.db import DriverConnection
 from store.events import stop_is_recorded
 from store.turns import TurnStopped
 
@@ -27,7 +26,7 @@ Item = TypeVar("Item")
 StopCheck = Callable[[], Awaitable[bool]]
 
 
-def stop_recorded(connection: psycopg.AsyncConnection[Any], turn_id: str) -> StopCheck:
+def stop_recorded(connection: DriverConnection, turn_id: str) -> StopCheck:
     """The check for one turn, on the stream's own connection (free between appends: the
     check runs only while no append is in flight)."""
 

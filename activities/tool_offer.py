@@ -5,19 +5,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from activities.mcp import McpTools
 from activities.skills import SkillTools
 from parley.tenancy import TenantConfig
 from parley.tool_offer import Offer, TurnShape, offer
 from parley.tools import model_tools
 from store import result_sets
-from store.models import Message, Turn
+from store import sessions as session_store
+from store.db import Db
+from store.models import Turn
 
 
 async def offered_tools(
-    db: AsyncSession,
+    db: Db,
     turn: Turn,
     tenant: TenantConfig,
     *,
@@ -30,7 +30,7 @@ async def offered_tools(
     enables skills; less those this turn's shape cannot use. `facts`: the session's facts
     (`result_sets.offer_facts`) when the caller read them already."""
     tools = tenant_tools(tenant) + await mcp.offered(db, turn, tenant) + skills.offered(tenant)
-    message = await db.get(Message, turn.user_message_id)
+    message = await session_store.get_message(db, message_id=turn.user_message_id)
     has_result_sets, recently_used = facts or await result_sets.offer_facts(
         db, session_id=turn.session_id, user_seq=turn.user_seq, recent_turns=recent_turns
     )

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -53,7 +52,8 @@ from parley.statuses import (
 )
 from parley.tools import TOOLS, ProposeEmailArgs, ToolError, parse_arguments
 from parley.wire import ToolData, WarningData
-from store import actions, slots, tenants, turns
+from store import actions, slots, steps, tenants, turns
+from store.db import Db, SessionMaker
 from store.events import append_event
 from store.models import ToolCall, Turn
 
@@ -171,7 +171,7 @@ def _outcome(call: ToolCall) -> ToolOutcome:
 
 
 async def tool_event(
-    db: AsyncSession,
+    db: Db,
     turn_id: str,
     call_id: str,
     name: str,
@@ -188,7 +188,7 @@ class ToolActivities:
     def __init__(
         self,
         *,
-        sessions: async_sessionmaker[AsyncSession],
+        sessions: SessionMaker,
         northwind: NorthwindClient,
         settings: Settings,
         mcp: McpTools | None = None,
@@ -215,7 +215,7 @@ class ToolActivities:
         """Enter `executing_tools` and show the call starting; a call that an earlier attempt
         finished is answered from the store."""
         async with self._sessions() as db:
-            call = await db.get(ToolCall, inp.call_id)
+            call = await steps.get_tool_call(db, call_id=inp.call_id)
             assert call is not None
             if call.status != ToolCallStatus.pending:  # done by an attempt that died reporting it
                 return _outcome(call)
@@ -281,13 +281,14 @@ class ToolActivities:
         status = ToolCallStatus.error if "error" in result else ToolCallStatus.ok
         turn = run.turn
         async with self._sessions() as db:
-            call = await db.get(ToolCall, inp.call_id, with_for_update=True)
+            call = await steps.get_tool_call(db, call_id=inp.call_id, lock=True)
             assert call is not None
             if call.status == ToolCallStatus.pending:
                 if inp.refuse is not None:
                     status = ToolCallStatus.refused
-                call.attempts = activity.info().attempt
-                await turns.store_tool_result(db, call=call, status=status, result=result)
+                await turns.store_tool_result(
+                    db, call=call, status=status, result=result, attempts=activity.info().attempt
+                )
                 await self._remember_referent(db, turn, call, result)
                 if call.name == RUN_SKILL:
                     await skill_events(db, turn.id, result)
@@ -385,7 +386,7 @@ class ToolActivities:
             return {"handoff_id": handoff.id, "status": handoff.status}
 
     async def _remember_referent(
-        self, db: AsyncSession, turn: Turn, call: ToolCall, result: dict[str, Any]
+        self, db: Db, turn: Turn, call: ToolCall, result: dict[str, Any]
     ) -> None:
         """A successful lookup of one order makes it the conversation's active order."""
         order_id: str | None = None

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import json
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -21,14 +20,12 @@ from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
 from parley.logs import late_binder, log_context
-from store.db import autocommit, driver_connection, driver_sql
-from store.models import Turn
+from store import traces
+from store.db import SessionMaker
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +50,7 @@ class TracingInterceptor(Interceptor):
 
     def __init__(
         self,
-        sessions: async_sessionmaker[AsyncSession],
+        sessions: SessionMaker,
         trace_id: Callable[[], str | None] = lambda: None,  # the OTel trace, when tracing is on
     ) -> None:
         self.ledger = SpanLedger(sessions)
@@ -70,9 +67,7 @@ class SpanLedger:
     `drain` writes what is kept at once: a turn's ending step drains before it runs, so the
     spans of the steps before it are stored before the turn's `done` or `error` goes out."""
 
-    def __init__(
-        self, sessions: async_sessionmaker[AsyncSession], gather_s: float = GATHER_S
-    ) -> None:
+    def __init__(self, sessions: SessionMaker, gather_s: float = GATHER_S) -> None:
         self._sessions = sessions
         self._gather_s = gather_s
         self._kept: list[dict[str, Any]] = []
@@ -110,9 +105,7 @@ class SpanLedger:
 
     async def _write(self, spans: list[dict[str, Any]]) -> None:
         try:
-            async with self._sessions() as db:
-                connection = await driver_connection(await autocommit(db))
-                await connection.execute(_INSERT_SPANS, {"spans": json.dumps(spans, default=str)})
+            await traces.insert_spans(self._sessions, spans)
         except Exception:  # the ledger is best effort; the steps' own results stand
             log.warning("could not record %d trace spans", len(spans), exc_info=True)
 
@@ -120,20 +113,6 @@ class SpanLedger:
 # The steps that end a turn or rest it on a card: the ledger is drained before they run.
 ENDINGS = frozenset(
     {"finish_turn", "finalize_turn", "fail_turn", "cancel_turn", "request_confirmation"}
-)
-
-# One statement for any number of spans, so it is prepared once per connection; sent by
-# psycopg itself (several times a turn, and SQLAlchemy's layer costs more than the statement).
-_INSERT_SPANS = driver_sql(
-    """
-    INSERT INTO trace_spans
-        (turn_id, name, attempt, started_at, ended_at, outcome, attrs, otel_trace_id)
-    SELECT turn_id, name, attempt, started_at, ended_at, outcome, attrs, otel_trace_id
-    FROM jsonb_to_recordset(CAST(:spans AS jsonb)) AS s(
-        turn_id text, name text, attempt int, started_at timestamptz, ended_at timestamptz,
-        outcome text, attrs jsonb, otel_trace_id text
-    )
-    """
 )
 
 
@@ -145,7 +124,7 @@ class TurnOwners:
 
     SIZE = 512
 
-    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+    def __init__(self, sessions: SessionMaker) -> None:
         self._sessions = sessions
         self._known: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self._asked: dict[str, asyncio.Future[tuple[str, str] | None]] = {}
@@ -167,13 +146,7 @@ class TurnOwners:
 
     async def _look_up(self, turn_id: str) -> tuple[str, str] | None:
         try:
-            async with self._sessions() as db:
-                await autocommit(db)
-                row = (
-                    await db.execute(
-                        select(Turn.session_id, Turn.tenant_id).where(Turn.id == turn_id)
-                    )
-                ).first()
+            row = await traces.turn_owners(self._sessions, turn_id)
         except Exception:  # logs without the ids beat a step that fails for them
             log.warning("could not look up the owners of turn %s", turn_id, exc_info=True)
             return None

@@ -14,8 +14,6 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -46,10 +44,10 @@ from parley.screens import RETRACTION_TEXT, Screen
 from parley.statuses import FinalizeOutcome, FinishReason, TurnErrorCode
 from parley.tools import args_hash
 from parley.wire import DeltaData, ResetData, RetractedData
-from store import turns
-from store.db import autocommit, driver_connection
+from store import actions, steps, turns
+from store.db import Db, SessionMaker, autocommit, driver_connection
 from store.events import append_event, append_on_driver, withdraw_turn_text
-from store.models import Action, ModelCall, Tenant, Turn, TurnEvent
+from store.models import ModelCall
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +98,7 @@ class TurnActivities:
     def __init__(
         self,
         *,
-        sessions: async_sessionmaker[AsyncSession],
+        sessions: SessionMaker,
         providers: ProviderPool,
         settings: Settings,
         context: ContextBuilder,
@@ -139,18 +137,9 @@ class TurnActivities:
             # The turn locked, the call, and whether its tenant is paused, in one round trip.
             # The state and the attempt's count are committed together, before the stream
             # starts: the stream shows the step before it runs.
-            found = await db.execute(
-                select(Turn, ModelCall, Tenant.paused)
-                .select_from(Turn)
-                .outerjoin(ModelCall, ModelCall.id == inp.model_call_id)
-                .outerjoin(Tenant, Tenant.id == Turn.tenant_id)
-                .where(Turn.id == inp.turn_id)
-                .with_for_update(of=Turn)
+            turn, call, paused = await steps.lock_for_attempt(
+                db, turn_id=inp.turn_id, model_call_id=inp.model_call_id
             )
-            row = found.one_or_none()
-            if row is None:
-                raise LookupError(inp.turn_id)
-            turn, call, paused = row
             assert call is not None, f"model call {inp.model_call_id} is missing"
             if call.finish_reason is not None:
                 # Finished by an attempt that died reporting it, or run again with the rest of
@@ -167,7 +156,7 @@ class TurnActivities:
             message_id = message_id_for_call(call.id)
             if call.attempts:  # only an earlier attempt can have streamed for this message
                 await _reset_partial_stream(db, turn_id=inp.turn_id, message_id=message_id)
-            call.attempts += 1
+            steps.count_attempt(call)
             await db.commit()
             provider, model = call.provider, call.model
             if inp.fallback:
@@ -234,16 +223,18 @@ class TurnActivities:
         async with self._sessions() as db:
             if not requested:
                 await autocommit(db)  # one UPDATE of the call: it commits by itself
-            call = attempt.call
-            db.add(call)  # the row `_begin_attempt` read, written back without a read
-            call.response_text = text
-            call.response_tool_calls = requested or None
-            call.finish_reason = finish.reason
-            call.usage = finish.usage
-            call.first_token_ms = streamed.first_token_ms
-            call.total_ms = (time.monotonic() - streamed.started) * 1000
-            if inp.fallback:
-                call.provider, call.model = attempt.provider, attempt.model
+            call = attempt.call  # the row `_begin_attempt` read, written back without a read
+            steps.record_outcome(
+                db,
+                call,
+                text=text,
+                tool_calls=requested or None,
+                finish_reason=finish.reason,
+                usage=finish.usage,
+                first_token_ms=streamed.first_token_ms,
+                total_ms=(time.monotonic() - streamed.started) * 1000,
+                answered_by=(attempt.provider, attempt.model) if inp.fallback else None,
+            )
             # One commit for the call's outcome and its tool calls: a retry after a crash
             # finds both or neither, so the stored calls always match their results.
             if requested:
@@ -270,9 +261,9 @@ class TurnActivities:
         user takes to answer, so it is screened here, before the card: a declined text is
         withdrawn (its deltas blanked, `retracted`) and the safe text stored instead."""
         async with self._sessions() as db:
-            call = await db.get(ModelCall, inp.model_call_id)
-            action = await db.get(Action, inp.action_id)
-            turn = await db.get(Turn, inp.turn_id)
+            call = await steps.get_call(db, model_call_id=inp.model_call_id)
+            action = await actions.get_action(db, action_id=inp.action_id)
+            turn = await steps.get_turn(db, turn_id=inp.turn_id)
             assert call is not None and action is not None and turn is not None
             text = call.response_text or ""
             resting = turn.state == TurnState.awaiting_confirmation
@@ -291,18 +282,14 @@ class TurnActivities:
             )
             await db.commit()
 
-    async def _declined_by_screen(self, db: AsyncSession, *, turn_id: str) -> bool:
+    async def _declined_by_screen(self, db: Db, *, turn_id: str) -> bool:
         """Whether the output screen declines what the model has said in this turn so far;
         a screen that errors lets it stand (the output screen fails open)."""
         if self._output_screen is None:
             return False
-        texts = await db.scalars(
-            select(ModelCall.response_text)
-            .where(ModelCall.turn_id == turn_id)
-            .order_by(ModelCall.step)
-        )
+        texts = await steps.response_texts(db, turn_id=turn_id)
         try:
-            verdict = await self._output_screen.check("\n".join(t for t in texts if t))
+            verdict = await self._output_screen.check("\n".join(texts))
         except Exception:
             log.warning("output screen failed on a proposal of turn %s", turn_id, exc_info=True)
             return False
@@ -313,7 +300,9 @@ class TurnActivities:
         async with self._sessions() as db:
             # The turn locked and kept, with its call, in one statement: the citations read
             # both from the session, and the ending below needs the lock anyway.
-            turn, call = await _lock_turn_with_call(db, inp.turn_id, inp.model_call_id)
+            turn, call = await steps.lock_with_call(
+                db, turn_id=inp.turn_id, model_call_id=inp.model_call_id
+            )
             text, message_id = call.response_text or "", message_id_for_call(call.id)
             if inp.override_text is not None:
                 text = inp.override_text
@@ -368,22 +357,6 @@ class TurnActivities:
             await db.commit()
 
 
-async def _lock_turn_with_call(
-    db: AsyncSession, turn_id: str, model_call_id: str
-) -> tuple[Turn, ModelCall]:
-    """The turn's row, locked (`FOR UPDATE` of the turn only), and the model call."""
-    found = await db.execute(
-        select(Turn, ModelCall)
-        .select_from(Turn)
-        .outerjoin(ModelCall, ModelCall.id == model_call_id)
-        .where(Turn.id == turn_id)
-        .with_for_update(of=Turn)
-    )
-    turn, call = found.one()
-    assert call is not None
-    return turn, call
-
-
 def _refuse_if_paused(paused: bool | None) -> None:
     """A paused tenant's turn calls no model: it ends with `agent_paused` (retryable)."""
     if paused:
@@ -435,18 +408,9 @@ def _result(call: ModelCall) -> CallModelResult:
     )
 
 
-async def _reset_partial_stream(db: AsyncSession, *, turn_id: str, message_id: str) -> None:
+async def _reset_partial_stream(db: Db, *, turn_id: str, message_id: str) -> None:
     """If an earlier attempt streamed text for this message, tell clients to drop it."""
-    last = await db.scalar(
-        select(TurnEvent.type)
-        .where(
-            TurnEvent.turn_id == turn_id,
-            TurnEvent.type.in_(["delta", "reset"]),
-            TurnEvent.data["message_id"].astext == message_id,
-        )
-        .order_by(TurnEvent.id.desc())
-        .limit(1)
-    )
+    last = await steps.last_stream_event(db, turn_id=turn_id, message_id=message_id)
     if last == EventType.delta:
         await append_event(
             db,

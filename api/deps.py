@@ -9,13 +9,13 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client, Interceptor
 
 from api.streaming import EventHub, StreamRegistry
 from parley.config import Settings
 from parley.errors import Unauthenticated
 from parley.logs import bind_log_context
+from store.db import Db, SessionMaker
 from store.identity import Identity, identity_for_token
 
 log = logging.getLogger(__name__)
@@ -51,15 +51,15 @@ async def get_settings_dep(request: Request) -> Settings:
     return request.app.state.settings
 
 
-async def get_sessions(request: Request) -> async_sessionmaker[AsyncSession]:
+async def get_sessions(request: Request) -> SessionMaker:
     return request.app.state.sessions
 
 
-async def get_autocommit_sessions(request: Request) -> async_sessionmaker[AsyncSession]:
+async def get_autocommit_sessions(request: Request) -> SessionMaker:
     return request.app.state.autocommit_sessions
 
 
-async def get_db(request: Request) -> AsyncIterator[AsyncSession]:
+async def get_db(request: Request) -> AsyncIterator[Db]:
     async with request.app.state.sessions() as db:
         yield db
 
@@ -80,7 +80,7 @@ _bearer = HTTPBearer(auto_error=False)
 
 
 async def current_identity(
-    db: Annotated[AsyncSession, Depends(get_db)],
+    db: Annotated[Db, Depends(get_db)],
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Identity:
     if credentials is None or not credentials.credentials:
@@ -93,10 +93,10 @@ async def current_identity(
 
 
 AppSettings = Annotated[Settings, Depends(get_settings_dep)]
-DbSession = Annotated[AsyncSession, Depends(get_db)]
-Sessions = Annotated[async_sessionmaker[AsyncSession], Depends(get_sessions)]
+DbSession = Annotated[Db, Depends(get_db)]
+Sessions = Annotated[SessionMaker, Depends(get_sessions)]
 # Sessions without a transaction, for work that is one statement (store/db.py).
-AutocommitSessions = Annotated[async_sessionmaker[AsyncSession], Depends(get_autocommit_sessions)]
+AutocommitSessions = Annotated[SessionMaker, Depends(get_autocommit_sessions)]
 CurrentUser = Annotated[Identity, Depends(current_identity)]
 Temporal = Annotated[TemporalConnector, Depends(get_temporal)]
 Hub = Annotated[EventHub, Depends(get_hub)]

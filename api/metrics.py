@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from prometheus_client import Counter, Gauge
-from sqlalchemy import event
-from sqlalchemy.ext.asyncio import AsyncEngine
+
+from store.db import Engine, count_work
 
 MESSAGES_POSTED = Counter(
     "parley_messages_posted_total", "User messages posted, by outcome", ["outcome"]
@@ -23,15 +23,6 @@ DB_CHECKOUTS = Counter(
 )
 
 
-def count_database_work(engine: AsyncEngine) -> None:
+def count_database_work(engine: Engine) -> None:
     """Count the engine's statements and pool checkouts (the bench reports them per turn)."""
-    event.listen(engine.sync_engine, "before_cursor_execute", _statement)
-    event.listen(engine.sync_engine.pool, "checkout", _checkout)
-
-
-def _statement(*_: object) -> None:
-    DB_STATEMENTS.inc()
-
-
-def _checkout(*_: object) -> None:
-    DB_CHECKOUTS.inc()
+    count_work(engine, on_statement=DB_STATEMENTS.inc, on_checkout=DB_CHECKOUTS.inc)

@@ -20,9 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Itera
 from datetime import timedelta
 from typing import Any
 
-import psycopg
 from pydantic import ValidationError
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from sse_starlette.sse import SendTimeoutError
 from starlette.types import Message, Receive, Scope, Send
@@ -33,8 +31,10 @@ from parley.errors import NotFound, RateLimited
 from parley.wire import event_data
 from store import events as store_events
 from store import limits, viewers
-from store.events import NOTIFY_CHANNEL, StoredEvent, parse_notification
+from store.db import Db, SessionMaker
+from store.events import StoredEvent, parse_notification
 from store.identity import Identity
+from store.listener import listen_for_events
 from store.sessions import TURN_NOT_FOUND
 
 log = logging.getLogger(__name__)
@@ -127,16 +127,9 @@ class EventHub:
     async def _listen_forever(self) -> None:
         while True:
             try:
-                async with await psycopg.AsyncConnection.connect(
-                    self._conninfo, autocommit=True
-                ) as conn:
-                    await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
-                    self.listening.set()
-                    # Anything committed while we were not listening is picked up by polls.
-                    for waiters in list(self._waiters.values()):
-                        for doorbell in waiters:
-                            doorbell.ring([])
-                    await self._relay(conn)
+                await listen_for_events(
+                    self._conninfo, on_listening=self._listening, on_payload=self._ring
+                )
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -144,32 +137,12 @@ class EventHub:
                 log.warning("event listener lost its connection; reconnecting", exc_info=True)
                 await asyncio.sleep(1.0)
 
-    async def _relay(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        """Ring for every notification until the connection fails. One reader stays on the
-        socket for the connection's life and takes every notification a read brings
-        (psycopg's `notifies()` adds and removes a reader, and runs a generator, for each)."""
-        loop = asyncio.get_running_loop()
-        pgconn, encoding = conn.pgconn, conn.info.encoding
-        lost: asyncio.Future[None] = loop.create_future()
-
-        def readable() -> None:
-            try:
-                pgconn.consume_input()  # raises once the server has closed the connection
-                while (note := pgconn.notifies()) is not None:
-                    self._ring(note.extra.decode(encoding))
-                if pgconn.status != psycopg.pq.ConnStatus.OK:
-                    raise psycopg.OperationalError("the listener's connection is closed")
-            except Exception as exc:
-                if not lost.done():
-                    lost.set_exception(exc)
-
-        socket = pgconn.socket
-        loop.add_reader(socket, readable)
-        try:
-            readable()  # what arrived with the LISTEN's answer
-            await lost
-        finally:
-            loop.remove_reader(socket)
+    def _listening(self) -> None:
+        self.listening.set()
+        # Anything committed while we were not listening is picked up by polls.
+        for waiters in list(self._waiters.values()):
+            for doorbell in waiters:
+                doorbell.ring([])
 
 
 class TurnEventResponse(EventSourceResponse):
@@ -216,7 +189,7 @@ class Viewer:
 async def turn_event_stream(
     *,
     hub: EventHub,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: SessionMaker,
     turn_id: str,
     after: int,
     viewer: Viewer | None = None,
@@ -232,7 +205,7 @@ async def turn_event_stream(
 async def turn_event_batches(
     *,
     hub: EventHub,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: SessionMaker,
     turn_id: str,
     after: int,
     viewer: Viewer | None = None,
@@ -318,7 +291,7 @@ class StreamRegistry:
     def __init__(
         self,
         *,
-        sessions: async_sessionmaker[AsyncSession],
+        sessions: SessionMaker,
         cancel_turn: Callable[[str], Awaitable[None]],
         max_per_user: int,
         grace_s: float,
@@ -333,9 +306,7 @@ class StreamRegistry:
         self._renewer: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
-    async def reserve(
-        self, db: AsyncSession, owner: Identity, session_id: str, turn_id: str
-    ) -> str:
+    async def reserve(self, db: Db, owner: Identity, session_id: str, turn_id: str) -> str:
         """A lease on one of the user's open streams of the owner's turn (404 when it is not
         theirs), or 429 at the limit; committed in the caller's session (the request's own,
         which has just authenticated the caller)."""

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -29,6 +28,7 @@ from parley.contracts import (
 )
 from parley.ids import workflow_id_for_turn
 from store import outbox, turns
+from store.db import SessionMaker
 
 log = logging.getLogger(__name__)
 
@@ -38,9 +38,7 @@ FIRST_RETRY_S = 0.05
 MAX_RETRY_S = 0.4
 
 
-async def cancel_turn_workflow(
-    client: Client, sessions: async_sessionmaker[AsyncSession], *, turn_id: str
-) -> None:
+async def cancel_turn_workflow(client: Client, sessions: SessionMaker, *, turn_id: str) -> None:
     """Record the Stop, then cancel the turn's workflow. Raises `TurnFinished` (nothing
     recorded) when the turn has already ended: its ending stands.
 

@@ -11,20 +11,20 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from parley.erasure import ERASURE_WORKFLOW, ErasureInput, ErasureReceipt, erasure_workflow_id
 from store import erasure
+from store.db import SessionMaker
 
 log = logging.getLogger(__name__)
 
 
 async def start_erasure(
     client: Client,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: SessionMaker,
     inp: ErasureInput,
     *,
     task_queue: str,
@@ -52,7 +52,7 @@ async def start_erasure(
 
 async def sweep_erasures(
     client: Client,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: SessionMaker,
     *,
     task_queue: str,
     grace: timedelta,

@@ -20,7 +20,6 @@ import asyncio
 import logging
 from datetime import timedelta
 
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import (
     SearchAttributePair,
@@ -47,6 +46,7 @@ from parley.ids import workflow_id_for_turn
 from parley.statuses import TurnErrorCode
 from parley.wire import ErrorData
 from store import outbox, tenants
+from store.db import SessionMaker
 
 # A turn's workflow runs at most this much longer than its confirmation wait; past that
 # Temporal closes it and the abandoned-turn sweep ends the row.
@@ -99,7 +99,7 @@ async def start_turn_workflow(
 
 async def start_and_record(
     client: Client,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: SessionMaker,
     inp: TurnInput,
     *,
     task_queue: str,
@@ -121,7 +121,7 @@ async def start_and_record(
 
 async def sweep_once(
     client: Client,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: SessionMaker,
     *,
     task_queue: str,
     grace: timedelta,
@@ -147,9 +147,7 @@ async def sweep_once(
     return len(pending)
 
 
-async def _end_if_paused(
-    sessions: async_sessionmaker[AsyncSession], turn_id: str, tenant_id: str
-) -> bool:
+async def _end_if_paused(sessions: SessionMaker, turn_id: str, tenant_id: str) -> bool:
     """A paused tenant's turn is not started: it ends with `agent_paused` (retryable)."""
     async with sessions() as db:
         if not await tenants.is_paused(db, tenant_id=tenant_id):
@@ -165,7 +163,7 @@ async def _end_if_paused(
 
 
 async def end_abandoned_turns(
-    client: Client, sessions: async_sessionmaker[AsyncSession], *, quiet_for: timedelta = QUIET_FOR
+    client: Client, sessions: SessionMaker, *, quiet_for: timedelta = QUIET_FOR
 ) -> int:
     """End every open turn whose workflow has closed (or never existed); return how many."""
     async with sessions() as db:
@@ -198,7 +196,7 @@ async def end_abandoned_turns(
 
 async def sweep_forever(
     client: Client,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: SessionMaker,
     *,
     task_queue: str,
     grace: timedelta,

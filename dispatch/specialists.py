@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -29,6 +28,7 @@ from parley.contracts import (
 )
 from parley.ids import specialist_workflow_id
 from store import interactions
+from store.db import SessionMaker
 from store.models import SpecialistAnswer
 
 log = logging.getLogger(__name__)
@@ -40,9 +40,7 @@ async def deliver_answer(client: Client, *, turn_id: str, answer: InteractionAns
     await handle.signal(ANSWER_INTERACTION_SIGNAL, answer)
 
 
-async def deliver_and_record(
-    client: Client, sessions: async_sessionmaker[AsyncSession], row: SpecialistAnswer
-) -> None:
+async def deliver_and_record(client: Client, sessions: SessionMaker, row: SpecialistAnswer) -> None:
     """Signal the stored answer, then mark its outbox row delivered. A specialist that has
     ended (its wait ran out, its turn was stopped) has nobody to take it: marked too."""
     answer = InteractionAnswer(row.interaction_id, row.value)
@@ -57,9 +55,7 @@ async def deliver_and_record(
         await db.commit()
 
 
-async def sweep_answers(
-    client: Client, sessions: async_sessionmaker[AsyncSession], *, grace: timedelta
-) -> int:
+async def sweep_answers(client: Client, sessions: SessionMaker, *, grace: timedelta) -> int:
     """Deliver every answer the API did not mark delivered within `grace`; return how many."""
     async with sessions() as db:
         pending = await interactions.undelivered_answers(db, older_than=grace)

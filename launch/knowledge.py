@@ -10,13 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from gateway.embeddings import Embedder, build_embedder
 from parley.config import Settings
 from parley.knowledge import Document, chunk_document, parse_document
 from store import knowledge as knowledge_store
-from store.db import create_engine, session_factory
+from store.db import Db, create_engine, session_factory
 
 KNOWLEDGE_DIR = Path(__file__).resolve().parent / "knowledge"
 EMBED_BATCH = 32
@@ -34,7 +32,7 @@ def read_library(directory: Path = KNOWLEDGE_DIR) -> dict[str, list[Document]]:
 
 
 async def load_library(
-    db: AsyncSession,
+    db: Db,
     library: Mapping[str, Sequence[Document]],
     *,
     embedder: Embedder | None = None,
@@ -56,7 +54,7 @@ async def load_library(
     return lines
 
 
-async def embed_chunks(db: AsyncSession, tenant_id: str, embedder: Embedder) -> int:
+async def embed_chunks(db: Db, tenant_id: str, embedder: Embedder) -> int:
     """Embed the tenant's current chunks that `embedder`'s model has not embedded yet."""
     pending = await knowledge_store.chunks_to_embed(db, tenant_id=tenant_id, model=embedder.model)
     for start in range(0, len(pending), EMBED_BATCH):

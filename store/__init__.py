@@ -2,9 +2,15 @@
 
 One module per stage of a conversation: `sessions` (sessions, messages, reads for the API),
 `posting` (a user message, admission, retry), `turns` (a turn's progress and endings, and the
-one function that moves its state), `actions` (proposals and confirmations), `viewers` (who
-watches a turn), `outbox` (the start outbox's queries), `events` (the per-turn event log),
-beside `identity`, `tenants` and `slots`.
+one function that moves its state), `steps` (a turn's model calls and the reads its steps
+make), `context_rows` (the context build's one-statement read), `actions` (proposals and
+confirmations), `viewers` (who watches a turn), `outbox` (the start outbox's queries),
+`events` (the per-turn event log) and `listener` (its LISTEN connection), `traces` (the
+trace ledger), beside `identity`, `tenants` and `slots`.
+
+Only this package imports SQLAlchemy or psycopg (tests/unit/test_layout.py). Callers name a
+unit of work `store.db.Db` and its factory `store.db.SessionMaker`, and reach the database
+through the functions here.
 
 The transaction rule, kept by every module here: repository functions add, flush and lock,
 but never commit or roll back. The caller that opened the unit of work commits it: an API

@@ -9,6 +9,7 @@ session, tenant and user. Everything here runs in the caller's transaction (see 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -180,3 +181,25 @@ async def set_action_status(
     if result.scalar() is None:
         return None
     return await db.get(Action, action_id, populate_existing=True)
+
+
+async def get_action(db: AsyncSession, *, action_id: str) -> Action | None:
+    """The action (from the session's identity map when it holds it)."""
+    return await db.get(Action, action_id)
+
+
+async def latest_action(db: AsyncSession, *, turn_id: str) -> Action | None:
+    """The turn's most recent action, if it proposed any."""
+    return await db.scalar(
+        select(Action).where(Action.turn_id == turn_id).order_by(Action.created_at.desc())
+    )
+
+
+async def actions_in(
+    db: AsyncSession, *, turn_id: str, statuses: Sequence[ActionStatus]
+) -> list[Action]:
+    """The turn's actions in any of these statuses."""
+    found = await db.scalars(
+        select(Action).where(Action.turn_id == turn_id, Action.status.in_(statuses))
+    )
+    return list(found)

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import re
 import select
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeAlias
 
 import psycopg
-from sqlalchemy import event, exc
+from sqlalchemy import event, exc, text
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import (
     AsyncConnection,
     AsyncEngine,
@@ -27,6 +29,17 @@ from sqlalchemy.ext.asyncio import (
     async_sessionmaker,
     create_async_engine,
 )
+
+# The names callers outside store/ use: a unit of work (repository functions take it as
+# `db`), the factory that opens one (`async with sessions() as db`), and an engine. Callers
+# never import SQLAlchemy or psycopg themselves (tests/unit/test_layout.py).
+Db: TypeAlias = AsyncSession
+SessionMaker: TypeAlias = async_sessionmaker[AsyncSession]
+Engine: TypeAlias = AsyncEngine
+# psycopg's own connection under a SQLAlchemy one (`driver_connection`).
+DriverConnection: TypeAlias = "psycopg.AsyncConnection[Any]"
+# What a statement the database refused, or could not run, raises.
+StoreError = SQLAlchemyError
 
 
 def sqlalchemy_url(url: str) -> str:
@@ -133,3 +146,31 @@ def driver_sql(sql: str) -> str:
 
 # The pattern SQLAlchemy's `text()` finds its bind names with.
 _TEXT_BIND = re.compile(r"(?<![:\w\\]):(\w+)(?!:)")
+
+
+async def ping(db: AsyncSession) -> None:
+    """One round trip (`SELECT 1`); raises while the database is unreachable."""
+    await db.execute(_PING)
+
+
+_PING = text("SELECT 1")
+
+
+def is_unreachable(exc: BaseException) -> bool:
+    """Whether an error says the database could not be reached (or the connection was lost),
+    as opposed to a statement the database refused."""
+    if isinstance(exc, OperationalError | InterfaceError):
+        return True
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return True
+    # A driver may raise the socket's own error when it cannot connect at all.
+    return isinstance(exc, ConnectionError | FileNotFoundError)
+
+
+def count_work(
+    engine: AsyncEngine, *, on_statement: Callable[[], None], on_checkout: Callable[[], None]
+) -> None:
+    """Call `on_statement` for every statement the engine sends and `on_checkout` for every
+    connection its pool hands out (the metrics the bench reports per turn)."""
+    event.listen(engine.sync_engine, "before_cursor_execute", lambda *_: on_statement())
+    event.listen(engine.sync_engine.pool, "checkout", lambda *_: on_checkout())

@@ -36,6 +36,20 @@ async def available(db: AsyncSession) -> bool:
     return bool(found)
 
 
+# Databases seen to hold message vectors, by URL. Once the table is there it stays (no
+# migration drops it): asked once per process, not per turn. Its absence is asked again, in
+# case a migration adds it meanwhile.
+_VECTORS_SEEN: set[str] = set()
+
+
+async def available_once_seen(db: AsyncSession) -> bool:
+    """`available`, asked of each database only until it says yes."""
+    url = str(db.get_bind().engine.url)
+    if url not in _VECTORS_SEEN and await available(db):
+        _VECTORS_SEEN.add(url)
+    return url in _VECTORS_SEEN
+
+
 async def unembedded(
     db: AsyncSession, *, session_id: str, model: str, limit: int
 ) -> list[Unembedded]:

@@ -148,9 +148,19 @@ def _wire(type_: EventType, data: BaseModel) -> dict[str, Any]:
     return data.model_dump(mode="json")
 
 
-_APPEND_SQL = f"""
+# How an append takes its ids: the turn's counter moves by the batch's size (and, for an
+# append that moves the turn, its state changes in the same UPDATE).
+_COUNT = "UPDATE turns SET last_event_id = last_event_id + :n, updated_at = now()"
+_COUNT_AND_MOVE = (
+    "UPDATE turns SET last_event_id = last_event_id + :n, updated_at = now(), state = :state"
+)
+
+
+def _append_sql(count: str) -> str:
+    """The append statement around one of the counter updates above."""
+    return f"""
     WITH counter AS (
-        UPDATE turns SET last_event_id = last_event_id + :n, updated_at = now()
+        {count}
         WHERE id = :turn_id
         RETURNING last_event_id - :n AS base, cancel_requested_at IS NOT NULL AS stopped
     ), inserted AS (
@@ -167,11 +177,11 @@ _APPEND_SQL = f"""
     ), (SELECT stopped FROM counter)
     FROM inserted
     """
-_APPEND = text(_APPEND_SQL)
-_COUNTER_SET = "SET last_event_id = last_event_id + :n, updated_at = now()"
-assert _COUNTER_SET in _APPEND_SQL
-_APPEND_MOVING = text(_APPEND_SQL.replace(_COUNTER_SET, _COUNTER_SET + ", state = :state", 1))
-_APPEND_DRIVER = driver_sql(_APPEND_SQL)
+
+
+_APPEND = text(_append_sql(_COUNT))
+_APPEND_MOVING = text(_append_sql(_COUNT_AND_MOVE))
+_APPEND_DRIVER = driver_sql(_append_sql(_COUNT))
 
 
 @dataclass(frozen=True)
@@ -238,4 +248,17 @@ _WITHDRAW_DELTAS = text(
 _WITHDRAW_MESSAGES = text(
     "UPDATE messages SET text = '' "
     "WHERE turn_id = :turn_id AND role = 'assistant' AND tool_calls IS NOT NULL"
+)
+
+
+async def has_warning(db: AsyncSession, *, turn_id: str, code: str) -> bool:
+    """Whether the turn's log already holds a `warning` with this code (a warning a turn
+    gives once, however many steps meet its cause)."""
+    found = await db.scalar(_WARNED, {"turn_id": turn_id, "code": code})
+    return found is not None
+
+
+_WARNED = text(
+    "SELECT 1 FROM turn_events"
+    " WHERE turn_id = :turn_id AND type = 'warning' AND data ->> 'code' = :code LIMIT 1"
 )

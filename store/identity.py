@@ -155,3 +155,8 @@ async def demo_customers(db: AsyncSession) -> list[User]:
     # A stored user who has since been given a role is no longer offered.
     found = {(user.tenant_id, user.id): user for user in rows if not user.roles}
     return [found[key] for key in customers if key in found]
+
+
+async def get_user(db: AsyncSession, *, tenant_id: str, user_id: str) -> User | None:
+    """The user (from the session's identity map when it holds it)."""
+    return await db.get(User, (tenant_id, user_id))

@@ -12,7 +12,7 @@ from parley.errors import NotFound
 from parley.ids import new_id
 from store import limits
 from store.identity import Identity
-from store.models import ChatSession, Message, Turn
+from store.models import ChatSession, Message, Tenant, Turn
 
 SESSION_NOT_FOUND = "session not found"
 TURN_NOT_FOUND = "turn not found"
@@ -136,4 +136,29 @@ _TURN = (
         Turn.user_id == bindparam("user_id"),
         ChatSession.deleted_at.is_(None),
     )
+)
+
+
+async def get_message(db: AsyncSession, *, message_id: str) -> Message | None:
+    """The message (from the session's identity map when it holds it)."""
+    return await db.get(Message, message_id)
+
+
+async def get_chat_session(db: AsyncSession, *, session_id: str) -> ChatSession | None:
+    """The session's row (from the session's identity map when it holds it)."""
+    return await db.get(ChatSession, session_id)
+
+
+async def with_tenant(db: AsyncSession, *, session_id: str) -> ChatSession | None:
+    """The session's row, its tenant's row read in the same round trip (later reads of the
+    tenant are then answered from the session's identity map)."""
+    held = (await db.execute(_WITH_TENANT, {"session_id": session_id})).one_or_none()
+    return None if held is None else held[0]
+
+
+_WITH_TENANT = (
+    select(ChatSession, Tenant)
+    .select_from(ChatSession)
+    .outerjoin(Tenant, Tenant.id == ChatSession.tenant_id)
+    .where(ChatSession.id == bindparam("session_id"))
 )

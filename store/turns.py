@@ -216,11 +216,19 @@ async def store_tool_requests(
 
 
 async def store_tool_result(
-    db: AsyncSession, *, call: ToolCall, status: ToolCallStatus, result: dict[str, Any]
+    db: AsyncSession,
+    *,
+    call: ToolCall,
+    status: ToolCallStatus,
+    result: dict[str, Any],
+    attempts: int | None = None,
 ) -> None:
-    """Record a tool call's outcome and append it to the transcript as a `tool` message."""
+    """Record a tool call's outcome (and how many attempts it took, when given) and append it
+    to the transcript as a `tool` message."""
     turn = await db.get(Turn, call.turn_id, with_for_update=True)
     assert turn is not None
+    if attempts is not None:
+        call.attempts = attempts
     call.status = status
     call.result = result
     call.completed_at = datetime.now(UTC)

@@ -166,3 +166,13 @@ async def hinted_keys(db: AsyncSession, *, session_id: str, through_seq: int) ->
     for value in requests:
         keys.update(str(k) for k in value or [])
     return sorted(keys)
+
+
+async def pinned_keys(db: AsyncSession, *, session_id: str) -> set[str]:
+    """The memory keys of the session's pinned copies of durable items."""
+    found = await db.scalars(
+        select(PinnedFactRow.memory_key).where(
+            PinnedFactRow.session_id == session_id, PinnedFactRow.memory_key.is_not(None)
+        )
+    )
+    return {key for key in found if key is not None}

@@ -14,7 +14,6 @@ from parley.statuses import Decision
 from parley.wire import ActionView
 from store import actions, tenants
 from store import sessions as store_sessions
-from store.models import Action
 
 router = APIRouter(
     prefix="/v1/sessions/{session_id}/actions",
@@ -45,7 +44,7 @@ async def _resolve(
     except ActionResolved:
         # The same answer again: its first delivery may have been lost, so deliver it again
         # (the turn takes a decision once) before answering 409.
-        answered = await db.get(Action, action_id)
+        answered = await actions.get_action(db, action_id=action_id)
         if answered is not None and answered.status == decision:
             again = ((answered.turn_id, ResolveActionSignal(action_id, decision)),)
             await db.rollback()

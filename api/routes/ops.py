@@ -7,10 +7,10 @@ import asyncio
 from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from sqlalchemy import text
 
 from api.deps import DbSession, Temporal
 from api.schemas import Health, Readiness
+from store.db import ping
 
 router = APIRouter(tags=["operations"])
 
@@ -30,7 +30,7 @@ async def readyz(db: DbSession, temporal: Temporal) -> JSONResponse:
     """The database and Temporal are reachable."""
     checks: dict[str, str] = {}
     try:
-        await db.execute(text("SELECT 1"))
+        await ping(db)
         checks["database"] = "ok"
     except Exception as exc:
         checks["database"] = f"unreachable: {type(exc).__name__}"

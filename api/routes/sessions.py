@@ -16,9 +16,8 @@ from dispatch.summaries import ask_for_summary
 from parley.erasure import ErasureInput
 from parley.errors import NotFound, RateLimited, TurnFinished, TurnInProgress
 from parley.wire import MessageView
-from store import actions, erasure, files, forget, slots
+from store import actions, erasure, files, forget, slots, steps
 from store import sessions as store_sessions
-from store.models import Turn
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +51,9 @@ async def get_session(
 ) -> SessionDetail:
     """One session with its active turn, pending action and slots (for resume after reload)."""
     session = await store_sessions.get_session(db, owner=user, session_id=session_id)
-    active = await db.get(Turn, session.active_turn_id) if session.active_turn_id else None
+    active = (
+        await steps.get_turn(db, turn_id=session.active_turn_id) if session.active_turn_id else None
+    )
     pending = await actions.pending_action(db, session_id=session_id)
     current = await slots.get_slots(db, session_id=session_id)
     return SessionDetail.build(

@@ -9,7 +9,6 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Response
 from pydantic import WithJsonSchema
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from api.deps import (
@@ -53,9 +52,10 @@ from parley.errors import (
     TurnNotRetryable,
 )
 from parley.wire import TurnStreamEvent
-from store import actions, posting
+from store import actions, posting, steps
 from store import sessions as store_sessions
-from store.models import Message, SpecialistAnswer, Turn
+from store.db import SessionMaker
+from store.models import SpecialistAnswer, Turn
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +130,7 @@ async def post_message(
 
 async def _start(
     temporal: TemporalConnector,
-    sessions: async_sessionmaker[AsyncSession],  # marking it started is one statement
+    sessions: SessionMaker,  # marking it started is one statement
     settings: Settings,
     turn: Turn,
     turn_number: int | None = None,
@@ -176,7 +176,7 @@ async def send_signals(
 
 async def send_answers(
     temporal: TemporalConnector,
-    sessions: async_sessionmaker[AsyncSession],  # marking it delivered is one statement
+    sessions: SessionMaker,  # marking it delivered is one statement
     answers: tuple[SpecialistAnswer, ...],
 ) -> None:
     """Deliver committed answers to the specialists waiting for them and mark them delivered
@@ -222,7 +222,7 @@ async def cancel_turn(
     await db.rollback()  # the Stop is recorded under the row lock, in its own transaction
     client = await asyncio.wait_for(temporal.get(), START_TIMEOUT_S)
     await cancel_turn_workflow(client, sessions, turn_id=turn_id)
-    await db.refresh(turn)
+    await steps.read_again(db, turn)
     return CancelOut(turn=TurnOut.from_row(turn, settings=settings))
 
 
@@ -255,7 +255,7 @@ async def retry_turn(
     )
     await db.commit()  # the new turn (the start outbox) before its start
     await _start(temporal, one_statement, settings, turn)
-    message = await db.get(Message, turn.user_message_id)
+    message = await store_sessions.get_message(db, message_id=turn.user_message_id)
     assert message is not None
     return TurnStarted.build(session_id=session_id, turn_id=turn.id, message=message)
 

@@ -40,6 +40,11 @@ DOMAIN_MAY_NOT_IMPORT = ("store", "api", "activities", "workflows", "worker", "l
 # Workflow code is deterministic orchestration: it never reaches for a database or the web.
 WORKFLOWS_MAY_NOT_IMPORT = ("sqlalchemy", "psycopg", "fastapi", "httpx", "store", "api")
 
+# The database has one home: only `store` (its migrations included) speaks SQLAlchemy or
+# psycopg; everything else calls its named functions and names its types (`store.db.Db`).
+DATABASE_LIBRARIES = ("sqlalchemy", "psycopg")
+DATABASE_HOME = "store"
+
 
 def _product_files() -> Iterator[Path]:
     for package in PACKAGES:
@@ -140,6 +145,23 @@ def test_workflow_code_imports_no_database_or_web_library() -> None:
         if _top(imported) in WORKFLOWS_MAY_NOT_IMPORT
     }
     assert not offending, sorted(offending)
+
+
+def test_only_the_store_imports_a_database_library() -> None:
+    offending = {
+        f"{name} imports {imported}"
+        for name, path in MODULES.items()
+        if _top(name) != DATABASE_HOME
+        for imported in _imports(path)
+        if _top(imported) in DATABASE_LIBRARIES
+    }
+    assert not offending, sorted(offending)
+
+
+def test_the_database_rule_sees_the_store() -> None:
+    """Guards the guard: the store's own imports of the libraries are found."""
+    assert "sqlalchemy" in {_top(m) for m in _imports(MODULES["store.db"])}
+    assert "psycopg" in {_top(m) for m in _imports(MODULES["store.listener"])}
 
 
 def test_there_is_no_import_cycle() -> None:

@@ -22,7 +22,6 @@ from sqlalchemy import (
     literal_column,
     select,
 )
-from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
 from parley.context import WindowMessage
@@ -31,6 +30,7 @@ from parley.prompt import Memory, StoredSummary
 from parley.resolver import PENDING_CLARIFICATION, Slot
 from parley.tokens import TokenCounter
 from store import memory as memory_store
+from store.db import Db
 from store.models import (
     ChatSession,
     ConversationSummary,
@@ -44,6 +44,7 @@ from store.models import (
     Turn,
     User,
 )
+from store.steps import step_call
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,7 @@ class SessionFacts:
 
 
 async def turn_with_rows(
-    db: AsyncSession, turn_id: str, step: int, *, lock: bool, recent_turns: int
+    db: Db, turn_id: str, step: int, *, lock: bool, recent_turns: int
 ) -> tuple[Turn, Sequence[Any] | None, SessionFacts]:
     """The turn (its row locked, with `lock`) and the rows every phase reads: its user
     message, user, session and tenant, and the step's model call if an earlier attempt stored
@@ -169,18 +170,16 @@ _UNLOCKED = _statement(lock=False)
 
 
 async def packed_before(
-    db: AsyncSession, turn: Turn, step: int, held: Sequence[Any] | None
+    db: Db, turn: Turn, step: int, held: Sequence[Any] | None
 ) -> ModelCall | None:
     """The step's model call an earlier attempt stored, if any."""
     if held is not None:
         return cast(ModelCall | None, held[-1])
-    return await db.scalar(
-        select(ModelCall).where(ModelCall.turn_id == turn.id, ModelCall.step == step)
-    )
+    return await step_call(db, turn_id=turn.id, step=step)
 
 
 async def window_messages(
-    db: AsyncSession,
+    db: Db,
     turn: Turn,
     summary_through: int | None,
     counter: TokenCounter,
@@ -200,7 +199,7 @@ async def window_messages(
     )
 
 
-async def memory_read_again(db: AsyncSession, turn: Turn, read: SessionFacts) -> SessionFacts:
+async def memory_read_again(db: Db, turn: Turn, read: SessionFacts) -> SessionFacts:
     """`read` with the session's summary and pinned facts as they stand now (the build
     pinned some after reading them with the turn)."""
     summary, pinned = await memory_store.summary_and_facts(db, session_id=turn.session_id)
@@ -213,7 +212,7 @@ def _through(summary: StoredSummary | None) -> int | None:
 
 
 async def session_memory(
-    db: AsyncSession, turn: Turn, current: dict[str, Slot], read: SessionFacts | None = None
+    db: Db, turn: Turn, current: dict[str, Slot], read: SessionFacts | None = None
 ) -> Memory:
     """The session's summary, pinned facts and slots (slots outrank summary lines); `read`:
     the summary and facts as the build read them (None: read here)."""

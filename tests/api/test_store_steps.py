@@ -1,0 +1,104 @@
+"""The named statements a turn's steps call (store/steps.py, store/events.py), each against a
+turn the shared stack has just answered. Writes happen in transactions that are rolled back,
+so the turn stays as the stack left it."""
+
+from __future__ import annotations
+
+import pytest
+import pytest_asyncio
+
+from parley.contracts import EventType, TurnState
+from parley.ids import message_id_for_call
+from parley.wire import WarningData
+from store import events, steps, traces
+from store.db import SessionMaker
+from tests.support.client import ParleyClient
+
+QUESTION = "What can you help me with today?"
+
+
+@pytest_asyncio.fixture
+async def answered(priya: ParleyClient) -> str:
+    """A plain turn of Priya's, ended `done`."""
+    session_id = await priya.new_session()
+    turn_id, seen = await priya.turn(session_id, QUESTION)
+    assert seen[-1].type == "done"
+    return turn_id
+
+
+async def test_a_steps_reads_find_the_turns_question_call_and_answer(
+    sessions: SessionMaker, answered: str
+) -> None:
+    owners = await traces.turn_owners(sessions, answered)
+    assert owners is not None and owners.tenant_id
+    assert await traces.turn_owners(sessions, "turn-that-is-not") is None
+    async with sessions() as db:
+        call = await steps.step_call(db, turn_id=answered, step=0)
+        assert call is not None and call.finish_reason is not None
+        assert await steps.question(db, turn_id=answered) == QUESTION
+        texts = await steps.response_texts(db, turn_id=answered)
+        assert texts and texts[0] == call.response_text
+        tools = await steps.first_step_tools(db, turn_id=answered)
+        assert isinstance(tools, list)
+        last = await steps.last_stream_event(
+            db, turn_id=answered, message_id=message_id_for_call(call.id)
+        )
+        assert last == EventType.delta
+        assert await steps.last_stream_event(db, turn_id=answered, message_id="nope") is None
+        assert await steps.question(db, turn_id="turn-that-is-not") is None
+
+
+async def test_the_locking_reads_return_the_turn_with_its_call(
+    sessions: SessionMaker, answered: str
+) -> None:
+    async with sessions() as db:
+        call = await steps.step_call(db, turn_id=answered, step=0)
+        assert call is not None
+        turn, found, paused = await steps.lock_for_attempt(
+            db, turn_id=answered, model_call_id=call.id
+        )
+        assert (turn.id, found, paused) == (answered, call, False)
+        turn, found = await steps.lock_with_call(db, turn_id=answered, model_call_id=call.id)
+        assert (turn.id, found) == (answered, call)
+        still_open, ran, asked = await steps.lock_with_tools_and_question(db, turn_id=answered)
+        assert (still_open, ran, asked) == (False, [], QUESTION)  # the turn has ended
+        call_id = call.id
+        await db.rollback()
+        with pytest.raises(LookupError):
+            await steps.lock_for_attempt(db, turn_id="turn-that-is-not", model_call_id=call_id)
+
+
+async def test_a_warning_is_found_by_its_code_once_appended(
+    sessions: SessionMaker, answered: str
+) -> None:
+    async with sessions() as db:
+        assert not await events.has_warning(db, turn_id=answered, code="context_trimmed")
+        data = WarningData(code="context_trimmed", message="left out: nothing")
+        await events.append_event(db, turn_id=answered, type=EventType.warning, data=data)
+        assert await events.has_warning(db, turn_id=answered, code="context_trimmed")
+        assert not await events.has_warning(db, turn_id=answered, code="mcp_unavailable")
+        await db.rollback()
+
+
+async def test_an_append_moves_the_turn_only_when_asked_to(
+    sessions: SessionMaker, answered: str
+) -> None:
+    """The event log's two append statements: one takes ids, the other takes ids and sets the
+    turn's state in the same UPDATE."""
+    data = WarningData(code="probe", message="probe")
+    async with sessions() as db:
+        turn = await steps.get_turn(db, turn_id=answered)
+        assert turn is not None
+        state, last = turn.state, turn.last_event_id
+        first = await events.append_events(db, turn_id=answered, events=[(EventType.warning, data)])
+        await steps.read_again(db, turn)
+        assert (first, turn.state, turn.last_event_id) == ([last + 1], state, last + 1)
+        moved = await events.append_events(
+            db,
+            turn_id=answered,
+            events=[(EventType.warning, data), (EventType.warning, data)],
+            moving_to=TurnState.failed,
+        )
+        await steps.read_again(db, turn)
+        assert (moved, turn.state) == ([last + 2, last + 3], TurnState.failed)
+        await db.rollback()
