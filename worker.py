@@ -51,7 +51,8 @@ from parley.breaker import CircuitBreaker
 from parley.config import Settings, get_settings
 from parley.logs import configure_logging
 from parley.screens import ModerationScreen, RulesScreen, Screen, ScreenChain
-from store.db import create_socket_checked_engine, session_factory
+from store.db import create_socket_checked_engine, libpq_url, session_factory
+from store.queue import OutboxBell
 from workflows.specialist import SpecialistWorkflow
 from workflows.summary import SummaryWorkflow
 from workflows.turn import TurnWorkflow
@@ -300,6 +301,7 @@ async def run_worker(settings: Settings) -> None:
     draining = asyncio.create_task(sdk_metrics.drain_forever()) if sdk_metrics else None
     if settings.worker_metrics_port:
         start_http_server(settings.worker_metrics_port, addr=settings.api_host)
+    bell = OutboxBell(libpq_url(settings.database_url))  # queued turns start when it rings
     sweep = asyncio.create_task(
         sweep_forever(
             client,
@@ -309,6 +311,7 @@ async def run_worker(settings: Settings) -> None:
             every=timedelta(seconds=settings.outbox_poll_s),
             confirmation_timeout_s=settings.confirmation_timeout_s,
             fallback=settings.has_fallback_model,
+            bell=bell,
         )
     )
     stop = asyncio.Event()
@@ -326,6 +329,7 @@ async def run_worker(settings: Settings) -> None:
     sweep.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await sweep
+    await bell.close()
     await _drain_spans(worker)
     if draining is not None:
         draining.cancel()

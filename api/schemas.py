@@ -155,19 +155,28 @@ class MessageList(BaseModel):
     messages: list[MessageView]
 
 
+def events_url(session_id: str, turn_id: str) -> str:
+    return f"/v1/sessions/{session_id}/turns/{turn_id}/events"
+
+
 class TurnStarted(BaseModel):
-    """The answer to a posted (or retried) message: its turn and where to stream it."""
+    """The answer to a posted (or retried) message: its turn, the turn's state (`queued` when
+    it waits for the session's running turn to end) and where to stream it."""
 
     turn_id: str
+    state: TurnStateName
     message: MessageView
     events_url: str
 
     @classmethod
-    def build(cls, *, session_id: str, turn_id: str, message: Any) -> Self:
-        return cls(
-            turn_id=turn_id,
-            message=MessageView.from_row(message),
-            events_url=f"/v1/sessions/{session_id}/turns/{turn_id}/events",
+    def build(cls, *, session_id: str, turn_id: str, state: str, message: MessageView) -> Self:
+        return cls.model_validate(
+            {
+                "turn_id": turn_id,
+                "state": state,
+                "message": message,
+                "events_url": events_url(session_id, turn_id),
+            }
         )
 
 

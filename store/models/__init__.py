@@ -34,6 +34,7 @@ from store.models.memory import (
     PinnedFactRow,
     UserMemoryItem,
 )
+from store.models.queue import QueuedMessage
 from store.models.uploads import (
     Feedback,
     SessionFile,
@@ -66,4 +67,5 @@ __all__ = [
     "KnowledgeChunk",
     "SessionFile",
     "Feedback",
+    "QueuedMessage",
 ]
