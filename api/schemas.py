@@ -127,6 +127,9 @@ class SessionDetail(SessionOut):
     active_turn: TurnOut | None
     pending_action: ActionView | None
     slots: dict[str, SlotView]
+    # The message posted while the active turn ran, waiting as the next turn (its `turn_id`
+    # is the queued turn's); not in the messages list until that turn starts.
+    queued_message: MessageView | None = None
 
     @classmethod
     def build(
@@ -137,6 +140,7 @@ class SessionDetail(SessionOut):
         pending: Any | None,
         slots: dict[str, Any],
         settings: Settings | None = None,
+        queued: MessageView | None = None,
     ) -> Self:
         active_turn = (
             TurnOut.from_row(active, pending, settings=settings) if active is not None else None
@@ -148,6 +152,7 @@ class SessionDetail(SessionOut):
             active_turn=active_turn,
             pending_action=ActionView.from_row(pending) if pending is not None else None,
             slots={name: SlotView.from_row(slot) for name, slot in slots.items()},
+            queued_message=queued,
         )
 
 

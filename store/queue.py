@@ -150,6 +150,14 @@ async def promote(db: AsyncSession, *, session_id: str, turn_id: str) -> None:
     await db.execute(select(func.pg_notify(OUTBOX_CHANNEL, turn_id)))
 
 
+async def queued_message(db: AsyncSession, *, session: ChatSession) -> MessageView | None:
+    """The message waiting as the session's next turn, as a reloaded page shows it."""
+    if session.queued_turn_id is None:
+        return None
+    row = await db.get(QueuedMessage, session.queued_turn_id)
+    return None if row is None else queued_view(row)
+
+
 async def startable_turn(db: AsyncSession, *, turn_id: str) -> Startable | None:
     """The turn, if it is in `received` and its workflow start is not yet confirmed."""
     row = (
@@ -164,12 +172,17 @@ async def startable_turn(db: AsyncSession, *, turn_id: str) -> Startable | None:
     return None if row is None else Startable(row.id, row.session_id, row.tenant_id)
 
 
-async def drop_queued(db: AsyncSession, *, owner: Identity, session_id: str, turn_id: str) -> bool:
-    """Drop the session's queued turn (a cancel of it: the page's Stop, asked to drop it too):
-    it ends `cancelled` and its message never joins the conversation. False when `turn_id`
-    is not queued (any more: it was promoted meanwhile): the caller cancels it like any turn."""
+async def drop_queued(
+    db: AsyncSession, *, owner: Identity, session_id: str, turn_id: str | None = None
+) -> bool:
+    """Drop the session's queued turn (a cancel of it: the page's Stop, asked to drop it too;
+    the session's deletion, `turn_id` None: whichever waits): it ends `cancelled` and its
+    message never joins the conversation. False when `turn_id` is not queued (any more: it
+    was promoted meanwhile): the caller cancels it like any turn."""
     session = await get_session(db, owner=owner, session_id=session_id, for_update=True)
-    if session.queued_turn_id != turn_id:
+    if turn_id is None:
+        turn_id = session.queued_turn_id
+    if turn_id is None or session.queued_turn_id != turn_id:
         return False
     row = await db.get(QueuedMessage, turn_id)
     assert row is not None

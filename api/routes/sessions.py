@@ -13,7 +13,7 @@ from api.schemas import MessageList, SessionDetail, SessionList, SessionOut
 from dispatch.control import cancel_turn_workflow
 from parley.errors import NotFound, RateLimited, TurnFinished
 from parley.wire import MessageView
-from store import actions, files, slots
+from store import actions, files, queue, slots
 from store import sessions as store_sessions
 from store.models import Turn
 
@@ -52,8 +52,9 @@ async def get_session(
     active = await db.get(Turn, session.active_turn_id) if session.active_turn_id else None
     pending = await actions.pending_action(db, session_id=session_id)
     current = await slots.get_slots(db, session_id=session_id)
+    waiting = await queue.queued_message(db, session=session)
     return SessionDetail.build(
-        session, active=active, pending=pending, slots=current, settings=settings
+        session, active=active, pending=pending, slots=current, settings=settings, queued=waiting
     )
 
 
@@ -61,7 +62,9 @@ async def get_session(
 async def delete_session(
     session_id: str, db: DbSession, sessions: Sessions, user: CurrentUser, temporal: Temporal
 ) -> Response:
-    """Delete the session for its owner; a turn still running in it is cancelled."""
+    """Delete the session for its owner; a turn still running in it is cancelled, and a
+    message queued behind it dropped."""
+    await queue.drop_queued(db, owner=user, session_id=session_id)  # it must not start
     active_turn_id = await store_sessions.delete_session(db, owner=user, session_id=session_id)
     await files.delete_session_files(db, session_id=session_id)  # uploads go with it
     await db.commit()

@@ -122,3 +122,18 @@ async def test_stop_can_keep_the_waiting_message_which_is_then_answered(page: Pa
         "bs => bs.map(b => b.dataset.status)"
     )
     assert statuses == ["cancelled", "complete"]
+
+
+async def test_a_reload_shows_the_waiting_message_and_then_its_answer(page: Page) -> None:
+    await _type(page, "A long answer please")
+    await _streaming(page, "word3 ")
+    await _type(page, "Reload and the next thing")
+    await expect(page.locator("#transcript .msg.pending")).to_have_count(1)
+    await page.reload()
+    pending = page.locator("#transcript .msg.pending")
+    await expect(pending.locator(".body")).to_have_text("Reload and the next thing")
+    await finished_answer(page, "Queued answer: Reload and the next thing")
+    await expect(page.locator("#transcript .msg.pending")).to_have_count(0)
+    await expect(page.locator("#transcript .msg-user .body")).to_have_text(
+        ["A long answer please", "Reload and the next thing"]
+    )

@@ -179,9 +179,14 @@ async function openSession(sid) {
   if (gen !== S.openGen) return;
   S.lastSeq = Math.max(S.lastSeq, r.data.last_seq || 0);
   const active = r.data.active_turn;
+  const waiting = r.data.queued_message; // sent while the active turn ran
+  if (waiting) {
+    const url = sessionPath(sid, 'turns', waiting.turn_id, 'events');
+    S.queued = { turnId: waiting.turn_id, url, bubble: T.pending(waiting) };
+  }
   // A turn still running, or resting on a card: replay its stream from the start.
   if (active) follow(active.id, sessionPath(sid, 'turns', active.id, 'events'), active.user_seq, null);
-  else offerRetry();
+  else if (!followQueued()) offerRetry();
 }
 
 async function deleteSession(sid) {

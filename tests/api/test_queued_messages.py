@@ -1,0 +1,51 @@
+"""A queued message as the session API shows it (issue 30 item 4): on the session a reloaded
+page reads, refused again with other text under the same key, and dropped with its session.
+Its start when the running turn ends is tests/system/test_queued_turns.py (the outbox loop
+runs in `parley worker` only)."""
+
+from __future__ import annotations
+
+import uuid
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from parley.contracts import TurnState
+from store.models import Turn
+from tests.support.client import ParleyClient
+from tests.support.toolkit import eventually
+
+
+async def test_the_session_shows_its_queued_message_and_drops_it_when_deleted(
+    priya: ParleyClient, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    sid = await priya.new_session()
+    first = await priya.post(sid, "Tell me everything about my orders")
+    key = uuid.uuid4().hex
+    queued = await priya.post(sid, "Is a refund possible?", client_message_id=key)
+    assert queued.json()["state"] == "queued"
+    queued_id = queued.json()["turn_id"]
+
+    shown = (await priya.http.get(f"/v1/sessions/{sid}")).json()
+    assert shown["active_turn"]["id"] == first.json()["turn_id"]
+    assert shown["queued_message"]["turn_id"] == queued_id
+    assert shown["queued_message"]["text"] == "Is a refund possible?"
+    assert shown["last_seq"] == 1  # it has no seq while it waits
+    reused = await priya.post(sid, "Something else", client_message_id=key)
+    assert reused.status_code == 422
+    assert reused.json()["error"]["code"] == "idempotency_key_reused"
+    stale = await priya.post(sid, "Hello?", expected_last_seq=0)
+    assert stale.status_code == 409 and stale.json()["error"]["code"] == "stale_view"
+
+    assert (await priya.http.delete(f"/v1/sessions/{sid}")).status_code == 204
+
+    async def ended() -> bool:
+        async with sessions() as db:
+            states = dict(
+                (await db.execute(select(Turn.id, Turn.state).where(Turn.session_id == sid))).all()
+            )
+        return states[queued_id] == TurnState.cancelled and (
+            states[first.json()["turn_id"]] == TurnState.cancelled
+        )
+
+    await eventually(ended, timeout=30, what="both turns of the deleted session end")
