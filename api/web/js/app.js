@@ -180,10 +180,7 @@ async function openSession(sid) {
   S.lastSeq = Math.max(S.lastSeq, r.data.last_seq || 0);
   const active = r.data.active_turn;
   const waiting = r.data.queued_message; // sent while the active turn ran
-  if (waiting) {
-    const url = sessionPath(sid, 'turns', waiting.turn_id, 'events');
-    S.queued = { turnId: waiting.turn_id, url, bubble: T.pending(waiting) };
-  }
+  if (waiting) S.queued = { turnId: waiting.turn_id, url: sessionPath(sid, 'turns', waiting.turn_id, 'events'), bubble: T.pending(waiting) };
   // A turn still running, or resting on a card: replay its stream from the start.
   if (active) follow(active.id, sessionPath(sid, 'turns', active.id, 'events'), active.user_seq, null);
   else if (!followQueued()) offerRetry();
@@ -440,10 +437,7 @@ async function stopWith(dropQueued) {
   const q = S.queued;
   if (dropQueued && q) { // before the running turn: once that ends, the queued one starts
     const r = await request('POST', sessionPath(S.sid, 'turns', q.turnId, 'cancel'));
-    if (r.status === 202 || (r.error && r.error.code === 'turn_finished')) {
-      q.bubble.remove();
-      S.queued = null;
-    }
+    if (r.status === 202 || r.error?.code === 'turn_finished') { q.bubble.remove(); S.queued = null; }
   }
   await stopRunning();
 }
