@@ -174,8 +174,9 @@ async def _validate(
 
 
 async def _classify(db: AsyncSession, post: Post) -> Kind:
-    """What the message is, from the session's state; reads only. A second message while one
-    is queued is refused (`TurnInProgress`): at most one waits per session."""
+    """What the message is, from the session's state; reads only. A message that would open a
+    turn while one is queued is refused (`TurnInProgress`): at most one waits per session,
+    and it goes first."""
     session = post.session
     if session.active_turn_id is None:
         return NewTurn()
@@ -195,8 +196,10 @@ async def _classify(db: AsyncSession, post: Post) -> Kind:
         decision = typed_decision(post.text)
         if decision and action.expires_at > datetime.now(UTC):
             return DecisionOnCard(active, action, decision)
-        return NewTurn(superseded=action)  # the user moved on: the card is declined
-    # Running (or its card was just answered and it is about to resume).
+        if session.queued_turn_id is None:
+            return NewTurn(superseded=action)  # the user moved on: the card is declined
+    # Running (or its card was just answered and it is about to resume), or resting with a
+    # message already queued behind it, which must run first.
     if session.queued_turn_id is not None:
         raise TurnInProgress(
             "a turn is still running in this session and another message waits",
