@@ -55,7 +55,8 @@ from parley.breaker import CircuitBreaker
 from parley.config import Settings, get_settings
 from parley.logs import configure_logging
 from parley.screens import ModerationScreen, RulesScreen, Screen, ScreenChain
-from store.db import SessionMaker, create_socket_checked_engine, session_factory
+from store.db import SessionMaker, create_socket_checked_engine, libpq_url, session_factory
+from store.queue import OutboxBell
 from workflows.erasure import ErasureWorkflow
 from workflows.export import ExportWorkflow
 from workflows.retention import RetentionPurgeWorkflow
@@ -339,6 +340,23 @@ async def _schedule_purge(client: Client, settings: Settings) -> None:
         logging.getLogger(__name__).warning("could not set the purge schedule", exc_info=True)
 
 
+async def _sweep(
+    client: Client, sessions: SessionMaker, settings: Settings, bell: OutboxBell
+) -> None:
+    """The outbox loop: unstarted turns, undelivered answers, lost erasures, abandoned turns,
+    and a queued turn the moment the bell rings."""
+    await sweep_forever(
+        client,
+        sessions,
+        task_queue=settings.task_queue,
+        grace=timedelta(seconds=settings.outbox_grace_s),
+        every=timedelta(seconds=settings.outbox_poll_s),
+        confirmation_timeout_s=settings.confirmation_timeout_s,
+        fallback=settings.has_fallback_model,
+        bell=bell,
+    )
+
+
 async def run_worker(settings: Settings) -> None:
     if settings.database_url is None:
         raise SystemExit("DATABASE_URL is not set (use `parley dev` for the embedded database)")
@@ -365,17 +383,8 @@ async def run_worker(settings: Settings) -> None:
     draining = asyncio.create_task(sdk_metrics.drain_forever()) if sdk_metrics else None
     if settings.worker_metrics_port:
         start_http_server(settings.worker_metrics_port, addr=settings.api_host)
-    sweep = asyncio.create_task(
-        sweep_forever(
-            client,
-            sessions,
-            task_queue=settings.task_queue,
-            grace=timedelta(seconds=settings.outbox_grace_s),
-            every=timedelta(seconds=settings.outbox_poll_s),
-            confirmation_timeout_s=settings.confirmation_timeout_s,
-            fallback=settings.has_fallback_model,
-        )
-    )
+    bell = OutboxBell(libpq_url(settings.database_url))  # queued turns start when it rings
+    sweep = asyncio.create_task(_sweep(client, sessions, settings, bell))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -392,6 +401,7 @@ async def run_worker(settings: Settings) -> None:
     sweep.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await sweep
+    await bell.close()
     await _drain_spans(worker)
     if draining is not None:
         draining.cancel()

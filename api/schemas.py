@@ -142,6 +142,9 @@ class SessionDetail(SessionOut):
     active_turn: TurnOut | None
     pending_action: ActionView | None
     slots: dict[str, SlotView]
+    # The message posted while the active turn ran, waiting as the next turn (its `turn_id`
+    # is the queued turn's); not in the messages list until that turn starts.
+    queued_message: MessageView | None = None
 
     @classmethod
     def build(
@@ -152,6 +155,7 @@ class SessionDetail(SessionOut):
         pending: Any | None,
         slots: dict[str, Any],
         settings: Settings | None = None,
+        queued: MessageView | None = None,
     ) -> Self:
         active_turn = (
             TurnOut.from_row(active, pending, settings=settings) if active is not None else None
@@ -163,6 +167,7 @@ class SessionDetail(SessionOut):
             active_turn=active_turn,
             pending_action=ActionView.from_row(pending) if pending is not None else None,
             slots={name: SlotView.from_row(slot) for name, slot in slots.items()},
+            queued_message=queued,
         )
 
 
@@ -170,19 +175,28 @@ class MessageList(BaseModel):
     messages: list[MessageView]
 
 
+def events_url(session_id: str, turn_id: str) -> str:
+    return f"/v1/sessions/{session_id}/turns/{turn_id}/events"
+
+
 class TurnStarted(BaseModel):
-    """The answer to a posted (or retried) message: its turn and where to stream it."""
+    """The answer to a posted (or retried) message: its turn, the turn's state (`queued` when
+    it waits for the session's running turn to end) and where to stream it."""
 
     turn_id: str
+    state: TurnStateName
     message: MessageView
     events_url: str
 
     @classmethod
-    def build(cls, *, session_id: str, turn_id: str, message: Any) -> Self:
-        return cls(
-            turn_id=turn_id,
-            message=MessageView.from_row(message),
-            events_url=f"/v1/sessions/{session_id}/turns/{turn_id}/events",
+    def build(cls, *, session_id: str, turn_id: str, state: str, message: MessageView) -> Self:
+        return cls.model_validate(
+            {
+                "turn_id": turn_id,
+                "state": state,
+                "message": message,
+                "events_url": events_url(session_id, turn_id),
+            }
         )
 
 

@@ -12,6 +12,11 @@ turns whose workflow closed while the row says they have not ended (an execution
 a bug in workflow code), so no session stays locked behind them. The same loop delivers the
 specialists' answers the API committed but did not signal (dispatch/specialists.py) and
 starts erasures whose start was lost (dispatch/erasure.py).
+
+A turn queued behind a running one (store/queue.py) becomes an ordinary unstarted turn when
+that one ends, whichever way; the transaction that ends it rings `OUTBOX_CHANNEL`, and the
+loop, listening between sweeps, starts the queued turn at once. The sweep covers a ring
+nobody heard (no worker listening, a crash between the end and the start).
 """
 
 from __future__ import annotations
@@ -45,8 +50,9 @@ from parley.contracts import (
 from parley.ids import workflow_id_for_turn
 from parley.statuses import TurnErrorCode
 from parley.wire import ErrorData
-from store import outbox, tenants
+from store import outbox, queue, tenants
 from store.db import SessionMaker
+from store.models import Turn
 
 # A turn's workflow runs at most this much longer than its confirmation wait; past that
 # Temporal closes it and the abandoned-turn sweep ends the row.
@@ -132,19 +138,64 @@ async def sweep_once(
     async with sessions() as db:
         pending = await outbox.unstarted_turns(db, older_than=grace)
     for turn in pending:
-        if await _end_if_paused(sessions, turn.id, turn.tenant_id):
-            continue
         log.warning("starting turn %s that the API did not start", turn.id)
-        inp = TurnInput(
-            turn_id=turn.id,
-            session_id=turn.session_id,
-            tenant_id=turn.tenant_id,
+        await _start_unstarted(
+            client,
+            sessions,
+            turn,
+            task_queue=task_queue,
             confirmation_timeout_s=confirmation_timeout_s,
             fallback=fallback,
-            generation=TURN_GENERATION,
         )
-        await start_and_record(client, sessions, inp, task_queue=task_queue)
     return len(pending)
+
+
+async def start_promoted(
+    client: Client,
+    sessions: SessionMaker,
+    turn_id: str,
+    *,
+    task_queue: str,
+    confirmation_timeout_s: float = DEFAULT_CONFIRMATION_TIMEOUT_S,
+    fallback: bool = False,
+) -> bool:
+    """Start a queued turn the moment its session's running turn ended (the outbox's bell,
+    store/queue.py); False when it is no longer waiting to start (started, or dropped)."""
+    async with sessions() as db:
+        turn = await queue.startable_turn(db, turn_id=turn_id)
+    if turn is None:
+        return False
+    await _start_unstarted(
+        client,
+        sessions,
+        turn,
+        task_queue=task_queue,
+        confirmation_timeout_s=confirmation_timeout_s,
+        fallback=fallback,
+    )
+    return True
+
+
+async def _start_unstarted(
+    client: Client,
+    sessions: SessionMaker,
+    turn: Turn | queue.Startable,
+    *,
+    task_queue: str,
+    confirmation_timeout_s: float,
+    fallback: bool,
+) -> None:
+    if await _end_if_paused(sessions, turn.id, turn.tenant_id):
+        return
+    inp = TurnInput(
+        turn_id=turn.id,
+        session_id=turn.session_id,
+        tenant_id=turn.tenant_id,
+        confirmation_timeout_s=confirmation_timeout_s,
+        fallback=fallback,
+        generation=TURN_GENERATION,
+    )
+    await start_and_record(client, sessions, inp, task_queue=task_queue)
 
 
 async def _end_if_paused(sessions: SessionMaker, turn_id: str, tenant_id: str) -> bool:
@@ -203,20 +254,42 @@ async def sweep_forever(
     every: timedelta,
     confirmation_timeout_s: float = DEFAULT_CONFIRMATION_TIMEOUT_S,
     fallback: bool = False,
+    bell: queue.OutboxBell | None = None,
 ) -> None:
+    """Sweep every `every`; between sweeps, start each queued turn the moment `bell` rings
+    for it (a ring this misses, the next sweep covers)."""
+    loop = asyncio.get_running_loop()
+    due = loop.time()
     while True:
-        try:
-            await sweep_once(
-                client,
-                sessions,
-                task_queue=task_queue,
-                grace=grace,
-                confirmation_timeout_s=confirmation_timeout_s,
-                fallback=fallback,
-            )
-            await sweep_answers(client, sessions, grace=grace)
-            await sweep_erasures(client, sessions, task_queue=task_queue, grace=grace)
-            await end_abandoned_turns(client, sessions)
-        except Exception:  # a failed sweep is retried on the next tick
-            log.exception("outbox sweep failed")
-        await asyncio.sleep(every.total_seconds())
+        if loop.time() >= due:
+            due = loop.time() + every.total_seconds()
+            try:
+                await sweep_once(
+                    client,
+                    sessions,
+                    task_queue=task_queue,
+                    grace=grace,
+                    confirmation_timeout_s=confirmation_timeout_s,
+                    fallback=fallback,
+                )
+                await sweep_answers(client, sessions, grace=grace)
+                await sweep_erasures(client, sessions, task_queue=task_queue, grace=grace)
+                await end_abandoned_turns(client, sessions)
+            except Exception:  # a failed sweep is retried on the next tick
+                log.exception("outbox sweep failed")
+        wait = max(due - loop.time(), 0.0)
+        if bell is None:
+            await asyncio.sleep(wait)
+            continue
+        for turn_id in await bell.rung(wait):
+            try:
+                await start_promoted(
+                    client,
+                    sessions,
+                    turn_id,
+                    task_queue=task_queue,
+                    confirmation_timeout_s=confirmation_timeout_s,
+                    fallback=fallback,
+                )
+            except Exception:  # the sweep starts it
+                log.warning("could not start queued turn %s now", turn_id, exc_info=True)

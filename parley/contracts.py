@@ -39,6 +39,9 @@ SEARCH_ATTRIBUTES = (SA_SESSION_ID, SA_TENANT_ID, SA_TURN_STATE)
 
 
 class TurnState(StrEnum):
+    # Posted while the session's turn runs: it waits, outside the conversation, until that
+    # turn ends, then moves to `received` (store/queue.py).
+    queued = "queued"
     received = "received"
     building_context = "building_context"
     calling_model = "calling_model"

@@ -3,6 +3,7 @@
 `store.turns.move_turn` is the one function that changes a stored turn's state, and it asks
 `can_move` first. The workflow's search attribute only mirrors the state for operators.
 
+    queued ─► received (the session's running turn ended; dropped: cancelled)
     received ─► building_context ─► calling_model ─► executing_tools ─► calling_model …
     calling_model ─► awaiting_confirmation ─► executing_action ─► calling_model …
     awaiting_confirmation ─► calling_model (declined: the model words it)
@@ -20,6 +21,7 @@ from parley.contracts import TERMINAL_TURN_STATES, TurnState
 _ENDINGS = TERMINAL_TURN_STATES
 
 ALLOWED: dict[TurnState, frozenset[TurnState]] = {
+    TurnState.queued: frozenset({TurnState.received}) | _ENDINGS,
     TurnState.received: frozenset({TurnState.building_context}) | _ENDINGS,
     TurnState.building_context: frozenset({TurnState.calling_model}) | _ENDINGS,
     TurnState.calling_model: frozenset({TurnState.executing_tools, TurnState.awaiting_confirmation})

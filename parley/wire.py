@@ -46,6 +46,7 @@ Timestamp = Annotated[
 Role = Literal["user", "assistant", "tool"]
 MessageStatusName = Literal["complete", "incomplete", "cancelled", "retracted"]
 TurnStateName = Literal[
+    "queued",
     "received",
     "building_context",
     "calling_model",

@@ -1,7 +1,9 @@
 """Persistence: the PostgreSQL record (schema, migrations, repository functions, event log).
 
 One module per stage of a conversation: `sessions` (sessions, messages, reads for the API),
-`posting` (a user message, admission, retry), `turns` (a turn's progress and endings, and the
+`posting` (the POST pipeline: admission, classification, one write per kind; and retry),
+`new_turn` (a plain post's one statement), `queue` (a message queued behind the running
+turn, and its promotion when that turn ends), `turns` (a turn's progress and endings, and the
 one function that moves its state), `steps` (a turn's model calls and the reads its steps
 make), `context_rows` (the context build's one-statement read), `actions` (proposals and
 confirmations), `viewers` (who watches a turn), `outbox` (the start outbox's queries),

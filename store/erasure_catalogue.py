@@ -62,6 +62,7 @@ CATALOGUE: tuple[Entry, ...] = (
     # First, while the messages and actions they name still exist: a session's memory items
     # (their copies in the user's other sessions go with them, see `erase_sourced_memory`).
     Entry("user_memory", _BY_USER, _SOURCED_IN_SESSION),
+    Entry("queued_messages", _BY_SESSION, _BY_SESSION),  # a message waiting for its turn
     Entry("turn_events", _BY_TURN, _BY_TURN),
     Entry("trace_spans", _BY_TURN, _BY_TURN),
     Entry("specialist_answers", _BY_TURN, _BY_TURN),

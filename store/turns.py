@@ -42,6 +42,7 @@ from parley.wire import (
     MessageView,
     RetractedData,
 )
+from store import queue
 from store.events import append_events, state_event
 from store.models import Action, ChatSession, Message, ToolCall, Turn, TurnEvent
 
@@ -330,8 +331,9 @@ async def complete_turn(
 async def _close_out(db: AsyncSession, turn: Turn, *, reason: str) -> None:
     """An ending's bookkeeping, in one statement: the session may take a new turn (its row is
     locked like by every other writer of it), and a proposal the turn never got to ask about
-    (it hit its bounds, or failed) must not stay pending."""
-    await db.execute(
+    (it hit its bounds, or failed) must not stay pending. A turn queued behind this one is
+    promoted in the same transaction (store/queue.py)."""
+    queued = await db.scalar(
         _CLOSE_OUT,
         {
             "session_id": turn.session_id,
@@ -342,17 +344,24 @@ async def _close_out(db: AsyncSession, turn: Turn, *, reason: str) -> None:
             "now": datetime.now(UTC),
         },
     )
+    if queued is not None:
+        await queue.promote(db, session_id=turn.session_id, turn_id=queued)
 
 
-# Plain SQL: every turn ends through it, and no caller holds the rows it changes.
+# Plain SQL: every turn ends through it, and no caller holds the rows it changes. RETURNING
+# reads the session row as locked (the newest version), never a snapshot that could miss a
+# message queued just before.
 _CLOSE_OUT = text(
     """
     WITH released AS (
         UPDATE sessions SET active_turn_id = NULL
         WHERE id = :session_id AND active_turn_id = :turn_id
+        RETURNING queued_turn_id
+    ), declined AS (
+        UPDATE actions SET status = :declined, decline_reason = :reason, resolved_at = :now
+        WHERE turn_id = :turn_id AND status = :pending
     )
-    UPDATE actions SET status = :declined, decline_reason = :reason, resolved_at = :now
-    WHERE turn_id = :turn_id AND status = :pending
+    SELECT queued_turn_id FROM released
     """
 )
 

@@ -16,7 +16,7 @@ from dispatch.summaries import ask_for_summary
 from parley.erasure import ErasureInput
 from parley.errors import NotFound, RateLimited, TurnFinished, TurnInProgress
 from parley.wire import MessageView
-from store import actions, erasure, files, forget, slots, steps
+from store import actions, erasure, files, forget, queue, slots, steps
 from store import sessions as store_sessions
 
 log = logging.getLogger(__name__)
@@ -56,8 +56,9 @@ async def get_session(
     )
     pending = await actions.pending_action(db, session_id=session_id)
     current = await slots.get_slots(db, session_id=session_id)
+    waiting = await queue.queued_message(db, session=session)
     return SessionDetail.build(
-        session, active=active, pending=pending, slots=current, settings=settings
+        session, active=active, pending=pending, slots=current, settings=settings, queued=waiting
     )
 
 
@@ -70,8 +71,10 @@ async def delete_session(
     temporal: Temporal,
     settings: AppSettings,
 ) -> Response:
-    """Delete the session for its owner; a turn still running in it is cancelled, and after a
-    short grace period the session and everything made from it are erased."""
+    """Delete the session for its owner; a turn still running in it is cancelled, a message
+    queued behind it dropped, and after a short grace period the session and everything made
+    from it are erased."""
+    await queue.drop_queued(db, owner=user, session_id=session_id)  # it must not start
     active_turn_id = await store_sessions.delete_session(db, owner=user, session_id=session_id)
     await files.delete_session_files(db, session_id=session_id)  # uploads go with it
     grace = settings.session_erase_grace_s

@@ -36,6 +36,7 @@ from parley.contracts import (
     TURN_GENERATION,
     ResolveActionSignal,
     TurnInput,
+    TurnState,
 )
 from parley.errors import (
     AgentPaused,
@@ -51,11 +52,12 @@ from parley.errors import (
     TurnInProgress,
     TurnNotRetryable,
 )
-from parley.wire import TurnStreamEvent
-from store import actions, posting, steps
+from parley.wire import MessageView, TurnStreamEvent
+from store import actions, posting, queue, steps
 from store import sessions as store_sessions
 from store.db import SessionMaker
 from store.models import SpecialistAnswer, Turn
+from store.posting import PostedTurn
 
 log = logging.getLogger(__name__)
 
@@ -97,8 +99,9 @@ async def post_message(
     temporal: Temporal,
     settings: AppSettings,
 ) -> TurnStarted:
-    """Store a user message and start its turn; a repeated `client_message_id` is answered
-    with the original turn."""
+    """Store a user message and start its turn; posted while the session's turn runs, it is
+    queued as the next turn (`queued`, at most one); a repeated `client_message_id` is
+    answered with the original turn."""
     if len(body.text) > settings.max_message_chars:
         raise InvalidRequest(f"text: at most {settings.max_message_chars} characters", field="text")
     posted = await posting.post_user_message(
@@ -113,26 +116,26 @@ async def post_message(
         interaction_value=body.interaction_value,
     )
     turn = posted.turn
-    starting = posted.new_turn or turn.workflow_started_at is None
-    # Its place in the session (the workflow's summary); a duplicate's start looks it up.
-    number = posted.turn_number if starting else None
     await db.commit()  # the message and its turn (the start outbox) before any start
     MESSAGES_POSTED.labels("new" if posted.created else "duplicate").inc()
     if posted.answers:
         kill_at(settings, "answer_committed")  # a test's crash between commit and delivery
     await send_signals(temporal, posted.signals)
     await send_answers(temporal, one_statement, posted.answers)
-    if starting:
-        await _start(temporal, one_statement, settings, turn, number)
+    if posted.start:
+        # Its place in the session (the workflow's summary); a duplicate's start looks it up.
+        await _start(temporal, one_statement, settings, turn, posted.turn_number)
     response.status_code = 202 if posted.created else 200
-    return TurnStarted.build(session_id=session_id, turn_id=turn.id, message=posted.message)
+    return TurnStarted.build(
+        session_id=session_id, turn_id=turn.id, state=turn.state, message=posted.message
+    )
 
 
 async def _start(
     temporal: TemporalConnector,
     sessions: SessionMaker,  # marking it started is one statement
     settings: Settings,
-    turn: Turn,
+    turn: Turn | PostedTurn,
     turn_number: int | None = None,
 ) -> None:
     try:
@@ -214,11 +217,17 @@ async def cancel_turn(
     temporal: Temporal,
     settings: AppSettings,
 ) -> CancelOut:
-    """Stop the turn: the model stream stops, what streamed is kept as `cancelled`. A `202`
-    means the turn ends `cancelled`; a turn that has already ended answers `409`."""
+    """Stop the turn: the model stream stops, what streamed is kept as `cancelled`. A queued
+    turn is dropped (its message never joins the conversation). A `202` means the turn ends
+    `cancelled`; a turn that has already ended answers `409`."""
     turn = await store_sessions.get_turn(db, owner=user, session_id=session_id, turn_id=turn_id)
     if turn.state in TERMINAL_TURN_STATES:
         raise TurnFinished(f"the turn is already {turn.state}", state=turn.state)
+    if turn.state == TurnState.queued:
+        if await queue.drop_queued(db, owner=user, session_id=session_id, turn_id=turn_id):
+            await db.commit()
+            await db.refresh(turn)
+            return CancelOut(turn=TurnOut.from_row(turn, settings=settings))
     await db.rollback()  # the Stop is recorded under the row lock, in its own transaction
     client = await asyncio.wait_for(temporal.get(), START_TIMEOUT_S)
     await cancel_turn_workflow(client, sessions, turn_id=turn_id)
@@ -257,7 +266,12 @@ async def retry_turn(
     await _start(temporal, one_statement, settings, turn)
     message = await store_sessions.get_message(db, message_id=turn.user_message_id)
     assert message is not None
-    return TurnStarted.build(session_id=session_id, turn_id=turn.id, message=message)
+    return TurnStarted.build(
+        session_id=session_id,
+        turn_id=turn.id,
+        state=turn.state,
+        message=MessageView.from_row(message),
+    )
 
 
 @router.get(

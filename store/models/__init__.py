@@ -35,6 +35,7 @@ from store.models.memory import (
     PinnedFactRow,
     UserMemoryItem,
 )
+from store.models.queue import QueuedMessage
 from store.models.uploads import (
     Export,
     Feedback,
@@ -70,4 +71,5 @@ __all__ = [
     "Feedback",
     "Export",
     "Erasure",
+    "QueuedMessage",
 ]

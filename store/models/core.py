@@ -92,6 +92,9 @@ class ChatSession(Base):
     last_seq: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # The turn that holds the session; at most one at a time.
     active_turn_id: Mapped[str | None] = mapped_column(String(40))
+    # The turn queued behind the active one (store/queue.py), at most one; on this row so that
+    # the statement releasing the session reads it under the session's lock.
+    queued_turn_id: Mapped[str | None] = mapped_column(String(40))
     # Set when the owner deletes the session: from then on it is missing to every route (404),
     # while its turns, actions and traces stay for the operators' record.
     deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

@@ -38,7 +38,9 @@ async def test_duplicate_post_returns_the_same_turn_without_a_second_workflow(
     assert first.status_code == 202
     again = await priya.post(session_id, "Hello there", client_message_id=key)
     assert again.status_code == 200
-    assert again.json() == first.json()
+    # The same turn and message; `state` is the turn's own, as it stands now.
+    same = ("turn_id", "message", "events_url")
+    assert {k: again.json()[k] for k in same} == {k: first.json()[k] for k in same}
     turn_id = first.json()["turn_id"]
     await priya.events(session_id, turn_id)  # let the turn finish
     after_done = await priya.post(session_id, "Hello there", client_message_id=key)
@@ -82,16 +84,39 @@ async def test_stale_expected_last_seq_is_409_with_the_current_seq(priya: Parley
     await priya.events(session_id, fresh.json()["turn_id"])
 
 
-async def test_second_message_while_a_turn_runs_is_409_turn_in_progress(
+async def test_a_second_message_while_a_turn_runs_is_queued_and_a_third_is_409(
     priya: ParleyClient,
 ) -> None:
     session_id = await priya.new_session()
     first = await priya.post(session_id, "Tell me everything about my orders")
-    busy = await priya.post(session_id, "Are you there?")
+    key = uuid.uuid4().hex
+    queued = await priya.post(session_id, "Are you there?", client_message_id=key)
+    assert queued.status_code == 202
+    assert queued.json()["state"] == "queued"
+    assert queued.json()["message"]["seq"] == 0  # not in the conversation yet
+    queued_id = queued.json()["turn_id"]
+    assert queued_id != first.json()["turn_id"]
+    busy = await priya.post(session_id, "Hello?")
     assert busy.status_code == 409
     error = busy.json()["error"]
     assert error["code"] == "turn_in_progress"
     assert error["active_turn_id"] == first.json()["turn_id"]
+    # The same queued message again is its turn, still queued.
+    again = await priya.post(session_id, "Are you there?", client_message_id=key)
+    assert again.status_code == 200
+    assert again.json()["turn_id"] == queued_id and again.json()["state"] == "queued"
+
+    # Dropped (the page's Stop, asked to drop it too): it ends and never joins the chat.
+    dropped = await priya.http.post(f"/v1/sessions/{session_id}/turns/{queued_id}/cancel")
+    assert dropped.status_code == 202
+    assert dropped.json()["turn"]["state"] == "cancelled"
+    events = await priya.events(session_id, queued_id)
+    assert [e.type for e in events] == ["state", "state", "cancelled"]
+    assert [e.data.get("state") for e in events[:2]] == ["queued", "cancelled"]
+    assert events[-1].data["message"]["text"] == "Are you there?"
+    again = await priya.http.post(f"/v1/sessions/{session_id}/turns/{queued_id}/cancel")
+    assert again.status_code == 409
+
     await priya.events(session_id, first.json()["turn_id"])
     texts = [m["text"] for m in await priya.messages(session_id) if m["role"] == "user"]
     assert texts == ["Tell me everything about my orders"]

@@ -30,14 +30,17 @@ def test_a_terminal_state_has_no_exits(terminal: TurnState) -> None:
     assert not any(can_move(terminal, to) for to in TurnState)
 
 
-def test_every_state_is_reachable_from_received() -> None:
-    seen, frontier = {TurnState.received}, [TurnState.received]
+def test_every_state_is_reachable_from_where_a_turn_is_born() -> None:
+    # A turn is born `received`, or `queued` behind its session's running turn.
+    seen, frontier = {TurnState.queued}, [TurnState.queued]
     while frontier:
         for to in ALLOWED[frontier.pop()]:
             if to not in seen:
                 seen.add(to)
                 frontier.append(to)
     assert seen == set(TurnState)
+    assert TurnState.queued not in {to for tos in ALLOWED.values() for to in tos}
+    assert ALLOWED[TurnState.queued] == {TurnState.received} | TERMINAL_TURN_STATES
 
 
 @pytest.mark.parametrize("running", sorted(set(TurnState) - TERMINAL_TURN_STATES))

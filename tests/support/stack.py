@@ -13,7 +13,8 @@ import sys
 import time
 import uuid
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +25,12 @@ from temporalio.client import Client
 
 from api.main import create_app
 from dispatch.deployment import promote_configured
+from dispatch.outbox import sweep_forever
 from gateway.base import ModelProvider
 from parley.config import Settings
 from parley.screens import Screen
+from store.db import libpq_url
+from store.queue import OutboxBell
 from tests.support.client import ParleyClient
 from worker import build_worker
 
@@ -127,6 +131,34 @@ async def running_worker(
             # Versioned by default, as `parley worker` is: its version becomes current.
             await promote_configured(client, settings)
             yield
+
+
+@asynccontextmanager
+async def running_outbox(
+    client: Client, settings: Settings, sessions: async_sessionmaker[AsyncSession]
+) -> AsyncIterator[None]:
+    """The outbox loop `parley worker` runs (dispatch/outbox.py), beside an in-process
+    worker: its bell starts a queued turn the moment its session's turn ends. Its periodic
+    sweep waits an hour, so it leaves the other tests' unstarted turns alone."""
+    assert settings.database_url is not None
+    bell = OutboxBell(libpq_url(settings.database_url))
+    loop = asyncio.create_task(
+        sweep_forever(
+            client,
+            sessions,
+            task_queue=settings.task_queue,
+            grace=timedelta(hours=1),
+            every=timedelta(hours=1),
+            bell=bell,
+        )
+    )
+    try:
+        yield
+    finally:
+        loop.cancel()
+        with suppress(asyncio.CancelledError):
+            await loop
+        await bell.close()
 
 
 @asynccontextmanager

@@ -69,17 +69,23 @@ async def test_a_message_right_after_a_confirmation_waits_for_that_turn(
             db, action_id=action_id, session_id=sid, owner=None, decision="confirmed"
         )
         await db.commit()
-    busy = await priya.post(sid, "And another thing")
+    # Not a decision on the card (that is answered) and not a new turn beside it: it is
+    # queued as the session's next turn (issue 30 item 4).
+    waiting = await priya.post(sid, "And another thing")
+    assert waiting.status_code == 202 and waiting.json()["state"] == "queued"
+    busy = await priya.post(sid, "And one more")
     assert busy.status_code == 409
-    assert busy.json()["error"] == {
-        "code": "turn_in_progress",
-        "message": "a turn is still running in this session",
-        "active_turn_id": turn_id,
-    }
+    assert busy.json()["error"]["code"] == "turn_in_progress"
+    assert busy.json()["error"]["active_turn_id"] == turn_id
     handle = temporal_client.get_workflow_handle(workflow_id_for_turn(turn_id))
     await handle.signal(RESOLVE_ACTION_SIGNAL, ResolveActionSignal(action_id, "confirmed"))
     rest = await priya.events(sid, turn_id, last_event_id=events[-1].id)
     assert rest[-1].type == "done"
+    # The turn's end promoted the queued one (this stack runs no outbox loop to start it).
+    queued_id = waiting.json()["turn_id"]
+    shown = await priya.http.get(f"/v1/sessions/{sid}/turns/{queued_id}")
+    assert shown.json()["state"] == "received"
+    await priya.http.post(f"/v1/sessions/{sid}/turns/{queued_id}/cancel")
 
 
 async def test_a_retried_proposal_finds_its_action(

@@ -26,6 +26,7 @@ const S = {
   sid: null, lastSeq: 0, sessions: [],
   follow: null, turnId: null, turnFromSeq: 0, busy: false,
   options: null, replacing: null, openGen: 0,
+  queued: null, // a message sent while an answer streams: { turnId, url, bubble }
 };
 
 /* ---------- status line ---------- */
@@ -36,10 +37,12 @@ function status(text, kind) {
   s.dataset.kind = kind || '';
 }
 
+// While an answer streams, one more message may be sent: it waits as the next turn.
 function setBusy(on) {
   S.busy = on;
-  $('send').disabled = on;
+  $('send').disabled = on && S.queued !== null;
   $('stop').hidden = !on;
+  if (!on) $('stop-queued').hidden = true;
 }
 
 function fail(r) {
@@ -150,7 +153,7 @@ function drawSessions() {
 function switchTo(sid) {
   stopFollowing();
   const gen = ++S.openGen;
-  Object.assign(S, { sid, lastSeq: 0, turnId: null, options: null, replacing: null });
+  Object.assign(S, { sid, lastSeq: 0, turnId: null, options: null, replacing: null, queued: null });
   if (sid) sessionStorage.setItem(SID_KEY, sid);
   else sessionStorage.removeItem(SID_KEY);
   T.clear();
@@ -176,9 +179,11 @@ async function openSession(sid) {
   if (gen !== S.openGen) return;
   S.lastSeq = Math.max(S.lastSeq, r.data.last_seq || 0);
   const active = r.data.active_turn;
+  const waiting = r.data.queued_message; // sent while the active turn ran
+  if (waiting) S.queued = { turnId: waiting.turn_id, url: sessionPath(sid, 'turns', waiting.turn_id, 'events'), bubble: T.pending(waiting) };
   // A turn still running, or resting on a card: replay its stream from the start.
   if (active) follow(active.id, sessionPath(sid, 'turns', active.id, 'events'), active.user_seq, null);
-  else offerRetry();
+  else if (!followQueued()) offerRetry();
 }
 
 async function deleteSession(sid) {
@@ -220,7 +225,8 @@ async function syncMessages(fromSeq) {
 
 async function send(text, interactionValue) {
   text = (text || '').trim();
-  if (!text || S.busy) return;
+  if (!text || (S.busy && S.queued)) return;
+  if (S.busy) return queue(text);
   status('');
   $('send').disabled = true;
   if (!S.sid) {
@@ -251,6 +257,34 @@ async function send(text, interactionValue) {
     return;
   }
   fail(r);
+}
+
+// Sent while an answer streams: the server queues it as the session's next turn (no
+// `expected_last_seq`: its place is after the running answer, whatever that stores).
+async function queue(text) {
+  $('send').disabled = true;
+  const body = { client_message_id: crypto.randomUUID(), text };
+  const r = await request('POST', sessionPath(S.sid, 'messages'), body);
+  if ((r.status === 202 || r.status === 200) && r.data.state === 'queued' && S.busy) {
+    $('input').value = '';
+    S.queued = { turnId: r.data.turn_id, url: r.data.events_url, bubble: T.pending(r.data.message) };
+    setBusy(true);
+    return;
+  }
+  $('send').disabled = S.busy && S.queued !== null;
+  if (r.status === 202 || r.status === 200) return follow(r.data.turn_id, r.data.events_url, S.lastSeq, null);
+  fail(r);
+}
+
+// The running turn ended: its queued message is now the conversation's next turn.
+function followQueued() {
+  const q = S.queued;
+  S.queued = null;
+  if (!q) return false;
+  q.bubble.remove();
+  follow(q.turnId, q.url, S.lastSeq, null);
+  syncMessages(S.lastSeq); // the message joined the conversation when the first turn ended
+  return true;
 }
 
 /* ---------- following a turn ---------- */
@@ -286,6 +320,7 @@ async function afterTurn(outcome, detail, gen) {
   await syncMessages(S.turnFromSeq);
   if (gen !== S.openGen) return;
   if (S.turnId) T.attachArtifacts(S.turnId); // files of a turn that ended without a `done`
+  if (outcome !== 'paused' && followQueued()) return;
   if (outcome !== 'paused') offerRetry();
   loadSessions();
   loadMemory(); // a turn may have remembered something
@@ -398,6 +433,25 @@ async function retry(answer, button) {
 
 async function stop() {
   if (!S.turnId) return;
+  if (S.queued) { // ask first: drop the waiting message too, or keep it for next?
+    $('stop-queued').hidden = false;
+    $('drop-queued').focus();
+    return;
+  }
+  await stopRunning();
+}
+
+async function stopWith(dropQueued) {
+  $('stop-queued').hidden = true;
+  const q = S.queued;
+  if (dropQueued && q) { // before the running turn: once that ends, the queued one starts
+    const r = await request('POST', sessionPath(S.sid, 'turns', q.turnId, 'cancel'));
+    if (r.status === 202 || r.error?.code === 'turn_finished') { q.bubble.remove(); S.queued = null; }
+  }
+  await stopRunning();
+}
+
+async function stopRunning() {
   const r = await request('POST', sessionPath(S.sid, 'turns', S.turnId, 'cancel'));
   if (r.status === 202) status('Stopping…', 'progress');
   else if (!(r.error && r.error.code === 'turn_finished')) fail(r);
@@ -430,6 +484,8 @@ $('sign-out').addEventListener('click', () => signOut(''));
 $('new-session').addEventListener('click', newConversation);
 initMemory();
 $('stop').addEventListener('click', stop);
+$('drop-queued').addEventListener('click', () => stopWith(true));
+$('keep-queued').addEventListener('click', () => stopWith(false));
 $('composer').addEventListener('submit', (e) => { e.preventDefault(); send($('input').value); });
 $('input').addEventListener('keydown', (e) => {
   // Enter sends; Shift+Enter is a new line; Enter that ends an IME composition is not a send.

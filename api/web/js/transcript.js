@@ -29,7 +29,10 @@ function scrollDown() {
 
 export function append(node) {
   $('empty-hint').hidden = true;
-  transcript().appendChild(node);
+  // A message waiting for the running answer stays last, under it.
+  const waiting = transcript().querySelector('.msg.pending');
+  if (waiting && node !== waiting) transcript().insertBefore(node, waiting);
+  else transcript().appendChild(node);
   scrollDown();
   return node;
 }
@@ -117,6 +120,16 @@ export function showMessage(m) {
   setText(b, m.role, m.text || '');
   drawMeta(b, m);
   return b;
+}
+
+// A message sent while an answer streams: shown last, under that answer, as waiting.
+// Keyed apart from the message: once stored, the message is drawn in its place and this goes.
+export function pending(m) {
+  const b = makeBubble('user', 'pending:' + m.id, m.turn_id);
+  b.classList.add('pending');
+  setText(b, 'user', m.text);
+  b.querySelector('.meta').append(el('span', 'badge badge-pending', 'Sends when this answer ends'));
+  return append(b);
 }
 
 // Streamed text for a message that is not stored yet (or is being replayed from scratch).

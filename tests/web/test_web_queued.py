@@ -1,0 +1,139 @@
+"""The chat page when the user types while an answer streams (issue 30 item 4): the message
+waits under the streaming answer, marked as pending, and is answered when that answer ends;
+Stop asks whether to drop the waiting message too. A worker of its own runs a model the test
+steers (slow enough to type during), with the outbox loop that starts queued turns."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest_asyncio
+from playwright.async_api import Browser, Page, expect
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.client import Client
+
+from gateway.base import ModelRequest
+from parley.config import Settings
+from tests.support.models import ControlledModel
+from tests.support.stack import running_outbox
+from tests.support.toolkit import Stack, own_stack
+from tests.support.webpage import finished_answer, last_answer, opener, sign_in
+
+LONG = " ".join(f"word{i}" for i in range(70))  # about 2 s at the stack's pace
+WebStack = Stack[ControlledModel]
+
+
+@pytest_asyncio.fixture(scope="module")
+async def stack(
+    settings: Settings, temporal_client: Client, sessions: async_sessionmaker[AsyncSession]
+) -> AsyncIterator[WebStack]:
+    model = ControlledModel(token_delay_s=0.03)
+
+    def reply(request: ModelRequest) -> str | None:
+        users = [m for m in request.messages if m.get("role") == "user"]
+        text = str(users[-1].get("content", "")) if users else ""
+        if "long" in text:
+            return LONG
+        return "Queued answer: " + text if "next" in text else None
+
+    model.reply = reply
+    async with own_stack(temporal_client, settings, sessions, model, prefix="webq") as stack:
+        async with running_outbox(temporal_client, stack.settings, sessions):
+            yield stack
+
+
+@pytest_asyncio.fixture
+async def page(browser: Browser, stack: WebStack) -> AsyncIterator[Page]:
+    tab = await opener(browser)(stack.url)
+    await sign_in(tab.page, "cust_2291")
+    yield tab.page
+    tab.assert_clean()
+    await tab.context.close()
+
+
+async def _type(page: Page, text: str) -> None:
+    await page.locator("#input").fill(text)
+    await page.locator("#input").press("Enter")
+
+
+async def _streaming(page: Page, fragment: str) -> None:
+    answer = last_answer(page)
+    await expect(answer).to_have_class("msg msg-assistant streaming")
+    await expect(answer.locator(".body")).to_contain_text(fragment)
+
+
+async def test_a_message_typed_during_a_stream_waits_under_it_then_is_answered(
+    page: Page,
+) -> None:
+    await _type(page, "A long answer please")
+    await _streaming(page, "word3 ")
+    await _type(page, "And the next thing")
+    pending = page.locator("#transcript .msg.pending")
+    await expect(pending.locator(".body")).to_have_text("And the next thing")
+    await expect(pending.locator(".badge")).to_have_text("Sends when this answer ends")
+    await expect(page.locator("#send")).to_be_disabled()  # one message waits at most
+    # Under the answer that still streams.
+    last = page.locator("#transcript .msg").last
+    await expect(last).to_have_class("msg msg-user pending")
+    await expect(last_answer(page)).to_have_class("msg msg-assistant streaming")
+
+    text = await finished_answer(page, "Queued answer: And the next thing")
+    assert text == "Queued answer: And the next thing"
+    await expect(page.locator("#transcript .msg.pending")).to_have_count(0)
+    bodies = page.locator("#transcript .msg .body")
+    await expect(bodies).to_have_text(
+        ["A long answer please", LONG, "And the next thing", "Queued answer: And the next thing"]
+    )
+    seqs = await page.locator("#transcript .msg").evaluate_all(
+        "bs => bs.map(b => Number(b.dataset.seq))"
+    )
+    assert seqs == sorted(seqs) and len(set(seqs)) == 4
+
+
+async def test_stop_asks_whether_to_drop_the_waiting_message(page: Page) -> None:
+    await _type(page, "A long answer please")
+    await _streaming(page, "word3 ")
+    await _type(page, "Then the next thing")
+    await expect(page.locator("#transcript .msg.pending")).to_have_count(1)
+    await page.locator("#stop").click()
+    ask = page.locator("#stop-queued")
+    await expect(ask).to_be_visible()
+    await expect(page.locator("#drop-queued")).to_be_focused()
+    await page.locator("#drop-queued").click()
+    await expect(ask).to_be_hidden()
+    answer = last_answer(page)
+    await expect(answer).to_have_attribute("data-status", "cancelled")
+    await expect(page.locator("#transcript .msg.pending")).to_have_count(0)
+    await expect(page.locator("#stop")).to_be_hidden()
+    await expect(page.locator("#send")).to_be_enabled()
+    await expect(page.locator("#transcript .msg-user")).to_have_count(1)  # dropped, not sent
+    await expect(page.locator("#transcript .msg-assistant")).to_have_count(1)
+
+
+async def test_stop_can_keep_the_waiting_message_which_is_then_answered(page: Page) -> None:
+    await _type(page, "A long answer please")
+    await _streaming(page, "word3 ")
+    await _type(page, "Keep the next thing")
+    await expect(page.locator("#transcript .msg.pending")).to_have_count(1)
+    await page.locator("#stop").click()
+    await page.locator("#keep-queued").click()
+    await finished_answer(page, "Queued answer: Keep the next thing")
+    statuses = await page.locator("#transcript .msg-assistant").evaluate_all(
+        "bs => bs.map(b => b.dataset.status)"
+    )
+    assert statuses == ["cancelled", "complete"]
+
+
+async def test_a_reload_shows_the_waiting_message_and_then_its_answer(page: Page) -> None:
+    await _type(page, "A long answer please")
+    await _streaming(page, "word3 ")
+    await _type(page, "Reload and the next thing")
+    await expect(page.locator("#transcript .msg.pending")).to_have_count(1)
+    await page.reload()
+    pending = page.locator("#transcript .msg.pending")
+    await expect(pending.locator(".body")).to_have_text("Reload and the next thing")
+    await finished_answer(page, "Queued answer: Reload and the next thing")
+    await expect(page.locator("#transcript .msg.pending")).to_have_count(0)
+    await expect(page.locator("#transcript .msg-user .body")).to_have_text(
+        ["A long answer please", "Reload and the next thing"]
+    )
