@@ -1,15 +1,20 @@
 """Erasing a user removes the eval drafts `parley eval capture --feedback` made from their
 ratings (copies of their text) and names them on the receipt; another user's draft stays.
-Forgetting a message removes the drafts captured in its session."""
+A deleted session's erasure removes the drafts captured in it, and forgetting a message
+removes the drafts captured in its session."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.client import Client
 
+from dispatch.erasure import start_erasure
 from parley.config import Settings
+from parley.erasure import ErasureInput
 from parley_eval.capture import capture_feedback
+from store import erasure
 from tests.support.client import ParleyClient
 from tests.support.erasure import add_user, done_turn, new_customers, receipt
 from tests.support.evals import eval_target
@@ -31,7 +36,11 @@ async def rate_down(client: ParleyClient, text: str, sid: str | None = None) -> 
     return f"feedback-{answer['id']}.yaml"
 
 
-async def capture(api_url: str, sessions: Sessions, admin: str, drafts: list[Path]) -> None:
+async def capture(
+    api_url: str, sessions: Sessions, admin: str, drafts: list[Path], scratch: Path
+) -> None:
+    """Capture the tenant's ratings into `scratch`, then move only these drafts into the
+    shared capture folder (other tests' users' drafts would land on their receipts)."""
     target = eval_target(api_url, sessions, None)
 
     async def captured() -> list[Path] | None:
@@ -40,11 +49,13 @@ async def capture(api_url: str, sessions: Sessions, admin: str, drafts: list[Pat
             admin_token=admin,
             tenant="northwind",
             token_for=target.token_for,
-            out=drafts[0].parent,
+            out=scratch,
         )
-        return drafts if all(d.exists() for d in drafts) else None
+        return drafts if all((scratch / d.name).exists() for d in drafts) else None
 
     await eventually(captured, timeout=20, what="the drafts of the ratings")
+    for draft in drafts:
+        (scratch / draft.name).rename(draft)
 
 
 async def test_erasing_a_user_removes_their_captured_drafts_and_counts_them(
@@ -52,6 +63,7 @@ async def test_erasing_a_user_removes_their_captured_drafts_and_counts_them(
     settings: Settings,
     sessions: Sessions,
     tokens: dict[str, str],
+    tmp_path: Path,
 ) -> None:
     erased, kept = new_customers(2)
     gone = ParleyClient(api_url, await add_user(sessions, erased))
@@ -62,7 +74,7 @@ async def test_erasing_a_user_removes_their_captured_drafts_and_counts_them(
             folder / await rate_down(gone, f"Hello, my reference is {erased.canaries['msg']}."),
             folder / await rate_down(stays, f"Hello, my reference is {kept.canaries['msg']}."),
         ]
-        await capture(api_url, sessions, tokens["admin"], drafts)
+        await capture(api_url, sessions, tokens["admin"], drafts, tmp_path)
         assert erased.canaries["msg"] in drafts[0].read_text()
         started = await gone.http.delete("/v1/me")
         assert started.status_code == 202, started.text
@@ -83,7 +95,7 @@ def _text(path: Path) -> str:
 
 
 async def test_forgetting_a_message_removes_the_drafts_captured_in_its_session(
-    api_url: str, settings: Settings, sessions: Sessions, tokens: dict[str, str]
+    api_url: str, settings: Settings, sessions: Sessions, tokens: dict[str, str], tmp_path: Path
 ) -> None:
     [who] = new_customers(1)
     client = ParleyClient(api_url, await add_user(sessions, who))
@@ -93,7 +105,7 @@ async def test_forgetting_a_message_removes_the_drafts_captured_in_its_session(
         said = f"Hello, my reference is {who.canaries['msg']}."
         here = folder / await rate_down(client, said, sid)
         elsewhere = folder / await rate_down(client, "Hello again.")
-        await capture(api_url, sessions, tokens["admin"], [here, elsewhere])
+        await capture(api_url, sessions, tokens["admin"], [here, elsewhere], tmp_path)
         [question, *_] = (await client.http.get(f"/v1/sessions/{sid}/messages")).json()["messages"]
         assert question["role"] == "user" and question["text"] == said
         forgotten = await client.http.delete(f"/v1/sessions/{sid}/messages/{question['id']}")
@@ -101,4 +113,38 @@ async def test_forgetting_a_message_removes_the_drafts_captured_in_its_session(
     finally:
         await client.aclose()
     assert forgotten.json()["removed"]["eval_drafts"] == 1
+    assert not here.exists() and elsewhere.exists()
+
+
+async def test_erasing_a_session_removes_only_the_drafts_captured_in_it(
+    api_url: str,
+    settings: Settings,
+    sessions: Sessions,
+    tokens: dict[str, str],
+    temporal_client: Client,
+    tmp_path: Path,
+) -> None:
+    [who] = new_customers(1)
+    client = ParleyClient(api_url, await add_user(sessions, who))
+    folder = settings.eval_capture_dir
+    try:
+        sid = await client.new_session()
+        here = folder / await rate_down(client, f"Hello, I am {who.canaries['nick']}.", sid)
+        elsewhere = folder / await rate_down(client, "Hello again.")
+        await capture(api_url, sessions, tokens["admin"], [here, elsewhere], tmp_path)
+        # The session's erasure as its delete starts it, without the grace period's wait.
+        async with sessions.begin() as db:
+            row = await erasure.request_erasure(
+                db,
+                key=settings.erasure_receipt_key,
+                tenant_id="northwind",
+                user_id=who.user_id,
+                session_id=sid,
+            )
+        inp = ErasureInput(erasure_id=row.id)
+        await start_erasure(temporal_client, sessions, inp, task_queue=settings.task_queue)
+        done = await receipt(client, f"/v1/erasures/{row.id}", timeout=60)
+    finally:
+        await client.aclose()
+    assert done["scope"] == "session" and done["counts"]["eval_drafts"] == 1
     assert not here.exists() and elsewhere.exists()
