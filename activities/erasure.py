@@ -1,5 +1,7 @@
 """The erasure workflow's steps: stop the subject's turns, delete their workflow executions,
-delete their rows table by table, and close the receipt (workflows/erasure.py).
+delete their rows table by table, and close the receipt (workflows/erasure.py). The plan's
+first "table" is `eval_drafts`: the subject's captured eval drafts, files counted whole
+(store/eval_drafts.py).
 
 Every step is idempotent. A table is emptied in batches, each its own transaction that also
 adds its count to the receipt, so a step retried after a crash (a worker killed mid-way)
