@@ -1,5 +1,7 @@
 """The erasure workflow's steps: stop the subject's turns, delete their workflow executions,
-delete their rows table by table, and close the receipt (workflows/erasure.py).
+delete their rows table by table, and close the receipt (workflows/erasure.py). The plan's
+first "table" is `eval_drafts`: the subject's captured eval drafts, files counted whole
+(store/eval_drafts.py).
 
 Every step is idempotent. A table is emptied in batches, each its own transaction that also
 adds its count to the receipt, so a step retried after a crash (a worker killed mid-way)
@@ -25,7 +27,7 @@ from parley.config import Settings
 from parley.erasure import EraseTableInput, ErasureInput, ErasurePlan, ErasureReceipt
 from parley.errors import TurnFinished
 from parley.ids import specialist_workflow_id, summary_workflow_id, workflow_id_for_turn
-from store import erasure, erasure_catalogue, turns
+from store import erasure, erasure_catalogue, eval_drafts, turns
 from store.db import SessionMaker
 from store.erasure_catalogue import Subject
 
@@ -70,7 +72,8 @@ class ErasureActivities:
             subject = await erasure.subject_of(db, erasure_id=inp.erasure_id)
             if subject is None:
                 return ErasurePlan(tables=[])
-            return ErasurePlan(tables=await erasure_catalogue.tables_for(db, scope=subject.scope))
+            tables = await erasure_catalogue.tables_for(db, scope=subject.scope)
+            return ErasurePlan(tables=[eval_drafts.EVAL_DRAFTS, *tables])
 
     @activity.defn(name="stop_turns")
     async def stop_turns(self, inp: ErasureInput) -> int:
@@ -165,6 +168,8 @@ class ErasureActivities:
     async def erase_table(self, inp: EraseTableInput) -> int:
         """Empty one table of the subject's rows, batch by batch; the rows this attempt
         deleted (an earlier attempt's are on the receipt already)."""
+        if inp.table == eval_drafts.EVAL_DRAFTS:
+            return await self._erase_drafts(inp.erasure_id)
         total = 0
         while True:
             async with self._sessions.begin() as db:
@@ -177,6 +182,22 @@ class ErasureActivities:
                 self._fault_point()
             if deleted < self._batch_rows:
                 return total
+
+    async def _erase_drafts(self, erasure_id: str) -> int:
+        """The subject's captured eval drafts (files): set aside and emptied, then counted
+        whole on the receipt (store/eval_drafts.py); how many this attempt set aside."""
+        subject = await self._subject(erasure_id)
+        if subject is None:
+            return 0
+        folder = self._settings.eval_capture_dir
+        moved = eval_drafts.set_aside(folder, erasure_id=erasure_id, subject=subject)
+        aside = len(eval_drafts.set_aside_files(folder, erasure_id=erasure_id))
+        if aside:
+            async with self._sessions.begin() as db:
+                await erasure.set_count(
+                    db, erasure_id=erasure_id, key=eval_drafts.EVAL_DRAFTS, n=aside
+                )
+        return moved
 
     def _fault_point(self) -> None:
         """Tests only: die here, between two committed batches, as a `kill -9` would."""
@@ -193,11 +214,14 @@ class ErasureActivities:
             return {}
         async with self._sessions() as db:
             tables = await erasure_catalogue.tables_for(db, scope=subject.scope)
-            return await erasure_catalogue.remaining(db, subject=subject, tables=tables)
+            left = await erasure_catalogue.remaining(db, subject=subject, tables=tables)
+        drafts = eval_drafts.drafts_of(self._settings.eval_capture_dir, subject)
+        return {**left, eval_drafts.EVAL_DRAFTS: len(drafts)} if drafts else left
 
     @activity.defn(name="finish_erasure")
     async def finish_erasure(self, inp: ErasureInput) -> ErasureReceipt:
         """Close the receipt: clear the subject's ids, keep the counts."""
         async with self._sessions.begin() as db:
             row = await erasure.finish(db, erasure_id=inp.erasure_id)
+        eval_drafts.close(self._settings.eval_capture_dir, erasure_id=inp.erasure_id)
         return ErasureReceipt(inp.erasure_id, dict(row.counts) if row else {})

@@ -50,7 +50,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
     run.add_argument(
         "--tenant", default="northwind", help="the tenant configured, or captured from"
     )
-    run.add_argument("--out", type=Path, default=Path("evals/captured"), help="with `capture`")
+    run.add_argument("--out", type=Path, help="with `capture` (default: PARLEY_EVAL_CAPTURE_DIR)")
 
 
 def run_eval(settings: Settings, args: argparse.Namespace) -> None:
@@ -60,7 +60,7 @@ def run_eval(settings: Settings, args: argparse.Namespace) -> None:
     if args.suite == "capture":
         if not args.feedback:
             sys.exit("`parley eval capture` needs --feedback (the only source so far)")
-        sys.exit(_capture(target, args))
+        sys.exit(_capture(target, args, args.out or settings.eval_capture_dir))
     options = Options(
         suite=Path(args.suite),
         tenant_config=args.tenant_config,
@@ -123,7 +123,7 @@ def _remote(args: argparse.Namespace, given: dict[tuple[str, str], str]) -> Targ
     return Target(args.url.rstrip("/"), token_for, admin_token_for, args.backend)
 
 
-def _capture(target: Target, args: argparse.Namespace) -> int:
+def _capture(target: Target, args: argparse.Namespace, out: Path) -> int:
     from parley_eval.capture import capture_feedback
 
     async def token_or_none(tenant: str, user: str) -> str | None:
@@ -141,11 +141,11 @@ def _capture(target: Target, args: argparse.Namespace) -> int:
             admin_token=admin,
             tenant=args.tenant,
             token_for=token_or_none,
-            out=args.out,
+            out=out,
         )
 
     written = asyncio.run(capture())
     for path in written:
         print(f"draft: {path}")
-    print(f"{len(written)} draft(s) written to {args.out}")
+    print(f"{len(written)} draft(s) written to {out}")
     return 0

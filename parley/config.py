@@ -263,6 +263,10 @@ class Settings(BaseSettings):
     erasure_receipt_key: str = "parley-dev-erasure-receipt-key"
     # Rows one erasure batch deletes (each batch is one short transaction).
     erasure_batch_rows: int = Field(default=500, ge=1)
+    # Where `parley eval capture --feedback` writes its draft conversations (copies of user
+    # text): an erasure looks for its subject's drafts here, so the worker and the CLI must
+    # agree on it.
+    eval_capture_dir: Path = REPO_ROOT / "evals" / "captured"
 
     # Outbox: turns whose workflow was not started by the API are started by the worker
     # after this many seconds.

@@ -156,6 +156,18 @@ async def erase_batch(db: AsyncSession, *, erasure_id: str, table: str, limit: i
     return deleted
 
 
+async def set_count(db: AsyncSession, *, erasure_id: str, key: str, n: int) -> None:
+    """Set one count on the receipt (for what is counted whole, not batch by batch: the
+    drafts an erasure set aside, store/eval_drafts.py)."""
+    await db.execute(_SET, {"id": erasure_id, "key": key, "n": n})
+
+
+_SET = text(
+    "UPDATE erasures SET counts = jsonb_set(counts, ARRAY[CAST(:key AS text)], to_jsonb(:n))"
+    " WHERE id = :id"
+)
+
+
 async def _count(db: AsyncSession, *, erasure_id: str, counts: dict[str, int]) -> None:
     for table, n in counts.items():
         await db.execute(_ADD, {"id": erasure_id, "table": table, "n": n})

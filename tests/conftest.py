@@ -85,7 +85,12 @@ async def northwind(northwind_url: str) -> AsyncIterator[httpx.AsyncClient]:
 
 
 @pytest.fixture(scope="session")
-def settings(database_url: str, temporal_address: str, northwind_url: str) -> Settings:
+def settings(
+    database_url: str,
+    temporal_address: str,
+    northwind_url: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Settings:
     return Settings(
         database_url=database_url,
         temporal_address=temporal_address,
@@ -97,6 +102,8 @@ def settings(database_url: str, temporal_address: str, northwind_url: str) -> Se
         # Long, so an open breaker stays open however slow the machine is; the tests that
         # need the cooldown to pass move the `breaker_clock` forward.
         breaker_cooldown_s=60.0,
+        # Captured eval drafts, which erasures look for, in the session's own folder.
+        eval_capture_dir=tmp_path_factory.mktemp("captured"),
         # Read once: a commit made while the suite runs must not give the workers it starts
         # later another build (whose promotion the server would refuse: it would strand the
         # session version's task queues).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import replace
 
 from fastapi import APIRouter, Query, Response
 
@@ -16,7 +17,7 @@ from dispatch.summaries import ask_for_summary
 from parley.erasure import ErasureInput
 from parley.errors import NotFound, RateLimited, TurnFinished, TurnInProgress
 from parley.wire import MessageView
-from store import actions, erasure, files, forget, queue, slots, steps
+from store import actions, erasure, eval_drafts, files, forget, queue, slots, steps
 from store import sessions as store_sessions
 
 log = logging.getLogger(__name__)
@@ -128,6 +129,14 @@ async def forget_message(
         db, owner=user, session_id=session_id, message_id=message_id
     )
     await db.commit()
+    # A draft captured in the session copies what the user said there, up to its rating.
+    drafts = eval_drafts.drafts_of_session(
+        settings.eval_capture_dir,
+        tenant_id=user.tenant_id,
+        user_id=user.user_id,
+        session_id=session_id,
+    )
+    removed = replace(withdrawn.removed, eval_drafts=eval_drafts.remove(drafts))
     asked = False
     for session in withdrawn.sessions_to_summarize:
         try:  # the next turn's summary run rewrites it as well, should this not reach it
@@ -144,6 +153,6 @@ async def forget_message(
     return ForgottenOut(
         message_id=message_id,
         message_ids=withdrawn.message_ids,
-        removed=withdrawn.removed,
+        removed=removed,
         summary_rewriting=asked,
     )
