@@ -5,9 +5,7 @@ receipt with `parley erasure receipt` (the proof an erasure happened)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import sys
 
 import httpx
 from sqlalchemy import text
@@ -17,7 +15,7 @@ from parley.config import Settings
 from store.erasure_catalogue import CATALOGUE, NOT_PERSONAL
 from tests.support.client import ParleyClient
 from tests.support.erasure import TENANT, add_user, new_customers, receipt
-from tests.support.stack import REPO, service_env
+from tests.support.stack import parley_cli
 
 
 async def test_every_table_is_in_the_erasure_catalogue_or_holds_no_user_rows(
@@ -63,23 +61,6 @@ async def test_an_unknown_erasure_is_404_in_the_error_shape(api_url: str) -> Non
     assert response.json()["error"]["code"] == "not_found"
 
 
-async def parley(settings: Settings, *args: str) -> str:
-    """The CLI as a process of its own (this event loop runs the worker it waits on)."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "launch.cli",
-        *args,
-        env=service_env(settings),
-        cwd=REPO,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(process.communicate(), 90)
-    assert process.returncode == 0, err.decode()
-    return out.decode()
-
-
 async def test_an_operator_erases_a_user_and_later_finds_the_receipt(
     api_url: str, settings: Settings, sessions: async_sessionmaker[AsyncSession]
 ) -> None:
@@ -88,7 +69,7 @@ async def test_an_operator_erases_a_user_and_later_finds_the_receipt(
     try:
         await client.turn(await client.new_session(), f"Hello there, {who.canaries['msg']}")
         printed = json.loads(
-            await parley(settings, "erase", "--tenant", TENANT, "--user", who.user_id)
+            await parley_cli(settings, "erase", "--tenant", TENANT, "--user", who.user_id)
         )
         assert (await client.http.get("/v1/sessions")).status_code == 401
     finally:
@@ -96,8 +77,8 @@ async def test_an_operator_erases_a_user_and_later_finds_the_receipt(
     assert printed["status"] == "done" and printed["counts"]["messages"] >= 2
     assert who.user_id not in json.dumps(printed)
     found = json.loads(
-        await parley(settings, "erasure", "receipt", "--tenant", TENANT, "--user", who.user_id)
+        await parley_cli(settings, "erasure", "receipt", "--tenant", TENANT, "--user", who.user_id)
     )
     assert found == [printed]
-    shown = json.loads(await parley(settings, "erasure", "show", printed["erasure_id"]))
+    shown = json.loads(await parley_cli(settings, "erasure", "show", printed["erasure_id"]))
     assert shown == printed

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import sys
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -24,7 +23,7 @@ from parley.context import UNTRUSTED_CLOSE, UNTRUSTED_OPEN
 from store.identity import create_token
 from store.models import ModelCall, SessionFile, User
 from tests.support.client import ParleyClient
-from tests.support.stack import REPO, service_env
+from tests.support.stack import parley_cli
 from tests.support.toolkit import eventually, reply
 
 WARRANTY = "The Trailblazer tent carries a warranty period of 7 years."
@@ -302,22 +301,6 @@ async def revocable(
     await client.aclose()
 
 
-async def parley(settings: Settings, *args: str) -> str:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "launch.cli",
-        *args,
-        env=service_env(settings),
-        cwd=REPO,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(process.communicate(), 60)
-    assert process.returncode == 0, err.decode()
-    return out.decode()
-
-
 async def test_with_the_assistant_revoked_posting_is_403_and_history_stays_readable(
     revocable: ParleyClient, settings: Settings
 ) -> None:
@@ -325,7 +308,7 @@ async def test_with_the_assistant_revoked_posting_is_403_and_history_stays_reada
     sid = await revocable.new_session()
     turn_id, events = await revocable.turn(sid, "Hello there")
     reply(events)
-    await parley(
+    await parley_cli(
         settings, "feature", "revoke", "assistant", "--tenant", "northwind", "--user", user
     )
 
@@ -340,7 +323,9 @@ async def test_with_the_assistant_revoked_posting_is_403_and_history_stays_reada
     listed = await revocable.http.get("/v1/sessions")
     assert listed.status_code == 200 and sid in listed.text
 
-    await parley(settings, "feature", "grant", "assistant", "--tenant", "northwind", "--user", user)
+    await parley_cli(
+        settings, "feature", "grant", "assistant", "--tenant", "northwind", "--user", user
+    )
     _, events = await revocable.turn(sid, "Thanks")
     reply(events)
 

@@ -6,12 +6,10 @@ the real PostgreSQL and Temporal; the mask itself is tested at the end, as pure 
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest_asyncio
-from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from activities.memory import MemoryActivities
@@ -19,9 +17,8 @@ from gateway.base import Finish, ModelRequest, StreamEvent, TextDelta
 from gateway.registry import ProviderPool
 from parley.config import Settings
 from parley.contracts import SummarizeInput
-from store.models import ChatSession, Message
 from tests.support.client import ParleyClient
-from tests.support.toolkit import model_calls
+from tests.support.toolkit import model_calls, store_history
 
 CARD = "4111 1111 1111 1111"  # a test number that passes the Luhn check
 ADDRESS = "priya.alt@example.org"
@@ -58,22 +55,7 @@ async def seeded(
             ("user", f"Question {n} about the delivery of order 8472, in a few more words."),
             ("assistant", f"Answer {n}: order 8472 is on its way and nothing has changed."),
         ]
-    async with sessions() as db:
-        for seq, (role, text) in enumerate(said, start=1):
-            db.add(
-                Message(
-                    id=f"msg_{uuid.uuid4().hex[:20]}",
-                    session_id=sid,
-                    seq=seq,
-                    role=role,
-                    status="complete",
-                    text=text,
-                )
-            )
-        await db.execute(
-            update(ChatSession).where(ChatSession.id == sid).values(last_seq=len(said))
-        )
-        await db.commit()
+    await store_history(sessions, sid, said)
     return sid
 
 

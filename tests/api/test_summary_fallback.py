@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from activities.memory import MemoryActivities
@@ -34,6 +34,7 @@ from store import memory as memory_store
 from store.models import ChatSession, ConversationSummary, Message
 from tests.support.client import ParleyClient
 from tests.support.stack import serve
+from tests.support.toolkit import store_history
 
 TOOL_RESULT = json.dumps({"name": "get_order", "result": {"order_id": "8472", "status": "shipped"}})
 HISTORY: list[tuple[str, str]] = [
@@ -70,24 +71,7 @@ class Scripted:
 
 async def seeded_session(sessions: async_sessionmaker[AsyncSession], client: ParleyClient) -> str:
     sid = await client.new_session()
-    async with sessions() as db:
-        for seq, (role, text) in enumerate(HISTORY, start=1):
-            extra = {"tool_call_id": "call_1"} if role == "tool" else {}
-            db.add(
-                Message(
-                    id=f"msg_{uuid.uuid4().hex[:20]}",
-                    session_id=sid,
-                    seq=seq,
-                    role=role,
-                    status="complete",
-                    text=text,
-                    **extra,
-                )
-            )
-        await db.execute(
-            update(ChatSession).where(ChatSession.id == sid).values(last_seq=len(HISTORY))
-        )
-        await db.commit()
+    await store_history(sessions, sid, HISTORY)
     return sid
 
 

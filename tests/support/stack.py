@@ -192,6 +192,40 @@ def service_env(settings: Settings, **extra: str) -> dict[str, str]:
     }
 
 
+async def run_cli(
+    settings: Settings | None,
+    *args: str,
+    env: dict[str, str] | None = None,
+    timeout: float = 90.0,
+) -> subprocess.CompletedProcess[bytes]:
+    """`parley ARGS` in a process of its own, pointed at the test services (or given its
+    own `env`); awaited, so a worker running in the caller's event loop can serve what the
+    command starts."""
+    if env is None:
+        assert settings is not None
+        env = service_env(settings)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "launch.cli",
+        *args,
+        env=env,
+        cwd=REPO,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), timeout)
+    assert process.returncode is not None
+    return subprocess.CompletedProcess(list(args), process.returncode, out, err)
+
+
+async def parley_cli(settings: Settings, *args: str) -> str:
+    """What `parley ARGS` printed, once it succeeded."""
+    done = await run_cli(settings, *args)
+    assert done.returncode == 0, done.stderr.decode()
+    return done.stdout.decode()
+
+
 def spawn(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, *args], env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=None

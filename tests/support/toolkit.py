@@ -10,20 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import httpx
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from gateway.base import ModelProvider
 from parley.config import Settings
 from parley.screens import Screen
-from store.models import ModelCall, Turn
+from store.models import ChatSession, Message, ModelCall, Turn
 from tests.support.client import ParleyClient
 from tests.support.sse import TERMINAL, Event, iter_events
 from tests.support.stack import own_queue, running_worker, serve_api
@@ -190,3 +191,29 @@ async def first_events(client: ParleyClient, url: str, *, until: str) -> list[Ev
             if event.type == until or event.type in TERMINAL:
                 break
     return received
+
+
+async def store_history(
+    sessions: async_sessionmaker[AsyncSession], sid: str, said: Iterable[tuple[str, str]]
+) -> None:
+    """Write a conversation straight into a session, as if its turns had run: (role, text)
+    pairs from seq 1, complete; a `tool` line answers call `call_1`."""
+    lines = list(said)
+    async with sessions() as db:
+        for seq, (role, text) in enumerate(lines, start=1):
+            extra = {"tool_call_id": "call_1"} if role == "tool" else {}
+            db.add(
+                Message(
+                    id=f"msg_{uuid.uuid4().hex[:20]}",
+                    session_id=sid,
+                    seq=seq,
+                    role=role,
+                    status="complete",
+                    text=text,
+                    **extra,
+                )
+            )
+        await db.execute(
+            update(ChatSession).where(ChatSession.id == sid).values(last_seq=len(lines))
+        )
+        await db.commit()

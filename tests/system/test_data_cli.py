@@ -3,10 +3,7 @@ session's database and Temporal, served by the session's worker."""
 
 from __future__ import annotations
 
-import asyncio
 import io
-import subprocess
-import sys
 import uuid
 import zipfile
 from pathlib import Path
@@ -20,24 +17,7 @@ from parley.config import Settings
 from store.identity import create_token
 from store.models import ChatSession, Message, User
 from tests.support.client import ParleyClient
-from tests.support.stack import REPO, service_env
-
-
-async def parley(settings: Settings, *args: str) -> subprocess.CompletedProcess[bytes]:
-    """The CLI in a process of its own; awaited, so the worker in this loop serves it."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "launch.cli",
-        *args,
-        env=service_env(settings),
-        cwd=REPO,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(process.communicate(), 90)
-    assert process.returncode is not None
-    return subprocess.CompletedProcess(args, process.returncode, out, err)
+from tests.support.stack import run_cli
 
 
 async def test_export_writes_the_users_archive_to_a_file_and_to_stdout(
@@ -63,7 +43,7 @@ async def test_export_writes_the_users_archive_to_a_file_and_to_stdout(
         )
 
     out = tmp_path / "export.zip"
-    written = await parley(
+    written = await run_cli(
         settings, "export", "--tenant", "northwind", "--user", user_id, "--out", str(out)
     )
     assert written.returncode == 0, written.stderr.decode()
@@ -71,20 +51,20 @@ async def test_export_writes_the_users_archive_to_a_file_and_to_stdout(
     assert manifest["user_id"] == user_id
     assert manifest["counts"]["sessions"] == 1 and manifest["counts"]["messages"] == stored
 
-    piped = await parley(settings, "export", "--tenant", "northwind", "--user", user_id)
+    piped = await run_cli(settings, "export", "--tenant", "northwind", "--user", user_id)
     assert piped.returncode == 0, piped.stderr.decode()
     assert zipfile.ZipFile(io.BytesIO(piped.stdout)).testzip() is None
     assert read_manifest(piped.stdout)["counts"] == manifest["counts"]
 
 
 async def test_export_of_an_unknown_user_fails_clearly(settings: Settings) -> None:
-    result = await parley(settings, "export", "--tenant", "northwind", "--user", "nobody")
+    result = await run_cli(settings, "export", "--tenant", "northwind", "--user", "nobody")
     assert result.returncode != 0
     assert b"unknown user" in result.stderr
 
 
 async def test_purge_runs_now_for_one_tenant(settings: Settings, api_url: str) -> None:
     # Southwind keeps everything (no periods): only its expired exports could go.
-    result = await parley(settings, "purge", "--tenant", "southwind")
+    result = await run_cli(settings, "purge", "--tenant", "southwind")
     assert result.returncode == 0, result.stderr.decode()
     assert result.stdout.decode().splitlines() == ["exports: 0"]

@@ -5,34 +5,21 @@ the API and mints its users' and operator's tokens in the database, as it does a
 
 from __future__ import annotations
 
-import asyncio
 import json
 import shutil
-import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from parley.config import Settings
 from tests.support.evals import STARTER
-from tests.support.stack import REPO, service_env
+from tests.support.stack import run_cli, service_env
 
 CONVERSATIONS = ("03-order-status.yaml", "06-email-confirm.yaml")
 
 
 async def parley(env: dict[str, str], *args: str) -> tuple[int, str, str]:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "launch.cli",
-        *args,
-        env=env,
-        cwd=REPO,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(process.communicate(), timeout=120)
-    assert process.returncode is not None
-    return process.returncode, out.decode(), err.decode()
+    done = await run_cli(None, *args, env=env, timeout=120)
+    return done.returncode, done.stdout.decode(), done.stderr.decode()
 
 
 def suite(tmp_path: Path) -> Path:
