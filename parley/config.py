@@ -17,6 +17,8 @@ from parley.egress import Allowlist
 from parley.ids import workflow_id_for_turn
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+# The erasure receipt key a dev stack uses; refused outside dev (`Settings`).
+DEV_ERASURE_RECEIPT_KEY = "parley-dev-erasure-receipt-key"
 
 
 @dataclass(frozen=True)
@@ -259,8 +261,8 @@ class Settings(BaseSettings):
     session_erase_grace_s: float = Field(default=60.0, ge=0)
     # The key of the keyed hash an erasure's receipt keeps instead of its subject's ids: with
     # it and the ids an operator finds the receipt (`parley erasure receipt`); without it the
-    # receipt names nobody. Set a secret of your own outside dev.
-    erasure_receipt_key: str = "parley-dev-erasure-receipt-key"
+    # receipt names nobody. Outside dev the default is refused: set a secret of your own.
+    erasure_receipt_key: str = DEV_ERASURE_RECEIPT_KEY
     # Rows one erasure batch deletes (each batch is one short transaction).
     erasure_batch_rows: int = Field(default=500, ge=1)
     # Where `parley eval capture --feedback` writes its draft conversations (copies of user
@@ -289,6 +291,9 @@ class Settings(BaseSettings):
             raise ValueError("DATABASE_URL must be set outside the dev environment")
         if self.env != "dev" and self.fault_kill_at:
             raise ValueError("PARLEY_FAULT_KILL_AT is for tests in the dev environment only")
+        if self.env != "dev" and self.erasure_receipt_key == DEV_ERASURE_RECEIPT_KEY:
+            # The key is published here: receipts keyed with it name their subjects to anyone.
+            raise ValueError("PARLEY_ERASURE_RECEIPT_KEY must be set to a secret outside dev")
         return self
 
     @property

@@ -494,13 +494,24 @@ def test_postgres_has_a_healthcheck_and_a_named_volume(
 
 def test_no_accidental_compose_interpolation() -> None:
     # Compose substitutes $NAME and ${NAME} everywhere, shell scripts included; a literal
-    # dollar must be written $$. This file uses no substitution at all.
+    # dollar must be written $$. The one substitution allowed is a required secret,
+    # `${NAME:?why}`, which stops `docker compose up` with its message when NAME is unset
+    # (a plain ${NAME} would quietly become "").
+    required = re.compile(r"\$\{[A-Z_]+:\?[^}]+\}")
     lines = [
         line.strip()
         for line in COMPOSE_FILE.read_text().splitlines()
-        if "$" in line.replace("$$", "")
+        if "$" in required.sub("", line).replace("$$", "")
     ]
     assert not lines, f"unescaped $ (write $$ for a literal dollar): {lines}"
+
+
+def test_the_erasure_receipt_key_is_a_secret_compose_requires(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    for name in PARLEY_PROCESSES:
+        value = environment_of(services[name]).get("PARLEY_ERASURE_RECEIPT_KEY", "")
+        assert value.startswith("${PARLEY_ERASURE_RECEIPT_KEY:?"), (name, value)
 
 
 LOOPBACK = {"127.0.0.1", "::1", "[::1]", "localhost"}

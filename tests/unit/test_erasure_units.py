@@ -3,6 +3,9 @@ emptied before every table it points at, so no batch trips a foreign key)."""
 
 from __future__ import annotations
 
+import pytest
+
+from parley.config import DEV_ERASURE_RECEIPT_KEY, Settings
 from parley.erasure import ErasureScope, subject_hash
 from store.erasure_catalogue import CATALOGUE
 from store.models import Base
@@ -32,3 +35,14 @@ def test_a_session_erasure_never_touches_the_account() -> None:
     session_tables = {e.table for e in CATALOGUE if e.where(ErasureScope.session)}
     assert {"users", "api_tokens", "memory_consents"}.isdisjoint(session_tables)
     assert {"messages", "turns", "sessions", "user_memory"} <= session_tables
+
+
+def test_outside_dev_the_published_receipt_key_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the key that ships in the code, anyone holding a user's ids could find whose
+    receipt is whose: a production process does not start with it."""
+    monkeypatch.delenv("PARLEY_ERASURE_RECEIPT_KEY", raising=False)
+    production = {"env": "production", "database_url": "postgresql://db/parley"}
+    with pytest.raises(ValueError, match="PARLEY_ERASURE_RECEIPT_KEY"):
+        Settings(**production)
+    assert Settings(**production, erasure_receipt_key="a-secret").erasure_receipt_key == "a-secret"
+    assert Settings(env="dev").erasure_receipt_key == DEV_ERASURE_RECEIPT_KEY
