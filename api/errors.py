@@ -40,17 +40,21 @@ _DESCRIPTION = {
 }
 
 
-def answers(*raised: type[errors.ParleyError]) -> dict[int | str, dict[str, Any]]:
+def answers(
+    *raised: type[errors.ParleyError], authenticated: bool = True
+) -> dict[int | str, dict[str, Any]]:
     """OpenAPI `responses=` for the domain errors a route can raise, in the error shape.
 
-    401, 413 and 422 come with every authenticated route (the body's size, the token and the
-    request's fields are checked before any handler runs), so they are always listed.
+    413 and 422 come with every route (the body's size and the request's fields are checked
+    before any handler runs), and 401 with every route that takes a token, so they are
+    always listed; a route that takes no token says `authenticated=False`.
     """
     codes: dict[int, list[str]] = {
-        401: ["unauthenticated"],
         413: ["payload_too_large"],
         _VALIDATION[0]: [_VALIDATION[1]],
     }
+    if authenticated:
+        codes[401] = ["unauthenticated"]
     for cls in raised:
         codes.setdefault(_status_of_class(cls), []).append(cls.code)
     out: dict[int | str, dict[str, Any]] = {}

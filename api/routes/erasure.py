@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 # How long a route waits on Temporal to start an erasure before leaving it to the sweep.
 START_TIMEOUT_S = 5.0
 
-router = APIRouter(tags=["erasure"], responses=answers())
+router = APIRouter(tags=["erasure"])
 
 
 async def start_soon(
@@ -44,7 +44,7 @@ async def start_soon(
         log.warning("could not start erasure %s; the sweep will", inp.erasure_id, exc_info=True)
 
 
-@router.delete("/v1/me", status_code=202)
+@router.delete("/v1/me", status_code=202, responses=answers())
 async def erase_me(
     db: DbSession, sessions: Sessions, user: CurrentUser, settings: AppSettings, temporal: Temporal
 ) -> ErasureStarted:
@@ -58,7 +58,7 @@ async def erase_me(
     return ErasureStarted(erasure_id=row.id, status=row.status, status_url=f"/v1/erasures/{row.id}")
 
 
-@router.get("/v1/erasures/{erasure_id}", responses=answers(NotFound))
+@router.get("/v1/erasures/{erasure_id}", responses=answers(NotFound, authenticated=False))
 async def get_erasure(erasure_id: str, db: DbSession) -> ErasureOut:
     """An erasure's progress and, once done, its receipt: rows deleted per table, no names."""
     row = await erasure.get_erasure(db, erasure_id=erasure_id)

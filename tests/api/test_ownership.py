@@ -238,6 +238,10 @@ async def test_every_route_refuses_everyone_but_the_owner_and_changes_nothing(
             assert "401" in spec["paths"][path][method]["responses"], (
                 f"{method} {path} documents no 401: is it meant to be public?"
             )
+        for method, path in PUBLIC:
+            assert "401" not in spec["paths"][path][method]["responses"], (
+                f"{method} {path} takes no token but documents a 401"
+            )
         before = await snapshot(sessions, sid)
         checked = 0
         for who, by_kind in intruders.items():
