@@ -47,6 +47,7 @@ from parley.contracts import (
     EventType,
     MessageStatus,
     TurnState,
+    WarningCode,
 )
 from parley.errors import ContextTooLarge
 from parley.ids import prompt_cache_key
@@ -89,7 +90,7 @@ from store.events import append_event, has_warning
 from store.models import Message, ModelCall, Turn
 
 # The warning a turn emits when the packer left something out.
-CONTEXT_TRIMMED = "context_trimmed"
+CONTEXT_TRIMMED = WarningCode.context_trimmed
 
 
 class ContextBuilder:

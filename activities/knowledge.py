@@ -25,7 +25,7 @@ from temporalio.exceptions import ApplicationError
 
 from gateway.embeddings import Embedder, EmbeddingError
 from parley.context import Block, Position
-from parley.contracts import TERMINAL_TURN_STATES, EventType
+from parley.contracts import TERMINAL_TURN_STATES, EventType, WarningCode
 from parley.knowledge import (
     Passage,
     cited_sources,
@@ -47,7 +47,7 @@ from store.models import Turn
 
 log = logging.getLogger(__name__)
 
-KNOWLEDGE_UNAVAILABLE = "knowledge_unavailable"
+KNOWLEDGE_UNAVAILABLE = WarningCode.knowledge_unavailable
 SEARCH_FAILED = "I could not search our policy documents for this answer."
 VECTORS_FAILED = "Semantic search of our documents was unavailable."
 # Between the pasted chunks (60) and the summary (70): a policy answer needs its passages.

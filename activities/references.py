@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from activities.northwind import BackendError, NorthwindClient
 from activities.result_sets import resolve_result_sets
-from parley.contracts import BuildContextResult, EventType
+from parley.contracts import BuildContextResult, EventType, WarningCode
 from parley.ids import message_id_for_call
 from parley.resolver import (
     PENDING_CLARIFICATION,
@@ -109,7 +109,7 @@ class References:
                 turn_id=turn.id,
                 type=EventType.warning,
                 data=WarningData(
-                    code="tool_unavailable",
+                    code=WarningCode.tool_unavailable,
                     message="The order system did not answer; I could not check your orders.",
                 ),
             )

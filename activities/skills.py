@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from activities.northwind import BackendError, NorthwindClient
 from activities.sandbox import Produced, Sandbox, SkillRunError
 from parley.config import Settings
-from parley.contracts import EventType
+from parley.contracts import EventType, WarningCode
 from parley.ids import artifact_file_id
 from parley.skills import (
     SANDBOX_UNAVAILABLE,
@@ -52,6 +52,7 @@ WARNINGS = {
     SKILL_FAILED: "The skill did not finish; the reply says so.",
     SKILL_TIMED_OUT: "The skill ran past its time limit and was stopped; the reply says so.",
 }
+# Any other error a skill call ends with (it was stopped from outside) is a failed skill.
 WARNING_OTHER = "The skill was stopped before it finished; the reply says so."
 
 
@@ -198,8 +199,10 @@ async def events(db: Db, turn_id: str, result: dict[str, Any]) -> None:
             # The model's own mistake (it reads the error, the user needs no notice), or the
             # order system down (the executor's `tool_unavailable` warning says so).
             return
-        message = WARNINGS.get(code, WARNING_OTHER)
-        warning = WarningData(code=code, message=message)
+        known = WarningCode(code) if code in WARNINGS else None
+        warning = WarningData(
+            code=known or SKILL_FAILED, message=WARNINGS[known] if known else WARNING_OTHER
+        )
         await append_event(db, turn_id=turn_id, type=EventType.warning, data=warning)
         return
     for artifact in result.get("artifacts") or []:

@@ -41,6 +41,7 @@ from parley.contracts import (
     ExecuteToolInput,
     ToolOutcome,
     TurnState,
+    WarningCode,
 )
 from parley.ids import handoff_id_for_call
 from parley.mcp import is_mcp_name
@@ -123,7 +124,7 @@ def _limited(result: dict[str, Any]) -> dict[str, Any]:
 
 # The warning beside a tool result that says the order system did not answer.
 _UNAVAILABLE = WarningData(
-    code="tool_unavailable", message="The order system did not answer; the reply says so."
+    code=WarningCode.tool_unavailable, message="The order system did not answer; the reply says so."
 )
 
 

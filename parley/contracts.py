@@ -61,6 +61,18 @@ TERMINAL_TURN_STATES = frozenset(
 )
 
 
+class WarningCode(StrEnum):
+    """What a `warning` event says degraded (the turn goes on)."""
+
+    context_trimmed = "context_trimmed"
+    tool_unavailable = "tool_unavailable"
+    mcp_unavailable = "mcp_unavailable"
+    knowledge_unavailable = "knowledge_unavailable"
+    skill_failed = "skill_failed"
+    skill_timed_out = "skill_timed_out"
+    sandbox_unavailable = "sandbox_unavailable"
+
+
 class EventType(StrEnum):
     state = "state"
     delta = "delta"

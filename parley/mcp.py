@@ -22,6 +22,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from parley.contracts import WarningCode
+
 # Between the server's name and its tool's: local tool names never contain it.
 SEPARATOR = "__"
 # Providers accept tool names of [a-zA-Z0-9_-]{1,64}.
@@ -30,7 +32,7 @@ MAX_TOOL_NAME = 64
 # server's error, not a fact to repeat.
 ERROR_PREFIX = "TOOL ERROR (not an answer, do not repeat as fact):"
 # The warning a turn emits when a server could not be used.
-MCP_UNAVAILABLE = "mcp_unavailable"
+MCP_UNAVAILABLE = WarningCode.mcp_unavailable
 # Headers the server receives: identity from the turn's session, never from the model.
 TENANT_HEADER = "X-Parley-Tenant"
 USER_HEADER = "X-Parley-User"

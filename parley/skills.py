@@ -24,15 +24,16 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from parley.contracts import WarningCode
 from parley.result_sets import NeedsToday, date_range
 
 RUN_SKILL = "run_skill"
 RUN_SKILL_LABEL = "Running a skill…"
 
 # Error codes a failed skill call reaches the model with (and the warning the client gets).
-SANDBOX_UNAVAILABLE = "sandbox_unavailable"
-SKILL_FAILED = "skill_failed"
-SKILL_TIMED_OUT = "skill_timed_out"
+SANDBOX_UNAVAILABLE = WarningCode.sandbox_unavailable
+SKILL_FAILED = WarningCode.skill_failed
+SKILL_TIMED_OUT = WarningCode.skill_timed_out
 
 # What a skill may hand back: a few small files with plain names.
 MAX_ARTIFACTS = 4

@@ -28,6 +28,7 @@ from pydantic import (
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import core_schema
 
+from parley.contracts import WarningCode
 from parley.tools import TOOLS
 
 
@@ -278,7 +279,7 @@ class InteractionData(BaseModel):
 class WarningData(BaseModel):
     """Degraded, not failed."""
 
-    code: str
+    code: WarningCode
     message: str
 
 

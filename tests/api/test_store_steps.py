@@ -85,7 +85,7 @@ async def test_an_append_moves_the_turn_only_when_asked_to(
 ) -> None:
     """The event log's two append statements: one takes ids, the other takes ids and sets the
     turn's state in the same UPDATE."""
-    data = WarningData(code="probe", message="probe")
+    data = WarningData(code="tool_unavailable", message="probe")
     async with sessions() as db:
         turn = await steps.get_turn(db, turn_id=answered)
         assert turn is not None

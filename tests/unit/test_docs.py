@@ -19,7 +19,7 @@ import pytest
 from launch import docs as generated
 from parley import errors
 from parley.config import Settings
-from parley.contracts import EventType, MessageStatus, TurnState
+from parley.contracts import EventType, MessageStatus, TurnState, WarningCode
 from parley.statuses import ActionStatus, TurnErrorCode
 from parley.wire import EVENT_DATA
 
@@ -179,6 +179,7 @@ def assert_table_matches(heading: str, names: Iterable[str]) -> None:
         ("## Message statuses", list(MessageStatus)),
         ("## Action statuses", list(ActionStatus)),
         ("### Turn error codes", list(TurnErrorCode)),
+        ("### Warning codes", list(WarningCode)),
     ],
 )
 def test_every_value_the_contract_defines_is_in_the_api_page(
