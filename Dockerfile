@@ -41,6 +41,10 @@ ENV PARLEY_SKILLS_DIR=/opt/parley/skills \
     PARLEY_SANDBOX_PYTHON=/usr/local/bin/python3
 
 RUN useradd --create-home --uid 10001 --user-group parley
+# `parley eval capture` writes draft conversations here and an erasure deletes its subject's
+# (PARLEY_EVAL_CAPTURE_DIR); compose mounts one volume here in every Parley service, and a
+# new named volume takes this folder's owner.
+RUN mkdir -p /var/lib/parley/eval-drafts && chown parley:parley /var/lib/parley/eval-drafts
 USER parley
 WORKDIR /home/parley
 

@@ -798,3 +798,23 @@ def test_monitoring_is_loopback_only_pinned_and_mounts_the_shipped_files(
     provider = yaml.safe_load((GRAFANA / "provisioning/dashboards/parley.yml").read_text())
     folder = provider["providers"][0]["options"]["path"]
     assert f"./deploy/grafana/dashboards:{folder}:ro" in services["grafana"]["volumes"]
+
+
+def test_every_parley_service_shares_one_volume_for_captured_eval_drafts(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    """An erasure (run by a worker) deletes its subject's captured drafts; an operator captures
+    them through any Parley service. One named volume at the configured folder in each, and
+    a folder the image's user owns (a new named volume takes its owner)."""
+    mounts = set()
+    for name in (*PARLEY_PROCESSES, "northwind"):
+        folder = environment_of(services[name]).get("PARLEY_EVAL_CAPTURE_DIR")
+        assert folder, f"service {name!r} leaves the drafts in the package's own folder"
+        volumes = [str(v) for v in services[name].get("volumes") or []]
+        found = [v.split(":")[0] for v in volumes if v.split(":")[1:2] == [folder]]
+        assert found, f"service {name!r} mounts nothing at {folder}"
+        mounts.update(found)
+    named = yaml.safe_load(COMPOSE_FILE.read_text()).get("volumes") or {}
+    assert len(mounts) == 1 and mounts <= set(named), mounts
+    runs = " ".join(args for keyword, args in dockerfile_instructions() if keyword == "RUN")
+    assert f"mkdir -p {folder}" in runs and f"chown parley:parley {folder}" in runs
