@@ -148,8 +148,7 @@ def agent_messages(order_id: str, message: str, past: list[PastStep]) -> list[di
         },
     ]
     for step in past:
-        if not step.tool_calls:
-            messages.append({"role": "assistant", "content": step.text})
+        if not step.tool_calls:  # an empty reply (one in words ended the loop): told so
             messages.append({"role": "user", "content": EMPTY_REPLY})
             continue
         messages.append({"role": "assistant", "content": step.text, "tool_calls": step.tool_calls})

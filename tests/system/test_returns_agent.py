@@ -34,7 +34,7 @@ from gateway.fake_provider.server import FakeProvider, Reply, ToolCall
 from gateway.openai_compat import OpenAICompatProvider
 from parley.config import Settings
 from parley.ids import return_idempotency_key, specialist_workflow_id, workflow_id_for_turn
-from parley.returns_agent import AGENT_INSTRUCTIONS, AGENT_MAX_STEPS
+from parley.returns_agent import AGENT_INSTRUCTIONS, AGENT_MAX_STEPS, EMPTY_REPLY
 from parley.specialists import CLOSING_TEXT, SpecialistOutcome
 from tests.support.client import ParleyClient
 from tests.support.histories import HISTORIES, scrub
@@ -306,6 +306,22 @@ async def test_a_model_that_never_ends_stops_at_the_step_bound(
     assert "interaction" not in talk.types() and "confirmation_required" not in talk.types()
     assert len(await returns_made(backend[1])) == before
     assert (await priya.turn_view(talk.sid, talk.turn_id))["state"] == "completed"
+
+
+async def test_an_empty_reply_is_asked_again_and_words_end_the_specialist(
+    priya: ParleyClient, fake: FakeProvider
+) -> None:
+    """A reply with neither words nor a call is told so; a reply in words and no call is the
+    specialist's last word, and the turn ends with it."""
+    words = "I'm sorry, that order can't be returned any more."
+    fake.script(handed_over(), Reply(), Reply(text=words))
+    talk = await Conversation.start(priya)
+    await talk.until("done")
+    assert reply(talk.events) == words
+    asked = specialist_requests(fake)
+    assert len(asked) == 2
+    assert asked[1]["messages"][-1] == {"role": "user", "content": EMPTY_REPLY}
+    assert [e.data["phase"] for e in talk.events if e.type == "subagent"] == ["start", "end"]
 
 
 # --- real worker processes: one killed while the specialist waits ---------------------------
