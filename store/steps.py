@@ -220,6 +220,36 @@ _TURN_TOOLS_AND_QUESTION = text(
 ).bindparams(ok=ToolCallStatus.ok.value)
 
 
+async def add_tool_call(
+    db: Db,
+    *,
+    turn_id: str,
+    model_call_id: str,
+    position: int,
+    requested: dict[str, Any],
+    args_hash: str,
+    **outcome: Any,
+) -> None:
+    """The row of the call at `position` of a model call's reply (as the model asked for it),
+    added unless a retried step wrote it already; `pending` unless `outcome` says otherwise
+    (its status, result and attempts)."""
+    row_id = tool_call_row_id(model_call_id=model_call_id, position=position)
+    if await db.get(ToolCall, row_id) is not None:
+        return
+    db.add(
+        ToolCall(
+            id=row_id,
+            turn_id=turn_id,
+            model_call_id=model_call_id,
+            provider_call_id=requested["id"],
+            name=requested["name"],
+            arguments=requested["arguments"],
+            args_hash=args_hash,
+            **{"status": ToolCallStatus.pending, **outcome},
+        )
+    )
+
+
 async def record_agent_result(
     db: Db,
     *,
@@ -232,23 +262,17 @@ async def record_agent_result(
 ) -> None:
     """A specialist's tool call and its result, written once (a retried step finds it).
     Stored finished, never pending, and kept out of the session's transcript: the calls are
-    the specialist's own, read back only into its next request (`agent_results`)."""
-    row_id = tool_call_row_id(model_call_id=model_call_id, position=position)
-    if await db.get(ToolCall, row_id) is not None:
-        return
-    db.add(
-        ToolCall(
-            id=row_id,
-            turn_id=turn_id,
-            model_call_id=model_call_id,
-            provider_call_id=requested["id"],
-            name=requested["name"],
-            arguments=requested["arguments"],
-            args_hash=args_hash(requested["name"], requested["arguments"]),
-            status=status,
-            result=result,
-            attempts=1,
-        )
+    the specialist's own, read back only into its next request (`agent_steps`)."""
+    await add_tool_call(
+        db,
+        turn_id=turn_id,
+        model_call_id=model_call_id,
+        position=position,
+        requested=requested,
+        args_hash=args_hash(requested["name"], requested["arguments"]),
+        status=status,
+        result=result,
+        attempts=1,
     )
     await db.flush()
 

@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import signal
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -26,24 +25,21 @@ import pytest
 import pytest_asyncio
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
-from temporalio.worker import Replayer
 
 from demo_backend.app import create_app as create_backend
 from gateway.errors import Timeouts
 from gateway.fake_provider.server import FakeProvider, Reply, ToolCall
 from gateway.openai_compat import OpenAICompatProvider
 from parley.config import Settings
-from parley.ids import return_idempotency_key, specialist_workflow_id, workflow_id_for_turn
+from parley.ids import return_idempotency_key
 from parley.returns_agent import AGENT_INSTRUCTIONS, AGENT_MAX_STEPS, EMPTY_REPLY
 from parley.specialists import CLOSING_TEXT, SpecialistOutcome
 from tests.support.client import ParleyClient
-from tests.support.histories import HISTORIES, scrub
+from tests.support.histories import replay_delegated_turn
 from tests.support.processes import Workers, read_until
 from tests.support.sse import Event
 from tests.support.stack import own_queue, serve, serve_api
-from tests.support.toolkit import own_stack, reply
-from workflows.specialist import SpecialistWorkflow
-from workflows.turn import TurnWorkflow
+from tests.support.toolkit import own_stack, reply, returns_made
 
 ASK = "I want to return something from order 8390."
 TIMEOUTS = Timeouts(connect_s=2.0, first_token_s=5.0, total_s=30.0)
@@ -103,10 +99,6 @@ def specialist_requests(fake: FakeProvider) -> list[dict[str, Any]]:
 
 def tool_results(body: dict[str, Any]) -> list[str]:
     return [m["content"] for m in body["messages"] if m["role"] == "tool"]
-
-
-async def returns_made(northwind: httpx.AsyncClient) -> list[dict[str, Any]]:
-    return list((await northwind.get("/returns")).json()["returns"])
 
 
 async def follow(client: ParleyClient, url: str, *, after: int, stop: str) -> list[Event]:
@@ -270,21 +262,9 @@ async def test_a_real_model_asks_two_questions_and_proposes_the_return(
     assert [e.data["phase"] for e in talk.events if e.type == "subagent"] == ["start", "end"]
     assert len(specialist_requests(fake)) == 6  # one request per step, none asked twice
     assert (await priya.turn_view(talk.sid, talk.turn_id))["state"] == "completed"
-    await _replays(temporal_client, talk.turn_id)
-
-
-async def _replays(client: Client, turn_id: str) -> None:
-    """The delegating turn and its agent-driven specialist replay on the current code; with
-    PARLEY_RECORD_HISTORY=specialist_vN they are written to tests/histories/."""
-    recording = os.environ.get("PARLEY_RECORD_HISTORY")
-    turn = client.get_workflow_handle(workflow_id_for_turn(turn_id))
-    specialist = client.get_workflow_handle(specialist_workflow_id(turn_id=turn_id))
-    for name, handle in (("agent_turn", turn), ("agent_returns", specialist)):
-        await handle.result()
-        history = await handle.fetch_history()
-        await Replayer(workflows=[TurnWorkflow, SpecialistWorkflow]).replay_workflow(history)
-        if recording:
-            (HISTORIES / f"{recording}_{name}.json").write_text(scrub(history.to_json()))
+    await replay_delegated_turn(
+        temporal_client, talk.turn_id, names=("agent_turn", "agent_returns")
+    )
 
 
 async def test_a_model_that_never_ends_stops_at_the_step_bound(
@@ -342,38 +322,28 @@ def crash_settings(
     )
 
 
-@pytest.fixture
-def workers(crash_settings: Settings, fake_url: tuple[FakeProvider, str]) -> Iterator[Workers]:
-    pool = Workers(crash_settings)
-    pool.env.update(
+async def test_worker_killed_while_the_model_driven_specialist_waits(
+    crash_settings: Settings,
+    tokens: dict[str, str],
+    fake: FakeProvider,
+    fake_url: tuple[FakeProvider, str],
+    backend: tuple[str, httpx.AsyncClient],
+    specialists_on: None,
+) -> None:
+    workers = Workers(crash_settings)
+    workers.env.update(
         PARLEY_MODEL_PROVIDER="openai",
         PARLEY_MODEL="openai-test-model",
         OPENAI_BASE_URL=f"{fake_url[1]}/v1",
         OPENAI_API_KEY="test-key",
     )
-    yield pool
-    pool.stop_all()
-
-
-@pytest_asyncio.fixture(scope="module")
-async def crash_api(crash_settings: Settings, sessions: object) -> AsyncIterator[str]:
     async with serve_api(crash_settings) as url:
-        yield url
-
-
-async def test_worker_killed_while_the_model_driven_specialist_waits(
-    crash_api: str,
-    tokens: dict[str, str],
-    workers: Workers,
-    fake: FakeProvider,
-    backend: tuple[str, httpx.AsyncClient],
-    specialists_on: None,
-) -> None:
-    client = ParleyClient(crash_api, tokens["priya"])
-    try:
-        await _conversation_with_a_kill(client, workers, fake, backend[1])
-    finally:
-        await client.aclose()
+        client = ParleyClient(url, tokens["priya"])
+        try:
+            await _conversation_with_a_kill(client, workers, fake, backend[1])
+        finally:
+            await client.aclose()
+            workers.stop_all()
 
 
 async def _conversation_with_a_kill(
