@@ -304,6 +304,29 @@ async def test_an_empty_reply_is_asked_again_and_words_end_the_specialist(
     assert [e.data["phase"] for e in talk.events if e.type == "subagent"] == ["start", "end"]
 
 
+async def test_a_proposal_the_user_did_not_choose_is_refused(
+    priya: ParleyClient, fake: FakeProvider, backend: tuple[str, httpx.AsyncClient]
+) -> None:
+    """The user picks the socks; the model proposes the shoes anyway: no card, the model is
+    told why, and nothing is created."""
+    before = len(await returns_made(backend[1]))
+    words = "Sorry, I got that wrong. Please start the return again."
+    fake.script(
+        handed_over(),
+        asks("Which item would you like to return?", ITEM_OPTIONS),
+        call("propose_return", order_id="8390", item_id="8390-1", reason="damaged"),
+        Reply(text=words),
+    )
+    talk = await Conversation.start(priya)
+    await talk.choose(await talk.until("interaction"), "8390-2")
+    await talk.until("done")
+    assert reply(talk.events) == words
+    assert "confirmation_required" not in talk.types()
+    told = tool_results(specialist_requests(fake)[-1])[-1]
+    assert "the customer chose" in told
+    assert len(await returns_made(backend[1])) == before
+
+
 # --- real worker processes: one killed while the specialist waits ---------------------------
 
 
