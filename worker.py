@@ -40,6 +40,7 @@ from activities.sdk_metrics import sdk_runtime
 from activities.send import SendActivities
 from activities.skills import SkillTools
 from activities.specialist import SpecialistActivities
+from activities.specialist_agent import SpecialistAgentActivities
 from activities.tools import ToolActivities
 from activities.tracing import TracingInterceptor
 from activities.turn import TurnActivities
@@ -134,7 +135,12 @@ def build_activities(
         sessions=sessions, northwind=northwind, settings=settings, mcp=mcp, skills=skills
     )
     send = SendActivities(sessions=sessions, northwind=northwind, mcp=mcp)
-    specialist = SpecialistActivities(sessions=sessions, northwind=northwind, settings=settings)
+    specialist = SpecialistActivities(
+        sessions=sessions, northwind=northwind, settings=settings, output_screen=output_screen
+    )
+    agent = SpecialistAgentActivities(
+        sessions=sessions, providers=providers, specialist=specialist, output_screen=output_screen
+    )
     # Starts a session's summary workflow after a turn, so it needs the client.
     memory = MemoryActivities(
         sessions=sessions, providers=providers, settings=settings, embedder=embedder
@@ -145,7 +151,7 @@ def build_activities(
     )
     ending = EndingActivities(turn=turn, screens=screening, memory=memory)
     return [
-        *_activity_list(turn, tools, send, screening, memory, specialist, ending),
+        *_activity_list(turn, tools, send, screening, memory, (specialist, agent), ending),
         *_data_activities(client, settings, sessions),
     ]
 
@@ -178,9 +184,12 @@ def _activity_list(
     send: SendActivities,
     screening: ScreenActivities,
     memory: MemoryActivities,
-    specialist: SpecialistActivities,
+    specialists: tuple[SpecialistActivities, SpecialistAgentActivities],
     ending: EndingActivities,
 ) -> list[Callable[..., Any]]:
+    # The Returns specialist: fixed steps with the demo model, its own agent loop with a
+    # real one (parley/returns_agent.py).
+    specialist, agent = specialists
     return [
         ending.finish_turn,
         turn.build_context,
@@ -202,6 +211,11 @@ def _activity_list(
         specialist.check_window,
         specialist.propose_return,
         specialist.end,
+        agent.step,
+        agent.run_tool,
+        agent.ask,
+        agent.answer,
+        agent.propose,
     ]
 
 

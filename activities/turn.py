@@ -148,7 +148,7 @@ class TurnActivities:
             await turns.advance_locked(db, turn, to=TurnState.calling_model)
             if paused:
                 await db.commit()  # the step was entered, whatever it finds
-            _refuse_if_paused(paused)
+            refuse_if_paused(paused)
             # The step's answer path; a re-answer names the capped step it is the child of.
             tracing.annotate(path=call.request.get("path", "tools"))
             if call.request.get("reanswer_of"):
@@ -200,7 +200,7 @@ class TurnActivities:
                         raise turns.TurnStopped(turn_id, "cancelling")
         except (ProviderFatal, ProviderRetryable) as exc:
             MODEL_CALLS.labels(attempt.provider, attempt.model, exc.code).inc()
-            raise _activity_error(exc) from None
+            raise provider_failure(exc) from None
         finally:
             # Closing the generators stops the upstream generation at once (a cancelled
             # turn pays for no more tokens); what streamed stays in the event log.
@@ -216,7 +216,7 @@ class TurnActivities:
         """Store the answer, its timing and usage, and the tool calls it asked for."""
         text = "".join(streamed.parts)
         requested = [
-            {"id": c.id, "name": c.name, "arguments": _as_json(c.arguments)}
+            {"id": c.id, "name": c.name, "arguments": parsed_arguments(c.arguments)}
             for c in streamed.tool_calls
         ]
         finish = streamed.finish
@@ -357,7 +357,7 @@ class TurnActivities:
             await db.commit()
 
 
-def _refuse_if_paused(paused: bool | None) -> None:
+def refuse_if_paused(paused: bool | None) -> None:
     """A paused tenant's turn calls no model: it ends with `agent_paused` (retryable)."""
     if paused:
         raise ApplicationError(
@@ -367,7 +367,7 @@ def _refuse_if_paused(paused: bool | None) -> None:
         )
 
 
-def _activity_error(exc: ProviderFatal | ProviderRetryable) -> ApplicationError:
+def provider_failure(exc: ProviderFatal | ProviderRetryable) -> ApplicationError:
     """A provider's failure as Temporal should treat it: a refusal is final; an outage is
     retried, after the provider's own `Retry-After` when it gave one."""
     if isinstance(exc, ProviderFatal):
@@ -380,7 +380,7 @@ def _activity_error(exc: ProviderFatal | ProviderRetryable) -> ApplicationError:
     )
 
 
-def _as_json(arguments: str) -> Any:
+def parsed_arguments(arguments: str) -> Any:
     """Keep the model's arguments as JSON when they parse, as raw text when they do not
     (the executor turns unparseable arguments into a structured error)."""
     try:

@@ -341,8 +341,53 @@ class SpecialistPlan:
     order_id: str
     wait_s: float = DEFAULT_SPECIALIST_WAIT_S
     confirmation_timeout_s: float = DEFAULT_CONFIRMATION_TIMEOUT_S
-    # Questions asked at most (an answer that names no option is asked again).
+    # Questions asked at most (an answer that names no option is asked again); with a real
+    # model, the specialist's model calls at most (parley/returns_agent.py).
     max_steps: int = 6
+    # A real model drives the specialist (its own agent loop); False: the demo's fixed steps.
+    agent: bool = False
+
+
+@dataclass
+class AgentStepInput:
+    """One model call of the specialist's agent loop: its step (0, 1, ...) and the
+    delegating tool call (the order and the provider are read back from the store)."""
+
+    turn_id: str
+    call_id: str
+    step: int
+
+
+@dataclass
+class AgentCall:
+    """A tool call of one reply, by its position in the reply; `refused` when it does not
+    run (an unknown tool, arguments that did not check: the model is told why)."""
+
+    position: int
+    name: str
+    refused: bool = False
+
+
+@dataclass
+class AgentStep:
+    model_call_id: str
+    calls: list[AgentCall]
+    # Whether the reply had words (with no calls: the specialist's last words).
+    said: bool = False
+
+
+@dataclass
+class AgentToolInput:
+    """One tool call of a specialist's reply, by the model call and its position; for a
+    question, the interaction it is shown as, and then the chosen option's value."""
+
+    turn_id: str
+    model_call_id: str
+    position: int
+    order_id: str
+    interaction_id: str = ""
+    value: str = ""
+    confirmation_timeout_s: float = DEFAULT_CONFIRMATION_TIMEOUT_S
 
 
 @dataclass
@@ -382,6 +427,8 @@ class SpecialistEndInput:
     # The proposed action, when there was one (its outcome holds the RMA id).
     action_id: str | None = None
     name: str = "returns"
+    # The model call whose words end the specialist (a real model that answered in words).
+    model_call_id: str | None = None
 
 
 # A user's data leaving and expiring: the export workflow writes one archive

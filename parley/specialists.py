@@ -4,9 +4,8 @@ The first is the Returns specialist. A turn's model asks for it with `delegate_r
 the turn then runs it as a child workflow (workflows/specialist.py), which asks the user
 which item and why (each question an `interaction` the turn rests on in `awaiting_input`),
 checks the return window and proposes `create_return` as an action only the user's confirm
-executes. Its steps are fixed here and in the workflow, so every provider (the demo model
-included) gets the same behaviour; the persona below is what a real model is given when it
-words the answers around them.
+executes. With the demo model its steps are fixed here and in the workflow; a real model
+drives it as an agent loop of its own (parley/returns_agent.py), given the persona below.
 
 Pure: the rules (questions, reasons, how a typed answer picks an option, the closing words)
 are tested alone; the I/O is in activities/specialist.py.
@@ -52,6 +51,7 @@ class SpecialistOutcome(StrEnum):
     not_eligible = "not_eligible"  # the return window has closed
     gave_up = "gave_up"  # the specialist's step bound was reached
     failed = "failed"  # the backend did not create the return
+    answered = "answered"  # a real model ended in words of its own (parley/returns_agent.py)
 
 
 CLOSING_TEXT: dict[str, str] = {
@@ -71,6 +71,8 @@ CLOSING_TEXT: dict[str, str] = {
         "I couldn't work out which option you meant, so I've stopped here. Please ask again."
     ),
     SpecialistOutcome.failed: "I couldn't create the return just now; nothing was changed.",
+    # Said only when the model's own words cannot be (empty, or declined by the screen).
+    SpecialistOutcome.answered: "I've stopped here without creating a return. Please ask again.",
 }
 
 

@@ -12,8 +12,9 @@ from typing import Any
 from sqlalchemy import bindparam, select, text
 
 from parley.contracts import TERMINAL_TURN_STATES, EventType
-from parley.ids import new_id
+from parley.ids import new_id, tool_call_row_id
 from parley.statuses import ToolCallStatus
+from parley.tools import args_hash
 from store.db import Db
 from store.models import ModelCall, Tenant, ToolCall, Turn, TurnEvent
 
@@ -217,3 +218,84 @@ _TURN_TOOLS_AND_QUESTION = text(
     FOR UPDATE OF t
     """
 ).bindparams(ok=ToolCallStatus.ok.value)
+
+
+async def add_tool_call(
+    db: Db,
+    *,
+    turn_id: str,
+    model_call_id: str,
+    position: int,
+    requested: dict[str, Any],
+    args_hash: str,
+    **outcome: Any,
+) -> None:
+    """The row of the call at `position` of a model call's reply (as the model asked for it),
+    added unless a retried step wrote it already; `pending` unless `outcome` says otherwise
+    (its status, result and attempts)."""
+    row_id = tool_call_row_id(model_call_id=model_call_id, position=position)
+    if await db.get(ToolCall, row_id) is not None:
+        return
+    db.add(
+        ToolCall(
+            id=row_id,
+            turn_id=turn_id,
+            model_call_id=model_call_id,
+            provider_call_id=requested["id"],
+            name=requested["name"],
+            arguments=requested["arguments"],
+            args_hash=args_hash,
+            **{"status": ToolCallStatus.pending, **outcome},
+        )
+    )
+
+
+async def record_agent_result(
+    db: Db,
+    *,
+    turn_id: str,
+    model_call_id: str,
+    position: int,
+    requested: dict[str, Any],
+    status: ToolCallStatus,
+    result: dict[str, Any],
+) -> None:
+    """A specialist's tool call and its result, written once (a retried step finds it).
+    Stored finished, never pending, and kept out of the session's transcript: the calls are
+    the specialist's own, read back only into its next request (`agent_steps`)."""
+    await add_tool_call(
+        db,
+        turn_id=turn_id,
+        model_call_id=model_call_id,
+        position=position,
+        requested=requested,
+        args_hash=args_hash(requested["name"], requested["arguments"]),
+        status=status,
+        result=result,
+        attempts=1,
+    )
+    await db.flush()
+
+
+async def agent_steps(
+    db: Db, *, turn_id: str, first_step: int, before_step: int
+) -> list[tuple[ModelCall, dict[str, dict[str, Any]]]]:
+    """The specialist's model calls of the turn in `[first_step, before_step)`, in order,
+    each with its tool calls' results by provider call id."""
+    calls = list(
+        await db.scalars(
+            select(ModelCall)
+            .where(
+                ModelCall.turn_id == turn_id,
+                ModelCall.step >= first_step,
+                ModelCall.step < before_step,
+            )
+            .order_by(ModelCall.step)
+        )
+    )
+    ids = [c.id for c in calls]
+    rows = list(await db.scalars(select(ToolCall).where(ToolCall.model_call_id.in_(ids))))
+    results: dict[str, dict[str, dict[str, Any]]] = {i: {} for i in ids}
+    for row in rows:
+        results[row.model_call_id][row.provider_call_id] = row.result or {}
+    return [(c, results[c.id]) for c in calls]

@@ -27,7 +27,6 @@ from parley.contracts import TERMINAL_TURN_STATES, EventType, MessageStatus, Tur
 from parley.errors import TurnFinished
 from parley.ids import (
     message_id_for_call,
-    tool_call_row_id,
     tool_result_message_id,
     unfinished_message_fallback_id,
     unfinished_message_id,
@@ -42,7 +41,7 @@ from parley.wire import (
     MessageView,
     RetractedData,
 )
-from store import queue
+from store import queue, steps
 from store.events import append_events, state_event
 from store.models import Action, ChatSession, Message, ToolCall, Turn, TurnEvent
 
@@ -199,20 +198,14 @@ async def store_tool_requests(
         tool_calls=tool_calls,
     )
     for position, (call, digest) in enumerate(zip(tool_calls, hashes, strict=True)):
-        row_id = tool_call_row_id(model_call_id=model_call_id, position=position)
-        if await db.get(ToolCall, row_id) is None:
-            db.add(
-                ToolCall(
-                    id=row_id,
-                    turn_id=turn_id,
-                    model_call_id=model_call_id,
-                    provider_call_id=call["id"],
-                    name=call["name"],
-                    arguments=call["arguments"],
-                    args_hash=digest,
-                    status=ToolCallStatus.pending,
-                )
-            )
+        await steps.add_tool_call(
+            db,
+            turn_id=turn_id,
+            model_call_id=model_call_id,
+            position=position,
+            requested=call,
+            args_hash=digest,
+        )
     await db.flush()
 
 

@@ -6,6 +6,11 @@ a durable wait on a signal bound to the question's interaction id; checks the re
 proposes `create_return`, which runs (through `send_email`, under the action's idempotency
 key) only after the user's own confirmation, delivered by the same Update/signal as a turn's.
 
+With a real model (`SpecialistPlan.agent`) the steps are the model's own (`_agent`, the loop
+of parley/returns_agent.py): each model call and each tool call a durable step, questions the
+same interactions and signals, the proposal the same confirmation; the demo model keeps the
+fixed steps (`_work`).
+
 A question left unanswered for `wait_s` ends the specialist politely; the turn then completes
 with those words. Cancelling the turn cancels this workflow with it (a child is cancelled
 with its parent's task), and the turn ends `cancelled`.
@@ -22,12 +27,16 @@ from temporalio.exceptions import ActivityError, CancelledError, ChildWorkflowEr
 with workflow.unsafe.imports_passed_through():
     from activities.send import SendActivities
     from activities.specialist import SpecialistActivities
+    from activities.specialist_agent import SpecialistAgentActivities
     from parley.contracts import (
         ANSWER_INTERACTION_SIGNAL,
+        MAX_TOOL_CALLS_PER_RESPONSE,
         RESOLVE_ACTION_SIGNAL,
         RESOLVE_ACTION_UPDATE,
         SPECIALIST_WORKFLOW,
         ActionInput,
+        AgentStepInput,
+        AgentToolInput,
         AskInput,
         InteractionAnswer,
         ProposeReturnInput,
@@ -40,10 +49,11 @@ with workflow.unsafe.imports_passed_through():
         TurnInput,
     )
     from parley.ids import interaction_id_for, specialist_workflow_id
+    from parley.returns_agent import ASK_USER, PROPOSE_RETURN
     from parley.specialists import DELEGATE_RETURNS, SpecialistOutcome
     from parley.statuses import ActionStatus, Decision, ToolCallStatus
 
-from workflows.options import SEND, STORE, TOOL, to_its_end
+from workflows.options import MODEL, SEND, STORE, TOOL, to_its_end
 
 
 def delegation(calls: list[ToolCallRef], outcomes: list[ToolOutcome]) -> str | None:
@@ -104,12 +114,83 @@ class SpecialistWorkflow:
     @workflow.run
     async def run(self, inp: SpecialistInput) -> str:
         plan = await STORE.run(SpecialistActivities.begin, inp, summary="hand over to returns")
-        outcome, action_id = await self._work(inp, plan)
+        said: str | None = None  # the model call whose words end it (a real model's)
+        if plan.agent:
+            outcome, action_id, said = await self._agent(inp, plan)
+        else:
+            outcome, action_id = await self._work(inp, plan)
         return await STORE.run(
             SpecialistActivities.end,
-            SpecialistEndInput(inp.turn_id, outcome, action_id, inp.name),
+            SpecialistEndInput(inp.turn_id, outcome, action_id, inp.name, said),
             summary=f"hand back ({outcome})",
         )
+
+    # --- a real model: the specialist's own agent loop (parley/returns_agent.py) -----------
+
+    async def _agent(
+        self, inp: SpecialistInput, plan: SpecialistPlan
+    ) -> tuple[str, str | None, str | None]:
+        """Model call, its tool calls one at a time, model call again, within
+        `plan.max_steps` model calls. A reply in words ends it with those words; a refused
+        call (unknown tool, bad arguments) or an empty reply is answered with an error and
+        the model asked again; the bound reached ends it `gave_up`."""
+        for step in range(plan.max_steps):
+            reply = await MODEL.run(
+                SpecialistAgentActivities.step,
+                AgentStepInput(inp.turn_id, inp.call_id, step),
+                summary=f"returns model step {step + 1}",
+            )
+            if not reply.calls and reply.said:
+                return SpecialistOutcome.answered, None, reply.model_call_id
+            for call in reply.calls[:MAX_TOOL_CALLS_PER_RESPONSE]:
+                if call.refused:
+                    continue
+                ref = AgentToolInput(
+                    inp.turn_id,
+                    reply.model_call_id,
+                    call.position,
+                    plan.order_id,
+                    confirmation_timeout_s=plan.confirmation_timeout_s,
+                )
+                ended = await self._agent_call(plan, ref, call.name)
+                if ended is not None:
+                    return ended
+        return SpecialistOutcome.gave_up, None, None
+
+    async def _agent_call(
+        self, plan: SpecialistPlan, ref: AgentToolInput, name: str
+    ) -> tuple[str, str | None, str | None] | None:
+        """Run one checked call; the specialist's ending when the call ends it (a question
+        left unanswered, a proposal the user decided), else None."""
+        if name == ASK_USER:
+            self._asked += 1
+            ref.interaction_id = interaction_id_for(turn_id=ref.turn_id, step=self._asked)
+            if not await STORE.run(SpecialistAgentActivities.ask, ref, summary="ask the user"):
+                return None
+            asked = ref.interaction_id
+            try:
+                await workflow.wait_condition(
+                    lambda: asked in self._answers,
+                    timeout=timedelta(seconds=plan.wait_s),
+                    timeout_summary=f"answer to {asked}",
+                )
+            except TimeoutError:
+                return SpecialistOutcome.timed_out, None, None
+            ref.value = self._answers[asked]
+            await STORE.run(SpecialistAgentActivities.answer, ref, summary="take the answer")
+            return None
+        if name == PROPOSE_RETURN:
+            action_id = await STORE.run(
+                SpecialistAgentActivities.propose, ref, summary="propose the return"
+            )
+            if not action_id:
+                return None  # refused: the model is told why at its next step
+            outcome = await self._confirm_and_create(ref.turn_id, plan, action_id)
+            return outcome, action_id, None
+        await TOOL.run(SpecialistAgentActivities.run_tool, ref, summary=name)
+        return None
+
+    # --- the demo model: fixed steps -------------------------------------------------------
 
     async def _work(self, inp: SpecialistInput, plan: SpecialistPlan) -> tuple[str, str | None]:
         item = await self._ask(inp, plan, "item")
@@ -131,7 +212,7 @@ class SpecialistWorkflow:
         action_id = await STORE.run(
             SpecialistActivities.propose_return, proposal, summary="propose the return"
         )
-        return await self._confirm_and_create(inp, plan, action_id), action_id
+        return await self._confirm_and_create(inp.turn_id, plan, action_id), action_id
 
     async def _ask(self, inp: SpecialistInput, plan: SpecialistPlan, question: str) -> str | None:
         """The chosen option's value; None when the wait ran out, "" when the step bound
@@ -156,9 +237,7 @@ class SpecialistWorkflow:
                 return self._answers[asked]
         return ""
 
-    async def _confirm_and_create(
-        self, inp: SpecialistInput, plan: SpecialistPlan, action_id: str
-    ) -> str:
+    async def _confirm_and_create(self, turn_id: str, plan: SpecialistPlan, action_id: str) -> str:
         self._awaiting = action_id
         try:
             await workflow.wait_condition(
@@ -170,7 +249,7 @@ class SpecialistWorkflow:
         except TimeoutError:
             stored = await STORE.run(
                 SendActivities.expire_action,
-                ActionInput(inp.turn_id, action_id),
+                ActionInput(turn_id, action_id),
                 summary=f"expire {action_id}",
             )
             decision = stored.status
@@ -181,7 +260,7 @@ class SpecialistWorkflow:
         made = await to_its_end(
             SEND.run(
                 SendActivities.send_email,
-                ActionInput(inp.turn_id, action_id),
+                ActionInput(turn_id, action_id),
                 summary=f"create return {action_id}",
             )
         )

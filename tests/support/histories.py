@@ -6,10 +6,16 @@ the tests that record them (PARLEY_RECORD_HISTORY=...) write them here.
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
-from temporalio.client import WorkflowHistory
+from temporalio.client import Client, WorkflowHistory
+from temporalio.worker import Replayer
+
+from parley.ids import specialist_workflow_id, workflow_id_for_turn
+from workflows.specialist import SpecialistWorkflow
+from workflows.turn import TurnWorkflow
 
 HISTORIES = Path(__file__).resolve().parents[1] / "histories"
 # The recording made with the current workflow code: every shape, each to its close. The
@@ -42,3 +48,18 @@ def scrub(history_json: str) -> str:
 
 def current(shape: str) -> WorkflowHistory:
     return WorkflowHistory.from_json(shape, (HISTORIES / f"{CURRENT}_{shape}.json").read_text())
+
+
+async def replay_delegated_turn(client: Client, turn_id: str, *, names: tuple[str, str]) -> None:
+    """A turn that handed work to a specialist, and the specialist, each replayed on the
+    current code once closed; with PARLEY_RECORD_HISTORY=specialist_vN written here as
+    `specialist_vN_<name>.json` (`names`: the turn's, the specialist's)."""
+    recording = os.environ.get("PARLEY_RECORD_HISTORY")
+    turn = client.get_workflow_handle(workflow_id_for_turn(turn_id))
+    specialist = client.get_workflow_handle(specialist_workflow_id(turn_id=turn_id))
+    for name, handle in zip(names, (turn, specialist), strict=True):
+        await handle.result()
+        history = await handle.fetch_history()
+        await Replayer(workflows=[TurnWorkflow, SpecialistWorkflow]).replay_workflow(history)
+        if recording:
+            (HISTORIES / f"{recording}_{name}.json").write_text(scrub(history.to_json()))

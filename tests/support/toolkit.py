@@ -60,6 +60,11 @@ def reply(events: list[Event]) -> str:
     return str(events[-1].data["message"]["text"])
 
 
+async def returns_made(northwind: httpx.AsyncClient) -> list[dict[str, Any]]:
+    """Every return the Northwind backend created (`RMA-` ids), oldest first."""
+    return list((await northwind.get("/returns")).json()["returns"])
+
+
 async def emails(northwind: httpx.AsyncClient, *, action_id: str | None = None) -> list[Any]:
     """What the Northwind email service accepted; with `action_id`, only that action's emails
     (other tests share the backend, so counts are taken per action where they can be)."""

@@ -9,7 +9,6 @@ The backend is this module's own, so its `GET /returns` holds only these returns
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import uuid
 from collections.abc import AsyncIterator
@@ -19,20 +18,17 @@ import httpx
 import pytest_asyncio
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client, WorkflowExecutionStatus
-from temporalio.worker import Replayer
 
 from demo_backend.app import create_app as create_backend
 from gateway.demo import DemoModel
 from parley.config import Settings
-from parley.ids import specialist_workflow_id, workflow_id_for_turn
+from parley.ids import specialist_workflow_id
 from parley.specialists import CLOSING_TEXT, SpecialistOutcome
 from tests.support.client import ParleyClient
-from tests.support.histories import HISTORIES, scrub
+from tests.support.histories import replay_delegated_turn
 from tests.support.sse import TERMINAL, Event, iter_events
 from tests.support.stack import serve
-from tests.support.toolkit import Stack, own_stack, reply
-from workflows.specialist import SpecialistWorkflow
-from workflows.turn import TurnWorkflow
+from tests.support.toolkit import Stack, own_stack, reply, returns_made
 
 ASK = "I want to return something from order 8390."
 
@@ -41,10 +37,6 @@ ASK = "I want to return something from order 8390."
 async def backend() -> AsyncIterator[tuple[str, httpx.AsyncClient]]:
     async with serve(create_backend()) as url, httpx.AsyncClient(base_url=url) as client:
         yield url, client
-
-
-async def returns_made(northwind: httpx.AsyncClient) -> list[dict[str, Any]]:
-    return list((await northwind.get("/returns")).json()["returns"])
 
 
 async def follow(
@@ -100,22 +92,7 @@ async def test_the_returns_conversation(
             turn_id = await _returns_conversation(priya, northwind)
         finally:
             await priya.aclose()
-        await _replays(temporal_client, turn_id)
-
-
-async def _replays(client: Client, turn_id: str) -> None:
-    """The delegated turn and its specialist replay on the current code, each fetched after
-    its close; with PARLEY_RECORD_HISTORY=specialist_vN they are written to tests/histories/."""
-    turn = client.get_workflow_handle(workflow_id_for_turn(turn_id))
-    specialist = client.get_workflow_handle(specialist_workflow_id(turn_id=turn_id))
-    await turn.result()
-    await specialist.result()
-    recording = os.environ.get("PARLEY_RECORD_HISTORY")
-    for name, handle in (("delegated_turn", turn), ("returns", specialist)):
-        history = await handle.fetch_history()
-        await Replayer(workflows=[TurnWorkflow, SpecialistWorkflow]).replay_workflow(history)
-        if recording:
-            (HISTORIES / f"{recording}_{name}.json").write_text(scrub(history.to_json()))
+        await replay_delegated_turn(temporal_client, turn_id, names=("delegated_turn", "returns"))
 
 
 async def _returns_conversation(priya: ParleyClient, northwind: httpx.AsyncClient) -> str:
