@@ -48,7 +48,7 @@ from store.models import (
     TurnEvent,
     UserMemoryItem,
 )
-from store.sessions import get_session
+from store.sessions import lock_session
 
 MESSAGE_NOT_FOUND = "message not found"
 # Event types that can carry a forgotten message's text (parley/forgetting.py `emptied_event`).
@@ -89,7 +89,7 @@ async def forget_message(
     """Forget the owner's message and every copy of it (`NotFound` for a message that is not
     in the owner's session, or was forgotten already; `TurnInProgress` while a turn of the
     session runs: its prompt may hold the message and its answer is still being written)."""
-    session = await get_session(db, owner=owner, session_id=session_id, for_update=True)
+    session = await lock_session(db, owner=owner, session_id=session_id)
     message = await db.scalar(
         select(Message).where(Message.id == message_id, Message.session_id == session_id)
     )

@@ -1,15 +1,21 @@
-"""Sessions and their messages, and the owner-scoped reads the API answers from."""
+"""Sessions and their messages, and the owner-scoped reads the API answers from.
+
+What leaves this module is a typed row (`SessionRow`, `SessionSummary`, `StoredMessage`,
+`MessageView`), never an ORM object. `lock_session` is the one exception, for the store's
+own writers (posting, queue, forget): they hold the locked row and move its counters.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import bindparam, func, select
+from sqlalchemy import Select, bindparam, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.errors import NotFound
 from parley.ids import new_id
+from parley.wire import MessageView
 from store import limits
 from store.identity import Identity
 from store.models import ChatSession, Message, Tenant, Turn
@@ -21,18 +27,79 @@ TITLE_CHARS = 80
 
 
 @dataclass(frozen=True)
+class SessionRow:
+    """A session as its owner sees it, and which turns hold it."""
+
+    id: str
+    tenant_id: str
+    user_id: str
+    last_seq: int
+    active_turn_id: str | None
+    queued_turn_id: str | None
+    created_at: datetime
+
+
+def _session(row: ChatSession) -> SessionRow:
+    return SessionRow(
+        id=row.id,
+        tenant_id=row.tenant_id,
+        user_id=row.user_id,
+        last_seq=row.last_seq,
+        active_turn_id=row.active_turn_id,
+        queued_turn_id=row.queued_turn_id,
+        created_at=row.created_at,
+    )
+
+
+@dataclass(frozen=True)
 class SessionSummary:
     """A session as its owner's list shows it: titled by its first message (None while it
     has none) and dated by its latest message."""
 
-    session: ChatSession
+    id: str
+    last_seq: int
+    created_at: datetime
     title: str | None
     last_activity_at: datetime
 
 
+@dataclass(frozen=True)
+class StoredMessage:
+    """A stored message as the steps read it: its text, and its token count when the window
+    counted it already (store/memory.py)."""
+
+    id: str
+    session_id: str
+    seq: int
+    role: str
+    turn_id: str | None
+    status: str
+    text: str
+    file_ids: list[str] | None
+    token_count: int | None
+    token_counter: str | None
+    created_at: datetime
+
+
+def _message(row: Message) -> StoredMessage:
+    return StoredMessage(
+        id=row.id,
+        session_id=row.session_id,
+        seq=row.seq,
+        role=row.role,
+        turn_id=row.turn_id,
+        status=row.status,
+        text=row.text,
+        file_ids=row.file_ids,
+        token_count=row.token_count,
+        token_counter=row.token_counter,
+        created_at=row.created_at,
+    )
+
+
 async def create_session(
     db: AsyncSession, *, owner: Identity, per_day: int | None = None
-) -> ChatSession:
+) -> SessionRow:
     """A new session; with `per_day`, refused (429) once the user made that many today."""
     if per_day is not None:
         await limits.admit_session(db, owner=owner, per_day=per_day)
@@ -40,7 +107,7 @@ async def create_session(
     db.add(session)
     await db.flush()
     await db.refresh(session)  # the server's defaults (created_at, last_seq)
-    return session
+    return _session(session)
 
 
 async def list_sessions(
@@ -68,13 +135,26 @@ async def list_sessions(
         .order_by(ChatSession.created_at.desc())
         .limit(limit)
     )
-    return [SessionSummary(session, title, last) for session, title, last in rows]
+    return [
+        SessionSummary(session.id, session.last_seq, session.created_at, title, last)
+        for session, title, last in rows
+    ]
 
 
-async def get_session(
-    db: AsyncSession, *, owner: Identity, session_id: str, for_update: bool = False
+async def get_session(db: AsyncSession, *, owner: Identity, session_id: str) -> SessionRow:
+    """The owner's session; NotFound (404) for anyone else's, or a deleted one."""
+    return _session(await _owned(db, _SESSION, owner=owner, session_id=session_id))
+
+
+async def lock_session(db: AsyncSession, *, owner: Identity, session_id: str) -> ChatSession:
+    """The owner's session row, locked for this transaction: for the store's writers, which
+    move its counters (`last_seq`, `active_turn_id`, `queued_turn_id`) under that lock."""
+    return await _owned(db, _SESSION_FOR_UPDATE, owner=owner, session_id=session_id)
+
+
+async def _owned(
+    db: AsyncSession, query: Select[ChatSession], *, owner: Identity, session_id: str
 ) -> ChatSession:
-    query = _SESSION_FOR_UPDATE if for_update else _SESSION
     params = {"session_id": session_id, "tenant_id": owner.tenant_id, "user_id": owner.user_id}
     session = await db.scalar(query, params)
     if session is None:
@@ -94,7 +174,7 @@ _SESSION_FOR_UPDATE = _SESSION.with_for_update()
 
 async def list_messages(
     db: AsyncSession, *, owner: Identity, session_id: str, after_seq: int, limit: int
-) -> list[Message]:
+) -> list[MessageView]:
     await get_session(db, owner=owner, session_id=session_id)
     rows = await db.scalars(
         select(Message)
@@ -106,13 +186,13 @@ async def list_messages(
         .order_by(Message.seq)
         .limit(limit)
     )
-    return list(rows)
+    return [MessageView.from_row(row) for row in rows]
 
 
 async def delete_session(db: AsyncSession, *, owner: Identity, session_id: str) -> str | None:
     """Hide the session from its owner for good; returns the turn still active in it, which
     the caller cancels once this is committed (its workflow then ends it as usual)."""
-    session = await get_session(db, owner=owner, session_id=session_id, for_update=True)
+    session = await lock_session(db, owner=owner, session_id=session_id)
     session.deleted_at = datetime.now(UTC)
     await db.flush()
     return session.active_turn_id
@@ -139,21 +219,23 @@ _TURN = (
 )
 
 
-async def get_message(db: AsyncSession, *, message_id: str) -> Message | None:
+async def get_message(db: AsyncSession, *, message_id: str) -> StoredMessage | None:
     """The message (from the session's identity map when it holds it)."""
-    return await db.get(Message, message_id)
+    row = await db.get(Message, message_id)
+    return None if row is None else _message(row)
 
 
-async def get_chat_session(db: AsyncSession, *, session_id: str) -> ChatSession | None:
-    """The session's row (from the session's identity map when it holds it)."""
-    return await db.get(ChatSession, session_id)
+async def get_chat_session(db: AsyncSession, *, session_id: str) -> SessionRow | None:
+    """The session (from the session's identity map when it holds it)."""
+    row = await db.get(ChatSession, session_id)
+    return None if row is None else _session(row)
 
 
-async def with_tenant(db: AsyncSession, *, session_id: str) -> ChatSession | None:
-    """The session's row, its tenant's row read in the same round trip (later reads of the
-    tenant are then answered from the session's identity map)."""
+async def with_tenant(db: AsyncSession, *, session_id: str) -> SessionRow | None:
+    """The session, its tenant's row read in the same round trip (later reads of the tenant
+    are then answered from the session's identity map)."""
     held = (await db.execute(_WITH_TENANT, {"session_id": session_id})).one_or_none()
-    return None if held is None else held[0]
+    return None if held is None else _session(held[0])
 
 
 _WITH_TENANT = (

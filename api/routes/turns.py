@@ -56,7 +56,8 @@ from parley.wire import MessageView, TurnStreamEvent
 from store import actions, posting, queue, steps
 from store import sessions as store_sessions
 from store.db import SessionMaker
-from store.models import SpecialistAnswer, Turn
+from store.interactions import AnswerRow
+from store.models import Turn
 from store.posting import PostedTurn
 
 log = logging.getLogger(__name__)
@@ -180,7 +181,7 @@ async def send_signals(
 async def send_answers(
     temporal: TemporalConnector,
     sessions: SessionMaker,  # marking it delivered is one statement
-    answers: tuple[SpecialistAnswer, ...],
+    answers: tuple[AnswerRow, ...],
 ) -> None:
     """Deliver committed answers to the specialists waiting for them and mark them delivered
     (dispatch/specialists.py); one this cannot deliver, the worker's outbox sweep will."""
