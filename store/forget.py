@@ -32,7 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from parley.errors import NotFound, TurnInProgress
 from parley.forgetting import Forgotten, Scrubber, emptied_event, needles_of
 from store import embeddings as embedding_store
-from store import memory as memory_store
+from store import summaries
 from store.identity import Identity
 from store.models import (
     ChatSession,
@@ -102,7 +102,7 @@ async def forget_message(
         )
     # A summary pass that read the message before this commits is refused at its save
     # (`forgotten_meanwhile`), under the lock its save takes.
-    await memory_store.lock_session_memory(db, session_id=session_id)
+    await summaries.lock_session_memory(db, session_id=session_id)
     doomed = await _gather(db, owner, message)
     removed = Forgotten()
     removed = replace(removed, **await _memory(db, doomed))

@@ -417,9 +417,10 @@ async def retry_turn(
     session_id: str,
     turn_id: str,
     limits: Limits | None = None,
-) -> Turn:
+) -> PostedMessage:
     """Open a new turn for the same user message; its answer will replace the failed one.
-    The old turn stays as it ended: a finished turn never moves again."""
+    The old turn stays as it ended: a finished turn never moves again. The API starts the
+    new turn after commit."""
     session = await lock_session(db, owner=owner, session_id=session_id)
     old = await get_turn(db, owner=owner, session_id=session_id, turn_id=turn_id)
     _may_use_assistant(owner)
@@ -439,4 +440,5 @@ async def retry_turn(
     asked = await db.get(Message, old.user_message_id)
     if asked is None:  # the user forgot it (store/forget.py): nothing to answer again
         raise TurnNotRetryable("the message this turn answered was forgotten", state=old.state)
-    return await open_turn(db, session=session, owner=owner, message=asked, retry_of=old.id)
+    turn = await open_turn(db, session=session, owner=owner, message=asked, retry_of=old.id)
+    return PostedMessage(_posted_turn(turn), MessageView.from_row(asked), True, start=True)

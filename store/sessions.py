@@ -198,12 +198,36 @@ async def delete_session(db: AsyncSession, *, owner: Identity, session_id: str) 
     return session.active_turn_id
 
 
-async def get_turn(db: AsyncSession, *, owner: Identity, session_id: str, turn_id: str) -> Turn:
+@dataclass(frozen=True)
+class TurnRow:
+    """A turn as its owner reads it: where it stands, and the messages it answers with."""
+
+    id: str
+    session_id: str
+    state: str
+    user_seq: int
+    user_message_id: str
+    assistant_message_id: str | None
+    created_at: datetime
+    updated_at: datetime
+
+
+async def get_turn(db: AsyncSession, *, owner: Identity, session_id: str, turn_id: str) -> TurnRow:
+    """The owner's turn as it stands now (read again, whatever this unit of work held)."""
     params = {"turn_id": turn_id, "session_id": session_id}
     turn = await db.scalar(_TURN, params | {"tenant_id": owner.tenant_id, "user_id": owner.user_id})
     if turn is None:
         raise NotFound(TURN_NOT_FOUND)
-    return turn
+    return TurnRow(
+        id=turn.id,
+        session_id=turn.session_id,
+        state=turn.state,
+        user_seq=turn.user_seq,
+        user_message_id=turn.user_message_id,
+        assistant_message_id=turn.assistant_message_id,
+        created_at=turn.created_at,
+        updated_at=turn.updated_at,
+    )
 
 
 _TURN = (
@@ -216,6 +240,7 @@ _TURN = (
         Turn.user_id == bindparam("user_id"),
         ChatSession.deleted_at.is_(None),
     )
+    .execution_options(populate_existing=True)
 )
 
 
