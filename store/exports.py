@@ -32,6 +32,7 @@ from store.models import (
     User,
     UserMemoryItem,
 )
+from store.rows import typed_row
 
 EXPORT_NOT_FOUND = "export not found"
 # An export asked for again this soon after a finished one answers that one.
@@ -56,19 +57,7 @@ class ExportRow:
 
 
 def _row(export: Export) -> ExportRow:
-    return ExportRow(
-        id=export.id,
-        tenant_id=export.tenant_id,
-        user_id=export.user_id,
-        state=export.state,
-        sessions_total=export.sessions_total,
-        sessions_done=export.sessions_done,
-        counts=dict(export.counts or {}),
-        size=export.size,
-        created_at=export.created_at,
-        expires_at=export.expires_at,
-        finished_at=export.finished_at,
-    )
+    return typed_row(ExportRow, export, counts=dict(export.counts or {}))
 
 
 async def request_export(

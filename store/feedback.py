@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from parley.errors import InvalidRequest, NotFound
 from store.identity import Identity
 from store.models import Feedback, Message, TraceSpan
+from store.rows import typed_row
 from store.sessions import get_session
 from store.usage import Span
 
@@ -33,28 +34,11 @@ class Rating:
     updated_at: datetime
 
 
-def _rating(row: Feedback) -> Rating:
-    return Rating(
-        message_id=row.message_id,
-        user_id=row.user_id,
-        session_id=row.session_id,
-        turn_id=row.turn_id,
-        rating=row.rating,
-        comment=row.comment,
-        created_at=row.created_at,
-        updated_at=row.updated_at,
-    )
-
-
 @dataclass(frozen=True)
 class RatedAnswer:
     feedback: Rating
     answer_text: str
     trace: list[Span]
-
-
-def _span(row: TraceSpan) -> Span:
-    return Span(row.name, row.attempt, row.started_at, row.ended_at, row.outcome, row.attrs)
 
 
 async def rate_message(
@@ -96,7 +80,7 @@ async def rate_message(
         .execution_options(populate_existing=True)
     )
     assert row is not None
-    return _rating(row)
+    return typed_row(Rating, row)
 
 
 async def recent_ratings(
@@ -121,5 +105,7 @@ async def recent_ratings(
             .where(TraceSpan.turn_id.in_(turn_ids))
             .order_by(TraceSpan.started_at, TraceSpan.id)
         ):
-            spans.setdefault(span.turn_id, []).append(_span(span))
-    return [RatedAnswer(_rating(f), text, spans.get(f.turn_id or "", [])) for f, text in rows]
+            spans.setdefault(span.turn_id, []).append(typed_row(Span, span))
+    return [
+        RatedAnswer(typed_row(Rating, f), text, spans.get(f.turn_id or "", [])) for f, text in rows
+    ]

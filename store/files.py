@@ -18,6 +18,7 @@ from parley.file_text import Extracted
 from parley.ids import new_id
 from store.identity import Identity
 from store.models import Message, SessionFile
+from store.rows import typed_row
 from store.sessions import get_session
 
 FILE_NOT_FOUND = "file not found"
@@ -33,10 +34,6 @@ class FileRow:
     content_type: str
     size: int
     content: bytes
-
-
-def _file(row: SessionFile) -> FileRow:
-    return FileRow(row.id, row.name, row.content_type, row.size, row.content)
 
 
 async def store_file(
@@ -64,7 +61,7 @@ async def store_file(
     )
     db.add(row)
     await db.flush()
-    return _file(row)
+    return typed_row(FileRow, row)
 
 
 async def get_file(db: AsyncSession, *, owner: Identity, session_id: str, file_id: str) -> FileRow:
@@ -79,7 +76,7 @@ async def get_file(db: AsyncSession, *, owner: Identity, session_id: str, file_i
     )
     if row is None:
         raise NotFound(FILE_NOT_FOUND, file_id=file_id)
-    return _file(row)
+    return typed_row(FileRow, row)
 
 
 async def check_owned(

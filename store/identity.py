@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from parley.features import ASSISTANT
 from parley.ids import new_id
 from store.models import ApiToken, Tenant, User
+from store.rows import typed_row
 
 
 @dataclass(frozen=True)
@@ -156,10 +157,6 @@ class UserRow:
     display_name: str
 
 
-def _user(row: User) -> UserRow:
-    return UserRow(tenant_id=row.tenant_id, id=row.id, display_name=row.display_name)
-
-
 async def demo_customers(db: AsyncSession) -> list[UserRow]:
     """The seeded demo users without roles (customers), in seeding order: the people the dev
     sign-in offers. Users another seed adds to `DEMO_USERS` appear once they are stored."""
@@ -167,10 +164,10 @@ async def demo_customers(db: AsyncSession) -> list[UserRow]:
     rows = await db.scalars(select(User).where(tuple_(User.tenant_id, User.id).in_(customers)))
     # A stored user who has since been given a role is no longer offered.
     found = {(user.tenant_id, user.id): user for user in rows if not user.roles}
-    return [_user(found[key]) for key in customers if key in found]
+    return [typed_row(UserRow, found[key]) for key in customers if key in found]
 
 
 async def get_user(db: AsyncSession, *, tenant_id: str, user_id: str) -> UserRow | None:
     """The user (from the session's identity map when it holds it)."""
     row = await db.get(User, (tenant_id, user_id))
-    return None if row is None else _user(row)
+    return None if row is None else typed_row(UserRow, row)

@@ -20,6 +20,7 @@ from parley.ids import new_id
 from parley.specialists import match_option
 from parley.wire import InteractionData
 from store.models import ChatSession, SpecialistAnswer, Turn, TurnEvent
+from store.rows import typed_row
 
 
 @dataclass(frozen=True)
@@ -30,10 +31,6 @@ class AnswerRow:
     turn_id: str
     interaction_id: str
     value: str
-
-
-def _answer(row: SpecialistAnswer) -> AnswerRow:
-    return AnswerRow(row.id, row.turn_id, row.interaction_id, row.value)
 
 
 async def has_event(
@@ -92,7 +89,7 @@ async def record_answer(db: AsyncSession, *, turn_id: str, answer: InteractionAn
     )
     db.add(row)
     await db.flush()
-    return _answer(row)
+    return typed_row(AnswerRow, row)
 
 
 async def mark_answer_delivered(db: AsyncSession, *, answer_id: str) -> None:
@@ -115,4 +112,4 @@ async def undelivered_answers(
         .order_by(SpecialistAnswer.created_at)
         .limit(limit)
     )
-    return [_answer(row) for row in rows]
+    return [typed_row(AnswerRow, row) for row in rows]

@@ -19,6 +19,7 @@ from parley.wire import MessageView
 from store import limits
 from store.identity import Identity
 from store.models import ChatSession, Message, Tenant, Turn
+from store.rows import typed_row
 
 SESSION_NOT_FOUND = "session not found"
 TURN_NOT_FOUND = "turn not found"
@@ -37,18 +38,6 @@ class SessionRow:
     active_turn_id: str | None
     queued_turn_id: str | None
     created_at: datetime
-
-
-def _session(row: ChatSession) -> SessionRow:
-    return SessionRow(
-        id=row.id,
-        tenant_id=row.tenant_id,
-        user_id=row.user_id,
-        last_seq=row.last_seq,
-        active_turn_id=row.active_turn_id,
-        queued_turn_id=row.queued_turn_id,
-        created_at=row.created_at,
-    )
 
 
 @dataclass(frozen=True)
@@ -81,22 +70,6 @@ class StoredMessage:
     created_at: datetime
 
 
-def _message(row: Message) -> StoredMessage:
-    return StoredMessage(
-        id=row.id,
-        session_id=row.session_id,
-        seq=row.seq,
-        role=row.role,
-        turn_id=row.turn_id,
-        status=row.status,
-        text=row.text,
-        file_ids=row.file_ids,
-        token_count=row.token_count,
-        token_counter=row.token_counter,
-        created_at=row.created_at,
-    )
-
-
 async def create_session(
     db: AsyncSession, *, owner: Identity, per_day: int | None = None
 ) -> SessionRow:
@@ -107,7 +80,7 @@ async def create_session(
     db.add(session)
     await db.flush()
     await db.refresh(session)  # the server's defaults (created_at, last_seq)
-    return _session(session)
+    return typed_row(SessionRow, session)
 
 
 async def list_sessions(
@@ -143,7 +116,7 @@ async def list_sessions(
 
 async def get_session(db: AsyncSession, *, owner: Identity, session_id: str) -> SessionRow:
     """The owner's session; NotFound (404) for anyone else's, or a deleted one."""
-    return _session(await _owned(db, _SESSION, owner=owner, session_id=session_id))
+    return typed_row(SessionRow, await _owned(db, _SESSION, owner=owner, session_id=session_id))
 
 
 async def lock_session(db: AsyncSession, *, owner: Identity, session_id: str) -> ChatSession:
@@ -218,16 +191,7 @@ async def get_turn(db: AsyncSession, *, owner: Identity, session_id: str, turn_i
     turn = await db.scalar(_TURN, params | {"tenant_id": owner.tenant_id, "user_id": owner.user_id})
     if turn is None:
         raise NotFound(TURN_NOT_FOUND)
-    return TurnRow(
-        id=turn.id,
-        session_id=turn.session_id,
-        state=turn.state,
-        user_seq=turn.user_seq,
-        user_message_id=turn.user_message_id,
-        assistant_message_id=turn.assistant_message_id,
-        created_at=turn.created_at,
-        updated_at=turn.updated_at,
-    )
+    return typed_row(TurnRow, turn)
 
 
 _TURN = (
@@ -247,20 +211,20 @@ _TURN = (
 async def get_message(db: AsyncSession, *, message_id: str) -> StoredMessage | None:
     """The message (from the session's identity map when it holds it)."""
     row = await db.get(Message, message_id)
-    return None if row is None else _message(row)
+    return None if row is None else typed_row(StoredMessage, row)
 
 
 async def get_chat_session(db: AsyncSession, *, session_id: str) -> SessionRow | None:
     """The session (from the session's identity map when it holds it)."""
     row = await db.get(ChatSession, session_id)
-    return None if row is None else _session(row)
+    return None if row is None else typed_row(SessionRow, row)
 
 
 async def with_tenant(db: AsyncSession, *, session_id: str) -> SessionRow | None:
     """The session, its tenant's row read in the same round trip (later reads of the tenant
     are then answered from the session's identity map)."""
     held = (await db.execute(_WITH_TENANT, {"session_id": session_id})).one_or_none()
-    return None if held is None else _session(held[0])
+    return None if held is None else typed_row(SessionRow, held[0])
 
 
 _WITH_TENANT = (

@@ -10,6 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from parley.errors import NotFound
 from parley.tenancy import TenantConfig
 from store.models import Tenant
+from store.rows import typed_row
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,7 @@ async def get_tenant(db: AsyncSession, *, tenant_id: str) -> TenantRow:
 
 def _tenant(row: Tenant) -> TenantRow:
     # An unset configuration is NULL on old rows; the contract says `{}`.
-    return TenantRow(id=row.id, paused=row.paused, config=dict(row.config or {}))
+    return typed_row(TenantRow, row, config=dict(row.config or {}))
 
 
 async def _stored(db: AsyncSession, tenant_id: str) -> Tenant:
