@@ -53,7 +53,6 @@ from parley.statuses import TurnErrorCode
 from parley.wire import ErrorData
 from store import outbox, queue, tenants
 from store.db import SessionMaker
-from store.models import Turn
 
 # A turn's workflow runs at most this much longer than its confirmation wait; past that
 # Temporal closes it and the abandoned-turn sweep ends the row.
@@ -172,7 +171,7 @@ async def start_promoted(starts: Starts, turn_id: str) -> bool:
     return True
 
 
-async def _start_unstarted(starts: Starts, turn: Turn | queue.Startable) -> None:
+async def _start_unstarted(starts: Starts, turn: queue.Startable) -> None:
     if await _end_if_paused(starts.sessions, turn.id, turn.tenant_id):
         return
     inp = TurnInput(

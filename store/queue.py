@@ -45,7 +45,8 @@ OUTBOX_CHANNEL = "parley_outbox"
 
 @dataclass(frozen=True)
 class Startable:
-    """A promoted turn the outbox may start."""
+    """A turn the outbox may start (a promoted one, or one whose start was not confirmed), or
+    whose workflow it looks up."""
 
     id: str
     session_id: str
