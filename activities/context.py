@@ -87,7 +87,7 @@ from store.context_rows import (
 )
 from store.db import Db, SessionMaker
 from store.events import append_event, has_warning
-from store.models import Message, ModelCall, Turn
+from store.models import ModelCall, Turn
 
 # The warning a turn emits when the packer left something out.
 CONTEXT_TRIMMED = WarningCode.context_trimmed
@@ -424,7 +424,7 @@ def _slot_values(memory: Memory) -> list[str]:
     return [str(value) for value, _ in memory.slots.values() if isinstance(value, str | int)]
 
 
-def _tokens(message: Message, counter: TokenCounter) -> int:
+def _tokens(message: session_store.StoredMessage, counter: TokenCounter) -> int:
     """A stored message's tokens as the window counts them (store/memory.py)."""
     if message.token_count is not None and message.token_counter == counter.name:
         return message.token_count

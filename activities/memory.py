@@ -55,7 +55,7 @@ from parley.tenancy import TenantConfig
 from parley.tokens import counter_for
 from parley.window import choose_window, group_turns
 from store import embeddings as embedding_store
-from store import forget, tenants, user_memory
+from store import forget, summaries, tenants, user_memory
 from store import memory as memory_store
 from store import sessions as session_store
 from store.db import SessionMaker, autocommit
@@ -138,7 +138,7 @@ class MemoryActivities:
         written = await self._write(job)
         lines, facts, usage = written.lines, written.facts, written.usage
         async with self._sessions() as db:
-            await memory_store.lock_session_memory(db, session_id=job.session_id)
+            await summaries.lock_session_memory(db, session_id=job.session_id)
             latest = await memory_store.latest_summary(db, session_id=job.session_id)
             if latest is not None and latest.through_seq >= job.through:
                 return SummarizeResult(latest.through_seq)  # a concurrent run got there first
@@ -150,7 +150,7 @@ class MemoryActivities:
             folded = {int(item["seq"]) for item in job.transcript}
             if since:  # what the earlier version folded, carried forward with its lines
                 folded.update(
-                    await memory_store.folded_by(db, session_id=job.session_id, through_seq=since)
+                    await summaries.folded_by(db, session_id=job.session_id, through_seq=since)
                 )
             counter = counter_for(job.model)
             merged = cap_lines(
@@ -158,7 +158,7 @@ class MemoryActivities:
                 max_tokens=self._settings.context_summary_tokens,
                 count=counter.count,
             )
-            await memory_store.save_summary(
+            await summaries.save_summary(
                 db,
                 session_id=job.session_id,
                 through_seq=job.through,
@@ -224,7 +224,7 @@ class MemoryActivities:
         when a count is missing or made by another counter: then only `_plan` can tell."""
         async with self._sessions() as db:
             await autocommit(db)  # one read
-            backlog = await memory_store.summary_backlog(db, session_id=session_id)
+            backlog = await summaries.summary_backlog(db, session_id=session_id)
         if backlog is None:
             return None
         tenant = TenantConfig.model_validate(backlog.tenant_config)
@@ -263,7 +263,7 @@ class MemoryActivities:
             base = latest.through_seq if latest is not None else 0
             if tenant.summaries is False:
                 return base
-            fallbacks = await memory_store.fallbacks_in_a_row(db, session_id=session_id)
+            fallbacks = await summaries.fallbacks_in_a_row(db, session_id=session_id)
             model = tenant.model or self._settings.model
             counter = counter_for(model)
             messages = await memory_store.session_messages(

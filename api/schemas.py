@@ -77,18 +77,6 @@ class SessionOut(View):
     # When its latest message was stored (its creation while it has none).
     last_activity_at: Timestamp | None = None
 
-    @classmethod
-    def from_summary(cls, summary: Any) -> Self:
-        """From a `store.sessions.SessionSummary`."""
-        session = summary.session
-        return cls(
-            id=session.id,
-            last_seq=session.last_seq,
-            created_at=session.created_at,
-            title=summary.title,
-            last_activity_at=summary.last_activity_at,
-        )
-
 
 class SessionList(BaseModel):
     sessions: list[SessionOut]
@@ -209,14 +197,11 @@ class ActionOut(BaseModel):
 
 
 class TenantOut(View):
+    """A tenant's switch and configuration (`store.tenants.TenantRow`)."""
+
     id: str
     paused: bool
     config: dict[str, Any]
-
-    @classmethod
-    def from_row(cls, row: object) -> Self:
-        # An unset configuration is stored as NULL on old rows; the contract says `{}`.
-        return cls(id=row.id, paused=row.paused, config=row.config or {})  # type: ignore[attr-defined]
 
 
 class TokensOut(View):

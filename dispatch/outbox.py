@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from datetime import timedelta
 
 from temporalio.client import Client, WorkflowExecutionStatus
@@ -52,7 +53,6 @@ from parley.statuses import TurnErrorCode
 from parley.wire import ErrorData
 from store import outbox, queue, tenants
 from store.db import SessionMaker
-from store.models import Turn
 
 # A turn's workflow runs at most this much longer than its confirmation wait; past that
 # Temporal closes it and the abandoned-turn sweep ends the row.
@@ -125,6 +125,18 @@ async def start_and_record(
         await db.commit()
 
 
+@dataclass(frozen=True)
+class Starts:
+    """What every start of an unstarted turn shares: where it starts and the turn options
+    the worker was configured with."""
+
+    client: Client
+    sessions: SessionMaker
+    task_queue: str
+    confirmation_timeout_s: float = DEFAULT_CONFIRMATION_TIMEOUT_S
+    fallback: bool = False
+
+
 async def sweep_once(
     client: Client,
     sessions: SessionMaker,
@@ -135,67 +147,42 @@ async def sweep_once(
     fallback: bool = False,
 ) -> int:
     """Start every turn whose start was not confirmed within `grace`; return how many."""
-    async with sessions() as db:
+    starts = Starts(client, sessions, task_queue, confirmation_timeout_s, fallback)
+    return await _sweep(starts, grace)
+
+
+async def _sweep(starts: Starts, grace: timedelta) -> int:
+    async with starts.sessions() as db:
         pending = await outbox.unstarted_turns(db, older_than=grace)
     for turn in pending:
         log.warning("starting turn %s that the API did not start", turn.id)
-        await _start_unstarted(
-            client,
-            sessions,
-            turn,
-            task_queue=task_queue,
-            confirmation_timeout_s=confirmation_timeout_s,
-            fallback=fallback,
-        )
+        await _start_unstarted(starts, turn)
     return len(pending)
 
 
-async def start_promoted(
-    client: Client,
-    sessions: SessionMaker,
-    turn_id: str,
-    *,
-    task_queue: str,
-    confirmation_timeout_s: float = DEFAULT_CONFIRMATION_TIMEOUT_S,
-    fallback: bool = False,
-) -> bool:
+async def start_promoted(starts: Starts, turn_id: str) -> bool:
     """Start a queued turn the moment its session's running turn ended (the outbox's bell,
     store/queue.py); False when it is no longer waiting to start (started, or dropped)."""
-    async with sessions() as db:
+    async with starts.sessions() as db:
         turn = await queue.startable_turn(db, turn_id=turn_id)
     if turn is None:
         return False
-    await _start_unstarted(
-        client,
-        sessions,
-        turn,
-        task_queue=task_queue,
-        confirmation_timeout_s=confirmation_timeout_s,
-        fallback=fallback,
-    )
+    await _start_unstarted(starts, turn)
     return True
 
 
-async def _start_unstarted(
-    client: Client,
-    sessions: SessionMaker,
-    turn: Turn | queue.Startable,
-    *,
-    task_queue: str,
-    confirmation_timeout_s: float,
-    fallback: bool,
-) -> None:
-    if await _end_if_paused(sessions, turn.id, turn.tenant_id):
+async def _start_unstarted(starts: Starts, turn: queue.Startable) -> None:
+    if await _end_if_paused(starts.sessions, turn.id, turn.tenant_id):
         return
     inp = TurnInput(
         turn_id=turn.id,
         session_id=turn.session_id,
         tenant_id=turn.tenant_id,
-        confirmation_timeout_s=confirmation_timeout_s,
-        fallback=fallback,
+        confirmation_timeout_s=starts.confirmation_timeout_s,
+        fallback=starts.fallback,
         generation=TURN_GENERATION,
     )
-    await start_and_record(client, sessions, inp, task_queue=task_queue)
+    await start_and_record(starts.client, starts.sessions, inp, task_queue=starts.task_queue)
 
 
 async def _end_if_paused(sessions: SessionMaker, turn_id: str, tenant_id: str) -> bool:
@@ -258,20 +245,14 @@ async def sweep_forever(
 ) -> None:
     """Sweep every `every`; between sweeps, start each queued turn the moment `bell` rings
     for it (a ring this misses, the next sweep covers)."""
+    starts = Starts(client, sessions, task_queue, confirmation_timeout_s, fallback)
     loop = asyncio.get_running_loop()
     due = loop.time()
     while True:
         if loop.time() >= due:
             due = loop.time() + every.total_seconds()
             try:
-                await sweep_once(
-                    client,
-                    sessions,
-                    task_queue=task_queue,
-                    grace=grace,
-                    confirmation_timeout_s=confirmation_timeout_s,
-                    fallback=fallback,
-                )
+                await _sweep(starts, grace)
                 await sweep_answers(client, sessions, grace=grace)
                 await sweep_erasures(client, sessions, task_queue=task_queue, grace=grace)
                 await end_abandoned_turns(client, sessions)
@@ -283,13 +264,6 @@ async def sweep_forever(
             continue
         for turn_id in await bell.rung(wait):
             try:
-                await start_promoted(
-                    client,
-                    sessions,
-                    turn_id,
-                    task_queue=task_queue,
-                    confirmation_timeout_s=confirmation_timeout_s,
-                    fallback=fallback,
-                )
+                await start_promoted(starts, turn_id)
             except Exception:  # the sweep starts it
                 log.warning("could not start queued turn %s now", turn_id, exc_info=True)

@@ -29,7 +29,6 @@ from parley.contracts import (
 from parley.ids import specialist_workflow_id
 from store import interactions
 from store.db import SessionMaker
-from store.models import SpecialistAnswer
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +39,9 @@ async def deliver_answer(client: Client, *, turn_id: str, answer: InteractionAns
     await handle.signal(ANSWER_INTERACTION_SIGNAL, answer)
 
 
-async def deliver_and_record(client: Client, sessions: SessionMaker, row: SpecialistAnswer) -> None:
+async def deliver_and_record(
+    client: Client, sessions: SessionMaker, row: interactions.AnswerRow
+) -> None:
     """Signal the stored answer, then mark its outbox row delivered. A specialist that has
     ended (its wait ran out, its turn was stopped) has nobody to take it: marked too."""
     answer = InteractionAnswer(row.interaction_id, row.value)

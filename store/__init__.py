@@ -14,6 +14,12 @@ Only this package imports SQLAlchemy or psycopg (tests/unit/test_layout.py). Cal
 unit of work `store.db.Db` and its factory `store.db.SessionMaker`, and reach the database
 through the functions here.
 
+What the API-side modules (sessions, posting, files, feedback, tenants, identity, exports,
+erasure, interactions, memory, knowledge) hand their callers is a typed row: a frozen
+dataclass read off the ORM object (`store.rows.typed_row`), or a pydantic model where the
+contract has one (`parley.wire.MessageView`); writes are named functions here. No module
+of `api/` imports `store.models` (tests/unit/test_layout.py).
+
 The transaction rule, kept by every module here: repository functions add, flush and lock,
 but never commit or roll back. The caller that opened the unit of work commits it: an API
 route with an explicit `await db.commit()` once its writes are done (a route that raises

@@ -22,6 +22,7 @@ from parley.ids import new_id
 from store.erasure_catalogue import Subject, delete_batch, erase_sourced_memory_copies
 from store.identity import revoke_user_tokens
 from store.models import Erasure
+from store.rows import typed_row
 
 
 @dataclass(frozen=True)
@@ -40,17 +41,7 @@ class ErasureRow:
 
     @classmethod
     def of(cls, row: Erasure) -> ErasureRow:
-        return cls(
-            id=row.id,
-            scope=row.scope,
-            tenant_id=row.tenant_id,
-            status=row.status,
-            counts=dict(row.counts or {}),
-            requested_at=row.requested_at,
-            started_at=row.started_at,
-            finished_at=row.finished_at,
-            grace_s=row.grace_s,
-        )
+        return typed_row(cls, row, counts=dict(row.counts or {}))
 
 
 async def request_erasure(

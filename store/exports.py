@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy import Executable, and_, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.archive import ArchivedFile, ArchivedSession
@@ -32,6 +32,7 @@ from store.models import (
     User,
     UserMemoryItem,
 )
+from store.rows import typed_row
 
 EXPORT_NOT_FOUND = "export not found"
 # An export asked for again this soon after a finished one answers that one.
@@ -56,19 +57,7 @@ class ExportRow:
 
 
 def _row(export: Export) -> ExportRow:
-    return ExportRow(
-        id=export.id,
-        tenant_id=export.tenant_id,
-        user_id=export.user_id,
-        state=export.state,
-        sessions_total=export.sessions_total,
-        sessions_done=export.sessions_done,
-        counts=dict(export.counts or {}),
-        size=export.size,
-        created_at=export.created_at,
-        expires_at=export.expires_at,
-        finished_at=export.finished_at,
-    )
+    return typed_row(ExportRow, export, counts=dict(export.counts or {}))
 
 
 async def request_export(
@@ -225,73 +214,39 @@ async def session_content(db: AsyncSession, *, session_id: str) -> ArchivedSessi
 
 
 async def _messages(db: AsyncSession, session_id: str) -> list[dict[str, Any]]:
-    rows = await db.scalars(
-        select(Message).where(Message.session_id == session_id).order_by(Message.seq)
-    )
-    return [
-        {
-            "id": m.id,
-            "seq": m.seq,
-            "role": m.role,
-            "status": m.status,
-            "text": m.text,
-            "created_at": _iso(m.created_at),
-            "file_ids": list(m.file_ids or []),
-            "replaced_by": m.replaced_by,
-        }
-        for m in rows
-    ]
+    m = Message
+    columns = (m.id, m.seq, m.role, m.status, m.text, m.created_at, m.file_ids, m.replaced_by)
+    rows = await _archived(db, select(*columns).where(m.session_id == session_id).order_by(m.seq))
+    return [row | {"file_ids": list(row["file_ids"] or [])} for row in rows]
 
 
 async def _pinned_facts(db: AsyncSession, session_id: str) -> list[dict[str, Any]]:
-    rows = await db.scalars(
-        select(PinnedFactRow)
-        .where(PinnedFactRow.session_id == session_id)
-        .order_by(PinnedFactRow.key)
-    )
-    return [
-        {
-            "key": f.key,
-            "value": f.value,
-            "source_seq": f.source_seq,
-            "updated_at": _iso(f.updated_at),
-        }
-        for f in rows
-    ]
+    f = PinnedFactRow
+    columns = (f.key, f.value, f.source_seq, f.updated_at)
+    return await _archived(db, select(*columns).where(f.session_id == session_id).order_by(f.key))
 
 
 async def _actions(db: AsyncSession, session_id: str) -> list[dict[str, Any]]:
-    rows = await db.scalars(
-        select(Action).where(Action.session_id == session_id).order_by(Action.created_at)
-    )
-    return [
-        {
-            "id": a.id,
-            "tool": a.tool,
-            "summary": a.summary,
-            "recipient": a.recipient_masked,
-            "status": a.status,
-            "decline_reason": a.decline_reason,
-            "created_at": _iso(a.created_at),
-            "resolved_at": _iso(a.resolved_at),
-        }
-        for a in rows
-    ]
+    a = Action
+    recipient = a.recipient_masked.label("recipient")
+    columns = (a.id, a.tool, a.summary, recipient, a.status, a.decline_reason)
+    query = select(*columns, a.created_at, a.resolved_at).where(a.session_id == session_id)
+    return await _archived(db, query.order_by(a.created_at))
 
 
 async def _feedback(db: AsyncSession, session_id: str) -> list[dict[str, Any]]:
-    rows = await db.scalars(
-        select(Feedback).where(Feedback.session_id == session_id).order_by(Feedback.created_at)
-    )
+    f = Feedback
+    columns = (f.message_id, f.rating, f.comment, f.created_at, f.updated_at)
+    query = select(*columns).where(f.session_id == session_id).order_by(f.created_at)
+    return await _archived(db, query)
+
+
+async def _archived(db: AsyncSession, query: Executable) -> list[dict[str, Any]]:
+    """A session's rows of one table as the archive holds them: each selected column under
+    its name, a time in ISO 8601."""
+    rows = (await db.execute(query)).mappings()
     return [
-        {
-            "message_id": f.message_id,
-            "rating": f.rating,
-            "comment": f.comment,
-            "created_at": _iso(f.created_at),
-            "updated_at": _iso(f.updated_at),
-        }
-        for f in rows
+        {key: _iso(v) if isinstance(v, datetime) else v for key, v in row.items()} for row in rows
     ]
 
 

@@ -6,6 +6,7 @@ One rating per user and message; a second replaces the first. Nothing here commi
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert
@@ -14,14 +15,30 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from parley.errors import InvalidRequest, NotFound
 from store.identity import Identity
 from store.models import Feedback, Message, TraceSpan
+from store.rows import typed_row
 from store.sessions import get_session
+from store.usage import Span
+
+
+@dataclass(frozen=True)
+class Rating:
+    """A user's rating of an answer, and the run (turn) that produced the answer."""
+
+    message_id: str
+    user_id: str
+    session_id: str
+    turn_id: str | None
+    rating: str
+    comment: str | None
+    created_at: datetime
+    updated_at: datetime
 
 
 @dataclass(frozen=True)
 class RatedAnswer:
-    feedback: Feedback
+    feedback: Rating
     answer_text: str
-    trace: list[TraceSpan]
+    trace: list[Span]
 
 
 async def rate_message(
@@ -32,7 +49,7 @@ async def rate_message(
     message_id: str,
     rating: str,
     comment: str | None,
-) -> Feedback:
+) -> Rating:
     """Store (or replace) the owner's rating of an assistant message of their session."""
     await get_session(db, owner=owner, session_id=session_id)
     message = await db.scalar(
@@ -63,7 +80,7 @@ async def rate_message(
         .execution_options(populate_existing=True)
     )
     assert row is not None
-    return row
+    return typed_row(Rating, row)
 
 
 async def recent_ratings(
@@ -81,12 +98,14 @@ async def recent_ratings(
         )
     )
     turn_ids = {f.turn_id for f, _ in rows if f.turn_id}
-    spans: dict[str, list[TraceSpan]] = {}
+    spans: dict[str, list[Span]] = {}
     if turn_ids:
         for span in await db.scalars(
             select(TraceSpan)
             .where(TraceSpan.turn_id.in_(turn_ids))
             .order_by(TraceSpan.started_at, TraceSpan.id)
         ):
-            spans.setdefault(span.turn_id, []).append(span)
-    return [RatedAnswer(f, text, spans.get(f.turn_id or "", [])) for f, text in rows]
+            spans.setdefault(span.turn_id, []).append(typed_row(Span, span))
+    return [
+        RatedAnswer(typed_row(Rating, f), text, spans.get(f.turn_id or "", [])) for f, text in rows
+    ]

@@ -7,6 +7,7 @@ forbidden. Nothing here commits (see `store`).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -17,9 +18,22 @@ from parley.file_text import Extracted
 from parley.ids import new_id
 from store.identity import Identity
 from store.models import Message, SessionFile
+from store.rows import typed_row
 from store.sessions import get_session
 
 FILE_NOT_FOUND = "file not found"
+
+
+@dataclass(frozen=True)
+class FileRow:
+    """An upload as its owner sees it: its name, type and size (`bytes` is a type's name),
+    and its bytes where it was read to be downloaded."""
+
+    id: str
+    name: str
+    content_type: str
+    size: int
+    content: bytes
 
 
 async def store_file(
@@ -30,7 +44,7 @@ async def store_file(
     name: str,
     content: bytes,
     extracted: Extracted,
-) -> SessionFile:
+) -> FileRow:
     """Keep an upload of the owner's session with its extracted text."""
     await get_session(db, owner=owner, session_id=session_id)
     row = SessionFile(
@@ -47,12 +61,10 @@ async def store_file(
     )
     db.add(row)
     await db.flush()
-    return row
+    return typed_row(FileRow, row)
 
 
-async def get_file(
-    db: AsyncSession, *, owner: Identity, session_id: str, file_id: str
-) -> SessionFile:
+async def get_file(db: AsyncSession, *, owner: Identity, session_id: str, file_id: str) -> FileRow:
     await get_session(db, owner=owner, session_id=session_id)
     row = await db.scalar(
         select(SessionFile).where(
@@ -64,7 +76,7 @@ async def get_file(
     )
     if row is None:
         raise NotFound(FILE_NOT_FOUND, file_id=file_id)
-    return row
+    return typed_row(FileRow, row)
 
 
 async def check_owned(

@@ -32,7 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from parley.errors import NotFound, TurnInProgress
 from parley.forgetting import Forgotten, Scrubber, emptied_event, needles_of
 from store import embeddings as embedding_store
-from store import memory as memory_store
+from store import summaries
 from store.identity import Identity
 from store.models import (
     ChatSession,
@@ -48,7 +48,7 @@ from store.models import (
     TurnEvent,
     UserMemoryItem,
 )
-from store.sessions import get_session
+from store.sessions import lock_session
 
 MESSAGE_NOT_FOUND = "message not found"
 # Event types that can carry a forgotten message's text (parley/forgetting.py `emptied_event`).
@@ -89,7 +89,7 @@ async def forget_message(
     """Forget the owner's message and every copy of it (`NotFound` for a message that is not
     in the owner's session, or was forgotten already; `TurnInProgress` while a turn of the
     session runs: its prompt may hold the message and its answer is still being written)."""
-    session = await get_session(db, owner=owner, session_id=session_id, for_update=True)
+    session = await lock_session(db, owner=owner, session_id=session_id)
     message = await db.scalar(
         select(Message).where(Message.id == message_id, Message.session_id == session_id)
     )
@@ -102,7 +102,7 @@ async def forget_message(
         )
     # A summary pass that read the message before this commits is refused at its save
     # (`forgotten_meanwhile`), under the lock its save takes.
-    await memory_store.lock_session_memory(db, session_id=session_id)
+    await summaries.lock_session_memory(db, session_id=session_id)
     doomed = await _gather(db, owner, message)
     removed = Forgotten()
     removed = replace(removed, **await _memory(db, doomed))

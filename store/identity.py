@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from parley.features import ASSISTANT
 from parley.ids import new_id
 from store.models import ApiToken, Tenant, User
+from store.rows import typed_row
 
 
 @dataclass(frozen=True)
@@ -147,16 +148,26 @@ async def seed_demo(db: AsyncSession) -> None:
         )
 
 
-async def demo_customers(db: AsyncSession) -> list[User]:
+@dataclass(frozen=True)
+class UserRow:
+    """A user as the page and the prompt name them."""
+
+    tenant_id: str
+    id: str
+    display_name: str
+
+
+async def demo_customers(db: AsyncSession) -> list[UserRow]:
     """The seeded demo users without roles (customers), in seeding order: the people the dev
     sign-in offers. Users another seed adds to `DEMO_USERS` appear once they are stored."""
     customers = [(t, u) for t, u, _, _, roles in DEMO_USERS if not roles]
     rows = await db.scalars(select(User).where(tuple_(User.tenant_id, User.id).in_(customers)))
     # A stored user who has since been given a role is no longer offered.
     found = {(user.tenant_id, user.id): user for user in rows if not user.roles}
-    return [found[key] for key in customers if key in found]
+    return [typed_row(UserRow, found[key]) for key in customers if key in found]
 
 
-async def get_user(db: AsyncSession, *, tenant_id: str, user_id: str) -> User | None:
+async def get_user(db: AsyncSession, *, tenant_id: str, user_id: str) -> UserRow | None:
     """The user (from the session's identity map when it holds it)."""
-    return await db.get(User, (tenant_id, user_id))
+    row = await db.get(User, (tenant_id, user_id))
+    return None if row is None else typed_row(UserRow, row)

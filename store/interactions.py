@@ -9,7 +9,7 @@ commits (see `store`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import select, update
@@ -20,6 +20,17 @@ from parley.ids import new_id
 from parley.specialists import match_option
 from parley.wire import InteractionData
 from store.models import ChatSession, SpecialistAnswer, Turn, TurnEvent
+from store.rows import typed_row
+
+
+@dataclass(frozen=True)
+class AnswerRow:
+    """A user's answer to a specialist's question, in the delivery outbox."""
+
+    id: str
+    turn_id: str
+    interaction_id: str
+    value: str
 
 
 async def has_event(
@@ -68,9 +79,7 @@ async def answer_for_waiting_turn(
     return active, InteractionAnswer(asked.interaction_id, chosen or "")
 
 
-async def record_answer(
-    db: AsyncSession, *, turn_id: str, answer: InteractionAnswer
-) -> SpecialistAnswer:
+async def record_answer(db: AsyncSession, *, turn_id: str, answer: InteractionAnswer) -> AnswerRow:
     """The answer as an outbox row, committed with the user's message before any signal."""
     row = SpecialistAnswer(
         id=new_id("ans"),
@@ -80,7 +89,7 @@ async def record_answer(
     )
     db.add(row)
     await db.flush()
-    return row
+    return typed_row(AnswerRow, row)
 
 
 async def mark_answer_delivered(db: AsyncSession, *, answer_id: str) -> None:
@@ -93,7 +102,7 @@ async def mark_answer_delivered(db: AsyncSession, *, answer_id: str) -> None:
 
 async def undelivered_answers(
     db: AsyncSession, *, older_than: timedelta, limit: int = 50
-) -> Sequence[SpecialistAnswer]:
+) -> list[AnswerRow]:
     """Answers committed more than `older_than` ago and never marked delivered, oldest
     first."""
     cutoff = datetime.now(UTC) - older_than
@@ -103,4 +112,4 @@ async def undelivered_answers(
         .order_by(SpecialistAnswer.created_at)
         .limit(limit)
     )
-    return rows.all()
+    return [typed_row(AnswerRow, row) for row in rows]

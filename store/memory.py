@@ -1,5 +1,6 @@
-"""Conversational memory in PostgreSQL: the messages a prompt is built from, pinned facts,
-rolling summaries and full-text recall over every stored message of a session.
+"""Conversational memory in PostgreSQL as a prompt reads it: the messages it is built from,
+pinned facts, the latest rolling summary and full-text recall over every stored message of a
+session. The summary's runs write their versions through `store.summaries`.
 
 Like every store module these never commit; the caller does.
 """
@@ -8,7 +9,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
@@ -31,7 +31,6 @@ from sqlalchemy.dialects.postgresql import aggregate_order_by, insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.context import WindowMessage
-from parley.fold import FALLBACK
 from parley.memory import PinnedFact, SummaryLine
 from parley.prompt import RecallHit, StoredSummary
 from parley.tokens import TokenCounter, count_message
@@ -51,28 +50,6 @@ async def latest_summary(db: AsyncSession, *, session_id: str) -> StoredSummary 
     if row is None:
         return None
     return _summary(row.through_seq, row.lines, row.model)
-
-
-async def fallbacks_in_a_row(db: AsyncSession, *, session_id: str) -> int:
-    """How many of the session's latest summary versions the code wrote (`fallback`), counted
-    back to the newest one a model wrote."""
-    newest_by_model = (
-        select(func.coalesce(func.max(ConversationSummary.through_seq), 0))
-        .where(
-            ConversationSummary.session_id == session_id,
-            ConversationSummary.written_by != FALLBACK,
-        )
-        .scalar_subquery()
-    )
-    count = await db.scalar(
-        select(func.count())
-        .select_from(ConversationSummary)
-        .where(
-            ConversationSummary.session_id == session_id,
-            ConversationSummary.through_seq > newest_by_model,
-        )
-    )
-    return int(count or 0)
 
 
 def _summary(through_seq: int, lines: list[dict[str, Any]], model: str) -> StoredSummary:
@@ -383,108 +360,3 @@ async def recall(
         {"terms": clean, "session_id": session_id, "before": before_seq, "limit": limit},
     )
     return [RecallHit(r.seq, r.role, r.text, r.created_at.date().isoformat()) for r in rows]
-
-
-async def save_summary(
-    db: AsyncSession,
-    *,
-    session_id: str,
-    through_seq: int,
-    lines: list[SummaryLine],
-    token_count: int,
-    provider: str,
-    model: str,
-    usage: dict[str, int],
-    written_by: str | None = None,
-    memory_keys: list[str] | None = None,
-    folded_seqs: list[int] | None = None,
-) -> bool:
-    """Store a new summary version unless one already reaches as far (a concurrent run won)."""
-    result = await db.execute(
-        insert(ConversationSummary)
-        .values(
-            session_id=session_id,
-            through_seq=through_seq,
-            lines=[line.as_json() for line in lines],
-            token_count=token_count,
-            provider=provider,
-            model=model,
-            written_by=model if written_by is None else written_by,
-            input_tokens=int(usage.get("input_tokens", 0)),
-            output_tokens=int(usage.get("output_tokens", 0)),
-            memory_keys=list(memory_keys or []),
-            folded_seqs=folded_seqs,
-        )
-        .on_conflict_do_nothing(constraint="uq_summary_through")
-    )
-    return bool(getattr(result, "rowcount", 0))
-
-
-async def folded_by(db: AsyncSession, *, session_id: str, through_seq: int) -> list[int]:
-    """The seqs the session's version ending at `through_seq` folded (a version older than the
-    record of them: every stored message up to its end)."""
-    recorded = await db.scalar(
-        select(ConversationSummary.folded_seqs).where(
-            ConversationSummary.session_id == session_id,
-            ConversationSummary.through_seq == through_seq,
-        )
-    )
-    if recorded is not None:
-        return [int(seq) for seq in recorded]
-    seqs = await db.scalars(
-        select(Message.seq).where(Message.session_id == session_id, Message.seq <= through_seq)
-    )
-    return list(seqs)
-
-
-@dataclass(frozen=True)
-class Backlog:
-    """What the rolling summary's check reads of a session: its tenant's configuration, the
-    stored summary's end (0: none yet), and each message after it as stored, without its text:
-    (seq, role, status, token count, the counter that made it, whether it shows anything)."""
-
-    tenant_config: dict[str, Any]
-    base: int
-    messages: list[tuple[int, str, str, int | None, str | None, bool]]
-
-
-async def summary_backlog(db: AsyncSession, *, session_id: str) -> Backlog | None:
-    """The session's messages past its summary, by their stored token counts, in one
-    statement (None for a session that does not exist). A turn's check of whether the summary
-    has work reads this instead of the messages themselves."""
-    row = (await db.execute(_BACKLOG_SQL, {"session_id": session_id})).first()
-    if row is None:
-        return None
-    messages = [(m[0], m[1], m[2], m[3], m[4], bool(m[5])) for m in row.messages]
-    return Backlog(row.config or {}, row.base, messages)
-
-
-# "Shows anything" as `parley.window.group_turns` decides it: some text, or tool calls.
-_BACKLOG_SQL = text(
-    """
-    SELECT t.config AS config, coalesce(cs.through_seq, 0) AS base, coalesce((
-        SELECT json_agg(json_build_array(
-            m.seq, m.role, m.status, m.token_count, m.token_counter,
-            coalesce(m.text, '') <> ''
-            OR (jsonb_typeof(m.tool_calls) = 'array' AND m.tool_calls <> '[]'::jsonb)
-        ) ORDER BY m.seq)
-        FROM messages AS m
-        WHERE m.session_id = s.id AND m.replaced_by IS NULL
-          AND m.seq > coalesce(cs.through_seq, 0)
-    ), '[]') AS messages
-    FROM sessions AS s
-    LEFT JOIN tenants AS t ON t.id = s.tenant_id
-    LEFT JOIN LATERAL (
-        SELECT through_seq FROM conversation_summaries
-        WHERE session_id = s.id ORDER BY through_seq DESC LIMIT 1
-    ) AS cs ON true
-    WHERE s.id = :session_id
-    """
-)
-
-
-async def lock_session_memory(db: AsyncSession, *, session_id: str) -> None:
-    """Serialise summary writers of one session (not the session row: turns keep writing)."""
-    await db.execute(
-        text("SELECT pg_advisory_xact_lock(hashtext(:key))"), {"key": f"summary:{session_id}"}
-    )

@@ -13,6 +13,8 @@ from parley.contracts import TERMINAL_TURN_STATES, TurnState
 from parley.wire import ErrorData
 from store import turns
 from store.models import Turn
+from store.queue import Startable
+from store.rows import typed_row
 
 
 async def turn_number(db: AsyncSession, *, turn_id: str) -> int:
@@ -44,7 +46,7 @@ _MARK_STARTED = (
 
 async def unstarted_turns(
     db: AsyncSession, *, older_than: timedelta, limit: int = 50
-) -> list[Turn]:
+) -> list[Startable]:
     """Turns committed by the API whose workflow start was never confirmed. Only turns still
     in `received`: a turn that ended (a cancel raced the start) is never started."""
     cutoff = datetime.now(UTC) - older_than
@@ -58,12 +60,12 @@ async def unstarted_turns(
         .order_by(Turn.created_at)
         .limit(limit)
     )
-    return list(rows)
+    return [typed_row(Startable, row) for row in rows]
 
 
 async def quiet_open_turns(
     db: AsyncSession, *, quiet_for: timedelta, limit: int = 50
-) -> list[Turn]:
+) -> list[Startable]:
     """Started turns that have not ended and have written nothing for `quiet_for`: the sweep
     asks Temporal whether their workflow still runs."""
     cutoff = datetime.now(UTC) - quiet_for
@@ -77,7 +79,7 @@ async def quiet_open_turns(
         .order_by(Turn.updated_at)
         .limit(limit)
     )
-    return list(rows)
+    return [typed_row(Startable, row) for row in rows]
 
 
 async def end_unstarted_turn(

@@ -49,10 +49,9 @@ from store.models import (
     ChatSession,
     Message,
     QueuedMessage,
-    SpecialistAnswer,
     Turn,
 )
-from store.sessions import get_session, get_turn
+from store.sessions import get_turn, lock_session
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +79,7 @@ class PostedMessage:
     signals: tuple[tuple[str, ResolveActionSignal], ...] = ()
     # Answers (their outbox rows) the API delivers after commit to a specialist waiting in
     # `awaiting_input`; the worker's sweep delivers any it does not.
-    answers: tuple[SpecialistAnswer, ...] = ()
+    answers: tuple[interactions.AnswerRow, ...] = ()
     # A new turn's place in its session (the workflow's summary), read under the session lock.
     turn_number: int | None = None
 
@@ -139,7 +138,7 @@ async def post_user_message(
     interaction_value: str | None = None,
 ) -> PostedMessage:
     """Store a user message and what it starts or answers, in the caller's transaction."""
-    session = await get_session(db, owner=owner, session_id=session_id, for_update=True)
+    session = await lock_session(db, owner=owner, session_id=session_id)
     earlier, turns_before = await _earlier_post(db, owner, session_id, client_message_id, text)
     if earlier is not None:
         return earlier
@@ -418,10 +417,11 @@ async def retry_turn(
     session_id: str,
     turn_id: str,
     limits: Limits | None = None,
-) -> Turn:
+) -> PostedMessage:
     """Open a new turn for the same user message; its answer will replace the failed one.
-    The old turn stays as it ended: a finished turn never moves again."""
-    session = await get_session(db, owner=owner, session_id=session_id, for_update=True)
+    The old turn stays as it ended: a finished turn never moves again. The API starts the
+    new turn after commit."""
+    session = await lock_session(db, owner=owner, session_id=session_id)
     old = await get_turn(db, owner=owner, session_id=session_id, turn_id=turn_id)
     _may_use_assistant(owner)
     answer = await db.get(Message, old.assistant_message_id) if old.assistant_message_id else None
@@ -440,4 +440,5 @@ async def retry_turn(
     asked = await db.get(Message, old.user_message_id)
     if asked is None:  # the user forgot it (store/forget.py): nothing to answer again
         raise TurnNotRetryable("the message this turn answered was forgotten", state=old.state)
-    return await open_turn(db, session=session, owner=owner, message=asked, retry_of=old.id)
+    turn = await open_turn(db, session=session, owner=owner, message=asked, retry_of=old.id)
+    return PostedMessage(_posted_turn(turn), MessageView.from_row(asked), True, start=True)

@@ -35,7 +35,7 @@ from parley.wire import MessageData, MessageView
 from store.events import append_events, state_event
 from store.identity import Identity
 from store.models import ChatSession, Message, QueuedMessage, Turn
-from store.sessions import get_session
+from store.sessions import lock_session
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,8 @@ OUTBOX_CHANNEL = "parley_outbox"
 
 @dataclass(frozen=True)
 class Startable:
-    """A promoted turn the outbox may start."""
+    """A turn the outbox may start (a promoted one, or one whose start was not confirmed), or
+    whose workflow it looks up."""
 
     id: str
     session_id: str
@@ -150,11 +151,12 @@ async def promote(db: AsyncSession, *, session_id: str, turn_id: str) -> None:
     await db.execute(select(func.pg_notify(OUTBOX_CHANNEL, turn_id)))
 
 
-async def queued_message(db: AsyncSession, *, session: ChatSession) -> MessageView | None:
-    """The message waiting as the session's next turn, as a reloaded page shows it."""
-    if session.queued_turn_id is None:
+async def queued_message(db: AsyncSession, *, queued_turn_id: str | None) -> MessageView | None:
+    """The message waiting as the session's next turn (the session's `queued_turn_id`), as
+    a reloaded page shows it."""
+    if queued_turn_id is None:
         return None
-    row = await db.get(QueuedMessage, session.queued_turn_id)
+    row = await db.get(QueuedMessage, queued_turn_id)
     return None if row is None else queued_view(row)
 
 
@@ -179,7 +181,7 @@ async def drop_queued(
     the session's deletion, `turn_id` None: whichever waits): it ends `cancelled` and its
     message never joins the conversation. False when `turn_id` is not queued (any more: it
     was promoted meanwhile): the caller cancels it like any turn."""
-    session = await get_session(db, owner=owner, session_id=session_id, for_update=True)
+    session = await lock_session(db, owner=owner, session_id=session_id)
     if turn_id is None:
         turn_id = session.queued_turn_id
     if turn_id is None or session.queued_turn_id != turn_id:

@@ -20,57 +20,62 @@ from parley.retention import RetentionPeriods
 from parley.tenancy import TenantConfig
 from store.models import Tenant
 
-# For each table: the rows of one tenant older than the cutoff (a `ctid` list, so one shape
-# of DELETE serves tables with and without a single-column key).
+
+@dataclass(frozen=True)
+class _Expiry:
+    """How a table's rows find their tenant and their age: `owner` is the key the row
+    reaches its tenant through (`session_id`, `turn_id`, or None: its own `tenant_id`),
+    `stamp` the column compared with the cutoff, `keep` a further condition on the row `x`."""
+
+    owner: str | None
+    stamp: str = "created_at"
+    keep: str = ""
+
+    def select(self, table: str) -> str:
+        """The `ctid`s of one tenant's expired rows (a `ctid` list, so one shape of DELETE
+        serves tables with and without a single-column key)."""
+        rows = f"{table} x"
+        tenant = "x.tenant_id"
+        if self.owner is not None:
+            owners = {"session_id": "sessions", "turn_id": "turns"}[self.owner]
+            rows, tenant = f"{rows} JOIN {owners} o ON o.id = x.{self.owner}", "o.tenant_id"
+        keep = f" AND {self.keep}" if self.keep else ""
+        where = f"{tenant} = :tenant AND x.{self.stamp} < :cutoff{keep}"
+        return f"SELECT x.ctid FROM {rows} WHERE {where}"
+
+
+_BY_SESSION, _BY_TURN, _OWN = _Expiry("session_id"), _Expiry("turn_id"), _Expiry(None)
+_EXPIRIES: dict[str, _Expiry] = {
+    # A message someone rated stays until its feedback has gone (its step runs first).
+    "messages": _Expiry(
+        "session_id", keep="NOT EXISTS (SELECT 1 FROM feedback f WHERE f.message_id = x.id)"
+    ),
+    "turn_events": _BY_TURN,
+    "files": _OWN,
+    "result_sets": _BY_SESSION,
+    "actions": _Expiry(None, keep="x.status <> 'pending'"),
+    "specialist_answers": _BY_TURN,
+    "slots": _Expiry("session_id", stamp="updated_at"),
+    "handoffs": _BY_SESSION,
+    "tool_calls": _BY_TURN,
+    # A model call a newer tool call points at waits for that tool call.
+    "model_calls": _Expiry(
+        "turn_id", keep="NOT EXISTS (SELECT 1 FROM tool_calls k WHERE k.model_call_id = x.id)"
+    ),
+    "trace_spans": _Expiry("turn_id", stamp="started_at"),
+    "conversation_summaries": _BY_SESSION,
+    "pinned_facts": _Expiry("session_id", stamp="updated_at"),
+    "user_memory": _OWN,
+    "exports": _Expiry(None, stamp="expires_at"),
+}
+# For each table: the rows of one tenant older than the cutoff. Feedback is dated by the
+# message it rates.
 _EXPIRED: dict[str, str] = {
     "feedback": """
         SELECT f.ctid FROM feedback f JOIN messages m ON m.id = f.message_id
         JOIN sessions s ON s.id = m.session_id
         WHERE s.tenant_id = :tenant AND m.created_at < :cutoff""",
-    "messages": """
-        SELECT m.ctid FROM messages m JOIN sessions s ON s.id = m.session_id
-        WHERE s.tenant_id = :tenant AND m.created_at < :cutoff
-          AND NOT EXISTS (SELECT 1 FROM feedback f WHERE f.message_id = m.id)""",
-    "turn_events": """
-        SELECT e.ctid FROM turn_events e JOIN turns t ON t.id = e.turn_id
-        WHERE t.tenant_id = :tenant AND e.created_at < :cutoff""",
-    "files": """
-        SELECT f.ctid FROM files f WHERE f.tenant_id = :tenant AND f.created_at < :cutoff""",
-    "result_sets": """
-        SELECT r.ctid FROM result_sets r JOIN sessions s ON s.id = r.session_id
-        WHERE s.tenant_id = :tenant AND r.created_at < :cutoff""",
-    "actions": """
-        SELECT a.ctid FROM actions a
-        WHERE a.tenant_id = :tenant AND a.created_at < :cutoff AND a.status <> 'pending'""",
-    "specialist_answers": """
-        SELECT a.ctid FROM specialist_answers a JOIN turns t ON t.id = a.turn_id
-        WHERE t.tenant_id = :tenant AND a.created_at < :cutoff""",
-    "slots": """
-        SELECT l.ctid FROM slots l JOIN sessions s ON s.id = l.session_id
-        WHERE s.tenant_id = :tenant AND l.updated_at < :cutoff""",
-    "handoffs": """
-        SELECT h.ctid FROM handoffs h JOIN sessions s ON s.id = h.session_id
-        WHERE s.tenant_id = :tenant AND h.created_at < :cutoff""",
-    "tool_calls": """
-        SELECT c.ctid FROM tool_calls c JOIN turns t ON t.id = c.turn_id
-        WHERE t.tenant_id = :tenant AND c.created_at < :cutoff""",
-    "model_calls": """
-        SELECT c.ctid FROM model_calls c JOIN turns t ON t.id = c.turn_id
-        WHERE t.tenant_id = :tenant AND c.created_at < :cutoff
-          AND NOT EXISTS (SELECT 1 FROM tool_calls k WHERE k.model_call_id = c.id)""",
-    "trace_spans": """
-        SELECT p.ctid FROM trace_spans p JOIN turns t ON t.id = p.turn_id
-        WHERE t.tenant_id = :tenant AND p.started_at < :cutoff""",
-    "conversation_summaries": """
-        SELECT c.ctid FROM conversation_summaries c JOIN sessions s ON s.id = c.session_id
-        WHERE s.tenant_id = :tenant AND c.created_at < :cutoff""",
-    "pinned_facts": """
-        SELECT p.ctid FROM pinned_facts p JOIN sessions s ON s.id = p.session_id
-        WHERE s.tenant_id = :tenant AND p.updated_at < :cutoff""",
-    "user_memory": """
-        SELECT u.ctid FROM user_memory u WHERE u.tenant_id = :tenant AND u.created_at < :cutoff""",
-    "exports": """
-        SELECT x.ctid FROM exports x WHERE x.tenant_id = :tenant AND x.expires_at < :cutoff""",
+    **{table: expiry.select(table) for table, expiry in _EXPIRIES.items()},
 }
 PURGEABLE = frozenset(_EXPIRED)
 

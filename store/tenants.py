@@ -2,14 +2,36 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.errors import NotFound
 from parley.tenancy import TenantConfig
 from store.models import Tenant
+from store.rows import typed_row
 
 
-async def get_tenant(db: AsyncSession, *, tenant_id: str) -> Tenant:
+@dataclass(frozen=True)
+class TenantRow:
+    """A tenant's switch and its configuration as stored (`{}` for an old row's NULL)."""
+
+    id: str
+    paused: bool
+    config: dict[str, Any]
+
+
+async def get_tenant(db: AsyncSession, *, tenant_id: str) -> TenantRow:
+    return _tenant(await _stored(db, tenant_id))
+
+
+def _tenant(row: Tenant) -> TenantRow:
+    # An unset configuration is NULL on old rows; the contract says `{}`.
+    return typed_row(TenantRow, row, config=dict(row.config or {}))
+
+
+async def _stored(db: AsyncSession, tenant_id: str) -> Tenant:
     tenant = await db.get(Tenant, tenant_id)
     if tenant is None:
         raise NotFound("tenant not found")
@@ -22,18 +44,18 @@ async def tenant_config(db: AsyncSession, *, tenant_id: str) -> TenantConfig:
     return TenantConfig.model_validate(tenant.config if tenant is not None else {})
 
 
-async def set_paused(db: AsyncSession, *, tenant_id: str, paused: bool) -> Tenant:
-    tenant = await get_tenant(db, tenant_id=tenant_id)
+async def set_paused(db: AsyncSession, *, tenant_id: str, paused: bool) -> TenantRow:
+    tenant = await _stored(db, tenant_id)
     tenant.paused = paused
     await db.flush()
-    return tenant
+    return _tenant(tenant)
 
 
-async def set_config(db: AsyncSession, *, tenant_id: str, config: TenantConfig) -> Tenant:
-    tenant = await get_tenant(db, tenant_id=tenant_id)
+async def set_config(db: AsyncSession, *, tenant_id: str, config: TenantConfig) -> TenantRow:
+    tenant = await _stored(db, tenant_id)
     tenant.config = config.model_dump(exclude_none=True)
     await db.flush()
-    return tenant
+    return _tenant(tenant)
 
 
 async def is_paused(db: AsyncSession, *, tenant_id: str) -> bool:

@@ -16,7 +16,6 @@ from dispatch.control import cancel_turn_workflow
 from dispatch.summaries import ask_for_summary
 from parley.erasure import ErasureInput
 from parley.errors import NotFound, RateLimited, TurnFinished, TurnInProgress
-from parley.wire import MessageView
 from store import actions, erasure, eval_drafts, files, forget, queue, slots, steps
 from store import sessions as store_sessions
 
@@ -43,7 +42,7 @@ async def create_session(db: DbSession, user: CurrentUser, settings: AppSettings
 async def list_sessions(db: DbSession, user: CurrentUser) -> SessionList:
     """List the caller's own sessions, newest first, each titled by its first message."""
     summaries = await store_sessions.list_sessions(db, owner=user)
-    return SessionList(sessions=[SessionOut.from_summary(s) for s in summaries])
+    return SessionList(sessions=[SessionOut.from_row(s) for s in summaries])
 
 
 @router.get("/{session_id}", responses=answers(NotFound))
@@ -57,7 +56,7 @@ async def get_session(
     )
     pending = await actions.pending_action(db, session_id=session_id)
     current = await slots.get_slots(db, session_id=session_id)
-    waiting = await queue.queued_message(db, session=session)
+    waiting = await queue.queued_message(db, queued_turn_id=session.queued_turn_id)
     return SessionDetail.build(
         session, active=active, pending=pending, slots=current, settings=settings, queued=waiting
     )
@@ -112,7 +111,7 @@ async def list_messages(
     messages = await store_sessions.list_messages(
         db, owner=user, session_id=session_id, after_seq=after_seq, limit=limit
     )
-    return MessageList(messages=[MessageView.from_row(m) for m in messages])
+    return MessageList(messages=messages)
 
 
 @router.delete("/{session_id}/messages/{message_id}", responses=answers(NotFound, TurnInProgress))

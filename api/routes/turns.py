@@ -52,11 +52,12 @@ from parley.errors import (
     TurnInProgress,
     TurnNotRetryable,
 )
-from parley.wire import MessageView, TurnStreamEvent
-from store import actions, posting, queue, steps
+from parley.wire import TurnStreamEvent
+from store import actions, posting, queue
 from store import sessions as store_sessions
-from store.db import SessionMaker
-from store.models import SpecialistAnswer, Turn
+from store.db import Db, SessionMaker
+from store.identity import Identity
+from store.interactions import AnswerRow
 from store.posting import PostedTurn
 
 log = logging.getLogger(__name__)
@@ -135,7 +136,7 @@ async def _start(
     temporal: TemporalConnector,
     sessions: SessionMaker,  # marking it started is one statement
     settings: Settings,
-    turn: Turn | PostedTurn,
+    turn: PostedTurn,
     turn_number: int | None = None,
 ) -> None:
     try:
@@ -180,7 +181,7 @@ async def send_signals(
 async def send_answers(
     temporal: TemporalConnector,
     sessions: SessionMaker,  # marking it delivered is one statement
-    answers: tuple[SpecialistAnswer, ...],
+    answers: tuple[AnswerRow, ...],
 ) -> None:
     """Deliver committed answers to the specialists waiting for them and mark them delivered
     (dispatch/specialists.py); one this cannot deliver, the worker's outbox sweep will."""
@@ -226,12 +227,18 @@ async def cancel_turn(
     if turn.state == TurnState.queued:
         if await queue.drop_queued(db, owner=user, session_id=session_id, turn_id=turn_id):
             await db.commit()
-            await db.refresh(turn)
-            return CancelOut(turn=TurnOut.from_row(turn, settings=settings))
+            return await _cancelled(db, user, session_id, turn_id, settings)
     await db.rollback()  # the Stop is recorded under the row lock, in its own transaction
     client = await asyncio.wait_for(temporal.get(), START_TIMEOUT_S)
     await cancel_turn_workflow(client, sessions, turn_id=turn_id)
-    await steps.read_again(db, turn)
+    return await _cancelled(db, user, session_id, turn_id, settings)
+
+
+async def _cancelled(
+    db: Db, user: Identity, session_id: str, turn_id: str, settings: Settings
+) -> CancelOut:
+    """The turn as the Stop left it (read again: another transaction moved it)."""
+    turn = await store_sessions.get_turn(db, owner=user, session_id=session_id, turn_id=turn_id)
     return CancelOut(turn=TurnOut.from_row(turn, settings=settings))
 
 
@@ -259,18 +266,16 @@ async def retry_turn(
 ) -> TurnStarted:
     """Answer the same message again; the new answer replaces the incomplete or cancelled one,
     reusing the tool results already stored."""
-    turn = await posting.retry_turn(
+    retried = await posting.retry_turn(
         db, owner=user, session_id=session_id, turn_id=turn_id, limits=settings.limits
     )
     await db.commit()  # the new turn (the start outbox) before its start
-    await _start(temporal, one_statement, settings, turn)
-    message = await store_sessions.get_message(db, message_id=turn.user_message_id)
-    assert message is not None
+    await _start(temporal, one_statement, settings, retried.turn)
     return TurnStarted.build(
         session_id=session_id,
-        turn_id=turn.id,
-        state=turn.state,
-        message=MessageView.from_row(message),
+        turn_id=retried.turn.id,
+        state=retried.turn.state,
+        message=retried.message,
     )
 
 

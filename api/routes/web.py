@@ -24,7 +24,6 @@ from api.schemas import DemoUser, DevSignIn, WebConfig
 from parley.config import Settings
 from parley.errors import NotFound
 from store import identity
-from store.models import User
 
 WEB_DIR = Path(__file__).resolve().parent.parent / "web"
 STATIC_PREFIX = "/static"
@@ -111,5 +110,5 @@ def _is_dev(settings: Settings) -> bool:
     return settings.env == "dev"
 
 
-def _demo_user(user: User) -> DemoUser:
+def _demo_user(user: identity.UserRow) -> DemoUser:
     return DemoUser(tenant_id=user.tenant_id, user_id=user.id, display_name=user.display_name)

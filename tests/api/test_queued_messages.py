@@ -14,7 +14,7 @@ from parley.contracts import TurnState
 from store import queue
 from store.identity import Identity
 from store.models import Turn
-from store.sessions import get_session
+from store.sessions import lock_session
 from tests.support.client import ParleyClient
 from tests.support.toolkit import eventually, propose
 
@@ -65,7 +65,7 @@ async def test_a_turn_resting_on_a_card_with_a_message_queued_takes_only_its_dec
     turn_id, events, _ = await propose(priya, sid)
     # As if posted while the proposal streamed (the classification queued it then).
     async with sessions() as db:
-        session = await get_session(db, owner=PRIYA, session_id=sid, for_update=True)
+        session = await lock_session(db, owner=PRIYA, session_id=sid)
         queued = await queue.queue_message(
             db,
             session=session,

@@ -31,6 +31,7 @@ from parley.prompt import Memory, StoredSummary, fold_block
 from parley.tokens import default_counter
 from parley.window import choose_window, group_turns
 from store import memory as memory_store
+from store import summaries
 from store.models import ChatSession, ConversationSummary, Message
 from tests.support.client import ParleyClient
 from tests.support.stack import serve
@@ -219,7 +220,7 @@ async def test_a_model_that_failed_the_last_version_is_not_asked_for_the_next(
                 .order_by(ConversationSummary.through_seq)
             )
         )
-        assert await memory_store.fallbacks_in_a_row(db, session_id=sid) == 2
+        assert await summaries.fallbacks_in_a_row(db, session_id=sid) == 2
     assert [(r.written_by, r.input_tokens) for r in rows] == [("fallback", 200), ("fallback", 0)]
     # The code folded the later turns in all the same.
     assert rows[1].through_seq > rows[0].through_seq

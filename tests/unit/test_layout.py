@@ -44,6 +44,10 @@ WORKFLOWS_MAY_NOT_IMPORT = ("sqlalchemy", "psycopg", "fastapi", "httpx", "store"
 # psycopg; everything else calls its named functions and names its types (`store.db.Db`).
 DATABASE_LIBRARIES = ("sqlalchemy", "psycopg")
 DATABASE_HOME = "store"
+# The API answers from typed rows (dataclasses, pydantic models) that the store hands it; it
+# never holds an ORM object that it could read lazily or mutate behind the store's back.
+ORM_MODELS = "store.models"
+READS_TYPED_ROWS = ("api",)
 
 
 def _product_files() -> Iterator[Path]:
@@ -158,10 +162,22 @@ def test_only_the_store_imports_a_database_library() -> None:
     assert not offending, sorted(offending)
 
 
+def test_the_api_reads_typed_rows_never_orm_models() -> None:
+    offending = {
+        f"{name} imports {imported}"
+        for name, path in MODULES.items()
+        if _top(name) in READS_TYPED_ROWS
+        for imported in _imports(path)
+        if imported == ORM_MODELS or imported.startswith(f"{ORM_MODELS}.")
+    }
+    assert not offending, sorted(offending)
+
+
 def test_the_database_rule_sees_the_store() -> None:
     """Guards the guard: the store's own imports of the libraries are found."""
     assert "sqlalchemy" in {_top(m) for m in _imports(MODULES["store.db"])}
     assert "psycopg" in {_top(m) for m in _imports(MODULES["store.listener"])}
+    assert ORM_MODELS in _imports(MODULES["store.sessions"])
 
 
 def test_there_is_no_import_cycle() -> None:
