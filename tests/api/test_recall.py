@@ -1,12 +1,14 @@
-"""Hybrid recall: the rank fusion rule, and (with the optional `embeddings` extra) a question
-in other words than the message that answers it, which full-text search cannot find."""
+"""Hybrid recall: the rank fusion rule, a hit's neighbours found with the search itself, and
+(with the optional `embeddings` extra) a question in other words than the message that answers
+it, which full-text search cannot find."""
 
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import pytest
-from sqlalchemy import text, update
+from sqlalchemy import event, text, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from activities.memory import MemoryActivities
@@ -17,6 +19,7 @@ from gateway.registry import ProviderPool
 from parley.config import Settings
 from parley.memory import recall_terms
 from parley.recall import fuse
+from store.db import create_socket_checked_engine, session_factory
 from store.models import ChatSession, Message
 
 # --- the fusion rule (pure) -------------------------------------------------------------------
@@ -115,6 +118,45 @@ async def test_a_paraphrased_question_recalls_the_turn_full_text_search_misses(
 
     assert 3 not in await recall(None)  # no word of the question is in the evidence
     assert 3 in (await recall(minilm))[:2]
+
+
+async def test_a_hit_comes_with_its_neighbours_in_the_search_s_one_statement(
+    database_url: str, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    """Full-text recall shows the messages around its best hits (the question a matching
+    answer replied to, the reply a matching question got) though they share no word with the
+    question; the search's own statement brings them, with no read of their own; a retracted
+    neighbour is not shown."""
+    sid, next_seq = await _conversation(sessions)
+    hiking, reply, miles = 6, 7, 8  # "I went hiking ...", "That sounds lovely ...", "About ..."
+    async with sessions() as db:
+        await db.execute(
+            update(Message)
+            .where(Message.session_id == sid, Message.seq == miles)
+            .values(status="retracted")
+        )
+        await db.commit()
+    engine = create_socket_checked_engine(database_url)
+    sent: list[str] = []
+
+    def count(*args: Any) -> None:
+        sent.append(str(args[2]))
+
+    event.listen(engine.sync_engine, "before_cursor_execute", count)
+    try:
+        async with session_factory(engine)() as db:
+            question = "Where did I go hiking?"
+            query = RecallQuery(recall_terms(question), question)
+            hits = await recall_hits(db, query, session_id=sid, before_seq=next_seq, limit=4)
+    finally:
+        await engine.dispose()
+    by_seq = {h.seq: h for h in hits}
+    assert by_seq[hiking].text == OTHERS[4]  # the one message with the question's word
+    assert by_seq[reply].text == OTHERS[5]  # the message after it, ...
+    assert by_seq[hiking - 1].text == OTHERS[3]  # ... and the one before it
+    assert miles not in by_seq  # retracted: never recalled
+    assert all(h.seq < next_seq for h in hits)
+    assert len(sent) == 1, sent
 
 
 async def test_vectors_are_removed_with_their_messages(
