@@ -285,13 +285,14 @@ class ContextBuilder:
         # None when the window holds it all; else its embedding runs beside the reads below.
         query = await start_recall(db, turn, whole, RecallQuery(terms, question, self._embedder))
         try:
-            knowledge, known = await self._passages(db, turn, searching, budgets, counter)
             # A turn's actions are proposed by its tools, which run after step 0's model call.
             state = await state_block(db, turn, current_slots, has_actions=step > 0)
             files = await attached_file_blocks(db, turn, counter, self._settings, terms)
             window, folded, recalled, hits = await window_and_recall(
                 db, turn, history, memory, budgets, counter, left=left, whole=whole, query=query
             )
+            # Awaited last: the knowledge search's round trip runs while recall's do.
+            knowledge, known = await self._passages(db, turn, searching, budgets, counter)
         finally:
             if query is not None:
                 query.cancel()  # when a read above failed, nobody reads the embedding
