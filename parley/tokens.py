@@ -61,7 +61,8 @@ class TiktokenCounter:
     # same standing instructions and tool schemas again (kilobytes of BPE work each time), and
     # the same recent turns, recalled lines and summary as the session's previous turn did.
     REMEMBERED_CHARS = 16_000
-    # Enough for the texts of a few dozen sessions' builds (about fifty each), not one; at most 32 MB of text.
+    # Enough for the texts of a few dozen sessions' builds (about fifty each), not one's;
+    # at most 32 MB of text.
     REMEMBERED_TEXTS = 2048
 
     def __init__(self, encoding: Any, name: str) -> None:
