@@ -5,10 +5,9 @@ it, which full-text search cannot find."""
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
 import pytest
-from sqlalchemy import event, text, update
+from sqlalchemy import text, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from activities.memory import MemoryActivities
@@ -19,8 +18,8 @@ from gateway.registry import ProviderPool
 from parley.config import Settings
 from parley.memory import recall_terms
 from parley.recall import fuse
-from store.db import create_socket_checked_engine, session_factory
 from store.models import ChatSession, Message
+from tests.support.toolkit import counted_sessions
 
 # --- the fusion rule (pure) -------------------------------------------------------------------
 
@@ -136,20 +135,10 @@ async def test_a_hit_comes_with_its_neighbours_in_the_search_s_one_statement(
             .values(status="retracted")
         )
         await db.commit()
-    engine = create_socket_checked_engine(database_url)
-    sent: list[str] = []
-
-    def count(*args: Any) -> None:
-        sent.append(str(args[2]))
-
-    event.listen(engine.sync_engine, "before_cursor_execute", count)
-    try:
-        async with session_factory(engine)() as db:
-            question = "Where did I go hiking?"
-            query = RecallQuery(recall_terms(question), question)
-            hits = await recall_hits(db, query, session_id=sid, before_seq=next_seq, limit=4)
-    finally:
-        await engine.dispose()
+    async with counted_sessions(database_url) as (counted, sent), counted() as db:
+        question = "Where did I go hiking?"
+        query = RecallQuery(recall_terms(question), question)
+        hits = await recall_hits(db, query, session_id=sid, before_seq=next_seq, limit=4)
     by_seq = {h.seq: h for h in hits}
     assert by_seq[hiking].text == OTHERS[4]  # the one message with the question's word
     assert by_seq[reply].text == OTHERS[5]  # the message after it, ...
