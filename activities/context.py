@@ -291,7 +291,6 @@ class ContextBuilder:
             window, folded, recalled, hits = await window_and_recall(
                 db, turn, history, memory, budgets, counter, left=left, whole=whole, query=query
             )
-            # Awaited last: the knowledge search's round trip runs while recall's do.
             knowledge, known = await self._passages(db, turn, searching, budgets, counter)
         finally:
             if query is not None:
@@ -355,7 +354,8 @@ class ContextBuilder:
         budgets: Budgets,
         counter: TokenCounter,
     ) -> tuple[list[Block], dict[str, Any] | None]:
-        """The knowledge block from the search started at the build's beginning."""
+        """The knowledge block from the search started at the build's beginning, awaited
+        after recall's reads so that its round trip runs while theirs do."""
         if self._knowledge is None or searching is None:
             return [], None
         found = await searching

@@ -29,7 +29,7 @@ from parley.recall import CANDIDATES, NEIGHBOUR_TOP, with_neighbours
 from parley.tokens import TokenCounter
 from parley.window import Window, turn_tokens
 from store import embeddings as embedding_store
-from store import memory as memory_store
+from store import recall as recall_store
 from store.db import Db, SessionMaker
 from store.models import Turn
 
@@ -86,7 +86,7 @@ async def recall_hits(
         return []
     query = await query.start(db)
     try:
-        lexical, near = await memory_store.recall(
+        lexical, near = await recall_store.recall(
             db,
             session_id=session_id,
             terms=query.terms,

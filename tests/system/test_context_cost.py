@@ -31,7 +31,7 @@ from tests.support.toolkit import Stack, counted_sessions, model_calls, own_stac
 
 FACT = "My gym locker code is 4417, please keep it in mind."
 QUESTION = "What is my gym locker code?"
-# What the worker sends when recall runs: the full-text search (store/memory.py) and the
+# What the worker sends when recall runs: the full-text search (store/recall.py) and the
 # nearest messages by meaning (store/embeddings.py).
 RECALL_SEARCH = "WITH q AS ("
 NEAREST = "SELECT e.seq FROM message_embeddings"
