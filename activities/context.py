@@ -286,13 +286,13 @@ class ContextBuilder:
         # None when the window holds it all; else its embedding runs beside the reads below.
         query = await start_recall(db, turn, whole, RecallQuery(terms, question, self._embedder))
         try:
-            knowledge, known = await self._passages(db, turn, searching, budgets, counter)
             # A turn's actions are proposed by its tools, which run after step 0's model call.
             state = await state_block(db, turn, current_slots, has_actions=step > 0)
             files = await attached_file_blocks(db, turn, counter, self._settings, terms)
             window, folded, recalled, hits = await window_and_recall(
                 db, turn, history, memory, budgets, counter, left=left, whole=whole, query=query
             )
+            knowledge, known = await self._passages(db, turn, searching, budgets, counter)
         finally:
             if query is not None:
                 query.cancel()  # when a read above failed, nobody reads the embedding
@@ -355,7 +355,8 @@ class ContextBuilder:
         budgets: Budgets,
         counter: TokenCounter,
     ) -> tuple[list[Block], dict[str, Any] | None]:
-        """The knowledge block from the search started at the build's beginning."""
+        """The knowledge block from the search started at the build's beginning, awaited
+        after recall's reads so that its round trip runs while theirs do."""
         if self._knowledge is None or searching is None:
             return [], None
         found = await searching

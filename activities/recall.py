@@ -25,11 +25,11 @@ from activities.metrics import RECALLS
 from gateway.minilm import Embedder
 from parley.context import Block, WindowMessage
 from parley.prompt import Budgets, Fold, Memory, RecallHit, fold_block, plan_window, recall_block
-from parley.recall import CANDIDATES, with_neighbours
+from parley.recall import CANDIDATES, NEIGHBOUR_TOP, with_neighbours
 from parley.tokens import TokenCounter
 from parley.window import Window, turn_tokens
 from store import embeddings as embedding_store
-from store import memory as memory_store
+from store import recall as recall_store
 from store.db import Db, SessionMaker
 from store.models import Turn
 
@@ -86,8 +86,13 @@ async def recall_hits(
         return []
     query = await query.start(db)
     try:
-        lexical = await memory_store.recall(
-            db, session_id=session_id, terms=query.terms, before_seq=before_seq, limit=CANDIDATES
+        lexical, near = await recall_store.recall(
+            db,
+            session_id=session_id,
+            terms=query.terms,
+            before_seq=before_seq,
+            limit=CANDIDATES,
+            top=NEIGHBOUR_TOP,
         )
         rankings = [[h.seq for h in lexical]]
         if query.vector is not None and query.embedder is not None:
@@ -104,8 +109,12 @@ async def recall_hits(
     finally:
         query.cancel()
     fused = with_neighbours(rankings, below=before_seq)[: limit * 2]
-    known = {h.seq: h for h in lexical}
-    missing = [s for s in fused if s not in known]
+    # The search brought every line recall may show within two seqs of its best hits (a seq
+    # there that it did not bring is not one to show); only what recall by meaning found
+    # beyond them is read here.
+    known = {h.seq: h for h in [*near, *lexical]}
+    searched = {h.seq + d for h in lexical[:NEIGHBOUR_TOP] for d in range(-2, 3)}
+    missing = [s for s in fused if s not in known and s not in searched]
     for hit in await embedding_store.hits_for(db, session_id=session_id, seqs=missing):
         known[hit.seq] = hit
     return [known[s] for s in fused if s in known]

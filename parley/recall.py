@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Hashable, Sequence
+from functools import lru_cache
 from typing import TypeVar
 
 FUSION_K = 10
@@ -87,9 +88,25 @@ _WORD = re.compile(r"[A-Za-z0-9']+")
 _LABEL = re.compile(r"^[A-Z][\w'-]{0,30}: ")
 
 
+# Texts up to this long keep their trimmed form: recall shows the same older messages turn
+# after turn, and a worker serves many sessions at once.
+TRIMMED_CHARS = 4_000
+
+
 def trim_filler(text: str) -> str:
     """The text without its filler sentences (greetings, thanks, bare exclamations), in the
     speaker's own words otherwise; unchanged when nothing else would be left."""
+    if len(text) <= TRIMMED_CHARS:
+        return _trimmed(text)
+    return _trim(text)
+
+
+@lru_cache(maxsize=4096)
+def _trimmed(text: str) -> str:
+    return _trim(text)
+
+
+def _trim(text: str) -> str:
     label = _LABEL.match(text)  # "Name: ..." keeps who is speaking
     head, body = (label.group(0), text[label.end() :]) if label else ("", text)
     sentences = _SENTENCE.findall(body)

@@ -58,13 +58,17 @@ class TiktokenCounter:
     exact = True
 
     # Texts up to this long are remembered with their count: every context build counts the
-    # same standing instructions and tool schemas again (kilobytes of BPE work each time).
+    # same standing instructions and tool schemas again (kilobytes of BPE work each time), and
+    # the same recent turns, recalled lines and summary as the session's previous turn did.
     REMEMBERED_CHARS = 16_000
+    # Enough for the texts of a few dozen sessions' builds (about fifty each), not one's;
+    # at most 32 MB of text.
+    REMEMBERED_TEXTS = 2048
 
     def __init__(self, encoding: Any, name: str) -> None:
         self._encoding = encoding
         self.name = name
-        self._remembered = lru_cache(maxsize=256)(self._encode_count)
+        self._remembered = lru_cache(maxsize=self.REMEMBERED_TEXTS)(self._encode_count)
 
     def count(self, text: str) -> int:
         if not text:

@@ -1,13 +1,12 @@
 """Conversational memory in PostgreSQL as a prompt reads it: the messages it is built from,
-pinned facts, the latest rolling summary and full-text recall over every stored message of a
-session. The summary's runs write their versions through `store.summaries`.
+pinned facts and the latest rolling summary of a session. Full-text recall is in
+`store.recall`; the summary's runs write their versions through `store.summaries`.
 
 Like every store module these never commit; the caller does.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -25,14 +24,13 @@ from sqlalchemy import (
     func,
     literal_column,
     select,
-    text,
 )
 from sqlalchemy.dialects.postgresql import aggregate_order_by, insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.context import WindowMessage
 from parley.memory import PinnedFact, SummaryLine
-from parley.prompt import RecallHit, StoredSummary
+from parley.prompt import StoredSummary
 from parley.tokens import TokenCounter, count_message
 from store.models import ConversationSummary, Message, PinnedFactRow
 
@@ -315,48 +313,3 @@ def window_column(
         .scalar_subquery()
         .label("window")
     )
-
-
-_TERM = re.compile(r"[^a-z0-9]")
-
-# Each matching term scores its inverse document frequency within the session's messages, so
-# a name said in every message counts for little and a rare word for much.
-_RECALL_SQL = text(
-    """
-    WITH q AS (
-        SELECT t, to_tsquery('english', t) AS query
-        FROM unnest(CAST(:terms AS text[])) AS t
-        WHERE numnode(to_tsquery('english', t)) > 0
-    ),
-    docs AS (
-        SELECT seq, role, text, created_at, tsv FROM messages
-        WHERE session_id = :session_id AND seq < :before AND replaced_by IS NULL
-          AND role IN ('user', 'assistant') AND status <> 'retracted' AND text <> ''
-    ),
-    total AS (SELECT count(*) AS n FROM docs),
-    df AS (
-        SELECT q.t, q.query, count(docs.seq) AS n
-        FROM q LEFT JOIN docs ON docs.tsv @@ q.query GROUP BY q.t, q.query
-    )
-    SELECT docs.seq, docs.role, docs.text, docs.created_at,
-           sum(ln((total.n + 1.0) / (df.n + 0.5))) AS score
-    FROM docs JOIN df ON docs.tsv @@ df.query CROSS JOIN total
-    GROUP BY docs.seq, docs.role, docs.text, docs.created_at
-    ORDER BY score DESC, docs.seq DESC
-    LIMIT :limit
-    """
-)
-
-
-async def recall(
-    db: AsyncSession, *, session_id: str, terms: list[str], before_seq: int, limit: int = 8
-) -> list[RecallHit]:
-    """The older messages (before `before_seq`) that best match `terms`, best first."""
-    clean = [t for t in (_TERM.sub("", term.lower()) for term in terms) if t]
-    if not clean or before_seq <= 1:
-        return []
-    rows = await db.execute(
-        _RECALL_SQL,
-        {"terms": clean, "session_id": session_id, "before": before_seq, "limit": limit},
-    )
-    return [RecallHit(r.seq, r.role, r.text, r.created_at.date().isoformat()) for r in rows]

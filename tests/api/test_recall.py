@@ -1,5 +1,6 @@
-"""Hybrid recall: the rank fusion rule, and (with the optional `embeddings` extra) a question
-in other words than the message that answers it, which full-text search cannot find."""
+"""Hybrid recall: the rank fusion rule, a hit's neighbours found with the search itself, and
+(with the optional `embeddings` extra) a question in other words than the message that answers
+it, which full-text search cannot find."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from parley.config import Settings
 from parley.memory import recall_terms
 from parley.recall import fuse
 from store.models import ChatSession, Message
+from tests.support.toolkit import counted_sessions
 
 # --- the fusion rule (pure) -------------------------------------------------------------------
 
@@ -115,6 +117,35 @@ async def test_a_paraphrased_question_recalls_the_turn_full_text_search_misses(
 
     assert 3 not in await recall(None)  # no word of the question is in the evidence
     assert 3 in (await recall(minilm))[:2]
+
+
+async def test_a_hit_comes_with_its_neighbours_in_the_search_s_one_statement(
+    database_url: str, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    """Full-text recall shows the messages around its best hits (the question a matching
+    answer replied to, the reply a matching question got) though they share no word with the
+    question; the search's own statement brings them, with no read of their own; a retracted
+    neighbour is not shown."""
+    sid, next_seq = await _conversation(sessions)
+    hiking, reply, miles = 6, 7, 8  # "I went hiking ...", "That sounds lovely ...", "About ..."
+    async with sessions() as db:
+        await db.execute(
+            update(Message)
+            .where(Message.session_id == sid, Message.seq == miles)
+            .values(status="retracted")
+        )
+        await db.commit()
+    async with counted_sessions(database_url) as (counted, sent), counted() as db:
+        question = "Where did I go hiking?"
+        query = RecallQuery(recall_terms(question), question)
+        hits = await recall_hits(db, query, session_id=sid, before_seq=next_seq, limit=4)
+    by_seq = {h.seq: h for h in hits}
+    assert by_seq[hiking].text == OTHERS[4]  # the one message with the question's word
+    assert by_seq[reply].text == OTHERS[5]  # the message after it, ...
+    assert by_seq[hiking - 1].text == OTHERS[3]  # ... and the one before it
+    assert miles not in by_seq  # retracted: never recalled
+    assert all(h.seq < next_seq for h in hits)
+    assert len(sent) == 1, sent
 
 
 async def test_vectors_are_removed_with_their_messages(

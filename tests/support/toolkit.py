@@ -1,6 +1,7 @@
 """What many test modules need, written once: waiting for a condition with a deadline, reading
 a finished reply, the emails the Northwind service accepted, waiting for a turn's state (as
-stored, or as the API shows it), and a worker plus API on a task queue of their own.
+stored, or as the API shows it), a worker plus API on a task queue of their own, and an engine
+whose statements are recorded.
 
 Waits poll with a deadline and fail with a message that says what never happened, so a slow
 machine costs time, not a red run, and a real failure still says what went wrong.
@@ -17,13 +18,14 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import httpx
-from sqlalchemy import select, update
+from sqlalchemy import event, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from gateway.base import ModelProvider
 from parley.config import Settings
 from parley.screens import Screen
+from store.db import create_socket_checked_engine, session_factory
 from store.models import ChatSession, Message, ModelCall, Turn
 from tests.support.client import ParleyClient
 from tests.support.sse import TERMINAL, Event, iter_events
@@ -222,3 +224,22 @@ async def store_history(
             update(ChatSession).where(ChatSession.id == sid).values(last_seq=len(lines))
         )
         await db.commit()
+
+
+@asynccontextmanager
+async def counted_sessions(
+    database_url: str,
+) -> AsyncIterator[tuple[async_sessionmaker[AsyncSession], list[str]]]:
+    """Sessions on an engine of their own, every statement it sends recorded (stripped), for
+    a test that asserts what a step costs in round trips."""
+    engine = create_socket_checked_engine(database_url)
+    sent: list[str] = []
+
+    def count(*args: Any) -> None:
+        sent.append(str(args[2]).strip())
+
+    event.listen(engine.sync_engine, "before_cursor_execute", count)
+    try:
+        yield session_factory(engine), sent
+    finally:
+        await engine.dispose()

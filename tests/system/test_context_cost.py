@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest_asyncio
 from prometheus_client import REGISTRY
-from sqlalchemy import event, select, update
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
@@ -25,14 +25,13 @@ from gateway.demo import DemoModel
 from gateway.minilm import MiniLMEmbedder
 from gateway.registry import ProviderPool
 from parley.config import Settings
-from store.db import create_socket_checked_engine, session_factory
 from store.models import ChatSession, ConversationSummary, Message, TraceSpan
 from tests.support.client import ParleyClient
-from tests.support.toolkit import Stack, model_calls, own_stack
+from tests.support.toolkit import Stack, counted_sessions, model_calls, own_stack
 
 FACT = "My gym locker code is 4417, please keep it in mind."
 QUESTION = "What is my gym locker code?"
-# What the worker sends when recall runs: the full-text search (store/memory.py) and the
+# What the worker sends when recall runs: the full-text search (store/recall.py) and the
 # nearest messages by meaning (store/embeddings.py).
 RECALL_SEARCH = "WITH q AS ("
 NEAREST = "SELECT e.seq FROM message_embeddings"
@@ -43,15 +42,8 @@ async def counted(
     database_url: str,
 ) -> AsyncIterator[tuple[async_sessionmaker[AsyncSession], list[str]]]:
     """An engine for the worker, every statement it sends recorded."""
-    engine = create_socket_checked_engine(database_url)
-    sent: list[str] = []
-
-    def count(*args: Any) -> None:
-        sent.append(str(args[2]).strip())
-
-    event.listen(engine.sync_engine, "before_cursor_execute", count)
-    yield session_factory(engine), sent
-    await engine.dispose()
+    async with counted_sessions(database_url) as recorded:
+        yield recorded
 
 
 def recall_stack(

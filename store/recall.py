@@ -1,0 +1,93 @@
+"""Recall's full-text search (activities/recall.py): the session's older messages that match
+the question's terms, ranked, with the lines around the best of them, in one statement."""
+
+from __future__ import annotations
+
+import re
+
+from sqlalchemy import text
+
+from parley.prompt import RecallHit
+from store.db import Db
+
+_TERM = re.compile(r"[^a-z0-9]")
+
+# Each matching term scores its inverse document frequency within the session's messages, so
+# a name said in every message counts for little and a rare word for much. The same statement
+# returns, after the ranked hits (`rank` from 1), the searchable messages within two seqs of
+# the best `:top` of them (`rank` NULL): the neighbours recall adds (parley/recall.py
+# `with_neighbours`, two rounds of one seq each) come with the search instead of by a read
+# of their own.
+_RECALL_SQL = text(
+    """
+    WITH q AS (
+        SELECT t, to_tsquery('english', t) AS query
+        FROM unnest(CAST(:terms AS text[])) AS t
+        WHERE numnode(to_tsquery('english', t)) > 0
+    ),
+    docs AS (
+        SELECT seq, role, text, created_at, tsv FROM messages
+        WHERE session_id = :session_id AND seq < :before AND replaced_by IS NULL
+          AND role IN ('user', 'assistant') AND status <> 'retracted' AND text <> ''
+    ),
+    total AS (SELECT count(*) AS n FROM docs),
+    df AS (
+        SELECT q.t, q.query, count(docs.seq) AS n
+        FROM q LEFT JOIN docs ON docs.tsv @@ q.query GROUP BY q.t, q.query
+    ),
+    ranked AS (
+        SELECT docs.seq, docs.role, docs.text, docs.created_at,
+               sum(ln((total.n + 1.0) / (df.n + 0.5))) AS score
+        FROM docs JOIN df ON docs.tsv @@ df.query CROSS JOIN total
+        GROUP BY docs.seq, docs.role, docs.text, docs.created_at
+        ORDER BY score DESC, docs.seq DESC
+        LIMIT :limit
+    ),
+    numbered AS (
+        SELECT seq, role, text, created_at,
+               row_number() OVER (ORDER BY score DESC, seq DESC) AS rank
+        FROM ranked
+    )
+    SELECT seq, role, text, created_at, rank FROM numbered
+    UNION ALL
+    SELECT docs.seq, docs.role, docs.text, docs.created_at, NULL FROM docs
+    WHERE docs.seq NOT IN (SELECT seq FROM numbered)
+      AND EXISTS (
+        SELECT 1 FROM numbered
+        WHERE numbered.rank <= :top AND abs(numbered.seq - docs.seq) <= 2
+      )
+    ORDER BY rank NULLS LAST, seq
+    """
+)
+
+
+async def recall(
+    db: Db,
+    *,
+    session_id: str,
+    terms: list[str],
+    before_seq: int,
+    limit: int = 8,
+    top: int = 0,
+) -> tuple[list[RecallHit], list[RecallHit]]:
+    """The older messages (before `before_seq`) that best match `terms`, best first, and the
+    searchable messages within two seqs of the best `top` of those (none with `top` 0)."""
+    clean = [t for t in (_TERM.sub("", term.lower()) for term in terms) if t]
+    if not clean or before_seq <= 1:
+        return [], []
+    rows = await db.execute(
+        _RECALL_SQL,
+        {
+            "terms": clean,
+            "session_id": session_id,
+            "before": before_seq,
+            "limit": limit,
+            "top": top,
+        },
+    )
+    ranked: list[RecallHit] = []
+    near: list[RecallHit] = []
+    for r in rows:
+        hit = RecallHit(r.seq, r.role, r.text, r.created_at.date().isoformat())
+        (near if r.rank is None else ranked).append(hit)
+    return ranked, near
