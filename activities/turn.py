@@ -45,9 +45,9 @@ from parley.statuses import FinalizeOutcome, FinishReason, TurnErrorCode
 from parley.tools import args_hash
 from parley.wire import DeltaData, ResetData, RetractedData
 from store import actions, steps, turns
-from store.db import Db, SessionMaker, autocommit, driver_connection
-from store.events import append_event, append_on_driver, withdraw_turn_text
-from store.models import ModelCall
+from store.db import Conn, Db, SessionMaker, connect, session_conn
+from store.events import append_event, append_streamed, withdraw_turn_text
+from store.steps import CallRow
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ class _Attempt:
     provider: str
     model: str
     request: ModelRequest
-    call: ModelCall
+    call: CallRow
 
 
 @dataclass
@@ -133,44 +133,46 @@ class TurnActivities:
     async def _begin_attempt(self, inp: CallModelInput) -> _Attempt | CallModelResult:
         """Enter `calling_model` and count the attempt; a call that an earlier attempt
         finished is answered from the store."""
-        async with self._sessions() as db:
-            # The turn locked, the call, and whether its tenant is paused, in one round trip.
+        async with connect(self._sessions) as conn:
             # The state and the attempt's count are committed together, before the stream
-            # starts: the stream shows the step before it runs.
-            turn, call, paused = await steps.lock_for_attempt(
-                db, turn_id=inp.turn_id, model_call_id=inp.model_call_id
-            )
-            assert call is not None, f"model call {inp.model_call_id} is missing"
-            if call.finish_reason is not None:
-                # Finished by an attempt that died reporting it, or run again with the rest of
-                # its workflow task after a crash (wherever the turn has got to since).
-                return _result(call)
-            await turns.advance_locked(db, turn, to=TurnState.calling_model)
-            if paused:
-                await db.commit()  # the step was entered, whatever it finds
-            _refuse_if_paused(paused)
-            # The step's answer path; a re-answer names the capped step it is the child of.
-            tracing.annotate(path=call.request.get("path", "tools"))
-            if call.request.get("reanswer_of"):
-                tracing.annotate(reanswer_of=call.request["reanswer_of"])
-            message_id = message_id_for_call(call.id)
-            if call.attempts:  # only an earlier attempt can have streamed for this message
-                await _reset_partial_stream(db, turn_id=inp.turn_id, message_id=message_id)
-            steps.count_attempt(call)
-            await db.commit()
-            provider, model = call.provider, call.model
-            if inp.fallback:
-                provider = self._settings.fallback_model_provider
-                model = self._settings.fallback_model or model
-            request = ModelRequest(
-                model=model,
-                messages=call.request["messages"],
-                tools=call.request.get("tools", []),
-                max_output_tokens=call.request.get("max_output_tokens", 1024),
-                reasoning_effort=call.request.get("reasoning_effort"),
-                cache_key=call.request.get("cache_key"),
-            )
-            return _Attempt(message_id, provider, model, request, call)
+            # starts: the stream shows the step before it runs (a paused tenant's turn too).
+            async with conn.transaction():
+                # The turn locked, the call, and whether its tenant is paused: one round trip.
+                found = await steps.lock_for_attempt(
+                    conn, turn_id=inp.turn_id, model_call_id=inp.model_call_id
+                )
+                call = found.call
+                assert call is not None, f"model call {inp.model_call_id} is missing"
+                if call.finish_reason is not None:
+                    # Finished by an attempt that died reporting it, or run again with the
+                    # rest of its workflow task after a crash (wherever the turn has got to).
+                    return _result(call)
+                await turns.advance_locked(conn, found.turn, to=TurnState.calling_model)
+                if not found.paused:
+                    message_id = message_id_for_call(call.id)
+                    if call.attempts:  # only an earlier attempt can have streamed for it
+                        await _reset_partial_stream(
+                            conn, turn_id=inp.turn_id, message_id=message_id
+                        )
+                    call = await steps.count_attempt(conn, call)
+        _refuse_if_paused(found.paused)
+        # The step's answer path; a re-answer names the capped step it is the child of.
+        tracing.annotate(path=call.request.get("path", "tools"))
+        if call.request.get("reanswer_of"):
+            tracing.annotate(reanswer_of=call.request["reanswer_of"])
+        provider, model = call.provider, call.model
+        if inp.fallback:
+            provider = self._settings.fallback_model_provider
+            model = self._settings.fallback_model or model
+        request = ModelRequest(
+            model=model,
+            messages=call.request["messages"],
+            tools=call.request.get("tools", []),
+            max_output_tokens=call.request.get("max_output_tokens", 1024),
+            reasoning_effort=call.request.get("reasoning_effort"),
+            cache_key=call.request.get("cache_key"),
+        )
+        return _Attempt(message_id_for_call(call.id), provider, model, request, call)
 
     async def _stream(self, turn_id: str, attempt: _Attempt) -> _Streamed:
         """Relay the provider's stream into the event log, a frame at a time."""
@@ -180,18 +182,17 @@ class TurnActivities:
         frames = _coalesce(upstream, self._settings.frame_seconds)
         try:
             # One connection for the whole stream, in autocommit: a frame is one statement
-            # (the append commits by itself), one round trip, sent by psycopg itself.
-            async with heartbeating(), self._sessions() as db:
-                connection = await driver_connection(await autocommit(db))
-                stopped = stop_recorded(connection, turn_id)
+            # (the append commits by itself), one round trip.
+            async with heartbeating(), connect(self._sessions) as conn:
+                stopped = stop_recorded(conn, turn_id)
                 async for item in checking_while_quiet(
                     frames, stopped, STOP_CHECK_S, turn_id=turn_id
                 ):
                     text = streamed.take(item)
                     if text is None:
                         continue
-                    appended = await append_on_driver(
-                        connection,
+                    appended = await append_streamed(
+                        conn,
                         turn_id=turn_id,
                         type=EventType.delta,
                         data=DeltaData(message_id=attempt.message_id, text=text),
@@ -220,24 +221,31 @@ class TurnActivities:
             for c in streamed.tool_calls
         ]
         finish = streamed.finish
-        async with self._sessions() as db:
-            if not requested:
-                await autocommit(db)  # one UPDATE of the call: it commits by itself
-            call = attempt.call  # the row `_begin_attempt` read, written back without a read
-            steps.record_outcome(
-                db,
-                call,
+        total_ms = (time.monotonic() - streamed.started) * 1000
+
+        async def record(conn: Conn) -> CallRow:
+            return await steps.record_outcome(
+                conn,
+                attempt.call,
                 text=text,
                 tool_calls=requested or None,
                 finish_reason=finish.reason,
                 usage=finish.usage,
                 first_token_ms=streamed.first_token_ms,
-                total_ms=(time.monotonic() - streamed.started) * 1000,
+                total_ms=total_ms,
                 answered_by=(attempt.provider, attempt.model) if inp.fallback else None,
             )
+
+        if not requested:
+            # One UPDATE of the call (the row `_begin_attempt` read, written without a
+            # read): it commits by itself.
+            async with connect(self._sessions) as conn:
+                call = await record(conn)
+        else:
             # One commit for the call's outcome and its tool calls: a retry after a crash
             # finds both or neither, so the stored calls always match their results.
-            if requested:
+            async with self._sessions() as db:
+                call = await record(await session_conn(db))
                 await turns.store_tool_requests(
                     db,
                     turn_id=inp.turn_id,
@@ -246,12 +254,12 @@ class TurnActivities:
                     tool_calls=requested,
                     hashes=[args_hash(c["name"], c["arguments"]) for c in requested],
                 )
-            await db.commit()
-            tracing.annotate(
-                first_token_ms=call.first_token_ms, total_ms=call.total_ms, usage=finish.usage
-            )
-            record_usage(attempt.provider, attempt.model, finish.usage)
-            return _result(call)
+                await db.commit()
+        tracing.annotate(
+            first_token_ms=call.first_token_ms, total_ms=call.total_ms, usage=finish.usage
+        )
+        record_usage(attempt.provider, attempt.model, finish.usage)
+        return _result(call)
 
     # --- endings ---------------------------------------------------------------------------
 
@@ -389,7 +397,7 @@ def _as_json(arguments: str) -> Any:
         return arguments
 
 
-def _result(call: ModelCall) -> CallModelResult:
+def _result(call: CallRow) -> CallModelResult:
     requested = call.response_tool_calls or []
     return CallModelResult(
         attempts=max(1, call.attempts),
@@ -408,12 +416,12 @@ def _result(call: ModelCall) -> CallModelResult:
     )
 
 
-async def _reset_partial_stream(db: Db, *, turn_id: str, message_id: str) -> None:
+async def _reset_partial_stream(conn: Conn, *, turn_id: str, message_id: str) -> None:
     """If an earlier attempt streamed text for this message, tell clients to drop it."""
-    last = await steps.last_stream_event(db, turn_id=turn_id, message_id=message_id)
+    last = await steps.last_stream_event(conn, turn_id=turn_id, message_id=message_id)
     if last == EventType.delta:
         await append_event(
-            db,
+            conn,
             turn_id=turn_id,
             type=EventType.reset,
             data=ResetData(message_id=message_id, reason="retry"),

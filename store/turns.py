@@ -15,13 +15,13 @@ and wins; after it, the turn is finished and the cancel is refused.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel
 from sqlalchemy import exists, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm.attributes import set_committed_value
 
 from parley.contracts import TERMINAL_TURN_STATES, EventType, MessageStatus, TurnState
 from parley.errors import TurnFinished
@@ -43,8 +43,43 @@ from parley.wire import (
     RetractedData,
 )
 from store import queue
+from store.db import Conn
 from store.events import append_events, state_event
 from store.models import Action, ChatSession, Message, ToolCall, Turn, TurnEvent
+
+
+@dataclass(frozen=True)
+class TurnRow:
+    """A turn as a step reads it: what decides whether the step may run."""
+
+    id: str
+    session_id: str
+    state: str
+    cancel_requested_at: datetime | None
+
+    # The columns, in a statement that reads the turn as `t` (each named `t_<field>`).
+    COLUMNS: ClassVar[str] = (
+        "t.id AS t_id, t.session_id AS t_session_id, t.state AS t_state,"
+        " t.cancel_requested_at AS t_cancel_requested_at"
+    )
+
+
+class _Stoppable(Protocol):
+    """A turn's row of either kind (`TurnRow`, or the session's own `Turn`)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def cancel_requested_at(self) -> datetime | None: ...
+
+
+async def _lock(db: AsyncSession, turn_id: str) -> Turn | None:
+    """The turn's row read again and locked (`FOR UPDATE`), as it stands now: a move
+    announced by its event's append (below) is written by that statement alone, so the
+    session's copy may be older than the row."""
+    return await db.get(Turn, turn_id, with_for_update=True, populate_existing=True)
 
 
 async def move_turn(
@@ -55,25 +90,40 @@ async def move_turn(
     A repeat of the current state is a no-op (False): a retried step enters it again. A move
     the table does not allow raises `IllegalTransition` and changes nothing.
     """
-    turn = await db.get(Turn, turn_id, with_for_update=True)
+    turn = await _lock(db, turn_id)
     if turn is None:
         raise LookupError(turn_id)
-    return await _move(db, turn, to=to, announce=announce)
+    if announce:
+        return await _announce_move(db, turn, to=to)
+    return _move(turn, to=to)
 
 
-async def _move(db: AsyncSession, turn: Turn, *, to: TurnState, announce: bool = True) -> bool:
-    """`move_turn` for a turn whose row the caller has locked."""
+def _allowed(turn: _Stoppable, to: TurnState) -> bool:
+    """Whether the turn may move to `to`: False for a repeat of its state (a retried step
+    enters it again), `IllegalTransition` for a move the table does not allow."""
     if turn.state == to:
         return False
     if not can_move(TurnState(turn.state), to):
         raise IllegalTransition(turn_id=turn.id, from_state=TurnState(turn.state), to=to)
-    if announce:
-        # The state and its `state` event in one statement; the row object is told the new
-        # state as stored, so no UPDATE of its own follows.
-        await append_events(db, turn_id=turn.id, events=[state_event(to)], moving_to=to)
-        set_committed_value(turn, "state", to)
-    else:
-        turn.state = to
+    return True
+
+
+def _move(turn: Turn, *, to: TurnState) -> bool:
+    """`move_turn` without its announcement, for a turn whose row the caller has locked:
+    written with the row's other changes, at the session's next flush."""
+    if not _allowed(turn, to):
+        return False
+    turn.state = to
+    return True
+
+
+async def _announce_move(db: AsyncSession | Conn, turn: _Stoppable, *, to: TurnState) -> bool:
+    """Move a turn whose row the caller has locked and tell the stream (`state`): the state
+    and its event in one statement. The row the caller holds is not changed (a `TurnRow`
+    cannot be; the session's `Turn` is read again by the next `_lock`)."""
+    if not _allowed(turn, to):
+        return False
+    await append_events(db, turn_id=turn.id, events=[state_event(to)], moving_to=to)
     return True
 
 
@@ -87,7 +137,7 @@ class TurnStopped(Exception):
         self.state = state
 
 
-def _refuse_if_stopped(turn: Turn) -> None:
+def _refuse_if_stopped(turn: _Stoppable) -> None:
     if turn.state in TERMINAL_TURN_STATES:
         raise TurnStopped(turn.id, turn.state)
     if turn.cancel_requested_at is not None:
@@ -98,7 +148,7 @@ async def lock_running(db: AsyncSession, *, turn_id: str) -> Turn:
     """Lock a turn that is still running, for a step that records something only a running
     turn may have (a pending card): endings take the same lock, so either the record comes
     first and the ending sees it, or the ending comes first and this raises `TurnStopped`."""
-    turn = await db.get(Turn, turn_id, with_for_update=True)
+    turn = await _lock(db, turn_id)
     if turn is None:
         raise LookupError(turn_id)
     _refuse_if_stopped(turn)
@@ -110,24 +160,24 @@ async def advance_turn(db: AsyncSession, *, turn_id: str, to: TurnState) -> Turn
     the turn's row: a caller that keeps it reads it again from the session, not the database.
     A turn that already ended or whose cancel was recorded raises `TurnStopped`: the step
     must not run (a cancelled turn never calls the model, runs a tool or sends again)."""
-    turn = await db.get(Turn, turn_id, with_for_update=True)
+    turn = await _lock(db, turn_id)
     if turn is None:
         raise LookupError(turn_id)
     await advance_locked(db, turn, to=to)
     return turn
 
 
-async def advance_locked(db: AsyncSession, turn: Turn, *, to: TurnState) -> None:
+async def advance_locked(db: AsyncSession | Conn, turn: _Stoppable, *, to: TurnState) -> None:
     """`advance_turn` for a turn whose row the caller has read `FOR UPDATE` itself (with the
-    other rows it needs, in the same statement)."""
+    other rows it needs, in the same statement), in the caller's transaction."""
     _refuse_if_stopped(turn)
-    await _move(db, turn, to=to)
+    await _announce_move(db, turn, to=to)
 
 
 async def request_cancel(db: AsyncSession, *, turn_id: str) -> Turn:
     """Record the user's Stop once. A finished turn refuses (`TurnFinished`): its ending is
     already stored and will not change. Repeating a cancel is harmless."""
-    turn = await db.get(Turn, turn_id, with_for_update=True)
+    turn = await _lock(db, turn_id)
     if turn is None:
         raise LookupError(turn_id)
     if turn.state in TERMINAL_TURN_STATES:
@@ -188,7 +238,7 @@ async def store_tool_requests(
     hashes: list[str],
 ) -> None:
     """Store the model's tool-calling message and one `tool_calls` row per call."""
-    turn = await db.get(Turn, turn_id, with_for_update=True)
+    turn = await _lock(db, turn_id)
     assert turn is not None
     await _append_message(
         db,
@@ -226,7 +276,7 @@ async def store_tool_result(
 ) -> None:
     """Record a tool call's outcome (and how many attempts it took, when given) and append it
     to the transcript as a `tool` message."""
-    turn = await db.get(Turn, call.turn_id, with_for_update=True)
+    turn = await _lock(db, call.turn_id)
     assert turn is not None
     if attempts is not None:
         call.attempts = attempts
@@ -249,12 +299,12 @@ async def rest_awaiting_confirmation(
     """Store the model's proposal text, then show the confirmation card and wait.
 
     Idempotent. A turn that ended or is being cancelled never shows a card (`TurnStopped`)."""
-    turn = await db.get(Turn, turn_id, with_for_update=True)
+    turn = await _lock(db, turn_id)
     assert turn is not None
     if turn.state == TurnState.awaiting_confirmation:
         return
     _refuse_if_stopped(turn)
-    await _move(db, turn, to=TurnState.awaiting_confirmation, announce=False)
+    _move(turn, to=TurnState.awaiting_confirmation)
     message = await _append_message(
         db, turn=turn, message_id=message_id_for_call(model_call_id), role="assistant", text=text
     )
@@ -288,7 +338,7 @@ async def complete_turn(
     A turn whose cancel was recorded first ends `cancelled` instead and raises `TurnStopped`
     once that is stored (the caller commits, then tells the workflow).
     """
-    turn = locked or await db.get(Turn, turn_id, with_for_update=True)
+    turn = locked or await _lock(db, turn_id)
     if turn is None:
         raise LookupError(turn_id)
     if turn.state in (TurnState.cancelled, TurnState.failed):
@@ -313,7 +363,7 @@ async def complete_turn(
         return message
     final_state = TurnState.expired if outcome == FinalizeOutcome.expired else TurnState.completed
     turn.assistant_message_id = message.id  # flushed with the state, in one UPDATE
-    await _move(db, turn, to=final_state, announce=False)
+    _move(turn, to=final_state)
     await replace_retried_answer(db, turn=turn, message_id=message.id)
     await _close_out(db, turn, reason=DeclineReason.turn_ended)
     events: list[tuple[EventType, BaseModel]] = []
@@ -399,7 +449,7 @@ async def end_unfinished_turn(
     A cancelled turn always ends with a message (the `cancelled` event carries one); a failed
     turn that showed nothing ends with the `error` event alone. Idempotent.
     """
-    turn = await db.get(Turn, turn_id, with_for_update=True)
+    turn = await _lock(db, turn_id)
     if turn is None:
         raise LookupError(turn_id)
     if turn.state in TERMINAL_TURN_STATES:
@@ -407,7 +457,7 @@ async def end_unfinished_turn(
     if turn.cancel_requested_at is not None:
         # The user's Stop came first: the turn ends the way they asked, whatever else failed.
         state, error = TurnState.cancelled, None
-    await _move(db, turn, to=state, announce=False)
+    _move(turn, to=state)
     await _answer_open_calls(db, turn_id=turn_id, state=state)
     message = await _keep_streamed(db, turn, state)
     await _close_out(db, turn, reason=state.value)

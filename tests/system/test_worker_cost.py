@@ -7,17 +7,15 @@ the answer's tokens fall into frames and spans into batches, not on the turn's s
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest_asyncio
-from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from gateway.demo import DemoModel
 from parley.config import Settings
 from parley.ids import workflow_id_for_turn
-from store.db import create_socket_checked_engine, session_factory
+from store.db import create_socket_checked_engine, on_statement_sent, session_factory
 from tests.support.client import ParleyClient
 from tests.support.toolkit import own_stack
 
@@ -45,14 +43,15 @@ Counted = tuple[async_sessionmaker[AsyncSession], list[str]]
 async def counted(
     database_url: str,
 ) -> AsyncIterator[tuple[async_sessionmaker[AsyncSession], list[str]]]:
-    """The worker's own engine, every statement it sends recorded."""
+    """The worker's own engine, every statement it sends recorded (through SQLAlchemy, or on
+    psycopg's connection from its pool: `store.db.Conn`)."""
     engine = create_socket_checked_engine(database_url)
     sent: list[str] = []
 
-    def count(*args: Any) -> None:
-        sent.append(str(args[2]).strip().split("\n")[0][:100])
+    def count(statement: str) -> None:
+        sent.append(statement.strip().split("\n")[0][:100])
 
-    event.listen(engine.sync_engine, "before_cursor_execute", count)
+    on_statement_sent(engine, count)
     yield session_factory(engine), sent
     await engine.dispose()
 
