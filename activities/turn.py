@@ -306,10 +306,14 @@ class TurnActivities:
     @activity.defn(name="finalize_turn")
     async def finalize_turn(self, inp: FinalizeTurnInput) -> str:
         async with self._sessions() as db:
-            # The turn locked and kept, with its call, in one statement: the citations read
-            # both from the session, and the ending below needs the lock anyway.
+            # The session's transaction, its statements on its own connection (`Conn`): an
+            # ending that must also promote a queued turn or answer open tool calls does so
+            # in the same commit (store/turns.py).
+            conn = await session_conn(db)
+            # The turn locked and its call, in one statement: the citations read both, and
+            # the ending below needs the lock anyway.
             turn, call = await steps.lock_with_call(
-                db, turn_id=inp.turn_id, model_call_id=inp.model_call_id
+                conn, turn_id=inp.turn_id, model_call_id=inp.model_call_id
             )
             text, message_id = call.response_text or "", message_id_for_call(call.id)
             if inp.override_text is not None:
@@ -320,24 +324,19 @@ class TurnActivities:
                     message_id = override_message_id(model_call_id=call.id)
             if inp.retract:
                 # In the same commit as `retracted`: no replay after it serves the old words.
-                await withdraw_turn_text(db, turn_id=inp.turn_id)
+                await withdraw_turn_text(conn, turn_id=inp.turn_id)
             else:
                 await knowledge.emit_citations(
-                    db,
-                    turn_id=inp.turn_id,
-                    model_call_id=call.id,
-                    message_id=message_id,
-                    text=text,
+                    conn, turn=turn, call=call, message_id=message_id, text=text
                 )
             try:
                 message = await turns.complete_turn(
                     db,
-                    turn_id=inp.turn_id,
+                    turn=turn,
                     message_id=message_id,
                     text=text,
                     outcome=FinalizeOutcome(inp.outcome),
                     retracted=inp.retract,
-                    locked=turn,
                 )
             except turns.TurnStopped:
                 await db.commit()  # the cancelled ending, when the user's Stop came first

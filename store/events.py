@@ -69,13 +69,15 @@ async def append_events(
     turn_id: str,
     events: Sequence[tuple[EventType, BaseModel]],
     moving_to: TurnState | None = None,
+    answer: str | None = None,
 ) -> list[int]:
     """Append events within the caller's transaction (a session's, or a `Conn`'s: in
     autocommit, the append commits by itself): one round trip that takes the ids from the
     turn row (locking it), inserts the events and rings the doorbell. With `moving_to`, the
-    same statement sets the turn's state: a move and its announcement are one round trip."""
+    same statement sets the turn's state: a move and its announcement are one round trip;
+    with `answer`, the turn's answer (`assistant_message_id`) too."""
     conn = db if isinstance(db, Conn) else await session_conn(db)
-    last = (await _append(conn, turn_id, events, moving_to)).event_id
+    last = (await _append(conn, turn_id, events, moving_to, answer)).event_id
     return list(range(last - len(events) + 1, last + 1))
 
 
@@ -84,7 +86,7 @@ async def append_streamed(
 ) -> Appended:
     """`append_event` for a streaming step (the deltas, a turn's most frequent write), which
     learns in the same round trip whether the user's Stop is recorded on the turn."""
-    return await _append(conn, turn_id, [(type, data)], None)
+    return await _append(conn, turn_id, [(type, data)], None, None)
 
 
 async def _append(
@@ -92,6 +94,7 @@ async def _append(
     turn_id: str,
     events: Sequence[tuple[EventType, BaseModel]],
     moving_to: TurnState | None,
+    answer: str | None,
 ) -> Appended:
     payload = json.dumps([{"type": type_, "data": _wire(type_, data)} for type_, data in events])
     params = {
@@ -99,6 +102,7 @@ async def _append(
         "n": len(events),
         "events": payload,
         "state": moving_to.value if moving_to is not None else None,
+        "answer": answer,
     }
     found = await conn.made(_APPEND, params, _appended)
     if found is None:
@@ -155,7 +159,8 @@ def _wire(type_: EventType, data: BaseModel) -> dict[str, Any]:
 _APPEND = f"""
     WITH counter AS (
         UPDATE turns SET last_event_id = last_event_id + %(n)s, updated_at = now(),
-            state = COALESCE(%(state)s, state)
+            state = COALESCE(%(state)s, state),
+            assistant_message_id = COALESCE(%(answer)s, assistant_message_id)
         WHERE id = %(turn_id)s
         RETURNING last_event_id - %(n)s AS base, cancel_requested_at IS NOT NULL AS stopped
     ), inserted AS (
@@ -222,23 +227,24 @@ _ATTACH_AND_READ = text(f"WITH attached AS ({ATTACH_VIEWER_SQL}) {_READ_SQL}").c
 )
 
 
-async def withdraw_turn_text(db: AsyncSession, *, turn_id: str) -> None:
+async def withdraw_turn_text(db: AsyncSession | Conn, *, turn_id: str) -> None:
     """The output screen withdrew the turn's answer: blank the text of every `delta` the
     turn streamed, and of the turn's tool-calling messages, so that neither a replay from
     any id nor the message list serves the withdrawn words again. Event ids stay as they are
     (a client resuming mid-turn keeps its place); the `retracted` event that follows says
     what to show instead."""
-    await db.execute(_WITHDRAW_DELTAS, {"turn_id": turn_id})
-    await db.execute(_WITHDRAW_MESSAGES, {"turn_id": turn_id})
+    conn = db if isinstance(db, Conn) else await session_conn(db)
+    await conn.run(_WITHDRAW_DELTAS, {"turn_id": turn_id})
+    await conn.run(_WITHDRAW_MESSAGES, {"turn_id": turn_id})
 
 
-_WITHDRAW_DELTAS = text(
+_WITHDRAW_DELTAS = (
     "UPDATE turn_events SET data = jsonb_set(data, '{text}', '\"\"') "
-    "WHERE turn_id = :turn_id AND type = 'delta' AND data ->> 'text' <> ''"
+    "WHERE turn_id = %(turn_id)s AND type = 'delta' AND data ->> 'text' <> ''"
 )
-_WITHDRAW_MESSAGES = text(
+_WITHDRAW_MESSAGES = (
     "UPDATE messages SET text = '' "
-    "WHERE turn_id = :turn_id AND role = 'assistant' AND tool_calls IS NOT NULL"
+    "WHERE turn_id = %(turn_id)s AND role = 'assistant' AND tool_calls IS NOT NULL"
 )
 
 

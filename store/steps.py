@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from psycopg.types.json import Jsonb
-from sqlalchemy import bindparam, select, text
+from sqlalchemy import select, text
 
 from parley.contracts import TERMINAL_TURN_STATES, EventType
 from parley.ids import new_id
@@ -123,7 +123,7 @@ async def lock_for_attempt(conn: Conn, *, turn_id: str, model_call_id: str) -> F
 
 
 def _for_attempt(*, paused: bool | None, **columns: Any) -> ForAttempt:
-    turn = TurnRow(**{k[2:]: v for k, v in columns.items() if k.startswith("t_")})
+    turn = TurnRow.from_columns(columns)
     call = {k: v for k, v in columns.items() if not k.startswith("t_")}
     return ForAttempt(turn, CallRow(**call) if call["id"] is not None else None, bool(paused))
 
@@ -202,21 +202,14 @@ _RECORD_OUTCOME = """
 """
 
 
-async def lock_with_call(db: Db, *, turn_id: str, model_call_id: str) -> tuple[Turn, ModelCall]:
-    """The turn's row, locked (`FOR UPDATE` of the turn only), and the model call."""
-    found = await db.execute(_WITH_CALL, {"turn": turn_id, "call": model_call_id})
-    turn, call = found.one()
-    assert call is not None
-    return turn, call
-
-
-_WITH_CALL = (
-    select(Turn, ModelCall)
-    .select_from(Turn)
-    .outerjoin(ModelCall, ModelCall.id == bindparam("call"))
-    .where(Turn.id == bindparam("turn"))
-    .with_for_update(of=Turn)
-)
+async def lock_with_call(
+    conn: Conn, *, turn_id: str, model_call_id: str
+) -> tuple[TurnRow, CallRow]:
+    """The turn's row, locked (`FOR UPDATE` of the turn only), and the model call, in the
+    caller's transaction."""
+    found = await lock_for_attempt(conn, turn_id=turn_id, model_call_id=model_call_id)
+    assert found.call is not None, f"model call {model_call_id} is missing"
+    return found.turn, found.call
 
 
 async def response_texts(db: Db, *, turn_id: str) -> list[str]:

@@ -63,8 +63,10 @@ async def test_the_locking_reads_return_the_turn_with_its_call(
         assert (turn.id, turn.state, attempt.paused) == (answered, TurnState.completed, False)
         assert attempt.call is not None
         assert (attempt.call.id, attempt.call.response_text) == (call.id, call.response_text)
-        turn, found = await steps.lock_with_call(db, turn_id=answered, model_call_id=call.id)
-        assert (turn.id, found) == (answered, call)
+        turn, found = await steps.lock_with_call(
+            await session_conn(db), turn_id=answered, model_call_id=call.id
+        )
+        assert (turn.id, found.id, found.finish_reason) == (answered, call.id, call.finish_reason)
         still_open, ran, asked = await steps.lock_with_tools_and_question(db, turn_id=answered)
         assert (still_open, ran, asked) == (False, [], QUESTION)  # the turn has ended
         call_id = call.id
