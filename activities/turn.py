@@ -295,7 +295,7 @@ class TurnActivities:
         a screen that errors lets it stand (the output screen fails open)."""
         if self._output_screen is None:
             return False
-        texts = await steps.response_texts(db, turn_id=turn_id)
+        texts = await steps.response_texts(await session_conn(db), turn_id=turn_id)
         try:
             verdict = await self._output_screen.check("\n".join(texts))
         except Exception:

@@ -165,11 +165,22 @@ def count_work(
     event.listen(engine.sync_engine.pool, "checkout", lambda *_: on_checkout())
 
 
-def on_statement_sent(engine: AsyncEngine, hook: Callable[[str], None]) -> None:
+def on_statement_sent(engine: AsyncEngine, hook: Callable[[str], None]) -> Callable[[], None]:
     """Call `hook` with the text of every statement sent on the engine's connections, in
-    either style: through SQLAlchemy, or on a `Conn` from its pool."""
-    event.listen(engine.sync_engine, "before_cursor_execute", lambda *a: hook(str(a[2])))
-    _HOOKS.setdefault(engine.sync_engine.pool, []).append(hook)
+    either style: through SQLAlchemy, or on a `Conn` from its pool. Returns what stops it."""
+
+    def sent(*args: Any) -> None:
+        hook(str(args[2]))
+
+    event.listen(engine.sync_engine, "before_cursor_execute", sent)
+    hooks = _HOOKS.setdefault(engine.sync_engine.pool, [])
+    hooks.append(hook)
+
+    def stop() -> None:
+        event.remove(engine.sync_engine, "before_cursor_execute", sent)
+        hooks.remove(hook)
+
+    return stop
 
 
 # The statement hooks of each pool (a `Conn` is told them when it is taken from the pool).

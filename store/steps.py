@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from psycopg.types.json import Jsonb
-from sqlalchemy import select, text
+from sqlalchemy import select
 
 from parley.contracts import TERMINAL_TURN_STATES, EventType
 from parley.ids import new_id
@@ -212,12 +212,16 @@ async def lock_with_call(
     return found.turn, found.call
 
 
-async def response_texts(db: Db, *, turn_id: str) -> list[str]:
+async def response_texts(conn: Conn, *, turn_id: str) -> list[str]:
     """Every text the turn's model calls produced, in step order (empty ones left out)."""
-    texts = await db.scalars(
-        select(ModelCall.response_text).where(ModelCall.turn_id == turn_id).order_by(ModelCall.step)
-    )
-    return [t for t in texts if t]
+    found = await conn.value(_RESPONSE_TEXTS, {"turn_id": turn_id})
+    return list(found or [])
+
+
+_RESPONSE_TEXTS = """
+    SELECT array_agg(response_text ORDER BY step) FROM model_calls
+    WHERE turn_id = %(turn_id)s AND response_text <> ''
+"""
 
 
 async def first_step_tools(db: Db, *, turn_id: str) -> list[dict[str, Any]] | None:
@@ -248,35 +252,49 @@ _LAST_STREAM_EVENT = f"""
 """
 
 
-async def question(db: Db, *, turn_id: str) -> str | None:
+async def question(conn: Conn, *, turn_id: str) -> str | None:
     """The text of the turn's user message."""
-    return await db.scalar(_QUESTION, {"turn_id": turn_id})
+    found = await conn.value(_QUESTION, {"turn_id": turn_id})
+    return str(found) if found is not None else None
 
 
-_QUESTION = text(
+_QUESTION = (
     "SELECT m.text FROM messages AS m JOIN turns AS t ON t.user_message_id = m.id"
-    " WHERE t.id = :turn_id"
+    " WHERE t.id = %(turn_id)s"
 )
 
 
-async def lock_with_tools_and_question(db: Db, *, turn_id: str) -> tuple[bool, list[str], str]:
-    """Whether the turn is still open (not ended, no Stop recorded), its row locked; the
-    tools it ran successfully, in call order; and the user's message (empty when missing):
-    one round trip."""
-    found = (await db.execute(_TURN_TOOLS_AND_QUESTION, {"turn_id": turn_id})).one()
-    terminal = {state.value for state in TERMINAL_TURN_STATES}
-    still_open = found.state not in terminal and found.cancel_requested_at is None
-    return still_open, list(found.tools or []), found.asked or ""
+@dataclass(frozen=True)
+class FollowupFacts:
+    """What follow-up suggestions are made from: whether the turn is still open (not ended,
+    no Stop recorded), the tools it ran successfully, in call order, and the user's message
+    (empty when missing)."""
+
+    still_open: bool
+    tools: list[str]
+    asked: str
 
 
-# Plain SQL: it runs once a turn, and its ORM form cost more to prepare than to run.
-_TURN_TOOLS_AND_QUESTION = text(
-    """
+async def lock_with_tools_and_question(conn: Conn, *, turn_id: str) -> FollowupFacts:
+    """`FollowupFacts`, the turn's row locked (in the caller's transaction): one round trip."""
+    found = await conn.made(_TURN_TOOLS_AND_QUESTION, {"turn_id": turn_id}, _followup_facts)
+    assert found is not None, f"turn {turn_id} is missing"
+    return found
+
+
+def _followup_facts(
+    *, state: str, cancel_requested_at: Any, tools: list[str] | None, asked: str | None
+) -> FollowupFacts:
+    still_open = state not in _TERMINAL and cancel_requested_at is None
+    return FollowupFacts(still_open, list(tools or []), asked or "")
+
+
+_TERMINAL = frozenset(state.value for state in TERMINAL_TURN_STATES)
+_TURN_TOOLS_AND_QUESTION = f"""
     SELECT t.state, t.cancel_requested_at, (
         SELECT array_agg(c.name ORDER BY c.created_at) FROM tool_calls AS c
-        WHERE c.turn_id = t.id AND c.status = :ok
+        WHERE c.turn_id = t.id AND c.status = '{ToolCallStatus.ok.value}'
     ) AS tools, (SELECT m.text FROM messages AS m WHERE m.id = t.user_message_id) AS asked
-    FROM turns AS t WHERE t.id = :turn_id
+    FROM turns AS t WHERE t.id = %(turn_id)s
     FOR UPDATE OF t
-    """
-).bindparams(ok=ToolCallStatus.ok.value)
+"""

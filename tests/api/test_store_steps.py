@@ -35,8 +35,9 @@ async def test_a_steps_reads_find_the_turns_question_call_and_answer(
     async with sessions() as db:
         call = await steps.step_call(db, turn_id=answered, step=0)
         assert call is not None and call.finish_reason is not None
-        assert await steps.question(db, turn_id=answered) == QUESTION
-        texts = await steps.response_texts(db, turn_id=answered)
+        conn = await session_conn(db)
+        assert await steps.question(conn, turn_id=answered) == QUESTION
+        texts = await steps.response_texts(conn, turn_id=answered)
         assert texts and texts[0] == call.response_text
         tools = await steps.first_step_tools(db, turn_id=answered)
         assert isinstance(tools, list)
@@ -47,7 +48,7 @@ async def test_a_steps_reads_find_the_turns_question_call_and_answer(
         assert last == EventType.delta
         assert await steps.last_stream_event(conn, turn_id=answered, message_id="nope") is None
     async with sessions() as db:
-        assert await steps.question(db, turn_id="turn-that-is-not") is None
+        assert await steps.question(conn, turn_id="turn-that-is-not") is None
 
 
 async def test_the_locking_reads_return_the_turn_with_its_call(
@@ -67,8 +68,8 @@ async def test_the_locking_reads_return_the_turn_with_its_call(
             await session_conn(db), turn_id=answered, model_call_id=call.id
         )
         assert (turn.id, found.id, found.finish_reason) == (answered, call.id, call.finish_reason)
-        still_open, ran, asked = await steps.lock_with_tools_and_question(db, turn_id=answered)
-        assert (still_open, ran, asked) == (False, [], QUESTION)  # the turn has ended
+        facts = await steps.lock_with_tools_and_question(await session_conn(db), turn_id=answered)
+        assert facts == steps.FollowupFacts(False, [], QUESTION)  # the turn has ended
         call_id = call.id
         await db.rollback()
         with pytest.raises(LookupError):

@@ -19,23 +19,22 @@ from store.db import create_socket_checked_engine, on_statement_sent, session_fa
 from tests.support.client import ParleyClient
 from tests.support.toolkit import own_stack
 
-# The input screen's reads; the context build (the turn with the rows it holds and the
-# session's facts: slots, consent, the tool offer's facts, summary and pinned facts, the
-# window; its state, result sets (only in a session that has stored one), the resolver's note,
-# the stored request; knowledge on a connection of its own, in autocommit); the model call (the
-# turn with the call, the attempt counted); the answer; the output screen and follow-ups;
-# finalize (the turn locked with its call, the answer as a message with its seq in one
-# statement, the session released and a pending action superseded in one statement; the
-# turn's state and answer ride on its events' append); the summary's check (one read of the backlog's token
-# counts). A state move that is announced is written by its event's append (not counted,
-# below). Counted on 2026-12-01: 35 before the slots were read once, the summary's check
-# became one statement, a message's seq stopped needing a read first, the moves rode on their
-# events, and the build and the model call read their turn with the rows they need; 25 before
-# knowledge was searched beside the build instead of in a savepoint of its transaction, 23
-# before the build read the session's facts with its turn, 20 before a session without
-# result sets stopped reading them, 19 before the summary and pinned facts came with the turn,
-# 18 before the window came with the turn too, 17 before finalize took the message's seq in
-# its insert and wrote the turn's ending with its events.
+# The input screen's reads; the context build (the turn with the rows it holds and the session's
+# facts: slots, consent, the tool offer's facts, summary and pinned facts, the window; its state,
+# result sets (only in a session that has stored one), the resolver's note, the stored request;
+# knowledge on a connection of its own, in autocommit); the model call (the turn with the call,
+# the attempt counted); the answer; the output screen and follow-ups; finalize (the turn locked
+# with its call, the answer as a message with its seq in one statement, the session released and a
+# pending action superseded in one statement; the turn's state and answer ride on its events'
+# append); the summary's check (one read of the backlog's token counts). A state move that is
+# announced is written by its event's append (not counted, below). Counted on 2026-12-01: 35
+# before the slots were read once, the summary's check became one statement, a message's seq
+# stopped needing a read first, the moves rode on their events, and the build and the model call
+# read their turn with the rows they need; 25 before knowledge was searched beside the build
+# instead of in a savepoint of its transaction, 23 before the build read the session's facts with
+# its turn, 20 before a session without result sets stopped reading them, 19 before the summary
+# and pinned facts came with the turn, 18 before the window came with the turn too, 17 before
+# finalize took the message's seq in its insert and wrote the turn's ending with its events.
 STATEMENTS_PER_PLAIN_TURN = 15
 VARIABLE = ("INSERT INTO turn_events", "WITH counter", "INSERT INTO trace_spans")
 Counted = tuple[async_sessionmaker[AsyncSession], list[str]]
