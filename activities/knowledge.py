@@ -45,7 +45,7 @@ from store.db import Conn, Db, SessionMaker, StoreError, autocommit
 from store.events import append_event, has_warning
 from store.models import Turn
 from store.steps import CallRow
-from store.turns import TurnRow
+from store.turn_rows import TurnRow
 
 log = logging.getLogger(__name__)
 

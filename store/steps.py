@@ -20,7 +20,7 @@ from parley.ids import new_id
 from parley.statuses import ToolCallStatus
 from store.db import Conn, Db
 from store.models import ModelCall, ToolCall, Turn
-from store.turns import TurnRow
+from store.turn_rows import TurnRow
 
 
 @dataclass(frozen=True)

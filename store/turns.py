@@ -15,9 +15,8 @@ and wins; after it, the turn is finished and the cancel is refused.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, ClassVar, Protocol
+from typing import Any, Protocol
 
 from pydantic import BaseModel
 from sqlalchemy import exists, select, update
@@ -32,8 +31,7 @@ from parley.ids import (
     unfinished_message_fallback_id,
     unfinished_message_id,
 )
-from parley.statuses import ActionStatus, DeclineReason, FinalizeOutcome, ToolCallStatus
-from parley.tokens import count_message, default_counter
+from parley.statuses import DeclineReason, FinalizeOutcome, ToolCallStatus
 from parley.turn_states import IllegalTransition, can_move
 from parley.wire import (
     ActionData,
@@ -43,105 +41,16 @@ from parley.wire import (
     MessageView,
     RetractedData,
 )
-from store import queue
 from store.db import Conn, session_conn
 from store.events import append_events, state_event
 from store.models import Action, ChatSession, Message, ToolCall, Turn, TurnEvent
-
-
-@dataclass(frozen=True)
-class TurnRow:
-    """A turn as a step reads it: what decides whether the step may run."""
-
-    id: str
-    session_id: str
-    state: str
-    cancel_requested_at: datetime | None
-    assistant_message_id: str | None
-    # The turn this one retries (its unfinished answer gives way to this one's).
-    retry_of: str | None
-
-    # The columns, in a statement that reads the turn as `t` (each named `t_<field>`).
-    COLUMNS: ClassVar[str] = (
-        "t.id AS t_id, t.session_id AS t_session_id, t.state AS t_state,"
-        " t.cancel_requested_at AS t_cancel_requested_at,"
-        " t.assistant_message_id AS t_assistant_message_id, t.retry_of AS t_retry_of"
-    )
-
-    @classmethod
-    def from_columns(cls, columns: dict[str, Any]) -> TurnRow:
-        """The turn from a row that holds `COLUMNS` among others."""
-        return cls(**{k[2:]: v for k, v in columns.items() if k.startswith("t_")})
-
-
-@dataclass(frozen=True)
-class MessageRow:
-    """A stored message, as the stream shows it (`MessageView.from_row`)."""
-
-    id: str
-    seq: int
-    role: str
-    turn_id: str | None
-    status: str
-    text: str
-    tool_calls: list[dict[str, Any]] | None
-    tool_call_id: str | None
-    created_at: datetime
-
-
-_MESSAGE_COLUMNS = "id, seq, role, turn_id, status, text, tool_calls, tool_call_id, created_at"
-
-
-async def append_message(
-    conn: Conn,
-    *,
-    session_id: str,
-    turn_id: str,
-    message_id: str,
-    role: str,
-    text: str,
-    status: MessageStatus = MessageStatus.complete,
-) -> MessageRow:
-    """Store a message of the turn's with the session's next seq, unless it is stored
-    already (a retry), which is then returned as it is: one statement takes the seq (locking
-    the session row until the commit) and inserts the message."""
-    params = {
-        "id": message_id,
-        "session_id": session_id,
-        "turn_id": turn_id,
-        "role": role,
-        "status": status.value,
-        "text": text,
-        **_token_count(role, text),
-    }
-    found = await conn.row(_APPEND_MESSAGE, params, MessageRow)
-    if found is None:
-        found = await conn.row(_MESSAGE, {"id": message_id}, MessageRow)
-        assert found is not None, f"session {session_id} is missing"
-    return found
-
-
-def _token_count(role: str, text: str) -> dict[str, Any]:
-    """The token count every stored message carries (as `store.models.count_tokens`)."""
-    counter = default_counter()
-    message = {"role": role, "content": text, "tool_calls": None}
-    return {"token_count": count_message(counter, message), "token_counter": counter.name}
-
-
-_APPEND_MESSAGE = f"""
-    WITH seq AS (
-        UPDATE sessions SET last_seq = last_seq + 1
-        WHERE id = %(session_id)s AND NOT EXISTS (SELECT 1 FROM messages WHERE id = %(id)s)
-        RETURNING last_seq
-    )
-    INSERT INTO messages
-        (id, session_id, seq, role, turn_id, status, text, token_count, token_counter)
-    SELECT %(id)s, %(session_id)s, seq.last_seq, %(role)s, %(turn_id)s, %(status)s,
-        %(text)s, %(token_count)s, %(token_counter)s
-    FROM seq
-    RETURNING {_MESSAGE_COLUMNS}
-"""
-_MESSAGE = f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE id = %(id)s"
+from store.turn_rows import (
+    MessageRow,
+    TurnRow,
+    close_out,
+    replace_retried_answer,
+    store_answer,
+)
 
 
 class _Stoppable(Protocol):
@@ -425,33 +334,14 @@ async def complete_turn(
         await end_unfinished_turn(db, turn_id=turn.id, state=TurnState.cancelled)
         raise TurnStopped(turn.id, TurnState.cancelled)
     conn = await session_conn(db)
-    if outcome == FinalizeOutcome.superseded:
-        assert turn.assistant_message_id is not None
-        message = await conn.row(_MESSAGE, {"id": turn.assistant_message_id}, MessageRow)
-    else:
-        # Retracted: only the safe text is kept; the withdrawn answer is not stored anywhere
-        # visible.
-        status = MessageStatus.retracted if retracted else MessageStatus.complete
-        message = await append_message(
-            conn,
-            session_id=turn.session_id,
-            turn_id=turn.id,
-            message_id=message_id,
-            role="assistant",
-            text=text,
-            status=status,
-        )
-        if message.status != status:  # stored by an earlier attempt, before the retraction
-            params = {"id": message.id, "text": text, **_token_count("assistant", text)}
-            message = await conn.row(_RETRACT_MESSAGE, params, MessageRow)
-    assert message is not None
+    message = await store_answer(conn, turn, message_id, text, outcome, retracted)
     if turn.state in TERMINAL_TURN_STATES:
         return message
     final_state = TurnState.expired if outcome == FinalizeOutcome.expired else TurnState.completed
     _allowed(turn, final_state)
     if turn.retry_of is not None:
-        await conn.run(_REPLACE_RETRIED, {"retry_of": turn.retry_of, "answer": message.id})
-    await _close_out(
+        await replace_retried_answer(conn, retry_of=turn.retry_of, answer=message.id)
+    await close_out(
         db, session_id=turn.session_id, turn_id=turn.id, reason=DeclineReason.turn_ended
     )
     events: list[tuple[EventType, BaseModel]] = []
@@ -467,58 +357,6 @@ async def complete_turn(
         conn, turn_id=turn.id, events=events, moving_to=final_state, answer=message.id
     )
     return message
-
-
-_RETRACT_MESSAGE = f"""
-    UPDATE messages SET text = %(text)s, status = '{MessageStatus.retracted.value}',
-        token_count = %(token_count)s, token_counter = %(token_counter)s
-    WHERE id = %(id)s
-    RETURNING {_MESSAGE_COLUMNS}
-"""
-# The retried turn's unfinished answer gives way to the new one.
-_REPLACE_RETRIED = """
-    UPDATE messages SET replaced_by = %(answer)s
-    WHERE id = (SELECT assistant_message_id FROM turns WHERE id = %(retry_of)s)
-        AND replaced_by IS NULL
-"""
-
-
-async def _close_out(db: AsyncSession, *, session_id: str, turn_id: str, reason: str) -> None:
-    """An ending's bookkeeping, in one statement: the session may take a new turn (its row is
-    locked like by every other writer of it), and a proposal the turn never got to ask about
-    (it hit its bounds, or failed) must not stay pending. A turn queued behind this one is
-    promoted in the same transaction (store/queue.py)."""
-    conn = await session_conn(db)
-    queued = await conn.value(
-        _CLOSE_OUT,
-        {
-            "session_id": session_id,
-            "turn_id": turn_id,
-            "declined": ActionStatus.declined.value,
-            "pending": ActionStatus.pending.value,
-            "reason": str(reason),
-            "now": datetime.now(UTC),
-        },
-    )
-    if queued is not None:
-        await queue.promote(db, session_id=session_id, turn_id=queued)
-
-
-# Plain SQL: every turn ends through it, and no caller holds the rows it changes. RETURNING
-# reads the session row as locked (the newest version), never a snapshot that could miss a
-# message queued just before.
-_CLOSE_OUT = """
-    WITH released AS (
-        UPDATE sessions SET active_turn_id = NULL
-        WHERE id = %(session_id)s AND active_turn_id = %(turn_id)s
-        RETURNING queued_turn_id
-    ), declined AS (
-        UPDATE actions SET status = %(declined)s, decline_reason = %(reason)s,
-            resolved_at = %(now)s
-        WHERE turn_id = %(turn_id)s AND status = %(pending)s
-    )
-    SELECT queued_turn_id FROM released
-"""
 
 
 async def streamed_so_far(db: AsyncSession, *, turn_id: str) -> tuple[str | None, str]:
@@ -565,7 +403,7 @@ async def end_unfinished_turn(
     _move(turn, to=state)
     await _answer_open_calls(db, turn_id=turn_id, state=state)
     message = await _keep_streamed(db, turn, state)
-    await _close_out(db, session_id=turn.session_id, turn_id=turn.id, reason=state.value)
+    await close_out(db, session_id=turn.session_id, turn_id=turn.id, reason=state.value)
     turn.error = error.model_dump(mode="json") if error is not None else None
     await db.flush()
     events: list[tuple[EventType, BaseModel]] = [state_event(state)]
