@@ -236,25 +236,24 @@ class TurnActivities:
                 answered_by=(attempt.provider, attempt.model) if inp.fallback else None,
             )
 
-        if not requested:
-            # One UPDATE of the call (the row `_begin_attempt` read, written without a
-            # read): it commits by itself.
-            async with connect(self._sessions) as conn:
+        async with connect(self._sessions) as conn:
+            if not requested:
+                # One UPDATE of the call (the row `_begin_attempt` read, written without a
+                # read): it commits by itself.
                 call = await record(conn)
-        else:
-            # One commit for the call's outcome and its tool calls: a retry after a crash
-            # finds both or neither, so the stored calls always match their results.
-            async with self._sessions() as db:
-                call = await record(await session_conn(db))
-                await turns.store_tool_requests(
-                    db,
-                    turn_id=inp.turn_id,
-                    model_call_id=inp.model_call_id,
-                    text=text,
-                    tool_calls=requested,
-                    hashes=[args_hash(c["name"], c["arguments"]) for c in requested],
-                )
-                await db.commit()
+            else:
+                # One commit for the call's outcome and its tool calls: a retry after a crash
+                # finds both or neither, so the stored calls always match their results.
+                async with conn.transaction():
+                    call = await record(conn)
+                    await turns.store_tool_requests(
+                        conn,
+                        turn_id=inp.turn_id,
+                        model_call_id=inp.model_call_id,
+                        text=text,
+                        tool_calls=requested,
+                        hashes=[args_hash(c["name"], c["arguments"]) for c in requested],
+                    )
         tracing.annotate(
             first_token_ms=call.first_token_ms, total_ms=call.total_ms, usage=finish.usage
         )

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
+from psycopg.types.json import Jsonb
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.contracts import MessageStatus
@@ -69,6 +70,7 @@ async def append_message(
     role: str,
     text: str,
     status: MessageStatus = MessageStatus.complete,
+    tool_calls: list[dict[str, Any]] | None = None,
 ) -> MessageRow:
     """Store a message of the turn's with the session's next seq, unless it is stored
     already (a retry), which is then returned as it is: one statement takes the seq (locking
@@ -80,7 +82,8 @@ async def append_message(
         "role": role,
         "status": status.value,
         "text": text,
-        **token_count(role, text),
+        "tool_calls": None if tool_calls is None else Jsonb(tool_calls),
+        **token_count(role, text, tool_calls),
     }
     found = await conn.row(_APPEND_MESSAGE, params, MessageRow)
     if found is None:
@@ -89,10 +92,12 @@ async def append_message(
     return found
 
 
-def token_count(role: str, text: str) -> dict[str, Any]:
+def token_count(
+    role: str, text: str, tool_calls: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     """The token count every stored message carries (as `store.models.count_tokens`)."""
     counter = default_counter()
-    message = {"role": role, "content": text, "tool_calls": None}
+    message = {"role": role, "content": text, "tool_calls": tool_calls}
     return {"token_count": count_message(counter, message), "token_counter": counter.name}
 
 
@@ -103,9 +108,10 @@ _APPEND_MESSAGE = f"""
         RETURNING last_seq
     )
     INSERT INTO messages
-        (id, session_id, seq, role, turn_id, status, text, token_count, token_counter)
+        (id, session_id, seq, role, turn_id, status, text, tool_calls, token_count,
+        token_counter)
     SELECT %(id)s, %(session_id)s, seq.last_seq, %(role)s, %(turn_id)s, %(status)s,
-        %(text)s, %(token_count)s, %(token_counter)s
+        %(text)s, CAST(%(tool_calls)s AS jsonb), %(token_count)s, %(token_counter)s
     FROM seq
     RETURNING {MESSAGE_COLUMNS}
 """
