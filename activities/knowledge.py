@@ -38,12 +38,14 @@ from parley.knowledge import (
 from parley.statuses import TurnErrorCode
 from parley.tokens import TokenCounter, count_message
 from parley.wire import CitationsData, CitationSource, WarningData
-from store import identity, steps
+from store import identity
 from store import knowledge as knowledge_store
 from store import sessions as session_store
-from store.db import Db, SessionMaker, StoreError, autocommit
+from store.db import Conn, Db, SessionMaker, StoreError, autocommit
 from store.events import append_event, has_warning
 from store.models import Turn
+from store.steps import CallRow
+from store.turn_rows import TurnRow
 
 log = logging.getLogger(__name__)
 
@@ -216,13 +218,12 @@ async def _warn(db: Db, turn: Turn, message: str) -> None:
 
 
 async def emit_citations(
-    db: Db, *, turn_id: str, model_call_id: str, message_id: str, text: str
+    conn: Conn, *, turn: TurnRow, call: CallRow, message_id: str, text: str
 ) -> None:
     """Append `citations` for the passages the answer cites (nothing when it cites none);
-    once: a finalize retried after its commit finds the turn ended and adds nothing."""
-    turn = await steps.get_turn(db, turn_id=turn_id)
-    call = await steps.get_call(db, model_call_id=model_call_id)
-    if turn is None or call is None or turn.state in TERMINAL_TURN_STATES:
+    once: a finalize retried after its commit finds the turn ended and adds nothing.
+    `turn` and `call` as finalize read them, the turn locked."""
+    if turn.state in TERMINAL_TURN_STATES:
         return
     # A request without passages records none (or no "knowledge" at all: older calls).
     shown = ((call.request or {}).get("knowledge") or {}).get("sources") or []
@@ -230,8 +231,8 @@ async def emit_citations(
     if not sources:
         return
     await append_event(
-        db,
-        turn_id=turn_id,
+        conn,
+        turn_id=turn.id,
         type=EventType.citations,
         data=CitationsData(
             message_id=message_id,

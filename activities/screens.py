@@ -13,7 +13,7 @@ from parley.followups import suggest
 from parley.screens import Screen
 from parley.wire import FollowupsData
 from store import steps
-from store.db import SessionMaker, autocommit
+from store.db import SessionMaker, connect
 from store.events import append_event
 
 log = logging.getLogger(__name__)
@@ -33,9 +33,8 @@ class ScreenActivities:
 
     @activity.defn(name="screen_input")
     async def screen_input(self, inp: ScreenInput) -> ScreenResult:
-        async with self._sessions() as db:
-            await autocommit(db)  # reads only
-            text = await steps.question(db, turn_id=inp.turn_id)
+        async with connect(self._sessions) as conn:
+            text = await steps.question(conn, turn_id=inp.turn_id)
             assert text is not None
         verdict = await self._input.check(text)
         tracing.annotate(allowed=verdict.allowed, category=verdict.category)
@@ -46,9 +45,8 @@ class ScreenActivities:
         """Every text the model produced in this turn reaches the user (what accompanied its
         tool calls and proposals streamed too), so all of it is screened, not only the last
         call's; a decline withdraws all of it."""
-        async with self._sessions() as db:
-            await autocommit(db)  # reads only
-            text = "\n".join(await steps.response_texts(db, turn_id=inp.turn_id))
+        async with connect(self._sessions) as conn:
+            text = "\n".join(await steps.response_texts(conn, turn_id=inp.turn_id))
         verdict = await self._output.check(text)
         tracing.annotate(allowed=verdict.allowed, category=verdict.category)
         if not verdict.allowed:
@@ -61,21 +59,19 @@ class ScreenActivities:
     async def suggest_followups(self, inp: ScreenInput) -> None:
         """Best effort: offered only while the turn is still open, never after its end or its
         Stop (a Stop during the turn's last workflow task runs this step again)."""
-        async with self._sessions() as db:
-            open_turn, tools, asked = await steps.lock_with_tools_and_question(
-                db, turn_id=inp.turn_id
-            )
-            if not open_turn:
-                await db.commit()
+        async with connect(self._sessions) as conn, conn.transaction():
+            facts = await steps.lock_with_tools_and_question(conn, turn_id=inp.turn_id)
+            if not facts.still_open:
                 return
             suggestions = [
-                s for s in suggest(tools, asked=asked) if (await self._output.check(s)).allowed
+                s
+                for s in suggest(facts.tools, asked=facts.asked)
+                if (await self._output.check(s)).allowed
             ]
             if suggestions:
                 await append_event(
-                    db,
+                    conn,
                     turn_id=inp.turn_id,
                     type=EventType.followups,
                     data=FollowupsData(suggestions=suggestions),
                 )
-            await db.commit()

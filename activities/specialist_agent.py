@@ -48,8 +48,8 @@ from parley.screens import Screen
 from parley.statuses import FinishReason, ToolCallStatus
 from parley.wire import Option
 from store import steps, turns
-from store.db import SessionMaker
-from store.models import ModelCall
+from store.db import SessionMaker, connect, session_conn
+from store.steps import CallRow
 
 log = logging.getLogger(__name__)
 
@@ -76,10 +76,10 @@ class SpecialistAgentActivities:
         the reply stored; the tool calls it asked for, each checked."""
         call = await self._begin(inp)
         if call.finish_reason is None:
-            await self._ask_model(call)
+            call = await self._ask_model(call)
         return _agent_step(call)
 
-    async def _begin(self, inp: AgentStepInput) -> ModelCall:
+    async def _begin(self, inp: AgentStepInput) -> CallRow:
         """The step's stored call (written now on the first attempt), its attempt counted; a
         turn stopped or paused meanwhile refuses the step."""
         async with self._sessions() as db:
@@ -89,19 +89,18 @@ class SpecialistAgentActivities:
                 stored = await steps.insert_call(
                     db, turn_id=inp.turn_id, step=AGENT_STEP_BASE + inp.step, **made
                 )
-            turn, call, paused = await steps.lock_for_attempt(
-                db, turn_id=inp.turn_id, model_call_id=stored.id
-            )
+            conn = await session_conn(db)
+            found = await steps.lock_for_attempt(conn, turn_id=inp.turn_id, model_call_id=stored.id)
+            call = found.call
             assert call is not None
             if call.finish_reason is not None:
                 return call
-            await turns.advance_locked(db, turn, to=TurnState.executing_tools)
-            if paused:
-                await db.commit()
-            refuse_if_paused(paused)
-            steps.count_attempt(call)
-            await db.commit()
-            return call
+            await turns.advance_locked(conn, found.turn, to=TurnState.executing_tools)
+            if not found.paused:
+                call = await steps.count_attempt(conn, call)
+            await db.commit()  # the step was entered, whatever it finds
+        refuse_if_paused(found.paused)
+        return call
 
     async def _new_call(self, inp: AgentStepInput) -> dict[str, Any]:
         """Who answers the step (the model that delegated) and the request it is sent."""
@@ -111,7 +110,7 @@ class SpecialistAgentActivities:
             asked_by = await steps.get_call(db, model_call_id=delegated.model_call_id)
             assert asked_by is not None
             order_id = str((delegated.arguments or {}).get("order_id", ""))
-            message = await steps.question(db, turn_id=inp.turn_id) or ""
+            message = await steps.question(await session_conn(db), turn_id=inp.turn_id) or ""
             past = await steps.agent_steps(
                 db,
                 turn_id=inp.turn_id,
@@ -130,7 +129,7 @@ class SpecialistAgentActivities:
         }
         return {"provider": asked_by.provider, "model": asked_by.model, "request": request}
 
-    async def _ask_model(self, call: ModelCall) -> None:
+    async def _ask_model(self, call: CallRow) -> CallRow:
         """Ask the model and store its whole reply (nothing streams to the user: the loop
         shows what it decides through its tools)."""
         request = ModelRequest(
@@ -162,9 +161,9 @@ class SpecialistAgentActivities:
             {"id": c.id or f"call_{i}", "name": c.name, "arguments": parsed_arguments(c.arguments)}
             for i, c in enumerate(requested)
         ]
-        async with self._sessions() as db:
-            steps.record_outcome(
-                db,
+        async with connect(self._sessions) as conn:
+            written = await steps.record_outcome(
+                conn,
                 call,
                 text="".join(parts),
                 tool_calls=tool_calls or None,
@@ -173,8 +172,8 @@ class SpecialistAgentActivities:
                 first_token_ms=first_token_ms,
                 total_ms=(time.monotonic() - started) * 1000,
             )
-            await db.commit()
         record_usage(call.provider, call.model, finish.usage)
+        return written
 
     # --- its tools -------------------------------------------------------------------------
 
@@ -326,7 +325,7 @@ class SpecialistAgentActivities:
             return True
 
 
-def _agent_step(call: ModelCall) -> AgentStep:
+def _agent_step(call: CallRow) -> AgentStep:
     calls = []
     for position, requested in enumerate(call.response_tool_calls or []):
         _, problem = check_call(requested["name"], requested["arguments"])

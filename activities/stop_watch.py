@@ -3,7 +3,7 @@
 The model call runs as a local activity of the turn's workflow task: a cancel request sent to
 the workflow reaches it only at the next workflow task, seconds later. The Stop is recorded
 on the turn's row first (`store.turns`), so the step watches the row instead: every delta's
-append reads it in the same round trip (`store.events.append_on_driver`), and while the
+append reads it in the same round trip (`store.events.append_streamed`), and while the
 provider sends nothing (before its first token, or a long tool call's arguments) the row is
 read every STOP_CHECK_S.
 """
@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
-from store.db import DriverConnection
+from store.db import Conn
 from store.events import stop_is_recorded
 from store.turns import TurnStopped
 
@@ -26,7 +26,7 @@ Item = TypeVar("Item")
 StopCheck = Callable[[], Awaitable[bool]]
 
 
-def stop_recorded(connection: DriverConnection, turn_id: str) -> StopCheck:
+def stop_recorded(connection: Conn, turn_id: str) -> StopCheck:
     """The check for one turn, on the stream's own connection (free between appends: the
     check runs only while no append is in flight)."""
 

@@ -45,9 +45,9 @@ from parley.statuses import FinalizeOutcome, FinishReason, TurnErrorCode
 from parley.tools import args_hash
 from parley.wire import DeltaData, ResetData, RetractedData
 from store import actions, steps, turns
-from store.db import Db, SessionMaker, autocommit, driver_connection
-from store.events import append_event, append_on_driver, withdraw_turn_text
-from store.models import ModelCall
+from store.db import Conn, Db, SessionMaker, connect, session_conn
+from store.events import append_event, append_streamed, withdraw_turn_text
+from store.steps import CallRow
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ class _Attempt:
     provider: str
     model: str
     request: ModelRequest
-    call: ModelCall
+    call: CallRow
 
 
 @dataclass
@@ -133,44 +133,46 @@ class TurnActivities:
     async def _begin_attempt(self, inp: CallModelInput) -> _Attempt | CallModelResult:
         """Enter `calling_model` and count the attempt; a call that an earlier attempt
         finished is answered from the store."""
-        async with self._sessions() as db:
-            # The turn locked, the call, and whether its tenant is paused, in one round trip.
+        async with connect(self._sessions) as conn:
             # The state and the attempt's count are committed together, before the stream
-            # starts: the stream shows the step before it runs.
-            turn, call, paused = await steps.lock_for_attempt(
-                db, turn_id=inp.turn_id, model_call_id=inp.model_call_id
-            )
-            assert call is not None, f"model call {inp.model_call_id} is missing"
-            if call.finish_reason is not None:
-                # Finished by an attempt that died reporting it, or run again with the rest of
-                # its workflow task after a crash (wherever the turn has got to since).
-                return _result(call)
-            await turns.advance_locked(db, turn, to=TurnState.calling_model)
-            if paused:
-                await db.commit()  # the step was entered, whatever it finds
-            refuse_if_paused(paused)
-            # The step's answer path; a re-answer names the capped step it is the child of.
-            tracing.annotate(path=call.request.get("path", "tools"))
-            if call.request.get("reanswer_of"):
-                tracing.annotate(reanswer_of=call.request["reanswer_of"])
-            message_id = message_id_for_call(call.id)
-            if call.attempts:  # only an earlier attempt can have streamed for this message
-                await _reset_partial_stream(db, turn_id=inp.turn_id, message_id=message_id)
-            steps.count_attempt(call)
-            await db.commit()
-            provider, model = call.provider, call.model
-            if inp.fallback:
-                provider = self._settings.fallback_model_provider
-                model = self._settings.fallback_model or model
-            request = ModelRequest(
-                model=model,
-                messages=call.request["messages"],
-                tools=call.request.get("tools", []),
-                max_output_tokens=call.request.get("max_output_tokens", 1024),
-                reasoning_effort=call.request.get("reasoning_effort"),
-                cache_key=call.request.get("cache_key"),
-            )
-            return _Attempt(message_id, provider, model, request, call)
+            # starts: the stream shows the step before it runs (a paused tenant's turn too).
+            async with conn.transaction():
+                # The turn locked, the call, and whether its tenant is paused: one round trip.
+                found = await steps.lock_for_attempt(
+                    conn, turn_id=inp.turn_id, model_call_id=inp.model_call_id
+                )
+                call = found.call
+                assert call is not None, f"model call {inp.model_call_id} is missing"
+                if call.finish_reason is not None:
+                    # Finished by an attempt that died reporting it, or run again with the
+                    # rest of its workflow task after a crash (wherever the turn has got to).
+                    return _result(call)
+                await turns.advance_locked(conn, found.turn, to=TurnState.calling_model)
+                if not found.paused:
+                    message_id = message_id_for_call(call.id)
+                    if call.attempts:  # only an earlier attempt can have streamed for it
+                        await _reset_partial_stream(
+                            conn, turn_id=inp.turn_id, message_id=message_id
+                        )
+                    call = await steps.count_attempt(conn, call)
+        refuse_if_paused(found.paused)
+        # The step's answer path; a re-answer names the capped step it is the child of.
+        tracing.annotate(path=call.request.get("path", "tools"))
+        if call.request.get("reanswer_of"):
+            tracing.annotate(reanswer_of=call.request["reanswer_of"])
+        provider, model = call.provider, call.model
+        if inp.fallback:
+            provider = self._settings.fallback_model_provider
+            model = self._settings.fallback_model or model
+        request = ModelRequest(
+            model=model,
+            messages=call.request["messages"],
+            tools=call.request.get("tools", []),
+            max_output_tokens=call.request.get("max_output_tokens", 1024),
+            reasoning_effort=call.request.get("reasoning_effort"),
+            cache_key=call.request.get("cache_key"),
+        )
+        return _Attempt(message_id_for_call(call.id), provider, model, request, call)
 
     async def _stream(self, turn_id: str, attempt: _Attempt) -> _Streamed:
         """Relay the provider's stream into the event log, a frame at a time."""
@@ -180,18 +182,17 @@ class TurnActivities:
         frames = _coalesce(upstream, self._settings.frame_seconds)
         try:
             # One connection for the whole stream, in autocommit: a frame is one statement
-            # (the append commits by itself), one round trip, sent by psycopg itself.
-            async with heartbeating(), self._sessions() as db:
-                connection = await driver_connection(await autocommit(db))
-                stopped = stop_recorded(connection, turn_id)
+            # (the append commits by itself), one round trip.
+            async with heartbeating(), connect(self._sessions) as conn:
+                stopped = stop_recorded(conn, turn_id)
                 async for item in checking_while_quiet(
                     frames, stopped, STOP_CHECK_S, turn_id=turn_id
                 ):
                     text = streamed.take(item)
                     if text is None:
                         continue
-                    appended = await append_on_driver(
-                        connection,
+                    appended = await append_streamed(
+                        conn,
                         turn_id=turn_id,
                         type=EventType.delta,
                         data=DeltaData(message_id=attempt.message_id, text=text),
@@ -220,38 +221,44 @@ class TurnActivities:
             for c in streamed.tool_calls
         ]
         finish = streamed.finish
-        async with self._sessions() as db:
-            if not requested:
-                await autocommit(db)  # one UPDATE of the call: it commits by itself
-            call = attempt.call  # the row `_begin_attempt` read, written back without a read
-            steps.record_outcome(
-                db,
-                call,
+        total_ms = (time.monotonic() - streamed.started) * 1000
+
+        async def record(conn: Conn) -> CallRow:
+            return await steps.record_outcome(
+                conn,
+                attempt.call,
                 text=text,
                 tool_calls=requested or None,
                 finish_reason=finish.reason,
                 usage=finish.usage,
                 first_token_ms=streamed.first_token_ms,
-                total_ms=(time.monotonic() - streamed.started) * 1000,
+                total_ms=total_ms,
                 answered_by=(attempt.provider, attempt.model) if inp.fallback else None,
             )
-            # One commit for the call's outcome and its tool calls: a retry after a crash
-            # finds both or neither, so the stored calls always match their results.
-            if requested:
-                await turns.store_tool_requests(
-                    db,
-                    turn_id=inp.turn_id,
-                    model_call_id=inp.model_call_id,
-                    text=text,
-                    tool_calls=requested,
-                    hashes=[args_hash(c["name"], c["arguments"]) for c in requested],
-                )
-            await db.commit()
-            tracing.annotate(
-                first_token_ms=call.first_token_ms, total_ms=call.total_ms, usage=finish.usage
-            )
-            record_usage(attempt.provider, attempt.model, finish.usage)
-            return _result(call)
+
+        async with connect(self._sessions) as conn:
+            if not requested:
+                # One UPDATE of the call (the row `_begin_attempt` read, written without a
+                # read): it commits by itself.
+                call = await record(conn)
+            else:
+                # One commit for the call's outcome and its tool calls: a retry after a crash
+                # finds both or neither, so the stored calls always match their results.
+                async with conn.transaction():
+                    call = await record(conn)
+                    await turns.store_tool_requests(
+                        conn,
+                        turn_id=inp.turn_id,
+                        model_call_id=inp.model_call_id,
+                        text=text,
+                        tool_calls=requested,
+                        hashes=[args_hash(c["name"], c["arguments"]) for c in requested],
+                    )
+        tracing.annotate(
+            first_token_ms=call.first_token_ms, total_ms=call.total_ms, usage=finish.usage
+        )
+        record_usage(attempt.provider, attempt.model, finish.usage)
+        return _result(call)
 
     # --- endings ---------------------------------------------------------------------------
 
@@ -287,7 +294,7 @@ class TurnActivities:
         a screen that errors lets it stand (the output screen fails open)."""
         if self._output_screen is None:
             return False
-        texts = await steps.response_texts(db, turn_id=turn_id)
+        texts = await steps.response_texts(await session_conn(db), turn_id=turn_id)
         try:
             verdict = await self._output_screen.check("\n".join(texts))
         except Exception:
@@ -298,10 +305,14 @@ class TurnActivities:
     @activity.defn(name="finalize_turn")
     async def finalize_turn(self, inp: FinalizeTurnInput) -> str:
         async with self._sessions() as db:
-            # The turn locked and kept, with its call, in one statement: the citations read
-            # both from the session, and the ending below needs the lock anyway.
+            # The session's transaction, its statements on its own connection (`Conn`): an
+            # ending that must also promote a queued turn or answer open tool calls does so
+            # in the same commit (store/turns.py).
+            conn = await session_conn(db)
+            # The turn locked and its call, in one statement: the citations read both, and
+            # the ending below needs the lock anyway.
             turn, call = await steps.lock_with_call(
-                db, turn_id=inp.turn_id, model_call_id=inp.model_call_id
+                conn, turn_id=inp.turn_id, model_call_id=inp.model_call_id
             )
             text, message_id = call.response_text or "", message_id_for_call(call.id)
             if inp.override_text is not None:
@@ -312,24 +323,19 @@ class TurnActivities:
                     message_id = override_message_id(model_call_id=call.id)
             if inp.retract:
                 # In the same commit as `retracted`: no replay after it serves the old words.
-                await withdraw_turn_text(db, turn_id=inp.turn_id)
+                await withdraw_turn_text(conn, turn_id=inp.turn_id)
             else:
                 await knowledge.emit_citations(
-                    db,
-                    turn_id=inp.turn_id,
-                    model_call_id=call.id,
-                    message_id=message_id,
-                    text=text,
+                    conn, turn=turn, call=call, message_id=message_id, text=text
                 )
             try:
                 message = await turns.complete_turn(
                     db,
-                    turn_id=inp.turn_id,
+                    turn=turn,
                     message_id=message_id,
                     text=text,
                     outcome=FinalizeOutcome(inp.outcome),
                     retracted=inp.retract,
-                    locked=turn,
                 )
             except turns.TurnStopped:
                 await db.commit()  # the cancelled ending, when the user's Stop came first
@@ -389,7 +395,7 @@ def parsed_arguments(arguments: str) -> Any:
         return arguments
 
 
-def _result(call: ModelCall) -> CallModelResult:
+def _result(call: CallRow) -> CallModelResult:
     requested = call.response_tool_calls or []
     return CallModelResult(
         attempts=max(1, call.attempts),
@@ -408,12 +414,12 @@ def _result(call: ModelCall) -> CallModelResult:
     )
 
 
-async def _reset_partial_stream(db: Db, *, turn_id: str, message_id: str) -> None:
+async def _reset_partial_stream(conn: Conn, *, turn_id: str, message_id: str) -> None:
     """If an earlier attempt streamed text for this message, tell clients to drop it."""
-    last = await steps.last_stream_event(db, turn_id=turn_id, message_id=message_id)
+    last = await steps.last_stream_event(conn, turn_id=turn_id, message_id=message_id)
     if last == EventType.delta:
         await append_event(
-            db,
+            conn,
             turn_id=turn_id,
             type=EventType.reset,
             data=ResetData(message_id=message_id, reason="retry"),

@@ -9,7 +9,7 @@ same number of activities, and against the one-activity row (issue 25's yardstic
 
 The new shape of a plain turn (issue 25: start, one workflow task, done) has its own floor:
 a workflow whose one local step stores one `delta` through the very path a model call's
-stream stores each frame (psycopg's own connection in autocommit, `append_on_driver`), on a
+stream stores each frame (psycopg's own connection in autocommit, `append_streamed`), on a
 turn row made for the bench, so the row counts the database's share of a turn's one step too.
 
 The worker runs as its own process (so its CPU is counted apart from the bench client):
@@ -37,14 +37,8 @@ from bench.runner import Phase, Turn
 from parley.config import Settings
 from parley.contracts import EventType, TurnState
 from parley.wire import DeltaData
-from store.db import (
-    autocommit,
-    create_engine,
-    create_socket_checked_engine,
-    driver_connection,
-    session_factory,
-)
-from store.events import append_on_driver
+from store.db import connect, create_engine, create_socket_checked_engine, session_factory
+from store.events import append_streamed
 from store.models import ChatSession
 from store.models import Turn as TurnRow
 from worker import worker_pool
@@ -86,10 +80,9 @@ class EventStep:
     @activity.defn(name="skeleton_store_event")
     async def store_event(self, turn_id: str) -> int:
         """One `delta` stored as `call_model` stores each streamed frame."""
-        async with self._sessions() as db:
-            connection = await driver_connection(await autocommit(db))
-            appended = await append_on_driver(
-                connection,
+        async with connect(self._sessions) as conn:
+            appended = await append_streamed(
+                conn,
                 turn_id=turn_id,
                 type=EventType.delta,
                 data=DeltaData(message_id="msg_skeleton", text="skeleton "),

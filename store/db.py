@@ -10,16 +10,26 @@ has something to read was closed by the server (it says so before closing: a FAT
 then end of file), so it is thrown away and a fresh one taken. A server that vanished
 without a word (a cut network) is then found by the first statement, which fails, and
 SQLAlchemy discards the whole pool; the API's hot path takes that trade.
+
+The worker's hot path speaks one style: `Conn`, psycopg's own connection taken from the same
+pool (`connect`, or `session_conn` inside a session's transaction), statements written in
+psycopg's form (`%(name)s`) as named functions in store/, rows returned as frozen dataclasses.
+It keeps what the engine gives the ORM: the pool's checks, errors without parameters (a
+psycopg error is raised as the `StoreError` SQLAlchemy would raise, `hide_parameters`), a
+connection that broke mid-statement discarded, and every statement counted (`on_statement`).
 """
 
 from __future__ import annotations
 
-import re
 import select
-from collections.abc import Callable
-from typing import Any, TypeAlias
+import weakref
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from typing import Any, TypeAlias, TypeVar
 
 import psycopg
+from psycopg import pq
+from psycopg.rows import BaseRowFactory, class_row, kwargs_row, tuple_row
 from sqlalchemy import event, exc, text
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import (
@@ -36,8 +46,6 @@ from sqlalchemy.ext.asyncio import (
 Db: TypeAlias = AsyncSession
 SessionMaker: TypeAlias = async_sessionmaker[AsyncSession]
 Engine: TypeAlias = AsyncEngine
-# psycopg's own connection under a SQLAlchemy one (`driver_connection`).
-DriverConnection: TypeAlias = "psycopg.AsyncConnection[Any]"
 # What a statement the database refused, or could not run, raises.
 StoreError = SQLAlchemyError
 
@@ -126,28 +134,6 @@ async def autocommit(db: AsyncSession) -> AsyncConnection:
     return await db.connection(execution_options={"isolation_level": "AUTOCOMMIT"})
 
 
-async def driver_connection(connection: AsyncConnection) -> psycopg.AsyncConnection[Any]:
-    """psycopg's own connection under a SQLAlchemy one, for a hot statement that skips
-    SQLAlchemy's statement layer. It stays the SQLAlchemy connection's: returned to the pool
-    with it, and in the same mode (call `autocommit` first for statements that commit alone)."""
-    raw = await connection.get_raw_connection()
-    driver = raw.driver_connection
-    assert isinstance(driver, psycopg.AsyncConnection)
-    return driver
-
-
-def driver_sql(sql: str) -> str:
-    """A statement written for SQLAlchemy's `text()` (`:name` placeholders) in psycopg's own
-    form (`%(name)s`), for `driver_connection`. A name counts as `text()` counts it (not after
-    a colon, a word character or a backslash, nor before a colon: `::` casts stay), and a
-    literal `%` (a LIKE pattern) is doubled, as psycopg reads a lone one as a placeholder."""
-    return _TEXT_BIND.sub(r"%(\1)s", sql.replace("%", "%%"))
-
-
-# The pattern SQLAlchemy's `text()` finds its bind names with.
-_TEXT_BIND = re.compile(r"(?<![:\w\\]):(\w+)(?!:)")
-
-
 async def ping(db: AsyncSession) -> None:
     """One round trip (`SELECT 1`); raises while the database is unreachable."""
     await db.execute(_PING)
@@ -161,6 +147,9 @@ def is_unreachable(exc: BaseException) -> bool:
     as opposed to a statement the database refused."""
     if isinstance(exc, OperationalError | InterfaceError):
         return True
+    # psycopg's own, raised where no statement was being run (a connect, a commit).
+    if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
+        return True
     if isinstance(exc, DBAPIError) and exc.connection_invalidated:
         return True
     # A driver may raise the socket's own error when it cannot connect at all.
@@ -172,5 +161,129 @@ def count_work(
 ) -> None:
     """Call `on_statement` for every statement the engine sends and `on_checkout` for every
     connection its pool hands out (the metrics the bench reports per turn)."""
-    event.listen(engine.sync_engine, "before_cursor_execute", lambda *_: on_statement())
+    on_statement_sent(engine, lambda _sql: on_statement())
     event.listen(engine.sync_engine.pool, "checkout", lambda *_: on_checkout())
+
+
+def on_statement_sent(engine: AsyncEngine, hook: Callable[[str], None]) -> Callable[[], None]:
+    """Call `hook` with the text of every statement sent on the engine's connections, in
+    either style: through SQLAlchemy, or on a `Conn` from its pool. Returns what stops it."""
+
+    def sent(*args: Any) -> None:
+        hook(str(args[2]))
+
+    event.listen(engine.sync_engine, "before_cursor_execute", sent)
+    hooks = _HOOKS.setdefault(engine.sync_engine.pool, [])
+    hooks.append(hook)
+
+    def stop() -> None:
+        event.remove(engine.sync_engine, "before_cursor_execute", sent)
+        hooks.remove(hook)
+
+    return stop
+
+
+# The statement hooks of each pool (a `Conn` is told them when it is taken from the pool).
+_HOOKS: weakref.WeakKeyDictionary[Any, list[Callable[[str], None]]] = weakref.WeakKeyDictionary()
+
+Row = TypeVar("Row")
+Params: TypeAlias = Mapping[str, Any]
+
+
+class Conn:
+    """psycopg's connection for the statements of store/ (see the module's docstring)."""
+
+    def __init__(
+        self, driver: psycopg.AsyncConnection[Any], hooks: list[Callable[[str], None]]
+    ) -> None:
+        self._driver = driver
+        self._hooks = hooks
+
+    async def rows(self, sql: str, params: Params, row: type[Row]) -> list[Row]:
+        """Every row the statement returns, as `row` (a dataclass: one field a column)."""
+        cursor = await self._execute(sql, params, class_row(row))
+        return await cursor.fetchall()
+
+    async def row(self, sql: str, params: Params, row: type[Row]) -> Row | None:
+        """The statement's first row as `row`, or None."""
+        cursor = await self._execute(sql, params, class_row(row))
+        return await cursor.fetchone()
+
+    async def made(self, sql: str, params: Params, make: Callable[..., Row]) -> Row | None:
+        """The first row, its columns given to `make` by name, or None."""
+        cursor = await self._execute(sql, params, kwargs_row(make))
+        return await cursor.fetchone()
+
+    async def value(self, sql: str, params: Params) -> Any:
+        """The first column of the first row (None when there is none)."""
+        cursor = await self._execute(sql, params, tuple_row)
+        found = await cursor.fetchone()
+        return found[0] if found is not None else None
+
+    async def run(self, sql: str, params: Params) -> int:
+        """Run the statement; how many rows it changed."""
+        cursor = await self._execute(sql, params, tuple_row)
+        return cursor.rowcount
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[None]:
+        """Statements that commit together (or not at all, when the block raises)."""
+        try:
+            async with self._driver.transaction():
+                yield
+        except psycopg.Error as exc:
+            raise _store_error("COMMIT", exc) from exc
+
+    async def _execute(
+        self, sql: str, params: Params, rows: BaseRowFactory[Any]
+    ) -> psycopg.AsyncCursor[Any]:
+        for hook in self._hooks:
+            hook(sql)
+        cursor = self._driver.cursor(row_factory=rows)
+        try:
+            await cursor.execute(sql, params)
+        except psycopg.Error as exc:
+            raise _store_error(sql, exc) from exc
+        return cursor
+
+
+def _store_error(sql: str, exc: psycopg.Error) -> StoreError:
+    """A psycopg error as SQLAlchemy raises it (`IntegrityError`, `OperationalError`, …),
+    with the statement and never its parameters."""
+    return DBAPIError.instance(sql, None, exc, psycopg.Error, hide_parameters=True)
+
+
+@asynccontextmanager
+async def connect(sessions: SessionMaker) -> AsyncIterator[Conn]:
+    """A connection from the pool behind `sessions`, in autocommit mode: a statement commits
+    by itself (no `BEGIN`, no `COMMIT`); `Conn.transaction` for several that commit
+    together. Returned to the pool on leaving, in the mode it came in; thrown away instead
+    when a statement was cut off mid-way (cancelled, or the connection broke)."""
+    engine = sessions.kw["bind"]
+    async with engine.connect() as connection:
+        raw = await connection.get_raw_connection()
+        driver = raw.driver_connection
+        assert isinstance(driver, psycopg.AsyncConnection)
+        was_autocommit = driver.autocommit
+        if not was_autocommit:
+            await driver.set_autocommit(True)
+        try:
+            yield Conn(driver, _HOOKS.get(engine.sync_engine.pool, []))
+        finally:
+            # Idle, unless a statement was cut off mid-way (cancelled) or the link broke.
+            if driver.broken or driver.pgconn.transaction_status != pq.TransactionStatus.IDLE:
+                await connection.invalidate()
+            elif not was_autocommit:
+                await driver.set_autocommit(False)
+
+
+async def session_conn(db: AsyncSession) -> Conn:
+    """The session's own connection as a `Conn`, inside the session's transaction (its
+    pending changes written first): for a caller that also works through the session,
+    while its statements move to `Conn`. The session's commit commits both."""
+    await db.flush()
+    connection = await db.connection()
+    raw = await connection.get_raw_connection()
+    driver = raw.driver_connection
+    assert isinstance(driver, psycopg.AsyncConnection)
+    return Conn(driver, _HOOKS.get(connection.sync_engine.pool, []))

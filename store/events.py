@@ -15,17 +15,16 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
-import psycopg
 from pydantic import BaseModel
 from sqlalchemy import Integer, String, text
 from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.contracts import TERMINAL_TURN_STATES, EventType, TurnState
 from parley.wire import EVENT_DATA, StateData
-from store.db import driver_sql
+from store.db import Conn, session_conn
 from store.viewers import ATTACH_VIEWER_SQL
 
 NOTIFY_CHANNEL = "parley_turn_events"
@@ -58,68 +57,75 @@ def parse_notification(payload: str) -> tuple[str, list[StoredEvent]]:
 
 
 async def append_event(
-    db: AsyncSession | AsyncConnection, *, turn_id: str, type: EventType, data: BaseModel
+    db: AsyncSession | Conn, *, turn_id: str, type: EventType, data: BaseModel
 ) -> int:
     """Append one event within the caller's transaction and return its id."""
     return (await append_events(db, turn_id=turn_id, events=[(type, data)]))[-1]
 
 
 async def append_events(
-    db: AsyncSession | AsyncConnection,
+    db: AsyncSession | Conn,
     *,
     turn_id: str,
     events: Sequence[tuple[EventType, BaseModel]],
     moving_to: TurnState | None = None,
+    answer: str | None = None,
 ) -> list[int]:
-    """Append events within the caller's transaction: one round trip that takes the ids from
-    the turn row (locking it), inserts the events and rings the doorbell. On a connection
-    (Core) rather than a session, it skips the unit of work. With `moving_to`, the same
-    statement sets the turn's state: a move and its announcement are one round trip (the
-    caller keeps its turn object in step, `store.turns`)."""
-    payload = json.dumps([{"type": type_, "data": _wire(type_, data)} for type_, data in events])
-    params: dict[str, Any] = {"turn_id": turn_id, "n": len(events), "events": payload}
-    statement = _APPEND
-    if moving_to is not None:
-        statement, params["state"] = _APPEND_MOVING, moving_to.value
-    last = await db.scalar(statement, params)
-    if last is None:
-        raise LookupError(f"turn {turn_id} does not exist")
+    """Append events within the caller's transaction (a session's, or a `Conn`'s: in
+    autocommit, the append commits by itself): one round trip that takes the ids from the
+    turn row (locking it), inserts the events and rings the doorbell. With `moving_to`, the
+    same statement sets the turn's state: a move and its announcement are one round trip;
+    with `answer`, the turn's answer (`assistant_message_id`) too."""
+    conn = db if isinstance(db, Conn) else await session_conn(db)
+    last = (await _append(conn, turn_id, events, moving_to, answer)).event_id
     return list(range(last - len(events) + 1, last + 1))
 
 
-async def append_on_driver(
-    connection: psycopg.AsyncConnection[Any],
-    *,
-    turn_id: str,
-    type: EventType,
-    data: BaseModel,
+async def append_streamed(
+    conn: Conn, *, turn_id: str, type: EventType, data: BaseModel
 ) -> Appended:
-    """`append_event` on psycopg's own connection in autocommit mode (the event commits by
-    itself), without SQLAlchemy's statement layer: for the streamed deltas, the most frequent
-    write of a turn, where that layer costs more of the worker's CPU than the statement.
-    The same round trip tells whether the user's Stop is recorded on the turn."""
-    payload = json.dumps([{"type": type, "data": _wire(type, data)}])
-    cursor = await connection.execute(
-        _APPEND_DRIVER, {"turn_id": turn_id, "n": 1, "events": payload}
-    )
-    found = await cursor.fetchone()
-    if found is None or found[0] is None:
+    """`append_event` for a streaming step (the deltas, a turn's most frequent write), which
+    learns in the same round trip whether the user's Stop is recorded on the turn."""
+    return await _append(conn, turn_id, [(type, data)], None, None)
+
+
+async def _append(
+    conn: Conn,
+    turn_id: str,
+    events: Sequence[tuple[EventType, BaseModel]],
+    moving_to: TurnState | None,
+    answer: str | None,
+) -> Appended:
+    payload = json.dumps([{"type": type_, "data": _wire(type_, data)} for type_, data in events])
+    params = {
+        "turn_id": turn_id,
+        "n": len(events),
+        "events": payload,
+        "state": moving_to.value if moving_to is not None else None,
+        "answer": answer,
+    }
+    found = await conn.made(_APPEND, params, _appended)
+    if found is None:
         raise LookupError(f"turn {turn_id} does not exist")
-    return Appended(int(found[0]), bool(found[2]))
+    return found
 
 
-async def stop_is_recorded(connection: psycopg.AsyncConnection[Any], *, turn_id: str) -> bool:
+def _appended(*, event_id: int | None, stopped: bool | None, notified: Any) -> Appended | None:
+    return None if event_id is None else Appended(event_id, bool(stopped))
+
+
+async def stop_is_recorded(conn: Conn, *, turn_id: str) -> bool:
     """Whether the user's Stop is recorded on the turn, read on a streaming step's own
-    connection (`append_on_driver`'s) while it has nothing to append."""
-    cursor = await connection.execute(_STOP_RECORDED, {"turn_id": turn_id})
-    found = await cursor.fetchone()
-    return bool(found and found[0])
+    connection (its appends') while it has nothing to append."""
+    return bool(await conn.value(_STOP_RECORDED, {"turn_id": turn_id}))
 
 
 _STOP_RECORDED = "SELECT cancel_requested_at IS NOT NULL FROM turns WHERE id = %(turn_id)s"
 
 
-class Appended(NamedTuple):
+@dataclass(frozen=True)
+class Appended:
+    # The id of the last event appended.
     event_id: int
     # The turn's Stop is recorded: a step that streams for it stops at once.
     stopped: bool
@@ -148,40 +154,30 @@ def _wire(type_: EventType, data: BaseModel) -> dict[str, Any]:
     return data.model_dump(mode="json")
 
 
-# How an append takes its ids: the turn's counter moves by the batch's size (and, for an
-# append that moves the turn, its state changes in the same UPDATE).
-_COUNT = "UPDATE turns SET last_event_id = last_event_id + :n, updated_at = now()"
-_COUNT_AND_MOVE = (
-    "UPDATE turns SET last_event_id = last_event_id + :n, updated_at = now(), state = :state"
-)
-
-
-def _append_sql(count: str) -> str:
-    """The append statement around one of the counter updates above."""
-    return f"""
+# How an append takes its ids: the turn's counter moves by the batch's size (and its state
+# changes in the same UPDATE, when the append announces a move).
+_APPEND = f"""
     WITH counter AS (
-        {count}
-        WHERE id = :turn_id
-        RETURNING last_event_id - :n AS base, cancel_requested_at IS NOT NULL AS stopped
+        UPDATE turns SET last_event_id = last_event_id + %(n)s, updated_at = now(),
+            state = COALESCE(%(state)s, state),
+            assistant_message_id = COALESCE(%(answer)s, assistant_message_id)
+        WHERE id = %(turn_id)s
+        RETURNING last_event_id - %(n)s AS base, cancel_requested_at IS NOT NULL AS stopped
     ), inserted AS (
         INSERT INTO turn_events (turn_id, id, type, data, created_at)
-        SELECT :turn_id, counter.base + e.ord, e.value ->> 'type', e.value -> 'data', now()
-        FROM counter, jsonb_array_elements(CAST(:events AS jsonb)) WITH ORDINALITY AS e(value, ord)
+        SELECT %(turn_id)s, counter.base + e.ord, e.value ->> 'type', e.value -> 'data', now()
+        FROM counter,
+            jsonb_array_elements(CAST(%(events)s AS jsonb)) WITH ORDINALITY AS e(value, ord)
         RETURNING id
     )
-    SELECT max(id), pg_notify(
+    SELECT max(id) AS event_id, pg_notify(
         '{NOTIFY_CHANNEL}',
-        :turn_id || ':' || (max(id) - :n + 1)::text || ':'
-        || CASE WHEN octet_length(CAST(:events AS text)) <= {NOTIFY_EVENTS_MAX}
-            THEN CAST(:events AS text) ELSE '' END
-    ), (SELECT stopped FROM counter)
+        %(turn_id)s || ':' || (max(id) - %(n)s + 1)::text || ':'
+        || CASE WHEN octet_length(CAST(%(events)s AS text)) <= {NOTIFY_EVENTS_MAX}
+            THEN CAST(%(events)s AS text) ELSE '' END
+    ) AS notified, (SELECT stopped FROM counter) AS stopped
     FROM inserted
     """
-
-
-_APPEND = text(_append_sql(_COUNT))
-_APPEND_MOVING = text(_append_sql(_COUNT_AND_MOVE))
-_APPEND_DRIVER = driver_sql(_append_sql(_COUNT))
 
 
 @dataclass(frozen=True)
@@ -231,23 +227,24 @@ _ATTACH_AND_READ = text(f"WITH attached AS ({ATTACH_VIEWER_SQL}) {_READ_SQL}").c
 )
 
 
-async def withdraw_turn_text(db: AsyncSession, *, turn_id: str) -> None:
+async def withdraw_turn_text(db: AsyncSession | Conn, *, turn_id: str) -> None:
     """The output screen withdrew the turn's answer: blank the text of every `delta` the
     turn streamed, and of the turn's tool-calling messages, so that neither a replay from
     any id nor the message list serves the withdrawn words again. Event ids stay as they are
     (a client resuming mid-turn keeps its place); the `retracted` event that follows says
     what to show instead."""
-    await db.execute(_WITHDRAW_DELTAS, {"turn_id": turn_id})
-    await db.execute(_WITHDRAW_MESSAGES, {"turn_id": turn_id})
+    conn = db if isinstance(db, Conn) else await session_conn(db)
+    await conn.run(_WITHDRAW_DELTAS, {"turn_id": turn_id})
+    await conn.run(_WITHDRAW_MESSAGES, {"turn_id": turn_id})
 
 
-_WITHDRAW_DELTAS = text(
+_WITHDRAW_DELTAS = (
     "UPDATE turn_events SET data = jsonb_set(data, '{text}', '\"\"') "
-    "WHERE turn_id = :turn_id AND type = 'delta' AND data ->> 'text' <> ''"
+    "WHERE turn_id = %(turn_id)s AND type = 'delta' AND data ->> 'text' <> ''"
 )
-_WITHDRAW_MESSAGES = text(
+_WITHDRAW_MESSAGES = (
     "UPDATE messages SET text = '' "
-    "WHERE turn_id = :turn_id AND role = 'assistant' AND tool_calls IS NOT NULL"
+    "WHERE turn_id = %(turn_id)s AND role = 'assistant' AND tool_calls IS NOT NULL"
 )
 
 

@@ -1,22 +1,56 @@
 """A turn's steps: its model calls (one row per step, its attempts counted and its outcome
 written back) and the reads the steps make of the turn they work on.
 
-The rows returned are the session's own (`Turn`, `ModelCall`): the caller reads them, and
-hands them back to the functions here to be changed, so every write stays in store/.
+The model call's own step (`call_model`) works on a `Conn` and gets typed rows (`CallRow`,
+`store.turns.TurnRow`) that nobody mutates: a write is a named function here, and hands back
+the row as written. The other steps still read the session's own rows (`Turn`, `ModelCall`)
+and hand them back to the functions here to be changed, so every write stays in store/.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import Any
 
-from sqlalchemy import bindparam, select, text
+from psycopg.types.json import Jsonb
+from sqlalchemy import select
 
 from parley.contracts import TERMINAL_TURN_STATES, EventType
 from parley.ids import new_id, tool_call_row_id
 from parley.statuses import ToolCallStatus
 from parley.tools import args_hash
-from store.db import Db
-from store.models import ModelCall, Tenant, ToolCall, Turn, TurnEvent
+from store.db import Conn, Db
+from store.models import ModelCall, ToolCall, Turn
+from store.turn_rows import TurnRow
+
+
+@dataclass(frozen=True)
+class CallRow:
+    """A model call as stored."""
+
+    id: str
+    turn_id: str
+    step: int
+    provider: str
+    model: str
+    request: dict[str, Any]
+    response_text: str | None
+    response_tool_calls: list[dict[str, Any]] | None
+    finish_reason: str | None
+    attempts: int
+    first_token_ms: float | None
+    total_ms: float | None
+    usage: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class ForAttempt:
+    """What an attempt at a model call starts from: the turn (locked), the call (None when
+    it is missing), and whether the turn's tenant is paused."""
+
+    turn: TurnRow
+    call: CallRow | None
+    paused: bool
 
 
 async def get_turn(db: Db, *, turn_id: str) -> Turn | None:
@@ -80,36 +114,45 @@ async def read_again(db: Db, turn: Turn) -> None:
     await db.refresh(turn)
 
 
-async def lock_for_attempt(
-    db: Db, *, turn_id: str, model_call_id: str
-) -> tuple[Turn, ModelCall | None, bool | None]:
-    """The turn locked, its model call, and whether its tenant is paused: one round trip.
-    LookupError for an unknown turn."""
-    row = (await db.execute(_FOR_ATTEMPT, {"turn": turn_id, "call": model_call_id})).one_or_none()
-    if row is None:
+async def lock_for_attempt(conn: Conn, *, turn_id: str, model_call_id: str) -> ForAttempt:
+    """The turn locked, its model call, and whether its tenant is paused: one round trip
+    (in the caller's transaction). LookupError for an unknown turn."""
+    found = await conn.made(_FOR_ATTEMPT, {"turn": turn_id, "call": model_call_id}, _for_attempt)
+    if found is None:
         raise LookupError(turn_id)
-    turn, call, paused = row
-    return turn, call, paused
+    return found
 
 
-_FOR_ATTEMPT = (
-    select(Turn, ModelCall, Tenant.paused)
-    .select_from(Turn)
-    .outerjoin(ModelCall, ModelCall.id == bindparam("call"))
-    .outerjoin(Tenant, Tenant.id == Turn.tenant_id)
-    .where(Turn.id == bindparam("turn"))
-    .with_for_update(of=Turn)
-)
+def _for_attempt(*, paused: bool | None, **columns: Any) -> ForAttempt:
+    turn = TurnRow.from_columns(columns)
+    call = {k: v for k, v in columns.items() if not k.startswith("t_")}
+    return ForAttempt(turn, CallRow(**call) if call["id"] is not None else None, bool(paused))
 
 
-def count_attempt(call: ModelCall) -> None:
-    """One more attempt at the call, written at the caller's commit."""
-    call.attempts += 1
+_CALL_COLUMNS = """c.id, c.turn_id, c.step, c.provider, c.model, c.request, c.response_text,
+    c.response_tool_calls, c.finish_reason, c.attempts, c.first_token_ms, c.total_ms, c.usage"""
+_FOR_ATTEMPT = f"""
+    SELECT {TurnRow.COLUMNS}, {_CALL_COLUMNS}, n.paused
+    FROM turns AS t
+    LEFT JOIN model_calls AS c ON c.id = %(call)s
+    LEFT JOIN tenants AS n ON n.id = t.tenant_id
+    WHERE t.id = %(turn)s
+    FOR UPDATE OF t
+"""
 
 
-def record_outcome(
-    db: Db,
-    call: ModelCall,
+async def count_attempt(conn: Conn, call: CallRow) -> CallRow:
+    """One more attempt at the call; the call as it now stands."""
+    await conn.run(_COUNT_ATTEMPT, {"id": call.id})
+    return replace(call, attempts=call.attempts + 1)
+
+
+_COUNT_ATTEMPT = "UPDATE model_calls SET attempts = attempts + 1 WHERE id = %(id)s"
+
+
+async def record_outcome(
+    conn: Conn,
+    call: CallRow,
     *,
     text: str,
     tool_calls: list[dict[str, Any]] | None,
@@ -118,44 +161,68 @@ def record_outcome(
     first_token_ms: float | None,
     total_ms: float,
     answered_by: tuple[str, str] | None = None,
-) -> None:
-    """The call's outcome, written at the caller's commit without reading the row again
-    (`call` as `lock_for_attempt` read it, in an earlier session). `answered_by`: the
-    provider and model that answered, when not the call's own (a fallback)."""
-    db.add(call)
-    call.response_text = text
-    call.response_tool_calls = tool_calls
-    call.finish_reason = finish_reason
-    call.usage = usage
-    call.first_token_ms = first_token_ms
-    call.total_ms = total_ms
-    if answered_by is not None:
-        call.provider, call.model = answered_by
-
-
-async def lock_with_call(db: Db, *, turn_id: str, model_call_id: str) -> tuple[Turn, ModelCall]:
-    """The turn's row, locked (`FOR UPDATE` of the turn only), and the model call."""
-    found = await db.execute(_WITH_CALL, {"turn": turn_id, "call": model_call_id})
-    turn, call = found.one()
-    assert call is not None
-    return turn, call
-
-
-_WITH_CALL = (
-    select(Turn, ModelCall)
-    .select_from(Turn)
-    .outerjoin(ModelCall, ModelCall.id == bindparam("call"))
-    .where(Turn.id == bindparam("turn"))
-    .with_for_update(of=Turn)
-)
-
-
-async def response_texts(db: Db, *, turn_id: str) -> list[str]:
-    """Every text the turn's model calls produced, in step order (empty ones left out)."""
-    texts = await db.scalars(
-        select(ModelCall.response_text).where(ModelCall.turn_id == turn_id).order_by(ModelCall.step)
+) -> CallRow:
+    """Write the call's outcome (without reading the row again) and return the call as
+    written. `answered_by`: the provider and model that answered, when not the call's own
+    (a fallback)."""
+    provider, model = answered_by or (call.provider, call.model)
+    written = replace(
+        call,
+        provider=provider,
+        model=model,
+        response_text=text,
+        response_tool_calls=tool_calls,
+        finish_reason=finish_reason,
+        usage=usage,
+        first_token_ms=first_token_ms,
+        total_ms=total_ms,
     )
-    return [t for t in texts if t]
+    await conn.run(
+        _RECORD_OUTCOME,
+        {
+            "id": call.id,
+            "provider": provider,
+            "model": model,
+            "text": text,
+            "tool_calls": None if tool_calls is None else Jsonb(tool_calls),
+            "finish_reason": finish_reason,
+            "usage": None if usage is None else Jsonb(usage),
+            "first_token_ms": first_token_ms,
+            "total_ms": total_ms,
+        },
+    )
+    return written
+
+
+_RECORD_OUTCOME = """
+    UPDATE model_calls SET provider = %(provider)s, model = %(model)s,
+        response_text = %(text)s, response_tool_calls = %(tool_calls)s,
+        finish_reason = %(finish_reason)s, usage = %(usage)s,
+        first_token_ms = %(first_token_ms)s, total_ms = %(total_ms)s
+    WHERE id = %(id)s
+"""
+
+
+async def lock_with_call(
+    conn: Conn, *, turn_id: str, model_call_id: str
+) -> tuple[TurnRow, CallRow]:
+    """The turn's row, locked (`FOR UPDATE` of the turn only), and the model call, in the
+    caller's transaction."""
+    found = await lock_for_attempt(conn, turn_id=turn_id, model_call_id=model_call_id)
+    assert found.call is not None, f"model call {model_call_id} is missing"
+    return found.turn, found.call
+
+
+async def response_texts(conn: Conn, *, turn_id: str) -> list[str]:
+    """Every text the turn's model calls produced, in step order (empty ones left out)."""
+    found = await conn.value(_RESPONSE_TEXTS, {"turn_id": turn_id})
+    return list(found or [])
+
+
+_RESPONSE_TEXTS = """
+    SELECT array_agg(response_text ORDER BY step) FROM model_calls
+    WHERE turn_id = %(turn_id)s AND response_text <> ''
+"""
 
 
 async def first_step_tools(db: Db, *, turn_id: str) -> list[dict[str, Any]] | None:
@@ -172,52 +239,66 @@ async def step_call(db: Db, *, turn_id: str, step: int) -> ModelCall | None:
     )
 
 
-async def last_stream_event(db: Db, *, turn_id: str, message_id: str) -> str | None:
+async def last_stream_event(conn: Conn, *, turn_id: str, message_id: str) -> str | None:
     """The type of the message's latest `delta` or `reset` event, if any."""
-    return await db.scalar(
-        select(TurnEvent.type)
-        .where(
-            TurnEvent.turn_id == turn_id,
-            TurnEvent.type.in_([EventType.delta, EventType.reset]),
-            TurnEvent.data["message_id"].astext == message_id,
-        )
-        .order_by(TurnEvent.id.desc())
-        .limit(1)
-    )
+    found = await conn.value(_LAST_STREAM_EVENT, {"turn_id": turn_id, "message_id": message_id})
+    return str(found) if found is not None else None
 
 
-async def question(db: Db, *, turn_id: str) -> str | None:
+_LAST_STREAM_EVENT = f"""
+    SELECT type FROM turn_events
+    WHERE turn_id = %(turn_id)s AND type IN ('{EventType.delta.value}', '{EventType.reset.value}')
+        AND data ->> 'message_id' = %(message_id)s
+    ORDER BY id DESC LIMIT 1
+"""
+
+
+async def question(conn: Conn, *, turn_id: str) -> str | None:
     """The text of the turn's user message."""
-    return await db.scalar(_QUESTION, {"turn_id": turn_id})
+    found = await conn.value(_QUESTION, {"turn_id": turn_id})
+    return str(found) if found is not None else None
 
 
-_QUESTION = text(
+_QUESTION = (
     "SELECT m.text FROM messages AS m JOIN turns AS t ON t.user_message_id = m.id"
-    " WHERE t.id = :turn_id"
+    " WHERE t.id = %(turn_id)s"
 )
 
 
-async def lock_with_tools_and_question(db: Db, *, turn_id: str) -> tuple[bool, list[str], str]:
-    """Whether the turn is still open (not ended, no Stop recorded), its row locked; the
-    tools it ran successfully, in call order; and the user's message (empty when missing):
-    one round trip."""
-    found = (await db.execute(_TURN_TOOLS_AND_QUESTION, {"turn_id": turn_id})).one()
-    terminal = {state.value for state in TERMINAL_TURN_STATES}
-    still_open = found.state not in terminal and found.cancel_requested_at is None
-    return still_open, list(found.tools or []), found.asked or ""
+@dataclass(frozen=True)
+class FollowupFacts:
+    """What follow-up suggestions are made from: whether the turn is still open (not ended,
+    no Stop recorded), the tools it ran successfully, in call order, and the user's message
+    (empty when missing)."""
+
+    still_open: bool
+    tools: list[str]
+    asked: str
 
 
-# Plain SQL: it runs once a turn, and its ORM form cost more to prepare than to run.
-_TURN_TOOLS_AND_QUESTION = text(
-    """
+async def lock_with_tools_and_question(conn: Conn, *, turn_id: str) -> FollowupFacts:
+    """`FollowupFacts`, the turn's row locked (in the caller's transaction): one round trip."""
+    found = await conn.made(_TURN_TOOLS_AND_QUESTION, {"turn_id": turn_id}, _followup_facts)
+    assert found is not None, f"turn {turn_id} is missing"
+    return found
+
+
+def _followup_facts(
+    *, state: str, cancel_requested_at: Any, tools: list[str] | None, asked: str | None
+) -> FollowupFacts:
+    still_open = state not in _TERMINAL and cancel_requested_at is None
+    return FollowupFacts(still_open, list(tools or []), asked or "")
+
+
+_TERMINAL = frozenset(state.value for state in TERMINAL_TURN_STATES)
+_TURN_TOOLS_AND_QUESTION = f"""
     SELECT t.state, t.cancel_requested_at, (
         SELECT array_agg(c.name ORDER BY c.created_at) FROM tool_calls AS c
-        WHERE c.turn_id = t.id AND c.status = :ok
+        WHERE c.turn_id = t.id AND c.status = '{ToolCallStatus.ok.value}'
     ) AS tools, (SELECT m.text FROM messages AS m WHERE m.id = t.user_message_id) AS asked
-    FROM turns AS t WHERE t.id = :turn_id
+    FROM turns AS t WHERE t.id = %(turn_id)s
     FOR UPDATE OF t
-    """
-).bindparams(ok=ToolCallStatus.ok.value)
+"""
 
 
 async def add_tool_call(

@@ -16,22 +16,23 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
+from psycopg.types.json import Jsonb
 from pydantic import BaseModel
-from sqlalchemy import exists, select, text, update
+from sqlalchemy import exists, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm.attributes import set_committed_value
 
 from parley.contracts import TERMINAL_TURN_STATES, EventType, MessageStatus, TurnState
 from parley.errors import TurnFinished
 from parley.ids import (
     message_id_for_call,
+    tool_call_row_id,
     tool_result_message_id,
     unfinished_message_fallback_id,
     unfinished_message_id,
 )
-from parley.statuses import ActionStatus, DeclineReason, FinalizeOutcome, ToolCallStatus
+from parley.statuses import DeclineReason, FinalizeOutcome, ToolCallStatus
 from parley.turn_states import IllegalTransition, can_move
 from parley.wire import (
     ActionData,
@@ -41,9 +42,35 @@ from parley.wire import (
     MessageView,
     RetractedData,
 )
-from store import queue, steps
+from store.db import Conn, session_conn
 from store.events import append_events, state_event
 from store.models import Action, ChatSession, Message, ToolCall, Turn, TurnEvent
+from store.turn_rows import (
+    MessageRow,
+    TurnRow,
+    append_message,
+    close_out,
+    replace_retried_answer,
+    store_answer,
+)
+
+
+class _Stoppable(Protocol):
+    """A turn's row of either kind (`TurnRow`, or the session's own `Turn`)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def cancel_requested_at(self) -> datetime | None: ...
+
+
+async def _lock(db: AsyncSession, turn_id: str) -> Turn | None:
+    """The turn's row read again and locked (`FOR UPDATE`), as it stands now: a move
+    announced by its event's append (below) is written by that statement alone, so the
+    session's copy may be older than the row."""
+    return await db.get(Turn, turn_id, with_for_update=True, populate_existing=True)
 
 
 async def move_turn(
@@ -54,25 +81,40 @@ async def move_turn(
     A repeat of the current state is a no-op (False): a retried step enters it again. A move
     the table does not allow raises `IllegalTransition` and changes nothing.
     """
-    turn = await db.get(Turn, turn_id, with_for_update=True)
+    turn = await _lock(db, turn_id)
     if turn is None:
         raise LookupError(turn_id)
-    return await _move(db, turn, to=to, announce=announce)
+    if announce:
+        return await _announce_move(db, turn, to=to)
+    return _move(turn, to=to)
 
 
-async def _move(db: AsyncSession, turn: Turn, *, to: TurnState, announce: bool = True) -> bool:
-    """`move_turn` for a turn whose row the caller has locked."""
+def _allowed(turn: _Stoppable, to: TurnState) -> bool:
+    """Whether the turn may move to `to`: False for a repeat of its state (a retried step
+    enters it again), `IllegalTransition` for a move the table does not allow."""
     if turn.state == to:
         return False
     if not can_move(TurnState(turn.state), to):
         raise IllegalTransition(turn_id=turn.id, from_state=TurnState(turn.state), to=to)
-    if announce:
-        # The state and its `state` event in one statement; the row object is told the new
-        # state as stored, so no UPDATE of its own follows.
-        await append_events(db, turn_id=turn.id, events=[state_event(to)], moving_to=to)
-        set_committed_value(turn, "state", to)
-    else:
-        turn.state = to
+    return True
+
+
+def _move(turn: Turn, *, to: TurnState) -> bool:
+    """`move_turn` without its announcement, for a turn whose row the caller has locked:
+    written with the row's other changes, at the session's next flush."""
+    if not _allowed(turn, to):
+        return False
+    turn.state = to
+    return True
+
+
+async def _announce_move(db: AsyncSession | Conn, turn: _Stoppable, *, to: TurnState) -> bool:
+    """Move a turn whose row the caller has locked and tell the stream (`state`): the state
+    and its event in one statement. The row the caller holds is not changed (a `TurnRow`
+    cannot be; the session's `Turn` is read again by the next `_lock`)."""
+    if not _allowed(turn, to):
+        return False
+    await append_events(db, turn_id=turn.id, events=[state_event(to)], moving_to=to)
     return True
 
 
@@ -86,7 +128,7 @@ class TurnStopped(Exception):
         self.state = state
 
 
-def _refuse_if_stopped(turn: Turn) -> None:
+def _refuse_if_stopped(turn: _Stoppable) -> None:
     if turn.state in TERMINAL_TURN_STATES:
         raise TurnStopped(turn.id, turn.state)
     if turn.cancel_requested_at is not None:
@@ -97,7 +139,7 @@ async def lock_running(db: AsyncSession, *, turn_id: str) -> Turn:
     """Lock a turn that is still running, for a step that records something only a running
     turn may have (a pending card): endings take the same lock, so either the record comes
     first and the ending sees it, or the ending comes first and this raises `TurnStopped`."""
-    turn = await db.get(Turn, turn_id, with_for_update=True)
+    turn = await _lock(db, turn_id)
     if turn is None:
         raise LookupError(turn_id)
     _refuse_if_stopped(turn)
@@ -109,24 +151,24 @@ async def advance_turn(db: AsyncSession, *, turn_id: str, to: TurnState) -> Turn
     the turn's row: a caller that keeps it reads it again from the session, not the database.
     A turn that already ended or whose cancel was recorded raises `TurnStopped`: the step
     must not run (a cancelled turn never calls the model, runs a tool or sends again)."""
-    turn = await db.get(Turn, turn_id, with_for_update=True)
+    turn = await _lock(db, turn_id)
     if turn is None:
         raise LookupError(turn_id)
     await advance_locked(db, turn, to=to)
     return turn
 
 
-async def advance_locked(db: AsyncSession, turn: Turn, *, to: TurnState) -> None:
+async def advance_locked(db: AsyncSession | Conn, turn: _Stoppable, *, to: TurnState) -> None:
     """`advance_turn` for a turn whose row the caller has read `FOR UPDATE` itself (with the
-    other rows it needs, in the same statement)."""
+    other rows it needs, in the same statement), in the caller's transaction."""
     _refuse_if_stopped(turn)
-    await _move(db, turn, to=to)
+    await _announce_move(db, turn, to=to)
 
 
 async def request_cancel(db: AsyncSession, *, turn_id: str) -> Turn:
     """Record the user's Stop once. A finished turn refuses (`TurnFinished`): its ending is
     already stored and will not change. Repeating a cancel is harmless."""
-    turn = await db.get(Turn, turn_id, with_for_update=True)
+    turn = await _lock(db, turn_id)
     if turn is None:
         raise LookupError(turn_id)
     if turn.state in TERMINAL_TURN_STATES:
@@ -178,7 +220,7 @@ async def _append_message(
 
 
 async def store_tool_requests(
-    db: AsyncSession,
+    conn: Conn,
     *,
     turn_id: str,
     model_call_id: str,
@@ -186,27 +228,49 @@ async def store_tool_requests(
     tool_calls: list[dict[str, Any]],
     hashes: list[str],
 ) -> None:
-    """Store the model's tool-calling message and one `tool_calls` row per call."""
-    turn = await db.get(Turn, turn_id, with_for_update=True)
-    assert turn is not None
-    await _append_message(
-        db,
-        turn=turn,
+    """Store the model's tool-calling message and one `tool_calls` row per call (a retry
+    finds them stored and adds nothing), in the caller's transaction, the turn locked."""
+    session_id = await conn.value(_LOCK_TURN, {"turn_id": turn_id})
+    assert session_id is not None, f"turn {turn_id} is missing"
+    await append_message(
+        conn,
+        session_id=session_id,
+        turn_id=turn_id,
         message_id=message_id_for_call(model_call_id),
         role="assistant",
         text=text,
         tool_calls=tool_calls,
     )
-    for position, (call, digest) in enumerate(zip(tool_calls, hashes, strict=True)):
-        await steps.add_tool_call(
-            db,
-            turn_id=turn_id,
-            model_call_id=model_call_id,
-            position=position,
-            requested=call,
-            args_hash=digest,
-        )
-    await db.flush()
+    calls = [
+        {
+            "id": tool_call_row_id(model_call_id=model_call_id, position=position),
+            "provider_call_id": call["id"],
+            "name": call["name"],
+            "arguments": call["arguments"],
+            "args_hash": digest,
+        }
+        for position, (call, digest) in enumerate(zip(tool_calls, hashes, strict=True))
+    ]
+    params = {
+        "turn_id": turn_id,
+        "model_call_id": model_call_id,
+        "pending": ToolCallStatus.pending.value,
+        "calls": Jsonb(calls),
+    }
+    await conn.run(_INSERT_TOOL_CALLS, params)
+
+
+_LOCK_TURN = "SELECT session_id FROM turns WHERE id = %(turn_id)s FOR UPDATE"
+_INSERT_TOOL_CALLS = """
+    INSERT INTO tool_calls
+        (id, turn_id, model_call_id, provider_call_id, name, arguments, args_hash, status)
+    SELECT c.id, %(turn_id)s, %(model_call_id)s, c.provider_call_id, c.name, c.arguments,
+        c.args_hash, %(pending)s
+    FROM jsonb_to_recordset(%(calls)s) AS c(
+        id text, provider_call_id text, name text, arguments jsonb, args_hash text
+    )
+    ON CONFLICT (id) DO NOTHING
+"""
 
 
 async def store_tool_result(
@@ -219,7 +283,7 @@ async def store_tool_result(
 ) -> None:
     """Record a tool call's outcome (and how many attempts it took, when given) and append it
     to the transcript as a `tool` message."""
-    turn = await db.get(Turn, call.turn_id, with_for_update=True)
+    turn = await _lock(db, call.turn_id)
     assert turn is not None
     if attempts is not None:
         call.attempts = attempts
@@ -242,12 +306,12 @@ async def rest_awaiting_confirmation(
     """Store the model's proposal text, then show the confirmation card and wait.
 
     Idempotent. A turn that ended or is being cancelled never shows a card (`TurnStopped`)."""
-    turn = await db.get(Turn, turn_id, with_for_update=True)
+    turn = await _lock(db, turn_id)
     assert turn is not None
     if turn.state == TurnState.awaiting_confirmation:
         return
     _refuse_if_stopped(turn)
-    await _move(db, turn, to=TurnState.awaiting_confirmation, announce=False)
+    _move(turn, to=TurnState.awaiting_confirmation)
     message = await _append_message(
         db, turn=turn, message_id=message_id_for_call(model_call_id), role="assistant", text=text
     )
@@ -265,15 +329,15 @@ async def rest_awaiting_confirmation(
 async def complete_turn(
     db: AsyncSession,
     *,
-    turn_id: str,
+    turn: TurnRow,
     message_id: str,
     text: str,
     outcome: FinalizeOutcome = FinalizeOutcome.completed,
     retracted: bool = False,
-    locked: Turn | None = None,
-) -> Message | None:
+) -> MessageRow | None:
     """Store the final assistant message as `message_id`, end the stream with `done`,
-    release the session. `locked`: the turn's row, if the caller has locked it already.
+    release the session. `turn`: the turn's row, which the caller has locked in the
+    session's transaction (`store.steps.lock_with_call`).
 
     `outcome` expired ends in state expired; superseded stores nothing new (the user moved
     on) and closes the stream with the turn's last message. Idempotent under retries.
@@ -281,34 +345,23 @@ async def complete_turn(
     A turn whose cancel was recorded first ends `cancelled` instead and raises `TurnStopped`
     once that is stored (the caller commits, then tells the workflow).
     """
-    turn = locked or await db.get(Turn, turn_id, with_for_update=True)
-    if turn is None:
-        raise LookupError(turn_id)
     if turn.state in (TurnState.cancelled, TurnState.failed):
         # Ended by a cancel that raced the answer; the answer must not reappear.
         raise TurnStopped(turn.id, turn.state)
     if turn.cancel_requested_at is not None and turn.state not in TERMINAL_TURN_STATES:
-        await end_unfinished_turn(db, turn_id=turn_id, state=TurnState.cancelled)
+        await end_unfinished_turn(db, turn_id=turn.id, state=TurnState.cancelled)
         raise TurnStopped(turn.id, TurnState.cancelled)
-    if outcome == FinalizeOutcome.superseded:
-        assert turn.assistant_message_id is not None
-        message = await db.get(Message, turn.assistant_message_id)
-    else:
-        message = await _append_message(
-            db, turn=turn, message_id=message_id, role="assistant", text=text
-        )
-        if retracted:
-            # Only the safe text is kept; the withdrawn answer is not stored anywhere visible.
-            message.text, message.status = text, MessageStatus.retracted
-            await db.flush()
-    assert message is not None
+    conn = await session_conn(db)
+    message = await store_answer(conn, turn, message_id, text, outcome, retracted)
     if turn.state in TERMINAL_TURN_STATES:
         return message
     final_state = TurnState.expired if outcome == FinalizeOutcome.expired else TurnState.completed
-    turn.assistant_message_id = message.id  # flushed with the state, in one UPDATE
-    await _move(db, turn, to=final_state, announce=False)
-    await replace_retried_answer(db, turn=turn, message_id=message.id)
-    await _close_out(db, turn, reason=DeclineReason.turn_ended)
+    _allowed(turn, final_state)
+    if turn.retry_of is not None:
+        await replace_retried_answer(conn, retry_of=turn.retry_of, answer=message.id)
+    await close_out(
+        db, session_id=turn.session_id, turn_id=turn.id, reason=DeclineReason.turn_ended
+    )
     events: list[tuple[EventType, BaseModel]] = []
     if retracted:
         retraction = RetractedData(message_id=message.id, replacement_text=message.text)
@@ -317,46 +370,11 @@ async def complete_turn(
         state_event(final_state),
         (EventType.done, MessageData(message=MessageView.from_row(message))),
     ]
-    await append_events(db, turn_id=turn_id, events=events)
+    # The state and the answer are written by the append, with their events.
+    await append_events(
+        conn, turn_id=turn.id, events=events, moving_to=final_state, answer=message.id
+    )
     return message
-
-
-async def _close_out(db: AsyncSession, turn: Turn, *, reason: str) -> None:
-    """An ending's bookkeeping, in one statement: the session may take a new turn (its row is
-    locked like by every other writer of it), and a proposal the turn never got to ask about
-    (it hit its bounds, or failed) must not stay pending. A turn queued behind this one is
-    promoted in the same transaction (store/queue.py)."""
-    queued = await db.scalar(
-        _CLOSE_OUT,
-        {
-            "session_id": turn.session_id,
-            "turn_id": turn.id,
-            "declined": ActionStatus.declined.value,
-            "pending": ActionStatus.pending.value,
-            "reason": str(reason),
-            "now": datetime.now(UTC),
-        },
-    )
-    if queued is not None:
-        await queue.promote(db, session_id=turn.session_id, turn_id=queued)
-
-
-# Plain SQL: every turn ends through it, and no caller holds the rows it changes. RETURNING
-# reads the session row as locked (the newest version), never a snapshot that could miss a
-# message queued just before.
-_CLOSE_OUT = text(
-    """
-    WITH released AS (
-        UPDATE sessions SET active_turn_id = NULL
-        WHERE id = :session_id AND active_turn_id = :turn_id
-        RETURNING queued_turn_id
-    ), declined AS (
-        UPDATE actions SET status = :declined, decline_reason = :reason, resolved_at = :now
-        WHERE turn_id = :turn_id AND status = :pending
-    )
-    SELECT queued_turn_id FROM released
-    """
-)
 
 
 async def streamed_so_far(db: AsyncSession, *, turn_id: str) -> tuple[str | None, str]:
@@ -392,7 +410,7 @@ async def end_unfinished_turn(
     A cancelled turn always ends with a message (the `cancelled` event carries one); a failed
     turn that showed nothing ends with the `error` event alone. Idempotent.
     """
-    turn = await db.get(Turn, turn_id, with_for_update=True)
+    turn = await _lock(db, turn_id)
     if turn is None:
         raise LookupError(turn_id)
     if turn.state in TERMINAL_TURN_STATES:
@@ -400,10 +418,10 @@ async def end_unfinished_turn(
     if turn.cancel_requested_at is not None:
         # The user's Stop came first: the turn ends the way they asked, whatever else failed.
         state, error = TurnState.cancelled, None
-    await _move(db, turn, to=state, announce=False)
+    _move(turn, to=state)
     await _answer_open_calls(db, turn_id=turn_id, state=state)
     message = await _keep_streamed(db, turn, state)
-    await _close_out(db, turn, reason=state.value)
+    await close_out(db, session_id=turn.session_id, turn_id=turn.id, reason=state.value)
     turn.error = error.model_dump(mode="json") if error is not None else None
     await db.flush()
     events: list[tuple[EventType, BaseModel]] = [state_event(state)]
@@ -467,14 +485,3 @@ async def fail_turn(
         state=TurnState.failed,
         error=ErrorData(code=code, message=message, retryable=retryable),
     )
-
-
-async def replace_retried_answer(db: AsyncSession, *, turn: Turn, message_id: str) -> None:
-    """Within complete_turn: the retried turn's unfinished answer gives way to the new one."""
-    if turn.retry_of is None:
-        return
-    old = await db.get(Turn, turn.retry_of)
-    if old is not None and old.assistant_message_id is not None:
-        previous = await db.get(Message, old.assistant_message_id)
-        if previous is not None and previous.replaced_by is None:
-            previous.replaced_by = message_id

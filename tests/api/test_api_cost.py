@@ -4,13 +4,12 @@ API's CPU (the bench reports that CPU per turn); this keeps the count from creep
 
 from __future__ import annotations
 
-from typing import Any
-
-from sqlalchemy import event, text
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.demo import DemoModel
 from parley.config import Settings
+from store.db import on_statement_sent
 from tests.support.stack import api_in_process
 from tests.support.toolkit import eventually
 
@@ -31,11 +30,11 @@ async def test_a_turn_costs_the_api_a_fixed_number_of_statements(
         session_id = await client.new_session()
         sent: list[str] = []
 
-        def count(*args: Any) -> None:
-            sent.append(str(args[2]).split("\n")[0][:80])
+        def count(statement: str) -> None:
+            sent.append(statement.strip().split("\n")[0][:80])
 
-        for engine in app.state.engines:
-            event.listen(engine.sync_engine, "before_cursor_execute", count)
+        # Through SQLAlchemy or on psycopg's connection from the same pool (`store.db.Conn`).
+        stops = [on_statement_sent(engine, count) for engine in app.state.engines]
         turn_id, events = await client.turn(session_id, "Tell me about yourself, please.")
         assert events[-1].type == "done"
 
@@ -47,6 +46,6 @@ async def test_a_turn_costs_the_api_a_fixed_number_of_statements(
             return viewers == 0
 
         await eventually(let_go, timeout=30, what="the stream lets its turn go")
-        for engine in app.state.engines:
-            event.remove(engine.sync_engine, "before_cursor_execute", count)
+        for stop in stops:
+            stop()
     assert len(sent) <= STATEMENTS_PER_TURN, "\n".join(sent)

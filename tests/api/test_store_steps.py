@@ -11,7 +11,7 @@ from parley.contracts import EventType, TurnState
 from parley.ids import message_id_for_call
 from parley.wire import WarningData
 from store import events, steps, traces
-from store.db import SessionMaker
+from store.db import SessionMaker, connect, session_conn
 from tests.support.client import ParleyClient
 
 QUESTION = "What can you help me with today?"
@@ -35,17 +35,20 @@ async def test_a_steps_reads_find_the_turns_question_call_and_answer(
     async with sessions() as db:
         call = await steps.step_call(db, turn_id=answered, step=0)
         assert call is not None and call.finish_reason is not None
-        assert await steps.question(db, turn_id=answered) == QUESTION
-        texts = await steps.response_texts(db, turn_id=answered)
+        conn = await session_conn(db)
+        assert await steps.question(conn, turn_id=answered) == QUESTION
+        texts = await steps.response_texts(conn, turn_id=answered)
         assert texts and texts[0] == call.response_text
         tools = await steps.first_step_tools(db, turn_id=answered)
         assert isinstance(tools, list)
+    async with connect(sessions) as conn:
         last = await steps.last_stream_event(
-            db, turn_id=answered, message_id=message_id_for_call(call.id)
+            conn, turn_id=answered, message_id=message_id_for_call(call.id)
         )
         assert last == EventType.delta
-        assert await steps.last_stream_event(db, turn_id=answered, message_id="nope") is None
-        assert await steps.question(db, turn_id="turn-that-is-not") is None
+        assert await steps.last_stream_event(conn, turn_id=answered, message_id="nope") is None
+    async with sessions() as db:
+        assert await steps.question(conn, turn_id="turn-that-is-not") is None
 
 
 async def test_the_locking_reads_return_the_turn_with_its_call(
@@ -54,18 +57,25 @@ async def test_the_locking_reads_return_the_turn_with_its_call(
     async with sessions() as db:
         call = await steps.step_call(db, turn_id=answered, step=0)
         assert call is not None
-        turn, found, paused = await steps.lock_for_attempt(
-            db, turn_id=answered, model_call_id=call.id
+        attempt = await steps.lock_for_attempt(
+            await session_conn(db), turn_id=answered, model_call_id=call.id
         )
-        assert (turn.id, found, paused) == (answered, call, False)
-        turn, found = await steps.lock_with_call(db, turn_id=answered, model_call_id=call.id)
-        assert (turn.id, found) == (answered, call)
-        still_open, ran, asked = await steps.lock_with_tools_and_question(db, turn_id=answered)
-        assert (still_open, ran, asked) == (False, [], QUESTION)  # the turn has ended
+        turn = attempt.turn
+        assert (turn.id, turn.state, attempt.paused) == (answered, TurnState.completed, False)
+        assert attempt.call is not None
+        assert (attempt.call.id, attempt.call.response_text) == (call.id, call.response_text)
+        turn, found = await steps.lock_with_call(
+            await session_conn(db), turn_id=answered, model_call_id=call.id
+        )
+        assert (turn.id, found.id, found.finish_reason) == (answered, call.id, call.finish_reason)
+        facts = await steps.lock_with_tools_and_question(await session_conn(db), turn_id=answered)
+        assert facts == steps.FollowupFacts(False, [], QUESTION)  # the turn has ended
         call_id = call.id
         await db.rollback()
         with pytest.raises(LookupError):
-            await steps.lock_for_attempt(db, turn_id="turn-that-is-not", model_call_id=call_id)
+            await steps.lock_for_attempt(
+                await session_conn(db), turn_id="turn-that-is-not", model_call_id=call_id
+            )
 
 
 async def test_a_warning_is_found_by_its_code_once_appended(

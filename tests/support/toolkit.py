@@ -18,14 +18,14 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import httpx
-from sqlalchemy import event, select, update
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from gateway.base import ModelProvider
 from parley.config import Settings
 from parley.screens import Screen
-from store.db import create_socket_checked_engine, session_factory
+from store.db import create_socket_checked_engine, on_statement_sent, session_factory
 from store.models import ChatSession, Message, ModelCall, Turn
 from tests.support.client import ParleyClient
 from tests.support.sse import TERMINAL, Event, iter_events
@@ -234,12 +234,9 @@ async def counted_sessions(
     a test that asserts what a step costs in round trips."""
     engine = create_socket_checked_engine(database_url)
     sent: list[str] = []
-
-    def count(*args: Any) -> None:
-        sent.append(str(args[2]).strip())
-
-    event.listen(engine.sync_engine, "before_cursor_execute", count)
+    stop = on_statement_sent(engine, lambda statement: sent.append(statement.strip()))
     try:
         yield session_factory(engine), sent
     finally:
+        stop()
         await engine.dispose()

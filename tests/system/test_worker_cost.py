@@ -7,36 +7,35 @@ the answer's tokens fall into frames and spans into batches, not on the turn's s
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest_asyncio
-from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from gateway.demo import DemoModel
 from parley.config import Settings
 from parley.ids import workflow_id_for_turn
-from store.db import create_socket_checked_engine, session_factory
+from store.db import create_socket_checked_engine, on_statement_sent, session_factory
 from tests.support.client import ParleyClient
 from tests.support.toolkit import own_stack
 
-# The input screen's reads; the context build (the turn with the rows it holds and the
-# session's facts: slots, consent, the tool offer's facts, summary and pinned facts, the
-# window; its state, result sets (only in a session that has stored one), the resolver's note,
-# the stored request; knowledge on a connection of its own, in autocommit); the model call (the
-# turn with the call, the attempt counted); the answer; the output screen and follow-ups;
-# finalize (the answer as a message, the turn closed, the session released and a pending
-# action superseded in one statement); the summary's check (one read of the backlog's token
-# counts). A state move that is announced is written by its event's append (not counted,
-# below). Counted on 2026-12-01: 35 before the slots were read once, the summary's check
-# became one statement, a message's seq stopped needing a read first, the moves rode on their
-# events, and the build and the model call read their turn with the rows they need; 25 before
-# knowledge was searched beside the build instead of in a savepoint of its transaction, 23
-# before the build read the session's facts with its turn, 20 before a session without
-# result sets stopped reading them, 19 before the summary and pinned facts came with the turn,
-# 18 before the window came with the turn too.
-STATEMENTS_PER_PLAIN_TURN = 17
+# The input screen's reads; the context build (the turn with the rows it holds and the session's
+# facts: slots, consent, the tool offer's facts, summary and pinned facts, the window; its state,
+# result sets (only in a session that has stored one), the resolver's note, the stored request;
+# knowledge on a connection of its own, in autocommit); the model call (the turn with the call,
+# the attempt counted); the answer; the output screen and follow-ups; finalize (the turn locked
+# with its call, the answer as a message with its seq in one statement, the session released and a
+# pending action superseded in one statement; the turn's state and answer ride on its events'
+# append); the summary's check (one read of the backlog's token counts). A state move that is
+# announced is written by its event's append (not counted, below). Counted on 2026-12-01: 35
+# before the slots were read once, the summary's check became one statement, a message's seq
+# stopped needing a read first, the moves rode on their events, and the build and the model call
+# read their turn with the rows they need; 25 before knowledge was searched beside the build
+# instead of in a savepoint of its transaction, 23 before the build read the session's facts with
+# its turn, 20 before a session without result sets stopped reading them, 19 before the summary
+# and pinned facts came with the turn, 18 before the window came with the turn too, 17 before
+# finalize took the message's seq in its insert and wrote the turn's ending with its events.
+STATEMENTS_PER_PLAIN_TURN = 15
 VARIABLE = ("INSERT INTO turn_events", "WITH counter", "INSERT INTO trace_spans")
 Counted = tuple[async_sessionmaker[AsyncSession], list[str]]
 
@@ -45,14 +44,15 @@ Counted = tuple[async_sessionmaker[AsyncSession], list[str]]
 async def counted(
     database_url: str,
 ) -> AsyncIterator[tuple[async_sessionmaker[AsyncSession], list[str]]]:
-    """The worker's own engine, every statement it sends recorded."""
+    """The worker's own engine, every statement it sends recorded (through SQLAlchemy, or on
+    psycopg's connection from its pool: `store.db.Conn`)."""
     engine = create_socket_checked_engine(database_url)
     sent: list[str] = []
 
-    def count(*args: Any) -> None:
-        sent.append(str(args[2]).strip().split("\n")[0][:100])
+    def count(statement: str) -> None:
+        sent.append(statement.strip().split("\n")[0][:100])
 
-    event.listen(engine.sync_engine, "before_cursor_execute", count)
+    on_statement_sent(engine, count)
     yield session_factory(engine), sent
     await engine.dispose()
 

@@ -1,0 +1,213 @@
+"""A turn's rows as the steps read and write them on a `Conn` (store/db.py): the turn
+(`TurnRow`), its messages (`MessageRow`, `append_message`), and the bookkeeping every ending
+does (`close_out`). store/turns.py decides when they are written."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+from psycopg.types.json import Jsonb
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from parley.contracts import MessageStatus
+from parley.statuses import ActionStatus, FinalizeOutcome
+from parley.tokens import count_message, default_counter
+from store import queue
+from store.db import Conn, session_conn
+
+
+@dataclass(frozen=True)
+class TurnRow:
+    """A turn as a step reads it: what decides whether the step may run."""
+
+    id: str
+    session_id: str
+    state: str
+    cancel_requested_at: datetime | None
+    assistant_message_id: str | None
+    # The turn this one retries (its unfinished answer gives way to this one's).
+    retry_of: str | None
+
+    # The columns, in a statement that reads the turn as `t` (each named `t_<field>`).
+    COLUMNS: ClassVar[str] = (
+        "t.id AS t_id, t.session_id AS t_session_id, t.state AS t_state,"
+        " t.cancel_requested_at AS t_cancel_requested_at,"
+        " t.assistant_message_id AS t_assistant_message_id, t.retry_of AS t_retry_of"
+    )
+
+    @classmethod
+    def from_columns(cls, columns: dict[str, Any]) -> TurnRow:
+        """The turn from a row that holds `COLUMNS` among others."""
+        return cls(**{k[2:]: v for k, v in columns.items() if k.startswith("t_")})
+
+
+@dataclass(frozen=True)
+class MessageRow:
+    """A stored message, as the stream shows it (`MessageView.from_row`)."""
+
+    id: str
+    seq: int
+    role: str
+    turn_id: str | None
+    status: str
+    text: str
+    tool_calls: list[dict[str, Any]] | None
+    tool_call_id: str | None
+    created_at: datetime
+
+
+MESSAGE_COLUMNS = "id, seq, role, turn_id, status, text, tool_calls, tool_call_id, created_at"
+
+
+async def append_message(
+    conn: Conn,
+    *,
+    session_id: str,
+    turn_id: str,
+    message_id: str,
+    role: str,
+    text: str,
+    status: MessageStatus = MessageStatus.complete,
+    tool_calls: list[dict[str, Any]] | None = None,
+) -> MessageRow:
+    """Store a message of the turn's with the session's next seq, unless it is stored
+    already (a retry), which is then returned as it is: one statement takes the seq (locking
+    the session row until the commit) and inserts the message."""
+    params = {
+        "id": message_id,
+        "session_id": session_id,
+        "turn_id": turn_id,
+        "role": role,
+        "status": status.value,
+        "text": text,
+        "tool_calls": None if tool_calls is None else Jsonb(tool_calls),
+        **token_count(role, text, tool_calls),
+    }
+    found = await conn.row(_APPEND_MESSAGE, params, MessageRow)
+    if found is None:
+        found = await conn.row(MESSAGE, {"id": message_id}, MessageRow)
+        assert found is not None, f"session {session_id} is missing"
+    return found
+
+
+def token_count(
+    role: str, text: str, tool_calls: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """The token count every stored message carries (as `store.models.count_tokens`)."""
+    counter = default_counter()
+    message = {"role": role, "content": text, "tool_calls": tool_calls}
+    return {"token_count": count_message(counter, message), "token_counter": counter.name}
+
+
+_APPEND_MESSAGE = f"""
+    WITH seq AS (
+        UPDATE sessions SET last_seq = last_seq + 1
+        WHERE id = %(session_id)s AND NOT EXISTS (SELECT 1 FROM messages WHERE id = %(id)s)
+        RETURNING last_seq
+    )
+    INSERT INTO messages
+        (id, session_id, seq, role, turn_id, status, text, tool_calls, token_count,
+        token_counter)
+    SELECT %(id)s, %(session_id)s, seq.last_seq, %(role)s, %(turn_id)s, %(status)s,
+        %(text)s, CAST(%(tool_calls)s AS jsonb), %(token_count)s, %(token_counter)s
+    FROM seq
+    RETURNING {MESSAGE_COLUMNS}
+"""
+MESSAGE = f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE id = %(id)s"
+
+
+async def retract_message(conn: Conn, *, message_id: str, text: str) -> MessageRow:
+    """A stored answer withdrawn: only the safe `text` is kept, marked `retracted`."""
+    params = {"id": message_id, "text": text, **token_count("assistant", text)}
+    found = await conn.row(_RETRACT_MESSAGE, params, MessageRow)
+    assert found is not None, f"message {message_id} is missing"
+    return found
+
+
+async def replace_retried_answer(conn: Conn, *, retry_of: str, answer: str) -> None:
+    """The retried turn's unfinished answer gives way to the new one."""
+    await conn.run(_REPLACE_RETRIED, {"retry_of": retry_of, "answer": answer})
+
+
+_RETRACT_MESSAGE = f"""
+    UPDATE messages SET text = %(text)s, status = '{MessageStatus.retracted.value}',
+        token_count = %(token_count)s, token_counter = %(token_counter)s
+    WHERE id = %(id)s
+    RETURNING {MESSAGE_COLUMNS}
+"""
+_REPLACE_RETRIED = """
+    UPDATE messages SET replaced_by = %(answer)s
+    WHERE id = (SELECT assistant_message_id FROM turns WHERE id = %(retry_of)s)
+        AND replaced_by IS NULL
+"""
+
+
+async def store_answer(
+    conn: Conn,
+    turn: TurnRow,
+    message_id: str,
+    text: str,
+    outcome: FinalizeOutcome,
+    retracted: bool,
+) -> MessageRow:
+    """The message a turn's finalize ends with: the answer stored (as it was, when an
+    earlier attempt stored it), or the turn's last message when the user moved on."""
+    if outcome == FinalizeOutcome.superseded:
+        assert turn.assistant_message_id is not None
+        found = await conn.row(MESSAGE, {"id": turn.assistant_message_id}, MessageRow)
+        assert found is not None
+        return found
+    # Retracted: only the safe text is kept; the withdrawn answer is not stored anywhere visible.
+    status = MessageStatus.retracted if retracted else MessageStatus.complete
+    message = await append_message(
+        conn,
+        session_id=turn.session_id,
+        turn_id=turn.id,
+        message_id=message_id,
+        role="assistant",
+        text=text,
+        status=status,
+    )
+    if message.status != status:  # stored by an earlier attempt, before the retraction
+        message = await retract_message(conn, message_id=message.id, text=text)
+    return message
+
+
+async def close_out(db: AsyncSession, *, session_id: str, turn_id: str, reason: str) -> None:
+    """An ending's bookkeeping, in one statement: the session may take a new turn (its row is
+    locked like by every other writer of it), and a proposal the turn never got to ask about
+    (it hit its bounds, or failed) must not stay pending. A turn queued behind this one is
+    promoted in the same transaction (store/queue.py)."""
+    conn = await session_conn(db)
+    queued = await conn.value(
+        _CLOSE_OUT,
+        {
+            "session_id": session_id,
+            "turn_id": turn_id,
+            "declined": ActionStatus.declined.value,
+            "pending": ActionStatus.pending.value,
+            "reason": str(reason),
+            "now": datetime.now(UTC),
+        },
+    )
+    if queued is not None:
+        await queue.promote(db, session_id=session_id, turn_id=queued)
+
+
+# Plain SQL: every turn ends through it, and no caller holds the rows it changes. RETURNING
+# reads the session row as locked (the newest version), never a snapshot that could miss a
+# message queued just before.
+_CLOSE_OUT = """
+    WITH released AS (
+        UPDATE sessions SET active_turn_id = NULL
+        WHERE id = %(session_id)s AND active_turn_id = %(turn_id)s
+        RETURNING queued_turn_id
+    ), declined AS (
+        UPDATE actions SET status = %(declined)s, decline_reason = %(reason)s,
+            resolved_at = %(now)s
+        WHERE turn_id = %(turn_id)s AND status = %(pending)s
+    )
+    SELECT queued_turn_id FROM released
+"""

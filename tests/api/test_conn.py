@@ -1,0 +1,120 @@
+"""The hot path's access style (store/db.py `Conn`): psycopg's connection from the engine's
+pool, rows as dataclasses, autocommit unless a transaction is asked for, errors as the
+store raises them (without parameters), a connection the server dropped never reused, and
+every statement counted."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import pytest
+import pytest_asyncio
+
+from store.db import (
+    SessionMaker,
+    StoreError,
+    connect,
+    create_socket_checked_engine,
+    is_unreachable,
+    on_statement_sent,
+    ping,
+    session_factory,
+)
+
+SECRET = "a-parameter-no-log-may-show"
+
+
+@dataclass(frozen=True)
+class Pair:
+    word: str
+    length: int
+
+
+@pytest_asyncio.fixture
+async def counted(database_url: str) -> AsyncIterator[tuple[SessionMaker, list[str]]]:
+    """An engine of the test's own (pool of one: every `connect` takes the same connection
+    back), each statement it sends recorded."""
+    engine = create_socket_checked_engine(database_url, pool_size=1, max_overflow=0)
+    sent: list[str] = []
+    on_statement_sent(engine, sent.append)
+    yield session_factory(engine), sent
+    await engine.dispose()
+
+
+async def test_rows_come_as_dataclasses_and_each_statement_is_counted(
+    counted: tuple[SessionMaker, list[str]],
+) -> None:
+    sessions, sent = counted
+    async with connect(sessions) as conn:
+        rows = await conn.rows(
+            "SELECT w AS word, length(w) AS length FROM unnest(%(words)s::text[]) AS w ORDER BY w",
+            {"words": ["tea", "coffee"]},
+            Pair,
+        )
+        assert rows == [Pair("coffee", 6), Pair("tea", 3)]
+        assert await conn.row("SELECT 'x' AS word, 1 AS length WHERE false", {}, Pair) is None
+        assert await conn.value("SELECT %(a)s::int + 1", {"a": 41}) == 42
+    assert len(sent) == 3 and "unnest" in sent[0]
+    # A statement sent through SQLAlchemy is counted by the same hook.
+    async with sessions() as db:
+        await ping(db)
+    assert len(sent) == 4 and sent[-1] == "SELECT 1"
+
+
+async def test_a_statement_commits_by_itself_and_a_transaction_all_or_nothing(
+    counted: tuple[SessionMaker, list[str]], sessions: SessionMaker
+) -> None:
+    own, _ = counted
+    table = "conn_probe"
+    async with connect(own) as conn:
+        await conn.run(f"CREATE TABLE IF NOT EXISTS {table} (v text)", {})
+        await conn.run(f"DELETE FROM {table}", {})
+        await conn.run(f"INSERT INTO {table} VALUES (%(v)s)", {"v": "alone"})
+        with pytest.raises(RuntimeError):
+            async with conn.transaction():
+                await conn.run(f"INSERT INTO {table} VALUES (%(v)s)", {"v": "undone"})
+                raise RuntimeError("the block fails")
+        async with conn.transaction():
+            await conn.run(f"INSERT INTO {table} VALUES (%(v)s)", {"v": "together"})
+    # Another connection (another pool) sees what committed, and only that.
+    async with connect(sessions) as other:
+        seen = await other.value(f"SELECT array_agg(v ORDER BY v) FROM {table}", {})
+        await other.run(f"DROP TABLE {table}", {})
+    assert seen == ["alone", "together"]
+
+
+async def test_an_error_is_the_stores_and_carries_no_parameters(
+    counted: tuple[SessionMaker, list[str]],
+) -> None:
+    sessions, _ = counted
+    async with connect(sessions) as conn:
+        with pytest.raises(StoreError) as refused:
+            await conn.value("SELECT 1 / 0 WHERE %(secret)s IS NOT NULL", {"secret": SECRET})
+        assert SECRET not in str(refused.value)
+        assert not is_unreachable(refused.value)
+        # The connection is still good for the next statement.
+        assert await conn.value("SELECT 1", {}) == 1
+
+
+async def test_a_dropped_connection_is_unreachable_and_never_handed_out_again(
+    counted: tuple[SessionMaker, list[str]], sessions: SessionMaker
+) -> None:
+    own, _ = counted
+    async with connect(own) as conn:
+        pid = await conn.value("SELECT pg_backend_pid()", {})
+    # The server ends the pooled connection while it sits idle in the pool.
+    async with connect(sessions) as other:
+        assert await other.value("SELECT pg_terminate_backend(%(pid)s)", {"pid": pid})
+    async with connect(own) as conn:
+        # The pool's check found it closed and opened a fresh one.
+        assert await conn.value("SELECT pg_backend_pid()", {}) != pid
+        fresh = await conn.value("SELECT pg_backend_pid()", {})
+        async with connect(sessions) as other:
+            assert await other.value("SELECT pg_terminate_backend(%(pid)s)", {"pid": fresh})
+        # Dropped while in use: the statement fails as an unreachable database does.
+        with pytest.raises(StoreError) as lost:
+            await conn.value("SELECT 1", {})
+        assert is_unreachable(lost.value)
+    async with connect(own) as conn:
+        assert await conn.value("SELECT pg_backend_pid()", {}) not in (pid, fresh)
