@@ -29,6 +29,7 @@ from store.embedded import EmbeddedPostgres
 from store.identity import create_token, seed_demo
 from store.migrate import upgrade
 from tests.support.client import ParleyClient
+from tests.support.schedule import longest_first
 from tests.support.stack import SHARED_STACK_LIMITS, SteppedClock, running_worker, serve, serve_api
 
 
@@ -207,7 +208,15 @@ def minilm() -> MiniLMEmbedder:
         pytest.fail(f"recall by meaning needs the embeddings extra: run `make embeddings` ({exc})")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # The files go to the test processes in the order collected, longest first (below), not
+    # in pytest-xdist's order by number of tests.
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    longest_first(items)
     slow = [
         item.nodeid
         for item in items
