@@ -29,7 +29,7 @@ from activities.context import ContextBuilder
 from activities.ending import EndingActivities
 from activities.erasure import ErasureActivities
 from activities.exports import ExportActivities
-from activities.failures import FailureInterceptor, database_probe
+from activities.failures import FailureInterceptor
 from activities.knowledge import KnowledgeSource
 from activities.mcp import McpTools
 from activities.memory import MemoryActivities
@@ -273,7 +273,7 @@ def build_worker(
             # Every activity attempt leaves a span in the trace ledger,
             # and its failures reach the workflow under names it relies on (activities/failures.py).
             # (The OpenTelemetry interceptor, when on, comes first: from the client.)
-            interceptors=[ledger, FailureInterceptor(database_probe(sessions))],
+            interceptors=[ledger, FailureInterceptor.polling(sessions, settings)],
             # SIGTERM: poll no more, let running steps (a whole streamed answer) finish.
             graceful_shutdown_timeout=timedelta(seconds=settings.worker_shutdown_grace_s),
             # No more steps at once than the pool has connections for (`worker_pool`).

@@ -27,6 +27,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
 from activities.heartbeat import heartbeat
+from parley.config import Settings
 from parley.contracts import TURN_STOPPED
 from parley.statuses import TurnErrorCode
 from store.db import SessionMaker, is_unreachable, ping
@@ -36,9 +37,9 @@ from store.turns import TurnStopped
 STORE_RETRY_DELAY = timedelta(seconds=2)
 # Between attempts once the database answers again.
 RETRY_WHEN_BACK = timedelta(milliseconds=100)
-# How long one attempt waits for the database to come back before it fails: five model-call
-# attempts of this plus the retry delay last about 70 s, so an outage of a minute is ridden
-# out and one of 90 s fails the turn.
+# How long one attempt waits for the database to come back before it fails, by default
+# (`store_outage_wait_s`): five model-call attempts of this plus the retry delay last about
+# 70 s, so an outage of a minute is ridden out and one of 90 s fails the turn.
 STORE_OUTAGE_WAIT = timedelta(seconds=12)
 # Polls of the database while it is away; each one heartbeats.
 PROBE_INTERVAL_S = 0.5
@@ -80,18 +81,28 @@ async def wait_for_database(probe: Probe, wait: timedelta = STORE_OUTAGE_WAIT) -
 
 
 class FailureInterceptor(Interceptor):
-    def __init__(self, probe: Probe | None = None) -> None:
+    def __init__(self, probe: Probe | None = None, wait: timedelta = STORE_OUTAGE_WAIT) -> None:
         # Without a probe an unreachable database fails the attempt at once.
         self._probe = probe
+        self._wait = wait
+
+    @classmethod
+    def polling(cls, sessions: SessionMaker, settings: Settings) -> FailureInterceptor:
+        """A worker's: an attempt that finds the database away polls it for up to
+        `store_outage_wait_s`."""
+        return cls(database_probe(sessions), timedelta(seconds=settings.store_outage_wait_s))
 
     def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
-        return _FailureMapper(next, self._probe)
+        return _FailureMapper(next, self._probe, self._wait)
 
 
 class _FailureMapper(ActivityInboundInterceptor):
-    def __init__(self, next: ActivityInboundInterceptor, probe: Probe | None) -> None:
+    def __init__(
+        self, next: ActivityInboundInterceptor, probe: Probe | None, wait: timedelta
+    ) -> None:
         super().__init__(next)
         self._probe = probe
+        self._wait = wait
 
     async def execute_activity(self, input: ExecuteActivityInput) -> Any:
         try:
@@ -105,7 +116,7 @@ class _FailureMapper(ActivityInboundInterceptor):
             if self._probe is not None:
                 # The attempt fails either way (what it was doing is lost with the
                 # connection); waiting here keeps a short outage from spending the retries.
-                back = await wait_for_database(self._probe)
+                back = await wait_for_database(self._probe, self._wait)
             raise ApplicationError(
                 f"the database is unreachable ({type(exc).__name__})",
                 type=TurnErrorCode.store_unavailable,

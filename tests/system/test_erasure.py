@@ -249,8 +249,9 @@ async def test_a_turn_running_when_its_user_is_erased_is_stopped_and_its_workflo
     assert done["counts"]["turns"] == 1 and done["counts"]["users"] == 1
 
     async def deleted() -> bool:
-        """The server deletes an execution (and its visibility record) in the background: the
-        dev server took up to a minute here after other tests' deletions."""
+        """The server deletes an execution (and then its visibility record) in the background,
+        once its queues have recorded the execution's close (every second on the tests' dev
+        server, tests/conftest.py)."""
         try:
             seen.append((await workflow.describe()).status)
         except RPCError as exc:
@@ -261,7 +262,7 @@ async def test_a_turn_running_when_its_user_is_erased_is_stopped_and_its_workflo
 
     seen: list[object] = []
     try:
-        await eventually(deleted, timeout=120, what="the turn's workflow is deleted", every=0.5)
+        await eventually(deleted, timeout=120, what="the turn's workflow is deleted", every=0.2)
     except AssertionError:
         raise AssertionError(f"still there: {seen[-3:]}") from None
     async with sessions() as db:

@@ -5,8 +5,8 @@ again on the same data folder and socket, under a worker and an API of the modul
   stored, and the stream (reconnecting with `Last-Event-ID` while the API cannot read the log)
   shows the whole answer, nothing repeated or missing.
 - A long outage (the database stays away until the model call has spent all its retries, about
-  70 s): the turn fails with a contract error code, and once the database is back the session
-  takes the next message.
+  40 s with this module's shorter wait per attempt): the turn fails with a contract error code,
+  and once the database is back the session takes the next message.
 
 The session-wide PostgreSQL is shared by every test, so it is never the one stopped here; the
 Temporal dev server and the Northwind backend are the session's.
@@ -43,9 +43,12 @@ from tests.support.processes import QUESTION, follow
 from tests.support.sse import Event
 from tests.support.toolkit import Stack, eventually, own_stack
 
-SHORT_OUTAGE_S = 5.0
+# How long an attempt waits for the database here (12 s by default): long enough to ride out
+# the short outage in one attempt, half the default's cost for the long one.
+STORE_OUTAGE_WAIT_S = 6.0
+SHORT_OUTAGE_S = 3.0
 # The long outage lasts until the workflow's history shows the model call gave up (its five
-# attempts each wait for the database, about 70 s in all); this bounds that wait. It is well
+# attempts each wait for the database, about 40 s in all); this bounds that wait. It is well
 # inside a store step's schedule-to-close (3 min), so the turn must then fail, and cleanly.
 LONG_OUTAGE_LIMIT_S = 150.0
 
@@ -106,6 +109,7 @@ async def outage(
         prefix="outage",
         database_url=database.url,
         demo_token_delay_ms=120,
+        store_outage_wait_s=STORE_OUTAGE_WAIT_S,
     ) as stack:
         client = ParleyClient(stack.url, token)
         yield Outage(database, stack, own_sessions, client)
@@ -201,7 +205,7 @@ async def model_call_gave_up(temporal_client: Client, turn_id: str) -> bool:
     return False
 
 
-# LONG TEST (about 70 s): the only one of its kind; the outage's length is the point of it.
+# LONG TEST (about 40 s): the only one of its kind; the outage's length is the point of it.
 async def test_long_outage_fails_the_turn_cleanly_and_frees_the_session(
     outage: Outage, temporal_client: Client
 ) -> None:

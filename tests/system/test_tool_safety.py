@@ -168,7 +168,8 @@ async def test_pasted_injection_sends_nothing_to_the_attacker(
 
     sent = (await emails(northwind))[known:]
     assert [e["to"] for e in sent] == [PRIYA_EMAIL]
-    assert all(e["to"] == PRIYA_EMAIL for e in await emails(northwind))
+    # The backend is the session's: other tests' emails to their own customers are there too.
+    assert all(e["to"] != ATTACKER for e in await emails(northwind))
     assert all(a["recipient_masked"] == PRIYA_MASKED for a in confirmations(seen))
     for stored in await session_actions(sessions, sid):
         assert stored.args["to"] == PRIYA_EMAIL and stored.recipient_masked == PRIYA_MASKED
@@ -227,7 +228,8 @@ async def test_injection_in_a_tool_result_is_data(
         reply(rest)
 
         assert len(await emails(northwind)) == known
-        assert all(e["to"] == PRIYA_EMAIL for e in await emails(northwind))
+        # The backend is the session's: other tests' emails to their own customers are there.
+        assert all(e["to"] != ATTACKER for e in await emails(northwind))
         for stored in await session_actions(sessions, sid):
             assert stored.args["to"] == PRIYA_EMAIL and stored.recipient_masked == PRIYA_MASKED
         for event in seen:
