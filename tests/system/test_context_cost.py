@@ -25,6 +25,8 @@ from gateway.demo import DemoModel
 from gateway.minilm import MiniLMEmbedder
 from gateway.registry import ProviderPool
 from parley.config import Settings
+from parley.memory import recall_terms
+from store import recall as recall_store
 from store.models import ChatSession, ConversationSummary, Message, TraceSpan
 from tests.support.client import ParleyClient
 from tests.support.toolkit import Stack, counted_sessions, model_calls, own_stack
@@ -212,7 +214,13 @@ async def test_a_conversation_too_long_for_the_window_still_recalls_the_old_fact
     budget = call.request["budget"]
     assert budget["recall"] == "hybrid"
     assert budget["window_from_seq"] > 2  # the fact left the window long ago ...
-    assert 1 in budget["recalled_seqs"]  # ... and recall brings it back
+    assert 1 in budget["recalled_seqs"]  # ... and recall brings it back,
+    # as the search's best match itself, not only as a neighbour of another line.
+    async with sessions() as db:
+        ranked, _ = await recall_store.recall(
+            db, session_id=sid, terms=recall_terms(QUESTION), before_seq=budget["window_from_seq"]
+        )
+    assert [hit.seq for hit in ranked][:1] == [1]
     # Nothing else could have: the summary covers seq 1 without it, and nothing was folded.
     assert budget["summary_through_seq"] == 50 and budget["folded"] is None
     assert "1 user: My gym locker code is 4417" in prompt_text(call.request)
