@@ -3,13 +3,11 @@ recall, warnings for what did not fit, and a summary run that crashes losing not
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 import pytest_asyncio
-from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
@@ -29,10 +27,10 @@ from parley.resolver import Slot
 from parley.tokens import count_messages, count_tools, default_counter
 from store import memory as memory_store
 from store import slots
-from store.models import ChatSession, ConversationSummary, Message
+from store.models import ConversationSummary
 from tests.support.client import ParleyClient
 from tests.support.stack import serve
-from tests.support.toolkit import model_calls, own_stack, reply
+from tests.support.toolkit import model_calls, own_stack, reply, store_history
 
 
 async def prompts(
@@ -131,28 +129,6 @@ async def test_sixty_turns_remember_turn_one_within_a_flat_budget(
 # --- acceptance 2: the summary and the window meet; slots outrank the summary ---------------------
 
 
-async def seed_history(
-    db_sessions: async_sessionmaker[AsyncSession], session_id: str, texts: list[tuple[str, str]]
-) -> None:
-    """Store a transcript as if earlier turns had written it (seq 1..n)."""
-    async with db_sessions() as db:
-        for seq, (role, text) in enumerate(texts, start=1):
-            db.add(
-                Message(
-                    id=f"msg_{uuid.uuid4().hex[:20]}",
-                    session_id=session_id,
-                    seq=seq,
-                    role=role,
-                    status="complete",
-                    text=text,
-                )
-            )
-        await db.execute(
-            update(ChatSession).where(ChatSession.id == session_id).values(last_seq=len(texts))
-        )
-        await db.commit()
-
-
 async def test_a_stale_summary_is_met_by_the_fold_and_slots_outrank_it(
     settings: Settings,
     temporal_client: Client,
@@ -183,7 +159,7 @@ async def test_a_stale_summary_is_met_by_the_fold_and_slots_outrank_it(
     ) as running:
         client = ParleyClient(running.url, tokens["priya"])
         sid = await client.new_session()
-        await seed_history(sessions, sid, history)
+        await store_history(sessions, sid, history)
         async with sessions() as db:
             db.add(
                 ConversationSummary(
@@ -292,7 +268,7 @@ async def test_a_crash_during_summarization_loses_nothing(
             ("assistant", f"Answer number {n}, with a few words to fold into the summary."),
             ("user", f"Question number {n} about order 8472 and its delivery."),
         ]
-    await seed_history(sessions, sid, history)
+    await store_history(sessions, sid, history)
 
     async def latest() -> StoredSummary | None:
         async with sessions() as db:
