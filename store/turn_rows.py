@@ -44,6 +44,37 @@ class TurnRow:
 
 
 @dataclass(frozen=True)
+class TurnFacts:
+    """A turn as the steps after its start read it: whom it serves and what it answers.
+    Read-only: a step that moves the turn does so through store/turns.py."""
+
+    id: str
+    session_id: str
+    tenant_id: str
+    user_id: str
+    user_message_id: str
+    user_seq: int
+    state: str
+    cancel_requested_at: datetime | None
+    resolution: dict[str, Any] | None
+
+    COLUMNS: ClassVar[str] = (
+        "id, session_id, tenant_id, user_id, user_message_id, user_seq, state,"
+        " cancel_requested_at, resolution"
+    )
+
+
+async def turn_facts(conn: Conn, *, turn_id: str, lock: bool = False) -> TurnFacts | None:
+    """The turn as it stands now (`lock`: its row locked until the caller's transaction
+    ends), or None for an unknown id."""
+    return await conn.row(_TURN_FACTS_LOCKED if lock else _TURN_FACTS, {"id": turn_id}, TurnFacts)
+
+
+_TURN_FACTS = f"SELECT {TurnFacts.COLUMNS} FROM turns WHERE id = %(id)s"
+_TURN_FACTS_LOCKED = f"SELECT {TurnFacts.COLUMNS} FROM turns WHERE id = %(id)s FOR UPDATE"
+
+
+@dataclass(frozen=True)
 class MessageRow:
     """A stored message, as the stream shows it (`MessageView.from_row`)."""
 
