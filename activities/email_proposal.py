@@ -6,16 +6,24 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from parley.ids import action_id_for_call
 from parley.tools import ToolError
 from store import actions
 from store.db import SessionMaker
-from store.models import Action, ToolCall, Turn
+from store.models import Action
+from store.turn_rows import TurnFacts
 
 # What the tool answers when there is nowhere safe to send the email.
 NO_VERIFIED_ADDRESS = ToolError("no_verified_address", "there is no verified address on file")
+
+
+class ProposingCall(Protocol):
+    """The tool call that proposes (its row, of whichever kind): its id names the action."""
+
+    @property
+    def id(self) -> str: ...
 
 
 def mask_email(address: str) -> str:
@@ -33,8 +41,8 @@ def verified_address(customer: Mapping[str, Any]) -> str | None:
 async def propose_send_email(
     sessions: SessionMaker,
     *,
-    turn: Turn,
-    call: ToolCall,
+    turn: TurnFacts,
+    call: ProposingCall,
     args: dict[str, Any],
     summary: str,
     ttl_s: float,

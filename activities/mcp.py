@@ -26,7 +26,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urljoin
 
 import httpx2
@@ -58,7 +58,8 @@ from parley.wire import WarningData
 from store import actions, steps, tenants
 from store.db import Db, SessionMaker
 from store.events import append_event, has_warning
-from store.models import Action, ToolCall, Turn
+from store.models import Action
+from store.turn_rows import ToolCallRow, TurnFacts
 
 log = logging.getLogger(__name__)
 
@@ -160,6 +161,18 @@ def _content(result: Any) -> tuple[str, Any]:
     return text[:MAX_CONTENT_CHARS], data
 
 
+class OfferingTurn(Protocol):
+    """The turn whose model is offered the servers' tools (`TurnFacts`, or the session's
+    own row while the context build holds one): sessions are opened as its user."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def tenant_id(self) -> str: ...
+    @property
+    def user_id(self) -> str: ...
+
+
 class McpTools:
     """The turn's side of its tenant's MCP servers (built in worker.py)."""
 
@@ -168,7 +181,9 @@ class McpTools:
         # Where the tenants' servers may be (`Settings.mcp_allowed_hosts`; default: public).
         self._allowed = allowed or Allowlist.parse(["*"])
 
-    async def offered(self, db: Db, turn: Turn, tenant: TenantConfig) -> list[dict[str, Any]]:
+    async def offered(
+        self, db: Db, turn: OfferingTurn, tenant: TenantConfig
+    ) -> list[dict[str, Any]]:
         """The allowed tools of every configured server, as the model is offered them (the
         caller commits the warning a failed server leaves). Listed once per turn: a later
         step offers what its first step listed, so a turn's tools do not change under it."""
@@ -215,10 +230,11 @@ class McpTools:
             raise McpUnavailable(type(exc).__name__) from exc
         return {t.name: (t.description or "", dict(t.input_schema)) for t in listed.tools}
 
-    async def run(self, turn: Turn, call: ToolCall, *, ttl_s: float) -> dict[str, Any]:
-        """The result the model reads for a call of a namespaced tool."""
-        async with self._sessions() as db:
-            tenant = await tenants.tenant_config(db, tenant_id=turn.tenant_id)
+    async def run(
+        self, turn: TurnFacts, call: ToolCallRow, tenant: TenantConfig, *, ttl_s: float
+    ) -> dict[str, Any]:
+        """The result the model reads for a call of a namespaced tool (`tenant`: the turn's
+        tenant's configuration, as the executor read it with the call)."""
         tool = find_tool(tenant.mcp_servers, call.name)
         if tool is None:
             return ToolError(
@@ -247,7 +263,12 @@ class McpTools:
             return ToolError("server_unavailable", message).as_result()
 
     async def _run(
-        self, turn: Turn, call: ToolCall, tool: McpTool, arguments: dict[str, Any], ttl_s: float
+        self,
+        turn: TurnFacts,
+        call: ToolCallRow,
+        tool: McpTool,
+        arguments: dict[str, Any],
+        ttl_s: float,
     ) -> dict[str, Any]:
         server = tool.server
         async with mcp_session(
@@ -273,7 +294,12 @@ class McpTools:
         return {"source": server.name, "tool": tool.tool, "content": data if data else text}
 
     async def _propose(
-        self, turn: Turn, call: ToolCall, tool: McpTool, arguments: dict[str, Any], ttl_s: float
+        self,
+        turn: TurnFacts,
+        call: ToolCallRow,
+        tool: McpTool,
+        arguments: dict[str, Any],
+        ttl_s: float,
     ) -> dict[str, Any]:
         """A write is recorded for the user to confirm; nothing reaches the server yet."""
         shown = ", ".join(f"{k} {v}" for k, v in sorted(arguments.items()))
@@ -325,7 +351,7 @@ class McpTools:
             return ActionStatus.failed, {"accepted": False, "error": text[:300]}
         return ActionStatus.executed, {"accepted": True, "result": data if data else text}
 
-    async def _warn(self, turn: Turn, tool: McpTool, message: str | None = None) -> None:
+    async def _warn(self, turn: TurnFacts, tool: McpTool, message: str | None = None) -> None:
         async with self._sessions() as db:
             await warn_once(
                 db,

@@ -10,7 +10,7 @@ the user's confirmation is bound to exactly those rows (the action's argument ha
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from activities.email_proposal import (
     NO_VERIFIED_ADDRESS,
@@ -34,16 +34,26 @@ from parley.tools import ProposeOrdersCsvArgs, SearchOrdersArgs, ToolError
 from store import result_sets as result_set_store
 from store import sessions as session_store
 from store import slots
-from store.db import Db, SessionMaker
-from store.models import ToolCall, Turn
+from store.db import Db, SessionMaker, connect
+from store.turn_rows import ToolCallRow, TurnFacts
 
 RESULT_SET_TOOLS = ("search_orders", "propose_orders_csv")
 CSV_CONTENT_TYPE = "text/csv"
 
 
+class AskingTurn(Protocol):
+    """The turn whose message the resolver reads (`TurnFacts`, or the session's own row
+    while the context build holds one)."""
+
+    @property
+    def session_id(self) -> str: ...
+    @property
+    def user_message_id(self) -> str: ...
+
+
 async def resolve_result_sets(
     db: Db,
-    turn: Turn,
+    turn: AskingTurn,
     northwind: NorthwindClient,
     current: dict[str, Slot] | None = None,
     *,
@@ -100,13 +110,17 @@ class ResultSetTools:
         self._sessions = sessions
         self._northwind = northwind
 
-    async def run(self, turn: Turn, call: ToolCall, args: Any, ttl_s: float) -> dict[str, Any]:
+    async def run(
+        self, turn: TurnFacts, call: ToolCallRow, args: Any, ttl_s: float
+    ) -> dict[str, Any]:
         if isinstance(args, SearchOrdersArgs):
             return await self._search(turn, call, args)
         assert isinstance(args, ProposeOrdersCsvArgs)
         return await self._propose_csv(turn, call, args, ttl_s)
 
-    async def _search(self, turn: Turn, call: ToolCall, args: SearchOrdersArgs) -> dict[str, Any]:
+    async def _search(
+        self, turn: TurnFacts, call: ToolCallRow, args: SearchOrdersArgs
+    ) -> dict[str, Any]:
         query = args.model_dump(exclude_none=True)
         found = await self._northwind.search_orders(turn.tenant_id, turn.user_id, query)
         rows = [
@@ -118,9 +132,9 @@ class ResultSetTools:
             }
             for o in found
         ]
-        async with self._sessions() as db:
+        async with connect(self._sessions) as conn:
             stored = await result_set_store.record_result_set(
-                db,
+                conn,
                 result_set_id=result_set_id_for_call(tool_call_id=call.id),
                 session_id=turn.session_id,
                 turn_id=turn.id,
@@ -129,7 +143,6 @@ class ResultSetTools:
                 query=query,
                 rows=rows,
             )
-            await db.commit()
         return {
             "result_set_id": stored.id,
             "query": query,
@@ -140,11 +153,11 @@ class ResultSetTools:
         }
 
     async def _propose_csv(
-        self, turn: Turn, call: ToolCall, args: ProposeOrdersCsvArgs, ttl_s: float
+        self, turn: TurnFacts, call: ToolCallRow, args: ProposeOrdersCsvArgs, ttl_s: float
     ) -> dict[str, Any]:
-        async with self._sessions() as db:
+        async with connect(self._sessions) as conn:
             stored = await result_set_store.session_result_set(
-                db, session_id=turn.session_id, result_set_id=args.result_set_id
+                conn, session_id=turn.session_id, result_set_id=args.result_set_id
             )
         if stored is None:
             return ToolError("not_found", "no such result set in this conversation").as_result()

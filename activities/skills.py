@@ -6,7 +6,7 @@ the customer's data comes from the backend with the session's identity, and the 
 in a sandbox of its own (activities/sandbox.py). Files it produced are stored with the
 session under ids derived from the call, so a retried attempt stores them once; the executor
 announces them as `artifact` events, and a failed or impossible run as a `warning`, when it
-records the call's result (`events`, called once per call).
+records the call's result (`events`, appended once per call).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from activities.northwind import BackendError, NorthwindClient
 from activities.sandbox import Produced, Sandbox, SkillRunError
@@ -39,9 +39,8 @@ from parley.tenancy import TenantConfig
 from parley.tools import ToolError
 from parley.wire import ArtifactData, WarningData
 from store import artifacts
-from store.db import Db, SessionMaker
-from store.events import append_event
-from store.models import ToolCall, Turn
+from store.db import SessionMaker, connect
+from store.turn_rows import ToolCallRow, TurnFacts
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +111,7 @@ class SkillTools:
         enabled = self._enabled(tenant)
         return [run_skill_schema([m for _, m in enabled.values()])] if enabled else []
 
-    async def run(self, turn: Turn, call: ToolCall, tenant: TenantConfig) -> dict[str, Any]:
+    async def run(self, turn: TurnFacts, call: ToolCallRow, tenant: TenantConfig) -> dict[str, Any]:
         """The result the model reads: what the skill said and the files it produced, or a
         structured error."""
         try:
@@ -156,7 +155,7 @@ class SkillTools:
         }
 
     async def _data(
-        self, turn: Turn, manifest: SkillManifest, args: RunSkillArgs
+        self, turn: TurnFacts, manifest: SkillManifest, args: RunSkillArgs
     ) -> dict[str, Any]:
         """The customer's data the skill works on, read with the session's identity."""
         if manifest.data == "orders":
@@ -169,11 +168,13 @@ class SkillTools:
             return {"period": query, "orders": orders}
         return {}
 
-    async def _store(self, turn: Turn, call: ToolCall, files: list[Produced]) -> list[ArtifactData]:
-        async with self._sessions() as db:
+    async def _store(
+        self, turn: TurnFacts, call: ToolCallRow, files: list[Produced]
+    ) -> list[ArtifactData]:
+        async with connect(self._sessions) as conn:
             stored = [
                 await artifacts.store_artifact(
-                    db,
+                    conn,
                     file_id=artifact_file_id(tool_call_id=call.id, name=f.name),
                     session_id=turn.session_id,
                     tenant_id=turn.tenant_id,
@@ -184,27 +185,26 @@ class SkillTools:
                 )
                 for f in files
             ]
-            await db.commit()
         return [ArtifactData(file_id=r.id, name=r.name, content_type=r.content_type, bytes=r.size)
                 for r in stored]  # fmt: skip
 
 
-async def events(db: Db, turn_id: str, result: dict[str, Any]) -> None:
-    """Announce a skill call's outcome on the stream (the caller commits, once per call):
-    each file as an `artifact`, a failure as a `warning`."""
+def events(result: dict[str, Any]) -> list[tuple[EventType, BaseModel]]:
+    """What the stream shows of a skill call's outcome (the executor appends it with the
+    call's end, once per call): each file as an `artifact`, a failure as a `warning`."""
     error = result.get("error")
     if isinstance(error, dict):
         code = str(error.get("code"))
         if code in ("invalid_arguments", "not_allowed", "unavailable"):
             # The model's own mistake (it reads the error, the user needs no notice), or the
             # order system down (the executor's `tool_unavailable` warning says so).
-            return
+            return []
         known = WarningCode(code) if code in WARNINGS else None
         warning = WarningData(
             code=known or SKILL_FAILED, message=WARNINGS[known] if known else WARNING_OTHER
         )
-        await append_event(db, turn_id=turn_id, type=EventType.warning, data=warning)
-        return
-    for artifact in result.get("artifacts") or []:
-        data = ArtifactData.model_validate(artifact)
-        await append_event(db, turn_id=turn_id, type=EventType.artifact, data=data)
+        return [(EventType.warning, warning)]
+    return [
+        (EventType.artifact, ArtifactData.model_validate(artifact))
+        for artifact in result.get("artifacts") or []
+    ]

@@ -51,12 +51,13 @@ from parley.specialists import DELEGATE_RETURNS
 from parley.statuses import (
     ToolCallStatus,
 )
+from parley.tenancy import TenantConfig
 from parley.tools import TOOLS, ProposeEmailArgs, ToolError, parse_arguments
 from parley.wire import ToolData, WarningData
-from store import actions, slots, steps, tenants, turns
-from store.db import Db, SessionMaker
-from store.events import append_event
-from store.models import ToolCall, Turn
+from store import actions, steps, turns
+from store.db import Conn, Db, SessionMaker, connect
+from store.events import append_events
+from store.turn_rows import ToolCallRow, TurnFacts, store_tool_result
 
 # A tool result the model reads is cut to this many characters of JSON.
 MAX_RESULT_CHARS = 4000
@@ -159,20 +160,54 @@ def render_email(template: str, order: OrderView, extra: dict[str, Any]) -> tupl
 class _ToolRun:
     """A pending tool call about to run, with what its attempt needs to know."""
 
-    turn: Turn
-    call: ToolCall
-    allowed: bool  # the tenant offers this tool
+    turn: TurnFacts
+    call: ToolCallRow
+    tenant: TenantConfig  # the turn's tenant's configuration, as the call started
     label: str  # what the user sees while it runs
 
+    @property
+    def allowed(self) -> bool:
+        """The tenant offers this tool."""
+        return self.tenant.offered(self.call.name)
 
-def _outcome(call: ToolCall) -> ToolOutcome:
+    def shown(self, phase: Literal["start", "end"], status: str | None = None) -> _Event:
+        """The call starting or ending, as the stream shows it."""
+        call = self.call
+        return tool_shown(call.provider_call_id, call.name, phase, self.label, status)
+
+
+_Event = tuple[EventType, BaseModel]
+
+
+def _label(name: str) -> str:
+    """What the user sees while the tool runs."""
+    if name == RUN_SKILL:
+        return RUN_SKILL_LABEL
+    spec = TOOLS.get(name)
+    return spec.label if spec else "Working on it…"
+
+
+def _outcome(call: ToolCallRow) -> ToolOutcome:
     ok = call.status == ToolCallStatus.ok
     action_id = (call.result or {}).get("action_id") if ok else None
     return ToolOutcome(call.id, ToolCallStatus(call.status), action_id)
 
 
+def tool_shown(
+    call_id: str,
+    name: str,
+    phase: Literal["start", "end"],
+    label: str,
+    status: str | None = None,
+) -> _Event:
+    """A tool call starting or ending, as the turn's stream shows it (`tool`)."""
+    return EventType.tool, ToolData(
+        call_id=call_id, name=name, phase=phase, label=label, status=status
+    )
+
+
 async def tool_event(
-    db: Db,
+    db: Db | Conn,
     turn_id: str,
     call_id: str,
     name: str,
@@ -181,8 +216,9 @@ async def tool_event(
     status: str | None = None,
 ) -> None:
     """Show a tool call starting or ending on the turn's stream (the caller commits)."""
-    data = ToolData(call_id=call_id, name=name, phase=phase, label=label, status=status)
-    await append_event(db, turn_id=turn_id, type=EventType.tool, data=data)
+    await append_events(
+        db, turn_id=turn_id, events=[tool_shown(call_id, name, phase, label, status)]
+    )
 
 
 class ToolActivities:
@@ -213,24 +249,17 @@ class ToolActivities:
         return await self._store_result(inp, started, result)
 
     async def _begin_call(self, inp: ExecuteToolInput) -> _ToolRun | ToolOutcome:
-        """Enter `executing_tools` and show the call starting; a call that an earlier attempt
-        finished is answered from the store."""
-        async with self._sessions() as db:
-            call = await steps.get_tool_call(db, call_id=inp.call_id)
-            assert call is not None
-            if call.status != ToolCallStatus.pending:  # done by an attempt that died reporting it
-                return _outcome(call)
-            turn = await turns.advance_turn(db, turn_id=inp.turn_id, to=TurnState.executing_tools)
-            allowed = (await tenants.tenant_config(db, tenant_id=turn.tenant_id)).offered(call.name)
-            spec = TOOLS.get(call.name)
-            label = spec.label if spec else "Working on it…"
-            label = RUN_SKILL_LABEL if call.name == RUN_SKILL else label
-            run = _ToolRun(turn, call, allowed, label)
-            if activity.info().attempt == 1:
-                await tool_event(db, turn.id, call.provider_call_id, call.name, "start", run.label)
-            # One commit: the stream shows the step and the call starting before it runs.
-            await db.commit()
-            return run
+        """Enter `executing_tools` and show the call starting, in one statement and one
+        commit, so the stream shows both before the call runs; a call that an earlier
+        attempt finished is answered from the store."""
+        async with connect(self._sessions) as conn, conn.transaction():
+            found = await steps.lock_for_tool_call(conn, turn_id=inp.turn_id, call_id=inp.call_id)
+            if found.call.status != ToolCallStatus.pending:  # an attempt died reporting it
+                return _outcome(found.call)
+            run = _ToolRun(found.turn, found.call, found.tenant, _label(found.call.name))
+            start = [run.shown("start")] if activity.info().attempt == 1 else []
+            await turns.advance_locked(conn, found.turn, to=TurnState.executing_tools, then=start)
+        return run
 
     async def _call_result(self, inp: ExecuteToolInput, run: _ToolRun) -> dict[str, Any]:
         """The result the model reads: the tool's answer, or a structured error for a refusal,
@@ -246,7 +275,9 @@ class ToolActivities:
                 ).as_result()
             async with heartbeating():
                 return _limited(
-                    await self._mcp.run(run.turn, call, ttl_s=inp.confirmation_timeout_s)
+                    await self._mcp.run(
+                        run.turn, call, run.tenant, ttl_s=inp.confirmation_timeout_s
+                    )
                 )
         if call.name == RUN_SKILL:  # a skill in a sandbox of its own: activities/skills.py
             return await self._run_skill(run)
@@ -270,41 +301,35 @@ class ToolActivities:
     async def _run_skill(self, run: _ToolRun) -> dict[str, Any]:
         if not run.allowed:
             return ToolError("not_allowed", "skills are not enabled for this tenant").as_result()
-        async with self._sessions() as db:
-            tenant = await tenants.tenant_config(db, tenant_id=run.turn.tenant_id)
         async with heartbeating():
-            return _limited(await self._skills.run(run.turn, run.call, tenant))
+            return _limited(await self._skills.run(run.turn, run.call, run.tenant))
 
     async def _store_result(
         self, inp: ExecuteToolInput, run: _ToolRun, result: dict[str, Any]
     ) -> ToolOutcome:
-        """Store the result once (the first attempt to get here wins) and show the call ending."""
+        """Store the result and show the call ending, in one commit; the first attempt to get
+        here wins (a later one reads what it stored)."""
         status = ToolCallStatus.error if "error" in result else ToolCallStatus.ok
-        turn = run.turn
-        async with self._sessions() as db:
-            call = await steps.get_tool_call(db, call_id=inp.call_id, lock=True)
-            assert call is not None
-            if call.status == ToolCallStatus.pending:
-                if inp.refuse is not None:
-                    status = ToolCallStatus.refused
-                await turns.store_tool_result(
-                    db, call=call, status=status, result=result, attempts=activity.info().attempt
-                )
-                await self._remember_referent(db, turn, call, result)
-                if call.name == RUN_SKILL:
-                    await skill_events(db, turn.id, result)
-                if result.get("error", {}).get("code") == "unavailable":
-                    await append_event(
-                        db, turn_id=turn.id, type=EventType.warning, data=_UNAVAILABLE
-                    )
-                await tool_event(
-                    db, turn.id, call.provider_call_id, call.name, "end", run.label, status=status
-                )
-                await db.commit()
-            return _outcome(call)
+        if inp.refuse is not None:
+            status = ToolCallStatus.refused
+        async with connect(self._sessions) as conn, conn.transaction():
+            stored = await store_tool_result(
+                conn,
+                call=run.call,
+                status=status,
+                result=result,
+                attempts=activity.info().attempt,
+                referent=_referent(run, result),
+            )
+            if stored is None:  # an earlier attempt stored its result first
+                stored = await steps.get_tool_call(conn, call_id=run.call.id)
+                assert stored is not None
+                return _outcome(stored)
+            await append_events(conn, turn_id=run.turn.id, events=_ending(run, result, status))
+        return _outcome(stored)
 
     async def _run(
-        self, turn: Turn, call: ToolCall, args: BaseModel, inp: ExecuteToolInput
+        self, turn: TurnFacts, call: ToolCallRow, args: BaseModel, inp: ExecuteToolInput
     ) -> dict[str, Any]:
         nw, tenant, customer = self._northwind, turn.tenant_id, turn.user_id
         name = call.name
@@ -336,7 +361,7 @@ class ToolActivities:
         raise AssertionError(f"no executor for {name}")  # the registry and this list agree
 
     async def _propose_email(
-        self, turn: Turn, call: ToolCall, args: ProposeEmailArgs, ttl_s: float
+        self, turn: TurnFacts, call: ToolCallRow, args: ProposeEmailArgs, ttl_s: float
     ) -> dict[str, Any]:
         nw = self._northwind
         order = OrderView.model_validate(
@@ -373,7 +398,7 @@ class ToolActivities:
             "subject": subject,
         }
 
-    async def _handoff(self, turn: Turn, call: ToolCall, reason: str) -> dict[str, Any]:
+    async def _handoff(self, turn: TurnFacts, call: ToolCallRow, reason: str) -> dict[str, Any]:
         async with self._sessions() as db:
             handoff = await actions.create_handoff(
                 db,
@@ -386,22 +411,25 @@ class ToolActivities:
             await db.commit()
             return {"handoff_id": handoff.id, "status": handoff.status}
 
-    async def _remember_referent(
-        self, db: Db, turn: Turn, call: ToolCall, result: dict[str, Any]
-    ) -> None:
-        """A successful lookup of one order makes it the conversation's active order."""
-        order_id: str | None = None
-        if "error" not in result:
-            if call.name == "list_open_orders" and len(result.get("orders", [])) == 1:
-                order_id = result["orders"][0]["order_id"]
-            elif isinstance(call.arguments, dict) and "order_id" in call.arguments:
-                order_id = str(call.arguments["order_id"])
-        if order_id is None:
-            return
-        current = (await slots.get_slots(db, session_id=turn.session_id)).get(ACTIVE_ORDER)
-        if current is None or current.value != order_id:
-            await slots.write_slots(
-                db,
-                session_id=turn.session_id,
-                writes={ACTIVE_ORDER: Slot(order_id, f"tool:{call.name}", turn.user_seq)},
-            )
+
+def _referent(run: _ToolRun, result: dict[str, Any]) -> tuple[str, Slot] | None:
+    """A successful lookup of one order makes it the conversation's active order."""
+    call = run.call
+    if "error" in result:
+        return None
+    if call.name == "list_open_orders" and len(result.get("orders", [])) == 1:
+        order_id = str(result["orders"][0]["order_id"])
+    elif isinstance(call.arguments, dict) and "order_id" in call.arguments:
+        order_id = str(call.arguments["order_id"])
+    else:
+        return None
+    return ACTIVE_ORDER, Slot(order_id, f"tool:{call.name}", run.turn.user_seq)
+
+
+def _ending(run: _ToolRun, result: dict[str, Any], status: ToolCallStatus) -> list[_Event]:
+    """What the stream shows as the call ends: a skill's files or failure, the order system's
+    outage, then the call ending."""
+    events = skill_events(result) if run.call.name == RUN_SKILL else []
+    if result.get("error", {}).get("code") == "unavailable":
+        events.append((EventType.warning, _UNAVAILABLE))
+    return [*events, run.shown("end", status)]

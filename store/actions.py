@@ -25,6 +25,7 @@ from parley.wire import ActionData, ActionView
 from store.events import append_event
 from store.identity import Identity
 from store.models import Action, Handoff, Turn
+from store.turn_rows import TurnFacts
 from store.turns import lock_running
 
 ACTION_NOT_FOUND = "action not found"
@@ -38,7 +39,7 @@ class ForeignRow(Exception):
 async def create_action(
     db: AsyncSession,
     *,
-    turn: Turn,
+    turn: Turn | TurnFacts,
     action_id: str,
     tool: str,
     args: dict[str, Any],

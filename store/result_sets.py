@@ -8,23 +8,24 @@ from __future__ import annotations
 
 from typing import Any
 
+from psycopg.types.json import Jsonb
 from sqlalchemy import Row, select, text
-from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.result_sets import StoredSet
+from store.db import Conn
 from store.models import ResultSet
 
 # How many of a session's newest sets the resolver weighs; older ones are out of reach.
 RECENT_SETS = 6
 
 
-def _stored(row: ResultSet | Row[Any]) -> StoredSet:
+def _stored(row: Row[Any]) -> StoredSet:
     return StoredSet(row.id, dict(row.query), list(row.order_ids), row.user_seq, list(row.rows))
 
 
 async def record_result_set(
-    db: AsyncSession,
+    conn: Conn,
     *,
     result_set_id: str,
     session_id: str,
@@ -34,24 +35,50 @@ async def record_result_set(
     query: dict[str, Any],
     rows: list[dict[str, Any]],
 ) -> StoredSet:
-    """Store a search's result once, in the order the search returned it."""
-    await db.execute(
-        insert(ResultSet)
-        .values(
-            id=result_set_id,
-            session_id=session_id,
-            turn_id=turn_id,
-            tool_call_id=tool_call_id,
-            user_seq=user_seq,
-            query=query,
-            order_ids=[str(r["order_id"]) for r in rows],
-            rows=rows,
-        )
-        .on_conflict_do_nothing(index_elements=[ResultSet.id])
+    """Store a search's result once, in the order the search returned it: one statement
+    (the set an earlier attempt stored, when there is one)."""
+    params = {
+        "id": result_set_id,
+        "session_id": session_id,
+        "turn_id": turn_id,
+        "tool_call_id": tool_call_id,
+        "user_seq": user_seq,
+        "query": Jsonb(query),
+        "order_ids": Jsonb([str(r["order_id"]) for r in rows]),
+        "rows": Jsonb(rows),
+    }
+    found = await conn.made(_RECORD, params, _stored_columns)
+    if found is None:  # stored by an attempt that committed after this statement began
+        found = await conn.made(_SESSION_SET, params, _stored_columns)
+    assert found is not None
+    return found
+
+
+def _stored_columns(*, id: str, query: Any, order_ids: Any, user_seq: int, rows: Any) -> StoredSet:
+    return StoredSet(id, dict(query), list(order_ids), user_seq, list(rows))
+
+
+# The second arm reads the snapshot from before the insert: exactly one arm holds the set,
+# the one inserted or the one an earlier attempt stored (of this session only).
+_RECORD = """
+    WITH made AS (
+        INSERT INTO result_sets
+            (id, session_id, turn_id, tool_call_id, user_seq, query, order_ids, rows)
+        VALUES (%(id)s, %(session_id)s, %(turn_id)s, %(tool_call_id)s, %(user_seq)s,
+            %(query)s, %(order_ids)s, %(rows)s)
+        ON CONFLICT (id) DO NOTHING
+        RETURNING id, query, order_ids, user_seq, rows
     )
-    row = await db.get(ResultSet, result_set_id, populate_existing=True)
-    assert row is not None and row.session_id == session_id
-    return _stored(row)
+    SELECT id, query, order_ids, user_seq, rows FROM made
+    UNION ALL
+    SELECT id, query, order_ids, user_seq, rows FROM result_sets
+    WHERE id = %(id)s AND session_id = %(session_id)s
+    LIMIT 1
+"""
+_SESSION_SET = """
+    SELECT id, query, order_ids, user_seq, rows FROM result_sets
+    WHERE id = %(id)s AND session_id = %(session_id)s
+"""
 
 
 async def recent_result_sets(db: AsyncSession, *, session_id: str) -> list[StoredSet]:
@@ -96,10 +123,8 @@ _OFFER_FACTS = text(
 
 
 async def session_result_set(
-    db: AsyncSession, *, session_id: str, result_set_id: str
+    conn: Conn, *, session_id: str, result_set_id: str
 ) -> StoredSet | None:
     """One set of this session; another session's set is the same as a missing one."""
-    row = await db.scalar(
-        select(ResultSet).where(ResultSet.id == result_set_id, ResultSet.session_id == session_id)
-    )
-    return _stored(row) if row is not None else None
+    params = {"id": result_set_id, "session_id": session_id}
+    return await conn.made(_SESSION_SET, params, _stored_columns)

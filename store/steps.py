@@ -18,10 +18,11 @@ from sqlalchemy import select
 from parley.contracts import TERMINAL_TURN_STATES, EventType
 from parley.ids import new_id, tool_call_row_id
 from parley.statuses import ToolCallStatus
+from parley.tenancy import TenantConfig
 from parley.tools import args_hash
-from store.db import Conn, Db
+from store.db import Conn, Db, session_conn
 from store.models import ModelCall, ToolCall, Turn
-from store.turn_rows import TurnRow
+from store.turn_rows import ToolCallRow, TurnFacts, TurnRow
 
 
 @dataclass(frozen=True)
@@ -63,10 +64,54 @@ async def get_call(db: Db, *, model_call_id: str) -> ModelCall | None:
     return await db.get(ModelCall, model_call_id)
 
 
-async def get_tool_call(db: Db, *, call_id: str, lock: bool = False) -> ToolCall | None:
-    """The tool call (from the session's identity map when it holds it, unless `lock`:
-    then read again with its row locked)."""
-    return await db.get(ToolCall, call_id, with_for_update=lock or None)
+async def get_tool_call(db: Db | Conn, *, call_id: str) -> ToolCallRow | None:
+    """The tool call as it stands now, on a `Conn` or in a session's transaction."""
+    conn = db if isinstance(db, Conn) else await session_conn(db)
+    return await conn.row(_TOOL_CALL, {"id": call_id}, ToolCallRow)
+
+
+_TOOL_CALL = f"SELECT {ToolCallRow.COLUMNS} FROM tool_calls WHERE id = %(id)s"
+
+
+@dataclass(frozen=True)
+class ForToolCall:
+    """What an attempt at a tool call starts from: its turn (locked), the call, and the
+    configuration of the turn's tenant (the code defaults when the tenant is unknown)."""
+
+    turn: TurnFacts
+    call: ToolCallRow
+    tenant: TenantConfig
+
+
+async def lock_for_tool_call(conn: Conn, *, turn_id: str, call_id: str) -> ForToolCall:
+    """`ForToolCall`, the turn's row locked (in the caller's transaction): one round trip.
+    LookupError for a call that is not the turn's."""
+    found = await conn.made(_FOR_TOOL_CALL, {"turn": turn_id, "call": call_id}, _for_tool_call)
+    if found is None:
+        raise LookupError(call_id)
+    return found
+
+
+def _for_tool_call(*, tenant_config: dict[str, Any] | None, **columns: Any) -> ForToolCall:
+    turn = TurnFacts(**{k[2:]: v for k, v in columns.items() if k.startswith("t_")})
+    call = ToolCallRow(**{k: v for k, v in columns.items() if not k.startswith("t_")})
+    return ForToolCall(turn, call, TenantConfig.model_validate(tenant_config or {}))
+
+
+_FOR_TOOL_CALL = """
+    SELECT t.id AS t_id, t.session_id AS t_session_id, t.tenant_id AS t_tenant_id,
+        t.user_id AS t_user_id, t.user_message_id AS t_user_message_id,
+        t.user_seq AS t_user_seq, t.state AS t_state,
+        t.cancel_requested_at AS t_cancel_requested_at, t.resolution AS t_resolution,
+        c.id, c.turn_id, c.model_call_id, c.provider_call_id, c.name, c.arguments,
+        c.args_hash, c.status, c.result, c.attempts, c.completed_at,
+        n.config AS tenant_config
+    FROM turns AS t
+    JOIN tool_calls AS c ON c.id = %(call)s AND c.turn_id = t.id
+    LEFT JOIN tenants AS n ON n.id = t.tenant_id
+    WHERE t.id = %(turn)s
+    FOR UPDATE OF t
+"""
 
 
 def add_call(

@@ -14,7 +14,8 @@ and wins; after it, the turn is finished and the cancel is refused.
 
 from __future__ import annotations
 
-import json
+from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -28,7 +29,6 @@ from parley.errors import TurnFinished
 from parley.ids import (
     message_id_for_call,
     tool_call_row_id,
-    tool_result_message_id,
     unfinished_message_fallback_id,
     unfinished_message_id,
 )
@@ -44,14 +44,18 @@ from parley.wire import (
 )
 from store.db import Conn, session_conn
 from store.events import append_events, state_event
-from store.models import Action, ChatSession, Message, ToolCall, Turn, TurnEvent
+from store.models import Action, ChatSession, Message, Turn, TurnEvent
 from store.turn_rows import (
     MessageRow,
+    ToolCallRow,
+    TurnFacts,
     TurnRow,
     append_message,
     close_out,
     replace_retried_answer,
     store_answer,
+    store_tool_result,
+    turn_facts,
 )
 
 
@@ -108,14 +112,22 @@ def _move(turn: Turn, *, to: TurnState) -> bool:
     return True
 
 
-async def _announce_move(db: AsyncSession | Conn, turn: _Stoppable, *, to: TurnState) -> bool:
-    """Move a turn whose row the caller has locked and tell the stream (`state`): the state
-    and its event in one statement. The row the caller holds is not changed (a `TurnRow`
-    cannot be; the session's `Turn` is read again by the next `_lock`)."""
-    if not _allowed(turn, to):
-        return False
-    await append_events(db, turn_id=turn.id, events=[state_event(to)], moving_to=to)
-    return True
+async def _announce_move(
+    db: AsyncSession | Conn,
+    turn: _Stoppable,
+    *,
+    to: TurnState,
+    then: Sequence[tuple[EventType, BaseModel]] = (),
+) -> bool:
+    """Move a turn whose row the caller has locked and tell the stream (`state`), then show
+    `then`: the state and the events in one statement (`then` alone for a repeat). The row
+    the caller holds is not changed (a typed row cannot be; the session's `Turn` is read
+    again by the next `_lock`)."""
+    moving = _allowed(turn, to)
+    events = [state_event(to), *then] if moving else list(then)
+    if events:
+        await append_events(db, turn_id=turn.id, events=events, moving_to=to if moving else None)
+    return moving
 
 
 class TurnStopped(Exception):
@@ -146,23 +158,32 @@ async def lock_running(db: AsyncSession, *, turn_id: str) -> Turn:
     return turn
 
 
-async def advance_turn(db: AsyncSession, *, turn_id: str, to: TurnState) -> Turn:
-    """A step of a running turn enters its state (a repeat of it changes nothing) and gets
-    the turn's row: a caller that keeps it reads it again from the session, not the database.
-    A turn that already ended or whose cancel was recorded raises `TurnStopped`: the step
-    must not run (a cancelled turn never calls the model, runs a tool or sends again)."""
-    turn = await _lock(db, turn_id)
+async def advance_turn(db: AsyncSession | Conn, *, turn_id: str, to: TurnState) -> TurnFacts:
+    """A step of a running turn enters its state (a repeat of it changes nothing), its row
+    locked in the caller's transaction, and gets the turn as it now stands. A turn that
+    already ended or whose cancel was recorded raises `TurnStopped`: the step must not run
+    (a cancelled turn never calls the model, runs a tool or sends again). On a `Conn`, or in
+    a session's transaction (a caller that holds the session's `Turn` reads it again)."""
+    conn = db if isinstance(db, Conn) else await session_conn(db)
+    turn = await turn_facts(conn, turn_id=turn_id, lock=True)
     if turn is None:
         raise LookupError(turn_id)
-    await advance_locked(db, turn, to=to)
-    return turn
+    await advance_locked(conn, turn, to=to)
+    return replace(turn, state=to)
 
 
-async def advance_locked(db: AsyncSession | Conn, turn: _Stoppable, *, to: TurnState) -> None:
+async def advance_locked(
+    db: AsyncSession | Conn,
+    turn: _Stoppable,
+    *,
+    to: TurnState,
+    then: Sequence[tuple[EventType, BaseModel]] = (),
+) -> None:
     """`advance_turn` for a turn whose row the caller has read `FOR UPDATE` itself (with the
-    other rows it needs, in the same statement), in the caller's transaction."""
+    other rows it needs, in the same statement), in the caller's transaction. `then`: events
+    the step shows after entering its state, appended in the same statement."""
     _refuse_if_stopped(turn)
-    await _announce_move(db, turn, to=to)
+    await _announce_move(db, turn, to=to, then=then)
 
 
 async def request_cancel(db: AsyncSession, *, turn_id: str) -> Turn:
@@ -271,33 +292,6 @@ _INSERT_TOOL_CALLS = """
     )
     ON CONFLICT (id) DO NOTHING
 """
-
-
-async def store_tool_result(
-    db: AsyncSession,
-    *,
-    call: ToolCall,
-    status: ToolCallStatus,
-    result: dict[str, Any],
-    attempts: int | None = None,
-) -> None:
-    """Record a tool call's outcome (and how many attempts it took, when given) and append it
-    to the transcript as a `tool` message."""
-    turn = await _lock(db, call.turn_id)
-    assert turn is not None
-    if attempts is not None:
-        call.attempts = attempts
-    call.status = status
-    call.result = result
-    call.completed_at = datetime.now(UTC)
-    await _append_message(
-        db,
-        turn=turn,
-        message_id=tool_result_message_id(tool_call_id=call.id),
-        role="tool",
-        text=json.dumps({"name": call.name, "result": result}, sort_keys=True),
-        tool_call_id=call.provider_call_id,
-    )
 
 
 async def rest_awaiting_confirmation(
@@ -438,24 +432,24 @@ async def end_unfinished_turn(
 async def _answer_open_calls(db: AsyncSession, *, turn_id: str, state: TurnState) -> None:
     """Tool calls the turn never got to answer get a result now: a transcript with a call and
     no result is refused by real providers, and would break every later turn."""
-    open_calls = await db.scalars(
-        select(ToolCall)
-        .where(ToolCall.turn_id == turn_id, ToolCall.status == ToolCallStatus.pending)
-        .order_by(ToolCall.created_at)
-    )
-    for open_call in list(open_calls):
-        await store_tool_result(
-            db,
-            call=open_call,
-            status=ToolCallStatus.error,
-            result={
-                "error": {
-                    "code": state.value,
-                    "message": f"the turn was {state.value} before this ran",
-                    "retryable": True,
-                }
-            },
-        )
+    conn = await session_conn(db)
+    params = {"turn_id": turn_id, "pending": ToolCallStatus.pending.value}
+    result = {
+        "error": {
+            "code": state.value,
+            "message": f"the turn was {state.value} before this ran",
+            "retryable": True,
+        }
+    }
+    for open_call in await conn.rows(_OPEN_CALLS, params, ToolCallRow):
+        await store_tool_result(conn, call=open_call, status=ToolCallStatus.error, result=result)
+
+
+_OPEN_CALLS = f"""
+    SELECT {ToolCallRow.COLUMNS} FROM tool_calls
+    WHERE turn_id = %(turn_id)s AND status = %(pending)s
+    ORDER BY created_at
+"""
 
 
 async def _keep_streamed(db: AsyncSession, turn: Turn, state: TurnState) -> Message | None:

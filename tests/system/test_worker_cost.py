@@ -15,6 +15,8 @@ from temporalio.client import Client
 from gateway.demo import DemoModel
 from parley.config import Settings
 from parley.ids import workflow_id_for_turn
+from parley.resolver import ACTIVE_ORDER
+from store import slots
 from store.db import create_socket_checked_engine, on_statement_sent, session_factory
 from tests.support.client import ParleyClient
 from tests.support.toolkit import own_stack
@@ -78,3 +80,48 @@ async def test_a_plain_turn_costs_the_worker_a_fixed_number_of_statements(
             await client.aclose()
     counted_here = [s for s in sent if not s.startswith(VARIABLE)]
     assert len(counted_here) <= STATEMENTS_PER_PLAIN_TURN, "\n".join(counted_here)
+
+
+# A turn whose model asks for one tool ("where is my order?": `list_open_orders`; the customer
+# has one open order, which becomes the conversation's active order): the plain turn's steps,
+# the second model call's, and the tool's own step (the turn locked with the call and the
+# tenant's configuration; the outcome, its `tool` message with its seq and the active order in
+# one statement; the step's state and the call's start and end ride on event appends).
+# Counted on 2026-12-02: 36 while the tool's step went through SQLAlchemy's unit of work (11
+# statements of its own, 2 now).
+STATEMENTS_PER_TOOL_TURN = 28
+
+
+async def test_a_tool_turn_costs_the_worker_a_fixed_number_of_statements(
+    settings: Settings,
+    temporal_client: Client,
+    tokens: dict[str, str],
+    counted: Counted,
+) -> None:
+    worker_sessions, sent = counted
+    model = DemoModel(token_delay_s=0)
+    async with own_stack(
+        temporal_client, settings, worker_sessions, model, prefix="tcost"
+    ) as stack:
+        client = ParleyClient(stack.url, tokens["marco"])
+        try:
+            session_id = await client.new_session()
+            sent.clear()
+            turn_id, events = await client.turn(session_id, "Where is my order?")
+            assert events[-1].type == "done"
+            tools = [e.data for e in events if e.type == "tool"]
+            assert [(t["name"], t["phase"]) for t in tools] == [
+                ("list_open_orders", "start"),
+                ("list_open_orders", "end"),
+            ]
+            assert "8555" in events[-1].data["message"]["text"]
+            await temporal_client.get_workflow_handle(workflow_id_for_turn(turn_id)).result()
+        finally:
+            await client.aclose()
+    counted_here = [s for s in sent if not s.startswith(VARIABLE)]
+    print(f"a tool turn: {len(counted_here)} statements")
+    assert len(counted_here) <= STATEMENTS_PER_TOOL_TURN, "\n".join(counted_here)
+    # The one order found is what "it" means from now on.
+    async with worker_sessions() as db:
+        active = (await slots.get_slots(db, session_id=session_id))[ACTIVE_ORDER]
+    assert (active.value, active.source) == ("8555", "tool:list_open_orders")
