@@ -20,12 +20,13 @@ dataclass read off the ORM object (`store.rows.typed_row`), or a pydantic model 
 contract has one (`parley.wire.MessageView`); writes are named functions here. No module
 of `api/` imports `store.models` (tests/unit/test_layout.py).
 
-The worker's hot path (a model call's step, the event appends, trace spans, finalize, the
-screens' reads, follow-ups, the tool requests) runs in one leaner style: `store.db.Conn`,
-psycopg's own connection taken from the same pool (`connect`, or `session_conn` inside a
-session's transaction), named statements returning frozen dataclasses (`steps.CallRow`,
-`turn_rows.TurnRow`), autocommit unless `Conn.transaction` groups them. Statement counts
-see both styles (`store.db.on_statement_sent`).
+The worker's hot path (a model call's step, a tool call's step, the event appends, trace
+spans, finalize, the screens' reads, follow-ups, the tool requests) runs in one leaner style:
+`store.db.Conn`, psycopg's own connection taken from the same pool (`connect`, or
+`session_conn` inside a session's transaction), named statements returning frozen
+dataclasses (`steps.CallRow`, `turn_rows.TurnRow`, `turn_rows.ToolCallRow`), autocommit
+unless `Conn.transaction` groups them. Statement counts see both styles
+(`store.db.on_statement_sent`).
 
 The transaction rule, kept by every module here: repository functions add, flush and lock,
 but never commit or roll back. The caller that opened the unit of work commits it: an API

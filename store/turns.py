@@ -60,7 +60,7 @@ from store.turn_rows import (
 
 
 class _Stoppable(Protocol):
-    """A turn's row of either kind (`TurnRow`, or the session's own `Turn`)."""
+    """A turn's row of any kind (`TurnRow`, `TurnFacts`, or the session's own `Turn`)."""
 
     @property
     def id(self) -> str: ...
