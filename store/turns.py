@@ -44,7 +44,7 @@ from parley.wire import (
 )
 from store.db import Conn, session_conn
 from store.events import append_events, state_event
-from store.models import Action, ChatSession, Message, ToolCall, Turn, TurnEvent
+from store.models import ChatSession, Message, ToolCall, Turn, TurnEvent
 from store.turn_rows import (
     MessageRow,
     TurnRow,
@@ -301,9 +301,9 @@ async def store_tool_result(
 
 
 async def rest_awaiting_confirmation(
-    db: AsyncSession, *, turn_id: str, model_call_id: str, text: str, action: Action
+    db: AsyncSession, *, turn_id: str, model_call_id: str, text: str, action: ActionView
 ) -> None:
-    """Store the model's proposal text, then show the confirmation card and wait.
+    """Store the model's proposal text, then show the confirmation card (`action`) and wait.
 
     Idempotent. A turn that ended or is being cancelled never shows a card (`TurnStopped`)."""
     turn = await _lock(db, turn_id)
@@ -321,7 +321,7 @@ async def rest_awaiting_confirmation(
         turn_id=turn_id,
         events=[
             state_event(TurnState.awaiting_confirmation),
-            (EventType.confirmation_required, ActionData(action=ActionView.from_row(action))),
+            (EventType.confirmation_required, ActionData(action=action)),
         ],
     )
 
