@@ -30,7 +30,7 @@ from parley.statuses import (
     TurnErrorCode,
 )
 from parley.tools import TOOLS, args_hash
-from store import actions, tenants, turns
+from store import actions, turns
 from store.actions import ActionRow
 from store.db import SessionMaker, connect
 
@@ -79,8 +79,9 @@ class SendActivities:
         """Check the user's confirmation, enter `executing_action`, show the send starting; an
         action an earlier attempt settled is answered from the store."""
         async with self._sessions() as db:
-            action = await actions.get_action(db, action_id=inp.action_id)
-            assert action is not None
+            found = await actions.action_to_send(db, action_id=inp.action_id)
+            assert found is not None
+            action = found.action
             if action.status in SETTLED_ACTION_STATUSES:
                 return ActionResult(action.id, action.status)
             if action.status not in SENDABLE_ACTION_STATUSES:
@@ -90,8 +91,7 @@ class SendActivities:
                     type="not_confirmed",
                     non_retryable=True,
                 )
-            # The action's tenant is its turn's (`create_action` checks it).
-            if await tenants.is_paused(db, tenant_id=action.tenant_id):
+            if found.paused:
                 # A paused tenant sends nothing: the turn ends with `agent_paused`.
                 raise ApplicationError(
                     "the assistant is paused for this tenant",

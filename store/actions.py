@@ -363,6 +363,30 @@ async def get_action(db: Db | Conn, *, action_id: str) -> ActionRow | None:
 _ACTION = f"SELECT {ActionRow.COLUMNS} FROM actions WHERE id = %(id)s"
 
 
+@dataclass(frozen=True)
+class ToSend:
+    """A confirmed action as the send reads it: the row, and whether its tenant's assistant
+    is paused (a paused tenant sends nothing)."""
+
+    action: ActionRow
+    paused: bool
+
+
+async def action_to_send(db: Db | Conn, *, action_id: str) -> ToSend | None:
+    """The action and its tenant's switch, in one statement; None for an unknown id."""
+    return await (await _conn(db)).made(_TO_SEND, {"id": action_id}, _to_send)
+
+
+def _to_send(*, paused: bool | None, **columns: Any) -> ToSend:
+    return ToSend(ActionRow(**columns), bool(paused))
+
+
+_TO_SEND = f"""
+    SELECT {ActionRow.COLUMNS}, (SELECT paused FROM tenants WHERE id = a.tenant_id) AS paused
+    FROM actions a WHERE id = %(id)s
+"""
+
+
 async def latest_action(db: Db | Conn, *, turn_id: str) -> ActionRow | None:
     """The turn's most recent action, if it proposed any."""
     return await (await _conn(db)).row(_LATEST, {"turn_id": turn_id}, ActionRow)

@@ -17,7 +17,7 @@ from parley.errors import ActionChanged, ActionExpired, ActionResolved, NotFound
 from parley.statuses import ActionStatus, Decision, DeclineReason
 from parley.tools import args_hash
 from store import actions, outbox, posting, turns
-from store.actions import ActionRow, ForeignRow
+from store.actions import ActionRow, ForeignRow, ToSend
 from store.db import connect
 from store.identity import Identity
 from store.sessions import create_session
@@ -124,6 +124,8 @@ async def test_a_proposal_is_a_frozen_row_that_a_retry_finds_again(sessions: Ses
                 ttl=timedelta(minutes=1),
             )
         assert await actions.get_action(conn, action_id=action.id) == action
+        assert await actions.action_to_send(conn, action_id=action.id) == ToSend(action, False)
+        assert await actions.action_to_send(conn, action_id="act_that_is_not") is None
         assert await actions.latest_action(conn, turn_id=turn.id) == action
         assert await actions.latest_action(conn, turn_id=other.id) is None
         assert await actions.pending_action(conn, session_id=turn.session_id) == action
