@@ -287,7 +287,7 @@ class TurnActivities:
                         db, turn_id=inp.turn_id, type=EventType.retracted, data=retraction
                     )
             await turns.rest_awaiting_confirmation(
-                db,
+                conn,
                 turn_id=inp.turn_id,
                 model_call_id=call.id,
                 text=text,
