@@ -57,7 +57,7 @@ from parley.tools import ToolError
 from parley.wire import WarningData
 from store import actions, steps, tenants
 from store.actions import ActionRow
-from store.db import Db, SessionMaker
+from store.db import Db, SessionMaker, connect
 from store.events import append_event, has_warning
 from store.turn_rows import ToolCallRow, TurnFacts
 
@@ -304,9 +304,9 @@ class McpTools:
         """A write is recorded for the user to confirm; nothing reaches the server yet."""
         shown = ", ".join(f"{k} {v}" for k, v in sorted(arguments.items()))
         summary = f"{tool.tool.replace('_', ' ').capitalize()}: {shown} (via {tool.server.name})"
-        async with self._sessions() as db:
+        async with connect(self._sessions) as conn:  # one statement, autocommit
             action = await actions.create_action(
-                db,
+                conn,
                 turn=turn,
                 # Derived from the call, so a retried attempt finds the same action.
                 action_id=action_id_for_call(tool_call_id=call.id),
@@ -316,7 +316,6 @@ class McpTools:
                 recipient_masked=None,
                 ttl=timedelta(seconds=ttl_s),
             )
-            await db.commit()
         return {"action_id": action.id, "status": "pending_confirmation", "summary": summary}
 
     async def execute_confirmed(self, action: ActionRow) -> tuple[ActionStatus, dict[str, Any]]:

@@ -399,16 +399,15 @@ class ToolActivities:
         }
 
     async def _handoff(self, turn: TurnFacts, call: ToolCallRow, reason: str) -> dict[str, Any]:
-        async with self._sessions() as db:
+        async with connect(self._sessions) as conn:  # one statement, autocommit
             handoff = await actions.create_handoff(
-                db,
+                conn,
                 # Derived from the call: a retried attempt finds the hand-off, not a second one.
                 handoff_id=handoff_id_for_call(tool_call_id=call.id),
                 session_id=turn.session_id,
                 turn_id=turn.id,
                 reason=reason,
             )
-            await db.commit()
             return {"handoff_id": handoff.id, "status": handoff.status}
 
 
