@@ -85,9 +85,10 @@ from store.context_rows import (
     turn_with_rows,
     window_messages,
 )
-from store.db import Db, SessionMaker
+from store.db import Db, SessionMaker, session_conn
 from store.events import append_event, has_warning
-from store.models import ModelCall, Turn
+from store.models import Turn
+from store.steps import CallRow
 
 # The warning a turn emits when the packer left something out.
 CONTEXT_TRIMMED = WarningCode.context_trimmed
@@ -170,8 +171,9 @@ class ContextBuilder:
         current_slots: dict[str, Slot],
         facts: SessionFacts,
         pinned: bool = False,
-    ) -> ModelCall:
-        """Store the step's model request: the packed blocks, the tools, the budget."""
+    ) -> CallRow:
+        """Store the step's model request: the packed blocks, the tools, the budget; at step
+        0 with the reference resolution (`steps.insert_call`: one statement for both)."""
         tenant = await tenants.tenant_config(db, tenant_id=turn.tenant_id)
         model = tenant.model or self._settings.model
         counter = counter_for(model)
@@ -209,13 +211,14 @@ class ContextBuilder:
             packed, plan, tools, budgets, counter, path, tenant, withheld, reanswer_of
         )
         request["knowledge"] = knowledge
-        return steps.add_call(
-            db,
+        return await steps.insert_call(
+            await session_conn(db),
             turn_id=turn.id,
             step=step,
             provider=tenant.model_provider or self._settings.model_provider,
             model=model,
             request=request,
+            resolution=turn.resolution if step == 0 else None,
         )
 
     async def _tools(
