@@ -6,7 +6,10 @@ the prompt is packed to a token budget (the model's window minus the output rese
 blocks: standing instructions and tool schemas, pinned facts, the rolling summary, the recent
 turns, messages recalled by full-text search, the state block and the current message
 (parley/prompt.py shapes them, parley/context.py packs them). The request, with what it cost
-and what was left out, is stored as a `ModelCall`; only its id travels through history.
+and what was left out, is stored as a model call (`steps.insert_call`, with the reference
+resolution at step 0, in one statement); only its id travels through history. Step 0 commits
+twice: once to show `building_context` on the stream before the build's slow parts (its
+lock on the turn ends there), and once with the call.
 
 The conversation's blocks (pinned facts, summary, recent turns, recall) share the
 conversation budget, a ceiling whatever the rolling summary does: when the summary lags or
@@ -85,7 +88,7 @@ from store.context_rows import (
     turn_with_rows,
     window_messages,
 )
-from store.db import Db, SessionMaker, session_conn
+from store.db import Db, SessionMaker, connect, session_conn
 from store.events import append_event, has_warning
 from store.models import Turn
 from store.steps import CallRow
@@ -157,7 +160,6 @@ class ContextBuilder:
                 facts=facts,
                 pinned=pinned,
             )
-            await db.commit()
             del held
             return BuildContextResult(call.id)
 
@@ -211,8 +213,8 @@ class ContextBuilder:
             packed, plan, tools, budgets, counter, path, tenant, withheld, reanswer_of
         )
         request["knowledge"] = knowledge
-        return await steps.insert_call(
-            await session_conn(db),
+        return await self._store(
+            db,
             turn_id=turn.id,
             step=step,
             provider=tenant.model_provider or self._settings.model_provider,
@@ -220,6 +222,19 @@ class ContextBuilder:
             request=request,
             resolution=turn.resolution if step == 0 else None,
         )
+
+    async def _store(self, db: Db, **call: Any) -> CallRow:
+        """The step's model call (`steps.insert_call`), committed with what the build wrote
+        before it (slots, pinned facts, a warning). When the build wrote and read nothing
+        since the commit that showed its state (a plain step 0: its rows were read with the
+        turn), the call is the transaction's one statement: sent in autocommit, without the
+        `BEGIN` and `COMMIT` round trips around it."""
+        if db.in_transaction():
+            written = await steps.insert_call(await session_conn(db), **call)
+            await db.commit()
+            return written
+        async with connect(self._sessions) as conn:
+            return await steps.insert_call(conn, **call)
 
     async def _tools(
         self,
