@@ -46,6 +46,7 @@ from store.models import (
 )
 from store.rows import typed_row
 from store.steps import CallRow, step_call
+from store.turn_rows import TurnFacts
 
 
 @dataclass(frozen=True)
@@ -168,6 +169,12 @@ def _window() -> Any:
 
 _LOCKED = _statement(lock=True)
 _UNLOCKED = _statement(lock=False)
+
+
+def turn_facts_of(turn: Turn) -> TurnFacts:
+    """The turn the build holds as a typed row, for the phases that only read it (the
+    resolution as the resolver left it, when it has run)."""
+    return typed_row(TurnFacts, turn)
 
 
 async def packed_before(
