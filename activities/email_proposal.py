@@ -6,16 +6,23 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from parley.ids import action_id_for_call
 from parley.tools import ToolError
 from store import actions
-from store.db import SessionMaker
-from store.models import Action, ToolCall, Turn
+from store.actions import ActionRow, ProposingTurn
+from store.db import SessionMaker, connect
 
 # What the tool answers when there is nowhere safe to send the email.
 NO_VERIFIED_ADDRESS = ToolError("no_verified_address", "there is no verified address on file")
+
+
+class ProposingCall(Protocol):
+    """The tool call that proposes (its row, of whichever kind): its id names the action."""
+
+    @property
+    def id(self) -> str: ...
 
 
 def mask_email(address: str) -> str:
@@ -33,16 +40,17 @@ def verified_address(customer: Mapping[str, Any]) -> str | None:
 async def propose_send_email(
     sessions: SessionMaker,
     *,
-    turn: Turn,
-    call: ToolCall,
+    turn: ProposingTurn,
+    call: ProposingCall,
     args: dict[str, Any],
     summary: str,
     ttl_s: float,
-) -> Action:
-    """The pending `send_email` action for `call`, committed; `args["to"]` is the recipient."""
-    async with sessions() as db:
-        action = await actions.create_action(
-            db,
+) -> ActionRow:
+    """The pending `send_email` action for `call`, committed (one statement, autocommit);
+    `args["to"]` is the recipient."""
+    async with connect(sessions) as conn:
+        return await actions.create_action(
+            conn,
             turn=turn,
             # Derived from the call, so a retried attempt finds the same action.
             action_id=action_id_for_call(tool_call_id=call.id),
@@ -52,5 +60,3 @@ async def propose_send_email(
             recipient_masked=mask_email(args["to"]),
             ttl=timedelta(seconds=ttl_s),
         )
-        await db.commit()
-    return action

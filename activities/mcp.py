@@ -56,9 +56,10 @@ from parley.tenancy import TenantConfig
 from parley.tools import ToolError
 from parley.wire import WarningData
 from store import actions, steps, tenants
+from store.actions import ActionRow
 from store.db import Db, SessionMaker
 from store.events import append_event, has_warning
-from store.models import Action, ToolCall, Turn
+from store.models import ToolCall, Turn
 
 log = logging.getLogger(__name__)
 
@@ -293,7 +294,7 @@ class McpTools:
             await db.commit()
         return {"action_id": action.id, "status": "pending_confirmation", "summary": summary}
 
-    async def execute_confirmed(self, action: Action) -> tuple[ActionStatus, dict[str, Any]]:
+    async def execute_confirmed(self, action: ActionRow) -> tuple[ActionStatus, dict[str, Any]]:
         """Run a confirmed write once: the server dedupes on the action's key, so a retry
         after a lost answer has no second effect."""
         async with self._sessions() as db:

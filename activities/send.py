@@ -30,9 +30,9 @@ from parley.statuses import (
     TurnErrorCode,
 )
 from parley.tools import TOOLS, args_hash
-from store import actions, steps, tenants, turns
-from store.db import SessionMaker
-from store.models import Action
+from store import actions, turns
+from store.actions import ActionRow
+from store.db import SessionMaker, connect
 
 
 class SendActivities:
@@ -75,12 +75,13 @@ class SendActivities:
             await db.commit()
             return ActionResult(action.id, updated.status if updated else status)
 
-    async def _begin_send(self, inp: ActionInput) -> Action | ActionResult:
+    async def _begin_send(self, inp: ActionInput) -> ActionRow | ActionResult:
         """Check the user's confirmation, enter `executing_action`, show the send starting; an
         action an earlier attempt settled is answered from the store."""
         async with self._sessions() as db:
-            action = await actions.get_action(db, action_id=inp.action_id)
-            assert action is not None
+            found = await actions.action_to_send(db, action_id=inp.action_id)
+            assert found is not None
+            action = found.action
             if action.status in SETTLED_ACTION_STATUSES:
                 return ActionResult(action.id, action.status)
             if action.status not in SENDABLE_ACTION_STATUSES:
@@ -90,9 +91,7 @@ class SendActivities:
                     type="not_confirmed",
                     non_retryable=True,
                 )
-            turn = await steps.get_turn(db, turn_id=inp.turn_id)
-            assert turn is not None
-            if await tenants.is_paused(db, tenant_id=turn.tenant_id):
+            if found.paused:
                 # A paused tenant sends nothing: the turn ends with `agent_paused`.
                 raise ApplicationError(
                     "the assistant is paused for this tenant",
@@ -107,7 +106,7 @@ class SendActivities:
                 await db.commit()
             return action
 
-    async def _recheck(self, action: Action) -> str | None:
+    async def _recheck(self, action: ActionRow) -> str | None:
         """Right before the send: the stored arguments are still the ones the user confirmed,
         and the recipient is still the customer's verified address. The refusal's code, or
         None when the send may go ahead."""
@@ -129,7 +128,7 @@ class SendActivities:
             return "recipient_unverified"
         return None
 
-    async def _deliver(self, action: Action) -> tuple[ActionStatus, dict[str, Any]]:
+    async def _deliver(self, action: ActionRow) -> tuple[ActionStatus, dict[str, Any]]:
         """Send the email under the action's idempotency key; the action's next status and
         its outcome. A send whose fate is unknown is looked up by key before it is judged."""
         key = email_idempotency_key(action_id=action.id)
@@ -161,27 +160,25 @@ class SendActivities:
     async def expire_action(self, inp: ActionInput) -> ActionResult:
         """The wait ran out: expire the action unless the user's answer is already stored
         (a signal that was lost on its way counts all the same)."""
-        async with self._sessions() as db:
+        async with connect(self._sessions) as conn, conn.transaction():
             updated = await actions.set_action_status(
-                db,
+                conn,
                 action_id=inp.action_id,
                 status=ActionStatus.expired,
                 only_from=(ActionStatus.pending,),
             )
             if updated is not None:
-                await actions.announce_resolution(db, action=updated)
-                await db.commit()
+                await actions.announce_resolution(conn, action=updated)
                 return ActionResult(inp.action_id, ActionStatus.expired)
-            action = await actions.get_action(db, action_id=inp.action_id)
+            action = await actions.get_action(conn, action_id=inp.action_id)
             assert action is not None
-            await db.commit()
             superseded = action.decline_reason == DeclineReason.superseded
             if action.status == ActionStatus.declined and superseded:
                 return ActionResult(inp.action_id, Decision.superseded)
             return ActionResult(inp.action_id, action.status)
 
 
-def _shown(action: Action) -> tuple[str, str]:
+def _shown(action: ActionRow) -> tuple[str, str]:
     """The tool name and label the stream shows while the confirmed action runs."""
     if is_mcp_name(action.tool):
         return action.tool, "Doing what you confirmed…"

@@ -51,16 +51,17 @@ from parley.statuses import ActionStatus
 from parley.tools import TOOLS
 from parley.wire import ActionData, ActionView, InteractionData, Option, SubagentData
 from store import actions, steps, turns
-from store.db import Db, SessionMaker, session_conn
+from store.actions import ActionRow
+from store.db import Db, SessionMaker, connect, session_conn
 from store.events import append_event, append_events, state_event
 from store.interactions import has_event
-from store.models import Action, Turn
+from store.turn_rows import TurnFacts, turn_facts
 
 log = logging.getLogger(__name__)
 
 
 async def create_confirmed_return(
-    nw: NorthwindClient, action: Action
+    nw: NorthwindClient, action: ActionRow
 ) -> tuple[ActionStatus, dict[str, Any]]:
     """Create the confirmed return under the action's idempotency key: a retry after a lost
     answer gets the same RMA back, never a second return."""
@@ -195,7 +196,7 @@ class SpecialistActivities:
         item = next(i for i in items if i["item_id"] == inp.item_id)
         return await self.propose(turn, inp, item_name=str(item["name"]))
 
-    async def order_items(self, turn: Turn, order_id: str) -> list[dict[str, Any]]:
+    async def order_items(self, turn: TurnFacts, order_id: str) -> list[dict[str, Any]]:
         """The order's items as the backend lists them (an outage is retried)."""
         nw = self._northwind
         body = await self._backend(
@@ -203,7 +204,7 @@ class SpecialistActivities:
         )
         return list(body["items"])
 
-    async def propose(self, turn: Turn, inp: ProposeReturnInput, *, item_name: str) -> str:
+    async def propose(self, turn: TurnFacts, inp: ProposeReturnInput, *, item_name: str) -> str:
         """The pending `create_return` action and its card (once, whoever proposes it); the
         action's id."""
         customer = await self._backend(self._northwind.get_customer(turn.tenant_id, turn.user_id))
@@ -277,11 +278,12 @@ class SpecialistActivities:
             return text
         return text if verdict.allowed else ""
 
-    async def turn(self, turn_id: str) -> Turn:
-        async with self._sessions() as db:
-            turn = await steps.get_turn(db, turn_id=turn_id)
-            assert turn is not None
-            return turn
+    async def turn(self, turn_id: str) -> TurnFacts:
+        """The turn's owners, for the backend's reads (one statement, autocommit)."""
+        async with connect(self._sessions) as conn:
+            turn = await turn_facts(conn, turn_id=turn_id)
+        assert turn is not None
+        return turn
 
     async def _backend(self, call: Any) -> Any:
         """A backend read: an outage is retried by Temporal while attempts remain."""

@@ -43,11 +43,12 @@ from parley.ids import message_id_for_call, override_message_id, tool_call_row_i
 from parley.screens import RETRACTION_TEXT, Screen
 from parley.statuses import FinalizeOutcome, FinishReason, TurnErrorCode
 from parley.tools import args_hash
-from parley.wire import DeltaData, ResetData, RetractedData
+from parley.wire import ActionView, DeltaData, ResetData, RetractedData
 from store import actions, steps, turns
 from store.db import Conn, Db, SessionMaker, connect, session_conn
 from store.events import append_event, append_streamed, withdraw_turn_text
 from store.steps import CallRow
+from store.turn_rows import turn_facts
 
 log = logging.getLogger(__name__)
 
@@ -268,9 +269,10 @@ class TurnActivities:
         user takes to answer, so it is screened here, before the card: a declined text is
         withdrawn (its deltas blanked, `retracted`) and the safe text stored instead."""
         async with self._sessions() as db:
-            call = await steps.get_call(await session_conn(db), model_call_id=inp.model_call_id)
-            action = await actions.get_action(db, action_id=inp.action_id)
-            turn = await steps.get_turn(db, turn_id=inp.turn_id)
+            conn = await session_conn(db)
+            call = await steps.get_call(conn, model_call_id=inp.model_call_id)
+            action = await actions.get_action(conn, action_id=inp.action_id)
+            turn = await turn_facts(conn, turn_id=inp.turn_id)
             assert call is not None and action is not None and turn is not None
             text = call.response_text or ""
             resting = turn.state == TurnState.awaiting_confirmation
@@ -285,7 +287,11 @@ class TurnActivities:
                         db, turn_id=inp.turn_id, type=EventType.retracted, data=retraction
                     )
             await turns.rest_awaiting_confirmation(
-                db, turn_id=inp.turn_id, model_call_id=call.id, text=text, action=action
+                conn,
+                turn_id=inp.turn_id,
+                model_call_id=call.id,
+                text=text,
+                action=ActionView.from_row(action),
             )
             await db.commit()
 

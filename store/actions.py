@@ -1,31 +1,35 @@
 """Pending actions (proposal, confirmation, execution) and hand-offs to a person.
 
-A confirmation is a conditional update (`… WHERE status = 'pending'`), so two confirms that
-race execute once: exactly one of them sees its row change. Rows a tool call creates are
-inserted with an id derived from the call (`… ON CONFLICT DO NOTHING`), so a retried attempt
-finds the row the first one wrote, and a row found under that id must belong to the same
-session, tenant and user. Everything here runs in the caller's transaction (see `store`).
+Every function hands back a typed row (`ActionRow`, `HandoffRow`), never an ORM object, and
+every status change is one statement (`UPDATE … RETURNING`) whose `WHERE` says which status
+it may leave: two confirms that race execute once, because exactly one of them sees its row
+change. Rows a tool call creates are inserted with an id derived from the call
+(`… ON CONFLICT DO NOTHING`), so a retried attempt finds the row the first one wrote, and a
+row found under that id must belong to the same session, tenant and user.
+
+The statements run on a `Conn` (store/db.py): the worker's own, or an ORM session's
+connection inside its transaction (`session_conn`) for the API and the POST pipeline.
+Everything here runs in the caller's transaction (see `store`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, ClassVar, Protocol
 
-from sqlalchemy import select, update
-from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.ext.asyncio import AsyncSession
+from psycopg.types.json import Jsonb
 
-from parley.contracts import EventType
+from parley.contracts import TERMINAL_TURN_STATES, EventType
 from parley.errors import ActionChanged, ActionExpired, ActionResolved, NotFound
 from parley.statuses import ActionStatus, Decision
 from parley.tools import args_hash
 from parley.wire import ActionData, ActionView
+from store.db import Conn, Db, session_conn
 from store.events import append_event
 from store.identity import Identity
-from store.models import Action, Handoff, Turn
-from store.turns import lock_running
+from store.turns import TurnStopped
 
 ACTION_NOT_FOUND = "action not found"
 
@@ -35,171 +39,375 @@ class ForeignRow(Exception):
     something to hand back."""
 
 
+@dataclass(frozen=True)
+class ActionRow:
+    """A proposal as it is stored: what the card shows, what the send re-checks, how it
+    ended. Read-only: a change of status is a statement here (`set_action_status`)."""
+
+    id: str
+    session_id: str
+    turn_id: str
+    tenant_id: str
+    user_id: str
+    tool: str
+    args: dict[str, Any]
+    # Binds a confirmation to exactly these arguments (`parley.tools.args_hash`).
+    args_hash: str
+    summary: str
+    recipient_masked: str | None
+    status: str
+    # Why code declined it (`DeclineReason`), or the user's reason.
+    decline_reason: str | None
+    outcome: dict[str, Any] | None
+    expires_at: datetime
+    created_at: datetime
+    resolved_at: datetime | None
+
+    COLUMNS: ClassVar[str] = (
+        "id, session_id, turn_id, tenant_id, user_id, tool, args, args_hash, summary,"
+        " recipient_masked, status, decline_reason, outcome, expires_at, created_at, resolved_at"
+    )
+
+    @property
+    def attachment(self) -> dict[str, Any] | None:
+        """The file the card names (`{name, rows}`), when the proposal carries one."""
+        attached = (self.args or {}).get("attachment")
+        if not attached:
+            return None
+        return {"name": attached["filename"], "rows": attached.get("rows")}
+
+
+@dataclass(frozen=True)
+class HandoffRow:
+    """A hand-off to a person, as the tool that asked for it answers."""
+
+    id: str
+    session_id: str
+    turn_id: str
+    reason: str
+    status: str
+
+
+class ProposingTurn(Protocol):
+    """The turn a proposal belongs to (`TurnFacts`, or any row naming its owners)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def session_id(self) -> str: ...
+    @property
+    def tenant_id(self) -> str: ...
+    @property
+    def user_id(self) -> str: ...
+
+
+async def _conn(db: Db | Conn) -> Conn:
+    return db if isinstance(db, Conn) else await session_conn(db)
+
+
 async def create_action(
-    db: AsyncSession,
+    db: Db | Conn,
     *,
-    turn: Turn,
+    turn: ProposingTurn,
     action_id: str,
     tool: str,
     args: dict[str, Any],
     summary: str,
     recipient_masked: str | None,
     ttl: timedelta,
-) -> Action:
+) -> ActionRow:
     """The proposal's pending action, once: a retried attempt gets the row the first wrote.
-    A turn that ended or is being cancelled gets none (`TurnStopped`): no card outlives a Stop."""
-    session_id, turn_id, tenant_id, user_id = turn.session_id, turn.id, turn.tenant_id, turn.user_id
-    await lock_running(db, turn_id=turn_id)
-    await db.execute(
-        insert(Action)
-        .values(
-            id=action_id,
-            session_id=session_id,
-            turn_id=turn_id,
-            tenant_id=tenant_id,
-            user_id=user_id,
-            tool=tool,
-            args=args,
-            args_hash=args_hash(tool, args),
-            summary=summary,
-            recipient_masked=recipient_masked,
-            status=ActionStatus.pending,
-            expires_at=datetime.now(UTC) + ttl,
-        )
-        .on_conflict_do_nothing(index_elements=[Action.id])
-    )
-    action = await db.get(Action, action_id, populate_existing=True)
+    A turn that ended or is being cancelled gets none (`TurnStopped`): no card outlives a
+    Stop. One statement locks the turn (endings take the same lock, so either the card comes
+    first and the ending declines it, or the ending comes first and there is no card) and
+    inserts the row if the turn still runs."""
+    conn = await _conn(db)
+    params = {
+        "id": action_id,
+        "session_id": turn.session_id,
+        "turn_id": turn.id,
+        "tenant_id": turn.tenant_id,
+        "user_id": turn.user_id,
+        "tool": tool,
+        "args": Jsonb(args),
+        "args_hash": args_hash(tool, args),
+        "summary": summary,
+        "recipient_masked": recipient_masked,
+        "status": ActionStatus.pending.value,
+        "expires_at": datetime.now(UTC) + ttl,
+        "terminal": sorted(s.value for s in TERMINAL_TURN_STATES),
+    }
+    found = await conn.made(_PROPOSE, params, _proposed)
+    if found is None:
+        raise LookupError(turn.id)
+    if found.turn_state in TERMINAL_TURN_STATES:
+        raise TurnStopped(turn.id, found.turn_state)
+    if found.cancel_requested_at is not None:
+        raise TurnStopped(turn.id, "cancelling")
+    # Inserted by this statement, or by an earlier attempt (this statement's snapshot may
+    # predate a racing attempt's commit: read it again).
+    action = found.action or await get_action(conn, action_id=action_id)
     assert action is not None
     owner = (action.session_id, action.turn_id, action.tenant_id, action.user_id)
-    if owner != (session_id, turn_id, tenant_id, user_id):
+    if owner != (turn.session_id, turn.id, turn.tenant_id, turn.user_id):
         raise ForeignRow(f"action {action_id} belongs to another turn")
     return action
 
 
-async def create_handoff(
-    db: AsyncSession, *, handoff_id: str, session_id: str, turn_id: str, reason: str
-) -> Handoff:
-    """The hand-off a tool call asked for, once however often the call runs."""
-    await db.execute(
-        insert(Handoff)
-        .values(id=handoff_id, session_id=session_id, turn_id=turn_id, reason=reason)
-        .on_conflict_do_nothing(index_elements=[Handoff.id])
+@dataclass(frozen=True)
+class _Proposed:
+    """What `_PROPOSE` finds: the turn as locked, and the action (None when the turn had
+    stopped, so nothing was inserted)."""
+
+    turn_state: str
+    cancel_requested_at: datetime | None
+    action: ActionRow | None
+
+
+def _proposed(
+    *, turn_state: str, cancel_requested_at: datetime | None, **columns: Any
+) -> _Proposed:
+    action = ActionRow(**columns) if columns["id"] is not None else None
+    return _Proposed(turn_state, cancel_requested_at, action)
+
+
+# The main query's read of `actions` sees the snapshot from before the insert, so exactly one
+# of the two arms holds the row: the one inserted, or the one an earlier attempt wrote.
+_PROPOSE = f"""
+    WITH turn AS (
+        SELECT id, state, cancel_requested_at FROM turns WHERE id = %(turn_id)s FOR UPDATE
+    ), made AS (
+        INSERT INTO actions
+            (id, session_id, turn_id, tenant_id, user_id, tool, args, args_hash, summary,
+            recipient_masked, status, expires_at)
+        SELECT %(id)s, %(session_id)s, turn.id, %(tenant_id)s, %(user_id)s, %(tool)s,
+            %(args)s, %(args_hash)s, %(summary)s, %(recipient_masked)s, %(status)s,
+            %(expires_at)s
+        FROM turn
+        WHERE turn.state <> ALL(%(terminal)s) AND turn.cancel_requested_at IS NULL
+        ON CONFLICT (id) DO NOTHING
+        RETURNING {ActionRow.COLUMNS}
+    ), action AS (
+        SELECT {ActionRow.COLUMNS} FROM made
+        UNION ALL
+        SELECT {ActionRow.COLUMNS} FROM actions WHERE id = %(id)s
     )
-    handoff = await db.get(Handoff, handoff_id, populate_existing=True)
+    SELECT turn.state AS turn_state, turn.cancel_requested_at, action.*
+    FROM turn LEFT JOIN action ON true
+    LIMIT 1
+"""
+
+
+async def create_handoff(
+    db: Db | Conn, *, handoff_id: str, session_id: str, turn_id: str, reason: str
+) -> HandoffRow:
+    """The hand-off a tool call asked for, once however often the call runs."""
+    conn = await _conn(db)
+    params = {"id": handoff_id, "session_id": session_id, "turn_id": turn_id, "reason": reason}
+    handoff = await conn.row(_HAND_OFF, params, HandoffRow)
+    if handoff is None:  # written by an earlier attempt
+        handoff = await conn.row(_HANDOFF, {"id": handoff_id}, HandoffRow)
     assert handoff is not None
     if (handoff.session_id, handoff.turn_id) != (session_id, turn_id):
         raise ForeignRow(f"hand-off {handoff_id} belongs to another turn")
     return handoff
 
 
-async def pending_action(db: AsyncSession, *, session_id: str) -> Action | None:
-    return await db.scalar(
-        select(Action)
-        .where(Action.session_id == session_id, Action.status == ActionStatus.pending)
-        .order_by(Action.created_at.desc())
-        .limit(1)
-    )
+_HANDOFF_COLUMNS = "id, session_id, turn_id, reason, status"
+_HAND_OFF = f"""
+    INSERT INTO handoffs (id, session_id, turn_id, reason, status)
+    VALUES (%(id)s, %(session_id)s, %(turn_id)s, %(reason)s, 'queued')
+    ON CONFLICT (id) DO NOTHING
+    RETURNING {_HANDOFF_COLUMNS}
+"""
+_HANDOFF = f"SELECT {_HANDOFF_COLUMNS} FROM handoffs WHERE id = %(id)s"
+
+
+async def pending_action(db: Db | Conn, *, session_id: str) -> ActionRow | None:
+    """The session's newest action still waiting for the user."""
+    conn = await _conn(db)
+    params = {"session_id": session_id, "pending": ActionStatus.pending.value}
+    return await conn.row(_PENDING, params, ActionRow)
+
+
+_PENDING = f"""
+    SELECT {ActionRow.COLUMNS} FROM actions
+    WHERE session_id = %(session_id)s AND status = %(pending)s
+    ORDER BY created_at DESC LIMIT 1
+"""
 
 
 async def resolve_action(
-    db: AsyncSession,
+    db: Db | Conn,
     *,
     action_id: str,
     session_id: str,
     owner: Identity | None,
     decision: Decision,
     reason: str | None = None,
-) -> Action:
+) -> ActionRow:
     """Confirm or decline a pending action for its own user; raise the contract's conflicts.
 
     Appends `confirmation_resolved` to the turn. An action whose window has passed is stored
     `expired` before `ActionExpired` is raised: the caller commits that, then answers.
     """
-    query = select(Action).where(Action.id == action_id, Action.session_id == session_id)
-    if owner is not None:
-        query = query.where(Action.tenant_id == owner.tenant_id, Action.user_id == owner.user_id)
-    action = await db.scalar(query.with_for_update())
+    conn = await _conn(db)
+    params = {"id": action_id, "session_id": session_id}
+    if owner is None:
+        action = await conn.row(_LOCK, params, ActionRow)
+    else:
+        owned = {**params, "tenant_id": owner.tenant_id, "user_id": owner.user_id}
+        action = await conn.row(_LOCK_OWNED, owned, ActionRow)
     if action is None:
         raise NotFound(ACTION_NOT_FOUND)
     if action.status == ActionStatus.expired:
         raise ActionExpired("the confirmation window has passed", action=_shown(action))
     if action.status != ActionStatus.pending:
         raise ActionResolved(f"the action is already {action.status}", action=_shown(action))
+    pending = (ActionStatus.pending,)
     if action.expires_at <= datetime.now(UTC):
-        action.status = ActionStatus.expired
-        action.resolved_at = datetime.now(UTC)
-        await db.flush()
-        await announce_resolution(db, action=action)
-        raise ActionExpired("the confirmation window has passed", action=_shown(action))
+        expired = await set_action_status(
+            conn, action_id=action_id, status=ActionStatus.expired, only_from=pending
+        )
+        assert expired is not None  # the row is locked, and was pending
+        await announce_resolution(conn, action=expired)
+        raise ActionExpired("the confirmation window has passed", action=_shown(expired))
     if decision == Decision.confirmed and args_hash(action.tool, action.args) != action.args_hash:
         raise ActionChanged("the action changed after it was shown; nothing was sent")
-    changed = await db.execute(
-        update(Action)
-        .where(Action.id == action_id, Action.status == ActionStatus.pending)
-        .values(status=decision, decline_reason=reason, resolved_at=datetime.now(UTC))
+    resolved = await set_action_status(
+        conn,
+        action_id=action_id,
+        status=ActionStatus(decision),
+        only_from=pending,
+        decline_reason=reason,
     )
-    if changed.rowcount != 1:  # type: ignore[attr-defined]
+    if resolved is None:
         raise ActionResolved("the action is already resolved")
-    await db.refresh(action)
-    await announce_resolution(db, action=action)
-    return action
+    await announce_resolution(conn, action=resolved)
+    return resolved
 
 
-async def announce_resolution(db: AsyncSession, *, action: Action) -> None:
+_LOCK = f"""
+    SELECT {ActionRow.COLUMNS} FROM actions
+    WHERE id = %(id)s AND session_id = %(session_id)s
+    FOR UPDATE
+"""
+_LOCK_OWNED = f"""
+    SELECT {ActionRow.COLUMNS} FROM actions
+    WHERE id = %(id)s AND session_id = %(session_id)s
+        AND tenant_id = %(tenant_id)s AND user_id = %(user_id)s
+    FOR UPDATE
+"""
+
+
+async def announce_resolution(db: Db | Conn, *, action: ActionRow) -> None:
     """Tell the turn's stream how its confirmation ended (`confirmation_resolved`)."""
     await append_event(
-        db,
+        await _conn(db),
         turn_id=action.turn_id,
         type=EventType.confirmation_resolved,
         data=ActionData(action=ActionView.from_row(action)),
     )
 
 
-def _shown(action: Action) -> dict[str, Any]:
+def _shown(action: ActionRow) -> dict[str, Any]:
     """The action as an error answer carries it (its `action` field)."""
     return ActionView.from_row(action).model_dump(mode="json")
 
 
+# Statuses that answer the card: they stamp `resolved_at`. The outcomes of a send
+# (executed, unknown, failed) leave it as the answer set it.
+_RESOLUTIONS = frozenset({ActionStatus.confirmed, ActionStatus.declined, ActionStatus.expired})
+
+
 async def set_action_status(
-    db: AsyncSession,
+    db: Db | Conn,
     *,
     action_id: str,
     status: ActionStatus,
+    only_from: Sequence[ActionStatus],
     outcome: dict[str, Any] | None = None,
-    only_from: tuple[ActionStatus, ...] | None = None,
-) -> Action | None:
-    """Move an action on (executed, unknown, failed, expired); None if it was not in `only_from`."""
-    query = update(Action).where(Action.id == action_id)
-    if only_from:
-        query = query.where(Action.status.in_(only_from))
-    values: dict[str, Any] = {"status": status}
-    if outcome is not None:
-        values["outcome"] = outcome
-    if status == ActionStatus.expired:
-        values["resolved_at"] = datetime.now(UTC)
-    result = await db.execute(query.values(**values).returning(Action.id))
-    if result.scalar() is None:
-        return None
-    return await db.get(Action, action_id, populate_existing=True)
+    decline_reason: str | None = None,
+) -> ActionRow | None:
+    """Move an action on (confirmed, declined, executed, unknown, failed, expired) from one of
+    `only_from`, in one statement; the row as it now stands, or None when it was in none of
+    them (another request moved it first, and that one stands)."""
+    conn = await _conn(db)
+    params = {
+        "id": action_id,
+        "status": status.value,
+        "only_from": [s.value for s in only_from],
+        "outcome": None if outcome is None else Jsonb(outcome),
+        "decline_reason": decline_reason,
+        "resolved_at": datetime.now(UTC) if status in _RESOLUTIONS else None,
+    }
+    return await conn.row(_SET_STATUS, params, ActionRow)
 
 
-async def get_action(db: AsyncSession, *, action_id: str) -> Action | None:
-    """The action (from the session's identity map when it holds it)."""
-    return await db.get(Action, action_id)
+# A value not given (NULL) keeps the stored one.
+_SET_STATUS = f"""
+    UPDATE actions SET status = %(status)s,
+        outcome = COALESCE(CAST(%(outcome)s AS jsonb), outcome),
+        decline_reason = COALESCE(%(decline_reason)s, decline_reason),
+        resolved_at = COALESCE(%(resolved_at)s, resolved_at)
+    WHERE id = %(id)s AND status = ANY(%(only_from)s)
+    RETURNING {ActionRow.COLUMNS}
+"""
 
 
-async def latest_action(db: AsyncSession, *, turn_id: str) -> Action | None:
+async def get_action(db: Db | Conn, *, action_id: str) -> ActionRow | None:
+    """The action as it stands now."""
+    return await (await _conn(db)).row(_ACTION, {"id": action_id}, ActionRow)
+
+
+_ACTION = f"SELECT {ActionRow.COLUMNS} FROM actions WHERE id = %(id)s"
+
+
+@dataclass(frozen=True)
+class ToSend:
+    """A confirmed action as the send reads it: the row, and whether its tenant's assistant
+    is paused (a paused tenant sends nothing)."""
+
+    action: ActionRow
+    paused: bool
+
+
+async def action_to_send(db: Db | Conn, *, action_id: str) -> ToSend | None:
+    """The action and its tenant's switch, in one statement; None for an unknown id."""
+    return await (await _conn(db)).made(_TO_SEND, {"id": action_id}, _to_send)
+
+
+def _to_send(*, paused: bool | None, **columns: Any) -> ToSend:
+    return ToSend(ActionRow(**columns), bool(paused))
+
+
+_TO_SEND = f"""
+    SELECT {ActionRow.COLUMNS}, (SELECT paused FROM tenants WHERE id = a.tenant_id) AS paused
+    FROM actions a WHERE id = %(id)s
+"""
+
+
+async def latest_action(db: Db | Conn, *, turn_id: str) -> ActionRow | None:
     """The turn's most recent action, if it proposed any."""
-    return await db.scalar(
-        select(Action).where(Action.turn_id == turn_id).order_by(Action.created_at.desc())
-    )
+    return await (await _conn(db)).row(_LATEST, {"turn_id": turn_id}, ActionRow)
+
+
+_LATEST = f"""
+    SELECT {ActionRow.COLUMNS} FROM actions WHERE turn_id = %(turn_id)s
+    ORDER BY created_at DESC LIMIT 1
+"""
 
 
 async def actions_in(
-    db: AsyncSession, *, turn_id: str, statuses: Sequence[ActionStatus]
-) -> list[Action]:
+    db: Db | Conn, *, turn_id: str, statuses: Sequence[ActionStatus]
+) -> list[ActionRow]:
     """The turn's actions in any of these statuses."""
-    found = await db.scalars(
-        select(Action).where(Action.turn_id == turn_id, Action.status.in_(statuses))
-    )
-    return list(found)
+    params = {"turn_id": turn_id, "statuses": [s.value for s in statuses]}
+    return await (await _conn(db)).rows(_ACTIONS_IN, params, ActionRow)
+
+
+_ACTIONS_IN = f"""
+    SELECT {ActionRow.COLUMNS} FROM actions
+    WHERE turn_id = %(turn_id)s AND status = ANY(%(statuses)s)
+    ORDER BY created_at
+"""

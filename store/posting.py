@@ -45,7 +45,6 @@ from store import limits as limits_store
 from store.events import append_events, state_event
 from store.identity import Identity
 from store.models import (
-    Action,
     ChatSession,
     Message,
     QueuedMessage,
@@ -101,7 +100,7 @@ class Post:
 class NewTurn:
     """A message that opens a turn; a card it leaves unanswered is superseded."""
 
-    superseded: Action | None = None
+    superseded: actions.ActionRow | None = None
 
 
 @dataclass(frozen=True)
@@ -113,7 +112,7 @@ class AnswerToSpecialist:
 @dataclass(frozen=True)
 class DecisionOnCard:
     turn: Turn  # resting in `awaiting_confirmation`
-    action: Action
+    action: actions.ActionRow
     decision: Decision
 
 
@@ -396,17 +395,15 @@ async def _admit(
     await limits_store.admit_turn(db, owner=owner, limits=limits or Limits(), locked=locked)
 
 
-async def _supersede(db: AsyncSession, action: Action) -> None:
+async def _supersede(db: AsyncSession, action: actions.ActionRow) -> None:
     updated = await actions.set_action_status(
         db,
         action_id=action.id,
         status=ActionStatus.declined,
         only_from=(ActionStatus.pending,),
+        decline_reason=DeclineReason.superseded,
     )
     if updated is not None:
-        updated.decline_reason = DeclineReason.superseded
-        updated.resolved_at = datetime.now(UTC)
-        await db.flush()
         await actions.announce_resolution(db, action=updated)
 
 

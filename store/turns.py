@@ -44,7 +44,7 @@ from parley.wire import (
 )
 from store.db import Conn, session_conn
 from store.events import append_events, state_event
-from store.models import Action, ChatSession, Message, ToolCall, Turn, TurnEvent
+from store.models import ChatSession, Message, ToolCall, Turn, TurnEvent
 from store.turn_rows import (
     MessageRow,
     TurnRow,
@@ -52,6 +52,7 @@ from store.turn_rows import (
     close_out,
     replace_retried_answer,
     store_answer,
+    turn_facts,
 )
 
 
@@ -301,28 +302,35 @@ async def store_tool_result(
 
 
 async def rest_awaiting_confirmation(
-    db: AsyncSession, *, turn_id: str, model_call_id: str, text: str, action: Action
+    conn: Conn, *, turn_id: str, model_call_id: str, text: str, action: ActionView
 ) -> None:
-    """Store the model's proposal text, then show the confirmation card and wait.
+    """Store the model's proposal text, then show the confirmation card (`action`) and wait:
+    the turn locked, the message, then the move with its events in one statement.
 
     Idempotent. A turn that ended or is being cancelled never shows a card (`TurnStopped`)."""
-    turn = await _lock(db, turn_id)
+    turn = await turn_facts(conn, turn_id=turn_id, lock=True)
     assert turn is not None
     if turn.state == TurnState.awaiting_confirmation:
         return
     _refuse_if_stopped(turn)
-    _move(turn, to=TurnState.awaiting_confirmation)
-    message = await _append_message(
-        db, turn=turn, message_id=message_id_for_call(model_call_id), role="assistant", text=text
+    _allowed(turn, TurnState.awaiting_confirmation)
+    message = await append_message(
+        conn,
+        session_id=turn.session_id,
+        turn_id=turn_id,
+        message_id=message_id_for_call(model_call_id),
+        role="assistant",
+        text=text,
     )
-    turn.assistant_message_id = message.id
     await append_events(
-        db,
+        conn,
         turn_id=turn_id,
         events=[
             state_event(TurnState.awaiting_confirmation),
-            (EventType.confirmation_required, ActionData(action=ActionView.from_row(action))),
+            (EventType.confirmation_required, ActionData(action=action)),
         ],
+        moving_to=TurnState.awaiting_confirmation,
+        answer=message.id,
     )
 
 

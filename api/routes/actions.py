@@ -50,10 +50,9 @@ async def _resolve(
             await db.rollback()
             await send_signals(temporal, again)
         raise
-    view = ActionView.from_row(action)  # read before the commit expires the row
     await db.commit()
     await send_signals(temporal, ((action.turn_id, ResolveActionSignal(action.id, decision)),))
-    return ActionOut(action=view)
+    return ActionOut(action=ActionView.from_row(action))
 
 
 @router.post("/{action_id}/confirm", status_code=202)

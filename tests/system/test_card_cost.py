@@ -1,0 +1,76 @@
+"""What a confirmed email costs the worker in statements to PostgreSQL: the turn that proposes
+it (the card), the user's confirm and the send, to the turn's end. The proposal, the card,
+the send's reads and its outcome are the actions' statements (store/actions.py); this keeps
+their count from creeping back. As in test_worker_cost.py, the streamed deltas' appends and
+the trace spans' writes are left out (how many there are depends on how tokens fall into
+frames and spans into batches)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest_asyncio
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.client import Client
+
+from gateway.demo import DemoModel
+from parley.config import Settings
+from parley.ids import workflow_id_for_turn
+from store.db import create_socket_checked_engine, on_statement_sent, session_factory
+from tests.support.client import ParleyClient
+from tests.support.toolkit import own_stack
+
+# Counted on 2026-12-02: 62 with the actions as ORM objects (the card's turn loaded and
+# mutated, the send reading its turn and its tenant apart), 54 with them as typed rows on
+# `Conn` (the proposal one statement with its turn's lock, the card's move riding on its
+# events, the send reading the action with its tenant's switch).
+STATEMENTS_PER_CONFIRMED_EMAIL = 54
+VARIABLE = ("INSERT INTO turn_events", "WITH counter", "INSERT INTO trace_spans")
+Counted = tuple[async_sessionmaker[AsyncSession], list[str]]
+
+
+@pytest_asyncio.fixture
+async def counted(database_url: str) -> AsyncIterator[Counted]:
+    """The worker's own engine, every statement it sends recorded."""
+    engine = create_socket_checked_engine(database_url)
+    sent: list[str] = []
+
+    def count(statement: str) -> None:
+        sent.append(statement.strip().split("\n")[0][:100])
+
+    on_statement_sent(engine, count)
+    yield session_factory(engine), sent
+    await engine.dispose()
+
+
+async def test_a_confirmed_email_costs_the_worker_a_fixed_number_of_statements(
+    settings: Settings,
+    temporal_client: Client,
+    tokens: dict[str, str],
+    counted: Counted,
+) -> None:
+    worker_sessions, sent = counted
+    model = DemoModel(token_delay_s=0)
+    async with own_stack(temporal_client, settings, worker_sessions, model, prefix="card") as stack:
+        client = ParleyClient(stack.url, tokens["priya"])
+        try:
+            session_id = await client.new_session()
+            looked_id, looked_up = await client.turn(session_id, "Where is my order?")
+            assert looked_up[-1].type == "done"
+            # Its steps after `done` (the summary's start) are not the card's cost.
+            await temporal_client.get_workflow_handle(workflow_id_for_turn(looked_id)).result()
+            sent.clear()
+            turn_id, shown = await client.turn(session_id, "Can you email me?")
+            assert shown[-1].type == "confirmation_required"
+            action_id = shown[-1].data["action"]["id"]
+            url = f"/v1/sessions/{session_id}/actions/{action_id}/confirm"
+            assert (await client.http.post(url)).status_code == 202
+            rest = await client.events(session_id, turn_id, last_event_id=shown[-1].id)
+            assert rest[-1].type == "done"
+            assert any(e.type == "tool" and e.data["name"] == "send_email" for e in rest)
+            await temporal_client.get_workflow_handle(workflow_id_for_turn(turn_id)).result()
+        finally:
+            await client.aclose()
+    counted_here = [s for s in sent if not s.startswith(VARIABLE)]
+    print(f"\nstatements for a confirmed email: {len(counted_here)}")
+    assert len(counted_here) <= STATEMENTS_PER_CONFIRMED_EMAIL, "\n".join(counted_here)
