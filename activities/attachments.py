@@ -9,11 +9,11 @@ from parley.context import Block
 from parley.tokens import TokenCounter
 from store import files
 from store.db import Db
-from store.models import Turn
+from store.turn_rows import TurnFacts
 
 
 async def attached_file_blocks(
-    db: Db, turn: Turn, counter: TokenCounter, settings: Settings, terms: list[str]
+    db: Db, turn: TurnFacts, counter: TokenCounter, settings: Settings, terms: list[str]
 ) -> list[Block]:
     attached = await files.message_files(db, message_id=turn.user_message_id)
     if not attached:

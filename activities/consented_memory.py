@@ -20,7 +20,7 @@ from parley.statuses import ActionStatus
 from parley.tokens import TokenCounter
 from store import actions, sessions, user_memory
 from store.db import Db
-from store.models import Turn
+from store.turn_rows import TurnFacts
 
 # The user said yes to these (sent or not): a confirmed choice.
 _CONFIRMED = (
@@ -31,7 +31,7 @@ _CONFIRMED = (
 )
 
 
-async def remember_validated(db: Db, turn: Turn, settings: Settings, *, step: int) -> bool:
+async def remember_validated(db: Db, turn: TurnFacts, settings: Settings, *, step: int) -> bool:
     """Store what this step's validated events say to remember (see above); whether the
     session got a pinned copy (the build then reads its pinned facts again)."""
     owner = {"tenant_id": turn.tenant_id, "user_id": turn.user_id}
@@ -69,7 +69,9 @@ class Hints:
         return self.keys if any(b in packed.kept for b in self.blocks) else []
 
 
-async def hints(db: Db, turn: Turn, counter: TokenCounter, *, consent: bool | None = None) -> Hints:
+async def hints(
+    db: Db, turn: TurnFacts, counter: TokenCounter, *, consent: bool | None = None
+) -> Hints:
     """The user's live items as the hints block (nothing without consent); `consent`: the
     user's choice when the caller read it already."""
     owner = {"tenant_id": turn.tenant_id, "user_id": turn.user_id}

@@ -1,12 +1,14 @@
 """Context building: what the model is shown for one step of a turn.
 
 The reference resolver runs first (activities/references.py; it may answer with a question
-instead of the model). Then
-the prompt is packed to a token budget (the model's window minus the output reserve) from
-blocks: standing instructions and tool schemas, pinned facts, the rolling summary, the recent
-turns, messages recalled by full-text search, the state block and the current message
-(parley/prompt.py shapes them, parley/context.py packs them). The request, with what it cost
-and what was left out, is stored as a `ModelCall`; only its id travels through history.
+instead of the model). Then the prompt is packed to a token budget (the model's window minus
+the output reserve) from blocks: standing instructions and tool schemas, pinned facts, the
+rolling summary, the recent turns, messages recalled by full-text search, the state block and
+the current message (parley/prompt.py shapes them, parley/context.py packs them). The request,
+with what it cost and what was left out, is stored as a model call (`steps.insert_call`, with
+the reference resolution at step 0, in one statement); only its id travels through history.
+Step 0 commits twice: once to show `building_context` on the stream before the build's slow
+parts (its lock on the turn ends there), and once with the call.
 
 The conversation's blocks (pinned facts, summary, recent turns, recall) share the
 conversation budget, a ceiling whatever the rolling summary does: when the summary lags or
@@ -82,12 +84,15 @@ from store.context_rows import (
     memory_read_again,
     packed_before,
     session_memory,
+    turn_facts_of,
     turn_with_rows,
     window_messages,
 )
-from store.db import Db, SessionMaker
+from store.db import Db, SessionMaker, connect, session_conn
 from store.events import append_event, has_warning
-from store.models import ModelCall, Turn
+from store.models import Turn
+from store.steps import CallRow
+from store.turn_rows import TurnFacts
 
 # The warning a turn emits when the packer left something out.
 CONTEXT_TRIMMED = WarningCode.context_trimmed
@@ -139,7 +144,7 @@ class ContextBuilder:
                 await turns.advance_locked(db, turn, to=TurnState.building_context)
                 await db.commit()  # the stream shows the step before it runs
             pinned = await consented_memory.remember_validated(
-                db, turn, self._settings, step=inp.step
+                db, turn_facts_of(turn), self._settings, step=inp.step
             )
             current_slots = facts.slots  # as the resolver leaves them, at step 0
             if inp.step == 0:
@@ -156,7 +161,6 @@ class ContextBuilder:
                 facts=facts,
                 pinned=pinned,
             )
-            await db.commit()
             del held
             return BuildContextResult(call.id)
 
@@ -170,14 +174,16 @@ class ContextBuilder:
         current_slots: dict[str, Slot],
         facts: SessionFacts,
         pinned: bool = False,
-    ) -> ModelCall:
+    ) -> CallRow:
         """Store the step's model request: the packed blocks, the tools, the budget."""
         tenant = await tenants.tenant_config(db, tenant_id=turn.tenant_id)
         model = tenant.model or self._settings.model
         counter = counter_for(model)
         budgets = self._budgets(tenant)
         # Knowledge is searched on a connection of its own while this one reads the rest.
-        searching = await self._search_knowledge(db, turn, budgets, counter, current_slots)
+        searching = await self._search_knowledge(
+            db, turn_facts_of(turn), budgets, counter, current_slots
+        )
         try:
             tools, withheld = await self._tools(
                 db, turn, tenant, facts, reanswer=reanswer_of is not None
@@ -209,14 +215,26 @@ class ContextBuilder:
             packed, plan, tools, budgets, counter, path, tenant, withheld, reanswer_of
         )
         request["knowledge"] = knowledge
-        return steps.add_call(
+        return await self._store(
             db,
             turn_id=turn.id,
             step=step,
             provider=tenant.model_provider or self._settings.model_provider,
             model=model,
             request=request,
+            resolution=turn.resolution if step == 0 else None,
         )
+
+    async def _store(self, db: Db, **call: Any) -> CallRow:
+        """The step's model call, committed with what the build wrote before it (slots, a
+        warning); when it wrote and read nothing since its state's commit (a plain step 0),
+        alone in autocommit: no `BEGIN` and `COMMIT` round trips around it."""
+        if db.in_transaction():
+            written = await steps.insert_call(await session_conn(db), **call)
+            await db.commit()
+            return written
+        async with connect(self._sessions) as conn:
+            return await steps.insert_call(conn, **call)
 
     async def _tools(
         self,
@@ -272,27 +290,27 @@ class ContextBuilder:
     ) -> tuple[Packed, dict[str, Any]]:
         """Load memory and messages, choose the window, recall, shape the blocks, pack. `facts`:
         read with the turn (None: here, as for bench/memory.py); `searching`: knowledge's."""
-        memory = await session_memory(db, turn, current_slots, facts)
+        memory, read = await session_memory(db, turn, current_slots, facts), turn_facts_of(turn)
         through = memory.summary.through_seq if memory.summary else None
         messages = await window_messages(db, turn, through, counter, facts)
         history, current = split_current(messages, turn.user_seq)
         consent = None if facts is None else facts.consent
-        hints = await consented_memory.hints(db, turn, counter, consent=consent)
+        hints = await consented_memory.hints(db, read, counter, consent=consent)
         remembered = memory_blocks(counter, memory, budgets) + hints.blocks
         left = budgets.conversation - sum(b.tokens for b in remembered)
         question = current[0].text if current else ""
         terms = recall_terms(question, slot_values=_slot_values(memory))
         whole = plan_window(history, memory, recent=left)
         # None when the window holds it all; else its embedding runs beside the reads below.
-        query = await start_recall(db, turn, whole, RecallQuery(terms, question, self._embedder))
+        query = await start_recall(db, read, whole, RecallQuery(terms, question, self._embedder))
         try:
             # A turn's actions are proposed by its tools, which run after step 0's model call.
-            state = await state_block(db, turn, current_slots, has_actions=step > 0)
-            files = await attached_file_blocks(db, turn, counter, self._settings, terms)
+            state = await state_block(db, read, current_slots, has_actions=step > 0)
+            files = await attached_file_blocks(db, read, counter, self._settings, terms)
             window, folded, recalled, hits = await window_and_recall(
-                db, turn, history, memory, budgets, counter, left=left, whole=whole, query=query
+                db, read, history, memory, budgets, counter, left=left, whole=whole, query=query
             )
-            knowledge, known = await self._passages(db, turn, searching, budgets, counter)
+            knowledge, known = await self._passages(db, read, searching, budgets, counter)
         finally:
             if query is not None:
                 query.cancel()  # when a read above failed, nobody reads the embedding
@@ -323,7 +341,7 @@ class ContextBuilder:
     async def _search_knowledge(
         self,
         db: Db,
-        turn: Turn,
+        turn: TurnFacts,
         budgets: Budgets,
         counter: TokenCounter,
         current_slots: dict[str, Slot],
@@ -350,7 +368,7 @@ class ContextBuilder:
     async def _passages(
         self,
         db: Db,
-        turn: Turn,
+        turn: TurnFacts,
         searching: asyncio.Task[Searched] | None,
         budgets: Budgets,
         counter: TokenCounter,

@@ -43,9 +43,8 @@ from store import knowledge as knowledge_store
 from store import sessions as session_store
 from store.db import Conn, Db, SessionMaker, StoreError, autocommit
 from store.events import append_event, has_warning
-from store.models import Turn
 from store.steps import CallRow
-from store.turn_rows import TurnRow
+from store.turn_rows import TurnFacts, TurnRow
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +85,7 @@ class KnowledgeSource:
     async def search(
         self,
         sessions: SessionMaker,
-        turn: Turn,
+        turn: TurnFacts,
         *,
         message: str,
         slots: dict[str, Any],
@@ -101,7 +100,7 @@ class KnowledgeSource:
     async def blocks(
         self,
         db: Db,
-        turn: Turn,
+        turn: TurnFacts,
         searched: Searched,
         *,
         counter: TokenCounter,
@@ -136,7 +135,7 @@ class KnowledgeSource:
         )
         return [block], record
 
-    async def _search(self, db: Db, turn: Turn, query: str) -> Searched:
+    async def _search(self, db: Db, turn: TurnFacts, query: str) -> Searched:
         """The always-documents' passages and what the search found, on a session in
         autocommit (a failed statement spoils nothing). With an embedder, the query's
         embedding (a request to the embedding server) runs while the text search does."""
@@ -174,7 +173,7 @@ class KnowledgeSource:
         return self._vectors_seen
 
     async def _vector_search(
-        self, db: Db, turn: Turn, embedding: asyncio.Task[list[list[float]]]
+        self, db: Db, turn: TurnFacts, embedding: asyncio.Task[list[list[float]]]
     ) -> list[Passage] | None:
         """Nearest chunks to the query's embedding; None on a failure (the answer then rests
         on full-text search alone, with a warning)."""
@@ -193,7 +192,7 @@ class KnowledgeSource:
             return None
 
 
-async def authorize(db: Db, turn: Turn) -> None:
+async def authorize(db: Db, turn: TurnFacts) -> None:
     """The turn's user must be a member of the tenant whose documents are searched, and the
     session must belong to that tenant; otherwise the turn stops."""
     user = await identity.get_user(db, tenant_id=turn.tenant_id, user_id=turn.user_id)
@@ -206,7 +205,7 @@ async def authorize(db: Db, turn: Turn) -> None:
         )
 
 
-async def _warn(db: Db, turn: Turn, message: str) -> None:
+async def _warn(db: Db, turn: TurnFacts, message: str) -> None:
     """One warning per turn, however many steps search."""
     if not await has_warning(db, turn_id=turn.id, code=KNOWLEDGE_UNAVAILABLE):
         await append_event(

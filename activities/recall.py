@@ -31,7 +31,7 @@ from parley.window import Window, turn_tokens
 from store import embeddings as embedding_store
 from store import recall as recall_store
 from store.db import Db, SessionMaker
-from store.models import Turn
+from store.turn_rows import TurnFacts
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +120,7 @@ async def recall_hits(
     return [known[s] for s in fused if s in known]
 
 
-def holds_everything(window: Window, turn: Turn) -> bool:
+def holds_everything(window: Window, turn: TurnFacts) -> bool:
     """Whether the window holds the session from its first message (seqs are dense from 1):
     recall, which searches the messages before the window, could only find lines the prompt
     shows whole. A session whose first message the window does not show (retracted, or
@@ -128,7 +128,9 @@ def holds_everything(window: Window, turn: Turn) -> bool:
     return (window.from_seq or turn.user_seq) <= 1
 
 
-async def start_recall(db: Db, turn: Turn, whole: Window, query: RecallQuery) -> RecallQuery | None:
+async def start_recall(
+    db: Db, turn: TurnFacts, whole: Window, query: RecallQuery
+) -> RecallQuery | None:
     """No recall (None) when the `whole` window holds the conversation: nothing to search,
     nothing to embed. Else `query`, its embedding started in a thread so that it runs while
     the build's other reads do; recall awaits it last."""
@@ -139,7 +141,7 @@ async def start_recall(db: Db, turn: Turn, whole: Window, query: RecallQuery) ->
 
 async def window_and_recall(
     db: Db,
-    turn: Turn,
+    turn: TurnFacts,
     history: list[list[WindowMessage]],
     memory: Memory,
     budgets: Budgets,

@@ -26,9 +26,10 @@ from parley.wire import ClarificationData, DeltaData, Option, WarningData
 from store import sessions as session_store
 from store import slots, steps
 from store.context_rows import SessionFacts
-from store.db import Db
+from store.db import Db, session_conn
 from store.events import append_event, append_events
-from store.models import ModelCall, Turn
+from store.models import Turn
+from store.steps import CallRow
 
 
 class References:
@@ -119,11 +120,12 @@ class References:
         ]
 
 
-async def _ask(db: Db, turn: Turn, clarification: Clarification) -> ModelCall:
-    """Store the resolver's question as the step's answer (a call no model made) and show it."""
+async def _ask(db: Db, turn: Turn, clarification: Clarification) -> CallRow:
+    """Store the resolver's question as the step's answer (a call no model made), with the
+    resolution, and show it."""
     question = clarification.question
     call = await steps.insert_call(
-        db,
+        await session_conn(db),
         turn_id=turn.id,
         step=0,
         provider="resolver",
@@ -131,6 +133,7 @@ async def _ask(db: Db, turn: Turn, clarification: Clarification) -> ModelCall:
         request={"resolution": turn.resolution},
         response_text=question,
         finish_reason=FinishReason.clarification,
+        resolution=turn.resolution,
     )
     options = [Option(label=o.label, value=o.value) for o in clarification.options]
     await append_events(

@@ -52,7 +52,7 @@ from parley.tools import TOOLS
 from parley.wire import ActionData, ActionView, InteractionData, Option, SubagentData
 from store import actions, steps, turns
 from store.actions import ActionRow
-from store.db import Db, SessionMaker, connect
+from store.db import Db, SessionMaker, connect, session_conn
 from store.events import append_event, append_events, state_event
 from store.interactions import has_event
 from store.turn_rows import TurnFacts, turn_facts
@@ -103,7 +103,9 @@ class SpecialistActivities:
             call = await steps.get_tool_call(db, call_id=inp.call_id)
             assert call is not None
             order_id = str((call.arguments or {}).get("order_id", ""))
-            asked_by = await steps.get_call(db, model_call_id=call.model_call_id)
+            asked_by = await steps.get_call(
+                await session_conn(db), model_call_id=call.model_call_id
+            )
             agent = asked_by is not None and asked_by.provider != DemoModel.name
             if not await has_event(
                 db, turn_id=inp.turn_id, type_=EventType.subagent, key="phase", value="start"
@@ -265,7 +267,7 @@ class SpecialistActivities:
         is (declined, code's closing words stand instead; a screen that errors lets them)."""
         if not inp.model_call_id or inp.outcome != SpecialistOutcome.answered:
             return ""
-        call = await steps.get_call(db, model_call_id=inp.model_call_id)
+        call = await steps.get_call(await session_conn(db), model_call_id=inp.model_call_id)
         text = ((call.response_text if call else None) or "").strip()
         if not text or self._output_screen is None:
             return text

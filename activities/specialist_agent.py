@@ -83,13 +83,15 @@ class SpecialistAgentActivities:
         """The step's stored call (written now on the first attempt), its attempt counted; a
         turn stopped or paused meanwhile refuses the step."""
         async with self._sessions() as db:
-            stored = await steps.step_call(db, turn_id=inp.turn_id, step=AGENT_STEP_BASE + inp.step)
+            conn = await session_conn(db)
+            stored = await steps.step_call(
+                conn, turn_id=inp.turn_id, step=AGENT_STEP_BASE + inp.step
+            )
             if stored is None:
                 made = await self._new_call(inp)
                 stored = await steps.insert_call(
-                    db, turn_id=inp.turn_id, step=AGENT_STEP_BASE + inp.step, **made
+                    conn, turn_id=inp.turn_id, step=AGENT_STEP_BASE + inp.step, **made
                 )
-            conn = await session_conn(db)
             found = await steps.lock_for_attempt(conn, turn_id=inp.turn_id, model_call_id=stored.id)
             call = found.call
             assert call is not None
@@ -107,7 +109,9 @@ class SpecialistAgentActivities:
         async with self._sessions() as db:
             delegated = await steps.get_tool_call(db, call_id=inp.call_id)
             assert delegated is not None
-            asked_by = await steps.get_call(db, model_call_id=delegated.model_call_id)
+            asked_by = await steps.get_call(
+                await session_conn(db), model_call_id=delegated.model_call_id
+            )
             assert asked_by is not None
             order_id = str((delegated.arguments or {}).get("order_id", ""))
             message = await steps.question(await session_conn(db), turn_id=inp.turn_id) or ""
@@ -265,7 +269,7 @@ class SpecialistAgentActivities:
         """The call as the model asked for it, its checked arguments, and whether its result
         is already stored."""
         async with self._sessions() as db:
-            call = await steps.get_call(db, model_call_id=inp.model_call_id)
+            call = await steps.get_call(await session_conn(db), model_call_id=inp.model_call_id)
             assert call is not None and call.response_tool_calls
             row_id = tool_call_row_id(model_call_id=call.id, position=inp.position)
             done = await steps.get_tool_call(db, call_id=row_id) is not None

@@ -10,11 +10,11 @@ from parley.mcp import is_mcp_name
 from parley.resolver import PENDING_CLARIFICATION, Slot
 from store import actions, identity, slots
 from store.db import Db
-from store.models import Turn
+from store.turn_rows import TurnFacts
 
 
 async def state_block(
-    db: Db, turn: Turn, current: dict[str, Slot], *, has_actions: bool = True
+    db: Db, turn: TurnFacts, current: dict[str, Slot], *, has_actions: bool = True
 ) -> dict[str, Any]:
     """The state block: facts the server knows, for the model to read (not obey).
     `has_actions=False`: the caller knows the turn has proposed nothing yet (not read)."""

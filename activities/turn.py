@@ -269,8 +269,8 @@ class TurnActivities:
         user takes to answer, so it is screened here, before the card: a declined text is
         withdrawn (its deltas blanked, `retracted`) and the safe text stored instead."""
         async with self._sessions() as db:
-            call = await steps.get_call(db, model_call_id=inp.model_call_id)
             conn = await session_conn(db)
+            call = await steps.get_call(conn, model_call_id=inp.model_call_id)
             action = await actions.get_action(conn, action_id=inp.action_id)
             turn = await turn_facts(conn, turn_id=inp.turn_id)
             assert call is not None and action is not None and turn is not None

@@ -42,7 +42,7 @@ from temporalio.worker import Worker
 
 from bench.cpu import Roles, snapshot, usage
 from bench.runner import percentile
-from bench.stack import LOG_DIR
+from bench.stack import LOG_DIR, guard
 from dispatch.deployment import deployment_config, promote_configured
 from launch.dev import EAGER_ACTIVITIES, EAGER_WORKFLOW_START, temporal_cli
 from parley.config import Settings
@@ -102,6 +102,7 @@ async def _quiet_dev_server() -> WorkflowEnvironment:
         finally:
             os.dup2(saved, 1)
             os.close(saved)
+            guard().watch_dev_servers()  # it dies with the bench (bench/stack.py)
 
 
 async def _first_step(client: Client, queue: str, step: str, eager: bool) -> tuple[float, bool]:
@@ -160,7 +161,8 @@ async def _measure(client: Client, queues: dict[str, str], runs: int) -> dict[st
     seconds: dict[str, list[float]] = {mode_name(*mode): [] for mode in MODES}
     eager_starts = dict.fromkeys(seconds, 0)
     cpu_s = dict.fromkeys(seconds, 0.0)
-    roles = Roles({os.getpid(): "bench"}, {os.getpid(): "temporal"})
+    # The bench's watchman (bench/stack.py `guard`) is its other child, and the bench's own.
+    roles = Roles({os.getpid(): "bench", guard().lifeline.pid: "bench"}, {os.getpid(): "temporal"})
     for _ in range(-(-runs // BLOCK)):
         for worker, step, eager in MODES:
             name = mode_name(worker, step, eager)

@@ -3,6 +3,13 @@
 Embedded PostgreSQL (in a temporary folder) and the Temporal dev server run as their own
 processes, as do the Parley worker, the Parley API and the baseline server, so the bench
 client's event loop shares no CPU time with any server loop.
+
+A bench that is killed (SIGTERM, SIGKILL, an OOM kill) runs no teardown, so its processes
+are guarded as `parley dev`'s are (launch/lifeline.py, `guard`): every child the bench spawns
+runs in a process group of its own and gets SIGKILL when the bench dies, and a watchman
+started first kills what is left when the bench is gone, however it went: each child's
+group, the embedded PostgreSQL server (a daemon `pg_ctl` started, nobody's child) and the
+Temporal dev servers the SDK started.
 """
 
 from __future__ import annotations
@@ -19,16 +26,19 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import IO
 
 import httpx
+import psutil
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from bench.cpu import Roles
 from dispatch.deployment import build_id, wait_promoted
 from launch.dev import EAGER_ACTIVITIES, temporal_cli
+from launch.lifeline import Lifeline, die_with_parent
 from parley.config import Settings
 from parley.contracts import SEARCH_ATTRIBUTES
 from store.db import create_engine, session_factory
@@ -48,6 +58,46 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+class Guard:
+    """The bench's end of its watchman (launch/lifeline.py): what it is told to watch is
+    killed when the bench process ends without stopping it."""
+
+    def __init__(self) -> None:
+        self.lifeline = Lifeline()
+        self._servers: set[int] = set()
+
+    def watch_child(self, pid: int) -> None:
+        """A child started in a process group of its own: the whole group."""
+        self.lifeline.watch(pid)
+
+    def watch_postgres(self, pid: int | None) -> None:
+        if pid is not None:
+            self.lifeline.watch(pid, how="postgres")
+
+    def watch_dev_servers(self) -> None:
+        """The Temporal dev servers the SDK started for this process (`start_local` spawns
+        them as our children, in our own process group), each with what it started."""
+        for child in psutil.Process().children():
+            with contextlib.suppress(psutil.Error):
+                if child.pid not in self._servers and "start-dev" in child.cmdline():
+                    self.lifeline.watch(child.pid, how="process")
+                    self._servers.add(child.pid)
+
+
+_guard: Guard | None = None
+
+
+def guard() -> Guard:
+    """This process's guard, its watchman started on first use: one for the whole bench run
+    (the stack, a provider stack beside it, the eager-start section's own dev server). It is
+    never closed: the pipe closes when the bench exits, and a watchman that finds everything
+    stopped just exits."""
+    global _guard
+    if _guard is None:
+        _guard = Guard()
+    return _guard
 
 
 @dataclass
@@ -89,8 +139,9 @@ class Stack:
             child.check()
 
     def roles(self) -> Roles:
-        """Which process is which, for CPU accounting."""
-        by_pid = {os.getpid(): "bench_client"} | {c.process.pid: c.name for c in self.children}
+        """Which process is which, for CPU accounting (the watchman is the bench's own)."""
+        by_pid = {os.getpid(): "bench_client", guard().lifeline.pid: "bench_client"}
+        by_pid |= {c.process.pid: c.name for c in self.children}
         by_parent = {os.getpid(): "temporal"}  # our only other child: the Temporal dev server
         if self.postmaster_pid is not None:
             by_pid[self.postmaster_pid] = "postgres"
@@ -98,10 +149,13 @@ class Stack:
         return Roles(by_pid, by_parent)
 
 
-def _spawn(name: str, args: list[str], env: dict[str, str]) -> Child:
+def spawn(name: str, args: list[str], env: dict[str, str]) -> Child:
+    """`python args…` in a process group of its own, logging to `LOG_DIR/<name>.log`,
+    guarded: it dies with the bench."""
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     log_path = LOG_DIR / f"{name}.log"
     log_file = log_path.open("wb")
+    watching = guard()  # the watchman first: it must not be this child's child
     process = subprocess.Popen(
         [sys.executable, *args],
         env=env,
@@ -109,7 +163,10 @@ def _spawn(name: str, args: list[str], env: dict[str, str]) -> Child:
         stdin=subprocess.DEVNULL,
         stdout=log_file,
         stderr=subprocess.STDOUT,
+        process_group=0,  # a terminal's Ctrl-C is the bench's to handle, in order
+        preexec_fn=partial(die_with_parent, os.getpid()),
     )
+    watching.watch_child(process.pid)
     return Child(name, process, log_path, log_file)
 
 
@@ -158,13 +215,15 @@ async def _seed_and_token(database_url: str) -> str:
         await engine.dispose()
 
 
-async def _start_temporal(eager: bool) -> WorkflowEnvironment:
-    """`WorkflowEnvironment.start_local`, with the dev server's banner and logs sent to a log
-    file instead of our stdout (the server inherits fd 1 when it is spawned)."""
+async def start_temporal(eager: bool, log_name: str = "temporal") -> WorkflowEnvironment:
+    """`WorkflowEnvironment.start_local`, guarded, with the dev server's banner and logs sent
+    to `LOG_DIR/<log_name>.log` instead of our stdout (the server inherits fd 1 when it is
+    spawned)."""
     LOG_DIR.mkdir(parents=True, exist_ok=True)
+    watching = guard()
     sys.stdout.flush()
     saved = os.dup(1)
-    with (LOG_DIR / "temporal.log").open("wb") as server_log:
+    with (LOG_DIR / f"{log_name}.log").open("wb") as server_log:
         os.dup2(server_log.fileno(), 1)
         try:
             return await WorkflowEnvironment.start_local(
@@ -176,23 +235,33 @@ async def _start_temporal(eager: bool) -> WorkflowEnvironment:
         finally:
             os.dup2(saved, 1)
             os.close(saved)
+            watching.watch_dev_servers()
+
+
+async def start_postgres(folder: Path) -> tuple[EmbeddedPostgres, str]:
+    """Embedded PostgreSQL with its data under `folder`, guarded; returns it and its URL."""
+    pg = EmbeddedPostgres(folder / "pg" / "data")
+    database_url = await asyncio.to_thread(pg.start)
+    guard().watch_postgres(pg.pid)
+    return pg, database_url
 
 
 @contextlib.asynccontextmanager
 async def running_stack(token_delay_ms: float, *, eager: bool = True) -> AsyncIterator[Stack]:
     """Everything up, yielded as a `Stack`; everything stopped and deleted on exit."""
     tmp = Path(tempfile.mkdtemp(prefix="parley-bench-"))
-    pg = EmbeddedPostgres(tmp / "pg" / "data")
+    pg: EmbeddedPostgres | None = None
     env: WorkflowEnvironment | None = None
     children: list[Child] = []
     try:
         log(f"starting embedded PostgreSQL in {tmp}")
-        database_url = await asyncio.to_thread(pg.start)
+        pg, database_url = await start_postgres(tmp)
+        postmaster = _postmaster_pid(pg.pgdata)
         await asyncio.to_thread(upgrade, database_url)
         token = await _seed_and_token(database_url)
 
         log("starting the Temporal dev server")
-        env = await _start_temporal(eager)
+        env = await start_temporal(eager)
         temporal_address = str(env.client.service_client.config.target_host)
 
         settings = Settings(
@@ -223,7 +292,7 @@ async def running_stack(token_delay_ms: float, *, eager: bool = True) -> AsyncIt
         settings.northwind_url = f"http://127.0.0.1:{backend_port}"
         service_env["PARLEY_NORTHWIND_URL"] = settings.northwind_url
         log("starting the demo backend, the Parley worker, the Parley API and the baseline")
-        backend = _spawn(
+        backend = spawn(
             "demo-backend",
             ["-m", "launch.cli", "demo-backend", "--host", "127.0.0.1"]
             + ["--port", str(backend_port)],
@@ -233,15 +302,15 @@ async def running_stack(token_delay_ms: float, *, eager: bool = True) -> AsyncIt
         await _wait_ready(settings.northwind_url + "/healthz", backend)
         # One build id for the worker and the wait below (the worker is versioned by default).
         service_env["PARLEY_WORKER_BUILD_ID"] = settings.worker_build_id = build_id(settings)
-        worker = _spawn("worker", ["-m", "launch.cli", "worker"], service_env)
+        worker = spawn("worker", ["-m", "launch.cli", "worker"], service_env)
         children.append(worker)
-        api = _spawn(
+        api = spawn(
             "api",
             ["-m", "launch.cli", "api", "--host", "127.0.0.1", "--port", str(api_port)],
             service_env,
         )
         children.append(api)
-        baseline = _spawn(
+        baseline = spawn(
             "baseline",
             [
                 "-m",
@@ -256,7 +325,7 @@ async def running_stack(token_delay_ms: float, *, eager: bool = True) -> AsyncIt
         children.append(baseline)
         skeleton_queue = f"skeleton-{uuid.uuid4().hex[:8]}"
         children.append(
-            _spawn(
+            spawn(
                 "skeleton-worker",
                 ["-m", "bench.skeleton", "--address", temporal_address]
                 + ["--task-queue", skeleton_queue],
@@ -275,7 +344,7 @@ async def running_stack(token_delay_ms: float, *, eager: bool = True) -> AsyncIt
             parley_url,
             baseline_url,
             token,
-            _postmaster_pid(pg.pgdata),
+            postmaster,
             children,
             skeleton_queue,
             service_env,
@@ -288,8 +357,9 @@ async def running_stack(token_delay_ms: float, *, eager: bool = True) -> AsyncIt
         if env is not None:
             with contextlib.suppress(Exception):
                 await env.shutdown()
-        with contextlib.suppress(Exception):
-            await asyncio.to_thread(pg.stop)
+        if pg is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(pg.stop)
         shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -327,7 +397,7 @@ async def provider_stack(
     }
     children: list[Child] = []
     try:
-        provider = _spawn(
+        provider = spawn(
             f"provider-{summarizer}",
             ["-m", "gateway.fake_provider", "--brain", "--summarizer", summarizer]
             + ["--port", str(provider_port), "--token-delay-ms", delay_ms],
@@ -335,8 +405,8 @@ async def provider_stack(
         )
         children.append(provider)
         await _wait_ready(provider_url + "/_fake/requests", provider)
-        children.append(_spawn(f"worker-{summarizer}", ["-m", "launch.cli", "worker"], env))
-        api = _spawn(
+        children.append(spawn(f"worker-{summarizer}", ["-m", "launch.cli", "worker"], env))
+        api = spawn(
             f"api-{summarizer}",
             ["-m", "launch.cli", "api", "--host", "127.0.0.1", "--port", str(api_port)],
             env,

@@ -120,8 +120,15 @@ async def start_and_record(
         async with sessions() as db:
             number = await outbox.turn_number(db, turn_id=inp.turn_id)
     await start_turn_workflow(client, inp, task_queue=task_queue, turn_number=number, eager=eager)
+    await record_started(sessions, inp.turn_id)
+
+
+async def record_started(sessions: SessionMaker, turn_id: str) -> None:
+    """Mark the outbox row of a turn whose workflow has started: the sweep leaves it alone.
+    Only ever after the start; a mark that is lost costs at most a second start, which
+    attaches to the running workflow (or is refused for a finished one)."""
     async with sessions() as db:
-        await outbox.mark_workflow_started(db, turn_id=inp.turn_id)
+        await outbox.mark_workflow_started(db, turn_id=turn_id)
         await db.commit()
 
 

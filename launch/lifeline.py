@@ -11,9 +11,11 @@ Ctrl-C stops the children in order (launch/dev.py). A supervisor that is killed 
   starts (`watch`) and the embedded PostgreSQL server, which `pg_ctl` starts as a daemon, so
   it is nobody's child. When the pipe closes (the supervisor is gone, however it went), the
   watchman kills each child's process group still running and asks PostgreSQL for an
-  immediate shutdown (SIGQUIT, then SIGKILL). After a clean stop nothing it knows of still
-  runs and it just exits. Processes are matched by pid and start time, never by name, so a
-  reused pid is left alone.
+  immediate shutdown (SIGQUIT, then SIGKILL). A process that is neither a group leader of
+  ours nor PostgreSQL (the Temporal dev server the SDK starts for the bench, bench/stack.py)
+  is killed with its descendants. After a clean stop nothing it knows of still runs and it
+  just exits. Processes are matched by pid and start time, never by name, so a reused pid
+  is left alone.
 
 `port_holders` reads the kernel's socket tables (through psutil) for the process listening
 on a port, so a start that finds a port taken says by whom.
@@ -68,7 +70,8 @@ class Lifeline:
 
     def watch(self, pid: int, *, how: str = "group") -> None:
         """Kill `pid` if the supervisor dies: its process `group` (a child started in a group
-        of its own), or `postgres` (an immediate shutdown of that server)."""
+        of its own), `postgres` (an immediate shutdown of that server), or the `process` and
+        its descendants (one started by a library, in the supervisor's own group)."""
         with contextlib.suppress(OSError):
             self._pipe.write(f"{how} {pid}\n")
             self._pipe.flush()
@@ -103,6 +106,10 @@ def _watch(lines: IO[str]) -> None:
         for member in _group(leader):
             with contextlib.suppress(psutil.Error):
                 member.kill()
+    for process in (p for how, p in watched if how == "process"):
+        for each in _with_descendants(process):
+            with contextlib.suppress(psutil.Error):
+                each.kill()
     _, alive = psutil.wait_procs(servers, timeout=POSTGRES_QUIT_S)
     for server in alive:
         with contextlib.suppress(psutil.Error):
@@ -119,6 +126,14 @@ def _group(leader: psutil.Process) -> list[psutil.Process]:
             if os.getpgid(process.pid) == leader.pid and process.create_time() >= born:
                 members.append(process)
     return members
+
+
+def _with_descendants(process: psutil.Process) -> list[psutil.Process]:
+    """The process (if it still runs) and every process under it."""
+    try:
+        return [process, *process.children(recursive=True)] if process.is_running() else []
+    except psutil.Error:
+        return []
 
 
 def port_holders(port: int) -> list[str]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, cast
+from typing import Any
 
 from sqlalchemy import (
     Select,
@@ -30,7 +30,7 @@ from parley.prompt import Memory, StoredSummary
 from parley.resolver import PENDING_CLARIFICATION, Slot
 from parley.tokens import TokenCounter
 from store import memory as memory_store
-from store.db import Db
+from store.db import Db, session_conn
 from store.models import (
     ChatSession,
     ConversationSummary,
@@ -44,7 +44,9 @@ from store.models import (
     Turn,
     User,
 )
-from store.steps import step_call
+from store.rows import typed_row
+from store.steps import CallRow, step_call
+from store.turn_rows import TurnFacts
 
 
 @dataclass(frozen=True)
@@ -169,13 +171,20 @@ _LOCKED = _statement(lock=True)
 _UNLOCKED = _statement(lock=False)
 
 
+def turn_facts_of(turn: Turn) -> TurnFacts:
+    """The turn the build holds as a typed row, for the phases that only read it (the
+    resolution as the resolver left it, when it has run)."""
+    return typed_row(TurnFacts, turn)
+
+
 async def packed_before(
     db: Db, turn: Turn, step: int, held: Sequence[Any] | None
-) -> ModelCall | None:
+) -> CallRow | None:
     """The step's model call an earlier attempt stored, if any."""
-    if held is not None:
-        return cast(ModelCall | None, held[-1])
-    return await step_call(db, turn_id=turn.id, step=step)
+    if held is None:
+        return await step_call(await session_conn(db), turn_id=turn.id, step=step)
+    stored = held[-1]
+    return None if stored is None else typed_row(CallRow, stored)
 
 
 async def window_messages(

@@ -79,7 +79,15 @@ def create_socket_checked_engine(
         **({"isolation_level": "AUTOCOMMIT"} if autocommit else {}),
     )
     event.listen(engine.sync_engine.pool, "checkout", _refuse_closed)
+    if autocommit:
+        _AUTOCOMMIT_ENGINES.add(engine.sync_engine)
     return engine
+
+
+# Engines made with `autocommit=True`. The mode is the dialect's, set once per connection,
+# so it is not among the engine's execution options, where `autocommit_session_factory`
+# would otherwise look for it (and switch every checkout again).
+_AUTOCOMMIT_ENGINES: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def _engine(
@@ -120,8 +128,14 @@ def autocommit_session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncS
     `commit()`, so the code reads the same and stays right if it ever runs in a
     transaction. An engine made with `autocommit=True` serves them as it is; any other is
     switched to autocommit on each checkout and back on each return (a few Python calls
-    each way, which the API's hot path avoids with an engine of their own)."""
-    if engine.get_execution_options().get("isolation_level") == "AUTOCOMMIT":
+    each way, which the API's hot path avoids with an engine of their own). That switch
+    awaits the driver after the pool has handed the connection out and before the session
+    holds it: a task cancelled there (a stream whose client left) dropped the connection
+    unreturned, for the garbage collector to find."""
+    if (
+        engine.sync_engine in _AUTOCOMMIT_ENGINES
+        or engine.get_execution_options().get("isolation_level") == "AUTOCOMMIT"
+    ):
         return session_factory(engine)
     return session_factory(engine.execution_options(isolation_level="AUTOCOMMIT"))
 

@@ -1,10 +1,11 @@
 """A turn's steps: its model calls (one row per step, its attempts counted and its outcome
 written back) and the reads the steps make of the turn they work on.
 
-The model call's own step (`call_model`) works on a `Conn` and gets typed rows (`CallRow`,
-`store.turns.TurnRow`) that nobody mutates: a write is a named function here, and hands back
-the row as written. The other steps still read the session's own rows (`Turn`, `ModelCall`)
-and hand them back to the functions here to be changed, so every write stays in store/.
+A model call is read and written on a `Conn` as a typed row (`CallRow`) that nobody
+mutates: a write is a named function here, and hands back the row as written. The turn's
+reads (`store.turn_rows.TurnRow`) are typed too, except `get_turn`, whose callers still hold
+the session's own `Turn` and hand it back to the functions here to be changed, so every
+write stays in store/.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 from sqlalchemy import select
+from sqlalchemy.orm.attributes import set_committed_value
 
 from parley.contracts import TERMINAL_TURN_STATES, EventType
 from parley.ids import new_id, tool_call_row_id
@@ -59,9 +61,14 @@ async def get_turn(db: Db, *, turn_id: str) -> Turn | None:
     return await db.get(Turn, turn_id)
 
 
-async def get_call(db: Db, *, model_call_id: str) -> ModelCall | None:
-    """The model call (from the session's identity map when it holds it)."""
-    return await db.get(ModelCall, model_call_id)
+async def get_call(conn: Conn, *, model_call_id: str) -> CallRow | None:
+    """The model call as stored, or None."""
+    return await conn.row(_CALL, {"id": model_call_id}, CallRow)
+
+
+async def step_call(conn: Conn, *, turn_id: str, step: int) -> CallRow | None:
+    """The step's model call, if an earlier attempt stored it."""
+    return await conn.row(_STEP_CALL, {"turn_id": turn_id, "step": step}, CallRow)
 
 
 async def get_tool_call(db: Db | Conn, *, call_id: str) -> ToolCallRow | None:
@@ -114,8 +121,8 @@ _FOR_TOOL_CALL = """
 """
 
 
-def add_call(
-    db: Db,
+async def insert_call(
+    conn: Conn,
     *,
     turn_id: str,
     step: int,
@@ -124,34 +131,36 @@ def add_call(
     request: dict[str, Any],
     response_text: str | None = None,
     finish_reason: str | None = None,
-) -> ModelCall:
-    """A new model call (a fresh id), written at the caller's commit, or at once with
-    `insert_call`. With a `finish_reason`, a call no model made: its answer is given."""
-    call = ModelCall(
-        id=new_id("mc"),
-        turn_id=turn_id,
-        step=step,
-        provider=provider,
-        model=model,
-        request=request,
-        response_text=response_text,
-        finish_reason=finish_reason,
-    )
-    db.add(call)
-    return call
-
-
-async def insert_call(db: Db, **call: Any) -> ModelCall:
-    """`add_call`, written now (within the caller's transaction)."""
-    added = add_call(db, **call)
-    await db.flush()
-    return added
+    resolution: dict[str, Any] | None = None,
+) -> CallRow:
+    """A new model call (a fresh id), written now (within the caller's transaction, if any),
+    and the call as written. With a `finish_reason`, a call no model made: its answer is
+    given. With a `resolution`, what the reference resolver made of the turn's message is
+    written to the turn by the same statement (`record_resolution` holds it till then)."""
+    params = {
+        "id": new_id("mc"),
+        "turn_id": turn_id,
+        "step": step,
+        "provider": provider,
+        "model": model,
+        "request": Jsonb(request),
+        "response_text": response_text,
+        "finish_reason": finish_reason,
+    }
+    if resolution is None:
+        written = await conn.row(_INSERT_CALL, params, CallRow)
+    else:
+        params["resolution"] = Jsonb(resolution)
+        written = await conn.row(_INSERT_CALL_RESOLVED, params, CallRow)
+    assert written is not None
+    return written
 
 
 def record_resolution(turn: Turn, resolution: dict[str, Any]) -> None:
-    """What the reference resolver made of the turn's message, written at the caller's
-    commit."""
-    turn.resolution = resolution
+    """What the reference resolver made of the turn's message, held on the turn for the rest
+    of the build to read; the database gets it with the step's model call (`insert_call`'s
+    `resolution`), not by a statement of its own."""
+    set_committed_value(turn, "resolution", resolution)
 
 
 async def read_again(db: Db, turn: Turn) -> None:
@@ -183,6 +192,28 @@ _FOR_ATTEMPT = f"""
     LEFT JOIN tenants AS n ON n.id = t.tenant_id
     WHERE t.id = %(turn)s
     FOR UPDATE OF t
+"""
+_CALL = f"SELECT {_CALL_COLUMNS} FROM model_calls AS c WHERE c.id = %(id)s"
+_STEP_CALL = (
+    f"SELECT {_CALL_COLUMNS} FROM model_calls AS c WHERE c.turn_id = %(turn_id)s"
+    " AND c.step = %(step)s"
+)
+_INSERT_CALL = f"""
+    INSERT INTO model_calls AS c
+        (id, turn_id, step, provider, model, request, response_text, finish_reason)
+    VALUES (%(id)s, %(turn_id)s, %(step)s, %(provider)s, %(model)s, %(request)s,
+        %(response_text)s, %(finish_reason)s)
+    RETURNING {_CALL_COLUMNS}
+"""
+_INSERT_CALL_RESOLVED = f"""
+    WITH resolved AS (
+        UPDATE turns SET resolution = %(resolution)s WHERE id = %(turn_id)s
+    )
+    INSERT INTO model_calls AS c
+        (id, turn_id, step, provider, model, request, response_text, finish_reason)
+    VALUES (%(id)s, %(turn_id)s, %(step)s, %(provider)s, %(model)s, %(request)s,
+        %(response_text)s, %(finish_reason)s)
+    RETURNING {_CALL_COLUMNS}
 """
 
 
@@ -274,13 +305,6 @@ async def first_step_tools(db: Db, *, turn_id: str) -> list[dict[str, Any]] | No
     """The tools the turn's first model call was offered (None before it is stored)."""
     return await db.scalar(
         select(ModelCall.request["tools"]).where(ModelCall.turn_id == turn_id, ModelCall.step == 0)
-    )
-
-
-async def step_call(db: Db, *, turn_id: str, step: int) -> ModelCall | None:
-    """The step's model call, if an earlier attempt stored it."""
-    return await db.scalar(
-        select(ModelCall).where(ModelCall.turn_id == turn_id, ModelCall.step == step)
     )
 
 

@@ -7,7 +7,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Query, Response
+from fastapi import APIRouter, BackgroundTasks, Header, Query, Response
 from pydantic import WithJsonSchema
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
@@ -28,7 +28,7 @@ from api.metrics import MESSAGES_POSTED, STREAMS_OPEN, TURN_START_FAILURES
 from api.schemas import CancelOut, PostMessageIn, TurnOut, TurnStarted
 from api.streaming import TurnEventResponse, Viewer, turn_event_batches
 from dispatch.control import cancel_turn_workflow, deliver_decision
-from dispatch.outbox import start_and_record
+from dispatch.outbox import record_started, start_turn_workflow
 from dispatch.specialists import deliver_and_record
 from parley.config import Settings
 from parley.contracts import (
@@ -99,6 +99,7 @@ async def post_message(
     user: CurrentUser,
     temporal: Temporal,
     settings: AppSettings,
+    background: BackgroundTasks,
 ) -> TurnStarted:
     """Store a user message and start its turn; posted while the session's turn runs, it is
     queued as the next turn (`queued`, at most one); a repeated `client_message_id` is
@@ -125,7 +126,7 @@ async def post_message(
     await send_answers(temporal, one_statement, posted.answers)
     if posted.start:
         # Its place in the session (the workflow's summary); a duplicate's start looks it up.
-        await _start(temporal, one_statement, settings, turn, posted.turn_number)
+        await _start(temporal, one_statement, settings, turn, background, posted.turn_number)
     response.status_code = 202 if posted.created else 200
     return TurnStarted.build(
         session_id=session_id, turn_id=turn.id, state=turn.state, message=posted.message
@@ -137,14 +138,17 @@ async def _start(
     sessions: SessionMaker,  # marking it started is one statement
     settings: Settings,
     turn: PostedTurn,
+    background: BackgroundTasks,
     turn_number: int | None = None,
 ) -> None:
+    """Start the committed turn's workflow; its outbox row is marked started after the
+    response has gone (`background`): the mark is a database round trip the client need not
+    wait for, and nothing reads it sooner than the sweep's grace (dispatch/outbox.py)."""
     try:
         client = await asyncio.wait_for(temporal.get(), START_TIMEOUT_S)
         await asyncio.wait_for(
-            start_and_record(
+            start_turn_workflow(
                 client,
-                sessions,
                 TurnInput(
                     turn_id=turn.id,
                     session_id=turn.session_id,
@@ -163,6 +167,15 @@ async def _start(
         # The turn is committed; the worker's outbox sweep will start it.
         TURN_START_FAILURES.inc()
         log.warning("could not start turn %s now; the outbox will", turn.id, exc_info=True)
+        return
+    background.add_task(_record_started, sessions, turn.id)
+
+
+async def _record_started(sessions: SessionMaker, turn_id: str) -> None:
+    try:
+        await record_started(sessions, turn_id)
+    except Exception:  # the sweep starts it again, which attaches to the running workflow
+        log.warning("could not mark turn %s started", turn_id, exc_info=True)
 
 
 async def send_signals(
@@ -263,6 +276,7 @@ async def retry_turn(
     settings: AppSettings,
     temporal: Temporal,
     one_statement: AutocommitSessions,
+    background: BackgroundTasks,
 ) -> TurnStarted:
     """Answer the same message again; the new answer replaces the incomplete or cancelled one,
     reusing the tool results already stored."""
@@ -270,7 +284,7 @@ async def retry_turn(
         db, owner=user, session_id=session_id, turn_id=turn_id, limits=settings.limits
     )
     await db.commit()  # the new turn (the start outbox) before its start
-    await _start(temporal, one_statement, settings, retried.turn)
+    await _start(temporal, one_statement, settings, retried.turn, background)
     return TurnStarted.build(
         session_id=session_id,
         turn_id=retried.turn.id,

@@ -7,13 +7,17 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
+import psycopg
 import pytest
 import pytest_asyncio
+from sqlalchemy import text
 
 from store.db import (
     SessionMaker,
     StoreError,
+    autocommit_session_factory,
     connect,
     create_socket_checked_engine,
     is_unreachable,
@@ -118,3 +122,36 @@ async def test_a_dropped_connection_is_unreachable_and_never_handed_out_again(
         assert is_unreachable(lost.value)
     async with connect(own) as conn:
         assert await conn.value("SELECT pg_backend_pid()", {}) not in (pid, fresh)
+
+
+async def test_an_autocommit_engines_sessions_take_its_connections_as_they_are(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The API's stream reads: each statement its own transaction, and no switch of the
+    connection's mode at checkout. That switch awaited the driver between the pool handing
+    a connection out and the session holding it; a stream cancelled there (its client gone)
+    left the connection unreturned, and the garbage collector warned of it later."""
+    switched: list[bool] = []
+    original = psycopg.AsyncConnection.set_autocommit
+
+    async def set_autocommit(self: psycopg.AsyncConnection[Any], value: bool) -> None:
+        switched.append(value)
+        await original(self, value)
+
+    monkeypatch.setattr(psycopg.AsyncConnection, "set_autocommit", set_autocommit)
+    engine = create_socket_checked_engine(
+        database_url, pool_size=1, max_overflow=0, autocommit=True
+    )
+    try:
+        sessions = autocommit_session_factory(engine)
+        for _ in range(3):
+            async with sessions() as db:
+                first = (await db.execute(_XACT)).scalar_one()
+                assert (await db.execute(_XACT)).scalar_one() != first
+    finally:
+        await engine.dispose()
+    # Set once, when the pool opened its one connection; never at a checkout or a return.
+    assert switched == [True]
+
+
+_XACT = text("SELECT pg_current_xact_id()::text")

@@ -33,9 +33,12 @@ async def test_a_steps_reads_find_the_turns_question_call_and_answer(
     assert owners is not None and owners.tenant_id
     assert await traces.turn_owners(sessions, "turn-that-is-not") is None
     async with sessions() as db:
-        call = await steps.step_call(db, turn_id=answered, step=0)
-        assert call is not None and call.finish_reason is not None
         conn = await session_conn(db)
+        call = await steps.step_call(conn, turn_id=answered, step=0)
+        assert call is not None and call.finish_reason is not None
+        assert await steps.get_call(conn, model_call_id=call.id) == call
+        assert await steps.get_call(conn, model_call_id="mc-that-is-not") is None
+        assert await steps.step_call(conn, turn_id=answered, step=7) is None
         assert await steps.question(conn, turn_id=answered) == QUESTION
         texts = await steps.response_texts(conn, turn_id=answered)
         assert texts and texts[0] == call.response_text
@@ -51,11 +54,41 @@ async def test_a_steps_reads_find_the_turns_question_call_and_answer(
         assert await steps.question(conn, turn_id="turn-that-is-not") is None
 
 
+async def test_a_stored_call_reads_back_as_written_with_the_resolution_it_carried(
+    sessions: SessionMaker, answered: str
+) -> None:
+    resolution = {"kind": "order", "order_id": "A-17"}
+    async with sessions() as db:
+        conn = await session_conn(db)
+        written = await steps.insert_call(
+            conn,
+            turn_id=answered,
+            step=5,
+            provider="resolver",
+            model="reference-resolver",
+            request={"resolution": resolution},
+            response_text="Which order?",
+            finish_reason="clarification",
+            resolution=resolution,
+        )
+        assert (written.step, written.attempts, written.response_text) == (5, 0, "Which order?")
+        assert await steps.step_call(conn, turn_id=answered, step=5) == written
+        turn = await steps.get_turn(db, turn_id=answered)
+        assert turn is not None
+        await steps.read_again(db, turn)
+        assert turn.resolution == resolution
+        plain = await steps.insert_call(
+            conn, turn_id=answered, step=6, provider="demo", model="demo", request={}
+        )
+        assert plain.finish_reason is None and plain.id != written.id
+        await db.rollback()
+
+
 async def test_the_locking_reads_return_the_turn_with_its_call(
     sessions: SessionMaker, answered: str
 ) -> None:
     async with sessions() as db:
-        call = await steps.step_call(db, turn_id=answered, step=0)
+        call = await steps.step_call(await session_conn(db), turn_id=answered, step=0)
         assert call is not None
         attempt = await steps.lock_for_attempt(
             await session_conn(db), turn_id=answered, model_call_id=call.id

@@ -93,25 +93,28 @@ def dev_env(data_dir: Path, ports: dict[str, int]) -> dict[str, str]:
 
 
 def launch(data_dir: Path, ports: dict[str, int], stderr: Path) -> Dev:
-    process = subprocess.Popen(
-        [*CLI, "dev"],
-        cwd=REPO,
-        env=dev_env(data_dir, ports),
-        stdout=subprocess.PIPE,
-        stderr=stderr.open("w"),
-        text=True,
-        start_new_session=True,
-    )
+    with stderr.open("w") as log:  # the child writes to its own copy of the descriptor
+        process = subprocess.Popen(
+            [*CLI, "dev"],
+            cwd=REPO,
+            env=dev_env(data_dir, ports),
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            start_new_session=True,
+        )
     dev = Dev(process, ports, data_dir, stderr)
     threading.Thread(target=read_lines, args=(process, dev.output), daemon=True).start()
     return dev
 
 
 def read_lines(process: subprocess.Popen[str], into: list[str]) -> None:
-    """Keep reading the run's stdout, so the run never blocks on a full pipe."""
+    """Keep reading the run's stdout, so the run never blocks on a full pipe; closed at its
+    end (the last of the run's processes gone)."""
     assert process.stdout is not None
-    for line in process.stdout:
-        into.append(line.rstrip("\n"))
+    with process.stdout:
+        for line in process.stdout:
+            into.append(line.rstrip("\n"))
 
 
 def start(data_dir: Path, ports: dict[str, int], stderr: Path) -> Dev:

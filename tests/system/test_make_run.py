@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import httpx
 import psutil
@@ -94,15 +95,16 @@ def _start_dev(tmp_path: Path) -> DevRun:
         PARLEY_DEMO_TOKEN_DELAY_MS="40",
     )
     log = tmp_path / "dev-stderr.log"
-    dev = subprocess.Popen(
-        [*CLI, "dev"],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=log.open("w"),
-        text=True,
-        start_new_session=True,
-    )
+    with log.open("w") as stderr:  # the child writes to its own copy of the descriptor
+        dev = subprocess.Popen(
+            [*CLI, "dev"],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            start_new_session=True,
+        )
     run = DevRun(dev, env, tmp_path / "data", ports, [], log)
     early = threading.Thread(target=_script_at_first_healthz, args=(run,), daemon=True)
     early.start()
@@ -113,10 +115,15 @@ def _start_dev(tmp_path: Path) -> DevRun:
         if line.strip().startswith("curl -sN"):
             break
         assert time.monotonic() < deadline, "\n".join(run.banner)
-    # Keep reading, so a chatty child never blocks on a full pipe.
-    threading.Thread(target=lambda: run.output.extend(dev.stdout or ()), daemon=True).start()
+    # Keep reading, so a chatty child never blocks on a full pipe; closed at its end.
+    threading.Thread(target=_read_rest, args=(dev.stdout, run.output), daemon=True).start()
     early.join(60)
     return run
+
+
+def _read_rest(stdout: IO[str], into: list[str]) -> None:
+    with stdout:
+        into.extend(stdout)
 
 
 def _script_at_first_healthz(run: DevRun) -> None:

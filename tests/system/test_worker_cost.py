@@ -23,7 +23,7 @@ from tests.support.toolkit import own_stack
 
 # The input screen's reads; the context build (the turn with the rows it holds and the session's
 # facts: slots, consent, the tool offer's facts, summary and pinned facts, the window; its state,
-# result sets (only in a session that has stored one), the resolver's note, the stored request;
+# result sets (only in a session that has stored one), the stored request with the resolver's note;
 # knowledge on a connection of its own, in autocommit); the model call (the turn with the call,
 # the attempt counted); the answer; the output screen and follow-ups; finalize (the turn locked
 # with its call, the answer as a message with its seq in one statement, the session released and a
@@ -36,8 +36,9 @@ from tests.support.toolkit import own_stack
 # instead of in a savepoint of its transaction, 23 before the build read the session's facts with
 # its turn, 20 before a session without result sets stopped reading them, 19 before the summary
 # and pinned facts came with the turn, 18 before the window came with the turn too, 17 before
-# finalize took the message's seq in its insert and wrote the turn's ending with its events.
-STATEMENTS_PER_PLAIN_TURN = 15
+# finalize took the message's seq in its insert and wrote the turn's ending with its events, 15
+# before the build wrote the reference resolution with its model call, in one statement.
+STATEMENTS_PER_PLAIN_TURN = 14
 VARIABLE = ("INSERT INTO turn_events", "WITH counter", "INSERT INTO trace_spans")
 Counted = tuple[async_sessionmaker[AsyncSession], list[str]]
 
