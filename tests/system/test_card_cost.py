@@ -23,10 +23,10 @@ from tests.support.toolkit import own_stack
 # Counted on 2026-12-02: 62 with the actions as ORM objects (the card's turn loaded and
 # mutated, the send reading its turn and its tenant apart), 54 with them as typed rows on
 # `Conn` (the proposal one statement with its turn's lock, the card's move riding on its
-# events, the send reading the action with its tenant's switch), 47 with the proposing tool
-# call's step on `Conn` too (its turn, call and tenant in one read, its outcome in one
-# statement).
-STATEMENTS_PER_CONFIRMED_EMAIL = 47
+# events, the send reading the action with its tenant's switch), 53 with the context build on
+# `Conn`, 46 with the proposing tool call's step on `Conn` too (its turn, call and tenant in
+# one read, its outcome in one statement).
+STATEMENTS_PER_CONFIRMED_EMAIL = 46
 VARIABLE = ("INSERT INTO turn_events", "WITH counter", "INSERT INTO trace_spans")
 Counted = tuple[async_sessionmaker[AsyncSession], list[str]]
 

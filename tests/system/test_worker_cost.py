@@ -89,8 +89,8 @@ async def test_a_plain_turn_costs_the_worker_a_fixed_number_of_statements(
 # tenant's configuration; the outcome, its `tool` message with its seq and the active order in
 # one statement; the step's state and the call's start and end ride on event appends).
 # Counted on 2026-12-02: 36 while the tool's step went through SQLAlchemy's unit of work (11
-# statements of its own, 2 now).
-STATEMENTS_PER_TOOL_TURN = 28
+# statements of its own, 2 now), 35 with the context build on `Conn`.
+STATEMENTS_PER_TOOL_TURN = 27
 
 
 async def test_a_tool_turn_costs_the_worker_a_fixed_number_of_statements(
