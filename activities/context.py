@@ -20,6 +20,7 @@ by widening the window past the budget.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Any
 
 from temporalio.exceptions import ApplicationError
@@ -84,13 +85,11 @@ from store.context_rows import (
     memory_read_again,
     packed_before,
     session_memory,
-    turn_facts_of,
     turn_with_rows,
     window_messages,
 )
 from store.db import Db, SessionMaker, connect, session_conn
 from store.events import append_event, has_warning
-from store.models import Turn
 from store.steps import CallRow
 from store.turn_rows import TurnFacts
 
@@ -144,14 +143,15 @@ class ContextBuilder:
                 await turns.advance_locked(db, turn, to=TurnState.building_context)
                 await db.commit()  # the stream shows the step before it runs
             pinned = await consented_memory.remember_validated(
-                db, turn_facts_of(turn), self._settings, step=inp.step
+                db, turn, self._settings, step=inp.step
             )
             current_slots = facts.slots  # as the resolver leaves them, at step 0
             if inp.step == 0:
                 resolved = await self._references.resolve(db, turn, facts)
                 if isinstance(resolved, BuildContextResult):
                     return resolved
-                current_slots = resolved
+                # The rest of the build reads the resolution on the turn (the tool offer).
+                current_slots, turn = resolved.slots, replace(turn, resolution=resolved.resolution)
             call = await self._pack_request(
                 db,
                 turn,
@@ -167,7 +167,7 @@ class ContextBuilder:
     async def _pack_request(
         self,
         db: Db,
-        turn: Turn,
+        turn: TurnFacts,
         step: int,
         *,
         reanswer_of: str | None = None,
@@ -181,9 +181,7 @@ class ContextBuilder:
         counter = counter_for(model)
         budgets = self._budgets(tenant)
         # Knowledge is searched on a connection of its own while this one reads the rest.
-        searching = await self._search_knowledge(
-            db, turn_facts_of(turn), budgets, counter, current_slots
-        )
+        searching = await self._search_knowledge(db, turn, budgets, counter, current_slots)
         try:
             tools, withheld = await self._tools(
                 db, turn, tenant, facts, reanswer=reanswer_of is not None
@@ -239,7 +237,7 @@ class ContextBuilder:
     async def _tools(
         self,
         db: Db,
-        turn: Turn,
+        turn: TurnFacts,
         tenant: TenantConfig,
         facts: SessionFacts,
         *,
@@ -276,7 +274,7 @@ class ContextBuilder:
     async def _assemble(
         self,
         db: Db,
-        turn: Turn,
+        turn: TurnFacts,
         tenant: TenantConfig,
         budgets: Budgets,
         counter: TokenCounter,
@@ -290,30 +288,30 @@ class ContextBuilder:
     ) -> tuple[Packed, dict[str, Any]]:
         """Load memory and messages, choose the window, recall, shape the blocks, pack. `facts`:
         read with the turn (None: here, as for bench/memory.py); `searching`: knowledge's."""
-        memory, read = await session_memory(db, turn, current_slots, facts), turn_facts_of(turn)
+        memory = await session_memory(db, turn, current_slots, facts)
         through = memory.summary.through_seq if memory.summary else None
         messages = await window_messages(db, turn, through, counter, facts)
         history, current = split_current(messages, turn.user_seq)
         consent = None if facts is None else facts.consent
-        hints = await consented_memory.hints(db, read, counter, consent=consent)
+        hints = await consented_memory.hints(db, turn, counter, consent=consent)
         remembered = memory_blocks(counter, memory, budgets) + hints.blocks
         left = budgets.conversation - sum(b.tokens for b in remembered)
         question = current[0].text if current else ""
         terms = recall_terms(question, slot_values=_slot_values(memory))
         whole = plan_window(history, memory, recent=left)
         # None when the window holds it all; else its embedding runs beside the reads below.
-        query = await start_recall(db, read, whole, RecallQuery(terms, question, self._embedder))
+        query = await start_recall(db, turn, whole, RecallQuery(terms, question, self._embedder))
         try:
             # A turn's actions are proposed by its tools, which run after step 0's model call.
-            state = await state_block(db, read, current_slots, has_actions=step > 0)
-            files = await attached_file_blocks(db, read, counter, self._settings, terms)
+            state = await state_block(db, turn, current_slots, has_actions=step > 0)
+            files = await attached_file_blocks(db, turn, counter, self._settings, terms)
             window, folded, recalled, hits = await window_and_recall(
-                db, read, history, memory, budgets, counter, left=left, whole=whole, query=query
+                db, turn, history, memory, budgets, counter, left=left, whole=whole, query=query
             )
-            knowledge, known = await self._passages(db, read, searching, budgets, counter)
+            knowledge, known = await self._passages(db, turn, searching, budgets, counter)
         finally:
             if query is not None:
-                query.cancel()  # when a read above failed, nobody reads the embedding
+                query.cancel()  # when a turn above failed, nobody reads the embedding
         method = recalled_by(query)
         room = left - sum(b.tokens for b in folded.blocks)  # the window's, after the fold's
         blocks = [
@@ -464,7 +462,7 @@ async def _settle(task: asyncio.Task[Any] | None) -> None:
 
 
 async def _pin_stated_facts(
-    db: Db, turn: Turn, read: SessionFacts, *, step: int, pinned: bool
+    db: Db, turn: TurnFacts, read: SessionFacts, *, step: int, pinned: bool
 ) -> SessionFacts:
     """What the user's message states about them outright is pinned by code, at once (at
     step 0). The session's facts as `read` with the turn, their memory read again when this
@@ -479,7 +477,7 @@ async def _pin_stated_facts(
     return await memory_read_again(db, turn, read) if pinned else read
 
 
-async def _warn_dropped(db: Db, turn: Turn, missing: list[str]) -> None:
+async def _warn_dropped(db: Db, turn: TurnFacts, missing: list[str]) -> None:
     """A drop is never silent: the stream says what the answer could not take into account
     (once per turn; the prompt itself carries the packer's note)."""
     if await has_warning(db, turn_id=turn.id, code=CONTEXT_TRIMMED):

@@ -8,6 +8,9 @@ packed request (activities/context.py).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from activities.northwind import BackendError, NorthwindClient
 from activities.result_sets import resolve_result_sets
 from parley.contracts import BuildContextResult, EventType, WarningCode
@@ -28,8 +31,17 @@ from store import slots, steps
 from store.context_rows import SessionFacts
 from store.db import Db, session_conn
 from store.events import append_event, append_events
-from store.models import Turn
 from store.steps import CallRow
+from store.turn_rows import TurnFacts
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """The resolver's outcome when it need not ask: the session's slots as it leaves them,
+    and what it made of the message (stored with the step's model call)."""
+
+    slots: dict[str, Slot]
+    resolution: dict[str, Any]
 
 
 class References:
@@ -37,11 +49,11 @@ class References:
         self._northwind = northwind
 
     async def resolve(
-        self, db: Db, turn: Turn, facts: SessionFacts
-    ) -> BuildContextResult | dict[str, Slot]:
+        self, db: Db, turn: TurnFacts, facts: SessionFacts
+    ) -> BuildContextResult | Resolved:
         """Run the reference resolver; if it must ask, answer with the question (no model).
         Otherwise return the session's slots as the resolver left them (the packing reads
-        them from here, not from the store again); their writes and the resolution commit
+        them from here, not from the store again) and the resolution; both commit
         with the packed request, so a build retried after a crash resolves from the same
         slots as the attempt that died (and costs no commit of its own)."""
         # Result sets first ("those", "just the ones over $500"); orders when they pass.
@@ -66,23 +78,20 @@ class References:
             )
         clears = tuple(c for c in resolution.slot_clears if c not in writes)
         await slots.write_slots(db, session_id=turn.session_id, writes=writes, clears=clears)
-        steps.record_resolution(
-            turn,
-            {
-                "kind": resolution.kind,
-                "order_id": resolution.order_id,
-                "entity_type": resolution.entity_type,
-                "assumption": resolution.assumption,
-                **({"result_set": sets.as_state()} if sets.as_state() else {}),
-            },
-        )
+        made = {
+            "kind": resolution.kind,
+            "order_id": resolution.order_id,
+            "entity_type": resolution.entity_type,
+            "assumption": resolution.assumption,
+            **({"result_set": sets.as_state()} if sets.as_state() else {}),
+        }
         if clarification is None:
-            return slots.after_writes(current, writes=writes, clears=clears)
-        call = await _ask(db, turn, clarification)
+            return Resolved(slots.after_writes(current, writes=writes, clears=clears), made)
+        call = await _ask(db, turn, clarification, made)
         await db.commit()
         return BuildContextResult(call.id, clarification=True)
 
-    async def _resolution(self, db: Db, turn: Turn, current: dict[str, Slot]) -> Resolution:
+    async def _resolution(self, db: Db, turn: TurnFacts, current: dict[str, Slot]) -> Resolution:
         """What the user's message refers to; the customer's records are fetched only when the
         slots alone cannot tell."""
         user_message = await session_store.get_message(db, message_id=turn.user_message_id)
@@ -97,7 +106,7 @@ class References:
                 entities=await self._known_entities(db, turn),
             )
 
-    async def _known_entities(self, db: Db, turn: Turn) -> list[Entity]:
+    async def _known_entities(self, db: Db, turn: TurnFacts) -> list[Entity]:
         """The customer's orders and refunds, as candidates for the resolver."""
         try:
             orders = await self._northwind.list_orders(
@@ -120,7 +129,9 @@ class References:
         ]
 
 
-async def _ask(db: Db, turn: Turn, clarification: Clarification) -> CallRow:
+async def _ask(
+    db: Db, turn: TurnFacts, clarification: Clarification, resolution: dict[str, Any]
+) -> CallRow:
     """Store the resolver's question as the step's answer (a call no model made), with the
     resolution, and show it."""
     question = clarification.question
@@ -130,10 +141,10 @@ async def _ask(db: Db, turn: Turn, clarification: Clarification) -> CallRow:
         step=0,
         provider="resolver",
         model="reference-resolver",
-        request={"resolution": turn.resolution},
+        request={"resolution": resolution},
         response_text=question,
         finish_reason=FinishReason.clarification,
-        resolution=turn.resolution,
+        resolution=resolution,
     )
     options = [Option(label=o.label, value=o.value) for o in clarification.options]
     await append_events(

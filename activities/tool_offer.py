@@ -13,12 +13,12 @@ from parley.tools import model_tools
 from store import result_sets
 from store import sessions as session_store
 from store.db import Db
-from store.models import Turn
+from store.turn_rows import TurnFacts
 
 
 async def offered_tools(
     db: Db,
-    turn: Turn,
+    turn: TurnFacts,
     tenant: TenantConfig,
     *,
     mcp: McpTools,

@@ -56,6 +56,8 @@ from parley.tenancy import TenantConfig
 from parley.tokens import MESSAGE_OVERHEAD, counter_for
 from store import slots
 from store.models import ChatSession, ConversationSummary, Message, ModelCall, Turn
+from store.rows import typed_row
+from store.turn_rows import TurnFacts
 from tests.support.client import ParleyClient
 from worker import build_northwind
 
@@ -311,7 +313,7 @@ async def _pack_question(
         current_slots = await slots.get_slots(db, session_id=sid)
         packed, plan = await builder._assemble(
             db,
-            turn,
+            typed_row(TurnFacts, turn),
             tenant,
             budgets,
             counter,

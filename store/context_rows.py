@@ -69,11 +69,13 @@ class SessionFacts:
 
 async def turn_with_rows(
     db: Db, turn_id: str, step: int, *, lock: bool, recent_turns: int
-) -> tuple[Turn, Sequence[Any] | None, SessionFacts]:
-    """The turn (its row locked, with `lock`) and the rows every phase reads: its user
-    message, user, session and tenant, and the step's model call if an earlier attempt stored
-    it, with the session's facts, all in one statement. The rows are None when the message is
-    missing (each later `db.get` then reads on its own). `recent_turns`: how many turns before
+) -> tuple[TurnFacts, Sequence[Any] | None, SessionFacts]:
+    """The turn as a typed row (its row locked, with `lock`) and the rows every phase reads:
+    the turn's, its user message, user, session and tenant, and the step's model call if an
+    earlier attempt stored it, with the session's facts, all in one statement. The rows are
+    for the caller to hold, not to read (the session's identity map answers later `db.get`s
+    from them; `packed_before` reads the call); they are None when the message is missing
+    (each later `db.get` then reads on its own). `recent_turns`: how many turns before
     this one the tool offer looks back at."""
     params = {"turn_id": turn_id, "step": step, "turns": recent_turns + 1}
     found = (await db.execute(_LOCKED if lock else _UNLOCKED, params)).one_or_none()
@@ -90,8 +92,8 @@ async def turn_with_rows(
         pinned=pinned,
         window=found.window,
     )
-    held = [message, user, session, tenant, call]
-    return turn, (held if message is not None else None), facts
+    held = [turn, message, user, session, tenant, call]
+    return typed_row(TurnFacts, turn), (held if message is not None else None), facts
 
 
 def _statement(*, lock: bool) -> Select[Any]:
@@ -171,14 +173,8 @@ _LOCKED = _statement(lock=True)
 _UNLOCKED = _statement(lock=False)
 
 
-def turn_facts_of(turn: Turn) -> TurnFacts:
-    """The turn the build holds as a typed row, for the phases that only read it (the
-    resolution as the resolver left it, when it has run)."""
-    return typed_row(TurnFacts, turn)
-
-
 async def packed_before(
-    db: Db, turn: Turn, step: int, held: Sequence[Any] | None
+    db: Db, turn: TurnFacts, step: int, held: Sequence[Any] | None
 ) -> CallRow | None:
     """The step's model call an earlier attempt stored, if any."""
     if held is None:
@@ -189,7 +185,7 @@ async def packed_before(
 
 async def window_messages(
     db: Db,
-    turn: Turn,
+    turn: TurnFacts,
     summary_through: int | None,
     counter: TokenCounter,
     read: SessionFacts | None = None,
@@ -208,7 +204,7 @@ async def window_messages(
     )
 
 
-async def memory_read_again(db: Db, turn: Turn, read: SessionFacts) -> SessionFacts:
+async def memory_read_again(db: Db, turn: TurnFacts, read: SessionFacts) -> SessionFacts:
     """`read` with the session's summary and pinned facts as they stand now (the build
     pinned some after reading them with the turn)."""
     summary, pinned = await memory_store.summary_and_facts(db, session_id=turn.session_id)
@@ -221,7 +217,7 @@ def _through(summary: StoredSummary | None) -> int | None:
 
 
 async def session_memory(
-    db: Db, turn: Turn, current: dict[str, Slot], read: SessionFacts | None = None
+    db: Db, turn: TurnFacts, current: dict[str, Slot], read: SessionFacts | None = None
 ) -> Memory:
     """The session's summary, pinned facts and slots (slots outrank summary lines); `read`:
     the summary and facts as the build read them (None: read here)."""

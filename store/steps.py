@@ -15,7 +15,6 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 from sqlalchemy import select
-from sqlalchemy.orm.attributes import set_committed_value
 
 from parley.contracts import TERMINAL_TURN_STATES, EventType
 from parley.ids import new_id, tool_call_row_id
@@ -110,6 +109,7 @@ _FOR_TOOL_CALL = """
         t.user_id AS t_user_id, t.user_message_id AS t_user_message_id,
         t.user_seq AS t_user_seq, t.state AS t_state,
         t.cancel_requested_at AS t_cancel_requested_at, t.resolution AS t_resolution,
+        t.retry_of AS t_retry_of,
         c.id, c.turn_id, c.model_call_id, c.provider_call_id, c.name, c.arguments,
         c.args_hash, c.status, c.result, c.attempts, c.completed_at,
         n.config AS tenant_config
@@ -136,7 +136,7 @@ async def insert_call(
     """A new model call (a fresh id), written now (within the caller's transaction, if any),
     and the call as written. With a `finish_reason`, a call no model made: its answer is
     given. With a `resolution`, what the reference resolver made of the turn's message is
-    written to the turn by the same statement (`record_resolution` holds it till then)."""
+    written to the turn by the same statement (the build holds it in its `TurnFacts` till then)."""
     params = {
         "id": new_id("mc"),
         "turn_id": turn_id,
@@ -154,13 +154,6 @@ async def insert_call(
         written = await conn.row(_INSERT_CALL_RESOLVED, params, CallRow)
     assert written is not None
     return written
-
-
-def record_resolution(turn: Turn, resolution: dict[str, Any]) -> None:
-    """What the reference resolver made of the turn's message, held on the turn for the rest
-    of the build to read; the database gets it with the step's model call (`insert_call`'s
-    `resolution`), not by a statement of its own."""
-    set_committed_value(turn, "resolution", resolution)
 
 
 async def read_again(db: Db, turn: Turn) -> None:

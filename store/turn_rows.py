@@ -61,10 +61,12 @@ class TurnFacts:
     state: str
     cancel_requested_at: datetime | None
     resolution: dict[str, Any] | None
+    # The turn this one retries (its unfinished answer is hidden from this one's window).
+    retry_of: str | None
 
     COLUMNS: ClassVar[str] = (
         "id, session_id, tenant_id, user_id, user_message_id, user_seq, state,"
-        " cancel_requested_at, resolution"
+        " cancel_requested_at, resolution, retry_of"
     )
 
 
