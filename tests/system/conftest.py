@@ -15,7 +15,9 @@ from temporalio.client import Client
 
 from parley.config import Settings
 from store import tenants
+from store.db import create_socket_checked_engine, on_statement_sent, session_factory
 from tests.support.client import ParleyClient
+from tests.support.counting import Counted
 from tests.support.models import ControlledModel
 from tests.support.toolkit import Stack, own_stack
 
@@ -72,3 +74,14 @@ async def specialists_on(sessions: async_sessionmaker[AsyncSession]) -> AsyncIte
         async with sessions() as db:
             await tenants.set_config(db, tenant_id="northwind", config=before)
             await db.commit()
+
+
+@pytest_asyncio.fixture
+async def counted(database_url: str) -> AsyncIterator[Counted]:
+    """An engine for a worker of the test's own, every statement it sends recorded (through
+    SQLAlchemy, or on psycopg's connection from its pool: `store.db.Conn`)."""
+    engine = create_socket_checked_engine(database_url)
+    recorder = Counted(session_factory(engine))
+    on_statement_sent(engine, lambda sql: recorder.sent.append(sql.strip().split("\n")[0][:100]))
+    yield recorder
+    await engine.dispose()

@@ -7,17 +7,13 @@ frames and spans into batches)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
-import pytest_asyncio
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from gateway.demo import DemoModel
 from parley.config import Settings
 from parley.ids import workflow_id_for_turn
-from store.db import create_socket_checked_engine, on_statement_sent, session_factory
 from tests.support.client import ParleyClient
+from tests.support.counting import Counted
 from tests.support.toolkit import own_stack
 
 # Counted on 2026-12-02: 62 with the actions as ORM objects (the card's turn loaded and
@@ -27,22 +23,6 @@ from tests.support.toolkit import own_stack
 # `Conn`, 46 with the proposing tool call's step on `Conn` too (its turn, call and tenant in
 # one read, its outcome in one statement).
 STATEMENTS_PER_CONFIRMED_EMAIL = 46
-VARIABLE = ("INSERT INTO turn_events", "WITH counter", "INSERT INTO trace_spans")
-Counted = tuple[async_sessionmaker[AsyncSession], list[str]]
-
-
-@pytest_asyncio.fixture
-async def counted(database_url: str) -> AsyncIterator[Counted]:
-    """The worker's own engine, every statement it sends recorded."""
-    engine = create_socket_checked_engine(database_url)
-    sent: list[str] = []
-
-    def count(statement: str) -> None:
-        sent.append(statement.strip().split("\n")[0][:100])
-
-    on_statement_sent(engine, count)
-    yield session_factory(engine), sent
-    await engine.dispose()
 
 
 async def test_a_confirmed_email_costs_the_worker_a_fixed_number_of_statements(
@@ -51,7 +31,7 @@ async def test_a_confirmed_email_costs_the_worker_a_fixed_number_of_statements(
     tokens: dict[str, str],
     counted: Counted,
 ) -> None:
-    worker_sessions, sent = counted
+    worker_sessions, sent = counted.sessions, counted.sent
     model = DemoModel(token_delay_s=0)
     async with own_stack(temporal_client, settings, worker_sessions, model, prefix="card") as stack:
         client = ParleyClient(stack.url, tokens["priya"])
@@ -73,6 +53,6 @@ async def test_a_confirmed_email_costs_the_worker_a_fixed_number_of_statements(
             await temporal_client.get_workflow_handle(workflow_id_for_turn(turn_id)).result()
         finally:
             await client.aclose()
-    counted_here = [s for s in sent if not s.startswith(VARIABLE)]
+    counted_here = counted.counted()
     print(f"\nstatements for a confirmed email: {len(counted_here)}")
     assert len(counted_here) <= STATEMENTS_PER_CONFIRMED_EMAIL, "\n".join(counted_here)

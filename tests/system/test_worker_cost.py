@@ -6,10 +6,6 @@ the answer's tokens fall into frames and spans into batches, not on the turn's s
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
-import pytest_asyncio
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from gateway.demo import DemoModel
@@ -17,8 +13,8 @@ from parley.config import Settings
 from parley.ids import workflow_id_for_turn
 from parley.resolver import ACTIVE_ORDER
 from store import slots
-from store.db import create_socket_checked_engine, on_statement_sent, session_factory
 from tests.support.client import ParleyClient
+from tests.support.counting import Counted
 from tests.support.toolkit import own_stack
 
 # The input screen's reads; the context build (the turn with the rows it holds and the session's
@@ -39,25 +35,6 @@ from tests.support.toolkit import own_stack
 # finalize took the message's seq in its insert and wrote the turn's ending with its events, 15
 # before the build wrote the reference resolution with its model call, in one statement.
 STATEMENTS_PER_PLAIN_TURN = 14
-VARIABLE = ("INSERT INTO turn_events", "WITH counter", "INSERT INTO trace_spans")
-Counted = tuple[async_sessionmaker[AsyncSession], list[str]]
-
-
-@pytest_asyncio.fixture
-async def counted(
-    database_url: str,
-) -> AsyncIterator[tuple[async_sessionmaker[AsyncSession], list[str]]]:
-    """The worker's own engine, every statement it sends recorded (through SQLAlchemy, or on
-    psycopg's connection from its pool: `store.db.Conn`)."""
-    engine = create_socket_checked_engine(database_url)
-    sent: list[str] = []
-
-    def count(statement: str) -> None:
-        sent.append(statement.strip().split("\n")[0][:100])
-
-    on_statement_sent(engine, count)
-    yield session_factory(engine), sent
-    await engine.dispose()
 
 
 async def test_a_plain_turn_costs_the_worker_a_fixed_number_of_statements(
@@ -66,7 +43,7 @@ async def test_a_plain_turn_costs_the_worker_a_fixed_number_of_statements(
     tokens: dict[str, str],
     counted: Counted,
 ) -> None:
-    worker_sessions, sent = counted
+    worker_sessions, sent = counted.sessions, counted.sent
     model = DemoModel(token_delay_s=0)
     async with own_stack(temporal_client, settings, worker_sessions, model, prefix="cost") as stack:
         client = ParleyClient(stack.url, tokens["marco"])
@@ -79,7 +56,7 @@ async def test_a_plain_turn_costs_the_worker_a_fixed_number_of_statements(
             await temporal_client.get_workflow_handle(workflow_id_for_turn(turn_id)).result()
         finally:
             await client.aclose()
-    counted_here = [s for s in sent if not s.startswith(VARIABLE)]
+    counted_here = counted.counted()
     assert len(counted_here) <= STATEMENTS_PER_PLAIN_TURN, "\n".join(counted_here)
 
 
@@ -99,7 +76,7 @@ async def test_a_tool_turn_costs_the_worker_a_fixed_number_of_statements(
     tokens: dict[str, str],
     counted: Counted,
 ) -> None:
-    worker_sessions, sent = counted
+    worker_sessions, sent = counted.sessions, counted.sent
     model = DemoModel(token_delay_s=0)
     async with own_stack(
         temporal_client, settings, worker_sessions, model, prefix="tcost"
@@ -119,7 +96,7 @@ async def test_a_tool_turn_costs_the_worker_a_fixed_number_of_statements(
             await temporal_client.get_workflow_handle(workflow_id_for_turn(turn_id)).result()
         finally:
             await client.aclose()
-    counted_here = [s for s in sent if not s.startswith(VARIABLE)]
+    counted_here = counted.counted()
     print(f"a tool turn: {len(counted_here)} statements")
     assert len(counted_here) <= STATEMENTS_PER_TOOL_TURN, "\n".join(counted_here)
     # The one order found is what "it" means from now on.
