@@ -100,18 +100,6 @@ async def queue_message(
     return Queued(turn, queued_view(row))
 
 
-async def find_queued(
-    db: AsyncSession, *, session_id: str, client_message_id: str
-) -> QueuedMessage | None:
-    """The queued message posted with this `client_message_id`, if it still waits."""
-    return await db.scalar(
-        select(QueuedMessage).where(
-            QueuedMessage.session_id == session_id,
-            QueuedMessage.client_message_id == client_message_id,
-        )
-    )
-
-
 async def promote(db: AsyncSession, *, session_id: str, turn_id: str) -> None:
     """The running turn ended (its ending released the session, whose row this transaction
     has locked): the queued message joins the conversation with the next seq, the turn moves

@@ -3,9 +3,7 @@ written back) and the reads the steps make of the turn they work on.
 
 A model call is read and written on a `Conn` as a typed row (`CallRow`) that nobody
 mutates: a write is a named function here, and hands back the row as written. The turn's
-reads (`store.turn_rows.TurnRow`) are typed too, except `get_turn`, whose callers still hold
-the session's own `Turn` and hand it back to the functions here to be changed, so every
-write stays in store/.
+reads (`store.turn_rows.TurnRow`, `TurnFacts`) are typed too.
 """
 
 from __future__ import annotations
@@ -22,7 +20,8 @@ from parley.statuses import ToolCallStatus
 from parley.tenancy import TenantConfig
 from parley.tools import args_hash
 from store.db import Conn, Db, session_conn
-from store.models import ModelCall, ToolCall, Turn
+from store.models import ModelCall, ToolCall
+from store.rows import typed_row
 from store.turn_rows import ToolCallRow, TurnFacts, TurnRow
 
 
@@ -53,11 +52,6 @@ class ForAttempt:
     turn: TurnRow
     call: CallRow | None
     paused: bool
-
-
-async def get_turn(db: Db, *, turn_id: str) -> Turn | None:
-    """The turn (from the session's identity map when it holds it)."""
-    return await db.get(Turn, turn_id)
 
 
 async def get_call(conn: Conn, *, model_call_id: str) -> CallRow | None:
@@ -154,11 +148,6 @@ async def insert_call(
         written = await conn.row(_INSERT_CALL_RESOLVED, params, CallRow)
     assert written is not None
     return written
-
-
-async def read_again(db: Db, turn: Turn) -> None:
-    """The turn's row as it stands now (another transaction may have moved it)."""
-    await db.refresh(turn)
 
 
 async def lock_for_attempt(conn: Conn, *, turn_id: str, model_call_id: str) -> ForAttempt:
@@ -422,7 +411,7 @@ async def record_agent_result(
 
 async def agent_steps(
     db: Db, *, turn_id: str, first_step: int, before_step: int
-) -> list[tuple[ModelCall, dict[str, dict[str, Any]]]]:
+) -> list[tuple[CallRow, dict[str, dict[str, Any]]]]:
     """The specialist's model calls of the turn in `[first_step, before_step)`, in order,
     each with its tool calls' results by provider call id."""
     calls = list(
@@ -441,4 +430,4 @@ async def agent_steps(
     results: dict[str, dict[str, dict[str, Any]]] = {i: {} for i in ids}
     for row in rows:
         results[row.model_call_id][row.provider_call_id] = row.result or {}
-    return [(c, results[c.id]) for c in calls]
+    return [(typed_row(CallRow, c), results[c.id]) for c in calls]

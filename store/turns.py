@@ -147,17 +147,6 @@ def _refuse_if_stopped(turn: _Stoppable) -> None:
         raise TurnStopped(turn.id, "cancelling")
 
 
-async def lock_running(db: AsyncSession, *, turn_id: str) -> Turn:
-    """Lock a turn that is still running, for a step that records something only a running
-    turn may have (a pending card): endings take the same lock, so either the record comes
-    first and the ending sees it, or the ending comes first and this raises `TurnStopped`."""
-    turn = await _lock(db, turn_id)
-    if turn is None:
-        raise LookupError(turn_id)
-    _refuse_if_stopped(turn)
-    return turn
-
-
 async def advance_turn(db: AsyncSession | Conn, *, turn_id: str, to: TurnState) -> TurnFacts:
     """A step of a running turn enters its state (a repeat of it changes nothing), its row
     locked in the caller's transaction, and gets the turn as it now stands. A turn that
@@ -186,7 +175,7 @@ async def advance_locked(
     await _announce_move(db, turn, to=to, then=then)
 
 
-async def request_cancel(db: AsyncSession, *, turn_id: str) -> Turn:
+async def request_cancel(db: AsyncSession, *, turn_id: str) -> None:
     """Record the user's Stop once. A finished turn refuses (`TurnFinished`): its ending is
     already stored and will not change. Repeating a cancel is harmless."""
     turn = await _lock(db, turn_id)
@@ -197,7 +186,6 @@ async def request_cancel(db: AsyncSession, *, turn_id: str) -> Turn:
     if turn.cancel_requested_at is None:
         turn.cancel_requested_at = datetime.now(UTC)
         await db.flush()
-    return turn
 
 
 async def _append_message(
@@ -404,7 +392,7 @@ async def end_unfinished_turn(
     turn_id: str,
     state: TurnState,
     error: ErrorData | None = None,
-) -> Message | None:
+) -> None:
     """End a turn that did not finish: `cancelled` (by the user or abandoned) or `failed`.
 
     What had streamed is kept, marked `cancelled` or `incomplete`, so a retry can replace it.
@@ -415,7 +403,7 @@ async def end_unfinished_turn(
     if turn is None:
         raise LookupError(turn_id)
     if turn.state in TERMINAL_TURN_STATES:
-        return None
+        return
     if turn.cancel_requested_at is not None:
         # The user's Stop came first: the turn ends the way they asked, whatever else failed.
         state, error = TurnState.cancelled, None
@@ -433,7 +421,6 @@ async def end_unfinished_turn(
         assert error is not None, "a failed turn ends with its error"
         events.append((EventType.error, error))
     await append_events(db, turn_id=turn_id, events=events)
-    return message
 
 
 async def _answer_open_calls(db: AsyncSession, *, turn_id: str, state: TurnState) -> None:

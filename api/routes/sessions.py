@@ -16,7 +16,7 @@ from dispatch.control import cancel_turn_workflow
 from dispatch.summaries import ask_for_summary
 from parley.erasure import ErasureInput
 from parley.errors import NotFound, RateLimited, TurnFinished, TurnInProgress
-from store import actions, erasure, eval_drafts, files, forget, queue, slots, steps
+from store import actions, erasure, eval_drafts, files, forget, queue, slots
 from store import sessions as store_sessions
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,11 @@ async def get_session(
     """One session with its active turn, pending action and slots (for resume after reload)."""
     session = await store_sessions.get_session(db, owner=user, session_id=session_id)
     active = (
-        await steps.get_turn(db, turn_id=session.active_turn_id) if session.active_turn_id else None
+        await store_sessions.get_turn(
+            db, owner=user, session_id=session_id, turn_id=session.active_turn_id
+        )
+        if session.active_turn_id
+        else None
     )
     pending = await actions.pending_action(db, session_id=session_id)
     current = await slots.get_slots(db, session_id=session_id)

@@ -12,9 +12,11 @@ from parley.ids import message_id_for_call
 from parley.wire import WarningData
 from store import events, steps, traces
 from store.db import SessionMaker, connect, session_conn
+from store.turn_rows import turn_facts
 from tests.support.client import ParleyClient
 
 QUESTION = "What can you help me with today?"
+LAST_EVENT_ID = "SELECT last_event_id FROM turns WHERE id = %(id)s"
 
 
 @pytest_asyncio.fixture
@@ -73,9 +75,8 @@ async def test_a_stored_call_reads_back_as_written_with_the_resolution_it_carrie
         )
         assert (written.step, written.attempts, written.response_text) == (5, 0, "Which order?")
         assert await steps.step_call(conn, turn_id=answered, step=5) == written
-        turn = await steps.get_turn(db, turn_id=answered)
+        turn = await turn_facts(conn, turn_id=answered)
         assert turn is not None
-        await steps.read_again(db, turn)
         assert turn.resolution == resolution
         plain = await steps.insert_call(
             conn, turn_id=answered, step=6, provider="demo", model="demo", request={}
@@ -130,18 +131,22 @@ async def test_an_append_moves_the_turn_only_when_asked_to(
     turn's state in the same UPDATE."""
     data = WarningData(code="tool_unavailable", message="probe")
     async with sessions() as db:
-        turn = await steps.get_turn(db, turn_id=answered)
+        conn = await session_conn(db)
+        turn = await turn_facts(conn, turn_id=answered)
         assert turn is not None
-        state, last = turn.state, turn.last_event_id
+        state, last = turn.state, await conn.value(LAST_EVENT_ID, {"id": answered})
         first = await events.append_events(db, turn_id=answered, events=[(EventType.warning, data)])
-        await steps.read_again(db, turn)
-        assert (first, turn.state, turn.last_event_id) == ([last + 1], state, last + 1)
+        turn = await turn_facts(conn, turn_id=answered)
+        assert turn is not None
+        now_last = await conn.value(LAST_EVENT_ID, {"id": answered})
+        assert (first, turn.state, now_last) == ([last + 1], state, last + 1)
         moved = await events.append_events(
             db,
             turn_id=answered,
             events=[(EventType.warning, data), (EventType.warning, data)],
             moving_to=TurnState.failed,
         )
-        await steps.read_again(db, turn)
+        turn = await turn_facts(conn, turn_id=answered)
+        assert turn is not None
         assert (moved, turn.state) == ([last + 2, last + 3], TurnState.failed)
         await db.rollback()
