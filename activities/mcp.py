@@ -285,7 +285,9 @@ class McpTools:
             except jsonschema.SchemaError:
                 return ToolError("bad_response", "the server's schema is not valid").as_result()
             if tool.risk == "write":
-                return await self._propose(turn, call, tool, arguments, ttl_s)
+                # Derived from the call, so a retried attempt finds the same action.
+                action_id = action_id_for_call(tool_call_id=call.id)
+                return await self._propose(turn, action_id, tool, arguments, ttl_s)
             result = await session.call_tool(tool.tool, arguments)
         text, data = _content(result)
         if getattr(result, "is_error", False):
@@ -296,7 +298,7 @@ class McpTools:
     async def _propose(
         self,
         turn: TurnFacts,
-        call: ToolCallRow,
+        action_id: str,
         tool: McpTool,
         arguments: dict[str, Any],
         ttl_s: float,
@@ -308,8 +310,7 @@ class McpTools:
             action = await actions.create_action(
                 conn,
                 turn=turn,
-                # Derived from the call, so a retried attempt finds the same action.
-                action_id=action_id_for_call(tool_call_id=call.id),
+                action_id=action_id,
                 tool=tool.name,
                 args={"server": tool.server.name, "tool": tool.tool, "arguments": arguments},
                 summary=summary[:500],

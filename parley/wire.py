@@ -10,6 +10,7 @@ right attributes (an ORM row, a dataclass), never from a store import.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Annotated, Any, Literal, Self, Union
 
@@ -182,6 +183,14 @@ class AttachmentView(View):
 
     name: str
     rows: int | None = None
+
+
+def card_attachment(args: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The file a proposal's arguments carry, as its card names it (`{name, rows}`)."""
+    attached = (args or {}).get("attachment")
+    if not attached:
+        return None
+    return {"name": attached["filename"], "rows": attached.get("rows")}
 
 
 class ActionView(View):

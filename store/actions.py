@@ -25,7 +25,7 @@ from parley.contracts import TERMINAL_TURN_STATES, EventType
 from parley.errors import ActionChanged, ActionExpired, ActionResolved, NotFound
 from parley.statuses import ActionStatus, Decision
 from parley.tools import args_hash
-from parley.wire import ActionData, ActionView
+from parley.wire import ActionData, ActionView, card_attachment
 from store.db import Conn, Db, session_conn
 from store.events import append_event
 from store.identity import Identity
@@ -71,10 +71,7 @@ class ActionRow:
     @property
     def attachment(self) -> dict[str, Any] | None:
         """The file the card names (`{name, rows}`), when the proposal carries one."""
-        attached = (self.args or {}).get("attachment")
-        if not attached:
-            return None
-        return {"name": attached["filename"], "rows": attached.get("rows")}
+        return card_attachment(self.args)
 
 
 @dataclass(frozen=True)

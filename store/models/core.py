@@ -26,6 +26,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from parley.contracts import MessageStatus
 from parley.statuses import ToolCallStatus
 from parley.tokens import count_message, default_counter
+from parley.wire import card_attachment
 
 
 class Base(DeclarativeBase):
@@ -328,10 +329,7 @@ class Action(Base):
     @property
     def attachment(self) -> dict[str, Any] | None:
         """The file the card names (`{name, rows}`), when the proposal carries one."""
-        attached = (self.args or {}).get("attachment")
-        if not attached:
-            return None
-        return {"name": attached["filename"], "rows": attached.get("rows")}
+        return card_attachment(self.args)
 
 
 class SpecialistAnswer(Base):
