@@ -14,11 +14,13 @@ Only this package imports SQLAlchemy or psycopg (tests/unit/test_layout.py). Cal
 unit of work `store.db.Db` and its factory `store.db.SessionMaker`, and reach the database
 through the functions here.
 
-What the API-side modules (sessions, posting, files, feedback, tenants, identity, exports,
-erasure, interactions, memory, knowledge) hand their callers is a typed row: a frozen
-dataclass read off the ORM object (`store.rows.typed_row`), or a pydantic model where the
-contract has one (`parley.wire.MessageView`); writes are named functions here. No module
-of `api/` imports `store.models` (tests/unit/test_layout.py).
+What a function here hands a caller outside this package is a typed row: a frozen
+dataclass (read off an ORM object with `store.rows.typed_row`, or made by a `Conn`
+statement), or a pydantic model where the contract has one (`parley.wire.MessageView`);
+writes are named functions here. Only this package imports `store.models`: the API, the
+worker's activities and the wiring never hold an ORM object (tests/unit/test_layout.py).
+The context build holds its turn's ORM rows only as an opaque handle, so that its session
+answers later reads of them from memory (`context_rows.turn_with_rows`).
 
 The worker's hot path (a model call's step, a tool call's step, the event appends, trace
 spans, finalize, the screens' reads, follow-ups, the tool requests) runs in one leaner style:
