@@ -19,7 +19,6 @@ from sse_starlette.sse import SendTimeoutError
 from api.streaming import Doorbell, EventHub, TurnEventResponse, turn_event_stream
 from parley.contracts import EventType
 from parley.wire import DeltaData, ErrorData
-from store import outbox, posting
 from store.db import libpq_url
 from store.events import (
     NOTIFY_CHANNEL,
@@ -29,9 +28,7 @@ from store.events import (
     parse_notification,
 )
 from store.identity import Identity
-from store.sessions import create_session
-from tests.support.stack import LIFTED_LIMITS
-from tests.support.toolkit import eventually
+from tests.support.toolkit import eventually, post_unstarted
 
 PRIYA = Identity(tenant_id="northwind", user_id="cust_2291", roles=())
 
@@ -76,19 +73,8 @@ class CountingSessions:
 
 
 async def _new_turn(db: AsyncSession) -> str:
-    session = await create_session(db, owner=PRIYA)
-    posted = await posting.post_user_message(
-        db,
-        owner=PRIYA,
-        session_id=session.id,
-        client_message_id=uuid.uuid4().hex,
-        text="Hello",
-        expected_last_seq=None,
-        limits=LIFTED_LIMITS,
-    )
-    await outbox.mark_workflow_started(db, turn_id=posted.turn.id)  # no workflow: ours alone
-    await db.commit()
-    return posted.turn.id
+    # No workflow runs this turn: it is the test's alone.
+    return (await post_unstarted(db, owner=PRIYA, text="Hello")).turn.id
 
 
 @pytest.fixture

@@ -16,13 +16,12 @@ from parley.contracts import EventType
 from parley.errors import ActionChanged, ActionExpired, ActionResolved, NotFound
 from parley.statuses import ActionStatus, Decision, DeclineReason
 from parley.tools import args_hash
-from store import actions, outbox, posting, turns
+from store import actions, turns
 from store.actions import ActionRow, ForeignRow, ToSend
 from store.db import connect
 from store.identity import Identity
-from store.sessions import create_session
 from store.turn_rows import TurnFacts, turn_facts
-from tests.support.stack import LIFTED_LIMITS
+from tests.support.toolkit import post_unstarted
 
 Sessions = async_sessionmaker[AsyncSession]
 PRIYA = Identity(tenant_id="northwind", user_id="cust_2291", roles=())
@@ -33,18 +32,7 @@ ARGS = {"to": "priya@example.com", "subject": "Order 8472", "body": "It ships Mo
 async def _running_turn(sessions: Sessions) -> TurnFacts:
     """A turn of Priya's that no workflow runs (the outbox sweep is kept away from it)."""
     async with sessions() as db:
-        session = await create_session(db, owner=PRIYA)
-        posted = await posting.post_user_message(
-            db,
-            owner=PRIYA,
-            session_id=session.id,
-            client_message_id=uuid.uuid4().hex,
-            text="Can you email me?",
-            expected_last_seq=None,
-            limits=LIFTED_LIMITS,
-        )
-        await outbox.mark_workflow_started(db, turn_id=posted.turn.id)
-        await db.commit()
+        posted = await post_unstarted(db, owner=PRIYA, text="Can you email me?")
     async with connect(sessions) as conn:
         turn = await turn_facts(conn, turn_id=posted.turn.id)
     assert turn is not None

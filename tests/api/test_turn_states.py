@@ -11,11 +11,10 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from parley.contracts import TERMINAL_TURN_STATES, TurnState
 from parley.turn_states import ALLOWED, IllegalTransition, can_move
-from store import actions, outbox, posting, turns
+from store import actions, turns
 from store.identity import Identity
 from store.models import Action, Turn
-from store.sessions import create_session
-from tests.support.stack import LIFTED_LIMITS
+from tests.support.toolkit import post_unstarted
 
 PRIYA = Identity(tenant_id="northwind", user_id="cust_2291", roles=())
 
@@ -68,20 +67,8 @@ def test_the_moves_the_engine_makes_are_allowed() -> None:
 
 
 async def _new_turn(db: AsyncSession) -> Turn:
-    session = await create_session(db, owner=PRIYA)
-    posted = await posting.post_user_message(
-        db,
-        owner=PRIYA,
-        session_id=session.id,
-        client_message_id=uuid.uuid4().hex,
-        text="Where is my order?",
-        expected_last_seq=None,
-        limits=LIFTED_LIMITS,
-    )
-    # No workflow runs this turn: keep the worker's outbox sweep away from it.
-    await outbox.mark_workflow_started(db, turn_id=posted.turn.id)
-    await db.commit()
-    return posted.turn
+    # No workflow runs this turn: the worker's outbox sweep is kept away from it.
+    return (await post_unstarted(db, owner=PRIYA, text="Where is my order?")).turn
 
 
 async def _row(sessions: async_sessionmaker[AsyncSession], turn_id: str) -> tuple[str, int]:

@@ -25,11 +25,15 @@ from temporalio.client import Client
 from gateway.base import ModelProvider
 from parley.config import Settings
 from parley.screens import Screen
+from store import outbox, posting
 from store.db import create_socket_checked_engine, on_statement_sent, session_factory
+from store.identity import Identity
 from store.models import ChatSession, Message, ModelCall, Turn
+from store.posting import PostedMessage
+from store.sessions import create_session
 from tests.support.client import ParleyClient
 from tests.support.sse import TERMINAL, Event, iter_events
-from tests.support.stack import own_queue, running_worker, serve_api
+from tests.support.stack import LIFTED_LIMITS, own_queue, running_worker, serve_api
 
 T = TypeVar("T")
 ModelT = TypeVar("ModelT", bound=ModelProvider)
@@ -240,3 +244,25 @@ async def counted_sessions(
     finally:
         stop()
         await engine.dispose()
+
+
+async def post_unstarted(
+    db: AsyncSession, *, owner: Identity, text: str, session_id: str | None = None
+) -> PostedMessage:
+    """A message posted through the POST pipeline (in a new session of `owner`'s unless one
+    is named) whose turn no workflow runs: its start outbox row is marked started, so the
+    worker's sweep leaves the turn to the test. Committed."""
+    if session_id is None:
+        session_id = (await create_session(db, owner=owner)).id
+    posted = await posting.post_user_message(
+        db,
+        owner=owner,
+        session_id=session_id,
+        client_message_id=uuid.uuid4().hex,
+        text=text,
+        expected_last_seq=None,
+        limits=LIFTED_LIMITS,
+    )
+    await outbox.mark_workflow_started(db, turn_id=posted.turn.id)
+    await db.commit()
+    return posted

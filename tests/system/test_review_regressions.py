@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from datetime import timedelta
 
 import httpx
@@ -12,13 +11,12 @@ from temporalio.client import Client
 
 from parley.contracts import RESOLVE_ACTION_SIGNAL, ResolveActionSignal
 from parley.ids import workflow_id_for_turn
-from store import actions, outbox, posting
+from store import actions
 from store.identity import Identity
 from store.models import ModelCall, ToolCall
 from tests.support.client import ParleyClient
 from tests.support.models import ControlledModel
-from tests.support.stack import LIFTED_LIMITS
-from tests.support.toolkit import Stack, first_events, wait_for_stored_state
+from tests.support.toolkit import Stack, first_events, post_unstarted, wait_for_stored_state
 
 
 async def test_cancelling_during_a_tool_leaves_no_unanswered_call_behind(
@@ -94,17 +92,12 @@ async def test_a_retried_proposal_finds_its_action(
     # A turn still running (its workflow held back by `started`), as a proposal step finds it.
     sid = await priya.new_session()
     async with sessions() as db:
-        posted = await posting.post_user_message(
+        posted = await post_unstarted(
             db,
             owner=Identity(tenant_id="northwind", user_id="cust_2291", roles=()),
-            session_id=sid,
-            client_message_id=uuid.uuid4().hex,
             text="Can you email me?",
-            expected_last_seq=None,
-            limits=LIFTED_LIMITS,
+            session_id=sid,
         )
-        await outbox.mark_workflow_started(db, turn_id=posted.turn.id)
-        await db.commit()
     fields = {
         "turn": posted.turn,
         "action_id": "act_retry_probe",
