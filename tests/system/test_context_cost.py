@@ -131,6 +131,12 @@ async def build_span(sessions: async_sessionmaker[AsyncSession], turn_id: str) -
     raise AssertionError("no build_context span")
 
 
+# The heading of the prompt's block of recalled lines (parley/prompt.py `recall_block`), and
+# the old fact as one of its lines (`seq role: text`).
+RECALL_HEADER = "Earlier in this conversation, recalled by search"
+FACT_LINE = "1 user: My gym locker code is 4417"
+
+
 def prompt_text(request: dict[str, Any]) -> str:
     return "\n".join(str(m.get("content")) for m in request["messages"])
 
@@ -214,8 +220,15 @@ async def test_a_conversation_too_long_for_the_window_still_recalls_the_old_fact
     budget = call.request["budget"]
     assert budget["recall"] == "hybrid"
     assert budget["window_from_seq"] > 2  # the fact left the window long ago ...
-    assert 1 in budget["recalled_seqs"]  # ... and recall brings it back,
-    # as the search's best match itself, not only as a neighbour of another line.
+    # ... and recall brings it back: the line stands in the prompt's recall block (no other
+    # block could carry it), as the search's best match itself, not only as a neighbour of
+    # another line.
+    [recall_block] = [
+        str(m["content"])
+        for m in call.request["messages"]
+        if str(m.get("content", "")).startswith(RECALL_HEADER)
+    ]
+    assert FACT_LINE in recall_block
     async with sessions() as db:
         ranked, _ = await recall_store.recall(
             db, session_id=sid, terms=recall_terms(QUESTION), before_seq=budget["window_from_seq"]
@@ -223,4 +236,4 @@ async def test_a_conversation_too_long_for_the_window_still_recalls_the_old_fact
     assert [hit.seq for hit in ranked][:1] == [1]
     # Nothing else could have: the summary covers seq 1 without it, and nothing was folded.
     assert budget["summary_through_seq"] == 50 and budget["folded"] is None
-    assert "1 user: My gym locker code is 4417" in prompt_text(call.request)
+    assert FACT_LINE in prompt_text(call.request)
