@@ -311,7 +311,7 @@ class ContextBuilder:
             knowledge, known = await self._passages(db, turn, searching, budgets, counter)
         finally:
             if query is not None:
-                query.cancel()  # when a turn above failed, nobody reads the embedding
+                query.cancel()  # when a read above failed, nobody reads the embedding
         method = recalled_by(query)
         room = left - sum(b.tokens for b in folded.blocks)  # the window's, after the fold's
         blocks = [
