@@ -25,6 +25,7 @@ from store.db import (
     ping,
     session_factory,
 )
+from tests.support.toolkit import eventually
 
 SECRET = "a-parameter-no-log-may-show"
 
@@ -108,20 +109,33 @@ async def test_a_dropped_connection_is_unreachable_and_never_handed_out_again(
     async with connect(own) as conn:
         pid = await conn.value("SELECT pg_backend_pid()", {})
     # The server ends the pooled connection while it sits idle in the pool.
-    async with connect(sessions) as other:
-        assert await other.value("SELECT pg_terminate_backend(%(pid)s)", {"pid": pid})
+    await _terminate(sessions, pid)
     async with connect(own) as conn:
         # The pool's check found it closed and opened a fresh one.
         assert await conn.value("SELECT pg_backend_pid()", {}) != pid
         fresh = await conn.value("SELECT pg_backend_pid()", {})
-        async with connect(sessions) as other:
-            assert await other.value("SELECT pg_terminate_backend(%(pid)s)", {"pid": fresh})
+        await _terminate(sessions, fresh)
         # Dropped while in use: the statement fails as an unreachable database does.
         with pytest.raises(StoreError) as lost:
             await conn.value("SELECT 1", {})
         assert is_unreachable(lost.value)
     async with connect(own) as conn:
         assert await conn.value("SELECT pg_backend_pid()", {}) not in (pid, fresh)
+
+
+async def _terminate(sessions: SessionMaker, pid: int) -> None:
+    """End backend `pid` and wait until it is gone. `pg_terminate_backend` only signals
+    it; the backend writes its FATAL notice to the socket, then leaves `pg_stat_activity`.
+    Until then the pool's socket check (and a statement) could still find it alive."""
+    async with connect(sessions) as other:
+        assert await other.value("SELECT pg_terminate_backend(%(pid)s)", {"pid": pid})
+
+        async def gone() -> bool:
+            return not await other.value(
+                "SELECT count(*) FROM pg_stat_activity WHERE pid = %(pid)s", {"pid": pid}
+            )
+
+        await eventually(gone, timeout=10, what=f"backend {pid} gone", every=0.01)
 
 
 async def test_an_autocommit_engines_sessions_take_its_connections_as_they_are(
