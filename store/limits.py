@@ -37,6 +37,7 @@ from parley.contracts import TERMINAL_TURN_STATES, TurnState
 from parley.errors import AgentPaused, DailyCapReached, RateLimited, TooManyActiveTurns
 from parley.ids import new_id
 from parley.tenancy import TenantConfig
+from store.db import Conn
 from store.identity import Identity
 from store.models import StreamLease, Tenant, Turn
 from store.viewers import DETACH_VIEWER_SQL
@@ -243,88 +244,67 @@ def _take_statement(n: int) -> TextClause:
 
 
 async def take_stream_lease(
-    db: AsyncSession,
-    *,
-    owner: Identity,
-    limit: int,
-    lease_s: float,
-    turn: tuple[str, str] | None = None,
+    conn: Conn, *, owner: Identity, limit: int, lease_s: float, turn: tuple[str, str]
 ) -> str | None:
-    """A lease for one more open stream of the user, or None at the limit. Under the user's
-    lock: then one statement forgets the user's lapsed leases and takes the new one if the
-    live ones leave room. With `turn` (session id, turn id), the lock is taken by the
-    statement that finds the owner's turn, and LookupError says it is not theirs."""
+    """A lease for one more open stream of the user's turn `turn` (session id, turn id), or
+    None at the limit; LookupError when the turn is not theirs. In the caller's transaction
+    (`session_conn`): one statement finds the owner's turn and takes the user's lock, then
+    one forgets the user's lapsed leases and takes the new one if the live ones leave room."""
+    session_id, turn_id = turn
+    who = {"tenant_id": owner.tenant_id, "user_id": owner.user_id}
+    params = {"turn_id": turn_id, "session_id": session_id}
     key = f"streams:{owner.tenant_id}/{owner.user_id}"
-    if turn is None:
-        await _lock(db, key)
-    else:
-        session_id, turn_id = turn
-        params = {"turn_id": turn_id, "session_id": session_id, "key": key}
-        found = await db.execute(
-            _LOCK_FOR_TURN, params | {"tenant_id": owner.tenant_id, "user_id": owner.user_id}
-        )
-        if found.first() is None:
-            raise LookupError(turn_id)
+    if await conn.value(_LOCK_FOR_TURN, params | who | {"key": key}) is None:
+        raise LookupError(turn_id)
     lease_id = new_id("lse")
-    taken = await db.scalar(
-        _TAKE_LEASE,
-        {
-            "id": lease_id,
-            "tenant_id": owner.tenant_id,
-            "user_id": owner.user_id,
-            "limit": limit,
-            "lease_s": lease_s,
-        },
-    )
+    asked = {"id": lease_id, "limit": limit, "lease_s": lease_s}
+    taken = await conn.value(_TAKE_LEASE, who | asked)
     return lease_id if taken is not None else None
 
 
 # The lock is taken for the row found (a select list is computed only for rows that pass
-# the WHERE), so a turn of someone else's takes no lock.
-_LOCK_FOR_TURN = text(
-    """
-    SELECT pg_advisory_xact_lock(hashtext(:key))
+# the WHERE), so a turn of someone else's takes no lock. Its one column is the void the lock
+# function returns, so the row is selected with a constant beside it.
+_LOCK_FOR_TURN = """
+    SELECT 1, pg_advisory_xact_lock(hashtext(%(key)s))
     FROM turns AS t JOIN sessions AS s ON s.id = t.session_id
-    WHERE t.id = :turn_id AND t.session_id = :session_id AND t.tenant_id = :tenant_id
-        AND t.user_id = :user_id AND s.deleted_at IS NULL
-    """
-)
+    WHERE t.id = %(turn_id)s AND t.session_id = %(session_id)s AND t.tenant_id = %(tenant_id)s
+        AND t.user_id = %(user_id)s AND s.deleted_at IS NULL
+"""
 
 
 # The CTEs see the table as it was before the statement: the count skips lapsed leases
 # itself rather than relying on the DELETE beside it.
-_TAKE_LEASE = text(
-    """
+_TAKE_LEASE = """
     WITH lapsed AS (
         DELETE FROM stream_leases
-        WHERE tenant_id = :tenant_id AND user_id = :user_id AND expires_at <= now()
+        WHERE tenant_id = %(tenant_id)s AND user_id = %(user_id)s AND expires_at <= now()
     ), held AS (
         SELECT count(*) AS n FROM stream_leases
-        WHERE tenant_id = :tenant_id AND user_id = :user_id AND expires_at > now()
+        WHERE tenant_id = %(tenant_id)s AND user_id = %(user_id)s AND expires_at > now()
     )
     INSERT INTO stream_leases (id, tenant_id, user_id, expires_at)
-    SELECT :id, :tenant_id, :user_id, now() + make_interval(secs => :lease_s)
-    FROM held WHERE held.n < :limit
+    SELECT %(id)s, %(tenant_id)s, %(user_id)s, now() + make_interval(secs => %(lease_s)s)
+    FROM held WHERE held.n < %(limit)s
     RETURNING id
-    """
-)
+"""
 
 
-async def end_stream(db: AsyncSession, *, lease_id: str, turn_id: str | None) -> None:
+async def end_stream(conn: Conn, *, lease_id: str, turn_id: str | None) -> None:
     """Drop a stream's lease and, when it counted as a viewer of `turn_id`, detach it
-    (store/viewers.py), in one statement."""
+    (store/viewers.py), in one statement (on a connection in autocommit, `store.db.connect`,
+    it commits by itself)."""
     if turn_id is None:
-        await drop_stream_leases(db, lease_ids=[lease_id])
+        await conn.run(_DROP_LEASE, {"lease_id": lease_id})
         return
-    await db.execute(_END_STREAM, {"lease_id": lease_id, "turn_id": turn_id})
+    await conn.run(_END_STREAM, {"lease_id": lease_id, "turn_id": turn_id})
 
 
-_END_STREAM = text(
-    f"""
-    WITH dropped AS (DELETE FROM stream_leases WHERE id = :lease_id)
+_DROP_LEASE = "DELETE FROM stream_leases WHERE id = %(lease_id)s"
+_END_STREAM = f"""
+    WITH dropped AS (DELETE FROM stream_leases WHERE id = %(lease_id)s)
     {DETACH_VIEWER_SQL}
-    """
-)
+"""
 
 
 async def renew_stream_leases(db: AsyncSession, *, lease_ids: list[str], lease_s: float) -> None:
