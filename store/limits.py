@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Interval, Select, TextClause, bindparam, delete, func, select, text, update
+from sqlalchemy import delete, func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.config import Limits
@@ -37,9 +37,9 @@ from parley.contracts import TERMINAL_TURN_STATES, TurnState
 from parley.errors import AgentPaused, DailyCapReached, RateLimited, TooManyActiveTurns
 from parley.ids import new_id
 from parley.tenancy import TenantConfig
-from store.db import Conn
+from store.db import Conn, session_conn
 from store.identity import Identity
-from store.models import StreamLease, Tenant, Turn
+from store.models import StreamLease
 from store.viewers import DETACH_VIEWER_SQL
 
 log = logging.getLogger(__name__)
@@ -151,33 +151,34 @@ async def _running_turns(
         "user_id": owner.user_id,
         "stale": timedelta(seconds=limits.turn_stale_after_s),
     }
-    row = (await db.execute(_RUNNING_AND_TENANT, params)).one()
-    return row.now, int(row.running or 0), bool(row.paused), row.config
+    conn = await session_conn(db)
+    row = await conn.row(_RUNNING_AND_TENANT, params, _RunningAndTenant)
+    assert row is not None  # a select list without FROM: always one row
+    return row.now, row.running, bool(row.paused), row.config
 
 
-def _running_and_tenant() -> Select[Any]:
-    running = (
-        select(func.count())
-        .select_from(Turn)
-        .where(
-            Turn.tenant_id == bindparam("tenant_id"),
-            Turn.user_id == bindparam("user_id"),
-            Turn.state.not_in([*TERMINAL_TURN_STATES, *RESTING]),
-            Turn.updated_at > func.now() - bindparam("stale", type_=Interval),
-        )
-        .scalar_subquery()
-    )
-    tenant = select(Tenant.paused, Tenant.config).where(Tenant.id == bindparam("tenant_id"))
-    return select(
-        func.now().label("now"),
-        running.label("running"),
-        tenant.with_only_columns(Tenant.paused).scalar_subquery().label("paused"),
-        tenant.with_only_columns(Tenant.config).scalar_subquery().label("config"),
-    )
+@dataclass(frozen=True)
+class _RunningAndTenant:
+    now: datetime
+    running: int
+    paused: bool | None  # None: the tenant has no row
+    config: dict[str, Any] | None
 
 
-# Built once: every post runs it (see store/identity.py `_IDENTITY`).
-_RUNNING_AND_TENANT = _running_and_tenant()
+# Plain SQL on the session's own connection (see store/identity.py `_IDENTITY`): every post
+# runs it. The states in which a turn does no model work, as SQL literals (sorted: the same
+# text in every process).
+_IDLE = ", ".join(sorted(f"'{state.value}'" for state in (*TERMINAL_TURN_STATES, *RESTING)))
+_RUNNING_AND_TENANT = f"""
+    SELECT now() AS now,
+        (SELECT count(*) FROM turns
+            WHERE tenant_id = %(tenant_id)s AND user_id = %(user_id)s
+                AND state NOT IN ({_IDLE})
+                AND updated_at > now() - %(stale)s
+        ) AS running,
+        (SELECT paused FROM tenants WHERE id = %(tenant_id)s) AS paused,
+        (SELECT config FROM tenants WHERE id = %(tenant_id)s) AS config
+"""
 
 
 @dataclass(frozen=True)
@@ -205,20 +206,38 @@ async def take_all(db: AsyncSession, takes: Sequence[Take]) -> None:
     for i, take in enumerate(takes):
         params |= {f"scope{i}": take.scope, f"subject{i}": take.subject}
         params |= {f"window{i}": take.window, f"limit{i}": take.limit}
+    conn = await session_conn(db)  # statements every post runs: see store/db.py `Conn`
     try:
-        async with db.begin_nested():
-            row = (await db.execute(_take_statement(len(takes)), params)).one()
+        # In a savepoint: a counting error must not abort the caller's transaction.
+        await conn.run(_SAVEPOINT, {})
+        try:
+            row = await conn.made(_take_statement(len(takes)), params, _taken)
+        except Exception:
+            await conn.run(_ROLLBACK_TO_SAVEPOINT, {})
+            raise
+        await conn.run(_RELEASE_SAVEPOINT, {})
     except Exception:
         scopes = ", ".join(f"{t.scope} for {t.subject}" for t in takes)
         log.warning("could not count %s; letting it through", scopes, exc_info=True)
         return
+    assert row is not None  # a select list without FROM: always one row
     for take, taken in zip(takes, row, strict=True):
         if not taken:
             raise take.refusal
 
 
+def _taken(**taken: bool) -> list[bool]:
+    """Whether each window took its use, in the order of the takes (`taken0`, `taken1`, …)."""
+    return [taken[f"taken{i}"] for i in range(len(taken))]
+
+
+_SAVEPOINT = "SAVEPOINT take_all"
+_RELEASE_SAVEPOINT = "RELEASE SAVEPOINT take_all"
+_ROLLBACK_TO_SAVEPOINT = "ROLLBACK TO SAVEPOINT take_all"
+
+
 @functools.cache  # one statement per number of windows (at most four), built once
-def _take_statement(n: int) -> TextClause:
+def _take_statement(n: int) -> str:
     """Upsert each counter (only while under its limit) and forget the subject's older windows
     once a new window opens; select whether each use was taken."""
     parts = []
@@ -226,18 +245,19 @@ def _take_statement(n: int) -> TextClause:
         parts.append(
             f"""take{i} AS (
         INSERT INTO usage_counters (scope, subject, window_start, used)
-        VALUES (:scope{i}, :subject{i}, :window{i}, 1)
+        VALUES (%(scope{i})s, %(subject{i})s, %(window{i})s, 1)
         ON CONFLICT (scope, subject, window_start)
-        DO UPDATE SET used = usage_counters.used + 1 WHERE usage_counters.used < :limit{i}
+        DO UPDATE SET used = usage_counters.used + 1 WHERE usage_counters.used < %(limit{i})s
         RETURNING (xmax = 0) AS fresh
     ), forget{i} AS (
         DELETE FROM usage_counters
-        WHERE scope = :scope{i} AND subject = :subject{i} AND window_start < :window{i}
+        WHERE scope = %(scope{i})s AND subject = %(subject{i})s
+            AND window_start < %(window{i})s
             AND EXISTS (SELECT 1 FROM take{i} WHERE fresh)
     )"""
         )
-    taken = ", ".join(f"EXISTS (SELECT 1 FROM take{i})" for i in range(n))
-    return text(f"WITH {', '.join(parts)} SELECT {taken}")
+    taken = ", ".join(f"EXISTS (SELECT 1 FROM take{i}) AS taken{i}" for i in range(n))
+    return f"WITH {', '.join(parts)} SELECT {taken}"
 
 
 # --- open streams -------------------------------------------------------------------------

@@ -21,8 +21,9 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
-from sqlalchemy import Text, bindparam, func, select
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.config import Limits
@@ -42,6 +43,7 @@ from parley.wire import MessageView
 from store import actions, interactions, new_turn, queue
 from store import files as files_store
 from store import limits as limits_store
+from store.db import session_conn
 from store.events import append_events, state_event
 from store.identity import Identity
 from store.models import (
@@ -282,7 +284,10 @@ async def _earlier_post(
         "client_message_id": client_message_id,
         "lock_key": limits_store.turns_lock(owner),
     }
-    _, found, waiting, turns_before = (await db.execute(_EARLIER_AND_TURNS, params)).one()
+    conn = await session_conn(db)
+    read = await conn.made(_EARLIER_AND_TURNS, params, _earlier)
+    assert read is not None  # a select list without FROM: always one row
+    found, waiting, turns_before = read
     if found is None and waiting is None:
         return None, int(turns_before)
     if found is not None:
@@ -304,23 +309,24 @@ async def _earlier_post(
     return posted, int(turns_before)
 
 
-# Built once: every post runs it (see store/identity.py `_IDENTITY`).
-_EARLIER_AND_TURNS = select(
-    func.pg_advisory_xact_lock(func.hashtext(bindparam("lock_key", type_=Text))),
-    select(Message.id)
-    .where(
-        Message.session_id == bindparam("session_id"),
-        Message.client_message_id == bindparam("client_message_id"),
-    )
-    .scalar_subquery(),
-    select(QueuedMessage.turn_id)
-    .where(
-        QueuedMessage.session_id == bindparam("session_id"),
-        QueuedMessage.client_message_id == bindparam("client_message_id"),
-    )
-    .scalar_subquery(),
-    select(func.count()).where(Turn.session_id == bindparam("session_id")).scalar_subquery(),
-)
+def _earlier(
+    *, locked: Any, found: str | None, waiting: str | None, turns_before: int
+) -> tuple[str | None, str | None, int]:
+    return found, waiting, turns_before
+
+
+# Plain SQL on the session's own connection (see store/identity.py `_IDENTITY`): every post
+# runs it. The lock is the first column, so it is held before the reads beside it.
+_EARLIER_AND_TURNS = """
+    SELECT pg_advisory_xact_lock(hashtext(%(lock_key)s)) AS locked,
+        (SELECT id FROM messages
+            WHERE session_id = %(session_id)s AND client_message_id = %(client_message_id)s
+        ) AS found,
+        (SELECT turn_id FROM queued_messages
+            WHERE session_id = %(session_id)s AND client_message_id = %(client_message_id)s
+        ) AS waiting,
+        (SELECT count(*) FROM turns WHERE session_id = %(session_id)s) AS turns_before
+"""
 
 
 async def _join_turn(
