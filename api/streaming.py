@@ -253,8 +253,8 @@ def _frames(events: list[StoredEvent]) -> tuple[list[ServerSentEvent], bool]:
     them: at a terminal event, or when the turn comes to rest awaiting the user (its stream
     resumes once the user has answered)."""
     frames: list[ServerSentEvent] = []
+    ended = False
     for event in events:
-        EVENTS_SENT.inc()
         _check_shape(event.id, event.type, event.data)
         frames.append(
             ServerSentEvent(
@@ -264,9 +264,12 @@ def _frames(events: list[StoredEvent]) -> tuple[list[ServerSentEvent], bool]:
             )
         )
         if event.type in TERMINAL_EVENTS:
-            return frames, True
+            ended = True
+            break
+    if frames:
+        EVENTS_SENT.inc(len(frames))  # once a batch: the counter takes a lock each time
     resting = (EventType.confirmation_required, EventType.interaction)
-    return frames, bool(events) and events[-1].type in resting
+    return frames, ended or (bool(events) and events[-1].type in resting)
 
 
 def _check_shape(event_id: int, type_: str, data: dict[str, Any]) -> None:

@@ -11,9 +11,10 @@ then end of file), so it is thrown away and a fresh one taken. A server that van
 without a word (a cut network) is then found by the first statement, which fails, and
 SQLAlchemy discards the whole pool; the API's hot path takes that trade.
 
-The worker's hot path speaks one style: `Conn`, psycopg's own connection taken from the same
-pool (`connect`, or `session_conn` inside a session's transaction), statements written in
-psycopg's form (`%(name)s`) as named functions in store/, rows returned as frozen dataclasses.
+The worker's hot path, and the statements the API runs for every turn, speak one style:
+`Conn`, psycopg's own connection taken from the same pool (`connect`, or `session_conn`
+inside a session's transaction), statements written in psycopg's form (`%(name)s`) as named
+functions in store/, rows returned as frozen dataclasses.
 It keeps what the engine gives the ORM: the pool's checks, errors without parameters (a
 psycopg error is raised as the `StoreError` SQLAlchemy would raise, `hide_parameters`), a
 connection that broke mid-statement discarded, and every statement counted (`on_statement`).
