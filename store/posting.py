@@ -52,7 +52,7 @@ from store.models import (
     QueuedMessage,
     Turn,
 )
-from store.sessions import get_turn, lock_session
+from store.sessions import SessionRow, get_turn, lock_session, lock_session_row
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ class PostedMessage:
 class Post:
     """What the request asks, once admitted: the message and the session it goes to."""
 
-    session: ChatSession
+    session: SessionRow  # locked by this transaction (`_locked` for its ORM row)
     owner: Identity
     client_message_id: str
     text: str
@@ -139,7 +139,7 @@ async def post_user_message(
     interaction_value: str | None = None,
 ) -> PostedMessage:
     """Store a user message and what it starts or answers, in the caller's transaction."""
-    session = await lock_session(db, owner=owner, session_id=session_id)
+    session = await lock_session_row(db, owner=owner, session_id=session_id)
     earlier, turns_before = await _earlier_post(db, owner, session_id, client_message_id, text)
     if earlier is not None:
         return earlier
@@ -160,7 +160,7 @@ async def post_user_message(
 async def _validate(
     db: AsyncSession,
     owner: Identity,
-    session: ChatSession,
+    session: SessionRow,
     expected_last_seq: int | None,
     file_ids: Sequence[str],
 ) -> list[str]:
@@ -181,7 +181,7 @@ async def _classify(db: AsyncSession, post: Post) -> Kind:
     if session.active_turn_id is None:
         return NewTurn()
     answered = await interactions.answer_for_waiting_turn(
-        db, session=session, text=post.text, value=post.interaction_value
+        db, active_turn_id=session.active_turn_id, text=post.text, value=post.interaction_value
     )
     if answered is not None:
         return AnswerToSpecialist(*answered)
@@ -237,7 +237,7 @@ async def _queue_next_turn(db: AsyncSession, post: Post) -> PostedMessage:
     """The session's next turn, `queued`: started when the running one ends."""
     queued = await queue.queue_message(
         db,
-        session=post.session,
+        session=await _locked(db, post),
         owner=post.owner,
         client_message_id=post.client_message_id,
         text=post.text,
@@ -333,7 +333,7 @@ async def _join_turn(
     db: AsyncSession, post: Post, turn_id: str, *, attached: Sequence[str] = ()
 ) -> MessageView:
     """The user's message, with the session's next seq, as part of a turn already open."""
-    session = post.session
+    session = await _locked(db, post)
     session.last_seq += 1
     message = Message(
         id=new_id("msg"),
@@ -350,6 +350,14 @@ async def _join_turn(
     await db.flush()
     await db.refresh(message)
     return MessageView.from_row(message)
+
+
+async def _locked(db: AsyncSession, post: Post) -> ChatSession:
+    """The post's session as the ORM row, for the writers that move its counters through it
+    (the row is locked by this transaction already: `lock_session_row`)."""
+    session = await db.get(ChatSession, post.session.id)
+    assert session is not None
+    return session
 
 
 def _posted_turn(turn: Turn) -> PostedTurn:
