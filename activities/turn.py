@@ -44,7 +44,7 @@ from parley.screens import RETRACTION_TEXT, Screen
 from parley.statuses import FinalizeOutcome, FinishReason, TurnErrorCode
 from parley.tools import args_hash
 from parley.wire import ActionView, DeltaData, ResetData, RetractedData
-from store import actions, steps, turns
+from store import actions, attempts, steps, turns
 from store.db import Conn, Db, SessionMaker, connect, session_conn
 from store.events import append_event, append_streamed, withdraw_turn_text
 from store.steps import CallRow
@@ -135,27 +135,27 @@ class TurnActivities:
         """Enter `calling_model` and count the attempt; a call that an earlier attempt
         finished is answered from the store."""
         async with connect(self._sessions) as conn:
-            # The state and the attempt's count are committed together, before the stream
-            # starts: the stream shows the step before it runs (a paused tenant's turn too).
-            async with conn.transaction():
-                # The turn locked, the call, and whether its tenant is paused: one round trip.
-                found = await steps.lock_for_attempt(
-                    conn, turn_id=inp.turn_id, model_call_id=inp.model_call_id
+            # The state and the attempt's count are committed by one statement, before the
+            # stream starts: the stream shows the step before it runs (a paused tenant's too).
+            opened = await attempts.open_attempt(
+                conn,
+                turn_id=inp.turn_id,
+                model_call_id=inp.model_call_id,
+                to=TurnState.calling_model,
+            )
+            found, call = opened.found, opened.found.call
+            assert call is not None, f"model call {inp.model_call_id} is missing"
+            if call.finish_reason is not None:
+                # Finished by an attempt that died reporting it, or run again with the
+                # rest of its workflow task after a crash (wherever the turn has got to).
+                return _result(call)
+            # What the statement wrote nothing for: a turn stopped or ended, a refused move.
+            turns.check_advance(found.turn, to=TurnState.calling_model)
+            if opened.counted and call.attempts > 1:
+                # Only an earlier attempt can have streamed for the call.
+                await _reset_partial_stream(
+                    conn, turn_id=inp.turn_id, message_id=message_id_for_call(call.id)
                 )
-                call = found.call
-                assert call is not None, f"model call {inp.model_call_id} is missing"
-                if call.finish_reason is not None:
-                    # Finished by an attempt that died reporting it, or run again with the
-                    # rest of its workflow task after a crash (wherever the turn has got to).
-                    return _result(call)
-                await turns.advance_locked(conn, found.turn, to=TurnState.calling_model)
-                if not found.paused:
-                    message_id = message_id_for_call(call.id)
-                    if call.attempts:  # only an earlier attempt can have streamed for it
-                        await _reset_partial_stream(
-                            conn, turn_id=inp.turn_id, message_id=message_id
-                        )
-                    call = await steps.count_attempt(conn, call)
         refuse_if_paused(found.paused)
         # The step's answer path; a re-answer names the capped step it is the child of.
         tracing.annotate(path=call.request.get("path", "tools"))

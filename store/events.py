@@ -131,6 +131,14 @@ class Appended:
     stopped: bool
 
 
+def event_batch(type_: EventType, data: BaseModel) -> tuple[str, str]:
+    """One event, for a statement of another module that appends it itself: its stored JSON,
+    and the doorbell's batch as `append_events` would ring it (empty when it does not fit)."""
+    wire = _wire(type_, data)
+    batch = json.dumps([{"type": type_, "data": wire}])
+    return json.dumps(wire), batch if len(batch.encode()) <= NOTIFY_EVENTS_MAX else ""
+
+
 def opening_event(turn_id: str, type_: EventType, data: BaseModel) -> tuple[dict[str, Any], str]:
     """A new turn's first event (id 1), for a writer that inserts it in the statement that
     inserts the turn: its stored JSON, and the doorbell payload `append_events` would send."""

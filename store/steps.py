@@ -165,19 +165,19 @@ def _for_attempt(*, paused: bool | None, **columns: Any) -> ForAttempt:
     return ForAttempt(turn, CallRow(**call) if call["id"] is not None else None, bool(paused))
 
 
-_CALL_COLUMNS = """c.id, c.turn_id, c.step, c.provider, c.model, c.request, c.response_text,
+CALL_COLUMNS = """c.id, c.turn_id, c.step, c.provider, c.model, c.request, c.response_text,
     c.response_tool_calls, c.finish_reason, c.attempts, c.first_token_ms, c.total_ms, c.usage"""
 _FOR_ATTEMPT = f"""
-    SELECT {TurnRow.COLUMNS}, {_CALL_COLUMNS}, n.paused
+    SELECT {TurnRow.COLUMNS}, {CALL_COLUMNS}, n.paused
     FROM turns AS t
     LEFT JOIN model_calls AS c ON c.id = %(call)s
     LEFT JOIN tenants AS n ON n.id = t.tenant_id
     WHERE t.id = %(turn)s
     FOR UPDATE OF t
 """
-_CALL = f"SELECT {_CALL_COLUMNS} FROM model_calls AS c WHERE c.id = %(id)s"
+_CALL = f"SELECT {CALL_COLUMNS} FROM model_calls AS c WHERE c.id = %(id)s"
 _STEP_CALL = (
-    f"SELECT {_CALL_COLUMNS} FROM model_calls AS c WHERE c.turn_id = %(turn_id)s"
+    f"SELECT {CALL_COLUMNS} FROM model_calls AS c WHERE c.turn_id = %(turn_id)s"
     " AND c.step = %(step)s"
 )
 _INSERT_CALL = f"""
@@ -185,7 +185,7 @@ _INSERT_CALL = f"""
         (id, turn_id, step, provider, model, request, response_text, finish_reason)
     VALUES (%(id)s, %(turn_id)s, %(step)s, %(provider)s, %(model)s, %(request)s,
         %(response_text)s, %(finish_reason)s)
-    RETURNING {_CALL_COLUMNS}
+    RETURNING {CALL_COLUMNS}
 """
 _INSERT_CALL_RESOLVED = f"""
     WITH resolved AS (
@@ -195,7 +195,7 @@ _INSERT_CALL_RESOLVED = f"""
         (id, turn_id, step, provider, model, request, response_text, finish_reason)
     VALUES (%(id)s, %(turn_id)s, %(step)s, %(provider)s, %(model)s, %(request)s,
         %(response_text)s, %(finish_reason)s)
-    RETURNING {_CALL_COLUMNS}
+    RETURNING {CALL_COLUMNS}
 """
 
 

@@ -175,6 +175,13 @@ async def advance_locked(
     await _announce_move(db, turn, to=to, then=then)
 
 
+def check_advance(turn: _Stoppable, *, to: TurnState) -> None:
+    """What `advance_locked` refuses, for a step whose own statement moved the turn only when
+    allowed (store/attempts.py): `TurnStopped`, or `IllegalTransition`."""
+    _refuse_if_stopped(turn)
+    _allowed(turn, to)
+
+
 async def request_cancel(db: AsyncSession, *, turn_id: str) -> None:
     """Record the user's Stop once. A finished turn refuses (`TurnFinished`): its ending is
     already stored and will not change. Repeating a cancel is harmless."""
