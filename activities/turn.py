@@ -224,37 +224,23 @@ class TurnActivities:
         finish = streamed.finish
         total_ms = (time.monotonic() - streamed.started) * 1000
 
-        async def record(conn: Conn) -> CallRow:
-            return await steps.record_outcome(
-                conn,
-                attempt.call,
-                text=text,
-                tool_calls=requested or None,
-                finish_reason=finish.reason,
-                usage=finish.usage,
-                first_token_ms=streamed.first_token_ms,
-                total_ms=total_ms,
-                answered_by=(attempt.provider, attempt.model) if inp.fallback else None,
-            )
-
+        call = steps.answered(
+            attempt.call,
+            text=text,
+            tool_calls=requested or None,
+            finish_reason=finish.reason,
+            usage=finish.usage,
+            first_token_ms=streamed.first_token_ms,
+            total_ms=total_ms,
+            answered_by=(attempt.provider, attempt.model) if inp.fallback else None,
+        )
         async with connect(self._sessions) as conn:
-            if not requested:
-                # One UPDATE of the call (the row `_begin_attempt` read, written without a
-                # read): it commits by itself.
-                call = await record(conn)
+            # One statement, which commits by itself (the row `_begin_attempt` read, written
+            # without a read): the call's outcome, and its tool calls when it asked for any.
+            if requested:
+                await attempts.record_tool_requests(conn, call)
             else:
-                # One commit for the call's outcome and its tool calls: a retry after a crash
-                # finds both or neither, so the stored calls always match their results.
-                async with conn.transaction():
-                    call = await record(conn)
-                    await turns.store_tool_requests(
-                        conn,
-                        turn_id=inp.turn_id,
-                        model_call_id=inp.model_call_id,
-                        text=text,
-                        tool_calls=requested,
-                        hashes=[args_hash(c["name"], c["arguments"]) for c in requested],
-                    )
+                await steps.write_outcome(conn, call)
         tracing.annotate(
             first_token_ms=call.first_token_ms, total_ms=call.total_ms, usage=finish.usage
         )

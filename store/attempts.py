@@ -1,5 +1,6 @@
 """A model call's attempt opened in one statement, in autocommit: the turn locked and checked,
-the step entered (its `state` event appended, the doorbell rung) and the attempt counted.
+the step entered (its `state` event appended, the doorbell rung) and the attempt counted. And
+the outcome of an attempt whose reply asks for tools, in one statement too.
 
 The opening used to be a transaction of four round trips (the turn locked with its call, the
 state's append, the attempt's count, the commit). Each part here is conditional on what the
@@ -14,12 +15,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from parley.contracts import TurnState
+from psycopg.types.json import Jsonb
+
+from parley.contracts import MessageStatus, TurnState
+from parley.ids import message_id_for_call, tool_call_row_id
+from parley.statuses import ToolCallStatus
+from parley.tools import args_hash
 from parley.turn_states import can_move
 from store.db import Conn
 from store.events import NOTIFY_CHANNEL, event_batch, state_event
-from store.steps import CALL_COLUMNS, CallRow, ForAttempt
-from store.turn_rows import TurnRow
+from store.steps import CALL_COLUMNS, CallRow, ForAttempt, outcome_params
+from store.turn_rows import TurnRow, token_count
 
 
 @dataclass(frozen=True)
@@ -101,4 +107,73 @@ _OPEN_ATTEMPT = f"""
         FROM announced
     ) AS notified
     FROM found
+"""
+
+
+async def record_tool_requests(conn: Conn, written: CallRow) -> None:
+    """Write the outcome of a call whose reply asks for tools (`written`: the call as it is
+    to be stored, `store.steps.answered`), with the model's tool-calling message and one
+    `tool_calls` row per call, `pending`: one statement, so a retry after a crash finds all of
+    it or none, and the stored calls always match their results. The turn's row is locked
+    first, then the session's (its seq): the order of every writer of store/turns.py. A retry
+    that finds the message stored adds no other (nor any call it holds already)."""
+    requested = written.response_tool_calls or []
+    calls = [
+        {
+            "id": tool_call_row_id(model_call_id=written.id, position=position),
+            "provider_call_id": call["id"],
+            "name": call["name"],
+            "arguments": call["arguments"],
+            "args_hash": args_hash(call["name"], call["arguments"]),
+        }
+        for position, call in enumerate(requested)
+    ]
+    text = written.response_text or ""
+    params = {
+        **outcome_params(written),
+        "turn_id": written.turn_id,
+        "message_id": message_id_for_call(written.id),
+        "complete": MessageStatus.complete.value,
+        "pending": ToolCallStatus.pending.value,
+        "calls": Jsonb(calls),
+        **token_count("assistant", text, requested),
+    }
+    session_id = await conn.value(_RECORD_TOOL_REQUESTS, params)
+    assert session_id is not None, f"turn {written.turn_id} is missing"
+
+
+_RECORD_TOOL_REQUESTS = """
+    WITH turn AS (
+        SELECT session_id FROM turns WHERE id = %(turn_id)s FOR UPDATE
+    ), outcome AS (
+        UPDATE model_calls SET provider = %(provider)s, model = %(model)s,
+            response_text = %(text)s, response_tool_calls = %(tool_calls)s,
+            finish_reason = %(finish_reason)s, usage = %(usage)s,
+            first_token_ms = %(first_token_ms)s, total_ms = %(total_ms)s
+        FROM turn
+        WHERE model_calls.id = %(id)s
+    ), seq AS (
+        UPDATE sessions SET last_seq = sessions.last_seq + 1
+        FROM turn
+        WHERE sessions.id = turn.session_id
+            AND NOT EXISTS (SELECT 1 FROM messages WHERE id = %(message_id)s)
+        RETURNING sessions.id, sessions.last_seq
+    ), message AS (
+        INSERT INTO messages
+            (id, session_id, seq, role, turn_id, status, text, tool_calls, token_count,
+            token_counter)
+        SELECT %(message_id)s, seq.id, seq.last_seq, 'assistant', %(turn_id)s, %(complete)s,
+            %(text)s, %(tool_calls)s, %(token_count)s, %(token_counter)s
+        FROM seq
+    ), calls AS (
+        INSERT INTO tool_calls
+            (id, turn_id, model_call_id, provider_call_id, name, arguments, args_hash, status)
+        SELECT c.id, %(turn_id)s, %(id)s, c.provider_call_id, c.name, c.arguments,
+            c.args_hash, %(pending)s
+        FROM turn, jsonb_to_recordset(%(calls)s) AS c(
+            id text, provider_call_id text, name text, arguments jsonb, args_hash text
+        )
+        ON CONFLICT (id) DO NOTHING
+    )
+    SELECT session_id FROM turn
 """

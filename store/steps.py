@@ -208,8 +208,20 @@ async def count_attempt(conn: Conn, call: CallRow) -> CallRow:
 _COUNT_ATTEMPT = "UPDATE model_calls SET attempts = attempts + 1 WHERE id = %(id)s"
 
 
-async def record_outcome(
-    conn: Conn,
+async def record_outcome(conn: Conn, call: CallRow, **outcome: Any) -> CallRow:
+    """Write the call's outcome (`answered`'s arguments; without reading the row again) and
+    return the call as written."""
+    written = answered(call, **outcome)
+    await write_outcome(conn, written)
+    return written
+
+
+async def write_outcome(conn: Conn, written: CallRow) -> None:
+    """Write the call's outcome as `written` holds it (`answered`)."""
+    await conn.run(_RECORD_OUTCOME, outcome_params(written))
+
+
+def answered(
     call: CallRow,
     *,
     text: str,
@@ -220,11 +232,10 @@ async def record_outcome(
     total_ms: float,
     answered_by: tuple[str, str] | None = None,
 ) -> CallRow:
-    """Write the call's outcome (without reading the row again) and return the call as
-    written. `answered_by`: the provider and model that answered, when not the call's own
-    (a fallback)."""
+    """The call as its outcome will be written. `answered_by`: the provider and model that
+    answered, when not the call's own (a fallback)."""
     provider, model = answered_by or (call.provider, call.model)
-    written = replace(
+    return replace(
         call,
         provider=provider,
         model=model,
@@ -235,21 +246,22 @@ async def record_outcome(
         first_token_ms=first_token_ms,
         total_ms=total_ms,
     )
-    await conn.run(
-        _RECORD_OUTCOME,
-        {
-            "id": call.id,
-            "provider": provider,
-            "model": model,
-            "text": text,
-            "tool_calls": None if tool_calls is None else Jsonb(tool_calls),
-            "finish_reason": finish_reason,
-            "usage": None if usage is None else Jsonb(usage),
-            "first_token_ms": first_token_ms,
-            "total_ms": total_ms,
-        },
-    )
-    return written
+
+
+def outcome_params(written: CallRow) -> dict[str, Any]:
+    """The parameters of a statement that writes the call's outcome (`_RECORD_OUTCOME`'s)."""
+    tool_calls, usage = written.response_tool_calls, written.usage
+    return {
+        "id": written.id,
+        "provider": written.provider,
+        "model": written.model,
+        "text": written.response_text,
+        "tool_calls": None if tool_calls is None else Jsonb(tool_calls),
+        "finish_reason": written.finish_reason,
+        "usage": None if usage is None else Jsonb(usage),
+        "first_token_ms": written.first_token_ms,
+        "total_ms": written.total_ms,
+    }
 
 
 _RECORD_OUTCOME = """
