@@ -14,7 +14,7 @@ from parley.screens import Screen
 from parley.wire import FollowupsData
 from store import steps
 from store.db import SessionMaker, connect
-from store.events import append_event
+from store.events import append_while_open
 
 log = logging.getLogger(__name__)
 
@@ -58,9 +58,10 @@ class ScreenActivities:
     @activity.defn(name="suggest_followups")
     async def suggest_followups(self, inp: ScreenInput) -> None:
         """Best effort: offered only while the turn is still open, never after its end or its
-        Stop (a Stop during the turn's last workflow task runs this step again)."""
-        async with connect(self._sessions) as conn, conn.transaction():
-            facts = await steps.lock_with_tools_and_question(conn, turn_id=inp.turn_id)
+        Stop (a Stop during the turn's last workflow task runs this step again). The turn is
+        not locked while the suggestions are screened: their append checks it again."""
+        async with connect(self._sessions) as conn:
+            facts = await steps.followup_facts(conn, turn_id=inp.turn_id)
             if not facts.still_open:
                 return
             suggestions = [
@@ -69,7 +70,7 @@ class ScreenActivities:
                 if (await self._output.check(s)).allowed
             ]
             if suggestions:
-                await append_event(
+                await append_while_open(
                     conn,
                     turn_id=inp.turn_id,
                     type=EventType.followups,

@@ -339,8 +339,9 @@ class FollowupFacts:
     asked: str
 
 
-async def lock_with_tools_and_question(conn: Conn, *, turn_id: str) -> FollowupFacts:
-    """`FollowupFacts`, the turn's row locked (in the caller's transaction): one round trip."""
+async def followup_facts(conn: Conn, *, turn_id: str) -> FollowupFacts:
+    """`FollowupFacts`, as the turn stands now: one round trip, no lock (the suggestions'
+    append checks again that the turn is open: `store.events.append_while_open`)."""
     found = await conn.made(_TURN_TOOLS_AND_QUESTION, {"turn_id": turn_id}, _followup_facts)
     assert found is not None, f"turn {turn_id} is missing"
     return found
@@ -360,7 +361,6 @@ _TURN_TOOLS_AND_QUESTION = f"""
         WHERE c.turn_id = t.id AND c.status = '{ToolCallStatus.ok.value}'
     ) AS tools, (SELECT m.text FROM messages AS m WHERE m.id = t.user_message_id) AS asked
     FROM turns AS t WHERE t.id = %(turn_id)s
-    FOR UPDATE OF t
 """
 
 

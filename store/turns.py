@@ -50,6 +50,7 @@ from store.turn_rows import (
     TurnRow,
     append_message,
     close_out,
+    close_out_announced,
     replace_retried_answer,
     store_answer,
     store_tool_result,
@@ -299,9 +300,6 @@ async def complete_turn(
     _allowed(turn, final_state)
     if turn.retry_of is not None:
         await replace_retried_answer(conn, retry_of=turn.retry_of, answer=message.id)
-    await close_out(
-        db, session_id=turn.session_id, turn_id=turn.id, reason=DeclineReason.turn_ended
-    )
     events: list[tuple[EventType, BaseModel]] = []
     if retracted:
         retraction = RetractedData(message_id=message.id, replacement_text=message.text)
@@ -310,9 +308,16 @@ async def complete_turn(
         state_event(final_state),
         (EventType.done, MessageData(message=MessageView.from_row(message))),
     ]
-    # The state and the answer are written by the append, with their events.
-    await append_events(
-        conn, turn_id=turn.id, events=events, moving_to=final_state, answer=message.id
+    # The session released, and the state and the answer written with their events: one
+    # statement.
+    await close_out_announced(
+        db,
+        session_id=turn.session_id,
+        turn_id=turn.id,
+        reason=DeclineReason.turn_ended,
+        events=events,
+        moving_to=final_state,
+        answer=message.id,
     )
     return message
 

@@ -102,7 +102,7 @@ async def test_the_locking_reads_return_the_turn_with_its_call(
             await session_conn(db), turn_id=answered, model_call_id=call.id
         )
         assert (turn.id, found.id, found.finish_reason) == (answered, call.id, call.finish_reason)
-        facts = await steps.lock_with_tools_and_question(await session_conn(db), turn_id=answered)
+        facts = await steps.followup_facts(await session_conn(db), turn_id=answered)
         assert facts == steps.FollowupFacts(False, [], QUESTION)  # the turn has ended
         call_id = call.id
         await db.rollback()
