@@ -329,37 +329,47 @@ _QUESTION = (
 
 
 @dataclass(frozen=True)
-class FollowupFacts:
-    """What follow-up suggestions are made from: whether the turn is still open (not ended,
-    no Stop recorded), the tools it ran successfully, in call order, and the user's message
-    (empty when missing)."""
+class AnswerFacts:
+    """What the turn's tail screens and makes follow-up suggestions from: whether the turn
+    is still open (not ended, no Stop recorded), the tools it ran successfully, in call
+    order, the user's message (empty when missing), and every text the turn's model calls
+    produced, in step order (empty ones left out)."""
 
     still_open: bool
     tools: list[str]
     asked: str
+    texts: list[str]
 
 
-async def followup_facts(conn: Conn, *, turn_id: str) -> FollowupFacts:
-    """`FollowupFacts`, as the turn stands now: one round trip, no lock (the suggestions'
+async def answer_facts(conn: Conn, *, turn_id: str) -> AnswerFacts:
+    """`AnswerFacts`, as the turn stands now: one round trip, no lock (the suggestions'
     append checks again that the turn is open: `store.events.append_while_open`)."""
-    found = await conn.made(_TURN_TOOLS_AND_QUESTION, {"turn_id": turn_id}, _followup_facts)
+    found = await conn.made(_ANSWER_FACTS, {"turn_id": turn_id}, _answer_facts)
     assert found is not None, f"turn {turn_id} is missing"
     return found
 
 
-def _followup_facts(
-    *, state: str, cancel_requested_at: Any, tools: list[str] | None, asked: str | None
-) -> FollowupFacts:
+def _answer_facts(
+    *,
+    state: str,
+    cancel_requested_at: Any,
+    tools: list[str] | None,
+    asked: str | None,
+    texts: list[str] | None,
+) -> AnswerFacts:
     still_open = state not in _TERMINAL and cancel_requested_at is None
-    return FollowupFacts(still_open, list(tools or []), asked or "")
+    return AnswerFacts(still_open, list(tools or []), asked or "", list(texts or []))
 
 
 _TERMINAL = frozenset(state.value for state in TERMINAL_TURN_STATES)
-_TURN_TOOLS_AND_QUESTION = f"""
+_ANSWER_FACTS = f"""
     SELECT t.state, t.cancel_requested_at, (
         SELECT array_agg(c.name ORDER BY c.created_at) FROM tool_calls AS c
         WHERE c.turn_id = t.id AND c.status = '{ToolCallStatus.ok.value}'
-    ) AS tools, (SELECT m.text FROM messages AS m WHERE m.id = t.user_message_id) AS asked
+    ) AS tools, (SELECT m.text FROM messages AS m WHERE m.id = t.user_message_id) AS asked, (
+        SELECT array_agg(mc.response_text ORDER BY mc.step) FROM model_calls AS mc
+        WHERE mc.turn_id = t.id AND mc.response_text <> ''
+    ) AS texts
     FROM turns AS t WHERE t.id = %(turn_id)s
 """
 

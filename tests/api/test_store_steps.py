@@ -102,8 +102,9 @@ async def test_the_locking_reads_return_the_turn_with_its_call(
             await session_conn(db), turn_id=answered, model_call_id=call.id
         )
         assert (turn.id, found.id, found.finish_reason) == (answered, call.id, call.finish_reason)
-        facts = await steps.followup_facts(await session_conn(db), turn_id=answered)
-        assert facts == steps.FollowupFacts(False, [], QUESTION)  # the turn has ended
+        facts = await steps.answer_facts(await session_conn(db), turn_id=answered)
+        # The turn has ended; its one call's answer is the text the output screen reads.
+        assert facts == steps.AnswerFacts(False, [], QUESTION, [call.response_text])
         call_id = call.id
         await db.rollback()
         with pytest.raises(LookupError):
