@@ -30,8 +30,8 @@ spans, finalize, the screens' reads, follow-ups, the tool requests) runs in one 
 dataclasses (`steps.CallRow`, `turn_rows.TurnRow`, `turn_rows.ToolCallRow`), autocommit
 unless `Conn.transaction` groups them. A write that must be whole on its own (an attempt's
 opening, a reply's tool requests) is one statement, which in autocommit is its own
-transaction: its caller commits it by running it, outside any unit of work. Statement counts see both styles
-(`store.db.on_statement_sent`).
+transaction: its caller commits it by running it, outside any unit of work. Statement counts
+see both styles (`store.db.on_statement_sent`).
 
 The transaction rule, kept by every module here: repository functions add, flush and lock,
 but never commit or roll back. The caller that opened the unit of work commits it: an API
