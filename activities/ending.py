@@ -25,6 +25,7 @@ from parley.contracts import (
     SummarizeInput,
 )
 from parley.screens import RETRACTION_TEXT
+from store.steps import AnswerFacts
 
 log = logging.getLogger(__name__)
 
@@ -40,11 +41,18 @@ class Ending(Protocol):
 
 
 class Screens(Protocol):
-    """Screens an answer and suggests follow-ups (activities/screens.py)."""
+    """Screens an answer and suggests follow-ups (activities/screens.py), from what one read
+    of the turn found (None: each part reads what it needs itself)."""
 
-    async def screen_output(self, inp: ScreenInput) -> ScreenResult: ...
+    async def answer_facts(self, turn_id: str) -> AnswerFacts | None: ...
 
-    async def suggest_followups(self, inp: ScreenInput) -> None: ...
+    async def screen_output(
+        self, inp: ScreenInput, facts: AnswerFacts | None = None
+    ) -> ScreenResult: ...
+
+    async def suggest_followups(
+        self, inp: ScreenInput, facts: AnswerFacts | None = None
+    ) -> None: ...
 
 
 class Summaries(Protocol):
@@ -75,10 +83,12 @@ class EndingActivities:
         """Whether the output screen lets the answer stand (a screen that errors does: it
         fails open). Follow-ups are suggested meanwhile; a withdrawn answer gets none."""
         check = ScreenInput(turn_id, model_call_id)
-        followups = asyncio.ensure_future(self._screens.suggest_followups(check))
+        # One read of the turn for both parts (the texts, the tools, the question).
+        facts = await self._screens.answer_facts(turn_id)
+        followups = asyncio.ensure_future(self._screens.suggest_followups(check, facts))
         try:
             try:
-                verdict = await self._screens.screen_output(check)
+                verdict = await self._screens.screen_output(check, facts)
             except Exception:
                 log.warning(
                     "output screen failed in turn %s; the answer stands", turn_id, exc_info=True

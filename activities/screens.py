@@ -14,7 +14,8 @@ from parley.screens import Screen
 from parley.wire import FollowupsData
 from store import steps
 from store.db import SessionMaker, connect
-from store.events import append_event
+from store.events import append_while_open
+from store.steps import AnswerFacts
 
 log = logging.getLogger(__name__)
 
@@ -40,14 +41,25 @@ class ScreenActivities:
         tracing.annotate(allowed=verdict.allowed, category=verdict.category)
         return ScreenResult(verdict.allowed, verdict.category)
 
+    async def answer_facts(self, turn_id: str) -> AnswerFacts:
+        """What the turn's tail reads once for both its parts below: the texts to screen and
+        what follow-ups are made from."""
+        async with connect(self._sessions) as conn:
+            return await steps.answer_facts(conn, turn_id=turn_id)
+
     @activity.defn(name="screen_output")
-    async def screen_output(self, inp: ScreenInput) -> ScreenResult:
+    async def screen_output(
+        self, inp: ScreenInput, facts: AnswerFacts | None = None
+    ) -> ScreenResult:
         """Every text the model produced in this turn reaches the user (what accompanied its
         tool calls and proposals streamed too), so all of it is screened, not only the last
-        call's; a decline withdraws all of it."""
-        async with connect(self._sessions) as conn:
-            text = "\n".join(await steps.response_texts(conn, turn_id=inp.turn_id))
-        verdict = await self._output.check(text)
+        call's; a decline withdraws all of it. `facts`: the texts as the caller read them."""
+        if facts is not None:
+            texts = facts.texts
+        else:
+            async with connect(self._sessions) as conn:
+                texts = await steps.response_texts(conn, turn_id=inp.turn_id)
+        verdict = await self._output.check("\n".join(texts))
         tracing.annotate(allowed=verdict.allowed, category=verdict.category)
         if not verdict.allowed:
             log.info(
@@ -56,20 +68,23 @@ class ScreenActivities:
         return ScreenResult(verdict.allowed, verdict.category)
 
     @activity.defn(name="suggest_followups")
-    async def suggest_followups(self, inp: ScreenInput) -> None:
+    async def suggest_followups(self, inp: ScreenInput, facts: AnswerFacts | None = None) -> None:
         """Best effort: offered only while the turn is still open, never after its end or its
-        Stop (a Stop during the turn's last workflow task runs this step again)."""
-        async with connect(self._sessions) as conn, conn.transaction():
-            facts = await steps.lock_with_tools_and_question(conn, turn_id=inp.turn_id)
-            if not facts.still_open:
-                return
-            suggestions = [
-                s
-                for s in suggest(facts.tools, asked=facts.asked)
-                if (await self._output.check(s)).allowed
-            ]
-            if suggestions:
-                await append_event(
+        Stop (a Stop during the turn's last workflow task runs this step again). The turn is
+        not locked while the suggestions are screened: their append checks it again.
+        `facts`: the turn as the caller read it."""
+        if facts is None:
+            facts = await self.answer_facts(inp.turn_id)
+        if not facts.still_open:
+            return
+        suggestions = [
+            s
+            for s in suggest(facts.tools, asked=facts.asked)
+            if (await self._output.check(s)).allowed
+        ]
+        if suggestions:
+            async with connect(self._sessions) as conn:
+                await append_while_open(
                     conn,
                     turn_id=inp.turn_id,
                     type=EventType.followups,

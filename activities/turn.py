@@ -44,7 +44,7 @@ from parley.screens import RETRACTION_TEXT, Screen
 from parley.statuses import FinalizeOutcome, FinishReason, TurnErrorCode
 from parley.tools import args_hash
 from parley.wire import ActionView, DeltaData, ResetData, RetractedData
-from store import actions, steps, turns
+from store import actions, attempts, steps, turns
 from store.db import Conn, Db, SessionMaker, connect, session_conn
 from store.events import append_event, append_streamed, withdraw_turn_text
 from store.steps import CallRow
@@ -124,38 +124,37 @@ class TurnActivities:
             raise ApplicationError(
                 "no fallback model is configured", type="no_fallback", non_retryable=True
             )
-        attempt = await self._begin_attempt(inp)
-        if isinstance(attempt, CallModelResult):
-            return attempt
-        tracing.annotate(provider=attempt.provider, model=attempt.model, fallback=inp.fallback)
-        streamed = await self._stream(inp.turn_id, attempt)
-        return await self._store_outcome(inp, attempt, streamed)
+        # One connection for the whole call, in autocommit: the opening, each frame's append
+        # and the outcome are a statement each, which commits by itself.
+        async with heartbeating(), connect(self._sessions) as conn:
+            attempt = await self._begin_attempt(conn, inp)
+            if isinstance(attempt, CallModelResult):
+                return attempt
+            tracing.annotate(provider=attempt.provider, model=attempt.model, fallback=inp.fallback)
+            streamed = await self._stream(conn, inp.turn_id, attempt)
+            return await self._store_outcome(conn, inp, attempt, streamed)
 
-    async def _begin_attempt(self, inp: CallModelInput) -> _Attempt | CallModelResult:
+    async def _begin_attempt(self, conn: Conn, inp: CallModelInput) -> _Attempt | CallModelResult:
         """Enter `calling_model` and count the attempt; a call that an earlier attempt
         finished is answered from the store."""
-        async with connect(self._sessions) as conn:
-            # The state and the attempt's count are committed together, before the stream
-            # starts: the stream shows the step before it runs (a paused tenant's turn too).
-            async with conn.transaction():
-                # The turn locked, the call, and whether its tenant is paused: one round trip.
-                found = await steps.lock_for_attempt(
-                    conn, turn_id=inp.turn_id, model_call_id=inp.model_call_id
-                )
-                call = found.call
-                assert call is not None, f"model call {inp.model_call_id} is missing"
-                if call.finish_reason is not None:
-                    # Finished by an attempt that died reporting it, or run again with the
-                    # rest of its workflow task after a crash (wherever the turn has got to).
-                    return _result(call)
-                await turns.advance_locked(conn, found.turn, to=TurnState.calling_model)
-                if not found.paused:
-                    message_id = message_id_for_call(call.id)
-                    if call.attempts:  # only an earlier attempt can have streamed for it
-                        await _reset_partial_stream(
-                            conn, turn_id=inp.turn_id, message_id=message_id
-                        )
-                    call = await steps.count_attempt(conn, call)
+        # The state and the attempt's count are committed by one statement, before the
+        # stream starts: the stream shows the step before it runs (a paused tenant's too).
+        opened = await attempts.open_attempt(
+            conn, turn_id=inp.turn_id, model_call_id=inp.model_call_id, to=TurnState.calling_model
+        )
+        found, call = opened.found, opened.found.call
+        assert call is not None, f"model call {inp.model_call_id} is missing"
+        if call.finish_reason is not None:
+            # Finished by an attempt that died reporting it, or run again with the rest of
+            # its workflow task after a crash (wherever the turn has got to).
+            return _result(call)
+        # What the statement wrote nothing for: a turn stopped or ended, a refused move.
+        turns.check_advance(found.turn, to=TurnState.calling_model)
+        if opened.counted and call.attempts > 1:
+            # Only an earlier attempt can have streamed for the call.
+            await _reset_partial_stream(
+                conn, turn_id=inp.turn_id, message_id=message_id_for_call(call.id)
+            )
         refuse_if_paused(found.paused)
         # The step's answer path; a re-answer names the capped step it is the child of.
         tracing.annotate(path=call.request.get("path", "tools"))
@@ -175,31 +174,27 @@ class TurnActivities:
         )
         return _Attempt(message_id_for_call(call.id), provider, model, request, call)
 
-    async def _stream(self, turn_id: str, attempt: _Attempt) -> _Streamed:
-        """Relay the provider's stream into the event log, a frame at a time."""
+    async def _stream(self, conn: Conn, turn_id: str, attempt: _Attempt) -> _Streamed:
+        """Relay the provider's stream into the event log, a frame at a time: a frame is one
+        statement, one round trip, which also says whether the user's Stop is recorded."""
         provider = self._providers.get(attempt.provider)
         streamed = _Streamed(started=time.monotonic())
         upstream = provider.stream(attempt.request)
         frames = _coalesce(upstream, self._settings.frame_seconds)
         try:
-            # One connection for the whole stream, in autocommit: a frame is one statement
-            # (the append commits by itself), one round trip.
-            async with heartbeating(), connect(self._sessions) as conn:
-                stopped = stop_recorded(conn, turn_id)
-                async for item in checking_while_quiet(
-                    frames, stopped, STOP_CHECK_S, turn_id=turn_id
-                ):
-                    text = streamed.take(item)
-                    if text is None:
-                        continue
-                    appended = await append_streamed(
-                        conn,
-                        turn_id=turn_id,
-                        type=EventType.delta,
-                        data=DeltaData(message_id=attempt.message_id, text=text),
-                    )
-                    if appended.stopped:
-                        raise turns.TurnStopped(turn_id, "cancelling")
+            stopped = stop_recorded(conn, turn_id)
+            async for item in checking_while_quiet(frames, stopped, STOP_CHECK_S, turn_id=turn_id):
+                text = streamed.take(item)
+                if text is None:
+                    continue
+                appended = await append_streamed(
+                    conn,
+                    turn_id=turn_id,
+                    type=EventType.delta,
+                    data=DeltaData(message_id=attempt.message_id, text=text),
+                )
+                if appended.stopped:
+                    raise turns.TurnStopped(turn_id, "cancelling")
         except (ProviderFatal, ProviderRetryable) as exc:
             MODEL_CALLS.labels(attempt.provider, attempt.model, exc.code).inc()
             raise provider_failure(exc) from None
@@ -213,7 +208,7 @@ class TurnActivities:
         return streamed
 
     async def _store_outcome(
-        self, inp: CallModelInput, attempt: _Attempt, streamed: _Streamed
+        self, conn: Conn, inp: CallModelInput, attempt: _Attempt, streamed: _Streamed
     ) -> CallModelResult:
         """Store the answer, its timing and usage, and the tool calls it asked for."""
         text = "".join(streamed.parts)
@@ -224,37 +219,22 @@ class TurnActivities:
         finish = streamed.finish
         total_ms = (time.monotonic() - streamed.started) * 1000
 
-        async def record(conn: Conn) -> CallRow:
-            return await steps.record_outcome(
-                conn,
-                attempt.call,
-                text=text,
-                tool_calls=requested or None,
-                finish_reason=finish.reason,
-                usage=finish.usage,
-                first_token_ms=streamed.first_token_ms,
-                total_ms=total_ms,
-                answered_by=(attempt.provider, attempt.model) if inp.fallback else None,
-            )
-
-        async with connect(self._sessions) as conn:
-            if not requested:
-                # One UPDATE of the call (the row `_begin_attempt` read, written without a
-                # read): it commits by itself.
-                call = await record(conn)
-            else:
-                # One commit for the call's outcome and its tool calls: a retry after a crash
-                # finds both or neither, so the stored calls always match their results.
-                async with conn.transaction():
-                    call = await record(conn)
-                    await turns.store_tool_requests(
-                        conn,
-                        turn_id=inp.turn_id,
-                        model_call_id=inp.model_call_id,
-                        text=text,
-                        tool_calls=requested,
-                        hashes=[args_hash(c["name"], c["arguments"]) for c in requested],
-                    )
+        call = steps.answered(
+            attempt.call,
+            text=text,
+            tool_calls=requested or None,
+            finish_reason=finish.reason,
+            usage=finish.usage,
+            first_token_ms=streamed.first_token_ms,
+            total_ms=total_ms,
+            answered_by=(attempt.provider, attempt.model) if inp.fallback else None,
+        )
+        # One statement (the row `_begin_attempt` read, written without a read): the call's
+        # outcome, and its tool calls when it asked for any.
+        if requested:
+            await attempts.record_tool_requests(conn, call)
+        else:
+            await steps.write_outcome(conn, call)
         tracing.annotate(
             first_token_ms=call.first_token_ms, total_ms=call.total_ms, usage=finish.usage
         )

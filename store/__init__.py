@@ -5,7 +5,8 @@ One module per stage of a conversation: `sessions` (sessions, messages, reads fo
 `new_turn` (a plain post's one statement), `queue` (a message queued behind the running
 turn, and its promotion when that turn ends), `turns` (a turn's progress and endings, and the
 one function that moves its state), `steps` (a turn's model calls and the reads its steps
-make), `context_rows` (the context build's one-statement read), `actions` (proposals and
+make), `attempts` (a model call's attempt opened, and a reply asking for tools stored, in one
+statement each), `context_rows` (the context build's one-statement read), `actions` (proposals and
 confirmations), `viewers` (who watches a turn), `outbox` (the start outbox's queries),
 `events` (the per-turn event log) and `listener` (its LISTEN connection), `traces` (the
 trace ledger), beside `identity`, `tenants` and `slots`.
@@ -29,7 +30,10 @@ spans, finalize, the screens' reads, follow-ups, the tool requests) runs in one 
 dataclasses (`steps.CallRow`, `turn_rows.TurnRow`, `turn_rows.ToolCallRow`), autocommit
 unless `Conn.transaction` groups them. So do the statements the API runs for every turn: the
 token lookup, the POST's reads, counters and new-turn write (on the request's session, via
-`session_conn`), a stream's lease, log reads and end, and the start mark. Statement counts
+`session_conn`), a stream's lease, log reads and end, and the start mark. A write that must
+be whole on its own (an attempt's opening, a reply's tool requests) is one statement, which
+in autocommit is its own transaction: its caller commits it by running it, outside any unit
+of work. Statement counts
 see both styles (`store.db.on_statement_sent`).
 
 The transaction rule, kept by every module here: repository functions add, flush and lock,

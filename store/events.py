@@ -95,22 +95,46 @@ async def _append(
     moving_to: TurnState | None,
     answer: str | None,
 ) -> Appended:
-    payload = json.dumps([{"type": type_, "data": _wire(type_, data)} for type_, data in events])
-    params = {
-        "turn_id": turn_id,
-        "n": len(events),
-        "events": payload,
-        "state": moving_to.value if moving_to is not None else None,
-        "answer": answer,
-    }
+    params = append_params(turn_id, events, moving_to, answer)
     found = await conn.made(_APPEND, params, _appended)
     if found is None:
         raise LookupError(f"turn {turn_id} does not exist")
     return found
 
 
+def append_params(
+    turn_id: str,
+    events: Sequence[tuple[EventType, BaseModel]],
+    moving_to: TurnState | None = None,
+    answer: str | None = None,
+) -> dict[str, Any]:
+    """The parameters of an append (`_APPEND`'s), for a statement of another module that
+    appends as part of a larger write (store/turn_rows.py `close_out_announced`)."""
+    payload = json.dumps([{"type": type_, "data": _wire(type_, data)} for type_, data in events])
+    return {
+        "turn_id": turn_id,
+        "n": len(events),
+        "events": payload,
+        "state": moving_to.value if moving_to is not None else None,
+        "answer": answer,
+    }
+
+
 def _appended(*, event_id: int | None, stopped: bool | None, notified: Any) -> Appended | None:
     return None if event_id is None else Appended(event_id, bool(stopped))
+
+
+async def append_while_open(conn: Conn, *, turn_id: str, type: EventType, data: BaseModel) -> bool:
+    """Append one event unless the turn has ended or its Stop is recorded (then nothing is
+    written): one statement, in autocommit on a `Conn` outside a transaction. Whether it was
+    appended."""
+    params = {**append_params(turn_id, [(type, data)]), "ended": _ENDED}
+    return await conn.row(_APPEND_WHILE_OPEN, params, _Notified) is not None
+
+
+@dataclass(frozen=True)
+class _Notified:
+    notified: Any
 
 
 async def stop_is_recorded(conn: Conn, *, turn_id: str) -> bool:
@@ -128,6 +152,14 @@ class Appended:
     event_id: int
     # The turn's Stop is recorded: a step that streams for it stops at once.
     stopped: bool
+
+
+def event_batch(type_: EventType, data: BaseModel) -> tuple[str, str]:
+    """One event, for a statement of another module that appends it itself: its stored JSON,
+    and the doorbell's batch as `append_events` would ring it (empty when it does not fit)."""
+    wire = _wire(type_, data)
+    batch = json.dumps([{"type": type_, "data": wire}])
+    return json.dumps(wire), batch if len(batch.encode()) <= NOTIFY_EVENTS_MAX else ""
 
 
 def opening_event(turn_id: str, type_: EventType, data: BaseModel) -> tuple[dict[str, Any], str]:
@@ -175,6 +207,33 @@ _APPEND = f"""
         || CASE WHEN octet_length(CAST(%(events)s AS text)) <= {NOTIFY_EVENTS_MAX}
             THEN CAST(%(events)s AS text) ELSE '' END
     ) AS notified, (SELECT stopped FROM counter) AS stopped
+    FROM inserted
+    """
+
+
+_ENDED = [state.value for state in TERMINAL_TURN_STATES]
+# `_APPEND` of one event, for a turn that is still open: the counter's UPDATE (whose row lock a
+# Stop or an ending waits on, or that waits on theirs and then sees their row) finds no row
+# otherwise, and then nothing is inserted and no doorbell rung (a row per event inserted).
+_APPEND_WHILE_OPEN = f"""
+    WITH counter AS (
+        UPDATE turns SET last_event_id = last_event_id + %(n)s, updated_at = now()
+        WHERE id = %(turn_id)s AND NOT (state = ANY(%(ended)s))
+            AND cancel_requested_at IS NULL
+        RETURNING last_event_id - %(n)s AS base
+    ), inserted AS (
+        INSERT INTO turn_events (turn_id, id, type, data, created_at)
+        SELECT %(turn_id)s, counter.base + e.ord, e.value ->> 'type', e.value -> 'data', now()
+        FROM counter,
+            jsonb_array_elements(CAST(%(events)s AS jsonb)) WITH ORDINALITY AS e(value, ord)
+        RETURNING id
+    )
+    SELECT pg_notify(
+        '{NOTIFY_CHANNEL}',
+        %(turn_id)s || ':' || id::text || ':'
+        || CASE WHEN octet_length(CAST(%(events)s AS text)) <= {NOTIFY_EVENTS_MAX}
+            THEN CAST(%(events)s AS text) ELSE '' END
+    ) AS notified
     FROM inserted
     """
 

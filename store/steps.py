@@ -165,19 +165,19 @@ def _for_attempt(*, paused: bool | None, **columns: Any) -> ForAttempt:
     return ForAttempt(turn, CallRow(**call) if call["id"] is not None else None, bool(paused))
 
 
-_CALL_COLUMNS = """c.id, c.turn_id, c.step, c.provider, c.model, c.request, c.response_text,
+CALL_COLUMNS = """c.id, c.turn_id, c.step, c.provider, c.model, c.request, c.response_text,
     c.response_tool_calls, c.finish_reason, c.attempts, c.first_token_ms, c.total_ms, c.usage"""
 _FOR_ATTEMPT = f"""
-    SELECT {TurnRow.COLUMNS}, {_CALL_COLUMNS}, n.paused
+    SELECT {TurnRow.COLUMNS}, {CALL_COLUMNS}, n.paused
     FROM turns AS t
     LEFT JOIN model_calls AS c ON c.id = %(call)s
     LEFT JOIN tenants AS n ON n.id = t.tenant_id
     WHERE t.id = %(turn)s
     FOR UPDATE OF t
 """
-_CALL = f"SELECT {_CALL_COLUMNS} FROM model_calls AS c WHERE c.id = %(id)s"
+_CALL = f"SELECT {CALL_COLUMNS} FROM model_calls AS c WHERE c.id = %(id)s"
 _STEP_CALL = (
-    f"SELECT {_CALL_COLUMNS} FROM model_calls AS c WHERE c.turn_id = %(turn_id)s"
+    f"SELECT {CALL_COLUMNS} FROM model_calls AS c WHERE c.turn_id = %(turn_id)s"
     " AND c.step = %(step)s"
 )
 _INSERT_CALL = f"""
@@ -185,7 +185,7 @@ _INSERT_CALL = f"""
         (id, turn_id, step, provider, model, request, response_text, finish_reason)
     VALUES (%(id)s, %(turn_id)s, %(step)s, %(provider)s, %(model)s, %(request)s,
         %(response_text)s, %(finish_reason)s)
-    RETURNING {_CALL_COLUMNS}
+    RETURNING {CALL_COLUMNS}
 """
 _INSERT_CALL_RESOLVED = f"""
     WITH resolved AS (
@@ -195,7 +195,7 @@ _INSERT_CALL_RESOLVED = f"""
         (id, turn_id, step, provider, model, request, response_text, finish_reason)
     VALUES (%(id)s, %(turn_id)s, %(step)s, %(provider)s, %(model)s, %(request)s,
         %(response_text)s, %(finish_reason)s)
-    RETURNING {_CALL_COLUMNS}
+    RETURNING {CALL_COLUMNS}
 """
 
 
@@ -208,8 +208,20 @@ async def count_attempt(conn: Conn, call: CallRow) -> CallRow:
 _COUNT_ATTEMPT = "UPDATE model_calls SET attempts = attempts + 1 WHERE id = %(id)s"
 
 
-async def record_outcome(
-    conn: Conn,
+async def record_outcome(conn: Conn, call: CallRow, **outcome: Any) -> CallRow:
+    """Write the call's outcome (`answered`'s arguments; without reading the row again) and
+    return the call as written."""
+    written = answered(call, **outcome)
+    await write_outcome(conn, written)
+    return written
+
+
+async def write_outcome(conn: Conn, written: CallRow) -> None:
+    """Write the call's outcome as `written` holds it (`answered`)."""
+    await conn.run(_RECORD_OUTCOME, outcome_params(written))
+
+
+def answered(
     call: CallRow,
     *,
     text: str,
@@ -220,11 +232,10 @@ async def record_outcome(
     total_ms: float,
     answered_by: tuple[str, str] | None = None,
 ) -> CallRow:
-    """Write the call's outcome (without reading the row again) and return the call as
-    written. `answered_by`: the provider and model that answered, when not the call's own
-    (a fallback)."""
+    """The call as its outcome will be written. `answered_by`: the provider and model that
+    answered, when not the call's own (a fallback)."""
     provider, model = answered_by or (call.provider, call.model)
-    written = replace(
+    return replace(
         call,
         provider=provider,
         model=model,
@@ -235,21 +246,22 @@ async def record_outcome(
         first_token_ms=first_token_ms,
         total_ms=total_ms,
     )
-    await conn.run(
-        _RECORD_OUTCOME,
-        {
-            "id": call.id,
-            "provider": provider,
-            "model": model,
-            "text": text,
-            "tool_calls": None if tool_calls is None else Jsonb(tool_calls),
-            "finish_reason": finish_reason,
-            "usage": None if usage is None else Jsonb(usage),
-            "first_token_ms": first_token_ms,
-            "total_ms": total_ms,
-        },
-    )
-    return written
+
+
+def outcome_params(written: CallRow) -> dict[str, Any]:
+    """The parameters of a statement that writes the call's outcome (`_RECORD_OUTCOME`'s)."""
+    tool_calls, usage = written.response_tool_calls, written.usage
+    return {
+        "id": written.id,
+        "provider": written.provider,
+        "model": written.model,
+        "text": written.response_text,
+        "tool_calls": None if tool_calls is None else Jsonb(tool_calls),
+        "finish_reason": written.finish_reason,
+        "usage": None if usage is None else Jsonb(usage),
+        "first_token_ms": written.first_token_ms,
+        "total_ms": written.total_ms,
+    }
 
 
 _RECORD_OUTCOME = """
@@ -317,38 +329,48 @@ _QUESTION = (
 
 
 @dataclass(frozen=True)
-class FollowupFacts:
-    """What follow-up suggestions are made from: whether the turn is still open (not ended,
-    no Stop recorded), the tools it ran successfully, in call order, and the user's message
-    (empty when missing)."""
+class AnswerFacts:
+    """What the turn's tail screens and makes follow-up suggestions from: whether the turn
+    is still open (not ended, no Stop recorded), the tools it ran successfully, in call
+    order, the user's message (empty when missing), and every text the turn's model calls
+    produced, in step order (empty ones left out)."""
 
     still_open: bool
     tools: list[str]
     asked: str
+    texts: list[str]
 
 
-async def lock_with_tools_and_question(conn: Conn, *, turn_id: str) -> FollowupFacts:
-    """`FollowupFacts`, the turn's row locked (in the caller's transaction): one round trip."""
-    found = await conn.made(_TURN_TOOLS_AND_QUESTION, {"turn_id": turn_id}, _followup_facts)
+async def answer_facts(conn: Conn, *, turn_id: str) -> AnswerFacts:
+    """`AnswerFacts`, as the turn stands now: one round trip, no lock (the suggestions'
+    append checks again that the turn is open: `store.events.append_while_open`)."""
+    found = await conn.made(_ANSWER_FACTS, {"turn_id": turn_id}, _answer_facts)
     assert found is not None, f"turn {turn_id} is missing"
     return found
 
 
-def _followup_facts(
-    *, state: str, cancel_requested_at: Any, tools: list[str] | None, asked: str | None
-) -> FollowupFacts:
+def _answer_facts(
+    *,
+    state: str,
+    cancel_requested_at: Any,
+    tools: list[str] | None,
+    asked: str | None,
+    texts: list[str] | None,
+) -> AnswerFacts:
     still_open = state not in _TERMINAL and cancel_requested_at is None
-    return FollowupFacts(still_open, list(tools or []), asked or "")
+    return AnswerFacts(still_open, list(tools or []), asked or "", list(texts or []))
 
 
 _TERMINAL = frozenset(state.value for state in TERMINAL_TURN_STATES)
-_TURN_TOOLS_AND_QUESTION = f"""
+_ANSWER_FACTS = f"""
     SELECT t.state, t.cancel_requested_at, (
         SELECT array_agg(c.name ORDER BY c.created_at) FROM tool_calls AS c
         WHERE c.turn_id = t.id AND c.status = '{ToolCallStatus.ok.value}'
-    ) AS tools, (SELECT m.text FROM messages AS m WHERE m.id = t.user_message_id) AS asked
+    ) AS tools, (SELECT m.text FROM messages AS m WHERE m.id = t.user_message_id) AS asked, (
+        SELECT array_agg(mc.response_text ORDER BY mc.step) FROM model_calls AS mc
+        WHERE mc.turn_id = t.id AND mc.response_text <> ''
+    ) AS texts
     FROM turns AS t WHERE t.id = %(turn_id)s
-    FOR UPDATE OF t
 """
 
 

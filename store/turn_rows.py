@@ -6,20 +6,23 @@ does (`close_out`). store/turns.py decides when they are written."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from psycopg.types.json import Jsonb
+from pydantic import BaseModel
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from parley.contracts import MessageStatus
+from parley.contracts import EventType, MessageStatus, TurnState
 from parley.ids import tool_result_message_id
 from parley.resolver import Slot
 from parley.statuses import ActionStatus, FinalizeOutcome, ToolCallStatus
 from parley.tokens import count_message, default_counter
 from store import queue
 from store.db import Conn, session_conn
+from store.events import NOTIFY_CHANNEL, NOTIFY_EVENTS_MAX, append_params
 
 
 @dataclass(frozen=True)
@@ -315,19 +318,43 @@ async def close_out(db: AsyncSession, *, session_id: str, turn_id: str, reason: 
     (it hit its bounds, or failed) must not stay pending. A turn queued behind this one is
     promoted in the same transaction (store/queue.py)."""
     conn = await session_conn(db)
-    queued = await conn.value(
-        _CLOSE_OUT,
-        {
-            "session_id": session_id,
-            "turn_id": turn_id,
-            "declined": ActionStatus.declined.value,
-            "pending": ActionStatus.pending.value,
-            "reason": str(reason),
-            "now": datetime.now(UTC),
-        },
-    )
+    queued = await conn.value(_CLOSE_OUT, _close_out_params(session_id, turn_id, reason))
     if queued is not None:
         await queue.promote(db, session_id=session_id, turn_id=queued)
+
+
+async def close_out_announced(
+    db: AsyncSession,
+    *,
+    session_id: str,
+    turn_id: str,
+    reason: str,
+    events: Sequence[tuple[EventType, BaseModel]],
+    moving_to: TurnState,
+    answer: str,
+) -> None:
+    """`close_out` and the ending's announcement (`store.events.append_events` moving the
+    turn to `moving_to`, its answer `answer`), in one statement, in the caller's transaction:
+    the turn's row is locked by the caller already, the session's next."""
+    conn = await session_conn(db)
+    params = {
+        **_close_out_params(session_id, turn_id, reason),
+        **append_params(turn_id, events, moving_to, answer),
+    }
+    queued = await conn.value(_CLOSE_OUT_ANNOUNCED, params)
+    if queued is not None:
+        await queue.promote(db, session_id=session_id, turn_id=queued)
+
+
+def _close_out_params(session_id: str, turn_id: str, reason: str) -> dict[str, Any]:
+    return {
+        "session_id": session_id,
+        "turn_id": turn_id,
+        "declined": ActionStatus.declined.value,
+        "pending": ActionStatus.pending.value,
+        "reason": str(reason),
+        "now": datetime.now(UTC),
+    }
 
 
 # Plain SQL: every turn ends through it, and no caller holds the rows it changes. RETURNING
@@ -344,4 +371,37 @@ _CLOSE_OUT = """
         WHERE turn_id = %(turn_id)s AND status = %(pending)s
     )
     SELECT queued_turn_id FROM released
+"""
+# `_CLOSE_OUT` and `store.events`' append (its `counter`, `inserted` and doorbell) in one
+# statement. The append's row is the turn's, the release's the session's: no row is written
+# twice. `queued_turn_id` comes back beside the doorbell's columns.
+_CLOSE_OUT_ANNOUNCED = f"""
+    WITH released AS (
+        UPDATE sessions SET active_turn_id = NULL
+        WHERE id = %(session_id)s AND active_turn_id = %(turn_id)s
+        RETURNING queued_turn_id
+    ), declined AS (
+        UPDATE actions SET status = %(declined)s, decline_reason = %(reason)s,
+            resolved_at = %(now)s
+        WHERE turn_id = %(turn_id)s AND status = %(pending)s
+    ), counter AS (
+        UPDATE turns SET last_event_id = last_event_id + %(n)s, updated_at = now(),
+            state = COALESCE(%(state)s, state),
+            assistant_message_id = COALESCE(%(answer)s, assistant_message_id)
+        WHERE id = %(turn_id)s
+        RETURNING last_event_id - %(n)s AS base
+    ), inserted AS (
+        INSERT INTO turn_events (turn_id, id, type, data, created_at)
+        SELECT %(turn_id)s, counter.base + e.ord, e.value ->> 'type', e.value -> 'data', now()
+        FROM counter,
+            jsonb_array_elements(CAST(%(events)s AS jsonb)) WITH ORDINALITY AS e(value, ord)
+        RETURNING id
+    )
+    SELECT (SELECT queued_turn_id FROM released) AS queued, pg_notify(
+        '{NOTIFY_CHANNEL}',
+        %(turn_id)s || ':' || (max(id) - %(n)s + 1)::text || ':'
+        || CASE WHEN octet_length(CAST(%(events)s AS text)) <= {NOTIFY_EVENTS_MAX}
+            THEN CAST(%(events)s AS text) ELSE '' END
+    ) AS notified
+    FROM inserted
 """

@@ -19,7 +19,6 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from psycopg.types.json import Jsonb
 from pydantic import BaseModel
 from sqlalchemy import exists, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -28,7 +27,6 @@ from parley.contracts import TERMINAL_TURN_STATES, EventType, MessageStatus, Tur
 from parley.errors import TurnFinished
 from parley.ids import (
     message_id_for_call,
-    tool_call_row_id,
     unfinished_message_fallback_id,
     unfinished_message_id,
 )
@@ -52,6 +50,7 @@ from store.turn_rows import (
     TurnRow,
     append_message,
     close_out,
+    close_out_announced,
     replace_retried_answer,
     store_answer,
     store_tool_result,
@@ -175,6 +174,13 @@ async def advance_locked(
     await _announce_move(db, turn, to=to, then=then)
 
 
+def check_advance(turn: _Stoppable, *, to: TurnState) -> None:
+    """What `advance_locked` refuses, for a step whose own statement moved the turn only when
+    allowed (store/attempts.py): `TurnStopped`, or `IllegalTransition`."""
+    _refuse_if_stopped(turn)
+    _allowed(turn, to)
+
+
 async def request_cancel(db: AsyncSession, *, turn_id: str) -> None:
     """Record the user's Stop once. A finished turn refuses (`TurnFinished`): its ending is
     already stored and will not change. Repeating a cancel is harmless."""
@@ -226,60 +232,6 @@ async def _append_message(
     db.add(message)
     await db.flush()  # the INSERT returns what the server fills in (created_at, tsv)
     return message
-
-
-async def store_tool_requests(
-    conn: Conn,
-    *,
-    turn_id: str,
-    model_call_id: str,
-    text: str,
-    tool_calls: list[dict[str, Any]],
-    hashes: list[str],
-) -> None:
-    """Store the model's tool-calling message and one `tool_calls` row per call (a retry
-    finds them stored and adds nothing), in the caller's transaction, the turn locked."""
-    session_id = await conn.value(_LOCK_TURN, {"turn_id": turn_id})
-    assert session_id is not None, f"turn {turn_id} is missing"
-    await append_message(
-        conn,
-        session_id=session_id,
-        turn_id=turn_id,
-        message_id=message_id_for_call(model_call_id),
-        role="assistant",
-        text=text,
-        tool_calls=tool_calls,
-    )
-    calls = [
-        {
-            "id": tool_call_row_id(model_call_id=model_call_id, position=position),
-            "provider_call_id": call["id"],
-            "name": call["name"],
-            "arguments": call["arguments"],
-            "args_hash": digest,
-        }
-        for position, (call, digest) in enumerate(zip(tool_calls, hashes, strict=True))
-    ]
-    params = {
-        "turn_id": turn_id,
-        "model_call_id": model_call_id,
-        "pending": ToolCallStatus.pending.value,
-        "calls": Jsonb(calls),
-    }
-    await conn.run(_INSERT_TOOL_CALLS, params)
-
-
-_LOCK_TURN = "SELECT session_id FROM turns WHERE id = %(turn_id)s FOR UPDATE"
-_INSERT_TOOL_CALLS = """
-    INSERT INTO tool_calls
-        (id, turn_id, model_call_id, provider_call_id, name, arguments, args_hash, status)
-    SELECT c.id, %(turn_id)s, %(model_call_id)s, c.provider_call_id, c.name, c.arguments,
-        c.args_hash, %(pending)s
-    FROM jsonb_to_recordset(%(calls)s) AS c(
-        id text, provider_call_id text, name text, arguments jsonb, args_hash text
-    )
-    ON CONFLICT (id) DO NOTHING
-"""
 
 
 async def rest_awaiting_confirmation(
@@ -348,9 +300,6 @@ async def complete_turn(
     _allowed(turn, final_state)
     if turn.retry_of is not None:
         await replace_retried_answer(conn, retry_of=turn.retry_of, answer=message.id)
-    await close_out(
-        db, session_id=turn.session_id, turn_id=turn.id, reason=DeclineReason.turn_ended
-    )
     events: list[tuple[EventType, BaseModel]] = []
     if retracted:
         retraction = RetractedData(message_id=message.id, replacement_text=message.text)
@@ -359,9 +308,16 @@ async def complete_turn(
         state_event(final_state),
         (EventType.done, MessageData(message=MessageView.from_row(message))),
     ]
-    # The state and the answer are written by the append, with their events.
-    await append_events(
-        conn, turn_id=turn.id, events=events, moving_to=final_state, answer=message.id
+    # The session released, and the state and the answer written with their events: one
+    # statement.
+    await close_out_announced(
+        db,
+        session_id=turn.session_id,
+        turn_id=turn.id,
+        reason=DeclineReason.turn_ended,
+        events=events,
+        moving_to=final_state,
+        answer=message.id,
     )
     return message
 

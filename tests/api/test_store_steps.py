@@ -9,7 +9,7 @@ import pytest_asyncio
 
 from parley.contracts import EventType, TurnState
 from parley.ids import message_id_for_call
-from parley.wire import WarningData
+from parley.wire import FollowupsData, WarningData
 from store import events, steps, traces
 from store.db import SessionMaker, connect, session_conn
 from store.turn_rows import turn_facts
@@ -102,8 +102,9 @@ async def test_the_locking_reads_return_the_turn_with_its_call(
             await session_conn(db), turn_id=answered, model_call_id=call.id
         )
         assert (turn.id, found.id, found.finish_reason) == (answered, call.id, call.finish_reason)
-        facts = await steps.lock_with_tools_and_question(await session_conn(db), turn_id=answered)
-        assert facts == steps.FollowupFacts(False, [], QUESTION)  # the turn has ended
+        facts = await steps.answer_facts(await session_conn(db), turn_id=answered)
+        # The turn has ended; its one call's answer is the text the output screen reads.
+        assert facts == steps.AnswerFacts(False, [], QUESTION, [call.response_text])
         call_id = call.id
         await db.rollback()
         with pytest.raises(LookupError):
@@ -150,3 +151,17 @@ async def test_an_append_moves_the_turn_only_when_asked_to(
         assert turn is not None
         assert (moved, turn.state) == ([last + 2, last + 3], TurnState.failed)
         await db.rollback()
+
+
+async def test_follow_ups_are_appended_only_while_the_turn_is_open(
+    sessions: SessionMaker, answered: str
+) -> None:
+    """The suggestions' append (store/events.py `append_while_open`) writes nothing to a turn
+    that has ended: no event, no id taken, no doorbell."""
+    data = FollowupsData(suggestions=["Track my order"])
+    async with connect(sessions) as conn:
+        last = await conn.value(LAST_EVENT_ID, {"id": answered})
+        assert not await events.append_while_open(
+            conn, turn_id=answered, type=EventType.followups, data=data
+        )
+        assert await conn.value(LAST_EVENT_ID, {"id": answered}) == last

@@ -37,6 +37,7 @@ from parley.contracts import (
     ToolCallRef,
     ToolOutcome,
 )
+from store.steps import AnswerFacts
 
 # What one model call answers: the tool calls it asks for (none: a plain answer), or an
 # error to raise.
@@ -200,13 +201,19 @@ class Stubs:
         await self._arrive("screen_input", inp)
         return self.input_screen
 
+    async def answer_facts(self, turn_id: str) -> AnswerFacts | None:
+        """No read here: the parts below answer from the script."""
+        return None
+
     @activity.defn(name="screen_output")
-    async def screen_output(self, inp: ScreenInput) -> ScreenResult:
+    async def screen_output(
+        self, inp: ScreenInput, facts: AnswerFacts | None = None
+    ) -> ScreenResult:
         await self._arrive("screen_output", inp)
         return self.output_screen
 
     @activity.defn(name="suggest_followups")
-    async def suggest_followups(self, inp: ScreenInput) -> None:
+    async def suggest_followups(self, inp: ScreenInput, facts: AnswerFacts | None = None) -> None:
         await self._arrive("suggest_followups", inp)
 
     @activity.defn(name="start_summary")

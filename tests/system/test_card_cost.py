@@ -21,8 +21,9 @@ from tests.support.toolkit import own_stack
 # `Conn` (the proposal one statement with its turn's lock, the card's move riding on its
 # events, the send reading the action with its tenant's switch), 53 with the context build on
 # `Conn`, 46 with the proposing tool call's step on `Conn` too (its turn, call and tenant in
-# one read, its outcome in one statement).
-STATEMENTS_PER_CONFIRMED_EMAIL = 46
+# one read, its outcome in one statement), 39 with each model call's opening one statement, the
+# reply that asks for the proposal stored in one, and the tail reading its turn once.
+STATEMENTS_PER_CONFIRMED_EMAIL = 39
 
 
 async def test_a_confirmed_email_costs_the_worker_a_fixed_number_of_statements(

@@ -20,12 +20,15 @@ from tests.support.toolkit import own_stack
 # The input screen's reads; the context build (the turn with the rows it holds and the session's
 # facts: slots, consent, the tool offer's facts, summary and pinned facts, the window; its state,
 # result sets (only in a session that has stored one), the stored request with the resolver's note;
-# knowledge on a connection of its own, in autocommit); the model call (the turn with the call,
-# the attempt counted); the answer; the output screen and follow-ups; finalize (the turn locked
-# with its call, the answer as a message with its seq in one statement, the session released and a
-# pending action superseded in one statement; the turn's state and answer ride on its events'
-# append); the summary's check (one read of the backlog's token counts). A state move that is
-# announced is written by its event's append (not counted, below). Counted on 2026-12-01: 35
+# knowledge on a connection of its own, in autocommit); the model call's opening (one statement,
+# in autocommit: the turn locked and checked with the call, the step entered with its state
+# event, the attempt counted); the answer; one read for the output screen and follow-ups;
+# finalize (the turn locked with its call, the answer as a message with its seq in one
+# statement, then the session released, a pending action superseded and the turn's state,
+# answer and events in one statement); the summary's check (one read of the backlog's token
+# counts). A state move that is announced is written by its event's append (not counted,
+# below). Counted on 2026-12-02: 14 before the model call's opening became one statement and
+# the tail read the turn once for the screen and the follow-ups. Counted on 2026-12-01: 35
 # before the slots were read once, the summary's check became one statement, a message's seq
 # stopped needing a read first, the moves rode on their events, and the build and the model call
 # read their turn with the rows they need; 25 before knowledge was searched beside the build
@@ -34,7 +37,7 @@ from tests.support.toolkit import own_stack
 # and pinned facts came with the turn, 18 before the window came with the turn too, 17 before
 # finalize took the message's seq in its insert and wrote the turn's ending with its events, 15
 # before the build wrote the reference resolution with its model call, in one statement.
-STATEMENTS_PER_PLAIN_TURN = 14
+STATEMENTS_PER_PLAIN_TURN = 12
 
 
 async def test_a_plain_turn_costs_the_worker_a_fixed_number_of_statements(
@@ -64,10 +67,13 @@ async def test_a_plain_turn_costs_the_worker_a_fixed_number_of_statements(
 # has one open order, which becomes the conversation's active order): the plain turn's steps,
 # the second model call's, and the tool's own step (the turn locked with the call and the
 # tenant's configuration; the outcome, its `tool` message with its seq and the active order in
-# one statement; the step's state and the call's start and end ride on event appends).
-# Counted on 2026-12-02: 36 while the tool's step went through SQLAlchemy's unit of work (11
-# statements of its own, 2 now), 35 with the context build on `Conn`.
-STATEMENTS_PER_TOOL_TURN = 27
+# one statement; the step's state and the call's start and end ride on event appends). The
+# first call's reply is stored in one statement: its outcome, the tool-calling message with its
+# seq and the pending tool calls. Counted on 2026-12-02: 36 while the tool's step went through
+# SQLAlchemy's unit of work (11 statements of its own, 2 now), 35 with the context build on
+# `Conn`, 27 before the model calls' openings and the reply asking for tools became one
+# statement each and the tail read the turn once.
+STATEMENTS_PER_TOOL_TURN = 21
 
 
 async def test_a_tool_turn_costs_the_worker_a_fixed_number_of_statements(

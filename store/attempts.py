@@ -1,0 +1,179 @@
+"""A model call's attempt opened in one statement, in autocommit: the turn locked and checked,
+the step entered (its `state` event appended, the doorbell rung) and the attempt counted. And
+the outcome of an attempt whose reply asks for tools, in one statement too.
+
+The opening used to be a transaction of four round trips (the turn locked with its call, the
+state's append, the attempt's count, the commit). Each part here is conditional on what the
+same statement found, so nothing is written for a call that an earlier attempt finished, for
+a turn that ended or whose Stop is recorded, or for a move the table of states refuses; the
+caller tells those apart from the row it gets back. A paused tenant's turn enters the step
+(the stream shows it) but its attempt is not counted: no model is called.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from parley.contracts import MessageStatus, TurnState
+from parley.ids import message_id_for_call, tool_call_row_id
+from parley.statuses import ToolCallStatus
+from parley.tools import args_hash
+from parley.turn_states import can_move
+from store.db import Conn
+from store.events import NOTIFY_CHANNEL, event_batch, state_event
+from store.steps import CALL_COLUMNS, CallRow, ForAttempt, outcome_params
+from store.turn_rows import TurnRow, token_count
+
+
+@dataclass(frozen=True)
+class Opened:
+    """What an attempt's opening found (`found`: the turn as it was before the move, the
+    call as it now stands) and whether it counted the attempt (and so entered the step)."""
+
+    found: ForAttempt
+    counted: bool
+
+
+async def open_attempt(conn: Conn, *, turn_id: str, model_call_id: str, to: TurnState) -> Opened:
+    """Open an attempt at the turn's model call as step `to` (see the module's docstring):
+    one round trip, on a `Conn` in autocommit (the statement commits by itself).
+    LookupError for an unknown turn."""
+    wire, batch = event_batch(*state_event(to))
+    params = {
+        "turn": turn_id,
+        "call": model_call_id,
+        "to": to.value,
+        "movable": [s.value for s in TurnState if can_move(s, to)],
+        "event": wire,
+        "batch": batch,
+    }
+    opened = await conn.made(_OPEN_ATTEMPT, params, _opened)
+    if opened is None:
+        raise LookupError(turn_id)
+    return opened
+
+
+def _opened(
+    *, paused: bool | None, runs: bool, counted: int | None, notified: Any, **columns: Any
+) -> Opened:
+    turn = TurnRow.from_columns(columns)
+    call = {k: v for k, v in columns.items() if not k.startswith("t_")}
+    if call["id"] is None:
+        return Opened(ForAttempt(turn, None, bool(paused)), counted=False)
+    if counted is not None:
+        call["attempts"] = counted
+    return Opened(ForAttempt(turn, CallRow(**call), bool(paused)), counted=counted is not None)
+
+
+# `found` reads the turn locked (in READ COMMITTED, the newest version of its row) with its call
+# and tenant, and decides whether the step runs; the writes below it are conditional on that.
+# The move to `to` and its `state` event are what `store.events` appends for a move; the state
+# event is the only one, so its id is the turn's new `last_event_id`.
+_OPEN_ATTEMPT = f"""
+    WITH t AS (
+        SELECT id, session_id, tenant_id, state, cancel_requested_at, assistant_message_id,
+            retry_of
+        FROM turns WHERE id = %(turn)s
+        FOR UPDATE
+    ), found AS (
+        SELECT {TurnRow.COLUMNS}, {CALL_COLUMNS}, n.paused,
+            c.id IS NOT NULL AND c.finish_reason IS NULL AND t.cancel_requested_at IS NULL
+                AND (t.state = %(to)s OR t.state = ANY(%(movable)s)) AS runs
+        FROM t
+        LEFT JOIN model_calls AS c ON c.id = %(call)s
+        LEFT JOIN tenants AS n ON n.id = t.tenant_id
+    ), moved AS (
+        UPDATE turns SET state = %(to)s, last_event_id = turns.last_event_id + 1,
+            updated_at = now()
+        FROM found
+        WHERE turns.id = found.t_id AND found.runs AND found.t_state <> %(to)s
+        RETURNING turns.last_event_id AS event_id
+    ), announced AS (
+        INSERT INTO turn_events (turn_id, id, type, data, created_at)
+        SELECT %(turn)s, moved.event_id, 'state', CAST(%(event)s AS jsonb), now() FROM moved
+        RETURNING id
+    ), counted AS (
+        UPDATE model_calls SET attempts = model_calls.attempts + 1
+        FROM found
+        WHERE model_calls.id = found.id AND found.runs AND found.paused IS NOT TRUE
+        RETURNING model_calls.attempts
+    )
+    SELECT found.*, (SELECT attempts FROM counted) AS counted, (
+        SELECT pg_notify('{NOTIFY_CHANNEL}', %(turn)s || ':' || announced.id::text || ':'
+            || %(batch)s)
+        FROM announced
+    ) AS notified
+    FROM found
+"""
+
+
+async def record_tool_requests(conn: Conn, written: CallRow) -> None:
+    """Write the outcome of a call whose reply asks for tools (`written`: the call as it is
+    to be stored, `store.steps.answered`), with the model's tool-calling message and one
+    `tool_calls` row per call, `pending`: one statement, so a retry after a crash finds all of
+    it or none, and the stored calls always match their results. The turn's row is locked
+    first, then the session's (its seq): the order of every writer of store/turns.py. A retry
+    that finds the message stored adds no other (nor any call it holds already)."""
+    requested = written.response_tool_calls or []
+    calls = [
+        {
+            "id": tool_call_row_id(model_call_id=written.id, position=position),
+            "provider_call_id": call["id"],
+            "name": call["name"],
+            "arguments": call["arguments"],
+            "args_hash": args_hash(call["name"], call["arguments"]),
+        }
+        for position, call in enumerate(requested)
+    ]
+    text = written.response_text or ""
+    params = {
+        **outcome_params(written),
+        "turn_id": written.turn_id,
+        "message_id": message_id_for_call(written.id),
+        "complete": MessageStatus.complete.value,
+        "pending": ToolCallStatus.pending.value,
+        "calls": Jsonb(calls),
+        **token_count("assistant", text, requested),
+    }
+    session_id = await conn.value(_RECORD_TOOL_REQUESTS, params)
+    assert session_id is not None, f"turn {written.turn_id} is missing"
+
+
+_RECORD_TOOL_REQUESTS = """
+    WITH turn AS (
+        SELECT session_id FROM turns WHERE id = %(turn_id)s FOR UPDATE
+    ), outcome AS (
+        UPDATE model_calls SET provider = %(provider)s, model = %(model)s,
+            response_text = %(text)s, response_tool_calls = %(tool_calls)s,
+            finish_reason = %(finish_reason)s, usage = %(usage)s,
+            first_token_ms = %(first_token_ms)s, total_ms = %(total_ms)s
+        FROM turn
+        WHERE model_calls.id = %(id)s
+    ), seq AS (
+        UPDATE sessions SET last_seq = sessions.last_seq + 1
+        FROM turn
+        WHERE sessions.id = turn.session_id
+            AND NOT EXISTS (SELECT 1 FROM messages WHERE id = %(message_id)s)
+        RETURNING sessions.id, sessions.last_seq
+    ), message AS (
+        INSERT INTO messages
+            (id, session_id, seq, role, turn_id, status, text, tool_calls, token_count,
+            token_counter)
+        SELECT %(message_id)s, seq.id, seq.last_seq, 'assistant', %(turn_id)s, %(complete)s,
+            %(text)s, %(tool_calls)s, %(token_count)s, %(token_counter)s
+        FROM seq
+    ), calls AS (
+        INSERT INTO tool_calls
+            (id, turn_id, model_call_id, provider_call_id, name, arguments, args_hash, status)
+        SELECT c.id, %(turn_id)s, %(id)s, c.provider_call_id, c.name, c.arguments,
+            c.args_hash, %(pending)s
+        FROM turn, jsonb_to_recordset(%(calls)s) AS c(
+            id text, provider_call_id text, name text, arguments jsonb, args_hash text
+        )
+        ON CONFLICT (id) DO NOTHING
+    )
+    SELECT session_id FROM turn
+"""
