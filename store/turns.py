@@ -175,6 +175,14 @@ async def advance_locked(
     await _announce_move(db, turn, to=to, then=then)
 
 
+def may_move(turn: _Stoppable, *, to: TurnState) -> bool:
+    """What `advance_locked` checks before it moves a turn, for a caller whose own statement
+    made (or was guarded from making) the move: `TurnStopped` for an ended or stopped turn,
+    False for a repeat of its state, `IllegalTransition` for a move the table does not allow."""
+    _refuse_if_stopped(turn)
+    return _allowed(turn, to)
+
+
 async def request_cancel(db: AsyncSession, *, turn_id: str) -> None:
     """Record the user's Stop once. A finished turn refuses (`TurnFinished`): its ending is
     already stored and will not change. Repeating a cancel is harmless."""
