@@ -28,8 +28,6 @@ import asyncio
 from dataclasses import replace
 from typing import Any
 
-from temporalio.exceptions import ApplicationError
-
 from activities import consented_memory
 from activities.attachments import attached_file_blocks
 from activities.knowledge import KnowledgeSource, Searched, authorize
@@ -45,10 +43,11 @@ from activities.recall import (
 from activities.references import References
 from activities.skills import SkillTools
 from activities.state_block import state_block
+from activities.step_request import pack_blocks, stored_request
 from activities.tool_offer import offered_tools
 from gateway.minilm import Embedder
 from parley.config import Settings
-from parley.context import Block, Packed, Share, input_budget, pack
+from parley.context import Block, Packed
 from parley.contracts import (
     BuildContextInput,
     BuildContextResult,
@@ -57,24 +56,18 @@ from parley.contracts import (
     TurnState,
     WarningCode,
 )
-from parley.errors import ContextTooLarge
-from parley.ids import prompt_cache_key
 from parley.memory import extract_facts, recall_terms
-from parley.paths import AnswerPath, choose_path, effort_for, path_block
+from parley.paths import AnswerPath, choose_path, path_block
 from parley.prompt import (
-    CONVERSATION_KINDS,
     Budgets,
     Memory,
     current_blocks,
-    describe,
     history_blocks,
     instructions_block,
     memory_blocks,
     plan_window,
     split_current,
-    stable_prefix,
 )
-from parley.redaction import redact_messages
 from parley.resolver import (
     PENDING_CLARIFICATION,
     Slot,
@@ -214,7 +207,7 @@ class ContextBuilder:
             knowledge = {**knowledge, "sources": []}
         if packed.missing:
             await _warn_dropped(db, turn, packed.missing)
-        request = _request(
+        request = stored_request(
             packed, plan, tools, budgets, counter, path, tenant, withheld, reanswer_of
         )
         request["knowledge"] = knowledge
@@ -288,16 +281,14 @@ class ContextBuilder:
         searching: asyncio.Task[Searched] | None = None,
         read: BuildRows | None = None,
     ) -> tuple[Packed, dict[str, Any]]:
-        """Load memory and messages, choose the window, recall, shape the blocks, pack. `facts`
-        and `read`: read with the turn (None: here, as for bench/memory.py); `searching`:
-        knowledge's."""
+        """Load memory and messages, choose the window, recall, shape the blocks, pack (`facts`,
+        `read`: None in bench/memory.py, read here; `searching`: knowledge's search)."""
         conn, db = on
         memory = await session_memory(db, turn, current_slots, facts)
         through = memory.summary.through_seq if memory.summary else None
         messages = await window_messages(db, turn, through, counter, facts)
         history, current = split_current(messages, turn.user_seq)
-        consent = None if facts is None else facts.consent
-        hints = await consented_memory.hints(db, turn, counter, consent=consent)
+        hints = await consented_memory.hints(db, turn, counter, consent=_consent(facts))
         remembered = memory_blocks(counter, memory, budgets) + hints.blocks
         left = budgets.conversation - sum(b.tokens for b in remembered)
         question = current[0].text if current else ""
@@ -305,16 +296,10 @@ class ContextBuilder:
         whole = plan_window(history, memory, recent=left)
         # None when the window holds it all; else its embedding runs beside the reads below.
         query = await start_recall(conn, turn, whole, RecallQuery(terms, question, self._embedder))
-        try:
-            # A turn's actions are proposed by its tools, which run after step 0's model call.
-            state = await state_block(
-                db,
-                turn,
-                current_slots,
-                user_name=await _user_name(db, turn, read),
-                has_actions=step > 0,
+        try:  # the state block, files, window and recall, knowledge's passages
+            state, files = await self._state_and_files(
+                db, turn, step, current_slots, (counter, terms), read
             )
-            files = await self._files(db, turn, counter, terms, read)
             window, folded, recalled, hits = await window_and_recall(
                 conn, turn, history, memory, budgets, counter, left=left, whole=whole, query=query
             )
@@ -322,7 +307,6 @@ class ContextBuilder:
         finally:
             if query is not None:
                 query.cancel()  # when a read above failed, nobody reads the embedding
-        method = recalled_by(query)
         room = left - sum(b.tokens for b in folded.blocks)  # the window's, after the fold's
         blocks = [
             instructions_block(counter, system_prompt=self._system_prompt(tenant), tools=tools),
@@ -335,8 +319,8 @@ class ContextBuilder:
             *current_blocks(counter, current, state, budgets, terms=terms),
             *files,  # uploads
         ]
-        packed = _pack(blocks, budgets, counter, left_out=folded.left_out)
-        plan = window_plan(window, through, method, hits, folded) | {
+        packed = pack_blocks(blocks, budgets, counter, left_out=folded.left_out)
+        plan = window_plan(window, through, recalled_by(query), hits, folded) | {
             user_memory.HINTED_KEYS: hints.shown(packed),
             "knowledge": known,
         }
@@ -346,18 +330,25 @@ class ContextBuilder:
         persona = f"\n\n{tenant.persona}" if tenant.persona else ""
         return self._settings.system_prompt + persona
 
-    async def _files(
+    async def _state_and_files(
         self,
         db: Db,
         turn: TurnFacts,
-        counter: TokenCounter,
-        terms: list[str],
+        step: int,
+        current_slots: dict[str, Slot],
+        counted: tuple[TokenCounter, list[str]],
         read: BuildRows | None,
-    ) -> list[Block]:
-        """The message's attached files as blocks (read only when the message names any)."""
+    ) -> tuple[dict[str, Any], list[Block]]:
+        """The state block, and the message's attached files as blocks (read only when the
+        message names any). A turn's actions are proposed by its tools, which run after step
+        0's model call: its state block reads none then. `counted`: the counter and the
+        message's recall terms (the files' chunks are chosen by them)."""
+        name = await _user_name(db, turn, read)
+        state = await state_block(db, turn, current_slots, user_name=name, has_actions=step > 0)
         if read is not None and (read.message is None or not read.message.file_ids):
-            return []
-        return await attached_file_blocks(db, turn, counter, self._settings, terms)
+            return state, []
+        counter, terms = counted
+        return state, await attached_file_blocks(db, turn, counter, self._settings, terms)
 
     def _search_knowledge(
         self,
@@ -405,59 +396,9 @@ class ContextBuilder:
         )
 
 
-def _pack(
-    blocks: list[Block], budgets: Budgets, counter: TokenCounter, *, left_out: list[str]
-) -> Packed:
-    """Pack to the model's window minus the output reserve, the conversation's blocks within
-    the conversation budget; a required block that cannot fit fails the turn (not retried:
-    the same conversation would not fit the next time either)."""
-    budget = input_budget(window=budgets.window, reserve=budgets.reserve, exact=counter.exact)
-    try:
-        return pack(
-            blocks,
-            budget=budget,
-            count_note=lambda note: count_message(counter, {"role": "system", "content": note}),
-            share=Share(CONVERSATION_KINDS, budgets.conversation),
-            left_out=left_out,
-        )
-    except ContextTooLarge as exc:
-        raise ApplicationError(exc.message, type=exc.code, non_retryable=True) from None
-
-
-def _request(
-    packed: Packed,
-    plan: dict[str, Any],
-    tools: list[dict[str, Any]],
-    budgets: Budgets,
-    counter: TokenCounter,
-    path: AnswerPath,
-    tenant: TenantConfig,
-    withheld: dict[str, str],
-    reanswer_of: str | None,
-) -> dict[str, Any]:
-    """The stored request of a step: what the model is sent (masked where the tenant asks,
-    parley/redaction.py), and what packing it cost."""
-    messages = redact_messages(packed.messages) if tenant.redact_model_input else packed.messages
-    return {
-        "messages": messages,
-        "tools": tools,
-        "max_output_tokens": budgets.reserve,
-        "reasoning_effort": effort_for(path, tenant.reasoning_effort),
-        "path": path.value,
-        "reanswer_of": reanswer_of,
-        "cache_key": prompt_cache_key(stable_prefix=stable_prefix(messages, tools)),
-        "budget": {
-            "window": budgets.window,
-            "reserve": budgets.reserve,
-            "input_budget": packed.budget,
-            "prompt_tokens": packed.used,
-            "counter": counter.name,
-            "blocks": describe(packed.kept),
-            "dropped": packed.missing,
-            "tools_withheld": withheld,
-            **plan,
-        },
-    }
+def _consent(facts: SessionFacts | None) -> bool | None:
+    """The user's consent to durable memory as the build read it (None: not read)."""
+    return None if facts is None else facts.consent
 
 
 def _slot_values(memory: Memory) -> list[str]:
