@@ -28,7 +28,7 @@ import asyncio
 from dataclasses import replace
 from typing import Any
 
-from activities import consented_memory
+from activities import consented_memory, tracing
 from activities.attachments import attached_file_blocks
 from activities.knowledge import KnowledgeSource, Searched, authorize
 from activities.mcp import McpTools
@@ -130,6 +130,7 @@ class ContextBuilder:
                 move=inp.step == 0,
                 recent_turns=self._settings.context_tool_result_age_turns,
             )
+            tracing.owners_read(session_id=read.turn.session_id, tenant_id=read.turn.tenant_id)
             # A retry after a crash reuses the request it already packed, wherever the turn
             # has got to since: a plain turn's steps are recorded when its one workflow task
             # completes, so a worker that dies in it has the next one run them all again.
