@@ -21,12 +21,13 @@ from tests.support.toolkit import own_stack
 # facts: slots, consent, the tool offer's facts, summary and pinned facts, the window, and its move
 # to `building_context` with the move's event, in one statement; result sets (only in a session
 # that has stored one), the stored request with the resolver's note; knowledge on a connection of
-# its own; the turn's session and tenant for the log lines come with the build's read); the model call (the turn with the call,
-# the attempt counted); the answer; the output screen and follow-ups; finalize (the turn locked
-# with its call, the answer as a message with its seq in one statement, the session released and a
-# pending action superseded in one statement; the turn's state and answer ride on its events'
-# append); the summary's check (one read of the backlog's token counts). A state move that is
-# announced is written by its event's append (not counted, below). Counted on 2026-12-01: 35
+# its own; the turn's session and tenant for the log lines come with the build's read); the model
+# call (the turn with the call, the attempt counted); the answer; the output screen and follow-ups;
+# finalize (the turn locked with its call, the answer as a message with its seq in one statement,
+# the session released and a pending action superseded in one statement; the turn's state and
+# answer ride on its events' append); the summary's check (one read of the backlog's token
+# counts). A state move that is announced is written by its event's append (not counted, below).
+# Counted on 2026-12-01: 35
 # before the slots were read once, the summary's check became one statement, a message's seq
 # stopped needing a read first, the moves rode on their events, and the build and the model call
 # read their turn with the rows they need; 25 before knowledge was searched beside the build
