@@ -12,7 +12,7 @@ stream (its `state` event appended and the doorbell rung, as store/events.py app
 autocommit: the stream shows the step before the build's slow parts run, with no `BEGIN` and
 `COMMIT` around it. The move is guarded in SQL (the turn in a state the table lets move
 there, no Stop recorded, no call of the step stored yet), so a row that changed since a
-caller looked cannot be moved by mistake; `read_for_build` says why it did not move.
+caller looked cannot be moved by mistake; `store.turns.may_move` then says why it did not.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class SessionFacts:
     recently_used: frozenset[str]
     summary: StoredSummary | None = None
     pinned: list[PinnedFact] = field(default_factory=list)
-    # The recent window's rows as `memory_store.window_column` reads them, from where this
+    # The recent window's rows (`memory_store.parse_window` reads them), from where this
     # summary lets it start (None: read by `window_messages`, with the summary it is given).
     window: list[list[Any]] | None = None
 
