@@ -31,7 +31,7 @@ from parley.errors import NotFound, RateLimited
 from parley.wire import event_data
 from store import events as store_events
 from store import limits, viewers
-from store.db import Db, SessionMaker
+from store.db import Db, SessionMaker, connect, session_conn
 from store.events import StoredEvent, parse_notification
 from store.identity import Identity
 from store.listener import listen_for_events
@@ -222,13 +222,12 @@ async def turn_event_batches(
             ended = False
             if events is None or read_log:
                 attach = viewer is not None and not viewer.attached
-                async with sessions() as db:
+                async with connect(sessions) as conn:  # autocommit: the attach commits
                     read = await store_events.read_log(
-                        db, turn_id=turn_id, after=after, limit=READ_LIMIT, attach=attach
+                        conn, turn_id=turn_id, after=after, limit=READ_LIMIT, attach=attach
                     )
-                    if viewer is not None and attach:
-                        await db.commit()
-                        viewer.attached = True
+                if viewer is not None and attach:
+                    viewer.attached = True
                 events, ended = read.events, read.ended
                 read_log = len(events) >= READ_LIMIT
             batch, done = _frames(events)
@@ -254,8 +253,8 @@ def _frames(events: list[StoredEvent]) -> tuple[list[ServerSentEvent], bool]:
     them: at a terminal event, or when the turn comes to rest awaiting the user (its stream
     resumes once the user has answered)."""
     frames: list[ServerSentEvent] = []
+    ended = False
     for event in events:
-        EVENTS_SENT.inc()
         _check_shape(event.id, event.type, event.data)
         frames.append(
             ServerSentEvent(
@@ -265,9 +264,12 @@ def _frames(events: list[StoredEvent]) -> tuple[list[ServerSentEvent], bool]:
             )
         )
         if event.type in TERMINAL_EVENTS:
-            return frames, True
+            ended = True
+            break
+    if frames:
+        EVENTS_SENT.inc(len(frames))  # once a batch: the counter takes a lock each time
     resting = (EventType.confirmation_required, EventType.interaction)
-    return frames, bool(events) and events[-1].type in resting
+    return frames, ended or (bool(events) and events[-1].type in resting)
 
 
 def _check_shape(event_id: int, type_: str, data: dict[str, Any]) -> None:
@@ -312,7 +314,7 @@ class StreamRegistry:
         which has just authenticated the caller)."""
         try:
             lease = await limits.take_stream_lease(
-                db,
+                await session_conn(db),
                 owner=owner,
                 limit=self._max_per_user,
                 lease_s=self._lease_s,
@@ -364,9 +366,8 @@ class StreamRegistry:
         """Drop the lease and the viewer in one transaction; then, if the client hung up,
         cancel the turn should nobody come back to it within the grace period."""
         try:
-            async with self._sessions() as db:
-                await limits.end_stream(db, lease_id=lease, turn_id=turn_id)
-                await db.commit()
+            async with connect(self._sessions) as conn:  # one statement, autocommit
+                await limits.end_stream(conn, lease_id=lease, turn_id=turn_id)
         except asyncio.CancelledError:
             raise
         except Exception:

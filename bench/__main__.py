@@ -8,7 +8,8 @@ without summaries, LoCoMo evidence recall (bench/memory.py); (c) has a row with 
 summarizer that fails, through OpenAI's wire format (bench/plain_summarizer.py);
 (f) knowledge retrieval: top-3 hit rate, full-text and hybrid (bench/knowledge.py);
 (g) answer paths, (h) the first delta stage by stage; (k) Stop mid-answer (bench/stop.py);
-(l) open-loop load at half the plain-turn capacity of (b) (bench/open_loop.py); then, with
+(l) open-loop load at half the plain-turn capacity of (b), and the floors under the same
+kind of load (bench/open_loop.py); then, with
 the stack down, (i) regular expressions over long hostile input (bench/regexes.py), (j) the
 workflow code's own CPU per turn, replayed (bench/replay_cost.py), (m) eager workflow start
 on a dev server of its own (bench/eager_start.py); last, issue 25's acceptance figures in
@@ -47,7 +48,15 @@ from bench.knowledge import measure_knowledge, render_knowledge
 from bench.latency import measure_sequential, render_sequential, warm_up
 from bench.locomo_api import measure_locomo_api, render_locomo_api
 from bench.memory import measure_memory, render_memory
-from bench.open_loop import measure_open_loop, plain_capacity, render_open_loop
+from bench.open_loop import (
+    FLOOR_SHARE,
+    floor_capacities,
+    measure_floors,
+    measure_open_loop,
+    plain_capacity,
+    render_floors,
+    render_open_loop,
+)
 from bench.paths import measure_paths, render_paths
 from bench.plain_summarizer import failing_summarizer_row
 from bench.regexes import measure_regexes, render_regexes
@@ -230,6 +239,24 @@ def live_sections(
                     duration_s=args.open_loop_s,
                 ),
                 render_open_loop,
+            )
+        )
+        sections.append(
+            Section(
+                "open_loop_floors",
+                lambda: measure_floors(
+                    baseline,
+                    stack,
+                    floor_capacities(
+                        needed(results, "concurrent"),
+                        plain_capacity(needed(results, "concurrent")),
+                    ),
+                    baseline_unloaded_p50_ms=needed(results, "sequential")["baseline"][
+                        "first_delta"
+                    ]["p50_ms"],
+                    duration_s=args.open_loop_s * FLOOR_SHARE,
+                ),
+                render_floors,
             )
         )
     return sections

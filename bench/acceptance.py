@@ -95,11 +95,21 @@ def open_loop(results: dict[str, Any]) -> list[str]:
     o = results["open_loop"]
     p95 = o["turns"]["first_delta"]["p95_ms"]
     over = o["first_delta_p95_over_unloaded_p50"]
-    return [
+    lines = [
         f"4 open loop at {o['rate_per_s']:.2f} turns/s for {o['duration_s']:g} s: first delta "
         f"p95 {fmt(p95)} ms = {fmt(over, 2)}x the unloaded p50 "
         f"{fmt(o['unloaded_first_delta_p50_ms'])} ms (target <= 2x): {_at_most(over, 2)}"
     ]
+    floors = results.get("open_loop_floors", {})
+    if floors and "error" not in floors:
+        lines.append(
+            "  the same load at half their own capacity: "
+            + ", ".join(
+                f"{name} p95 {fmt(f['p95_over_unloaded_p50'], 2)}x its unloaded p50"
+                for name, f in floors.items()
+            )
+        )
+    return lines
 
 
 def stop(results: dict[str, Any]) -> list[str]:

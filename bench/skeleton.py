@@ -176,6 +176,28 @@ async def first_step_ms(client: Client, task_queue: str, key: str) -> float:
     return (ran - started) * 1000
 
 
+async def run_skeleton(
+    client: Client, task_queue: str, workflow_name: str, arg: Any, workflow_id: str
+) -> Turn:
+    """One skeleton workflow run to its end, timed as a turn (its one step's work is all it
+    does, so its first `delta` is its end)."""
+    start = time.perf_counter()
+    turn = Turn(ok=False)
+    try:
+        await client.execute_workflow(
+            workflow_name,
+            arg,
+            id=workflow_id,
+            task_queue=task_queue,
+            execution_timeout=timedelta(seconds=60),
+        )
+        turn.ok, turn.total_s = True, time.perf_counter() - start
+        turn.first_delta_s = turn.total_s
+    except Exception as exc:  # counted and reported, never fatal to the run
+        turn.error = f"{type(exc).__name__}: {exc}"
+    return turn
+
+
 async def floor(
     address: str, task_queue: str, skeleton: Skeleton, *, clients: int, per_client: int
 ) -> Phase:
@@ -186,20 +208,8 @@ async def floor(
 
     async def caller(c: int) -> None:
         for i in range(per_client):
-            start = time.perf_counter()
-            turn = Turn(ok=False)
-            try:
-                await client.execute_workflow(
-                    skeleton.workflow,
-                    skeleton.arg(c),
-                    id=f"skeleton-{run_id}-{c}-{i}",
-                    task_queue=task_queue,
-                    execution_timeout=timedelta(seconds=60),
-                )
-                turn.ok, turn.total_s = True, time.perf_counter() - start
-                turn.first_delta_s = turn.total_s
-            except Exception as exc:  # counted and reported, never fatal to the run
-                turn.error = f"{type(exc).__name__}: {exc}"
+            wid = f"skeleton-{run_id}-{c}-{i}"
+            turn = await run_skeleton(client, task_queue, skeleton.workflow, skeleton.arg(c), wid)
             phase.turns.append(turn)
 
     started = time.perf_counter()

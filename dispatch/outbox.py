@@ -52,7 +52,7 @@ from parley.ids import workflow_id_for_turn
 from parley.statuses import TurnErrorCode
 from parley.wire import ErrorData
 from store import outbox, queue, tenants
-from store.db import SessionMaker
+from store.db import SessionMaker, connect
 
 # A turn's workflow runs at most this much longer than its confirmation wait; past that
 # Temporal closes it and the abandoned-turn sweep ends the row.
@@ -127,9 +127,8 @@ async def record_started(sessions: SessionMaker, turn_id: str) -> None:
     """Mark the outbox row of a turn whose workflow has started: the sweep leaves it alone.
     Only ever after the start; a mark that is lost costs at most a second start, which
     attaches to the running workflow (or is refused for a finished one)."""
-    async with sessions() as db:
-        await outbox.mark_workflow_started(db, turn_id=turn_id)
-        await db.commit()
+    async with connect(sessions) as conn:  # one statement, autocommit
+        await outbox.mark_workflow_started(conn, turn_id=turn_id)
 
 
 @dataclass(frozen=True)

@@ -27,8 +27,10 @@ follow-ups, the tool requests) runs in one leaner style:
 `store.db.Conn`, psycopg's own connection taken from the same pool (`connect`, or
 `session_conn` inside a session's transaction), named statements returning frozen
 dataclasses (`steps.CallRow`, `turn_rows.TurnRow`, `turn_rows.ToolCallRow`), autocommit
-unless `Conn.transaction` groups them. Statement counts see both styles
-(`store.db.on_statement_sent`).
+unless `Conn.transaction` groups them. So do the statements the API runs for every turn: the
+token lookup, the POST's reads, counters and new-turn write (on the request's session, via
+`session_conn`), a stream's lease, log reads and end, and the start mark. Statement counts
+see both styles (`store.db.on_statement_sent`).
 
 The transaction rule, kept by every module here: repository functions add, flush and lock,
 but never commit or roll back. The caller that opened the unit of work commits it: an API

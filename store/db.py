@@ -11,9 +11,10 @@ then end of file), so it is thrown away and a fresh one taken. A server that van
 without a word (a cut network) is then found by the first statement, which fails, and
 SQLAlchemy discards the whole pool; the API's hot path takes that trade.
 
-The worker's hot path speaks one style: `Conn`, psycopg's own connection taken from the same
-pool (`connect`, or `session_conn` inside a session's transaction), statements written in
-psycopg's form (`%(name)s`) as named functions in store/, rows returned as frozen dataclasses.
+The worker's hot path, and the statements the API runs for every turn, speak one style:
+`Conn`, psycopg's own connection taken from the same pool (`connect`, or `session_conn`
+inside a session's transaction), statements written in psycopg's form (`%(name)s`) as named
+functions in store/, rows returned as frozen dataclasses.
 It keeps what the engine gives the ORM: the pool's checks, errors without parameters (a
 psycopg error is raised as the `StoreError` SQLAlchemy would raise, `hide_parameters`), a
 connection that broke mid-statement discarded, and every statement counted (`on_statement`).
@@ -25,7 +26,7 @@ import select
 import weakref
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, TypeAlias, TypeVar, cast
 
 import psycopg
 from psycopg import pq
@@ -299,10 +300,26 @@ async def connect(sessions: SessionMaker) -> AsyncIterator[Conn]:
 async def session_conn(db: AsyncSession) -> Conn:
     """The session's own connection as a `Conn`, inside the session's transaction (its
     pending changes written first): for a caller that also works through the session,
-    while its statements move to `Conn`. The session's commit commits both."""
-    await db.flush()
+    while its statements move to `Conn`. The session's commit commits both.
+
+    A POST asks for it once per statement, so the `Conn` is kept on the session for the
+    transaction it was made in (a later transaction may hold another pooled connection), and
+    the flush is skipped when nothing is pending: each is a trip through the session's
+    machinery (and a greenlet) otherwise."""
+    if db.new or db.dirty or db.deleted:
+        await db.flush()
+    transaction = db.sync_session.get_transaction()
+    kept = db.info.get(_KEPT_CONN)
+    if transaction is not None and kept is not None and kept[0] is transaction:
+        return cast(Conn, kept[1])
     connection = await db.connection()
     raw = await connection.get_raw_connection()
     driver = raw.driver_connection
     assert isinstance(driver, psycopg.AsyncConnection)
-    return Conn(driver, _HOOKS.get(connection.sync_engine.pool, []))
+    conn = Conn(driver, _HOOKS.get(connection.sync_engine.pool, []))
+    # The transaction object itself, held: it cannot be mistaken for a later one.
+    db.info[_KEPT_CONN] = (db.sync_session.get_transaction(), conn)
+    return conn
+
+
+_KEPT_CONN = "parley.session_conn"

@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel
-from sqlalchemy import Integer, String, text
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.contracts import TERMINAL_TURN_STATES, EventType, TurnState
@@ -190,41 +189,51 @@ class LogRead:
 
 
 async def read_log(
-    db: AsyncSession, *, turn_id: str, after: int, limit: int = 500, attach: bool = False
+    conn: Conn, *, turn_id: str, after: int, limit: int = 500, attach: bool = False
 ) -> LogRead:
     """The events after `after` and whether the turn has ended, from one statement: one
     snapshot, so an event committed between two reads is never taken for the end. A turn
     that does not exist has no events and has not ended. With `attach`, the same statement
-    counts the reader as a viewer of the turn (store/viewers.py)."""
+    counts the reader as a viewer of the turn (store/viewers.py); on a connection in
+    autocommit (`store.db.connect`), that commits with it."""
     statement = _ATTACH_AND_READ if attach else _READ_WITH_END
-    rows = (await db.execute(statement, {"turn_id": turn_id, "after": after, "limit": limit})).all()
+    rows = await conn.rows(statement, {"turn_id": turn_id, "after": after, "limit": limit}, _LogRow)
     if not rows:
         return LogRead([], False)
-    events = [StoredEvent(id=r.id, type=r.type, data=r.data) for r in rows if r.id is not None]
+    events = [StoredEvent(r.id, r.type, r.data) for r in rows if r.id is not None]
     last_sent = events[-1].id if events else after
     turn = rows[0]
     return LogRead(events, turn.state in _TERMINAL and last_sent >= turn.last_event_id)
 
 
+@dataclass(frozen=True)
+class _LogRow:
+    """One row of a read: the turn's state and counter beside each event. The event's columns
+    are all None in the one row of a turn with nothing after `after` (the empty side of the
+    join), which `read_log` drops by its id."""
+
+    state: str
+    last_event_id: int
+    id: int | None
+    type: Any
+    data: Any
+
+
 _TERMINAL = frozenset(state.value for state in TERMINAL_TURN_STATES)
-# Plain SQL: this runs at the start of every stream, at every poll and after every gap, so it
-# skips ORM compilation.
-_READ_SQL = """
+# Plain SQL on psycopg's own connection: this runs at the start of every stream, at every poll
+# and after every gap (the JSON comes back as Python objects, psycopg's default for jsonb).
+_READ_WITH_END = """
     SELECT t.state, t.last_event_id, e.id, e.type, e.data
     FROM turns AS t LEFT JOIN LATERAL (
         SELECT id, type, data FROM turn_events
-        WHERE turn_id = t.id AND id > :after ORDER BY id LIMIT :limit
+        WHERE turn_id = t.id AND id > %(after)s ORDER BY id LIMIT %(limit)s
     ) AS e ON true
-    WHERE t.id = :turn_id
+    WHERE t.id = %(turn_id)s
     ORDER BY e.id
 """
-_COLUMNS = {"state": String, "last_event_id": Integer, "id": Integer, "type": String}
-_READ_WITH_END = text(_READ_SQL).columns(**_COLUMNS, data=JSONB)
 # The UPDATE in the WITH runs whether or not it is read; the SELECT sees the turn as it was
 # before it, which differs only in the viewer count.
-_ATTACH_AND_READ = text(f"WITH attached AS ({ATTACH_VIEWER_SQL}) {_READ_SQL}").columns(
-    **_COLUMNS, data=JSONB
-)
+_ATTACH_AND_READ = f"WITH attached AS ({ATTACH_VIEWER_SQL}) {_READ_WITH_END}"
 
 
 async def withdraw_turn_text(db: AsyncSession | Conn, *, turn_id: str) -> None:

@@ -19,7 +19,7 @@ from parley.contracts import EventType, InteractionAnswer, TurnState
 from parley.ids import new_id
 from parley.specialists import match_option
 from parley.wire import InteractionData
-from store.models import ChatSession, SpecialistAnswer, Turn, TurnEvent
+from store.models import SpecialistAnswer, Turn, TurnEvent
 from store.rows import typed_row
 
 
@@ -61,14 +61,14 @@ async def open_interaction(db: AsyncSession, *, turn_id: str) -> InteractionData
 
 
 async def answer_for_waiting_turn(
-    db: AsyncSession, *, session: ChatSession, text: str, value: str | None
+    db: AsyncSession, *, active_turn_id: str | None, text: str, value: str | None
 ) -> tuple[Turn, InteractionAnswer] | None:
     """When the session's active turn waits for the user's answer: that turn and the answer
     (a clicked option's `value`, else the option the text names, else "": the specialist
     asks again). None when the active turn is not waiting for an answer."""
-    if session.active_turn_id is None:
+    if active_turn_id is None:
         return None
-    active = await db.get(Turn, session.active_turn_id)
+    active = await db.get(Turn, active_turn_id)
     if active is None or active.state != TurnState.awaiting_input:
         return None
     asked = await open_interaction(db, turn_id=active.id)

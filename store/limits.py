@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Interval, Select, TextClause, bindparam, delete, func, select, text, update
+from sqlalchemy import delete, func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.config import Limits
@@ -37,8 +37,9 @@ from parley.contracts import TERMINAL_TURN_STATES, TurnState
 from parley.errors import AgentPaused, DailyCapReached, RateLimited, TooManyActiveTurns
 from parley.ids import new_id
 from parley.tenancy import TenantConfig
+from store.db import Conn, session_conn
 from store.identity import Identity
-from store.models import StreamLease, Tenant, Turn
+from store.models import StreamLease
 from store.viewers import DETACH_VIEWER_SQL
 
 log = logging.getLogger(__name__)
@@ -150,33 +151,34 @@ async def _running_turns(
         "user_id": owner.user_id,
         "stale": timedelta(seconds=limits.turn_stale_after_s),
     }
-    row = (await db.execute(_RUNNING_AND_TENANT, params)).one()
-    return row.now, int(row.running or 0), bool(row.paused), row.config
+    conn = await session_conn(db)
+    row = await conn.row(_RUNNING_AND_TENANT, params, _RunningAndTenant)
+    assert row is not None  # a select list without FROM: always one row
+    return row.now, row.running, bool(row.paused), row.config
 
 
-def _running_and_tenant() -> Select[Any]:
-    running = (
-        select(func.count())
-        .select_from(Turn)
-        .where(
-            Turn.tenant_id == bindparam("tenant_id"),
-            Turn.user_id == bindparam("user_id"),
-            Turn.state.not_in([*TERMINAL_TURN_STATES, *RESTING]),
-            Turn.updated_at > func.now() - bindparam("stale", type_=Interval),
-        )
-        .scalar_subquery()
-    )
-    tenant = select(Tenant.paused, Tenant.config).where(Tenant.id == bindparam("tenant_id"))
-    return select(
-        func.now().label("now"),
-        running.label("running"),
-        tenant.with_only_columns(Tenant.paused).scalar_subquery().label("paused"),
-        tenant.with_only_columns(Tenant.config).scalar_subquery().label("config"),
-    )
+@dataclass(frozen=True)
+class _RunningAndTenant:
+    now: datetime
+    running: int
+    paused: bool | None  # None: the tenant has no row
+    config: dict[str, Any] | None
 
 
-# Built once: every post runs it (see store/identity.py `_IDENTITY`).
-_RUNNING_AND_TENANT = _running_and_tenant()
+# Plain SQL on the session's own connection (see store/identity.py `_IDENTITY`): every post
+# runs it. The states in which a turn does no model work, as SQL literals (sorted: the same
+# text in every process).
+_IDLE = ", ".join(sorted(f"'{state.value}'" for state in (*TERMINAL_TURN_STATES, *RESTING)))
+_RUNNING_AND_TENANT = f"""
+    SELECT now() AS now,
+        (SELECT count(*) FROM turns
+            WHERE tenant_id = %(tenant_id)s AND user_id = %(user_id)s
+                AND state NOT IN ({_IDLE})
+                AND updated_at > now() - %(stale)s
+        ) AS running,
+        (SELECT paused FROM tenants WHERE id = %(tenant_id)s) AS paused,
+        (SELECT config FROM tenants WHERE id = %(tenant_id)s) AS config
+"""
 
 
 @dataclass(frozen=True)
@@ -204,20 +206,38 @@ async def take_all(db: AsyncSession, takes: Sequence[Take]) -> None:
     for i, take in enumerate(takes):
         params |= {f"scope{i}": take.scope, f"subject{i}": take.subject}
         params |= {f"window{i}": take.window, f"limit{i}": take.limit}
+    conn = await session_conn(db)  # statements every post runs: see store/db.py `Conn`
     try:
-        async with db.begin_nested():
-            row = (await db.execute(_take_statement(len(takes)), params)).one()
+        # In a savepoint: a counting error must not abort the caller's transaction.
+        await conn.run(_SAVEPOINT, {})
+        try:
+            row = await conn.made(_take_statement(len(takes)), params, _taken)
+        except Exception:
+            await conn.run(_ROLLBACK_TO_SAVEPOINT, {})
+            raise
+        await conn.run(_RELEASE_SAVEPOINT, {})
     except Exception:
         scopes = ", ".join(f"{t.scope} for {t.subject}" for t in takes)
         log.warning("could not count %s; letting it through", scopes, exc_info=True)
         return
+    assert row is not None  # a select list without FROM: always one row
     for take, taken in zip(takes, row, strict=True):
         if not taken:
             raise take.refusal
 
 
+def _taken(**taken: bool) -> list[bool]:
+    """Whether each window took its use, in the order of the takes (`taken0`, `taken1`, …)."""
+    return [taken[f"taken{i}"] for i in range(len(taken))]
+
+
+_SAVEPOINT = "SAVEPOINT take_all"
+_RELEASE_SAVEPOINT = "RELEASE SAVEPOINT take_all"
+_ROLLBACK_TO_SAVEPOINT = "ROLLBACK TO SAVEPOINT take_all"
+
+
 @functools.cache  # one statement per number of windows (at most four), built once
-def _take_statement(n: int) -> TextClause:
+def _take_statement(n: int) -> str:
     """Upsert each counter (only while under its limit) and forget the subject's older windows
     once a new window opens; select whether each use was taken."""
     parts = []
@@ -225,106 +245,86 @@ def _take_statement(n: int) -> TextClause:
         parts.append(
             f"""take{i} AS (
         INSERT INTO usage_counters (scope, subject, window_start, used)
-        VALUES (:scope{i}, :subject{i}, :window{i}, 1)
+        VALUES (%(scope{i})s, %(subject{i})s, %(window{i})s, 1)
         ON CONFLICT (scope, subject, window_start)
-        DO UPDATE SET used = usage_counters.used + 1 WHERE usage_counters.used < :limit{i}
+        DO UPDATE SET used = usage_counters.used + 1 WHERE usage_counters.used < %(limit{i})s
         RETURNING (xmax = 0) AS fresh
     ), forget{i} AS (
         DELETE FROM usage_counters
-        WHERE scope = :scope{i} AND subject = :subject{i} AND window_start < :window{i}
+        WHERE scope = %(scope{i})s AND subject = %(subject{i})s
+            AND window_start < %(window{i})s
             AND EXISTS (SELECT 1 FROM take{i} WHERE fresh)
     )"""
         )
-    taken = ", ".join(f"EXISTS (SELECT 1 FROM take{i})" for i in range(n))
-    return text(f"WITH {', '.join(parts)} SELECT {taken}")
+    taken = ", ".join(f"EXISTS (SELECT 1 FROM take{i}) AS taken{i}" for i in range(n))
+    return f"WITH {', '.join(parts)} SELECT {taken}"
 
 
 # --- open streams -------------------------------------------------------------------------
 
 
 async def take_stream_lease(
-    db: AsyncSession,
-    *,
-    owner: Identity,
-    limit: int,
-    lease_s: float,
-    turn: tuple[str, str] | None = None,
+    conn: Conn, *, owner: Identity, limit: int, lease_s: float, turn: tuple[str, str]
 ) -> str | None:
-    """A lease for one more open stream of the user, or None at the limit. Under the user's
-    lock: then one statement forgets the user's lapsed leases and takes the new one if the
-    live ones leave room. With `turn` (session id, turn id), the lock is taken by the
-    statement that finds the owner's turn, and LookupError says it is not theirs."""
+    """A lease for one more open stream of the user's turn `turn` (session id, turn id), or
+    None at the limit; LookupError when the turn is not theirs. In the caller's transaction
+    (`session_conn`): one statement finds the owner's turn and takes the user's lock, then
+    one forgets the user's lapsed leases and takes the new one if the live ones leave room."""
+    session_id, turn_id = turn
+    who = {"tenant_id": owner.tenant_id, "user_id": owner.user_id}
+    params = {"turn_id": turn_id, "session_id": session_id}
     key = f"streams:{owner.tenant_id}/{owner.user_id}"
-    if turn is None:
-        await _lock(db, key)
-    else:
-        session_id, turn_id = turn
-        params = {"turn_id": turn_id, "session_id": session_id, "key": key}
-        found = await db.execute(
-            _LOCK_FOR_TURN, params | {"tenant_id": owner.tenant_id, "user_id": owner.user_id}
-        )
-        if found.first() is None:
-            raise LookupError(turn_id)
+    if await conn.value(_LOCK_FOR_TURN, params | who | {"key": key}) is None:
+        raise LookupError(turn_id)
     lease_id = new_id("lse")
-    taken = await db.scalar(
-        _TAKE_LEASE,
-        {
-            "id": lease_id,
-            "tenant_id": owner.tenant_id,
-            "user_id": owner.user_id,
-            "limit": limit,
-            "lease_s": lease_s,
-        },
-    )
+    asked = {"id": lease_id, "limit": limit, "lease_s": lease_s}
+    taken = await conn.value(_TAKE_LEASE, who | asked)
     return lease_id if taken is not None else None
 
 
 # The lock is taken for the row found (a select list is computed only for rows that pass
-# the WHERE), so a turn of someone else's takes no lock.
-_LOCK_FOR_TURN = text(
-    """
-    SELECT pg_advisory_xact_lock(hashtext(:key))
+# the WHERE), so a turn of someone else's takes no lock. Its one column is the void the lock
+# function returns, so the row is selected with a constant beside it.
+_LOCK_FOR_TURN = """
+    SELECT 1, pg_advisory_xact_lock(hashtext(%(key)s))
     FROM turns AS t JOIN sessions AS s ON s.id = t.session_id
-    WHERE t.id = :turn_id AND t.session_id = :session_id AND t.tenant_id = :tenant_id
-        AND t.user_id = :user_id AND s.deleted_at IS NULL
-    """
-)
+    WHERE t.id = %(turn_id)s AND t.session_id = %(session_id)s AND t.tenant_id = %(tenant_id)s
+        AND t.user_id = %(user_id)s AND s.deleted_at IS NULL
+"""
 
 
 # The CTEs see the table as it was before the statement: the count skips lapsed leases
 # itself rather than relying on the DELETE beside it.
-_TAKE_LEASE = text(
-    """
+_TAKE_LEASE = """
     WITH lapsed AS (
         DELETE FROM stream_leases
-        WHERE tenant_id = :tenant_id AND user_id = :user_id AND expires_at <= now()
+        WHERE tenant_id = %(tenant_id)s AND user_id = %(user_id)s AND expires_at <= now()
     ), held AS (
         SELECT count(*) AS n FROM stream_leases
-        WHERE tenant_id = :tenant_id AND user_id = :user_id AND expires_at > now()
+        WHERE tenant_id = %(tenant_id)s AND user_id = %(user_id)s AND expires_at > now()
     )
     INSERT INTO stream_leases (id, tenant_id, user_id, expires_at)
-    SELECT :id, :tenant_id, :user_id, now() + make_interval(secs => :lease_s)
-    FROM held WHERE held.n < :limit
+    SELECT %(id)s, %(tenant_id)s, %(user_id)s, now() + make_interval(secs => %(lease_s)s)
+    FROM held WHERE held.n < %(limit)s
     RETURNING id
-    """
-)
+"""
 
 
-async def end_stream(db: AsyncSession, *, lease_id: str, turn_id: str | None) -> None:
+async def end_stream(conn: Conn, *, lease_id: str, turn_id: str | None) -> None:
     """Drop a stream's lease and, when it counted as a viewer of `turn_id`, detach it
-    (store/viewers.py), in one statement."""
+    (store/viewers.py), in one statement (on a connection in autocommit, `store.db.connect`,
+    it commits by itself)."""
     if turn_id is None:
-        await drop_stream_leases(db, lease_ids=[lease_id])
+        await conn.run(_DROP_LEASE, {"lease_id": lease_id})
         return
-    await db.execute(_END_STREAM, {"lease_id": lease_id, "turn_id": turn_id})
+    await conn.run(_END_STREAM, {"lease_id": lease_id, "turn_id": turn_id})
 
 
-_END_STREAM = text(
-    f"""
-    WITH dropped AS (DELETE FROM stream_leases WHERE id = :lease_id)
+_DROP_LEASE = "DELETE FROM stream_leases WHERE id = %(lease_id)s"
+_END_STREAM = f"""
+    WITH dropped AS (DELETE FROM stream_leases WHERE id = %(lease_id)s)
     {DETACH_VIEWER_SQL}
-    """
-)
+"""
 
 
 async def renew_stream_leases(db: AsyncSession, *, lease_ids: list[str], lease_s: float) -> None:

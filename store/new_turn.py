@@ -7,18 +7,19 @@ lock (store/posting.py) and gets typed rows back.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import Select, Table, Text, bindparam, func, insert, select, true, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.contracts import MessageStatus, TurnState
 from parley.ids import new_id
 from parley.wire import MessageView
+from store.db import session_conn
 from store.events import NOTIFY_CHANNEL, opening_event, state_event
 from store.identity import Identity
-from store.models import ChatSession, Message, Turn, TurnEvent
+from store.models import Message
 from store.models.core import count_tokens
 
 
@@ -33,8 +34,9 @@ async def insert_message_and_turn(
     attached: Sequence[str],
 ) -> tuple[MessageView, str]:
     """Write the message and its new turn after `last_seq` (read under the session's lock);
-    return the message as the contract shows it and the turn's id. The ORM classes only
-    shape the parameters here: nothing joins the ORM session."""
+    return the message as the contract shows it and the turn's id. The ORM class only
+    shapes the message (its token count, its view) here: nothing joins the ORM session, and
+    the statement runs on the session's own connection, in its transaction."""
     turn_id, seq = new_id("trn"), last_seq + 1
     row = Message(
         id=new_id("msg"),
@@ -48,93 +50,58 @@ async def insert_message_and_turn(
         file_ids=list(attached) or None,
     )
     count_tokens(row)
-    turn = Turn(
-        id=turn_id,
-        session_id=session_id,
-        tenant_id=owner.tenant_id,
-        user_id=owner.user_id,
-        user_message_id=row.id,
-        user_seq=seq,
-        state=TurnState.received,
-        last_event_id=1,  # its `received` event is written with it
-        viewers=0,
-    )
-    stamps = (await db.execute(_WRITE, _write_params(row, turn))).one()
-    row.created_at = stamps.message_created_at
+    conn = await session_conn(db)
+    row.created_at = await conn.value(_WRITE, _write_params(row, owner))
     return MessageView.from_row(row), turn_id
 
 
-def _write_statement() -> Select[Any]:
-    """Insert the message, the turn and its first event (`received`, rung on the doorbell as
-    `append_events` would) and move the session on, returning the rows' stamps. Built once,
-    with a parameter per written column (`m_<column>`, `t_<column>`): a statement built per
-    post is compiled, or looked up by a cache key computed afresh, per post."""
-    messages, turns, sessions, events = (
-        cast(Table, m.__table__) for m in (Message, Turn, ChatSession, TurnEvent)
-    )
-    new_message = (
-        insert(messages)
-        .values({c: bindparam(f"m_{c}", type_=messages.c[c].type) for c in _MESSAGE_WRITTEN})
-        .returning(messages.c.created_at)
-        .cte("new_message")
-    )
-    new_turn = (
-        insert(turns)
-        .values({c: bindparam(f"t_{c}", type_=turns.c[c].type) for c in _TURN_WRITTEN})
-        .returning(turns.c.created_at, turns.c.updated_at)
-        .cte("new_turn")
-    )
-    first_event = (
-        insert(events)
-        .values(
-            turn_id=bindparam("t_id"),
-            id=1,
-            type=bindparam("e_type", type_=events.c.type.type),
-            data=bindparam("e_data", type_=events.c.data.type),
-        )
-        .returning(events.c.id)
-        .cte("first_event")
-    )
-    moved = (
-        update(sessions)
-        .where(sessions.c.id == bindparam("s_id", type_=sessions.c.id.type))
-        .values(
-            last_seq=bindparam("s_last_seq", type_=sessions.c.last_seq.type),
-            active_turn_id=bindparam("s_active_turn_id", type_=sessions.c.active_turn_id.type),
-        )
-        .returning(sessions.c.id)
-        .cte("moved_session")
-    )
-    return select(
-        new_message.c.created_at.label("message_created_at"),
-        new_turn.c.created_at.label("turn_created_at"),
-        new_turn.c.updated_at.label("turn_updated_at"),
-        moved.c.id.label("session_id"),
-        func.pg_notify(NOTIFY_CHANNEL, bindparam("e_notify", type_=Text)).label("rung"),
-    ).select_from(  # one row each
-        new_message.join(new_turn, true()).join(first_event, true()).join(moved, true())
-    )
-
-
-def _write_params(message: Message, turn: Turn) -> dict[str, Any]:
-    params = {f"m_{c}": getattr(message, c) for c in _MESSAGE_WRITTEN}
-    params |= {f"t_{c}": getattr(turn, c) for c in _TURN_WRITTEN}
+def _write_params(message: Message, owner: Identity) -> dict[str, Any]:
     type_, data = state_event(TurnState.received)
-    wire, notify = opening_event(turn.id, type_, data)
-    params |= {"e_type": type_.value, "e_data": wire, "e_notify": notify}
-    return params | {
-        "s_id": turn.session_id,
-        "s_last_seq": message.seq,
-        "s_active_turn_id": turn.id,
+    wire, notify = opening_event(message.turn_id or "", type_, data)
+    return {
+        "message_id": message.id,
+        "session_id": message.session_id,
+        "seq": message.seq,
+        "text": message.text,
+        "client_message_id": message.client_message_id,
+        "file_ids": json.dumps(message.file_ids) if message.file_ids is not None else None,
+        "token_count": message.token_count,
+        "token_counter": message.token_counter,
+        "turn_id": message.turn_id,
+        "tenant_id": owner.tenant_id,
+        "user_id": owner.user_id,
+        "event_type": type_.value,
+        "event_data": json.dumps(wire),
+        "notify": notify,
     }
 
 
-_MESSAGE_WRITTEN = (
-    "id", "session_id", "seq", "role", "turn_id", "status", "text", "client_message_id",
-    "file_ids", "token_count", "token_counter",
-)  # fmt: skip
-_TURN_WRITTEN = (
-    "id", "session_id", "tenant_id", "user_id", "user_message_id", "user_seq", "state",
-    "last_event_id", "viewers",
-)  # fmt: skip
-_WRITE = _write_statement()
+# Insert the message, the turn and its first event (`received`, rung on the doorbell as
+# `append_events` would) and move the session on, returning the message's stamp. Plain SQL on
+# psycopg's own connection, written once: every plain post runs it.
+_WRITE = f"""
+    WITH new_message AS (
+        INSERT INTO messages (id, session_id, seq, role, turn_id, status, text,
+            client_message_id, file_ids, token_count, token_counter)
+        VALUES (%(message_id)s, %(session_id)s, %(seq)s, 'user', %(turn_id)s,
+            '{MessageStatus.complete.value}', %(text)s, %(client_message_id)s,
+            CAST(%(file_ids)s AS jsonb), %(token_count)s, %(token_counter)s)
+        RETURNING created_at
+    ), new_turn AS (
+        INSERT INTO turns (id, session_id, tenant_id, user_id, user_message_id, user_seq, state,
+            last_event_id, viewers)
+        VALUES (%(turn_id)s, %(session_id)s, %(tenant_id)s, %(user_id)s, %(message_id)s,
+            %(seq)s, '{TurnState.received.value}', 1, 0)
+        RETURNING id
+    ), first_event AS (
+        INSERT INTO turn_events (turn_id, id, type, data)
+        VALUES (%(turn_id)s, 1, %(event_type)s, CAST(%(event_data)s AS jsonb))
+        RETURNING id
+    ), moved_session AS (
+        UPDATE sessions SET last_seq = %(seq)s, active_turn_id = %(turn_id)s
+        WHERE id = %(session_id)s
+        RETURNING id
+    )
+    SELECT new_message.created_at, pg_notify('{NOTIFY_CHANNEL}', %(notify)s)
+    FROM new_message, new_turn, first_event, moved_session
+"""

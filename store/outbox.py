@@ -4,14 +4,14 @@ turn row still open whose workflow may have closed without ending it."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import cast
 
-from sqlalchemy import Table, bindparam, func, select, update
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.contracts import TERMINAL_TURN_STATES, TurnState
 from parley.wire import ErrorData
 from store import turns
+from store.db import Conn, session_conn
 from store.models import Turn
 from store.queue import Startable
 from store.rows import typed_row
@@ -30,17 +30,15 @@ async def turn_number(db: AsyncSession, *, turn_id: str) -> int:
     return int(count or 0)
 
 
-async def mark_workflow_started(db: AsyncSession, *, turn_id: str) -> None:
-    await db.execute(_MARK_STARTED, {"turn_id": turn_id, "now": datetime.now(UTC)})
+async def mark_workflow_started(db: AsyncSession | Conn, *, turn_id: str) -> None:
+    conn = db if isinstance(db, Conn) else await session_conn(db)
+    await conn.run(_MARK_STARTED, {"turn_id": turn_id, "now": datetime.now(UTC)})
 
 
-# Built once, plain Core: every turn the API starts runs it, and an ORM update would evaluate
-# its criteria against the session's objects (`synchronize_session`) for nothing.
-_TURNS = cast(Table, Turn.__table__)
+# Plain SQL on psycopg's own connection: every turn the API starts runs it.
 _MARK_STARTED = (
-    update(_TURNS)
-    .where(_TURNS.c.id == bindparam("turn_id"), _TURNS.c.workflow_started_at.is_(None))
-    .values(workflow_started_at=bindparam("now"))
+    "UPDATE turns SET workflow_started_at = %(now)s"
+    " WHERE id = %(turn_id)s AND workflow_started_at IS NULL"
 )
 
 

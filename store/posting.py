@@ -21,8 +21,9 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
-from sqlalchemy import Text, bindparam, func, select
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.config import Limits
@@ -42,6 +43,7 @@ from parley.wire import MessageView
 from store import actions, interactions, new_turn, queue
 from store import files as files_store
 from store import limits as limits_store
+from store.db import session_conn
 from store.events import append_events, state_event
 from store.identity import Identity
 from store.models import (
@@ -50,7 +52,7 @@ from store.models import (
     QueuedMessage,
     Turn,
 )
-from store.sessions import get_turn, lock_session
+from store.sessions import SessionRow, get_turn, lock_session, lock_session_row
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +89,7 @@ class PostedMessage:
 class Post:
     """What the request asks, once admitted: the message and the session it goes to."""
 
-    session: ChatSession
+    session: SessionRow  # locked by this transaction (`_locked` for its ORM row)
     owner: Identity
     client_message_id: str
     text: str
@@ -137,7 +139,7 @@ async def post_user_message(
     interaction_value: str | None = None,
 ) -> PostedMessage:
     """Store a user message and what it starts or answers, in the caller's transaction."""
-    session = await lock_session(db, owner=owner, session_id=session_id)
+    session = await lock_session_row(db, owner=owner, session_id=session_id)
     earlier, turns_before = await _earlier_post(db, owner, session_id, client_message_id, text)
     if earlier is not None:
         return earlier
@@ -158,7 +160,7 @@ async def post_user_message(
 async def _validate(
     db: AsyncSession,
     owner: Identity,
-    session: ChatSession,
+    session: SessionRow,
     expected_last_seq: int | None,
     file_ids: Sequence[str],
 ) -> list[str]:
@@ -179,7 +181,7 @@ async def _classify(db: AsyncSession, post: Post) -> Kind:
     if session.active_turn_id is None:
         return NewTurn()
     answered = await interactions.answer_for_waiting_turn(
-        db, session=session, text=post.text, value=post.interaction_value
+        db, active_turn_id=session.active_turn_id, text=post.text, value=post.interaction_value
     )
     if answered is not None:
         return AnswerToSpecialist(*answered)
@@ -235,7 +237,7 @@ async def _queue_next_turn(db: AsyncSession, post: Post) -> PostedMessage:
     """The session's next turn, `queued`: started when the running one ends."""
     queued = await queue.queue_message(
         db,
-        session=post.session,
+        session=await _locked(db, post),
         owner=post.owner,
         client_message_id=post.client_message_id,
         text=post.text,
@@ -282,7 +284,10 @@ async def _earlier_post(
         "client_message_id": client_message_id,
         "lock_key": limits_store.turns_lock(owner),
     }
-    _, found, waiting, turns_before = (await db.execute(_EARLIER_AND_TURNS, params)).one()
+    conn = await session_conn(db)
+    read = await conn.made(_EARLIER_AND_TURNS, params, _earlier)
+    assert read is not None  # a select list without FROM: always one row
+    found, waiting, turns_before = read
     if found is None and waiting is None:
         return None, int(turns_before)
     if found is not None:
@@ -304,30 +309,31 @@ async def _earlier_post(
     return posted, int(turns_before)
 
 
-# Built once: every post runs it (see store/identity.py `_IDENTITY`).
-_EARLIER_AND_TURNS = select(
-    func.pg_advisory_xact_lock(func.hashtext(bindparam("lock_key", type_=Text))),
-    select(Message.id)
-    .where(
-        Message.session_id == bindparam("session_id"),
-        Message.client_message_id == bindparam("client_message_id"),
-    )
-    .scalar_subquery(),
-    select(QueuedMessage.turn_id)
-    .where(
-        QueuedMessage.session_id == bindparam("session_id"),
-        QueuedMessage.client_message_id == bindparam("client_message_id"),
-    )
-    .scalar_subquery(),
-    select(func.count()).where(Turn.session_id == bindparam("session_id")).scalar_subquery(),
-)
+def _earlier(
+    *, locked: Any, found: str | None, waiting: str | None, turns_before: int
+) -> tuple[str | None, str | None, int]:
+    return found, waiting, turns_before
+
+
+# Plain SQL on the session's own connection (see store/identity.py `_IDENTITY`): every post
+# runs it. The lock is the first column, so it is held before the reads beside it.
+_EARLIER_AND_TURNS = """
+    SELECT pg_advisory_xact_lock(hashtext(%(lock_key)s)) AS locked,
+        (SELECT id FROM messages
+            WHERE session_id = %(session_id)s AND client_message_id = %(client_message_id)s
+        ) AS found,
+        (SELECT turn_id FROM queued_messages
+            WHERE session_id = %(session_id)s AND client_message_id = %(client_message_id)s
+        ) AS waiting,
+        (SELECT count(*) FROM turns WHERE session_id = %(session_id)s) AS turns_before
+"""
 
 
 async def _join_turn(
     db: AsyncSession, post: Post, turn_id: str, *, attached: Sequence[str] = ()
 ) -> MessageView:
     """The user's message, with the session's next seq, as part of a turn already open."""
-    session = post.session
+    session = await _locked(db, post)
     session.last_seq += 1
     message = Message(
         id=new_id("msg"),
@@ -344,6 +350,14 @@ async def _join_turn(
     await db.flush()
     await db.refresh(message)
     return MessageView.from_row(message)
+
+
+async def _locked(db: AsyncSession, post: Post) -> ChatSession:
+    """The post's session as the ORM row, for the writers that move its counters through it
+    (the row is locked by this transaction already: `lock_session_row`)."""
+    session = await db.get(ChatSession, post.session.id)
+    assert session is not None
+    return session
 
 
 def _posted_turn(turn: Turn) -> PostedTurn:

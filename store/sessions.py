@@ -2,7 +2,8 @@
 
 What leaves this module is a typed row (`SessionRow`, `SessionSummary`, `StoredMessage`,
 `MessageView`), never an ORM object. `lock_session` is the one exception, for the store's
-own writers (posting, queue, forget): they hold the locked row and move its counters.
+own writers (posting, queue, forget): they hold the locked row and move its counters
+(`lock_session_row` locks it as a typed row, for a plain post).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from parley.errors import NotFound
 from parley.ids import new_id
 from parley.wire import MessageView
 from store import limits
+from store.db import session_conn
 from store.identity import Identity
 from store.models import ChatSession, Message, Tenant, Turn
 from store.rows import typed_row
@@ -123,6 +125,28 @@ async def lock_session(db: AsyncSession, *, owner: Identity, session_id: str) ->
     """The owner's session row, locked for this transaction: for the store's writers, which
     move its counters (`last_seq`, `active_turn_id`, `queued_turn_id`) under that lock."""
     return await _owned(db, _SESSION_FOR_UPDATE, owner=owner, session_id=session_id)
+
+
+async def lock_session_row(db: AsyncSession, *, owner: Identity, session_id: str) -> SessionRow:
+    """`lock_session` as a typed row, on the session's own connection: for a writer that
+    moves the counters in statements of its own (a plain post's new turn, store/new_turn.py),
+    which need no ORM object; one that does loads it (`db.get`), the row already locked."""
+    conn = await session_conn(db)
+    params = {"session_id": session_id, "tenant_id": owner.tenant_id, "user_id": owner.user_id}
+    session = await conn.row(_LOCK_SESSION_ROW, params, SessionRow)
+    if session is None:
+        raise NotFound(SESSION_NOT_FOUND)
+    return session
+
+
+# Plain SQL (see store/identity.py `_IDENTITY`): every post runs it.
+_LOCK_SESSION_ROW = """
+    SELECT id, tenant_id, user_id, last_seq, active_turn_id, queued_turn_id, created_at
+    FROM sessions
+    WHERE id = %(session_id)s AND tenant_id = %(tenant_id)s AND user_id = %(user_id)s
+        AND deleted_at IS NULL
+    FOR UPDATE
+"""
 
 
 async def _owned(

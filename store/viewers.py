@@ -4,31 +4,24 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.contracts import TERMINAL_TURN_STATES, TurnState
 from store.models import Turn
 
-
-async def attach_viewer(db: AsyncSession, *, turn_id: str) -> None:
-    await db.execute(text(ATTACH_VIEWER_SQL), {"turn_id": turn_id})
-
-
-# Plain SQL, so that a stream's first read of the log can carry it (store/events.py).
-ATTACH_VIEWER_SQL = "UPDATE turns SET viewers = viewers + 1, detached_at = NULL WHERE id = :turn_id"
-
-
-async def detach_viewer(db: AsyncSession, *, turn_id: str) -> None:
-    await db.execute(text(DETACH_VIEWER_SQL), {"turn_id": turn_id})
+# Plain SQL in psycopg's form, so that a stream's first read of the log can carry it
+# (store/events.py) and its end can join it to the drop of its lease (store/limits.py
+# `end_stream`); both run on a `Conn`.
+ATTACH_VIEWER_SQL = (
+    "UPDATE turns SET viewers = viewers + 1, detached_at = NULL WHERE id = %(turn_id)s"
+)
 
 
-# One viewer fewer; the last one out stamps when the turn was left alone. Plain SQL, so that
-# a stream's end can join it to the drop of its lease (store/limits.py `end_stream`).
+# One viewer fewer; the last one out stamps when the turn was left alone.
 DETACH_VIEWER_SQL = """
     UPDATE turns SET viewers = greatest(viewers - 1, 0),
         detached_at = CASE WHEN viewers <= 1 THEN now() ELSE NULL END
-    WHERE id = :turn_id
+    WHERE id = %(turn_id)s
 """
 
 

@@ -23,6 +23,7 @@ from store.db import (
     is_unreachable,
     on_statement_sent,
     ping,
+    session_conn,
     session_factory,
 )
 from tests.support.toolkit import eventually
@@ -87,6 +88,24 @@ async def test_a_statement_commits_by_itself_and_a_transaction_all_or_nothing(
         seen = await other.value(f"SELECT array_agg(v ORDER BY v) FROM {table}", {})
         await other.run(f"DROP TABLE {table}", {})
     assert seen == ["alone", "together"]
+
+
+async def test_a_sessions_conn_is_its_transactions_and_follows_it_to_the_next(
+    counted: tuple[SessionMaker, list[str]],
+) -> None:
+    sessions, _ = counted
+    xid = "SELECT txid_current()::text"
+    async with sessions() as db:
+        first = await session_conn(db)
+        assert await first.value(xid, {}) == (await db.execute(text(xid))).scalar_one()
+        assert await session_conn(db) is first  # kept for the transaction
+        before = await first.value(xid, {})
+        await db.commit()
+        after = await session_conn(db)
+        assert after is not first
+        assert await after.value(xid, {}) == (await db.execute(text(xid))).scalar_one()
+        assert await after.value(xid, {}) != before  # the next transaction, not the ended one
+        await db.rollback()
 
 
 async def test_an_error_is_the_stores_and_carries_no_parameters(

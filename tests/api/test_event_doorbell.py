@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator
-from typing import Any, cast
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -19,7 +19,7 @@ from sse_starlette.sse import SendTimeoutError
 from api.streaming import Doorbell, EventHub, TurnEventResponse, turn_event_stream
 from parley.contracts import EventType
 from parley.wire import DeltaData, ErrorData
-from store.db import libpq_url
+from store.db import libpq_url, on_statement_sent
 from store.events import (
     NOTIFY_CHANNEL,
     NOTIFY_EVENTS_MAX,
@@ -61,15 +61,23 @@ def test_a_notification_names_its_turn_and_carries_its_events() -> None:
     assert parse_notification("turn_1:7") == ("turn_1", [])  # a worker of the older release
 
 
-class CountingSessions:
-    """The stream's session factory, counting how often the stream went to the database."""
+class LogReads:
+    """How often a stream read the log: the reads sent on the engine behind `sessions`."""
 
-    def __init__(self, inner: async_sessionmaker[AsyncSession]) -> None:
-        self.inner, self.opened = inner, 0
+    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+        self.opened = 0
+        self.stop = on_statement_sent(sessions.kw["bind"], self._sent)
 
-    def __call__(self) -> AsyncSession:
-        self.opened += 1
-        return self.inner()
+    def _sent(self, statement: str) -> None:
+        if "FROM turn_events" in statement and "LEFT JOIN LATERAL" in statement:
+            self.opened += 1
+
+
+@pytest.fixture
+def log_reads(sessions: async_sessionmaker[AsyncSession]) -> Iterator[LogReads]:
+    reads = LogReads(sessions)
+    yield reads
+    reads.stop()
 
 
 async def _new_turn(db: AsyncSession) -> str:
@@ -87,18 +95,21 @@ async def hub(database_url: str) -> AsyncIterator[EventHub]:
 
 
 async def test_a_live_stream_sends_every_event_in_order_with_or_without_the_doorbell(
-    sessions: async_sessionmaker[AsyncSession], hub: EventHub, monkeypatch: pytest.MonkeyPatch
+    sessions: async_sessionmaker[AsyncSession],
+    hub: EventHub,
+    monkeypatch: pytest.MonkeyPatch,
+    log_reads: LogReads,
 ) -> None:
     # No poll rescues a stream here: what it sends came by the doorbell or by a read it chose.
     monkeypatch.setattr("api.streaming.POLL_INTERVAL_S", 120.0)
     async with sessions() as db:
         turn_id = await _new_turn(db)
-    counting = CountingSessions(sessions)
+    counting = log_reads
     received: list[ServerSentEvent] = []
     seen = asyncio.Condition()
 
     async def follow() -> None:
-        stream = turn_event_stream(hub=hub, sessions=cast(Any, counting), turn_id=turn_id, after=0)
+        stream = turn_event_stream(hub=hub, sessions=sessions, turn_id=turn_id, after=0)
         async for event in stream:
             async with seen:
                 received.append(event)
@@ -148,17 +159,20 @@ async def test_a_live_stream_sends_every_event_in_order_with_or_without_the_door
 
 
 async def test_a_quiet_stream_polls_the_log_only_while_the_listener_is_down(
-    sessions: async_sessionmaker[AsyncSession], hub: EventHub, monkeypatch: pytest.MonkeyPatch
+    sessions: async_sessionmaker[AsyncSession],
+    hub: EventHub,
+    monkeypatch: pytest.MonkeyPatch,
+    log_reads: LogReads,
 ) -> None:
     monkeypatch.setattr("api.streaming.POLL_INTERVAL_S", 0.05)
     monkeypatch.setattr("api.streaming.LISTENING_POLL_S", 120.0)
     async with sessions() as db:
         turn_id = await _new_turn(db)
-    counting = CountingSessions(sessions)
+    counting = log_reads
     received: list[ServerSentEvent] = []
 
     async def follow() -> None:
-        stream = turn_event_stream(hub=hub, sessions=cast(Any, counting), turn_id=turn_id, after=0)
+        stream = turn_event_stream(hub=hub, sessions=sessions, turn_id=turn_id, after=0)
         async for event in stream:
             received.append(event)
 

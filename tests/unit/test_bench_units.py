@@ -12,7 +12,13 @@ from typing import Any
 
 from bench.acceptance import render_acceptance
 from bench.memory import render_memory
-from bench.open_loop import arrival_times, plain_capacity
+from bench.open_loop import (
+    arrival_times,
+    floor_capacities,
+    plain_capacity,
+    render_floors,
+    render_open_loop,
+)
 from bench.sections import Section, needed, render_sections, run_sections, write_document
 
 
@@ -105,6 +111,67 @@ def test_capacity_is_the_best_plain_rate_of_any_table() -> None:
         "50": {"rows": {"parley plain": {"turns_per_s": 11.1}}},
     }
     assert plain_capacity(tables) == (11.1, "50 concurrent sessions")
+
+
+def test_the_floors_are_loaded_from_the_table_parleys_capacity_came_from() -> None:
+    tables = {
+        "20": {
+            "rows": {
+                "parley plain": {"turns_per_s": 10.3},
+                "baseline": {"turns_per_s": 90.0},
+                "skeleton new shape": {"turns_per_s": 50.0},
+            }
+        },
+        "50": {
+            "rows": {
+                "parley plain": {"turns_per_s": 11.1},
+                "baseline": {"turns_per_s": 70.0},
+                "skeleton new shape": {"turns_per_s": 40.0},
+            }
+        },
+    }
+    capacity = plain_capacity(tables)
+    assert floor_capacities(tables, capacity) == {"baseline": 70.0, "skeleton new shape": 40.0}
+
+
+def _floor(p95_ms: float, unloaded_ms: float) -> dict[str, Any]:
+    return {
+        "rate_per_s": 20.0,
+        "duration_s": 30.0,
+        "turns": {"first_delta": {"p50_ms": unloaded_ms, "p95_ms": p95_ms}},
+        "unloaded_p50_ms": unloaded_ms,
+        "p95_over_unloaded_p50": p95_ms / unloaded_ms,
+        "client_start_lag_max_ms": 1.0,
+    }
+
+
+def test_the_open_loop_shows_the_floors_ratios_beside_parleys() -> None:
+    report = {"p50_ms": 90.0, "p95_ms": 250.0}
+    results = {
+        "open_loop": {
+            "capacity_turns_per_s": 12.0,
+            "capacity_from": "20 concurrent sessions",
+            "rate_per_s": 6.0,
+            "duration_s": 60.0,
+            "arrivals": 360,
+            "turns": {"first_delta": report, "full_turn": report, "ok": 360, "events_lost": 0},
+            "unloaded_first_delta_p50_ms": 70.0,
+            "first_delta_p50_over_unloaded_p50": 90 / 70,
+            "first_delta_p95_over_unloaded_p50": 250 / 70,
+            "client_start_lag_max_ms": 3.0,
+            "sessions_added": 0,
+        },
+        "open_loop_floors": {
+            "baseline": _floor(30.0, 10.0),
+            "skeleton new shape": _floor(45.0, 15.0),
+        },
+    }
+    block = render_acceptance(results)
+    assert "first delta p95 250.0 ms = 3.57x the unloaded p50 70.0 ms (target <= 2x)" in block
+    assert "baseline p95 3.00x its unloaded p50, skeleton new shape p95 3.00x" in block
+    assert "3.57x" in render_open_loop(results["open_loop"])
+    floors = render_floors(results["open_loop_floors"])
+    assert "skeleton new shape" in floors and "3.00x" in floors
 
 
 def _row(turns_per_s: float, cpu_total: float, lost: int = 0) -> dict[str, Any]:
