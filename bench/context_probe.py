@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import cProfile
 import json
+import shutil
 import statistics
 import tempfile
 import time
@@ -172,15 +174,18 @@ def main() -> None:
     parser.add_argument("--profile", type=Path, default=None, help="cProfile's stats, CPU time")
     parser.add_argument("--dump", type=Path, default=None, help="the last stored request (JSON)")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="context-probe-") as tmp:
-        pg = EmbeddedPostgres(Path(tmp) / "data")
-        url = pg.start()
-        try:
-            upgrade(url)
-            turn_id = asyncio.run(seed(url))
-            asyncio.run(probe(url, turn_id, args.builds, args.profile, args.dump))
-        finally:
-            pg.stop()
+    tmp = tempfile.mkdtemp(prefix="context-probe-")
+    # Registered before the server starts, so it runs after the server's own exit handler
+    # (handlers run last first), which leaves a lock file behind in the folder.
+    atexit.register(shutil.rmtree, tmp, True)
+    pg = EmbeddedPostgres(Path(tmp) / "data")
+    url = pg.start()
+    try:
+        upgrade(url)
+        turn_id = asyncio.run(seed(url))
+        asyncio.run(probe(url, turn_id, args.builds, args.profile, args.dump))
+    finally:
+        pg.stop()
 
 
 if __name__ == "__main__":
