@@ -18,8 +18,9 @@ from parley.consented import confirmed_choice, hint_blocks, stated_preferences
 from parley.context import Block, Packed
 from parley.statuses import ActionStatus
 from parley.tokens import TokenCounter
-from store import actions, sessions, user_memory
+from store import actions, user_memory
 from store.db import Db
+from store.sessions import StoredMessage
 from store.turn_rows import TurnFacts
 
 # The user said yes to these (sent or not): a confirmed choice.
@@ -31,13 +32,15 @@ _CONFIRMED = (
 )
 
 
-async def remember_validated(db: Db, turn: TurnFacts, settings: Settings, *, step: int) -> bool:
+async def remember_validated(
+    db: Db, turn: TurnFacts, settings: Settings, *, step: int, message: StoredMessage | None
+) -> bool:
     """Store what this step's validated events say to remember (see above); whether the
-    session got a pinned copy (the build then reads its pinned facts again)."""
+    session got a pinned copy (the build then reads its pinned facts again). `message`: the
+    turn's, as the build read it."""
     owner = {"tenant_id": turn.tenant_id, "user_id": turn.user_id}
     ttl = settings.memory_ttl_days
     if step == 0:
-        message = await sessions.get_message(db, message_id=turn.user_message_id)
         stated = stated_preferences(message.text, message_id=message.id) if message else []
         written = await user_memory.remember(db, **owner, remembered=stated, ttl_days=ttl)
         for item in stated:

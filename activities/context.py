@@ -7,8 +7,13 @@ rolling summary, the recent turns, messages recalled by full-text search, the st
 the current message (parley/prompt.py shapes them, parley/context.py packs them). The request,
 with what it cost and what was left out, is stored as a model call (`steps.insert_call`, with
 the reference resolution at step 0, in one statement); only its id travels through history.
-Step 0 commits twice: once to show `building_context` on the stream before the build's slow
-parts (its lock on the turn ends there), and once with the call.
+
+The build reads on a `Conn` of its own, in autocommit: its first statement reads the turn and
+every row its phases ask (store/context_rows.py) and, at step 0, moves the turn to
+`building_context` and shows that on the stream, before the slow parts; recall's search runs
+on it too, and a plain step's model call is written on it, alone. What the build writes
+besides (the resolver's slots, pinned facts, durable memory, a warning) goes through a
+session that opens only then, and commits with the call.
 
 The conversation's blocks (pinned facts, summary, recent turns, recall) share the
 conversation budget, a ceiling whatever the rolling summary does: when the summary lags or
@@ -23,9 +28,7 @@ import asyncio
 from dataclasses import replace
 from typing import Any
 
-from temporalio.exceptions import ApplicationError
-
-from activities import consented_memory
+from activities import consented_memory, tracing
 from activities.attachments import attached_file_blocks
 from activities.knowledge import KnowledgeSource, Searched, authorize
 from activities.mcp import McpTools
@@ -40,10 +43,11 @@ from activities.recall import (
 from activities.references import References
 from activities.skills import SkillTools
 from activities.state_block import state_block
+from activities.step_request import pack_blocks, stored_request
 from activities.tool_offer import offered_tools
 from gateway.minilm import Embedder
 from parley.config import Settings
-from parley.context import Block, Packed, Share, input_budget, pack
+from parley.context import Block, Packed
 from parley.contracts import (
     BuildContextInput,
     BuildContextResult,
@@ -52,24 +56,18 @@ from parley.contracts import (
     TurnState,
     WarningCode,
 )
-from parley.errors import ContextTooLarge
-from parley.ids import prompt_cache_key
 from parley.memory import extract_facts, recall_terms
-from parley.paths import AnswerPath, choose_path, effort_for, path_block
+from parley.paths import AnswerPath, choose_path, path_block
 from parley.prompt import (
-    CONVERSATION_KINDS,
     Budgets,
     Memory,
     current_blocks,
-    describe,
     history_blocks,
     instructions_block,
     memory_blocks,
     plan_window,
     split_current,
-    stable_prefix,
 )
-from parley.redaction import redact_messages
 from parley.resolver import (
     PENDING_CLARIFICATION,
     Slot,
@@ -77,18 +75,19 @@ from parley.resolver import (
 from parley.tenancy import TenantConfig
 from parley.tokens import TokenCounter, count_message, counter_for
 from parley.wire import WarningData
+from store import identity, steps, turns, user_memory
 from store import memory as memory_store
 from store import sessions as session_store
-from store import steps, tenants, turns, user_memory
 from store.context_rows import (
+    BuildRows,
     SessionFacts,
+    TurnChanged,
     memory_read_again,
-    packed_before,
+    read_for_build,
     session_memory,
-    turn_with_rows,
     window_messages,
 )
-from store.db import Db, SessionMaker, connect, session_conn
+from store.db import Conn, Db, SessionMaker, connect, session_conn
 from store.events import append_event, has_warning
 from store.steps import CallRow
 from store.turn_rows import TurnFacts
@@ -123,73 +122,72 @@ class ContextBuilder:
         self._knowledge = knowledge
 
     async def build(self, inp: BuildContextInput) -> BuildContextResult:
-        async with self._sessions() as db:
-            # The turn (locked when the build enters its state) and the rows every phase
-            # reads, held for the whole build (activities/context_rows.py), in one statement.
-            turn, held, facts = await turn_with_rows(
-                db,
+        async with connect(self._sessions) as conn, self._sessions() as db:
+            read = await read_for_build(
+                conn,
                 inp.turn_id,
                 inp.step,
-                lock=inp.step == 0,
+                move=inp.step == 0,
                 recent_turns=self._settings.context_tool_result_age_turns,
             )
+            tracing.owners_read(session_id=read.turn.session_id, tenant_id=read.turn.tenant_id)
             # A retry after a crash reuses the request it already packed, wherever the turn
             # has got to since: a plain turn's steps are recorded when its one workflow task
             # completes, so a worker that dies in it has the next one run them all again.
-            existing = await packed_before(db, turn, inp.step, held)
-            if existing is not None:
-                return BuildContextResult(existing.id, existing.provider == "resolver")
-            if inp.step == 0:
-                await turns.advance_locked(db, turn, to=TurnState.building_context)
-                await db.commit()  # the stream shows the step before it runs
+            if read.packed is not None:
+                call_id, provider = read.packed
+                return BuildContextResult(call_id, provider == "resolver")
+            to = TurnState.building_context
+            if inp.step == 0 and not read.moved and turns.may_move(read.turn, to=to):
+                raise TurnChanged(f"turn {inp.turn_id} changed while its build read it")
+            turn, facts, message = read.turn, read.facts, read.message
             pinned = await consented_memory.remember_validated(
-                db, turn, self._settings, step=inp.step
+                db, turn, self._settings, step=inp.step, message=message
             )
             current_slots = facts.slots  # as the resolver leaves them, at step 0
             if inp.step == 0:
-                resolved = await self._references.resolve(db, turn, facts)
+                text = message.text if message is not None else ""
+                resolved = await self._references.resolve(db, turn, facts, text)
                 if isinstance(resolved, BuildContextResult):
                     return resolved
                 # The rest of the build reads the resolution on the turn (the tool offer).
                 current_slots, turn = resolved.slots, replace(turn, resolution=resolved.resolution)
             call = await self._pack_request(
-                db,
-                turn,
+                (conn, db),
+                replace(read, turn=turn),
                 inp.step,
                 reanswer_of=inp.reanswer_of,
                 current_slots=current_slots,
-                facts=facts,
                 pinned=pinned,
             )
-            del held
             return BuildContextResult(call.id)
 
     async def _pack_request(
         self,
-        db: Db,
-        turn: TurnFacts,
+        on: tuple[Conn, Db],
+        read: BuildRows,
         step: int,
         *,
         reanswer_of: str | None = None,
         current_slots: dict[str, Slot],
-        facts: SessionFacts,
         pinned: bool = False,
     ) -> CallRow:
-        """Store the step's model request: the packed blocks, the tools, the budget."""
-        tenant = await tenants.tenant_config(db, tenant_id=turn.tenant_id)
+        """Store the step's model request: the packed blocks, the tools, the budget. `on`:
+        the build's `Conn` (its reads, a plain step's call) and its session (the writes)."""
+        conn, db = on
+        turn = read.turn
+        tenant = TenantConfig.model_validate(read.tenant_config)
         model = tenant.model or self._settings.model
         counter = counter_for(model)
         budgets = self._budgets(tenant)
         # Knowledge is searched on a connection of its own while this one reads the rest.
-        searching = await self._search_knowledge(db, turn, budgets, counter, current_slots)
+        searching = self._search_knowledge(read, budgets, counter, current_slots)
         try:
-            tools, withheld = await self._tools(
-                db, turn, tenant, facts, reanswer=reanswer_of is not None
-            )
+            tools, withheld = await self._tools(db, read, tenant, reanswer=reanswer_of is not None)
             path = choose_path(tools, reanswer=reanswer_of is not None)  # parley/paths.py
-            facts = await _pin_stated_facts(db, turn, facts, step=step, pinned=pinned)
+            facts = await _pin_stated_facts(db, read, step=step, pinned=pinned)
             packed, plan = await self._assemble(
-                db,
+                on,
                 turn,
                 tenant,
                 budgets,
@@ -200,6 +198,7 @@ class ContextBuilder:
                 current_slots=current_slots,
                 facts=facts,
                 searching=searching,
+                read=read,
             )
         finally:
             await _settle(searching)
@@ -209,12 +208,12 @@ class ContextBuilder:
             knowledge = {**knowledge, "sources": []}
         if packed.missing:
             await _warn_dropped(db, turn, packed.missing)
-        request = _request(
+        request = stored_request(
             packed, plan, tools, budgets, counter, path, tenant, withheld, reanswer_of
         )
         request["knowledge"] = knowledge
         return await self._store(
-            db,
+            on,
             turn_id=turn.id,
             step=step,
             provider=tenant.model_provider or self._settings.model_provider,
@@ -223,33 +222,29 @@ class ContextBuilder:
             resolution=turn.resolution if step == 0 else None,
         )
 
-    async def _store(self, db: Db, **call: Any) -> CallRow:
-        """The step's model call, committed with what the build wrote before it (slots, a
-        warning); when it wrote and read nothing since its state's commit (a plain step 0),
-        alone in autocommit: no `BEGIN` and `COMMIT` round trips around it."""
+    async def _store(self, on: tuple[Conn, Db], **call: Any) -> CallRow:
+        """The step's model call, committed with what the build wrote before it through its
+        session (slots, a warning); when it used none (a plain step), alone on the build's
+        `Conn`, in autocommit: no `BEGIN` and `COMMIT` round trips around it."""
+        conn, db = on
         if db.in_transaction():
             written = await steps.insert_call(await session_conn(db), **call)
             await db.commit()
             return written
-        async with connect(self._sessions) as conn:
-            return await steps.insert_call(conn, **call)
+        return await steps.insert_call(conn, **call)
 
     async def _tools(
-        self,
-        db: Db,
-        turn: TurnFacts,
-        tenant: TenantConfig,
-        facts: SessionFacts,
-        *,
-        reanswer: bool,
+        self, db: Db, read: BuildRows, tenant: TenantConfig, *, reanswer: bool
     ) -> tuple[list[dict[str, Any]], dict[str, str]]:
         """The tools this turn can use, and why the others were left out (tool_offer.py)."""
         if reanswer:
             return [], {}
+        facts = read.facts
         offer = await offered_tools(
             db,
-            turn,
+            read.turn,
             tenant,
+            message=read.message.text if read.message is not None else "",
             mcp=self._mcp,
             skills=self._skills,
             recent_turns=self._settings.context_tool_result_age_turns,
@@ -273,7 +268,7 @@ class ContextBuilder:
 
     async def _assemble(
         self,
-        db: Db,
+        on: tuple[Conn, Db],
         turn: TurnFacts,
         tenant: TenantConfig,
         budgets: Budgets,
@@ -285,34 +280,34 @@ class ContextBuilder:
         current_slots: dict[str, Slot],
         facts: SessionFacts | None = None,
         searching: asyncio.Task[Searched] | None = None,
+        read: BuildRows | None = None,
     ) -> tuple[Packed, dict[str, Any]]:
-        """Load memory and messages, choose the window, recall, shape the blocks, pack. `facts`:
-        read with the turn (None: here, as for bench/memory.py); `searching`: knowledge's."""
+        """Load memory and messages, choose the window, recall, shape the blocks, pack (`facts`,
+        `read`: None in bench/memory.py, read here; `searching`: knowledge's search)."""
+        conn, db = on
         memory = await session_memory(db, turn, current_slots, facts)
         through = memory.summary.through_seq if memory.summary else None
         messages = await window_messages(db, turn, through, counter, facts)
         history, current = split_current(messages, turn.user_seq)
-        consent = None if facts is None else facts.consent
-        hints = await consented_memory.hints(db, turn, counter, consent=consent)
+        hints = await consented_memory.hints(db, turn, counter, consent=_consent(facts))
         remembered = memory_blocks(counter, memory, budgets) + hints.blocks
         left = budgets.conversation - sum(b.tokens for b in remembered)
         question = current[0].text if current else ""
         terms = recall_terms(question, slot_values=_slot_values(memory))
         whole = plan_window(history, memory, recent=left)
         # None when the window holds it all; else its embedding runs beside the reads below.
-        query = await start_recall(db, turn, whole, RecallQuery(terms, question, self._embedder))
-        try:
-            # A turn's actions are proposed by its tools, which run after step 0's model call.
-            state = await state_block(db, turn, current_slots, has_actions=step > 0)
-            files = await attached_file_blocks(db, turn, counter, self._settings, terms)
+        query = await start_recall(conn, turn, whole, RecallQuery(terms, question, self._embedder))
+        try:  # the state block, files, window and recall, knowledge's passages
+            state, files = await self._state_and_files(
+                db, turn, step, current_slots, (counter, terms), read
+            )
             window, folded, recalled, hits = await window_and_recall(
-                db, turn, history, memory, budgets, counter, left=left, whole=whole, query=query
+                conn, turn, history, memory, budgets, counter, left=left, whole=whole, query=query
             )
             knowledge, known = await self._passages(db, turn, searching, budgets, counter)
         finally:
             if query is not None:
                 query.cancel()  # when a read above failed, nobody reads the embedding
-        method = recalled_by(query)
         room = left - sum(b.tokens for b in folded.blocks)  # the window's, after the fold's
         blocks = [
             instructions_block(counter, system_prompt=self._system_prompt(tenant), tools=tools),
@@ -325,8 +320,8 @@ class ContextBuilder:
             *current_blocks(counter, current, state, budgets, terms=terms),
             *files,  # uploads
         ]
-        packed = _pack(blocks, budgets, counter, left_out=folded.left_out)
-        plan = window_plan(window, through, method, hits, folded) | {
+        packed = pack_blocks(blocks, budgets, counter, left_out=folded.left_out)
+        plan = window_plan(window, through, recalled_by(query), hits, folded) | {
             user_memory.HINTED_KEYS: hints.shown(packed),
             "knowledge": known,
         }
@@ -336,25 +331,46 @@ class ContextBuilder:
         persona = f"\n\n{tenant.persona}" if tenant.persona else ""
         return self._settings.system_prompt + persona
 
-    async def _search_knowledge(
+    async def _state_and_files(
         self,
         db: Db,
         turn: TurnFacts,
+        step: int,
+        current_slots: dict[str, Slot],
+        counted: tuple[TokenCounter, list[str]],
+        read: BuildRows | None,
+    ) -> tuple[dict[str, Any], list[Block]]:
+        """The state block, and the message's attached files as blocks (read only when the
+        message names any). A turn's actions are proposed by its tools, which run after step
+        0's model call: its state block reads none then. `counted`: the counter and the
+        message's recall terms (the files' chunks are chosen by them)."""
+        name = await _user_name(db, turn, read)
+        state = await state_block(db, turn, current_slots, user_name=name, has_actions=step > 0)
+        if read is not None and (read.message is None or not read.message.file_ids):
+            return state, []
+        counter, terms = counted
+        return state, await attached_file_blocks(db, turn, counter, self._settings, terms)
+
+    def _search_knowledge(
+        self,
+        read: BuildRows,
         budgets: Budgets,
         counter: TokenCounter,
         current_slots: dict[str, Slot],
     ) -> asyncio.Task[Searched] | None:
         """The tenant's knowledge search for this message, started (activities/knowledge.py);
-        none without a message, nor for a paste too large to read whole: its question is
-        about the pasted text."""
+        none without a message, nor for a paste too large to read whole (its question is
+        about the pasted text), nor for a tenant without documents."""
+        message, turn = read.message, read.turn
         if self._knowledge is None:
             return None
-        message = await session_store.get_message(db, message_id=turn.user_message_id)
         if message is None or message.status == MessageStatus.retracted or not message.text:
             return None
         if _tokens(message, counter) > (budgets.window - budgets.reserve) // 2:
             return None
-        await authorize(db, turn)
+        authorize(turn, user_known=read.user_known, session_tenant=read.session_tenant)
+        if not read.has_knowledge:
+            return None
         search = self._knowledge.search(
             self._sessions,
             turn,
@@ -381,59 +397,9 @@ class ContextBuilder:
         )
 
 
-def _pack(
-    blocks: list[Block], budgets: Budgets, counter: TokenCounter, *, left_out: list[str]
-) -> Packed:
-    """Pack to the model's window minus the output reserve, the conversation's blocks within
-    the conversation budget; a required block that cannot fit fails the turn (not retried:
-    the same conversation would not fit the next time either)."""
-    budget = input_budget(window=budgets.window, reserve=budgets.reserve, exact=counter.exact)
-    try:
-        return pack(
-            blocks,
-            budget=budget,
-            count_note=lambda note: count_message(counter, {"role": "system", "content": note}),
-            share=Share(CONVERSATION_KINDS, budgets.conversation),
-            left_out=left_out,
-        )
-    except ContextTooLarge as exc:
-        raise ApplicationError(exc.message, type=exc.code, non_retryable=True) from None
-
-
-def _request(
-    packed: Packed,
-    plan: dict[str, Any],
-    tools: list[dict[str, Any]],
-    budgets: Budgets,
-    counter: TokenCounter,
-    path: AnswerPath,
-    tenant: TenantConfig,
-    withheld: dict[str, str],
-    reanswer_of: str | None,
-) -> dict[str, Any]:
-    """The stored request of a step: what the model is sent (masked where the tenant asks,
-    parley/redaction.py), and what packing it cost."""
-    messages = redact_messages(packed.messages) if tenant.redact_model_input else packed.messages
-    return {
-        "messages": messages,
-        "tools": tools,
-        "max_output_tokens": budgets.reserve,
-        "reasoning_effort": effort_for(path, tenant.reasoning_effort),
-        "path": path.value,
-        "reanswer_of": reanswer_of,
-        "cache_key": prompt_cache_key(stable_prefix=stable_prefix(messages, tools)),
-        "budget": {
-            "window": budgets.window,
-            "reserve": budgets.reserve,
-            "input_budget": packed.budget,
-            "prompt_tokens": packed.used,
-            "counter": counter.name,
-            "blocks": describe(packed.kept),
-            "dropped": packed.missing,
-            "tools_withheld": withheld,
-            **plan,
-        },
-    }
+def _consent(facts: SessionFacts | None) -> bool | None:
+    """The user's consent to durable memory as the build read it (None: not read)."""
+    return None if facts is None else facts.consent
 
 
 def _slot_values(memory: Memory) -> list[str]:
@@ -461,20 +427,24 @@ async def _settle(task: asyncio.Task[Any] | None) -> None:
         task.exception()
 
 
-async def _pin_stated_facts(
-    db: Db, turn: TurnFacts, read: SessionFacts, *, step: int, pinned: bool
-) -> SessionFacts:
+async def _user_name(db: Db, turn: TurnFacts, read: BuildRows | None) -> str | None:
+    """The customer's name for the state block, as the build read it (None: read here)."""
+    if read is not None:
+        return read.user_name
+    user = await identity.get_user(db, tenant_id=turn.tenant_id, user_id=turn.user_id)
+    return user.display_name if user is not None else None
+
+
+async def _pin_stated_facts(db: Db, read: BuildRows, *, step: int, pinned: bool) -> SessionFacts:
     """What the user's message states about them outright is pinned by code, at once (at
-    step 0). The session's facts as `read` with the turn, their memory read again when this
+    step 0). The session's facts as read with the turn, their memory read again when this
     build pinned anything (`pinned`: durable memory's copies did)."""
-    message = (
-        await session_store.get_message(db, message_id=turn.user_message_id) if step == 0 else None
-    )
+    turn, message = read.turn, read.message if step == 0 else None
     if message is not None:
         stated = extract_facts(message.text, turn.user_seq)
         await memory_store.pin_facts(db, session_id=turn.session_id, facts=stated)
         pinned = pinned or bool(stated)
-    return await memory_read_again(db, turn, read) if pinned else read
+    return await memory_read_again(db, turn, read.facts) if pinned else read.facts
 
 
 async def _warn_dropped(db: Db, turn: TurnFacts, missing: list[str]) -> None:

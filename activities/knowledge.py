@@ -38,10 +38,8 @@ from parley.knowledge import (
 from parley.statuses import TurnErrorCode
 from parley.tokens import TokenCounter, count_message
 from parley.wire import CitationsData, CitationSource, WarningData
-from store import identity
 from store import knowledge as knowledge_store
-from store import sessions as session_store
-from store.db import Conn, Db, SessionMaker, StoreError, autocommit
+from store.db import Conn, Db, SessionMaker, StoreError, connect
 from store.events import append_event, has_warning
 from store.steps import CallRow
 from store.turn_rows import TurnFacts, TurnRow
@@ -90,11 +88,10 @@ class KnowledgeSource:
         message: str,
         slots: dict[str, Any],
     ) -> Searched:
-        """The passages for this message, searched on a session of `sessions` in autocommit
-        (reads only). The caller has `authorize`d the turn."""
+        """The passages for this message, searched on a connection of `sessions`' pool in
+        autocommit (reads only). The caller has `authorize`d the turn."""
         query = standalone_query(message, slots=slots)
-        async with sessions() as aside:
-            await autocommit(aside)
+        async with connect(sessions) as aside:
             return await self._search(aside, turn, query)
 
     async def blocks(
@@ -135,7 +132,7 @@ class KnowledgeSource:
         )
         return [block], record
 
-    async def _search(self, db: Db, turn: TurnFacts, query: str) -> Searched:
+    async def _search(self, db: Conn, turn: TurnFacts, query: str) -> Searched:
         """The always-documents' passages and what the search found, on a session in
         autocommit (a failed statement spoils nothing). With an embedder, the query's
         embedding (a request to the embedding server) runs while the text search does."""
@@ -167,13 +164,13 @@ class KnowledgeSource:
         fused = fuse([[p.key for p in text_hits], [p.key for p in vector_hits]])
         return Searched(query, always, Found([by_key[k] for k in fused[: self._limit]], "hybrid"))
 
-    async def _has_vectors(self, db: Db) -> bool:
+    async def _has_vectors(self, db: Conn) -> bool:
         if not self._vectors_seen:
             self._vectors_seen = await knowledge_store.has_vectors(db)
         return self._vectors_seen
 
     async def _vector_search(
-        self, db: Db, turn: TurnFacts, embedding: asyncio.Task[list[list[float]]]
+        self, db: Conn, turn: TurnFacts, embedding: asyncio.Task[list[list[float]]]
     ) -> list[Passage] | None:
         """Nearest chunks to the query's embedding; None on a failure (the answer then rests
         on full-text search alone, with a warning)."""
@@ -192,12 +189,10 @@ class KnowledgeSource:
             return None
 
 
-async def authorize(db: Db, turn: TurnFacts) -> None:
+def authorize(turn: TurnFacts, *, user_known: bool, session_tenant: str | None) -> None:
     """The turn's user must be a member of the tenant whose documents are searched, and the
-    session must belong to that tenant; otherwise the turn stops."""
-    user = await identity.get_user(db, tenant_id=turn.tenant_id, user_id=turn.user_id)
-    session = await session_store.get_chat_session(db, session_id=turn.session_id)
-    if user is None or session is None or session.tenant_id != turn.tenant_id:
+    session must belong to that tenant (as the build read them); otherwise the turn stops."""
+    if not user_known or session_tenant != turn.tenant_id:
         raise ApplicationError(
             "not authorized to read this tenant's knowledge",
             type=TurnErrorCode.forbidden,

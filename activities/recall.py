@@ -30,7 +30,7 @@ from parley.tokens import TokenCounter
 from parley.window import Window, turn_tokens
 from store import embeddings as embedding_store
 from store import recall as recall_store
-from store.db import Db, SessionMaker
+from store.db import Conn, SessionMaker
 from store.turn_rows import TurnFacts
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,7 @@ class RecallQuery:
     # The question's embedding, running in a thread (`start`); None: not started.
     vector: asyncio.Task[list[list[float]]] | None = None
 
-    async def start(self, db: Db) -> RecallQuery:
+    async def start(self, db: Conn) -> RecallQuery:
         """This query with its embedding under way, when there is an embedder and the
         database holds vectors to compare it with (else as it is): the forward pass is CPU
         work, so it runs in a thread while the caller's next statements wait on the database.
@@ -74,7 +74,7 @@ class RecallQuery:
 
 
 async def recall_hits(
-    db: Db, query: RecallQuery, *, session_id: str, before_seq: int, limit: int
+    db: Conn, query: RecallQuery, *, session_id: str, before_seq: int, limit: int
 ) -> list[RecallHit]:
     """The older messages most relevant to the question, best first: full-text, fused with
     the nearest in meaning when an embedder is configured, and with the neighbours of the best
@@ -129,7 +129,7 @@ def holds_everything(window: Window, turn: TurnFacts) -> bool:
 
 
 async def start_recall(
-    db: Db, turn: TurnFacts, whole: Window, query: RecallQuery
+    db: Conn, turn: TurnFacts, whole: Window, query: RecallQuery
 ) -> RecallQuery | None:
     """No recall (None) when the `whole` window holds the conversation: nothing to search,
     nothing to embed. Else `query`, its embedding started in a thread so that it runs while
@@ -140,7 +140,7 @@ async def start_recall(
 
 
 async def window_and_recall(
-    db: Db,
+    db: Conn,
     turn: TurnFacts,
     history: list[list[WindowMessage]],
     memory: Memory,

@@ -26,7 +26,6 @@ from parley.resolver import (
 )
 from parley.statuses import FinishReason
 from parley.wire import ClarificationData, DeltaData, Option, WarningData
-from store import sessions as session_store
 from store import slots, steps
 from store.context_rows import SessionFacts
 from store.db import Db, session_conn
@@ -49,7 +48,7 @@ class References:
         self._northwind = northwind
 
     async def resolve(
-        self, db: Db, turn: TurnFacts, facts: SessionFacts
+        self, db: Db, turn: TurnFacts, facts: SessionFacts, message: str
     ) -> BuildContextResult | Resolved:
         """Run the reference resolver; if it must ask, answer with the question (no model).
         Otherwise return the session's slots as the resolver left them (the packing reads
@@ -59,10 +58,10 @@ class References:
         # Result sets first ("those", "just the ones over $500"); orders when they pass.
         current = facts.slots
         sets = await resolve_result_sets(
-            db, turn, self._northwind, current, has_sets=facts.has_sets
+            db, turn, self._northwind, current, message=message, has_sets=facts.has_sets
         )
         if sets.kind == "none":
-            resolution = await self._resolution(db, turn, current)
+            resolution = await self._resolution(db, turn, current, message)
         else:
             pending = PENDING_CLARIFICATION in current
             resolution = Resolution("none", slot_clears=(PENDING_CLARIFICATION,) if pending else ())
@@ -91,16 +90,16 @@ class References:
         await db.commit()
         return BuildContextResult(call.id, clarification=True)
 
-    async def _resolution(self, db: Db, turn: TurnFacts, current: dict[str, Slot]) -> Resolution:
+    async def _resolution(
+        self, db: Db, turn: TurnFacts, current: dict[str, Slot], message: str
+    ) -> Resolution:
         """What the user's message refers to; the customer's records are fetched only when the
         slots alone cannot tell."""
-        user_message = await session_store.get_message(db, message_id=turn.user_message_id)
-        assert user_message is not None
         try:
-            return resolve(user_message.text, slots=current, user_seq=turn.user_seq)
+            return resolve(message, slots=current, user_seq=turn.user_seq)
         except NeedsCandidates:
             return resolve(
-                user_message.text,
+                message,
                 slots=current,
                 user_seq=turn.user_seq,
                 entities=await self._known_entities(db, turn),

@@ -32,7 +32,6 @@ from parley.result_sets import (
 )
 from parley.tools import ProposeOrdersCsvArgs, SearchOrdersArgs, ToolError
 from store import result_sets as result_set_store
-from store import sessions as session_store
 from store import slots
 from store.db import Db, SessionMaker, connect
 from store.turn_rows import ToolCallRow, TurnFacts
@@ -57,13 +56,12 @@ async def resolve_result_sets(
     northwind: NorthwindClient,
     current: dict[str, Slot] | None = None,
     *,
+    message: str,
     has_sets: bool = True,
 ) -> SetResolution:
-    """Rungs of the resolver ladder for result sets (run before the order resolver);
-    `current`: the session's slots when the caller has read them already; `has_sets=False`:
-    the caller knows the session has stored no set (none is read)."""
-    message = await session_store.get_message(db, message_id=turn.user_message_id)
-    assert message is not None
+    """Rungs of the resolver ladder for result sets (run before the order resolver) for
+    the turn's `message`; `current`: the session's slots when the caller has read them
+    already; `has_sets=False`: the caller knows the session has stored no set (none is read)."""
     sets = (
         await result_set_store.recent_result_sets(db, session_id=turn.session_id)
         if has_sets
@@ -74,10 +72,10 @@ async def resolve_result_sets(
     pending = current.get(PENDING_CLARIFICATION)
     value = pending.value if pending is not None and isinstance(pending.value, dict) else None
     try:
-        return decide(message.text, sets=sets, pending=value)
+        return decide(message, sets=sets, pending=value)
     except NeedsToday:
         today = await northwind.today() or datetime.now(UTC).date()
-        return decide(message.text, sets=sets, pending=value, today=today)
+        return decide(message, sets=sets, pending=value, today=today)
 
 
 def export_summary(args: dict[str, Any]) -> str | None:

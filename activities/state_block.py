@@ -8,20 +8,25 @@ from typing import Any
 from activities.result_sets import export_summary
 from parley.mcp import is_mcp_name
 from parley.resolver import PENDING_CLARIFICATION, Slot
-from store import actions, identity, slots
+from store import actions, slots
 from store.db import Db
 from store.turn_rows import TurnFacts
 
 
 async def state_block(
-    db: Db, turn: TurnFacts, current: dict[str, Slot], *, has_actions: bool = True
+    db: Db,
+    turn: TurnFacts,
+    current: dict[str, Slot],
+    *,
+    user_name: str | None,
+    has_actions: bool = True,
 ) -> dict[str, Any]:
     """The state block: facts the server knows, for the model to read (not obey).
-    `has_actions=False`: the caller knows the turn has proposed nothing yet (not read)."""
-    user = await identity.get_user(db, tenant_id=turn.tenant_id, user_id=turn.user_id)
+    `user_name`: the customer's, as the build read it; `has_actions=False`: the caller knows
+    the turn has proposed nothing yet (not read)."""
     action = await actions.latest_action(db, turn_id=turn.id) if has_actions else None
     return {
-        "customer": {"name": user.display_name if user else None},
+        "customer": {"name": user_name},
         "slots": slots.slots_view({k: v for k, v in current.items() if k != PENDING_CLARIFICATION}),
         "resolution": turn.resolution or {},
         "action": None

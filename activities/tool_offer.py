@@ -11,7 +11,6 @@ from parley.tenancy import TenantConfig
 from parley.tool_offer import Offer, TurnShape, offer
 from parley.tools import model_tools
 from store import result_sets
-from store import sessions as session_store
 from store.db import Db
 from store.turn_rows import TurnFacts
 
@@ -21,21 +20,22 @@ async def offered_tools(
     turn: TurnFacts,
     tenant: TenantConfig,
     *,
+    message: str,
     mcp: McpTools,
     skills: SkillTools,
     recent_turns: int,
     facts: tuple[bool, frozenset[str]] | None = None,
 ) -> Offer:
     """Local tools, the allowed tools of the tenant's MCP servers, `run_skill` when the tenant
-    enables skills; less those this turn's shape cannot use. `facts`: the session's facts
-    (`result_sets.offer_facts`) when the caller read them already."""
+    enables skills; less those this turn's shape cannot use. `message`: the text the turn
+    answers; `facts`: the session's facts (`result_sets.offer_facts`) when the caller read
+    them already."""
     tools = tenant_tools(tenant) + await mcp.offered(db, turn, tenant) + skills.offered(tenant)
-    message = await session_store.get_message(db, message_id=turn.user_message_id)
     has_result_sets, recently_used = facts or await result_sets.offer_facts(
         db, session_id=turn.session_id, user_seq=turn.user_seq, recent_turns=recent_turns
     )
     shape = TurnShape(
-        message=message.text if message is not None else "",
+        message=message,
         result_set_in_play="result_set" in (turn.resolution or {}),
         has_result_sets=has_result_sets,
         recently_used=recently_used,

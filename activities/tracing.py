@@ -36,6 +36,21 @@ GATHER_S = 0.02
 # The attributes of the span being recorded around the running activity; None outside one
 # (a test calling an activity method directly), where `annotate` does nothing.
 _current_attrs: ContextVar[dict[str, Any] | None] = ContextVar("span_attrs", default=None)
+# Where the running step tells the turn's owners it read (`owners_read`); None outside one.
+_owners_sink: ContextVar[Callable[[str, str], None] | None] = ContextVar("owners", default=None)
+
+# The steps a turn's first workflow task starts together: the context build reads the turn's
+# session and tenant with its turn, so neither it nor the input screen beside it has them
+# looked up (unless the build has not told them within `TurnOwners.REPORT_WITHIN_S`).
+TOLD_OWNERS = frozenset({"screen_input", "build_context"})
+
+
+def owners_read(*, session_id: str, tenant_id: str) -> None:
+    """The running step read its turn's session and tenant: its log lines (and those of the
+    turn's other steps on this worker) name them, with no lookup of their own."""
+    sink = _owners_sink.get()
+    if sink is not None:
+        sink(session_id, tenant_id)
 
 
 def annotate(**attrs: Any) -> None:
@@ -117,12 +132,15 @@ ENDINGS = frozenset(
 
 
 class TurnOwners:
-    """The session and tenant of a turn, for the log context of its steps: looked up once
-    per turn and worker (a turn's steps mostly run on one worker; steps that start together,
-    the input screen and the context, share one lookup, and neither waits for it), kept for
-    the last few hundred turns."""
+    """The session and tenant of a turn, for the log context of its steps: known once per
+    turn and worker (a turn's steps mostly run on one worker), kept for the last few hundred
+    turns. The context build reads them with its turn and tells them (`read`), so the steps
+    that start with it, the input screen and the build, have none looked up; another step
+    has them looked up (`ask`), once, and no step waits for them."""
 
     SIZE = 512
+    # How long a step told the owners by the build waits for them before looking them up.
+    REPORT_WITHIN_S = 1.0
 
     def __init__(self, sessions: SessionMaker) -> None:
         self._sessions = sessions
@@ -144,6 +162,42 @@ class TurnOwners:
             asked.add_done_callback(lambda _: self._asked.pop(turn_id, None))
         return asked
 
+    def told(self, turn_id: str) -> asyncio.Future[tuple[str, str] | None]:
+        """The owners a step will tell (`read`), or a lookup under way; looked up after all
+        when nobody has told them within `REPORT_WITHIN_S` (the build failed first)."""
+        asked = self._asked.get(turn_id)
+        if asked is None:
+            loop = asyncio.get_running_loop()
+            waiting = self._asked[turn_id] = loop.create_future()
+            waiting.add_done_callback(lambda _: self._asked.pop(turn_id, None))
+            loop.call_later(self.REPORT_WITHIN_S, self._fall_back, turn_id, waiting)
+            return waiting
+        return asked
+
+    def read(self, turn_id: str, session_id: str, tenant_id: str) -> None:
+        """A step read the turn's owners: kept, and given to the steps waiting for them."""
+        self._keep(turn_id, (session_id, tenant_id))
+        waiting = self._asked.get(turn_id)
+        if waiting is not None and not isinstance(waiting, asyncio.Task) and not waiting.done():
+            waiting.set_result((session_id, tenant_id))
+
+    def _fall_back(self, turn_id: str, waiting: asyncio.Future[tuple[str, str] | None]) -> None:
+        if waiting.done():
+            return
+        looked_up = asyncio.ensure_future(self._look_up(turn_id))
+
+        def answer(done: asyncio.Future[tuple[str, str] | None]) -> None:
+            if not waiting.done():  # `_look_up` raises nothing; None when it failed
+                waiting.set_result(None if done.cancelled() else done.result())
+
+        looked_up.add_done_callback(answer)
+
+    def _keep(self, turn_id: str, owners: tuple[str, str]) -> None:
+        self._known[turn_id] = owners
+        self._known.move_to_end(turn_id)
+        if len(self._known) > self.SIZE:
+            self._known.popitem(last=False)
+
     async def _look_up(self, turn_id: str) -> tuple[str, str] | None:
         try:
             row = await traces.turn_owners(self._sessions, turn_id)
@@ -152,9 +206,7 @@ class TurnOwners:
             return None
         if row is None:
             return None
-        self._known[turn_id] = (row.session_id, row.tenant_id)
-        if len(self._known) > self.SIZE:
-            self._known.popitem(last=False)
+        self._keep(turn_id, (row.session_id, row.tenant_id))
         return row.session_id, row.tenant_id
 
 
@@ -181,9 +233,15 @@ class _SpanRecorder(ActivityInboundInterceptor):
             if known is None:
                 # A turn's first step on this worker does not wait for the lookup (a round
                 # trip on the way to the first token): its lines name the session and tenant
-                # from when the lookup is back.
-                self._owners.ask(turn_id).add_done_callback(_binding(late_binder()))
-            return await self._traced(input, turn_id)
+                # from when the lookup is back, or the build tells them.
+                told = activity.info().activity_type in TOLD_OWNERS
+                owners = self._owners.told(turn_id) if told else self._owners.ask(turn_id)
+                owners.add_done_callback(_binding(late_binder()))
+            sink = _owners_sink.set(lambda s, t: self._owners.read(turn_id, s, t))
+            try:
+                return await self._traced(input, turn_id)
+            finally:
+                _owners_sink.reset(sink)
 
     async def _traced(self, input: ExecuteActivityInput, turn_id: str) -> Any:
         if activity.info().activity_type in ENDINGS:

@@ -149,7 +149,7 @@ class TurnActivities:
             # its workflow task after a crash (wherever the turn has got to).
             return _result(call)
         # What the statement wrote nothing for: a turn stopped or ended, a refused move.
-        turns.check_advance(found.turn, to=TurnState.calling_model)
+        turns.may_move(found.turn, to=TurnState.calling_model)
         if opened.counted and call.attempts > 1:
             # Only an earlier attempt can have streamed for the call.
             await _reset_partial_stream(

@@ -55,6 +55,7 @@ from parley.prompt import RECALLED_SEQ
 from parley.tenancy import TenantConfig
 from parley.tokens import MESSAGE_OVERHEAD, counter_for
 from store import slots
+from store.db import session_conn
 from store.models import ChatSession, ConversationSummary, Message, ModelCall, Turn
 from store.rows import typed_row
 from store.turn_rows import TurnFacts
@@ -312,7 +313,7 @@ async def _pack_question(
         tools = tenant_tools(tenant)
         current_slots = await slots.get_slots(db, session_id=sid)
         packed, plan = await builder._assemble(
-            db,
+            (await session_conn(db), db),
             typed_row(TurnFacts, turn),
             tenant,
             budgets,

@@ -6,10 +6,11 @@ One module per stage of a conversation: `sessions` (sessions, messages, reads fo
 turn, and its promotion when that turn ends), `turns` (a turn's progress and endings, and the
 one function that moves its state), `steps` (a turn's model calls and the reads its steps
 make), `attempts` (a model call's attempt opened, and a reply asking for tools stored, in one
-statement each), `context_rows` (the context build's one-statement read), `actions` (proposals and
-confirmations), `viewers` (who watches a turn), `outbox` (the start outbox's queries),
-`events` (the per-turn event log) and `listener` (its LISTEN connection), `traces` (the
-trace ledger), beside `identity`, `tenants` and `slots`.
+statement each), `context_rows` (the context build's one-statement read, with its move to
+`building_context`), `actions` (proposals and confirmations), `viewers` (who watches a
+turn), `outbox` (the start outbox's queries), `events` (the per-turn event log) and
+`listener` (its LISTEN connection), `traces` (the trace ledger), beside `identity`,
+`tenants` and `slots`.
 
 Only this package imports SQLAlchemy or psycopg (tests/unit/test_layout.py). Callers name a
 unit of work `store.db.Db` and its factory `store.db.SessionMaker`, and reach the database
@@ -20,11 +21,10 @@ dataclass (read off an ORM object with `store.rows.typed_row`, or made by a `Con
 statement), or a pydantic model where the contract has one (`parley.wire.MessageView`);
 writes are named functions here. Only this package imports `store.models`: the API, the
 worker's activities and the wiring never hold an ORM object (tests/unit/test_layout.py).
-The context build holds its turn's ORM rows only as an opaque handle, so that its session
-answers later reads of them from memory (`context_rows.turn_with_rows`).
 
-The worker's hot path (a model call's step, a tool call's step, the event appends, trace
-spans, finalize, the screens' reads, follow-ups, the tool requests) runs in one leaner style:
+The worker's hot path (the context build's reads, recall and knowledge searches, a model
+call's step, a tool call's step, the event appends, trace spans, finalize, the screens' reads,
+follow-ups, the tool requests) runs in one leaner style:
 `store.db.Conn`, psycopg's own connection taken from the same pool (`connect`, or
 `session_conn` inside a session's transaction), named statements returning frozen
 dataclasses (`steps.CallRow`, `turn_rows.TurnRow`, `turn_rows.ToolCallRow`), autocommit

@@ -1,51 +1,37 @@
-"""The rows a context build reads in every phase, loaded together at its start.
+"""What a context build reads, in one statement on the build's `Conn`, at its start.
 
-The session's identity map keeps only referenced objects; the build holds these for its whole
-run, so each later `db.get` of them (the tool offer, the state block, the knowledge check,
-the tenant's configuration) is answered from memory instead of by another round trip. The
-same statement reads the session's facts that every step asks (slots, the user's consent to
-durable memory, the tool offer's facts, the rolling summary and the pinned facts), each a
-scalar subquery. Also the session's recent messages, which the packing reads once.
+The turn as a typed row, its user message (`StoredMessage`), what the build asks of the
+user, the session and the tenant (the user's name and membership, the session's tenant, the
+tenant's configuration, whether it has knowledge documents), the step's model call if an
+earlier attempt stored it, and the session's facts that every step asks (slots, the user's
+consent to durable memory, the tool offer's facts, the rolling summary, the pinned facts and
+the recent window), each a scalar subquery.
+
+At step 0 the same statement moves the turn to `building_context` and announces it on the
+stream (its `state` event appended and the doorbell rung, as store/events.py appends do), in
+autocommit: the stream shows the step before the build's slow parts run, with no `BEGIN` and
+`COMMIT` around it. The move is guarded in SQL (the turn in a state the table lets move
+there, no Stop recorded, no call of the step stored yet), so a row that changed since a
+caller looked cannot be moved by mistake; `store.turns.may_move` then says why it did not.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+import json
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from sqlalchemy import (
-    Select,
-    bindparam,
-    exists,
-    func,
-    literal_column,
-    select,
-)
-from sqlalchemy.orm import aliased
-
 from parley.context import WindowMessage
+from parley.contracts import TurnState
 from parley.memory import PinnedFact
 from parley.prompt import Memory, StoredSummary
 from parley.resolver import PENDING_CLARIFICATION, Slot
 from parley.tokens import TokenCounter
+from parley.turn_states import can_move
 from store import memory as memory_store
-from store.db import Db, session_conn
-from store.models import (
-    ChatSession,
-    ConversationSummary,
-    MemoryConsent,
-    Message,
-    ModelCall,
-    ResultSet,
-    SessionSlot,
-    Tenant,
-    ToolCall,
-    Turn,
-    User,
-)
-from store.rows import typed_row
-from store.steps import CallRow, step_call
+from store.db import Conn, Db
+from store.events import NOTIFY_CHANNEL, NOTIFY_EVENTS_MAX, state_event
+from store.sessions import StoredMessage
 from store.turn_rows import TurnFacts
 
 
@@ -62,125 +48,183 @@ class SessionFacts:
     recently_used: frozenset[str]
     summary: StoredSummary | None = None
     pinned: list[PinnedFact] = field(default_factory=list)
-    # The recent window's rows as `memory_store.window_column` reads them, from where this
+    # The recent window's rows (`memory_store.parse_window` reads them), from where this
     # summary lets it start (None: read by `window_messages`, with the summary it is given).
     window: list[list[Any]] | None = None
 
 
-async def turn_with_rows(
-    db: Db, turn_id: str, step: int, *, lock: bool, recent_turns: int
-) -> tuple[TurnFacts, Sequence[Any] | None, SessionFacts]:
-    """The turn as a typed row (its row locked, with `lock`) and the rows every phase reads:
-    the turn's, its user message, user, session and tenant, and the step's model call if an
-    earlier attempt stored it, with the session's facts, all in one statement. The rows are
-    for the caller to hold, not to read (the session's identity map answers later `db.get`s
-    from them; `packed_before` reads the call); they are None when the message is missing
-    (each later `db.get` then reads on its own). `recent_turns`: how many turns before
-    this one the tool offer looks back at."""
-    params = {"turn_id": turn_id, "step": step, "turns": recent_turns + 1}
-    found = (await db.execute(_LOCKED if lock else _UNLOCKED, params)).one_or_none()
-    if found is None:
+@dataclass(frozen=True)
+class BuildRows:
+    """What `read_for_build` read: the rows the build's phases ask, as values."""
+
+    turn: TurnFacts
+    # The message the turn answers (None: missing, which only a damaged record shows).
+    message: StoredMessage | None
+    # The user's name for the state block; whether the user is a member of the turn's
+    # tenant, and the session's tenant (knowledge is searched only for a member, in the
+    # tenant's own session).
+    user_name: str | None
+    user_known: bool
+    session_tenant: str | None
+    # The tenant's stored configuration ({}: none, or an unknown tenant).
+    tenant_config: dict[str, Any]
+    # Whether the tenant has current knowledge documents (none: nothing to search).
+    has_knowledge: bool
+    # The step's model call an earlier attempt stored (its id and provider), or None.
+    packed: tuple[str, str] | None
+    # The turn moved to `building_context` by this read (step 0, and the first attempt).
+    moved: bool
+    facts: SessionFacts
+
+
+class TurnChanged(Exception):
+    """The turn changed between the statement's snapshot and its move (a Stop recorded in
+    between): the build fails this attempt, and the next one reads the turn as it is."""
+
+
+async def read_for_build(
+    conn: Conn, turn_id: str, step: int, *, move: bool, recent_turns: int
+) -> BuildRows:
+    """The build's rows (see the module's docstring), in one statement; with `move`, the
+    turn entering `building_context` in the same statement. LookupError for an unknown
+    turn. `recent_turns`: how many turns before this one the tool offer looks back at."""
+    params: dict[str, Any] = {"turn_id": turn_id, "step": step, "turns": recent_turns + 1}
+    if move:
+        params |= _MOVE_PARAMS
+    read = await conn.made(_READ_AND_MOVE if move else _READ, params, _build_rows)
+    if read is None:
         raise LookupError(turn_id)
-    turn, message, user, session, tenant, call, slots, consent, has_sets, used, *_ = found
-    summary, pinned = memory_store.parse_summary_and_facts(found.summary, found.facts)
-    facts = SessionFacts(
-        slots={name: Slot(value, source, seq) for name, value, source, seq in slots},
-        consent=bool(consent),
-        has_sets=bool(has_sets),
-        recently_used=frozenset(used or ()),
-        summary=summary,
-        pinned=pinned,
-        window=found.window,
+    return read
+
+
+_TO = TurnState.building_context
+_STATE_TYPE, _STATE_DATA = state_event(_TO)
+_BATCH = json.dumps([{"type": _STATE_TYPE, "data": _STATE_DATA.model_dump(mode="json")}])
+_MOVE_PARAMS = {
+    "to": _TO.value,
+    # Where the table lets a turn come from into the build's state (parley/turn_states.py).
+    "from": [state.value for state in TurnState if can_move(state, _TO)],
+    "type": _STATE_TYPE.value,
+    "data": json.dumps(_STATE_DATA.model_dump(mode="json")),
+    "batch": _BATCH if len(_BATCH.encode()) <= NOTIFY_EVENTS_MAX else "",
+}
+
+
+def _build_rows(
+    *,
+    moved: int | None,
+    user_name: str | None,
+    user_known: bool,
+    session_tenant: str | None,
+    tenant_config: dict[str, Any] | None,
+    has_knowledge: bool,
+    call_id: str | None,
+    call_provider: str | None,
+    slots: list[list[Any]],
+    consent: bool | None,
+    has_sets: bool,
+    used: list[str] | None,
+    summary: list[Any] | None,
+    facts: list[list[Any]],
+    window: list[list[Any]],
+    **columns: Any,
+) -> BuildRows:
+    turn = TurnFacts(**{f.name: columns[f"t_{f.name}"] for f in fields(TurnFacts)})
+    message = None
+    if columns["m_id"] is not None:
+        message = StoredMessage(**{f.name: columns[f"m_{f.name}"] for f in fields(StoredMessage)})
+    if moved is not None:
+        turn = replace(turn, state=_TO.value)
+    stored_summary, pinned = memory_store.parse_summary_and_facts(summary, facts)
+    return BuildRows(
+        turn=turn,
+        message=message,
+        user_name=user_name,
+        user_known=user_known,
+        session_tenant=session_tenant,
+        tenant_config=tenant_config or {},
+        has_knowledge=has_knowledge,
+        packed=None if call_id is None else (call_id, str(call_provider)),
+        moved=moved is not None,
+        facts=SessionFacts(
+            slots={name: Slot(value, source, seq) for name, value, source, seq in slots},
+            consent=bool(consent),
+            has_sets=has_sets,
+            recently_used=frozenset(used or ()),
+            summary=stored_summary,
+            pinned=pinned,
+            window=window,
+        ),
     )
-    held = [turn, message, user, session, tenant, call]
-    return typed_row(TurnFacts, turn), (held if message is not None else None), facts
 
 
-def _statement(*, lock: bool) -> Select[Any]:
-    """The statement `turn_with_rows` sends, built once (bound by name: turn id, step, and
-    the tool offer's look-back in turns)."""
-    user = (User.tenant_id == Turn.tenant_id) & (User.id == Turn.user_id)
-    call = (ModelCall.turn_id == Turn.id) & (ModelCall.step == bindparam("step"))
-    slots = (
-        select(
-            func.coalesce(
-                func.json_agg(
-                    func.json_build_array(
-                        SessionSlot.name,
-                        SessionSlot.value,
-                        SessionSlot.source,
-                        SessionSlot.set_at_seq,
-                    )
-                ),
-                literal_column("'[]'::json"),
-            )
-        )
-        .where(SessionSlot.session_id == Turn.session_id)
-        .scalar_subquery()
+_TURN = ", ".join(f"t.{f.name} AS t_{f.name}" for f in fields(TurnFacts))
+_MESSAGE = ", ".join(f"m.{f.name} AS m_{f.name}" for f in fields(StoredMessage))
+# The session's facts, each a subquery of the turn `t` (the same reads as the memory store's
+# own: `memory_store.summary_and_facts`, `window_messages`, `result_sets.offer_facts`).
+_FACTS = f"""
+    (SELECT coalesce(json_agg(json_build_array(name, value, source, set_at_seq)), '[]')
+        FROM slots WHERE session_id = t.session_id) AS slots,
+    (SELECT consent FROM memory_consents
+        WHERE tenant_id = t.tenant_id AND user_id = t.user_id) AS consent,
+    EXISTS (SELECT 1 FROM result_sets WHERE session_id = t.session_id) AS has_sets,
+    (SELECT array_agg(DISTINCT name) FROM tool_calls WHERE turn_id IN (
+        SELECT id FROM turns WHERE session_id = t.session_id AND user_seq <= t.user_seq
+        ORDER BY user_seq DESC LIMIT %(turns)s)) AS used,
+    (SELECT json_build_array(through_seq, lines, model) FROM conversation_summaries
+        WHERE session_id = t.session_id ORDER BY through_seq DESC LIMIT 1) AS summary,
+    (SELECT coalesce(json_agg(json_build_array(key, value, source_seq, source) ORDER BY key),
+        '[]') FROM pinned_facts WHERE session_id = t.session_id) AS facts,
+    (SELECT coalesce(json_agg(json_build_array(w.seq, w.role, w.text, w.status, w.tool_calls,
+        w.tool_call_id, w.token_count, w.token_counter, CAST(w.created_at AS date), w.turn_id)
+        ORDER BY w.seq), '[]')
+        FROM messages AS w
+        WHERE w.session_id = t.session_id AND w.replaced_by IS NULL
+            AND w.seq > least(
+                coalesce((SELECT through_seq FROM conversation_summaries
+                    WHERE session_id = t.session_id ORDER BY through_seq DESC LIMIT 1), 0),
+                greatest(0, coalesce((SELECT max(seq) FROM messages
+                    WHERE session_id = t.session_id), 0) - {memory_store.WINDOW_REACH}))
+            AND NOT (t.retry_of IS NOT NULL AND w.turn_id = t.retry_of
+                AND w.role = 'assistant' AND w.tool_calls IS NULL)) AS window
+"""
+_ROWS = f"""
+    {_TURN}, {_MESSAGE},
+    u.display_name AS user_name, u.id IS NOT NULL AS user_known, s.tenant_id AS session_tenant,
+    n.config AS tenant_config,
+    EXISTS (SELECT 1 FROM knowledge_documents
+        WHERE tenant_id = t.tenant_id AND current) AS has_knowledge,
+    c.id AS call_id, c.provider AS call_provider,
+    {_FACTS}
+    FROM turns AS t
+    LEFT JOIN messages AS m ON m.id = t.user_message_id
+    LEFT JOIN users AS u ON u.tenant_id = t.tenant_id AND u.id = t.user_id
+    LEFT JOIN sessions AS s ON s.id = t.session_id
+    LEFT JOIN tenants AS n ON n.id = t.tenant_id
+    LEFT JOIN model_calls AS c ON c.turn_id = t.id AND c.step = %(step)s
+    WHERE t.id = %(turn_id)s
+"""
+_READ = f"SELECT NULL AS moved, {_ROWS}"
+# The move as an event append makes it (store/events.py `_APPEND`: the turn's counter and
+# state in one UPDATE, the event, the doorbell with the event in it), guarded. The SELECT
+# reads the turn as the statement found it, before the move.
+_READ_AND_MOVE = f"""
+    WITH moved AS (
+        UPDATE turns SET state = %(to)s, last_event_id = last_event_id + 1, updated_at = now()
+        WHERE id = %(turn_id)s AND state = ANY(%(from)s) AND cancel_requested_at IS NULL
+            AND NOT EXISTS (
+                SELECT 1 FROM model_calls WHERE turn_id = %(turn_id)s AND step = %(step)s)
+        RETURNING last_event_id
+    ), announced AS (
+        INSERT INTO turn_events (turn_id, id, type, data, created_at)
+        SELECT %(turn_id)s, last_event_id, %(type)s, CAST(%(data)s AS jsonb), now() FROM moved
+        RETURNING id
+    ), rung AS (
+        SELECT id, pg_notify('{NOTIFY_CHANNEL}', %(turn_id)s || ':' || id::text || ':' || %(batch)s)
+        FROM announced
     )
-    consent = (
-        select(MemoryConsent.consent)
-        .where(MemoryConsent.tenant_id == Turn.tenant_id, MemoryConsent.user_id == Turn.user_id)
-        .scalar_subquery()
-    )
-    has_sets = exists().where(ResultSet.session_id == Turn.session_id)
-    recent = aliased(Turn)
-    recent_ids = (
-        select(recent.id)
-        .where(recent.session_id == Turn.session_id, recent.user_seq <= Turn.user_seq)
-        .order_by(recent.user_seq.desc())
-        .limit(bindparam("turns"))
-        .correlate(Turn)
-    )
-    used = (
-        select(func.array_agg(ToolCall.name.distinct()))
-        .where(ToolCall.turn_id.in_(recent_ids))
-        .scalar_subquery()
-    )
-    memory = memory_store.summary_and_facts_columns(Turn.session_id)
-    window = _window()
-    statement = (
-        select(
-            *(Turn, Message, User, ChatSession, Tenant, ModelCall),
-            *(slots, consent, has_sets, used, *memory, window),
-        )
-        .select_from(Turn)
-        .outerjoin(Message, Message.id == Turn.user_message_id)
-        .outerjoin(User, user)
-        .outerjoin(ChatSession, ChatSession.id == Turn.session_id)
-        .outerjoin(Tenant, Tenant.id == Turn.tenant_id)
-        .outerjoin(ModelCall, call)
-        .where(Turn.id == bindparam("turn_id"))
-    )
-    return statement.with_for_update(of=Turn) if lock else statement
-
-
-def _window() -> Any:
-    """The recent window as a column of `turn_with_rows`' statement: from where the turn's
-    session's latest summary lets it start, a retried turn's earlier answer hidden."""
-    through = (
-        select(ConversationSummary.through_seq)
-        .where(ConversationSummary.session_id == Turn.session_id)
-        .order_by(ConversationSummary.through_seq.desc())
-        .limit(1)
-        .correlate(Turn)  # read inside the window's subquery, of this statement's turn
-        .scalar_subquery()
-    )
-    return memory_store.window_column(Turn.session_id, func.coalesce(through, 0), Turn.retry_of)
-
-
-_LOCKED = _statement(lock=True)
-_UNLOCKED = _statement(lock=False)
-
-
-async def packed_before(
-    db: Db, turn: TurnFacts, step: int, held: Sequence[Any] | None
-) -> CallRow | None:
-    """The step's model call an earlier attempt stored, if any."""
-    if held is None:
-        return await step_call(await session_conn(db), turn_id=turn.id, step=step)
-    stored = held[-1]
-    return None if stored is None else typed_row(CallRow, stored)
+    SELECT (SELECT id FROM rung) AS moved, {_ROWS}
+"""
 
 
 async def window_messages(

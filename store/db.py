@@ -214,6 +214,11 @@ class Conn:
         self._driver = driver
         self._hooks = hooks
 
+    @property
+    def database(self) -> str:
+        """The database this connection reaches (its connection string, no password)."""
+        return self._driver.info.dsn
+
     async def rows(self, sql: str, params: Params, row: type[Row]) -> list[Row]:
         """Every row the statement returns, as `row` (a dataclass: one field a column)."""
         cursor = await self._execute(sql, params, class_row(row))

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
-from sqlalchemy import select, text
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.prompt import RecallHit
-from store.models import Message
+from store.db import Conn, session_conn
 
 
 @dataclass(frozen=True)
@@ -30,24 +31,28 @@ def vector_literal(values: Sequence[float]) -> str:
     return "[" + ",".join(f"{v:.6g}" for v in values) + "]"
 
 
-async def available(db: AsyncSession) -> bool:
+async def available(db: AsyncSession | Conn) -> bool:
     """Whether this database can hold embeddings (the extension and the table are there)."""
-    found = await db.scalar(text("SELECT to_regclass('message_embeddings') IS NOT NULL"))
-    return bool(found)
+    return bool(await (await _conn(db)).value(_AVAILABLE, {}))
 
 
-# Databases seen to hold message vectors, by URL. Once the table is there it stays (no
-# migration drops it): asked once per process, not per turn. Its absence is asked again, in
-# case a migration adds it meanwhile.
+_AVAILABLE = "SELECT to_regclass('message_embeddings') IS NOT NULL"
+
+# Databases seen to hold message vectors. Once the table is there it stays (no migration
+# drops it): asked once per process, not per turn. Its absence is asked again, in case a
+# migration adds it meanwhile.
 _VECTORS_SEEN: set[str] = set()
 
 
-async def available_once_seen(db: AsyncSession) -> bool:
+async def available_once_seen(conn: Conn) -> bool:
     """`available`, asked of each database only until it says yes."""
-    url = str(db.get_bind().engine.url)
-    if url not in _VECTORS_SEEN and await available(db):
-        _VECTORS_SEEN.add(url)
-    return url in _VECTORS_SEEN
+    if conn.database not in _VECTORS_SEEN and await available(conn):
+        _VECTORS_SEEN.add(conn.database)
+    return conn.database in _VECTORS_SEEN
+
+
+async def _conn(db: AsyncSession | Conn) -> Conn:
+    return db if isinstance(db, Conn) else await session_conn(db)
 
 
 async def unembedded(
@@ -100,7 +105,7 @@ async def save_embeddings(
 
 
 async def nearest(
-    db: AsyncSession,
+    conn: Conn,
     *,
     session_id: str,
     model: str,
@@ -110,43 +115,53 @@ async def nearest(
 ) -> list[int]:
     """Seqs of the session's messages before `before_seq` closest in meaning to `query`
     (cosine distance), best first."""
-    rows = await db.execute(
-        text(
-            """
-            SELECT e.seq FROM message_embeddings e JOIN messages m ON m.id = e.message_id
-            WHERE e.session_id = :session_id AND e.model = :model AND e.seq < :before
-              AND m.replaced_by IS NULL AND m.status <> 'retracted'
-            ORDER BY e.embedding <=> CAST(:query AS vector), e.seq DESC
-            LIMIT :limit
-            """
-        ),
-        {
-            "session_id": session_id,
-            "model": model,
-            "before": before_seq,
-            "query": vector_literal(query),
-            "limit": limit,
-        },
-    )
-    return [int(r.seq) for r in rows]
+    params = {
+        "session_id": session_id,
+        "model": model,
+        "before": before_seq,
+        "query": vector_literal(query),
+        "limit": limit,
+    }
+    return [int(r.seq) for r in await conn.rows(_NEAREST, params, _Seq)]
 
 
-async def hits_for(db: AsyncSession, *, session_id: str, seqs: Sequence[int]) -> list[RecallHit]:
+_NEAREST = """
+    SELECT e.seq FROM message_embeddings e JOIN messages m ON m.id = e.message_id
+    WHERE e.session_id = %(session_id)s AND e.model = %(model)s AND e.seq < %(before)s
+      AND m.replaced_by IS NULL AND m.status <> 'retracted'
+    ORDER BY e.embedding <=> CAST(%(query)s AS vector), e.seq DESC
+    LIMIT %(limit)s
+"""
+
+
+@dataclass(frozen=True)
+class _Seq:
+    seq: int
+
+
+async def hits_for(conn: Conn, *, session_id: str, seqs: Sequence[int]) -> list[RecallHit]:
     """Recall lines for the given seqs, in the order given; only messages recall may show
     (a user's or assistant's words, not replaced, not retracted, not empty)."""
     if not seqs:
         return []
-    rows = await db.scalars(
-        select(Message).where(
-            Message.session_id == session_id,
-            Message.seq.in_(list(seqs)),
-            Message.replaced_by.is_(None),
-            Message.role.in_(("user", "assistant")),
-            Message.status != "retracted",
-            Message.text != "",
-        )
-    )
+    params = {"session_id": session_id, "seqs": list(seqs)}
     by_seq = {
-        m.seq: RecallHit(m.seq, m.role, m.text, m.created_at.date().isoformat()) for m in rows
+        m.seq: RecallHit(m.seq, m.role, m.text, m.created_at.date().isoformat())
+        for m in await conn.rows(_HITS, params, _Hit)
     }
     return [by_seq[s] for s in seqs if s in by_seq]
+
+
+_HITS = """
+    SELECT seq, role, text, created_at FROM messages
+    WHERE session_id = %(session_id)s AND seq = ANY(%(seqs)s) AND replaced_by IS NULL
+      AND role IN ('user', 'assistant') AND status <> 'retracted' AND text <> ''
+"""
+
+
+@dataclass(frozen=True)
+class _Hit:
+    seq: int
+    role: str
+    text: str
+    created_at: datetime

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from sqlalchemy import select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.ids import new_id
 from parley.knowledge import Chunk, Document, DocumentMode, Passage, or_query
+from store.db import Conn, session_conn
 from store.models import KnowledgeChunk, KnowledgeDocument
 
 
@@ -79,15 +79,15 @@ async def load_document(
     return Loaded(document.doc, version, True, len(chunks))
 
 
-async def has_vectors(db: AsyncSession) -> bool:
+async def has_vectors(db: AsyncSession | Conn) -> bool:
     """Whether this database has the `embedding` column (pgvector was there to migrate)."""
-    found = await db.scalar(
-        text(
-            "SELECT count(*) FROM information_schema.columns "
-            "WHERE table_name = 'knowledge_chunks' AND column_name = 'embedding'"
-        )
-    )
-    return bool(found)
+    return bool(await (await _conn(db)).value(_HAS_VECTORS, {}))
+
+
+_HAS_VECTORS = (
+    "SELECT count(*) FROM information_schema.columns "
+    "WHERE table_name = 'knowledge_chunks' AND column_name = 'embedding'"
+)
 
 
 async def chunks_to_embed(db: AsyncSession, *, tenant_id: str, model: str) -> list[tuple[int, str]]:
@@ -118,95 +118,104 @@ async def store_embeddings(
         )
 
 
+async def _conn(db: AsyncSession | Conn) -> Conn:
+    """The searches run on a `Conn` (a turn's search takes one of its own from the pool);
+    a caller holding a session runs them on its connection."""
+    return db if isinstance(db, Conn) else await session_conn(db)
+
+
+# The searches are in psycopg's form (`%(name)s`), on a `Conn`.
 _COLUMNS = """
     d.doc, d.title, c.section, d.version, c.position, c.text, d.mode
     FROM knowledge_chunks c JOIN knowledge_documents d ON d.id = c.document_id
 """
 
 
-_WHERE_CURRENT = "c.tenant_id = :tenant AND d.tenant_id = :tenant AND d.current"
+_WHERE_CURRENT = "c.tenant_id = %(tenant)s AND d.tenant_id = %(tenant)s AND d.current"
 _ALWAYS_ORDER = "d.doc, c.position"
-_ALWAYS_SQL = (
-    f"SELECT {_COLUMNS} WHERE {_WHERE_CURRENT} AND d.mode = 'always' ORDER BY {_ALWAYS_ORDER}"
-)
-_FOUND = "CROSS JOIN websearch_to_tsquery('english', :q) AS q"
+_ALWAYS = f"SELECT {_COLUMNS} WHERE {_WHERE_CURRENT} AND d.mode = 'always' ORDER BY {_ALWAYS_ORDER}"
+_FOUND = "CROSS JOIN websearch_to_tsquery('english', %(q)s) AS q"
 _FOUND_WHERE = f"{_WHERE_CURRENT} AND d.mode = 'retrieved' AND c.tsv @@ q"
 _FOUND_ORDER = "ts_rank_cd(c.tsv, q) DESC, c.id"
-_ALWAYS = text(_ALWAYS_SQL)
-_SEARCH = text(
-    f"SELECT {_COLUMNS} {_FOUND} WHERE {_FOUND_WHERE} ORDER BY {_FOUND_ORDER} LIMIT :limit"
-)
+_SEARCH = f"SELECT {_COLUMNS} {_FOUND} WHERE {_FOUND_WHERE} ORDER BY {_FOUND_ORDER} LIMIT %(limit)s"
 # Both reads of a turn's knowledge in one round trip: the always-documents' chunks (part 0,
 # in document order), then the search's hits (part 1, best first), each numbered in its order.
-_ALWAYS_AND_SEARCH = text(
-    f"""
+_ALWAYS_AND_SEARCH = f"""
     (SELECT 0 AS part, row_number() OVER (ORDER BY {_ALWAYS_ORDER}) AS ord, {_COLUMNS}
      WHERE {_WHERE_CURRENT} AND d.mode = 'always')
     UNION ALL
     (SELECT 1, row_number() OVER (ORDER BY {_FOUND_ORDER}), {_COLUMNS} {_FOUND}
-     WHERE {_FOUND_WHERE} ORDER BY {_FOUND_ORDER} LIMIT :limit)
+     WHERE {_FOUND_WHERE} ORDER BY {_FOUND_ORDER} LIMIT %(limit)s)
     ORDER BY part, ord
-    """
-)
+"""
+_VECTOR = f"""
+    SELECT {_COLUMNS} WHERE {_WHERE_CURRENT} AND d.mode = 'retrieved'
+        AND c.embedding_model = %(model)s
+    ORDER BY c.embedding <=> CAST(%(v)s AS vector), c.id LIMIT %(limit)s
+"""
 
 
-async def always_passages(db: AsyncSession, *, tenant_id: str) -> list[Passage]:
+@dataclass(frozen=True)
+class _Chunk:
+    """A row of the searches: a chunk with its document's columns."""
+
+    doc: str
+    title: str
+    section: str
+    version: int
+    position: int
+    text: str
+    mode: str
+
+    def passage(self) -> Passage:
+        mode = DocumentMode(self.mode)
+        return Passage(
+            self.doc, self.title, self.section, self.version, self.position, self.text, mode
+        )
+
+
+@dataclass(frozen=True)
+class _PartChunk(_Chunk):
+    part: int = 0
+    ord: int = 0
+
+
+async def always_passages(db: AsyncSession | Conn, *, tenant_id: str) -> list[Passage]:
     """Every chunk of the tenant's current always-documents, in document order."""
-    rows = await db.execute(_ALWAYS, {"tenant": tenant_id})
-    return [_passage(r) for r in rows]
+    rows = await (await _conn(db)).rows(_ALWAYS, {"tenant": tenant_id}, _Chunk)
+    return [r.passage() for r in rows]
 
 
 async def search_text(
-    db: AsyncSession, *, tenant_id: str, terms: Sequence[str], limit: int
+    db: AsyncSession | Conn, *, tenant_id: str, terms: Sequence[str], limit: int
 ) -> list[Passage]:
     """The tenant's retrieved-mode chunks matching any term, best first (ts_rank_cd: more
     terms, closer together, and a match in the section title count more)."""
     if not terms:
         return []
-    rows = await db.execute(_SEARCH, {"tenant": tenant_id, "q": or_query(terms), "limit": limit})
-    return [_passage(r) for r in rows]
+    params = {"tenant": tenant_id, "q": or_query(terms), "limit": limit}
+    return [r.passage() for r in await (await _conn(db)).rows(_SEARCH, params, _Chunk)]
 
 
 async def always_and_search_text(
-    db: AsyncSession, *, tenant_id: str, terms: Sequence[str], limit: int
+    db: AsyncSession | Conn, *, tenant_id: str, terms: Sequence[str], limit: int
 ) -> tuple[list[Passage], list[Passage]]:
     """`always_passages` and `search_text` in one statement: (always, found)."""
     if not terms:
         return await always_passages(db, tenant_id=tenant_id), []
-    rows = await db.execute(
-        _ALWAYS_AND_SEARCH, {"tenant": tenant_id, "q": or_query(terms), "limit": limit}
-    )
+    params = {"tenant": tenant_id, "q": or_query(terms), "limit": limit}
     parts: tuple[list[Passage], list[Passage]] = ([], [])
-    for row in rows:
-        parts[row.part].append(_passage(row))
+    for row in await (await _conn(db)).rows(_ALWAYS_AND_SEARCH, params, _PartChunk):
+        parts[row.part].append(row.passage())
     return parts
 
 
 async def search_vector(
-    db: AsyncSession, *, tenant_id: str, model: str, vector: Sequence[float], limit: int
+    db: AsyncSession | Conn, *, tenant_id: str, model: str, vector: Sequence[float], limit: int
 ) -> list[Passage]:
     """The tenant's retrieved-mode chunks nearest to `vector` (cosine), embedded by `model`."""
-    rows = await db.execute(
-        text(
-            f"SELECT {_COLUMNS} WHERE c.tenant_id = :tenant AND d.tenant_id = :tenant "
-            "AND d.current AND d.mode = 'retrieved' AND c.embedding_model = :model "
-            "ORDER BY c.embedding <=> CAST(:v AS vector), c.id LIMIT :limit"
-        ),
-        {"tenant": tenant_id, "model": model, "v": _vector(vector), "limit": limit},
-    )
-    return [_passage(r) for r in rows]
-
-
-def _passage(row: Any) -> Passage:
-    return Passage(
-        str(row.doc),
-        str(row.title),
-        str(row.section),
-        int(row.version),
-        int(row.position),
-        str(row.text),
-        DocumentMode(row.mode),
-    )
+    params = {"tenant": tenant_id, "model": model, "v": _vector(vector), "limit": limit}
+    return [r.passage() for r in await (await _conn(db)).rows(_VECTOR, params, _Chunk)]
 
 
 def _vector(values: Sequence[float]) -> str:

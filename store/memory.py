@@ -12,7 +12,6 @@ from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
-    Date,
     Integer,
     Label,
     Row,
@@ -20,7 +19,6 @@ from sqlalchemy import (
     SQLColumnExpression,
     String,
     bindparam,
-    cast,
     func,
     literal_column,
     select,
@@ -217,7 +215,8 @@ def _window_rows(rows: Iterable[Row[Any]], counter: TokenCounter) -> list[Window
 
 
 def parse_window(rows: list[list[Any]], counter: TokenCounter) -> list[WindowMessage]:
-    """The window as `window_column` reads it, from its JSON (one array per message)."""
+    """The window as the context build reads it (store/context_rows.py), from its JSON (one
+    array per message)."""
     return [_window_message(counter, *row) for row in rows]
 
 
@@ -275,41 +274,3 @@ def _window_statement(*, hiding: bool) -> Select[Any]:
 
 _WINDOW = _window_statement(hiding=False)
 _WINDOW_HIDING = _window_statement(hiding=True)
-
-
-def window_column(
-    session_id: SQLColumnExpression[str],
-    summary_through: SQLColumnExpression[int],
-    hide: SQLColumnExpression[str | None],
-) -> Label[Any]:
-    """`window_messages`' rows as one JSON column of another statement (the context build
-    reads them with its turn), for the session, summary end and retried turn (None: none)
-    its columns name there; `parse_window` reads it."""
-    row = func.json_build_array(
-        *(Message.seq, Message.role, Message.text, Message.status, Message.tool_calls),
-        *(Message.tool_call_id, Message.token_count, Message.token_counter),
-        *(cast(Message.created_at, Date), Message.turn_id),
-    )
-    hidden = (
-        hide.is_not(None)
-        & (Message.turn_id == hide)
-        & (Message.role == "assistant")
-        & Message.tool_calls.is_(None)
-    )
-    return (
-        select(
-            func.coalesce(
-                func.json_agg(aggregate_order_by(row, Message.seq)),
-                literal_column("'[]'::json"),
-            )
-        )
-        .where(
-            Message.session_id == session_id,
-            Message.replaced_by.is_(None),
-            Message.seq > _window_start(session_id, summary_through),
-            ~hidden,
-        )
-        .correlate_except(Message)  # not the outer statement's user message
-        .scalar_subquery()
-        .label("window")
-    )

@@ -4,30 +4,29 @@ the question's terms, ranked, with the lines around the best of them, in one sta
 from __future__ import annotations
 
 import re
-
-from sqlalchemy import text
+from dataclasses import dataclass
+from datetime import datetime
 
 from parley.prompt import RecallHit
-from store.db import Db
+from store.db import Conn, Db, session_conn
 
 _TERM = re.compile(r"[^a-z0-9]")
 
 # Each matching term scores its inverse document frequency within the session's messages, so
 # a name said in every message counts for little and a rare word for much. The same statement
 # returns, after the ranked hits (`rank` from 1), the searchable messages within two seqs of
-# the best `:top` of them (`rank` NULL): the neighbours recall adds (parley/recall.py
+# the best `top` of them (`rank` NULL): the neighbours recall adds (parley/recall.py
 # `with_neighbours`, two rounds of one seq each) come with the search instead of by a read
 # of their own.
-_RECALL_SQL = text(
-    """
+_RECALL_SQL = """
     WITH q AS (
         SELECT t, to_tsquery('english', t) AS query
-        FROM unnest(CAST(:terms AS text[])) AS t
+        FROM unnest(CAST(%(terms)s AS text[])) AS t
         WHERE numnode(to_tsquery('english', t)) > 0
     ),
     docs AS (
         SELECT seq, role, text, created_at, tsv FROM messages
-        WHERE session_id = :session_id AND seq < :before AND replaced_by IS NULL
+        WHERE session_id = %(session_id)s AND seq < %(before)s AND replaced_by IS NULL
           AND role IN ('user', 'assistant') AND status <> 'retracted' AND text <> ''
     ),
     total AS (SELECT count(*) AS n FROM docs),
@@ -41,7 +40,7 @@ _RECALL_SQL = text(
         FROM docs JOIN df ON docs.tsv @@ df.query CROSS JOIN total
         GROUP BY docs.seq, docs.role, docs.text, docs.created_at
         ORDER BY score DESC, docs.seq DESC
-        LIMIT :limit
+        LIMIT %(limit)s
     ),
     numbered AS (
         SELECT seq, role, text, created_at,
@@ -54,15 +53,14 @@ _RECALL_SQL = text(
     WHERE docs.seq NOT IN (SELECT seq FROM numbered)
       AND EXISTS (
         SELECT 1 FROM numbered
-        WHERE numbered.rank <= :top AND abs(numbered.seq - docs.seq) <= 2
+        WHERE numbered.rank <= %(top)s AND abs(numbered.seq - docs.seq) <= 2
       )
     ORDER BY rank NULLS LAST, seq
-    """
-)
+"""
 
 
 async def recall(
-    db: Db,
+    db: Db | Conn,
     *,
     session_id: str,
     terms: list[str],
@@ -75,19 +73,26 @@ async def recall(
     clean = [t for t in (_TERM.sub("", term.lower()) for term in terms) if t]
     if not clean or before_seq <= 1:
         return [], []
-    rows = await db.execute(
-        _RECALL_SQL,
-        {
-            "terms": clean,
-            "session_id": session_id,
-            "before": before_seq,
-            "limit": limit,
-            "top": top,
-        },
-    )
+    conn = db if isinstance(db, Conn) else await session_conn(db)
+    params = {
+        "terms": clean,
+        "session_id": session_id,
+        "before": before_seq,
+        "limit": limit,
+        "top": top,
+    }
     ranked: list[RecallHit] = []
     near: list[RecallHit] = []
-    for r in rows:
+    for r in await conn.rows(_RECALL_SQL, params, _Line):
         hit = RecallHit(r.seq, r.role, r.text, r.created_at.date().isoformat())
         (near if r.rank is None else ranked).append(hit)
     return ranked, near
+
+
+@dataclass(frozen=True)
+class _Line:
+    seq: int
+    role: str
+    text: str
+    created_at: datetime
+    rank: int | None

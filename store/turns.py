@@ -174,11 +174,12 @@ async def advance_locked(
     await _announce_move(db, turn, to=to, then=then)
 
 
-def check_advance(turn: _Stoppable, *, to: TurnState) -> None:
-    """What `advance_locked` refuses, for a step whose own statement moved the turn only when
-    allowed (store/attempts.py): `TurnStopped`, or `IllegalTransition`."""
+def may_move(turn: _Stoppable, *, to: TurnState) -> bool:
+    """What `advance_locked` checks before it moves a turn, for a caller whose own statement
+    made (or was guarded from making) the move: `TurnStopped` for an ended or stopped turn,
+    False for a repeat of its state, `IllegalTransition` for a move the table does not allow."""
     _refuse_if_stopped(turn)
-    _allowed(turn, to)
+    return _allowed(turn, to)
 
 
 async def request_cancel(db: AsyncSession, *, turn_id: str) -> None:

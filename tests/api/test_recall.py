@@ -18,6 +18,7 @@ from gateway.registry import ProviderPool
 from parley.config import Settings
 from parley.memory import recall_terms
 from parley.recall import fuse
+from store.db import connect
 from store.models import ChatSession, Message
 from tests.support.toolkit import counted_sessions
 
@@ -110,9 +111,9 @@ async def test_a_paraphrased_question_recalls_the_turn_full_text_search_misses(
     assert await memory.embed_messages(sid) == 0
 
     async def recall(embedder: MiniLMEmbedder | None) -> list[int]:
-        async with sessions() as db:
+        async with connect(sessions) as conn:  # the build's own connection
             query = RecallQuery(recall_terms(QUESTION), QUESTION, embedder)
-            hits = await recall_hits(db, query, session_id=sid, before_seq=next_seq, limit=2)
+            hits = await recall_hits(conn, query, session_id=sid, before_seq=next_seq, limit=2)
         return [h.seq for h in hits]
 
     assert 3 not in await recall(None)  # no word of the question is in the evidence
@@ -135,10 +136,10 @@ async def test_a_hit_comes_with_its_neighbours_in_the_search_s_one_statement(
             .values(status="retracted")
         )
         await db.commit()
-    async with counted_sessions(database_url) as (counted, sent), counted() as db:
+    async with counted_sessions(database_url) as (counted, sent), connect(counted) as conn:
         question = "Where did I go hiking?"
         query = RecallQuery(recall_terms(question), question)
-        hits = await recall_hits(db, query, session_id=sid, before_seq=next_seq, limit=4)
+        hits = await recall_hits(conn, query, session_id=sid, before_seq=next_seq, limit=4)
     by_seq = {h.seq: h for h in hits}
     assert by_seq[hiking].text == OTHERS[4]  # the one message with the question's word
     assert by_seq[reply].text == OTHERS[5]  # the message after it, ...

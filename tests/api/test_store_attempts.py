@@ -64,7 +64,7 @@ async def test_an_opening_counts_an_attempt_only_where_the_turn_may_take_it(
         refused = await _open(conn, turn_id, call)
         assert not refused.counted and refused.found.turn.state == TurnState.received
         with pytest.raises(IllegalTransition):
-            turns.check_advance(refused.found.turn, to=TurnState.calling_model)
+            turns.may_move(refused.found.turn, to=TurnState.calling_model)
         assert await _states(conn, turn_id) == ["received"]  # the post's own
         await turns.advance_turn(conn, turn_id=turn_id, to=TurnState.building_context)
 
@@ -85,7 +85,7 @@ async def test_an_opening_counts_an_attempt_only_where_the_turn_may_take_it(
         assert not stopped.counted and stopped.found.call is not None
         assert stopped.found.call.attempts == 2
         with pytest.raises(turns.TurnStopped):
-            turns.check_advance(stopped.found.turn, to=TurnState.calling_model)
+            turns.may_move(stopped.found.turn, to=TurnState.calling_model)
         with pytest.raises(LookupError):
             await attempts.open_attempt(
                 conn, turn_id="turn-that-is-not", model_call_id=call.id, to=TurnState.calling_model

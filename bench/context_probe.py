@@ -1,0 +1,192 @@
+"""What one context build costs the worker, in process: CPU milliseconds and statements.
+
+The bench's stage table (h) times the build on the wall clock, beside everything else the
+machine runs; this probe takes the build alone. It starts an embedded PostgreSQL of its own,
+seeds the demo tenant (its knowledge library too, as the demo seed does), stores a session of
+ten plain turns and posts an eleventh, then builds that turn's step-0 context `--builds`
+times with the real `ContextBuilder` (the worker's own wiring: knowledge, no embedder), the
+turn put back in `received` between builds (on another engine, not counted). It prints the
+process's CPU per build (`time.process_time`, so other processes on a shared machine do not
+count; the database server's own CPU is not in it) and the statements each build sent.
+
+    .venv/bin/python -m bench.context_probe [--builds 200] [--profile out.prof] [--dump out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import atexit
+import cProfile
+import json
+import shutil
+import statistics
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+from sqlalchemy import event, text
+
+from activities.context import ContextBuilder
+from activities.knowledge import KnowledgeSource
+from launch.knowledge import load_library, read_library
+from parley.config import Settings
+from parley.contracts import BuildContextInput
+from store import outbox, posting
+from store.db import create_socket_checked_engine, on_statement_sent, session_factory
+from store.embedded import EmbeddedPostgres
+from store.identity import Identity, seed_demo
+from store.migrate import upgrade
+from store.sessions import create_session
+from tests.support.stack import LIFTED_LIMITS
+from worker import build_northwind
+
+OWNER = Identity(tenant_id="northwind", user_id="cust_2291", roles=("customer",))
+TURNS = 10
+ANSWER = (
+    "I am the Northwind shop's assistant. I can look up your orders and refunds, explain our "
+    "return policy, and email you a summary of an order once you confirm it."
+)
+
+
+async def _post(db: object, session_id: str, text_: str) -> str:
+    posted = await posting.post_user_message(
+        db,  # type: ignore[arg-type]
+        owner=OWNER,
+        session_id=session_id,
+        client_message_id=uuid.uuid4().hex,
+        text=text_,
+        expected_last_seq=None,
+        limits=LIFTED_LIMITS,
+    )
+    await outbox.mark_workflow_started(db, turn_id=posted.turn.id)  # type: ignore[arg-type]
+    return posted.turn.id
+
+
+async def seed(url: str) -> str:
+    """The demo seed, a session of `TURNS` finished plain turns and a posted one; its id."""
+    engine = create_socket_checked_engine(url)
+    try:
+        async with session_factory(engine)() as db:
+            await seed_demo(db)
+            await load_library(db, read_library())
+            session_id = (await create_session(db, owner=OWNER)).id
+            await db.commit()
+        for i in range(TURNS + 1):
+            async with session_factory(engine)() as db:
+                turn_id = await _post(db, session_id, f"Tell me about yourself, please ({i}).")
+                await db.commit()
+            if i == TURNS:
+                return turn_id
+            async with session_factory(engine)() as db:
+                await db.execute(_FINISH, {"turn": turn_id, "session": session_id, "text": ANSWER})
+                await db.commit()
+    finally:
+        await engine.dispose()
+    raise AssertionError("unreachable")
+
+
+# A finished plain turn: its answer stored with the session's next seq, the session free.
+_FINISH = text("""
+    WITH seq AS (
+        UPDATE sessions SET last_seq = last_seq + 1, active_turn_id = NULL
+        WHERE id = :session RETURNING last_seq
+    ), answer AS (
+        INSERT INTO messages (id, session_id, seq, role, turn_id, status, text)
+        SELECT 'msg_' || md5(random()::text), :session, seq.last_seq, 'assistant', :turn,
+            'complete', :text
+        FROM seq RETURNING id
+    )
+    UPDATE turns SET state = 'completed', assistant_message_id = (SELECT id FROM answer)
+    WHERE id = :turn
+""")
+_REQUEST = text("SELECT request FROM model_calls WHERE turn_id = :turn AND step = 0")
+# The turn as it was posted: no model call, no event after the first, in `received`.
+_RESET = (
+    text("DELETE FROM model_calls WHERE turn_id = :turn"),
+    text("DELETE FROM turn_events WHERE turn_id = :turn AND id > 1"),
+    text(
+        "UPDATE turns SET state = 'received', last_event_id = 1, resolution = NULL WHERE id = :turn"
+    ),
+)
+
+
+async def probe(
+    url: str, turn_id: str, builds: int, profile: Path | None, dump: Path | None
+) -> None:
+    settings = Settings(database_url=url, knowledge_passages=3)
+    engine = create_socket_checked_engine(url)
+    resets = create_socket_checked_engine(url, pool_size=1)
+    sent: list[str] = []
+    on_statement_sent(engine, lambda sql: sent.append(sql.strip().split("\n")[0][:70]))
+    # A transaction costs two round trips more (psycopg's BEGIN, and the COMMIT).
+    event.listen(engine.sync_engine, "begin", lambda _conn: sent.append("BEGIN"))
+    cpu: list[float] = []
+    counts: list[int] = []
+    profiler = cProfile.Profile(time.process_time) if profile else None
+    try:
+        async with httpx.AsyncClient() as http:
+            builder = ContextBuilder(
+                sessions=session_factory(engine),
+                settings=settings,
+                northwind=build_northwind(settings, http),
+                knowledge=KnowledgeSource(passages=settings.knowledge_passages),
+            )
+            for i in range(builds + 5):
+                async with resets.begin() as conn:
+                    for statement in _RESET:
+                        await conn.execute(statement, {"turn": turn_id})
+                sent.clear()
+                if profiler and i >= 5:
+                    profiler.enable()
+                started = time.process_time()
+                await builder.build(BuildContextInput(turn_id=turn_id, step=0))
+                spent = time.process_time() - started
+                if profiler and i >= 5:
+                    profiler.disable()
+                if i >= 5:  # the first builds fill the caches (statements, the pool)
+                    cpu.append(spent * 1000)
+                    counts.append(len(sent))
+                last = list(sent)
+            if dump is not None:  # the last build's stored request, to compare two versions
+                async with resets.connect() as conn:
+                    stored = await conn.scalar(_REQUEST, {"turn": turn_id})
+                dump.write_text(json.dumps(stored, indent=1, sort_keys=True))
+    finally:
+        await engine.dispose()
+        await resets.dispose()
+    if profiler and profile:
+        profiler.dump_stats(profile)
+    print(f"builds: {len(cpu)}")
+    # The low decile too: on a shared machine, contention inflates even a process's own CPU.
+    low = statistics.quantiles(cpu, n=10)[0]
+    print(f"CPU ms per build: p50 {statistics.median(cpu):.2f}, p10 {low:.2f}")
+    print(f"statements per build: {statistics.median(counts):.0f} (a BEGIN: a transaction)")
+    for line in last:
+        print(f"  {line}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--builds", type=int, default=200)
+    parser.add_argument("--profile", type=Path, default=None, help="cProfile's stats, CPU time")
+    parser.add_argument("--dump", type=Path, default=None, help="the last stored request (JSON)")
+    args = parser.parse_args()
+    tmp = tempfile.mkdtemp(prefix="context-probe-")
+    # Registered before the server starts, so it runs after the server's own exit handler
+    # (handlers run last first), which leaves a lock file behind in the folder.
+    atexit.register(shutil.rmtree, tmp, True)
+    pg = EmbeddedPostgres(Path(tmp) / "data")
+    url = pg.start()
+    try:
+        upgrade(url)
+        turn_id = asyncio.run(seed(url))
+        asyncio.run(probe(url, turn_id, args.builds, args.profile, args.dump))
+    finally:
+        pg.stop()
+
+
+if __name__ == "__main__":
+    main()
