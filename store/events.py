@@ -185,6 +185,26 @@ def _wire(type_: EventType, data: BaseModel) -> dict[str, Any]:
     return data.model_dump(mode="json")
 
 
+# The parts every batch append shares, for a statement whose `counter` CTE returns `base`,
+# the turn's last event id before the batch (parameters `turn_id`, `n`, `events`): the
+# events inserted with the ids after it, and the doorbell rung for them (the first id and the
+# batch itself when it fits a notification, else nothing after the colon: the listener reads
+# the log).
+EVENTS_INSERTED = """inserted AS (
+        INSERT INTO turn_events (turn_id, id, type, data, created_at)
+        SELECT %(turn_id)s, counter.base + e.ord, e.value ->> 'type', e.value -> 'data', now()
+        FROM counter,
+            jsonb_array_elements(CAST(%(events)s AS jsonb)) WITH ORDINALITY AS e(value, ord)
+        RETURNING id
+    )"""
+DOORBELL = f"""pg_notify(
+        '{NOTIFY_CHANNEL}',
+        %(turn_id)s || ':' || (max(id) - %(n)s + 1)::text || ':'
+        || CASE WHEN octet_length(CAST(%(events)s AS text)) <= {NOTIFY_EVENTS_MAX}
+            THEN CAST(%(events)s AS text) ELSE '' END
+    )"""
+
+
 # How an append takes its ids: the turn's counter moves by the batch's size (and its state
 # changes in the same UPDATE, when the append announces a move).
 _APPEND = f"""
@@ -194,19 +214,8 @@ _APPEND = f"""
             assistant_message_id = COALESCE(%(answer)s, assistant_message_id)
         WHERE id = %(turn_id)s
         RETURNING last_event_id - %(n)s AS base, cancel_requested_at IS NOT NULL AS stopped
-    ), inserted AS (
-        INSERT INTO turn_events (turn_id, id, type, data, created_at)
-        SELECT %(turn_id)s, counter.base + e.ord, e.value ->> 'type', e.value -> 'data', now()
-        FROM counter,
-            jsonb_array_elements(CAST(%(events)s AS jsonb)) WITH ORDINALITY AS e(value, ord)
-        RETURNING id
-    )
-    SELECT max(id) AS event_id, pg_notify(
-        '{NOTIFY_CHANNEL}',
-        %(turn_id)s || ':' || (max(id) - %(n)s + 1)::text || ':'
-        || CASE WHEN octet_length(CAST(%(events)s AS text)) <= {NOTIFY_EVENTS_MAX}
-            THEN CAST(%(events)s AS text) ELSE '' END
-    ) AS notified, (SELECT stopped FROM counter) AS stopped
+    ), {EVENTS_INSERTED}
+    SELECT max(id) AS event_id, {DOORBELL} AS notified, (SELECT stopped FROM counter) AS stopped
     FROM inserted
     """
 
@@ -221,13 +230,7 @@ _APPEND_WHILE_OPEN = f"""
         WHERE id = %(turn_id)s AND NOT (state = ANY(%(ended)s))
             AND cancel_requested_at IS NULL
         RETURNING last_event_id - %(n)s AS base
-    ), inserted AS (
-        INSERT INTO turn_events (turn_id, id, type, data, created_at)
-        SELECT %(turn_id)s, counter.base + e.ord, e.value ->> 'type', e.value -> 'data', now()
-        FROM counter,
-            jsonb_array_elements(CAST(%(events)s AS jsonb)) WITH ORDINALITY AS e(value, ord)
-        RETURNING id
-    )
+    ), {EVENTS_INSERTED}
     SELECT pg_notify(
         '{NOTIFY_CHANNEL}',
         %(turn_id)s || ':' || id::text || ':'

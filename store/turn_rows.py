@@ -22,7 +22,7 @@ from parley.statuses import ActionStatus, FinalizeOutcome, ToolCallStatus
 from parley.tokens import count_message, default_counter
 from store import queue
 from store.db import Conn, session_conn
-from store.events import NOTIFY_CHANNEL, NOTIFY_EVENTS_MAX, append_params
+from store.events import DOORBELL, EVENTS_INSERTED, append_params
 
 
 @dataclass(frozen=True)
@@ -360,7 +360,7 @@ def _close_out_params(session_id: str, turn_id: str, reason: str) -> dict[str, A
 # Plain SQL: every turn ends through it, and no caller holds the rows it changes. RETURNING
 # reads the session row as locked (the newest version), never a snapshot that could miss a
 # message queued just before.
-_CLOSE_OUT = """
+_RELEASED_AND_DECLINED = """
     WITH released AS (
         UPDATE sessions SET active_turn_id = NULL
         WHERE id = %(session_id)s AND active_turn_id = %(turn_id)s
@@ -369,39 +369,20 @@ _CLOSE_OUT = """
         UPDATE actions SET status = %(declined)s, decline_reason = %(reason)s,
             resolved_at = %(now)s
         WHERE turn_id = %(turn_id)s AND status = %(pending)s
-    )
+    )"""
+_CLOSE_OUT = f"""{_RELEASED_AND_DECLINED}
     SELECT queued_turn_id FROM released
 """
 # `_CLOSE_OUT` and `store.events`' append (its `counter`, `inserted` and doorbell) in one
 # statement. The append's row is the turn's, the release's the session's: no row is written
 # twice. `queued_turn_id` comes back beside the doorbell's columns.
-_CLOSE_OUT_ANNOUNCED = f"""
-    WITH released AS (
-        UPDATE sessions SET active_turn_id = NULL
-        WHERE id = %(session_id)s AND active_turn_id = %(turn_id)s
-        RETURNING queued_turn_id
-    ), declined AS (
-        UPDATE actions SET status = %(declined)s, decline_reason = %(reason)s,
-            resolved_at = %(now)s
-        WHERE turn_id = %(turn_id)s AND status = %(pending)s
-    ), counter AS (
+_CLOSE_OUT_ANNOUNCED = f"""{_RELEASED_AND_DECLINED}, counter AS (
         UPDATE turns SET last_event_id = last_event_id + %(n)s, updated_at = now(),
             state = COALESCE(%(state)s, state),
             assistant_message_id = COALESCE(%(answer)s, assistant_message_id)
         WHERE id = %(turn_id)s
         RETURNING last_event_id - %(n)s AS base
-    ), inserted AS (
-        INSERT INTO turn_events (turn_id, id, type, data, created_at)
-        SELECT %(turn_id)s, counter.base + e.ord, e.value ->> 'type', e.value -> 'data', now()
-        FROM counter,
-            jsonb_array_elements(CAST(%(events)s AS jsonb)) WITH ORDINALITY AS e(value, ord)
-        RETURNING id
-    )
-    SELECT (SELECT queued_turn_id FROM released) AS queued, pg_notify(
-        '{NOTIFY_CHANNEL}',
-        %(turn_id)s || ':' || (max(id) - %(n)s + 1)::text || ':'
-        || CASE WHEN octet_length(CAST(%(events)s AS text)) <= {NOTIFY_EVENTS_MAX}
-            THEN CAST(%(events)s AS text) ELSE '' END
-    ) AS notified
+    ), {EVENTS_INSERTED}
+    SELECT (SELECT queued_turn_id FROM released) AS queued, {DOORBELL} AS notified
     FROM inserted
 """
