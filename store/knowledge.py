@@ -8,7 +8,7 @@ caller does, store/__init__.py).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from sqlalchemy import select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -156,22 +156,13 @@ _VECTOR = f"""
 
 
 @dataclass(frozen=True)
-class _Chunk:
-    """A row of the searches: a chunk with its document's columns."""
-
-    doc: str
-    title: str
-    section: str
-    version: int
-    position: int
-    text: str
-    mode: str
+class _Chunk(Passage):
+    """A row of the searches: a passage's columns as the database gives them (its `mode`
+    the column's text, made the domain's enum by `passage`)."""
 
     def passage(self) -> Passage:
-        mode = DocumentMode(self.mode)
-        return Passage(
-            self.doc, self.title, self.section, self.version, self.position, self.text, mode
-        )
+        columns = {f.name: getattr(self, f.name) for f in fields(Passage)}
+        return Passage(**{**columns, "mode": DocumentMode(self.mode)})
 
 
 @dataclass(frozen=True)
