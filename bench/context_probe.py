@@ -23,7 +23,6 @@ import shutil
 import statistics
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 import httpx
@@ -34,13 +33,12 @@ from activities.knowledge import KnowledgeSource
 from launch.knowledge import load_library, read_library
 from parley.config import Settings
 from parley.contracts import BuildContextInput
-from store import outbox, posting
 from store.db import create_socket_checked_engine, on_statement_sent, session_factory
 from store.embedded import EmbeddedPostgres
 from store.identity import Identity, seed_demo
 from store.migrate import upgrade
 from store.sessions import create_session
-from tests.support.stack import LIFTED_LIMITS
+from tests.support.toolkit import post_unstarted
 from worker import build_northwind
 
 OWNER = Identity(tenant_id="northwind", user_id="cust_2291", roles=("customer",))
@@ -49,20 +47,6 @@ ANSWER = (
     "I am the Northwind shop's assistant. I can look up your orders and refunds, explain our "
     "return policy, and email you a summary of an order once you confirm it."
 )
-
-
-async def _post(db: object, session_id: str, text_: str) -> str:
-    posted = await posting.post_user_message(
-        db,  # type: ignore[arg-type]
-        owner=OWNER,
-        session_id=session_id,
-        client_message_id=uuid.uuid4().hex,
-        text=text_,
-        expected_last_seq=None,
-        limits=LIFTED_LIMITS,
-    )
-    await outbox.mark_workflow_started(db, turn_id=posted.turn.id)  # type: ignore[arg-type]
-    return posted.turn.id
 
 
 async def seed(url: str) -> str:
@@ -76,8 +60,9 @@ async def seed(url: str) -> str:
             await db.commit()
         for i in range(TURNS + 1):
             async with session_factory(engine)() as db:
-                turn_id = await _post(db, session_id, f"Tell me about yourself, please ({i}).")
-                await db.commit()
+                text_ = f"Tell me about yourself, please ({i})."
+                posted = await post_unstarted(db, owner=OWNER, text=text_, session_id=session_id)
+                turn_id = posted.turn.id
             if i == TURNS:
                 return turn_id
             async with session_factory(engine)() as db:
