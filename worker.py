@@ -11,9 +11,7 @@ import asyncio
 import contextlib
 import gc
 import logging
-import os
 import signal
-import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
@@ -54,7 +52,7 @@ from gateway.embeddings import build_embedder as passage_embedder
 from gateway.minilm import build_embedder
 from parley.breaker import CircuitBreaker
 from parley.config import Settings, get_settings
-from parley.logs import configure_logging
+from parley.logs import configure_logging, exit_unfinalized
 from parley.screens import ModerationScreen, RulesScreen, Screen, ScreenChain
 from store.db import SessionMaker, create_socket_checked_engine, libpq_url, session_factory
 from store.queue import OutboxBell
@@ -427,17 +425,12 @@ async def run_worker(settings: Settings) -> None:
 
 def serve(settings: Settings) -> NoReturn:
     """Run the worker until SIGTERM or SIGINT and its drain, then leave without finalizing
-    the interpreter: Temporal's core runtime keeps native threads (its log forwarding among
-    them) that may still call into Python while the interpreter shuts down, which aborts a
-    worker that drained cleanly (a rolling restart saw exit code -6). Everything the worker
-    owns is closed by then and the logs are flushed first."""
+    the interpreter (`exit_unfinalized`; a rolling restart saw a worker that had drained
+    cleanly exit with -6). Everything the worker owns is closed by then."""
     # uvloop, as the API runs under uvicorn: the worker's loop turns over for every statement,
     # heartbeat and task, and the default loop's Python bookkeeping showed in its CPU profile.
     uvloop.run(run_worker(settings))
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    exit_unfinalized(0)
 
 
 def main() -> None:

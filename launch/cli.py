@@ -10,16 +10,18 @@ import gc
 import json
 import re
 import sys
+import traceback
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from launch.devstate import with_dev_services
 from launch.evaluate import add_parser as add_eval_parser
 from launch.seeding import create_token, require_database, revoke_tokens, seed, set_feature
 from parley.config import Settings, get_settings
 from parley.features import KNOWN as KNOWN_FEATURES
-from parley.logs import configure_logging
+from parley.logs import configure_logging, exit_unfinalized
 
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 
@@ -158,9 +160,9 @@ def main(argv: list[str] | None = None) -> None:
     elif args.command == "feature":
         _feature(settings, args)
     elif args.command in ("export", "purge"):
-        _data(settings, args)
+        _exit_skipping_teardown(lambda: _data(settings, args))
     elif args.command in ("erase", "erasure"):
-        _erasure(settings, args)
+        _exit_skipping_teardown(lambda: _erasure(settings, args))
     elif args.command == "migrate":
         from store.migrate import upgrade
 
@@ -170,7 +172,8 @@ def main(argv: list[str] | None = None) -> None:
     elif args.command == "knowledge":
         _load_knowledge(settings, args)
     elif args.command == "api":
-        _serve_api(settings, args)
+        # The API holds a Temporal client too; uvicorn has closed everything when it returns.
+        _exit_skipping_teardown(lambda: _serve_api(settings, args))
     elif args.command == "worker":
         from worker import serve
 
@@ -195,6 +198,25 @@ def main(argv: list[str] | None = None) -> None:
         from launch.dev import run_dev
 
         run_dev(settings, workers=max(1, args.workers))
+
+
+def _exit_skipping_teardown(command: Callable[[], None]) -> NoReturn:
+    """Run a short command that used a Temporal client and end the process without the
+    interpreter's teardown (`exit_unfinalized`: a process that had done its work could still
+    abort there). Exit codes and messages are those of a normal exit."""
+    code = 0
+    try:
+        command()
+    except SystemExit as exc:
+        if isinstance(exc.code, str):
+            print(exc.code, file=sys.stderr)
+        code = 1 if isinstance(exc.code, str) else (exc.code or 0)
+    except KeyboardInterrupt:
+        code = 130
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    exit_unfinalized(code)
 
 
 def _serve_api(settings: Settings, args: argparse.Namespace) -> None:

@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import UTC, datetime
+from typing import NoReturn
 
 # The ids a line may carry, in the order they are shown.
 CONTEXT_KEYS = ("tenant_id", "session_id", "turn_id")
@@ -206,3 +208,15 @@ QUIET_LIBRARIES = {
     "httpx2": logging.WARNING,
     "alembic.runtime.plugins": logging.WARNING,
 }
+
+
+def exit_unfinalized(code: int) -> NoReturn:
+    """End the process with `code` once the logs and stdio are flushed, without finalizing the
+    interpreter. For a process that used a Temporal client: the SDK's native runtime keeps
+    threads of its own, and one that touches the GIL while the interpreter finalizes aborts
+    the process (SIGABRT, "PyGILState_Release ... finalizing"; temporalio/sdk-python#300)
+    after its work was done. Only for a process whose resources are closed by then."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
