@@ -197,11 +197,12 @@ def main(argv: list[str] | None = None) -> None:
     elif args.command == "dev":
         from launch.dev import run_dev
 
-        run_dev(settings, workers=max(1, args.workers))
+        # Its readiness probes used Temporal clients; run_dev stops everything it started.
+        _exit_skipping_teardown(lambda: run_dev(settings, workers=max(1, args.workers)))
 
 
 def _exit_skipping_teardown(command: Callable[[], None]) -> NoReturn:
-    """Run a short command that used a Temporal client and end the process without the
+    """Run a command whose process used a Temporal client and end the process without the
     interpreter's teardown (`exit_unfinalized`: a process that had done its work could still
     abort there). Exit codes and messages are those of a normal exit."""
     code = 0
