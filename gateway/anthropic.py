@@ -285,8 +285,10 @@ def _create_params(request: ModelRequest) -> dict[str, Any]:
         output = request.output_schema
         params["tools"] = [*params.get("tools", []), to_anthropic_output_tool(output)]
         params["tool_choice"] = {"type": "tool", "name": output.name}
-    if request.reasoning_effort:
-        # Extended thinking: a token budget that grows with the requested effort.
+    if request.reasoning_effort and "tool_choice" not in params:
+        # Extended thinking: a token budget that grows with the requested effort. The API
+        # refuses thinking beside a forced tool (the structured output's), so a request with
+        # an output schema is answered without it.
         budget = {"low": 1024, "medium": 4096, "high": 16384}[request.reasoning_effort]
         params["thinking"] = {"type": "enabled", "budget_tokens": budget}
         params["max_tokens"] = max(request.max_output_tokens, budget + 1024)

@@ -205,6 +205,9 @@ class FakeProvider:
             return _error(dialect, item)
         if not body.get("stream"):
             return _error(dialect, Fail(status=400, error_type="fake_streams_only"))
+        refusal = anthropic_refusal(body) if dialect == "anthropic" else None
+        if refusal is not None:
+            return _error(dialect, Fail(status=400, message=refusal))
         if item.stall_s and not await _stall(request, item.stall_s):
             return Response(status_code=499)  # the client gave up; nobody reads this
         reply = self._think(dialect, body, item) if item.brain else item
@@ -297,9 +300,26 @@ async def _stall(request: Request, seconds: float) -> bool:
     return True
 
 
+def anthropic_refusal(body: dict[str, Any]) -> str | None:
+    """Why the Messages API would refuse this body with a 400, for the rules about extended
+    thinking that a request can break (None: it would take it). The real API's checks, so an
+    adapter that breaks one fails here as it would in production."""
+    thinking = body.get("thinking") or {}
+    if thinking.get("type") != "enabled":
+        return None
+    budget = thinking.get("budget_tokens", 0)
+    if budget < 1024:
+        return "thinking.budget_tokens: must be at least 1024"
+    if body.get("max_tokens", 0) <= budget:
+        return "max_tokens must be greater than thinking.budget_tokens"
+    if (body.get("tool_choice") or {}).get("type") in ("any", "tool"):
+        return "Thinking may not be enabled when tool_choice forces tool use."
+    return None
+
+
 def _error(dialect: Dialect, fail: Fail) -> JSONResponse:
     kind = fail.error_type or _error_type(dialect, fail.status)
-    message = f"fake provider: scripted HTTP {fail.status}"
+    message = fail.message or f"fake provider: scripted HTTP {fail.status}"
     headers = {"retry-after": fail.retry_after} if fail.retry_after is not None else {}
     if dialect == "openai":
         headers["x-request-id"] = "req_fake"

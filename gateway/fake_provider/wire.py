@@ -56,6 +56,7 @@ class Fail(BaseModel):
     status: int
     retry_after: str | None = None
     error_type: str | None = None  # default: the provider's type for the status
+    message: str | None = None  # default: says it was scripted
 
 
 def script_item(data: dict[str, Any]) -> Reply | Fail:

@@ -6,6 +6,7 @@ import json
 import pickle
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from email.utils import formatdate
 from typing import Any
 
@@ -13,7 +14,14 @@ import pytest
 import pytest_asyncio
 
 from gateway.anthropic import AnthropicProvider, to_anthropic_messages
-from gateway.base import Finish, ModelProvider, ModelRequest, TextDelta, ToolCallRequest
+from gateway.base import (
+    Finish,
+    ModelProvider,
+    ModelRequest,
+    OutputSchema,
+    TextDelta,
+    ToolCallRequest,
+)
 from gateway.demo import DemoModel
 from gateway.errors import (
     ProviderFatal,
@@ -26,6 +34,7 @@ from gateway.fake_provider.server import (
     FakeProvider,
     Reply,
     ToolCall,
+    anthropic_refusal,
     awkward_pieces,
     request_from_anthropic,
     request_from_openai,
@@ -329,6 +338,53 @@ async def test_anthropic_wire_format(fake: FakeProvider, url: str) -> None:
     ]
     roles = [m["role"] for m in body["messages"]]
     assert all(a != b for a, b in zip(roles, roles[1:], strict=False))
+
+
+ANSWER = OutputSchema(
+    name="answer",
+    schema={"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+)
+
+
+async def test_anthropic_structured_output_with_an_effort_is_asked_without_thinking(
+    fake: FakeProvider, url: str
+) -> None:
+    """The Messages API refuses extended thinking beside a forced tool, and structured output
+    is a forced tool there: a tenant's reasoning effort must not turn a summary into a 400."""
+    fake.script(Reply(tool_calls=[ToolCall(name="answer", arguments='{"text": "ok"}')]))
+    request = replace(simple_request(), output_schema=ANSWER, reasoning_effort="high")
+    events = await collect(provider("anthropic", url), request)
+    assert [e.arguments for e in events if isinstance(e, ToolCallRequest)] == ['{"text": "ok"}']
+    (seen,) = fake.requests
+    assert seen.body["tool_choice"] == {"type": "tool", "name": "answer"}
+    assert "thinking" not in seen.body
+
+
+async def test_anthropic_thinking_is_asked_with_a_budget_below_max_tokens(
+    fake: FakeProvider, url: str
+) -> None:
+    fake.script(Reply(text=["ok"]))
+    request = replace(simple_request(), max_output_tokens=256, reasoning_effort="medium")
+    events = await collect(provider("anthropic", url), request)
+    assert events[-1] == Finish("stop", events[-1].usage)
+    thinking = fake.requests[0].body["thinking"]
+    assert thinking["type"] == "enabled"
+    assert 1024 <= thinking["budget_tokens"] < fake.requests[0].body["max_tokens"]
+
+
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        ({"tool_choice": {"type": "tool", "name": "x"}}, "forces tool use"),
+        ({"tool_choice": {"type": "any"}}, "forces tool use"),
+        ({"max_tokens": 2048}, "greater than thinking.budget_tokens"),
+    ],
+)
+def test_the_fake_refuses_what_the_messages_api_refuses(body: dict[str, Any], why: str) -> None:
+    thinking = {"type": "enabled", "budget_tokens": 2048}
+    refused = anthropic_refusal({"max_tokens": 4096, "thinking": thinking, **body})
+    assert refused is not None and why in refused
+    assert anthropic_refusal({"max_tokens": 4096, "thinking": thinking}) is None
 
 
 def test_tool_results_lead_a_merged_user_message() -> None:
