@@ -13,6 +13,7 @@ was killed never leaves, so the dead are dropped from that count before we join 
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import logging
@@ -55,8 +56,12 @@ class EmbeddedPostgres:
         return None if self._server is None else self._server.get_pid()
 
     def stop(self) -> None:
+        """Leave the server now (stopping it when no other process of ours uses it), and not
+        again at exit: the wheel's exit hook takes its lock file in the runtime folder, which
+        would make that folder again after its owner deleted it (a bench's temp folder)."""
         if self._server is not None:
             self._server._cleanup()
+            atexit.unregister(self._server._cleanup)
             self._server = None
 
 
