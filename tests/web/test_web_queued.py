@@ -5,10 +5,11 @@ steers (slow enough to type during), with the outbox loop that starts queued tur
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import pytest_asyncio
-from playwright.async_api import Browser, Page, expect
+from playwright.async_api import Browser, Page, Route, expect
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
@@ -108,6 +109,32 @@ async def test_stop_asks_whether_to_drop_the_waiting_message(page: Page) -> None
     await expect(page.locator("#send")).to_be_enabled()
     await expect(page.locator("#transcript .msg-user")).to_have_count(1)  # dropped, not sent
     await expect(page.locator("#transcript .msg-assistant")).to_have_count(1)
+
+
+async def test_stop_pressed_while_the_message_is_still_on_its_way_asks_too(page: Page) -> None:
+    """Stop while the waiting message's POST has not been answered yet: the page waits for
+    it, then asks as for any waiting message (it does not let it start unasked)."""
+    await _type(page, "A long answer please")
+    await _streaming(page, "word3 ")
+    held, release = asyncio.Event(), asyncio.Event()
+
+    async def hold(route: Route) -> None:
+        held.set()
+        await release.wait()
+        await route.continue_()
+
+    await page.route("**/messages", hold)
+    await _type(page, "Stop before the next thing arrives")
+    await held.wait()
+    await page.locator("#stop").click()
+    release.set()
+    ask = page.locator("#stop-queued")
+    await expect(ask).to_be_visible()
+    await page.locator("#drop-queued").click()
+    await expect(last_answer(page)).to_have_attribute("data-status", "cancelled")
+    await expect(page.locator("#transcript .msg.pending")).to_have_count(0)
+    await expect(page.locator("#send")).to_be_enabled()
+    await expect(page.locator("#transcript .msg-user")).to_have_count(1)  # dropped, not sent
 
 
 async def test_stop_can_keep_the_waiting_message_which_is_then_answered(page: Page) -> None:

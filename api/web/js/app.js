@@ -27,6 +27,7 @@ const S = {
   follow: null, turnId: null, turnFromSeq: 0, busy: false,
   options: null, replacing: null, openGen: 0,
   queued: null, // a message sent while an answer streams: { turnId, url, bubble }
+  queueing: null, // that message's POST, until it answers (Stop waits for it)
 };
 
 /* ---------- status line ---------- */
@@ -264,7 +265,9 @@ async function send(text, interactionValue) {
 async function queue(text) {
   $('send').disabled = true;
   const body = { client_message_id: crypto.randomUUID(), text };
-  const r = await request('POST', sessionPath(S.sid, 'messages'), body);
+  S.queueing = request('POST', sessionPath(S.sid, 'messages'), body);
+  const r = await S.queueing;
+  S.queueing = null;
   if ((r.status === 202 || r.status === 200) && r.data.state === 'queued' && S.busy) {
     $('input').value = '';
     S.queued = { turnId: r.data.turn_id, url: r.data.events_url, bubble: T.pending(r.data.message) };
@@ -433,6 +436,11 @@ async function retry(answer, button) {
 
 async function stop() {
   if (!S.turnId) return;
+  // A message on its way to the queue is asked about too, once the server has it (unless
+  // the answer Stop was meant for ended meanwhile: the next one was not asked to stop).
+  const running = S.turnId;
+  if (S.queueing) await S.queueing;
+  if (S.turnId !== running) return;
   if (S.queued) { // ask first: drop the waiting message too, or keep it for next?
     $('stop-queued').hidden = false;
     $('drop-queued').focus();
