@@ -50,7 +50,7 @@ class PinnedBackend(httpcore2.AsyncNetworkBackend):
         addresses = await addresses_to_reach(
             host.lower(), port, self._allowed, field=self._field, resolve=self._resolve
         )
-        failed: Exception | None = None
+        failed: Exception = httpcore2.ConnectError(f"{host} does not resolve to any address")
         for address in addresses:
             try:
                 return await self._sockets.connect_tcp(
@@ -62,7 +62,6 @@ class PinnedBackend(httpcore2.AsyncNetworkBackend):
                 )
             except (httpcore2.ConnectError, httpcore2.ConnectTimeout) as exc:
                 failed = exc  # the next checked address, as a resolver's caller would
-        assert failed is not None  # addresses_to_reach never returns an empty list
         raise failed
 
     async def sleep(self, seconds: float) -> None:

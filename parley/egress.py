@@ -122,9 +122,10 @@ async def check_url(url: str, allowed: Allowlist, *, field: str, resolve: Resolv
 async def addresses_to_reach(
     host: str, port: int, allowed: Allowlist, *, field: str, resolve: Resolver
 ) -> list[str]:
-    """The addresses a connection to `host:port` may use, looked up once: any of them for a
-    host the allow-list names, public ones only for a host only `*` admits (`UrlNotAllowed`
-    naming the rule otherwise). Connect to these, never to another lookup's answer."""
+    """The addresses a connection to `host:port` may use, looked up once: any a host the
+    allow-list names has (none when its lookup failed: the host is unreachable, not refused),
+    public ones only of a host only `*` admits (`UrlNotAllowed` naming the rule otherwise).
+    Connect to these, never to another lookup's answer."""
     named = allowed.names(host, port)
     if not named and (not host or not allowed.admits_public(port)):
         refuse("host_not_listed", f"{host}:{port} is not on the deployment's MCP allow-list", field)
@@ -133,17 +134,16 @@ async def addresses_to_reach(
             addresses = await resolve(host, port)
     except (OSError, TimeoutError, UnicodeError):
         addresses = []
-    check_addresses(host, addresses, named=named, field=field)
+    if not named:
+        check_addresses(host, addresses, field=field)
     return addresses
 
 
-def check_addresses(host: str, addresses: Sequence[str], *, named: bool, field: str) -> None:
-    """The rule for what `host` resolved to: at least one address, and, unless the allow-list
-    names the host, every one of them public."""
+def check_addresses(host: str, addresses: Sequence[str], *, field: str) -> None:
+    """The rule for what a host only `*` admits resolved to: at least one address, and every
+    one of them public."""
     if not addresses:
         refuse("unresolvable", f"{host} does not resolve to any address", field)
-    if named:
-        return
     for address in addresses:
         kind = address_kind(address)
         if kind is not None:

@@ -114,6 +114,12 @@ async def test_a_named_host_is_reached_at_the_address_its_lookup_gave(listener: 
     assert named.lookups == 2 and len(listener.heard) == 2
 
 
+async def test_a_named_host_that_does_not_resolve_is_unreachable_not_refused() -> None:
+    async with client(["gone.test"], Answers([])) as http:
+        with pytest.raises(httpx2.ConnectError, match="gone.test does not resolve"):
+            await http.get("http://gone.test/mcp")
+
+
 async def test_tls_names_the_urls_host_not_the_address(listener: Listener) -> None:
     named = Answers(["127.0.0.1"])
     async with client([f"mcp.test:{listener.port}"], named) as http:
