@@ -77,8 +77,8 @@ def pinned_transport(
     one attribute the transport delegates every request, stream and close to) is replaced by
     one built here. The alternative, a transport of our own around httpcore2, would repeat
     httpx2's request, response and error translation. The check below makes an httpx2 that
-    no longer keeps its pool there fail loudly rather than connect unpinned; the unit test of
-    a rebinding name covers the rest."""
+    no longer keeps its pool there fail loudly rather than connect unpinned;
+    tests/system/test_mcp_pinning.py covers the rest (a rebinding name reaches nothing)."""
     transport = httpx2.AsyncHTTPTransport()
     if not isinstance(getattr(transport, "_pool", None), httpcore2.AsyncConnectionPool):
         raise RuntimeError("httpx2's transport no longer keeps its pool in `_pool`")
