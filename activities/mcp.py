@@ -36,9 +36,10 @@ from mcp.client.streamable_http import streamable_http_client
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from gateway.pinned import pinned_transport
 from gateway.resolver import system_resolver
 from parley.contracts import TOOL_ATTEMPTS, EventType
-from parley.egress import Allowlist, check_redirect, check_url
+from parley.egress import Allowlist, check_redirect
 from parley.errors import UrlNotAllowed
 from parley.ids import action_id_for_call, mcp_idempotency_key
 from parley.mcp import (
@@ -73,18 +74,24 @@ class McpUnavailable(Exception):
 
 
 class _OriginGuard(httpx2.AsyncBaseTransport):
-    """The session's transport: every request goes to the configured URL's origin, and a
-    redirect anywhere else is refused before anything follows it (parley/egress.py). The
-    refusal is kept, since the SDK reports a failed request in its own words."""
+    """The session's transport: every request goes to the configured URL's origin, over
+    connections to addresses the allow-list admits (gateway/pinned.py: one lookup per
+    connection, checked, then connected to), and a redirect anywhere else is refused before
+    anything follows it (parley/egress.py). The refusal is kept, since the SDK reports a
+    failed request in its own words."""
 
-    def __init__(self, server: McpServerConfig) -> None:
+    def __init__(self, server: McpServerConfig, allowed: Allowlist) -> None:
         self._server = server
-        self._inner = httpx2.AsyncHTTPTransport()
+        self._inner = pinned_transport(allowed, field=server.name, resolve=system_resolver)
         self.refused: UrlNotAllowed | None = None
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         self._check(str(request.url))
-        response = await self._inner.handle_async_request(request)
+        try:
+            response = await self._inner.handle_async_request(request)
+        except UrlNotAllowed as exc:  # a connection the allow-list refused
+            self.refused = exc
+            raise
         location = response.headers.get("location")
         if response.status_code in REDIRECTS and location:
             try:
@@ -115,15 +122,19 @@ async def mcp_session(
     extra: dict[str, str] | None = None,
 ) -> AsyncIterator[ClientSession]:
     """An initialized session with `server` as the user, closed when the block ends. Its
-    address is checked against the deployment's allow-list first (the name resolved now, not
-    when the config was saved): `UrlNotAllowed` names the rule that refused it."""
-    await check_url(server.url, allowed, field=server.name, resolve=system_resolver)
+    address is checked against the deployment's allow-list on every connection (the name
+    resolved then, not when the config was saved, and connected to as checked):
+    `UrlNotAllowed` names the rule that refused it, and nothing was sent to a refused
+    address."""
     headers = server.headers(tenant_id=tenant_id, user_id=user_id) | (extra or {})
     timeout = httpx2.Timeout(server.timeout_s)
-    guard = _OriginGuard(server)
+    guard = _OriginGuard(server, allowed)
     try:
         async with (
-            httpx2.AsyncClient(headers=headers, timeout=timeout, transport=guard) as http,
+            # trust_env off: no proxy from the environment may resolve the name instead.
+            httpx2.AsyncClient(
+                headers=headers, timeout=timeout, transport=guard, trust_env=False
+            ) as http,
             streamable_http_client(server.url, http_client=http) as (read, write),
             ClientSession(read, write, read_timeout_seconds=server.timeout_s) as session,
         ):

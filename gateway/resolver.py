@@ -1,5 +1,5 @@
-"""The system's DNS resolver, as `parley.egress.check_url` asks it: the domain decides which
-addresses may be reached, this module only looks them up."""
+"""The system's DNS resolver, as `parley.egress` asks it: the domain decides which addresses
+may be reached, this module only looks them up."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import socket
 
 
 async def system_resolver(host: str, port: int) -> list[str]:
-    """The addresses the system's resolver gives `host` (what the connection would use)."""
+    """The addresses the system's resolver gives `host`, each once, in the order it prefers
+    them (the order a pinned connection tries them in: gateway/pinned.py)."""
     infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    return sorted({str(info[4][0]) for info in infos})
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))

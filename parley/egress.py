@@ -1,7 +1,10 @@
 """Where a tenant's configuration may send the deployment's requests: the allow-list of MCP
 server addresses (`Settings.mcp_allowed_hosts`), checked when a tenant's config is saved
-(api/routes/admin.py) and again each time a turn opens a connection (activities/mcp.py), so a
-DNS name that moved to an internal address since the save is still refused.
+(api/routes/admin.py) and again on every TCP connection a turn's MCP session opens
+(gateway/pinned.py), so a DNS name that moved to an internal address since the save is still
+refused. The connection goes to an address this check passed, never to a second lookup's
+answer: a name that answers a public address to the check and an internal one a moment later
+(DNS rebinding) gets no connection at all.
 
 An entry is `host:port`, `host` (any port), `*:port` or `*` (any host, any port). A host an
 entry names is reached at whatever address it has: the operator listed it. A host only a `*`
@@ -73,11 +76,11 @@ class Allowlist:
                 named.add((host, port))
         return cls(frozenset(named), frozenset(public))
 
-    def names(self, origin: Origin) -> bool:
-        return bool({(origin.host, origin.port), (origin.host, None)} & self.named)
+    def names(self, host: str, port: int) -> bool:
+        return bool({(host, port), (host, None)} & self.named)
 
-    def admits_public(self, origin: Origin) -> bool:
-        return bool({origin.port, None} & self.public_ports)
+    def admits_public(self, port: int) -> bool:
+        return bool({port, None} & self.public_ports)
 
 
 def _split(entry: str) -> tuple[str, int | None]:
@@ -109,26 +112,44 @@ def address_kind(address: str) -> str | None:
 
 async def check_url(url: str, allowed: Allowlist, *, field: str, resolve: Resolver) -> None:
     """Raise `UrlNotAllowed` naming the rule when `url` may not be reached; `resolve` gives a
-    host's addresses (the caller's I/O: `gateway/resolver.py` asks the system's resolver)."""
+    host's addresses (the caller's I/O: `gateway/resolver.py` asks the system's resolver). A
+    host the allow-list names is not looked up: it may be reached wherever it is."""
     origin = Origin.of(url)
-    if allowed.names(origin):
-        return
-    shown = f"{origin.host}:{origin.port}"
-    if not origin.host or not allowed.admits_public(origin):
-        refuse("host_not_listed", f"{shown} is not on the deployment's MCP allow-list", field)
+    if not allowed.names(origin.host, origin.port):
+        await addresses_to_reach(origin.host, origin.port, allowed, field=field, resolve=resolve)
+
+
+async def addresses_to_reach(
+    host: str, port: int, allowed: Allowlist, *, field: str, resolve: Resolver
+) -> list[str]:
+    """The addresses a connection to `host:port` may use, looked up once: any a host the
+    allow-list names has (none when its lookup failed: the host is unreachable, not refused),
+    public ones only of a host only `*` admits (`UrlNotAllowed` naming the rule otherwise).
+    Connect to these, never to another lookup's answer."""
+    named = allowed.names(host, port)
+    if not named and (not host or not allowed.admits_public(port)):
+        refuse("host_not_listed", f"{host}:{port} is not on the deployment's MCP allow-list", field)
     try:
         async with asyncio.timeout(RESOLVE_TIMEOUT_S):
-            addresses = await resolve(origin.host, origin.port)
+            addresses = await resolve(host, port)
     except (OSError, TimeoutError, UnicodeError):
         addresses = []
+    if not named:
+        check_addresses(host, addresses, field=field)
+    return addresses
+
+
+def check_addresses(host: str, addresses: Sequence[str], *, field: str) -> None:
+    """The rule for what a host only `*` admits resolved to: at least one address, and every
+    one of them public."""
     if not addresses:
-        refuse("unresolvable", f"{origin.host} does not resolve to any address", field)
+        refuse("unresolvable", f"{host} does not resolve to any address", field)
     for address in addresses:
         kind = address_kind(address)
         if kind is not None:
             refuse(
                 "private_address",
-                f"{origin.host} resolves to {address}, a {kind} address; only a host the "
+                f"{host} resolves to {address}, a {kind} address; only a host the "
                 "deployment's MCP allow-list names may be internal",
                 field,
             )

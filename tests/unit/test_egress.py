@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from parley.config import Settings
-from parley.egress import Allowlist, check_redirect, check_url
+from parley.egress import Allowlist, addresses_to_reach, check_addresses, check_redirect, check_url
 from parley.errors import UrlNotAllowed
 
 DNS = {
@@ -78,3 +78,59 @@ def test_a_redirect_may_not_leave_the_origin() -> None:
 def test_a_bad_entry_is_refused_when_the_deployment_starts() -> None:
     with pytest.raises(ValueError, match="bad port"):
         Settings(database_url="postgresql://unused", mcp_allowed_hosts=["mcp.internal:https"])
+
+
+class Rebinding:
+    """A name whose first answer is public and whose later answers are loopback: what a DNS
+    name with a short TTL can do between a check and a connection."""
+
+    def __init__(self, first: str = "93.184.216.34", later: str = "127.0.0.1") -> None:
+        self.answers = [first, later]
+        self.lookups = 0
+
+    async def __call__(self, host: str, port: int) -> list[str]:
+        self.lookups += 1
+        return [self.answers[min(self.lookups, 2) - 1]]
+
+
+async def test_the_addresses_a_connection_may_use_come_from_one_checked_lookup() -> None:
+    allowed = Allowlist.parse(["*"])
+    rebinding = Rebinding()
+    await check_url("http://rebind.example/mcp", allowed, field="url", resolve=rebinding)
+    # The connection's own lookup is the one checked: the loopback answer is refused.
+    with pytest.raises(UrlNotAllowed) as refused:
+        await addresses_to_reach("rebind.example", 80, allowed, field="url", resolve=rebinding)
+    assert refused.value.extra["rule"] == "private_address"
+    assert "127.0.0.1, a loopback address" in refused.value.message
+    assert rebinding.lookups == 2
+    # A public answer is handed back as the addresses to connect to.
+    public = await addresses_to_reach("mcp.example.com", 443, allowed, field="url", resolve=resolve)
+    assert public == ["93.184.216.34"]
+
+
+async def test_a_named_host_may_be_reached_at_any_address_it_has() -> None:
+    named = Allowlist.parse(["mcp.internal:443"])
+    reach = await addresses_to_reach("mcp.internal", 443, named, field="url", resolve=resolve)
+    assert reach == ["10.1.2.3"]
+    for host, port, rule in (
+        ("nowhere.internal", 443, "host_not_listed"),  # never looked up
+        ("mcp.internal", 8443, "host_not_listed"),
+    ):
+        with pytest.raises(UrlNotAllowed) as refused:
+            await addresses_to_reach(host, port, named, field="url", resolve=resolve)
+        assert refused.value.extra["rule"] == rule
+    # A named host whose lookup fails is unreachable (a connection error), not refused.
+    gone = Allowlist.parse(["nowhere.example"])
+    assert await addresses_to_reach("nowhere.example", 443, gone, field="u", resolve=resolve) == []
+
+
+def test_every_address_of_a_host_only_the_wildcard_admits_must_be_public() -> None:
+    check_addresses("ok.example", ["93.184.216.34", "2606:2800:220:1::1"], field="x")
+    for addresses, rule in (
+        (["93.184.216.34", "169.254.169.254"], "private_address"),  # the metadata service
+        (["::ffff:10.0.0.7"], "private_address"),
+        ([], "unresolvable"),
+    ):
+        with pytest.raises(UrlNotAllowed) as refused:
+            check_addresses("h.example", addresses, field="x")
+        assert refused.value.extra["rule"] == rule
