@@ -53,7 +53,7 @@ class Origin:
             port = parts.port or DEFAULT_PORTS.get(scheme, 0)
         except ValueError:  # a port that is no number
             port = 0
-        return cls(scheme, (parts.hostname or "").lower(), port)
+        return cls(scheme, host_key(parts.hostname or ""), port)
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,8 @@ class Allowlist:
         return cls(frozenset(named), frozenset(public))
 
     def names(self, host: str, port: int) -> bool:
-        return bool({(host, port), (host, None)} & self.named)
+        key = host_key(host)
+        return bool({(key, port), (key, None)} & self.named)
 
     def admits_public(self, port: int) -> bool:
         return bool({port, None} & self.public_ports)
@@ -92,11 +93,23 @@ def _split(entry: str) -> tuple[str, int | None]:
         host, _, port = entry.partition(":")
     else:  # a bare name, `*`, or a bare IPv6 address
         host, port = entry, ""
+    key = host if host == ANY else host_key(host)
     if port in ("", ANY):
-        return host.lower(), None
+        return key, None
     if not port.isdigit():
         raise ValueError(f"an MCP allow-list entry has a bad port: {entry!r}")
-    return host.lower(), int(port)
+    return key, int(port)
+
+
+def host_key(host: str) -> str:
+    """The form hosts are compared in: lower case, ASCII (a Unicode name in its `xn--` form,
+    as a connection names it), no root dot. A name IDNA cannot encode is kept lower-cased; it
+    then names no allow-list entry but its own, so it gets the stricter `*` rule."""
+    name = host.lower().rstrip(".")
+    try:
+        return name.encode("idna").decode("ascii")
+    except UnicodeError:
+        return name
 
 
 def address_kind(address: str) -> str | None:

@@ -124,6 +124,24 @@ async def test_a_named_host_may_be_reached_at_any_address_it_has() -> None:
     assert await addresses_to_reach("nowhere.example", 443, gone, field="u", resolve=resolve) == []
 
 
+async def test_a_unicode_name_on_the_list_is_the_name_a_connection_uses() -> None:
+    """A connection names its host in ASCII (`xn--...`): a Unicode entry (or URL) still names
+    it, so the host the operator listed is not held to the stricter `*` rule."""
+    listed = Allowlist.parse(["Bücher.example:443", "mcp.internal."])
+    assert listed.names("xn--bcher-kva.example", 443)
+    assert listed.names("bücher.example", 443)
+    assert listed.names("MCP.internal", 443)
+    reach = await addresses_to_reach(
+        "xn--bcher-kva.example", 443, listed, field="url", resolve=unicode_dns
+    )
+    assert reach == ["10.9.8.7"]  # named: internal is fine
+    assert await rule_for("https://bücher.example/mcp", ["bücher.example"]) is None
+
+
+async def unicode_dns(host: str, port: int) -> list[str]:
+    return {"xn--bcher-kva.example": ["10.9.8.7"]}[host]
+
+
 def test_every_address_of_a_host_only_the_wildcard_admits_must_be_public() -> None:
     check_addresses("ok.example", ["93.184.216.34", "2606:2800:220:1::1"], field="x")
     for addresses, rule in (
