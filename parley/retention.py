@@ -53,7 +53,7 @@ PERIODS = tuple(PERIOD_TABLES)
 class RetentionPeriods(BaseModel):
     """A tenant's periods in days; an unset one is the deployment's default, 0 is forever."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # as TenantConfig
 
     messages_days: int | None = Field(default=None, ge=0, le=36500)
     prompts_days: int | None = Field(default=None, ge=0, le=36500)

@@ -7,7 +7,7 @@ they come from the environment only.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -17,9 +17,16 @@ from parley.skills import RUN_SKILL
 from parley.specialists import DELEGATION_TOOLS
 from parley.tools import TOOLS, Risk
 
+# The local tools an allow-list may name: all but the writes, which only a user's confirm
+# runs. The OpenAPI document lists them; `PUT .../config` refuses any other name.
+LOCAL_TOOLS = sorted(name for name, spec in TOOLS.items() if spec.risk != Risk.write)
+LocalTool = Annotated[str, Field(json_schema_extra={"enum": LOCAL_TOOLS})]
+
 
 class TenantConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Strict: the contract's types exactly (`false` is no day count, `"5"` no cap, `1` no
+    # switch), as a stored config is read back.
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     # Added to the standing instructions, e.g. a brand voice.
     persona: str | None = Field(default=None, max_length=2000)
@@ -35,7 +42,9 @@ class TenantConfig(BaseModel):
     summaries: bool | None = None
     reasoning_effort: Literal["low", "medium", "high"] | None = None
     # Tools the model is offered; None offers all of them.
-    tool_allowlist: list[str] | None = None
+    # The enum documents what the route checks (a stored name a later release drops must
+    # still read back, so the model itself does not refuse it).
+    tool_allowlist: list[LocalTool] | None = None
     # User messages accepted per tenant per UTC day; None is unlimited.
     daily_cap: int | None = Field(default=None, ge=0)
     # User messages accepted per user of this tenant per UTC day; None: the deployment's
@@ -74,4 +83,4 @@ class TenantConfig(BaseModel):
 
     @classmethod
     def known_tools(cls) -> set[str]:
-        return {name for name, spec in TOOLS.items() if spec.risk != Risk.write}
+        return set(LOCAL_TOOLS)
