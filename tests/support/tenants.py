@@ -28,8 +28,9 @@ async def new_admin_tenant(
 ) -> AdminTenant:
     """Store a fresh tenant (default configuration, not paused) with one user holding the
     admin role; that user's token."""
-    tenant_id = f"{prefix}_{uuid.uuid4().hex[:8]}"
-    admin_id = "ops_admin"
+    tag = uuid.uuid4().hex[:8]
+    # Unique ids both: a test that looks a user up by id alone never finds this one.
+    tenant_id, admin_id = f"{prefix}_{tag}", f"ops_{tag}"
     async with sessions() as db:
         db.add(Tenant(id=tenant_id, name=f"Throwaway {tenant_id}"))
         await db.flush()
