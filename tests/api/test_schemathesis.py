@@ -92,7 +92,7 @@ UNSTATED_RULES = (
 # pause it, reconfigure it and read its usage and feedback; never northwind, which other
 # tests share. A session under it (`/sessions/{session_id}/runs`) is generated, so that
 # route's cases are 404s in the error shape. 25 each, and 50 for the whole configuration
-# (`PUT .../config`, the second block): about 930 cases, some 175 of them stored configs,
+# (`PUT .../config`, the second block): about 950 cases, some 190 of them stored configs,
 # for about 5 s more than the admin run's 800 cases of 404s took at 10 each.
 #
 # The fourth block gives 10 to the /v1 routes whose path names a turn, an action, a file or
