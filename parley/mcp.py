@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -39,17 +39,23 @@ USER_HEADER = "X-Parley-User"
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 
 ToolRisk = Literal["read", "write"]
+# What a server's tool may be called ([a-zA-Z0-9_-], as `namespaced` checks).
+TOOL_CHARS = "^[A-Za-z0-9_-]+$"
 
 
 class McpServerConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # as TenantConfig
 
     # The namespace of the server's tools as the model sees them.
     name: str = Field(pattern=r"^[a-z][a-z0-9_]{0,23}$")
     url: str = Field(pattern=r"^https?://", max_length=500)
     transport: Literal["streamable_http"] = "streamable_http"
     # The allow-list: only these of the server's tools are listed to the model or run.
-    allowed_tools: list[str] = Field(default_factory=list, max_length=50)
+    # The pattern documents the characters `_names_fit` requires (which also bounds the
+    # namespaced name's length).
+    allowed_tools: list[Annotated[str, Field(json_schema_extra={"pattern": TOOL_CHARS})]] = Field(
+        default_factory=list, max_length=50
+    )
     # Risk class per allowed tool; a tool left out is `read`.
     risk: dict[str, ToolRisk] = Field(default_factory=dict)
     # Name of the environment variable holding the bearer token the server expects, if any.

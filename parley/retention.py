@@ -28,6 +28,8 @@ from datetime import datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from parley.wire import IntOrNone
+
 # Every table a period covers, in the order the purge deletes them (rows that point at a
 # row of a later table go first).
 PERIOD_TABLES: dict[str, tuple[str, ...]] = {
@@ -53,12 +55,12 @@ PERIODS = tuple(PERIOD_TABLES)
 class RetentionPeriods(BaseModel):
     """A tenant's periods in days; an unset one is the deployment's default, 0 is forever."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # as TenantConfig
 
-    messages_days: int | None = Field(default=None, ge=0, le=36500)
-    prompts_days: int | None = Field(default=None, ge=0, le=36500)
-    summaries_days: int | None = Field(default=None, ge=0, le=36500)
-    memory_days: int | None = Field(default=None, ge=0, le=36500)
+    messages_days: IntOrNone = Field(default=None, ge=0, le=36500)
+    prompts_days: IntOrNone = Field(default=None, ge=0, le=36500)
+    summaries_days: IntOrNone = Field(default=None, ge=0, le=36500)
+    memory_days: IntOrNone = Field(default=None, ge=0, le=36500)
 
     def days(self, defaults: dict[str, int]) -> dict[str, int]:
         """Each period's days, the tenant's where set, else the default."""

@@ -7,7 +7,7 @@ they come from the environment only.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -16,35 +16,45 @@ from parley.retention import RetentionPeriods
 from parley.skills import RUN_SKILL
 from parley.specialists import DELEGATION_TOOLS
 from parley.tools import TOOLS, Risk
+from parley.wire import IntOrNone
+
+# The local tools an allow-list may name: all but the writes, which only a user's confirm
+# runs. The OpenAPI document lists them; `PUT .../config` refuses any other name.
+LOCAL_TOOLS = sorted(name for name, spec in TOOLS.items() if spec.risk != Risk.write)
+LocalTool = Annotated[str, Field(json_schema_extra={"enum": LOCAL_TOOLS})]
 
 
 class TenantConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Strict: the contract's types exactly (`false` is no day count, `"5"` no cap, `1` no
+    # switch), as a stored config is read back.
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     # Added to the standing instructions, e.g. a brand voice.
     persona: str | None = Field(default=None, max_length=2000)
     model_provider: Literal["demo", "openai", "anthropic"] | None = None
     model: str | None = Field(default=None, max_length=100)
     # The model's context window in tokens; the prompt gets this minus the output reserve.
-    context_window_tokens: int | None = Field(default=None, ge=1024, le=2_000_000)
+    context_window_tokens: IntOrNone = Field(default=None, ge=1024, le=2_000_000)
     # Tokens kept free for the answer.
-    output_reserve_tokens: int | None = Field(default=None, ge=64, le=32000)
+    output_reserve_tokens: IntOrNone = Field(default=None, ge=64, le=32000)
     # Tokens for the conversation context: pinned facts, summary, recalled and recent turns.
-    context_conversation_tokens: int | None = Field(default=None, ge=300, le=1_000_000)
+    context_conversation_tokens: IntOrNone = Field(default=None, ge=300, le=1_000_000)
     # Whether older turns are folded into a rolling summary after each turn.
     summaries: bool | None = None
     reasoning_effort: Literal["low", "medium", "high"] | None = None
     # Tools the model is offered; None offers all of them.
-    tool_allowlist: list[str] | None = None
+    # The enum documents what the route checks (a stored name a later release drops must
+    # still read back, so the model itself does not refuse it).
+    tool_allowlist: list[LocalTool] | None = None
     # User messages accepted per tenant per UTC day; None is unlimited.
-    daily_cap: int | None = Field(default=None, ge=0)
+    daily_cap: IntOrNone = Field(default=None, ge=0)
     # User messages accepted per user of this tenant per UTC day; None: the deployment's
     # `PARLEY_USER_DAILY_MESSAGES`.
-    user_daily_cap: int | None = Field(default=None, ge=0)
+    user_daily_cap: IntOrNone = Field(default=None, ge=0)
     # Over the deployment's `PARLEY_MAX_ACTIVE_TURNS_PER_USER` and
     # `PARLEY_USER_REQUESTS_PER_MINUTE` for this tenant's users.
-    max_active_turns_per_user: int | None = Field(default=None, ge=1, le=100)
-    user_requests_per_minute: int | None = Field(default=None, ge=1, le=10_000)
+    max_active_turns_per_user: IntOrNone = Field(default=None, ge=1, le=100)
+    user_requests_per_minute: IntOrNone = Field(default=None, ge=1, le=10_000)
     # Tool servers over the Model Context Protocol (parley/mcp.py): each with its own
     # allow-list and risk classes; `tool_allowlist` is about the local tools only.
     mcp_servers: list[McpServerConfig] | None = Field(default=None, max_length=10)
@@ -74,4 +84,4 @@ class TenantConfig(BaseModel):
 
     @classmethod
     def known_tools(cls) -> set[str]:
-        return {name for name, spec in TOOLS.items() if spec.risk != Risk.write}
+        return set(LOCAL_TOOLS)

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal, Self, Union
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     GetJsonSchemaHandler,
@@ -43,6 +44,20 @@ Timestamp = Annotated[
     PlainSerializer(_iso, return_type=str),
     WithJsonSchema({"type": "string", "format": "date-time"}),
 ]
+
+
+def _integral(value: object) -> object:
+    # JSON Schema's integer is any number without a fraction, so `5.0` is one; Python reads
+    # it as a float, which a strict int refuses.
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+# An optional integer of a strict model (parley/tenancy.py): `5` and `5.0`, never `true` or
+# `"5"`. The validator wraps the union, so a field's bounds stay `minimum`/`maximum` in the
+# OpenAPI document.
+IntOrNone = Annotated[int | None, BeforeValidator(_integral)]
 
 # Values the contract names; stored rows only ever hold these.
 Role = Literal["user", "assistant", "tool"]

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+import httpx
 import pytest_asyncio
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from store.models import ModelCall, ToolCall
 from tests.support.client import ParleyClient
+from tests.support.tenants import new_admin_tenant
 
 BASE = "/v1/admin/tenants"
 
@@ -101,3 +103,57 @@ async def test_the_daily_cap_answers_429_with_retry_after(
     assert int(capped.headers["Retry-After"]) > 0
     await admin.http.put(f"{BASE}/northwind/config", json={})
     assert (await priya.post(sid, "Hello")).status_code == 202
+
+
+def _client(api_url: str, token: str) -> httpx.AsyncClient:
+    return httpx.AsyncClient(base_url=api_url, headers={"Authorization": f"Bearer {token}"})
+
+
+async def test_config_takes_the_documented_types_only_and_keeps_what_it_had(
+    api_url: str, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    """Found by the fuzz: `false` was stored as a day count of 0 (and `"5"` as a cap, `1` as
+    a switch), a body the OpenAPI document says is invalid. Each is refused, naming its
+    field, and the stored configuration stays as it was. A number without a fraction is an
+    integer to JSON Schema, so `5.0` is a cap of 5."""
+    tenant = await new_admin_tenant(sessions)
+    async with _client(api_url, tenant.token) as admin:
+        config = f"{BASE}/{tenant.tenant_id}/config"
+        saved = await admin.put(
+            config, json={"retention": {"memory_days": 30.0}, "daily_cap": 5.0, "summaries": True}
+        )
+        kept = {"retention": {"memory_days": 30}, "daily_cap": 5, "summaries": True}
+        assert saved.status_code == 200 and saved.json()["config"] == kept
+        for body, field in (
+            ({"retention": {"memory_days": False}}, "retention.memory_days"),
+            ({"daily_cap": "5"}, "daily_cap"),
+            ({"daily_cap": 5.5}, "daily_cap"),
+            ({"summaries": 1}, "summaries"),
+            (
+                {"mcp_servers": [{"name": "s", "url": "https://x", "timeout_s": True}]},
+                "mcp_servers.0.timeout_s",
+            ),
+        ):
+            refused = await admin.put(config, json=body)
+            assert refused.status_code == 422, (body, refused.text)
+            assert refused.json()["error"]["field"] == field
+        stored = await admin.get(config)
+        assert stored.status_code == 200 and stored.json()["config"] == kept
+
+
+async def test_the_documented_tool_names_are_the_ones_config_accepts(
+    api_url: str, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    """Found by the fuzz: the document allowed any string in `tool_allowlist`, and the route
+    refused all but the local tools. It lists them now, and accepts every one it lists."""
+    tenant = await new_admin_tenant(sessions)
+    async with _client(api_url, tenant.token) as admin:
+        document = (await admin.get("/openapi.json")).json()
+        field = document["components"]["schemas"]["TenantConfig"]["properties"]["tool_allowlist"]
+        [listed] = [part["items"]["enum"] for part in field["anyOf"] if part["type"] == "array"]
+        config = f"{BASE}/{tenant.tenant_id}/config"
+        saved = await admin.put(config, json={"tool_allowlist": listed})
+        assert saved.status_code == 200, saved.text
+        assert saved.json()["config"]["tool_allowlist"] == listed
+        refused = await admin.put(config, json={"tool_allowlist": ["send_email"]})
+        assert refused.status_code == 422
