@@ -191,6 +191,18 @@ async def exported(priya: ParleyClient) -> str:
     return str(asked.json()["id"])
 
 
+async def no_erasure_pending(sessions: async_sessionmaker[AsyncSession], user: str) -> bool:
+    async with sessions() as db:
+        pending = await db.scalar(
+            text(
+                "SELECT count(*) FROM erasures WHERE tenant_id = 'northwind' "
+                "AND user_id = :user AND status <> 'done'"
+            ),
+            {"user": user},
+        )
+    return pending == 0
+
+
 async def test_every_route_refuses_everyone_but_the_owner_and_changes_nothing(
     api_url: str,
     priya: ParleyClient,
@@ -199,6 +211,15 @@ async def test_every_route_refuses_everyone_but_the_owner_and_changes_nothing(
     southwind_admin: str,
     sessions: async_sessionmaker[AsyncSession],
 ) -> None:
+    # Priya's data at rest first: a session of hers another test deleted is erased when its
+    # grace ends, and takes her export archives with it (store/erasure_catalogue.py), which
+    # would change the rows between the snapshots below whatever the intruders did.
+    await eventually(
+        lambda: no_erasure_pending(sessions, "cust_2291"),
+        timeout=100,
+        what="Priya's deleted sessions erased",
+        every=0.5,
+    )
     sid = await priya.new_session()
     turn_id, _, action = await propose(priya, sid)  # rests awaiting confirmation
     upload = await priya.http.post(
