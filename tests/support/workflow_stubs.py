@@ -17,7 +17,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.ending import EndingActivities
+from activities.ending import EndingActivities, Finalized
 from activities.heartbeat import heartbeating
 from parley.contracts import (
     ActionInput,
@@ -38,6 +38,7 @@ from parley.contracts import (
     ToolOutcome,
 )
 from store.steps import AnswerFacts
+from store.summaries import Backlog
 
 # What one model call answers: the tool calls it asks for (none: a plain answer), or an
 # error to raise.
@@ -170,6 +171,10 @@ class Stubs:
         await self._arrive("finalize_turn", inp)
         return f"msg_{inp.model_call_id}"
 
+    async def finalize(self, inp: FinalizeTurnInput, *, backlog: bool = False) -> Finalized:
+        """The tail step's way in to `finalize_turn` (it reads no backlog here)."""
+        return Finalized(await self.finalize_turn(inp))
+
     @activity.defn(name="fail_turn")
     async def fail_turn(self, inp: FailTurnInput) -> None:
         await self._arrive("fail_turn", inp)
@@ -217,7 +222,7 @@ class Stubs:
         await self._arrive("suggest_followups", inp)
 
     @activity.defn(name="start_summary")
-    async def start_summary(self, inp: SummarizeInput) -> None:
+    async def start_summary(self, inp: SummarizeInput, backlog: Backlog | None = None) -> None:
         """Starts nothing here: records that the turn asked for its summary."""
         self.summaries.append(inp)
 

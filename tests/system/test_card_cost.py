@@ -24,8 +24,9 @@ from tests.support.toolkit import own_stack
 # one read, its outcome in one statement), 39 with each model call's opening one statement, the
 # reply that asks for the proposal stored in one, and the tail reading its turn once; 38 with
 # the log lines' owners coming with the context build's read; 37 with the input screen taking
-# the user's message the build read.
-STATEMENTS_PER_CONFIRMED_EMAIL = 37
+# the user's message the build read; 36 with finalize's last statement reading the summary's
+# backlog for its check.
+STATEMENTS_PER_CONFIRMED_EMAIL = 36
 
 
 async def test_a_confirmed_email_costs_the_worker_a_fixed_number_of_statements(
