@@ -68,7 +68,7 @@ class Screens(Protocol):
 class Summaries(Protocol):
     """Starts a session's rolling summary when due (activities/memory.py)."""
 
-    async def start_summary(self, inp: SummarizeInput, backlog: Backlog | None = None) -> None: ...
+    async def start_when_due(self, inp: SummarizeInput, backlog: Backlog | None = None) -> None: ...
 
 
 class EndingActivities:
@@ -120,7 +120,7 @@ class EndingActivities:
     async def _start_summary(self, inp: SummarizeInput, backlog: Backlog | None) -> None:
         """Best effort: a summary that does not start now is started by a later turn."""
         try:
-            await self._memory.start_summary(inp, backlog)
+            await self._memory.start_when_due(inp, backlog)
         except Exception:
             log.warning(
                 "the rolling summary did not start after turn %s", inp.turn_id, exc_info=True

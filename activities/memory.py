@@ -100,7 +100,12 @@ class MemoryActivities:
         self._client = client
 
     @activity.defn(name="start_summary")
-    async def start_summary(
+    async def start_summary(self, inp: SummarizeInput) -> None:
+        """`start_when_due`, the backlog read here. (One parameter: an activity's arguments
+        are decoded by their types only when there are as many as its parameters.)"""
+        await self.start_when_due(inp)
+
+    async def start_when_due(
         self, inp: SummarizeInput, backlog: summaries.Backlog | None = None
     ) -> None:
         """Ask the session's summary workflow for a pass after a finished turn, when there is
