@@ -28,6 +28,7 @@ from activities.ending import EndingActivities
 from activities.erasure import ErasureActivities
 from activities.exports import ExportActivities
 from activities.failures import FailureInterceptor
+from activities.handover import Handover
 from activities.knowledge import KnowledgeSource
 from activities.mcp import McpTools
 from activities.memory import MemoryActivities
@@ -111,6 +112,9 @@ def build_activities(
     mcp = McpTools(sessions=sessions, allowed=settings.mcp_allowlist)  # the tenants' MCP servers
     # The skills catalog and the sandbox they run in (one per worker; each run its own folder).
     skills = SkillTools(sessions=sessions, northwind=northwind, settings=settings)
+    # The user's message, read by a turn's first context build, screened by the input screen
+    # started beside it without a read of its own.
+    asked: Handover[str] = Handover()
     context = ContextBuilder(
         sessions=sessions,
         settings=settings,
@@ -121,6 +125,7 @@ def build_activities(
         knowledge=KnowledgeSource(
             passages=settings.knowledge_passages, embedder=passage_embedder(settings)
         ),
+        asked=asked,
     )
     turn = TurnActivities(
         sessions=sessions,
@@ -145,7 +150,7 @@ def build_activities(
     )
     memory.attach(client)
     screening = ScreenActivities(
-        sessions=sessions, input_screen=input_screen, output_screen=output_screen
+        sessions=sessions, input_screen=input_screen, output_screen=output_screen, asked=asked
     )
     ending = EndingActivities(turn=turn, screens=screening, memory=memory)
     return [

@@ -30,6 +30,7 @@ from typing import Any
 
 from activities import consented_memory, tracing
 from activities.attachments import attached_file_blocks
+from activities.handover import Handover
 from activities.knowledge import KnowledgeSource, Searched, authorize
 from activities.mcp import McpTools
 from activities.northwind import NorthwindClient
@@ -109,8 +110,12 @@ class ContextBuilder:
         mcp: McpTools | None = None,
         skills: SkillTools | None = None,
         knowledge: KnowledgeSource | None = None,
+        asked: Handover[str] | None = None,
     ) -> None:
         self._sessions = sessions
+        # Where the first step's read of the user's message is handed to the input screen
+        # started beside it (activities/screens.py); None: not handed over.
+        self._asked = asked
         self._settings = settings
         self._references = References(northwind)
         # Recall by meaning as well as by words (activities/recall.py); None: words only.
@@ -131,6 +136,8 @@ class ContextBuilder:
                 recent_turns=self._settings.context_tool_result_age_turns,
             )
             tracing.owners_read(session_id=read.turn.session_id, tenant_id=read.turn.tenant_id)
+            if self._asked is not None and inp.step == 0:
+                self._asked.give(inp.turn_id, None if read.message is None else read.message.text)
             # A retry after a crash reuses the request it already packed, wherever the turn
             # has got to since: a plain turn's steps are recorded when its one workflow task
             # completes, so a worker that dies in it has the next one run them all again.

@@ -26,6 +26,7 @@ from parley.contracts import (
 )
 from parley.screens import RETRACTION_TEXT
 from store.steps import AnswerFacts
+from store.summaries import Backlog
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +35,19 @@ log = logging.getLogger(__name__)
 FOLLOWUPS_GRACE_S = 0.3
 
 
+@dataclasses.dataclass(frozen=True)
+class Finalized:
+    """A stored ending: the answer's message id (empty if none), and the session's backlog
+    as the ending's last statement read it for the summary's check (None: not read there)."""
+
+    message_id: str
+    backlog: Backlog | None = None
+
+
 class Ending(Protocol):
     """Stores a turn's ending (activities/turn.py `TurnActivities`)."""
 
-    async def finalize_turn(self, inp: FinalizeTurnInput) -> str: ...
+    async def finalize(self, inp: FinalizeTurnInput, *, backlog: bool = False) -> Finalized: ...
 
 
 class Screens(Protocol):
@@ -58,7 +68,7 @@ class Screens(Protocol):
 class Summaries(Protocol):
     """Starts a session's rolling summary when due (activities/memory.py)."""
 
-    async def start_summary(self, inp: SummarizeInput) -> None: ...
+    async def start_when_due(self, inp: SummarizeInput, backlog: Backlog | None = None) -> None: ...
 
 
 class EndingActivities:
@@ -75,9 +85,12 @@ class EndingActivities:
             ending.turn_id, ending.model_call_id
         ):
             ending = dataclasses.replace(ending, override_text=RETRACTION_TEXT, retract=True)
-        message_id = await self._turn.finalize_turn(ending)
-        await self._start_summary(SummarizeInput(inp.session_id, ending.turn_id, local=True))
-        return message_id
+        # The ending's last statement reads what the summary's check asks, so the check
+        # reads nothing of its own (unless the ending could not read it).
+        ended = await self._turn.finalize(ending, backlog=True)
+        summary = SummarizeInput(inp.session_id, ending.turn_id, local=True)
+        await self._start_summary(summary, ended.backlog)
+        return ended.message_id
 
     async def _screened_and_offered(self, turn_id: str, model_call_id: str) -> bool:
         """Whether the output screen lets the answer stand (a screen that errors does: it
@@ -104,10 +117,10 @@ class EndingActivities:
             log.info("no follow-ups offered in turn %s", turn_id)
         return verdict.allowed
 
-    async def _start_summary(self, inp: SummarizeInput) -> None:
+    async def _start_summary(self, inp: SummarizeInput, backlog: Backlog | None) -> None:
         """Best effort: a summary that does not start now is started by a later turn."""
         try:
-            await self._memory.start_summary(inp)
+            await self._memory.start_when_due(inp, backlog)
         except Exception:
             log.warning(
                 "the rolling summary did not start after turn %s", inp.turn_id, exc_info=True

@@ -58,7 +58,7 @@ from store import embeddings as embedding_store
 from store import forget, summaries, tenants, user_memory
 from store import memory as memory_store
 from store import sessions as session_store
-from store.db import SessionMaker, autocommit
+from store.db import SessionMaker, connect
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +101,13 @@ class MemoryActivities:
 
     @activity.defn(name="start_summary")
     async def start_summary(self, inp: SummarizeInput) -> None:
+        """`start_when_due`, the backlog read here. (One parameter: an activity's arguments
+        are decoded by their types only when there are as many as its parameters.)"""
+        await self.start_when_due(inp)
+
+    async def start_when_due(
+        self, inp: SummarizeInput, backlog: summaries.Backlog | None = None
+    ) -> None:
         """Ask the session's summary workflow for a pass after a finished turn, when there is
         work: messages to embed, or enough past the recent window to fold. Most turns have
         none, and a pass that would only find that out costs the server and the worker more
@@ -111,9 +118,12 @@ class MemoryActivities:
 
         The delay is the server's: it holds the run's first task back, unless another turn's
         start arrives meanwhile, which dispatches it at once (that turn has finished too, so
-        the session is idle again)."""
+        the session is idle again).
+
+        `backlog`: the session's backlog as the turn's ending read it with its last statement
+        (None: read here)."""
         assert self._client is not None, "the worker builds this with its Temporal client"
-        if not await self._has_work(inp.session_id):
+        if not await self._has_work(inp.session_id, backlog):
             return
         await self._client.start_workflow(
             SUMMARY_WORKFLOW,
@@ -205,26 +215,27 @@ class MemoryActivities:
         lines, facts = fold(job.transcript)
         return _Written(lines, facts, usage, FALLBACK, FALLBACK)
 
-    async def _has_work(self, session_id: str) -> bool:
+    async def _has_work(self, session_id: str, backlog: summaries.Backlog | None) -> bool:
         if self._embedder is not None:
             async with self._sessions() as db:
                 if await embedding_store.available(db) and await embedding_store.unembedded(
                     db, session_id=session_id, model=self._embedder.name, limit=1
                 ):
                     return True
-        due = await self._due_by_stored_counts(session_id)
+        if backlog is None:
+            async with connect(self._sessions) as conn:  # one read, in autocommit
+                backlog = await summaries.summary_backlog(conn, session_id=session_id)
+        due = self._due_by_stored_counts(backlog)
         if due is not None:
             return due
         return not isinstance(await self._plan(session_id), int)
 
-    async def _due_by_stored_counts(self, session_id: str) -> bool | None:
+    def _due_by_stored_counts(self, backlog: summaries.Backlog | None) -> bool | None:
         """Whether `_plan` would find work, decided as it decides but from the messages'
-        stored token counts, in one statement that reads no text (most turns have no work, and
-        reading and counting the whole backlog to learn that was most of this step). None
-        when a count is missing or made by another counter: then only `_plan` can tell."""
-        async with self._sessions() as db:
-            await autocommit(db)  # one read
-            backlog = await summaries.summary_backlog(db, session_id=session_id)
+        stored token counts, read in one statement that reads no text (most turns have no
+        work, and reading and counting the whole backlog to learn that was most of this step).
+        None when a count is missing or made by another counter (or the session is gone): then
+        only `_plan` can tell."""
         if backlog is None:
             return None
         tenant = TenantConfig.model_validate(backlog.tenant_config)

@@ -8,6 +8,7 @@ import logging
 from temporalio import activity
 
 from activities import tracing
+from activities.handover import Handover
 from parley.contracts import EventType, ScreenInput, ScreenResult
 from parley.followups import suggest
 from parley.screens import Screen
@@ -19,6 +20,10 @@ from store.steps import AnswerFacts
 
 log = logging.getLogger(__name__)
 
+# How long the input screen waits for the build to hand over the user's message (it reads
+# the message with its first statement) before it reads the message itself.
+HANDED_WITHIN_S = 1.0
+
 
 class ScreenActivities:
     def __init__(
@@ -27,19 +32,33 @@ class ScreenActivities:
         sessions: SessionMaker,
         input_screen: Screen,
         output_screen: Screen,
+        asked: Handover[str] | None = None,
     ) -> None:
         self._sessions = sessions
         self._input = input_screen
         self._output = output_screen
+        # The user's message as the context build beside this step read it (None: read here).
+        self._asked = asked
 
     @activity.defn(name="screen_input")
     async def screen_input(self, inp: ScreenInput) -> ScreenResult:
-        async with connect(self._sessions) as conn:
-            text = await steps.question(conn, turn_id=inp.turn_id)
-            assert text is not None
+        text = await self._question(inp.turn_id)
         verdict = await self._input.check(text)
         tracing.annotate(allowed=verdict.allowed, category=verdict.category)
         return ScreenResult(verdict.allowed, verdict.category)
+
+    async def _question(self, turn_id: str) -> str:
+        """The turn's user message: as the build started beside this step read it and handed
+        it over, or read here (nothing handed over in time, or a retry of this step)."""
+        first = activity.in_activity() and activity.info().attempt == 1
+        if self._asked is not None and first:
+            text = await self._asked.take(turn_id, within_s=HANDED_WITHIN_S)
+            if text is not None:
+                return text
+        async with connect(self._sessions) as conn:
+            text = await steps.question(conn, turn_id=turn_id)
+        assert text is not None
+        return text
 
     async def answer_facts(self, turn_id: str) -> AnswerFacts:
         """What the turn's tail reads once for both its parts below: the texts to screen and

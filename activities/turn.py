@@ -19,6 +19,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities import knowledge, tracing
 from activities.context import ContextBuilder
+from activities.ending import Finalized
 from activities.heartbeat import heartbeating
 from activities.metrics import MODEL_CALLS, record_usage
 from activities.stop_watch import STOP_CHECK_S, checking_while_quiet, stop_recorded
@@ -290,6 +291,12 @@ class TurnActivities:
 
     @activity.defn(name="finalize_turn")
     async def finalize_turn(self, inp: FinalizeTurnInput) -> str:
+        """Store the turn's ending; returns the answer's message id (empty if none)."""
+        return (await self.finalize(inp)).message_id
+
+    async def finalize(self, inp: FinalizeTurnInput, *, backlog: bool = False) -> Finalized:
+        """`finalize_turn`; with `backlog`, the session's backlog for the rolling summary's
+        check as the ending's last statement read it (the tail step's, activities/ending.py)."""
         async with self._sessions() as db:
             # The session's transaction, its statements on its own connection (`Conn`): an
             # ending that must also promote a queued turn or answer open tool calls does so
@@ -315,19 +322,20 @@ class TurnActivities:
                     conn, turn=turn, call=call, message_id=message_id, text=text
                 )
             try:
-                message = await turns.complete_turn(
+                completed = await turns.complete_turn(
                     db,
                     turn=turn,
                     message_id=message_id,
                     text=text,
                     outcome=FinalizeOutcome(inp.outcome),
                     retracted=inp.retract,
+                    backlog=backlog,
                 )
             except turns.TurnStopped:
                 await db.commit()  # the cancelled ending, when the user's Stop came first
                 raise
             await db.commit()
-            return message.id if message is not None else ""
+            return Finalized(completed.message.id, completed.backlog)
 
     @activity.defn(name="cancel_turn")
     async def cancel_turn(self, inp: FailTurnInput) -> None:

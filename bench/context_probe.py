@@ -29,6 +29,7 @@ import httpx
 from sqlalchemy import event, text
 
 from activities.context import ContextBuilder
+from activities.handover import Handover
 from activities.knowledge import KnowledgeSource
 from launch.knowledge import load_library, read_library
 from parley.config import Settings
@@ -118,6 +119,7 @@ async def probe(
                 settings=settings,
                 northwind=build_northwind(settings, http),
                 knowledge=KnowledgeSource(passages=settings.knowledge_passages),
+                asked=Handover(),  # as the worker: step 0 hands the message to the screen
             )
             for i in range(builds + 5):
                 async with resets.begin() as conn:

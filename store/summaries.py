@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.fold import FALLBACK
 from parley.memory import SummaryLine
+from store.db import Conn
 from store.models import ConversationSummary, Message
 
 
@@ -111,21 +112,28 @@ class Backlog:
     messages: list[tuple[int, str, str, int | None, str | None, bool]]
 
 
-async def summary_backlog(db: AsyncSession, *, session_id: str) -> Backlog | None:
+async def summary_backlog(conn: Conn, *, session_id: str) -> Backlog | None:
     """The session's messages past its summary, by their stored token counts, in one
     statement (None for a session that does not exist). A turn's check of whether the summary
-    has work reads this instead of the messages themselves."""
-    row = (await db.execute(_BACKLOG_SQL, {"session_id": session_id})).first()
-    if row is None:
+    has work reads this instead of the messages themselves; a turn's ending reads it with its
+    last statement (store/turn_rows.py `close_out_announced`)."""
+    return parse_backlog(await conn.value(_BACKLOG_SQL, {"session_id": session_id}))
+
+
+def parse_backlog(found: list[Any] | None) -> Backlog | None:
+    """`BACKLOG_OF_SESSION`'s value as a `Backlog` (None: no such session)."""
+    if found is None:
         return None
-    messages = [(m[0], m[1], m[2], m[3], m[4], bool(m[5])) for m in row.messages]
-    return Backlog(row.config or {}, row.base, messages)
+    config, base, rows = found
+    messages = [(m[0], m[1], m[2], m[3], m[4], bool(m[5])) for m in rows]
+    return Backlog(config or {}, base, messages)
 
 
-# "Shows anything" as `parley.window.group_turns` decides it: some text, or tool calls.
-_BACKLOG_SQL = text(
-    """
-    SELECT t.config AS config, coalesce(cs.through_seq, 0) AS base, coalesce((
+# The backlog of the session `%(session_id)s` as one value, [tenant configuration, the
+# summary's end, the messages], for a statement on a `Conn`. "Shows anything" as
+# `parley.window.group_turns` decides it: some text, or tool calls.
+BACKLOG_OF_SESSION = """(
+    SELECT json_build_array(t.config, coalesce(cs.through_seq, 0), coalesce((
         SELECT json_agg(json_build_array(
             m.seq, m.role, m.status, m.token_count, m.token_counter,
             coalesce(m.text, '') <> ''
@@ -134,13 +142,13 @@ _BACKLOG_SQL = text(
         FROM messages AS m
         WHERE m.session_id = s.id AND m.replaced_by IS NULL
           AND m.seq > coalesce(cs.through_seq, 0)
-    ), '[]') AS messages
+    ), '[]'))
     FROM sessions AS s
     LEFT JOIN tenants AS t ON t.id = s.tenant_id
     LEFT JOIN LATERAL (
         SELECT through_seq FROM conversation_summaries
         WHERE session_id = s.id ORDER BY through_seq DESC LIMIT 1
     ) AS cs ON true
-    WHERE s.id = :session_id
-    """
-)
+    WHERE s.id = %(session_id)s
+)"""
+_BACKLOG_SQL = f"SELECT {BACKLOG_OF_SESSION} AS backlog"

@@ -23,6 +23,7 @@ from parley.tokens import count_message, default_counter
 from store import queue
 from store.db import Conn, session_conn
 from store.events import DOORBELL, EVENTS_INSERTED, append_params
+from store.summaries import BACKLOG_OF_SESSION, Backlog, parse_backlog
 
 
 @dataclass(frozen=True)
@@ -332,18 +333,38 @@ async def close_out_announced(
     events: Sequence[tuple[EventType, BaseModel]],
     moving_to: TurnState,
     answer: str,
-) -> None:
+    backlog: bool = False,
+) -> Backlog | None:
     """`close_out` and the ending's announcement (`store.events.append_events` moving the
     turn to `moving_to`, its answer `answer`), in one statement, in the caller's transaction:
-    the turn's row is locked by the caller already, the session's next."""
+    the turn's row is locked by the caller already, the session's next.
+
+    With `backlog`, the same statement reads what the rolling summary's check asks
+    (store/summaries.py `summary_backlog`), as the transaction leaves it, and returns it;
+    None when a queued turn is promoted after it (its message joins the backlog then)."""
     conn = await session_conn(db)
     params = {
         **_close_out_params(session_id, turn_id, reason),
         **append_params(turn_id, events, moving_to, answer),
     }
-    queued = await conn.value(_CLOSE_OUT_ANNOUNCED, params)
+    if not backlog:
+        queued = await conn.value(_CLOSE_OUT_ANNOUNCED, params)
+        found = None
+    else:
+        closed = await conn.made(_CLOSE_OUT_ANNOUNCED_BACKLOG, params, _ClosedOut)
+        assert closed is not None  # an aggregate's one row
+        queued, found = closed.queued, parse_backlog(closed.backlog)
     if queued is not None:
         await queue.promote(db, session_id=session_id, turn_id=queued)
+        return None
+    return found
+
+
+@dataclass(frozen=True)
+class _ClosedOut:
+    queued: str | None
+    notified: Any
+    backlog: list[Any] | None
 
 
 def _close_out_params(session_id: str, turn_id: str, reason: str) -> dict[str, Any]:
@@ -376,13 +397,22 @@ _CLOSE_OUT = f"""{_RELEASED_AND_DECLINED}
 # `_CLOSE_OUT` and `store.events`' append (its `counter`, `inserted` and doorbell) in one
 # statement. The append's row is the turn's, the release's the session's: no row is written
 # twice. `queued_turn_id` comes back beside the doorbell's columns.
-_CLOSE_OUT_ANNOUNCED = f"""{_RELEASED_AND_DECLINED}, counter AS (
+_COUNTER = """counter AS (
         UPDATE turns SET last_event_id = last_event_id + %(n)s, updated_at = now(),
             state = COALESCE(%(state)s, state),
             assistant_message_id = COALESCE(%(answer)s, assistant_message_id)
         WHERE id = %(turn_id)s
         RETURNING last_event_id - %(n)s AS base
-    ), {EVENTS_INSERTED}
+    )"""
+_CLOSE_OUT_ANNOUNCED = f"""{_RELEASED_AND_DECLINED}, {_COUNTER}, {EVENTS_INSERTED}
     SELECT (SELECT queued_turn_id FROM released) AS queued, {DOORBELL} AS notified
+    FROM inserted
+"""
+# `_CLOSE_OUT_ANNOUNCED` with the session's backlog read beside it. The statement's writes do
+# not touch what the backlog reads (messages, summaries, the session's tenant); the answer it
+# closes out was stored by an earlier statement of the transaction, so it is in the backlog.
+_CLOSE_OUT_ANNOUNCED_BACKLOG = f"""{_RELEASED_AND_DECLINED}, {_COUNTER}, {EVENTS_INSERTED}
+    SELECT (SELECT queued_turn_id FROM released) AS queued, {DOORBELL} AS notified,
+        {BACKLOG_OF_SESSION} AS backlog
     FROM inserted
 """

@@ -15,7 +15,7 @@ and wins; after it, the turn is finished and the cancel is refused.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -43,6 +43,7 @@ from parley.wire import (
 from store.db import Conn, session_conn
 from store.events import append_events, state_event
 from store.models import ChatSession, Message, Turn, TurnEvent
+from store.summaries import Backlog
 from store.turn_rows import (
     MessageRow,
     ToolCallRow,
@@ -276,10 +277,13 @@ async def complete_turn(
     text: str,
     outcome: FinalizeOutcome = FinalizeOutcome.completed,
     retracted: bool = False,
-) -> MessageRow | None:
+    backlog: bool = False,
+) -> Completed:
     """Store the final assistant message as `message_id`, end the stream with `done`,
     release the session. `turn`: the turn's row, which the caller has locked in the
-    session's transaction (`store.steps.lock_with_call`).
+    session's transaction (`store.steps.lock_with_call`). With `backlog`, the session's
+    backlog for the rolling summary's check comes back too, when the ending's last statement
+    could read it (`close_out_announced`).
 
     `outcome` expired ends in state expired; superseded stores nothing new (the user moved
     on) and closes the stream with the turn's last message. Idempotent under retries.
@@ -296,7 +300,7 @@ async def complete_turn(
     conn = await session_conn(db)
     message = await store_answer(conn, turn, message_id, text, outcome, retracted)
     if turn.state in TERMINAL_TURN_STATES:
-        return message
+        return Completed(message)
     final_state = TurnState.expired if outcome == FinalizeOutcome.expired else TurnState.completed
     _allowed(turn, final_state)
     if turn.retry_of is not None:
@@ -311,7 +315,7 @@ async def complete_turn(
     ]
     # The session released, and the state and the answer written with their events: one
     # statement.
-    await close_out_announced(
+    read = await close_out_announced(
         db,
         session_id=turn.session_id,
         turn_id=turn.id,
@@ -319,8 +323,18 @@ async def complete_turn(
         events=events,
         moving_to=final_state,
         answer=message.id,
+        backlog=backlog,
     )
-    return message
+    return Completed(message, read)
+
+
+@dataclass(frozen=True)
+class Completed:
+    """What `complete_turn` stored: the message the turn ends with, and the session's backlog
+    when it was asked for and read with the ending (None: the summary's check reads it)."""
+
+    message: MessageRow
+    backlog: Backlog | None = None
 
 
 async def streamed_so_far(db: AsyncSession, *, turn_id: str) -> tuple[str | None, str]:

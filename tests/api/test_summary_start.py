@@ -16,8 +16,13 @@ from activities.memory import MemoryActivities
 from gateway.demo import DemoModel
 from gateway.registry import ProviderPool
 from parley.config import Settings
-from parley.contracts import SummarizeInput
+from parley.contracts import SummarizeInput, TurnState
+from parley.statuses import DeclineReason
+from store import summaries
+from store.db import connect
+from store.events import state_event
 from store.models import ChatSession, Message
+from store.turn_rows import close_out_announced
 from tests.support.client import ParleyClient
 
 
@@ -47,16 +52,21 @@ def exchange(n: int) -> list[dict[str, Any]]:
 
 
 async def seed(
-    sessions: async_sessionmaker[AsyncSession], session_id: str, rows: list[dict[str, Any]]
+    sessions: async_sessionmaker[AsyncSession],
+    session_id: str,
+    rows: list[dict[str, Any]],
+    after: int = 0,
 ) -> None:
     async with sessions() as db:
-        for seq, row in enumerate(rows, start=1):
+        for seq, row in enumerate(rows, start=after + 1):
             fields = {"status": "complete", **row}
             db.add(
                 Message(id=f"msg_{uuid.uuid4().hex[:20]}", session_id=session_id, seq=seq, **fields)
             )
         await db.execute(
-            update(ChatSession).where(ChatSession.id == session_id).values(last_seq=len(rows))
+            update(ChatSession)
+            .where(ChatSession.id == session_id)
+            .values(last_seq=after + len(rows))
         )
         await db.commit()
 
@@ -99,3 +109,42 @@ async def test_the_summary_starts_exactly_when_its_run_has_something_to_fold(
         if started:  # folded now: the next turn has nothing new to fold
             assert not await starts_summary(memory, client, session_id)
     assert decisions[0] is False and decisions[-1] is True
+
+
+async def test_a_turns_ending_reads_the_backlog_the_check_would_read(
+    sessions: async_sessionmaker[AsyncSession], priya: ParleyClient
+) -> None:
+    """The tail step hands the summary's check the backlog its ending's last statement read
+    (store/turn_rows.py `close_out_announced`); it must be the backlog the check reads alone,
+    tool calls, a withdrawn answer and a message without its count included."""
+    session_id = await priya.new_session()
+    turn_id, events = await priya.turn(session_id, "Hello there.")
+    answer = events[-1].data["message"]
+    await seed(sessions, session_id, [row for n in range(1, 7) for row in exchange(n)], after=2)
+    async with sessions() as db:
+        await db.execute(
+            update(Message)
+            .where(Message.session_id == session_id, Message.seq == 4)
+            .values(token_count=None)
+            .execution_options(synchronize_session=False)
+        )
+        await db.commit()
+    async with connect(sessions) as conn:
+        alone = await summaries.summary_backlog(conn, session_id=session_id)
+    async with sessions() as db:
+        # The ending's statement again, in a transaction that is rolled back.
+        with_ending = await close_out_announced(
+            db,
+            session_id=session_id,
+            turn_id=turn_id,
+            reason=DeclineReason.turn_ended,
+            events=[state_event(TurnState.completed)],
+            moving_to=TurnState.completed,
+            answer=answer["id"],
+            backlog=True,
+        )
+        await db.rollback()
+    assert alone is not None and len(alone.messages) == 2 + 6 * 2 + 2 * 2  # two with a tool
+    assert [m[0] for m in alone.messages] == list(range(1, len(alone.messages) + 1))
+    assert alone.messages[3][3] is None and any(m[2] == "retracted" for m in alone.messages)
+    assert with_ending == alone

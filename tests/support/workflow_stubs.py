@@ -17,7 +17,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.ending import EndingActivities
+from activities.ending import EndingActivities, Finalized
 from activities.heartbeat import heartbeating
 from parley.contracts import (
     ActionInput,
@@ -38,6 +38,7 @@ from parley.contracts import (
     ToolOutcome,
 )
 from store.steps import AnswerFacts
+from store.summaries import Backlog
 
 # What one model call answers: the tool calls it asks for (none: a plain answer), or an
 # error to raise.
@@ -170,6 +171,10 @@ class Stubs:
         await self._arrive("finalize_turn", inp)
         return f"msg_{inp.model_call_id}"
 
+    async def finalize(self, inp: FinalizeTurnInput, *, backlog: bool = False) -> Finalized:
+        """The tail step's way in to `finalize_turn` (it reads no backlog here)."""
+        return Finalized(await self.finalize_turn(inp))
+
     @activity.defn(name="fail_turn")
     async def fail_turn(self, inp: FailTurnInput) -> None:
         await self._arrive("fail_turn", inp)
@@ -215,6 +220,10 @@ class Stubs:
     @activity.defn(name="suggest_followups")
     async def suggest_followups(self, inp: ScreenInput, facts: AnswerFacts | None = None) -> None:
         await self._arrive("suggest_followups", inp)
+
+    async def start_when_due(self, inp: SummarizeInput, backlog: Backlog | None = None) -> None:
+        """The tail step's way in to `start_summary` (the backlog it is handed is not read)."""
+        await self.start_summary(inp)
 
     @activity.defn(name="start_summary")
     async def start_summary(self, inp: SummarizeInput) -> None:

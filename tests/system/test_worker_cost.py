@@ -17,20 +17,24 @@ from tests.support.client import ParleyClient
 from tests.support.counting import Counted
 from tests.support.toolkit import own_stack
 
-# The input screen's reads; the context build (the turn with the rows it reads and the session's
+# The context build (the turn with the rows it reads and the session's
 # facts: slots, consent, the tool offer's facts, summary and pinned facts, the window, and its move
 # to `building_context` with the move's event, in one statement; result sets (only in a session
 # that has stored one), the stored request with the resolver's note; knowledge on a connection of
-# its own; the turn's session and tenant for the log lines come with the build's read); the model
+# its own; the turn's session and tenant for the log lines come with the build's read, and so
+# does the user's message the input screen beside it screens: activities/handover.py); the model
 # call's opening (one statement, in autocommit: the turn locked and checked with the call, the
 # step entered with its state event, the attempt counted); the answer; one read for the output
 # screen and follow-ups; finalize (the turn locked with its call, the answer as a message with its
 # seq in one statement, then the session released, a pending action superseded and the turn's
-# state, answer and events in one statement); the summary's check (one read of the backlog's
-# token counts). A state move that is announced is written by its event's append (not counted,
-# below). Counted on 2026-12-02: 14 before the model call's opening became one statement, the
-# tail read the turn once for the screen and the follow-ups, and the log lines' owners came with
-# the build's read instead of a lookup. Counted on 2026-12-01: 35
+# state, answer and events in one statement, which also reads the backlog's token counts for the
+# summary's check, so the check reads nothing of its own). A state move that is announced is
+# written by its event's append (not counted, below). Counted on 2026-12-02: 10 before
+# finalize's last statement read the summary's backlog for its check, 11 before the input
+# screen took the message the build read instead of reading it again, 14 before the model
+# call's opening became one statement, the tail read the turn once for the screen and the
+# follow-ups, and the log lines' owners came with the build's read instead of a lookup.
+# Counted on 2026-12-01: 35
 # before the slots were read once, the summary's check became one statement, a message's seq
 # stopped needing a read first, the moves rode on their events, and the build and the model call
 # read their turn with the rows they need; 25 before knowledge was searched beside the build
@@ -39,7 +43,7 @@ from tests.support.toolkit import own_stack
 # and pinned facts came with the turn, 18 before the window came with the turn too, 17 before
 # finalize took the message's seq in its insert and wrote the turn's ending with its events, 15
 # before the build wrote the reference resolution with its model call, in one statement.
-STATEMENTS_PER_PLAIN_TURN = 11
+STATEMENTS_PER_PLAIN_TURN = 9
 
 
 async def test_a_plain_turn_costs_the_worker_a_fixed_number_of_statements(
@@ -75,8 +79,9 @@ async def test_a_plain_turn_costs_the_worker_a_fixed_number_of_statements(
 # SQLAlchemy's unit of work (11 statements of its own, 2 now), 35 with the context build on
 # `Conn`, 27 before the model calls' openings and the reply asking for tools became one
 # statement each, the tail read the turn once and the log lines' owners came with the build's
-# read.
-STATEMENTS_PER_TOOL_TURN = 20
+# read; 20 before the input screen took the user's message the build read, 19 before
+# finalize's last statement read the summary's backlog for its check.
+STATEMENTS_PER_TOOL_TURN = 18
 
 
 async def test_a_tool_turn_costs_the_worker_a_fixed_number_of_statements(
