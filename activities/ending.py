@@ -56,13 +56,11 @@ class Screens(Protocol):
 
     async def answer_facts(self, turn_id: str) -> AnswerFacts | None: ...
 
-    async def screen_output(
+    async def judge_output(
         self, inp: ScreenInput, facts: AnswerFacts | None = None
     ) -> ScreenResult: ...
 
-    async def suggest_followups(
-        self, inp: ScreenInput, facts: AnswerFacts | None = None
-    ) -> None: ...
+    async def offer_followups(self, inp: ScreenInput, facts: AnswerFacts | None = None) -> None: ...
 
 
 class Summaries(Protocol):
@@ -98,10 +96,10 @@ class EndingActivities:
         check = ScreenInput(turn_id, model_call_id)
         # One read of the turn for both parts (the texts, the tools, the question).
         facts = await self._screens.answer_facts(turn_id)
-        followups = asyncio.ensure_future(self._screens.suggest_followups(check, facts))
+        followups = asyncio.ensure_future(self._screens.offer_followups(check, facts))
         try:
             try:
-                verdict = await self._screens.screen_output(check, facts)
+                verdict = await self._screens.judge_output(check, facts)
             except Exception:
                 log.warning(
                     "output screen failed in turn %s; the answer stands", turn_id, exc_info=True

@@ -67,7 +67,13 @@ class ScreenActivities:
             return await steps.answer_facts(conn, turn_id=turn_id)
 
     @activity.defn(name="screen_output")
-    async def screen_output(
+    async def screen_output(self, inp: ScreenInput) -> ScreenResult:
+        """The output screen as a step of its own (a turn of the earlier shape runs it so;
+        the current shape's tail step calls `judge_output`). One parameter: Temporal decodes
+        an activity's input with its signature's types only when the counts match."""
+        return await self.judge_output(inp)
+
+    async def judge_output(
         self, inp: ScreenInput, facts: AnswerFacts | None = None
     ) -> ScreenResult:
         """Every text the model produced in this turn reaches the user (what accompanied its
@@ -87,7 +93,12 @@ class ScreenActivities:
         return ScreenResult(verdict.allowed, verdict.category)
 
     @activity.defn(name="suggest_followups")
-    async def suggest_followups(self, inp: ScreenInput, facts: AnswerFacts | None = None) -> None:
+    async def suggest_followups(self, inp: ScreenInput) -> None:
+        """The follow-ups as a step of their own (a turn of the earlier shape); one parameter,
+        as `screen_output`."""
+        await self.offer_followups(inp)
+
+    async def offer_followups(self, inp: ScreenInput, facts: AnswerFacts | None = None) -> None:
         """Best effort: offered only while the turn is still open, never after its end or its
         Stop (a Stop during the turn's last workflow task runs this step again). The turn is
         not locked while the suggestions are screened: their append checks it again.

@@ -211,14 +211,21 @@ class Stubs:
         return None
 
     @activity.defn(name="screen_output")
-    async def screen_output(
+    async def screen_output(self, inp: ScreenInput) -> ScreenResult:
+        return await self.judge_output(inp)
+
+    async def judge_output(
         self, inp: ScreenInput, facts: AnswerFacts | None = None
     ) -> ScreenResult:
+        """The tail step's way in (recorded under the step's name, as the earlier shape ran it)."""
         await self._arrive("screen_output", inp)
         return self.output_screen
 
     @activity.defn(name="suggest_followups")
-    async def suggest_followups(self, inp: ScreenInput, facts: AnswerFacts | None = None) -> None:
+    async def suggest_followups(self, inp: ScreenInput) -> None:
+        await self.offer_followups(inp)
+
+    async def offer_followups(self, inp: ScreenInput, facts: AnswerFacts | None = None) -> None:
         await self._arrive("suggest_followups", inp)
 
     async def start_when_due(self, inp: SummarizeInput, backlog: Backlog | None = None) -> None:
