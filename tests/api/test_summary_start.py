@@ -77,6 +77,20 @@ async def starts_summary(memory: MemoryActivities, client: RecordedStarts, sessi
     return len(client.started) > before
 
 
+async def without_token_count(
+    sessions: async_sessionmaker[AsyncSession], session_id: str, *, seq: int
+) -> None:
+    """The message at `seq` as one stored before messages carried their token count."""
+    async with sessions() as db:
+        await db.execute(
+            update(Message)
+            .where(Message.session_id == session_id, Message.seq == seq)
+            .values(token_count=None)
+            .execution_options(synchronize_session=False)
+        )
+        await db.commit()
+
+
 async def test_the_summary_starts_exactly_when_its_run_has_something_to_fold(
     settings: Settings, sessions: async_sessionmaker[AsyncSession], priya: ParleyClient
 ) -> None:
@@ -94,14 +108,7 @@ async def test_the_summary_starts_exactly_when_its_run_has_something_to_fold(
         rows = [row for n in range(1, turns + 1) for row in exchange(n)]
         await seed(sessions, session_id, rows)
         if turns == 11:  # a message stored before messages carried their token count
-            async with sessions() as db:
-                await db.execute(
-                    update(Message)
-                    .where(Message.session_id == session_id, Message.seq == 2)
-                    .values(token_count=None)
-                    .execution_options(synchronize_session=False)
-                )
-                await db.commit()
+            await without_token_count(sessions, session_id, seq=2)
         started = await starts_summary(memory, client, session_id)
         result = await memory.summarize(SummarizeInput(session_id, "trn_seed"))
         assert started == result.summarized, f"{turns} turns"
@@ -121,14 +128,7 @@ async def test_a_turns_ending_reads_the_backlog_the_check_would_read(
     turn_id, events = await priya.turn(session_id, "Hello there.")
     answer = events[-1].data["message"]
     await seed(sessions, session_id, [row for n in range(1, 7) for row in exchange(n)], after=2)
-    async with sessions() as db:
-        await db.execute(
-            update(Message)
-            .where(Message.session_id == session_id, Message.seq == 4)
-            .values(token_count=None)
-            .execution_options(synchronize_session=False)
-        )
-        await db.commit()
+    await without_token_count(sessions, session_id, seq=4)
     async with connect(sessions) as conn:
         alone = await summaries.summary_backlog(conn, session_id=session_id)
     async with sessions() as db:
