@@ -191,16 +191,10 @@ async def exported(priya: ParleyClient) -> str:
     return str(asked.json()["id"])
 
 
-async def no_erasure_pending(sessions: async_sessionmaker[AsyncSession], user: str) -> bool:
+async def export_exists(sessions: async_sessionmaker[AsyncSession], export_id: str) -> bool:
     async with sessions() as db:
-        pending = await db.scalar(
-            text(
-                "SELECT count(*) FROM erasures WHERE tenant_id = 'northwind' "
-                "AND user_id = :user AND status <> 'done'"
-            ),
-            {"user": user},
-        )
-    return pending == 0
+        found = await db.scalar(text("SELECT 1 FROM exports WHERE id = :id"), {"id": export_id})
+    return found is not None
 
 
 async def test_every_route_refuses_everyone_but_the_owner_and_changes_nothing(
@@ -211,15 +205,6 @@ async def test_every_route_refuses_everyone_but_the_owner_and_changes_nothing(
     southwind_admin: str,
     sessions: async_sessionmaker[AsyncSession],
 ) -> None:
-    # Priya's data at rest first: a session of hers another test deleted is erased when its
-    # grace ends, and takes her export archives with it (store/erasure_catalogue.py), which
-    # would change the rows between the snapshots below whatever the intruders did.
-    await eventually(
-        lambda: no_erasure_pending(sessions, "cust_2291"),
-        timeout=100,
-        what="Priya's deleted sessions erased",
-        every=0.5,
-    )
     sid = await priya.new_session()
     turn_id, _, action = await propose(priya, sid)  # rests awaiting confirmation
     upload = await priya.http.post(
@@ -283,6 +268,11 @@ async def test_every_route_refuses_everyone_but_the_owner_and_changes_nothing(
                 assert theirs.status_code == missing.status_code, where
                 assert theirs.json() == missing.json(), where
         after = await snapshot(sessions, sid)
+        # Her export archives may only go: a session of hers another test deleted is erased
+        # when its grace ends, on its own clock, and takes her archives with it
+        # (store/erasure_catalogue.py). No route deletes an archive, and a session deleted by
+        # an intruder would show in `sessions`; none may be added or changed.
+        assert set(after.pop("exports")) <= set(before.pop("exports"))
         assert after == before, [t for t in before if before[t] != after[t]]
         # The owner still reaches everything that was refused to the others (GETs only,
         # to leave the state as it is).
@@ -293,6 +283,10 @@ async def test_every_route_refuses_everyone_but_the_owner_and_changes_nothing(
                 if path.endswith("/events"):
                     continue  # a resting turn's stream is read by `propose` already
                 response = await call(http, token, method, path, owned)
+                if response.status_code == 404 and "{export_id}" in path:
+                    # Erased meanwhile with a deleted session of hers (above): gone, not hidden.
+                    assert not await export_exists(sessions, export_id), (path, response.text)
+                    continue
                 ok = 202 if path == "/v1/me/export" else 200  # asking for an export
                 assert response.status_code == ok, (path, response.text)
     print(f"\nownership matrix: {len(routes)} routes x {len(intruders)} callers = {checked} cases")
