@@ -347,17 +347,12 @@ async def close_out_announced(
         **_close_out_params(session_id, turn_id, reason),
         **append_params(turn_id, events, moving_to, answer),
     }
-    if not backlog:
-        queued = await conn.value(_CLOSE_OUT_ANNOUNCED, params)
-        found = None
-    else:
-        closed = await conn.made(_CLOSE_OUT_ANNOUNCED_BACKLOG, params, _ClosedOut)
-        assert closed is not None  # an aggregate's one row
-        queued, found = closed.queued, parse_backlog(closed.backlog)
-    if queued is not None:
-        await queue.promote(db, session_id=session_id, turn_id=queued)
+    closed = await conn.made(_CLOSE_OUT_ANNOUNCED, {**params, "backlog": backlog}, _ClosedOut)
+    assert closed is not None  # an aggregate's one row
+    if closed.queued is not None:
+        await queue.promote(db, session_id=session_id, turn_id=closed.queued)
         return None
-    return found
+    return parse_backlog(closed.backlog)
 
 
 @dataclass(frozen=True)
@@ -396,23 +391,18 @@ _CLOSE_OUT = f"""{_RELEASED_AND_DECLINED}
 """
 # `_CLOSE_OUT` and `store.events`' append (its `counter`, `inserted` and doorbell) in one
 # statement. The append's row is the turn's, the release's the session's: no row is written
-# twice. `queued_turn_id` comes back beside the doorbell's columns.
-_COUNTER = """counter AS (
+# twice. `queued_turn_id` comes back beside the doorbell's columns, and, when asked for, the
+# session's backlog (its subquery runs only then): the statement's writes do not touch what
+# it reads, and the answer it closes out was stored by an earlier statement of the
+# transaction, so the answer is in it.
+_CLOSE_OUT_ANNOUNCED = f"""{_RELEASED_AND_DECLINED}, counter AS (
         UPDATE turns SET last_event_id = last_event_id + %(n)s, updated_at = now(),
             state = COALESCE(%(state)s, state),
             assistant_message_id = COALESCE(%(answer)s, assistant_message_id)
         WHERE id = %(turn_id)s
         RETURNING last_event_id - %(n)s AS base
-    )"""
-_CLOSE_OUT_ANNOUNCED = f"""{_RELEASED_AND_DECLINED}, {_COUNTER}, {EVENTS_INSERTED}
-    SELECT (SELECT queued_turn_id FROM released) AS queued, {DOORBELL} AS notified
-    FROM inserted
-"""
-# `_CLOSE_OUT_ANNOUNCED` with the session's backlog read beside it. The statement's writes do
-# not touch what the backlog reads (messages, summaries, the session's tenant); the answer it
-# closes out was stored by an earlier statement of the transaction, so it is in the backlog.
-_CLOSE_OUT_ANNOUNCED_BACKLOG = f"""{_RELEASED_AND_DECLINED}, {_COUNTER}, {EVENTS_INSERTED}
+    ), {EVENTS_INSERTED}
     SELECT (SELECT queued_turn_id FROM released) AS queued, {DOORBELL} AS notified,
-        {BACKLOG_OF_SESSION} AS backlog
+        CASE WHEN %(backlog)s THEN {BACKLOG_OF_SESSION} END AS backlog
     FROM inserted
 """
