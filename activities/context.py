@@ -36,7 +36,9 @@ from activities.mcp import McpTools
 from activities.northwind import NorthwindClient
 from activities.recall import (
     RecallQuery,
+    cancel,
     recalled_by,
+    sized,
     start_recall,
     window_and_recall,
     window_plan,
@@ -48,7 +50,7 @@ from activities.step_request import pack_blocks, stored_request
 from activities.tool_offer import offered_tools
 from gateway.minilm import Embedder
 from parley.config import Settings
-from parley.context import Block, Packed
+from parley.context import Block, Packed, WindowMessage
 from parley.contracts import (
     BuildContextInput,
     BuildContextResult,
@@ -273,6 +275,7 @@ class ContextBuilder:
             knowledge=s.knowledge_tokens,
         )
 
+    # `facts` and `read`: None in bench/memory.py (read here); `searching`: knowledge's search.
     async def _assemble(
         self,
         on: tuple[Conn, Db],
@@ -289,20 +292,21 @@ class ContextBuilder:
         searching: asyncio.Task[Searched] | None = None,
         read: BuildRows | None = None,
     ) -> tuple[Packed, dict[str, Any]]:
-        """Load memory and messages, choose the window, recall, shape the blocks, pack (`facts`,
-        `read`: None in bench/memory.py, read here; `searching`: knowledge's search)."""
+        """Load memory and messages, size the budget, choose the window, recall, pack."""
         conn, db = on
         memory = await session_memory(db, turn, current_slots, facts)
         through = memory.summary.through_seq if memory.summary else None
         messages = await window_messages(db, turn, through, counter, facts)
         history, current = split_current(messages, turn.user_seq)
+        question, terms = _question(current, memory)
+        budgets = await sized(
+            budgets, (self._settings, tenant), (db, turn, facts), (terms, history)
+        )
+
         hints = await consented_memory.hints(db, turn, counter, consent=_consent(facts))
         remembered = memory_blocks(counter, memory, budgets) + hints.blocks
         left = budgets.conversation - sum(b.tokens for b in remembered)
-        question = current[0].text if current else ""
-        terms = recall_terms(question, slot_values=_slot_values(memory))
         whole = plan_window(history, memory, recent=left)
-        # None when the window holds it all; else its embedding runs beside the reads below.
         query = await start_recall(conn, turn, whole, RecallQuery(terms, question, self._embedder))
         try:  # the state block, files, window and recall, knowledge's passages
             state, files = await self._state_and_files(
@@ -313,8 +317,7 @@ class ContextBuilder:
             )
             knowledge, known = await self._passages(db, turn, searching, budgets, counter)
         finally:
-            if query is not None:
-                query.cancel()  # when a read above failed, nobody reads the embedding
+            cancel(query)  # when a read above failed, nobody reads the embedding
         room = left - sum(b.tokens for b in folded.blocks)  # the window's, after the fold's
         blocks = [
             instructions_block(counter, system_prompt=self._system_prompt(tenant), tools=tools),
@@ -407,6 +410,12 @@ class ContextBuilder:
 def _consent(facts: SessionFacts | None) -> bool | None:
     """The user's consent to durable memory as the build read it (None: not read)."""
     return None if facts is None else facts.consent
+
+
+def _question(current: list[WindowMessage], memory: Memory) -> tuple[str, list[str]]:
+    """The current message's text and its recall terms (with the slots' referents)."""
+    question = current[0].text if current else ""
+    return question, recall_terms(question, slot_values=_slot_values(memory))
 
 
 def _slot_values(memory: Memory) -> list[str]:

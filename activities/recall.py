@@ -23,14 +23,18 @@ from typing import Any
 from activities import tracing
 from activities.metrics import RECALLS
 from gateway.minilm import Embedder
+from parley.budget import RECENT_TURNS, BudgetRule, reaches_back
+from parley.config import Settings
 from parley.context import Block, WindowMessage
 from parley.prompt import Budgets, Fold, Memory, RecallHit, fold_block, plan_window, recall_block
-from parley.recall import CANDIDATES, NEIGHBOUR_TOP, with_neighbours
+from parley.recall import CANDIDATES, NEIGHBOUR_TOP, rounds_for, with_neighbours
+from parley.tenancy import TenantConfig
 from parley.tokens import TokenCounter
 from parley.window import Window, turn_tokens
 from store import embeddings as embedding_store
 from store import recall as recall_store
-from store.db import Conn, SessionMaker
+from store.context_rows import SessionFacts, remembered_tokens
+from store.db import Conn, Db, SessionMaker
 from store.turn_rows import TurnFacts
 
 log = logging.getLogger(__name__)
@@ -74,7 +78,7 @@ class RecallQuery:
 
 
 async def recall_hits(
-    db: Conn, query: RecallQuery, *, session_id: str, before_seq: int, limit: int
+    db: Conn, query: RecallQuery, *, session_id: str, before_seq: int, limit: int, budget: int
 ) -> list[RecallHit]:
     """The older messages most relevant to the question, best first: full-text, fused with
     the nearest in meaning when an embedder is configured, and with the neighbours of the best
@@ -86,7 +90,7 @@ async def recall_hits(
         return []
     query = await query.start(db)
     try:
-        lexical, near = await recall_store.recall(
+        found = await recall_store.recall(
             db,
             session_id=session_id,
             terms=query.terms,
@@ -94,6 +98,7 @@ async def recall_hits(
             limit=CANDIDATES,
             top=NEIGHBOUR_TOP,
         )
+        lexical, near = found.ranked, found.near
         rankings = [[h.seq for h in lexical]]
         if query.vector is not None and query.embedder is not None:
             (vector,) = await query.vector
@@ -108,16 +113,61 @@ async def recall_hits(
             rankings.append(dense)
     finally:
         query.cancel()
-    fused = with_neighbours(rankings, below=before_seq)[: limit * 2]
-    # The search brought every line recall may show within two seqs of its best hits (a seq
-    # there that it did not bring is not one to show); only what recall by meaning found
-    # beyond them is read here.
+    fused = with_neighbours(
+        rankings, below=before_seq, rounds=rounds_for(budget), order=found.order
+    )[: limit * 2]
+    # The search brought every line recall may show within two places of its best hits (a
+    # seq there that it did not bring is not one to show); only what recall by meaning and
+    # further rounds of neighbours found beyond them is read here.
     known = {h.seq: h for h in [*near, *lexical]}
-    searched = {h.seq + d for h in lexical[:NEIGHBOUR_TOP] for d in range(-2, 3)}
+    searched = _within_two(lexical[:NEIGHBOUR_TOP], found.order)
     missing = [s for s in fused if s not in known and s not in searched]
     for hit in await embedding_store.hits_for(db, session_id=session_id, seqs=missing):
         known[hit.seq] = hit
     return [known[s] for s in fused if s in known]
+
+
+async def sized(
+    budgets: Budgets,
+    configured: tuple[Settings, TenantConfig],
+    session: tuple[Db, TurnFacts, SessionFacts | None],
+    asked: tuple[list[str], list[list[WindowMessage]]],
+) -> Budgets:
+    """`budgets` with the conversation's share sized to what there is to remember (the
+    session's distinct text, as the build read it with the turn or read here) and recall's
+    share of it to whether the question reaches back (parley/budget.py): `asked` is the
+    question's recall terms and the turns before it."""
+    settings, tenant = configured
+    remembered = await remembered_tokens(*session)
+    terms, history = asked
+    ceiling = tenant.context_conversation_max_tokens or settings.context_conversation_max_tokens
+    share = tenant.context_conversation_share
+    rule = BudgetRule(
+        floor=budgets.conversation,
+        ceiling=max(budgets.conversation, ceiling),
+        share=settings.context_conversation_share if share is None else share,
+        recall_at_floor=budgets.recall,
+        reach_back_recall=settings.context_recall_reach_back_share,
+    )
+    recent = [m.text for turn in history[-RECENT_TURNS:] for m in turn if m.text]
+    conversation = rule.conversation(remembered)
+    recall = rule.recall(conversation, reaches_back=reaches_back(terms, recent))
+    return replace(budgets, conversation=conversation, recall=recall)
+
+
+def _within_two(hits: list[RecallHit], order: list[int]) -> set[int]:
+    """The seqs the search returned as neighbours: within two places of these hits (in
+    `order`, or by seq without one)."""
+    if not order:
+        return {h.seq + d for h in hits for d in range(-2, 3)}
+    place = {seq: i for i, seq in enumerate(order)}
+    return {
+        order[i]
+        for h in hits
+        if h.seq in place
+        for i in range(place[h.seq] - 2, place[h.seq] + 3)
+        if 0 <= i < len(order)
+    }
 
 
 def holds_everything(window: Window, turn: TurnFacts) -> bool:
@@ -126,6 +176,12 @@ def holds_everything(window: Window, turn: TurnFacts) -> bool:
     shows whole. A session whose first message the window does not show (retracted, or
     empty) is searched as before."""
     return (window.from_seq or turn.user_seq) <= 1
+
+
+def cancel(query: RecallQuery | None) -> None:
+    """Drop the query's embedding, if any, when nobody will read it."""
+    if query is not None:
+        query.cancel()
 
 
 async def start_recall(
@@ -180,7 +236,8 @@ async def window_and_recall(
         session_id=turn.session_id,
         before_seq=first.from_seq or turn.user_seq,
         # As many candidates as the recall budget could show (about 40 tokens a line).
-        limit=max(8, budgets.recall // 40),
+        limit=max(8, recall_budgets.recall // 40),
+        budget=recall_budgets.recall,
     )
     recalled = recall_block(counter, hits, recall_budgets)
     taken = fold_tokens + sum(b.tokens for b in recalled)

@@ -150,15 +150,23 @@ class Settings(BaseSettings):
         "never invent an order status, a date or an amount."
     )
     # Token budgets (tenant config overrides the window, the reserve and the conversation
-    # budget). The prompt's input budget is the window minus the reserve. Within it, the
-    # conversation context (pinned facts, rolling summary, recalled messages and the recent
-    # turns, which get what the others leave) shares one budget, so a prompt at turn 60 costs
-    # what it cost at turn 10.
+    # budget's floor, share and ceiling). The prompt's input budget is the window minus the
+    # reserve. Within it, the conversation context (pinned facts, rolling summary, recalled
+    # messages and the recent turns, which get what the others leave) shares one budget that
+    # follows what there is to remember (parley/budget.py): `share` of the session's distinct
+    # text, at least the floor (`context_conversation_tokens`: a short chat's prompt at turn
+    # 60 costs what it cost at turn 10) and at most the ceiling.
     context_window_tokens: int = 16384
     output_reserve_tokens: int = 1024
     context_conversation_tokens: int = 600
+    context_conversation_share: float = Field(default=0.09, ge=0.0, le=1.0)
+    context_conversation_max_tokens: int = Field(default=4000, ge=300)
     context_summary_tokens: int = 150
+    # Recall's tokens at the floor for a follow-up (the split scales with the budget); a
+    # question that reaches back (its words are not in the last turns) gives recall this
+    # share of the conversation budget instead.
     context_recall_tokens: int = 200
+    context_recall_reach_back_share: float = Field(default=0.75, ge=0.0, le=1.0)
     # Tool results older than this many turns are shown as metadata, not payloads.
     context_tool_result_age_turns: int = 2
     # An older message longer than this is cut in the window (recall still finds all of it).

@@ -12,6 +12,7 @@ the LoCoMo bench (bench/memory.py).
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from collections.abc import Hashable, Sequence
 from functools import lru_cache
 from typing import TypeVar
@@ -42,30 +43,60 @@ def fuse(rankings: Sequence[Sequence[T]], *, k: int = FUSION_K) -> list[T]:
     return sorted(scores, key=lambda item: (-scores[item], first[item]))
 
 
-def neighbours(ranking: Sequence[int], *, top: int = NEIGHBOUR_TOP) -> list[int]:
+def neighbours(
+    ranking: Sequence[int], *, top: int = NEIGHBOUR_TOP, order: Sequence[int] = ()
+) -> list[int]:
     """The messages next to the `top` best hits (the one before, then the one after), in the
-    order of their hits: the question an answer replies to, the answer a question got. Fused
+    order of their hits: the question an answer replies to, the answer a question got. Next
+    in `order` (the seqs recall may show, ascending: canned and repeated texts left out, so a
+    neighbour is the nearest message that says something), or next by seq without one. Fused
     as one more ranking, a neighbour of several good hits climbs; of one weak hit, it stays
     low. On the LoCoMo bench this found evidence turns that share no word and little meaning
     with the question (bench/memory.py)."""
     found: dict[int, None] = {}
     for seq in ranking[:top]:
-        for near in (seq - 1, seq + 1):
+        for near in _beside(seq, order):
             if near > 0:
                 found[near] = None
     return list(found)
 
 
+def _beside(seq: int, order: Sequence[int]) -> tuple[int, ...]:
+    """The seqs before and after `seq`: in `order` when there is one, else by one."""
+    if not order:
+        return (seq - 1, seq + 1)
+    at = bisect_left(order, seq)
+    after = at + 1 if at < len(order) and order[at] == seq else at
+    return tuple(order[i] for i in (at - 1, after) if 0 <= i < len(order))
+
+
+def rounds_for(budget: int) -> int:
+    """How many rounds of neighbours recall takes for a recall budget of `budget` tokens:
+    two at the floor's 200 (the most LoCoMo evidence turns there; bench/memory.py), one more
+    for each further 1,000 tokens, at most four: room for whole exchanges, not more lines
+    of the same one."""
+    return max(1, min(4, 2 + budget // 1000))
+
+
 def with_neighbours(
-    rankings: Sequence[Sequence[int]], *, below: int, top: int = NEIGHBOUR_TOP, rounds: int = 2
+    rankings: Sequence[Sequence[int]],
+    *,
+    below: int,
+    top: int = NEIGHBOUR_TOP,
+    rounds: int = 2,
+    order: Sequence[int] = (),
 ) -> list[int]:
-    """The rankings fused with the neighbours (seqs under `below`) of their best hits, found
-    `rounds` times, each round a ranking of its own: a neighbour the first round lifted into
-    the top lends its own neighbours to the next, so a three-message exchange around one good
-    hit can come in whole (two rounds found the most LoCoMo evidence turns; bench/memory.py)."""
+    """The rankings fused with the neighbours (seqs under `below`, next in `order`) of their
+    best hits, found `rounds` times, each round a ranking of its own: a neighbour the first
+    round lifted into the top lends its own neighbours to the next, so a three-message
+    exchange around one good hit can come in whole. With an `order`, what is not in it (a
+    repeated text) is no candidate either."""
+    if order:
+        allowed = set(order)
+        rankings = [[s for s in r if s in allowed] for r in rankings]
     extra: list[list[int]] = []
     for _ in range(rounds):
-        near = neighbours(fuse([*rankings, *extra]), top=top)
+        near = neighbours(fuse([*rankings, *extra]), top=top, order=order)
         extra.append([s for s in near if s < below])
     return fuse([*rankings, *extra])
 

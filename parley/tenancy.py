@@ -38,7 +38,11 @@ class TenantConfig(BaseModel):
     # Tokens kept free for the answer.
     output_reserve_tokens: IntOrNone = Field(default=None, ge=64, le=32000)
     # Tokens for the conversation context: pinned facts, summary, recalled and recent turns.
+    # (The floor: the budget follows the conversation, `context_conversation_share` of its
+    # distinct text, up to `context_conversation_max_tokens`; parley/budget.py.)
     context_conversation_tokens: IntOrNone = Field(default=None, ge=300, le=1_000_000)
+    context_conversation_share: float | None = Field(default=None, ge=0.0, le=1.0)
+    context_conversation_max_tokens: IntOrNone = Field(default=None, ge=300, le=1_000_000)
     # Whether older turns are folded into a rolling summary after each turn.
     summaries: bool | None = None
     reasoning_effort: Literal["low", "medium", "high"] | None = None

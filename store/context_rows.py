@@ -51,6 +51,9 @@ class SessionFacts:
     # The recent window's rows (`memory_store.parse_window` reads them), from where this
     # summary lets it start (None: read by `window_messages`, with the summary it is given).
     window: list[list[Any]] | None = None
+    # The tokens of the session's distinct text before the turn (parley/budget.py; None:
+    # read by `remembered_tokens`).
+    remembered: int | None = None
 
 
 @dataclass(frozen=True)
@@ -127,6 +130,7 @@ def _build_rows(
     summary: list[Any] | None,
     facts: list[list[Any]],
     window: list[list[Any]],
+    remembered: int,
     **columns: Any,
 ) -> BuildRows:
     turn = TurnFacts(**{f.name: columns[f"t_{f.name}"] for f in fields(TurnFacts)})
@@ -154,6 +158,7 @@ def _build_rows(
             summary=stored_summary,
             pinned=pinned,
             window=window,
+            remembered=remembered,
         ),
     )
 
@@ -186,7 +191,9 @@ _FACTS = f"""
                 greatest(0, coalesce((SELECT max(seq) FROM messages
                     WHERE session_id = t.session_id), 0) - {memory_store.WINDOW_REACH}))
             AND NOT (t.retry_of IS NOT NULL AND w.turn_id = t.retry_of
-                AND w.role = 'assistant' AND w.tool_calls IS NULL)) AS window
+                AND w.role = 'assistant' AND w.tool_calls IS NULL)) AS window,
+    ({memory_store.REMEMBERED_SQL.format(session="t.session_id", before="t.user_seq")})
+        AS remembered
 """
 _ROWS = f"""
     {_TURN}, {_MESSAGE},
@@ -245,6 +252,16 @@ async def window_messages(
         summary_through=summary_through,
         hide_answers_of=turn.retry_of,
         counter=counter,
+    )
+
+
+async def remembered_tokens(db: Db, turn: TurnFacts, read: SessionFacts | None) -> int:
+    """The tokens of the session's distinct text before the turn, as the build read them
+    with its turn (or read here)."""
+    if read is not None and read.remembered is not None:
+        return read.remembered
+    return await memory_store.remembered_tokens(
+        db, session_id=turn.session_id, before_seq=turn.user_seq
     )
 
 

@@ -22,6 +22,7 @@ from sqlalchemy import (
     func,
     literal_column,
     select,
+    text,
 )
 from sqlalchemy.dialects.postgresql import aggregate_order_by, insert
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -29,11 +30,30 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from parley.context import WindowMessage
 from parley.memory import PinnedFact, SummaryLine
 from parley.prompt import StoredSummary
-from parley.tokens import TokenCounter, count_message
+from parley.tokens import MESSAGE_OVERHEAD, TokenCounter, count_message
 from store.models import ConversationSummary, Message, PinnedFactRow
 
 # Messages loaded before the summary's end, so the recent window can reach back that far.
 WINDOW_REACH = 200
+
+# What there is to remember before a seq (parley/budget.py): the tokens of the session's
+# shown messages, each distinct text counted once (a canned reply said forty times is one
+# thing to remember), with each message's framing. `{session}` and `{before}` are SQL
+# expressions: a bound parameter, or a column of the statement it is part of.
+REMEMBERED_SQL = (
+    "SELECT coalesce(sum(n), 0)::int FROM (SELECT max(coalesce(r.token_count, 0)) + "
+    f"{MESSAGE_OVERHEAD} AS n FROM messages AS r "
+    "WHERE r.session_id = {session} AND r.seq < {before} AND r.replaced_by IS NULL "
+    "AND r.role IN ('user', 'assistant') AND r.status <> 'retracted' AND r.text <> '' "
+    "GROUP BY r.text) AS distinct_texts"
+)
+
+
+async def remembered_tokens(db: AsyncSession, *, session_id: str, before_seq: int) -> int:
+    """The tokens of the session's distinct text before `before_seq` (`REMEMBERED_SQL`)."""
+    statement = text(REMEMBERED_SQL.format(session=":session_id", before=":before"))
+    found = await db.scalar(statement, {"session_id": session_id, "before": before_seq})
+    return int(found or 0)
 
 
 async def latest_summary(db: AsyncSession, *, session_id: str) -> StoredSummary | None:

@@ -13,21 +13,32 @@ from store.db import Conn, Db, session_conn
 _TERM = re.compile(r"[^a-z0-9]")
 
 # Each matching term scores its inverse document frequency within the session's messages, so
-# a name said in every message counts for little and a rare word for much. The same statement
-# returns, after the ranked hits (`rank` from 1), the searchable messages within two seqs of
-# the best `top` of them (`rank` NULL): the neighbours recall adds (parley/recall.py
-# `with_neighbours`, two rounds of one seq each) come with the search instead of by a read
-# of their own.
+# a name said in every message counts for little and a rare word for much. A text said more
+# than once in the session (an assistant's canned reply) is never a candidate nor a
+# neighbour; of a user's repeated text, its newest copy is. The same statement returns,
+# after the ranked hits (`rank` from 1), the searchable messages within two places of the
+# best `top` of them (`rank` NULL): the neighbours recall adds (parley/recall.py
+# `with_neighbours`) come with the search instead of by a read of their own. The best hit's
+# row also carries the seqs of every searchable message (`order`), so that recall can find
+# the neighbours of any hit, however many texts between them were left out.
 _RECALL_SQL = """
-    WITH q AS (
+    WITH shown AS (
+        SELECT seq, role, text, created_at, tsv,
+               count(*) OVER (PARTITION BY text) AS copies,
+               max(seq) OVER (PARTITION BY text) AS newest
+        FROM messages
+        WHERE session_id = %(session_id)s AND replaced_by IS NULL
+          AND role IN ('user', 'assistant') AND status <> 'retracted' AND text <> ''
+    ),
+    docs AS (
+        SELECT seq, role, text, created_at, tsv, row_number() OVER (ORDER BY seq) AS pos
+        FROM shown
+        WHERE seq < %(before)s AND (copies = 1 OR (role = 'user' AND seq = newest))
+    ),
+    q AS (
         SELECT t, to_tsquery('english', t) AS query
         FROM unnest(CAST(%(terms)s AS text[])) AS t
         WHERE numnode(to_tsquery('english', t)) > 0
-    ),
-    docs AS (
-        SELECT seq, role, text, created_at, tsv FROM messages
-        WHERE session_id = %(session_id)s AND seq < %(before)s AND replaced_by IS NULL
-          AND role IN ('user', 'assistant') AND status <> 'retracted' AND text <> ''
     ),
     total AS (SELECT count(*) AS n FROM docs),
     df AS (
@@ -35,28 +46,41 @@ _RECALL_SQL = """
         FROM q LEFT JOIN docs ON docs.tsv @@ q.query GROUP BY q.t, q.query
     ),
     ranked AS (
-        SELECT docs.seq, docs.role, docs.text, docs.created_at,
+        SELECT docs.seq, docs.role, docs.text, docs.created_at, docs.pos,
                sum(ln((total.n + 1.0) / (df.n + 0.5))) AS score
         FROM docs JOIN df ON docs.tsv @@ df.query CROSS JOIN total
-        GROUP BY docs.seq, docs.role, docs.text, docs.created_at
+        GROUP BY docs.seq, docs.role, docs.text, docs.created_at, docs.pos
         ORDER BY score DESC, docs.seq DESC
         LIMIT %(limit)s
     ),
     numbered AS (
-        SELECT seq, role, text, created_at,
+        SELECT seq, role, text, created_at, pos,
                row_number() OVER (ORDER BY score DESC, seq DESC) AS rank
         FROM ranked
     )
-    SELECT seq, role, text, created_at, rank FROM numbered
+    SELECT seq, role, text, created_at, rank,
+           CASE WHEN rank = 1 THEN (SELECT array_agg(seq ORDER BY seq) FROM docs) END AS "order"
+    FROM numbered
     UNION ALL
-    SELECT docs.seq, docs.role, docs.text, docs.created_at, NULL FROM docs
+    SELECT docs.seq, docs.role, docs.text, docs.created_at, NULL, NULL FROM docs
     WHERE docs.seq NOT IN (SELECT seq FROM numbered)
       AND EXISTS (
         SELECT 1 FROM numbered
-        WHERE numbered.rank <= %(top)s AND abs(numbered.seq - docs.seq) <= 2
+        WHERE numbered.rank <= %(top)s AND abs(numbered.pos - docs.pos) <= 2
       )
     ORDER BY rank NULLS LAST, seq
 """
+
+
+@dataclass(frozen=True)
+class Recalled:
+    """What the search found: the ranked hits (best first), the searchable messages within
+    two places of the best of them, and the seqs of every searchable message (empty when
+    nothing matched: neighbours are then found by seq)."""
+
+    ranked: list[RecallHit]
+    near: list[RecallHit]
+    order: list[int]
 
 
 async def recall(
@@ -67,12 +91,13 @@ async def recall(
     before_seq: int,
     limit: int = 8,
     top: int = 0,
-) -> tuple[list[RecallHit], list[RecallHit]]:
-    """The older messages (before `before_seq`) that best match `terms`, best first, and the
-    searchable messages within two seqs of the best `top` of those (none with `top` 0)."""
+) -> Recalled:
+    """The older messages (before `before_seq`) that best match `terms`, best first, the
+    searchable messages within two places of the best `top` of those (none with `top` 0),
+    and the order of every searchable message."""
     clean = [t for t in (_TERM.sub("", term.lower()) for term in terms) if t]
     if not clean or before_seq <= 1:
-        return [], []
+        return Recalled([], [], [])
     conn = db if isinstance(db, Conn) else await session_conn(db)
     params = {
         "terms": clean,
@@ -81,12 +106,13 @@ async def recall(
         "limit": limit,
         "top": top,
     }
-    ranked: list[RecallHit] = []
-    near: list[RecallHit] = []
+    found = Recalled([], [], [])
     for r in await conn.rows(_RECALL_SQL, params, _Line):
         hit = RecallHit(r.seq, r.role, r.text, r.created_at.date().isoformat())
-        (near if r.rank is None else ranked).append(hit)
-    return ranked, near
+        (found.near if r.rank is None else found.ranked).append(hit)
+        if r.order is not None:
+            found.order.extend(r.order)
+    return found
 
 
 @dataclass(frozen=True)
@@ -96,3 +122,4 @@ class _Line:
     text: str
     created_at: datetime
     rank: int | None
+    order: list[int] | None

@@ -230,10 +230,10 @@ async def test_a_conversation_too_long_for_the_window_still_recalls_the_old_fact
     ]
     assert FACT_LINE in recall_block
     async with sessions() as db:
-        ranked, _ = await recall_store.recall(
+        found = await recall_store.recall(
             db, session_id=sid, terms=recall_terms(QUESTION), before_seq=budget["window_from_seq"]
         )
-    assert [hit.seq for hit in ranked][:1] == [1]
+    assert [hit.seq for hit in found.ranked][:1] == [1]
     # Nothing else could have: the summary covers seq 1 without it, and nothing was folded.
     assert budget["summary_through_seq"] == 50 and budget["folded"] is None
     assert FACT_LINE in prompt_text(call.request)

@@ -1,0 +1,77 @@
+"""The conversation budget: how many of the prompt's tokens the conversation gets, and how
+they are split between recalled lines and the recent turns.
+
+A fixed budget either wastes tokens on a short chat or starves a long one: five recalled
+lines cannot hold what a 300-turn conversation said. So the budget follows what there is
+to remember, the session's distinct text before this turn (each text counted once: a
+canned reply said forty times is one thing to remember), as a share of it between a floor
+and a ceiling:
+
+    conversation = clamp(share * remembered, floor, ceiling)
+
+A short chat stays on the floor, so turn 60 of a chat of short messages costs what turn 10
+did; the ceiling bounds the prompt of any conversation, however long.
+
+Within that budget, a question that reaches back (its words are not in the last turns) is
+answered from recall, not from the recent window, so recall gets most of the share; a
+follow-up about the last turns keeps the floor's split (recall's share of the floor).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+# How many of the newest turns a question is compared with to tell whether it reaches back.
+RECENT_TURNS = 3
+# A question reaches back when fewer than this share of its words are in those turns.
+REACH_BACK_BELOW = 0.5
+
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+@dataclass(frozen=True)
+class BudgetRule:
+    """Settings over code defaults, tenant over settings (activities/context.py)."""
+
+    floor: int = 600
+    ceiling: int = 4000
+    share: float = 0.09
+    # Recall's tokens at the floor for a follow-up; the split scales with the budget.
+    recall_at_floor: int = 200
+    # Recall's share of the conversation budget when the question reaches back.
+    reach_back_recall: float = 0.75
+
+    def conversation(self, remembered: int) -> int:
+        """The conversation's tokens for a session with `remembered` distinct tokens."""
+        return max(self.floor, min(self.ceiling, round(self.share * max(remembered, 0))))
+
+    def recall(self, conversation: int, *, reaches_back: bool) -> int:
+        """Recall's tokens within a `conversation` budget."""
+        follow_up = round(conversation * self.recall_at_floor / max(self.floor, 1))
+        if not reaches_back:
+            return follow_up
+        return max(follow_up, round(conversation * self.reach_back_recall))
+
+
+def reaches_back(terms: Iterable[str], recent_texts: Iterable[str]) -> bool:
+    """Whether a question with these recall `terms` asks about something the recent turns
+    (`recent_texts`, their messages' text) do not hold: fewer than half of its words are in
+    them. A question with no content words ("and the other one?") is a follow-up."""
+    words = {w for term in terms for w in _WORD.findall(term.lower())}
+    if not words:
+        return False
+    recent: set[str] = set()
+    for text in recent_texts:
+        recent.update(_WORD.findall(text.lower()))
+    found = sum(1 for w in words if w in recent or _stem_in(w, recent))
+    return found < REACH_BACK_BELOW * len(words)
+
+
+def _stem_in(word: str, recent: set[str]) -> bool:
+    """A word's plain inflections count as the word ("festival" in "festivals")."""
+    if len(word) < 5:
+        return False
+    stem = word[:-1] if word.endswith("s") else word
+    return any(r.startswith(stem[:5]) and abs(len(r) - len(stem)) <= 3 for r in recent)
