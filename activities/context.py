@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
+from datetime import UTC, date, datetime
 from typing import Any
 
 from activities import consented_memory, tracing
@@ -61,6 +62,7 @@ from parley.contracts import (
 )
 from parley.memory import extract_facts, recall_terms
 from parley.paths import AnswerPath, choose_path, path_block
+from parley.periods import Period, named_period
 from parley.prompt import (
     Budgets,
     Memory,
@@ -307,7 +309,7 @@ class ContextBuilder:
         remembered = memory_blocks(counter, memory, budgets) + hints.blocks
         left = budgets.conversation - sum(b.tokens for b in remembered)
         whole = plan_window(history, memory, recent=left)
-        query = await start_recall(conn, turn, whole, RecallQuery(terms, question, self._embedder))
+        query = await start_recall(conn, turn, whole, self._query(question, terms, current))
         try:  # the state block, files, window and recall, knowledge's passages
             state, files = await self._state_and_files(
                 db, turn, step, current_slots, (counter, terms), read
@@ -336,6 +338,10 @@ class ContextBuilder:
             "knowledge": known,
         }
         return packed, plan
+
+    def _query(self, question: str, terms: list[str], current: list[WindowMessage]) -> RecallQuery:
+        """What recall searches with: the terms, the question (to embed), its period."""
+        return RecallQuery(terms, question, self._embedder, period=_period(question, current))
 
     def _system_prompt(self, tenant: TenantConfig) -> str:
         persona = f"\n\n{tenant.persona}" if tenant.persona else ""
@@ -410,6 +416,13 @@ class ContextBuilder:
 def _consent(facts: SessionFacts | None) -> bool | None:
     """The user's consent to durable memory as the build read it (None: not read)."""
     return None if facts is None else facts.consent
+
+
+def _period(question: str, current: list[WindowMessage]) -> Period | None:
+    """The period the question names, counted back from the day it was asked."""
+    asked = current[0].created_at if current else ""
+    today = date.fromisoformat(asked) if asked else datetime.now(UTC).date()
+    return named_period(question, today)
 
 
 def _question(current: list[WindowMessage], memory: Memory) -> tuple[str, list[str]]:

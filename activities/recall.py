@@ -26,6 +26,7 @@ from gateway.minilm import Embedder
 from parley.budget import RECENT_TURNS, BudgetRule, reaches_back
 from parley.config import Settings
 from parley.context import Block, WindowMessage
+from parley.periods import Period, in_period
 from parley.prompt import Budgets, Fold, Memory, RecallHit, fold_block, plan_window, recall_block
 from parley.recall import CANDIDATES, NEIGHBOUR_TOP, rounds_for, with_neighbours
 from parley.tenancy import TenantConfig
@@ -51,6 +52,9 @@ class RecallQuery:
     embedder: Embedder | None = None  # None: full-text only
     # The question's embedding, running in a thread (`start`); None: not started.
     vector: asyncio.Task[list[list[float]]] | None = None
+    # The days the question names ("in March 2023", "last week"; parley/periods.py), whose
+    # lines recall shows first; None: it names none.
+    period: Period | None = None
 
     async def start(self, db: Conn) -> RecallQuery:
         """This query with its embedding under way, when there is an embedder and the
@@ -124,7 +128,11 @@ async def recall_hits(
     missing = [s for s in fused if s not in known and s not in searched]
     for hit in await embedding_store.hits_for(db, session_id=session_id, seqs=missing):
         known[hit.seq] = hit
-    return [known[s] for s in fused if s in known]
+    hits = [known[s] for s in fused if s in known]
+    if query.period is None:
+        return hits
+    period = query.period
+    return sorted(hits, key=lambda h: not in_period(h.date, period))  # stable: then by rank
 
 
 async def sized(
@@ -149,9 +157,10 @@ async def sized(
         recall_at_floor=budgets.recall,
         reach_back_recall=settings.context_recall_reach_back_share,
     )
-    recent = [m.text for turn in history[-RECENT_TURNS:] for m in turn if m.text]
+    recent = [(m.role, m.text) for turn in history[-RECENT_TURNS:] for m in turn if m.text]
+    earlier = [turn[0].text for turn in history]  # the user's messages, loaded
     conversation = rule.conversation(remembered)
-    recall = rule.recall(conversation, reaches_back=reaches_back(terms, recent))
+    recall = rule.recall(conversation, reaches_back=reaches_back(terms, recent, earlier))
     return replace(budgets, conversation=conversation, recall=recall)
 
 

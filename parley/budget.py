@@ -28,7 +28,11 @@ RECENT_TURNS = 3
 # A question reaches back when fewer than this share of its words are in those turns.
 REACH_BACK_BELOW = 0.5
 
+# A word is one of the user's constants only when they have said this many messages or more.
+CONSTANT_AFTER = 5
+
 _WORD = re.compile(r"[a-z0-9]+")
+_QUESTION = re.compile(r"[^.!?]*\?\s*")
 
 
 @dataclass(frozen=True)
@@ -55,18 +59,33 @@ class BudgetRule:
         return max(follow_up, round(conversation * self.reach_back_recall))
 
 
-def reaches_back(terms: Iterable[str], recent_texts: Iterable[str]) -> bool:
+def reaches_back(
+    terms: Iterable[str], recent: Iterable[tuple[str, str]], earlier: Iterable[str] = ()
+) -> bool:
     """Whether a question with these recall `terms` asks about something the recent turns
-    (`recent_texts`, their messages' text) do not hold: fewer than half of its words are in
-    them. A question with no content words ("and the other one?") is a follow-up."""
+    (`recent`, their messages as role and text) do not hold: fewer than half of its words
+    are in them (a recent message that only asks holds nothing). Words the user says all the time (in more than a fifth of their `earlier`
+    messages: a name they sign with, the subject of the whole chat) tell nothing about where
+    the answer is and are not counted. A question with no other content words ("and the
+    other one?") is a follow-up."""
     words = {w for term in terms for w in _WORD.findall(term.lower())}
+    users = [set(_WORD.findall(text.lower())) for text in earlier]
+    if len(users) >= CONSTANT_AFTER:
+        words = {w for w in words if sum(w in u for u in users) * 5 <= len(users)}
     if not words:
         return False
-    recent: set[str] = set()
-    for text in recent_texts:
-        recent.update(_WORD.findall(text.lower()))
-    found = sum(1 for w in words if w in recent or _stem_in(w, recent))
+    seen: set[str] = set()
+    for _, text in recent:
+        if not only_a_question(text):  # it asks; what it names is not held there
+            seen.update(_WORD.findall(text.lower()))
+    found = sum(1 for w in words if w in seen or _stem_in(w, seen))
     return found < REACH_BACK_BELOW * len(words)
+
+
+def only_a_question(text: str) -> bool:
+    """Whether a message is one question and nothing else: it asks, it tells nothing (recall
+    scores such a message at half, store/recall.py, by the same pattern)."""
+    return _QUESTION.fullmatch(text) is not None
 
 
 def _stem_in(word: str, recent: set[str]) -> bool:

@@ -176,7 +176,7 @@ class Settings(BaseSettings):
     # Recall by meaning as well as by words: "" (full-text only) or "local-minilm" (the
     # optional `embeddings` extra; see gateway/minilm.py). Falls back to full-text when the
     # extra, the weights or PostgreSQL's `vector` extension is missing.
-    embeddings: str = ""
+    embeddings: str = "local-minilm"
     # The text of every file attached to one message shares this many characters of the
     # prompt, split evenly; a file over its share is chunked and searched like a paste.
     context_file_chars: int = 24_000

@@ -13,7 +13,9 @@ from store.db import Conn, Db, session_conn
 _TERM = re.compile(r"[^a-z0-9]")
 
 # Each matching term scores its inverse document frequency within the session's messages, so
-# a name said in every message counts for little and a rare word for much. A text said more
+# a name said in every message counts for little and a rare word for much; a message that is
+# one question and nothing else scores half (it asks, it tells nothing: its answer is what
+# recall is after, and a user who asks again shares its words). A text said more
 # than once in the session (an assistant's canned reply) is never a candidate nor a
 # neighbour; of a user's repeated text, its newest copy is. The same statement returns,
 # after the ranked hits (`rank` from 1), the searchable messages within two places of the
@@ -47,7 +49,8 @@ _RECALL_SQL = """
     ),
     ranked AS (
         SELECT docs.seq, docs.role, docs.text, docs.created_at, docs.pos,
-               sum(ln((total.n + 1.0) / (df.n + 0.5))) AS score
+               sum(ln((total.n + 1.0) / (df.n + 0.5)))
+                 * CASE WHEN docs.text ~ '^[^.!?]*[?][[:space:]]*$' THEN 0.5 ELSE 1 END AS score
         FROM docs JOIN df ON docs.tsv @@ df.query CROSS JOIN total
         GROUP BY docs.seq, docs.role, docs.text, docs.created_at, docs.pos
         ORDER BY score DESC, docs.seq DESC

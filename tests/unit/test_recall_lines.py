@@ -4,7 +4,7 @@ recalled lines (one date heading per day, greetings and thank-yous left out, wit
 from __future__ import annotations
 
 from parley.prompt import RECALLED_SEQ, Budgets, RecallHit, recall_block
-from parley.recall import fuse, neighbours, trim_filler, with_neighbours
+from parley.recall import fuse, neighbours, rounds_for, trim_filler, with_neighbours
 from parley.tokens import default_counter
 
 # --- neighbours ---------------------------------------------------------------------------------
@@ -102,3 +102,27 @@ def test_a_second_round_brings_in_the_neighbour_of_a_neighbour_the_first_round_l
     assert 8 in two and two.index(8) > two.index(9)
     # Nothing at or past `below` (the recent window's first seq) is offered.
     assert max(with_neighbours([[98, 99]], below=100)) == 99
+
+
+def test_a_neighbour_is_the_nearest_message_that_says_something() -> None:
+    # Seqs 11 and 13 are a canned reply said many times: not in the order recall may show.
+    order = [8, 9, 10, 12, 14, 15]
+    assert neighbours([12], top=1, order=order) == [10, 14]
+    assert neighbours([8], top=1, order=order) == [9]  # nothing said before the first
+    # A hit that is not in the order itself (found by meaning) still has its neighbours.
+    assert neighbours([11], top=1, order=order) == [10, 12]
+
+
+def test_a_repeated_text_is_no_candidate_whichever_ranking_found_it() -> None:
+    order = [2, 4, 6, 8]
+    fused = with_neighbours([[5, 4], [7, 6]], below=100, top=2, rounds=1, order=order)
+    assert 5 not in fused and 7 not in fused
+    assert set(fused[:2]) == {4, 6}
+    assert set(fused) == {2, 4, 6, 8}  # the neighbours skip the left-out texts
+
+
+def test_more_room_brings_more_rounds_of_neighbours() -> None:
+    assert rounds_for(200) == 2  # the floor's recall: two rounds, as before
+    assert rounds_for(1000) == 3
+    assert rounds_for(50_000) == 4
+    assert rounds_for(0) == 2
