@@ -29,6 +29,7 @@ from activities.erasure import ErasureActivities
 from activities.exports import ExportActivities
 from activities.failures import FailureInterceptor
 from activities.handover import Handover
+from activities.imports import ImportActivities
 from activities.knowledge import KnowledgeSource
 from activities.mcp import McpTools
 from activities.memory import MemoryActivities
@@ -59,6 +60,7 @@ from store.db import SessionMaker, create_socket_checked_engine, libpq_url, sess
 from store.queue import OutboxBell
 from workflows.erasure import ErasureWorkflow
 from workflows.export import ExportWorkflow
+from workflows.imports import ImportWorkflow
 from workflows.retention import RetentionPurgeWorkflow
 from workflows.specialist import SpecialistWorkflow
 from workflows.summary import SummaryWorkflow
@@ -153,8 +155,12 @@ def build_activities(
         sessions=sessions, input_screen=input_screen, output_screen=output_screen, asked=asked
     )
     ending = EndingActivities(turn=turn, screens=screening, memory=memory)
+    # An imported conversation's indexing, and the summary pass it asks for after.
+    importing = ImportActivities(sessions=sessions, memory=memory, embedder=embedder)
     return [
         *_activity_list(turn, tools, send, screening, memory, (specialist, agent), ending),
+        importing.index_import,
+        importing.finish_import,
         *_data_activities(client, settings, sessions),
     ]
 
@@ -230,6 +236,7 @@ WORKFLOWS = (
     ExportWorkflow,
     RetentionPurgeWorkflow,
     ErasureWorkflow,
+    ImportWorkflow,
 )
 
 

@@ -55,6 +55,7 @@ PASSED_THROUGH = (
     "workflows.turn",
     "workflows.export",
     "workflows.retention",
+    "workflows.imports",
 )
 RESTRICTIONS = SandboxRestrictions.default.with_passthrough_modules(*PASSED_THROUGH)
 

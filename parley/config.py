@@ -67,6 +67,10 @@ class Settings(BaseSettings):
     # An uploaded file (`POST .../files`): its request body may be this long (multipart
     # framing included), refused 413 before it is read like any other body.
     max_file_bytes: int = 5 * 1024 * 1024
+    # An imported conversation (`POST .../import`): at most this many messages a request, each
+    # at most `max_message_chars` long, in a body of at most this many bytes (413 above it).
+    max_import_messages: int = 2000
+    max_import_bytes: int = 8 * 1024 * 1024
 
     # Streaming: deltas are coalesced into frames of this many milliseconds.
     stream_frame_ms: int = 40

@@ -485,3 +485,23 @@ class PurgeBatchInput:
 class PurgeResult:
     # Rows deleted by table, over every tenant.
     purged: dict[str, int] = field(default_factory=dict)
+
+
+# An imported conversation (parley/imports.py): its messages are stored by the API; this
+# workflow indexes them for recall by meaning, batch by batch, then asks for a summary pass
+# (workflows/imports.py). Ids only: the messages stay in the store.
+IMPORT_WORKFLOW = "ImportWorkflow"
+
+
+@dataclass
+class ImportInput:
+    import_id: str
+    session_id: str
+
+
+@dataclass
+class ImportProgress:
+    """One indexing step's answer: how many of the import's messages still lack a vector
+    (0: done, also when this deployment has no recall by meaning)."""
+
+    remaining: int

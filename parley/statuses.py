@@ -124,3 +124,12 @@ class ExportState(StrEnum):
     running = "running"
     ready = "ready"
     failed = "failed"
+
+
+class ImportState(StrEnum):
+    """An imported conversation's life (store/imports.py): stored, being indexed for recall
+    by meaning, then done (its every message searchable both ways)."""
+
+    pending = "pending"
+    indexing = "indexing"
+    done = "done"

@@ -236,3 +236,15 @@ ERASE = ActivityOptions(
         maximum_attempts=0,
     ),
 )
+
+# One batch of an import's indexing (workflows/imports.py): embedding a few hundred messages
+# is CPU work of seconds; a few attempts for crashed workers. A batch that fails for good
+# leaves the rest to full-text search and to the summary's runs, which embed what is left.
+INDEX = ActivityOptions(
+    start_to_close=timedelta(minutes=2),
+    retry=RetryPolicy(
+        initial_interval=timedelta(seconds=1),
+        maximum_interval=timedelta(seconds=30),
+        maximum_attempts=3,
+    ),
+)
