@@ -155,14 +155,15 @@ def build_activities(
         sessions=sessions, input_screen=input_screen, output_screen=output_screen, asked=asked
     )
     ending = EndingActivities(turn=turn, screens=screening, memory=memory)
-    # An imported conversation's indexing, and the summary pass it asks for after.
     importing = ImportActivities(sessions=sessions, memory=memory, embedder=embedder)
-    return [
-        *_activity_list(turn, tools, send, screening, memory, (specialist, agent), ending),
-        importing.index_import,
-        importing.finish_import,
-        *_data_activities(client, settings, sessions),
-    ]
+    steps = _activity_list(turn, tools, send, screening, memory, (specialist, agent), ending)
+    return [*steps, *_import_activities(importing), *_data_activities(client, settings, sessions)]
+
+
+def _import_activities(importing: ImportActivities) -> list[Callable[..., Any]]:
+    """An imported conversation's indexing, and the summary pass it asks for after (its
+    activities share the turns' embedder and summary start)."""
+    return [importing.index_import, importing.finish_import]
 
 
 def _data_activities(

@@ -16,7 +16,7 @@ from temporalio import activity
 from activities.memory import MemoryActivities
 from activities.recall import embed_pending
 from gateway.minilm import Embedder
-from parley.contracts import ImportInput, ImportProgress, SummarizeInput
+from parley.contracts import ImportInput, SummarizeInput
 from parley.statuses import ImportState
 from store import embeddings as embedding_store
 from store import imports
@@ -34,7 +34,7 @@ class ImportActivities:
         self._embedder = embedder
 
     @activity.defn(name="index_import")
-    async def index_import(self, inp: ImportInput) -> ImportProgress:
+    async def index_import(self, inp: ImportInput) -> int:
         """Embed one batch of the session's messages without a vector (the import's among
         them, oldest first) and record how many of the import's have one; returns how many
         still lack one (0: nothing left to do, or nothing this deployment can do)."""
@@ -42,9 +42,9 @@ class ImportActivities:
             row = await imports.import_of(conn, import_id=inp.import_id)
             vectors = self._embedder is not None and await embedding_store.available(conn)
         if row is None or row.status == ImportState.done:
-            return ImportProgress(0)  # erased with its session, or finished by an earlier run
+            return 0  # erased with its session, or finished by an earlier run
         if not vectors or self._embedder is None:
-            return ImportProgress(0)  # full-text indexed them as they were stored
+            return 0  # full-text indexed them as they were stored
         embedded = await embed_pending(self._sessions, self._embedder, session_id=inp.session_id)
         async with connect(self._sessions) as conn:
             remaining = await imports.unembedded_count(conn, row=row, model=self._embedder.name)
@@ -53,8 +53,8 @@ class ImportActivities:
         if remaining and not embedded:
             # Nothing left that the embedder takes (they were forgotten meanwhile): done.
             log.warning("import %s: %d messages left no embedder takes", row.id, remaining)
-            return ImportProgress(0)
-        return ImportProgress(remaining)
+            return 0
+        return remaining
 
     @activity.defn(name="finish_import")
     async def finish_import(self, inp: ImportInput) -> None:

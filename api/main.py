@@ -97,15 +97,19 @@ def create_app(
     errors.install(app)
     app.add_middleware(RequestLogContext)
     # Outermost of ours: a body is refused before routing, authentication or parsing.
-    larger = {  # an upload's and an import's own limits
-        files.UPLOAD_PATH: settings.max_file_bytes,
-        imports.IMPORT_PATH: settings.max_import_bytes,
-    }
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, larger=larger)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, larger=_larger(settings))
     _add_routes(app)
     app.openapi = lambda: _openapi(app, settings)  # type: ignore[method-assign]
     _trace(app, settings)
     return app
+
+
+def _larger(settings: Settings) -> dict[str, int]:
+    """The routes whose bodies have limits of their own: an upload's, an import's."""
+    return {
+        files.UPLOAD_PATH: settings.max_file_bytes,
+        imports.IMPORT_PATH: settings.max_import_bytes,
+    }
 
 
 def _add_routes(app: FastAPI) -> None:

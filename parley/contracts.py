@@ -487,9 +487,7 @@ class PurgeResult:
     purged: dict[str, int] = field(default_factory=dict)
 
 
-# An imported conversation (parley/imports.py): its messages are stored by the API; this
-# workflow indexes them for recall by meaning, batch by batch, then asks for a summary pass
-# (workflows/imports.py). Ids only: the messages stay in the store.
+# An import's indexing (workflows/imports.py): ids only, its messages stay in the store.
 IMPORT_WORKFLOW = "ImportWorkflow"
 
 
@@ -497,11 +495,3 @@ IMPORT_WORKFLOW = "ImportWorkflow"
 class ImportInput:
     import_id: str
     session_id: str
-
-
-@dataclass
-class ImportProgress:
-    """One indexing step's answer: how many of the import's messages still lack a vector
-    (0: done, also when this deployment has no recall by meaning)."""
-
-    remaining: int

@@ -19,6 +19,9 @@ from datetime import UTC, datetime
 from parley.errors import InvalidRequest
 
 ROLES = ("user", "assistant")
+# The earliest time an item may carry: earlier is a mistake, and years near 1 overflow when
+# converted to UTC.
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -33,8 +36,8 @@ class ImportItem:
 def check_items(items: Sequence[ImportItem], *, now: datetime, max_chars: int) -> None:
     """Refuse the first item that breaks a rule (InvalidRequest with its `index`): a role
     other than user or assistant, text empty or over `max_chars`, a time without a zone,
-    later than `now`, or before the item above it (an import reads as it was said, so seq
-    order and time order agree)."""
+    later than `now` or before 1970, or before the item above it (an import reads as it was
+    said, so seq order and time order agree)."""
     previous: datetime | None = None
     for index, item in enumerate(items):
         if item.role not in ROLES:
@@ -50,6 +53,8 @@ def check_items(items: Sequence[ImportItem], *, now: datetime, max_chars: int) -
             _refuse(index, "created_at", "must carry a timezone")
         if moment > now:
             _refuse(index, "created_at", "must not be later than now")
+        if moment < EARLIEST:
+            _refuse(index, "created_at", "must not be before 1970")
         if previous is not None and moment < previous:
             _refuse(index, "created_at", "must not be earlier than the item before it")
         previous = moment

@@ -32,13 +32,13 @@ class ImportWorkflow:
         while True:
             workflow.set_current_details(f"indexing, batch {steps + 1}")
             try:
-                progress = await INDEX.run(
+                remaining = await INDEX.run(
                     ImportActivities.index_import, inp, summary="embed a batch"
                 )
             except ActivityError:
                 break  # full-text finds them; the summary's runs embed the rest
             steps += 1
-            if progress.remaining == 0:
+            if remaining == 0:
                 break
             if steps >= STEPS_PER_RUN:
                 workflow.continue_as_new(inp)
