@@ -3,9 +3,10 @@ stores (tool requests and results, a proposal, the answer) and how it ends.
 
 `move_turn` is the one function that changes a stored turn's state; it asks the table in
 `parley.turn_states` and refuses a move the table does not allow (store/turn_states.py holds
-that check and the SQL of a move, which the one-statement paths compose). Every function here runs
-in the caller's transaction and locks the turn row first (then the session row, when it
-assigns a seq or releases the session), so retried attempts of a step serialize on the turn.
+that check and the SQL of a move, which the one-statement paths compose). Every function
+here runs in the caller's transaction and locks the turn row first (then the session row,
+when it assigns a seq or releases the session), so retried attempts of a step serialize on
+the turn.
 
 A cancel is a decision recorded on the row (`request_cancel`), under the same lock: a step
 that starts after it refuses to run (`TurnStopped`), and every ending after it is
