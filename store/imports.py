@@ -4,7 +4,7 @@ status route, the import workflow and the context build make of it.
 
 `import_messages` is the API's write, in the caller's transaction: lock the session row
 (as every writer that takes seqs does), answer a repeat of the same key with its import, refuse
-while a turn is active or queued, take the seqs (`take_seqs`, the one place this module
+while a turn is active or queued, take the seqs (store/messages.py `take_seqs`, where the seq rule
 moves `sessions.last_seq`), then one multi-row INSERT of the messages and one of the import.
 The messages carry their original times as `created_at`, no turn, and their token counts as
 every message write stores them; full-text search indexes them as they are written (the
@@ -28,6 +28,7 @@ from parley.imports import ImportItem
 from parley.statuses import ImportState
 from store.db import Conn, session_conn
 from store.identity import Identity
+from store.messages import take_seqs
 from store.models import Message
 from store.models.core import count_tokens
 from store.sessions import lock_session_row
@@ -101,19 +102,6 @@ async def import_messages(
     assert row is not None  # INSERT … RETURNING
     return Imported(row, created=True)
 
-
-async def take_seqs(conn: Conn, *, session_id: str, count: int) -> int:
-    """The session's next `count` seqs, returning the first: the seq rule every message write
-    keeps (the caller holds the session row's lock; `sessions.last_seq` is the last seq
-    taken, and moves on by what is taken, so seqs stay dense)."""
-    last = await conn.value(_TAKE_SEQS, {"session_id": session_id, "count": count})
-    return int(last) - count + 1
-
-
-_TAKE_SEQS = """
-    UPDATE sessions SET last_seq = last_seq + %(count)s WHERE id = %(session_id)s
-    RETURNING last_seq
-"""
 
 _COLUMNS = """id, session_id, client_import_id, digest, messages, first_seq, last_seq, status,
     indexed, created_at, finished_at"""

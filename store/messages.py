@@ -13,6 +13,7 @@ The rule in its three forms, each for one style of writer:
   counter set to it in the writer's own UPDATE of the session;
 - `take_seq`: the same on the session's ORM row, written at the next flush (store/posting.py
   joining a turn, store/queue.py promoting one);
+- `take_seqs`: a run of seqs at once, for an import of earlier messages (store/imports.py);
 - `seq_taken`: a statement's `seq` CTE that takes the next seq unless the message is stored
   already (a retry), for the one-statement writers of a turn's messages
   (store/turn_rows.py `append_message` and `store_tool_result`, store/attempts.py
@@ -21,6 +22,7 @@ The rule in its three forms, each for one style of writer:
 
 from __future__ import annotations
 
+from store.db import Conn
 from store.models import ChatSession
 
 
@@ -51,3 +53,16 @@ def seq_taken(*, session: str, message: str, joined: str = "") -> str:
             AND NOT EXISTS (SELECT 1 FROM messages WHERE id = {message})
         RETURNING sessions.id, sessions.last_seq
     )"""
+
+
+async def take_seqs(conn: Conn, *, session_id: str, count: int) -> int:
+    """The session's next `count` seqs, returning the first (the caller holds the session
+    row's lock): `last_seq` moves on by what is taken, so seqs stay dense."""
+    last = await conn.value(_TAKE_SEQS, {"session_id": session_id, "count": count})
+    return int(last) - count + 1
+
+
+_TAKE_SEQS = """
+    UPDATE sessions SET last_seq = last_seq + %(count)s WHERE id = %(session_id)s
+    RETURNING last_seq
+"""
