@@ -120,12 +120,6 @@ MAX_TOOL_CALLS_PER_RESPONSE = 8
 # client): the turn ended, or its cancel was recorded, while the workflow ran on.
 TURN_STOPPED = "turn_stopped"
 
-# The turn's shapes (workflows/turn.py). 11: every step a workflow task of its own around a
-# regular model activity, the tail in four local steps. 12: the model call a local activity
-# and the tail one step, so a plain answer is one workflow task.
-PREVIOUS_TURN_GENERATION = 11
-TURN_GENERATION = 12
-
 
 @dataclass
 class TurnInput:
@@ -138,10 +132,6 @@ class TurnInput:
     # primary's retries are spent, a turn without one fails at once instead of scheduling a
     # model call only to learn that there is no fallback.
     fallback: bool = False
-    # The shape the turn runs (workflows/turn.py): every start names the current one. A
-    # history recorded before the field existed decodes as the previous generation and
-    # replays on that generation's path.
-    generation: int = PREVIOUS_TURN_GENERATION
 
 
 @dataclass
@@ -300,8 +290,9 @@ class SummarizeInput:
     session_id: str
     # The turn after which the summary runs (ids only: the messages stay in the store).
     turn_id: str
-    # The summary's step runs as a local activity of its workflow's task (summaries started
-    # by turns of the current generation): one task for the server, not three.
+    # The summary's step runs as a local activity of its workflow's task (a turn's ending
+    # asks so): one task for the server, not three. A pass asked for from outside a turn
+    # (after a forgotten message, dispatch/summaries.py) runs it as a regular activity.
     local: bool = False
 
 

@@ -11,7 +11,8 @@ runs), and the next worker runs the step again (a model call resets what it had 
 Tools, the confirmed send, the confirmation wait and the endings by failure or Stop stay
 regular activities and timers: an operator sees them pending, and an ending is scheduled once
 even when the task that asked for it is refused (a Stop or a tool's result arriving in it).
-Turns of the previous generation run as they were recorded (workflows/patches.py).
+A new shape is a new build, never a branch in this code: each turn is pinned to the build it
+started on (dispatch/deployment.py).
 
 The shape of a turn:
 
@@ -76,14 +77,13 @@ with workflow.unsafe.imports_passed_through():
         TurnOutcome,
         TurnState,
     )
-    from parley.screens import DECLINE_TEXT, RETRACTION_TEXT
+    from parley.screens import DECLINE_TEXT
     from parley.skills import RUN_SKILL
     from parley.statuses import ActionStatus, Decision, TurnErrorCode, turn_error_code
     from parley.tools import Risk, risk_of
 
 from workflows.model_step import call_model_or_fallback
-from workflows.options import FOLLOWUPS, SCREEN, SEND, SKILL, STORE, TOOL, to_its_end
-from workflows.patches import runs_current_shape
+from workflows.options import SCREEN, SEND, SKILL, STORE, TOOL, to_its_end
 from workflows.specialist import delegation, run_specialist
 from workflows.wording import (
     BOUNDS_TEXT,
@@ -95,7 +95,6 @@ from workflows.wording import (
     TOO_MANY_TOOLS,
 )
 
-FOLLOWUPS_GRACE = timedelta(milliseconds=300)
 OPERATOR_STATES = TERMINAL_TURN_STATES | {TurnState.awaiting_confirmation}
 
 
@@ -111,9 +110,7 @@ class TurnWorkflow:
         self._shown = TurnState.received  # the search attribute's value
         self._requests = 0  # model requests sent so far, retries and fallback included
         self._model_step = 0  # model calls scheduled so far: "model step 2" in the UI
-        # The current shape (workflows/patches.py); False: a previous-generation turn.
-        self._current = True
-        self._summary_started = False  # by the tail step (current shape)
+        self._summary_started = False  # by the tail step
 
     @workflow.query
     def state(self) -> str:
@@ -173,14 +170,13 @@ class TurnWorkflow:
 
     @workflow.run
     async def run(self, inp: TurnInput) -> TurnOutcome:
-        self._current = runs_current_shape(inp)
         outcome = await self._run(inp)
         if not self._summary_started:
             # After `done`: started, not awaited, best effort (the next turn's covers a miss).
             try:
                 await STORE.run_local(
                     MemoryActivities.start_summary,
-                    SummarizeInput(inp.session_id, inp.turn_id, local=self._current),
+                    SummarizeInput(inp.session_id, inp.turn_id, local=True),
                     summary="start the rolling summary",
                 )
             except ActivityError:
@@ -307,31 +303,10 @@ class TurnWorkflow:
         return await self._screened_answer(inp, answer)
 
     async def _screened_answer(self, inp: TurnInput, call: CallModelResult) -> TurnOutcome:
-        """The output screen and the follow-ups run side by side once the answer is complete;
-        a declined answer is retracted, an erroring screen lets the answer stand. In the
-        current shape both are parts of the tail step (activities/ending.py)."""
-        if self._current:
-            return await self._finalize(inp, call.model_call_id, screen=True)
-        check = ScreenInput(inp.turn_id, call.model_call_id)
-        screen = SCREEN.run_local(ScreenActivities.screen_output, check, summary="screen answer")
-        followups = FOLLOWUPS.run_local(
-            ScreenActivities.suggest_followups, check, summary="suggest follow-ups"
-        )
-        try:
-            verdict = await screen
-        except ActivityError:
-            verdict = ScreenResult(True, "screen_error")  # fail open; the activity logged it
-        if workflow.cancellation_reason() is not None:
-            followups.cancel()  # a cancelled screen is no verdict: the Stop is honoured
-        self._honour_cancel()
-        if not verdict.allowed:
-            followups.cancel()
-            return await self._finalize(
-                inp, call.model_call_id, override=RETRACTION_TEXT, retract=True
-            )
-        # Follow-ups are a courtesy: a moment's head start, never a wait for `done`.
-        await workflow.wait([followups], timeout=FOLLOWUPS_GRACE.total_seconds())
-        return await self._finalize(inp, call.model_call_id)
+        """The output screen and the follow-ups run side by side once the answer is complete,
+        both parts of the tail step (activities/ending.py): a declined answer is retracted, an
+        erroring screen lets the answer stand."""
+        return await self._finalize(inp, call.model_call_id, screen=True)
 
     async def _build_context(
         self, inp: TurnInput, step: int, *, reanswer_of: str | None = None
@@ -348,9 +323,7 @@ class TurnWorkflow:
     async def _call_model(self, inp: TurnInput, model_call_id: str) -> CallModelResult:
         self._model_step += 1
         self._enter(TurnState.calling_model, f"model step {self._model_step}")
-        answered = await call_model_or_fallback(
-            inp, model_call_id, self._model_step, local=self._current
-        )
+        answered = await call_model_or_fallback(inp, model_call_id, self._model_step)
         # A call that finished before it heard of the Stop does not swallow it.
         self._honour_cancel()
         return answered
@@ -366,26 +339,18 @@ class TurnWorkflow:
         *,
         outcome: str = "completed",
         override: str | None = None,
-        retract: bool = False,
         screen: bool = False,
     ) -> TurnOutcome:
-        """Store the ending. In the current shape one step also screens a model's answer
-        (`screen`), offers its follow-ups and starts the rolling summary when due."""
+        """Store the ending in one step that also screens a model's answer (`screen`), offers
+        its follow-ups and starts the rolling summary when due."""
         self._honour_cancel()
-        ending = FinalizeTurnInput(inp.turn_id, model_call_id, outcome, override, retract)
-        if self._current:
-            message_id = await STORE.run_local(
-                EndingActivities.finish_turn,
-                FinishTurnInput(ending, inp.session_id, screen),
-                summary=f"finish ({outcome}{', screened' if screen else ''})",
-            )
-            self._summary_started = True
-        else:
-            message_id = await STORE.run_local(
-                TurnActivities.finalize_turn,
-                ending,
-                summary=f"finalize ({outcome}{', retracted' if retract else ''})",
-            )
+        ending = FinalizeTurnInput(inp.turn_id, model_call_id, outcome, override)
+        message_id = await STORE.run_local(
+            EndingActivities.finish_turn,
+            FinishTurnInput(ending, inp.session_id, screen),
+            summary=f"finish ({outcome}{', screened' if screen else ''})",
+        )
+        self._summary_started = True
         ended = TurnState.expired if outcome == "expired" else TurnState.completed
         self._enter(ended, f"answered with message {message_id}")
         return TurnOutcome(outcome, message_id or None)

@@ -26,7 +26,6 @@ from dispatch.outbox import WORKFLOW_TASK_TIMEOUT
 from dispatch.runner import one_batch_per_task
 from parley.contracts import (
     SEARCH_ATTRIBUTES,
-    TURN_GENERATION,
     CallModelInput,
     ResolveActionSignal,
     TurnInput,
@@ -97,7 +96,7 @@ async def turn(
         turn_id = f"turn_{uuid.uuid4().hex[:8]}"
         handle = await env.client.start_workflow(
             TurnWorkflow.run,
-            TurnInput(turn_id, "ses_1", "northwind", fallback=fallback, generation=TURN_GENERATION),
+            TurnInput(turn_id, "ses_1", "northwind", fallback=fallback),
             id=f"turn-{turn_id}",
             task_queue=queue,
             task_timeout=task_timeout,

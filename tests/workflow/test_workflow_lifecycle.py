@@ -21,7 +21,6 @@ from temporalio.testing import WorkflowEnvironment
 from parley.contracts import (
     MAX_MODEL_CALLS,
     MAX_TOOL_CALLS_PER_RESPONSE,
-    TURN_GENERATION,
     TURN_STOPPED,
     ResolveActionSignal,
     TurnInput,
@@ -117,7 +116,7 @@ async def test_a_stop_recorded_before_the_confirm_in_one_workflow_task_starts_no
     async with stub_worker(env, stubs, queue, max_cached_workflows=0):
         handle = await env.client.start_workflow(
             TurnWorkflow.run,
-            TurnInput("turn_batched", "ses_1", "northwind", generation=TURN_GENERATION),
+            TurnInput("turn_batched", "ses_1", "northwind"),
             id=f"turn-{uuid.uuid4().hex[:8]}",
             task_queue=queue,
         )
