@@ -19,7 +19,7 @@ The shape of a turn:
     build context ─▶ call model ─▶ (tool calls?) ─▶ run tools ─▶ build context ─▶ call model …
          │                                        │
          └─ resolver asked the user ─▶ finalize    └─ a proposal ─▶ rest awaiting confirmation
-                                                        ─▶ signal / timeout ─▶ send or not …
+                                                        ─▶ decision / timeout ─▶ send or not …
 
 Bounded by MAX_MODEL_CALLS requests (retries count), MAX_OUTPUT_TOKENS and
 MAX_TOOL_CALLS_PER_RESPONSE; a repeated call is refused; the loop keeps its last request for a
@@ -117,6 +117,9 @@ class TurnWorkflow:
         """The turn's current state, as operators see it in the Temporal UI."""
         return self._state
 
+    # Kept only for the previous build's recordings (tests/histories/turn_v12_*), whose
+    # decisions came by signal; the API delivers every decision as the Update below. It goes
+    # with those recordings.
     @workflow.signal(name=RESOLVE_ACTION_SIGNAL)
     def resolve_action(self, signal: ResolveActionSignal) -> None:
         """The user confirmed or declined (or moved on from) a pending action."""
@@ -124,8 +127,8 @@ class TurnWorkflow:
 
     @workflow.update(name=RESOLVE_ACTION_UPDATE)
     def decide_action(self, decision: ResolveActionSignal) -> str:
-        """The same decision as an Update: the caller learns that the turn took it. Returns
-        the decision the turn holds for the action (the first one delivered wins)."""
+        """The user's decision, as the API delivers it: the caller learns that the turn took
+        it. Returns the decision the turn holds for the action (the first one delivered wins)."""
         return self._decisions.setdefault(decision.action_id, decision.decision)
 
     @decide_action.validator
@@ -425,7 +428,7 @@ class TurnWorkflow:
                 ActionInput(inp.turn_id, action_id),
                 summary=f"expire {action_id}",
             )
-            decision = stored.status  # "expired", or the answer whose signal was lost
+            decision = stored.status  # "expired", or the answer whose delivery was lost
         if decision in ("superseded", "expired", "declined"):
             return decision
         self._honour_cancel()  # no send starts after the Stop

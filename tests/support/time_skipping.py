@@ -165,5 +165,8 @@ def primary_down(inp: CallModelInput) -> ModelAnswer:
 
 
 async def decide(handle: Turn, stubs: Stubs, decision: str) -> None:
+    """The user's answer to the card, as the API delivers it (dispatch/control.py): an Update
+    the turn takes."""
     await reached(stubs, "request_confirmation")
-    await handle.signal(TurnWorkflow.resolve_action, ResolveActionSignal(ACTION_ID, decision))
+    answer = ResolveActionSignal(ACTION_ID, decision)
+    assert await handle.execute_update(TurnWorkflow.decide_action, answer) == decision

@@ -93,8 +93,9 @@ async def test_a_turn_started_before_a_deploy_finishes_on_its_own_build(
                 execution_timeout=timedelta(minutes=5),
             )
             assert await fresh.result() == TurnOutcome("completed", "msg_mc_0")
-            await waiting.signal(
-                TurnWorkflow.resolve_action, ResolveActionSignal(ACTION_ID, "confirmed")
+            confirmed = ResolveActionSignal(ACTION_ID, "confirmed")
+            assert (
+                await waiting.execute_update(TurnWorkflow.decide_action, confirmed) == "confirmed"
             )
             await waiting.result()
 

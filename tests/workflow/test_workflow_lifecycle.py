@@ -1,6 +1,7 @@
 """The turn workflow's lifecycle rules alone, on the time-skipping server with stub
 activities: a Stop is honoured at every step boundary even when the step finished anyway,
-a step that finds the turn stopped ends it, decisions arrive as a validated Update, paused
+a step that finds the turn stopped ends it, decisions arrive as a validated Update (the
+previous build's recordings deliver them by signal, which the turn still takes), paused
 and failing steps end the turn with a contract code, and the caps count every request.
 
 Histories of cancelled, failed, expired, declined and superseded turns were recorded here
@@ -18,6 +19,7 @@ from temporalio.client import WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
+from dispatch.control import deliver_decision
 from parley.contracts import (
     MAX_MODEL_CALLS,
     MAX_TOOL_CALLS_PER_RESPONSE,
@@ -230,6 +232,28 @@ async def test_an_update_decides_only_the_action_the_turn_waits_for(
         )
         assert again == "confirmed"
         await handle.result()
+    assert stubs.names().count("send_email") == 1
+
+
+async def test_a_decision_the_turn_does_not_wait_for_is_delivered_no_other_way(
+    env: WorkflowEnvironment, stubs: Stubs
+) -> None:
+    # One route (dispatch/control.py): refused by the turn and with no specialist to take it,
+    # a decision is left to the store, which the turn reads when its wait ends.
+    stubs.answers = proposing()
+    async with turn(env, stubs) as handle:
+        await reached(stubs, "request_confirmation")
+        turn_id = handle.id.removeprefix("turn-")
+        other = ResolveActionSignal("act_other", "confirmed")
+        assert not await deliver_decision(
+            env.client, turn_id=turn_id, decision=other, patience_s=0.3
+        )
+        mine = ResolveActionSignal(ACTION_ID, "confirmed")
+        assert await deliver_decision(env.client, turn_id=turn_id, decision=mine)
+        await handle.result()
+        kinds = [e.event_type async for e in handle.fetch_history_events()]
+    assert SIGNALED not in kinds
+    assert kinds.count(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED) == 1
     assert stubs.names().count("send_email") == 1
 
 
