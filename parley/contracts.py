@@ -253,7 +253,7 @@ class FinalizeTurnInput:
 @dataclass
 class FinishTurnInput:
     """The turn's tail in one step: screen the answer and offer follow-ups (`screen`), store
-    the ending (as `finalize_turn`), then start the rolling summary when it is due."""
+    the ending, then start the rolling summary when it is due."""
 
     finalize: FinalizeTurnInput
     session_id: str

@@ -126,7 +126,7 @@ async def ends_cancelled(handle: Turn, stubs: Stubs, *, in_a_refused_task: bool 
     [ended] = stubs.inputs("cancel_turn")
     assert (ended.code, ended.retryable) == ("cancelled", True)
     ran = await recorded_steps(handle) if in_a_refused_task else stubs.names()
-    assert "finalize_turn" not in ran and "fail_turn" not in ran
+    assert "finalize" not in ran and "fail_turn" not in ran
 
 
 async def recorded_steps(handle: Turn) -> list[str]:

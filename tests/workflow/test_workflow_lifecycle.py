@@ -58,7 +58,7 @@ SIGNALED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
         ("call_model", [[tool("get_order", "h1")]]),
         ("execute_tool", [[tool("get_order", "h1")]]),
         ("request_confirmation", proposing()),
-        ("screen_output", []),
+        ("judge_output", []),
     ],
 )
 async def test_a_stop_during_a_step_that_finishes_anyway_still_ends_the_turn_cancelled(
@@ -74,7 +74,7 @@ async def test_a_stop_during_a_step_that_finishes_anyway_still_ends_the_turn_can
         stubs.released[step].set()  # the step reports success after the cancel
         # A plain answer is one workflow task: a Stop during any of its steps comes in the
         # task that would have finished the turn, which the server then refuses.
-        plain = step in ("build_context", "screen_input", "screen_output") or not answers
+        plain = step in ("build_context", "screen_input", "judge_output") or not answers
         await ends_cancelled(handle, stubs, in_a_refused_task=plain)
         if step == "call_model" and not answers:
             await replays(handle, "_cancelled")
@@ -145,7 +145,7 @@ async def test_a_step_that_finds_the_turn_stopped_ends_it_without_finalizing(
         assert (await handle.result()).ending == "stopped"
     assert len(stubs.inputs("call_model")) == 1  # never retried
     assert len(stubs.inputs("cancel_turn")) == 1
-    assert "finalize_turn" not in stubs.names() and "fail_turn" not in stubs.names()
+    assert "finalize" not in stubs.names() and "fail_turn" not in stubs.names()
 
 
 # --- failures end with a code from the contract ---------------------------------------------
@@ -304,7 +304,7 @@ async def test_retries_and_fallback_requests_count_against_the_turns_cap(
         await handle.result()
     calls = stubs.inputs("call_model")
     assert len(calls) * 3 >= MAX_MODEL_CALLS > (len(calls) - 1) * 3
-    [final] = stubs.inputs("finalize_turn")
+    [final] = stubs.inputs("finalize")
     assert final.override_text == BOUNDS_TEXT
 
 
@@ -321,7 +321,7 @@ async def test_the_confirmation_path_counts_and_never_exceeds_the_cap(
         await handle.result()
     assert len(stubs.inputs("call_model")) * 2 == MAX_MODEL_CALLS
     assert stubs.names().count("send_email") == 1
-    [final] = stubs.inputs("finalize_turn")
+    [final] = stubs.inputs("finalize")
     assert final.override_text == SENT_TEXT
 
 
@@ -338,7 +338,7 @@ async def test_a_proposal_at_the_loops_cap_is_refused_and_no_card_is_shown(
     assert stubs.inputs("execute_tool")[-1].refuse == "turn budget spent"
     assert "request_confirmation" not in stubs.names()
     assert "send_email" not in stubs.names()
-    [final] = stubs.inputs("finalize_turn")
+    [final] = stubs.inputs("finalize")
     assert (final.model_call_id, final.override_text) == (f"mc_{MAX_MODEL_CALLS - 1}", None)
 
 
