@@ -110,10 +110,12 @@ MAX_OUTPUT_TOKENS = 4000
 TOOL_ATTEMPTS = 3
 DEFAULT_CONFIRMATION_TIMEOUT_S = 600.0
 
-RESOLVE_ACTION_SIGNAL = "resolve_action"
-# The same decision as a Workflow Update: the API learns at once whether the turn took it
-# (its validator accepts only the decision the turn is waiting for) and retries if not.
+# A decision as a Workflow Update, the one way the API delivers it (dispatch/control.py): it
+# learns at once whether the turn took it (its validator accepts only the decision the turn
+# is waiting for) and retries if not.
 RESOLVE_ACTION_UPDATE = "decide_action"
+# The same decision as a signal: only the previous build's recordings (turn_v12) have it.
+RESOLVE_ACTION_SIGNAL = "resolve_action"
 # At most this many tool calls of one model response run; the rest are refused to the model.
 MAX_TOOL_CALLS_PER_RESPONSE = 8
 # The `ApplicationError` type by which a step tells the workflow to stop (never shown to a
