@@ -47,7 +47,6 @@ from temporalio.workflow import Info
 PASSED_THROUGH = (
     "workflows.options",
     "workflows.erasure",
-    "workflows.patches",
     "workflows.wording",
     "workflows.model_step",
     "workflows.specialist",

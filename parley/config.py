@@ -117,7 +117,8 @@ class Settings(BaseSettings):
     # of the turn is a new build rather than a `workflow.patched()` branch: each worker joins
     # this deployment under `worker_build_id`, turns are pinned to the version they started
     # on, and old workers drain their own turns while new turns go to the current version.
-    # Empty: workers are unversioned (any worker takes any turn; workflow changes need patches).
+    # Empty: workers are unversioned (any worker takes any turn, so a change of the workflow
+    # may only ship once no turn is running: the code keeps no patches for older shapes).
     worker_deployment: str = "parley"
     # The version's build id; empty: the package version and, in a git checkout, the commit
     # (outside one, a digest of the installed files). Workers of one build share a version.

@@ -57,7 +57,7 @@ class ToolCallStatus(StrEnum):
 
 
 class FinalizeOutcome(StrEnum):
-    """How the workflow asks `finalize_turn` to end a turn."""
+    """How the workflow asks its tail step (`finish_turn`) to end a turn."""
 
     completed = "completed"
     # The confirmation window passed without an answer.

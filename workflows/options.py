@@ -178,11 +178,6 @@ SCREEN = ActivityOptions(
     retry=RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=3),
 )
 
-# Follow-up suggestions are a courtesy: one attempt, never retried.
-FOLLOWUPS = ActivityOptions(
-    start_to_close=SCREEN.start_to_close, retry=RetryPolicy(maximum_attempts=1)
-)
-
 # The rolling summary: a model call off the hot path. A few attempts for transport errors
 # and crashed workers; an answer the summarizer could not read (`bad_summary`) is not asked
 # again with the same prompt. So a pass costs at most `maximum_attempts` summarizer requests
