@@ -2,8 +2,9 @@
 
 Every file in tests/histories/ is the history of a real turn (or of a session's summary run,
 `summary_v*`, recorded by tests/system/test_summary_runs.py; of an export or a retention purge,
-`data_v*`, recorded by tests/workflow/test_data_workflows.py; or of an erasure, `erasure_v*`,
-recorded by tests/workflow/test_erasure_workflow.py). A change to the workflow that
+`data_v*`, recorded by tests/workflow/test_data_workflows.py; of an erasure, `erasure_v*`,
+recorded by tests/workflow/test_erasure_workflow.py; or of an import's indexing, `import_v*`,
+recorded by tests/workflow/test_import_workflow.py). A change to the workflow that
 would break a turn already running in production fails here. Turns are pinned to the build
 they started on (dispatch/deployment.py), so such a change ships as a new build with a new
 recording, never as a `workflow.patched()` branch (none is allowed, below).
@@ -37,6 +38,7 @@ from tests.support.histories import HISTORIES, SHAPES, current
 from tests.support.workflow_variants import ExtraStep, ScreenAfterContext
 from workflows.erasure import ErasureWorkflow
 from workflows.export import ExportWorkflow
+from workflows.imports import ImportWorkflow
 from workflows.retention import RetentionPurgeWorkflow
 from workflows.specialist import SpecialistWorkflow
 from workflows.summary import SummaryWorkflow
@@ -58,8 +60,9 @@ async def test_committed_history_replays(path: Path) -> None:
     history = WorkflowHistory.from_json("recorded-turn", path.read_text())
     # A delegated turn's specialist (specialist_v*_returns) replays beside the turns, and so
     # do the summary runs, the exports and purges (data_v*, tests/workflow/
-    # test_data_workflows.py) and the erasures (erasure_v*, tests/workflow/
-    # test_erasure_workflow.py).
+    # test_data_workflows.py), the erasures (erasure_v*, tests/workflow/
+    # test_erasure_workflow.py) and the imports (import_v*, tests/workflow/
+    # test_import_workflow.py).
     workflows = [
         TurnWorkflow,
         SpecialistWorkflow,
@@ -67,6 +70,7 @@ async def test_committed_history_replays(path: Path) -> None:
         ExportWorkflow,
         RetentionPurgeWorkflow,
         ErasureWorkflow,
+        ImportWorkflow,
     ]
     await Replayer(workflows=workflows).replay_workflow(history)
 
