@@ -29,6 +29,7 @@ from activities.erasure import ErasureActivities
 from activities.exports import ExportActivities
 from activities.failures import FailureInterceptor
 from activities.handover import Handover
+from activities.imports import ImportActivities
 from activities.knowledge import KnowledgeSource
 from activities.mcp import McpTools
 from activities.memory import MemoryActivities
@@ -59,6 +60,7 @@ from store.db import SessionMaker, create_socket_checked_engine, libpq_url, sess
 from store.queue import OutboxBell
 from workflows.erasure import ErasureWorkflow
 from workflows.export import ExportWorkflow
+from workflows.imports import ImportWorkflow
 from workflows.retention import RetentionPurgeWorkflow
 from workflows.specialist import SpecialistWorkflow
 from workflows.summary import SummaryWorkflow
@@ -153,10 +155,15 @@ def build_activities(
         sessions=sessions, input_screen=input_screen, output_screen=output_screen, asked=asked
     )
     ending = EndingActivities(turn=turn, screens=screening, memory=memory)
-    return [
-        *_activity_list(turn, tools, send, screening, memory, (specialist, agent), ending),
-        *_data_activities(client, settings, sessions),
-    ]
+    importing = ImportActivities(sessions=sessions, memory=memory, embedder=embedder)
+    steps = _activity_list(turn, tools, send, screening, memory, (specialist, agent), ending)
+    return [*steps, *_import_activities(importing), *_data_activities(client, settings, sessions)]
+
+
+def _import_activities(importing: ImportActivities) -> list[Callable[..., Any]]:
+    """An imported conversation's indexing, and the summary pass it asks for after (its
+    activities share the turns' embedder and summary start)."""
+    return [importing.index_import, importing.finish_import]
 
 
 def _data_activities(
@@ -198,15 +205,12 @@ def _activity_list(
         turn.build_context,
         turn.call_model,
         turn.request_confirmation,
-        turn.finalize_turn,
         turn.fail_turn,
         turn.cancel_turn,
         tools.execute_tool,
         send.send_email,
         send.expire_action,
         screening.screen_input,
-        screening.screen_output,
-        screening.suggest_followups,
         memory.start_summary,
         memory.summarize,
         specialist.begin,
@@ -230,6 +234,7 @@ WORKFLOWS = (
     ExportWorkflow,
     RetentionPurgeWorkflow,
     ErasureWorkflow,
+    ImportWorkflow,
 )
 
 

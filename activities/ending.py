@@ -1,9 +1,9 @@
 """The turn's tail as one step: the answer screened with follow-ups offered beside it, the
 ending stored, the rolling summary started when it is due.
 
-Each part is the activity it was as a step of its own (screens, `finalize_turn`,
-`start_summary`), called in one local activity so that a plain turn's answer ends in the
-workflow task that streamed it. A retry after a crash runs the parts again: each is
+The parts are the screens' `judge_output` and `offer_followups`, the turn's `finalize` and
+the summary's `start_when_due`, called in one local activity so that a plain turn's answer
+ends in the workflow task that streamed it. A retry after a crash runs the parts again: each is
 idempotent (the ending is stored once, follow-ups are offered only while the turn is open,
 asking the session's summary workflow twice costs at most a pass that finds nothing to do).
 """

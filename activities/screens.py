@@ -66,13 +66,6 @@ class ScreenActivities:
         async with connect(self._sessions) as conn:
             return await steps.answer_facts(conn, turn_id=turn_id)
 
-    @activity.defn(name="screen_output")
-    async def screen_output(self, inp: ScreenInput) -> ScreenResult:
-        """The output screen as a step of its own (a turn of the earlier shape runs it so;
-        the current shape's tail step calls `judge_output`). One parameter: Temporal decodes
-        an activity's input with its signature's types only when the counts match."""
-        return await self.judge_output(inp)
-
     async def judge_output(
         self, inp: ScreenInput, facts: AnswerFacts | None = None
     ) -> ScreenResult:
@@ -91,12 +84,6 @@ class ScreenActivities:
                 "output screen withdrew an answer in turn %s (%s)", inp.turn_id, verdict.category
             )
         return ScreenResult(verdict.allowed, verdict.category)
-
-    @activity.defn(name="suggest_followups")
-    async def suggest_followups(self, inp: ScreenInput) -> None:
-        """The follow-ups as a step of their own (a turn of the earlier shape); one parameter,
-        as `screen_output`."""
-        await self.offer_followups(inp)
 
     async def offer_followups(self, inp: ScreenInput, facts: AnswerFacts | None = None) -> None:
         """Best effort: offered only while the turn is still open, never after its end or its

@@ -53,7 +53,7 @@ from parley.wire import ActionData, ActionView, InteractionData, Option, Subagen
 from store import actions, steps, turns
 from store.actions import ActionRow
 from store.db import Db, SessionMaker, connect, session_conn
-from store.events import append_event, append_events, state_event
+from store.events import append_event
 from store.interactions import has_event
 from store.turn_rows import TurnFacts, turn_facts
 
@@ -145,14 +145,14 @@ class SpecialistActivities:
             ):
                 return
             await turns.advance_turn(db, turn_id=turn_id, to=TurnState.executing_tools)
-            await turns.move_turn(db, turn_id=turn_id, to=TurnState.awaiting_input, announce=False)
             data = InteractionData(
                 agent=RETURNS, question=question, options=options, interaction_id=interaction_id
             )
-            await append_events(
+            await turns.move_turn(
                 db,
                 turn_id=turn_id,
-                events=[state_event(TurnState.awaiting_input), (EventType.interaction, data)],
+                to=TurnState.awaiting_input,
+                then=[(EventType.interaction, data)],
             )
             await db.commit()
 
@@ -225,20 +225,13 @@ class SpecialistActivities:
                 ttl=timedelta(seconds=inp.confirmation_timeout_s),
             )
             await turns.advance_turn(db, turn_id=turn.id, to=TurnState.executing_tools)
-            if await turns.move_turn(
-                db, turn_id=turn.id, to=TurnState.awaiting_confirmation, announce=False
-            ):
-                await append_events(
-                    db,
-                    turn_id=turn.id,
-                    events=[
-                        state_event(TurnState.awaiting_confirmation),
-                        (
-                            EventType.confirmation_required,
-                            ActionData(action=ActionView.from_row(action)),
-                        ),
-                    ],
-                )
+            card = ActionData(action=ActionView.from_row(action))
+            await turns.move_turn(
+                db,
+                turn_id=turn.id,
+                to=TurnState.awaiting_confirmation,
+                then=[(EventType.confirmation_required, card)],
+            )
             await db.commit()
             return action.id
 

@@ -126,9 +126,7 @@ class SpanLedger:
 
 
 # The steps that end a turn or rest it on a card: the ledger is drained before they run.
-ENDINGS = frozenset(
-    {"finish_turn", "finalize_turn", "fail_turn", "cancel_turn", "request_confirmation"}
-)
+ENDINGS = frozenset({"finish_turn", "fail_turn", "cancel_turn", "request_confirmation"})
 
 
 class TurnOwners:

@@ -289,14 +289,10 @@ class TurnActivities:
             return False
         return not verdict.allowed
 
-    @activity.defn(name="finalize_turn")
-    async def finalize_turn(self, inp: FinalizeTurnInput) -> str:
-        """Store the turn's ending; returns the answer's message id (empty if none)."""
-        return (await self.finalize(inp)).message_id
-
     async def finalize(self, inp: FinalizeTurnInput, *, backlog: bool = False) -> Finalized:
-        """`finalize_turn`; with `backlog`, the session's backlog for the rolling summary's
-        check as the ending's last statement read it (the tail step's, activities/ending.py)."""
+        """Store the turn's ending, a part of the tail step (activities/ending.py); with
+        `backlog`, the session's backlog for the rolling summary's check as the ending's last
+        statement read it."""
         async with self._sessions() as db:
             # The session's transaction, its statements on its own connection (`Conn`): an
             # ending that must also promote a queued turn or answer open tool calls does so

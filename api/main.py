@@ -23,6 +23,7 @@ from api.routes import (
     exports,
     feedback,
     files,
+    imports,
     memory,
     ops,
     sessions,
@@ -96,18 +97,26 @@ def create_app(
     errors.install(app)
     app.add_middleware(RequestLogContext)
     # Outermost of ours: a body is refused before routing, authentication or parsing.
-    larger = {files.UPLOAD_PATH: settings.max_file_bytes}  # an upload's own limit
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, larger=larger)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, larger=_larger(settings))
     _add_routes(app)
     app.openapi = lambda: _openapi(app, settings)  # type: ignore[method-assign]
     _trace(app, settings)
     return app
 
 
+def _larger(settings: Settings) -> dict[str, int]:
+    """The routes whose bodies have limits of their own: an upload's, an import's."""
+    return {
+        files.UPLOAD_PATH: settings.max_file_bytes,
+        imports.IMPORT_PATH: settings.max_import_bytes,
+    }
+
+
 def _add_routes(app: FastAPI) -> None:
     for routes in (
         sessions,
         turns,
+        imports,
         actions,
         memory,
         files,
@@ -177,5 +186,8 @@ def _openapi(app: FastAPI, settings: Settings) -> dict[str, Any]:
                         content["text/event-stream"] = {"itemSchema": frame}
         post = schema["components"]["schemas"]["PostMessageIn"]
         post["properties"]["text"]["maxLength"] = settings.max_message_chars
+        bodies = schema["components"]["schemas"]
+        bodies["ImportItemIn"]["properties"]["text"]["maxLength"] = settings.max_message_chars
+        bodies["ImportIn"]["properties"]["items"]["maxItems"] = settings.max_import_messages
         app.openapi_schema = schema
     return app.openapi_schema

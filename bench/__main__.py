@@ -15,7 +15,9 @@ workflow code's own CPU per turn, replayed (bench/replay_cost.py), (m) eager wor
 on a dev server of its own (bench/eager_start.py); last, issue 25's acceptance figures in
 one block (bench/acceptance.py). Not in the default run: (n) LoCoMo conversation 50 posted
 through the API with a summarizer that answers in prose (`--locomo-api`, alone with
-`--locomo-api-only`; bench/locomo_api.py).
+`--locomo-api-only`; bench/locomo_api.py); (o) the ten LoCoMo conversations imported through
+`POST .../import` and questioned, and (p) the import's speed (`--locomo-import`, alone with
+`--locomo-import-only`; bench/locomo_import.py).
 
 The baseline is the same demo model streamed as SSE by a bare FastAPI endpoint (no Temporal,
 no database; see bench/baseline.py). Both use the same demo token delay and the same client
@@ -47,6 +49,14 @@ from bench.eager_start import measure_eager_start, render_eager_start
 from bench.knowledge import measure_knowledge, render_knowledge
 from bench.latency import measure_sequential, render_sequential, warm_up
 from bench.locomo_api import measure_locomo_api, render_locomo_api
+from bench.locomo_import import (
+    add_arguments,
+    check_arguments,
+    measure_import_speed,
+    measure_locomo_import,
+    render_import_speed,
+    render_locomo_import,
+)
 from bench.memory import measure_memory, render_memory
 from bench.open_loop import (
     FLOOR_SHARE,
@@ -163,9 +173,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--output", type=Path, default=REPO / ".data" / "bench" / "latest.json", help="JSON file"
     )
+    add_arguments(parser)
     if "--quick" in (sys.argv[1:] if argv is None else argv):
         parser.set_defaults(**QUICK)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    check_arguments(parser, args)
+    return args
+
+
+def live_only(args: argparse.Namespace) -> bool:
+    """A run of memory sections alone: no latency or load sections, no offline ones."""
+    return bool(
+        args.memory_only or args.locomo_only or args.locomo_api_only or args.locomo_import_only
+    )
 
 
 def http_client(base_url: str, token: str | None, connections: int) -> httpx.AsyncClient:
@@ -263,18 +283,23 @@ def live_sections(
 
 
 def memory_sections(args: argparse.Namespace, stack: Stack) -> list[Section]:
-    locomo_api = Section("locomo_api", lambda: _locomo_api(args, stack), render_locomo_api)
-    if args.locomo_api_only:
-        return [locomo_api]
-    sections = (
-        []
-        if args.no_memory
-        else [
+    """The memory sections asked for: (c)-(f) unless left out, then (n), (o) and (p) when
+    asked (each `--...-only` flag runs its own alone)."""
+    only = args.locomo_api_only or args.locomo_import_only
+    sections = []
+    if not (only or args.no_memory):
+        sections += [
             Section("memory", lambda: _memory(args, stack), render_memory),
             Section("knowledge", lambda: _knowledge(stack), render_knowledge),
         ]
-    )
-    return sections + [locomo_api] if args.locomo_api else sections
+    if args.locomo_api_only or (args.locomo_api and not only):
+        sections.append(Section("locomo_api", lambda: _locomo_api(args, stack), render_locomo_api))
+    if args.locomo_import_only or (args.locomo_import and not only):
+        sections += [
+            Section("import_speed", lambda: _import_speed(args, stack), render_import_speed),
+            Section("locomo_import", lambda: _locomo_import(args, stack), render_locomo_import),
+        ]
+    return sections
 
 
 def offline_sections(args: argparse.Namespace) -> list[Section]:
@@ -358,6 +383,20 @@ async def _locomo_api(args: argparse.Namespace, stack: Stack) -> dict[str, Any]:
         return await measure_locomo_api(stack, db_sessions, sessions=args.locomo_api_sessions)
 
 
+async def _locomo_import(args: argparse.Namespace, stack: Stack) -> dict[str, Any]:
+    log(f"(o) LoCoMo imported through the API, from {args.locomo_dir}")
+    async with database(stack) as db_sessions:
+        return await measure_locomo_import(
+            stack, db_sessions, folder=args.locomo_dir, names=args.locomo_import_convs
+        )
+
+
+async def _import_speed(args: argparse.Namespace, stack: Stack) -> dict[str, Any]:
+    log(f"(p) import speed: {args.import_speed_messages} messages in one request")
+    async with database(stack) as db_sessions:
+        return await measure_import_speed(stack, db_sessions, messages=args.import_speed_messages)
+
+
 async def _knowledge(stack: Stack) -> dict[str, Any]:
     log("(f) knowledge retrieval: top-3 hit rate, full-text and hybrid")
     async with database(stack) as db_sessions:
@@ -404,7 +443,7 @@ async def run_live(
 ) -> None:
     """Bring the stack up, run the sections that need it, take it down. A stack that does
     not come up (or down) is itself a failed section: the offline ones still run."""
-    memory_only = args.memory_only or args.locomo_only or args.locomo_api_only
+    memory_only = live_only(args)
     try:
         async with running_stack(args.token_delay_ms, eager=not args.no_eager) as stack:
             settings["parley_stream_frame_ms"] = stack.settings.stream_frame_ms
@@ -431,7 +470,7 @@ async def main_async(args: argparse.Namespace) -> None:
     shown: list[Section] = []
     try:
         await run_live(args, settings, results, shown)
-        if not (args.memory_only or args.locomo_only or args.locomo_api_only):
+        if not live_only(args):
             offline = offline_sections(args)
             shown.extend(offline)
             await run_sections(offline, results)
@@ -442,7 +481,7 @@ async def main_async(args: argparse.Namespace) -> None:
         print(render_sections(shown, results))
         if "stack" in results:
             print(f"\nstack: FAILED: {results['stack']['error']}")
-        if not (args.memory_only or args.locomo_only or args.locomo_api_only):
+        if not live_only(args):
             print(render_acceptance(results))
         write_document(args.output, settings, results)
         print(f"\nfigures written to {args.output}")

@@ -8,7 +8,9 @@ and a delivery that fails costs time, never the decision:
   every ending after it is `cancelled`, so a Stop that was accepted is never lost.
 - Confirm / decline: the action's row is updated by the route, then the decision is sent as
   a Workflow Update, retried for a few seconds until the turn accepts it (its validator takes
-  only the decision it is waiting for). `send_email` reads the stored status, not the Update.
+  only the decision it is waiting for) or its specialist does. That is the one route: a
+  decision that finds neither is read from the store when the turn's wait ends, and
+  `send_email` reads the stored status, not the Update.
 """
 
 from __future__ import annotations
@@ -20,12 +22,7 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from dispatch.specialists import offer_decision
-from parley.contracts import (
-    RESOLVE_ACTION_SIGNAL,
-    RESOLVE_ACTION_UPDATE,
-    ResolveActionSignal,
-    TurnState,
-)
+from parley.contracts import RESOLVE_ACTION_UPDATE, ResolveActionSignal, TurnState
 from parley.ids import workflow_id_for_turn
 from store import outbox, turns
 from store.db import SessionMaker
@@ -61,12 +58,6 @@ async def cancel_turn_workflow(client: Client, sessions: SessionMaker, *, turn_i
             await db.commit()
 
 
-async def signal_turn(client: Client, *, turn_id: str, signal: ResolveActionSignal) -> None:
-    """The decision as a signal, for turns started before the Update existed."""
-    handle = client.get_workflow_handle(workflow_id_for_turn(turn_id))
-    await handle.signal(RESOLVE_ACTION_SIGNAL, signal)
-
-
 async def deliver_decision(
     client: Client,
     *,
@@ -81,13 +72,12 @@ async def deliver_decision(
     loop = asyncio.get_running_loop()
     deadline = loop.time() + patience_s
     delay = FIRST_RETRY_S
-    rejected = False
     while True:
         try:
             await handle.execute_update(RESOLVE_ACTION_UPDATE, decision)
             return True
         except WorkflowUpdateFailedError:
-            rejected = True  # not (yet) waiting for this action, or a turn without the Update
+            # The turn is not (yet) waiting for this action: its specialist may be.
             if await offer_decision(client, turn_id=turn_id, decision=decision):
                 return True  # the turn's specialist was waiting for it (dispatch/specialists.py)
         except RPCError as exc:
@@ -97,13 +87,6 @@ async def deliver_decision(
         except Exception:
             log.info("delivery to turn %s failed; retrying", turn_id, exc_info=True)
         if loop.time() + delay > deadline:
-            break
+            return False
         await asyncio.sleep(delay)
         delay = min(delay * 2, MAX_RETRY_S)
-    if rejected:
-        # A turn started before the Update existed still takes the signal.
-        try:
-            await signal_turn(client, turn_id=turn_id, signal=decision)
-        except Exception:
-            log.warning("could not signal turn %s", turn_id, exc_info=True)
-    return False

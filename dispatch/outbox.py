@@ -43,7 +43,6 @@ from parley.contracts import (
     SA_SESSION_ID,
     SA_TENANT_ID,
     SA_TURN_STATE,
-    TURN_GENERATION,
     TURN_WORKFLOW,
     TurnInput,
     TurnState,
@@ -186,7 +185,6 @@ async def _start_unstarted(starts: Starts, turn: queue.Startable) -> None:
         tenant_id=turn.tenant_id,
         confirmation_timeout_s=starts.confirmation_timeout_s,
         fallback=starts.fallback,
-        generation=TURN_GENERATION,
     )
     await start_and_record(starts.client, starts.sessions, inp, task_queue=starts.task_queue)
 

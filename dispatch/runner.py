@@ -47,7 +47,6 @@ from temporalio.workflow import Info
 PASSED_THROUGH = (
     "workflows.options",
     "workflows.erasure",
-    "workflows.patches",
     "workflows.wording",
     "workflows.model_step",
     "workflows.specialist",
@@ -55,6 +54,7 @@ PASSED_THROUGH = (
     "workflows.turn",
     "workflows.export",
     "workflows.retention",
+    "workflows.imports",
 )
 RESTRICTIONS = SandboxRestrictions.default.with_passthrough_modules(*PASSED_THROUGH)
 

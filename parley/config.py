@@ -67,6 +67,10 @@ class Settings(BaseSettings):
     # An uploaded file (`POST .../files`): its request body may be this long (multipart
     # framing included), refused 413 before it is read like any other body.
     max_file_bytes: int = 5 * 1024 * 1024
+    # An imported conversation (`POST .../import`): at most this many messages a request, each
+    # at most `max_message_chars` long, in a body of at most this many bytes (413 above it).
+    max_import_messages: int = 2000
+    max_import_bytes: int = 8 * 1024 * 1024
 
     # Streaming: deltas are coalesced into frames of this many milliseconds.
     stream_frame_ms: int = 40
@@ -113,7 +117,8 @@ class Settings(BaseSettings):
     # of the turn is a new build rather than a `workflow.patched()` branch: each worker joins
     # this deployment under `worker_build_id`, turns are pinned to the version they started
     # on, and old workers drain their own turns while new turns go to the current version.
-    # Empty: workers are unversioned (any worker takes any turn; workflow changes need patches).
+    # Empty: workers are unversioned (any worker takes any turn, so a change of the workflow
+    # may only ship once no turn is running: the code keeps no patches for older shapes).
     worker_deployment: str = "parley"
     # The version's build id; empty: the package version and, in a git checkout, the commit
     # (outside one, a digest of the installed files). Workers of one build share a version.

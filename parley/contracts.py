@@ -110,21 +110,17 @@ MAX_OUTPUT_TOKENS = 4000
 TOOL_ATTEMPTS = 3
 DEFAULT_CONFIRMATION_TIMEOUT_S = 600.0
 
-RESOLVE_ACTION_SIGNAL = "resolve_action"
-# The same decision as a Workflow Update: the API learns at once whether the turn took it
-# (its validator accepts only the decision the turn is waiting for) and retries if not.
+# A decision as a Workflow Update, the one way the API delivers it (dispatch/control.py): it
+# learns at once whether the turn took it (its validator accepts only the decision the turn
+# is waiting for) and retries if not.
 RESOLVE_ACTION_UPDATE = "decide_action"
+# The same decision as a signal: only the previous build's recordings (turn_v12) have it.
+RESOLVE_ACTION_SIGNAL = "resolve_action"
 # At most this many tool calls of one model response run; the rest are refused to the model.
 MAX_TOOL_CALLS_PER_RESPONSE = 8
 # The `ApplicationError` type by which a step tells the workflow to stop (never shown to a
 # client): the turn ended, or its cancel was recorded, while the workflow ran on.
 TURN_STOPPED = "turn_stopped"
-
-# The turn's shapes (workflows/turn.py). 11: every step a workflow task of its own around a
-# regular model activity, the tail in four local steps. 12: the model call a local activity
-# and the tail one step, so a plain answer is one workflow task.
-PREVIOUS_TURN_GENERATION = 11
-TURN_GENERATION = 12
 
 
 @dataclass
@@ -138,10 +134,6 @@ class TurnInput:
     # primary's retries are spent, a turn without one fails at once instead of scheduling a
     # model call only to learn that there is no fallback.
     fallback: bool = False
-    # The shape the turn runs (workflows/turn.py): every start names the current one. A
-    # history recorded before the field existed decodes as the previous generation and
-    # replays on that generation's path.
-    generation: int = PREVIOUS_TURN_GENERATION
 
 
 @dataclass
@@ -263,7 +255,7 @@ class FinalizeTurnInput:
 @dataclass
 class FinishTurnInput:
     """The turn's tail in one step: screen the answer and offer follow-ups (`screen`), store
-    the ending (as `finalize_turn`), then start the rolling summary when it is due."""
+    the ending, then start the rolling summary when it is due."""
 
     finalize: FinalizeTurnInput
     session_id: str
@@ -300,8 +292,9 @@ class SummarizeInput:
     session_id: str
     # The turn after which the summary runs (ids only: the messages stay in the store).
     turn_id: str
-    # The summary's step runs as a local activity of its workflow's task (summaries started
-    # by turns of the current generation): one task for the server, not three.
+    # The summary's step runs as a local activity of its workflow's task (a turn's ending
+    # asks so): one task for the server, not three. A pass asked for from outside a turn
+    # (after a forgotten message, dispatch/summaries.py) runs it as a regular activity.
     local: bool = False
 
 
@@ -485,3 +478,13 @@ class PurgeBatchInput:
 class PurgeResult:
     # Rows deleted by table, over every tenant.
     purged: dict[str, int] = field(default_factory=dict)
+
+
+# An import's indexing (workflows/imports.py): ids only, its messages stay in the store.
+IMPORT_WORKFLOW = "ImportWorkflow"
+
+
+@dataclass
+class ImportInput:
+    import_id: str
+    session_id: str

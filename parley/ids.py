@@ -139,3 +139,8 @@ def artifact_file_id(*, tool_call_id: str, name: str) -> str:
 def export_workflow_id(export_id: str) -> str:
     """One workflow per export: asking again for an export still being written attaches."""
     return f"export-{export_id}"
+
+
+def import_workflow_id(import_id: str) -> str:
+    """One workflow per import: repeating the import's request attaches to it."""
+    return f"import-{import_id}"

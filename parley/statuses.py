@@ -57,7 +57,7 @@ class ToolCallStatus(StrEnum):
 
 
 class FinalizeOutcome(StrEnum):
-    """How the workflow asks `finalize_turn` to end a turn."""
+    """How the workflow asks its tail step (`finish_turn`) to end a turn."""
 
     completed = "completed"
     # The confirmation window passed without an answer.
@@ -124,3 +124,12 @@ class ExportState(StrEnum):
     running = "running"
     ready = "ready"
     failed = "failed"
+
+
+class ImportState(StrEnum):
+    """An imported conversation's life (store/imports.py): stored, being indexed for recall
+    by meaning, then done (its every message searchable both ways)."""
+
+    pending = "pending"
+    indexing = "indexing"
+    done = "done"

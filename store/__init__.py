@@ -4,13 +4,14 @@ One module per stage of a conversation: `sessions` (sessions, messages, reads fo
 `posting` (the POST pipeline: admission, classification, one write per kind; and retry),
 `new_turn` (a plain post's one statement), `queue` (a message queued behind the running
 turn, and its promotion when that turn ends), `turns` (a turn's progress and endings, and the
-one function that moves its state), `steps` (a turn's model calls and the reads its steps
-make), `attempts` (a model call's attempt opened, and a reply asking for tools stored, in one
-statement each), `context_rows` (the context build's one-statement read, with its move to
-`building_context`), `actions` (proposals and confirmations), `viewers` (who watches a
-turn), `outbox` (the start outbox's queries), `events` (the per-turn event log) and
-`listener` (its LISTEN connection), `traces` (the trace ledger), beside `identity`,
-`tenants` and `slots`.
+one function that moves its state), `turn_states` (the SQL of a state move and of a birth,
+and the check against the table), `messages` (the message seq rule), `steps` (a turn's model
+calls and the reads its steps make), `attempts` (a model call's attempt opened, and a reply
+asking for tools stored, in one statement each), `context_rows` (the context build's
+one-statement read, with its move to `building_context`), `actions` (proposals and
+confirmations), `viewers` (who watches a turn), `outbox` (the start outbox's queries),
+`events` (the per-turn event log and every doorbell) and `listener` (its LISTEN
+connection), `traces` (the trace ledger), beside `identity`, `tenants` and `slots`.
 
 Only this package imports SQLAlchemy or psycopg (tests/unit/test_layout.py). Callers name a
 unit of work `store.db.Db` and its factory `store.db.SessionMaker`, and reach the database

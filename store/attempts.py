@@ -21,9 +21,9 @@ from parley.contracts import MessageStatus, TurnState
 from parley.ids import message_id_for_call, tool_call_row_id
 from parley.statuses import ToolCallStatus
 from parley.tools import args_hash
-from parley.turn_states import can_move
 from store.db import Conn
-from store.events import NOTIFY_CHANNEL, event_batch, state_event
+from store.events import EVENTS_INSERTED, RUNG, append_params, counter, state_event
+from store.messages import seq_taken
 from store.steps import CALL_COLUMNS, CallRow, ForAttempt, outcome_params
 from store.turn_rows import TurnRow, token_count
 
@@ -41,15 +41,7 @@ async def open_attempt(conn: Conn, *, turn_id: str, model_call_id: str, to: Turn
     """Open an attempt at the turn's model call as step `to` (see the module's docstring):
     one round trip, on a `Conn` in autocommit (the statement commits by itself).
     LookupError for an unknown turn."""
-    wire, batch = event_batch(*state_event(to))
-    params = {
-        "turn": turn_id,
-        "call": model_call_id,
-        "to": to.value,
-        "movable": [s.value for s in TurnState if can_move(s, to)],
-        "event": wire,
-        "batch": batch,
-    }
+    params = {**append_params(turn_id, [state_event(to)], moving_to=to), "call": model_call_id}
     opened = await conn.made(_OPEN_ATTEMPT, params, _opened)
     if opened is None:
         raise LookupError(turn_id)
@@ -70,42 +62,31 @@ def _opened(
 
 # `found` reads the turn locked (in READ COMMITTED, the newest version of its row) with its call
 # and tenant, and decides whether the step runs; the writes below it are conditional on that.
-# The move to `to` and its `state` event are what `store.events` appends for a move; the state
-# event is the only one, so its id is the turn's new `last_event_id`.
+# The move to `to` and its `state` event are `store.events`' append moving the turn, its
+# counter guarded by `found`.
+_MOVES_IF_IT_RUNS = (
+    "FROM found WHERE turns.id = found.t_id AND found.runs AND found.t_state <> %(to)s"
+)
 _OPEN_ATTEMPT = f"""
     WITH t AS (
         SELECT id, session_id, tenant_id, state, cancel_requested_at, assistant_message_id,
             retry_of
-        FROM turns WHERE id = %(turn)s
+        FROM turns WHERE id = %(turn_id)s
         FOR UPDATE
     ), found AS (
         SELECT {TurnRow.COLUMNS}, {CALL_COLUMNS}, n.paused,
             c.id IS NOT NULL AND c.finish_reason IS NULL AND t.cancel_requested_at IS NULL
-                AND (t.state = %(to)s OR t.state = ANY(%(movable)s)) AS runs
+                AND (t.state = %(to)s OR t.state = ANY(%(from)s)) AS runs
         FROM t
         LEFT JOIN model_calls AS c ON c.id = %(call)s
         LEFT JOIN tenants AS n ON n.id = t.tenant_id
-    ), moved AS (
-        UPDATE turns SET state = %(to)s, last_event_id = turns.last_event_id + 1,
-            updated_at = now()
-        FROM found
-        WHERE turns.id = found.t_id AND found.runs AND found.t_state <> %(to)s
-        RETURNING turns.last_event_id AS event_id
-    ), announced AS (
-        INSERT INTO turn_events (turn_id, id, type, data, created_at)
-        SELECT %(turn)s, moved.event_id, 'state', CAST(%(event)s AS jsonb), now() FROM moved
-        RETURNING id
-    ), counted AS (
+    ), {counter(moving=True, rest=_MOVES_IF_IT_RUNS)}, {EVENTS_INSERTED}, counted AS (
         UPDATE model_calls SET attempts = model_calls.attempts + 1
         FROM found
         WHERE model_calls.id = found.id AND found.runs AND found.paused IS NOT TRUE
         RETURNING model_calls.attempts
     )
-    SELECT found.*, (SELECT attempts FROM counted) AS counted, (
-        SELECT pg_notify('{NOTIFY_CHANNEL}', %(turn)s || ':' || announced.id::text || ':'
-            || %(batch)s)
-        FROM announced
-    ) AS notified
+    SELECT found.*, (SELECT attempts FROM counted) AS counted, {RUNG} AS notified
     FROM found
 """
 
@@ -142,7 +123,7 @@ async def record_tool_requests(conn: Conn, written: CallRow) -> None:
     assert session_id is not None, f"turn {written.turn_id} is missing"
 
 
-_RECORD_TOOL_REQUESTS = """
+_RECORD_TOOL_REQUESTS = f"""
     WITH turn AS (
         SELECT session_id FROM turns WHERE id = %(turn_id)s FOR UPDATE
     ), outcome AS (
@@ -152,13 +133,8 @@ _RECORD_TOOL_REQUESTS = """
             first_token_ms = %(first_token_ms)s, total_ms = %(total_ms)s
         FROM turn
         WHERE model_calls.id = %(id)s
-    ), seq AS (
-        UPDATE sessions SET last_seq = sessions.last_seq + 1
-        FROM turn
-        WHERE sessions.id = turn.session_id
-            AND NOT EXISTS (SELECT 1 FROM messages WHERE id = %(message_id)s)
-        RETURNING sessions.id, sessions.last_seq
-    ), message AS (
+    ), {seq_taken(session="turn.session_id", message="%(message_id)s", joined="FROM turn")},
+    message AS (
         INSERT INTO messages
             (id, session_id, seq, role, turn_id, status, text, tool_calls, token_count,
             token_counter)

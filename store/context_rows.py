@@ -8,7 +8,7 @@ consent to durable memory, the tool offer's facts, the rolling summary, the pinn
 the recent window), each a scalar subquery.
 
 At step 0 the same statement moves the turn to `building_context` and announces it on the
-stream (its `state` event appended and the doorbell rung, as store/events.py appends do), in
+stream (its `state` event appended and the doorbell rung: store/events.py's append), in
 autocommit: the stream shows the step before the build's slow parts run, with no `BEGIN` and
 `COMMIT` around it. The move is guarded in SQL (the turn in a state the table lets move
 there, no Stop recorded, no call of the step stored yet), so a row that changed since a
@@ -17,7 +17,6 @@ caller looked cannot be moved by mistake; `store.turns.may_move` then says why i
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -27,10 +26,9 @@ from parley.memory import PinnedFact
 from parley.prompt import Memory, StoredSummary
 from parley.resolver import PENDING_CLARIFICATION, Slot
 from parley.tokens import TokenCounter
-from parley.turn_states import can_move
 from store import memory as memory_store
 from store.db import Conn, Db
-from store.events import NOTIFY_CHANNEL, NOTIFY_EVENTS_MAX, state_event
+from store.events import EVENTS_INSERTED, RUNG, append_params, counter, state_event
 from store.sessions import StoredMessage
 from store.turn_rows import TurnFacts
 
@@ -93,7 +91,7 @@ async def read_for_build(
     turn. `recent_turns`: how many turns before this one the tool offer looks back at."""
     params: dict[str, Any] = {"turn_id": turn_id, "step": step, "turns": recent_turns + 1}
     if move:
-        params |= _MOVE_PARAMS
+        params |= append_params(turn_id, [state_event(_TO)], moving_to=_TO)
     read = await conn.made(_READ_AND_MOVE if move else _READ, params, _build_rows)
     if read is None:
         raise LookupError(turn_id)
@@ -101,21 +99,12 @@ async def read_for_build(
 
 
 _TO = TurnState.building_context
-_STATE_TYPE, _STATE_DATA = state_event(_TO)
-_BATCH = json.dumps([{"type": _STATE_TYPE, "data": _STATE_DATA.model_dump(mode="json")}])
-_MOVE_PARAMS = {
-    "to": _TO.value,
-    # Where the table lets a turn come from into the build's state (parley/turn_states.py).
-    "from": [state.value for state in TurnState if can_move(state, _TO)],
-    "type": _STATE_TYPE.value,
-    "data": json.dumps(_STATE_DATA.model_dump(mode="json")),
-    "batch": _BATCH if len(_BATCH.encode()) <= NOTIFY_EVENTS_MAX else "",
-}
 
 
 def _build_rows(
     *,
     moved: int | None,
+    notified: Any = None,
     user_name: str | None,
     user_known: bool,
     session_tenant: str | None,
@@ -212,25 +201,16 @@ _ROWS = f"""
     WHERE t.id = %(turn_id)s
 """
 _READ = f"SELECT NULL AS moved, {_ROWS}"
-# The move as an event append makes it (store/events.py `_APPEND`: the turn's counter and
-# state in one UPDATE, the event, the doorbell with the event in it), guarded. The SELECT
+# The move is `store.events`' append moving the turn, its counter guarded (the turn in a state
+# the table lets move there, no Stop recorded, no call of the step stored yet). The SELECT
 # reads the turn as the statement found it, before the move.
-_READ_AND_MOVE = f"""
-    WITH moved AS (
-        UPDATE turns SET state = %(to)s, last_event_id = last_event_id + 1, updated_at = now()
-        WHERE id = %(turn_id)s AND state = ANY(%(from)s) AND cancel_requested_at IS NULL
+_MAY_BUILD = """WHERE turns.id = %(turn_id)s AND turns.state = ANY(%(from)s)
+            AND turns.cancel_requested_at IS NULL
             AND NOT EXISTS (
-                SELECT 1 FROM model_calls WHERE turn_id = %(turn_id)s AND step = %(step)s)
-        RETURNING last_event_id
-    ), announced AS (
-        INSERT INTO turn_events (turn_id, id, type, data, created_at)
-        SELECT %(turn_id)s, last_event_id, %(type)s, CAST(%(data)s AS jsonb), now() FROM moved
-        RETURNING id
-    ), rung AS (
-        SELECT id, pg_notify('{NOTIFY_CHANNEL}', %(turn_id)s || ':' || id::text || ':' || %(batch)s)
-        FROM announced
-    )
-    SELECT (SELECT id FROM rung) AS moved, {_ROWS}
+                SELECT 1 FROM model_calls WHERE turn_id = %(turn_id)s AND step = %(step)s)"""
+_READ_AND_MOVE = f"""
+    WITH {counter(moving=True, rest=_MAY_BUILD)}, {EVENTS_INSERTED}
+    SELECT (SELECT max(id) FROM inserted) AS moved, {RUNG} AS notified, {_ROWS}
 """
 
 

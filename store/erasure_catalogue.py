@@ -72,6 +72,7 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry("actions", f"{_BY_SESSION} OR ({_BY_USER})", _BY_SESSION),
     Entry("handoffs", _BY_SESSION, _BY_SESSION),
     Entry("message_embeddings", _BY_SESSION, _BY_SESSION),  # only where pgvector is
+    Entry("imports", _BY_SESSION, _BY_SESSION),  # the requests that imported messages
     Entry("files", f"{_BY_SESSION} OR ({_BY_USER})", _BY_SESSION),
     Entry("slots", _BY_SESSION, _BY_SESSION),
     Entry("pinned_facts", _BY_SESSION, _BY_SESSION),

@@ -1,4 +1,4 @@
-"""The per-turn event log behind every stream.
+"""The per-turn event log behind every stream, and every doorbell of the record.
 
 Every payload is the contract's model for its event type (`parley.wire.EVENT_DATA`), so what
 a stream sends has one shape, written down once.
@@ -8,6 +8,14 @@ even when two writers race (an activity retried while its old attempt is still f
 The NOTIFY is sent inside the same transaction, so listeners are woken only once the event
 is committed and readable; it carries the events themselves when they fit, so a live stream
 need not read them back.
+
+This module owns the append (the turn's counter moved, the events inserted) and the doorbell
+(its channel and payload, and the one other bell, `ring`). A statement that appends as part
+of a larger write composes `counter`, `EVENTS_INSERTED` and `DOORBELL` (or `RUNG`) instead of
+writing them again: store/turn_rows.py (an ending's release), store/attempts.py (an
+attempt's opening), store/context_rows.py (the build's move) and store/new_turn.py (a turn
+born with its first event). A move of the turn's state is the counter's own UPDATE, opened
+by store/turn_states.py `MOVE`.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from parley.contracts import TERMINAL_TURN_STATES, EventType, TurnState
 from parley.wire import EVENT_DATA, StateData
 from store.db import Conn, session_conn
+from store.turn_states import MOVE, move_params
 from store.viewers import ATTACH_VIEWER_SQL
 
 NOTIFY_CHANNEL = "parley_turn_events"
@@ -96,7 +105,8 @@ async def _append(
     answer: str | None,
 ) -> Appended:
     params = append_params(turn_id, events, moving_to, answer)
-    found = await conn.made(_APPEND, params, _appended)
+    statement = _APPEND if moving_to is None else _APPEND_MOVING
+    found = await conn.made(statement, params, _appended)
     if found is None:
         raise LookupError(f"turn {turn_id} does not exist")
     return found
@@ -109,15 +119,14 @@ def append_params(
     answer: str | None = None,
 ) -> dict[str, Any]:
     """The parameters of an append (`_APPEND`'s), for a statement of another module that
-    appends as part of a larger write (store/turn_rows.py `close_out_announced`)."""
+    appends as part of a larger write; with `moving_to`, `MOVE`'s too (and `answer`, the
+    turn's answer the move sets)."""
+    assert answer is None or moving_to is not None, "an answer is set by a move"
     payload = json.dumps([{"type": type_, "data": _wire(type_, data)} for type_, data in events])
-    return {
-        "turn_id": turn_id,
-        "n": len(events),
-        "events": payload,
-        "state": moving_to.value if moving_to is not None else None,
-        "answer": answer,
-    }
+    params = {"turn_id": turn_id, "n": len(events), "events": payload}
+    if moving_to is not None:
+        params |= move_params(moving_to, answer=answer)
+    return params
 
 
 def _appended(*, event_id: int | None, stopped: bool | None, notified: Any) -> Appended | None:
@@ -154,23 +163,6 @@ class Appended:
     stopped: bool
 
 
-def event_batch(type_: EventType, data: BaseModel) -> tuple[str, str]:
-    """One event, for a statement of another module that appends it itself: its stored JSON,
-    and the doorbell's batch as `append_events` would ring it (empty when it does not fit)."""
-    wire = _wire(type_, data)
-    batch = json.dumps([{"type": type_, "data": wire}])
-    return json.dumps(wire), batch if len(batch.encode()) <= NOTIFY_EVENTS_MAX else ""
-
-
-def opening_event(turn_id: str, type_: EventType, data: BaseModel) -> tuple[dict[str, Any], str]:
-    """A new turn's first event (id 1), for a writer that inserts it in the statement that
-    inserts the turn: its stored JSON, and the doorbell payload `append_events` would send."""
-    wire = _wire(type_, data)
-    batch = json.dumps([{"type": type_, "data": wire}])
-    fits = len(batch.encode()) <= NOTIFY_EVENTS_MAX
-    return wire, f"{turn_id}:1:{batch if fits else ''}"
-
-
 def state_event(state: TurnState) -> tuple[EventType, BaseModel]:
     """The `state` event of a turn entering `state`."""
     # Validated rather than constructed: the wire names states as literals, the store as enums.
@@ -185,11 +177,29 @@ def _wire(type_: EventType, data: BaseModel) -> dict[str, Any]:
     return data.model_dump(mode="json")
 
 
-# The parts every batch append shares, for a statement whose `counter` CTE returns `base`,
-# the turn's last event id before the batch (parameters `turn_id`, `n`, `events`): the
-# events inserted with the ids after it, and the doorbell rung for them (the first id and the
-# batch itself when it fits a notification, else nothing after the colon: the listener reads
-# the log).
+# How an append takes its ids: the turn's counter moves by the batch's size, in an UPDATE of
+# the turn named `counter` whose RETURNING gives `base`, the turn's last event id before the
+# batch (parameters `turn_id`, `n`, `events`: `append_params`). A move of the turn's state is
+# the same UPDATE (`moving`: store/turn_states.py `MOVE` opens it), so a move and its
+# announcement take one row lock; a turn's birth is its INSERT instead (store/new_turn.py).
+_COUNTED = "last_event_id = turns.last_event_id + %(n)s, updated_at = now()"
+BASE = "turns.last_event_id - %(n)s AS base"
+
+
+def counter(
+    *, moving: bool = False, rest: str = "WHERE turns.id = %(turn_id)s", returning: str = ""
+) -> str:
+    """The `counter` CTE of an append; `rest`: what follows its SET list (a `FROM` and a
+    `WHERE`, which may guard it: no row, no append), `returning`: columns after `base`."""
+    update = f"{MOVE}, {_COUNTED}" if moving else f"UPDATE turns SET {_COUNTED}"
+    return f"counter AS ({update} {rest} RETURNING {BASE}{returning})"
+
+
+# The events inserted with the ids after `counter`'s base, and the doorbell rung for them (the
+# first id and the batch itself when it fits a notification, else nothing after the colon:
+# the listener reads the log), an aggregate over `inserted`. `RUNG` rings it from a scalar
+# subquery, and only when an event was inserted, for a statement that reads other rows (and
+# whose guarded counter may append nothing).
 EVENTS_INSERTED = """inserted AS (
         INSERT INTO turn_events (turn_id, id, type, data, created_at)
         SELECT %(turn_id)s, counter.base + e.ord, e.value ->> 'type', e.value -> 'data', now()
@@ -203,42 +213,42 @@ DOORBELL = f"""pg_notify(
         || CASE WHEN octet_length(CAST(%(events)s AS text)) <= {NOTIFY_EVENTS_MAX}
             THEN CAST(%(events)s AS text) ELSE '' END
     )"""
+RUNG = f"(SELECT {DOORBELL} FROM inserted HAVING count(*) > 0)"
 
 
-# How an append takes its ids: the turn's counter moves by the batch's size (and its state
-# changes in the same UPDATE, when the append announces a move).
-_APPEND = f"""
-    WITH counter AS (
-        UPDATE turns SET last_event_id = last_event_id + %(n)s, updated_at = now(),
-            state = COALESCE(%(state)s, state),
-            assistant_message_id = COALESCE(%(answer)s, assistant_message_id)
-        WHERE id = %(turn_id)s
-        RETURNING last_event_id - %(n)s AS base, cancel_requested_at IS NOT NULL AS stopped
-    ), {EVENTS_INSERTED}
-    SELECT max(id) AS event_id, {DOORBELL} AS notified, (SELECT stopped FROM counter) AS stopped
+def _appending(counter_cte: str, returning: str = "") -> str:
+    return f"""
+    WITH {counter_cte}, {EVENTS_INSERTED}
+    SELECT max(id) AS event_id, {DOORBELL} AS notified{returning}
     FROM inserted
     """
 
+
+_STOPPED = ", turns.cancel_requested_at IS NOT NULL AS stopped"
+_APPEND = _appending(counter(returning=_STOPPED), ", (SELECT stopped FROM counter) AS stopped")
+_APPEND_MOVING = _appending(
+    counter(moving=True, returning=_STOPPED), ", (SELECT stopped FROM counter) AS stopped"
+)
 
 _ENDED = [state.value for state in TERMINAL_TURN_STATES]
+_OPEN = """WHERE turns.id = %(turn_id)s AND NOT (turns.state = ANY(%(ended)s))
+            AND turns.cancel_requested_at IS NULL"""
 # `_APPEND` of one event, for a turn that is still open: the counter's UPDATE (whose row lock a
 # Stop or an ending waits on, or that waits on theirs and then sees their row) finds no row
-# otherwise, and then nothing is inserted and no doorbell rung (a row per event inserted).
+# otherwise, and then nothing is inserted and no doorbell rung (no row comes back).
 _APPEND_WHILE_OPEN = f"""
-    WITH counter AS (
-        UPDATE turns SET last_event_id = last_event_id + %(n)s, updated_at = now()
-        WHERE id = %(turn_id)s AND NOT (state = ANY(%(ended)s))
-            AND cancel_requested_at IS NULL
-        RETURNING last_event_id - %(n)s AS base
-    ), {EVENTS_INSERTED}
-    SELECT pg_notify(
-        '{NOTIFY_CHANNEL}',
-        %(turn_id)s || ':' || id::text || ':'
-        || CASE WHEN octet_length(CAST(%(events)s AS text)) <= {NOTIFY_EVENTS_MAX}
-            THEN CAST(%(events)s AS text) ELSE '' END
-    ) AS notified
-    FROM inserted
+    WITH {counter(rest=_OPEN)}, {EVENTS_INSERTED}
+    SELECT {DOORBELL} AS notified FROM inserted HAVING count(*) > 0
     """
+
+
+async def ring(conn: Conn, *, channel: str, payload: str) -> None:
+    """Ring another doorbell of the record (store/queue.py's outbox), in the caller's
+    transaction: heard at its commit."""
+    await conn.run(_RING, {"channel": channel, "payload": payload})
+
+
+_RING = "SELECT pg_notify(%(channel)s, %(payload)s)"
 
 
 @dataclass(frozen=True)

@@ -17,10 +17,12 @@ from parley.contracts import MessageStatus, TurnState
 from parley.ids import new_id
 from parley.wire import MessageView
 from store.db import session_conn
-from store.events import NOTIFY_CHANNEL, opening_event, state_event
+from store.events import BASE, EVENTS_INSERTED, RUNG, append_params, state_event
 from store.identity import Identity
+from store.messages import SEQ_TAKEN, next_seq
 from store.models import Message
 from store.models.core import count_tokens
+from store.turn_states import BORN
 
 
 async def insert_message_and_turn(
@@ -37,7 +39,7 @@ async def insert_message_and_turn(
     return the message as the contract shows it and the turn's id. The ORM class only
     shapes the message (its token count, its view) here: nothing joins the ORM session, and
     the statement runs on the session's own connection, in its transaction."""
-    turn_id, seq = new_id("trn"), last_seq + 1
+    turn_id, seq = new_id("trn"), next_seq(last_seq)
     row = Message(
         id=new_id("msg"),
         session_id=session_id,
@@ -56,9 +58,10 @@ async def insert_message_and_turn(
 
 
 def _write_params(message: Message, owner: Identity) -> dict[str, Any]:
-    type_, data = state_event(TurnState.received)
-    wire, notify = opening_event(message.turn_id or "", type_, data)
+    first = [state_event(TurnState.received)]
     return {
+        **append_params(message.turn_id or "", first),
+        "to": TurnState.received.value,
         "message_id": message.id,
         "session_id": message.session_id,
         "seq": message.seq,
@@ -67,18 +70,15 @@ def _write_params(message: Message, owner: Identity) -> dict[str, Any]:
         "file_ids": json.dumps(message.file_ids) if message.file_ids is not None else None,
         "token_count": message.token_count,
         "token_counter": message.token_counter,
-        "turn_id": message.turn_id,
         "tenant_id": owner.tenant_id,
         "user_id": owner.user_id,
-        "event_type": type_.value,
-        "event_data": json.dumps(wire),
-        "notify": notify,
     }
 
 
-# Insert the message, the turn and its first event (`received`, rung on the doorbell as
-# `append_events` would) and move the session on, returning the message's stamp. Plain SQL on
-# psycopg's own connection, written once: every plain post runs it.
+# Insert the message, the turn (store/turn_states.py `BORN`, as the `counter` of its first
+# event's append: store/events.py) and its first event (`received`, rung on the doorbell), and
+# move the session on, returning the message's stamp. Plain SQL on psycopg's own connection,
+# written once: every plain post runs it.
 _WRITE = f"""
     WITH new_message AS (
         INSERT INTO messages (id, session_id, seq, role, turn_id, status, text,
@@ -87,21 +87,11 @@ _WRITE = f"""
             '{MessageStatus.complete.value}', %(text)s, %(client_message_id)s,
             CAST(%(file_ids)s AS jsonb), %(token_count)s, %(token_counter)s)
         RETURNING created_at
-    ), new_turn AS (
-        INSERT INTO turns (id, session_id, tenant_id, user_id, user_message_id, user_seq, state,
-            last_event_id, viewers)
-        VALUES (%(turn_id)s, %(session_id)s, %(tenant_id)s, %(user_id)s, %(message_id)s,
-            %(seq)s, '{TurnState.received.value}', 1, 0)
-        RETURNING id
-    ), first_event AS (
-        INSERT INTO turn_events (turn_id, id, type, data)
-        VALUES (%(turn_id)s, 1, %(event_type)s, CAST(%(event_data)s AS jsonb))
-        RETURNING id
-    ), moved_session AS (
-        UPDATE sessions SET last_seq = %(seq)s, active_turn_id = %(turn_id)s
+    ), counter AS ({BORN} RETURNING {BASE}), {EVENTS_INSERTED}, moved_session AS (
+        UPDATE sessions SET {SEQ_TAKEN}, active_turn_id = %(turn_id)s
         WHERE id = %(session_id)s
         RETURNING id
     )
-    SELECT new_message.created_at, pg_notify('{NOTIFY_CHANNEL}', %(notify)s)
-    FROM new_message, new_turn, first_event, moved_session
+    SELECT new_message.created_at, {RUNG} AS notified
+    FROM new_message, moved_session
 """

@@ -46,6 +46,7 @@ from store import limits as limits_store
 from store.db import session_conn
 from store.events import append_events, state_event
 from store.identity import Identity
+from store.messages import take_seq
 from store.models import (
     ChatSession,
     Message,
@@ -334,11 +335,10 @@ async def _join_turn(
 ) -> MessageView:
     """The user's message, with the session's next seq, as part of a turn already open."""
     session = await _locked(db, post)
-    session.last_seq += 1
     message = Message(
         id=new_id("msg"),
         session_id=session.id,
-        seq=session.last_seq,
+        seq=take_seq(session),
         role="user",
         turn_id=turn_id,
         status=MessageStatus.complete,

@@ -25,15 +25,17 @@ from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.contracts import EventType, MessageStatus, TurnState
 from parley.ids import new_id
 from parley.turn_states import IllegalTransition, can_move
 from parley.wire import MessageData, MessageView
-from store.events import append_events, state_event
+from store.db import session_conn
+from store.events import append_events, ring, state_event
 from store.identity import Identity
+from store.messages import next_seq, take_seq
 from store.models import ChatSession, Message, QueuedMessage, Turn
 from store.sessions import lock_session
 
@@ -80,7 +82,7 @@ async def queue_message(
         tenant_id=owner.tenant_id,
         user_id=owner.user_id,
         user_message_id=message_id,
-        user_seq=session.last_seq + 1,
+        user_seq=next_seq(session.last_seq),
         state=TurnState.queued,
     )
     row = QueuedMessage(
@@ -110,7 +112,7 @@ async def promote(db: AsyncSession, *, session_id: str, turn_id: str) -> None:
         return  # dropped meanwhile
     if not can_move(TurnState.queued, TurnState.received):
         raise IllegalTransition(turn_id=turn_id, from_state=TurnState.queued, to=TurnState.received)
-    seq = session.last_seq + 1
+    seq = take_seq(session)
     db.add(
         Message(
             id=row.message_id,
@@ -124,7 +126,7 @@ async def promote(db: AsyncSession, *, session_id: str, turn_id: str) -> None:
             file_ids=row.file_ids,
         )
     )
-    session.last_seq, session.active_turn_id, session.queued_turn_id = seq, turn_id, None
+    session.active_turn_id, session.queued_turn_id = turn_id, None
     await db.flush()
     await db.execute(delete(QueuedMessage).where(QueuedMessage.turn_id == turn_id))
     turn = await db.get(Turn, turn_id, with_for_update=True, populate_existing=True)
@@ -136,7 +138,7 @@ async def promote(db: AsyncSession, *, session_id: str, turn_id: str) -> None:
         db, turn_id=turn_id, events=[state_event(TurnState.received)], moving_to=TurnState.received
     )
     db.expire(turn)  # its state was set in SQL
-    await db.execute(select(func.pg_notify(OUTBOX_CHANNEL, turn_id)))
+    await ring(await session_conn(db), channel=OUTBOX_CHANNEL, payload=turn_id)
 
 
 async def queued_message(db: AsyncSession, *, queued_turn_id: str | None) -> MessageView | None:

@@ -22,7 +22,8 @@ from parley.statuses import ActionStatus, FinalizeOutcome, ToolCallStatus
 from parley.tokens import count_message, default_counter
 from store import queue
 from store.db import Conn, session_conn
-from store.events import DOORBELL, EVENTS_INSERTED, append_params
+from store.events import DOORBELL, EVENTS_INSERTED, append_params, counter
+from store.messages import seq_taken
 from store.summaries import BACKLOG_OF_SESSION, Backlog, parse_backlog
 
 
@@ -155,13 +156,8 @@ _STORE_TOOL_RESULT = f"""
         FROM turn
         WHERE tool_calls.id = %(id)s AND tool_calls.status = %(pending)s
         RETURNING tool_calls.*, turn.session_id
-    ), seq AS (
-        UPDATE sessions SET last_seq = last_seq + 1
-        FROM stored
-        WHERE sessions.id = stored.session_id
-            AND NOT EXISTS (SELECT 1 FROM messages WHERE id = %(message_id)s)
-        RETURNING sessions.id, sessions.last_seq
-    ), message AS (
+    ), {seq_taken(session="stored.session_id", message="%(message_id)s", joined="FROM stored")},
+    message AS (
         INSERT INTO messages
             (id, session_id, seq, role, turn_id, status, text, tool_call_id, token_count,
             token_counter)
@@ -240,11 +236,7 @@ def token_count(
 
 
 _APPEND_MESSAGE = f"""
-    WITH seq AS (
-        UPDATE sessions SET last_seq = last_seq + 1
-        WHERE id = %(session_id)s AND NOT EXISTS (SELECT 1 FROM messages WHERE id = %(id)s)
-        RETURNING last_seq
-    )
+    WITH {seq_taken(session="%(session_id)s", message="%(id)s")}
     INSERT INTO messages
         (id, session_id, seq, role, turn_id, status, text, tool_calls, token_count,
         token_counter)
@@ -389,19 +381,13 @@ _RELEASED_AND_DECLINED = """
 _CLOSE_OUT = f"""{_RELEASED_AND_DECLINED}
     SELECT queued_turn_id FROM released
 """
-# `_CLOSE_OUT` and `store.events`' append (its `counter`, `inserted` and doorbell) in one
-# statement. The append's row is the turn's, the release's the session's: no row is written
-# twice. `queued_turn_id` comes back beside the doorbell's columns, and, when asked for, the
-# session's backlog (its subquery runs only then): the statement's writes do not touch what
-# it reads, and the answer it closes out was stored by an earlier statement of the
-# transaction, so the answer is in it.
-_CLOSE_OUT_ANNOUNCED = f"""{_RELEASED_AND_DECLINED}, counter AS (
-        UPDATE turns SET last_event_id = last_event_id + %(n)s, updated_at = now(),
-            state = COALESCE(%(state)s, state),
-            assistant_message_id = COALESCE(%(answer)s, assistant_message_id)
-        WHERE id = %(turn_id)s
-        RETURNING last_event_id - %(n)s AS base
-    ), {EVENTS_INSERTED}
+# `_CLOSE_OUT` and `store.events`' append moving the turn (its `counter`, `inserted` and
+# doorbell) in one statement. The append's row is the turn's, the release's the session's:
+# no row is written twice. `queued_turn_id` comes back beside the doorbell's columns, and,
+# when asked for, the session's backlog (its subquery runs only then): the statement's
+# writes do not touch what it reads, and the answer it closes out was stored by an earlier
+# statement of the transaction, so the answer is in it.
+_CLOSE_OUT_ANNOUNCED = f"""{_RELEASED_AND_DECLINED}, {counter(moving=True)}, {EVENTS_INSERTED}
     SELECT (SELECT queued_turn_id FROM released) AS queued, {DOORBELL} AS notified,
         CASE WHEN %(backlog)s THEN {BACKLOG_OF_SESSION} END AS backlog
     FROM inserted

@@ -2,9 +2,11 @@
 stores (tool requests and results, a proposal, the answer) and how it ends.
 
 `move_turn` is the one function that changes a stored turn's state; it asks the table in
-`parley.turn_states` and refuses a move the table does not allow. Every function here runs
-in the caller's transaction and locks the turn row first (then the session row, when it
-assigns a seq or releases the session), so retried attempts of a step serialize on the turn.
+`parley.turn_states` and refuses a move the table does not allow (store/turn_states.py holds
+that check and the SQL of a move, which the one-statement paths compose). Every function
+here runs in the caller's transaction and locks the turn row first (then the session row,
+when it assigns a seq or releases the session), so retried attempts of a step serialize on
+the turn.
 
 A cancel is a decision recorded on the row (`request_cancel`), under the same lock: a step
 that starts after it refuses to run (`TurnStopped`), and every ending after it is
@@ -17,10 +19,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any, Protocol
 
 from pydantic import BaseModel
-from sqlalchemy import exists, select, update
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.contracts import TERMINAL_TURN_STATES, EventType, MessageStatus, TurnState
@@ -31,7 +32,6 @@ from parley.ids import (
     unfinished_message_id,
 )
 from parley.statuses import DeclineReason, FinalizeOutcome, ToolCallStatus
-from parley.turn_states import IllegalTransition, can_move
 from parley.wire import (
     ActionData,
     ActionView,
@@ -42,7 +42,7 @@ from parley.wire import (
 )
 from store.db import Conn, session_conn
 from store.events import append_events, state_event
-from store.models import ChatSession, Message, Turn, TurnEvent
+from store.models import Message, Turn, TurnEvent
 from store.summaries import Backlog
 from store.turn_rows import (
     MessageRow,
@@ -57,17 +57,7 @@ from store.turn_rows import (
     store_tool_result,
     turn_facts,
 )
-
-
-class _Stoppable(Protocol):
-    """A turn's row of any kind (`TurnRow`, `TurnFacts`, or the session's own `Turn`)."""
-
-    @property
-    def id(self) -> str: ...
-    @property
-    def state(self) -> str: ...
-    @property
-    def cancel_requested_at(self) -> datetime | None: ...
+from store.turn_states import Moving, may_enter
 
 
 async def _lock(db: AsyncSession, turn_id: str) -> Turn | None:
@@ -78,43 +68,28 @@ async def _lock(db: AsyncSession, turn_id: str) -> Turn | None:
 
 
 async def move_turn(
-    db: AsyncSession, *, turn_id: str, to: TurnState, announce: bool = True
+    db: AsyncSession,
+    *,
+    turn_id: str,
+    to: TurnState,
+    then: Sequence[tuple[EventType, BaseModel]] = (),
 ) -> bool:
-    """Move the turn to `to`, locking its row; with `announce`, tell the stream (`state`).
+    """Move the turn to `to`, locking its row, and tell the stream (`state`), then show
+    `then`, in one statement.
 
-    A repeat of the current state is a no-op (False): a retried step enters it again. A move
-    the table does not allow raises `IllegalTransition` and changes nothing.
+    A repeat of the current state is a no-op (False; `then` is still shown): a retried step
+    enters it again. A move the table does not allow raises `IllegalTransition` and changes
+    nothing.
     """
     turn = await _lock(db, turn_id)
     if turn is None:
         raise LookupError(turn_id)
-    if announce:
-        return await _announce_move(db, turn, to=to)
-    return _move(turn, to=to)
-
-
-def _allowed(turn: _Stoppable, to: TurnState) -> bool:
-    """Whether the turn may move to `to`: False for a repeat of its state (a retried step
-    enters it again), `IllegalTransition` for a move the table does not allow."""
-    if turn.state == to:
-        return False
-    if not can_move(TurnState(turn.state), to):
-        raise IllegalTransition(turn_id=turn.id, from_state=TurnState(turn.state), to=to)
-    return True
-
-
-def _move(turn: Turn, *, to: TurnState) -> bool:
-    """`move_turn` without its announcement, for a turn whose row the caller has locked:
-    written with the row's other changes, at the session's next flush."""
-    if not _allowed(turn, to):
-        return False
-    turn.state = to
-    return True
+    return await _announce_move(db, turn, to=to, then=then)
 
 
 async def _announce_move(
     db: AsyncSession | Conn,
-    turn: _Stoppable,
+    turn: Moving,
     *,
     to: TurnState,
     then: Sequence[tuple[EventType, BaseModel]] = (),
@@ -123,7 +98,7 @@ async def _announce_move(
     `then`: the state and the events in one statement (`then` alone for a repeat). The row
     the caller holds is not changed (a typed row cannot be; the session's `Turn` is read
     again by the next `_lock`)."""
-    moving = _allowed(turn, to)
+    moving = may_enter(turn, to)
     events = [state_event(to), *then] if moving else list(then)
     if events:
         await append_events(db, turn_id=turn.id, events=events, moving_to=to if moving else None)
@@ -140,7 +115,7 @@ class TurnStopped(Exception):
         self.state = state
 
 
-def _refuse_if_stopped(turn: _Stoppable) -> None:
+def _refuse_if_stopped(turn: Moving) -> None:
     if turn.state in TERMINAL_TURN_STATES:
         raise TurnStopped(turn.id, turn.state)
     if turn.cancel_requested_at is not None:
@@ -163,7 +138,7 @@ async def advance_turn(db: AsyncSession | Conn, *, turn_id: str, to: TurnState) 
 
 async def advance_locked(
     db: AsyncSession | Conn,
-    turn: _Stoppable,
+    turn: Moving,
     *,
     to: TurnState,
     then: Sequence[tuple[EventType, BaseModel]] = (),
@@ -175,12 +150,12 @@ async def advance_locked(
     await _announce_move(db, turn, to=to, then=then)
 
 
-def may_move(turn: _Stoppable, *, to: TurnState) -> bool:
+def may_move(turn: Moving, *, to: TurnState) -> bool:
     """What `advance_locked` checks before it moves a turn, for a caller whose own statement
     made (or was guarded from making) the move: `TurnStopped` for an ended or stopped turn,
     False for a repeat of its state, `IllegalTransition` for a move the table does not allow."""
     _refuse_if_stopped(turn)
-    return _allowed(turn, to)
+    return may_enter(turn, to)
 
 
 async def request_cancel(db: AsyncSession, *, turn_id: str) -> None:
@@ -196,46 +171,6 @@ async def request_cancel(db: AsyncSession, *, turn_id: str) -> None:
         await db.flush()
 
 
-async def _append_message(
-    db: AsyncSession,
-    *,
-    turn: Turn,
-    message_id: str,
-    role: str,
-    text: str,
-    tool_calls: list[dict[str, Any]] | None = None,
-    tool_call_id: str | None = None,
-) -> Message:
-    """Give a message the session's next seq, unless it is already stored (retries)."""
-    # One statement takes the next seq and locks the session row until the commit, unless
-    # the message is stored already (a retry), which then is read.
-    seq = await db.scalar(
-        update(ChatSession)
-        .where(ChatSession.id == turn.session_id, ~exists().where(Message.id == message_id))
-        .values(last_seq=ChatSession.last_seq + 1)
-        .returning(ChatSession.last_seq)
-        .execution_options(synchronize_session=False)
-    )
-    if seq is None:
-        existing = await db.get(Message, message_id)
-        assert existing is not None, f"session {turn.session_id} is missing"
-        return existing
-    message = Message(
-        id=message_id,
-        session_id=turn.session_id,
-        seq=seq,
-        role=role,
-        turn_id=turn.id,
-        status=MessageStatus.complete,
-        text=text,
-        tool_calls=tool_calls,
-        tool_call_id=tool_call_id,
-    )
-    db.add(message)
-    await db.flush()  # the INSERT returns what the server fills in (created_at, tsv)
-    return message
-
-
 async def rest_awaiting_confirmation(
     conn: Conn, *, turn_id: str, model_call_id: str, text: str, action: ActionView
 ) -> None:
@@ -248,7 +183,7 @@ async def rest_awaiting_confirmation(
     if turn.state == TurnState.awaiting_confirmation:
         return
     _refuse_if_stopped(turn)
-    _allowed(turn, TurnState.awaiting_confirmation)
+    may_enter(turn, TurnState.awaiting_confirmation)
     message = await append_message(
         conn,
         session_id=turn.session_id,
@@ -302,7 +237,7 @@ async def complete_turn(
     if turn.state in TERMINAL_TURN_STATES:
         return Completed(message)
     final_state = TurnState.expired if outcome == FinalizeOutcome.expired else TurnState.completed
-    _allowed(turn, final_state)
+    may_enter(turn, final_state)
     if turn.retry_of is not None:
         await replace_retried_answer(conn, retry_of=turn.retry_of, answer=message.id)
     events: list[tuple[EventType, BaseModel]] = []
@@ -378,7 +313,7 @@ async def end_unfinished_turn(
     if turn.cancel_requested_at is not None:
         # The user's Stop came first: the turn ends the way they asked, whatever else failed.
         state, error = TurnState.cancelled, None
-    _move(turn, to=state)
+    may_enter(turn, state)  # moved by the ending's announcement, below
     await _answer_open_calls(db, turn_id=turn_id, state=state)
     message = await _keep_streamed(db, turn, state)
     await close_out(db, session_id=turn.session_id, turn_id=turn.id, reason=state.value)
@@ -391,7 +326,7 @@ async def end_unfinished_turn(
     else:
         assert error is not None, "a failed turn ends with its error"
         events.append((EventType.error, error))
-    await append_events(db, turn_id=turn_id, events=events)
+    await append_events(db, turn_id=turn_id, events=events, moving_to=state)
 
 
 async def _answer_open_calls(db: AsyncSession, *, turn_id: str, state: TurnState) -> None:
@@ -417,7 +352,7 @@ _OPEN_CALLS = f"""
 """
 
 
-async def _keep_streamed(db: AsyncSession, turn: Turn, state: TurnState) -> Message | None:
+async def _keep_streamed(db: AsyncSession, turn: Turn, state: TurnState) -> MessageRow | None:
     """Store what streamed as the turn's answer, marked `cancelled` or `incomplete`."""
     streamed_id, text = await streamed_so_far(db, turn_id=turn.id)
     if not text and state != TurnState.cancelled:
@@ -425,11 +360,16 @@ async def _keep_streamed(db: AsyncSession, turn: Turn, state: TurnState) -> Mess
     candidate = unfinished_message_id(turn_id=turn.id, streamed_message_id=streamed_id)
     if await db.get(Message, candidate) is not None:
         candidate = unfinished_message_fallback_id(candidate=candidate)
-    message = await _append_message(
-        db, turn=turn, message_id=candidate, role="assistant", text=text
-    )
     cancelled = state == TurnState.cancelled
-    message.status = MessageStatus.cancelled if cancelled else MessageStatus.incomplete
+    message = await append_message(
+        await session_conn(db),
+        session_id=turn.session_id,
+        turn_id=turn.id,
+        message_id=candidate,
+        role="assistant",
+        text=text,
+        status=MessageStatus.cancelled if cancelled else MessageStatus.incomplete,
+    )
     turn.assistant_message_id = message.id
     return message
 

@@ -14,15 +14,11 @@ from workflows.options import MODEL
 from workflows.wording import retries_spent, store_unavailable
 
 
-async def call_model_or_fallback(
-    inp: TurnInput, model_call_id: str, step: int, *, local: bool
-) -> CallModelResult:
+async def call_model_or_fallback(inp: TurnInput, model_call_id: str, step: int) -> CallModelResult:
     """Call the primary model; when its retries are spent, the fallback (if the turn's input
-    says there is one) answers. `local`: as a local activity of the worker running the turn
-    (the current shape), else as a regular activity that heartbeats."""
-    run = MODEL.run_local if local else MODEL.run
+    says there is one) answers. Each is a local activity of the worker running the turn."""
     try:
-        return await run(
+        return await MODEL.run_local(
             TurnActivities.call_model,
             CallModelInput(inp.turn_id, model_call_id),
             summary=f"model step {step}",
@@ -37,7 +33,7 @@ async def call_model_or_fallback(
             # fallback has always ended with (see below).
             raise err from None
         try:
-            return await run(
+            return await MODEL.run_local(
                 TurnActivities.call_model,
                 CallModelInput(inp.turn_id, model_call_id, fallback=True),
                 summary=f"model step {step} (fallback model)",

@@ -178,11 +178,6 @@ SCREEN = ActivityOptions(
     retry=RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=3),
 )
 
-# Follow-up suggestions are a courtesy: one attempt, never retried.
-FOLLOWUPS = ActivityOptions(
-    start_to_close=SCREEN.start_to_close, retry=RetryPolicy(maximum_attempts=1)
-)
-
 # The rolling summary: a model call off the hot path. A few attempts for transport errors
 # and crashed workers; an answer the summarizer could not read (`bad_summary`) is not asked
 # again with the same prompt. So a pass costs at most `maximum_attempts` summarizer requests
@@ -234,5 +229,17 @@ ERASE = ActivityOptions(
         backoff_coefficient=2.0,
         maximum_interval=timedelta(seconds=30),
         maximum_attempts=0,
+    ),
+)
+
+# One batch of an import's indexing (workflows/imports.py): embedding a few hundred messages
+# is CPU work of seconds; a few attempts for crashed workers. A batch that fails for good
+# leaves the rest to full-text search and to the summary's runs, which embed what is left.
+INDEX = ActivityOptions(
+    start_to_close=timedelta(minutes=2),
+    retry=RetryPolicy(
+        initial_interval=timedelta(seconds=1),
+        maximum_interval=timedelta(seconds=30),
+        maximum_attempts=3,
     ),
 )

@@ -31,7 +31,6 @@ with workflow.unsafe.imports_passed_through():
     from parley.contracts import (
         ANSWER_INTERACTION_SIGNAL,
         MAX_TOOL_CALLS_PER_RESPONSE,
-        RESOLVE_ACTION_SIGNAL,
         RESOLVE_ACTION_UPDATE,
         SPECIALIST_WORKFLOW,
         ActionInput,
@@ -94,10 +93,6 @@ class SpecialistWorkflow:
     def answer(self, answer: InteractionAnswer) -> None:
         """The user's answer to one question (the first delivered wins)."""
         self._answers.setdefault(answer.interaction_id, answer.value)
-
-    @workflow.signal(name=RESOLVE_ACTION_SIGNAL)
-    def resolve_action(self, signal: ResolveActionSignal) -> None:
-        self._decisions.setdefault(signal.action_id, signal.decision)
 
     @workflow.update(name=RESOLVE_ACTION_UPDATE)
     def decide_action(self, decision: ResolveActionSignal) -> str:

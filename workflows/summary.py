@@ -3,11 +3,12 @@
 One per session at a time, under the session's id (parley/ids.py `summary_workflow_id`). A
 finished turn's last step (`start_summary`) starts it, or signals the run under way (one
 signal-with-start call, which attaches to a running workflow of that id), and does not wait,
-so it never delays `done`. Each pass is one step, `summarize`, a local activity when the turn
-that asked last is of the current generation; it folds everything that has left the window
-by then, however many turns that is. A turn that asks while a pass is under way gets one
-more pass after it: the asks coalesce (three turns finishing meanwhile cost one pass, not
-three). With nothing asked since the pass began, the run ends; a later turn starts the next.
+so it never delays `done`. Each pass is one step, `summarize`, a local activity when a turn's
+ending asked last (a regular one when a forgotten message did, dispatch/summaries.py); it
+folds everything that has left the window by then, however many turns that is. A turn that
+asks while a pass is under way gets one more pass after it: the asks coalesce (three turns
+finishing meanwhile cost one pass, not three). With nothing asked since the pass began, the
+run ends; a later turn starts the next.
 
 A local pass's result reaches the server only with the workflow task that carries the run's
 next command. Were that command the run's end, asks that arrived during the pass would make

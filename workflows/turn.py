@@ -11,14 +11,15 @@ runs), and the next worker runs the step again (a model call resets what it had 
 Tools, the confirmed send, the confirmation wait and the endings by failure or Stop stay
 regular activities and timers: an operator sees them pending, and an ending is scheduled once
 even when the task that asked for it is refused (a Stop or a tool's result arriving in it).
-Turns of the previous generation run as they were recorded (workflows/patches.py).
+A new shape is a new build, never a branch in this code: each turn is pinned to the build it
+started on (dispatch/deployment.py).
 
 The shape of a turn:
 
     build context ─▶ call model ─▶ (tool calls?) ─▶ run tools ─▶ build context ─▶ call model …
          │                                        │
          └─ resolver asked the user ─▶ finalize    └─ a proposal ─▶ rest awaiting confirmation
-                                                        ─▶ signal / timeout ─▶ send or not …
+                                                        ─▶ decision / timeout ─▶ send or not …
 
 Bounded by MAX_MODEL_CALLS requests (retries count), MAX_OUTPUT_TOKENS and
 MAX_TOOL_CALLS_PER_RESPONSE; a repeated call is refused; the loop keeps its last request for a
@@ -76,14 +77,13 @@ with workflow.unsafe.imports_passed_through():
         TurnOutcome,
         TurnState,
     )
-    from parley.screens import DECLINE_TEXT, RETRACTION_TEXT
+    from parley.screens import DECLINE_TEXT
     from parley.skills import RUN_SKILL
     from parley.statuses import ActionStatus, Decision, TurnErrorCode, turn_error_code
     from parley.tools import Risk, risk_of
 
 from workflows.model_step import call_model_or_fallback
-from workflows.options import FOLLOWUPS, SCREEN, SEND, SKILL, STORE, TOOL, to_its_end
-from workflows.patches import runs_current_shape
+from workflows.options import SCREEN, SEND, SKILL, STORE, TOOL, to_its_end
 from workflows.specialist import delegation, run_specialist
 from workflows.wording import (
     BOUNDS_TEXT,
@@ -95,7 +95,6 @@ from workflows.wording import (
     TOO_MANY_TOOLS,
 )
 
-FOLLOWUPS_GRACE = timedelta(milliseconds=300)
 OPERATOR_STATES = TERMINAL_TURN_STATES | {TurnState.awaiting_confirmation}
 
 
@@ -111,15 +110,16 @@ class TurnWorkflow:
         self._shown = TurnState.received  # the search attribute's value
         self._requests = 0  # model requests sent so far, retries and fallback included
         self._model_step = 0  # model calls scheduled so far: "model step 2" in the UI
-        # The current shape (workflows/patches.py); False: a previous-generation turn.
-        self._current = True
-        self._summary_started = False  # by the tail step (current shape)
+        self._summary_started = False  # by the tail step
 
     @workflow.query
     def state(self) -> str:
         """The turn's current state, as operators see it in the Temporal UI."""
         return self._state
 
+    # Kept only for the previous build's recordings (tests/histories/turn_v12_*), whose
+    # decisions came by signal; the API delivers every decision as the Update below. It goes
+    # with those recordings.
     @workflow.signal(name=RESOLVE_ACTION_SIGNAL)
     def resolve_action(self, signal: ResolveActionSignal) -> None:
         """The user confirmed or declined (or moved on from) a pending action."""
@@ -127,8 +127,8 @@ class TurnWorkflow:
 
     @workflow.update(name=RESOLVE_ACTION_UPDATE)
     def decide_action(self, decision: ResolveActionSignal) -> str:
-        """The same decision as an Update: the caller learns that the turn took it. Returns
-        the decision the turn holds for the action (the first one delivered wins)."""
+        """The user's decision, as the API delivers it: the caller learns that the turn took
+        it. Returns the decision the turn holds for the action (the first one delivered wins)."""
         return self._decisions.setdefault(decision.action_id, decision.decision)
 
     @decide_action.validator
@@ -173,14 +173,13 @@ class TurnWorkflow:
 
     @workflow.run
     async def run(self, inp: TurnInput) -> TurnOutcome:
-        self._current = runs_current_shape(inp)
         outcome = await self._run(inp)
         if not self._summary_started:
             # After `done`: started, not awaited, best effort (the next turn's covers a miss).
             try:
                 await STORE.run_local(
                     MemoryActivities.start_summary,
-                    SummarizeInput(inp.session_id, inp.turn_id, local=self._current),
+                    SummarizeInput(inp.session_id, inp.turn_id, local=True),
                     summary="start the rolling summary",
                 )
             except ActivityError:
@@ -307,31 +306,10 @@ class TurnWorkflow:
         return await self._screened_answer(inp, answer)
 
     async def _screened_answer(self, inp: TurnInput, call: CallModelResult) -> TurnOutcome:
-        """The output screen and the follow-ups run side by side once the answer is complete;
-        a declined answer is retracted, an erroring screen lets the answer stand. In the
-        current shape both are parts of the tail step (activities/ending.py)."""
-        if self._current:
-            return await self._finalize(inp, call.model_call_id, screen=True)
-        check = ScreenInput(inp.turn_id, call.model_call_id)
-        screen = SCREEN.run_local(ScreenActivities.screen_output, check, summary="screen answer")
-        followups = FOLLOWUPS.run_local(
-            ScreenActivities.suggest_followups, check, summary="suggest follow-ups"
-        )
-        try:
-            verdict = await screen
-        except ActivityError:
-            verdict = ScreenResult(True, "screen_error")  # fail open; the activity logged it
-        if workflow.cancellation_reason() is not None:
-            followups.cancel()  # a cancelled screen is no verdict: the Stop is honoured
-        self._honour_cancel()
-        if not verdict.allowed:
-            followups.cancel()
-            return await self._finalize(
-                inp, call.model_call_id, override=RETRACTION_TEXT, retract=True
-            )
-        # Follow-ups are a courtesy: a moment's head start, never a wait for `done`.
-        await workflow.wait([followups], timeout=FOLLOWUPS_GRACE.total_seconds())
-        return await self._finalize(inp, call.model_call_id)
+        """The output screen and the follow-ups run side by side once the answer is complete,
+        both parts of the tail step (activities/ending.py): a declined answer is retracted, an
+        erroring screen lets the answer stand."""
+        return await self._finalize(inp, call.model_call_id, screen=True)
 
     async def _build_context(
         self, inp: TurnInput, step: int, *, reanswer_of: str | None = None
@@ -348,9 +326,7 @@ class TurnWorkflow:
     async def _call_model(self, inp: TurnInput, model_call_id: str) -> CallModelResult:
         self._model_step += 1
         self._enter(TurnState.calling_model, f"model step {self._model_step}")
-        answered = await call_model_or_fallback(
-            inp, model_call_id, self._model_step, local=self._current
-        )
+        answered = await call_model_or_fallback(inp, model_call_id, self._model_step)
         # A call that finished before it heard of the Stop does not swallow it.
         self._honour_cancel()
         return answered
@@ -366,26 +342,18 @@ class TurnWorkflow:
         *,
         outcome: str = "completed",
         override: str | None = None,
-        retract: bool = False,
         screen: bool = False,
     ) -> TurnOutcome:
-        """Store the ending. In the current shape one step also screens a model's answer
-        (`screen`), offers its follow-ups and starts the rolling summary when due."""
+        """Store the ending in one step that also screens a model's answer (`screen`), offers
+        its follow-ups and starts the rolling summary when due."""
         self._honour_cancel()
-        ending = FinalizeTurnInput(inp.turn_id, model_call_id, outcome, override, retract)
-        if self._current:
-            message_id = await STORE.run_local(
-                EndingActivities.finish_turn,
-                FinishTurnInput(ending, inp.session_id, screen),
-                summary=f"finish ({outcome}{', screened' if screen else ''})",
-            )
-            self._summary_started = True
-        else:
-            message_id = await STORE.run_local(
-                TurnActivities.finalize_turn,
-                ending,
-                summary=f"finalize ({outcome}{', retracted' if retract else ''})",
-            )
+        ending = FinalizeTurnInput(inp.turn_id, model_call_id, outcome, override)
+        message_id = await STORE.run_local(
+            EndingActivities.finish_turn,
+            FinishTurnInput(ending, inp.session_id, screen),
+            summary=f"finish ({outcome}{', screened' if screen else ''})",
+        )
+        self._summary_started = True
         ended = TurnState.expired if outcome == "expired" else TurnState.completed
         self._enter(ended, f"answered with message {message_id}")
         return TurnOutcome(outcome, message_id or None)
@@ -460,7 +428,7 @@ class TurnWorkflow:
                 ActionInput(inp.turn_id, action_id),
                 summary=f"expire {action_id}",
             )
-            decision = stored.status  # "expired", or the answer whose signal was lost
+            decision = stored.status  # "expired", or the answer whose delivery was lost
         if decision in ("superseded", "expired", "declined"):
             return decision
         self._honour_cancel()  # no send starts after the Stop

@@ -33,7 +33,6 @@ from dispatch.specialists import deliver_and_record
 from parley.config import Settings
 from parley.contracts import (
     TERMINAL_TURN_STATES,
-    TURN_GENERATION,
     ResolveActionSignal,
     TurnInput,
     TurnState,
@@ -155,7 +154,6 @@ async def _start(
                     tenant_id=turn.tenant_id,
                     confirmation_timeout_s=settings.confirmation_timeout_s,
                     fallback=settings.has_fallback_model,
-                    generation=TURN_GENERATION,
                 ),
                 task_queue=settings.task_queue,
                 turn_number=turn_number,

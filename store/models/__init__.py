@@ -25,6 +25,7 @@ from store.models.core import (
     User,
 )
 from store.models.erasure import Erasure
+from store.models.imports import ConversationImport
 from store.models.knowledge import (
     KnowledgeChunk,
     KnowledgeDocument,
@@ -72,4 +73,5 @@ __all__ = [
     "Export",
     "Erasure",
     "QueuedMessage",
+    "ConversationImport",
 ]

@@ -46,7 +46,9 @@ TENANT_ROUTES = (
 # `DELETE /v1/me` and the erasure's status link: run apart, as a user made for the run.
 ERASURE_ROUTES = "^/v1/(me$|erasures/)"
 # A reused `client_message_id` with another text is answered 422 `idempotency_key_reused`
-# (api.md): a schema-valid body, rejected because of what an earlier case posted. A tenant's
+# (api.md): a schema-valid body, rejected because of what an earlier case posted; so is an
+# import's (`client_import_id`), whose items also keep rules no schema states (times in order,
+# none in the future, text not blank: parley/imports.py). A tenant's
 # configuration has rules between fields no JSON Schema can state (a server's `risk` names
 # only its `allowed_tools`, a namespaced tool name fits 64 characters) and the deployment's
 # egress rules for an MCP server's URL (`url_not_allowed`, which resolves the host), so 422
@@ -58,6 +60,13 @@ include-path = "/v1/sessions/{session_id}/messages"
 include-method = "POST"
 checks.positive_data_acceptance.expected-statuses = [
     "2xx", "401", "403", "404", "409", "422", "429",
+]
+
+[[operations]]
+include-path = "/v1/sessions/{session_id}/import"
+include-method = "POST"
+checks.positive_data_acceptance.expected-statuses = [
+    "2xx", "401", "404", "409", "422",
 ]
 
 [[operations]]
@@ -74,7 +83,7 @@ parameters."path.tenant_id" = "${PARLEY_FUZZ_TENANT}"
 generation.max-examples = 25
 
 [[operations]]
-include-path-regex = '^/v1/.*\{(turn_id|action_id|file_id|key)\}'
+include-path-regex = '^/v1/.*\{(turn_id|action_id|file_id|import_id|key)\}'
 generation.max-examples = 10
 """
 # What a tenant's configuration refuses that its schema cannot state (the 422s the second

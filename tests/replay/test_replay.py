@@ -2,35 +2,43 @@
 
 Every file in tests/histories/ is the history of a real turn (or of a session's summary run,
 `summary_v*`, recorded by tests/system/test_summary_runs.py; of an export or a retention purge,
-`data_v*`, recorded by tests/workflow/test_data_workflows.py; or of an erasure, `erasure_v*`,
-recorded by tests/workflow/test_erasure_workflow.py). A change to the workflow that
-would break a turn already running in production fails here; such a change needs
-`workflow.patched()` (or a new workflow type), not an edit to the recording.
+`data_v*`, recorded by tests/workflow/test_data_workflows.py; of an erasure, `erasure_v*`,
+recorded by tests/workflow/test_erasure_workflow.py; or of an import's indexing, `import_v*`,
+recorded by tests/workflow/test_import_workflow.py). A change to the workflow that
+would break a turn already running in production fails here. Turns are pinned to the build
+they started on (dispatch/deployment.py), so such a change ships as a new build with a new
+recording, never as a `workflow.patched()` branch (none is allowed, below).
 
 To record the current code's histories next to the old ones:
     PARLEY_RECORD_HISTORY=turn_vN .venv/bin/pytest tests/workflow/test_replay_shapes.py
 then commit tests/histories/turn_vN_*.json: one history of every shape in SHAPES, each
-fetched after the workflow closed (tests/workflow/test_replay_shapes.py). The previous generation's
-recordings stay beside the current ones: they guard the path its turns still take
-(workflows/patches.py); older ones go once no turn started on them can still be running.
+fetched after the workflow closed (tests/workflow/test_replay_shapes.py), and move `CURRENT`
+(tests/support/histories.py). The previous build's recordings stay beside the current ones
+until no turn started on that build can still be running; older ones go.
 """
 
 from __future__ import annotations
 
+import ast
 import gc
+import json
 import warnings
 from pathlib import Path
 
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
+from temporalio.converter import DataConverter
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
+import workflows
+from parley.contracts import TurnInput
 from tests.support.histories import HISTORIES, SHAPES, current
 from tests.support.workflow_variants import ExtraStep, ScreenAfterContext
 from workflows.erasure import ErasureWorkflow
 from workflows.export import ExportWorkflow
+from workflows.imports import ImportWorkflow
 from workflows.retention import RetentionPurgeWorkflow
 from workflows.specialist import SpecialistWorkflow
 from workflows.summary import SummaryWorkflow
@@ -52,8 +60,9 @@ async def test_committed_history_replays(path: Path) -> None:
     history = WorkflowHistory.from_json("recorded-turn", path.read_text())
     # A delegated turn's specialist (specialist_v*_returns) replays beside the turns, and so
     # do the summary runs, the exports and purges (data_v*, tests/workflow/
-    # test_data_workflows.py) and the erasures (erasure_v*, tests/workflow/
-    # test_erasure_workflow.py).
+    # test_data_workflows.py), the erasures (erasure_v*, tests/workflow/
+    # test_erasure_workflow.py) and the imports (import_v*, tests/workflow/
+    # test_import_workflow.py).
     workflows = [
         TurnWorkflow,
         SpecialistWorkflow,
@@ -61,6 +70,7 @@ async def test_committed_history_replays(path: Path) -> None:
         ExportWorkflow,
         RetentionPurgeWorkflow,
         ErasureWorkflow,
+        ImportWorkflow,
     ]
     await Replayer(workflows=workflows).replay_workflow(history)
 
@@ -97,3 +107,42 @@ async def test_two_reordered_local_steps_fail_replay_of_every_shape(shape: str) 
         # step of the variant was left unawaited to warn then.
         gc.collect()
     assert not [w for w in caught if "never awaited" in str(w.message)], caught
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_recorded_input_with_a_field_since_removed_still_decodes(shape: str) -> None:
+    # The recordings' inputs name the `generation` their turns ran, a field TurnInput no
+    # longer has: the SDK's converter ignores a key the dataclass lacks (its `value_to_type`),
+    # so their turns replay with the code that dropped it.
+    [started] = current(shape).events[:1]
+    [payload] = started.workflow_execution_started_event_attributes.input.payloads
+    assert "generation" in json.loads(payload.data)
+    [inp] = DataConverter.default.payload_converter.from_payloads([payload], [TurnInput])
+    assert isinstance(inp, TurnInput) and inp.turn_id.startswith("turn_")
+
+
+PATCH_CALLS = {"patched", "deprecate_patch"}
+
+
+def _patch_calls(tree: ast.Module) -> list[str]:
+    return [
+        f"line {node.lineno}: {ast.unparse(node)}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in PATCH_CALLS
+    ]
+
+
+@pytest.mark.parametrize(
+    "path", sorted(Path(workflows.__file__).parent.glob("*.py")), ids=lambda p: p.stem
+)
+def test_no_workflow_branches_on_a_patch(path: Path) -> None:
+    # One way to version a workflow: a new shape is a new build, and turns are pinned to the
+    # build they started on (dispatch/deployment.py).
+    assert _patch_calls(ast.parse(path.read_text())) == []
+
+
+def test_the_guard_sees_a_patch_marker() -> None:
+    tree = ast.parse("if workflow.patched('turn-v14'):\n    pass\nworkflow.deprecate_patch('x')\n")
+    assert len(_patch_calls(tree)) == 2

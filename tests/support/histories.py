@@ -18,8 +18,9 @@ from workflows.specialist import SpecialistWorkflow
 from workflows.turn import TurnWorkflow
 
 HISTORIES = Path(__file__).resolve().parents[1] / "histories"
-# The recording made with the current workflow code: every shape, each to its close. The
-# previous generation's recording (turn_v11) replays too (workflows/patches.py).
+# The recording of the current build's turns: every shape, each to its close. It is the
+# previous build's too: the build that dropped `TurnInput.generation` and the turn's v11 path
+# left the commands of a turn as they were (its input's `generation` key is ignored).
 CURRENT = "turn_v12"
 SHAPES = (
     "plain",

@@ -26,7 +26,6 @@ from dispatch.outbox import WORKFLOW_TASK_TIMEOUT
 from dispatch.runner import one_batch_per_task
 from parley.contracts import (
     SEARCH_ATTRIBUTES,
-    TURN_GENERATION,
     CallModelInput,
     ResolveActionSignal,
     TurnInput,
@@ -97,7 +96,7 @@ async def turn(
         turn_id = f"turn_{uuid.uuid4().hex[:8]}"
         handle = await env.client.start_workflow(
             TurnWorkflow.run,
-            TurnInput(turn_id, "ses_1", "northwind", fallback=fallback, generation=TURN_GENERATION),
+            TurnInput(turn_id, "ses_1", "northwind", fallback=fallback),
             id=f"turn-{turn_id}",
             task_queue=queue,
             task_timeout=task_timeout,
@@ -127,7 +126,7 @@ async def ends_cancelled(handle: Turn, stubs: Stubs, *, in_a_refused_task: bool 
     [ended] = stubs.inputs("cancel_turn")
     assert (ended.code, ended.retryable) == ("cancelled", True)
     ran = await recorded_steps(handle) if in_a_refused_task else stubs.names()
-    assert "finalize_turn" not in ran and "fail_turn" not in ran
+    assert "finalize" not in ran and "fail_turn" not in ran
 
 
 async def recorded_steps(handle: Turn) -> list[str]:
@@ -166,5 +165,8 @@ def primary_down(inp: CallModelInput) -> ModelAnswer:
 
 
 async def decide(handle: Turn, stubs: Stubs, decision: str) -> None:
+    """The user's answer to the card, as the API delivers it (dispatch/control.py): an Update
+    the turn takes."""
     await reached(stubs, "request_confirmation")
-    await handle.signal(TurnWorkflow.resolve_action, ResolveActionSignal(ACTION_ID, decision))
+    answer = ResolveActionSignal(ACTION_ID, decision)
+    assert await handle.execute_update(TurnWorkflow.decide_action, answer) == decision

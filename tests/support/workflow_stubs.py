@@ -111,15 +111,12 @@ class Stubs:
             self.build_context,
             self.call_model,
             self.request_confirmation,
-            self.finalize_turn,
             self.fail_turn,
             self.cancel_turn,
             self.execute_tool,
             self.send_email,
             self.expire_action,
             self.screen_input,
-            self.screen_output,
-            self.suggest_followups,
             self.start_summary,
             self.summarize,
         ]
@@ -166,14 +163,10 @@ class Stubs:
     async def request_confirmation(self, inp: RequestConfirmationInput) -> None:
         await self._arrive("request_confirmation", inp)
 
-    @activity.defn(name="finalize_turn")
-    async def finalize_turn(self, inp: FinalizeTurnInput) -> str:
-        await self._arrive("finalize_turn", inp)
-        return f"msg_{inp.model_call_id}"
-
     async def finalize(self, inp: FinalizeTurnInput, *, backlog: bool = False) -> Finalized:
-        """The tail step's way in to `finalize_turn` (it reads no backlog here)."""
-        return Finalized(await self.finalize_turn(inp))
+        """The tail step's ending (it reads no backlog here)."""
+        await self._arrive("finalize", inp)
+        return Finalized(f"msg_{inp.model_call_id}")
 
     @activity.defn(name="fail_turn")
     async def fail_turn(self, inp: FailTurnInput) -> None:
@@ -210,23 +203,16 @@ class Stubs:
         """No read here: the parts below answer from the script."""
         return None
 
-    @activity.defn(name="screen_output")
-    async def screen_output(self, inp: ScreenInput) -> ScreenResult:
-        return await self.judge_output(inp)
-
     async def judge_output(
         self, inp: ScreenInput, facts: AnswerFacts | None = None
     ) -> ScreenResult:
-        """The tail step's way in (recorded under the step's name, as the earlier shape ran it)."""
-        await self._arrive("screen_output", inp)
+        """The tail step's output screen."""
+        await self._arrive("judge_output", inp)
         return self.output_screen
 
-    @activity.defn(name="suggest_followups")
-    async def suggest_followups(self, inp: ScreenInput) -> None:
-        await self.offer_followups(inp)
-
     async def offer_followups(self, inp: ScreenInput, facts: AnswerFacts | None = None) -> None:
-        await self._arrive("suggest_followups", inp)
+        """The tail step's follow-ups."""
+        await self._arrive("offer_followups", inp)
 
     async def start_when_due(self, inp: SummarizeInput, backlog: Backlog | None = None) -> None:
         """The tail step's way in to `start_summary` (the backlog it is handed is not read)."""

@@ -9,8 +9,8 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
-from parley.contracts import RESOLVE_ACTION_SIGNAL, ResolveActionSignal
-from parley.ids import workflow_id_for_turn
+from dispatch.control import deliver_decision
+from parley.contracts import ResolveActionSignal
 from store import actions
 from store.identity import Identity
 from store.models import ModelCall, ToolCall
@@ -61,7 +61,7 @@ async def test_a_message_right_after_a_confirmation_waits_for_that_turn(
     turn_id = posted.json()["turn_id"]
     events = await priya.events(sid, turn_id)
     action_id = events[-1].data["action"]["id"]
-    # Confirmed in the store, the signal not yet delivered: the turn is about to resume.
+    # Confirmed in the store, the decision not yet delivered: the turn is about to resume.
     async with sessions() as db:
         await actions.resolve_action(
             db, action_id=action_id, session_id=sid, owner=None, decision="confirmed"
@@ -75,8 +75,8 @@ async def test_a_message_right_after_a_confirmation_waits_for_that_turn(
     assert busy.status_code == 409
     assert busy.json()["error"]["code"] == "turn_in_progress"
     assert busy.json()["error"]["active_turn_id"] == turn_id
-    handle = temporal_client.get_workflow_handle(workflow_id_for_turn(turn_id))
-    await handle.signal(RESOLVE_ACTION_SIGNAL, ResolveActionSignal(action_id, "confirmed"))
+    confirmed = ResolveActionSignal(action_id, "confirmed")
+    assert await deliver_decision(temporal_client, turn_id=turn_id, decision=confirmed)
     rest = await priya.events(sid, turn_id, last_event_id=events[-1].id)
     assert rest[-1].type == "done"
     # The turn's end promoted the queued one (this stack runs no outbox loop to start it).

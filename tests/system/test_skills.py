@@ -236,7 +236,7 @@ async def replay_and_maybe_record(client: Client, turn_id: str) -> None:
     handle = client.get_workflow_handle(workflow_id_for_turn(turn_id))
     await handle.result()
     history = await handle.fetch_history()
-    # A turn of the current generation records no patch marker, a skill step included.
+    # No patch marker (a new shape is a new build), only local steps', a skill step included.
     markers = [
         e.marker_recorded_event_attributes.marker_name
         for e in history.events

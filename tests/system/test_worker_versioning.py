@@ -27,7 +27,7 @@ from dispatch.deployment import (
     promote_configured,
 )
 from parley.config import Settings
-from parley.contracts import TURN_GENERATION, ResolveActionSignal, TurnInput, TurnOutcome
+from parley.contracts import ResolveActionSignal, TurnInput, TurnOutcome
 from parley.ids import workflow_id_for_turn
 from tests.support.client import ParleyClient
 from tests.support.time_skipping import (
@@ -76,7 +76,7 @@ async def test_a_turn_started_before_a_deploy_finishes_on_its_own_build(
     async with versioned_worker(client, old, queue, old_stubs):
         waiting = await client.start_workflow(
             TurnWorkflow.run,
-            TurnInput("turn_pinned", "ses_1", "northwind", generation=TURN_GENERATION),
+            TurnInput("turn_pinned", "ses_1", "northwind"),
             id=queue + "-a",
             task_queue=queue,
             execution_timeout=timedelta(minutes=5),
@@ -87,14 +87,15 @@ async def test_a_turn_started_before_a_deploy_finishes_on_its_own_build(
         async with versioned_worker(client, new, queue, new_stubs):  # the deploy
             fresh = await client.start_workflow(
                 TurnWorkflow.run,
-                TurnInput("turn_fresh", "ses_2", "northwind", generation=TURN_GENERATION),
+                TurnInput("turn_fresh", "ses_2", "northwind"),
                 id=queue + "-b",
                 task_queue=queue,
                 execution_timeout=timedelta(minutes=5),
             )
             assert await fresh.result() == TurnOutcome("completed", "msg_mc_0")
-            await waiting.signal(
-                TurnWorkflow.resolve_action, ResolveActionSignal(ACTION_ID, "confirmed")
+            confirmed = ResolveActionSignal(ACTION_ID, "confirmed")
+            assert (
+                await waiting.execute_update(TurnWorkflow.decide_action, confirmed) == "confirmed"
             )
             await waiting.result()
 

@@ -39,7 +39,7 @@ def _parameters(node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
 
 def test_the_product_has_activities_to_check() -> None:
     names = {name.rsplit(":", 1)[1] for name, _ in _activities()}
-    assert {"build_context", "call_model", "screen_output", "finish_turn"} <= names
+    assert {"build_context", "call_model", "screen_input", "finish_turn"} <= names
 
 
 def test_every_activity_takes_exactly_one_argument() -> None:

@@ -26,7 +26,7 @@ from gateway.base import Finish, ModelRequest, TextDelta
 from gateway.demo import DemoModel
 from gateway.registry import ProviderPool
 from parley.config import Settings
-from parley.contracts import TURN_GENERATION, TurnInput
+from parley.contracts import TurnInput
 
 REPO = Path(__file__).resolve().parents[2]
 OFF = Settings(database_url="postgresql://unused")
@@ -104,7 +104,6 @@ def _turn_input() -> TurnInput:
         session_id="ses_1",
         tenant_id="northwind",
         confirmation_timeout_s=60,
-        generation=TURN_GENERATION,
     )
 
 

@@ -79,10 +79,10 @@ def failing(stubs: Stubs) -> None:
 
 
 SHAPE_RUNS: dict[str, Shape] = {
-    "plain": Shape(ran=("screen_output", "finalize_turn"), skipped=("execute_tool",)),
+    "plain": Shape(ran=("judge_output", "finalize"), skipped=("execute_tool",)),
     "tool": Shape(
         prepare=script(answers=lambda: [[tool("get_order", "h1")], []]),
-        ran=("execute_tool", "finalize_turn"),
+        ran=("execute_tool", "finalize"),
     ),
     "confirmed": Shape(
         prepare=script(answers=proposing), act=deciding("confirmed"), ran=("send_email",)
@@ -102,20 +102,18 @@ SHAPE_RUNS: dict[str, Shape] = {
         ends=CANCELED,
         task_timeout=STOP_HEARD_SOONER,
         ran=("cancel_turn",),
-        skipped=("finalize_turn",),
+        skipped=("finalize",),
     ),
-    "failed": Shape(prepare=failing, ran=("fail_turn",), skipped=("finalize_turn",)),
+    "failed": Shape(prepare=failing, ran=("fail_turn",), skipped=("finalize",)),
     "clarification": Shape(
-        prepare=script(clarification=True), ran=("finalize_turn",), skipped=("call_model",)
+        prepare=script(clarification=True), ran=("finalize",), skipped=("call_model",)
     ),
     "fallback": Shape(prepare=script(model=lambda: primary_down), fallback=True),
     "retracted": Shape(
         # Still suggesting when the answer is withdrawn (the test server refuses to cancel
         # a step that has just finished, so the race is kept out of the recording).
-        prepare=script(
-            output_screen=ScreenResult(False, "blocked_term"), hold={"suggest_followups"}
-        ),
-        ran=("screen_output", "finalize_turn"),
+        prepare=script(output_screen=ScreenResult(False, "blocked_term"), hold={"offer_followups"}),
+        ran=("judge_output", "finalize"),
     ),
     # The tool loop hits its cap; a step without tools words the answer.
     "reanswer": Shape(
@@ -124,7 +122,7 @@ SHAPE_RUNS: dict[str, Shape] = {
                 [[tool("get_order", f"h{n}")] for n in range(MAX_MODEL_CALLS - 1)] + [[]]
             )
         ),
-        ran=("execute_tool", "screen_output", "finalize_turn"),
+        ran=("execute_tool", "judge_output", "finalize"),
     ),
 }
 
@@ -155,7 +153,7 @@ async def test_each_shape_runs_to_its_close_and_replays(
     if name == "fallback":
         assert [c.fallback for c in stubs.inputs("call_model")][-1] is True
     if name == "retracted":
-        assert stubs.inputs("finalize_turn")[0].retract is True
+        assert stubs.inputs("finalize")[0].retract is True
     if name == "reanswer":
         assert stubs.inputs("build_context")[-1].reanswer_of is not None
     await Replayer(workflows=[TurnWorkflow]).replay_workflow(history)

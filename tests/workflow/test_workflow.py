@@ -45,9 +45,9 @@ async def test_a_plain_turn_is_screened_answered_and_finalized(
 ) -> None:
     async with turn(env, stubs) as handle:
         assert await handle.result() == TurnOutcome("completed", "msg_mc_0")
-    assert stubs.names()[-1] == "finalize_turn"
-    assert {"screen_input", "screen_output", "suggest_followups"} <= set(stubs.names())
-    [final] = stubs.inputs("finalize_turn")
+    assert stubs.names()[-1] == "finalize"
+    assert {"screen_input", "judge_output", "offer_followups"} <= set(stubs.names())
+    [final] = stubs.inputs("finalize")
     assert (final.outcome, final.override_text, final.retract) == ("completed", None, False)
 
 
@@ -60,7 +60,7 @@ async def test_the_turn_starts_its_summary_workflow_once_the_answer_is_stored(
     [summary] = stubs.summaries
     assert summary.turn_id == handle.id.removeprefix("turn-")
     assert summary.session_id == "ses_1"
-    assert stubs.names()[-1] == "finalize_turn"
+    assert stubs.names()[-1] == "finalize"
     assert "summarize" not in stubs.names()
 
 
@@ -85,9 +85,9 @@ async def test_at_the_tool_loops_cap_a_step_without_tools_answers_from_what_it_f
     ]
     assert contexts[-1].step == MAX_MODEL_CALLS - 1
     # Its words are the answer, screened like any other.
-    [final] = stubs.inputs("finalize_turn")
+    [final] = stubs.inputs("finalize")
     assert (final.model_call_id, final.override_text) == (f"mc_{MAX_MODEL_CALLS - 1}", None)
-    assert "screen_output" in stubs.names()
+    assert "judge_output" in stubs.names()
 
 
 async def test_a_re_answer_that_still_asks_for_tools_is_refused_and_the_bounds_text_ends_it(
@@ -100,9 +100,9 @@ async def test_a_re_answer_that_still_asks_for_tools_is_refused_and_the_bounds_t
     tools = stubs.inputs("execute_tool")
     assert len(tools) == MAX_MODEL_CALLS  # every call the model made has a result
     assert [t.refuse for t in tools[-2:]] == ["turn budget spent"] * 2
-    [final] = stubs.inputs("finalize_turn")
+    [final] = stubs.inputs("finalize")
     assert (final.outcome, final.override_text) == ("completed", BOUNDS_TEXT)
-    assert "screen_output" not in stubs.names()
+    assert "judge_output" not in stubs.names()
 
 
 async def test_an_identical_repeated_tool_call_is_refused_not_run_again(
@@ -119,7 +119,7 @@ async def test_an_identical_repeated_tool_call_is_refused_not_run_again(
     assert (first.call_id, first.refuse) == ("call_1", None)
     assert second.call_id == "call_2" and second.refuse is not None
     assert "identical call" in second.refuse
-    assert stubs.inputs("finalize_turn")[0].override_text is None
+    assert stubs.inputs("finalize")[0].override_text is None
 
 
 # --- fallback --------------------------------------------------------------------------------
@@ -134,7 +134,7 @@ async def test_the_fallback_answers_once_the_primarys_retries_are_spent(
         await replays(handle, "_fallback")
     calls = stubs.inputs("call_model")
     assert [c.fallback for c in calls] == [False] * 5 + [True]
-    assert stubs.inputs("finalize_turn")[0].outcome == "completed"
+    assert stubs.inputs("finalize")[0].outcome == "completed"
 
 
 async def test_without_a_fallback_the_turn_fails_with_the_primarys_error_at_once(
@@ -190,7 +190,7 @@ async def test_a_confirmation_nobody_answers_expires(
         assert await handle.query(TurnWorkflow.state) == TurnState.expired
     [expired] = stubs.inputs("expire_action")
     assert expired.action_id == ACTION_ID
-    [final] = stubs.inputs("finalize_turn")
+    [final] = stubs.inputs("finalize")
     assert (final.outcome, final.override_text) == ("expired", EXPIRED_TEXT)
     assert "send_email" not in stubs.names()
 
@@ -203,7 +203,7 @@ async def test_an_answer_whose_signal_was_lost_is_read_when_the_wait_times_out(
     async with turn(env, stubs) as handle:
         await handle.result()
     assert stubs.names().count("send_email") == 1
-    assert stubs.inputs("finalize_turn")[0].outcome == "completed"
+    assert stubs.inputs("finalize")[0].outcome == "completed"
 
 
 async def test_a_confirmed_email_is_sent_and_the_model_words_it(
@@ -216,8 +216,8 @@ async def test_a_confirmed_email_is_sent_and_the_model_words_it(
     [sent] = stubs.inputs("send_email")
     assert sent.action_id == ACTION_ID
     assert len(stubs.inputs("call_model")) == 3  # propose, ask, word the outcome
-    assert stubs.names().index("send_email") < stubs.names().index("finalize_turn")
-    assert stubs.inputs("finalize_turn")[0].outcome == "completed"
+    assert stubs.names().index("send_email") < stubs.names().index("finalize")
+    assert stubs.inputs("finalize")[0].outcome == "completed"
     assert "expire_action" not in stubs.names()
 
 
@@ -230,7 +230,7 @@ async def test_a_declined_email_is_not_sent_and_the_model_words_it(
         await handle.result()
     assert "send_email" not in stubs.names()
     assert len(stubs.inputs("call_model")) == 3
-    assert stubs.inputs("finalize_turn")[0].outcome == "completed"
+    assert stubs.inputs("finalize")[0].outcome == "completed"
 
 
 async def test_a_superseded_confirmation_ends_the_turn_quietly(
@@ -242,7 +242,7 @@ async def test_a_superseded_confirmation_ends_the_turn_quietly(
         await handle.result()
     assert "send_email" not in stubs.names()
     assert len(stubs.inputs("call_model")) == 2
-    [final] = stubs.inputs("finalize_turn")
+    [final] = stubs.inputs("finalize")
     assert (final.outcome, final.override_text) == ("superseded", None)
 
 
@@ -256,18 +256,18 @@ async def test_a_declined_input_is_answered_by_code_and_the_model_never_called(
     async with turn(env, stubs) as handle:
         await handle.result()
     assert "call_model" not in stubs.names()
-    [final] = stubs.inputs("finalize_turn")
+    [final] = stubs.inputs("finalize")
     assert (final.override_text, final.retract) == (DECLINE_TEXT, False)
 
 
 async def test_a_declined_answer_is_retracted(env: WorkflowEnvironment, stubs: Stubs) -> None:
     stubs.output_screen = ScreenResult(False, "blocked_term")
-    stubs.hold = {"suggest_followups"}  # still suggesting when the answer is withdrawn
+    stubs.hold = {"offer_followups"}  # still suggesting when the answer is withdrawn
     async with turn(env, stubs) as handle:
         await handle.result()
-    [final] = stubs.inputs("finalize_turn")
+    [final] = stubs.inputs("finalize")
     assert (final.override_text, final.retract) == (RETRACTION_TEXT, True)
-    assert "suggest_followups" not in stubs.finished
+    assert "offer_followups" not in stubs.finished
 
 
 async def test_an_input_screen_that_keeps_failing_fails_the_turn_closed(
@@ -277,32 +277,32 @@ async def test_an_input_screen_that_keeps_failing_fails_the_turn_closed(
     async with turn(env, stubs) as handle:
         await handle.result()
     assert stubs.names().count("screen_input") == 3  # the screen's attempts, then no more
-    assert "call_model" not in stubs.names() and "finalize_turn" not in stubs.names()
+    assert "call_model" not in stubs.names() and "finalize" not in stubs.names()
     assert [f.code for f in stubs.inputs("fail_turn")] == ["model_failed"]
 
 
 async def test_an_output_screen_that_keeps_failing_lets_the_answer_stand(
     env: WorkflowEnvironment, stubs: Stubs
 ) -> None:
-    stubs.errors["screen_output"] = ApplicationError("moderation unreachable")
+    stubs.errors["judge_output"] = ApplicationError("moderation unreachable")
     async with turn(env, stubs) as handle:
         await handle.result()
-    [final] = stubs.inputs("finalize_turn")
+    [final] = stubs.inputs("finalize")
     assert (final.override_text, final.retract) == (None, False)
 
 
 async def test_follow_ups_that_fail_or_take_too_long_never_hold_the_answer_back(
     env: WorkflowEnvironment, stubs: Stubs
 ) -> None:
-    stubs.hold = {"suggest_followups"}  # never released: dropped after their grace
+    stubs.hold = {"offer_followups"}  # never released: dropped after their grace
     async with turn(env, stubs) as handle:
         assert await handle.result() == TurnOutcome("completed", "msg_mc_0")
-    assert "suggest_followups" not in stubs.finished  # cancelled, not waited for
-    [final] = stubs.inputs("finalize_turn")
+    assert "offer_followups" not in stubs.finished  # cancelled, not waited for
+    [final] = stubs.inputs("finalize")
     assert (final.override_text, final.retract) == (None, False)
 
     failing = Stubs()
-    failing.errors["suggest_followups"] = ApplicationError("suggestions unavailable")
+    failing.errors["offer_followups"] = ApplicationError("suggestions unavailable")
     async with turn(env, failing) as handle:
         assert await handle.result() == TurnOutcome("completed", "msg_mc_0")
     assert [s.turn_id for s in failing.summaries] == [handle.id.removeprefix("turn-")]

@@ -1,6 +1,7 @@
 """The turn workflow's lifecycle rules alone, on the time-skipping server with stub
 activities: a Stop is honoured at every step boundary even when the step finished anyway,
-a step that finds the turn stopped ends it, decisions arrive as a validated Update, paused
+a step that finds the turn stopped ends it, decisions arrive as a validated Update (the
+previous build's recordings deliver them by signal, which the turn still takes), paused
 and failing steps end the turn with a contract code, and the caps count every request.
 
 Histories of cancelled, failed, expired, declined and superseded turns were recorded here
@@ -18,10 +19,10 @@ from temporalio.client import WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
+from dispatch.control import deliver_decision
 from parley.contracts import (
     MAX_MODEL_CALLS,
     MAX_TOOL_CALLS_PER_RESPONSE,
-    TURN_GENERATION,
     TURN_STOPPED,
     ResolveActionSignal,
     TurnInput,
@@ -57,7 +58,7 @@ SIGNALED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
         ("call_model", [[tool("get_order", "h1")]]),
         ("execute_tool", [[tool("get_order", "h1")]]),
         ("request_confirmation", proposing()),
-        ("screen_output", []),
+        ("judge_output", []),
     ],
 )
 async def test_a_stop_during_a_step_that_finishes_anyway_still_ends_the_turn_cancelled(
@@ -73,7 +74,7 @@ async def test_a_stop_during_a_step_that_finishes_anyway_still_ends_the_turn_can
         stubs.released[step].set()  # the step reports success after the cancel
         # A plain answer is one workflow task: a Stop during any of its steps comes in the
         # task that would have finished the turn, which the server then refuses.
-        plain = step in ("build_context", "screen_input", "screen_output") or not answers
+        plain = step in ("build_context", "screen_input", "judge_output") or not answers
         await ends_cancelled(handle, stubs, in_a_refused_task=plain)
         if step == "call_model" and not answers:
             await replays(handle, "_cancelled")
@@ -117,7 +118,7 @@ async def test_a_stop_recorded_before_the_confirm_in_one_workflow_task_starts_no
     async with stub_worker(env, stubs, queue, max_cached_workflows=0):
         handle = await env.client.start_workflow(
             TurnWorkflow.run,
-            TurnInput("turn_batched", "ses_1", "northwind", generation=TURN_GENERATION),
+            TurnInput("turn_batched", "ses_1", "northwind"),
             id=f"turn-{uuid.uuid4().hex[:8]}",
             task_queue=queue,
         )
@@ -144,7 +145,7 @@ async def test_a_step_that_finds_the_turn_stopped_ends_it_without_finalizing(
         assert (await handle.result()).ending == "stopped"
     assert len(stubs.inputs("call_model")) == 1  # never retried
     assert len(stubs.inputs("cancel_turn")) == 1
-    assert "finalize_turn" not in stubs.names() and "fail_turn" not in stubs.names()
+    assert "finalize" not in stubs.names() and "fail_turn" not in stubs.names()
 
 
 # --- failures end with a code from the contract ---------------------------------------------
@@ -234,6 +235,28 @@ async def test_an_update_decides_only_the_action_the_turn_waits_for(
     assert stubs.names().count("send_email") == 1
 
 
+async def test_a_decision_the_turn_does_not_wait_for_is_delivered_no_other_way(
+    env: WorkflowEnvironment, stubs: Stubs
+) -> None:
+    # One route (dispatch/control.py): refused by the turn and with no specialist to take it,
+    # a decision is left to the store, which the turn reads when its wait ends.
+    stubs.answers = proposing()
+    async with turn(env, stubs) as handle:
+        await reached(stubs, "request_confirmation")
+        turn_id = handle.id.removeprefix("turn-")
+        other = ResolveActionSignal("act_other", "confirmed")
+        assert not await deliver_decision(
+            env.client, turn_id=turn_id, decision=other, patience_s=0.3
+        )
+        mine = ResolveActionSignal(ACTION_ID, "confirmed")
+        assert await deliver_decision(env.client, turn_id=turn_id, decision=mine)
+        await handle.result()
+        kinds = [e.event_type async for e in handle.fetch_history_events()]
+    assert SIGNALED not in kinds
+    assert kinds.count(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED) == 1
+    assert stubs.names().count("send_email") == 1
+
+
 @pytest.mark.parametrize("decision", ["declined", "superseded"])
 async def test_declined_and_superseded_turns_replay(
     env: WorkflowEnvironment, stubs: Stubs, decision: str
@@ -281,7 +304,7 @@ async def test_retries_and_fallback_requests_count_against_the_turns_cap(
         await handle.result()
     calls = stubs.inputs("call_model")
     assert len(calls) * 3 >= MAX_MODEL_CALLS > (len(calls) - 1) * 3
-    [final] = stubs.inputs("finalize_turn")
+    [final] = stubs.inputs("finalize")
     assert final.override_text == BOUNDS_TEXT
 
 
@@ -298,7 +321,7 @@ async def test_the_confirmation_path_counts_and_never_exceeds_the_cap(
         await handle.result()
     assert len(stubs.inputs("call_model")) * 2 == MAX_MODEL_CALLS
     assert stubs.names().count("send_email") == 1
-    [final] = stubs.inputs("finalize_turn")
+    [final] = stubs.inputs("finalize")
     assert final.override_text == SENT_TEXT
 
 
@@ -315,7 +338,7 @@ async def test_a_proposal_at_the_loops_cap_is_refused_and_no_card_is_shown(
     assert stubs.inputs("execute_tool")[-1].refuse == "turn budget spent"
     assert "request_confirmation" not in stubs.names()
     assert "send_email" not in stubs.names()
-    [final] = stubs.inputs("finalize_turn")
+    [final] = stubs.inputs("finalize")
     assert (final.model_call_id, final.override_text) == (f"mc_{MAX_MODEL_CALLS - 1}", None)
 
 
