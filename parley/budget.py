@@ -64,10 +64,10 @@ def reaches_back(
 ) -> bool:
     """Whether a question with these recall `terms` asks about something the recent turns
     (`recent`, their messages as role and text) do not hold: fewer than half of its words
-    are in them (a recent message that only asks holds nothing). Words the user says all the time (in more than a fifth of their `earlier`
-    messages: a name they sign with, the subject of the whole chat) tell nothing about where
-    the answer is and are not counted. A question with no other content words ("and the
-    other one?") is a follow-up."""
+    are in them (a recent message that only asks holds nothing). Words the user says all the
+    time (in more than a fifth of their `earlier` messages: a name they sign with, the
+    subject of the whole chat) tell nothing about where the answer is and are not counted.
+    A question with no other content words ("and the other one?") is a follow-up."""
     words = {w for term in terms for w in _WORD.findall(term.lower())}
     users = [set(_WORD.findall(text.lower())) for text in earlier]
     if len(users) >= CONSTANT_AFTER:
