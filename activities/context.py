@@ -31,6 +31,7 @@ from typing import Any
 
 from activities import consented_memory, tracing
 from activities.attachments import attached_file_blocks
+from activities.build_warnings import warn_dropped, warn_pending
 from activities.handover import Handover
 from activities.knowledge import KnowledgeSource, Searched, authorize
 from activities.mcp import McpTools
@@ -55,10 +56,8 @@ from parley.context import Block, Packed, WindowMessage
 from parley.contracts import (
     BuildContextInput,
     BuildContextResult,
-    EventType,
     MessageStatus,
     TurnState,
-    WarningCode,
 )
 from parley.memory import extract_facts, recall_terms
 from parley.paths import AnswerPath, choose_path, path_block
@@ -79,7 +78,6 @@ from parley.resolver import (
 )
 from parley.tenancy import TenantConfig
 from parley.tokens import TokenCounter, count_message, counter_for
-from parley.wire import WarningData
 from store import identity, steps, turns, user_memory
 from store import memory as memory_store
 from store import sessions as session_store
@@ -93,12 +91,8 @@ from store.context_rows import (
     window_messages,
 )
 from store.db import Conn, Db, SessionMaker, connect, session_conn
-from store.events import append_event, has_warning
 from store.steps import CallRow
 from store.turn_rows import TurnFacts
-
-# The warning a turn emits when the packer left something out.
-CONTEXT_TRIMMED = WarningCode.context_trimmed
 
 
 class ContextBuilder:
@@ -217,8 +211,8 @@ class ContextBuilder:
         knowledge = plan.pop("knowledge", None)
         if knowledge and not any(b.kind == "knowledge" for b in packed.kept):
             knowledge = {**knowledge, "sources": []}
-        if packed.missing:
-            await _warn_dropped(db, turn, packed.missing)
+        await warn_dropped(db, turn, packed.missing)
+        await warn_pending(db, turn, pending=facts.importing and plan["recall"] != "skipped")
         request = stored_request(
             packed, plan, tools, budgets, counter, path, tenant, withheld, reanswer_of
         )
@@ -474,21 +468,3 @@ async def _pin_stated_facts(db: Db, read: BuildRows, *, step: int, pinned: bool)
         await memory_store.pin_facts(db, session_id=turn.session_id, facts=stated)
         pinned = pinned or bool(stated)
     return await memory_read_again(db, turn, read.facts) if pinned else read.facts
-
-
-async def _warn_dropped(db: Db, turn: TurnFacts, missing: list[str]) -> None:
-    """A drop is never silent: the stream says what the answer could not take into account
-    (once per turn; the prompt itself carries the packer's note)."""
-    if await has_warning(db, turn_id=turn.id, code=CONTEXT_TRIMMED):
-        return
-    await append_event(
-        db,
-        turn_id=turn.id,
-        type=EventType.warning,
-        data=WarningData(
-            code=CONTEXT_TRIMMED,
-            message="Not everything fit in this answer's context; left out: "
-            + "; ".join(missing)
-            + ".",
-        ),
-    )

@@ -101,6 +101,7 @@ async def recall_hits(
             before_seq=before_seq,
             limit=CANDIDATES,
             top=NEIGHBOUR_TOP,
+            period=query.period,
         )
         lexical, near = found.ranked, found.near
         rankings = [[h.seq for h in lexical]]
@@ -158,7 +159,7 @@ async def sized(
         reach_back_recall=settings.context_recall_reach_back_share,
     )
     recent = [(m.role, m.text) for turn in history[-RECENT_TURNS:] for m in turn if m.text]
-    earlier = [turn[0].text for turn in history]  # the user's messages, loaded
+    earlier = [m.text for turn in history for m in turn if m.text]  # as loaded
     conversation = rule.conversation(remembered)
     recall = rule.recall(conversation, reaches_back=reaches_back(terms, recent, earlier))
     return replace(budgets, conversation=conversation, recall=recall)

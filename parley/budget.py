@@ -28,7 +28,7 @@ RECENT_TURNS = 3
 # A question reaches back when fewer than this share of its words are in those turns.
 REACH_BACK_BELOW = 0.5
 
-# A word is one of the user's constants only when they have said this many messages or more.
+# A word is one of the conversation's constants only once it has this many messages or more.
 CONSTANT_AFTER = 5
 
 _WORD = re.compile(r"[a-z0-9]+")
@@ -64,14 +64,14 @@ def reaches_back(
 ) -> bool:
     """Whether a question with these recall `terms` asks about something the recent turns
     (`recent`, their messages as role and text) do not hold: fewer than half of its words
-    are in them (a recent message that only asks holds nothing). Words the user says all the
-    time (in more than a fifth of their `earlier` messages: a name they sign with, the
-    subject of the whole chat) tell nothing about where the answer is and are not counted.
+    are in them (a recent message that only asks holds nothing). Words said all the time (in
+    more than a fifth of the `earlier` messages: a name a speaker signs with, the subject of
+    the whole chat) tell nothing about where the answer is and are not counted.
     A question with no other content words ("and the other one?") is a follow-up."""
     words = {w for term in terms for w in _WORD.findall(term.lower())}
-    users = [set(_WORD.findall(text.lower())) for text in earlier]
-    if len(users) >= CONSTANT_AFTER:
-        words = {w for w in words if sum(w in u for u in users) * 5 <= len(users)}
+    said = [set(_WORD.findall(text.lower())) for text in earlier]
+    if len(said) >= CONSTANT_AFTER:
+        words = {w for w in words if sum(w in t for t in said) * 5 <= len(said)}
     if not words:
         return False
     seen: set[str] = set()

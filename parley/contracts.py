@@ -71,6 +71,7 @@ class WarningCode(StrEnum):
     skill_failed = "skill_failed"
     skill_timed_out = "skill_timed_out"
     sandbox_unavailable = "sandbox_unavailable"
+    recall_pending = "recall_pending"
 
 
 class EventType(StrEnum):

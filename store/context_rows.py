@@ -25,6 +25,7 @@ from parley.contracts import TurnState
 from parley.memory import PinnedFact
 from parley.prompt import Memory, StoredSummary
 from parley.resolver import PENDING_CLARIFICATION, Slot
+from parley.statuses import ImportState
 from parley.tokens import TokenCounter
 from store import memory as memory_store
 from store.db import Conn, Db
@@ -52,6 +53,9 @@ class SessionFacts:
     # The tokens of the session's distinct text before the turn (parley/budget.py; None:
     # read by `remembered_tokens`).
     remembered: int | None = None
+    # Whether an import of earlier messages into the session is still being indexed: recall
+    # of its part is pending (store/imports.py).
+    importing: bool = False
 
 
 @dataclass(frozen=True)
@@ -120,6 +124,7 @@ def _build_rows(
     facts: list[list[Any]],
     window: list[list[Any]],
     remembered: int,
+    importing: bool,
     **columns: Any,
 ) -> BuildRows:
     turn = TurnFacts(**{f.name: columns[f"t_{f.name}"] for f in fields(TurnFacts)})
@@ -148,6 +153,7 @@ def _build_rows(
             pinned=pinned,
             window=window,
             remembered=remembered,
+            importing=importing,
         ),
     )
 
@@ -182,7 +188,9 @@ _FACTS = f"""
             AND NOT (t.retry_of IS NOT NULL AND w.turn_id = t.retry_of
                 AND w.role = 'assistant' AND w.tool_calls IS NULL)) AS window,
     ({memory_store.REMEMBERED_SQL.format(session="t.session_id", before="t.user_seq")})
-        AS remembered
+        AS remembered,
+    EXISTS (SELECT 1 FROM imports WHERE session_id = t.session_id
+        AND status <> '{ImportState.done.value}') AS importing
 """
 _ROWS = f"""
     {_TURN}, {_MESSAGE},

@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 
+from parley.periods import Period
 from parley.prompt import RecallHit
 from store.db import Conn, Db, session_conn
 
@@ -22,7 +23,8 @@ _TERM = re.compile(r"[^a-z0-9]")
 # best `top` of them (`rank` NULL): the neighbours recall adds (parley/recall.py
 # `with_neighbours`) come with the search instead of by a read of their own. The best hit's
 # row also carries the seqs of every searchable message (`order`), so that recall can find
-# the neighbours of any hit, however many texts between them were left out.
+# the neighbours of any hit, however many texts between them were left out. When the question
+# names a period (`since`, `until`: parley/periods.py), the hits said in it rank first.
 _RECALL_SQL = """
     WITH shown AS (
         SELECT seq, role, text, created_at, tsv,
@@ -53,12 +55,16 @@ _RECALL_SQL = """
                  * CASE WHEN docs.text ~ '^[^.!?]*[?][[:space:]]*$' THEN 0.5 ELSE 1 END AS score
         FROM docs JOIN df ON docs.tsv @@ df.query CROSS JOIN total
         GROUP BY docs.seq, docs.role, docs.text, docs.created_at, docs.pos
-        ORDER BY score DESC, docs.seq DESC
+        ORDER BY (CAST(docs.created_at AS date) BETWEEN %(since)s AND %(until)s) DESC NULLS LAST,
+                 score DESC, docs.seq DESC
         LIMIT %(limit)s
     ),
     numbered AS (
         SELECT seq, role, text, created_at, pos,
-               row_number() OVER (ORDER BY score DESC, seq DESC) AS rank
+               row_number() OVER (
+                   ORDER BY (CAST(created_at AS date) BETWEEN %(since)s AND %(until)s)
+                       DESC NULLS LAST, score DESC, seq DESC
+               ) AS rank
         FROM ranked
     )
     SELECT seq, role, text, created_at, rank,
@@ -94,6 +100,7 @@ async def recall(
     before_seq: int,
     limit: int = 8,
     top: int = 0,
+    period: Period | None = None,
 ) -> Recalled:
     """The older messages (before `before_seq`) that best match `terms`, best first, the
     searchable messages within two places of the best `top` of those (none with `top` 0),
@@ -108,6 +115,8 @@ async def recall(
         "before": before_seq,
         "limit": limit,
         "top": top,
+        "since": period[0] if period else None,
+        "until": period[1] if period else None,
     }
     found = Recalled([], [], [])
     for r in await conn.rows(_RECALL_SQL, params, _Line):

@@ -31,7 +31,10 @@ async def turn_owners(sessions: SessionMaker, turn_id: str) -> Owners | None:
 
 _OWNERS = "SELECT session_id, tenant_id FROM turns WHERE id = %(turn_id)s"
 
-# One statement for any number of spans, so it is prepared once per connection.
+# One statement for any number of spans, so it is prepared once per connection. A span of a
+# step something other than a turn asked for (a summary pass after an import or a forgotten
+# message names that as its `turn_id`) belongs to no turn's trace and is left out, rather
+# than failing the whole batch on the table's reference to its turn.
 _INSERT_SPANS = """
     INSERT INTO trace_spans
         (turn_id, name, attempt, started_at, ended_at, outcome, attrs, otel_trace_id)
@@ -40,4 +43,5 @@ _INSERT_SPANS = """
         turn_id text, name text, attempt int, started_at timestamptz, ended_at timestamptz,
         outcome text, attrs jsonb, otel_trace_id text
     )
+    WHERE EXISTS (SELECT 1 FROM turns WHERE turns.id = s.turn_id)
 """

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from parley.config import Settings
@@ -212,3 +212,73 @@ async def test_a_turn_after_an_import_recalls_an_imported_line_by_full_text(
     assert first_seq in requests[0]["budget"]["recalled_seqs"]
     prompt = "\n".join(str(m.get("content")) for m in requests[0]["messages"])
     assert "12 Harbour Lane" in prompt and "2026-09-01" in prompt
+
+
+async def test_a_question_that_names_a_month_is_shown_that_months_lines_first(
+    priya: ParleyClient, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    """Eighty purchases, one a day, say the same words; the question names March 2025, the
+    month of the oldest few. Ranked by words alone the newest lines win the recall block; the
+    period's lines are shown first."""
+    sid = await priya.new_session()
+    start = datetime(2025, 3, 20, 9, 0, tzinfo=UTC)
+    lines = [
+        {
+            "role": "user" if i % 2 == 0 else "assistant",
+            "text": f"I purchased gadget number {i} from the shop today."
+            if i % 2 == 0
+            else f"Noted, gadget {i - 1}.",
+            "created_at": (start + timedelta(days=i)).isoformat(),
+        }
+        for i in range(160)
+    ]
+    made = await send(priya, sid, lines)
+    assert made.status_code == 202, made.text
+    await until_done(priya, made.json()["status_url"])
+
+    turn_id, events = await priya.turn(sid, "Which gadget did I purchase in March 2025?")
+
+    assert events[-1].type == "done", [e.type for e in events]
+    [request] = [
+        c.request for c in await model_calls(sessions, turn_id) if c.provider != "resolver"
+    ]
+    prompt = "\n".join(str(m.get("content")) for m in request["messages"])
+    first = made.json()["first_seq"]
+    march = [first + i for i in range(0, 12, 2)]  # March 20-31, 2025: the user's lines
+    assert set(march) <= set(request["budget"]["recalled_seqs"]), request["budget"]
+    assert "2025-03-20" in prompt and "gadget number 0 " in prompt
+
+
+async def test_recall_while_an_import_is_indexed_is_said_to_be_pending(
+    priya: ParleyClient, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    """Recall by meaning finds an imported message only once the import workflow embedded it:
+    until then a turn that searches the conversation says so on its stream."""
+    sid = await priya.new_session()
+    filler = [f"Line {i} about the weather and walks in the park, nothing else." for i in range(60)]
+    made = await send(priya, sid, items(filler))
+    assert made.status_code == 202, made.text
+    await until_done(priya, made.json()["status_url"])
+    async with sessions() as db:  # as it stands while the import workflow embeds its batches
+        await db.execute(
+            update(ConversationImport)
+            .where(ConversationImport.id == made.json()["id"])
+            .values(status="indexing")
+        )
+        await db.commit()
+
+    _, events = await priya.turn(sid, "What did I say about the park?")
+
+    warnings = [e.data["code"] for e in events if e.type == "warning"]
+    assert warnings.count("recall_pending") == 1, warnings
+    assert events[-1].type == "done"
+
+    async with sessions() as db:
+        await db.execute(
+            update(ConversationImport)
+            .where(ConversationImport.id == made.json()["id"])
+            .values(status="done")
+        )
+        await db.commit()
+    _, events = await priya.turn(sid, "And about the weather?")
+    assert "recall_pending" not in [e.data["code"] for e in events if e.type == "warning"]

@@ -165,3 +165,23 @@ async def test_follow_ups_are_appended_only_while_the_turn_is_open(
             conn, turn_id=answered, type=EventType.followups, data=data
         )
         assert await conn.value(LAST_EVENT_ID, {"id": answered}) == last
+
+
+async def test_a_batch_of_spans_keeps_the_turns_and_leaves_out_what_no_turn_asked(
+    sessions: SessionMaker, answered: str
+) -> None:
+    """A summary pass after an import names the import as what asked for it: its span has no
+    turn to belong to, and the turn's own span in the same batch is still recorded."""
+    span = {"name": "summarize", "attempt": 1, "outcome": "ok", "attrs": {}}
+    when = {"started_at": "2026-12-06T00:00:00Z", "ended_at": "2026-12-06T00:00:01Z"}
+    await traces.insert_spans(
+        sessions,
+        [{**span, **when, "turn_id": "imp_not_a_turn"}, {**span, **when, "turn_id": answered}],
+    )
+    async with connect(sessions) as conn:
+        names = await conn.value(
+            "SELECT array_agg(turn_id) FROM trace_spans "
+            "WHERE name = 'summarize' AND turn_id = ANY(%(ids)s)",
+            {"ids": ["imp_not_a_turn", answered]},
+        )
+    assert names == [answered]

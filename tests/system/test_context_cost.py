@@ -26,6 +26,7 @@ from gateway.minilm import MiniLMEmbedder
 from gateway.registry import ProviderPool
 from parley.config import Settings
 from parley.memory import recall_terms
+from parley.prompt import CONVERSATION_KINDS
 from store import recall as recall_store
 from store.models import ChatSession, ConversationSummary, Message, TraceSpan
 from tests.support.client import ParleyClient
@@ -35,7 +36,7 @@ FACT = "My gym locker code is 4417, please keep it in mind."
 QUESTION = "What is my gym locker code?"
 # What the worker sends when recall runs: the full-text search (store/recall.py) and the
 # nearest messages by meaning (store/embeddings.py).
-RECALL_SEARCH = "WITH q AS ("
+RECALL_SEARCH = "WITH shown AS ("
 NEAREST = "SELECT e.seq FROM message_embeddings"
 
 
@@ -234,6 +235,51 @@ async def test_a_conversation_too_long_for_the_window_still_recalls_the_old_fact
             db, session_id=sid, terms=recall_terms(QUESTION), before_seq=budget["window_from_seq"]
         )
     assert [hit.seq for hit in found.ranked][:1] == [1]
-    # Nothing else could have: the summary covers seq 1 without it, and nothing was folded.
-    assert budget["summary_through_seq"] == 50 and budget["folded"] is None
+    # Nothing else could have: the summary covers seq 1 without it, and what was folded (the
+    # turns between the summary and a window the question's reach back made short) is later.
+    folded = budget["folded"]
+    assert budget["summary_through_seq"] == 50 and (folded is None or folded["from_seq"] > 1)
+    assert FACT_LINE in prompt_text(call.request)
+
+
+def long_exchanges(n: int) -> list[str]:
+    """`n` exchanges of about 150 tokens each after the fact, every one about something else."""
+    texts = [FACT, "Noted, I will remember that."]
+    for i in range(n):
+        texts += [
+            f"Entry {i}: on trip {i} I walked the coast path number {i * 7 % 97} with my "
+            f"cousin {i % 13}, saw {i % 5 + 2} seals near cove {i * 3 % 41}, ate at cafe "
+            f"{i % 17}, and bought postcard set {i * 11 % 89} plus a map of district {i}. "
+            f"The weather was {['windy', 'grey', 'bright', 'wet', 'calm'][i % 5]} all day.",
+            f"Reply {i}: trip {i} sounds lovely; coast path {i * 7 % 97}, cove {i * 3 % 41}, "
+            f"cafe {i % 17} and postcard set {i * 11 % 89} are written down for you.",
+        ]
+    return texts
+
+
+async def test_a_three_hundred_turn_conversation_gets_a_larger_budget_within_the_ceiling(
+    settings: Settings,
+    temporal_client: Client,
+    sessions: async_sessionmaker[AsyncSession],
+    tokens: dict[str, str],
+    counted: tuple[async_sessionmaker[AsyncSession], list[str]],
+) -> None:
+    """The conversation budget follows what there is to remember (parley/budget.py): three
+    hundred turns of distinct text take the conversation's share past the 600-token floor
+    and stop at the ceiling (what recall finds fewer lines for, the recent turns take), and
+    the fact from turn 1 is still recalled."""
+    worker_sessions, _ = counted
+    async with recall_stack(temporal_client, settings, worker_sessions, "ceiling") as running:
+        client = ParleyClient(running.url, tokens["priya"])
+        try:
+            sid = await client.new_session()
+            await seed(sessions, sid, long_exchanges(300), summary=50)
+            turn_id, events = await client.turn(sid, QUESTION)
+        finally:
+            await client.aclose()
+    assert events[-1].type == "done"
+    [call] = await model_calls(sessions, turn_id)
+    blocks = call.request["budget"]["blocks"]
+    conversation = sum(v for k, v in blocks.items() if k in CONVERSATION_KINDS)
+    assert 600 < conversation <= settings.context_conversation_max_tokens, blocks
     assert FACT_LINE in prompt_text(call.request)

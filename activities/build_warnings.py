@@ -1,0 +1,49 @@
+"""What a context build tells the stream beside the prompt it stores: that something was left
+out of the answer's context (`context_trimmed`), and that an import's messages are not all
+searchable yet (`recall_pending`). Each once per turn; the stored request says the same."""
+
+from __future__ import annotations
+
+from parley.contracts import EventType, WarningCode
+from parley.wire import WarningData
+from store.db import Db
+from store.events import append_event, has_warning
+from store.turn_rows import TurnFacts
+
+# The warning a turn emits when the packer left something out.
+CONTEXT_TRIMMED = WarningCode.context_trimmed
+
+
+async def warn_pending(db: Db, turn: TurnFacts, *, pending: bool) -> None:
+    """An import still being indexed (`pending`, and recall ran) is said, not silently
+    missing: recall by meaning does not find its messages yet (full-text search does)."""
+    if not pending or await has_warning(db, turn_id=turn.id, code=WarningCode.recall_pending):
+        return
+    await append_event(
+        db,
+        turn_id=turn.id,
+        type=EventType.warning,
+        data=WarningData(
+            code=WarningCode.recall_pending,
+            message="Earlier messages imported into this conversation are still being "
+            "indexed; this answer may not find all of them yet.",
+        ),
+    )
+
+
+async def warn_dropped(db: Db, turn: TurnFacts, missing: list[str]) -> None:
+    """A drop is never silent: the stream says what the answer could not take into account
+    (once per turn; the prompt itself carries the packer's note). Nothing `missing`: no word."""
+    if not missing or await has_warning(db, turn_id=turn.id, code=CONTEXT_TRIMMED):
+        return
+    await append_event(
+        db,
+        turn_id=turn.id,
+        type=EventType.warning,
+        data=WarningData(
+            code=CONTEXT_TRIMMED,
+            message="Not everything fit in this answer's context; left out: "
+            + "; ".join(missing)
+            + ".",
+        ),
+    )
