@@ -130,14 +130,6 @@ async def ask(
             )
         ).one()
     request = call.request
-    import os
-    if os.environ.get("MISSES"):
-        wanted = {seqs[e] for e in qa["evidence"]}
-        shown = set(shown_seqs(request, user_seq))
-        async with db_sessions() as db:
-            texts = dict(list(await db.execute(select(Message.seq, Message.text).where(Message.session_id == sid, Message.seq.in_(wanted)))))
-        with open(os.environ["MISSES"], "a") as f:
-            f.write(json.dumps({"q": qa["question"], "cat": qa["category"], "evidence": {s: texts.get(s) for s in sorted(wanted)}, "missing": sorted(wanted - shown), "window_from": request["budget"].get("window_from_seq"), "recalled": request["budget"].get("recalled_seqs"), "user_seq": user_seq, "blocks": request["budget"]["blocks"], "recall_budget": None}) + "\n")
     return Question(
         category=qa["category"],
         evidence=frozenset(seqs[e] for e in qa["evidence"]),
