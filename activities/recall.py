@@ -82,7 +82,13 @@ class RecallQuery:
 
 
 async def recall_hits(
-    db: Conn, query: RecallQuery, *, session_id: str, before_seq: int, limit: int, budget: int
+    db: Conn,
+    query: RecallQuery,
+    *,
+    session_id: str,
+    before_seq: int,
+    limit: int,
+    budget: int = 0,
 ) -> list[RecallHit]:
     """The older messages most relevant to the question, best first: full-text, fused with
     the nearest in meaning when an embedder is configured, and with the neighbours of the best

@@ -52,6 +52,7 @@ MISSING = {
     "file_id": "file_missing",
     "message_id": "msg_missing",
     "export_id": "exp_missing",
+    "import_id": "imp_missing",
 }
 # Rows that any of the matrix's requests could touch, read as JSON text in a stable order.
 SNAPSHOT = {
@@ -67,6 +68,8 @@ SNAPSHOT = {
     "usage_counters": "SELECT * FROM usage_counters WHERE subject IN "
     "('northwind/cust_2291', 'northwind', 'southwind') ORDER BY scope, subject, window_start",
     "stream_leases": "SELECT * FROM stream_leases ORDER BY id",
+    # Priya's imports of earlier messages: nobody else may add one to her session.
+    "imports": "SELECT * FROM imports WHERE session_id = :sid ORDER BY id",
     # Priya's durable memory: the others' own consent and items are theirs to change.
     "memory_consents": "SELECT * FROM memory_consents WHERE user_id = 'cust_2291'",
     "user_memory": "SELECT * FROM user_memory WHERE user_id = 'cust_2291' ORDER BY key",
@@ -88,9 +91,16 @@ async def snapshot(sessions: async_sessionmaker[AsyncSession], sid: str) -> dict
     return rows
 
 
+# An imported line's time: well before the test runs.
+EARLIER = "2026-01-01T09:00:00+00:00"
+
+
 def body_for(method: str, path: str) -> dict[str, Any] | None:
     if path.endswith("/messages") and method == "post":
         return {"client_message_id": uuid.uuid4().hex, "text": "Show me their orders"}
+    if path.endswith("/import") and method == "post":
+        line = {"role": "user", "text": "My address is not yours to change.", "created_at": EARLIER}
+        return {"client_import_id": uuid.uuid4().hex, "items": [line]}
     if path.endswith("/config") and method == "put":
         return {"persona": "Answer in pirate speak."}
     if path == "/v1/memory/consent":
@@ -206,6 +216,11 @@ async def test_every_route_refuses_everyone_but_the_owner_and_changes_nothing(
     sessions: async_sessionmaker[AsyncSession],
 ) -> None:
     sid = await priya.new_session()
+    line = {"role": "user", "text": "I moved house last spring.", "created_at": EARLIER}
+    imported = await priya.http.post(
+        f"/v1/sessions/{sid}/import", json={"client_import_id": "priyas", "items": [line]}
+    )
+    assert imported.status_code == 202, imported.text
     turn_id, _, action = await propose(priya, sid)  # rests awaiting confirmation
     upload = await priya.http.post(
         f"/v1/sessions/{sid}/files", files={"file": ("mine.txt", b"Priya's notes", "text/plain")}
@@ -222,6 +237,7 @@ async def test_every_route_refuses_everyone_but_the_owner_and_changes_nothing(
         "file_id": upload.json()["file_id"],
         "message_id": answer["id"],
         "export_id": export_id,
+        "import_id": imported.json()["id"],
     }
     intruders = {
         "same tenant": {"session": tokens["marco"], "admin": tokens["marco"]},

@@ -22,3 +22,10 @@ class Counted:
     def counted(self) -> list[str]:
         """What was sent, less the statements whose number is not the turn's shape."""
         return [s for s in self.sent if not s.startswith(VARIABLE_STATEMENTS)]
+
+
+# Settings for a stack whose statements per turn are counted: the turn's own, without recall
+# by meaning's background embedding, which the session's summary run does after the turn (its
+# statements would land in the count or not by when that run gets to them; the embedding's
+# own cost is tests/system/test_context_cost.py's and the bench's).
+TURN_ALONE = {"embeddings": ""}

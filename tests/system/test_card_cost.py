@@ -13,7 +13,7 @@ from gateway.demo import DemoModel
 from parley.config import Settings
 from parley.ids import workflow_id_for_turn
 from tests.support.client import ParleyClient
-from tests.support.counting import Counted
+from tests.support.counting import TURN_ALONE, Counted
 from tests.support.toolkit import own_stack
 
 # Counted on 2026-12-02: 62 with the actions as ORM objects (the card's turn loaded and
@@ -37,7 +37,9 @@ async def test_a_confirmed_email_costs_the_worker_a_fixed_number_of_statements(
 ) -> None:
     worker_sessions, sent = counted.sessions, counted.sent
     model = DemoModel(token_delay_s=0)
-    async with own_stack(temporal_client, settings, worker_sessions, model, prefix="card") as stack:
+    async with own_stack(
+        temporal_client, settings, worker_sessions, model, prefix="card", **TURN_ALONE
+    ) as stack:
         client = ParleyClient(stack.url, tokens["priya"])
         try:
             session_id = await client.new_session()

@@ -65,6 +65,8 @@ async def test_a_summary_run_killed_midway_is_covered_by_the_next_one(
         sessions,
         model,
         prefix="sumcrash",
+        # Runs for folding alone (with recall by meaning the first turn's run would embed).
+        embeddings="",
         summary_start_delay_ms=0,
         summary_min_new_tokens=1,
         context_conversation_tokens=300,

@@ -311,6 +311,10 @@ def statement(n: int) -> str:
 
 
 SMALL = {
+    # Passes counted for folding alone: with recall by meaning a pass also embeds, and a
+    # turn's ask for vectors of its own messages may add one (tests/system/test_context_cost.py
+    # covers the embedding).
+    "embeddings": "",
     "summary_start_delay_ms": 0,
     "summary_min_new_tokens": 1,
     "context_conversation_tokens": 300,

@@ -14,7 +14,7 @@ from parley.ids import workflow_id_for_turn
 from parley.resolver import ACTIVE_ORDER
 from store import slots
 from tests.support.client import ParleyClient
-from tests.support.counting import Counted
+from tests.support.counting import TURN_ALONE, Counted
 from tests.support.toolkit import own_stack
 
 # The context build (the turn with the rows it reads and the session's
@@ -54,7 +54,9 @@ async def test_a_plain_turn_costs_the_worker_a_fixed_number_of_statements(
 ) -> None:
     worker_sessions, sent = counted.sessions, counted.sent
     model = DemoModel(token_delay_s=0)
-    async with own_stack(temporal_client, settings, worker_sessions, model, prefix="cost") as stack:
+    async with own_stack(
+        temporal_client, settings, worker_sessions, model, prefix="cost", **TURN_ALONE
+    ) as stack:
         client = ParleyClient(stack.url, tokens["marco"])
         try:
             session_id = await client.new_session()
@@ -93,7 +95,7 @@ async def test_a_tool_turn_costs_the_worker_a_fixed_number_of_statements(
     worker_sessions, sent = counted.sessions, counted.sent
     model = DemoModel(token_delay_s=0)
     async with own_stack(
-        temporal_client, settings, worker_sessions, model, prefix="tcost"
+        temporal_client, settings, worker_sessions, model, prefix="tcost", **TURN_ALONE
     ) as stack:
         client = ParleyClient(stack.url, tokens["marco"])
         try:
