@@ -23,48 +23,48 @@ from prometheus_client import start_http_server
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities.context import ContextBuilder
-from activities.ending import EndingActivities
-from activities.erasure import ErasureActivities
-from activities.exports import ExportActivities
-from activities.failures import FailureInterceptor
-from activities.handover import Handover
-from activities.imports import ImportActivities
-from activities.knowledge import KnowledgeSource
-from activities.mcp import McpTools
-from activities.memory import MemoryActivities
-from activities.northwind import NorthwindClient
-from activities.retention import RetentionActivities
-from activities.screens import ScreenActivities
-from activities.sdk_metrics import sdk_runtime
-from activities.send import SendActivities
-from activities.skills import SkillTools
-from activities.specialist import SpecialistActivities
-from activities.specialist_agent import SpecialistAgentActivities
-from activities.tools import ToolActivities
-from activities.tracing import TracingInterceptor
-from activities.turn import TurnActivities
-from dispatch.deployment import build_id, deployment_config, promote_configured
-from dispatch.outbox import sweep_forever
-from dispatch.retention import ensure_purge_schedule
-from dispatch.runner import one_batch_per_task, workflow_runner
-from dispatch.telemetry import telemetry_for, tracing_on
-from gateway import ModelProvider, ProviderPool
-from gateway.embeddings import build_embedder as passage_embedder
-from gateway.minilm import build_embedder
+from parley.activities.context import ContextBuilder
+from parley.activities.ending import EndingActivities
+from parley.activities.erasure import ErasureActivities
+from parley.activities.exports import ExportActivities
+from parley.activities.failures import FailureInterceptor
+from parley.activities.handover import Handover
+from parley.activities.imports import ImportActivities
+from parley.activities.knowledge import KnowledgeSource
+from parley.activities.mcp import McpTools
+from parley.activities.memory import MemoryActivities
+from parley.activities.northwind import NorthwindClient
+from parley.activities.retention import RetentionActivities
+from parley.activities.screens import ScreenActivities
+from parley.activities.sdk_metrics import sdk_runtime
+from parley.activities.send import SendActivities
+from parley.activities.skills import SkillTools
+from parley.activities.specialist import SpecialistActivities
+from parley.activities.specialist_agent import SpecialistAgentActivities
+from parley.activities.tools import ToolActivities
+from parley.activities.tracing import TracingInterceptor
+from parley.activities.turn import TurnActivities
 from parley.breaker import CircuitBreaker
 from parley.config import Settings, get_settings
+from parley.dispatch.deployment import build_id, deployment_config, promote_configured
+from parley.dispatch.outbox import sweep_forever
+from parley.dispatch.retention import ensure_purge_schedule
+from parley.dispatch.runner import one_batch_per_task, workflow_runner
+from parley.dispatch.telemetry import telemetry_for, tracing_on
+from parley.gateway import ModelProvider, ProviderPool
+from parley.gateway.embeddings import build_embedder as passage_embedder
+from parley.gateway.minilm import build_embedder
 from parley.logs import configure_logging, exit_unfinalized
 from parley.screens import ModerationScreen, RulesScreen, Screen, ScreenChain
-from store.db import SessionMaker, create_socket_checked_engine, libpq_url, session_factory
-from store.queue import OutboxBell
-from workflows.erasure import ErasureWorkflow
-from workflows.export import ExportWorkflow
-from workflows.imports import ImportWorkflow
-from workflows.retention import RetentionPurgeWorkflow
-from workflows.specialist import SpecialistWorkflow
-from workflows.summary import SummaryWorkflow
-from workflows.turn import TurnWorkflow
+from parley.store.db import SessionMaker, create_socket_checked_engine, libpq_url, session_factory
+from parley.store.queue import OutboxBell
+from parley.workflows.erasure import ErasureWorkflow
+from parley.workflows.export import ExportWorkflow
+from parley.workflows.imports import ImportWorkflow
+from parley.workflows.retention import RetentionPurgeWorkflow
+from parley.workflows.specialist import SpecialistWorkflow
+from parley.workflows.summary import SummaryWorkflow
+from parley.workflows.turn import TurnWorkflow
 
 
 def build_screens(settings: Settings) -> tuple[Screen, Screen]:

@@ -6,10 +6,10 @@ from __future__ import annotations
 from parley.attachments import file_blocks
 from parley.config import Settings
 from parley.context import Block
+from parley.store import files
+from parley.store.db import Db
+from parley.store.turn_rows import TurnFacts
 from parley.tokens import TokenCounter
-from store import files
-from store.db import Db
-from store.turn_rows import TurnFacts
 
 
 async def attached_file_blocks(

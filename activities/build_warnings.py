@@ -5,10 +5,10 @@ searchable yet (`recall_pending`). Each once per turn; the stored request says t
 from __future__ import annotations
 
 from parley.contracts import EventType, WarningCode
+from parley.store.db import Db
+from parley.store.events import append_event, has_warning
+from parley.store.turn_rows import TurnFacts
 from parley.wire import WarningData
-from store.db import Db
-from store.events import append_event, has_warning
-from store.turn_rows import TurnFacts
 
 # The warning a turn emits when the packer left something out.
 CONTEXT_TRIMMED = WarningCode.context_trimmed

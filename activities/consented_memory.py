@@ -17,11 +17,11 @@ from parley.config import Settings
 from parley.consented import confirmed_choice, hint_blocks, stated_preferences
 from parley.context import Block, Packed
 from parley.statuses import ActionStatus
+from parley.store import actions, user_memory
+from parley.store.db import Db
+from parley.store.sessions import StoredMessage
+from parley.store.turn_rows import TurnFacts
 from parley.tokens import TokenCounter
-from store import actions, user_memory
-from store.db import Db
-from store.sessions import StoredMessage
-from store.turn_rows import TurnFacts
 
 # The user said yes to these (sent or not): a confirmed choice.
 _CONFIRMED = (

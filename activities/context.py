@@ -29,14 +29,14 @@ from dataclasses import replace
 from datetime import UTC, date, datetime
 from typing import Any
 
-from activities import consented_memory, tracing
-from activities.attachments import attached_file_blocks
-from activities.build_warnings import warn_dropped, warn_pending
-from activities.handover import Handover
-from activities.knowledge import KnowledgeSource, Searched, authorize
-from activities.mcp import McpTools
-from activities.northwind import NorthwindClient
-from activities.recall import (
+from parley.activities import consented_memory, tracing
+from parley.activities.attachments import attached_file_blocks
+from parley.activities.build_warnings import warn_dropped, warn_pending
+from parley.activities.handover import Handover
+from parley.activities.knowledge import KnowledgeSource, Searched, authorize
+from parley.activities.mcp import McpTools
+from parley.activities.northwind import NorthwindClient
+from parley.activities.recall import (
     RecallQuery,
     cancel,
     recalled_by,
@@ -45,12 +45,11 @@ from activities.recall import (
     window_and_recall,
     window_plan,
 )
-from activities.references import References
-from activities.skills import SkillTools
-from activities.state_block import state_block
-from activities.step_request import pack_blocks, stored_request
-from activities.tool_offer import offered_tools
-from gateway.minilm import Embedder
+from parley.activities.references import References
+from parley.activities.skills import SkillTools
+from parley.activities.state_block import state_block
+from parley.activities.step_request import pack_blocks, stored_request
+from parley.activities.tool_offer import offered_tools
 from parley.config import Settings
 from parley.context import Block, Packed, WindowMessage
 from parley.contracts import (
@@ -59,6 +58,7 @@ from parley.contracts import (
     MessageStatus,
     TurnState,
 )
+from parley.gateway.minilm import Embedder
 from parley.memory import extract_facts, recall_terms
 from parley.paths import AnswerPath, choose_path, path_block
 from parley.periods import Period, named_period
@@ -76,12 +76,10 @@ from parley.resolver import (
     PENDING_CLARIFICATION,
     Slot,
 )
-from parley.tenancy import TenantConfig
-from parley.tokens import TokenCounter, count_message, counter_for
-from store import identity, steps, turns, user_memory
-from store import memory as memory_store
-from store import sessions as session_store
-from store.context_rows import (
+from parley.store import identity, steps, turns, user_memory
+from parley.store import memory as memory_store
+from parley.store import sessions as session_store
+from parley.store.context_rows import (
     BuildRows,
     SessionFacts,
     TurnChanged,
@@ -90,9 +88,11 @@ from store.context_rows import (
     session_memory,
     window_messages,
 )
-from store.db import Conn, Db, SessionMaker, connect, session_conn
-from store.steps import CallRow
-from store.turn_rows import TurnFacts
+from parley.store.db import Conn, Db, SessionMaker, connect, session_conn
+from parley.store.steps import CallRow
+from parley.store.turn_rows import TurnFacts
+from parley.tenancy import TenantConfig
+from parley.tokens import TokenCounter, count_message, counter_for
 
 
 class ContextBuilder:

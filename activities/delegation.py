@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from activities.northwind import NorthwindClient
+from parley.activities.northwind import NorthwindClient
 from parley.specialists import RETURNS
 from parley.tools import ToolError
 

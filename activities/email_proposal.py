@@ -9,10 +9,10 @@ from datetime import timedelta
 from typing import Any, Protocol
 
 from parley.ids import action_id_for_call
+from parley.store import actions
+from parley.store.actions import ActionRow, ProposingTurn
+from parley.store.db import SessionMaker, connect
 from parley.tools import ToolError
-from store import actions
-from store.actions import ActionRow, ProposingTurn
-from store.db import SessionMaker, connect
 
 # What the tool answers when there is nowhere safe to send the email.
 NO_VERIFIED_ADDRESS = ToolError("no_verified_address", "there is no verified address on file")

@@ -25,8 +25,8 @@ from parley.contracts import (
     SummarizeInput,
 )
 from parley.screens import RETRACTION_TEXT
-from store.steps import AnswerFacts
-from store.summaries import Backlog
+from parley.store.steps import AnswerFacts
+from parley.store.summaries import Backlog
 
 log = logging.getLogger(__name__)
 

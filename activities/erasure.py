@@ -27,9 +27,9 @@ from parley.config import Settings
 from parley.erasure import EraseTableInput, ErasureInput, ErasurePlan, ErasureReceipt
 from parley.errors import TurnFinished
 from parley.ids import specialist_workflow_id, summary_workflow_id, workflow_id_for_turn
-from store import erasure, erasure_catalogue, eval_drafts, turns
-from store.db import SessionMaker
-from store.erasure_catalogue import Subject
+from parley.store import erasure, erasure_catalogue, eval_drafts, turns
+from parley.store.db import SessionMaker
+from parley.store.erasure_catalogue import Subject
 
 log = logging.getLogger(__name__)
 

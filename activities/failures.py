@@ -26,12 +26,12 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
-from activities.heartbeat import heartbeat
+from parley.activities.heartbeat import heartbeat
 from parley.config import Settings
 from parley.contracts import TURN_STOPPED
 from parley.statuses import TurnErrorCode
-from store.db import SessionMaker, is_unreachable, ping
-from store.turns import TurnStopped
+from parley.store.db import SessionMaker, is_unreachable, ping
+from parley.store.turns import TurnStopped
 
 # Between attempts of a step that could not reach the database: a restart takes seconds.
 STORE_RETRY_DELAY = timedelta(seconds=2)

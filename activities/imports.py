@@ -13,14 +13,14 @@ import logging
 
 from temporalio import activity
 
-from activities.memory import MemoryActivities
-from activities.recall import embed_pending
-from gateway.minilm import Embedder
+from parley.activities.memory import MemoryActivities
+from parley.activities.recall import embed_pending
 from parley.contracts import ImportInput, SummarizeInput
+from parley.gateway.minilm import Embedder
 from parley.statuses import ImportState
-from store import embeddings as embedding_store
-from store import imports
-from store.db import SessionMaker, connect
+from parley.store import embeddings as embedding_store
+from parley.store import imports
+from parley.store.db import SessionMaker, connect
 
 log = logging.getLogger(__name__)
 

@@ -23,9 +23,9 @@ from typing import Any
 
 from temporalio.exceptions import ApplicationError
 
-from gateway.embeddings import Embedder, EmbeddingError
 from parley.context import Block, Position
 from parley.contracts import TERMINAL_TURN_STATES, EventType, WarningCode
+from parley.gateway.embeddings import Embedder, EmbeddingError
 from parley.knowledge import (
     Passage,
     cited_sources,
@@ -36,13 +36,13 @@ from parley.knowledge import (
     standalone_query,
 )
 from parley.statuses import TurnErrorCode
+from parley.store import knowledge as knowledge_store
+from parley.store.db import Conn, Db, SessionMaker, StoreError, connect
+from parley.store.events import append_event, has_warning
+from parley.store.steps import CallRow
+from parley.store.turn_rows import TurnFacts, TurnRow
 from parley.tokens import TokenCounter, count_message
 from parley.wire import CitationsData, CitationSource, WarningData
-from store import knowledge as knowledge_store
-from store.db import Conn, Db, SessionMaker, StoreError, connect
-from store.events import append_event, has_warning
-from store.steps import CallRow
-from store.turn_rows import TurnFacts, TurnRow
 
 log = logging.getLogger(__name__)
 

@@ -36,11 +36,11 @@ from mcp.client.streamable_http import streamable_http_client
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from gateway.pinned import pinned_transport
-from gateway.resolver import system_resolver
 from parley.contracts import TOOL_ATTEMPTS, EventType
 from parley.egress import Allowlist, check_redirect
 from parley.errors import UrlNotAllowed
+from parley.gateway.pinned import pinned_transport
+from parley.gateway.resolver import system_resolver
 from parley.ids import action_id_for_call, mcp_idempotency_key
 from parley.mcp import (
     IDEMPOTENCY_HEADER,
@@ -53,14 +53,14 @@ from parley.mcp import (
     model_schema,
 )
 from parley.statuses import ActionStatus
+from parley.store import actions, steps, tenants
+from parley.store.actions import ActionRow
+from parley.store.db import Db, SessionMaker, connect
+from parley.store.events import append_event, has_warning
+from parley.store.turn_rows import ToolCallRow, TurnFacts
 from parley.tenancy import TenantConfig
 from parley.tools import ToolError
 from parley.wire import WarningData
-from store import actions, steps, tenants
-from store.actions import ActionRow
-from store.db import Db, SessionMaker, connect
-from store.events import append_event, has_warning
-from store.turn_rows import ToolCallRow, TurnFacts
 
 log = logging.getLogger(__name__)
 

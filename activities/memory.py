@@ -28,16 +28,16 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 
-from activities.metrics import SUMMARIES, record_usage
-from activities.recall import embed_pending
-from gateway.base import Finish, ModelRequest, OutputSchema, TextDelta, ToolCallRequest
-from gateway.errors import ProviderFatal
-from gateway.minilm import Embedder
-from gateway.registry import ProviderPool
+from parley.activities.metrics import SUMMARIES, record_usage
+from parley.activities.recall import embed_pending
 from parley.config import Settings
 from parley.context import WindowMessage
 from parley.contracts import SUMMARY_DUE_SIGNAL, SUMMARY_WORKFLOW, SummarizeInput, SummarizeResult
 from parley.fold import FALLBACK, ask_the_model, fold
+from parley.gateway.base import Finish, ModelRequest, OutputSchema, TextDelta, ToolCallRequest
+from parley.gateway.errors import ProviderFatal
+from parley.gateway.minilm import Embedder
+from parley.gateway.registry import ProviderPool
 from parley.ids import summary_workflow_id
 from parley.memory import (
     SUMMARY_SCHEMA,
@@ -51,14 +51,14 @@ from parley.memory import (
 )
 from parley.prompt import MIN_RECENT
 from parley.redaction import redact_messages
+from parley.store import embeddings as embedding_store
+from parley.store import forget, summaries, tenants, user_memory
+from parley.store import memory as memory_store
+from parley.store import sessions as session_store
+from parley.store.db import SessionMaker, connect
 from parley.tenancy import TenantConfig
 from parley.tokens import counter_for
 from parley.window import choose_window, group_turns
-from store import embeddings as embedding_store
-from store import forget, summaries, tenants, user_memory
-from store import memory as memory_store
-from store import sessions as session_store
-from store.db import SessionMaker, connect
 
 log = logging.getLogger(__name__)
 

@@ -20,23 +20,23 @@ import logging
 from dataclasses import dataclass, replace
 from typing import Any
 
-from activities import tracing
-from activities.metrics import RECALLS
-from gateway.minilm import Embedder
+from parley.activities import tracing
+from parley.activities.metrics import RECALLS
 from parley.budget import RECENT_TURNS, BudgetRule, reaches_back
 from parley.config import Settings
 from parley.context import Block, WindowMessage
+from parley.gateway.minilm import Embedder
 from parley.periods import Period, in_period
 from parley.prompt import Budgets, Fold, Memory, RecallHit, fold_block, plan_window, recall_block
 from parley.recall import CANDIDATES, NEIGHBOUR_TOP, rounds_for, with_neighbours
+from parley.store import embeddings as embedding_store
+from parley.store import recall as recall_store
+from parley.store.context_rows import SessionFacts, remembered_tokens
+from parley.store.db import Conn, Db, SessionMaker
+from parley.store.turn_rows import TurnFacts
 from parley.tenancy import TenantConfig
 from parley.tokens import TokenCounter
 from parley.window import Window, turn_tokens
-from store import embeddings as embedding_store
-from store import recall as recall_store
-from store.context_rows import SessionFacts, remembered_tokens
-from store.db import Conn, Db, SessionMaker
-from store.turn_rows import TurnFacts
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from activities.northwind import BackendError, NorthwindClient
-from activities.result_sets import resolve_result_sets
+from parley.activities.northwind import BackendError, NorthwindClient
+from parley.activities.result_sets import resolve_result_sets
 from parley.contracts import BuildContextResult, EventType, WarningCode
 from parley.ids import message_id_for_call
 from parley.resolver import (
@@ -25,13 +25,13 @@ from parley.resolver import (
     resolve,
 )
 from parley.statuses import FinishReason
+from parley.store import slots, steps
+from parley.store.context_rows import SessionFacts
+from parley.store.db import Db, session_conn
+from parley.store.events import append_event, append_events
+from parley.store.steps import CallRow
+from parley.store.turn_rows import TurnFacts
 from parley.wire import ClarificationData, DeltaData, Option, WarningData
-from store import slots, steps
-from store.context_rows import SessionFacts
-from store.db import Db, session_conn
-from store.events import append_event, append_events
-from store.steps import CallRow
-from store.turn_rows import TurnFacts
 
 
 @dataclass(frozen=True)

@@ -12,13 +12,13 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from activities.email_proposal import (
+from parley.activities.email_proposal import (
     NO_VERIFIED_ADDRESS,
     mask_email,
     propose_send_email,
     verified_address,
 )
-from activities.northwind import NorthwindClient
+from parley.activities.northwind import NorthwindClient
 from parley.ids import result_set_id_for_call
 from parley.resolver import PENDING_CLARIFICATION, Slot
 from parley.result_sets import (
@@ -30,11 +30,11 @@ from parley.result_sets import (
     describe_set,
     orders_csv,
 )
+from parley.store import result_sets as result_set_store
+from parley.store import slots
+from parley.store.db import Db, SessionMaker, connect
+from parley.store.turn_rows import ToolCallRow, TurnFacts
 from parley.tools import ProposeOrdersCsvArgs, SearchOrdersArgs, ToolError
-from store import result_sets as result_set_store
-from store import slots
-from store.db import Db, SessionMaker, connect
-from store.turn_rows import ToolCallRow, TurnFacts
 
 RESULT_SET_TOOLS = ("search_orders", "propose_orders_csv")
 CSV_CONTENT_TYPE = "text/csv"

@@ -12,12 +12,12 @@ from datetime import datetime
 
 from temporalio import activity
 
-from activities.metrics import RETENTION_PURGED
+from parley.activities.metrics import RETENTION_PURGED
 from parley.config import Settings
 from parley.contracts import PurgeBatchInput, PurgeInput, PurgePlan, PurgeTask
 from parley.retention import purge_plan
-from store import retention
-from store.db import SessionMaker
+from parley.store import retention
+from parley.store.db import SessionMaker
 
 
 class RetentionActivities:

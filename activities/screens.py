@@ -7,16 +7,16 @@ import logging
 
 from temporalio import activity
 
-from activities import tracing
-from activities.handover import Handover
+from parley.activities import tracing
+from parley.activities.handover import Handover
 from parley.contracts import EventType, ScreenInput, ScreenResult
 from parley.followups import suggest
 from parley.screens import Screen
+from parley.store import steps
+from parley.store.db import SessionMaker, connect
+from parley.store.events import append_while_open
+from parley.store.steps import AnswerFacts
 from parley.wire import FollowupsData
-from store import steps
-from store.db import SessionMaker, connect
-from store.events import append_while_open
-from store.steps import AnswerFacts
 
 log = logging.getLogger(__name__)
 

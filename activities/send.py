@@ -10,12 +10,12 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.heartbeat import heartbeating
-from activities.mcp import McpTools
-from activities.northwind import BackendError, BackendUnavailable, NorthwindClient
-from activities.result_sets import attachments_to_send
-from activities.specialist import create_confirmed_return
-from activities.tools import tool_event
+from parley.activities.heartbeat import heartbeating
+from parley.activities.mcp import McpTools
+from parley.activities.northwind import BackendError, BackendUnavailable, NorthwindClient
+from parley.activities.result_sets import attachments_to_send
+from parley.activities.specialist import create_confirmed_return
+from parley.activities.tools import tool_event
 from parley.contracts import TOOL_ATTEMPTS, ActionInput, ActionResult, TurnState
 from parley.ids import email_idempotency_key
 from parley.mcp import is_mcp_name
@@ -29,10 +29,10 @@ from parley.statuses import (
     ToolCallStatus,
     TurnErrorCode,
 )
+from parley.store import actions, turns
+from parley.store.actions import ActionRow
+from parley.store.db import SessionMaker, connect
 from parley.tools import TOOLS, args_hash
-from store import actions, turns
-from store.actions import ActionRow
-from store.db import SessionMaker, connect
 
 
 class SendActivities:

@@ -20,8 +20,8 @@ from typing import Any
 import jsonschema
 from pydantic import BaseModel, ValidationError
 
-from activities.northwind import BackendError, NorthwindClient
-from activities.sandbox import Produced, Sandbox, SkillRunError
+from parley.activities.northwind import BackendError, NorthwindClient
+from parley.activities.sandbox import Produced, Sandbox, SkillRunError
 from parley.config import Settings
 from parley.contracts import EventType, WarningCode
 from parley.ids import artifact_file_id
@@ -35,12 +35,12 @@ from parley.skills import (
     month_range,
     run_skill_schema,
 )
+from parley.store import artifacts
+from parley.store.db import SessionMaker, connect
+from parley.store.turn_rows import ToolCallRow, TurnFacts
 from parley.tenancy import TenantConfig
 from parley.tools import ToolError
 from parley.wire import ArtifactData, WarningData
-from store import artifacts
-from store.db import SessionMaker, connect
-from store.turn_rows import ToolCallRow, TurnFacts
 
 log = logging.getLogger(__name__)
 

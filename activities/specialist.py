@@ -17,11 +17,10 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.email_proposal import mask_email
-from activities.heartbeat import heartbeating
-from activities.northwind import BackendError, BackendUnavailable, NorthwindClient
-from activities.tools import tool_event
-from gateway.demo import DemoModel
+from parley.activities.email_proposal import mask_email
+from parley.activities.heartbeat import heartbeating
+from parley.activities.northwind import BackendError, BackendUnavailable, NorthwindClient
+from parley.activities.tools import tool_event
 from parley.config import Settings
 from parley.contracts import (
     TOOL_ATTEMPTS,
@@ -34,6 +33,7 @@ from parley.contracts import (
     SpecialistPlan,
     TurnState,
 )
+from parley.gateway.demo import DemoModel
 from parley.ids import return_idempotency_key, specialist_action_id
 from parley.returns_agent import AGENT_MAX_STEPS
 from parley.screens import Screen
@@ -48,14 +48,14 @@ from parley.specialists import (
     reason_label,
 )
 from parley.statuses import ActionStatus
+from parley.store import actions, steps, turns
+from parley.store.actions import ActionRow
+from parley.store.db import Db, SessionMaker, connect, session_conn
+from parley.store.events import append_event
+from parley.store.interactions import has_event
+from parley.store.turn_rows import TurnFacts, turn_facts
 from parley.tools import TOOLS
 from parley.wire import ActionData, ActionView, InteractionData, Option, SubagentData
-from store import actions, steps, turns
-from store.actions import ActionRow
-from store.db import Db, SessionMaker, connect, session_conn
-from store.events import append_event
-from store.interactions import has_event
-from store.turn_rows import TurnFacts, turn_facts
 
 log = logging.getLogger(__name__)
 

@@ -18,13 +18,10 @@ from typing import Any
 
 from temporalio import activity
 
-from activities.heartbeat import heartbeating
-from activities.metrics import MODEL_CALLS, record_usage
-from activities.specialist import SpecialistActivities
-from activities.turn import parsed_arguments, provider_failure, refuse_if_paused
-from gateway.base import Finish, ModelRequest, TextDelta, ToolCallRequest
-from gateway.errors import ProviderFatal, ProviderRetryable
-from gateway.registry import ProviderPool
+from parley.activities.heartbeat import heartbeating
+from parley.activities.metrics import MODEL_CALLS, record_usage
+from parley.activities.specialist import SpecialistActivities
+from parley.activities.turn import parsed_arguments, provider_failure, refuse_if_paused
 from parley.contracts import (
     AgentCall,
     AgentStep,
@@ -33,6 +30,9 @@ from parley.contracts import (
     ProposeReturnInput,
     TurnState,
 )
+from parley.gateway.base import Finish, ModelRequest, TextDelta, ToolCallRequest
+from parley.gateway.errors import ProviderFatal, ProviderRetryable
+from parley.gateway.registry import ProviderPool
 from parley.ids import tool_call_row_id
 from parley.returns_agent import (
     AGENT_STEP_BASE,
@@ -46,10 +46,10 @@ from parley.returns_agent import (
 )
 from parley.screens import Screen
 from parley.statuses import FinishReason, ToolCallStatus
+from parley.store import steps, turns
+from parley.store.db import SessionMaker, connect, session_conn
+from parley.store.steps import CallRow
 from parley.wire import Option
-from store import steps, turns
-from store.db import SessionMaker, connect, session_conn
-from store.steps import CallRow
 
 log = logging.getLogger(__name__)
 

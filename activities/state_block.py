@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from activities.result_sets import export_summary
+from parley.activities.result_sets import export_summary
 from parley.mcp import is_mcp_name
 from parley.resolver import PENDING_CLARIFICATION, Slot
-from store import actions, slots
-from store.db import Db
-from store.turn_rows import TurnFacts
+from parley.store import actions, slots
+from parley.store.db import Db
+from parley.store.turn_rows import TurnFacts
 
 
 async def state_block(

@@ -14,9 +14,9 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
-from store.db import Conn
-from store.events import stop_is_recorded
-from store.turns import TurnStopped
+from parley.store.db import Conn
+from parley.store.events import stop_is_recorded
+from parley.store.turns import TurnStopped
 
 # While the stream is quiet, the Stop is looked for this often: well under the time a user
 # waits for a Stop to show, and a cheap read by primary key.

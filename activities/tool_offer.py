@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from activities.mcp import McpTools
-from activities.skills import SkillTools
+from parley.activities.mcp import McpTools
+from parley.activities.skills import SkillTools
+from parley.store import result_sets
+from parley.store.db import Db
+from parley.store.turn_rows import TurnFacts
 from parley.tenancy import TenantConfig
 from parley.tool_offer import Offer, TurnShape, offer
 from parley.tools import model_tools
-from store import result_sets
-from store.db import Db
-from store.turn_rows import TurnFacts
 
 
 async def offered_tools(

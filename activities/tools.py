@@ -16,24 +16,24 @@ from pydantic import BaseModel, ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.delegation import delegate_returns
-from activities.email_proposal import (
+from parley.activities.delegation import delegate_returns
+from parley.activities.email_proposal import (
     NO_VERIFIED_ADDRESS,
     mask_email,
     propose_send_email,
     verified_address,
 )
-from activities.heartbeat import heartbeating
-from activities.mcp import McpTools
-from activities.northwind import (
+from parley.activities.heartbeat import heartbeating
+from parley.activities.mcp import McpTools
+from parley.activities.northwind import (
     BackendError,
     BackendNotFound,
     BackendUnavailable,
     NorthwindClient,
 )
-from activities.result_sets import RESULT_SET_TOOLS, ResultSetTools
-from activities.skills import SkillTools
-from activities.skills import events as skill_events
+from parley.activities.result_sets import RESULT_SET_TOOLS, ResultSetTools
+from parley.activities.skills import SkillTools
+from parley.activities.skills import events as skill_events
 from parley.config import Settings
 from parley.contracts import (
     TOOL_ATTEMPTS,
@@ -51,13 +51,13 @@ from parley.specialists import DELEGATE_RETURNS
 from parley.statuses import (
     ToolCallStatus,
 )
+from parley.store import actions, steps, turns
+from parley.store.db import Conn, Db, SessionMaker, connect
+from parley.store.events import append_events
+from parley.store.turn_rows import ToolCallRow, TurnFacts, store_tool_result
 from parley.tenancy import TenantConfig
 from parley.tools import TOOLS, ProposeEmailArgs, ToolError, parse_arguments
 from parley.wire import ToolData, WarningData
-from store import actions, steps, turns
-from store.db import Conn, Db, SessionMaker, connect
-from store.events import append_events
-from store.turn_rows import ToolCallRow, TurnFacts, store_tool_result
 
 # A tool result the model reads is cut to this many characters of JSON.
 MAX_RESULT_CHARS = 4000

@@ -24,8 +24,8 @@ from temporalio import activity
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
 from parley.logs import late_binder, log_context
-from store import traces
-from store.db import SessionMaker
+from parley.store import traces
+from parley.store.db import SessionMaker
 
 log = logging.getLogger(__name__)
 

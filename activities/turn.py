@@ -17,15 +17,12 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities import knowledge, tracing
-from activities.context import ContextBuilder
-from activities.ending import Finalized
-from activities.heartbeat import heartbeating
-from activities.metrics import MODEL_CALLS, record_usage
-from activities.stop_watch import STOP_CHECK_S, checking_while_quiet, stop_recorded
-from gateway.base import Finish, ModelRequest, TextDelta, ToolCallRequest
-from gateway.errors import ProviderFatal, ProviderRetryable
-from gateway.registry import ProviderPool
+from parley.activities import knowledge, tracing
+from parley.activities.context import ContextBuilder
+from parley.activities.ending import Finalized
+from parley.activities.heartbeat import heartbeating
+from parley.activities.metrics import MODEL_CALLS, record_usage
+from parley.activities.stop_watch import STOP_CHECK_S, checking_while_quiet, stop_recorded
 from parley.config import Settings
 from parley.contracts import (
     TERMINAL_TURN_STATES,
@@ -40,16 +37,19 @@ from parley.contracts import (
     ToolCallRef,
     TurnState,
 )
+from parley.gateway.base import Finish, ModelRequest, TextDelta, ToolCallRequest
+from parley.gateway.errors import ProviderFatal, ProviderRetryable
+from parley.gateway.registry import ProviderPool
 from parley.ids import message_id_for_call, override_message_id, tool_call_row_id
 from parley.screens import RETRACTION_TEXT, Screen
 from parley.statuses import FinalizeOutcome, FinishReason, TurnErrorCode
+from parley.store import actions, attempts, steps, turns
+from parley.store.db import Conn, Db, SessionMaker, connect, session_conn
+from parley.store.events import append_event, append_streamed, withdraw_turn_text
+from parley.store.steps import CallRow
+from parley.store.turn_rows import turn_facts
 from parley.tools import args_hash
 from parley.wire import ActionView, DeltaData, ResetData, RetractedData
-from store import actions, attempts, steps, turns
-from store.db import Conn, Db, SessionMaker, connect, session_conn
-from store.events import append_event, append_streamed, withdraw_turn_text
-from store.steps import CallRow
-from store.turn_rows import turn_facts
 
 log = logging.getLogger(__name__)
 

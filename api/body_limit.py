@@ -28,7 +28,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api.errors import error_body
+from parley.api.errors import error_body
 
 # After a 413: how long, and how much of the rest of the body, is read and dropped before the
 # close, so the client can read the answer first.

@@ -11,12 +11,12 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from temporalio.client import Client, Interceptor
 
-from api.streaming import EventHub, StreamRegistry
+from parley.api.streaming import EventHub, StreamRegistry
 from parley.config import Settings
 from parley.errors import Unauthenticated
 from parley.logs import bind_log_context
-from store.db import Db, SessionMaker
-from store.identity import Identity, identity_for_token
+from parley.store.db import Db, SessionMaker
+from parley.store.identity import Identity, identity_for_token
 
 log = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from api.schemas import ErrorOut
 from parley import errors
+from parley.api.schemas import ErrorOut
 
 STATUS_FOR: dict[type[errors.ParleyError], int] = {
     errors.NotFound: 404,

@@ -11,12 +11,12 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from temporalio.client import Interceptor
 
-from api import errors
-from api.body_limit import BodyLimit
-from api.deps import TemporalConnector
-from api.logcontext import RequestLogContext
-from api.metrics import count_database_work
-from api.routes import (
+from parley.api import errors
+from parley.api.body_limit import BodyLimit
+from parley.api.deps import TemporalConnector
+from parley.api.logcontext import RequestLogContext
+from parley.api.metrics import count_database_work
+from parley.api.routes import (
     actions,
     admin,
     erasure,
@@ -30,12 +30,12 @@ from api.routes import (
     turns,
     web,
 )
-from api.streaming import EventHub, StreamRegistry
-from dispatch.control import cancel_turn_workflow
-from dispatch.telemetry import telemetry_for
+from parley.api.streaming import EventHub, StreamRegistry
 from parley.config import Settings, get_settings
+from parley.dispatch.control import cancel_turn_workflow
+from parley.dispatch.telemetry import telemetry_for
 from parley.errors import TurnFinished
-from store.db import (
+from parley.store.db import (
     autocommit_session_factory,
     create_socket_checked_engine,
     libpq_url,
@@ -77,7 +77,7 @@ def create_app(
             async with AsyncExitStack() as stack:
                 if settings.api_worker:
                     # Eager starts need the worker on the very client that starts the turns.
-                    from worker import embedded_worker
+                    from parley.worker import embedded_worker
 
                     await stack.enter_async_context(embedded_worker(await temporal.get(), settings))
                 yield

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge
 
-from store.db import Engine, count_work
+from parley.store.db import Engine, count_work
 
 MESSAGES_POSTED = Counter(
     "parley_messages_posted_total", "User messages posted, by outcome", ["outcome"]

@@ -16,9 +16,9 @@ from parley.statuses import ExportState, ImportState
 from parley.wire import ActionView, MessageView, SlotView, Timestamp, TurnStateName, View
 
 if TYPE_CHECKING:
-    from store.exports import ExportRow
-    from store.imports import ImportRow
-    from store.usage import TenantUsage, Tokens, TurnRun
+    from parley.store.exports import ExportRow
+    from parley.store.imports import ImportRow
+    from parley.store.usage import TenantUsage, Tokens, TurnRun
 
 NO_NUL = "^[^\u0000]*$"
 # What `POST .../files` returns as a file id (parley/ids.py `new_id("file")`).

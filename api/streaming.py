@@ -25,17 +25,17 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from sse_starlette.sse import SendTimeoutError
 from starlette.types import Message, Receive, Scope, Send
 
-from api.metrics import EVENTS_SENT
+from parley.api.metrics import EVENTS_SENT
 from parley.contracts import TERMINAL_EVENTS, EventType
 from parley.errors import NotFound, RateLimited
+from parley.store import events as store_events
+from parley.store import limits, viewers
+from parley.store.db import Db, SessionMaker, connect, session_conn
+from parley.store.events import StoredEvent, parse_notification
+from parley.store.identity import Identity
+from parley.store.listener import listen_for_events
+from parley.store.sessions import TURN_NOT_FOUND
 from parley.wire import event_data
-from store import events as store_events
-from store import limits, viewers
-from store.db import Db, SessionMaker, connect, session_conn
-from store.events import StoredEvent, parse_notification
-from store.identity import Identity
-from store.listener import listen_for_events
-from store.sessions import TURN_NOT_FOUND
 
 log = logging.getLogger(__name__)
 

@@ -86,7 +86,7 @@ from bench.stack import REPO, Stack, log, running_stack
 from bench.stop import measure_stop, render_stop
 from bench.throughput import render_concurrent, shapes, throughput
 from bench.timeline import measure_timeline, render_timeline
-from store.db import create_engine, session_factory
+from parley.store.db import create_engine, session_factory
 
 # `--quick`: every section, with counts small enough for a smoke run of a few minutes. Flags
 # given as well still win.

@@ -18,9 +18,9 @@ from fastapi import FastAPI
 from pydantic import BaseModel
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from gateway.base import ModelRequest, TextDelta
-from gateway.demo import DemoModel
 from parley.config import Settings
+from parley.gateway.base import ModelRequest, TextDelta
+from parley.gateway.demo import DemoModel
 
 
 class StreamIn(BaseModel):

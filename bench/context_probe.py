@@ -28,19 +28,19 @@ from pathlib import Path
 import httpx
 from sqlalchemy import event, text
 
-from activities.context import ContextBuilder
-from activities.handover import Handover
-from activities.knowledge import KnowledgeSource
-from launch.knowledge import load_library, read_library
+from parley.activities.context import ContextBuilder
+from parley.activities.handover import Handover
+from parley.activities.knowledge import KnowledgeSource
 from parley.config import Settings
 from parley.contracts import BuildContextInput
-from store.db import create_socket_checked_engine, on_statement_sent, session_factory
-from store.embedded import EmbeddedPostgres
-from store.identity import Identity, seed_demo
-from store.migrate import upgrade
-from store.sessions import create_session
+from parley.launch.knowledge import load_library, read_library
+from parley.store.db import create_socket_checked_engine, on_statement_sent, session_factory
+from parley.store.embedded import EmbeddedPostgres
+from parley.store.identity import Identity, seed_demo
+from parley.store.migrate import upgrade
+from parley.store.sessions import create_session
+from parley.worker import build_northwind
 from tests.support.toolkit import post_unstarted
-from worker import build_northwind
 
 OWNER = Identity(tenant_id="northwind", user_id="cust_2291", roles=("customer",))
 TURNS = 10

@@ -30,7 +30,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from bench.runner import ParleyTarget, run_turn
 from parley.config import Settings
 from parley.ids import summary_workflow_id, workflow_id_for_turn
-from store.models import ConversationSummary, Tenant
+from parley.store.models import ConversationSummary, Tenant
 from tests.support.client import ParleyClient
 
 ROWS = ("summaries_on", "summaries_off")

@@ -43,9 +43,9 @@ from temporalio.worker import Worker
 from bench.cpu import Roles, snapshot, usage
 from bench.runner import percentile
 from bench.stack import LOG_DIR, guard
-from dispatch.deployment import deployment_config, promote_configured
-from launch.dev import EAGER_ACTIVITIES, EAGER_WORKFLOW_START, temporal_cli
 from parley.config import Settings
+from parley.dispatch.deployment import deployment_config, promote_configured
+from parley.launch.dev import EAGER_ACTIVITIES, EAGER_WORKFLOW_START, temporal_cli
 
 STEP_TIMEOUT = timedelta(seconds=30)
 # Each mode runs in blocks of this many workflows, the modes taking turns, so a burst of

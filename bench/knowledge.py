@@ -20,10 +20,10 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from gateway.fake_provider.embeddings import MODEL, hashed_embedding
-from launch.knowledge import embed_chunks, load_library, read_library
+from parley.gateway.fake_provider.embeddings import MODEL, hashed_embedding
 from parley.knowledge import Passage, fuse, query_terms, standalone_query
-from store import knowledge as knowledge_store
+from parley.launch.knowledge import embed_chunks, load_library, read_library
+from parley.store import knowledge as knowledge_store
 
 QUESTIONS = Path(__file__).resolve().parent / "data" / "knowledge_questions.json"
 TOP = 3
@@ -112,10 +112,10 @@ def render_knowledge(results: dict[str, Any]) -> str:
 
 
 async def _standalone() -> None:
-    from store.db import create_engine, session_factory
-    from store.embedded import EmbeddedPostgres
-    from store.identity import seed_demo
-    from store.migrate import upgrade
+    from parley.store.db import create_engine, session_factory
+    from parley.store.embedded import EmbeddedPostgres
+    from parley.store.identity import seed_demo
+    from parley.store.migrate import upgrade
 
     with tempfile.TemporaryDirectory() as scratch:
         pg = EmbeddedPostgres(Path(scratch) / "pg")

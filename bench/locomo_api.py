@@ -35,8 +35,8 @@ from temporalio.client import Client
 from bench.plain_summarizer import asked_for_summaries, reset, settled
 from bench.prompt_figures import Question, context_tokens, footprint, shown_seqs
 from bench.stack import Stack, log, provider_stack
+from parley.store.models import ConversationSummary, Message, ModelCall, Turn
 from parley.tokens import MESSAGE_OVERHEAD
-from store.models import ConversationSummary, Message, ModelCall, Turn
 from tests.support.client import ParleyClient
 
 DATA = Path(__file__).resolve().parent / "data" / "locomo50.json"

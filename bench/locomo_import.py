@@ -50,9 +50,9 @@ from bench.plain_summarizer import settled
 from bench.prompt_figures import Question, footprint
 from bench.stack import REPO, Stack, log
 from parley.ids import import_workflow_id
+from parley.store.identity import create_token
+from parley.store.models import Message, User
 from parley.tokens import MESSAGE_OVERHEAD
-from store.identity import create_token
-from store.models import Message, User
 from tests.support.client import ParleyClient
 from tests.support.toolkit import eventually
 

@@ -44,10 +44,10 @@ async def dump(out: Path, share: float = 0.11, data: list[Path] | None = None) -
     bench/memory.py `load_locomo`) and write what `evaluate` needs."""
     from bench.memory import DATA, load_locomo
     from parley.config import Settings
-    from store.db import create_engine, session_factory
-    from store.embedded import EmbeddedPostgres
-    from store.identity import seed_demo
-    from store.migrate import upgrade
+    from parley.store.db import create_engine, session_factory
+    from parley.store.embedded import EmbeddedPostgres
+    from parley.store.identity import seed_demo
+    from parley.store.migrate import upgrade
 
     pg = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="locomo-lab-")) / "pg" / "data")
     url = await asyncio.to_thread(pg.start)
@@ -76,7 +76,7 @@ async def _dump_one(
     settings: Any, db_sessions: Any, name: str, conv: dict[str, Any], share: float
 ) -> dict[str, Any]:
     from bench.memory import _pack_question, bench_builder, ingest, prepared
-    from gateway.minilm import build_embedder
+    from parley.gateway.minilm import build_embedder
     from parley.memory import recall_terms
     from parley.tenancy import TenantConfig
 

@@ -92,7 +92,7 @@ class MiniLMModel:
     """gateway/minilm.py, encoded here only to measure its cost (its vectors are the dump's)."""
 
     def __init__(self) -> None:
-        from gateway.minilm import MiniLMEmbedder
+        from parley.gateway.minilm import MiniLMEmbedder
 
         self._model = MiniLMEmbedder()
 

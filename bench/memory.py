@@ -39,28 +39,28 @@ import httpx
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from activities.context import ContextBuilder
-from activities.memory import MemoryActivities
-from activities.tool_offer import tenant_tools
 from bench.done import render_done, time_to_done
 from bench.prompt_figures import Call, render_tokens, token_row
 from bench.sections import failed, guarded
-from gateway.demo import DemoModel
-from gateway.minilm import Embedder, build_embedder
-from gateway.registry import ProviderPool
+from parley.activities.context import ContextBuilder
+from parley.activities.memory import MemoryActivities
+from parley.activities.tool_offer import tenant_tools
 from parley.config import Settings
 from parley.contracts import SummarizeInput
+from parley.gateway.demo import DemoModel
+from parley.gateway.minilm import Embedder, build_embedder
+from parley.gateway.registry import ProviderPool
 from parley.paths import choose_path
 from parley.prompt import RECALLED_SEQ
+from parley.store import slots
+from parley.store.db import session_conn
+from parley.store.models import ChatSession, ConversationSummary, Message, ModelCall, Turn
+from parley.store.rows import typed_row
+from parley.store.turn_rows import TurnFacts
 from parley.tenancy import TenantConfig
 from parley.tokens import MESSAGE_OVERHEAD, counter_for
-from store import slots
-from store.db import session_conn
-from store.models import ChatSession, ConversationSummary, Message, ModelCall, Turn
-from store.rows import typed_row
-from store.turn_rows import TurnFacts
+from parley.worker import build_northwind
 from tests.support.client import ParleyClient
-from worker import build_northwind
 
 DATA = Path(__file__).resolve().parent / "data" / "locomo3.json"
 # A support chat as customers write one: full sentences with some context, questions that

@@ -15,8 +15,8 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bench.runner import ParleyTarget, Phase, run_turn, tool_text
+from parley.store import tenants
 from parley.tenancy import TenantConfig
-from store import tenants
 
 TENANT = "northwind"
 QUESTION = "What is your policy on damaged items? (benchmark turn {i})"

@@ -23,8 +23,8 @@ from temporalio.service import RPCError
 
 from bench.memory import token_table
 from bench.stack import ProviderStack, Stack, provider_stack
-from gateway.fake_provider.server import prompt_tokens
-from gateway.fake_provider.wire import request_from_openai
+from parley.gateway.fake_provider.server import prompt_tokens
+from parley.gateway.fake_provider.wire import request_from_openai
 from parley.ids import summary_workflow_id, workflow_id_for_turn
 from parley.memory import is_summary_request
 from tests.support.client import ParleyClient

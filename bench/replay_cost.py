@@ -21,10 +21,10 @@ from temporalio.converter import DataConverter
 from temporalio.worker import Replayer, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
-from dispatch.runner import workflow_runner
-from workflows.specialist import SpecialistWorkflow
-from workflows.summary import SummaryWorkflow
-from workflows.turn import TurnWorkflow
+from parley.dispatch.runner import workflow_runner
+from parley.workflows.specialist import SpecialistWorkflow
+from parley.workflows.summary import SummaryWorkflow
+from parley.workflows.turn import TurnWorkflow
 
 HISTORIES = Path(__file__).resolve().parent.parent / "tests" / "histories"
 SHAPES = ("plain", "tool", "confirmed")

@@ -36,12 +36,12 @@ from temporalio.worker import Worker
 from bench.runner import Phase, Turn
 from parley.config import Settings
 from parley.contracts import EventType, TurnState
+from parley.store.db import connect, create_engine, create_socket_checked_engine, session_factory
+from parley.store.events import append_streamed
+from parley.store.models import ChatSession
+from parley.store.models import Turn as TurnRow
 from parley.wire import DeltaData
-from store.db import connect, create_engine, create_socket_checked_engine, session_factory
-from store.events import append_streamed
-from store.models import ChatSession
-from store.models import Turn as TurnRow
-from worker import worker_pool
+from parley.worker import worker_pool
 
 ACTIVITIES = 9  # a Parley tool turn's regular activities (issue 12)
 STEP_TIMEOUT = timedelta(seconds=30)

@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from gateway.minilm import EmbeddingsUnavailable, MiniLMEmbedder, _erf
+from parley.gateway.minilm import EmbeddingsUnavailable, MiniLMEmbedder, _erf
 
 MODEL_NAME = "splade-tiny"
 # A whole word worth adding to a query: letters only, not a word piece ("##ing") or a

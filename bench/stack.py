@@ -36,15 +36,15 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from bench.cpu import Roles
-from dispatch.deployment import build_id, wait_promoted
-from launch.dev import EAGER_ACTIVITIES, temporal_cli
-from launch.lifeline import Lifeline, die_with_parent
 from parley.config import Settings
 from parley.contracts import SEARCH_ATTRIBUTES
-from store.db import create_engine, session_factory
-from store.embedded import EmbeddedPostgres
-from store.identity import create_token, seed_demo
-from store.migrate import upgrade
+from parley.dispatch.deployment import build_id, wait_promoted
+from parley.launch.dev import EAGER_ACTIVITIES, temporal_cli
+from parley.launch.lifeline import Lifeline, die_with_parent
+from parley.store.db import create_engine, session_factory
+from parley.store.embedded import EmbeddedPostgres
+from parley.store.identity import create_token, seed_demo
+from parley.store.migrate import upgrade
 
 REPO = Path(__file__).resolve().parent.parent
 LOG_DIR = REPO / ".data" / "bench" / "logs"
@@ -294,7 +294,7 @@ async def running_stack(token_delay_ms: float, *, eager: bool = True) -> AsyncIt
         log("starting the demo backend, the Parley worker, the Parley API and the baseline")
         backend = spawn(
             "demo-backend",
-            ["-m", "launch.cli", "demo-backend", "--host", "127.0.0.1"]
+            ["-m", "parley.launch.cli", "demo-backend", "--host", "127.0.0.1"]
             + ["--port", str(backend_port)],
             service_env,
         )
@@ -302,11 +302,11 @@ async def running_stack(token_delay_ms: float, *, eager: bool = True) -> AsyncIt
         await _wait_ready(settings.northwind_url + "/healthz", backend)
         # One build id for the worker and the wait below (the worker is versioned by default).
         service_env["PARLEY_WORKER_BUILD_ID"] = settings.worker_build_id = build_id(settings)
-        worker = spawn("worker", ["-m", "launch.cli", "worker"], service_env)
+        worker = spawn("worker", ["-m", "parley.launch.cli", "worker"], service_env)
         children.append(worker)
         api = spawn(
             "api",
-            ["-m", "launch.cli", "api", "--host", "127.0.0.1", "--port", str(api_port)],
+            ["-m", "parley.launch.cli", "api", "--host", "127.0.0.1", "--port", str(api_port)],
             service_env,
         )
         children.append(api)
@@ -378,7 +378,7 @@ class ProviderStack:
 async def provider_stack(
     stack: Stack, *, summarizer: str = "plain", model: str = "gpt-plain"
 ) -> AsyncIterator[ProviderStack]:
-    """The real stack through a real provider's wire format: `python -m gateway.fake_provider
+    """The real stack through a real provider's wire format: `python -m parley.gateway.fake_provider
     --brain` answers turns as the demo model would, and the rolling summary's requests as
     `summarizer` says (`plain`: prose, never the JSON asked for). Stopped on exit."""
     delay_ms = str(stack.settings.demo_token_delay_ms)
@@ -399,16 +399,16 @@ async def provider_stack(
     try:
         provider = spawn(
             f"provider-{summarizer}",
-            ["-m", "gateway.fake_provider", "--brain", "--summarizer", summarizer]
+            ["-m", "parley.gateway.fake_provider", "--brain", "--summarizer", summarizer]
             + ["--port", str(provider_port), "--token-delay-ms", delay_ms],
             env,
         )
         children.append(provider)
         await _wait_ready(provider_url + "/_fake/requests", provider)
-        children.append(spawn(f"worker-{summarizer}", ["-m", "launch.cli", "worker"], env))
+        children.append(spawn(f"worker-{summarizer}", ["-m", "parley.launch.cli", "worker"], env))
         api = spawn(
             f"api-{summarizer}",
-            ["-m", "launch.cli", "api", "--host", "127.0.0.1", "--port", str(api_port)],
+            ["-m", "parley.launch.cli", "api", "--host", "127.0.0.1", "--port", str(api_port)],
             env,
         )
         children.append(api)

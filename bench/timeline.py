@@ -24,7 +24,7 @@ from temporalio.client import Client
 from bench.runner import ParleyTarget, percentile, run_turn, turn_text
 from bench.skeleton import first_step_ms
 from parley.ids import workflow_id_for_turn
-from store.models import TraceSpan, TurnEvent
+from parley.store.models import TraceSpan, TurnEvent
 
 STAGES = (
     "POST -> workflow started",

@@ -44,7 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from typing_extensions import TypedDict
 
-from demo_backend.data import (
+from parley.demo_backend.data import (
     DEMO_TODAY,
     SEED,
     AttachmentJSON,
@@ -64,9 +64,9 @@ from demo_backend.data import (
     RefundList,
     return_eligibility,
 )
-from demo_backend.mcp_server import mount_mcp
-from demo_backend.returns import returns
-from demo_backend.search import search
+from parley.demo_backend.mcp_server import mount_mcp
+from parley.demo_backend.returns import returns
+from parley.demo_backend.search import search
 
 # Names `GET /stats` counts calls under, all listed even at zero so tests can index them.
 CALL_NAMES = (

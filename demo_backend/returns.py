@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException
 from typing_extensions import TypedDict
 
-from demo_backend.data import Order
+from parley.demo_backend.data import Order
 
 
 class ItemJSON(TypedDict):

@@ -15,7 +15,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from starlette.exceptions import HTTPException
 from typing_extensions import TypedDict
 
-from demo_backend.data import Customer, Order, OrderStatus
+from parley.demo_backend.data import Customer, Order, OrderStatus
 
 
 class OrderBook(Protocol):

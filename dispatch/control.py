@@ -21,11 +21,11 @@ import logging
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from dispatch.specialists import offer_decision
 from parley.contracts import RESOLVE_ACTION_UPDATE, ResolveActionSignal, TurnState
+from parley.dispatch.specialists import offer_decision
 from parley.ids import workflow_id_for_turn
-from store import outbox, turns
-from store.db import SessionMaker
+from parley.store import outbox, turns
+from parley.store.db import SessionMaker
 
 log = logging.getLogger(__name__)
 

@@ -41,7 +41,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from temporalio.contrib.opentelemetry import TracingInterceptor
 
-from gateway.base import Finish, ModelProvider, ModelRequest, StreamEvent
+from parley.gateway.base import Finish, ModelProvider, ModelRequest, StreamEvent
 
 if TYPE_CHECKING:
     from fastapi import FastAPI

@@ -36,8 +36,6 @@ from temporalio.common import (
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from dispatch.erasure import sweep_erasures
-from dispatch.specialists import sweep_answers
 from parley.contracts import (
     DEFAULT_CONFIRMATION_TIMEOUT_S,
     SA_SESSION_ID,
@@ -47,11 +45,13 @@ from parley.contracts import (
     TurnInput,
     TurnState,
 )
+from parley.dispatch.erasure import sweep_erasures
+from parley.dispatch.specialists import sweep_answers
 from parley.ids import workflow_id_for_turn
 from parley.statuses import TurnErrorCode
+from parley.store import outbox, queue, tenants
+from parley.store.db import SessionMaker, connect
 from parley.wire import ErrorData
-from store import outbox, queue, tenants
-from store.db import SessionMaker, connect
 
 # A turn's workflow runs at most this much longer than its confirmation wait; past that
 # Temporal closes it and the abandoned-turn sweep ends the row.

@@ -45,16 +45,16 @@ from temporalio.workflow import Info
 # Every workflow module: none holds state of its own (see above). A new module under
 # `workflows` goes here too (tests/replay/test_replay.py checks the list is complete).
 PASSED_THROUGH = (
-    "workflows.options",
-    "workflows.erasure",
-    "workflows.wording",
-    "workflows.model_step",
-    "workflows.specialist",
-    "workflows.summary",
-    "workflows.turn",
-    "workflows.export",
-    "workflows.retention",
-    "workflows.imports",
+    "parley.workflows.options",
+    "parley.workflows.erasure",
+    "parley.workflows.wording",
+    "parley.workflows.model_step",
+    "parley.workflows.specialist",
+    "parley.workflows.summary",
+    "parley.workflows.turn",
+    "parley.workflows.export",
+    "parley.workflows.retention",
+    "parley.workflows.imports",
 )
 RESTRICTIONS = SandboxRestrictions.default.with_passthrough_modules(*PASSED_THROUGH)
 

@@ -27,8 +27,8 @@ from parley.contracts import (
     ResolveActionSignal,
 )
 from parley.ids import specialist_workflow_id
-from store import interactions
-from store.db import SessionMaker
+from parley.store import interactions
+from parley.store.db import SessionMaker
 
 log = logging.getLogger(__name__)
 

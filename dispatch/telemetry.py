@@ -11,14 +11,14 @@ from temporalio.client import Client
 from parley.config import Settings
 
 if TYPE_CHECKING:
-    from dispatch.otel import Telemetry, TurnTracing
+    from parley.dispatch.otel import Telemetry, TurnTracing
 
 
 def telemetry_for(settings: Settings, service: str) -> Telemetry | None:
     """This process's tracer provider and exporter, `service` naming it; None when off."""
     if not settings.otlp_endpoint:
         return None
-    from dispatch.otel import Telemetry
+    from parley.dispatch.otel import Telemetry
 
     return Telemetry(settings.otlp_endpoint, service)
 
@@ -28,6 +28,6 @@ def tracing_on(client: Client, settings: Settings) -> TurnTracing | None:
     on that client traces its workflows and steps through it."""
     if not settings.otlp_endpoint:
         return None
-    from dispatch.otel import tracing_of
+    from parley.dispatch.otel import tracing_of
 
     return tracing_of(client)

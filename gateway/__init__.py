@@ -4,9 +4,9 @@ The provider adapters (`gateway.openai_compat`, `gateway.anthropic`) are importe
 used, so importing the gateway does not load the provider SDKs.
 """
 
-from gateway.base import Finish, ModelProvider, ModelRequest, TextDelta, ToolCallRequest
-from gateway.errors import ProviderError, ProviderFatal, ProviderRetryable, Timeouts
-from gateway.registry import ProviderPool, build_provider
+from parley.gateway.base import Finish, ModelProvider, ModelRequest, TextDelta, ToolCallRequest
+from parley.gateway.errors import ProviderError, ProviderFatal, ProviderRetryable, Timeouts
+from parley.gateway.registry import ProviderPool, build_provider
 
 __all__ = [
     "Finish",

@@ -22,7 +22,7 @@ from typing import Any, cast
 import anthropic
 from anthropic.types import MessageDeltaUsage, RawMessageStreamEvent, Usage
 
-from gateway.base import (
+from parley.gateway.base import (
     Finish,
     ModelRequest,
     OutputSchema,
@@ -30,7 +30,7 @@ from gateway.base import (
     TextDelta,
     ToolCallRequest,
 )
-from gateway.errors import (
+from parley.gateway.errors import (
     ProviderError,
     Timeouts,
     connection_error,

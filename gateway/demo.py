@@ -17,17 +17,17 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
 
-from gateway.base import Finish, ModelRequest, StreamEvent, TextDelta, ToolCallRequest
-from gateway.demo_files import answer_from_files
-from gateway.demo_hints import contact_answer, note_over_results
-from gateway.demo_mcp import next_step as outside_step
-from gateway.demo_orders import next_step as orders_step
-from gateway.demo_policy import policy_answer
-from gateway.demo_returns import next_step as returns_step
-from gateway.demo_skills import next_step as skills_step
 from parley.consented import read_hints
 from parley.context import read_state_block, unfence
 from parley.fold import extractive_summary
+from parley.gateway.base import Finish, ModelRequest, StreamEvent, TextDelta, ToolCallRequest
+from parley.gateway.demo_files import answer_from_files
+from parley.gateway.demo_hints import contact_answer, note_over_results
+from parley.gateway.demo_mcp import next_step as outside_step
+from parley.gateway.demo_orders import next_step as orders_step
+from parley.gateway.demo_policy import policy_answer
+from parley.gateway.demo_returns import next_step as returns_step
+from parley.gateway.demo_skills import next_step as skills_step
 from parley.knowledge import read_passages
 from parley.memory import is_summary_request
 from parley.prompt import PASTE_NONE, PASTE_SOME

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from gateway.demo_orders import Step
+from parley.gateway.demo_orders import Step
 from parley.mcp import SEPARATOR
 
 _HOURS = re.compile(r"\b(hours|opening times?|when (are|is) (you|the store) open)\b", re.I)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from gateway.demo_orders import Step
+from parley.gateway.demo_orders import Step
 from parley.specialists import DELEGATE_RETURNS
 
 _RETURN_FROM = re.compile(

@@ -17,7 +17,7 @@ from datetime import date
 from decimal import Decimal
 from typing import Any
 
-from gateway.demo_orders import Step
+from parley.gateway.demo_orders import Step
 from parley.skills import RUN_SKILL, SANDBOX_UNAVAILABLE, SKILL_TIMED_OUT
 
 _MONTH_NAMES = "|".join(name for name in calendar.month_name if name)

@@ -21,8 +21,15 @@ from openai.types.chat import ChatCompletionChunk
 from openai.types.chat.chat_completion_chunk import ChoiceDeltaToolCall
 from openai.types.completion_usage import CompletionUsage
 
-import gateway.errors as errors
-from gateway.base import Finish, ModelRequest, OutputSchema, StreamEvent, TextDelta, ToolCallRequest
+import parley.gateway.errors as errors
+from parley.gateway.base import (
+    Finish,
+    ModelRequest,
+    OutputSchema,
+    StreamEvent,
+    TextDelta,
+    ToolCallRequest,
+)
 
 _FINISH = {"stop": "stop", "length": "length", "tool_calls": "tool_calls"}
 

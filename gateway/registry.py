@@ -11,10 +11,10 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from gateway.base import ModelProvider
-from gateway.demo import DemoModel
-from gateway.errors import Timeouts
 from parley.config import Settings
+from parley.gateway.base import ModelProvider
+from parley.gateway.demo import DemoModel
+from parley.gateway.errors import Timeouts
 
 
 def model_timeouts(settings: Settings) -> Timeouts:
@@ -33,7 +33,7 @@ def build_provider(settings: Settings, name: str | None = None) -> ModelProvider
         return DemoModel(token_delay_s=settings.demo_token_delay_ms / 1000.0)
     # The SDKs are imported only when used: a demo deployment does not load them.
     if name == "openai":
-        from gateway.openai_compat import OpenAICompatProvider
+        from parley.gateway.openai_compat import OpenAICompatProvider
 
         return OpenAICompatProvider(
             base_url=os.environ.get("OPENAI_BASE_URL") or None,
@@ -41,7 +41,7 @@ def build_provider(settings: Settings, name: str | None = None) -> ModelProvider
             timeouts=model_timeouts(settings),
         )
     if name == "anthropic":
-        from gateway.anthropic import AnthropicProvider
+        from parley.gateway.anthropic import AnthropicProvider
 
         return AnthropicProvider(
             base_url=os.environ.get("ANTHROPIC_BASE_URL") or None,

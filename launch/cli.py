@@ -16,11 +16,11 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, NoReturn
 
-from launch.devstate import with_dev_services
-from launch.evaluate import add_parser as add_eval_parser
-from launch.seeding import create_token, require_database, revoke_tokens, seed, set_feature
 from parley.config import Settings, get_settings
 from parley.features import KNOWN as KNOWN_FEATURES
+from parley.launch.devstate import with_dev_services
+from parley.launch.evaluate import add_parser as add_eval_parser
+from parley.launch.seeding import create_token, require_database, revoke_tokens, seed, set_feature
 from parley.logs import configure_logging, exit_unfinalized
 
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
@@ -122,7 +122,7 @@ def _erasure_commands(commands: Any) -> None:
 
 def _erasure(settings: Settings, args: argparse.Namespace) -> None:
     """`parley erase` prints the receipt; `parley erasure ...` prints what it finds."""
-    from launch import erasure
+    from parley.launch import erasure
 
     found: Any
     if args.command == "erase":
@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> None:
     elif args.command in ("erase", "erasure"):
         _exit_skipping_teardown(lambda: _erasure(settings, args))
     elif args.command == "migrate":
-        from store.migrate import upgrade
+        from parley.store.migrate import upgrade
 
         upgrade(require_database(settings))
     elif args.command == "seed":
@@ -175,13 +175,13 @@ def main(argv: list[str] | None = None) -> None:
         # The API holds a Temporal client too; uvicorn has closed everything when it returns.
         _exit_skipping_teardown(lambda: _serve_api(settings, args))
     elif args.command == "worker":
-        from worker import serve
+        from parley.worker import serve
 
         serve(settings)
     elif args.command == "demo-backend":
         import uvicorn
 
-        from demo_backend.app import create_app as create_backend
+        from parley.demo_backend.app import create_app as create_backend
 
         uvicorn.run(
             create_backend(),
@@ -191,11 +191,11 @@ def main(argv: list[str] | None = None) -> None:
             log_config=None,
         )
     elif args.command == "eval":
-        from launch.evaluate import run_eval
+        from parley.launch.evaluate import run_eval
 
         run_eval(settings, args)
     elif args.command == "dev":
-        from launch.dev import run_dev
+        from parley.launch.dev import run_dev
 
         # Its readiness probes used Temporal clients; run_dev stops everything it started.
         _exit_skipping_teardown(lambda: run_dev(settings, workers=max(1, args.workers)))
@@ -223,7 +223,7 @@ def _exit_skipping_teardown(command: Callable[[], None]) -> NoReturn:
 def _serve_api(settings: Settings, args: argparse.Namespace) -> None:
     import uvicorn
 
-    from api.main import create_app
+    from parley.api.main import create_app
 
     app = create_app(settings)
     # What the imports and the app made stays out of the collector's full passes, as in the
@@ -242,7 +242,7 @@ def _serve_api(settings: Settings, args: argparse.Namespace) -> None:
 
 def _data(settings: Settings, args: argparse.Namespace) -> None:
     """`parley export` (the archive to --out or stdout) and `parley purge` (counts by table)."""
-    from launch.data import export_user, purge_now
+    from parley.launch.data import export_user, purge_now
 
     require_database(settings)
     if args.command == "purge":
@@ -264,7 +264,7 @@ def _data(settings: Settings, args: argparse.Namespace) -> None:
 
 def _load_knowledge(settings: Settings, args: argparse.Namespace) -> None:
     """`parley knowledge load [--dir D]`: (re)load the tenants' documents, one line each."""
-    from launch.knowledge import KNOWLEDGE_DIR, load_knowledge
+    from parley.launch.knowledge import KNOWLEDGE_DIR, load_knowledge
 
     require_database(settings)
     for line in asyncio.run(load_knowledge(settings, args.dir or KNOWLEDGE_DIR)):

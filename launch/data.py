@@ -10,13 +10,13 @@ from datetime import datetime, timedelta
 
 from temporalio.client import Client
 
-from dispatch.exports import start_export
-from launch.seeding import require_database
 from parley.config import Settings
 from parley.contracts import PURGE_WORKFLOW, PurgeInput, PurgeResult
+from parley.dispatch.exports import start_export
 from parley.ids import new_id
-from store import exports
-from store.db import create_engine, session_factory
+from parley.launch.seeding import require_database
+from parley.store import exports
+from parley.store.db import create_engine, session_factory
 
 
 async def _client(settings: Settings) -> Client:

@@ -34,11 +34,11 @@ from typing import IO
 
 import httpx
 
-from launch.devstate import clear_dev_state, with_demo_backend, write_dev_state
-from launch.lifeline import Lifeline, dev_ports, die_with_parent, refuse_taken_ports
-from launch.seeding import create_token, seed
 from parley.config import Settings
 from parley.contracts import SEARCH_ATTRIBUTES
+from parley.launch.devstate import clear_dev_state, with_demo_backend, write_dev_state
+from parley.launch.lifeline import Lifeline, dev_ports, die_with_parent, refuse_taken_ports
+from parley.launch.seeding import create_token, seed
 
 
 def temporal_cli() -> str:
@@ -276,7 +276,7 @@ def _wait_temporal(address: str, timeout_s: float) -> None:
 
 
 def run_dev(settings: Settings, *, workers: int = 1) -> None:
-    from store.embedded import EmbeddedPostgres
+    from parley.store.embedded import EmbeddedPostgres
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     refuse_taken_ports(dev_ports(settings, workers))
@@ -346,8 +346,8 @@ def _start_services(
     `dev.json` is written as soon as the database is migrated, with the addresses the other
     services are about to get: a script that waits for the API's `/healthz` and then runs a
     `parley` command finds the database whatever the workers are still doing."""
-    from dispatch.deployment import build_id
-    from store.migrate import upgrade
+    from parley.dispatch.deployment import build_id
+    from parley.store.migrate import upgrade
 
     assert settings.database_url is not None
     upgrade(settings.database_url)
@@ -372,7 +372,7 @@ def _start_services(
     if own_temporal:
         _spawn_temporal(settings, supervisor, env)
     _wait_temporal(settings.temporal_address, 60)
-    cli = [sys.executable, "-m", "launch.cli"]
+    cli = [sys.executable, "-m", "parley.launch.cli"]
     # The demo tenant's MCP server is this run's backend, on loopback: the allow-list names it.
     env["PARLEY_MCP_ALLOWED_HOSTS"] = json.dumps(with_demo_backend(settings))
     if own_backend:
@@ -412,7 +412,7 @@ def _make_current(settings: Settings, timeout_s: float) -> None:
     banner starts at once. Nothing to do for unversioned workers or a hand-promoted version."""
     from temporalio.client import Client
 
-    from dispatch.deployment import deployment_version, promote
+    from parley.dispatch.deployment import deployment_version, promote
 
     version = deployment_version(settings)
     if version is None or not settings.worker_promote:
@@ -444,7 +444,7 @@ def _spawn_workers(
             ports.append(port)
         supervisor.spawn(
             f"worker-{number}",
-            [sys.executable, "-m", "launch.cli", "worker"],
+            [sys.executable, "-m", "parley.launch.cli", "worker"],
             worker_env,
             restart=True,
             # A worker drains its running steps first (a streamed answer may take a while).

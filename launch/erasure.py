@@ -13,12 +13,12 @@ from typing import Any
 
 from temporalio.client import Client
 
-from dispatch.erasure import start_erasure
-from launch.seeding import require_database
 from parley.config import Settings
+from parley.dispatch.erasure import start_erasure
 from parley.erasure import ErasureInput, subject_hash
-from store import erasure
-from store.db import create_engine, session_factory
+from parley.launch.seeding import require_database
+from parley.store import erasure
+from parley.store.db import create_engine, session_factory
 
 
 async def erase_user(settings: Settings, *, tenant: str, user: str, wait: bool) -> dict[str, Any]:

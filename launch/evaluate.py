@@ -17,11 +17,11 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from launch.seeding import create_token
 from parley.config import Settings
+from parley.launch.seeding import create_token
 
 if TYPE_CHECKING:
-    from parley_eval.runner import Target
+    from parley.eval.runner import Target
 
 TOKEN_TTL = timedelta(hours=2)
 
@@ -54,7 +54,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def run_eval(settings: Settings, args: argparse.Namespace) -> None:
-    from parley_eval.command import Options, main
+    from parley.eval.command import Options, main
 
     target = _target(settings, args)
     if args.suite == "capture":
@@ -76,7 +76,7 @@ def run_eval(settings: Settings, args: argparse.Namespace) -> None:
 
 
 def _target(settings: Settings, args: argparse.Namespace) -> Target:
-    from parley_eval.runner import Target
+    from parley.eval.runner import Target
 
     given: dict[tuple[str, str], str] = {}
     for item in args.user_token:
@@ -110,7 +110,7 @@ def _target(settings: Settings, args: argparse.Namespace) -> Target:
 
 
 def _remote(args: argparse.Namespace, given: dict[tuple[str, str], str]) -> Target:
-    from parley_eval.runner import Target
+    from parley.eval.runner import Target
 
     async def token_for(tenant: str, user: str) -> str:
         if (tenant, user) not in given:
@@ -124,7 +124,7 @@ def _remote(args: argparse.Namespace, given: dict[tuple[str, str], str]) -> Targ
 
 
 def _capture(target: Target, args: argparse.Namespace, out: Path) -> int:
-    from parley_eval.capture import capture_feedback
+    from parley.eval.capture import capture_feedback
 
     async def token_or_none(tenant: str, user: str) -> str | None:
         try:

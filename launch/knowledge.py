@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from gateway.embeddings import Embedder, build_embedder
 from parley.config import Settings
+from parley.gateway.embeddings import Embedder, build_embedder
 from parley.knowledge import Document, chunk_document, parse_document
-from store import knowledge as knowledge_store
-from store.db import Db, create_engine, session_factory
+from parley.store import knowledge as knowledge_store
+from parley.store.db import Db, create_engine, session_factory
 
 KNOWLEDGE_DIR = Path(__file__).resolve().parent / "knowledge"
 EMBED_BATCH = 32

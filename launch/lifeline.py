@@ -6,7 +6,7 @@ Ctrl-C stops the children in order (launch/dev.py). A supervisor that is killed 
 - Each child asks the kernel for SIGKILL when its parent dies (Linux `PR_SET_PDEATHSIG`, set
   between fork and exec by `die_with_parent`). A child whose parent died before that call
   exits at once.
-- A watchman process (`python -m launch.lifeline`, started first) holds the read end of a
+- A watchman process (`python -m parley.launch.lifeline`, started first) holds the read end of a
   pipe whose write end only the supervisor has. The supervisor tells it every child it
   starts (`watch`) and the embedded PostgreSQL server, which `pg_ctl` starts as a daemon, so
   it is nobody's child. When the pipe closes (the supervisor is gone, however it went), the
@@ -56,7 +56,7 @@ class Lifeline:
 
     def __init__(self) -> None:
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "launch.lifeline"],
+            [sys.executable, "-m", "parley.launch.lifeline"],
             stdin=subprocess.PIPE,
             text=True,
             process_group=0,  # Ctrl-C in the terminal is the supervisor's, not its

@@ -9,12 +9,12 @@ from __future__ import annotations
 import sys
 from datetime import timedelta
 
-from launch.knowledge import load_knowledge
 from parley.config import Settings
+from parley.launch.knowledge import load_knowledge
 from parley.mcp import McpServerConfig
+from parley.store import identity, tenants
+from parley.store.db import create_engine, session_factory
 from parley.tenancy import TenantConfig
-from store import identity, tenants
-from store.db import create_engine, session_factory
 
 
 def require_database(settings: Settings) -> str:

@@ -16,8 +16,8 @@ from typing import Any
 
 import yaml
 
+from parley.eval.client import AdminClient, EvalClientError, UserClient
 from parley.logs import redact
-from parley_eval.client import AdminClient, EvalClientError, UserClient
 
 TokenFor = Callable[[str, str], Awaitable[str | None]]
 

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from parley_eval import html, report
-from parley_eval.client import AdminClient
-from parley_eval.runner import Progress, Target, run_suite
-from parley_eval.score import score
-from parley_eval.suite import SuiteError, load_suite
+from parley.eval import html, report
+from parley.eval.client import AdminClient
+from parley.eval.runner import Progress, Target, run_suite
+from parley.eval.score import score
+from parley.eval.suite import SuiteError, load_suite
 
 EXIT_REGRESSION = 1
 EXIT_INVARIANT = 2

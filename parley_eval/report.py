@@ -7,8 +7,8 @@ import math
 from dataclasses import asdict
 from typing import Any
 
-from parley_eval.observe import StepSeen
-from parley_eval.score import Scored, Tally
+from parley.eval.observe import StepSeen
+from parley.eval.score import Scored, Tally
 
 TURN_TYPES = ("no_tool", "tool", "confirmation")
 

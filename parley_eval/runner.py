@@ -11,9 +11,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from parley_eval.client import AdminClient, BackendClient, EvalClientError, Stream, UserClient
-from parley_eval.observe import ConversationSeen, StepSeen, ToolSeen
-from parley_eval.suite import Conversation, Loaded, Step
+from parley.eval.client import AdminClient, BackendClient, EvalClientError, Stream, UserClient
+from parley.eval.observe import ConversationSeen, StepSeen, ToolSeen
+from parley.eval.suite import Conversation, Loaded, Step
 
 TokenFor = Callable[[str, str], Awaitable[str]]
 Progress = Callable[[int, int, str], None]

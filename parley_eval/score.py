@@ -11,9 +11,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from parley.eval.observe import ConversationSeen, StepSeen, ToolSeen
+from parley.eval.suite import Conversation, Expect, Step, ToolCallSpec
 from parley.tools import Risk, risk_of
-from parley_eval.observe import ConversationSeen, StepSeen, ToolSeen
-from parley_eval.suite import Conversation, Expect, Step, ToolCallSpec
 
 
 @dataclass

@@ -24,12 +24,12 @@ from psycopg.types.json import Jsonb
 from parley.contracts import TERMINAL_TURN_STATES, EventType
 from parley.errors import ActionChanged, ActionExpired, ActionResolved, NotFound
 from parley.statuses import ActionStatus, Decision
+from parley.store.db import Conn, Db, session_conn
+from parley.store.events import append_event
+from parley.store.identity import Identity
+from parley.store.turns import TurnStopped
 from parley.tools import args_hash
 from parley.wire import ActionData, ActionView, card_attachment
-from store.db import Conn, Db, session_conn
-from store.events import append_event
-from store.identity import Identity
-from store.turns import TurnStopped
 
 ACTION_NOT_FOUND = "action not found"
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from psycopg.types.json import Jsonb
 
-from store.db import Conn
+from parley.store.db import Conn
 
 
 @dataclass(frozen=True)

@@ -20,12 +20,12 @@ from psycopg.types.json import Jsonb
 from parley.contracts import MessageStatus, TurnState
 from parley.ids import message_id_for_call, tool_call_row_id
 from parley.statuses import ToolCallStatus
+from parley.store.db import Conn
+from parley.store.events import EVENTS_INSERTED, RUNG, append_params, counter, state_event
+from parley.store.messages import seq_taken
+from parley.store.steps import CALL_COLUMNS, CallRow, ForAttempt, outcome_params
+from parley.store.turn_rows import TurnRow, token_count
 from parley.tools import args_hash
-from store.db import Conn
-from store.events import EVENTS_INSERTED, RUNG, append_params, counter, state_event
-from store.messages import seq_taken
-from store.steps import CALL_COLUMNS, CallRow, ForAttempt, outcome_params
-from store.turn_rows import TurnRow, token_count
 
 
 @dataclass(frozen=True)

@@ -26,12 +26,12 @@ from parley.memory import PinnedFact
 from parley.prompt import Memory, StoredSummary
 from parley.resolver import PENDING_CLARIFICATION, Slot
 from parley.statuses import ImportState
+from parley.store import memory as memory_store
+from parley.store.db import Conn, Db
+from parley.store.events import EVENTS_INSERTED, RUNG, append_params, counter, state_event
+from parley.store.sessions import StoredMessage
+from parley.store.turn_rows import TurnFacts
 from parley.tokens import TokenCounter
-from store import memory as memory_store
-from store.db import Conn, Db
-from store.events import EVENTS_INSERTED, RUNG, append_params, counter, state_event
-from store.sessions import StoredMessage
-from store.turn_rows import TurnFacts
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.prompt import RecallHit
-from store.db import Conn, session_conn
+from parley.store.db import Conn, session_conn
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.erasure import ErasureScope, ErasureStatus, subject_hash
 from parley.ids import new_id
-from store.erasure_catalogue import Subject, delete_batch, erase_sourced_memory_copies
-from store.identity import revoke_user_tokens
-from store.models import Erasure
-from store.rows import typed_row
+from parley.store.erasure_catalogue import Subject, delete_batch, erase_sourced_memory_copies
+from parley.store.identity import revoke_user_tokens
+from parley.store.models import Erasure
+from parley.store.rows import typed_row
 
 
 @dataclass(frozen=True)

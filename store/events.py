@@ -30,10 +30,10 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.contracts import TERMINAL_TURN_STATES, EventType, TurnState
+from parley.store.db import Conn, session_conn
+from parley.store.turn_states import MOVE, move_params
+from parley.store.viewers import ATTACH_VIEWER_SQL
 from parley.wire import EVENT_DATA, StateData
-from store.db import Conn, session_conn
-from store.turn_states import MOVE, move_params
-from store.viewers import ATTACH_VIEWER_SQL
 
 NOTIFY_CHANNEL = "parley_turn_events"
 # The doorbell's payload: `turn_id:first_id:batch`, the batch being the appended events as

@@ -20,7 +20,7 @@ from parley.archive import ArchivedFile, ArchivedSession
 from parley.errors import ExportExpired, ExportNotReady, NotFound
 from parley.ids import new_id
 from parley.statuses import ExportState
-from store.models import (
+from parley.store.models import (
     Action,
     ChatSession,
     Export,
@@ -32,7 +32,7 @@ from store.models import (
     User,
     UserMemoryItem,
 )
-from store.rows import typed_row
+from parley.store.rows import typed_row
 
 EXPORT_NOT_FOUND = "export not found"
 # An export asked for again this soon after a finished one answers that one.

@@ -13,11 +13,11 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.errors import InvalidRequest, NotFound
-from store.identity import Identity
-from store.models import Feedback, Message, TraceSpan
-from store.rows import typed_row
-from store.sessions import get_session
-from store.usage import Span
+from parley.store.identity import Identity
+from parley.store.models import Feedback, Message, TraceSpan
+from parley.store.rows import typed_row
+from parley.store.sessions import get_session
+from parley.store.usage import Span
 
 
 @dataclass(frozen=True)

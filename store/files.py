@@ -16,10 +16,10 @@ from parley.attachments import AttachedFile
 from parley.errors import InvalidRequest, NotFound
 from parley.file_text import Extracted
 from parley.ids import new_id
-from store.identity import Identity
-from store.models import Message, SessionFile
-from store.rows import typed_row
-from store.sessions import get_session
+from parley.store.identity import Identity
+from parley.store.models import Message, SessionFile
+from parley.store.rows import typed_row
+from parley.store.sessions import get_session
 
 FILE_NOT_FOUND = "file not found"
 

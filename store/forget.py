@@ -31,10 +31,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.errors import NotFound, TurnInProgress
 from parley.forgetting import Forgotten, Scrubber, emptied_event, needles_of
-from store import embeddings as embedding_store
-from store import summaries
-from store.identity import Identity
-from store.models import (
+from parley.store import embeddings as embedding_store
+from parley.store import summaries
+from parley.store.identity import Identity
+from parley.store.models import (
     ChatSession,
     ConversationSummary,
     Feedback,
@@ -48,7 +48,7 @@ from store.models import (
     TurnEvent,
     UserMemoryItem,
 )
-from store.sessions import lock_session
+from parley.store.sessions import lock_session
 
 MESSAGE_NOT_FOUND = "message not found"
 # Event types that can carry a forgotten message's text (parley/forgetting.py `emptied_event`).

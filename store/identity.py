@@ -13,9 +13,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.features import ASSISTANT
 from parley.ids import new_id
-from store.db import session_conn
-from store.models import ApiToken, Tenant, User
-from store.rows import typed_row
+from parley.store.db import session_conn
+from parley.store.models import ApiToken, Tenant, User
+from parley.store.rows import typed_row
 
 
 @dataclass(frozen=True)

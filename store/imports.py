@@ -26,12 +26,12 @@ from parley.errors import IdempotencyKeyReused, NotFound, TurnInProgress
 from parley.ids import new_id
 from parley.imports import ImportItem
 from parley.statuses import ImportState
-from store.db import Conn, session_conn
-from store.identity import Identity
-from store.messages import take_seqs
-from store.models import Message
-from store.models.core import count_tokens
-from store.sessions import lock_session_row
+from parley.store.db import Conn, session_conn
+from parley.store.identity import Identity
+from parley.store.messages import take_seqs
+from parley.store.models import Message
+from parley.store.models.core import count_tokens
+from parley.store.sessions import lock_session_row
 
 IMPORT_NOT_FOUND = "import not found"
 

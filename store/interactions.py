@@ -18,9 +18,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from parley.contracts import EventType, InteractionAnswer, TurnState
 from parley.ids import new_id
 from parley.specialists import match_option
+from parley.store.models import SpecialistAnswer, Turn, TurnEvent
+from parley.store.rows import typed_row
 from parley.wire import InteractionData
-from store.models import SpecialistAnswer, Turn, TurnEvent
-from store.rows import typed_row
 
 
 @dataclass(frozen=True)

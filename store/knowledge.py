@@ -15,8 +15,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.ids import new_id
 from parley.knowledge import Chunk, Document, DocumentMode, Passage, or_query
-from store.db import Conn, session_conn
-from store.models import KnowledgeChunk, KnowledgeDocument
+from parley.store.db import Conn, session_conn
+from parley.store.models import KnowledgeChunk, KnowledgeDocument
 
 
 @dataclass(frozen=True)

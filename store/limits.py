@@ -36,11 +36,11 @@ from parley.config import Limits
 from parley.contracts import TERMINAL_TURN_STATES, TurnState
 from parley.errors import AgentPaused, DailyCapReached, RateLimited, TooManyActiveTurns
 from parley.ids import new_id
+from parley.store.db import Conn, session_conn
+from parley.store.identity import Identity
+from parley.store.models import StreamLease
+from parley.store.viewers import DETACH_VIEWER_SQL
 from parley.tenancy import TenantConfig
-from store.db import Conn, session_conn
-from store.identity import Identity
-from store.models import StreamLease
-from store.viewers import DETACH_VIEWER_SQL
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import psycopg
 
-from store.events import NOTIFY_CHANNEL
+from parley.store.events import NOTIFY_CHANNEL
 
 
 async def listen_for_events(

@@ -30,8 +30,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from parley.context import WindowMessage
 from parley.memory import PinnedFact, SummaryLine
 from parley.prompt import StoredSummary
+from parley.store.models import ConversationSummary, Message, PinnedFactRow
 from parley.tokens import MESSAGE_OVERHEAD, TokenCounter, count_message
-from store.models import ConversationSummary, Message, PinnedFactRow
 
 # Messages loaded before the summary's end, so the recent window can reach back that far.
 WINDOW_REACH = 200

@@ -22,8 +22,8 @@ The rule in its three forms, each for one style of writer:
 
 from __future__ import annotations
 
-from store.db import Conn
-from store.models import ChatSession
+from parley.store.db import Conn
+from parley.store.models import ChatSession
 
 
 def next_seq(last_seq: int) -> int:

@@ -7,7 +7,7 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 
-from store.db import sqlalchemy_url
+from parley.store.db import sqlalchemy_url
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 

@@ -15,14 +15,14 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.contracts import MessageStatus, TurnState
 from parley.ids import new_id
+from parley.store.db import session_conn
+from parley.store.events import BASE, EVENTS_INSERTED, RUNG, append_params, state_event
+from parley.store.identity import Identity
+from parley.store.messages import SEQ_TAKEN, next_seq
+from parley.store.models import Message
+from parley.store.models.core import count_tokens
+from parley.store.turn_states import BORN
 from parley.wire import MessageView
-from store.db import session_conn
-from store.events import BASE, EVENTS_INSERTED, RUNG, append_params, state_event
-from store.identity import Identity
-from store.messages import SEQ_TAKEN, next_seq
-from store.models import Message
-from store.models.core import count_tokens
-from store.turn_states import BORN
 
 
 async def insert_message_and_turn(

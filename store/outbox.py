@@ -9,12 +9,12 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.contracts import TERMINAL_TURN_STATES, TurnState
+from parley.store import turns
+from parley.store.db import Conn, session_conn
+from parley.store.models import Turn
+from parley.store.queue import Startable
+from parley.store.rows import typed_row
 from parley.wire import ErrorData
-from store import turns
-from store.db import Conn, session_conn
-from store.models import Turn
-from store.queue import Startable
-from store.rows import typed_row
 
 
 async def turn_number(db: AsyncSession, *, turn_id: str) -> int:

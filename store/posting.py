@@ -39,21 +39,21 @@ from parley.errors import (
 from parley.features import ASSISTANT
 from parley.ids import new_id
 from parley.statuses import ActionStatus, Decision, DeclineReason
-from parley.wire import MessageView
-from store import actions, interactions, new_turn, queue
-from store import files as files_store
-from store import limits as limits_store
-from store.db import session_conn
-from store.events import append_events, state_event
-from store.identity import Identity
-from store.messages import take_seq
-from store.models import (
+from parley.store import actions, interactions, new_turn, queue
+from parley.store import files as files_store
+from parley.store import limits as limits_store
+from parley.store.db import session_conn
+from parley.store.events import append_events, state_event
+from parley.store.identity import Identity
+from parley.store.messages import take_seq
+from parley.store.models import (
     ChatSession,
     Message,
     QueuedMessage,
     Turn,
 )
-from store.sessions import SessionRow, get_turn, lock_session, lock_session_row
+from parley.store.sessions import SessionRow, get_turn, lock_session, lock_session_row
+from parley.wire import MessageView
 
 log = logging.getLogger(__name__)
 

@@ -30,14 +30,14 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.contracts import EventType, MessageStatus, TurnState
 from parley.ids import new_id
+from parley.store.db import session_conn
+from parley.store.events import append_events, ring, state_event
+from parley.store.identity import Identity
+from parley.store.messages import next_seq, take_seq
+from parley.store.models import ChatSession, Message, QueuedMessage, Turn
+from parley.store.sessions import lock_session
 from parley.turn_states import IllegalTransition, can_move
 from parley.wire import MessageData, MessageView
-from store.db import session_conn
-from store.events import append_events, ring, state_event
-from store.identity import Identity
-from store.messages import next_seq, take_seq
-from store.models import ChatSession, Message, QueuedMessage, Turn
-from store.sessions import lock_session
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from datetime import datetime
 
 from parley.periods import Period
 from parley.prompt import RecallHit
-from store.db import Conn, Db, session_conn
+from parley.store.db import Conn, Db, session_conn
 
 _TERM = re.compile(r"[^a-z0-9]")
 

@@ -13,8 +13,8 @@ from sqlalchemy import Row, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.result_sets import StoredSet
-from store.db import Conn
-from store.models import ResultSet
+from parley.store.db import Conn
+from parley.store.models import ResultSet
 
 # How many of a session's newest sets the resolver weighs; older ones are out of reach.
 RECENT_SETS = 6

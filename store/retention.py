@@ -17,8 +17,8 @@ from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.retention import RetentionPeriods
+from parley.store.models import Tenant
 from parley.tenancy import TenantConfig
-from store.models import Tenant
 
 
 @dataclass(frozen=True)

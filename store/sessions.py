@@ -16,12 +16,12 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.errors import NotFound
 from parley.ids import new_id
+from parley.store import limits
+from parley.store.db import session_conn
+from parley.store.identity import Identity
+from parley.store.models import ChatSession, Message, Tenant, Turn
+from parley.store.rows import typed_row
 from parley.wire import MessageView
-from store import limits
-from store.db import session_conn
-from store.identity import Identity
-from store.models import ChatSession, Message, Tenant, Turn
-from store.rows import typed_row
 
 SESSION_NOT_FOUND = "session not found"
 TURN_NOT_FOUND = "turn not found"

@@ -10,7 +10,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.resolver import Slot
-from store.models import SessionSlot
+from parley.store.models import SessionSlot
 
 
 async def get_slots(db: AsyncSession, *, session_id: str) -> dict[str, Slot]:

@@ -17,12 +17,12 @@ from sqlalchemy import select
 from parley.contracts import TERMINAL_TURN_STATES, EventType
 from parley.ids import new_id, tool_call_row_id
 from parley.statuses import ToolCallStatus
+from parley.store.db import Conn, Db, session_conn
+from parley.store.models import ModelCall, ToolCall
+from parley.store.rows import typed_row
+from parley.store.turn_rows import ToolCallRow, TurnFacts, TurnRow
 from parley.tenancy import TenantConfig
 from parley.tools import args_hash
-from store.db import Conn, Db, session_conn
-from store.models import ModelCall, ToolCall
-from store.rows import typed_row
-from store.turn_rows import ToolCallRow, TurnFacts, TurnRow
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.fold import FALLBACK
 from parley.memory import SummaryLine
-from store.db import Conn
-from store.models import ConversationSummary, Message
+from parley.store.db import Conn
+from parley.store.models import ConversationSummary, Message
 
 
 async def lock_session_memory(db: AsyncSession, *, session_id: str) -> None:

@@ -8,9 +8,9 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.errors import NotFound
+from parley.store.models import Tenant
+from parley.store.rows import typed_row
 from parley.tenancy import TenantConfig
-from store.models import Tenant
-from store.rows import typed_row
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from store.db import SessionMaker, connect
+from parley.store.db import SessionMaker, connect
 
 
 @dataclass(frozen=True)

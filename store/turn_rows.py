@@ -19,12 +19,12 @@ from parley.contracts import EventType, MessageStatus, TurnState
 from parley.ids import tool_result_message_id
 from parley.resolver import Slot
 from parley.statuses import ActionStatus, FinalizeOutcome, ToolCallStatus
+from parley.store import queue
+from parley.store.db import Conn, session_conn
+from parley.store.events import DOORBELL, EVENTS_INSERTED, append_params, counter
+from parley.store.messages import seq_taken
+from parley.store.summaries import BACKLOG_OF_SESSION, Backlog, parse_backlog
 from parley.tokens import count_message, default_counter
-from store import queue
-from store.db import Conn, session_conn
-from store.events import DOORBELL, EVENTS_INSERTED, append_params, counter
-from store.messages import seq_taken
-from store.summaries import BACKLOG_OF_SESSION, Backlog, parse_backlog
 
 
 @dataclass(frozen=True)

@@ -32,19 +32,11 @@ from parley.ids import (
     unfinished_message_id,
 )
 from parley.statuses import DeclineReason, FinalizeOutcome, ToolCallStatus
-from parley.wire import (
-    ActionData,
-    ActionView,
-    ErrorData,
-    MessageData,
-    MessageView,
-    RetractedData,
-)
-from store.db import Conn, session_conn
-from store.events import append_events, state_event
-from store.models import Message, Turn, TurnEvent
-from store.summaries import Backlog
-from store.turn_rows import (
+from parley.store.db import Conn, session_conn
+from parley.store.events import append_events, state_event
+from parley.store.models import Message, Turn, TurnEvent
+from parley.store.summaries import Backlog
+from parley.store.turn_rows import (
     MessageRow,
     ToolCallRow,
     TurnFacts,
@@ -57,7 +49,15 @@ from store.turn_rows import (
     store_tool_result,
     turn_facts,
 )
-from store.turn_states import Moving, may_enter
+from parley.store.turn_states import Moving, may_enter
+from parley.wire import (
+    ActionData,
+    ActionView,
+    ErrorData,
+    MessageData,
+    MessageView,
+    RetractedData,
+)
 
 
 async def _lock(db: AsyncSession, turn_id: str) -> Turn | None:

@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.consented import MemoryItem, Remembered
 from parley.memory import PinnedFact
-from store.models import (
+from parley.store.models import (
     ChatSession,
     ConversationSummary,
     MemoryConsent,

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.contracts import TERMINAL_TURN_STATES, TurnState
-from store.models import Turn
+from parley.store.models import Turn
 
 # Plain SQL in psycopg's form, so that a stream's first read of the log can carry it
 # (store/events.py) and its end can join it to the drop of its lease (store/limits.py

@@ -16,18 +16,18 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from demo_backend.app import create_app as create_backend
-from dispatch.deployment import build_id
-from gateway.demo import DemoModel
-from gateway.minilm import EmbeddingsUnavailable, MiniLMEmbedder
-from launch.dev import EAGER_ACTIVITIES, EAGER_WORKFLOW_START, temporal_cli
-from launch.knowledge import load_library, read_library
 from parley.config import Settings
 from parley.contracts import SEARCH_ATTRIBUTES
-from store.db import create_socket_checked_engine, session_factory
-from store.embedded import EmbeddedPostgres
-from store.identity import create_token, seed_demo
-from store.migrate import upgrade
+from parley.demo_backend.app import create_app as create_backend
+from parley.dispatch.deployment import build_id
+from parley.gateway.demo import DemoModel
+from parley.gateway.minilm import EmbeddingsUnavailable, MiniLMEmbedder
+from parley.launch.dev import EAGER_ACTIVITIES, EAGER_WORKFLOW_START, temporal_cli
+from parley.launch.knowledge import load_library, read_library
+from parley.store.db import create_socket_checked_engine, session_factory
+from parley.store.embedded import EmbeddedPostgres
+from parley.store.identity import create_token, seed_demo
+from parley.store.migrate import upgrade
 from tests.support.client import ParleyClient
 from tests.support.schedule import longest_first
 from tests.support.stack import SHARED_STACK_LIMITS, SteppedClock, running_worker, serve, serve_api

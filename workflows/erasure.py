@@ -18,7 +18,7 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.erasure import ErasureActivities
+    from parley.activities.erasure import ErasureActivities
     from parley.erasure import (
         ERASURE_WORKFLOW,
         EraseTableInput,
@@ -26,7 +26,7 @@ with workflow.unsafe.imports_passed_through():
         ErasureReceipt,
     )
 
-from workflows.options import ERASE, STORE
+from parley.workflows.options import ERASE, STORE
 
 # Passes over the catalogue before the run gives up on rows that keep coming back.
 MAX_PASSES = 3

@@ -13,10 +13,10 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.exports import ExportActivities
+    from parley.activities.exports import ExportActivities
     from parley.contracts import EXPORT_WORKFLOW, ExportInput, ExportResult
 
-from workflows.options import EXPORT, STORE
+from parley.workflows.options import EXPORT, STORE
 
 
 @workflow.defn(name=EXPORT_WORKFLOW)

@@ -15,10 +15,10 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.imports import ImportActivities
+    from parley.activities.imports import ImportActivities
     from parley.contracts import IMPORT_WORKFLOW, ImportInput
 
-from workflows.options import INDEX, STORE
+from parley.workflows.options import INDEX, STORE
 
 # Batches before the run continues as new (a request's largest import takes about eight).
 STEPS_PER_RUN = 50

@@ -7,11 +7,11 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.turn import TurnActivities
+    from parley.activities.turn import TurnActivities
     from parley.contracts import CallModelInput, CallModelResult, TurnInput
 
-from workflows.options import MODEL
-from workflows.wording import retries_spent, store_unavailable
+from parley.workflows.options import MODEL
+from parley.workflows.wording import retries_spent, store_unavailable
 
 
 async def call_model_or_fallback(inp: TurnInput, model_call_id: str, step: int) -> CallModelResult:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from activities.retention import RetentionActivities
+    from parley.activities.retention import RetentionActivities
     from parley.contracts import (
         PURGE_WORKFLOW,
         PurgeBatchInput,
@@ -23,7 +23,7 @@ with workflow.unsafe.imports_passed_through():
         PurgeResult,
     )
 
-from workflows.options import PURGE, STORE
+from parley.workflows.options import PURGE, STORE
 
 
 @workflow.defn(name=PURGE_WORKFLOW)

@@ -25,9 +25,9 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, CancelledError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.send import SendActivities
-    from activities.specialist import SpecialistActivities
-    from activities.specialist_agent import SpecialistAgentActivities
+    from parley.activities.send import SendActivities
+    from parley.activities.specialist import SpecialistActivities
+    from parley.activities.specialist_agent import SpecialistAgentActivities
     from parley.contracts import (
         ANSWER_INTERACTION_SIGNAL,
         MAX_TOOL_CALLS_PER_RESPONSE,
@@ -52,7 +52,7 @@ with workflow.unsafe.imports_passed_through():
     from parley.specialists import DELEGATE_RETURNS, SpecialistOutcome
     from parley.statuses import ActionStatus, Decision, ToolCallStatus
 
-from workflows.options import MODEL, SEND, STORE, TOOL, to_its_end
+from parley.workflows.options import MODEL, SEND, STORE, TOOL, to_its_end
 
 
 def delegation(calls: list[ToolCallRef], outcomes: list[ToolOutcome]) -> str | None:

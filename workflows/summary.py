@@ -33,7 +33,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.memory import MemoryActivities
+    from parley.activities.memory import MemoryActivities
     from parley.contracts import (
         SUMMARY_DUE_SIGNAL,
         SUMMARY_WORKFLOW,
@@ -41,7 +41,7 @@ with workflow.unsafe.imports_passed_through():
         SummarizeResult,
     )
 
-from workflows.options import SUMMARY
+from parley.workflows.options import SUMMARY
 
 # Passes before the run continues as new: each is a handful of events (its step, the
 # signals that asked for the next), far below the history's limits.

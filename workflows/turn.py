@@ -42,12 +42,12 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.ending import EndingActivities
-    from activities.memory import MemoryActivities
-    from activities.screens import ScreenActivities
-    from activities.send import SendActivities
-    from activities.tools import ToolActivities
-    from activities.turn import TurnActivities
+    from parley.activities.ending import EndingActivities
+    from parley.activities.memory import MemoryActivities
+    from parley.activities.screens import ScreenActivities
+    from parley.activities.send import SendActivities
+    from parley.activities.tools import ToolActivities
+    from parley.activities.turn import TurnActivities
     from parley.contracts import (
         MAX_MODEL_CALLS,
         MAX_OUTPUT_TOKENS,
@@ -82,10 +82,10 @@ with workflow.unsafe.imports_passed_through():
     from parley.statuses import ActionStatus, Decision, TurnErrorCode, turn_error_code
     from parley.tools import Risk, risk_of
 
-from workflows.model_step import call_model_or_fallback
-from workflows.options import SCREEN, SEND, SKILL, STORE, TOOL, to_its_end
-from workflows.specialist import delegation, run_specialist
-from workflows.wording import (
+from parley.workflows.model_step import call_model_or_fallback
+from parley.workflows.options import SCREEN, SEND, SKILL, STORE, TOOL, to_its_end
+from parley.workflows.specialist import delegation, run_specialist
+from parley.workflows.wording import (
     BOUNDS_TEXT,
     BUDGET_SPENT,
     EXPIRED_TEXT,

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from api.deps import CurrentUser, DbSession, Temporal
-from api.errors import answers
-from api.routes.turns import send_signals
-from api.schemas import ActionOut
+from parley.api.deps import CurrentUser, DbSession, Temporal
+from parley.api.errors import answers
+from parley.api.routes.turns import send_signals
+from parley.api.schemas import ActionOut
 from parley.contracts import ResolveActionSignal
 from parley.errors import ActionChanged, ActionExpired, ActionResolved, AgentPaused, NotFound
 from parley.statuses import Decision
+from parley.store import actions, tenants
+from parley.store import sessions as store_sessions
 from parley.wire import ActionView
-from store import actions, tenants
-from store import sessions as store_sessions
 
 router = APIRouter(
     prefix="/v1/sessions/{session_id}/actions",

@@ -12,15 +12,15 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
 
-from api.deps import AppSettings, CurrentUser, DbSession
-from api.errors import answers
-from api.schemas import SessionRunsOut, TenantOut, UsageOut
-from gateway.resolver import system_resolver
+from parley.api.deps import AppSettings, CurrentUser, DbSession
+from parley.api.errors import answers
+from parley.api.schemas import SessionRunsOut, TenantOut, UsageOut
 from parley.egress import check_url
 from parley.errors import Forbidden, InvalidRequest, NotFound, UrlNotAllowed
+from parley.gateway.resolver import system_resolver
+from parley.store import tenants, usage
+from parley.store.identity import Identity
 from parley.tenancy import TenantConfig
-from store import tenants, usage
-from store.identity import Identity
 
 router = APIRouter(
     prefix="/v1/admin/tenants/{tenant_id}",

@@ -13,14 +13,21 @@ import logging
 
 from fastapi import APIRouter
 
-from api.deps import AppSettings, CurrentUser, DbSession, Sessions, Temporal, TemporalConnector
-from api.errors import answers
-from api.schemas import ErasureOut, ErasureStarted
-from dispatch.erasure import start_erasure
+from parley.api.deps import (
+    AppSettings,
+    CurrentUser,
+    DbSession,
+    Sessions,
+    Temporal,
+    TemporalConnector,
+)
+from parley.api.errors import answers
+from parley.api.schemas import ErasureOut, ErasureStarted
 from parley.config import Settings
+from parley.dispatch.erasure import start_erasure
 from parley.erasure import ErasureInput
 from parley.errors import NotFound
-from store import erasure
+from parley.store import erasure
 
 log = logging.getLogger(__name__)
 

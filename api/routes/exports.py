@@ -8,12 +8,12 @@ from datetime import timedelta
 
 from fastapi import APIRouter, Response
 
-from api.deps import AppSettings, CurrentUser, DbSession, Temporal
-from api.errors import answers
-from api.schemas import ExportOut
-from dispatch.exports import start_export
+from parley.api.deps import AppSettings, CurrentUser, DbSession, Temporal
+from parley.api.errors import answers
+from parley.api.schemas import ExportOut
+from parley.dispatch.exports import start_export
 from parley.errors import ExportExpired, ExportNotReady, NotFound
-from store import exports
+from parley.store import exports
 
 log = logging.getLogger(__name__)
 

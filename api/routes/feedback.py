@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Query
 
-from api.deps import CurrentUser, DbSession
-from api.errors import answers
-from api.routes.admin import Admin
-from api.schemas import FeedbackIn, FeedbackList, FeedbackOut, RatedAnswerOut, TraceSpanOut
+from parley.api.deps import CurrentUser, DbSession
+from parley.api.errors import answers
+from parley.api.routes.admin import Admin
+from parley.api.schemas import FeedbackIn, FeedbackList, FeedbackOut, RatedAnswerOut, TraceSpanOut
 from parley.errors import Forbidden, InvalidRequest, NotFound
-from store import feedback
+from parley.store import feedback
 
 router = APIRouter(tags=["feedback"])
 

@@ -6,12 +6,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, File, Response, UploadFile
 
-from api.deps import CurrentUser, DbSession
-from api.errors import answers
-from api.schemas import FileOut
+from parley.api.deps import CurrentUser, DbSession
+from parley.api.errors import answers
+from parley.api.schemas import FileOut
 from parley.errors import InvalidRequest, NotFound
 from parley.file_text import UnsupportedFile, extract
-from store import files
+from parley.store import files
 
 router = APIRouter(prefix="/v1/sessions/{session_id}/files", tags=["files"])
 

@@ -9,14 +9,14 @@ from datetime import UTC, datetime
 
 from fastapi import APIRouter, Response
 
-from api.deps import AppSettings, CurrentUser, DbSession, Temporal
-from api.errors import answers
-from api.schemas import ImportIn, ImportOut
-from dispatch.imports import start_import
+from parley.api.deps import AppSettings, CurrentUser, DbSession, Temporal
+from parley.api.errors import answers
+from parley.api.schemas import ImportIn, ImportOut
+from parley.dispatch.imports import start_import
 from parley.errors import IdempotencyKeyReused, InvalidRequest, NotFound, TurnInProgress
 from parley.imports import ImportItem, check_items, digest
 from parley.statuses import ImportState
-from store import imports
+from parley.store import imports
 
 log = logging.getLogger(__name__)
 

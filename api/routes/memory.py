@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
-from api.deps import CurrentUser, DbSession
-from api.errors import answers
-from api.schemas import ConsentIn, MemoryItemOut, MemoryOut
+from parley.api.deps import CurrentUser, DbSession
+from parley.api.errors import answers
+from parley.api.schemas import ConsentIn, MemoryItemOut, MemoryOut
 from parley.errors import NotFound
-from store import user_memory
+from parley.store import user_memory
 
 router = APIRouter(prefix="/v1/memory", tags=["memory"], responses=answers())
 

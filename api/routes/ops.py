@@ -8,9 +8,9 @@ from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from api.deps import DbSession, Temporal
-from api.schemas import Health, Readiness
-from store.db import ping
+from parley.api.deps import DbSession, Temporal
+from parley.api.schemas import Health, Readiness
+from parley.store.db import ping
 
 router = APIRouter(tags=["operations"])
 

@@ -8,16 +8,16 @@ from dataclasses import replace
 
 from fastapi import APIRouter, Query, Response
 
-from api.deps import AppSettings, CurrentUser, DbSession, Sessions, Temporal
-from api.errors import answers
-from api.routes.erasure import start_soon
-from api.schemas import ForgottenOut, MessageList, SessionDetail, SessionList, SessionOut
-from dispatch.control import cancel_turn_workflow
-from dispatch.summaries import ask_for_summary
+from parley.api.deps import AppSettings, CurrentUser, DbSession, Sessions, Temporal
+from parley.api.errors import answers
+from parley.api.routes.erasure import start_soon
+from parley.api.schemas import ForgottenOut, MessageList, SessionDetail, SessionList, SessionOut
+from parley.dispatch.control import cancel_turn_workflow
+from parley.dispatch.summaries import ask_for_summary
 from parley.erasure import ErasureInput
 from parley.errors import NotFound, RateLimited, TurnFinished, TurnInProgress
-from store import actions, erasure, eval_drafts, files, forget, queue, slots
-from store import sessions as store_sessions
+from parley.store import actions, erasure, eval_drafts, files, forget, queue, slots
+from parley.store import sessions as store_sessions
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from fastapi import APIRouter, BackgroundTasks, Header, Query, Response
 from pydantic import WithJsonSchema
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from api.deps import (
+from parley.api.deps import (
     AppSettings,
     AutocommitSessions,
     CurrentUser,
@@ -22,14 +22,11 @@ from api.deps import (
     Temporal,
     TemporalConnector,
 )
-from api.errors import answers
-from api.faults import kill_at
-from api.metrics import MESSAGES_POSTED, STREAMS_OPEN, TURN_START_FAILURES
-from api.schemas import CancelOut, PostMessageIn, TurnOut, TurnStarted
-from api.streaming import TurnEventResponse, Viewer, turn_event_batches
-from dispatch.control import cancel_turn_workflow, deliver_decision
-from dispatch.outbox import record_started, start_turn_workflow
-from dispatch.specialists import deliver_and_record
+from parley.api.errors import answers
+from parley.api.faults import kill_at
+from parley.api.metrics import MESSAGES_POSTED, STREAMS_OPEN, TURN_START_FAILURES
+from parley.api.schemas import CancelOut, PostMessageIn, TurnOut, TurnStarted
+from parley.api.streaming import TurnEventResponse, Viewer, turn_event_batches
 from parley.config import Settings
 from parley.contracts import (
     TERMINAL_TURN_STATES,
@@ -37,6 +34,9 @@ from parley.contracts import (
     TurnInput,
     TurnState,
 )
+from parley.dispatch.control import cancel_turn_workflow, deliver_decision
+from parley.dispatch.outbox import record_started, start_turn_workflow
+from parley.dispatch.specialists import deliver_and_record
 from parley.errors import (
     AgentPaused,
     DailyCapReached,
@@ -51,13 +51,13 @@ from parley.errors import (
     TurnInProgress,
     TurnNotRetryable,
 )
+from parley.store import actions, posting, queue
+from parley.store import sessions as store_sessions
+from parley.store.db import Db, SessionMaker
+from parley.store.identity import Identity
+from parley.store.interactions import AnswerRow
+from parley.store.posting import PostedTurn
 from parley.wire import TurnStreamEvent
-from store import actions, posting, queue
-from store import sessions as store_sessions
-from store.db import Db, SessionMaker
-from store.identity import Identity
-from store.interactions import AnswerRow
-from store.posting import PostedTurn
 
 log = logging.getLogger(__name__)
 

@@ -18,12 +18,12 @@ from fastapi.responses import FileResponse
 from starlette.staticfiles import StaticFiles
 from starlette.types import Message, Receive, Scope, Send
 
-from api.deps import AppSettings, DbSession
-from api.errors import answers
-from api.schemas import DemoUser, DevSignIn, WebConfig
+from parley.api.deps import AppSettings, DbSession
+from parley.api.errors import answers
+from parley.api.schemas import DemoUser, DevSignIn, WebConfig
 from parley.config import Settings
 from parley.errors import NotFound
-from store import identity
+from parley.store import identity
 
 WEB_DIR = Path(__file__).resolve().parent.parent / "web"
 STATIC_PREFIX = "/static"

@@ -1,3 +1,3 @@
-from gateway.fake_provider.server import main
+from parley.gateway.fake_provider.server import main
 
 main()

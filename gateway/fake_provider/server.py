@@ -18,7 +18,7 @@ does.
 
 By hand:
 
-    python -m gateway.fake_provider --port 8200 --brain
+    python -m parley.gateway.fake_provider --port 8200 --brain
     OPENAI_BASE_URL=http://127.0.0.1:8200/v1 OPENAI_API_KEY=fake PARLEY_MODEL_PROVIDER=openai
     ANTHROPIC_BASE_URL=http://127.0.0.1:8200 ANTHROPIC_API_KEY=fake \
         PARLEY_MODEL_PROVIDER=anthropic
@@ -38,10 +38,10 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from gateway.base import ModelRequest
-from gateway.demo import compose_reply, tokenize
-from gateway.fake_provider.embeddings import add_embeddings_route
-from gateway.fake_provider.wire import (
+from parley.gateway.base import ModelRequest
+from parley.gateway.demo import compose_reply, tokenize
+from parley.gateway.fake_provider.embeddings import add_embeddings_route
+from parley.gateway.fake_provider.wire import (
     Dialect,
     Fail,
     Frame,

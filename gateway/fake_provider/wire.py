@@ -12,9 +12,9 @@ from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, Field, field_validator
 
-from gateway.anthropic import RAW_ARGUMENTS_KEY
-from gateway.base import ModelRequest
-from gateway.demo import tokenize
+from parley.gateway.anthropic import RAW_ARGUMENTS_KEY
+from parley.gateway.base import ModelRequest
+from parley.gateway.demo import tokenize
 
 Dialect = Literal["openai", "anthropic"]
 

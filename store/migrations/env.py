@@ -5,7 +5,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine, pool
 
-from store.models import Base
+from parley.store.models import Base
 
 config = context.config
 target_metadata = Base.metadata

@@ -4,7 +4,7 @@ Temporal holds execution state; these tables hold what the product shows and wha
 prompt is built from. Every schema change also gets an Alembic migration.
 """
 
-from store.models.core import (
+from parley.store.models.core import (
     Action,
     ApiToken,
     Base,
@@ -24,20 +24,20 @@ from store.models.core import (
     UsageCounter,
     User,
 )
-from store.models.erasure import Erasure
-from store.models.imports import ConversationImport
-from store.models.knowledge import (
+from parley.store.models.erasure import Erasure
+from parley.store.models.imports import ConversationImport
+from parley.store.models.knowledge import (
     KnowledgeChunk,
     KnowledgeDocument,
 )
-from store.models.memory import (
+from parley.store.models.memory import (
     ConversationSummary,
     MemoryConsent,
     PinnedFactRow,
     UserMemoryItem,
 )
-from store.models.queue import QueuedMessage
-from store.models.uploads import (
+from parley.store.models.queue import QueuedMessage
+from parley.store.models.uploads import (
     Export,
     Feedback,
     SessionFile,

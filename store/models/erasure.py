@@ -8,7 +8,7 @@ from sqlalchemy import DateTime, Float, Index, String
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
-from store.models.core import Base, now_column
+from parley.store.models.core import Base, now_column
 
 
 class Erasure(Base):

@@ -9,7 +9,7 @@ from datetime import datetime
 from sqlalchemy import DateTime, ForeignKey, Index, Integer, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
-from store.models.core import Base, now_column
+from parley.store.models.core import Base, now_column
 
 
 class ConversationImport(Base):

@@ -18,7 +18,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import TSVECTOR
 from sqlalchemy.orm import Mapped, mapped_column
 
-from store.models.core import Base, now_column
+from parley.store.models.core import Base, now_column
 
 
 class KnowledgeDocument(Base):

@@ -9,7 +9,7 @@ from sqlalchemy import ForeignKey, String, Text, UniqueConstraint
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
-from store.models.core import Base, now_column
+from parley.store.models.core import Base, now_column
 
 
 class QueuedMessage(Base):

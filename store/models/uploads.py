@@ -19,7 +19,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
-from store.models.core import Base, now_column
+from parley.store.models.core import Base, now_column
 
 
 class SessionFile(Base):

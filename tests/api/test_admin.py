@@ -9,7 +9,7 @@ import pytest_asyncio
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from store.models import ModelCall, ToolCall
+from parley.store.models import ModelCall, ToolCall
 from tests.support.client import ParleyClient
 from tests.support.tenants import new_admin_tenant
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from gateway.demo import DemoModel
 from parley.config import Settings
-from store.db import on_statement_sent
+from parley.gateway.demo import DemoModel
+from parley.store.db import on_statement_sent
 from tests.support.stack import api_in_process
 from tests.support.toolkit import eventually
 

@@ -22,7 +22,7 @@ from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from parley.config import Settings
-from store.models import Action
+from parley.store.models import Action
 from tests.support.client import ParleyClient
 from tests.support.sse import Event
 from tests.support.stack import serve_api

@@ -14,7 +14,7 @@ import pytest
 import pytest_asyncio
 from sqlalchemy import text
 
-from store.db import (
+from parley.store.db import (
     SessionMaker,
     StoreError,
     autocommit_session_factory,

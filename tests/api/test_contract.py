@@ -10,10 +10,10 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
-from api.schemas import SessionDetail, TurnOut, TurnStarted
+from parley.api.schemas import SessionDetail, TurnOut, TurnStarted
 from parley.ids import workflow_id_for_turn
+from parley.store.models import Turn
 from parley.wire import MessageView, event_data
-from store.models import Turn
 from tests.support.client import ParleyClient
 
 

@@ -8,7 +8,7 @@ import psycopg
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from store.db import create_socket_checked_engine, libpq_url, session_factory
+from parley.store.db import create_socket_checked_engine, libpq_url, session_factory
 from tests.support.toolkit import eventually
 
 

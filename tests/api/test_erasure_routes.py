@@ -12,7 +12,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from parley.config import Settings
-from store.erasure_catalogue import CATALOGUE, NOT_PERSONAL
+from parley.store.erasure_catalogue import CATALOGUE, NOT_PERSONAL
 from tests.support.client import ParleyClient
 from tests.support.erasure import TENANT, add_user, new_customers, receipt
 from tests.support.stack import parley_cli

@@ -13,10 +13,10 @@ from pathlib import Path
 import httpx
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from parley.eval.capture import capture_feedback
+from parley.eval.command import EXIT_REGRESSION, Options, evaluate
+from parley.eval.suite import load_conversation
 from parley.tenancy import TenantConfig
-from parley_eval.capture import capture_feedback
-from parley_eval.command import EXIT_REGRESSION, Options, evaluate
-from parley_eval.suite import load_conversation
 from tests.support.client import ParleyClient
 from tests.support.evals import STARTER, eval_target
 from tests.support.toolkit import eventually

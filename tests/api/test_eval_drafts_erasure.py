@@ -10,11 +10,11 @@ from pathlib import Path
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
-from dispatch.erasure import start_erasure
 from parley.config import Settings
+from parley.dispatch.erasure import start_erasure
 from parley.erasure import ErasureInput
-from parley_eval.capture import capture_feedback
-from store import erasure
+from parley.eval.capture import capture_feedback
+from parley.store import erasure
 from tests.support.client import ParleyClient
 from tests.support.erasure import add_user, done_turn, new_customers, receipt
 from tests.support.evals import eval_target

@@ -16,18 +16,18 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sse_starlette import ServerSentEvent
 from sse_starlette.sse import SendTimeoutError
 
-from api.streaming import Doorbell, EventHub, TurnEventResponse, turn_event_stream
+from parley.api.streaming import Doorbell, EventHub, TurnEventResponse, turn_event_stream
 from parley.contracts import EventType
-from parley.wire import DeltaData, ErrorData
-from store.db import libpq_url, on_statement_sent
-from store.events import (
+from parley.store.db import libpq_url, on_statement_sent
+from parley.store.events import (
     NOTIFY_CHANNEL,
     NOTIFY_EVENTS_MAX,
     StoredEvent,
     append_events,
     parse_notification,
 )
-from store.identity import Identity
+from parley.store.identity import Identity
+from parley.wire import DeltaData, ErrorData
 from tests.support.toolkit import eventually, post_unstarted
 
 PRIYA = Identity(tenant_id="northwind", user_id="cust_2291", roles=())
@@ -101,7 +101,7 @@ async def test_a_live_stream_sends_every_event_in_order_with_or_without_the_door
     log_reads: LogReads,
 ) -> None:
     # No poll rescues a stream here: what it sends came by the doorbell or by a read it chose.
-    monkeypatch.setattr("api.streaming.POLL_INTERVAL_S", 120.0)
+    monkeypatch.setattr("parley.api.streaming.POLL_INTERVAL_S", 120.0)
     async with sessions() as db:
         turn_id = await _new_turn(db)
     counting = log_reads
@@ -164,8 +164,8 @@ async def test_a_quiet_stream_polls_the_log_only_while_the_listener_is_down(
     monkeypatch: pytest.MonkeyPatch,
     log_reads: LogReads,
 ) -> None:
-    monkeypatch.setattr("api.streaming.POLL_INTERVAL_S", 0.05)
-    monkeypatch.setattr("api.streaming.LISTENING_POLL_S", 120.0)
+    monkeypatch.setattr("parley.api.streaming.POLL_INTERVAL_S", 0.05)
+    monkeypatch.setattr("parley.api.streaming.LISTENING_POLL_S", 120.0)
     async with sessions() as db:
         turn_id = await _new_turn(db)
     counting = log_reads

@@ -19,8 +19,8 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from parley.config import Settings
-from store.identity import create_token
-from store.models import (
+from parley.store.identity import create_token
+from parley.store.models import (
     Action,
     ChatSession,
     Feedback,

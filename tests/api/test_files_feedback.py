@@ -20,8 +20,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from parley.attachments import HEADER
 from parley.config import Settings
 from parley.context import UNTRUSTED_CLOSE, UNTRUSTED_OPEN
-from store.identity import create_token
-from store.models import ModelCall, SessionFile, User
+from parley.store.identity import create_token
+from parley.store.models import ModelCall, SessionFile, User
 from tests.support.client import ParleyClient
 from tests.support.stack import parley_cli
 from tests.support.toolkit import eventually, reply

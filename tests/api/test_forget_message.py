@@ -16,12 +16,12 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from activities.memory import MemoryActivities
-from gateway.base import Finish, ModelRequest, StreamEvent, TextDelta
-from gateway.registry import ProviderPool
+from parley.activities.memory import MemoryActivities
 from parley.config import Settings
 from parley.contracts import SummarizeInput
-from store.models import ChatSession, ConversationSummary, Message, UserMemoryItem
+from parley.gateway.base import Finish, ModelRequest, StreamEvent, TextDelta
+from parley.gateway.registry import ProviderPool
+from parley.store.models import ChatSession, ConversationSummary, Message, UserMemoryItem
 from tests.support.canary import scan
 from tests.support.client import ParleyClient
 from tests.support.toolkit import eventually, propose

@@ -15,7 +15,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from parley.config import Settings
-from store.models import ConversationImport, Message
+from parley.store.models import ConversationImport, Message
 from tests.support.client import ParleyClient
 from tests.support.toolkit import eventually, model_calls, propose
 

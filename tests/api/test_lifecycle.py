@@ -26,17 +26,17 @@ from temporalio.client import (
 )
 from temporalio.testing import ActivityEnvironment
 
-from api.main import create_app
-from dispatch.control import cancel_turn_workflow, deliver_decision
-from dispatch.outbox import sweep_once
+from parley.api.main import create_app
 from parley.config import Settings
 from parley.contracts import ExecuteToolInput, ResolveActionSignal, TurnState
+from parley.dispatch.control import cancel_turn_workflow, deliver_decision
+from parley.dispatch.outbox import sweep_once
 from parley.errors import TurnFinished
 from parley.ids import tool_call_row_id
 from parley.statuses import Decision
-from store import actions, outbox, posting, turns
-from store.identity import Identity
-from store.models import Action, Handoff, Message, ModelCall, ToolCall, Turn, TurnEvent
+from parley.store import actions, outbox, posting, turns
+from parley.store.identity import Identity
+from parley.store.models import Action, Handoff, Message, ModelCall, ToolCall, Turn, TurnEvent
 from tests.support.client import ParleyClient
 from tests.support.stack import LIFTED_LIMITS, serve
 from tests.support.toolkit import (
@@ -429,8 +429,8 @@ async def run_twice(
 async def tool_activities(
     settings: Settings, sessions: async_sessionmaker[AsyncSession]
 ) -> AsyncIterator[Any]:
-    from activities.tools import ToolActivities
-    from worker import build_northwind
+    from parley.activities.tools import ToolActivities
+    from parley.worker import build_northwind
 
     async with httpx.AsyncClient() as http:
         northwind = build_northwind(settings, http, time.monotonic)

@@ -16,14 +16,14 @@ import pytest_asyncio
 from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from activities.memory import MemoryActivities
-from gateway.demo import DemoModel
-from gateway.registry import ProviderPool
+from parley.activities.memory import MemoryActivities
 from parley.config import Settings
 from parley.consented import HINTS_PREFIX, Remembered, stated_preferences
 from parley.contracts import SummarizeInput
-from store import user_memory
-from store.models import (
+from parley.gateway.demo import DemoModel
+from parley.gateway.registry import ProviderPool
+from parley.store import user_memory
+from parley.store.models import (
     ChatSession,
     ConversationSummary,
     Message,

@@ -12,11 +12,11 @@ from typing import Any
 import pytest_asyncio
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from activities.memory import MemoryActivities
-from gateway.base import Finish, ModelRequest, StreamEvent, TextDelta
-from gateway.registry import ProviderPool
+from parley.activities.memory import MemoryActivities
 from parley.config import Settings
 from parley.contracts import SummarizeInput
+from parley.gateway.base import Finish, ModelRequest, StreamEvent, TextDelta
+from parley.gateway.registry import ProviderPool
 from tests.support.client import ParleyClient
 from tests.support.toolkit import model_calls, store_history
 

@@ -21,9 +21,9 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from parley.consented import Remembered
-from store import user_memory
-from store.identity import create_token, revoke_token
-from store.models import ApiToken, User
+from parley.store import user_memory
+from parley.store.identity import create_token, revoke_token
+from parley.store.models import ApiToken, User
 from tests.support.client import ParleyClient
 from tests.support.toolkit import eventually, propose
 

@@ -11,10 +11,10 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from parley.contracts import TurnState
-from store import queue
-from store.identity import Identity
-from store.models import Turn
-from store.sessions import lock_session
+from parley.store import queue
+from parley.store.identity import Identity
+from parley.store.models import Turn
+from parley.store.sessions import lock_session
 from tests.support.client import ParleyClient
 from tests.support.toolkit import eventually, propose
 

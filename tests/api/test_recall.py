@@ -10,16 +10,16 @@ import pytest
 from sqlalchemy import text, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from activities.memory import MemoryActivities
-from activities.recall import RecallQuery, recall_hits
-from gateway.demo import DemoModel
-from gateway.minilm import MiniLMEmbedder
-from gateway.registry import ProviderPool
+from parley.activities.memory import MemoryActivities
+from parley.activities.recall import RecallQuery, recall_hits
 from parley.config import Settings
+from parley.gateway.demo import DemoModel
+from parley.gateway.minilm import MiniLMEmbedder
+from parley.gateway.registry import ProviderPool
 from parley.memory import recall_terms
 from parley.recall import fuse
-from store.db import connect
-from store.models import ChatSession, Message
+from parley.store.db import connect
+from parley.store.models import ChatSession, Message
 from tests.support.toolkit import counted_sessions
 
 # --- the fusion rule (pure) -------------------------------------------------------------------

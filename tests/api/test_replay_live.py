@@ -10,9 +10,9 @@ from temporalio.client import Client
 from temporalio.worker import Replayer
 
 from parley.ids import workflow_id_for_turn
+from parley.workflows.turn import TurnWorkflow
 from tests.support.client import ParleyClient
 from tests.support.histories import HISTORIES, scrub
-from workflows.turn import TurnWorkflow
 
 
 async def _replay_and_maybe_record(client: Client, turn_id: str, suffix: str) -> None:

@@ -15,11 +15,11 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client, ScheduleActionStartWorkflow, ScheduleSpec
 
-from dispatch.retention import ensure_purge_schedule
 from parley.config import Settings
 from parley.contracts import PURGE_SCHEDULE_ID, PURGE_WORKFLOW, PurgeInput, PurgeResult
-from store.identity import create_token
-from store.models import (
+from parley.dispatch.retention import ensure_purge_schedule
+from parley.store.identity import create_token
+from parley.store.models import (
     Feedback,
     Message,
     ModelCall,

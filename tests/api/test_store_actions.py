@@ -15,12 +15,12 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from parley.contracts import EventType
 from parley.errors import ActionChanged, ActionExpired, ActionResolved, NotFound
 from parley.statuses import ActionStatus, Decision, DeclineReason
+from parley.store import actions, turns
+from parley.store.actions import ActionRow, ForeignRow, ToSend
+from parley.store.db import connect
+from parley.store.identity import Identity
+from parley.store.turn_rows import TurnFacts, turn_facts
 from parley.tools import args_hash
-from store import actions, turns
-from store.actions import ActionRow, ForeignRow, ToSend
-from store.db import connect
-from store.identity import Identity
-from store.turn_rows import TurnFacts, turn_facts
 from tests.support.toolkit import post_unstarted
 
 Sessions = async_sessionmaker[AsyncSession]

@@ -11,11 +11,11 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from parley.contracts import TurnState
 from parley.ids import message_id_for_call, tool_call_row_id
+from parley.store import attempts, steps, turns
+from parley.store.db import Conn, connect
+from parley.store.identity import Identity
+from parley.store.steps import CallRow
 from parley.turn_states import IllegalTransition
-from store import attempts, steps, turns
-from store.db import Conn, connect
-from store.identity import Identity
-from store.steps import CallRow
 from tests.support.toolkit import post_unstarted
 
 Sessions = async_sessionmaker[AsyncSession]

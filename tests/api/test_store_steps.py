@@ -9,10 +9,10 @@ import pytest_asyncio
 
 from parley.contracts import EventType, TurnState
 from parley.ids import message_id_for_call
+from parley.store import events, steps, traces
+from parley.store.db import SessionMaker, connect, session_conn
+from parley.store.turn_rows import turn_facts
 from parley.wire import FollowupsData, WarningData
-from store import events, steps, traces
-from store.db import SessionMaker, connect, session_conn
-from store.turn_rows import turn_facts
 from tests.support.client import ParleyClient
 
 QUESTION = "What can you help me with today?"

@@ -14,10 +14,10 @@ from parley.contracts import EventType, TurnState
 from parley.ids import tool_result_message_id
 from parley.resolver import ACTIVE_ORDER, Slot
 from parley.statuses import ToolCallStatus
+from parley.store import slots, steps, turns
+from parley.store.db import Db, SessionMaker, connect, session_conn
+from parley.store.turn_rows import ToolCallRow, store_tool_result
 from parley.wire import ToolData
-from store import slots, steps, turns
-from store.db import Db, SessionMaker, connect, session_conn
-from store.turn_rows import ToolCallRow, store_tool_result
 from tests.support.client import ParleyClient
 
 # Priya's lookup made 8472 the conversation's active order; these calls find another.

@@ -14,25 +14,25 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from activities.memory import MemoryActivities
-from activities.metrics import SUMMARIES
-from gateway.anthropic import AnthropicProvider
-from gateway.base import Finish, ModelRequest, StreamEvent, TextDelta
-from gateway.errors import ProviderFatal, Timeouts
-from gateway.fake_provider.server import FakeProvider
-from gateway.openai_compat import OpenAICompatProvider
-from gateway.registry import ProviderPool
+from parley.activities.memory import MemoryActivities
+from parley.activities.metrics import SUMMARIES
 from parley.config import Settings
 from parley.context import MISSING_PREFIX, Block, Position, Share, WindowMessage, pack
 from parley.contracts import SummarizeInput
 from parley.fold import ask_the_model, fold, within
+from parley.gateway.anthropic import AnthropicProvider
+from parley.gateway.base import Finish, ModelRequest, StreamEvent, TextDelta
+from parley.gateway.errors import ProviderFatal, Timeouts
+from parley.gateway.fake_provider.server import FakeProvider
+from parley.gateway.openai_compat import OpenAICompatProvider
+from parley.gateway.registry import ProviderPool
 from parley.memory import SUMMARY_SCHEMA, SUMMARY_SCHEMA_NAME, SummaryLine
 from parley.prompt import Memory, StoredSummary, fold_block
+from parley.store import memory as memory_store
+from parley.store import summaries
+from parley.store.models import ChatSession, ConversationSummary, Message
 from parley.tokens import default_counter
 from parley.window import choose_window, group_turns
-from store import memory as memory_store
-from store import summaries
-from store.models import ChatSession, ConversationSummary, Message
 from tests.support.client import ParleyClient
 from tests.support.stack import serve
 from tests.support.toolkit import store_history

@@ -12,17 +12,17 @@ from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.testing import ActivityEnvironment
 
-from activities.memory import MemoryActivities
-from gateway.demo import DemoModel
-from gateway.registry import ProviderPool
+from parley.activities.memory import MemoryActivities
 from parley.config import Settings
 from parley.contracts import SummarizeInput, TurnState
+from parley.gateway.demo import DemoModel
+from parley.gateway.registry import ProviderPool
 from parley.statuses import DeclineReason
-from store import summaries
-from store.db import connect
-from store.events import state_event
-from store.models import ChatSession, Message
-from store.turn_rows import close_out_announced
+from parley.store import summaries
+from parley.store.db import connect
+from parley.store.events import state_event
+from parley.store.models import ChatSession, Message
+from parley.store.turn_rows import close_out_announced
 from tests.support.client import ParleyClient
 
 

@@ -10,10 +10,12 @@ import pytest_asyncio
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from activities.skills import load_catalog
+from parley.activities.skills import load_catalog
 from parley.config import REPO_ROOT
 from parley.result_sets import mentions_scope
 from parley.skills import RUN_SKILL, SkillManifest, run_skill_schema
+from parley.store.identity import create_token
+from parley.store.models import ModelCall
 from parley.tenancy import TenantConfig
 from parley.tool_offer import (
     NO_RESULT_SET,
@@ -26,8 +28,6 @@ from parley.tool_offer import (
     skill_asked,
 )
 from parley.tools import model_tools
-from store.identity import create_token
-from store.models import ModelCall
 from tests.support.client import ParleyClient
 from tests.support.toolkit import reply
 

@@ -10,10 +10,10 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from parley.contracts import TERMINAL_TURN_STATES, TurnState
+from parley.store import actions, turns
+from parley.store.identity import Identity
+from parley.store.models import Action, Turn
 from parley.turn_states import ALLOWED, IllegalTransition, can_move
-from store import actions, turns
-from store.identity import Identity
-from store.models import Action, Turn
 from tests.support.toolkit import post_unstarted
 
 PRIYA = Identity(tenant_id="northwind", user_id="cust_2291", roles=())

@@ -8,7 +8,7 @@ import re
 import httpx
 from temporalio.client import Client
 
-from api.routes.web import CONTENT_SECURITY_POLICY
+from parley.api.routes.web import CONTENT_SECURITY_POLICY
 from parley.config import Settings
 from tests.support.client import ParleyClient
 from tests.support.stack import serve_api

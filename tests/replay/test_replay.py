@@ -32,17 +32,17 @@ from temporalio.converter import DataConverter
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
-import workflows
+from parley import workflows
 from parley.contracts import TurnInput
+from parley.workflows.erasure import ErasureWorkflow
+from parley.workflows.export import ExportWorkflow
+from parley.workflows.imports import ImportWorkflow
+from parley.workflows.retention import RetentionPurgeWorkflow
+from parley.workflows.specialist import SpecialistWorkflow
+from parley.workflows.summary import SummaryWorkflow
+from parley.workflows.turn import TurnWorkflow
 from tests.support.histories import HISTORIES, SHAPES, current
 from tests.support.workflow_variants import ExtraStep, ScreenAfterContext
-from workflows.erasure import ErasureWorkflow
-from workflows.export import ExportWorkflow
-from workflows.imports import ImportWorkflow
-from workflows.retention import RetentionPurgeWorkflow
-from workflows.specialist import SpecialistWorkflow
-from workflows.summary import SummaryWorkflow
-from workflows.turn import TurnWorkflow
 
 WORKFLOW_TASK = {
     EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED,

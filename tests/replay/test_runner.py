@@ -18,12 +18,12 @@ from temporalio.converter import DataConverter
 from temporalio.worker import Replayer
 
 import parley.contracts
-import workflows
-from dispatch.runner import PASSED_THROUGH, workflow_runner
+from parley import workflows
+from parley.dispatch.runner import PASSED_THROUGH, workflow_runner
+from parley.workflows.specialist import SpecialistWorkflow
+from parley.workflows.summary import SummaryWorkflow
+from parley.workflows.turn import TurnWorkflow
 from tests.support.histories import SHAPES, current
-from workflows.specialist import SpecialistWorkflow
-from workflows.summary import SummaryWorkflow
-from workflows.turn import TurnWorkflow
 
 WORKFLOWS = Path(workflows.__file__).parent
 MUTABLE = (ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp)
@@ -40,7 +40,7 @@ async def test_every_current_history_replays_under_the_workers_runner(shape: str
 
 
 def test_every_workflow_module_is_imported_once() -> None:
-    modules = {f"workflows.{m.name}" for m in pkgutil.iter_modules([str(WORKFLOWS)])}
+    modules = {f"parley.workflows.{m.name}" for m in pkgutil.iter_modules([str(WORKFLOWS)])}
     assert modules == set(PASSED_THROUGH)
 
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 import psycopg
 from psycopg import sql
 
-from store.db import libpq_url
+from parley.store.db import libpq_url
 
 # The column types that can carry text a user wrote (arrays of them included).
 TEXT_TYPES = ("text", "character varying", "character", "json", "jsonb", "tsvector", "bytea")

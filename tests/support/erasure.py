@@ -12,11 +12,11 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from demo_backend.app import Backend
-from demo_backend.app import create_app as create_backend
-from demo_backend.data import DEMO_TODAY, SEED, Catalog, Customer
-from store.identity import create_token
-from store.models import User
+from parley.demo_backend.app import Backend
+from parley.demo_backend.app import create_app as create_backend
+from parley.demo_backend.data import DEMO_TODAY, SEED, Catalog, Customer
+from parley.store.identity import create_token
+from parley.store.models import User
 from tests.support.client import ParleyClient
 from tests.support.stack import serve
 from tests.support.toolkit import eventually

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from parley_eval.runner import Target
-from store.identity import create_token
+from parley.eval.runner import Target
+from parley.store.identity import create_token
 from tests.support.stack import SteppedClock
 
 STARTER = Path(__file__).resolve().parents[2] / "evals" / "starter"

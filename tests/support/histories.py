@@ -14,8 +14,8 @@ from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Replayer
 
 from parley.ids import specialist_workflow_id, workflow_id_for_turn
-from workflows.specialist import SpecialistWorkflow
-from workflows.turn import TurnWorkflow
+from parley.workflows.specialist import SpecialistWorkflow
+from parley.workflows.turn import TurnWorkflow
 
 HISTORIES = Path(__file__).resolve().parents[1] / "histories"
 # The recording of the current build's turns: every shape, each to its close. It is the

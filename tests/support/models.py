@@ -11,9 +11,9 @@ from typing import Any
 
 from temporalio.exceptions import ApplicationError
 
-from gateway.base import Finish, ModelRequest, StreamEvent, TextDelta, ToolCallRequest
-from gateway.demo import DemoModel, tokenize
 from parley.context import unfence
+from parley.gateway.base import Finish, ModelRequest, StreamEvent, TextDelta, ToolCallRequest
+from parley.gateway.demo import DemoModel, tokenize
 
 
 class ControlledModel(DemoModel):

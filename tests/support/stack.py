@@ -23,16 +23,16 @@ import uvicorn
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
-from api.main import create_app
-from dispatch.deployment import promote_configured
-from dispatch.outbox import sweep_forever
-from gateway.base import ModelProvider
+from parley.api.main import create_app
 from parley.config import Settings
+from parley.dispatch.deployment import promote_configured
+from parley.dispatch.outbox import sweep_forever
+from parley.gateway.base import ModelProvider
 from parley.screens import Screen
-from store.db import libpq_url
-from store.queue import OutboxBell
+from parley.store.db import libpq_url
+from parley.store.queue import OutboxBell
+from parley.worker import build_worker
 from tests.support.client import ParleyClient
-from worker import build_worker
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -207,7 +207,7 @@ async def run_cli(
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "launch.cli",
+        "parley.launch.cli",
         *args,
         env=env,
         cwd=REPO,

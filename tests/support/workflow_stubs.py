@@ -17,8 +17,8 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.ending import EndingActivities, Finalized
-from activities.heartbeat import heartbeating
+from parley.activities.ending import EndingActivities, Finalized
+from parley.activities.heartbeat import heartbeating
 from parley.contracts import (
     ActionInput,
     ActionResult,
@@ -37,8 +37,8 @@ from parley.contracts import (
     ToolCallRef,
     ToolOutcome,
 )
-from store.steps import AnswerFacts
-from store.summaries import Backlog
+from parley.store.steps import AnswerFacts
+from parley.store.summaries import Backlog
 
 # What one model call answers: the tool calls it asks for (none: a plain answer), or an
 # error to raise.

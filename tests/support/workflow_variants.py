@@ -11,7 +11,7 @@ from typing import Any
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from activities.turn import TurnActivities
+    from parley.activities.turn import TurnActivities
     from parley.contracts import (
         TURN_WORKFLOW,
         BuildContextInput,
@@ -21,8 +21,8 @@ with workflow.unsafe.imports_passed_through():
         TurnOutcome,
     )
 
-from workflows.options import STORE
-from workflows.turn import TurnWorkflow
+from parley.workflows.options import STORE
+from parley.workflows.turn import TurnWorkflow
 
 
 @workflow.defn(name=TURN_WORKFLOW)

@@ -14,8 +14,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from parley.config import Settings
-from store import tenants
-from store.db import create_socket_checked_engine, on_statement_sent, session_factory
+from parley.store import tenants
+from parley.store.db import create_socket_checked_engine, on_statement_sent, session_factory
 from tests.support.client import ParleyClient
 from tests.support.counting import Counted
 from tests.support.models import ControlledModel

@@ -29,15 +29,15 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
-from demo_backend.app import create_app as create_backend
-from dispatch.specialists import sweep_answers
 from parley.config import Settings
 from parley.contracts import ANSWER_INTERACTION_SIGNAL, InteractionAnswer
+from parley.demo_backend.app import create_app as create_backend
+from parley.dispatch.specialists import sweep_answers
 from parley.ids import return_idempotency_key, specialist_workflow_id
-from store import interactions, posting
-from store import sessions as store_sessions
-from store.identity import Identity
-from store.models import SpecialistAnswer
+from parley.store import interactions, posting
+from parley.store import sessions as store_sessions
+from parley.store.identity import Identity
+from parley.store.models import SpecialistAnswer
 from tests.support.client import ParleyClient
 from tests.support.processes import Workers, read_until
 from tests.support.sse import Event
@@ -82,7 +82,7 @@ def crashing_api(outbox_settings: Settings) -> Iterator[tuple[subprocess.Popen[b
     env = service_env(
         outbox_settings, PARLEY_API_PORT=str(port), PARLEY_FAULT_KILL_AT="answer_committed"
     )
-    process = spawn(["-m", "launch.cli", "api"], env)
+    process = spawn(["-m", "parley.launch.cli", "api"], env)
     yield process, f"http://127.0.0.1:{port}"
     if process.poll() is None:
         process.kill()

@@ -15,15 +15,15 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
-from gateway.demo import NO_TOOLS_TEXT
-from gateway.errors import Timeouts
-from gateway.fake_provider.server import FakeProvider, Reply, ToolCall
-from gateway.openai_compat import OpenAICompatProvider
 from parley.config import Settings
+from parley.gateway.demo import NO_TOOLS_TEXT
+from parley.gateway.errors import Timeouts
+from parley.gateway.fake_provider.server import FakeProvider, Reply, ToolCall
+from parley.gateway.openai_compat import OpenAICompatProvider
+from parley.store import tenants
+from parley.store.models import ToolCall as StoredToolCall
+from parley.store.models import TraceSpan
 from parley.tenancy import TenantConfig
-from store import tenants
-from store.models import ToolCall as StoredToolCall
-from store.models import TraceSpan
 from tests.support.client import ParleyClient
 from tests.support.stack import serve
 from tests.support.toolkit import model_calls, own_stack, reply

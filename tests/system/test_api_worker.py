@@ -16,9 +16,9 @@ from temporalio.client import (
     WorkflowHandle,
 )
 
-from api.main import create_app
-from dispatch.deployment import build_id
+from parley.api.main import create_app
 from parley.config import Settings
+from parley.dispatch.deployment import build_id
 from parley.ids import workflow_id_for_turn
 from tests.support.client import ParleyClient
 from tests.support.stack import own_queue, serve

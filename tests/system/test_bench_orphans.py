@@ -85,7 +85,7 @@ def test_a_killed_bench_leaves_no_process_of_its_stack(
             *postmaster.children(recursive=True),
         ]
         names = {p.pid: " ".join(p.cmdline()) for p in stack}
-        for kind in ("launch.lifeline", "start-dev", "bench.baseline", "postgres"):
+        for kind in ("parley.launch.lifeline", "start-dev", "bench.baseline", "postgres"):
             assert any(kind in n for n in names.values()), (kind, names)
 
         os.kill(parent.pid, kill)

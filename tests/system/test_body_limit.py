@@ -29,7 +29,7 @@ GROWTH_BOUND = 10 * 1024 * 1024
 def api_process(settings: Settings) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     port = free_port()
     process = spawn(
-        ["-m", "launch.cli", "api", "--host", "127.0.0.1", "--port", str(port)],
+        ["-m", "parley.launch.cli", "api", "--host", "127.0.0.1", "--port", str(port)],
         service_env(settings),
     )
     try:

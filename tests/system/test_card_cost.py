@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from temporalio.client import Client
 
-from gateway.demo import DemoModel
 from parley.config import Settings
+from parley.gateway.demo import DemoModel
 from parley.ids import workflow_id_for_turn
 from tests.support.client import ParleyClient
 from tests.support.counting import TURN_ALONE, Counted

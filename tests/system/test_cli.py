@@ -11,15 +11,15 @@ from sqlalchemy import update
 from sqlalchemy.dialects.postgresql import insert
 
 from parley.config import Settings
-from store.db import create_engine
-from store.identity import hash_token
-from store.models import ApiToken, User
+from parley.store.db import create_engine
+from parley.store.identity import hash_token
+from parley.store.models import ApiToken, User
 from tests.support.stack import REPO, service_env
 
 
 def parley(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "launch.cli", *args],
+        [sys.executable, "-m", "parley.launch.cli", *args],
         env=service_env(settings),
         cwd=REPO,
         capture_output=True,

@@ -20,15 +20,15 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
-from activities.memory import MemoryActivities
-from gateway.demo import DemoModel
-from gateway.minilm import MiniLMEmbedder
-from gateway.registry import ProviderPool
+from parley.activities.memory import MemoryActivities
 from parley.config import Settings
+from parley.gateway.demo import DemoModel
+from parley.gateway.minilm import MiniLMEmbedder
+from parley.gateway.registry import ProviderPool
 from parley.memory import recall_terms
 from parley.prompt import CONVERSATION_KINDS
-from store import recall as recall_store
-from store.models import ChatSession, ConversationSummary, Message, TraceSpan
+from parley.store import recall as recall_store
+from parley.store.models import ChatSession, ConversationSummary, Message, TraceSpan
 from tests.support.client import ParleyClient
 from tests.support.toolkit import Stack, counted_sessions, model_calls, own_stack
 

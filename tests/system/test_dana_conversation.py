@@ -18,15 +18,15 @@ import pytest_asyncio
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
-from demo_backend.app import create_app as create_backend
-from gateway.demo import DemoModel
-from gateway.errors import Timeouts
-from gateway.fake_provider.server import FakeProvider, Reply, ToolCall
-from gateway.fake_provider.wire import request_from_openai
-from gateway.openai_compat import OpenAICompatProvider
 from parley.config import Settings
 from parley.context import read_state_block
-from store.identity import create_token
+from parley.demo_backend.app import create_app as create_backend
+from parley.gateway.demo import DemoModel
+from parley.gateway.errors import Timeouts
+from parley.gateway.fake_provider.server import FakeProvider, Reply, ToolCall
+from parley.gateway.fake_provider.wire import request_from_openai
+from parley.gateway.openai_compat import OpenAICompatProvider
+from parley.store.identity import create_token
 from tests.support.client import ParleyClient
 from tests.support.stack import serve
 from tests.support.toolkit import emails, own_stack, reply

@@ -14,8 +14,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from parley.archive import read_manifest
 from parley.config import Settings
-from store.identity import create_token
-from store.models import ChatSession, Message, User
+from parley.store.identity import create_token
+from parley.store.models import ChatSession, Message, User
 from tests.support.client import ParleyClient
 from tests.support.stack import run_cli
 

@@ -30,7 +30,7 @@ import pytest
 from tests.support.client import ParleyClient
 from tests.support.stack import REPO, free_port
 
-CLI = [sys.executable, "-m", "launch.cli"]
+CLI = [sys.executable, "-m", "parley.launch.cli"]
 START_S = 180  # a cold start on a busy 2-core machine
 # What must not appear in a run's output (stdout and stderr).
 NOISE = (
@@ -178,7 +178,7 @@ async def test_kill_9_of_parley_dev_leaves_no_process_and_the_next_start_is_clea
     try:
         names = {p.pid: " ".join(p.cmdline())[:80] for p in stack}
         assert any("temporal" in n for n in names.values()), names
-        assert any("launch.lifeline" in n for n in names.values()), names
+        assert any("parley.launch.lifeline" in n for n in names.values()), names
 
         first.process.send_signal(signal.SIGKILL)  # `kill -9` of parley dev itself
         killed_at = time.monotonic()

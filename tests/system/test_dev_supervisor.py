@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from launch.dev import Child, Supervisor, _spawn_workers
-from launch.devstate import state_path, with_dev_services, write_dev_state
 from parley.config import Settings
+from parley.launch.dev import Child, Supervisor, _spawn_workers
+from parley.launch.devstate import state_path, with_dev_services, write_dev_state
 
 DIES = [sys.executable, "-c", "raise SystemExit(3)"]
 SLEEPS = [sys.executable, "-c", "import time; time.sleep(60)"]

@@ -18,9 +18,9 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from parley.config import Settings
-from store import posting
-from store.identity import Identity
-from store.models import Message, ModelCall
+from parley.store import posting
+from parley.store.identity import Identity
+from parley.store.models import Message, ModelCall
 from tests.support.client import ParleyClient, streamed_text
 from tests.support.processes import Workers, read_until
 from tests.support.sse import Event, iter_events

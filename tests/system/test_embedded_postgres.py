@@ -15,7 +15,7 @@ from tests.support.stack import REPO
 USE_AND_DELETE = """
 import shutil, sys
 from pathlib import Path
-from store.embedded import EmbeddedPostgres
+from parley.store.embedded import EmbeddedPostgres
 
 folder = Path(sys.argv[1])
 pg = EmbeddedPostgres(folder / "pg" / "data")

@@ -23,11 +23,11 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
-from gateway.demo import DemoModel
 from parley.config import Settings
 from parley.erasure import subject_hash
+from parley.gateway.demo import DemoModel
 from parley.ids import workflow_id_for_turn
-from store.models import ChatSession, ConversationSummary, Erasure
+from parley.store.models import ChatSession, ConversationSummary, Erasure
 from tests.support.canary import scan, table_fingerprints
 from tests.support.client import ParleyClient
 from tests.support.erasure import (

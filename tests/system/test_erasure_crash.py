@@ -17,13 +17,13 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
-from dispatch.erasure import start_erasure
-from gateway.demo import DemoModel
 from parley.config import Settings
+from parley.dispatch.erasure import start_erasure
 from parley.erasure import ERASURE_WORKFLOW, ErasureInput, ErasureReceipt, ErasureScope
-from store import erasure, erasure_catalogue
-from store.erasure_catalogue import Subject
-from store.models import Erasure
+from parley.gateway.demo import DemoModel
+from parley.store import erasure, erasure_catalogue
+from parley.store.erasure_catalogue import Subject
+from parley.store.models import Erasure
 from tests.support.canary import scan
 from tests.support.client import ParleyClient
 from tests.support.erasure import TENANT, add_user, done_turn, new_customers

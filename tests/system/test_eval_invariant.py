@@ -15,11 +15,11 @@ import pytest_asyncio
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
-from gateway.errors import Timeouts
-from gateway.fake_provider.server import FakeProvider, Reply, ToolCall
-from gateway.openai_compat import OpenAICompatProvider
 from parley.config import Settings
-from parley_eval.command import EXIT_INVARIANT, Options, evaluate, write_outputs
+from parley.eval.command import EXIT_INVARIANT, Options, evaluate, write_outputs
+from parley.gateway.errors import Timeouts
+from parley.gateway.fake_provider.server import FakeProvider, Reply, ToolCall
+from parley.gateway.openai_compat import OpenAICompatProvider
 from tests.support.evals import eval_target
 from tests.support.stack import serve
 from tests.support.toolkit import emails, own_stack

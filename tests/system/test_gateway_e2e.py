@@ -17,15 +17,15 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
-from gateway.anthropic import AnthropicProvider
-from gateway.base import ModelProvider
-from gateway.demo import DemoModel
-from gateway.errors import Timeouts
-from gateway.fake_provider.server import Fail, FakeProvider, Reply, ToolCall
-from gateway.openai_compat import OpenAICompatProvider
 from parley.config import Settings
-from store.models import ModelCall, TraceSpan
-from store.models import ToolCall as StoredToolCall
+from parley.gateway.anthropic import AnthropicProvider
+from parley.gateway.base import ModelProvider
+from parley.gateway.demo import DemoModel
+from parley.gateway.errors import Timeouts
+from parley.gateway.fake_provider.server import Fail, FakeProvider, Reply, ToolCall
+from parley.gateway.openai_compat import OpenAICompatProvider
+from parley.store.models import ModelCall, TraceSpan
+from parley.store.models import ToolCall as StoredToolCall
 from tests.support.client import ParleyClient, streamed_text
 from tests.support.stack import serve
 from tests.support.toolkit import own_stack

@@ -9,10 +9,10 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
-from gateway.demo import DemoModel
 from parley.config import Settings
+from parley.gateway.demo import DemoModel
 from parley.ids import workflow_id_for_turn
-from store.models import ModelCall
+from parley.store.models import ModelCall
 from tests.support.client import ParleyClient
 from tests.support.toolkit import own_stack
 

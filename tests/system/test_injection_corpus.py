@@ -23,9 +23,9 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
-from gateway.base import ModelRequest, ToolCallRequest
 from parley.config import Settings
-from store.models import ToolCall, Turn
+from parley.gateway.base import ModelRequest, ToolCallRequest
+from parley.store.models import ToolCall, Turn
 from tests.support.client import ParleyClient
 from tests.support.injection_corpus import payloads
 from tests.support.models import ScriptedModel, call, tool_results

@@ -14,12 +14,12 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
-from gateway.demo import DemoModel
-from launch.knowledge import load_library
 from parley.config import Settings
+from parley.gateway.demo import DemoModel
 from parley.knowledge import parse_document
-from store.identity import create_token
-from store.models import ModelCall, TraceSpan, Turn, TurnEvent
+from parley.launch.knowledge import load_library
+from parley.store.identity import create_token
+from parley.store.models import ModelCall, TraceSpan, Turn, TurnEvent
 from tests.support.client import ParleyClient
 from tests.support.stack import free_port
 from tests.support.toolkit import own_stack, reply

@@ -22,9 +22,9 @@ from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from parley.config import Limits, Settings
-from store import limits
-from store.identity import Identity, create_token
-from store.models import ChatSession, Message, Tenant, User
+from parley.store import limits
+from parley.store.identity import Identity, create_token
+from parley.store.models import ChatSession, Message, Tenant, User
 from tests.support.client import ParleyClient
 from tests.support.stack import api_in_process, free_port, own_queue, service_env, spawn
 from tests.support.toolkit import eventually
@@ -51,7 +51,10 @@ def two_apis(settings: Settings) -> Iterator[list[str]]:
         for _ in range(2):
             port = free_port()
             processes.append(
-                spawn(["-m", "launch.cli", "api", "--host", "127.0.0.1", "--port", str(port)], env)
+                spawn(
+                    ["-m", "parley.launch.cli", "api", "--host", "127.0.0.1", "--port", str(port)],
+                    env,
+                )
             )
             urls.append(f"http://127.0.0.1:{port}")
         yield urls
@@ -288,7 +291,7 @@ async def test_a_counting_error_lets_the_post_through_and_is_logged(
     async with sessions() as db:
         # The counters' table is gone for this transaction only (DDL is transactional).
         await db.execute(text("ALTER TABLE usage_counters RENAME TO usage_counters_away"))
-        with caplog.at_level(logging.WARNING, logger="store.limits"):
+        with caplog.at_level(logging.WARNING, logger="parley.store.limits"):
             for _ in range(3):  # over the cap of 1: nothing could be counted
                 await limits.admit_turn(db, owner=owner, limits=Limits())
         await db.rollback()

@@ -139,7 +139,7 @@ def log_settings(settings: Settings) -> Settings:
 
 def _start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "launch.cli", *args],
+        [sys.executable, "-m", "parley.launch.cli", *args],
         env=env,
         cwd=REPO,
         stdout=log.open("ab"),

@@ -25,14 +25,14 @@ import psutil
 import pytest
 from temporalio.client import Client
 
-from dispatch.deployment import current_build
+from parley.dispatch.deployment import current_build
 from parley.ids import workflow_id_for_turn
 from tests.support.client import ParleyClient, streamed_text
 from tests.support.processes import read_until
 from tests.support.stack import REPO, free_port
 from tests.support.toolkit import eventually
 
-CLI = [sys.executable, "-m", "launch.cli"]
+CLI = [sys.executable, "-m", "parley.launch.cli"]
 
 
 def port_is_open(port: int) -> bool:
@@ -63,7 +63,7 @@ class DevRun:
         return line.rsplit(" ", 1)[-1]
 
     def workers(self) -> list[psutil.Process]:
-        """The supervisor's live worker children (`python -m launch.cli worker`)."""
+        """The supervisor's live worker children (`python -m parley.launch.cli worker`)."""
         return [
             child
             for child in psutil.Process(self.process.pid).children()

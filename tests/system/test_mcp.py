@@ -22,14 +22,14 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
-from demo_backend.app import create_app as create_backend
-from gateway.base import Finish, ModelRequest, StreamEvent, ToolCallRequest
-from gateway.demo import DemoModel
-from launch.seeding import demo_mcp_server
 from parley.config import Settings
+from parley.demo_backend.app import create_app as create_backend
+from parley.gateway.base import Finish, ModelRequest, StreamEvent, ToolCallRequest
+from parley.gateway.demo import DemoModel
+from parley.launch.seeding import demo_mcp_server
+from parley.store import tenants
+from parley.store.models import ModelCall, ToolCall, Turn
 from parley.tenancy import TenantConfig
-from store import tenants
-from store.models import ModelCall, ToolCall, Turn
 from tests.support.client import ParleyClient
 from tests.support.stack import serve
 from tests.support.toolkit import Stack, eventually, own_stack, reply

@@ -18,10 +18,10 @@ import httpx2
 import pytest
 import pytest_asyncio
 
-from activities.mcp import mcp_session
-from gateway.pinned import pinned_transport
+from parley.activities.mcp import mcp_session
 from parley.egress import Allowlist, check_url
 from parley.errors import UrlNotAllowed
+from parley.gateway.pinned import pinned_transport
 from parley.mcp import McpServerConfig
 
 PUBLIC = "93.184.216.34"

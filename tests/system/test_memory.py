@@ -11,23 +11,23 @@ import pytest_asyncio
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
-from activities.memory import MemoryActivities
-from gateway.base import Finish, ModelRequest, StreamEvent
-from gateway.demo import DemoModel
-from gateway.errors import Timeouts
-from gateway.fake_provider.server import FakeProvider
-from gateway.openai_compat import OpenAICompatProvider
-from gateway.registry import ProviderPool
+from parley.activities.memory import MemoryActivities
 from parley.config import Settings
 from parley.context import read_missing
 from parley.contracts import SummarizeInput
+from parley.gateway.base import Finish, ModelRequest, StreamEvent
+from parley.gateway.demo import DemoModel
+from parley.gateway.errors import Timeouts
+from parley.gateway.fake_provider.server import FakeProvider
+from parley.gateway.openai_compat import OpenAICompatProvider
+from parley.gateway.registry import ProviderPool
 from parley.memory import ORDER_SLOT
 from parley.prompt import StoredSummary
 from parley.resolver import Slot
+from parley.store import memory as memory_store
+from parley.store import slots
+from parley.store.models import ConversationSummary
 from parley.tokens import count_messages, count_tools, default_counter
-from store import memory as memory_store
-from store import slots
-from store.models import ConversationSummary
 from tests.support.client import ParleyClient
 from tests.support.stack import serve
 from tests.support.toolkit import model_calls, own_stack, reply, store_history

@@ -17,17 +17,17 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.service import RPCError
 
-from gateway.base import ModelRequest
-from gateway.errors import Timeouts
-from gateway.fake_provider.server import FakeProvider
-from gateway.openai_compat import OpenAICompatProvider
 from parley.config import Settings
 from parley.context import STATE_PREFIX, read_missing
+from parley.gateway.base import ModelRequest
+from parley.gateway.errors import Timeouts
+from parley.gateway.fake_provider.server import FakeProvider
+from parley.gateway.openai_compat import OpenAICompatProvider
 from parley.ids import summary_workflow_id, workflow_id_for_turn
 from parley.memory import is_summary_request
 from parley.prompt import CONVERSATION_KINDS, FOLD_PREFIX
+from parley.store.models import ConversationSummary
 from parley.tokens import count_messages, counter_for
-from store.models import ConversationSummary
 from tests.support.client import ParleyClient
 from tests.support.stack import serve
 from tests.support.toolkit import model_calls, own_stack

@@ -22,9 +22,9 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from gateway.fake_provider.server import FakeProvider
 from parley.config import Settings
-from store.models import TraceSpan
+from parley.gateway.fake_provider.server import FakeProvider
+from parley.store.models import TraceSpan
 from tests.support.client import ParleyClient, streamed_text
 from tests.support.otlp import Collector, ExportedSpan
 from tests.support.sse import Event

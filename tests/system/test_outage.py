@@ -28,15 +28,15 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 from temporalio.testing import ActivityEnvironment
 
-from activities.failures import REPORT_MARGIN, wait_for_database
+from parley.activities.failures import REPORT_MARGIN, wait_for_database
 from parley.config import Settings
 from parley.ids import workflow_id_for_turn
 from parley.statuses import TurnErrorCode
-from store.db import create_socket_checked_engine, session_factory
-from store.embedded import EmbeddedPostgres
-from store.identity import create_token, seed_demo
-from store.migrate import upgrade
-from store.models import Message, Turn
+from parley.store.db import create_socket_checked_engine, session_factory
+from parley.store.embedded import EmbeddedPostgres
+from parley.store.identity import create_token, seed_demo
+from parley.store.migrate import upgrade
+from parley.store.models import Message, Turn
 from tests.support.client import ParleyClient, streamed_text
 from tests.support.models import ControlledModel
 from tests.support.processes import QUESTION, follow

@@ -18,11 +18,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.anthropic import AnthropicProvider
-from gateway.base import Finish, ModelProvider, ModelRequest, TextDelta, ToolCallRequest
-from gateway.errors import ProviderRetryable
-from gateway.fake_provider.server import Frame, Reply, ToolCall, anthropic_sse, openai_sse
-from gateway.openai_compat import OpenAICompatProvider
+from parley.gateway.anthropic import AnthropicProvider
+from parley.gateway.base import Finish, ModelProvider, ModelRequest, TextDelta, ToolCallRequest
+from parley.gateway.errors import ProviderRetryable
+from parley.gateway.fake_provider.server import Frame, Reply, ToolCall, anthropic_sse, openai_sse
+from parley.gateway.openai_compat import OpenAICompatProvider
 
 # JSON text with a key to cut, escaped quotes and backslashes, `\uXXXX` escapes (one a
 # surrogate pair), and raw multi-byte UTF-8 (2, 3 and 4 bytes).

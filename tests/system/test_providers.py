@@ -13,8 +13,10 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from gateway.anthropic import AnthropicProvider, to_anthropic_messages
-from gateway.base import (
+from parley.config import Settings
+from parley.context import state_block
+from parley.gateway.anthropic import AnthropicProvider, to_anthropic_messages
+from parley.gateway.base import (
     Finish,
     ModelProvider,
     ModelRequest,
@@ -22,14 +24,14 @@ from gateway.base import (
     TextDelta,
     ToolCallRequest,
 )
-from gateway.demo import DemoModel
-from gateway.errors import (
+from parley.gateway.demo import DemoModel
+from parley.gateway.errors import (
     ProviderFatal,
     ProviderRetryable,
     Timeouts,
     retry_after_seconds,
 )
-from gateway.fake_provider.server import (
+from parley.gateway.fake_provider.server import (
     Fail,
     FakeProvider,
     Reply,
@@ -39,10 +41,8 @@ from gateway.fake_provider.server import (
     request_from_anthropic,
     request_from_openai,
 )
-from gateway.openai_compat import OpenAICompatProvider, to_openai_messages
-from gateway.registry import build_provider
-from parley.config import Settings
-from parley.context import state_block
+from parley.gateway.openai_compat import OpenAICompatProvider, to_openai_messages
+from parley.gateway.registry import build_provider
 from parley.window import group_turns, render_turn
 from tests.support.stack import serve
 

@@ -20,9 +20,9 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from parley.config import Settings
 from parley.contracts import TurnState
-from store import posting, turns
-from store.identity import Identity
-from store.models import TurnEvent
+from parley.store import posting, turns
+from parley.store.identity import Identity
+from parley.store.models import TurnEvent
 from tests.support.client import ParleyClient
 from tests.support.processes import Workers, follow, read_until
 from tests.support.sse import Event

@@ -26,11 +26,11 @@ import pytest_asyncio
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
-from demo_backend.app import create_app as create_backend
-from gateway.errors import Timeouts
-from gateway.fake_provider.server import FakeProvider, Reply, ToolCall
-from gateway.openai_compat import OpenAICompatProvider
 from parley.config import Settings
+from parley.demo_backend.app import create_app as create_backend
+from parley.gateway.errors import Timeouts
+from parley.gateway.fake_provider.server import FakeProvider, Reply, ToolCall
+from parley.gateway.openai_compat import OpenAICompatProvider
 from parley.ids import return_idempotency_key
 from parley.returns_agent import AGENT_INSTRUCTIONS, AGENT_MAX_STEPS, EMPTY_REPLY
 from parley.specialists import CLOSING_TEXT, SpecialistOutcome

@@ -19,8 +19,8 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from demo_backend.app import create_app as create_backend
 from parley.config import Settings
+from parley.demo_backend.app import create_app as create_backend
 from parley.ids import return_idempotency_key
 from tests.support.client import ParleyClient
 from tests.support.processes import Workers, read_until

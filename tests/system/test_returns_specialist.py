@@ -19,9 +19,9 @@ import pytest_asyncio
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from demo_backend.app import create_app as create_backend
-from gateway.demo import DemoModel
 from parley.config import Settings
+from parley.demo_backend.app import create_app as create_backend
+from parley.gateway.demo import DemoModel
 from parley.ids import specialist_workflow_id
 from parley.specialists import CLOSING_TEXT, SpecialistOutcome
 from tests.support.client import ParleyClient

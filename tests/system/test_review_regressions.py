@@ -9,11 +9,11 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
-from dispatch.control import deliver_decision
 from parley.contracts import ResolveActionSignal
-from store import actions
-from store.identity import Identity
-from store.models import ModelCall, ToolCall
+from parley.dispatch.control import deliver_decision
+from parley.store import actions
+from parley.store.identity import Identity
+from parley.store.models import ModelCall, ToolCall
 from tests.support.client import ParleyClient
 from tests.support.models import ControlledModel
 from tests.support.toolkit import Stack, first_events, post_unstarted, wait_for_stored_state

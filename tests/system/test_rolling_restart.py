@@ -23,7 +23,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from parley.config import Settings
-from store.models import ToolCall
+from parley.store.models import ToolCall
 from tests.support.client import ParleyClient, streamed_text
 from tests.support.processes import Workers
 from tests.support.sse import TERMINAL, Event, iter_events

@@ -22,7 +22,7 @@ from parley.screens import (
     Verdict,
     contains_card_number,
 )
-from store.models import Message, TraceSpan
+from parley.store.models import Message, TraceSpan
 from tests.support.client import ParleyClient
 from tests.support.models import ControlledModel
 from tests.support.toolkit import Stack, own_stack
@@ -227,7 +227,7 @@ async def test_the_output_floor_reads_a_long_answer_to_its_end() -> None:
 async def test_the_moderation_adapter_speaks_the_openai_endpoint() -> None:
     from openai import AsyncOpenAI
 
-    from gateway.fake_provider.server import FakeProvider
+    from parley.gateway.fake_provider.server import FakeProvider
     from parley.screens import ModerationScreen, ScreenChain
     from tests.support.stack import serve
 

@@ -26,19 +26,19 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 from temporalio.worker import Replayer
 
-from activities.sandbox import SCRATCH_PREFIX
-from demo_backend.app import create_app as create_backend
-from gateway.demo import DemoModel
+from parley.activities.sandbox import SCRATCH_PREFIX
 from parley.config import REPO_ROOT, Settings
+from parley.demo_backend.app import create_app as create_backend
+from parley.gateway.demo import DemoModel
 from parley.ids import workflow_id_for_turn
 from parley.skills import RUN_ENV
-from store import tenants
-from store.identity import create_token
+from parley.store import tenants
+from parley.store.identity import create_token
+from parley.workflows.turn import TurnWorkflow
 from tests.support.client import ParleyClient
 from tests.support.histories import HISTORIES, scrub
 from tests.support.stack import serve
 from tests.support.toolkit import Stack, eventually, own_stack, reply
-from workflows.turn import TurnWorkflow
 
 CHART = "Make me a chart of my October spending by week."
 WALL_CLOCK_S = 4.0

@@ -12,10 +12,10 @@ import httpx
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from gateway.base import ModelRequest
-from gateway.demo import compose_reply
-from store import turns
-from store.models import Message, Turn
+from parley.gateway.base import ModelRequest
+from parley.gateway.demo import compose_reply
+from parley.store import turns
+from parley.store.models import Message, Turn
 from tests.support.client import ParleyClient, streamed_text
 from tests.support.models import ControlledModel
 from tests.support.sse import TERMINAL, Event, iter_events

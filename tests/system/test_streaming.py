@@ -62,7 +62,7 @@ async def test_a_second_api_process_serves_the_same_live_stream(
     priya: ParleyClient, settings: Settings
 ) -> None:
     port = free_port()
-    other = spawn(["-m", "launch.cli", "api", "--port", str(port)], service_env(settings))
+    other = spawn(["-m", "parley.launch.cli", "api", "--port", str(port)], service_env(settings))
     other_url = f"http://127.0.0.1:{port}"
     try:
         async with httpx.AsyncClient() as http:

@@ -14,14 +14,14 @@ from temporalio import activity
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
-from gateway.base import ModelRequest, StreamEvent
-from gateway.demo import DemoModel
 from parley.config import Settings
+from parley.gateway.base import ModelRequest, StreamEvent
+from parley.gateway.demo import DemoModel
 from parley.ids import summary_workflow_id, workflow_id_for_turn
 from parley.memory import is_summary_request
 from parley.prompt import StoredSummary
-from store import memory as memory_store
-from store.models import Message
+from parley.store import memory as memory_store
+from parley.store.models import Message
 from tests.support.client import ParleyClient
 from tests.support.toolkit import eventually, own_stack
 

@@ -29,24 +29,24 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 from temporalio.worker import Replayer, Worker
 
-from activities.memory import MemoryActivities
-from dispatch.runner import one_batch_per_task
-from gateway.base import Finish, ModelRequest, StreamEvent, TextDelta
-from gateway.demo import DemoModel
-from gateway.errors import ProviderRetryable
-from gateway.registry import ProviderPool
+from parley.activities.memory import MemoryActivities
 from parley.config import Settings
 from parley.contracts import SUMMARY_DUE_SIGNAL, SUMMARY_WORKFLOW, SummarizeInput, SummarizeResult
+from parley.dispatch.runner import one_batch_per_task
+from parley.gateway.base import Finish, ModelRequest, StreamEvent, TextDelta
+from parley.gateway.demo import DemoModel
+from parley.gateway.errors import ProviderRetryable
+from parley.gateway.registry import ProviderPool
 from parley.ids import summary_workflow_id, workflow_id_for_turn
 from parley.memory import is_summary_request
 from parley.prompt import StoredSummary
-from store import memory as memory_store
-from store.models import ConversationSummary
+from parley.store import memory as memory_store
+from parley.store.models import ConversationSummary
+from parley.workflows.options import SUMMARY
+from parley.workflows.summary import PASSES_PER_RUN, SummaryWorkflow
 from tests.support.client import ParleyClient
 from tests.support.histories import HISTORIES, scrub
 from tests.support.toolkit import eventually, own_stack
-from workflows.options import SUMMARY
-from workflows.summary import PASSES_PER_RUN, SummaryWorkflow
 
 ATTEMPTS = SUMMARY.retry.maximum_attempts
 DEADLINE_S = 20.0

@@ -22,10 +22,10 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
-from gateway.demo import DemoModel
-from launch.dev import temporal_dev_server_command
 from parley.config import Settings
-from store.models import Message, Turn
+from parley.gateway.demo import DemoModel
+from parley.launch.dev import temporal_dev_server_command
+from parley.store.models import Message, Turn
 from tests.support.client import ParleyClient, streamed_text
 from tests.support.processes import QUESTION, follow
 from tests.support.sse import Event

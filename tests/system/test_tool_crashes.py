@@ -27,7 +27,7 @@ from temporalio.client import Client
 from parley.config import Settings
 from parley.contracts import SA_TURN_STATE
 from parley.ids import workflow_id_for_turn
-from store.models import Action, Message, ToolCall, Turn
+from parley.store.models import Action, Message, ToolCall, Turn
 from tests.support.client import ParleyClient
 from tests.support.processes import Workers, read_until
 from tests.support.sse import Event

@@ -26,16 +26,16 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
-from gateway.base import ModelRequest
 from parley.config import Settings
 from parley.contracts import MAX_MODEL_CALLS, TOOL_ATTEMPTS
-from store.models import Action, Message, ModelCall, ToolCall, TraceSpan, Turn
+from parley.gateway.base import ModelRequest
+from parley.store.models import Action, Message, ModelCall, ToolCall, TraceSpan, Turn
+from parley.workflows.turn import BOUNDS_TEXT
 from tests.support.client import ParleyClient
 from tests.support.models import Reply, ScriptedModel, call, rounds, tool_results
 from tests.support.sse import Event
 from tests.support.stack import SteppedClock
 from tests.support.toolkit import PRIYA_EMAIL, confirmations, emails, model_calls, own_stack, reply
-from workflows.turn import BOUNDS_TEXT
 
 ATTACKER = "audit@attacker.test"
 INJECTION = (

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from temporalio.client import Client
 
-from gateway.demo import DemoModel
 from parley.config import Settings
+from parley.gateway.demo import DemoModel
 from parley.ids import workflow_id_for_turn
 from parley.resolver import ACTIVE_ORDER
-from store import slots
+from parley.store import slots
 from tests.support.client import ParleyClient
 from tests.support.counting import TURN_ALONE, Counted
 from tests.support.toolkit import own_stack

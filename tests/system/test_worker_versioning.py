@@ -17,7 +17,9 @@ from temporalio.common import VersioningBehavior
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from dispatch.deployment import (
+from parley.config import Settings
+from parley.contracts import ResolveActionSignal, TurnInput, TurnOutcome
+from parley.dispatch.deployment import (
     build_id,
     current_build,
     deployment_config,
@@ -26,9 +28,8 @@ from dispatch.deployment import (
     promote,
     promote_configured,
 )
-from parley.config import Settings
-from parley.contracts import ResolveActionSignal, TurnInput, TurnOutcome
 from parley.ids import workflow_id_for_turn
+from parley.workflows.turn import TurnWorkflow
 from tests.support.client import ParleyClient
 from tests.support.time_skipping import (
     STEP_DEADLINE_S,
@@ -37,7 +38,6 @@ from tests.support.time_skipping import (
     waiting_for_confirmation,
 )
 from tests.support.workflow_stubs import ACTION_ID, Stubs
-from workflows.turn import TurnWorkflow
 
 
 @asynccontextmanager

@@ -27,11 +27,11 @@ import yaml
 from pydantic import AliasChoices
 from temporalio.common import VersioningBehavior
 
-from dispatch.deployment import deployment_config
-from launch.cli import build_parser
-from launch.dev import EAGER_ACTIVITIES, EAGER_WORKFLOW_START
 from parley.config import Settings
 from parley.contracts import SEARCH_ATTRIBUTES
+from parley.dispatch.deployment import deployment_config
+from parley.launch.cli import build_parser
+from parley.launch.dev import EAGER_ACTIVITIES, EAGER_WORKFLOW_START
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yml"
@@ -700,11 +700,11 @@ def registered_app_metrics() -> dict[str, set[str]]:
     define (a counter's samples end in `_total`)."""
     from prometheus_client.metrics import MetricWrapperBase
 
-    import activities.metrics
-    import api.metrics
+    import parley.activities.metrics
+    import parley.api.metrics
 
     series: dict[str, set[str]] = {}
-    for module in (api.metrics, activities.metrics):
+    for module in (parley.api.metrics, parley.activities.metrics):
         for metric in vars(module).values():
             if not isinstance(metric, MetricWrapperBase):
                 continue

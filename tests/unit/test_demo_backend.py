@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from demo_backend.app import create_app
+from parley.demo_backend.app import create_app
 from tests.support.toolkit import emails, eventually
 
 PRIYA = "/v1/tenants/northwind/customers/cust_2291"

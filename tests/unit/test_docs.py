@@ -2,7 +2,7 @@
 
 Fast and stack-free: the tests read Settings' fields, the app's OpenAPI document (built, never
 served), the contract's enums and the product source (with `ast`), and the Markdown files.
-The generated tables are rewritten with `python -m launch.docs` (docs/development.md).
+The generated tables are rewritten with `python -m parley.launch.docs` (docs/development.md).
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from launch import docs as generated
 from parley import errors
 from parley.config import Settings
 from parley.contracts import EventType, MessageStatus, TurnState, WarningCode
+from parley.launch import docs as generated
 from parley.statuses import ActionStatus, TurnErrorCode
 from parley.wire import EVENT_DATA
 
@@ -119,7 +119,7 @@ def test_every_relative_link_points_to_a_file_and_heading_that_exist() -> None:
 
 def test_the_generated_tables_match_the_code() -> None:
     stale = generated.stale_documents(DOCS, write=False)
-    assert not stale, f"run `.venv/bin/python -m launch.docs`: {stale} are stale"
+    assert not stale, f"run `.venv/bin/python -m parley.launch.docs`: {stale} are stale"
 
 
 def test_every_setting_is_documented_with_a_meaning() -> None:

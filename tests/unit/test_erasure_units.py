@@ -7,8 +7,8 @@ import pytest
 
 from parley.config import DEV_ERASURE_RECEIPT_KEY, Settings
 from parley.erasure import ErasureScope, subject_hash
-from store.erasure_catalogue import CATALOGUE
-from store.models import Base
+from parley.store.erasure_catalogue import CATALOGUE
+from parley.store.models import Base
 
 
 def test_the_keyed_hash_names_nobody_and_needs_the_key() -> None:

@@ -8,8 +8,8 @@ from pathlib import Path
 import yaml
 
 from parley.erasure import ErasureScope
-from store import eval_drafts
-from store.erasure_catalogue import Subject
+from parley.store import eval_drafts
+from parley.store.erasure_catalogue import Subject
 
 
 def draft(folder: Path, message: str, *, user: str, session: str, tenant: str = "t") -> Path:

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from parley_eval import html, report
-from parley_eval.command import EXIT_MALFORMED, Options, evaluate, main
-from parley_eval.observe import ConversationSeen, StepSeen, ToolSeen
-from parley_eval.runner import Target
-from parley_eval.score import score
-from parley_eval.suite import Conversation, SuiteError, load_suite
+from parley.eval import html, report
+from parley.eval.command import EXIT_MALFORMED, Options, evaluate, main
+from parley.eval.observe import ConversationSeen, StepSeen, ToolSeen
+from parley.eval.runner import Target
+from parley.eval.score import score
+from parley.eval.suite import Conversation, SuiteError, load_suite
 
 STARTER = Path(__file__).resolve().parents[2] / "evals" / "starter"
 

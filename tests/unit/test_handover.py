@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from activities.handover import Handover
-from activities.screens import ScreenActivities
+from parley.activities.handover import Handover
+from parley.activities.screens import ScreenActivities
 from parley.contracts import ScreenInput
 from parley.screens import RulesScreen
 
@@ -82,7 +82,7 @@ async def test_the_input_screen_screens_the_handed_text_without_a_read() -> None
 async def test_the_input_screen_reads_for_itself_when_nothing_is_handed_over(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("activities.screens.HANDED_WITHIN_S", 0.0)
+    monkeypatch.setattr("parley.activities.screens.HANDED_WITHIN_S", 0.0)
     screens = _screens(Handover())
     with pytest.raises(ReadHere):
         await ActivityEnvironment().run(screens.screen_input, ScreenInput("trn_7"))

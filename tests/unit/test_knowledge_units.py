@@ -3,9 +3,8 @@ rewriting, citations, and the demo model's policy answers."""
 
 from __future__ import annotations
 
-from gateway.demo_policy import NOT_FOUND, policy_answer
-from gateway.fake_provider.embeddings import hashed_embedding
-from launch.knowledge import read_library
+from parley.gateway.demo_policy import NOT_FOUND, policy_answer
+from parley.gateway.fake_provider.embeddings import hashed_embedding
 from parley.knowledge import (
     DocumentMode,
     Passage,
@@ -20,6 +19,7 @@ from parley.knowledge import (
     select_passages,
     standalone_query,
 )
+from parley.launch.knowledge import read_library
 
 DOC = """---
 title: Warranty and damaged items

@@ -48,7 +48,7 @@ DATABASE_HOME = "store"
 # Outside the store, code works with typed rows (dataclasses, pydantic models) that the
 # store hands it: nothing holds an ORM object that it could read lazily or mutate behind the
 # store's back (the API's routes, the worker's activities, the wiring alike).
-ORM_MODELS = "store.models"
+ORM_MODELS = "parley.store.models"
 READS_TYPED_ROWS = tuple(package for package in PACKAGES if package != DATABASE_HOME)
 
 
@@ -177,9 +177,9 @@ def test_only_the_store_holds_orm_models() -> None:
 
 def test_the_database_rule_sees_the_store() -> None:
     """Guards the guard: the store's own imports of the libraries are found."""
-    assert "sqlalchemy" in {_top(m) for m in _imports(MODULES["store.db"])}
-    assert "psycopg" in {_top(m) for m in _imports(MODULES["store.listener"])}
-    assert ORM_MODELS in _imports(MODULES["store.sessions"])
+    assert "sqlalchemy" in {_top(m) for m in _imports(MODULES["parley.store.db"])}
+    assert "psycopg" in {_top(m) for m in _imports(MODULES["parley.store.listener"])}
+    assert ORM_MODELS in _imports(MODULES["parley.store.sessions"])
 
 
 def test_there_is_no_import_cycle() -> None:

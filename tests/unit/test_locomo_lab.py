@@ -231,7 +231,7 @@ def test_the_bundled_retrievers_when_installed() -> None:
     """The real weights (installed by `make embeddings`): SPLADE expands pets to dogs, e5
     puts a workout nearer an exercise question than a dog."""
     from bench.splade import SpladeEncoder, bundled_splade_dir, expansion_terms
-    from gateway.minilm import EmbeddingsUnavailable
+    from parley.gateway.minilm import EmbeddingsUnavailable
 
     try:
         bundled_splade_dir()

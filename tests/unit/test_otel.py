@@ -19,14 +19,14 @@ from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Status, StatusCode
 
-from api.main import create_app
-from dispatch.otel import Scrubbed, Telemetry, TurnTracing, traces_url, turn_ids
-from dispatch.telemetry import telemetry_for, tracing_on
-from gateway.base import Finish, ModelRequest, TextDelta
-from gateway.demo import DemoModel
-from gateway.registry import ProviderPool
+from parley.api.main import create_app
 from parley.config import Settings
 from parley.contracts import TurnInput
+from parley.dispatch.otel import Scrubbed, Telemetry, TurnTracing, traces_url, turn_ids
+from parley.dispatch.telemetry import telemetry_for, tracing_on
+from parley.gateway.base import Finish, ModelRequest, TextDelta
+from parley.gateway.demo import DemoModel
+from parley.gateway.registry import ProviderPool
 
 REPO = Path(__file__).resolve().parents[2]
 OFF = Settings(database_url="postgresql://unused")
@@ -40,13 +40,13 @@ HEAVY = (
     "opentelemetry.exporter",
     "opentelemetry.instrumentation",
     "temporalio.contrib.opentelemetry",
-    "dispatch.otel",
+    "parley.dispatch.otel",
 )
 
 PROBE = """
 import json, sys
-import worker
-from api.main import create_app
+import parley.worker
+from parley.api.main import create_app
 from parley.config import Settings
 app = create_app(Settings(database_url="postgresql://unused"))
 print(json.dumps(sorted(m for m in sys.modules if m.startswith(tuple(sys.argv[1:])))))

@@ -9,11 +9,11 @@ from datetime import UTC, datetime
 
 import pytest
 
-from store.exports import ExportRow
-from store.models import Export, Tenant
-from store.rows import typed_row
-from store.sessions import TurnRow
-from store.tenants import TenantRow
+from parley.store.exports import ExportRow
+from parley.store.models import Export, Tenant
+from parley.store.rows import typed_row
+from parley.store.sessions import TurnRow
+from parley.store.tenants import TenantRow
 
 NOW = datetime(2026, 12, 2, 5, 0, tzinfo=UTC)
 

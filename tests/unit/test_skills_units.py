@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from activities.sandbox import Sandbox, SkillRunError
-from activities.skills import load_catalog
+from parley.activities.sandbox import Sandbox, SkillRunError
+from parley.activities.skills import load_catalog
 from parley.config import REPO_ROOT
 from parley.skills import (
     RUN_ENV,

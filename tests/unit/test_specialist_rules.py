@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.demo_returns import next_step
-from launch.seeding import demo_mcp_server, demo_tenant_config
 from parley.contracts import TurnState
+from parley.gateway.demo_returns import next_step
+from parley.launch.seeding import demo_mcp_server, demo_tenant_config
 from parley.specialists import (
     CLOSING_TEXT,
     DELEGATE_RETURNS,

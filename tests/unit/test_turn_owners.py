@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from activities.tracing import TurnOwners
+from parley.activities.tracing import TurnOwners
 
 
 @pytest.fixture

@@ -7,16 +7,16 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from activities import tracing
-from activities.turn import _coalesce
-from gateway.base import Finish, ModelRequest, TextDelta
-from gateway.demo import DemoModel, compose_reply, tokenize
+from parley.activities import tracing
+from parley.activities.turn import _coalesce
 from parley.context import WindowMessage
 from parley.contracts import EventType
+from parley.gateway.base import Finish, ModelRequest, TextDelta
+from parley.gateway.demo import DemoModel, compose_reply, tokenize
 from parley.ids import message_id_for_call
+from parley.store.events import _wire
 from parley.window import choose_window, group_turns, render_turn
 from parley.wire import ToolData
-from store.events import _wire
 
 
 def _rendered(

@@ -13,7 +13,7 @@ from playwright.async_api import Browser
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from parley.config import Settings
-from parley_eval.command import Options, evaluate, write_outputs
+from parley.eval.command import Options, evaluate, write_outputs
 from tests.support.evals import STARTER, eval_target
 from tests.support.stack import SteppedClock
 from tests.support.webpage import SCREENSHOTS

@@ -14,8 +14,8 @@ from playwright.async_api import Browser, Page, Route, expect
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
-from gateway.base import ModelRequest
 from parley.config import Settings
+from parley.gateway.base import ModelRequest
 from tests.support.client import ParleyClient
 from tests.support.models import ControlledModel
 from tests.support.toolkit import Stack, emails, own_stack, wait_for_stored_state

@@ -18,9 +18,9 @@ from playwright.async_api import expect
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
-from demo_backend.app import create_app as create_backend
-from gateway.demo import DemoModel
 from parley.config import Settings
+from parley.demo_backend.app import create_app as create_backend
+from parley.gateway.demo import DemoModel
 from tests.support.stack import serve
 from tests.support.toolkit import emails, own_stack
 from tests.support.webpage import (

@@ -25,14 +25,14 @@ from playwright.async_api import Page, expect
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
-from demo_backend.app import create_app as create_backend
-from gateway.demo import DemoModel
-from launch.devstate import with_demo_backend
-from launch.seeding import seed
 from parley.config import Settings
+from parley.demo_backend.app import create_app as create_backend
+from parley.gateway.demo import DemoModel
+from parley.launch.devstate import with_demo_backend
+from parley.launch.seeding import seed
 from parley.specialists import DELEGATE_RETURNS
+from parley.store import tenants
 from parley.tool_offer import NO_RETURN
-from store import tenants
 from tests.support.stack import serve
 from tests.support.toolkit import model_calls, own_stack
 from tests.support.webpage import (

@@ -30,9 +30,9 @@ from parley.contracts import (
     PurgeResult,
     PurgeTask,
 )
+from parley.workflows.export import ExportWorkflow
+from parley.workflows.retention import RetentionPurgeWorkflow
 from tests.support.histories import HISTORIES, scrub
-from workflows.export import ExportWorkflow
-from workflows.retention import RetentionPurgeWorkflow
 
 
 @dataclass

@@ -26,8 +26,8 @@ from parley.erasure import (
     ErasurePlan,
     ErasureReceipt,
 )
+from parley.workflows.erasure import MAX_PASSES, ErasureWorkflow
 from tests.support.histories import HISTORIES, scrub
-from workflows.erasure import MAX_PASSES, ErasureWorkflow
 
 
 @dataclass

@@ -25,8 +25,8 @@ from temporalio.worker import Replayer, Worker
 from parley.contracts import IMPORT_WORKFLOW, ImportInput
 from parley.ids import import_workflow_id
 from parley.statuses import ImportState
+from parley.workflows.imports import STEPS_PER_RUN, ImportWorkflow
 from tests.support.histories import HISTORIES, scrub
-from workflows.imports import STEPS_PER_RUN, ImportWorkflow
 
 
 @dataclass

@@ -9,9 +9,9 @@ from temporalio.converter import decode_search_attributes
 from temporalio.testing import WorkflowEnvironment
 
 from parley.contracts import SA_TURN_STATE
+from parley.workflows.turn import TurnWorkflow
 from tests.support.time_skipping import Turn, decide, proposing, replays, turn
 from tests.support.workflow_stubs import Stubs
-from workflows.turn import TurnWorkflow
 
 UPSERTED = EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES
 

@@ -20,8 +20,9 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
-from dispatch.outbox import WORKFLOW_TASK_TIMEOUT
 from parley.contracts import MAX_MODEL_CALLS, ScreenResult
+from parley.dispatch.outbox import WORKFLOW_TASK_TIMEOUT
+from parley.workflows.turn import TurnWorkflow
 from tests.support.histories import HISTORIES, SHAPES, scrub
 from tests.support.time_skipping import (
     STOP_HEARD_SOONER,
@@ -33,7 +34,6 @@ from tests.support.time_skipping import (
     turn,
 )
 from tests.support.workflow_stubs import Stubs, tool
-from workflows.turn import TurnWorkflow
 
 COMPLETED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED
 CANCELED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED

@@ -8,9 +8,9 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
 
+from parley.workflows.options import SKILL
 from tests.support.time_skipping import turn
 from tests.support.workflow_stubs import Stubs, tool
-from workflows.options import SKILL
 
 SCHEDULED = EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
 COMPLETED = EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED

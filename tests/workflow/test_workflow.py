@@ -22,6 +22,7 @@ from parley.contracts import (
     TurnState,
 )
 from parley.screens import DECLINE_TEXT, RETRACTION_TEXT
+from parley.workflows.turn import BOUNDS_TEXT, EXPIRED_TEXT, TurnWorkflow
 from tests.support.time_skipping import (
     STEP_DEADLINE_S,
     STOP_HEARD_SOONER,
@@ -35,7 +36,6 @@ from tests.support.time_skipping import (
     waiting_for_confirmation,
 )
 from tests.support.workflow_stubs import ACTION_ID, ModelAnswer, Stubs, tool, unavailable
-from workflows.turn import BOUNDS_TEXT, EXPIRED_TEXT, TurnWorkflow
 
 # --- a plain turn, bounds and refusals -------------------------------------------------------
 

@@ -19,7 +19,6 @@ from temporalio.client import WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
-from dispatch.control import deliver_decision
 from parley.contracts import (
     MAX_MODEL_CALLS,
     MAX_TOOL_CALLS_PER_RESPONSE,
@@ -28,6 +27,8 @@ from parley.contracts import (
     TurnInput,
     TurnState,
 )
+from parley.dispatch.control import deliver_decision
+from parley.workflows.turn import BOUNDS_TEXT, SENT_TEXT, TOO_MANY_TOOLS, TurnWorkflow
 from tests.support.time_skipping import (
     STEP_DEADLINE_S,
     decide,
@@ -40,7 +41,6 @@ from tests.support.time_skipping import (
     waiting_for_confirmation,
 )
 from tests.support.workflow_stubs import ACTION_ID, QUICK_RETRY, Stubs, tool, unavailable
-from workflows.turn import BOUNDS_TEXT, SENT_TEXT, TOO_MANY_TOOLS, TurnWorkflow
 
 CANCEL_REQUESTED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED
 SIGNALED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
