@@ -8,11 +8,12 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
-# Copy only what the package needs (no .venv, .data or tests): every package named in
-# pyproject.toml's [tool.setuptools] section, plus the metadata. README.m[d] is a wildcard
-# so the build still works while the file is absent.
+# Copy only what the package needs (no .venv, .data or tests): every folder pyproject.toml's
+# package-dir maps into the `parley` package, worker.py and setup.py (which installs it as
+# `parley.worker`), plus the metadata. README.m[d] is a wildcard so the build still works
+# while the file is absent.
 WORKDIR /src
-COPY pyproject.toml README.m[d] ./
+COPY pyproject.toml setup.py README.m[d] ./
 COPY worker.py ./
 COPY api ./api
 COPY workflows ./workflows

@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test test-fast lint fmt bench install browser sandbox clean embeddings
+.PHONY: run test test-fast lint typed fmt bench install browser sandbox clean embeddings
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -57,10 +57,22 @@ test: install embeddings browser sandbox
 test-fast: install embeddings sandbox
 	$(BIN)/pytest -n 2 --dist loadfile tests/unit tests/workflow tests/replay
 
-lint: install
+lint: install typed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+
+# mypy finds a module by the folders that hold it, and the installed `parley.api` is api/
+# (pyproject.toml's package-dir maps each folder into `parley`): it checks a tree of links
+# laid out as the install is, made again before each check so that a new module is in it.
+TYPED := build/typed/parley
+typed: install
+	rm -rf $(TYPED) && mkdir -p $(TYPED)
+	for f in parley/*.py; do [ -L $$f ] || ln -s $(CURDIR)/$$f $(TYPED)/; done
+	ln -s $(CURDIR)/worker.py $(TYPED)/worker.py
+	$(BIN)/python -c 'import tomllib; d = tomllib.load(open("pyproject.toml", "rb")); \
+		[print(k.removeprefix("parley."), v) for k, v in d["tool"]["setuptools"]["package-dir"].items() if k != "parley"]' \
+		| while read name folder; do ln -s $(CURDIR)/$$folder $(TYPED)/$$name; done
 
 fmt: install
 	$(BIN)/ruff format .

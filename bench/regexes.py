@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 # Packages whose patterns read text that a user, a model or a tool wrote.
-PACKAGES = ("parley", "api", "activities", "store", "gateway")
+PACKAGES = ("parley", "parley.api", "parley.activities", "parley.store", "parley.gateway")
 # Runs that make a greedy part match far and then fail: each repeated to the scanned length.
 RUNS = (" ", "a", "@", ".", "0", "-", "_", "\n", "a@", "a.", "a ", "at ", "dot ", "1 ", "a-")
 SHORT, LONG = 20_000, 80_000

@@ -77,7 +77,7 @@ def _git_commit() -> str:
 def installed_digest(record: str) -> str:
     """A digest of an installed distribution's RECORD (every file with its sha256), or ""
     for an editable install, whose RECORD names no source file."""
-    if not any(line.startswith("workflows/") for line in record.splitlines()):
+    if not any(line.startswith("parley/workflows/") for line in record.splitlines()):
         return ""
     return hashlib.sha256(record.encode()).hexdigest()[:12]
 

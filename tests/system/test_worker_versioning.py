@@ -154,7 +154,7 @@ async def test_a_turn_on_the_stack_is_pinned_to_the_workers_build(
 
 
 def test_an_image_without_git_gets_a_build_id_from_its_installed_files() -> None:
-    record = "workflows/turn.py,sha256=AAAA,1200\nparley/config.py,sha256=BBBB,900\n"
+    record = "parley/workflows/turn.py,sha256=AAAA,1200\nparley/config.py,sha256=BBBB,900\n"
     digest = installed_digest(record)
     assert len(digest) == 12 and int(digest, 16) >= 0
     assert installed_digest(record) == digest  # every replica of one image agrees

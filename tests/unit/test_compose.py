@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import difflib
-import fnmatch
 import io
 import json
 import os
@@ -241,14 +240,8 @@ def test_dockerfile_cmd_parses_with_the_parley_cli() -> None:
 
 def test_dockerfile_copies_every_package_the_wheel_installs() -> None:
     setuptools = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
-    patterns = setuptools["packages"]["find"]["include"]
-    needed = {"pyproject.toml"} | {f"{module}.py" for module in setuptools.get("py-modules", [])}
-    needed |= {
-        path.name
-        for path in REPO.iterdir()
-        if (path / "__init__.py").is_file()
-        and any(fnmatch.fnmatch(path.name, pattern) for pattern in patterns)
-    }
+    # The folders mapped into the `parley` package, and setup.py, which installs worker.py.
+    needed = {"pyproject.toml", "setup.py", "worker.py", *setuptools["package-dir"].values()}
     copied: set[str] = set()
     for kind, arguments in dockerfile_instructions():
         if kind not in ("COPY", "ADD"):

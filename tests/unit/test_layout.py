@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import re
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,26 +17,30 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
-# Product packages (what `pip install` ships) and the top-level worker module.
-PACKAGES = (
-    "api",
-    "workflows",
-    "activities",
-    "parley",
-    "store",
-    "gateway",
-    "demo_backend",
-    "dispatch",
-    "launch",
-    "parley_eval",
-)
-TOP_MODULES = ("worker.py",)
+# Product folders (what `pip install` ships) and the wiring module at the root, with the names
+# they are installed under: each folder a subpackage of `parley` (pyproject.toml's
+# package-dir), worker.py the module `parley.worker` (setup.py). The rules below name a
+# component by the last part of its installed name: `store`, `eval`, `worker`.
+PACKAGES = {
+    "api": "parley.api",
+    "workflows": "parley.workflows",
+    "activities": "parley.activities",
+    "parley": "parley",
+    "store": "parley.store",
+    "gateway": "parley.gateway",
+    "demo_backend": "parley.demo_backend",
+    "dispatch": "parley.dispatch",
+    "launch": "parley.launch",
+    "parley_eval": "parley.eval",
+}
+TOP_MODULES = {"worker.py": "parley.worker"}
 
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 60
 
 # The domain package is pure: rules and contracts, no I/O layers and no wiring.
 DOMAIN = "parley"
+COMPONENTS = {name.rsplit(".", 1)[-1] for name in [*PACKAGES.values(), *TOP_MODULES.values()]}
 DOMAIN_MAY_NOT_IMPORT = ("store", "api", "activities", "workflows", "worker", "launch", "dispatch")
 
 # Workflow code is deterministic orchestration: it never reaches for a database or the web.
@@ -49,7 +54,9 @@ DATABASE_HOME = "store"
 # store hands it: nothing holds an ORM object that it could read lazily or mutate behind the
 # store's back (the API's routes, the worker's activities, the wiring alike).
 ORM_MODELS = "parley.store.models"
-READS_TYPED_ROWS = tuple(package for package in PACKAGES if package != DATABASE_HOME)
+READS_TYPED_ROWS = tuple(
+    name.rsplit(".", 1)[-1] for name in PACKAGES.values() if not name.endswith(DATABASE_HOME)
+)
 
 
 def _product_files() -> Iterator[Path]:
@@ -58,16 +65,24 @@ def _product_files() -> Iterator[Path]:
         if not root.is_dir():
             continue
         for path in sorted(root.rglob("*.py")):
-            if "migrations" not in path.parts:
+            # An editable install links parley/worker.py to worker.py: not a module of its own.
+            if "migrations" not in path.parts and not path.is_symlink():
                 yield path
     for name in TOP_MODULES:
         yield REPO / name
 
 
 def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    """The name a file is imported by: installed (`api/main.py` is `parley.api.main`), or
+    its path's for the rest (`tests.support.client`)."""
+    relative = path.relative_to(REPO)
+    if str(relative) in TOP_MODULES:
+        return TOP_MODULES[str(relative)]
+    parts = list(relative.with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
+    if parts[0] in PACKAGES:
+        parts[0:1] = PACKAGES[parts[0]].split(".")
     return ".".join(parts)
 
 
@@ -114,7 +129,12 @@ def _is_test_module(module: str) -> bool:
 
 
 def _top(module: str) -> str:
-    return module.split(".", 1)[0]
+    """The component a module is part of (`parley.store.db`: `store`), or its top-level
+    package if it is not Parley's (`sqlalchemy`)."""
+    parts = module.split(".")
+    if parts[0] == DOMAIN and len(parts) > 1 and parts[1] in COMPONENTS:
+        return parts[1]
+    return parts[0]
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(REPO)))
@@ -168,7 +188,7 @@ def test_only_the_store_holds_orm_models() -> None:
     offending = {
         f"{name} imports {imported}"
         for name, path in MODULES.items()
-        if _top(name) in READS_TYPED_ROWS or name == "worker"
+        if _top(name) in READS_TYPED_ROWS or _top(name) == "worker"
         for imported in _imports(path)
         if imported == ORM_MODELS or imported.startswith(f"{ORM_MODELS}.")
     }
@@ -219,8 +239,26 @@ def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_the_layout_test_sees_the_product() -> None:
     """Guards the guard: a renamed package must not make every check above vacuous."""
     tops = {_top(name) for name in MODULES}
-    assert {*PACKAGES, "worker"} <= tops
+    assert COMPONENTS | {DOMAIN} <= tops
     assert len(FILES) > 40
+    package_dir = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert {name: folder for folder, name in PACKAGES.items()} == package_dir["package-dir"]
+
+
+# Run from a checkout, `import store` still finds the folder (the checkout is on sys.path for
+# the tests and the bench), but an install has no top-level `store`: only `parley.store`.
+FOLDER_NAMES = {*PACKAGES, *(name.removesuffix(".py") for name in TOP_MODULES)} - {DOMAIN}
+BENCH_FILES = sorted((REPO / "bench").rglob("*.py"))
+
+
+def test_every_import_names_a_component_by_its_installed_name() -> None:
+    offending = sorted(
+        f"{path.relative_to(REPO)} imports {imported}"
+        for path in [*FILES, *TEST_FILES, *BENCH_FILES]
+        for imported in _imports(path)
+        if imported.split(".", 1)[0] in FOLDER_NAMES
+    )
+    assert not offending, offending
 
 
 def test_no_test_module_imports_another_test_module_or_a_conftest() -> None:
