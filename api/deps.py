@@ -13,7 +13,7 @@ from temporalio.client import Client, Interceptor
 
 from parley.api.streaming import EventHub, StreamRegistry
 from parley.config import Settings
-from parley.errors import Unauthenticated
+from parley.errors import Forbidden, NotFound, Unauthenticated
 from parley.logs import bind_log_context
 from parley.store.db import Db, SessionMaker
 from parley.store.identity import Identity, identity_for_token
@@ -98,6 +98,19 @@ Sessions = Annotated[SessionMaker, Depends(get_sessions)]
 # Sessions without a transaction, for work that is one statement (store/db.py).
 AutocommitSessions = Annotated[SessionMaker, Depends(get_autocommit_sessions)]
 CurrentUser = Annotated[Identity, Depends(current_identity)]
+
+
+def require_admin(tenant_id: str, user: CurrentUser) -> Identity:
+    """The caller, when they administer the tenant of the path (`tenant_id`): 403 without
+    the admin role, 404 for any other tenant (as for any resource not the caller's)."""
+    if "admin" not in user.roles:
+        raise Forbidden("this needs the admin role")
+    if tenant_id != user.tenant_id:
+        raise NotFound("tenant not found")
+    return user
+
+
+Admin = Annotated[Identity, Depends(require_admin)]
 Temporal = Annotated[TemporalConnector, Depends(get_temporal)]
 Hub = Annotated[EventHub, Depends(get_hub)]
 Streams = Annotated[StreamRegistry, Depends(get_streams)]

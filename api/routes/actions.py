@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
+from parley.api.delivery import deliver_decisions
 from parley.api.deps import CurrentUser, DbSession, Temporal
 from parley.api.errors import answers
-from parley.api.routes.turns import send_signals
 from parley.api.schemas import ActionOut
 from parley.contracts import ResolveActionSignal
 from parley.errors import ActionChanged, ActionExpired, ActionResolved, AgentPaused, NotFound
@@ -48,10 +48,10 @@ async def _resolve(
         if answered is not None and answered.status == decision:
             again = ((answered.turn_id, ResolveActionSignal(action_id, decision)),)
             await db.rollback()
-            await send_signals(temporal, again)
+            await deliver_decisions(temporal, again)
         raise
     await db.commit()
-    await send_signals(temporal, ((action.turn_id, ResolveActionSignal(action.id, decision)),))
+    await deliver_decisions(temporal, ((action.turn_id, ResolveActionSignal(action.id, decision)),))
     return ActionOut(action=ActionView.from_row(action))
 
 

@@ -8,18 +8,16 @@ not the caller's.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Query
 
-from parley.api.deps import AppSettings, CurrentUser, DbSession
+from parley.api.deps import Admin, AppSettings, DbSession
 from parley.api.errors import answers
 from parley.api.schemas import SessionRunsOut, TenantOut, UsageOut
 from parley.egress import check_url
 from parley.errors import Forbidden, InvalidRequest, NotFound, UrlNotAllowed
 from parley.gateway.resolver import system_resolver
 from parley.store import tenants, usage
-from parley.store.identity import Identity
 from parley.tenancy import TenantConfig
 
 router = APIRouter(
@@ -27,21 +25,6 @@ router = APIRouter(
     tags=["admin"],
     responses=answers(Forbidden, NotFound),
 )
-
-
-def _admin_of(tenant_id: str, user: Identity) -> None:
-    if "admin" not in user.roles:
-        raise Forbidden("this needs the admin role")
-    if tenant_id != user.tenant_id:
-        raise NotFound("tenant not found")
-
-
-def require_admin(tenant_id: str, user: CurrentUser) -> Identity:
-    _admin_of(tenant_id, user)
-    return user
-
-
-Admin = Annotated[Identity, Depends(require_admin)]
 
 
 @router.post("/pause")

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Query
 
-from parley.api.deps import CurrentUser, DbSession
+from parley.api.deps import Admin, CurrentUser, DbSession
 from parley.api.errors import answers
-from parley.api.routes.admin import Admin
 from parley.api.schemas import FeedbackIn, FeedbackList, FeedbackOut, RatedAnswerOut, TraceSpanOut
 from parley.errors import Forbidden, InvalidRequest, NotFound
 from parley.store import feedback

@@ -8,9 +8,9 @@ from dataclasses import replace
 
 from fastapi import APIRouter, Query, Response
 
+from parley.api.delivery import start_erasure_soon
 from parley.api.deps import AppSettings, CurrentUser, DbSession, Sessions, Temporal
 from parley.api.errors import answers
-from parley.api.routes.erasure import start_soon
 from parley.api.schemas import ForgottenOut, MessageList, SessionDetail, SessionList, SessionOut
 from parley.dispatch.control import cancel_turn_workflow
 from parley.dispatch.summaries import ask_for_summary
@@ -87,7 +87,7 @@ async def delete_session(
         db, key=settings.erasure_receipt_key, **owner, session_id=session_id, grace_s=grace
     )
     await db.commit()
-    await start_soon(temporal, sessions, settings, ErasureInput(request.id, grace_s=grace))
+    await start_erasure_soon(temporal, sessions, settings, ErasureInput(request.id, grace_s=grace))
     if active_turn_id is not None:
         try:
             client = await asyncio.wait_for(temporal.get(), CANCEL_TIMEOUT_S)

@@ -11,6 +11,7 @@ from fastapi import APIRouter, BackgroundTasks, Header, Query, Response
 from pydantic import WithJsonSchema
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
+from parley.api.delivery import deliver_answers, deliver_decisions
 from parley.api.deps import (
     AppSettings,
     AutocommitSessions,
@@ -30,13 +31,11 @@ from parley.api.streaming import TurnEventResponse, Viewer, turn_event_batches
 from parley.config import Settings
 from parley.contracts import (
     TERMINAL_TURN_STATES,
-    ResolveActionSignal,
     TurnInput,
     TurnState,
 )
-from parley.dispatch.control import cancel_turn_workflow, deliver_decision
+from parley.dispatch.control import cancel_turn_workflow
 from parley.dispatch.outbox import record_started, start_turn_workflow
-from parley.dispatch.specialists import deliver_and_record
 from parley.errors import (
     AgentPaused,
     DailyCapReached,
@@ -55,7 +54,6 @@ from parley.store import actions, posting, queue
 from parley.store import sessions as store_sessions
 from parley.store.db import Db, SessionMaker
 from parley.store.identity import Identity
-from parley.store.interactions import AnswerRow
 from parley.store.posting import PostedTurn
 from parley.wire import TurnStreamEvent
 
@@ -121,8 +119,8 @@ async def post_message(
     MESSAGES_POSTED.labels("new" if posted.created else "duplicate").inc()
     if posted.answers:
         kill_at(settings, "answer_committed")  # a test's crash between commit and delivery
-    await send_signals(temporal, posted.signals)
-    await send_answers(temporal, one_statement, posted.answers)
+    await deliver_decisions(temporal, posted.signals)
+    await deliver_answers(temporal, one_statement, posted.answers)
     if posted.start:
         # Its place in the session (the workflow's summary); a duplicate's start looks it up.
         await _start(temporal, one_statement, settings, turn, background, posted.turn_number)
@@ -174,34 +172,6 @@ async def _record_started(sessions: SessionMaker, turn_id: str) -> None:
         await record_started(sessions, turn_id)
     except Exception:  # the sweep starts it again, which attaches to the running workflow
         log.warning("could not mark turn %s started", turn_id, exc_info=True)
-
-
-async def send_signals(
-    temporal: TemporalConnector, signals: tuple[tuple[str, ResolveActionSignal], ...]
-) -> None:
-    """Deliver stored decisions to their waiting turns, each retried until it is taken."""
-    for turn_id, signal in signals:
-        try:
-            client = await asyncio.wait_for(temporal.get(), START_TIMEOUT_S)
-            await deliver_decision(client, turn_id=turn_id, decision=signal)
-        except Exception:
-            # The decision is stored; the waiting turn reads it when its wait times out.
-            log.warning("could not deliver a decision to turn %s", turn_id, exc_info=True)
-
-
-async def send_answers(
-    temporal: TemporalConnector,
-    sessions: SessionMaker,  # marking it delivered is one statement
-    answers: tuple[AnswerRow, ...],
-) -> None:
-    """Deliver committed answers to the specialists waiting for them and mark them delivered
-    (dispatch/specialists.py); one this cannot deliver, the worker's outbox sweep will."""
-    for row in answers:
-        try:
-            client = await asyncio.wait_for(temporal.get(), START_TIMEOUT_S)
-            await asyncio.wait_for(deliver_and_record(client, sessions, row), START_TIMEOUT_S)
-        except Exception:
-            log.warning("could not deliver an answer to turn %s now", row.turn_id, exc_info=True)
 
 
 @router.get("/turns/{turn_id}")

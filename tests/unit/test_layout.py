@@ -173,6 +173,20 @@ def test_workflow_code_imports_no_database_or_web_library() -> None:
     assert not offending, sorted(offending)
 
 
+def test_no_route_module_imports_another() -> None:
+    """One router per resource: what two routes share lives beside them in api/ (deps,
+    delivery, schemas), never in one of the routes."""
+    routes = "parley.api.routes."
+    offending = {
+        f"{name} imports {imported}"
+        for name, path in MODULES.items()
+        if name.startswith(routes)
+        for imported in _imports(path)
+        if imported.startswith(routes) and imported.split(".")[3] != name.split(".")[3]
+    }
+    assert not offending, sorted(offending)
+
+
 def test_only_the_store_imports_a_database_library() -> None:
     offending = {
         f"{name} imports {imported}"

@@ -1,0 +1,68 @@
+"""What the API hands to Temporal after its transaction commits, shared by the routes: a user's
+decision on a confirmation (to the turn waiting for it, or its specialist: dispatch/control.py),
+an answer to a specialist's question (dispatch/specialists.py), and the start of an erasure
+(dispatch/erasure.py). Each is stored first, so one that fails here is not lost: the turn
+reads the stored decision when its wait ends, and the worker's sweeps deliver the answer and
+start the erasure."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from parley.api.deps import Sessions, TemporalConnector
+from parley.config import Settings
+from parley.contracts import ResolveActionSignal
+from parley.dispatch.control import deliver_decision
+from parley.dispatch.erasure import start_erasure
+from parley.dispatch.specialists import deliver_and_record
+from parley.erasure import ErasureInput
+from parley.store.db import SessionMaker
+from parley.store.interactions import AnswerRow
+
+log = logging.getLogger(__name__)
+
+# How long a delivery waits for the Temporal client, and for an answer to be taken.
+TIMEOUT_S = 5.0
+
+
+async def deliver_decisions(
+    temporal: TemporalConnector, signals: tuple[tuple[str, ResolveActionSignal], ...]
+) -> None:
+    """Deliver stored decisions to their waiting turns, each retried until it is taken."""
+    for turn_id, signal in signals:
+        try:
+            client = await asyncio.wait_for(temporal.get(), TIMEOUT_S)
+            await deliver_decision(client, turn_id=turn_id, decision=signal)
+        except Exception:
+            # The decision is stored; the waiting turn reads it when its wait times out.
+            log.warning("could not deliver a decision to turn %s", turn_id, exc_info=True)
+
+
+async def deliver_answers(
+    temporal: TemporalConnector,
+    sessions: SessionMaker,  # marking it delivered is one statement
+    answers: tuple[AnswerRow, ...],
+) -> None:
+    """Deliver committed answers to the specialists waiting for them and mark them delivered
+    (dispatch/specialists.py); one this cannot deliver, the worker's outbox sweep will."""
+    for row in answers:
+        try:
+            client = await asyncio.wait_for(temporal.get(), TIMEOUT_S)
+            await asyncio.wait_for(deliver_and_record(client, sessions, row), TIMEOUT_S)
+        except Exception:
+            log.warning("could not deliver an answer to turn %s now", row.turn_id, exc_info=True)
+
+
+async def start_erasure_soon(
+    temporal: TemporalConnector, sessions: Sessions, settings: Settings, inp: ErasureInput
+) -> None:
+    """Start the erasure's workflow now if Temporal answers in time; otherwise the worker's
+    sweep starts it (the row is committed)."""
+    try:
+        client = await asyncio.wait_for(temporal.get(), TIMEOUT_S)
+        await asyncio.wait_for(
+            start_erasure(client, sessions, inp, task_queue=settings.task_queue), TIMEOUT_S
+        )
+    except Exception:
+        log.warning("could not start erasure %s; the sweep will", inp.erasure_id, exc_info=True)
