@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -43,6 +44,8 @@ log = logging.getLogger(__name__)
 # Messages embedded per summary run: a long backlog is spread over a few runs, well within
 # the activity's timeout (about 25 ms a message on one core).
 EMBED_BATCH = 256
+# The one thread the process embeds stored messages on (`embed_pending`).
+BACKLOG = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed-backlog")
 
 
 @dataclass(frozen=True)
@@ -313,8 +316,12 @@ async def embed_pending(
         )
     if not todo:
         return 0
-    # The forward pass is CPU work: off the event loop, so heartbeats and others go on.
-    vectors = await asyncio.to_thread(embedder.embed, [m.text for m in todo])
+    # The forward pass is CPU work: off the event loop, so heartbeats and others go on, and on
+    # one thread of its own, so that however many sessions' runs embed at once, their batches
+    # take one core in turn instead of every core at once (a question's embedding, on a turn's
+    # path, never waits behind them: it runs on the loop's own pool).
+    texts = [m.text for m in todo]
+    vectors = await asyncio.get_running_loop().run_in_executor(BACKLOG, embedder.embed, texts)
     async with sessions() as db:
         await embedding_store.save_embeddings(
             db,

@@ -121,6 +121,10 @@ def settings(
         # later another build (whose promotion the server would refuse: it would strand the
         # session version's task queues).
         worker_build_id=build_id(Settings(database_url="postgresql://unused")),
+        # Recall by meaning (on by default) where a test asks for it (tests/system/
+        # test_context_cost.py, tests/api/test_recall.py, `make run`'s own test): elsewhere its
+        # background embedding of every session's messages is CPU the suite's turns wait on.
+        embeddings="",
         **SHARED_STACK_LIMITS,
     )
 

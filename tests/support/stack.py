@@ -188,6 +188,7 @@ def service_env(settings: Settings, **extra: str) -> dict[str, str]:
         "PARLEY_MAX_SESSIONS_PER_USER_PER_DAY": str(settings.max_sessions_per_user_per_day),
         "PARLEY_USER_DAILY_MESSAGES": str(settings.user_daily_messages),
         "PARLEY_EVAL_CAPTURE_DIR": str(settings.eval_capture_dir),
+        "PARLEY_EMBEDDINGS": settings.embeddings,
         **extra,
     }
 
