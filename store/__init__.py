@@ -13,6 +13,9 @@ confirmations), `viewers` (who watches a turn), `outbox` (the start outbox's que
 `events` (the per-turn event log and every doorbell) and `listener` (its LISTEN
 connection), `traces` (the trace ledger), beside `identity`, `tenants` and `slots`.
 
+A user's data after the conversation (exports, retention, forgetting a message, erasure) is
+one package, `lifecycle`.
+
 Only this package imports SQLAlchemy or psycopg (tests/unit/test_layout.py). Callers name a
 unit of work `store.db.Db` and its factory `store.db.SessionMaker`, and reach the database
 through the functions here.

@@ -449,7 +449,7 @@ async def retry_turn(
         )
     await _admit(db, owner=owner, limits=limits)  # only a retry that can run is counted
     asked = await db.get(Message, old.user_message_id)
-    if asked is None:  # the user forgot it (store/forget.py): nothing to answer again
+    if asked is None:  # the user forgot it (store/lifecycle/forget.py): nothing to answer again
         raise TurnNotRetryable("the message this turn answered was forgotten", state=old.state)
     turn = await open_turn(db, session=session, owner=owner, message=asked, retry_of=old.id)
     return PostedMessage(_posted_turn(turn), MessageView.from_row(asked), True, start=True)
