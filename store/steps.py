@@ -3,7 +3,7 @@ written back) and the reads the steps make of the turn they work on.
 
 A model call is read and written on a `Conn` as a typed row (`CallRow`) that nobody
 mutates: a write is a named function here, and hands back the row as written. The turn's
-reads (`store.turn_rows.TurnRow`, `TurnFacts`) are typed too.
+reads (`store.turns.reads.TurnRow`, `TurnFacts`) are typed too.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from parley.statuses import ToolCallStatus
 from parley.store.db import Conn, Db, session_conn
 from parley.store.models import ModelCall, ToolCall
 from parley.store.rows import typed_row
-from parley.store.turn_rows import ToolCallRow, TurnFacts, TurnRow
+from parley.store.turns.reads import TurnFacts, TurnRow
+from parley.store.turns.tool_calls import ToolCallRow
 from parley.tenancy import TenantConfig
 from parley.tools import args_hash
 

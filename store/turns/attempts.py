@@ -22,9 +22,9 @@ from parley.ids import message_id_for_call, tool_call_row_id
 from parley.statuses import ToolCallStatus
 from parley.store.db import Conn
 from parley.store.events import EVENTS_INSERTED, RUNG, append_params, counter, state_event
-from parley.store.messages import seq_taken
+from parley.store.messages import seq_taken, token_count
 from parley.store.steps import CALL_COLUMNS, CallRow, ForAttempt, outcome_params
-from parley.store.turn_rows import TurnRow, token_count
+from parley.store.turns.reads import TurnRow
 from parley.tools import args_hash
 
 
@@ -96,7 +96,7 @@ async def record_tool_requests(conn: Conn, written: CallRow) -> None:
     to be stored, `store.steps.answered`), with the model's tool-calling message and one
     `tool_calls` row per call, `pending`: one statement, so a retry after a crash finds all of
     it or none, and the stored calls always match their results. The turn's row is locked
-    first, then the session's (its seq): the order of every writer of store/turns.py. A retry
+    first, then the session's (its seq): the order of every writer of store/turns/. A retry
     that finds the message stored adds no other (nor any call it holds already)."""
     requested = written.response_tool_calls or []
     calls = [
