@@ -66,6 +66,44 @@ def seq_taken(*, session: str, message: str, joined: str = "") -> str:
     )"""
 
 
+# A turn's message inserted at the seq the statement's `seq` CTE took (`seq_taken`): no row
+# when that CTE found the message stored already (a retry). Its parameters are
+# `message_params`'. Written once, composed by the one-statement writers of a turn's messages:
+# `append_message` here, store/turns/tool_calls.py `store_tool_result` (a call's result as a
+# `tool` message) and store/turns/attempts.py `record_tool_requests` (a reply asking for tools).
+MESSAGE_AT_SEQ = """INSERT INTO messages
+        (id, session_id, seq, role, turn_id, status, text, tool_calls, tool_call_id,
+        token_count, token_counter)
+    SELECT %(message_id)s, seq.id, seq.last_seq, %(role)s, %(turn_id)s, %(message_status)s,
+        %(text)s, CAST(%(tool_calls)s AS jsonb), %(tool_call_id)s, %(token_count)s,
+        %(token_counter)s
+    FROM seq"""
+
+
+def message_params(
+    *,
+    message_id: str,
+    turn_id: str,
+    role: str,
+    text: str,
+    status: MessageStatus = MessageStatus.complete,
+    tool_calls: list[dict[str, Any]] | None = None,
+    tool_call_id: str | None = None,
+) -> dict[str, Any]:
+    """`MESSAGE_AT_SEQ`'s parameters, the message's token count among them (`tool_call_id`:
+    the provider's id of the call a `tool` message answers)."""
+    return {
+        "message_id": message_id,
+        "turn_id": turn_id,
+        "role": role,
+        "message_status": status.value,
+        "text": text,
+        "tool_calls": None if tool_calls is None else Jsonb(tool_calls),
+        "tool_call_id": tool_call_id,
+        **token_count(role, text, tool_calls),
+    }
+
+
 async def take_seqs(conn: Conn, *, session_id: str, count: int) -> int:
     """The session's next `count` seqs, returning the first (the caller holds the session
     row's lock): `last_seq` moves on by what is taken, so seqs stay dense."""
@@ -112,14 +150,15 @@ async def append_message(
     already (a retry), which is then returned as it is: one statement takes the seq (locking
     the session row until the commit) and inserts the message."""
     params = {
-        "id": message_id,
         "session_id": session_id,
-        "turn_id": turn_id,
-        "role": role,
-        "status": status.value,
-        "text": text,
-        "tool_calls": None if tool_calls is None else Jsonb(tool_calls),
-        **token_count(role, text, tool_calls),
+        **message_params(
+            message_id=message_id,
+            turn_id=turn_id,
+            role=role,
+            text=text,
+            status=status,
+            tool_calls=tool_calls,
+        ),
     }
     found = await conn.row(_APPEND_MESSAGE, params, MessageRow)
     if found is None:
@@ -138,13 +177,8 @@ def token_count(
 
 
 _APPEND_MESSAGE = f"""
-    WITH {seq_taken(session="%(session_id)s", message="%(id)s")}
-    INSERT INTO messages
-        (id, session_id, seq, role, turn_id, status, text, tool_calls, token_count,
-        token_counter)
-    SELECT %(id)s, %(session_id)s, seq.last_seq, %(role)s, %(turn_id)s, %(status)s,
-        %(text)s, CAST(%(tool_calls)s AS jsonb), %(token_count)s, %(token_counter)s
-    FROM seq
+    WITH {seq_taken(session="%(session_id)s", message="%(message_id)s")}
+    {MESSAGE_AT_SEQ}
     RETURNING {MESSAGE_COLUMNS}
 """
 MESSAGE = f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE id = %(id)s"

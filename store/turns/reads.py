@@ -67,3 +67,12 @@ async def turn_facts(conn: Conn, *, turn_id: str, lock: bool = False) -> TurnFac
 
 _TURN_FACTS = f"SELECT {TurnFacts.COLUMNS} FROM turns WHERE id = %(id)s"
 _TURN_FACTS_LOCKED = f"SELECT {TurnFacts.COLUMNS} FROM turns WHERE id = %(id)s FOR UPDATE"
+
+
+# A statement's `turn` CTE returning the turn's session, its row locked first (then the
+# session's, for a seq): the order of every writer of a turn. Composed by the one-statement
+# writers of a turn's messages (store/turns/tool_calls.py `store_tool_result`,
+# store/turns/attempts.py `record_tool_requests`).
+TURN_LOCKED = """turn AS (
+        SELECT session_id FROM turns WHERE id = %(turn_id)s FOR UPDATE
+    )"""

@@ -12,12 +12,12 @@ from typing import Any, ClassVar
 
 from psycopg.types.json import Jsonb
 
-from parley.contracts import MessageStatus
 from parley.ids import tool_result_message_id
 from parley.resolver import Slot
 from parley.statuses import ToolCallStatus
 from parley.store.db import Conn
-from parley.store.messages import seq_taken, token_count
+from parley.store.messages import MESSAGE_AT_SEQ, message_params, seq_taken
+from parley.store.turns.reads import TURN_LOCKED
 
 
 @dataclass(frozen=True)
@@ -61,17 +61,18 @@ async def store_tool_result(
     text = json.dumps({"name": call.name, "result": result}, sort_keys=True)
     name, slot = referent or (None, None)
     params = {
-        "turn_id": call.turn_id,
+        **message_params(
+            message_id=tool_result_message_id(tool_call_id=call.id),
+            turn_id=call.turn_id,
+            role="tool",
+            text=text,
+            tool_call_id=call.provider_call_id,
+        ),
         "id": call.id,
         "pending": ToolCallStatus.pending.value,
         "status": status.value,
         "result": Jsonb(result),
         "attempts": attempts,
-        "message_id": tool_result_message_id(tool_call_id=call.id),
-        "complete": MessageStatus.complete.value,
-        "text": text,
-        "provider_call_id": call.provider_call_id,
-        **token_count("tool", text),
         "slot": name,
         "value": None if slot is None else Jsonb(slot.value),
         "source": None if slot is None else slot.source,
@@ -83,23 +84,14 @@ async def store_tool_result(
 # The turn's row is locked first, then the session's (its seq): the order of every writer
 # of store/turns.py. The main query reads what the UPDATE returned, never the table.
 _STORE_TOOL_RESULT = f"""
-    WITH turn AS (
-        SELECT session_id FROM turns WHERE id = %(turn_id)s FOR UPDATE
-    ), stored AS (
+    WITH {TURN_LOCKED}, stored AS (
         UPDATE tool_calls SET status = %(status)s, result = %(result)s,
             attempts = COALESCE(CAST(%(attempts)s AS integer), attempts), completed_at = now()
         FROM turn
         WHERE tool_calls.id = %(id)s AND tool_calls.status = %(pending)s
         RETURNING tool_calls.*, turn.session_id
     ), {seq_taken(session="stored.session_id", message="%(message_id)s", joined="FROM stored")},
-    message AS (
-        INSERT INTO messages
-            (id, session_id, seq, role, turn_id, status, text, tool_call_id, token_count,
-            token_counter)
-        SELECT %(message_id)s, seq.id, seq.last_seq, 'tool', %(turn_id)s, %(complete)s,
-            %(text)s, %(provider_call_id)s, %(token_count)s, %(token_counter)s
-        FROM seq
-    ), referent AS (
+    message AS ({MESSAGE_AT_SEQ}), referent AS (
         INSERT INTO slots (session_id, name, value, source, set_at_seq)
         SELECT stored.session_id, CAST(%(slot)s AS text), CAST(%(value)s AS jsonb),
             CAST(%(source)s AS text), CAST(%(set_at_seq)s AS integer)
