@@ -265,11 +265,15 @@ def outcome_params(written: CallRow) -> dict[str, Any]:
     }
 
 
-_RECORD_OUTCOME = """
-    UPDATE model_calls SET provider = %(provider)s, model = %(model)s,
-        response_text = %(text)s, response_tool_calls = %(tool_calls)s,
-        finish_reason = %(finish_reason)s, usage = %(usage)s,
-        first_token_ms = %(first_token_ms)s, total_ms = %(total_ms)s
+# The UPDATE of a model call that writes its outcome, up to its WHERE (parameters
+# `outcome_params`): `_RECORD_OUTCOME` here, and store/turns/attempts.py
+# `record_tool_requests` (a reply asking for tools, with its message and calls).
+OUTCOME_WRITTEN = """UPDATE model_calls SET provider = %(provider)s, model = %(model)s,
+            response_text = %(text)s, response_tool_calls = %(tool_calls)s,
+            finish_reason = %(finish_reason)s, usage = %(usage)s,
+            first_token_ms = %(first_token_ms)s, total_ms = %(total_ms)s"""
+_RECORD_OUTCOME = f"""
+    {OUTCOME_WRITTEN}
     WHERE id = %(id)s
 """
 

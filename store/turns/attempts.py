@@ -23,7 +23,7 @@ from parley.statuses import ToolCallStatus
 from parley.store.db import Conn
 from parley.store.events import EVENTS_INSERTED, RUNG, append_params, counter, state_event
 from parley.store.messages import MESSAGE_AT_SEQ, message_params, seq_taken
-from parley.store.steps import CALL_COLUMNS, CallRow, ForAttempt, outcome_params
+from parley.store.steps import CALL_COLUMNS, OUTCOME_WRITTEN, CallRow, ForAttempt, outcome_params
 from parley.store.turns.reads import TURN_LOCKED, TurnRow
 from parley.tools import args_hash
 
@@ -130,10 +130,7 @@ async def record_tool_requests(conn: Conn, written: CallRow) -> None:
 
 _RECORD_TOOL_REQUESTS = f"""
     WITH {TURN_LOCKED}, outcome AS (
-        UPDATE model_calls SET provider = %(provider)s, model = %(model)s,
-            response_text = %(text)s, response_tool_calls = %(tool_calls)s,
-            finish_reason = %(finish_reason)s, usage = %(usage)s,
-            first_token_ms = %(first_token_ms)s, total_ms = %(total_ms)s
+        {OUTCOME_WRITTEN}
         FROM turn
         WHERE model_calls.id = %(id)s
     ), {seq_taken(session="turn.session_id", message="%(message_id)s", joined="FROM turn")},
