@@ -8,7 +8,7 @@ from parley.config import Settings
 from parley.context import Block
 from parley.store import files
 from parley.store.db import Db
-from parley.store.turn_rows import TurnFacts
+from parley.store.turns.reads import TurnFacts
 from parley.tokens import TokenCounter
 
 

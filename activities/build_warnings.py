@@ -7,7 +7,7 @@ from __future__ import annotations
 from parley.contracts import EventType, WarningCode
 from parley.store.db import Db
 from parley.store.events import append_event, has_warning
-from parley.store.turn_rows import TurnFacts
+from parley.store.turns.reads import TurnFacts
 from parley.wire import WarningData
 
 # The warning a turn emits when the packer left something out.

@@ -20,7 +20,7 @@ from parley.statuses import ActionStatus
 from parley.store import actions, user_memory
 from parley.store.db import Db
 from parley.store.sessions import StoredMessage
-from parley.store.turn_rows import TurnFacts
+from parley.store.turns.reads import TurnFacts
 from parley.tokens import TokenCounter
 
 # The user said yes to these (sent or not): a confirmed choice.

@@ -9,7 +9,7 @@ with what it cost and what was left out, is stored as a model call (`steps.inser
 the reference resolution at step 0, in one statement); only its id travels through history.
 
 The build reads on a `Conn` of its own, in autocommit: its first statement reads the turn and
-every row its phases ask (store/context_rows.py) and, at step 0, moves the turn to
+every row its phases ask (store/context.py) and, at step 0, moves the turn to
 `building_context` and shows that on the stream, before the slow parts; recall's search runs
 on it too, and a plain step's model call is written on it, alone. What the build writes
 besides (the resolver's slots, pinned facts, durable memory, a warning) goes through a
@@ -79,7 +79,7 @@ from parley.resolver import (
 from parley.store import identity, steps, turns, user_memory
 from parley.store import memory as memory_store
 from parley.store import sessions as session_store
-from parley.store.context_rows import (
+from parley.store.context import (
     BuildRows,
     SessionFacts,
     TurnChanged,
@@ -90,7 +90,7 @@ from parley.store.context_rows import (
 )
 from parley.store.db import Conn, Db, SessionMaker, connect, session_conn
 from parley.store.steps import CallRow
-from parley.store.turn_rows import TurnFacts
+from parley.store.turns.reads import TurnFacts
 from parley.tenancy import TenantConfig
 from parley.tokens import TokenCounter, count_message, counter_for
 

@@ -1,7 +1,7 @@
 """The erasure workflow's steps: stop the subject's turns, delete their workflow executions,
 delete their rows table by table, and close the receipt (workflows/erasure.py). The plan's
 first "table" is `eval_drafts`: the subject's captured eval drafts, files counted whole
-(store/eval_drafts.py).
+(store/lifecycle/eval_drafts.py).
 
 Every step is idempotent. A table is emptied in batches, each its own transaction that also
 adds its count to the receipt, so a step retried after a crash (a worker killed mid-way)
@@ -27,9 +27,10 @@ from parley.config import Settings
 from parley.erasure import EraseTableInput, ErasureInput, ErasurePlan, ErasureReceipt
 from parley.errors import TurnFinished
 from parley.ids import specialist_workflow_id, summary_workflow_id, workflow_id_for_turn
-from parley.store import erasure, erasure_catalogue, eval_drafts, turns
+from parley.store import turns
 from parley.store.db import SessionMaker
-from parley.store.erasure_catalogue import Subject
+from parley.store.lifecycle import erasure, erasure_catalogue, eval_drafts
+from parley.store.lifecycle.erasure_catalogue import Subject
 
 log = logging.getLogger(__name__)
 
@@ -185,7 +186,7 @@ class ErasureActivities:
 
     async def _erase_drafts(self, erasure_id: str) -> int:
         """The subject's captured eval drafts (files): set aside and emptied, then counted
-        whole on the receipt (store/eval_drafts.py); how many this attempt set aside."""
+        whole on the receipt (store/lifecycle/eval_drafts.py); how many this attempt set aside."""
         subject = await self._subject(erasure_id)
         if subject is None:
             return 0

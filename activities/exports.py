@@ -13,8 +13,8 @@ from temporalio import activity
 from parley.archive import ArchiveWriter
 from parley.contracts import ExportInput, ExportResult
 from parley.statuses import ExportState
-from parley.store import exports
 from parley.store.db import SessionMaker
+from parley.store.lifecycle import exports
 
 # Progress is written every this many sessions (and after the last).
 PROGRESS_EVERY = 10

@@ -40,7 +40,7 @@ from parley.store import knowledge as knowledge_store
 from parley.store.db import Conn, Db, SessionMaker, StoreError, connect
 from parley.store.events import append_event, has_warning
 from parley.store.steps import CallRow
-from parley.store.turn_rows import TurnFacts, TurnRow
+from parley.store.turns.reads import TurnFacts, TurnRow
 from parley.tokens import TokenCounter, count_message
 from parley.wire import CitationsData, CitationSource, WarningData
 

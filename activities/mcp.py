@@ -57,7 +57,8 @@ from parley.store import actions, steps, tenants
 from parley.store.actions import ActionRow
 from parley.store.db import Db, SessionMaker, connect
 from parley.store.events import append_event, has_warning
-from parley.store.turn_rows import ToolCallRow, TurnFacts
+from parley.store.turns.reads import TurnFacts
+from parley.store.turns.tool_calls import ToolCallRow
 from parley.tenancy import TenantConfig
 from parley.tools import ToolError
 from parley.wire import WarningData

@@ -52,10 +52,11 @@ from parley.memory import (
 from parley.prompt import MIN_RECENT
 from parley.redaction import redact_messages
 from parley.store import embeddings as embedding_store
-from parley.store import forget, summaries, tenants, user_memory
 from parley.store import memory as memory_store
 from parley.store import sessions as session_store
+from parley.store import summaries, tenants, user_memory
 from parley.store.db import SessionMaker, connect
+from parley.store.lifecycle import forget
 from parley.tenancy import TenantConfig
 from parley.tokens import counter_for
 from parley.window import choose_window, group_turns

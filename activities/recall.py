@@ -32,9 +32,9 @@ from parley.prompt import Budgets, Fold, Memory, RecallHit, fold_block, plan_win
 from parley.recall import CANDIDATES, NEIGHBOUR_TOP, rounds_for, with_neighbours
 from parley.store import embeddings as embedding_store
 from parley.store import recall as recall_store
-from parley.store.context_rows import SessionFacts, remembered_tokens
+from parley.store.context import SessionFacts, remembered_tokens
 from parley.store.db import Conn, Db, SessionMaker
-from parley.store.turn_rows import TurnFacts
+from parley.store.turns.reads import TurnFacts
 from parley.tenancy import TenantConfig
 from parley.tokens import TokenCounter
 from parley.window import Window, turn_tokens

@@ -26,11 +26,11 @@ from parley.resolver import (
 )
 from parley.statuses import FinishReason
 from parley.store import slots, steps
-from parley.store.context_rows import SessionFacts
+from parley.store.context import SessionFacts
 from parley.store.db import Db, session_conn
 from parley.store.events import append_event, append_events
 from parley.store.steps import CallRow
-from parley.store.turn_rows import TurnFacts
+from parley.store.turns.reads import TurnFacts
 from parley.wire import ClarificationData, DeltaData, Option, WarningData
 
 

@@ -33,7 +33,8 @@ from parley.result_sets import (
 from parley.store import result_sets as result_set_store
 from parley.store import slots
 from parley.store.db import Db, SessionMaker, connect
-from parley.store.turn_rows import ToolCallRow, TurnFacts
+from parley.store.turns.reads import TurnFacts
+from parley.store.turns.tool_calls import ToolCallRow
 from parley.tools import ProposeOrdersCsvArgs, SearchOrdersArgs, ToolError
 
 RESULT_SET_TOOLS = ("search_orders", "propose_orders_csv")

@@ -16,8 +16,8 @@ from parley.activities.metrics import RETENTION_PURGED
 from parley.config import Settings
 from parley.contracts import PurgeBatchInput, PurgeInput, PurgePlan, PurgeTask
 from parley.retention import purge_plan
-from parley.store import retention
 from parley.store.db import SessionMaker
+from parley.store.lifecycle import retention
 
 
 class RetentionActivities:

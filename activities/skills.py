@@ -37,7 +37,8 @@ from parley.skills import (
 )
 from parley.store import artifacts
 from parley.store.db import SessionMaker, connect
-from parley.store.turn_rows import ToolCallRow, TurnFacts
+from parley.store.turns.reads import TurnFacts
+from parley.store.turns.tool_calls import ToolCallRow
 from parley.tenancy import TenantConfig
 from parley.tools import ToolError
 from parley.wire import ArtifactData, WarningData

@@ -53,7 +53,7 @@ from parley.store.actions import ActionRow
 from parley.store.db import Db, SessionMaker, connect, session_conn
 from parley.store.events import append_event
 from parley.store.interactions import has_event
-from parley.store.turn_rows import TurnFacts, turn_facts
+from parley.store.turns.reads import TurnFacts, turn_facts
 from parley.tools import TOOLS
 from parley.wire import ActionData, ActionView, InteractionData, Option, SubagentData
 

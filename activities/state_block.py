@@ -10,7 +10,7 @@ from parley.mcp import is_mcp_name
 from parley.resolver import PENDING_CLARIFICATION, Slot
 from parley.store import actions, slots
 from parley.store.db import Db
-from parley.store.turn_rows import TurnFacts
+from parley.store.turns.reads import TurnFacts
 
 
 async def state_block(

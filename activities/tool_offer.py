@@ -9,7 +9,7 @@ from parley.activities.mcp import McpTools
 from parley.activities.skills import SkillTools
 from parley.store import result_sets
 from parley.store.db import Db
-from parley.store.turn_rows import TurnFacts
+from parley.store.turns.reads import TurnFacts
 from parley.tenancy import TenantConfig
 from parley.tool_offer import Offer, TurnShape, offer
 from parley.tools import model_tools

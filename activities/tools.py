@@ -54,7 +54,8 @@ from parley.statuses import (
 from parley.store import actions, steps, turns
 from parley.store.db import Conn, Db, SessionMaker, connect
 from parley.store.events import append_events
-from parley.store.turn_rows import ToolCallRow, TurnFacts, store_tool_result
+from parley.store.turns.reads import TurnFacts
+from parley.store.turns.tool_calls import ToolCallRow, store_tool_result
 from parley.tenancy import TenantConfig
 from parley.tools import TOOLS, ProposeEmailArgs, ToolError, parse_arguments
 from parley.wire import ToolData, WarningData

@@ -43,11 +43,12 @@ from parley.gateway.registry import ProviderPool
 from parley.ids import message_id_for_call, override_message_id, tool_call_row_id
 from parley.screens import RETRACTION_TEXT, Screen
 from parley.statuses import FinalizeOutcome, FinishReason, TurnErrorCode
-from parley.store import actions, attempts, steps, turns
+from parley.store import actions, steps, turns
 from parley.store.db import Conn, Db, SessionMaker, connect, session_conn
 from parley.store.events import append_event, append_streamed, withdraw_turn_text
 from parley.store.steps import CallRow
-from parley.store.turn_rows import turn_facts
+from parley.store.turns import attempts
+from parley.store.turns.reads import turn_facts
 from parley.tools import args_hash
 from parley.wire import ActionView, DeltaData, ResetData, RetractedData
 
@@ -296,7 +297,7 @@ class TurnActivities:
         async with self._sessions() as db:
             # The session's transaction, its statements on its own connection (`Conn`): an
             # ending that must also promote a queued turn or answer open tool calls does so
-            # in the same commit (store/turns.py).
+            # in the same commit (store/turns/).
             conn = await session_conn(db)
             # The turn locked and its call, in one statement: the citations read both, and
             # the ending below needs the lock anyway.

@@ -16,8 +16,8 @@ from parley.statuses import ExportState, ImportState
 from parley.wire import ActionView, MessageView, SlotView, Timestamp, TurnStateName, View
 
 if TYPE_CHECKING:
-    from parley.store.exports import ExportRow
     from parley.store.imports import ImportRow
+    from parley.store.lifecycle.exports import ExportRow
     from parley.store.usage import TenantUsage, Tokens, TurnRun
 
 NO_NUL = "^[^\u0000]*$"

@@ -56,7 +56,7 @@ from parley.store import slots
 from parley.store.db import session_conn
 from parley.store.models import ChatSession, ConversationSummary, Message, ModelCall, Turn
 from parley.store.rows import typed_row
-from parley.store.turn_rows import TurnFacts
+from parley.store.turns.reads import TurnFacts
 from parley.tenancy import TenantConfig
 from parley.tokens import MESSAGE_OVERHEAD, counter_for
 from parley.worker import build_northwind

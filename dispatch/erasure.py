@@ -16,8 +16,8 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from parley.erasure import ERASURE_WORKFLOW, ErasureInput, ErasureReceipt, erasure_workflow_id
-from parley.store import erasure
 from parley.store.db import SessionMaker
+from parley.store.lifecycle import erasure
 
 log = logging.getLogger(__name__)
 

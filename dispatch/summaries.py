@@ -1,7 +1,7 @@
 """Asking a session's summary workflow for a pass from outside a turn: after a message was
 forgotten, the versions that folded it are gone and the next pass rewrites the summary from
-the messages that remain (store/forget.py). The same signal-with-start a finished turn sends
-(activities/memory.py `start_summary`): a run under way takes it as one more pass."""
+the messages that remain (store/lifecycle/forget.py). The same signal-with-start a finished
+turn sends (activities/memory.py `start_summary`): a run under way takes it as one more pass."""
 
 from __future__ import annotations
 

@@ -15,8 +15,8 @@ from parley.contracts import PURGE_WORKFLOW, PurgeInput, PurgeResult
 from parley.dispatch.exports import start_export
 from parley.ids import new_id
 from parley.launch.seeding import require_database
-from parley.store import exports
 from parley.store.db import create_engine, session_factory
+from parley.store.lifecycle import exports
 
 
 async def _client(settings: Settings) -> Client:

@@ -17,8 +17,8 @@ from parley.config import Settings
 from parley.dispatch.erasure import start_erasure
 from parley.erasure import ErasureInput, subject_hash
 from parley.launch.seeding import require_database
-from parley.store import erasure
 from parley.store.db import create_engine, session_factory
+from parley.store.lifecycle import erasure
 
 
 async def erase_user(settings: Settings, *, tenant: str, user: str, wait: bool) -> dict[str, Any]:

@@ -2,9 +2,10 @@
 
 An erasure is a row of `erasures` (its id is the only thing the workflow carries) and a
 Temporal workflow, `erasure-<id>`, that stops the subject's turns, deletes their workflow
-executions, then deletes every row the store's catalogue (store/erasure.py) names, table by
-table and in batches, and ends with a receipt: the counts per table and the times, beside a
-keyed hash of the subject. The subject's ids in clear are on the row only while it runs.
+executions, then deletes every row the store's catalogue
+(store/lifecycle/erasure_catalogue.py) names, table by table and in batches, and ends with a
+receipt: the counts per table and the times, beside a keyed hash of the subject. The
+subject's ids in clear are on the row only while it runs.
 """
 
 # No `from __future__ import annotations`: decoded inside the workflow sandbox (contracts.py).

@@ -50,7 +50,8 @@ class Forgotten:
     tool_calls: int = 0
     result_sets: int = 0
     feedback: int = 0
-    # Files, not rows: `parley eval capture` drafts captured in the session (store/eval_drafts.py).
+    # Files, not rows: `parley eval capture` drafts captured in the session
+    # (store/lifecycle/eval_drafts.py).
     eval_drafts: int = 0
 
     def as_json(self) -> dict[str, int]:

@@ -118,7 +118,8 @@ def turn_error_code(error_type: str | None) -> TurnErrorCode:
 
 
 class ExportState(StrEnum):
-    """An export's life (store/exports.py): asked for, being written, then ready or failed."""
+    """An export's life (store/lifecycle/exports.py): asked for, being written, then ready or
+    failed."""
 
     pending = "pending"
     running = "running"

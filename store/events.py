@@ -12,8 +12,8 @@ need not read them back.
 This module owns the append (the turn's counter moved, the events inserted) and the doorbell
 (its channel and payload, and the one other bell, `ring`). A statement that appends as part
 of a larger write composes `counter`, `EVENTS_INSERTED` and `DOORBELL` (or `RUNG`) instead of
-writing them again: store/turn_rows.py (an ending's release), store/attempts.py (an
-attempt's opening), store/context_rows.py (the build's move) and store/new_turn.py (a turn
+writing them again: store/turns/endings.py (an ending's release), store/turns/attempts.py (an
+attempt's opening), store/context.py (the build's move) and store/turns/birth.py (a turn
 born with its first event). A move of the turn's state is the counter's own UPDATE, opened
 by store/turn_states.py `MOVE`.
 """
@@ -181,7 +181,7 @@ def _wire(type_: EventType, data: BaseModel) -> dict[str, Any]:
 # the turn named `counter` whose RETURNING gives `base`, the turn's last event id before the
 # batch (parameters `turn_id`, `n`, `events`: `append_params`). A move of the turn's state is
 # the same UPDATE (`moving`: store/turn_states.py `MOVE` opens it), so a move and its
-# announcement take one row lock; a turn's birth is its INSERT instead (store/new_turn.py).
+# announcement take one row lock; a turn's birth is its INSERT instead (store/turns/birth.py).
 _COUNTED = "last_event_id = turns.last_event_id + %(n)s, updated_at = now()"
 BASE = "turns.last_event_id - %(n)s AS base"
 

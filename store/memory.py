@@ -235,7 +235,7 @@ def _window_rows(rows: Iterable[Row[Any]], counter: TokenCounter) -> list[Window
 
 
 def parse_window(rows: list[list[Any]], counter: TokenCounter) -> list[WindowMessage]:
-    """The window as the context build reads it (store/context_rows.py), from its JSON (one
+    """The window as the context build reads it (store/context.py), from its JSON (one
     array per message)."""
     return [_window_message(counter, *row) for row in rows]
 

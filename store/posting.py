@@ -39,7 +39,7 @@ from parley.errors import (
 from parley.features import ASSISTANT
 from parley.ids import new_id
 from parley.statuses import ActionStatus, Decision, DeclineReason
-from parley.store import actions, interactions, new_turn, queue
+from parley.store import actions, interactions, queue
 from parley.store import files as files_store
 from parley.store import limits as limits_store
 from parley.store.db import session_conn
@@ -53,6 +53,7 @@ from parley.store.models import (
     Turn,
 )
 from parley.store.sessions import SessionRow, get_turn, lock_session, lock_session_row
+from parley.store.turns import birth
 from parley.wire import MessageView
 
 log = logging.getLogger(__name__)
@@ -259,7 +260,7 @@ async def _open_new_turn(
             (kind.superseded.turn_id, ResolveActionSignal(kind.superseded.id, Decision.superseded)),
         )
     owner = post.owner
-    message, turn_id = await new_turn.insert_message_and_turn(
+    message, turn_id = await birth.insert_message_and_turn(
         db,
         session_id=post.session.id,
         last_seq=post.session.last_seq,
@@ -449,7 +450,7 @@ async def retry_turn(
         )
     await _admit(db, owner=owner, limits=limits)  # only a retry that can run is counted
     asked = await db.get(Message, old.user_message_id)
-    if asked is None:  # the user forgot it (store/forget.py): nothing to answer again
+    if asked is None:  # the user forgot it (store/lifecycle/forget.py): nothing to answer again
         raise TurnNotRetryable("the message this turn answered was forgotten", state=old.state)
     turn = await open_turn(db, session=session, owner=owner, message=asked, retry_of=old.id)
     return PostedMessage(_posted_turn(turn), MessageView.from_row(asked), True, start=True)

@@ -129,7 +129,7 @@ async def lock_session(db: AsyncSession, *, owner: Identity, session_id: str) ->
 
 async def lock_session_row(db: AsyncSession, *, owner: Identity, session_id: str) -> SessionRow:
     """`lock_session` as a typed row, on the session's own connection: for a writer that
-    moves the counters in statements of its own (a plain post's new turn, store/new_turn.py),
+    moves the counters in statements of its own (a plain post's new turn, store/turns/birth.py),
     which need no ORM object; one that does loads it (`db.get`), the row already locked."""
     conn = await session_conn(db)
     params = {"session_id": session_id, "tenant_id": owner.tenant_id, "user_id": owner.user_id}

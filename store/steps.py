@@ -3,7 +3,7 @@ written back) and the reads the steps make of the turn they work on.
 
 A model call is read and written on a `Conn` as a typed row (`CallRow`) that nobody
 mutates: a write is a named function here, and hands back the row as written. The turn's
-reads (`store.turn_rows.TurnRow`, `TurnFacts`) are typed too.
+reads (`store.turns.reads.TurnRow`, `TurnFacts`) are typed too.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from parley.statuses import ToolCallStatus
 from parley.store.db import Conn, Db, session_conn
 from parley.store.models import ModelCall, ToolCall
 from parley.store.rows import typed_row
-from parley.store.turn_rows import ToolCallRow, TurnFacts, TurnRow
+from parley.store.turns.reads import TurnFacts, TurnRow
+from parley.store.turns.tool_calls import ToolCallRow
 from parley.tenancy import TenantConfig
 from parley.tools import args_hash
 
@@ -264,11 +265,15 @@ def outcome_params(written: CallRow) -> dict[str, Any]:
     }
 
 
-_RECORD_OUTCOME = """
-    UPDATE model_calls SET provider = %(provider)s, model = %(model)s,
-        response_text = %(text)s, response_tool_calls = %(tool_calls)s,
-        finish_reason = %(finish_reason)s, usage = %(usage)s,
-        first_token_ms = %(first_token_ms)s, total_ms = %(total_ms)s
+# The UPDATE of a model call that writes its outcome, up to its WHERE (parameters
+# `outcome_params`): `_RECORD_OUTCOME` here, and store/turns/attempts.py
+# `record_tool_requests` (a reply asking for tools, with its message and calls).
+OUTCOME_WRITTEN = """UPDATE model_calls SET provider = %(provider)s, model = %(model)s,
+            response_text = %(text)s, response_tool_calls = %(tool_calls)s,
+            finish_reason = %(finish_reason)s, usage = %(usage)s,
+            first_token_ms = %(first_token_ms)s, total_ms = %(total_ms)s"""
+_RECORD_OUTCOME = f"""
+    {OUTCOME_WRITTEN}
     WHERE id = %(id)s
 """
 

@@ -116,7 +116,7 @@ async def summary_backlog(conn: Conn, *, session_id: str) -> Backlog | None:
     """The session's messages past its summary, by their stored token counts, in one
     statement (None for a session that does not exist). A turn's check of whether the summary
     has work reads this instead of the messages themselves; a turn's ending reads it with its
-    last statement (store/turn_rows.py `close_out_announced`)."""
+    last statement (store/turns/endings.py `close_out_announced`)."""
     return parse_backlog(await conn.value(_BACKLOG_SQL, {"session_id": session_id}))
 
 

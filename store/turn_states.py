@@ -10,10 +10,10 @@ its first events. The paths that compose them, each keeping its one round trip:
 - store/events.py `append_events(moving_to=...)`: `store.turns` (`move_turn`, the steps'
   `advance_*`, the confirmation card, an unfinished ending) and `store.queue` (a promotion,
   a drop);
-- store/turn_rows.py `close_out_announced`: a finished turn's ending with its release;
-- store/attempts.py `open_attempt`: a model call's step entered with its attempt counted;
-- store/context_rows.py `read_for_build`: the build's rows read with its move;
-- store/new_turn.py: a plain post's turn born with its message.
+- store/turns/endings.py `close_out_announced`: a finished turn's ending with its release;
+- store/turns/attempts.py `open_attempt`: a model call's step entered with its attempt counted;
+- store/context.py `read_for_build`: the build's rows read with its move;
+- store/turns/birth.py: a plain post's turn born with its message.
 
 The ORM never assigns a turn's state. Two births still go through the ORM with their state
 (`store.posting.open_turn`, `store.queue.queue_message`).

@@ -3,7 +3,7 @@
 One run per erasure row (`erasure-<id>`), started by `DELETE /v1/me`, `parley erase` or a
 session's delete (after the grace period, a durable timer here). It stops the subject's
 running turns, deletes their workflow executions, then empties the catalogue's tables in
-order (store/erasure_catalogue.py), each step batch by batch and idempotent, so a crash at
+order (store/lifecycle/erasure_catalogue.py), each step batch by batch and idempotent, so a crash at
 any point resumes where the last committed batch left off. A write that raced the erasure (a
 summary pass that was already running) is caught by a final count and erased by one more
 pass. It ends with the receipt: counts per table, no personal data. Only the erasure's id

@@ -22,7 +22,7 @@ from parley.api.errors import answers
 from parley.api.schemas import ErasureOut, ErasureStarted
 from parley.erasure import ErasureInput
 from parley.errors import NotFound
-from parley.store import erasure
+from parley.store.lifecycle import erasure
 
 router = APIRouter(tags=["erasure"])
 

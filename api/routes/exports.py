@@ -13,7 +13,7 @@ from parley.api.errors import answers
 from parley.api.schemas import ExportOut
 from parley.dispatch.exports import start_export
 from parley.errors import ExportExpired, ExportNotReady, NotFound
-from parley.store import exports
+from parley.store.lifecycle import exports
 
 log = logging.getLogger(__name__)
 

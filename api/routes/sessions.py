@@ -16,8 +16,9 @@ from parley.dispatch.control import cancel_turn_workflow
 from parley.dispatch.summaries import ask_for_summary
 from parley.erasure import ErasureInput
 from parley.errors import NotFound, RateLimited, TurnFinished, TurnInProgress
-from parley.store import actions, erasure, eval_drafts, files, forget, queue, slots
+from parley.store import actions, files, queue, slots
 from parley.store import sessions as store_sessions
+from parley.store.lifecycle import erasure, eval_drafts, forget
 
 log = logging.getLogger(__name__)
 

@@ -48,7 +48,8 @@ class ConversationSummary(Base):
     # this version folds in (parley/consented.py); such a version is deleted with the item.
     memory_keys: Mapped[list[str]] = mapped_column(JSONB, default=list, server_default="[]")
     # The seqs of every message the lines were written from (this version's pass and the
-    # versions it carries forward); forgetting one of them deletes the version (store/forget.py).
+    # versions it carries forward); forgetting one of them deletes the version
+    # (store/lifecycle/forget.py).
     # NULL on versions older than the column: they folded every message up to `through_seq`.
     folded_seqs: Mapped[list[int] | None] = mapped_column(JSONB)
 

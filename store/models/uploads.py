@@ -59,8 +59,8 @@ class Feedback(Base):
 
 
 class Export(Base):
-    """A user's archive of their own data (store/exports.py), written by the export workflow;
-    downloadable by its owner until `expires_at`."""
+    """A user's archive of their own data (store/lifecycle/exports.py), written by the export
+    workflow; downloadable by its owner until `expires_at`."""
 
     __tablename__ = "exports"
     __table_args__ = (Index("ix_exports_owner", "tenant_id", "user_id", "created_at"),)

@@ -12,7 +12,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from parley.config import Settings
-from parley.store.erasure_catalogue import CATALOGUE, NOT_PERSONAL
+from parley.store.lifecycle.erasure_catalogue import CATALOGUE, NOT_PERSONAL
 from tests.support.client import ParleyClient
 from tests.support.erasure import TENANT, add_user, new_customers, receipt
 from tests.support.stack import parley_cli
@@ -28,7 +28,7 @@ async def test_every_table_is_in_the_erasure_catalogue_or_holds_no_user_rows(
             )
         )
     placed = {entry.table for entry in CATALOGUE} | NOT_PERSONAL
-    assert tables - placed == set(), "place these tables in store/erasure_catalogue.py"
+    assert tables - placed == set(), "place these tables in store/lifecycle/erasure_catalogue.py"
 
 
 async def test_delete_me_answers_202_revokes_at_once_and_the_link_shows_the_receipt(

@@ -14,7 +14,7 @@ from parley.config import Settings
 from parley.dispatch.erasure import start_erasure
 from parley.erasure import ErasureInput
 from parley.eval.capture import capture_feedback
-from parley.store import erasure
+from parley.store.lifecycle import erasure
 from tests.support.client import ParleyClient
 from tests.support.erasure import add_user, done_turn, new_customers, receipt
 from tests.support.evals import eval_target

@@ -286,8 +286,8 @@ async def test_every_route_refuses_everyone_but_the_owner_and_changes_nothing(
         after = await snapshot(sessions, sid)
         # Her export archives may only go: a session of hers another test deleted is erased
         # when its grace ends, on its own clock, and takes her archives with it
-        # (store/erasure_catalogue.py). No route deletes an archive, and a session deleted by
-        # an intruder would show in `sessions`; none may be added or changed.
+        # (store/lifecycle/erasure_catalogue.py). No route deletes an archive, and a session
+        # deleted by an intruder would show in `sessions`; none may be added or changed.
         assert set(after.pop("exports")) <= set(before.pop("exports"))
         assert after == before, [t for t in before if before[t] != after[t]]
         # The owner still reaches everything that was refused to the others (GETs only,

@@ -19,7 +19,7 @@ from parley.store import actions, turns
 from parley.store.actions import ActionRow, ForeignRow, ToSend
 from parley.store.db import connect
 from parley.store.identity import Identity
-from parley.store.turn_rows import TurnFacts, turn_facts
+from parley.store.turns.reads import TurnFacts, turn_facts
 from parley.tools import args_hash
 from tests.support.toolkit import post_unstarted
 

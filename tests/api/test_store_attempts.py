@@ -1,4 +1,4 @@
-"""A model call's attempt in one statement each (store/attempts.py) against the real database:
+"""A model call's attempt in one statement each (store/turns/attempts.py) against the real database:
 the opening enters the step and counts the attempt only when the turn may take it, and a reply
 that asks for tools is stored whole, once."""
 
@@ -11,10 +11,11 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from parley.contracts import TurnState
 from parley.ids import message_id_for_call, tool_call_row_id
-from parley.store import attempts, steps, turns
+from parley.store import steps, turns
 from parley.store.db import Conn, connect
 from parley.store.identity import Identity
 from parley.store.steps import CallRow
+from parley.store.turns import attempts
 from parley.turn_states import IllegalTransition
 from tests.support.toolkit import post_unstarted
 

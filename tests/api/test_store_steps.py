@@ -11,7 +11,7 @@ from parley.contracts import EventType, TurnState
 from parley.ids import message_id_for_call
 from parley.store import events, steps, traces
 from parley.store.db import SessionMaker, connect, session_conn
-from parley.store.turn_rows import turn_facts
+from parley.store.turns.reads import turn_facts
 from parley.wire import FollowupsData, WarningData
 from tests.support.client import ParleyClient
 

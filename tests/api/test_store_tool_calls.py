@@ -1,6 +1,6 @@
-"""The statements a tool call's step makes (store/steps.py, store/turn_rows.py, store/turns.py),
-against a turn in which the shared stack has just looked up Priya's orders. Writes happen in
-transactions that are rolled back, so the turn stays as the stack left it."""
+"""The statements a tool call's step makes (store/steps.py, store/turns/tool_calls.py,
+store/turns/), against a turn in which the shared stack has just looked up Priya's orders.
+Writes happen in transactions that are rolled back, so the turn stays as the stack left it."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from parley.resolver import ACTIVE_ORDER, Slot
 from parley.statuses import ToolCallStatus
 from parley.store import slots, steps, turns
 from parley.store.db import Db, SessionMaker, connect, session_conn
-from parley.store.turn_rows import ToolCallRow, store_tool_result
+from parley.store.turns.tool_calls import ToolCallRow, store_tool_result
 from parley.wire import ToolData
 from tests.support.client import ParleyClient
 

@@ -22,7 +22,7 @@ from parley.store import summaries
 from parley.store.db import connect
 from parley.store.events import state_event
 from parley.store.models import ChatSession, Message
-from parley.store.turn_rows import close_out_announced
+from parley.store.turns.endings import close_out_announced
 from tests.support.client import ParleyClient
 
 
@@ -122,7 +122,7 @@ async def test_a_turns_ending_reads_the_backlog_the_check_would_read(
     sessions: async_sessionmaker[AsyncSession], priya: ParleyClient
 ) -> None:
     """The tail step hands the summary's check the backlog its ending's last statement read
-    (store/turn_rows.py `close_out_announced`); it must be the backlog the check reads alone,
+    (store/turns/endings.py `close_out_announced`); it must be the backlog the check reads alone,
     tool calls, a withdrawn answer and a message without its count included."""
     session_id = await priya.new_session()
     turn_id, events = await priya.turn(session_id, "Hello there.")

@@ -118,7 +118,7 @@ async def ends_cancelled(handle: Turn, stubs: Stubs, *, in_a_refused_task: bool 
     """The turn ended cancelled, and no other ending ran. `in_a_refused_task`: the Stop came
     during the workflow task that would have finished the turn, which the server refuses
     (a new event arrived); a finalize attempted in it is not part of the turn's history (and
-    the real one is refused by the database once the Stop is recorded, store/turns.py)."""
+    the real one is refused by the database once the Stop is recorded, store/turns/)."""
     with pytest.raises(WorkflowFailureError) as failure:
         await handle.result()
     assert isinstance(failure.value.cause, CancelledError)

@@ -21,8 +21,8 @@ from parley.config import Settings
 from parley.dispatch.erasure import start_erasure
 from parley.erasure import ERASURE_WORKFLOW, ErasureInput, ErasureReceipt, ErasureScope
 from parley.gateway.demo import DemoModel
-from parley.store import erasure, erasure_catalogue
-from parley.store.erasure_catalogue import Subject
+from parley.store.lifecycle import erasure, erasure_catalogue
+from parley.store.lifecycle.erasure_catalogue import Subject
 from parley.store.models import Erasure
 from tests.support.canary import scan
 from tests.support.client import ParleyClient

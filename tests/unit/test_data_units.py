@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from parley.archive import KINDS, ArchivedFile, ArchivedSession, ArchiveWriter, read_manifest
 from parley.retention import EXPIRED_EXPORTS, PERIOD_TABLES, RetentionPeriods, purge_plan
-from parley.store.retention import PURGEABLE
+from parley.store.lifecycle.retention import PURGEABLE
 from parley.tenancy import TenantConfig
 
 NOW = datetime(2026, 12, 2, 3, 30, tzinfo=UTC)

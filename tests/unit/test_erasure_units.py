@@ -7,7 +7,7 @@ import pytest
 
 from parley.config import DEV_ERASURE_RECEIPT_KEY, Settings
 from parley.erasure import ErasureScope, subject_hash
-from parley.store.erasure_catalogue import CATALOGUE
+from parley.store.lifecycle.erasure_catalogue import CATALOGUE
 from parley.store.models import Base
 
 

@@ -1,4 +1,4 @@
-"""The captured eval drafts an erasure looks for (store/eval_drafts.py): a user's, or one
+"""The captured eval drafts an erasure looks for (store/lifecycle/eval_drafts.py): a user's, or one
 session's, set aside emptied so a retried step counts the same number."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 import yaml
 
 from parley.erasure import ErasureScope
-from parley.store import eval_drafts
-from parley.store.erasure_catalogue import Subject
+from parley.store.lifecycle import eval_drafts
+from parley.store.lifecycle.erasure_catalogue import Subject
 
 
 def draft(folder: Path, message: str, *, user: str, session: str, tenant: str = "t") -> Path:

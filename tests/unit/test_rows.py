@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from parley.store.exports import ExportRow
+from parley.store.lifecycle.exports import ExportRow
 from parley.store.models import Export, Tenant
 from parley.store.rows import typed_row
 from parley.store.sessions import TurnRow

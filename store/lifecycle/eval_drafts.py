@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from parley.erasure import ErasureScope
-from parley.store.erasure_catalogue import Subject
+from parley.store.lifecycle.erasure_catalogue import Subject
 
 # The receipt's key for the drafts it removed (a count of files, not of rows).
 EVAL_DRAFTS = "eval_drafts"

@@ -19,8 +19,12 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.erasure import ErasureScope, ErasureStatus, subject_hash
 from parley.ids import new_id
-from parley.store.erasure_catalogue import Subject, delete_batch, erase_sourced_memory_copies
 from parley.store.identity import revoke_user_tokens
+from parley.store.lifecycle.erasure_catalogue import (
+    Subject,
+    delete_batch,
+    erase_sourced_memory_copies,
+)
 from parley.store.models import Erasure
 from parley.store.rows import typed_row
 
@@ -149,7 +153,7 @@ async def erase_batch(db: AsyncSession, *, erasure_id: str, table: str, limit: i
 
 async def set_count(db: AsyncSession, *, erasure_id: str, key: str, n: int) -> None:
     """Set one count on the receipt (for what is counted whole, not batch by batch: the
-    drafts an erasure set aside, store/eval_drafts.py)."""
+    drafts an erasure set aside, store/lifecycle/eval_drafts.py)."""
     await db.execute(_SET, {"id": erasure_id, "key": key, "n": n})
 
 

@@ -30,7 +30,7 @@ from parley.store import memory as memory_store
 from parley.store.db import Conn, Db
 from parley.store.events import EVENTS_INSERTED, RUNG, append_params, counter, state_event
 from parley.store.sessions import StoredMessage
-from parley.store.turn_rows import TurnFacts
+from parley.store.turns.reads import TurnFacts
 from parley.tokens import TokenCounter
 
 

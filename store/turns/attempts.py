@@ -17,14 +17,14 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from parley.contracts import MessageStatus, TurnState
+from parley.contracts import TurnState
 from parley.ids import message_id_for_call, tool_call_row_id
 from parley.statuses import ToolCallStatus
 from parley.store.db import Conn
 from parley.store.events import EVENTS_INSERTED, RUNG, append_params, counter, state_event
-from parley.store.messages import seq_taken
-from parley.store.steps import CALL_COLUMNS, CallRow, ForAttempt, outcome_params
-from parley.store.turn_rows import TurnRow, token_count
+from parley.store.messages import MESSAGE_AT_SEQ, message_params, seq_taken
+from parley.store.steps import CALL_COLUMNS, OUTCOME_WRITTEN, CallRow, ForAttempt, outcome_params
+from parley.store.turns.reads import TURN_LOCKED, TurnRow
 from parley.tools import args_hash
 
 
@@ -96,7 +96,7 @@ async def record_tool_requests(conn: Conn, written: CallRow) -> None:
     to be stored, `store.steps.answered`), with the model's tool-calling message and one
     `tool_calls` row per call, `pending`: one statement, so a retry after a crash finds all of
     it or none, and the stored calls always match their results. The turn's row is locked
-    first, then the session's (its seq): the order of every writer of store/turns.py. A retry
+    first, then the session's (its seq): the order of every writer of store/turns/. A retry
     that finds the message stored adds no other (nor any call it holds already)."""
     requested = written.response_tool_calls or []
     calls = [
@@ -109,39 +109,32 @@ async def record_tool_requests(conn: Conn, written: CallRow) -> None:
         }
         for position, call in enumerate(requested)
     ]
-    text = written.response_text or ""
+    message = message_params(
+        message_id=message_id_for_call(written.id),
+        turn_id=written.turn_id,
+        role="assistant",
+        text=written.response_text or "",
+        tool_calls=requested,
+    )
     params = {
+        # The message's text and calls are the reply's as its outcome stores them (`text`,
+        # `tool_calls`); its token count is taken as `message_params` takes it.
+        **message,
         **outcome_params(written),
-        "turn_id": written.turn_id,
-        "message_id": message_id_for_call(written.id),
-        "complete": MessageStatus.complete.value,
         "pending": ToolCallStatus.pending.value,
         "calls": Jsonb(calls),
-        **token_count("assistant", text, requested),
     }
     session_id = await conn.value(_RECORD_TOOL_REQUESTS, params)
     assert session_id is not None, f"turn {written.turn_id} is missing"
 
 
 _RECORD_TOOL_REQUESTS = f"""
-    WITH turn AS (
-        SELECT session_id FROM turns WHERE id = %(turn_id)s FOR UPDATE
-    ), outcome AS (
-        UPDATE model_calls SET provider = %(provider)s, model = %(model)s,
-            response_text = %(text)s, response_tool_calls = %(tool_calls)s,
-            finish_reason = %(finish_reason)s, usage = %(usage)s,
-            first_token_ms = %(first_token_ms)s, total_ms = %(total_ms)s
+    WITH {TURN_LOCKED}, outcome AS (
+        {OUTCOME_WRITTEN}
         FROM turn
         WHERE model_calls.id = %(id)s
     ), {seq_taken(session="turn.session_id", message="%(message_id)s", joined="FROM turn")},
-    message AS (
-        INSERT INTO messages
-            (id, session_id, seq, role, turn_id, status, text, tool_calls, token_count,
-            token_counter)
-        SELECT %(message_id)s, seq.id, seq.last_seq, 'assistant', %(turn_id)s, %(complete)s,
-            %(text)s, %(tool_calls)s, %(token_count)s, %(token_counter)s
-        FROM seq
-    ), calls AS (
+    message AS ({MESSAGE_AT_SEQ}), calls AS (
         INSERT INTO tool_calls
             (id, turn_id, model_call_id, provider_call_id, name, arguments, args_hash, status)
         SELECT c.id, %(turn_id)s, %(id)s, c.provider_call_id, c.name, c.arguments,

@@ -1,5 +1,11 @@
-"""A turn's progress and endings, written by the activities: its state, the messages it
-stores (tool requests and results, a proposal, the answer) and how it ends.
+"""A turn: its progress and endings, written by the activities (its state, the messages it
+stores: tool requests and results, a proposal, the answer; and how it ends), decided here.
+
+The turn's rows are written by its parts, each named by what it is about: `birth` (a plain
+post's turn born with its message, in one statement), `reads` (the turn as a step reads it),
+`attempts` (a model call's attempt opened, and a reply that asks for tools stored, in one
+statement each), `tool_calls` (a tool call's outcome) and `endings` (the answer an ending
+stores and the bookkeeping every ending does). Its state's SQL is store/turn_states.py's.
 
 `move_turn` is the one function that changes a stored turn's state; it asks the table in
 `parley.turn_states` and refuses a move the table does not allow (store/turn_states.py holds
@@ -34,22 +40,18 @@ from parley.ids import (
 from parley.statuses import DeclineReason, FinalizeOutcome, ToolCallStatus
 from parley.store.db import Conn, session_conn
 from parley.store.events import append_events, state_event
+from parley.store.messages import MessageRow, append_message
 from parley.store.models import Message, Turn, TurnEvent
 from parley.store.summaries import Backlog
-from parley.store.turn_rows import (
-    MessageRow,
-    ToolCallRow,
-    TurnFacts,
-    TurnRow,
-    append_message,
+from parley.store.turn_states import Moving, may_enter
+from parley.store.turns.endings import (
     close_out,
     close_out_announced,
     replace_retried_answer,
     store_answer,
-    store_tool_result,
-    turn_facts,
 )
-from parley.store.turn_states import Moving, may_enter
+from parley.store.turns.reads import TurnFacts, TurnRow, turn_facts
+from parley.store.turns.tool_calls import ToolCallRow, store_tool_result
 from parley.wire import (
     ActionData,
     ActionView,
