@@ -17,33 +17,32 @@ CONTEXT_TRIMMED = WarningCode.context_trimmed
 async def warn_pending(db: Db, turn: TurnFacts, *, pending: bool) -> None:
     """An import still being indexed (`pending`, and recall ran) is said, not silently
     missing: recall by meaning does not find its messages yet (full-text search does)."""
-    if not pending or await has_warning(db, turn_id=turn.id, code=WarningCode.recall_pending):
-        return
-    await append_event(
-        db,
-        turn_id=turn.id,
-        type=EventType.warning,
-        data=WarningData(
-            code=WarningCode.recall_pending,
-            message="Earlier messages imported into this conversation are still being "
-            "indexed; this answer may not find all of them yet.",
-        ),
-    )
+    if pending:
+        await _warn_once(
+            db,
+            turn,
+            WarningCode.recall_pending,
+            "Earlier messages imported into this conversation are still being indexed; this "
+            "answer may not find all of them yet.",
+        )
 
 
 async def warn_dropped(db: Db, turn: TurnFacts, missing: list[str]) -> None:
     """A drop is never silent: the stream says what the answer could not take into account
-    (once per turn; the prompt itself carries the packer's note). Nothing `missing`: no word."""
-    if not missing or await has_warning(db, turn_id=turn.id, code=CONTEXT_TRIMMED):
+    (the prompt itself carries the packer's note). Nothing `missing`: no word."""
+    if missing:
+        await _warn_once(
+            db,
+            turn,
+            CONTEXT_TRIMMED,
+            "Not everything fit in this answer's context; left out: " + "; ".join(missing) + ".",
+        )
+
+
+async def _warn_once(db: Db, turn: TurnFacts, code: WarningCode, message: str) -> None:
+    """The `warning` event, once per turn and code (a retried build says it no twice)."""
+    if await has_warning(db, turn_id=turn.id, code=code):
         return
     await append_event(
-        db,
-        turn_id=turn.id,
-        type=EventType.warning,
-        data=WarningData(
-            code=CONTEXT_TRIMMED,
-            message="Not everything fit in this answer's context; left out: "
-            + "; ".join(missing)
-            + ".",
-        ),
+        db, turn_id=turn.id, type=EventType.warning, data=WarningData(code=code, message=message)
     )

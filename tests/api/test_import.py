@@ -249,6 +249,18 @@ async def test_a_question_that_names_a_month_is_shown_that_months_lines_first(
     assert "2025-03-20" in prompt and "gadget number 0 " in prompt
 
 
+async def set_status(
+    sessions: async_sessionmaker[AsyncSession], import_id: str, status: str
+) -> None:
+    async with sessions() as db:
+        await db.execute(
+            update(ConversationImport)
+            .where(ConversationImport.id == import_id)
+            .values(status=status)
+        )
+        await db.commit()
+
+
 async def test_recall_while_an_import_is_indexed_is_said_to_be_pending(
     priya: ParleyClient, sessions: async_sessionmaker[AsyncSession]
 ) -> None:
@@ -259,13 +271,7 @@ async def test_recall_while_an_import_is_indexed_is_said_to_be_pending(
     made = await send(priya, sid, items(filler))
     assert made.status_code == 202, made.text
     await until_done(priya, made.json()["status_url"])
-    async with sessions() as db:  # as it stands while the import workflow embeds its batches
-        await db.execute(
-            update(ConversationImport)
-            .where(ConversationImport.id == made.json()["id"])
-            .values(status="indexing")
-        )
-        await db.commit()
+    await set_status(sessions, made.json()["id"], "indexing")  # as while it embeds batches
 
     _, events = await priya.turn(sid, "What did I say about the park?")
 
@@ -273,12 +279,6 @@ async def test_recall_while_an_import_is_indexed_is_said_to_be_pending(
     assert warnings.count("recall_pending") == 1, warnings
     assert events[-1].type == "done"
 
-    async with sessions() as db:
-        await db.execute(
-            update(ConversationImport)
-            .where(ConversationImport.id == made.json()["id"])
-            .values(status="done")
-        )
-        await db.commit()
+    await set_status(sessions, made.json()["id"], "done")
     _, events = await priya.turn(sid, "And about the weather?")
     assert "recall_pending" not in [e.data["code"] for e in events if e.type == "warning"]
