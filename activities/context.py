@@ -295,9 +295,7 @@ class ContextBuilder:
         messages = await window_messages(db, turn, through, counter, facts)
         history, current = split_current(messages, turn.user_seq)
         question, terms = _question(current, memory)
-        budgets = await sized(
-            budgets, (self._settings, tenant), (db, turn, facts), (terms, history)
-        )
+        budgets = await sized(budgets, (self._settings, tenant), (db, turn, facts))
 
         hints = await consented_memory.hints(db, turn, counter, consent=_consent(facts))
         remembered = memory_blocks(counter, memory, budgets) + hints.blocks

@@ -149,15 +149,13 @@ async def sized(
     budgets: Budgets,
     configured: tuple[Settings, TenantConfig],
     session: tuple[Db, TurnFacts, SessionFacts | None],
-    asked: tuple[list[str], list[list[WindowMessage]]],
 ) -> Budgets:
     """`budgets` with the conversation's share sized to what there is to remember (the
-    session's distinct text, as the build read it with the turn or read here) and recall's
-    share of it to whether the question reaches back (parley/budget.py): `asked` is the
-    question's recall terms and the turns before it."""
+    session's distinct text, as the build read it with the turn or read here), and recall's
+    share of it for a follow-up and for a question that reaches back (parley/budget.py;
+    `reaching_back` picks one, once recall is known to run)."""
     settings, tenant = configured
     remembered = await remembered_tokens(*session)
-    terms, history = asked
     ceiling = tenant.context_conversation_max_tokens or settings.context_conversation_max_tokens
     share = tenant.context_conversation_share
     rule = BudgetRule(
@@ -167,11 +165,28 @@ async def sized(
         recall_at_floor=budgets.recall,
         reach_back_recall=settings.context_recall_reach_back_share,
     )
+    conversation = rule.conversation(remembered)
+    return replace(
+        budgets,
+        conversation=conversation,
+        recall=rule.recall(conversation, reaches_back=False),
+        recall_reaching_back=rule.recall(conversation, reaches_back=True),
+    )
+
+
+def reaching_back(
+    budgets: Budgets, terms: list[str], history: list[list[WindowMessage]]
+) -> Budgets:
+    """`budgets` with recall's share for this question: most of the conversation's when it
+    reaches back past the last turns, the follow-up's otherwise. Asked only when recall runs
+    (reading the loaded messages' words costs a couple of milliseconds on a long session)."""
+    if budgets.recall_reaching_back <= budgets.recall:
+        return budgets
     recent = [(m.role, m.text) for turn in history[-RECENT_TURNS:] for m in turn if m.text]
     earlier = [m.text for turn in history for m in turn if m.text]  # as loaded
-    conversation = rule.conversation(remembered)
-    recall = rule.recall(conversation, reaches_back=reaches_back(terms, recent, earlier))
-    return replace(budgets, conversation=conversation, recall=recall)
+    if not reaches_back(terms, recent, earlier):
+        return budgets
+    return replace(budgets, recall=budgets.recall_reaching_back)
 
 
 def _within_two(hits: list[RecallHit], order: list[int]) -> set[int]:
@@ -238,6 +253,7 @@ async def window_and_recall(
     shows)."""
     if query is None:
         return whole, fold_block(counter, whole, memory, max_tokens=budgets.summary), [], []
+    budgets = reaching_back(budgets, query.terms, history)
     first = plan_window(history, memory, recent=left - budgets.recall)
     folded = fold_block(counter, first, memory, max_tokens=budgets.summary)
     fold_tokens = sum(b.tokens for b in folded.blocks)

@@ -53,6 +53,9 @@ class Budgets:
     conversation: int = 600
     summary: int = 150
     recall: int = 200
+    # Recall's tokens instead when the question reaches back (parley/budget.py; 0: `recall`).
+    # Which of the two applies is decided only when recall runs at all.
+    recall_reaching_back: int = 0
     tool_age_turns: int = 2
     message_max: int = 600
     paste_chunk: int = 300
