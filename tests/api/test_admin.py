@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from parley.store.models import ModelCall, ToolCall
 from tests.support.client import ParleyClient
+from tests.support.orm import orm
 from tests.support.tenants import new_admin_tenant
 
 BASE = "/v1/admin/tenants"
@@ -76,7 +77,7 @@ async def test_model_persona_and_tool_allowlist_apply_to_the_next_turn(
     sid = await priya.new_session()
     turn_id, events = await priya.turn(sid, "Where is my order?")
     assert events[-1].type == "done"
-    async with sessions() as db:
+    async with orm(sessions) as db:
         calls = list(await db.scalars(select(ModelCall).where(ModelCall.turn_id == turn_id)))
     assert {c.model for c in calls} == {"demo-2"}
     request = calls[0].request
@@ -86,7 +87,7 @@ async def test_model_persona_and_tool_allowlist_apply_to_the_next_turn(
     # refuses one a provider asks for anyway: tests/system/test_answer_paths.py).
     turn_id, events = await priya.turn(sid, "Can you email me?")
     assert events[-1].type == "done"
-    async with sessions() as db:
+    async with orm(sessions) as db:
         asked = list(await db.scalars(select(ToolCall.name).where(ToolCall.turn_id == turn_id)))
     assert "propose_email" not in asked
     assert not [e for e in events if e.type == "confirmation_required"]

@@ -10,6 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from parley.config import Settings
 from parley.gateway.demo import DemoModel
 from parley.store.db import on_statement_sent
+from tests.support.orm import orm
 from tests.support.stack import api_in_process
 from tests.support.toolkit import eventually
 
@@ -39,7 +40,7 @@ async def test_a_turn_costs_the_api_a_fixed_number_of_statements(
         assert events[-1].type == "done"
 
         async def let_go() -> bool:  # the stream's end drops its lease and its viewer
-            async with sessions() as db:
+            async with orm(sessions) as db:
                 viewers = await db.scalar(
                     text("SELECT viewers FROM turns WHERE id = :id"), {"id": turn_id}
                 )

@@ -24,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from parley.config import Settings
 from parley.store.models import Action
 from tests.support.client import ParleyClient
+from tests.support.orm import orm
 from tests.support.sse import Event
 from tests.support.stack import serve_api
 from tests.support.toolkit import emails, propose, reply, types, wait_for_view_state
@@ -248,7 +249,7 @@ async def test_confirm_after_arguments_changed(
     aid = action["id"]
     attacker = f"mallory-{uuid.uuid4().hex[:8]}@example.net"
 
-    async with sessions() as db:
+    async with orm(sessions) as db:
         stored = await db.get(Action, aid)
         assert stored is not None
         args = {**stored.args, "to": attacker}
@@ -381,7 +382,7 @@ async def test_confirm_after_expires_at_but_before_the_timer(
     sid = await client.new_session()
     turn_id, events, action = await propose(client, sid)
     aid = action["id"]
-    async with sessions() as db:  # widen the gap deterministically: the window has passed
+    async with orm(sessions) as db:  # widen the gap deterministically: the window has passed
         past = datetime.now(UTC) - timedelta(seconds=1)
         await db.execute(update(Action).where(Action.id == aid).values(expires_at=past))
         await db.commit()

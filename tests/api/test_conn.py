@@ -26,6 +26,7 @@ from parley.store.db import (
     session_conn,
     session_factory,
 )
+from tests.support.orm import orm
 from tests.support.toolkit import eventually
 
 SECRET = "a-parameter-no-log-may-show"
@@ -178,7 +179,7 @@ async def test_an_autocommit_engines_sessions_take_its_connections_as_they_are(
     try:
         sessions = autocommit_session_factory(engine)
         for _ in range(3):
-            async with sessions() as db:
+            async with orm(sessions) as db:
                 first = (await db.execute(_XACT)).scalar_one()
                 assert (await db.execute(_XACT)).scalar_one() != first
     finally:

@@ -15,6 +15,7 @@ from parley.ids import workflow_id_for_turn
 from parley.store.models import Turn
 from parley.wire import MessageView, event_data
 from tests.support.client import ParleyClient
+from tests.support.orm import orm
 
 
 async def test_no_token_or_a_bad_token_is_401(api_url: str) -> None:
@@ -46,7 +47,7 @@ async def test_duplicate_post_returns_the_same_turn_without_a_second_workflow(
     after_done = await priya.post(session_id, "Hello there", client_message_id=key)
     assert after_done.status_code == 200 and after_done.json()["turn_id"] == turn_id
 
-    async with sessions() as db:
+    async with orm(sessions) as db:
         turns = await db.scalar(select(func.count()).where(Turn.session_id == session_id))
     assert turns == 1
     workflows = [

@@ -9,11 +9,12 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from parley.store.db import create_socket_checked_engine, libpq_url, session_factory
+from tests.support.orm import orm
 from tests.support.toolkit import eventually
 
 
 async def _backend_pid(sessions: async_sessionmaker[AsyncSession]) -> int:
-    async with sessions() as db:
+    async with orm(sessions) as db:
         return int(await db.scalar(text("SELECT pg_backend_pid()")))
 
 

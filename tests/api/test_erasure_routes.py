@@ -15,13 +15,14 @@ from parley.config import Settings
 from parley.store.lifecycle.erasure_catalogue import CATALOGUE, NOT_PERSONAL
 from tests.support.client import ParleyClient
 from tests.support.erasure import TENANT, add_user, new_customers, receipt
+from tests.support.orm import orm
 from tests.support.stack import parley_cli
 
 
 async def test_every_table_is_in_the_erasure_catalogue_or_holds_no_user_rows(
     sessions: async_sessionmaker[AsyncSession],
 ) -> None:
-    async with sessions() as db:
+    async with orm(sessions) as db:
         tables = set(
             await db.scalars(
                 text("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")

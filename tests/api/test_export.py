@@ -31,6 +31,7 @@ from parley.store.models import (
     UserMemoryItem,
 )
 from tests.support.client import ParleyClient
+from tests.support.orm import orm
 from tests.support.stack import api_in_process
 from tests.support.toolkit import eventually, reply
 
@@ -77,7 +78,7 @@ async def _fill(eve: ParleyClient, sessions: async_sessionmaker[AsyncSession]) -
     second = await eve.new_session()
     turn_id, _ = await eve.turn(second, "What is your returns policy?")
     user_id = eve.user_id  # type: ignore[attr-defined]
-    async with sessions() as db:
+    async with orm(sessions) as db:
         db.add(
             UserMemoryItem(
                 tenant_id="northwind",
@@ -116,7 +117,7 @@ async def _counts(sessions: async_sessionmaker[AsyncSession], user_id: str) -> d
     owned = select(ChatSession.id).where(
         ChatSession.tenant_id == "northwind", ChatSession.user_id == user_id
     )
-    async with sessions() as db:
+    async with orm(sessions) as db:
 
         async def count(model: Any, *where: Any) -> int:
             return int(await db.scalar(select(func.count()).select_from(model).where(*where)) or 0)
@@ -171,7 +172,7 @@ async def test_the_archive_holds_everything_the_database_holds_for_the_user(
     manifest = json.loads(archive.read("manifest.json"))
     assert manifest["user_id"] == user_id and manifest["counts"] == expected
     folders = [json.loads(archive.read(each["path"])) for each in manifest["sessions"]]
-    async with sessions() as db:
+    async with orm(sessions) as db:
         stored = {
             (m.id, m.text, m.status)
             for m in await db.scalars(

@@ -23,6 +23,7 @@ from parley.context import UNTRUSTED_CLOSE, UNTRUSTED_OPEN
 from parley.store.identity import create_token
 from parley.store.models import ModelCall, SessionFile, User
 from tests.support.client import ParleyClient
+from tests.support.orm import orm
 from tests.support.stack import parley_cli
 from tests.support.toolkit import eventually, reply
 
@@ -110,7 +111,7 @@ async def ask(
 
 
 async def prompt_of(sessions: async_sessionmaker[AsyncSession], turn_id: str) -> list[Any]:
-    async with sessions() as db:
+    async with orm(sessions) as db:
         call = await db.scalar(
             select(ModelCall).where(ModelCall.turn_id == turn_id, ModelCall.step == 0)
         )
@@ -336,5 +337,5 @@ async def test_deleting_a_session_deletes_its_files(
     sid = await priya.new_session()
     file_id = await uploaded(priya, sid, "a.txt", b"some text", "text/plain")
     assert (await priya.http.delete(f"/v1/sessions/{sid}")).status_code == 204
-    async with sessions() as db:
+    async with orm(sessions) as db:
         assert await db.get(SessionFile, file_id) is None

@@ -24,6 +24,7 @@ from parley.gateway.registry import ProviderPool
 from parley.store.models import ChatSession, ConversationSummary, Message, UserMemoryItem
 from tests.support.canary import scan
 from tests.support.client import ParleyClient
+from tests.support.orm import orm
 from tests.support.toolkit import eventually, propose
 
 PRIYA = {"tenant_id": "northwind", "user_id": "cust_2291"}
@@ -38,7 +39,7 @@ def canary(kind: str) -> str:
 async def versions(
     sessions: async_sessionmaker[AsyncSession], session_id: str
 ) -> list[ConversationSummary]:
-    async with sessions() as db:
+    async with orm(sessions) as db:
         rows = await db.scalars(
             select(ConversationSummary)
             .where(ConversationSummary.session_id == session_id)
@@ -158,7 +159,7 @@ async def test_a_memory_item_the_message_wrote_goes_with_it(
         source = f"message:{message_id}"
 
         async def item() -> UserMemoryItem | None:
-            async with sessions() as db:
+            async with orm(sessions) as db:
                 return await db.scalar(select(UserMemoryItem).filter_by(**PRIYA, source=source))
 
         assert await item() is not None
@@ -217,7 +218,7 @@ async def test_a_summary_pass_that_read_a_forgotten_message_saves_nothing(
     for n in range(6):
         said += [("user", FILLER.format(n=n)), ("assistant", f"Answer {n}: it is on its way.")]
     ids = [f"msg_{uuid.uuid4().hex[:20]}" for _ in said]
-    async with sessions() as db:
+    async with orm(sessions) as db:
         for seq, ((role, text), message_id) in enumerate(zip(said, ids, strict=True), start=1):
             db.add(Message(id=message_id, session_id=sid, seq=seq, role=role, text=text))
         await db.execute(update(ChatSession).where(ChatSession.id == sid).values(last_seq=seq))

@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from parley.config import Settings
 from parley.store.models import ConversationImport, Message
 from tests.support.client import ParleyClient
+from tests.support.orm import orm
 from tests.support.toolkit import eventually, model_calls, propose
 
 DAY = datetime(2026, 9, 1, 9, 30, tzinfo=UTC)
@@ -53,7 +54,7 @@ async def until_done(client: ParleyClient, status_url: str) -> dict[str, Any]:
 
 async def stored_count(sessions: async_sessionmaker[AsyncSession], sid: str) -> tuple[int, int]:
     """The session's messages and imports as stored."""
-    async with sessions() as db:
+    async with orm(sessions) as db:
         messages = await db.scalar(select(func.count()).where(Message.session_id == sid))
         made = await db.scalar(select(func.count()).where(ConversationImport.session_id == sid))
     return int(messages or 0), int(made or 0)
@@ -84,7 +85,7 @@ async def test_imported_messages_follow_the_session_s_own_with_their_original_ti
     assert all(m["turn_id"] is None and m["status"] == "complete" for m in after)
     done = await until_done(priya, made["status_url"])
     assert done["indexed"] == 3 and done["finished_at"] is not None
-    async with sessions() as db:  # counted as every stored message is
+    async with orm(sessions) as db:  # counted as every stored message is
         counts = await db.scalars(
             select(Message.token_count).where(
                 Message.session_id == sid, Message.seq >= made["first_seq"]
@@ -252,7 +253,7 @@ async def test_a_question_that_names_a_month_is_shown_that_months_lines_first(
 async def set_status(
     sessions: async_sessionmaker[AsyncSession], import_id: str, status: str
 ) -> None:
-    async with sessions() as db:
+    async with orm(sessions) as db:
         await db.execute(
             update(ConversationImport)
             .where(ConversationImport.id == import_id)

@@ -38,6 +38,7 @@ from parley.store import actions, outbox, posting, turns
 from parley.store.identity import Identity
 from parley.store.models import Action, Handoff, Message, ModelCall, ToolCall, Turn, TurnEvent
 from tests.support.client import ParleyClient
+from tests.support.orm import orm
 from tests.support.stack import LIFTED_LIMITS, serve
 from tests.support.toolkit import (
     emails,
@@ -60,7 +61,7 @@ async def admin(api_url: str, tokens: dict[str, str]) -> AsyncIterator[ParleyCli
 
 
 async def event_types(sessions: async_sessionmaker[AsyncSession], turn_id: str) -> list[str]:
-    async with sessions() as db:
+    async with orm(sessions) as db:
         rows = await db.scalars(
             select(TurnEvent.type).where(TurnEvent.turn_id == turn_id).order_by(TurnEvent.id)
         )
@@ -74,7 +75,7 @@ async def ended_cancelled(
     await wait_for_stored_state(
         sessions, turn_id, {"cancelled", "completed", "failed", "expired"}, timeout=30
     )
-    async with sessions() as db:
+    async with orm(sessions) as db:
         turn = await db.get(Turn, turn_id)
         assert turn is not None
         assert turn.state == "cancelled", turn.state
@@ -106,12 +107,12 @@ async def test_every_accepted_stop_ends_the_turn_cancelled(
     turn_id = posted.json()["turn_id"]
     await asyncio.sleep(delay_s)  # the spread of moments under test, not a wait for anything
     stop = await priya.http.post(f"/v1/sessions/{sid}/turns/{turn_id}/cancel")
-    async with sessions() as db:
+    async with orm(sessions) as db:
         reached = await db.get(Turn, turn_id)
     assert reached is not None
     if stop.status_code == 202:
         await ended_cancelled(sessions, turn_id)
-        async with sessions() as db:
+        async with orm(sessions) as db:
             steps = await db.scalars(
                 select(TurnEvent.data["state"].astext)
                 .where(TurnEvent.turn_id == turn_id, TurnEvent.type == "state")
@@ -122,7 +123,7 @@ async def test_every_accepted_stop_ends_the_turn_cancelled(
         assert events[-1].type == "cancelled"
         assert "done" not in await event_types(sessions, turn_id)
         # No card is left to confirm, and nothing was sent for this turn.
-        async with sessions() as db:
+        async with orm(sessions) as db:
             left = await db.scalars(select(Action).where(Action.turn_id == turn_id))
             for action in left:
                 assert action.status != "pending"
@@ -218,7 +219,7 @@ async def test_a_stop_that_races_the_outbox_sweep_never_lets_the_turn_come_back(
     await eventually(closed, timeout=30, what="the turn's workflow closed")
     shown = await event_types(sessions, turn_id)
     assert "confirmation_required" not in shown and "done" not in shown
-    async with sessions() as db:
+    async with orm(sessions) as db:
         assert (await db.get(Turn, turn_id)).state == "cancelled"  # type: ignore[union-attr]
 
 
@@ -369,7 +370,7 @@ async def pending_call(
     provider_call_id: str,
 ) -> str:
     """A tool call the model asked for in `turn_id` (a turn at its tool step), not yet run."""
-    async with sessions() as db:
+    async with orm(sessions) as db:
         model_call = ModelCall(
             id=f"mc_{turn_id[-12:]}{position}",
             turn_id=turn_id,
@@ -415,12 +416,12 @@ async def run_twice(
     env = ActivityEnvironment()
     inp = ExecuteToolInput(turn_id, call_id)
     await env.run(tools.execute_tool, inp)
-    async with sessions() as db:
+    async with orm(sessions) as db:
         first = (await db.get(ToolCall, call_id)).result  # type: ignore[union-attr]
         await db.execute(update(ToolCall).where(ToolCall.id == call_id).values(status="pending"))
         await db.commit()
     await env.run(tools.execute_tool, inp)
-    async with sessions() as db:
+    async with orm(sessions) as db:
         second = (await db.get(ToolCall, call_id, populate_existing=True)).result  # type: ignore[union-attr]
     return first, second
 
@@ -464,7 +465,7 @@ async def test_a_retried_handoff_and_a_retried_proposal_create_one_row_each(
     first, second = await run_twice(sessions, tool_activities, turn_id, proposal_call)
     assert "error" not in first, first
     assert first["action_id"] == second["action_id"]
-    async with sessions() as db:
+    async with orm(sessions) as db:
         handoffs = await db.scalar(
             select(func.count()).select_from(Handoff).where(Handoff.turn_id == turn_id)
         )

@@ -33,6 +33,7 @@ from parley.store.models import (
     UserMemoryItem,
 )
 from tests.support.client import ParleyClient
+from tests.support.orm import orm
 from tests.support.toolkit import model_calls, reply
 
 PRIYA = {"tenant_id": "northwind", "user_id": "cust_2291"}
@@ -91,7 +92,7 @@ async def test_nothing_is_remembered_without_consent(
     assert await memory(me) == {"consent": False, "items": []}
     sid, _ = await state_preference(me, "Email is the best way to reach me.")
     assert await memory(me) == {"consent": False, "items": []}
-    async with sessions() as db:
+    async with orm(sessions) as db:
         stored = await db.scalar(
             select(func.count()).select_from(UserMemoryItem).filter_by(**PRIYA)
         )
@@ -124,7 +125,7 @@ async def test_a_stated_preference_is_remembered_and_hinted_in_the_next_session(
     )
     assert item["expires_at"] > item["created_at"]
 
-    async with sessions() as db:
+    async with orm(sessions) as db:
         shown_where_stated = await db.scalars(
             select(ModelCall.request["budget"]["memory_hints"])
             .join(Turn, Turn.id == ModelCall.turn_id)
@@ -153,7 +154,7 @@ async def test_a_stated_preference_is_remembered_and_hinted_in_the_next_session(
     response = await me.http.delete("/v1/memory/contact_channel")
     assert response.status_code == 204, response.text
     assert await memory(me) == {"consent": True, "items": []}
-    async with sessions() as db:
+    async with orm(sessions) as db:
         copy = await db.get(PinnedFactRow, (first, "contact_channel"))
     assert copy is None
     turn_id, events = await me.turn(second, CONTACT_QUESTION)
@@ -172,7 +173,7 @@ async def test_an_expired_item_is_never_used(
     await state_preference(me, "I prefer email.")
     assert [i["value"] for i in (await memory(me))["items"]] == ["email"]
 
-    async with sessions() as db:
+    async with orm(sessions) as db:
         await db.execute(
             update(UserMemoryItem)
             .filter_by(**PRIYA, key="contact_channel")
@@ -202,7 +203,7 @@ async def test_consent_off_deletes_every_item_and_every_derived_copy(
     for sid in (hinted, plain):
         await pad_history(sessions, sid, exchanges=10)
         await summarize(sessions, settings, sid)
-    async with sessions() as db:
+    async with orm(sessions) as db:
         folded = {
             s.session_id: s.memory_keys
             for s in await db.scalars(
@@ -217,7 +218,7 @@ async def test_consent_off_deletes_every_item_and_every_derived_copy(
 
     assert await set_consent(me, False) == {"consent": False, "items": []}
     assert await memory(me) == {"consent": False, "items": []}
-    async with sessions() as db:
+    async with orm(sessions) as db:
         items = await db.scalar(select(func.count()).select_from(UserMemoryItem).filter_by(**PRIYA))
         copies = await db.scalar(
             select(func.count())
@@ -297,7 +298,7 @@ async def pad_history(
     sessions: async_sessionmaker[AsyncSession], session_id: str, *, exchanges: int
 ) -> None:
     """Later messages, so the first turns leave the window and a summary folds them in."""
-    async with sessions() as db:
+    async with orm(sessions) as db:
         session = await db.get(ChatSession, session_id, with_for_update=True)
         assert session is not None
         seq = session.last_seq

@@ -25,6 +25,7 @@ from parley.store import user_memory
 from parley.store.identity import create_token, revoke_token
 from parley.store.models import ApiToken, User
 from tests.support.client import ParleyClient
+from tests.support.orm import orm
 from tests.support.toolkit import eventually, propose
 
 PUBLIC = {
@@ -84,7 +85,7 @@ SNAPSHOT = {
 
 async def snapshot(sessions: async_sessionmaker[AsyncSession], sid: str) -> dict[str, Any]:
     rows: dict[str, Any] = {}
-    async with sessions() as db:
+    async with orm(sessions) as db:
         for table, query in SNAPSHOT.items():
             result = await db.execute(text(query), {"sid": sid} if ":sid" in query else {})
             rows[table] = [json.dumps(dict(r._mapping), default=str) for r in result]
@@ -202,7 +203,7 @@ async def exported(priya: ParleyClient) -> str:
 
 
 async def export_exists(sessions: async_sessionmaker[AsyncSession], export_id: str) -> bool:
-    async with sessions() as db:
+    async with orm(sessions) as db:
         found = await db.scalar(text("SELECT 1 FROM exports WHERE id = :id"), {"id": export_id})
     return found is not None
 

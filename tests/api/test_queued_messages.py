@@ -16,6 +16,7 @@ from parley.store.identity import Identity
 from parley.store.models import Turn
 from parley.store.sessions import lock_session
 from tests.support.client import ParleyClient
+from tests.support.orm import orm
 from tests.support.toolkit import eventually, propose
 
 PRIYA = Identity(tenant_id="northwind", user_id="cust_2291", roles=())
@@ -45,7 +46,7 @@ async def test_the_session_shows_its_queued_message_and_drops_it_when_deleted(
     assert (await priya.http.delete(f"/v1/sessions/{sid}")).status_code == 204
 
     async def ended() -> bool:
-        async with sessions() as db:
+        async with orm(sessions) as db:
             states = dict(
                 (await db.execute(select(Turn.id, Turn.state).where(Turn.session_id == sid))).all()
             )

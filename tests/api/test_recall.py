@@ -20,6 +20,7 @@ from parley.memory import recall_terms
 from parley.recall import fuse
 from parley.store.db import connect
 from parley.store.models import ChatSession, Message
+from tests.support.orm import orm
 from tests.support.toolkit import counted_sessions
 
 # --- the fusion rule (pure) -------------------------------------------------------------------
@@ -77,7 +78,7 @@ async def _conversation(sessions: async_sessionmaker[AsyncSession]) -> tuple[str
     """A session whose third message is the evidence; returns its id and the next seq."""
     texts = OTHERS[:2] + [EVIDENCE] + OTHERS[2:]
     sid = f"ses_rec{uuid.uuid4().hex[:12]}"
-    async with sessions() as db:
+    async with orm(sessions) as db:
         db.add(ChatSession(id=sid, tenant_id="northwind", user_id="cust_2291"))
         await db.flush()
         for seq, body in enumerate(texts, start=1):
@@ -129,7 +130,7 @@ async def test_a_hit_comes_with_its_neighbours_in_the_search_s_one_statement(
     neighbour is not shown."""
     sid, next_seq = await _conversation(sessions)
     hiking, reply, miles = 6, 7, 8  # "I went hiking ...", "That sounds lovely ...", "About ..."
-    async with sessions() as db:
+    async with orm(sessions) as db:
         await db.execute(
             update(Message)
             .where(Message.session_id == sid, Message.seq == miles)
@@ -161,7 +162,7 @@ async def test_vectors_are_removed_with_their_messages(
     )
     await memory.embed_messages(sid)
     count = text("SELECT count(*) FROM message_embeddings WHERE session_id = :sid")
-    async with sessions() as db:
+    async with orm(sessions) as db:
         assert await db.scalar(count, {"sid": sid}) == len(OTHERS) + 1
         await db.execute(text("DELETE FROM messages WHERE session_id = :sid"), {"sid": sid})
         await db.commit()

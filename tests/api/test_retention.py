@@ -33,6 +33,7 @@ from parley.store.models import (
     UserMemoryItem,
 )
 from tests.support.client import ParleyClient
+from tests.support.orm import orm
 from tests.support.toolkit import eventually
 
 ONE_DAY = {"messages_days": 1, "prompts_days": 1, "summaries_days": 1, "memory_days": 1}
@@ -69,14 +70,14 @@ async def _conversation(
     assert rated.status_code == 201, rated.text
 
     async def traced() -> bool:
-        async with sessions() as db:
+        async with orm(sessions) as db:
             names = set(
                 await db.scalars(select(TraceSpan.name).where(TraceSpan.turn_id == turn_id))
             )
         return "finish_turn" in names
 
     await eventually(traced, timeout=15, what="the turn's last span is written")
-    async with sessions() as db:
+    async with orm(sessions) as db:
         db.add(
             PinnedFactRow(session_id=session_id, key=tag, value=tag, source_seq=1, source="pattern")
         )
@@ -97,7 +98,7 @@ async def _conversation(
 async def _held(sessions: async_sessionmaker[AsyncSession], session_id: str) -> dict[str, int]:
     """The session's rows, by the table the purge names them."""
     turns = select(Turn.id).where(Turn.session_id == session_id)
-    async with sessions() as db:
+    async with orm(sessions) as db:
 
         async def count(model: Any, *where: Any) -> int:
             return int(await db.scalar(select(func.count()).select_from(model).where(*where)) or 0)
@@ -134,7 +135,7 @@ async def test_a_purge_a_day_later_deletes_the_older_rows_and_keeps_the_newer(
     client = ParleyClient(api_url, token)
     try:
         older = await _conversation(client, sessions, tenant_id, "older")
-        async with sessions() as db:
+        async with orm(sessions) as db:
             between = await db.scalar(text("SELECT clock_timestamp()"))
         newer = await _conversation(client, sessions, tenant_id, "newer")
     finally:

@@ -19,6 +19,7 @@ from parley.store.db import Db, SessionMaker, connect, session_conn
 from parley.store.turns.tool_calls import ToolCallRow, store_tool_result
 from parley.wire import ToolData
 from tests.support.client import ParleyClient
+from tests.support.orm import orm
 
 # Priya's lookup made 8472 the conversation's active order; these calls find another.
 FOUND = {"order_id": "8390", "status": "delivered"}
@@ -30,7 +31,7 @@ async def looked_up(priya: ParleyClient, sessions: SessionMaker) -> tuple[str, s
     session_id = await priya.new_session()
     turn_id, seen = await priya.turn(session_id, "Where is my order?")
     assert seen[-1].type == "done"
-    async with sessions() as db:
+    async with orm(sessions) as db:
         call_id = await db.scalar(
             text("SELECT id FROM tool_calls WHERE turn_id = :turn_id"), {"turn_id": turn_id}
         )

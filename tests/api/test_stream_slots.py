@@ -11,12 +11,13 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from starlette.types import Message
 
 from parley.config import Settings
+from tests.support.orm import orm
 from tests.support.stack import api_in_process
 from tests.support.toolkit import eventually
 
 
 async def leases(sessions: async_sessionmaker[AsyncSession]) -> set[str]:
-    async with sessions() as db:
+    async with orm(sessions) as db:
         return set(await db.scalars(text("SELECT id FROM stream_leases")))
 
 

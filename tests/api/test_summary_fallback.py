@@ -34,6 +34,7 @@ from parley.store.models import ChatSession, ConversationSummary, Message
 from parley.tokens import default_counter
 from parley.window import choose_window, group_turns
 from tests.support.client import ParleyClient
+from tests.support.orm import orm
 from tests.support.stack import serve
 from tests.support.toolkit import store_history
 
@@ -92,7 +93,7 @@ def memory_with(settings: Settings, sessions: async_sessionmaker[AsyncSession], 
 
 
 async def stored(sessions: async_sessionmaker[AsyncSession], sid: str) -> ConversationSummary:
-    async with sessions() as db:
+    async with orm(sessions) as db:
         return (
             await db.scalars(
                 select(ConversationSummary).where(ConversationSummary.session_id == sid)
@@ -181,7 +182,7 @@ def test_after_a_fallback_the_model_is_asked_again_only_every_nth_run() -> None:
 
 async def append(sessions: async_sessionmaker[AsyncSession], sid: str, count: int) -> None:
     """`count` more exchanges after what the session holds."""
-    async with sessions() as db:
+    async with orm(sessions) as db:
         session = await db.get(ChatSession, sid)
         assert session is not None
         seq = session.last_seq

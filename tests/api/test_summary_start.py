@@ -24,6 +24,7 @@ from parley.store.events import state_event
 from parley.store.models import ChatSession, Message
 from parley.store.turns.endings import close_out_announced
 from tests.support.client import ParleyClient
+from tests.support.orm import orm
 
 
 class RecordedStarts:
@@ -57,7 +58,7 @@ async def seed(
     rows: list[dict[str, Any]],
     after: int = 0,
 ) -> None:
-    async with sessions() as db:
+    async with orm(sessions) as db:
         for seq, row in enumerate(rows, start=after + 1):
             fields = {"status": "complete", **row}
             db.add(
@@ -81,7 +82,7 @@ async def without_token_count(
     sessions: async_sessionmaker[AsyncSession], session_id: str, *, seq: int
 ) -> None:
     """The message at `seq` as one stored before messages carried their token count."""
-    async with sessions() as db:
+    async with orm(sessions) as db:
         await db.execute(
             update(Message)
             .where(Message.session_id == session_id, Message.seq == seq)

@@ -29,6 +29,7 @@ from parley.tool_offer import (
 )
 from parley.tools import model_tools
 from tests.support.client import ParleyClient
+from tests.support.orm import orm
 from tests.support.toolkit import reply
 
 CHART = load_catalog(Path(REPO_ROOT) / "skills")["spending_chart"][1]
@@ -125,7 +126,7 @@ async def dana(
 
 
 async def _requests(sessions: async_sessionmaker[AsyncSession], turn_id: str) -> list[dict]:
-    async with sessions() as db:
+    async with orm(sessions) as db:
         calls = await db.scalars(
             select(ModelCall).where(ModelCall.turn_id == turn_id).order_by(ModelCall.step)
         )

@@ -14,6 +14,7 @@ from parley.store import actions, turns
 from parley.store.identity import Identity
 from parley.store.models import Action, Turn
 from parley.turn_states import ALLOWED, IllegalTransition, can_move
+from tests.support.orm import orm
 from tests.support.toolkit import post_unstarted
 
 PRIYA = Identity(tenant_id="northwind", user_id="cust_2291", roles=())
@@ -72,7 +73,7 @@ async def _new_turn(db: AsyncSession) -> Turn:
 
 
 async def _row(sessions: async_sessionmaker[AsyncSession], turn_id: str) -> tuple[str, int]:
-    async with sessions() as db:
+    async with orm(sessions) as db:
         turn = await db.get(Turn, turn_id)
         assert turn is not None
         return turn.state, turn.last_event_id
@@ -152,6 +153,6 @@ async def test_no_card_outlives_a_stop_whichever_commits_first(
     async with sessions() as db:
         await turns.end_unfinished_turn(db, turn_id=proposed.id, state=TurnState.cancelled)
         await db.commit()
-    async with sessions() as db:
+    async with orm(sessions) as db:
         action = await db.scalar(select(Action).where(Action.turn_id == proposed.id))
     assert action is not None and action.status != "pending"

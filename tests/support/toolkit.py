@@ -32,6 +32,7 @@ from parley.store.models import ChatSession, Message, ModelCall, Turn
 from parley.store.posting import PostedMessage
 from parley.store.sessions import create_session
 from tests.support.client import ParleyClient
+from tests.support.orm import orm
 from tests.support.sse import TERMINAL, Event, iter_events
 from tests.support.stack import LIFTED_LIMITS, own_queue, running_worker, serve_api
 
@@ -98,7 +99,7 @@ async def wait_for_stored_state(
     seen: list[str] = []
 
     async def stored_state() -> str | None:
-        async with sessions() as db:
+        async with orm(sessions) as db:
             turn = await db.get(Turn, turn_id)
         assert turn is not None, f"no turn {turn_id}"
         seen.append(turn.state)
@@ -160,7 +161,7 @@ async def own_stack(
 
 async def model_calls(sessions: async_sessionmaker[AsyncSession], turn_id: str) -> list[ModelCall]:
     """A turn's model calls (each with the request it stored), in step order."""
-    async with sessions() as db:
+    async with orm(sessions) as db:
         rows = await db.scalars(
             select(ModelCall).where(ModelCall.turn_id == turn_id).order_by(ModelCall.step)
         )
@@ -210,7 +211,7 @@ async def store_history(
     """Write a conversation straight into a session, as if its turns had run: (role, text)
     pairs from seq 1, complete; a `tool` line answers call `call_1`."""
     lines = list(said)
-    async with sessions() as db:
+    async with orm(sessions) as db:
         for seq, (role, text) in enumerate(lines, start=1):
             extra = {"tool_call_id": "call_1"} if role == "tool" else {}
             db.add(

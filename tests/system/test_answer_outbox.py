@@ -39,6 +39,7 @@ from parley.store import sessions as store_sessions
 from parley.store.identity import Identity
 from parley.store.models import SpecialistAnswer
 from tests.support.client import ParleyClient
+from tests.support.orm import orm
 from tests.support.processes import Workers, read_until
 from tests.support.sse import Event
 from tests.support.stack import (
@@ -155,7 +156,7 @@ async def _conversation(
                 json=answer_body("Trail Runner shoes, size 8", "8390-1"),
             )
     assert crashing.wait(10) == -signal.SIGKILL
-    async with sessions() as db:
+    async with orm(sessions) as db:
         stored = (
             await db.scalars(select(SpecialistAnswer).where(SpecialistAnswer.turn_id == turn_id))
         ).all()
@@ -181,7 +182,7 @@ async def _conversation(
     # Each question's answer reached the specialist exactly once, and both rows are settled.
     signalled = await _answer_signals(temporal_client, turn_id)
     assert signalled == Counter({asked: 1, events_question_id(events): 1}), signalled
-    async with sessions() as db:
+    async with orm(sessions) as db:
         undelivered = await db.scalars(
             select(SpecialistAnswer.id).where(
                 SpecialistAnswer.turn_id == turn_id, SpecialistAnswer.delivered_at.is_(None)
@@ -244,7 +245,7 @@ async def test_an_undelivered_answer_whose_specialist_has_ended_is_settled_not_r
 
     swept = await sweep_answers(temporal_client, sessions, grace=timedelta(0))
     assert swept >= 1
-    async with sessions() as db:
+    async with orm(sessions) as db:
         delivered = await db.scalar(
             select(SpecialistAnswer.delivered_at).where(SpecialistAnswer.id == row.id)
         )

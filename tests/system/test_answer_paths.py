@@ -25,6 +25,7 @@ from parley.store.models import ToolCall as StoredToolCall
 from parley.store.models import TraceSpan
 from parley.tenancy import TenantConfig
 from tests.support.client import ParleyClient
+from tests.support.orm import orm
 from tests.support.stack import serve
 from tests.support.toolkit import model_calls, own_stack, reply
 
@@ -105,7 +106,7 @@ async def test_a_turn_with_no_tools_takes_the_fast_grounded_path_at_low_effort(
         assert "No tools are available in this conversation" in system
     [call] = await model_calls(sessions, turn_id)
     assert call.request["path"] == "fast"
-    async with sessions() as db:
+    async with orm(sessions) as db:
         span = await db.scalar(
             select(TraceSpan).where(TraceSpan.turn_id == order_turn, TraceSpan.name == "call_model")
         )
@@ -150,7 +151,7 @@ async def test_a_tool_off_the_allow_list_is_refused_even_when_the_provider_asks_
         turn_id, events = await client.turn(sid, "Please email me the status of order 8472.")
     assert events[-1].type == "done"
     assert not [e for e in events if e.type == "confirmation_required"]
-    async with sessions() as db:
+    async with orm(sessions) as db:
         results = list(
             await db.scalars(select(StoredToolCall.result).where(StoredToolCall.turn_id == turn_id))
         )

@@ -30,6 +30,7 @@ from parley.prompt import CONVERSATION_KINDS
 from parley.store import recall as recall_store
 from parley.store.models import ChatSession, ConversationSummary, Message, TraceSpan
 from tests.support.client import ParleyClient
+from tests.support.orm import orm
 from tests.support.toolkit import Stack, counted_sessions, model_calls, own_stack
 
 FACT = "My gym locker code is 4417, please keep it in mind."
@@ -74,7 +75,7 @@ async def seed(
 ) -> None:
     """A transcript as earlier turns would have stored it (seq 1..n, user then assistant),
     and a rolling summary of it through seq `summary` that kept nothing of the fact."""
-    async with sessions() as db:
+    async with orm(sessions) as db:
         db.add(
             ConversationSummary(
                 session_id=session_id,
@@ -120,7 +121,7 @@ def recalls(method: str) -> float:
 async def build_span(sessions: async_sessionmaker[AsyncSession], turn_id: str) -> dict[str, Any]:
     """The attributes of the turn's `build_context` span (written a moment after the step)."""
     for _ in range(100):
-        async with sessions() as db:
+        async with orm(sessions) as db:
             attrs = await db.scalar(
                 select(TraceSpan.attrs).where(
                     TraceSpan.turn_id == turn_id, TraceSpan.name == "build_context"

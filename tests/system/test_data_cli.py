@@ -17,6 +17,7 @@ from parley.config import Settings
 from parley.store.identity import create_token
 from parley.store.models import ChatSession, Message, User
 from tests.support.client import ParleyClient
+from tests.support.orm import orm
 from tests.support.stack import run_cli
 
 
@@ -34,7 +35,7 @@ async def test_export_writes_the_users_archive_to_a_file_and_to_stdout(
         await client.turn(session_id, "Where is my order N-1001?")
     finally:
         await client.aclose()
-    async with sessions() as db:
+    async with orm(sessions) as db:
         stored = await db.scalar(
             select(func.count())
             .select_from(Message)

@@ -22,6 +22,7 @@ from parley.store import posting
 from parley.store.identity import Identity
 from parley.store.models import Message, ModelCall
 from tests.support.client import ParleyClient, streamed_text
+from tests.support.orm import orm
 from tests.support.processes import Workers, read_until
 from tests.support.sse import Event, iter_events
 from tests.support.stack import LIFTED_LIMITS, own_queue, serve_api
@@ -84,7 +85,7 @@ async def test_worker_killed_mid_stream_resumes_with_reset_and_stores_one_answer
         assert len(partial) < len(final["text"])
         assert final["text"].count("I can look up") == 1
 
-        async with sessions() as db:
+        async with orm(sessions) as db:
             stored = (
                 await db.scalars(
                     select(Message).where(
@@ -130,7 +131,7 @@ async def test_a_turn_the_api_never_started_is_started_by_the_outbox_within_30s(
         events = await asyncio.wait_for(read_until(client, url, after=0, stop="done"), 30)
         assert events[-1].type == "done"
         assert time.monotonic() - started < 30
-        async with sessions() as db:
+        async with orm(sessions) as db:
             count = await db.scalar(
                 select(func.count()).where(
                     Message.session_id == session_id, Message.role == "assistant"
@@ -174,7 +175,7 @@ async def test_worker_killed_once_the_context_is_built_answers_once(
         final = events[-1].data["message"]
         assert streamed_text(events) == final["text"]
         assert final["text"].count("I can look up") == 1
-        async with sessions() as db:
+        async with orm(sessions) as db:
             stored = (
                 await db.scalars(
                     select(Message.text).where(

@@ -40,6 +40,7 @@ from tests.support.erasure import (
     new_customers,
     receipt,
 )
+from tests.support.orm import orm
 from tests.support.toolkit import Stack, eventually, own_stack, wait_for_stored_state
 
 ERASED, KEPT, SESSIONS_OWNER = new_customers(3)
@@ -90,7 +91,7 @@ async def summary_with(
     """Wait until the session's summary folded `needle` and its summary run has ended."""
 
     async def folded() -> bool:
-        async with sessions() as db:
+        async with orm(sessions) as db:
             lines = await db.scalars(
                 select(ConversationSummary.lines).where(ConversationSummary.session_id == sid)
             )
@@ -118,7 +119,7 @@ async def receipts_finished_since(
 ) -> dict[str, int]:
     """The rows other erasures than `but` deleted (their receipts' counts, table by table)
     since the snapshot taken at `since`."""
-    async with sessions() as db:
+    async with orm(sessions) as db:
         rows = await db.execute(
             text(
                 "SELECT counts FROM erasures "
@@ -185,7 +186,7 @@ async def test_erasing_a_user_leaves_no_canary_and_no_row_and_touches_nobody_els
         table = place.split(".")[0]
         most = max(found.get(place, 0) for found in before.values())
         assert done["counts"].get(table, 0) >= most, (place, done["counts"])
-    async with sessions() as db:
+    async with orm(sessions) as db:
         row = await db.get(Erasure, body["erasure_id"])
         assert row is not None and row.user_id is None and row.session_id is None
         assert row.subject_hash == subject_hash(
@@ -217,11 +218,11 @@ async def test_a_deleted_session_is_erased_with_what_came_from_it_and_nothing_el
         assert (await owner.http.delete(f"/v1/sessions/{doomed}")).status_code == 204
 
         async def erased() -> bool:
-            async with sessions() as db:
+            async with orm(sessions) as db:
                 return await db.get(ChatSession, doomed) is None
 
         await eventually(erased, timeout=120, what="the deleted session is erased", every=0.2)
-        async with sessions() as db:
+        async with orm(sessions) as db:
             receipt_row = await db.scalar(
                 select(Erasure).where(
                     Erasure.subject_hash
@@ -236,7 +237,7 @@ async def test_a_deleted_session_is_erased_with_what_came_from_it_and_nothing_el
         assert receipt_row is not None
 
         async def finished() -> bool:
-            async with sessions() as db:
+            async with orm(sessions) as db:
                 row = await db.get(Erasure, receipt_row.id)
                 return row is not None and row.status == "done"
 
@@ -293,5 +294,5 @@ async def test_a_turn_running_when_its_user_is_erased_is_stopped_and_its_workflo
         await eventually(deleted, timeout=120, what="the turn's workflow is deleted", every=0.2)
     except AssertionError:
         raise AssertionError(f"still there: {seen[-3:]}") from None
-    async with sessions() as db:
+    async with orm(sessions) as db:
         assert await db.get(ChatSession, sid) is None

@@ -27,6 +27,7 @@ from parley.store.models import Erasure
 from tests.support.canary import scan
 from tests.support.client import ParleyClient
 from tests.support.erasure import TENANT, add_user, done_turn, new_customers
+from tests.support.orm import orm
 from tests.support.processes import Workers
 from tests.support.stack import own_queue
 from tests.support.toolkit import eventually, own_stack
@@ -47,7 +48,7 @@ async def rows_of(sessions: async_sessionmaker[AsyncSession], subject: Subject) 
 
 
 async def counts_of(sessions: async_sessionmaker[AsyncSession], erasure_id: str) -> dict[str, int]:
-    async with sessions() as db:
+    async with orm(sessions) as db:
         row = await db.get(Erasure, erasure_id)
         assert row is not None
         await db.refresh(row)

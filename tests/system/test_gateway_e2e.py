@@ -27,6 +27,7 @@ from parley.gateway.openai_compat import OpenAICompatProvider
 from parley.store.models import ModelCall, TraceSpan
 from parley.store.models import ToolCall as StoredToolCall
 from tests.support.client import ParleyClient, streamed_text
+from tests.support.orm import orm
 from tests.support.stack import serve
 from tests.support.toolkit import own_stack
 
@@ -157,14 +158,14 @@ async def test_the_conversation_through_the_sdk_stores_what_the_demo_model_store
 
 
 async def model_calls(sessions: async_sessionmaker[AsyncSession], turn_id: str) -> list[ModelCall]:
-    async with sessions() as db:
+    async with orm(sessions) as db:
         return list(await db.scalars(select(ModelCall).where(ModelCall.turn_id == turn_id)))
 
 
 async def spans(
     sessions: async_sessionmaker[AsyncSession], turn_id: str, name: str = "call_model"
 ) -> list[TraceSpan]:
-    async with sessions() as db:
+    async with orm(sessions) as db:
         return list(
             await db.scalars(
                 select(TraceSpan)
@@ -309,7 +310,7 @@ async def test_malformed_tool_arguments_go_back_to_the_model_as_a_structured_err
     assert events[-1].type == "done"
     messages = await client.messages(sid)
     assert [m["tool"]["status"] for m in messages if m["role"] == "tool"] == ["error"]
-    async with sessions() as db:
+    async with orm(sessions) as db:
         results = list(
             await db.scalars(select(StoredToolCall.result).where(StoredToolCall.turn_id == turn_id))
         )

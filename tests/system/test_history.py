@@ -14,6 +14,7 @@ from parley.gateway.demo import DemoModel
 from parley.ids import workflow_id_for_turn
 from parley.store.models import ModelCall
 from tests.support.client import ParleyClient
+from tests.support.orm import orm
 from tests.support.toolkit import own_stack
 
 
@@ -65,7 +66,7 @@ async def test_history_at_turn_30_is_within_20_percent_of_turn_1(
     assert abs(last - first) <= 0.2 * first, (first, last)
     # ...while the prompt behind turn 30 is many times larger than turn 1's. Its messages,
     # that is: the tool schemas are the same on every turn, so they say nothing about growth.
-    async with sessions() as db:
+    async with orm(sessions) as db:
         prompts = {
             turn_id: len(json.dumps(request["messages"]))
             for turn_id, request in (

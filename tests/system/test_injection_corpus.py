@@ -29,6 +29,7 @@ from parley.store.models import ToolCall, Turn
 from tests.support.client import ParleyClient
 from tests.support.injection_corpus import payloads
 from tests.support.models import ScriptedModel, call, tool_results
+from tests.support.orm import orm
 from tests.support.toolkit import PRIYA_EMAIL, confirmations, emails, own_stack
 
 ATTACKER = "exfil@attacker.test"
@@ -136,7 +137,7 @@ async def test_an_obedient_model_gets_nothing_out_of_the_corpus(
             sids.append(sid)
             shown_attacker += ATTACKER in served
 
-    async with sessions() as db:
+    async with orm(sessions) as db:
         rows = list(
             await db.scalars(
                 select(ToolCall)

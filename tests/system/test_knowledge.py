@@ -21,6 +21,7 @@ from parley.launch.knowledge import load_library
 from parley.store.identity import create_token
 from parley.store.models import ModelCall, TraceSpan, Turn, TurnEvent
 from tests.support.client import ParleyClient
+from tests.support.orm import orm
 from tests.support.stack import free_port
 from tests.support.toolkit import own_stack, reply
 
@@ -47,7 +48,7 @@ damaged; shipping costs and the return window policy are set out here too.
 
 async def everything_of(sessions: async_sessionmaker[AsyncSession], session_ids: list[str]) -> str:
     """Every stored prompt, event and trace span of the sessions' turns, as one text."""
-    async with sessions() as db:
+    async with orm(sessions) as db:
         turn_ids = list(await db.scalars(select(Turn.id).where(Turn.session_id.in_(session_ids))))
         calls = await db.scalars(select(ModelCall.request).where(ModelCall.turn_id.in_(turn_ids)))
         events = await db.scalars(select(TurnEvent.data).where(TurnEvent.turn_id.in_(turn_ids)))

@@ -26,6 +26,7 @@ from parley.store import limits
 from parley.store.identity import Identity, create_token
 from parley.store.models import ChatSession, Message, Tenant, User
 from tests.support.client import ParleyClient
+from tests.support.orm import orm
 from tests.support.stack import api_in_process, free_port, own_queue, service_env, spawn
 from tests.support.toolkit import eventually
 
@@ -110,7 +111,7 @@ def on_both(apis: list[str], token: str, made: list[ParleyClient]) -> list[Parle
 
 
 async def stored_user_messages(sessions: async_sessionmaker[AsyncSession], tenant: str) -> int:
-    async with sessions() as db:
+    async with orm(sessions) as db:
         count = await db.scalar(
             select(func.count())
             .select_from(Message)
@@ -181,7 +182,7 @@ async def test_posts_per_minute_answer_429_with_retry_after_across_processes(
     answered_at = parsedate_to_datetime(answer.headers["Date"])
     off_by = (retry_after + answered_at.second) % 60
     assert min(off_by, 60 - off_by) <= 3, (retry_after, answered_at)
-    async with sessions() as db:
+    async with orm(sessions) as db:
         same_minute = await db.scalar(
             select(func.count())
             .select_from(Message)
@@ -222,7 +223,7 @@ async def test_a_paused_tenant_is_refused_by_every_process_at_once(
     tenant, (token,) = await new_tenant(sessions, {})
     a, b = on_both(apis, token, clients)
     sid = await a.new_session()
-    async with sessions() as db:
+    async with orm(sessions) as db:
         row = await db.get(Tenant, tenant)
         assert row is not None
         row.paused = True
@@ -311,7 +312,7 @@ def test_retry_after_rounds_up_to_the_end_of_the_window_and_is_never_zero() -> N
 
 async def day_count(sessions: async_sessionmaker[AsyncSession], tenant: str) -> int:
     """The user's messages counted against the daily cap today (u0 of `tenant`)."""
-    async with sessions() as db:
+    async with orm(sessions) as db:
         used = await db.scalar(
             text(
                 "SELECT used FROM usage_counters WHERE scope = 'day_user' AND subject = :s"

@@ -31,6 +31,7 @@ from parley.store import tenants
 from parley.store.models import ModelCall, ToolCall, Turn
 from parley.tenancy import TenantConfig
 from tests.support.client import ParleyClient
+from tests.support.orm import orm
 from tests.support.stack import serve
 from tests.support.toolkit import Stack, eventually, own_stack, reply
 
@@ -182,7 +183,7 @@ async def sessions_closed(northwind: httpx.AsyncClient) -> dict[str, Any]:
 
 async def offered_tools(db_sessions: async_sessionmaker[AsyncSession], sid: str) -> list[set[str]]:
     """The tool names of every stored model request of a session."""
-    async with db_sessions() as db:
+    async with orm(db_sessions) as db:
         requests = await db.scalars(
             select(ModelCall.request)
             .join(Turn, Turn.id == ModelCall.turn_id)
@@ -301,7 +302,7 @@ async def test_a_tool_outside_the_allow_list_is_never_offered_nor_run(
     sid = await priya.new_session()
     _, events = await priya.turn(sid, "Give me the list of all customers.")
     reply(events)
-    async with sessions() as db:
+    async with orm(sessions) as db:
         [call] = await db.scalars(
             select(ToolCall).join(Turn, Turn.id == ToolCall.turn_id).where(Turn.session_id == sid)
         )
@@ -361,7 +362,7 @@ async def test_a_call_that_fails_is_a_prefixed_error_not_a_fact(
     sid = await priya.new_session()
     _, events = await priya.turn(sid, "What are your store hours in Seattle?")
     answer = reply(events)
-    async with sessions() as db:
+    async with orm(sessions) as db:
         [call] = await db.scalars(
             select(ToolCall).join(Turn, Turn.id == ToolCall.turn_id).where(Turn.session_id == sid)
         )

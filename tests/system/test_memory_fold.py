@@ -29,6 +29,7 @@ from parley.prompt import CONVERSATION_KINDS, FOLD_PREFIX
 from parley.store.models import ConversationSummary
 from parley.tokens import count_messages, counter_for
 from tests.support.client import ParleyClient
+from tests.support.orm import orm
 from tests.support.stack import serve
 from tests.support.toolkit import model_calls, own_stack
 
@@ -172,7 +173,7 @@ async def test_sixty_turns_keep_to_the_conversation_budget_whatever_the_summariz
     ten, sixty = firsts[10]["budget"]["prompt_tokens"], last["budget"]["prompt_tokens"]
     assert sixty <= 1.25 * ten, (ten, sixty)
 
-    async with sessions() as db:
+    async with orm(sessions) as db:
         rows = list(
             await db.scalars(
                 select(ConversationSummary).where(ConversationSummary.session_id == sid)

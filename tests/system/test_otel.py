@@ -26,6 +26,7 @@ from parley.config import Settings
 from parley.gateway.fake_provider.server import FakeProvider
 from parley.store.models import TraceSpan
 from tests.support.client import ParleyClient, streamed_text
+from tests.support.orm import orm
 from tests.support.otlp import Collector, ExportedSpan
 from tests.support.sse import Event
 from tests.support.stack import own_queue, serve, serve_api, service_env, spawn
@@ -140,7 +141,7 @@ async def _check_turn(
 
 
 async def _ledger(sessions: async_sessionmaker[AsyncSession], turn_id: str) -> list[TraceSpan]:
-    async with sessions() as db:
+    async with orm(sessions) as db:
         rows = await db.scalars(select(TraceSpan).where(TraceSpan.turn_id == turn_id))
         return list(rows)
 

@@ -39,6 +39,7 @@ from parley.store.migrate import upgrade
 from parley.store.models import Message, Turn
 from tests.support.client import ParleyClient, streamed_text
 from tests.support.models import ControlledModel
+from tests.support.orm import orm
 from tests.support.processes import QUESTION, follow
 from tests.support.sse import Event
 from tests.support.toolkit import Stack, eventually, own_stack
@@ -120,7 +121,7 @@ async def outage(
 async def assistant_messages(
     sessions: async_sessionmaker[AsyncSession], turn_id: str
 ) -> list[Message]:
-    async with sessions() as db:
+    async with orm(sessions) as db:
         rows = await db.scalars(
             select(Message).where(Message.turn_id == turn_id, Message.role == "assistant")
         )
@@ -128,7 +129,7 @@ async def assistant_messages(
 
 
 async def stored_turn(sessions: async_sessionmaker[AsyncSession], turn_id: str) -> Turn:
-    async with sessions() as db:
+    async with orm(sessions) as db:
         turn = await db.get(Turn, turn_id)
     assert turn is not None
     return turn

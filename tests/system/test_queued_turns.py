@@ -24,6 +24,7 @@ from parley.store import posting, turns
 from parley.store.identity import Identity
 from parley.store.models import TurnEvent
 from tests.support.client import ParleyClient
+from tests.support.orm import orm
 from tests.support.processes import Workers, follow, read_until
 from tests.support.sse import Event
 from tests.support.stack import LIFTED_LIMITS, own_queue, serve_api
@@ -69,7 +70,7 @@ def _dense(events: list[Event]) -> bool:
 
 
 async def _logged_at(sessions: async_sessionmaker[AsyncSession], turn_id: str) -> list[float]:
-    async with sessions() as db:
+    async with orm(sessions) as db:
         stamps = await db.scalars(
             select(TurnEvent.created_at).where(TurnEvent.turn_id == turn_id).order_by(TurnEvent.id)
         )

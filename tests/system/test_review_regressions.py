@@ -16,6 +16,7 @@ from parley.store.identity import Identity
 from parley.store.models import ModelCall, ToolCall
 from tests.support.client import ParleyClient
 from tests.support.models import ControlledModel
+from tests.support.orm import orm
 from tests.support.toolkit import Stack, first_events, post_unstarted, wait_for_stored_state
 
 
@@ -35,14 +36,14 @@ async def test_cancelling_during_a_tool_leaves_no_unanswered_call_behind(
     ).status_code == 202
     await wait_for_stored_state(sessions, turn_id, {"cancelled"}, timeout=15)
     await northwind.delete("/faults")
-    async with sessions() as db:
+    async with orm(sessions) as db:
         calls = list(await db.scalars(select(ToolCall).where(ToolCall.turn_id == turn_id)))
     assert calls and all(c.status != "pending" for c in calls)
 
     # The next turn's prompt pairs every tool call with its result.
     next_turn, events = await stream_client.turn(sid, "Hello again")
     assert events[-1].type == "done"
-    async with sessions() as db:
+    async with orm(sessions) as db:
         request = await db.scalar(select(ModelCall.request).where(ModelCall.turn_id == next_turn))
     assert request is not None
     asked = {c["id"] for m in request["messages"] for c in m.get("tool_calls") or []}

@@ -25,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from parley.config import Settings
 from parley.store.models import ToolCall
 from tests.support.client import ParleyClient, streamed_text
+from tests.support.orm import orm
 from tests.support.processes import Workers
 from tests.support.sse import TERMINAL, Event, iter_events
 from tests.support.stack import own_queue, serve_api
@@ -178,7 +179,7 @@ async def test_a_rolling_restart_with_twenty_turns_in_flight_loses_and_repeats_n
     stats = (await northwind.get("/stats")).json()["calls"]
     assert stats["list_orders"] == TOOLS
     assert stats["send_email"] == CONFIRMING
-    async with sessions() as db:
+    async with orm(sessions) as db:
         for followed in in_flight:
             stored = await db.scalar(
                 select(func.count()).where(ToolCall.turn_id == followed.turn_id)

@@ -25,6 +25,7 @@ from parley.screens import (
 from parley.store.models import Message, TraceSpan
 from tests.support.client import ParleyClient
 from tests.support.models import ControlledModel
+from tests.support.orm import orm
 from tests.support.toolkit import Stack, own_stack
 
 
@@ -117,7 +118,7 @@ async def test_a_declined_answer_is_retracted_and_only_safe_text_is_stored(
     final = events[-1].data["message"]
     assert final["status"] == "retracted" and final["text"] == RETRACTION_TEXT
     assert retracted[0]["message_id"] == final["id"]
-    async with sessions() as db:
+    async with orm(sessions) as db:
         texts = list(await db.scalars(select(Message.text).where(Message.session_id == sid)))
     assert not any("classified" in t for t in texts)  # the withdrawn words are not kept
 
@@ -140,7 +141,7 @@ async def test_screening_overlaps_context_building(
     sid = await client.new_session()
     turn_id, events = await client.turn(sid, "Where is my order?")
     assert events[-1].type == "done"
-    async with sessions() as db:
+    async with orm(sessions) as db:
         rows = await db.scalars(
             select(TraceSpan)
             .where(TraceSpan.turn_id == turn_id)

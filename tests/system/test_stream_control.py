@@ -18,6 +18,7 @@ from parley.store import turns
 from parley.store.models import Message, Turn
 from tests.support.client import ParleyClient, streamed_text
 from tests.support.models import ControlledModel
+from tests.support.orm import orm
 from tests.support.sse import TERMINAL, Event, iter_events
 from tests.support.toolkit import Stack, eventually, first_events, wait_for_stored_state
 
@@ -130,7 +131,7 @@ async def test_hanging_up_without_coming_back_cancels_after_the_grace_period(
     await first_events(stream_client, url, until="delta")  # then hang up
     state = await wait_for_stored_state(sessions, turn_id, {"cancelled", "completed"}, timeout=10)
     assert state == "cancelled"
-    async with sessions() as db:
+    async with orm(sessions) as db:
         answer = await db.scalar(
             select(Message).where(Message.turn_id == turn_id, Message.role == "assistant")
         )
@@ -156,7 +157,7 @@ async def test_hanging_up_and_reconnecting_within_the_grace_gets_the_whole_answe
     # Past the grace of the first hang-up: nothing cancels a finished turn. The cancel would
     # come from the API's own timer, which the test cannot observe, so it waits it out.
     await asyncio.sleep(1.0)
-    async with sessions() as db:
+    async with orm(sessions) as db:
         turn = await db.get(Turn, turn_id)
     assert turn is not None and turn.state == "completed"
 
@@ -311,7 +312,7 @@ async def test_a_consumer_that_never_reads_does_not_delay_another_stream(
         flood_turn = flood.json()["turn_id"]
 
         async def stalled_reader_attached() -> bool:
-            async with sessions() as db:
+            async with orm(sessions) as db:
                 turn = await db.get(Turn, flood_turn)
             return turn is not None and turn.viewers >= 1 and turn.last_event_id > 0
 

@@ -23,6 +23,7 @@ from parley.prompt import StoredSummary
 from parley.store import memory as memory_store
 from parley.store.models import Message
 from tests.support.client import ParleyClient
+from tests.support.orm import orm
 from tests.support.toolkit import eventually, own_stack
 
 
@@ -123,7 +124,7 @@ async def test_a_summary_run_killed_midway_is_covered_by_the_next_one(
     # Every message through the new end has its line, once, the killed run's share included.
     seqs = [line.seq for line in covered.lines]
     assert seqs == list(range(1, covered.through_seq + 1))
-    async with sessions() as db:
+    async with orm(sessions) as db:
         texts = dict(
             (
                 await db.execute(

@@ -46,6 +46,7 @@ from parley.workflows.options import SUMMARY
 from parley.workflows.summary import PASSES_PER_RUN, SummaryWorkflow
 from tests.support.client import ParleyClient
 from tests.support.histories import HISTORIES, scrub
+from tests.support.orm import orm
 from tests.support.toolkit import eventually, own_stack
 
 ATTEMPTS = SUMMARY.retry.maximum_attempts
@@ -436,7 +437,7 @@ async def test_a_failing_summarizer_costs_a_bounded_number_of_requests_per_run(
         # Each pass that asked the model wrote one fallback version (its two requests' tokens
         # on it); after one, the next passes write by code without asking, until the
         # `summary_model_retry_every`-th (parley/fold.py `ask_the_model`).
-        async with sessions() as db:
+        async with orm(sessions) as db:
             versions = await db.scalar(
                 select(func.count())
                 .select_from(ConversationSummary)

@@ -27,6 +27,7 @@ from parley.gateway.demo import DemoModel
 from parley.launch.dev import temporal_dev_server_command
 from parley.store.models import Message, Turn
 from tests.support.client import ParleyClient, streamed_text
+from tests.support.orm import orm
 from tests.support.processes import QUESTION, follow
 from tests.support.sse import Event
 from tests.support.stack import free_port, own_queue, running_worker, serve_api
@@ -146,7 +147,7 @@ async def test_temporal_restart_mid_answer_completes_the_turn_once(
         ids = [e.id for e in seen]
         assert ids == sorted(set(ids)), "an event was received twice or out of order"
         assert streamed_text(seen) == expected == seen[-1].data["message"]["text"]
-        async with sessions() as db:
+        async with orm(sessions) as db:
             answers = list(
                 await db.scalars(
                     select(Message.text).where(

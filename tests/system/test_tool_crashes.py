@@ -29,6 +29,7 @@ from parley.contracts import SA_TURN_STATE
 from parley.ids import workflow_id_for_turn
 from parley.store.models import Action, Message, ToolCall, Turn
 from tests.support.client import ParleyClient
+from tests.support.orm import orm
 from tests.support.processes import Workers, read_until
 from tests.support.sse import Event
 from tests.support.stack import own_queue, serve_api
@@ -97,7 +98,7 @@ async def last_seq(client: ParleyClient, session_id: str) -> int:
 
 
 async def stored_action(sessions: async_sessionmaker[AsyncSession], action_id: str) -> Action:
-    async with sessions() as db:
+    async with orm(sessions) as db:
         action = await db.get(Action, action_id)
     assert action is not None
     return action
@@ -186,7 +187,7 @@ async def assert_sent_once(
         if m["role"] == "assistant"
     ]
     assert [(m["id"], m["text"]) for m in answers] == [(final["id"], final["text"])]
-    async with sessions() as db:
+    async with orm(sessions) as db:
         stored = (
             await db.scalars(
                 select(Message).where(
@@ -264,7 +265,7 @@ async def test_worker_killed_while_awaiting_confirmation_then_confirmed_sends_on
         return described.typed_search_attributes.get(SA_TURN_STATE) == "awaiting_confirmation"
 
     await eventually(resting, timeout=15, what="the turn rests awaiting confirmation")
-    async with sessions() as db:
+    async with orm(sessions) as db:
         turn = await db.get(Turn, turn_id)
         assert turn is not None and turn.state == "awaiting_confirmation"
 
@@ -284,7 +285,7 @@ async def test_worker_killed_while_awaiting_confirmation_then_confirmed_sends_on
         seq_at_confirm=seq_at_confirm,
         rest=rest,
     )
-    async with sessions() as db:
+    async with orm(sessions) as db:
         turn = await db.get(Turn, turn_id)
         assert turn is not None and turn.state == "completed"
         assert turn.assistant_message_id == rest[-1].data["message"]["id"]
@@ -330,7 +331,7 @@ async def test_worker_killed_during_a_read_tool_stores_one_result_and_answers_ri
     assert tool_phases(events, "list_open_orders") == ["start", "end"]
     assert not [e for e in events if e.type in ("warning", "error")]
 
-    async with sessions() as db:
+    async with orm(sessions) as db:
         calls = (await db.scalars(select(ToolCall).where(ToolCall.turn_id == turn_id))).all()
         tool_messages = (
             await db.scalars(
@@ -372,7 +373,7 @@ async def test_worker_killed_while_the_proposal_is_worded_shows_one_card_and_sen
             before += await follow(client, url, after=before[-1].id or 0, stop="delta")
         assert before[-1].type == "delta"
         kill(first)
-        async with sessions() as db:
+        async with orm(sessions) as db:
             turn = await db.get(Turn, turn_id)
             assert turn is not None and turn.state == "calling_model"  # not yet resting
         fresh.start()

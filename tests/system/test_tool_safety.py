@@ -33,6 +33,7 @@ from parley.store.models import Action, Message, ModelCall, ToolCall, TraceSpan,
 from parley.workflows.turn import BOUNDS_TEXT
 from tests.support.client import ParleyClient
 from tests.support.models import Reply, ScriptedModel, call, rounds, tool_results
+from tests.support.orm import orm
 from tests.support.sse import Event
 from tests.support.stack import SteppedClock
 from tests.support.toolkit import PRIYA_EMAIL, confirmations, emails, model_calls, own_stack, reply
@@ -57,7 +58,7 @@ async def reset_stats(northwind: httpx.AsyncClient) -> None:
 
 
 async def tool_rows(sessions: async_sessionmaker[AsyncSession], turn_id: str) -> list[ToolCall]:
-    async with sessions() as db:
+    async with orm(sessions) as db:
         rows = await db.scalars(
             select(ToolCall).where(ToolCall.turn_id == turn_id).order_by(ToolCall.created_at)
         )
@@ -68,7 +69,7 @@ async def session_prompts(
     sessions: async_sessionmaker[AsyncSession], session_id: str
 ) -> list[dict[str, Any]]:
     """Every message of every prompt packed for the session's turns."""
-    async with sessions() as db:
+    async with orm(sessions) as db:
         rows = await db.scalars(
             select(ModelCall)
             .join(Turn, Turn.id == ModelCall.turn_id)
@@ -80,7 +81,7 @@ async def session_prompts(
 async def session_actions(
     sessions: async_sessionmaker[AsyncSession], session_id: str
 ) -> list[Action]:
-    async with sessions() as db:
+    async with orm(sessions) as db:
         return list(await db.scalars(select(Action).where(Action.session_id == session_id)))
 
 
@@ -198,7 +199,7 @@ async def test_injection_in_a_tool_result_is_data(
         assert "8472" in text and "shipped" in text and "Oct 30" in text
         # The note reached the model, as tool output (stored for the model's transcript),
         # and never the user's view of the tool's run.
-        async with sessions() as db:
+        async with orm(sessions) as db:
             stored = list(
                 await db.scalars(
                     select(Message.text).where(Message.session_id == sid, Message.role == "tool")
@@ -532,7 +533,7 @@ async def test_a_model_that_keeps_calling_tools_stops_at_the_bound_and_answers_f
     assert [error_of(r)["code"] for r in ran] == ["not_found"] * (MAX_MODEL_CALLS - 2)
     assert set(tool_results(scripted.model.requests[-1])) == set(rows)
     # The trace ledger links the child run to the step that hit the cap.
-    async with sessions() as db:
+    async with orm(sessions) as db:
         spans = list(
             await db.scalars(
                 select(TraceSpan).where(
