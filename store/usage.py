@@ -16,8 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncSession
+from parley.store.db import Db, session_conn
 
 
 @dataclass(frozen=True)
@@ -45,32 +44,38 @@ class TenantUsage:
         return self.turns + self.summaries
 
 
-_USAGE_SQL = text(
-    """
+@dataclass(frozen=True)
+class _Part:
+    part: str
+    requests: int
+    input_tokens: int
+    output_tokens: int
+
+
+# Sums are cast back to bigint (PostgreSQL sums a bigint as numeric).
+_USAGE_SQL = """
     SELECT 'turns' AS part, count(*) AS requests,
-           coalesce(sum((mc.usage ->> 'input_tokens')::bigint), 0) AS input_tokens,
-           coalesce(sum((mc.usage ->> 'output_tokens')::bigint), 0) AS output_tokens
+           coalesce(sum((mc.usage ->> 'input_tokens')::bigint), 0)::bigint AS input_tokens,
+           coalesce(sum((mc.usage ->> 'output_tokens')::bigint), 0)::bigint AS output_tokens
       FROM model_calls mc
       JOIN turns t ON t.id = mc.turn_id
       JOIN sessions s ON s.id = t.session_id
-     WHERE s.tenant_id = :tenant_id AND mc.created_at >= :since AND mc.provider <> 'resolver'
+     WHERE s.tenant_id = %(tenant_id)s AND mc.created_at >= %(since)s
+       AND mc.provider <> 'resolver'
     UNION ALL
-    SELECT 'summaries', count(*), coalesce(sum(cs.input_tokens), 0),
-           coalesce(sum(cs.output_tokens), 0)
+    SELECT 'summaries', count(*), coalesce(sum(cs.input_tokens), 0)::bigint,
+           coalesce(sum(cs.output_tokens), 0)::bigint
       FROM conversation_summaries cs
       JOIN sessions s ON s.id = cs.session_id
-     WHERE s.tenant_id = :tenant_id AND cs.created_at >= :since
-    """
-)
+     WHERE s.tenant_id = %(tenant_id)s AND cs.created_at >= %(since)s
+"""
 
 
-async def tenant_usage(db: AsyncSession, *, tenant_id: str, since: datetime) -> TenantUsage:
+async def tenant_usage(db: Db, *, tenant_id: str, since: datetime) -> TenantUsage:
     """The tenant's tokens since `since`: its turns' and its summarizer's, apart."""
-    rows = await db.execute(_USAGE_SQL, {"tenant_id": tenant_id, "since": since})
-    parts = {
-        row.part: Tokens(int(row.requests), int(row.input_tokens), int(row.output_tokens))
-        for row in rows
-    }
+    conn = await session_conn(db)
+    rows = await conn.rows(_USAGE_SQL, {"tenant_id": tenant_id, "since": since}, _Part)
+    parts = {row.part: Tokens(row.requests, row.input_tokens, row.output_tokens) for row in rows}
     return TenantUsage(since, parts.get("turns", Tokens()), parts.get("summaries", Tokens()))
 
 
@@ -94,50 +99,66 @@ class TurnRun:
     trace: list[Span]
 
 
-_SESSION_TURNS_SQL = text(
-    """
+@dataclass(frozen=True)
+class _TurnTokens:
+    turn_id: str
+    created_at: datetime
+    requests: int
+    input_tokens: int
+    output_tokens: int
+
+
+_SESSION_TURNS_SQL = """
     SELECT t.id AS turn_id, t.created_at,
            count(mc.*) FILTER (WHERE mc.provider <> 'resolver') AS requests,
            coalesce(sum((mc.usage ->> 'input_tokens')::bigint)
-                    FILTER (WHERE mc.provider <> 'resolver'), 0) AS input_tokens,
+                    FILTER (WHERE mc.provider <> 'resolver'), 0)::bigint AS input_tokens,
            coalesce(sum((mc.usage ->> 'output_tokens')::bigint)
-                    FILTER (WHERE mc.provider <> 'resolver'), 0) AS output_tokens
+                    FILTER (WHERE mc.provider <> 'resolver'), 0)::bigint AS output_tokens
       FROM turns t
       JOIN sessions s ON s.id = t.session_id
       LEFT JOIN model_calls mc ON mc.turn_id = t.id
-     WHERE s.tenant_id = :tenant_id AND s.id = :session_id
+     WHERE s.tenant_id = %(tenant_id)s AND s.id = %(session_id)s
      GROUP BY t.id, t.created_at
      ORDER BY t.created_at, t.id
-    """
-)
+"""
 
-_SESSION_SPANS_SQL = text(
-    """
+
+@dataclass(frozen=True)
+class _TurnSpan:
+    turn_id: str
+    name: str
+    attempt: int
+    started_at: datetime
+    ended_at: datetime
+    outcome: str
+    attrs: dict[str, Any] | None
+
+
+_SESSION_SPANS_SQL = """
     SELECT ts.turn_id, ts.name, ts.attempt, ts.started_at, ts.ended_at, ts.outcome, ts.attrs
       FROM trace_spans ts
       JOIN turns t ON t.id = ts.turn_id
       JOIN sessions s ON s.id = t.session_id
-     WHERE s.tenant_id = :tenant_id AND s.id = :session_id
+     WHERE s.tenant_id = %(tenant_id)s AND s.id = %(session_id)s
      ORDER BY ts.started_at, ts.id
-    """
+"""
+
+
+_SESSION_OF_TENANT_SQL = (
+    "SELECT 1 FROM sessions WHERE id = %(session_id)s AND tenant_id = %(tenant_id)s"
 )
 
 
-_SESSION_OF_TENANT_SQL = text(
-    "SELECT 1 FROM sessions WHERE id = :session_id AND tenant_id = :tenant_id"
-)
-
-
-async def session_turns(
-    db: AsyncSession, *, tenant_id: str, session_id: str
-) -> list[TurnRun] | None:
+async def session_turns(db: Db, *, tenant_id: str, session_id: str) -> list[TurnRun] | None:
     """A session's turns in order, each with its model tokens and its trace spans; None for
     a session that is not the tenant's (or none)."""
+    conn = await session_conn(db)
     where = {"tenant_id": tenant_id, "session_id": session_id}
-    if (await db.execute(_SESSION_OF_TENANT_SQL, where)).first() is None:
+    if await conn.value(_SESSION_OF_TENANT_SQL, where) is None:
         return None
     spans: dict[str, list[Span]] = {}
-    for row in await db.execute(_SESSION_SPANS_SQL, where):
+    for row in await conn.rows(_SESSION_SPANS_SQL, where, _TurnSpan):
         spans.setdefault(row.turn_id, []).append(
             Span(row.name, row.attempt, row.started_at, row.ended_at, row.outcome, row.attrs)
         )
@@ -145,8 +166,8 @@ async def session_turns(
         TurnRun(
             turn_id=row.turn_id,
             created_at=row.created_at,
-            tokens=Tokens(int(row.requests), int(row.input_tokens), int(row.output_tokens)),
+            tokens=Tokens(row.requests, row.input_tokens, row.output_tokens),
             trace=spans.get(row.turn_id, []),
         )
-        for row in await db.execute(_SESSION_TURNS_SQL, where)
+        for row in await conn.rows(_SESSION_TURNS_SQL, where, _TurnTokens)
     ]

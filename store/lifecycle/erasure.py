@@ -12,21 +12,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
-
-from sqlalchemy import func, select, text, update
-from sqlalchemy.ext.asyncio import AsyncSession
+from typing import Any, ClassVar
 
 from parley.erasure import ErasureScope, ErasureStatus, subject_hash
 from parley.ids import new_id
+from parley.store.db import Db, session_conn
 from parley.store.identity import revoke_user_tokens
 from parley.store.lifecycle.erasure_catalogue import (
     Subject,
     delete_batch,
     erase_sourced_memory_copies,
 )
-from parley.store.models import Erasure
-from parley.store.rows import typed_row
 
 
 @dataclass(frozen=True)
@@ -43,13 +39,13 @@ class ErasureRow:
     finished_at: datetime | None
     grace_s: float
 
-    @classmethod
-    def of(cls, row: Erasure) -> ErasureRow:
-        return typed_row(cls, row, counts=dict(row.counts or {}))
+    COLUMNS: ClassVar[str] = (
+        "id, scope, tenant_id, status, counts, requested_at, started_at, finished_at, grace_s"
+    )
 
 
 async def request_erasure(
-    db: AsyncSession,
+    db: Db,
     *,
     key: str,
     tenant_id: str,
@@ -59,84 +55,114 @@ async def request_erasure(
 ) -> ErasureRow:
     """Record an erasure of the user (or of one of their sessions, after `grace_s`). Erasing
     a user revokes their tokens at once."""
+    conn = await session_conn(db)
     parts = (tenant_id, user_id) if session_id is None else (tenant_id, user_id, session_id)
-    row = Erasure(
-        id=new_id("era"),
-        scope=ErasureScope.user if session_id is None else ErasureScope.session,
-        tenant_id=tenant_id,
-        subject_hash=subject_hash(key, *parts),
-        user_id=user_id,
-        session_id=session_id,
-        status=ErasureStatus.requested,
-        grace_s=grace_s,
-        counts={},
-    )
-    db.add(row)
+    params = {
+        "id": new_id("era"),
+        "scope": (ErasureScope.user if session_id is None else ErasureScope.session).value,
+        "tenant_id": tenant_id,
+        "subject_hash": subject_hash(key, *parts),
+        "user_id": user_id,
+        "session_id": session_id,
+        "status": ErasureStatus.requested.value,
+        "grace_s": grace_s,
+    }
+    row = await conn.row(_REQUEST, params, ErasureRow)
+    assert row is not None
     if session_id is None:
         await revoke_user_tokens(db, tenant_id=tenant_id, user_id=user_id)
-    await db.flush()
-    await db.refresh(row)
-    return ErasureRow.of(row)
+    return row
 
 
-async def get_erasure(db: AsyncSession, *, erasure_id: str) -> ErasureRow | None:
-    row = await db.get(Erasure, erasure_id)
-    return ErasureRow.of(row) if row is not None else None
+_REQUEST = f"""
+    INSERT INTO erasures (id, scope, tenant_id, subject_hash, user_id, session_id, status,
+                          grace_s, counts)
+    VALUES (%(id)s, %(scope)s, %(tenant_id)s, %(subject_hash)s, %(user_id)s, %(session_id)s,
+            %(status)s, %(grace_s)s, '{{}}')
+    RETURNING {ErasureRow.COLUMNS}
+"""
 
 
-async def find_receipts(db: AsyncSession, *, hashes: list[str]) -> list[ErasureRow]:
+async def get_erasure(db: Db, *, erasure_id: str) -> ErasureRow | None:
+    conn = await session_conn(db)
+    return await conn.row(_GET, {"id": erasure_id}, ErasureRow)
+
+
+_GET = f"SELECT {ErasureRow.COLUMNS} FROM erasures WHERE id = %(id)s"
+
+
+async def find_receipts(db: Db, *, hashes: list[str]) -> list[ErasureRow]:
     """The erasures whose subject hashes to one of these, oldest first."""
-    rows = await db.scalars(
-        select(Erasure).where(Erasure.subject_hash.in_(hashes)).order_by(Erasure.requested_at)
-    )
-    return [ErasureRow.of(row) for row in rows]
+    conn = await session_conn(db)
+    return await conn.rows(_RECEIPTS, {"hashes": hashes}, ErasureRow)
 
 
-async def subject_of(db: AsyncSession, *, erasure_id: str) -> Subject | None:
+_RECEIPTS = f"""
+    SELECT {ErasureRow.COLUMNS} FROM erasures
+    WHERE subject_hash = ANY(%(hashes)s::text[]) ORDER BY requested_at
+"""
+
+
+@dataclass(frozen=True)
+class _SubjectRow:
+    scope: str
+    tenant_id: str
+    user_id: str | None
+    session_id: str | None
+
+
+async def subject_of(db: Db, *, erasure_id: str) -> Subject | None:
     """Whose rows the erasure deletes; None once it is done (the ids are cleared)."""
-    row = await db.get(Erasure, erasure_id)
+    conn = await session_conn(db)
+    row = await conn.row(_SUBJECT, {"id": erasure_id}, _SubjectRow)
     if row is None or row.user_id is None:
         return None
-    scope = ErasureScope(row.scope)
-    return Subject(scope, row.tenant_id, row.user_id, row.session_id)
+    return Subject(ErasureScope(row.scope), row.tenant_id, row.user_id, row.session_id)
 
 
-async def mark_started(db: AsyncSession, *, erasure_id: str) -> None:
+_SUBJECT = "SELECT scope, tenant_id, user_id, session_id FROM erasures WHERE id = %(id)s"
+
+
+async def mark_started(db: Db, *, erasure_id: str) -> None:
     """The workflow runs: the start is confirmed and the work begins (once)."""
-    await db.execute(_STARTED, {"id": erasure_id})
+    conn = await session_conn(db)
+    await conn.run(_STARTED, {"id": erasure_id})
 
 
-_STARTED = text(
-    "UPDATE erasures SET workflow_started_at = coalesce(workflow_started_at, now()),"
-    " started_at = coalesce(started_at, now()),"
-    " status = CASE WHEN status = 'requested' THEN 'running' ELSE status END"
-    " WHERE id = :id"
-)
+_STARTED = """
+    UPDATE erasures SET workflow_started_at = coalesce(workflow_started_at, now()),
+        started_at = coalesce(started_at, now()),
+        status = CASE WHEN status = 'requested' THEN 'running' ELSE status END
+    WHERE id = %(id)s
+"""
 
 
-async def mark_workflow_started(db: AsyncSession, *, erasure_id: str) -> None:
-    await db.execute(
-        update(Erasure)
-        .where(Erasure.id == erasure_id, Erasure.workflow_started_at.is_(None))
-        .values(workflow_started_at=func.now())
-    )
+async def mark_workflow_started(db: Db, *, erasure_id: str) -> None:
+    conn = await session_conn(db)
+    await conn.run(_WORKFLOW_STARTED, {"id": erasure_id})
 
 
-async def unstarted(
-    db: AsyncSession, *, older_than: timedelta, limit: int = 50
-) -> list[ErasureRow]:
+_WORKFLOW_STARTED = """
+    UPDATE erasures SET workflow_started_at = now()
+    WHERE id = %(id)s AND workflow_started_at IS NULL
+"""
+
+
+async def unstarted(db: Db, *, older_than: timedelta, limit: int = 50) -> list[ErasureRow]:
     """Erasures whose workflow start was never confirmed (the API died after its commit)."""
+    conn = await session_conn(db)
     cutoff = datetime.now(UTC) - older_than
-    rows = await db.scalars(
-        select(Erasure)
-        .where(Erasure.workflow_started_at.is_(None), Erasure.requested_at < cutoff)
-        .order_by(Erasure.requested_at)
-        .limit(limit)
-    )
-    return [ErasureRow.of(row) for row in rows]
+    return await conn.rows(_UNSTARTED, {"cutoff": cutoff, "limit": limit}, ErasureRow)
 
 
-async def erase_batch(db: AsyncSession, *, erasure_id: str, table: str, limit: int) -> int:
+_UNSTARTED = f"""
+    SELECT {ErasureRow.COLUMNS} FROM erasures
+    WHERE workflow_started_at IS NULL AND requested_at < %(cutoff)s
+    ORDER BY requested_at LIMIT %(limit)s
+"""
+
+
+async def erase_batch(db: Db, *, erasure_id: str, table: str, limit: int) -> int:
     """One batch of the erasure's rows of `table`, counted on its receipt in the same
     transaction; how many rows went (0: the table holds none of the subject's rows)."""
     subject = await subject_of(db, erasure_id=erasure_id)
@@ -151,44 +177,49 @@ async def erase_batch(db: AsyncSession, *, erasure_id: str, table: str, limit: i
     return deleted
 
 
-async def set_count(db: AsyncSession, *, erasure_id: str, key: str, n: int) -> None:
+async def set_count(db: Db, *, erasure_id: str, key: str, n: int) -> None:
     """Set one count on the receipt (for what is counted whole, not batch by batch: the
     drafts an erasure set aside, store/lifecycle/eval_drafts.py)."""
-    await db.execute(_SET, {"id": erasure_id, "key": key, "n": n})
+    conn = await session_conn(db)
+    await conn.run(_SET, {"id": erasure_id, "key": key, "n": n})
 
 
-_SET = text(
-    "UPDATE erasures SET counts = jsonb_set(counts, ARRAY[CAST(:key AS text)], to_jsonb(:n))"
-    " WHERE id = :id"
-)
+_SET = """
+    UPDATE erasures SET counts = jsonb_set(counts, ARRAY[%(key)s::text], to_jsonb(%(n)s::int))
+    WHERE id = %(id)s
+"""
 
 
-async def _count(db: AsyncSession, *, erasure_id: str, counts: dict[str, int]) -> None:
+async def _count(db: Db, *, erasure_id: str, counts: dict[str, int]) -> None:
+    conn = await session_conn(db)
     for table, n in counts.items():
-        await db.execute(_ADD, {"id": erasure_id, "table": table, "n": n})
+        await conn.run(_ADD, {"id": erasure_id, "table": table, "n": n})
 
 
 # Adds to one table's count in the receipt's JSON, in place (concurrent batches never race:
 # one workflow runs one step at a time).
-_ADD = text(
-    "UPDATE erasures SET counts = jsonb_set(counts, ARRAY[CAST(:table AS text)],"
-    " to_jsonb(coalesce(CAST(counts ->> CAST(:table AS text) AS integer), 0) + :n))"
-    " WHERE id = :id"
-)
+_ADD = """
+    UPDATE erasures SET counts = jsonb_set(counts, ARRAY[%(table)s::text],
+        to_jsonb(coalesce((counts ->> %(table)s::text)::integer, 0) + %(n)s::int))
+    WHERE id = %(id)s
+"""
 
 
-async def finish(db: AsyncSession, *, erasure_id: str) -> ErasureRow | None:
-    """Close the erasure: the receipt stays, the ids in clear go."""
-    row = await db.get(Erasure, erasure_id, with_for_update=True)
-    if row is None:
-        return None
-    if row.status != ErasureStatus.done:
-        row.user_id = None
-        row.session_id = None
-        row.status = ErasureStatus.done
-        row.finished_at = datetime.now(UTC)
-        await db.flush()
-    return ErasureRow.of(row)
+async def finish(db: Db, *, erasure_id: str) -> ErasureRow | None:
+    """Close the erasure: the receipt stays, the ids in clear go. The update takes the row's
+    lock, so of two that race the second finds it done and answers the receipt."""
+    conn = await session_conn(db)
+    params = {"id": erasure_id, "done": ErasureStatus.done.value}
+    closed = await conn.row(_FINISH, params, ErasureRow)
+    return closed if closed is not None else await conn.row(_GET, params, ErasureRow)
+
+
+_FINISH = f"""
+    UPDATE erasures SET user_id = NULL, session_id = NULL, status = %(done)s,
+        finished_at = clock_timestamp()
+    WHERE id = %(id)s AND status <> %(done)s
+    RETURNING {ErasureRow.COLUMNS}
+"""
 
 
 def receipt_view(row: ErasureRow) -> dict[str, Any]:

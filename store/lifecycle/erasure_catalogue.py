@@ -17,11 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from parley.contracts import TERMINAL_TURN_STATES
 from parley.erasure import ErasureScope
+from parley.store.db import Db, session_conn
 
 # Tables that hold no user's rows: the tenant's own, knowledge documents (written by
 # operators), the schema's version, and the receipts themselves.
@@ -29,19 +27,22 @@ NOT_PERSONAL = frozenset(
     {"tenants", "knowledge_documents", "knowledge_chunks", "alembic_version", "erasures"}
 )
 
-# The subject's sessions and turns, as subqueries (bound: :tenant, :user, :session).
+# The subject's sessions and turns, as subqueries (bound: `tenant`, `user`, `session`).
 _SESSIONS = {
-    ErasureScope.user: "SELECT id FROM sessions WHERE tenant_id = :tenant AND user_id = :user",
+    ErasureScope.user: (
+        "SELECT id FROM sessions WHERE tenant_id = %(tenant)s AND user_id = %(user)s"
+    ),
     ErasureScope.session: (
-        "SELECT id FROM sessions WHERE id = :session AND tenant_id = :tenant AND user_id = :user"
+        "SELECT id FROM sessions"
+        " WHERE id = %(session)s AND tenant_id = %(tenant)s AND user_id = %(user)s"
     ),
 }
 _BY_SESSION = "session_id IN ({sessions})"
 _BY_TURN = "turn_id IN (SELECT id FROM turns WHERE session_id IN ({sessions}))"
-_BY_USER = "tenant_id = :tenant AND user_id = :user"
+_BY_USER = "tenant_id = %(tenant)s AND user_id = %(user)s"
 # A memory item remembers the event that wrote it: "message:<id>" or "action:<id>".
 _SOURCED_IN_SESSION = (
-    "tenant_id = :tenant AND user_id = :user AND ("
+    "tenant_id = %(tenant)s AND user_id = %(user)s AND ("
     " source IN (SELECT 'message:' || id FROM messages WHERE session_id IN ({sessions}))"
     " OR source IN (SELECT 'action:' || id FROM actions WHERE session_id IN ({sessions})))"
 )
@@ -84,12 +85,12 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry("memory_consents", _BY_USER, None),
     Entry("stream_leases", _BY_USER, None),
     # The rate counters name their user as "<tenant>/<user>" (store/limits.py).
-    Entry("usage_counters", "subject = :tenant || '/' || :user", None),
+    Entry("usage_counters", "subject = %(tenant)s || '/' || %(user)s", None),
     # An export archive holds every session of its user, so a deleted session takes the
     # user's archives with it (asking again writes one without it).
     Entry("exports", _BY_USER, _BY_USER),
     Entry("api_tokens", _BY_USER, None),
-    Entry("users", "tenant_id = :tenant AND id = :user", None),
+    Entry("users", "tenant_id = %(tenant)s AND id = %(user)s", None),
 )
 _ENTRIES = {entry.table: entry for entry in CATALOGUE}
 
@@ -108,91 +109,104 @@ class Subject:
         return {"tenant": self.tenant_id, "user": self.user_id, "session": self.session_id}
 
 
-async def tables_for(db: AsyncSession, *, scope: ErasureScope) -> list[str]:
+async def tables_for(db: Db, *, scope: ErasureScope) -> list[str]:
     """The catalogue's tables at this scope that exist in this database, in order."""
-    present = set(
-        await db.scalars(
-            text("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
-        )
-    )
+    conn = await session_conn(db)
+    present = {row.tablename for row in await conn.rows(_TABLES, {}, _Table)}
     return [e.table for e in CATALOGUE if e.where(scope) is not None and e.table in present]
 
 
-async def delete_batch(db: AsyncSession, *, subject: Subject, table: str, limit: int) -> int:
+@dataclass(frozen=True)
+class _Table:
+    tablename: str
+
+
+_TABLES = "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
+
+
+async def delete_batch(db: Db, *, subject: Subject, table: str, limit: int) -> int:
     """Delete up to `limit` of the subject's rows of `table`; how many went. Idempotent: it
     deletes what is still there, so a batch after a crash picks up where the last commit
     left off."""
     where = _ENTRIES[table].where(subject.scope)
     if where is None:
         return 0
+    conn = await session_conn(db)
     # The table name comes from the catalogue above, never from a caller's text.
-    statement = text(
+    statement = (
         f"DELETE FROM {table} WHERE ctid = ANY(ARRAY("
-        f"SELECT ctid FROM {table} WHERE {where} LIMIT :limit))"
+        f"SELECT ctid FROM {table} WHERE {where} LIMIT %(limit)s))"
     )
-    result = await db.execute(statement, {**subject.params, "limit": limit})
-    return int(result.rowcount)  # type: ignore[attr-defined]
+    return await conn.run(statement, {**subject.params, "limit": limit})
 
 
-async def erase_sourced_memory_copies(db: AsyncSession, *, subject: Subject) -> dict[str, int]:
+async def erase_sourced_memory_copies(db: Db, *, subject: Subject) -> dict[str, int]:
     """Before a session's memory items go: the copies made from them in the user's other
     sessions (pinned facts written with an item, summary versions that folded its hints),
     which the summary workflow rebuilds from the messages. Counted by table."""
+    conn = await session_conn(db)
     where = _ENTRIES["user_memory"].where(subject.scope)
     keys = f"SELECT key FROM user_memory WHERE {where}"
     owned = _SESSIONS[ErasureScope.user]
-    facts = await db.execute(
-        text(f"DELETE FROM pinned_facts WHERE session_id IN ({owned}) AND memory_key IN ({keys})"),
+    facts = await conn.run(
+        f"DELETE FROM pinned_facts WHERE session_id IN ({owned}) AND memory_key IN ({keys})",
         subject.params,
     )
-    summaries = await db.execute(
-        text(
-            f"DELETE FROM conversation_summaries WHERE session_id IN ({owned})"
-            f" AND memory_keys ?| ARRAY({keys})"
-        ),
+    summaries = await conn.run(
+        f"DELETE FROM conversation_summaries WHERE session_id IN ({owned})"
+        f" AND memory_keys ?| ARRAY({keys})",
         subject.params,
     )
-    return {
-        "pinned_facts": int(facts.rowcount),  # type: ignore[attr-defined]
-        "conversation_summaries": int(summaries.rowcount),  # type: ignore[attr-defined]
-    }
+    return {"pinned_facts": facts, "conversation_summaries": summaries}
 
 
-async def remaining(db: AsyncSession, *, subject: Subject, tables: list[str]) -> dict[str, int]:
+async def remaining(db: Db, *, subject: Subject, tables: list[str]) -> dict[str, int]:
     """The subject's rows still in each table (only those with any)."""
+    conn = await session_conn(db)
     left: dict[str, int] = {}
     for table in tables:
         where = _ENTRIES[table].where(subject.scope)
         if where is None:
             continue
-        count = await db.scalar(text(f"SELECT count(*) FROM {table} WHERE {where}"), subject.params)
+        count = await conn.value(f"SELECT count(*) FROM {table} WHERE {where}", subject.params)
         if count:
             left[table] = int(count)
     return left
 
 
+@dataclass(frozen=True)
+class _Owner:
+    id: str
+    session_id: str
+
+
 async def workflow_owners(
-    db: AsyncSession, *, subject: Subject, after: str, limit: int
+    db: Db, *, subject: Subject, after: str, limit: int
 ) -> list[tuple[str, str]]:
     """(turn id, session id) of the subject's turns after `after`, in id order: the ids
     their workflows were started under (a page at a time)."""
-    rows = await db.execute(
-        text(
-            f"SELECT id, session_id FROM turns WHERE ({_ENTRIES['turns'].where(subject.scope)})"
-            " AND id > :after ORDER BY id LIMIT :limit"
-        ),
-        {**subject.params, "after": after, "limit": limit},
+    conn = await session_conn(db)
+    statement = (
+        f"SELECT id, session_id FROM turns WHERE ({_ENTRIES['turns'].where(subject.scope)})"
+        " AND id > %(after)s ORDER BY id LIMIT %(limit)s"
     )
-    return [(str(turn_id), str(session_id)) for turn_id, session_id in rows]
+    rows = await conn.rows(statement, {**subject.params, "after": after, "limit": limit}, _Owner)
+    return [(row.id, row.session_id) for row in rows]
 
 
-async def unfinished_turns(db: AsyncSession, *, subject: Subject) -> list[str]:
+async def unfinished_turns(db: Db, *, subject: Subject) -> list[str]:
     """The subject's turns that have not ended."""
-    rows = await db.scalars(
-        text(
-            f"SELECT id FROM turns WHERE ({_ENTRIES['turns'].where(subject.scope)})"
-            " AND state <> ALL(:ended)"
-        ),
-        {**subject.params, "ended": sorted(TERMINAL_TURN_STATES)},
+    conn = await session_conn(db)
+    statement = (
+        f"SELECT id FROM turns WHERE ({_ENTRIES['turns'].where(subject.scope)})"
+        " AND state <> ALL(%(ended)s::text[])"
     )
-    return [str(turn_id) for turn_id in rows]
+    rows = await conn.rows(
+        statement, {**subject.params, "ended": sorted(TERMINAL_TURN_STATES)}, _Id
+    )
+    return [row.id for row in rows]
+
+
+@dataclass(frozen=True)
+class _Id:
+    id: str

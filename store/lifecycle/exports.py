@@ -9,30 +9,20 @@ purge deletes the row. Nothing here commits (see `store`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
-from sqlalchemy import Executable, and_, func, or_, select, update
-from sqlalchemy.ext.asyncio import AsyncSession
+from psycopg.types.json import Jsonb
 
 from parley.archive import ArchivedFile, ArchivedSession
 from parley.errors import ExportExpired, ExportNotReady, NotFound
 from parley.ids import new_id
 from parley.statuses import ExportState
-from parley.store.models import (
-    Action,
-    ChatSession,
-    Export,
-    Feedback,
-    MemoryConsent,
-    Message,
-    PinnedFactRow,
-    SessionFile,
-    User,
-    UserMemoryItem,
-)
-from parley.store.rows import typed_row
+from parley.store.db import Conn, Db, session_conn
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 EXPORT_NOT_FOUND = "export not found"
 # An export asked for again this soon after a finished one answers that one.
@@ -55,57 +45,61 @@ class ExportRow:
     expires_at: datetime
     finished_at: datetime | None
 
-
-def _row(export: Export) -> ExportRow:
-    return typed_row(ExportRow, export, counts=dict(export.counts or {}))
+    COLUMNS: ClassVar[str] = (
+        "id, tenant_id, user_id, state, sessions_total, sessions_done, counts,"
+        ' "bytes" AS size, created_at, expires_at, finished_at'
+    )
 
 
 async def request_export(
-    db: AsyncSession, *, tenant_id: str, user_id: str, ttl: timedelta
+    db: Db, *, tenant_id: str, user_id: str, ttl: timedelta
 ) -> tuple[ExportRow, bool]:
     """A new export of the user's data, valid for `ttl` from now; or the one of theirs still
     being written, or written within `REASK_WINDOW` (so asking twice, or a double click,
     writes one archive). Returns it and whether it is new."""
-    running = await db.scalar(
-        select(Export)
-        .where(
-            Export.tenant_id == tenant_id,
-            Export.user_id == user_id,
-            Export.expires_at > func.now(),
-            or_(
-                Export.state.in_([ExportState.pending, ExportState.running]),
-                and_(
-                    Export.state == ExportState.ready,
-                    Export.created_at > func.now() - REASK_WINDOW,
-                ),
-            ),
-        )
-        .order_by(Export.created_at.desc())
-        .limit(1)
-    )
+    conn = await session_conn(db)
+    owner = {"tenant_id": tenant_id, "user_id": user_id}
+    running = await conn.row(_RUNNING, {**owner, "reask": REASK_WINDOW}, ExportRow)
     if running is not None:
-        return _row(running), False
+        return running, False
     now = datetime.now(UTC)
-    export = Export(
-        id=new_id("exp"),
-        tenant_id=tenant_id,
-        user_id=user_id,
-        state=ExportState.pending,
-        counts={},
-        created_at=now,
-        expires_at=now + ttl,
-    )
-    db.add(export)
-    await db.flush()
-    return _row(export), True
+    params = {**owner, "id": new_id("exp"), "created_at": now, "expires_at": now + ttl}
+    export = await conn.row(_REQUEST, params, ExportRow)
+    assert export is not None
+    return export, True
 
 
-async def _owned(db: AsyncSession, *, tenant_id: str, user_id: str, export_id: str) -> Export:
-    export = await db.scalar(
-        select(Export).where(
-            Export.id == export_id, Export.tenant_id == tenant_id, Export.user_id == user_id
-        )
-    )
+_RUNNING = f"""
+    SELECT {ExportRow.COLUMNS} FROM exports
+    WHERE tenant_id = %(tenant_id)s AND user_id = %(user_id)s AND expires_at > now()
+        AND (state IN ('{ExportState.pending}', '{ExportState.running}')
+             OR (state = '{ExportState.ready}' AND created_at > now() - %(reask)s))
+    ORDER BY created_at DESC
+    LIMIT 1
+"""
+_REQUEST = f"""
+    INSERT INTO exports (id, tenant_id, user_id, state, sessions_total, sessions_done, counts,
+                         created_at, expires_at)
+    VALUES (%(id)s, %(tenant_id)s, %(user_id)s, '{ExportState.pending}', 0, 0, '{{}}',
+            %(created_at)s, %(expires_at)s)
+    RETURNING {ExportRow.COLUMNS}
+"""
+
+
+class _Expiring(Protocol):
+    @property
+    def expires_at(self) -> datetime: ...
+
+
+Owned = TypeVar("Owned", bound=_Expiring)
+
+
+async def _owned(
+    db: Db, sql: str, row: type[Owned], *, tenant_id: str, user_id: str, export_id: str
+) -> Owned:
+    conn = await session_conn(db)
+    params = {"id": export_id, "tenant_id": tenant_id, "user_id": user_id}
+    export = await conn.row(sql, params, row)
     if export is None:
         raise NotFound(EXPORT_NOT_FOUND)
     if export.expires_at <= datetime.now(UTC):
@@ -113,70 +107,93 @@ async def _owned(db: AsyncSession, *, tenant_id: str, user_id: str, export_id: s
     return export
 
 
-async def get_export(
-    db: AsyncSession, *, tenant_id: str, user_id: str, export_id: str
-) -> ExportRow:
+_OWNED = "WHERE id = %(id)s AND tenant_id = %(tenant_id)s AND user_id = %(user_id)s"
+_OWNED_EXPORT = f"SELECT {ExportRow.COLUMNS} FROM exports {_OWNED}"
+
+
+@dataclass(frozen=True)
+class _Archive:
+    state: str
+    archive: bytes | None
+    expires_at: datetime
+
+
+_OWNED_ARCHIVE = f"SELECT state, archive, expires_at FROM exports {_OWNED}"
+
+
+async def get_export(db: Db, *, tenant_id: str, user_id: str, export_id: str) -> ExportRow:
     """The owner's export and its progress (404 for anyone else, 410 once expired)."""
-    return _row(await _owned(db, tenant_id=tenant_id, user_id=user_id, export_id=export_id))
+    owner = {"tenant_id": tenant_id, "user_id": user_id, "export_id": export_id}
+    return await _owned(db, _OWNED_EXPORT, ExportRow, **owner)
 
 
-async def get_archive(db: AsyncSession, *, tenant_id: str, user_id: str, export_id: str) -> bytes:
+async def get_archive(db: Db, *, tenant_id: str, user_id: str, export_id: str) -> bytes:
     """The owner's finished archive (409 while it is written, 410 once expired)."""
-    export = await _owned(db, tenant_id=tenant_id, user_id=user_id, export_id=export_id)
+    owner = {"tenant_id": tenant_id, "user_id": user_id, "export_id": export_id}
+    export = await _owned(db, _OWNED_ARCHIVE, _Archive, **owner)
     if export.state != ExportState.ready or export.archive is None:
         raise ExportNotReady("the archive is not written yet", state=export.state)
     return export.archive
 
 
-async def read_export(db: AsyncSession, *, export_id: str) -> ExportRow:
+async def read_export(db: Db, *, export_id: str) -> ExportRow:
     """An export by id, whoever owns it (the workflow's activities and the operator CLI)."""
-    export = await db.get(Export, export_id)
+    conn = await session_conn(db)
+    export = await conn.row(_READ, {"id": export_id}, ExportRow)
     if export is None:
         raise NotFound(EXPORT_NOT_FOUND)
-    return _row(export)
+    return export
 
 
-async def read_archive(db: AsyncSession, *, export_id: str) -> bytes | None:
+_READ = f"SELECT {ExportRow.COLUMNS} FROM exports WHERE id = %(id)s"
+
+
+async def read_archive(db: Db, *, export_id: str) -> bytes | None:
     """An export's archive by id (the operator CLI), None until it is ready."""
-    return await db.scalar(select(Export.archive).where(Export.id == export_id))
+    conn = await session_conn(db)
+    archive = await conn.value("SELECT archive FROM exports WHERE id = %(id)s", {"id": export_id})
+    return bytes(archive) if archive is not None else None
 
 
-async def start_writing(db: AsyncSession, *, export_id: str, sessions_total: int) -> None:
-    await db.execute(
-        update(Export)
-        .where(Export.id == export_id)
-        .values(state=ExportState.running, sessions_total=sessions_total, sessions_done=0)
-    )
+async def start_writing(db: Db, *, export_id: str, sessions_total: int) -> None:
+    conn = await session_conn(db)
+    await conn.run(_START, {"id": export_id, "total": sessions_total})
 
 
-async def record_progress(db: AsyncSession, *, export_id: str, sessions_done: int) -> None:
-    await db.execute(
-        update(Export).where(Export.id == export_id).values(sessions_done=sessions_done)
-    )
+_START = f"""
+    UPDATE exports SET state = '{ExportState.running}', sessions_total = %(total)s,
+        sessions_done = 0
+    WHERE id = %(id)s
+"""
 
 
-async def finish_export(
-    db: AsyncSession, *, export_id: str, archive: bytes, counts: dict[str, int]
-) -> None:
-    await db.execute(
-        update(Export)
-        .where(Export.id == export_id)
-        .values(
-            state=ExportState.ready,
-            archive=archive,
-            size=len(archive),
-            counts=counts,
-            finished_at=func.now(),
-        )
-    )
+async def record_progress(db: Db, *, export_id: str, sessions_done: int) -> None:
+    conn = await session_conn(db)
+    await conn.run(_PROGRESS, {"id": export_id, "done": sessions_done})
 
 
-async def fail_export(db: AsyncSession, *, export_id: str) -> None:
-    await db.execute(
-        update(Export)
-        .where(Export.id == export_id)
-        .values(state=ExportState.failed, finished_at=func.now())
-    )
+_PROGRESS = "UPDATE exports SET sessions_done = %(done)s WHERE id = %(id)s"
+
+
+async def finish_export(db: Db, *, export_id: str, archive: bytes, counts: dict[str, int]) -> None:
+    conn = await session_conn(db)
+    params = {"id": export_id, "archive": archive, "size": len(archive), "counts": Jsonb(counts)}
+    await conn.run(_FINISH, params)
+
+
+_FINISH = f"""
+    UPDATE exports SET state = '{ExportState.ready}', archive = %(archive)s, "bytes" = %(size)s,
+        counts = %(counts)s, finished_at = now()
+    WHERE id = %(id)s
+"""
+
+
+async def fail_export(db: Db, *, export_id: str) -> None:
+    conn = await session_conn(db)
+    await conn.run(_FAIL, {"id": export_id})
+
+
+_FAIL = f"UPDATE exports SET state = '{ExportState.failed}', finished_at = now() WHERE id = %(id)s"
 
 
 # The reads that fill an archive.
@@ -186,120 +203,208 @@ def _iso(moment: datetime | None) -> str | None:
     return moment.isoformat() if moment is not None else None
 
 
-async def user_session_ids(db: AsyncSession, *, tenant_id: str, user_id: str) -> list[str]:
+@dataclass(frozen=True)
+class _Id:
+    id: str
+
+
+async def user_session_ids(db: Db, *, tenant_id: str, user_id: str) -> list[str]:
     """Every session of the user, deleted ones too (their rows are still held), oldest first."""
-    rows = await db.scalars(
-        select(ChatSession.id)
-        .where(ChatSession.tenant_id == tenant_id, ChatSession.user_id == user_id)
-        .order_by(ChatSession.created_at, ChatSession.id)
-    )
-    return list(rows)
+    conn = await session_conn(db)
+    rows = await conn.rows(_USER_SESSIONS, {"tenant_id": tenant_id, "user_id": user_id}, _Id)
+    return [row.id for row in rows]
 
 
-async def session_content(db: AsyncSession, *, session_id: str) -> ArchivedSession:
+_USER_SESSIONS = """
+    SELECT id FROM sessions WHERE tenant_id = %(tenant_id)s AND user_id = %(user_id)s
+    ORDER BY created_at, id
+"""
+
+
+@dataclass(frozen=True)
+class _Session:
+    id: str
+    created_at: datetime
+    deleted_at: datetime | None
+
+
+async def session_content(db: Db, *, session_id: str) -> ArchivedSession:
     """One session as the archive shows it."""
-    session = await db.get(ChatSession, session_id)
+    conn = await session_conn(db)
+    where = {"session_id": session_id}
+    session = await conn.row(_SESSION, where, _Session)
     if session is None:
         raise NotFound("session not found", session_id=session_id)
+    messages = await _archived(conn, _MESSAGES, where, _Message)
     return ArchivedSession(
         id=session.id,
         created_at=session.created_at.isoformat(),
         deleted_at=_iso(session.deleted_at),
-        messages=await _messages(db, session_id),
-        pinned_facts=await _pinned_facts(db, session_id),
-        actions=await _actions(db, session_id),
-        feedback=await _feedback(db, session_id),
-        files=await _files(db, session_id),
+        messages=[row | {"file_ids": list(row["file_ids"] or [])} for row in messages],
+        pinned_facts=await _archived(conn, _PINNED_FACTS, where, _PinnedFact),
+        actions=await _archived(conn, _ACTIONS, where, _Action),
+        feedback=await _archived(conn, _FEEDBACK, where, _Feedback),
+        files=[
+            ArchivedFile(f.id, f.name, f.content_type, bytes(f.content), f.created_at.isoformat())
+            for f in await conn.rows(_FILES, where, _File)
+        ],
     )
 
 
-async def _messages(db: AsyncSession, session_id: str) -> list[dict[str, Any]]:
-    m = Message
-    columns = (m.id, m.seq, m.role, m.status, m.text, m.created_at, m.file_ids, m.replaced_by)
-    rows = await _archived(db, select(*columns).where(m.session_id == session_id).order_by(m.seq))
-    return [row | {"file_ids": list(row["file_ids"] or [])} for row in rows]
+_SESSION = "SELECT id, created_at, deleted_at FROM sessions WHERE id = %(session_id)s"
 
 
-async def _pinned_facts(db: AsyncSession, session_id: str) -> list[dict[str, Any]]:
-    f = PinnedFactRow
-    columns = (f.key, f.value, f.source_seq, f.updated_at)
-    return await _archived(db, select(*columns).where(f.session_id == session_id).order_by(f.key))
+# A session's rows of one table as the archive holds them: each selected column under its
+# name (the fields below, in order), a time in ISO 8601.
+@dataclass(frozen=True)
+class _Message:
+    id: str
+    seq: int
+    role: str
+    status: str
+    text: str
+    created_at: datetime
+    file_ids: list[str] | None
+    replaced_by: str | None
 
 
-async def _actions(db: AsyncSession, session_id: str) -> list[dict[str, Any]]:
-    a = Action
-    recipient = a.recipient_masked.label("recipient")
-    columns = (a.id, a.tool, a.summary, recipient, a.status, a.decline_reason)
-    query = select(*columns, a.created_at, a.resolved_at).where(a.session_id == session_id)
-    return await _archived(db, query.order_by(a.created_at))
+_MESSAGES = """
+    SELECT id, seq, role, status, text, created_at, file_ids, replaced_by
+    FROM messages WHERE session_id = %(session_id)s ORDER BY seq
+"""
 
 
-async def _feedback(db: AsyncSession, session_id: str) -> list[dict[str, Any]]:
-    f = Feedback
-    columns = (f.message_id, f.rating, f.comment, f.created_at, f.updated_at)
-    query = select(*columns).where(f.session_id == session_id).order_by(f.created_at)
-    return await _archived(db, query)
+@dataclass(frozen=True)
+class _PinnedFact:
+    key: str
+    value: str
+    source_seq: int | None
+    updated_at: datetime
 
 
-async def _archived(db: AsyncSession, query: Executable) -> list[dict[str, Any]]:
-    """A session's rows of one table as the archive holds them: each selected column under
-    its name, a time in ISO 8601."""
-    rows = (await db.execute(query)).mappings()
+_PINNED_FACTS = """
+    SELECT key, value, source_seq, updated_at
+    FROM pinned_facts WHERE session_id = %(session_id)s ORDER BY key
+"""
+
+
+@dataclass(frozen=True)
+class _Action:
+    id: str
+    tool: str
+    summary: str
+    recipient: str | None
+    status: str
+    decline_reason: str | None
+    created_at: datetime
+    resolved_at: datetime | None
+
+
+_ACTIONS = """
+    SELECT id, tool, summary, recipient_masked AS recipient, status, decline_reason,
+        created_at, resolved_at
+    FROM actions WHERE session_id = %(session_id)s ORDER BY created_at
+"""
+
+
+@dataclass(frozen=True)
+class _Feedback:
+    message_id: str
+    rating: str
+    comment: str | None
+    created_at: datetime
+    updated_at: datetime
+
+
+_FEEDBACK = """
+    SELECT message_id, rating, comment, created_at, updated_at
+    FROM feedback WHERE session_id = %(session_id)s ORDER BY created_at
+"""
+
+Archived = TypeVar("Archived", bound="DataclassInstance")
+
+
+async def _archived(
+    conn: Conn, sql: str, params: dict[str, Any], row: type[Archived]
+) -> list[dict[str, Any]]:
+    found = await conn.rows(sql, params, row)
     return [
-        {key: _iso(v) if isinstance(v, datetime) else v for key, v in row.items()} for row in rows
+        {k: _iso(v) if isinstance(v, datetime) else v for k, v in asdict(r).items()} for r in found
     ]
 
 
-async def _files(db: AsyncSession, session_id: str) -> list[ArchivedFile]:
-    rows = await db.scalars(
-        select(SessionFile)
-        .where(SessionFile.session_id == session_id)
-        .order_by(SessionFile.created_at, SessionFile.id)
-    )
-    return [
-        ArchivedFile(f.id, f.name, f.content_type, f.content, f.created_at.isoformat())
-        for f in rows
-    ]
+@dataclass(frozen=True)
+class _File:
+    id: str
+    name: str
+    content_type: str
+    content: bytes
+    created_at: datetime
+
+
+_FILES = """
+    SELECT id, name, content_type, content, created_at
+    FROM files WHERE session_id = %(session_id)s ORDER BY created_at, id
+"""
+
+
+@dataclass(frozen=True)
+class _MemoryItem:
+    key: str
+    value: str
+    source: str
+    created_at: datetime
+    expires_at: datetime | None
+    # Where the message that wrote it is (None: an action wrote it, or the message is gone).
+    message_session_id: str | None
+    message_seq: int | None
 
 
 async def memory_content(
-    db: AsyncSession, *, tenant_id: str, user_id: str
+    db: Db, *, tenant_id: str, user_id: str
 ) -> tuple[bool, list[dict[str, Any]]]:
     """The user's consent and every remembered item held for them, each with its source (the
     message or action that wrote it, and for a message where it is)."""
-    consent = await db.scalar(
-        select(MemoryConsent.consent).where(
-            MemoryConsent.tenant_id == tenant_id, MemoryConsent.user_id == user_id
-        )
-    )
-    rows = await db.scalars(
-        select(UserMemoryItem)
-        .where(UserMemoryItem.tenant_id == tenant_id, UserMemoryItem.user_id == user_id)
-        .order_by(UserMemoryItem.key)
-    )
-    items = []
-    for item in rows:
-        kind, _, ref = item.source.partition(":")
-        where = None
-        if kind == "message":
-            found = (
-                await db.execute(select(Message.session_id, Message.seq).where(Message.id == ref))
-            ).first()
-            where = {"session_id": found[0], "seq": found[1]} if found else None
-        items.append(
-            {
-                "key": item.key,
-                "value": item.value,
-                "source": item.source,
-                "source_message": where,
-                "created_at": _iso(item.created_at),
-                "expires_at": _iso(item.expires_at),
-            }
-        )
+    conn = await session_conn(db)
+    owner = {"tenant_id": tenant_id, "user_id": user_id}
+    consent = await conn.value(_CONSENT, owner)
+    items = [
+        {
+            "key": item.key,
+            "value": item.value,
+            "source": item.source,
+            "source_message": (
+                {"session_id": item.message_session_id, "seq": item.message_seq}
+                if item.message_session_id is not None
+                else None
+            ),
+            "created_at": _iso(item.created_at),
+            "expires_at": _iso(item.expires_at),
+        }
+        for item in await conn.rows(_MEMORY, owner, _MemoryItem)
+    ]
     return bool(consent), items
 
 
-async def user_exists(db: AsyncSession, *, tenant_id: str, user_id: str) -> bool:
+_CONSENT = """
+    SELECT consent FROM memory_consents WHERE tenant_id = %(tenant_id)s AND user_id = %(user_id)s
+"""
+# A memory item's source is "message:<id>" or "action:<id>".
+_MEMORY = """
+    SELECT um.key, um.value, um.source, um.created_at, um.expires_at,
+        m.session_id AS message_session_id, m.seq AS message_seq
+    FROM user_memory um
+    LEFT JOIN messages m ON left(um.source, 8) = 'message:' AND m.id = substr(um.source, 9)
+    WHERE um.tenant_id = %(tenant_id)s AND um.user_id = %(user_id)s
+    ORDER BY um.key
+"""
+
+
+async def user_exists(db: Db, *, tenant_id: str, user_id: str) -> bool:
     """Whether the user is known (the operator CLI refuses to export nobody)."""
-    found = await db.scalar(select(User.id).where(User.tenant_id == tenant_id, User.id == user_id))
+    conn = await session_conn(db)
+    found = await conn.value(_USER, {"tenant_id": tenant_id, "user_id": user_id})
     return found is not None
+
+
+_USER = "SELECT 1 FROM users WHERE tenant_id = %(tenant_id)s AND id = %(user_id)s"

@@ -25,36 +25,25 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Text, cast, delete, exists, func, or_, select, text, update
-from sqlalchemy.dialects.postgresql import ARRAY
-from sqlalchemy.ext.asyncio import AsyncSession
+from psycopg.types.json import Jsonb
 
 from parley.errors import NotFound, TurnInProgress
 from parley.forgetting import Forgotten, Scrubber, emptied_event, needles_of
 from parley.store import embeddings as embedding_store
 from parley.store import summaries
+from parley.store.db import Conn, Db, session_conn
 from parley.store.identity import Identity
-from parley.store.models import (
-    ChatSession,
-    ConversationSummary,
-    Feedback,
-    Message,
-    ModelCall,
-    PinnedFactRow,
-    ResultSet,
-    ToolCall,
-    TraceSpan,
-    Turn,
-    TurnEvent,
-    UserMemoryItem,
-)
-from parley.store.sessions import lock_session
+from parley.store.sessions import lock_session_row
 
 MESSAGE_NOT_FOUND = "message not found"
 # Event types that can carry a forgotten message's text (parley/forgetting.py `emptied_event`).
 _TEXT_EVENTS = (
     *("delta", "done", "cancelled", "retracted"),
     *("clarification", "interaction", "followups"),
+)
+# The owner's sessions, as a subquery (bound: `tenant_id`, `user_id`).
+_OWNED_SESSIONS = (
+    "SELECT id FROM sessions WHERE tenant_id = %(tenant_id)s AND user_id = %(user_id)s"
 )
 
 
@@ -82,17 +71,27 @@ class _Doomed:
     summarized: set[str] = field(default_factory=set)
     memory_keys: list[str] = field(default_factory=list)
 
+    @property
+    def owner_params(self) -> dict[str, str]:
+        return {"tenant_id": self.owner.tenant_id, "user_id": self.owner.user_id}
 
-async def forget_message(
-    db: AsyncSession, *, owner: Identity, session_id: str, message_id: str
-) -> Withdrawn:
+
+@dataclass(frozen=True)
+class _Message:
+    id: str
+    session_id: str
+    role: str
+    turn_id: str | None
+    tool_calls: Any
+
+
+async def forget_message(db: Db, *, owner: Identity, session_id: str, message_id: str) -> Withdrawn:
     """Forget the owner's message and every copy of it (`NotFound` for a message that is not
     in the owner's session, or was forgotten already; `TurnInProgress` while a turn of the
     session runs: its prompt may hold the message and its answer is still being written)."""
-    session = await lock_session(db, owner=owner, session_id=session_id)
-    message = await db.scalar(
-        select(Message).where(Message.id == message_id, Message.session_id == session_id)
-    )
+    session = await lock_session_row(db, owner=owner, session_id=session_id)
+    conn = await session_conn(db)
+    message = await conn.row(_MESSAGE, {"id": message_id, "session_id": session_id}, _Message)
     if message is None:
         raise NotFound(MESSAGE_NOT_FOUND)
     if session.active_turn_id is not None:
@@ -103,35 +102,51 @@ async def forget_message(
     # A summary pass that read the message before this commits is refused at its save
     # (`forgotten_meanwhile`), under the lock its save takes.
     await summaries.lock_session_memory(db, session_id=session_id)
-    doomed = await _gather(db, owner, message)
+    doomed = await _gather(conn, owner, message)
     removed = Forgotten()
-    removed = replace(removed, **await _memory(db, doomed))
-    removed = replace(removed, summaries=await _summaries(db, doomed))
-    removed = replace(removed, events=await _events(db, doomed))
-    removed = replace(removed, **await _records(db, doomed, Scrubber(doomed.needles)))
-    removed = replace(removed, **await _rows(db, doomed))
+    removed = replace(removed, **await _memory(conn, doomed))
+    removed = replace(removed, summaries=await _summaries(conn, doomed))
+    removed = replace(removed, events=await _events(conn, doomed))
+    removed = replace(removed, **await _records(conn, doomed, Scrubber(doomed.needles)))
+    removed = replace(removed, **await _rows(conn, doomed))
     return Withdrawn(sorted(doomed.ids), removed, sorted(doomed.summarized))
 
 
-async def _gather(db: AsyncSession, owner: Identity, message: Message) -> _Doomed:
+_MESSAGE = """
+    SELECT id, session_id, role, turn_id, tool_calls FROM messages
+    WHERE id = %(id)s AND session_id = %(session_id)s
+"""
+
+
+@dataclass(frozen=True)
+class _Id:
+    id: str
+
+
+@dataclass(frozen=True)
+class _Going:
+    id: str
+    seq: int
+    text: str | None
+    turn_id: str | None
+    created_at: datetime
+
+
+async def _gather(conn: Conn, owner: Identity, message: _Message) -> _Doomed:
     """The messages that go: a user message's exchange (every turn that answered it, a retry
     included), a tool round's messages together (a call is never left without its result, nor
     a result without its call: a provider refuses either), or an answer alone."""
     exchange: set[str] = set()
     if message.role == "user":
-        answered = await db.scalars(select(Turn.id).where(Turn.user_message_id == message.id))
-        exchange = set(answered)
-    going = or_(Message.id == message.id, Message.turn_id.in_(exchange))
-    if message.turn_id and (message.role == "tool" or message.tool_calls):
-        in_round = (Message.role == "tool") | (func.jsonb_typeof(Message.tool_calls) == "array")
-        going = or_(going, (Message.turn_id == message.turn_id) & in_round)
-    rows = (
-        await db.execute(
-            select(Message.id, Message.seq, Message.text, Message.turn_id, Message.created_at)
-            .where(Message.session_id == message.session_id)
-            .where(going)
-        )
-    ).all()
+        exchange = {row.id for row in await conn.rows(_ANSWERED, {"id": message.id}, _Id)}
+    params = {
+        "id": message.id,
+        "session_id": message.session_id,
+        "exchange": sorted(exchange),
+        "turn_id": message.turn_id,
+        "round": bool(message.turn_id and (message.role == "tool" or message.tool_calls)),
+    }
+    rows = await conn.rows(_GOING, params, _Going)
     return _Doomed(
         owner=owner,
         session_id=message.session_id,
@@ -144,74 +159,78 @@ async def _gather(db: AsyncSession, owner: Identity, message: Message) -> _Doome
     )
 
 
-def _owned_sessions(owner: Identity) -> Any:
-    return select(ChatSession.id).where(
-        ChatSession.tenant_id == owner.tenant_id, ChatSession.user_id == owner.user_id
-    )
+_ANSWERED = "SELECT id FROM turns WHERE user_message_id = %(id)s"
+# The message, its exchange's messages, and (`round`) its tool round's.
+_GOING = """
+    SELECT id, seq, text, turn_id, created_at FROM messages
+    WHERE session_id = %(session_id)s
+        AND (id = %(id)s
+             OR turn_id = ANY(%(exchange)s::text[])
+             OR (%(round)s AND turn_id = %(turn_id)s
+                 AND (role = 'tool' OR jsonb_typeof(tool_calls) = 'array')))
+"""
 
 
-async def _memory(db: AsyncSession, doomed: _Doomed) -> dict[str, int]:
+@dataclass(frozen=True)
+class _Item:
+    key: str
+    value: str
+
+
+@dataclass(frozen=True)
+class _Value:
+    value: str
+
+
+async def _memory(conn: Conn, doomed: _Doomed) -> dict[str, int]:
     """Consented memory items a forgotten message wrote, and every pinned fact stated at a
     forgotten seq or written with such an item (in any of the owner's sessions)."""
-    items = (
-        await db.execute(
-            delete(UserMemoryItem)
-            .where(
-                UserMemoryItem.tenant_id == doomed.owner.tenant_id,
-                UserMemoryItem.user_id == doomed.owner.user_id,
-                UserMemoryItem.source.in_([f"message:{i}" for i in doomed.ids]),
-            )
-            .returning(UserMemoryItem.key, UserMemoryItem.value)
-        )
-    ).all()
+    sources = [f"message:{i}" for i in sorted(doomed.ids)]
+    items = await conn.rows(_ITEMS, {**doomed.owner_params, "sources": sources}, _Item)
     keys = [r.key for r in items]
     doomed.needles.update(r.value for r in items)
-    stated_here = (PinnedFactRow.session_id == doomed.session_id) & PinnedFactRow.source_seq.in_(
-        doomed.seqs
-    )
-    with_item = PinnedFactRow.session_id.in_(_owned_sessions(doomed.owner)) & (
-        PinnedFactRow.memory_key.in_(keys)
-    )
-    facts = (
-        await db.execute(
-            delete(PinnedFactRow)
-            .where(or_(stated_here, with_item) if keys else stated_here)
-            .returning(PinnedFactRow.value)
-        )
-    ).all()
+    params = {
+        **doomed.owner_params,
+        "session_id": doomed.session_id,
+        "seqs": doomed.seqs,
+        "keys": keys,
+    }
+    facts = await conn.rows(_FACTS, params, _Value)
     doomed.needles.update(r.value for r in facts)
     doomed.memory_keys = keys
     return {"memory_items": len(items), "pinned_facts": len(facts)}
 
 
-async def _summaries(db: AsyncSession, doomed: _Doomed) -> int:
+_ITEMS = """
+    DELETE FROM user_memory
+    WHERE tenant_id = %(tenant_id)s AND user_id = %(user_id)s AND source = ANY(%(sources)s::text[])
+    RETURNING key, value
+"""
+_FACTS = f"""
+    DELETE FROM pinned_facts
+    WHERE (session_id = %(session_id)s AND source_seq = ANY(%(seqs)s::int[]))
+        OR (session_id IN ({_OWNED_SESSIONS}) AND memory_key = ANY(%(keys)s::text[]))
+    RETURNING value
+"""
+
+
+@dataclass(frozen=True)
+class _Summary:
+    session_id: str
+    lines: list[dict[str, Any]]
+
+
+async def _summaries(conn: Conn, doomed: _Doomed) -> int:
     """Every summary version that folded a forgotten seq (a version older than the record of
     its seqs: any that reaches one), or that carried a forgotten memory item's hint."""
-    seqs = func.jsonb_array_elements(ConversationSummary.folded_seqs).table_valued("value")
-    folded = exists(
-        select(1)
-        .select_from(seqs)
-        .where(cast(seqs.c.value, Text).in_([str(s) for s in doomed.seqs]))
-    )
-    legacy = ConversationSummary.folded_seqs.is_(None) & (
-        ConversationSummary.through_seq >= doomed.seqs[0]
-    )
-    condition: ColumnElement[bool] = (ConversationSummary.session_id == doomed.session_id) & (
-        folded | legacy
-    )
-    keys = doomed.memory_keys
-    if keys:
-        condition = condition | (
-            ConversationSummary.session_id.in_(_owned_sessions(doomed.owner))
-            & ConversationSummary.memory_keys.has_any(cast(keys, ARRAY(Text)))
-        )
-    gone = (
-        await db.execute(
-            delete(ConversationSummary)
-            .where(condition)
-            .returning(ConversationSummary.session_id, ConversationSummary.lines)
-        )
-    ).all()
+    params = {
+        **doomed.owner_params,
+        "session_id": doomed.session_id,
+        "seqs": [str(s) for s in doomed.seqs],
+        "first": doomed.seqs[0],
+        "keys": doomed.memory_keys,
+    }
+    gone = await conn.rows(_SUMMARIES, params, _Summary)
     wanted = set(doomed.seqs)
     for row in gone:
         doomed.summarized.add(row.session_id)
@@ -220,86 +239,127 @@ async def _summaries(db: AsyncSession, doomed: _Doomed) -> int:
     return len(gone)
 
 
-async def _events(db: AsyncSession, doomed: _Doomed) -> int:
+_SUMMARIES = f"""
+    DELETE FROM conversation_summaries
+    WHERE (session_id = %(session_id)s
+           AND (EXISTS (SELECT 1 FROM jsonb_array_elements(folded_seqs) AS s(value)
+                        WHERE s.value::text = ANY(%(seqs)s::text[]))
+                OR (folded_seqs IS NULL AND through_seq >= %(first)s)))
+        OR (session_id IN ({_OWNED_SESSIONS}) AND memory_keys ?| %(keys)s::text[])
+    RETURNING session_id, lines
+"""
+
+
+@dataclass(frozen=True)
+class _Event:
+    turn_id: str
+    id: int
+    type: str
+    data: dict[str, Any]
+
+
+async def _events(conn: Conn, doomed: _Doomed) -> int:
     """The events that streamed a forgotten message, emptied of text in place (their ids and
     order stay, so a replay from any id is still whole)."""
-    rows = (
-        await db.execute(
-            select(TurnEvent.turn_id, TurnEvent.id, TurnEvent.type, TurnEvent.data).where(
-                TurnEvent.turn_id.in_(doomed.turn_ids), TurnEvent.type.in_(_TEXT_EVENTS)
-            )
-        )
-    ).all()
+    params = {"turn_ids": sorted(doomed.turn_ids), "types": list(_TEXT_EVENTS)}
     changed = 0
-    for row in rows:
+    for row in await conn.rows(_EVENTS, params, _Event):
         whole = row.turn_id in doomed.exchange_turns
         emptied = emptied_event(row.type, row.data, doomed.ids, whole_turn=whole)
         if emptied is None or emptied == row.data:
             continue
-        await db.execute(
-            update(TurnEvent)
-            .where(TurnEvent.turn_id == row.turn_id, TurnEvent.id == row.id)
-            .values(data=emptied)
-        )
+        await conn.run(_EMPTY_EVENT, {"turn_id": row.turn_id, "id": row.id, "data": Jsonb(emptied)})
         changed += 1
     return changed
 
 
-async def _records(db: AsyncSession, doomed: _Doomed, scrub: Scrubber) -> dict[str, int]:
+_EVENTS = """
+    SELECT turn_id, id, type, data FROM turn_events
+    WHERE turn_id = ANY(%(turn_ids)s::text[]) AND type = ANY(%(types)s::text[])
+"""
+_EMPTY_EVENT = "UPDATE turn_events SET data = %(data)s WHERE turn_id = %(turn_id)s AND id = %(id)s"
+# The records a forgotten text may be copied into: the kind counted, the table, the columns
+# scrubbed (JSON, but for the one text column below).
+_RECORDS = (
+    ("prompts", "model_calls", ("request", "response_text", "response_tool_calls")),
+    ("tool_calls", "tool_calls", ("arguments", "result")),
+    ("result_sets", "result_sets", ("query", "rows")),
+    ("trace_spans", "trace_spans", ("attrs",)),
+)
+_TEXT_COLUMNS = frozenset({"response_text"})
+
+
+@dataclass(frozen=True)
+class _Record:
+    id: str | int
+    # The scrubbed columns' values, in order (a text column as a JSON string).
+    values: list[Any]
+
+
+async def _records(conn: Conn, doomed: _Doomed, scrub: Scrubber) -> dict[str, int]:
     """Prompts, tool calls, result sets and trace spans of the owner's turns since the first
     forgotten message, with every needle replaced."""
     if not scrub:
         return {}
-    turns = select(Turn.id).where(
-        Turn.tenant_id == doomed.owner.tenant_id,
-        Turn.user_id == doomed.owner.user_id,
-        Turn.created_at >= doomed.since,
-    )
+    params = {**doomed.owner_params, "since": doomed.since}
     counts = {}
-    for kind, table, key, columns in (
-        ("prompts", ModelCall, ModelCall.id, ("request", "response_text", "response_tool_calls")),
-        ("tool_calls", ToolCall, ToolCall.id, ("arguments", "result")),
-        ("result_sets", ResultSet, ResultSet.id, ("query", "rows")),
-        ("trace_spans", TraceSpan, TraceSpan.id, ("attrs",)),
-    ):
-        selected = [key, *(getattr(table, c) for c in columns)]
-        rows = (await db.execute(select(*selected).where(table.turn_id.in_(turns)))).all()
+    for kind, table, columns in _RECORDS:
+        # Table and column names come from `_RECORDS`, never from a caller's text.
+        rows = await conn.rows(
+            f"SELECT id, jsonb_build_array({', '.join(columns)}) AS values FROM {table}"
+            f" WHERE turn_id IN ({_SINCE})",
+            params,
+            _Record,
+        )
         changed = 0
         for row in rows:
-            values = {c: scrub.json(row[i + 1]) for i, c in enumerate(columns)}
-            values = {c: v for i, (c, v) in enumerate(values.items()) if v != row[i + 1]}
+            values: dict[str, Any] = {}
+            for column, old in zip(columns, row.values, strict=True):
+                if (new := scrub.json(old)) != old:
+                    values[column] = new if column in _TEXT_COLUMNS else Jsonb(new)
             if values:
-                await db.execute(update(table).where(key == row[0]).values(**values))
+                sets = ", ".join(f"{c} = %({c})s" for c in values)
+                await conn.run(
+                    f"UPDATE {table} SET {sets} WHERE id = %(id)s", {**values, "id": row.id}
+                )
                 changed += 1
         counts[kind] = changed
     return counts
 
 
-async def _rows(db: AsyncSession, doomed: _Doomed) -> dict[str, int]:
+_SINCE = """
+    SELECT id FROM turns
+    WHERE tenant_id = %(tenant_id)s AND user_id = %(user_id)s AND created_at >= %(since)s
+"""
+
+
+async def _rows(conn: Conn, doomed: _Doomed) -> dict[str, int]:
     """The messages themselves, with their embeddings and the feedback on them."""
-    ids = sorted(doomed.ids)
+    ids = {"ids": sorted(doomed.ids)}
     embeddings = 0
-    if await embedding_store.available(db):
-        result = await db.execute(
-            text("DELETE FROM message_embeddings WHERE message_id = ANY(:ids)"), {"ids": ids}
-        )
-        embeddings = int(getattr(result, "rowcount", 0) or 0)
-    feedback = await db.execute(delete(Feedback).where(Feedback.message_id.in_(ids)))
-    messages = await db.execute(delete(Message).where(Message.id.in_(ids)))
+    if await embedding_store.available(conn):
+        embeddings = await conn.run(_EMBEDDINGS, ids)
     return {
         "embeddings": embeddings,
-        "feedback": int(getattr(feedback, "rowcount", 0) or 0),
-        "messages": int(getattr(messages, "rowcount", 0) or 0),
+        "feedback": await conn.run(_FEEDBACK, ids),
+        "messages": await conn.run(_MESSAGES, ids),
     }
 
 
-async def forgotten_meanwhile(db: AsyncSession, *, session_id: str, seqs: Iterable[int]) -> bool:
+_EMBEDDINGS = "DELETE FROM message_embeddings WHERE message_id = ANY(%(ids)s::text[])"
+_FEEDBACK = "DELETE FROM feedback WHERE message_id = ANY(%(ids)s::text[])"
+_MESSAGES = "DELETE FROM messages WHERE id = ANY(%(ids)s::text[])"
+
+
+async def forgotten_meanwhile(db: Db, *, session_id: str, seqs: Iterable[int]) -> bool:
     """Whether any of these seqs of the session is no longer stored (forgotten since a summary
     pass read them): that pass must not save what it wrote from them."""
+    conn = await session_conn(db)
     wanted = sorted(set(seqs))
-    stored = await db.scalar(
-        select(func.count())
-        .select_from(Message)
-        .where(Message.session_id == session_id, Message.seq.in_(wanted))
-    )
+    stored = await conn.value(_STORED, {"session_id": session_id, "seqs": wanted})
     return int(stored or 0) < len(wanted)
+
+
+_STORED = """
+    SELECT count(*) FROM messages WHERE session_id = %(session_id)s AND seq = ANY(%(seqs)s::int[])
+"""

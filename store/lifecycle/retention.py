@@ -12,12 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-
-from sqlalchemy import select, text
-from sqlalchemy.ext.asyncio import AsyncSession
+from typing import Any
 
 from parley.retention import RetentionPeriods
-from parley.store.models import Tenant
+from parley.store.db import Db, session_conn
 from parley.tenancy import TenantConfig
 
 
@@ -40,7 +38,7 @@ class _Expiry:
             owners = {"session_id": "sessions", "turn_id": "turns"}[self.owner]
             rows, tenant = f"{rows} JOIN {owners} o ON o.id = x.{self.owner}", "o.tenant_id"
         keep = f" AND {self.keep}" if self.keep else ""
-        where = f"{tenant} = :tenant AND x.{self.stamp} < :cutoff{keep}"
+        where = f"{tenant} = %(tenant)s AND x.{self.stamp} < %(cutoff)s{keep}"
         return f"SELECT x.ctid FROM {rows} WHERE {where}"
 
 
@@ -74,7 +72,7 @@ _EXPIRED: dict[str, str] = {
     "feedback": """
         SELECT f.ctid FROM feedback f JOIN messages m ON m.id = f.message_id
         JOIN sessions s ON s.id = m.session_id
-        WHERE s.tenant_id = :tenant AND m.created_at < :cutoff""",
+        WHERE s.tenant_id = %(tenant)s AND m.created_at < %(cutoff)s""",
     **{table: expiry.select(table) for table, expiry in _EXPIRIES.items()},
 }
 PURGEABLE = frozenset(_EXPIRED)
@@ -86,24 +84,33 @@ class TenantRetention:
     periods: RetentionPeriods
 
 
-async def tenants_to_purge(db: AsyncSession, *, tenant_id: str | None) -> list[TenantRetention]:
+async def tenants_to_purge(db: Db, *, tenant_id: str | None) -> list[TenantRetention]:
     """Every tenant (or the one named) with its configured periods (unset: the defaults)."""
-    query = select(Tenant.id, Tenant.config).order_by(Tenant.id)
-    if tenant_id is not None:
-        query = query.where(Tenant.id == tenant_id)
+    conn = await session_conn(db)
     out = []
-    for row in await db.execute(query):
+    for row in await conn.rows(_TENANTS, {"tenant_id": tenant_id}, _TenantConfig):
         config = TenantConfig.model_validate(row.config or {})
         out.append(TenantRetention(row.id, config.retention or RetentionPeriods()))
     return out
 
 
-async def purge_batch(
-    db: AsyncSession, *, tenant_id: str, table: str, cutoff: datetime, limit: int
-) -> int:
+@dataclass(frozen=True)
+class _TenantConfig:
+    id: str
+    config: dict[str, Any] | None
+
+
+_TENANTS = """
+    SELECT id, config FROM tenants
+    WHERE %(tenant_id)s::text IS NULL OR id = %(tenant_id)s
+    ORDER BY id
+"""
+
+
+async def purge_batch(db: Db, *, tenant_id: str, table: str, cutoff: datetime, limit: int) -> int:
     """Delete at most `limit` of the tenant's rows of `table` older than `cutoff`; how many."""
     if table not in _EXPIRED:
         raise ValueError(f"not a purgeable table: {table!r}")
-    statement = text(f"DELETE FROM {table} WHERE ctid = ANY(ARRAY({_EXPIRED[table]} LIMIT :limit))")
-    result = await db.execute(statement, {"tenant": tenant_id, "cutoff": cutoff, "limit": limit})
-    return int(result.rowcount)  # type: ignore[attr-defined]
+    conn = await session_conn(db)
+    statement = f"DELETE FROM {table} WHERE ctid = ANY(ARRAY({_EXPIRED[table]} LIMIT %(limit)s))"
+    return await conn.run(statement, {"tenant": tenant_id, "cutoff": cutoff, "limit": limit})
