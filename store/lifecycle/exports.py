@@ -9,9 +9,9 @@ purge deletes the row. Nothing here commits (see `store`).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from psycopg.types.json import Jsonb
 
@@ -20,9 +20,6 @@ from parley.errors import ExportExpired, ExportNotReady, NotFound
 from parley.ids import new_id
 from parley.statuses import ExportState
 from parley.store.db import Conn, Db, session_conn
-
-if TYPE_CHECKING:
-    from _typeshed import DataclassInstance
 
 EXPORT_NOT_FOUND = "export not found"
 # An export asked for again this soon after a finished one answers that one.
@@ -235,15 +232,15 @@ async def session_content(db: Db, *, session_id: str) -> ArchivedSession:
     session = await conn.row(_SESSION, where, _Session)
     if session is None:
         raise NotFound("session not found", session_id=session_id)
-    messages = await _archived(conn, _MESSAGES, where, _Message)
+    messages = await _archived(conn, _MESSAGES, where)
     return ArchivedSession(
         id=session.id,
         created_at=session.created_at.isoformat(),
         deleted_at=_iso(session.deleted_at),
         messages=[row | {"file_ids": list(row["file_ids"] or [])} for row in messages],
-        pinned_facts=await _archived(conn, _PINNED_FACTS, where, _PinnedFact),
-        actions=await _archived(conn, _ACTIONS, where, _Action),
-        feedback=await _archived(conn, _FEEDBACK, where, _Feedback),
+        pinned_facts=await _archived(conn, _PINNED_FACTS, where),
+        actions=await _archived(conn, _ACTIONS, where),
+        feedback=await _archived(conn, _FEEDBACK, where),
         files=[
             ArchivedFile(f.id, f.name, f.content_type, bytes(f.content), f.created_at.isoformat())
             for f in await conn.rows(_FILES, where, _File)
@@ -254,83 +251,31 @@ async def session_content(db: Db, *, session_id: str) -> ArchivedSession:
 _SESSION = "SELECT id, created_at, deleted_at FROM sessions WHERE id = %(session_id)s"
 
 
-# A session's rows of one table as the archive holds them: each selected column under its
-# name (the fields below, in order), a time in ISO 8601.
-@dataclass(frozen=True)
-class _Message:
-    id: str
-    seq: int
-    role: str
-    status: str
-    text: str
-    created_at: datetime
-    file_ids: list[str] | None
-    replaced_by: str | None
-
-
+# A session's rows of one table as the archive holds them (see `_archived`).
 _MESSAGES = """
     SELECT id, seq, role, status, text, created_at, file_ids, replaced_by
     FROM messages WHERE session_id = %(session_id)s ORDER BY seq
 """
-
-
-@dataclass(frozen=True)
-class _PinnedFact:
-    key: str
-    value: str
-    source_seq: int | None
-    updated_at: datetime
-
-
 _PINNED_FACTS = """
     SELECT key, value, source_seq, updated_at
     FROM pinned_facts WHERE session_id = %(session_id)s ORDER BY key
 """
-
-
-@dataclass(frozen=True)
-class _Action:
-    id: str
-    tool: str
-    summary: str
-    recipient: str | None
-    status: str
-    decline_reason: str | None
-    created_at: datetime
-    resolved_at: datetime | None
-
-
 _ACTIONS = """
     SELECT id, tool, summary, recipient_masked AS recipient, status, decline_reason,
         created_at, resolved_at
     FROM actions WHERE session_id = %(session_id)s ORDER BY created_at
 """
-
-
-@dataclass(frozen=True)
-class _Feedback:
-    message_id: str
-    rating: str
-    comment: str | None
-    created_at: datetime
-    updated_at: datetime
-
-
 _FEEDBACK = """
     SELECT message_id, rating, comment, created_at, updated_at
     FROM feedback WHERE session_id = %(session_id)s ORDER BY created_at
 """
 
-Archived = TypeVar("Archived", bound="DataclassInstance")
 
-
-async def _archived(
-    conn: Conn, sql: str, params: dict[str, Any], row: type[Archived]
-) -> list[dict[str, Any]]:
-    found = await conn.rows(sql, params, row)
-    return [
-        {k: _iso(v) if isinstance(v, datetime) else v for k, v in asdict(r).items()} for r in found
-    ]
+async def _archived(conn: Conn, sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each row as the archive holds it: a JSON object of the selected columns, under their
+    names and in their order (the statement is the archive's format), a time in ISO 8601."""
+    rows = await conn.rows(sql, params, dict)
+    return [{k: _iso(v) if isinstance(v, datetime) else v for k, v in r.items()} for r in rows]
 
 
 @dataclass(frozen=True)
