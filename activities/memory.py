@@ -54,7 +54,7 @@ from parley.redaction import redact_messages
 from parley.store import embeddings as embedding_store
 from parley.store import memory as memory_store
 from parley.store import sessions as session_store
-from parley.store import summaries, tenants, user_memory
+from parley.store import summaries, user_memory
 from parley.store.db import SessionMaker, connect
 from parley.store.lifecycle import forget
 from parley.tenancy import TenantConfig
@@ -266,11 +266,10 @@ class MemoryActivities:
         """What to fold in: messages after the summary's end and before the window the next
         turn will show. Returns the current end instead when there is not enough yet."""
         async with self._sessions() as db:
-            # The session and its tenant in one round trip (the tenant's configuration is
-            # then read from the session's identity map).
+            # The session and its tenant's configuration in one round trip.
             session = await session_store.with_tenant(db, session_id=session_id)
             assert session is not None
-            tenant = await tenants.tenant_config(db, tenant_id=session.tenant_id)
+            tenant = TenantConfig.model_validate(session.tenant_config)
             latest = await memory_store.latest_summary(db, session_id=session_id)
             base = latest.through_seq if latest is not None else 0
             if tenant.summaries is False:

@@ -6,16 +6,11 @@ import hashlib
 import secrets
 from dataclasses import dataclass
 from datetime import timedelta
-
-from sqlalchemy import func, select, tuple_, update
-from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.ext.asyncio import AsyncSession
+from typing import Any
 
 from parley.features import ASSISTANT
 from parley.ids import new_id
-from parley.store.db import session_conn
-from parley.store.models import ApiToken, Tenant, User
-from parley.store.rows import typed_row
+from parley.store.db import Db, session_conn
 
 
 @dataclass(frozen=True)
@@ -35,53 +30,52 @@ def hash_token(token: str) -> str:
 
 
 async def create_token(
-    db: AsyncSession, *, tenant_id: str, user_id: str, ttl: timedelta | None = None
+    db: Db, *, tenant_id: str, user_id: str, ttl: timedelta | None = None
 ) -> str:
     """Mint a token for the user; with `ttl` it is refused once that long has passed."""
-    user = await db.get(User, (tenant_id, user_id))
-    if user is None:
-        raise LookupError(f"unknown user {user_id!r} in tenant {tenant_id!r}")
+    conn = await session_conn(db)
     token = "pk_" + secrets.token_urlsafe(32)
-    db.add(
-        ApiToken(
-            id=new_id("tok"),
-            tenant_id=tenant_id,
-            user_id=user_id,
-            token_hash=hash_token(token),
-            # The database's clock, the same one `identity_for_token` compares with.
-            expires_at=func.now() + ttl if ttl is not None else None,
-        )
-    )
-    await db.flush()
+    params: dict[str, Any] = {"id": new_id("tok"), "tenant_id": tenant_id, "user_id": user_id}
+    params |= {"token_hash": hash_token(token), "ttl": ttl}
+    if await conn.value(_CREATE_TOKEN, params) is None:
+        raise LookupError(f"unknown user {user_id!r} in tenant {tenant_id!r}")
     return token
 
 
-async def revoke_token(db: AsyncSession, *, token: str) -> bool:
+# Inserted only for a user who exists (no row: unknown). The expiry is by the database's
+# clock, the same one `identity_for_token` compares with.
+_CREATE_TOKEN = """
+    INSERT INTO api_tokens (id, tenant_id, user_id, token_hash, expires_at)
+    SELECT %(id)s, tenant_id, id, %(token_hash)s, now() + CAST(%(ttl)s AS interval)
+    FROM users WHERE tenant_id = %(tenant_id)s AND id = %(user_id)s
+    RETURNING id
+"""
+
+
+async def revoke_token(db: Db, *, token: str) -> bool:
     """Revoke one token; False if it is unknown or already revoked. Every request looks its
     token up again, so the next request with it is refused."""
-    result = await db.execute(
-        update(ApiToken)
-        .where(ApiToken.token_hash == hash_token(token), ApiToken.revoked_at.is_(None))
-        .values(revoked_at=func.now())
-    )
-    return bool(result.rowcount)  # type: ignore[attr-defined]
+    conn = await session_conn(db)
+    return bool(await conn.run(_REVOKE_TOKEN, {"token_hash": hash_token(token)}))
 
 
-async def revoke_user_tokens(db: AsyncSession, *, tenant_id: str, user_id: str) -> int:
+async def revoke_user_tokens(db: Db, *, tenant_id: str, user_id: str) -> int:
     """Revoke every live token of one user (a lost device, a departed employee)."""
-    result = await db.execute(
-        update(ApiToken)
-        .where(
-            ApiToken.tenant_id == tenant_id,
-            ApiToken.user_id == user_id,
-            ApiToken.revoked_at.is_(None),
-        )
-        .values(revoked_at=func.now())
-    )
-    return int(result.rowcount)  # type: ignore[attr-defined]
+    conn = await session_conn(db)
+    return await conn.run(_REVOKE_USER_TOKENS, {"tenant_id": tenant_id, "user_id": user_id})
 
 
-async def identity_for_token(db: AsyncSession, *, token: str) -> Identity | None:
+_REVOKE_TOKEN = """
+    UPDATE api_tokens SET revoked_at = now()
+    WHERE token_hash = %(token_hash)s AND revoked_at IS NULL
+"""
+_REVOKE_USER_TOKENS = """
+    UPDATE api_tokens SET revoked_at = now()
+    WHERE tenant_id = %(tenant_id)s AND user_id = %(user_id)s AND revoked_at IS NULL
+"""
+
+
+async def identity_for_token(db: Db, *, token: str) -> Identity | None:
     """The caller behind a live token: not revoked and not expired (by the database's clock,
     so every API process agrees). On the session's own connection, in its transaction: every
     request runs it, and a statement through the session costs several times its round trip
@@ -107,18 +101,21 @@ _IDENTITY = """
 """
 
 
-async def set_feature(
-    db: AsyncSession, *, tenant_id: str, user_id: str, feature: str, enabled: bool
-) -> bool:
+async def set_feature(db: Db, *, tenant_id: str, user_id: str, feature: str, enabled: bool) -> bool:
     """Grant or revoke one feature of a user (the caller commits); False for an unknown user.
     Every request reads the features with its token, so the next request sees the change."""
-    user = await db.get(User, (tenant_id, user_id), with_for_update=True)
-    if user is None:
-        return False
-    current = [f for f in user.features or [] if f != feature]
-    user.features = [*current, feature] if enabled else current
-    await db.flush()
-    return True
+    conn = await session_conn(db)
+    params = {"tenant_id": tenant_id, "user_id": user_id, "feature": feature}
+    return bool(await conn.run(_SET_FEATURE, params | {"enabled": enabled}))
+
+
+# The feature taken out, and put back last when it is granted.
+_SET_FEATURE = """
+    UPDATE users SET features = CASE WHEN %(enabled)s
+        THEN array_append(array_remove(coalesce(features, '{}'), %(feature)s), %(feature)s)
+        ELSE array_remove(coalesce(features, '{}'), %(feature)s) END
+    WHERE tenant_id = %(tenant_id)s AND id = %(user_id)s
+"""
 
 
 # The Northwind demo of design.md and api.md: two customers of one tenant, one of another
@@ -134,19 +131,23 @@ DEMO_USERS = [
 ]
 
 
-async def seed_demo(db: AsyncSession) -> None:
+async def seed_demo(db: Db) -> None:
     """Insert the demo tenants and users (the caller commits); running it again changes
     nothing."""
+    conn = await session_conn(db)
     for tenant_id, name in DEMO_TENANTS.items():
-        await db.execute(insert(Tenant).values(id=tenant_id, name=name).on_conflict_do_nothing())
+        await conn.run(_SEED_TENANT, {"id": tenant_id, "name": name})
     for tenant_id, user_id, display_name, email, roles in DEMO_USERS:
-        await db.execute(
-            insert(User)
-            .values(
-                tenant_id=tenant_id, id=user_id, display_name=display_name, email=email, roles=roles
-            )
-            .on_conflict_do_nothing()
-        )
+        params = {"tenant_id": tenant_id, "id": user_id, "display_name": display_name}
+        await conn.run(_SEED_USER, params | {"email": email, "roles": roles})
+
+
+_SEED_TENANT = "INSERT INTO tenants (id, name) VALUES (%(id)s, %(name)s) ON CONFLICT DO NOTHING"
+_SEED_USER = """
+    INSERT INTO users (tenant_id, id, display_name, email, roles)
+    VALUES (%(tenant_id)s, %(id)s, %(display_name)s, %(email)s, CAST(%(roles)s AS varchar[]))
+    ON CONFLICT DO NOTHING
+"""
 
 
 @dataclass(frozen=True)
@@ -158,17 +159,32 @@ class UserRow:
     display_name: str
 
 
-async def demo_customers(db: AsyncSession) -> list[UserRow]:
+async def demo_customers(db: Db) -> list[UserRow]:
     """The seeded demo users without roles (customers), in seeding order: the people the dev
     sign-in offers. Users another seed adds to `DEMO_USERS` appear once they are stored."""
     customers = [(t, u) for t, u, _, _, roles in DEMO_USERS if not roles]
-    rows = await db.scalars(select(User).where(tuple_(User.tenant_id, User.id).in_(customers)))
-    # A stored user who has since been given a role is no longer offered.
-    found = {(user.tenant_id, user.id): user for user in rows if not user.roles}
-    return [typed_row(UserRow, found[key]) for key in customers if key in found]
+    conn = await session_conn(db)
+    params = {"tenants": [t for t, _ in customers], "users": [u for _, u in customers]}
+    rows = await conn.rows(_CUSTOMERS, params, UserRow)
+    found = {(user.tenant_id, user.id): user for user in rows}
+    return [found[key] for key in customers if key in found]
 
 
-async def get_user(db: AsyncSession, *, tenant_id: str, user_id: str) -> UserRow | None:
-    """The user (from the session's identity map when it holds it)."""
-    row = await db.get(User, (tenant_id, user_id))
-    return None if row is None else typed_row(UserRow, row)
+# A stored user who has since been given a role is no longer offered.
+_CUSTOMERS = """
+    SELECT tenant_id, id, display_name FROM users
+    WHERE (tenant_id, id) IN (
+        SELECT * FROM unnest(CAST(%(tenants)s AS text[]), CAST(%(users)s AS text[])))
+        AND coalesce(cardinality(roles), 0) = 0
+"""
+
+
+async def get_user(db: Db, *, tenant_id: str, user_id: str) -> UserRow | None:
+    conn = await session_conn(db)
+    return await conn.row(_USER, {"tenant_id": tenant_id, "user_id": user_id}, UserRow)
+
+
+_USER = """
+    SELECT tenant_id, id, display_name FROM users
+    WHERE tenant_id = %(tenant_id)s AND id = %(user_id)s
+"""

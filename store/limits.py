@@ -27,18 +27,14 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any
-
-from sqlalchemy import delete, func, select, text, update
-from sqlalchemy.ext.asyncio import AsyncSession
+from typing import Any, cast
 
 from parley.config import Limits
 from parley.contracts import TERMINAL_TURN_STATES, TurnState
 from parley.errors import AgentPaused, DailyCapReached, RateLimited, TooManyActiveTurns
 from parley.ids import new_id
-from parley.store.db import Conn, session_conn
+from parley.store.db import Conn, Db, session_conn
 from parley.store.identity import Identity
-from parley.store.models import StreamLease
 from parley.store.viewers import DETACH_VIEWER_SQL
 from parley.tenancy import TenantConfig
 
@@ -48,9 +44,7 @@ log = logging.getLogger(__name__)
 RESTING = (TurnState.awaiting_confirmation, TurnState.awaiting_input)
 
 
-async def admit_turn(
-    db: AsyncSession, *, owner: Identity, limits: Limits, locked: bool = False
-) -> None:
+async def admit_turn(db: Db, *, owner: Identity, limits: Limits, locked: bool = False) -> None:
     """Refuse a post of a paused tenant, or one that would go over a limit, counting it
     against the windowed ones. The tenant's configuration, where it sets a limit, overrides
     the deployment's. `locked`: the caller's transaction already holds `turns_lock(owner)`
@@ -117,7 +111,7 @@ def _takes(now: datetime, owner: Identity, limits: Limits, config: TenantConfig)
     return takes
 
 
-async def admit_session(db: AsyncSession, *, owner: Identity, per_day: int) -> None:
+async def admit_session(db: Db, *, owner: Identity, per_day: int) -> None:
     """Count a new session against the user's sessions of the UTC day."""
     now = await _now(db)
     day = now.replace(hour=0, minute=0, second=0, microsecond=0)
@@ -136,7 +130,7 @@ def turns_lock(owner: Identity) -> str:
 
 
 async def _running_turns(
-    db: AsyncSession, *, owner: Identity, limits: Limits, locked: bool
+    db: Db, *, owner: Identity, limits: Limits, locked: bool
 ) -> tuple[datetime, int, bool, dict[str, Any] | None]:
     """The database's clock (so every API process puts a post in the same window), the
     user's running turns, and the tenant's switch and configuration (a tenant without a row
@@ -192,7 +186,7 @@ class Take:
     refusal: RateLimited
 
 
-async def take_all(db: AsyncSession, takes: Sequence[Take]) -> None:
+async def take_all(db: Db, takes: Sequence[Take]) -> None:
     """Count one use in each window, or raise the first full window's refusal. One statement
     for all of them (a refusal rolls the caller's transaction back, so the others count for
     nothing either). A counting error lets the use through (logged): the limits protect the
@@ -327,34 +321,43 @@ _END_STREAM = f"""
 """
 
 
-async def renew_stream_leases(db: AsyncSession, *, lease_ids: list[str], lease_s: float) -> None:
-    await db.execute(
-        update(StreamLease)
-        .where(StreamLease.id.in_(lease_ids))
-        .values(expires_at=func.now() + timedelta(seconds=lease_s))
-    )
+async def renew_stream_leases(db: Db, *, lease_ids: list[str], lease_s: float) -> None:
+    conn = await session_conn(db)
+    await conn.run(_RENEW_LEASES, {"lease_ids": lease_ids, "lease_s": lease_s})
 
 
-async def drop_stream_leases(db: AsyncSession, *, lease_ids: list[str]) -> None:
-    await db.execute(delete(StreamLease).where(StreamLease.id.in_(lease_ids)))
+async def drop_stream_leases(db: Db, *, lease_ids: list[str]) -> None:
+    conn = await session_conn(db)
+    await conn.run(_DROP_LEASES, {"lease_ids": lease_ids})
+
+
+_RENEW_LEASES = """
+    UPDATE stream_leases SET expires_at = now() + make_interval(secs => %(lease_s)s)
+    WHERE id = ANY(%(lease_ids)s)
+"""
+_DROP_LEASES = "DELETE FROM stream_leases WHERE id = ANY(%(lease_ids)s)"
 
 
 # --- helpers ------------------------------------------------------------------------------
 
 
-async def _now(db: AsyncSession) -> datetime:
+async def _now(db: Db) -> datetime:
     """The database's clock: every API process puts a post in the same window."""
-    now = await db.scalar(select(func.now()))
+    conn = await session_conn(db)
+    now = await conn.value(_NOW, {})
     assert now is not None
-    return now
+    return cast(datetime, now)
 
 
-async def _lock(db: AsyncSession, key: str) -> None:
-    await db.execute(_LOCK, {"key": key})
+_NOW = "SELECT now()"
 
 
-# Built once (see store/identity.py `_IDENTITY`).
-_LOCK = text("SELECT pg_advisory_xact_lock(hashtext(:key))")
+async def _lock(db: Db, key: str) -> None:
+    conn = await session_conn(db)
+    await conn.run(_LOCK, {"key": key})
+
+
+_LOCK = "SELECT pg_advisory_xact_lock(hashtext(%(key)s))"
 
 
 def seconds_until(now: datetime, end: datetime) -> int:

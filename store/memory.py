@@ -7,30 +7,16 @@ Like every store module these never commit; the caller does.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
-
-from sqlalchemy import (
-    ColumnElement,
-    Integer,
-    Label,
-    Row,
-    Select,
-    SQLColumnExpression,
-    String,
-    bindparam,
-    func,
-    literal_column,
-    select,
-    text,
-)
-from sqlalchemy.dialects.postgresql import aggregate_order_by, insert
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.context import WindowMessage
 from parley.memory import PinnedFact, SummaryLine
 from parley.prompt import StoredSummary
-from parley.store.models import ConversationSummary, Message, PinnedFactRow
+from parley.store.db import Db, session_conn
 from parley.tokens import MESSAGE_OVERHEAD, TokenCounter, count_message
 
 # Messages loaded before the summary's end, so the recent window can reach back that far.
@@ -49,23 +35,33 @@ REMEMBERED_SQL = (
 )
 
 
-async def remembered_tokens(db: AsyncSession, *, session_id: str, before_seq: int) -> int:
+async def remembered_tokens(db: Db, *, session_id: str, before_seq: int) -> int:
     """The tokens of the session's distinct text before `before_seq` (`REMEMBERED_SQL`)."""
-    statement = text(REMEMBERED_SQL.format(session=":session_id", before=":before"))
-    found = await db.scalar(statement, {"session_id": session_id, "before": before_seq})
+    conn = await session_conn(db)
+    found = await conn.value(_REMEMBERED, {"session_id": session_id, "before": before_seq})
     return int(found or 0)
 
 
-async def latest_summary(db: AsyncSession, *, session_id: str) -> StoredSummary | None:
-    row = await db.scalar(
-        select(ConversationSummary)
-        .where(ConversationSummary.session_id == session_id)
-        .order_by(ConversationSummary.through_seq.desc())
-        .limit(1)
-    )
-    if row is None:
-        return None
-    return _summary(row.through_seq, row.lines, row.model)
+_REMEMBERED = REMEMBERED_SQL.format(session="%(session_id)s", before="%(before)s")
+
+# The session's latest summary as one value, [through_seq, lines, model] (NULL: none yet),
+# and its pinned facts, [[key, value, seq, source], …] by key, for the session `{session}`
+# (a bound parameter, or a column of the statement they are part of).
+SUMMARY_OF_SESSION = """(SELECT json_build_array(through_seq, lines, model)
+    FROM conversation_summaries WHERE session_id = {session}
+    ORDER BY through_seq DESC LIMIT 1)"""
+FACTS_OF_SESSION = """(SELECT coalesce(json_agg(
+        json_build_array(key, value, source_seq, source) ORDER BY key), '[]')
+    FROM pinned_facts WHERE session_id = {session})"""
+
+
+async def latest_summary(db: Db, *, session_id: str) -> StoredSummary | None:
+    conn = await session_conn(db)
+    found = await conn.value(_LATEST_SUMMARY, {"session_id": session_id})
+    return None if found is None else _summary(*found)
+
+
+_LATEST_SUMMARY = "SELECT " + SUMMARY_OF_SESSION.format(session="%(session_id)s")
 
 
 def _summary(through_seq: int, lines: list[dict[str, Any]], model: str) -> StoredSummary:
@@ -73,12 +69,20 @@ def _summary(through_seq: int, lines: list[dict[str, Any]], model: str) -> Store
     return StoredSummary(through_seq, kept, model)
 
 
+@dataclass(frozen=True)
+class _SummaryAndFacts:
+    summary: list[Any] | None
+    facts: list[list[Any]]
+
+
 async def summary_and_facts(
-    db: AsyncSession, *, session_id: str
+    db: Db, *, session_id: str
 ) -> tuple[StoredSummary | None, list[PinnedFact]]:
     """The latest summary (as `latest_summary` reads it) and the pinned facts, by key, in one
     statement (every context build reads both)."""
-    row = (await db.execute(_SUMMARY_AND_FACTS, {"session_id": session_id})).one()
+    conn = await session_conn(db)
+    row = await conn.row(_SUMMARY_AND_FACTS, {"session_id": session_id}, _SummaryAndFacts)
+    assert row is not None  # a select list without FROM: always one row
     return parse_summary_and_facts(row.summary, row.facts)
 
 
@@ -86,71 +90,39 @@ def parse_summary_and_facts(
     summary: list[Any] | None, facts: list[list[Any]]
 ) -> tuple[StoredSummary | None, list[PinnedFact]]:
     """The summary and facts as `summary_and_facts` reads them, from the JSON of its two
-    subqueries (`summary_and_facts_columns`, when another statement carries them)."""
+    subqueries (`SUMMARY_OF_SESSION`, `FACTS_OF_SESSION`, when another statement carries
+    them)."""
     return (
         None if summary is None else _summary(*summary),
         [PinnedFact(key, value, seq, source) for key, value, seq, source in facts],
     )
 
 
-def summary_and_facts_columns(
-    session_id: SQLColumnExpression[str],
-) -> tuple[Label[Any], Label[Any]]:
-    """`summary_and_facts`'s two subqueries as columns of another statement, for the session
-    `session_id` names there (the context build reads them with its turn)."""
-    latest = func.json_build_array(
-        ConversationSummary.through_seq, ConversationSummary.lines, ConversationSummary.model
-    )
-    summary = (
-        select(latest)
-        .where(ConversationSummary.session_id == session_id)
-        .order_by(ConversationSummary.through_seq.desc())
-        .limit(1)
-        .scalar_subquery()
-        .label("summary")
-    )
-    fact = func.json_build_array(
-        PinnedFactRow.key, PinnedFactRow.value, PinnedFactRow.source_seq, PinnedFactRow.source
-    )
-    facts = (
-        select(
-            func.coalesce(
-                func.json_agg(aggregate_order_by(fact, PinnedFactRow.key)),
-                literal_column("'[]'::json"),
-            )
-        )
-        .where(PinnedFactRow.session_id == session_id)
-        .scalar_subquery()
-        .label("facts")
-    )
-    return summary, facts
+_SUMMARY_AND_FACTS = f"SELECT {SUMMARY_OF_SESSION} AS summary, {FACTS_OF_SESSION} AS facts".format(
+    session="%(session_id)s"
+)
 
 
-_SUMMARY_AND_FACTS = select(*summary_and_facts_columns(bindparam("session_id", type_=String)))
-
-
-async def pin_facts(db: AsyncSession, *, session_id: str, facts: Iterable[PinnedFact]) -> None:
+async def pin_facts(db: Db, *, session_id: str, facts: Iterable[PinnedFact]) -> None:
     """Upsert facts; a stored fact from a later seq is never overwritten by an older one."""
+    conn = await session_conn(db)
     for fact in facts:
-        values = {
-            "value": fact.value,
-            "source_seq": fact.seq,
-            "source": fact.source,
-            "updated_at": func.now(),
-        }
-        await db.execute(
-            insert(PinnedFactRow)
-            .values(session_id=session_id, key=fact.key, **values)
-            .on_conflict_do_update(
-                index_elements=["session_id", "key"],
-                set_=values,
-                where=PinnedFactRow.source_seq <= fact.seq,
-            )
-        )
+        params = {"session_id": session_id, "key": fact.key, "value": fact.value}
+        await conn.run(_PIN_FACT, params | {"seq": fact.seq, "source": fact.source})
+
+
+_PIN_FACT = """
+    INSERT INTO pinned_facts (session_id, key, value, source_seq, source, updated_at)
+    VALUES (%(session_id)s, %(key)s, %(value)s, %(seq)s, %(source)s, now())
+    ON CONFLICT (session_id, key) DO UPDATE SET value = excluded.value,
+        source_seq = excluded.source_seq, source = excluded.source,
+        updated_at = excluded.updated_at
+    WHERE pinned_facts.source_seq <= excluded.source_seq
+"""
 
 
 async def session_messages(
-    db: AsyncSession,
+    db: Db,
     *,
     session_id: str,
     after_seq: int,
@@ -160,14 +132,17 @@ async def session_messages(
 ) -> list[WindowMessage]:
     """Messages after `after_seq` (and before `before_seq`), with their token counts (the
     stored count when the same counter made it)."""
+    conn = await session_conn(db)
+    params: dict[str, Any] = {"session_id": session_id, "after": after_seq}
+    params |= {"before": before_seq, "hide": hide_answers_of}
     query = _messages(
-        session_id=session_id, after_seq=after_seq, before_seq=before_seq, hide=hide_answers_of
+        after="%(after)s", before=before_seq is not None, hiding=hide_answers_of is not None
     )
-    return _window_rows(await db.execute(query), counter)
+    return _window_rows(await conn.rows(query, params, _WindowRow), counter)
 
 
 async def window_messages(
-    db: AsyncSession,
+    db: Db,
     *,
     session_id: str,
     summary_through: int | None,
@@ -175,55 +150,58 @@ async def window_messages(
     counter: TokenCounter,
 ) -> list[WindowMessage]:
     """The session's messages from where the window may start: a little before the summary's
-    end, within reach of the newest message (`_window_start`), in one statement built once
-    (every context build sends it); a retried turn's earlier answers hidden."""
+    end, within reach of the newest message (`_WINDOW_START`), in one statement (every
+    context build sends it); a retried turn's earlier answers hidden."""
+    conn = await session_conn(db)
     params = {"session_id": session_id, "summary_through": summary_through or 0}
-    if hide_answers_of:
-        params["hide"] = hide_answers_of
-    query = _WINDOW_HIDING if hide_answers_of else _WINDOW
-    return _window_rows(await db.execute(query, params), counter)
+    params |= {"hide": hide_answers_of}
+    query = _messages(after=_WINDOW_START, before=False, hiding=hide_answers_of is not None)
+    return _window_rows(await conn.rows(query, params, _WindowRow), counter)
 
 
-def _messages(
-    *,
-    session_id: str | ColumnElement[str],
-    after_seq: int | ColumnElement[int],
-    before_seq: int | None = None,
-    hide: str | ColumnElement[str] | None = None,
-) -> Select[Any]:
-    # The columns a window needs, not the mapped rows: no identity map to fill, and not the
-    # full-text vector, which is as long as the text.
-    query = select(
-        Message.seq,
-        Message.role,
-        Message.text,
-        Message.status,
-        Message.tool_calls,
-        Message.tool_call_id,
-        Message.token_count,
-        Message.token_counter,
-        Message.created_at,
-        Message.turn_id,
-    ).where(
-        Message.session_id == session_id,
-        Message.replaced_by.is_(None),
-        Message.seq > after_seq,
-    )
-    if before_seq is not None:
-        query = query.where(Message.seq < before_seq)
-    if hide is not None:
-        # A retry does not show the model the answer it is replacing.
-        query = query.where(
-            ~(
-                (Message.turn_id == hide)
-                & (Message.role == "assistant")
-                & Message.tool_calls.is_(None)
-            )
-        )
-    return query.order_by(Message.seq)
+@dataclass(frozen=True)
+class _WindowRow:
+    """The columns a window needs, not the whole message: not the full-text vector, which
+    is as long as the text."""
+
+    seq: int
+    role: str
+    text: str
+    status: str
+    tool_calls: list[dict[str, Any]] | None
+    tool_call_id: str | None
+    token_count: int | None
+    token_counter: str | None
+    created_at: datetime
+    turn_id: str | None
 
 
-def _window_rows(rows: Iterable[Row[Any]], counter: TokenCounter) -> list[WindowMessage]:
+# Where loading starts: a little before the summary's end (0: none), within reach of the
+# newest message.
+_WINDOW_START = f"""least(%(summary_through)s, greatest(0, coalesce(
+        (SELECT max(seq) FROM messages WHERE session_id = %(session_id)s), 0) - {WINDOW_REACH}))"""
+
+
+@functools.cache  # a few statements, each built once
+def _messages(*, after: str, before: bool, hiding: bool) -> str:
+    """The session's shown messages after `after` (SQL), before `%(before)s` with `before`;
+    with `hiding`, the answers of the turn `%(hide)s` left out (a retry does not show the
+    model the answer it is replacing)."""
+    return f"""
+    SELECT seq, role, text, status, tool_calls, tool_call_id, token_count, token_counter,
+        created_at, turn_id
+    FROM messages
+    WHERE session_id = %(session_id)s AND replaced_by IS NULL AND seq > {after}
+        {"AND seq < %(before)s" if before else ""}
+        {_HIDDEN if hiding else ""}
+    ORDER BY seq
+"""
+
+
+_HIDDEN = "AND NOT (turn_id = %(hide)s AND role = 'assistant' AND tool_calls IS NULL)"
+
+
+def _window_rows(rows: Iterable[_WindowRow], counter: TokenCounter) -> list[WindowMessage]:
     return [
         _window_message(
             counter,
@@ -267,30 +245,3 @@ def _window_message(
         created_at=created_at,
         turn_id=turn_id,
     )
-
-
-def _window_start(
-    session_id: SQLColumnExpression[str], summary_through: SQLColumnExpression[int]
-) -> ColumnElement[int]:
-    """Where loading starts: a little before the summary's end (0: none), within reach of the
-    newest message."""
-    last = (
-        select(func.max(Message.seq))
-        .where(Message.session_id == session_id)
-        .correlate_except(Message)  # its own scan of the session, not the outer row
-        .scalar_subquery()
-    )
-    floor = func.greatest(0, func.coalesce(last, 0) - WINDOW_REACH)
-    return func.least(summary_through, floor)
-
-
-def _window_statement(*, hiding: bool) -> Select[Any]:
-    """`window_messages`' statement, bound by name: session_id, summary_through, hide."""
-    session_id = bindparam("session_id", type_=String)
-    start = _window_start(session_id, bindparam("summary_through", type_=Integer))
-    hide = bindparam("hide", type_=String) if hiding else None
-    return _messages(session_id=session_id, after_seq=start, hide=hide)
-
-
-_WINDOW = _window_statement(hiding=False)
-_WINDOW_HIDING = _window_statement(hiding=True)

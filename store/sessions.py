@@ -1,26 +1,27 @@
 """Sessions and their messages, and the owner-scoped reads the API answers from.
 
 What leaves this module is a typed row (`SessionRow`, `SessionSummary`, `StoredMessage`,
-`MessageView`), never an ORM object. `lock_session` is the one exception, for the store's
-own writers (posting, queue, forget): they hold the locked row and move its counters
-(`lock_session_row` locks it as a typed row, for a plain post).
+`MessageView`), never an ORM object, read on a `Conn` (store/db.py). `lock_session` is the
+one exception, for the store's writers that still move the session's counters on its ORM row
+(posting, queue); `lock_session_row` locks it as a typed row, for a writer that moves them in
+statements of its own.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
+from typing import Any
 
-from sqlalchemy import Select, bindparam, func, select
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy import bindparam, select
 
 from parley.errors import NotFound
 from parley.ids import new_id
 from parley.store import limits
-from parley.store.db import session_conn
+from parley.store.db import Db, session_conn
 from parley.store.identity import Identity
-from parley.store.models import ChatSession, Message, Tenant, Turn
-from parley.store.rows import typed_row
+from parley.store.messages import MESSAGE_COLUMNS, MessageRow
+from parley.store.models import ChatSession
 from parley.wire import MessageView
 
 SESSION_NOT_FOUND = "session not found"
@@ -72,127 +73,142 @@ class StoredMessage:
     created_at: datetime
 
 
-async def create_session(
-    db: AsyncSession, *, owner: Identity, per_day: int | None = None
-) -> SessionRow:
+# A session's columns as `SessionRow` reads them.
+_SESSION_COLUMNS = "id, tenant_id, user_id, last_seq, active_turn_id, queued_turn_id, created_at"
+
+
+async def create_session(db: Db, *, owner: Identity, per_day: int | None = None) -> SessionRow:
     """A new session; with `per_day`, refused (429) once the user made that many today."""
     if per_day is not None:
         await limits.admit_session(db, owner=owner, per_day=per_day)
-    session = ChatSession(id=new_id("ses"), tenant_id=owner.tenant_id, user_id=owner.user_id)
-    db.add(session)
-    await db.flush()
-    await db.refresh(session)  # the server's defaults (created_at, last_seq)
-    return typed_row(SessionRow, session)
-
-
-async def list_sessions(
-    db: AsyncSession, *, owner: Identity, limit: int = 100
-) -> list[SessionSummary]:
-    first_text = (
-        select(func.left(Message.text, TITLE_CHARS))
-        .where(Message.session_id == ChatSession.id, Message.role == "user")
-        .order_by(Message.seq)
-        .limit(1)
-        .scalar_subquery()
-    )
-    latest = (
-        select(func.max(Message.created_at))
-        .where(Message.session_id == ChatSession.id)
-        .scalar_subquery()
-    )
-    rows = await db.execute(
-        select(ChatSession, first_text, func.coalesce(latest, ChatSession.created_at))
-        .where(
-            ChatSession.tenant_id == owner.tenant_id,
-            ChatSession.user_id == owner.user_id,
-            ChatSession.deleted_at.is_(None),
-        )
-        .order_by(ChatSession.created_at.desc())
-        .limit(limit)
-    )
-    return [
-        SessionSummary(session.id, session.last_seq, session.created_at, title, last)
-        for session, title, last in rows
-    ]
-
-
-async def get_session(db: AsyncSession, *, owner: Identity, session_id: str) -> SessionRow:
-    """The owner's session; NotFound (404) for anyone else's, or a deleted one."""
-    return typed_row(SessionRow, await _owned(db, _SESSION, owner=owner, session_id=session_id))
-
-
-async def lock_session(db: AsyncSession, *, owner: Identity, session_id: str) -> ChatSession:
-    """The owner's session row, locked for this transaction: for the store's writers, which
-    move its counters (`last_seq`, `active_turn_id`, `queued_turn_id`) under that lock."""
-    return await _owned(db, _SESSION_FOR_UPDATE, owner=owner, session_id=session_id)
-
-
-async def lock_session_row(db: AsyncSession, *, owner: Identity, session_id: str) -> SessionRow:
-    """`lock_session` as a typed row, on the session's own connection: for a writer that
-    moves the counters in statements of its own (a plain post's new turn, store/turns/birth.py),
-    which need no ORM object; one that does loads it (`db.get`), the row already locked."""
     conn = await session_conn(db)
-    params = {"session_id": session_id, "tenant_id": owner.tenant_id, "user_id": owner.user_id}
-    session = await conn.row(_LOCK_SESSION_ROW, params, SessionRow)
-    if session is None:
-        raise NotFound(SESSION_NOT_FOUND)
+    params = {"id": new_id("ses"), "tenant_id": owner.tenant_id, "user_id": owner.user_id}
+    session = await conn.row(_CREATE_SESSION, params, SessionRow)
+    assert session is not None  # an INSERT … RETURNING without conditions
     return session
 
 
-# Plain SQL (see store/identity.py `_IDENTITY`): every post runs it.
-_LOCK_SESSION_ROW = """
-    SELECT id, tenant_id, user_id, last_seq, active_turn_id, queued_turn_id, created_at
-    FROM sessions
-    WHERE id = %(session_id)s AND tenant_id = %(tenant_id)s AND user_id = %(user_id)s
-        AND deleted_at IS NULL
-    FOR UPDATE
+_CREATE_SESSION = f"""
+    INSERT INTO sessions (id, tenant_id, user_id, last_seq)
+    VALUES (%(id)s, %(tenant_id)s, %(user_id)s, 0)
+    RETURNING {_SESSION_COLUMNS}
 """
 
 
-async def _owned(
-    db: AsyncSession, query: Select[ChatSession], *, owner: Identity, session_id: str
-) -> ChatSession:
+async def list_sessions(db: Db, *, owner: Identity, limit: int = 100) -> list[SessionSummary]:
+    conn = await session_conn(db)
+    params = {"tenant_id": owner.tenant_id, "user_id": owner.user_id, "limit": limit}
+    return await conn.rows(_LIST_SESSIONS, params, SessionSummary)
+
+
+_LIST_SESSIONS = f"""
+    SELECT s.id, s.last_seq, s.created_at,
+        (SELECT left(m.text, {TITLE_CHARS}) FROM messages AS m
+            WHERE m.session_id = s.id AND m.role = 'user' ORDER BY m.seq LIMIT 1) AS title,
+        coalesce((SELECT max(m.created_at) FROM messages AS m WHERE m.session_id = s.id),
+            s.created_at) AS last_activity_at
+    FROM sessions AS s
+    WHERE s.tenant_id = %(tenant_id)s AND s.user_id = %(user_id)s AND s.deleted_at IS NULL
+    ORDER BY s.created_at DESC
+    LIMIT %(limit)s
+"""
+
+
+async def get_session(db: Db, *, owner: Identity, session_id: str) -> SessionRow:
+    """The owner's session; NotFound (404) for anyone else's, or a deleted one."""
+    return await _owned(db, _SESSION, owner=owner, session_id=session_id)
+
+
+async def lock_session(db: Db, *, owner: Identity, session_id: str) -> ChatSession:
+    """The owner's session row, locked for this transaction, as an ORM object: for the
+    store's writers that still move its counters (`last_seq`, `active_turn_id`,
+    `queued_turn_id`) on it (store/posting.py, store/queue.py). Goes when they move them in
+    statements of their own (`lock_session_row`)."""
     params = {"session_id": session_id, "tenant_id": owner.tenant_id, "user_id": owner.user_id}
-    session = await db.scalar(query, params)
+    session = await db.scalar(_SESSION_FOR_UPDATE_ORM, params)
     if session is None:
         raise NotFound(SESSION_NOT_FOUND)
     return session
 
 
-# Built once (every post and stream runs them): see store/identity.py `_IDENTITY`.
-_SESSION = select(ChatSession).where(
-    ChatSession.id == bindparam("session_id"),
-    ChatSession.tenant_id == bindparam("tenant_id"),
-    ChatSession.user_id == bindparam("user_id"),
-    ChatSession.deleted_at.is_(None),
+_SESSION_FOR_UPDATE_ORM = (
+    select(ChatSession)
+    .where(
+        ChatSession.id == bindparam("session_id"),
+        ChatSession.tenant_id == bindparam("tenant_id"),
+        ChatSession.user_id == bindparam("user_id"),
+        ChatSession.deleted_at.is_(None),
+    )
+    .with_for_update()
 )
-_SESSION_FOR_UPDATE = _SESSION.with_for_update()
+
+
+async def lock_session_row(db: Db, *, owner: Identity, session_id: str) -> SessionRow:
+    """The owner's session, its row locked for this transaction: for a writer that moves its
+    counters in statements of its own (a plain post's new turn, store/turns/birth.py)."""
+    return await _owned(db, _LOCK_SESSION_ROW, owner=owner, session_id=session_id)
+
+
+async def _owned(db: Db, query: str, *, owner: Identity, session_id: str) -> SessionRow:
+    conn = await session_conn(db)
+    params = {"session_id": session_id, "tenant_id": owner.tenant_id, "user_id": owner.user_id}
+    session = await conn.row(query, params, SessionRow)
+    if session is None:
+        raise NotFound(SESSION_NOT_FOUND)
+    return session
+
+
+# Every post and stream runs these.
+_SESSION = f"""
+    SELECT {_SESSION_COLUMNS}
+    FROM sessions
+    WHERE id = %(session_id)s AND tenant_id = %(tenant_id)s AND user_id = %(user_id)s
+        AND deleted_at IS NULL
+"""
+_LOCK_SESSION_ROW = f"{_SESSION} FOR UPDATE"
 
 
 async def list_messages(
-    db: AsyncSession, *, owner: Identity, session_id: str, after_seq: int, limit: int
+    db: Db, *, owner: Identity, session_id: str, after_seq: int, limit: int
 ) -> list[MessageView]:
     await get_session(db, owner=owner, session_id=session_id)
-    rows = await db.scalars(
-        select(Message)
-        .where(
-            Message.session_id == session_id,
-            Message.seq > after_seq,
-            Message.replaced_by.is_(None),
-        )
-        .order_by(Message.seq)
-        .limit(limit)
-    )
+    conn = await session_conn(db)
+    params = {"session_id": session_id, "after_seq": after_seq, "limit": limit}
+    rows = await conn.rows(_MESSAGES, params, MessageRow)
     return [MessageView.from_row(row) for row in rows]
 
 
-async def delete_session(db: AsyncSession, *, owner: Identity, session_id: str) -> str | None:
+_MESSAGES = f"""
+    SELECT {MESSAGE_COLUMNS} FROM messages
+    WHERE session_id = %(session_id)s AND seq > %(after_seq)s AND replaced_by IS NULL
+    ORDER BY seq
+    LIMIT %(limit)s
+"""
+
+
+async def delete_session(db: Db, *, owner: Identity, session_id: str) -> str | None:
     """Hide the session from its owner for good; returns the turn still active in it, which
-    the caller cancels once this is committed (its workflow then ends it as usual)."""
-    session = await lock_session(db, owner=owner, session_id=session_id)
-    session.deleted_at = datetime.now(UTC)
-    await db.flush()
-    return session.active_turn_id
+    the caller cancels once this is committed (its workflow then ends it as usual). One
+    statement, which locks the row as it changes it."""
+    conn = await session_conn(db)
+    params = {"session_id": session_id, "tenant_id": owner.tenant_id, "user_id": owner.user_id}
+    deleted = await conn.row(_DELETE_SESSION, params, _Deleted)
+    if deleted is None:
+        raise NotFound(SESSION_NOT_FOUND)
+    return deleted.active_turn_id
+
+
+@dataclass(frozen=True)
+class _Deleted:
+    active_turn_id: str | None
+
+
+_DELETE_SESSION = """
+    UPDATE sessions SET deleted_at = now()
+    WHERE id = %(session_id)s AND tenant_id = %(tenant_id)s AND user_id = %(user_id)s
+        AND deleted_at IS NULL
+    RETURNING active_turn_id
+"""
 
 
 @dataclass(frozen=True)
@@ -209,51 +225,66 @@ class TurnRow:
     updated_at: datetime
 
 
-async def get_turn(db: AsyncSession, *, owner: Identity, session_id: str, turn_id: str) -> TurnRow:
-    """The owner's turn as it stands now (read again, whatever this unit of work held)."""
+async def get_turn(db: Db, *, owner: Identity, session_id: str, turn_id: str) -> TurnRow:
+    """The owner's turn as it stands now."""
+    conn = await session_conn(db)
     params = {"turn_id": turn_id, "session_id": session_id}
-    turn = await db.scalar(_TURN, params | {"tenant_id": owner.tenant_id, "user_id": owner.user_id})
+    params |= {"tenant_id": owner.tenant_id, "user_id": owner.user_id}
+    turn = await conn.row(_TURN, params, TurnRow)
     if turn is None:
         raise NotFound(TURN_NOT_FOUND)
-    return typed_row(TurnRow, turn)
+    return turn
 
 
-_TURN = (
-    select(Turn)
-    .join(ChatSession, ChatSession.id == Turn.session_id)
-    .where(
-        Turn.id == bindparam("turn_id"),
-        Turn.session_id == bindparam("session_id"),
-        Turn.tenant_id == bindparam("tenant_id"),
-        Turn.user_id == bindparam("user_id"),
-        ChatSession.deleted_at.is_(None),
-    )
-    .execution_options(populate_existing=True)
-)
+_TURN = """
+    SELECT t.id, t.session_id, t.state, t.user_seq, t.user_message_id, t.assistant_message_id,
+        t.created_at, t.updated_at
+    FROM turns AS t JOIN sessions AS s ON s.id = t.session_id
+    WHERE t.id = %(turn_id)s AND t.session_id = %(session_id)s AND t.tenant_id = %(tenant_id)s
+        AND t.user_id = %(user_id)s AND s.deleted_at IS NULL
+"""
 
 
-async def get_message(db: AsyncSession, *, message_id: str) -> StoredMessage | None:
-    """The message (from the session's identity map when it holds it)."""
-    row = await db.get(Message, message_id)
-    return None if row is None else typed_row(StoredMessage, row)
+async def get_message(db: Db, *, message_id: str) -> StoredMessage | None:
+    conn = await session_conn(db)
+    return await conn.row(_MESSAGE, {"id": message_id}, StoredMessage)
 
 
-async def get_chat_session(db: AsyncSession, *, session_id: str) -> SessionRow | None:
-    """The session (from the session's identity map when it holds it)."""
-    row = await db.get(ChatSession, session_id)
-    return None if row is None else typed_row(SessionRow, row)
+_MESSAGE = """
+    SELECT id, session_id, seq, role, turn_id, status, text, file_ids, token_count,
+        token_counter, created_at
+    FROM messages WHERE id = %(id)s
+"""
 
 
-async def with_tenant(db: AsyncSession, *, session_id: str) -> SessionRow | None:
-    """The session, its tenant's row read in the same round trip (later reads of the tenant
-    are then answered from the session's identity map)."""
-    held = (await db.execute(_WITH_TENANT, {"session_id": session_id})).one_or_none()
-    return None if held is None else typed_row(SessionRow, held[0])
+async def get_chat_session(db: Db, *, session_id: str) -> SessionRow | None:
+    conn = await session_conn(db)
+    return await conn.row(_CHAT_SESSION, {"session_id": session_id}, SessionRow)
 
 
-_WITH_TENANT = (
-    select(ChatSession, Tenant)
-    .select_from(ChatSession)
-    .outerjoin(Tenant, Tenant.id == ChatSession.tenant_id)
-    .where(ChatSession.id == bindparam("session_id"))
-)
+_CHAT_SESSION = f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = %(session_id)s"
+
+
+@dataclass(frozen=True)
+class TenantedSession(SessionRow):
+    """A session with its tenant's configuration as stored (`{}`: none, or no tenant row)."""
+
+    tenant_config: dict[str, Any]
+
+
+async def with_tenant(db: Db, *, session_id: str) -> TenantedSession | None:
+    """The session and its tenant's configuration, in one round trip."""
+    conn = await session_conn(db)
+    return await conn.made(_WITH_TENANT, {"session_id": session_id}, _tenanted)
+
+
+def _tenanted(*, tenant_config: dict[str, Any] | None, **session: Any) -> TenantedSession:
+    return TenantedSession(**session, tenant_config=dict(tenant_config or {}))
+
+
+_WITH_TENANT = """
+    SELECT s.id, s.tenant_id, s.user_id, s.last_seq, s.active_turn_id, s.queued_turn_id,
+        s.created_at, t.config AS tenant_config
+    FROM sessions AS s LEFT JOIN tenants AS t ON t.id = s.tenant_id
+    WHERE s.id = %(session_id)s
+"""

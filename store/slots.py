@@ -3,51 +3,53 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import delete, select
-from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.ext.asyncio import AsyncSession
+from psycopg.types.json import Jsonb
 
 from parley.resolver import Slot
-from parley.store.models import SessionSlot
+from parley.store.db import Db, session_conn
 
 
-async def get_slots(db: AsyncSession, *, session_id: str) -> dict[str, Slot]:
-    # Columns, not mapped rows: nothing here is written back through the session.
-    rows = await db.execute(
-        select(
-            SessionSlot.name, SessionSlot.value, SessionSlot.source, SessionSlot.set_at_seq
-        ).where(SessionSlot.session_id == session_id)
-    )
+@dataclass(frozen=True)
+class _SlotRow:
+    name: str
+    value: Any
+    source: str
+    set_at_seq: int
+
+
+async def get_slots(db: Db, *, session_id: str) -> dict[str, Slot]:
+    conn = await session_conn(db)
+    rows = await conn.rows(_SLOTS, {"session_id": session_id}, _SlotRow)
     return {r.name: Slot(r.value, r.source, r.set_at_seq) for r in rows}
 
 
 async def write_slots(
-    db: AsyncSession,
+    db: Db,
     *,
     session_id: str,
     writes: dict[str, Slot],
     clears: tuple[str, ...] = (),
 ) -> None:
     """Apply slot changes within the caller's transaction."""
+    conn = await session_conn(db)
     if clears:
-        await db.execute(
-            delete(SessionSlot).where(
-                SessionSlot.session_id == session_id, SessionSlot.name.in_(clears)
-            )
-        )
+        await conn.run(_CLEAR, {"session_id": session_id, "names": list(clears)})
     for name, slot in writes.items():
-        values: dict[str, Any] = {
-            "value": slot.value,
-            "source": slot.source,
-            "set_at_seq": slot.set_at_seq,
-        }
-        await db.execute(
-            insert(SessionSlot)
-            .values(session_id=session_id, name=name, **values)
-            .on_conflict_do_update(index_elements=["session_id", "name"], set_=values)
-        )
+        values = {"value": Jsonb(slot.value), "source": slot.source, "seq": slot.set_at_seq}
+        await conn.run(_WRITE, {"session_id": session_id, "name": name} | values)
+
+
+_SLOTS = "SELECT name, value, source, set_at_seq FROM slots WHERE session_id = %(session_id)s"
+_CLEAR = "DELETE FROM slots WHERE session_id = %(session_id)s AND name = ANY(%(names)s)"
+_WRITE = """
+    INSERT INTO slots (session_id, name, value, source, set_at_seq)
+    VALUES (%(session_id)s, %(name)s, %(value)s, %(source)s, %(seq)s)
+    ON CONFLICT (session_id, name) DO UPDATE
+    SET value = excluded.value, source = excluded.source, set_at_seq = excluded.set_at_seq
+"""
 
 
 def after_writes(

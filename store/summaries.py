@@ -10,47 +10,40 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, select, text
-from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.ext.asyncio import AsyncSession
+from psycopg.types.json import Jsonb
 
 from parley.fold import FALLBACK
 from parley.memory import SummaryLine
-from parley.store.db import Conn
-from parley.store.models import ConversationSummary, Message
+from parley.store.db import Conn, Db, session_conn
 
 
-async def lock_session_memory(db: AsyncSession, *, session_id: str) -> None:
+async def lock_session_memory(db: Db, *, session_id: str) -> None:
     """Serialise summary writers of one session (not the session row: turns keep writing)."""
-    await db.execute(
-        text("SELECT pg_advisory_xact_lock(hashtext(:key))"), {"key": f"summary:{session_id}"}
-    )
+    conn = await session_conn(db)
+    await conn.run(_LOCK, {"key": f"summary:{session_id}"})
 
 
-async def fallbacks_in_a_row(db: AsyncSession, *, session_id: str) -> int:
+_LOCK = "SELECT pg_advisory_xact_lock(hashtext(%(key)s))"
+
+
+async def fallbacks_in_a_row(db: Db, *, session_id: str) -> int:
     """How many of the session's latest summary versions the code wrote (`fallback`), counted
     back to the newest one a model wrote."""
-    newest_by_model = (
-        select(func.coalesce(func.max(ConversationSummary.through_seq), 0))
-        .where(
-            ConversationSummary.session_id == session_id,
-            ConversationSummary.written_by != FALLBACK,
-        )
-        .scalar_subquery()
-    )
-    count = await db.scalar(
-        select(func.count())
-        .select_from(ConversationSummary)
-        .where(
-            ConversationSummary.session_id == session_id,
-            ConversationSummary.through_seq > newest_by_model,
-        )
-    )
+    conn = await session_conn(db)
+    count = await conn.value(_FALLBACKS, {"session_id": session_id, "fallback": FALLBACK})
     return int(count or 0)
 
 
+_FALLBACKS = """
+    SELECT count(*) FROM conversation_summaries
+    WHERE session_id = %(session_id)s AND through_seq > (
+        SELECT coalesce(max(through_seq), 0) FROM conversation_summaries
+        WHERE session_id = %(session_id)s AND written_by <> %(fallback)s)
+"""
+
+
 async def save_summary(
-    db: AsyncSession,
+    db: Db,
     *,
     session_id: str,
     through_seq: int,
@@ -64,41 +57,53 @@ async def save_summary(
     folded_seqs: list[int] | None = None,
 ) -> bool:
     """Store a new summary version unless one already reaches as far (a concurrent run won)."""
-    result = await db.execute(
-        insert(ConversationSummary)
-        .values(
-            session_id=session_id,
-            through_seq=through_seq,
-            lines=[line.as_json() for line in lines],
-            token_count=token_count,
-            provider=provider,
-            model=model,
-            written_by=model if written_by is None else written_by,
-            input_tokens=int(usage.get("input_tokens", 0)),
-            output_tokens=int(usage.get("output_tokens", 0)),
-            memory_keys=list(memory_keys or []),
-            folded_seqs=folded_seqs,
-        )
-        .on_conflict_do_nothing(constraint="uq_summary_through")
-    )
-    return bool(getattr(result, "rowcount", 0))
+    conn = await session_conn(db)
+    params = {
+        "session_id": session_id,
+        "through_seq": through_seq,
+        "lines": Jsonb([line.as_json() for line in lines]),
+        "token_count": token_count,
+        "provider": provider,
+        "model": model,
+        "written_by": model if written_by is None else written_by,
+        "input_tokens": int(usage.get("input_tokens", 0)),
+        "output_tokens": int(usage.get("output_tokens", 0)),
+        "memory_keys": Jsonb(list(memory_keys or [])),
+        # NULL, not JSON's null: a version that records no seqs (see the model).
+        "folded_seqs": None if folded_seqs is None else Jsonb(folded_seqs),
+    }
+    return bool(await conn.run(_SAVE, params))
 
 
-async def folded_by(db: AsyncSession, *, session_id: str, through_seq: int) -> list[int]:
+_SAVE = """
+    INSERT INTO conversation_summaries (session_id, through_seq, lines, token_count, provider,
+        model, written_by, input_tokens, output_tokens, memory_keys, folded_seqs)
+    VALUES (%(session_id)s, %(through_seq)s, %(lines)s, %(token_count)s, %(provider)s,
+        %(model)s, %(written_by)s, %(input_tokens)s, %(output_tokens)s, %(memory_keys)s,
+        %(folded_seqs)s)
+    ON CONFLICT ON CONSTRAINT uq_summary_through DO NOTHING
+"""
+
+
+async def folded_by(db: Db, *, session_id: str, through_seq: int) -> list[int]:
     """The seqs the session's version ending at `through_seq` folded (a version older than the
     record of them: every stored message up to its end)."""
-    recorded = await db.scalar(
-        select(ConversationSummary.folded_seqs).where(
-            ConversationSummary.session_id == session_id,
-            ConversationSummary.through_seq == through_seq,
-        )
-    )
-    if recorded is not None:
-        return [int(seq) for seq in recorded]
-    seqs = await db.scalars(
-        select(Message.seq).where(Message.session_id == session_id, Message.seq <= through_seq)
-    )
-    return list(seqs)
+    conn = await session_conn(db)
+    params = {"session_id": session_id, "through_seq": through_seq}
+    recorded = await conn.value(_FOLDED, params)
+    if recorded is None:
+        recorded = await conn.value(_SEQS_THROUGH, params)
+    return [int(seq) for seq in recorded]
+
+
+_FOLDED = """
+    SELECT folded_seqs FROM conversation_summaries
+    WHERE session_id = %(session_id)s AND through_seq = %(through_seq)s
+"""
+_SEQS_THROUGH = """
+    SELECT coalesce(array_agg(seq), '{}') FROM messages
+    WHERE session_id = %(session_id)s AND seq <= %(through_seq)s
+"""
 
 
 @dataclass(frozen=True)

@@ -5,12 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncSession
+from psycopg.types.json import Jsonb
 
 from parley.errors import NotFound
-from parley.store.models import Tenant
-from parley.store.rows import typed_row
+from parley.store.db import Db, session_conn
 from parley.tenancy import TenantConfig
+
+TENANT_NOT_FOUND = "tenant not found"
 
 
 @dataclass(frozen=True)
@@ -22,44 +23,55 @@ class TenantRow:
     config: dict[str, Any]
 
 
-async def get_tenant(db: AsyncSession, *, tenant_id: str) -> TenantRow:
-    return _tenant(await _stored(db, tenant_id))
+async def get_tenant(db: Db, *, tenant_id: str) -> TenantRow:
+    conn = await session_conn(db)
+    return _found(await conn.made(_TENANT, {"tenant_id": tenant_id}, _tenant))
 
 
-def _tenant(row: Tenant) -> TenantRow:
+async def tenant_config(db: Db, *, tenant_id: str) -> TenantConfig:
+    """The tenant's configuration over the code defaults (empty when the tenant is unknown)."""
+    conn = await session_conn(db)
+    return TenantConfig.model_validate(await conn.value(_CONFIG, {"tenant_id": tenant_id}) or {})
+
+
+async def set_paused(db: Db, *, tenant_id: str, paused: bool) -> TenantRow:
+    conn = await session_conn(db)
+    params = {"tenant_id": tenant_id, "paused": paused}
+    return _found(await conn.made(_SET_PAUSED, params, _tenant))
+
+
+async def set_config(db: Db, *, tenant_id: str, config: TenantConfig) -> TenantRow:
+    conn = await session_conn(db)
+    params = {"tenant_id": tenant_id, "config": Jsonb(config.model_dump(exclude_none=True))}
+    return _found(await conn.made(_SET_CONFIG, params, _tenant))
+
+
+async def is_paused(db: Db, *, tenant_id: str) -> bool:
+    """Whether the tenant's assistant is switched off: work that would start or go on
+    (a turn, a model call, a send, a confirmation) fails closed. Read as it stands now."""
+    conn = await session_conn(db)
+    return bool(await conn.value(_PAUSED, {"tenant_id": tenant_id}))
+
+
+def _tenant(*, id: str, paused: bool, config: dict[str, Any] | None) -> TenantRow:
     # An unset configuration is NULL on old rows; the contract says `{}`.
-    return typed_row(TenantRow, row, config=dict(row.config or {}))
+    return TenantRow(id, paused, dict(config or {}))
 
 
-async def _stored(db: AsyncSession, tenant_id: str) -> Tenant:
-    tenant = await db.get(Tenant, tenant_id)
+def _found(tenant: TenantRow | None) -> TenantRow:
     if tenant is None:
-        raise NotFound("tenant not found")
+        raise NotFound(TENANT_NOT_FOUND)
     return tenant
 
 
-async def tenant_config(db: AsyncSession, *, tenant_id: str) -> TenantConfig:
-    """The tenant's configuration over the code defaults (empty when the tenant is unknown)."""
-    tenant = await db.get(Tenant, tenant_id)
-    return TenantConfig.model_validate(tenant.config if tenant is not None else {})
-
-
-async def set_paused(db: AsyncSession, *, tenant_id: str, paused: bool) -> TenantRow:
-    tenant = await _stored(db, tenant_id)
-    tenant.paused = paused
-    await db.flush()
-    return _tenant(tenant)
-
-
-async def set_config(db: AsyncSession, *, tenant_id: str, config: TenantConfig) -> TenantRow:
-    tenant = await _stored(db, tenant_id)
-    tenant.config = config.model_dump(exclude_none=True)
-    await db.flush()
-    return _tenant(tenant)
-
-
-async def is_paused(db: AsyncSession, *, tenant_id: str) -> bool:
-    """Whether the tenant's assistant is switched off: work that would start or go on
-    (a turn, a model call, a send, a confirmation) fails closed."""
-    tenant = await db.get(Tenant, tenant_id, populate_existing=True)
-    return tenant is not None and tenant.paused
+_TENANT = "SELECT id, paused, config FROM tenants WHERE id = %(tenant_id)s"
+_CONFIG = "SELECT config FROM tenants WHERE id = %(tenant_id)s"
+_PAUSED = "SELECT paused FROM tenants WHERE id = %(tenant_id)s"
+_SET_PAUSED = """
+    UPDATE tenants SET paused = %(paused)s WHERE id = %(tenant_id)s
+    RETURNING id, paused, config
+"""
+_SET_CONFIG = """
+    UPDATE tenants SET config = %(config)s WHERE id = %(tenant_id)s
+    RETURNING id, paused, config
+"""

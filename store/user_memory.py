@@ -11,65 +11,59 @@ Like every store module these never commit; the caller does.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import timedelta
-
-from sqlalchemy import Text, cast, delete, func, select
-from sqlalchemy.dialects.postgresql import ARRAY, insert
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.consented import MemoryItem, Remembered
 from parley.memory import PinnedFact
-from parley.store.models import (
-    ChatSession,
-    ConversationSummary,
-    MemoryConsent,
-    ModelCall,
-    PinnedFactRow,
-    Turn,
-    UserMemoryItem,
-)
+from parley.store.db import Db, session_conn
 
 # The key a model request stores the hinted memory keys under (read back by the summarizer).
 HINTED_KEYS = "memory_hints"
 
 
-async def has_consent(db: AsyncSession, *, tenant_id: str, user_id: str) -> bool:
-    consent = await db.scalar(
-        select(MemoryConsent.consent).where(
-            MemoryConsent.tenant_id == tenant_id, MemoryConsent.user_id == user_id
-        )
-    )
-    return bool(consent)
+async def has_consent(db: Db, *, tenant_id: str, user_id: str) -> bool:
+    conn = await session_conn(db)
+    return bool(await conn.value(_CONSENT, {"tenant_id": tenant_id, "user_id": user_id}))
 
 
-async def set_consent(db: AsyncSession, *, tenant_id: str, user_id: str, consent: bool) -> None:
+_CONSENT = """
+    SELECT consent FROM memory_consents WHERE tenant_id = %(tenant_id)s AND user_id = %(user_id)s
+"""
+
+
+async def set_consent(db: Db, *, tenant_id: str, user_id: str, consent: bool) -> None:
     """Record the user's choice; withdrawing it deletes every item and every derived copy."""
-    values = {"consent": consent, "updated_at": func.now()}
-    await db.execute(
-        insert(MemoryConsent)
-        .values(tenant_id=tenant_id, user_id=user_id, **values)
-        .on_conflict_do_update(index_elements=["tenant_id", "user_id"], set_=values)
-    )
+    conn = await session_conn(db)
+    params = {"tenant_id": tenant_id, "user_id": user_id, "consent": consent}
+    await conn.run(_SET_CONSENT, params)
     if not consent:
         await forget(db, tenant_id=tenant_id, user_id=user_id, keys=None)
 
 
-async def items(db: AsyncSession, *, tenant_id: str, user_id: str) -> list[MemoryItem]:
+_SET_CONSENT = """
+    INSERT INTO memory_consents (tenant_id, user_id, consent, updated_at)
+    VALUES (%(tenant_id)s, %(user_id)s, %(consent)s, now())
+    ON CONFLICT (tenant_id, user_id)
+    DO UPDATE SET consent = excluded.consent, updated_at = excluded.updated_at
+"""
+
+
+async def items(db: Db, *, tenant_id: str, user_id: str) -> list[MemoryItem]:
     """The user's live items (never an expired one), by key."""
-    rows = await db.scalars(
-        select(UserMemoryItem)
-        .where(
-            UserMemoryItem.tenant_id == tenant_id,
-            UserMemoryItem.user_id == user_id,
-            UserMemoryItem.expires_at > func.now(),
-        )
-        .order_by(UserMemoryItem.key)
-    )
-    return [MemoryItem(r.key, r.value, r.source, r.created_at, r.expires_at) for r in rows]
+    conn = await session_conn(db)
+    return await conn.rows(_ITEMS, {"tenant_id": tenant_id, "user_id": user_id}, MemoryItem)
+
+
+_ITEMS = """
+    SELECT key, value, source, created_at, expires_at FROM user_memory
+    WHERE tenant_id = %(tenant_id)s AND user_id = %(user_id)s AND expires_at > now()
+    ORDER BY key
+"""
 
 
 async def remember(
-    db: AsyncSession,
+    db: Db,
     *,
     tenant_id: str,
     user_id: str,
@@ -81,98 +75,111 @@ async def remember(
     wanted = list(remembered)
     if not wanted:
         return []
-    consent = await db.scalar(
-        select(MemoryConsent.consent)
-        .where(MemoryConsent.tenant_id == tenant_id, MemoryConsent.user_id == user_id)
-        .with_for_update()
-    )
-    if not consent:
+    conn = await session_conn(db)
+    owner = {"tenant_id": tenant_id, "user_id": user_id}
+    if not await conn.value(_CONSENT_LOCKED, owner):
         return []
     for item in wanted:
-        values = {
-            "value": item.value,
-            "source": item.source,
-            "created_at": func.now(),
-            "expires_at": func.now() + timedelta(days=ttl_days),
-        }
-        await db.execute(
-            insert(UserMemoryItem)
-            .values(tenant_id=tenant_id, user_id=user_id, key=item.key, **values)
-            .on_conflict_do_update(index_elements=["tenant_id", "user_id", "key"], set_=values)
-        )
+        values = {"key": item.key, "value": item.value, "source": item.source}
+        await conn.run(_REMEMBER, owner | values | {"ttl": timedelta(days=ttl_days)})
     return [item.key for item in wanted]
 
 
-async def pin_copy(db: AsyncSession, *, session_id: str, key: str, value: str, seq: int) -> None:
+_CONSENT_LOCKED = f"{_CONSENT} FOR UPDATE"
+_REMEMBER = """
+    INSERT INTO user_memory (tenant_id, user_id, key, value, source, created_at, expires_at)
+    VALUES (%(tenant_id)s, %(user_id)s, %(key)s, %(value)s, %(source)s, now(),
+        now() + %(ttl)s)
+    ON CONFLICT (tenant_id, user_id, key) DO UPDATE SET value = excluded.value,
+        source = excluded.source, created_at = excluded.created_at,
+        expires_at = excluded.expires_at
+"""
+
+
+async def pin_copy(db: Db, *, session_id: str, key: str, value: str, seq: int) -> None:
     """The session's own copy of an item written from a statement made in it (a pinned fact
     with the item's key as provenance)."""
     fact = PinnedFact(key, value, seq)
-    values = {
-        "value": fact.value,
-        "source_seq": fact.seq,
-        "source": fact.source,
-        "memory_key": key,
-        "updated_at": func.now(),
-    }
-    await db.execute(
-        insert(PinnedFactRow)
-        .values(session_id=session_id, key=key, **values)
-        .on_conflict_do_update(index_elements=["session_id", "key"], set_=values)
-    )
+    conn = await session_conn(db)
+    params = {"session_id": session_id, "key": key, "value": fact.value, "seq": fact.seq}
+    await conn.run(_PIN_COPY, params | {"source": fact.source})
 
 
-async def forget(db: AsyncSession, *, tenant_id: str, user_id: str, keys: list[str] | None) -> int:
+_PIN_COPY = """
+    INSERT INTO pinned_facts (session_id, key, value, source_seq, source, memory_key, updated_at)
+    VALUES (%(session_id)s, %(key)s, %(value)s, %(seq)s, %(source)s, %(key)s, now())
+    ON CONFLICT (session_id, key) DO UPDATE SET value = excluded.value,
+        source_seq = excluded.source_seq, source = excluded.source,
+        memory_key = excluded.memory_key, updated_at = excluded.updated_at
+"""
+
+
+async def forget(db: Db, *, tenant_id: str, user_id: str, keys: list[str] | None) -> int:
     """Delete the user's items (all of them when `keys` is None) and every copy derived from
     them: pinned facts written with them and summaries that folded turns shown their hints
     (the summary workflow rebuilds those from the messages). Returns the items deleted,
-    expired ones included."""
-    query = delete(UserMemoryItem).where(
-        UserMemoryItem.tenant_id == tenant_id, UserMemoryItem.user_id == user_id
-    )
-    if keys is not None:
-        query = query.where(UserMemoryItem.key.in_(keys))
-    deleted = (await db.execute(query)).rowcount  # type: ignore[attr-defined]
-    owned = select(ChatSession.id).where(
-        ChatSession.tenant_id == tenant_id, ChatSession.user_id == user_id
-    )
-    facts = delete(PinnedFactRow).where(
-        PinnedFactRow.session_id.in_(owned), PinnedFactRow.memory_key.is_not(None)
-    )
-    summaries = delete(ConversationSummary).where(
-        ConversationSummary.session_id.in_(owned),
-        func.jsonb_array_length(ConversationSummary.memory_keys) > 0,
-    )
-    if keys is not None:
-        facts = facts.where(PinnedFactRow.memory_key.in_(keys))
-        summaries = summaries.where(
-            ConversationSummary.memory_keys.has_any(cast(keys, ARRAY(Text)))
-        )
-    await db.execute(facts)
-    await db.execute(summaries)
-    return int(deleted or 0)
+    expired ones included. One statement."""
+    conn = await session_conn(db)
+    params = {"tenant_id": tenant_id, "user_id": user_id, "keys": keys}
+    return int(await conn.value(_FORGET, params) or 0)
 
 
-async def hinted_keys(db: AsyncSession, *, session_id: str, through_seq: int) -> list[str]:
+# `keys` NULL: every key. The three deletes see the tables as the statement found them (they
+# touch different tables, so none waits on another's effect).
+_FORGET = """
+    WITH owned AS (
+        SELECT id FROM sessions WHERE tenant_id = %(tenant_id)s AND user_id = %(user_id)s
+    ), items AS (
+        DELETE FROM user_memory
+        WHERE tenant_id = %(tenant_id)s AND user_id = %(user_id)s
+            AND (CAST(%(keys)s AS text[]) IS NULL OR key = ANY(%(keys)s))
+        RETURNING 1
+    ), facts AS (
+        DELETE FROM pinned_facts
+        WHERE session_id IN (SELECT id FROM owned) AND memory_key IS NOT NULL
+            AND (CAST(%(keys)s AS text[]) IS NULL OR memory_key = ANY(%(keys)s))
+    ), summaries AS (
+        DELETE FROM conversation_summaries
+        WHERE session_id IN (SELECT id FROM owned) AND jsonb_array_length(memory_keys) > 0
+            AND (CAST(%(keys)s AS text[]) IS NULL OR memory_keys ?| CAST(%(keys)s AS text[]))
+    )
+    SELECT count(*) FROM items
+"""
+
+
+@dataclass(frozen=True)
+class _Hints:
+    keys: list[str] | None
+
+
+async def hinted_keys(db: Db, *, session_id: str, through_seq: int) -> list[str]:
     """Memory keys whose hints were in the prompts of the session's turns up to `through_seq`:
     the provenance a summary folding those turns carries (its lines carry forward, so every
     turn it covers counts)."""
-    shown = ModelCall.request["budget"][HINTED_KEYS]
-    requests = await db.scalars(
-        select(shown)
-        .join(Turn, Turn.id == ModelCall.turn_id)
-        .where(Turn.session_id == session_id, Turn.user_seq <= through_seq, shown.is_not(None))
-    )
-    keys: set[str] = set()
-    for value in requests:
-        keys.update(str(k) for k in value or [])
-    return sorted(keys)
+    conn = await session_conn(db)
+    params = {"session_id": session_id, "through_seq": through_seq, "hinted": HINTED_KEYS}
+    found: set[str] = set()
+    for hints in await conn.rows(_HINTED, params, _Hints):
+        found.update(str(k) for k in hints.keys or [])
+    return sorted(found)
 
 
-async def pinned_keys(db: AsyncSession, *, session_id: str) -> set[str]:
+_HINTED = """
+    SELECT c.request -> 'budget' -> %(hinted)s AS keys
+    FROM model_calls AS c JOIN turns AS t ON t.id = c.turn_id
+    WHERE t.session_id = %(session_id)s AND t.user_seq <= %(through_seq)s
+        AND c.request -> 'budget' -> %(hinted)s IS NOT NULL
+"""
+
+
+async def pinned_keys(db: Db, *, session_id: str) -> set[str]:
     """The memory keys of the session's pinned copies of durable items."""
-    found = await db.scalars(
-        select(PinnedFactRow.memory_key).where(
-            PinnedFactRow.session_id == session_id, PinnedFactRow.memory_key.is_not(None)
-        )
-    )
-    return {key for key in found if key is not None}
+    conn = await session_conn(db)
+    found = await conn.value(_PINNED_KEYS, {"session_id": session_id})
+    return set(found or ())
+
+
+_PINNED_KEYS = """
+    SELECT array_agg(memory_key) FROM pinned_facts
+    WHERE session_id = %(session_id)s AND memory_key IS NOT NULL
+"""
