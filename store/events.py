@@ -26,11 +26,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.contracts import TERMINAL_TURN_STATES, EventType, TurnState
-from parley.store.db import Conn, session_conn
+from parley.store.db import Conn, Db, session_conn
 from parley.store.turn_states import MOVE, move_params
 from parley.store.viewers import ATTACH_VIEWER_SQL
 from parley.wire import EVENT_DATA, StateData
@@ -64,15 +62,13 @@ def parse_notification(payload: str) -> tuple[str, list[StoredEvent]]:
     ]
 
 
-async def append_event(
-    db: AsyncSession | Conn, *, turn_id: str, type: EventType, data: BaseModel
-) -> int:
+async def append_event(db: Db | Conn, *, turn_id: str, type: EventType, data: BaseModel) -> int:
     """Append one event within the caller's transaction and return its id."""
     return (await append_events(db, turn_id=turn_id, events=[(type, data)]))[-1]
 
 
 async def append_events(
-    db: AsyncSession | Conn,
+    db: Db | Conn,
     *,
     turn_id: str,
     events: Sequence[tuple[EventType, BaseModel]],
@@ -308,7 +304,7 @@ _READ_WITH_END = """
 _ATTACH_AND_READ = f"WITH attached AS ({ATTACH_VIEWER_SQL}) {_READ_WITH_END}"
 
 
-async def withdraw_turn_text(db: AsyncSession | Conn, *, turn_id: str) -> None:
+async def withdraw_turn_text(db: Db | Conn, *, turn_id: str) -> None:
     """The output screen withdrew the turn's answer: blank the text of every `delta` the
     turn streamed, and of the turn's tool-calling messages, so that neither a replay from
     any id nor the message list serves the withdrawn words again. Event ids stay as they are
@@ -329,14 +325,15 @@ _WITHDRAW_MESSAGES = (
 )
 
 
-async def has_warning(db: AsyncSession, *, turn_id: str, code: str) -> bool:
+async def has_warning(db: Db, *, turn_id: str, code: str) -> bool:
     """Whether the turn's log already holds a `warning` with this code (a warning a turn
     gives once, however many steps meet its cause)."""
-    found = await db.scalar(_WARNED, {"turn_id": turn_id, "code": code})
+    conn = await session_conn(db)
+    found = await conn.value(_WARNED, {"turn_id": turn_id, "code": code})
     return found is not None
 
 
-_WARNED = text(
+_WARNED = (
     "SELECT 1 FROM turn_events"
-    " WHERE turn_id = :turn_id AND type = 'warning' AND data ->> 'code' = :code LIMIT 1"
+    " WHERE turn_id = %(turn_id)s AND type = 'warning' AND data ->> 'code' = %(code)s LIMIT 1"
 )

@@ -5,32 +5,27 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import func, select
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from parley.contracts import TERMINAL_TURN_STATES, TurnState
 from parley.store import turns
-from parley.store.db import Conn, session_conn
-from parley.store.models import Turn
+from parley.store.db import Conn, Db, session_conn
 from parley.store.queue import Startable
-from parley.store.rows import typed_row
 from parley.wire import ErrorData
 
 
-async def turn_number(db: AsyncSession, *, turn_id: str) -> int:
+async def turn_number(db: Db, *, turn_id: str) -> int:
     """The turn's place in its session (1 for the first; a retry is a turn of its own), for
     the workflow's summary in the Temporal UI."""
-    this = select(Turn.session_id, Turn.created_at).where(Turn.id == turn_id).subquery()
-    count = await db.scalar(
-        select(func.count())
-        .select_from(Turn)
-        .join(this, Turn.session_id == this.c.session_id)
-        .where(Turn.created_at <= this.c.created_at)
-    )
-    return int(count or 0)
+    conn = await session_conn(db)
+    return int(await conn.value(_TURN_NUMBER, {"turn_id": turn_id}) or 0)
 
 
-async def mark_workflow_started(db: AsyncSession | Conn, *, turn_id: str) -> None:
+_TURN_NUMBER = """
+    SELECT count(*) FROM turns AS t JOIN turns AS this ON this.id = %(turn_id)s
+    WHERE t.session_id = this.session_id AND t.created_at <= this.created_at
+"""
+
+
+async def mark_workflow_started(db: Db | Conn, *, turn_id: str) -> None:
     conn = db if isinstance(db, Conn) else await session_conn(db)
     await conn.run(_MARK_STARTED, {"turn_id": turn_id, "now": datetime.now(UTC)})
 
@@ -42,46 +37,46 @@ _MARK_STARTED = (
 )
 
 
-async def unstarted_turns(
-    db: AsyncSession, *, older_than: timedelta, limit: int = 50
-) -> list[Startable]:
+async def unstarted_turns(db: Db, *, older_than: timedelta, limit: int = 50) -> list[Startable]:
     """Turns committed by the API whose workflow start was never confirmed. Only turns still
     in `received`: a turn that ended (a cancel raced the start) is never started."""
-    cutoff = datetime.now(UTC) - older_than
-    rows = await db.scalars(
-        select(Turn)
-        .where(
-            Turn.workflow_started_at.is_(None),
-            Turn.created_at < cutoff,
-            Turn.state == TurnState.received,
-        )
-        .order_by(Turn.created_at)
-        .limit(limit)
-    )
-    return [typed_row(Startable, row) for row in rows]
+    conn = await session_conn(db)
+    params = {
+        "cutoff": datetime.now(UTC) - older_than,
+        "received": TurnState.received.value,
+        "limit": limit,
+    }
+    return await conn.rows(_UNSTARTED, params, Startable)
 
 
-async def quiet_open_turns(
-    db: AsyncSession, *, quiet_for: timedelta, limit: int = 50
-) -> list[Startable]:
+_UNSTARTED = """
+    SELECT id, session_id, tenant_id FROM turns
+    WHERE workflow_started_at IS NULL AND created_at < %(cutoff)s AND state = %(received)s
+    ORDER BY created_at LIMIT %(limit)s
+"""
+
+
+async def quiet_open_turns(db: Db, *, quiet_for: timedelta, limit: int = 50) -> list[Startable]:
     """Started turns that have not ended and have written nothing for `quiet_for`: the sweep
     asks Temporal whether their workflow still runs."""
-    cutoff = datetime.now(UTC) - quiet_for
-    rows = await db.scalars(
-        select(Turn)
-        .where(
-            Turn.state.not_in([s.value for s in TERMINAL_TURN_STATES]),
-            Turn.workflow_started_at.is_not(None),
-            Turn.updated_at < cutoff,
-        )
-        .order_by(Turn.updated_at)
-        .limit(limit)
-    )
-    return [typed_row(Startable, row) for row in rows]
+    conn = await session_conn(db)
+    params = {"cutoff": datetime.now(UTC) - quiet_for, "limit": limit}
+    return await conn.rows(_QUIET_OPEN, params, Startable)
+
+
+# `NOT IN` a literal list, as the partial index `ix_turns_open` spells it, so the planner
+# can use the index (a parameter would hide the list from it).
+_ENDED = ", ".join(sorted(f"'{state.value}'" for state in TERMINAL_TURN_STATES))
+_QUIET_OPEN = f"""
+    SELECT id, session_id, tenant_id FROM turns
+    WHERE state NOT IN ({_ENDED})
+        AND workflow_started_at IS NOT NULL AND updated_at < %(cutoff)s
+    ORDER BY updated_at LIMIT %(limit)s
+"""
 
 
 async def end_unstarted_turn(
-    db: AsyncSession, *, turn_id: str, state: TurnState, error: ErrorData | None = None
+    db: Db, *, turn_id: str, state: TurnState, error: ErrorData | None = None
 ) -> None:
     """End a turn whose workflow will not run it (never started, or closed), and mark it
     started, in the caller's one transaction: the outbox can never start it afterwards."""

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from parley.contracts import TERMINAL_TURN_STATES, TurnState
-from parley.store.models import Turn
+from parley.store.db import Db, session_conn
 
 # Plain SQL in psycopg's form, so that a stream's first read of the log can carry it
 # (store/events.py) and its end can join it to the drop of its lease (store/limits.py
@@ -25,10 +24,18 @@ DETACH_VIEWER_SQL = """
 """
 
 
-async def abandoned(db: AsyncSession, *, turn_id: str, grace: timedelta) -> bool:
+@dataclass(frozen=True)
+class _Watched:
+    state: str
+    viewers: int
+    detached_at: datetime | None
+
+
+async def abandoned(db: Db, *, turn_id: str, grace: timedelta) -> bool:
     """Nobody has watched this running turn for `grace`. A turn resting for a confirmation
     (or a specialist's question) is not running, so it is never abandoned."""
-    turn = await db.get(Turn, turn_id, populate_existing=True)
+    conn = await session_conn(db)
+    turn = await conn.row(_WATCHED, {"turn_id": turn_id}, _Watched)
     if turn is None or turn.viewers > 0 or turn.detached_at is None:
         return False
     if turn.state in TERMINAL_TURN_STATES or turn.state in (
@@ -37,3 +44,6 @@ async def abandoned(db: AsyncSession, *, turn_id: str, grace: timedelta) -> bool
     ):
         return False
     return turn.detached_at <= datetime.now(UTC) - grace + timedelta(milliseconds=50)
+
+
+_WATCHED = "SELECT state, viewers, detached_at FROM turns WHERE id = %(turn_id)s"
