@@ -5,17 +5,12 @@ One rating per user and message; a second replaces the first. Nothing here commi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 
-from sqlalchemy import func, select
-from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from parley.errors import InvalidRequest, NotFound
+from parley.store.db import Db, session_conn
 from parley.store.identity import Identity
-from parley.store.models import Feedback, Message, TraceSpan
-from parley.store.rows import typed_row
 from parley.store.sessions import get_session
 from parley.store.usage import Span
 
@@ -42,7 +37,7 @@ class RatedAnswer:
 
 
 async def rate_message(
-    db: AsyncSession,
+    db: Db,
     *,
     owner: Identity,
     session_id: str,
@@ -52,15 +47,14 @@ async def rate_message(
 ) -> Rating:
     """Store (or replace) the owner's rating of an assistant message of their session."""
     await get_session(db, owner=owner, session_id=session_id)
-    message = await db.scalar(
-        select(Message).where(Message.id == message_id, Message.session_id == session_id)
-    )
+    conn = await session_conn(db)
+    message = await conn.row(_MESSAGE, {"id": message_id, "session_id": session_id}, _Rated)
     if message is None:
         raise NotFound("message not found")
     if message.role != "assistant":
         raise InvalidRequest("only an assistant's answer can be rated", field="message_id")
-    values = {
-        "message_id": message.id,
+    params = {
+        "message_id": message_id,
         "tenant_id": owner.tenant_id,
         "user_id": owner.user_id,
         "session_id": session_id,
@@ -69,43 +63,76 @@ async def rate_message(
         "rating": rating,
         "comment": comment,
     }
-    row = await db.scalar(
-        insert(Feedback)
-        .values(**values)
-        .on_conflict_do_update(
-            index_elements=[Feedback.message_id, Feedback.tenant_id, Feedback.user_id],
-            set_={"rating": rating, "comment": comment, "updated_at": func.now()},
-        )
-        .returning(Feedback)
-        .execution_options(populate_existing=True)
-    )
+    row = await conn.row(_RATE, params, Rating)
     assert row is not None
-    return typed_row(Rating, row)
+    return row
+
+
+@dataclass(frozen=True)
+class _Rated:
+    role: str
+    turn_id: str | None
+
+
+_MESSAGE = "SELECT role, turn_id FROM messages WHERE id = %(id)s AND session_id = %(session_id)s"
+_RATING_COLUMNS = (
+    "message_id, user_id, session_id, turn_id, rating, comment, created_at, updated_at"
+)
+_RATE = f"""
+    INSERT INTO feedback (message_id, tenant_id, user_id, session_id, turn_id, rating, comment)
+    VALUES (%(message_id)s, %(tenant_id)s, %(user_id)s, %(session_id)s, %(turn_id)s,
+        %(rating)s, %(comment)s)
+    ON CONFLICT (message_id, tenant_id, user_id) DO UPDATE
+        SET rating = excluded.rating, comment = excluded.comment, updated_at = now()
+    RETURNING {_RATING_COLUMNS}
+"""
 
 
 async def recent_ratings(
-    db: AsyncSession, *, tenant_id: str, rating: str = "down", limit: int = 50
+    db: Db, *, tenant_id: str, rating: str = "down", limit: int = 50
 ) -> list[RatedAnswer]:
     """A tenant's latest ratings of one kind, newest first, each with the answer and the
     trace spans of the run that produced it."""
-    rows = list(
-        await db.execute(
-            select(Feedback, Message.text)
-            .join(Message, Message.id == Feedback.message_id)
-            .where(Feedback.tenant_id == tenant_id, Feedback.rating == rating)
-            .order_by(Feedback.updated_at.desc())
-            .limit(limit)
-        )
-    )
-    turn_ids = {f.turn_id for f, _ in rows if f.turn_id}
+    conn = await session_conn(db)
+    params = {"tenant_id": tenant_id, "rating": rating, "limit": limit}
+    rows = await conn.rows(_RECENT, params, _RatedRow)
+    turn_ids = sorted({r.turn_id for r in rows if r.turn_id})
     spans: dict[str, list[Span]] = {}
     if turn_ids:
-        for span in await db.scalars(
-            select(TraceSpan)
-            .where(TraceSpan.turn_id.in_(turn_ids))
-            .order_by(TraceSpan.started_at, TraceSpan.id)
-        ):
-            spans.setdefault(span.turn_id, []).append(typed_row(Span, span))
+        for span in await conn.rows(_SPANS, {"turn_ids": turn_ids}, _TurnSpan):
+            spans.setdefault(span.turn_id, []).append(span.span())
     return [
-        RatedAnswer(typed_row(Rating, f), text, spans.get(f.turn_id or "", [])) for f, text in rows
+        RatedAnswer(r.rating_row(), r.answer_text, spans.get(r.turn_id or "", [])) for r in rows
     ]
+
+
+@dataclass(frozen=True)
+class _RatedRow(Rating):
+    """A rating and the text of the answer it rates."""
+
+    answer_text: str = ""
+
+    def rating_row(self) -> Rating:
+        return Rating(**{f.name: getattr(self, f.name) for f in fields(Rating)})
+
+
+_RECENT = f"""
+    SELECT {", ".join("f." + c for c in _RATING_COLUMNS.split(", "))}, m.text AS answer_text
+    FROM feedback AS f JOIN messages AS m ON m.id = f.message_id
+    WHERE f.tenant_id = %(tenant_id)s AND f.rating = %(rating)s
+    ORDER BY f.updated_at DESC LIMIT %(limit)s
+"""
+
+
+@dataclass(frozen=True)
+class _TurnSpan(Span):
+    turn_id: str = ""
+
+    def span(self) -> Span:
+        return Span(**{f.name: getattr(self, f.name) for f in fields(Span)})
+
+
+_SPANS = """
+    SELECT turn_id, name, attempt, started_at, ended_at, outcome, attrs FROM trace_spans
+    WHERE turn_id = ANY(%(turn_ids)s) ORDER BY started_at, id
+"""

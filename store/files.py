@@ -8,17 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import delete, select
-from sqlalchemy.ext.asyncio import AsyncSession
+from psycopg.types.json import Jsonb
 
 from parley.attachments import AttachedFile
 from parley.errors import InvalidRequest, NotFound
 from parley.file_text import Extracted
 from parley.ids import new_id
+from parley.store.db import Db, session_conn
 from parley.store.identity import Identity
-from parley.store.models import Message, SessionFile
-from parley.store.rows import typed_row
 from parley.store.sessions import get_session
 
 FILE_NOT_FOUND = "file not found"
@@ -37,7 +36,7 @@ class FileRow:
 
 
 async def store_file(
-    db: AsyncSession,
+    db: Db,
     *,
     owner: Identity,
     session_id: str,
@@ -47,40 +46,54 @@ async def store_file(
 ) -> FileRow:
     """Keep an upload of the owner's session with its extracted text."""
     await get_session(db, owner=owner, session_id=session_id)
-    row = SessionFile(
-        id=new_id("file"),
-        session_id=session_id,
-        tenant_id=owner.tenant_id,
-        user_id=owner.user_id,
-        name=name,
-        content_type=extracted.content_type,
-        size=len(content),
-        content=content,
-        text=extracted.text,
-        meta=extracted.meta,
-    )
-    db.add(row)
-    await db.flush()
-    return typed_row(FileRow, row)
+    params = {
+        "id": new_id("file"),
+        "session_id": session_id,
+        "tenant_id": owner.tenant_id,
+        "user_id": owner.user_id,
+        "name": name,
+        "content_type": extracted.content_type,
+        "size": len(content),
+        "content": content,
+        "text": extracted.text,
+        "meta": Jsonb(extracted.meta),
+    }
+    conn = await session_conn(db)
+    row = await conn.row(_STORE, params, FileRow)
+    assert row is not None
+    return row
 
 
-async def get_file(db: AsyncSession, *, owner: Identity, session_id: str, file_id: str) -> FileRow:
+# The column `bytes` is the file's size (`FileRow.size`).
+_FILE_COLUMNS = "id, name, content_type, bytes AS size, content"
+_STORE = f"""
+    INSERT INTO files
+        (id, session_id, tenant_id, user_id, name, content_type, bytes, content, text, meta)
+    VALUES (%(id)s, %(session_id)s, %(tenant_id)s, %(user_id)s, %(name)s, %(content_type)s,
+        %(size)s, %(content)s, %(text)s, %(meta)s)
+    RETURNING {_FILE_COLUMNS}
+"""
+
+
+async def get_file(db: Db, *, owner: Identity, session_id: str, file_id: str) -> FileRow:
     await get_session(db, owner=owner, session_id=session_id)
-    row = await db.scalar(
-        select(SessionFile).where(
-            SessionFile.id == file_id,
-            SessionFile.session_id == session_id,
-            SessionFile.tenant_id == owner.tenant_id,
-            SessionFile.user_id == owner.user_id,
-        )
-    )
+    conn = await session_conn(db)
+    row = await conn.row(_GET, {"id": file_id, **_owned(owner, session_id)}, FileRow)
     if row is None:
         raise NotFound(FILE_NOT_FOUND, file_id=file_id)
-    return typed_row(FileRow, row)
+    return row
+
+
+def _owned(owner: Identity, session_id: str) -> dict[str, Any]:
+    return {"session_id": session_id, "tenant_id": owner.tenant_id, "user_id": owner.user_id}
+
+
+_OWNED = "session_id = %(session_id)s AND tenant_id = %(tenant_id)s AND user_id = %(user_id)s"
+_GET = f"SELECT {_FILE_COLUMNS} FROM files WHERE id = %(id)s AND {_OWNED}"
 
 
 async def check_owned(
-    db: AsyncSession, *, owner: Identity, session_id: str, file_ids: Sequence[str]
+    db: Db, *, owner: Identity, session_id: str, file_ids: Sequence[str]
 ) -> list[str]:
     """The ids, deduplicated in order, once each is a file of this session and user. A message
     naming any other id is an invalid request (422), whoever that file belongs to: the
@@ -88,44 +101,51 @@ async def check_owned(
     wanted = list(dict.fromkeys(file_ids))
     if not wanted:
         return []
-    found = set(
-        await db.scalars(
-            select(SessionFile.id).where(
-                SessionFile.id.in_(wanted),
-                SessionFile.session_id == session_id,
-                SessionFile.tenant_id == owner.tenant_id,
-                SessionFile.user_id == owner.user_id,
-            )
-        )
-    )
+    conn = await session_conn(db)
+    found = set(await conn.value(_OWNED_IDS, {"ids": wanted, **_owned(owner, session_id)}) or ())
     for file_id in wanted:
         if file_id not in found:
             raise InvalidRequest(f"file_ids: {FILE_NOT_FOUND} in this session", field="file_ids")
     return wanted
 
 
-async def message_files(db: AsyncSession, *, message_id: str) -> list[AttachedFile]:
+_OWNED_IDS = f"SELECT array_agg(id) FROM files WHERE id = ANY(%(ids)s) AND {_OWNED}"
+
+
+async def message_files(db: Db, *, message_id: str) -> list[AttachedFile]:
     """The files a stored message refers to, in the order it named them (for its prompt)."""
-    message = await db.get(Message, message_id)
-    ids = list(message.file_ids or []) if message is not None else []
-    if not ids or message is None:
-        return []
-    rows = {
-        row.id: row
-        for row in await db.scalars(
-            select(SessionFile).where(
-                SessionFile.id.in_(ids), SessionFile.session_id == message.session_id
-            )
-        )
-    }
-    return [
-        AttachedFile(row.id, row.name, row.content_type, row.text, dict(row.meta or {}))
-        for row in (rows.get(i) for i in ids)
-        if row is not None
-    ]
+    conn = await session_conn(db)
+    rows = await conn.rows(_MESSAGE_FILES, {"message_id": message_id}, _Attached)
+    return [AttachedFile(r.id, r.name, r.content_type, r.text, dict(r.meta or {})) for r in rows]
 
 
-async def delete_session_files(db: AsyncSession, *, session_id: str) -> int:
+@dataclass(frozen=True)
+class _Attached:
+    id: str
+    name: str
+    content_type: str
+    text: str
+    meta: dict[str, Any] | None
+
+
+# In the order the message names them; a file of another session (or gone) is left out. A
+# message without files holds NULL (or JSON's null, written by the ORM): no elements.
+_MESSAGE_FILES = """
+    SELECT f.id, f.name, f.content_type, f.text, f.meta
+    FROM messages AS m
+    CROSS JOIN LATERAL jsonb_array_elements_text(
+        CASE WHEN jsonb_typeof(m.file_ids) = 'array' THEN m.file_ids ELSE '[]' END
+    ) WITH ORDINALITY AS named(id, ord)
+    JOIN files AS f ON f.id = named.id AND f.session_id = m.session_id
+    WHERE m.id = %(message_id)s
+    ORDER BY named.ord
+"""
+
+
+async def delete_session_files(db: Db, *, session_id: str) -> int:
     """Delete every file of a session (its bytes and text), with the session."""
-    result = await db.execute(delete(SessionFile).where(SessionFile.session_id == session_id))
-    return int(result.rowcount)  # type: ignore[attr-defined]
+    conn = await session_conn(db)
+    return await conn.run(_DELETE_SESSION_FILES, {"session_id": session_id})
+
+
+_DELETE_SESSION_FILES = "DELETE FROM files WHERE session_id = %(session_id)s"

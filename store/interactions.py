@@ -11,15 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-
-from sqlalchemy import select, update
-from sqlalchemy.ext.asyncio import AsyncSession
+from typing import Any
 
 from parley.contracts import EventType, InteractionAnswer, TurnState
 from parley.ids import new_id
 from parley.specialists import match_option
-from parley.store.models import SpecialistAnswer, Turn, TurnEvent
-from parley.store.rows import typed_row
+from parley.store.db import Db, session_conn
+from parley.store.turns.reads import TurnFacts
 from parley.wire import InteractionData
 
 
@@ -33,42 +31,43 @@ class AnswerRow:
     value: str
 
 
-async def has_event(
-    db: AsyncSession, *, turn_id: str, type_: EventType, key: str, value: str
-) -> bool:
+_ANSWER_COLUMNS = "id, turn_id, interaction_id, value"
+
+
+async def has_event(db: Db, *, turn_id: str, type_: EventType, key: str, value: str) -> bool:
     """Whether the turn's log holds an event of this type whose `key` field is `value`."""
-    found = await db.scalar(
-        select(TurnEvent.id)
-        .where(
-            TurnEvent.turn_id == turn_id,
-            TurnEvent.type == type_,
-            TurnEvent.data[key].astext == value,
-        )
-        .limit(1)
-    )
-    return found is not None
+    conn = await session_conn(db)
+    params = {"turn_id": turn_id, "type": type_.value, "key": key, "value": value}
+    return await conn.value(_HAS_EVENT, params) is not None
 
 
-async def open_interaction(db: AsyncSession, *, turn_id: str) -> InteractionData | None:
+_HAS_EVENT = """
+    SELECT id FROM turn_events
+    WHERE turn_id = %(turn_id)s AND type = %(type)s AND data ->> %(key)s = %(value)s
+    LIMIT 1
+"""
+
+
+async def open_interaction(db: Db, *, turn_id: str) -> InteractionData | None:
     """The question the turn's specialist asked last, or None."""
-    data = await db.scalar(
-        select(TurnEvent.data)
-        .where(TurnEvent.turn_id == turn_id, TurnEvent.type == EventType.interaction)
-        .order_by(TurnEvent.id.desc())
-        .limit(1)
-    )
+    conn = await session_conn(db)
+    data = await conn.value(_LAST_ASKED, {"turn_id": turn_id, "type": EventType.interaction.value})
     return InteractionData.model_validate(data) if data is not None else None
 
 
+_LAST_ASKED = """
+    SELECT data FROM turn_events WHERE turn_id = %(turn_id)s AND type = %(type)s
+    ORDER BY id DESC LIMIT 1
+"""
+
+
 async def answer_for_waiting_turn(
-    db: AsyncSession, *, active_turn_id: str | None, text: str, value: str | None
-) -> tuple[Turn, InteractionAnswer] | None:
-    """When the session's active turn waits for the user's answer: that turn and the answer
-    (a clicked option's `value`, else the option the text names, else "": the specialist
-    asks again). None when the active turn is not waiting for an answer."""
-    if active_turn_id is None:
-        return None
-    active = await db.get(Turn, active_turn_id)
+    db: Db, *, active: TurnFacts | None, text: str, value: str | None
+) -> InteractionAnswer | None:
+    """When the session's active turn (`active`, as the caller read it under the session's
+    lock) waits for the user's answer: the answer (a clicked option's `value`, else the
+    option the text names, else "": the specialist asks again). None when the active turn
+    is not waiting for an answer."""
     if active is None or active.state != TurnState.awaiting_input:
         return None
     asked = await open_interaction(db, turn_id=active.id)
@@ -76,40 +75,51 @@ async def answer_for_waiting_turn(
         return None
     values = {o.value for o in asked.options}
     chosen = value if value in values else match_option(text, asked.options)
-    return active, InteractionAnswer(asked.interaction_id, chosen or "")
+    return InteractionAnswer(asked.interaction_id, chosen or "")
 
 
-async def record_answer(db: AsyncSession, *, turn_id: str, answer: InteractionAnswer) -> AnswerRow:
+async def record_answer(db: Db, *, turn_id: str, answer: InteractionAnswer) -> AnswerRow:
     """The answer as an outbox row, committed with the user's message before any signal."""
-    row = SpecialistAnswer(
-        id=new_id("ans"),
-        turn_id=turn_id,
-        interaction_id=answer.interaction_id,
-        value=answer.value,
-    )
-    db.add(row)
-    await db.flush()
-    return typed_row(AnswerRow, row)
+    conn = await session_conn(db)
+    params = {
+        "id": new_id("ans"),
+        "turn_id": turn_id,
+        "interaction_id": answer.interaction_id,
+        "value": answer.value,
+    }
+    row = await conn.row(_RECORD_ANSWER, params, AnswerRow)
+    assert row is not None
+    return row
 
 
-async def mark_answer_delivered(db: AsyncSession, *, answer_id: str) -> None:
-    await db.execute(
-        update(SpecialistAnswer)
-        .where(SpecialistAnswer.id == answer_id, SpecialistAnswer.delivered_at.is_(None))
-        .values(delivered_at=datetime.now(UTC))
-    )
+_RECORD_ANSWER = f"""
+    INSERT INTO specialist_answers (id, turn_id, interaction_id, value)
+    VALUES (%(id)s, %(turn_id)s, %(interaction_id)s, %(value)s)
+    RETURNING {_ANSWER_COLUMNS}
+"""
 
 
-async def undelivered_answers(
-    db: AsyncSession, *, older_than: timedelta, limit: int = 50
-) -> list[AnswerRow]:
+async def mark_answer_delivered(db: Db, *, answer_id: str) -> None:
+    conn = await session_conn(db)
+    await conn.run(_DELIVERED, {"id": answer_id, "now": datetime.now(UTC)})
+
+
+_DELIVERED = """
+    UPDATE specialist_answers SET delivered_at = %(now)s
+    WHERE id = %(id)s AND delivered_at IS NULL
+"""
+
+
+async def undelivered_answers(db: Db, *, older_than: timedelta, limit: int = 50) -> list[AnswerRow]:
     """Answers committed more than `older_than` ago and never marked delivered, oldest
     first."""
-    cutoff = datetime.now(UTC) - older_than
-    rows = await db.scalars(
-        select(SpecialistAnswer)
-        .where(SpecialistAnswer.delivered_at.is_(None), SpecialistAnswer.created_at < cutoff)
-        .order_by(SpecialistAnswer.created_at)
-        .limit(limit)
-    )
-    return [typed_row(AnswerRow, row) for row in rows]
+    conn = await session_conn(db)
+    params: dict[str, Any] = {"cutoff": datetime.now(UTC) - older_than, "limit": limit}
+    return await conn.rows(_UNDELIVERED, params, AnswerRow)
+
+
+_UNDELIVERED = f"""
+    SELECT {_ANSWER_COLUMNS} FROM specialist_answers
+    WHERE delivered_at IS NULL AND created_at < %(cutoff)s
+    ORDER BY created_at LIMIT %(limit)s
+"""
