@@ -13,11 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from parley.prompt import RecallHit
-from parley.store.db import Conn, session_conn
+from parley.store.db import Conn, Db, session_conn
 
 
 @dataclass(frozen=True)
@@ -31,7 +28,7 @@ def vector_literal(values: Sequence[float]) -> str:
     return "[" + ",".join(f"{v:.6g}" for v in values) + "]"
 
 
-async def available(db: AsyncSession | Conn) -> bool:
+async def available(db: Db | Conn) -> bool:
     """Whether this database can hold embeddings (the extension and the table are there)."""
     return bool(await (await _conn(db)).value(_AVAILABLE, {}))
 
@@ -51,57 +48,58 @@ async def available_once_seen(conn: Conn) -> bool:
     return conn.database in _VECTORS_SEEN
 
 
-async def _conn(db: AsyncSession | Conn) -> Conn:
+async def _conn(db: Db | Conn) -> Conn:
     return db if isinstance(db, Conn) else await session_conn(db)
 
 
-async def unembedded(
-    db: AsyncSession, *, session_id: str, model: str, limit: int
-) -> list[Unembedded]:
+async def unembedded(db: Db, *, session_id: str, model: str, limit: int) -> list[Unembedded]:
     """The session's searchable messages that have no vector of `model` yet, oldest first."""
-    rows = await db.execute(
-        text(
-            """
-            SELECT m.id, m.seq, m.text FROM messages m
-            WHERE m.session_id = :session_id AND m.replaced_by IS NULL
-              AND m.role IN ('user', 'assistant') AND m.status <> 'retracted' AND m.text <> ''
-              AND NOT EXISTS (
-                  SELECT 1 FROM message_embeddings e WHERE e.message_id = m.id AND e.model = :model
-              )
-            ORDER BY m.seq
-            LIMIT :limit
-            """
-        ),
-        {"session_id": session_id, "model": model, "limit": limit},
-    )
-    return [Unembedded(r.id, r.seq, r.text) for r in rows]
+    conn = await session_conn(db)
+    params = {"session_id": session_id, "model": model, "limit": limit}
+    return await conn.rows(_UNEMBEDDED, params, Unembedded)
+
+
+_UNEMBEDDED = """
+    SELECT m.id AS message_id, m.seq, m.text FROM messages m
+    WHERE m.session_id = %(session_id)s AND m.replaced_by IS NULL
+      AND m.role IN ('user', 'assistant') AND m.status <> 'retracted' AND m.text <> ''
+      AND NOT EXISTS (
+          SELECT 1 FROM message_embeddings e WHERE e.message_id = m.id AND e.model = %(model)s
+      )
+    ORDER BY m.seq
+    LIMIT %(limit)s
+"""
 
 
 async def save_embeddings(
-    db: AsyncSession,
+    db: Db,
     *,
     session_id: str,
     model: str,
     items: Sequence[tuple[Unembedded, Sequence[float]]],
 ) -> None:
-    """Store vectors; a message another run already embedded keeps its vector."""
-    for message, vector in items:
-        await db.execute(
-            text(
-                """
-                INSERT INTO message_embeddings (message_id, model, session_id, seq, embedding)
-                VALUES (:message_id, :model, :session_id, :seq, CAST(:embedding AS vector))
-                ON CONFLICT (message_id, model) DO NOTHING
-                """
-            ),
-            {
-                "message_id": message.message_id,
-                "model": model,
-                "session_id": session_id,
-                "seq": message.seq,
-                "embedding": vector_literal(vector),
-            },
-        )
+    """Store vectors, in one statement; a message another run already embedded keeps its
+    vector."""
+    if not items:
+        return
+    conn = await session_conn(db)
+    params = {
+        "model": model,
+        "session_id": session_id,
+        "ids": [message.message_id for message, _ in items],
+        "seqs": [message.seq for message, _ in items],
+        "vectors": [vector_literal(vector) for _, vector in items],
+    }
+    await conn.run(_SAVE, params)
+
+
+_SAVE = """
+    INSERT INTO message_embeddings (message_id, model, session_id, seq, embedding)
+    SELECT item.message_id, %(model)s, %(session_id)s, item.seq, CAST(item.embedding AS vector)
+    FROM unnest(CAST(%(ids)s AS text[]), CAST(%(seqs)s AS integer[]),
+        CAST(%(vectors)s AS text[])) AS item(message_id, seq, embedding)
+    ON CONFLICT (message_id, model) DO NOTHING
+"""
 
 
 async def nearest(

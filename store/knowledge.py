@@ -10,13 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
-from sqlalchemy import select, text, update
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from parley.ids import new_id
 from parley.knowledge import Chunk, Document, DocumentMode, Passage, or_query
-from parley.store.db import Conn, session_conn
-from parley.store.models import KnowledgeChunk, KnowledgeDocument
+from parley.store.db import Conn, Db, session_conn
 
 
 @dataclass(frozen=True)
@@ -28,7 +24,7 @@ class Loaded:
 
 
 async def load_document(
-    db: AsyncSession,
+    db: Db,
     *,
     tenant_id: str,
     document: Document,
@@ -36,50 +32,59 @@ async def load_document(
 ) -> Loaded:
     """Store the document as its tenant's current version: unchanged content keeps the
     current version; changed content adds the next one and retires the old."""
-    current = await db.scalar(
-        select(KnowledgeDocument).where(
-            KnowledgeDocument.tenant_id == tenant_id,
-            KnowledgeDocument.doc == document.doc,
-            KnowledgeDocument.current.is_(True),
-        )
-    )
+    conn = await session_conn(db)
+    current = await conn.row(_CURRENT, {"tenant_id": tenant_id, "doc": document.doc}, _Current)
     if current is not None and current.content_hash == document.content_hash:
         return Loaded(document.doc, current.version, False, len(chunks))
     version = 1
     if current is not None:
         version = current.version + 1
-        await db.execute(
-            update(KnowledgeDocument)
-            .where(KnowledgeDocument.id == current.id)
-            .values(current=False)
-        )
-    row = KnowledgeDocument(
-        id=new_id("kd"),
-        tenant_id=tenant_id,
-        doc=document.doc,
-        version=version,
-        title=document.title,
-        mode=document.mode,
-        content_hash=document.content_hash,
-        current=True,
-    )
-    db.add(row)
-    await db.flush()
-    db.add_all(
-        KnowledgeChunk(
-            document_id=row.id,
-            tenant_id=tenant_id,
-            position=c.position,
-            section=c.section,
-            text=c.text,
-        )
-        for c in chunks
-    )
-    await db.flush()
+        await conn.run(_RETIRE, {"id": current.id})
+    params = {
+        "id": new_id("kd"),
+        "tenant_id": tenant_id,
+        "doc": document.doc,
+        "version": version,
+        "title": document.title,
+        "mode": DocumentMode(document.mode).value,
+        "content_hash": document.content_hash,
+        "positions": [c.position for c in chunks],
+        "sections": [c.section for c in chunks],
+        "texts": [c.text for c in chunks],
+    }
+    await conn.run(_STORE_VERSION, params)
     return Loaded(document.doc, version, True, len(chunks))
 
 
-async def has_vectors(db: AsyncSession | Conn) -> bool:
+@dataclass(frozen=True)
+class _Current:
+    id: str
+    version: int
+    content_hash: str
+
+
+_CURRENT = """
+    SELECT id, version, content_hash FROM knowledge_documents
+    WHERE tenant_id = %(tenant_id)s AND doc = %(doc)s AND current
+"""
+_RETIRE = "UPDATE knowledge_documents SET current = false WHERE id = %(id)s"
+# The new version and its chunks, in one statement.
+_STORE_VERSION = """
+    WITH document AS (
+        INSERT INTO knowledge_documents
+            (id, tenant_id, doc, version, title, mode, content_hash, current)
+        VALUES (%(id)s, %(tenant_id)s, %(doc)s, %(version)s, %(title)s, %(mode)s,
+            %(content_hash)s, true)
+        RETURNING id
+    )
+    INSERT INTO knowledge_chunks (document_id, tenant_id, position, section, text)
+    SELECT document.id, %(tenant_id)s, chunk.position, chunk.section, chunk.text
+    FROM document, unnest(CAST(%(positions)s AS integer[]), CAST(%(sections)s AS text[]),
+        CAST(%(texts)s AS text[])) AS chunk(position, section, text)
+"""
+
+
+async def has_vectors(db: Db | Conn) -> bool:
     """Whether this database has the `embedding` column (pgvector was there to migrate)."""
     return bool(await (await _conn(db)).value(_HAS_VECTORS, {}))
 
@@ -90,35 +95,44 @@ _HAS_VECTORS = (
 )
 
 
-async def chunks_to_embed(db: AsyncSession, *, tenant_id: str, model: str) -> list[tuple[int, str]]:
+async def chunks_to_embed(db: Db, *, tenant_id: str, model: str) -> list[tuple[int, str]]:
     """(id, text) of the tenant's current chunks not yet embedded by `model`."""
-    rows = await db.execute(
-        select(KnowledgeChunk.id, KnowledgeChunk.section, KnowledgeChunk.text)
-        .join(KnowledgeDocument, KnowledgeDocument.id == KnowledgeChunk.document_id)
-        .where(
-            KnowledgeChunk.tenant_id == tenant_id,
-            KnowledgeDocument.current.is_(True),
-            KnowledgeChunk.embedding_model.is_distinct_from(model),
-        )
-        .order_by(KnowledgeChunk.id)
-    )
+    conn = await session_conn(db)
+    rows = await conn.rows(_TO_EMBED, {"tenant_id": tenant_id, "model": model}, _ToEmbed)
     return [(r.id, f"{r.section}\n{r.text}") for r in rows]
 
 
+@dataclass(frozen=True)
+class _ToEmbed:
+    id: int
+    section: str
+    text: str
+
+
+_TO_EMBED = """
+    SELECT c.id, c.section, c.text
+    FROM knowledge_chunks c JOIN knowledge_documents d ON d.id = c.document_id
+    WHERE c.tenant_id = %(tenant_id)s AND d.current
+        AND c.embedding_model IS DISTINCT FROM %(model)s
+    ORDER BY c.id
+"""
+
+
 async def store_embeddings(
-    db: AsyncSession, *, model: str, embeddings: Sequence[tuple[int, Sequence[float]]]
+    db: Db, *, model: str, embeddings: Sequence[tuple[int, Sequence[float]]]
 ) -> None:
+    conn = await session_conn(db)
     for chunk_id, vector in embeddings:
-        await db.execute(
-            text(
-                "UPDATE knowledge_chunks SET embedding = CAST(:v AS vector), "
-                "embedding_model = :m WHERE id = :id"
-            ),
-            {"v": _vector(vector), "m": model, "id": chunk_id},
-        )
+        await conn.run(_STORE_EMBEDDING, {"v": _vector(vector), "m": model, "id": chunk_id})
 
 
-async def _conn(db: AsyncSession | Conn) -> Conn:
+_STORE_EMBEDDING = (
+    "UPDATE knowledge_chunks SET embedding = CAST(%(v)s AS vector), "
+    "embedding_model = %(m)s WHERE id = %(id)s"
+)
+
+
+async def _conn(db: Db | Conn) -> Conn:
     """The searches run on a `Conn` (a turn's search takes one of its own from the pool);
     a caller holding a session runs them on its connection."""
     return db if isinstance(db, Conn) else await session_conn(db)
@@ -171,14 +185,14 @@ class _PartChunk(_Chunk):
     ord: int = 0
 
 
-async def always_passages(db: AsyncSession | Conn, *, tenant_id: str) -> list[Passage]:
+async def always_passages(db: Db | Conn, *, tenant_id: str) -> list[Passage]:
     """Every chunk of the tenant's current always-documents, in document order."""
     rows = await (await _conn(db)).rows(_ALWAYS, {"tenant": tenant_id}, _Chunk)
     return [r.passage() for r in rows]
 
 
 async def search_text(
-    db: AsyncSession | Conn, *, tenant_id: str, terms: Sequence[str], limit: int
+    db: Db | Conn, *, tenant_id: str, terms: Sequence[str], limit: int
 ) -> list[Passage]:
     """The tenant's retrieved-mode chunks matching any term, best first (ts_rank_cd: more
     terms, closer together, and a match in the section title count more)."""
@@ -189,7 +203,7 @@ async def search_text(
 
 
 async def always_and_search_text(
-    db: AsyncSession | Conn, *, tenant_id: str, terms: Sequence[str], limit: int
+    db: Db | Conn, *, tenant_id: str, terms: Sequence[str], limit: int
 ) -> tuple[list[Passage], list[Passage]]:
     """`always_passages` and `search_text` in one statement: (always, found)."""
     if not terms:
@@ -202,7 +216,7 @@ async def always_and_search_text(
 
 
 async def search_vector(
-    db: AsyncSession | Conn, *, tenant_id: str, model: str, vector: Sequence[float], limit: int
+    db: Db | Conn, *, tenant_id: str, model: str, vector: Sequence[float], limit: int
 ) -> list[Passage]:
     """The tenant's retrieved-mode chunks nearest to `vector` (cosine), embedded by `model`."""
     params = {"tenant": tenant_id, "model": model, "v": _vector(vector), "limit": limit}

@@ -6,22 +6,16 @@ attempt finds the row the first wrote). Everything runs in the caller's transact
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from psycopg.types.json import Jsonb
-from sqlalchemy import Row, select, text
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.result_sets import StoredSet
-from parley.store.db import Conn
-from parley.store.models import ResultSet
+from parley.store.db import Conn, Db, session_conn
 
 # How many of a session's newest sets the resolver weighs; older ones are out of reach.
 RECENT_SETS = 6
-
-
-def _stored(row: Row[Any]) -> StoredSet:
-    return StoredSet(row.id, dict(row.query), list(row.order_ids), row.user_seq, list(row.rows))
 
 
 async def record_result_set(
@@ -81,45 +75,57 @@ _SESSION_SET = """
 """
 
 
-async def recent_result_sets(db: AsyncSession, *, session_id: str) -> list[StoredSet]:
-    """The session's newest sets, oldest first (their columns: no mapped rows to keep)."""
-    rows = await db.execute(
-        select(
-            ResultSet.id, ResultSet.query, ResultSet.order_ids, ResultSet.user_seq, ResultSet.rows
-        )
-        .where(ResultSet.session_id == session_id)
-        .order_by(ResultSet.user_seq.desc(), ResultSet.created_at.desc(), ResultSet.id.desc())
-        .limit(RECENT_SETS)
-    )
-    return [_stored(r) for r in reversed(list(rows))]
+async def recent_result_sets(db: Db, *, session_id: str) -> list[StoredSet]:
+    """The session's newest sets, oldest first."""
+    conn = await session_conn(db)
+    rows = await conn.rows(_RECENT, {"session_id": session_id, "limit": RECENT_SETS}, _SetRow)
+    return [_stored_columns(**vars(r)) for r in reversed(rows)]
+
+
+@dataclass(frozen=True)
+class _SetRow:
+    id: str
+    query: Any
+    order_ids: Any
+    user_seq: int
+    rows: Any
+
+
+_RECENT = """
+    SELECT id, query, order_ids, user_seq, rows FROM result_sets
+    WHERE session_id = %(session_id)s
+    ORDER BY user_seq DESC, created_at DESC, id DESC
+    LIMIT %(limit)s
+"""
 
 
 async def offer_facts(
-    db: AsyncSession, *, session_id: str, user_seq: int, recent_turns: int
+    db: Db, *, session_id: str, user_seq: int, recent_turns: int
 ) -> tuple[bool, frozenset[str]]:
     """What the tool offer asks of the session, in one round trip: whether it has stored any
     set, and the tools called in the turn at `user_seq` and its `recent_turns` turns before."""
-    row = (
-        await db.execute(
-            _OFFER_FACTS,
-            {"session_id": session_id, "user_seq": user_seq, "turns": recent_turns + 1},
-        )
-    ).one()
+    conn = await session_conn(db)
+    params = {"session_id": session_id, "user_seq": user_seq, "turns": recent_turns + 1}
+    row = await conn.row(_OFFER_FACTS, params, _OfferFacts)
+    assert row is not None  # a select list without FROM: always one row
     return bool(row.has_sets), frozenset(row.recently_used or ())
 
 
-# Plain SQL: it runs in every context build, and as an ORM statement its subqueries cost more
-# to prepare than to run.
-_OFFER_FACTS = text(
-    """
-    SELECT EXISTS (SELECT 1 FROM result_sets WHERE session_id = :session_id) AS has_sets, (
+@dataclass(frozen=True)
+class _OfferFacts:
+    has_sets: bool
+    recently_used: list[str] | None
+
+
+# One statement: it runs in every context build that does not read it with the build's rows.
+_OFFER_FACTS = """
+    SELECT EXISTS (SELECT 1 FROM result_sets WHERE session_id = %(session_id)s) AS has_sets, (
         SELECT array_agg(DISTINCT name) FROM tool_calls WHERE turn_id IN (
-            SELECT id FROM turns WHERE session_id = :session_id AND user_seq <= :user_seq
-            ORDER BY user_seq DESC LIMIT :turns
+            SELECT id FROM turns WHERE session_id = %(session_id)s AND user_seq <= %(user_seq)s
+            ORDER BY user_seq DESC LIMIT %(turns)s
         )
     ) AS recently_used
-    """
-)
+"""
 
 
 async def session_result_set(

@@ -12,14 +12,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from psycopg.types.json import Jsonb
-from sqlalchemy import select
 
 from parley.contracts import TERMINAL_TURN_STATES, EventType
 from parley.ids import new_id, tool_call_row_id
 from parley.statuses import ToolCallStatus
 from parley.store.db import Conn, Db, session_conn
-from parley.store.models import ModelCall, ToolCall
-from parley.store.rows import typed_row
 from parley.store.turns.reads import TurnFacts, TurnRow
 from parley.store.turns.tool_calls import ToolCallRow
 from parley.tenancy import TenantConfig
@@ -302,9 +299,14 @@ _RESPONSE_TEXTS = """
 
 async def first_step_tools(db: Db, *, turn_id: str) -> list[dict[str, Any]] | None:
     """The tools the turn's first model call was offered (None before it is stored)."""
-    return await db.scalar(
-        select(ModelCall.request["tools"]).where(ModelCall.turn_id == turn_id, ModelCall.step == 0)
-    )
+    conn = await session_conn(db)
+    found = await conn.value(_FIRST_STEP_TOOLS, {"turn_id": turn_id})
+    return None if found is None else list(found)
+
+
+_FIRST_STEP_TOOLS = (
+    "SELECT request -> 'tools' FROM model_calls WHERE turn_id = %(turn_id)s AND step = 0"
+)
 
 
 async def last_stream_event(conn: Conn, *, turn_id: str, message_id: str) -> str | None:
@@ -387,26 +389,36 @@ async def add_tool_call(
     position: int,
     requested: dict[str, Any],
     args_hash: str,
-    **outcome: Any,
+    status: ToolCallStatus = ToolCallStatus.pending,
+    result: dict[str, Any] | None = None,
+    attempts: int = 0,
 ) -> None:
     """The row of the call at `position` of a model call's reply (as the model asked for it),
-    added unless a retried step wrote it already; `pending` unless `outcome` says otherwise
-    (its status, result and attempts)."""
-    row_id = tool_call_row_id(model_call_id=model_call_id, position=position)
-    if await db.get(ToolCall, row_id) is not None:
-        return
-    db.add(
-        ToolCall(
-            id=row_id,
-            turn_id=turn_id,
-            model_call_id=model_call_id,
-            provider_call_id=requested["id"],
-            name=requested["name"],
-            arguments=requested["arguments"],
-            args_hash=args_hash,
-            **{"status": ToolCallStatus.pending, **outcome},
-        )
-    )
+    added unless a retried step wrote it already; `pending` unless `status` says otherwise
+    (with its result and attempts)."""
+    conn = await session_conn(db)
+    params = {
+        "id": tool_call_row_id(model_call_id=model_call_id, position=position),
+        "turn_id": turn_id,
+        "model_call_id": model_call_id,
+        "provider_call_id": requested["id"],
+        "name": requested["name"],
+        "arguments": Jsonb(requested["arguments"]),
+        "args_hash": args_hash,
+        "status": ToolCallStatus(status).value,
+        "result": None if result is None else Jsonb(result),
+        "attempts": attempts,
+    }
+    await conn.run(_ADD_TOOL_CALL, params)
+
+
+_ADD_TOOL_CALL = """
+    INSERT INTO tool_calls (id, turn_id, model_call_id, provider_call_id, name, arguments,
+        args_hash, status, result, attempts)
+    VALUES (%(id)s, %(turn_id)s, %(model_call_id)s, %(provider_call_id)s, %(name)s,
+        %(arguments)s, %(args_hash)s, %(status)s, %(result)s, %(attempts)s)
+    ON CONFLICT (id) DO NOTHING
+"""
 
 
 async def record_agent_result(
@@ -433,7 +445,6 @@ async def record_agent_result(
         result=result,
         attempts=1,
     )
-    await db.flush()
 
 
 async def agent_steps(
@@ -441,20 +452,29 @@ async def agent_steps(
 ) -> list[tuple[CallRow, dict[str, dict[str, Any]]]]:
     """The specialist's model calls of the turn in `[first_step, before_step)`, in order,
     each with its tool calls' results by provider call id."""
-    calls = list(
-        await db.scalars(
-            select(ModelCall)
-            .where(
-                ModelCall.turn_id == turn_id,
-                ModelCall.step >= first_step,
-                ModelCall.step < before_step,
-            )
-            .order_by(ModelCall.step)
-        )
-    )
-    ids = [c.id for c in calls]
-    rows = list(await db.scalars(select(ToolCall).where(ToolCall.model_call_id.in_(ids))))
-    results: dict[str, dict[str, dict[str, Any]]] = {i: {} for i in ids}
-    for row in rows:
-        results[row.model_call_id][row.provider_call_id] = row.result or {}
-    return [(typed_row(CallRow, c), results[c.id]) for c in calls]
+    conn = await session_conn(db)
+    params = {"turn_id": turn_id, "first": first_step, "before": before_step}
+    calls = await conn.rows(_AGENT_CALLS, params, CallRow)
+    results: dict[str, dict[str, dict[str, Any]]] = {c.id: {} for c in calls}
+    if calls:
+        for row in await conn.rows(_AGENT_RESULTS, {"ids": list(results)}, _AgentResult):
+            results[row.model_call_id][row.provider_call_id] = row.result or {}
+    return [(c, results[c.id]) for c in calls]
+
+
+@dataclass(frozen=True)
+class _AgentResult:
+    model_call_id: str
+    provider_call_id: str
+    result: dict[str, Any] | None
+
+
+_AGENT_CALLS = f"""
+    SELECT {CALL_COLUMNS} FROM model_calls AS c
+    WHERE c.turn_id = %(turn_id)s AND c.step >= %(first)s AND c.step < %(before)s
+    ORDER BY c.step
+"""
+_AGENT_RESULTS = """
+    SELECT model_call_id, provider_call_id, result FROM tool_calls
+    WHERE model_call_id = ANY(%(ids)s)
+"""
