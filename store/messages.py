@@ -73,10 +73,10 @@ def seq_taken(*, session: str, message: str, joined: str = "") -> str:
 # `tool` message) and store/turns/attempts.py `record_tool_requests` (a reply asking for tools).
 MESSAGE_AT_SEQ = """INSERT INTO messages
         (id, session_id, seq, role, turn_id, status, text, tool_calls, tool_call_id,
-        token_count, token_counter)
+        client_message_id, file_ids, token_count, token_counter)
     SELECT %(message_id)s, seq.id, seq.last_seq, %(role)s, %(turn_id)s, %(message_status)s,
-        %(text)s, CAST(%(tool_calls)s AS jsonb), %(tool_call_id)s, %(token_count)s,
-        %(token_counter)s
+        %(text)s, CAST(%(tool_calls)s AS jsonb), %(tool_call_id)s, %(client_message_id)s,
+        CAST(%(file_ids)s AS jsonb), %(token_count)s, %(token_counter)s
     FROM seq"""
 
 
@@ -89,9 +89,12 @@ def message_params(
     status: MessageStatus = MessageStatus.complete,
     tool_calls: list[dict[str, Any]] | None = None,
     tool_call_id: str | None = None,
+    client_message_id: str | None = None,
+    file_ids: list[str] | None = None,
 ) -> dict[str, Any]:
     """`MESSAGE_AT_SEQ`'s parameters, the message's token count among them (`tool_call_id`:
-    the provider's id of the call a `tool` message answers)."""
+    the provider's id of the call a `tool` message answers; `client_message_id` and
+    `file_ids`: a user's message's key and attachments)."""
     return {
         "message_id": message_id,
         "turn_id": turn_id,
@@ -100,6 +103,8 @@ def message_params(
         "text": text,
         "tool_calls": None if tool_calls is None else Jsonb(tool_calls),
         "tool_call_id": tool_call_id,
+        "client_message_id": client_message_id,
+        "file_ids": None if file_ids is None else Jsonb(file_ids),
         **token_count(role, text, tool_calls),
     }
 

@@ -23,9 +23,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from parley.config import Limits
 from parley.consent import typed_decision
 from parley.contracts import InteractionAnswer, MessageStatus, ResolveActionSignal, TurnState
@@ -42,18 +39,21 @@ from parley.statuses import ActionStatus, Decision, DeclineReason
 from parley.store import actions, interactions, queue
 from parley.store import files as files_store
 from parley.store import limits as limits_store
-from parley.store.db import session_conn
-from parley.store.events import append_events, state_event
+from parley.store.db import Db, session_conn
+from parley.store.events import BASE, EVENTS_INSERTED, RUNG, append_params, state_event
 from parley.store.identity import Identity
-from parley.store.messages import take_seq
-from parley.store.models import (
-    ChatSession,
-    Message,
-    QueuedMessage,
-    Turn,
+from parley.store.messages import (
+    MESSAGE,
+    MESSAGE_AT_SEQ,
+    MESSAGE_COLUMNS,
+    MessageRow,
+    message_params,
+    seq_taken,
 )
-from parley.store.sessions import SessionRow, get_turn, lock_session, lock_session_row
+from parley.store.sessions import SessionRow, get_turn, lock_session_row
+from parley.store.turn_states import BORN
 from parley.store.turns import birth
+from parley.store.turns.reads import TurnFacts, turn_facts
 from parley.wire import MessageView
 
 log = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ class PostedMessage:
 class Post:
     """What the request asks, once admitted: the message and the session it goes to."""
 
-    session: SessionRow  # locked by this transaction (`_locked` for its ORM row)
+    session: SessionRow  # locked by this transaction
     owner: Identity
     client_message_id: str
     text: str
@@ -109,13 +109,13 @@ class NewTurn:
 
 @dataclass(frozen=True)
 class AnswerToSpecialist:
-    turn: Turn  # resting in `awaiting_input`
+    turn: TurnFacts  # resting in `awaiting_input`
     answer: InteractionAnswer
 
 
 @dataclass(frozen=True)
 class DecisionOnCard:
-    turn: Turn  # resting in `awaiting_confirmation`
+    turn: TurnFacts  # resting in `awaiting_confirmation`
     action: actions.ActionRow
     decision: Decision
 
@@ -129,7 +129,7 @@ Kind = NewTurn | AnswerToSpecialist | DecisionOnCard | NextTurn
 
 
 async def post_user_message(
-    db: AsyncSession,
+    db: Db,
     *,
     owner: Identity,
     session_id: str,
@@ -160,7 +160,7 @@ async def post_user_message(
 
 
 async def _validate(
-    db: AsyncSession,
+    db: Db,
     owner: Identity,
     session: SessionRow,
     expected_last_seq: int | None,
@@ -175,22 +175,22 @@ async def _validate(
     return await files_store.check_owned(db, owner=owner, session_id=session.id, file_ids=file_ids)
 
 
-async def _classify(db: AsyncSession, post: Post) -> Kind:
+async def _classify(db: Db, post: Post) -> Kind:
     """What the message is, from the session's state; reads only. A message that would open a
     turn while one is queued is refused (`TurnInProgress`): at most one waits per session,
     and it goes first."""
     session = post.session
     if session.active_turn_id is None:
         return NewTurn()
-    answered = await interactions.answer_for_waiting_turn(
-        db, active_turn_id=session.active_turn_id, text=post.text, value=post.interaction_value
-    )
-    if answered is not None:
-        return AnswerToSpecialist(*answered)
     # Read, not locked: the session lock already orders every change of the active turn,
     # and activities lock turn then session (taking both here would invert that order).
-    active = await db.get(Turn, session.active_turn_id)
+    active = await turn_facts(await session_conn(db), turn_id=session.active_turn_id)
     assert active is not None
+    answer = await interactions.answer_for_waiting_turn(
+        db, active=active, text=post.text, value=post.interaction_value
+    )
+    if answer is not None:
+        return AnswerToSpecialist(active, answer)
     action = await actions.pending_action(db, session_id=session.id)
     if active.state == TurnState.awaiting_confirmation and (
         action is not None and action.turn_id == active.id
@@ -210,9 +210,7 @@ async def _classify(db: AsyncSession, post: Post) -> Kind:
     return NextTurn()
 
 
-async def _answer_specialist(
-    db: AsyncSession, post: Post, kind: AnswerToSpecialist
-) -> PostedMessage:
+async def _answer_specialist(db: Db, post: Post, kind: AnswerToSpecialist) -> PostedMessage:
     """The message joins the waiting turn as the specialist's answer: an outbox row delivered
     after commit (store/interactions.py)."""
     message = await _join_turn(db, post, kind.turn.id)
@@ -220,7 +218,7 @@ async def _answer_specialist(
     return PostedMessage(_posted_turn(kind.turn), message, True, answers=(row,))
 
 
-async def _decide_card(db: AsyncSession, post: Post, kind: DecisionOnCard) -> PostedMessage:
+async def _decide_card(db: Db, post: Post, kind: DecisionOnCard) -> PostedMessage:
     """A plain typed yes/no resolves the pending card; the message joins its turn, which the
     API signals after commit. No new turn."""
     await actions.resolve_action(
@@ -235,11 +233,11 @@ async def _decide_card(db: AsyncSession, post: Post, kind: DecisionOnCard) -> Po
     return PostedMessage(_posted_turn(kind.turn), message, True, signals=((kind.turn.id, signal),))
 
 
-async def _queue_next_turn(db: AsyncSession, post: Post) -> PostedMessage:
+async def _queue_next_turn(db: Db, post: Post) -> PostedMessage:
     """The session's next turn, `queued`: started when the running one ends."""
     queued = await queue.queue_message(
         db,
-        session=await _locked(db, post),
+        session=post.session,
         owner=post.owner,
         client_message_id=post.client_message_id,
         text=post.text,
@@ -248,9 +246,7 @@ async def _queue_next_turn(db: AsyncSession, post: Post) -> PostedMessage:
     return PostedMessage(_posted_turn(queued.turn), queued.message, True)
 
 
-async def _open_new_turn(
-    db: AsyncSession, post: Post, kind: NewTurn, *, number: int
-) -> PostedMessage:
+async def _open_new_turn(db: Db, post: Post, kind: NewTurn, *, number: int) -> PostedMessage:
     """The message and its new turn (born in `received`, the start outbox); a card the user
     moved on from is declined first, and its turn told so after commit."""
     signals: tuple[tuple[str, ResolveActionSignal], ...] = ()
@@ -274,7 +270,7 @@ async def _open_new_turn(
 
 
 async def _earlier_post(
-    db: AsyncSession, owner: Identity, session_id: str, client_message_id: str, text: str
+    db: Db, owner: Identity, session_id: str, client_message_id: str, text: str
 ) -> tuple[PostedMessage | None, int]:
     """The same message posted before (answered with its original turn), if it was, and how
     many turns the session has: one read, taken after the session's lock. The same statement
@@ -293,22 +289,37 @@ async def _earlier_post(
     if found is None and waiting is None:
         return None, int(turns_before)
     if found is not None:
-        earlier = await db.get(Message, found)
-        assert earlier is not None
-        said, view = earlier.text, MessageView.from_row(earlier)
-        turn = await db.get(Turn, earlier.turn_id)
+        earlier = await conn.row(MESSAGE, {"id": found}, MessageRow)
+        assert earlier is not None and earlier.turn_id is not None
+        view, turn_id = MessageView.from_row(earlier), earlier.turn_id
     else:
-        row = await db.get(QueuedMessage, waiting)
-        assert row is not None
-        said, view = row.text, queue.queued_view(row)
-        turn = await db.get(Turn, row.turn_id)
-    if said != text:
+        waiting_view = await queue.queued_message(db, queued_turn_id=waiting)
+        assert waiting_view is not None and waiting is not None
+        view, turn_id = waiting_view, waiting
+    if view.text != text:
         raise IdempotencyKeyReused("this client_message_id was already used with a different text")
+    turn = await conn.row(_EARLIER_TURN, {"id": turn_id}, _EarlierTurn)
     assert turn is not None
     # A turn its API committed but never started is started now; a queued one waits.
     start = turn.workflow_started_at is None and turn.state == TurnState.received
     posted = PostedMessage(_posted_turn(turn), view, created=False, start=start)
     return posted, int(turns_before)
+
+
+@dataclass(frozen=True)
+class _EarlierTurn:
+    id: str
+    session_id: str
+    tenant_id: str
+    user_id: str
+    state: str
+    workflow_started_at: datetime | None
+
+
+_EARLIER_TURN = """
+    SELECT id, session_id, tenant_id, user_id, state, workflow_started_at FROM turns
+    WHERE id = %(id)s
+"""
 
 
 def _earlier(
@@ -332,67 +343,79 @@ _EARLIER_AND_TURNS = """
 
 
 async def _join_turn(
-    db: AsyncSession, post: Post, turn_id: str, *, attached: Sequence[str] = ()
+    db: Db, post: Post, turn_id: str, *, attached: Sequence[str] = ()
 ) -> MessageView:
-    """The user's message, with the session's next seq, as part of a turn already open."""
-    session = await _locked(db, post)
-    message = Message(
-        id=new_id("msg"),
-        session_id=session.id,
-        seq=take_seq(session),
-        role="user",
-        turn_id=turn_id,
-        status=MessageStatus.complete,
-        text=post.text,
-        client_message_id=post.client_message_id,
-        file_ids=list(attached) or None,
-    )
-    db.add(message)
-    await db.flush()
-    await db.refresh(message)
+    """The user's message, with the session's next seq, as part of a turn already open: one
+    statement (the session's row is locked by this transaction already)."""
+    params = {
+        "session_id": post.session.id,
+        **message_params(
+            message_id=new_id("msg"),
+            turn_id=turn_id,
+            role="user",
+            text=post.text,
+            client_message_id=post.client_message_id,
+            file_ids=list(attached) or None,
+        ),
+    }
+    conn = await session_conn(db)
+    message = await conn.row(_JOIN_TURN, params, MessageRow)
+    assert message is not None
     return MessageView.from_row(message)
 
 
-async def _locked(db: AsyncSession, post: Post) -> ChatSession:
-    """The post's session as the ORM row, for the writers that move its counters through it
-    (the row is locked by this transaction already: `lock_session_row`)."""
-    session = await db.get(ChatSession, post.session.id)
-    assert session is not None
-    return session
+_JOIN_TURN = f"""
+    WITH {seq_taken(session="%(session_id)s", message="%(message_id)s")}
+    {MESSAGE_AT_SEQ}
+    RETURNING {MESSAGE_COLUMNS}
+"""
 
 
-def _posted_turn(turn: Turn) -> PostedTurn:
+def _posted_turn(turn: TurnFacts | _EarlierTurn | queue.QueuedTurn) -> PostedTurn:
     return PostedTurn(turn.id, turn.session_id, turn.tenant_id, turn.user_id, TurnState(turn.state))
 
 
 async def open_turn(
-    db: AsyncSession,
+    db: Db,
     *,
-    session: ChatSession,
+    session_id: str,
     owner: Identity,
-    message: Message,
+    message: MessageRow,
     turn_id: str | None = None,
     retry_of: str | None = None,
-) -> Turn:
-    """Create the session's active turn for a user message: the row is the outbox the
-    workflow start relies on, and its first event is `received`. A turn is born here in
-    `received`; every later state goes through `store.turns.move_turn`."""
-    turn = Turn(
-        id=turn_id or new_id("trn"),
-        session_id=session.id,
-        tenant_id=owner.tenant_id,
-        user_id=owner.user_id,
-        user_message_id=message.id,
-        user_seq=message.seq,
-        state=TurnState.received,
-        retry_of=retry_of,
+) -> PostedTurn:
+    """Create the session's active turn for a user message already stored: the row is the
+    outbox the workflow start relies on, and its first event is `received`. A turn is born
+    here in `received` (store/turn_states.py `BORN`, with its first event and the session's
+    active turn, in one statement); every later state goes through `store.turns.move_turn`.
+    `retry_of`: the turn this one retries, written by a statement of its own."""
+    turn = PostedTurn(
+        turn_id or new_id("trn"), session_id, owner.tenant_id, owner.user_id, TurnState.received
     )
-    db.add(turn)
-    session.active_turn_id = turn.id
-    await db.flush()  # the rows' server defaults come back with their INSERTs (eager defaults)
-    # The append moves the counter in SQL; the turn object's copy is stale, and unchanged.
-    await append_events(db, turn_id=turn.id, events=[state_event(TurnState.received)])
+    params = {
+        **append_params(turn.id, [state_event(TurnState.received)]),
+        "to": TurnState.received.value,
+        "session_id": session_id,
+        "tenant_id": owner.tenant_id,
+        "user_id": owner.user_id,
+        "message_id": message.id,
+        "seq": message.seq,
+    }
+    conn = await session_conn(db)
+    await conn.run(_OPEN_TURN, params)
+    if retry_of is not None:
+        await conn.run(_RETRY_OF, {"turn_id": turn.id, "retry_of": retry_of})
     return turn
+
+
+# Born as the `counter` of its first event's append (store/events.py), the session held.
+_OPEN_TURN = f"""
+    WITH counter AS ({BORN} RETURNING {BASE}), {EVENTS_INSERTED}, held AS (
+        UPDATE sessions SET active_turn_id = %(turn_id)s WHERE id = %(session_id)s
+    )
+    SELECT {RUNG} AS notified
+"""
+_RETRY_OF = "UPDATE turns SET retry_of = %(retry_of)s WHERE id = %(turn_id)s"
 
 
 def _may_use_assistant(owner: Identity) -> None:
@@ -401,16 +424,14 @@ def _may_use_assistant(owner: Identity) -> None:
         raise FeatureNotEnabled("the assistant is not enabled for this user", feature=ASSISTANT)
 
 
-async def _admit(
-    db: AsyncSession, *, owner: Identity, limits: Limits | None, locked: bool = False
-) -> None:
+async def _admit(db: Db, *, owner: Identity, limits: Limits | None, locked: bool = False) -> None:
     """Before anything that leads to model work, once the request is known to be valid: the
     tenant's switch (paused fails closed), then the limits (`store.limits`), cheapest first.
     `locked`: the transaction holds the user's admission lock already."""
     await limits_store.admit_turn(db, owner=owner, limits=limits or Limits(), locked=locked)
 
 
-async def _supersede(db: AsyncSession, action: actions.ActionRow) -> None:
+async def _supersede(db: Db, action: actions.ActionRow) -> None:
     updated = await actions.set_action_status(
         db,
         action_id=action.id,
@@ -423,7 +444,7 @@ async def _supersede(db: AsyncSession, action: actions.ActionRow) -> None:
 
 
 async def retry_turn(
-    db: AsyncSession,
+    db: Db,
     *,
     owner: Identity,
     session_id: str,
@@ -433,24 +454,40 @@ async def retry_turn(
     """Open a new turn for the same user message; its answer will replace the failed one.
     The old turn stays as it ended: a finished turn never moves again. The API starts the
     new turn after commit."""
-    session = await lock_session(db, owner=owner, session_id=session_id)
+    session = await lock_session_row(db, owner=owner, session_id=session_id)
     old = await get_turn(db, owner=owner, session_id=session_id, turn_id=turn_id)
     _may_use_assistant(owner)
-    answer = await db.get(Message, old.assistant_message_id) if old.assistant_message_id else None
+    conn = await session_conn(db)
+    facts = await conn.row(_RETRY_FACTS, {"turn_id": old.id}, _RetryFacts)
+    assert facts is not None  # a select list without FROM: always one row
     retryable = old.state in (TurnState.failed, TurnState.cancelled) and (
-        answer is None or answer.status in (MessageStatus.incomplete, MessageStatus.cancelled)
+        facts.answer_status in (None, MessageStatus.incomplete, MessageStatus.cancelled)
     )
     # One retry per turn: a retry that failed in turn is retried itself, never the original.
-    retried = await db.scalar(select(Turn.id).where(Turn.retry_of == old.id).limit(1))
-    if not retryable or retried is not None:
+    if not retryable or facts.retried:
         raise TurnNotRetryable("only a failed or cancelled answer can be retried", state=old.state)
     if session.active_turn_id is not None:
         raise TurnInProgress(
             "a turn is still running in this session", active_turn_id=session.active_turn_id
         )
     await _admit(db, owner=owner, limits=limits)  # only a retry that can run is counted
-    asked = await db.get(Message, old.user_message_id)
+    asked = await conn.row(MESSAGE, {"id": old.user_message_id}, MessageRow)
     if asked is None:  # the user forgot it (store/lifecycle/forget.py): nothing to answer again
         raise TurnNotRetryable("the message this turn answered was forgotten", state=old.state)
-    turn = await open_turn(db, session=session, owner=owner, message=asked, retry_of=old.id)
-    return PostedMessage(_posted_turn(turn), MessageView.from_row(asked), True, start=True)
+    turn = await open_turn(db, session_id=session_id, owner=owner, message=asked, retry_of=old.id)
+    return PostedMessage(turn, MessageView.from_row(asked), True, start=True)
+
+
+@dataclass(frozen=True)
+class _RetryFacts:
+    # The status of the turn's answer (None: it has none, or it was forgotten).
+    answer_status: str | None
+    # Whether the turn was retried already.
+    retried: bool
+
+
+_RETRY_FACTS = """
+    SELECT (SELECT m.status FROM messages AS m JOIN turns AS t ON m.id = t.assistant_message_id
+            WHERE t.id = %(turn_id)s) AS answer_status,
+        EXISTS (SELECT 1 FROM turns WHERE retry_of = %(turn_id)s) AS retried
+"""

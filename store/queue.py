@@ -25,17 +25,26 @@ from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
-from sqlalchemy import delete, select
-from sqlalchemy.ext.asyncio import AsyncSession
+from psycopg.types.json import Jsonb
 
 from parley.contracts import EventType, MessageStatus, TurnState
 from parley.ids import new_id
-from parley.store.db import session_conn
-from parley.store.events import append_events, ring, state_event
+from parley.store.db import Db, session_conn
+from parley.store.events import (
+    BASE,
+    DOORBELL,
+    EVENTS_INSERTED,
+    RUNG,
+    append_events,
+    append_params,
+    counter,
+    ring,
+    state_event,
+)
 from parley.store.identity import Identity
-from parley.store.messages import next_seq, take_seq
-from parley.store.models import ChatSession, Message, QueuedMessage, Turn
-from parley.store.sessions import lock_session
+from parley.store.messages import MESSAGE_AT_SEQ, SEQ_TAKEN, message_params, next_seq
+from parley.store.sessions import SessionRow, lock_session_row
+from parley.store.turn_states import BORN
 from parley.turn_states import IllegalTransition, can_move
 from parley.wire import MessageData, MessageView
 
@@ -56,133 +65,193 @@ class Startable:
 
 
 @dataclass(frozen=True)
+class QueuedTurn:
+    """A queued turn as the POST answers it."""
+
+    id: str
+    session_id: str
+    tenant_id: str
+    user_id: str
+    state: TurnState
+
+
+@dataclass(frozen=True)
+class QueuedRow:
+    """The message a queued turn waits with (`queued_messages`)."""
+
+    turn_id: str
+    session_id: str
+    message_id: str
+    client_message_id: str
+    text: str
+    file_ids: list[str] | None
+    created_at: datetime
+
+
+_QUEUED_COLUMNS = "turn_id, session_id, message_id, client_message_id, text, file_ids, created_at"
+
+
+@dataclass(frozen=True)
 class Queued:
     """A queued turn as the POST answers it."""
 
-    turn: Turn
+    turn: QueuedTurn
     message: MessageView  # the message as it will read once it joins the conversation
 
 
 async def queue_message(
-    db: AsyncSession,
+    db: Db,
     *,
-    session: ChatSession,
+    session: SessionRow,
     owner: Identity,
     client_message_id: str,
     text: str,
     file_ids: Sequence[str],
 ) -> Queued:
-    """Queue the message as the session's next turn (the caller checked there is none yet).
-    The turn is born `queued` with its first event; `user_seq` is provisional until it is
-    promoted (the seq it would take if nothing came between)."""
-    message_id = new_id("msg")
-    turn = Turn(
-        id=new_id("trn"),
-        session_id=session.id,
-        tenant_id=owner.tenant_id,
-        user_id=owner.user_id,
-        user_message_id=message_id,
-        user_seq=next_seq(session.last_seq),
-        state=TurnState.queued,
-    )
-    row = QueuedMessage(
-        turn_id=turn.id,
-        session_id=session.id,
-        message_id=message_id,
-        client_message_id=client_message_id,
-        text=text,
-        file_ids=list(file_ids) or None,
-    )
-    db.add(turn)
-    await db.flush()  # the turn first: the queued row refers to it
-    db.add(row)
-    session.queued_turn_id = turn.id
-    await db.flush()
-    await append_events(db, turn_id=turn.id, events=[state_event(TurnState.queued)])
+    """Queue the message as the session's next turn (the caller checked there is none yet,
+    and holds the session row's lock). The turn is born `queued` with its first event, in
+    one statement; `user_seq` is provisional until it is promoted (the seq it would take if
+    nothing came between)."""
+    turn = QueuedTurn(new_id("trn"), session.id, owner.tenant_id, owner.user_id, TurnState.queued)
+    params = {
+        **append_params(turn.id, [state_event(TurnState.queued)]),
+        "to": TurnState.queued.value,
+        "session_id": session.id,
+        "tenant_id": owner.tenant_id,
+        "user_id": owner.user_id,
+        "message_id": new_id("msg"),
+        "seq": next_seq(session.last_seq),
+        "client_message_id": client_message_id,
+        "text": text,
+        "file_ids": Jsonb(list(file_ids)) if file_ids else None,
+    }
+    conn = await session_conn(db)
+    row = await conn.made(_QUEUE, params, _queued_row)
+    assert row is not None
     return Queued(turn, queued_view(row))
 
 
-async def promote(db: AsyncSession, *, session_id: str, turn_id: str) -> None:
+def _queued_row(*, notified: Any, **columns: Any) -> QueuedRow:
+    return QueuedRow(**columns)
+
+
+# The turn born `queued` (store/turn_states.py `BORN`, as the `counter` of its first event's
+# append: store/events.py), its message waiting beside it, and the session told it waits.
+_QUEUE = f"""
+    WITH counter AS ({BORN} RETURNING {BASE}), {EVENTS_INSERTED}, waiting AS (
+        INSERT INTO queued_messages
+            (turn_id, session_id, message_id, client_message_id, text, file_ids)
+        VALUES (%(turn_id)s, %(session_id)s, %(message_id)s, %(client_message_id)s,
+            %(text)s, %(file_ids)s)
+        RETURNING {_QUEUED_COLUMNS}
+    ), held AS (
+        UPDATE sessions SET queued_turn_id = %(turn_id)s WHERE id = %(session_id)s
+    )
+    SELECT {_QUEUED_COLUMNS}, {RUNG} AS notified FROM waiting
+"""
+
+
+async def promote(db: Db, *, session_id: str, turn_id: str) -> None:
     """The running turn ended (its ending released the session, whose row this transaction
     has locked): the queued message joins the conversation with the next seq, the turn moves
     to `received` and holds the session, and the outbox is rung."""
-    row = await db.get(QueuedMessage, turn_id)
-    session = await db.get(ChatSession, session_id, populate_existing=True)
-    if row is None or session is None:
+    conn = await session_conn(db)
+    params = {"session_id": session_id, "turn_id": turn_id}
+    waiting = await conn.made(_WAITING, params, _waiting)
+    if waiting is None:
         return  # dropped meanwhile
+    row, last_seq = waiting
     if not can_move(TurnState.queued, TurnState.received):
         raise IllegalTransition(turn_id=turn_id, from_state=TurnState.queued, to=TurnState.received)
-    seq = take_seq(session)
-    db.add(
-        Message(
-            id=row.message_id,
-            session_id=session_id,
-            seq=seq,
-            role="user",
-            turn_id=turn_id,
-            status=MessageStatus.complete,
-            text=row.text,
-            client_message_id=row.client_message_id,
-            file_ids=row.file_ids,
-        )
+    joined = message_params(
+        message_id=row.message_id,
+        turn_id=turn_id,
+        role="user",
+        text=row.text,
+        client_message_id=row.client_message_id,
+        file_ids=row.file_ids,
     )
-    session.active_turn_id, session.queued_turn_id = turn_id, None
-    await db.flush()
-    await db.execute(delete(QueuedMessage).where(QueuedMessage.turn_id == turn_id))
-    turn = await db.get(Turn, turn_id, with_for_update=True, populate_existing=True)
-    assert turn is not None
-    turn.user_seq = seq
-    await db.flush()
-    # The state and its `state` event in one statement (as `store.turns.move_turn` does).
-    await append_events(
-        db, turn_id=turn_id, events=[state_event(TurnState.received)], moving_to=TurnState.received
-    )
-    db.expire(turn)  # its state was set in SQL
-    await ring(await session_conn(db), channel=OUTBOX_CHANNEL, payload=turn_id)
+    events = [state_event(TurnState.received)]
+    promoted = {
+        **params,
+        **joined,
+        **append_params(turn_id, events, TurnState.received),
+        "seq": next_seq(last_seq),
+    }
+    await conn.run(_PROMOTE, promoted)
+    await ring(conn, channel=OUTBOX_CHANNEL, payload=turn_id)
 
 
-async def queued_message(db: AsyncSession, *, queued_turn_id: str | None) -> MessageView | None:
+def _waiting(*, last_seq: int, **columns: Any) -> tuple[QueuedRow, int]:
+    return QueuedRow(**columns), last_seq
+
+
+_WAITING = f"""
+    SELECT {", ".join("q." + c for c in _QUEUED_COLUMNS.split(", "))}, s.last_seq
+    FROM queued_messages AS q JOIN sessions AS s ON s.id = q.session_id
+    WHERE q.turn_id = %(turn_id)s AND s.id = %(session_id)s
+"""
+# The message joins at the seq after the one read under the session's lock (its `seq` CTE is
+# the session's UPDATE, which also makes the turn the active one), its waiting row goes, and
+# the turn moves to `received` with its `state` event, its `user_seq` the message's now (set
+# by the move's own UPDATE: a statement writes a row once).
+_PROMOTE = f"""
+    WITH seq AS (
+        UPDATE sessions SET {SEQ_TAKEN}, active_turn_id = %(turn_id)s, queued_turn_id = NULL
+        WHERE id = %(session_id)s
+        RETURNING sessions.id, sessions.last_seq
+    ), joined AS ({MESSAGE_AT_SEQ}), dropped AS (
+        DELETE FROM queued_messages WHERE turn_id = %(turn_id)s
+    ), {counter(moving=True, rest=", user_seq = %(seq)s WHERE turns.id = %(turn_id)s")},
+    {EVENTS_INSERTED}
+    SELECT {DOORBELL} AS notified FROM inserted
+"""
+
+
+async def queued_message(db: Db, *, queued_turn_id: str | None) -> MessageView | None:
     """The message waiting as the session's next turn (the session's `queued_turn_id`), as
     a reloaded page shows it."""
     if queued_turn_id is None:
         return None
-    row = await db.get(QueuedMessage, queued_turn_id)
+    conn = await session_conn(db)
+    row = await conn.row(_QUEUED, {"turn_id": queued_turn_id}, QueuedRow)
     return None if row is None else queued_view(row)
 
 
-async def startable_turn(db: AsyncSession, *, turn_id: str) -> Startable | None:
+_QUEUED = f"SELECT {_QUEUED_COLUMNS} FROM queued_messages WHERE turn_id = %(turn_id)s"
+
+
+async def startable_turn(db: Db, *, turn_id: str) -> Startable | None:
     """The turn, if it is in `received` and its workflow start is not yet confirmed."""
-    row = (
-        await db.execute(
-            select(Turn.id, Turn.session_id, Turn.tenant_id).where(
-                Turn.id == turn_id,
-                Turn.state == TurnState.received,
-                Turn.workflow_started_at.is_(None),
-            )
-        )
-    ).one_or_none()
-    return None if row is None else Startable(row.id, row.session_id, row.tenant_id)
+    conn = await session_conn(db)
+    params = {"turn_id": turn_id, "received": TurnState.received.value}
+    return await conn.row(_STARTABLE, params, Startable)
+
+
+_STARTABLE = """
+    SELECT id, session_id, tenant_id FROM turns
+    WHERE id = %(turn_id)s AND state = %(received)s AND workflow_started_at IS NULL
+"""
 
 
 async def drop_queued(
-    db: AsyncSession, *, owner: Identity, session_id: str, turn_id: str | None = None
+    db: Db, *, owner: Identity, session_id: str, turn_id: str | None = None
 ) -> bool:
     """Drop the session's queued turn (a cancel of it: the page's Stop, asked to drop it too;
     the session's deletion, `turn_id` None: whichever waits): it ends `cancelled` and its
     message never joins the conversation. False when `turn_id` is not queued (any more: it
     was promoted meanwhile): the caller cancels it like any turn."""
-    session = await lock_session(db, owner=owner, session_id=session_id)
+    session = await lock_session_row(db, owner=owner, session_id=session_id)
     if turn_id is None:
         turn_id = session.queued_turn_id
     if turn_id is None or session.queued_turn_id != turn_id:
         return False
-    row = await db.get(QueuedMessage, turn_id)
+    conn = await session_conn(db)
+    row = await conn.row(_DROP, {"session_id": session_id, "turn_id": turn_id}, QueuedRow)
     assert row is not None
     dropped = queued_view(row, status=MessageStatus.cancelled)
-    session.queued_turn_id = None
-    await db.execute(delete(QueuedMessage).where(QueuedMessage.turn_id == turn_id))
     await append_events(
-        db,
+        conn,
         turn_id=turn_id,
         events=[
             state_event(TurnState.cancelled),
@@ -193,9 +262,18 @@ async def drop_queued(
     return True
 
 
-def queued_view(
-    row: QueuedMessage, *, status: MessageStatus = MessageStatus.complete
-) -> MessageView:
+# The session's queued turn let go of, and its waiting message deleted (returned, for the
+# `cancelled` event).
+_DROP = f"""
+    WITH released AS (
+        UPDATE sessions SET queued_turn_id = NULL WHERE id = %(session_id)s
+    )
+    DELETE FROM queued_messages WHERE turn_id = %(turn_id)s
+    RETURNING {_QUEUED_COLUMNS}
+"""
+
+
+def queued_view(row: QueuedRow, *, status: MessageStatus = MessageStatus.complete) -> MessageView:
     """The queued message in the contract's shape; seq 0: it has none until it is promoted."""
     fields: dict[str, Any] = {
         "id": row.message_id,

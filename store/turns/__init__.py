@@ -25,10 +25,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from typing import Any
 
+from psycopg.types.json import Jsonb
 from pydantic import BaseModel
-from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.contracts import TERMINAL_TURN_STATES, EventType, MessageStatus, TurnState
 from parley.errors import TurnFinished
@@ -38,10 +38,9 @@ from parley.ids import (
     unfinished_message_id,
 )
 from parley.statuses import DeclineReason, FinalizeOutcome, ToolCallStatus
-from parley.store.db import Conn, session_conn
+from parley.store.db import Conn, Db, session_conn
 from parley.store.events import append_events, state_event
 from parley.store.messages import MessageRow, append_message
-from parley.store.models import Message, Turn, TurnEvent
 from parley.store.summaries import Backlog
 from parley.store.turn_states import Moving, may_enter
 from parley.store.turns.endings import (
@@ -62,15 +61,18 @@ from parley.wire import (
 )
 
 
-async def _lock(db: AsyncSession, turn_id: str) -> Turn | None:
-    """The turn's row read again and locked (`FOR UPDATE`), as it stands now: a move
-    announced by its event's append (below) is written by that statement alone, so the
-    session's copy may be older than the row."""
-    return await db.get(Turn, turn_id, with_for_update=True, populate_existing=True)
+async def _lock(db: Db, turn_id: str) -> TurnFacts:
+    """The turn's row read and locked (`FOR UPDATE`), as it stands now; LookupError for an
+    unknown id."""
+    conn = await session_conn(db)
+    turn = await turn_facts(conn, turn_id=turn_id, lock=True)
+    if turn is None:
+        raise LookupError(turn_id)
+    return turn
 
 
 async def move_turn(
-    db: AsyncSession,
+    db: Db,
     *,
     turn_id: str,
     to: TurnState,
@@ -84,13 +86,11 @@ async def move_turn(
     nothing.
     """
     turn = await _lock(db, turn_id)
-    if turn is None:
-        raise LookupError(turn_id)
     return await _announce_move(db, turn, to=to, then=then)
 
 
 async def _announce_move(
-    db: AsyncSession | Conn,
+    db: Db | Conn,
     turn: Moving,
     *,
     to: TurnState,
@@ -98,8 +98,7 @@ async def _announce_move(
 ) -> bool:
     """Move a turn whose row the caller has locked and tell the stream (`state`), then show
     `then`: the state and the events in one statement (`then` alone for a repeat). The row
-    the caller holds is not changed (a typed row cannot be; the session's `Turn` is read
-    again by the next `_lock`)."""
+    the caller holds is not changed (a typed row cannot be)."""
     moving = may_enter(turn, to)
     events = [state_event(to), *then] if moving else list(then)
     if events:
@@ -124,12 +123,12 @@ def _refuse_if_stopped(turn: Moving) -> None:
         raise TurnStopped(turn.id, "cancelling")
 
 
-async def advance_turn(db: AsyncSession | Conn, *, turn_id: str, to: TurnState) -> TurnFacts:
+async def advance_turn(db: Db | Conn, *, turn_id: str, to: TurnState) -> TurnFacts:
     """A step of a running turn enters its state (a repeat of it changes nothing), its row
     locked in the caller's transaction, and gets the turn as it now stands. A turn that
     already ended or whose cancel was recorded raises `TurnStopped`: the step must not run
     (a cancelled turn never calls the model, runs a tool or sends again). On a `Conn`, or in
-    a session's transaction (a caller that holds the session's `Turn` reads it again)."""
+    a session's transaction."""
     conn = db if isinstance(db, Conn) else await session_conn(db)
     turn = await turn_facts(conn, turn_id=turn_id, lock=True)
     if turn is None:
@@ -139,7 +138,7 @@ async def advance_turn(db: AsyncSession | Conn, *, turn_id: str, to: TurnState) 
 
 
 async def advance_locked(
-    db: AsyncSession | Conn,
+    db: Db | Conn,
     turn: Moving,
     *,
     to: TurnState,
@@ -160,17 +159,18 @@ def may_move(turn: Moving, *, to: TurnState) -> bool:
     return may_enter(turn, to)
 
 
-async def request_cancel(db: AsyncSession, *, turn_id: str) -> None:
+async def request_cancel(db: Db, *, turn_id: str) -> None:
     """Record the user's Stop once. A finished turn refuses (`TurnFinished`): its ending is
     already stored and will not change. Repeating a cancel is harmless."""
     turn = await _lock(db, turn_id)
-    if turn is None:
-        raise LookupError(turn_id)
     if turn.state in TERMINAL_TURN_STATES:
         raise TurnFinished(f"the turn is already {turn.state}", state=turn.state)
     if turn.cancel_requested_at is None:
-        turn.cancel_requested_at = datetime.now(UTC)
-        await db.flush()
+        conn = await session_conn(db)
+        await conn.run(_STOP_RECORDED, {"turn_id": turn_id, "now": datetime.now(UTC)})
+
+
+_STOP_RECORDED = "UPDATE turns SET cancel_requested_at = %(now)s WHERE id = %(turn_id)s"
 
 
 async def rest_awaiting_confirmation(
@@ -207,7 +207,7 @@ async def rest_awaiting_confirmation(
 
 
 async def complete_turn(
-    db: AsyncSession,
+    db: Db,
     *,
     turn: TurnRow,
     message_id: str,
@@ -274,18 +274,15 @@ class Completed:
     backlog: Backlog | None = None
 
 
-async def streamed_so_far(db: AsyncSession, *, turn_id: str) -> tuple[str | None, str]:
+async def streamed_so_far(db: Db | Conn, *, turn_id: str) -> tuple[str | None, str]:
     """The message the user last saw streaming in this turn and its text, exactly as a client
     applying deltas and resets in order shows it. The event log is the record of that."""
-    rows = await db.execute(
-        select(TurnEvent.type, TurnEvent.data)
-        .where(TurnEvent.turn_id == turn_id, TurnEvent.type.in_(["delta", "reset"]))
-        .order_by(TurnEvent.id)
-    )
+    conn = db if isinstance(db, Conn) else await session_conn(db)
     message_id: str | None = None
     text = ""
-    for type_, data in rows:
-        if type_ == EventType.delta:
+    for event in await conn.rows(_STREAMED, {"turn_id": turn_id}, _Streamed):
+        data = event.data
+        if event.type == EventType.delta:
             if data["message_id"] != message_id:
                 message_id, text = data["message_id"], ""
             text += data["text"]
@@ -294,8 +291,21 @@ async def streamed_so_far(db: AsyncSession, *, turn_id: str) -> tuple[str | None
     return message_id, text
 
 
+@dataclass(frozen=True)
+class _Streamed:
+    type: str
+    data: dict[str, Any]
+
+
+_STREAMED = f"""
+    SELECT type, data FROM turn_events
+    WHERE turn_id = %(turn_id)s AND type IN ('{EventType.delta.value}', '{EventType.reset.value}')
+    ORDER BY id
+"""
+
+
 async def end_unfinished_turn(
-    db: AsyncSession,
+    db: Db,
     *,
     turn_id: str,
     state: TurnState,
@@ -308,19 +318,18 @@ async def end_unfinished_turn(
     turn that showed nothing ends with the `error` event alone. Idempotent.
     """
     turn = await _lock(db, turn_id)
-    if turn is None:
-        raise LookupError(turn_id)
     if turn.state in TERMINAL_TURN_STATES:
         return
     if turn.cancel_requested_at is not None:
         # The user's Stop came first: the turn ends the way they asked, whatever else failed.
         state, error = TurnState.cancelled, None
     may_enter(turn, state)  # moved by the ending's announcement, below
-    await _answer_open_calls(db, turn_id=turn_id, state=state)
-    message = await _keep_streamed(db, turn, state)
+    conn = await session_conn(db)
+    await _answer_open_calls(conn, turn_id=turn_id, state=state)
+    message = await _keep_streamed(conn, turn, state)
     await close_out(db, session_id=turn.session_id, turn_id=turn.id, reason=state.value)
-    turn.error = error.model_dump(mode="json") if error is not None else None
-    await db.flush()
+    if error is not None:
+        await conn.run(_ERROR, {"turn_id": turn_id, "error": Jsonb(error.model_dump(mode="json"))})
     events: list[tuple[EventType, BaseModel]] = [state_event(state)]
     if state == TurnState.cancelled:
         assert message is not None
@@ -328,13 +337,17 @@ async def end_unfinished_turn(
     else:
         assert error is not None, "a failed turn ends with its error"
         events.append((EventType.error, error))
-    await append_events(db, turn_id=turn_id, events=events, moving_to=state)
+    # The move sets what streamed as the turn's answer, when it was kept.
+    answer = message.id if message is not None else None
+    await append_events(conn, turn_id=turn_id, events=events, moving_to=state, answer=answer)
 
 
-async def _answer_open_calls(db: AsyncSession, *, turn_id: str, state: TurnState) -> None:
+_ERROR = "UPDATE turns SET error = %(error)s WHERE id = %(turn_id)s"
+
+
+async def _answer_open_calls(conn: Conn, *, turn_id: str, state: TurnState) -> None:
     """Tool calls the turn never got to answer get a result now: a transcript with a call and
     no result is refused by real providers, and would break every later turn."""
-    conn = await session_conn(db)
     params = {"turn_id": turn_id, "pending": ToolCallStatus.pending.value}
     result = {
         "error": {
@@ -354,17 +367,18 @@ _OPEN_CALLS = f"""
 """
 
 
-async def _keep_streamed(db: AsyncSession, turn: Turn, state: TurnState) -> MessageRow | None:
-    """Store what streamed as the turn's answer, marked `cancelled` or `incomplete`."""
-    streamed_id, text = await streamed_so_far(db, turn_id=turn.id)
+async def _keep_streamed(conn: Conn, turn: TurnFacts, state: TurnState) -> MessageRow | None:
+    """Store what streamed as the turn's answer, marked `cancelled` or `incomplete` (the
+    caller's move makes it the turn's answer)."""
+    streamed_id, text = await streamed_so_far(conn, turn_id=turn.id)
     if not text and state != TurnState.cancelled:
         return None
     candidate = unfinished_message_id(turn_id=turn.id, streamed_message_id=streamed_id)
-    if await db.get(Message, candidate) is not None:
+    if await conn.value(_MESSAGE_STORED, {"id": candidate}) is not None:
         candidate = unfinished_message_fallback_id(candidate=candidate)
     cancelled = state == TurnState.cancelled
-    message = await append_message(
-        await session_conn(db),
+    return await append_message(
+        conn,
         session_id=turn.session_id,
         turn_id=turn.id,
         message_id=candidate,
@@ -372,13 +386,12 @@ async def _keep_streamed(db: AsyncSession, turn: Turn, state: TurnState) -> Mess
         text=text,
         status=MessageStatus.cancelled if cancelled else MessageStatus.incomplete,
     )
-    turn.assistant_message_id = message.id
-    return message
 
 
-async def fail_turn(
-    db: AsyncSession, *, turn_id: str, code: str, message: str, retryable: bool
-) -> None:
+_MESSAGE_STORED = "SELECT 1 FROM messages WHERE id = %(id)s"
+
+
+async def fail_turn(db: Db, *, turn_id: str, code: str, message: str, retryable: bool) -> None:
     """Mark the turn failed, keep what streamed as `incomplete`, end with `error`."""
     await end_unfinished_turn(
         db,
