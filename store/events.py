@@ -13,9 +13,10 @@ This module owns the append (the turn's counter moved, the events inserted) and 
 (its channel and payload, and the one other bell, `ring`). A statement that appends as part
 of a larger write composes `counter`, `EVENTS_INSERTED` and `DOORBELL` (or `RUNG`) instead of
 writing them again: store/turns/endings.py (an ending's release), store/turns/attempts.py (an
-attempt's opening), store/context.py (the build's move) and store/turns/birth.py (a turn
-born with its first event). A move of the turn's state is the counter's own UPDATE, opened
-by store/turn_states.py `MOVE`.
+attempt's opening), store/context.py (the build's move), store/turns/birth.py,
+store/posting.py `open_turn` and store/queue.py `queue_message` (a turn born with its first
+event) and store/queue.py `promote` (a queued turn's promotion). A move of the turn's state
+is the counter's own UPDATE, opened by store/turn_states.py `MOVE`.
 """
 
 from __future__ import annotations
@@ -183,12 +184,19 @@ BASE = "turns.last_event_id - %(n)s AS base"
 
 
 def counter(
-    *, moving: bool = False, rest: str = "WHERE turns.id = %(turn_id)s", returning: str = ""
+    *,
+    moving: bool = False,
+    rest: str = "WHERE turns.id = %(turn_id)s",
+    returning: str = "",
+    sets: str = "",
 ) -> str:
     """The `counter` CTE of an append; `rest`: what follows its SET list (a `FROM` and a
-    `WHERE`, which may guard it: no row, no append), `returning`: columns after `base`."""
+    `WHERE`, which may guard it: no row, no append), `returning`: columns after `base`,
+    `sets`: more of the turn's columns the same UPDATE sets (`name = value, ...`: a
+    statement writes a row once, so a composer that changes the turn does it here)."""
     update = f"{MOVE}, {_COUNTED}" if moving else f"UPDATE turns SET {_COUNTED}"
-    return f"counter AS ({update} {rest} RETURNING {BASE}{returning})"
+    more = f", {sets}" if sets else ""
+    return f"counter AS ({update}{more} {rest} RETURNING {BASE}{returning})"
 
 
 # The events inserted with the ids after `counter`'s base, and the doorbell rung for them (the

@@ -8,16 +8,14 @@ taken before (store/sessions.py `lock_session`) by a writer that read `last_seq`
 
 The rule in its three forms, each for one style of writer:
 
-- `next_seq`: the seq after `last_seq` a writer read under the lock (store/turns/birth.py, and
-  the provisional seq of a queued turn, store/queue.py), with `SEQ_TAKEN`, the session's
-  counter set to it in the writer's own UPDATE of the session;
-- `take_seq`: the same on the session's ORM row, written at the next flush (store/posting.py
-  joining a turn, store/queue.py promoting one);
+- `next_seq`: the seq after `last_seq` a writer read under the lock (store/turns/birth.py,
+  store/queue.py promoting a queued turn, and the provisional seq of a queued turn), with
+  `SEQ_TAKEN`, the session's counter set to it in the writer's own UPDATE of the session;
 - `take_seqs`: a run of seqs at once, for an import of earlier messages (store/imports.py);
 - `seq_taken`: a statement's `seq` CTE that takes the next seq unless the message is stored
   already (a retry), for the one-statement writers of a turn's messages (`append_message`
   here, store/turns/tool_calls.py `store_tool_result`, store/turns/attempts.py
-  `record_tool_requests`).
+  `record_tool_requests`, store/posting.py joining a user's message to an open turn).
 
 `append_message` stores a message of a turn's (`MessageRow`, read back by `MESSAGE`) with
 its token count (`token_count`, which every stored message carries).
@@ -33,19 +31,12 @@ from psycopg.types.json import Jsonb
 
 from parley.contracts import MessageStatus
 from parley.store.db import Conn
-from parley.store.models import ChatSession
 from parley.tokens import count_message, default_counter
 
 
 def next_seq(last_seq: int) -> int:
     """The seq the session's next message takes after `last_seq`."""
     return last_seq + 1
-
-
-def take_seq(session: ChatSession) -> int:
-    """The next seq, taken on the session's ORM row (locked by the caller's transaction)."""
-    session.last_seq = next_seq(session.last_seq)
-    return session.last_seq
 
 
 # In an UPDATE of the session's row: its counter set to the seq its new message took
@@ -66,11 +57,14 @@ def seq_taken(*, session: str, message: str, joined: str = "") -> str:
     )"""
 
 
-# A turn's message inserted at the seq the statement's `seq` CTE took (`seq_taken`): no row
+# A turn's message inserted at the seq the statement's `seq` CTE took (`seq_taken`, or the
+# writer's own UPDATE of the session with `SEQ_TAKEN`, returning its id and `last_seq`): no row
 # when that CTE found the message stored already (a retry). Its parameters are
 # `message_params`'. Written once, composed by the one-statement writers of a turn's messages:
 # `append_message` here, store/turns/tool_calls.py `store_tool_result` (a call's result as a
-# `tool` message) and store/turns/attempts.py `record_tool_requests` (a reply asking for tools).
+# `tool` message), store/turns/attempts.py `record_tool_requests` (a reply asking for tools)
+# and store/posting.py and store/queue.py (a user's message joining an open turn, a queued
+# turn's message joining at its promotion).
 MESSAGE_AT_SEQ = """INSERT INTO messages
         (id, session_id, seq, role, turn_id, status, text, tool_calls, tool_call_id,
         client_message_id, file_ids, token_count, token_counter)

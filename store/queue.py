@@ -202,7 +202,7 @@ _PROMOTE = f"""
         RETURNING sessions.id, sessions.last_seq
     ), joined AS ({MESSAGE_AT_SEQ}), dropped AS (
         DELETE FROM queued_messages WHERE turn_id = %(turn_id)s
-    ), {counter(moving=True, rest=", user_seq = %(seq)s WHERE turns.id = %(turn_id)s")},
+    ), {counter(moving=True, sets="user_seq = %(seq)s")},
     {EVENTS_INSERTED}
     SELECT {DOORBELL} AS notified FROM inserted
 """

@@ -13,10 +13,9 @@ its first events. The paths that compose them, each keeping its one round trip:
 - store/turns/endings.py `close_out_announced`: a finished turn's ending with its release;
 - store/turns/attempts.py `open_attempt`: a model call's step entered with its attempt counted;
 - store/context.py `read_for_build`: the build's rows read with its move;
-- store/turns/birth.py: a plain post's turn born with its message.
-
-The ORM never assigns a turn's state. Two births still go through the ORM with their state
-(`store.posting.open_turn`, `store.queue.queue_message`).
+- store/turns/birth.py: a plain post's turn born with its message;
+- store/posting.py `open_turn` (a retry's turn) and store/queue.py `queue_message` (a queued
+  turn), each born with its first event.
 """
 
 from __future__ import annotations
