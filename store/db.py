@@ -1,23 +1,32 @@
-"""Engines and connection strings.
+"""Engines, units of work and the one way statements are sent.
 
-SQLAlchemy wants `postgresql+psycopg://…`; psycopg's own LISTEN connection wants a plain
-libpq URL. Both are derived from the one `DATABASE_URL`.
+SQLAlchemy's engine is the pool (and alembic's, for migrations); it wants
+`postgresql+psycopg://…`, psycopg's own LISTEN connection a plain libpq URL. Both come from
+the one `DATABASE_URL`.
+
+Every statement of store/ goes the same way: through a `Db`, on psycopg's own connection taken
+from that pool, written in psycopg's form (`%(name)s`) as a named statement of the module
+that owns it, its rows returned as frozen dataclasses. A `Db` keeps what the pool gives: its
+checks, errors without parameters (a psycopg error is raised as the `StoreError` SQLAlchemy
+would raise, with `hide_parameters`), a connection that broke mid-statement discarded, and
+every statement counted (`on_statement_sent`).
+
+The transaction rule, written here once. A `Db` from `database()` is a unit of work: its
+first statement begins a transaction, which its opener commits (`await db.commit()`, or
+`database.begin()`, which commits on leaving unless the block raised); repository functions
+never commit or roll back. A `Db` from `database.connect()`, or from a `Database` made with
+`autocommit=True`, commits each statement by itself: no `BEGIN` and no `COMMIT`, two round
+trips fewer, for work that is one statement or only reads. In either mode,
+`db.transaction()` groups statements that stand or fall together (in a unit of work, a
+savepoint: a collision with a duplicate undoes only itself).
 
 A pooled connection may have died while it sat in the pool (the server restarted). The
 default check is SQLAlchemy's pre-ping: a `SELECT 1` (and its `BEGIN`) on every checkout.
-`create_socket_checked_engine` checks without a round trip instead: an idle connection whose socket
-has something to read was closed by the server (it says so before closing: a FATAL notice,
-then end of file), so it is thrown away and a fresh one taken. A server that vanished
-without a word (a cut network) is then found by the first statement, which fails, and
-SQLAlchemy discards the whole pool; the API's hot path takes that trade.
-
-The worker's hot path, and the statements the API runs for every turn, speak one style:
-`Conn`, psycopg's own connection taken from the same pool (`connect`, or `session_conn`
-inside a session's transaction), statements written in psycopg's form (`%(name)s`) as named
-functions in store/, rows returned as frozen dataclasses.
-It keeps what the engine gives the ORM: the pool's checks, errors without parameters (a
-psycopg error is raised as the `StoreError` SQLAlchemy would raise, `hide_parameters`), a
-connection that broke mid-statement discarded, and every statement counted (`on_statement`).
+`create_socket_checked_engine` checks without a round trip instead: an idle connection whose
+socket has something to read was closed by the server (it says so before closing: a FATAL
+notice, then end of file), so it is thrown away and a fresh one taken. A server that vanished
+without a word (a cut network) is then found by the first statement, which fails, and that
+connection is discarded; the API's hot path takes that trade.
 """
 
 from __future__ import annotations
@@ -25,27 +34,19 @@ from __future__ import annotations
 import select
 import weakref
 from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import asynccontextmanager
-from typing import Any, TypeAlias, TypeVar, cast
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any, TypeAlias, TypeVar
 
 import psycopg
 from psycopg import pq
 from psycopg.rows import BaseRowFactory, class_row, kwargs_row, tuple_row
-from sqlalchemy import event, exc, text
+from sqlalchemy import event, exc
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, SQLAlchemyError
-from sqlalchemy.ext.asyncio import (
-    AsyncConnection,
-    AsyncEngine,
-    AsyncSession,
-    async_sessionmaker,
-    create_async_engine,
-)
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-# The names callers outside store/ use: a unit of work (repository functions take it as
-# `db`), the factory that opens one (`async with sessions() as db`), and an engine. Callers
-# never import SQLAlchemy or psycopg themselves (tests/unit/test_layout.py).
-Db: TypeAlias = AsyncSession
-SessionMaker: TypeAlias = async_sessionmaker[AsyncSession]
+# What callers outside store/ name: a unit of work (repository functions take it as `db`),
+# where units of work come from (`Database`, below), and an engine. Callers never import
+# SQLAlchemy or psycopg themselves (tests/unit/test_layout.py).
 Engine: TypeAlias = AsyncEngine
 # What a statement the database refused, or could not run, raises.
 StoreError = SQLAlchemyError
@@ -119,44 +120,6 @@ def _refuse_closed(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
         raise exc.DisconnectionError("the server closed the connection")
 
 
-def session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
-    return async_sessionmaker(engine, expire_on_commit=False)
-
-
-def autocommit_session_factory(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
-    """Sessions whose every statement commits by itself (no `BEGIN`, `COMMIT` is a no-op),
-    for work that is one statement: two round trips fewer each. The caller still calls
-    `commit()`, so the code reads the same and stays right if it ever runs in a
-    transaction. An engine made with `autocommit=True` serves them as it is; any other is
-    switched to autocommit on each checkout and back on each return (a few Python calls
-    each way, which the API's hot path avoids with an engine of their own). That switch
-    awaits the driver after the pool has handed the connection out and before the session
-    holds it: a task cancelled there (a stream whose client left) dropped the connection
-    unreturned, for the garbage collector to find."""
-    if (
-        engine.sync_engine in _AUTOCOMMIT_ENGINES
-        or engine.get_execution_options().get("isolation_level") == "AUTOCOMMIT"
-    ):
-        return session_factory(engine)
-    return session_factory(engine.execution_options(isolation_level="AUTOCOMMIT"))
-
-
-async def autocommit(db: AsyncSession) -> AsyncConnection:
-    """Run the rest of this session in autocommit mode, for work that is one statement (or
-    only reads): no `BEGIN` and no `COMMIT`, two round trips fewer. Call it before the
-    session's first statement; its connection goes back to the pool in the engine's own mode.
-    Returns that connection, for statements that need no unit of work (Core)."""
-    return await db.connection(execution_options={"isolation_level": "AUTOCOMMIT"})
-
-
-async def ping(db: AsyncSession) -> None:
-    """One round trip (`SELECT 1`); raises while the database is unreachable."""
-    await db.execute(_PING)
-
-
-_PING = text("SELECT 1")
-
-
 def is_unreachable(exc: BaseException) -> bool:
     """Whether an error says the database could not be reached (or the connection was lost),
     as opposed to a statement the database refused."""
@@ -181,43 +144,34 @@ def count_work(
 
 
 def on_statement_sent(engine: AsyncEngine, hook: Callable[[str], None]) -> Callable[[], None]:
-    """Call `hook` with the text of every statement sent on the engine's connections, in
-    either style: through SQLAlchemy, or on a `Conn` from its pool. Returns what stops it."""
-
-    def sent(*args: Any) -> None:
-        hook(str(args[2]))
-
-    event.listen(engine.sync_engine, "before_cursor_execute", sent)
+    """Call `hook` with the text of every statement a `Db` sends on the engine's
+    connections. Returns what stops it."""
     hooks = _HOOKS.setdefault(engine.sync_engine.pool, [])
     hooks.append(hook)
-
-    def stop() -> None:
-        event.remove(engine.sync_engine, "before_cursor_execute", sent)
-        hooks.remove(hook)
-
-    return stop
+    return lambda: hooks.remove(hook)
 
 
-# The statement hooks of each pool (a `Conn` is told them when it is taken from the pool).
+# The statement hooks of each pool (a `Db` is told them when it takes a connection).
 _HOOKS: weakref.WeakKeyDictionary[Any, list[Callable[[str], None]]] = weakref.WeakKeyDictionary()
 
 Row = TypeVar("Row")
 Params: TypeAlias = Mapping[str, Any]
 
 
-class Conn:
-    """psycopg's connection for the statements of store/ (see the module's docstring)."""
+class Db:
+    """A unit of work: statements on one connection from the pool, taken at the first
+    statement and given back on leaving (see the module's docstring for the two modes).
 
-    def __init__(
-        self, driver: psycopg.AsyncConnection[Any], hooks: list[Callable[[str], None]]
-    ) -> None:
-        self._driver = driver
-        self._hooks = hooks
+    In a unit of work, the first statement begins a transaction, `commit` ends it and the
+    next statement begins another; leaving without a commit rolls back what was not
+    committed. On a connection in autocommit (`Database.connect`, or a `Database` made with
+    `autocommit=True`), each statement commits by itself and `commit` has nothing to do."""
 
-    @property
-    def database(self) -> str:
-        """The database this connection reaches (its connection string, no password)."""
-        return self._driver.info.dsn
+    def __init__(self, database: Database, *, autocommit: bool) -> None:
+        self._database = database
+        self._autocommit = autocommit
+        self._taken: _Taken | None = None
+        self._savepoints = 0
 
     async def rows(self, sql: str, params: Params, row: type[Row]) -> list[Row]:
         """Every row the statement returns, as `row` (a dataclass: one field a column)."""
@@ -240,31 +194,147 @@ class Conn:
         found = await cursor.fetchone()
         return found[0] if found is not None else None
 
+    async def values(self, sql: str, params: Params) -> list[Any]:
+        """The first column of every row."""
+        cursor = await self._execute(sql, params, tuple_row)
+        return [found[0] for found in await cursor.fetchall()]
+
     async def run(self, sql: str, params: Params) -> int:
         """Run the statement; how many rows it changed."""
         cursor = await self._execute(sql, params, tuple_row)
         return cursor.rowcount
 
+    @property
+    def database(self) -> str:
+        """The database this unit of work reaches (its connection string, no password)."""
+        return self._database.engine.url.render_as_string(hide_password=True)
+
+    def in_transaction(self) -> bool:
+        """Whether statements have run since the last commit (or rollback) that a commit
+        would make permanent."""
+        return self._taken is not None and self._taken.driver.pgconn.transaction_status in (
+            pq.TransactionStatus.INTRANS,
+            pq.TransactionStatus.INERROR,
+        )
+
+    async def commit(self) -> None:
+        """Make the unit of work's statements permanent."""
+        if self._taken is not None and not self._taken.driver.autocommit:
+            try:
+                await self._taken.driver.commit()
+            except psycopg.Error as exc:
+                raise _store_error("COMMIT", exc) from exc
+
+    async def rollback(self) -> None:
+        """Undo every statement since the last commit."""
+        if self._taken is not None and not self._taken.driver.autocommit:
+            try:
+                await self._taken.driver.rollback()
+            except psycopg.Error as exc:
+                raise _store_error("ROLLBACK", exc) from exc
+
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[None]:
-        """Statements that commit together (or not at all, when the block raises)."""
+        """Statements that stand or fall together: undone, and only they, when the block
+        raises (a collision with a duplicate, say). In autocommit they are a transaction of
+        their own, committed on leaving the block; in a unit of work they are a savepoint in
+        its transaction, which its commit makes permanent."""
+        driver = (await self._take()).driver
+        if driver.autocommit:
+            try:
+                async with driver.transaction():
+                    yield
+            except psycopg.Error as exc:
+                raise _store_error("COMMIT", exc) from exc
+            return
+        self._savepoints += 1
+        name = f"parley_{self._savepoints}"
+        await self.run(f"SAVEPOINT {name}", {})
         try:
-            async with self._driver.transaction():
-                yield
-        except psycopg.Error as exc:
-            raise _store_error("COMMIT", exc) from exc
+            yield
+        except BaseException:
+            if not driver.broken:
+                await self.run(f"ROLLBACK TO SAVEPOINT {name}", {})
+            raise
+        await self.run(f"RELEASE SAVEPOINT {name}", {})
+
+    async def close(self) -> None:
+        """Give the connection back to the pool now, rolling back what was not committed (a
+        caller that goes on for minutes without statements does not hold one)."""
+        taken, self._taken = self._taken, None
+        if taken is not None:
+            await taken.give_back()
+
+    async def _take(self) -> _Taken:
+        if self._taken is None:
+            self._taken = await _Taken.take(self._database, autocommit=self._autocommit)
+        return self._taken
 
     async def _execute(
         self, sql: str, params: Params, rows: BaseRowFactory[Any]
     ) -> psycopg.AsyncCursor[Any]:
-        for hook in self._hooks:
+        taken = await self._take()
+        for hook in taken.hooks:
             hook(sql)
-        cursor = self._driver.cursor(row_factory=rows)
+        cursor = taken.driver.cursor(row_factory=rows)
         try:
             await cursor.execute(sql, params)
         except psycopg.Error as exc:
             raise _store_error(sql, exc) from exc
         return cursor
+
+
+class _Taken:
+    """A connection checked out of the engine's pool for one `Db`, with the mode it came in."""
+
+    def __init__(
+        self, connection: AsyncConnection, driver: psycopg.AsyncConnection[Any], switched: bool
+    ) -> None:
+        self.connection = connection
+        self.driver = driver
+        self.switched = switched
+        self.hooks = _HOOKS.get(connection.sync_engine.pool, [])
+
+    @classmethod
+    async def take(cls, database: Database, *, autocommit: bool) -> _Taken:
+        connection = await database.engine.connect()
+        try:
+            raw = await connection.get_raw_connection()
+            driver = raw.driver_connection
+            assert isinstance(driver, psycopg.AsyncConnection)
+            switched = driver.autocommit != autocommit
+            if switched:
+                await driver.set_autocommit(autocommit)
+        except BaseException:
+            await connection.invalidate()
+            raise
+        return cls(connection, driver, switched)
+
+    async def give_back(self) -> None:
+        """Back to the pool in the mode it came in, after rolling back what was left
+        uncommitted; thrown away instead when a statement was cut off mid-way (cancelled) or
+        the link broke, or when putting it right fails."""
+        driver = self.driver
+        try:
+            status = driver.pgconn.transaction_status
+            if driver.broken or status not in _SETTLED:
+                await self.connection.invalidate()
+                return
+            if status != pq.TransactionStatus.IDLE:
+                await driver.rollback()
+            if self.switched:
+                await driver.set_autocommit(not driver.autocommit)
+        except (psycopg.Error, OSError):
+            await self.connection.invalidate()
+        finally:
+            await self.connection.close()
+
+
+_SETTLED = (
+    pq.TransactionStatus.IDLE,
+    pq.TransactionStatus.INTRANS,
+    pq.TransactionStatus.INERROR,
+)
 
 
 def _store_error(sql: str, exc: psycopg.Error) -> StoreError:
@@ -273,53 +343,50 @@ def _store_error(sql: str, exc: psycopg.Error) -> StoreError:
     return DBAPIError.instance(sql, None, exc, psycopg.Error, hide_parameters=True)
 
 
-@asynccontextmanager
-async def connect(sessions: SessionMaker) -> AsyncIterator[Conn]:
-    """A connection from the pool behind `sessions`, in autocommit mode: a statement commits
-    by itself (no `BEGIN`, no `COMMIT`); `Conn.transaction` for several that commit
-    together. Returned to the pool on leaving, in the mode it came in; thrown away instead
-    when a statement was cut off mid-way (cancelled, or the connection broke)."""
-    engine = sessions.kw["bind"]
-    async with engine.connect() as connection:
-        raw = await connection.get_raw_connection()
-        driver = raw.driver_connection
-        assert isinstance(driver, psycopg.AsyncConnection)
-        was_autocommit = driver.autocommit
-        if not was_autocommit:
-            await driver.set_autocommit(True)
+class Database:
+    """Where units of work come from: `async with database() as db` (commit it yourself),
+    `async with database.begin() as db` (committed on leaving unless the block raised),
+    `async with database.connect() as db` (autocommit: each statement commits by itself).
+
+    Made with `autocommit=True`, its every unit of work is in autocommit: for work that is
+    one statement (or only reads), two round trips fewer each (no `BEGIN`, no `COMMIT`); the
+    caller still calls `commit()`, so the code reads the same and stays right if it ever
+    runs in a transaction. An engine made with `autocommit=True` serves that as it is; any
+    other is switched on each checkout and back on each return."""
+
+    def __init__(self, engine: AsyncEngine, *, autocommit: bool = False) -> None:
+        self.engine = engine
+        self._autocommit = autocommit or engine.sync_engine in _AUTOCOMMIT_ENGINES
+
+    @asynccontextmanager
+    async def __call__(self) -> AsyncIterator[Db]:
+        db = Db(self, autocommit=self._autocommit)
         try:
-            yield Conn(driver, _HOOKS.get(engine.sync_engine.pool, []))
+            yield db
         finally:
-            # Idle, unless a statement was cut off mid-way (cancelled) or the link broke.
-            if driver.broken or driver.pgconn.transaction_status != pq.TransactionStatus.IDLE:
-                await connection.invalidate()
-            elif not was_autocommit:
-                await driver.set_autocommit(False)
+            await db.close()
+
+    @asynccontextmanager
+    async def begin(self) -> AsyncIterator[Db]:
+        async with self() as db:
+            yield db
+            await db.commit()
+
+    @asynccontextmanager
+    async def connect(self) -> AsyncIterator[Db]:
+        db = Db(self, autocommit=True)
+        try:
+            yield db
+        finally:
+            await db.close()
 
 
-async def session_conn(db: AsyncSession) -> Conn:
-    """The session's own connection as a `Conn`, inside the session's transaction (its
-    pending changes written first): for a caller that also works through the session,
-    while its statements move to `Conn`. The session's commit commits both.
-
-    A POST asks for it once per statement, so the `Conn` is kept on the session for the
-    transaction it was made in (a later transaction may hold another pooled connection), and
-    the flush is skipped when nothing is pending: each is a trip through the session's
-    machinery (and a greenlet) otherwise."""
-    if db.new or db.dirty or db.deleted:
-        await db.flush()
-    transaction = db.sync_session.get_transaction()
-    kept = db.info.get(_KEPT_CONN)
-    if transaction is not None and kept is not None and kept[0] is transaction:
-        return cast(Conn, kept[1])
-    connection = await db.connection()
-    raw = await connection.get_raw_connection()
-    driver = raw.driver_connection
-    assert isinstance(driver, psycopg.AsyncConnection)
-    conn = Conn(driver, _HOOKS.get(connection.sync_engine.pool, []))
-    # The transaction object itself, held: it cannot be mistaken for a later one.
-    db.info[_KEPT_CONN] = (db.sync_session.get_transaction(), conn)
-    return conn
+def connect(database: Database) -> AbstractAsyncContextManager[Db]:
+    """A unit of work in autocommit mode: a statement commits by itself (no `BEGIN`, no
+    `COMMIT`); `Db.transaction` for several that commit together."""
+    return database.connect()
 
 
-_KEPT_CONN = "parley.session_conn"
+async def ping(db: Db) -> None:
+    """One round trip (`SELECT 1`); raises while the database is unreachable."""
+    await db.value("SELECT 1", {})
