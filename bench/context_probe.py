@@ -40,6 +40,7 @@ from parley.store.identity import Identity, seed_demo
 from parley.store.migrate import upgrade
 from parley.store.sessions import create_session
 from parley.worker import build_northwind
+from tests.support.orm import orm
 from tests.support.toolkit import post_unstarted
 
 OWNER = Identity(tenant_id="northwind", user_id="cust_2291", roles=("customer",))
@@ -66,7 +67,7 @@ async def seed(url: str) -> str:
                 turn_id = posted.turn.id
             if i == TURNS:
                 return turn_id
-            async with session_factory(engine)() as db:
+            async with orm(session_factory(engine)) as db:
                 await db.execute(_FINISH, {"turn": turn_id, "session": session_id, "text": ANSWER})
                 await db.commit()
     finally:

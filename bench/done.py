@@ -32,12 +32,13 @@ from parley.config import Settings
 from parley.ids import summary_workflow_id, workflow_id_for_turn
 from parley.store.models import ConversationSummary, Tenant
 from tests.support.client import ParleyClient
+from tests.support.orm import orm
 
 ROWS = ("summaries_on", "summaries_off")
 
 
 async def set_summaries(db_sessions: async_sessionmaker[AsyncSession], on: bool) -> None:
-    async with db_sessions() as db:
+    async with orm(db_sessions) as db:
         tenant = await db.get(Tenant, "northwind")
         assert tenant is not None
         config = dict(tenant.config or {})
@@ -47,7 +48,7 @@ async def set_summaries(db_sessions: async_sessionmaker[AsyncSession], on: bool)
 
 
 async def _summaries(db_sessions: async_sessionmaker[AsyncSession], sid: str) -> int:
-    async with db_sessions() as db:
+    async with orm(db_sessions) as db:
         count = await db.scalar(
             select(func.count())
             .select_from(ConversationSummary)

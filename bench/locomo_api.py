@@ -38,6 +38,7 @@ from bench.stack import Stack, log, provider_stack
 from parley.store.models import ConversationSummary, Message, ModelCall, Turn
 from parley.tokens import MESSAGE_OVERHEAD
 from tests.support.client import ParleyClient
+from tests.support.orm import orm
 
 DATA = Path(__file__).resolve().parent / "data" / "locomo50.json"
 CATEGORIES = (1, 2, 3, 4)
@@ -93,7 +94,7 @@ async def posted_seqs(
 ) -> tuple[dict[str, int], int, int]:
     """dia_id -> seq of each posted turn (the session's user messages, in order), the posted
     turns' tokens as stored, and the whole session's (replies too)."""
-    async with db_sessions() as db:
+    async with orm(db_sessions) as db:
         rows = list(
             await db.execute(
                 select(Message.seq, Message.role, Message.text, Message.token_count)
@@ -119,7 +120,7 @@ async def ask(
 ) -> Question:
     """Ask one question in the session; what its turn's first model call's prompt showed."""
     turn_id = await answered(client, sid, qa["question"])
-    async with db_sessions() as db:
+    async with orm(db_sessions) as db:
         call, user_seq = (
             await db.execute(
                 select(ModelCall, Turn.user_seq)
@@ -161,7 +162,7 @@ async def measure_locomo_api(
         finally:
             await client.aclose()
         summarizer = await asked_for_summaries(provider.provider_url)
-    async with db_sessions() as db:
+    async with orm(db_sessions) as db:
         written = list(
             await db.scalars(
                 select(ConversationSummary.written_by).where(ConversationSummary.session_id == sid)

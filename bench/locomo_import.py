@@ -54,6 +54,7 @@ from parley.store.identity import create_token
 from parley.store.models import Message, User
 from parley.tokens import MESSAGE_OVERHEAD
 from tests.support.client import ParleyClient
+from tests.support.orm import orm
 from tests.support.toolkit import eventually
 
 # The ten conversations sit beside the worktrees on the bench machines (not committed).
@@ -213,7 +214,7 @@ async def imported_tokens(
     db_sessions: async_sessionmaker[AsyncSession], sid: str, seqs: list[int]
 ) -> int:
     """The imported messages' tokens as stored, with their framing (section (n)'s measure)."""
-    async with db_sessions() as db:
+    async with orm(db_sessions) as db:
         tokens = await db.scalars(
             select(Message.token_count).where(
                 Message.session_id == sid, Message.seq.between(min(seqs), max(seqs))
@@ -375,7 +376,7 @@ def render_locomo_import(r: dict[str, Any]) -> str:
 
 
 async def session_messages(db_sessions: async_sessionmaker[AsyncSession], sid: str) -> int:
-    async with db_sessions() as db:
+    async with orm(db_sessions) as db:
         count = await db.scalar(select(func.count()).where(Message.session_id == sid))
         return int(count or 0)
 

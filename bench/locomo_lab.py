@@ -35,6 +35,7 @@ from typing import Any
 from parley.prompt import RECALLED_SEQ, Budgets, RecallHit, recall_block
 from parley.recall import CANDIDATES, with_neighbours
 from parley.tokens import counter_for
+from tests.support.orm import orm
 
 # --- dump ---------------------------------------------------------------------------------------
 
@@ -124,7 +125,7 @@ async def _dump_one(
 async def _messages(db_sessions: Any, sid: str, session_of: dict[int, int]) -> list[dict[str, Any]]:
     from sqlalchemy import text
 
-    async with db_sessions() as db:
+    async with orm(db_sessions) as db:
         rows = await db.execute(
             text(
                 "SELECT m.seq, m.role, m.text, m.created_at, "
@@ -153,7 +154,7 @@ async def _lexemes(db_sessions: Any, terms: list[str]) -> list[list[str]]:
     from sqlalchemy import text
 
     found = []
-    async with db_sessions() as db:
+    async with orm(db_sessions) as db:
         for term in terms:
             query = await db.scalar(text("SELECT to_tsquery('english', :t)::text"), {"t": term})
             parts = re.findall(r"'([^']+)'", query or "")

@@ -61,6 +61,7 @@ from parley.tenancy import TenantConfig
 from parley.tokens import MESSAGE_OVERHEAD, counter_for
 from parley.worker import build_northwind
 from tests.support.client import ParleyClient
+from tests.support.orm import orm
 
 DATA = Path(__file__).resolve().parent / "data" / "locomo3.json"
 # A support chat as customers write one: full sentences with some context, questions that
@@ -104,7 +105,7 @@ async def token_table(
         turn_ids.append(turn_id)
     if settle is not None:
         await settle(sid, turn_ids)
-    async with db_sessions() as db:
+    async with orm(db_sessions) as db:
         calls = list(
             await db.execute(
                 select(ModelCall, Turn.user_seq)
@@ -159,7 +160,7 @@ async def ingest(
     """Store the conversation as one session; returns its id, dia_id -> seq, total tokens."""
     sid = f"ses_locomo{uuid.uuid4().hex[:12]}"
     seqs: dict[str, int] = {}
-    async with db_sessions() as db:
+    async with orm(db_sessions) as db:
         db.add(ChatSession(id=sid, tenant_id="northwind", user_id="cust_2291"))
         await db.flush()
         seq = 0

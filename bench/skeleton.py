@@ -42,6 +42,7 @@ from parley.store.models import ChatSession
 from parley.store.models import Turn as TurnRow
 from parley.wire import DeltaData
 from parley.worker import worker_pool
+from tests.support.orm import orm
 
 ACTIVITIES = 9  # a Parley tool turn's regular activities (issue 12)
 STEP_TIMEOUT = timedelta(seconds=30)
@@ -110,7 +111,7 @@ async def skeleton_turns(database_url: str, count: int) -> list[str]:
     session_id = f"ses_skel{key}"
     turn_ids = [f"trn_skel{key}{c:03d}" for c in range(count)]
     try:
-        async with session_factory(engine)() as db:
+        async with orm(session_factory(engine)) as db:
             db.add(ChatSession(id=session_id, tenant_id="northwind", user_id="cust_2291"))
             await db.flush()
             now = datetime.now(UTC)

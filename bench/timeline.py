@@ -25,6 +25,7 @@ from bench.runner import ParleyTarget, percentile, run_turn, turn_text
 from bench.skeleton import first_step_ms
 from parley.ids import workflow_id_for_turn
 from parley.store.models import TraceSpan, TurnEvent
+from tests.support.orm import orm
 
 STAGES = (
     "POST -> workflow started",
@@ -87,7 +88,7 @@ async def _marks(
     spans = await _spans(db_sessions, turn_id)
     if started is None or picked is None or spans is None:
         return None
-    async with db_sessions() as db:
+    async with orm(db_sessions) as db:
         stored = await db.scalar(
             select(func.min(TurnEvent.created_at)).where(
                 TurnEvent.turn_id == turn_id, TurnEvent.type == "delta"
@@ -106,7 +107,7 @@ async def _spans(
 ) -> list[TraceSpan] | None:
     deadline = time.monotonic() + SPANS_WAIT_S
     while True:
-        async with db_sessions() as db:
+        async with orm(db_sessions) as db:
             spans = list(await db.scalars(select(TraceSpan).where(TraceSpan.turn_id == turn_id)))
         names = {s.name for s in spans}
         if {"build_context", "call_model"} <= names:
