@@ -209,6 +209,28 @@ def test_only_the_store_holds_orm_models() -> None:
     assert not offending, sorted(offending)
 
 
+# One access style in store/ (store/db.py): every statement is a named SQL string sent through
+# a `Db`. SQLAlchemy is the pool (store/db.py), the schema (store/models) and alembic's
+# migrations (store/migrate.py); no other module of store/ imports it or queries through the
+# models.
+SQLALCHEMY_IN_STORE = (f"{DOMAIN}.store.db", f"{DOMAIN}.store.migrate", ORM_MODELS)
+
+
+def _speaks_sqlalchemy(name: str) -> bool:
+    return any(name == home or name.startswith(f"{home}.") for home in SQLALCHEMY_IN_STORE)
+
+
+def test_the_store_sends_every_statement_one_way() -> None:
+    offending = {
+        f"{name} imports {imported}"
+        for name, path in MODULES.items()
+        if _top(name) == DATABASE_HOME and not _speaks_sqlalchemy(name)
+        for imported in _imports(path)
+        if _top(imported) == "sqlalchemy" or imported.startswith(ORM_MODELS)
+    }
+    assert not offending, sorted(offending)
+
+
 def test_the_database_rule_sees_the_store() -> None:
     """Guards the guard: the store's own imports of the libraries are found."""
     assert "sqlalchemy" in {_top(m) for m in _imports(MODULES["parley.store.db"])}
