@@ -1,10 +1,13 @@
-"""The hot path's access style (store/db.py `Conn`): psycopg's connection from the engine's
-pool, rows as dataclasses, autocommit unless a transaction is asked for, errors as the
-store raises them (without parameters), a connection the server dropped never reused, and
+"""The store's one access style (store/db.py): a `Db` on psycopg's connection from the
+engine's pool, rows as dataclasses, a unit of work that commits when its opener says so (or
+each statement by itself, in autocommit), errors as the store raises them (without
+parameters), a connection the server dropped or a statement cut off mid-way never reused, and
 every statement counted."""
 
 from __future__ import annotations
 
+import asyncio
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -12,24 +15,20 @@ from typing import Any
 import psycopg
 import pytest
 import pytest_asyncio
-from sqlalchemy import text
 
 from parley.store.db import (
-    SessionMaker,
+    Database,
     StoreError,
-    autocommit_session_factory,
     connect,
     create_socket_checked_engine,
     is_unreachable,
     on_statement_sent,
     ping,
-    session_conn,
-    session_factory,
 )
-from tests.support.orm import orm
 from tests.support.toolkit import eventually
 
 SECRET = "a-parameter-no-log-may-show"
+PID = "SELECT pg_backend_pid()"
 
 
 @dataclass(frozen=True)
@@ -39,111 +38,200 @@ class Pair:
 
 
 @pytest_asyncio.fixture
-async def counted(database_url: str) -> AsyncIterator[tuple[SessionMaker, list[str]]]:
-    """An engine of the test's own (pool of one: every `connect` takes the same connection
+async def counted(database_url: str) -> AsyncIterator[tuple[Database, list[str]]]:
+    """An engine of the test's own (pool of one: every unit of work takes the same connection
     back), each statement it sends recorded."""
     engine = create_socket_checked_engine(database_url, pool_size=1, max_overflow=0)
     sent: list[str] = []
     on_statement_sent(engine, sent.append)
-    yield session_factory(engine), sent
+    yield Database(engine), sent
     await engine.dispose()
 
 
+@pytest_asyncio.fixture
+async def probe(sessions: Database) -> AsyncIterator[str]:
+    """A table of the test's own."""
+    table = f"conn_probe_{uuid.uuid4().hex[:8]}"
+    async with connect(sessions) as db:
+        await db.run(f"CREATE TABLE {table} (v text)", {})
+    yield table
+    async with connect(sessions) as db:
+        await db.run(f"DROP TABLE {table}", {})
+
+
+async def _stored(sessions: Database, table: str) -> list[str]:
+    """What committed, seen from another connection."""
+    async with connect(sessions) as other:
+        return list(await other.values(f"SELECT v FROM {table} ORDER BY v", {}))
+
+
 async def test_rows_come_as_dataclasses_and_each_statement_is_counted(
-    counted: tuple[SessionMaker, list[str]],
+    counted: tuple[Database, list[str]],
 ) -> None:
     sessions, sent = counted
-    async with connect(sessions) as conn:
-        rows = await conn.rows(
+    async with connect(sessions) as db:
+        rows = await db.rows(
             "SELECT w AS word, length(w) AS length FROM unnest(%(words)s::text[]) AS w ORDER BY w",
             {"words": ["tea", "coffee"]},
             Pair,
         )
         assert rows == [Pair("coffee", 6), Pair("tea", 3)]
-        assert await conn.row("SELECT 'x' AS word, 1 AS length WHERE false", {}, Pair) is None
-        assert await conn.value("SELECT %(a)s::int + 1", {"a": 41}) == 42
-    assert len(sent) == 3 and "unnest" in sent[0]
-    # A statement sent through SQLAlchemy is counted by the same hook.
+        assert await db.row("SELECT 'x' AS word, 1 AS length WHERE false", {}, Pair) is None
+        assert await db.value("SELECT %(a)s::int + 1", {"a": 41}) == 42
+        assert await db.values("SELECT generate_series(1, 3)", {}) == [1, 2, 3]
+    assert len(sent) == 4 and "unnest" in sent[0]
+    # A unit of work's statements are counted by the same hook.
     async with sessions() as db:
         await ping(db)
-    assert len(sent) == 4 and sent[-1] == "SELECT 1"
+    assert len(sent) == 5 and sent[-1] == "SELECT 1"
 
 
-async def test_a_statement_commits_by_itself_and_a_transaction_all_or_nothing(
-    counted: tuple[SessionMaker, list[str]], sessions: SessionMaker
+async def test_in_autocommit_a_statement_commits_by_itself_and_a_transaction_all_or_nothing(
+    sessions: Database, probe: str
 ) -> None:
-    own, _ = counted
-    table = "conn_probe"
-    async with connect(own) as conn:
-        await conn.run(f"CREATE TABLE IF NOT EXISTS {table} (v text)", {})
-        await conn.run(f"DELETE FROM {table}", {})
-        await conn.run(f"INSERT INTO {table} VALUES (%(v)s)", {"v": "alone"})
+    async with connect(sessions) as db:
+        await db.run(f"INSERT INTO {probe} VALUES (%(v)s)", {"v": "alone"})
         with pytest.raises(RuntimeError):
-            async with conn.transaction():
-                await conn.run(f"INSERT INTO {table} VALUES (%(v)s)", {"v": "undone"})
+            async with db.transaction():
+                await db.run(f"INSERT INTO {probe} VALUES (%(v)s)", {"v": "undone"})
                 raise RuntimeError("the block fails")
-        async with conn.transaction():
-            await conn.run(f"INSERT INTO {table} VALUES (%(v)s)", {"v": "together"})
-    # Another connection (another pool) sees what committed, and only that.
-    async with connect(sessions) as other:
-        seen = await other.value(f"SELECT array_agg(v ORDER BY v) FROM {table}", {})
-        await other.run(f"DROP TABLE {table}", {})
-    assert seen == ["alone", "together"]
+        async with db.transaction():
+            await db.run(f"INSERT INTO {probe} VALUES (%(v)s)", {"v": "together"})
+        assert not db.in_transaction()
+    assert await _stored(sessions, probe) == ["alone", "together"]
 
 
-async def test_a_sessions_conn_is_its_transactions_and_follows_it_to_the_next(
-    counted: tuple[SessionMaker, list[str]],
+async def test_a_unit_of_work_keeps_only_what_its_opener_commits(
+    sessions: Database, probe: str
 ) -> None:
-    sessions, _ = counted
-    xid = "SELECT txid_current()::text"
     async with sessions() as db:
-        first = await session_conn(db)
-        assert await first.value(xid, {}) == (await db.execute(text(xid))).scalar_one()
-        assert await session_conn(db) is first  # kept for the transaction
-        before = await first.value(xid, {})
+        await db.run(f"INSERT INTO {probe} VALUES ('kept')", {})
+        assert db.in_transaction()
+        assert await _stored(sessions, probe) == []  # not before the commit
         await db.commit()
-        after = await session_conn(db)
-        assert after is not first
-        assert await after.value(xid, {}) == (await db.execute(text(xid))).scalar_one()
-        assert await after.value(xid, {}) != before  # the next transaction, not the ended one
+        assert not db.in_transaction()
+        await db.run(f"INSERT INTO {probe} VALUES ('rolled back')", {})
         await db.rollback()
+        await db.run(f"INSERT INTO {probe} VALUES ('left uncommitted')", {})
+    assert await _stored(sessions, probe) == ["kept"]
+
+    async with sessions.begin() as db:
+        await db.run(f"INSERT INTO {probe} VALUES ('begun')", {})
+    with pytest.raises(RuntimeError):
+        async with sessions.begin() as db:
+            await db.run(f"INSERT INTO {probe} VALUES ('raised')", {})
+            raise RuntimeError("the block fails")
+    assert await _stored(sessions, probe) == ["begun", "kept"]
+
+
+async def test_in_a_unit_of_work_a_transaction_is_a_savepoint_that_undoes_only_itself(
+    sessions: Database, probe: str
+) -> None:
+    async with sessions() as db:
+        await db.run(f"INSERT INTO {probe} VALUES ('before')", {})
+        with pytest.raises(StoreError):
+            async with db.transaction():
+                await db.run(f"INSERT INTO {probe} VALUES ('collides')", {})
+                await db.value("SELECT 1 / 0", {})
+        async with db.transaction():
+            await db.run(f"INSERT INTO {probe} VALUES ('inside')", {})
+        # The unit of work goes on after the failed block, and nothing is committed yet.
+        await db.run(f"INSERT INTO {probe} VALUES ('after')", {})
+        assert await _stored(sessions, probe) == []
+        await db.commit()
+    assert await _stored(sessions, probe) == ["after", "before", "inside"]
 
 
 async def test_an_error_is_the_stores_and_carries_no_parameters(
-    counted: tuple[SessionMaker, list[str]],
+    counted: tuple[Database, list[str]],
 ) -> None:
     sessions, _ = counted
-    async with connect(sessions) as conn:
+    async with connect(sessions) as db:
         with pytest.raises(StoreError) as refused:
-            await conn.value("SELECT 1 / 0 WHERE %(secret)s IS NOT NULL", {"secret": SECRET})
+            await db.value("SELECT 1 / 0 WHERE %(secret)s IS NOT NULL", {"secret": SECRET})
         assert SECRET not in str(refused.value)
         assert not is_unreachable(refused.value)
         # The connection is still good for the next statement.
-        assert await conn.value("SELECT 1", {}) == 1
+        assert await db.value("SELECT 1", {}) == 1
+    async with sessions() as db:
+        with pytest.raises(StoreError):
+            await db.value("SELECT 1 / 0", {})
+        await db.rollback()
+        assert await db.value("SELECT 1", {}) == 1
 
 
 async def test_a_dropped_connection_is_unreachable_and_never_handed_out_again(
-    counted: tuple[SessionMaker, list[str]], sessions: SessionMaker
+    counted: tuple[Database, list[str]], sessions: Database
 ) -> None:
     own, _ = counted
-    async with connect(own) as conn:
-        pid = await conn.value("SELECT pg_backend_pid()", {})
+    async with connect(own) as db:
+        pid = await db.value(PID, {})
     # The server ends the pooled connection while it sits idle in the pool.
     await _terminate(sessions, pid)
-    async with connect(own) as conn:
+    async with own() as db:
         # The pool's check found it closed and opened a fresh one.
-        assert await conn.value("SELECT pg_backend_pid()", {}) != pid
-        fresh = await conn.value("SELECT pg_backend_pid()", {})
+        fresh = await db.value(PID, {})
+        assert fresh != pid
         await _terminate(sessions, fresh)
         # Dropped while in use: the statement fails as an unreachable database does.
         with pytest.raises(StoreError) as lost:
-            await conn.value("SELECT 1", {})
+            await db.value("SELECT 1", {})
         assert is_unreachable(lost.value)
-    async with connect(own) as conn:
-        assert await conn.value("SELECT pg_backend_pid()", {}) not in (pid, fresh)
+    async with connect(own) as db:
+        assert await db.value(PID, {}) not in (pid, fresh)
 
 
-async def _terminate(sessions: SessionMaker, pid: int) -> None:
+async def test_a_statement_cut_off_mid_way_leaves_its_connection_out_of_the_pool(
+    counted: tuple[Database, list[str]], sessions: Database
+) -> None:
+    """A stream whose client left cancels its statement: the connection may still be
+    running it, so it is thrown away rather than handed to the next caller."""
+    own, _ = counted
+    started = asyncio.Event()
+    pids: list[int] = []
+
+    async def sleeps() -> None:
+        async with own() as db:
+            pids.append(await db.value(PID, {}))
+            started.set()
+            await db.value("SELECT pg_sleep(30)", {})
+
+    task = asyncio.create_task(sleeps())
+    await started.wait()
+
+    async def sleeping() -> bool:
+        async with connect(sessions) as other:
+            return bool(
+                await other.value(
+                    "SELECT count(*) FROM pg_stat_activity WHERE pid = %(pid)s"
+                    " AND query LIKE 'SELECT pg_sleep%%'",
+                    {"pid": pids[0]},
+                )
+            )
+
+    await eventually(sleeping, timeout=10, what="the statement running")
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    async with own() as db:
+        assert await db.value(PID, {}) != pids[0]
+
+
+async def test_close_gives_the_connection_back_and_what_was_uncommitted_goes(
+    counted: tuple[Database, list[str]], sessions: Database, probe: str
+) -> None:
+    own, _ = counted
+    async with own() as db:
+        await db.run(f"INSERT INTO {probe} VALUES ('uncommitted')", {})
+        await db.close()
+        # The pool of one has its connection back: another unit of work takes it.
+        async with connect(own) as other:
+            assert await other.value("SELECT 1", {}) == 1
+        # The closed one takes a connection again at its next statement.
+        assert await db.value(f"SELECT count(*) FROM {probe}", {}) == 0
+
+
+async def _terminate(sessions: Database, pid: int) -> None:
     """End backend `pid` and wait until it is gone. `pg_terminate_backend` only signals
     it; the backend writes its FATAL notice to the socket, then leaves `pg_stat_activity`.
     Until then the pool's socket check (and a statement) could still find it alive."""
@@ -158,13 +246,13 @@ async def _terminate(sessions: SessionMaker, pid: int) -> None:
         await eventually(gone, timeout=10, what=f"backend {pid} gone", every=0.01)
 
 
-async def test_an_autocommit_engines_sessions_take_its_connections_as_they_are(
+async def test_an_autocommit_engines_units_of_work_take_its_connections_as_they_are(
     database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The API's stream reads: each statement its own transaction, and no switch of the
     connection's mode at checkout. That switch awaited the driver between the pool handing
-    a connection out and the session holding it; a stream cancelled there (its client gone)
-    left the connection unreturned, and the garbage collector warned of it later."""
+    a connection out and the unit of work holding it; a stream cancelled there (its client
+    gone) left the connection unreturned, and the garbage collector warned of it later."""
     switched: list[bool] = []
     original = psycopg.AsyncConnection.set_autocommit
 
@@ -177,15 +265,16 @@ async def test_an_autocommit_engines_sessions_take_its_connections_as_they_are(
         database_url, pool_size=1, max_overflow=0, autocommit=True
     )
     try:
-        sessions = autocommit_session_factory(engine)
+        sessions = Database(engine, autocommit=True)
         for _ in range(3):
-            async with orm(sessions) as db:
-                first = (await db.execute(_XACT)).scalar_one()
-                assert (await db.execute(_XACT)).scalar_one() != first
+            async with sessions() as db:
+                first = await db.value(_XACT, {})
+                assert await db.value(_XACT, {}) != first
+                await db.commit()
     finally:
         await engine.dispose()
     # Set once, when the pool opened its one connection; never at a checkout or a return.
     assert switched == [True]
 
 
-_XACT = text("SELECT pg_current_xact_id()::text")
+_XACT = "SELECT pg_current_xact_id()::text"
