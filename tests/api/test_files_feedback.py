@@ -292,8 +292,10 @@ async def revocable(
 ) -> AsyncIterator[ParleyClient]:
     """A customer of their own, whose access the test changes."""
     user_id = f"cust_f{uuid.uuid4().hex[:8]}"
-    async with sessions() as db:
+    async with orm(sessions) as db:
         await db.execute(insert(User).values(tenant_id="northwind", id=user_id, display_name="Fay"))
+        await db.commit()
+    async with sessions() as db:
         token = await create_token(db, tenant_id="northwind", user_id=user_id)
         await db.commit()
     client = ParleyClient(api_url, token)

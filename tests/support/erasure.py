@@ -18,6 +18,7 @@ from parley.demo_backend.data import DEMO_TODAY, SEED, Catalog, Customer
 from parley.store.identity import create_token
 from parley.store.models import User
 from tests.support.client import ParleyClient
+from tests.support.orm import orm
 from tests.support.stack import serve
 from tests.support.toolkit import eventually
 
@@ -70,7 +71,7 @@ async def backend_with(customers: list[Customer_]) -> AsyncIterator[str]:
 
 async def add_user(sessions: async_sessionmaker[AsyncSession], customer: Customer_) -> str:
     """Store the customer as a Parley user; a token of theirs."""
-    async with sessions() as db:
+    async with orm(sessions) as db:
         db.add(
             User(
                 tenant_id=TENANT,
@@ -79,7 +80,8 @@ async def add_user(sessions: async_sessionmaker[AsyncSession], customer: Custome
                 email=f"{customer.user_id}@example.com",
             )
         )
-        await db.flush()
+        await db.commit()
+    async with sessions() as db:
         token = await create_token(db, tenant_id=TENANT, user_id=customer.user_id)
         await db.commit()
     return token

@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from parley.store.identity import create_token
 from parley.store.models import Tenant, User
+from tests.support.orm import orm
 
 
 @dataclass(frozen=True)
@@ -31,11 +32,12 @@ async def new_admin_tenant(
     tag = uuid.uuid4().hex[:8]
     # Unique ids both: a test that looks a user up by id alone never finds this one.
     tenant_id, admin_id = f"{prefix}_{tag}", f"ops_{tag}"
-    async with sessions() as db:
+    async with orm(sessions) as db:
         db.add(Tenant(id=tenant_id, name=f"Throwaway {tenant_id}"))
         await db.flush()
         db.add(User(tenant_id=tenant_id, id=admin_id, display_name="Operator", roles=["admin"]))
-        await db.flush()
+        await db.commit()
+    async with sessions() as db:
         token = await create_token(db, tenant_id=tenant_id, user_id=admin_id)
         await db.commit()
     return AdminTenant(tenant_id, admin_id, token)

@@ -25,8 +25,10 @@ async def test_export_writes_the_users_archive_to_a_file_and_to_stdout(
     settings: Settings, api_url: str, sessions: async_sessionmaker[AsyncSession], tmp_path: Path
 ) -> None:
     user_id = f"cli_{uuid.uuid4().hex[:8]}"
-    async with sessions() as db:
+    async with orm(sessions) as db:
         await db.execute(insert(User).values(tenant_id="northwind", id=user_id, display_name="C"))
+        await db.commit()
+    async with sessions() as db:
         token = await create_token(db, tenant_id="northwind", user_id=user_id)
         await db.commit()
     client = ParleyClient(api_url, token)

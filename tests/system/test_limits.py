@@ -85,12 +85,13 @@ async def new_tenant(
 ) -> tuple[str, list[str]]:
     """A tenant of the test's own with `config`, and tokens for its users."""
     tenant = f"lim_{uuid.uuid4().hex[:8]}"
-    async with sessions() as db:
+    async with orm(sessions) as db:
         db.add(Tenant(id=tenant, name=tenant, config=config))
         await db.flush()
         for n in range(users):
             db.add(User(tenant_id=tenant, id=f"u{n}", display_name=f"User {n}"))
-        await db.flush()
+        await db.commit()
+    async with sessions() as db:
         tokens = [await create_token(db, tenant_id=tenant, user_id=f"u{n}") for n in range(users)]
         await db.commit()
     return tenant, tokens
@@ -291,7 +292,7 @@ async def test_a_counting_error_lets_the_post_through_and_is_logged(
     owner = Identity(tenant_id=tenant, user_id="u0", roles=())
     async with sessions() as db:
         # The counters' table is gone for this transaction only (DDL is transactional).
-        await db.execute(text("ALTER TABLE usage_counters RENAME TO usage_counters_away"))
+        await db.run("ALTER TABLE usage_counters RENAME TO usage_counters_away", {})
         with caplog.at_level(logging.WARNING, logger="parley.store.limits"):
             for _ in range(3):  # over the cap of 1: nothing could be counted
                 await limits.admit_turn(db, owner=owner, limits=Limits())
