@@ -40,8 +40,10 @@ FILE_BYTES = b"order,item\nN-1001,tent\nN-1002,\xc3\xa9tui\n"
 
 async def _new_user(sessions: async_sessionmaker[AsyncSession]) -> tuple[str, str]:
     user_id = f"exp_{uuid.uuid4().hex[:8]}"
-    async with sessions() as db:
+    async with orm(sessions) as db:
         await db.execute(insert(User).values(tenant_id="northwind", id=user_id, display_name="Eve"))
+        await db.commit()
+    async with sessions() as db:
         token = await create_token(db, tenant_id="northwind", user_id=user_id)
         await db.commit()
     return user_id, token

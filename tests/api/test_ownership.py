@@ -140,6 +140,8 @@ async def dead_tokens(sessions: async_sessionmaker[AsyncSession], user: str) -> 
         await db.commit()
     async with sessions() as db:
         assert await revoke_token(db, token=revoked)
+        await db.commit()
+    async with orm(sessions) as db:
         # An hour passes for this token: its expiry moves into the past.
         await db.execute(
             update(ApiToken)
@@ -153,7 +155,7 @@ async def dead_tokens(sessions: async_sessionmaker[AsyncSession], user: str) -> 
 @pytest.fixture
 async def southwind_admin(sessions: async_sessionmaker[AsyncSession]) -> str:
     """An admin of another tenant (the demo seeds none)."""
-    async with sessions() as db:
+    async with orm(sessions) as db:
         await db.execute(
             insert(User)
             .values(
@@ -164,6 +166,8 @@ async def southwind_admin(sessions: async_sessionmaker[AsyncSession]) -> str:
             )
             .on_conflict_do_nothing()
         )
+        await db.commit()
+    async with sessions() as db:
         token = await create_token(db, tenant_id="southwind", user_id="ops_south")
         await db.commit()
     return token

@@ -42,10 +42,12 @@ ONE_DAY = {"messages_days": 1, "prompts_days": 1, "summaries_days": 1, "memory_d
 async def _tenant(sessions: async_sessionmaker[AsyncSession]) -> tuple[str, str]:
     """A tenant of this test's own (so nothing else is purged), with one user's token."""
     tenant_id = f"ret_{uuid.uuid4().hex[:8]}"
-    async with sessions() as db:
+    async with orm(sessions) as db:
         db.add(Tenant(id=tenant_id, name="Retention test", config={"retention": ONE_DAY}))
         await db.flush()
         await db.execute(insert(User).values(tenant_id=tenant_id, id="cust_1", display_name="R"))
+        await db.commit()
+    async with sessions() as db:
         token = await create_token(db, tenant_id=tenant_id, user_id="cust_1")
         await db.commit()
     return tenant_id, token

@@ -213,7 +213,7 @@ async def test_a_model_that_failed_the_last_version_is_not_asked_for_the_next(
     await append(sessions, sid, 8)
     assert (await memory.summarize(SummarizeInput(sid, "trn_2"))).summarized
     assert len(model.requests) == 2  # the first run's question and repair; none since
-    async with sessions() as db:
+    async with orm(sessions) as db:
         rows = list(
             await db.scalars(
                 select(ConversationSummary)
@@ -221,6 +221,7 @@ async def test_a_model_that_failed_the_last_version_is_not_asked_for_the_next(
                 .order_by(ConversationSummary.through_seq)
             )
         )
+    async with sessions() as db:
         assert await summaries.fallbacks_in_a_row(db, session_id=sid) == 2
     assert [(r.written_by, r.input_tokens) for r in rows] == [("fallback", 200), ("fallback", 0)]
     # The code folded the later turns in all the same.

@@ -29,6 +29,7 @@ from parley.store import slots
 from parley.store.models import ConversationSummary
 from parley.tokens import count_messages, count_tools, default_counter
 from tests.support.client import ParleyClient
+from tests.support.orm import orm
 from tests.support.stack import serve
 from tests.support.toolkit import model_calls, own_stack, reply, store_history
 
@@ -160,7 +161,7 @@ async def test_a_stale_summary_is_met_by_the_fold_and_slots_outrank_it(
         client = ParleyClient(running.url, tokens["priya"])
         sid = await client.new_session()
         await store_history(sessions, sid, history)
-        async with sessions() as db:
+        async with orm(sessions) as db:
             db.add(
                 ConversationSummary(
                     session_id=sid,
@@ -183,6 +184,8 @@ async def test_a_stale_summary_is_met_by_the_fold_and_slots_outrank_it(
                     model="demo-1",
                 )
             )
+            await db.commit()
+        async with sessions() as db:
             # The referent changed to order 8390 at seq 16, after the summary's lines.
             await slots.write_slots(
                 db, session_id=sid, writes={ORDER_SLOT: Slot("8390", "user", 16)}
