@@ -217,6 +217,11 @@ class Db:
             pq.TransactionStatus.INERROR,
         )
 
+    async def repeatable_read(self) -> None:
+        """Read the rest of this unit of work from one snapshot (`REPEATABLE READ`): an
+        export sees every table as of one moment. Call it before the first statement."""
+        await self.run("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ", {})
+
     async def commit(self) -> None:
         """Make the unit of work's statements permanent."""
         if self._taken is not None and not self._taken.driver.autocommit:
