@@ -56,7 +56,7 @@ from parley.gateway.embeddings import build_embedder as passage_embedder
 from parley.gateway.minilm import build_embedder
 from parley.logs import configure_logging, exit_unfinalized
 from parley.screens import ModerationScreen, RulesScreen, Screen, ScreenChain
-from parley.store.db import SessionMaker, create_socket_checked_engine, libpq_url, session_factory
+from parley.store.db import Database, create_socket_checked_engine, libpq_url
 from parley.store.queue import OutboxBell
 from parley.workflows.erasure import ErasureWorkflow
 from parley.workflows.export import ExportWorkflow
@@ -102,7 +102,7 @@ def build_northwind(
 def build_activities(
     client: Client,
     settings: Settings,
-    sessions: SessionMaker,
+    sessions: Database,
     northwind: NorthwindClient,
     *,
     providers: ProviderPool,
@@ -167,7 +167,7 @@ def _import_activities(importing: ImportActivities) -> list[Callable[..., Any]]:
 
 
 def _data_activities(
-    client: Client, settings: Settings, sessions: SessionMaker
+    client: Client, settings: Settings, sessions: Database
 ) -> list[Callable[..., Any]]:
     """A user's data leaving (export), expiring (retention purge) and erased (erasures cancel
     turns and delete workflow executions, so they need the client too)."""
@@ -241,7 +241,7 @@ WORKFLOWS = (
 def build_worker(
     client: Client,
     settings: Settings,
-    sessions: SessionMaker,
+    sessions: Database,
     http: httpx.AsyncClient,
     *,
     provider: ModelProvider | None = None,
@@ -327,7 +327,7 @@ async def embedded_worker(client: Client, settings: Settings) -> AsyncIterator[W
     )
     http = httpx.AsyncClient()
     try:
-        worker = build_worker(client, settings, session_factory(engine), http)
+        worker = build_worker(client, settings, Database(engine), http)
         async with worker:
             await promote_configured(client, settings)
             yield worker
@@ -362,9 +362,7 @@ async def _schedule_purge(client: Client, settings: Settings) -> None:
         logging.getLogger(__name__).warning("could not set the purge schedule", exc_info=True)
 
 
-async def _sweep(
-    client: Client, sessions: SessionMaker, settings: Settings, bell: OutboxBell
-) -> None:
+async def _sweep(client: Client, sessions: Database, settings: Settings, bell: OutboxBell) -> None:
     """The outbox loop: unstarted turns, undelivered answers, lost erasures, abandoned turns,
     and a queued turn the moment the bell rings."""
     await sweep_forever(
@@ -389,7 +387,7 @@ async def run_worker(settings: Settings) -> None:
     engine = create_socket_checked_engine(
         settings.database_url, pool_size=pool["pool_size"], max_overflow=pool["max_overflow"]
     )
-    sessions = session_factory(engine)
+    sessions = Database(engine)
     # The SDK's own metrics join the app's on the metrics port; its core logs join ours.
     runtime, sdk_metrics = sdk_runtime(metrics=bool(settings.worker_metrics_port))
     telemetry = telemetry_for(settings, "parley-worker")  # None unless PARLEY_OTLP_ENDPOINT

@@ -8,7 +8,7 @@ the current message (parley/prompt.py shapes them, parley/context.py packs them)
 with what it cost and what was left out, is stored as a model call (`steps.insert_call`, with
 the reference resolution at step 0, in one statement); only its id travels through history.
 
-The build reads on a `Conn` of its own, in autocommit: its first statement reads the turn and
+The build reads on a `Db` of its own, in autocommit: its first statement reads the turn and
 every row its phases ask (store/context.py) and, at step 0, moves the turn to
 `building_context` and shows that on the stream, before the slow parts; recall's search runs
 on it too, and a plain step's model call is written on it, alone. What the build writes
@@ -88,7 +88,7 @@ from parley.store.context import (
     session_memory,
     window_messages,
 )
-from parley.store.db import Conn, Db, SessionMaker, connect, session_conn
+from parley.store.db import Database, Db, connect
 from parley.store.steps import CallRow
 from parley.store.turns.reads import TurnFacts
 from parley.tenancy import TenantConfig
@@ -101,7 +101,7 @@ class ContextBuilder:
     def __init__(
         self,
         *,
-        sessions: SessionMaker,
+        sessions: Database,
         settings: Settings,
         northwind: NorthwindClient,
         embedder: Embedder | None = None,
@@ -169,7 +169,7 @@ class ContextBuilder:
 
     async def _pack_request(
         self,
-        on: tuple[Conn, Db],
+        on: tuple[Db, Db],
         read: BuildRows,
         step: int,
         *,
@@ -178,7 +178,7 @@ class ContextBuilder:
         pinned: bool = False,
     ) -> CallRow:
         """Store the step's model request: the packed blocks, the tools, the budget. `on`:
-        the build's `Conn` (its reads, a plain step's call) and its session (the writes)."""
+        the build's `Db` (its reads, a plain step's call) and its session (the writes)."""
         conn, db = on
         turn = read.turn
         tenant = TenantConfig.model_validate(read.tenant_config)
@@ -227,13 +227,13 @@ class ContextBuilder:
             resolution=turn.resolution if step == 0 else None,
         )
 
-    async def _store(self, on: tuple[Conn, Db], **call: Any) -> CallRow:
+    async def _store(self, on: tuple[Db, Db], **call: Any) -> CallRow:
         """The step's model call, committed with what the build wrote before it through its
         session (slots, a warning); when it used none (a plain step), alone on the build's
-        `Conn`, in autocommit: no `BEGIN` and `COMMIT` round trips around it."""
+        `Db`, in autocommit: no `BEGIN` and `COMMIT` round trips around it."""
         conn, db = on
         if db.in_transaction():
-            written = await steps.insert_call(await session_conn(db), **call)
+            written = await steps.insert_call(db, **call)
             await db.commit()
             return written
         return await steps.insert_call(conn, **call)
@@ -274,7 +274,7 @@ class ContextBuilder:
     # `facts` and `read`: None in bench/memory.py (read here); `searching`: knowledge's search.
     async def _assemble(
         self,
-        on: tuple[Conn, Db],
+        on: tuple[Db, Db],
         turn: TurnFacts,
         tenant: TenantConfig,
         budgets: Budgets,

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 from parley.ids import action_id_for_call
 from parley.store import actions
 from parley.store.actions import ActionRow, ProposingTurn
-from parley.store.db import SessionMaker, connect
+from parley.store.db import Database, connect
 from parley.tools import ToolError
 
 # What the tool answers when there is nowhere safe to send the email.
@@ -38,7 +38,7 @@ def verified_address(customer: Mapping[str, Any]) -> str | None:
 
 
 async def propose_send_email(
-    sessions: SessionMaker,
+    sessions: Database,
     *,
     turn: ProposingTurn,
     call: ProposingCall,

@@ -28,7 +28,7 @@ from parley.erasure import EraseTableInput, ErasureInput, ErasurePlan, ErasureRe
 from parley.errors import TurnFinished
 from parley.ids import specialist_workflow_id, summary_workflow_id, workflow_id_for_turn
 from parley.store import turns
-from parley.store.db import SessionMaker
+from parley.store.db import Database
 from parley.store.lifecycle import erasure, erasure_catalogue, eval_drafts
 from parley.store.lifecycle.erasure_catalogue import Subject
 
@@ -47,7 +47,7 @@ class ErasureActivities:
     def __init__(
         self,
         *,
-        sessions: SessionMaker,
+        sessions: Database,
         settings: Settings,
         client: Client | None = None,
     ) -> None:

@@ -13,7 +13,7 @@ from temporalio import activity
 from parley.archive import ArchiveWriter
 from parley.contracts import ExportInput, ExportResult
 from parley.statuses import ExportState
-from parley.store.db import SessionMaker
+from parley.store.db import Database
 from parley.store.lifecycle import exports
 
 # Progress is written every this many sessions (and after the last).
@@ -21,14 +21,14 @@ PROGRESS_EVERY = 10
 
 
 class ExportActivities:
-    def __init__(self, *, sessions: SessionMaker) -> None:
+    def __init__(self, *, sessions: Database) -> None:
         self._sessions = sessions
 
     @activity.defn(name="write_export")
     async def write_export(self, inp: ExportInput) -> ExportResult:
         """Write the archive of the export's owner and store it with the export."""
         async with self._sessions() as snapshot:
-            await snapshot.connection(execution_options={"isolation_level": "REPEATABLE READ"})
+            await snapshot.repeatable_read()
             export = await exports.read_export(snapshot, export_id=inp.export_id)
             owner = {"tenant_id": export.tenant_id, "user_id": export.user_id}
             session_ids = await exports.user_session_ids(snapshot, **owner)

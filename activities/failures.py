@@ -30,7 +30,7 @@ from parley.activities.heartbeat import heartbeat
 from parley.config import Settings
 from parley.contracts import TURN_STOPPED
 from parley.statuses import TurnErrorCode
-from parley.store.db import SessionMaker, is_unreachable, ping
+from parley.store.db import Database, is_unreachable, ping
 from parley.store.turns import TurnStopped
 
 # Between attempts of a step that could not reach the database: a restart takes seconds.
@@ -49,7 +49,7 @@ REPORT_MARGIN = timedelta(seconds=2)
 Probe = Callable[[], Awaitable[None]]
 
 
-def database_probe(sessions: SessionMaker) -> Probe:
+def database_probe(sessions: Database) -> Probe:
     """A round trip to the database; raises while it is unreachable."""
 
     async def probe() -> None:
@@ -87,7 +87,7 @@ class FailureInterceptor(Interceptor):
         self._wait = wait
 
     @classmethod
-    def polling(cls, sessions: SessionMaker, settings: Settings) -> FailureInterceptor:
+    def polling(cls, sessions: Database, settings: Settings) -> FailureInterceptor:
         """A worker's: an attempt that finds the database away polls it for up to
         `store_outage_wait_s`."""
         return cls(database_probe(sessions), timedelta(seconds=settings.store_outage_wait_s))

@@ -20,14 +20,14 @@ from parley.gateway.minilm import Embedder
 from parley.statuses import ImportState
 from parley.store import embeddings as embedding_store
 from parley.store import imports
-from parley.store.db import SessionMaker, connect
+from parley.store.db import Database, connect
 
 log = logging.getLogger(__name__)
 
 
 class ImportActivities:
     def __init__(
-        self, *, sessions: SessionMaker, memory: MemoryActivities, embedder: Embedder | None
+        self, *, sessions: Database, memory: MemoryActivities, embedder: Embedder | None
     ) -> None:
         self._sessions = sessions
         self._memory = memory

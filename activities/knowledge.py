@@ -37,7 +37,7 @@ from parley.knowledge import (
 )
 from parley.statuses import TurnErrorCode
 from parley.store import knowledge as knowledge_store
-from parley.store.db import Conn, Db, SessionMaker, StoreError, connect
+from parley.store.db import Database, Db, StoreError, connect
 from parley.store.events import append_event, has_warning
 from parley.store.steps import CallRow
 from parley.store.turns.reads import TurnFacts, TurnRow
@@ -82,7 +82,7 @@ class KnowledgeSource:
 
     async def search(
         self,
-        sessions: SessionMaker,
+        sessions: Database,
         turn: TurnFacts,
         *,
         message: str,
@@ -132,7 +132,7 @@ class KnowledgeSource:
         )
         return [block], record
 
-    async def _search(self, db: Conn, turn: TurnFacts, query: str) -> Searched:
+    async def _search(self, db: Db, turn: TurnFacts, query: str) -> Searched:
         """The always-documents' passages and what the search found, on a session in
         autocommit (a failed statement spoils nothing). With an embedder, the query's
         embedding (a request to the embedding server) runs while the text search does."""
@@ -164,13 +164,13 @@ class KnowledgeSource:
         fused = fuse([[p.key for p in text_hits], [p.key for p in vector_hits]])
         return Searched(query, always, Found([by_key[k] for k in fused[: self._limit]], "hybrid"))
 
-    async def _has_vectors(self, db: Conn) -> bool:
+    async def _has_vectors(self, db: Db) -> bool:
         if not self._vectors_seen:
             self._vectors_seen = await knowledge_store.has_vectors(db)
         return self._vectors_seen
 
     async def _vector_search(
-        self, db: Conn, turn: TurnFacts, embedding: asyncio.Task[list[list[float]]]
+        self, db: Db, turn: TurnFacts, embedding: asyncio.Task[list[list[float]]]
     ) -> list[Passage] | None:
         """Nearest chunks to the query's embedding; None on a failure (the answer then rests
         on full-text search alone, with a warning)."""
@@ -212,7 +212,7 @@ async def _warn(db: Db, turn: TurnFacts, message: str) -> None:
 
 
 async def emit_citations(
-    conn: Conn, *, turn: TurnRow, call: CallRow, message_id: str, text: str
+    conn: Db, *, turn: TurnRow, call: CallRow, message_id: str, text: str
 ) -> None:
     """Append `citations` for the passages the answer cites (nothing when it cites none);
     once: a finalize retried after its commit finds the turn ended and adds nothing.

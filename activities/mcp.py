@@ -55,7 +55,7 @@ from parley.mcp import (
 from parley.statuses import ActionStatus
 from parley.store import actions, steps, tenants
 from parley.store.actions import ActionRow
-from parley.store.db import Db, SessionMaker, connect
+from parley.store.db import Database, Db, connect
 from parley.store.events import append_event, has_warning
 from parley.store.turns.reads import TurnFacts
 from parley.store.turns.tool_calls import ToolCallRow
@@ -188,7 +188,7 @@ class OfferingTurn(Protocol):
 class McpTools:
     """The turn's side of its tenant's MCP servers (built in worker.py)."""
 
-    def __init__(self, *, sessions: SessionMaker, allowed: Allowlist | None = None) -> None:
+    def __init__(self, *, sessions: Database, allowed: Allowlist | None = None) -> None:
         self._sessions = sessions
         # Where the tenants' servers may be (`Settings.mcp_allowed_hosts`; default: public).
         self._allowed = allowed or Allowlist.parse(["*"])

@@ -55,7 +55,7 @@ from parley.store import embeddings as embedding_store
 from parley.store import memory as memory_store
 from parley.store import sessions as session_store
 from parley.store import summaries, user_memory
-from parley.store.db import SessionMaker, connect
+from parley.store.db import Database, connect
 from parley.store.lifecycle import forget
 from parley.tenancy import TenantConfig
 from parley.tokens import counter_for
@@ -84,7 +84,7 @@ class MemoryActivities:
     def __init__(
         self,
         *,
-        sessions: SessionMaker,
+        sessions: Database,
         providers: ProviderPool,
         settings: Settings,
         client: Client | None = None,

@@ -33,7 +33,7 @@ from parley.recall import CANDIDATES, NEIGHBOUR_TOP, rounds_for, with_neighbours
 from parley.store import embeddings as embedding_store
 from parley.store import recall as recall_store
 from parley.store.context import SessionFacts, remembered_tokens
-from parley.store.db import Conn, Db, SessionMaker
+from parley.store.db import Database, Db
 from parley.store.turns.reads import TurnFacts
 from parley.tenancy import TenantConfig
 from parley.tokens import TokenCounter
@@ -59,7 +59,7 @@ class RecallQuery:
     # lines recall shows first; None: it names none.
     period: Period | None = None
 
-    async def start(self, db: Conn) -> RecallQuery:
+    async def start(self, db: Db) -> RecallQuery:
         """This query with its embedding under way, when there is an embedder and the
         database holds vectors to compare it with (else as it is): the forward pass is CPU
         work, so it runs in a thread while the caller's next statements wait on the database.
@@ -85,7 +85,7 @@ class RecallQuery:
 
 
 async def recall_hits(
-    db: Conn,
+    db: Db,
     query: RecallQuery,
     *,
     session_id: str,
@@ -219,7 +219,7 @@ def cancel(query: RecallQuery | None) -> None:
 
 
 async def start_recall(
-    db: Conn, turn: TurnFacts, whole: Window, query: RecallQuery
+    db: Db, turn: TurnFacts, whole: Window, query: RecallQuery
 ) -> RecallQuery | None:
     """No recall (None) when the `whole` window holds the conversation: nothing to search,
     nothing to embed. Else `query`, its embedding started in a thread so that it runs while
@@ -230,7 +230,7 @@ async def start_recall(
 
 
 async def window_and_recall(
-    db: Conn,
+    db: Db,
     turn: TurnFacts,
     history: list[list[WindowMessage]],
     memory: Memory,
@@ -316,7 +316,7 @@ def recalled_by(query: RecallQuery | None) -> str:
 
 
 async def embed_pending(
-    sessions: SessionMaker,
+    sessions: Database,
     embedder: Embedder,
     *,
     session_id: str,

@@ -27,7 +27,7 @@ from parley.resolver import (
 from parley.statuses import FinishReason
 from parley.store import slots, steps
 from parley.store.context import SessionFacts
-from parley.store.db import Db, session_conn
+from parley.store.db import Db
 from parley.store.events import append_event, append_events
 from parley.store.steps import CallRow
 from parley.store.turns.reads import TurnFacts
@@ -135,7 +135,7 @@ async def _ask(
     resolution, and show it."""
     question = clarification.question
     call = await steps.insert_call(
-        await session_conn(db),
+        db,
         turn_id=turn.id,
         step=0,
         provider="resolver",

@@ -32,7 +32,7 @@ from parley.result_sets import (
 )
 from parley.store import result_sets as result_set_store
 from parley.store import slots
-from parley.store.db import Db, SessionMaker, connect
+from parley.store.db import Database, Db, connect
 from parley.store.turns.reads import TurnFacts
 from parley.store.turns.tool_calls import ToolCallRow
 from parley.tools import ProposeOrdersCsvArgs, SearchOrdersArgs, ToolError
@@ -103,7 +103,7 @@ class ResultSetTools:
     def __init__(
         self,
         *,
-        sessions: SessionMaker,
+        sessions: Database,
         northwind: NorthwindClient,
     ) -> None:
         self._sessions = sessions

@@ -16,12 +16,12 @@ from parley.activities.metrics import RETENTION_PURGED
 from parley.config import Settings
 from parley.contracts import PurgeBatchInput, PurgeInput, PurgePlan, PurgeTask
 from parley.retention import purge_plan
-from parley.store.db import SessionMaker
+from parley.store.db import Database
 from parley.store.lifecycle import retention
 
 
 class RetentionActivities:
-    def __init__(self, *, sessions: SessionMaker, settings: Settings) -> None:
+    def __init__(self, *, sessions: Database, settings: Settings) -> None:
         self._sessions = sessions
         self._settings = settings
 

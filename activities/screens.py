@@ -13,7 +13,7 @@ from parley.contracts import EventType, ScreenInput, ScreenResult
 from parley.followups import suggest
 from parley.screens import Screen
 from parley.store import steps
-from parley.store.db import SessionMaker, connect
+from parley.store.db import Database, connect
 from parley.store.events import append_while_open
 from parley.store.steps import AnswerFacts
 from parley.wire import FollowupsData
@@ -29,7 +29,7 @@ class ScreenActivities:
     def __init__(
         self,
         *,
-        sessions: SessionMaker,
+        sessions: Database,
         input_screen: Screen,
         output_screen: Screen,
         asked: Handover[str] | None = None,

@@ -31,7 +31,7 @@ from parley.statuses import (
 )
 from parley.store import actions, turns
 from parley.store.actions import ActionRow
-from parley.store.db import SessionMaker, connect
+from parley.store.db import Database, connect
 from parley.tools import TOOLS, args_hash
 
 
@@ -39,7 +39,7 @@ class SendActivities:
     def __init__(
         self,
         *,
-        sessions: SessionMaker,
+        sessions: Database,
         northwind: NorthwindClient,
         mcp: McpTools | None = None,
     ) -> None:

@@ -36,7 +36,7 @@ from parley.skills import (
     run_skill_schema,
 )
 from parley.store import artifacts
-from parley.store.db import SessionMaker, connect
+from parley.store.db import Database, connect
 from parley.store.turns.reads import TurnFacts
 from parley.store.turns.tool_calls import ToolCallRow
 from parley.tenancy import TenantConfig
@@ -80,7 +80,7 @@ class SkillTools:
     def __init__(
         self,
         *,
-        sessions: SessionMaker,
+        sessions: Database,
         northwind: NorthwindClient,
         settings: Settings,
         sandbox: Sandbox | None = None,

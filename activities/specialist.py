@@ -50,7 +50,7 @@ from parley.specialists import (
 from parley.statuses import ActionStatus
 from parley.store import actions, steps, turns
 from parley.store.actions import ActionRow
-from parley.store.db import Db, SessionMaker, connect, session_conn
+from parley.store.db import Database, Db, connect
 from parley.store.events import append_event
 from parley.store.interactions import has_event
 from parley.store.turns.reads import TurnFacts, turn_facts
@@ -85,7 +85,7 @@ class SpecialistActivities:
     def __init__(
         self,
         *,
-        sessions: SessionMaker,
+        sessions: Database,
         northwind: NorthwindClient,
         settings: Settings,
         output_screen: Screen | None = None,
@@ -103,9 +103,7 @@ class SpecialistActivities:
             call = await steps.get_tool_call(db, call_id=inp.call_id)
             assert call is not None
             order_id = str((call.arguments or {}).get("order_id", ""))
-            asked_by = await steps.get_call(
-                await session_conn(db), model_call_id=call.model_call_id
-            )
+            asked_by = await steps.get_call(db, model_call_id=call.model_call_id)
             agent = asked_by is not None and asked_by.provider != DemoModel.name
             if not await has_event(
                 db, turn_id=inp.turn_id, type_=EventType.subagent, key="phase", value="start"
@@ -260,7 +258,7 @@ class SpecialistActivities:
         is (declined, code's closing words stand instead; a screen that errors lets them)."""
         if not inp.model_call_id or inp.outcome != SpecialistOutcome.answered:
             return ""
-        call = await steps.get_call(await session_conn(db), model_call_id=inp.model_call_id)
+        call = await steps.get_call(db, model_call_id=inp.model_call_id)
         text = ((call.response_text if call else None) or "").strip()
         if not text or self._output_screen is None:
             return text

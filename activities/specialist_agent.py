@@ -47,7 +47,7 @@ from parley.returns_agent import (
 from parley.screens import Screen
 from parley.statuses import FinishReason, ToolCallStatus
 from parley.store import steps, turns
-from parley.store.db import SessionMaker, connect, session_conn
+from parley.store.db import Database, connect
 from parley.store.steps import CallRow
 from parley.wire import Option
 
@@ -58,7 +58,7 @@ class SpecialistAgentActivities:
     def __init__(
         self,
         *,
-        sessions: SessionMaker,
+        sessions: Database,
         providers: ProviderPool,
         specialist: SpecialistActivities,
         output_screen: Screen | None = None,
@@ -83,23 +83,20 @@ class SpecialistAgentActivities:
         """The step's stored call (written now on the first attempt), its attempt counted; a
         turn stopped or paused meanwhile refuses the step."""
         async with self._sessions() as db:
-            conn = await session_conn(db)
-            stored = await steps.step_call(
-                conn, turn_id=inp.turn_id, step=AGENT_STEP_BASE + inp.step
-            )
+            stored = await steps.step_call(db, turn_id=inp.turn_id, step=AGENT_STEP_BASE + inp.step)
             if stored is None:
                 made = await self._new_call(inp)
                 stored = await steps.insert_call(
-                    conn, turn_id=inp.turn_id, step=AGENT_STEP_BASE + inp.step, **made
+                    db, turn_id=inp.turn_id, step=AGENT_STEP_BASE + inp.step, **made
                 )
-            found = await steps.lock_for_attempt(conn, turn_id=inp.turn_id, model_call_id=stored.id)
+            found = await steps.lock_for_attempt(db, turn_id=inp.turn_id, model_call_id=stored.id)
             call = found.call
             assert call is not None
             if call.finish_reason is not None:
                 return call
-            await turns.advance_locked(conn, found.turn, to=TurnState.executing_tools)
+            await turns.advance_locked(db, found.turn, to=TurnState.executing_tools)
             if not found.paused:
-                call = await steps.count_attempt(conn, call)
+                call = await steps.count_attempt(db, call)
             await db.commit()  # the step was entered, whatever it finds
         refuse_if_paused(found.paused)
         return call
@@ -109,12 +106,10 @@ class SpecialistAgentActivities:
         async with self._sessions() as db:
             delegated = await steps.get_tool_call(db, call_id=inp.call_id)
             assert delegated is not None
-            asked_by = await steps.get_call(
-                await session_conn(db), model_call_id=delegated.model_call_id
-            )
+            asked_by = await steps.get_call(db, model_call_id=delegated.model_call_id)
             assert asked_by is not None
             order_id = str((delegated.arguments or {}).get("order_id", ""))
-            message = await steps.question(await session_conn(db), turn_id=inp.turn_id) or ""
+            message = await steps.question(db, turn_id=inp.turn_id) or ""
             past = await steps.agent_steps(
                 db,
                 turn_id=inp.turn_id,
@@ -269,7 +264,7 @@ class SpecialistAgentActivities:
         """The call as the model asked for it, its checked arguments, and whether its result
         is already stored."""
         async with self._sessions() as db:
-            call = await steps.get_call(await session_conn(db), model_call_id=inp.model_call_id)
+            call = await steps.get_call(db, model_call_id=inp.model_call_id)
             assert call is not None and call.response_tool_calls
             row_id = tool_call_row_id(model_call_id=call.id, position=inp.position)
             done = await steps.get_tool_call(db, call_id=row_id) is not None

@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
-from parley.store.db import Conn
+from parley.store.db import Db
 from parley.store.events import stop_is_recorded
 from parley.store.turns import TurnStopped
 
@@ -26,7 +26,7 @@ Item = TypeVar("Item")
 StopCheck = Callable[[], Awaitable[bool]]
 
 
-def stop_recorded(connection: Conn, turn_id: str) -> StopCheck:
+def stop_recorded(connection: Db, turn_id: str) -> StopCheck:
     """The check for one turn, on the stream's own connection (free between appends: the
     check runs only while no append is in flight)."""
 

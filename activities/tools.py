@@ -52,7 +52,7 @@ from parley.statuses import (
     ToolCallStatus,
 )
 from parley.store import actions, steps, turns
-from parley.store.db import Conn, Db, SessionMaker, connect
+from parley.store.db import Database, Db, connect
 from parley.store.events import append_events
 from parley.store.turns.reads import TurnFacts
 from parley.store.turns.tool_calls import ToolCallRow, store_tool_result
@@ -208,7 +208,7 @@ def tool_shown(
 
 
 async def tool_event(
-    db: Db | Conn,
+    db: Db,
     turn_id: str,
     call_id: str,
     name: str,
@@ -226,7 +226,7 @@ class ToolActivities:
     def __init__(
         self,
         *,
-        sessions: SessionMaker,
+        sessions: Database,
         northwind: NorthwindClient,
         settings: Settings,
         mcp: McpTools | None = None,

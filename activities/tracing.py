@@ -25,7 +25,7 @@ from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, 
 
 from parley.logs import late_binder, log_context
 from parley.store import traces
-from parley.store.db import SessionMaker
+from parley.store.db import Database
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ class TracingInterceptor(Interceptor):
 
     def __init__(
         self,
-        sessions: SessionMaker,
+        sessions: Database,
         trace_id: Callable[[], str | None] = lambda: None,  # the OTel trace, when tracing is on
     ) -> None:
         self.ledger = SpanLedger(sessions)
@@ -82,7 +82,7 @@ class SpanLedger:
     `drain` writes what is kept at once: a turn's ending step drains before it runs, so the
     spans of the steps before it are stored before the turn's `done` or `error` goes out."""
 
-    def __init__(self, sessions: SessionMaker, gather_s: float = GATHER_S) -> None:
+    def __init__(self, sessions: Database, gather_s: float = GATHER_S) -> None:
         self._sessions = sessions
         self._gather_s = gather_s
         self._kept: list[dict[str, Any]] = []
@@ -140,7 +140,7 @@ class TurnOwners:
     # How long a step told the owners by the build waits for them before looking them up.
     REPORT_WITHIN_S = 1.0
 
-    def __init__(self, sessions: SessionMaker) -> None:
+    def __init__(self, sessions: Database) -> None:
         self._sessions = sessions
         self._known: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self._asked: dict[str, asyncio.Future[tuple[str, str] | None]] = {}

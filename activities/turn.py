@@ -44,7 +44,7 @@ from parley.ids import message_id_for_call, override_message_id, tool_call_row_i
 from parley.screens import RETRACTION_TEXT, Screen
 from parley.statuses import FinalizeOutcome, FinishReason, TurnErrorCode
 from parley.store import actions, steps, turns
-from parley.store.db import Conn, Db, SessionMaker, connect, session_conn
+from parley.store.db import Database, Db, connect
 from parley.store.events import append_event, append_streamed, withdraw_turn_text
 from parley.store.steps import CallRow
 from parley.store.turns import attempts
@@ -101,7 +101,7 @@ class TurnActivities:
     def __init__(
         self,
         *,
-        sessions: SessionMaker,
+        sessions: Database,
         providers: ProviderPool,
         settings: Settings,
         context: ContextBuilder,
@@ -136,7 +136,7 @@ class TurnActivities:
             streamed = await self._stream(conn, inp.turn_id, attempt)
             return await self._store_outcome(conn, inp, attempt, streamed)
 
-    async def _begin_attempt(self, conn: Conn, inp: CallModelInput) -> _Attempt | CallModelResult:
+    async def _begin_attempt(self, conn: Db, inp: CallModelInput) -> _Attempt | CallModelResult:
         """Enter `calling_model` and count the attempt; a call that an earlier attempt
         finished is answered from the store."""
         # The state and the attempt's count are committed by one statement, before the
@@ -176,7 +176,7 @@ class TurnActivities:
         )
         return _Attempt(message_id_for_call(call.id), provider, model, request, call)
 
-    async def _stream(self, conn: Conn, turn_id: str, attempt: _Attempt) -> _Streamed:
+    async def _stream(self, conn: Db, turn_id: str, attempt: _Attempt) -> _Streamed:
         """Relay the provider's stream into the event log, a frame at a time: a frame is one
         statement, one round trip, which also says whether the user's Stop is recorded."""
         provider = self._providers.get(attempt.provider)
@@ -210,7 +210,7 @@ class TurnActivities:
         return streamed
 
     async def _store_outcome(
-        self, conn: Conn, inp: CallModelInput, attempt: _Attempt, streamed: _Streamed
+        self, conn: Db, inp: CallModelInput, attempt: _Attempt, streamed: _Streamed
     ) -> CallModelResult:
         """Store the answer, its timing and usage, and the tool calls it asked for."""
         text = "".join(streamed.parts)
@@ -251,10 +251,9 @@ class TurnActivities:
         user takes to answer, so it is screened here, before the card: a declined text is
         withdrawn (its deltas blanked, `retracted`) and the safe text stored instead."""
         async with self._sessions() as db:
-            conn = await session_conn(db)
-            call = await steps.get_call(conn, model_call_id=inp.model_call_id)
-            action = await actions.get_action(conn, action_id=inp.action_id)
-            turn = await turn_facts(conn, turn_id=inp.turn_id)
+            call = await steps.get_call(db, model_call_id=inp.model_call_id)
+            action = await actions.get_action(db, action_id=inp.action_id)
+            turn = await turn_facts(db, turn_id=inp.turn_id)
             assert call is not None and action is not None and turn is not None
             text = call.response_text or ""
             resting = turn.state == TurnState.awaiting_confirmation
@@ -269,7 +268,7 @@ class TurnActivities:
                         db, turn_id=inp.turn_id, type=EventType.retracted, data=retraction
                     )
             await turns.rest_awaiting_confirmation(
-                conn,
+                db,
                 turn_id=inp.turn_id,
                 model_call_id=call.id,
                 text=text,
@@ -282,7 +281,7 @@ class TurnActivities:
         a screen that errors lets it stand (the output screen fails open)."""
         if self._output_screen is None:
             return False
-        texts = await steps.response_texts(await session_conn(db), turn_id=turn_id)
+        texts = await steps.response_texts(db, turn_id=turn_id)
         try:
             verdict = await self._output_screen.check("\n".join(texts))
         except Exception:
@@ -295,14 +294,13 @@ class TurnActivities:
         `backlog`, the session's backlog for the rolling summary's check as the ending's last
         statement read it."""
         async with self._sessions() as db:
-            # The session's transaction, its statements on its own connection (`Conn`): an
+            # The session's transaction, its statements on its own connection (`Db`): an
             # ending that must also promote a queued turn or answer open tool calls does so
             # in the same commit (store/turns/).
-            conn = await session_conn(db)
             # The turn locked and its call, in one statement: the citations read both, and
             # the ending below needs the lock anyway.
             turn, call = await steps.lock_with_call(
-                conn, turn_id=inp.turn_id, model_call_id=inp.model_call_id
+                db, turn_id=inp.turn_id, model_call_id=inp.model_call_id
             )
             text, message_id = call.response_text or "", message_id_for_call(call.id)
             if inp.override_text is not None:
@@ -313,10 +311,10 @@ class TurnActivities:
                     message_id = override_message_id(model_call_id=call.id)
             if inp.retract:
                 # In the same commit as `retracted`: no replay after it serves the old words.
-                await withdraw_turn_text(conn, turn_id=inp.turn_id)
+                await withdraw_turn_text(db, turn_id=inp.turn_id)
             else:
                 await knowledge.emit_citations(
-                    conn, turn=turn, call=call, message_id=message_id, text=text
+                    db, turn=turn, call=call, message_id=message_id, text=text
                 )
             try:
                 completed = await turns.complete_turn(
@@ -405,7 +403,7 @@ def _result(call: CallRow) -> CallModelResult:
     )
 
 
-async def _reset_partial_stream(conn: Conn, *, turn_id: str, message_id: str) -> None:
+async def _reset_partial_stream(conn: Db, *, turn_id: str, message_id: str) -> None:
     """If an earlier attempt streamed text for this message, tell clients to drop it."""
     last = await steps.last_stream_event(conn, turn_id=turn_id, message_id=message_id)
     if last == EventType.delta:

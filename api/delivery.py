@@ -17,7 +17,7 @@ from parley.dispatch.control import deliver_decision
 from parley.dispatch.erasure import start_erasure
 from parley.dispatch.specialists import deliver_and_record
 from parley.erasure import ErasureInput
-from parley.store.db import SessionMaker
+from parley.store.db import Database
 from parley.store.interactions import AnswerRow
 
 log = logging.getLogger(__name__)
@@ -41,7 +41,7 @@ async def deliver_decisions(
 
 async def deliver_answers(
     temporal: TemporalConnector,
-    sessions: SessionMaker,  # marking it delivered is one statement
+    sessions: Database,  # marking it delivered is one statement
     answers: tuple[AnswerRow, ...],
 ) -> None:
     """Deliver committed answers to the specialists waiting for them and mark them delivered

@@ -15,7 +15,7 @@ from parley.api.streaming import EventHub, StreamRegistry
 from parley.config import Settings
 from parley.errors import Forbidden, NotFound, Unauthenticated
 from parley.logs import bind_log_context
-from parley.store.db import Db, SessionMaker
+from parley.store.db import Database, Db
 from parley.store.identity import Identity, identity_for_token
 
 log = logging.getLogger(__name__)
@@ -51,11 +51,11 @@ async def get_settings_dep(request: Request) -> Settings:
     return request.app.state.settings
 
 
-async def get_sessions(request: Request) -> SessionMaker:
+async def get_sessions(request: Request) -> Database:
     return request.app.state.sessions
 
 
-async def get_autocommit_sessions(request: Request) -> SessionMaker:
+async def get_autocommit_sessions(request: Request) -> Database:
     return request.app.state.autocommit_sessions
 
 
@@ -94,9 +94,9 @@ async def current_identity(
 
 AppSettings = Annotated[Settings, Depends(get_settings_dep)]
 DbSession = Annotated[Db, Depends(get_db)]
-Sessions = Annotated[SessionMaker, Depends(get_sessions)]
+Sessions = Annotated[Database, Depends(get_sessions)]
 # Sessions without a transaction, for work that is one statement (store/db.py).
-AutocommitSessions = Annotated[SessionMaker, Depends(get_autocommit_sessions)]
+AutocommitSessions = Annotated[Database, Depends(get_autocommit_sessions)]
 CurrentUser = Annotated[Identity, Depends(current_identity)]
 
 

@@ -36,10 +36,9 @@ from parley.dispatch.control import cancel_turn_workflow
 from parley.dispatch.telemetry import telemetry_for
 from parley.errors import TurnFinished
 from parley.store.db import (
-    autocommit_session_factory,
+    Database,
     create_socket_checked_engine,
     libpq_url,
-    session_factory,
 )
 
 
@@ -160,8 +159,8 @@ def _open_database(app: FastAPI, url: str) -> None:
     app.state.engines = (engine, one_statement)
     for each in app.state.engines:
         count_database_work(each)
-    app.state.sessions = session_factory(engine)
-    app.state.autocommit_sessions = autocommit_session_factory(one_statement)
+    app.state.sessions = Database(engine)
+    app.state.autocommit_sessions = Database(one_statement, autocommit=True)
 
 
 def _openapi(app: FastAPI, settings: Settings) -> dict[str, Any]:

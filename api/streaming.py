@@ -30,7 +30,7 @@ from parley.contracts import TERMINAL_EVENTS, EventType
 from parley.errors import NotFound, RateLimited
 from parley.store import events as store_events
 from parley.store import limits, viewers
-from parley.store.db import Db, SessionMaker, connect, session_conn
+from parley.store.db import Database, Db, connect
 from parley.store.events import StoredEvent, parse_notification
 from parley.store.identity import Identity
 from parley.store.listener import listen_for_events
@@ -189,7 +189,7 @@ class Viewer:
 async def turn_event_stream(
     *,
     hub: EventHub,
-    sessions: SessionMaker,
+    sessions: Database,
     turn_id: str,
     after: int,
     viewer: Viewer | None = None,
@@ -205,7 +205,7 @@ async def turn_event_stream(
 async def turn_event_batches(
     *,
     hub: EventHub,
-    sessions: SessionMaker,
+    sessions: Database,
     turn_id: str,
     after: int,
     viewer: Viewer | None = None,
@@ -293,7 +293,7 @@ class StreamRegistry:
     def __init__(
         self,
         *,
-        sessions: SessionMaker,
+        sessions: Database,
         cancel_turn: Callable[[str], Awaitable[None]],
         max_per_user: int,
         grace_s: float,
@@ -314,7 +314,7 @@ class StreamRegistry:
         which has just authenticated the caller)."""
         try:
             lease = await limits.take_stream_lease(
-                await session_conn(db),
+                db,
                 owner=owner,
                 limit=self._max_per_user,
                 lease_s=self._lease_s,

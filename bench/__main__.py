@@ -41,7 +41,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from bench.acceptance import render_acceptance
@@ -86,7 +85,7 @@ from bench.stack import REPO, Stack, log, running_stack
 from bench.stop import measure_stop, render_stop
 from bench.throughput import render_concurrent, shapes, throughput
 from bench.timeline import measure_timeline, render_timeline
-from parley.store.db import create_engine, session_factory
+from parley.store.db import Database, create_engine
 
 # `--quick`: every section, with counts small enough for a smoke run of a few minutes. Flags
 # given as well still win.
@@ -199,11 +198,11 @@ def http_client(base_url: str, token: str | None, connections: int) -> httpx.Asy
 
 
 @asynccontextmanager
-async def database(stack: Stack) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
+async def database(stack: Stack) -> AsyncIterator[Database]:
     """A small engine of the bench's own on the stack's database, disposed on exit."""
     engine = create_engine(stack.settings.database_url or "", pool_size=2)
     try:
-        yield session_factory(engine)
+        yield Database(engine)
     finally:
         await engine.dispose()
 

@@ -34,7 +34,7 @@ from parley.activities.knowledge import KnowledgeSource
 from parley.config import Settings
 from parley.contracts import BuildContextInput
 from parley.launch.knowledge import load_library, read_library
-from parley.store.db import create_socket_checked_engine, on_statement_sent, session_factory
+from parley.store.db import Database, create_socket_checked_engine, on_statement_sent
 from parley.store.embedded import EmbeddedPostgres
 from parley.store.identity import Identity, seed_demo
 from parley.store.migrate import upgrade
@@ -55,19 +55,19 @@ async def seed(url: str) -> str:
     """The demo seed, a session of `TURNS` finished plain turns and a posted one; its id."""
     engine = create_socket_checked_engine(url)
     try:
-        async with session_factory(engine)() as db:
+        async with Database(engine)() as db:
             await seed_demo(db)
             await load_library(db, read_library())
             session_id = (await create_session(db, owner=OWNER)).id
             await db.commit()
         for i in range(TURNS + 1):
-            async with session_factory(engine)() as db:
+            async with Database(engine)() as db:
                 text_ = f"Tell me about yourself, please ({i})."
                 posted = await post_unstarted(db, owner=OWNER, text=text_, session_id=session_id)
                 turn_id = posted.turn.id
             if i == TURNS:
                 return turn_id
-            async with orm(session_factory(engine)) as db:
+            async with orm(Database(engine)) as db:
                 await db.execute(_FINISH, {"turn": turn_id, "session": session_id, "text": ANSWER})
                 await db.commit()
     finally:
@@ -116,7 +116,7 @@ async def probe(
     try:
         async with httpx.AsyncClient() as http:
             builder = ContextBuilder(
-                sessions=session_factory(engine),
+                sessions=Database(engine),
                 settings=settings,
                 northwind=build_northwind(settings, http),
                 knowledge=KnowledgeSource(passages=settings.knowledge_passages),

@@ -23,13 +23,13 @@ import statistics
 from typing import Any
 
 from sqlalchemy import func, select, update
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from bench.runner import ParleyTarget, run_turn
 from parley.config import Settings
 from parley.ids import summary_workflow_id, workflow_id_for_turn
+from parley.store.db import Database
 from parley.store.models import ConversationSummary, Tenant
 from tests.support.client import ParleyClient
 from tests.support.orm import orm
@@ -37,7 +37,7 @@ from tests.support.orm import orm
 ROWS = ("summaries_on", "summaries_off")
 
 
-async def set_summaries(db_sessions: async_sessionmaker[AsyncSession], on: bool) -> None:
+async def set_summaries(db_sessions: Database, on: bool) -> None:
     async with orm(db_sessions) as db:
         tenant = await db.get(Tenant, "northwind")
         assert tenant is not None
@@ -47,7 +47,7 @@ async def set_summaries(db_sessions: async_sessionmaker[AsyncSession], on: bool)
         await db.commit()
 
 
-async def _summaries(db_sessions: async_sessionmaker[AsyncSession], sid: str) -> int:
+async def _summaries(db_sessions: Database, sid: str) -> int:
     async with orm(db_sessions) as db:
         count = await db.scalar(
             select(func.count())
@@ -75,7 +75,7 @@ async def _summary_closed(temporal: Client, turn_id: str, session_id: str) -> No
 
 async def time_to_done(
     client: ParleyClient,
-    db_sessions: async_sessionmaker[AsyncSession],
+    db_sessions: Database,
     settings: Settings,
     script: list[str],
     *,

@@ -18,12 +18,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-
 from parley.gateway.fake_provider.embeddings import MODEL, hashed_embedding
 from parley.knowledge import Passage, fuse, query_terms, standalone_query
 from parley.launch.knowledge import embed_chunks, load_library, read_library
 from parley.store import knowledge as knowledge_store
+from parley.store.db import Database, Db
 
 QUESTIONS = Path(__file__).resolve().parent / "data" / "knowledge_questions.json"
 TOP = 3
@@ -39,7 +38,7 @@ class FakeEmbedder:
         return [hashed_embedding(t) for t in texts]
 
 
-async def _rank(db: AsyncSession, question: str, *, hybrid: bool) -> list[Passage]:
+async def _rank(db: Db, question: str, *, hybrid: bool) -> list[Passage]:
     query = standalone_query(question)
     text_hits = await knowledge_store.search_text(
         db, tenant_id=TENANT, terms=query_terms(query), limit=TOP * 2
@@ -55,7 +54,7 @@ async def _rank(db: AsyncSession, question: str, *, hybrid: bool) -> list[Passag
     return [by_key[k] for k in fused[:TOP]]
 
 
-async def measure_knowledge(sessions: async_sessionmaker[AsyncSession]) -> dict[str, Any]:
+async def measure_knowledge(sessions: Database) -> dict[str, Any]:
     questions = json.loads(QUESTIONS.read_text())
     async with sessions() as db:
         await load_library(db, read_library())
@@ -112,7 +111,7 @@ def render_knowledge(results: dict[str, Any]) -> str:
 
 
 async def _standalone() -> None:
-    from parley.store.db import create_engine, session_factory
+    from parley.store.db import create_engine
     from parley.store.embedded import EmbeddedPostgres
     from parley.store.identity import seed_demo
     from parley.store.migrate import upgrade
@@ -123,7 +122,7 @@ async def _standalone() -> None:
         try:
             upgrade(url)
             engine = create_engine(url, pool_size=2)
-            sessions = session_factory(engine)
+            sessions = Database(engine)
             async with sessions() as db:
                 await seed_demo(db)
                 await db.commit()

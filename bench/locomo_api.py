@@ -29,12 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from bench.plain_summarizer import asked_for_summaries, reset, settled
 from bench.prompt_figures import Question, context_tokens, footprint, shown_seqs
 from bench.stack import Stack, log, provider_stack
+from parley.store.db import Database
 from parley.store.models import ConversationSummary, Message, ModelCall, Turn
 from parley.tokens import MESSAGE_OVERHEAD
 from tests.support.client import ParleyClient
@@ -90,7 +90,7 @@ async def post_conversation(
 
 
 async def posted_seqs(
-    db_sessions: async_sessionmaker[AsyncSession], sid: str, turns: list[dict[str, Any]]
+    db_sessions: Database, sid: str, turns: list[dict[str, Any]]
 ) -> tuple[dict[str, int], int, int]:
     """dia_id -> seq of each posted turn (the session's user messages, in order), the posted
     turns' tokens as stored, and the whole session's (replies too)."""
@@ -113,7 +113,7 @@ async def posted_seqs(
 
 async def ask(
     client: ParleyClient,
-    db_sessions: async_sessionmaker[AsyncSession],
+    db_sessions: Database,
     sid: str,
     qa: dict[str, Any],
     seqs: dict[str, int],
@@ -142,7 +142,7 @@ async def ask(
 
 async def measure_locomo_api(
     stack: Stack,
-    db_sessions: async_sessionmaker[AsyncSession],
+    db_sessions: Database,
     *,
     sessions: int = 15,
     data: Path = DATA,

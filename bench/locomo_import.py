@@ -41,7 +41,6 @@ from typing import Any
 
 import psutil
 from sqlalchemy import func, select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from bench.locomo_api import CATEGORIES, ask, askable, posted_text
@@ -50,6 +49,7 @@ from bench.plain_summarizer import settled
 from bench.prompt_figures import Question, footprint
 from bench.stack import REPO, Stack, log
 from parley.ids import import_workflow_id
+from parley.store.db import Database
 from parley.store.identity import create_token
 from parley.store.models import Message, User
 from parley.tokens import MESSAGE_OVERHEAD
@@ -210,9 +210,7 @@ async def imported_session(
     return sid, seqs, done
 
 
-async def imported_tokens(
-    db_sessions: async_sessionmaker[AsyncSession], sid: str, seqs: list[int]
-) -> int:
+async def imported_tokens(db_sessions: Database, sid: str, seqs: list[int]) -> int:
     """The imported messages' tokens as stored, with their framing (section (n)'s measure)."""
     async with orm(db_sessions) as db:
         tokens = await db.scalars(
@@ -223,14 +221,15 @@ async def imported_tokens(
         return sum((t or 0) + MESSAGE_OVERHEAD for t in tokens)
 
 
-async def fresh_user(db_sessions: async_sessionmaker[AsyncSession], tenant_id: str) -> str:
+async def fresh_user(db_sessions: Database, tenant_id: str) -> str:
     """A token of a new user of the demo tenant, one with no orders: for the bench's own user
     (a customer with orders), a question about "his studio" or "it" reads as a reference to
     one of them, and the resolver asks which order before any prompt is built."""
     user_id = f"bench_import_{uuid.uuid4().hex[:8]}"
+    async with orm(db_sessions) as orm_db:
+        orm_db.add(User(tenant_id=tenant_id, id=user_id, display_name="Importer"))
+        await orm_db.commit()
     async with db_sessions() as db:
-        db.add(User(tenant_id=tenant_id, id=user_id, display_name="Importer"))
-        await db.flush()
         token = await create_token(db, tenant_id=tenant_id, user_id=user_id)
         await db.commit()
     return token
@@ -258,7 +257,7 @@ async def measure_dialogue(
     stack: Stack,
     client: ParleyClient,
     temporal: Client,
-    db_sessions: async_sessionmaker[AsyncSession],
+    db_sessions: Database,
     dialogue: Dialogue,
 ) -> dict[str, Any]:
     """One conversation imported, settled, then its questions asked: its figures."""
@@ -294,7 +293,7 @@ async def measure_dialogue(
 
 async def measure_locomo_import(
     stack: Stack,
-    db_sessions: async_sessionmaker[AsyncSession],
+    db_sessions: Database,
     *,
     folder: Path,
     names: Sequence[str] | None = None,
@@ -375,14 +374,14 @@ def render_locomo_import(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-async def session_messages(db_sessions: async_sessionmaker[AsyncSession], sid: str) -> int:
+async def session_messages(db_sessions: Database, sid: str) -> int:
     async with orm(db_sessions) as db:
         count = await db.scalar(select(func.count()).where(Message.session_id == sid))
         return int(count or 0)
 
 
 async def measure_import_speed(
-    stack: Stack, db_sessions: async_sessionmaker[AsyncSession], *, messages: int = SPEED_MESSAGES
+    stack: Stack, db_sessions: Database, *, messages: int = SPEED_MESSAGES
 ) -> dict[str, Any]:
     """`messages` synthetic messages in one request: seconds to 202 and to `done`; then the
     same request again, which must be the same import with nothing stored."""

@@ -34,6 +34,7 @@ from typing import Any
 
 from parley.prompt import RECALLED_SEQ, Budgets, RecallHit, recall_block
 from parley.recall import CANDIDATES, with_neighbours
+from parley.store.db import Database
 from parley.tokens import counter_for
 from tests.support.orm import orm
 
@@ -45,7 +46,7 @@ async def dump(out: Path, share: float = 0.11, data: list[Path] | None = None) -
     bench/memory.py `load_locomo`) and write what `evaluate` needs."""
     from bench.memory import DATA, load_locomo
     from parley.config import Settings
-    from parley.store.db import create_engine, session_factory
+    from parley.store.db import create_engine
     from parley.store.embedded import EmbeddedPostgres
     from parley.store.identity import seed_demo
     from parley.store.migrate import upgrade
@@ -55,7 +56,7 @@ async def dump(out: Path, share: float = 0.11, data: list[Path] | None = None) -
     try:
         await asyncio.to_thread(upgrade, url)
         engine = create_engine(url)
-        db_sessions = session_factory(engine)
+        db_sessions = Database(engine)
         async with db_sessions() as db:
             await seed_demo(db)
             await db.commit()

@@ -37,7 +37,6 @@ from typing import Any
 
 import httpx
 from sqlalchemy import select, update
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bench.done import render_done, time_to_done
 from bench.prompt_figures import Call, render_tokens, token_row
@@ -53,7 +52,8 @@ from parley.gateway.registry import ProviderPool
 from parley.paths import choose_path
 from parley.prompt import RECALLED_SEQ
 from parley.store import slots
-from parley.store.db import session_conn
+from parley.store.db import Database
+from parley.store.messages import token_count
 from parley.store.models import ChatSession, ConversationSummary, Message, ModelCall, Turn
 from parley.store.rows import typed_row
 from parley.store.turns.reads import TurnFacts
@@ -89,7 +89,7 @@ SCRIPT = [
 
 async def token_table(
     client: ParleyClient,
-    db_sessions: async_sessionmaker[AsyncSession],
+    db_sessions: Database,
     turns: int,
     settle: Callable[[str, list[str]], Awaitable[None]] | None = None,
 ) -> dict[str, Any]:
@@ -155,7 +155,7 @@ def photo_note(turn: dict[str, Any]) -> str:
 
 
 async def ingest(
-    db_sessions: async_sessionmaker[AsyncSession], conversation: dict[str, Any]
+    db_sessions: Database, conversation: dict[str, Any]
 ) -> tuple[str, dict[str, int], int]:
     """Store the conversation as one session; returns its id, dia_id -> seq, total tokens."""
     sid = f"ses_locomo{uuid.uuid4().hex[:12]}"
@@ -193,7 +193,7 @@ async def ingest(
 
 @asynccontextmanager
 async def bench_builder(
-    settings: Settings, db_sessions: async_sessionmaker[AsyncSession], embedder: Embedder | None
+    settings: Settings, db_sessions: Database, embedder: Embedder | None
 ) -> AsyncIterator[ContextBuilder]:
     """The real context builder with the bench's settings, its order lookups on their own
     HTTP client (closed on exit)."""
@@ -208,7 +208,7 @@ async def bench_builder(
 
 async def prepared(
     settings: Settings,
-    db_sessions: async_sessionmaker[AsyncSession],
+    db_sessions: Database,
     sid: str,
     total: int,
     share: float,
@@ -241,7 +241,7 @@ async def prepared(
 
 async def locomo_one(
     settings: Settings,
-    db_sessions: async_sessionmaker[AsyncSession],
+    db_sessions: Database,
     name: str,
     conversation: dict[str, Any],
     share: float,
@@ -280,31 +280,22 @@ async def locomo_one(
 
 async def _pack_question(
     builder: ContextBuilder,
-    db_sessions: async_sessionmaker[AsyncSession],
+    db_sessions: Database,
     sid: str,
     question: str,
 ) -> tuple[set[int], int]:
     """Pack the question as the next user message with the real builder, then roll back."""
     async with db_sessions() as db:
-        session = await db.get(ChatSession, sid)
-        assert session is not None
-        seq = session.last_seq + 1
-        message = Message(
-            id=f"msg_q{uuid.uuid4().hex[:20]}",
-            session_id=sid,
-            seq=seq,
-            role="user",
-            status="complete",
-            text=question,
-        )
-        db.add(message)
-        await db.flush()
+        seq = await db.value("SELECT last_seq + 1 FROM sessions WHERE id = %(sid)s", {"sid": sid})
+        message_id = f"msg_q{uuid.uuid4().hex[:20]}"
+        params = {"id": message_id, "sid": sid, "seq": seq, "text": question}
+        await db.run(_QUESTION, {**params, **token_count("user", question)})
         turn = Turn(
             id=f"trn_q{uuid.uuid4().hex[:12]}",
             session_id=sid,
             tenant_id="northwind",
             user_id="cust_2291",
-            user_message_id=message.id,
+            user_message_id=message_id,
             user_seq=seq,
             state="building_context",
         )
@@ -314,7 +305,7 @@ async def _pack_question(
         tools = tenant_tools(tenant)
         current_slots = await slots.get_slots(db, session_id=sid)
         packed, plan = await builder._assemble(
-            (await session_conn(db), db),
+            (db, db),
             typed_row(TurnFacts, turn),
             tenant,
             budgets,
@@ -336,9 +327,16 @@ async def _pack_question(
     return shown, context
 
 
+_QUESTION = """
+    INSERT INTO messages (id, session_id, seq, role, status, text, token_count, token_counter)
+    VALUES (%(id)s, %(sid)s, %(seq)s, 'user', 'complete', %(text)s, %(token_count)s,
+        %(token_counter)s)
+"""
+
+
 async def locomo_table(
     settings: Settings,
-    db_sessions: async_sessionmaker[AsyncSession],
+    db_sessions: Database,
     *,
     share: float,
     paths: list[Path] | None = None,
@@ -438,7 +436,7 @@ async def measure_memory(
     base_url: str,
     token: str,
     settings: Settings,
-    db_sessions: async_sessionmaker[AsyncSession],
+    db_sessions: Database,
     *,
     done_turns: int = 15,
     reading_pause_s: float = 2.0,
@@ -484,6 +482,6 @@ async def measure_memory(
 
 
 async def _token_tables(
-    client: ParleyClient, db_sessions: async_sessionmaker[AsyncSession], lengths: tuple[int, ...]
+    client: ParleyClient, db_sessions: Database, lengths: tuple[int, ...]
 ) -> list[dict[str, Any]]:
     return [await token_table(client, db_sessions, n) for n in lengths]

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-
 from bench.runner import ParleyTarget, Phase, run_turn, tool_text
 from parley.store import tenants
+from parley.store.db import Database
 from parley.tenancy import TenantConfig
 
 TENANT = "northwind"
@@ -23,14 +22,14 @@ QUESTION = "What is your policy on damaged items? (benchmark turn {i})"
 ROWS = ("fast path (no tools)", "same question, tools offered", "tool turn (one lookup)")
 
 
-async def _configure(db_sessions: async_sessionmaker[AsyncSession], config: TenantConfig) -> None:
+async def _configure(db_sessions: Database, config: TenantConfig) -> None:
     async with db_sessions() as db:
         await tenants.set_config(db, tenant_id=TENANT, config=config)
         await db.commit()
 
 
 async def measure_paths(
-    parley: ParleyTarget, db_sessions: async_sessionmaker[AsyncSession], *, turns: int
+    parley: ParleyTarget, db_sessions: Database, *, turns: int
 ) -> dict[str, Any]:
     async with db_sessions() as db:
         tenant = await tenants.get_tenant(db, tenant_id=TENANT)

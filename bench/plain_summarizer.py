@@ -17,7 +17,6 @@ import asyncio
 from typing import Any
 
 import httpx
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.service import RPCError
 
@@ -27,6 +26,7 @@ from parley.gateway.fake_provider.server import prompt_tokens
 from parley.gateway.fake_provider.wire import request_from_openai
 from parley.ids import summary_workflow_id, workflow_id_for_turn
 from parley.memory import is_summary_request
+from parley.store.db import Database
 from tests.support.client import ParleyClient
 
 SETTLE_TIMEOUT_S = 300.0
@@ -69,7 +69,7 @@ async def reset(provider: ProviderStack) -> None:
 
 
 async def failing_summarizer_row(
-    stack: Stack, db_sessions: async_sessionmaker[AsyncSession], turns: int = 50
+    stack: Stack, db_sessions: Database, turns: int = 50
 ) -> dict[str, Any]:
     """The token table's row for `turns` scripted turns with the summarizer failing."""
     temporal = await Client.connect(stack.settings.temporal_address)

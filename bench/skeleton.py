@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity, workflow
 from temporalio.client import Client
 from temporalio.worker import Worker
@@ -36,7 +35,7 @@ from temporalio.worker import Worker
 from bench.runner import Phase, Turn
 from parley.config import Settings
 from parley.contracts import EventType, TurnState
-from parley.store.db import connect, create_engine, create_socket_checked_engine, session_factory
+from parley.store.db import Database, connect, create_engine, create_socket_checked_engine
 from parley.store.events import append_streamed
 from parley.store.models import ChatSession
 from parley.store.models import Turn as TurnRow
@@ -75,7 +74,7 @@ class SkeletonWorkflow:
 class EventStep:
     """The new shape's one step, built with the worker's sessions like Parley's activities."""
 
-    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+    def __init__(self, sessions: Database) -> None:
         self._sessions = sessions
 
     @activity.defn(name="skeleton_store_event")
@@ -111,7 +110,7 @@ async def skeleton_turns(database_url: str, count: int) -> list[str]:
     session_id = f"ses_skel{key}"
     turn_ids = [f"trn_skel{key}{c:03d}" for c in range(count)]
     try:
-        async with orm(session_factory(engine)) as db:
+        async with orm(Database(engine)) as db:
             db.add(ChatSession(id=session_id, tenant_id="northwind", user_id="cust_2291"))
             await db.flush()
             now = datetime.now(UTC)
@@ -234,7 +233,7 @@ async def serve(address: str, task_queue: str) -> None:
         client,
         task_queue=task_queue,
         workflows=[SkeletonWorkflow, SkeletonFirstStep, SkeletonNewShape],
-        activities=[skeleton_step, skeleton_clock, EventStep(session_factory(engine)).store_event],
+        activities=[skeleton_step, skeleton_clock, EventStep(Database(engine)).store_event],
     )
     try:
         await worker.run()

@@ -41,7 +41,7 @@ from parley.contracts import SEARCH_ATTRIBUTES
 from parley.dispatch.deployment import build_id, wait_promoted
 from parley.launch.dev import EAGER_ACTIVITIES, temporal_cli
 from parley.launch.lifeline import Lifeline, die_with_parent
-from parley.store.db import create_engine, session_factory
+from parley.store.db import Database, create_engine
 from parley.store.embedded import EmbeddedPostgres
 from parley.store.identity import create_token, seed_demo
 from parley.store.migrate import upgrade
@@ -204,10 +204,10 @@ def _postmaster_pid(pgdata: Path) -> int | None:
 async def _seed_and_token(database_url: str) -> str:
     engine = create_engine(database_url, pool_size=1)
     try:
-        async with session_factory(engine)() as db:
+        async with Database(engine)() as db:
             await seed_demo(db)
             await db.commit()
-        async with session_factory(engine)() as db:
+        async with Database(engine)() as db:
             token = await create_token(db, tenant_id="northwind", user_id="cust_2291")
             await db.commit()
             return token

@@ -17,13 +17,13 @@ import time
 from typing import Any
 
 from sqlalchemy import func, select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from bench.runner import ParleyTarget, percentile, run_turn, turn_text
 from bench.skeleton import first_step_ms
 from parley.ids import workflow_id_for_turn
+from parley.store.db import Database
 from parley.store.models import TraceSpan, TurnEvent
 from tests.support.orm import orm
 
@@ -41,7 +41,7 @@ SPANS_WAIT_S = 10.0  # spans may be written after the step that they time
 
 async def measure_timeline(
     parley: ParleyTarget,
-    db_sessions: async_sessionmaker[AsyncSession],
+    db_sessions: Database,
     temporal: Client,
     *,
     turns: int,
@@ -72,9 +72,7 @@ async def measure_timeline(
     }
 
 
-async def _marks(
-    db_sessions: async_sessionmaker[AsyncSession], temporal: Client, turn_id: str
-) -> list[float] | None:
+async def _marks(db_sessions: Database, temporal: Client, turn_id: str) -> list[float] | None:
     """The wall-clock instants of the stages after the POST, or None when a record is missing."""
     started = picked = None
     handle = temporal.get_workflow_handle(workflow_id_for_turn(turn_id))
@@ -102,9 +100,7 @@ async def _marks(
     return [started, picked, *(t.timestamp() for t in (first_step, context, model, stored))]
 
 
-async def _spans(
-    db_sessions: async_sessionmaker[AsyncSession], turn_id: str
-) -> list[TraceSpan] | None:
+async def _spans(db_sessions: Database, turn_id: str) -> list[TraceSpan] | None:
     deadline = time.monotonic() + SPANS_WAIT_S
     while True:
         async with orm(db_sessions) as db:

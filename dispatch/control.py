@@ -25,7 +25,7 @@ from parley.contracts import RESOLVE_ACTION_UPDATE, ResolveActionSignal, TurnSta
 from parley.dispatch.specialists import offer_decision
 from parley.ids import workflow_id_for_turn
 from parley.store import outbox, turns
-from parley.store.db import SessionMaker
+from parley.store.db import Database
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ FIRST_RETRY_S = 0.05
 MAX_RETRY_S = 0.4
 
 
-async def cancel_turn_workflow(client: Client, sessions: SessionMaker, *, turn_id: str) -> None:
+async def cancel_turn_workflow(client: Client, sessions: Database, *, turn_id: str) -> None:
     """Record the Stop, then cancel the turn's workflow. Raises `TurnFinished` (nothing
     recorded) when the turn has already ended: its ending stands.
 

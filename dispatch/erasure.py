@@ -16,7 +16,7 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from parley.erasure import ERASURE_WORKFLOW, ErasureInput, ErasureReceipt, erasure_workflow_id
-from parley.store.db import SessionMaker
+from parley.store.db import Database
 from parley.store.lifecycle import erasure
 
 log = logging.getLogger(__name__)
@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 async def start_erasure(
     client: Client,
-    sessions: SessionMaker,
+    sessions: Database,
     inp: ErasureInput,
     *,
     task_queue: str,
@@ -52,7 +52,7 @@ async def start_erasure(
 
 async def sweep_erasures(
     client: Client,
-    sessions: SessionMaker,
+    sessions: Database,
     *,
     task_queue: str,
     grace: timedelta,

@@ -50,7 +50,7 @@ from parley.dispatch.specialists import sweep_answers
 from parley.ids import workflow_id_for_turn
 from parley.statuses import TurnErrorCode
 from parley.store import outbox, queue, tenants
-from parley.store.db import SessionMaker, connect
+from parley.store.db import Database, connect
 from parley.wire import ErrorData
 
 # A turn's workflow runs at most this much longer than its confirmation wait; past that
@@ -104,7 +104,7 @@ async def start_turn_workflow(
 
 async def start_and_record(
     client: Client,
-    sessions: SessionMaker,
+    sessions: Database,
     inp: TurnInput,
     *,
     task_queue: str,
@@ -122,7 +122,7 @@ async def start_and_record(
     await record_started(sessions, inp.turn_id)
 
 
-async def record_started(sessions: SessionMaker, turn_id: str) -> None:
+async def record_started(sessions: Database, turn_id: str) -> None:
     """Mark the outbox row of a turn whose workflow has started: the sweep leaves it alone.
     Only ever after the start; a mark that is lost costs at most a second start, which
     attaches to the running workflow (or is refused for a finished one)."""
@@ -136,7 +136,7 @@ class Starts:
     the worker was configured with."""
 
     client: Client
-    sessions: SessionMaker
+    sessions: Database
     task_queue: str
     confirmation_timeout_s: float = DEFAULT_CONFIRMATION_TIMEOUT_S
     fallback: bool = False
@@ -144,7 +144,7 @@ class Starts:
 
 async def sweep_once(
     client: Client,
-    sessions: SessionMaker,
+    sessions: Database,
     *,
     task_queue: str,
     grace: timedelta,
@@ -189,7 +189,7 @@ async def _start_unstarted(starts: Starts, turn: queue.Startable) -> None:
     await start_and_record(starts.client, starts.sessions, inp, task_queue=starts.task_queue)
 
 
-async def _end_if_paused(sessions: SessionMaker, turn_id: str, tenant_id: str) -> bool:
+async def _end_if_paused(sessions: Database, turn_id: str, tenant_id: str) -> bool:
     """A paused tenant's turn is not started: it ends with `agent_paused` (retryable)."""
     async with sessions() as db:
         if not await tenants.is_paused(db, tenant_id=tenant_id):
@@ -205,7 +205,7 @@ async def _end_if_paused(sessions: SessionMaker, turn_id: str, tenant_id: str) -
 
 
 async def end_abandoned_turns(
-    client: Client, sessions: SessionMaker, *, quiet_for: timedelta = QUIET_FOR
+    client: Client, sessions: Database, *, quiet_for: timedelta = QUIET_FOR
 ) -> int:
     """End every open turn whose workflow has closed (or never existed); return how many."""
     async with sessions() as db:
@@ -238,7 +238,7 @@ async def end_abandoned_turns(
 
 async def sweep_forever(
     client: Client,
-    sessions: SessionMaker,
+    sessions: Database,
     *,
     task_queue: str,
     grace: timedelta,

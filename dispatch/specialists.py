@@ -28,7 +28,7 @@ from parley.contracts import (
 )
 from parley.ids import specialist_workflow_id
 from parley.store import interactions
-from parley.store.db import SessionMaker
+from parley.store.db import Database
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ async def deliver_answer(client: Client, *, turn_id: str, answer: InteractionAns
 
 
 async def deliver_and_record(
-    client: Client, sessions: SessionMaker, row: interactions.AnswerRow
+    client: Client, sessions: Database, row: interactions.AnswerRow
 ) -> None:
     """Signal the stored answer, then mark its outbox row delivered. A specialist that has
     ended (its wait ran out, its turn was stopped) has nobody to take it: marked too."""
@@ -56,7 +56,7 @@ async def deliver_and_record(
         await db.commit()
 
 
-async def sweep_answers(client: Client, sessions: SessionMaker, *, grace: timedelta) -> int:
+async def sweep_answers(client: Client, sessions: Database, *, grace: timedelta) -> int:
     """Deliver every answer the API did not mark delivered within `grace`; return how many."""
     async with sessions() as db:
         pending = await interactions.undelivered_answers(db, older_than=grace)

@@ -15,7 +15,7 @@ from parley.contracts import PURGE_WORKFLOW, PurgeInput, PurgeResult
 from parley.dispatch.exports import start_export
 from parley.ids import new_id
 from parley.launch.seeding import require_database
-from parley.store.db import create_engine, session_factory
+from parley.store.db import Database, create_engine
 from parley.store.lifecycle import exports
 
 
@@ -27,7 +27,7 @@ async def export_user(settings: Settings, *, tenant_id: str, user_id: str) -> by
     """Write the user's archive through the export workflow and return its bytes. Raises
     LookupError for an unknown user, RuntimeError when the export failed."""
     engine = create_engine(require_database(settings), pool_size=1)
-    sessions = session_factory(engine)
+    sessions = Database(engine)
     try:
         async with sessions() as db:
             if not await exports.user_exists(db, tenant_id=tenant_id, user_id=user_id):

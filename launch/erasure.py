@@ -17,14 +17,14 @@ from parley.config import Settings
 from parley.dispatch.erasure import start_erasure
 from parley.erasure import ErasureInput, subject_hash
 from parley.launch.seeding import require_database
-from parley.store.db import create_engine, session_factory
+from parley.store.db import Database, create_engine
 from parley.store.lifecycle import erasure
 
 
 async def erase_user(settings: Settings, *, tenant: str, user: str, wait: bool) -> dict[str, Any]:
     """Erase one user; the receipt (or, without `wait`, the erasure as started)."""
     engine = create_engine(require_database(settings), pool_size=2)
-    sessions = session_factory(engine)
+    sessions = Database(engine)
     try:
         async with sessions() as db:
             row = await erasure.request_erasure(
@@ -57,7 +57,7 @@ async def find_receipts(
         hashes.append(subject_hash(key, tenant, user, session))
     engine = create_engine(require_database(settings), pool_size=1)
     try:
-        async with session_factory(engine)() as db:
+        async with Database(engine)() as db:
             rows = await erasure.find_receipts(db, hashes=hashes)
         return [erasure.receipt_view(row) for row in rows]
     finally:
@@ -67,7 +67,7 @@ async def find_receipts(
 async def show_receipt(settings: Settings, *, erasure_id: str) -> dict[str, Any] | None:
     engine = create_engine(require_database(settings), pool_size=1)
     try:
-        async with session_factory(engine)() as db:
+        async with Database(engine)() as db:
             row = await erasure.get_erasure(db, erasure_id=erasure_id)
         return erasure.receipt_view(row) if row is not None else None
     finally:

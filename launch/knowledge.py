@@ -14,7 +14,7 @@ from parley.config import Settings
 from parley.gateway.embeddings import Embedder, build_embedder
 from parley.knowledge import Document, chunk_document, parse_document
 from parley.store import knowledge as knowledge_store
-from parley.store.db import Db, create_engine, session_factory
+from parley.store.db import Database, Db, create_engine
 
 KNOWLEDGE_DIR = Path(__file__).resolve().parent / "knowledge"
 EMBED_BATCH = 32
@@ -73,7 +73,7 @@ async def load_knowledge(settings: Settings, directory: Path = KNOWLEDGE_DIR) ->
     assert settings.database_url is not None
     engine = create_engine(settings.database_url, pool_size=1)
     try:
-        async with session_factory(engine)() as db:
+        async with Database(engine)() as db:
             lines = await load_library(
                 db, read_library(directory), embedder=build_embedder(settings)
             )

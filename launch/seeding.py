@@ -13,7 +13,7 @@ from parley.config import Settings
 from parley.launch.knowledge import load_knowledge
 from parley.mcp import McpServerConfig
 from parley.store import identity, tenants
-from parley.store.db import create_engine, session_factory
+from parley.store.db import Database, create_engine
 from parley.tenancy import TenantConfig
 
 
@@ -31,7 +31,7 @@ async def create_token(
 ) -> str:
     engine = create_engine(require_database(settings), pool_size=1)
     try:
-        async with session_factory(engine)() as db:
+        async with Database(engine)() as db:
             token = await identity.create_token(db, tenant_id=tenant, user_id=user, ttl=ttl)
             await db.commit()
             return token
@@ -45,7 +45,7 @@ async def revoke_tokens(
     """Revoke one token, or every token of one user; returns how many were revoked."""
     engine = create_engine(require_database(settings), pool_size=1)
     try:
-        async with session_factory(engine)() as db:
+        async with Database(engine)() as db:
             if token is not None:
                 revoked = int(await identity.revoke_token(db, token=token))
             else:
@@ -93,7 +93,7 @@ async def seed(settings: Settings) -> None:
     `make run` shows, and what a test that runs the demo as it is seeds the same way."""
     engine = create_engine(require_database(settings), pool_size=1)
     try:
-        async with session_factory(engine)() as db:
+        async with Database(engine)() as db:
             await identity.seed_demo(db)
             config = await tenants.tenant_config(db, tenant_id="northwind")
             await tenants.set_config(
@@ -114,7 +114,7 @@ async def set_feature(
     """Grant or revoke a user's feature; False when there is no such user."""
     engine = create_engine(require_database(settings), pool_size=1)
     try:
-        async with session_factory(engine)() as db:
+        async with Database(engine)() as db:
             found = await identity.set_feature(
                 db, tenant_id=tenant, user_id=user, feature=feature, enabled=enabled
             )

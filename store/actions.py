@@ -7,7 +7,7 @@ change. Rows a tool call creates are inserted with an id derived from the call
 (`… ON CONFLICT DO NOTHING`), so a retried attempt finds the row the first one wrote, and a
 row found under that id must belong to the same session, tenant and user.
 
-The statements run on a `Conn` (store/db.py): the worker's own, or an ORM session's
+The statements run on a `Db` (store/db.py): the worker's own, or an ORM session's
 connection inside its transaction (`session_conn`) for the API and the POST pipeline.
 Everything here runs in the caller's transaction (see `store`).
 """
@@ -24,7 +24,7 @@ from psycopg.types.json import Jsonb
 from parley.contracts import TERMINAL_TURN_STATES, EventType
 from parley.errors import ActionChanged, ActionExpired, ActionResolved, NotFound
 from parley.statuses import ActionStatus, Decision
-from parley.store.db import Conn, Db, session_conn
+from parley.store.db import Db
 from parley.store.events import append_event
 from parley.store.identity import Identity
 from parley.store.turns import TurnStopped
@@ -98,12 +98,12 @@ class ProposingTurn(Protocol):
     def user_id(self) -> str: ...
 
 
-async def _conn(db: Db | Conn) -> Conn:
-    return db if isinstance(db, Conn) else await session_conn(db)
+async def _conn(db: Db) -> Db:
+    return db if isinstance(db, Db) else db
 
 
 async def create_action(
-    db: Db | Conn,
+    db: Db,
     *,
     turn: ProposingTurn,
     action_id: str,
@@ -196,7 +196,7 @@ _PROPOSE = f"""
 
 
 async def create_handoff(
-    db: Db | Conn, *, handoff_id: str, session_id: str, turn_id: str, reason: str
+    db: Db, *, handoff_id: str, session_id: str, turn_id: str, reason: str
 ) -> HandoffRow:
     """The hand-off a tool call asked for, once however often the call runs."""
     conn = await _conn(db)
@@ -220,7 +220,7 @@ _HAND_OFF = f"""
 _HANDOFF = f"SELECT {_HANDOFF_COLUMNS} FROM handoffs WHERE id = %(id)s"
 
 
-async def pending_action(db: Db | Conn, *, session_id: str) -> ActionRow | None:
+async def pending_action(db: Db, *, session_id: str) -> ActionRow | None:
     """The session's newest action still waiting for the user."""
     conn = await _conn(db)
     params = {"session_id": session_id, "pending": ActionStatus.pending.value}
@@ -235,7 +235,7 @@ _PENDING = f"""
 
 
 async def resolve_action(
-    db: Db | Conn,
+    db: Db,
     *,
     action_id: str,
     session_id: str,
@@ -297,7 +297,7 @@ _LOCK_OWNED = f"""
 """
 
 
-async def announce_resolution(db: Db | Conn, *, action: ActionRow) -> None:
+async def announce_resolution(db: Db, *, action: ActionRow) -> None:
     """Tell the turn's stream how its confirmation ended (`confirmation_resolved`)."""
     await append_event(
         await _conn(db),
@@ -318,7 +318,7 @@ _RESOLUTIONS = frozenset({ActionStatus.confirmed, ActionStatus.declined, ActionS
 
 
 async def set_action_status(
-    db: Db | Conn,
+    db: Db,
     *,
     action_id: str,
     status: ActionStatus,
@@ -352,7 +352,7 @@ _SET_STATUS = f"""
 """
 
 
-async def get_action(db: Db | Conn, *, action_id: str) -> ActionRow | None:
+async def get_action(db: Db, *, action_id: str) -> ActionRow | None:
     """The action as it stands now."""
     return await (await _conn(db)).row(_ACTION, {"id": action_id}, ActionRow)
 
@@ -369,7 +369,7 @@ class ToSend:
     paused: bool
 
 
-async def action_to_send(db: Db | Conn, *, action_id: str) -> ToSend | None:
+async def action_to_send(db: Db, *, action_id: str) -> ToSend | None:
     """The action and its tenant's switch, in one statement; None for an unknown id."""
     return await (await _conn(db)).made(_TO_SEND, {"id": action_id}, _to_send)
 
@@ -384,7 +384,7 @@ _TO_SEND = f"""
 """
 
 
-async def latest_action(db: Db | Conn, *, turn_id: str) -> ActionRow | None:
+async def latest_action(db: Db, *, turn_id: str) -> ActionRow | None:
     """The turn's most recent action, if it proposed any."""
     return await (await _conn(db)).row(_LATEST, {"turn_id": turn_id}, ActionRow)
 
@@ -395,9 +395,7 @@ _LATEST = f"""
 """
 
 
-async def actions_in(
-    db: Db | Conn, *, turn_id: str, statuses: Sequence[ActionStatus]
-) -> list[ActionRow]:
+async def actions_in(db: Db, *, turn_id: str, statuses: Sequence[ActionStatus]) -> list[ActionRow]:
     """The turn's actions in any of these statuses."""
     params = {"turn_id": turn_id, "statuses": [s.value for s in statuses]}
     return await (await _conn(db)).rows(_ACTIONS_IN, params, ActionRow)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from psycopg.types.json import Jsonb
 
-from parley.store.db import Conn
+from parley.store.db import Db
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,7 @@ class ArtifactRow:
 
 
 async def store_artifact(
-    conn: Conn,
+    conn: Db,
     *,
     file_id: str,
     session_id: str,

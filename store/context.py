@@ -1,4 +1,4 @@
-"""What a context build reads, in one statement on the build's `Conn`, at its start.
+"""What a context build reads, in one statement on the build's `Db`, at its start.
 
 The turn as a typed row, its user message (`StoredMessage`), what the build asks of the
 user, the session and the tenant (the user's name and membership, the session's tenant, the
@@ -27,7 +27,7 @@ from parley.prompt import Memory, StoredSummary
 from parley.resolver import PENDING_CLARIFICATION, Slot
 from parley.statuses import ImportState
 from parley.store import memory as memory_store
-from parley.store.db import Conn, Db
+from parley.store.db import Db
 from parley.store.events import EVENTS_INSERTED, RUNG, append_params, counter, state_event
 from parley.store.sessions import StoredMessage
 from parley.store.turns.reads import TurnFacts
@@ -88,7 +88,7 @@ class TurnChanged(Exception):
 
 
 async def read_for_build(
-    conn: Conn, turn_id: str, step: int, *, move: bool, recent_turns: int
+    conn: Db, turn_id: str, step: int, *, move: bool, recent_turns: int
 ) -> BuildRows:
     """The build's rows (see the module's docstring), in one statement; with `move`, the
     turn entering `building_context` in the same statement. LookupError for an unknown

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from parley.prompt import RecallHit
-from parley.store.db import Conn, Db, session_conn
+from parley.store.db import Db
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ def vector_literal(values: Sequence[float]) -> str:
     return "[" + ",".join(f"{v:.6g}" for v in values) + "]"
 
 
-async def available(db: Db | Conn) -> bool:
+async def available(db: Db) -> bool:
     """Whether this database can hold embeddings (the extension and the table are there)."""
     return bool(await (await _conn(db)).value(_AVAILABLE, {}))
 
@@ -41,22 +41,21 @@ _AVAILABLE = "SELECT to_regclass('message_embeddings') IS NOT NULL"
 _VECTORS_SEEN: set[str] = set()
 
 
-async def available_once_seen(conn: Conn) -> bool:
+async def available_once_seen(conn: Db) -> bool:
     """`available`, asked of each database only until it says yes."""
     if conn.database not in _VECTORS_SEEN and await available(conn):
         _VECTORS_SEEN.add(conn.database)
     return conn.database in _VECTORS_SEEN
 
 
-async def _conn(db: Db | Conn) -> Conn:
-    return db if isinstance(db, Conn) else await session_conn(db)
+async def _conn(db: Db) -> Db:
+    return db if isinstance(db, Db) else db
 
 
 async def unembedded(db: Db, *, session_id: str, model: str, limit: int) -> list[Unembedded]:
     """The session's searchable messages that have no vector of `model` yet, oldest first."""
-    conn = await session_conn(db)
     params = {"session_id": session_id, "model": model, "limit": limit}
-    return await conn.rows(_UNEMBEDDED, params, Unembedded)
+    return await db.rows(_UNEMBEDDED, params, Unembedded)
 
 
 _UNEMBEDDED = """
@@ -82,7 +81,6 @@ async def save_embeddings(
     vector."""
     if not items:
         return
-    conn = await session_conn(db)
     params = {
         "model": model,
         "session_id": session_id,
@@ -90,7 +88,7 @@ async def save_embeddings(
         "seqs": [message.seq for message, _ in items],
         "vectors": [vector_literal(vector) for _, vector in items],
     }
-    await conn.run(_SAVE, params)
+    await db.run(_SAVE, params)
 
 
 _SAVE = """
@@ -103,7 +101,7 @@ _SAVE = """
 
 
 async def nearest(
-    conn: Conn,
+    conn: Db,
     *,
     session_id: str,
     model: str,
@@ -137,7 +135,7 @@ class _Seq:
     seq: int
 
 
-async def hits_for(conn: Conn, *, session_id: str, seqs: Sequence[int]) -> list[RecallHit]:
+async def hits_for(conn: Db, *, session_id: str, seqs: Sequence[int]) -> list[RecallHit]:
     """Recall lines for the given seqs, in the order given; only messages recall may show
     (a user's or assistant's words, not replaced, not retracted, not empty)."""
     if not seqs:

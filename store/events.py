@@ -29,7 +29,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from parley.contracts import TERMINAL_TURN_STATES, EventType, TurnState
-from parley.store.db import Conn, Db, session_conn
+from parley.store.db import Db
 from parley.store.turn_states import MOVE, move_params
 from parley.store.viewers import ATTACH_VIEWER_SQL
 from parley.wire import EVENT_DATA, StateData
@@ -63,39 +63,37 @@ def parse_notification(payload: str) -> tuple[str, list[StoredEvent]]:
     ]
 
 
-async def append_event(db: Db | Conn, *, turn_id: str, type: EventType, data: BaseModel) -> int:
+async def append_event(db: Db, *, turn_id: str, type: EventType, data: BaseModel) -> int:
     """Append one event within the caller's transaction and return its id."""
     return (await append_events(db, turn_id=turn_id, events=[(type, data)]))[-1]
 
 
 async def append_events(
-    db: Db | Conn,
+    db: Db,
     *,
     turn_id: str,
     events: Sequence[tuple[EventType, BaseModel]],
     moving_to: TurnState | None = None,
     answer: str | None = None,
 ) -> list[int]:
-    """Append events within the caller's transaction (a session's, or a `Conn`'s: in
+    """Append events within the caller's transaction (a session's, or a `Db`'s: in
     autocommit, the append commits by itself): one round trip that takes the ids from the
     turn row (locking it), inserts the events and rings the doorbell. With `moving_to`, the
     same statement sets the turn's state: a move and its announcement are one round trip;
     with `answer`, the turn's answer (`assistant_message_id`) too."""
-    conn = db if isinstance(db, Conn) else await session_conn(db)
+    conn = db if isinstance(db, Db) else db
     last = (await _append(conn, turn_id, events, moving_to, answer)).event_id
     return list(range(last - len(events) + 1, last + 1))
 
 
-async def append_streamed(
-    conn: Conn, *, turn_id: str, type: EventType, data: BaseModel
-) -> Appended:
+async def append_streamed(conn: Db, *, turn_id: str, type: EventType, data: BaseModel) -> Appended:
     """`append_event` for a streaming step (the deltas, a turn's most frequent write), which
     learns in the same round trip whether the user's Stop is recorded on the turn."""
     return await _append(conn, turn_id, [(type, data)], None, None)
 
 
 async def _append(
-    conn: Conn,
+    conn: Db,
     turn_id: str,
     events: Sequence[tuple[EventType, BaseModel]],
     moving_to: TurnState | None,
@@ -130,9 +128,9 @@ def _appended(*, event_id: int | None, stopped: bool | None, notified: Any) -> A
     return None if event_id is None else Appended(event_id, bool(stopped))
 
 
-async def append_while_open(conn: Conn, *, turn_id: str, type: EventType, data: BaseModel) -> bool:
+async def append_while_open(conn: Db, *, turn_id: str, type: EventType, data: BaseModel) -> bool:
     """Append one event unless the turn has ended or its Stop is recorded (then nothing is
-    written): one statement, in autocommit on a `Conn` outside a transaction. Whether it was
+    written): one statement, in autocommit on a `Db` outside a transaction. Whether it was
     appended."""
     params = {**append_params(turn_id, [(type, data)]), "ended": _ENDED}
     return await conn.row(_APPEND_WHILE_OPEN, params, _Notified) is not None
@@ -143,7 +141,7 @@ class _Notified:
     notified: Any
 
 
-async def stop_is_recorded(conn: Conn, *, turn_id: str) -> bool:
+async def stop_is_recorded(conn: Db, *, turn_id: str) -> bool:
     """Whether the user's Stop is recorded on the turn, read on a streaming step's own
     connection (its appends') while it has nothing to append."""
     return bool(await conn.value(_STOP_RECORDED, {"turn_id": turn_id}))
@@ -246,7 +244,7 @@ _APPEND_WHILE_OPEN = f"""
     """
 
 
-async def ring(conn: Conn, *, channel: str, payload: str) -> None:
+async def ring(conn: Db, *, channel: str, payload: str) -> None:
     """Ring another doorbell of the record (store/queue.py's outbox), in the caller's
     transaction: heard at its commit."""
     await conn.run(_RING, {"channel": channel, "payload": payload})
@@ -265,7 +263,7 @@ class LogRead:
 
 
 async def read_log(
-    conn: Conn, *, turn_id: str, after: int, limit: int = 500, attach: bool = False
+    conn: Db, *, turn_id: str, after: int, limit: int = 500, attach: bool = False
 ) -> LogRead:
     """The events after `after` and whether the turn has ended, from one statement: one
     snapshot, so an event committed between two reads is never taken for the end. A turn
@@ -312,13 +310,13 @@ _READ_WITH_END = """
 _ATTACH_AND_READ = f"WITH attached AS ({ATTACH_VIEWER_SQL}) {_READ_WITH_END}"
 
 
-async def withdraw_turn_text(db: Db | Conn, *, turn_id: str) -> None:
+async def withdraw_turn_text(db: Db, *, turn_id: str) -> None:
     """The output screen withdrew the turn's answer: blank the text of every `delta` the
     turn streamed, and of the turn's tool-calling messages, so that neither a replay from
     any id nor the message list serves the withdrawn words again. Event ids stay as they are
     (a client resuming mid-turn keeps its place); the `retracted` event that follows says
     what to show instead."""
-    conn = db if isinstance(db, Conn) else await session_conn(db)
+    conn = db if isinstance(db, Db) else db
     await conn.run(_WITHDRAW_DELTAS, {"turn_id": turn_id})
     await conn.run(_WITHDRAW_MESSAGES, {"turn_id": turn_id})
 
@@ -336,8 +334,7 @@ _WITHDRAW_MESSAGES = (
 async def has_warning(db: Db, *, turn_id: str, code: str) -> bool:
     """Whether the turn's log already holds a `warning` with this code (a warning a turn
     gives once, however many steps meet its cause)."""
-    conn = await session_conn(db)
-    found = await conn.value(_WARNED, {"turn_id": turn_id, "code": code})
+    found = await db.value(_WARNED, {"turn_id": turn_id, "code": code})
     return found is not None
 
 

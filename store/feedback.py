@@ -9,7 +9,7 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 
 from parley.errors import InvalidRequest, NotFound
-from parley.store.db import Db, session_conn
+from parley.store.db import Db
 from parley.store.identity import Identity
 from parley.store.sessions import get_session
 from parley.store.usage import Span
@@ -47,8 +47,7 @@ async def rate_message(
 ) -> Rating:
     """Store (or replace) the owner's rating of an assistant message of their session."""
     await get_session(db, owner=owner, session_id=session_id)
-    conn = await session_conn(db)
-    message = await conn.row(_MESSAGE, {"id": message_id, "session_id": session_id}, _Rated)
+    message = await db.row(_MESSAGE, {"id": message_id, "session_id": session_id}, _Rated)
     if message is None:
         raise NotFound("message not found")
     if message.role != "assistant":
@@ -63,7 +62,7 @@ async def rate_message(
         "rating": rating,
         "comment": comment,
     }
-    row = await conn.row(_RATE, params, Rating)
+    row = await db.row(_RATE, params, Rating)
     assert row is not None
     return row
 
@@ -93,13 +92,12 @@ async def recent_ratings(
 ) -> list[RatedAnswer]:
     """A tenant's latest ratings of one kind, newest first, each with the answer and the
     trace spans of the run that produced it."""
-    conn = await session_conn(db)
     params = {"tenant_id": tenant_id, "rating": rating, "limit": limit}
-    rows = await conn.rows(_RECENT, params, _RatedRow)
+    rows = await db.rows(_RECENT, params, _RatedRow)
     turn_ids = sorted({r.turn_id for r in rows if r.turn_id})
     spans: dict[str, list[Span]] = {}
     if turn_ids:
-        for span in await conn.rows(_SPANS, {"turn_ids": turn_ids}, _TurnSpan):
+        for span in await db.rows(_SPANS, {"turn_ids": turn_ids}, _TurnSpan):
             spans.setdefault(span.turn_id, []).append(span.span())
     return [
         RatedAnswer(r.rating_row(), r.answer_text, spans.get(r.turn_id or "", [])) for r in rows

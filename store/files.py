@@ -16,7 +16,7 @@ from parley.attachments import AttachedFile
 from parley.errors import InvalidRequest, NotFound
 from parley.file_text import Extracted
 from parley.ids import new_id
-from parley.store.db import Db, session_conn
+from parley.store.db import Db
 from parley.store.identity import Identity
 from parley.store.sessions import get_session
 
@@ -58,8 +58,7 @@ async def store_file(
         "text": extracted.text,
         "meta": Jsonb(extracted.meta),
     }
-    conn = await session_conn(db)
-    row = await conn.row(_STORE, params, FileRow)
+    row = await db.row(_STORE, params, FileRow)
     assert row is not None
     return row
 
@@ -77,8 +76,7 @@ _STORE = f"""
 
 async def get_file(db: Db, *, owner: Identity, session_id: str, file_id: str) -> FileRow:
     await get_session(db, owner=owner, session_id=session_id)
-    conn = await session_conn(db)
-    row = await conn.row(_GET, {"id": file_id, **_owned(owner, session_id)}, FileRow)
+    row = await db.row(_GET, {"id": file_id, **_owned(owner, session_id)}, FileRow)
     if row is None:
         raise NotFound(FILE_NOT_FOUND, file_id=file_id)
     return row
@@ -101,8 +99,7 @@ async def check_owned(
     wanted = list(dict.fromkeys(file_ids))
     if not wanted:
         return []
-    conn = await session_conn(db)
-    found = set(await conn.value(_OWNED_IDS, {"ids": wanted, **_owned(owner, session_id)}) or ())
+    found = set(await db.value(_OWNED_IDS, {"ids": wanted, **_owned(owner, session_id)}) or ())
     for file_id in wanted:
         if file_id not in found:
             raise InvalidRequest(f"file_ids: {FILE_NOT_FOUND} in this session", field="file_ids")
@@ -114,8 +111,7 @@ _OWNED_IDS = f"SELECT array_agg(id) FROM files WHERE id = ANY(%(ids)s) AND {_OWN
 
 async def message_files(db: Db, *, message_id: str) -> list[AttachedFile]:
     """The files a stored message refers to, in the order it named them (for its prompt)."""
-    conn = await session_conn(db)
-    rows = await conn.rows(_MESSAGE_FILES, {"message_id": message_id}, _Attached)
+    rows = await db.rows(_MESSAGE_FILES, {"message_id": message_id}, _Attached)
     return [AttachedFile(r.id, r.name, r.content_type, r.text, dict(r.meta or {})) for r in rows]
 
 
@@ -144,8 +140,7 @@ _MESSAGE_FILES = """
 
 async def delete_session_files(db: Db, *, session_id: str) -> int:
     """Delete every file of a session (its bytes and text), with the session."""
-    conn = await session_conn(db)
-    return await conn.run(_DELETE_SESSION_FILES, {"session_id": session_id})
+    return await db.run(_DELETE_SESSION_FILES, {"session_id": session_id})
 
 
 _DELETE_SESSION_FILES = "DELETE FROM files WHERE session_id = %(session_id)s"

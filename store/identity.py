@@ -10,7 +10,7 @@ from typing import Any
 
 from parley.features import ASSISTANT
 from parley.ids import new_id
-from parley.store.db import Db, session_conn
+from parley.store.db import Db
 
 
 @dataclass(frozen=True)
@@ -33,11 +33,10 @@ async def create_token(
     db: Db, *, tenant_id: str, user_id: str, ttl: timedelta | None = None
 ) -> str:
     """Mint a token for the user; with `ttl` it is refused once that long has passed."""
-    conn = await session_conn(db)
     token = "pk_" + secrets.token_urlsafe(32)
     params: dict[str, Any] = {"id": new_id("tok"), "tenant_id": tenant_id, "user_id": user_id}
     params |= {"token_hash": hash_token(token), "ttl": ttl}
-    if await conn.value(_CREATE_TOKEN, params) is None:
+    if await db.value(_CREATE_TOKEN, params) is None:
         raise LookupError(f"unknown user {user_id!r} in tenant {tenant_id!r}")
     return token
 
@@ -55,14 +54,12 @@ _CREATE_TOKEN = """
 async def revoke_token(db: Db, *, token: str) -> bool:
     """Revoke one token; False if it is unknown or already revoked. Every request looks its
     token up again, so the next request with it is refused."""
-    conn = await session_conn(db)
-    return bool(await conn.run(_REVOKE_TOKEN, {"token_hash": hash_token(token)}))
+    return bool(await db.run(_REVOKE_TOKEN, {"token_hash": hash_token(token)}))
 
 
 async def revoke_user_tokens(db: Db, *, tenant_id: str, user_id: str) -> int:
     """Revoke every live token of one user (a lost device, a departed employee)."""
-    conn = await session_conn(db)
-    return await conn.run(_REVOKE_USER_TOKENS, {"tenant_id": tenant_id, "user_id": user_id})
+    return await db.run(_REVOKE_USER_TOKENS, {"tenant_id": tenant_id, "user_id": user_id})
 
 
 _REVOKE_TOKEN = """
@@ -79,9 +76,8 @@ async def identity_for_token(db: Db, *, token: str) -> Identity | None:
     """The caller behind a live token: not revoked and not expired (by the database's clock,
     so every API process agrees). On the session's own connection, in its transaction: every
     request runs it, and a statement through the session costs several times its round trip
-    in Python (store/db.py `Conn`)."""
-    conn = await session_conn(db)
-    return await conn.made(_IDENTITY, {"token_hash": hash_token(token)}, _identity)
+    in Python (store/db.py `Db`)."""
+    return await db.made(_IDENTITY, {"token_hash": hash_token(token)}, _identity)
 
 
 def _identity(
@@ -104,9 +100,8 @@ _IDENTITY = """
 async def set_feature(db: Db, *, tenant_id: str, user_id: str, feature: str, enabled: bool) -> bool:
     """Grant or revoke one feature of a user (the caller commits); False for an unknown user.
     Every request reads the features with its token, so the next request sees the change."""
-    conn = await session_conn(db)
     params = {"tenant_id": tenant_id, "user_id": user_id, "feature": feature}
-    return bool(await conn.run(_SET_FEATURE, params | {"enabled": enabled}))
+    return bool(await db.run(_SET_FEATURE, params | {"enabled": enabled}))
 
 
 # The feature taken out, and put back last when it is granted.
@@ -134,12 +129,11 @@ DEMO_USERS = [
 async def seed_demo(db: Db) -> None:
     """Insert the demo tenants and users (the caller commits); running it again changes
     nothing."""
-    conn = await session_conn(db)
     for tenant_id, name in DEMO_TENANTS.items():
-        await conn.run(_SEED_TENANT, {"id": tenant_id, "name": name})
+        await db.run(_SEED_TENANT, {"id": tenant_id, "name": name})
     for tenant_id, user_id, display_name, email, roles in DEMO_USERS:
         params = {"tenant_id": tenant_id, "id": user_id, "display_name": display_name}
-        await conn.run(_SEED_USER, params | {"email": email, "roles": roles})
+        await db.run(_SEED_USER, params | {"email": email, "roles": roles})
 
 
 _SEED_TENANT = "INSERT INTO tenants (id, name) VALUES (%(id)s, %(name)s) ON CONFLICT DO NOTHING"
@@ -163,9 +157,8 @@ async def demo_customers(db: Db) -> list[UserRow]:
     """The seeded demo users without roles (customers), in seeding order: the people the dev
     sign-in offers. Users another seed adds to `DEMO_USERS` appear once they are stored."""
     customers = [(t, u) for t, u, _, _, roles in DEMO_USERS if not roles]
-    conn = await session_conn(db)
     params = {"tenants": [t for t, _ in customers], "users": [u for _, u in customers]}
-    rows = await conn.rows(_CUSTOMERS, params, UserRow)
+    rows = await db.rows(_CUSTOMERS, params, UserRow)
     found = {(user.tenant_id, user.id): user for user in rows}
     return [found[key] for key in customers if key in found]
 
@@ -180,8 +173,7 @@ _CUSTOMERS = """
 
 
 async def get_user(db: Db, *, tenant_id: str, user_id: str) -> UserRow | None:
-    conn = await session_conn(db)
-    return await conn.row(_USER, {"tenant_id": tenant_id, "user_id": user_id}, UserRow)
+    return await db.row(_USER, {"tenant_id": tenant_id, "user_id": user_id}, UserRow)
 
 
 _USER = """

@@ -19,19 +19,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from parley.contracts import MessageStatus
 from parley.errors import IdempotencyKeyReused, NotFound, TurnInProgress
 from parley.ids import new_id
 from parley.imports import ImportItem
 from parley.statuses import ImportState
-from parley.store.db import Conn, session_conn
+from parley.store.db import Db
 from parley.store.identity import Identity
-from parley.store.messages import take_seqs
-from parley.store.models import Message
-from parley.store.models.core import count_tokens
-from parley.store.sessions import lock_session_row
+from parley.store.messages import take_seqs, token_count
+from parley.store.sessions import lock_session
 
 IMPORT_NOT_FOUND = "import not found"
 
@@ -58,7 +54,7 @@ class Imported:
 
 
 async def import_messages(
-    db: AsyncSession,
+    db: Db,
     *,
     owner: Identity,
     session_id: str,
@@ -69,10 +65,9 @@ async def import_messages(
     """Store the items as the session's next messages and the import's row (items checked
     already: parley/imports.py `check_items`). NotFound for another user's session; the same
     key with other items is IdempotencyKeyReused; a turn active or queued, TurnInProgress."""
-    session = await lock_session_row(db, owner=owner, session_id=session_id)
-    conn = await session_conn(db)
+    session = await lock_session(db, owner=owner, session_id=session_id)
     params = {"session_id": session_id, "key": client_import_id}
-    earlier = await conn.row(_BY_KEY, params, ImportRow)
+    earlier = await db.row(_BY_KEY, params, ImportRow)
     if earlier is not None:
         if earlier.digest != digest:
             raise IdempotencyKeyReused("this client_import_id was already used with other items")
@@ -82,9 +77,9 @@ async def import_messages(
         raise TurnInProgress(
             "a turn is running in this session; import once it has ended", active_turn_id=busy
         )
-    first = await take_seqs(conn, session_id=session_id, count=len(items))
-    await conn.run(_INSERT_MESSAGES, _message_params(session_id, first, items))
-    row = await conn.row(
+    first = await take_seqs(db, session_id=session_id, count=len(items))
+    await db.run(_INSERT_MESSAGES, _message_params(session_id, first, items))
+    row = await db.row(
         _INSERT_IMPORT,
         params
         | {
@@ -122,20 +117,16 @@ _INSERT_IMPORT = f"""
 
 def _message_params(session_id: str, first: int, items: Sequence[ImportItem]) -> dict[str, object]:
     """The items as one array per column (one INSERT over their `unnest`), each counted as
-    every stored message is (store/models/core.py `count_tokens`)."""
-    counted = []
-    for seq, item in enumerate(items, start=first):
-        message = Message(id=new_id("msg"), seq=seq, role=item.role, text=item.text)
-        count_tokens(message)
-        counted.append(message)
+    every stored message is (store/messages.py `token_count`)."""
+    counted = [token_count(item.role, item.text) for item in items]
     return {
         "session_id": session_id,
-        "ids": [m.id for m in counted],
-        "seqs": [m.seq for m in counted],
-        "roles": [m.role for m in counted],
-        "texts": [m.text for m in counted],
-        "tokens": [m.token_count for m in counted],
-        "counters": [m.token_counter for m in counted],
+        "ids": [new_id("msg") for _ in items],
+        "seqs": list(range(first, first + len(items))),
+        "roles": [item.role for item in items],
+        "texts": [item.text for item in items],
+        "tokens": [c["token_count"] for c in counted],
+        "counters": [c["token_counter"] for c in counted],
         "times": [item.created_at for item in items],
     }
 
@@ -152,19 +143,16 @@ _INSERT_MESSAGES = f"""
 """
 
 
-async def get_import(
-    db: AsyncSession, *, owner: Identity, session_id: str, import_id: str
-) -> ImportRow:
+async def get_import(db: Db, *, owner: Identity, session_id: str, import_id: str) -> ImportRow:
     """The owner's import in their session; NotFound for anyone else's (or a deleted
     session's)."""
-    conn = await session_conn(db)
     params = {
         "id": import_id,
         "session_id": session_id,
         "tenant_id": owner.tenant_id,
         "user_id": owner.user_id,
     }
-    row = await conn.row(_OWNED, params, ImportRow)
+    row = await db.row(_OWNED, params, ImportRow)
     if row is None:
         raise NotFound(IMPORT_NOT_FOUND)
     return row
@@ -179,7 +167,7 @@ _OWNED = """
 """
 
 
-async def import_of(conn: Conn, *, import_id: str) -> ImportRow | None:
+async def import_of(conn: Db, *, import_id: str) -> ImportRow | None:
     """The import as its workflow reads it (None: erased with its session meanwhile)."""
     return await conn.row(_BY_ID, {"id": import_id}, ImportRow)
 
@@ -187,7 +175,7 @@ async def import_of(conn: Conn, *, import_id: str) -> ImportRow | None:
 _BY_ID = f"SELECT {_COLUMNS} FROM imports WHERE id = %(id)s"
 
 
-async def record_progress(conn: Conn, *, import_id: str, indexed: int, done: bool) -> None:
+async def record_progress(conn: Db, *, import_id: str, indexed: int, done: bool) -> None:
     """How many of the import's messages have a vector; `done` ends it (a done import stays
     done: a retried step never moves it back)."""
     status = ImportState.done if done else ImportState.indexing
@@ -202,7 +190,7 @@ _PROGRESS = f"""
 """
 
 
-async def unembedded_count(conn: Conn, *, row: ImportRow, model: str) -> int:
+async def unembedded_count(conn: Db, *, row: ImportRow, model: str) -> int:
     """How many of the import's messages have no vector of `model` yet (the caller knows the
     vectors' table is there: store/embeddings.py `available`)."""
     params = {"session_id": row.session_id, "first": row.first_seq, "last": row.last_seq}
@@ -217,7 +205,7 @@ _UNEMBEDDED = """
 """
 
 
-async def indexing_in(conn: Conn, *, session_id: str) -> bool:
+async def indexing_in(conn: Db, *, session_id: str) -> bool:
     """Whether an import of the session is still being indexed (its recall is pending)."""
     params = {"session_id": session_id}
     return bool(await conn.value(_UNFINISHED, params))

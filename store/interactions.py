@@ -16,7 +16,7 @@ from typing import Any
 from parley.contracts import EventType, InteractionAnswer, TurnState
 from parley.ids import new_id
 from parley.specialists import match_option
-from parley.store.db import Db, session_conn
+from parley.store.db import Db
 from parley.store.turns.reads import TurnFacts
 from parley.wire import InteractionData
 
@@ -36,9 +36,8 @@ _ANSWER_COLUMNS = "id, turn_id, interaction_id, value"
 
 async def has_event(db: Db, *, turn_id: str, type_: EventType, key: str, value: str) -> bool:
     """Whether the turn's log holds an event of this type whose `key` field is `value`."""
-    conn = await session_conn(db)
     params = {"turn_id": turn_id, "type": type_.value, "key": key, "value": value}
-    return await conn.value(_HAS_EVENT, params) is not None
+    return await db.value(_HAS_EVENT, params) is not None
 
 
 _HAS_EVENT = """
@@ -50,8 +49,7 @@ _HAS_EVENT = """
 
 async def open_interaction(db: Db, *, turn_id: str) -> InteractionData | None:
     """The question the turn's specialist asked last, or None."""
-    conn = await session_conn(db)
-    data = await conn.value(_LAST_ASKED, {"turn_id": turn_id, "type": EventType.interaction.value})
+    data = await db.value(_LAST_ASKED, {"turn_id": turn_id, "type": EventType.interaction.value})
     return InteractionData.model_validate(data) if data is not None else None
 
 
@@ -80,14 +78,13 @@ async def answer_for_waiting_turn(
 
 async def record_answer(db: Db, *, turn_id: str, answer: InteractionAnswer) -> AnswerRow:
     """The answer as an outbox row, committed with the user's message before any signal."""
-    conn = await session_conn(db)
     params = {
         "id": new_id("ans"),
         "turn_id": turn_id,
         "interaction_id": answer.interaction_id,
         "value": answer.value,
     }
-    row = await conn.row(_RECORD_ANSWER, params, AnswerRow)
+    row = await db.row(_RECORD_ANSWER, params, AnswerRow)
     assert row is not None
     return row
 
@@ -100,8 +97,7 @@ _RECORD_ANSWER = f"""
 
 
 async def mark_answer_delivered(db: Db, *, answer_id: str) -> None:
-    conn = await session_conn(db)
-    await conn.run(_DELIVERED, {"id": answer_id, "now": datetime.now(UTC)})
+    await db.run(_DELIVERED, {"id": answer_id, "now": datetime.now(UTC)})
 
 
 _DELIVERED = """
@@ -113,9 +109,8 @@ _DELIVERED = """
 async def undelivered_answers(db: Db, *, older_than: timedelta, limit: int = 50) -> list[AnswerRow]:
     """Answers committed more than `older_than` ago and never marked delivered, oldest
     first."""
-    conn = await session_conn(db)
     params: dict[str, Any] = {"cutoff": datetime.now(UTC) - older_than, "limit": limit}
-    return await conn.rows(_UNDELIVERED, params, AnswerRow)
+    return await db.rows(_UNDELIVERED, params, AnswerRow)
 
 
 _UNDELIVERED = f"""

@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields
 
 from parley.ids import new_id
 from parley.knowledge import Chunk, Document, DocumentMode, Passage, or_query
-from parley.store.db import Conn, Db, session_conn
+from parley.store.db import Db
 
 
 @dataclass(frozen=True)
@@ -32,14 +32,13 @@ async def load_document(
 ) -> Loaded:
     """Store the document as its tenant's current version: unchanged content keeps the
     current version; changed content adds the next one and retires the old."""
-    conn = await session_conn(db)
-    current = await conn.row(_CURRENT, {"tenant_id": tenant_id, "doc": document.doc}, _Current)
+    current = await db.row(_CURRENT, {"tenant_id": tenant_id, "doc": document.doc}, _Current)
     if current is not None and current.content_hash == document.content_hash:
         return Loaded(document.doc, current.version, False, len(chunks))
     version = 1
     if current is not None:
         version = current.version + 1
-        await conn.run(_RETIRE, {"id": current.id})
+        await db.run(_RETIRE, {"id": current.id})
     params = {
         "id": new_id("kd"),
         "tenant_id": tenant_id,
@@ -52,7 +51,7 @@ async def load_document(
         "sections": [c.section for c in chunks],
         "texts": [c.text for c in chunks],
     }
-    await conn.run(_STORE_VERSION, params)
+    await db.run(_STORE_VERSION, params)
     return Loaded(document.doc, version, True, len(chunks))
 
 
@@ -84,7 +83,7 @@ _STORE_VERSION = """
 """
 
 
-async def has_vectors(db: Db | Conn) -> bool:
+async def has_vectors(db: Db) -> bool:
     """Whether this database has the `embedding` column (pgvector was there to migrate)."""
     return bool(await (await _conn(db)).value(_HAS_VECTORS, {}))
 
@@ -97,8 +96,7 @@ _HAS_VECTORS = (
 
 async def chunks_to_embed(db: Db, *, tenant_id: str, model: str) -> list[tuple[int, str]]:
     """(id, text) of the tenant's current chunks not yet embedded by `model`."""
-    conn = await session_conn(db)
-    rows = await conn.rows(_TO_EMBED, {"tenant_id": tenant_id, "model": model}, _ToEmbed)
+    rows = await db.rows(_TO_EMBED, {"tenant_id": tenant_id, "model": model}, _ToEmbed)
     return [(r.id, f"{r.section}\n{r.text}") for r in rows]
 
 
@@ -121,9 +119,8 @@ _TO_EMBED = """
 async def store_embeddings(
     db: Db, *, model: str, embeddings: Sequence[tuple[int, Sequence[float]]]
 ) -> None:
-    conn = await session_conn(db)
     for chunk_id, vector in embeddings:
-        await conn.run(_STORE_EMBEDDING, {"v": _vector(vector), "m": model, "id": chunk_id})
+        await db.run(_STORE_EMBEDDING, {"v": _vector(vector), "m": model, "id": chunk_id})
 
 
 _STORE_EMBEDDING = (
@@ -132,13 +129,13 @@ _STORE_EMBEDDING = (
 )
 
 
-async def _conn(db: Db | Conn) -> Conn:
-    """The searches run on a `Conn` (a turn's search takes one of its own from the pool);
+async def _conn(db: Db) -> Db:
+    """The searches run on a `Db` (a turn's search takes one of its own from the pool);
     a caller holding a session runs them on its connection."""
-    return db if isinstance(db, Conn) else await session_conn(db)
+    return db if isinstance(db, Db) else db
 
 
-# The searches are in psycopg's form (`%(name)s`), on a `Conn`.
+# The searches are in psycopg's form (`%(name)s`), on a `Db`.
 _COLUMNS = """
     d.doc, d.title, c.section, d.version, c.position, c.text, d.mode
     FROM knowledge_chunks c JOIN knowledge_documents d ON d.id = c.document_id
@@ -185,15 +182,13 @@ class _PartChunk(_Chunk):
     ord: int = 0
 
 
-async def always_passages(db: Db | Conn, *, tenant_id: str) -> list[Passage]:
+async def always_passages(db: Db, *, tenant_id: str) -> list[Passage]:
     """Every chunk of the tenant's current always-documents, in document order."""
     rows = await (await _conn(db)).rows(_ALWAYS, {"tenant": tenant_id}, _Chunk)
     return [r.passage() for r in rows]
 
 
-async def search_text(
-    db: Db | Conn, *, tenant_id: str, terms: Sequence[str], limit: int
-) -> list[Passage]:
+async def search_text(db: Db, *, tenant_id: str, terms: Sequence[str], limit: int) -> list[Passage]:
     """The tenant's retrieved-mode chunks matching any term, best first (ts_rank_cd: more
     terms, closer together, and a match in the section title count more)."""
     if not terms:
@@ -203,7 +198,7 @@ async def search_text(
 
 
 async def always_and_search_text(
-    db: Db | Conn, *, tenant_id: str, terms: Sequence[str], limit: int
+    db: Db, *, tenant_id: str, terms: Sequence[str], limit: int
 ) -> tuple[list[Passage], list[Passage]]:
     """`always_passages` and `search_text` in one statement: (always, found)."""
     if not terms:
@@ -216,7 +211,7 @@ async def always_and_search_text(
 
 
 async def search_vector(
-    db: Db | Conn, *, tenant_id: str, model: str, vector: Sequence[float], limit: int
+    db: Db, *, tenant_id: str, model: str, vector: Sequence[float], limit: int
 ) -> list[Passage]:
     """The tenant's retrieved-mode chunks nearest to `vector` (cosine), embedded by `model`."""
     params = {"tenant": tenant_id, "model": model, "v": _vector(vector), "limit": limit}

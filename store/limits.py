@@ -33,7 +33,8 @@ from parley.config import Limits
 from parley.contracts import TERMINAL_TURN_STATES, TurnState
 from parley.errors import AgentPaused, DailyCapReached, RateLimited, TooManyActiveTurns
 from parley.ids import new_id
-from parley.store.db import Conn, Db, session_conn
+from parley.store import locks
+from parley.store.db import Db
 from parley.store.identity import Identity
 from parley.store.viewers import DETACH_VIEWER_SQL
 from parley.tenancy import TenantConfig
@@ -47,7 +48,7 @@ RESTING = (TurnState.awaiting_confirmation, TurnState.awaiting_input)
 async def admit_turn(db: Db, *, owner: Identity, limits: Limits, locked: bool = False) -> None:
     """Refuse a post of a paused tenant, or one that would go over a limit, counting it
     against the windowed ones. The tenant's configuration, where it sets a limit, overrides
-    the deployment's. `locked`: the caller's transaction already holds `turns_lock(owner)`
+    the deployment's. `locked`: the caller's transaction already holds `locks.user_turns(owner)`
     (taken by an earlier statement of its own, saving this one a round trip)."""
     now, running, paused, stored = await _running_turns(
         db, owner=owner, limits=limits, locked=locked
@@ -123,12 +124,6 @@ async def admit_session(db: Db, *, owner: Identity, per_day: int) -> None:
     await take_all(db, [Take("day_sessions", subject, day, per_day, refusal)])
 
 
-def turns_lock(owner: Identity) -> str:
-    """The key of the user's lock that orders their posts' admissions (`pg_advisory_xact_lock`
-    of its `hashtext`)."""
-    return f"turns:{owner.tenant_id}/{owner.user_id}"
-
-
 async def _running_turns(
     db: Db, *, owner: Identity, limits: Limits, locked: bool
 ) -> tuple[datetime, int, bool, dict[str, Any] | None]:
@@ -139,14 +134,13 @@ async def _running_turns(
     # cannot both see room for one more turn. Its own statement: the count that follows
     # must be read after the lock is held.
     if not locked:
-        await _lock(db, turns_lock(owner))
+        await locks.hold(db, locks.user_turns(owner))
     params = {
         "tenant_id": owner.tenant_id,
         "user_id": owner.user_id,
         "stale": timedelta(seconds=limits.turn_stale_after_s),
     }
-    conn = await session_conn(db)
-    row = await conn.row(_RUNNING_AND_TENANT, params, _RunningAndTenant)
+    row = await db.row(_RUNNING_AND_TENANT, params, _RunningAndTenant)
     assert row is not None  # a select list without FROM: always one row
     return row.now, row.running, bool(row.paused), row.config
 
@@ -200,16 +194,15 @@ async def take_all(db: Db, takes: Sequence[Take]) -> None:
     for i, take in enumerate(takes):
         params |= {f"scope{i}": take.scope, f"subject{i}": take.subject}
         params |= {f"window{i}": take.window, f"limit{i}": take.limit}
-    conn = await session_conn(db)  # statements every post runs: see store/db.py `Conn`
     try:
         # In a savepoint: a counting error must not abort the caller's transaction.
-        await conn.run(_SAVEPOINT, {})
+        await db.run(_SAVEPOINT, {})
         try:
-            row = await conn.made(_take_statement(len(takes)), params, _taken)
+            row = await db.made(_take_statement(len(takes)), params, _taken)
         except Exception:
-            await conn.run(_ROLLBACK_TO_SAVEPOINT, {})
+            await db.run(_ROLLBACK_TO_SAVEPOINT, {})
             raise
-        await conn.run(_RELEASE_SAVEPOINT, {})
+        await db.run(_RELEASE_SAVEPOINT, {})
     except Exception:
         scopes = ", ".join(f"{t.scope} for {t.subject}" for t in takes)
         log.warning("could not count %s; letting it through", scopes, exc_info=True)
@@ -258,7 +251,7 @@ def _take_statement(n: int) -> str:
 
 
 async def take_stream_lease(
-    conn: Conn, *, owner: Identity, limit: int, lease_s: float, turn: tuple[str, str]
+    conn: Db, *, owner: Identity, limit: int, lease_s: float, turn: tuple[str, str]
 ) -> str | None:
     """A lease for one more open stream of the user's turn `turn` (session id, turn id), or
     None at the limit; LookupError when the turn is not theirs. In the caller's transaction
@@ -267,8 +260,8 @@ async def take_stream_lease(
     session_id, turn_id = turn
     who = {"tenant_id": owner.tenant_id, "user_id": owner.user_id}
     params = {"turn_id": turn_id, "session_id": session_id}
-    key = f"streams:{owner.tenant_id}/{owner.user_id}"
-    if await conn.value(_LOCK_FOR_TURN, params | who | {"key": key}) is None:
+    key = {"lock_key": locks.user_streams(owner)}
+    if await conn.value(_LOCK_FOR_TURN, params | who | key) is None:
         raise LookupError(turn_id)
     lease_id = new_id("lse")
     asked = {"id": lease_id, "limit": limit, "lease_s": lease_s}
@@ -279,8 +272,8 @@ async def take_stream_lease(
 # The lock is taken for the row found (a select list is computed only for rows that pass
 # the WHERE), so a turn of someone else's takes no lock. Its one column is the void the lock
 # function returns, so the row is selected with a constant beside it.
-_LOCK_FOR_TURN = """
-    SELECT 1, pg_advisory_xact_lock(hashtext(%(key)s))
+_LOCK_FOR_TURN = f"""
+    SELECT 1, {locks.TAKE}
     FROM turns AS t JOIN sessions AS s ON s.id = t.session_id
     WHERE t.id = %(turn_id)s AND t.session_id = %(session_id)s AND t.tenant_id = %(tenant_id)s
         AND t.user_id = %(user_id)s AND s.deleted_at IS NULL
@@ -304,7 +297,7 @@ _TAKE_LEASE = """
 """
 
 
-async def end_stream(conn: Conn, *, lease_id: str, turn_id: str | None) -> None:
+async def end_stream(conn: Db, *, lease_id: str, turn_id: str | None) -> None:
     """Drop a stream's lease and, when it counted as a viewer of `turn_id`, detach it
     (store/viewers.py), in one statement (on a connection in autocommit, `store.db.connect`,
     it commits by itself)."""
@@ -322,13 +315,11 @@ _END_STREAM = f"""
 
 
 async def renew_stream_leases(db: Db, *, lease_ids: list[str], lease_s: float) -> None:
-    conn = await session_conn(db)
-    await conn.run(_RENEW_LEASES, {"lease_ids": lease_ids, "lease_s": lease_s})
+    await db.run(_RENEW_LEASES, {"lease_ids": lease_ids, "lease_s": lease_s})
 
 
 async def drop_stream_leases(db: Db, *, lease_ids: list[str]) -> None:
-    conn = await session_conn(db)
-    await conn.run(_DROP_LEASES, {"lease_ids": lease_ids})
+    await db.run(_DROP_LEASES, {"lease_ids": lease_ids})
 
 
 _RENEW_LEASES = """
@@ -343,21 +334,12 @@ _DROP_LEASES = "DELETE FROM stream_leases WHERE id = ANY(%(lease_ids)s)"
 
 async def _now(db: Db) -> datetime:
     """The database's clock: every API process puts a post in the same window."""
-    conn = await session_conn(db)
-    now = await conn.value(_NOW, {})
+    now = await db.value(_NOW, {})
     assert now is not None
     return cast(datetime, now)
 
 
 _NOW = "SELECT now()"
-
-
-async def _lock(db: Db, key: str) -> None:
-    conn = await session_conn(db)
-    await conn.run(_LOCK, {"key": key})
-
-
-_LOCK = "SELECT pg_advisory_xact_lock(hashtext(%(key)s))"
 
 
 def seconds_until(now: datetime, end: datetime) -> int:

@@ -16,7 +16,7 @@ from typing import Any
 from parley.context import WindowMessage
 from parley.memory import PinnedFact, SummaryLine
 from parley.prompt import StoredSummary
-from parley.store.db import Db, session_conn
+from parley.store.db import Db
 from parley.tokens import MESSAGE_OVERHEAD, TokenCounter, count_message
 
 # Messages loaded before the summary's end, so the recent window can reach back that far.
@@ -37,8 +37,7 @@ REMEMBERED_SQL = (
 
 async def remembered_tokens(db: Db, *, session_id: str, before_seq: int) -> int:
     """The tokens of the session's distinct text before `before_seq` (`REMEMBERED_SQL`)."""
-    conn = await session_conn(db)
-    found = await conn.value(_REMEMBERED, {"session_id": session_id, "before": before_seq})
+    found = await db.value(_REMEMBERED, {"session_id": session_id, "before": before_seq})
     return int(found or 0)
 
 
@@ -56,8 +55,7 @@ FACTS_OF_SESSION = """(SELECT coalesce(json_agg(
 
 
 async def latest_summary(db: Db, *, session_id: str) -> StoredSummary | None:
-    conn = await session_conn(db)
-    found = await conn.value(_LATEST_SUMMARY, {"session_id": session_id})
+    found = await db.value(_LATEST_SUMMARY, {"session_id": session_id})
     return None if found is None else _summary(*found)
 
 
@@ -80,8 +78,7 @@ async def summary_and_facts(
 ) -> tuple[StoredSummary | None, list[PinnedFact]]:
     """The latest summary (as `latest_summary` reads it) and the pinned facts, by key, in one
     statement (every context build reads both)."""
-    conn = await session_conn(db)
-    row = await conn.row(_SUMMARY_AND_FACTS, {"session_id": session_id}, _SummaryAndFacts)
+    row = await db.row(_SUMMARY_AND_FACTS, {"session_id": session_id}, _SummaryAndFacts)
     assert row is not None  # a select list without FROM: always one row
     return parse_summary_and_facts(row.summary, row.facts)
 
@@ -105,10 +102,9 @@ _SUMMARY_AND_FACTS = f"SELECT {SUMMARY_OF_SESSION} AS summary, {FACTS_OF_SESSION
 
 async def pin_facts(db: Db, *, session_id: str, facts: Iterable[PinnedFact]) -> None:
     """Upsert facts; a stored fact from a later seq is never overwritten by an older one."""
-    conn = await session_conn(db)
     for fact in facts:
         params = {"session_id": session_id, "key": fact.key, "value": fact.value}
-        await conn.run(_PIN_FACT, params | {"seq": fact.seq, "source": fact.source})
+        await db.run(_PIN_FACT, params | {"seq": fact.seq, "source": fact.source})
 
 
 _PIN_FACT = """
@@ -132,13 +128,12 @@ async def session_messages(
 ) -> list[WindowMessage]:
     """Messages after `after_seq` (and before `before_seq`), with their token counts (the
     stored count when the same counter made it)."""
-    conn = await session_conn(db)
     params: dict[str, Any] = {"session_id": session_id, "after": after_seq}
     params |= {"before": before_seq, "hide": hide_answers_of}
     query = _messages(
         after="%(after)s", before=before_seq is not None, hiding=hide_answers_of is not None
     )
-    return _window_rows(await conn.rows(query, params, _WindowRow), counter)
+    return _window_rows(await db.rows(query, params, _WindowRow), counter)
 
 
 async def window_messages(
@@ -152,11 +147,10 @@ async def window_messages(
     """The session's messages from where the window may start: a little before the summary's
     end, within reach of the newest message (`_WINDOW_START`), in one statement (every
     context build sends it); a retried turn's earlier answers hidden."""
-    conn = await session_conn(db)
     params = {"session_id": session_id, "summary_through": summary_through or 0}
     params |= {"hide": hide_answers_of}
     query = _messages(after=_WINDOW_START, before=False, hiding=hide_answers_of is not None)
-    return _window_rows(await conn.rows(query, params, _WindowRow), counter)
+    return _window_rows(await db.rows(query, params, _WindowRow), counter)
 
 
 @dataclass(frozen=True)

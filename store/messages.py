@@ -30,7 +30,7 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from parley.contracts import MessageStatus
-from parley.store.db import Conn
+from parley.store.db import Db
 from parley.tokens import count_message, default_counter
 
 
@@ -103,7 +103,7 @@ def message_params(
     }
 
 
-async def take_seqs(conn: Conn, *, session_id: str, count: int) -> int:
+async def take_seqs(conn: Db, *, session_id: str, count: int) -> int:
     """The session's next `count` seqs, returning the first (the caller holds the session
     row's lock): `last_seq` moves on by what is taken, so seqs stay dense."""
     last = await conn.value(_TAKE_SEQS, {"session_id": session_id, "count": count})
@@ -135,7 +135,7 @@ MESSAGE_COLUMNS = "id, seq, role, turn_id, status, text, tool_calls, tool_call_i
 
 
 async def append_message(
-    conn: Conn,
+    conn: Db,
     *,
     session_id: str,
     turn_id: str,

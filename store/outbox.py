@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 from parley.contracts import TERMINAL_TURN_STATES, TurnState
 from parley.store import turns
-from parley.store.db import Conn, Db, session_conn
+from parley.store.db import Db
 from parley.store.queue import Startable
 from parley.wire import ErrorData
 
@@ -15,8 +15,7 @@ from parley.wire import ErrorData
 async def turn_number(db: Db, *, turn_id: str) -> int:
     """The turn's place in its session (1 for the first; a retry is a turn of its own), for
     the workflow's summary in the Temporal UI."""
-    conn = await session_conn(db)
-    return int(await conn.value(_TURN_NUMBER, {"turn_id": turn_id}) or 0)
+    return int(await db.value(_TURN_NUMBER, {"turn_id": turn_id}) or 0)
 
 
 _TURN_NUMBER = """
@@ -25,8 +24,8 @@ _TURN_NUMBER = """
 """
 
 
-async def mark_workflow_started(db: Db | Conn, *, turn_id: str) -> None:
-    conn = db if isinstance(db, Conn) else await session_conn(db)
+async def mark_workflow_started(db: Db, *, turn_id: str) -> None:
+    conn = db if isinstance(db, Db) else db
     await conn.run(_MARK_STARTED, {"turn_id": turn_id, "now": datetime.now(UTC)})
 
 
@@ -40,13 +39,12 @@ _MARK_STARTED = (
 async def unstarted_turns(db: Db, *, older_than: timedelta, limit: int = 50) -> list[Startable]:
     """Turns committed by the API whose workflow start was never confirmed. Only turns still
     in `received`: a turn that ended (a cancel raced the start) is never started."""
-    conn = await session_conn(db)
     params = {
         "cutoff": datetime.now(UTC) - older_than,
         "received": TurnState.received.value,
         "limit": limit,
     }
-    return await conn.rows(_UNSTARTED, params, Startable)
+    return await db.rows(_UNSTARTED, params, Startable)
 
 
 _UNSTARTED = """
@@ -59,9 +57,8 @@ _UNSTARTED = """
 async def quiet_open_turns(db: Db, *, quiet_for: timedelta, limit: int = 50) -> list[Startable]:
     """Started turns that have not ended and have written nothing for `quiet_for`: the sweep
     asks Temporal whether their workflow still runs."""
-    conn = await session_conn(db)
     params = {"cutoff": datetime.now(UTC) - quiet_for, "limit": limit}
-    return await conn.rows(_QUIET_OPEN, params, Startable)
+    return await db.rows(_QUIET_OPEN, params, Startable)
 
 
 # `NOT IN` a literal list, as the partial index `ix_turns_open` spells it, so the planner

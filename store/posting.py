@@ -36,10 +36,10 @@ from parley.errors import (
 from parley.features import ASSISTANT
 from parley.ids import new_id
 from parley.statuses import ActionStatus, Decision, DeclineReason
-from parley.store import actions, interactions, queue
+from parley.store import actions, interactions, locks, queue
 from parley.store import files as files_store
 from parley.store import limits as limits_store
-from parley.store.db import Db, session_conn
+from parley.store.db import Db
 from parley.store.events import BASE, EVENTS_INSERTED, RUNG, append_params, state_event
 from parley.store.identity import Identity
 from parley.store.messages import (
@@ -50,7 +50,7 @@ from parley.store.messages import (
     message_params,
     seq_taken,
 )
-from parley.store.sessions import SessionRow, get_turn, lock_session_row
+from parley.store.sessions import SessionRow, get_turn, lock_session
 from parley.store.turn_states import BORN
 from parley.store.turns import birth
 from parley.store.turns.reads import TurnFacts, turn_facts
@@ -141,7 +141,7 @@ async def post_user_message(
     interaction_value: str | None = None,
 ) -> PostedMessage:
     """Store a user message and what it starts or answers, in the caller's transaction."""
-    session = await lock_session_row(db, owner=owner, session_id=session_id)
+    session = await lock_session(db, owner=owner, session_id=session_id)
     earlier, turns_before = await _earlier_post(db, owner, session_id, client_message_id, text)
     if earlier is not None:
         return earlier
@@ -184,7 +184,7 @@ async def _classify(db: Db, post: Post) -> Kind:
         return NewTurn()
     # Read, not locked: the session lock already orders every change of the active turn,
     # and activities lock turn then session (taking both here would invert that order).
-    active = await turn_facts(await session_conn(db), turn_id=session.active_turn_id)
+    active = await turn_facts(db, turn_id=session.active_turn_id)
     assert active is not None
     answer = await interactions.answer_for_waiting_turn(
         db, active=active, text=post.text, value=post.interaction_value
@@ -274,22 +274,21 @@ async def _earlier_post(
 ) -> tuple[PostedMessage | None, int]:
     """The same message posted before (answered with its original turn), if it was, and how
     many turns the session has: one read, taken after the session's lock. The same statement
-    takes the user's admission lock (`limits.turns_lock`, always after the session's, as
+    takes the user's admission lock (`locks.user_turns`, always after the session's, as
     before), which `_admit` would otherwise take in a round trip of its own; a repeated post
     holds it briefly for nothing. A message still queued is found among the queued ones."""
     params = {
         "session_id": session_id,
         "client_message_id": client_message_id,
-        "lock_key": limits_store.turns_lock(owner),
+        "lock_key": locks.user_turns(owner),
     }
-    conn = await session_conn(db)
-    read = await conn.made(_EARLIER_AND_TURNS, params, _earlier)
+    read = await db.made(_EARLIER_AND_TURNS, params, _earlier)
     assert read is not None  # a select list without FROM: always one row
     found, waiting, turns_before = read
     if found is None and waiting is None:
         return None, int(turns_before)
     if found is not None:
-        earlier = await conn.row(MESSAGE, {"id": found}, MessageRow)
+        earlier = await db.row(MESSAGE, {"id": found}, MessageRow)
         assert earlier is not None and earlier.turn_id is not None
         view, turn_id = MessageView.from_row(earlier), earlier.turn_id
     else:
@@ -298,7 +297,7 @@ async def _earlier_post(
         view, turn_id = waiting_view, waiting
     if view.text != text:
         raise IdempotencyKeyReused("this client_message_id was already used with a different text")
-    turn = await conn.row(_EARLIER_TURN, {"id": turn_id}, _EarlierTurn)
+    turn = await db.row(_EARLIER_TURN, {"id": turn_id}, _EarlierTurn)
     assert turn is not None
     # A turn its API committed but never started is started now; a queued one waits.
     start = turn.workflow_started_at is None and turn.state == TurnState.received
@@ -330,8 +329,8 @@ def _earlier(
 
 # Plain SQL on the session's own connection (see store/identity.py `_IDENTITY`): every post
 # runs it. The lock is the first column, so it is held before the reads beside it.
-_EARLIER_AND_TURNS = """
-    SELECT pg_advisory_xact_lock(hashtext(%(lock_key)s)) AS locked,
+_EARLIER_AND_TURNS = f"""
+    SELECT {locks.TAKE} AS locked,
         (SELECT id FROM messages
             WHERE session_id = %(session_id)s AND client_message_id = %(client_message_id)s
         ) AS found,
@@ -358,8 +357,7 @@ async def _join_turn(
             file_ids=list(attached) or None,
         ),
     }
-    conn = await session_conn(db)
-    message = await conn.row(_JOIN_TURN, params, MessageRow)
+    message = await db.row(_JOIN_TURN, params, MessageRow)
     assert message is not None
     return MessageView.from_row(message)
 
@@ -401,10 +399,9 @@ async def open_turn(
         "message_id": message.id,
         "seq": message.seq,
     }
-    conn = await session_conn(db)
-    await conn.run(_OPEN_TURN, params)
+    await db.run(_OPEN_TURN, params)
     if retry_of is not None:
-        await conn.run(_RETRY_OF, {"turn_id": turn.id, "retry_of": retry_of})
+        await db.run(_RETRY_OF, {"turn_id": turn.id, "retry_of": retry_of})
     return turn
 
 
@@ -454,11 +451,10 @@ async def retry_turn(
     """Open a new turn for the same user message; its answer will replace the failed one.
     The old turn stays as it ended: a finished turn never moves again. The API starts the
     new turn after commit."""
-    session = await lock_session_row(db, owner=owner, session_id=session_id)
+    session = await lock_session(db, owner=owner, session_id=session_id)
     old = await get_turn(db, owner=owner, session_id=session_id, turn_id=turn_id)
     _may_use_assistant(owner)
-    conn = await session_conn(db)
-    facts = await conn.row(_RETRY_FACTS, {"turn_id": old.id}, _RetryFacts)
+    facts = await db.row(_RETRY_FACTS, {"turn_id": old.id}, _RetryFacts)
     assert facts is not None  # a select list without FROM: always one row
     retryable = old.state in (TurnState.failed, TurnState.cancelled) and (
         facts.answer_status in (None, MessageStatus.incomplete, MessageStatus.cancelled)
@@ -471,7 +467,7 @@ async def retry_turn(
             "a turn is still running in this session", active_turn_id=session.active_turn_id
         )
     await _admit(db, owner=owner, limits=limits)  # only a retry that can run is counted
-    asked = await conn.row(MESSAGE, {"id": old.user_message_id}, MessageRow)
+    asked = await db.row(MESSAGE, {"id": old.user_message_id}, MessageRow)
     if asked is None:  # the user forgot it (store/lifecycle/forget.py): nothing to answer again
         raise TurnNotRetryable("the message this turn answered was forgotten", state=old.state)
     turn = await open_turn(db, session_id=session_id, owner=owner, message=asked, retry_of=old.id)

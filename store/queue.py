@@ -29,7 +29,7 @@ from psycopg.types.json import Jsonb
 
 from parley.contracts import EventType, MessageStatus, TurnState
 from parley.ids import new_id
-from parley.store.db import Db, session_conn
+from parley.store.db import Db
 from parley.store.events import (
     BASE,
     DOORBELL,
@@ -43,7 +43,7 @@ from parley.store.events import (
 )
 from parley.store.identity import Identity
 from parley.store.messages import MESSAGE_AT_SEQ, SEQ_TAKEN, message_params, next_seq
-from parley.store.sessions import SessionRow, lock_session_row
+from parley.store.sessions import SessionRow, lock_session
 from parley.store.turn_states import BORN
 from parley.turn_states import IllegalTransition, can_move
 from parley.wire import MessageData, MessageView
@@ -125,8 +125,7 @@ async def queue_message(
         "text": text,
         "file_ids": Jsonb(list(file_ids)) if file_ids else None,
     }
-    conn = await session_conn(db)
-    row = await conn.made(_QUEUE, params, _queued_row)
+    row = await db.made(_QUEUE, params, _queued_row)
     assert row is not None
     return Queued(turn, queued_view(row))
 
@@ -155,9 +154,8 @@ async def promote(db: Db, *, session_id: str, turn_id: str) -> None:
     """The running turn ended (its ending released the session, whose row this transaction
     has locked): the queued message joins the conversation with the next seq, the turn moves
     to `received` and holds the session, and the outbox is rung."""
-    conn = await session_conn(db)
     params = {"session_id": session_id, "turn_id": turn_id}
-    waiting = await conn.made(_WAITING, params, _waiting)
+    waiting = await db.made(_WAITING, params, _waiting)
     if waiting is None:
         return  # dropped meanwhile
     row, last_seq = waiting
@@ -178,8 +176,8 @@ async def promote(db: Db, *, session_id: str, turn_id: str) -> None:
         **append_params(turn_id, events, TurnState.received),
         "seq": next_seq(last_seq),
     }
-    await conn.run(_PROMOTE, promoted)
-    await ring(conn, channel=OUTBOX_CHANNEL, payload=turn_id)
+    await db.run(_PROMOTE, promoted)
+    await ring(db, channel=OUTBOX_CHANNEL, payload=turn_id)
 
 
 def _waiting(*, last_seq: int, **columns: Any) -> tuple[QueuedRow, int]:
@@ -213,8 +211,7 @@ async def queued_message(db: Db, *, queued_turn_id: str | None) -> MessageView |
     a reloaded page shows it."""
     if queued_turn_id is None:
         return None
-    conn = await session_conn(db)
-    row = await conn.row(_QUEUED, {"turn_id": queued_turn_id}, QueuedRow)
+    row = await db.row(_QUEUED, {"turn_id": queued_turn_id}, QueuedRow)
     return None if row is None else queued_view(row)
 
 
@@ -223,9 +220,8 @@ _QUEUED = f"SELECT {_QUEUED_COLUMNS} FROM queued_messages WHERE turn_id = %(turn
 
 async def startable_turn(db: Db, *, turn_id: str) -> Startable | None:
     """The turn, if it is in `received` and its workflow start is not yet confirmed."""
-    conn = await session_conn(db)
     params = {"turn_id": turn_id, "received": TurnState.received.value}
-    return await conn.row(_STARTABLE, params, Startable)
+    return await db.row(_STARTABLE, params, Startable)
 
 
 _STARTABLE = """
@@ -241,17 +237,16 @@ async def drop_queued(
     the session's deletion, `turn_id` None: whichever waits): it ends `cancelled` and its
     message never joins the conversation. False when `turn_id` is not queued (any more: it
     was promoted meanwhile): the caller cancels it like any turn."""
-    session = await lock_session_row(db, owner=owner, session_id=session_id)
+    session = await lock_session(db, owner=owner, session_id=session_id)
     if turn_id is None:
         turn_id = session.queued_turn_id
     if turn_id is None or session.queued_turn_id != turn_id:
         return False
-    conn = await session_conn(db)
-    row = await conn.row(_DROP, {"session_id": session_id, "turn_id": turn_id}, QueuedRow)
+    row = await db.row(_DROP, {"session_id": session_id, "turn_id": turn_id}, QueuedRow)
     assert row is not None
     dropped = queued_view(row, status=MessageStatus.cancelled)
     await append_events(
-        conn,
+        db,
         turn_id=turn_id,
         events=[
             state_event(TurnState.cancelled),

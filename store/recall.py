@@ -9,7 +9,7 @@ from datetime import datetime
 
 from parley.periods import Period
 from parley.prompt import RecallHit
-from parley.store.db import Conn, Db, session_conn
+from parley.store.db import Db
 
 _TERM = re.compile(r"[^a-z0-9]")
 
@@ -93,7 +93,7 @@ class Recalled:
 
 
 async def recall(
-    db: Db | Conn,
+    db: Db,
     *,
     session_id: str,
     terms: list[str],
@@ -108,7 +108,7 @@ async def recall(
     clean = [t for t in (_TERM.sub("", term.lower()) for term in terms) if t]
     if not clean or before_seq <= 1:
         return Recalled([], [], [])
-    conn = db if isinstance(db, Conn) else await session_conn(db)
+    conn = db if isinstance(db, Db) else db
     params = {
         "terms": clean,
         "session_id": session_id,

@@ -12,14 +12,14 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from parley.result_sets import StoredSet
-from parley.store.db import Conn, Db, session_conn
+from parley.store.db import Db
 
 # How many of a session's newest sets the resolver weighs; older ones are out of reach.
 RECENT_SETS = 6
 
 
 async def record_result_set(
-    conn: Conn,
+    conn: Db,
     *,
     result_set_id: str,
     session_id: str,
@@ -77,8 +77,7 @@ _SESSION_SET = """
 
 async def recent_result_sets(db: Db, *, session_id: str) -> list[StoredSet]:
     """The session's newest sets, oldest first."""
-    conn = await session_conn(db)
-    rows = await conn.rows(_RECENT, {"session_id": session_id, "limit": RECENT_SETS}, _SetRow)
+    rows = await db.rows(_RECENT, {"session_id": session_id, "limit": RECENT_SETS}, _SetRow)
     return [_stored_columns(**vars(r)) for r in reversed(rows)]
 
 
@@ -104,9 +103,8 @@ async def offer_facts(
 ) -> tuple[bool, frozenset[str]]:
     """What the tool offer asks of the session, in one round trip: whether it has stored any
     set, and the tools called in the turn at `user_seq` and its `recent_turns` turns before."""
-    conn = await session_conn(db)
     params = {"session_id": session_id, "user_seq": user_seq, "turns": recent_turns + 1}
-    row = await conn.row(_OFFER_FACTS, params, _OfferFacts)
+    row = await db.row(_OFFER_FACTS, params, _OfferFacts)
     assert row is not None  # a select list without FROM: always one row
     return bool(row.has_sets), frozenset(row.recently_used or ())
 
@@ -128,9 +126,7 @@ _OFFER_FACTS = """
 """
 
 
-async def session_result_set(
-    conn: Conn, *, session_id: str, result_set_id: str
-) -> StoredSet | None:
+async def session_result_set(conn: Db, *, session_id: str, result_set_id: str) -> StoredSet | None:
     """One set of this session; another session's set is the same as a missing one."""
     params = {"id": result_set_id, "session_id": session_id}
     return await conn.made(_SESSION_SET, params, _stored_columns)

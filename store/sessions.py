@@ -1,10 +1,8 @@
 """Sessions and their messages, and the owner-scoped reads the API answers from.
 
 What leaves this module is a typed row (`SessionRow`, `SessionSummary`, `StoredMessage`,
-`MessageView`), never an ORM object, read on a `Conn` (store/db.py). `lock_session` is the
-one exception, for the store's writers that still move the session's counters on its ORM row
-(posting, queue); `lock_session_row` locks it as a typed row, for a writer that moves them in
-statements of its own.
+`MessageView`), read on a `Db` (store/db.py). `lock_session` locks the owner's session row for
+a writer that moves its counters (a post's new turn, a queued message, an import).
 """
 
 from __future__ import annotations
@@ -13,15 +11,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, select
-
 from parley.errors import NotFound
 from parley.ids import new_id
 from parley.store import limits
-from parley.store.db import Db, session_conn
+from parley.store.db import Db
 from parley.store.identity import Identity
 from parley.store.messages import MESSAGE_COLUMNS, MessageRow
-from parley.store.models import ChatSession
 from parley.wire import MessageView
 
 SESSION_NOT_FOUND = "session not found"
@@ -81,9 +76,8 @@ async def create_session(db: Db, *, owner: Identity, per_day: int | None = None)
     """A new session; with `per_day`, refused (429) once the user made that many today."""
     if per_day is not None:
         await limits.admit_session(db, owner=owner, per_day=per_day)
-    conn = await session_conn(db)
     params = {"id": new_id("ses"), "tenant_id": owner.tenant_id, "user_id": owner.user_id}
-    session = await conn.row(_CREATE_SESSION, params, SessionRow)
+    session = await db.row(_CREATE_SESSION, params, SessionRow)
     assert session is not None  # an INSERT … RETURNING without conditions
     return session
 
@@ -96,9 +90,8 @@ _CREATE_SESSION = f"""
 
 
 async def list_sessions(db: Db, *, owner: Identity, limit: int = 100) -> list[SessionSummary]:
-    conn = await session_conn(db)
     params = {"tenant_id": owner.tenant_id, "user_id": owner.user_id, "limit": limit}
-    return await conn.rows(_LIST_SESSIONS, params, SessionSummary)
+    return await db.rows(_LIST_SESSIONS, params, SessionSummary)
 
 
 _LIST_SESSIONS = f"""
@@ -119,40 +112,15 @@ async def get_session(db: Db, *, owner: Identity, session_id: str) -> SessionRow
     return await _owned(db, _SESSION, owner=owner, session_id=session_id)
 
 
-async def lock_session(db: Db, *, owner: Identity, session_id: str) -> ChatSession:
-    """The owner's session row, locked for this transaction, as an ORM object: for the
-    store's writers that still move its counters (`last_seq`, `active_turn_id`,
-    `queued_turn_id`) on it (store/posting.py, store/queue.py). Goes when they move them in
-    statements of their own (`lock_session_row`)."""
-    params = {"session_id": session_id, "tenant_id": owner.tenant_id, "user_id": owner.user_id}
-    session = await db.scalar(_SESSION_FOR_UPDATE_ORM, params)
-    if session is None:
-        raise NotFound(SESSION_NOT_FOUND)
-    return session
-
-
-_SESSION_FOR_UPDATE_ORM = (
-    select(ChatSession)
-    .where(
-        ChatSession.id == bindparam("session_id"),
-        ChatSession.tenant_id == bindparam("tenant_id"),
-        ChatSession.user_id == bindparam("user_id"),
-        ChatSession.deleted_at.is_(None),
-    )
-    .with_for_update()
-)
-
-
-async def lock_session_row(db: Db, *, owner: Identity, session_id: str) -> SessionRow:
+async def lock_session(db: Db, *, owner: Identity, session_id: str) -> SessionRow:
     """The owner's session, its row locked for this transaction: for a writer that moves its
     counters in statements of its own (a plain post's new turn, store/turns/birth.py)."""
     return await _owned(db, _LOCK_SESSION_ROW, owner=owner, session_id=session_id)
 
 
 async def _owned(db: Db, query: str, *, owner: Identity, session_id: str) -> SessionRow:
-    conn = await session_conn(db)
     params = {"session_id": session_id, "tenant_id": owner.tenant_id, "user_id": owner.user_id}
-    session = await conn.row(query, params, SessionRow)
+    session = await db.row(query, params, SessionRow)
     if session is None:
         raise NotFound(SESSION_NOT_FOUND)
     return session
@@ -172,9 +140,8 @@ async def list_messages(
     db: Db, *, owner: Identity, session_id: str, after_seq: int, limit: int
 ) -> list[MessageView]:
     await get_session(db, owner=owner, session_id=session_id)
-    conn = await session_conn(db)
     params = {"session_id": session_id, "after_seq": after_seq, "limit": limit}
-    rows = await conn.rows(_MESSAGES, params, MessageRow)
+    rows = await db.rows(_MESSAGES, params, MessageRow)
     return [MessageView.from_row(row) for row in rows]
 
 
@@ -190,9 +157,8 @@ async def delete_session(db: Db, *, owner: Identity, session_id: str) -> str | N
     """Hide the session from its owner for good; returns the turn still active in it, which
     the caller cancels once this is committed (its workflow then ends it as usual). One
     statement, which locks the row as it changes it."""
-    conn = await session_conn(db)
     params = {"session_id": session_id, "tenant_id": owner.tenant_id, "user_id": owner.user_id}
-    deleted = await conn.row(_DELETE_SESSION, params, _Deleted)
+    deleted = await db.row(_DELETE_SESSION, params, _Deleted)
     if deleted is None:
         raise NotFound(SESSION_NOT_FOUND)
     return deleted.active_turn_id
@@ -227,10 +193,9 @@ class TurnRow:
 
 async def get_turn(db: Db, *, owner: Identity, session_id: str, turn_id: str) -> TurnRow:
     """The owner's turn as it stands now."""
-    conn = await session_conn(db)
     params = {"turn_id": turn_id, "session_id": session_id}
     params |= {"tenant_id": owner.tenant_id, "user_id": owner.user_id}
-    turn = await conn.row(_TURN, params, TurnRow)
+    turn = await db.row(_TURN, params, TurnRow)
     if turn is None:
         raise NotFound(TURN_NOT_FOUND)
     return turn
@@ -246,8 +211,7 @@ _TURN = """
 
 
 async def get_message(db: Db, *, message_id: str) -> StoredMessage | None:
-    conn = await session_conn(db)
-    return await conn.row(_MESSAGE, {"id": message_id}, StoredMessage)
+    return await db.row(_MESSAGE, {"id": message_id}, StoredMessage)
 
 
 _MESSAGE = """
@@ -258,8 +222,7 @@ _MESSAGE = """
 
 
 async def get_chat_session(db: Db, *, session_id: str) -> SessionRow | None:
-    conn = await session_conn(db)
-    return await conn.row(_CHAT_SESSION, {"session_id": session_id}, SessionRow)
+    return await db.row(_CHAT_SESSION, {"session_id": session_id}, SessionRow)
 
 
 _CHAT_SESSION = f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = %(session_id)s"
@@ -274,8 +237,7 @@ class TenantedSession(SessionRow):
 
 async def with_tenant(db: Db, *, session_id: str) -> TenantedSession | None:
     """The session and its tenant's configuration, in one round trip."""
-    conn = await session_conn(db)
-    return await conn.made(_WITH_TENANT, {"session_id": session_id}, _tenanted)
+    return await db.made(_WITH_TENANT, {"session_id": session_id}, _tenanted)
 
 
 def _tenanted(*, tenant_config: dict[str, Any] | None, **session: Any) -> TenantedSession:

@@ -9,7 +9,7 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from parley.resolver import Slot
-from parley.store.db import Db, session_conn
+from parley.store.db import Db
 
 
 @dataclass(frozen=True)
@@ -21,8 +21,7 @@ class _SlotRow:
 
 
 async def get_slots(db: Db, *, session_id: str) -> dict[str, Slot]:
-    conn = await session_conn(db)
-    rows = await conn.rows(_SLOTS, {"session_id": session_id}, _SlotRow)
+    rows = await db.rows(_SLOTS, {"session_id": session_id}, _SlotRow)
     return {r.name: Slot(r.value, r.source, r.set_at_seq) for r in rows}
 
 
@@ -34,12 +33,11 @@ async def write_slots(
     clears: tuple[str, ...] = (),
 ) -> None:
     """Apply slot changes within the caller's transaction."""
-    conn = await session_conn(db)
     if clears:
-        await conn.run(_CLEAR, {"session_id": session_id, "names": list(clears)})
+        await db.run(_CLEAR, {"session_id": session_id, "names": list(clears)})
     for name, slot in writes.items():
         values = {"value": Jsonb(slot.value), "source": slot.source, "seq": slot.set_at_seq}
-        await conn.run(_WRITE, {"session_id": session_id, "name": name} | values)
+        await db.run(_WRITE, {"session_id": session_id, "name": name} | values)
 
 
 _SLOTS = "SELECT name, value, source, set_at_seq FROM slots WHERE session_id = %(session_id)s"

@@ -1,7 +1,7 @@
 """A turn's steps: its model calls (one row per step, its attempts counted and its outcome
 written back) and the reads the steps make of the turn they work on.
 
-A model call is read and written on a `Conn` as a typed row (`CallRow`) that nobody
+A model call is read and written on a `Db` as a typed row (`CallRow`) that nobody
 mutates: a write is a named function here, and hands back the row as written. The turn's
 reads (`store.turns.reads.TurnRow`, `TurnFacts`) are typed too.
 """
@@ -16,7 +16,7 @@ from psycopg.types.json import Jsonb
 from parley.contracts import TERMINAL_TURN_STATES, EventType
 from parley.ids import new_id, tool_call_row_id
 from parley.statuses import ToolCallStatus
-from parley.store.db import Conn, Db, session_conn
+from parley.store.db import Db
 from parley.store.turns.reads import TurnFacts, TurnRow
 from parley.store.turns.tool_calls import ToolCallRow
 from parley.tenancy import TenantConfig
@@ -52,19 +52,19 @@ class ForAttempt:
     paused: bool
 
 
-async def get_call(conn: Conn, *, model_call_id: str) -> CallRow | None:
+async def get_call(conn: Db, *, model_call_id: str) -> CallRow | None:
     """The model call as stored, or None."""
     return await conn.row(_CALL, {"id": model_call_id}, CallRow)
 
 
-async def step_call(conn: Conn, *, turn_id: str, step: int) -> CallRow | None:
+async def step_call(conn: Db, *, turn_id: str, step: int) -> CallRow | None:
     """The step's model call, if an earlier attempt stored it."""
     return await conn.row(_STEP_CALL, {"turn_id": turn_id, "step": step}, CallRow)
 
 
-async def get_tool_call(db: Db | Conn, *, call_id: str) -> ToolCallRow | None:
-    """The tool call as it stands now, on a `Conn` or in a session's transaction."""
-    conn = db if isinstance(db, Conn) else await session_conn(db)
+async def get_tool_call(db: Db, *, call_id: str) -> ToolCallRow | None:
+    """The tool call as it stands now, on a `Db` or in a session's transaction."""
+    conn = db if isinstance(db, Db) else db
     return await conn.row(_TOOL_CALL, {"id": call_id}, ToolCallRow)
 
 
@@ -81,7 +81,7 @@ class ForToolCall:
     tenant: TenantConfig
 
 
-async def lock_for_tool_call(conn: Conn, *, turn_id: str, call_id: str) -> ForToolCall:
+async def lock_for_tool_call(conn: Db, *, turn_id: str, call_id: str) -> ForToolCall:
     """`ForToolCall`, the turn's row locked (in the caller's transaction): one round trip.
     LookupError for a call that is not the turn's."""
     found = await conn.made(_FOR_TOOL_CALL, {"turn": turn_id, "call": call_id}, _for_tool_call)
@@ -114,7 +114,7 @@ _FOR_TOOL_CALL = """
 
 
 async def insert_call(
-    conn: Conn,
+    conn: Db,
     *,
     turn_id: str,
     step: int,
@@ -148,7 +148,7 @@ async def insert_call(
     return written
 
 
-async def lock_for_attempt(conn: Conn, *, turn_id: str, model_call_id: str) -> ForAttempt:
+async def lock_for_attempt(conn: Db, *, turn_id: str, model_call_id: str) -> ForAttempt:
     """The turn locked, its model call, and whether its tenant is paused: one round trip
     (in the caller's transaction). LookupError for an unknown turn."""
     found = await conn.made(_FOR_ATTEMPT, {"turn": turn_id, "call": model_call_id}, _for_attempt)
@@ -197,7 +197,7 @@ _INSERT_CALL_RESOLVED = f"""
 """
 
 
-async def count_attempt(conn: Conn, call: CallRow) -> CallRow:
+async def count_attempt(conn: Db, call: CallRow) -> CallRow:
     """One more attempt at the call; the call as it now stands."""
     await conn.run(_COUNT_ATTEMPT, {"id": call.id})
     return replace(call, attempts=call.attempts + 1)
@@ -206,7 +206,7 @@ async def count_attempt(conn: Conn, call: CallRow) -> CallRow:
 _COUNT_ATTEMPT = "UPDATE model_calls SET attempts = attempts + 1 WHERE id = %(id)s"
 
 
-async def record_outcome(conn: Conn, call: CallRow, **outcome: Any) -> CallRow:
+async def record_outcome(conn: Db, call: CallRow, **outcome: Any) -> CallRow:
     """Write the call's outcome (`answered`'s arguments; without reading the row again) and
     return the call as written."""
     written = answered(call, **outcome)
@@ -214,7 +214,7 @@ async def record_outcome(conn: Conn, call: CallRow, **outcome: Any) -> CallRow:
     return written
 
 
-async def write_outcome(conn: Conn, written: CallRow) -> None:
+async def write_outcome(conn: Db, written: CallRow) -> None:
     """Write the call's outcome as `written` holds it (`answered`)."""
     await conn.run(_RECORD_OUTCOME, outcome_params(written))
 
@@ -275,9 +275,7 @@ _RECORD_OUTCOME = f"""
 """
 
 
-async def lock_with_call(
-    conn: Conn, *, turn_id: str, model_call_id: str
-) -> tuple[TurnRow, CallRow]:
+async def lock_with_call(conn: Db, *, turn_id: str, model_call_id: str) -> tuple[TurnRow, CallRow]:
     """The turn's row, locked (`FOR UPDATE` of the turn only), and the model call, in the
     caller's transaction."""
     found = await lock_for_attempt(conn, turn_id=turn_id, model_call_id=model_call_id)
@@ -285,7 +283,7 @@ async def lock_with_call(
     return found.turn, found.call
 
 
-async def response_texts(conn: Conn, *, turn_id: str) -> list[str]:
+async def response_texts(conn: Db, *, turn_id: str) -> list[str]:
     """Every text the turn's model calls produced, in step order (empty ones left out)."""
     found = await conn.value(_RESPONSE_TEXTS, {"turn_id": turn_id})
     return list(found or [])
@@ -299,8 +297,7 @@ _RESPONSE_TEXTS = """
 
 async def first_step_tools(db: Db, *, turn_id: str) -> list[dict[str, Any]] | None:
     """The tools the turn's first model call was offered (None before it is stored)."""
-    conn = await session_conn(db)
-    found = await conn.value(_FIRST_STEP_TOOLS, {"turn_id": turn_id})
+    found = await db.value(_FIRST_STEP_TOOLS, {"turn_id": turn_id})
     return None if found is None else list(found)
 
 
@@ -309,7 +306,7 @@ _FIRST_STEP_TOOLS = (
 )
 
 
-async def last_stream_event(conn: Conn, *, turn_id: str, message_id: str) -> str | None:
+async def last_stream_event(conn: Db, *, turn_id: str, message_id: str) -> str | None:
     """The type of the message's latest `delta` or `reset` event, if any."""
     found = await conn.value(_LAST_STREAM_EVENT, {"turn_id": turn_id, "message_id": message_id})
     return str(found) if found is not None else None
@@ -323,7 +320,7 @@ _LAST_STREAM_EVENT = f"""
 """
 
 
-async def question(conn: Conn, *, turn_id: str) -> str | None:
+async def question(conn: Db, *, turn_id: str) -> str | None:
     """The text of the turn's user message."""
     found = await conn.value(_QUESTION, {"turn_id": turn_id})
     return str(found) if found is not None else None
@@ -348,7 +345,7 @@ class AnswerFacts:
     texts: list[str]
 
 
-async def answer_facts(conn: Conn, *, turn_id: str) -> AnswerFacts:
+async def answer_facts(conn: Db, *, turn_id: str) -> AnswerFacts:
     """`AnswerFacts`, as the turn stands now: one round trip, no lock (the suggestions'
     append checks again that the turn is open: `store.events.append_while_open`)."""
     found = await conn.made(_ANSWER_FACTS, {"turn_id": turn_id}, _answer_facts)
@@ -396,7 +393,6 @@ async def add_tool_call(
     """The row of the call at `position` of a model call's reply (as the model asked for it),
     added unless a retried step wrote it already; `pending` unless `status` says otherwise
     (with its result and attempts)."""
-    conn = await session_conn(db)
     params = {
         "id": tool_call_row_id(model_call_id=model_call_id, position=position),
         "turn_id": turn_id,
@@ -409,7 +405,7 @@ async def add_tool_call(
         "result": None if result is None else Jsonb(result),
         "attempts": attempts,
     }
-    await conn.run(_ADD_TOOL_CALL, params)
+    await db.run(_ADD_TOOL_CALL, params)
 
 
 _ADD_TOOL_CALL = """
@@ -452,12 +448,11 @@ async def agent_steps(
 ) -> list[tuple[CallRow, dict[str, dict[str, Any]]]]:
     """The specialist's model calls of the turn in `[first_step, before_step)`, in order,
     each with its tool calls' results by provider call id."""
-    conn = await session_conn(db)
     params = {"turn_id": turn_id, "first": first_step, "before": before_step}
-    calls = await conn.rows(_AGENT_CALLS, params, CallRow)
+    calls = await db.rows(_AGENT_CALLS, params, CallRow)
     results: dict[str, dict[str, dict[str, Any]]] = {c.id: {} for c in calls}
     if calls:
-        for row in await conn.rows(_AGENT_RESULTS, {"ids": list(results)}, _AgentResult):
+        for row in await db.rows(_AGENT_RESULTS, {"ids": list(results)}, _AgentResult):
             results[row.model_call_id][row.provider_call_id] = row.result or {}
     return [(c, results[c.id]) for c in calls]
 

@@ -14,23 +14,19 @@ from psycopg.types.json import Jsonb
 
 from parley.fold import FALLBACK
 from parley.memory import SummaryLine
-from parley.store.db import Conn, Db, session_conn
+from parley.store import locks
+from parley.store.db import Db
 
 
 async def lock_session_memory(db: Db, *, session_id: str) -> None:
     """Serialise summary writers of one session (not the session row: turns keep writing)."""
-    conn = await session_conn(db)
-    await conn.run(_LOCK, {"key": f"summary:{session_id}"})
-
-
-_LOCK = "SELECT pg_advisory_xact_lock(hashtext(%(key)s))"
+    await locks.hold(db, locks.session_summary(session_id))
 
 
 async def fallbacks_in_a_row(db: Db, *, session_id: str) -> int:
     """How many of the session's latest summary versions the code wrote (`fallback`), counted
     back to the newest one a model wrote."""
-    conn = await session_conn(db)
-    count = await conn.value(_FALLBACKS, {"session_id": session_id, "fallback": FALLBACK})
+    count = await db.value(_FALLBACKS, {"session_id": session_id, "fallback": FALLBACK})
     return int(count or 0)
 
 
@@ -57,7 +53,6 @@ async def save_summary(
     folded_seqs: list[int] | None = None,
 ) -> bool:
     """Store a new summary version unless one already reaches as far (a concurrent run won)."""
-    conn = await session_conn(db)
     params = {
         "session_id": session_id,
         "through_seq": through_seq,
@@ -72,7 +67,7 @@ async def save_summary(
         # NULL, not JSON's null: a version that records no seqs (see the model).
         "folded_seqs": None if folded_seqs is None else Jsonb(folded_seqs),
     }
-    return bool(await conn.run(_SAVE, params))
+    return bool(await db.run(_SAVE, params))
 
 
 _SAVE = """
@@ -88,11 +83,10 @@ _SAVE = """
 async def folded_by(db: Db, *, session_id: str, through_seq: int) -> list[int]:
     """The seqs the session's version ending at `through_seq` folded (a version older than the
     record of them: every stored message up to its end)."""
-    conn = await session_conn(db)
     params = {"session_id": session_id, "through_seq": through_seq}
-    recorded = await conn.value(_FOLDED, params)
+    recorded = await db.value(_FOLDED, params)
     if recorded is None:
-        recorded = await conn.value(_SEQS_THROUGH, params)
+        recorded = await db.value(_SEQS_THROUGH, params)
     return [int(seq) for seq in recorded]
 
 
@@ -117,7 +111,7 @@ class Backlog:
     messages: list[tuple[int, str, str, int | None, str | None, bool]]
 
 
-async def summary_backlog(conn: Conn, *, session_id: str) -> Backlog | None:
+async def summary_backlog(conn: Db, *, session_id: str) -> Backlog | None:
     """The session's messages past its summary, by their stored token counts, in one
     statement (None for a session that does not exist). A turn's check of whether the summary
     has work reads this instead of the messages themselves; a turn's ending reads it with its
@@ -135,7 +129,7 @@ def parse_backlog(found: list[Any] | None) -> Backlog | None:
 
 
 # The backlog of the session `%(session_id)s` as one value, [tenant configuration, the
-# summary's end, the messages], for a statement on a `Conn`. "Shows anything" as
+# summary's end, the messages], for a statement on a `Db`. "Shows anything" as
 # `parley.window.group_turns` decides it: some text, or tool calls.
 BACKLOG_OF_SESSION = """(
     SELECT json_build_array(t.config, coalesce(cs.through_seq, 0), coalesce((

@@ -8,7 +8,7 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from parley.errors import NotFound
-from parley.store.db import Db, session_conn
+from parley.store.db import Db
 from parley.tenancy import TenantConfig
 
 TENANT_NOT_FOUND = "tenant not found"
@@ -24,33 +24,28 @@ class TenantRow:
 
 
 async def get_tenant(db: Db, *, tenant_id: str) -> TenantRow:
-    conn = await session_conn(db)
-    return _found(await conn.made(_TENANT, {"tenant_id": tenant_id}, _tenant))
+    return _found(await db.made(_TENANT, {"tenant_id": tenant_id}, _tenant))
 
 
 async def tenant_config(db: Db, *, tenant_id: str) -> TenantConfig:
     """The tenant's configuration over the code defaults (empty when the tenant is unknown)."""
-    conn = await session_conn(db)
-    return TenantConfig.model_validate(await conn.value(_CONFIG, {"tenant_id": tenant_id}) or {})
+    return TenantConfig.model_validate(await db.value(_CONFIG, {"tenant_id": tenant_id}) or {})
 
 
 async def set_paused(db: Db, *, tenant_id: str, paused: bool) -> TenantRow:
-    conn = await session_conn(db)
     params = {"tenant_id": tenant_id, "paused": paused}
-    return _found(await conn.made(_SET_PAUSED, params, _tenant))
+    return _found(await db.made(_SET_PAUSED, params, _tenant))
 
 
 async def set_config(db: Db, *, tenant_id: str, config: TenantConfig) -> TenantRow:
-    conn = await session_conn(db)
     params = {"tenant_id": tenant_id, "config": Jsonb(config.model_dump(exclude_none=True))}
-    return _found(await conn.made(_SET_CONFIG, params, _tenant))
+    return _found(await db.made(_SET_CONFIG, params, _tenant))
 
 
 async def is_paused(db: Db, *, tenant_id: str) -> bool:
     """Whether the tenant's assistant is switched off: work that would start or go on
     (a turn, a model call, a send, a confirmation) fails closed. Read as it stands now."""
-    conn = await session_conn(db)
-    return bool(await conn.value(_PAUSED, {"tenant_id": tenant_id}))
+    return bool(await db.value(_PAUSED, {"tenant_id": tenant_id}))
 
 
 def _tenant(*, id: str, paused: bool, config: dict[str, Any] | None) -> TenantRow:

@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from parley.store.db import SessionMaker, connect
+from parley.store.db import Database, connect
 
 
 @dataclass(frozen=True)
@@ -17,13 +17,13 @@ class Owners:
     tenant_id: str
 
 
-async def insert_spans(sessions: SessionMaker, spans: list[dict[str, Any]]) -> None:
+async def insert_spans(sessions: Database, spans: list[dict[str, Any]]) -> None:
     """Write any number of spans (dicts with the columns below) in one statement."""
     async with connect(sessions) as conn:
         await conn.run(_INSERT_SPANS, {"spans": json.dumps(spans, default=str)})
 
 
-async def turn_owners(sessions: SessionMaker, turn_id: str) -> Owners | None:
+async def turn_owners(sessions: Database, turn_id: str) -> Owners | None:
     """The turn's session and tenant, or None for an unknown turn."""
     async with connect(sessions) as conn:
         return await conn.row(_OWNERS, {"turn_id": turn_id}, Owners)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from parley.store.db import Db, session_conn
+from parley.store.db import Db
 
 
 @dataclass(frozen=True)
@@ -73,8 +73,7 @@ _USAGE_SQL = """
 
 async def tenant_usage(db: Db, *, tenant_id: str, since: datetime) -> TenantUsage:
     """The tenant's tokens since `since`: its turns' and its summarizer's, apart."""
-    conn = await session_conn(db)
-    rows = await conn.rows(_USAGE_SQL, {"tenant_id": tenant_id, "since": since}, _Part)
+    rows = await db.rows(_USAGE_SQL, {"tenant_id": tenant_id, "since": since}, _Part)
     parts = {row.part: Tokens(row.requests, row.input_tokens, row.output_tokens) for row in rows}
     return TenantUsage(since, parts.get("turns", Tokens()), parts.get("summaries", Tokens()))
 
@@ -153,12 +152,11 @@ _SESSION_OF_TENANT_SQL = (
 async def session_turns(db: Db, *, tenant_id: str, session_id: str) -> list[TurnRun] | None:
     """A session's turns in order, each with its model tokens and its trace spans; None for
     a session that is not the tenant's (or none)."""
-    conn = await session_conn(db)
     where = {"tenant_id": tenant_id, "session_id": session_id}
-    if await conn.value(_SESSION_OF_TENANT_SQL, where) is None:
+    if await db.value(_SESSION_OF_TENANT_SQL, where) is None:
         return None
     spans: dict[str, list[Span]] = {}
-    for row in await conn.rows(_SESSION_SPANS_SQL, where, _TurnSpan):
+    for row in await db.rows(_SESSION_SPANS_SQL, where, _TurnSpan):
         spans.setdefault(row.turn_id, []).append(
             Span(row.name, row.attempt, row.started_at, row.ended_at, row.outcome, row.attrs)
         )
@@ -169,5 +167,5 @@ async def session_turns(db: Db, *, tenant_id: str, session_id: str) -> list[Turn
             tokens=Tokens(row.requests, row.input_tokens, row.output_tokens),
             trace=spans.get(row.turn_id, []),
         )
-        for row in await conn.rows(_SESSION_TURNS_SQL, where, _TurnTokens)
+        for row in await db.rows(_SESSION_TURNS_SQL, where, _TurnTokens)
     ]

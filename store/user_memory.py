@@ -16,15 +16,14 @@ from datetime import timedelta
 
 from parley.consented import MemoryItem, Remembered
 from parley.memory import PinnedFact
-from parley.store.db import Db, session_conn
+from parley.store.db import Db
 
 # The key a model request stores the hinted memory keys under (read back by the summarizer).
 HINTED_KEYS = "memory_hints"
 
 
 async def has_consent(db: Db, *, tenant_id: str, user_id: str) -> bool:
-    conn = await session_conn(db)
-    return bool(await conn.value(_CONSENT, {"tenant_id": tenant_id, "user_id": user_id}))
+    return bool(await db.value(_CONSENT, {"tenant_id": tenant_id, "user_id": user_id}))
 
 
 _CONSENT = """
@@ -34,9 +33,8 @@ _CONSENT = """
 
 async def set_consent(db: Db, *, tenant_id: str, user_id: str, consent: bool) -> None:
     """Record the user's choice; withdrawing it deletes every item and every derived copy."""
-    conn = await session_conn(db)
     params = {"tenant_id": tenant_id, "user_id": user_id, "consent": consent}
-    await conn.run(_SET_CONSENT, params)
+    await db.run(_SET_CONSENT, params)
     if not consent:
         await forget(db, tenant_id=tenant_id, user_id=user_id, keys=None)
 
@@ -51,8 +49,7 @@ _SET_CONSENT = """
 
 async def items(db: Db, *, tenant_id: str, user_id: str) -> list[MemoryItem]:
     """The user's live items (never an expired one), by key."""
-    conn = await session_conn(db)
-    return await conn.rows(_ITEMS, {"tenant_id": tenant_id, "user_id": user_id}, MemoryItem)
+    return await db.rows(_ITEMS, {"tenant_id": tenant_id, "user_id": user_id}, MemoryItem)
 
 
 _ITEMS = """
@@ -75,13 +72,12 @@ async def remember(
     wanted = list(remembered)
     if not wanted:
         return []
-    conn = await session_conn(db)
     owner = {"tenant_id": tenant_id, "user_id": user_id}
-    if not await conn.value(_CONSENT_LOCKED, owner):
+    if not await db.value(_CONSENT_LOCKED, owner):
         return []
     for item in wanted:
         values = {"key": item.key, "value": item.value, "source": item.source}
-        await conn.run(_REMEMBER, owner | values | {"ttl": timedelta(days=ttl_days)})
+        await db.run(_REMEMBER, owner | values | {"ttl": timedelta(days=ttl_days)})
     return [item.key for item in wanted]
 
 
@@ -100,9 +96,8 @@ async def pin_copy(db: Db, *, session_id: str, key: str, value: str, seq: int) -
     """The session's own copy of an item written from a statement made in it (a pinned fact
     with the item's key as provenance)."""
     fact = PinnedFact(key, value, seq)
-    conn = await session_conn(db)
     params = {"session_id": session_id, "key": key, "value": fact.value, "seq": fact.seq}
-    await conn.run(_PIN_COPY, params | {"source": fact.source})
+    await db.run(_PIN_COPY, params | {"source": fact.source})
 
 
 _PIN_COPY = """
@@ -119,9 +114,8 @@ async def forget(db: Db, *, tenant_id: str, user_id: str, keys: list[str] | None
     them: pinned facts written with them and summaries that folded turns shown their hints
     (the summary workflow rebuilds those from the messages). Returns the items deleted,
     expired ones included. One statement."""
-    conn = await session_conn(db)
     params = {"tenant_id": tenant_id, "user_id": user_id, "keys": keys}
-    return int(await conn.value(_FORGET, params) or 0)
+    return int(await db.value(_FORGET, params) or 0)
 
 
 # `keys` NULL: every key. The three deletes see the tables as the statement found them (they
@@ -156,10 +150,9 @@ async def hinted_keys(db: Db, *, session_id: str, through_seq: int) -> list[str]
     """Memory keys whose hints were in the prompts of the session's turns up to `through_seq`:
     the provenance a summary folding those turns carries (its lines carry forward, so every
     turn it covers counts)."""
-    conn = await session_conn(db)
     params = {"session_id": session_id, "through_seq": through_seq, "hinted": HINTED_KEYS}
     found: set[str] = set()
-    for hints in await conn.rows(_HINTED, params, _Hints):
+    for hints in await db.rows(_HINTED, params, _Hints):
         found.update(str(k) for k in hints.keys or [])
     return sorted(found)
 
@@ -174,8 +167,7 @@ _HINTED = """
 
 async def pinned_keys(db: Db, *, session_id: str) -> set[str]:
     """The memory keys of the session's pinned copies of durable items."""
-    conn = await session_conn(db)
-    found = await conn.value(_PINNED_KEYS, {"session_id": session_id})
+    found = await db.value(_PINNED_KEYS, {"session_id": session_id})
     return set(found or ())
 
 

@@ -6,11 +6,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from parley.contracts import TERMINAL_TURN_STATES, TurnState
-from parley.store.db import Db, session_conn
+from parley.store.db import Db
 
 # Plain SQL in psycopg's form, so that a stream's first read of the log can carry it
 # (store/events.py) and its end can join it to the drop of its lease (store/limits.py
-# `end_stream`); both run on a `Conn`.
+# `end_stream`); both run on a `Db`.
 ATTACH_VIEWER_SQL = (
     "UPDATE turns SET viewers = viewers + 1, detached_at = NULL WHERE id = %(turn_id)s"
 )
@@ -34,8 +34,7 @@ class _Watched:
 async def abandoned(db: Db, *, turn_id: str, grace: timedelta) -> bool:
     """Nobody has watched this running turn for `grace`. A turn resting for a confirmation
     (or a specialist's question) is not running, so it is never abandoned."""
-    conn = await session_conn(db)
-    turn = await conn.row(_WATCHED, {"turn_id": turn_id}, _Watched)
+    turn = await db.row(_WATCHED, {"turn_id": turn_id}, _Watched)
     if turn is None or turn.viewers > 0 or turn.detached_at is None:
         return False
     if turn.state in TERMINAL_TURN_STATES or turn.state in (

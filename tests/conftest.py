@@ -12,7 +12,6 @@ from collections.abc import AsyncIterator, Iterator
 import httpx
 import pytest
 import pytest_asyncio
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
@@ -24,7 +23,7 @@ from parley.gateway.demo import DemoModel
 from parley.gateway.minilm import EmbeddingsUnavailable, MiniLMEmbedder
 from parley.launch.dev import EAGER_ACTIVITIES, EAGER_WORKFLOW_START, temporal_cli
 from parley.launch.knowledge import load_library, read_library
-from parley.store.db import create_socket_checked_engine, session_factory
+from parley.store.db import Database, create_socket_checked_engine
 from parley.store.embedded import EmbeddedPostgres
 from parley.store.identity import create_token, seed_demo
 from parley.store.migrate import upgrade
@@ -130,9 +129,9 @@ def settings(
 
 
 @pytest_asyncio.fixture(scope="session")
-async def sessions(database_url: str) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
+async def sessions(database_url: str) -> AsyncIterator[Database]:
     engine = create_socket_checked_engine(database_url)
-    factory = session_factory(engine)
+    factory = Database(engine)
     async with factory() as db:
         await seed_demo(db)
         await load_library(db, read_library())
@@ -151,7 +150,7 @@ def breaker_clock() -> SteppedClock:
 async def worker(
     temporal_client: Client,
     settings: Settings,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
     breaker_clock: SteppedClock,
 ) -> AsyncIterator[DemoModel]:
     """The session's worker; yields its demo model so tests can read its token counter."""
@@ -169,7 +168,7 @@ async def api_url(settings: Settings, worker: DemoModel) -> AsyncIterator[str]:
 
 
 @pytest_asyncio.fixture(scope="session")
-async def tokens(sessions: async_sessionmaker[AsyncSession]) -> dict[str, str]:
+async def tokens(sessions: Database) -> dict[str, str]:
     async with sessions() as db:
         minted = {
             "priya": await create_token(db, tenant_id="northwind", user_id="cust_2291"),

@@ -52,7 +52,7 @@ from parley.errors import (
 )
 from parley.store import actions, posting, queue
 from parley.store import sessions as store_sessions
-from parley.store.db import Db, SessionMaker
+from parley.store.db import Database, Db
 from parley.store.identity import Identity
 from parley.store.posting import PostedTurn
 from parley.wire import TurnStreamEvent
@@ -132,7 +132,7 @@ async def post_message(
 
 async def _start(
     temporal: TemporalConnector,
-    sessions: SessionMaker,  # marking it started is one statement
+    sessions: Database,  # marking it started is one statement
     settings: Settings,
     turn: PostedTurn,
     background: BackgroundTasks,
@@ -167,7 +167,7 @@ async def _start(
     background.add_task(_record_started, sessions, turn.id)
 
 
-async def _record_started(sessions: SessionMaker, turn_id: str) -> None:
+async def _record_started(sessions: Database, turn_id: str) -> None:
     try:
         await record_started(sessions, turn_id)
     except Exception:  # the sweep starts it again, which attaches to the running workflow

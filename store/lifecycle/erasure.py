@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 from parley.erasure import ErasureScope, ErasureStatus, subject_hash
 from parley.ids import new_id
-from parley.store.db import Db, session_conn
+from parley.store.db import Db
 from parley.store.identity import revoke_user_tokens
 from parley.store.lifecycle.erasure_catalogue import (
     Subject,
@@ -55,7 +55,6 @@ async def request_erasure(
 ) -> ErasureRow:
     """Record an erasure of the user (or of one of their sessions, after `grace_s`). Erasing
     a user revokes their tokens at once."""
-    conn = await session_conn(db)
     parts = (tenant_id, user_id) if session_id is None else (tenant_id, user_id, session_id)
     params = {
         "id": new_id("era"),
@@ -67,7 +66,7 @@ async def request_erasure(
         "status": ErasureStatus.requested.value,
         "grace_s": grace_s,
     }
-    row = await conn.row(_REQUEST, params, ErasureRow)
+    row = await db.row(_REQUEST, params, ErasureRow)
     assert row is not None
     if session_id is None:
         await revoke_user_tokens(db, tenant_id=tenant_id, user_id=user_id)
@@ -84,8 +83,7 @@ _REQUEST = f"""
 
 
 async def get_erasure(db: Db, *, erasure_id: str) -> ErasureRow | None:
-    conn = await session_conn(db)
-    return await conn.row(_GET, {"id": erasure_id}, ErasureRow)
+    return await db.row(_GET, {"id": erasure_id}, ErasureRow)
 
 
 _GET = f"SELECT {ErasureRow.COLUMNS} FROM erasures WHERE id = %(id)s"
@@ -93,8 +91,7 @@ _GET = f"SELECT {ErasureRow.COLUMNS} FROM erasures WHERE id = %(id)s"
 
 async def find_receipts(db: Db, *, hashes: list[str]) -> list[ErasureRow]:
     """The erasures whose subject hashes to one of these, oldest first."""
-    conn = await session_conn(db)
-    return await conn.rows(_RECEIPTS, {"hashes": hashes}, ErasureRow)
+    return await db.rows(_RECEIPTS, {"hashes": hashes}, ErasureRow)
 
 
 _RECEIPTS = f"""
@@ -113,8 +110,7 @@ class _SubjectRow:
 
 async def subject_of(db: Db, *, erasure_id: str) -> Subject | None:
     """Whose rows the erasure deletes; None once it is done (the ids are cleared)."""
-    conn = await session_conn(db)
-    row = await conn.row(_SUBJECT, {"id": erasure_id}, _SubjectRow)
+    row = await db.row(_SUBJECT, {"id": erasure_id}, _SubjectRow)
     if row is None or row.user_id is None:
         return None
     return Subject(ErasureScope(row.scope), row.tenant_id, row.user_id, row.session_id)
@@ -125,8 +121,7 @@ _SUBJECT = "SELECT scope, tenant_id, user_id, session_id FROM erasures WHERE id 
 
 async def mark_started(db: Db, *, erasure_id: str) -> None:
     """The workflow runs: the start is confirmed and the work begins (once)."""
-    conn = await session_conn(db)
-    await conn.run(_STARTED, {"id": erasure_id})
+    await db.run(_STARTED, {"id": erasure_id})
 
 
 _STARTED = """
@@ -138,8 +133,7 @@ _STARTED = """
 
 
 async def mark_workflow_started(db: Db, *, erasure_id: str) -> None:
-    conn = await session_conn(db)
-    await conn.run(_WORKFLOW_STARTED, {"id": erasure_id})
+    await db.run(_WORKFLOW_STARTED, {"id": erasure_id})
 
 
 _WORKFLOW_STARTED = """
@@ -150,9 +144,8 @@ _WORKFLOW_STARTED = """
 
 async def unstarted(db: Db, *, older_than: timedelta, limit: int = 50) -> list[ErasureRow]:
     """Erasures whose workflow start was never confirmed (the API died after its commit)."""
-    conn = await session_conn(db)
     cutoff = datetime.now(UTC) - older_than
-    return await conn.rows(_UNSTARTED, {"cutoff": cutoff, "limit": limit}, ErasureRow)
+    return await db.rows(_UNSTARTED, {"cutoff": cutoff, "limit": limit}, ErasureRow)
 
 
 _UNSTARTED = f"""
@@ -180,8 +173,7 @@ async def erase_batch(db: Db, *, erasure_id: str, table: str, limit: int) -> int
 async def set_count(db: Db, *, erasure_id: str, key: str, n: int) -> None:
     """Set one count on the receipt (for what is counted whole, not batch by batch: the
     drafts an erasure set aside, store/lifecycle/eval_drafts.py)."""
-    conn = await session_conn(db)
-    await conn.run(_SET, {"id": erasure_id, "key": key, "n": n})
+    await db.run(_SET, {"id": erasure_id, "key": key, "n": n})
 
 
 _SET = """
@@ -191,9 +183,8 @@ _SET = """
 
 
 async def _count(db: Db, *, erasure_id: str, counts: dict[str, int]) -> None:
-    conn = await session_conn(db)
     for table, n in counts.items():
-        await conn.run(_ADD, {"id": erasure_id, "table": table, "n": n})
+        await db.run(_ADD, {"id": erasure_id, "table": table, "n": n})
 
 
 # Adds to one table's count in the receipt's JSON, in place (concurrent batches never race:
@@ -208,10 +199,9 @@ _ADD = """
 async def finish(db: Db, *, erasure_id: str) -> ErasureRow | None:
     """Close the erasure: the receipt stays, the ids in clear go. The update takes the row's
     lock, so of two that race the second finds it done and answers the receipt."""
-    conn = await session_conn(db)
     params = {"id": erasure_id, "done": ErasureStatus.done.value}
-    closed = await conn.row(_FINISH, params, ErasureRow)
-    return closed if closed is not None else await conn.row(_GET, params, ErasureRow)
+    closed = await db.row(_FINISH, params, ErasureRow)
+    return closed if closed is not None else await db.row(_GET, params, ErasureRow)
 
 
 _FINISH = f"""

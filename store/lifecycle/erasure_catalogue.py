@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from parley.contracts import TERMINAL_TURN_STATES
 from parley.erasure import ErasureScope
-from parley.store.db import Db, session_conn
+from parley.store.db import Db
 
 # Tables that hold no user's rows: the tenant's own, knowledge documents (written by
 # operators), the schema's version, and the receipts themselves.
@@ -111,8 +111,7 @@ class Subject:
 
 async def tables_for(db: Db, *, scope: ErasureScope) -> list[str]:
     """The catalogue's tables at this scope that exist in this database, in order."""
-    conn = await session_conn(db)
-    present = {row.tablename for row in await conn.rows(_TABLES, {}, _Table)}
+    present = {row.tablename for row in await db.rows(_TABLES, {}, _Table)}
     return [e.table for e in CATALOGUE if e.where(scope) is not None and e.table in present]
 
 
@@ -131,28 +130,26 @@ async def delete_batch(db: Db, *, subject: Subject, table: str, limit: int) -> i
     where = _ENTRIES[table].where(subject.scope)
     if where is None:
         return 0
-    conn = await session_conn(db)
     # The table name comes from the catalogue above, never from a caller's text.
     statement = (
         f"DELETE FROM {table} WHERE ctid = ANY(ARRAY("
         f"SELECT ctid FROM {table} WHERE {where} LIMIT %(limit)s))"
     )
-    return await conn.run(statement, {**subject.params, "limit": limit})
+    return await db.run(statement, {**subject.params, "limit": limit})
 
 
 async def erase_sourced_memory_copies(db: Db, *, subject: Subject) -> dict[str, int]:
     """Before a session's memory items go: the copies made from them in the user's other
     sessions (pinned facts written with an item, summary versions that folded its hints),
     which the summary workflow rebuilds from the messages. Counted by table."""
-    conn = await session_conn(db)
     where = _ENTRIES["user_memory"].where(subject.scope)
     keys = f"SELECT key FROM user_memory WHERE {where}"
     owned = _SESSIONS[ErasureScope.user]
-    facts = await conn.run(
+    facts = await db.run(
         f"DELETE FROM pinned_facts WHERE session_id IN ({owned}) AND memory_key IN ({keys})",
         subject.params,
     )
-    summaries = await conn.run(
+    summaries = await db.run(
         f"DELETE FROM conversation_summaries WHERE session_id IN ({owned})"
         f" AND memory_keys ?| ARRAY({keys})",
         subject.params,
@@ -162,13 +159,12 @@ async def erase_sourced_memory_copies(db: Db, *, subject: Subject) -> dict[str, 
 
 async def remaining(db: Db, *, subject: Subject, tables: list[str]) -> dict[str, int]:
     """The subject's rows still in each table (only those with any)."""
-    conn = await session_conn(db)
     left: dict[str, int] = {}
     for table in tables:
         where = _ENTRIES[table].where(subject.scope)
         if where is None:
             continue
-        count = await conn.value(f"SELECT count(*) FROM {table} WHERE {where}", subject.params)
+        count = await db.value(f"SELECT count(*) FROM {table} WHERE {where}", subject.params)
         if count:
             left[table] = int(count)
     return left
@@ -185,25 +181,21 @@ async def workflow_owners(
 ) -> list[tuple[str, str]]:
     """(turn id, session id) of the subject's turns after `after`, in id order: the ids
     their workflows were started under (a page at a time)."""
-    conn = await session_conn(db)
     statement = (
         f"SELECT id, session_id FROM turns WHERE ({_ENTRIES['turns'].where(subject.scope)})"
         " AND id > %(after)s ORDER BY id LIMIT %(limit)s"
     )
-    rows = await conn.rows(statement, {**subject.params, "after": after, "limit": limit}, _Owner)
+    rows = await db.rows(statement, {**subject.params, "after": after, "limit": limit}, _Owner)
     return [(row.id, row.session_id) for row in rows]
 
 
 async def unfinished_turns(db: Db, *, subject: Subject) -> list[str]:
     """The subject's turns that have not ended."""
-    conn = await session_conn(db)
     statement = (
         f"SELECT id FROM turns WHERE ({_ENTRIES['turns'].where(subject.scope)})"
         " AND state <> ALL(%(ended)s::text[])"
     )
-    rows = await conn.rows(
-        statement, {**subject.params, "ended": sorted(TERMINAL_TURN_STATES)}, _Id
-    )
+    rows = await db.rows(statement, {**subject.params, "ended": sorted(TERMINAL_TURN_STATES)}, _Id)
     return [row.id for row in rows]
 
 

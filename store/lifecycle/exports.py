@@ -19,7 +19,7 @@ from parley.archive import ArchivedFile, ArchivedSession
 from parley.errors import ExportExpired, ExportNotReady, NotFound
 from parley.ids import new_id
 from parley.statuses import ExportState
-from parley.store.db import Conn, Db, session_conn
+from parley.store.db import Db
 
 EXPORT_NOT_FOUND = "export not found"
 # An export asked for again this soon after a finished one answers that one.
@@ -54,14 +54,13 @@ async def request_export(
     """A new export of the user's data, valid for `ttl` from now; or the one of theirs still
     being written, or written within `REASK_WINDOW` (so asking twice, or a double click,
     writes one archive). Returns it and whether it is new."""
-    conn = await session_conn(db)
     owner = {"tenant_id": tenant_id, "user_id": user_id}
-    running = await conn.row(_RUNNING, {**owner, "reask": REASK_WINDOW}, ExportRow)
+    running = await db.row(_RUNNING, {**owner, "reask": REASK_WINDOW}, ExportRow)
     if running is not None:
         return running, False
     now = datetime.now(UTC)
     params = {**owner, "id": new_id("exp"), "created_at": now, "expires_at": now + ttl}
-    export = await conn.row(_REQUEST, params, ExportRow)
+    export = await db.row(_REQUEST, params, ExportRow)
     assert export is not None
     return export, True
 
@@ -94,9 +93,8 @@ Owned = TypeVar("Owned", bound=_Expiring)
 async def _owned(
     db: Db, sql: str, row: type[Owned], *, tenant_id: str, user_id: str, export_id: str
 ) -> Owned:
-    conn = await session_conn(db)
     params = {"id": export_id, "tenant_id": tenant_id, "user_id": user_id}
-    export = await conn.row(sql, params, row)
+    export = await db.row(sql, params, row)
     if export is None:
         raise NotFound(EXPORT_NOT_FOUND)
     if export.expires_at <= datetime.now(UTC):
@@ -135,8 +133,7 @@ async def get_archive(db: Db, *, tenant_id: str, user_id: str, export_id: str) -
 
 async def read_export(db: Db, *, export_id: str) -> ExportRow:
     """An export by id, whoever owns it (the workflow's activities and the operator CLI)."""
-    conn = await session_conn(db)
-    export = await conn.row(_READ, {"id": export_id}, ExportRow)
+    export = await db.row(_READ, {"id": export_id}, ExportRow)
     if export is None:
         raise NotFound(EXPORT_NOT_FOUND)
     return export
@@ -147,14 +144,12 @@ _READ = f"SELECT {ExportRow.COLUMNS} FROM exports WHERE id = %(id)s"
 
 async def read_archive(db: Db, *, export_id: str) -> bytes | None:
     """An export's archive by id (the operator CLI), None until it is ready."""
-    conn = await session_conn(db)
-    archive = await conn.value("SELECT archive FROM exports WHERE id = %(id)s", {"id": export_id})
+    archive = await db.value("SELECT archive FROM exports WHERE id = %(id)s", {"id": export_id})
     return bytes(archive) if archive is not None else None
 
 
 async def start_writing(db: Db, *, export_id: str, sessions_total: int) -> None:
-    conn = await session_conn(db)
-    await conn.run(_START, {"id": export_id, "total": sessions_total})
+    await db.run(_START, {"id": export_id, "total": sessions_total})
 
 
 _START = f"""
@@ -165,17 +160,15 @@ _START = f"""
 
 
 async def record_progress(db: Db, *, export_id: str, sessions_done: int) -> None:
-    conn = await session_conn(db)
-    await conn.run(_PROGRESS, {"id": export_id, "done": sessions_done})
+    await db.run(_PROGRESS, {"id": export_id, "done": sessions_done})
 
 
 _PROGRESS = "UPDATE exports SET sessions_done = %(done)s WHERE id = %(id)s"
 
 
 async def finish_export(db: Db, *, export_id: str, archive: bytes, counts: dict[str, int]) -> None:
-    conn = await session_conn(db)
     params = {"id": export_id, "archive": archive, "size": len(archive), "counts": Jsonb(counts)}
-    await conn.run(_FINISH, params)
+    await db.run(_FINISH, params)
 
 
 _FINISH = f"""
@@ -186,8 +179,7 @@ _FINISH = f"""
 
 
 async def fail_export(db: Db, *, export_id: str) -> None:
-    conn = await session_conn(db)
-    await conn.run(_FAIL, {"id": export_id})
+    await db.run(_FAIL, {"id": export_id})
 
 
 _FAIL = f"UPDATE exports SET state = '{ExportState.failed}', finished_at = now() WHERE id = %(id)s"
@@ -207,8 +199,7 @@ class _Id:
 
 async def user_session_ids(db: Db, *, tenant_id: str, user_id: str) -> list[str]:
     """Every session of the user, deleted ones too (their rows are still held), oldest first."""
-    conn = await session_conn(db)
-    rows = await conn.rows(_USER_SESSIONS, {"tenant_id": tenant_id, "user_id": user_id}, _Id)
+    rows = await db.rows(_USER_SESSIONS, {"tenant_id": tenant_id, "user_id": user_id}, _Id)
     return [row.id for row in rows]
 
 
@@ -227,23 +218,22 @@ class _Session:
 
 async def session_content(db: Db, *, session_id: str) -> ArchivedSession:
     """One session as the archive shows it."""
-    conn = await session_conn(db)
     where = {"session_id": session_id}
-    session = await conn.row(_SESSION, where, _Session)
+    session = await db.row(_SESSION, where, _Session)
     if session is None:
         raise NotFound("session not found", session_id=session_id)
-    messages = await _archived(conn, _MESSAGES, where)
+    messages = await _archived(db, _MESSAGES, where)
     return ArchivedSession(
         id=session.id,
         created_at=session.created_at.isoformat(),
         deleted_at=_iso(session.deleted_at),
         messages=[row | {"file_ids": list(row["file_ids"] or [])} for row in messages],
-        pinned_facts=await _archived(conn, _PINNED_FACTS, where),
-        actions=await _archived(conn, _ACTIONS, where),
-        feedback=await _archived(conn, _FEEDBACK, where),
+        pinned_facts=await _archived(db, _PINNED_FACTS, where),
+        actions=await _archived(db, _ACTIONS, where),
+        feedback=await _archived(db, _FEEDBACK, where),
         files=[
             ArchivedFile(f.id, f.name, f.content_type, bytes(f.content), f.created_at.isoformat())
-            for f in await conn.rows(_FILES, where, _File)
+            for f in await db.rows(_FILES, where, _File)
         ],
     )
 
@@ -271,7 +261,7 @@ _FEEDBACK = """
 """
 
 
-async def _archived(conn: Conn, sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+async def _archived(conn: Db, sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
     """Each row as the archive holds it: a JSON object of the selected columns, under their
     names and in their order (the statement is the archive's format), a time in ISO 8601."""
     rows = await conn.rows(sql, params, dict)
@@ -310,9 +300,8 @@ async def memory_content(
 ) -> tuple[bool, list[dict[str, Any]]]:
     """The user's consent and every remembered item held for them, each with its source (the
     message or action that wrote it, and for a message where it is)."""
-    conn = await session_conn(db)
     owner = {"tenant_id": tenant_id, "user_id": user_id}
-    consent = await conn.value(_CONSENT, owner)
+    consent = await db.value(_CONSENT, owner)
     items = [
         {
             "key": item.key,
@@ -326,7 +315,7 @@ async def memory_content(
             "created_at": _iso(item.created_at),
             "expires_at": _iso(item.expires_at),
         }
-        for item in await conn.rows(_MEMORY, owner, _MemoryItem)
+        for item in await db.rows(_MEMORY, owner, _MemoryItem)
     ]
     return bool(consent), items
 
@@ -347,8 +336,7 @@ _MEMORY = """
 
 async def user_exists(db: Db, *, tenant_id: str, user_id: str) -> bool:
     """Whether the user is known (the operator CLI refuses to export nobody)."""
-    conn = await session_conn(db)
-    found = await conn.value(_USER, {"tenant_id": tenant_id, "user_id": user_id})
+    found = await db.value(_USER, {"tenant_id": tenant_id, "user_id": user_id})
     return found is not None
 
 

@@ -31,9 +31,9 @@ from parley.errors import NotFound, TurnInProgress
 from parley.forgetting import Forgotten, Scrubber, emptied_event, needles_of
 from parley.store import embeddings as embedding_store
 from parley.store import summaries
-from parley.store.db import Conn, Db, session_conn
+from parley.store.db import Db
 from parley.store.identity import Identity
-from parley.store.sessions import lock_session_row
+from parley.store.sessions import lock_session
 
 MESSAGE_NOT_FOUND = "message not found"
 # Event types that can carry a forgotten message's text (parley/forgetting.py `emptied_event`).
@@ -89,9 +89,8 @@ async def forget_message(db: Db, *, owner: Identity, session_id: str, message_id
     """Forget the owner's message and every copy of it (`NotFound` for a message that is not
     in the owner's session, or was forgotten already; `TurnInProgress` while a turn of the
     session runs: its prompt may hold the message and its answer is still being written)."""
-    session = await lock_session_row(db, owner=owner, session_id=session_id)
-    conn = await session_conn(db)
-    message = await conn.row(_MESSAGE, {"id": message_id, "session_id": session_id}, _Message)
+    session = await lock_session(db, owner=owner, session_id=session_id)
+    message = await db.row(_MESSAGE, {"id": message_id, "session_id": session_id}, _Message)
     if message is None:
         raise NotFound(MESSAGE_NOT_FOUND)
     if session.active_turn_id is not None:
@@ -102,13 +101,13 @@ async def forget_message(db: Db, *, owner: Identity, session_id: str, message_id
     # A summary pass that read the message before this commits is refused at its save
     # (`forgotten_meanwhile`), under the lock its save takes.
     await summaries.lock_session_memory(db, session_id=session_id)
-    doomed = await _gather(conn, owner, message)
+    doomed = await _gather(db, owner, message)
     removed = Forgotten()
-    removed = replace(removed, **await _memory(conn, doomed))
-    removed = replace(removed, summaries=await _summaries(conn, doomed))
-    removed = replace(removed, events=await _events(conn, doomed))
-    removed = replace(removed, **await _records(conn, doomed, Scrubber(doomed.needles)))
-    removed = replace(removed, **await _rows(conn, doomed))
+    removed = replace(removed, **await _memory(db, doomed))
+    removed = replace(removed, summaries=await _summaries(db, doomed))
+    removed = replace(removed, events=await _events(db, doomed))
+    removed = replace(removed, **await _records(db, doomed, Scrubber(doomed.needles)))
+    removed = replace(removed, **await _rows(db, doomed))
     return Withdrawn(sorted(doomed.ids), removed, sorted(doomed.summarized))
 
 
@@ -132,7 +131,7 @@ class _Going:
     created_at: datetime
 
 
-async def _gather(conn: Conn, owner: Identity, message: _Message) -> _Doomed:
+async def _gather(conn: Db, owner: Identity, message: _Message) -> _Doomed:
     """The messages that go: a user message's exchange (every turn that answered it, a retry
     included), a tool round's messages together (a call is never left without its result, nor
     a result without its call: a provider refuses either), or an answer alone."""
@@ -182,7 +181,7 @@ class _Value:
     value: str
 
 
-async def _memory(conn: Conn, doomed: _Doomed) -> dict[str, int]:
+async def _memory(conn: Db, doomed: _Doomed) -> dict[str, int]:
     """Consented memory items a forgotten message wrote, and every pinned fact stated at a
     forgotten seq or written with such an item (in any of the owner's sessions)."""
     sources = [f"message:{i}" for i in sorted(doomed.ids)]
@@ -220,7 +219,7 @@ class _Summary:
     lines: list[dict[str, Any]]
 
 
-async def _summaries(conn: Conn, doomed: _Doomed) -> int:
+async def _summaries(conn: Db, doomed: _Doomed) -> int:
     """Every summary version that folded a forgotten seq (a version older than the record of
     its seqs: any that reaches one), or that carried a forgotten memory item's hint."""
     params = {
@@ -258,7 +257,7 @@ class _Event:
     data: dict[str, Any]
 
 
-async def _events(conn: Conn, doomed: _Doomed) -> int:
+async def _events(conn: Db, doomed: _Doomed) -> int:
     """The events that streamed a forgotten message, emptied of text in place (their ids and
     order stay, so a replay from any id is still whole)."""
     params = {"turn_ids": sorted(doomed.turn_ids), "types": list(_TEXT_EVENTS)}
@@ -296,7 +295,7 @@ class _Record:
     values: list[Any]
 
 
-async def _records(conn: Conn, doomed: _Doomed, scrub: Scrubber) -> dict[str, int]:
+async def _records(conn: Db, doomed: _Doomed, scrub: Scrubber) -> dict[str, int]:
     """Prompts, tool calls, result sets and trace spans of the owner's turns since the first
     forgotten message, with every needle replaced."""
     if not scrub:
@@ -333,7 +332,7 @@ _SINCE = """
 """
 
 
-async def _rows(conn: Conn, doomed: _Doomed) -> dict[str, int]:
+async def _rows(conn: Db, doomed: _Doomed) -> dict[str, int]:
     """The messages themselves, with their embeddings and the feedback on them."""
     ids = {"ids": sorted(doomed.ids)}
     embeddings = 0
@@ -354,9 +353,8 @@ _MESSAGES = "DELETE FROM messages WHERE id = ANY(%(ids)s::text[])"
 async def forgotten_meanwhile(db: Db, *, session_id: str, seqs: Iterable[int]) -> bool:
     """Whether any of these seqs of the session is no longer stored (forgotten since a summary
     pass read them): that pass must not save what it wrote from them."""
-    conn = await session_conn(db)
     wanted = sorted(set(seqs))
-    stored = await conn.value(_STORED, {"session_id": session_id, "seqs": wanted})
+    stored = await db.value(_STORED, {"session_id": session_id, "seqs": wanted})
     return int(stored or 0) < len(wanted)
 
 

@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from parley.retention import RetentionPeriods
-from parley.store.db import Db, session_conn
+from parley.store.db import Db
 from parley.tenancy import TenantConfig
 
 
@@ -86,9 +86,8 @@ class TenantRetention:
 
 async def tenants_to_purge(db: Db, *, tenant_id: str | None) -> list[TenantRetention]:
     """Every tenant (or the one named) with its configured periods (unset: the defaults)."""
-    conn = await session_conn(db)
     out = []
-    for row in await conn.rows(_TENANTS, {"tenant_id": tenant_id}, _TenantConfig):
+    for row in await db.rows(_TENANTS, {"tenant_id": tenant_id}, _TenantConfig):
         config = TenantConfig.model_validate(row.config or {})
         out.append(TenantRetention(row.id, config.retention or RetentionPeriods()))
     return out
@@ -111,6 +110,5 @@ async def purge_batch(db: Db, *, tenant_id: str, table: str, cutoff: datetime, l
     """Delete at most `limit` of the tenant's rows of `table` older than `cutoff`; how many."""
     if table not in _EXPIRED:
         raise ValueError(f"not a purgeable table: {table!r}")
-    conn = await session_conn(db)
     statement = f"DELETE FROM {table} WHERE ctid = ANY(ARRAY({_EXPIRED[table]} LIMIT %(limit)s))"
-    return await conn.run(statement, {"tenant": tenant_id, "cutoff": cutoff, "limit": limit})
+    return await db.run(statement, {"tenant": tenant_id, "cutoff": cutoff, "limit": limit})

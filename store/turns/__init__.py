@@ -38,7 +38,7 @@ from parley.ids import (
     unfinished_message_id,
 )
 from parley.statuses import DeclineReason, FinalizeOutcome, ToolCallStatus
-from parley.store.db import Conn, Db, session_conn
+from parley.store.db import Db
 from parley.store.events import append_events, state_event
 from parley.store.messages import MessageRow, append_message
 from parley.store.summaries import Backlog
@@ -64,8 +64,7 @@ from parley.wire import (
 async def _lock(db: Db, turn_id: str) -> TurnFacts:
     """The turn's row read and locked (`FOR UPDATE`), as it stands now; LookupError for an
     unknown id."""
-    conn = await session_conn(db)
-    turn = await turn_facts(conn, turn_id=turn_id, lock=True)
+    turn = await turn_facts(db, turn_id=turn_id, lock=True)
     if turn is None:
         raise LookupError(turn_id)
     return turn
@@ -90,7 +89,7 @@ async def move_turn(
 
 
 async def _announce_move(
-    db: Db | Conn,
+    db: Db,
     turn: Moving,
     *,
     to: TurnState,
@@ -123,13 +122,13 @@ def _refuse_if_stopped(turn: Moving) -> None:
         raise TurnStopped(turn.id, "cancelling")
 
 
-async def advance_turn(db: Db | Conn, *, turn_id: str, to: TurnState) -> TurnFacts:
+async def advance_turn(db: Db, *, turn_id: str, to: TurnState) -> TurnFacts:
     """A step of a running turn enters its state (a repeat of it changes nothing), its row
     locked in the caller's transaction, and gets the turn as it now stands. A turn that
     already ended or whose cancel was recorded raises `TurnStopped`: the step must not run
-    (a cancelled turn never calls the model, runs a tool or sends again). On a `Conn`, or in
+    (a cancelled turn never calls the model, runs a tool or sends again). On a `Db`, or in
     a session's transaction."""
-    conn = db if isinstance(db, Conn) else await session_conn(db)
+    conn = db if isinstance(db, Db) else db
     turn = await turn_facts(conn, turn_id=turn_id, lock=True)
     if turn is None:
         raise LookupError(turn_id)
@@ -138,7 +137,7 @@ async def advance_turn(db: Db | Conn, *, turn_id: str, to: TurnState) -> TurnFac
 
 
 async def advance_locked(
-    db: Db | Conn,
+    db: Db,
     turn: Moving,
     *,
     to: TurnState,
@@ -166,15 +165,14 @@ async def request_cancel(db: Db, *, turn_id: str) -> None:
     if turn.state in TERMINAL_TURN_STATES:
         raise TurnFinished(f"the turn is already {turn.state}", state=turn.state)
     if turn.cancel_requested_at is None:
-        conn = await session_conn(db)
-        await conn.run(_STOP_RECORDED, {"turn_id": turn_id, "now": datetime.now(UTC)})
+        await db.run(_STOP_RECORDED, {"turn_id": turn_id, "now": datetime.now(UTC)})
 
 
 _STOP_RECORDED = "UPDATE turns SET cancel_requested_at = %(now)s WHERE id = %(turn_id)s"
 
 
 async def rest_awaiting_confirmation(
-    conn: Conn, *, turn_id: str, model_call_id: str, text: str, action: ActionView
+    conn: Db, *, turn_id: str, model_call_id: str, text: str, action: ActionView
 ) -> None:
     """Store the model's proposal text, then show the confirmation card (`action`) and wait:
     the turn locked, the message, then the move with its events in one statement.
@@ -234,14 +232,13 @@ async def complete_turn(
     if turn.cancel_requested_at is not None and turn.state not in TERMINAL_TURN_STATES:
         await end_unfinished_turn(db, turn_id=turn.id, state=TurnState.cancelled)
         raise TurnStopped(turn.id, TurnState.cancelled)
-    conn = await session_conn(db)
-    message = await store_answer(conn, turn, message_id, text, outcome, retracted)
+    message = await store_answer(db, turn, message_id, text, outcome, retracted)
     if turn.state in TERMINAL_TURN_STATES:
         return Completed(message)
     final_state = TurnState.expired if outcome == FinalizeOutcome.expired else TurnState.completed
     may_enter(turn, final_state)
     if turn.retry_of is not None:
-        await replace_retried_answer(conn, retry_of=turn.retry_of, answer=message.id)
+        await replace_retried_answer(db, retry_of=turn.retry_of, answer=message.id)
     events: list[tuple[EventType, BaseModel]] = []
     if retracted:
         retraction = RetractedData(message_id=message.id, replacement_text=message.text)
@@ -274,10 +271,10 @@ class Completed:
     backlog: Backlog | None = None
 
 
-async def streamed_so_far(db: Db | Conn, *, turn_id: str) -> tuple[str | None, str]:
+async def streamed_so_far(db: Db, *, turn_id: str) -> tuple[str | None, str]:
     """The message the user last saw streaming in this turn and its text, exactly as a client
     applying deltas and resets in order shows it. The event log is the record of that."""
-    conn = db if isinstance(db, Conn) else await session_conn(db)
+    conn = db if isinstance(db, Db) else db
     message_id: str | None = None
     text = ""
     for event in await conn.rows(_STREAMED, {"turn_id": turn_id}, _Streamed):
@@ -324,12 +321,11 @@ async def end_unfinished_turn(
         # The user's Stop came first: the turn ends the way they asked, whatever else failed.
         state, error = TurnState.cancelled, None
     may_enter(turn, state)  # moved by the ending's announcement, below
-    conn = await session_conn(db)
-    await _answer_open_calls(conn, turn_id=turn_id, state=state)
-    message = await _keep_streamed(conn, turn, state)
+    await _answer_open_calls(db, turn_id=turn_id, state=state)
+    message = await _keep_streamed(db, turn, state)
     await close_out(db, session_id=turn.session_id, turn_id=turn.id, reason=state.value)
     if error is not None:
-        await conn.run(_ERROR, {"turn_id": turn_id, "error": Jsonb(error.model_dump(mode="json"))})
+        await db.run(_ERROR, {"turn_id": turn_id, "error": Jsonb(error.model_dump(mode="json"))})
     events: list[tuple[EventType, BaseModel]] = [state_event(state)]
     if state == TurnState.cancelled:
         assert message is not None
@@ -339,13 +335,13 @@ async def end_unfinished_turn(
         events.append((EventType.error, error))
     # The move sets what streamed as the turn's answer, when it was kept.
     answer = message.id if message is not None else None
-    await append_events(conn, turn_id=turn_id, events=events, moving_to=state, answer=answer)
+    await append_events(db, turn_id=turn_id, events=events, moving_to=state, answer=answer)
 
 
 _ERROR = "UPDATE turns SET error = %(error)s WHERE id = %(turn_id)s"
 
 
-async def _answer_open_calls(conn: Conn, *, turn_id: str, state: TurnState) -> None:
+async def _answer_open_calls(conn: Db, *, turn_id: str, state: TurnState) -> None:
     """Tool calls the turn never got to answer get a result now: a transcript with a call and
     no result is refused by real providers, and would break every later turn."""
     params = {"turn_id": turn_id, "pending": ToolCallStatus.pending.value}
@@ -367,7 +363,7 @@ _OPEN_CALLS = f"""
 """
 
 
-async def _keep_streamed(conn: Conn, turn: TurnFacts, state: TurnState) -> MessageRow | None:
+async def _keep_streamed(conn: Db, turn: TurnFacts, state: TurnState) -> MessageRow | None:
     """Store what streamed as the turn's answer, marked `cancelled` or `incomplete` (the
     caller's move makes it the turn's answer)."""
     streamed_id, text = await streamed_so_far(conn, turn_id=turn.id)

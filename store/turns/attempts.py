@@ -20,7 +20,7 @@ from psycopg.types.json import Jsonb
 from parley.contracts import TurnState
 from parley.ids import message_id_for_call, tool_call_row_id
 from parley.statuses import ToolCallStatus
-from parley.store.db import Conn
+from parley.store.db import Db
 from parley.store.events import EVENTS_INSERTED, RUNG, append_params, counter, state_event
 from parley.store.messages import MESSAGE_AT_SEQ, message_params, seq_taken
 from parley.store.steps import CALL_COLUMNS, OUTCOME_WRITTEN, CallRow, ForAttempt, outcome_params
@@ -37,9 +37,9 @@ class Opened:
     counted: bool
 
 
-async def open_attempt(conn: Conn, *, turn_id: str, model_call_id: str, to: TurnState) -> Opened:
+async def open_attempt(conn: Db, *, turn_id: str, model_call_id: str, to: TurnState) -> Opened:
     """Open an attempt at the turn's model call as step `to` (see the module's docstring):
-    one round trip, on a `Conn` in autocommit (the statement commits by itself).
+    one round trip, on a `Db` in autocommit (the statement commits by itself).
     LookupError for an unknown turn."""
     params = {**append_params(turn_id, [state_event(to)], moving_to=to), "call": model_call_id}
     opened = await conn.made(_OPEN_ATTEMPT, params, _opened)
@@ -91,7 +91,7 @@ _OPEN_ATTEMPT = f"""
 """
 
 
-async def record_tool_requests(conn: Conn, written: CallRow) -> None:
+async def record_tool_requests(conn: Db, written: CallRow) -> None:
     """Write the outcome of a call whose reply asks for tools (`written`: the call as it is
     to be stored, `store.steps.answered`), with the model's tool-calling message and one
     `tool_calls` row per call, `pending`: one statement, so a retry after a crash finds all of

@@ -11,22 +11,18 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from parley.contracts import MessageStatus, TurnState
 from parley.ids import new_id
-from parley.store.db import session_conn
+from parley.store.db import Db
 from parley.store.events import BASE, EVENTS_INSERTED, RUNG, append_params, state_event
 from parley.store.identity import Identity
-from parley.store.messages import SEQ_TAKEN, next_seq
-from parley.store.models import Message
-from parley.store.models.core import count_tokens
+from parley.store.messages import SEQ_TAKEN, next_seq, token_count
 from parley.store.turn_states import BORN
 from parley.wire import MessageView
 
 
 async def insert_message_and_turn(
-    db: AsyncSession,
+    db: Db,
     *,
     session_id: str,
     last_seq: int,
@@ -36,40 +32,39 @@ async def insert_message_and_turn(
     attached: Sequence[str],
 ) -> tuple[MessageView, str]:
     """Write the message and its new turn after `last_seq` (read under the session's lock);
-    return the message as the contract shows it and the turn's id. The ORM class only
-    shapes the message (its token count, its view) here: nothing joins the ORM session, and
-    the statement runs on the session's own connection, in its transaction."""
+    return the message as the contract shows it and the turn's id. The statement runs in the
+    caller's unit of work."""
     turn_id, seq = new_id("trn"), next_seq(last_seq)
-    row = Message(
-        id=new_id("msg"),
-        session_id=session_id,
-        seq=seq,
-        role="user",
-        turn_id=turn_id,
-        status=MessageStatus.complete,
-        text=text,
-        client_message_id=client_message_id,
-        file_ids=list(attached) or None,
-    )
-    count_tokens(row)
-    conn = await session_conn(db)
-    row.created_at = await conn.value(_WRITE, _write_params(row, owner))
-    return MessageView.from_row(row), turn_id
+    message = {
+        "id": new_id("msg"),
+        "session_id": session_id,
+        "seq": seq,
+        "role": "user",
+        "turn_id": turn_id,
+        "status": MessageStatus.complete,
+        "text": text,
+        "client_message_id": client_message_id,
+        "file_ids": list(attached) or None,
+        **token_count("user", text),
+    }
+    created_at = await db.value(_WRITE, _write_params(message, owner))
+    return MessageView.model_validate({**message, "created_at": created_at}), turn_id
 
 
-def _write_params(message: Message, owner: Identity) -> dict[str, Any]:
+def _write_params(message: dict[str, Any], owner: Identity) -> dict[str, Any]:
     first = [state_event(TurnState.received)]
+    file_ids = message["file_ids"]
     return {
-        **append_params(message.turn_id or "", first),
+        **append_params(message["turn_id"], first),
         "to": TurnState.received.value,
-        "message_id": message.id,
-        "session_id": message.session_id,
-        "seq": message.seq,
-        "text": message.text,
-        "client_message_id": message.client_message_id,
-        "file_ids": json.dumps(message.file_ids) if message.file_ids is not None else None,
-        "token_count": message.token_count,
-        "token_counter": message.token_counter,
+        "message_id": message["id"],
+        "session_id": message["session_id"],
+        "seq": message["seq"],
+        "text": message["text"],
+        "client_message_id": message["client_message_id"],
+        "file_ids": json.dumps(file_ids) if file_ids is not None else None,
+        "token_count": message["token_count"],
+        "token_counter": message["token_counter"],
         "tenant_id": owner.tenant_id,
         "user_id": owner.user_id,
     }

@@ -12,19 +12,18 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from parley.contracts import EventType, MessageStatus, TurnState
 from parley.statuses import ActionStatus, FinalizeOutcome
 from parley.store import queue
-from parley.store.db import Conn, session_conn
+from parley.store.db import Db
 from parley.store.events import DOORBELL, EVENTS_INSERTED, append_params, counter
 from parley.store.messages import MESSAGE, MESSAGE_COLUMNS, MessageRow, append_message, token_count
 from parley.store.summaries import BACKLOG_OF_SESSION, Backlog, parse_backlog
 from parley.store.turns.reads import TurnRow
 
 
-async def retract_message(conn: Conn, *, message_id: str, text: str) -> MessageRow:
+async def retract_message(conn: Db, *, message_id: str, text: str) -> MessageRow:
     """A stored answer withdrawn: only the safe `text` is kept, marked `retracted`."""
     params = {"id": message_id, "text": text, **token_count("assistant", text)}
     found = await conn.row(_RETRACT_MESSAGE, params, MessageRow)
@@ -32,7 +31,7 @@ async def retract_message(conn: Conn, *, message_id: str, text: str) -> MessageR
     return found
 
 
-async def replace_retried_answer(conn: Conn, *, retry_of: str, answer: str) -> None:
+async def replace_retried_answer(conn: Db, *, retry_of: str, answer: str) -> None:
     """The retried turn's unfinished answer gives way to the new one."""
     await conn.run(_REPLACE_RETRIED, {"retry_of": retry_of, "answer": answer})
 
@@ -51,7 +50,7 @@ _REPLACE_RETRIED = """
 
 
 async def store_answer(
-    conn: Conn,
+    conn: Db,
     turn: TurnRow,
     message_id: str,
     text: str,
@@ -81,19 +80,18 @@ async def store_answer(
     return message
 
 
-async def close_out(db: AsyncSession, *, session_id: str, turn_id: str, reason: str) -> None:
+async def close_out(db: Db, *, session_id: str, turn_id: str, reason: str) -> None:
     """An ending's bookkeeping, in one statement: the session may take a new turn (its row is
     locked like by every other writer of it), and a proposal the turn never got to ask about
     (it hit its bounds, or failed) must not stay pending. A turn queued behind this one is
     promoted in the same transaction (store/queue.py)."""
-    conn = await session_conn(db)
-    queued = await conn.value(_CLOSE_OUT, _close_out_params(session_id, turn_id, reason))
+    queued = await db.value(_CLOSE_OUT, _close_out_params(session_id, turn_id, reason))
     if queued is not None:
         await queue.promote(db, session_id=session_id, turn_id=queued)
 
 
 async def close_out_announced(
-    db: AsyncSession,
+    db: Db,
     *,
     session_id: str,
     turn_id: str,
@@ -110,12 +108,11 @@ async def close_out_announced(
     With `backlog`, the same statement reads what the rolling summary's check asks
     (store/summaries.py `summary_backlog`), as the transaction leaves it, and returns it;
     None when a queued turn is promoted after it (its message joins the backlog then)."""
-    conn = await session_conn(db)
     params = {
         **_close_out_params(session_id, turn_id, reason),
         **append_params(turn_id, events, moving_to, answer),
     }
-    closed = await conn.made(_CLOSE_OUT_ANNOUNCED, {**params, "backlog": backlog}, _ClosedOut)
+    closed = await db.made(_CLOSE_OUT_ANNOUNCED, {**params, "backlog": backlog}, _ClosedOut)
     assert closed is not None  # an aggregate's one row
     if closed.queued is not None:
         await queue.promote(db, session_id=session_id, turn_id=closed.queued)

@@ -1,4 +1,4 @@
-"""A turn as its steps read it, on a `Conn` (store/db.py): `TurnRow` (what decides whether a
+"""A turn as its steps read it, on a `Db` (store/db.py): `TurnRow` (what decides whether a
 step may run) and `TurnFacts` (whom the turn serves and what it answers). Read-only: a
 turn's writes are `parley.store.turns`' and its parts'."""
 
@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar
 
-from parley.store.db import Conn
+from parley.store.db import Db
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ class TurnFacts:
     )
 
 
-async def turn_facts(conn: Conn, *, turn_id: str, lock: bool = False) -> TurnFacts | None:
+async def turn_facts(conn: Db, *, turn_id: str, lock: bool = False) -> TurnFacts | None:
     """The turn as it stands now (`lock`: its row locked until the caller's transaction
     ends), or None for an unknown id."""
     return await conn.row(_TURN_FACTS_LOCKED if lock else _TURN_FACTS, {"id": turn_id}, TurnFacts)

@@ -15,7 +15,7 @@ from psycopg.types.json import Jsonb
 from parley.ids import tool_result_message_id
 from parley.resolver import Slot
 from parley.statuses import ToolCallStatus
-from parley.store.db import Conn
+from parley.store.db import Db
 from parley.store.messages import MESSAGE_AT_SEQ, message_params, seq_taken
 from parley.store.turns.reads import TURN_LOCKED
 
@@ -45,7 +45,7 @@ class ToolCallRow:
 
 
 async def store_tool_result(
-    conn: Conn,
+    conn: Db,
     *,
     call: ToolCallRow,
     status: ToolCallStatus,

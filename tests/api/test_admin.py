@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest_asyncio
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from parley.store.db import Database
 from parley.store.models import ModelCall, ToolCall
 from tests.support.client import ParleyClient
 from tests.support.orm import orm
@@ -64,7 +64,7 @@ async def test_config_is_validated(admin: ParleyClient) -> None:
 
 
 async def test_model_persona_and_tool_allowlist_apply_to_the_next_turn(
-    admin: ParleyClient, priya: ParleyClient, sessions: async_sessionmaker[AsyncSession]
+    admin: ParleyClient, priya: ParleyClient, sessions: Database
 ) -> None:
     config = {
         "model_provider": "demo",
@@ -111,7 +111,7 @@ def _client(api_url: str, token: str) -> httpx.AsyncClient:
 
 
 async def test_config_takes_the_documented_types_only_and_keeps_what_it_had(
-    api_url: str, sessions: async_sessionmaker[AsyncSession]
+    api_url: str, sessions: Database
 ) -> None:
     """Found by the fuzz: `false` was stored as a day count of 0 (and `"5"` as a cap, `1` as
     a switch), a body the OpenAPI document says is invalid. Each is refused, naming its
@@ -143,7 +143,7 @@ async def test_config_takes_the_documented_types_only_and_keeps_what_it_had(
 
 
 async def test_the_documented_tool_names_are_the_ones_config_accepts(
-    api_url: str, sessions: async_sessionmaker[AsyncSession]
+    api_url: str, sessions: Database
 ) -> None:
     """Found by the fuzz: the document allowed any string in `tool_allowlist`, and the route
     refused all but the local tools. It lists them now, and accepts every one it lists."""

@@ -5,11 +5,10 @@ API's CPU (the bench reports that CPU per turn); this keeps the count from creep
 from __future__ import annotations
 
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from parley.config import Settings
 from parley.gateway.demo import DemoModel
-from parley.store.db import on_statement_sent
+from parley.store.db import Database, on_statement_sent
 from tests.support.orm import orm
 from tests.support.stack import api_in_process
 from tests.support.toolkit import eventually
@@ -25,7 +24,7 @@ async def test_a_turn_costs_the_api_a_fixed_number_of_statements(
     settings: Settings,
     worker: DemoModel,
     tokens: dict[str, str],
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
 ) -> None:
     async with api_in_process(settings, tokens["marco"]) as (app, client):
         session_id = await client.new_session()
@@ -34,7 +33,7 @@ async def test_a_turn_costs_the_api_a_fixed_number_of_statements(
         def count(statement: str) -> None:
             sent.append(statement.strip().split("\n")[0][:80])
 
-        # Through SQLAlchemy or on psycopg's connection from the same pool (`store.db.Conn`).
+        # Through SQLAlchemy or on psycopg's connection from the same pool (`store.db.Db`).
         stops = [on_statement_sent(engine, count) for engine in app.state.engines]
         turn_id, events = await client.turn(session_id, "Tell me about yourself, please.")
         assert events[-1].type == "done"

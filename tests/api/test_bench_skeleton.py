@@ -5,17 +5,17 @@ from __future__ import annotations
 
 import uuid
 
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 from temporalio.worker import Worker
 
 from bench.shape import workflow_shape
 from bench.skeleton import EventStep, SkeletonNewShape, skeleton_turns
 from parley.config import Settings
+from parley.store.db import Database
 
 
 async def test_the_new_shape_skeleton_is_one_workflow_task_and_one_local_step(
-    temporal_client: Client, settings: Settings, sessions: async_sessionmaker[AsyncSession]
+    temporal_client: Client, settings: Settings, sessions: Database
 ) -> None:
     """The row is read as the floor of issue 25's plain turn: start, one workflow task, one
     local step that stores one event (the statement a streamed frame uses), done."""

@@ -19,9 +19,9 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest_asyncio
 from sqlalchemy import update
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from parley.config import Settings
+from parley.store.db import Database
 from parley.store.models import Action
 from tests.support.client import ParleyClient
 from tests.support.orm import orm
@@ -242,7 +242,7 @@ async def test_confirm_by_another_user_is_not_found(
 async def test_confirm_after_arguments_changed(
     priya: ParleyClient,
     northwind: httpx.AsyncClient,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
 ) -> None:
     sid = await priya.new_session()
     turn_id, events, action = await propose(priya, sid)
@@ -373,7 +373,7 @@ async def test_new_message_supersedes_the_pending_action(
 async def test_confirm_after_expires_at_but_before_the_timer(
     expiring_priya: ParleyClient,
     northwind: httpx.AsyncClient,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
 ) -> None:
     """The action's window closes (expires_at) a little before the workflow's timer fires
     (the timer starts after the next model call). A confirm in that gap is refused as

@@ -181,11 +181,12 @@ async def test_a_dropped_connection_is_unreachable_and_never_handed_out_again(
         assert await db.value(PID, {}) not in (pid, fresh)
 
 
-async def test_a_statement_cut_off_mid_way_leaves_its_connection_out_of_the_pool(
+async def test_a_statement_cut_off_mid_way_stops_on_the_server_and_spoils_nothing(
     counted: tuple[Database, list[str]], sessions: Database
 ) -> None:
-    """A stream whose client left cancels its statement: the connection may still be
-    running it, so it is thrown away rather than handed to the next caller."""
+    """A stream whose client left cancels its statement: the statement stops on the server
+    (it does not hold a backend for its remaining 30 s), the unit of work's transaction goes,
+    and the next caller of the pool gets a working connection."""
     own, _ = counted
     started = asyncio.Event()
     pids: list[int] = []
@@ -199,22 +200,28 @@ async def test_a_statement_cut_off_mid_way_leaves_its_connection_out_of_the_pool
     task = asyncio.create_task(sleeps())
     await started.wait()
 
-    async def sleeping() -> bool:
+    async def sleeping(pid: int) -> int:
         async with connect(sessions) as other:
-            return bool(
+            return int(
                 await other.value(
                     "SELECT count(*) FROM pg_stat_activity WHERE pid = %(pid)s"
-                    " AND query LIKE 'SELECT pg_sleep%%'",
-                    {"pid": pids[0]},
+                    " AND state = 'active' AND query LIKE 'SELECT pg_sleep%%'",
+                    {"pid": pid},
                 )
             )
 
-    await eventually(sleeping, timeout=10, what="the statement running")
+    await eventually(lambda: sleeping(pids[0]), timeout=10, what="the statement running")
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+
+    async def stopped() -> bool:
+        return await sleeping(pids[0]) == 0
+
+    await eventually(stopped, timeout=10, what="the cut-off statement stopped on the server")
     async with own() as db:
-        assert await db.value(PID, {}) != pids[0]
+        assert await db.value("SELECT 1", {}) == 1
+        await db.commit()
 
 
 async def test_close_gives_the_connection_back_and_what_was_uncommitted_goes(

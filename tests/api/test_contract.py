@@ -7,11 +7,11 @@ import uuid
 
 import httpx
 from sqlalchemy import func, select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from parley.api.schemas import SessionDetail, TurnOut, TurnStarted
 from parley.ids import workflow_id_for_turn
+from parley.store.db import Database
 from parley.store.models import Turn
 from parley.wire import MessageView, event_data
 from tests.support.client import ParleyClient
@@ -30,7 +30,7 @@ async def test_no_token_or_a_bad_token_is_401(api_url: str) -> None:
 
 async def test_duplicate_post_returns_the_same_turn_without_a_second_workflow(
     priya: ParleyClient,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
     temporal_client: Client,
 ) -> None:
     session_id = await priya.new_session()

@@ -6,21 +6,20 @@ from __future__ import annotations
 
 import psycopg
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from parley.store.db import create_socket_checked_engine, libpq_url, session_factory
+from parley.store.db import Database, create_socket_checked_engine, libpq_url
 from tests.support.orm import orm
 from tests.support.toolkit import eventually
 
 
-async def _backend_pid(sessions: async_sessionmaker[AsyncSession]) -> int:
+async def _backend_pid(sessions: Database) -> int:
     async with orm(sessions) as db:
         return int(await db.scalar(text("SELECT pg_backend_pid()")))
 
 
 async def test_a_connection_the_server_closed_is_replaced_at_checkout(database_url: str) -> None:
     engine = create_socket_checked_engine(database_url)
-    sessions = session_factory(engine)
+    sessions = Database(engine)
     try:
         first = await _backend_pid(sessions)
         assert await _backend_pid(sessions) == first  # pooled: the same connection again

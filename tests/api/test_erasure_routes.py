@@ -9,9 +9,9 @@ import json
 
 import httpx
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from parley.config import Settings
+from parley.store.db import Database
 from parley.store.lifecycle.erasure_catalogue import CATALOGUE, NOT_PERSONAL
 from tests.support.client import ParleyClient
 from tests.support.erasure import TENANT, add_user, new_customers, receipt
@@ -20,7 +20,7 @@ from tests.support.stack import parley_cli
 
 
 async def test_every_table_is_in_the_erasure_catalogue_or_holds_no_user_rows(
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
 ) -> None:
     async with orm(sessions) as db:
         tables = set(
@@ -33,7 +33,7 @@ async def test_every_table_is_in_the_erasure_catalogue_or_holds_no_user_rows(
 
 
 async def test_delete_me_answers_202_revokes_at_once_and_the_link_shows_the_receipt(
-    api_url: str, sessions: async_sessionmaker[AsyncSession]
+    api_url: str, sessions: Database
 ) -> None:
     [who] = new_customers(1)
     client = ParleyClient(api_url, await add_user(sessions, who))
@@ -63,7 +63,7 @@ async def test_an_unknown_erasure_is_404_in_the_error_shape(api_url: str) -> Non
 
 
 async def test_an_operator_erases_a_user_and_later_finds_the_receipt(
-    api_url: str, settings: Settings, sessions: async_sessionmaker[AsyncSession]
+    api_url: str, settings: Settings, sessions: Database
 ) -> None:
     [who] = new_customers(1)
     client = ParleyClient(api_url, await add_user(sessions, who))

@@ -11,11 +11,11 @@ import shutil
 from pathlib import Path
 
 import httpx
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from parley.eval.capture import capture_feedback
 from parley.eval.command import EXIT_REGRESSION, Options, evaluate
 from parley.eval.suite import load_conversation
+from parley.store.db import Database
 from parley.tenancy import TenantConfig
 from tests.support.client import ParleyClient
 from tests.support.evals import STARTER, eval_target
@@ -33,7 +33,7 @@ def subset(tmp_path: Path, *names: str) -> Path:
 async def test_withholding_get_order_fails_the_conversations_that_need_it(
     api_url: str,
     northwind_url: str,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
     tokens: dict[str, str],
     tmp_path: Path,
 ) -> None:
@@ -81,7 +81,7 @@ async def test_withholding_get_order_fails_the_conversations_that_need_it(
 async def test_negative_feedback_becomes_a_redacted_draft_that_runs_skip(
     priya: ParleyClient,
     api_url: str,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
     tokens: dict[str, str],
     tmp_path: Path,
 ) -> None:

@@ -7,20 +7,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from parley.config import Settings
 from parley.dispatch.erasure import start_erasure
 from parley.erasure import ErasureInput
 from parley.eval.capture import capture_feedback
+from parley.store.db import Database
 from parley.store.lifecycle import erasure
 from tests.support.client import ParleyClient
 from tests.support.erasure import add_user, done_turn, new_customers, receipt
 from tests.support.evals import eval_target
 from tests.support.toolkit import eventually
 
-Sessions = async_sessionmaker[AsyncSession]
+Sessions = Database
 
 
 async def rate_down(client: ParleyClient, text: str, sid: str | None = None) -> str:

@@ -12,13 +12,12 @@ from typing import Any
 
 import psycopg
 import pytest
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sse_starlette import ServerSentEvent
 from sse_starlette.sse import SendTimeoutError
 
 from parley.api.streaming import Doorbell, EventHub, TurnEventResponse, turn_event_stream
 from parley.contracts import EventType
-from parley.store.db import libpq_url, on_statement_sent
+from parley.store.db import Database, Db, libpq_url, on_statement_sent
 from parley.store.events import (
     NOTIFY_CHANNEL,
     NOTIFY_EVENTS_MAX,
@@ -64,9 +63,9 @@ def test_a_notification_names_its_turn_and_carries_its_events() -> None:
 class LogReads:
     """How often a stream read the log: the reads sent on the engine behind `sessions`."""
 
-    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+    def __init__(self, sessions: Database) -> None:
         self.opened = 0
-        self.stop = on_statement_sent(sessions.kw["bind"], self._sent)
+        self.stop = on_statement_sent(sessions.engine, self._sent)
 
     def _sent(self, statement: str) -> None:
         if "FROM turn_events" in statement and "LEFT JOIN LATERAL" in statement:
@@ -74,13 +73,13 @@ class LogReads:
 
 
 @pytest.fixture
-def log_reads(sessions: async_sessionmaker[AsyncSession]) -> Iterator[LogReads]:
+def log_reads(sessions: Database) -> Iterator[LogReads]:
     reads = LogReads(sessions)
     yield reads
     reads.stop()
 
 
-async def _new_turn(db: AsyncSession) -> str:
+async def _new_turn(db: Db) -> str:
     # No workflow runs this turn: it is the test's alone.
     return (await post_unstarted(db, owner=PRIYA, text="Hello")).turn.id
 
@@ -95,7 +94,7 @@ async def hub(database_url: str) -> AsyncIterator[EventHub]:
 
 
 async def test_a_live_stream_sends_every_event_in_order_with_or_without_the_doorbell(
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
     hub: EventHub,
     monkeypatch: pytest.MonkeyPatch,
     log_reads: LogReads,
@@ -159,7 +158,7 @@ async def test_a_live_stream_sends_every_event_in_order_with_or_without_the_door
 
 
 async def test_a_quiet_stream_polls_the_log_only_while_the_listener_is_down(
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
     hub: EventHub,
     monkeypatch: pytest.MonkeyPatch,
     log_reads: LogReads,

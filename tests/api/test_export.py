@@ -16,9 +16,9 @@ from typing import Any
 import pytest_asyncio
 from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from parley.config import Settings
+from parley.store.db import Database
 from parley.store.identity import create_token
 from parley.store.models import (
     Action,
@@ -38,7 +38,7 @@ from tests.support.toolkit import eventually, reply
 FILE_BYTES = b"order,item\nN-1001,tent\nN-1002,\xc3\xa9tui\n"
 
 
-async def _new_user(sessions: async_sessionmaker[AsyncSession]) -> tuple[str, str]:
+async def _new_user(sessions: Database) -> tuple[str, str]:
     user_id = f"exp_{uuid.uuid4().hex[:8]}"
     async with orm(sessions) as db:
         await db.execute(insert(User).values(tenant_id="northwind", id=user_id, display_name="Eve"))
@@ -50,9 +50,7 @@ async def _new_user(sessions: async_sessionmaker[AsyncSession]) -> tuple[str, st
 
 
 @pytest_asyncio.fixture
-async def eve(
-    api_url: str, sessions: async_sessionmaker[AsyncSession]
-) -> AsyncIterator[ParleyClient]:
+async def eve(api_url: str, sessions: Database) -> AsyncIterator[ParleyClient]:
     """A user of her own, so the counts are hers alone whatever else the suite runs."""
     user_id, token = await _new_user(sessions)
     client = ParleyClient(api_url, token)
@@ -61,7 +59,7 @@ async def eve(
     await client.aclose()
 
 
-async def _fill(eve: ParleyClient, sessions: async_sessionmaker[AsyncSession]) -> str:
+async def _fill(eve: ParleyClient, sessions: Database) -> str:
     """Two sessions (one deleted), turns, an upload, a rating, a memory item, a pinned fact
     and a declined action; returns the upload's id."""
     first = await eve.new_session()
@@ -114,7 +112,7 @@ async def _fill(eve: ParleyClient, sessions: async_sessionmaker[AsyncSession]) -
     return str(uploaded.json()["file_id"])
 
 
-async def _counts(sessions: async_sessionmaker[AsyncSession], user_id: str) -> dict[str, int]:
+async def _counts(sessions: Database, user_id: str) -> dict[str, int]:
     """What the database holds for the user, by the manifest's kinds."""
     owned = select(ChatSession.id).where(
         ChatSession.tenant_id == "northwind", ChatSession.user_id == user_id
@@ -151,7 +149,7 @@ async def _ready(client: ParleyClient, status_url: str) -> dict[str, Any]:
 
 
 async def test_the_archive_holds_everything_the_database_holds_for_the_user(
-    eve: ParleyClient, marco: ParleyClient, sessions: async_sessionmaker[AsyncSession]
+    eve: ParleyClient, marco: ParleyClient, sessions: Database
 ) -> None:
     file_id = await _fill(eve, sessions)
     user_id = eve.user_id  # type: ignore[attr-defined]
@@ -197,7 +195,7 @@ async def test_the_archive_holds_everything_the_database_holds_for_the_user(
 
 
 async def test_an_expired_link_answers_410(
-    settings: Settings, worker: object, sessions: async_sessionmaker[AsyncSession]
+    settings: Settings, worker: object, sessions: Database
 ) -> None:
     _, token = await _new_user(sessions)
     brief = settings.model_copy(update={"export_link_ttl_s": 1.0})

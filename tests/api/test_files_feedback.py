@@ -15,11 +15,11 @@ import httpx
 import pytest
 from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from parley.attachments import HEADER
 from parley.config import Settings
 from parley.context import UNTRUSTED_CLOSE, UNTRUSTED_OPEN
+from parley.store.db import Database
 from parley.store.identity import create_token
 from parley.store.models import ModelCall, SessionFile, User
 from tests.support.client import ParleyClient
@@ -110,7 +110,7 @@ async def ask(
     return turn_id, await client.events(sid, turn_id)
 
 
-async def prompt_of(sessions: async_sessionmaker[AsyncSession], turn_id: str) -> list[Any]:
+async def prompt_of(sessions: Database, turn_id: str) -> list[Any]:
     async with orm(sessions) as db:
         call = await db.scalar(
             select(ModelCall).where(ModelCall.turn_id == turn_id, ModelCall.step == 0)
@@ -124,7 +124,7 @@ def file_messages(messages: list[Any]) -> list[str]:
 
 
 async def test_a_pdf_and_a_csv_on_one_message_are_answered_from(
-    priya: ParleyClient, sessions: async_sessionmaker[AsyncSession]
+    priya: ParleyClient, sessions: Database
 ) -> None:
     sid = await priya.new_session()
     pdf = tiny_pdf(
@@ -160,7 +160,7 @@ async def test_a_pdf_and_a_csv_on_one_message_are_answered_from(
 
 
 async def test_a_2_mb_text_file_is_searched_in_parts_and_the_reply_says_which(
-    priya: ParleyClient, sessions: async_sessionmaker[AsyncSession], settings: Settings
+    priya: ParleyClient, sessions: Database, settings: Settings
 ) -> None:
     sid = await priya.new_session()
     filler = [
@@ -287,9 +287,7 @@ async def test_a_rating_down_reaches_an_admin_with_the_runs_trace(
 
 
 @pytest.fixture
-async def revocable(
-    api_url: str, sessions: async_sessionmaker[AsyncSession]
-) -> AsyncIterator[ParleyClient]:
+async def revocable(api_url: str, sessions: Database) -> AsyncIterator[ParleyClient]:
     """A customer of their own, whose access the test changes."""
     user_id = f"cust_f{uuid.uuid4().hex[:8]}"
     async with orm(sessions) as db:
@@ -334,7 +332,7 @@ async def test_with_the_assistant_revoked_posting_is_403_and_history_stays_reada
 
 
 async def test_deleting_a_session_deletes_its_files(
-    priya: ParleyClient, sessions: async_sessionmaker[AsyncSession]
+    priya: ParleyClient, sessions: Database
 ) -> None:
     sid = await priya.new_session()
     file_id = await uploaded(priya, sid, "a.txt", b"some text", "text/plain")

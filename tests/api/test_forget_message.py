@@ -14,13 +14,13 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from sqlalchemy import select, update
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from parley.activities.memory import MemoryActivities
 from parley.config import Settings
 from parley.contracts import SummarizeInput
 from parley.gateway.base import Finish, ModelRequest, StreamEvent, TextDelta
 from parley.gateway.registry import ProviderPool
+from parley.store.db import Database
 from parley.store.models import ChatSession, ConversationSummary, Message, UserMemoryItem
 from tests.support.canary import scan
 from tests.support.client import ParleyClient
@@ -36,9 +36,7 @@ def canary(kind: str) -> str:
     return f"canary{kind}{uuid.uuid4().hex[:10]}"
 
 
-async def versions(
-    sessions: async_sessionmaker[AsyncSession], session_id: str
-) -> list[ConversationSummary]:
+async def versions(sessions: Database, session_id: str) -> list[ConversationSummary]:
     async with orm(sessions) as db:
         rows = await db.scalars(
             select(ConversationSummary)
@@ -53,7 +51,7 @@ async def forget(client: ParleyClient, sid: str, message_id: str) -> Any:
 
 
 async def test_a_forgotten_message_is_nowhere_and_the_rest_is_intact(
-    priya: ParleyClient, sessions: async_sessionmaker[AsyncSession], settings: Settings
+    priya: ParleyClient, sessions: Database, settings: Settings
 ) -> None:
     gone, kept_before, kept_after = canary("forget"), canary("keepa"), canary("keepb")
     sid = await priya.new_session()
@@ -148,7 +146,7 @@ async def test_a_running_turns_message_is_a_conflict(priya: ParleyClient) -> Non
 
 
 async def test_a_memory_item_the_message_wrote_goes_with_it(
-    priya: ParleyClient, sessions: async_sessionmaker[AsyncSession]
+    priya: ParleyClient, sessions: Database
 ) -> None:
     assert (await priya.http.put("/v1/memory/consent", json={"consent": True})).status_code == 200
     try:
@@ -211,7 +209,7 @@ class ForgetsWhileAsked:
 
 
 async def test_a_summary_pass_that_read_a_forgotten_message_saves_nothing(
-    priya: ParleyClient, sessions: async_sessionmaker[AsyncSession], settings: Settings
+    priya: ParleyClient, sessions: Database, settings: Settings
 ) -> None:
     sid = await priya.new_session()
     said = [("user", f"My account nickname is {canary('race')}.")]

@@ -12,9 +12,9 @@ from typing import Any
 
 import httpx
 from sqlalchemy import func, select, update
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from parley.config import Settings
+from parley.store.db import Database
 from parley.store.models import ConversationImport, Message
 from tests.support.client import ParleyClient
 from tests.support.orm import orm
@@ -52,7 +52,7 @@ async def until_done(client: ParleyClient, status_url: str) -> dict[str, Any]:
     return await eventually(probe, timeout=30, what=f"{status_url} reaches done")
 
 
-async def stored_count(sessions: async_sessionmaker[AsyncSession], sid: str) -> tuple[int, int]:
+async def stored_count(sessions: Database, sid: str) -> tuple[int, int]:
     """The session's messages and imports as stored."""
     async with orm(sessions) as db:
         messages = await db.scalar(select(func.count()).where(Message.session_id == sid))
@@ -61,7 +61,7 @@ async def stored_count(sessions: async_sessionmaker[AsyncSession], sid: str) -> 
 
 
 async def test_imported_messages_follow_the_session_s_own_with_their_original_times(
-    priya: ParleyClient, sessions: async_sessionmaker[AsyncSession]
+    priya: ParleyClient, sessions: Database
 ) -> None:
     sid = await priya.new_session()
     _, events = await priya.turn(sid, "Where is my order?")
@@ -100,7 +100,7 @@ async def test_imported_messages_follow_the_session_s_own_with_their_original_ti
 
 
 async def test_a_repeat_is_the_same_import_and_the_key_with_other_items_is_refused(
-    priya: ParleyClient, sessions: async_sessionmaker[AsyncSession]
+    priya: ParleyClient, sessions: Database
 ) -> None:
     sid = await priya.new_session()
     lines = items(["Hello from last year.", "Hello again."])
@@ -118,7 +118,7 @@ async def test_a_repeat_is_the_same_import_and_the_key_with_other_items_is_refus
 
 
 async def test_a_malformed_item_is_refused_by_its_index_and_nothing_is_stored(
-    priya: ParleyClient, sessions: async_sessionmaker[AsyncSession]
+    priya: ParleyClient, sessions: Database
 ) -> None:
     sid = await priya.new_session()
     good = items(["one", "two", "three", "four"])
@@ -146,7 +146,7 @@ async def test_a_malformed_item_is_refused_by_its_index_and_nothing_is_stored(
 
 
 async def test_the_size_is_bounded_by_items_and_by_text(
-    priya: ParleyClient, settings: Settings, sessions: async_sessionmaker[AsyncSession]
+    priya: ParleyClient, settings: Settings, sessions: Database
 ) -> None:
     sid = await priya.new_session()
     too_many = items(["x"] * (settings.max_import_messages + 1))
@@ -162,7 +162,7 @@ async def test_the_size_is_bounded_by_items_and_by_text(
 
 
 async def test_another_user_s_session_is_not_found(
-    priya: ParleyClient, marco: ParleyClient, sessions: async_sessionmaker[AsyncSession]
+    priya: ParleyClient, marco: ParleyClient, sessions: Database
 ) -> None:
     sid = await priya.new_session()
     made = await send(priya, sid, items(["mine"]))
@@ -177,7 +177,7 @@ async def test_another_user_s_session_is_not_found(
 
 
 async def test_an_import_is_refused_while_a_turn_is_active(
-    priya: ParleyClient, sessions: async_sessionmaker[AsyncSession]
+    priya: ParleyClient, sessions: Database
 ) -> None:
     sid = await priya.new_session()
     turn_id, _, action = await propose(priya, sid)  # the turn rests on its card
@@ -194,7 +194,7 @@ async def test_an_import_is_refused_while_a_turn_is_active(
 
 
 async def test_a_turn_after_an_import_recalls_an_imported_line_by_full_text(
-    priya: ParleyClient, sessions: async_sessionmaker[AsyncSession]
+    priya: ParleyClient, sessions: Database
 ) -> None:
     """Sixty imported lines are more than the recent window holds, so the turn's prompt
     searches the ones before it: the line about Harbour Lane is recalled, with its date."""
@@ -216,7 +216,7 @@ async def test_a_turn_after_an_import_recalls_an_imported_line_by_full_text(
 
 
 async def test_a_question_that_names_a_month_is_shown_that_months_lines_first(
-    priya: ParleyClient, sessions: async_sessionmaker[AsyncSession]
+    priya: ParleyClient, sessions: Database
 ) -> None:
     """Eighty purchases, one a day, say the same words; the question names March 2025, the
     month of the oldest few. Ranked by words alone the newest lines win the recall block; the
@@ -250,9 +250,7 @@ async def test_a_question_that_names_a_month_is_shown_that_months_lines_first(
     assert "2025-03-20" in prompt and "gadget number 0 " in prompt
 
 
-async def set_status(
-    sessions: async_sessionmaker[AsyncSession], import_id: str, status: str
-) -> None:
+async def set_status(sessions: Database, import_id: str, status: str) -> None:
     async with orm(sessions) as db:
         await db.execute(
             update(ConversationImport)
@@ -263,7 +261,7 @@ async def set_status(
 
 
 async def test_recall_while_an_import_is_indexed_is_said_to_be_pending(
-    priya: ParleyClient, sessions: async_sessionmaker[AsyncSession]
+    priya: ParleyClient, sessions: Database
 ) -> None:
     """Recall by meaning finds an imported message only once the import workflow embedded it:
     until then a turn that searches the conversation says so on its stream."""

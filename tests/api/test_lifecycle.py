@@ -16,7 +16,6 @@ import httpx
 import pytest
 import pytest_asyncio
 from sqlalchemy import func, select, update
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import (
     Client,
     Interceptor,
@@ -35,6 +34,7 @@ from parley.errors import TurnFinished
 from parley.ids import tool_call_row_id
 from parley.statuses import Decision
 from parley.store import actions, outbox, posting, turns
+from parley.store.db import Database
 from parley.store.identity import Identity
 from parley.store.models import Action, Handoff, Message, ModelCall, ToolCall, Turn, TurnEvent
 from tests.support.client import ParleyClient
@@ -60,7 +60,7 @@ async def admin(api_url: str, tokens: dict[str, str]) -> AsyncIterator[ParleyCli
     await client.aclose()
 
 
-async def event_types(sessions: async_sessionmaker[AsyncSession], turn_id: str) -> list[str]:
+async def event_types(sessions: Database, turn_id: str) -> list[str]:
     async with orm(sessions) as db:
         rows = await db.scalars(
             select(TurnEvent.type).where(TurnEvent.turn_id == turn_id).order_by(TurnEvent.id)
@@ -68,9 +68,7 @@ async def event_types(sessions: async_sessionmaker[AsyncSession], turn_id: str) 
         return [str(t) for t in rows]
 
 
-async def ended_cancelled(
-    sessions: async_sessionmaker[AsyncSession], turn_id: str
-) -> Message | None:
+async def ended_cancelled(sessions: Database, turn_id: str) -> Message | None:
     """The turn's row is `cancelled` and its answer is stored `cancelled`."""
     await wait_for_stored_state(
         sessions, turn_id, {"cancelled", "completed", "failed", "expired"}, timeout=30
@@ -96,7 +94,7 @@ ASKED = {"proposal": "Can you email me?", "answer": "Thanks, that helps."}
 @pytest.mark.parametrize("asked", sorted(ASKED))
 async def test_every_accepted_stop_ends_the_turn_cancelled(
     priya: ParleyClient,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
     northwind: httpx.AsyncClient,
     delay_s: float,
     asked: str,
@@ -140,7 +138,7 @@ async def test_every_accepted_stop_ends_the_turn_cancelled(
 
 
 async def test_a_stop_while_waiting_for_confirmation_ends_cancelled_and_sends_nothing(
-    priya: ParleyClient, sessions: async_sessionmaker[AsyncSession], northwind: httpx.AsyncClient
+    priya: ParleyClient, sessions: Database, northwind: httpx.AsyncClient
 ) -> None:
     sid = await priya.new_session()
     turn_id, _, action = await propose(priya, sid)
@@ -157,9 +155,7 @@ async def test_a_stop_while_waiting_for_confirmation_ends_cancelled_and_sends_no
 # --- 2. races ---------------------------------------------------------------------------------
 
 
-async def unstarted_turn(
-    sessions: async_sessionmaker[AsyncSession], priya: ParleyClient, text: str
-) -> str:
+async def unstarted_turn(sessions: Database, priya: ParleyClient, text: str) -> str:
     """A committed turn whose workflow the API never started (it died after the commit)."""
     sid = await priya.new_session()
     await priya.turn(sid, "Where is my order?")
@@ -182,7 +178,7 @@ async def unstarted_turn(
 @pytest.mark.parametrize("order", ["cancel_first", "sweep_first", "together"])
 async def test_a_stop_that_races_the_outbox_sweep_never_lets_the_turn_come_back(
     priya: ParleyClient,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
     temporal_client: Client,
     settings: Settings,
     order: str,
@@ -245,7 +241,7 @@ async def test_a_paused_tenant_confirms_nothing_and_the_action_stays_pending(
 async def test_a_pause_after_the_confirm_sends_nothing_and_ends_the_turn_agent_paused(
     priya: ParleyClient,
     admin: ParleyClient,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
     temporal_client: Client,
     northwind: httpx.AsyncClient,
 ) -> None:
@@ -361,7 +357,7 @@ async def test_two_confirms_after_a_lost_delivery_send_once_at_the_second(
 
 
 async def pending_call(
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
     turn_id: str,
     name: str,
     arguments: dict[str, Any],
@@ -398,9 +394,7 @@ async def pending_call(
         return row_id
 
 
-async def turn_at_its_tool_step(
-    sessions: async_sessionmaker[AsyncSession], priya: ParleyClient
-) -> str:
+async def turn_at_its_tool_step(sessions: Database, priya: ParleyClient) -> str:
     turn_id = await unstarted_turn(sessions, priya, "I want to talk to a person")
     async with sessions() as db:
         for state in (TurnState.building_context, TurnState.calling_model):
@@ -410,7 +404,7 @@ async def turn_at_its_tool_step(
 
 
 async def run_twice(
-    sessions: async_sessionmaker[AsyncSession], tools: Any, turn_id: str, call_id: str
+    sessions: Database, tools: Any, turn_id: str, call_id: str
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Run the call, then again as a retry after a crash before its result was stored."""
     env = ActivityEnvironment()
@@ -427,9 +421,7 @@ async def run_twice(
 
 
 @pytest_asyncio.fixture
-async def tool_activities(
-    settings: Settings, sessions: async_sessionmaker[AsyncSession]
-) -> AsyncIterator[Any]:
+async def tool_activities(settings: Settings, sessions: Database) -> AsyncIterator[Any]:
     from parley.activities.tools import ToolActivities
     from parley.worker import build_northwind
 
@@ -439,7 +431,7 @@ async def tool_activities(
 
 
 async def test_a_retried_handoff_and_a_retried_proposal_create_one_row_each(
-    priya: ParleyClient, sessions: async_sessionmaker[AsyncSession], tool_activities: Any
+    priya: ParleyClient, sessions: Database, tool_activities: Any
 ) -> None:
     turn_id = await turn_at_its_tool_step(sessions, priya)
     anthropic_id = "toolu_01" + "X" * 22  # 30 characters, like Anthropic's
@@ -476,9 +468,7 @@ async def test_a_retried_handoff_and_a_retried_proposal_create_one_row_each(
     await cancel_turn_workflow_quietly(sessions, turn_id)
 
 
-async def cancel_turn_workflow_quietly(
-    sessions: async_sessionmaker[AsyncSession], turn_id: str
-) -> None:
+async def cancel_turn_workflow_quietly(sessions: Database, turn_id: str) -> None:
     """End the hand-made turn so its session is free again."""
     async with sessions() as db:
         await outbox.end_unstarted_turn(db, turn_id=turn_id, state=TurnState.cancelled)

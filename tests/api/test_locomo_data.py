@@ -7,10 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-
 from bench.memory import load_locomo, locomo_one, photo_note
 from parley.config import Settings
+from parley.store.db import Database
 
 
 def _upstream_conversation() -> dict[str, object]:
@@ -96,7 +95,7 @@ def _small_conversation() -> dict[str, Any]:
 
 
 async def test_the_locomo_section_packs_each_question_with_the_real_builder(
-    settings: Settings, sessions: async_sessionmaker[AsyncSession]
+    settings: Settings, sessions: Database
 ) -> None:
     """Section (e) of `make bench` drives the context builder's own packing; a change to the
     builder that the bench does not follow fails here, not in the next bench run."""

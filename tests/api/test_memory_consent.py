@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from sqlalchemy import func, select, update
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from parley.activities.memory import MemoryActivities
 from parley.config import Settings
@@ -23,6 +22,7 @@ from parley.contracts import SummarizeInput
 from parley.gateway.demo import DemoModel
 from parley.gateway.registry import ProviderPool
 from parley.store import user_memory
+from parley.store.db import Database
 from parley.store.models import (
     ChatSession,
     ConversationSummary,
@@ -60,9 +60,7 @@ async def memory(client: ParleyClient) -> dict[str, Any]:
     return dict(response.json())
 
 
-async def requests_of(
-    sessions: async_sessionmaker[AsyncSession], turn_id: str
-) -> list[dict[str, Any]]:
+async def requests_of(sessions: Database, turn_id: str) -> list[dict[str, Any]]:
     calls = await model_calls(sessions, turn_id)
     return [c.request for c in calls if c.provider != "resolver"]
 
@@ -86,9 +84,7 @@ async def state_preference(client: ParleyClient, text: str) -> tuple[str, str]:
     return sid, str(body["message"]["id"])
 
 
-async def test_nothing_is_remembered_without_consent(
-    me: ParleyClient, sessions: async_sessionmaker[AsyncSession]
-) -> None:
+async def test_nothing_is_remembered_without_consent(me: ParleyClient, sessions: Database) -> None:
     assert await memory(me) == {"consent": False, "items": []}
     sid, _ = await state_preference(me, "Email is the best way to reach me.")
     assert await memory(me) == {"consent": False, "items": []}
@@ -110,7 +106,7 @@ async def test_nothing_is_remembered_without_consent(
 
 
 async def test_a_stated_preference_is_remembered_and_hinted_in_the_next_session(
-    me: ParleyClient, sessions: async_sessionmaker[AsyncSession], settings: Settings
+    me: ParleyClient, sessions: Database, settings: Settings
 ) -> None:
     assert (await set_consent(me, True))["consent"] is True
     first, message_id = await state_preference(me, "Please contact me by phone.")
@@ -166,9 +162,7 @@ async def test_a_stated_preference_is_remembered_and_hinted_in_the_next_session(
     assert missing.json()["error"]["code"] == "not_found"
 
 
-async def test_an_expired_item_is_never_used(
-    me: ParleyClient, sessions: async_sessionmaker[AsyncSession]
-) -> None:
+async def test_an_expired_item_is_never_used(me: ParleyClient, sessions: Database) -> None:
     await set_consent(me, True)
     await state_preference(me, "I prefer email.")
     assert [i["value"] for i in (await memory(me))["items"]] == ["email"]
@@ -190,7 +184,7 @@ async def test_an_expired_item_is_never_used(
 
 
 async def test_consent_off_deletes_every_item_and_every_derived_copy(
-    me: ParleyClient, sessions: async_sessionmaker[AsyncSession], settings: Settings
+    me: ParleyClient, sessions: Database, settings: Settings
 ) -> None:
     plain = await me.new_session()  # a session whose turns never saw a hint
     await me.turn(plain, "Thanks!")
@@ -240,9 +234,7 @@ async def test_consent_off_deletes_every_item_and_every_derived_copy(
     assert await memory(me) == {"consent": False, "items": []}
 
 
-async def test_a_hint_never_overrides_a_tool_result(
-    me: ParleyClient, sessions: async_sessionmaker[AsyncSession]
-) -> None:
+async def test_a_hint_never_overrides_a_tool_result(me: ParleyClient, sessions: Database) -> None:
     await set_consent(me, True)
     async with sessions() as db:
         # An item that is out of date: the order has shipped, it has not arrived.
@@ -294,9 +286,7 @@ async def test_a_confirmed_email_proposal_is_remembered_as_the_contact_channel(
 # --- helpers for the summary -----------------------------------------------------------------
 
 
-async def pad_history(
-    sessions: async_sessionmaker[AsyncSession], session_id: str, *, exchanges: int
-) -> None:
+async def pad_history(sessions: Database, session_id: str, *, exchanges: int) -> None:
     """Later messages, so the first turns leave the window and a summary folds them in."""
     async with orm(sessions) as db:
         session = await db.get(ChatSession, session_id, with_for_update=True)
@@ -322,9 +312,7 @@ async def pad_history(
         await db.commit()
 
 
-async def summarize(
-    sessions: async_sessionmaker[AsyncSession], settings: Settings, session_id: str
-) -> None:
+async def summarize(sessions: Database, settings: Settings, session_id: str) -> None:
     tight = settings.model_copy(
         update={"context_conversation_tokens": 300, "summary_min_new_tokens": 1}
     )

@@ -10,13 +10,13 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest_asyncio
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from parley.activities.memory import MemoryActivities
 from parley.config import Settings
 from parley.contracts import SummarizeInput
 from parley.gateway.base import Finish, ModelRequest, StreamEvent, TextDelta
 from parley.gateway.registry import ProviderPool
+from parley.store.db import Database
 from tests.support.client import ParleyClient
 from tests.support.toolkit import model_calls, store_history
 
@@ -42,9 +42,7 @@ async def configure(admin: ParleyClient, config: dict[str, Any]) -> None:
     assert response.status_code == 200, response.text
 
 
-async def seeded(
-    sessions: async_sessionmaker[AsyncSession], client: ParleyClient, *, exchanges: int = 0
-) -> str:
+async def seeded(sessions: Database, client: ParleyClient, *, exchanges: int = 0) -> str:
     """A session whose earlier exchange (stored before a screen refused card numbers) holds a
     card number and an address: the next turn's window shows them to the model. `exchanges`
     more after it, so a summary has something to fold."""
@@ -59,9 +57,7 @@ async def seeded(
     return sid
 
 
-async def sent_prompt(
-    client: ParleyClient, sessions: async_sessionmaker[AsyncSession], sid: str
-) -> str:
+async def sent_prompt(client: ParleyClient, sessions: Database, sid: str) -> str:
     """The prompts a turn sent its provider (as `call_model` reads them back), as JSON."""
     turn_id, events = await client.turn(sid, "Where is order 8472?")
     assert events[-1].type == "done"
@@ -71,7 +67,7 @@ async def sent_prompt(
 
 
 async def test_a_tenant_that_asks_sends_no_card_number_or_address_to_the_model(
-    admin: ParleyClient, priya: ParleyClient, sessions: async_sessionmaker[AsyncSession]
+    admin: ParleyClient, priya: ParleyClient, sessions: Database
 ) -> None:
     await configure(admin, {"redact_model_input": True})
     sid = await seeded(sessions, priya)
@@ -102,9 +98,7 @@ class Recording:
         yield Finish("stop", {"input_tokens": 10, "output_tokens": 5})
 
 
-async def summarizer_was_sent(
-    settings: Settings, sessions: async_sessionmaker[AsyncSession], sid: str
-) -> str:
+async def summarizer_was_sent(settings: Settings, sessions: Database, sid: str) -> str:
     tight = settings.model_copy(
         update={
             "context_conversation_tokens": 300,
@@ -125,7 +119,7 @@ async def summarizer_was_sent(
 async def test_the_summarizer_is_sent_masked_text_too(
     admin: ParleyClient,
     priya: ParleyClient,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
     settings: Settings,
 ) -> None:
     await configure(admin, {"redact_model_input": True})

@@ -18,10 +18,10 @@ import httpx
 import pytest
 from sqlalchemy import text, update
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from parley.consented import Remembered
 from parley.store import user_memory
+from parley.store.db import Database
 from parley.store.identity import create_token, revoke_token
 from parley.store.models import ApiToken, User
 from tests.support.client import ParleyClient
@@ -83,7 +83,7 @@ SNAPSHOT = {
 }
 
 
-async def snapshot(sessions: async_sessionmaker[AsyncSession], sid: str) -> dict[str, Any]:
+async def snapshot(sessions: Database, sid: str) -> dict[str, Any]:
     rows: dict[str, Any] = {}
     async with orm(sessions) as db:
         for table, query in SNAPSHOT.items():
@@ -130,7 +130,7 @@ async def call(
     )
 
 
-async def dead_tokens(sessions: async_sessionmaker[AsyncSession], user: str) -> dict[str, str]:
+async def dead_tokens(sessions: Database, user: str) -> dict[str, str]:
     """Two tokens of the owner that worked once: one revoked, one past its expiry."""
     async with sessions() as db:
         revoked = await create_token(db, tenant_id="northwind", user_id=user)
@@ -153,7 +153,7 @@ async def dead_tokens(sessions: async_sessionmaker[AsyncSession], user: str) -> 
 
 
 @pytest.fixture
-async def southwind_admin(sessions: async_sessionmaker[AsyncSession]) -> str:
+async def southwind_admin(sessions: Database) -> str:
     """An admin of another tenant (the demo seeds none)."""
     async with orm(sessions) as db:
         await db.execute(
@@ -174,9 +174,7 @@ async def southwind_admin(sessions: async_sessionmaker[AsyncSession]) -> str:
 
 
 @pytest.fixture
-async def priya_remembers(
-    priya: ParleyClient, sessions: async_sessionmaker[AsyncSession]
-) -> AsyncIterator[str]:
+async def priya_remembers(priya: ParleyClient, sessions: Database) -> AsyncIterator[str]:
     """Priya consents to durable memory and has one item (its key); both gone afterwards."""
     assert (await priya.http.put("/v1/memory/consent", json={"consent": True})).is_success
     async with sessions() as db:
@@ -206,7 +204,7 @@ async def exported(priya: ParleyClient) -> str:
     return str(asked.json()["id"])
 
 
-async def export_exists(sessions: async_sessionmaker[AsyncSession], export_id: str) -> bool:
+async def export_exists(sessions: Database, export_id: str) -> bool:
     async with orm(sessions) as db:
         found = await db.scalar(text("SELECT 1 FROM exports WHERE id = :id"), {"id": export_id})
     return found is not None
@@ -218,7 +216,7 @@ async def test_every_route_refuses_everyone_but_the_owner_and_changes_nothing(
     priya_remembers: str,
     tokens: dict[str, str],
     southwind_admin: str,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
 ) -> None:
     sid = await priya.new_session()
     line = {"role": "user", "text": "I moved house last spring.", "created_at": EARLIER}
@@ -315,7 +313,7 @@ async def test_every_route_refuses_everyone_but_the_owner_and_changes_nothing(
 
 
 async def test_revocation_takes_effect_on_the_next_request(
-    api_url: str, sessions: async_sessionmaker[AsyncSession]
+    api_url: str, sessions: Database
 ) -> None:
     async with sessions() as db:
         token = await create_token(db, tenant_id="northwind", user_id="cust_3301")

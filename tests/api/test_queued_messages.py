@@ -8,10 +8,10 @@ from __future__ import annotations
 import uuid
 
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from parley.contracts import TurnState
 from parley.store import queue
+from parley.store.db import Database
 from parley.store.identity import Identity
 from parley.store.models import Turn
 from parley.store.sessions import lock_session
@@ -23,7 +23,7 @@ PRIYA = Identity(tenant_id="northwind", user_id="cust_2291", roles=())
 
 
 async def test_the_session_shows_its_queued_message_and_drops_it_when_deleted(
-    priya: ParleyClient, sessions: async_sessionmaker[AsyncSession]
+    priya: ParleyClient, sessions: Database
 ) -> None:
     sid = await priya.new_session()
     first = await priya.post(sid, "Tell me everything about my orders")
@@ -58,7 +58,7 @@ async def test_the_session_shows_its_queued_message_and_drops_it_when_deleted(
 
 
 async def test_a_turn_resting_on_a_card_with_a_message_queued_takes_only_its_decision(
-    priya: ParleyClient, sessions: async_sessionmaker[AsyncSession]
+    priya: ParleyClient, sessions: Database
 ) -> None:
     """The message queued while the turn ran goes first: another message is 409 until the
     resting turn ends; a typed yes still answers the card, and the turn's end promotes it."""

@@ -8,7 +8,6 @@ import uuid
 
 import pytest
 from sqlalchemy import text, update
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from parley.activities.memory import MemoryActivities
 from parley.activities.recall import RecallQuery, recall_hits
@@ -18,7 +17,7 @@ from parley.gateway.minilm import MiniLMEmbedder
 from parley.gateway.registry import ProviderPool
 from parley.memory import recall_terms
 from parley.recall import fuse
-from parley.store.db import connect
+from parley.store.db import Database, connect
 from parley.store.models import ChatSession, Message
 from tests.support.orm import orm
 from tests.support.toolkit import counted_sessions
@@ -74,7 +73,7 @@ OTHERS = [
 ]
 
 
-async def _conversation(sessions: async_sessionmaker[AsyncSession]) -> tuple[str, int]:
+async def _conversation(sessions: Database) -> tuple[str, int]:
     """A session whose third message is the evidence; returns its id and the next seq."""
     texts = OTHERS[:2] + [EVIDENCE] + OTHERS[2:]
     sid = f"ses_rec{uuid.uuid4().hex[:12]}"
@@ -98,7 +97,7 @@ async def _conversation(sessions: async_sessionmaker[AsyncSession]) -> tuple[str
 
 
 async def test_a_paraphrased_question_recalls_the_turn_full_text_search_misses(
-    settings: Settings, sessions: async_sessionmaker[AsyncSession], minilm: MiniLMEmbedder
+    settings: Settings, sessions: Database, minilm: MiniLMEmbedder
 ) -> None:
     sid, next_seq = await _conversation(sessions)
     memory = MemoryActivities(
@@ -122,7 +121,7 @@ async def test_a_paraphrased_question_recalls_the_turn_full_text_search_misses(
 
 
 async def test_a_hit_comes_with_its_neighbours_in_the_search_s_one_statement(
-    database_url: str, sessions: async_sessionmaker[AsyncSession]
+    database_url: str, sessions: Database
 ) -> None:
     """Full-text recall shows the messages around its best hits (the question a matching
     answer replied to, the reply a matching question got) though they share no word with the
@@ -151,7 +150,7 @@ async def test_a_hit_comes_with_its_neighbours_in_the_search_s_one_statement(
 
 
 async def test_vectors_are_removed_with_their_messages(
-    settings: Settings, sessions: async_sessionmaker[AsyncSession], minilm: MiniLMEmbedder
+    settings: Settings, sessions: Database, minilm: MiniLMEmbedder
 ) -> None:
     sid, _ = await _conversation(sessions)
     memory = MemoryActivities(

@@ -12,12 +12,12 @@ from typing import Any
 from prometheus_client import REGISTRY
 from sqlalchemy import func, select, text
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client, ScheduleActionStartWorkflow, ScheduleSpec
 
 from parley.config import Settings
 from parley.contracts import PURGE_SCHEDULE_ID, PURGE_WORKFLOW, PurgeInput, PurgeResult
 from parley.dispatch.retention import ensure_purge_schedule
+from parley.store.db import Database
 from parley.store.identity import create_token
 from parley.store.models import (
     Feedback,
@@ -39,7 +39,7 @@ from tests.support.toolkit import eventually
 ONE_DAY = {"messages_days": 1, "prompts_days": 1, "summaries_days": 1, "memory_days": 1}
 
 
-async def _tenant(sessions: async_sessionmaker[AsyncSession]) -> tuple[str, str]:
+async def _tenant(sessions: Database) -> tuple[str, str]:
     """A tenant of this test's own (so nothing else is purged), with one user's token."""
     tenant_id = f"ret_{uuid.uuid4().hex[:8]}"
     async with orm(sessions) as db:
@@ -53,9 +53,7 @@ async def _tenant(sessions: async_sessionmaker[AsyncSession]) -> tuple[str, str]
     return tenant_id, token
 
 
-async def _conversation(
-    client: ParleyClient, sessions: async_sessionmaker[AsyncSession], tenant_id: str, tag: str
-) -> str:
+async def _conversation(client: ParleyClient, sessions: Database, tenant_id: str, tag: str) -> str:
     """A session with a finished turn (its trace written), an upload, a rating, a pinned fact
     and a memory item; returns the session's id."""
     session_id = await client.new_session()
@@ -97,7 +95,7 @@ async def _conversation(
     return session_id
 
 
-async def _held(sessions: async_sessionmaker[AsyncSession], session_id: str) -> dict[str, int]:
+async def _held(sessions: Database, session_id: str) -> dict[str, int]:
     """The session's rows, by the table the purge names them."""
     turns = select(Turn.id).where(Turn.session_id == session_id)
     async with orm(sessions) as db:
@@ -131,7 +129,7 @@ async def test_a_purge_a_day_later_deletes_the_older_rows_and_keeps_the_newer(
     api_url: str,
     settings: Settings,
     temporal_client: Client,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
 ) -> None:
     tenant_id, token = await _tenant(sessions)
     client = ParleyClient(api_url, token)

@@ -25,8 +25,8 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 from jsonschema import Draft202012Validator
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from parley.store.db import Database
 from parley.tenancy import TenantConfig
 from tests.support.erasure import add_user, new_customers
 from tests.support.tenants import new_admin_tenant
@@ -201,7 +201,7 @@ def _refused_valid_configs(har: Path, path: str, document: dict[str, Any]) -> li
 async def test_the_api_keeps_its_openapi_contract(
     api_url: str,
     tmp_path: Path,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
 ) -> None:
     tenant = await new_admin_tenant(sessions, prefix="fuzz")
     customer, throwaway = new_customers(2)

@@ -10,20 +10,19 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from parley.contracts import EventType
 from parley.errors import ActionChanged, ActionExpired, ActionResolved, NotFound
 from parley.statuses import ActionStatus, Decision, DeclineReason
 from parley.store import actions, turns
 from parley.store.actions import ActionRow, ForeignRow, ToSend
-from parley.store.db import connect
+from parley.store.db import Database, connect
 from parley.store.identity import Identity
 from parley.store.turns.reads import TurnFacts, turn_facts
 from parley.tools import args_hash
 from tests.support.toolkit import post_unstarted
 
-Sessions = async_sessionmaker[AsyncSession]
+Sessions = Database
 PRIYA = Identity(tenant_id="northwind", user_id="cust_2291", roles=())
 MARCO = Identity(tenant_id="northwind", user_id="cust_3301", roles=())
 ARGS = {"to": "priya@example.com", "subject": "Order 8472", "body": "It ships Monday."}

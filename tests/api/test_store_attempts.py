@@ -7,19 +7,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from parley.contracts import TurnState
 from parley.ids import message_id_for_call, tool_call_row_id
 from parley.store import steps, turns
-from parley.store.db import Conn, connect
+from parley.store.db import Database, Db, connect
 from parley.store.identity import Identity
 from parley.store.steps import CallRow
 from parley.store.turns import attempts
 from parley.turn_states import IllegalTransition
 from tests.support.toolkit import post_unstarted
 
-Sessions = async_sessionmaker[AsyncSession]
+Sessions = Database
 PRIYA = Identity(tenant_id="northwind", user_id="cust_2291", roles=())
 EVENTS = (
     "SELECT type, data ->> 'state' AS state FROM turn_events WHERE turn_id = %(id)s ORDER BY id"
@@ -39,13 +38,13 @@ async def _turn_with_call(sessions: Sessions) -> tuple[str, CallRow]:
     return posted.turn.id, call
 
 
-async def _open(conn: Conn, turn_id: str, call: CallRow) -> attempts.Opened:
+async def _open(conn: Db, turn_id: str, call: CallRow) -> attempts.Opened:
     return await attempts.open_attempt(
         conn, turn_id=turn_id, model_call_id=call.id, to=TurnState.calling_model
     )
 
 
-async def _states(conn: Conn, turn_id: str) -> list[str]:
+async def _states(conn: Db, turn_id: str) -> list[str]:
     rows = await conn.rows(EVENTS, {"id": turn_id}, _Event)
     return [r.state for r in rows if r.type == "state"]
 

@@ -10,7 +10,7 @@ import pytest_asyncio
 from parley.contracts import EventType, TurnState
 from parley.ids import message_id_for_call
 from parley.store import events, steps, traces
-from parley.store.db import SessionMaker, connect, session_conn
+from parley.store.db import Database, connect
 from parley.store.turns.reads import turn_facts
 from parley.wire import FollowupsData, WarningData
 from tests.support.client import ParleyClient
@@ -29,41 +29,39 @@ async def answered(priya: ParleyClient) -> str:
 
 
 async def test_a_steps_reads_find_the_turns_question_call_and_answer(
-    sessions: SessionMaker, answered: str
+    sessions: Database, answered: str
 ) -> None:
     owners = await traces.turn_owners(sessions, answered)
     assert owners is not None and owners.tenant_id
     assert await traces.turn_owners(sessions, "turn-that-is-not") is None
     async with sessions() as db:
-        conn = await session_conn(db)
-        call = await steps.step_call(conn, turn_id=answered, step=0)
+        call = await steps.step_call(db, turn_id=answered, step=0)
         assert call is not None and call.finish_reason is not None
-        assert await steps.get_call(conn, model_call_id=call.id) == call
-        assert await steps.get_call(conn, model_call_id="mc-that-is-not") is None
-        assert await steps.step_call(conn, turn_id=answered, step=7) is None
-        assert await steps.question(conn, turn_id=answered) == QUESTION
-        texts = await steps.response_texts(conn, turn_id=answered)
+        assert await steps.get_call(db, model_call_id=call.id) == call
+        assert await steps.get_call(db, model_call_id="mc-that-is-not") is None
+        assert await steps.step_call(db, turn_id=answered, step=7) is None
+        assert await steps.question(db, turn_id=answered) == QUESTION
+        texts = await steps.response_texts(db, turn_id=answered)
         assert texts and texts[0] == call.response_text
         tools = await steps.first_step_tools(db, turn_id=answered)
         assert isinstance(tools, list)
-    async with connect(sessions) as conn:
+    async with connect(sessions) as db:
         last = await steps.last_stream_event(
-            conn, turn_id=answered, message_id=message_id_for_call(call.id)
+            db, turn_id=answered, message_id=message_id_for_call(call.id)
         )
         assert last == EventType.delta
-        assert await steps.last_stream_event(conn, turn_id=answered, message_id="nope") is None
+        assert await steps.last_stream_event(db, turn_id=answered, message_id="nope") is None
     async with sessions() as db:
-        assert await steps.question(conn, turn_id="turn-that-is-not") is None
+        assert await steps.question(db, turn_id="turn-that-is-not") is None
 
 
 async def test_a_stored_call_reads_back_as_written_with_the_resolution_it_carried(
-    sessions: SessionMaker, answered: str
+    sessions: Database, answered: str
 ) -> None:
     resolution = {"kind": "order", "order_id": "A-17"}
     async with sessions() as db:
-        conn = await session_conn(db)
         written = await steps.insert_call(
-            conn,
+            db,
             turn_id=answered,
             step=5,
             provider="resolver",
@@ -74,47 +72,41 @@ async def test_a_stored_call_reads_back_as_written_with_the_resolution_it_carrie
             resolution=resolution,
         )
         assert (written.step, written.attempts, written.response_text) == (5, 0, "Which order?")
-        assert await steps.step_call(conn, turn_id=answered, step=5) == written
-        turn = await turn_facts(conn, turn_id=answered)
+        assert await steps.step_call(db, turn_id=answered, step=5) == written
+        turn = await turn_facts(db, turn_id=answered)
         assert turn is not None
         assert turn.resolution == resolution
         plain = await steps.insert_call(
-            conn, turn_id=answered, step=6, provider="demo", model="demo", request={}
+            db, turn_id=answered, step=6, provider="demo", model="demo", request={}
         )
         assert plain.finish_reason is None and plain.id != written.id
         await db.rollback()
 
 
 async def test_the_locking_reads_return_the_turn_with_its_call(
-    sessions: SessionMaker, answered: str
+    sessions: Database, answered: str
 ) -> None:
     async with sessions() as db:
-        call = await steps.step_call(await session_conn(db), turn_id=answered, step=0)
+        call = await steps.step_call(db, turn_id=answered, step=0)
         assert call is not None
-        attempt = await steps.lock_for_attempt(
-            await session_conn(db), turn_id=answered, model_call_id=call.id
-        )
+        attempt = await steps.lock_for_attempt(db, turn_id=answered, model_call_id=call.id)
         turn = attempt.turn
         assert (turn.id, turn.state, attempt.paused) == (answered, TurnState.completed, False)
         assert attempt.call is not None
         assert (attempt.call.id, attempt.call.response_text) == (call.id, call.response_text)
-        turn, found = await steps.lock_with_call(
-            await session_conn(db), turn_id=answered, model_call_id=call.id
-        )
+        turn, found = await steps.lock_with_call(db, turn_id=answered, model_call_id=call.id)
         assert (turn.id, found.id, found.finish_reason) == (answered, call.id, call.finish_reason)
-        facts = await steps.answer_facts(await session_conn(db), turn_id=answered)
+        facts = await steps.answer_facts(db, turn_id=answered)
         # The turn has ended; its one call's answer is the text the output screen reads.
         assert facts == steps.AnswerFacts(False, [], QUESTION, [call.response_text])
         call_id = call.id
         await db.rollback()
         with pytest.raises(LookupError):
-            await steps.lock_for_attempt(
-                await session_conn(db), turn_id="turn-that-is-not", model_call_id=call_id
-            )
+            await steps.lock_for_attempt(db, turn_id="turn-that-is-not", model_call_id=call_id)
 
 
 async def test_a_warning_is_found_by_its_code_once_appended(
-    sessions: SessionMaker, answered: str
+    sessions: Database, answered: str
 ) -> None:
     async with sessions() as db:
         assert not await events.has_warning(db, turn_id=answered, code="context_trimmed")
@@ -126,20 +118,19 @@ async def test_a_warning_is_found_by_its_code_once_appended(
 
 
 async def test_an_append_moves_the_turn_only_when_asked_to(
-    sessions: SessionMaker, answered: str
+    sessions: Database, answered: str
 ) -> None:
     """The event log's two append statements: one takes ids, the other takes ids and sets the
     turn's state in the same UPDATE."""
     data = WarningData(code="tool_unavailable", message="probe")
     async with sessions() as db:
-        conn = await session_conn(db)
-        turn = await turn_facts(conn, turn_id=answered)
+        turn = await turn_facts(db, turn_id=answered)
         assert turn is not None
-        state, last = turn.state, await conn.value(LAST_EVENT_ID, {"id": answered})
+        state, last = turn.state, await db.value(LAST_EVENT_ID, {"id": answered})
         first = await events.append_events(db, turn_id=answered, events=[(EventType.warning, data)])
-        turn = await turn_facts(conn, turn_id=answered)
+        turn = await turn_facts(db, turn_id=answered)
         assert turn is not None
-        now_last = await conn.value(LAST_EVENT_ID, {"id": answered})
+        now_last = await db.value(LAST_EVENT_ID, {"id": answered})
         assert (first, turn.state, now_last) == ([last + 1], state, last + 1)
         moved = await events.append_events(
             db,
@@ -147,14 +138,14 @@ async def test_an_append_moves_the_turn_only_when_asked_to(
             events=[(EventType.warning, data), (EventType.warning, data)],
             moving_to=TurnState.failed,
         )
-        turn = await turn_facts(conn, turn_id=answered)
+        turn = await turn_facts(db, turn_id=answered)
         assert turn is not None
         assert (moved, turn.state) == ([last + 2, last + 3], TurnState.failed)
         await db.rollback()
 
 
 async def test_follow_ups_are_appended_only_while_the_turn_is_open(
-    sessions: SessionMaker, answered: str
+    sessions: Database, answered: str
 ) -> None:
     """The suggestions' append (store/events.py `append_while_open`) writes nothing to a turn
     that has ended: no event, no id taken, no doorbell."""
@@ -168,7 +159,7 @@ async def test_follow_ups_are_appended_only_while_the_turn_is_open(
 
 
 async def test_a_batch_of_spans_keeps_the_turns_and_leaves_out_what_no_turn_asked(
-    sessions: SessionMaker, answered: str
+    sessions: Database, answered: str
 ) -> None:
     """A summary pass after an import names the import as what asked for it: its span has no
     turn to belong to, and the turn's own span in the same batch is still recorded."""

@@ -4,6 +4,7 @@ Writes happen in transactions that are rolled back, so the turn stays as the sta
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -15,7 +16,7 @@ from parley.ids import tool_result_message_id
 from parley.resolver import ACTIVE_ORDER, Slot
 from parley.statuses import ToolCallStatus
 from parley.store import slots, steps, turns
-from parley.store.db import Db, SessionMaker, connect, session_conn
+from parley.store.db import Database, Db, connect
 from parley.store.turns.tool_calls import ToolCallRow, store_tool_result
 from parley.wire import ToolData
 from tests.support.client import ParleyClient
@@ -26,7 +27,7 @@ FOUND = {"order_id": "8390", "status": "delivered"}
 
 
 @pytest_asyncio.fixture
-async def looked_up(priya: ParleyClient, sessions: SessionMaker) -> tuple[str, str]:
+async def looked_up(priya: ParleyClient, sessions: Database) -> tuple[str, str]:
     """A turn of Priya's whose model asked for one tool, ended `done`: its id and the call's."""
     session_id = await priya.new_session()
     turn_id, seen = await priya.turn(session_id, "Where is my order?")
@@ -41,13 +42,11 @@ async def looked_up(priya: ParleyClient, sessions: SessionMaker) -> tuple[str, s
 
 async def _pending_call(db: Db, stored: ToolCallRow, suffix: str) -> ToolCallRow:
     """Another call of the stored one's model call, not yet run (in the caller's transaction)."""
-    await db.execute(
-        text(
-            "INSERT INTO tool_calls (id, turn_id, model_call_id, provider_call_id, name,"
-            " arguments, args_hash, status, attempts)"
-            " VALUES (:id, :turn_id, :model_call_id, :provider, 'get_order',"
-            " CAST(:arguments AS jsonb), 'h', 'pending', 0)"
-        ),
+    await db.run(
+        "INSERT INTO tool_calls (id, turn_id, model_call_id, provider_call_id, name,"
+        " arguments, args_hash, status, attempts)"
+        " VALUES (%(id)s, %(turn_id)s, %(model_call_id)s, %(provider)s, 'get_order',"
+        " CAST(%(arguments)s AS jsonb), 'h', 'pending', 0)",
         {
             "id": f"{stored.id}-{suffix}",
             "turn_id": stored.turn_id,
@@ -61,26 +60,39 @@ async def _pending_call(db: Db, stored: ToolCallRow, suffix: str) -> ToolCallRow
     return call
 
 
-async def _tool_messages(db: Db, call: ToolCallRow) -> list[Any]:
-    found = await db.execute(
-        text("SELECT seq, role, tool_call_id, text FROM messages WHERE id = :id"),
+@dataclass(frozen=True)
+class ToolMessage:
+    seq: int
+    role: str
+    tool_call_id: str | None
+    text: str
+
+
+async def _tool_messages(db: Db, call: ToolCallRow) -> list[ToolMessage]:
+    return await db.rows(
+        "SELECT seq, role, tool_call_id, text FROM messages WHERE id = %(id)s",
         {"id": tool_result_message_id(tool_call_id=call.id)},
+        ToolMessage,
     )
-    return list(found)
 
 
 async def _last_seq(db: Db, turn_id: str) -> int:
-    found = await db.scalar(
-        text(
-            "SELECT s.last_seq FROM sessions s JOIN turns t ON t.session_id = s.id WHERE t.id = :t"
-        ),
+    found = await db.value(
+        "SELECT s.last_seq FROM sessions s JOIN turns t ON t.session_id = s.id WHERE t.id = %(t)s",
         {"t": turn_id},
     )
     return int(found)
 
 
+@dataclass(frozen=True)
+class Event:
+    id: int
+    type: str
+    data: dict[str, Any]
+
+
 async def test_a_calls_reads_find_it_with_its_turn_and_tenant(
-    sessions: SessionMaker, looked_up: tuple[str, str]
+    sessions: Database, looked_up: tuple[str, str]
 ) -> None:
     turn_id, call_id = looked_up
     async with connect(sessions) as conn:
@@ -107,7 +119,7 @@ async def test_a_calls_reads_find_it_with_its_turn_and_tenant(
 
 
 async def test_a_calls_outcome_is_stored_once_with_its_message_and_referent(
-    sessions: SessionMaker, looked_up: tuple[str, str]
+    sessions: Database, looked_up: tuple[str, str]
 ) -> None:
     turn_id, call_id = looked_up
     async with sessions() as db:
@@ -115,10 +127,9 @@ async def test_a_calls_outcome_is_stored_once_with_its_message_and_referent(
         assert stored is not None
         call = await _pending_call(db, stored, "a")
         seq = await _last_seq(db, turn_id)
-        conn = await session_conn(db)
         referent = (ACTIVE_ORDER, Slot("8390", "tool:get_order", 7))
         first = await store_tool_result(
-            conn, call=call, status=ToolCallStatus.ok, result=FOUND, attempts=2, referent=referent
+            db, call=call, status=ToolCallStatus.ok, result=FOUND, attempts=2, referent=referent
         )
         assert first is not None
         assert (first.status, first.result, first.attempts) == ("ok", FOUND, 2)
@@ -126,18 +137,16 @@ async def test_a_calls_outcome_is_stored_once_with_its_message_and_referent(
         [message] = await _tool_messages(db, call)
         assert (message.seq, message.role, message.tool_call_id) == (seq + 1, "tool", "call-a")
         assert "8390" in message.text
-        session_id = await db.scalar(
-            text("SELECT session_id FROM turns WHERE id = :t"), {"t": turn_id}
-        )
+        session_id = await db.value("SELECT session_id FROM turns WHERE id = %(t)s", {"t": turn_id})
         active = (await slots.get_slots(db, session_id=session_id))[ACTIVE_ORDER]
         assert (active.value, active.source, active.set_at_seq) == ("8390", "tool:get_order", 7)
 
         # A later attempt finds the outcome stored: it stores nothing, and the first stands.
         again = await store_tool_result(
-            conn, call=call, status=ToolCallStatus.error, result={"error": {"code": "x"}}
+            db, call=call, status=ToolCallStatus.error, result={"error": {"code": "x"}}
         )
         assert again is None
-        assert await steps.get_tool_call(conn, call_id=call.id) == first
+        assert await steps.get_tool_call(db, call_id=call.id) == first
         assert len(await _tool_messages(db, call)) == 1
         assert await _last_seq(db, turn_id) == seq + 1
 
@@ -145,7 +154,7 @@ async def test_a_calls_outcome_is_stored_once_with_its_message_and_referent(
         other = await _pending_call(db, stored, "b")
         same = (ACTIVE_ORDER, Slot("8390", "tool:check_return_eligibility", 9))
         await store_tool_result(
-            conn, call=other, status=ToolCallStatus.ok, result=FOUND, referent=same
+            db, call=other, status=ToolCallStatus.ok, result=FOUND, referent=same
         )
         active = (await slots.get_slots(db, session_id=session_id))[ACTIVE_ORDER]
         assert (active.source, active.set_at_seq) == ("tool:get_order", 7)
@@ -153,7 +162,7 @@ async def test_a_calls_outcome_is_stored_once_with_its_message_and_referent(
 
 
 async def test_a_turn_that_ends_with_a_call_unanswered_answers_it(
-    sessions: SessionMaker, looked_up: tuple[str, str]
+    sessions: Database, looked_up: tuple[str, str]
 ) -> None:
     """A transcript with a call and no result is refused by real providers: the ending
     answers every open call."""
@@ -161,9 +170,7 @@ async def test_a_turn_that_ends_with_a_call_unanswered_answers_it(
     async with sessions() as db:
         stored = await steps.get_tool_call(db, call_id=call_id)
         assert stored is not None
-        await db.execute(
-            text("UPDATE turns SET state = 'executing_tools' WHERE id = :t"), {"t": turn_id}
-        )
+        await db.run("UPDATE turns SET state = 'executing_tools' WHERE id = %(t)s", {"t": turn_id})
         call = await _pending_call(db, stored, "open")
         await turns.end_unfinished_turn(db, turn_id=turn_id, state=TurnState.cancelled)
         answered = await steps.get_tool_call(db, call_id=call.id)
@@ -174,36 +181,32 @@ async def test_a_turn_that_ends_with_a_call_unanswered_answers_it(
 
 
 async def test_a_step_enters_its_state_and_shows_its_events_in_one_append(
-    sessions: SessionMaker, looked_up: tuple[str, str]
+    sessions: Database, looked_up: tuple[str, str]
 ) -> None:
     turn_id, call_id = looked_up
     async with sessions() as db:
-        await db.execute(
-            text("UPDATE turns SET state = 'calling_model' WHERE id = :t"), {"t": turn_id}
-        )
-        conn = await session_conn(db)
-        before = await db.scalar(
-            text("SELECT last_event_id FROM turns WHERE id = :t"), {"t": turn_id}
-        )
-        entered = await turns.advance_turn(conn, turn_id=turn_id, to=TurnState.executing_tools)
+        await db.run("UPDATE turns SET state = 'calling_model' WHERE id = %(t)s", {"t": turn_id})
+        before = await db.value("SELECT last_event_id FROM turns WHERE id = %(t)s", {"t": turn_id})
+        entered = await turns.advance_turn(db, turn_id=turn_id, to=TurnState.executing_tools)
         assert (entered.id, entered.state) == (turn_id, TurnState.executing_tools)
         # A repeat changes nothing; its events are still shown.
         start = ToolData(call_id="c", name="get_order", phase="start", label="Looking it up")
-        again = await steps.lock_for_tool_call(conn, turn_id=turn_id, call_id=call_id)
+        again = await steps.lock_for_tool_call(db, turn_id=turn_id, call_id=call_id)
         await turns.advance_locked(
-            conn, again.turn, to=TurnState.executing_tools, then=[(EventType.tool, start)]
+            db, again.turn, to=TurnState.executing_tools, then=[(EventType.tool, start)]
         )
-        shown = await db.execute(
-            text("SELECT id, type, data FROM turn_events WHERE turn_id = :t AND id > :after"),
+        shown = await db.rows(
+            "SELECT id, type, data FROM turn_events WHERE turn_id = %(t)s AND id > %(after)s",
             {"t": turn_id, "after": before},
+            Event,
         )
         assert [(e.type, e.data.get("state")) for e in shown] == [
             ("state", "executing_tools"),
             ("tool", None),
         ]
-        await db.execute(
-            text("UPDATE turns SET cancel_requested_at = now() WHERE id = :t"), {"t": turn_id}
+        await db.run(
+            "UPDATE turns SET cancel_requested_at = now() WHERE id = %(t)s", {"t": turn_id}
         )
         with pytest.raises(turns.TurnStopped):
-            await turns.advance_turn(conn, turn_id=turn_id, to=TurnState.calling_model)
+            await turns.advance_turn(db, turn_id=turn_id, to=TurnState.calling_model)
         await db.rollback()

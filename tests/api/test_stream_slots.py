@@ -7,22 +7,22 @@ import asyncio
 import contextlib
 
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from starlette.types import Message
 
 from parley.config import Settings
+from parley.store.db import Database
 from tests.support.orm import orm
 from tests.support.stack import api_in_process
 from tests.support.toolkit import eventually
 
 
-async def leases(sessions: async_sessionmaker[AsyncSession]) -> set[str]:
+async def leases(sessions: Database) -> set[str]:
     async with orm(sessions) as db:
         return set(await db.scalars(text("SELECT id FROM stream_leases")))
 
 
 async def test_a_stream_whose_headers_never_went_out_gives_its_slot_back(
-    settings: Settings, tokens: dict[str, str], sessions: async_sessionmaker[AsyncSession]
+    settings: Settings, tokens: dict[str, str], sessions: Database
 ) -> None:
     # No worker is needed: the turn need not move for its stream's slot to be taken.
     async with api_in_process(settings, tokens["marco"]) as (app, client):

@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from parley.activities.memory import MemoryActivities
 from parley.activities.metrics import SUMMARIES
@@ -30,6 +29,7 @@ from parley.memory import SUMMARY_SCHEMA, SUMMARY_SCHEMA_NAME, SummaryLine
 from parley.prompt import Memory, StoredSummary, fold_block
 from parley.store import memory as memory_store
 from parley.store import summaries
+from parley.store.db import Database
 from parley.store.models import ChatSession, ConversationSummary, Message
 from parley.tokens import default_counter
 from parley.window import choose_window, group_turns
@@ -71,13 +71,13 @@ class Scripted:
         yield Finish("stop", {"input_tokens": 100, "output_tokens": 20})
 
 
-async def seeded_session(sessions: async_sessionmaker[AsyncSession], client: ParleyClient) -> str:
+async def seeded_session(sessions: Database, client: ParleyClient) -> str:
     sid = await client.new_session()
     await store_history(sessions, sid, HISTORY)
     return sid
 
 
-def memory_with(settings: Settings, sessions: async_sessionmaker[AsyncSession], model: Any):
+def memory_with(settings: Settings, sessions: Database, model: Any):
     tight = settings.model_copy(
         update={
             "context_conversation_tokens": 300,
@@ -92,7 +92,7 @@ def memory_with(settings: Settings, sessions: async_sessionmaker[AsyncSession], 
     )
 
 
-async def stored(sessions: async_sessionmaker[AsyncSession], sid: str) -> ConversationSummary:
+async def stored(sessions: Database, sid: str) -> ConversationSummary:
     async with orm(sessions) as db:
         return (
             await db.scalars(
@@ -116,7 +116,7 @@ def valid_answer(transcript_text: str) -> str:
 
 
 async def test_an_invalid_answer_is_repaired_once_and_the_models_summary_is_used(
-    settings: Settings, sessions: async_sessionmaker[AsyncSession], priya: ParleyClient
+    settings: Settings, sessions: Database, priya: ParleyClient
 ) -> None:
     sid = await seeded_session(sessions, priya)
     model = Scripted("Sure! The user asked about order 8472.", valid_answer(""))
@@ -142,7 +142,7 @@ async def test_an_invalid_answer_is_repaired_once_and_the_models_summary_is_used
 
 
 async def test_an_answer_the_schema_refuses_is_sent_back_with_the_validation_error(
-    settings: Settings, sessions: async_sessionmaker[AsyncSession], priya: ParleyClient
+    settings: Settings, sessions: Database, priya: ParleyClient
 ) -> None:
     sid = await seeded_session(sessions, priya)
     model = Scripted('{"lines": [{"seq": "one", "text": "x"}]}', valid_answer(""))
@@ -153,7 +153,7 @@ async def test_an_answer_the_schema_refuses_is_sent_back_with_the_validation_err
 
 
 async def test_two_bad_answers_fall_back_to_the_code_summary_which_keeps_what_the_user_said(
-    settings: Settings, sessions: async_sessionmaker[AsyncSession], priya: ParleyClient
+    settings: Settings, sessions: Database, priya: ParleyClient
 ) -> None:
     sid = await seeded_session(sessions, priya)
     model = Scripted("Here is a summary of the chat.", "```\nStill not JSON\n```")
@@ -180,7 +180,7 @@ def test_after_a_fallback_the_model_is_asked_again_only_every_nth_run() -> None:
     assert all(ask_the_model(n, every=1) for n in range(5))
 
 
-async def append(sessions: async_sessionmaker[AsyncSession], sid: str, count: int) -> None:
+async def append(sessions: Database, sid: str, count: int) -> None:
     """`count` more exchanges after what the session holds."""
     async with orm(sessions) as db:
         session = await db.get(ChatSession, sid)
@@ -204,7 +204,7 @@ async def append(sessions: async_sessionmaker[AsyncSession], sid: str, count: in
 
 
 async def test_a_model_that_failed_the_last_version_is_not_asked_for_the_next(
-    settings: Settings, sessions: async_sessionmaker[AsyncSession], priya: ParleyClient
+    settings: Settings, sessions: Database, priya: ParleyClient
 ) -> None:
     sid = await seeded_session(sessions, priya)
     model = Scripted("Here is a summary of the chat.", "Still prose.")  # nothing more
@@ -230,7 +230,7 @@ async def test_a_model_that_failed_the_last_version_is_not_asked_for_the_next(
 
 
 async def test_a_provider_that_refuses_the_request_falls_back_without_a_retry(
-    settings: Settings, sessions: async_sessionmaker[AsyncSession], priya: ParleyClient
+    settings: Settings, sessions: Database, priya: ParleyClient
 ) -> None:
     sid = await seeded_session(sessions, priya)
     refusal = ProviderFatal("no json_schema here", provider="scripted", code="bad_request")
@@ -247,7 +247,7 @@ async def test_a_provider_that_refuses_the_request_falls_back_without_a_retry(
 async def test_the_summarizer_asks_in_each_providers_structured_output_mode(
     dialect: str,
     settings: Settings,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
     priya: ParleyClient,
 ) -> None:
     fake = FakeProvider(brain=True)  # answers the summary like the demo model (valid JSON)

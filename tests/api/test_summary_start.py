@@ -9,7 +9,6 @@ import uuid
 from typing import Any
 
 from sqlalchemy import update
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.testing import ActivityEnvironment
 
 from parley.activities.memory import MemoryActivities
@@ -19,7 +18,7 @@ from parley.gateway.demo import DemoModel
 from parley.gateway.registry import ProviderPool
 from parley.statuses import DeclineReason
 from parley.store import summaries
-from parley.store.db import connect
+from parley.store.db import Database, connect
 from parley.store.events import state_event
 from parley.store.models import ChatSession, Message
 from parley.store.turns.endings import close_out_announced
@@ -53,7 +52,7 @@ def exchange(n: int) -> list[dict[str, Any]]:
 
 
 async def seed(
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
     session_id: str,
     rows: list[dict[str, Any]],
     after: int = 0,
@@ -78,9 +77,7 @@ async def starts_summary(memory: MemoryActivities, client: RecordedStarts, sessi
     return len(client.started) > before
 
 
-async def without_token_count(
-    sessions: async_sessionmaker[AsyncSession], session_id: str, *, seq: int
-) -> None:
+async def without_token_count(sessions: Database, session_id: str, *, seq: int) -> None:
     """The message at `seq` as one stored before messages carried their token count."""
     async with orm(sessions) as db:
         await db.execute(
@@ -93,7 +90,7 @@ async def without_token_count(
 
 
 async def test_the_summary_starts_exactly_when_its_run_has_something_to_fold(
-    settings: Settings, sessions: async_sessionmaker[AsyncSession], priya: ParleyClient
+    settings: Settings, sessions: Database, priya: ParleyClient
 ) -> None:
     small = settings.model_copy(update={"context_conversation_tokens": 400})
     client = RecordedStarts()
@@ -120,7 +117,7 @@ async def test_the_summary_starts_exactly_when_its_run_has_something_to_fold(
 
 
 async def test_a_turns_ending_reads_the_backlog_the_check_would_read(
-    sessions: async_sessionmaker[AsyncSession], priya: ParleyClient
+    sessions: Database, priya: ParleyClient
 ) -> None:
     """The tail step hands the summary's check the backlog its ending's last statement read
     (store/turns/endings.py `close_out_announced`); it must be the backlog the check reads alone,

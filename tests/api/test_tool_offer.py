@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest_asyncio
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from parley.activities.skills import load_catalog
 from parley.config import REPO_ROOT
 from parley.result_sets import mentions_scope
 from parley.skills import RUN_SKILL, SkillManifest, run_skill_schema
+from parley.store.db import Database
 from parley.store.identity import create_token
 from parley.store.models import ModelCall
 from parley.tenancy import TenantConfig
@@ -114,9 +114,7 @@ def test_a_tool_used_lately_stays_offered() -> None:
 
 
 @pytest_asyncio.fixture
-async def dana(
-    api_url: str, sessions: async_sessionmaker[AsyncSession]
-) -> AsyncIterator[ParleyClient]:
+async def dana(api_url: str, sessions: Database) -> AsyncIterator[ParleyClient]:
     async with sessions() as db:
         token = await create_token(db, tenant_id="northwind", user_id="cust_4410")
         await db.commit()
@@ -125,7 +123,7 @@ async def dana(
     await client.aclose()
 
 
-async def _requests(sessions: async_sessionmaker[AsyncSession], turn_id: str) -> list[dict]:
+async def _requests(sessions: Database, turn_id: str) -> list[dict]:
     async with orm(sessions) as db:
         calls = await db.scalars(
             select(ModelCall).where(ModelCall.turn_id == turn_id).order_by(ModelCall.step)
@@ -134,7 +132,7 @@ async def _requests(sessions: async_sessionmaker[AsyncSession], turn_id: str) ->
 
 
 async def test_the_stored_request_names_what_was_withheld_and_a_search_keeps_its_tools(
-    dana: ParleyClient, sessions: async_sessionmaker[AsyncSession]
+    dana: ParleyClient, sessions: Database
 ) -> None:
     sid = await dana.new_session()
     turn_id, events = await dana.turn(sid, "Hi there, thanks for having me.")

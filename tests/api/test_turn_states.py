@@ -7,10 +7,10 @@ from datetime import timedelta
 
 import pytest
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from parley.contracts import TERMINAL_TURN_STATES, TurnState
 from parley.store import actions, turns
+from parley.store.db import Database, Db
 from parley.store.identity import Identity
 from parley.store.models import Action, Turn
 from parley.turn_states import ALLOWED, IllegalTransition, can_move
@@ -67,12 +67,12 @@ def test_the_moves_the_engine_makes_are_allowed() -> None:
     assert not can_move(TurnState.received, TurnState.executing_action)
 
 
-async def _new_turn(db: AsyncSession) -> Turn:
+async def _new_turn(db: Db) -> Turn:
     # No workflow runs this turn: the worker's outbox sweep is kept away from it.
     return (await post_unstarted(db, owner=PRIYA, text="Where is my order?")).turn
 
 
-async def _row(sessions: async_sessionmaker[AsyncSession], turn_id: str) -> tuple[str, int]:
+async def _row(sessions: Database, turn_id: str) -> tuple[str, int]:
     async with orm(sessions) as db:
         turn = await db.get(Turn, turn_id)
         assert turn is not None
@@ -80,7 +80,7 @@ async def _row(sessions: async_sessionmaker[AsyncSession], turn_id: str) -> tupl
 
 
 async def test_an_illegal_move_is_refused_and_leaves_the_row_unchanged(
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
 ) -> None:
     async with sessions() as db:
         turn = await _new_turn(db)
@@ -100,7 +100,7 @@ async def test_an_illegal_move_is_refused_and_leaves_the_row_unchanged(
 
 
 async def test_a_finished_turn_never_moves_again(
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
 ) -> None:
     async with sessions() as db:
         turn = await _new_turn(db)
@@ -118,7 +118,7 @@ async def test_a_finished_turn_never_moves_again(
     assert await _row(sessions, turn.id) == ended
 
 
-async def _propose(db: AsyncSession, turn: Turn) -> None:
+async def _propose(db: Db, turn: Turn) -> None:
     await actions.create_action(
         db,
         turn=turn,
@@ -132,7 +132,7 @@ async def _propose(db: AsyncSession, turn: Turn) -> None:
 
 
 async def test_no_card_outlives_a_stop_whichever_commits_first(
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
 ) -> None:
     # The Stop first: a proposal step that finishes afterwards records no card.
     async with sessions() as db:
@@ -143,7 +143,8 @@ async def test_no_card_outlives_a_stop_whichever_commits_first(
         with pytest.raises(turns.TurnStopped):
             await _propose(db, stopped)
         await db.rollback()
-        assert await db.scalar(select(Action).where(Action.turn_id == stopped.id)) is None
+        card = "SELECT 1 FROM actions WHERE turn_id = %(t)s"
+        assert await db.value(card, {"t": stopped.id}) is None
 
     # The proposal first: the ending that follows declines it, so no card stays pending.
     async with sessions() as db:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from parley.store.db import Database
 
 # Statements whose number depends on how an answer's tokens fall into frames and spans into
 # batches, not on the turn's shape: the streamed deltas' appends and the trace spans' writes.
@@ -16,7 +16,7 @@ VARIABLE_STATEMENTS = ("INSERT INTO turn_events", "WITH counter", "INSERT INTO t
 class Counted:
     """A worker's own engine (`sessions`) and the first line of every statement it sent."""
 
-    sessions: async_sessionmaker[AsyncSession]
+    sessions: Database
     sent: list[str] = field(default_factory=list)
 
     def counted(self) -> list[str]:

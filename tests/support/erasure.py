@@ -10,11 +10,10 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-
 from parley.demo_backend.app import Backend
 from parley.demo_backend.app import create_app as create_backend
 from parley.demo_backend.data import DEMO_TODAY, SEED, Catalog, Customer
+from parley.store.db import Database
 from parley.store.identity import create_token
 from parley.store.models import User
 from tests.support.client import ParleyClient
@@ -69,7 +68,7 @@ async def backend_with(customers: list[Customer_]) -> AsyncIterator[str]:
         yield url
 
 
-async def add_user(sessions: async_sessionmaker[AsyncSession], customer: Customer_) -> str:
+async def add_user(sessions: Database, customer: Customer_) -> str:
     """Store the customer as a Parley user; a token of theirs."""
     async with orm(sessions) as db:
         db.add(

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-
 from parley.eval.runner import Target
+from parley.store.db import Database
 from parley.store.identity import create_token
 from tests.support.stack import SteppedClock
 
@@ -16,7 +15,7 @@ STARTER = Path(__file__).resolve().parents[2] / "evals" / "starter"
 
 def eval_target(
     api_url: str,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
     backend_url: str | None,
     *,
     breaker_clock: SteppedClock | None = None,

@@ -15,5 +15,5 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 def orm(database: Any) -> AsyncSession:
     """A session on `database`'s engine (a `store.db.Database`)."""
-    engine = database.engine if hasattr(database, "engine") else database.kw["bind"]
+    engine = database.engine if hasattr(database, "engine") else database.engine
     return AsyncSession(engine, expire_on_commit=False)

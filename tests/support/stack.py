@@ -20,7 +20,6 @@ from typing import Any
 
 import httpx
 import uvicorn
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from parley.api.main import create_app
@@ -29,7 +28,7 @@ from parley.dispatch.deployment import promote_configured
 from parley.dispatch.outbox import sweep_forever
 from parley.gateway.base import ModelProvider
 from parley.screens import Screen
-from parley.store.db import libpq_url
+from parley.store.db import Database, libpq_url
 from parley.store.queue import OutboxBell
 from parley.worker import build_worker
 from tests.support.client import ParleyClient
@@ -111,7 +110,7 @@ class SteppedClock:
 async def running_worker(
     client: Client,
     settings: Settings,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
     provider: ModelProvider,
     screens: tuple[Screen, Screen] | None = None,
     fallback: ModelProvider | None = None,
@@ -135,7 +134,7 @@ async def running_worker(
 
 @asynccontextmanager
 async def running_outbox(
-    client: Client, settings: Settings, sessions: async_sessionmaker[AsyncSession]
+    client: Client, settings: Settings, sessions: Database
 ) -> AsyncIterator[None]:
     """The outbox loop `parley worker` runs (dispatch/outbox.py), beside an in-process
     worker: its bell starts a queued turn the moment its session's turn ends. Its periodic

@@ -8,8 +8,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-
+from parley.store.db import Database
 from parley.store.identity import create_token
 from parley.store.models import Tenant, User
 from tests.support.orm import orm
@@ -24,9 +23,7 @@ class AdminTenant:
     token: str
 
 
-async def new_admin_tenant(
-    sessions: async_sessionmaker[AsyncSession], *, prefix: str = "tmp"
-) -> AdminTenant:
+async def new_admin_tenant(sessions: Database, *, prefix: str = "tmp") -> AdminTenant:
     """Store a fresh tenant (default configuration, not paused) with one user holding the
     admin role; that user's token."""
     tag = uuid.uuid4().hex[:8]

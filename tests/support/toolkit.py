@@ -19,14 +19,13 @@ from typing import Any, Generic, TypeVar
 
 import httpx
 from sqlalchemy import select, update
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from parley.config import Settings
 from parley.gateway.base import ModelProvider
 from parley.screens import Screen
 from parley.store import outbox, posting
-from parley.store.db import create_socket_checked_engine, on_statement_sent, session_factory
+from parley.store.db import Database, Db, create_socket_checked_engine, on_statement_sent
 from parley.store.identity import Identity
 from parley.store.models import ChatSession, Message, ModelCall, Turn
 from parley.store.posting import PostedMessage
@@ -88,7 +87,7 @@ async def emails(northwind: httpx.AsyncClient, *, action_id: str | None = None) 
 
 
 async def wait_for_stored_state(
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
     turn_id: str,
     states: Iterable[str],
     *,
@@ -137,7 +136,7 @@ class Stack(Generic[ModelT]):
 async def own_stack(
     temporal_client: Client,
     settings: Settings,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
     provider: ModelT,
     /,
     *,
@@ -159,7 +158,7 @@ async def own_stack(
         yield Stack(own, provider, url)
 
 
-async def model_calls(sessions: async_sessionmaker[AsyncSession], turn_id: str) -> list[ModelCall]:
+async def model_calls(sessions: Database, turn_id: str) -> list[ModelCall]:
     """A turn's model calls (each with the request it stored), in step order."""
     async with orm(sessions) as db:
         rows = await db.scalars(
@@ -205,9 +204,7 @@ async def first_events(client: ParleyClient, url: str, *, until: str) -> list[Ev
     return received
 
 
-async def store_history(
-    sessions: async_sessionmaker[AsyncSession], sid: str, said: Iterable[tuple[str, str]]
-) -> None:
+async def store_history(sessions: Database, sid: str, said: Iterable[tuple[str, str]]) -> None:
     """Write a conversation straight into a session, as if its turns had run: (role, text)
     pairs from seq 1, complete; a `tool` line answers call `call_1`."""
     lines = list(said)
@@ -234,21 +231,21 @@ async def store_history(
 @asynccontextmanager
 async def counted_sessions(
     database_url: str,
-) -> AsyncIterator[tuple[async_sessionmaker[AsyncSession], list[str]]]:
+) -> AsyncIterator[tuple[Database, list[str]]]:
     """Sessions on an engine of their own, every statement it sends recorded (stripped), for
     a test that asserts what a step costs in round trips."""
     engine = create_socket_checked_engine(database_url)
     sent: list[str] = []
     stop = on_statement_sent(engine, lambda statement: sent.append(statement.strip()))
     try:
-        yield session_factory(engine), sent
+        yield Database(engine), sent
     finally:
         stop()
         await engine.dispose()
 
 
 async def post_unstarted(
-    db: AsyncSession, *, owner: Identity, text: str, session_id: str | None = None
+    db: Db, *, owner: Identity, text: str, session_id: str | None = None
 ) -> PostedMessage:
     """A message posted through the POST pipeline (in a new session of `owner`'s unless one
     is named) whose turn no workflow runs: its start outbox row is marked started, so the

@@ -10,12 +10,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest_asyncio
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from parley.config import Settings
 from parley.store import tenants
-from parley.store.db import create_socket_checked_engine, on_statement_sent, session_factory
+from parley.store.db import Database, create_socket_checked_engine, on_statement_sent
 from tests.support.client import ParleyClient
 from tests.support.counting import Counted
 from tests.support.models import ControlledModel
@@ -33,7 +32,7 @@ SEND_TIMEOUT_S = 120.0
 async def stream_stack(
     settings: Settings,
     temporal_client: Client,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
 ) -> AsyncIterator[StreamStack]:
     """Its own task queue, a model the tests steer, and a short reconnect grace."""
     model = ControlledModel(token_delay_s=0.08)
@@ -61,7 +60,7 @@ async def stream_client(
 
 
 @pytest_asyncio.fixture
-async def specialists_on(sessions: async_sessionmaker[AsyncSession]) -> AsyncIterator[None]:
+async def specialists_on(sessions: Database) -> AsyncIterator[None]:
     """Tenant `northwind` allows specialists; its configuration is put back afterwards."""
     async with sessions() as db:
         before = await tenants.tenant_config(db, tenant_id="northwind")
@@ -79,9 +78,9 @@ async def specialists_on(sessions: async_sessionmaker[AsyncSession]) -> AsyncIte
 @pytest_asyncio.fixture
 async def counted(database_url: str) -> AsyncIterator[Counted]:
     """An engine for a worker of the test's own, every statement it sends recorded (through
-    SQLAlchemy, or on psycopg's connection from its pool: `store.db.Conn`)."""
+    SQLAlchemy, or on psycopg's connection from its pool: `store.db.Db`)."""
     engine = create_socket_checked_engine(database_url)
-    recorder = Counted(session_factory(engine))
+    recorder = Counted(Database(engine))
     on_statement_sent(engine, lambda sql: recorder.sent.append(sql.strip().split("\n")[0][:100]))
     yield recorder
     await engine.dispose()

@@ -26,7 +26,6 @@ import httpx
 import pytest
 import pytest_asyncio
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from parley.config import Settings
@@ -36,6 +35,7 @@ from parley.dispatch.specialists import sweep_answers
 from parley.ids import return_idempotency_key, specialist_workflow_id
 from parley.store import interactions, posting
 from parley.store import sessions as store_sessions
+from parley.store.db import Database
 from parley.store.identity import Identity
 from parley.store.models import SpecialistAnswer
 from tests.support.client import ParleyClient
@@ -104,7 +104,7 @@ async def test_an_answer_committed_by_an_api_killed_before_delivery_reaches_the_
     workers: Workers,
     tokens: dict[str, str],
     temporal_client: Client,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
     specialists_on: None,
 ) -> None:
     workers.start()
@@ -133,7 +133,7 @@ async def _conversation(
     crashing_url: str,
     tokens: dict[str, str],
     temporal_client: Client,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
 ) -> tuple[str, str]:
     """The conversation, the item's answer through the crashing API; the action's id and the
     closing words."""
@@ -223,7 +223,7 @@ async def _answer_signals(temporal_client: Client, turn_id: str) -> Counter[str]
 
 
 async def test_an_undelivered_answer_whose_specialist_has_ended_is_settled_not_retried(
-    sessions: async_sessionmaker[AsyncSession], temporal_client: Client
+    sessions: Database, temporal_client: Client
 ) -> None:
     """The sweep signals a specialist that no longer runs (its wait ran out, its turn was
     stopped): nobody takes the answer, and the row is marked so it is not tried forever."""

@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest_asyncio
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from parley.config import Settings
@@ -21,6 +20,7 @@ from parley.gateway.errors import Timeouts
 from parley.gateway.fake_provider.server import FakeProvider, Reply, ToolCall
 from parley.gateway.openai_compat import OpenAICompatProvider
 from parley.store import tenants
+from parley.store.db import Database
 from parley.store.models import ToolCall as StoredToolCall
 from parley.store.models import TraceSpan
 from parley.tenancy import TenantConfig
@@ -36,7 +36,7 @@ TIMEOUTS = Timeouts(connect_s=2.0, first_token_s=5.0, total_s=30.0)
 async def fake_and_client(
     settings: Settings,
     temporal_client: Client,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
     tokens: dict[str, str],
 ) -> AsyncIterator[tuple[FakeProvider, ParleyClient]]:
     fake = FakeProvider(brain=True)
@@ -62,9 +62,7 @@ async def fake_and_client(
 
 
 @asynccontextmanager
-async def northwind_config(
-    sessions: async_sessionmaker[AsyncSession], **config: Any
-) -> AsyncIterator[None]:
+async def northwind_config(sessions: Database, **config: Any) -> AsyncIterator[None]:
     """Northwind's tenant config set to `config` for the block, then restored."""
     async with sessions() as db:
         saved = TenantConfig.model_validate(
@@ -82,7 +80,7 @@ async def northwind_config(
 
 async def test_a_turn_with_no_tools_takes_the_fast_grounded_path_at_low_effort(
     fake_and_client: tuple[FakeProvider, ParleyClient],
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
 ) -> None:
     fake, client = fake_and_client
     fake.reset()
@@ -115,7 +113,7 @@ async def test_a_turn_with_no_tools_takes_the_fast_grounded_path_at_low_effort(
 
 async def test_a_tool_turn_runs_the_loop_at_the_tenants_effort(
     fake_and_client: tuple[FakeProvider, ParleyClient],
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
 ) -> None:
     fake, client = fake_and_client
     fake.reset()
@@ -137,7 +135,7 @@ async def test_a_tool_turn_runs_the_loop_at_the_tenants_effort(
 
 async def test_a_tool_off_the_allow_list_is_refused_even_when_the_provider_asks_for_it(
     fake_and_client: tuple[FakeProvider, ParleyClient],
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
 ) -> None:
     fake, client = fake_and_client
     fake.reset()

@@ -18,9 +18,9 @@ from tests.support.toolkit import own_stack
 
 # Counted on 2026-12-02: 62 with the actions as ORM objects (the card's turn loaded and
 # mutated, the send reading its turn and its tenant apart), 54 with them as typed rows on
-# `Conn` (the proposal one statement with its turn's lock, the card's move riding on its
+# `Db` (the proposal one statement with its turn's lock, the card's move riding on its
 # events, the send reading the action with its tenant's switch), 53 with the context build on
-# `Conn`, 46 with the proposing tool call's step on `Conn` too (its turn, call and tenant in
+# `Db`, 46 with the proposing tool call's step on `Db` too (its turn, call and tenant in
 # one read, its outcome in one statement), 39 with each model call's opening one statement, the
 # reply that asks for the proposal stored in one, and the tail reading its turn once; 38 with
 # the log lines' owners coming with the context build's read; 37 with the input screen taking

@@ -17,7 +17,6 @@ from typing import Any
 import pytest_asyncio
 from prometheus_client import REGISTRY
 from sqlalchemy import select, update
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from parley.activities.memory import MemoryActivities
@@ -28,6 +27,7 @@ from parley.gateway.registry import ProviderPool
 from parley.memory import recall_terms
 from parley.prompt import CONVERSATION_KINDS
 from parley.store import recall as recall_store
+from parley.store.db import Database
 from parley.store.models import ChatSession, ConversationSummary, Message, TraceSpan
 from tests.support.client import ParleyClient
 from tests.support.orm import orm
@@ -44,7 +44,7 @@ NEAREST = "SELECT e.seq FROM message_embeddings"
 @pytest_asyncio.fixture
 async def counted(
     database_url: str,
-) -> AsyncIterator[tuple[async_sessionmaker[AsyncSession], list[str]]]:
+) -> AsyncIterator[tuple[Database, list[str]]]:
     """An engine for the worker, every statement it sends recorded."""
     async with counted_sessions(database_url) as recorded:
         yield recorded
@@ -53,7 +53,7 @@ async def counted(
 def recall_stack(
     temporal_client: Client,
     settings: Settings,
-    worker_sessions: async_sessionmaker[AsyncSession],
+    worker_sessions: Database,
     prefix: str,
 ) -> AbstractAsyncContextManager[Stack[DemoModel]]:
     """A stack whose worker recalls by words and meaning (MiniLM), with a conversation
@@ -70,9 +70,7 @@ def recall_stack(
     )
 
 
-async def seed(
-    sessions: async_sessionmaker[AsyncSession], session_id: str, texts: list[str], *, summary: int
-) -> None:
+async def seed(sessions: Database, session_id: str, texts: list[str], *, summary: int) -> None:
     """A transcript as earlier turns would have stored it (seq 1..n, user then assistant),
     and a rolling summary of it through seq `summary` that kept nothing of the fact."""
     async with orm(sessions) as db:
@@ -118,7 +116,7 @@ def recalls(method: str) -> float:
     return REGISTRY.get_sample_value("parley_context_recall_total", {"method": method}) or 0.0
 
 
-async def build_span(sessions: async_sessionmaker[AsyncSession], turn_id: str) -> dict[str, Any]:
+async def build_span(sessions: Database, turn_id: str) -> dict[str, Any]:
     """The attributes of the turn's `build_context` span (written a moment after the step)."""
     for _ in range(100):
         async with orm(sessions) as db:
@@ -146,9 +144,9 @@ def prompt_text(request: dict[str, Any]) -> str:
 async def test_a_conversation_the_window_holds_whole_is_not_searched_nor_embedded(
     settings: Settings,
     temporal_client: Client,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
     tokens: dict[str, str],
-    counted: tuple[async_sessionmaker[AsyncSession], list[str]],
+    counted: tuple[Database, list[str]],
     minilm: MiniLMEmbedder,
 ) -> None:
     worker_sessions, sent = counted
@@ -187,9 +185,9 @@ async def test_a_conversation_the_window_holds_whole_is_not_searched_nor_embedde
 async def test_a_conversation_too_long_for_the_window_still_recalls_the_old_fact(
     settings: Settings,
     temporal_client: Client,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
     tokens: dict[str, str],
-    counted: tuple[async_sessionmaker[AsyncSession], list[str]],
+    counted: tuple[Database, list[str]],
     minilm: MiniLMEmbedder,
 ) -> None:
     worker_sessions, sent = counted
@@ -261,9 +259,9 @@ def long_exchanges(n: int) -> list[str]:
 async def test_a_three_hundred_turn_conversation_gets_a_larger_budget_within_the_ceiling(
     settings: Settings,
     temporal_client: Client,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
     tokens: dict[str, str],
-    counted: tuple[async_sessionmaker[AsyncSession], list[str]],
+    counted: tuple[Database, list[str]],
 ) -> None:
     """The conversation budget follows what there is to remember (parley/budget.py): three
     hundred turns of distinct text take the conversation's share past the 600-token floor

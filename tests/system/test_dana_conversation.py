@@ -15,7 +15,6 @@ from typing import Any
 
 import httpx
 import pytest_asyncio
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from parley.config import Settings
@@ -26,6 +25,7 @@ from parley.gateway.errors import Timeouts
 from parley.gateway.fake_provider.server import FakeProvider, Reply, ToolCall
 from parley.gateway.fake_provider.wire import request_from_openai
 from parley.gateway.openai_compat import OpenAICompatProvider
+from parley.store.db import Database
 from parley.store.identity import create_token
 from tests.support.client import ParleyClient
 from tests.support.stack import serve
@@ -43,7 +43,7 @@ Script = Callable[[int], Awaitable[None]]
 
 
 @pytest_asyncio.fixture
-async def dana_token(sessions: async_sessionmaker[AsyncSession]) -> str:
+async def dana_token(sessions: Database) -> str:
     async with sessions() as db:
         token = await create_token(db, tenant_id="northwind", user_id="cust_4410")
         await db.commit()
@@ -143,7 +143,7 @@ def ids_in(text: str) -> list[str]:
 async def test_danas_five_turns_with_the_demo_model(
     settings: Settings,
     temporal_client: Client,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
     backend: tuple[str, httpx.AsyncClient],
     dana_token: str,
 ) -> None:
@@ -176,7 +176,7 @@ def state_of(body: dict[str, Any]) -> dict[str, Any]:
 async def scripted(
     settings: Settings,
     temporal_client: Client,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
     backend: tuple[str, httpx.AsyncClient],
 ) -> AsyncIterator[tuple[FakeProvider, str]]:
     fake = FakeProvider()

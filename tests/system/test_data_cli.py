@@ -10,10 +10,10 @@ from pathlib import Path
 
 from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from parley.archive import read_manifest
 from parley.config import Settings
+from parley.store.db import Database
 from parley.store.identity import create_token
 from parley.store.models import ChatSession, Message, User
 from tests.support.client import ParleyClient
@@ -22,7 +22,7 @@ from tests.support.stack import run_cli
 
 
 async def test_export_writes_the_users_archive_to_a_file_and_to_stdout(
-    settings: Settings, api_url: str, sessions: async_sessionmaker[AsyncSession], tmp_path: Path
+    settings: Settings, api_url: str, sessions: Database, tmp_path: Path
 ) -> None:
     user_id = f"cli_{uuid.uuid4().hex[:8]}"
     async with orm(sessions) as db:

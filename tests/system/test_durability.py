@@ -15,10 +15,10 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 import pytest_asyncio
 from sqlalchemy import func, select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from parley.config import Settings
 from parley.store import posting
+from parley.store.db import Database
 from parley.store.identity import Identity
 from parley.store.models import Message, ModelCall
 from tests.support.client import ParleyClient, streamed_text
@@ -53,7 +53,7 @@ async def test_worker_killed_mid_stream_resumes_with_reset_and_stores_one_answer
     crash_api: str,
     tokens: dict[str, str],
     workers: Workers,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
 ) -> None:
     client = ParleyClient(crash_api, tokens["priya"])
     try:
@@ -108,7 +108,7 @@ async def test_a_turn_the_api_never_started_is_started_by_the_outbox_within_30s(
     crash_api: str,
     tokens: dict[str, str],
     workers: Workers,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
 ) -> None:
     workers.start()
     client = ParleyClient(crash_api, tokens["priya"])
@@ -146,7 +146,7 @@ async def test_worker_killed_once_the_context_is_built_answers_once(
     crash_api: str,
     tokens: dict[str, str],
     workers: Workers,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
 ) -> None:
     """The step boundary after context building: the kill lands as the model step starts
     (its `calling_model` state is the stream's signal), before or around its first token."""

@@ -20,7 +20,6 @@ from datetime import UTC, datetime
 import pytest
 import pytest_asyncio
 from sqlalchemy import select, text
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -28,6 +27,7 @@ from parley.config import Settings
 from parley.erasure import subject_hash
 from parley.gateway.demo import DemoModel
 from parley.ids import workflow_id_for_turn
+from parley.store.db import Database
 from parley.store.models import ChatSession, ConversationSummary, Erasure
 from tests.support.canary import scan, table_fingerprints
 from tests.support.client import ParleyClient
@@ -57,7 +57,7 @@ EXPECTED_PLACES = {
 
 @pytest_asyncio.fixture(scope="module")
 async def stack(
-    temporal_client: Client, settings: Settings, sessions: async_sessionmaker[AsyncSession]
+    temporal_client: Client, settings: Settings, sessions: Database
 ) -> AsyncIterator[Stack[DemoModel]]:
     async with (
         backend_with([ERASED, KEPT, SESSIONS_OWNER]) as backend_url,
@@ -79,15 +79,11 @@ async def stack(
         yield running
 
 
-async def client_for(
-    stack: Stack[DemoModel], sessions: async_sessionmaker[AsyncSession], who: Customer_
-) -> ParleyClient:
+async def client_for(stack: Stack[DemoModel], sessions: Database, who: Customer_) -> ParleyClient:
     return ParleyClient(stack.url, await add_user(sessions, who))
 
 
-async def summary_with(
-    sessions: async_sessionmaker[AsyncSession], sid: str, needle: str, temporal: Client
-) -> None:
+async def summary_with(sessions: Database, sid: str, needle: str, temporal: Client) -> None:
     """Wait until the session's summary folded `needle` and its summary run has ended."""
 
     async def folded() -> bool:
@@ -115,7 +111,7 @@ async def quiet_summary(temporal: Client, sid: str) -> None:
 
 
 async def receipts_finished_since(
-    sessions: async_sessionmaker[AsyncSession], *, since: datetime, but: str
+    sessions: Database, *, since: datetime, but: str
 ) -> dict[str, int]:
     """The rows other erasures than `but` deleted (their receipts' counts, table by table)
     since the snapshot taken at `since`."""
@@ -137,7 +133,7 @@ async def receipts_finished_since(
 @pytest.mark.timeout(300)
 async def test_erasing_a_user_leaves_no_canary_and_no_row_and_touches_nobody_else(
     stack: Stack[DemoModel],
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
     database_url: str,
     temporal_client: Client,
 ) -> None:
@@ -199,7 +195,7 @@ async def test_erasing_a_user_leaves_no_canary_and_no_row_and_touches_nobody_els
 @pytest.mark.timeout(240)
 async def test_a_deleted_session_is_erased_with_what_came_from_it_and_nothing_else(
     stack: Stack[DemoModel],
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
     database_url: str,
     temporal_client: Client,
 ) -> None:
@@ -255,7 +251,7 @@ async def test_a_deleted_session_is_erased_with_what_came_from_it_and_nothing_el
 
 @pytest.mark.timeout(300)
 async def test_a_turn_running_when_its_user_is_erased_is_stopped_and_its_workflow_deleted(
-    temporal_client: Client, settings: Settings, sessions: async_sessionmaker[AsyncSession]
+    temporal_client: Client, settings: Settings, sessions: Database
 ) -> None:
     [who] = new_customers(1)
     # A slow model: the answer is still streaming when the erasure starts.

@@ -14,13 +14,13 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from parley.config import Settings
 from parley.dispatch.erasure import start_erasure
 from parley.erasure import ERASURE_WORKFLOW, ErasureInput, ErasureReceipt, ErasureScope
 from parley.gateway.demo import DemoModel
+from parley.store.db import Database
 from parley.store.lifecycle import erasure, erasure_catalogue
 from parley.store.lifecycle.erasure_catalogue import Subject
 from parley.store.models import Erasure
@@ -41,13 +41,13 @@ def workers(settings: Settings) -> Iterator[Workers]:
     pool.stop_all()
 
 
-async def rows_of(sessions: async_sessionmaker[AsyncSession], subject: Subject) -> dict[str, int]:
+async def rows_of(sessions: Database, subject: Subject) -> dict[str, int]:
     async with sessions() as db:
         tables = await erasure_catalogue.tables_for(db, scope=subject.scope)
         return await erasure_catalogue.remaining(db, subject=subject, tables=tables)
 
 
-async def counts_of(sessions: async_sessionmaker[AsyncSession], erasure_id: str) -> dict[str, int]:
+async def counts_of(sessions: Database, erasure_id: str) -> dict[str, int]:
     async with orm(sessions) as db:
         row = await db.get(Erasure, erasure_id)
         assert row is not None
@@ -58,7 +58,7 @@ async def counts_of(sessions: async_sessionmaker[AsyncSession], erasure_id: str)
 @pytest.mark.timeout(300)
 async def test_an_erasure_killed_between_batches_resumes_and_running_it_again_is_harmless(
     settings: Settings,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
     temporal_client: Client,
     database_url: str,
     workers: Workers,

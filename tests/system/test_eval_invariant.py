@@ -12,7 +12,6 @@ from pathlib import Path
 
 import httpx
 import pytest_asyncio
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from parley.config import Settings
@@ -20,6 +19,7 @@ from parley.eval.command import EXIT_INVARIANT, Options, evaluate, write_outputs
 from parley.gateway.errors import Timeouts
 from parley.gateway.fake_provider.server import FakeProvider, Reply, ToolCall
 from parley.gateway.openai_compat import OpenAICompatProvider
+from parley.store.db import Database
 from tests.support.evals import eval_target
 from tests.support.stack import serve
 from tests.support.toolkit import emails, own_stack
@@ -35,7 +35,7 @@ steps:
 
 @pytest_asyncio.fixture
 async def rogue(
-    settings: Settings, temporal_client: Client, sessions: async_sessionmaker[AsyncSession]
+    settings: Settings, temporal_client: Client, sessions: Database
 ) -> AsyncIterator[tuple[FakeProvider, str]]:
     fake = FakeProvider(brain=True)
     async with serve(fake.app) as fake_url:
@@ -61,7 +61,7 @@ async def test_a_send_without_confirmation_is_an_invariant_failure_and_sends_not
     rogue: tuple[FakeProvider, str],
     northwind: httpx.AsyncClient,
     northwind_url: str,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
     tmp_path: Path,
 ) -> None:
     fake, api_url = rogue

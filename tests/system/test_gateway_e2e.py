@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from parley.config import Settings
@@ -24,6 +23,7 @@ from parley.gateway.demo import DemoModel
 from parley.gateway.errors import Timeouts
 from parley.gateway.fake_provider.server import Fail, FakeProvider, Reply, ToolCall
 from parley.gateway.openai_compat import OpenAICompatProvider
+from parley.store.db import Database
 from parley.store.models import ModelCall, TraceSpan
 from parley.store.models import ToolCall as StoredToolCall
 from tests.support.client import ParleyClient, streamed_text
@@ -63,7 +63,7 @@ async def stack(
     request: pytest.FixtureRequest,
     settings: Settings,
     temporal_client: Client,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
 ) -> AsyncIterator[Stack]:
     dialect = request.param
     fake = FakeProvider(brain=True)
@@ -157,14 +157,12 @@ async def test_the_conversation_through_the_sdk_stores_what_the_demo_model_store
         assert bodies[0]["stream_options"] == {"include_usage": True}
 
 
-async def model_calls(sessions: async_sessionmaker[AsyncSession], turn_id: str) -> list[ModelCall]:
+async def model_calls(sessions: Database, turn_id: str) -> list[ModelCall]:
     async with orm(sessions) as db:
         return list(await db.scalars(select(ModelCall).where(ModelCall.turn_id == turn_id)))
 
 
-async def spans(
-    sessions: async_sessionmaker[AsyncSession], turn_id: str, name: str = "call_model"
-) -> list[TraceSpan]:
+async def spans(sessions: Database, turn_id: str, name: str = "call_model") -> list[TraceSpan]:
     async with orm(sessions) as db:
         return list(
             await db.scalars(
@@ -176,7 +174,7 @@ async def spans(
 
 
 async def test_usage_is_stored_with_the_model_call(
-    stack: Stack, client: ParleyClient, sessions: async_sessionmaker[AsyncSession]
+    stack: Stack, client: ParleyClient, sessions: Database
 ) -> None:
     stack.fake.script(
         Reply(text="Hello there.", input_tokens=40, output_tokens=3, cached_tokens=32)
@@ -190,7 +188,7 @@ async def test_usage_is_stored_with_the_model_call(
 
 
 async def test_every_step_leaves_one_span_and_the_model_call_names_its_model(
-    stack: Stack, client: ParleyClient, sessions: async_sessionmaker[AsyncSession]
+    stack: Stack, client: ParleyClient, sessions: Database
 ) -> None:
     stack.fake.script(Reply(text="Hello there.", input_tokens=40, output_tokens=3))
     sid = await client.new_session()
@@ -215,7 +213,7 @@ async def test_every_step_leaves_one_span_and_the_model_call_names_its_model(
 
 
 async def test_429_is_retried_after_its_retry_after(
-    stack: Stack, client: ParleyClient, sessions: async_sessionmaker[AsyncSession]
+    stack: Stack, client: ParleyClient, sessions: Database
 ) -> None:
     stack.fake.script(Fail(status=429, retry_after="2"))
     sid = await client.new_session()
@@ -228,7 +226,7 @@ async def test_429_is_retried_after_its_retry_after(
 
 
 async def test_500_is_retried_with_backoff(
-    stack: Stack, client: ParleyClient, sessions: async_sessionmaker[AsyncSession]
+    stack: Stack, client: ParleyClient, sessions: Database
 ) -> None:
     stack.fake.script(Fail(status=500), Fail(status=500))
     sid = await client.new_session()
@@ -244,7 +242,7 @@ async def test_500_is_retried_with_backoff(
 
 
 async def test_400_is_not_retried_and_is_reported(
-    stack: Stack, client: ParleyClient, sessions: async_sessionmaker[AsyncSession]
+    stack: Stack, client: ParleyClient, sessions: Database
 ) -> None:
     stack.fake.script(Fail(status=400))
     sid = await client.new_session()
@@ -257,7 +255,7 @@ async def test_400_is_not_retried_and_is_reported(
 
 
 async def test_a_stall_hits_the_first_token_timeout_and_is_retried(
-    stack: Stack, client: ParleyClient, sessions: async_sessionmaker[AsyncSession]
+    stack: Stack, client: ParleyClient, sessions: Database
 ) -> None:
     stack.fake.script(Reply(brain=True, stall_s=4.0))
     sid = await client.new_session()
@@ -302,7 +300,7 @@ async def test_a_drop_that_persists_leaves_incomplete_text_and_a_retryable_error
 
 
 async def test_malformed_tool_arguments_go_back_to_the_model_as_a_structured_error(
-    stack: Stack, client: ParleyClient, sessions: async_sessionmaker[AsyncSession]
+    stack: Stack, client: ParleyClient, sessions: Database
 ) -> None:
     stack.fake.script(Reply(tool_calls=[ToolCall(name="get_order", arguments='{"order_id": "84')]))
     sid = await client.new_session()
@@ -319,7 +317,7 @@ async def test_malformed_tool_arguments_go_back_to_the_model_as_a_structured_err
 
 
 async def test_the_fallback_model_answers_when_the_primary_is_down(
-    stack: Stack, client: ParleyClient, sessions: async_sessionmaker[AsyncSession]
+    stack: Stack, client: ParleyClient, sessions: Database
 ) -> None:
     stack.fake.brain = False
     stack.fake.script(*[Fail(status=503)] * 5)

@@ -6,12 +6,12 @@ import json
 
 import pytest
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from parley.config import Settings
 from parley.gateway.demo import DemoModel
 from parley.ids import workflow_id_for_turn
+from parley.store.db import Database
 from parley.store.models import ModelCall
 from tests.support.client import ParleyClient
 from tests.support.orm import orm
@@ -34,7 +34,7 @@ async def test_history_at_turn_30_is_within_20_percent_of_turn_1(
     settings: Settings,
     tokens: dict[str, str],
     temporal_client: Client,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
 ) -> None:
     # Conversation budgets roomy enough for the prompt to grow well past twice turn 1's (the
     # default budget keeps prompts flatter than that), so a transcript carried through history

@@ -20,11 +20,11 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest_asyncio
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from parley.config import Settings
 from parley.gateway.base import ModelRequest, ToolCallRequest
+from parley.store.db import Database
 from parley.store.models import ToolCall, Turn
 from tests.support.client import ParleyClient
 from tests.support.injection_corpus import payloads
@@ -76,7 +76,7 @@ def obedient(request: ModelRequest, n: int) -> list[ToolCallRequest] | str:
 async def obeying(
     temporal_client: Client,
     settings: Settings,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
     tokens: dict[str, str],
 ) -> AsyncIterator[ParleyClient]:
     model = ScriptedModel(script=obedient)
@@ -115,7 +115,7 @@ async def run_attack(client: ParleyClient, text: str) -> tuple[str, str]:
 async def test_an_obedient_model_gets_nothing_out_of_the_corpus(
     obeying: ParleyClient,
     northwind: httpx.AsyncClient,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
 ) -> None:
     known = len(await emails(northwind))
     sids: list[str] = []

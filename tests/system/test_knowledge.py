@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from parley.config import Settings
 from parley.gateway.demo import DemoModel
 from parley.knowledge import parse_document
 from parley.launch.knowledge import load_library
+from parley.store.db import Database
 from parley.store.identity import create_token
 from parley.store.models import ModelCall, TraceSpan, Turn, TurnEvent
 from tests.support.client import ParleyClient
@@ -46,7 +46,7 @@ damaged; shipping costs and the return window policy are set out here too.
 """
 
 
-async def everything_of(sessions: async_sessionmaker[AsyncSession], session_ids: list[str]) -> str:
+async def everything_of(sessions: Database, session_ids: list[str]) -> str:
     """Every stored prompt, event and trace span of the sessions' turns, as one text."""
     async with orm(sessions) as db:
         turn_ids = list(await db.scalars(select(Turn.id).where(Turn.session_id.in_(session_ids))))
@@ -60,7 +60,7 @@ async def test_policy_answered_from_the_warranty_document_and_another_tenants_ca
     priya: ParleyClient,
     api_url: str,
     tokens: dict[str, str],
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     canary = f"CANARY-{uuid.uuid4().hex}"
@@ -112,7 +112,7 @@ async def test_policy_answered_from_the_warranty_document_and_another_tenants_ca
 async def test_a_failed_search_degrades_the_turn_with_a_warning(
     settings: Settings,
     temporal_client: Client,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
 ) -> None:
     """The embedding server is down: the answer still comes, from full-text search, cited,
     and the stream says the search was degraded."""

@@ -19,10 +19,10 @@ from typing import Any
 import httpx
 import pytest
 from sqlalchemy import func, select, text
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from parley.config import Limits, Settings
 from parley.store import limits
+from parley.store.db import Database
 from parley.store.identity import Identity, create_token
 from parley.store.models import ChatSession, Message, Tenant, User
 from tests.support.client import ParleyClient
@@ -81,7 +81,7 @@ async def apis(two_apis: list[str]) -> list[str]:
 
 
 async def new_tenant(
-    sessions: async_sessionmaker[AsyncSession], config: dict[str, Any], users: int = 1
+    sessions: Database, config: dict[str, Any], users: int = 1
 ) -> tuple[str, list[str]]:
     """A tenant of the test's own with `config`, and tokens for its users."""
     tenant = f"lim_{uuid.uuid4().hex[:8]}"
@@ -111,7 +111,7 @@ def on_both(apis: list[str], token: str, made: list[ParleyClient]) -> list[Parle
     return pair
 
 
-async def stored_user_messages(sessions: async_sessionmaker[AsyncSession], tenant: str) -> int:
+async def stored_user_messages(sessions: Database, tenant: str) -> int:
     async with orm(sessions) as db:
         count = await db.scalar(
             select(func.count())
@@ -127,7 +127,7 @@ def refusal(response: httpx.Response) -> tuple[int, str]:
 
 
 async def test_running_turns_per_user_are_counted_across_processes(
-    apis: list[str], sessions: async_sessionmaker[AsyncSession], clients: list[ParleyClient]
+    apis: list[str], sessions: Database, clients: list[ParleyClient]
 ) -> None:
     tenant, (token,) = await new_tenant(sessions, {})
     a, b = on_both(apis, token, clients)
@@ -142,7 +142,7 @@ async def test_running_turns_per_user_are_counted_across_processes(
 
 
 async def test_running_turns_per_user_hold_under_12_concurrent_posts(
-    apis: list[str], sessions: async_sessionmaker[AsyncSession], clients: list[ParleyClient]
+    apis: list[str], sessions: Database, clients: list[ParleyClient]
 ) -> None:
     """The user's admission lock (taken with the post's duplicate check, store/posting.py)
     orders concurrent posts in two processes: no two see room for the same last turn."""
@@ -162,7 +162,7 @@ async def test_running_turns_per_user_hold_under_12_concurrent_posts(
 
 
 async def test_posts_per_minute_answer_429_with_retry_after_across_processes(
-    apis: list[str], sessions: async_sessionmaker[AsyncSession], clients: list[ParleyClient]
+    apis: list[str], sessions: Database, clients: list[ParleyClient]
 ) -> None:
     per_minute = 5
     config = {"user_requests_per_minute": per_minute, "max_active_turns_per_user": 50}
@@ -198,7 +198,7 @@ async def test_posts_per_minute_answer_429_with_retry_after_across_processes(
 
 
 async def test_the_daily_cap_per_user_holds_under_20_concurrent_posts(
-    apis: list[str], sessions: async_sessionmaker[AsyncSession], clients: list[ParleyClient]
+    apis: list[str], sessions: Database, clients: list[ParleyClient]
 ) -> None:
     cap = 7
     config = {"user_daily_cap": cap, "max_active_turns_per_user": 50}
@@ -219,7 +219,7 @@ async def test_the_daily_cap_per_user_holds_under_20_concurrent_posts(
 
 
 async def test_a_paused_tenant_is_refused_by_every_process_at_once(
-    apis: list[str], sessions: async_sessionmaker[AsyncSession], clients: list[ParleyClient]
+    apis: list[str], sessions: Database, clients: list[ParleyClient]
 ) -> None:
     tenant, (token,) = await new_tenant(sessions, {})
     a, b = on_both(apis, token, clients)
@@ -235,7 +235,7 @@ async def test_a_paused_tenant_is_refused_by_every_process_at_once(
 
 
 async def test_open_streams_per_user_are_counted_across_processes(
-    apis: list[str], sessions: async_sessionmaker[AsyncSession], clients: list[ParleyClient]
+    apis: list[str], sessions: Database, clients: list[ParleyClient]
 ) -> None:
     _, (token,) = await new_tenant(sessions, {})
     a, b = on_both(apis, token, clients)
@@ -286,7 +286,7 @@ class HeldStreams:
 
 
 async def test_a_counting_error_lets_the_post_through_and_is_logged(
-    sessions: async_sessionmaker[AsyncSession], caplog: pytest.LogCaptureFixture
+    sessions: Database, caplog: pytest.LogCaptureFixture
 ) -> None:
     tenant, _ = await new_tenant(sessions, {"user_daily_cap": 1})
     owner = Identity(tenant_id=tenant, user_id="u0", roles=())
@@ -311,7 +311,7 @@ def test_retry_after_rounds_up_to_the_end_of_the_window_and_is_never_zero() -> N
     assert limits.seconds_until(minute, minute + timedelta(days=1)) == 86_400
 
 
-async def day_count(sessions: async_sessionmaker[AsyncSession], tenant: str) -> int:
+async def day_count(sessions: Database, tenant: str) -> int:
     """The user's messages counted against the daily cap today (u0 of `tenant`)."""
     async with orm(sessions) as db:
         used = await db.scalar(
@@ -325,7 +325,7 @@ async def day_count(sessions: async_sessionmaker[AsyncSession], tenant: str) -> 
 
 
 async def test_a_request_that_fails_validation_costs_nothing(
-    settings: Settings, sessions: async_sessionmaker[AsyncSession]
+    settings: Settings, sessions: Database
 ) -> None:
     per_minute = 3
     config = {"user_requests_per_minute": per_minute, "user_daily_cap": per_minute}

@@ -19,7 +19,6 @@ from typing import Any
 import httpx
 import pytest_asyncio
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from parley.config import Settings
@@ -28,6 +27,7 @@ from parley.gateway.base import Finish, ModelRequest, StreamEvent, ToolCallReque
 from parley.gateway.demo import DemoModel
 from parley.launch.seeding import demo_mcp_server
 from parley.store import tenants
+from parley.store.db import Database
 from parley.store.models import ModelCall, ToolCall, Turn
 from parley.tenancy import TenantConfig
 from tests.support.client import ParleyClient
@@ -120,7 +120,7 @@ def listed(*urls: str) -> list[str]:
 async def stack(
     settings: Settings,
     temporal_client: Client,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
     backend: tuple[str, httpx.AsyncClient],
     redirect: Redirect,
 ) -> AsyncIterator[Stack[ScriptedDemo]]:
@@ -181,7 +181,7 @@ async def sessions_closed(northwind: httpx.AsyncClient) -> dict[str, Any]:
     return await eventually(balanced, timeout=30, what="every MCP session closed")
 
 
-async def offered_tools(db_sessions: async_sessionmaker[AsyncSession], sid: str) -> list[set[str]]:
+async def offered_tools(db_sessions: Database, sid: str) -> list[set[str]]:
     """The tool names of every stored model request of a session."""
     async with orm(db_sessions) as db:
         requests = await db.scalars(
@@ -195,7 +195,7 @@ async def offered_tools(db_sessions: async_sessionmaker[AsyncSession], sid: str)
 async def test_store_hours_come_from_the_mcp_server(
     priya: ParleyClient,
     northwind: httpx.AsyncClient,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
 ) -> None:
     before = await sessions_closed(northwind)
     sid = await priya.new_session()
@@ -221,7 +221,7 @@ async def test_store_hours_come_from_the_mcp_server(
 async def test_an_mcp_outage_degrades_to_local_tools_with_a_warning(
     priya: ParleyClient,
     northwind: httpx.AsyncClient,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
 ) -> None:
     assert (await northwind.post("/faults", json={"mcp_outage": True})).status_code == 200
     before = await mcp_stats(northwind)
@@ -294,7 +294,7 @@ async def test_a_tool_outside_the_allow_list_is_never_offered_nor_run(
     priya: ParleyClient,
     northwind: httpx.AsyncClient,
     stack: Stack[ScriptedDemo],
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
 ) -> None:
     # The server does serve it: it is the tenant's allow-list that leaves it out.
     before = await mcp_stats(northwind)
@@ -353,7 +353,7 @@ async def test_a_call_that_fails_is_a_prefixed_error_not_a_fact(
     priya: ParleyClient,
     northwind: httpx.AsyncClient,
     stack: Stack[ScriptedDemo],
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
 ) -> None:
     # The server goes down between the listing and the call (the model asks for the tool
     # although this step's listing could not offer it).
@@ -406,7 +406,7 @@ async def test_an_mcp_server_on_an_internal_address_is_refused_when_the_config_i
 async def test_a_redirect_to_another_host_is_refused_at_turn_time_and_never_followed(
     priya: ParleyClient,
     redirect: Redirect,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
 ) -> None:
     server = demo_mcp_server("http://unused").model_copy(update={"url": redirect.url})
     async with sessions() as db:

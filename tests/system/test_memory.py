@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from parley.activities.memory import MemoryActivities
@@ -26,6 +25,7 @@ from parley.prompt import StoredSummary
 from parley.resolver import Slot
 from parley.store import memory as memory_store
 from parley.store import slots
+from parley.store.db import Database
 from parley.store.models import ConversationSummary
 from parley.tokens import count_messages, count_tools, default_counter
 from tests.support.client import ParleyClient
@@ -34,9 +34,7 @@ from tests.support.stack import serve
 from tests.support.toolkit import model_calls, own_stack, reply, store_history
 
 
-async def prompts(
-    db_sessions: async_sessionmaker[AsyncSession], turn_id: str
-) -> list[dict[str, Any]]:
+async def prompts(db_sessions: Database, turn_id: str) -> list[dict[str, Any]]:
     calls = await model_calls(db_sessions, turn_id)
     return [c.request for c in calls if c.provider != "resolver"]
 
@@ -59,7 +57,7 @@ SCRIPT = [
 
 @pytest_asyncio.fixture
 async def fake_stack(
-    settings: Settings, temporal_client: Client, sessions: async_sessionmaker[AsyncSession]
+    settings: Settings, temporal_client: Client, sessions: Database
 ) -> AsyncIterator[str]:
     fake = FakeProvider(brain=True)
     async with serve(fake.app) as fake_url:
@@ -82,7 +80,7 @@ async def fake_stack(
 
 
 async def test_sixty_turns_remember_turn_one_within_a_flat_budget(
-    fake_stack: str, tokens: dict[str, str], sessions: async_sessionmaker[AsyncSession]
+    fake_stack: str, tokens: dict[str, str], sessions: Database
 ) -> None:
     client = ParleyClient(fake_stack, tokens["priya"])
     sid = await client.new_session()
@@ -133,7 +131,7 @@ async def test_sixty_turns_remember_turn_one_within_a_flat_budget(
 async def test_a_stale_summary_is_met_by_the_fold_and_slots_outrank_it(
     settings: Settings,
     temporal_client: Client,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
     tokens: dict[str, str],
 ) -> None:
     history = []
@@ -215,7 +213,7 @@ async def test_a_stale_summary_is_met_by_the_fold_and_slots_outrank_it(
 async def test_a_paste_that_does_not_fit_warns_and_the_prompt_says_what_is_missing(
     settings: Settings,
     temporal_client: Client,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
     tokens: dict[str, str],
 ) -> None:
     chunk = "Shipment log: the refund for order 8472 was delayed at the warehouse scan. " * 12
@@ -261,7 +259,7 @@ class Crashing:
 
 async def test_a_crash_during_summarization_loses_nothing(
     settings: Settings,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
     priya: ParleyClient,
 ) -> None:
     sid = await priya.new_session()

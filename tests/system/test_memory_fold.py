@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.service import RPCError
 
@@ -26,6 +25,7 @@ from parley.gateway.openai_compat import OpenAICompatProvider
 from parley.ids import summary_workflow_id, workflow_id_for_turn
 from parley.memory import is_summary_request
 from parley.prompt import CONVERSATION_KINDS, FOLD_PREFIX
+from parley.store.db import Database
 from parley.store.models import ConversationSummary
 from parley.tokens import count_messages, counter_for
 from tests.support.client import ParleyClient
@@ -114,7 +114,7 @@ async def test_sixty_turns_keep_to_the_conversation_budget_whatever_the_summariz
     model: str,
     settings: Settings,
     temporal_client: Client,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
     tokens: dict[str, str],
 ) -> None:
     fake = FakeProvider(brain=True)

@@ -20,10 +20,10 @@ from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from parley.config import Settings
 from parley.gateway.fake_provider.server import FakeProvider
+from parley.store.db import Database
 from parley.store.models import TraceSpan
 from tests.support.client import ParleyClient, streamed_text
 from tests.support.orm import orm
@@ -54,7 +54,7 @@ async def _stop(process: subprocess.Popen[bytes]) -> None:
 async def test_one_turn_is_one_trace_without_message_text(
     settings: Settings,
     tokens: dict[str, str],
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
 ) -> None:
     collector, fake = Collector(), FakeProvider(brain=True)
     async with serve(collector.app) as collector_url, serve(fake.app) as fake_url:
@@ -91,7 +91,7 @@ async def test_one_turn_is_one_trace_without_message_text(
 async def test_an_eager_start_in_an_api_that_runs_a_worker_is_one_trace_too(
     settings: Settings,
     tokens: dict[str, str],
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
 ) -> None:
     """`PARLEY_API_WORKER`: the API starts the turn eagerly on its own client, whose worker
     runs it (the demo model); the one process exports the whole trace."""
@@ -110,7 +110,7 @@ async def test_an_eager_start_in_an_api_that_runs_a_worker_is_one_trace_too(
 
 async def _check_turn(
     collector: Collector,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
     session_id: str,
     turn_id: str,
     events: list[Event],
@@ -140,7 +140,7 @@ async def _check_turn(
     _check_no_text(collector.spans, [QUESTION, "Kestrelwood", answer])
 
 
-async def _ledger(sessions: async_sessionmaker[AsyncSession], turn_id: str) -> list[TraceSpan]:
+async def _ledger(sessions: Database, turn_id: str) -> list[TraceSpan]:
     async with orm(sessions) as db:
         rows = await db.scalars(select(TraceSpan).where(TraceSpan.turn_id == turn_id))
         return list(rows)

@@ -24,7 +24,6 @@ import pytest
 import pytest_asyncio
 from sqlalchemy import select
 from sqlalchemy.exc import OperationalError
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 from temporalio.testing import ActivityEnvironment
 
@@ -32,7 +31,7 @@ from parley.activities.failures import REPORT_MARGIN, wait_for_database
 from parley.config import Settings
 from parley.ids import workflow_id_for_turn
 from parley.statuses import TurnErrorCode
-from parley.store.db import create_socket_checked_engine, session_factory
+from parley.store.db import Database, create_socket_checked_engine
 from parley.store.embedded import EmbeddedPostgres
 from parley.store.identity import create_token, seed_demo
 from parley.store.migrate import upgrade
@@ -54,7 +53,7 @@ SHORT_OUTAGE_S = 3.0
 LONG_OUTAGE_LIMIT_S = 150.0
 
 
-class Database:
+class Server:
     """The module's own server: stopped and started again on the same data folder, so it
     comes back with its data at the same socket (the URL the worker and API hold)."""
 
@@ -75,15 +74,15 @@ class Database:
 
 @dataclass
 class Outage:
-    db: Database
+    db: Server
     stack: Stack[ControlledModel]
-    sessions: async_sessionmaker[AsyncSession]
+    sessions: Database
     client: ParleyClient
 
 
 @pytest.fixture(scope="module")
-def database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Database]:
-    db = Database(tmp_path_factory.mktemp("outage-pg") / "data")
+def database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    db = Server(tmp_path_factory.mktemp("outage-pg") / "data")
     upgrade(db.url)
     yield db
     db.close()
@@ -91,10 +90,10 @@ def database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Database]:
 
 @pytest_asyncio.fixture(scope="module")
 async def outage(
-    database: Database, temporal_client: Client, settings: Settings
+    database: Server, temporal_client: Client, settings: Settings
 ) -> AsyncIterator[Outage]:
     engine = create_socket_checked_engine(database.url)
-    own_sessions = session_factory(engine)
+    own_sessions = Database(engine)
     async with own_sessions() as db:
         await seed_demo(db)
         token = await create_token(db, tenant_id="northwind", user_id="cust_2291")
@@ -118,9 +117,7 @@ async def outage(
     await engine.dispose()
 
 
-async def assistant_messages(
-    sessions: async_sessionmaker[AsyncSession], turn_id: str
-) -> list[Message]:
+async def assistant_messages(sessions: Database, turn_id: str) -> list[Message]:
     async with orm(sessions) as db:
         rows = await db.scalars(
             select(Message).where(Message.turn_id == turn_id, Message.role == "assistant")
@@ -128,7 +125,7 @@ async def assistant_messages(
         return list(rows)
 
 
-async def stored_turn(sessions: async_sessionmaker[AsyncSession], turn_id: str) -> Turn:
+async def stored_turn(sessions: Database, turn_id: str) -> Turn:
     async with orm(sessions) as db:
         turn = await db.get(Turn, turn_id)
     assert turn is not None

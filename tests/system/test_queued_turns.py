@@ -16,11 +16,11 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 import pytest_asyncio
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from parley.config import Settings
 from parley.contracts import TurnState
 from parley.store import posting, turns
+from parley.store.db import Database
 from parley.store.identity import Identity
 from parley.store.models import TurnEvent
 from tests.support.client import ParleyClient
@@ -69,7 +69,7 @@ def _dense(events: list[Event]) -> bool:
     return [e.id for e in events] == list(range(1, len(events) + 1))
 
 
-async def _logged_at(sessions: async_sessionmaker[AsyncSession], turn_id: str) -> list[float]:
+async def _logged_at(sessions: Database, turn_id: str) -> list[float]:
     async with orm(sessions) as db:
         stamps = await db.scalars(
             select(TurnEvent.created_at).where(TurnEvent.turn_id == turn_id).order_by(TurnEvent.id)
@@ -78,7 +78,7 @@ async def _logged_at(sessions: async_sessionmaker[AsyncSession], turn_id: str) -
 
 
 async def test_a_message_posted_while_an_answer_streams_is_the_next_turn(
-    priya: ParleyClient, workers: Workers, sessions: async_sessionmaker[AsyncSession]
+    priya: ParleyClient, workers: Workers, sessions: Database
 ) -> None:
     # The periodic sweep runs once at start, then not within this test: only the bell the
     # first turn's ending rings can start the queued turn in time.
@@ -134,7 +134,7 @@ async def test_a_message_posted_while_an_answer_streams_is_the_next_turn(
 
 
 async def test_a_queued_turn_nobody_heard_is_started_by_the_sweep(
-    priya: ParleyClient, workers: Workers, sessions: async_sessionmaker[AsyncSession]
+    priya: ParleyClient, workers: Workers, sessions: Database
 ) -> None:
     """The running turn ends while no worker listens (they are all down, or the process that
     would start the queued turn died after the end): the outbox's sweep starts it."""

@@ -23,7 +23,6 @@ from typing import Any
 import httpx
 import pytest
 import pytest_asyncio
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from parley.config import Settings
@@ -34,6 +33,7 @@ from parley.gateway.openai_compat import OpenAICompatProvider
 from parley.ids import return_idempotency_key
 from parley.returns_agent import AGENT_INSTRUCTIONS, AGENT_MAX_STEPS, EMPTY_REPLY
 from parley.specialists import CLOSING_TEXT, SpecialistOutcome
+from parley.store.db import Database
 from tests.support.client import ParleyClient
 from tests.support.histories import replay_delegated_turn
 from tests.support.processes import Workers, read_until
@@ -176,7 +176,7 @@ async def fake_url() -> AsyncIterator[tuple[FakeProvider, str]]:
 async def agent_stack(
     settings: Settings,
     temporal_client: Client,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
     backend: tuple[str, httpx.AsyncClient],
     fake_url: tuple[FakeProvider, str],
 ) -> AsyncIterator[str]:

@@ -16,7 +16,6 @@ from typing import Any
 
 import httpx
 import pytest_asyncio
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from parley.config import Settings
@@ -24,6 +23,7 @@ from parley.demo_backend.app import create_app as create_backend
 from parley.gateway.demo import DemoModel
 from parley.ids import specialist_workflow_id
 from parley.specialists import CLOSING_TEXT, SpecialistOutcome
+from parley.store.db import Database
 from tests.support.client import ParleyClient
 from tests.support.histories import replay_delegated_turn
 from tests.support.sse import TERMINAL, Event, iter_events
@@ -73,7 +73,7 @@ def types(events: list[Event]) -> list[str]:
 async def test_the_returns_conversation(
     settings: Settings,
     temporal_client: Client,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
     backend: tuple[str, httpx.AsyncClient],
     tokens: dict[str, str],
     specialists_on: None,
@@ -171,7 +171,7 @@ async def _returns_conversation(priya: ParleyClient, northwind: httpx.AsyncClien
 async def test_answers_in_words_and_a_left_waiting_specialist(
     settings: Settings,
     temporal_client: Client,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
     backend: tuple[str, httpx.AsyncClient],
     tokens: dict[str, str],
     specialists_on: None,
@@ -222,7 +222,7 @@ async def _left_waiting(priya: ParleyClient, running: Stack[DemoModel]) -> None:
 async def test_stop_while_the_specialist_waits_cancels_it_with_the_turn(
     settings: Settings,
     temporal_client: Client,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
     backend: tuple[str, httpx.AsyncClient],
     tokens: dict[str, str],
     specialists_on: None,

@@ -6,12 +6,12 @@ from datetime import timedelta
 
 import httpx
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from parley.contracts import ResolveActionSignal
 from parley.dispatch.control import deliver_decision
 from parley.store import actions
+from parley.store.db import Database
 from parley.store.identity import Identity
 from parley.store.models import ModelCall, ToolCall
 from tests.support.client import ParleyClient
@@ -24,7 +24,7 @@ async def test_cancelling_during_a_tool_leaves_no_unanswered_call_behind(
     stream_stack: Stack[ControlledModel],
     stream_client: ParleyClient,
     northwind: httpx.AsyncClient,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
 ) -> None:
     await northwind.post("/faults", json={"latency_ms": 3000})
     sid = await stream_client.new_session()
@@ -53,7 +53,7 @@ async def test_cancelling_during_a_tool_leaves_no_unanswered_call_behind(
 
 async def test_a_message_right_after_a_confirmation_waits_for_that_turn(
     priya: ParleyClient,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
     temporal_client: Client,
 ) -> None:
     sid = await priya.new_session()
@@ -87,9 +87,7 @@ async def test_a_message_right_after_a_confirmation_waits_for_that_turn(
     await priya.http.post(f"/v1/sessions/{sid}/turns/{queued_id}/cancel")
 
 
-async def test_a_retried_proposal_finds_its_action(
-    sessions: async_sessionmaker[AsyncSession], priya: ParleyClient
-) -> None:
+async def test_a_retried_proposal_finds_its_action(sessions: Database, priya: ParleyClient) -> None:
     # A turn still running (its workflow held back by `started`), as a proposal step finds it.
     sid = await priya.new_session()
     async with sessions() as db:

@@ -20,9 +20,9 @@ import httpx
 import pytest
 import pytest_asyncio
 from sqlalchemy import func, select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from parley.config import Settings
+from parley.store.db import Database
 from parley.store.models import ToolCall
 from tests.support.client import ParleyClient, streamed_text
 from tests.support.orm import orm
@@ -117,7 +117,7 @@ async def test_a_rolling_restart_with_twenty_turns_in_flight_loses_and_repeats_n
     tokens: dict[str, str],
     workers: Workers,
     northwind: httpx.AsyncClient,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
 ) -> None:
     client = ParleyClient(rolling_api, tokens["priya"])
     old = workers.start()

@@ -11,7 +11,6 @@ from contextlib import AbstractAsyncContextManager
 import pytest
 import pytest_asyncio
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from parley.config import Settings
@@ -22,6 +21,7 @@ from parley.screens import (
     Verdict,
     contains_card_number,
 )
+from parley.store.db import Database
 from parley.store.models import Message, TraceSpan
 from tests.support.client import ParleyClient
 from tests.support.models import ControlledModel
@@ -51,7 +51,7 @@ ScreenStack = Stack[ControlledModel]
 def screened_stack(
     settings: Settings,
     temporal_client: Client,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
     screens: tuple[object, object],
 ) -> AbstractAsyncContextManager[ScreenStack]:
     model = ControlledModel(token_delay_s=0.005)
@@ -67,7 +67,7 @@ def screened_stack(
 
 @pytest_asyncio.fixture(scope="module")
 async def stack(
-    settings: Settings, temporal_client: Client, sessions: async_sessionmaker[AsyncSession]
+    settings: Settings, temporal_client: Client, sessions: Database
 ) -> AsyncIterator[ScreenStack]:
     screens = (
         SlowScreen(RulesScreen("input", ("forbidden topic",)), delay_s=0.3),
@@ -104,7 +104,7 @@ async def test_a_declined_input_never_reaches_the_model(
 
 
 async def test_a_declined_answer_is_retracted_and_only_safe_text_is_stored(
-    stack: ScreenStack, client: ParleyClient, sessions: async_sessionmaker[AsyncSession]
+    stack: ScreenStack, client: ParleyClient, sessions: Database
 ) -> None:
     stack.model.reply = lambda request: "The classified launch codes are 0000."
     sid = await client.new_session()
@@ -136,7 +136,7 @@ async def test_an_allowed_answer_gets_followups_before_done(
 
 
 async def test_screening_overlaps_context_building(
-    stack: ScreenStack, client: ParleyClient, sessions: async_sessionmaker[AsyncSession]
+    stack: ScreenStack, client: ParleyClient, sessions: Database
 ) -> None:
     sid = await client.new_session()
     turn_id, events = await client.turn(sid, "Where is my order?")
@@ -158,7 +158,7 @@ async def test_screening_overlaps_context_building(
 async def test_an_input_screen_that_errors_fails_the_turn_closed(
     settings: Settings,
     temporal_client: Client,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
     tokens: dict[str, str],
 ) -> None:
     screens = (BrokenScreen(), RulesScreen("output"))
@@ -176,7 +176,7 @@ async def test_an_input_screen_that_errors_fails_the_turn_closed(
 async def test_an_output_screen_that_errors_lets_the_answer_stand(
     settings: Settings,
     temporal_client: Client,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
     tokens: dict[str, str],
 ) -> None:
     screens = (RulesScreen("input"), BrokenScreen())

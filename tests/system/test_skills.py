@@ -22,7 +22,6 @@ from typing import Any
 import httpx
 import pytest
 import pytest_asyncio
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 from temporalio.worker import Replayer
 
@@ -33,6 +32,7 @@ from parley.gateway.demo import DemoModel
 from parley.ids import workflow_id_for_turn
 from parley.skills import RUN_ENV
 from parley.store import tenants
+from parley.store.db import Database
 from parley.store.identity import create_token
 from parley.workflows.turn import TurnWorkflow
 from tests.support.client import ParleyClient
@@ -91,7 +91,7 @@ def scratch_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest_asyncio.fixture(scope="module")
-async def enabled(sessions: async_sessionmaker[AsyncSession]) -> AsyncIterator[None]:
+async def enabled(sessions: Database) -> AsyncIterator[None]:
     """Tenant `northwind` with the three skills; its configuration is put back afterwards."""
     async with sessions() as db:
         before = await tenants.tenant_config(db, tenant_id="northwind")
@@ -112,7 +112,7 @@ async def enabled(sessions: async_sessionmaker[AsyncSession]) -> AsyncIterator[N
 async def stack(
     settings: Settings,
     temporal_client: Client,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
     backend: tuple[str, httpx.AsyncClient],
     catalog: Path,
     scratch_root: Path,
@@ -133,9 +133,7 @@ async def stack(
 
 
 @pytest_asyncio.fixture
-async def dana(
-    stack: Stack[DemoModel], sessions: async_sessionmaker[AsyncSession]
-) -> AsyncIterator[ParleyClient]:
+async def dana(stack: Stack[DemoModel], sessions: Database) -> AsyncIterator[ParleyClient]:
     async with sessions() as db:
         token = await create_token(db, tenant_id="northwind", user_id="cust_4410")
         await db.commit()
@@ -335,7 +333,7 @@ async def test_a_skill_past_its_wall_clock_is_stopped_and_released(
 async def no_sandbox(
     settings: Settings,
     temporal_client: Client,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
     backend: tuple[str, httpx.AsyncClient],
     catalog: Path,
     enabled: None,
@@ -355,7 +353,7 @@ async def no_sandbox(
 
 
 async def test_with_no_sandbox_the_turn_says_so_and_answers_without_the_skill(
-    no_sandbox: Stack[DemoModel], sessions: async_sessionmaker[AsyncSession]
+    no_sandbox: Stack[DemoModel], sessions: Database
 ) -> None:
     async with sessions() as db:
         token = await create_token(db, tenant_id="northwind", user_id="cust_4410")

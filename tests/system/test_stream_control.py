@@ -10,11 +10,11 @@ import socket
 
 import httpx
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from parley.gateway.base import ModelRequest
 from parley.gateway.demo import compose_reply
 from parley.store import turns
+from parley.store.db import Database
 from parley.store.models import Message, Turn
 from tests.support.client import ParleyClient, streamed_text
 from tests.support.models import ControlledModel
@@ -28,7 +28,7 @@ LONG_QUESTION = "Tell me about yourself"
 async def test_cancel_stops_the_model_and_keeps_the_partial_answer_as_cancelled(
     stream_stack: Stack[ControlledModel],
     stream_client: ParleyClient,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
 ) -> None:
     sid = await stream_client.new_session()
     posted = await stream_client.post(sid, LONG_QUESTION)
@@ -68,7 +68,7 @@ async def test_cancel_stops_the_model_and_keeps_the_partial_answer_as_cancelled(
     assert (await stream_client.post(sid, "Hello")).status_code == 202
 
 
-async def record_stop_only(sessions: async_sessionmaker[AsyncSession], turn_id: str) -> None:
+async def record_stop_only(sessions: Database, turn_id: str) -> None:
     """The Stop as the cancel route records it, without the workflow's cancel that follows:
     what a running model step sees of it (the workflow hears of a cancel only at its next
     task, after the local step)."""
@@ -80,7 +80,7 @@ async def record_stop_only(sessions: async_sessionmaker[AsyncSession], turn_id: 
 async def test_a_stop_recorded_on_the_turn_stops_a_streaming_model_step(
     stream_stack: Stack[ControlledModel],
     stream_client: ParleyClient,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
 ) -> None:
     sid = await stream_client.new_session()
     posted = await stream_client.post(sid, LONG_QUESTION)
@@ -101,7 +101,7 @@ async def test_a_stop_recorded_on_the_turn_stops_a_streaming_model_step(
 async def test_a_stop_before_the_first_token_ends_the_turn_without_waiting_for_it(
     stream_stack: Stack[ControlledModel],
     stream_client: ParleyClient,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
 ) -> None:
     gate = stream_stack.model.first_token_gate = asyncio.Event()
     stream_stack.model.waiting.clear()
@@ -122,7 +122,7 @@ async def test_a_stop_before_the_first_token_ends_the_turn_without_waiting_for_i
 async def test_hanging_up_without_coming_back_cancels_after_the_grace_period(
     stream_stack: Stack[ControlledModel],
     stream_client: ParleyClient,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
 ) -> None:
     stream_stack.model.reply = lambda request: "word " * 200  # ~16 s at this pace
     sid = await stream_client.new_session()
@@ -141,7 +141,7 @@ async def test_hanging_up_without_coming_back_cancels_after_the_grace_period(
 async def test_hanging_up_and_reconnecting_within_the_grace_gets_the_whole_answer(
     stream_stack: Stack[ControlledModel],
     stream_client: ParleyClient,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
 ) -> None:
     stream_stack.model.reply = lambda request: "word " * 40  # ~3 s, longer than the grace
     sid = await stream_client.new_session()
@@ -284,7 +284,7 @@ async def test_a_consumer_that_never_reads_does_not_delay_another_stream(
     stream_stack: Stack[ControlledModel],
     stream_client: ParleyClient,
     tokens: dict[str, str],
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
 ) -> None:
     """Priya's turns stream start to finish while Marco's reader sits on a full socket: no
     stream waits for another's consumer. Order of events, not wall-clock time, is checked."""

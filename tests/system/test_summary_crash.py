@@ -9,7 +9,6 @@ from collections.abc import AsyncIterator
 from functools import partial
 
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
@@ -21,6 +20,7 @@ from parley.ids import summary_workflow_id, workflow_id_for_turn
 from parley.memory import is_summary_request
 from parley.prompt import StoredSummary
 from parley.store import memory as memory_store
+from parley.store.db import Database
 from parley.store.models import Message
 from tests.support.client import ParleyClient
 from tests.support.orm import orm
@@ -56,7 +56,7 @@ def statement(n: int) -> str:
 async def test_a_summary_run_killed_midway_is_covered_by_the_next_one(
     settings: Settings,
     temporal_client: Client,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
     tokens: dict[str, str],
 ) -> None:
     model = HeldSummarizer()

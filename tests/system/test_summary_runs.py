@@ -21,7 +21,6 @@ from typing import Any
 
 import pytest
 from sqlalchemy import func, select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
@@ -41,6 +40,7 @@ from parley.ids import summary_workflow_id, workflow_id_for_turn
 from parley.memory import is_summary_request
 from parley.prompt import StoredSummary
 from parley.store import memory as memory_store
+from parley.store.db import Database
 from parley.store.models import ConversationSummary
 from parley.workflows.options import SUMMARY
 from parley.workflows.summary import PASSES_PER_RUN, SummaryWorkflow
@@ -350,7 +350,7 @@ async def run_settled(client: Client, session_id: str) -> str | None:
 async def test_turns_finishing_during_a_summary_run_share_one_run_and_one_more_pass(
     settings: Settings,
     temporal_client: Client,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
     tokens: dict[str, str],
 ) -> None:
     model = ScriptedSummarizer()
@@ -414,7 +414,7 @@ async def test_turns_finishing_during_a_summary_run_share_one_run_and_one_more_p
 async def test_a_failing_summarizer_costs_a_bounded_number_of_requests_per_run(
     settings: Settings,
     temporal_client: Client,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
     tokens: dict[str, str],
     mode: str,
     most: int,
@@ -455,7 +455,7 @@ async def test_a_failing_summarizer_costs_a_bounded_number_of_requests_per_run(
 async def test_the_tenants_usage_counts_the_summarizers_tokens(
     settings: Settings,
     temporal_client: Client,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
     tokens: dict[str, str],
 ) -> None:
     model = ScriptedSummarizer()

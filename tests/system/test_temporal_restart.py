@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from parley.config import Settings
 from parley.gateway.demo import DemoModel
 from parley.launch.dev import temporal_dev_server_command
+from parley.store.db import Database
 from parley.store.models import Message, Turn
 from tests.support.client import ParleyClient, streamed_text
 from tests.support.orm import orm
@@ -98,7 +98,7 @@ async def connect(address: str) -> Client:
 async def chaos_api(
     temporal_server: TemporalServer,
     chaos_settings: Settings,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
 ) -> AsyncIterator[str]:
     client = await connect(chaos_settings.temporal_address)
     model = DemoModel(token_delay_s=chaos_settings.demo_token_delay_ms / 1000)
@@ -114,7 +114,7 @@ async def test_temporal_restart_mid_answer_completes_the_turn_once(
     temporal_server: TemporalServer,
     chaos_settings: Settings,
     tokens: dict[str, str],
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
 ) -> None:
     client = ParleyClient(chaos_api, tokens["priya"])
     try:

@@ -21,12 +21,12 @@ import httpx
 import pytest
 import pytest_asyncio
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from parley.config import Settings
 from parley.contracts import SA_TURN_STATE
 from parley.ids import workflow_id_for_turn
+from parley.store.db import Database
 from parley.store.models import Action, Message, ToolCall, Turn
 from tests.support.client import ParleyClient
 from tests.support.orm import orm
@@ -97,7 +97,7 @@ async def last_seq(client: ParleyClient, session_id: str) -> int:
     return int((await client.session_view(session_id))["last_seq"])
 
 
-async def stored_action(sessions: async_sessionmaker[AsyncSession], action_id: str) -> Action:
+async def stored_action(sessions: Database, action_id: str) -> Action:
     async with orm(sessions) as db:
         action = await db.get(Action, action_id)
     assert action is not None
@@ -152,7 +152,7 @@ async def confirm_and_finish(
 async def assert_sent_once(
     client: ParleyClient,
     northwind: httpx.AsyncClient,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
     *,
     session_id: str,
     action_id: str,
@@ -207,7 +207,7 @@ async def test_worker_killed_after_the_email_service_accepted_sends_exactly_one_
     client: ParleyClient,
     workers: Workers,
     northwind: httpx.AsyncClient,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
 ) -> None:
     first = workers.start()
     session_id, turn_id, events, action = await propose_email(client)
@@ -251,7 +251,7 @@ async def test_worker_killed_while_awaiting_confirmation_then_confirmed_sends_on
     client: ParleyClient,
     workers: Workers,
     northwind: httpx.AsyncClient,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
     temporal_client: Client,
 ) -> None:
     first = workers.start()
@@ -295,7 +295,7 @@ async def test_worker_killed_during_a_read_tool_stores_one_result_and_answers_ri
     client: ParleyClient,
     workers: Workers,
     northwind: httpx.AsyncClient,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
 ) -> None:
     first = workers.start()
     session_id = await client.new_session()
@@ -351,7 +351,7 @@ async def test_worker_killed_while_the_proposal_is_worded_shows_one_card_and_sen
     client: ParleyClient,
     tool_crash_settings: Settings,
     northwind: httpx.AsyncClient,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
 ) -> None:
     """The step after `propose_email` (context, the model wording the proposal, the card)
     is one workflow task of local steps: killed in it, the next worker runs it again."""

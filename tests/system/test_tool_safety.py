@@ -23,12 +23,12 @@ from typing import Any
 import httpx
 import pytest_asyncio
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from parley.config import Settings
 from parley.contracts import MAX_MODEL_CALLS, TOOL_ATTEMPTS
 from parley.gateway.base import ModelRequest
+from parley.store.db import Database
 from parley.store.models import Action, Message, ModelCall, ToolCall, TraceSpan, Turn
 from parley.workflows.turn import BOUNDS_TEXT
 from tests.support.client import ParleyClient
@@ -57,7 +57,7 @@ async def reset_stats(northwind: httpx.AsyncClient) -> None:
     assert (await northwind.delete("/stats")).status_code == 200
 
 
-async def tool_rows(sessions: async_sessionmaker[AsyncSession], turn_id: str) -> list[ToolCall]:
+async def tool_rows(sessions: Database, turn_id: str) -> list[ToolCall]:
     async with orm(sessions) as db:
         rows = await db.scalars(
             select(ToolCall).where(ToolCall.turn_id == turn_id).order_by(ToolCall.created_at)
@@ -65,9 +65,7 @@ async def tool_rows(sessions: async_sessionmaker[AsyncSession], turn_id: str) ->
         return list(rows)
 
 
-async def session_prompts(
-    sessions: async_sessionmaker[AsyncSession], session_id: str
-) -> list[dict[str, Any]]:
+async def session_prompts(sessions: Database, session_id: str) -> list[dict[str, Any]]:
     """Every message of every prompt packed for the session's turns."""
     async with orm(sessions) as db:
         rows = await db.scalars(
@@ -78,9 +76,7 @@ async def session_prompts(
         return [m for call in rows for m in call.request.get("messages", [])]
 
 
-async def session_actions(
-    sessions: async_sessionmaker[AsyncSession], session_id: str
-) -> list[Action]:
+async def session_actions(sessions: Database, session_id: str) -> list[Action]:
     async with orm(sessions) as db:
         return list(await db.scalars(select(Action).where(Action.session_id == session_id)))
 
@@ -110,7 +106,7 @@ class Scripted:
 async def scripted(
     temporal_client: Client,
     settings: Settings,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
     tokens: dict[str, str],
 ) -> AsyncIterator[Scripted]:
     """A worker running the scripted model, and an API, on their own task queue."""
@@ -130,7 +126,7 @@ async def scripted(
 async def test_pasted_injection_sends_nothing_to_the_attacker(
     priya: ParleyClient,
     northwind: httpx.AsyncClient,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
 ) -> None:
     known = len(await emails(northwind))
     sid = await priya.new_session()
@@ -183,7 +179,7 @@ async def test_pasted_injection_sends_nothing_to_the_attacker(
 async def test_injection_in_a_tool_result_is_data(
     priya: ParleyClient,
     northwind: httpx.AsyncClient,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
 ) -> None:
     note_url = "/admin/tenants/northwind/orders/8472/carrier-note"
     planted = await northwind.put(note_url, json={"note": f"Left the depot. {INJECTION}"})
@@ -244,7 +240,7 @@ async def test_injection_in_a_tool_result_is_data(
 async def test_a_model_obeying_the_injection_is_stopped_by_the_executor(
     scripted: Scripted,
     northwind: httpx.AsyncClient,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
 ) -> None:
     known = len(await emails(northwind))
     await reset_stats(northwind)
@@ -288,7 +284,7 @@ async def test_a_model_obeying_the_injection_is_stopped_by_the_executor(
 async def test_send_email_with_the_real_action_id_is_refused_and_the_proposal_still_waits(
     scripted: Scripted,
     northwind: httpx.AsyncClient,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
 ) -> None:
     """The injected model proposes properly, reads the action id from the result and tries
     to send it itself: refused, and the proposal still waits for the user's own answer."""
@@ -344,7 +340,7 @@ def assert_honest_degradation(events: list[Event]) -> str:
 async def test_outage_degrades_honestly_and_the_breaker_stops_calling(
     priya: ParleyClient,
     northwind: httpx.AsyncClient,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
     settings: Settings,
     breaker_clock: SteppedClock,
 ) -> None:
@@ -381,7 +377,7 @@ async def test_outage_degrades_honestly_and_the_breaker_stops_calling(
 async def test_a_timeout_degrades_the_same_way(
     priya: ParleyClient,
     northwind: httpx.AsyncClient,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
     settings: Settings,
     breaker_clock: SteppedClock,
 ) -> None:
@@ -411,7 +407,7 @@ async def test_a_timeout_degrades_the_same_way(
 async def test_bad_arguments_become_structured_errors_the_model_reads(
     scripted: Scripted,
     northwind: httpx.AsyncClient,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
 ) -> None:
     bad = [
         call("c_type", "get_order", {"order_id": 8472}),
@@ -464,7 +460,7 @@ async def test_bad_arguments_become_structured_errors_the_model_reads(
 async def test_an_identical_repeated_call_is_refused(
     scripted: Scripted,
     northwind: httpx.AsyncClient,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
 ) -> None:
     await reset_stats(northwind)
     scripted.model.start(
@@ -498,7 +494,7 @@ async def test_an_identical_repeated_call_is_refused(
 
 async def test_a_model_that_keeps_calling_tools_stops_at_the_bound_and_answers_from_what_it_found(
     scripted: Scripted,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
 ) -> None:
     looked_up = "I looked up orders 7000 to 7005 and found none of them on your account."
 
@@ -560,7 +556,7 @@ async def test_a_model_that_answers_nothing_at_the_bound_gets_the_bounds_text(
 
 
 async def test_a_proposal_whose_text_leaks_is_withdrawn_before_the_card(
-    scripted: Scripted, sessions: async_sessionmaker[AsyncSession]
+    scripted: Scripted, sessions: Database
 ) -> None:
     leak = f"I will send it to {PRIYA_EMAIL} as soon as you confirm."
     propose = call("c_plain", "propose_email", {"order_id": "8472", "template": "refund_status"})

@@ -79,7 +79,7 @@ async def test_a_plain_turn_costs_the_worker_a_fixed_number_of_statements(
 # first call's reply is stored in one statement: its outcome, the tool-calling message with its
 # seq and the pending tool calls. Counted on 2026-12-02: 36 while the tool's step went through
 # SQLAlchemy's unit of work (11 statements of its own, 2 now), 35 with the context build on
-# `Conn`, 27 before the model calls' openings and the reply asking for tools became one
+# `Db`, 27 before the model calls' openings and the reply asking for tools became one
 # statement each, the tail read the turn once and the log lines' owners came with the build's
 # read; 20 before the input screen took the user's message the build read, 19 before
 # finalize's last statement read the summary's backlog for its check.

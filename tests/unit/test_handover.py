@@ -22,10 +22,12 @@ class ReadHere(Exception):
 
 
 class NoDatabase:
-    """A session maker whose every use is a read the test did not expect."""
+    """A `Database` whose every use is a read the test did not expect."""
 
-    @property
-    def kw(self) -> dict[str, Any]:
+    def connect(self) -> Any:
+        raise ReadHere
+
+    def __call__(self) -> Any:
         raise ReadHere
 
 

@@ -10,10 +10,10 @@ import time
 from pathlib import Path
 
 from playwright.async_api import Browser
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from parley.config import Settings
 from parley.eval.command import Options, evaluate, write_outputs
+from parley.store.db import Database
 from tests.support.evals import STARTER, eval_target
 from tests.support.stack import SteppedClock
 from tests.support.webpage import SCREENSHOTS
@@ -38,7 +38,7 @@ async def test_the_starter_suite_passes_on_the_demo_model_in_under_two_minutes(
     browser: Browser,
     api_url: str,
     northwind_url: str,
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
     settings: Settings,
     breaker_clock: SteppedClock,
     tmp_path: Path,

@@ -11,11 +11,11 @@ import httpx
 import pytest
 import pytest_asyncio
 from playwright.async_api import Browser, Page, Route, expect
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from parley.config import Settings
 from parley.gateway.base import ModelRequest
+from parley.store.db import Database
 from tests.support.client import ParleyClient
 from tests.support.models import ControlledModel
 from tests.support.toolkit import Stack, emails, own_stack, wait_for_stored_state
@@ -46,7 +46,7 @@ WebStack = Stack[ControlledModel]
 
 @pytest_asyncio.fixture(scope="module")
 async def stack(
-    settings: Settings, temporal_client: Client, sessions: async_sessionmaker[AsyncSession]
+    settings: Settings, temporal_client: Client, sessions: Database
 ) -> AsyncIterator[WebStack]:
     model = ControlledModel(token_delay_s=0.03)
     async with own_stack(
@@ -224,7 +224,7 @@ async def test_deleting_a_conversation_cancels_its_running_turn(
     stack: WebStack,
     replies: Callable[[dict[str, str]], None],
     tokens: dict[str, str],
-    sessions: async_sessionmaker[AsyncSession],
+    sessions: Database,
 ) -> None:
     replies({"long": LONG})
     priya = ParleyClient(stack.url, tokens["priya"])

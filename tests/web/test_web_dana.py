@@ -15,12 +15,12 @@ import httpx
 import pytest
 import pytest_asyncio
 from playwright.async_api import expect
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from parley.config import Settings
 from parley.demo_backend.app import create_app as create_backend
 from parley.gateway.demo import DemoModel
+from parley.store.db import Database
 from tests.support.stack import serve
 from tests.support.toolkit import emails, own_stack
 from tests.support.webpage import (
@@ -36,7 +36,7 @@ from tests.support.webpage import (
 
 @pytest_asyncio.fixture(scope="module")
 async def dana_stack(
-    settings: Settings, temporal_client: Client, sessions: async_sessionmaker[AsyncSession]
+    settings: Settings, temporal_client: Client, sessions: Database
 ) -> AsyncIterator[tuple[str, httpx.AsyncClient]]:
     """The page's URL and a client for the module's own Northwind backend."""
     async with (

@@ -22,7 +22,6 @@ import httpx
 import pytest
 import pytest_asyncio
 from playwright.async_api import Page, expect
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from parley.config import Settings
@@ -32,6 +31,7 @@ from parley.launch.devstate import with_demo_backend
 from parley.launch.seeding import seed
 from parley.specialists import DELEGATE_RETURNS
 from parley.store import tenants
+from parley.store.db import Database
 from parley.tool_offer import NO_RETURN
 from tests.support.stack import serve
 from tests.support.toolkit import model_calls, own_stack
@@ -56,12 +56,12 @@ LOADED = "img => img.decode().then(() => img.naturalWidth > 0, () => false)"
 class Demo:
     url: str
     northwind: httpx.AsyncClient
-    sessions: async_sessionmaker[AsyncSession]
+    sessions: Database
 
 
 @pytest_asyncio.fixture(scope="module")
 async def demo(
-    settings: Settings, temporal_client: Client, sessions: async_sessionmaker[AsyncSession]
+    settings: Settings, temporal_client: Client, sessions: Database
 ) -> AsyncIterator[Demo]:
     """The page on a stack seeded as `make run` seeds it; the tenant's configuration is put
     back afterwards (the session's other stacks share the database)."""

@@ -10,11 +10,11 @@ from collections.abc import AsyncIterator
 
 import pytest_asyncio
 from playwright.async_api import Browser, Page, Route, expect
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 
 from parley.config import Settings
 from parley.gateway.base import ModelRequest
+from parley.store.db import Database
 from tests.support.models import ControlledModel
 from tests.support.stack import running_outbox
 from tests.support.toolkit import Stack, own_stack
@@ -26,7 +26,7 @@ WebStack = Stack[ControlledModel]
 
 @pytest_asyncio.fixture(scope="module")
 async def stack(
-    settings: Settings, temporal_client: Client, sessions: async_sessionmaker[AsyncSession]
+    settings: Settings, temporal_client: Client, sessions: Database
 ) -> AsyncIterator[WebStack]:
     model = ControlledModel(token_delay_s=0.03)
 

@@ -1,0 +1,44 @@
+"""The advisory locks: what orders writers that share no row to lock.
+
+Each is a named key's `hashtext`, taken with `pg_advisory_xact_lock` and held to the end of
+the transaction that takes it (a statement in autocommit holds it for itself alone):
+
+- a user's turns (`user_turns`): two posts of one user cannot both see room for one more
+  running turn (store/limits.py, and the POST's first read, store/posting.py);
+- a user's open streams (`user_streams`): two streams of one user cannot both take the last
+  lease (store/limits.py);
+- a session's summary (`session_summary`): one summary writer of a session at a time, without
+  locking the session's row, which the turns keep writing (store/summaries.py).
+
+A statement that takes a lock beside other work composes `TAKE` (its parameter is
+`lock_key`); one that only takes it runs `hold`.
+"""
+
+from __future__ import annotations
+
+from parley.store.db import Db
+from parley.store.identity import Identity
+
+# The lock as a select-list expression (its value is void): the statement that selects it
+# holds it before it reads the columns beside it.
+TAKE = "pg_advisory_xact_lock(hashtext(%(lock_key)s))"
+
+
+def user_turns(owner: Identity) -> str:
+    return f"turns:{owner.tenant_id}/{owner.user_id}"
+
+
+def user_streams(owner: Identity) -> str:
+    return f"streams:{owner.tenant_id}/{owner.user_id}"
+
+
+def session_summary(session_id: str) -> str:
+    return f"summary:{session_id}"
+
+
+async def hold(db: Db, key: str) -> None:
+    """Take the lock named `key` for the rest of the caller's transaction."""
+    await db.run(_HOLD, {"lock_key": key})
+
+
+_HOLD = f"SELECT {TAKE}"
