@@ -1,4 +1,12 @@
-"""The one place where domain errors become HTTP answers in the contract's error shape."""
+"""The one place where domain errors become HTTP answers in the contract's error shape.
+
+A dependency that is down is not an error of the request: while the database cannot be
+reached (`store.db.is_unreachable` tells that from a statement it refused), every route
+answers 503 `service_unavailable` with `Retry-After`, naming the dependency, so a client
+waits and tries again. Nothing was stored by the refused request (its transaction never
+committed), so sending it again is safe; a POST's `client_message_id` makes it so even if
+the commit went through and only the answer was lost.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from parley import errors
 from parley.api.schemas import ErrorOut
+from parley.store.db import StoreError, is_unreachable
 
 STATUS_FOR: dict[type[errors.ParleyError], int] = {
     errors.NotFound: 404,
@@ -28,6 +37,10 @@ STATUS_FOR: dict[type[errors.ParleyError], int] = {
 
 # Answers that are not domain errors but can come from any route (see the handlers below).
 _VALIDATION = (422, "invalid_request")
+UNAVAILABLE = (503, "service_unavailable")
+# What a 503 asks a client to wait: a database restart or failover takes seconds to tens of
+# seconds, and a client polling every couple of seconds costs the API next to nothing.
+RETRY_AFTER_S = 2
 _DESCRIPTION = {
     401: "Missing, unknown or revoked bearer token",
     403: "Not allowed",
@@ -37,6 +50,7 @@ _DESCRIPTION = {
     413: "The request body is over the deployment's limit (`api/body_limit.py`)",
     422: "A field breaks the contract",
     429: "A limit is reached; `Retry-After` says when to try again",
+    503: "A dependency (the database) is down for now; `Retry-After` says when to try again",
 }
 
 
@@ -64,7 +78,7 @@ def answers(
             "model": ErrorOut,
             "description": f"{_DESCRIPTION.get(status, 'Error')} (code {listed})",
         }
-        if status == 429:
+        if status in (429, UNAVAILABLE[0]):
             entry["headers"] = {"Retry-After": {"schema": {"type": "integer"}}}
         out[status] = entry
     return out
@@ -132,7 +146,34 @@ def _methods_at(request: Request) -> list[str]:
     return []
 
 
+def unavailable_answer() -> dict[str, Any]:
+    """The OpenAPI entry of the 503 every route that reads the database may answer."""
+    status, code = UNAVAILABLE
+    return {
+        "description": f"{_DESCRIPTION[status]} (code `{code}`)",
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}},
+        "headers": {"Retry-After": {"schema": {"type": "integer"}}},
+    }
+
+
+def unavailable_response(dependency: str) -> JSONResponse:
+    message = f"the {dependency} is unreachable for now; try again shortly"
+    return JSONResponse(
+        error_body(UNAVAILABLE[1], message, dependency=dependency),
+        status_code=UNAVAILABLE[0],
+        headers={"Retry-After": str(RETRY_AFTER_S)},
+    )
+
+
+async def _store_error(_: Request, exc: Exception) -> JSONResponse:
+    """The database is down (503, a delay); a statement it refused stays a 500 (a bug)."""
+    if is_unreachable(exc):
+        return unavailable_response("database")
+    raise exc
+
+
 def install(app: FastAPI) -> None:
+    app.add_exception_handler(StoreError, _store_error)
     app.add_exception_handler(errors.ParleyError, _domain_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)

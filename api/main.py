@@ -163,9 +163,15 @@ def _open_database(app: FastAPI, url: str) -> None:
     app.state.autocommit_sessions = Database(one_statement, autocommit=True)
 
 
+# The routes that answer without the database; every other one may answer 503 while it is
+# down (api/errors.py).
+WITHOUT_DATABASE = {"/healthz", "/metrics"}
+
+
 def _openapi(app: FastAPI, settings: Settings) -> dict[str, Any]:
-    """FastAPI's document, with this deployment's message size limit, and with each event
-    stream's frame model under `text/event-stream`.
+    """FastAPI's document, with this deployment's message size limit, a 503 on each route
+    that reads the database, and with each event stream's frame model under
+    `text/event-stream`.
 
     sse-starlette's response class names no media type, so FastAPI files the frame model of
     `responses={200: {"model": ..., "content": {"text/event-stream": {}}}}` under
@@ -176,8 +182,10 @@ def _openapi(app: FastAPI, settings: Settings) -> dict[str, Any]:
         schema = get_openapi(
             title=app.title, version=app.version, summary=app.summary, routes=app.routes
         )
-        for operations in schema["paths"].values():
+        for path, operations in schema["paths"].items():
             for operation in operations.values():
+                if path not in WITHOUT_DATABASE:
+                    operation["responses"].setdefault("503", errors.unavailable_answer())
                 for answer in operation["responses"].values():
                     content = answer.get("content", {})
                     if "text/event-stream" in content and "application/json" in content:

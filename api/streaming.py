@@ -7,6 +7,10 @@ passes: short while the listener is down and notifications can be lost, long whi
 When the doorbell brings exactly the next events, the stream sends them without a read; a
 gap, or a ring without events, sends it back to the log. So any API process can serve any
 turn, and a reconnect with `Last-Event-ID` misses nothing.
+
+A stream whose read finds the database gone ends with a `retry:` frame instead of breaking
+off: the client reconnects with its last event id after that pause, is answered 503 with
+`Retry-After` until the database is back (api/errors.py), and then misses nothing.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import contextlib
 import json
 import logging
 from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -30,7 +34,7 @@ from parley.contracts import TERMINAL_EVENTS, EventType
 from parley.errors import NotFound, RateLimited
 from parley.store import events as store_events
 from parley.store import limits, viewers
-from parley.store.db import Database, Db, connect
+from parley.store.db import Database, Db, StoreError, connect, is_unreachable
 from parley.store.events import StoredEvent, parse_notification
 from parley.store.identity import Identity
 from parley.store.listener import listen_for_events
@@ -45,6 +49,8 @@ log = logging.getLogger(__name__)
 POLL_INTERVAL_S = 1.0
 LISTENING_POLL_S = 15.0
 READ_LIMIT = 500
+# The reconnect pause a stream cut by a database outage asks for (SSE `retry:`).
+OUTAGE_RETRY_MS = 2000
 
 
 class Doorbell:
@@ -157,6 +163,7 @@ class TurnEventResponse(EventSourceResponse):
 
     def __init__(self, *args: Any, on_close: Callable[[], None] | None = None, **kw: Any) -> None:
         super().__init__(*args, **kw)
+        self.body_iterator = _until_outage(self.body_iterator)
         self._on_close = on_close
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -175,6 +182,26 @@ class TurnEventResponse(EventSourceResponse):
             if bound.expired():
                 raise SendTimeoutError() from None
             raise
+
+
+async def _until_outage(frames: AsyncIterable[Any]) -> AsyncIterator[Any]:
+    """The stream's frames until the database is found gone; then a last frame that asks the
+    client to come back (`retry:`), and a clean end rather than a broken one. Closing it
+    closes `frames` (their `finally` runs now, not when they are collected)."""
+    try:
+        async for frame in frames:
+            yield frame
+    except StoreError as exc:
+        if not is_unreachable(exc):
+            raise
+        log.warning("the database is unreachable; the stream asks its client to reconnect")
+        yield ServerSentEvent(
+            comment="the database is unreachable; reconnect", retry=OUTAGE_RETRY_MS
+        ).encode()
+    finally:
+        close = getattr(frames, "aclose", None)
+        if close is not None:
+            await close()
 
 
 class Viewer:

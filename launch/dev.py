@@ -5,9 +5,11 @@ UI (unless TEMPORAL_ADDRESS is set), the Northwind demo backend (unless PARLEY_N
 is set), the workers (`--workers N`) and the API as child processes, seeds the Northwind demo,
 and prints where everything is with a token for Priya.
 
-A worker or the API that exits, however it exits, is started again (with a growing pause if
-it keeps dying young), so an SRE can `kill -9` or drain (SIGTERM) a worker and the system
-stays up. Ctrl-C stops the children in order: the API, the workers (each drains), the demo
+A worker, the API, the Temporal dev server or the embedded PostgreSQL server that exits,
+however it exits, is started again (`launch.supervisor`: at once after a long run, with a
+growing pause while it keeps dying young, given up with its reason after a crash loop), so an
+SRE can `kill -9` or drain (SIGTERM) any of them and the system stays up: Temporal comes back
+with its database file, PostgreSQL with its data folder, and the others reconnect. Ctrl-C stops the children in order: the API, the workers (each drains), the demo
 backend, Temporal, PostgreSQL, a line each. A supervisor killed outright takes every child and
 the embedded PostgreSQL server with it, and a port it needs that is taken stops it before
 anything starts (`launch.lifeline`). `dev.json` in the data folder tells the CLI where the
@@ -17,28 +19,23 @@ running services are (`launch.devstate`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
-from typing import IO
 
 import httpx
 
 from parley.config import Settings
 from parley.contracts import SEARCH_ATTRIBUTES
 from parley.launch.devstate import clear_dev_state, with_demo_backend, write_dev_state
-from parley.launch.lifeline import Lifeline, dev_ports, die_with_parent, refuse_taken_ports
+from parley.launch.lifeline import Lifeline, dev_ports, refuse_taken_ports
 from parley.launch.seeding import create_token, seed
+from parley.launch.supervisor import EmbeddedDatabase, Supervisor
 
 
 def temporal_cli() -> str:
@@ -89,162 +86,6 @@ def temporal_dev_server_command(settings: Settings, db_file: Path) -> list[str]:
 # The Temporal dev server's output, in the data folder.
 TEMPORAL_LOG = "temporal.log"
 
-# A child that dies is started again after a pause that doubles with each quick death, so a
-# crash loop (a bad setting, the database gone) does not spin, and a one-off death (an OOM
-# kill, an SRE's `kill -9`) is repaired at once.
-FIRST_RESTART_DELAY_S = 0.5
-MAX_RESTART_DELAY_S = 15.0
-# A child that ran this long before dying counts as healthy: its next restart is immediate.
-HEALTHY_RUN_S = 30.0
-# How long the children other than workers get to stop after SIGTERM before they are killed.
-STOP_TIMEOUT_S = 15.0
-
-
-@dataclass
-class Child:
-    """One supervised process; `restart` says whether its death is repaired or fatal."""
-
-    name: str
-    command: list[str]
-    env: dict[str, str]
-    restart: bool
-    stop_timeout_s: float = STOP_TIMEOUT_S
-    # Where its stdout and stderr go: the supervisor's own (None) or a log file.
-    output: Path | None = None
-    process: subprocess.Popen[bytes] | None = None
-    started_at: float = 0.0
-    quick_deaths: int = 0
-    restart_at: float | None = None
-
-    def start(self) -> None:
-        # Its own process group: Ctrl-C in the terminal reaches only the supervisor, which
-        # stops the children in order (API, then workers draining, then the services). A
-        # supervisor killed outright takes it along (launch/lifeline.py).
-        log: IO[bytes] | None = self.output.open("ab") if self.output else None
-        try:
-            self.process = subprocess.Popen(
-                self.command,
-                env=self.env,
-                process_group=0,
-                stdout=log,
-                stderr=log,
-                preexec_fn=partial(die_with_parent, os.getpid()),
-            )
-        finally:
-            if log is not None:
-                log.close()
-        self.started_at = time.monotonic()
-        self.restart_at = None
-
-    @property
-    def running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-
-def _describe_exit(code: int) -> str:
-    if code < 0:
-        with contextlib.suppress(ValueError):
-            return f"killed by {signal.Signals(-code).name}"
-    return f"exit code {code}"
-
-
-class Supervisor:
-    def __init__(
-        self,
-        log: Callable[[str], None] | None = None,
-        *,
-        say: Callable[[str], None] | None = None,
-        lifeline: Lifeline | None = None,
-    ) -> None:
-        self.children: list[Child] = []
-        self._log = log or (lambda line: print(line, file=sys.stderr, flush=True))
-        # What the user is told as the run stops (stdout, beside the banner).
-        self._say = say or (lambda line: print(line, flush=True))
-        self.lifeline = lifeline
-
-    def spawn(
-        self,
-        name: str,
-        command: list[str],
-        env: dict[str, str],
-        *,
-        restart: bool = False,
-        stop_timeout_s: float = STOP_TIMEOUT_S,
-        output: Path | None = None,
-    ) -> Child:
-        child = Child(name, command, env, restart, stop_timeout_s, output)
-        self._start(child)
-        self.children.append(child)
-        return child
-
-    def _start(self, child: Child) -> None:
-        child.start()
-        if self.lifeline is not None and child.process is not None:
-            self.lifeline.watch(child.process.pid)
-
-    def tend(self) -> str | None:
-        """Restart the children that died and may be restarted; return the name of one that
-        died and may not (the caller stops everything), or None."""
-        now = time.monotonic()
-        for child in self.children:
-            if child.process is None or child.running:
-                continue
-            if not child.restart:
-                return child.name
-            if child.restart_at is None:
-                self._schedule_restart(child, now)
-            elif now >= child.restart_at:
-                self._start(child)
-                assert child.process is not None
-                self._log(f"parley dev: {child.name} restarted (pid {child.process.pid})")
-        return None
-
-    def _schedule_restart(self, child: Child, now: float) -> None:
-        assert child.process is not None
-        # A clean exit (a drained worker) or a long healthy run is replaced at once.
-        healthy = child.process.returncode == 0 or now - child.started_at >= HEALTHY_RUN_S
-        child.quick_deaths = 0 if healthy else child.quick_deaths + 1
-        delay = (
-            0.0
-            if child.quick_deaths == 0
-            else min(FIRST_RESTART_DELAY_S * 2 ** (child.quick_deaths - 1), MAX_RESTART_DELAY_S)
-        )
-        child.restart_at = now + delay
-        self._log(
-            f"parley dev: {child.name} (pid {child.process.pid}) "
-            f"{_describe_exit(child.process.returncode)}; restarting in {delay:.1f}s"
-        )
-
-    def stop_all(self) -> None:
-        """SIGTERM the children, last started first; children of one kind (the workers) stop
-        together, each waited for up to its own timeout, then killed."""
-        remaining = list(reversed(self.children))
-        while remaining:
-            kind = remaining[0].name.split("-")[0]
-            batch = [c for c in remaining if c.name.split("-")[0] == kind]
-            remaining = [c for c in remaining if c not in batch]
-            for child in batch:
-                if child.running:
-                    assert child.process is not None
-                    child.process.send_signal(signal.SIGTERM)
-            for child in batch:
-                if child.process is None:
-                    continue
-                try:
-                    child.process.wait(child.stop_timeout_s)
-                    self._say(f"  {child.name} stopped")
-                except subprocess.TimeoutExpired:
-                    child.process.kill()
-                    child.process.wait()
-                    self._say(f"  {child.name} killed (did not stop in {child.stop_timeout_s:g}s)")
-
-    def kill_all(self) -> None:
-        """A second Ctrl-C: no more waiting."""
-        for child in self.children:
-            if child.running:
-                assert child.process is not None
-                child.process.kill()
-
 
 def _wait_http(url: str, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
@@ -276,15 +117,13 @@ def _wait_temporal(address: str, timeout_s: float) -> None:
 
 
 def run_dev(settings: Settings, *, workers: int = 1) -> None:
-    from parley.store.embedded import EmbeddedPostgres
-
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     refuse_taken_ports(dev_ports(settings, workers))
     # Quiet the supervisor's own requests (its readiness probes); the children log theirs.
     logging.getLogger("httpx").setLevel(logging.WARNING)
     lifeline = Lifeline()
     supervisor = Supervisor(lifeline=lifeline)
-    embedded: EmbeddedPostgres | None = None
+    embedded: EmbeddedDatabase | None = None
     stopping = False
 
     def request_stop(*_: object) -> None:
@@ -297,10 +136,14 @@ def run_dev(settings: Settings, *, workers: int = 1) -> None:
     signal.signal(signal.SIGTERM, request_stop)
     try:
         if settings.database_url is None:
-            embedded = EmbeddedPostgres(settings.data_dir / "pg")
-            settings.database_url = embedded.start()
-            if embedded.pid is not None:
-                lifeline.watch(embedded.pid, how="postgres")
+            from parley.store.embedded import EmbeddedPostgres
+
+            embedded = EmbeddedDatabase(EmbeddedPostgres(settings.data_dir / "pg"))
+            supervisor.adopt(embedded)
+            if embedded.url is None:
+                _report_death(supervisor, embedded.name, embedded.exit_reason())
+                raise SystemExit(1)
+            settings.database_url = embedded.url
         api = _start_services(settings, supervisor, workers, embedded=embedded is not None)
         token = asyncio.run(create_token(settings, "northwind", "cust_2291"))
         session_id = httpx.post(
@@ -310,26 +153,21 @@ def run_dev(settings: Settings, *, workers: int = 1) -> None:
         while not stopping:
             dead = supervisor.tend()
             if dead is not None:
-                _report_death(supervisor, dead)
+                _report_death(supervisor, dead, supervisor.reasons[dead])
                 break
             time.sleep(0.2)
     finally:
         print("\nStopping Parley…", flush=True)
         clear_dev_state(settings)
         supervisor.stop_all()
-        if embedded is not None:
-            server = embedded.pid
-            embedded.stop()  # stops it unless another process of ours still uses it
-            if server is not None:
-                lifeline.release(server)
-            print("  PostgreSQL stopped", flush=True)
         lifeline.close()
         print("Parley stopped.", flush=True)
 
 
-def _report_death(supervisor: Supervisor, name: str) -> None:
-    """A child that may not die did: say so, with the end of its log if it keeps one."""
-    print(f"\n{name} exited; stopping everything.", file=sys.stderr)
+def _report_death(supervisor: Supervisor, name: str, reason: str) -> None:
+    """A child that may not die, or that keeps dying, did: say so and why, with the end of
+    its log if it keeps one."""
+    print(f"\n{name} exited ({reason}); stopping everything.", file=sys.stderr)
     child = next(c for c in supervisor.children if c.name == name)
     if child.output is not None and child.output.exists():
         tail = child.output.read_text(errors="replace").splitlines()[-20:]
@@ -401,7 +239,9 @@ def _spawn_temporal(settings: Settings, supervisor: Supervisor, env: dict[str, s
     command = temporal_dev_server_command(settings, settings.data_dir / "temporal.db")
     log = settings.data_dir / TEMPORAL_LOG
     log.unlink(missing_ok=True)
-    supervisor.spawn("temporal", command, env, output=log)
+    # Restarted like the workers: its state is in its database file, so the open turns'
+    # workflows and their histories come back with it.
+    supervisor.spawn("temporal", command, env, restart=True, output=log)
 
 
 def _make_current(settings: Settings, timeout_s: float) -> None:

@@ -27,11 +27,13 @@ from pydantic.fields import FieldInfo
 from parley.config import REPO_ROOT, Settings
 
 UNDOCUMENTED = "(undocumented: say what it does)"
-# Every authenticated route can answer these before its handler runs, so rows leave them out.
+# Every authenticated route can answer these before its handler runs, and every route that
+# reads the database a 503 while it is down, so rows leave them out.
 COMMON_ERRORS = {
     "401": ["unauthenticated"],
     "413": ["payload_too_large"],
     "422": ["invalid_request"],
+    "503": ["service_unavailable"],
 }
 _LONG = 48
 _CELL = re.compile(r"(?<!\\)\|")

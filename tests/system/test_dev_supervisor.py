@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 
 from parley.config import Settings
-from parley.launch.dev import Child, Supervisor, _spawn_workers
+from parley.launch.dev import _spawn_workers
 from parley.launch.devstate import state_path, with_dev_services, write_dev_state
+from parley.launch.supervisor import Child, Supervisor
 
 DIES = [sys.executable, "-c", "raise SystemExit(3)"]
 SLEEPS = [sys.executable, "-c", "import time; time.sleep(60)"]
@@ -44,6 +45,28 @@ def test_a_child_that_keeps_dying_is_restarted_with_a_growing_pause() -> None:
     assert "exit code 3; restarting in 0.5s" in lines[0]
     assert lines[1].startswith("parley dev: worker-1 restarted (pid ")
     assert "exit code 3; restarting in 1.0s" in lines[2]
+
+
+def test_a_child_that_keeps_dying_young_is_given_up_with_its_reason() -> None:
+    # A crash loop (a dependency that cannot start on its data) is reported, not looped
+    # forever: after `give_up_after` quick deaths in a row, `tend` names it, and says why.
+    lines: list[str] = []
+    supervisor = Supervisor(log=lines.append, give_up_after=3)
+    supervisor.spawn("temporal", DIES, dict(os.environ), restart=True)
+    deadline = time.monotonic() + 20
+    try:
+        while (dead := supervisor.tend()) is None:
+            assert time.monotonic() < deadline, lines
+            time.sleep(0.02)
+    finally:
+        supervisor.stop_all()
+    assert dead == "temporal"
+    assert supervisor.reasons["temporal"].startswith("exit code 3; died 3 times in a row")
+    assert [line.split(") ", 1)[-1] for line in lines if "restarting in" in line] == [
+        "exit code 3; restarting in 0.5s",
+        "exit code 3; restarting in 1.0s",
+    ]
+    assert "not restarting it" in lines[-1]
 
 
 def test_a_clean_exit_is_replaced_at_once_and_a_fatal_child_stops_everything() -> None:
