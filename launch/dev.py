@@ -9,11 +9,12 @@ A worker, the API, the Temporal dev server or the embedded PostgreSQL server tha
 however it exits, is started again (`launch.supervisor`: at once after a long run, with a
 growing pause while it keeps dying young, given up with its reason after a crash loop), so an
 SRE can `kill -9` or drain (SIGTERM) any of them and the system stays up: Temporal comes back
-with its database file, PostgreSQL with its data folder, and the others reconnect. Ctrl-C stops the children in order: the API, the workers (each drains), the demo
-backend, Temporal, PostgreSQL, a line each. A supervisor killed outright takes every child and
-the embedded PostgreSQL server with it, and a port it needs that is taken stops it before
-anything starts (`launch.lifeline`). `dev.json` in the data folder tells the CLI where the
-running services are (`launch.devstate`).
+with its database file, PostgreSQL with its data folder, and the others reconnect. Ctrl-C
+stops the children in order: the API, the workers (each drains), the demo backend, Temporal,
+PostgreSQL, a line each. A supervisor killed outright takes every child and the embedded
+PostgreSQL server with it, and a port it needs that is taken stops it before anything starts
+(`launch.lifeline`). `dev.json` in the data folder tells the CLI where the running services
+are (`launch.devstate`).
 """
 
 from __future__ import annotations

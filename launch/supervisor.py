@@ -141,7 +141,10 @@ class EmbeddedDatabase(Child):
         self.started_at = time.monotonic()
         self.restart_at = None
         self._postmaster, self._failure = None, None
-        self.server.stop()  # forget the dead server (the wheel caches it per data folder)
+        # Forget the dead server first (the wheel caches one per data folder). Its stop may
+        # still see the killed process for a moment, try `pg_ctl stop`, and fail: no matter.
+        with contextlib.suppress(Exception):
+            self.server.stop()
         try:
             url = self.server.start()
         except Exception as exc:  # pg_ctl failed or timed out: its log says why
