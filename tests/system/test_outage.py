@@ -4,6 +4,11 @@ again on the same data folder and socket, under a worker and an API of the modul
 - A short outage while the answer streams: the turn completes once, one assistant message is
   stored, and the stream (reconnecting with `Last-Event-ID` while the API cannot read the log)
   shows the whole answer, nothing repeated or missing.
+- While the database is away every route answers 503 `service_unavailable` with `Retry-After`
+  (a GET, a POST, a stream's reconnect), `/readyz` names the database, and an open stream ends
+  with a `retry:` frame rather than breaking off; within 15 s of the database being back
+  `/readyz` is 200 (the same API process: nothing was restarted) and the answer completes
+  as stored.
 - A long outage (the database stays away until the model call has spent all its retries, about
   40 s with this module's shorter wait per attempt): the turn fails with a contract error code,
   and once the database is back the session takes the next message.
@@ -15,11 +20,14 @@ Temporal dev server and the Northwind backend are the session's.
 from __future__ import annotations
 
 import asyncio
+import json
+import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import httpx
 import pytest
 import pytest_asyncio
 from sqlalchemy import select
@@ -230,6 +238,105 @@ async def test_long_outage_fails_the_turn_cleanly_and_frees_the_session(
 
     # The session is not locked by the failed turn: the next message is taken and answered.
     _, events = await outage.client.turn(session_id, QUESTION)
+    assert events[-1].type == "done", [(e.type, e.data) for e in events[-3:]]
+
+
+# Once the database is back, the API is ready again within this (issue 41), with no restart.
+READY_WITHIN_S = 15.0
+
+
+def assert_unavailable(answer: httpx.Response) -> None:
+    """A 503 in the contract's error shape that names the database and says when to retry."""
+    assert answer.status_code == 503, (answer.status_code, answer.text)
+    assert answer.headers["Retry-After"].isdigit(), answer.headers
+    error = answer.json()["error"]
+    assert error["code"] == "service_unavailable", error
+    assert error["dependency"] == "database", error
+
+
+async def read_raw(client: ParleyClient, url: str, lines: list[str]) -> None:
+    """The stream's lines as sent, until the server ends it (raises if it breaks off)."""
+    async with client.http.stream("GET", url, timeout=120) as response:
+        assert response.status_code == 200, response.status_code
+        async for line in response.aiter_lines():
+            lines.append(line)
+
+
+def events_in(lines: list[str]) -> list[Event]:
+    events: list[Event] = []
+    fields: dict[str, str] = {}
+    for line in lines:
+        if line == "":
+            if "data" in fields:
+                data = json.loads(fields["data"])
+                events.append(Event(int(fields["id"]), fields.get("event", "message"), data))
+            fields = {}
+        elif not line.startswith(":"):
+            name, _, value = line.partition(":")
+            fields[name] = value.removeprefix(" ")
+    return events
+
+
+async def test_while_the_database_is_away_every_route_answers_503_and_streams_say_retry(
+    outage: Outage,
+) -> None:
+    client, model = outage.client, outage.stack.model
+    session_id = await client.new_session()
+    model.held.clear()
+    model.resume.clear()
+    model.hold_after = 3  # the answer waits mid-way until the database is back
+    turn_id, url = await start_turn(outage, session_id)
+    lines: list[str] = []
+    reader = asyncio.create_task(read_raw(client, url, lines))
+
+    async def streaming() -> bool:
+        assert not reader.done()
+        return model.held.is_set() and any(e.type == "delta" for e in events_in(lines))
+
+    await eventually(streaming, timeout=30, what="the answer started streaming")
+    await outage.db.stop()
+    try:
+        assert_unavailable(await client.http.get(f"/v1/sessions/{session_id}"))
+        assert_unavailable(await client.http.get(f"/v1/sessions/{session_id}/messages"))
+        assert_unavailable(
+            await client.http.post(
+                f"/v1/sessions/{session_id}/messages",
+                json={"client_message_id": "during-outage", "text": "Are you there?"},
+            )
+        )
+        assert_unavailable(await client.http.post("/v1/sessions", json={}))
+        assert_unavailable(await client.http.get(url, headers={"Last-Event-ID": "1"}))
+        ready = await client.http.get("/readyz")
+        assert ready.status_code == 503
+        checks = ready.json()["checks"]
+        assert checks["database"].startswith("unreachable"), checks
+        assert checks["temporal"] == "ok", checks
+
+        # The open stream, at its next read, ends cleanly asking the client to come back.
+        await asyncio.wait_for(reader, timeout=30)
+        assert any(line.startswith("retry:") for line in lines[-4:]), lines[-4:]
+    finally:
+        await outage.db.start()
+    back_at = time.monotonic()
+
+    async def ready_again() -> bool:
+        return (await client.http.get("/readyz")).status_code == 200
+
+    await eventually(ready_again, timeout=READY_WITHIN_S, what="/readyz 200 again")
+    print(f"\n/readyz 200 {time.monotonic() - back_at:.1f} s after the database was back")
+    model.hold_after = None
+    model.resume.set()
+
+    seen = events_in(lines)
+    await follow(client, url, seen, timeout=120)  # reconnects with its last event id
+    assert seen[-1].type == "done", [(e.type, e.data) for e in seen[-3:]]
+    ids = [e.id for e in seen]
+    assert ids == sorted(set(ids)), "an event was received twice or out of order"
+    assert streamed_text(seen) == seen[-1].data["message"]["text"]
+    stored = await assistant_messages(outage.sessions, turn_id)
+    assert [m.text for m in stored] == [seen[-1].data["message"]["text"]]
+    # The message refused during the outage was not stored: sent again, it is taken.
+    _, events = await client.turn(session_id, "Are you there?")
     assert events[-1].type == "done", [(e.type, e.data) for e in events[-3:]]
 
 
