@@ -23,10 +23,10 @@ import psutil
 import pytest
 
 from tests.support.client import ParleyClient, streamed_text
+from tests.support.dev_run import DevRun, port_is_open, start_dev
 from tests.support.processes import follow, read_until
 from tests.support.sse import TERMINAL, Event
 from tests.support.toolkit import eventually
-from tests.system.test_make_run import DevRun, _start_dev, port_is_open
 
 # The bound on the supervisor: the dependency is back (answering) within this.
 BACK_WITHIN_S = 10.0
@@ -37,7 +37,7 @@ LONG_QUESTION = "Tell me about yourself, please."
 
 @pytest.fixture(scope="module")
 def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevRun]:
-    run = _start_dev(tmp_path_factory.mktemp("dev-restarts"))
+    run = start_dev(tmp_path_factory.mktemp("dev-restarts"))
     yield run
     if run.process.poll() is None:
         run.process.send_signal(signal.SIGINT)
