@@ -27,6 +27,7 @@ from parley.prompt import Memory, StoredSummary
 from parley.resolver import PENDING_CLARIFICATION, Slot
 from parley.statuses import ImportState
 from parley.store import memory as memory_store
+from parley.store import result_sets
 from parley.store.db import Db
 from parley.store.events import EVENTS_INSERTED, RUNG, append_params, counter, state_event
 from parley.store.sessions import StoredMessage
@@ -158,6 +159,11 @@ def _build_rows(
     )
 
 
+_SUMMARY_THROUGH = """coalesce((SELECT through_seq FROM conversation_summaries
+    WHERE session_id = t.session_id ORDER BY through_seq DESC LIMIT 1), 0)"""
+_WINDOW_START = memory_store.WINDOW_START.format(
+    summary_through=_SUMMARY_THROUGH, session="t.session_id"
+)
 _TURN = ", ".join(f"t.{f.name} AS t_{f.name}" for f in fields(TurnFacts))
 _MESSAGE = ", ".join(f"m.{f.name} AS m_{f.name}" for f in fields(StoredMessage))
 # The session's facts, each a subquery of the turn `t` (the same reads as the memory store's
@@ -167,24 +173,16 @@ _FACTS = f"""
         FROM slots WHERE session_id = t.session_id) AS slots,
     (SELECT consent FROM memory_consents
         WHERE tenant_id = t.tenant_id AND user_id = t.user_id) AS consent,
-    EXISTS (SELECT 1 FROM result_sets WHERE session_id = t.session_id) AS has_sets,
-    (SELECT array_agg(DISTINCT name) FROM tool_calls WHERE turn_id IN (
-        SELECT id FROM turns WHERE session_id = t.session_id AND user_seq <= t.user_seq
-        ORDER BY user_seq DESC LIMIT %(turns)s)) AS used,
-    (SELECT json_build_array(through_seq, lines, model) FROM conversation_summaries
-        WHERE session_id = t.session_id ORDER BY through_seq DESC LIMIT 1) AS summary,
-    (SELECT coalesce(json_agg(json_build_array(key, value, source_seq, source) ORDER BY key),
-        '[]') FROM pinned_facts WHERE session_id = t.session_id) AS facts,
+    {result_sets.HAS_SETS.format(session="t.session_id")} AS has_sets,
+    {result_sets.RECENTLY_USED.format(session="t.session_id", user_seq="t.user_seq")} AS used,
+    {memory_store.SUMMARY_OF_SESSION.format(session="t.session_id")} AS summary,
+    {memory_store.FACTS_OF_SESSION.format(session="t.session_id")} AS facts,
     (SELECT coalesce(json_agg(json_build_array(w.seq, w.role, w.text, w.status, w.tool_calls,
         w.tool_call_id, w.token_count, w.token_counter, CAST(w.created_at AS date), w.turn_id)
         ORDER BY w.seq), '[]')
         FROM messages AS w
         WHERE w.session_id = t.session_id AND w.replaced_by IS NULL
-            AND w.seq > least(
-                coalesce((SELECT through_seq FROM conversation_summaries
-                    WHERE session_id = t.session_id ORDER BY through_seq DESC LIMIT 1), 0),
-                greatest(0, coalesce((SELECT max(seq) FROM messages
-                    WHERE session_id = t.session_id), 0) - {memory_store.WINDOW_REACH}))
+            AND w.seq > {_WINDOW_START}
             AND NOT (t.retry_of IS NOT NULL AND w.turn_id = t.retry_of
                 AND w.role = 'assistant' AND w.tool_calls IS NULL)) AS window,
     ({memory_store.REMEMBERED_SQL.format(session="t.session_id", before="t.user_seq")})

@@ -170,10 +170,12 @@ class _WindowRow:
     turn_id: str | None
 
 
-# Where loading starts: a little before the summary's end (0: none), within reach of the
-# newest message.
-_WINDOW_START = f"""least(%(summary_through)s, greatest(0, coalesce(
-        (SELECT max(seq) FROM messages WHERE session_id = %(session_id)s), 0) - {WINDOW_REACH}))"""
+# Where loading starts: a little before the summary's end (`{summary_through}`, 0: none),
+# within reach of the session's newest message (`{session}`). Here, and among a context
+# build's rows (store/context.py).
+WINDOW_START = f"""least({{summary_through}}, greatest(0, coalesce(
+        (SELECT max(seq) FROM messages WHERE session_id = {{session}}), 0) - {WINDOW_REACH}))"""
+_WINDOW_START = WINDOW_START.format(summary_through="%(summary_through)s", session="%(session_id)s")
 
 
 @functools.cache  # a few statements, each built once

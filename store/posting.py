@@ -53,21 +53,10 @@ from parley.store.messages import (
 from parley.store.sessions import SessionRow, get_turn, lock_session
 from parley.store.turn_states import BORN
 from parley.store.turns import birth
-from parley.store.turns.reads import TurnFacts, turn_facts
+from parley.store.turns.reads import PostedTurn, TurnFacts, turn_facts
 from parley.wire import MessageView
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class PostedTurn:
-    """The turn a post opened, joined or queued, as the API needs it."""
-
-    id: str
-    session_id: str
-    tenant_id: str
-    user_id: str
-    state: TurnState
 
 
 @dataclass(frozen=True)
@@ -369,7 +358,7 @@ _JOIN_TURN = f"""
 """
 
 
-def _posted_turn(turn: TurnFacts | _EarlierTurn | queue.QueuedTurn) -> PostedTurn:
+def _posted_turn(turn: TurnFacts | _EarlierTurn | PostedTurn) -> PostedTurn:
     return PostedTurn(turn.id, turn.session_id, turn.tenant_id, turn.user_id, TurnState(turn.state))
 
 

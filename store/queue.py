@@ -45,6 +45,7 @@ from parley.store.identity import Identity
 from parley.store.messages import MESSAGE_AT_SEQ, SEQ_TAKEN, message_params, next_seq
 from parley.store.sessions import SessionRow, lock_session
 from parley.store.turn_states import BORN
+from parley.store.turns.reads import PostedTurn
 from parley.turn_states import IllegalTransition, can_move
 from parley.wire import MessageData, MessageView
 
@@ -62,17 +63,6 @@ class Startable:
     id: str
     session_id: str
     tenant_id: str
-
-
-@dataclass(frozen=True)
-class QueuedTurn:
-    """A queued turn as the POST answers it."""
-
-    id: str
-    session_id: str
-    tenant_id: str
-    user_id: str
-    state: TurnState
 
 
 @dataclass(frozen=True)
@@ -95,7 +85,7 @@ _QUEUED_COLUMNS = "turn_id, session_id, message_id, client_message_id, text, fil
 class Queued:
     """A queued turn as the POST answers it."""
 
-    turn: QueuedTurn
+    turn: PostedTurn
     message: MessageView  # the message as it will read once it joins the conversation
 
 
@@ -112,7 +102,7 @@ async def queue_message(
     and holds the session row's lock). The turn is born `queued` with its first event, in
     one statement; `user_seq` is provisional until it is promoted (the seq it would take if
     nothing came between)."""
-    turn = QueuedTurn(new_id("trn"), session.id, owner.tenant_id, owner.user_id, TurnState.queued)
+    turn = PostedTurn(new_id("trn"), session.id, owner.tenant_id, owner.user_id, TurnState.queued)
     params = {
         **append_params(turn.id, [state_event(TurnState.queued)]),
         "to": TurnState.queued.value,

@@ -115,15 +115,17 @@ class _OfferFacts:
     recently_used: list[str] | None
 
 
+# What the offer asks, as subqueries of a session and a turn's seq (`{session}`,
+# `{user_seq}`): here alone, or among a context build's rows (store/context.py).
+HAS_SETS = "EXISTS (SELECT 1 FROM result_sets WHERE session_id = {session})"
+RECENTLY_USED = """(SELECT array_agg(DISTINCT name) FROM tool_calls WHERE turn_id IN (
+        SELECT id FROM turns WHERE session_id = {session} AND user_seq <= {user_seq}
+        ORDER BY user_seq DESC LIMIT %(turns)s))"""
+
 # One statement: it runs in every context build that does not read it with the build's rows.
-_OFFER_FACTS = """
-    SELECT EXISTS (SELECT 1 FROM result_sets WHERE session_id = %(session_id)s) AS has_sets, (
-        SELECT array_agg(DISTINCT name) FROM tool_calls WHERE turn_id IN (
-            SELECT id FROM turns WHERE session_id = %(session_id)s AND user_seq <= %(user_seq)s
-            ORDER BY user_seq DESC LIMIT %(turns)s
-        )
-    ) AS recently_used
-"""
+_OFFER_FACTS = f"""
+    SELECT {HAS_SETS} AS has_sets, {RECENTLY_USED} AS recently_used
+""".format(session="%(session_id)s", user_seq="%(user_seq)s")
 
 
 async def session_result_set(conn: Db, *, session_id: str, result_set_id: str) -> StoredSet | None:

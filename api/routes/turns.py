@@ -54,7 +54,7 @@ from parley.store import actions, posting, queue
 from parley.store import sessions as store_sessions
 from parley.store.db import Database, Db
 from parley.store.identity import Identity
-from parley.store.posting import PostedTurn
+from parley.store.turns.reads import PostedTurn
 from parley.wire import TurnStreamEvent
 
 log = logging.getLogger(__name__)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar
 
+from parley.contracts import TurnState
 from parley.store.db import Db
 
 
@@ -76,3 +77,14 @@ _TURN_FACTS_LOCKED = f"SELECT {TurnFacts.COLUMNS} FROM turns WHERE id = %(id)s F
 TURN_LOCKED = """turn AS (
         SELECT session_id FROM turns WHERE id = %(turn_id)s FOR UPDATE
     )"""
+
+
+@dataclass(frozen=True)
+class PostedTurn:
+    """The turn a post opened, joined or queued, as the API needs it."""
+
+    id: str
+    session_id: str
+    tenant_id: str
+    user_id: str
+    state: TurnState
