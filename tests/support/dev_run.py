@@ -6,11 +6,14 @@ tests/system/test_dev_restarts.py)."""
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -107,6 +110,23 @@ def start_dev(tmp_path: Path) -> DevRun:
     threading.Thread(target=_read_rest, args=(dev.stdout, run.output), daemon=True).start()
     early.join(60)
     return run
+
+
+@contextmanager
+def dev_running(tmp_path: Path) -> Iterator[DevRun]:
+    """`parley dev` started in `tmp_path`, stopped with Ctrl-C on leaving (killed, its whole
+    process group, if it is still running a minute later)."""
+    run = start_dev(tmp_path)
+    try:
+        yield run
+    finally:
+        if run.process.poll() is None:
+            run.process.send_signal(signal.SIGINT)
+            try:
+                run.process.wait(60)
+            finally:
+                if run.process.poll() is None:
+                    os.killpg(run.process.pid, signal.SIGKILL)
 
 
 def _read_rest(stdout: IO[str], into: list[str]) -> None:

@@ -23,7 +23,7 @@ import psutil
 import pytest
 
 from tests.support.client import ParleyClient, streamed_text
-from tests.support.dev_run import DevRun, port_is_open, start_dev
+from tests.support.dev_run import DevRun, dev_running, port_is_open
 from tests.support.processes import follow, read_until
 from tests.support.sse import TERMINAL, Event
 from tests.support.toolkit import eventually
@@ -37,15 +37,8 @@ LONG_QUESTION = "Tell me about yourself, please."
 
 @pytest.fixture(scope="module")
 def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevRun]:
-    run = start_dev(tmp_path_factory.mktemp("dev-restarts"))
-    yield run
-    if run.process.poll() is None:
-        run.process.send_signal(signal.SIGINT)
-        try:
-            run.process.wait(60)
-        finally:
-            if run.process.poll() is None:
-                os.killpg(run.process.pid, signal.SIGKILL)
+    with dev_running(tmp_path_factory.mktemp("dev-restarts")) as run:
+        yield run
 
 
 def temporal_server(dev: DevRun) -> psutil.Process | None:

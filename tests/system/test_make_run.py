@@ -22,7 +22,7 @@ from temporalio.client import Client
 from parley.dispatch.deployment import current_build
 from parley.ids import workflow_id_for_turn
 from tests.support.client import ParleyClient, streamed_text
-from tests.support.dev_run import CLI, DevRun, port_is_open, start_dev
+from tests.support.dev_run import CLI, DevRun, dev_running, port_is_open
 from tests.support.processes import read_until
 from tests.support.stack import REPO
 from tests.support.toolkit import eventually
@@ -30,15 +30,8 @@ from tests.support.toolkit import eventually
 
 @pytest.fixture(scope="module")
 def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevRun]:
-    run = start_dev(tmp_path_factory.mktemp("dev"))
-    yield run
-    if run.process.poll() is None:
-        run.process.send_signal(signal.SIGINT)
-        try:
-            run.process.wait(60)
-        finally:
-            if run.process.poll() is None:
-                os.killpg(run.process.pid, signal.SIGKILL)
+    with dev_running(tmp_path_factory.mktemp("dev")) as run:
+        yield run
 
 
 async def test_dev_start_prints_urls_and_a_token_and_its_curl_streams_a_reply(
