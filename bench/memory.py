@@ -31,6 +31,7 @@ import statistics
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -55,7 +56,6 @@ from parley.store import slots
 from parley.store.db import Database
 from parley.store.messages import token_count
 from parley.store.models import ChatSession, ConversationSummary, Message, ModelCall, Turn
-from parley.store.rows import typed_row
 from parley.store.turns.reads import TurnFacts
 from parley.tenancy import TenantConfig
 from parley.tokens import MESSAGE_OVERHEAD, counter_for
@@ -306,7 +306,7 @@ async def _pack_question(
         current_slots = await slots.get_slots(db, session_id=sid)
         packed, plan = await builder._assemble(
             (db, db),
-            typed_row(TurnFacts, turn),
+            TurnFacts(**{f.name: getattr(turn, f.name) for f in fields(TurnFacts)}),
             tenant,
             budgets,
             counter,

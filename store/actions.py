@@ -7,9 +7,7 @@ change. Rows a tool call creates are inserted with an id derived from the call
 (`… ON CONFLICT DO NOTHING`), so a retried attempt finds the row the first one wrote, and a
 row found under that id must belong to the same session, tenant and user.
 
-The statements run on a `Db` (store/db.py): the worker's own, or an ORM session's
-connection inside its transaction (`session_conn`) for the API and the POST pipeline.
-Everything here runs in the caller's transaction (see `store`).
+Everything here runs in the caller's unit of work (store/db.py).
 """
 
 from __future__ import annotations

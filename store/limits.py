@@ -254,8 +254,8 @@ async def take_stream_lease(
     conn: Db, *, owner: Identity, limit: int, lease_s: float, turn: tuple[str, str]
 ) -> str | None:
     """A lease for one more open stream of the user's turn `turn` (session id, turn id), or
-    None at the limit; LookupError when the turn is not theirs. In the caller's transaction
-    (`session_conn`): one statement finds the owner's turn and takes the user's lock, then
+    None at the limit; LookupError when the turn is not theirs. In the caller's unit of
+    work: one statement finds the owner's turn and takes the user's lock, then
     one forgets the user's lapsed leases and takes the new one if the live ones leave room."""
     session_id, turn_id = turn
     who = {"tenant_id": owner.tenant_id, "user_id": owner.user_id}
