@@ -342,3 +342,9 @@ _WARNED = (
     "SELECT 1 FROM turn_events"
     " WHERE turn_id = %(turn_id)s AND type = 'warning' AND data ->> 'code' = %(code)s LIMIT 1"
 )
+
+
+# The statements that append and do nothing else: how many a turn sends follows how its
+# answer's tokens fall into frames, not its shape (tests that count a turn's statements leave
+# them out).
+APPENDS_ALONE = (_APPEND, _APPEND_MOVING, _APPEND_WHILE_OPEN)

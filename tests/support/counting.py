@@ -6,22 +6,30 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from parley.store.db import Database
+from parley.store.events import APPENDS_ALONE
 
 # Statements whose number depends on how an answer's tokens fall into frames and spans into
-# batches, not on the turn's shape: the streamed deltas' appends and the trace spans' writes.
-VARIABLE_STATEMENTS = ("INSERT INTO turn_events", "WITH counter", "INSERT INTO trace_spans")
+# batches, not on the turn's shape: the event log's appends alone (a statement that appends
+# beside other work, the context build's read with its move, counts) and the trace spans'
+# writes.
+APPENDS = {statement.strip() for statement in APPENDS_ALONE}
+VARIABLE_STATEMENTS = ("INSERT INTO turn_events", "INSERT INTO trace_spans")
 
 
 @dataclass
 class Counted:
-    """A worker's own engine (`sessions`) and the first line of every statement it sent."""
+    """A worker's own engine (`sessions`) and every statement it sent."""
 
     sessions: Database
     sent: list[str] = field(default_factory=list)
 
     def counted(self) -> list[str]:
         """What was sent, less the statements whose number is not the turn's shape."""
-        return [s for s in self.sent if not s.startswith(VARIABLE_STATEMENTS)]
+        return [
+            s.split("\n")[0][:100]
+            for s in self.sent
+            if s not in APPENDS and not s.startswith(VARIABLE_STATEMENTS)
+        ]
 
 
 # Settings for a stack whose statements per turn are counted: the turn's own, without recall

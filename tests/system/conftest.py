@@ -77,10 +77,9 @@ async def specialists_on(sessions: Database) -> AsyncIterator[None]:
 
 @pytest_asyncio.fixture
 async def counted(database_url: str) -> AsyncIterator[Counted]:
-    """An engine for a worker of the test's own, every statement it sends recorded (through
-    SQLAlchemy, or on psycopg's connection from its pool: `store.db.Db`)."""
+    """An engine for a worker of the test's own, every statement it sends recorded."""
     engine = create_socket_checked_engine(database_url)
     recorder = Counted(Database(engine))
-    on_statement_sent(engine, lambda sql: recorder.sent.append(sql.strip().split("\n")[0][:100]))
+    on_statement_sent(engine, lambda sql: recorder.sent.append(sql.strip()))
     yield recorder
     await engine.dispose()

@@ -68,6 +68,7 @@ async def test_a_plain_turn_costs_the_worker_a_fixed_number_of_statements(
         finally:
             await client.aclose()
     counted_here = counted.counted()
+    print(f"a plain turn: {len(counted_here)} statements")
     assert len(counted_here) <= STATEMENTS_PER_PLAIN_TURN, "\n".join(counted_here)
 
 
