@@ -1,9 +1,8 @@
 """What the API hands to Temporal after its transaction commits, shared by the routes: a user's
 decision on a confirmation (to the turn waiting for it, or its specialist: dispatch/control.py),
 an answer to a specialist's question (dispatch/specialists.py), and the start of an erasure
-(dispatch/erasure.py). Each is stored first, so one that fails here is not lost: the turn
-reads the stored decision when its wait ends, and the worker's sweeps deliver the answer and
-start the erasure."""
+(dispatch/erasure.py). Each is stored first, so one that fails here is not lost: the worker's
+sweeps deliver the decision and the answer and start the erasure."""
 
 from __future__ import annotations
 
@@ -13,7 +12,7 @@ import logging
 from parley.api.deps import Sessions, TemporalConnector
 from parley.config import Settings
 from parley.contracts import ResolveActionSignal
-from parley.dispatch.control import deliver_decision
+from parley.dispatch.control import Delivery, deliver_and_record_decision
 from parley.dispatch.erasure import start_erasure
 from parley.dispatch.specialists import deliver_and_record
 from parley.erasure import ErasureInput
@@ -27,16 +26,28 @@ TIMEOUT_S = 5.0
 
 
 async def deliver_decisions(
-    temporal: TemporalConnector, signals: tuple[tuple[str, ResolveActionSignal], ...]
+    temporal: TemporalConnector,
+    sessions: Database,  # marking it delivered is one statement
+    signals: tuple[tuple[str, ResolveActionSignal], ...],
 ) -> None:
-    """Deliver stored decisions to their waiting turns, each retried until it is taken."""
+    """Deliver stored decisions to their waiting turns, each retried for a few seconds until
+    it is taken, and mark them delivered (dispatch/control.py); one this cannot deliver, the
+    worker's outbox sweep will."""
     for turn_id, signal in signals:
         try:
             client = await asyncio.wait_for(temporal.get(), TIMEOUT_S)
-            await deliver_decision(client, turn_id=turn_id, decision=signal)
+            delivery = await deliver_and_record_decision(
+                client, sessions, turn_id=turn_id, decision=signal, patience_s=TIMEOUT_S
+            )
         except Exception:
-            # The decision is stored; the waiting turn reads it when its wait times out.
-            log.warning("could not deliver a decision to turn %s", turn_id, exc_info=True)
+            log.warning("could not deliver a decision to turn %s now", turn_id, exc_info=True)
+            continue
+        if delivery in (Delivery.failed, Delivery.refused):
+            log.warning(
+                "decision on %s not delivered (%s); the outbox will",
+                signal.action_id,
+                delivery.value,
+            )
 
 
 async def deliver_answers(

@@ -8,15 +8,23 @@ and a delivery that fails costs time, never the decision:
   every ending after it is `cancelled`, so a Stop that was accepted is never lost.
 - Confirm / decline: the action's row is updated by the route, then the decision is sent as
   a Workflow Update, retried for a few seconds until the turn accepts it (its validator takes
-  only the decision it is waiting for) or its specialist does. That is the one route: a
-  decision that finds neither is read from the store when the turn's wait ends, and
-  `send_email` reads the stored status, not the Update.
+  only the decision it is waiting for) or its specialist does, and the row is marked
+  delivered (`decision_delivered_at`). The actions table is the decisions' outbox, as the
+  turns table is the starts': a decision the API could not deliver (Temporal away, the API
+  died after its commit) is delivered by the sweep in every worker (`sweep_decisions`,
+  beside the start sweep in dispatch/outbox.py) once Temporal answers, so the turn goes on
+  at once rather than when its wait runs out. Delivery is idempotent: the turn keeps the
+  first decision it took. A decision that finds neither the turn nor its specialist waiting
+  is read from the store when the turn's wait ends, and `send_email` reads the stored
+  status, not the Update.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import timedelta
+from enum import Enum
 
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
@@ -24,8 +32,9 @@ from temporalio.service import RPCError, RPCStatusCode
 from parley.contracts import RESOLVE_ACTION_UPDATE, ResolveActionSignal, TurnState
 from parley.dispatch.specialists import offer_decision
 from parley.ids import workflow_id_for_turn
-from parley.store import outbox, turns
-from parley.store.db import Database
+from parley.statuses import ActionStatus, Decision, DeclineReason
+from parley.store import actions, outbox, turns
+from parley.store.db import Database, connect
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +42,8 @@ log = logging.getLogger(__name__)
 DELIVERY_PATIENCE_S = 5.0
 FIRST_RETRY_S = 0.05
 MAX_RETRY_S = 0.4
+# The sweep's patience per decision: it comes back every few seconds anyway.
+SWEEP_PATIENCE_S = 1.0
 
 
 async def cancel_turn_workflow(client: Client, sessions: Database, *, turn_id: str) -> None:
@@ -58,6 +69,15 @@ async def cancel_turn_workflow(client: Client, sessions: Database, *, turn_id: s
             await db.commit()
 
 
+class Delivery(Enum):
+    """How one delivery of a decision went."""
+
+    taken = "taken"  # by the turn, or by its specialist
+    closed = "closed"  # the turn's workflow has closed: nobody is left to take it
+    refused = "refused"  # neither the turn nor its specialist waits for it
+    failed = "failed"  # Temporal did not answer in time
+
+
 async def deliver_decision(
     client: Client,
     *,
@@ -68,25 +88,98 @@ async def deliver_decision(
     """Deliver a stored decision to the waiting turn, retrying until it is accepted; True
     once it is. False when the turn has closed or never accepted it within `patience_s`
     (the turn then reads the stored decision when its wait ends)."""
+    delivery = await _deliver(client, turn_id=turn_id, decision=decision, patience_s=patience_s)
+    return delivery is Delivery.taken
+
+
+async def _deliver(
+    client: Client, *, turn_id: str, decision: ResolveActionSignal, patience_s: float
+) -> Delivery:
     handle = client.get_workflow_handle(workflow_id_for_turn(turn_id))
     loop = asyncio.get_running_loop()
     deadline = loop.time() + patience_s
     delay = FIRST_RETRY_S
+    outcome = Delivery.failed
     while True:
         try:
-            await handle.execute_update(RESOLVE_ACTION_UPDATE, decision)
-            return True
+            # Bounded: with Temporal away, or no worker to take it, an Update waits.
+            left = max(deadline - loop.time(), FIRST_RETRY_S)
+            await asyncio.wait_for(handle.execute_update(RESOLVE_ACTION_UPDATE, decision), left)
+            return Delivery.taken
         except WorkflowUpdateFailedError:
             # The turn is not (yet) waiting for this action: its specialist may be.
             if await offer_decision(client, turn_id=turn_id, decision=decision):
-                return True  # the turn's specialist was waiting for it (dispatch/specialists.py)
+                return Delivery.taken  # its specialist was waiting for it (dispatch/specialists.py)
+            outcome = Delivery.refused
         except RPCError as exc:
             if exc.status == RPCStatusCode.NOT_FOUND:
-                return False  # the turn has closed
+                return Delivery.closed
             log.info("delivery to turn %s failed; retrying", turn_id, exc_info=True)
+            outcome = Delivery.failed
         except Exception:
             log.info("delivery to turn %s failed; retrying", turn_id, exc_info=True)
+            outcome = Delivery.failed
         if loop.time() + delay > deadline:
-            return False
+            return outcome
         await asyncio.sleep(delay)
         delay = min(delay * 2, MAX_RETRY_S)
+
+
+async def deliver_and_record_decision(
+    client: Client,
+    sessions: Database,  # marking it delivered is one statement
+    *,
+    turn_id: str,
+    decision: ResolveActionSignal,
+    patience_s: float = DELIVERY_PATIENCE_S,
+) -> Delivery:
+    """Deliver a stored decision, then mark it delivered once nothing is left to deliver
+    (taken, or the turn has closed). One refused or not delivered stays for the sweep."""
+    delivery = await _deliver(client, turn_id=turn_id, decision=decision, patience_s=patience_s)
+    if delivery in (Delivery.taken, Delivery.closed):
+        async with connect(sessions) as conn:
+            await actions.mark_decision_delivered(conn, action_id=decision.action_id)
+    return delivery
+
+
+def stored_decision(action: actions.DecidedAction) -> ResolveActionSignal:
+    """The decision as the API delivered it when it was made: a card the user moved on
+    from was declined as `superseded` (store/posting.py)."""
+    if action.status == ActionStatus.confirmed:
+        return ResolveActionSignal(action.id, Decision.confirmed)
+    if action.decline_reason == DeclineReason.superseded:
+        return ResolveActionSignal(action.id, Decision.superseded)
+    return ResolveActionSignal(action.id, Decision.declined)
+
+
+async def sweep_decisions(
+    client: Client,
+    sessions: Database,
+    *,
+    grace: timedelta,
+    patience_s: float = SWEEP_PATIENCE_S,
+) -> int:
+    """Deliver every decision the API did not mark delivered within `grace` (Temporal was
+    away, the API died after its commit); return how many were delivered. A decision whose
+    turn has ended is marked without a delivery; the round stops at the first that Temporal
+    does not answer for (the next sweep tries again)."""
+    async with sessions() as db:
+        pending = await actions.undelivered_decisions(db, older_than=grace)
+    delivered = 0
+    for action in pending:
+        if action.turn_ended:
+            async with connect(sessions) as conn:
+                await actions.mark_decision_delivered(conn, action_id=action.id)
+            continue
+        log.warning("delivering the decision on %s that the API did not", action.id)
+        delivery = await deliver_and_record_decision(
+            client,
+            sessions,
+            turn_id=action.turn_id,
+            decision=stored_decision(action),
+            patience_s=patience_s,
+        )
+        if delivery is Delivery.failed:
+            break
+        delivered += delivery is Delivery.taken
+    return delivered

@@ -10,8 +10,10 @@ The sweep starts only turns still in `received`; a paused tenant's turn is ended
 (`agent_paused`, retryable), in the transaction that marks it started. A second sweep ends
 turns whose workflow closed while the row says they have not ended (an execution timeout,
 a bug in workflow code), so no session stays locked behind them. The same loop delivers the
-specialists' answers the API committed but did not signal (dispatch/specialists.py) and
-starts erasures whose start was lost (dispatch/erasure.py).
+users' decisions on confirmations the API stored but did not deliver (dispatch/control.py)
+and the specialists' answers it committed but did not signal (dispatch/specialists.py), and
+starts erasures whose start was lost (dispatch/erasure.py). While Temporal is away a sweep
+fails and the next one tries again: everything it delivers or starts is in the store.
 
 A turn queued behind a running one (store/queue.py) becomes an ordinary unstarted turn when
 that one ends, whichever way; the transaction that ends it rings `OUTBOX_CHANNEL`, and the
@@ -45,6 +47,7 @@ from parley.contracts import (
     TurnInput,
     TurnState,
 )
+from parley.dispatch.control import sweep_decisions
 from parley.dispatch.erasure import sweep_erasures
 from parley.dispatch.specialists import sweep_answers
 from parley.ids import workflow_id_for_turn
@@ -257,6 +260,7 @@ async def sweep_forever(
             due = loop.time() + every.total_seconds()
             try:
                 await _sweep(starts, grace)
+                await sweep_decisions(client, sessions, grace=grace)
                 await sweep_answers(client, sessions, grace=grace)
                 await sweep_erasures(client, sessions, task_queue=task_queue, grace=grace)
                 await end_abandoned_turns(client, sessions)

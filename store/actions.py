@@ -404,3 +404,55 @@ _ACTIONS_IN = f"""
     WHERE turn_id = %(turn_id)s AND status = ANY(%(statuses)s)
     ORDER BY created_at
 """
+
+
+# --- the decisions' outbox: a user's decision delivered to the turn that waits for it -------
+
+
+@dataclass(frozen=True)
+class DecidedAction:
+    """A user's decision not yet delivered to its turn (dispatch/control.py), and whether the
+    turn has ended meanwhile (then nobody is left to take it)."""
+
+    id: str
+    turn_id: str
+    status: str
+    decline_reason: str | None
+    turn_ended: bool
+
+
+async def undelivered_decisions(
+    db: Db, *, older_than: timedelta, limit: int = 50
+) -> list[DecidedAction]:
+    """Confirmations and declines made more than `older_than` ago and never marked delivered,
+    oldest first. A send that has begun moves the action on (executed, unknown, failed), so
+    only decisions no send has acted on are here."""
+    params = {
+        "cutoff": datetime.now(UTC) - older_than,
+        "terminal": sorted(s.value for s in TERMINAL_TURN_STATES),
+        "limit": limit,
+    }
+    return await (await _conn(db)).rows(_UNDELIVERED, params, DecidedAction)
+
+
+# The predicate as the partial index `ix_actions_undelivered` spells it (literal statuses).
+_UNDELIVERED = """
+    SELECT a.id, a.turn_id, a.status, a.decline_reason,
+        t.state = ANY(%(terminal)s) AS turn_ended
+    FROM actions a JOIN turns t ON t.id = a.turn_id
+    WHERE a.decision_delivered_at IS NULL AND a.status IN ('confirmed', 'declined')
+        AND a.resolved_at < %(cutoff)s
+    ORDER BY a.resolved_at LIMIT %(limit)s
+"""
+
+
+async def mark_decision_delivered(db: Db, *, action_id: str) -> None:
+    """The decision reached its turn (or its turn has ended): the sweep leaves it alone."""
+    params = {"id": action_id, "now": datetime.now(UTC)}
+    await (await _conn(db)).run(_DECISION_DELIVERED, params)
+
+
+_DECISION_DELIVERED = """
+    UPDATE actions SET decision_delivered_at = %(now)s
+    WHERE id = %(id)s AND decision_delivered_at IS NULL
+"""

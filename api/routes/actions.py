@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from parley.api.delivery import deliver_decisions
-from parley.api.deps import CurrentUser, DbSession, Temporal
+from parley.api.deps import AutocommitSessions, CurrentUser, DbSession, Temporal
 from parley.api.errors import answers
 from parley.api.schemas import ActionOut
 from parley.contracts import ResolveActionSignal
@@ -29,6 +29,7 @@ async def _resolve(
     db: DbSession,
     user: CurrentUser,
     temporal: Temporal,
+    one_statement: AutocommitSessions,
 ) -> ActionOut:
     await store_sessions.get_session(db, owner=user, session_id=session_id)
     if await tenants.is_paused(db, tenant_id=user.tenant_id):
@@ -48,24 +49,39 @@ async def _resolve(
         if answered is not None and answered.status == decision:
             again = ((answered.turn_id, ResolveActionSignal(action_id, decision)),)
             await db.rollback()
-            await deliver_decisions(temporal, again)
+            await deliver_decisions(temporal, one_statement, again)
         raise
     await db.commit()
-    await deliver_decisions(temporal, ((action.turn_id, ResolveActionSignal(action.id, decision)),))
+    decided = ((action.turn_id, ResolveActionSignal(action.id, decision)),)
+    await deliver_decisions(temporal, one_statement, decided)
     return ActionOut(action=ActionView.from_row(action))
 
 
 @router.post("/{action_id}/confirm", status_code=202)
 async def confirm(
-    session_id: str, action_id: str, db: DbSession, user: CurrentUser, temporal: Temporal
+    session_id: str,
+    action_id: str,
+    db: DbSession,
+    user: CurrentUser,
+    temporal: Temporal,
+    one_statement: AutocommitSessions,
 ) -> ActionOut:
     """Confirm the pending action exactly as shown; it runs once, however often this is sent."""
-    return await _resolve(session_id, action_id, Decision.confirmed, db, user, temporal)
+    return await _resolve(
+        session_id, action_id, Decision.confirmed, db, user, temporal, one_statement
+    )
 
 
 @router.post("/{action_id}/decline", status_code=202)
 async def decline(
-    session_id: str, action_id: str, db: DbSession, user: CurrentUser, temporal: Temporal
+    session_id: str,
+    action_id: str,
+    db: DbSession,
+    user: CurrentUser,
+    temporal: Temporal,
+    one_statement: AutocommitSessions,
 ) -> ActionOut:
     """Decline the pending action; nothing is sent."""
-    return await _resolve(session_id, action_id, Decision.declined, db, user, temporal)
+    return await _resolve(
+        session_id, action_id, Decision.declined, db, user, temporal, one_statement
+    )

@@ -9,6 +9,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from parley.api.deps import DbSession, Temporal
+from parley.api.errors import RETRY_AFTER_S
 from parley.api.schemas import Health, Readiness
 from parley.store.db import ping
 
@@ -24,7 +25,13 @@ async def healthz() -> Health:
 @router.get(
     "/readyz",
     response_model=Readiness,
-    responses={503: {"model": Readiness, "description": "The database or Temporal is down"}},
+    responses={
+        503: {
+            "model": Readiness,
+            "description": "The database or Temporal is down; `Retry-After` says when to ask again",
+            "headers": {"Retry-After": {"schema": {"type": "integer"}}},
+        }
+    },
 )
 async def readyz(db: DbSession, temporal: Temporal) -> JSONResponse:
     """The database and Temporal are reachable."""
@@ -42,7 +49,11 @@ async def readyz(db: DbSession, temporal: Temporal) -> JSONResponse:
         checks["temporal"] = f"unreachable: {type(exc).__name__}"
     ready = all(v == "ok" for v in checks.values())
     body = Readiness(ready=ready, checks=checks)
-    return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
+    if ready:
+        return JSONResponse(body.model_dump())
+    # As every other 503 asks (api/errors.py): a restart takes seconds.
+    headers = {"Retry-After": str(RETRY_AFTER_S)}
+    return JSONResponse(body.model_dump(), status_code=503, headers=headers)
 
 
 @router.get("/metrics", response_class=PlainTextResponse)

@@ -119,7 +119,7 @@ async def post_message(
     MESSAGES_POSTED.labels("new" if posted.created else "duplicate").inc()
     if posted.answers:
         kill_at(settings, "answer_committed")  # a test's crash between commit and delivery
-    await deliver_decisions(temporal, posted.signals)
+    await deliver_decisions(temporal, one_statement, posted.signals)
     await deliver_answers(temporal, one_statement, posted.answers)
     if posted.start:
         # Its place in the session (the workflow's summary); a duplicate's start looks it up.

@@ -307,7 +307,17 @@ class Action(Base):
     """
 
     __tablename__ = "actions"
-    __table_args__ = (Index("ix_actions_session", "session_id", "status"),)
+    __table_args__ = (
+        Index("ix_actions_session", "session_id", "status"),
+        # The decisions' outbox sweep looks only at decisions not yet delivered.
+        Index(
+            "ix_actions_undelivered",
+            "resolved_at",
+            postgresql_where=(
+                "decision_delivered_at IS NULL AND status IN ('confirmed', 'declined')"
+            ),
+        ),
+    )
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id"))
@@ -325,6 +335,10 @@ class Action(Base):
     expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[datetime] = now_column()
     resolved_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # When the user's decision reached the waiting turn (or there was no turn left to take
+    # it). The API delivers it after commit; the worker's sweep delivers one the API could
+    # not (Temporal away): dispatch/control.py.
+    decision_delivered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
     @property
     def attachment(self) -> dict[str, Any] | None:

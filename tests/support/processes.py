@@ -4,15 +4,20 @@ services away (a database or Temporal outage, a restart) and follow a turn throu
 from __future__ import annotations
 
 import asyncio
+import signal
 import subprocess
 import time
+from pathlib import Path
 
 import httpx
+from temporalio.client import Client
 
 from parley.config import Settings
+from parley.launch.dev import temporal_dev_server_command
 from tests.support.client import ParleyClient
 from tests.support.sse import TERMINAL, Event, iter_events
 from tests.support.stack import service_env, spawn
+from tests.support.toolkit import eventually
 
 # A question whose demo answer streams long enough for an outage or a restart to cut it.
 QUESTION = "Tell me about yourself, please."
@@ -33,6 +38,49 @@ class Workers:
             if process.poll() is None:
                 process.kill()
             process.wait(10)
+
+
+class TemporalServer:
+    """A Temporal dev server of a test module's own, on a fixed port and database file (as
+    `make run` starts it), so a restart finds its history: killed or stopped, and started
+    again on the same file."""
+
+    def __init__(self, settings: Settings, db_file: Path) -> None:
+        self.command = temporal_dev_server_command(settings, db_file)
+        self.address = settings.temporal_address
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            self.command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(10)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+
+    async def connect(self) -> Client:
+        """A client, once the server answers."""
+
+        async def connected() -> Client | None:
+            try:
+                return await Client.connect(self.address)
+            except RuntimeError:
+                return None
+
+        return await eventually(
+            connected, timeout=60, what="the Temporal dev server answers", every=0.2
+        )
 
 
 async def read_until(client: ParleyClient, url: str, *, after: int, stop: str) -> list[Event]:

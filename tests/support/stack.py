@@ -134,11 +134,17 @@ async def running_worker(
 
 @asynccontextmanager
 async def running_outbox(
-    client: Client, settings: Settings, sessions: Database
+    client: Client,
+    settings: Settings,
+    sessions: Database,
+    *,
+    grace: timedelta = timedelta(hours=1),
+    every: timedelta = timedelta(hours=1),
 ) -> AsyncIterator[None]:
     """The outbox loop `parley worker` runs (dispatch/outbox.py), beside an in-process
-    worker: its bell starts a queued turn the moment its session's turn ends. Its periodic
-    sweep waits an hour, so it leaves the other tests' unstarted turns alone."""
+    worker: its bell starts a queued turn the moment its session's turn ends. By default its
+    periodic sweep waits an hour, so it leaves the other tests' unstarted turns alone; a
+    module on a Temporal server of its own sweeps as `parley worker` does."""
     assert settings.database_url is not None
     bell = OutboxBell(libpq_url(settings.database_url))
     loop = asyncio.create_task(
@@ -146,8 +152,9 @@ async def running_outbox(
             client,
             sessions,
             task_queue=settings.task_queue,
-            grace=timedelta(hours=1),
-            every=timedelta(hours=1),
+            grace=grace,
+            every=every,
+            confirmation_timeout_s=settings.confirmation_timeout_s,
             bell=bell,
         )
     )

@@ -11,54 +11,22 @@ module's own, pointed at this server.
 from __future__ import annotations
 
 import asyncio
-import signal
-import subprocess
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import pytest
 import pytest_asyncio
 from sqlalchemy import select
-from temporalio.client import Client
 
 from parley.config import Settings
 from parley.gateway.demo import DemoModel
-from parley.launch.dev import temporal_dev_server_command
 from parley.store.db import Database
 from parley.store.models import Message, Turn
 from tests.support.client import ParleyClient, streamed_text
 from tests.support.orm import orm
-from tests.support.processes import QUESTION, follow
+from tests.support.processes import QUESTION, TemporalServer, follow
 from tests.support.sse import Event
 from tests.support.stack import free_port, own_queue, running_worker, serve_api
 from tests.support.toolkit import eventually
-
-
-class TemporalServer:
-    """A dev server on a fixed port and database file, so a restart finds its history."""
-
-    def __init__(self, settings: Settings, db_file: Path) -> None:
-        self.command = temporal_dev_server_command(settings, db_file)
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        self.process = subprocess.Popen(
-            self.command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
-
-    def kill(self) -> None:
-        assert self.process is not None
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait(10)
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
 
 
 @pytest.fixture(scope="module")
@@ -82,25 +50,13 @@ def temporal_server(
     server.stop()
 
 
-async def connect(address: str) -> Client:
-    async def connected() -> Client | None:
-        try:
-            return await Client.connect(address)
-        except RuntimeError:
-            return None
-
-    return await eventually(
-        connected, timeout=60, what="the Temporal dev server answers", every=0.2
-    )
-
-
 @pytest_asyncio.fixture(scope="module")
 async def chaos_api(
     temporal_server: TemporalServer,
     chaos_settings: Settings,
     sessions: Database,
 ) -> AsyncIterator[str]:
-    client = await connect(chaos_settings.temporal_address)
+    client = await temporal_server.connect()
     model = DemoModel(token_delay_s=chaos_settings.demo_token_delay_ms / 1000)
     async with (
         running_worker(client, chaos_settings, sessions, model),
