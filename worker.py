@@ -13,7 +13,7 @@ import gc
 import logging
 import signal
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import timedelta
 from typing import Any, NoReturn
 
@@ -21,6 +21,8 @@ import httpx
 import uvloop
 from prometheus_client import start_http_server
 from temporalio.client import Client
+from temporalio.client import Interceptor as ClientInterceptor
+from temporalio.runtime import Runtime
 from temporalio.worker import Worker
 
 from parley.activities.context import ContextBuilder
@@ -377,6 +379,41 @@ async def _sweep(client: Client, sessions: Database, settings: Settings, bell: O
     )
 
 
+# A worker started while Temporal is away (a long outage under `make run`, a cluster that
+# comes up after its workers) waits for it: exiting would only get it restarted, and a
+# supervisor gives up on a process that keeps dying young (launch/supervisor.py).
+CONNECT_FIRST_RETRY_S = 0.5
+CONNECT_MAX_RETRY_S = 10.0
+
+
+async def connect_temporal(
+    settings: Settings,
+    *,
+    runtime: Runtime | None = None,
+    interceptors: Sequence[ClientInterceptor] = (),
+) -> Client:
+    """The worker's Temporal client, once Temporal answers; until then it tries again with
+    a growing pause, saying so each time."""
+    delay = CONNECT_FIRST_RETRY_S
+    while True:
+        try:
+            return await Client.connect(
+                settings.temporal_address,
+                namespace=settings.temporal_namespace,
+                runtime=runtime,
+                interceptors=interceptors,
+            )
+        except RuntimeError as exc:  # the SDK's "failed client connect"
+            logging.getLogger(__name__).warning(
+                "Temporal at %s is not reachable (%s); trying again in %g s",
+                settings.temporal_address,
+                exc,
+                delay,
+            )
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, CONNECT_MAX_RETRY_S)
+
+
 async def run_worker(settings: Settings) -> None:
     if settings.database_url is None:
         raise SystemExit("DATABASE_URL is not set (use `parley dev` for the embedded database)")
@@ -391,9 +428,8 @@ async def run_worker(settings: Settings) -> None:
     # The SDK's own metrics join the app's on the metrics port; its core logs join ours.
     runtime, sdk_metrics = sdk_runtime(metrics=bool(settings.worker_metrics_port))
     telemetry = telemetry_for(settings, "parley-worker")  # None unless PARLEY_OTLP_ENDPOINT
-    client = await Client.connect(
-        settings.temporal_address,
-        namespace=settings.temporal_namespace,
+    client = await connect_temporal(
+        settings,
         runtime=runtime,
         interceptors=[telemetry.interceptor] if telemetry is not None else [],
     )

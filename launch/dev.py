@@ -7,9 +7,10 @@ and prints where everything is with a token for Priya.
 
 A worker, the API, the Temporal dev server or the embedded PostgreSQL server that exits,
 however it exits, is started again (`launch.supervisor`: at once after a long run, with a
-growing pause while it keeps dying young, given up with its reason after a crash loop), so an
-SRE can `kill -9` or drain (SIGTERM) any of them and the system stays up: Temporal comes back
-with its database file, PostgreSQL with its data folder, and the others reconnect. Ctrl-C
+growing pause while it keeps dying young, given up with its reason after a crash loop: then
+everything stops and the command exits 1), so an SRE can `kill -9` or drain (SIGTERM) any of
+them and the system stays up: Temporal comes back with its database file, PostgreSQL with its
+data folder, and the others reconnect (a worker waits for Temporal rather than exit). Ctrl-C
 stops the children in order: the API, the workers (each drains), the demo backend, Temporal,
 PostgreSQL, a line each. A supervisor killed outright takes every child and the embedded
 PostgreSQL server with it, and a port it needs that is taken stops it before anything starts
@@ -126,6 +127,9 @@ def run_dev(settings: Settings, *, workers: int = 1) -> None:
     supervisor = Supervisor(lifeline=lifeline)
     embedded: EmbeddedDatabase | None = None
     stopping = False
+    # A child that kept crashing (or one that may not die) stopped the run: the command
+    # fails, so a script or a CI job running `make run` notices.
+    failed = False
 
     def request_stop(*_: object) -> None:
         nonlocal stopping
@@ -155,6 +159,7 @@ def run_dev(settings: Settings, *, workers: int = 1) -> None:
             dead = supervisor.tend()
             if dead is not None:
                 _report_death(supervisor, dead, supervisor.reasons[dead])
+                failed = True
                 break
             time.sleep(0.2)
     finally:
@@ -163,6 +168,8 @@ def run_dev(settings: Settings, *, workers: int = 1) -> None:
         supervisor.stop_all()
         lifeline.close()
         print("Parley stopped.", flush=True)
+    if failed:
+        raise SystemExit(1)
 
 
 def _report_death(supervisor: Supervisor, name: str, reason: str) -> None:

@@ -8,6 +8,8 @@ own (the session's PostgreSQL and Northwind backend serve them).
 - A confirm during the outage is answered 202 and stored; within 30 s of Temporal being back
   the decision has reached the waiting turn (the outbox sweep delivers it: the turn does not
   wait for its confirmation window to run out) and exactly one email was sent.
+- A worker that starts while Temporal is down waits for it, trying again with a growing
+  pause, instead of exiting.
 """
 
 from __future__ import annotations
@@ -28,12 +30,13 @@ from parley.gateway.demo import DemoModel
 from parley.ids import workflow_id_for_turn
 from parley.store.db import Database
 from parley.store.models import Action, Message, Turn
+from parley.worker import connect_temporal
 from tests.support.client import ParleyClient
 from tests.support.orm import orm
 from tests.support.processes import TemporalServer, follow
 from tests.support.sse import Event
 from tests.support.stack import free_port, own_queue, running_outbox, running_worker, serve_api
-from tests.support.toolkit import emails, propose, types
+from tests.support.toolkit import emails, eventually, propose, types
 
 # Acceptance 3: the turns start and end within this long of Temporal being back.
 BACK_WITHIN_S = 30.0
@@ -205,3 +208,24 @@ async def test_a_confirm_sent_while_temporal_is_down_sends_one_email_once_it_is_
     assert stored.decision_delivered_at is not None  # by the sweep: the API could not
     assert turn is not None and turn.state == "completed"
     assert await runs_of(temporal, turn_id) == 1
+
+
+async def test_a_worker_started_while_temporal_is_down_waits_for_it(
+    temporal_server: TemporalServer, outage_settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Exiting instead would get it restarted by `make run`'s supervisor until it gave up.
+    await outage(temporal_server)
+    connecting = asyncio.create_task(connect_temporal(outage_settings))
+    try:
+
+        async def tried_twice() -> bool:
+            assert not connecting.done(), connecting
+            said = [r.getMessage() for r in caplog.records if r.name == "parley.worker"]
+            return sum("is not reachable" in line for line in said) >= 2
+
+        await eventually(tried_twice, timeout=15, what="the worker tried again, twice")
+        await back(temporal_server)
+        client = await asyncio.wait_for(connecting, BACK_WITHIN_S)
+    finally:
+        connecting.cancel()
+    assert await client.service_client.check_health()
