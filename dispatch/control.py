@@ -42,8 +42,10 @@ log = logging.getLogger(__name__)
 DELIVERY_PATIENCE_S = 5.0
 FIRST_RETRY_S = 0.05
 MAX_RETRY_S = 0.4
-# The sweep's patience per decision: it comes back every few seconds anyway.
-SWEEP_PATIENCE_S = 1.0
+# The sweep's patience per decision: long enough for a worker that has just reconnected to
+# take it (a shorter wait sends it again on the next sweep: taken once, but recorded twice in
+# the turn's history), short enough that a turn refusing it holds the others up little.
+SWEEP_PATIENCE_S = 3.0
 
 
 async def cancel_turn_workflow(client: Client, sessions: Database, *, turn_id: str) -> None:
