@@ -86,8 +86,16 @@ async def test_session_view_while_awaiting_confirmation(
 # --- 1. confirming twice -----------------------------------------------------------------
 
 
+async def delivered(sessions: Database, action_id: str) -> bool:
+    """The decision reached its turn: its outbox row is marked (dispatch/control.py)."""
+    async with orm(sessions) as db:
+        action = await db.get(Action, action_id)
+    assert action is not None
+    return action.decision_delivered_at is not None
+
+
 async def test_confirm_twice_sends_one_email(
-    priya: ParleyClient, northwind: httpx.AsyncClient
+    priya: ParleyClient, northwind: httpx.AsyncClient, sessions: Database
 ) -> None:
     sid = await priya.new_session()
     turn_id, events, action = await propose(priya, sid)
@@ -97,6 +105,7 @@ async def test_confirm_twice_sends_one_email(
     assert first.status_code == 202, first.text
     assert first.json()["action"]["id"] == aid
     assert first.json()["action"]["status"] == "confirmed"
+    assert await delivered(sessions, aid)  # by the route itself: nothing left for the sweep
     second = await confirm(priya, sid, aid)
     assert second.status_code == 409, second.text
     assert error_code(second) == "action_resolved"
@@ -341,7 +350,7 @@ async def test_typed_yes_answers_the_waiting_turn(
 
 
 async def test_new_message_supersedes_the_pending_action(
-    priya: ParleyClient, northwind: httpx.AsyncClient
+    priya: ParleyClient, northwind: httpx.AsyncClient, sessions: Database
 ) -> None:
     sid = await priya.new_session()
     turn_id, events, action = await propose(priya, sid)
@@ -349,6 +358,7 @@ async def test_new_message_supersedes_the_pending_action(
 
     posted = await priya.post(sid, "What about the refund?")
     assert posted.status_code == 202, posted.text
+    assert await delivered(sessions, aid)
     new_turn = str(posted.json()["turn_id"])
     assert new_turn != turn_id
     view = await priya.session_view(sid)
