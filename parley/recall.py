@@ -22,23 +22,37 @@ FUSION_K = 10
 CANDIDATES = 100
 # The best hits whose adjacent messages are offered as a ranking of their own.
 NEIGHBOUR_TOP = 10
+# What a round of neighbours counts for in the fusion, against 1 for a search's ranking. At 1,
+# three rounds of neighbours of the ten best hits outranked every line only one search found,
+# and lines of a second or third exchange that answer the same question (several evidence
+# lines in different sessions) lost their room to them; at 0.4 a neighbour of several good
+# hits still climbs (LoCoMo imported, bench/locomo_replay.py: with the reach-back share of
+# 0.85, 78.3% to 79.4%).
+NEIGHBOUR_WEIGHT = 0.4
 
 T = TypeVar("T", bound=Hashable)
 
 
-def fuse(rankings: Sequence[Sequence[T]], *, k: int = FUSION_K) -> list[T]:
+def fuse(
+    rankings: Sequence[Sequence[T]],
+    *,
+    k: int = FUSION_K,
+    weights: Sequence[float] = (),
+) -> list[T]:
     """The items of every ranking (best first), ordered by their fused score, best first;
-    ties keep the order in which the items were first seen."""
+    ties keep the order in which the items were first seen. A ranking counts `weights[i]`
+    times (1 for those past the weights given)."""
     if k < 1:
         raise ValueError("k must be at least 1")
     scores: dict[T, float] = {}
-    for ranking in rankings:
+    for i, ranking in enumerate(rankings):
+        weight = weights[i] if i < len(weights) else 1.0
         seen: set[T] = set()
         for rank, item in enumerate(ranking, start=1):
             if item in seen:  # a ranking counts each item once, at its best rank
                 continue
             seen.add(item)
-            scores[item] = scores.get(item, 0.0) + 1.0 / (k + rank)
+            scores[item] = scores.get(item, 0.0) + weight / (k + rank)
     first = {item: i for i, item in enumerate(scores)}
     return sorted(scores, key=lambda item: (-scores[item], first[item]))
 
@@ -89,16 +103,18 @@ def with_neighbours(
     """The rankings fused with the neighbours (seqs under `below`, next in `order`) of their
     best hits, found `rounds` times, each round a ranking of its own: a neighbour the first
     round lifted into the top lends its own neighbours to the next, so a three-message
-    exchange around one good hit can come in whole. With an `order`, what is not in it (a
-    repeated text) is no candidate either."""
+    exchange around one good hit can come in whole. Each round counts `NEIGHBOUR_WEIGHT` of
+    a search's ranking. With an `order`, what is not in it (a repeated text) is no candidate
+    either."""
     if order:
         allowed = set(order)
         rankings = [[s for s in r if s in allowed] for r in rankings]
     extra: list[list[int]] = []
+    weights = [1.0] * len(rankings) + [NEIGHBOUR_WEIGHT] * rounds
     for _ in range(rounds):
-        near = neighbours(fuse([*rankings, *extra]), top=top, order=order)
+        near = neighbours(fuse([*rankings, *extra], weights=weights), top=top, order=order)
         extra.append([s for s in near if s < below])
-    return fuse([*rankings, *extra])
+    return fuse([*rankings, *extra], weights=weights)
 
 
 # --- compact recalled lines ---------------------------------------------------------------------

@@ -94,12 +94,21 @@ def test_the_recall_block_stays_within_its_budget_and_keeps_the_best_hits() -> N
 
 
 def test_a_second_round_brings_in_the_neighbour_of_a_neighbour_the_first_round_lifted() -> None:
-    words, meaning = [10], [10, 70]
+    words, meaning = [10], [10]
     one = with_neighbours([words, meaning], below=100, top=2, rounds=1)
     two = with_neighbours([words, meaning], below=100, top=2, rounds=2)
     assert 9 in one and 11 in one and 8 not in one  # round one: the neighbours of 10
-    # Round one lifted 9 above 70 (the top two are now 10 and 9): its neighbour 8 comes in.
+    # Round one lifted 9 into the top two (10 and 9): its neighbour 8 comes in.
     assert 8 in two and two.index(8) > two.index(9)
+
+
+def test_a_neighbour_counts_for_less_than_a_search_hit() -> None:
+    # 9 and 11, the neighbours of the best hit, come after 70, which only one search found:
+    # a round of neighbours counts NEIGHBOUR_WEIGHT of a search's ranking.
+    fused = with_neighbours([[10], [10, 70]], below=100, top=1, rounds=1)
+    assert fused[:2] == [10, 70] and set(fused[2:]) == {9, 11}
+    assert fuse([[1, 2], [2]], weights=[1.0, 0.05]) == [1, 2]
+    assert fuse([[1, 2], [2]]) == [2, 1]
     # Nothing at or past `below` (the recent window's first seq) is offered.
     assert max(with_neighbours([[98, 99]], below=100)) == 99
 
