@@ -57,7 +57,7 @@ class _Memo:
 
     def __init__(self, embedder: Embedder, path: Path) -> None:
         self._embedder, self._path = embedder, path
-        self.name = embedder.name
+        self.name, self.dimensions = embedder.name, embedder.dimensions
         self._known: dict[str, list[float]] = json.loads(path.read_text()) if path.exists() else {}
 
     def embed(self, texts: list[str]) -> list[list[float]]:
