@@ -43,7 +43,7 @@ from parley.memory import recall_terms
 from parley.periods import named_period
 from parley.prompt import RECALLED_SEQ, Budgets, recall_block
 from parley.store import memory as memory_store
-from parley.store.db import create_engine, session_conn, session_factory
+from parley.store.db import Database, create_engine
 from parley.store.embedded import EmbeddedPostgres
 from parley.tokens import counter_for
 
@@ -88,7 +88,7 @@ async def prepare(folder: Path, names: list[str] | None) -> None:
     try:
         await asyncio.to_thread(upgrade, url)
         engine = create_engine(url)
-        sessions = session_factory(engine)
+        sessions = Database(engine)
         if not manifest:
             async with sessions() as db:
                 await seed_demo(db)
@@ -127,7 +127,7 @@ async def evaluate(folder: Path, names: list[str] | None, *, show: bool = False)
     why: dict[int, Counter[str]] = {c: Counter() for c in CATEGORIES}
     try:
         engine = create_engine(url)
-        sessions = session_factory(engine)
+        sessions = Database(engine)
         embedder = _Memo(_embedder(url), folder / "questions.json")
         for name, conv in _conversations(names).items():
             kept = manifest[name]
@@ -141,7 +141,6 @@ async def evaluate(folder: Path, names: list[str] | None, *, show: bool = False)
                     db, session_id=sid, before_seq=before
                 )
                 budget = rule.recall(rule.conversation(remembered), reaches_back=True)
-                conn = await session_conn(db)
                 for qa in conv["qa"]:
                     if qa["category"] not in CATEGORIES or not qa["evidence"]:
                         continue
@@ -156,7 +155,7 @@ async def evaluate(folder: Path, names: list[str] | None, *, show: bool = False)
                     )
                     started = time.process_time()
                     hits = await recall_hits(
-                        conn,
+                        db,
                         query,
                         session_id=sid,
                         before_seq=before,
