@@ -34,7 +34,7 @@ from temporalio.api.workflowservice.v1 import (
 )
 from temporalio.client import Client
 from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import WorkerDeploymentConfig
 
 from parley.config import Settings
@@ -165,16 +165,26 @@ async def promote_configured(client: Client, settings: Settings) -> bool:
     return await promote(client, version)
 
 
+# What the server answers while its deployment workflow cannot take a request just now.
+_PASSING = (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED)
+
+
 async def current_build(client: Client, deployment_name: str) -> str | None:
     """The build id of the deployment's current version; None while it has none (or the
-    deployment does not exist yet)."""
+    deployment does not exist yet). The server's answer that it cannot read the deployment
+    now (its deployment workflow moving, under load) is asked again, for a while."""
     request = DescribeWorkerDeploymentRequest(
         namespace=client.namespace, deployment_name=deployment_name
     )
-    try:
-        response = await client.workflow_service.describe_worker_deployment(request)
-    except RPCError:
-        return None
+    deadline = time.monotonic() + PROMOTE_WITHIN_S
+    while True:
+        try:
+            response = await client.workflow_service.describe_worker_deployment(request)
+            break
+        except RPCError as error:
+            if error.status not in _PASSING or time.monotonic() >= deadline:
+                return None
+            await asyncio.sleep(0.2)
     routing = response.worker_deployment_info.routing_config
     if not routing.HasField("current_deployment_version"):
         return None
