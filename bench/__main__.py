@@ -17,7 +17,9 @@ one block (bench/acceptance.py). Not in the default run: (n) LoCoMo conversation
 through the API with a summarizer that answers in prose (`--locomo-api`, alone with
 `--locomo-api-only`; bench/locomo_api.py); (o) the ten LoCoMo conversations imported through
 `POST .../import` and questioned, and (p) the import's speed (`--locomo-import`, alone with
-`--locomo-import-only`; bench/locomo_import.py).
+`--locomo-import-only`; bench/locomo_import.py); (q) the chaos soak, mixed turns under
+`make run`'s supervisor while a component is killed every 20-30 s (`--chaos`, alone with
+`--chaos-only`; bench/chaos.py).
 
 The baseline is the same demo model streamed as SSE by a bare FastAPI endpoint (no Temporal,
 no database; see bench/baseline.py). Both use the same demo token delay and the same client
@@ -44,6 +46,7 @@ import httpx
 from temporalio.client import Client
 
 from bench.acceptance import render_acceptance
+from bench.chaos import measure_chaos, render_chaos
 from bench.eager_start import measure_eager_start, render_eager_start
 from bench.knowledge import measure_knowledge, render_knowledge
 from bench.latency import measure_sequential, render_sequential, warm_up
@@ -172,12 +175,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--output", type=Path, default=REPO / ".data" / "bench" / "latest.json", help="JSON file"
     )
+    parser.add_argument(
+        "--chaos", action="store_true", help="(q) also the chaos soak, last (minutes)"
+    )
+    parser.add_argument("--chaos-only", action="store_true", help="only (q)")
+    parser.add_argument("--chaos-s", type=float, default=300.0, help="(q) seconds of kills")
+    parser.add_argument("--chaos-sessions", type=int, default=20, help="(q) sessions running turns")
     add_arguments(parser)
     if "--quick" in (sys.argv[1:] if argv is None else argv):
         parser.set_defaults(**QUICK)
     args = parser.parse_args(argv)
     check_arguments(parser, args)
     return args
+
+
+def chaos_section(args: argparse.Namespace) -> Section:
+    """(q): on a `parley dev` of its own, not the bench's stack."""
+    return Section(
+        "chaos",
+        lambda: measure_chaos(sessions=args.chaos_sessions, duration_s=args.chaos_s),
+        render_chaos,
+    )
 
 
 def live_only(args: argparse.Namespace) -> bool:
@@ -468,11 +486,15 @@ async def main_async(args: argparse.Namespace) -> None:
     results: dict[str, Any] = {}
     shown: list[Section] = []
     try:
-        await run_live(args, settings, results, shown)
-        if not live_only(args):
+        if not args.chaos_only:
+            await run_live(args, settings, results, shown)
+        if not (live_only(args) or args.chaos_only):
             offline = offline_sections(args)
             shown.extend(offline)
             await run_sections(offline, results)
+        if args.chaos or args.chaos_only:
+            shown.append(chaos_section(args))
+            await run_sections(shown[-1:], results)
     finally:
         settings["bench_runtime_s"] = round(time.perf_counter() - started, 1)
         print("Parley bench (one run; ratios are Parley / baseline measured in the same run)")
@@ -480,7 +502,7 @@ async def main_async(args: argparse.Namespace) -> None:
         print(render_sections(shown, results))
         if "stack" in results:
             print(f"\nstack: FAILED: {results['stack']['error']}")
-        if not live_only(args):
+        if not (live_only(args) or args.chaos_only):
             print(render_acceptance(results))
         write_document(args.output, settings, results)
         print(f"\nfigures written to {args.output}")
