@@ -1,5 +1,6 @@
 """Issue 41, acceptance 1: under `make run`, with an answer streaming, `kill -9` of the Temporal
-dev server, then of PostgreSQL. Each is started again by the supervisor within 10 s, with its
+dev server, then of PostgreSQL, then of PostgreSQL twice in a row (the second kill as soon as
+the API is ready again). Each is started again by the supervisor within 10 s, with its
 data; the turn ends once and the client's view equals the stored text; the next turn works;
 no request in between got a 5xx other than 503; the API and the worker are the same
 processes throughout (a dependency's restart takes nothing else down with it).
@@ -176,6 +177,33 @@ async def test_temporal_killed_mid_answer_is_restarted_and_the_turn_ends_once(
         await client.aclose()
 
 
+async def kill_postgres(dev: DevRun) -> float:
+    """`kill -9` of the server now running (its backends follow it); wait until the
+    supervisor has started a new one. Returns when it was killed."""
+    victim = postmaster(dev)
+    assert victim is not None
+    victim.kill()
+    killed_at = time.monotonic()
+
+    async def back() -> psutil.Process | None:
+        server = postmaster(dev)
+        return server if server is not None and server.pid != victim.pid else None
+
+    await eventually(back, timeout=BACK_WITHIN_S, what="PostgreSQL running again")
+    print(f"\nPostgreSQL back {time.monotonic() - killed_at:.1f} s after kill -9")
+    return killed_at
+
+
+async def ready_again(client: ParleyClient) -> None:
+    back_at = time.monotonic()
+
+    async def ready() -> bool:
+        return (await client.http.get("/readyz", timeout=5)).status_code == 200
+
+    await eventually(ready, timeout=READY_WITHIN_S, what="/readyz 200 again")
+    print(f"/readyz 200 {time.monotonic() - back_at:.1f} s after PostgreSQL was back")
+
+
 async def test_postgres_killed_mid_answer_is_restarted_and_the_turn_ends_once(
     dev: DevRun,
 ) -> None:
@@ -184,30 +212,36 @@ async def test_postgres_killed_mid_answer_is_restarted_and_the_turn_ends_once(
     try:
         session_id, url, before = await start_streaming(client)
         async with watching(client, session_id) as watch:
-            victim = postmaster(dev)
-            assert victim is not None
-            victim.kill()  # `kill -9` of the server (its backends follow it)
-            killed_at = time.monotonic()
-
-            async def back() -> psutil.Process | None:
-                server = postmaster(dev)
-                return server if server is not None and server.pid != victim.pid else None
-
-            await eventually(back, timeout=BACK_WITHIN_S, what="PostgreSQL running again")
-            back_at = time.monotonic()
-            print(f"\nPostgreSQL back {back_at - killed_at:.1f} s after kill -9")
-
-            async def ready() -> bool:
-                return (await client.http.get("/readyz", timeout=5)).status_code == 200
-
-            await eventually(ready, timeout=READY_WITHIN_S, what="/readyz 200 again")
-            print(f"/readyz 200 {time.monotonic() - back_at:.1f} s after PostgreSQL was back")
+            await kill_postgres(dev)
+            await ready_again(client)
             await the_turn_ends_once(client, session_id, url, before)
             await next_turn_works(client, session_id)
         watch.check()
         print(f"{len(watch.unavailable)} answers 503 (Retry-After) while it was away")
         assert same_processes(dev) == processes, "the API or a worker was restarted too"
         assert "PostgreSQL (pid" in dev.log.read_text(), "no log line about the restart"
+    finally:
+        await client.aclose()
+
+
+async def test_postgres_killed_twice_in_a_row_mid_answer(dev: DevRun) -> None:
+    """The second kill lands as the stack has just recovered from the first (the API ready
+    again, the turn about to resume): the pools and listeners reconnect twice, and the
+    turn still ends once."""
+    processes = same_processes(dev)
+    client = ParleyClient(dev.api, dev.priya_token)
+    try:
+        session_id, url, before = await start_streaming(client)
+        async with watching(client, session_id) as watch:
+            await kill_postgres(dev)
+            await ready_again(client)
+            await kill_postgres(dev)
+            await ready_again(client)
+            await the_turn_ends_once(client, session_id, url, before)
+            await next_turn_works(client, session_id)
+        watch.check()
+        print(f"{len(watch.unavailable)} answers 503 (Retry-After) while it was away")
+        assert same_processes(dev) == processes, "the API or a worker was restarted too"
     finally:
         await client.aclose()
 
