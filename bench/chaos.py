@@ -418,12 +418,23 @@ async def _count(soak: Soak, dev: DevRun, kills: list[Kill]) -> dict[str, Any]:
 
     missed_replay = missed_live = duplicated = 0
     duplicates: list[str] = []
+    misses: list[str] = []
     for turn, log_events, replayed in zip(accepted, stored, replays, strict=True):
         stored_ids = {e.id: e.type for e in log_events}
         replay_ids = {e.id: e.type for e in replayed}
-        missed_replay += sum(
-            1 for i, kind in stored_ids.items() if replay_ids.get(i) != kind
-        ) + len(set(replay_ids) - set(stored_ids))
+        differ = sorted(
+            {i for i, kind in stored_ids.items() if replay_ids.get(i) != kind}
+            | (set(replay_ids) - set(stored_ids))
+        )
+        missed_replay += len(differ)
+        if differ:
+            shown = ", ".join(
+                f"{i} {stored_ids.get(i, '-')}/{replay_ids.get(i, '-')}" for i in differ[:6]
+            )
+            misses.append(
+                f"{turn.kind} {turn.turn_id}: stored/replayed {shown}; "
+                f"replay ended at {replayed[-1].id if replayed else None}"
+            )
         last_live = max((e.id or 0 for e in turn.events), default=0)
         live_ids = {e.id for e in turn.events}
         missed_live += sum(1 for i in stored_ids if i <= last_live and i not in live_ids)
@@ -475,6 +486,7 @@ async def _count(soak: Soak, dev: DevRun, kills: list[Kill]) -> dict[str, Any]:
         "events_stored": sum(len(s) for s in stored),
         "events_missed_replay": missed_replay,
         "events_missed_live": missed_live,
+        "missed_samples": misses[:10],
         "statuses": {str(k): v for k, v in sorted(soak.tally.statuses.items())},
         "unavailable_503": soak.tally.statuses[503],
         "server_errors_non_503": len(soak.tally.server_errors),
@@ -501,10 +513,13 @@ async def _stored(database: Database, turn: Turn) -> list[Any]:
 
 
 async def _replay(soak: Soak, turn: Turn) -> list[Event]:
-    """The turn's stream from its start, as a reloaded page reads it, to its terminal event."""
+    """The turn's stream from its start, as a reloaded page reads it, to its terminal event
+    (a lost turn's, for a few seconds: its stored events are in the log already)."""
     replayed: list[Event] = []
-    if turn.end is not None:
-        await soak.follow(turn, deadline=time.monotonic() + 60, stop_at_rest=False, into=replayed)
+    patience_s = 60.0 if turn.end is not None else 5.0
+    await soak.follow(
+        turn, deadline=time.monotonic() + patience_s, stop_at_rest=False, into=replayed
+    )
     return replayed
 
 
@@ -540,6 +555,8 @@ def render_chaos(figures: dict[str, Any]) -> str:
         )
     for turn in figures["lost_turns"]:
         lines.append(f"    lost: {turn}")
+    for sample in figures["missed_samples"]:
+        lines.append(f"    missed: {sample}")
     for turn in figures["duplicated_turns"]:
         lines.append(f"    duplicated: {turn}")
     for sample in figures["server_error_samples"]:
