@@ -281,8 +281,10 @@ class Db:
         taken = await self._take()
         for hook in taken.hooks:
             hook(sql)
-        cursor = taken.driver.cursor(row_factory=rows)
         try:
+            # A connection that broke under an earlier statement of this unit of work
+            # refuses even the cursor: that too is the store's error, an unreachable one.
+            cursor = taken.driver.cursor(row_factory=rows)
             await cursor.execute(sql, params)
         except psycopg.Error as exc:
             raise _store_error(sql, exc) from exc
@@ -310,6 +312,9 @@ class _Taken:
             switched = driver.autocommit != autocommit
             if switched:
                 await driver.set_autocommit(autocommit)
+        except psycopg.Error as exc:
+            await connection.invalidate()
+            raise _store_error("SET autocommit", exc) from exc
         except BaseException:
             await connection.invalidate()
             raise

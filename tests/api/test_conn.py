@@ -181,6 +181,23 @@ async def test_a_dropped_connection_is_unreachable_and_never_handed_out_again(
         assert await db.value(PID, {}) not in (pid, fresh)
 
 
+async def test_a_unit_of_work_whose_connection_broke_keeps_failing_as_unreachable(
+    counted: tuple[Database, list[str]], sessions: Database
+) -> None:
+    """The API answers a `StoreError` that says unreachable with 503; anything else is a 500.
+    A route that goes on after a failed statement (a collision it handles, say) must meet the
+    store's error again, not psycopg's "the connection is closed" (found by the chaos soak,
+    bench/chaos.py: a POST answered 500 as PostgreSQL was killed)."""
+    own, _ = counted
+    async with own() as db:
+        await _terminate(sessions, await db.value(PID, {}))
+        with pytest.raises(StoreError):
+            await db.value("SELECT 1", {})
+        with pytest.raises(StoreError) as again:
+            await db.value("SELECT 1", {})
+        assert is_unreachable(again.value)
+
+
 async def test_a_statement_cut_off_mid_way_stops_on_the_server_and_spoils_nothing(
     counted: tuple[Database, list[str]], sessions: Database
 ) -> None:
