@@ -436,6 +436,8 @@ async def _eager_start(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_settings(args: argparse.Namespace) -> dict[str, Any]:
+    if args.chaos_only:  # (q) prints its own settings; the others' would only mislead
+        return {"cpus": os.cpu_count(), "python": platform.python_version()}
     return {
         "demo_token_delay_ms": args.token_delay_ms,
         "latency_turns": args.latency_turns,
