@@ -124,14 +124,8 @@ _SESSION_TURNS_SQL = """
 
 
 @dataclass(frozen=True)
-class _TurnSpan:
+class _TurnSpan(Span):
     turn_id: str
-    name: str
-    attempt: int
-    started_at: datetime
-    ended_at: datetime
-    outcome: str
-    attrs: dict[str, Any] | None
 
 
 _SESSION_SPANS_SQL = """
@@ -157,9 +151,7 @@ async def session_turns(db: Db, *, tenant_id: str, session_id: str) -> list[Turn
         return None
     spans: dict[str, list[Span]] = {}
     for row in await db.rows(_SESSION_SPANS_SQL, where, _TurnSpan):
-        spans.setdefault(row.turn_id, []).append(
-            Span(row.name, row.attempt, row.started_at, row.ended_at, row.outcome, row.attrs)
-        )
+        spans.setdefault(row.turn_id, []).append(row)
     return [
         TurnRun(
             turn_id=row.turn_id,
