@@ -96,10 +96,6 @@ class ProposingTurn(Protocol):
     def user_id(self) -> str: ...
 
 
-async def _conn(db: Db) -> Db:
-    return db if isinstance(db, Db) else db
-
-
 async def create_action(
     db: Db,
     *,
@@ -116,7 +112,6 @@ async def create_action(
     Stop. One statement locks the turn (endings take the same lock, so either the card comes
     first and the ending declines it, or the ending comes first and there is no card) and
     inserts the row if the turn still runs."""
-    conn = await _conn(db)
     params = {
         "id": action_id,
         "session_id": turn.session_id,
@@ -132,7 +127,7 @@ async def create_action(
         "expires_at": datetime.now(UTC) + ttl,
         "terminal": sorted(s.value for s in TERMINAL_TURN_STATES),
     }
-    found = await conn.made(_PROPOSE, params, _proposed)
+    found = await db.made(_PROPOSE, params, _proposed)
     if found is None:
         raise LookupError(turn.id)
     if found.turn_state in TERMINAL_TURN_STATES:
@@ -141,7 +136,7 @@ async def create_action(
         raise TurnStopped(turn.id, "cancelling")
     # Inserted by this statement, or by an earlier attempt (this statement's snapshot may
     # predate a racing attempt's commit: read it again).
-    action = found.action or await get_action(conn, action_id=action_id)
+    action = found.action or await get_action(db, action_id=action_id)
     assert action is not None
     owner = (action.session_id, action.turn_id, action.tenant_id, action.user_id)
     if owner != (turn.session_id, turn.id, turn.tenant_id, turn.user_id):
@@ -197,11 +192,10 @@ async def create_handoff(
     db: Db, *, handoff_id: str, session_id: str, turn_id: str, reason: str
 ) -> HandoffRow:
     """The hand-off a tool call asked for, once however often the call runs."""
-    conn = await _conn(db)
     params = {"id": handoff_id, "session_id": session_id, "turn_id": turn_id, "reason": reason}
-    handoff = await conn.row(_HAND_OFF, params, HandoffRow)
+    handoff = await db.row(_HAND_OFF, params, HandoffRow)
     if handoff is None:  # written by an earlier attempt
-        handoff = await conn.row(_HANDOFF, {"id": handoff_id}, HandoffRow)
+        handoff = await db.row(_HANDOFF, {"id": handoff_id}, HandoffRow)
     assert handoff is not None
     if (handoff.session_id, handoff.turn_id) != (session_id, turn_id):
         raise ForeignRow(f"hand-off {handoff_id} belongs to another turn")
@@ -220,9 +214,8 @@ _HANDOFF = f"SELECT {_HANDOFF_COLUMNS} FROM handoffs WHERE id = %(id)s"
 
 async def pending_action(db: Db, *, session_id: str) -> ActionRow | None:
     """The session's newest action still waiting for the user."""
-    conn = await _conn(db)
     params = {"session_id": session_id, "pending": ActionStatus.pending.value}
-    return await conn.row(_PENDING, params, ActionRow)
+    return await db.row(_PENDING, params, ActionRow)
 
 
 _PENDING = f"""
@@ -246,13 +239,12 @@ async def resolve_action(
     Appends `confirmation_resolved` to the turn. An action whose window has passed is stored
     `expired` before `ActionExpired` is raised: the caller commits that, then answers.
     """
-    conn = await _conn(db)
     params = {"id": action_id, "session_id": session_id}
     if owner is None:
-        action = await conn.row(_LOCK, params, ActionRow)
+        action = await db.row(_LOCK, params, ActionRow)
     else:
         owned = {**params, "tenant_id": owner.tenant_id, "user_id": owner.user_id}
-        action = await conn.row(_LOCK_OWNED, owned, ActionRow)
+        action = await db.row(_LOCK_OWNED, owned, ActionRow)
     if action is None:
         raise NotFound(ACTION_NOT_FOUND)
     if action.status == ActionStatus.expired:
@@ -262,15 +254,15 @@ async def resolve_action(
     pending = (ActionStatus.pending,)
     if action.expires_at <= datetime.now(UTC):
         expired = await set_action_status(
-            conn, action_id=action_id, status=ActionStatus.expired, only_from=pending
+            db, action_id=action_id, status=ActionStatus.expired, only_from=pending
         )
         assert expired is not None  # the row is locked, and was pending
-        await announce_resolution(conn, action=expired)
+        await announce_resolution(db, action=expired)
         raise ActionExpired("the confirmation window has passed", action=_shown(expired))
     if decision == Decision.confirmed and args_hash(action.tool, action.args) != action.args_hash:
         raise ActionChanged("the action changed after it was shown; nothing was sent")
     resolved = await set_action_status(
-        conn,
+        db,
         action_id=action_id,
         status=ActionStatus(decision),
         only_from=pending,
@@ -278,7 +270,7 @@ async def resolve_action(
     )
     if resolved is None:
         raise ActionResolved("the action is already resolved")
-    await announce_resolution(conn, action=resolved)
+    await announce_resolution(db, action=resolved)
     return resolved
 
 
@@ -298,7 +290,7 @@ _LOCK_OWNED = f"""
 async def announce_resolution(db: Db, *, action: ActionRow) -> None:
     """Tell the turn's stream how its confirmation ended (`confirmation_resolved`)."""
     await append_event(
-        await _conn(db),
+        db,
         turn_id=action.turn_id,
         type=EventType.confirmation_resolved,
         data=ActionData(action=ActionView.from_row(action)),
@@ -327,7 +319,6 @@ async def set_action_status(
     """Move an action on (confirmed, declined, executed, unknown, failed, expired) from one of
     `only_from`, in one statement; the row as it now stands, or None when it was in none of
     them (another request moved it first, and that one stands)."""
-    conn = await _conn(db)
     params = {
         "id": action_id,
         "status": status.value,
@@ -336,7 +327,7 @@ async def set_action_status(
         "decline_reason": decline_reason,
         "resolved_at": datetime.now(UTC) if status in _RESOLUTIONS else None,
     }
-    return await conn.row(_SET_STATUS, params, ActionRow)
+    return await db.row(_SET_STATUS, params, ActionRow)
 
 
 # A value not given (NULL) keeps the stored one.
@@ -352,7 +343,7 @@ _SET_STATUS = f"""
 
 async def get_action(db: Db, *, action_id: str) -> ActionRow | None:
     """The action as it stands now."""
-    return await (await _conn(db)).row(_ACTION, {"id": action_id}, ActionRow)
+    return await db.row(_ACTION, {"id": action_id}, ActionRow)
 
 
 _ACTION = f"SELECT {ActionRow.COLUMNS} FROM actions WHERE id = %(id)s"
@@ -369,7 +360,7 @@ class ToSend:
 
 async def action_to_send(db: Db, *, action_id: str) -> ToSend | None:
     """The action and its tenant's switch, in one statement; None for an unknown id."""
-    return await (await _conn(db)).made(_TO_SEND, {"id": action_id}, _to_send)
+    return await db.made(_TO_SEND, {"id": action_id}, _to_send)
 
 
 def _to_send(*, paused: bool | None, **columns: Any) -> ToSend:
@@ -384,7 +375,7 @@ _TO_SEND = f"""
 
 async def latest_action(db: Db, *, turn_id: str) -> ActionRow | None:
     """The turn's most recent action, if it proposed any."""
-    return await (await _conn(db)).row(_LATEST, {"turn_id": turn_id}, ActionRow)
+    return await db.row(_LATEST, {"turn_id": turn_id}, ActionRow)
 
 
 _LATEST = f"""
@@ -396,7 +387,7 @@ _LATEST = f"""
 async def actions_in(db: Db, *, turn_id: str, statuses: Sequence[ActionStatus]) -> list[ActionRow]:
     """The turn's actions in any of these statuses."""
     params = {"turn_id": turn_id, "statuses": [s.value for s in statuses]}
-    return await (await _conn(db)).rows(_ACTIONS_IN, params, ActionRow)
+    return await db.rows(_ACTIONS_IN, params, ActionRow)
 
 
 _ACTIONS_IN = f"""
@@ -432,7 +423,7 @@ async def undelivered_decisions(
         "terminal": sorted(s.value for s in TERMINAL_TURN_STATES),
         "limit": limit,
     }
-    return await (await _conn(db)).rows(_UNDELIVERED, params, DecidedAction)
+    return await db.rows(_UNDELIVERED, params, DecidedAction)
 
 
 # The predicate as the partial index `ix_actions_undelivered` spells it (literal statuses).
@@ -449,7 +440,7 @@ _UNDELIVERED = """
 async def mark_decision_delivered(db: Db, *, action_id: str) -> None:
     """The decision reached its turn (or its turn has ended): the sweep leaves it alone."""
     params = {"id": action_id, "now": datetime.now(UTC)}
-    await (await _conn(db)).run(_DECISION_DELIVERED, params)
+    await db.run(_DECISION_DELIVERED, params)
 
 
 _DECISION_DELIVERED = """

@@ -31,6 +31,7 @@ connection is discarded; the API's hot path takes that trade.
 
 from __future__ import annotations
 
+import contextlib
 import select
 import weakref
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -207,7 +208,7 @@ class Db:
     @property
     def database(self) -> str:
         """The database this unit of work reaches (its connection string, no password)."""
-        return self._database.engine.url.render_as_string(hide_password=True)
+        return self._database.address
 
     def in_transaction(self) -> bool:
         """Whether statements have run since the last commit (or rollback) that a commit
@@ -258,8 +259,11 @@ class Db:
         try:
             yield
         except BaseException:
-            if not driver.broken:
-                await self.run(f"ROLLBACK TO SAVEPOINT {name}", {})
+            # Only a connection between statements can take it (one cut off mid-statement is
+            # thrown away on leaving); the block's own exception is what the caller sees.
+            if not driver.broken and driver.pgconn.transaction_status in _BETWEEN_STATEMENTS:
+                with contextlib.suppress(StoreError):
+                    await self.run(f"ROLLBACK TO SAVEPOINT {name}", {})
             raise
         await self.run(f"RELEASE SAVEPOINT {name}", {})
 
@@ -340,6 +344,7 @@ class _Taken:
             await self.connection.close()
 
 
+_BETWEEN_STATEMENTS = (pq.TransactionStatus.INTRANS, pq.TransactionStatus.INERROR)
 _SETTLED = (
     pq.TransactionStatus.IDLE,
     pq.TransactionStatus.INTRANS,
@@ -366,6 +371,7 @@ class Database:
 
     def __init__(self, engine: AsyncEngine, *, autocommit: bool = False) -> None:
         self.engine = engine
+        self.address = engine.url.render_as_string(hide_password=True)
         self._autocommit = autocommit or engine.sync_engine in _AUTOCOMMIT_ENGINES
 
     @asynccontextmanager

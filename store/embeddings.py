@@ -30,7 +30,7 @@ def vector_literal(values: Sequence[float]) -> str:
 
 async def available(db: Db) -> bool:
     """Whether this database can hold embeddings (the extension and the table are there)."""
-    return bool(await (await _conn(db)).value(_AVAILABLE, {}))
+    return bool(await db.value(_AVAILABLE, {}))
 
 
 _AVAILABLE = "SELECT to_regclass('message_embeddings') IS NOT NULL"
@@ -46,10 +46,6 @@ async def available_once_seen(conn: Db) -> bool:
     if conn.database not in _VECTORS_SEEN and await available(conn):
         _VECTORS_SEEN.add(conn.database)
     return conn.database in _VECTORS_SEEN
-
-
-async def _conn(db: Db) -> Db:
-    return db if isinstance(db, Db) else db
 
 
 async def unembedded(db: Db, *, session_id: str, model: str, limit: int) -> list[Unembedded]:

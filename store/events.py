@@ -81,8 +81,7 @@ async def append_events(
     turn row (locking it), inserts the events and rings the doorbell. With `moving_to`, the
     same statement sets the turn's state: a move and its announcement are one round trip;
     with `answer`, the turn's answer (`assistant_message_id`) too."""
-    conn = db if isinstance(db, Db) else db
-    last = (await _append(conn, turn_id, events, moving_to, answer)).event_id
+    last = (await _append(db, turn_id, events, moving_to, answer)).event_id
     return list(range(last - len(events) + 1, last + 1))
 
 
@@ -316,9 +315,8 @@ async def withdraw_turn_text(db: Db, *, turn_id: str) -> None:
     any id nor the message list serves the withdrawn words again. Event ids stay as they are
     (a client resuming mid-turn keeps its place); the `retracted` event that follows says
     what to show instead."""
-    conn = db if isinstance(db, Db) else db
-    await conn.run(_WITHDRAW_DELTAS, {"turn_id": turn_id})
-    await conn.run(_WITHDRAW_MESSAGES, {"turn_id": turn_id})
+    await db.run(_WITHDRAW_DELTAS, {"turn_id": turn_id})
+    await db.run(_WITHDRAW_MESSAGES, {"turn_id": turn_id})
 
 
 _WITHDRAW_DELTAS = (

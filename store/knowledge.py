@@ -85,7 +85,7 @@ _STORE_VERSION = """
 
 async def has_vectors(db: Db) -> bool:
     """Whether this database has the `embedding` column (pgvector was there to migrate)."""
-    return bool(await (await _conn(db)).value(_HAS_VECTORS, {}))
+    return bool(await db.value(_HAS_VECTORS, {}))
 
 
 _HAS_VECTORS = (
@@ -127,12 +127,6 @@ _STORE_EMBEDDING = (
     "UPDATE knowledge_chunks SET embedding = CAST(%(v)s AS vector), "
     "embedding_model = %(m)s WHERE id = %(id)s"
 )
-
-
-async def _conn(db: Db) -> Db:
-    """The searches run on a `Db` (a turn's search takes one of its own from the pool);
-    a caller holding a session runs them on its connection."""
-    return db if isinstance(db, Db) else db
 
 
 # The searches are in psycopg's form (`%(name)s`), on a `Db`.
@@ -184,7 +178,7 @@ class _PartChunk(_Chunk):
 
 async def always_passages(db: Db, *, tenant_id: str) -> list[Passage]:
     """Every chunk of the tenant's current always-documents, in document order."""
-    rows = await (await _conn(db)).rows(_ALWAYS, {"tenant": tenant_id}, _Chunk)
+    rows = await db.rows(_ALWAYS, {"tenant": tenant_id}, _Chunk)
     return [r.passage() for r in rows]
 
 
@@ -194,7 +188,7 @@ async def search_text(db: Db, *, tenant_id: str, terms: Sequence[str], limit: in
     if not terms:
         return []
     params = {"tenant": tenant_id, "q": or_query(terms), "limit": limit}
-    return [r.passage() for r in await (await _conn(db)).rows(_SEARCH, params, _Chunk)]
+    return [r.passage() for r in await db.rows(_SEARCH, params, _Chunk)]
 
 
 async def always_and_search_text(
@@ -205,7 +199,7 @@ async def always_and_search_text(
         return await always_passages(db, tenant_id=tenant_id), []
     params = {"tenant": tenant_id, "q": or_query(terms), "limit": limit}
     parts: tuple[list[Passage], list[Passage]] = ([], [])
-    for row in await (await _conn(db)).rows(_ALWAYS_AND_SEARCH, params, _PartChunk):
+    for row in await db.rows(_ALWAYS_AND_SEARCH, params, _PartChunk):
         parts[row.part].append(row.passage())
     return parts
 
@@ -215,7 +209,7 @@ async def search_vector(
 ) -> list[Passage]:
     """The tenant's retrieved-mode chunks nearest to `vector` (cosine), embedded by `model`."""
     params = {"tenant": tenant_id, "model": model, "v": _vector(vector), "limit": limit}
-    return [r.passage() for r in await (await _conn(db)).rows(_VECTOR, params, _Chunk)]
+    return [r.passage() for r in await db.rows(_VECTOR, params, _Chunk)]
 
 
 def _vector(values: Sequence[float]) -> str:

@@ -25,8 +25,7 @@ _TURN_NUMBER = """
 
 
 async def mark_workflow_started(db: Db, *, turn_id: str) -> None:
-    conn = db if isinstance(db, Db) else db
-    await conn.run(_MARK_STARTED, {"turn_id": turn_id, "now": datetime.now(UTC)})
+    await db.run(_MARK_STARTED, {"turn_id": turn_id, "now": datetime.now(UTC)})
 
 
 # Plain SQL on psycopg's own connection: every turn the API starts runs it.

@@ -108,7 +108,6 @@ async def recall(
     clean = [t for t in (_TERM.sub("", term.lower()) for term in terms) if t]
     if not clean or before_seq <= 1:
         return Recalled([], [], [])
-    conn = db if isinstance(db, Db) else db
     params = {
         "terms": clean,
         "session_id": session_id,
@@ -119,7 +118,7 @@ async def recall(
         "until": period[1] if period else None,
     }
     found = Recalled([], [], [])
-    for r in await conn.rows(_RECALL_SQL, params, _Line):
+    for r in await db.rows(_RECALL_SQL, params, _Line):
         hit = RecallHit(r.seq, r.role, r.text, r.created_at.date().isoformat())
         (found.near if r.rank is None else found.ranked).append(hit)
         if r.order is not None:

@@ -64,8 +64,7 @@ async def step_call(conn: Db, *, turn_id: str, step: int) -> CallRow | None:
 
 async def get_tool_call(db: Db, *, call_id: str) -> ToolCallRow | None:
     """The tool call as it stands now, on a `Db` or in a session's transaction."""
-    conn = db if isinstance(db, Db) else db
-    return await conn.row(_TOOL_CALL, {"id": call_id}, ToolCallRow)
+    return await db.row(_TOOL_CALL, {"id": call_id}, ToolCallRow)
 
 
 _TOOL_CALL = f"SELECT {ToolCallRow.COLUMNS} FROM tool_calls WHERE id = %(id)s"

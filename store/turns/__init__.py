@@ -128,11 +128,10 @@ async def advance_turn(db: Db, *, turn_id: str, to: TurnState) -> TurnFacts:
     already ended or whose cancel was recorded raises `TurnStopped`: the step must not run
     (a cancelled turn never calls the model, runs a tool or sends again). On a `Db`, or in
     a session's transaction."""
-    conn = db if isinstance(db, Db) else db
-    turn = await turn_facts(conn, turn_id=turn_id, lock=True)
+    turn = await turn_facts(db, turn_id=turn_id, lock=True)
     if turn is None:
         raise LookupError(turn_id)
-    await advance_locked(conn, turn, to=to)
+    await advance_locked(db, turn, to=to)
     return replace(turn, state=to)
 
 
@@ -274,10 +273,9 @@ class Completed:
 async def streamed_so_far(db: Db, *, turn_id: str) -> tuple[str | None, str]:
     """The message the user last saw streaming in this turn and its text, exactly as a client
     applying deltas and resets in order shows it. The event log is the record of that."""
-    conn = db if isinstance(db, Db) else db
     message_id: str | None = None
     text = ""
-    for event in await conn.rows(_STREAMED, {"turn_id": turn_id}, _Streamed):
+    for event in await db.rows(_STREAMED, {"turn_id": turn_id}, _Streamed):
         data = event.data
         if event.type == EventType.delta:
             if data["message_id"] != message_id:

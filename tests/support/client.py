@@ -99,3 +99,12 @@ def streamed_text(events: list[Event]) -> str:
         elif event.type == "reset":
             text = ""
     return text
+
+
+async def is_ready(client: ParleyClient) -> bool:
+    """Whether `/readyz` answers 200 now; a request that fails (the API busy, a connection
+    reset while a dependency restarts) is a no, for a caller polling until it is yes."""
+    try:
+        return (await client.http.get("/readyz", timeout=5)).status_code == 200
+    except httpx.HTTPError:
+        return False

@@ -8,12 +8,11 @@ same pool, committed by the test itself.
 
 from __future__ import annotations
 
-from typing import Any
-
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from parley.store.db import Database
 
-def orm(database: Any) -> AsyncSession:
-    """A session on `database`'s engine (a `store.db.Database`)."""
-    engine = database.engine if hasattr(database, "engine") else database.engine
-    return AsyncSession(engine, expire_on_commit=False)
+
+def orm(database: Database) -> AsyncSession:
+    """A session on `database`'s engine."""
+    return AsyncSession(database.engine, expire_on_commit=False)

@@ -23,11 +23,15 @@ import httpx
 import psutil
 import pytest
 
-from tests.support.client import ParleyClient, streamed_text
+from tests.support.client import ParleyClient, is_ready, streamed_text
 from tests.support.dev_run import DevRun, dev_running, port_is_open
 from tests.support.processes import follow, read_until
 from tests.support.sse import TERMINAL, Event
 from tests.support.toolkit import eventually
+
+# `parley dev` starts in the module's first test (its fixture): more than the default per-test
+# limit on a loaded machine.
+pytestmark = pytest.mark.timeout(600)
 
 # The bound on the supervisor: the dependency is back (answering) within this.
 BACK_WITHIN_S = 10.0
@@ -198,7 +202,7 @@ async def ready_again(client: ParleyClient) -> None:
     back_at = time.monotonic()
 
     async def ready() -> bool:
-        return (await client.http.get("/readyz", timeout=5)).status_code == 200
+        return await is_ready(client)
 
     await eventually(ready, timeout=READY_WITHIN_S, what="/readyz 200 again")
     print(f"/readyz 200 {time.monotonic() - back_at:.1f} s after PostgreSQL was back")

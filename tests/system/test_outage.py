@@ -44,7 +44,7 @@ from parley.store.embedded import EmbeddedPostgres
 from parley.store.identity import create_token, seed_demo
 from parley.store.migrate import upgrade
 from parley.store.models import Message, Turn
-from tests.support.client import ParleyClient, streamed_text
+from tests.support.client import ParleyClient, is_ready, streamed_text
 from tests.support.models import ControlledModel
 from tests.support.orm import orm
 from tests.support.processes import QUESTION, follow
@@ -320,7 +320,7 @@ async def test_while_the_database_is_away_every_route_answers_503_and_streams_sa
     back_at = time.monotonic()
 
     async def ready_again() -> bool:
-        return (await client.http.get("/readyz")).status_code == 200
+        return await is_ready(client)
 
     await eventually(ready_again, timeout=READY_WITHIN_S, what="/readyz 200 again")
     print(f"\n/readyz 200 {time.monotonic() - back_at:.1f} s after the database was back")
