@@ -203,15 +203,3 @@ _UNEMBEDDED = """
         AND NOT EXISTS (SELECT 1 FROM message_embeddings e
             WHERE e.message_id = m.id AND e.model = %(model)s)
 """
-
-
-async def indexing_in(conn: Db, *, session_id: str) -> bool:
-    """Whether an import of the session is still being indexed (its recall is pending)."""
-    params = {"session_id": session_id}
-    return bool(await conn.value(_UNFINISHED, params))
-
-
-_UNFINISHED = f"""
-    SELECT EXISTS (SELECT 1 FROM imports
-        WHERE session_id = %(session_id)s AND status <> '{ImportState.done.value}')
-"""

@@ -210,24 +210,6 @@ _TURN = """
 """
 
 
-async def get_message(db: Db, *, message_id: str) -> StoredMessage | None:
-    return await db.row(_MESSAGE, {"id": message_id}, StoredMessage)
-
-
-_MESSAGE = """
-    SELECT id, session_id, seq, role, turn_id, status, text, file_ids, token_count,
-        token_counter, created_at
-    FROM messages WHERE id = %(id)s
-"""
-
-
-async def get_chat_session(db: Db, *, session_id: str) -> SessionRow | None:
-    return await db.row(_CHAT_SESSION, {"session_id": session_id}, SessionRow)
-
-
-_CHAT_SESSION = f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = %(session_id)s"
-
-
 @dataclass(frozen=True)
 class TenantedSession(SessionRow):
     """A session with its tenant's configuration as stored (`{}`: none, or no tenant row)."""
