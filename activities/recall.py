@@ -154,17 +154,8 @@ async def sized(
     session's distinct text, as the build read it with the turn or read here), and recall's
     share of it for a follow-up and for a question that reaches back (parley/budget.py;
     `reaching_back` picks one, once recall is known to run)."""
-    settings, tenant = configured
     remembered = await remembered_tokens(*session)
-    ceiling = tenant.context_conversation_max_tokens or settings.context_conversation_max_tokens
-    share = tenant.context_conversation_share
-    rule = BudgetRule(
-        floor=budgets.conversation,
-        ceiling=max(budgets.conversation, ceiling),
-        share=settings.context_conversation_share if share is None else share,
-        recall_at_floor=budgets.recall,
-        reach_back_recall=settings.context_recall_reach_back_share,
-    )
+    rule = budget_rule(budgets, *configured)
     conversation = rule.conversation(remembered)
     return replace(
         budgets,
@@ -172,6 +163,27 @@ async def sized(
         recall=rule.recall(conversation, reaches_back=False),
         recall_reaching_back=rule.recall(conversation, reaches_back=True),
     )
+
+
+def budget_rule(budgets: Budgets, settings: Settings, tenant: TenantConfig) -> BudgetRule:
+    """The conversation budget's rule as configured: the floor and recall's split at it from
+    `budgets`, the share, ceiling and reach-back split from the settings and the tenant's
+    overrides."""
+    ceiling = tenant.context_conversation_max_tokens or settings.context_conversation_max_tokens
+    share = tenant.context_conversation_share
+    return BudgetRule(
+        floor=budgets.conversation,
+        ceiling=max(budgets.conversation, ceiling),
+        share=settings.context_conversation_share if share is None else share,
+        recall_at_floor=budgets.recall,
+        reach_back_recall=settings.context_recall_reach_back_share,
+    )
+
+
+def candidate_limit(recall_tokens: int) -> int:
+    """How many candidates recall asks its searches for: as many lines as its tokens could
+    show (about 40 tokens a line), at least 8."""
+    return max(8, recall_tokens // 40)
 
 
 def reaching_back(
@@ -270,8 +282,7 @@ async def window_and_recall(
         query,
         session_id=turn.session_id,
         before_seq=first.from_seq or turn.user_seq,
-        # As many candidates as the recall budget could show (about 40 tokens a line).
-        limit=max(8, recall_budgets.recall // 40),
+        limit=candidate_limit(recall_budgets.recall),
         budget=recall_budgets.recall,
     )
     recalled = recall_block(counter, hits, recall_budgets)

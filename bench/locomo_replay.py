@@ -29,14 +29,20 @@ import json
 import sys
 import time
 from collections import Counter
+from dataclasses import replace
 from datetime import date
 from pathlib import Path
 from typing import Any
 
 from bench.locomo_import import DEFAULT_DIR
 from bench.memory import ingest, load_locomo
-from parley.activities.recall import RecallQuery, embed_pending, recall_hits
-from parley.budget import BudgetRule
+from parley.activities.recall import (
+    RecallQuery,
+    budget_rule,
+    candidate_limit,
+    embed_pending,
+    recall_hits,
+)
 from parley.config import Settings
 from parley.gateway.minilm import Embedder, build_embedder
 from parley.memory import recall_terms
@@ -45,10 +51,11 @@ from parley.prompt import RECALLED_SEQ, Budgets, recall_block
 from parley.store import memory as memory_store
 from parley.store.db import Database, create_engine
 from parley.store.embedded import EmbeddedPostgres
+from parley.tenancy import TenantConfig
 from parley.tokens import counter_for
 
 CATEGORIES = (1, 2, 3, 4)
-# Overrides of the budget rule's defaults, for trying a share (parley/budget.py BudgetRule).
+# Overrides of the configured budget rule, for trying a share (parley/budget.py BudgetRule).
 RULE: dict[str, Any] = {}
 
 
@@ -121,7 +128,14 @@ async def evaluate(folder: Path, names: list[str] | None, *, show: bool = False)
     pg = EmbeddedPostgres(folder / "pg" / "data")
     url = await asyncio.to_thread(pg.start)
     counter = counter_for(None)
-    rule = BudgetRule(**RULE)
+    settings = Settings(database_url="postgresql://unused")
+    floor = Budgets(
+        window=10**6,
+        reserve=0,
+        conversation=settings.context_conversation_tokens,
+        recall=settings.context_recall_tokens,
+    )
+    rule = replace(budget_rule(floor, settings, TenantConfig()), **RULE)
     today = date.today()
     rows = []
     why: dict[int, Counter[str]] = {c: Counter() for c in CATEGORIES}
@@ -159,7 +173,7 @@ async def evaluate(folder: Path, names: list[str] | None, *, show: bool = False)
                         query,
                         session_id=sid,
                         before_seq=before,
-                        limit=max(8, budget // 40),
+                        limit=candidate_limit(budget),
                         budget=budget,
                     )
                     blocks = recall_block(

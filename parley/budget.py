@@ -37,17 +37,17 @@ _QUESTION = re.compile(r"[^.!?]*\?\s*")
 
 @dataclass(frozen=True)
 class BudgetRule:
-    """Settings over code defaults, tenant over settings (activities/context.py)."""
+    """The rule's numbers, as configured: settings, then the tenant's overrides (their defaults
+    and what they mean: parley/config.py; put together in activities/recall.py
+    `budget_rule`)."""
 
-    floor: int = 600
-    ceiling: int = 4000
-    share: float = 0.09
+    floor: int
+    ceiling: int
+    share: float
     # Recall's tokens at the floor for a follow-up; the split scales with the budget.
-    recall_at_floor: int = 200
-    # Recall's share of the conversation budget when the question reaches back: the recent
-    # turns hold little of what it asks (on LoCoMo, 2 questions in 54 have their evidence in
-    # the last 10 turns), and the window still keeps its newest turn (activities/recall.py).
-    reach_back_recall: float = 0.85
+    recall_at_floor: int
+    # Recall's share of the conversation budget when the question reaches back.
+    reach_back_recall: float
 
     def conversation(self, remembered: int) -> int:
         """The conversation's tokens for a session with `remembered` distinct tokens."""

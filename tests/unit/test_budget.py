@@ -4,6 +4,8 @@ when the question reaches back past the recent turns."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from parley.budget import BudgetRule, only_a_question, reaches_back
 
 RULE = BudgetRule(floor=600, ceiling=4000, share=0.09, recall_at_floor=200, reach_back_recall=0.75)
@@ -23,7 +25,7 @@ def test_a_follow_up_keeps_the_floors_split_and_a_question_that_reaches_back_goe
     assert RULE.recall(1200, reaches_back=False) == 400
     assert RULE.recall(1200, reaches_back=True) == 900
     # A share below the follow-up's never takes recall under it.
-    low = BudgetRule(reach_back_recall=0.1)
+    low = replace(RULE, reach_back_recall=0.1)
     assert low.recall(600, reaches_back=True) == 200
 
 
