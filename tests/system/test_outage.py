@@ -335,9 +335,14 @@ async def test_while_the_database_is_away_every_route_answers_503_and_streams_sa
     assert streamed_text(seen) == seen[-1].data["message"]["text"]
     stored = await assistant_messages(outage.sessions, turn_id)
     assert [m.text for m in stored] == [seen[-1].data["message"]["text"]]
-    # The message refused during the outage was not stored: sent again, it is taken.
-    _, events = await client.turn(session_id, "Are you there?")
+    # The message refused during the outage was not stored: sent again with the same client
+    # key, it is taken as new (a stored one would answer 200 with its earlier turn).
+    again = await client.post(session_id, "Are you there?", client_message_id="during-outage")
+    assert again.status_code == 202, again.text
+    events = await client.events(session_id, again.json()["turn_id"])
     assert events[-1].type == "done", [(e.type, e.data) for e in events[-3:]]
+    asked = [m for m in await client.messages(session_id) if m["text"] == "Are you there?"]
+    assert len(asked) == 1, asked
 
 
 # --- an attempt's wait for the database, on its own ---------------------------------------
