@@ -19,6 +19,7 @@ from parley.api.metrics import count_database_work
 from parley.api.routes import (
     actions,
     admin,
+    branches,
     erasure,
     exports,
     feedback,
@@ -115,6 +116,7 @@ def _add_routes(app: FastAPI) -> None:
     for routes in (
         sessions,
         turns,
+        branches,
         imports,
         actions,
         memory,
@@ -195,6 +197,7 @@ def _openapi(app: FastAPI, settings: Settings) -> dict[str, Any]:
         post["properties"]["text"]["maxLength"] = settings.max_message_chars
         bodies = schema["components"]["schemas"]
         bodies["ImportItemIn"]["properties"]["text"]["maxLength"] = settings.max_message_chars
+        bodies["EditMessageIn"]["properties"]["text"]["maxLength"] = settings.max_message_chars
         bodies["ImportIn"]["properties"]["items"]["maxItems"] = settings.max_import_messages
         app.openapi_schema = schema
     return app.openapi_schema

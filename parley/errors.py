@@ -67,6 +67,13 @@ class ActionResolved(Conflict):
     code = "action_resolved"
 
 
+class ActionSuperseded(Conflict):
+    """The card was left pending when the user moved on: a new message, or another version
+    of the conversation (store/branches.py)."""
+
+    code = "action_superseded"
+
+
 class ActionExpired(Conflict):
     code = "action_expired"
 

@@ -84,6 +84,16 @@ class Memory:
     facts: list[PinnedFact] = field(default_factory=list)
     # slot name -> (value, set_at_seq): slots outrank summary lines
     slots: dict[str, tuple[Any, int]] = field(default_factory=dict)
+    # Actions that ran on another version of the conversation (store/branches.py), one line
+    # each: they happened, whatever version is shown.
+    elsewhere: list[str] = field(default_factory=list)
+
+
+ELSEWHERE_PREFIX = (
+    "Done earlier, in another version of this conversation (the user edited or regenerated "
+    "a message since). These happened and cannot be undone; do not offer them again as if "
+    "new:\n"
+)
 
 
 def split_current(messages: list[WindowMessage], user_seq: int) -> tuple[list[Turn], Turn]:
@@ -114,8 +124,23 @@ def instructions_block(
 
 
 def memory_blocks(counter: TokenCounter, memory: Memory, budgets: Budgets) -> list[Block]:
-    """Pinned facts and the rolling summary (its lines about changed slots left out)."""
+    """Pinned facts, actions done on another version of the conversation, and the rolling
+    summary (its lines about changed slots left out)."""
     blocks: list[Block] = []
+    if memory.elsewhere:
+        done = ELSEWHERE_PREFIX + "\n".join(f"- {line}" for line in memory.elsewhere)
+        message = {"role": "system", "content": done}
+        blocks.append(
+            Block(
+                "elsewhere",
+                "actions done in another version of the conversation",
+                (message,),
+                count_message(counter, message),
+                Position.pinned,
+                priority=95,
+                order=1,
+            )
+        )
     if memory.facts:
         message = {"role": "system", "content": facts_text(memory.facts)}
         blocks.append(

@@ -130,8 +130,17 @@ class ToolCallView(BaseModel):
     arguments: Any
 
 
+class VersionsView(BaseModel):
+    """A message with more than one version (an edited user message, a regenerated answer):
+    how many there are and which one is shown (1 is the first written)."""
+
+    count: int
+    shown: int
+
+
 class MessageView(View):
-    """The contract's `Message`; `tool_calls`, `tool_call_id` and `tool` appear only when set.
+    """The contract's `Message`; `tool_calls`, `tool_call_id`, `tool` and `versions` appear
+    only when set (`versions` only in `GET .../messages`, on a message with several).
 
     An allow-list: fields are named here one by one, and a `tool` message shows its tool's
     label as its text, with `tool` = name, label and status."""
@@ -146,6 +155,7 @@ class MessageView(View):
     tool_call_id: str | None = None
     tool: ToolView | None = None
     created_at: Timestamp
+    versions: VersionsView | None = None
 
     @classmethod
     def from_row(cls, row: object) -> Self:
@@ -159,7 +169,7 @@ class MessageView(View):
     @model_serializer(mode="wrap")
     def _omit_unset_tool_fields(self, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]
         data: dict[str, Any] = handler(self)
-        for optional in ("tool_calls", "tool_call_id", "tool"):
+        for optional in ("tool_calls", "tool_call_id", "tool", "versions"):
             if data.get(optional) is None:
                 data.pop(optional, None)
         return data

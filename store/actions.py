@@ -20,8 +20,8 @@ from typing import Any, ClassVar, Protocol
 from psycopg.types.json import Jsonb
 
 from parley.contracts import TERMINAL_TURN_STATES, EventType
-from parley.errors import ActionChanged, ActionExpired, ActionResolved, NotFound
-from parley.statuses import ActionStatus, Decision
+from parley.errors import ActionChanged, ActionExpired, ActionResolved, ActionSuperseded, NotFound
+from parley.statuses import ActionStatus, Decision, DeclineReason
 from parley.store.db import Db
 from parley.store.events import append_event
 from parley.store.identity import Identity
@@ -249,6 +249,8 @@ async def resolve_action(
         raise NotFound(ACTION_NOT_FOUND)
     if action.status == ActionStatus.expired:
         raise ActionExpired("the confirmation window has passed", action=_shown(action))
+    if _superseded(action):
+        raise ActionSuperseded("the user moved on from this card", action=_shown(action))
     if action.status != ActionStatus.pending:
         raise ActionResolved(f"the action is already {action.status}", action=_shown(action))
     pending = (ActionStatus.pending,)
@@ -272,6 +274,14 @@ async def resolve_action(
         raise ActionResolved("the action is already resolved")
     await announce_resolution(db, action=resolved)
     return resolved
+
+
+def _superseded(action: ActionRow) -> bool:
+    """Left pending when the user moved on (a new message, another version of the
+    conversation): stored as declined, for that reason."""
+    return action.status == ActionStatus.declined and (
+        action.decline_reason == DeclineReason.superseded
+    )
 
 
 _LOCK = f"""

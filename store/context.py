@@ -26,8 +26,8 @@ from parley.memory import PinnedFact
 from parley.prompt import Memory, StoredSummary
 from parley.resolver import PENDING_CLARIFICATION, Slot
 from parley.statuses import ImportState
+from parley.store import branches, result_sets
 from parley.store import memory as memory_store
-from parley.store import result_sets
 from parley.store.db import Db
 from parley.store.events import EVENTS_INSERTED, RUNG, append_params, counter, state_event
 from parley.store.sessions import StoredMessage
@@ -57,6 +57,9 @@ class SessionFacts:
     # Whether an import of earlier messages into the session is still being indexed: recall
     # of its part is pending (store/imports.py).
     importing: bool = False
+    # Actions executed on another version of the conversation (None: read by
+    # `session_memory`).
+    elsewhere: list[branches.Elsewhere] | None = None
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,7 @@ def _build_rows(
     window: list[list[Any]],
     remembered: int,
     importing: bool,
+    elsewhere: list[list[Any]] | None,
     **columns: Any,
 ) -> BuildRows:
     turn = TurnFacts(**{f.name: columns[f"t_{f.name}"] for f in fields(TurnFacts)})
@@ -155,12 +159,13 @@ def _build_rows(
             window=window,
             remembered=remembered,
             importing=importing,
+            elsewhere=branches.parse_elsewhere(elsewhere),
         ),
     )
 
 
 _SUMMARY_THROUGH = """coalesce((SELECT through_seq FROM conversation_summaries
-    WHERE session_id = t.session_id ORDER BY through_seq DESC LIMIT 1), 0)"""
+    WHERE session_id = t.session_id AND NOT off_path ORDER BY through_seq DESC LIMIT 1), 0)"""
 _WINDOW_START = memory_store.WINDOW_START.format(
     summary_through=_SUMMARY_THROUGH, session="t.session_id"
 )
@@ -181,14 +186,15 @@ _FACTS = f"""
         w.tool_call_id, w.token_count, w.token_counter, CAST(w.created_at AS date), w.turn_id)
         ORDER BY w.seq), '[]')
         FROM messages AS w
-        WHERE w.session_id = t.session_id AND w.replaced_by IS NULL
+        WHERE w.session_id = t.session_id AND w.replaced_by IS NULL AND NOT w.off_path
             AND w.seq > {_WINDOW_START}
             AND NOT (t.retry_of IS NOT NULL AND w.turn_id = t.retry_of
                 AND w.role = 'assistant' AND w.tool_calls IS NULL)) AS window,
     ({memory_store.REMEMBERED_SQL.format(session="t.session_id", before="t.user_seq")})
         AS remembered,
     EXISTS (SELECT 1 FROM imports WHERE session_id = t.session_id
-        AND status <> '{ImportState.done.value}') AS importing
+        AND status <> '{ImportState.done.value}') AS importing,
+    {branches.ELSEWHERE_OF_SESSION.format(session="t.session_id")} AS elsewhere
 """
 _ROWS = f"""
     {_TURN}, {_MESSAGE},
@@ -272,10 +278,21 @@ async def session_memory(
         summary, facts = await memory_store.summary_and_facts(db, session_id=turn.session_id)
     else:
         summary, facts = read.summary, read.pinned
+    if read is None or read.elsewhere is None:
+        elsewhere = await branches.effects_elsewhere(db, session_id=turn.session_id)
+    else:
+        elsewhere = read.elsewhere
     return Memory(
         summary=summary,
         facts=facts,
         slots={
             k: (v.value, v.set_at_seq) for k, v in current.items() if k != PENDING_CLARIFICATION
         },
+        elsewhere=[elsewhere_line(e) for e in elsewhere],
     )
+
+
+def elsewhere_line(done: branches.Elsewhere) -> str:
+    """An action of another version, as the prompt states it."""
+    to = f" to {done.recipient_masked}" if done.recipient_masked else ""
+    return f"{done.summary}{to}: {done.status} ({done.tool}, action {done.action_id})"

@@ -56,7 +56,7 @@ async def unembedded(db: Db, *, session_id: str, model: str, limit: int) -> list
 
 _UNEMBEDDED = """
     SELECT m.id AS message_id, m.seq, m.text FROM messages m
-    WHERE m.session_id = %(session_id)s AND m.replaced_by IS NULL
+    WHERE m.session_id = %(session_id)s AND m.replaced_by IS NULL AND NOT m.off_path
       AND m.role IN ('user', 'assistant') AND m.status <> 'retracted' AND m.text <> ''
       AND NOT EXISTS (
           SELECT 1 FROM message_embeddings e WHERE e.message_id = m.id AND e.model = %(model)s
@@ -120,7 +120,7 @@ async def nearest(
 _NEAREST = """
     SELECT e.seq FROM message_embeddings e JOIN messages m ON m.id = e.message_id
     WHERE e.session_id = %(session_id)s AND e.model = %(model)s AND e.seq < %(before)s
-      AND m.replaced_by IS NULL AND m.status <> 'retracted'
+      AND m.replaced_by IS NULL AND NOT m.off_path AND m.status <> 'retracted'
     ORDER BY e.embedding <=> CAST(%(query)s AS vector), e.seq DESC
     LIMIT %(limit)s
 """
@@ -147,6 +147,7 @@ async def hits_for(conn: Db, *, session_id: str, seqs: Sequence[int]) -> list[Re
 _HITS = """
     SELECT seq, role, text, created_at FROM messages
     WHERE session_id = %(session_id)s AND seq = ANY(%(seqs)s) AND replaced_by IS NULL
+        AND NOT off_path
       AND role IN ('user', 'assistant') AND status <> 'retracted' AND text <> ''
 """
 

@@ -133,9 +133,10 @@ def _message_params(session_id: str, first: int, items: Sequence[ImportItem]) ->
 
 _INSERT_MESSAGES = f"""
     INSERT INTO messages (id, session_id, seq, role, status, text, token_count, token_counter,
-        created_at)
+        created_at, branch)
     SELECT id, %(session_id)s, seq, role, '{MessageStatus.complete.value}', text, tokens,
-        counter, created_at
+        counter, created_at,
+        (SELECT branch FROM sessions WHERE id = CAST(%(session_id)s AS varchar))
     FROM unnest(CAST(%(ids)s AS text[]), CAST(%(seqs)s AS int[]), CAST(%(roles)s AS text[]),
         CAST(%(texts)s AS text[]), CAST(%(tokens)s AS int[]), CAST(%(counters)s AS text[]),
         CAST(%(times)s AS timestamptz[]))

@@ -30,6 +30,7 @@ REMEMBERED_SQL = (
     "SELECT coalesce(sum(n), 0)::int FROM (SELECT max(coalesce(r.token_count, 0)) + "
     f"{MESSAGE_OVERHEAD} AS n FROM messages AS r "
     "WHERE r.session_id = {session} AND r.seq < {before} AND r.replaced_by IS NULL "
+    "AND NOT r.off_path "
     "AND r.role IN ('user', 'assistant') AND r.status <> 'retracted' AND r.text <> '' "
     "GROUP BY r.text) AS distinct_texts"
 )
@@ -47,7 +48,7 @@ _REMEMBERED = REMEMBERED_SQL.format(session="%(session_id)s", before="%(before)s
 # and its pinned facts, [[key, value, seq, source], …] by key, for the session `{session}`
 # (a bound parameter, or a column of the statement they are part of).
 SUMMARY_OF_SESSION = """(SELECT json_build_array(through_seq, lines, model)
-    FROM conversation_summaries WHERE session_id = {session}
+    FROM conversation_summaries WHERE session_id = {session} AND NOT off_path
     ORDER BY through_seq DESC LIMIT 1)"""
 FACTS_OF_SESSION = """(SELECT coalesce(json_agg(
         json_build_array(key, value, source_seq, source) ORDER BY key), '[]')
@@ -174,7 +175,8 @@ class _WindowRow:
 # within reach of the session's newest message (`{session}`). Here, and among a context
 # build's rows (store/context.py).
 WINDOW_START = f"""least({{summary_through}}, greatest(0, coalesce(
-        (SELECT max(seq) FROM messages WHERE session_id = {{session}}), 0) - {WINDOW_REACH}))"""
+        (SELECT max(seq) FROM messages WHERE session_id = {{session}} AND NOT off_path),
+        0) - {WINDOW_REACH}))"""
 _WINDOW_START = WINDOW_START.format(summary_through="%(summary_through)s", session="%(session_id)s")
 
 
@@ -187,7 +189,8 @@ def _messages(*, after: str, before: bool, hiding: bool) -> str:
     SELECT seq, role, text, status, tool_calls, tool_call_id, token_count, token_counter,
         created_at, turn_id
     FROM messages
-    WHERE session_id = %(session_id)s AND replaced_by IS NULL AND seq > {after}
+    WHERE session_id = %(session_id)s AND replaced_by IS NULL AND NOT off_path
+        AND seq > {after}
         {"AND seq < %(before)s" if before else ""}
         {_HIDDEN if hiding else ""}
     ORDER BY seq

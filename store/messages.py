@@ -45,7 +45,8 @@ SEQ_TAKEN = "last_seq = %(seq)s"
 
 
 def seq_taken(*, session: str, message: str, joined: str = "") -> str:
-    """A `seq` CTE returning the session (`id`) and the seq its message takes (`last_seq`):
+    """A `seq` CTE returning the session (`id`), the seq its message takes (`last_seq`) and
+    the session's active branch (`branch`, which the message joins):
     no row when the message (its id, `message`) is stored already. `session`: the session's
     id in SQL, from `joined` (a `FROM` list) when that names it."""
     return f"""seq AS (
@@ -53,12 +54,13 @@ def seq_taken(*, session: str, message: str, joined: str = "") -> str:
         {joined}
         WHERE sessions.id = {session}
             AND NOT EXISTS (SELECT 1 FROM messages WHERE id = {message})
-        RETURNING sessions.id, sessions.last_seq
+        RETURNING sessions.id, sessions.last_seq, sessions.branch
     )"""
 
 
 # A turn's message inserted at the seq the statement's `seq` CTE took (`seq_taken`, or the
-# writer's own UPDATE of the session with `SEQ_TAKEN`, returning its id and `last_seq`): no row
+# writer's own UPDATE of the session with `SEQ_TAKEN`, returning its id, `last_seq` and
+# `branch`), on the session's active branch (store/branches.py): no row
 # when that CTE found the message stored already (a retry). Its parameters are
 # `message_params`'. Written once, composed by the one-statement writers of a turn's messages:
 # `append_message` here, store/turns/tool_calls.py `store_tool_result` (a call's result as a
@@ -67,10 +69,10 @@ def seq_taken(*, session: str, message: str, joined: str = "") -> str:
 # turn's message joining at its promotion).
 MESSAGE_AT_SEQ = """INSERT INTO messages
         (id, session_id, seq, role, turn_id, status, text, tool_calls, tool_call_id,
-        client_message_id, file_ids, token_count, token_counter)
+        client_message_id, file_ids, token_count, token_counter, branch)
     SELECT %(message_id)s, seq.id, seq.last_seq, %(role)s, %(turn_id)s, %(message_status)s,
         %(text)s, CAST(%(tool_calls)s AS jsonb), %(tool_call_id)s, %(client_message_id)s,
-        CAST(%(file_ids)s AS jsonb), %(token_count)s, %(token_counter)s
+        CAST(%(file_ids)s AS jsonb), %(token_count)s, %(token_counter)s, seq.branch
     FROM seq"""
 
 

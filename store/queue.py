@@ -187,7 +187,7 @@ _PROMOTE = f"""
     WITH seq AS (
         UPDATE sessions SET {SEQ_TAKEN}, active_turn_id = %(turn_id)s, queued_turn_id = NULL
         WHERE id = %(session_id)s
-        RETURNING sessions.id, sessions.last_seq
+        RETURNING sessions.id, sessions.last_seq, sessions.branch
     ), joined AS ({MESSAGE_AT_SEQ}), dropped AS (
         DELETE FROM queued_messages WHERE turn_id = %(turn_id)s
     ), {counter(moving=True, sets="user_seq = %(seq)s")},

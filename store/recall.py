@@ -31,7 +31,7 @@ _RECALL_SQL = """
                count(*) OVER (PARTITION BY text) AS copies,
                max(seq) OVER (PARTITION BY text) AS newest
         FROM messages
-        WHERE session_id = %(session_id)s AND replaced_by IS NULL
+        WHERE session_id = %(session_id)s AND replaced_by IS NULL AND NOT off_path
           AND role IN ('user', 'assistant') AND status <> 'retracted' AND text <> ''
     ),
     docs AS (

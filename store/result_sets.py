@@ -92,7 +92,7 @@ class _SetRow:
 
 _RECENT = """
     SELECT id, query, order_ids, user_seq, rows FROM result_sets
-    WHERE session_id = %(session_id)s
+    WHERE session_id = %(session_id)s AND NOT off_path
     ORDER BY user_seq DESC, created_at DESC, id DESC
     LIMIT %(limit)s
 """
@@ -117,7 +117,7 @@ class _OfferFacts:
 
 # What the offer asks, as subqueries of a session and a turn's seq (`{session}`,
 # `{user_seq}`): here alone, or among a context build's rows (store/context.py).
-HAS_SETS = "EXISTS (SELECT 1 FROM result_sets WHERE session_id = {session})"
+HAS_SETS = "EXISTS (SELECT 1 FROM result_sets WHERE session_id = {session} AND NOT off_path)"
 RECENTLY_USED = """(SELECT array_agg(DISTINCT name) FROM tool_calls WHERE turn_id IN (
         SELECT id FROM turns WHERE session_id = {session} AND user_seq <= {user_seq}
         ORDER BY user_seq DESC LIMIT %(turns)s))"""

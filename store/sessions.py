@@ -36,6 +36,8 @@ class SessionRow:
     active_turn_id: str | None
     queued_turn_id: str | None
     created_at: datetime
+    # The active branch (store/branches.py): 0 until the conversation is first edited.
+    branch: int
 
 
 @dataclass(frozen=True)
@@ -69,7 +71,9 @@ class StoredMessage:
 
 
 # A session's columns as `SessionRow` reads them.
-_SESSION_COLUMNS = "id, tenant_id, user_id, last_seq, active_turn_id, queued_turn_id, created_at"
+_SESSION_COLUMNS = (
+    "id, tenant_id, user_id, last_seq, active_turn_id, queued_turn_id, created_at, branch"
+)
 
 
 async def create_session(db: Db, *, owner: Identity, per_day: int | None = None) -> SessionRow:
@@ -148,6 +152,7 @@ async def list_messages(
 _MESSAGES = f"""
     SELECT {MESSAGE_COLUMNS} FROM messages
     WHERE session_id = %(session_id)s AND seq > %(after_seq)s AND replaced_by IS NULL
+        AND NOT off_path
     ORDER BY seq
     LIMIT %(limit)s
 """
@@ -228,7 +233,7 @@ def _tenanted(*, tenant_config: dict[str, Any] | None, **session: Any) -> Tenant
 
 _WITH_TENANT = """
     SELECT s.id, s.tenant_id, s.user_id, s.last_seq, s.active_turn_id, s.queued_turn_id,
-        s.created_at, t.config AS tenant_config
+        s.created_at, s.branch, t.config AS tenant_config
     FROM sessions AS s LEFT JOIN tenants AS t ON t.id = s.tenant_id
     WHERE s.id = %(session_id)s
 """

@@ -32,9 +32,9 @@ async def fallbacks_in_a_row(db: Db, *, session_id: str) -> int:
 
 _FALLBACKS = """
     SELECT count(*) FROM conversation_summaries
-    WHERE session_id = %(session_id)s AND through_seq > (
+    WHERE session_id = %(session_id)s AND NOT off_path AND through_seq > (
         SELECT coalesce(max(through_seq), 0) FROM conversation_summaries
-        WHERE session_id = %(session_id)s AND written_by <> %(fallback)s)
+        WHERE session_id = %(session_id)s AND NOT off_path AND written_by <> %(fallback)s)
 """
 
 
@@ -52,7 +52,10 @@ async def save_summary(
     memory_keys: list[str] | None = None,
     folded_seqs: list[int] | None = None,
 ) -> bool:
-    """Store a new summary version unless one already reaches as far (a concurrent run won)."""
+    """Store a new summary version unless one already reaches as far (a concurrent run won),
+    on the session's active branch (store/branches.py); a version that folded a message the
+    active path no longer shows (the session switched while it was written) is stored off
+    the path."""
     params = {
         "session_id": session_id,
         "through_seq": through_seq,
@@ -72,10 +75,13 @@ async def save_summary(
 
 _SAVE = """
     INSERT INTO conversation_summaries (session_id, through_seq, lines, token_count, provider,
-        model, written_by, input_tokens, output_tokens, memory_keys, folded_seqs)
+        model, written_by, input_tokens, output_tokens, memory_keys, folded_seqs, branch,
+        off_path)
     VALUES (%(session_id)s, %(through_seq)s, %(lines)s, %(token_count)s, %(provider)s,
         %(model)s, %(written_by)s, %(input_tokens)s, %(output_tokens)s, %(memory_keys)s,
-        %(folded_seqs)s)
+        %(folded_seqs)s, (SELECT branch FROM sessions WHERE id = CAST(%(session_id)s AS varchar)),
+        EXISTS (SELECT 1 FROM messages WHERE session_id = %(session_id)s AND off_path
+            AND CAST(%(folded_seqs)s AS jsonb) @> to_jsonb(seq)))
     ON CONFLICT ON CONSTRAINT uq_summary_through DO NOTHING
 """
 
@@ -92,11 +98,11 @@ async def folded_by(db: Db, *, session_id: str, through_seq: int) -> list[int]:
 
 _FOLDED = """
     SELECT folded_seqs FROM conversation_summaries
-    WHERE session_id = %(session_id)s AND through_seq = %(through_seq)s
+    WHERE session_id = %(session_id)s AND through_seq = %(through_seq)s AND NOT off_path
 """
 _SEQS_THROUGH = """
     SELECT coalesce(array_agg(seq), '{}') FROM messages
-    WHERE session_id = %(session_id)s AND seq <= %(through_seq)s
+    WHERE session_id = %(session_id)s AND seq <= %(through_seq)s AND NOT off_path
 """
 
 
@@ -139,14 +145,14 @@ BACKLOG_OF_SESSION = """(
             OR (jsonb_typeof(m.tool_calls) = 'array' AND m.tool_calls <> '[]'::jsonb)
         ) ORDER BY m.seq)
         FROM messages AS m
-        WHERE m.session_id = s.id AND m.replaced_by IS NULL
+        WHERE m.session_id = s.id AND m.replaced_by IS NULL AND NOT m.off_path
           AND m.seq > coalesce(cs.through_seq, 0)
     ), '[]'))
     FROM sessions AS s
     LEFT JOIN tenants AS t ON t.id = s.tenant_id
     LEFT JOIN LATERAL (
         SELECT through_seq FROM conversation_summaries
-        WHERE session_id = s.id ORDER BY through_seq DESC LIMIT 1
+        WHERE session_id = s.id AND NOT off_path ORDER BY through_seq DESC LIMIT 1
     ) AS cs ON true
     WHERE s.id = %(session_id)s
 )"""

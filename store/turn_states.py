@@ -69,8 +69,10 @@ MOVE = (
 )
 
 # A turn born in `to` with its first `n` events counted (the composer inserts them: it names
-# this INSERT its append's `counter`), for a user message already stored.
+# this INSERT its append's `counter`), for a user message already stored, on the session's
+# active branch (store/branches.py).
 BORN = """INSERT INTO turns (id, session_id, tenant_id, user_id, user_message_id, user_seq,
-            state, last_event_id, viewers)
+            state, last_event_id, viewers, branch)
         VALUES (%(turn_id)s, %(session_id)s, %(tenant_id)s, %(user_id)s, %(message_id)s,
-            %(seq)s, %(to)s, %(n)s, 0)"""
+            %(seq)s, %(to)s, %(n)s, 0,
+            (SELECT branch FROM sessions WHERE id = CAST(%(session_id)s AS varchar)))"""

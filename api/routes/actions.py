@@ -9,7 +9,14 @@ from parley.api.deps import AutocommitSessions, CurrentUser, DbSession, Temporal
 from parley.api.errors import answers
 from parley.api.schemas import ActionOut
 from parley.contracts import ResolveActionSignal
-from parley.errors import ActionChanged, ActionExpired, ActionResolved, AgentPaused, NotFound
+from parley.errors import (
+    ActionChanged,
+    ActionExpired,
+    ActionResolved,
+    ActionSuperseded,
+    AgentPaused,
+    NotFound,
+)
 from parley.statuses import Decision
 from parley.store import actions, tenants
 from parley.store import sessions as store_sessions
@@ -18,7 +25,9 @@ from parley.wire import ActionView
 router = APIRouter(
     prefix="/v1/sessions/{session_id}/actions",
     tags=["confirmations"],
-    responses=answers(NotFound, ActionResolved, ActionExpired, ActionChanged, AgentPaused),
+    responses=answers(
+        NotFound, ActionResolved, ActionSuperseded, ActionExpired, ActionChanged, AgentPaused
+    ),
 )
 
 

@@ -11,14 +11,22 @@ from fastapi import APIRouter, Query, Response
 from parley.api.delivery import start_erasure_soon
 from parley.api.deps import AppSettings, CurrentUser, DbSession, Sessions, Temporal
 from parley.api.errors import answers
-from parley.api.schemas import ForgottenOut, MessageList, SessionDetail, SessionList, SessionOut
+from parley.api.schemas import (
+    ElsewhereView,
+    ForgottenOut,
+    MessageList,
+    SessionDetail,
+    SessionList,
+    SessionOut,
+)
 from parley.dispatch.control import cancel_turn_workflow
 from parley.dispatch.summaries import ask_for_summary
 from parley.erasure import ErasureInput
 from parley.errors import NotFound, RateLimited, TurnFinished, TurnInProgress
-from parley.store import actions, files, queue, slots
+from parley.store import actions, branches, files, queue, slots
 from parley.store import sessions as store_sessions
 from parley.store.lifecycle import erasure, eval_drafts, forget
+from parley.wire import VersionsView
 
 log = logging.getLogger(__name__)
 
@@ -112,11 +120,22 @@ async def list_messages(
     after_seq: int = Query(0, ge=0, le=MAX_SEQ),
     limit: int = Query(100, ge=1, le=500),
 ) -> MessageList:
-    """Messages after `after_seq`, in seq order."""
+    """The conversation shown (its active branch's path): messages after `after_seq`, in seq
+    order, each edited or regenerated one with its `versions`; `elsewhere`: actions done on
+    other versions of it."""
     messages = await store_sessions.list_messages(
         db, owner=user, session_id=session_id, after_seq=after_seq, limit=limit
     )
-    return MessageList(messages=messages)
+    found, elsewhere = await branches.versions(db, session_id=session_id, messages=messages)
+    shown = [
+        m.model_copy(update={"versions": VersionsView(count=v.count, shown=v.shown)})
+        if (v := found.get(m.id))
+        else m
+        for m in messages
+    ]
+    return MessageList(
+        messages=shown, elsewhere=[ElsewhereView.model_validate(vars(e)) for e in elsewhere]
+    )
 
 
 @router.delete("/{session_id}/messages/{message_id}", responses=answers(NotFound, TurnInProgress))

@@ -78,6 +78,7 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry("slots", _BY_SESSION, _BY_SESSION),
     Entry("pinned_facts", _BY_SESSION, _BY_SESSION),
     Entry("conversation_summaries", _BY_SESSION, _BY_SESSION),
+    Entry("branches", _BY_SESSION, _BY_SESSION),  # a session's versions (store/branches.py)
     Entry("model_calls", _BY_TURN, _BY_TURN),
     Entry("messages", _BY_SESSION, _BY_SESSION),
     Entry("turns", f"{_BY_SESSION} OR ({_BY_USER})", _BY_SESSION),

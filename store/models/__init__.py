@@ -4,6 +4,7 @@ Temporal holds execution state; these tables hold what the product shows and wha
 prompt is built from. Every schema change also gets an Alembic migration.
 """
 
+from parley.store.models.branches import Branch
 from parley.store.models.core import (
     Action,
     ApiToken,
@@ -74,4 +75,5 @@ __all__ = [
     "Erasure",
     "QueuedMessage",
     "ConversationImport",
+    "Branch",
 ]

@@ -96,6 +96,8 @@ class ChatSession(Base):
     # The turn queued behind the active one (store/queue.py), at most one; on this row so that
     # the statement releasing the session reads it under the session's lock.
     queued_turn_id: Mapped[str | None] = mapped_column(String(40))
+    # The active branch (store/models/branches.py): new messages and turns join it.
+    branch: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # Set when the owner deletes the session: from then on it is missing to every route (404),
     # while its turns, actions and traces stay for the operators' record.
     deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
@@ -126,6 +128,10 @@ class Message(Base):
     file_ids: Mapped[list[str] | None] = mapped_column(JSONB)
     # An incomplete or cancelled answer that a retry replaced; hidden from lists and prompts.
     replaced_by: Mapped[str | None] = mapped_column(String(40))
+    # The branch it was written on, and whether the session's active path leaves it out
+    # (store/branches.py keeps this; every read of the conversation filters on it).
+    branch: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    off_path: Mapped[bool] = mapped_column(Boolean, default=False, server_default="false")
     # Counted when the message is written (see `_count_tokens`), by the counter named beside
     # it; a prompt packed with another counter recounts. NULL on rows older than the column.
     token_count: Mapped[int | None] = mapped_column(Integer)
@@ -201,6 +207,8 @@ class Turn(Base):
     resolution: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     # The turn this one retries (same user message; its answer replaces the failed one).
     retry_of: Mapped[str | None] = mapped_column(String(40))
+    # The branch the turn was born on (the session's active one then).
+    branch: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # Open event streams across all API processes, and when the last one closed: a turn
     # nobody watches is cancelled after a grace period.
     viewers: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
@@ -431,4 +439,6 @@ class ResultSet(Base):
     query: Mapped[dict[str, Any]] = mapped_column(JSONB)
     order_ids: Mapped[list[str]] = mapped_column(JSONB)
     rows: Mapped[list[dict[str, Any]]] = mapped_column(JSONB)
+    # Whether its turn is off the session's active path (store/branches.py).
+    off_path: Mapped[bool] = mapped_column(Boolean, default=False, server_default="false")
     created_at: Mapped[datetime] = now_column()

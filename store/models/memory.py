@@ -27,7 +27,9 @@ class ConversationSummary(Base):
     to `through_seq`, written off the hot path by the summary workflow."""
 
     __tablename__ = "conversation_summaries"
-    __table_args__ = (UniqueConstraint("session_id", "through_seq", name="uq_summary_through"),)
+    __table_args__ = (
+        UniqueConstraint("session_id", "branch", "through_seq", name="uq_summary_through"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id"), index=True)
@@ -52,6 +54,10 @@ class ConversationSummary(Base):
     # (store/lifecycle/forget.py).
     # NULL on versions older than the column: they folded every message up to `through_seq`.
     folded_seqs: Mapped[list[int] | None] = mapped_column(JSONB)
+    # The branch whose path it folds, and whether that path, up to `through_seq`, is not the
+    # active one's (store/branches.py): a version is never read across branches.
+    branch: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    off_path: Mapped[bool] = mapped_column(Boolean, default=False, server_default="false")
 
 
 class PinnedFactRow(Base):

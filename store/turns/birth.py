@@ -77,10 +77,11 @@ def _write_params(message: dict[str, Any], owner: Identity) -> dict[str, Any]:
 _WRITE = f"""
     WITH new_message AS (
         INSERT INTO messages (id, session_id, seq, role, turn_id, status, text,
-            client_message_id, file_ids, token_count, token_counter)
+            client_message_id, file_ids, token_count, token_counter, branch)
         VALUES (%(message_id)s, %(session_id)s, %(seq)s, 'user', %(turn_id)s,
             '{MessageStatus.complete.value}', %(text)s, %(client_message_id)s,
-            CAST(%(file_ids)s AS jsonb), %(token_count)s, %(token_counter)s)
+            CAST(%(file_ids)s AS jsonb), %(token_count)s, %(token_counter)s,
+            (SELECT branch FROM sessions WHERE id = CAST(%(session_id)s AS varchar)))
         RETURNING created_at
     ), counter AS ({BORN} RETURNING {BASE}), {EVENTS_INSERTED}, moved_session AS (
         UPDATE sessions SET {SEQ_TAKEN}, active_turn_id = %(turn_id)s

@@ -376,7 +376,7 @@ async def test_new_message_supersedes_the_pending_action(
     assert view["active_turn"] is None
     late = await confirm(priya, sid, aid)
     assert late.status_code == 409, late.text
-    assert error_code(late) == "action_resolved"
+    assert error_code(late) == "action_superseded"
     assert await emails(northwind, action_id=aid) == []
 
 
