@@ -1,23 +1,29 @@
 """What the API hands to Temporal after its transaction commits, shared by the routes: a user's
 decision on a confirmation (to the turn waiting for it, or its specialist: dispatch/control.py),
-an answer to a specialist's question (dispatch/specialists.py), and the start of an erasure
-(dispatch/erasure.py). Each is stored first, so one that fails here is not lost: the worker's
-sweeps deliver the decision and the answer and start the erasure."""
+an answer to a specialist's question (dispatch/specialists.py), the start of a turn
+(dispatch/outbox.py) and the start of an erasure (dispatch/erasure.py). Each is stored
+first, so one that fails here is not lost: the worker's sweeps deliver the decision and the
+answer and start the turn and the erasure."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 
+from fastapi import BackgroundTasks
+
 from parley.api.deps import Sessions, TemporalConnector
+from parley.api.metrics import TURN_START_FAILURES
 from parley.config import Settings
-from parley.contracts import ResolveActionSignal
+from parley.contracts import ResolveActionSignal, TurnInput
 from parley.dispatch.control import Delivery, deliver_and_record_decision
 from parley.dispatch.erasure import start_erasure
+from parley.dispatch.outbox import record_started, start_turn_workflow
 from parley.dispatch.specialists import deliver_and_record
 from parley.erasure import ErasureInput
 from parley.store.db import Database
 from parley.store.interactions import AnswerRow
+from parley.store.turns.reads import PostedTurn
 
 log = logging.getLogger(__name__)
 
@@ -77,3 +83,47 @@ async def start_erasure_soon(
         )
     except Exception:
         log.warning("could not start erasure %s; the sweep will", inp.erasure_id, exc_info=True)
+
+
+async def start_turn(
+    temporal: TemporalConnector,
+    sessions: Database,  # marking it started is one statement
+    settings: Settings,
+    turn: PostedTurn,
+    background: BackgroundTasks,
+    turn_number: int | None = None,
+) -> None:
+    """Start the committed turn's workflow; its outbox row is marked started after the
+    response has gone (`background`): the mark is a database round trip the client need not
+    wait for, and nothing reads it sooner than the sweep's grace (dispatch/outbox.py)."""
+    try:
+        client = await asyncio.wait_for(temporal.get(), TIMEOUT_S)
+        await asyncio.wait_for(
+            start_turn_workflow(
+                client,
+                TurnInput(
+                    turn_id=turn.id,
+                    session_id=turn.session_id,
+                    tenant_id=turn.tenant_id,
+                    confirmation_timeout_s=settings.confirmation_timeout_s,
+                    fallback=settings.has_fallback_model,
+                ),
+                task_queue=settings.task_queue,
+                turn_number=turn_number,
+                eager=settings.api_worker,  # this process's own worker takes the first task
+            ),
+            TIMEOUT_S,
+        )
+    except Exception:
+        # The turn is committed; the worker's outbox sweep will start it.
+        TURN_START_FAILURES.inc()
+        log.warning("could not start turn %s now; the outbox will", turn.id, exc_info=True)
+        return
+    background.add_task(_record_started, sessions, turn.id)
+
+
+async def _record_started(sessions: Database, turn_id: str) -> None:
+    try:
+        await record_started(sessions, turn_id)
+    except Exception:  # the sweep starts it again, which attaches to the running workflow
+        log.warning("could not mark turn %s started", turn_id, exc_info=True)

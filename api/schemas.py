@@ -13,15 +13,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validato
 from parley.config import Settings
 from parley.forgetting import Forgotten
 from parley.statuses import ExportState, ImportState
-from parley.wire import (
-    ActionView,
-    MessageView,
-    SlotView,
-    Timestamp,
-    TurnStateName,
-    VersionsView,
-    View,
-)
+from parley.wire import ActionView, MessageView, SlotView, Timestamp, TurnStateName, View
 
 if TYPE_CHECKING:
     from parley.store.imports import ImportRow
@@ -166,49 +158,6 @@ class SessionDetail(SessionOut):
             slots={name: SlotView.from_row(slot) for name, slot in slots.items()},
             queued_message=queued,
         )
-
-
-class ElsewhereView(BaseModel):
-    """An action that ran on another version of the conversation: it stays done on every
-    version (store/branches.py)."""
-
-    action_id: str
-    tool: str
-    summary: str
-    recipient_masked: str | None
-    status: str
-    resolved_at: AwareDatetime | None
-
-
-class MessageList(BaseModel):
-    """The active path's messages; `elsewhere`: actions done on other versions of it."""
-
-    messages: list[MessageView]
-    elsewhere: list[ElsewhereView] = Field(default_factory=list)
-
-
-class EditMessageIn(BaseModel):
-    """A new version of a user message: its text, under a key of the client's own (a repeat
-    with the same key and text answers the first edit's turn)."""
-
-    client_message_id: str = Field(
-        min_length=1, max_length=64, json_schema_extra={"pattern": NO_NUL}
-    )
-    text: str = Field(min_length=1, json_schema_extra={"pattern": NO_NUL})
-
-    @field_validator("text", "client_message_id")
-    @classmethod
-    def _no_nul(cls, value: str) -> str:
-        if "\x00" in value:
-            raise ValueError("must not contain NUL characters")
-        return value
-
-
-class VersionSwitched(BaseModel):
-    """The version now shown of the message switched at (its id is the one given)."""
-
-    message_id: str
-    versions: VersionsView
 
 
 def events_url(session_id: str, turn_id: str) -> str:

@@ -138,6 +138,18 @@ class VersionsView(BaseModel):
     shown: int
 
 
+class ElsewhereView(View):
+    """An action that ran on another version of the conversation: it stays done on every
+    version (store/branches.py)."""
+
+    action_id: str
+    tool: str
+    summary: str
+    recipient_masked: str | None
+    status: str
+    resolved_at: Timestamp | None
+
+
 class MessageView(View):
     """The contract's `Message`; `tool_calls`, `tool_call_id`, `tool` and `versions` appear
     only when set (`versions` only in `GET .../messages`, on a message with several).

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter, BackgroundTasks, Path, Response
 
-from parley.api.delivery import deliver_decisions
+from parley.api.branch_schemas import EditMessageIn, VersionSwitched
+from parley.api.delivery import deliver_decisions, start_turn
 from parley.api.deps import AppSettings, AutocommitSessions, CurrentUser, DbSession, Temporal
 from parley.api.errors import answers
-from parley.api.routes.turns import _start
-from parley.api.schemas import EditMessageIn, TurnStarted, VersionSwitched
+from parley.api.schemas import TurnStarted
 from parley.errors import (
     AgentPaused,
     DailyCapReached,
@@ -69,7 +69,7 @@ async def edit_message(
     await db.commit()  # the branch, the message and its turn (the start outbox) first
     await deliver_decisions(temporal, one_statement, edited.signals)
     if edited.start:
-        await _start(temporal, one_statement, settings, edited.turn, background)
+        await start_turn(temporal, one_statement, settings, edited.turn, background)
     response.status_code = 202 if edited.created else 200
     return TurnStarted.build(
         session_id=session_id,
@@ -101,7 +101,7 @@ async def regenerate(
     )
     await db.commit()
     await deliver_decisions(temporal, one_statement, again.signals)
-    await _start(temporal, one_statement, settings, again.turn, background)
+    await start_turn(temporal, one_statement, settings, again.turn, background)
     return TurnStarted.build(
         session_id=session_id, turn_id=again.turn.id, state=again.turn.state, message=again.message
     )

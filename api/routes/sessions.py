@@ -8,17 +8,11 @@ from dataclasses import replace
 
 from fastapi import APIRouter, Query, Response
 
+from parley.api.branch_schemas import MessageList
 from parley.api.delivery import start_erasure_soon
 from parley.api.deps import AppSettings, CurrentUser, DbSession, Sessions, Temporal
 from parley.api.errors import answers
-from parley.api.schemas import (
-    ElsewhereView,
-    ForgottenOut,
-    MessageList,
-    SessionDetail,
-    SessionList,
-    SessionOut,
-)
+from parley.api.schemas import ForgottenOut, SessionDetail, SessionList, SessionOut
 from parley.dispatch.control import cancel_turn_workflow
 from parley.dispatch.summaries import ask_for_summary
 from parley.erasure import ErasureInput
@@ -26,7 +20,7 @@ from parley.errors import NotFound, RateLimited, TurnFinished, TurnInProgress
 from parley.store import actions, branches, files, queue, slots
 from parley.store import sessions as store_sessions
 from parley.store.lifecycle import erasure, eval_drafts, forget
-from parley.wire import VersionsView
+from parley.wire import ElsewhereView, VersionsView
 
 log = logging.getLogger(__name__)
 

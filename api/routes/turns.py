@@ -12,6 +12,7 @@ from pydantic import WithJsonSchema
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from parley.api.delivery import deliver_answers, deliver_decisions
+from parley.api.delivery import start_turn as _start
 from parley.api.deps import (
     AppSettings,
     AutocommitSessions,
@@ -21,21 +22,18 @@ from parley.api.deps import (
     Sessions,
     Streams,
     Temporal,
-    TemporalConnector,
 )
 from parley.api.errors import answers
 from parley.api.faults import kill_at
-from parley.api.metrics import MESSAGES_POSTED, STREAMS_OPEN, TURN_START_FAILURES
+from parley.api.metrics import MESSAGES_POSTED, STREAMS_OPEN
 from parley.api.schemas import CancelOut, PostMessageIn, TurnOut, TurnStarted
 from parley.api.streaming import TurnEventResponse, Viewer, turn_event_batches
 from parley.config import Settings
 from parley.contracts import (
     TERMINAL_TURN_STATES,
-    TurnInput,
     TurnState,
 )
 from parley.dispatch.control import cancel_turn_workflow
-from parley.dispatch.outbox import record_started, start_turn_workflow
 from parley.errors import (
     AgentPaused,
     DailyCapReached,
@@ -52,9 +50,8 @@ from parley.errors import (
 )
 from parley.store import actions, posting, queue
 from parley.store import sessions as store_sessions
-from parley.store.db import Database, Db
+from parley.store.db import Db
 from parley.store.identity import Identity
-from parley.store.turns.reads import PostedTurn
 from parley.wire import TurnStreamEvent
 
 log = logging.getLogger(__name__)
@@ -128,50 +125,6 @@ async def post_message(
     return TurnStarted.build(
         session_id=session_id, turn_id=turn.id, state=turn.state, message=posted.message
     )
-
-
-async def _start(
-    temporal: TemporalConnector,
-    sessions: Database,  # marking it started is one statement
-    settings: Settings,
-    turn: PostedTurn,
-    background: BackgroundTasks,
-    turn_number: int | None = None,
-) -> None:
-    """Start the committed turn's workflow; its outbox row is marked started after the
-    response has gone (`background`): the mark is a database round trip the client need not
-    wait for, and nothing reads it sooner than the sweep's grace (dispatch/outbox.py)."""
-    try:
-        client = await asyncio.wait_for(temporal.get(), START_TIMEOUT_S)
-        await asyncio.wait_for(
-            start_turn_workflow(
-                client,
-                TurnInput(
-                    turn_id=turn.id,
-                    session_id=turn.session_id,
-                    tenant_id=turn.tenant_id,
-                    confirmation_timeout_s=settings.confirmation_timeout_s,
-                    fallback=settings.has_fallback_model,
-                ),
-                task_queue=settings.task_queue,
-                turn_number=turn_number,
-                eager=settings.api_worker,  # this process's own worker takes the first task
-            ),
-            START_TIMEOUT_S,
-        )
-    except Exception:
-        # The turn is committed; the worker's outbox sweep will start it.
-        TURN_START_FAILURES.inc()
-        log.warning("could not start turn %s now; the outbox will", turn.id, exc_info=True)
-        return
-    background.add_task(_record_started, sessions, turn.id)
-
-
-async def _record_started(sessions: Database, turn_id: str) -> None:
-    try:
-        await record_started(sessions, turn_id)
-    except Exception:  # the sweep starts it again, which attaches to the running workflow
-        log.warning("could not mark turn %s started", turn_id, exc_info=True)
 
 
 @router.get("/turns/{turn_id}")

@@ -241,9 +241,11 @@ async def session_content(db: Db, *, session_id: str) -> ArchivedSession:
 _SESSION = "SELECT id, created_at, deleted_at FROM sessions WHERE id = %(session_id)s"
 
 
-# A session's rows of one table as the archive holds them (see `_archived`).
+# A session's rows of one table as the archive holds them (see `_archived`). Messages of
+# every version of the conversation: each with its branch, and whether the version shown
+# leaves it out (store/branches/__init__.py).
 _MESSAGES = """
-    SELECT id, seq, role, status, text, created_at, file_ids, replaced_by
+    SELECT id, seq, role, status, text, created_at, file_ids, replaced_by, branch, off_path
     FROM messages WHERE session_id = %(session_id)s ORDER BY seq
 """
 _PINNED_FACTS = """
