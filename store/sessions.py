@@ -101,7 +101,8 @@ async def list_sessions(db: Db, *, owner: Identity, limit: int = 100) -> list[Se
 _LIST_SESSIONS = f"""
     SELECT s.id, s.last_seq, s.created_at,
         (SELECT left(m.text, {TITLE_CHARS}) FROM messages AS m
-            WHERE m.session_id = s.id AND m.role = 'user' ORDER BY m.seq LIMIT 1) AS title,
+            WHERE m.session_id = s.id AND m.role = 'user' AND NOT m.off_path
+            ORDER BY m.seq LIMIT 1) AS title,
         coalesce((SELECT max(m.created_at) FROM messages AS m WHERE m.session_id = s.id),
             s.created_at) AS last_activity_at
     FROM sessions AS s

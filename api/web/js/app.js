@@ -8,6 +8,7 @@ import { initMemory, loadMemory } from './memory.js';
 import { renderSessions } from './sessions.js';
 import { followTurn } from './stream.js';
 import * as T from './transcript.js';
+import { decorate, initVersions, showElsewhere } from './versions.js';
 
 const $ = (id) => document.getElementById(id);
 const SID_KEY = 'parley_session';
@@ -123,6 +124,8 @@ function signOut(message) {
   showSignIn(message);
 }
 
+initVersions({ sid: () => S.sid, reopen: () => openSession(S.sid), fail });
+
 async function enterApp() {
   $('signin').hidden = true;
   $('app').hidden = false;
@@ -207,8 +210,9 @@ async function syncMessages(fromSeq) {
     if (!r.ok) return fail(r);
     const messages = r.data.messages || [];
     const withFiles = new Set();
+    showElsewhere(r.data.elsewhere);
     for (const m of messages) {
-      T.showMessage(m);
+      decorate(T.showMessage(m), m); // Edit, Regenerate, the version switcher
       // A skill's files, named by its tool message: drawn again under the answer after a reload.
       for (const f of (m.tool && m.tool.files) || []) {
         T.artifact(m.turn_id, f, fetchFile);
@@ -245,7 +249,7 @@ async function send(text, interactionValue) {
     $('followups').textContent = '';
     removeConfirm(); // a new message supersedes a waiting card
     document.querySelectorAll('.retry').forEach((b) => b.remove());
-    T.showMessage(r.data.message);
+    decorate(T.showMessage(r.data.message), r.data.message);
     S.lastSeq = Math.max(S.lastSeq, r.data.message.seq);
     const sameTurn = r.data.turn_id === S.turnId; // an answer to a waiting specialist
     follow(r.data.turn_id, r.data.events_url, r.data.message.seq, sameTurn ? S.follow?.lastEventId : null);
