@@ -16,6 +16,7 @@ from datetime import timedelta
 
 from parley.consented import MemoryItem, Remembered
 from parley.memory import PinnedFact
+from parley.store.branches.path import facts_dropped
 from parley.store.db import Db
 
 # The key a model request stores the hinted memory keys under (read back by the summarizer).
@@ -118,9 +119,13 @@ async def forget(db: Db, *, tenant_id: str, user_id: str, keys: list[str] | None
     return int(await db.value(_FORGET, params) or 0)
 
 
-# `keys` NULL: every key. The three deletes see the tables as the statement found them (they
-# touch different tables, so none waits on another's effect).
-_FORGET = """
+# `keys` NULL: every key. The three deletes (and the facts saved with the session's other
+# branches: store/branches/path.py) see the tables as the statement found them (they touch
+# different tables, so none waits on another's effect).
+_SAVED_FACTS_GONE = facts_dropped(
+    "f->>4 IS NOT NULL AND (CAST(%(keys)s AS text[]) IS NULL OR f->>4 = ANY(%(keys)s))"
+)
+_FORGET = f"""
     WITH owned AS (
         SELECT id FROM sessions WHERE tenant_id = %(tenant_id)s AND user_id = %(user_id)s
     ), items AS (
@@ -136,6 +141,9 @@ _FORGET = """
         DELETE FROM conversation_summaries
         WHERE session_id IN (SELECT id FROM owned) AND jsonb_array_length(memory_keys) > 0
             AND (CAST(%(keys)s AS text[]) IS NULL OR memory_keys ?| CAST(%(keys)s AS text[]))
+    ), saved AS (
+        UPDATE branches SET {_SAVED_FACTS_GONE}
+        WHERE session_id IN (SELECT id FROM owned) AND saved IS NOT NULL
     )
     SELECT count(*) FROM items
 """

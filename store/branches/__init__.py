@@ -196,10 +196,11 @@ async def switch_version(
     if not 1 <= version <= count:
         raise NotFound(VERSION_NOT_FOUND)
     superseded = await _free(db, session)
-    if version > 1:
-        target = next(b.number for b in siblings if b.version == version)
-    else:
-        target = await _first_version_branch(db, session_id=session_id, point=point)
+    # The first version is shown on the branch its second was forked from.
+    wanted = version if version > 1 else 2
+    forked = next(b for b in siblings if b.version == wanted)
+    target = forked.number if version > 1 else forked.parent
+    assert target is not None  # a fork has a parent
     signals = await _supersede_card(db, superseded)
     await path.save(db, session_id=session_id, number=session_branch(session))
     await path.restore(db, session_id=session_id, number=target)
@@ -210,19 +211,6 @@ async def switch_version(
 def session_branch(session: SessionRow) -> int:
     """The session's active branch, as its row was read under its lock."""
     return session.branch
-
-
-async def _first_version_branch(db: Db, *, session_id: str, point: str) -> int:
-    """The branch the first version of `point` was written on: the edited message's, or the
-    answered message's (its first answer was born with it)."""
-    message_id = point.split(":", 1)[1]
-    found = await db.value(_BRANCH_OF, {"id": message_id, "session_id": session_id})
-    if found is None:
-        raise NotFound(VERSION_NOT_FOUND)
-    return int(found)
-
-
-_BRANCH_OF = "SELECT branch FROM messages WHERE id = %(id)s AND session_id = %(session_id)s"
 
 
 @dataclass(frozen=True)

@@ -158,3 +158,14 @@ def _summaries_off(
                 hidden.append(summary.id)
                 break
     return hidden
+
+
+def facts_dropped(drop: str) -> str:
+    """The SET clause of an UPDATE of `branches` that takes from every saved state the
+    pinned facts the SQL predicate `drop` holds for (over `f`, a saved fact: [key, value,
+    source_seq, source, memory_key]). Composed by the statements that delete the same facts
+    from the live ones (store/lifecycle/forget.py, store/user_memory.py): a fact forgotten or
+    withdrawn is gone from every branch, not only the one shown."""
+    kept = f"""(SELECT jsonb_agg(f) FROM jsonb_array_elements(saved->'facts') AS f
+        WHERE NOT ({drop}))"""
+    return f"saved = jsonb_set(saved, '{{facts}}', coalesce({kept}, '[]'))"

@@ -31,6 +31,7 @@ from parley.errors import NotFound, TurnInProgress
 from parley.forgetting import Forgotten, Scrubber, emptied_event, needles_of
 from parley.store import embeddings as embedding_store
 from parley.store import summaries
+from parley.store.branches.path import facts_dropped
 from parley.store.db import Db
 from parley.store.identity import Identity
 from parley.store.sessions import lock_session
@@ -195,6 +196,7 @@ async def _memory(conn: Db, doomed: _Doomed) -> dict[str, int]:
         "keys": keys,
     }
     facts = await conn.rows(_FACTS, params, _Value)
+    await conn.run(_SAVED_FACTS, params)
     doomed.needles.update(r.value for r in facts)
     doomed.memory_keys = keys
     return {"memory_items": len(items), "pinned_facts": len(facts)}
@@ -210,6 +212,18 @@ _FACTS = f"""
     WHERE (session_id = %(session_id)s AND source_seq = ANY(%(seqs)s::int[]))
         OR (session_id IN ({_OWNED_SESSIONS}) AND memory_key = ANY(%(keys)s::text[]))
     RETURNING value
+"""
+
+
+# The same facts saved with the session's other branches (store/branches/path.py).
+_SAVED_FACTS = f"""
+    UPDATE branches SET {
+    facts_dropped(
+        "(branches.session_id = %(session_id)s AND CAST(f->>2 AS integer) = ANY(%(seqs)s::int[]))"
+        " OR f->>4 = ANY(%(keys)s::text[])"
+    )
+}
+    WHERE session_id IN ({_OWNED_SESSIONS}) AND saved IS NOT NULL
 """
 
 

@@ -13,6 +13,7 @@ import httpx
 
 from parley.prompt import ELSEWHERE_PREFIX
 from parley.store.db import Database
+from parley.store.lifecycle import exports
 from tests.support.client import ParleyClient
 from tests.support.sse import Event
 from tests.support.toolkit import emails, model_calls, propose, types
@@ -228,3 +229,39 @@ async def test_an_email_sent_on_one_branch_is_a_fact_on_the_other_and_a_left_car
     shown = await listing(priya, sid)
     assert shown["elsewhere"] == []  # back on A, the email is in the conversation itself
     assert any(m.get("text") == "Can you email me?" for m in shown["messages"])
+
+
+# --- every branch: forget one message, export ------------------------------------------------
+
+
+async def test_a_forgotten_message_is_gone_from_every_branch_and_the_export_holds_them_all(
+    priya: ParleyClient, sessions: Database
+) -> None:
+    sid = await priya.new_session()
+    await priya.turn(sid, "Please call me Sam")
+    await priya.turn(sid, "Where is my order?")
+    sam = user_message(await listing(priya, sid), "Please call me Sam")
+    edited = await edit(priya, sid, sam["id"], "Please call me Alex")
+    await answered(priya, sid, edited)
+
+    async with sessions() as db:  # the export: both versions, each with its branch
+        archived = await exports.session_content(db, session_id=sid)
+    shown = {m["text"]: m for m in archived.messages if m["role"] == "user"}
+    assert shown["Please call me Sam"]["off_path"] and not shown["Please call me Alex"]["off_path"]
+    assert shown["Please call me Sam"]["branch"] != shown["Please call me Alex"]["branch"]
+
+    # Forgotten while another version is shown: gone from the branch it was on too.
+    forgotten = await priya.http.delete(f"/v1/sessions/{sid}/messages/{sam['id']}")
+    assert forgotten.status_code == 200, forgotten.text
+    alex = edited.json()["message"]["id"]
+    assert (await switch(priya, sid, alex, 1)).status_code == 200
+    texts = [m["text"] for m in (await listing(priya, sid))["messages"]]
+    assert texts[0] == "Where is my order?" and not any("Sam" in t for t in texts), texts
+    on_first = await answered(priya, sid, await priya.post(sid, "What is my name?"))
+    prompt = await first_prompt(sessions, on_first)
+    assert "Sam" not in prompt and "Alex" not in prompt, prompt
+    async with sessions() as db:
+        saved = await db.values(
+            "SELECT CAST(saved AS text) FROM branches WHERE session_id = %(sid)s", {"sid": sid}
+        )
+    assert saved and not any("Sam" in str(s) for s in saved), saved
