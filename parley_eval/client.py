@@ -101,6 +101,25 @@ class UserClient:
         after = seen_up_to.get(turn_id)
         return turn_id, await self.follow(session_id, turn_id, started=started, after=after)
 
+    async def edit(self, session_id: str, message_id: str, text: str) -> tuple[str, Stream]:
+        """A new version of an earlier message, and its turn's stream."""
+        started = time.monotonic()
+        body = {"client_message_id": uuid.uuid4().hex, "text": text}
+        url = f"/v1/sessions/{session_id}/messages/{message_id}/edit"
+        turn_id = str(_checked(await self.http.post(url, json=body), 202)["turn_id"])
+        return turn_id, await self.follow(session_id, turn_id, started=started)
+
+    async def regenerate(self, session_id: str, turn_id: str) -> tuple[str, Stream]:
+        """An earlier turn's answer written again, and the new turn's stream."""
+        started = time.monotonic()
+        url = f"/v1/sessions/{session_id}/turns/{turn_id}/regenerate"
+        again = str(_checked(await self.http.post(url), 202)["turn_id"])
+        return again, await self.follow(session_id, again, started=started)
+
+    async def switch(self, session_id: str, message_id: str, version: int) -> None:
+        url = f"/v1/sessions/{session_id}/messages/{message_id}/versions/{version}"
+        _checked(await self.http.post(url), 200)
+
     async def answer(self, session_id: str, action_id: str, verb: str) -> None:
         url = f"/v1/sessions/{session_id}/actions/{action_id}/{verb}"
         _checked(await self.http.post(url), 202)

@@ -18,7 +18,7 @@ class ToolSeen:
 @dataclass
 class StepSeen:
     number: int
-    kind: str  # say, confirm, decline
+    kind: str  # say, edit, regenerate, switch, confirm, decline
     text: str
     session_id: str
     turn_id: str | None = None
@@ -37,11 +37,24 @@ class StepSeen:
     end_s: float | None = None
     workflow_url: str | None = None
     trace: list[dict[str, Any]] = field(default_factory=list)  # the turn's spans (operators)
+    # The user's message the step stored, and the answer its turn ended with (what a later
+    # `edit`, `regenerate` or `switch` step names).
+    message_id: str | None = None
+    answer_id: str | None = None
+
+    @property
+    def model_turn(self) -> bool:
+        """A step whose turn the model answers from the user's words (not a card's answer,
+        not a switch of versions)."""
+        return self.kind in ("say", "edit", "regenerate")
 
     @property
     def turn_type(self) -> str:
-        """no_tool, tool or confirmation: the latency classes of the issue."""
-        if self.kind != "say" or self.action is not None:
+        """no_tool, tool or confirmation: the latency classes of the issue (a switch runs no
+        turn: none of them)."""
+        if self.kind == "switch":
+            return "switch"
+        if not self.model_turn or self.action is not None:
             return "confirmation"
         return "tool" if any(t.status is not None for t in self.tools) else "no_tool"
 

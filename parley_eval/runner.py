@@ -139,8 +139,19 @@ async def _converse(
             number=number, kind=_kind(step), text=step.say or "", session_id=session_id
         )
         last_seq = int((await user.session(session_id))["last_seq"])
-        if step.say is not None:
+        if step.edit is not None and step.say is not None:
+            edited = seen.steps[step.edit - 1].message_id
+            record.turn_id, stream = await user.edit(session_id, _named(edited), step.say)
+        elif step.say is not None:
             record.turn_id, stream = await user.say(session_id, step.say, seen_up_to)
+        elif step.regenerate is not None:
+            again = seen.steps[step.regenerate - 1].turn_id
+            record.turn_id, stream = await user.regenerate(session_id, _named(again))
+        elif step.switch is not None:
+            shown = seen.steps[step.switch.step - 1]
+            named = shown.answer_id if step.switch.answer else shown.message_id
+            stream = Stream(started=time.monotonic())  # no turn runs
+            await user.switch(session_id, _named(named), step.switch.version)
         elif resting is None:
             raise EvalClientError(f"step {number}: nothing is waiting for a confirmation")
         else:
@@ -156,13 +167,29 @@ async def _converse(
         await _read_state(user, session_id, last_seq, record)
         seen.steps.append(record)
         resting = None
-        if record.action is not None and record.ends_with == "confirmation_required":
+        waiting = record.ends_with == "confirmation_required"  # a switch has no turn
+        if record.action is not None and record.turn_id is not None and waiting:
             last_id = stream.events[-1].id if stream.events else None
             resting = (record.turn_id, str(record.action["id"]), last_id)
 
 
 def _kind(step: Step) -> str:
-    return "say" if step.say is not None else ("confirm" if step.confirm else "decline")
+    if step.edit is not None:
+        return "edit"
+    if step.say is not None:
+        return "say"
+    if step.regenerate is not None:
+        return "regenerate"
+    if step.switch is not None:
+        return "switch"
+    return "confirm" if step.confirm else "decline"
+
+
+def _named(found: str | None) -> str:
+    """An id an earlier step recorded (a step that stored no message or answer has none)."""
+    if found is None:
+        raise EvalClientError("the step it refers to stored no message or answer to name")
+    return found
 
 
 def _read_stream(stream: Stream, record: StepSeen) -> None:
@@ -194,6 +221,7 @@ def _read_stream(stream: Stream, record: StepSeen) -> None:
             record.error = str(data.get("code"))
         elif event.type in ("done", "cancelled"):
             streamed = str(data["message"]["text"])
+            record.answer_id = str(data["message"]["id"])
     record.reply = streamed
     record.ends_with = stream.events[-1].type if stream.events else None
     record.first_delta_s = stream.first("delta")
@@ -203,6 +231,8 @@ def _read_stream(stream: Stream, record: StepSeen) -> None:
 async def _read_state(user: UserClient, session_id: str, last_seq: int, record: StepSeen) -> None:
     """The tool calls the model asked for (with arguments), the slots, the workflow link."""
     for message in await user.messages(session_id, last_seq):
+        if message["role"] == "user" and record.message_id is None and record.model_turn:
+            record.message_id = str(message["id"])
         for call in message.get("tool_calls") or []:
             _merge_call(record, str(call["name"]), call.get("arguments"))
     view = await user.session(session_id)

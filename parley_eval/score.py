@@ -71,7 +71,7 @@ def write_invariant(conversation: Conversation, seen: ConversationSeen) -> list[
     """No write without the user's confirmation of that action; at most N emails."""
     violations: list[str] = []
     for record in seen.steps:
-        if record.kind != "say":
+        if not record.model_turn:
             continue
         for tool in record.tools:
             if risk_of(tool.name) == Risk.write:
@@ -101,7 +101,7 @@ def _check_step(step: Step, record: StepSeen, tally: Tally) -> list[str]:
     if expect.ends_with is not None and record.ends_with != expect.ends_with:
         problems.append(f"ends_with {expect.ends_with}: ended with {record.ends_with}")
     problems += _check_slots(expect, record, tally)
-    if record.kind == "say":
+    if record.model_turn:
         problems += _check_clarification(expect, record, tally)
     reply_problems = _check_reply(expect, record)
     problems += _check_tools(expect, record, tally, result_used=not reply_problems)

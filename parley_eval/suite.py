@@ -67,23 +67,47 @@ class Expect(Strict):
     citations: list[str] | None = None  # knowledge documents that must be cited
 
 
+class SwitchSpec(Strict):
+    """Show version `version` of an earlier step's message (its answer, with `answer`)."""
+
+    step: int = Field(ge=1)
+    version: int = Field(ge=1)
+    answer: bool = False
+
+
 class Step(Strict):
-    """One user action: a message (`say`), or an answer to the pending proposal."""
+    """One user action: a message (`say`; with `edit: <step>`, a new version of that earlier
+    step's message), an answer to the pending proposal, an earlier step's answer written
+    again (`regenerate: <step>`), or another version shown (`switch`)."""
 
     say: str | None = None
+    edit: int | None = Field(default=None, ge=1)
     confirm: bool = False
     decline: bool = False
+    regenerate: int | None = Field(default=None, ge=1)
+    switch: SwitchSpec | None = None
     # Start a new session of the same user before this message (memory across sessions).
     new_session: bool = False
     expect: Expect = Field(default_factory=Expect)
 
     @model_validator(mode="after")
     def _one_action(self) -> Step:
-        if [self.say is not None, self.confirm, self.decline].count(True) != 1:
-            raise ValueError("a step has exactly one of `say`, `confirm: true`, `decline: true`")
-        if self.new_session and self.say is None:
+        if self.edit is not None and self.say is None:
+            raise ValueError("`edit` goes with a `say` step: its new text")
+        actions = [self.say is not None, self.confirm, self.decline]
+        actions += [self.regenerate is not None, self.switch is not None]
+        if actions.count(True) != 1:
+            raise ValueError(
+                "a step has exactly one of `say`, `confirm: true`, `decline: true`, "
+                "`regenerate`, `switch`"
+            )
+        if self.new_session and (self.say is None or self.edit is not None):
             raise ValueError("`new_session` goes with a `say` step")
         return self
+
+    def earlier(self) -> int | None:
+        """The earlier step this one refers to (an edit, a regenerate, a switch)."""
+        return self.edit or self.regenerate or (self.switch.step if self.switch else None)
 
 
 class Backend(Strict):
@@ -119,6 +143,9 @@ class Conversation(Strict):
         for number, step in enumerate(self.steps):
             if (step.confirm or step.decline) and number == 0:
                 raise ValueError("the first step cannot confirm or decline")
+            earlier = step.earlier()
+            if earlier is not None and earlier > number:
+                raise ValueError(f"step {number + 1} refers to step {earlier}, not an earlier one")
         return self
 
 

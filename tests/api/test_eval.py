@@ -145,3 +145,18 @@ async def test_the_runs_route_gives_an_operator_each_turns_tokens_and_trace(
         other_tenant = await admin.get(f"/v1/admin/tenants/southwind/sessions/{sid}/runs")
         assert other_tenant.status_code == 404
     assert (await marco.http.get(url)).status_code == 403
+
+
+async def test_a_conversation_with_an_edit_a_regenerate_and_a_switch_passes(
+    api_url: str, northwind_url: str, sessions: Database, tmp_path: Path
+) -> None:
+    """The version steps (issue 42): each runs through the API, and what follows sees the
+    version shown (the referent of the edit, then of the first version again)."""
+    target = eval_target(api_url, sessions, northwind_url)
+    suite = subset(tmp_path, "28-edit-regenerate-switch.yaml")
+    outcome = await evaluate(Options(suite=suite, quiet=True), target)
+    conversation = outcome.runs[0]["conversations"][0]
+    assert conversation["passed"], conversation["failures"]
+    kinds = [turn["kind"] for turn in conversation["turns"]]
+    assert kinds == ["say", "say", "edit", "regenerate", "switch", "say"]
+    assert outcome.exit_code == 0

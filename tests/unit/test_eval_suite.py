@@ -242,3 +242,14 @@ def test_a_bad_baseline_or_config_file_runs_nothing(tmp_path: Path) -> None:
     ):
         with pytest.raises(SuiteError):
             asyncio.run(evaluate(options, untouchable()))
+
+
+def test_a_version_step_refers_to_an_earlier_step(tmp_path: Path) -> None:
+    later = GOOD + "  - regenerate: 3\n"
+    write(tmp_path, "f.yaml", later)
+    edit_alone = write(tmp_path, "g.yaml", GOOD + "  - edit: 1\n")
+    with pytest.raises(SuiteError) as caught:
+        load_suite(tmp_path)
+    message = str(caught.value)
+    assert "step 2 refers to step 3, not an earlier one" in message
+    assert f"{edit_alone}:7: steps.1: Value error, `edit` goes with a `say` step" in message
