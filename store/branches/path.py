@@ -87,9 +87,9 @@ async def activate(db: Db, *, session_id: str, branches: dict[int, BranchRow], l
         "limits": [limit for _, limit in path],
     }
     await db.run(_ACTIVATE, params)
-    summaries = await db.rows(_SUMMARIES, {"session_id": session_id}, _Summary)
+    summaries = await db.rows(_SUMMARIES, {"session_id": session_id}, SummaryEnd)
     if summaries:
-        hidden = _summaries_off(branches, path, summaries, await _seqs(db, session_id))
+        hidden = summaries_off(branches, path, summaries, await _seqs(db, session_id))
         await db.run(_SUMMARIES_OFF, {"session_id": session_id, "hidden": hidden})
 
 
@@ -111,7 +111,9 @@ _ACTIVATE = f"""
 
 
 @dataclass(frozen=True)
-class _Summary:
+class SummaryEnd:
+    """A summary version: the branch it was written on, and the seq it folds up to."""
+
     id: int
     branch: int
     through_seq: int
@@ -123,13 +125,15 @@ _SUMMARIES = """
 
 
 @dataclass(frozen=True)
-class _Seq:
+class Placed:
+    """A message's place in the tree: its seq and its branch."""
+
     seq: int
     branch: int
 
 
-async def _seqs(db: Db, session_id: str) -> list[_Seq]:
-    return await db.rows(_SEQS, {"session_id": session_id}, _Seq)
+async def _seqs(db: Db, session_id: str) -> list[Placed]:
+    return await db.rows(_SEQS, {"session_id": session_id}, Placed)
 
 
 _SEQS = "SELECT seq, branch FROM messages WHERE session_id = %(session_id)s ORDER BY seq"
@@ -139,11 +143,11 @@ _SUMMARIES_OFF = """
 """
 
 
-def _summaries_off(
+def summaries_off(
     branches: dict[int, BranchRow],
     path: Sequence[tuple[int, int]],
-    summaries: Iterable[_Summary],
-    seqs: Sequence[_Seq],
+    summaries: Iterable[SummaryEnd],
+    seqs: Sequence[Placed],
 ) -> list[int]:
     """The summary versions the path cannot read: written on a branch whose path differs
     from this one at or before the version's end."""
