@@ -265,3 +265,28 @@ async def test_a_forgotten_message_is_gone_from_every_branch_and_the_export_hold
             "SELECT CAST(saved AS text) FROM branches WHERE session_id = %(sid)s", {"sid": sid}
         )
     assert saved and not any("Sam" in str(s) for s in saved), saved
+
+
+async def test_regenerating_an_answer_that_sent_an_email_sends_nothing_again(
+    priya: ParleyClient, northwind: httpx.AsyncClient, sessions: Database
+) -> None:
+    sid = await priya.new_session()
+    turn_id, events, action = await propose(priya, sid)
+    aid = action["id"]
+    confirmed = await priya.http.post(f"/v1/sessions/{sid}/actions/{aid}/confirm")
+    assert confirmed.status_code == 202, confirmed.text
+    assert (await rest(priya, sid, turn_id, events[-1].id or 0))[-1].type == "done"
+
+    again = await priya.http.post(f"/v1/sessions/{sid}/turns/{turn_id}/regenerate")
+    assert again.status_code == 202, again.text
+    regenerated = str(again.json()["turn_id"])
+    rested = await priya.events(sid, regenerated)
+    prompt = await first_prompt(sessions, regenerated)
+    assert ELSEWHERE_PREFIX.strip() in prompt and aid in prompt, prompt
+    shown = await listing(priya, sid)
+    assert [e["action_id"] for e in shown["elsewhere"]] == [aid]
+    if rested[-1].type == "confirmation_required":  # offered again: a new card, not sent
+        card = rested[-1].data["action"]["id"]
+        assert card != aid
+        assert await emails(northwind, action_id=card) == []
+    assert len(await emails(northwind, action_id=aid)) == 1
