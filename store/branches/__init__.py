@@ -47,6 +47,7 @@ from parley.store.branches.tree import (
     edit_point,
     effects_elsewhere,
     head_of,
+    last_shown,
     parse_elsewhere,
     version_of,
     versions,
@@ -77,6 +78,8 @@ __all__ = [
 ]
 
 ROOT = 0
+# Above every seq: a version with no message yet, which no fork keeps.
+_ALL_SEQS = 2**31 - 1
 MESSAGE_NOT_FOUND = "message not found"
 VERSION_NOT_FOUND = "no such version of this message"
 
@@ -181,9 +184,9 @@ _HEAD = """
 async def switch_version(
     db: Db, *, owner: Identity, session_id: str, message_id: str, version: int
 ) -> Switched:
-    """Show version `version` of the message `message_id` (on the active path): its branch
-    becomes the active one, with the rest of the conversation as it was there. Showing the
-    version already shown changes nothing."""
+    """Show version `version` of the message `message_id` (on the active path): a branch
+    that shows it becomes the active one, the one of them shown last (the conversation as
+    the user left that version). Showing the version already shown changes nothing."""
     session = await lock_session(db, owner=owner, session_id=session_id)
     message = await _shown_message(db, session_id=session_id, message_id=message_id)
     branches = await branches_of(db, session_id=session_id)
@@ -196,11 +199,16 @@ async def switch_version(
     if not 1 <= version <= count:
         raise NotFound(VERSION_NOT_FOUND)
     superseded = await _free(db, session)
-    # The first version is shown on the branch its second was forked from.
+    # The first version is shown on the branch its second was forked from (where it starts
+    # at that fork's seq); any other on its own branch, from that branch's first message.
     wanted = version if version > 1 else 2
     forked = next(b for b in siblings if b.version == wanted)
-    target = forked.number if version > 1 else forked.parent
-    assert target is not None  # a fork has a parent
+    if version > 1:
+        shown_on, from_seq = forked.number, forked.first_seq or _ALL_SEQS
+    else:
+        assert forked.parent is not None and forked.fork_seq is not None  # a fork's
+        shown_on, from_seq = forked.parent, forked.fork_seq
+    target = last_shown(branches, shown_on, from_seq)
     signals = await _supersede_card(db, superseded)
     await path.save(db, session_id=session_id, number=session_branch(session))
     await path.restore(db, session_id=session_id, number=target)

@@ -99,6 +99,9 @@ _ON_PATH = """EXISTS (SELECT 1 FROM unnest(CAST(%(branches)s AS int[]),
 _ACTIVATE = f"""
     WITH session AS (
         UPDATE sessions SET branch = %(leaf)s WHERE id = %(session_id)s
+    ), shown AS (
+        UPDATE branches SET shown_at = clock_timestamp()
+        WHERE session_id = %(session_id)s AND number = %(leaf)s
     ), message_marks AS (
         UPDATE messages AS m SET off_path = NOT {_ON_PATH.format(branch="m.branch", seq="m.seq")}
         WHERE m.session_id = %(session_id)s

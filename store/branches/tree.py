@@ -25,6 +25,9 @@ class BranchRow:
     point: str | None
     version: int
     head: str | None
+    # When it was last the active branch, and the seq of its first own message (None: none).
+    shown_at: datetime | None = None
+    first_seq: int | None = None
 
 
 def path_of(branches: dict[int, BranchRow], leaf: int) -> list[tuple[int, int]]:
@@ -37,6 +40,25 @@ def path_of(branches: dict[int, BranchRow], leaf: int) -> list[tuple[int, int]]:
         if row is None or row.parent is None or row.fork_seq is None:
             return path
         limit, number = min(limit, row.fork_seq), row.parent
+
+
+def last_shown(branches: dict[int, BranchRow], version_of: int, from_seq: int) -> int:
+    """The branch that shows a version best: of `version_of` (the branch it is shown on) and
+    the branches forked from it that keep it (every fork between them after `from_seq`, the
+    version's first seq), the one shown last."""
+
+    def keeps(number: int) -> bool:
+        while number != version_of:
+            row = branches.get(number)
+            if row is None or row.parent is None or (row.fork_seq or 0) <= from_seq:
+                return False
+            number = row.parent
+        return True
+
+    kept = [b for b in branches.values() if keeps(b.number)]
+    if not kept:
+        return version_of
+    return max(kept, key=lambda b: (b.shown_at is not None, b.shown_at or 0, b.number)).number
 
 
 def on_path(path: Sequence[tuple[int, int]], branch: int, seq: int) -> bool:
@@ -67,8 +89,11 @@ async def branches_of(db: Db, *, session_id: str) -> dict[int, BranchRow]:
 
 
 _BRANCHES = """
-    SELECT number, parent, fork_seq, point, version, head FROM branches
-    WHERE session_id = %(session_id)s
+    SELECT b.number, b.parent, b.fork_seq, b.point, b.version, b.head, b.shown_at,
+        (SELECT min(m.seq) FROM messages AS m
+            WHERE m.session_id = b.session_id AND m.branch = b.number) AS first_seq
+    FROM branches AS b
+    WHERE b.session_id = %(session_id)s
 """
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ForeignKey, Index, Integer, String
+from sqlalchemy import DateTime, ForeignKey, Index, Integer, String
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -39,4 +39,7 @@ class Branch(Base):
     head: Mapped[str | None] = mapped_column(String(40))
     # The session's slots and pinned facts as the branch left them, restored on its return.
     saved: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    # When it last became the active branch: a switch back to a version shows the
+    # continuation of it that was shown last.
+    shown_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[datetime] = now_column()

@@ -99,6 +99,15 @@ async def test_an_edit_branches_and_the_next_prompt_follows_the_version_shown(
     texts = [m["text"] for m in shown["messages"] if m["role"] == "user"]
     assert texts == ["Hello there", "Please call me Alex", "What is my name?"]
 
+    # Its last answer written again, then away and back: the version comes back as it was
+    # shown last, with the regenerated answer.
+    again = await priya.http.post(f"/v1/sessions/{sid}/turns/{on_alex}/regenerate")
+    regenerated = await answered(priya, sid, again)
+    assert (await switch(priya, sid, alex["id"], 1)).status_code == 200
+    assert (await switch(priya, sid, sam["id"], 2)).status_code == 200
+    last = (await listing(priya, sid))["messages"][-1]
+    assert last["turn_id"] == regenerated and last["versions"] == {"count": 2, "shown": 2}
+
 
 async def test_what_cannot_be_edited_or_switched_is_refused_in_the_contracts_shape(
     priya: ParleyClient, marco: ParleyClient

@@ -39,6 +39,7 @@ def upgrade() -> None:
         sa.Column("version", sa.Integer(), nullable=False, server_default="1"),
         sa.Column("head", sa.String(40), nullable=True),
         sa.Column("saved", postgresql.JSONB(), nullable=True),
+        sa.Column("shown_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("created_at", sa.DateTime(timezone=True), server_default=sa.func.now()),
     )
     op.create_index("ix_branches_point", "branches", ["session_id", "point"])
