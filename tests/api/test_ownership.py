@@ -54,11 +54,13 @@ MISSING = {
     "message_id": "msg_missing",
     "export_id": "exp_missing",
     "import_id": "imp_missing",
+    "version": "1",
 }
 # Rows that any of the matrix's requests could touch, read as JSON text in a stable order.
 SNAPSHOT = {
     "sessions": "SELECT * FROM sessions WHERE id = :sid",
     "messages": "SELECT * FROM messages WHERE session_id = :sid ORDER BY seq",
+    "branches": "SELECT * FROM branches WHERE session_id = :sid ORDER BY number",
     "turns": "SELECT * FROM turns WHERE session_id = :sid ORDER BY id",
     "turn_events": "SELECT e.* FROM turn_events e JOIN turns t ON t.id = e.turn_id "
     "WHERE t.session_id = :sid ORDER BY e.turn_id, e.id",
@@ -99,6 +101,8 @@ EARLIER = "2026-01-01T09:00:00+00:00"
 def body_for(method: str, path: str) -> dict[str, Any] | None:
     if path.endswith("/messages") and method == "post":
         return {"client_message_id": uuid.uuid4().hex, "text": "Show me their orders"}
+    if path.endswith("/edit") and method == "post":
+        return {"client_message_id": uuid.uuid4().hex, "text": "Call me Mallory"}
     if path.endswith("/import") and method == "post":
         line = {"role": "user", "text": "My address is not yours to change.", "created_at": EARLIER}
         return {"client_import_id": uuid.uuid4().hex, "items": [line]}
@@ -241,6 +245,7 @@ async def test_every_route_refuses_everyone_but_the_owner_and_changes_nothing(
         "message_id": answer["id"],
         "export_id": export_id,
         "import_id": imported.json()["id"],
+        "version": "1",  # the answer's first version: another user may not switch to it
     }
     intruders = {
         "same tenant": {"session": tokens["marco"], "admin": tokens["marco"]},
