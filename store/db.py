@@ -121,9 +121,20 @@ def _refuse_closed(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
         raise exc.DisconnectionError("the server closed the connection")
 
 
+# SQLSTATEs by which a server that answered says it cannot serve the connection: class 08
+# (connection exception), shutting down, crashed, starting up, and no connection slot left.
+# Any other code is a statement it refused (a statement timeout, a deadlock, a lock wait): the
+# database is there, so that is not an outage, even where psycopg names it "operational".
+_SERVER_AWAY = ("08", "57P01", "57P02", "57P03", "53300")
+
+
 def is_unreachable(exc: BaseException) -> bool:
     """Whether an error says the database could not be reached (or the connection was lost),
     as opposed to a statement the database refused."""
+    cause = getattr(exc, "orig", None) or exc
+    sqlstate = cause.sqlstate if isinstance(cause, psycopg.Error) else None
+    if sqlstate is not None:
+        return sqlstate.startswith(_SERVER_AWAY)
     if isinstance(exc, OperationalError | InterfaceError):
         return True
     # psycopg's own, raised where no statement was being run (a connect, a commit).

@@ -160,6 +160,21 @@ async def test_an_error_is_the_stores_and_carries_no_parameters(
         assert await db.value("SELECT 1", {}) == 1
 
 
+async def test_a_statement_cut_by_its_timeout_is_refused_not_an_outage(
+    counted: tuple[Database, list[str]],
+) -> None:
+    """psycopg calls a statement timeout (and a deadlock) "operational", but the database
+    answered: the API must say 500, not 503 with "database unavailable" and a Retry-After."""
+    sessions, _ = counted
+    async with sessions() as db:
+        await db.run("SET LOCAL statement_timeout = '20ms'", {})
+        with pytest.raises(StoreError) as cut:
+            await db.value("SELECT pg_sleep(5)", {})
+        assert not is_unreachable(cut.value)
+        await db.rollback()
+        assert await db.value("SELECT 1", {}) == 1
+
+
 async def test_a_dropped_connection_is_unreachable_and_never_handed_out_again(
     counted: tuple[Database, list[str]], sessions: Database
 ) -> None:
