@@ -76,7 +76,7 @@ from parley.resolver import (
     PENDING_CLARIFICATION,
     Slot,
 )
-from parley.store import identity, steps, turns, user_memory
+from parley.store import identity, steering, steps, turns, user_memory
 from parley.store import memory as memory_store
 from parley.store import sessions as session_store
 from parley.store.context import (
@@ -165,7 +165,7 @@ class ContextBuilder:
                 current_slots=current_slots,
                 pinned=pinned,
             )
-            return BuildContextResult(call.id)
+            return BuildContextResult(call.id, steer_seq=_steer_of_turn(read))
 
     async def _pack_request(
         self,
@@ -217,6 +217,7 @@ class ContextBuilder:
             packed, plan, tools, budgets, counter, path, tenant, withheld, reanswer_of
         )
         request["knowledge"] = knowledge
+        await _take_steer(db, read, step, request)
         return await self._store(
             on,
             turn_id=turn.id,
@@ -433,6 +434,27 @@ def _tokens(message: session_store.StoredMessage, counter: TokenCounter) -> int:
     if message.token_count is not None and message.token_counter == counter.name:
         return message.token_count
     return count_message(counter, {"role": message.role, "content": message.text})
+
+
+def _steer_of_turn(read: BuildRows) -> int | None:
+    """The newest steer the step takes, when it steered this turn (after its message)."""
+    seq = read.steer_seq
+    return seq if steering.is_newer(seq, read.turn.user_seq) else None
+
+
+async def _take_steer(db: Db, read: BuildRows, step: int, request: dict[str, Any]) -> None:
+    """The steer this step takes (store/steering.py), in its request: its stream stops for
+    a newer one, and the turn's ending refuses while one is newer than its last step's."""
+    turn = read.turn
+    request["steer_seq"] = read.steer_seq
+    await steering.announce_steer(
+        db,
+        turn_id=turn.id,
+        session_id=turn.session_id,
+        user_seq=turn.user_seq,
+        step=step,
+        steer_seq=read.steer_seq,
+    )
 
 
 async def _settle(task: asyncio.Task[Any] | None) -> None:

@@ -5,6 +5,8 @@ the exception's class name that Temporal would report:
 
 - `TurnStopped` (the turn ended, or its cancel was recorded, before the step could run):
   final, typed `turn_stopped`, so the workflow stops instead of retrying or failing the turn.
+- `TurnSteered` (the ending found a steer newer than the turn's last model call,
+  store/steering.py): final, typed `turn_steered`, so the workflow answers it first.
 - the database being unreachable: the attempt first waits (heartbeating) for the database to
   answer again, for at most STORE_OUTAGE_WAIT and never past its own start-to-close, then
   fails typed `store_unavailable` and is retried after a short pause, within the step's
@@ -28,9 +30,10 @@ from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, 
 
 from parley.activities.heartbeat import heartbeat
 from parley.config import Settings
-from parley.contracts import TURN_STOPPED
+from parley.contracts import TURN_STEERED, TURN_STOPPED
 from parley.statuses import TurnErrorCode
 from parley.store.db import Database, is_unreachable, ping
+from parley.store.steering import TurnSteered
 from parley.store.turns import TurnStopped
 
 # Between attempts of a step that could not reach the database: a restart takes seconds.
@@ -109,6 +112,8 @@ class _FailureMapper(ActivityInboundInterceptor):
             return await self.next.execute_activity(input)
         except TurnStopped as stopped:
             raise ApplicationError(str(stopped), type=TURN_STOPPED, non_retryable=True) from None
+        except TurnSteered as steered:
+            raise ApplicationError(str(steered), type=TURN_STEERED, non_retryable=True) from None
         except Exception as exc:
             if not is_unreachable(exc):
                 raise

@@ -12,7 +12,7 @@ from parley.activities.handover import Handover
 from parley.contracts import EventType, ScreenInput, ScreenResult
 from parley.followups import suggest
 from parley.screens import Screen
-from parley.store import steps
+from parley.store import steering, steps
 from parley.store.db import Database, connect
 from parley.store.events import append_while_open
 from parley.store.steps import AnswerFacts
@@ -42,7 +42,15 @@ class ScreenActivities:
 
     @activity.defn(name="screen_input")
     async def screen_input(self, inp: ScreenInput) -> ScreenResult:
-        text = await self._question(inp.turn_id)
+        """The turn's message, or (`steers_after`) the messages that steered it since."""
+        if inp.steers_after is not None:
+            async with connect(self._sessions) as conn:
+                steers = await steering.steer_texts(
+                    conn, turn_id=inp.turn_id, after=inp.steers_after
+                )
+            text = "\n".join(steers)
+        else:
+            text = await self._question(inp.turn_id)
         verdict = await self._input.check(text)
         tracing.annotate(allowed=verdict.allowed, category=verdict.category)
         return ScreenResult(verdict.allowed, verdict.category)

@@ -22,7 +22,7 @@ from parley.activities.context import ContextBuilder
 from parley.activities.ending import Finalized
 from parley.activities.heartbeat import heartbeating
 from parley.activities.metrics import MODEL_CALLS, record_usage
-from parley.activities.stop_watch import STOP_CHECK_S, checking_while_quiet, stop_recorded
+from parley.activities.stop_watch import STOP_CHECK_S, Steered, Watch, checking_while_quiet
 from parley.config import Settings
 from parley.contracts import (
     TERMINAL_TURN_STATES,
@@ -178,14 +178,16 @@ class TurnActivities:
 
     async def _stream(self, conn: Db, turn_id: str, attempt: _Attempt) -> _Streamed:
         """Relay the provider's stream into the event log, a frame at a time: a frame is one
-        statement, one round trip, which also says whether the user's Stop is recorded."""
+        statement, one round trip, which also says whether the user's Stop is recorded or a
+        steer came in (activities/stop_watch.py). A steer ends the stream: what streamed is
+        kept as the call's superseded text, its tool calls (never run) dropped."""
         provider = self._providers.get(attempt.provider)
         streamed = _Streamed(started=time.monotonic())
         upstream = provider.stream(attempt.request)
         frames = _coalesce(upstream, self._settings.frame_seconds)
+        watch = Watch(conn, turn_id, attempt.call.request.get("steer_seq"))
         try:
-            stopped = stop_recorded(conn, turn_id)
-            async for item in checking_while_quiet(frames, stopped, STOP_CHECK_S, turn_id=turn_id):
+            async for item in checking_while_quiet(frames, watch, STOP_CHECK_S):
                 text = streamed.take(item)
                 if text is None:
                     continue
@@ -195,8 +197,10 @@ class TurnActivities:
                     type=EventType.delta,
                     data=DeltaData(message_id=attempt.message_id, text=text),
                 )
-                if appended.stopped:
-                    raise turns.TurnStopped(turn_id, "cancelling")
+                watch.heard(appended)
+        except Steered:
+            streamed.tool_calls.clear()
+            streamed.finish = Finish(FinishReason.steered)
         except (ProviderFatal, ProviderRetryable) as exc:
             MODEL_CALLS.labels(attempt.provider, attempt.model, exc.code).inc()
             raise provider_failure(exc) from None
@@ -325,6 +329,7 @@ class TurnActivities:
                     outcome=FinalizeOutcome(inp.outcome),
                     retracted=inp.retract,
                     backlog=backlog,
+                    steered_through=_steer_seq(call) if inp.steerable else None,
                 )
             except turns.TurnStopped:
                 await db.commit()  # the cancelled ending, when the user's Stop came first
@@ -382,6 +387,14 @@ def parsed_arguments(arguments: str) -> Any:
         return json.loads(arguments or "{}")
     except json.JSONDecodeError:
         return arguments
+
+
+def _steer_seq(call: CallRow) -> int | None:
+    """The steer a call's request was built with (store/steering.py); None for a call built
+    without the doorbell (the resolver's question), whose ending is not held by a steer."""
+    if "steer_seq" not in call.request:
+        return None
+    return call.request["steer_seq"] or 0
 
 
 def _result(call: CallRow) -> CallModelResult:

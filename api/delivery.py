@@ -15,8 +15,8 @@ from fastapi import BackgroundTasks
 from parley.api.deps import Sessions, TemporalConnector
 from parley.api.metrics import TURN_START_FAILURES
 from parley.config import Settings
-from parley.contracts import ResolveActionSignal, TurnInput
-from parley.dispatch.control import Delivery, deliver_and_record_decision
+from parley.contracts import ResolveActionSignal, SteerInput, TurnInput
+from parley.dispatch.control import Delivery, deliver_and_record_decision, tell_steer
 from parley.dispatch.erasure import start_erasure
 from parley.dispatch.outbox import record_started, start_turn_workflow
 from parley.dispatch.specialists import deliver_and_record
@@ -69,6 +69,16 @@ async def deliver_answers(
             await asyncio.wait_for(deliver_and_record(client, sessions, row), TIMEOUT_S)
         except Exception:
             log.warning("could not deliver an answer to turn %s now", row.turn_id, exc_info=True)
+
+
+async def deliver_steer(temporal: TemporalConnector, turn_id: str, steer: SteerInput) -> None:
+    """Tell the running turn of a stored steer (dispatch/control.py). Best effort: the store's
+    doorbell is what the turn takes it by, so a steer this cannot tell is still taken."""
+    try:
+        client = await asyncio.wait_for(temporal.get(), TIMEOUT_S)
+        await tell_steer(client, turn_id=turn_id, steer=steer)
+    except Exception:
+        log.info("could not tell turn %s of its steer", turn_id, exc_info=True)
 
 
 async def start_erasure_soon(

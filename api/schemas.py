@@ -43,6 +43,7 @@ class PostMessageIn(BaseModel):
     interaction_value: str | None = Field(
         default=None, max_length=100, json_schema_extra={"pattern": NO_NUL}
     )
+    mode: Literal["queue", "steer"] = "queue"  # while a turn runs (api.md, steering)
 
     @field_validator("text", "client_message_id", "interaction_value")
     @classmethod
@@ -103,8 +104,7 @@ class TurnOut(BaseModel):
     pending_action: ActionView | None
     created_at: Timestamp
     updated_at: Timestamp
-    # The turn's workflow in the Temporal UI, for operators; null unless
-    # PARLEY_TEMPORAL_UI_URL is set.
+    # The turn's workflow in the Temporal UI, for operators; null unless PARLEY_TEMPORAL_UI_URL.
     workflow_url: str | None = None
 
     @classmethod
@@ -172,6 +172,7 @@ class TurnStarted(BaseModel):
     state: TurnStateName
     message: MessageView
     events_url: str
+    steered: bool = False  # joined the running turn `turn_id` (`"mode": "steer"`)
 
     @classmethod
     def build(cls, *, session_id: str, turn_id: str, state: str, message: MessageView) -> Self:

@@ -1,4 +1,5 @@
-"""Talking to a running turn: the user's Stop and the user's answer to a confirmation.
+"""Talking to a running turn: the user's Stop, the user's answer to a confirmation, and a
+steer.
 
 Both are decisions stored first and delivered second, so the store stays the source of truth
 and a delivery that fails costs time, never the decision:
@@ -17,6 +18,9 @@ and a delivery that fails costs time, never the decision:
   first decision it took. A decision that finds neither the turn nor its specialist waiting
   is read from the store when the turn's wait ends, and `send_email` reads the stored
   status, not the Update.
+- Steer: the message and the session's doorbell are stored by the post (store/steering.py),
+  which is how the turn's running step hears it; the Update (`tell_steer`) records it in the
+  turn's history for operators. A turn that has ended refuses it, and nothing is lost.
 """
 
 from __future__ import annotations
@@ -29,7 +33,13 @@ from enum import Enum
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from parley.contracts import RESOLVE_ACTION_UPDATE, ResolveActionSignal, TurnState
+from parley.contracts import (
+    RESOLVE_ACTION_UPDATE,
+    STEER_UPDATE,
+    ResolveActionSignal,
+    SteerInput,
+    TurnState,
+)
 from parley.dispatch.specialists import offer_decision
 from parley.ids import workflow_id_for_turn
 from parley.statuses import ActionStatus, Decision, DeclineReason
@@ -69,6 +79,25 @@ async def cancel_turn_workflow(client: Client, sessions: Database, *, turn_id: s
         async with sessions() as db:
             await outbox.end_unstarted_turn(db, turn_id=turn_id, state=TurnState.cancelled)
             await db.commit()
+
+
+# How long a steer's Update waits: a turn streaming in one workflow task takes it at its
+# next task, a few seconds on.
+STEER_PATIENCE_S = 10.0
+
+
+async def tell_steer(
+    client: Client, *, turn_id: str, steer: SteerInput, patience_s: float = STEER_PATIENCE_S
+) -> bool:
+    """Deliver a stored steer to its turn as an Update; True once the turn took it, False
+    when it refused (it has ended) or did not answer in time."""
+    handle = client.get_workflow_handle(workflow_id_for_turn(turn_id))
+    try:
+        await asyncio.wait_for(handle.execute_update(STEER_UPDATE, steer), patience_s)
+    except (WorkflowUpdateFailedError, RPCError, TimeoutError):
+        log.info("turn %s did not take its steer", turn_id, exc_info=True)
+        return False
+    return True
 
 
 class Delivery(Enum):

@@ -49,6 +49,8 @@ PASSED_THROUGH = (
     "parley.workflows.erasure",
     "parley.workflows.wording",
     "parley.workflows.model_step",
+    "parley.workflows.tool_batch",
+    "parley.workflows.steering",
     "parley.workflows.specialist",
     "parley.workflows.summary",
     "parley.workflows.turn",

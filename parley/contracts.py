@@ -14,8 +14,7 @@ from enum import StrEnum
 
 from temporalio.common import SearchAttributeKey
 
-# The statuses of actions, tool calls and decisions live in their own pure module and are
-# re-exported here, beside turn states and message statuses.
+# Action, tool call and decision statuses: their own pure module, re-exported here.
 from parley.statuses import ActionStatus as ActionStatus
 from parley.statuses import Decision as Decision
 from parley.statuses import DeclineReason as DeclineReason
@@ -92,6 +91,7 @@ class EventType(StrEnum):
     error = "error"
     cancelled = "cancelled"
     artifact = "artifact"
+    steered = "steered"
 
 
 TERMINAL_EVENTS = frozenset({EventType.done, EventType.error, EventType.cancelled})
@@ -111,17 +111,17 @@ MAX_OUTPUT_TOKENS = 4000
 TOOL_ATTEMPTS = 3
 DEFAULT_CONFIRMATION_TIMEOUT_S = 600.0
 
-# A decision as a Workflow Update, the one way the API delivers it (dispatch/control.py): it
-# learns at once whether the turn took it (its validator accepts only the decision the turn
-# is waiting for) and retries if not.
+# A decision as a Workflow Update, the one way the API delivers it (dispatch/control.py): the
+# turn's validator takes only the decision it waits for, and the API retries until it does.
 RESOLVE_ACTION_UPDATE = "decide_action"
 # The same decision as a signal: only the previous build's recordings (turn_v12) have it.
 RESOLVE_ACTION_SIGNAL = "resolve_action"
+STEER_UPDATE = "steer"  # for the turn's history: the store's doorbell is what takes it
 # At most this many tool calls of one model response run; the rest are refused to the model.
 MAX_TOOL_CALLS_PER_RESPONSE = 8
-# The `ApplicationError` type by which a step tells the workflow to stop (never shown to a
-# client): the turn ended, or its cancel was recorded, while the workflow ran on.
-TURN_STOPPED = "turn_stopped"
+# `ApplicationError` types never shown to a client: a step tells the workflow to stop (the turn
+# ended, or its Stop was recorded, meanwhile); an ending that a newer steer holds back.
+TURN_STOPPED, TURN_STEERED = "turn_stopped", "turn_steered"
 
 
 @dataclass
@@ -153,6 +153,7 @@ class BuildContextResult:
     model_call_id: str
     # True when code, not the model, answers: the reference resolver asked the user to choose.
     clarification: bool = False
+    steer_seq: int | None = None  # the newest steer the step takes (store/steering.py)
 
 
 @dataclass
@@ -215,6 +216,12 @@ class ResolveActionSignal:
 
 
 @dataclass
+class SteerInput:
+    message_id: str  # the stored message (its text stays in the store)
+    seq: int = 0
+
+
+@dataclass
 class ActionInput:
     turn_id: str
     action_id: str
@@ -231,6 +238,7 @@ class ScreenInput:
     turn_id: str
     # The model call whose answer the output screen checks; None for the input screen.
     model_call_id: str | None = None
+    steers_after: int | None = None  # the input screen checks the turn's steers after this seq
 
 
 @dataclass
@@ -251,6 +259,7 @@ class FinalizeTurnInput:
     # The output screen withdrew the streamed answer: store `override_text` in its place,
     # marked `retracted`, and tell the stream.
     retract: bool = False
+    steerable: bool = True  # a steer newer than the last model call holds it back
 
 
 @dataclass

@@ -74,6 +74,8 @@ class FinishReason(StrEnum):
     tool_calls = "tool_calls"
     # Code, not the model, answered: the reference resolver asked the user to choose.
     clarification = "clarification"
+    # The user steered the turn while this call streamed: stopped, its text kept as superseded.
+    steered = "steered"
 
 
 class TurnErrorCode(StrEnum):

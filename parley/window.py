@@ -35,15 +35,32 @@ class Window:
 
 def group_turns(messages: Sequence[WindowMessage]) -> list[Turn]:
     """Messages (any order) as turns in seq order; messages before the first user message
-    and retracted text are left out."""
+    and retracted text are left out. A user message stored while tool calls awaited their
+    results (a steer, store/steering.py) follows those results: no tool call is ever shown
+    without its result after it."""
     turns: list[Turn] = []
+    waiting: set[str] = set()  # the tool calls of the last reply, not yet answered
+    waiting_in: str | None = None  # the turn of that reply
+    held: list[WindowMessage] = []  # its turn's user messages that came while they ran
     for m in sorted(messages, key=lambda m: m.seq):
         if m.status == MessageStatus.retracted or not (m.text or m.tool_calls):
+            continue
+        if m.role == "user" and waiting and m.turn_id is not None and m.turn_id == waiting_in:
+            held.append(m)
             continue
         if m.role == "user":
             turns.append([m])
         elif turns:
             turns[-1].append(m)
+        if m.role == "assistant" and m.tool_calls:
+            waiting = {str(c.get("id")) for c in m.tool_calls if isinstance(c, dict)}
+            waiting_in = m.turn_id
+        elif m.role == "tool":
+            waiting.discard(str(m.tool_call_id))
+        if held and not waiting:
+            turns.extend([h] for h in held)
+            held.clear()
+    turns.extend([h] for h in held)
     return turns
 
 

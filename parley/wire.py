@@ -336,6 +336,16 @@ class RetractedData(BaseModel):
     replacement_text: str
 
 
+class SteeredData(BaseModel):
+    """The turn took a message the user sent while it ran (`"mode": "steer"`): the model is
+    called again with it. `superseded_message_id`: the answer that was streaming when it
+    came, stopped and kept only as superseded (never the turn's answer); null when the steer
+    was taken after a batch of tool calls."""
+
+    message_id: str
+    superseded_message_id: str | None = None
+
+
 class FollowupsData(BaseModel):
     suggestions: list[str]
 
@@ -383,6 +393,7 @@ EVENT_DATA: dict[str, type[BaseModel]] = {
     "error": ErrorData,
     "cancelled": MessageData,
     "artifact": ArtifactData,
+    "steered": SteeredData,
 }
 
 

@@ -75,6 +75,15 @@ def _checked(response: httpx.Response, *expected: int) -> Any:
     return response.json() if response.content else None
 
 
+@dataclass
+class Steered:
+    """A message steered while its answer streamed: the turn that answered, its events."""
+
+    turn_id: str
+    stream: Stream
+    taken: bool  # into the running answer; False: it was answered as a turn of its own
+
+
 class UserClient:
     """One user's view of the session API."""
 
@@ -95,9 +104,7 @@ class UserClient:
         """Post a message and read its stream until it ends or rests. An answer to a waiting
         specialist continues the same turn: its stream is read after what was seen of it."""
         started = time.monotonic()
-        body = {"client_message_id": uuid.uuid4().hex, "text": text}
-        url = f"/v1/sessions/{session_id}/messages"
-        turn_id = str(_checked(await self.http.post(url, json=body), 202)["turn_id"])
+        turn_id = await self._post(session_id, text)
         after = seen_up_to.get(turn_id)
         return turn_id, await self.follow(session_id, turn_id, started=started, after=after)
 
@@ -120,13 +127,46 @@ class UserClient:
         url = f"/v1/sessions/{session_id}/messages/{message_id}/versions/{version}"
         _checked(await self.http.post(url), 200)
 
+    async def say_and_steer(self, session_id: str, text: str, steer: str) -> Steered:
+        """Post a message, and once its answer streams its first words, `steer` with
+        `"mode": "steer"`; read on until the answer that takes it ends. When the first
+        answer ended before the steer came, the steer is a turn of its own, followed too."""
+        started = time.monotonic()
+        turn_id = await self._post(session_id, text)
+        first = await self.follow(session_id, turn_id, started=started, until="delta")
+        steered = await self._post(session_id, steer, mode="steer", full=True)
+        last = first.events[-1].id if first.events else None
+        if steered["turn_id"] == turn_id:
+            rest = await self.follow(session_id, turn_id, started=started, after=last)
+            first.events += rest.events
+            return Steered(turn_id, first, bool(steered["steered"]))
+        answer = await self.follow(session_id, str(steered["turn_id"]), started=started)
+        return Steered(str(steered["turn_id"]), answer, False)
+
+    async def _post(
+        self, session_id: str, text: str, *, mode: str | None = None, full: bool = False
+    ) -> Any:
+        body = {"client_message_id": uuid.uuid4().hex, "text": text}
+        if mode is not None:
+            body["mode"] = mode
+        url = f"/v1/sessions/{session_id}/messages"
+        answer = _checked(await self.http.post(url, json=body), 202)
+        return answer if full else str(answer["turn_id"])
+
     async def answer(self, session_id: str, action_id: str, verb: str) -> None:
         url = f"/v1/sessions/{session_id}/actions/{action_id}/{verb}"
         _checked(await self.http.post(url), 202)
 
     async def follow(
-        self, session_id: str, turn_id: str, *, started: float, after: int | None = None
+        self,
+        session_id: str,
+        turn_id: str,
+        *,
+        started: float,
+        after: int | None = None,
+        until: str | None = None,
     ) -> Stream:
+        """The turn's events until it ends or rests (or, with `until`, one of that type)."""
         stream = Stream(started=started)
         headers = {"Last-Event-ID": str(after)} if after is not None else {}
         url = f"/v1/sessions/{session_id}/turns/{turn_id}/events"
@@ -135,7 +175,7 @@ class UserClient:
                 raise EvalClientError(f"GET {url}: {response.status_code}")
             async for event in _events(response):
                 stream.events.append(event)
-                if event.type in TERMINAL or event.type in RESTING:
+                if event.type in TERMINAL or event.type in RESTING or event.type == until:
                     break
         return stream
 

@@ -41,6 +41,9 @@ class StepSeen:
     # `edit`, `regenerate` or `switch` step names).
     message_id: str | None = None
     answer_id: str | None = None
+    # A step with a `steer`: taken into the running answer (True), or answered as a turn of
+    # its own because that answer had ended (False); None without one.
+    steered: bool | None = None
 
     @property
     def model_turn(self) -> bool:

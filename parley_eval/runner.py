@@ -139,7 +139,10 @@ async def _converse(
             number=number, kind=_kind(step), text=step.say or "", session_id=session_id
         )
         last_seq = int((await user.session(session_id))["last_seq"])
-        if step.edit is not None and step.say is not None:
+        if step.say is not None and step.steer is not None:
+            steered = await user.say_and_steer(session_id, step.say, step.steer)
+            record.turn_id, stream, record.steered = steered.turn_id, steered.stream, steered.taken
+        elif step.edit is not None and step.say is not None:
             edited = seen.steps[step.edit - 1].message_id
             record.turn_id, stream = await user.edit(session_id, _named(edited), step.say)
         elif step.say is not None:

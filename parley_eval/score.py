@@ -100,6 +100,8 @@ def _check_step(step: Step, record: StepSeen, tally: Tally) -> list[str]:
     problems: list[str] = []
     if expect.ends_with is not None and record.ends_with != expect.ends_with:
         problems.append(f"ends_with {expect.ends_with}: ended with {record.ends_with}")
+    if expect.steered is not None and record.steered != expect.steered:
+        problems.append(f"steered {expect.steered}: the steer was taken: {record.steered}")
     problems += _check_slots(expect, record, tally)
     if record.model_turn:
         problems += _check_clarification(expect, record, tally)

@@ -65,6 +65,8 @@ class Expect(Strict):
     ends_with: Literal["done", "error", "cancelled", "confirmation_required"] | None = None
     warning: str | None = None
     citations: list[str] | None = None  # knowledge documents that must be cited
+    # The step's `steer` was taken into the running answer (`steered`), not answered apart.
+    steered: bool | None = None
 
 
 class SwitchSpec(Strict):
@@ -82,6 +84,9 @@ class Step(Strict):
 
     say: str | None = None
     edit: int | None = Field(default=None, ge=1)
+    # Sent with `"mode": "steer"` once the answer to `say` streams its first words: the
+    # step's expectations are then about the one answer that takes it into account.
+    steer: str | None = Field(default=None, min_length=1)
     confirm: bool = False
     decline: bool = False
     regenerate: int | None = Field(default=None, ge=1)
@@ -103,6 +108,8 @@ class Step(Strict):
             )
         if self.new_session and (self.say is None or self.edit is not None):
             raise ValueError("`new_session` goes with a `say` step")
+        if self.steer is not None and (self.say is None or self.edit is not None):
+            raise ValueError("`steer` goes with a `say` step (not an edit)")
         return self
 
     def earlier(self) -> int | None:

@@ -84,6 +84,9 @@ class BuildRows:
     # The turn moved to `building_context` by this read (step 0, and the first attempt).
     moved: bool
     facts: SessionFacts
+    # The session's steer doorbell as the build read it (store/steering.py): the request
+    # records it, and the window read with it holds every steer up to it.
+    steer_seq: int | None = None
 
 
 class TurnChanged(Exception):
@@ -130,6 +133,7 @@ def _build_rows(
     remembered: int,
     importing: bool,
     elsewhere: list[list[Any]] | None,
+    steer_seq: int | None = None,
     **columns: Any,
 ) -> BuildRows:
     turn = TurnFacts(**{f.name: columns[f"t_{f.name}"] for f in fields(TurnFacts)})
@@ -149,6 +153,7 @@ def _build_rows(
         has_knowledge=has_knowledge,
         packed=None if call_id is None else (call_id, str(call_provider)),
         moved=moved is not None,
+        steer_seq=steer_seq,
         facts=SessionFacts(
             slots={name: Slot(value, source, seq) for name, value, source, seq in slots},
             consent=bool(consent),
@@ -199,6 +204,7 @@ _FACTS = f"""
 _ROWS = f"""
     {_TURN}, {_MESSAGE},
     u.display_name AS user_name, u.id IS NOT NULL AS user_known, s.tenant_id AS session_tenant,
+    s.steer_seq,
     n.config AS tenant_config,
     EXISTS (SELECT 1 FROM knowledge_documents
         WHERE tenant_id = t.tenant_id AND current) AS has_knowledge,

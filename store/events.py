@@ -10,7 +10,8 @@ is committed and readable; it carries the events themselves when they fit, so a 
 need not read them back.
 
 This module owns the append (the turn's counter moved, the events inserted) and the doorbell
-(its channel and payload, and the one other bell, `ring`). A statement that appends as part
+(its channel and payload, the one other bell, `ring`, and the steer's, `STEER_SEQ_OF_SESSION`,
+which a streaming step hears with its appends). A statement that appends as part
 of a larger write composes `counter`, `EVENTS_INSERTED` and `DOORBELL` (or `RUNG`) instead of
 writing them again: store/turns/endings.py (an ending's release), store/turns/attempts.py (an
 attempt's opening), store/context.py (the build's move), store/turns/birth.py,
@@ -35,6 +36,10 @@ from parley.store.viewers import ATTACH_VIEWER_SQL
 from parley.wire import EVENT_DATA, StateData
 
 NOTIFY_CHANNEL = "parley_turn_events"
+# The steer's doorbell (store/steering.py): the seq of the session's newest steering message,
+# for a statement that names the session in SQL as `{session}`. Read with every streamed
+# append and by the quiet check, beside the Stop.
+STEER_SEQ_OF_SESSION = "(SELECT steer_seq FROM sessions WHERE id = {session})"
 # The doorbell's payload: `turn_id:first_id:batch`, the batch being the appended events as
 # written (a JSON list of {type, data}) when it fits in a notification (PostgreSQL's limit is
 # 8000 bytes), else empty. A listener that already has every event before `first_id` can send
@@ -87,7 +92,8 @@ async def append_events(
 
 async def append_streamed(conn: Db, *, turn_id: str, type: EventType, data: BaseModel) -> Appended:
     """`append_event` for a streaming step (the deltas, a turn's most frequent write), which
-    learns in the same round trip whether the user's Stop is recorded on the turn."""
+    learns in the same round trip whether the user's Stop is recorded on the turn, and the
+    session's steer doorbell (store/steering.py)."""
     return await _append(conn, turn_id, [(type, data)], None, None)
 
 
@@ -123,8 +129,14 @@ def append_params(
     return params
 
 
-def _appended(*, event_id: int | None, stopped: bool | None, notified: Any) -> Appended | None:
-    return None if event_id is None else Appended(event_id, bool(stopped))
+def _appended(
+    *, event_id: int | None, stopped: bool | None, steer_seq: int | None, notified: Any
+) -> Appended | None:
+    return (
+        None
+        if event_id is None
+        else Appended(stopped=bool(stopped), steer_seq=steer_seq, event_id=event_id)
+    )
 
 
 async def append_while_open(conn: Db, *, turn_id: str, type: EventType, data: BaseModel) -> bool:
@@ -140,21 +152,33 @@ class _Notified:
     notified: Any
 
 
-async def stop_is_recorded(conn: Db, *, turn_id: str) -> bool:
-    """Whether the user's Stop is recorded on the turn, read on a streaming step's own
-    connection (its appends') while it has nothing to append."""
-    return bool(await conn.value(_STOP_RECORDED, {"turn_id": turn_id}))
-
-
-_STOP_RECORDED = "SELECT cancel_requested_at IS NOT NULL FROM turns WHERE id = %(turn_id)s"
+async def stop_or_steer(conn: Db, *, turn_id: str) -> Heard:
+    """Whether the user's Stop is recorded on the turn, and the session's steer doorbell,
+    read on a streaming step's own connection (its appends') while it has nothing to
+    append."""
+    heard = await conn.row(_STOP_OR_STEER, {"turn_id": turn_id}, Heard)
+    return heard if heard is not None else Heard(False, None)
 
 
 @dataclass(frozen=True)
-class Appended:
-    # The id of the last event appended.
-    event_id: int
+class Heard:
     # The turn's Stop is recorded: a step that streams for it stops at once.
     stopped: bool
+    # The seq of the session's newest steering message (store/steering.py), or None.
+    steer_seq: int | None
+
+
+_STOP_OR_STEER = f"""
+    SELECT cancel_requested_at IS NOT NULL AS stopped,
+        {STEER_SEQ_OF_SESSION.format(session="turns.session_id")} AS steer_seq
+    FROM turns WHERE id = %(turn_id)s
+"""
+
+
+@dataclass(frozen=True)
+class Appended(Heard):
+    # The id of the last event appended.
+    event_id: int = 0
 
 
 def state_event(state: TurnState) -> tuple[EventType, BaseModel]:
@@ -225,11 +249,11 @@ def _appending(counter_cte: str, returning: str = "") -> str:
     """
 
 
-_STOPPED = ", turns.cancel_requested_at IS NOT NULL AS stopped"
-_APPEND = _appending(counter(returning=_STOPPED), ", (SELECT stopped FROM counter) AS stopped")
-_APPEND_MOVING = _appending(
-    counter(moving=True, returning=_STOPPED), ", (SELECT stopped FROM counter) AS stopped"
-)
+_STOPPED = f""", turns.cancel_requested_at IS NOT NULL AS stopped,
+        {STEER_SEQ_OF_SESSION.format(session="turns.session_id")} AS steer_seq"""
+_HEARD = ", (SELECT stopped FROM counter) AS stopped, (SELECT steer_seq FROM counter) AS steer_seq"
+_APPEND = _appending(counter(returning=_STOPPED), _HEARD)
+_APPEND_MOVING = _appending(counter(moving=True, returning=_STOPPED), _HEARD)
 
 _ENDED = [state.value for state in TERMINAL_TURN_STATES]
 _OPEN = """WHERE turns.id = %(turn_id)s AND NOT (turns.state = ANY(%(ended)s))

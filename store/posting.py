@@ -6,8 +6,8 @@
 3. **Admission**: first what the request itself gets wrong (a stale view, a file that is not
    the user's), which costs nothing; then the user's access and the limits, which count it.
 4. **Classification**: what the message is, from the session's state, without writing:
-   a new turn, an answer to a waiting specialist, a typed yes/no on a pending card, or the
-   session's next turn, queued behind the running one (store/queue.py).
+   a new turn, an answer to a waiting specialist, a typed yes/no on a pending card, a steer
+   (store/steering.py) or the session's next turn, queued behind the running one.
 5. **The write** that kind of message makes, each a function of its own.
 
 Nothing here commits (see `store`): the API commits the message and its turn in this one
@@ -36,7 +36,7 @@ from parley.errors import (
 from parley.features import ASSISTANT
 from parley.ids import new_id
 from parley.statuses import ActionStatus, Decision, DeclineReason
-from parley.store import actions, interactions, locks, queue
+from parley.store import actions, interactions, locks, queue, steering
 from parley.store import files as files_store
 from parley.store import limits as limits_store
 from parley.store.db import Db
@@ -74,6 +74,8 @@ class PostedMessage:
     answers: tuple[interactions.AnswerRow, ...] = ()
     # A new turn's place in its session (the workflow's summary), read under the session lock.
     turn_number: int | None = None
+    # The message joined the running turn as a steer: the API tells its workflow after commit.
+    steered: bool = False
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,7 @@ class Post:
     text: str
     attached: list[str]  # file ids, checked as the user's uploads to this session
     interaction_value: str | None
+    steer: bool = False  # `"mode": "steer"`: joins the running turn rather than queued
 
 
 # What a message is (`_classify`): exactly one of these.
@@ -114,7 +117,14 @@ class NextTurn:
     """Posted while the session's turn runs: queued as the session's next turn."""
 
 
-Kind = NewTurn | AnswerToSpecialist | DecisionOnCard | NextTurn
+@dataclass(frozen=True)
+class SteerTurn:
+    """Posted with `"mode": "steer"` while the session's turn runs: joins it (steering.py)."""
+
+    turn: TurnFacts
+
+
+Kind = NewTurn | AnswerToSpecialist | DecisionOnCard | NextTurn | SteerTurn
 
 
 async def post_user_message(
@@ -128,6 +138,7 @@ async def post_user_message(
     limits: Limits | None = None,
     file_ids: Sequence[str] = (),
     interaction_value: str | None = None,
+    steer: bool = False,
 ) -> PostedMessage:
     """Store a user message and what it starts or answers, in the caller's transaction."""
     session = await lock_session(db, owner=owner, session_id=session_id)
@@ -136,7 +147,7 @@ async def post_user_message(
         return earlier
     attached = await _validate(db, owner, session, expected_last_seq, file_ids)
     await _admit(db, owner=owner, limits=limits, locked=True)
-    post = Post(session, owner, client_message_id, text, attached, interaction_value)
+    post = Post(session, owner, client_message_id, text, attached, interaction_value, steer)
     match await _classify(db, post):
         case AnswerToSpecialist() as kind:
             return await _answer_specialist(db, post, kind)
@@ -144,6 +155,8 @@ async def post_user_message(
             return await _decide_card(db, post, kind)
         case NextTurn():
             return await _queue_next_turn(db, post)
+        case SteerTurn() as kind:
+            return await _steer_turn(db, post, kind)
         case NewTurn() as kind:
             return await _open_new_turn(db, post, kind, number=turns_before + 1)
 
@@ -181,14 +194,15 @@ async def _classify(db: Db, post: Post) -> Kind:
     if answer is not None:
         return AnswerToSpecialist(active, answer)
     action = await actions.pending_action(db, session_id=session.id)
-    if active.state == TurnState.awaiting_confirmation and (
-        action is not None and action.turn_id == active.id
-    ):
-        decision = typed_decision(post.text)
-        if decision and action.expires_at > datetime.now(UTC):
-            return DecisionOnCard(active, action, decision)
-        if session.queued_turn_id is None:
-            return NewTurn(superseded=action)  # the user moved on: the card is declined
+    resting = active.state == TurnState.awaiting_confirmation
+    card = action if resting and action is not None and action.turn_id == active.id else None
+    if card is not None and (decision := typed_decision(post.text)):
+        if card.expires_at > datetime.now(UTC):
+            return DecisionOnCard(active, card, decision)
+    if post.steer and not post.attached and (card or active.state in steering.STEERABLE):
+        return SteerTurn(active)  # a card waiting stays: the turn answers, then waits on
+    if card is not None and session.queued_turn_id is None:
+        return NewTurn(superseded=card)  # the user moved on: the card is declined
     # Running (or its card was just answered and it is about to resume), or resting with a
     # message already queued behind it, which must run first.
     if session.queued_turn_id is not None:
@@ -220,6 +234,13 @@ async def _decide_card(db: Db, post: Post, kind: DecisionOnCard) -> PostedMessag
     message = await _join_turn(db, post, kind.turn.id, attached=post.attached)
     signal = ResolveActionSignal(kind.action.id, kind.decision)
     return PostedMessage(_posted_turn(kind.turn), message, True, signals=((kind.turn.id, signal),))
+
+
+async def _steer_turn(db: Db, post: Post, kind: SteerTurn) -> PostedMessage:
+    """The message joins the running turn and rings the steer's doorbell; no new turn."""
+    joined = (post.session.id, kind.turn.id, post.client_message_id, post.text)
+    message = MessageView.from_row(await steering.join_as_steer(db, *joined))
+    return PostedMessage(_posted_turn(kind.turn), message, True, steered=True)
 
 
 async def _queue_next_turn(db: Db, post: Post) -> PostedMessage:

@@ -25,6 +25,12 @@ Bounded by MAX_MODEL_CALLS requests (retries count), MAX_OUTPUT_TOKENS and
 MAX_TOOL_CALLS_PER_RESPONSE; a repeated call is refused; the loop keeps its last request for a
 re-answer without tools (`_at_the_cap`, parley/paths.py).
 
+Steer (build 13): a message sent with `"mode": "steer"` reaches a running step through the
+store's doorbell (store/steering.py): a stream stops (`steered`) and the next step takes it;
+a tool batch ends first; an ending it holds back (`turn_steered`) answers it first; a card's
+wait, which the Update `steer` wakes, keeps the card while a step without tools answers it.
+A turn that is not steered runs the commands of build 12.
+
 Cancel: the API records the Stop on the turn row, then cancels the workflow; every step
 boundary checks `workflow.cancellation_reason()` and a step that finds the Stop recorded
 refuses to run (`turn_stopped`), so an accepted cancel always ends the turn `cancelled`. A
@@ -46,23 +52,22 @@ with workflow.unsafe.imports_passed_through():
     from parley.activities.memory import MemoryActivities
     from parley.activities.screens import ScreenActivities
     from parley.activities.send import SendActivities
-    from parley.activities.tools import ToolActivities
     from parley.activities.turn import TurnActivities
     from parley.contracts import (
         MAX_MODEL_CALLS,
         MAX_OUTPUT_TOKENS,
-        MAX_TOOL_CALLS_PER_RESPONSE,
         RESOLVE_ACTION_SIGNAL,
         RESOLVE_ACTION_UPDATE,
         SA_TURN_STATE,
+        STEER_UPDATE,
         TERMINAL_TURN_STATES,
+        TURN_STEERED,
         TURN_STOPPED,
         TURN_WORKFLOW,
         ActionInput,
         BuildContextInput,
         BuildContextResult,
         CallModelResult,
-        ExecuteToolInput,
         FailTurnInput,
         FinalizeTurnInput,
         FinishTurnInput,
@@ -70,21 +75,26 @@ with workflow.unsafe.imports_passed_through():
         ResolveActionSignal,
         ScreenInput,
         ScreenResult,
+        SteerInput,
         SummarizeInput,
-        ToolCallRef,
-        ToolOutcome,
         TurnInput,
         TurnOutcome,
         TurnState,
     )
     from parley.screens import DECLINE_TEXT
-    from parley.skills import RUN_SKILL
-    from parley.statuses import ActionStatus, Decision, TurnErrorCode, turn_error_code
-    from parley.tools import Risk, risk_of
+    from parley.statuses import (
+        ActionStatus,
+        Decision,
+        FinishReason,
+        TurnErrorCode,
+        turn_error_code,
+    )
 
 from parley.workflows.model_step import call_model_or_fallback
-from parley.workflows.options import SCREEN, SEND, SKILL, STORE, TOOL, to_its_end
+from parley.workflows.options import SCREEN, SEND, STORE, to_its_end
 from parley.workflows.specialist import delegation, run_specialist
+from parley.workflows.steering import SteerDeclined, Steered, Steers, screened
+from parley.workflows.tool_batch import honour_cancel, run_tools
 from parley.workflows.wording import (
     BOUNDS_TEXT,
     BUDGET_SPENT,
@@ -92,7 +102,6 @@ from parley.workflows.wording import (
     NOT_SENT_TEXT,
     REQUEST_REFUSED,
     SENT_TEXT,
-    TOO_MANY_TOOLS,
 )
 
 OPERATOR_STATES = TERMINAL_TURN_STATES | {TurnState.awaiting_confirmation}
@@ -111,6 +120,10 @@ class TurnWorkflow:
         self._requests = 0  # model requests sent so far, retries and fallback included
         self._model_step = 0  # model calls scheduled so far: "model step 2" in the UI
         self._summary_started = False  # by the tail step
+        self._step = 0  # the turn's model step being built: a steer adds one
+        self._output_tokens = 0
+        self._seen: set[tuple[str, str]] = set()  # tool calls run, for the repeat guard
+        self._steers = Steers()
 
     @workflow.query
     def state(self) -> str:
@@ -139,11 +152,16 @@ class TurnWorkflow:
         if decision.decision not in Decision.__members__:
             raise ValueError(f"{decision.decision!r} is not a decision")
 
-    def _honour_cancel(self) -> None:
-        """A step boundary: a Stop delivered while the step ran is honoured here, whatever
-        the step returned (a model call that finished before hearing of it, a screen)."""
-        if workflow.cancellation_reason() is not None:
-            raise asyncio.CancelledError()
+    @workflow.update(name=STEER_UPDATE)
+    def steer(self, steer: SteerInput) -> int:
+        """A message the user sent with `"mode": "steer"` (workflows/steering.py)."""
+        return self._steers.deliver(steer)
+
+    @steer.validator
+    def _only_while_running(self, steer: SteerInput) -> None:
+        """An ended turn takes no steer (the message then stays a message of the session)."""
+        if self._state in TERMINAL_TURN_STATES:
+            raise ValueError(f"this turn has ended ({self._state})")
 
     def _budget_spent(self, output_tokens: int) -> bool:
         return self._requests >= MAX_MODEL_CALLS or output_tokens >= MAX_OUTPUT_TOKENS
@@ -231,36 +249,52 @@ class TurnWorkflow:
         self._enter(TurnState.cancelled, "stopped; what streamed is kept")
 
     async def _turn(self, inp: TurnInput) -> TurnOutcome:
+        try:
+            return await self._answered(inp)
+        except SteerDeclined as declined:  # the input screen's decline, as for the message
+            return await self._finalize(
+                inp, declined.model_call_id, override=DECLINE_TEXT, steerable=False
+            )
+
+    async def _answered(self, inp: TurnInput) -> TurnOutcome:
         # Started first, awaited just before the first model call: its latency overlaps
         # context building instead of adding to it (two local activities run at once).
         input_screen = self._screen_input(inp)
         self._enter(TurnState.building_context, "context for model step 1")
-        step = 0
-        context = await self._build_context(inp, step)
+        context = await self._build_context(inp, self._step)
         verdict = await input_screen  # an error here fails the turn closed
-        self._honour_cancel()
+        honour_cancel()
         if not verdict.allowed:
-            return await self._finalize(inp, context.model_call_id, override=DECLINE_TEXT)
-        if context.clarification:
-            return await self._finalize(inp, context.model_call_id)
-        call = self._count(await self._call_model(inp, context.model_call_id))
-        output_tokens = call.output_tokens
-        seen: set[tuple[str, str]] = set()
+            return await self._finalize(
+                inp, context.model_call_id, override=DECLINE_TEXT, steerable=False
+            )
+        if context.clarification:  # code asks: its ending is not held back by a steer
+            return await self._finalize(inp, context.model_call_id, steerable=False)
+        call = await self._call_model(inp, context.model_call_id)
+        while True:
+            try:
+                return await self._answer(inp, call)
+            except Steered:
+                # A steer came after the last model call: the model answers it as well.
+                call = await self._next_model_call(inp)
+
+    async def _answer(self, inp: TurnInput, call: CallModelResult) -> TurnOutcome:
+        """From a model call to the turn's ending: the tool loop, a card and its decision,
+        the answer. `Steered` when the ending found a steer newer than the last call."""
+        seen = self._seen
         proposed: list[str] = []  # kept across rounds of tools until the user answers
         while call.tool_calls:
-            if self._loop_capped(output_tokens):
-                await self._run_tools(inp, call.tool_calls, seen, refuse_all=BUDGET_SPENT)
-                return await self._at_the_cap(inp, call, step, output_tokens, seen)
+            if self._loop_capped(self._output_tokens):
+                await run_tools(inp, call.tool_calls, seen, refuse_all=BUDGET_SPENT)
+                return await self._at_the_cap(inp, call)
             self._enter(TurnState.executing_tools, ", ".join(c.name for c in call.tool_calls))
-            outcomes = await self._run_tools(inp, call.tool_calls, seen)
+            outcomes = await run_tools(inp, call.tool_calls, seen)
             handed = delegation(call.tool_calls, outcomes)  # workflows/specialist.py
             if handed is not None:
                 said = await run_specialist(inp, handed)
                 return await self._finalize(inp, call.model_call_id, override=said)
             proposed += [o.action_id for o in outcomes if o.action_id]
-            step += 1
-            call = self._count(await self._next_model_call(inp, step))
-            output_tokens += call.output_tokens
+            call = await self._next_model_call(inp)
             if proposed and not call.tool_calls:
                 result = await self._confirm_and_execute(inp, proposed[-1], call)
                 proposed = []
@@ -270,13 +304,14 @@ class TurnWorkflow:
                     return await self._finalize(
                         inp, call.model_call_id, outcome="expired", override=EXPIRED_TEXT
                     )
-                if self._budget_spent(output_tokens):
+                if self._budget_spent(self._output_tokens):
                     # No request left to word it: code says what happened to the action.
                     said = SENT_TEXT if result == ActionStatus.executed else NOT_SENT_TEXT
-                    return await self._finalize(inp, call.model_call_id, override=said)
-                step += 1  # the model words what happened to the action
-                call = self._count(await self._next_model_call(inp, step))
-                output_tokens += call.output_tokens
+                    return await self._finalize(
+                        inp, call.model_call_id, override=said, steerable=False
+                    )
+                # The model words what happened to the action.
+                call = await self._next_model_call(inp)
         return await self._screened_answer(inp, call)
 
     def _screen_input(self, inp: TurnInput) -> Awaitable[ScreenResult]:
@@ -284,31 +319,35 @@ class TurnWorkflow:
             ScreenActivities.screen_input, ScreenInput(inp.turn_id), summary="screen input"
         )
 
-    async def _at_the_cap(
-        self,
-        inp: TurnInput,
-        capped: CallModelResult,
-        step: int,
-        output_tokens: int,
-        seen: set[tuple[str, str]],
-    ) -> TurnOutcome:
+    async def _at_the_cap(self, inp: TurnInput, capped: CallModelResult) -> TurnOutcome:
         """The tool loop hit its cap: a step without tools, the capped step's child, answers
         from what the turn found; with no request left (or no words from it), the bounds
         text does."""
-        if self._budget_spent(output_tokens):
-            return await self._finalize(inp, capped.model_call_id, override=BOUNDS_TEXT)
-        context = await self._build_context(inp, step + 1, reanswer_of=capped.model_call_id)
-        answer = self._count(await self._call_model(inp, context.model_call_id))
+        if self._budget_spent(self._output_tokens):
+            return await self._finalize(
+                inp, capped.model_call_id, override=BOUNDS_TEXT, steerable=False
+            )
+        self._step += 1
+        context = await self._build_context(inp, self._step, reanswer_of=capped.model_call_id)
+        answer = await self._call_model(inp, context.model_call_id)
         if answer.tool_calls:  # a provider that asks anyway: refused, every call answered
-            await self._run_tools(inp, answer.tool_calls, seen, refuse_all=BUDGET_SPENT)
+            await run_tools(inp, answer.tool_calls, self._seen, refuse_all=BUDGET_SPENT)
         if answer.tool_calls or answer.output_chars == 0:
-            return await self._finalize(inp, answer.model_call_id, override=BOUNDS_TEXT)
+            return await self._finalize(
+                inp, answer.model_call_id, override=BOUNDS_TEXT, steerable=False
+            )
         return await self._screened_answer(inp, answer)
 
     async def _screened_answer(self, inp: TurnInput, call: CallModelResult) -> TurnOutcome:
         """The output screen and the follow-ups run side by side once the answer is complete,
         both parts of the tail step (activities/ending.py): a declined answer is retracted, an
         erroring screen lets the answer stand."""
+        if call.finish_reason == FinishReason.steered:
+            # Stopped for a steer with no request left to answer it: its partial text is
+            # superseded, never the answer.
+            return await self._finalize(
+                inp, call.model_call_id, override=BOUNDS_TEXT, steerable=False
+            )
         return await self._finalize(inp, call.model_call_id, screen=True)
 
     async def _build_context(
@@ -320,19 +359,35 @@ class TurnWorkflow:
             BuildContextInput(inp.turn_id, step, reanswer_of),
             summary=f"context for model step {self._model_step + 1}{what}",
         )
-        self._honour_cancel()
+        honour_cancel()
+        await screened(inp, built, self._steers)
         return built
 
     async def _call_model(self, inp: TurnInput, model_call_id: str) -> CallModelResult:
+        """The model call, counted; one stopped for a steer is followed by the next step
+        (its build takes the steer) while the turn has requests left."""
+        answered = await self._one_call(inp, model_call_id)
+        while answered.finish_reason == FinishReason.steered:
+            if self._budget_spent(self._output_tokens):
+                break
+            self._step += 1
+            context = await self._build_context(inp, self._step)
+            answered = await self._one_call(inp, context.model_call_id)
+        return answered
+
+    async def _one_call(self, inp: TurnInput, model_call_id: str) -> CallModelResult:
         self._model_step += 1
         self._enter(TurnState.calling_model, f"model step {self._model_step}")
         answered = await call_model_or_fallback(inp, model_call_id, self._model_step)
         # A call that finished before it heard of the Stop does not swallow it.
-        self._honour_cancel()
+        honour_cancel()
+        self._count(answered)
+        self._output_tokens += answered.output_tokens
         return answered
 
-    async def _next_model_call(self, inp: TurnInput, step: int) -> CallModelResult:
-        context = await self._build_context(inp, step)
+    async def _next_model_call(self, inp: TurnInput) -> CallModelResult:
+        self._step += 1
+        context = await self._build_context(inp, self._step)
         return await self._call_model(inp, context.model_call_id)
 
     async def _finalize(
@@ -343,63 +398,65 @@ class TurnWorkflow:
         outcome: str = "completed",
         override: str | None = None,
         screen: bool = False,
+        steerable: bool = True,
     ) -> TurnOutcome:
         """Store the ending in one step that also screens a model's answer (`screen`), offers
-        its follow-ups and starts the rolling summary when due."""
-        self._honour_cancel()
-        ending = FinalizeTurnInput(inp.turn_id, model_call_id, outcome, override)
-        message_id = await STORE.run_local(
-            EndingActivities.finish_turn,
-            FinishTurnInput(ending, inp.session_id, screen),
-            summary=f"finish ({outcome}{', screened' if screen else ''})",
+        its follow-ups and starts the rolling summary when due. `Steered` when a steer newer
+        than the turn's last model call holds it back (`steerable`, while requests are left:
+        a turn at its bounds ends with what it has)."""
+        honour_cancel()
+        steerable = steerable and not self._budget_spent(self._output_tokens)
+        ending = FinalizeTurnInput(
+            inp.turn_id, model_call_id, outcome, override, steerable=steerable
         )
+        try:
+            message_id = await STORE.run_local(
+                EndingActivities.finish_turn,
+                FinishTurnInput(ending, inp.session_id, screen),
+                summary=f"finish ({outcome}{', screened' if screen else ''})",
+            )
+        except ActivityError as err:
+            cause = err.cause
+            if isinstance(cause, ApplicationError) and cause.type == TURN_STEERED:
+                raise Steered() from err
+            raise
         self._summary_started = True
         ended = TurnState.expired if outcome == "expired" else TurnState.completed
         self._enter(ended, f"answered with message {message_id}")
         return TurnOutcome(outcome, message_id or None)
 
-    async def _run_tools(
-        self,
-        inp: TurnInput,
-        calls: list[ToolCallRef],
-        seen: set[tuple[str, str]],
-        *,
-        refuse_all: str | None = None,
-    ) -> list[ToolOutcome]:
-        """Reads run in parallel; proposals and hand-offs one at a time, after them."""
-        jobs: list[tuple[ExecuteToolInput, str]] = []  # each with its line in the UI
-        for position, call in enumerate(calls):
-            refuse = refuse_all
-            key = (call.name, call.args_hash)
-            if refuse is None and key in seen:
-                refuse = "an identical call already ran in this turn; use its result"
-            if refuse is None and position >= MAX_TOOL_CALLS_PER_RESPONSE:
-                refuse = TOO_MANY_TOOLS
-            seen.add(key)
-            jobs.append(
-                (
-                    ExecuteToolInput(inp.turn_id, call.call_id, refuse, inp.confirmation_timeout_s),
-                    f"{call.name} (refused)" if refuse else call.name,
-                )
-            )
-        # Skills run one at a time, after the reads: each holds a sandbox.
-        parallel = [
-            (j, summary)
-            for (j, summary), c in zip(jobs, calls, strict=True)
-            if (risk_of(c.name) in (Risk.read, None) or j.refuse) and c.name != RUN_SKILL
-        ]
-        serial = [j for j in jobs if j not in parallel]
-        outcomes = list(await asyncio.gather(*(self._execute_tool(*j) for j in parallel)))
-        for one in serial:
-            self._honour_cancel()
-            outcomes.append(await self._execute_tool(*one))
-        self._honour_cancel()
-        return outcomes
+    async def _decided(self, action_id: str, wait: timedelta) -> bool:
+        """Wait for the user's decision on the card (True) or a steer it has not taken
+        (False); TimeoutError when the card's time is up."""
+        if wait <= timedelta(0):
+            raise TimeoutError
+        await workflow.wait_condition(
+            lambda: action_id in self._decisions or self._steers.waiting,
+            timeout=wait,
+            timeout_summary=f"confirmation of {action_id} expires",
+        )
+        return action_id in self._decisions
 
-    async def _execute_tool(self, job: ExecuteToolInput, summary: str) -> ToolOutcome:
-        # A skill's sandbox may run for its whole wall clock: a bundle of its own.
-        options = SKILL if summary == RUN_SKILL else TOOL
-        return await options.run(ToolActivities.execute_tool, job, summary=summary)
+    async def _answer_on_the_card(
+        self, inp: TurnInput, action_id: str, card: CallModelResult
+    ) -> CallModelResult:
+        """A steer while the card waits: a step without tools (the card's child) answers it,
+        and the turn rests on the same card again, with that answer above it."""
+        if self._budget_spent(self._output_tokens):
+            self._steers.take_all()  # no request left: the card still waits
+            return card
+        self._step += 1
+        context = await self._build_context(inp, self._step, reanswer_of=card.model_call_id)
+        self._steers.take_all()
+        answer = await self._call_model(inp, context.model_call_id)
+        await STORE.run_local(
+            TurnActivities.request_confirmation,
+            RequestConfirmationInput(inp.turn_id, action_id, answer.model_call_id),
+            summary=f"show the card for {action_id} again",
+        )
+        honour_cancel()
+        self._enter(TurnState.awaiting_confirmation, f"{action_id}, after a steer")
+        return answer
 
     async def _confirm_and_execute(
         self, inp: TurnInput, action_id: str, call: CallModelResult
@@ -412,15 +469,15 @@ class TurnWorkflow:
             RequestConfirmationInput(inp.turn_id, action_id, call.model_call_id),
             summary=f"show the card for {action_id}",
         )
-        self._honour_cancel()
+        honour_cancel()
         wait_s = inp.confirmation_timeout_s
         self._enter(TurnState.awaiting_confirmation, f"{action_id}, expires after {wait_s:g} s")
+        wait, expires = timedelta(seconds=wait_s), workflow.now() + timedelta(seconds=wait_s)
         try:
-            await workflow.wait_condition(
-                lambda: action_id in self._decisions,
-                timeout=timedelta(seconds=wait_s),
-                timeout_summary=f"confirmation of {action_id} expires",
-            )
+            # A steer while the card waits is answered, the card kept, within the same wait.
+            while not await self._decided(action_id, wait):
+                call = await self._answer_on_the_card(inp, action_id, call)
+                wait = expires - workflow.now()
             decision = self._decisions[action_id]
         except TimeoutError:
             stored = await STORE.run_local(
@@ -431,7 +488,7 @@ class TurnWorkflow:
             decision = stored.status  # "expired", or the answer whose delivery was lost
         if decision in ("superseded", "expired", "declined"):
             return decision
-        self._honour_cancel()  # no send starts after the Stop
+        honour_cancel()  # no send starts after the Stop
         self._enter(TurnState.executing_action, f"sending email {action_id}")
         sent = await to_its_end(
             SEND.run(

@@ -11,7 +11,7 @@ from fastapi import APIRouter, BackgroundTasks, Header, Query, Response
 from pydantic import WithJsonSchema
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from parley.api.delivery import deliver_answers, deliver_decisions
+from parley.api.delivery import deliver_answers, deliver_decisions, deliver_steer
 from parley.api.delivery import start_turn as _start
 from parley.api.deps import (
     AppSettings,
@@ -31,6 +31,7 @@ from parley.api.streaming import TurnEventResponse, Viewer, turn_event_batches
 from parley.config import Settings
 from parley.contracts import (
     TERMINAL_TURN_STATES,
+    SteerInput,
     TurnState,
 )
 from parley.dispatch.control import cancel_turn_workflow
@@ -96,8 +97,8 @@ async def post_message(
     background: BackgroundTasks,
 ) -> TurnStarted:
     """Store a user message and start its turn; posted while the session's turn runs, it is
-    queued as the next turn (`queued`, at most one); a repeated `client_message_id` is
-    answered with the original turn."""
+    queued as the next turn (`queued`, at most one), or with `"mode": "steer"` taken into the
+    running turn; a repeated `client_message_id` is answered with the original turn."""
     if len(body.text) > settings.max_message_chars:
         raise InvalidRequest(f"text: at most {settings.max_message_chars} characters", field="text")
     posted = await posting.post_user_message(
@@ -110,6 +111,7 @@ async def post_message(
         limits=settings.limits,
         file_ids=body.file_ids,
         interaction_value=body.interaction_value,
+        steer=body.mode == "steer",
     )
     turn = posted.turn
     await db.commit()  # the message and its turn (the start outbox) before any start
@@ -118,13 +120,19 @@ async def post_message(
         kill_at(settings, "answer_committed")  # a test's crash between commit and delivery
     await deliver_decisions(temporal, one_statement, posted.signals)
     await deliver_answers(temporal, one_statement, posted.answers)
+    if posted.steered:
+        # After the response: the running step hears the store's doorbell, not this Update,
+        # which a turn streaming in one workflow task takes only at its next task.
+        steer = SteerInput(posted.message.id, posted.message.seq)
+        background.add_task(deliver_steer, temporal, turn.id, steer)
     if posted.start:
         # Its place in the session (the workflow's summary); a duplicate's start looks it up.
         await _start(temporal, one_statement, settings, turn, background, posted.turn_number)
     response.status_code = 202 if posted.created else 200
-    return TurnStarted.build(
+    started = TurnStarted.build(
         session_id=session_id, turn_id=turn.id, state=turn.state, message=posted.message
     )
+    return started.model_copy(update={"steered": posted.steered})
 
 
 @router.get("/turns/{turn_id}")

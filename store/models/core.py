@@ -98,6 +98,10 @@ class ChatSession(Base):
     queued_turn_id: Mapped[str | None] = mapped_column(String(40))
     # The active branch (store/models/branches.py): new messages and turns join it.
     branch: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # The seq of the newest message that steered the session's running turn (store/steering.py):
+    # the doorbell a streaming model call and the turn's ending read, on this row so that the
+    # statement releasing the session reads it under the session's lock.
+    steer_seq: Mapped[int | None] = mapped_column(Integer)
     # Set when the owner deletes the session: from then on it is missing to every route (404),
     # while its turns, actions and traces stay for the operators' record.
     deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

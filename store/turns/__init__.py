@@ -212,12 +212,14 @@ async def complete_turn(
     outcome: FinalizeOutcome = FinalizeOutcome.completed,
     retracted: bool = False,
     backlog: bool = False,
+    steered_through: int | None = None,
 ) -> Completed:
     """Store the final assistant message as `message_id`, end the stream with `done`,
     release the session. `turn`: the turn's row, which the caller has locked in the
     session's transaction (`store.steps.lock_with_call`). With `backlog`, the session's
     backlog for the rolling summary's check comes back too, when the ending's last statement
-    could read it (`close_out_announced`).
+    could read it (`close_out_announced`). `steered_through`: the steer the turn's last model
+    call was built with; a newer one refuses the ending (`TurnSteered`, store/steering.py).
 
     `outcome` expired ends in state expired; superseded stores nothing new (the user moved
     on) and closes the stream with the turn's last message. Idempotent under retries.
@@ -257,6 +259,7 @@ async def complete_turn(
         moving_to=final_state,
         answer=message.id,
         backlog=backlog,
+        steered_through=steered_through,
     )
     return Completed(message, read)
 

@@ -19,6 +19,7 @@ from parley.store import queue
 from parley.store.db import Db
 from parley.store.events import DOORBELL, EVENTS_INSERTED, append_params, counter
 from parley.store.messages import MESSAGE, MESSAGE_COLUMNS, MessageRow, append_message, token_count
+from parley.store.steering import TurnSteered, is_newer
 from parley.store.summaries import BACKLOG_OF_SESSION, Backlog, parse_backlog
 from parley.store.turns.reads import TurnRow
 
@@ -100,20 +101,32 @@ async def close_out_announced(
     moving_to: TurnState,
     answer: str,
     backlog: bool = False,
+    steered_through: int | None = None,
 ) -> Backlog | None:
     """`close_out` and the ending's announcement (`store.events.append_events` moving the
     turn to `moving_to`, its answer `answer`), in one statement, in the caller's transaction:
     the turn's row is locked by the caller already, the session's next.
 
+    `steered_through`: the steer the turn's last model call was built with (store/
+    steering.py). The session is released only when no newer steer rang its doorbell (read
+    under the session's lock, so a steer is either before the ending or finds no running
+    turn); otherwise `TurnSteered`, and the caller rolls the ending back.
+
     With `backlog`, the same statement reads what the rolling summary's check asks
     (store/summaries.py `summary_backlog`), as the transaction leaves it, and returns it;
     None when a queued turn is promoted after it (its message joins the backlog then)."""
     params = {
-        **_close_out_params(session_id, turn_id, reason),
+        **_close_out_params(session_id, turn_id, reason, steered_through),
         **append_params(turn_id, events, moving_to, answer),
     }
     closed = await db.made(_CLOSE_OUT_ANNOUNCED, {**params, "backlog": backlog}, _ClosedOut)
     assert closed is not None  # an aggregate's one row
+    if not closed.released and steered_through is not None:
+        # Not released: the session moved on (deleted), or a steer held it (a read of its own,
+        # only on this rare path).
+        steer_seq = await db.value(_STEER_HOLDS, {"session_id": session_id, "turn_id": turn_id})
+        if is_newer(steer_seq, steered_through):
+            raise TurnSteered(turn_id)
     if closed.queued is not None:
         await queue.promote(db, session_id=session_id, turn_id=closed.queued)
         return None
@@ -125,12 +138,21 @@ class _ClosedOut:
     queued: str | None
     notified: Any
     backlog: list[Any] | None
+    released: bool
 
 
-def _close_out_params(session_id: str, turn_id: str, reason: str) -> dict[str, Any]:
+_STEER_HOLDS = (
+    "SELECT steer_seq FROM sessions WHERE id = %(session_id)s AND active_turn_id = %(turn_id)s"
+)
+
+
+def _close_out_params(
+    session_id: str, turn_id: str, reason: str, steered_through: int | None = None
+) -> dict[str, Any]:
     return {
         "session_id": session_id,
         "turn_id": turn_id,
+        "steered_through": steered_through,
         "declined": ActionStatus.declined.value,
         "pending": ActionStatus.pending.value,
         "reason": str(reason),
@@ -140,11 +162,13 @@ def _close_out_params(session_id: str, turn_id: str, reason: str) -> dict[str, A
 
 # Plain SQL: every turn ends through it, and no caller holds the rows it changes. RETURNING
 # reads the session row as locked (the newest version), never a snapshot that could miss a
-# message queued just before.
+# message queued just before; so does the steer's guard (`steered_through`, null: none).
 _RELEASED_AND_DECLINED = """
     WITH released AS (
         UPDATE sessions SET active_turn_id = NULL
         WHERE id = %(session_id)s AND active_turn_id = %(turn_id)s
+            AND (CAST(%(steered_through)s AS integer) IS NULL OR sessions.steer_seq IS NULL
+                OR sessions.steer_seq <= CAST(%(steered_through)s AS integer))
         RETURNING queued_turn_id
     ), declined AS (
         UPDATE actions SET status = %(declined)s, decline_reason = %(reason)s,
@@ -162,6 +186,7 @@ _CLOSE_OUT = f"""{_RELEASED_AND_DECLINED}
 # statement of the transaction, so the answer is in it.
 _CLOSE_OUT_ANNOUNCED = f"""{_RELEASED_AND_DECLINED}, {counter(moving=True)}, {EVENTS_INSERTED}
     SELECT (SELECT queued_turn_id FROM released) AS queued, {DOORBELL} AS notified,
+        EXISTS (SELECT 1 FROM released) AS released,
         CASE WHEN %(backlog)s THEN {BACKLOG_OF_SESSION} END AS backlog
     FROM inserted
 """

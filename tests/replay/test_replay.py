@@ -41,7 +41,7 @@ from parley.workflows.retention import RetentionPurgeWorkflow
 from parley.workflows.specialist import SpecialistWorkflow
 from parley.workflows.summary import SummaryWorkflow
 from parley.workflows.turn import TurnWorkflow
-from tests.support.histories import HISTORIES, SHAPES, current
+from tests.support.histories import HISTORIES, PREVIOUS, PREVIOUS_SHAPES, SHAPES, current
 from tests.support.workflow_variants import ExtraStep, ScreenAfterContext
 
 WORKFLOW_TASK = {
@@ -109,12 +109,12 @@ async def test_two_reordered_local_steps_fail_replay_of_every_shape(shape: str) 
     assert not [w for w in caught if "never awaited" in str(w.message)], caught
 
 
-@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("shape", PREVIOUS_SHAPES)
 def test_a_recorded_input_with_a_field_since_removed_still_decodes(shape: str) -> None:
-    # The recordings' inputs name the `generation` their turns ran, a field TurnInput no
-    # longer has: the SDK's converter ignores a key the dataclass lacks (its `value_to_type`),
-    # so their turns replay with the code that dropped it.
-    [started] = current(shape).events[:1]
+    # The previous build's recordings' inputs name the `generation` their turns ran, a field
+    # TurnInput no longer has: the SDK's converter ignores a key the dataclass lacks (its
+    # `value_to_type`), so their turns replay with the code that dropped it.
+    [started] = current(shape, PREVIOUS).events[:1]
     [payload] = started.workflow_execution_started_event_attributes.input.payloads
     assert "generation" in json.loads(payload.data)
     [inp] = DataConverter.default.payload_converter.from_payloads([payload], [TurnInput])

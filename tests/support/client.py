@@ -30,15 +30,16 @@ class ParleyClient:
         *,
         client_message_id: str | None = None,
         expected_last_seq: int | None = None,
+        mode: str | None = None,
     ) -> httpx.Response:
-        return await self.http.post(
-            f"/v1/sessions/{session_id}/messages",
-            json={
-                "client_message_id": client_message_id or uuid.uuid4().hex,
-                "text": text,
-                "expected_last_seq": expected_last_seq,
-            },
-        )
+        body = {
+            "client_message_id": client_message_id or uuid.uuid4().hex,
+            "text": text,
+            "expected_last_seq": expected_last_seq,
+        }
+        if mode is not None:
+            body["mode"] = mode
+        return await self.http.post(f"/v1/sessions/{session_id}/messages", json=body)
 
     async def events(
         self,

@@ -18,11 +18,13 @@ from parley.workflows.specialist import SpecialistWorkflow
 from parley.workflows.turn import TurnWorkflow
 
 HISTORIES = Path(__file__).resolve().parents[1] / "histories"
-# The recording of the current build's turns: every shape, each to its close. It is the
-# previous build's too: the build that dropped `TurnInput.generation` and the turn's v11 path
-# left the commands of a turn as they were (its input's `generation` key is ignored).
-CURRENT = "turn_v12"
-SHAPES = (
+# The recording of the current build's turns (build 13, which steers a running answer):
+# every shape, each to its close.
+CURRENT = "turn_v13"
+# The previous build's, replayed until no turn started on it can still be running: a turn
+# that is not steered runs the same commands on both (its decision came by signal then).
+PREVIOUS = "turn_v12"
+PREVIOUS_SHAPES = (
     "plain",
     "tool",
     "confirmed",
@@ -36,6 +38,7 @@ SHAPES = (
     "retracted",
     "reanswer",
 )
+SHAPES = (*PREVIOUS_SHAPES, "steered", "steered_late", "steered_card", "steer_declined")
 
 
 def scrub(history_json: str) -> str:
@@ -47,8 +50,8 @@ def scrub(history_json: str) -> str:
     return re.sub(r'"stackTrace": "(?:[^"\\]|\\.)*"', '"stackTrace": ""', text) + "\n"
 
 
-def current(shape: str) -> WorkflowHistory:
-    return WorkflowHistory.from_json(shape, (HISTORIES / f"{CURRENT}_{shape}.json").read_text())
+def current(shape: str, recording: str = CURRENT) -> WorkflowHistory:
+    return WorkflowHistory.from_json(shape, (HISTORIES / f"{recording}_{shape}.json").read_text())
 
 
 async def replay_delegated_turn(client: Client, turn_id: str, *, names: tuple[str, str]) -> None:

@@ -119,6 +119,10 @@ class ScriptedModel:
     name: str = "scripted"
     script: Script = field(default_factory=lambda: rounds())
     requests: list[ModelRequest] = field(default_factory=list)
+    # A slow provider: this long before each word of a text answer.
+    token_delay_s: float = 0.0
+    # Words of text answers actually produced (to see a stream stop).
+    words_emitted: int = 0
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         self.requests.append(request)
@@ -126,6 +130,9 @@ class ScriptedModel:
         if isinstance(answer, str):
             words = answer.split(" ")
             for i, word in enumerate(words):
+                if self.token_delay_s:
+                    await asyncio.sleep(self.token_delay_s)
+                self.words_emitted += 1
                 yield TextDelta(word if i == len(words) - 1 else word + " ")
             yield Finish("stop", {"output_tokens": len(answer.split())})
             return

@@ -20,6 +20,7 @@ from temporalio.exceptions import ApplicationError
 from parley.activities.ending import EndingActivities, Finalized
 from parley.activities.heartbeat import heartbeating
 from parley.contracts import (
+    TURN_STEERED,
     ActionInput,
     ActionResult,
     BuildContextInput,
@@ -40,9 +41,10 @@ from parley.contracts import (
 from parley.store.steps import AnswerFacts
 from parley.store.summaries import Backlog
 
-# What one model call answers: the tool calls it asks for (none: a plain answer), or an
-# error to raise.
-ModelAnswer = Sequence[ToolCallRef] | BaseException
+# What one model call answers: the tool calls it asks for (none: a plain answer), an error
+# to raise, or STEERED (its stream stopped for a steer, store/steering.py).
+STEERED = "steered"
+ModelAnswer = Sequence[ToolCallRef] | BaseException | str
 
 ACTION_ID = "act_1"
 
@@ -94,6 +96,12 @@ class Stubs:
         self.summaries: list[SummarizeInput] = []
         # The reference resolver asks the user to choose: code answers, no model call.
         self.clarification = False
+        # Endings refused for a steer newer than the last model call, before one is stored.
+        self.steered_endings = 0
+        # The newest steer a step's build takes, by step (store/steering.py), and what the
+        # input screen says of the steers.
+        self.steer_at: dict[int, int] = {}
+        self.steer_screen = ScreenResult(True)
 
     # --- what the test reads ----------------------------------------------------------
 
@@ -143,7 +151,8 @@ class Stubs:
     @activity.defn(name="build_context")
     async def build_context(self, inp: BuildContextInput) -> BuildContextResult:
         await self._arrive("build_context", inp)
-        return BuildContextResult(f"mc_{inp.step}", clarification=self.clarification)
+        steer_seq = self.steer_at.get(inp.step)
+        return BuildContextResult(f"mc_{inp.step}", self.clarification, steer_seq)
 
     @activity.defn(name="call_model")
     async def call_model(self, inp: CallModelInput) -> CallModelResult:
@@ -154,6 +163,8 @@ class Stubs:
             answer = self.answers.pop(0) if self.answers else []
         if isinstance(answer, BaseException):
             raise answer
+        if isinstance(answer, str):
+            return CallModelResult(inp.model_call_id, answer, 12, 3, [], self.model_attempts)
         reason = "tool_calls" if answer else "stop"
         return CallModelResult(
             inp.model_call_id, reason, 40, 10, list(answer), attempts=self.model_attempts
@@ -166,6 +177,9 @@ class Stubs:
     async def finalize(self, inp: FinalizeTurnInput, *, backlog: bool = False) -> Finalized:
         """The tail step's ending (it reads no backlog here)."""
         await self._arrive("finalize", inp)
+        if self.steered_endings and inp.steerable:
+            self.steered_endings -= 1
+            raise ApplicationError("steered", type=TURN_STEERED, non_retryable=True)
         return Finalized(f"msg_{inp.model_call_id}")
 
     @activity.defn(name="fail_turn")
@@ -197,7 +211,7 @@ class Stubs:
     @activity.defn(name="screen_input")
     async def screen_input(self, inp: ScreenInput) -> ScreenResult:
         await self._arrive("screen_input", inp)
-        return self.input_screen
+        return self.input_screen if inp.steers_after is None else self.steer_screen
 
     async def answer_facts(self, turn_id: str) -> AnswerFacts | None:
         """No read here: the parts below answer from the script."""

@@ -57,6 +57,13 @@ async def _type(page: Page, text: str) -> None:
     await page.locator("#input").press("Enter")
 
 
+async def _queue(page: Page, text: str) -> None:
+    """While an answer streams, the button queues (Enter would steer it)."""
+    await expect(page.locator("#send")).to_have_text("Queue")
+    await page.locator("#input").fill(text)
+    await page.locator("#send").click()
+
+
 async def _streaming(page: Page, fragment: str) -> None:
     answer = last_answer(page)
     await expect(answer).to_have_class("msg msg-assistant streaming")
@@ -68,7 +75,7 @@ async def test_a_message_typed_during_a_stream_waits_under_it_then_is_answered(
 ) -> None:
     await _type(page, "A long answer please")
     await _streaming(page, "word3 ")
-    await _type(page, "And the next thing")
+    await _queue(page, "And the next thing")
     pending = page.locator("#transcript .msg.pending")
     await expect(pending.locator(".body")).to_have_text("And the next thing")
     await expect(pending.locator(".badge")).to_have_text("Sends when this answer ends")
@@ -94,7 +101,7 @@ async def test_a_message_typed_during_a_stream_waits_under_it_then_is_answered(
 async def test_stop_asks_whether_to_drop_the_waiting_message(page: Page) -> None:
     await _type(page, "A long answer please")
     await _streaming(page, "word3 ")
-    await _type(page, "Then the next thing")
+    await _queue(page, "Then the next thing")
     await expect(page.locator("#transcript .msg.pending")).to_have_count(1)
     await page.locator("#stop").click()
     ask = page.locator("#stop-queued")
@@ -124,7 +131,7 @@ async def test_stop_pressed_while_the_message_is_still_on_its_way_asks_too(page:
         await route.continue_()
 
     await page.route("**/messages", hold)
-    await _type(page, "Stop before the next thing arrives")
+    await _queue(page, "Stop before the next thing arrives")
     await held.wait()
     await page.locator("#stop").click()
     release.set()
@@ -140,7 +147,7 @@ async def test_stop_pressed_while_the_message_is_still_on_its_way_asks_too(page:
 async def test_stop_can_keep_the_waiting_message_which_is_then_answered(page: Page) -> None:
     await _type(page, "A long answer please")
     await _streaming(page, "word3 ")
-    await _type(page, "Keep the next thing")
+    await _queue(page, "Keep the next thing")
     await expect(page.locator("#transcript .msg.pending")).to_have_count(1)
     await page.locator("#stop").click()
     await page.locator("#keep-queued").click()
@@ -154,7 +161,7 @@ async def test_stop_can_keep_the_waiting_message_which_is_then_answered(page: Pa
 async def test_a_reload_shows_the_waiting_message_and_then_its_answer(page: Page) -> None:
     await _type(page, "A long answer please")
     await _streaming(page, "word3 ")
-    await _type(page, "Reload and the next thing")
+    await _queue(page, "Reload and the next thing")
     await expect(page.locator("#transcript .msg.pending")).to_have_count(1)
     await page.reload()
     pending = page.locator("#transcript .msg.pending")

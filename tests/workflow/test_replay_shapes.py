@@ -8,6 +8,7 @@ where tests/replay/test_replay.py replays it against every later version of the 
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -20,11 +21,12 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
-from parley.contracts import MAX_MODEL_CALLS, ScreenResult
+from parley.contracts import MAX_MODEL_CALLS, ScreenResult, SteerInput
 from parley.dispatch.outbox import WORKFLOW_TASK_TIMEOUT
 from parley.workflows.turn import TurnWorkflow
 from tests.support.histories import HISTORIES, SHAPES, scrub
 from tests.support.time_skipping import (
+    STEP_DEADLINE_S,
     STOP_HEARD_SOONER,
     Turn,
     decide,
@@ -32,8 +34,9 @@ from tests.support.time_skipping import (
     proposing,
     reached,
     turn,
+    waiting_for_confirmation,
 )
-from tests.support.workflow_stubs import Stubs, tool
+from tests.support.workflow_stubs import STEERED, Stubs, tool
 
 COMPLETED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED
 CANCELED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED
@@ -72,6 +75,27 @@ def deciding(decision: str) -> Callable[[Turn, Stubs], Awaitable[None]]:
 async def stop_mid_answer(handle: Turn, stubs: Stubs) -> None:
     await reached(stubs, "call_model")
     await handle.cancel()
+
+
+async def steer_mid_answer(handle: Turn, stubs: Stubs) -> None:
+    """The user steers while the model streams: the turn takes the Update (recorded in its
+    history) at its next workflow task, while the call still runs, and the call ends
+    `steered` (its stream heard the store's doorbell)."""
+    await reached(stubs, "call_model")
+    taken = handle.execute_update(TurnWorkflow.steer, SteerInput("msg_s"))
+    assert await asyncio.wait_for(taken, STEP_DEADLINE_S) == 1
+    stubs.released["call_model"].set()
+
+
+async def steer_on_the_card(handle: Turn, stubs: Stubs) -> None:
+    """The user steers while the card waits: a step answers, the same card shows again, and
+    the user confirms it."""
+    await waiting_for_confirmation(handle)
+    stubs.entered["request_confirmation"].clear()  # set again by the card shown again
+    assert await handle.execute_update(TurnWorkflow.steer, SteerInput("msg_s", 5)) == 1
+    await reached(stubs, "request_confirmation")
+    await asyncio.wait_for(waiting_for_confirmation(handle), STEP_DEADLINE_S)
+    await decide(handle, stubs, "confirmed")
 
 
 def failing(stubs: Stubs) -> None:
@@ -124,6 +148,31 @@ SHAPE_RUNS: dict[str, Shape] = {
         ),
         ran=("execute_tool", "judge_output", "finalize"),
     ),
+    # A steer while the model streams: the stream stops, the next step answers.
+    "steered": Shape(
+        prepare=script(answers=lambda: [STEERED, []], hold={"call_model"}, steer_at={1: 5}),
+        act=steer_mid_answer,
+        task_timeout=STOP_HEARD_SOONER,
+        ran=("judge_output", "finalize"),
+    ),
+    # A steer while the card waits: answered without tools, the card kept, then confirmed.
+    "steered_card": Shape(
+        prepare=script(answers=proposing, steer_at={2: 5}),
+        act=steer_on_the_card,
+        ran=("send_email", "finalize"),
+    ),
+    # A steer as the answer ends: the ending refuses once, the model answers it.
+    "steered_late": Shape(
+        prepare=script(steered_endings=1, steer_at={1: 5}), ran=("judge_output", "finalize")
+    ),
+    # The input screen declines the steer: the turn ends with the decline, no model call more.
+    "steer_declined": Shape(
+        prepare=script(
+            answers=lambda: [STEERED], steer_at={1: 5}, steer_screen=ScreenResult(False, "abuse")
+        ),
+        ran=("finalize",),
+        skipped=("judge_output",),
+    ),
 }
 
 
@@ -156,6 +205,22 @@ async def test_each_shape_runs_to_its_close_and_replays(
         assert stubs.inputs("finalize")[0].retract is True
     if name == "reanswer":
         assert stubs.inputs("build_context")[-1].reanswer_of is not None
+    if name.startswith("steer"):
+        # Each steer screened once, when a step first took it.
+        assert [s.steers_after for s in stubs.inputs("screen_input")] == [None, 0]
+    if name == "steer_declined":
+        assert len(stubs.inputs("call_model")) == 1
+        assert stubs.inputs("finalize")[0].override_text is not None
+    elif name == "steered_card":
+        builds = stubs.inputs("build_context")
+        assert [b.reanswer_of is not None for b in builds] == [False, False, True, False]
+        cards = stubs.inputs("request_confirmation")
+        assert [c.action_id for c in cards] == ["act_1", "act_1"]
+        assert len(stubs.inputs("send_email")) == 1
+    elif name.startswith("steered"):
+        # The steer's step: built, called and ended once more, with no second turn.
+        assert [i.step for i in stubs.inputs("build_context")] == [0, 1]
+        assert len(stubs.inputs("call_model")) == 2
     await Replayer(workflows=[TurnWorkflow]).replay_workflow(history)
     recording = os.environ.get("PARLEY_RECORD_HISTORY")
     if recording:

@@ -28,7 +28,8 @@ from parley.contracts import (
     TurnState,
 )
 from parley.dispatch.control import deliver_decision
-from parley.workflows.turn import BOUNDS_TEXT, SENT_TEXT, TOO_MANY_TOOLS, TurnWorkflow
+from parley.workflows.turn import BOUNDS_TEXT, SENT_TEXT, TurnWorkflow
+from parley.workflows.wording import TOO_MANY_TOOLS
 from tests.support.time_skipping import (
     STEP_DEADLINE_S,
     decide,

@@ -39,10 +39,13 @@ function status(text, kind) {
   s.dataset.kind = kind || '';
 }
 
-// While an answer streams, one more message may be sent: it waits as the next turn.
+// While an answer streams, Enter steers it (the message joins the running answer) and the
+// button queues (it waits as the next turn); the hint says which is which.
 function setBusy(on) {
   S.busy = on;
   $('send').disabled = on && S.queued !== null;
+  $('send').textContent = on ? 'Queue' : 'Send';
+  $('steer-hint').hidden = !on;
   $('stop').hidden = !on;
   if (!on) $('stop-queued').hidden = true;
 }
@@ -283,6 +286,22 @@ async function queue(text) {
   fail(r);
 }
 
+// Enter while an answer streams: the message steers it (taken at the answer's next safe
+// point, announced by `steered`). If the answer ended meanwhile, it is a new turn.
+async function steer(text) {
+  text = (text || '').trim();
+  if (!text) return;
+  const body = { client_message_id: crypto.randomUUID(), text, mode: 'steer' };
+  const r = await request('POST', sessionPath(S.sid, 'messages'), body);
+  if (!(r.status === 202 || r.status === 200)) return fail(r);
+  $('input').value = '';
+  T.showMessage(r.data.message);
+  S.lastSeq = Math.max(S.lastSeq, r.data.message.seq);
+  if (!r.data.steered && r.data.turn_id !== S.turnId) {
+    follow(r.data.turn_id, r.data.events_url, r.data.message.seq, null);
+  }
+}
+
 // The running turn ended: its queued message is now the conversation's next turn.
 function followQueued() {
   const q = S.queued;
@@ -347,6 +366,10 @@ function onEvent(turnId, type, d, fromScratch) {
       return false;
     }
     case 'reset': T.resetMessage(d.message_id); return false;
+    case 'steered':
+      if (d.superseded_message_id) T.supersede(d.superseded_message_id);
+      status('Taking your new message into account…', 'progress');
+      return false;
     case 'tool': T.toolChip(turnId, d); return false;
     case 'warning': T.notice(d.message, 'warning'); return false;
     case 'confirmation_required':
@@ -500,10 +523,12 @@ $('drop-queued').addEventListener('click', () => stopWith(true));
 $('keep-queued').addEventListener('click', () => stopWith(false));
 $('composer').addEventListener('submit', (e) => { e.preventDefault(); send($('input').value); });
 $('input').addEventListener('keydown', (e) => {
-  // Enter sends; Shift+Enter is a new line; Enter that ends an IME composition is not a send.
+  // Enter sends (steers, while an answer streams); Shift+Enter is a new line; Enter that
+  // ends an IME composition is not a send.
   if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
     e.preventDefault();
-    send($('input').value);
+    if (S.busy && S.sid) steer($('input').value);
+    else send($('input').value);
   }
 });
 setInterval(drawSessions, 30000); // keep "5 min ago" true

@@ -152,6 +152,17 @@ export function appendDelta(messageId, text, turnId, restart, replacing) {
   return b;
 }
 
+// An answer a steer stopped (a `steered` event): kept in view, marked, never the answer.
+export function supersede(messageId) {
+  const b = bubble(messageId);
+  if (!b) return;
+  b.classList.remove('streaming');
+  b.classList.add('superseded');
+  b.removeAttribute('aria-busy');
+  b.setAttribute('aria-label', 'Assistant started, then took your new message into account');
+  b.querySelector('.meta').append(el('span', 'badge badge-superseded', 'Superseded by your message'));
+}
+
 export function resetMessage(messageId) {
   const b = bubble(messageId);
   if (b) setText(b, 'assistant', '');
