@@ -15,7 +15,7 @@ from parley.workflows.options import SCREEN
 from parley.workflows.tool_batch import honour_cancel
 
 
-class Steered(Exception):
+class EndingSteered(Exception):
     """The turn's ending refused: a steer came in after its last model call."""
 
 

@@ -93,7 +93,7 @@ with workflow.unsafe.imports_passed_through():
 from parley.workflows.model_step import call_model_or_fallback
 from parley.workflows.options import SCREEN, SEND, STORE, to_its_end
 from parley.workflows.specialist import delegation, run_specialist
-from parley.workflows.steering import SteerDeclined, Steered, Steers, screened
+from parley.workflows.steering import EndingSteered, SteerDeclined, Steers, screened
 from parley.workflows.tool_batch import honour_cancel, run_tools
 from parley.workflows.wording import (
     BOUNDS_TEXT,
@@ -274,13 +274,13 @@ class TurnWorkflow:
         while True:
             try:
                 return await self._answer(inp, call)
-            except Steered:
+            except EndingSteered:
                 # A steer came after the last model call: the model answers it as well.
                 call = await self._next_model_call(inp)
 
     async def _answer(self, inp: TurnInput, call: CallModelResult) -> TurnOutcome:
         """From a model call to the turn's ending: the tool loop, a card and its decision,
-        the answer. `Steered` when the ending found a steer newer than the last call."""
+        the answer. `EndingSteered` when the ending found a steer newer than the last call."""
         seen = self._seen
         proposed: list[str] = []  # kept across rounds of tools until the user answers
         while call.tool_calls:
@@ -401,9 +401,9 @@ class TurnWorkflow:
         steerable: bool = True,
     ) -> TurnOutcome:
         """Store the ending in one step that also screens a model's answer (`screen`), offers
-        its follow-ups and starts the rolling summary when due. `Steered` when a steer newer
-        than the turn's last model call holds it back (`steerable`, while requests are left:
-        a turn at its bounds ends with what it has)."""
+        its follow-ups and starts the rolling summary when due. `EndingSteered` when a steer
+        newer than the turn's last model call holds it back (`steerable`, while requests are
+        left: a turn at its bounds ends with what it has)."""
         honour_cancel()
         steerable = steerable and not self._budget_spent(self._output_tokens)
         ending = FinalizeTurnInput(
@@ -418,7 +418,7 @@ class TurnWorkflow:
         except ActivityError as err:
             cause = err.cause
             if isinstance(cause, ApplicationError) and cause.type == TURN_STEERED:
-                raise Steered() from err
+                raise EndingSteered() from err
             raise
         self._summary_started = True
         ended = TurnState.expired if outcome == "expired" else TurnState.completed
