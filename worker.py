@@ -30,6 +30,7 @@ from parley.activities.ending import EndingActivities
 from parley.activities.erasure import ErasureActivities
 from parley.activities.exports import ExportActivities
 from parley.activities.failures import FailureInterceptor
+from parley.activities.handoffs import HandoffActivities
 from parley.activities.handover import Handover
 from parley.activities.imports import ImportActivities
 from parley.activities.knowledge import KnowledgeSource
@@ -62,6 +63,7 @@ from parley.store.db import Database, create_socket_checked_engine, libpq_url
 from parley.store.queue import OutboxBell
 from parley.workflows.erasure import ErasureWorkflow
 from parley.workflows.export import ExportWorkflow
+from parley.workflows.handoff import HandoffWorkflow
 from parley.workflows.imports import ImportWorkflow
 from parley.workflows.retention import RetentionPurgeWorkflow
 from parley.workflows.specialist import SpecialistWorkflow
@@ -159,7 +161,17 @@ def build_activities(
     ending = EndingActivities(turn=turn, screens=screening, memory=memory)
     importing = ImportActivities(sessions=sessions, memory=memory, embedder=embedder)
     steps = _activity_list(turn, tools, send, screening, memory, (specialist, agent), ending)
+    steps += _handoff_activities(client, settings, sessions, providers, tools)
     return [*steps, *_import_activities(importing), *_data_activities(client, settings, sessions)]
+
+
+def _handoff_activities(
+    client: Client, settings: Settings, db: Database, pool: ProviderPool, tools: ToolActivities
+) -> list[Callable[..., Any]]:
+    """A hand-off's steps; the tool step that opens a case starts its run (workflows/handoff.py)."""
+    handoffs = HandoffActivities(sessions=db, providers=pool, settings=settings, client=client)
+    tools.attach(handoffs)
+    return [handoffs.write_case_summary, handoffs.tell_unclaimed, handoffs.case_status]
 
 
 def _import_activities(importing: ImportActivities) -> list[Callable[..., Any]]:
@@ -237,6 +249,7 @@ WORKFLOWS = (
     RetentionPurgeWorkflow,
     ErasureWorkflow,
     ImportWorkflow,
+    HandoffWorkflow,
 )
 
 

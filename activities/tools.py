@@ -23,6 +23,7 @@ from parley.activities.email_proposal import (
     propose_send_email,
     verified_address,
 )
+from parley.activities.handoffs import HandoffActivities
 from parley.activities.heartbeat import heartbeating
 from parley.activities.mcp import McpTools
 from parley.activities.northwind import (
@@ -51,7 +52,8 @@ from parley.specialists import DELEGATE_RETURNS
 from parley.statuses import (
     ToolCallStatus,
 )
-from parley.store import actions, steps, turns
+from parley.store import handoffs as handoff_store
+from parley.store import steps, turns
 from parley.store.db import Database, Db, connect
 from parley.store.events import append_events
 from parley.store.turns.reads import TurnFacts
@@ -233,6 +235,8 @@ class ToolActivities:
         skills: SkillTools | None = None,
     ) -> None:
         self._sessions = sessions
+        # Starts a case's workflow once its row is committed (None: the case waits unrun).
+        self._handoffs: HandoffActivities | None = None
         self._northwind = northwind
         self._settings = settings
         self._mcp = mcp or McpTools(sessions=sessions, allowed=settings.mcp_allowlist)
@@ -240,6 +244,10 @@ class ToolActivities:
             sessions=sessions, northwind=northwind, settings=settings
         )
         self._result_sets = ResultSetTools(sessions=sessions, northwind=northwind)
+
+    def attach(self, handoffs: HandoffActivities) -> None:
+        """What starts the workflow of a case a `handoff_to_human` call opens."""
+        self._handoffs = handoffs
 
     @activity.defn(name="execute_tool")
     async def execute_tool(self, inp: ExecuteToolInput) -> ToolOutcome:
@@ -400,16 +408,21 @@ class ToolActivities:
         }
 
     async def _handoff(self, turn: TurnFacts, call: ToolCallRow, reason: str) -> dict[str, Any]:
-        async with connect(self._sessions) as conn:  # one statement, autocommit
-            handoff = await actions.create_handoff(
-                conn,
+        """The case opens (committed), then its workflow starts: a retried attempt finds the
+        case and starts the run again, which attaches to the one already running."""
+        async with self._sessions() as db:
+            case, _ = await handoff_store.open_handoff(
+                db,
                 # Derived from the call: a retried attempt finds the hand-off, not a second one.
                 handoff_id=handoff_id_for_call(tool_call_id=call.id),
                 session_id=turn.session_id,
                 turn_id=turn.id,
                 reason=reason,
             )
-            return {"handoff_id": handoff.id, "status": handoff.status}
+            await db.commit()
+        if self._handoffs is not None:
+            await self._handoffs.start_case(case)
+        return {"handoff_id": case.id, "status": case.status}
 
 
 def _referent(run: _ToolRun, result: dict[str, Any]) -> tuple[str, Slot] | None:

@@ -165,14 +165,15 @@ def events_url(session_id: str, turn_id: str) -> str:
 
 
 class TurnStarted(BaseModel):
-    """The answer to a posted (or retried) message: its turn, the turn's state (`queued` when
-    it waits for the session's running turn to end) and where to stream it."""
+    """A posted (or retried) message's turn, its state (`queued`: behind the running one) and
+    stream; null while a person holds the session (`handoff_id`: the case it went to)."""
 
-    turn_id: str
-    state: TurnStateName
+    turn_id: str | None
+    state: TurnStateName | None
     message: MessageView
-    events_url: str
+    events_url: str | None
     steered: bool = False  # joined the running turn `turn_id` (`"mode": "steer"`)
+    handoff_id: str | None = None
 
     @classmethod
     def build(cls, *, session_id: str, turn_id: str, state: str, message: MessageView) -> Self:

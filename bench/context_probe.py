@@ -64,6 +64,7 @@ async def seed(url: str) -> str:
             async with Database(engine)() as db:
                 text_ = f"Tell me about yourself, please ({i})."
                 posted = await post_unstarted(db, owner=OWNER, text=text_, session_id=session_id)
+                assert posted.turn is not None  # no hand-off holds the probe's session
                 turn_id = posted.turn.id
             if i == TURNS:
                 return turn_id

@@ -57,6 +57,7 @@ PASSED_THROUGH = (
     "parley.workflows.export",
     "parley.workflows.retention",
     "parley.workflows.imports",
+    "parley.workflows.handoff",
 )
 RESTRICTIONS = SandboxRestrictions.default.with_passthrough_modules(*PASSED_THROUGH)
 

@@ -22,12 +22,14 @@ from parley.context import read_state_block, unfence
 from parley.fold import extractive_summary
 from parley.gateway.base import Finish, ModelRequest, StreamEvent, TextDelta, ToolCallRequest
 from parley.gateway.demo_files import answer_from_files
+from parley.gateway.demo_handoff import case_summary
 from parley.gateway.demo_hints import contact_answer, note_over_results
 from parley.gateway.demo_mcp import next_step as outside_step
 from parley.gateway.demo_orders import next_step as orders_step
 from parley.gateway.demo_policy import policy_answer
 from parley.gateway.demo_returns import next_step as returns_step
 from parley.gateway.demo_skills import next_step as skills_step
+from parley.handoffs import is_case_summary_request
 from parley.knowledge import read_passages
 from parley.memory import is_summary_request
 from parley.prompt import PASTE_NONE, PASTE_SOME
@@ -126,6 +128,8 @@ NO_TOOLS_TEXT = (
 
 
 def compose_reply(request: ModelRequest) -> Reply:
+    if is_case_summary_request(request.messages):  # a hand-off's case summary, for a person
+        return Reply(case_summary(json.loads(request.messages[1]["content"])))
     if is_summary_request(request.messages):
         # The transcript is the first user message (a repair prompt adds messages after it).
         transcript = json.loads(request.messages[1]["content"])

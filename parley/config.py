@@ -241,6 +241,9 @@ class Settings(BaseSettings):
     breaker_cooldown_s: float = 10.0
     # How long a proposed action waits for the user's confirmation.
     confirmation_timeout_s: float = 600.0
+    # How long a hand-off waits for a support agent's claim before the customer is told and
+    # offered an email follow-up (parley/handoffs.py); a tenant sets its own.
+    handoff_claim_timeout_s: float = 300.0
     # How long a specialist waits for the user's answer to its question before it ends the
     # turn politely (parley/specialists.py).
     specialist_wait_s: float = 600.0

@@ -11,12 +11,14 @@
     │   ├── ActionResolved        the action was already confirmed or declined
     │   ├── ActionExpired         the confirmation window has passed
     │   ├── ActionChanged         the stored arguments no longer match what was shown
-    │   └── ExportNotReady        the export's archive is still being written
+    │   ├── ExportNotReady        the export's archive is still being written
+    │   ├── HandoffClaimed        another agent holds the hand-off
+    │   └── HandoffClosed         the hand-off has ended (resolved or handed back)
     ├── IdempotencyKeyReused      same client_message_id, different text
     ├── InvalidRequest            a field breaks the contract (names the field)
     │   └── UrlNotAllowed         an address the deployment's egress rules refuse (names the rule)
     ├── AgentPaused               the tenant's assistant is switched off
-    ├── Forbidden                 the caller lacks the role (admin routes only)
+    ├── Forbidden                 the caller lacks the role (admin and agent routes)
     │   └── FeatureNotEnabled     the user's `assistant` feature is revoked
     ├── RateLimited               too many of something at once (carries retry_after_s)
     ├── ExportExpired             an export's download link has passed its validity
@@ -148,6 +150,14 @@ class ExportExpired(ParleyError):
     """An export's link has passed its validity (`PARLEY_EXPORT_LINK_TTL_S`): ask for another."""
 
     code = "export_expired"
+
+
+class HandoffClaimed(Conflict):
+    code = "handoff_claimed"
+
+
+class HandoffClosed(Conflict):
+    code = "handoff_closed"
 
 
 class ExportNotReady(Conflict):

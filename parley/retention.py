@@ -42,6 +42,8 @@ PERIOD_TABLES: dict[str, tuple[str, ...]] = {
         "actions",
         "specialist_answers",
         "slots",
+        "handoff_events",
+        "handoff_notes",
         "handoffs",
     ),
     "prompts": ("tool_calls", "model_calls", "trace_spans"),

@@ -65,6 +65,9 @@ class TenantConfig(BaseModel):
     # Skills of the catalog this tenant's turns may run in a sandbox (parley/skills.py);
     # None or empty: no `run_skill` tool is offered.
     skills: list[str] | None = Field(default=None, max_length=20)
+    # Seconds a hand-off to a person waits for an agent's claim before the customer is told
+    # (parley/handoffs.py); None: the deployment's `PARLEY_HANDOFF_CLAIM_TIMEOUT_S`.
+    handoff_claim_timeout_s: float | None = Field(default=None, ge=1, le=7 * 24 * 3600)
     # Whether the model may hand work to a specialist (parley/specialists.py); off unless set.
     specialists: bool | None = None
     # Mask card numbers and email addresses in everything sent to a model provider (the

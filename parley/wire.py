@@ -168,6 +168,9 @@ class MessageView(View):
     tool: ToolView | None = None
     created_at: Timestamp
     versions: VersionsView | None = None
+    # A reply written by a person of the support team (an `assistant` message): the name the
+    # customer sees beside it. Only when set.
+    author_name: str | None = None
 
     @classmethod
     def from_row(cls, row: object) -> Self:
@@ -181,7 +184,7 @@ class MessageView(View):
     @model_serializer(mode="wrap")
     def _omit_unset_tool_fields(self, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]
         data: dict[str, Any] = handler(self)
-        for optional in ("tool_calls", "tool_call_id", "tool", "versions"):
+        for optional in ("tool_calls", "tool_call_id", "tool", "versions", "author_name"):
             if data.get(optional) is None:
                 data.pop(optional, None)
         return data

@@ -1,6 +1,6 @@
-"""Pending actions (proposal, confirmation, execution) and hand-offs to a person.
+"""Pending actions (proposal, confirmation, execution); hand-offs live in store/handoffs.py.
 
-Every function hands back a typed row (`ActionRow`, `HandoffRow`), never an ORM object, and
+Every function hands back a typed row (`ActionRow`), never an ORM object, and
 every status change is one statement (`UPDATE … RETURNING`) whose `WHERE` says which status
 it may leave: two confirms that race execute once, because exactly one of them sees its row
 change. Rows a tool call creates are inserted with an id derived from the call
@@ -70,17 +70,6 @@ class ActionRow:
     def attachment(self) -> dict[str, Any] | None:
         """The file the card names (`{name, rows}`), when the proposal carries one."""
         return card_attachment(self.args)
-
-
-@dataclass(frozen=True)
-class HandoffRow:
-    """A hand-off to a person, as the tool that asked for it answers."""
-
-    id: str
-    session_id: str
-    turn_id: str
-    reason: str
-    status: str
 
 
 class ProposingTurn(Protocol):
@@ -186,30 +175,6 @@ _PROPOSE = f"""
     FROM turn LEFT JOIN action ON true
     LIMIT 1
 """
-
-
-async def create_handoff(
-    db: Db, *, handoff_id: str, session_id: str, turn_id: str, reason: str
-) -> HandoffRow:
-    """The hand-off a tool call asked for, once however often the call runs."""
-    params = {"id": handoff_id, "session_id": session_id, "turn_id": turn_id, "reason": reason}
-    handoff = await db.row(_HAND_OFF, params, HandoffRow)
-    if handoff is None:  # written by an earlier attempt
-        handoff = await db.row(_HANDOFF, {"id": handoff_id}, HandoffRow)
-    assert handoff is not None
-    if (handoff.session_id, handoff.turn_id) != (session_id, turn_id):
-        raise ForeignRow(f"hand-off {handoff_id} belongs to another turn")
-    return handoff
-
-
-_HANDOFF_COLUMNS = "id, session_id, turn_id, reason, status"
-_HAND_OFF = f"""
-    INSERT INTO handoffs (id, session_id, turn_id, reason, status)
-    VALUES (%(id)s, %(session_id)s, %(turn_id)s, %(reason)s, 'queued')
-    ON CONFLICT (id) DO NOTHING
-    RETURNING {_HANDOFF_COLUMNS}
-"""
-_HANDOFF = f"SELECT {_HANDOFF_COLUMNS} FROM handoffs WHERE id = %(id)s"
 
 
 async def pending_action(db: Db, *, session_id: str) -> ActionRow | None:

@@ -276,6 +276,15 @@ async def ring(conn: Db, *, channel: str, payload: str) -> None:
 _RING = "SELECT pg_notify(%(channel)s, %(payload)s)"
 
 
+async def ring_log(conn: Db, *, log_id: str, first_id: int, events: list[dict[str, Any]]) -> None:
+    """Ring the event log's doorbell for another log the streams follow (a hand-off's,
+    store/handoffs.py), in the payload's one format: `log_id:first_id:batch`."""
+    batch = json.dumps(events)
+    if len(batch.encode()) > NOTIFY_EVENTS_MAX:
+        batch = ""  # the listener reads the log
+    await ring(conn, channel=NOTIFY_CHANNEL, payload=f"{log_id}:{first_id}:{batch}")
+
+
 @dataclass(frozen=True)
 class LogRead:
     """What a stream learns from one read of the log: the events after its last id, and

@@ -114,7 +114,8 @@ _SET_FEATURE = """
 
 
 # The Northwind demo of design.md and api.md: two customers of one tenant, one of another
-# tenant (for isolation), and an operator with the admin role.
+# tenant (for isolation), an operator with the admin role, and support agents (role `agent`,
+# the hand-off inbox: two of Northwind's, one of Southwind's).
 DEMO_TENANTS = {"northwind": "Northwind Outfitters", "southwind": "Southwind Supplies"}
 DEMO_USERS = [
     ("northwind", "cust_2291", "Priya", "priya@example.com", []),
@@ -123,6 +124,9 @@ DEMO_USERS = [
     # Dana's business account: the result-set conversation of design.md.
     ("northwind", "cust_4410", "Dana", "dana@example.com", []),
     ("northwind", "ops_admin", "Northwind operator", None, ["admin"]),
+    ("northwind", "agent_sam", "Sam", None, ["agent"]),
+    ("northwind", "agent_lee", "Lee", None, ["agent"]),
+    ("southwind", "agent_kim", "Kim", None, ["agent"]),
 ]
 
 

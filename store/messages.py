@@ -68,20 +68,22 @@ def seq_taken(*, session: str, message: str, joined: str = "", steer: bool = Fal
 # `append_message` here, store/turns/tool_calls.py `store_tool_result` (a call's result as a
 # `tool` message), store/turns/attempts.py `record_tool_requests` (a reply asking for tools)
 # and store/posting.py and store/queue.py (a user's message joining an open turn, a queued
-# turn's message joining at its promotion).
+# turn's message joining at its promotion), and store/handoffs.py (a message of a conversation
+# a person holds: the customer's, or the agent's, under their name; no turn).
 MESSAGE_AT_SEQ = """INSERT INTO messages
         (id, session_id, seq, role, turn_id, status, text, tool_calls, tool_call_id,
-        client_message_id, file_ids, token_count, token_counter, branch)
+        client_message_id, file_ids, token_count, token_counter, branch, author_name)
     SELECT %(message_id)s, seq.id, seq.last_seq, %(role)s, %(turn_id)s, %(message_status)s,
         %(text)s, CAST(%(tool_calls)s AS jsonb), %(tool_call_id)s, %(client_message_id)s,
-        CAST(%(file_ids)s AS jsonb), %(token_count)s, %(token_counter)s, seq.branch
+        CAST(%(file_ids)s AS jsonb), %(token_count)s, %(token_counter)s, seq.branch,
+        %(author_name)s
     FROM seq"""
 
 
 def message_params(
     *,
     message_id: str,
-    turn_id: str,
+    turn_id: str | None,
     role: str,
     text: str,
     status: MessageStatus = MessageStatus.complete,
@@ -89,10 +91,11 @@ def message_params(
     tool_call_id: str | None = None,
     client_message_id: str | None = None,
     file_ids: list[str] | None = None,
+    author_name: str | None = None,
 ) -> dict[str, Any]:
     """`MESSAGE_AT_SEQ`'s parameters, the message's token count among them (`tool_call_id`:
     the provider's id of the call a `tool` message answers; `client_message_id` and
-    `file_ids`: a user's message's key and attachments)."""
+    `file_ids`: a user's message's key and attachments; `author_name`: a person's reply)."""
     return {
         "message_id": message_id,
         "turn_id": turn_id,
@@ -103,6 +106,7 @@ def message_params(
         "tool_call_id": tool_call_id,
         "client_message_id": client_message_id,
         "file_ids": None if file_ids is None else Jsonb(file_ids),
+        "author_name": author_name,
         **token_count(role, text, tool_calls),
     }
 
@@ -133,9 +137,13 @@ class MessageRow:
     tool_calls: list[dict[str, Any]] | None
     tool_call_id: str | None
     created_at: datetime
+    # A person's reply in a conversation handed to the support team (store/handoffs.py).
+    author_name: str | None = None
 
 
-MESSAGE_COLUMNS = "id, seq, role, turn_id, status, text, tool_calls, tool_call_id, created_at"
+MESSAGE_COLUMNS = (
+    "id, seq, role, turn_id, status, text, tool_calls, tool_call_id, created_at, author_name"
+)
 
 
 async def append_message(

@@ -6,8 +6,9 @@
 3. **Admission**: first what the request itself gets wrong (a stale view, a file that is not
    the user's), which costs nothing; then the user's access and the limits, which count it.
 4. **Classification**: what the message is, from the session's state, without writing:
-   a new turn, an answer to a waiting specialist, a typed yes/no on a pending card, a steer
-   (store/steering.py) or the session's next turn, queued behind the running one.
+   a message to the person of an open hand-off (store/handoffs.py: no turn, the model is not
+   asked), a new turn, an answer to a waiting specialist, a typed yes/no on a pending card, a
+   steer (store/steering.py) or the session's next turn, queued behind the running one.
 5. **The write** that kind of message makes, each a function of its own.
 
 Nothing here commits (see `store`): the API commits the message and its turn in this one
@@ -36,7 +37,7 @@ from parley.errors import (
 from parley.features import ASSISTANT
 from parley.ids import new_id
 from parley.statuses import ActionStatus, Decision, DeclineReason
-from parley.store import actions, interactions, locks, queue, steering
+from parley.store import actions, handoffs, interactions, locks, queue, steering
 from parley.store import files as files_store
 from parley.store import limits as limits_store
 from parley.store.db import Db
@@ -61,7 +62,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class PostedMessage:
-    turn: PostedTurn
+    turn: PostedTurn | None  # None: the message went to the person of a hand-off
     message: MessageView
     created: bool  # False when this was a duplicate POST of an earlier message
     # The API starts this turn's workflow after commit: a new turn, or a repeat of a post
@@ -76,6 +77,7 @@ class PostedMessage:
     turn_number: int | None = None
     # The message joined the running turn as a steer: the API tells its workflow after commit.
     steered: bool = False
+    handoff_id: str | None = None  # the open hand-off the message went to
 
 
 @dataclass(frozen=True)
@@ -124,7 +126,14 @@ class SteerTurn:
     turn: TurnFacts
 
 
-Kind = NewTurn | AnswerToSpecialist | DecisionOnCard | NextTurn | SteerTurn
+@dataclass(frozen=True)
+class ToPerson:
+    """Posted while a hand-off is open: the message goes to the support team's person."""
+
+    case: handoffs.HandoffRow
+
+
+Kind = ToPerson | NewTurn | AnswerToSpecialist | DecisionOnCard | NextTurn | SteerTurn
 
 
 async def post_user_message(
@@ -142,13 +151,16 @@ async def post_user_message(
 ) -> PostedMessage:
     """Store a user message and what it starts or answers, in the caller's transaction."""
     session = await lock_session(db, owner=owner, session_id=session_id)
-    earlier, turns_before = await _earlier_post(db, owner, session_id, client_message_id, text)
+    earlier, before, held = await _earlier_post(db, owner, session_id, client_message_id, text)
     if earlier is not None:
         return earlier
     attached = await _validate(db, owner, session, expected_last_seq, file_ids)
     await _admit(db, owner=owner, limits=limits, locked=True)
     post = Post(session, owner, client_message_id, text, attached, interaction_value, steer)
-    match await _classify(db, post):
+    match await _classify(db, post, held):
+        case ToPerson(case=case):  # for the case's person: no turn, and no model is asked
+            message = await handoffs.from_customer(db, case=case, text=text, key=client_message_id)
+            return PostedMessage(None, message, True, handoff_id=case.id)
         case AnswerToSpecialist() as kind:
             return await _answer_specialist(db, post, kind)
         case DecisionOnCard() as kind:
@@ -158,7 +170,7 @@ async def post_user_message(
         case SteerTurn() as kind:
             return await _steer_turn(db, post, kind)
         case NewTurn() as kind:
-            return await _open_new_turn(db, post, kind, number=turns_before + 1)
+            return await _open_new_turn(db, post, kind, number=before + 1)
 
 
 async def _validate(
@@ -177,11 +189,14 @@ async def _validate(
     return await files_store.check_owned(db, owner=owner, session_id=session.id, file_ids=file_ids)
 
 
-async def _classify(db: Db, post: Post) -> Kind:
-    """What the message is, from the session's state; reads only. A message that would open a
-    turn while one is queued is refused (`TurnInProgress`): at most one waits per session,
-    and it goes first."""
+async def _classify(db: Db, post: Post, held: bool) -> Kind:
+    """What the message is, from the session's state (`held`: a hand-off is open); reads only.
+    A message that would open a turn while one is queued is refused (`TurnInProgress`): at
+    most one waits per session, and it goes first."""
     session = post.session
+    case = await handoffs.open_case(db, session_id=session.id) if held else None
+    if case is not None:  # read under the session's lock: it cannot end meanwhile
+        return ToPerson(case)
     if session.active_turn_id is None:
         return NewTurn()
     # Read, not locked: the session lock already orders every change of the active turn,
@@ -281,12 +296,13 @@ async def _open_new_turn(db: Db, post: Post, kind: NewTurn, *, number: int) -> P
 
 async def _earlier_post(
     db: Db, owner: Identity, session_id: str, client_message_id: str, text: str
-) -> tuple[PostedMessage | None, int]:
+) -> tuple[PostedMessage | None, int, bool]:
     """The same message posted before (answered with its original turn), if it was, and how
     many turns the session has: one read, taken after the session's lock. The same statement
     takes the user's admission lock (`locks.user_turns`, always after the session's, as
     before), which `_admit` would otherwise take in a round trip of its own; a repeated post
-    holds it briefly for nothing. A message still queued is found among the queued ones."""
+    holds it briefly for nothing. A message still queued is found among the queued ones. The
+    same read says whether a hand-off holds the session (store/handoffs.py)."""
     params = {
         "session_id": session_id,
         "client_message_id": client_message_id,
@@ -294,12 +310,13 @@ async def _earlier_post(
     }
     read = await db.made(_EARLIER_AND_TURNS, params, _earlier)
     assert read is not None  # a select list without FROM: always one row
-    found, waiting, turns_before = read
+    found, waiting, turns_before, held = read
     if found is None and waiting is None:
-        return None, int(turns_before)
+        return None, int(turns_before), held
+    turn_id: str | None
     if found is not None:
         earlier = await db.row(MESSAGE, {"id": found}, MessageRow)
-        assert earlier is not None and earlier.turn_id is not None
+        assert earlier is not None
         view, turn_id = MessageView.from_row(earlier), earlier.turn_id
     else:
         waiting_view = await queue.queued_message(db, queued_turn_id=waiting)
@@ -307,12 +324,14 @@ async def _earlier_post(
         view, turn_id = waiting_view, waiting
     if view.text != text:
         raise IdempotencyKeyReused("this client_message_id was already used with a different text")
+    if turn_id is None:  # it went to the person of a hand-off
+        return PostedMessage(None, view, created=False), int(turns_before), held
     turn = await db.row(_EARLIER_TURN, {"id": turn_id}, _EarlierTurn)
     assert turn is not None
     # A turn its API committed but never started is started now; a queued one waits.
     start = turn.workflow_started_at is None and turn.state == TurnState.received
     posted = PostedMessage(_posted_turn(turn), view, created=False, start=start)
-    return posted, int(turns_before)
+    return posted, int(turns_before), held
 
 
 @dataclass(frozen=True)
@@ -332,9 +351,9 @@ _EARLIER_TURN = """
 
 
 def _earlier(
-    *, locked: Any, found: str | None, waiting: str | None, turns_before: int
-) -> tuple[str | None, str | None, int]:
-    return found, waiting, turns_before
+    *, locked: Any, found: str | None, waiting: str | None, turns_before: int, held: bool
+) -> tuple[str | None, str | None, int, bool]:
+    return found, waiting, turns_before, held
 
 
 # Plain SQL on the session's own connection (see store/identity.py `_IDENTITY`): every post
@@ -347,7 +366,8 @@ _EARLIER_AND_TURNS = f"""
         (SELECT turn_id FROM queued_messages
             WHERE session_id = %(session_id)s AND client_message_id = %(client_message_id)s
         ) AS waiting,
-        (SELECT count(*) FROM turns WHERE session_id = %(session_id)s) AS turns_before
+        (SELECT count(*) FROM turns WHERE session_id = %(session_id)s) AS turns_before,
+        {handoffs.HELD}
 """
 
 

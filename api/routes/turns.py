@@ -98,7 +98,8 @@ async def post_message(
 ) -> TurnStarted:
     """Store a user message and start its turn; posted while the session's turn runs, it is
     queued as the next turn (`queued`, at most one), or with `"mode": "steer"` taken into the
-    running turn; a repeated `client_message_id` is answered with the original turn."""
+    running turn; while a person holds the session (a hand-off), it goes to them and no turn
+    starts; a repeated `client_message_id` is answered with the original turn."""
     if len(body.text) > settings.max_message_chars:
         raise InvalidRequest(f"text: at most {settings.max_message_chars} characters", field="text")
     posted = await posting.post_user_message(
@@ -116,6 +117,15 @@ async def post_message(
     turn = posted.turn
     await db.commit()  # the message and its turn (the start outbox) before any start
     MESSAGES_POSTED.labels("new" if posted.created else "duplicate").inc()
+    response.status_code = 202 if posted.created else 200
+    if turn is None:  # a person of the support team holds the session: no turn, no model
+        return TurnStarted(
+            turn_id=None,
+            state=None,
+            message=posted.message,
+            events_url=None,
+            handoff_id=posted.handoff_id,
+        )
     if posted.answers:
         kill_at(settings, "answer_committed")  # a test's crash between commit and delivery
     await deliver_decisions(temporal, one_statement, posted.signals)
@@ -128,7 +138,6 @@ async def post_message(
     if posted.start:
         # Its place in the session (the workflow's summary); a duplicate's start looks it up.
         await _start(temporal, one_statement, settings, turn, background, posted.turn_number)
-    response.status_code = 202 if posted.created else 200
     started = TurnStarted.build(
         session_id=session_id, turn_id=turn.id, state=turn.state, message=posted.message
     )
@@ -213,6 +222,7 @@ async def retry_turn(
         db, owner=user, session_id=session_id, turn_id=turn_id, limits=settings.limits
     )
     await db.commit()  # the new turn (the start outbox) before its start
+    assert retried.turn is not None  # a retry always opens a turn
     await _start(temporal, one_statement, settings, retried.turn, background)
     return TurnStarted.build(
         session_id=session_id,

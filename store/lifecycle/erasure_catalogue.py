@@ -40,6 +40,7 @@ _SESSIONS = {
 _BY_SESSION = "session_id IN ({sessions})"
 _BY_TURN = "turn_id IN (SELECT id FROM turns WHERE session_id IN ({sessions}))"
 _BY_USER = "tenant_id = %(tenant)s AND user_id = %(user)s"
+_BY_CASE = "handoff_id IN (SELECT id FROM handoffs WHERE session_id IN ({sessions}))"
 # A memory item remembers the event that wrote it: "message:<id>" or "action:<id>".
 _SOURCED_IN_SESSION = (
     "tenant_id = %(tenant)s AND user_id = %(user)s AND ("
@@ -71,6 +72,9 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry("result_sets", _BY_SESSION, _BY_SESSION),
     Entry("feedback", f"{_BY_SESSION} OR ({_BY_USER})", _BY_SESSION),
     Entry("actions", f"{_BY_SESSION} OR ({_BY_USER})", _BY_SESSION),
+    # A hand-off's event log (the conversation's messages with a person) and its notes.
+    Entry("handoff_events", _BY_CASE, _BY_CASE),
+    Entry("handoff_notes", _BY_CASE, _BY_CASE),
     Entry("handoffs", _BY_SESSION, _BY_SESSION),
     Entry("message_embeddings", _BY_SESSION, _BY_SESSION),  # only where pgvector is
     Entry("imports", _BY_SESSION, _BY_SESSION),  # the requests that imported messages

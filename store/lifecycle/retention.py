@@ -22,7 +22,8 @@ from parley.tenancy import TenantConfig
 @dataclass(frozen=True)
 class _Expiry:
     """How a table's rows find their tenant and their age: `owner` is the key the row
-    reaches its tenant through (`session_id`, `turn_id`, or None: its own `tenant_id`),
+    reaches its tenant through (`session_id`, `turn_id`, `handoff_id`, or None: its own
+    `tenant_id`),
     `stamp` the column compared with the cutoff, `keep` a further condition on the row `x`."""
 
     owner: str | None
@@ -35,7 +36,9 @@ class _Expiry:
         rows = f"{table} x"
         tenant = "x.tenant_id"
         if self.owner is not None:
-            owners = {"session_id": "sessions", "turn_id": "turns"}[self.owner]
+            owners = {"session_id": "sessions", "turn_id": "turns", "handoff_id": "handoffs"}[
+                self.owner
+            ]
             rows, tenant = f"{rows} JOIN {owners} o ON o.id = x.{self.owner}", "o.tenant_id"
         keep = f" AND {self.keep}" if self.keep else ""
         where = f"{tenant} = %(tenant)s AND x.{self.stamp} < %(cutoff)s{keep}"
@@ -54,7 +57,11 @@ _EXPIRIES: dict[str, _Expiry] = {
     "actions": _Expiry(None, keep="x.status <> 'pending'"),
     "specialist_answers": _BY_TURN,
     "slots": _Expiry("session_id", stamp="updated_at"),
-    "handoffs": _BY_SESSION,
+    # A case's log and notes go with their case's period; an open case stays (it holds its
+    # session until a person ends it).
+    "handoff_events": _Expiry("handoff_id"),
+    "handoff_notes": _Expiry("handoff_id"),
+    "handoffs": _Expiry("session_id", keep="x.status NOT IN ('waiting', 'claimed')"),
     "tool_calls": _BY_TURN,
     # A model call a newer tool call points at waits for that tool call.
     "model_calls": _Expiry(

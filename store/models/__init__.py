@@ -10,7 +10,6 @@ from parley.store.models.core import (
     ApiToken,
     Base,
     ChatSession,
-    Handoff,
     Message,
     ModelCall,
     ResultSet,
@@ -26,6 +25,7 @@ from parley.store.models.core import (
     User,
 )
 from parley.store.models.erasure import Erasure
+from parley.store.models.handoffs import Handoff, HandoffEvent, HandoffNote
 from parley.store.models.imports import ConversationImport
 from parley.store.models.knowledge import (
     KnowledgeChunk,
@@ -61,6 +61,8 @@ __all__ = [
     "SessionSlot",
     "SpecialistAnswer",
     "Handoff",
+    "HandoffNote",
+    "HandoffEvent",
     "TraceSpan",
     "ResultSet",
     "ConversationSummary",

@@ -1,5 +1,5 @@
 """The core record: tenants, users and tokens, sessions and messages, turns and their events,
-model and tool calls, actions, slots, hand-offs, trace spans and result sets."""
+model and tool calls, actions, slots, trace spans and result sets."""
 
 from __future__ import annotations
 
@@ -136,6 +136,9 @@ class Message(Base):
     # (store/branches.py keeps this; every read of the conversation filters on it).
     branch: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     off_path: Mapped[bool] = mapped_column(Boolean, default=False, server_default="false")
+    # A person's reply in a handed-off conversation (role `assistant`): the agent's display
+    # name, shown beside it (store/handoffs.py); NULL for the assistant's own words.
+    author_name: Mapped[str | None] = mapped_column(String(200))
     # Counted when the message is written (see `_count_tokens`), by the counter named beside
     # it; a prompt packed with another counter recounts. NULL on rows older than the column.
     token_count: Mapped[int | None] = mapped_column(Integer)
@@ -393,17 +396,6 @@ class SessionSlot(Base):
     source: Mapped[str] = mapped_column(String(64))
     set_at_seq: Mapped[int] = mapped_column(Integer)
     updated_at: Mapped[datetime] = now_column()
-
-
-class Handoff(Base):
-    __tablename__ = "handoffs"
-
-    id: Mapped[str] = mapped_column(String(40), primary_key=True)
-    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id"))
-    turn_id: Mapped[str] = mapped_column(ForeignKey("turns.id"))
-    reason: Mapped[str] = mapped_column(Text)
-    status: Mapped[str] = mapped_column(String(16), default="queued")
-    created_at: Mapped[datetime] = now_column()
 
 
 class TraceSpan(Base):

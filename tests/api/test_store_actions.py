@@ -14,7 +14,7 @@ import pytest
 from parley.contracts import EventType
 from parley.errors import ActionChanged, ActionExpired, ActionResolved, NotFound
 from parley.statuses import ActionStatus, Decision, DeclineReason
-from parley.store import actions, turns
+from parley.store import actions, handoffs, turns
 from parley.store.actions import ActionRow, ForeignRow, ToSend
 from parley.store.db import Database, connect
 from parley.store.identity import Identity
@@ -293,12 +293,13 @@ async def test_a_hand_off_is_made_once(sessions: Sessions) -> None:
     handoff_id = f"ho_{uuid.uuid4().hex[:12]}"
     fields = {"handoff_id": handoff_id, "session_id": turn.session_id, "turn_id": turn.id}
     async with connect(sessions) as conn:
-        first = await actions.create_handoff(conn, **fields, reason="a person, please")
-        again = await actions.create_handoff(conn, **fields, reason="asked again")
-        assert first == again and (first.reason, first.status) == ("a person, please", "queued")
+        first, opened = await handoffs.open_handoff(conn, **fields, reason="a person, please")
+        again, reopened = await handoffs.open_handoff(conn, **fields, reason="asked again")
+        assert first == again and (first.reason, first.status) == ("a person, please", "waiting")
+        assert (opened, reopened) == (True, False)
         other = await _running_turn(sessions)
         with pytest.raises(ForeignRow):
-            await actions.create_handoff(
+            await handoffs.open_handoff(
                 conn,
                 handoff_id=handoff_id,
                 session_id=other.session_id,

@@ -3,8 +3,9 @@
 Every file in tests/histories/ is the history of a real turn (or of a session's summary run,
 `summary_v*`, recorded by tests/system/test_summary_runs.py; of an export or a retention purge,
 `data_v*`, recorded by tests/workflow/test_data_workflows.py; of an erasure, `erasure_v*`,
-recorded by tests/workflow/test_erasure_workflow.py; or of an import's indexing, `import_v*`,
-recorded by tests/workflow/test_import_workflow.py). A change to the workflow that
+recorded by tests/workflow/test_erasure_workflow.py; of an import's indexing, `import_v*`,
+recorded by tests/workflow/test_import_workflow.py; or of a hand-off to a person,
+`handoff_v*`, recorded by tests/workflow/test_handoff_workflow.py). A change to the workflow that
 would break a turn already running in production fails here. Turns are pinned to the build
 they started on (dispatch/deployment.py), so such a change ships as a new build with a new
 recording, never as a `workflow.patched()` branch (none is allowed, below).
@@ -36,6 +37,7 @@ from parley import workflows
 from parley.contracts import TurnInput
 from parley.workflows.erasure import ErasureWorkflow
 from parley.workflows.export import ExportWorkflow
+from parley.workflows.handoff import HandoffWorkflow
 from parley.workflows.imports import ImportWorkflow
 from parley.workflows.retention import RetentionPurgeWorkflow
 from parley.workflows.specialist import SpecialistWorkflow
@@ -61,8 +63,9 @@ async def test_committed_history_replays(path: Path) -> None:
     # A delegated turn's specialist (specialist_v*_returns) replays beside the turns, and so
     # do the summary runs, the exports and purges (data_v*, tests/workflow/
     # test_data_workflows.py), the erasures (erasure_v*, tests/workflow/
-    # test_erasure_workflow.py) and the imports (import_v*, tests/workflow/
-    # test_import_workflow.py).
+    # test_erasure_workflow.py), the imports (import_v*, tests/workflow/
+    # test_import_workflow.py) and the hand-offs (handoff_v*, tests/workflow/
+    # test_handoff_workflow.py).
     workflows = [
         TurnWorkflow,
         SpecialistWorkflow,
@@ -71,6 +74,7 @@ async def test_committed_history_replays(path: Path) -> None:
         RetentionPurgeWorkflow,
         ErasureWorkflow,
         ImportWorkflow,
+        HandoffWorkflow,
     ]
     await Replayer(workflows=workflows).replay_workflow(history)
 

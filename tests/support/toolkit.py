@@ -261,6 +261,7 @@ async def post_unstarted(
         expected_last_seq=None,
         limits=LIFTED_LIMITS,
     )
+    assert posted.turn is not None  # no hand-off holds a test's session
     await outbox.mark_workflow_started(db, turn_id=posted.turn.id)
     await db.commit()
     return posted

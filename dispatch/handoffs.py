@@ -1,0 +1,63 @@
+"""Starting a case's workflow, and telling it of a change the store already holds.
+
+Starting is idempotent: the workflow id comes from the case, a running run is attached to
+(`USE_EXISTING`) and a finished one is never run again (`REJECT_DUPLICATE`). A signal that
+cannot be delivered is logged, not raised: the change is committed, and the run asks the
+store at its next timeout (workflows/handoff.py).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from temporalio.client import Client
+from temporalio.common import (
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
+from temporalio.exceptions import WorkflowAlreadyStartedError
+
+from parley.contracts import SA_SESSION_ID, SA_TENANT_ID
+from parley.handoffs import (
+    HANDOFF_CHANGED_SIGNAL,
+    HANDOFF_WORKFLOW,
+    HandoffChange,
+    HandoffInput,
+    handoff_workflow_id,
+)
+
+log = logging.getLogger(__name__)
+
+
+async def start_handoff(client: Client, inp: HandoffInput, *, task_queue: str) -> None:
+    """Start the case's workflow once; a run already started (or finished) stays as it is."""
+    try:
+        await client.start_workflow(
+            HANDOFF_WORKFLOW,
+            inp,
+            id=handoff_workflow_id(session_id=inp.session_id, handoff_id=inp.handoff_id),
+            task_queue=task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            search_attributes=TypedSearchAttributes(
+                [
+                    SearchAttributePair(SA_SESSION_ID, inp.session_id),
+                    SearchAttributePair(SA_TENANT_ID, inp.tenant_id),
+                ]
+            ),
+            # Ids only: the reason and the summary may name the customer.
+            static_summary=f"Hand-off {inp.handoff_id} of session {inp.session_id}",
+        )
+    except WorkflowAlreadyStartedError:
+        pass  # it ran already
+
+
+async def tell_handoff(client: Client, *, session_id: str, change: HandoffChange) -> None:
+    """Tell the case's run of a committed claim or end; best effort (see the module)."""
+    workflow_id = handoff_workflow_id(session_id=session_id, handoff_id=change.handoff_id)
+    try:
+        await client.get_workflow_handle(workflow_id).signal(HANDOFF_CHANGED_SIGNAL, change)
+    except Exception:
+        log.warning("could not tell hand-off %s of %s", change.handoff_id, change.status)

@@ -1,0 +1,172 @@
+"""A hand-off to a person, through the public API on the shared stack (issue 43, acceptance 1
+and 3): the demo's "I want to talk to a person" opens a case whose summary names the order
+and the earlier refund question; an agent claims it (a second claim is 409), replies under
+their name into the customer's stream; the customer's next message reaches the agent and no
+model; an internal note never reaches the customer; after the hand-back the assistant answers
+again, with the human exchange in its prompt. Another tenant's agent finds nothing (404)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest_asyncio
+
+from parley.gateway.demo import DemoModel
+from parley.store.db import Database
+from parley.store.identity import create_token
+from tests.support.client import ParleyClient
+from tests.support.sse import Event, iter_events
+
+DEADLINE_S = 20.0  # a bound on what the worker does in the background, never a wait
+
+
+@pytest_asyncio.fixture
+async def agents(api_url: str, sessions: Database) -> AsyncIterator[dict[str, ParleyClient]]:
+    """Northwind's Sam and Lee, Southwind's Kim (seeded with the role `agent`)."""
+    clients: dict[str, ParleyClient] = {}
+    async with sessions() as db:
+        for name, tenant in (("sam", "northwind"), ("lee", "northwind"), ("kim", "southwind")):
+            token = await create_token(db, tenant_id=tenant, user_id=f"agent_{name}")
+            clients[name] = ParleyClient(api_url, token)
+        await db.commit()
+    yield clients
+    for client in clients.values():
+        await client.aclose()
+
+
+async def _handed_off(priya: ParleyClient) -> tuple[str, str]:
+    """Priya's reference conversation up to the refund, then a person asked for: the session
+    and the case."""
+    sid = await priya.new_session()
+    for text in ("Where is my order?", "What about the refund?", "I want to talk to a person"):
+        _, events = await priya.turn(sid, text)
+        assert events[-1].type == "done", events
+    found = await priya.http.get(f"/v1/sessions/{sid}/handoff")
+    assert found.status_code == 200, found.text
+    assert found.json()["status"] == "waiting"
+    return sid, found.json()["id"]
+
+
+async def _case(agent: ParleyClient, handoff_id: str) -> dict[str, Any]:
+    """The case as the agent reads it, once its summary is written (a deadline, not a wait)."""
+    async with asyncio.timeout(DEADLINE_S):
+        while True:
+            read = await agent.http.get(f"/v1/handoffs/{handoff_id}")
+            assert read.status_code == 200, read.text
+            if read.json()["handoff"]["summary"] is not None:
+                return dict(read.json())
+            await asyncio.sleep(0.1)
+
+
+async def _case_events(client: ParleyClient, url: str, *, until: str) -> list[Event]:
+    """The case's stream from its start, read until an event whose JSON holds `until`."""
+    received: list[Event] = []
+    async with asyncio.timeout(DEADLINE_S):
+        async with client.http.stream("GET", url, params={"after": 0}) as response:
+            assert response.status_code == 200
+            async for event in iter_events(response):
+                received.append(event)
+                if until in json.dumps(event.data):
+                    return received
+    raise AssertionError("unreachable")
+
+
+async def test_a_person_takes_over_and_hands_back(
+    priya: ParleyClient,
+    agents: dict[str, ParleyClient],
+    worker: DemoModel,
+    sessions: Database,
+) -> None:
+    sam = agents["sam"]
+    sid, handoff_id = await _handed_off(priya)
+    inbox = await sam.http.get("/v1/handoffs")
+    assert inbox.status_code == 200
+    assert handoff_id in [case["id"] for case in inbox.json()["handoffs"]]
+    case = await _case(sam, handoff_id)
+    summary = case["handoff"]["summary"]
+    assert "8472" in summary and "refund" in summary.lower(), summary
+    assert case["handoff"]["summary_by"] == "model"
+    assert [m["text"] for m in case["messages"] if m["role"] == "user"][-1].endswith("a person")
+
+    claimed = await sam.http.post(f"/v1/handoffs/{handoff_id}/claim")
+    assert claimed.status_code == 200 and claimed.json()["handoff"]["agent_name"] == "Sam"
+    reply = await sam.http.post(
+        f"/v1/handoffs/{handoff_id}/messages", json={"text": "Hi Priya, Sam here. Let me look."}
+    )
+    assert reply.status_code == 201, reply.text
+    events_url = (await priya.http.get(f"/v1/sessions/{sid}/handoff")).json()["events_url"]
+    seen = await _case_events(priya, events_url, until="Sam here")
+    joined = [e.data for e in seen if e.type == "handoff"]
+    assert {"status": "claimed", "agent_name": "Sam"}.items() <= joined[-1].items()
+    assert seen[-1].type == "message" and seen[-1].data["message"]["author_name"] == "Sam"
+
+    # The customer's next message goes to Sam: no turn, no model call.
+    calls = worker.calls
+    posted = await priya.post(sid, "My parcel is late and I am worried.")
+    assert posted.status_code == 202, posted.text
+    assert (posted.json()["turn_id"], posted.json()["handoff_id"]) == (None, handoff_id)
+    detail = await sam.http.get(f"/v1/handoffs/{handoff_id}")
+    assert detail.json()["messages"][-1]["text"] == "My parcel is late and I am worried."
+    note = await sam.http.post(
+        f"/v1/handoffs/{handoff_id}/notes", json={"text": "INTERNAL-NOTE-7731 check carrier"}
+    )
+    assert note.status_code == 201
+    assert worker.calls == calls, "the model was asked while a person held the session"
+
+    back = await sam.http.post(f"/v1/handoffs/{handoff_id}/hand-back")
+    assert back.status_code == 200 and back.json()["handoff"]["status"] == "handed_back"
+    ended = await _case_events(priya, events_url, until="handed_back")
+    assert not any("INTERNAL-NOTE-7731" in json.dumps(e.data) for e in ended)
+    assert not any("INTERNAL-NOTE-7731" in m["text"] for m in await priya.messages(sid))
+
+    # The assistant again, with the human exchange in its prompt.
+    turn_id, events = await priya.turn(sid, "Thanks. Where is my order now?")
+    assert events[-1].type == "done"
+    prompt = await _prompt(sessions, turn_id)
+    assert "Sam here" in prompt and "My parcel is late" in prompt
+
+
+async def _prompt(sessions: Database, turn_id: str) -> str:
+    async with sessions() as db:
+        request = await db.value(
+            "SELECT request FROM model_calls WHERE turn_id = %(t)s ORDER BY step LIMIT 1",
+            {"t": turn_id},
+        )
+    return json.dumps(request)
+
+
+async def test_one_agent_wins_a_claim_and_another_tenant_sees_nothing(
+    priya: ParleyClient, agents: dict[str, ParleyClient]
+) -> None:
+    _, handoff_id = await _handed_off(priya)
+    sam, lee, kim = agents["sam"], agents["lee"], agents["kim"]
+    url = f"/v1/handoffs/{handoff_id}"
+    answers = await asyncio.gather(sam.http.post(url + "/claim"), lee.http.post(url + "/claim"))
+    assert sorted(a.status_code for a in answers) == [200, 409]
+    [lost] = [a for a in answers if a.status_code == 409]
+    assert lost.json()["error"]["code"] == "handoff_claimed"
+    winner = sam if answers[0].status_code == 200 else lee
+    loser = lee if winner is sam else sam
+    # Only the holder replies or ends it.
+    refused = await loser.http.post(url + "/messages", json={"text": "me too"})
+    assert refused.status_code == 409
+    for request in (
+        kim.http.get(url),
+        kim.http.post(url + "/claim"),
+        kim.http.post(url + "/notes", json={"text": "peek"}),
+        kim.http.post(url + "/resolve"),
+        kim.http.get(url + "/events"),
+    ):
+        answer: httpx.Response = await request
+        assert answer.status_code == 404, answer.text
+    assert handoff_id not in json.dumps((await kim.http.get("/v1/handoffs")).json())
+    # A customer is no agent.
+    assert (await priya.http.get("/v1/handoffs")).status_code == 403
+    resolved = await winner.http.post(url + "/resolve")
+    assert resolved.json()["handoff"]["status"] == "resolved"
+    again = await winner.http.post(url + "/resolve")
+    assert again.json()["error"]["code"] == "handoff_closed"

@@ -1,0 +1,158 @@
+"""The hand-off workflow alone, its steps stubbed under their real names: the summary first,
+the claim's wait with the tenant's timeout (a durable timer, skipped here), the customer told
+once when nobody came, a late claim still taken, and an end whose signal was lost found by
+asking the store.
+
+`PARLEY_RECORD_HISTORY=handoff_v1` writes each shape's history to
+tests/histories/handoff_v1_<shape>.json for the replay tier.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from temporalio import activity
+from temporalio.client import WorkflowHandle
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Replayer, Worker
+
+from parley.handoffs import (
+    HANDOFF_CHANGED_SIGNAL,
+    HANDOFF_WORKFLOW,
+    HandoffChange,
+    HandoffInput,
+    HandoffOutcome,
+)
+from parley.workflows.handoff import RECHECK, HandoffWorkflow
+from tests.support.histories import HISTORIES, scrub
+
+CLAIM_TIMEOUT_S = 30.0
+STEP_DEADLINE_S = 10.0  # a bound on reaching a step, never a wait
+
+
+@dataclass
+class Steps:
+    """The case's steps, answering from the store's (scripted) status, recording what ran."""
+
+    status: str = "waiting"  # what the store holds
+    ran: list[str] = field(default_factory=list)
+    reached: dict[str, asyncio.Event] = field(default_factory=dict)
+
+    def _ran(self, name: str) -> None:
+        self.ran.append(name)
+        self.reached.setdefault(name, asyncio.Event()).set()
+
+    async def until(self, name: str) -> None:
+        async with asyncio.timeout(STEP_DEADLINE_S):
+            await self.reached.setdefault(name, asyncio.Event()).wait()
+
+    def activities(self) -> list[Any]:
+        @activity.defn(name="write_case_summary")
+        async def summary(inp: HandoffInput) -> str:
+            self._ran("summary")
+            return "model"
+
+        @activity.defn(name="tell_unclaimed")
+        async def unclaimed(inp: HandoffInput) -> HandoffOutcome:
+            self._ran("tell_unclaimed")
+            return HandoffOutcome(self.status)
+
+        @activity.defn(name="case_status")
+        async def status(inp: HandoffInput) -> HandoffOutcome:
+            self._ran("case_status")
+            return HandoffOutcome(self.status)
+
+        return [summary, unclaimed, status]
+
+
+Case = WorkflowHandle[HandoffWorkflow, HandoffOutcome]
+
+
+async def _signal(case: Case, status: str) -> None:
+    await case.signal(HANDOFF_CHANGED_SIGNAL, HandoffChange("hof_test", status))
+
+
+async def run(
+    env: WorkflowEnvironment, steps: Steps, name: str, drive: Any
+) -> tuple[HandoffOutcome, Any]:
+    """Start a case, let `drive(case)` act on it, and return its outcome and history."""
+    queue = f"handoff-{uuid.uuid4().hex[:8]}"
+    async with Worker(
+        env.client, task_queue=queue, workflows=[HandoffWorkflow], activities=steps.activities()
+    ):
+        case: Case = await env.client.start_workflow(
+            HANDOFF_WORKFLOW,
+            HandoffInput("hof_test", "ses_test", "northwind", CLAIM_TIMEOUT_S),
+            id=f"handoff-ses_test-{name}-{uuid.uuid4().hex[:6]}",
+            task_queue=queue,
+            result_type=HandoffOutcome,
+        )
+        await drive(case)
+        outcome = await case.result()
+        history = await case.fetch_history()
+    await Replayer(workflows=[HandoffWorkflow]).replay_workflow(history)
+    recording = os.environ.get("PARLEY_RECORD_HISTORY")
+    if recording:
+        (HISTORIES / f"{recording}_{name}.json").write_text(scrub(history.to_json()))
+    return outcome, history
+
+
+async def test_a_claimed_case_ends_when_the_agent_hands_it_back(env: WorkflowEnvironment) -> None:
+    steps = Steps()
+
+    async def drive(case: Case) -> None:
+        await steps.until("summary")
+        await _signal(case, "claimed")
+        await _signal(case, "handed_back")
+
+    outcome, history = await run(env, steps, "handed_back", drive)
+    # Claimed in time: the customer was never told that nobody came.
+    assert outcome.status == "handed_back" and steps.ran == ["summary"]
+    assert "EVENT_TYPE_TIMER_FIRED" not in history.to_json()
+
+
+async def test_nobody_in_time_tells_the_customer_once_and_a_late_claim_is_taken(
+    env: WorkflowEnvironment,
+) -> None:
+    steps = Steps()
+
+    async def drive(case: Case) -> None:
+        await steps.until("summary")
+        await env.sleep(CLAIM_TIMEOUT_S + 1)  # the durable timer runs out (time skipped)
+        await steps.until("tell_unclaimed")
+        assert await case.query(HandoffWorkflow.status) == "waiting"
+        await _signal(case, "claimed")
+        await _signal(case, "resolved")
+
+    outcome, history = await run(env, steps, "unclaimed", drive)
+    assert outcome.status == "resolved"
+    assert steps.ran == ["summary", "tell_unclaimed"]
+    assert history.to_json().count("EVENT_TYPE_TIMER_FIRED") == 1
+
+
+async def test_a_claim_and_an_end_whose_signals_were_lost_are_found_in_the_store(
+    env: WorkflowEnvironment,
+) -> None:
+    steps = Steps(status="claimed")  # claimed before the timer ran out; its signal was lost
+
+    async def drive(case: Case) -> None:
+        await steps.until("summary")
+        await env.sleep(CLAIM_TIMEOUT_S + 1)
+        await steps.until("tell_unclaimed")
+        steps.status = "resolved"  # and ended, its signal lost too
+
+    before = await env.get_current_time()
+    outcome, _ = await run(env, steps, "signals_lost", drive)
+    assert outcome.status == "resolved"
+    assert steps.ran[:2] == ["summary", "tell_unclaimed"] and steps.ran[-1] == "case_status"
+    waited = (await env.get_current_time() - before).total_seconds()
+    assert waited >= CLAIM_TIMEOUT_S + RECHECK.total_seconds()
+
+
+def test_the_input_carries_ids_and_a_timeout_only() -> None:
+    inp = HandoffInput("hof_x", "ses_x", "northwind", 5.0)
+    assert set(vars(inp)) == {"handoff_id", "session_id", "tenant_id", "claim_timeout_s"}

@@ -1,0 +1,93 @@
+"""The hand-off workflow: one case (parley/handoffs.py), from its summary to its end.
+
+One run per case (`handoff-<session>-<case>`, so an operator finds a session's cases by its
+id), started by the tool step that opened the case. It writes the case summary, then waits
+for a person: a claim with the tenant's timeout (a durable timer, its wait shown in the
+Temporal UI); when nobody comes in time, the customer is told once and the case stays open
+for a later claim. It ends when the holder resolves the case or hands it back.
+
+The store holds the truth: the API commits each change (a claim, an end) and then tells this
+run by signal. A lost signal costs a delay, not the case: at each timeout the run asks the
+store, which also makes the "nobody came" message safe against a claim whose signal is late
+(the store tells the customer only while the case still waits). Only the case's ids travel
+through history, never the conversation or the summary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from parley.activities.handoffs import HandoffActivities
+    from parley.handoffs import (
+        ENDED_STATUSES,
+        HANDOFF_CHANGED_SIGNAL,
+        HANDOFF_WORKFLOW,
+        HandoffChange,
+        HandoffInput,
+        HandoffOutcome,
+        HandoffStatus,
+    )
+
+from parley.workflows.options import STORE, SUMMARY
+
+# How often a held case asks the store whether it ended without the run hearing of it.
+RECHECK = timedelta(hours=1)
+
+
+@workflow.defn(name=HANDOFF_WORKFLOW)
+class HandoffWorkflow:
+    def __init__(self) -> None:
+        self._status = HandoffStatus.waiting.value
+
+    @workflow.query
+    def status(self) -> str:
+        """The case's status as this run knows it."""
+        return self._status
+
+    @workflow.signal(name=HANDOFF_CHANGED_SIGNAL)
+    def changed(self, change: HandoffChange) -> None:
+        """The store has a claim or an end of the case."""
+        if self._status not in ENDED_STATUSES:
+            self._status = change.status
+
+    def _claimed_or_ended(self) -> bool:
+        return self._status != HandoffStatus.waiting
+
+    def _ended(self) -> bool:
+        return self._status in ENDED_STATUSES
+
+    @workflow.run
+    async def run(self, inp: HandoffInput) -> HandoffOutcome:
+        workflow.set_current_details("writing the case summary")
+        await SUMMARY.run(HandoffActivities.write_case_summary, inp, summary="case summary")
+        wait_s = inp.claim_timeout_s
+        workflow.set_current_details(f"waiting for an agent to claim it ({wait_s:g} s)")
+        try:
+            await workflow.wait_condition(
+                self._claimed_or_ended,
+                timeout=timedelta(seconds=wait_s),
+                timeout_summary="nobody claimed the case in time",
+            )
+        except TimeoutError:
+            told = await STORE.run(HandoffActivities.tell_unclaimed, inp, summary="unclaimed")
+            self._status = told.status
+            if not self._claimed_or_ended():
+                workflow.set_current_details("unclaimed: the customer was told; still open")
+                await self._until(self._claimed_or_ended, inp)
+        workflow.set_current_details("a person holds the conversation")
+        await self._until(self._ended, inp)
+        workflow.set_current_details(f"ended: {self._status}")
+        return HandoffOutcome(self._status)
+
+    async def _until(self, done: Callable[[], bool], inp: HandoffInput) -> None:
+        """Wait for `done` (a signal sets it), asking the store at each `RECHECK`."""
+        while not done():
+            try:
+                await workflow.wait_condition(done, timeout=RECHECK, timeout_summary="recheck")
+            except TimeoutError:
+                stored = await STORE.run(HandoffActivities.case_status, inp, summary="recheck")
+                self._status = stored.status
