@@ -20,7 +20,7 @@ from sqlalchemy import text, update
 from sqlalchemy.dialects.postgresql import insert
 
 from parley.consented import Remembered
-from parley.store import user_memory
+from parley.store import handoffs, user_memory
 from parley.store.db import Database
 from parley.store.identity import create_token, revoke_token
 from parley.store.models import ApiToken, User
@@ -55,6 +55,7 @@ MISSING = {
     "export_id": "exp_missing",
     "import_id": "imp_missing",
     "version": "1",
+    "handoff_id": "hof_missing",
 }
 # Rows that any of the matrix's requests could touch, read as JSON text in a stable order.
 SNAPSHOT = {
@@ -82,7 +83,15 @@ SNAPSHOT = {
     # Priya's exports: nobody else may read, add to or change them.
     "exports": "SELECT id, state, bytes, expires_at FROM exports WHERE user_id = 'cust_2291' "
     "ORDER BY id",
+    # Her hand-off to a person: no customer is an agent, so nobody else may work it.
+    "handoffs": "SELECT * FROM handoffs WHERE session_id = :sid ORDER BY id",
+    "handoff_notes": "SELECT n.* FROM handoff_notes n JOIN handoffs h ON h.id = n.handoff_id "
+    "WHERE h.session_id = :sid ORDER BY n.id",
+    "handoff_events": "SELECT e.* FROM handoff_events e JOIN handoffs h ON h.id = e.handoff_id "
+    "WHERE h.session_id = :sid ORDER BY e.handoff_id, e.id",
 }
+# The agent inbox: a customer is no agent, of whichever tenant (403 before any lookup).
+INBOX = "/v1/handoffs"
 
 
 async def snapshot(sessions: Database, sid: str) -> dict[str, Any]:
@@ -110,6 +119,8 @@ def body_for(method: str, path: str) -> dict[str, Any] | None:
         return {"persona": "Answer in pirate speak."}
     if path == "/v1/memory/consent":
         return {"consent": False}
+    if path.endswith("/notes") and method == "post":
+        return {"text": "an agent's note"}
     if path.endswith("/feedback") and method == "post":
         return {"rating": "down", "comment": "not mine to rate"}
     return None
@@ -132,6 +143,28 @@ async def call(
         files=upload_for(method, template),
         headers={"Authorization": f"Bearer {token}"},
     )
+
+
+async def handed_off(sessions: Database, session_id: str, turn_id: str) -> str:
+    """A case of Priya's session, opened as the model's `handoff_to_human` opens one (no
+    workflow: nothing in the matrix needs it to move)."""
+    async with sessions() as db:
+        case, _ = await handoffs.open_handoff(
+            db,
+            handoff_id=f"hof_{uuid.uuid4().hex[:12]}",
+            session_id=session_id,
+            turn_id=turn_id,
+            reason="a person, please",
+        )
+        await db.commit()
+    return case.id
+
+
+async def agent_token(sessions: Database) -> str:
+    async with sessions() as db:
+        token = await create_token(db, tenant_id="northwind", user_id="agent_sam")
+        await db.commit()
+    return token
 
 
 async def dead_tokens(sessions: Database, user: str) -> dict[str, str]:
@@ -235,6 +268,7 @@ async def test_every_route_refuses_everyone_but_the_owner_and_changes_nothing(
     assert upload.status_code == 201, upload.text
     answer = next(m for m in await priya.messages(sid) if m["role"] == "assistant")
     export_id = await exported(priya)
+    handoff_id = await handed_off(sessions, sid, turn_id)
     owned = {
         "session_id": sid,
         "turn_id": turn_id,
@@ -246,6 +280,7 @@ async def test_every_route_refuses_everyone_but_the_owner_and_changes_nothing(
         "export_id": export_id,
         "import_id": imported.json()["id"],
         "version": "1",  # the answer's first version: another user may not switch to it
+        "handoff_id": handoff_id,
     }
     intruders = {
         "same tenant": {"session": tokens["marco"], "admin": tokens["marco"]},
@@ -280,6 +315,9 @@ async def test_every_route_refuses_everyone_but_the_owner_and_changes_nothing(
                 theirs = await call(http, token, method, path, owned)
                 where = f"{who}: {method.upper()} {path}"
                 checked += 1
+                if path.startswith(INBOX) and not who.endswith("token"):
+                    assert theirs.status_code == 403, where
+                    continue
                 if "{" not in path and not who.endswith("token"):
                     # The caller's own collection (list, create): never Priya's session.
                     assert theirs.status_code < 300 and sid not in theirs.text, where
@@ -301,9 +339,11 @@ async def test_every_route_refuses_everyone_but_the_owner_and_changes_nothing(
         # The owner still reaches everything that was refused to the others (GETs only,
         # to leave the state as it is).
         admin = tokens["admin"]
+        agent = await agent_token(sessions)
         for method, path in routes:
             if method == "get":
                 token = admin if path.startswith("/v1/admin/") else tokens["priya"]
+                token = agent if path.startswith(INBOX) else token
                 if path.endswith("/events"):
                     continue  # a resting turn's stream is read by `propose` already
                 response = await call(http, token, method, path, owned)
