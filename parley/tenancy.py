@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from parley.mcp import McpServerConfig, find_tool, is_mcp_name
 from parley.retention import RetentionPeriods
@@ -77,6 +77,13 @@ class TenantConfig(BaseModel):
     # (parley/retention.py); unset periods are the deployment's `PARLEY_RETENTION_*_DAYS`.
     retention: RetentionPeriods | None = None
 
+    @model_validator(mode="after")
+    def _no_nul(self) -> TenantConfig:
+        # Stored as JSONB, which cannot hold NUL: refused here (422), not on insert (500).
+        if _holds_nul(self.model_dump()):
+            raise ValueError("text must not contain NUL characters")
+        return self
+
     def offered(self, name: str) -> bool:
         if name == RUN_SKILL:  # offered only when the tenant enables a skill
             return bool(self.skills)
@@ -92,3 +99,13 @@ class TenantConfig(BaseModel):
     @classmethod
     def known_tools(cls) -> set[str]:
         return set(LOCAL_TOOLS)
+
+
+def _holds_nul(value: object) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_holds_nul(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_holds_nul(v) for v in value)
+    return False
