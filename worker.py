@@ -171,7 +171,7 @@ def _handoff_activities(
     """A hand-off's steps; the tool step that opens a case starts its run (workflows/handoff.py)."""
     handoffs = HandoffActivities(sessions=db, providers=pool, settings=settings, client=client)
     tools.attach(handoffs)
-    return [handoffs.write_case_summary, handoffs.tell_unclaimed, handoffs.case_status]
+    return handoffs.steps()
 
 
 def _import_activities(importing: ImportActivities) -> list[Callable[..., Any]]:

@@ -10,14 +10,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import Callable
+from typing import Any
 
+import httpx2
 from temporalio import activity
 from temporalio.client import Client
+from temporalio.exceptions import ApplicationError
 
 from parley.config import Settings
 from parley.dispatch.handoffs import start_handoff
+from parley.egress import Resolver
+from parley.errors import UrlNotAllowed
 from parley.gateway.base import ModelRequest, TextDelta
+from parley.gateway.pinned import pinned_transport
 from parley.gateway.registry import ProviderPool
+from parley.gateway.resolver import system_resolver
 from parley.handoffs import (
     CaseFacts,
     HandoffInput,
@@ -29,13 +38,36 @@ from parley.handoffs import (
 from parley.redaction import redact_messages
 from parley.store import handoffs as store
 from parley.store import sessions as session_store
-from parley.store.db import Database
+from parley.store import webhooks as hooks
+from parley.store.db import Database, Db
 from parley.tenancy import TenantConfig
+from parley.webhooks import WebhookInput, body_bytes, delivery_id, signature
 
 log = logging.getLogger(__name__)
 
 # The model's time to write a summary before code writes it instead.
 SUMMARY_TIMEOUT_S = 30.0
+# One webhook attempt's bound; Temporal retries (workflows/options.py `WEBHOOK`).
+WEBHOOK_TIMEOUT_S = 10.0
+# The failures a delivery ends with, as the workflow sees them.
+WEBHOOK_REFUSED = "webhook_refused"
+WEBHOOK_FAILED = "webhook_failed"
+
+
+def _payload(case: store.HandoffRow, event: str) -> dict[str, Any]:
+    """What the team's tools are told: the case, its reason and summary (the customer's
+    words, which an erasure of theirs removes from the delivery log too)."""
+    return {
+        "event": event,
+        "handoff_id": case.id,
+        "tenant_id": case.tenant_id,
+        "session_id": case.session_id,
+        "status": case.status,
+        "reason": case.reason,
+        "summary": case.summary,
+        "agent_name": case.agent_name,
+        "created_at": case.created_at.isoformat(),
+    }
 
 
 class HandoffActivities:
@@ -47,12 +79,23 @@ class HandoffActivities:
         settings: Settings,
         client: Client | None = None,  # the worker's: starts a case's run (`start_case`)
         summary_timeout_s: float = SUMMARY_TIMEOUT_S,
+        resolve: Resolver = system_resolver,  # a webhook's host, as the egress rules ask
     ) -> None:
+        self._resolve = resolve
         self._summary_timeout_s = summary_timeout_s
         self._sessions = sessions
         self._providers = providers
         self._settings = settings
         self._client = client
+
+    def steps(self) -> list[Callable[..., Any]]:
+        """The workflow's steps, as the worker registers them."""
+        return [
+            self.write_case_summary,
+            self.tell_unclaimed,
+            self.case_status,
+            self.deliver_webhook,
+        ]
 
     async def start_case(self, case: store.HandoffRow) -> None:
         """Start the committed case's run, with its tenant's claim timeout."""
@@ -104,11 +147,88 @@ class HandoffActivities:
     @activity.defn
     async def tell_unclaimed(self, inp: HandoffInput) -> HandoffOutcome:
         """Nobody claimed the case in time: tell the customer (once, while it still waits).
-        The case's status after it."""
+        The case's status after it, and whether the customer was told now."""
         async with self._sessions() as db:
-            await store.tell_unclaimed(db, handoff_id=inp.handoff_id)
+            told = await store.tell_unclaimed(db, handoff_id=inp.handoff_id)
             await db.commit()
-        return await self.case_status(inp)
+        status = await self.case_status(inp)
+        return HandoffOutcome(status.status, told)
+
+    @activity.defn
+    async def deliver_webhook(self, inp: WebhookInput) -> str:
+        """Tell the tenant's webhook of the case's event: the same signed body under the same
+        idempotency key on every attempt; a receiver's refusal is retried by Temporal, an
+        address the egress rules refuse is not. The delivery's status."""
+        async with self._sessions() as db:
+            planned = await self._plan_delivery(db, inp)
+            await db.commit()
+        if planned is None:
+            return "none"  # the tenant has no webhook
+        delivery, secret = planned
+        if delivery.status in ("delivered", "refused"):
+            return delivery.status
+        status, code, error = await self._send(delivery, secret)
+        async with self._sessions() as db:
+            await hooks.attempted(
+                db, delivery_id=delivery.id, status=status, code=code, error=error
+            )
+            await db.commit()
+        if status == "refused":
+            raise ApplicationError(error or "refused", type=WEBHOOK_REFUSED, non_retryable=True)
+        if status != "delivered":
+            raise ApplicationError(f"the receiver did not take it: {error}", type=WEBHOOK_FAILED)
+        return status
+
+    async def _plan_delivery(
+        self, db: Db, inp: WebhookInput
+    ) -> tuple[hooks.DeliveryRow, str] | None:
+        case = await store.get_case(db, handoff_id=inp.handoff_id)
+        assert case is not None, f"hand-off {inp.handoff_id} is missing"
+        session = await session_store.with_tenant(db, session_id=case.session_id)
+        assert session is not None
+        hook = TenantConfig.model_validate(session.tenant_config).handoff_webhook
+        if hook is None:
+            return None
+        secret = await hooks.tenant_secret(db, tenant_id=case.tenant_id)
+        assert secret is not None
+        delivery = await hooks.record(
+            db,
+            delivery_id=delivery_id(handoff_id=case.id, event=inp.event),
+            tenant_id=case.tenant_id,
+            session_id=case.session_id,
+            handoff_id=case.id,
+            event=inp.event,
+            url=hook.url,
+            payload=_payload(case, inp.event),
+        )
+        return delivery, secret
+
+    async def _send(
+        self, delivery: hooks.DeliveryRow, secret: str
+    ) -> tuple[str, int | None, str | None]:
+        """One attempt: (status, the receiver's HTTP status, what went wrong)."""
+        body = body_bytes(delivery.payload)
+        headers = {
+            "Content-Type": "application/json",
+            "Idempotency-Key": delivery.id,
+            "Parley-Event": delivery.event,
+            "Parley-Signature": signature(secret, int(time.time()), body),
+        }
+        transport = pinned_transport(
+            self._settings.mcp_allowlist, field="handoff_webhook.url", resolve=self._resolve
+        )
+        try:
+            async with httpx2.AsyncClient(
+                transport=transport, trust_env=False, timeout=WEBHOOK_TIMEOUT_S
+            ) as http:
+                answer = await http.post(delivery.url, content=body, headers=headers)
+        except UrlNotAllowed as exc:
+            return "refused", None, exc.message
+        except httpx2.HTTPError as exc:
+            return "pending", None, f"{type(exc).__name__}: {exc}"[:500]
+        if answer.is_success:
+            return "delivered", answer.status_code, None
+        return "pending", answer.status_code, f"HTTP {answer.status_code}"
 
     @activity.defn
     async def case_status(self, inp: HandoffInput) -> HandoffOutcome:

@@ -92,6 +92,7 @@ class HandoffChange:
 @dataclass(frozen=True)
 class HandoffOutcome:
     status: str
+    told: bool = False  # `tell_unclaimed`: the customer was told just now
 
 
 # The case's own stream (store/handoffs.py `append_event`): what the customer's page and the

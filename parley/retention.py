@@ -44,6 +44,7 @@ PERIOD_TABLES: dict[str, tuple[str, ...]] = {
         "slots",
         "handoff_events",
         "handoff_notes",
+        "webhook_deliveries",
         "handoffs",
     ),
     "prompts": ("tool_calls", "model_calls", "trace_spans"),

@@ -16,6 +16,7 @@ from parley.retention import RetentionPeriods
 from parley.skills import RUN_SKILL
 from parley.specialists import DELEGATION_TOOLS
 from parley.tools import TOOLS, Risk
+from parley.webhooks import HandoffWebhookConfig
 from parley.wire import IntOrNone
 
 # The local tools an allow-list may name: all but the writes, which only a user's confirm
@@ -68,6 +69,8 @@ class TenantConfig(BaseModel):
     # Seconds a hand-off to a person waits for an agent's claim before the customer is told
     # (parley/handoffs.py); None: the deployment's `PARLEY_HANDOFF_CLAIM_TIMEOUT_S`.
     handoff_claim_timeout_s: float | None = Field(default=None, ge=1, le=7 * 24 * 3600)
+    # Where the team's own tools hear of hand-offs (parley/webhooks.py); None: nowhere.
+    handoff_webhook: HandoffWebhookConfig | None = None
     # Whether the model may hand work to a specialist (parley/specialists.py); off unless set.
     specialists: bool | None = None
     # Mask card numbers and email addresses in everything sent to a model provider (the

@@ -1,10 +1,12 @@
 """The hand-off workflow: one case (parley/handoffs.py), from its summary to its end.
 
 One run per case (`handoff-<session>-<case>`, so an operator finds a session's cases by its
-id), started by the tool step that opened the case. It writes the case summary, then waits
-for a person: a claim with the tenant's timeout (a durable timer, its wait shown in the
-Temporal UI); when nobody comes in time, the customer is told once and the case stays open
-for a later claim. It ends when the holder resolves the case or hands it back.
+id), started by the tool step that opened the case. It writes the case summary and tells
+the tenant's webhook (parley/webhooks.py: `new`, `unclaimed`, `resolved`), then waits for a
+person: a claim with the tenant's timeout (a durable timer, its wait shown in the Temporal
+UI); when nobody comes in time, the customer is told once, the webhook hears `unclaimed`, and
+the case stays open for a later claim. It ends when the holder resolves the case or hands it
+back. A webhook delivery that keeps failing stays in its log and never fails the case.
 
 The store holds the truth: the API commits each change (a claim, an end) and then tells this
 run by signal. A lost signal costs a delay, not the case: at each timeout the run asks the
@@ -19,6 +21,8 @@ from collections.abc import Callable
 from datetime import timedelta
 
 from temporalio import workflow
+from temporalio.exceptions import ActivityError
+from temporalio.workflow import ActivityHandle
 
 with workflow.unsafe.imports_passed_through():
     from parley.activities.handoffs import HandoffActivities
@@ -31,8 +35,9 @@ with workflow.unsafe.imports_passed_through():
         HandoffOutcome,
         HandoffStatus,
     )
+    from parley.webhooks import WebhookInput
 
-from parley.workflows.options import STORE, SUMMARY
+from parley.workflows.options import STORE, SUMMARY, WEBHOOK
 
 # How often a held case asks the store whether it ended without the run hearing of it.
 RECHECK = timedelta(hours=1)
@@ -64,6 +69,7 @@ class HandoffWorkflow:
     async def run(self, inp: HandoffInput) -> HandoffOutcome:
         workflow.set_current_details("writing the case summary")
         await SUMMARY.run(HandoffActivities.write_case_summary, inp, summary="case summary")
+        new = self._notify(inp, "new")  # the team hears of it while the case waits
         wait_s = inp.claim_timeout_s
         workflow.set_current_details(f"waiting for an agent to claim it ({wait_s:g} s)")
         try:
@@ -75,13 +81,32 @@ class HandoffWorkflow:
         except TimeoutError:
             told = await STORE.run(HandoffActivities.tell_unclaimed, inp, summary="unclaimed")
             self._status = told.status
+            if told.told:  # a second notice, once
+                await self._delivered(self._notify(inp, "unclaimed"))
             if not self._claimed_or_ended():
                 workflow.set_current_details("unclaimed: the customer was told; still open")
                 await self._until(self._claimed_or_ended, inp)
         workflow.set_current_details("a person holds the conversation")
         await self._until(self._ended, inp)
         workflow.set_current_details(f"ended: {self._status}")
+        if self._status == HandoffStatus.resolved:
+            await self._delivered(self._notify(inp, "resolved"))
+        await self._delivered(new)
         return HandoffOutcome(self._status)
+
+    def _notify(self, inp: HandoffInput, event: str) -> ActivityHandle[str]:
+        return WEBHOOK.start(
+            HandoffActivities.deliver_webhook,
+            WebhookInput(inp.handoff_id, event),
+            summary=f"webhook: {event}",
+        )
+
+    async def _delivered(self, delivery: ActivityHandle[str]) -> None:
+        """A webhook that stays down is in its delivery log; it never fails the case."""
+        try:
+            await delivery
+        except ActivityError:
+            workflow.logger.warning("a hand-off webhook delivery gave up")
 
     async def _until(self, done: Callable[[], bool], inp: HandoffInput) -> None:
         """Wait for `done` (a signal sets it), asking the store at each `RECHECK`."""

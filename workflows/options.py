@@ -243,3 +243,17 @@ INDEX = ActivityOptions(
         maximum_attempts=3,
     ),
 )
+
+# A hand-off's webhook delivery (activities/handoffs.py): the receiver is the tenant's own
+# service, which may be down for a while; the same signed body is sent again with backoff
+# for about ten minutes, then the delivery is left `pending` in the log. An address the
+# egress rules refuse is not retried (the step says so, non-retryable).
+WEBHOOK = ActivityOptions(
+    start_to_close=timedelta(seconds=15),
+    retry=RetryPolicy(
+        initial_interval=timedelta(milliseconds=500),
+        backoff_coefficient=2.0,
+        maximum_interval=timedelta(minutes=2),
+        maximum_attempts=10,
+    ),
+)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from fastapi import APIRouter, Query
+from pydantic import BaseModel
 
 from parley.api.deps import Admin, AppSettings, DbSession
 from parley.api.errors import answers
@@ -17,8 +18,9 @@ from parley.api.schemas import SessionRunsOut, TenantOut, UsageOut
 from parley.egress import check_url
 from parley.errors import Forbidden, InvalidRequest, NotFound, UrlNotAllowed
 from parley.gateway.resolver import system_resolver
-from parley.store import tenants, usage
+from parley.store import tenants, usage, webhooks
 from parley.tenancy import TenantConfig
+from parley.wire import Timestamp
 
 router = APIRouter(
     prefix="/v1/admin/tenants/{tenant_id}",
@@ -54,13 +56,18 @@ async def put_config(
     tenant_id: str, config: TenantConfig, db: DbSession, _: Admin, settings: AppSettings
 ) -> TenantOut:
     """Replace the tenant's configuration (persona, model, tool allow-list, daily cap…); an
-    MCP server the deployment may not reach is refused (`url_not_allowed`, naming the rule)."""
+    MCP server or hand-off webhook the deployment may not reach is refused (`url_not_allowed`,
+    naming the rule)."""
     unknown = set(config.tool_allowlist or ()) - TenantConfig.known_tools()
     if unknown:
         raise InvalidRequest(f"unknown tools: {sorted(unknown)}", field="tool_allowlist")
-    for number, server in enumerate(config.mcp_servers or []):
-        field = f"mcp_servers.{number}.url"
-        await check_url(server.url, settings.mcp_allowlist, field=field, resolve=system_resolver)
+    urls = [
+        (f"mcp_servers.{n}.url", server.url) for n, server in enumerate(config.mcp_servers or [])
+    ]
+    if config.handoff_webhook is not None:
+        urls.append(("handoff_webhook.url", config.handoff_webhook.url))
+    for field, url in urls:
+        await check_url(url, settings.mcp_allowlist, field=field, resolve=system_resolver)
     tenant = await tenants.set_config(db, tenant_id=tenant_id, config=config)
     await db.commit()
     return TenantOut.from_row(tenant)
@@ -83,3 +90,41 @@ async def session_runs(tenant_id: str, session_id: str, db: DbSession, _: Admin)
     if runs is None:
         raise NotFound("session not found")
     return SessionRunsOut.build(session_id, runs)
+
+
+class DeliveryView(BaseModel):
+    """One delivery of the log: its id is the receiver's `Idempotency-Key`."""
+
+    id: str
+    handoff_id: str
+    event: str
+    url: str
+    status: str
+    attempts: int
+    last_status_code: int | None
+    last_error: str | None
+    created_at: Timestamp
+    delivered_at: Timestamp | None
+
+
+class WebhookOut(BaseModel):
+    url: str | None
+    secret: str
+    deliveries: list[DeliveryView]
+
+
+@router.get("/webhook")
+async def get_webhook(tenant_id: str, db: DbSession, _: Admin) -> WebhookOut:
+    """The tenant's hand-off webhook: its URL, the secret its deliveries are signed with,
+    and the delivery log (newest first)."""
+    tenant = await tenants.get_tenant(db, tenant_id=tenant_id)
+    secret = await webhooks.tenant_secret(db, tenant_id=tenant_id)
+    assert secret is not None
+    await db.commit()  # the secret, made at first use
+    hook = TenantConfig.model_validate(tenant.config).handoff_webhook
+    rows = await webhooks.deliveries(db, tenant_id=tenant_id)
+    return WebhookOut(
+        url=hook.url if hook is not None else None,
+        secret=secret,
+        deliveries=[DeliveryView.model_validate(row, from_attributes=True) for row in rows],
+    )

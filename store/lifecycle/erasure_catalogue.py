@@ -74,6 +74,7 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry("actions", f"{_BY_SESSION} OR ({_BY_USER})", _BY_SESSION),
     # A hand-off's event log (the conversation's messages with a person) and its notes.
     Entry("handoff_events", _BY_CASE, _BY_CASE),
+    Entry("webhook_deliveries", _BY_SESSION, _BY_SESSION),  # their payloads quote the case
     Entry("handoff_notes", _BY_CASE, _BY_CASE),
     Entry("handoffs", _BY_SESSION, _BY_SESSION),
     Entry("message_embeddings", _BY_SESSION, _BY_SESSION),  # only where pgvector is

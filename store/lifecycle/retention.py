@@ -61,6 +61,7 @@ _EXPIRIES: dict[str, _Expiry] = {
     # session until a person ends it).
     "handoff_events": _Expiry("handoff_id"),
     "handoff_notes": _Expiry("handoff_id"),
+    "webhook_deliveries": _OWN,
     "handoffs": _Expiry("session_id", keep="x.status NOT IN ('waiting', 'claimed')"),
     "tool_calls": _BY_TURN,
     # A model call a newer tool call points at waits for that tool call.

@@ -25,7 +25,7 @@ from parley.store.models.core import (
     User,
 )
 from parley.store.models.erasure import Erasure
-from parley.store.models.handoffs import Handoff, HandoffEvent, HandoffNote
+from parley.store.models.handoffs import Handoff, HandoffEvent, HandoffNote, WebhookDelivery
 from parley.store.models.imports import ConversationImport
 from parley.store.models.knowledge import (
     KnowledgeChunk,
@@ -63,6 +63,7 @@ __all__ = [
     "Handoff",
     "HandoffNote",
     "HandoffEvent",
+    "WebhookDelivery",
     "TraceSpan",
     "ResultSet",
     "ConversationSummary",

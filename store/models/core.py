@@ -45,6 +45,8 @@ class Tenant(Base):
     paused: Mapped[bool] = mapped_column(Boolean, default=False, server_default="false")
     # Per-tenant settings over the code defaults (parley/tenancy.py); never credentials.
     config: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict, server_default="{}")
+    # Signs the tenant's hand-off webhook deliveries (parley/webhooks.py): made at first use.
+    webhook_secret: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[datetime] = now_column()
 
 

@@ -77,3 +77,27 @@ class HandoffEvent(Base):
     type: Mapped[str] = mapped_column(String(32))
     data: Mapped[dict[str, Any]] = mapped_column(JSONB)
     created_at: Mapped[datetime] = now_column()
+
+
+class WebhookDelivery(Base):
+    """The delivery log of a tenant's hand-off webhook (parley/webhooks.py): one row per case
+    and event, its id the receiver's idempotency key, its payload the bytes every attempt
+    sends."""
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (Index("ix_webhook_deliveries_tenant", "tenant_id", "created_at"),)
+
+    id: Mapped[str] = mapped_column(String(120), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(String(64))
+    session_id: Mapped[str] = mapped_column(String(40))  # whose words the payload may hold
+    handoff_id: Mapped[str] = mapped_column(ForeignKey("handoffs.id"))
+    event: Mapped[str] = mapped_column(String(16))
+    url: Mapped[str] = mapped_column(String(500))
+    payload: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    # pending -> delivered | refused (the egress rules) | failed (attempts spent)
+    status: Mapped[str] = mapped_column(String(16))
+    attempts: Mapped[int] = mapped_column(Integer, server_default="0")
+    last_status_code: Mapped[int | None] = mapped_column(Integer)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = now_column()
+    delivered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

@@ -17,6 +17,7 @@ from typing import Any
 
 from temporalio import activity
 from temporalio.client import WorkflowHandle
+from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
 
@@ -27,6 +28,7 @@ from parley.handoffs import (
     HandoffInput,
     HandoffOutcome,
 )
+from parley.webhooks import WebhookInput
 from parley.workflows.handoff import RECHECK, HandoffWorkflow
 from tests.support.histories import HISTORIES, scrub
 
@@ -40,6 +42,8 @@ class Steps:
 
     status: str = "waiting"  # what the store holds
     ran: list[str] = field(default_factory=list)
+    webhooks: list[str] = field(default_factory=list)  # the events delivered, in order
+    failing: set[str] = field(default_factory=set)  # events whose delivery fails for good
     reached: dict[str, asyncio.Event] = field(default_factory=dict)
 
     def _ran(self, name: str) -> None:
@@ -59,14 +63,21 @@ class Steps:
         @activity.defn(name="tell_unclaimed")
         async def unclaimed(inp: HandoffInput) -> HandoffOutcome:
             self._ran("tell_unclaimed")
-            return HandoffOutcome(self.status)
+            return HandoffOutcome(self.status, told=self.status == "waiting")
+
+        @activity.defn(name="deliver_webhook")
+        async def webhook(inp: WebhookInput) -> str:
+            self.webhooks.append(inp.event)
+            if inp.event in self.failing:
+                raise ApplicationError("the receiver is down", non_retryable=True)
+            return "delivered"
 
         @activity.defn(name="case_status")
         async def status(inp: HandoffInput) -> HandoffOutcome:
             self._ran("case_status")
             return HandoffOutcome(self.status)
 
-        return [summary, unclaimed, status]
+        return [summary, unclaimed, status, webhook]
 
 
 Case = WorkflowHandle[HandoffWorkflow, HandoffOutcome]
@@ -113,6 +124,7 @@ async def test_a_claimed_case_ends_when_the_agent_hands_it_back(env: WorkflowEnv
     # Claimed in time: the customer was never told that nobody came.
     assert outcome.status == "handed_back" and steps.ran == ["summary"]
     assert "EVENT_TYPE_TIMER_FIRED" not in history.to_json()
+    assert steps.webhooks == ["new"]  # handed back: not `resolved`
 
 
 async def test_nobody_in_time_tells_the_customer_once_and_a_late_claim_is_taken(
@@ -132,12 +144,14 @@ async def test_nobody_in_time_tells_the_customer_once_and_a_late_claim_is_taken(
     assert outcome.status == "resolved"
     assert steps.ran == ["summary", "tell_unclaimed"]
     assert history.to_json().count("EVENT_TYPE_TIMER_FIRED") == 1
+    assert sorted(steps.webhooks) == ["new", "resolved", "unclaimed"]  # each once
 
 
 async def test_a_claim_and_an_end_whose_signals_were_lost_are_found_in_the_store(
     env: WorkflowEnvironment,
 ) -> None:
-    steps = Steps(status="claimed")  # claimed before the timer ran out; its signal was lost
+    # Claimed before the timer ran out, its signal lost; the team's receiver is down for good.
+    steps = Steps(status="claimed", failing={"new", "resolved"})
 
     async def drive(case: Case) -> None:
         await steps.until("summary")
@@ -151,6 +165,8 @@ async def test_a_claim_and_an_end_whose_signals_were_lost_are_found_in_the_store
     assert steps.ran[:2] == ["summary", "tell_unclaimed"] and steps.ran[-1] == "case_status"
     waited = (await env.get_current_time() - before).total_seconds()
     assert waited >= CLAIM_TIMEOUT_S + RECHECK.total_seconds()
+    # Not told (it was claimed): no `unclaimed`; the failed deliveries did not fail the case.
+    assert sorted(steps.webhooks) == ["new", "resolved"]
 
 
 def test_the_input_carries_ids_and_a_timeout_only() -> None:

@@ -1,5 +1,6 @@
 """handoffs: the case a person works (status, owner, case summary, priority), its internal
-notes, its event log (the customer's and the agent's streams), and a message's author
+notes, its event log (the customer's and the agent's streams), a message's author, and the
+tenant's hand-off webhook: its secret and its delivery log
 
 Revision ID: 0027
 Revises: 0022
@@ -91,9 +92,39 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("handoff_id", "id"),
     )
     op.add_column("messages", sa.Column("author_name", sa.String(length=200), nullable=True))
+    op.add_column("tenants", sa.Column("webhook_secret", sa.String(length=64), nullable=True))
+    op.create_table(
+        "webhook_deliveries",
+        sa.Column("id", sa.String(length=120), nullable=False),
+        sa.Column("tenant_id", sa.String(length=64), nullable=False),
+        sa.Column("session_id", sa.String(length=40), nullable=False),
+        sa.Column("handoff_id", sa.String(length=40), nullable=False),
+        sa.Column("event", sa.String(length=16), nullable=False),
+        sa.Column("url", sa.String(length=500), nullable=False),
+        sa.Column("payload", postgresql.JSONB(astext_type=sa.Text()), nullable=False),
+        sa.Column("status", sa.String(length=16), nullable=False),
+        sa.Column("attempts", sa.Integer(), server_default=sa.text("0"), nullable=False),
+        sa.Column("last_status_code", sa.Integer(), nullable=True),
+        sa.Column("last_error", sa.Text(), nullable=True),
+        sa.Column(
+            "created_at",
+            sa.DateTime(timezone=True),
+            server_default=sa.text("now()"),
+            nullable=False,
+        ),
+        sa.Column("delivered_at", sa.DateTime(timezone=True), nullable=True),
+        sa.ForeignKeyConstraint(["handoff_id"], ["handoffs.id"]),
+        sa.PrimaryKeyConstraint("id"),
+    )
+    op.create_index(
+        "ix_webhook_deliveries_tenant", "webhook_deliveries", ["tenant_id", "created_at"]
+    )
 
 
 def downgrade() -> None:
+    op.drop_index("ix_webhook_deliveries_tenant", table_name="webhook_deliveries")
+    op.drop_table("webhook_deliveries")
+    op.drop_column("tenants", "webhook_secret")
     op.drop_column("messages", "author_name")
     op.drop_table("handoff_events")
     op.drop_index("ix_handoff_notes_handoff", table_name="handoff_notes")

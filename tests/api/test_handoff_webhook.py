@@ -1,0 +1,250 @@
+"""A hand-off's clock and its webhook (issue 43, acceptance 2 and 4), with the real Temporal
+and PostgreSQL: the case's workflow on a worker of this module's own, a receiver on a local
+port the worker's egress rules name.
+
+- A receiver that fails twice, then takes it, gets `new` once: three attempts (Temporal's
+  retries) of the same body under the same idempotency key, each validly signed; `resolved`
+  follows when the agent resolves the case. The delivery log says so.
+- Nobody claims within the tenant's timeout (one second here): the customer is told and
+  offered an email follow-up, and the webhook gets `unclaimed` once.
+- A receiver on a private address is refused by the egress rules: at save time (422) and at
+  delivery time (the log says `refused`, nothing is sent).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest_asyncio
+from temporalio.client import Client, WorkflowHandle
+from temporalio.worker import Worker
+
+from parley.activities.handoffs import HandoffActivities
+from parley.config import Settings
+from parley.dispatch.handoffs import start_handoff, tell_handoff
+from parley.gateway.demo import DemoModel
+from parley.gateway.registry import ProviderPool
+from parley.handoffs import UNCLAIMED_TEXT, HandoffChange, HandoffInput, handoff_workflow_id
+from parley.store import handoffs, tenants
+from parley.store.db import Database
+from parley.store.identity import Identity
+from parley.tenancy import TenantConfig
+from parley.webhooks import HandoffWebhookConfig, verify
+from parley.workflows.handoff import HandoffWorkflow
+from tests.support.stack import own_queue
+from tests.support.tenants import AdminTenant, new_admin_tenant
+from tests.support.toolkit import post_unstarted
+
+DEADLINE_S = 20.0  # a bound on the worker's background work, never a wait
+
+
+@dataclass
+class Receiver:
+    """The team's endpoint: answers 500 to its first `fails` requests, then 200, and keeps
+    each idempotency key's body once (what a receiver that dedupes would act on)."""
+
+    fails: int = 0
+    requests: list[tuple[dict[str, str], bytes]] = field(default_factory=list)
+    kept: dict[str, bytes] = field(default_factory=dict)
+    heard: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readline()  # the request line
+        headers: dict[str, str] = {}
+        while (line := (await reader.readline()).decode().strip()) != "":
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+        body = await reader.readexactly(int(headers.get("content-length", "0")))
+        self.requests.append((headers, body))
+        status = 500 if len(self.requests) <= self.fails else 200
+        if status == 200:
+            self.kept.setdefault(headers["idempotency-key"], body)
+        self.heard.set()
+        writer.write(
+            f"HTTP/1.1 {status} X\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".encode()
+        )
+        await writer.drain()
+        writer.close()
+
+    def events(self) -> list[str]:
+        return [json.loads(body)["event"] for body in self.kept.values()]
+
+
+@pytest_asyncio.fixture
+async def receiver() -> AsyncIterator[tuple[Receiver, int]]:
+    heard = Receiver(fails=2)
+    server = await asyncio.start_server(heard.handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    yield heard, port
+    server.close()
+    await server.wait_closed()
+
+
+@dataclass
+class Case:
+    tenant: AdminTenant
+    owner: Identity
+    inp: HandoffInput
+
+
+async def _case(sessions: Database, webhook_url: str, *, claim_timeout_s: float) -> Case:
+    """A tenant of the test's own whose webhook is `webhook_url` (stored as the API would,
+    past its egress check), and a case opened in a session of its user's."""
+    tenant = await new_admin_tenant(sessions, prefix="hook")
+    owner = Identity(tenant.tenant_id, tenant.admin_id, ())
+    config = TenantConfig(handoff_webhook=HandoffWebhookConfig(url=webhook_url))
+    async with sessions() as db:
+        await tenants.set_config(db, tenant_id=tenant.tenant_id, config=config)
+        await db.commit()
+        posted = await post_unstarted(db, owner=owner, text="I want to talk to a person")
+    assert posted.turn is not None
+    async with sessions() as db:
+        case, _ = await handoffs.open_handoff(
+            db,
+            handoff_id=f"hof_{uuid.uuid4().hex[:12]}",
+            session_id=posted.turn.session_id,
+            turn_id=posted.turn.id,
+            reason="I want to talk to a person",
+        )
+        await db.commit()
+    inp = HandoffInput(case.id, case.session_id, tenant.tenant_id, claim_timeout_s)
+    return Case(tenant, owner, inp)
+
+
+async def _until(check: Callable[[], Any]) -> None:
+    async with asyncio.timeout(DEADLINE_S):
+        while not await check():
+            await asyncio.sleep(0.05)
+
+
+@contextlib.asynccontextmanager
+async def _running(
+    client: Client, settings: Settings, sessions: Database, case: Case, port: int | None
+) -> AsyncIterator[WorkflowHandle[Any, Any]]:
+    """The case's workflow on a worker of its own, whose egress rules name the receiver's
+    port (the deployment's default, `*`, when None): its handle while it runs."""
+    allowed = [f"127.0.0.1:{port}"] if port is not None else ["*"]
+    mine = own_queue(settings, "handoff", mcp_allowed_hosts=allowed)
+    pool = ProviderPool(mine, primary=DemoModel(token_delay_s=0))
+    steps = HandoffActivities(sessions=sessions, providers=pool, settings=mine)
+    async with Worker(
+        client, task_queue=mine.task_queue, workflows=[HandoffWorkflow], activities=steps.steps()
+    ):
+        await start_handoff(client, case.inp, task_queue=mine.task_queue)
+        yield client.get_workflow_handle(
+            handoff_workflow_id(session_id=case.inp.session_id, handoff_id=case.inp.handoff_id)
+        )
+
+
+async def _tell(client: Client, case: Case, status: str) -> None:
+    change = HandoffChange(case.inp.handoff_id, status)
+    await tell_handoff(client, session_id=case.inp.session_id, change=change)
+
+
+async def _delivery_log(api_url: str, case: Case) -> dict[str, Any]:
+    async with httpx.AsyncClient(base_url=api_url, timeout=30) as http:
+        answer = await http.get(
+            f"/v1/admin/tenants/{case.tenant.tenant_id}/webhook",
+            headers={"Authorization": f"Bearer {case.tenant.token}"},
+        )
+    assert answer.status_code == 200, answer.text
+    return dict(answer.json())
+
+
+async def test_a_receiver_that_fails_twice_gets_each_event_once_signed(
+    temporal_client: Client,
+    settings: Settings,
+    sessions: Database,
+    api_url: str,
+    receiver: tuple[Receiver, int],
+) -> None:
+    heard, port = receiver
+    case = await _case(sessions, f"http://127.0.0.1:{port}/hooks", claim_timeout_s=600)
+    async with _running(temporal_client, settings, sessions, case, port) as handle:
+        await _until(lambda: _kept(heard, "new"))
+        await _tell(temporal_client, case, "claimed")
+        await _tell(temporal_client, case, "resolved")
+        async with asyncio.timeout(DEADLINE_S):
+            await handle.result()
+    assert heard.events() == ["new", "resolved"]
+    new = [(h, b) for h, b in heard.requests if json.loads(b)["event"] == "new"]
+    assert len(new) == 3  # refused twice by the receiver, then taken
+    assert len({h["idempotency-key"] for h, _ in new}) == 1 and len({b for _, b in new}) == 1
+    log = await _delivery_log(api_url, case)
+    now = int(time.time())
+    assert all(verify(log["secret"], h["parley-signature"], b, now=now) for h, b in heard.requests)
+    assert not verify("another-secret", new[0][0]["parley-signature"], new[0][1], now=now)
+    payload = json.loads(new[0][1])
+    assert payload["handoff_id"] == case.inp.handoff_id and "8472" not in payload["reason"]
+    assert payload["summary"]  # the case summary, for the team's tools
+    delivered = {d["event"]: d for d in log["deliveries"]}
+    assert delivered["new"]["status"] == "delivered" and delivered["new"]["attempts"] == 3
+    assert delivered["new"]["id"] == new[0][0]["idempotency-key"]
+
+
+async def test_nobody_in_time_tells_the_customer_and_the_webhook_once(
+    temporal_client: Client,
+    settings: Settings,
+    sessions: Database,
+    receiver: tuple[Receiver, int],
+) -> None:
+    heard, port = receiver
+    heard.fails = 0
+    case = await _case(sessions, f"http://127.0.0.1:{port}/hooks", claim_timeout_s=1)
+    async with _running(temporal_client, settings, sessions, case, port) as handle:
+        await _until(lambda: _kept(heard, "unclaimed"))
+        await _tell(temporal_client, case, "claimed")
+        await _tell(temporal_client, case, "handed_back")
+        async with asyncio.timeout(DEADLINE_S):
+            await handle.result()
+    assert sorted(heard.events()) == ["new", "unclaimed"]  # handed back: no `resolved`
+    async with sessions() as db:
+        said = await handoffs.conversation(db, session_id=case.inp.session_id)
+        stored = await handoffs.get_case(db, handoff_id=case.inp.handoff_id)
+    assert [m.text for m in said].count(UNCLAIMED_TEXT) == 1
+    assert "email" in UNCLAIMED_TEXT and stored is not None and stored.unclaimed_at is not None
+
+
+async def test_a_receiver_on_a_private_address_is_refused(
+    temporal_client: Client,
+    settings: Settings,
+    sessions: Database,
+    api_url: str,
+    receiver: tuple[Receiver, int],
+) -> None:
+    heard, port = receiver
+    case = await _case(sessions, f"http://127.0.0.1:{port}/hooks", claim_timeout_s=600)
+    # At save time: the deployment's rules (`*`: public addresses only) refuse it.
+    async with httpx.AsyncClient(base_url=api_url, timeout=30) as http:
+        saved = await http.put(
+            f"/v1/admin/tenants/{case.tenant.tenant_id}/config",
+            json={"handoff_webhook": {"url": f"http://127.0.0.1:{port}/hooks"}},
+            headers={"Authorization": f"Bearer {case.tenant.token}"},
+        )
+    assert saved.status_code == 422, saved.text
+    assert saved.json()["error"]["code"] == "url_not_allowed"
+    # At delivery time (a name that moved, a config stored before the rule): not sent.
+    async with _running(temporal_client, settings, sessions, case, None) as handle:
+        await _until(lambda: _refused(api_url, case))
+        await _tell(temporal_client, case, "claimed")
+        await _tell(temporal_client, case, "handed_back")
+        async with asyncio.timeout(DEADLINE_S):
+            assert (await handle.result())["status"] == "handed_back"  # the case went on
+    assert heard.requests == []
+
+
+async def _kept(heard: Receiver, event: str) -> bool:
+    return event in heard.events()
+
+
+async def _refused(api_url: str, case: Case) -> bool:
+    log = await _delivery_log(api_url, case)
+    return any(d["status"] == "refused" for d in log["deliveries"])
