@@ -6,6 +6,7 @@ import { auth, errorText, request, sessionPath } from './api.js';
 import { expireConfirm, removeConfirm, showConfirm } from './confirm.js';
 import { initMemory, loadMemory } from './memory.js';
 import { renderSessions } from './sessions.js';
+import { followCase, stopCase } from './handoff.js';
 import { followTurn } from './stream.js';
 import * as T from './transcript.js';
 import { decorate, initVersions, showElsewhere } from './versions.js';
@@ -159,6 +160,7 @@ function drawSessions() {
 // the generation that tells a late answer for an earlier switch to stand down.
 function switchTo(sid) {
   stopFollowing();
+  stopCase();
   const gen = ++S.openGen;
   Object.assign(S, { sid, lastSeq: 0, turnId: null, options: null, replacing: null, queued: null });
   if (sid) sessionStorage.setItem(SID_KEY, sid);
@@ -185,6 +187,7 @@ async function openSession(sid) {
   await syncMessages(0);
   if (gen !== S.openGen) return;
   S.lastSeq = Math.max(S.lastSeq, r.data.last_seq || 0);
+  followCase(sid, seen); // a person may hold it
   const active = r.data.active_turn;
   const waiting = r.data.queued_message; // sent while the active turn ran
   if (waiting) S.queued = { turnId: waiting.turn_id, url: sessionPath(sid, 'turns', waiting.turn_id, 'events'), bubble: T.pending(waiting) };
@@ -254,6 +257,7 @@ async function send(text, interactionValue) {
     document.querySelectorAll('.retry').forEach((b) => b.remove());
     decorate(T.showMessage(r.data.message), r.data.message);
     S.lastSeq = Math.max(S.lastSeq, r.data.message.seq);
+    if (!r.data.turn_id) return followCase(S.sid, seen); // a person holds the conversation
     const sameTurn = r.data.turn_id === S.turnId; // an answer to a waiting specialist
     follow(r.data.turn_id, r.data.events_url, r.data.message.seq, sameTurn ? S.follow?.lastEventId : null);
     loadSessions(); // a new conversation gets its title from this message
@@ -315,6 +319,11 @@ function followQueued() {
 
 /* ---------- following a turn ---------- */
 
+// A message the page drew outside a turn's stream (a person's reply): the next post's view.
+function seen(m) {
+  S.lastSeq = Math.max(S.lastSeq, m.seq);
+}
+
 function stopFollowing() {
   if (S.follow) S.follow.abort();
   S.follow = null;
@@ -350,6 +359,7 @@ async function afterTurn(outcome, detail, gen) {
   if (outcome !== 'paused') offerRetry();
   loadSessions();
   loadMemory(); // a turn may have remembered something
+  followCase(S.sid, seen); // the turn may have handed the conversation to a person
 }
 
 // How a specialist named in a `subagent` event is introduced.

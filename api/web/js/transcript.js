@@ -88,6 +88,7 @@ function setText(b, role, text) {
 function drawMeta(b, m) {
   const meta = b.querySelector('.meta');
   meta.textContent = '';
+  if (m.author_name) meta.append(el('span', 'author', m.author_name)); // a person's reply
   meta.append(timeElement(m.created_at));
   const badge = BADGES[m.status];
   if (badge) meta.append(el('span', 'badge badge-' + m.status, badge));
