@@ -63,6 +63,12 @@ async def web_page() -> FileResponse:
     return FileResponse(WEB_DIR / "index.html", media_type="text/html", headers=SECURITY_HEADERS)
 
 
+@router.get("/inbox", include_in_schema=False)
+async def inbox_page() -> FileResponse:
+    """The support agents' inbox (role `agent`, docs/features/handoff.md)."""
+    return FileResponse(WEB_DIR / "inbox.html", media_type="text/html", headers=SECURITY_HEADERS)
+
+
 @router.get("/web/config")
 async def web_config(db: DbSession, settings: AppSettings) -> WebConfig:
     """What the page offers before sign-in: the demo users (dev only) and the turn links."""
