@@ -17,9 +17,7 @@ import asyncio
 import contextlib
 import json
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -32,91 +30,22 @@ from parley.config import Settings
 from parley.dispatch.handoffs import start_handoff, tell_handoff
 from parley.gateway.demo import DemoModel
 from parley.gateway.registry import ProviderPool
-from parley.handoffs import UNCLAIMED_TEXT, HandoffChange, HandoffInput, handoff_workflow_id
-from parley.store import handoffs, tenants
+from parley.handoffs import UNCLAIMED_TEXT, HandoffChange, handoff_workflow_id
+from parley.store import handoffs
 from parley.store.db import Database
-from parley.store.identity import Identity
-from parley.tenancy import TenantConfig
-from parley.webhooks import HandoffWebhookConfig, verify
+from parley.webhooks import verify
 from parley.workflows.handoff import HandoffWorkflow
+from tests.support.handoffs import Case, new_case
+from tests.support.receiver import Receiver, listening
 from tests.support.stack import own_queue
-from tests.support.tenants import AdminTenant, new_admin_tenant
-from tests.support.toolkit import post_unstarted
 
 DEADLINE_S = 20.0  # a bound on the worker's background work, never a wait
 
 
-@dataclass
-class Receiver:
-    """The team's endpoint: answers 500 to its first `fails` requests, then 200, and keeps
-    each idempotency key's body once (what a receiver that dedupes would act on)."""
-
-    fails: int = 0
-    requests: list[tuple[dict[str, str], bytes]] = field(default_factory=list)
-    kept: dict[str, bytes] = field(default_factory=dict)
-    heard: asyncio.Event = field(default_factory=asyncio.Event)
-
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.readline()  # the request line
-        headers: dict[str, str] = {}
-        while (line := (await reader.readline()).decode().strip()) != "":
-            name, _, value = line.partition(":")
-            headers[name.strip().lower()] = value.strip()
-        body = await reader.readexactly(int(headers.get("content-length", "0")))
-        self.requests.append((headers, body))
-        status = 500 if len(self.requests) <= self.fails else 200
-        if status == 200:
-            self.kept.setdefault(headers["idempotency-key"], body)
-        self.heard.set()
-        writer.write(
-            f"HTTP/1.1 {status} X\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".encode()
-        )
-        await writer.drain()
-        writer.close()
-
-    def events(self) -> list[str]:
-        return [json.loads(body)["event"] for body in self.kept.values()]
-
-
 @pytest_asyncio.fixture
 async def receiver() -> AsyncIterator[tuple[Receiver, int]]:
-    heard = Receiver(fails=2)
-    server = await asyncio.start_server(heard.handle, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    yield heard, port
-    server.close()
-    await server.wait_closed()
-
-
-@dataclass
-class Case:
-    tenant: AdminTenant
-    owner: Identity
-    inp: HandoffInput
-
-
-async def _case(sessions: Database, webhook_url: str, *, claim_timeout_s: float) -> Case:
-    """A tenant of the test's own whose webhook is `webhook_url` (stored as the API would,
-    past its egress check), and a case opened in a session of its user's."""
-    tenant = await new_admin_tenant(sessions, prefix="hook")
-    owner = Identity(tenant.tenant_id, tenant.admin_id, ())
-    config = TenantConfig(handoff_webhook=HandoffWebhookConfig(url=webhook_url))
-    async with sessions() as db:
-        await tenants.set_config(db, tenant_id=tenant.tenant_id, config=config)
-        await db.commit()
-        posted = await post_unstarted(db, owner=owner, text="I want to talk to a person")
-    assert posted.turn is not None
-    async with sessions() as db:
-        case, _ = await handoffs.open_handoff(
-            db,
-            handoff_id=f"hof_{uuid.uuid4().hex[:12]}",
-            session_id=posted.turn.session_id,
-            turn_id=posted.turn.id,
-            reason="I want to talk to a person",
-        )
-        await db.commit()
-    inp = HandoffInput(case.id, case.session_id, tenant.tenant_id, claim_timeout_s)
-    return Case(tenant, owner, inp)
+    async with listening(Receiver(fails=2)) as port_of:
+        yield port_of
 
 
 async def _until(check: Callable[[], Any]) -> None:
@@ -167,7 +96,7 @@ async def test_a_receiver_that_fails_twice_gets_each_event_once_signed(
     receiver: tuple[Receiver, int],
 ) -> None:
     heard, port = receiver
-    case = await _case(sessions, f"http://127.0.0.1:{port}/hooks", claim_timeout_s=600)
+    case = await new_case(sessions, f"http://127.0.0.1:{port}/hooks", claim_timeout_s=600)
     async with _running(temporal_client, settings, sessions, case, port) as handle:
         await _until(lambda: _kept(heard, "new"))
         await _tell(temporal_client, case, "claimed")
@@ -198,7 +127,7 @@ async def test_nobody_in_time_tells_the_customer_and_the_webhook_once(
 ) -> None:
     heard, port = receiver
     heard.fails = 0
-    case = await _case(sessions, f"http://127.0.0.1:{port}/hooks", claim_timeout_s=1)
+    case = await new_case(sessions, f"http://127.0.0.1:{port}/hooks", claim_timeout_s=1)
     async with _running(temporal_client, settings, sessions, case, port) as handle:
         await _until(lambda: _kept(heard, "unclaimed"))
         await _tell(temporal_client, case, "claimed")
@@ -221,7 +150,7 @@ async def test_a_receiver_on_a_private_address_is_refused(
     receiver: tuple[Receiver, int],
 ) -> None:
     heard, port = receiver
-    case = await _case(sessions, f"http://127.0.0.1:{port}/hooks", claim_timeout_s=600)
+    case = await new_case(sessions, f"http://127.0.0.1:{port}/hooks", claim_timeout_s=600)
     # At save time: the deployment's rules (`*`: public addresses only) refuse it.
     async with httpx.AsyncClient(base_url=api_url, timeout=30) as http:
         saved = await http.put(
