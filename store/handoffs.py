@@ -322,7 +322,7 @@ async def conversation(db: Db, *, session_id: str, limit: int = 200) -> list[Mes
 
 _CONVERSATION = f"""
     SELECT {MESSAGE_COLUMNS} FROM messages
-    WHERE session_id = %(session_id)s AND replaced_by IS NULL
+    WHERE session_id = %(session_id)s AND replaced_by IS NULL AND NOT off_path
     ORDER BY seq DESC LIMIT %(limit)s
 """
 
@@ -418,6 +418,7 @@ _FACTS = """
             SELECT seq, role, text FROM messages
             WHERE session_id = %(session_id)s AND role IN ('user', 'assistant')
                 AND tool_calls IS NULL AND replaced_by IS NULL AND status <> 'retracted'
+                AND NOT off_path
             ORDER BY seq DESC LIMIT 30) AS recent) AS transcript,
         (SELECT json_agg(tc.name ORDER BY tc.created_at, tc.id)
             FROM tool_calls AS tc JOIN turns AS t ON t.id = tc.turn_id

@@ -67,6 +67,7 @@ async def edit_message(
         limits=settings.limits,
     )
     await db.commit()  # the branch, the message and its turn (the start outbox) first
+    assert edited.turn is not None  # an edit always opens a turn
     await deliver_decisions(temporal, one_statement, edited.signals)
     if edited.start:
         await start_turn(temporal, one_statement, settings, edited.turn, background)
@@ -101,6 +102,7 @@ async def regenerate(
     )
     await db.commit()
     await deliver_decisions(temporal, one_statement, again.signals)
+    assert again.turn is not None  # a regeneration always opens a turn
     await start_turn(temporal, one_statement, settings, again.turn, background)
     return TurnStarted.build(
         session_id=session_id, turn_id=again.turn.id, state=again.turn.state, message=again.message

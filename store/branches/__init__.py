@@ -110,7 +110,7 @@ async def edit_message(
     theirs. Idempotent on `client_message_id` like a post (the same key again answers the
     first edit's turn)."""
     session = await lock_session(db, owner=owner, session_id=session_id)
-    earlier, _ = await _earlier_post(db, owner, session_id, client_message_id, text)
+    earlier, _, _ = await _earlier_post(db, owner, session_id, client_message_id, text)
     if earlier is not None:
         return earlier
     _may_use_assistant(owner)

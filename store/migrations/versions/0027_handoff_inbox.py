@@ -3,7 +3,7 @@ notes, its event log (the customer's and the agent's streams), a message's autho
 tenant's hand-off webhook: its secret and its delivery log
 
 Revision ID: 0027
-Revises: 0022
+Revises: 0026
 Create Date: 2026-12-06 12:00:00
 """
 
@@ -14,7 +14,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision = "0027"
-down_revision = "0022"
+down_revision = "0026"
 branch_labels = None
 depends_on = None
 
