@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Literal, NoReturn
 from urllib.parse import urlsplit
 
-from parley.errors import UrlNotAllowed
+from parley.errors import InvalidRequest, UrlNotAllowed
 
 Rule = Literal["host_not_listed", "private_address", "unresolvable", "redirect_off_origin"]
 IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -126,8 +126,12 @@ def address_kind(address: str) -> str | None:
 async def check_url(url: str, allowed: Allowlist, *, field: str, resolve: Resolver) -> None:
     """Raise `UrlNotAllowed` naming the rule when `url` may not be reached; `resolve` gives a
     host's addresses (the caller's I/O: `gateway/resolver.py` asks the system's resolver). A
-    host the allow-list names is not looked up: it may be reached wherever it is."""
-    origin = Origin.of(url)
+    host the allow-list names is not looked up: it may be reached wherever it is. A URL that
+    does not parse (an unclosed IPv6 bracket) is `InvalidRequest` naming the field."""
+    try:
+        origin = Origin.of(url)
+    except ValueError as exc:
+        raise InvalidRequest(f"{field}: not a URL ({exc})", field=field) from exc
     if not allowed.names(origin.host, origin.port):
         await addresses_to_reach(origin.host, origin.port, allowed, field=field, resolve=resolve)
 

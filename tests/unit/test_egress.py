@@ -7,7 +7,7 @@ import pytest
 
 from parley.config import Settings
 from parley.egress import Allowlist, addresses_to_reach, check_addresses, check_redirect, check_url
-from parley.errors import UrlNotAllowed
+from parley.errors import InvalidRequest, UrlNotAllowed
 
 DNS = {
     "mcp.example.com": ["93.184.216.34"],
@@ -152,3 +152,9 @@ def test_every_address_of_a_host_only_the_wildcard_admits_must_be_public() -> No
         with pytest.raises(UrlNotAllowed) as refused:
             check_addresses("h.example", addresses, field="x")
         assert refused.value.extra["rule"] == rule
+
+
+async def test_a_url_that_does_not_parse_is_an_invalid_request_not_a_crash() -> None:
+    # Found by schemathesis on a tenant's hand-off webhook URL: a 500 before this.
+    with pytest.raises(InvalidRequest, match="not a URL"):
+        await check_url("http://[::1", Allowlist.parse(["*"]), field="url", resolve=resolve)
