@@ -49,7 +49,7 @@ from parley.errors import (
     TurnInProgress,
     TurnNotRetryable,
 )
-from parley.store import actions, posting, queue
+from parley.store import actions, posting, queue, retries
 from parley.store import sessions as store_sessions
 from parley.store.db import Db
 from parley.store.identity import Identity
@@ -218,7 +218,7 @@ async def retry_turn(
 ) -> TurnStarted:
     """Answer the same message again; the new answer replaces the incomplete or cancelled one,
     reusing the tool results already stored."""
-    retried = await posting.retry_turn(
+    retried = await retries.retry_turn(
         db, owner=user, session_id=session_id, turn_id=turn_id, limits=settings.limits
     )
     await db.commit()  # the new turn (the start outbox) before its start
