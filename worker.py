@@ -65,6 +65,7 @@ from parley.workflows.erasure import ErasureWorkflow
 from parley.workflows.export import ExportWorkflow
 from parley.workflows.handoff import HandoffWorkflow
 from parley.workflows.imports import ImportWorkflow
+from parley.workflows.renewal import RenewalWorkflow
 from parley.workflows.retention import RetentionPurgeWorkflow
 from parley.workflows.specialist import SpecialistWorkflow
 from parley.workflows.summary import SummaryWorkflow
@@ -250,6 +251,7 @@ WORKFLOWS = (
     ErasureWorkflow,
     ImportWorkflow,
     HandoffWorkflow,
+    RenewalWorkflow,
 )
 
 
@@ -389,6 +391,7 @@ async def _sweep(client: Client, sessions: Database, settings: Settings, bell: O
         confirmation_timeout_s=settings.confirmation_timeout_s,
         fallback=settings.has_fallback_model,
         bell=bell,
+        warning_lead_s=settings.confirmation_warning_s,
     )
 
 

@@ -26,8 +26,13 @@ from temporalio.service import RPCError, RPCStatusCode
 from parley.config import Settings
 from parley.erasure import EraseTableInput, ErasureInput, ErasurePlan, ErasureReceipt
 from parley.errors import TurnFinished
-from parley.ids import specialist_workflow_id, summary_workflow_id, workflow_id_for_turn
-from parley.store import turns
+from parley.ids import (
+    renewal_workflow_id,
+    specialist_workflow_id,
+    summary_workflow_id,
+    workflow_id_for_turn,
+)
+from parley.store import approvals, turns
 from parley.store.db import Database
 from parley.store.lifecycle import erasure, erasure_catalogue, eval_drafts
 from parley.store.lifecycle.erasure_catalogue import Subject
@@ -111,9 +116,10 @@ class ErasureActivities:
 
     @activity.defn(name="forget_workflows")
     async def forget_workflows(self, inp: ErasureInput) -> int:
-        """Delete the subject's workflow executions (turns, their specialists, the sessions'
-        summaries) with their histories and visibility records, whose ids and search
-        attributes name sessions; a running one is terminated. How many were found."""
+        """Delete the subject's workflow executions (turns, their specialists and renewed
+        cards, the sessions' summaries) with their histories and visibility records, whose
+        ids and search attributes name sessions; a running one is terminated. How many were
+        found."""
         subject = await self._subject(inp.erasure_id)
         if subject is None:
             return 0
@@ -125,8 +131,11 @@ class ErasureActivities:
                 )
             if not page:
                 break
+            async with self._sessions() as db:  # the waits of cards renewed on these turns
+                renewed = await approvals.renewals_of(db, turn_ids=[t for t, _ in page])
             for turn_id, owner in page:
                 ids = [workflow_id_for_turn(turn_id), specialist_workflow_id(turn_id=turn_id)]
+                ids += [renewal_workflow_id(action_id=a) for a in renewed.get(turn_id, ())]
                 if owner not in summaries:
                     summaries.add(owner)
                     ids.append(summary_workflow_id(session_id=owner))

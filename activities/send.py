@@ -1,6 +1,7 @@
 """The confirmed write: `send_email` runs only for an action the user confirmed, re-checks
 what was confirmed right before sending, and sends under the action's idempotency key; and
-`expire_action`, for a confirmation nobody answered in time.
+`expire_action`, for a confirmation nobody answered in time. Both serve the turn's wait and
+a renewed card's (workflows/renewal.py).
 """
 
 from __future__ import annotations
@@ -24,8 +25,6 @@ from parley.statuses import (
     SENDABLE_ACTION_STATUSES,
     SETTLED_ACTION_STATUSES,
     ActionStatus,
-    Decision,
-    DeclineReason,
     ToolCallStatus,
     TurnErrorCode,
 )
@@ -98,8 +97,11 @@ class SendActivities:
                     type=TurnErrorCode.agent_paused,
                     non_retryable=True,
                 )
-            await turns.advance_turn(db, turn_id=inp.turn_id, to=TurnState.executing_action)
-            await db.commit()  # the stream shows the step before it runs
+            if action.renewed_from is None:
+                # A renewed card's turn has ended: its send (workflows/renewal.py) shows on
+                # the turn's stream without moving the turn again.
+                await turns.advance_turn(db, turn_id=inp.turn_id, to=TurnState.executing_action)
+                await db.commit()  # the stream shows the step before it runs
             if activity.info().attempt == 1:
                 name, label = _shown(action)
                 await tool_event(db, inp.turn_id, action.id, name, "start", label)
@@ -171,10 +173,8 @@ class SendActivities:
                 await actions.announce_resolution(conn, action=updated)
                 return ActionResult(inp.action_id, ActionStatus.expired)
             action = await actions.get_action(conn, action_id=inp.action_id)
-            assert action is not None
-            superseded = action.decline_reason == DeclineReason.superseded
-            if action.status == ActionStatus.declined and superseded:
-                return ActionResult(inp.action_id, Decision.superseded)
+            if action is None:  # erased with its session meanwhile: nothing is left to send
+                return ActionResult(inp.action_id, ActionStatus.expired)
             return ActionResult(inp.action_id, action.status)
 
 

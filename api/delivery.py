@@ -1,6 +1,7 @@
 """What the API hands to Temporal after its transaction commits, shared by the routes: a user's
 decision on a confirmation (to the turn waiting for it, or its specialist: dispatch/control.py),
-an answer to a specialist's question (dispatch/specialists.py), the start of a turn
+the start of a renewed card's wait (dispatch/approvals.py), an answer to a specialist's
+question (dispatch/specialists.py), the start of a turn
 (dispatch/outbox.py) and the start of an erasure (dispatch/erasure.py). Each is stored
 first, so one that fails here is not lost: the worker's sweeps deliver the decision and the
 answer and start the turn and the erasure."""
@@ -16,11 +17,13 @@ from parley.api.deps import Sessions, TemporalConnector
 from parley.api.metrics import TURN_START_FAILURES
 from parley.config import Settings
 from parley.contracts import ResolveActionSignal, SteerInput, TurnInput
+from parley.dispatch.approvals import start_renewal
 from parley.dispatch.control import Delivery, deliver_and_record_decision, tell_steer
 from parley.dispatch.erasure import start_erasure
 from parley.dispatch.outbox import record_started, start_turn_workflow
 from parley.dispatch.specialists import deliver_and_record
 from parley.erasure import ErasureInput
+from parley.store.actions import ActionRow
 from parley.store.db import Database
 from parley.store.interactions import AnswerRow
 from parley.store.turns.reads import PostedTurn
@@ -35,15 +38,22 @@ async def deliver_decisions(
     temporal: TemporalConnector,
     sessions: Database,  # marking it delivered is one statement
     signals: tuple[tuple[str, ResolveActionSignal], ...],
+    *,
+    renewal: bool = False,
 ) -> None:
-    """Deliver stored decisions to their waiting turns, each retried for a few seconds until
-    it is taken, and mark them delivered (dispatch/control.py); one this cannot deliver, the
-    worker's outbox sweep will."""
+    """Deliver stored decisions to their waiting turns (or, for a `renewal`, to its own
+    workflow), each retried for a few seconds until it is taken, and mark them delivered
+    (dispatch/control.py); one this cannot deliver, the worker's outbox sweep will."""
     for turn_id, signal in signals:
         try:
             client = await asyncio.wait_for(temporal.get(), TIMEOUT_S)
             delivery = await deliver_and_record_decision(
-                client, sessions, turn_id=turn_id, decision=signal, patience_s=TIMEOUT_S
+                client,
+                sessions,
+                turn_id=turn_id,
+                decision=signal,
+                patience_s=TIMEOUT_S,
+                renewal=renewal,
             )
         except Exception:
             log.warning("could not deliver a decision to turn %s now", turn_id, exc_info=True)
@@ -79,6 +89,20 @@ async def deliver_steer(temporal: TemporalConnector, turn_id: str, steer: SteerI
         await tell_steer(client, turn_id=turn_id, steer=steer)
     except Exception:
         log.info("could not tell turn %s of its steer", turn_id, exc_info=True)
+
+
+async def start_renewal_soon(
+    temporal: TemporalConnector, sessions: Database, settings: Settings, action: ActionRow
+) -> None:
+    """Start the wait of a renewed card now if Temporal answers in time; otherwise the
+    worker's sweep starts it (the renewal is committed)."""
+    try:
+        client = await asyncio.wait_for(temporal.get(), TIMEOUT_S)
+        await asyncio.wait_for(
+            start_renewal(client, sessions, action, task_queue=settings.task_queue), TIMEOUT_S
+        )
+    except Exception:
+        log.warning("could not start renewal %s; the sweep will", action.id, exc_info=True)
 
 
 async def start_erasure_soon(

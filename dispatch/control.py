@@ -21,6 +21,9 @@ and a delivery that fails costs time, never the decision:
 - Steer: the message and the session's doorbell are stored by the post (store/steering.py),
   which is how the turn's running step hears it; the Update (`tell_steer`) records it in the
   turn's history for operators. A turn that has ended refuses it, and nothing is lost.
+
+A card renewed after it expired (workflows/renewal.py) is waited on by its renewal's own
+workflow, not by its turn, which has ended: its decision goes there (`renewal=True`).
 """
 
 from __future__ import annotations
@@ -41,8 +44,8 @@ from parley.contracts import (
     TurnState,
 )
 from parley.dispatch.specialists import offer_decision
-from parley.ids import workflow_id_for_turn
-from parley.statuses import ActionStatus, Decision, DeclineReason
+from parley.ids import renewal_workflow_id, workflow_id_for_turn
+from parley.statuses import ActionStatus, Decision
 from parley.store import actions, outbox, turns
 from parley.store.db import Database, connect
 
@@ -124,9 +127,19 @@ async def deliver_decision(
 
 
 async def _deliver(
-    client: Client, *, turn_id: str, decision: ResolveActionSignal, patience_s: float
+    client: Client,
+    *,
+    turn_id: str,
+    decision: ResolveActionSignal,
+    patience_s: float,
+    renewal: bool = False,
 ) -> Delivery:
-    handle = client.get_workflow_handle(workflow_id_for_turn(turn_id))
+    waiting = (
+        renewal_workflow_id(action_id=decision.action_id)
+        if renewal
+        else workflow_id_for_turn(turn_id)
+    )
+    handle = client.get_workflow_handle(waiting)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + patience_s
     delay = FIRST_RETRY_S
@@ -139,7 +152,7 @@ async def _deliver(
             return Delivery.taken
         except WorkflowUpdateFailedError:
             # The turn is not (yet) waiting for this action: its specialist may be.
-            if await offer_decision(client, turn_id=turn_id, decision=decision):
+            if not renewal and await offer_decision(client, turn_id=turn_id, decision=decision):
                 return Delivery.taken  # its specialist was waiting for it (dispatch/specialists.py)
             outcome = Delivery.refused
         except RPCError as exc:
@@ -163,10 +176,14 @@ async def deliver_and_record_decision(
     turn_id: str,
     decision: ResolveActionSignal,
     patience_s: float = DELIVERY_PATIENCE_S,
+    renewal: bool = False,
 ) -> Delivery:
     """Deliver a stored decision, then mark it delivered once nothing is left to deliver
-    (taken, or the turn has closed). One refused or not delivered stays for the sweep."""
-    delivery = await _deliver(client, turn_id=turn_id, decision=decision, patience_s=patience_s)
+    (taken, or the turn has closed). One refused or not delivered stays for the sweep.
+    `renewal`: the card is a renewal, waited on by its own workflow."""
+    delivery = await _deliver(
+        client, turn_id=turn_id, decision=decision, patience_s=patience_s, renewal=renewal
+    )
     if delivery in (Delivery.taken, Delivery.closed):
         async with connect(sessions) as conn:
             await actions.mark_decision_delivered(conn, action_id=decision.action_id)
@@ -175,10 +192,10 @@ async def deliver_and_record_decision(
 
 def stored_decision(action: actions.DecidedAction) -> ResolveActionSignal:
     """The decision as the API delivered it when it was made: a card the user moved on
-    from was declined as `superseded` (store/posting.py)."""
+    from is `superseded` (store/posting.py)."""
     if action.status == ActionStatus.confirmed:
         return ResolveActionSignal(action.id, Decision.confirmed)
-    if action.decline_reason == DeclineReason.superseded:
+    if action.status == ActionStatus.superseded:
         return ResolveActionSignal(action.id, Decision.superseded)
     return ResolveActionSignal(action.id, Decision.declined)
 
@@ -209,6 +226,7 @@ async def sweep_decisions(
             turn_id=action.turn_id,
             decision=stored_decision(action),
             patience_s=patience_s,
+            renewal=action.renewed,
         )
         if delivery is Delivery.failed:
             break

@@ -11,9 +11,11 @@ The sweep starts only turns still in `received`; a paused tenant's turn is ended
 turns whose workflow closed while the row says they have not ended (an execution timeout,
 a bug in workflow code), so no session stays locked behind them. The same loop delivers the
 users' decisions on confirmations the API stored but did not deliver (dispatch/control.py)
-and the specialists' answers it committed but did not signal (dispatch/specialists.py), and
-starts erasures whose start was lost (dispatch/erasure.py). While Temporal is away a sweep
-fails and the next one tries again: everything it delivers or starts is in the store.
+and the specialists' answers it committed but did not signal (dispatch/specialists.py),
+starts erasures and renewed cards' waits whose start was lost (dispatch/erasure.py,
+dispatch/approvals.py), and shows `confirmation_expiring` on cards that lapse soon. While
+Temporal is away a sweep fails and the next one tries again: everything it delivers or
+starts is in the store.
 
 A turn queued behind a running one (store/queue.py) becomes an ordinary unstarted turn when
 that one ends, whichever way; the transaction that ends it rings `OUTBOX_CHANNEL`, and the
@@ -47,6 +49,7 @@ from parley.contracts import (
     TurnInput,
     TurnState,
 )
+from parley.dispatch.approvals import DEFAULT_WARNING_LEAD_S, sweep_renewals, warn_expiring
 from parley.dispatch.control import sweep_decisions
 from parley.dispatch.erasure import sweep_erasures
 from parley.dispatch.specialists import sweep_answers
@@ -249,9 +252,11 @@ async def sweep_forever(
     confirmation_timeout_s: float = DEFAULT_CONFIRMATION_TIMEOUT_S,
     fallback: bool = False,
     bell: queue.OutboxBell | None = None,
+    warning_lead_s: float = DEFAULT_WARNING_LEAD_S,
 ) -> None:
     """Sweep every `every`; between sweeps, start each queued turn the moment `bell` rings
-    for it (a ring this misses, the next sweep covers)."""
+    for it (a ring this misses, the next sweep covers). `warning_lead_s`: the deployment's
+    lead time of `confirmation_expiring` (a tenant's setting overrides it)."""
     starts = Starts(client, sessions, task_queue, confirmation_timeout_s, fallback)
     loop = asyncio.get_running_loop()
     due = loop.time()
@@ -259,7 +264,11 @@ async def sweep_forever(
         if loop.time() >= due:
             due = loop.time() + every.total_seconds()
             try:
+                # First what needs only the store: a warning is due on the clock.
+                await warn_expiring(sessions, default_lead_s=warning_lead_s)
                 await _sweep(starts, grace)
+                # A renewal's wait is started before its answer is delivered to it.
+                await sweep_renewals(client, sessions, task_queue=task_queue, grace=grace)
                 await sweep_decisions(client, sessions, grace=grace)
                 await sweep_answers(client, sessions, grace=grace)
                 await sweep_erasures(client, sessions, task_queue=task_queue, grace=grace)

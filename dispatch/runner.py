@@ -58,6 +58,7 @@ PASSED_THROUGH = (
     "parley.workflows.retention",
     "parley.workflows.imports",
     "parley.workflows.handoff",
+    "parley.workflows.renewal",
 )
 RESTRICTIONS = SandboxRestrictions.default.with_passthrough_modules(*PASSED_THROUGH)
 

@@ -244,6 +244,10 @@ class Settings(BaseSettings):
     # How long a hand-off waits for a support agent's claim before the customer is told and
     # offered an email follow-up (parley/handoffs.py); a tenant sets its own.
     handoff_claim_timeout_s: float = 300.0
+    # How long before a card lapses its `confirmation_expiring` warning is shown (a tenant's
+    # `confirmation_warning_s` overrides it); shown by the worker's outbox sweep, so up to
+    # `outbox_poll_s` later than this. 0: no warning.
+    confirmation_warning_s: float = Field(default=60.0, ge=0.0)
     # How long a specialist waits for the user's answer to its question before it ends the
     # turn politely (parley/specialists.py).
     specialist_wait_s: float = 600.0

@@ -11,6 +11,7 @@
     │   ├── ActionResolved        the action was already confirmed or declined
     │   ├── ActionExpired         the confirmation window has passed
     │   ├── ActionChanged         the stored arguments no longer match what was shown
+    │   ├── ActionNotExpired      only an expired card can be renewed
     │   ├── ExportNotReady        the export's archive is still being written
     │   ├── HandoffClaimed        another agent holds the hand-off
     │   └── HandoffClosed         the hand-off has ended (resolved or handed back)
@@ -82,6 +83,10 @@ class ActionExpired(Conflict):
 
 class ActionChanged(Conflict):
     code = "action_changed"
+
+
+class ActionNotExpired(Conflict):
+    code = "action_not_expired"
 
 
 class TurnNotRetryable(Conflict):

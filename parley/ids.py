@@ -144,3 +144,14 @@ def export_workflow_id(export_id: str) -> str:
 def import_workflow_id(import_id: str) -> str:
     """One workflow per import: repeating the import's request attaches to it."""
     return f"import-{import_id}"
+
+
+def renewal_action_id(*, action_id: str) -> str:
+    """The card that renews an expired one (`POST .../renew`): one however often the user
+    asks, so a repeated renew answers the same card, and its send its own idempotency key."""
+    return "act_" + _digest(f"{action_id}:renewal")
+
+
+def renewal_workflow_id(*, action_id: str) -> str:
+    """The workflow that waits for a renewed card's answer (`renewal-act_…`, the renewal's id)."""
+    return f"renewal-{action_id}"

@@ -16,7 +16,11 @@ class ActionStatus(StrEnum):
     pending = "pending"
     confirmed = "confirmed"
     declined = "declined"
+    # Nobody answered within the window; a renewal (`POST .../renew`) is a new card.
     expired = "expired"
+    # Code set it aside because the user moved on (a new message took the place of an
+    # answer): not the user's "no".
+    superseded = "superseded"
     executed = "executed"
     # The email service did not answer and could not be asked afterwards.
     unknown = "unknown"
@@ -40,9 +44,9 @@ class Decision(StrEnum):
 
 class DeclineReason(StrEnum):
     """Why an action was declined by code rather than by the user (`actions.decline_reason`).
-    A turn that ended cancelled or failed stores its terminal state instead."""
+    A turn that ended cancelled or failed stores its terminal state instead. (A card the
+    user moved on from is `ActionStatus.superseded`, not a decline.)"""
 
-    superseded = "superseded"
     turn_ended = "turn_ended"
 
 

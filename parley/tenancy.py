@@ -76,6 +76,9 @@ class TenantConfig(BaseModel):
     # Mask card numbers and email addresses in everything sent to a model provider (the
     # turns' prompts and the summarizer's; parley/redaction.py); the stored text is unchanged.
     redact_model_input: bool | None = None
+    # Seconds before a confirmation card lapses that its `confirmation_expiring` warning is
+    # shown; None: the deployment's `PARLEY_CONFIRMATION_WARNING_S`, 0: no warning.
+    confirmation_warning_s: float | None = Field(default=None, ge=0.0, le=86_400.0)
     # How long this tenant keeps messages, prompts and traces, summaries and memory items
     # (parley/retention.py); unset periods are the deployment's `PARLEY_RETENTION_*_DAYS`.
     retention: RetentionPeriods | None = None

@@ -79,7 +79,7 @@ TurnStateName = Literal[
 # Beyond the contract's five, an executed send can end `failed` or `unknown` (the email service
 # did not say); clients treat both as not executed.
 ActionStatusName = Literal[
-    "pending", "confirmed", "declined", "expired", "executed", "failed", "unknown"
+    "pending", "confirmed", "declined", "expired", "superseded", "executed", "failed", "unknown"
 ]
 
 
@@ -237,12 +237,17 @@ class ActionView(View):
     """The contract's `Action`, rendered from the stored proposal, never from model text."""
 
     id: str
+    # The turn whose stream shows the card (and, for a renewal, its send).
+    turn_id: str
     tool: str
     summary: str
     recipient_masked: str | None
     args_hash: str
     status: ActionStatusName
+    # When the card lapses unanswered (then `expired`; `POST .../renew` asks again).
     expires_at: Timestamp
+    # The expired card this one renews: the same tool and arguments, a new window.
+    renewed_from: str | None = None
     # The file the email carries, when it carries one (the card shows its name and rows).
     attachment: AttachmentView | None = None
 
@@ -298,7 +303,7 @@ class ToolData(BaseModel):
 
 
 class ActionData(BaseModel):
-    """`confirmation_required` and `confirmation_resolved`."""
+    """`confirmation_required`, `confirmation_expiring` and `confirmation_resolved`."""
 
     action: ActionView
 
@@ -385,6 +390,7 @@ EVENT_DATA: dict[str, type[BaseModel]] = {
     "tool": ToolData,
     "confirmation_required": ActionData,
     "confirmation_resolved": ActionData,
+    "confirmation_expiring": ActionData,
     "clarification": ClarificationData,
     "warning": WarningData,
     "retracted": RetractedData,

@@ -19,9 +19,10 @@ from typing import Any, ClassVar, Protocol
 
 from psycopg.types.json import Jsonb
 
+from parley.approvals import CARD_OUTCOMES, OUTCOMES
 from parley.contracts import TERMINAL_TURN_STATES, EventType
 from parley.errors import ActionChanged, ActionExpired, ActionResolved, ActionSuperseded, NotFound
-from parley.statuses import ActionStatus, Decision, DeclineReason
+from parley.statuses import ActionStatus, Decision
 from parley.store.db import Db
 from parley.store.events import append_event
 from parley.store.identity import Identity
@@ -60,10 +61,14 @@ class ActionRow:
     expires_at: datetime
     created_at: datetime
     resolved_at: datetime | None
+    # The expired card this one renews (`renew_action`); its answer goes to the renewal's
+    # own workflow, not to the turn, which has ended.
+    renewed_from: str | None
 
     COLUMNS: ClassVar[str] = (
         "id, session_id, turn_id, tenant_id, user_id, tool, args, args_hash, summary,"
-        " recipient_masked, status, decline_reason, outcome, expires_at, created_at, resolved_at"
+        " recipient_masked, status, decline_reason, outcome, expires_at, created_at, resolved_at,"
+        " renewed_from"
     )
 
     @property
@@ -209,23 +214,19 @@ async def resolve_action(
         action = await db.row(_LOCK, params, ActionRow)
     else:
         owned = {**params, "tenant_id": owner.tenant_id, "user_id": owner.user_id}
-        action = await db.row(_LOCK_OWNED, owned, ActionRow)
+        action = await db.row(LOCK_OWNED, owned, ActionRow)
     if action is None:
         raise NotFound(ACTION_NOT_FOUND)
     if action.status == ActionStatus.expired:
-        raise ActionExpired("the confirmation window has passed", action=_shown(action))
-    if _superseded(action):
-        raise ActionSuperseded("the user moved on from this card", action=_shown(action))
+        raise ActionExpired("the confirmation window has passed", action=shown(action))
+    if action.status == ActionStatus.superseded:
+        raise ActionSuperseded("the user moved on from this card", action=shown(action))
     if action.status != ActionStatus.pending:
-        raise ActionResolved(f"the action is already {action.status}", action=_shown(action))
+        raise ActionResolved(f"the action is already {action.status}", action=shown(action))
     pending = (ActionStatus.pending,)
     if action.expires_at <= datetime.now(UTC):
-        expired = await set_action_status(
-            db, action_id=action_id, status=ActionStatus.expired, only_from=pending
-        )
-        assert expired is not None  # the row is locked, and was pending
-        await announce_resolution(db, action=expired)
-        raise ActionExpired("the confirmation window has passed", action=_shown(expired))
+        expired = await expire_locked(db, action)
+        raise ActionExpired("the confirmation window has passed", action=shown(expired))
     if decision == Decision.confirmed and args_hash(action.tool, action.args) != action.args_hash:
         raise ActionChanged("the action changed after it was shown; nothing was sent")
     resolved = await set_action_status(
@@ -241,20 +242,12 @@ async def resolve_action(
     return resolved
 
 
-def _superseded(action: ActionRow) -> bool:
-    """Left pending when the user moved on (a new message, another version of the
-    conversation): stored as declined, for that reason."""
-    return action.status == ActionStatus.declined and (
-        action.decline_reason == DeclineReason.superseded
-    )
-
-
 _LOCK = f"""
     SELECT {ActionRow.COLUMNS} FROM actions
     WHERE id = %(id)s AND session_id = %(session_id)s
     FOR UPDATE
 """
-_LOCK_OWNED = f"""
+LOCK_OWNED = f"""
     SELECT {ActionRow.COLUMNS} FROM actions
     WHERE id = %(id)s AND session_id = %(session_id)s
         AND tenant_id = %(tenant_id)s AND user_id = %(user_id)s
@@ -262,24 +255,38 @@ _LOCK_OWNED = f"""
 """
 
 
+async def expire_locked(db: Db, action: ActionRow) -> ActionRow:
+    """A pending card, locked by the caller, whose window has passed: stored `expired` and
+    announced now, before its wait's own timer does (which then finds it expired)."""
+    expired = await set_action_status(
+        db, action_id=action.id, status=ActionStatus.expired, only_from=(ActionStatus.pending,)
+    )
+    assert expired is not None  # the row is locked, and was pending
+    await announce_resolution(db, action=expired)
+    return expired
+
+
 async def announce_resolution(db: Db, *, action: ActionRow) -> None:
-    """Tell the turn's stream how its confirmation ended (`confirmation_resolved`)."""
+    """Tell the turn's stream how its confirmation ended (`confirmation_resolved`), and
+    count the outcome (parley/approvals.py)."""
     await append_event(
         db,
         turn_id=action.turn_id,
         type=EventType.confirmation_resolved,
         data=ActionData(action=ActionView.from_row(action)),
     )
+    if action.status in OUTCOMES:
+        CARD_OUTCOMES.labels(outcome=action.status).inc()
 
 
-def _shown(action: ActionRow) -> dict[str, Any]:
+def shown(action: ActionRow) -> dict[str, Any]:
     """The action as an error answer carries it (its `action` field)."""
     return ActionView.from_row(action).model_dump(mode="json")
 
 
 # Statuses that answer the card: they stamp `resolved_at`. The outcomes of a send
 # (executed, unknown, failed) leave it as the answer set it.
-_RESOLUTIONS = frozenset({ActionStatus.confirmed, ActionStatus.declined, ActionStatus.expired})
+_RESOLUTIONS = frozenset(OUTCOMES)
 
 
 async def set_action_status(
@@ -384,7 +391,9 @@ class DecidedAction:
     turn_id: str
     status: str
     decline_reason: str | None
-    turn_ended: bool
+    turn_ended: bool  # never for a renewal: its turn ended before it was made
+    # A renewed card: its own workflow takes the decision (a closed one says so on delivery).
+    renewed: bool = False
 
 
 async def undelivered_decisions(
@@ -404,9 +413,11 @@ async def undelivered_decisions(
 # The predicate as the partial index `ix_actions_undelivered` spells it (literal statuses).
 _UNDELIVERED = """
     SELECT a.id, a.turn_id, a.status, a.decline_reason,
-        t.state = ANY(%(terminal)s) AS turn_ended
+        t.state = ANY(%(terminal)s) AND a.renewed_from IS NULL AS turn_ended,
+        a.renewed_from IS NOT NULL AS renewed
     FROM actions a JOIN turns t ON t.id = a.turn_id
-    WHERE a.decision_delivered_at IS NULL AND a.status IN ('confirmed', 'declined')
+    WHERE a.decision_delivered_at IS NULL
+        AND a.status IN ('confirmed', 'declined', 'superseded')
         AND a.resolved_at < %(cutoff)s
     ORDER BY a.resolved_at LIMIT %(limit)s
 """

@@ -35,7 +35,7 @@ from parley.errors import (
 )
 from parley.features import ASSISTANT
 from parley.ids import new_id
-from parley.statuses import ActionStatus, Decision, DeclineReason
+from parley.statuses import ActionStatus, Decision
 from parley.store import actions, handoffs, interactions, locks, queue, steering
 from parley.store import files as files_store
 from parley.store import limits as limits_store
@@ -216,7 +216,7 @@ async def _classify(db: Db, post: Post, held: bool) -> Kind:
     if post.steer and not post.attached and (card or active.state in steering.STEERABLE):
         return SteerTurn(active)  # a card waiting stays: the turn answers, then waits on
     if card is not None and session.queued_turn_id is None:
-        return NewTurn(superseded=card)  # the user moved on: the card is declined
+        return NewTurn(superseded=card)  # the user moved on: the card is superseded
     # Running (or its card was just answered and it is about to resume), or resting with a
     # message already queued behind it, which must run first.
     if session.queued_turn_id is not None:
@@ -272,7 +272,7 @@ async def _queue_next_turn(db: Db, post: Post) -> PostedMessage:
 
 async def _open_new_turn(db: Db, post: Post, kind: NewTurn, *, number: int) -> PostedMessage:
     """The message and its new turn (born in `received`, the start outbox); a card the user
-    moved on from is declined first, and its turn told so after commit."""
+    moved on from is superseded first, and its turn told so after commit."""
     signals: tuple[tuple[str, ResolveActionSignal], ...] = ()
     if kind.superseded is not None:
         await _supersede(db, kind.superseded)
@@ -461,9 +461,8 @@ async def _supersede(db: Db, action: actions.ActionRow) -> None:
     updated = await actions.set_action_status(
         db,
         action_id=action.id,
-        status=ActionStatus.declined,
+        status=ActionStatus.superseded,
         only_from=(ActionStatus.pending,),
-        decline_reason=DeclineReason.superseded,
     )
     if updated is not None:
         await actions.announce_resolution(db, action=updated)

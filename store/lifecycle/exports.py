@@ -254,7 +254,7 @@ _PINNED_FACTS = """
 """
 _ACTIONS = """
     SELECT id, tool, summary, recipient_masked AS recipient, status, decline_reason,
-        created_at, resolved_at
+        created_at, expires_at, resolved_at, renewed_from
     FROM actions WHERE session_id = %(session_id)s ORDER BY created_at
 """
 _FEEDBACK = """

@@ -331,8 +331,22 @@ class Action(Base):
             "ix_actions_undelivered",
             "resolved_at",
             postgresql_where=(
-                "decision_delivered_at IS NULL AND status IN ('confirmed', 'declined')"
+                "decision_delivered_at IS NULL"
+                " AND status IN ('confirmed', 'declined', 'superseded')"
             ),
+        ),
+        UniqueConstraint("renewed_from", name="uq_actions_renewed_from"),
+        # The expiry warning's sweep looks only at pending cards not yet warned about.
+        Index(
+            "ix_actions_unwarned",
+            "expires_at",
+            postgresql_where="status = 'pending' AND warned_at IS NULL",
+        ),
+        # The renewals' start outbox: renewed cards whose workflow has not been started.
+        Index(
+            "ix_actions_renewal_unstarted",
+            "created_at",
+            postgresql_where="renewed_from IS NOT NULL AND renewal_started_at IS NULL",
         ),
     )
 
@@ -356,6 +370,14 @@ class Action(Base):
     # it). The API delivers it after commit; the worker's sweep delivers one the API could
     # not (Temporal away): dispatch/control.py.
     decision_delivered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # When `confirmation_expiring` was shown for this card (once; dispatch/approvals.py).
+    warned_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The expired card this one renews (`POST .../renew`): the same tool and arguments, a new
+    # window; an expired card is renewed at most once.
+    renewed_from: Mapped[str | None] = mapped_column(String(40))
+    # When the renewal's workflow was started (workflows/renewal.py): the row is its start
+    # outbox, as a turn's row is the turn's (dispatch/approvals.py sweeps the ones missed).
+    renewal_started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
     @property
     def attachment(self) -> dict[str, Any] | None:

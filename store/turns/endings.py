@@ -163,6 +163,9 @@ def _close_out_params(
 # Plain SQL: every turn ends through it, and no caller holds the rows it changes. RETURNING
 # reads the session row as locked (the newest version), never a snapshot that could miss a
 # message queued just before; so does the steer's guard (`steered_through`, null: none).
+# A card renewed after its window passed (store/approvals.py) has a wait of its own: the end
+# of its turn, which may come just after the renew (the turn's timer fires a moment after
+# `expires_at`), leaves it pending.
 _RELEASED_AND_DECLINED = """
     WITH released AS (
         UPDATE sessions SET active_turn_id = NULL
@@ -173,7 +176,7 @@ _RELEASED_AND_DECLINED = """
     ), declined AS (
         UPDATE actions SET status = %(declined)s, decline_reason = %(reason)s,
             resolved_at = %(now)s
-        WHERE turn_id = %(turn_id)s AND status = %(pending)s
+        WHERE turn_id = %(turn_id)s AND status = %(pending)s AND renewed_from IS NULL
     )"""
 _CLOSE_OUT = f"""{_RELEASED_AND_DECLINED}
     SELECT queued_turn_id FROM released

@@ -366,7 +366,8 @@ async def test_new_message_supersedes_the_pending_action(
     assert view["active_turn"] is None or view["active_turn"]["id"] == new_turn
 
     old_rest = await rest(priya, sid, turn_id, events[-1].id or 0)
-    assert resolved_statuses(old_rest) == ["declined"]
+    # Its own outcome, not the user's "no".
+    assert resolved_statuses(old_rest) == ["superseded"]
     assert types(old_rest)[-1] == "done"
     new_events = await asyncio.wait_for(priya.events(sid, new_turn), 30)
     assert new_events[-1].type == "done", types(new_events)

@@ -13,7 +13,7 @@ import pytest
 
 from parley.contracts import EventType
 from parley.errors import ActionChanged, ActionExpired, ActionResolved, NotFound
-from parley.statuses import ActionStatus, Decision, DeclineReason
+from parley.statuses import ActionStatus, Decision
 from parley.store import actions, handoffs, turns
 from parley.store.actions import ActionRow, ForeignRow, ToSend
 from parley.store.db import Database, connect
@@ -270,22 +270,21 @@ async def test_a_send_outcome_and_a_supersede_are_one_statement_each(sessions: S
         superseded = await actions.set_action_status(
             conn,
             action_id=card.id,
-            status=ActionStatus.declined,
+            status=ActionStatus.superseded,
             only_from=(ActionStatus.pending,),
-            decline_reason=DeclineReason.superseded,
         )
-        assert superseded is not None and superseded.decline_reason == DeclineReason.superseded
+        assert superseded is not None and superseded.status == ActionStatus.superseded
         assert superseded.resolved_at is not None
         # A send's outcome keeps the answer's time and reason.
         sent = await actions.set_action_status(
             conn,
             action_id=card.id,
             status=ActionStatus.executed,
-            only_from=(ActionStatus.declined,),
+            only_from=(ActionStatus.superseded,),
             outcome={"accepted": True, "message_id": "m1"},
         )
     assert sent is not None and sent.outcome == {"accepted": True, "message_id": "m1"}
-    assert (sent.resolved_at, sent.decline_reason) == (superseded.resolved_at, "superseded")
+    assert (sent.resolved_at, sent.decline_reason) == (superseded.resolved_at, None)
 
 
 async def test_a_hand_off_is_made_once(sessions: Sessions) -> None:

@@ -4,8 +4,9 @@ Every file in tests/histories/ is the history of a real turn (or of a session's 
 `summary_v*`, recorded by tests/system/test_summary_runs.py; of an export or a retention purge,
 `data_v*`, recorded by tests/workflow/test_data_workflows.py; of an erasure, `erasure_v*`,
 recorded by tests/workflow/test_erasure_workflow.py; of an import's indexing, `import_v*`,
-recorded by tests/workflow/test_import_workflow.py; or of a hand-off to a person,
-`handoff_v*`, recorded by tests/workflow/test_handoff_workflow.py). A change to the workflow that
+recorded by tests/workflow/test_import_workflow.py; of a hand-off to a person, `handoff_v*`,
+recorded by tests/workflow/test_handoff_workflow.py; or of a renewed card's wait,
+`renewal_v*`, recorded by tests/workflow/test_renewal_workflow.py). A change to the workflow that
 would break a turn already running in production fails here. Turns are pinned to the build
 they started on (dispatch/deployment.py), so such a change ships as a new build with a new
 recording, never as a `workflow.patched()` branch (none is allowed, below).
@@ -39,6 +40,7 @@ from parley.workflows.erasure import ErasureWorkflow
 from parley.workflows.export import ExportWorkflow
 from parley.workflows.handoff import HandoffWorkflow
 from parley.workflows.imports import ImportWorkflow
+from parley.workflows.renewal import RenewalWorkflow
 from parley.workflows.retention import RetentionPurgeWorkflow
 from parley.workflows.specialist import SpecialistWorkflow
 from parley.workflows.summary import SummaryWorkflow
@@ -64,8 +66,9 @@ async def test_committed_history_replays(path: Path) -> None:
     # do the summary runs, the exports and purges (data_v*, tests/workflow/
     # test_data_workflows.py), the erasures (erasure_v*, tests/workflow/
     # test_erasure_workflow.py), the imports (import_v*, tests/workflow/
-    # test_import_workflow.py) and the hand-offs (handoff_v*, tests/workflow/
-    # test_handoff_workflow.py).
+    # test_import_workflow.py), the hand-offs (handoff_v*, tests/workflow/
+    # test_handoff_workflow.py) and the renewals (renewal_v*, tests/workflow/
+    # test_renewal_workflow.py).
     workflows = [
         TurnWorkflow,
         SpecialistWorkflow,
@@ -75,6 +78,7 @@ async def test_committed_history_replays(path: Path) -> None:
         ErasureWorkflow,
         ImportWorkflow,
         HandoffWorkflow,
+        RenewalWorkflow,
     ]
     await Replayer(workflows=workflows).replay_workflow(history)
 

@@ -15,8 +15,9 @@ from parley.store.actions import DecidedAction
     [
         ("confirmed", None, Decision.confirmed),
         ("declined", None, Decision.declined),
+        ("declined", DeclineReason.turn_ended.value, Decision.declined),
         # The user moved on from the card (store/posting.py): the turn ends superseded.
-        ("declined", DeclineReason.superseded.value, Decision.superseded),
+        ("superseded", None, Decision.superseded),
     ],
 )
 def test_a_stored_decision_is_delivered_as_it_was_made(

@@ -3,7 +3,7 @@
 // transcript.js, confirm.js and sessions.js.
 
 import { auth, errorText, request, sessionPath } from './api.js';
-import { expireConfirm, removeConfirm, showConfirm } from './confirm.js';
+import { expireConfirm, removeConfirm, showConfirm, warnConfirm } from './confirm.js';
 import { initMemory, loadMemory } from './memory.js';
 import { renderSessions } from './sessions.js';
 import { followCase, stopCase } from './handoff.js';
@@ -194,6 +194,8 @@ async function openSession(sid) {
   // A turn still running, or resting on a card: replay its stream from the start.
   if (active) follow(active.id, sessionPath(sid, 'turns', active.id, 'events'), active.user_seq, null);
   else if (!followQueued()) offerRetry();
+  // A card asked for again after its turn ended waits on its own.
+  if (!active && r.data.pending_action) showConfirm(r.data.pending_action, resolveAction, renewAction);
 }
 
 async function deleteSession(sid) {
@@ -362,6 +364,14 @@ async function afterTurn(outcome, detail, gen) {
   followCase(S.sid, seen); // the turn may have handed the conversation to a person
 }
 
+// How a card ended, as the transcript says it (each outcome its own words).
+const RESOLVED = {
+  confirmed: 'You confirmed: ',
+  declined: 'You declined: ',
+  expired: 'Expired, nothing sent: ',
+  superseded: 'Set aside when you moved on: ',
+};
+
 // How a specialist named in a `subagent` event is introduced.
 const SPECIALISTS = { returns: 'Returns specialist' };
 
@@ -385,13 +395,16 @@ function onEvent(turnId, type, d, fromScratch) {
     case 'confirmation_required':
       T.endStreaming(); // the proposal's words are whole; only the card waits
       status('');
-      showConfirm(d.action, resolveAction);
+      showConfirm(d.action, resolveAction, renewAction);
       return false;
+    case 'confirmation_expiring': warnConfirm(d.action); return false;
     case 'confirmation_resolved':
-      removeConfirm();
-      T.notice(d.action.status === 'declined' ? 'You declined: ' + d.action.summary
-        : d.action.status === 'expired' ? 'Expired: ' + d.action.summary
-          : 'You confirmed: ' + d.action.summary);
+      if (document.getElementById('confirm-card')?.dataset.actionId === d.action.id) {
+        // An expired card stays, offering to ask again; any other answer takes it away.
+        if (d.action.status === 'expired') expireConfirm(renewAction);
+        else removeConfirm();
+      }
+      T.notice((RESOLVED[d.action.status] || 'You confirmed: ') + d.action.summary);
       return false;
     case 'clarification':
       S.options = T.options(turnId, d, (o) => send(o.value));
@@ -434,18 +447,66 @@ function drawFollowups(suggestions) {
 
 /* ---------- controls ---------- */
 
-async function resolveAction(actionId, verb) {
+async function resolveAction(actionId, verb, action) {
   const r = await request('POST', sessionPath(S.sid, 'actions', actionId, verb));
   if (r.status === 202) {
     status('');
+    if (action && action.renewed_from) watchRenewal(action, verb);
     // The waiting turn goes on: follow its stream after the last event shown.
-    if (S.turnId) follow(S.turnId, sessionPath(S.sid, 'turns', S.turnId, 'events'), S.turnFromSeq, S.follow?.lastEventId ?? null);
+    else if (S.turnId) follow(S.turnId, sessionPath(S.sid, 'turns', S.turnId, 'events'), S.turnFromSeq, S.follow?.lastEventId ?? null);
     return true;
   }
-  if (r.error && r.error.code === 'action_expired') { expireConfirm(); return true; }
+  if (r.error && r.error.code === 'action_expired') { expireConfirm(renewAction); return true; }
   if (r.error && r.error.code === 'action_resolved') { removeConfirm(); await openSession(S.sid); return true; }
   fail(r);
   return false;
+}
+
+// An expired card asked for again: the same action, a new window (no new answer is written).
+// A server whose clock is a little behind this one's may still call it pending: ask again
+// after a second, a few times.
+async function renewAction(actionId, attempt = 0) {
+  const r = await request('POST', sessionPath(S.sid, 'actions', actionId, 'renew'));
+  if (r.status === 202) {
+    status('');
+    showConfirm(r.data.action, resolveAction, renewAction);
+    return true;
+  }
+  const early = r.error && r.error.code === 'action_not_expired' && r.error.action?.status === 'pending';
+  if (early && attempt < 5) {
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    return renewAction(actionId, attempt + 1);
+  }
+  fail(r);
+  return false;
+}
+
+// A renewed card is answered after its turn has ended: its send shows on that turn's log,
+// read again from where it was left until the send's end is there (for a minute at most).
+function watchRenewal(action, verb) {
+  if (verb !== 'confirm') {
+    removeConfirm();
+    T.notice(RESOLVED.declined + action.summary);
+    return;
+  }
+  status(PROGRESS.executing_action, 'progress');
+  const gen = S.openGen;
+  const url = sessionPath(S.sid, 'turns', action.turn_id, 'events');
+  const watch = followTurn(url, {
+    event: (type, d) => {
+      if (type !== 'tool' || d.call_id !== action.id || d.phase !== 'end') return false;
+      watch.abort();
+      clearTimeout(giveUp);
+      if (gen !== S.openGen) return false;
+      removeConfirm();
+      status('');
+      const sent = d.status === 'ok';
+      T.notice((sent ? 'Sent: ' : 'Not sent: ') + action.summary, sent ? 'info' : 'warning');
+      return false;
+    },
+    connection: () => {},
+  });
+  const giveUp = setTimeout(() => watch.abort(), 60000);
 }
 
 // Retry belongs on the latest answer when it was cut short (incomplete or stopped).

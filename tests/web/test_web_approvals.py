@@ -1,0 +1,104 @@
+"""Approvals with an honest clock on the page (issue 42), in Chromium at phone width and on the
+desktop: the card says when it expires and counts down, turns into "expires soon" once the
+warning is written, stays after it lapsed and offers "Ask again", and the card asked again is
+confirmed once (one email). Accessibility is checked on the waiting, the warned and the
+expired card.
+
+The page is served by an API whose cards lapse after `WINDOW_S` (the worker is the session's);
+the warning is written by running the outbox sweep's step (`warn_expiring`) under a deadline.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import httpx
+import pytest
+import pytest_asyncio
+from playwright.async_api import expect
+
+from parley.config import Settings
+from parley.dispatch.approvals import warn_expiring
+from parley.store.db import Database
+from tests.support.stack import serve_api
+from tests.support.toolkit import emails, eventually
+from tests.support.webpage import (
+    DESKTOP,
+    PHONE,
+    send,
+    serious_accessibility_violations,
+    sign_in,
+)
+
+ISO_TIME = re.compile(r"^\d{4}-\d\d-\d\dT")
+WINDOW_S = 20.0
+LEAD_S = 16.0
+
+
+@pytest_asyncio.fixture
+async def short_window(settings: Settings, api_url: str) -> AsyncIterator[str]:
+    short = settings.model_copy(update={"confirmation_timeout_s": WINDOW_S})
+    async with serve_api(short) as url:
+        yield url
+
+
+@pytest.mark.parametrize("width", ["phone", "desktop"])
+async def test_the_card_counts_down_warns_lapses_and_is_asked_again(
+    open_tab: Callable[..., Any],
+    short_window: str,
+    northwind: httpx.AsyncClient,
+    sessions: Database,
+    width: str,
+) -> None:
+    tab = await open_tab(short_window, PHONE if width == "phone" else DESKTOP)
+    page = tab.page
+    await sign_in(page, "cust_2291")
+    await send(page, "Where is my order?", reply_has="8472")
+    await page.locator("#input").fill("Can you email me?")
+    await page.locator("#input").press("Enter")
+    card = page.locator("#confirm-card")
+    await expect(card).to_have_attribute("data-state", "pending")
+    await expect(card.locator(".countdown")).to_contain_text("Expires at")
+    await expect(card.locator(".countdown")).to_contain_text("left")
+    await expect(card.locator(".countdown time")).to_have_attribute("datetime", ISO_TIME)
+    first = await card.get_attribute("data-action-id")
+    assert first
+    assert await serious_accessibility_violations(page) == []
+
+    # The warning, once the sweep writes it: a reload follows the resting turn's log.
+    async def warned() -> int:
+        return await warn_expiring(sessions, default_lead_s=LEAD_S)
+
+    await eventually(warned, timeout=WINDOW_S, what="the expiry warning")
+    await page.reload()
+    await expect(card).to_have_class(re.compile(r"\bexpiring\b"))
+    await expect(card.locator(".expiring-note")).to_be_visible()
+    assert await serious_accessibility_violations(page) == []
+
+    # It lapses: the card stays, says nothing was sent, and offers to ask again.
+    await expect(card).to_have_attribute("data-state", "expired")
+    await expect(card.locator(".countdown")).to_have_text("This request expired; nothing was sent.")
+    await expect(page.locator("#confirm-btn")).to_be_disabled()
+    again = page.locator("#renew-btn")
+    await expect(again).to_be_enabled()
+    assert await serious_accessibility_violations(page) == []
+
+    await again.dblclick()  # asks once
+    await expect(card).to_have_attribute("data-renewed-from", first)
+    await expect(card).to_have_attribute("data-state", "pending")
+    await expect(card.locator(".countdown")).to_contain_text("left")
+    renewed = await card.get_attribute("data-action-id")
+    assert renewed and renewed != first
+    # After a reload the renewed card is back (its turn has ended: it waits on its own).
+    await page.reload()
+    await expect(card).to_have_attribute("data-action-id", renewed)
+    await expect(card).to_have_attribute("data-state", "pending")
+
+    await page.locator("#confirm-btn").dblclick()
+    await expect(page.locator("#transcript .notice").last).to_contain_text("Sent:")
+    await expect(card).to_have_count(0)
+    assert len(await emails(northwind, action_id=renewed)) == 1
+    assert await emails(northwind, action_id=first) == []
+    tab.assert_clean()
