@@ -1,7 +1,7 @@
 """actions: the approvals' clock (issue 42): when the expiry warning was shown, which expired
 card a renewal renews, and `superseded` as a status of its own
 
-Revision ID: 0025
+Revision ID: 0028
 Revises: 0026
 Create Date: 2026-12-06 12:00:00
 """
