@@ -2,7 +2,7 @@
 card a renewal renews, and `superseded` as a status of its own
 
 Revision ID: 0028
-Revises: 0026
+Revises: 0027
 Create Date: 2026-12-06 12:00:00
 """
 
