@@ -13,7 +13,7 @@ import gc
 import logging
 import signal
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from typing import Any, NoReturn
 
@@ -21,8 +21,6 @@ import httpx
 import uvloop
 from prometheus_client import start_http_server
 from temporalio.client import Client
-from temporalio.client import Interceptor as ClientInterceptor
-from temporalio.runtime import Runtime
 from temporalio.worker import Worker
 
 from parley.activities.context import ContextBuilder
@@ -49,6 +47,7 @@ from parley.activities.tracing import TracingInterceptor
 from parley.activities.turn import TurnActivities
 from parley.breaker import CircuitBreaker
 from parley.config import Settings, get_settings
+from parley.dispatch.connect import connect_temporal
 from parley.dispatch.deployment import build_id, deployment_config, promote_configured
 from parley.dispatch.outbox import sweep_forever
 from parley.dispatch.retention import ensure_purge_schedule
@@ -393,41 +392,6 @@ async def _sweep(client: Client, sessions: Database, settings: Settings, bell: O
         bell=bell,
         warning_lead_s=settings.confirmation_warning_s,
     )
-
-
-# A worker started while Temporal is away (a long outage under `make run`, a cluster that
-# comes up after its workers) waits for it: exiting would only get it restarted, and a
-# supervisor gives up on a process that keeps dying young (launch/supervisor.py).
-CONNECT_FIRST_RETRY_S = 0.5
-CONNECT_MAX_RETRY_S = 10.0
-
-
-async def connect_temporal(
-    settings: Settings,
-    *,
-    runtime: Runtime | None = None,
-    interceptors: Sequence[ClientInterceptor] = (),
-) -> Client:
-    """The worker's Temporal client, once Temporal answers; until then it tries again with
-    a growing pause, saying so each time."""
-    delay = CONNECT_FIRST_RETRY_S
-    while True:
-        try:
-            return await Client.connect(
-                settings.temporal_address,
-                namespace=settings.temporal_namespace,
-                runtime=runtime,
-                interceptors=interceptors,
-            )
-        except RuntimeError as exc:  # the SDK's "failed client connect"
-            logging.getLogger(__name__).warning(
-                "Temporal at %s is not reachable (%s); trying again in %g s",
-                settings.temporal_address,
-                exc,
-                delay,
-            )
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, CONNECT_MAX_RETRY_S)
 
 
 async def run_worker(settings: Settings) -> None:

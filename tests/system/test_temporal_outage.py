@@ -26,12 +26,12 @@ from sqlalchemy import select
 from temporalio.client import Client
 
 from parley.config import Settings
+from parley.dispatch.connect import connect_temporal
 from parley.gateway.demo import DemoModel
 from parley.ids import workflow_id_for_turn
 from parley.store import actions
 from parley.store.db import Database
 from parley.store.models import Action, Message, Turn
-from parley.worker import connect_temporal
 from tests.support.client import ParleyClient
 from tests.support.orm import orm
 from tests.support.processes import TemporalServer, follow
