@@ -223,7 +223,7 @@ async def test_a_worker_started_while_temporal_is_down_waits_for_it(
 
         async def tried_twice() -> bool:
             assert not connecting.done(), connecting
-            said = [r.getMessage() for r in caplog.records if r.name == "parley.worker"]
+            said = [r.getMessage() for r in caplog.records if r.name == "parley.dispatch.connect"]
             return sum("is not reachable" in line for line in said) >= 2
 
         await eventually(tried_twice, timeout=15, what="the worker tried again, twice")
