@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from functools import lru_cache
 from typing import TypeVar
 
@@ -138,6 +138,36 @@ _LABEL = re.compile(r"^[A-Z][\w'-]{0,30}: ")
 # Texts up to this long keep their trimmed form: recall shows the same older messages turn
 # after turn, and a worker serves many sessions at once.
 TRIMMED_CHARS = 4_000
+
+
+# A role's speaker is named once in a recall block's heading from this many lines of it on.
+SPEAKER_LINES = 3
+
+
+def speakers(lines: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """The speaker each role's lines all start with ("Caroline: ..."), by role, for the roles
+    with at least three such `lines` (role and text) and no line without the same label: a
+    transcript brought in from elsewhere names its speakers in every line, and a recall
+    block can then name them once in its heading instead of in each line (on the LoCoMo
+    replay, a few more lines in the same budget; bench/locomo_replay.py)."""
+    found: dict[str, set[str]] = {}
+    counts: dict[str, int] = {}
+    for role, text in lines:
+        label = _LABEL.match(text)
+        found.setdefault(role, set()).add(label.group(0)[:-2] if label else "")
+        counts[role] = counts.get(role, 0) + 1
+    return {
+        role: next(iter(names))
+        for role, names in found.items()
+        if len(names) == 1 and "" not in names and counts[role] >= SPEAKER_LINES
+    }
+
+
+def unlabelled(text: str, speaker: str | None) -> str:
+    """The text without its leading `speaker` label ("Caroline: "), when it has one."""
+    if speaker and text.startswith(speaker + ": "):
+        return text[len(speaker) + 2 :]
+    return text
 
 
 def trim_filler(text: str) -> str:

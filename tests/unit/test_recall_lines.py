@@ -135,3 +135,35 @@ def test_more_room_brings_more_rounds_of_neighbours() -> None:
     assert rounds_for(1000) == 3
     assert rounds_for(50_000) == 4
     assert rounds_for(0) == 2
+
+
+def test_a_transcripts_speakers_are_named_once_in_the_heading_not_in_every_line() -> None:
+    counter = default_counter()
+    said = [
+        (5, "user", "Caroline: I went to a support group yesterday."),
+        (6, "assistant", "Melanie: That's brave. I painted a sunrise last week."),
+        (9, "user", "Caroline: My sister moved to Oslo."),
+        (12, "assistant", "Melanie: We camped by the lake with the kids."),
+        (14, "user", "Caroline: I'm applying to counselling courses."),
+        (15, "assistant", "Melanie: Pottery class starts on Monday."),
+    ]
+    hits = [RecallHit(seq, role, text, "2023-05-08") for seq, role, text in said]
+    budgets = Budgets(window=4096, reserve=512, recall=400)
+    (block,) = recall_block(counter, hits, budgets)
+    heading, *lines = block.messages[0]["content"].splitlines()
+    assert "assistant lines are Melanie's" in heading and "user lines are Caroline's" in heading
+    assert lines[1:3] == [
+        "5 user: I went to a support group yesterday.",
+        "6 assistant: That's brave. I painted a sunrise last week.",
+    ]
+    # The same lines with their labels cost more: in a tight budget, fewer of them fit.
+    labelled = [f"{seq} {role}: {text}" for seq, role, text in said]
+    assert block.tokens < counter.count(heading + "\n" + "\n".join(labelled))
+    # One line of a role without the label, or too few lines, and the labels stay in the lines.
+    mixed = [*hits, RecallHit(20, "user", "No label here.", "2023-05-09")]
+    (block,) = recall_block(counter, mixed, budgets)
+    content = block.messages[0]["content"]
+    assert "user lines are" not in content and "5 user: Caroline: I went" in content
+    assert "assistant lines are Melanie's" in content
+    (block,) = recall_block(counter, hits[:4], budgets)
+    assert "lines are" not in block.messages[0]["content"]
