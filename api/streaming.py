@@ -38,7 +38,7 @@ from parley.store.db import Database, Db, StoreError, connect, is_unreachable
 from parley.store.events import StoredEvent, parse_notification
 from parley.store.identity import Identity
 from parley.store.listener import listen_for_events
-from parley.store.sessions import TURN_NOT_FOUND
+from parley.store.sessions import SESSION_NOT_FOUND, TURN_NOT_FOUND
 from parley.wire import event_data
 
 log = logging.getLogger(__name__)
@@ -56,8 +56,9 @@ OUTAGE_RETRY_MS = 2000
 class Doorbell:
     """One open stream's wake-up, holding the events the doorbell brought since it last looked."""
 
-    def __init__(self) -> None:
-        self._rung = asyncio.Event()
+    def __init__(self, rung: asyncio.Event | None = None) -> None:
+        # Shared by the doorbells of one stream that follows several logs (api/live.py).
+        self._rung = rung if rung is not None else asyncio.Event()
         self._brought: list[StoredEvent] = []
         self._unknown = False  # rung without events: only the log knows what is new
 
@@ -105,20 +106,33 @@ class EventHub:
                 await self._task
 
     @contextlib.contextmanager
-    def subscribe(self, turn_id: str) -> Iterator[Doorbell]:
-        event = Doorbell()
-        self._waiters[turn_id].add(event)
+    def subscribe(self, key: str, rung: asyncio.Event | None = None) -> Iterator[Doorbell]:
+        """A doorbell for the log of `key` (a turn's id, or a session's: api/live.py), waking
+        `rung` when given."""
+        event = Doorbell(rung)
+        self._waiters[key].add(event)
         try:
             yield event
         finally:
-            waiters = self._waiters.get(turn_id)
-            if waiters is not None:
-                waiters.discard(event)
-                if not waiters:
-                    del self._waiters[turn_id]
+            self.unsubscribe(key, event)
+
+    def unsubscribe(self, key: str, doorbell: Doorbell) -> None:
+        waiters = self._waiters.get(key)
+        if waiters is not None:
+            waiters.discard(doorbell)
+            if not waiters:
+                del self._waiters[key]
+
+    def add(self, key: str, rung: asyncio.Event) -> Doorbell:
+        """`subscribe` for a stream that adds and drops logs as it goes: the caller
+        `unsubscribe`s it."""
+        doorbell = Doorbell(rung)
+        self._waiters[key].add(doorbell)
+        return doorbell
 
     def _ring(self, payload: str) -> None:
-        """Wake this process's streams of the payload's turn; parse the events only if any."""
+        """Wake this process's streams of the payload's turn (or session); parse the events
+        only if any."""
         waiters = self._waiters.get(payload.partition(":")[0])
         if not waiters:
             return
@@ -335,10 +349,10 @@ class StreamRegistry:
         self._renewer: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
-    async def reserve(self, db: Db, owner: Identity, session_id: str, turn_id: str) -> str:
-        """A lease on one of the user's open streams of the owner's turn (404 when it is not
-        theirs), or 429 at the limit; committed in the caller's session (the request's own,
-        which has just authenticated the caller)."""
+    async def reserve(self, db: Db, owner: Identity, session_id: str, turn_id: str | None) -> str:
+        """A lease on one of the user's open streams of the owner's turn (None: of the
+        session, api/live.py; 404 when it is not theirs), or 429 at the limit; committed in
+        the caller's session (the request's own, which has just authenticated the caller)."""
         try:
             lease = await limits.take_stream_lease(
                 db,
@@ -348,7 +362,7 @@ class StreamRegistry:
                 turn=(session_id, turn_id),
             )
         except LookupError:
-            raise NotFound(TURN_NOT_FOUND) from None
+            raise NotFound(TURN_NOT_FOUND if turn_id else SESSION_NOT_FOUND) from None
         await db.commit()
         if lease is None:
             raise RateLimited(

@@ -8,6 +8,7 @@ without summaries, LoCoMo evidence recall (bench/memory.py); (c) has a row with 
 summarizer that fails, through OpenAI's wire format (bench/plain_summarizer.py);
 (f) knowledge retrieval: top-3 hit rate, full-text and hybrid (bench/knowledge.py);
 (g) answer paths, (h) the first delta stage by stage; (k) Stop mid-answer (bench/stop.py);
+(r) a card confirmed by one client, seen on another's session stream (bench/live.py);
 (l) open-loop load at half the plain-turn capacity of (b), and the floors under the same
 kind of load (bench/open_loop.py); then, with
 the stack down, (i) regular expressions over long hostile input (bench/regexes.py), (j) the
@@ -50,6 +51,7 @@ from bench.chaos import measure_chaos, render_chaos
 from bench.eager_start import measure_eager_start, render_eager_start
 from bench.knowledge import measure_knowledge, render_knowledge
 from bench.latency import measure_sequential, render_sequential, warm_up
+from bench.live import measure_live, render_live
 from bench.locomo_api import measure_locomo_api, render_locomo_api
 from bench.locomo_import import (
     add_arguments,
@@ -101,6 +103,7 @@ QUICK = {
     "done_turns": 2,
     "reading_pause_s": 0.2,
     "stop_tries": 5,
+    "live_tries": 3,
     "open_loop_s": 5.0,
     "eager_runs": 10,
 }
@@ -166,6 +169,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--locomo-api-sessions", type=int, default=15, help="(n) LoCoMo sessions posted"
     )
     parser.add_argument("--stop-tries", type=int, default=20, help="(k) Stops mid-answer")
+    parser.add_argument(
+        "--live-tries", type=int, default=10, help="(r) confirms seen by a second client"
+    )
     parser.add_argument(
         "--open-loop-s", type=float, default=60.0, help="(l) seconds of open-loop arrivals"
     )
@@ -261,6 +267,10 @@ def live_sections(
     if args.stop_tries:
         sections.append(
             Section("stop", lambda: measure_stop(parley.http, tries=args.stop_tries), render_stop)
+        )
+    if args.live_tries:
+        sections.append(
+            Section("live", lambda: measure_live(parley.http, tries=args.live_tries), render_live)
         )
     if args.open_loop_s:
         sections.append(
@@ -446,6 +456,7 @@ def run_settings(args: argparse.Namespace) -> dict[str, Any]:
         "throughput_turns_per_row": args.throughput_turns,
         "warmup_turns": args.warmup_turns,
         "stop_tries": args.stop_tries,
+        "live_tries": args.live_tries,
         "open_loop_s": args.open_loop_s,
         "eager_activities": not args.no_eager,
         "quick": args.quick,

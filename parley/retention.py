@@ -37,6 +37,7 @@ PERIOD_TABLES: dict[str, tuple[str, ...]] = {
         "feedback",
         "messages",
         "turn_events",
+        "session_events",
         "files",
         "result_sets",
         "actions",

@@ -10,8 +10,9 @@ is committed and readable; it carries the events themselves when they fit, so a 
 need not read them back.
 
 This module owns the append (the turn's counter moved, the events inserted) and the doorbell
-(its channel and payload, the one other bell, `ring`, and the steer's, `STEER_SEQ_OF_SESSION`,
-which a streaming step hears with its appends). A statement that appends as part
+(its channel and payload, a session's `SESSION_DOORBELL` on the same channel, the one other
+bell, `ring`, and the steer's, `STEER_SEQ_OF_SESSION`, which a streaming step hears with its
+appends). A statement that appends as part
 of a larger write composes `counter`, `EVENTS_INSERTED` and `DOORBELL` (or `RUNG`) instead of
 writing them again: store/turns/endings.py (an ending's release), store/turns/attempts.py (an
 attempt's opening), store/context.py (the build's move), store/turns/birth.py,
@@ -239,6 +240,9 @@ DOORBELL = f"""pg_notify(
             THEN CAST(%(events)s AS text) ELSE '' END
     )"""
 RUNG = f"(SELECT {DOORBELL} FROM inserted HAVING count(*) > 0)"
+# A session's doorbell (its own log's, store/live.py): the session's id as the key, no events
+# (a stream that hears it reads that log); a select-list expression over a `session_id`.
+SESSION_DOORBELL = f"pg_notify('{NOTIFY_CHANNEL}', session_id || ':')"
 
 
 def _appending(counter_cte: str, returning: str = "") -> str:

@@ -251,20 +251,23 @@ def _take_statement(n: int) -> str:
 
 
 async def take_stream_lease(
-    conn: Db, *, owner: Identity, limit: int, lease_s: float, turn: tuple[str, str]
+    conn: Db, *, owner: Identity, limit: int, lease_s: float, turn: tuple[str, str | None]
 ) -> str | None:
-    """A lease for one more open stream of the user's turn `turn` (session id, turn id), or
-    None at the limit; LookupError when the turn is not theirs. In the caller's unit of
-    work: one statement finds the owner's turn and takes the user's lock, then
-    one forgets the user's lapsed leases and takes the new one if the live ones leave room."""
+    """A lease for one more open stream of the user's turn `turn` (session id, turn id; no
+    turn id: the session's own stream), or None at the limit; LookupError when the turn (or
+    the session) is not theirs. In the caller's unit of work: one statement finds the
+    owner's turn and takes the user's lock, then one forgets the user's lapsed leases and
+    takes the new one if the live ones leave room."""
     session_id, turn_id = turn
     who = {"tenant_id": owner.tenant_id, "user_id": owner.user_id}
     params = {"turn_id": turn_id, "session_id": session_id}
     key = {"lock_key": locks.user_streams(owner)}
-    if await conn.value(_LOCK_FOR_TURN, params | who | key) is None:
-        raise LookupError(turn_id)
+    found = _LOCK_FOR_TURN if turn_id is not None else _LOCK_FOR_SESSION
+    if await conn.value(found, params | who | key) is None:
+        raise LookupError(turn_id or session_id)
     lease_id = new_id("lse")
-    asked = {"id": lease_id, "limit": limit, "lease_s": lease_s}
+    following = session_id if turn_id is None else None  # a session stream watches its turns
+    asked = {"id": lease_id, "limit": limit, "lease_s": lease_s, "following": following}
     taken = await conn.value(_TAKE_LEASE, who | asked)
     return lease_id if taken is not None else None
 
@@ -278,6 +281,12 @@ _LOCK_FOR_TURN = f"""
     WHERE t.id = %(turn_id)s AND t.session_id = %(session_id)s AND t.tenant_id = %(tenant_id)s
         AND t.user_id = %(user_id)s AND s.deleted_at IS NULL
 """
+_LOCK_FOR_SESSION = f"""
+    SELECT 1, {locks.TAKE}
+    FROM sessions AS s
+    WHERE s.id = %(session_id)s AND s.tenant_id = %(tenant_id)s AND s.user_id = %(user_id)s
+        AND s.deleted_at IS NULL
+"""
 
 
 # The CTEs see the table as it was before the statement: the count skips lapsed leases
@@ -290,8 +299,9 @@ _TAKE_LEASE = """
         SELECT count(*) AS n FROM stream_leases
         WHERE tenant_id = %(tenant_id)s AND user_id = %(user_id)s AND expires_at > now()
     )
-    INSERT INTO stream_leases (id, tenant_id, user_id, expires_at)
-    SELECT %(id)s, %(tenant_id)s, %(user_id)s, now() + make_interval(secs => %(lease_s)s)
+    INSERT INTO stream_leases (id, tenant_id, user_id, expires_at, session_id)
+    SELECT %(id)s, %(tenant_id)s, %(user_id)s, now() + make_interval(secs => %(lease_s)s),
+        %(following)s
     FROM held WHERE held.n < %(limit)s
     RETURNING id
 """

@@ -44,19 +44,24 @@ def next_seq(last_seq: int) -> int:
 SEQ_TAKEN = "last_seq = %(seq)s"
 
 
-def seq_taken(*, session: str, message: str, joined: str = "", steer: bool = False) -> str:
-    """A `seq` CTE returning the session (`id`), the seq its message takes (`last_seq`) and
-    the session's active branch (`branch`, which the message joins):
-    no row when the message (its id, `message`) is stored already. `session`: the session's
-    id in SQL, from `joined` (a `FROM` list) when that names it. `steer`: the message steers
-    the running turn, and the session's steer doorbell takes its seq (store/steering.py)."""
+def seq_taken(
+    *, session: str, message: str, joined: str = "", steer: bool = False, sets: str = ""
+) -> str:
+    """A `seq` CTE returning the session (`id`), the seq its message takes (`last_seq`), the
+    session's active branch (`branch`, which the message joins) and its last own event
+    (`last_event_id`): no row when the message (its id, `message`) is stored already.
+    `session`: the session's id in SQL, from `joined` (a `FROM` list) when that names it.
+    `steer`: the message steers the running turn, and the session's steer doorbell takes its
+    seq (store/steering.py). `sets`: more of the session's columns the same UPDATE sets (a
+    user's message announced on the session's log: store/live.py `COUNTED`)."""
     more = ", steer_seq = sessions.last_seq + 1" if steer else ""
+    more += f", {sets}" if sets else ""
     return f"""seq AS (
         UPDATE sessions SET last_seq = sessions.last_seq + 1{more}
         {joined}
         WHERE sessions.id = {session}
             AND NOT EXISTS (SELECT 1 FROM messages WHERE id = {message})
-        RETURNING sessions.id, sessions.last_seq, sessions.branch
+        RETURNING sessions.id, sessions.last_seq, sessions.branch, sessions.last_event_id
     )"""
 
 

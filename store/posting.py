@@ -35,6 +35,7 @@ from parley.errors import (
 )
 from parley.features import ASSISTANT
 from parley.ids import new_id
+from parley.live import SessionEventType, SessionTurnData
 from parley.statuses import ActionStatus, Decision
 from parley.store import actions, handoffs, interactions, locks, queue, steering
 from parley.store import files as files_store
@@ -42,10 +43,9 @@ from parley.store import limits as limits_store
 from parley.store.db import Db
 from parley.store.events import BASE, EVENTS_INSERTED, RUNG, append_params, state_event
 from parley.store.identity import Identity
+from parley.store.live import COUNTED, LIVE_RUNG, announce_params, announced, joined_row, joining
 from parley.store.messages import (
     MESSAGE,
-    MESSAGE_AT_SEQ,
-    MESSAGE_COLUMNS,
     MessageRow,
     message_params,
     seq_taken,
@@ -386,16 +386,13 @@ async def _join_turn(
             file_ids=list(attached) or None,
         ),
     }
-    message = await db.row(_JOIN_TURN, params, MessageRow)
+    params |= announce_params(SessionEventType.message, message_id=params["message_id"])
+    message = await db.made(_JOIN_TURN, params, joined_row)
     assert message is not None
     return MessageView.from_row(message)
 
 
-_JOIN_TURN = f"""
-    WITH {seq_taken(session="%(session_id)s", message="%(message_id)s")}
-    {MESSAGE_AT_SEQ}
-    RETURNING {MESSAGE_COLUMNS}
-"""
+_JOIN_TURN = joining(seq_taken(session="%(session_id)s", message="%(message_id)s", sets=COUNTED))
 
 
 def _posted_turn(turn: TurnFacts | _EarlierTurn | PostedTurn) -> PostedTurn:
@@ -419,8 +416,10 @@ async def open_turn(
     turn = PostedTurn(
         turn_id or new_id("trn"), session_id, owner.tenant_id, owner.user_id, TurnState.received
     )
+    announcement = SessionTurnData(turn_id=turn.id, retry_of=retry_of)
     params = {
         **append_params(turn.id, [state_event(TurnState.received)]),
+        **announce_params(SessionEventType.turn, announcement, turn_id=turn.id),
         "to": TurnState.received.value,
         "session_id": session_id,
         "tenant_id": owner.tenant_id,
@@ -434,12 +433,14 @@ async def open_turn(
     return turn
 
 
-# Born as the `counter` of its first event's append (store/events.py), the session held.
+# Born as the `counter` of its first event's append (store/events.py), the session held and
+# its own log told (store/live.py).
 _OPEN_TURN = f"""
     WITH counter AS ({BORN} RETURNING {BASE}), {EVENTS_INSERTED}, held AS (
-        UPDATE sessions SET active_turn_id = %(turn_id)s WHERE id = %(session_id)s
-    )
-    SELECT {RUNG} AS notified
+        UPDATE sessions SET active_turn_id = %(turn_id)s, {COUNTED} WHERE id = %(session_id)s
+        RETURNING sessions.id, sessions.last_event_id
+    ), {announced("held")}
+    SELECT {RUNG} AS notified, {LIVE_RUNG} AS announced
 """
 _RETRY_OF = "UPDATE turns SET retry_of = %(retry_of)s WHERE id = %(turn_id)s"
 

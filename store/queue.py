@@ -29,6 +29,7 @@ from psycopg.types.json import Jsonb
 
 from parley.contracts import EventType, MessageStatus, TurnState
 from parley.ids import new_id
+from parley.live import SessionEventType
 from parley.store.db import Db
 from parley.store.events import (
     BASE,
@@ -42,6 +43,7 @@ from parley.store.events import (
     state_event,
 )
 from parley.store.identity import Identity
+from parley.store.live import COUNTED, LIVE_RUNG, announce_params, announced
 from parley.store.messages import MESSAGE_AT_SEQ, SEQ_TAKEN, message_params, next_seq
 from parley.store.sessions import SessionRow, lock_session
 from parley.store.turn_states import BORN
@@ -103,13 +105,15 @@ async def queue_message(
     one statement; `user_seq` is provisional until it is promoted (the seq it would take if
     nothing came between)."""
     turn = PostedTurn(new_id("trn"), session.id, owner.tenant_id, owner.user_id, TurnState.queued)
+    message_id = new_id("msg")
     params = {
         **append_params(turn.id, [state_event(TurnState.queued)]),
+        **announce_params(SessionEventType.message, turn_id=turn.id, message_id=message_id),
         "to": TurnState.queued.value,
         "session_id": session.id,
         "tenant_id": owner.tenant_id,
         "user_id": owner.user_id,
-        "message_id": new_id("msg"),
+        "message_id": message_id,
         "seq": next_seq(session.last_seq),
         "client_message_id": client_message_id,
         "text": text,
@@ -120,12 +124,13 @@ async def queue_message(
     return Queued(turn, queued_view(row))
 
 
-def _queued_row(*, notified: Any, **columns: Any) -> QueuedRow:
+def _queued_row(*, notified: Any, announced: Any, **columns: Any) -> QueuedRow:
     return QueuedRow(**columns)
 
 
 # The turn born `queued` (store/turn_states.py `BORN`, as the `counter` of its first event's
-# append: store/events.py), its message waiting beside it, and the session told it waits.
+# append: store/events.py), its message waiting beside it, and the session told it waits (its
+# own log told of the message: store/live.py).
 _QUEUE = f"""
     WITH counter AS ({BORN} RETURNING {BASE}), {EVENTS_INSERTED}, waiting AS (
         INSERT INTO queued_messages
@@ -134,9 +139,10 @@ _QUEUE = f"""
             %(text)s, %(file_ids)s)
         RETURNING {_QUEUED_COLUMNS}
     ), held AS (
-        UPDATE sessions SET queued_turn_id = %(turn_id)s WHERE id = %(session_id)s
-    )
-    SELECT {_QUEUED_COLUMNS}, {RUNG} AS notified FROM waiting
+        UPDATE sessions SET queued_turn_id = %(turn_id)s, {COUNTED} WHERE id = %(session_id)s
+        RETURNING sessions.id, sessions.last_event_id
+    ), {announced("held")}
+    SELECT {_QUEUED_COLUMNS}, {RUNG} AS notified, {LIVE_RUNG} AS announced FROM waiting
 """
 
 

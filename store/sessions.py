@@ -13,9 +13,11 @@ from typing import Any
 
 from parley.errors import NotFound
 from parley.ids import new_id
+from parley.live import SessionEventType
 from parley.store import limits
 from parley.store.db import Db
 from parley.store.identity import Identity
+from parley.store.live import COUNTED, LIVE_RUNG, announce_params, announced
 from parley.store.messages import MESSAGE_COLUMNS, MessageRow
 from parley.wire import MessageView
 
@@ -164,6 +166,7 @@ async def delete_session(db: Db, *, owner: Identity, session_id: str) -> str | N
     the caller cancels once this is committed (its workflow then ends it as usual). One
     statement, which locks the row as it changes it."""
     params = {"session_id": session_id, "tenant_id": owner.tenant_id, "user_id": owner.user_id}
+    params |= announce_params(SessionEventType.session_deleted)
     deleted = await db.row(_DELETE_SESSION, params, _Deleted)
     if deleted is None:
         raise NotFound(SESSION_NOT_FOUND)
@@ -173,13 +176,18 @@ async def delete_session(db: Db, *, owner: Identity, session_id: str) -> str | N
 @dataclass(frozen=True)
 class _Deleted:
     active_turn_id: str | None
+    announced: Any
 
 
-_DELETE_SESSION = """
-    UPDATE sessions SET deleted_at = now()
-    WHERE id = %(session_id)s AND tenant_id = %(tenant_id)s AND user_id = %(user_id)s
-        AND deleted_at IS NULL
-    RETURNING active_turn_id
+# The session's streams are told on its own log (store/live.py), and end.
+_DELETE_SESSION = f"""
+    WITH deleted AS (
+        UPDATE sessions SET deleted_at = now(), {COUNTED}
+        WHERE id = %(session_id)s AND tenant_id = %(tenant_id)s AND user_id = %(user_id)s
+            AND deleted_at IS NULL
+        RETURNING sessions.id, sessions.last_event_id, sessions.active_turn_id
+    ), {announced("deleted")}
+    SELECT active_turn_id, {LIVE_RUNG} AS announced FROM deleted
 """
 
 

@@ -25,12 +25,12 @@ from typing import Any
 
 from parley.contracts import EventType, TurnState
 from parley.ids import message_id_for_call, new_id
+from parley.live import SessionEventType
 from parley.statuses import FinishReason
 from parley.store.db import Db
 from parley.store.events import STEER_SEQ_OF_SESSION, append_event
+from parley.store.live import COUNTED, announce_params, joined_row, joining
 from parley.store.messages import (
-    MESSAGE_AT_SEQ,
-    MESSAGE_COLUMNS,
     MessageRow,
     message_params,
     seq_taken,
@@ -93,16 +93,16 @@ async def join_as_steer(
             client_message_id=client_message_id,
         ),
     }
-    message = await db.row(_JOIN_AS_STEER, params, MessageRow)
+    # Told on the session's own log too (store/live.py): every tab shows the message.
+    params |= announce_params(SessionEventType.message, message_id=params["message_id"])
+    message = await db.made(_JOIN_AS_STEER, params, joined_row)
     assert message is not None
     return message
 
 
-_JOIN_AS_STEER = f"""
-    WITH {seq_taken(session="%(session_id)s", message="%(message_id)s", steer=True)}
-    {MESSAGE_AT_SEQ}
-    RETURNING {MESSAGE_COLUMNS}
-"""
+_JOIN_AS_STEER = joining(
+    seq_taken(session="%(session_id)s", message="%(message_id)s", steer=True, sets=COUNTED)
+)
 
 
 async def steer_texts(db: Db, *, turn_id: str, after: int) -> list[str]:

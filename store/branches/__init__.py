@@ -33,8 +33,9 @@ from dataclasses import dataclass
 from parley.config import Limits
 from parley.contracts import ResolveActionSignal, TurnState
 from parley.errors import NotFound, TurnInProgress, TurnNotRetryable
+from parley.live import BranchSwitchedData, SessionEventType
 from parley.statuses import Decision
-from parley.store import actions
+from parley.store import actions, live
 from parley.store.branches import path
 from parley.store.branches.tree import (
     ELSEWHERE_OF_SESSION,
@@ -136,6 +137,7 @@ async def edit_message(
         attached=[],
     )
     await db.run(_HEAD, {"session_id": session_id, "number": new, "head": message.id})
+    await _announce(db, session_id, new)
     turn = PostedTurn(turn_id, session_id, owner.tenant_id, owner.user_id, TurnState.received)
     return PostedMessage(turn, message, True, start=True, signals=signals)
 
@@ -170,6 +172,7 @@ async def regenerate(
     )
     turn = await open_turn(db, session_id=session_id, owner=owner, message=asked)
     await db.run(_HEAD, {"session_id": session_id, "number": new, "head": turn.id})
+    await _announce(db, session_id, new)
     return PostedMessage(turn, MessageView.from_row(asked), True, start=True, signals=signals)
 
 
@@ -213,7 +216,16 @@ async def switch_version(
     await path.save(db, session_id=session_id, number=session_branch(session))
     await path.restore(db, session_id=session_id, number=target)
     await path.activate(db, session_id=session_id, branches=branches, leaf=target)
+    await _announce(db, session_id, target)
     return Switched(target, count, signals)
+
+
+async def _announce(db: Db, session_id: str, branch: int) -> None:
+    """Every tab of the session reads the conversation again (the session stream)."""
+    switched = BranchSwitchedData(branch=branch)
+    await live.announce(
+        db, session_id=session_id, type=SessionEventType.branch_switched, data=switched
+    )
 
 
 def session_branch(session: SessionRow) -> int:

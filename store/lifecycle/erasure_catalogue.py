@@ -66,6 +66,7 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry("user_memory", _BY_USER, _SOURCED_IN_SESSION),
     Entry("queued_messages", _BY_SESSION, _BY_SESSION),  # a message waiting for its turn
     Entry("turn_events", _BY_TURN, _BY_TURN),
+    Entry("session_events", _BY_SESSION, _BY_SESSION),  # ids only: what the session stream read
     Entry("trace_spans", _BY_TURN, _BY_TURN),
     Entry("specialist_answers", _BY_TURN, _BY_TURN),
     Entry("tool_calls", _BY_TURN, _BY_TURN),

@@ -52,6 +52,7 @@ _EXPIRIES: dict[str, _Expiry] = {
         "session_id", keep="NOT EXISTS (SELECT 1 FROM feedback f WHERE f.message_id = x.id)"
     ),
     "turn_events": _BY_TURN,
+    "session_events": _BY_SESSION,
     "files": _OWN,
     "result_sets": _BY_SESSION,
     "actions": _Expiry(None, keep="x.status <> 'pending'"),

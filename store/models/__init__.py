@@ -31,6 +31,7 @@ from parley.store.models.knowledge import (
     KnowledgeChunk,
     KnowledgeDocument,
 )
+from parley.store.models.live import SessionEvent
 from parley.store.models.memory import (
     ConversationSummary,
     MemoryConsent,
@@ -79,4 +80,5 @@ __all__ = [
     "QueuedMessage",
     "ConversationImport",
     "Branch",
+    "SessionEvent",
 ]

@@ -104,6 +104,9 @@ class ChatSession(Base):
     # the doorbell a streaming model call and the turn's ending read, on this row so that the
     # statement releasing the session reads it under the session's lock.
     steer_seq: Mapped[int | None] = mapped_column(Integer)
+    # The last of the session's own events (store/live.py), counted under this row's lock,
+    # which every writer of one holds already.
+    last_event_id: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # Set when the owner deletes the session: from then on it is missing to every route (404),
     # while its turns, actions and traces stay for the operators' record.
     deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
@@ -253,6 +256,9 @@ class StreamLease(Base):
     tenant_id: Mapped[str] = mapped_column(String(64))
     user_id: Mapped[str] = mapped_column(String(64))
     expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # A session stream's session (api/live.py): while one is open, the session's running turn
+    # has someone watching it (store/viewers.py `abandoned`). None for a turn's stream.
+    session_id: Mapped[str | None] = mapped_column(String(40))
 
 
 class TurnEvent(Base):

@@ -13,9 +13,11 @@ from typing import Any
 
 from parley.contracts import MessageStatus, TurnState
 from parley.ids import new_id
+from parley.live import SessionEventType
 from parley.store.db import Db
 from parley.store.events import BASE, EVENTS_INSERTED, RUNG, append_params, state_event
 from parley.store.identity import Identity
+from parley.store.live import COUNTED, LIVE_RUNG, announce_params, announced
 from parley.store.messages import SEQ_TAKEN, next_seq, token_count
 from parley.store.turn_states import BORN
 from parley.wire import MessageView
@@ -56,6 +58,9 @@ def _write_params(message: dict[str, Any], owner: Identity) -> dict[str, Any]:
     file_ids = message["file_ids"]
     return {
         **append_params(message["turn_id"], first),
+        **announce_params(
+            SessionEventType.message, turn_id=message["turn_id"], message_id=message["id"]
+        ),
         "to": TurnState.received.value,
         "message_id": message["id"],
         "session_id": message["session_id"],
@@ -72,7 +77,8 @@ def _write_params(message: dict[str, Any], owner: Identity) -> dict[str, Any]:
 
 # Insert the message, the turn (store/turn_states.py `BORN`, as the `counter` of its first
 # event's append: store/events.py) and its first event (`received`, rung on the doorbell), and
-# move the session on, returning the message's stamp. Plain SQL on psycopg's own connection,
+# move the session on, announcing the message and its turn on the session's own log
+# (store/live.py), returning the message's stamp. Plain SQL on psycopg's own connection,
 # written once: every plain post runs it.
 _WRITE = f"""
     WITH new_message AS (
@@ -84,10 +90,10 @@ _WRITE = f"""
             (SELECT branch FROM sessions WHERE id = CAST(%(session_id)s AS varchar)))
         RETURNING created_at
     ), counter AS ({BORN} RETURNING {BASE}), {EVENTS_INSERTED}, moved_session AS (
-        UPDATE sessions SET {SEQ_TAKEN}, active_turn_id = %(turn_id)s
+        UPDATE sessions SET {SEQ_TAKEN}, active_turn_id = %(turn_id)s, {COUNTED}
         WHERE id = %(session_id)s
-        RETURNING id
-    )
-    SELECT new_message.created_at, {RUNG} AS notified
+        RETURNING sessions.id, sessions.last_event_id
+    ), {announced("moved_session")}
+    SELECT new_message.created_at, {RUNG} AS notified, {LIVE_RUNG} AS announced
     FROM new_message, moved_session
 """

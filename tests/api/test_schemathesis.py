@@ -53,7 +53,9 @@ ERASURE_ROUTES = "^/v1/(me$|erasures/)"
 # only its `allowed_tools`, a namespaced tool name fits 64 characters) and the deployment's
 # egress rules for an MCP server's URL (`url_not_allowed`, which resolves the host), so 422
 # is an expected answer to a schema-valid `PUT .../config` too. These two are the operations
-# where it is; every other operation keeps the default checks.
+# where it is; every other operation keeps the default checks. The session stream never ends
+# by itself (the stateful phase opens it on a session it created): its first frame, `ready`,
+# is read and the stream closed.
 CONFIG = r"""
 [[operations]]
 include-path = "/v1/sessions/{session_id}/messages"
@@ -85,6 +87,10 @@ generation.max-examples = 25
 [[operations]]
 include-path-regex = '^/v1/.*\{(turn_id|action_id|file_id|import_id|key)\}'
 generation.max-examples = 10
+
+[[operations]]
+include-path = "/v1/sessions/{session_id}/stream"
+max-stream-events = 1
 """
 # What a tenant's configuration refuses that its schema cannot state (the 422s the second
 # block expects); a schema-valid config refused for anything else is a contract bug.

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -65,6 +67,17 @@ class ParleyClient:
                 if stop_after is not None and len(received) >= stop_after:
                     break
         return received
+
+    @contextlib.asynccontextmanager
+    async def session_stream(
+        self, session_id: str, *, last_event_id: str | None = None
+    ) -> AsyncIterator[AsyncIterator[Event]]:
+        """The session stream's frames, as they come (api.md, The session stream)."""
+        headers = {"Last-Event-ID": last_event_id} if last_event_id is not None else {}
+        url = f"/v1/sessions/{session_id}/stream"
+        async with self.http.stream("GET", url, headers=headers, timeout=60) as response:
+            assert response.status_code == 200, await response.aread()
+            yield iter_events(response)
 
     async def turn(self, session_id: str, text: str) -> tuple[str, list[Event]]:
         """Post a message and follow its stream to the end."""

@@ -18,27 +18,30 @@ TERMINAL = frozenset({"done", "error", "cancelled"})
 
 @dataclass
 class Event:
-    id: int | None
+    id: int | None  # a turn stream's id; None on the session stream (see `cursor`)
     type: str
     data: Any
+    cursor: str | None = None  # the `id` line as sent (the session stream's cursor)
 
 
 async def iter_events(response: httpx.Response) -> AsyncIterator[Event]:
     event_id: int | None = None
+    cursor: str | None = None
     event_type = "message"
     data: list[str] = []
     async for line in response.aiter_lines():
         if line == "":
             if data:
-                yield Event(event_id, event_type, json.loads("\n".join(data)))
-            event_id, event_type, data = None, "message", []
+                yield Event(event_id, event_type, json.loads("\n".join(data)), cursor)
+            event_id, cursor, event_type, data = None, None, "message", []
             continue
         if line.startswith(":"):
             continue
         field, _, value = line.partition(":")
         value = value.removeprefix(" ")
         if field == "id":
-            event_id = int(value)
+            cursor = value
+            event_id = int(value) if value.isdigit() else None
         elif field == "event":
             event_type = value
         elif field == "data":

@@ -138,6 +138,29 @@ async def test_hanging_up_without_coming_back_cancels_after_the_grace_period(
     assert answer is not None and answer.status == "cancelled"
 
 
+async def test_a_turn_followed_on_its_session_stream_is_not_cancelled_when_its_own_stream_hangs_up(
+    stream_stack: Stack[ControlledModel],
+    stream_client: ParleyClient,
+) -> None:
+    """The laptop that asked closes mid-answer; the phone, following the conversation on the
+    session stream, sees the whole answer (the grace passes while it still streams)."""
+    stream_stack.model.reply = lambda request: "word " * 40  # ~3 s, longer than the grace
+    sid = await stream_client.new_session()
+    async with stream_client.session_stream(sid) as frames:
+        assert (await anext(frames)).type == "ready"
+        posted = await stream_client.post(sid, LONG_QUESTION)
+        turn_id, url = posted.json()["turn_id"], posted.json()["events_url"]
+        await first_events(stream_client, url, until="delta")  # then hang up
+        ending = None
+        async with asyncio.timeout(30):
+            async for frame in frames:
+                if frame.type in TERMINAL and frame.data["turn_id"] == turn_id:
+                    ending = frame
+                    break
+    assert ending is not None and ending.type == "done", ending
+    assert ending.data["data"]["message"]["text"] == "word " * 40
+
+
 async def test_hanging_up_and_reconnecting_within_the_grace_gets_the_whole_answer(
     stream_stack: Stack[ControlledModel],
     stream_client: ParleyClient,

@@ -20,6 +20,7 @@ from parley import errors
 from parley.config import Settings
 from parley.contracts import EventType, MessageStatus, TurnState, WarningCode
 from parley.launch import docs as generated
+from parley.live import READY, SESSION_EVENT_DATA, SessionEventType
 from parley.statuses import ActionStatus, TurnErrorCode
 from parley.wire import EVENT_DATA
 
@@ -175,6 +176,7 @@ def assert_table_matches(heading: str, names: Iterable[str]) -> None:
     ("heading", "names"),
     [
         ("### Event types", [*EventType, *EVENT_DATA]),
+        ("### Session event types", [*SessionEventType, *SESSION_EVENT_DATA, READY]),
         ("## Turn states", list(TurnState)),
         ("## Message statuses", list(MessageStatus)),
         ("## Action statuses", list(ActionStatus)),

@@ -340,6 +340,11 @@ def test_the_import_rule_sees_the_tests() -> None:
 OWNERS: dict[str, tuple[str, tuple[str, ...]]] = {
     # An event is appended (its id taken from the turn's counter) in one place.
     "the event append": ("store/events.py", (r"INSERT INTO turn_events",)),
+    # A session's own event (its id taken from the session's counter) likewise.
+    "the session event append": (
+        "store/live.py",
+        (r"INSERT INTO session_events", r"last_event_id = sessions\.last_event_id"),
+    ),
     # Every NOTIFY, with its payload's format: the event log's doorbell and the outbox's.
     "a doorbell": ("store/events.py", (r"pg_notify",)),
     # A turn's state changes in one UPDATE (and a turn is born by one INSERT); through the
@@ -386,6 +391,8 @@ def test_the_owner_check_sees_a_second_copy() -> None:
     assert "store/events.py" in TEXTS and "tests/unit/test_layout.py" not in TEXTS
     copies = {
         "INSERT INTO turn_events (turn_id, id)": "the event append",
+        "INSERT INTO session_events (session_id, id)": "the session event append",
+        "SET last_event_id = sessions.last_event_id + 1": "the session event append",
         "SELECT pg_notify('parley_outbox', %(id)s)": "a doorbell",
         "UPDATE turns SET state = 'completed'": "a turn's state",
         "turn.state = TurnState.failed": "a turn's state",

@@ -4,6 +4,7 @@
 
 import { auth, errorText, request, sessionPath } from './api.js';
 import { expireConfirm, removeConfirm, showConfirm, warnConfirm } from './confirm.js';
+import { followSession } from './live.js';
 import { initMemory, loadMemory } from './memory.js';
 import { renderSessions } from './sessions.js';
 import { followCase, stopCase } from './handoff.js';
@@ -30,7 +31,15 @@ const S = {
   options: null, replacing: null, openGen: 0,
   queued: null, // a message sent while an answer streams: { turnId, url, bubble }
   queueing: null, // that message's POST, until it answers (Stop waits for it)
+  posting: null, // a message's POST, until it answers (the session stream waits for it)
+  live: null, // the open conversation's session stream (live.js)
+  streaming: null, // the turn whose own stream this tab reads now
+  seen: new Map(), // turn id -> the last of its events drawn, from either stream
+  ended: new Set(), // turns drawn to their terminal event
+  deleting: null, // a conversation this tab is deleting
 };
+const TERMINAL = new Set(['done', 'error', 'cancelled']);
+const RESTING = new Set(['confirmation_required', 'interaction']);
 
 /* ---------- status line ---------- */
 
@@ -119,6 +128,7 @@ async function signInWithToken(event) {
 
 function signOut(message) {
   stopFollowing();
+  stopLive();
   auth.clear();
   sessionStorage.removeItem(SID_KEY);
   S.sid = null;
@@ -161,6 +171,9 @@ function drawSessions() {
 function switchTo(sid) {
   stopFollowing();
   stopCase();
+  stopLive();
+  S.seen = new Map();
+  S.ended = new Set();
   const gen = ++S.openGen;
   Object.assign(S, { sid, lastSeq: 0, turnId: null, options: null, replacing: null, queued: null });
   if (sid) sessionStorage.setItem(SID_KEY, sid);
@@ -196,9 +209,11 @@ async function openSession(sid) {
   else if (!followQueued()) offerRetry();
   // A card asked for again after its turn ended waits on its own.
   if (!active && r.data.pending_action) showConfirm(r.data.pending_action, resolveAction, renewAction);
+  goLive();
 }
 
 async function deleteSession(sid) {
+  S.deleting = sid; // its session stream says so too: not "in another window"
   const r = await request('DELETE', sessionPath(sid));
   if (!r.ok && r.status !== 404) return fail(r);
   S.sessions = S.sessions.filter((s) => s.id !== sid);
@@ -247,10 +262,13 @@ async function send(text, interactionValue) {
     if (!created.ok) { $('send').disabled = false; return fail(created); }
     S.sid = created.data.id;
     sessionStorage.setItem(SID_KEY, S.sid);
+    goLive();
   }
   const body = { client_message_id: crypto.randomUUID(), text, expected_last_seq: S.lastSeq };
   if (interactionValue !== undefined) body.interaction_value = interactionValue;
-  const r = await request('POST', sessionPath(S.sid, 'messages'), body);
+  S.posting = request('POST', sessionPath(S.sid, 'messages'), body);
+  const r = await S.posting;
+  S.posting = null;
   $('send').disabled = S.busy;
   if (r.status === 202 || r.status === 200) {
     $('input').value = '';
@@ -261,7 +279,7 @@ async function send(text, interactionValue) {
     S.lastSeq = Math.max(S.lastSeq, r.data.message.seq);
     if (!r.data.turn_id) return followCase(S.sid, seen); // a person holds the conversation
     const sameTurn = r.data.turn_id === S.turnId; // an answer to a waiting specialist
-    follow(r.data.turn_id, r.data.events_url, r.data.message.seq, sameTurn ? S.follow?.lastEventId : null);
+    follow(r.data.turn_id, r.data.events_url, r.data.message.seq, sameTurn ? S.seen.get(S.turnId) ?? null : null);
     loadSessions(); // a new conversation gets its title from this message
     return;
   }
@@ -298,7 +316,9 @@ async function steer(text) {
   text = (text || '').trim();
   if (!text) return;
   const body = { client_message_id: crypto.randomUUID(), text, mode: 'steer' };
-  const r = await request('POST', sessionPath(S.sid, 'messages'), body);
+  S.posting = request('POST', sessionPath(S.sid, 'messages'), body);
+  const r = await S.posting;
+  S.posting = null;
   if (!(r.status === 202 || r.status === 200)) return fail(r);
   $('input').value = '';
   T.showMessage(r.data.message);
@@ -329,24 +349,109 @@ function seen(m) {
 function stopFollowing() {
   if (S.follow) S.follow.abort();
   S.follow = null;
+  S.streaming = null;
 }
 
 function follow(turnId, url, fromSeq, after) {
   stopFollowing();
   S.turnId = turnId;
   S.turnFromSeq = fromSeq;
+  // Answered elsewhere, or its answer came on the session stream before this tab's own
+  // request did: there is nothing left to read (a stream resumed past the end would be
+  // opened again and again).
+  if (S.ended.has(turnId)) return;
+  S.streaming = turnId;
   setBusy(true);
   const gen = S.openGen;
   const current = followTurn(url, {
-    event: (type, data, fromScratch) => onEvent(turnId, type, data, fromScratch),
+    event: (type, data, fromScratch, id) => draw(turnId, id, type, data, fromScratch),
     connection: (state, outcome, detail) => {
       if (current !== S.follow) return;
       if (state === 'reconnecting') status('Connection lost. Reconnecting…', 'warning');
       else if (state === 'live' && $('status').dataset.kind === 'warning') status('');
-      else if (state === 'closed') afterTurn(outcome, detail, gen);
+      else if (state === 'closed') { S.streaming = null; afterTurn(outcome, detail, gen); }
     },
   }, after);
   S.follow = current;
+}
+
+// A turn's events are drawn here, whichever stream brings one first (this tab's own turn
+// stream, or the session stream): an event drawn already is not drawn again. True for a
+// terminal event.
+function draw(turnId, id, type, d, fromScratch) {
+  if (id <= (S.seen.get(turnId) || 0)) return TERMINAL.has(type);
+  S.seen.set(turnId, id);
+  if (TERMINAL.has(type)) S.ended.add(turnId);
+  return onEvent(turnId, type, d, fromScratch);
+}
+
+/* ---------- the session stream: other tabs and devices, live ---------- */
+
+function goLive() {
+  if (!S.sid || S.live) return;
+  const sid = S.sid;
+  S.live = followSession(sid, (type, d) => { if (sid === S.sid) onLive(type, d); });
+}
+
+function stopLive() {
+  if (S.live) S.live.abort();
+  S.live = null;
+}
+
+function onLive(type, d) {
+  if (type === 'message') return liveMessage(d.message);
+  if (type === 'turn') return liveTurn(d.turn_id);
+  if (type === 'branch_switched') return openSession(S.sid); // another version, as versions.js
+  if (type === 'session_deleted') {
+    if (S.deleting === S.sid) return;
+    S.sessions = S.sessions.filter((s) => s.id !== S.sid);
+    newConversation();
+    status('This conversation was deleted in another window.');
+    return;
+  }
+  if (d.turn_id !== S.turnId || d.id <= (S.seen.get(d.turn_id) || 0)) return;
+  // Without a stream of its own for this turn, the tab follows it here: started in
+  // another tab, or going on after a card answered there.
+  const own = S.streaming === d.turn_id;
+  if (!own && !S.busy && !TERMINAL.has(type) && !RESTING.has(type)) setBusy(true);
+  const terminal = draw(d.turn_id, d.id, type, d.data, false);
+  if (own) return; // its own stream ends the turn in this tab
+  if (terminal) afterTurn('terminal', null, S.openGen);
+  else if (RESTING.has(type)) afterTurn('paused', null, S.openGen);
+}
+
+// A user's message from another tab or device (one of this tab's own is drawn from its POST's
+// answer, which the stream may beat).
+async function liveMessage(m) {
+  const sid = S.sid;
+  if (S.posting) await S.posting;
+  if (S.queueing) await S.queueing;
+  if (sid !== S.sid || T.bubble(m.id) || T.bubble('pending:' + m.id)) return;
+  if (m.seq === 0) { // it waits behind the running answer
+    if (!S.queued) S.queued = { turnId: m.turn_id, url: sessionPath(S.sid, 'turns', m.turn_id, 'events'), bubble: T.pending(m) };
+    setBusy(S.busy);
+    return;
+  }
+  T.showMessage(m);
+  S.lastSeq = Math.max(S.lastSeq, m.seq);
+  if (m.turn_id !== S.turnId) adopt(m.turn_id, m.seq);
+}
+
+// A turn started without a new message (a retry): this tab's own is followed from its POST.
+async function liveTurn(turnId) {
+  if (S.posting) await S.posting;
+  if (turnId !== S.turnId) adopt(turnId, S.lastSeq);
+}
+
+// A turn started elsewhere: this tab shows it streaming, from the session stream.
+function adopt(turnId, fromSeq) {
+  if (S.streaming) return; // this tab reads a turn of its own; what it misses, its end syncs
+  S.turnId = turnId;
+  S.turnFromSeq = fromSeq;
+  $('followups').textContent = '';
+  document.querySelectorAll('.retry').forEach((b) => b.remove());
+  removeConfirm();
+  setBusy(true);
 }
 
 async function afterTurn(outcome, detail, gen) {
@@ -453,7 +558,7 @@ async function resolveAction(actionId, verb, action) {
     status('');
     if (action && action.renewed_from) watchRenewal(action, verb);
     // The waiting turn goes on: follow its stream after the last event shown.
-    else if (S.turnId) follow(S.turnId, sessionPath(S.sid, 'turns', S.turnId, 'events'), S.turnFromSeq, S.follow?.lastEventId ?? null);
+    else if (S.turnId) follow(S.turnId, sessionPath(S.sid, 'turns', S.turnId, 'events'), S.turnFromSeq, S.seen.get(S.turnId) ?? null);
     return true;
   }
   if (r.error && r.error.code === 'action_expired') { expireConfirm(renewAction); return true; }
@@ -524,7 +629,9 @@ function offerRetry() {
 
 async function retry(answer, button) {
   button.disabled = true;
-  const r = await request('POST', sessionPath(S.sid, 'turns', answer.dataset.turnId, 'retry'));
+  S.posting = request('POST', sessionPath(S.sid, 'turns', answer.dataset.turnId, 'retry'));
+  const r = await S.posting;
+  S.posting = null;
   if (r.status !== 202) { button.disabled = false; return fail(r); }
   button.remove();
   status('');

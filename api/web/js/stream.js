@@ -6,7 +6,7 @@ import { auth } from './api.js';
 
 const RECONNECT_MS = [500, 1000, 2000, 3000];
 
-// `handlers.event(type, data, fromScratch)` returns true for a terminal event;
+// `handlers.event(type, data, fromScratch, id)` returns true for a terminal event;
 // `handlers.connection('live' | 'reconnecting' | 'closed', outcome, detail)` reports the link.
 // `after` is the last event id already shown (null replays the turn from its start).
 export function followTurn(url, handlers, after = null) {
@@ -63,7 +63,7 @@ async function readOnce(url, follow, handlers, signal) {
     try { data = JSON.parse(raw); } catch (_) { return; }
     if (type === 'confirmation_required' || type === 'interaction') paused = true;
     if (type === 'confirmation_resolved') paused = false;
-    if (handlers.event(type, data, fromScratch)) terminal = true;
+    if (handlers.event(type, data, fromScratch, Number(id))) terminal = true;
   });
   const reader = res.body.getReader();
   const decoder = new TextDecoder();
@@ -79,8 +79,8 @@ async function readOnce(url, follow, handlers, signal) {
   return paused ? 'paused' : 'dropped';
 }
 
-// text/event-stream parsing (the WHATWG rules for the fields the API sends).
-function sseParser(dispatch) {
+// text/event-stream parsing (the WHATWG rules for the fields the API sends); live.js too.
+export function sseParser(dispatch) {
   let buffer = '';
   let data = [];
   let type = '';
