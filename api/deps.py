@@ -7,8 +7,9 @@ import logging
 from collections.abc import AsyncIterator, Sequence
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Header, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import WithJsonSchema
 from temporalio.client import Client, Interceptor
 
 from parley.api.streaming import EventHub, StreamRegistry
@@ -114,3 +115,20 @@ Admin = Annotated[Identity, Depends(require_admin)]
 Temporal = Annotated[TemporalConnector, Depends(get_temporal)]
 Hub = Annotated[EventHub, Depends(get_hub)]
 Streams = Annotated[StreamRegistry, Depends(get_streams)]
+
+
+# Where an event stream resumes: the `Last-Event-ID` a browser's EventSource sends when it
+# reconnects (absent, not null: a header has no null to send), or `?after=` from a client that
+# cannot set headers.
+LAST_EVENT_ID = r"^[0-9]{1,18}$"
+LastEventId = Annotated[
+    str | None,
+    Header(pattern=LAST_EVENT_ID),
+    WithJsonSchema({"type": "string", "pattern": LAST_EVENT_ID}),
+]
+After = Annotated[int | None, Query(ge=0)]
+
+
+def resume_after(last_event_id: str | None, after: int | None) -> int:
+    """The last event id the client has; 0 for a stream from its start."""
+    return int(last_event_id) if last_event_id is not None else (after or 0)

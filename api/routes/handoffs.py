@@ -5,14 +5,24 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Header, Query
-from pydantic import BaseModel, Field, WithJsonSchema, field_validator
+from fastapi import APIRouter
+from pydantic import BaseModel, Field, field_validator
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from parley.api.case_stream import case_event_stream
-from parley.api.deps import AppSettings, AutocommitSessions, CurrentUser, DbSession, Hub, Temporal
+from parley.api.deps import (
+    After,
+    AppSettings,
+    AutocommitSessions,
+    CurrentUser,
+    DbSession,
+    Hub,
+    LastEventId,
+    Temporal,
+    resume_after,
+)
 from parley.api.errors import answers
 from parley.api.schemas import NO_NUL
 from parley.api.streaming import TurnEventResponse
@@ -30,8 +40,6 @@ router = APIRouter(tags=["handoffs"])
 INBOX = "/v1/handoffs"
 SESSION = "/v1/sessions/{session_id}"
 ANY_MOVE = answers(Forbidden, NotFound, HandoffClaimed, HandoffClosed)
-
-LAST_EVENT_ID = r"^[0-9]{1,18}$"
 
 
 class HandoffList(BaseModel):
@@ -192,17 +200,13 @@ async def agent_case_events(
     hub: Hub,
     one_statement: AutocommitSessions,
     settings: AppSettings,
-    last_event_id: Annotated[
-        str | None,
-        Header(pattern=LAST_EVENT_ID),
-        WithJsonSchema({"type": "string", "pattern": LAST_EVENT_ID}),
-    ] = None,
-    after: Annotated[int | None, Query(ge=0)] = None,
+    last_event_id: LastEventId = None,
+    after: After = None,
 ) -> EventSourceResponse:
     """Server-sent events of the hand-off, for its agents: replay, then live until it ends."""
     case = await store.case_for_agent(db, agent=user, handoff_id=handoff_id)
     await db.close()
-    start = int(last_event_id) if last_event_id is not None else (after or 0)
+    start = resume_after(last_event_id, after)
     return _stream(hub, one_statement, settings, case.id, start)
 
 
@@ -267,12 +271,8 @@ async def customer_case_events(
     hub: Hub,
     one_statement: AutocommitSessions,
     settings: AppSettings,
-    last_event_id: Annotated[
-        str | None,
-        Header(pattern=LAST_EVENT_ID),
-        WithJsonSchema({"type": "string", "pattern": LAST_EVENT_ID}),
-    ] = None,
-    after: Annotated[int | None, Query(ge=0)] = None,
+    last_event_id: LastEventId = None,
+    after: After = None,
 ) -> EventSourceResponse:
     """Server-sent events of the session's hand-off: the person joining, their replies, the
     end; replay after `Last-Event-ID` (or `?after=`), then live."""
@@ -281,5 +281,5 @@ async def customer_case_events(
     if case is None or case.session_id != session_id:
         raise NotFound("no such hand-off")
     await db.close()
-    start = int(last_event_id) if last_event_id is not None else (after or 0)
+    start = resume_after(last_event_id, after)
     return _stream(hub, one_statement, settings, case.id, start)

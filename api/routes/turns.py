@@ -5,23 +5,24 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from typing import Annotated
 
-from fastapi import APIRouter, BackgroundTasks, Header, Query, Response
-from pydantic import WithJsonSchema
+from fastapi import APIRouter, BackgroundTasks, Response
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from parley.api.delivery import deliver_answers, deliver_decisions, deliver_steer
 from parley.api.delivery import start_turn as _start
 from parley.api.deps import (
+    After,
     AppSettings,
     AutocommitSessions,
     CurrentUser,
     DbSession,
     Hub,
+    LastEventId,
     Sessions,
     Streams,
     Temporal,
+    resume_after,
 )
 from parley.api.errors import answers
 from parley.api.faults import kill_at
@@ -64,7 +65,6 @@ START_TIMEOUT_S = 5.0
 
 # An SSE id is any string on the wire; ours are event ids, so anything else is a 422. The
 # length bound keeps `int()` cheap.
-LAST_EVENT_ID = r"^[0-9]{1,18}$"
 
 
 @router.post(
@@ -253,16 +253,11 @@ async def stream_events(
     hub: Hub,
     registry: Streams,
     settings: AppSettings,
-    last_event_id: Annotated[
-        str | None,
-        Header(pattern=LAST_EVENT_ID),
-        # Absent, not null: a header has no null to send.
-        WithJsonSchema({"type": "string", "pattern": LAST_EVENT_ID}),
-    ] = None,
-    after: Annotated[int | None, Query(ge=0)] = None,
+    last_event_id: LastEventId = None,
+    after: After = None,
 ) -> EventSourceResponse:
     """Server-sent events of the turn: replay after `Last-Event-ID` (or `?after=`), then live."""
-    start = int(last_event_id) if last_event_id is not None else (after or 0)
+    start = resume_after(last_event_id, after)
     # 404 for a turn that is not the caller's, 429 at the limit, both before the stream starts.
     lease = await registry.reserve(db, user, session_id, turn_id)
     await db.close()  # the stream may run for minutes; do not hold a pooled connection
