@@ -14,6 +14,7 @@
     │   ├── ActionNotExpired      only an expired card can be renewed
     │   ├── ExportNotReady        the export's archive is still being written
     │   ├── HandoffClaimed        another agent holds the hand-off
+    │   ├── HandoffOpen           a person holds the session (edit, regenerate, retry wait)
     │   └── HandoffClosed         the hand-off has ended (resolved or handed back)
     ├── IdempotencyKeyReused      same client_message_id, different text
     ├── InvalidRequest            a field breaks the contract (names the field)
@@ -163,6 +164,10 @@ class HandoffClaimed(Conflict):
 
 class HandoffClosed(Conflict):
     code = "handoff_closed"
+
+
+class HandoffOpen(Conflict):
+    code = "handoff_open"
 
 
 class ExportNotReady(Conflict):

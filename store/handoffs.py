@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NoReturn
 
-from parley.errors import Forbidden, HandoffClaimed, HandoffClosed, NotFound
+from parley.errors import Forbidden, HandoffClaimed, HandoffClosed, HandoffOpen, NotFound
 from parley.handoffs import (
     AGENT_ROLE,
     ENDED_STATUSES,
@@ -134,6 +134,16 @@ async def open_case(db: Db, *, session_id: str) -> HandoffRow | None:
 _OPEN_CASE_OF_SESSION = (
     f"SELECT {_COLUMNS} FROM handoffs WHERE session_id = %(session_id)s AND {_OPEN}"
 )
+
+
+async def refuse_while_held(db: Db, *, session_id: str) -> None:
+    """A person of the support team holds the session: what would have the assistant answer
+    instead (an edit, a regenerate, a retry, another version shown) waits for the hand-back."""
+    case = await open_case(db, session_id=session_id)
+    if case is not None:
+        raise HandoffOpen(
+            "a person from the support team holds this conversation", handoff_id=case.id
+        )
 
 
 async def latest_case(db: Db, *, session_id: str) -> HandoffRow | None:

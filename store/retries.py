@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from parley.config import Limits
 from parley.contracts import MessageStatus, TurnState
 from parley.errors import TurnInProgress, TurnNotRetryable
+from parley.store import handoffs
 from parley.store.db import Db
 from parley.store.identity import Identity
 from parley.store.messages import MESSAGE, MessageRow
@@ -44,6 +45,7 @@ async def retry_turn(
         raise TurnInProgress(
             "a turn is still running in this session", active_turn_id=session.active_turn_id
         )
+    await handoffs.refuse_while_held(db, session_id=session_id)
     await _admit(db, owner=owner, limits=limits)  # only a retry that can run is counted
     asked = await db.row(MESSAGE, {"id": old.user_message_id}, MessageRow)
     if asked is None:  # the user forgot it (store/lifecycle/forget.py): nothing to answer again

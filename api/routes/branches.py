@@ -14,6 +14,7 @@ from parley.errors import (
     AgentPaused,
     DailyCapReached,
     FeatureNotEnabled,
+    HandoffOpen,
     IdempotencyKeyReused,
     InvalidRequest,
     NotFound,
@@ -37,7 +38,7 @@ _ADMITTED = (AgentPaused, FeatureNotEnabled, RateLimited, TooManyActiveTurns, Da
     status_code=202,
     responses={
         200: {"model": TurnStarted, "description": "The same edit again: its original turn"},
-        **answers(TurnInProgress, IdempotencyKeyReused, InvalidRequest, *_ADMITTED),
+        **answers(TurnInProgress, HandoffOpen, IdempotencyKeyReused, InvalidRequest, *_ADMITTED),
     },
 )
 async def edit_message(
@@ -83,7 +84,7 @@ async def edit_message(
 @router.post(
     "/turns/{turn_id}/regenerate",
     status_code=202,
-    responses=answers(TurnNotRetryable, TurnInProgress, *_ADMITTED),
+    responses=answers(TurnNotRetryable, TurnInProgress, HandoffOpen, *_ADMITTED),
 )
 async def regenerate(
     session_id: str,
@@ -111,7 +112,7 @@ async def regenerate(
 
 @router.post(
     "/messages/{message_id}/versions/{version}",
-    responses=answers(TurnInProgress),
+    responses=answers(TurnInProgress, HandoffOpen),
 )
 async def switch_version(
     session_id: str,

@@ -40,6 +40,7 @@ from parley.errors import (
     AgentPaused,
     DailyCapReached,
     FeatureNotEnabled,
+    HandoffOpen,
     IdempotencyKeyReused,
     InvalidRequest,
     NotFound,
@@ -199,6 +200,7 @@ async def _cancelled(
     responses=answers(
         TurnNotRetryable,
         TurnInProgress,
+        HandoffOpen,
         AgentPaused,
         FeatureNotEnabled,
         RateLimited,

@@ -35,7 +35,7 @@ from parley.contracts import ResolveActionSignal, TurnState
 from parley.errors import NotFound, TurnInProgress, TurnNotRetryable
 from parley.live import BranchSwitchedData, SessionEventType
 from parley.statuses import Decision
-from parley.store import actions, live
+from parley.store import actions, handoffs, live
 from parley.store.branches import path
 from parley.store.branches.tree import (
     ELSEWHERE_OF_SESSION,
@@ -261,7 +261,9 @@ _SHOWN = """
 
 async def _free(db: Db, session: SessionRow) -> actions.ActionRow | None:
     """Whether the session may change versions now: no turn running or queued. A turn
-    resting on its card may be left; the card is returned, to be superseded."""
+    resting on its card may be left; the card is returned, to be superseded. Not while a
+    person holds the session (`HandoffOpen`)."""
+    await handoffs.refuse_while_held(db, session_id=session.id)
     if session.queued_turn_id is not None or session.active_turn_id is None:
         if session.queued_turn_id is not None:
             raise TurnInProgress(

@@ -170,3 +170,37 @@ async def test_one_agent_wins_a_claim_and_another_tenant_sees_nothing(
     assert resolved.json()["handoff"]["status"] == "resolved"
     again = await winner.http.post(url + "/resolve")
     assert again.json()["error"]["code"] == "handoff_closed"
+
+
+async def test_while_a_person_holds_the_session_the_assistant_cannot_be_made_to_answer(
+    priya: ParleyClient, agents: dict[str, ParleyClient]
+) -> None:
+    """An edit or a regenerate would have the assistant answer behind the person's back: each
+    is 409 `handoff_open` until the hand-back, and nothing changes; after it, a regenerate runs
+    as usual. (Showing another version is refused the same way, store/branches `_free`.)"""
+    sid, handoff_id = await _handed_off(priya)
+    listed = (await priya.http.get(f"/v1/sessions/{sid}/messages")).json()["messages"]
+    first_question = next(m for m in listed if m["role"] == "user")
+    last_answer = [m for m in listed if m["role"] == "assistant"][-1]
+    tries = {
+        "edit": priya.http.post(
+            f"/v1/sessions/{sid}/messages/{first_question['id']}/edit",
+            json={"client_message_id": "edit-while-held", "text": "Where is order 8472?"},
+        ),
+        "regenerate": priya.http.post(
+            f"/v1/sessions/{sid}/turns/{last_answer['turn_id']}/regenerate"
+        ),
+    }
+    for name, attempt in tries.items():
+        refused = await attempt
+        assert refused.status_code == 409, (name, refused.text)
+        assert refused.json()["error"]["code"] == "handoff_open", name
+        assert refused.json()["error"]["handoff_id"] == handoff_id, name
+    after = (await priya.http.get(f"/v1/sessions/{sid}/messages")).json()["messages"]
+    assert [m["id"] for m in after] == [m["id"] for m in listed]
+
+    sam = agents["sam"]
+    assert (await sam.http.post(f"/v1/handoffs/{handoff_id}/claim")).status_code == 200
+    assert (await sam.http.post(f"/v1/handoffs/{handoff_id}/hand-back")).status_code == 200
+    again = await priya.http.post(f"/v1/sessions/{sid}/turns/{last_answer['turn_id']}/regenerate")
+    assert again.status_code == 202, again.text
