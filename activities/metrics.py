@@ -41,6 +41,11 @@ def record_usage(provider: str, model: str, usage: dict[str, int]) -> None:
             MODEL_TOKENS.labels(provider, model, kind.removesuffix("_tokens")).inc(usage[kind])
 
 
+# Hand-offs to a person opened, by what opened them ("tool": the model's handoff_to_human).
+HANDOFFS_OPENED = Counter(
+    "parley_handoffs_opened_total", "Hand-offs to a person opened, by what opened them", ["by"]
+)
+
 # Rows the retention purge deleted, by table (workflows/retention.py).
 RETENTION_PURGED = Counter(
     "parley_retention_rows_purged_total",

@@ -26,6 +26,7 @@ from parley.activities.email_proposal import (
 from parley.activities.handoffs import HandoffActivities
 from parley.activities.heartbeat import heartbeating
 from parley.activities.mcp import McpTools
+from parley.activities.metrics import HANDOFFS_OPENED
 from parley.activities.northwind import (
     BackendError,
     BackendNotFound,
@@ -411,7 +412,7 @@ class ToolActivities:
         """The case opens (committed), then its workflow starts: a retried attempt finds the
         case and starts the run again, which attaches to the one already running."""
         async with self._sessions() as db:
-            case, _ = await handoff_store.open_handoff(
+            case, opened = await handoff_store.open_handoff(
                 db,
                 # Derived from the call: a retried attempt finds the hand-off, not a second one.
                 handoff_id=handoff_id_for_call(tool_call_id=call.id),
@@ -420,6 +421,8 @@ class ToolActivities:
                 reason=reason,
             )
             await db.commit()
+        if opened:
+            HANDOFFS_OPENED.labels("tool").inc()
         if self._handoffs is not None:
             await self._handoffs.start_case(case)
         return {"handoff_id": case.id, "status": case.status}

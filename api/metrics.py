@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge
+from prometheus_client import Counter, Gauge, Histogram
 
 from parley.store.db import Engine, count_work
 
@@ -15,6 +15,20 @@ TURN_START_FAILURES = Counter(
 )
 STREAMS_OPEN = Gauge("parley_event_streams_open", "Event streams currently open")
 EVENTS_SENT = Counter("parley_events_sent_total", "Events written to SSE clients")
+# How long a hand-off waited for an agent's claim, and how long it was open until an agent
+# resolved it or handed it back (`outcome`), measured from the case's opening.
+_HANDOFF_BUCKETS = (15, 60, 300, 900, 1800, 3600, 4 * 3600, 24 * 3600)
+HANDOFF_CLAIM_SECONDS = Histogram(
+    "parley_handoff_claim_seconds",
+    "Seconds from a hand-off's opening to an agent's claim",
+    buckets=_HANDOFF_BUCKETS,
+)
+HANDOFF_OPEN_SECONDS = Histogram(
+    "parley_handoff_open_seconds",
+    "Seconds from a hand-off's opening to its end, by outcome (resolved, handed_back)",
+    ["outcome"],
+    buckets=_HANDOFF_BUCKETS,
+)
 DB_STATEMENTS = Counter(
     "parley_db_statements_total", "SQL statements this process sent to PostgreSQL"
 )

@@ -24,6 +24,7 @@ from parley.api.deps import (
     resume_after,
 )
 from parley.api.errors import answers
+from parley.api.metrics import HANDOFF_CLAIM_SECONDS, HANDOFF_OPEN_SECONDS
 from parley.api.schemas import NO_NUL
 from parley.api.streaming import TurnEventResponse
 from parley.dispatch.handoffs import tell_handoff
@@ -117,6 +118,8 @@ async def claim_handoff(
     """Take the hand-off: one holder at a time (a second claim is 409 `handoff_claimed`)."""
     case = await store.claim(db, agent=user, handoff_id=handoff_id)
     await db.commit()
+    if case.claimed_at is not None:
+        HANDOFF_CLAIM_SECONDS.observe((case.claimed_at - case.created_at).total_seconds())
     await _tell(temporal, case)
     return HandoffOut(handoff=_view(case))
 
@@ -163,6 +166,9 @@ async def _end(
 ) -> HandoffOut:
     case = await store.end(db, agent=user, handoff_id=handoff_id, status=to)
     await db.commit()
+    if case.ended_at is not None:
+        open_for = case.ended_at - case.created_at
+        HANDOFF_OPEN_SECONDS.labels(to.value).observe(open_for.total_seconds())
     await _tell(temporal, case)
     return HandoffOut(handoff=_view(case))
 

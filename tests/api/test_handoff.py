@@ -200,7 +200,26 @@ async def test_while_a_person_holds_the_session_the_assistant_cannot_be_made_to_
     assert [m["id"] for m in after] == [m["id"] for m in listed]
 
     sam = agents["sam"]
+    claims, hand_backs = await _measured(priya)
     assert (await sam.http.post(f"/v1/handoffs/{handoff_id}/claim")).status_code == 200
     assert (await sam.http.post(f"/v1/handoffs/{handoff_id}/hand-back")).status_code == 200
+    # An operator sees the claim and the hand-back in the API's metrics.
+    assert await _measured(priya) == (claims + 1, hand_backs + 1)
     again = await priya.http.post(f"/v1/sessions/{sid}/turns/{last_answer['turn_id']}/regenerate")
     assert again.status_code == 202, again.text
+
+
+async def _measured(client: ParleyClient) -> tuple[float, float]:
+    """How many claims and hand-backs the API's metrics have timed so far."""
+    text = (await client.http.get("/metrics")).text
+
+    def count(series: str) -> float:
+        for line in text.splitlines():
+            if line.startswith(series + " "):
+                return float(line.split()[-1])
+        return 0.0
+
+    return (
+        count("parley_handoff_claim_seconds_count"),
+        count('parley_handoff_open_seconds_count{outcome="handed_back"}'),
+    )
