@@ -182,6 +182,13 @@ class UserClient:
     async def session(self, session_id: str) -> dict[str, Any]:
         return dict(_checked(await self.http.get(f"/v1/sessions/{session_id}"), 200))
 
+    async def handoff(self, session_id: str) -> dict[str, Any] | None:
+        """The session's latest case to a person; None if it never had one."""
+        found = await self.http.get(f"/v1/sessions/{session_id}/handoff")
+        if found.status_code == 404:
+            return None
+        return dict(_checked(found, 200))
+
     async def turn(self, session_id: str, turn_id: str) -> dict[str, Any]:
         return dict(
             _checked(await self.http.get(f"/v1/sessions/{session_id}/turns/{turn_id}"), 200)

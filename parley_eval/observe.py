@@ -44,6 +44,8 @@ class StepSeen:
     # A step with a `steer`: taken into the running answer (True), or answered as a turn of
     # its own because that answer had ended (False); None without one.
     steered: bool | None = None
+    # Whether a case to a person was open after the step.
+    handoff: bool = False
 
     @property
     def model_turn(self) -> bool:

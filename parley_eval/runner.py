@@ -14,6 +14,7 @@ from typing import Any
 from parley.eval.client import AdminClient, BackendClient, EvalClientError, Stream, UserClient
 from parley.eval.observe import ConversationSeen, StepSeen, ToolSeen
 from parley.eval.suite import Conversation, Loaded, Step
+from parley.handoffs import OPEN_STATUSES as OPEN_HANDOFF
 
 TokenFor = Callable[[str, str], Awaitable[str]]
 Progress = Callable[[int, int, str], None]
@@ -242,6 +243,8 @@ async def _read_state(user: UserClient, session_id: str, last_seq: int, record: 
     record.slots = {name: slot.get("value") for name, slot in view.get("slots", {}).items()}
     if record.turn_id is not None:
         record.workflow_url = (await user.turn(session_id, record.turn_id)).get("workflow_url")
+    case = await user.handoff(session_id)
+    record.handoff = case is not None and case["status"] in OPEN_HANDOFF
 
 
 def _merge_call(record: StepSeen, name: str, arguments: Any) -> None:

@@ -102,6 +102,8 @@ def _check_step(step: Step, record: StepSeen, tally: Tally) -> list[str]:
         problems.append(f"ends_with {expect.ends_with}: ended with {record.ends_with}")
     if expect.steered is not None and record.steered != expect.steered:
         problems.append(f"steered {expect.steered}: the steer was taken: {record.steered}")
+    if expect.handoff is not None and record.handoff != expect.handoff:
+        problems.append(f"handoff {expect.handoff}: a case to a person is open: {record.handoff}")
     problems += _check_slots(expect, record, tally)
     if record.model_turn:
         problems += _check_clarification(expect, record, tally)

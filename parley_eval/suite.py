@@ -67,6 +67,8 @@ class Expect(Strict):
     citations: list[str] | None = None  # knowledge documents that must be cited
     # The step's `steer` was taken into the running answer (`steered`), not answered apart.
     steered: bool | None = None
+    # After the step a case to a person is open: the session was handed to the support team.
+    handoff: bool | None = None
 
 
 class SwitchSpec(Strict):

@@ -160,3 +160,27 @@ async def test_a_conversation_with_an_edit_a_regenerate_and_a_switch_passes(
     kinds = [turn["kind"] for turn in conversation["turns"]]
     assert kinds == ["say", "say", "edit", "regenerate", "switch", "say"]
     assert outcome.exit_code == 0
+
+
+async def test_a_conversation_handed_to_a_person_is_scored_by_its_open_case(
+    api_url: str, northwind_url: str, sessions: Database, tmp_path: Path
+) -> None:
+    """`expect: {handoff: true}` (issue 43): asking for a person opens a case, and the
+    step before it had none. The same expectation fails on a conversation that stays with
+    the assistant."""
+    target = eval_target(api_url, sessions, northwind_url)
+    outcome = await evaluate(Options(suite=subset(tmp_path, "29-handoff.yaml"), quiet=True), target)
+    conversation = outcome.runs[0]["conversations"][0]
+    assert conversation["passed"], conversation["failures"]
+    assert outcome.exit_code == 0
+
+    wrong = tmp_path / "wrong"
+    wrong.mkdir()
+    (wrong / "stays.yaml").write_text(
+        "name: stays with the assistant\nuser: cust_2291\nsteps:\n"
+        "  - say: Where is my order?\n    expect: {handoff: true}\n"
+    )
+    failed = await evaluate(Options(suite=wrong, quiet=True), target)
+    failures = failed.runs[0]["conversations"][0]["failures"]
+    assert any("handoff True" in str(failure) for failure in failures), failures
+    assert failed.exit_code != 0
