@@ -1,14 +1,14 @@
 """The chat page steering a running answer (issue 42, point 7): while an answer streams, a
 hint says Enter steers it and the button queues; Enter sends the message into the running
 answer, which is struck through as superseded, and the one answer that follows takes the
-message into account. At 390 px and on a desktop, with axe-core finding nothing serious.
-A worker of its own runs a model the test steers, slow enough to type during."""
+message into account. At 390 px and on a desktop, with axe-core finding nothing serious: one
+flow, the same page resized while the answer streams and after it (steering does not depend on
+the width). A worker of its own runs a model the test steers, slow enough to type during."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-import pytest
 import pytest_asyncio
 from playwright.async_api import Browser, Page, expect
 from temporalio.client import Client
@@ -28,7 +28,10 @@ from tests.support.webpage import (
     sign_in,
 )
 
-LONG = " ".join(f"word{i}" for i in range(120))  # about 6 s at the stack's pace
+# About 15 s at the stack's pace if it ran to its end: room for two axe runs while it streams;
+# the steer ends it early.
+LONG_WORDS = 300
+LONG = " ".join(f"word{i}" for i in range(LONG_WORDS))
 SHORT = "Short version: order 8472 has shipped."
 WebStack = Stack[ControlledModel]
 
@@ -51,11 +54,10 @@ async def stack(
         yield stack
 
 
-@pytest.mark.parametrize("viewport", [PHONE, DESKTOP], ids=["390px", "desktop"])
 async def test_enter_steers_a_streaming_answer_and_the_button_queues(
-    browser: Browser, stack: WebStack, viewport: dict[str, int]
+    browser: Browser, stack: WebStack
 ) -> None:
-    tab = await opener(browser)(stack.url, viewport)
+    tab = await opener(browser)(stack.url, PHONE)
     page: Page = tab.page
     await sign_in(page, "cust_2291")
     hint = page.locator("#steer-hint")
@@ -73,7 +75,13 @@ async def test_enter_steers_a_streaming_answer_and_the_button_queues(
     await expect(hint).to_be_visible()
     await expect(hint).to_contain_text("Enter steers")
     await expect(page.locator("#send")).to_have_text("Queue")
-    assert await serious_accessibility_violations(page) == [], "streaming, with the hint"
+    assert await serious_accessibility_violations(page) == [], "streaming, with the hint, 390px"
+    await page.set_viewport_size(DESKTOP)
+    await expect(hint).to_be_visible()
+    await expect(hint).to_contain_text("Enter steers")
+    await expect(page.locator("#send")).to_have_text("Queue")
+    await expect(first).to_have_class("msg msg-assistant streaming")
+    assert await serious_accessibility_violations(page) == [], "streaming, with the hint, desktop"
 
     await page.locator("#input").fill("Make it shorter")
     await page.locator("#input").press("Enter")
@@ -84,9 +92,16 @@ async def test_enter_steers_a_streaming_answer_and_the_button_queues(
     bodies = page.locator("#transcript .msg:not(.superseded) .body")
     await expect(bodies).to_have_text(["A long answer please", "Make it shorter", SHORT])
     await expect(page.locator("#transcript .msg.pending")).to_have_count(0)
-    assert "word119" not in (await first.locator(".body").text_content() or "")
+    last_word = f"word{LONG_WORDS - 1}"
+    assert last_word not in (await first.locator(".body").text_content() or "")
     await expect(hint).to_be_hidden()
     await expect(page.locator("#send")).to_have_text("Send")
-    assert await serious_accessibility_violations(page) == [], "after a steered answer"
+    assert await serious_accessibility_violations(page) == [], "after a steered answer, desktop"
+    await page.set_viewport_size(PHONE)
+    await expect(bodies).to_have_text(["A long answer please", "Make it shorter", SHORT])
+    await expect(first.locator(".badge-superseded")).to_be_visible()
+    await expect(hint).to_be_hidden()
+    await expect(page.locator("#send")).to_have_text("Send")
+    assert await serious_accessibility_violations(page) == [], "after a steered answer, 390px"
     tab.assert_clean()
     await tab.context.close()
