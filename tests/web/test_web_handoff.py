@@ -1,14 +1,15 @@
 """The customer's side of a hand-off in the chat page (issue 43): asking for a person, the
 person joining under their name and replying into the conversation, the customer's message
 going to them (no answer from the assistant), and the assistant answering again after the
-hand-back. The agent acts through the inbox routes."""
+hand-back. The agent acts through the inbox routes. One conversation on one page, resized: asked
+for on the desktop, the person's reply shown (and shot) at both widths, the rest at 390 px, the
+answer after the hand-back shown at both."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-import pytest
 from playwright.async_api import expect
 
 from parley.store.db import Database
@@ -17,11 +18,10 @@ from tests.support.client import ParleyClient
 from tests.support.webpage import DESKTOP, PHONE, screenshot, send, sign_in
 
 
-@pytest.mark.parametrize("width", ["desktop", "phone"])
 async def test_a_person_joins_replies_and_hands_back_in_the_page(
-    open_tab: Callable[..., Any], api_url: str, sessions: Database, width: str
+    open_tab: Callable[..., Any], api_url: str, sessions: Database
 ) -> None:
-    tab = await open_tab(api_url, DESKTOP if width == "desktop" else PHONE)
+    tab = await open_tab(api_url, DESKTOP)
     page = tab.page
     await sign_in(page, "cust_2291")
     await send(page, "Where is my order?", reply_has="8472")
@@ -45,7 +45,12 @@ async def test_a_person_joins_replies_and_hands_back_in_the_page(
         reply = page.locator("#transcript .msg-assistant").last
         await expect(reply.locator(".body")).to_contain_text("Sam here")
         await expect(reply.locator(".meta .author")).to_have_text("Sam")
-        await screenshot(page, f"handoff-{width}-1-person-replied")
+        await screenshot(page, "handoff-desktop-1-person-replied")
+        await page.set_viewport_size(PHONE)
+        await expect(reply.locator(".body")).to_contain_text("Sam here")
+        await expect(reply.locator(".meta .author")).to_be_visible()
+        await expect(notices.last).to_be_visible()
+        await screenshot(page, "handoff-phone-1-person-replied")
 
         # The customer's message goes to Sam: shown, and no answer from the assistant.
         answers = await page.locator("#transcript .msg-assistant").count()
@@ -61,6 +66,9 @@ async def test_a_person_joins_replies_and_hands_back_in_the_page(
     finally:
         await sam.aclose()
     await send(page, "Thanks. Where is my order now?", reply_has="8472")
-    await screenshot(page, f"handoff-{width}-2-handed-back")
+    await screenshot(page, "handoff-phone-2-handed-back")
+    await page.set_viewport_size(DESKTOP)
+    await expect(page.locator("#transcript .msg-assistant").last).to_contain_text("8472")
+    await screenshot(page, "handoff-desktop-2-handed-back")
     tab.assert_clean()
     await tab.context.close()
