@@ -41,6 +41,8 @@ SHORT = "Short version: all is well."
 ARRIVAL = "When does it arrive?"
 ETA = "It should arrive on Oct 30."
 EMAIL = {"order_id": "8472", "template": "order_status_summary"}
+# Short replies for the turns that only need to end (not the long answer's 7 s each).
+QUICK = {"Hello there": "Hello! How can I help?", "Thanks": "You're welcome."}
 
 
 @dataclass
@@ -61,6 +63,8 @@ def answer(request: ModelRequest, _: int) -> Reply:
     orders first, and one asking for an email proposes it."""
     if STEER in said_last(request):
         return SHORT
+    if said_last(request) in QUICK:
+        return QUICK[said_last(request)]
     if ARRIVAL in said_last(request):
         return ETA
     if "email" in said_last(request):
@@ -160,7 +164,8 @@ async def test_a_steer_after_the_first_delta_stops_the_stream_and_is_answered_in
     calls = await model_calls(sessions, turn_id)
     assert [c.finish_reason for c in calls] == ["steered", "stop"]
     # The session is free, and the steer does not come back in the next turn's answer.
-    assert (await client.turn(sid, "Thanks"))[1][-1].type == "done"
+    _, thanked = await client.turn(sid, "Thanks")
+    assert thanked[-1].type == "done" and streamed_text(thanked) == QUICK["Thanks"]
 
 
 async def test_a_steer_during_a_tool_call_is_taken_after_its_result(
@@ -201,6 +206,7 @@ async def test_a_steer_with_no_turn_running_is_a_normal_post(steering: Steering)
     assert posted["steered"] is False
     events = await client.events(sid, posted["turn_id"])
     assert events[-1].type == "done" and not [e for e in events if e.type == "steered"]
+    assert streamed_text(events) == QUICK["Hello there"]
 
 
 async def test_the_same_steer_twice_is_stored_once(steering: Steering, sessions: Database) -> None:
