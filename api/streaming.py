@@ -95,6 +95,7 @@ class EventHub:
         self._waiters: dict[str, set[Doorbell]] = defaultdict(set)
         self._task: asyncio.Task[None] | None = None
         self.listening = asyncio.Event()  # set while the LISTEN connection is up
+        self.listener_pid: int | None = None  # that connection's server process, once up
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._listen_forever())
@@ -154,10 +155,12 @@ class EventHub:
                 raise
             except Exception:
                 self.listening.clear()
+                self.listener_pid = None
                 log.warning("event listener lost its connection; reconnecting", exc_info=True)
                 await asyncio.sleep(1.0)
 
-    def _listening(self) -> None:
+    def _listening(self, pid: int) -> None:
+        self.listener_pid = pid
         self.listening.set()
         # Anything committed while we were not listening is picked up by polls.
         for waiters in list(self._waiters.values()):

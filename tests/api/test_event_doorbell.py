@@ -207,26 +207,22 @@ async def test_a_quiet_stream_polls_the_log_only_while_the_listener_is_down(
 async def test_the_listener_comes_back_after_its_connection_is_killed_and_rings_again(
     database_url: str, hub: EventHub
 ) -> None:
+    # Other hubs of this process (an app another test started) listen on the same database:
+    # the hub names its own connection, so the test kills that one and no other.
     async with await psycopg.AsyncConnection.connect(
         libpq_url(database_url), autocommit=True
     ) as admin:
-
-        async def listener_pid() -> int | None:
-            cur = await admin.execute(
-                "SELECT pid FROM pg_stat_activity WHERE query = %s AND pid <> pg_backend_pid()",
-                (f"LISTEN {NOTIFY_CHANNEL}",),
-            )
-            row = await cur.fetchone()
-            return None if row is None else int(row[0])
-
-        first = await eventually(listener_pid, timeout=30, what="the hub listens")
+        first = hub.listener_pid
+        assert first is not None
         await admin.execute("SELECT pg_terminate_backend(%s)", (first,))
 
         async def listening_again() -> int | None:
-            pid = await listener_pid()
+            pid = hub.listener_pid
             return pid if pid not in (None, first) and hub.listening.is_set() else None
 
-        await eventually(listening_again, timeout=30, what="a new LISTEN connection")
+        again = await eventually(listening_again, timeout=30, what="a new LISTEN connection")
+        cur = await admin.execute("SELECT query FROM pg_stat_activity WHERE pid = %s", (again,))
+        assert await cur.fetchone() == (f"LISTEN {NOTIFY_CHANNEL}",)
         turn_id = f"trn_{uuid.uuid4().hex[:20]}"
         with hub.subscribe(turn_id) as doorbell:
             note = f'{turn_id}:1:[{{"type":"delta","data":{{"text":"back"}}}}]'
