@@ -19,9 +19,9 @@ from parley.store.events import NOTIFY_CHANNEL
 async def listen_for_events(
     conninfo: str, *, on_listening: Callable[[int], None], on_payload: Callable[[str], None]
 ) -> None:
-    """Connect, LISTEN, call `on_listening` with the connection's server pid, then call `on_payload` with every notification's
-    payload until the connection fails (raises; the caller reconnects) or the task is
-    cancelled."""
+    """Connect, LISTEN, call `on_listening` with the connection's server pid, then call
+    `on_payload` with every notification's payload until the connection fails (raises; the
+    caller reconnects) or the task is cancelled."""
     async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
         await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
         on_listening(conn.info.backend_pid)

@@ -8,7 +8,10 @@ the transaction that takes it (a statement in autocommit holds it for itself alo
 - a user's open streams (`user_streams`): two streams of one user cannot both take the last
   lease (store/limits.py);
 - a session's summary (`session_summary`): one summary writer of a session at a time, without
-  locking the session's row, which the turns keep writing (store/summaries.py).
+  locking the session's row, which the turns keep writing (store/summaries.py);
+- the schema (`SCHEMA_MIGRATIONS`): one `parley migrate` upgrades at a time, so every pod of
+  a deployment may run it on start; the others wait, then find nothing to do
+  (store/migrations/env.py).
 
 A statement that takes a lock beside other work composes `TAKE` (its parameter is
 `lock_key`); one that only takes it runs `hold`.
@@ -36,9 +39,14 @@ def session_summary(session_id: str) -> str:
     return f"summary:{session_id}"
 
 
+SCHEMA_MIGRATIONS = "schema:migrations"
+
+
 async def hold(db: Db, key: str) -> None:
     """Take the lock named `key` for the rest of the caller's transaction."""
     await db.run(_HOLD, {"lock_key": key})
 
 
 _HOLD = f"SELECT {TAKE}"
+# The same, for the migrations' synchronous connection (`exec_driver_sql`).
+HOLD_SQL = _HOLD

@@ -5,6 +5,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine, pool
 
+from parley.store import locks
 from parley.store.models import Base
 
 config = context.config
@@ -16,6 +17,9 @@ def run_migrations_online() -> None:
     with engine.connect() as connection:
         context.configure(connection=connection, target_metadata=target_metadata)
         with context.begin_transaction():
+            # Held to the end of the upgrade's transaction: a second `parley migrate` (another
+            # pod starting) waits here, then reads the version this one committed.
+            connection.exec_driver_sql(locks.HOLD_SQL, {"lock_key": locks.SCHEMA_MIGRATIONS})
             context.run_migrations()
     engine.dispose()
 

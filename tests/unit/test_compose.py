@@ -9,9 +9,7 @@ the real `parley` CLI parser, the real `Settings` model and the real contracts.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import difflib
-import io
 import json
 import os
 import re
@@ -23,14 +21,13 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
-from pydantic import AliasChoices
 from temporalio.common import VersioningBehavior
 
 from parley.config import Settings
 from parley.contracts import SEARCH_ATTRIBUTES
 from parley.dispatch.deployment import deployment_config
-from parley.launch.cli import build_parser
 from parley.launch.dev import EAGER_ACTIVITIES, EAGER_WORKFLOW_START
+from tests.support.deploy_files import parse_parley, settings_env_names
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yml"
@@ -104,20 +101,6 @@ def container_ports(service: dict[str, Any]) -> list[int]:
     return ports
 
 
-def parse_parley(argv: list[str], where: str) -> argparse.Namespace:
-    """Parse `parley <argv>` with the real CLI parser; an argparse error fails the test."""
-    stderr = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(stderr):
-            return build_parser().parse_args(argv)
-    except SystemExit:
-        pass  # fail below, outside the handler, so the report shows argparse's message only
-    pytest.fail(
-        f"{where}: `parley {shlex.join(argv)}` is not a command the parley CLI accepts "
-        f"(launch/cli.py build_parser). argparse said:\n{stderr.getvalue().strip()}"
-    )
-
-
 def parley_command(name: str, service: dict[str, Any]) -> argparse.Namespace:
     command = command_of(name, service)
     assert command and command[0] == "parley", (
@@ -125,21 +108,6 @@ def parley_command(name: str, service: dict[str, Any]) -> argparse.Namespace:
         f"the `parley` CLI (its first word must be `parley`)"
     )
     return parse_parley(command[1:], f"service {name!r} in {COMPOSE_FILE.name}")
-
-
-def settings_env_names() -> set[str]:
-    """Every environment variable name `Settings` reads (upper-cased; it is case-insensitive)."""
-    prefix = Settings.model_config.get("env_prefix", "")
-    names: set[str] = set()
-    for field_name, field in Settings.model_fields.items():
-        alias = field.validation_alias or field.alias
-        if alias is None:
-            names.add(f"{prefix}{field_name}".upper())
-        elif isinstance(alias, str):
-            names.add(alias.upper())
-        elif isinstance(alias, AliasChoices):
-            names.update(choice.upper() for choice in alias.choices if isinstance(choice, str))
-    return names
 
 
 def dockerfile_instructions() -> list[tuple[str, str]]:
