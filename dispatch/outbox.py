@@ -1,10 +1,11 @@
 """Starting, signalling and cancelling turn workflows; the turns table is the start outbox.
 
 The API commits the user message and its turn first, then starts the workflow. If the API
-dies in between, the turn row still says `workflow_started_at IS NULL`; the sweep that runs
-in every worker starts such turns a few seconds later. Starting is idempotent: the workflow
-id comes from the turn, a running workflow is attached to (`USE_EXISTING`), and a finished
-one is never started again (`REJECT_DUPLICATE`).
+dies in between, the turn row still says `workflow_started_at IS NULL`; the sweep starts
+such turns a few seconds later. Every worker ticks, and one sweeps at a time (an advisory
+lock, store/locks.py): a tick that finds another worker sweeping skips. Starting is
+idempotent: the workflow id comes from the turn, a running workflow is attached to
+(`USE_EXISTING`), and a finished one is never started again (`REJECT_DUPLICATE`).
 
 The sweep starts only turns still in `received`; a paused tenant's turn is ended instead
 (`agent_paused`, retryable), in the transaction that marks it started. A second sweep ends
@@ -55,7 +56,7 @@ from parley.dispatch.erasure import sweep_erasures
 from parley.dispatch.specialists import sweep_answers
 from parley.ids import workflow_id_for_turn
 from parley.statuses import TurnErrorCode
-from parley.store import outbox, queue, tenants
+from parley.store import locks, outbox, queue, tenants
 from parley.store.db import Database, connect
 from parley.wire import ErrorData
 
@@ -242,6 +243,27 @@ async def end_abandoned_turns(
     return ended
 
 
+async def sweep_tick(
+    starts: Starts, *, grace: timedelta, warning_lead_s: float = DEFAULT_WARNING_LEAD_S
+) -> bool:
+    """One sweep of everything the outbox keeps, by one worker at a time: False, doing
+    nothing, when another worker's sweep is running (its tick covers this one)."""
+    client, sessions, task_queue = starts.client, starts.sessions, starts.task_queue
+    async with locks.if_free(sessions, locks.OUTBOX_SWEEP) as mine:
+        if not mine:
+            return False
+        # First what needs only the store: a warning is due on the clock.
+        await warn_expiring(sessions, default_lead_s=warning_lead_s)
+        await _sweep(starts, grace)
+        # A renewal's wait is started before its answer is delivered to it.
+        await sweep_renewals(client, sessions, task_queue=task_queue, grace=grace)
+        await sweep_decisions(client, sessions, grace=grace)
+        await sweep_answers(client, sessions, grace=grace)
+        await sweep_erasures(client, sessions, task_queue=task_queue, grace=grace)
+        await end_abandoned_turns(client, sessions)
+    return True
+
+
 async def sweep_forever(
     client: Client,
     sessions: Database,
@@ -264,15 +286,7 @@ async def sweep_forever(
         if loop.time() >= due:
             due = loop.time() + every.total_seconds()
             try:
-                # First what needs only the store: a warning is due on the clock.
-                await warn_expiring(sessions, default_lead_s=warning_lead_s)
-                await _sweep(starts, grace)
-                # A renewal's wait is started before its answer is delivered to it.
-                await sweep_renewals(client, sessions, task_queue=task_queue, grace=grace)
-                await sweep_decisions(client, sessions, grace=grace)
-                await sweep_answers(client, sessions, grace=grace)
-                await sweep_erasures(client, sessions, task_queue=task_queue, grace=grace)
-                await end_abandoned_turns(client, sessions)
+                await sweep_tick(starts, grace=grace, warning_lead_s=warning_lead_s)
             except Exception:  # a failed sweep is retried on the next tick
                 log.exception("outbox sweep failed")
         wait = max(due - loop.time(), 0.0)

@@ -9,6 +9,8 @@ the transaction that takes it (a statement in autocommit holds it for itself alo
   lease (store/limits.py);
 - a session's summary (`session_summary`): one summary writer of a session at a time, without
   locking the session's row, which the turns keep writing (store/summaries.py);
+- the outbox sweep (`OUTBOX_SWEEP`): one worker sweeps at a time; a worker whose tick finds
+  it held skips that tick (dispatch/outbox.py), so N workers do not run N sweeps;
 - the schema (`SCHEMA_MIGRATIONS`): one `parley migrate` upgrades at a time, so every pod of
   a deployment may run it on start; the others wait, then find nothing to do
   (store/migrations/env.py).
@@ -19,7 +21,10 @@ A statement that takes a lock beside other work composes `TAKE` (its parameter i
 
 from __future__ import annotations
 
-from parley.store.db import Db
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from parley.store.db import Database, Db
 from parley.store.identity import Identity
 
 # The lock as a select-list expression (its value is void): the statement that selects it
@@ -40,6 +45,7 @@ def session_summary(session_id: str) -> str:
 
 
 SCHEMA_MIGRATIONS = "schema:migrations"
+OUTBOX_SWEEP = "outbox:sweep"
 
 
 async def hold(db: Db, key: str) -> None:
@@ -47,6 +53,17 @@ async def hold(db: Db, key: str) -> None:
     await db.run(_HOLD, {"lock_key": key})
 
 
+@asynccontextmanager
+async def if_free(database: Database, key: str) -> AsyncIterator[bool]:
+    """Hold the lock named `key` for the block if nobody holds it (yields True), else hold
+    nothing (False). It lives in a transaction of its own that the block leaves open and
+    that ends, commit or not, when the block does: a worker that dies mid-block drops its
+    connection and with it the lock, so no one waits on a dead holder."""
+    async with database() as db:
+        yield bool(await db.value(_TRY_HOLD, {"lock_key": key}))
+
+
+_TRY_HOLD = "SELECT pg_try_advisory_xact_lock(hashtext(%(lock_key)s))"
 _HOLD = f"SELECT {TAKE}"
 # The same, for the migrations' synchronous connection (`exec_driver_sql`).
 HOLD_SQL = _HOLD

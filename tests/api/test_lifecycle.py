@@ -29,11 +29,11 @@ from parley.api.main import create_app
 from parley.config import Settings
 from parley.contracts import ExecuteToolInput, ResolveActionSignal, TurnState
 from parley.dispatch.control import cancel_turn_workflow, deliver_decision
-from parley.dispatch.outbox import sweep_once
+from parley.dispatch.outbox import Starts, sweep_once, sweep_tick
 from parley.errors import TurnFinished
 from parley.ids import tool_call_row_id
 from parley.statuses import Decision
-from parley.store import actions, outbox, posting, turns
+from parley.store import actions, locks, outbox, posting, turns
 from parley.store.db import Database
 from parley.store.identity import Identity
 from parley.store.models import Action, Handoff, Message, ModelCall, ToolCall, Turn, TurnEvent
@@ -477,3 +477,20 @@ async def cancel_turn_workflow_quietly(sessions: Database, turn_id: str) -> None
 
 def test_turn_finished_is_the_refusal_of_a_late_stop() -> None:
     assert TurnFinished.code == "turn_finished"
+
+
+async def test_one_worker_sweeps_at_a_time_and_the_next_tick_covers_a_skipped_one(
+    priya: ParleyClient, sessions: Database, temporal_client: Client, settings: Settings
+) -> None:
+    turn_id = await unstarted_turn(sessions, priya, "Where is my order now?")
+    starts = Starts(temporal_client, sessions, settings.task_queue)
+    # Another worker's sweep is running: this worker's tick starts nothing.
+    async with locks.if_free(sessions, locks.OUTBOX_SWEEP) as theirs:
+        assert theirs
+        assert await sweep_tick(starts, grace=timedelta(0)) is False
+        async with orm(sessions) as db:
+            turn = await db.get(Turn, turn_id)
+        assert turn is not None and turn.state == TurnState.received
+    # Theirs ended (it would have started the turn; here nobody did): the next tick does.
+    assert await sweep_tick(starts, grace=timedelta(0)) is True
+    await wait_for_stored_state(sessions, turn_id, [TurnState.completed], timeout=60)
