@@ -161,16 +161,23 @@ def build_activities(
     ending = EndingActivities(turn=turn, screens=screening, memory=memory)
     importing = ImportActivities(sessions=sessions, memory=memory, embedder=embedder)
     steps = _activity_list(turn, tools, send, screening, memory, (specialist, agent), ending)
-    steps += _handoff_activities(client, settings, sessions, providers, tools)
+    steps += _handoff_activities(client, settings, sessions, providers, (tools, ending))
     return [*steps, *_import_activities(importing), *_data_activities(client, settings, sessions)]
 
 
 def _handoff_activities(
-    client: Client, settings: Settings, db: Database, pool: ProviderPool, tools: ToolActivities
+    client: Client,
+    settings: Settings,
+    db: Database,
+    pool: ProviderPool,
+    openers: tuple[ToolActivities, EndingActivities],
 ) -> list[Callable[..., Any]]:
-    """A hand-off's steps; the tool step that opens a case starts its run (workflows/handoff.py)."""
+    """A hand-off's steps; the tool step that opens a case, and a turn's ending that applies
+    the tenant's policy, start its run (workflows/handoff.py)."""
     handoffs = HandoffActivities(sessions=db, providers=pool, settings=settings, client=client)
+    tools, ending = openers
     tools.attach(handoffs)
+    ending.attach(handoffs)
     return handoffs.steps()
 
 

@@ -1,5 +1,6 @@
 """The turn's tail as one step: the answer screened with follow-ups offered beside it, the
-ending stored, the rolling summary started when it is due.
+ending stored, the rolling summary started when it is due, and the tenant's hand-off policy
+applied (repeated tool outages or retractions open a case for a person).
 
 The parts are the screens' `judge_output` and `offer_followups`, the turn's `finalize` and
 the summary's `start_when_due`, called in one local activity so that a plain turn's answer
@@ -69,11 +70,23 @@ class Summaries(Protocol):
     async def start_when_due(self, inp: SummarizeInput, backlog: Backlog | None = None) -> None: ...
 
 
+class Policy(Protocol):
+    """Opens a hand-off when the tenant's policy says the assistant keeps failing the
+    customer (activities/handoffs.py, parley/handoff_rules.py)."""
+
+    async def open_by_policy(self, *, session_id: str, turn_id: str) -> str | None: ...
+
+
 class EndingActivities:
     def __init__(self, *, turn: Ending, screens: Screens, memory: Summaries) -> None:
         self._turn = turn
         self._screens = screens
         self._memory = memory
+        self._policy: Policy | None = None
+
+    def attach(self, policy: Policy) -> None:
+        """What opens a policy hand-off as a turn ends (None: no policy is applied)."""
+        self._policy = policy
 
     @activity.defn(name="finish_turn")
     async def finish_turn(self, inp: FinishTurnInput) -> str:
@@ -88,7 +101,18 @@ class EndingActivities:
         ended = await self._turn.finalize(ending, backlog=True)
         summary = SummarizeInput(inp.session_id, ending.turn_id, local=True)
         await self._start_summary(summary, ended.backlog)
+        await self._apply_policy(inp.session_id, ending.turn_id)
         return ended.message_id
+
+    async def _apply_policy(self, session_id: str, turn_id: str) -> None:
+        """Best effort, after the answer is stored: a policy that cannot be applied now is
+        applied as a later turn ends (it counts since the session's last case)."""
+        if self._policy is None:
+            return
+        try:
+            await self._policy.open_by_policy(session_id=session_id, turn_id=turn_id)
+        except Exception:
+            log.warning("the hand-off policy was not applied after turn %s", turn_id, exc_info=True)
 
     async def _screened_and_offered(self, turn_id: str, model_call_id: str) -> bool:
         """Whether the output screen lets the answer stand (a screen that errors does: it

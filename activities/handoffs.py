@@ -19,6 +19,7 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
+from parley.activities.metrics import HANDOFFS_OPENED
 from parley.config import Settings
 from parley.dispatch.handoffs import start_handoff
 from parley.egress import Resolver
@@ -27,15 +28,19 @@ from parley.gateway.base import ModelRequest, TextDelta
 from parley.gateway.pinned import pinned_transport
 from parley.gateway.registry import ProviderPool
 from parley.gateway.resolver import system_resolver
+from parley.handoff_rules import OpenedBy, policy_reason
 from parley.handoffs import (
     CaseFacts,
     HandoffInput,
     HandoffOutcome,
+    case_input,
     code_summary,
     parse_summary,
     summary_request,
 )
+from parley.ids import handoff_id_for_policy
 from parley.redaction import redact_messages
+from parley.store import handoff_openers as openers
 from parley.store import handoffs as store
 from parley.store import sessions as session_store
 from parley.store import webhooks as hooks
@@ -106,9 +111,50 @@ class HandoffActivities:
             session = await session_store.with_tenant(db, session_id=case.session_id)
         assert session is not None
         tenant = TenantConfig.model_validate(session.tenant_config)
-        timeout_s = tenant.handoff_claim_timeout_s or self._settings.handoff_claim_timeout_s
-        inp = HandoffInput(case.id, case.session_id, case.tenant_id, float(timeout_s))
+        inp = case_input(
+            handoff_id=case.id,
+            session_id=case.session_id,
+            tenant_id=case.tenant_id,
+            timeout_s=tenant.handoff_claim_timeout_s,
+            default_s=self._settings.handoff_claim_timeout_s,
+        )
         await start_handoff(self._client, inp, task_queue=self._settings.task_queue)
+
+    async def open_by_policy(self, *, session_id: str, turn_id: str) -> str | None:
+        """As a turn ends: open a case when the tenant's policy says the assistant keeps
+        failing the customer (parley/handoff_rules.py), and start its run. Only a session at
+        rest (no turn active or queued) and held by no case; once per turn however often the
+        ending runs. The case's id, if one opened or was open from this turn."""
+        async with self._sessions() as db:
+            if not await openers.lock_session_row(db, session_id=session_id):
+                return None
+            session = await session_store.with_tenant(db, session_id=session_id)
+            assert session is not None
+            if session.active_turn_id or session.queued_turn_id:
+                return None  # the next turn's end asks again
+            rules = TenantConfig.model_validate(session.tenant_config).handoffs()
+            counts = await openers.policy_counts(
+                db, session_id=session_id, outages=rules.tool_outages
+            )
+            reason = policy_reason(rules, outages=counts.outages, retractions=counts.retractions)
+            if reason is None:
+                return None
+            opened = await openers.open_by_code(
+                db,
+                handoff_id=handoff_id_for_policy(turn_id=turn_id),
+                session_id=session_id,
+                turn_id=turn_id,
+                by=OpenedBy.policy,
+                reason=reason,
+                priority=rules.priority(OpenedBy.policy, reason),
+            )
+            await db.commit()
+        if opened is None:
+            return None
+        if opened.new:
+            HANDOFFS_OPENED.labels(OpenedBy.policy.value).inc()
+        await self.start_case(opened.case)
+        return opened.case.id
 
     @activity.defn
     async def write_case_summary(self, inp: HandoffInput) -> str:

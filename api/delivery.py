@@ -13,6 +13,9 @@ import logging
 
 from fastapi import BackgroundTasks
 
+# The count of cases opened, by what opened them: the worker's counter (the model's call, a
+# policy), counted here for the cases a customer's words open.
+from parley.activities.metrics import HANDOFFS_OPENED
 from parley.api.deps import Sessions, TemporalConnector
 from parley.api.metrics import TURN_START_FAILURES
 from parley.config import Settings
@@ -20,11 +23,15 @@ from parley.contracts import ResolveActionSignal, SteerInput, TurnInput
 from parley.dispatch.approvals import start_renewal
 from parley.dispatch.control import Delivery, deliver_and_record_decision, tell_steer
 from parley.dispatch.erasure import start_erasure
+from parley.dispatch.handoffs import start_handoff
 from parley.dispatch.outbox import record_started, start_turn_workflow
 from parley.dispatch.specialists import deliver_and_record
 from parley.erasure import ErasureInput
+from parley.handoffs import case_input
+from parley.store import tenants
 from parley.store.actions import ActionRow
 from parley.store.db import Database
+from parley.store.handoffs import HandoffRow
 from parley.store.interactions import AnswerRow
 from parley.store.turns.reads import PostedTurn
 
@@ -154,6 +161,31 @@ async def start_turn(
         log.warning("could not start turn %s now; the outbox will", turn.id, exc_info=True)
         return
     background.add_task(_record_started, sessions, turn.id)
+
+
+async def start_case(
+    temporal: TemporalConnector, sessions: Database, settings: Settings, case: HandoffRow
+) -> None:
+    """Start the workflow of a case the customer's words opened (store/posting.py), after its
+    commit. Best effort: a case whose run does not start is still in the inbox, and an agent
+    can claim, answer and end it; it has no summary, no claim clock and no webhook."""
+    HANDOFFS_OPENED.labels(case.opened_by).inc()
+    try:
+        async with sessions() as db:
+            config = await tenants.tenant_config(db, tenant_id=case.tenant_id)
+        inp = case_input(
+            handoff_id=case.id,
+            session_id=case.session_id,
+            tenant_id=case.tenant_id,
+            timeout_s=config.handoff_claim_timeout_s,
+            default_s=settings.handoff_claim_timeout_s,
+        )
+        client = await asyncio.wait_for(temporal.get(), TIMEOUT_S)
+        await asyncio.wait_for(
+            start_handoff(client, inp, task_queue=settings.task_queue), TIMEOUT_S
+        )
+    except Exception:
+        log.warning("could not start the run of hand-off %s", case.id, exc_info=True)
 
 
 async def _record_started(sessions: Database, turn_id: str) -> None:

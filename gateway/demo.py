@@ -29,7 +29,7 @@ from parley.gateway.demo_orders import next_step as orders_step
 from parley.gateway.demo_policy import policy_answer
 from parley.gateway.demo_returns import next_step as returns_step
 from parley.gateway.demo_skills import next_step as skills_step
-from parley.handoffs import is_case_summary_request
+from parley.handoffs import OPENED_TEXT, is_case_summary_request
 from parley.knowledge import read_passages
 from parley.memory import is_summary_request
 from parley.prompt import PASTE_NONE, PASTE_SOME
@@ -229,10 +229,7 @@ def _from_results(ctx: _Context) -> str:
                 "confirm."
             )
         elif name == "handoff_to_human":
-            parts.append(
-                "I've asked a person from our support team to take over; they will reply in "
-                "this conversation."
-            )
+            parts.append(OPENED_TEXT)
     return " ".join(parts)
 
 

@@ -81,6 +81,14 @@ class HandoffInput:
     claim_timeout_s: float
 
 
+def case_input(
+    *, handoff_id: str, session_id: str, tenant_id: str, timeout_s: float | None, default_s: float
+) -> HandoffInput:
+    """A case's workflow input: the tenant's claim timeout (`timeout_s`), else the
+    deployment's (`default_s`)."""
+    return HandoffInput(handoff_id, session_id, tenant_id, float(timeout_s or default_s))
+
+
 @dataclass(frozen=True)
 class HandoffChange:
     """A change the store already holds: `claimed`, `resolved` or `handed_back`."""
@@ -135,6 +143,7 @@ class HandoffView(BaseModel):
     status: str
     reason: str
     priority: int
+    opened_by: str  # tool (the model's call), user_asked or policy
     summary: str | None
     summary_by: str | None
     agent_name: str | None
@@ -145,6 +154,11 @@ class HandoffView(BaseModel):
 
 
 # What the customer reads from the support team's side, written by code.
+# As a case opens: the demo model's words after its `handoff_to_human` call, and code's when
+# the customer's words or a tenant's policy open the case (parley/handoff_rules.py).
+OPENED_TEXT = (
+    "I've asked a person from our support team to take over; they will reply in this conversation."
+)
 JOINED_TEXT = "{name} from our support team has joined the conversation."
 UNCLAIMED_TEXT = (
     "Nobody from our support team is free right now, sorry for the wait. We can follow up by "

@@ -81,6 +81,11 @@ def handoff_id_for_call(*, tool_call_id: str) -> str:
     return "hof_" + _digest(tool_call_id)
 
 
+def handoff_id_for_policy(*, turn_id: str) -> str:
+    """The hand-off a tenant's policy opens as a turn ends: one however often the end runs."""
+    return "hof_" + _digest("policy:" + turn_id)
+
+
 def result_set_id_for_call(*, tool_call_id: str) -> str:
     """The result set a `search_orders` call stores: one however often the call runs."""
     return "rs_" + _digest(tool_call_id)

@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from parley.handoff_rules import HandoffRules
 from parley.mcp import McpServerConfig, find_tool, is_mcp_name
 from parley.retention import RetentionPeriods
 from parley.skills import RUN_SKILL
@@ -69,6 +70,9 @@ class TenantConfig(BaseModel):
     # Seconds a hand-off to a person waits for an agent's claim before the customer is told
     # (parley/handoffs.py); None: the deployment's `PARLEY_HANDOFF_CLAIM_TIMEOUT_S`.
     handoff_claim_timeout_s: float | None = Field(default=None, ge=1, le=7 * 24 * 3600)
+    # Hand-offs code opens (the customer asking for a person, repeated outages or
+    # retractions), cases' priorities (parley/handoff_rules.py); None: the defaults there.
+    handoff_rules: HandoffRules | None = None
     # Where the team's own tools hear of hand-offs (parley/webhooks.py); None: nowhere.
     handoff_webhook: HandoffWebhookConfig | None = None
     # Whether the model may hand work to a specialist (parley/specialists.py); off unless set.
@@ -89,6 +93,9 @@ class TenantConfig(BaseModel):
         if _holds_nul(self.model_dump()):
             raise ValueError("text must not contain NUL characters")
         return self
+
+    def handoffs(self) -> HandoffRules:
+        return self.handoff_rules or HandoffRules()
 
     def offered(self, name: str) -> bool:
         if name == RUN_SKILL:  # offered only when the tenant enables a skill

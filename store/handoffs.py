@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Any, NoReturn
 
 from parley.errors import Forbidden, HandoffClaimed, HandoffClosed, HandoffOpen, NotFound
+from parley.handoff_rules import OpenedBy
 from parley.handoffs import (
     AGENT_ROLE,
     ENDED_STATUSES,
@@ -51,12 +52,13 @@ NOT_FOUND = "no such hand-off"
 class HandoffRow:
     id: str
     session_id: str
-    turn_id: str
+    turn_id: str | None  # None: opened by the customer's words in a message with no turn
     tenant_id: str
     user_id: str
     reason: str
     status: str
     priority: int
+    opened_by: str  # parley/handoff_rules.py `OpenedBy`
     summary: str | None
     summary_by: str | None
     agent_id: str | None
@@ -80,8 +82,8 @@ class NoteRow:
 
 
 _COLUMNS = (
-    "id, session_id, turn_id, tenant_id, user_id, reason, status, priority, summary, "
-    "summary_by, agent_id, agent_name, created_at, claimed_at, unclaimed_at, ended_at"
+    "id, session_id, turn_id, tenant_id, user_id, reason, status, priority, opened_by, "
+    "summary, summary_by, agent_id, agent_name, created_at, claimed_at, unclaimed_at, ended_at"
 )
 _OPEN = "status IN ('waiting', 'claimed')"  # as the partial indexes spell it (migration 0027)
 # Whether a case holds the session: a column of store/posting.py's first read of a post, so a
@@ -96,15 +98,22 @@ def may_work_cases(who: Identity) -> None:
 
 
 async def open_handoff(
-    db: Db, *, handoff_id: str, session_id: str, turn_id: str, reason: str
+    db: Db, *, handoff_id: str, session_id: str, turn_id: str, reason: str, priority: int = 0
 ) -> tuple[HandoffRow, bool]:
     """The case a `handoff_to_human` call asked for, once however often the call runs; a
     session with a case open already keeps that one. Returns the case and whether this call
     opened it (the caller starts its workflow either way: starting it is idempotent)."""
-    params = {"id": handoff_id, "session_id": session_id, "turn_id": turn_id, "reason": reason}
-    opened = await db.row(_OPEN_CASE, params, HandoffRow)
+    params = {
+        "id": handoff_id,
+        "session_id": session_id,
+        "turn_id": turn_id,
+        "reason": reason,
+        "priority": priority,
+        "by": OpenedBy.tool.value,
+    }
+    opened = await db.row(OPEN_CASE, params, HandoffRow)
     if opened is not None:
-        await append_event(db, handoff_id=opened.id, data=_status_data(opened))
+        await append_event(db, handoff_id=opened.id, data=status_data(opened))
         return opened, True
     earlier = await db.row(_CASE, {"id": handoff_id}, HandoffRow)
     if earlier is not None:
@@ -116,9 +125,12 @@ async def open_handoff(
     return held, False
 
 
-_OPEN_CASE = f"""
-    INSERT INTO handoffs (id, session_id, turn_id, tenant_id, user_id, reason, status)
-    SELECT %(id)s, s.id, %(turn_id)s, s.tenant_id, s.user_id, %(reason)s, 'waiting'
+# Composed by store/handoff_openers.py, which opens the cases code decides on.
+OPEN_CASE = f"""
+    INSERT INTO handoffs
+        (id, session_id, turn_id, tenant_id, user_id, reason, status, priority, opened_by)
+    SELECT %(id)s, s.id, %(turn_id)s, s.tenant_id, s.user_id, %(reason)s, 'waiting',
+        %(priority)s, %(by)s
     FROM sessions AS s WHERE s.id = %(session_id)s
     ON CONFLICT DO NOTHING
     RETURNING {_COLUMNS}
@@ -128,10 +140,10 @@ _CASE = f"SELECT {_COLUMNS} FROM handoffs WHERE id = %(id)s"
 
 async def open_case(db: Db, *, session_id: str) -> HandoffRow | None:
     """The session's open case, if a person's team holds the session."""
-    return await db.row(_OPEN_CASE_OF_SESSION, {"session_id": session_id}, HandoffRow)
+    return await db.row(OPEN_CASE_OF_SESSION, {"session_id": session_id}, HandoffRow)
 
 
-_OPEN_CASE_OF_SESSION = (
+OPEN_CASE_OF_SESSION = (
     f"SELECT {_COLUMNS} FROM handoffs WHERE session_id = %(session_id)s AND {_OPEN}"
 )
 
@@ -228,7 +240,7 @@ async def _move(
     moved = await db.row(statement, params, HandoffRow)
     if moved is None:  # the row is locked by this transaction: only the check above can fail
         _refuse(case)
-    await append_event(db, handoff_id=moved.id, data=_status_data(moved))
+    await append_event(db, handoff_id=moved.id, data=status_data(moved))
     return moved
 
 
@@ -380,17 +392,17 @@ async def tell_unclaimed(db: Db, *, handoff_id: str) -> bool:
     session_id = await db.value(_SESSION_OF, {"id": handoff_id})
     if session_id is None:
         return False
-    await db.value(_LOCK_SESSION_BY_ID, {"session_id": session_id})
+    await db.value(LOCK_SESSION_BY_ID, {"session_id": session_id})
     case = await db.row(_UNCLAIMED, {"id": handoff_id}, HandoffRow)
     if case is None:  # claimed or ended meanwhile, or told already
         return False
-    await append_event(db, handoff_id=case.id, data=_status_data(case))
+    await append_event(db, handoff_id=case.id, data=status_data(case))
     await add_message(db, case=case, role="assistant", text=UNCLAIMED_TEXT)
     return True
 
 
 _SESSION_OF = "SELECT session_id FROM handoffs WHERE id = %(id)s"
-_LOCK_SESSION_BY_ID = "SELECT id FROM sessions WHERE id = %(session_id)s FOR UPDATE"
+LOCK_SESSION_BY_ID = "SELECT id FROM sessions WHERE id = %(session_id)s FOR UPDATE"
 _UNCLAIMED = f"""
     UPDATE handoffs SET unclaimed_at = now()
     WHERE id = %(id)s AND status = 'waiting' AND unclaimed_at IS NULL
@@ -436,7 +448,7 @@ _FACTS = """
 """
 
 
-def _status_data(case: HandoffRow) -> HandoffStatusData:
+def status_data(case: HandoffRow) -> HandoffStatusData:
     return HandoffStatusData(
         handoff_id=case.id,
         status=case.status,

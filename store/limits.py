@@ -45,11 +45,14 @@ log = logging.getLogger(__name__)
 RESTING = (TurnState.awaiting_confirmation, TurnState.awaiting_input)
 
 
-async def admit_turn(db: Db, *, owner: Identity, limits: Limits, locked: bool = False) -> None:
+async def admit_turn(
+    db: Db, *, owner: Identity, limits: Limits, locked: bool = False
+) -> TenantConfig:
     """Refuse a post of a paused tenant, or one that would go over a limit, counting it
     against the windowed ones. The tenant's configuration, where it sets a limit, overrides
     the deployment's. `locked`: the caller's transaction already holds `locks.user_turns(owner)`
-    (taken by an earlier statement of its own, saving this one a round trip)."""
+    (taken by an earlier statement of its own, saving this one a round trip). Returns the
+    tenant's configuration, as this read found it."""
     now, running, paused, stored = await _running_turns(
         db, owner=owner, limits=limits, locked=locked
     )
@@ -67,6 +70,7 @@ async def admit_turn(db: Db, *, owner: Identity, limits: Limits, locked: bool = 
             retry_after_s=2,
         )
     await take_all(db, _takes(now, owner, limits, config))
+    return config
 
 
 def _takes(now: datetime, owner: Identity, limits: Limits, config: TenantConfig) -> list[Take]:

@@ -6,9 +6,10 @@
 3. **Admission**: first what the request itself gets wrong (a stale view, a file that is not
    the user's), which costs nothing; then the user's access and the limits, which count it.
 4. **Classification**: what the message is, from the session's state, without writing:
-   a message to the person of an open hand-off (store/handoffs.py: no turn, the model is not
-   asked), a new turn, an answer to a waiting specialist, a typed yes/no on a pending card, a
-   steer (store/steering.py) or the session's next turn, queued behind the running one.
+   a message to the person of an open hand-off, or one asking for a person, which opens a
+   case (store/handoffs.py, handoff_openers.py: no turn, no model asked), a new turn, an
+   answer to a waiting specialist, a typed yes/no on a pending card, a steer
+   (store/steering.py) or the session's next turn, queued behind the running one.
 5. **The write** that kind of message makes, each a function of its own.
 
 Nothing here commits (see `store`): the API commits the message and its turn in this one
@@ -34,10 +35,11 @@ from parley.errors import (
     TurnInProgress,
 )
 from parley.features import ASSISTANT
+from parley.handoff_rules import HandoffRules, asks_for_person
 from parley.ids import new_id
 from parley.live import SessionEventType, SessionTurnData
 from parley.statuses import ActionStatus, Decision
-from parley.store import actions, handoffs, interactions, locks, queue, steering
+from parley.store import actions, handoff_openers, handoffs, interactions, locks, queue, steering
 from parley.store import files as files_store
 from parley.store import limits as limits_store
 from parley.store.db import Db
@@ -54,6 +56,7 @@ from parley.store.sessions import SessionRow, lock_session
 from parley.store.turn_states import BORN
 from parley.store.turns import birth
 from parley.store.turns.reads import PostedTurn, TurnFacts, turn_facts
+from parley.tenancy import TenantConfig
 from parley.wire import MessageView
 
 log = logging.getLogger(__name__)
@@ -77,6 +80,8 @@ class PostedMessage:
     # The message joined the running turn as a steer: the API tells its workflow after commit.
     steered: bool = False
     handoff_id: str | None = None  # the open hand-off the message went to
+    # The case this message opened (it asked for a person): the API starts its workflow.
+    opened: handoffs.HandoffRow | None = None
 
 
 @dataclass(frozen=True)
@@ -132,7 +137,16 @@ class ToPerson:
     case: handoffs.HandoffRow
 
 
-Kind = ToPerson | NewTurn | AnswerToSpecialist | DecisionOnCard | NextTurn | SteerTurn
+@dataclass(frozen=True)
+class AsksForPerson:
+    """Asks for a person while no turn runs: a case opens with it, no turn (handoff_rules)."""
+
+    rules: HandoffRules
+
+
+Kind = (
+    ToPerson | AsksForPerson | NewTurn | AnswerToSpecialist | DecisionOnCard | NextTurn | SteerTurn
+)
 
 
 async def post_user_message(
@@ -154,12 +168,14 @@ async def post_user_message(
     if earlier is not None:
         return earlier
     attached = await _validate(db, owner, session, expected_last_seq, file_ids)
-    await _admit(db, owner=owner, limits=limits, locked=True)
+    tenant = await _admit(db, owner=owner, limits=limits, locked=True)
     post = Post(session, owner, client_message_id, text, attached, interaction_value, steer)
-    match await _classify(db, post, held):
+    match await _classify(db, post, held, tenant.handoffs()):
         case ToPerson(case=case):  # for the case's person: no turn, and no model is asked
             message = await handoffs.from_customer(db, case=case, text=text, key=client_message_id)
             return PostedMessage(None, message, True, handoff_id=case.id)
+        case AsksForPerson(rules=rules):  # the customer's words open a case: no model asked
+            return await _open_case(db, post, rules)
         case AnswerToSpecialist() as kind:
             return await _answer_specialist(db, post, kind)
         case DecisionOnCard() as kind:
@@ -188,15 +204,17 @@ async def _validate(
     return await files_store.check_owned(db, owner=owner, session_id=session.id, file_ids=file_ids)
 
 
-async def _classify(db: Db, post: Post, held: bool) -> Kind:
-    """What the message is, from the session's state (`held`: a hand-off is open); reads only.
-    A message that would open a turn while one is queued is refused (`TurnInProgress`): at
-    most one waits per session, and it goes first."""
+async def _classify(db: Db, post: Post, held: bool, rules: HandoffRules) -> Kind:
+    """What the message is, from the session's state (`held`: a hand-off is open) and the
+    tenant's hand-off rules; reads only. A message that would open a turn while one is queued
+    is refused (`TurnInProgress`): at most one waits per session, and it goes first."""
     session = post.session
     case = await handoffs.open_case(db, session_id=session.id) if held else None
     if case is not None:  # read under the session's lock: it cannot end meanwhile
         return ToPerson(case)
     if session.active_turn_id is None:
+        if not post.attached and asks_for_person(post.text, rules.phrases()):
+            return AsksForPerson(rules)
         return NewTurn()
     # Read, not locked: the session lock already orders every change of the active turn,
     # and activities lock turn then session (taking both here would invert that order).
@@ -225,6 +243,17 @@ async def _classify(db: Db, post: Post, held: bool) -> Kind:
             active_turn_id=active.id,
         )
     return NextTurn()
+
+
+async def _open_case(db: Db, post: Post, rules: HandoffRules) -> PostedMessage:
+    """The customer asked for a person: the case opens with their message and the notice a
+    model-opened case gives; the API starts its workflow after commit (`opened`)."""
+    key, text = post.client_message_id, post.text
+    opened = await handoff_openers.open_asked(
+        db, session_id=post.session.id, text=text, client_message_id=key, rules=rules
+    )
+    assert opened is not None and opened.asked is not None  # locked, and no case held it
+    return PostedMessage(None, opened.asked, True, handoff_id=opened.case.id, opened=opened.case)
 
 
 async def _answer_specialist(db: Db, post: Post, kind: AnswerToSpecialist) -> PostedMessage:
@@ -451,11 +480,13 @@ def _may_use_assistant(owner: Identity) -> None:
         raise FeatureNotEnabled("the assistant is not enabled for this user", feature=ASSISTANT)
 
 
-async def _admit(db: Db, *, owner: Identity, limits: Limits | None, locked: bool = False) -> None:
+async def _admit(
+    db: Db, *, owner: Identity, limits: Limits | None, locked: bool = False
+) -> TenantConfig:
     """Before anything that leads to model work, once the request is known to be valid: the
     tenant's switch (paused fails closed), then the limits (`store.limits`), cheapest first.
-    `locked`: the transaction holds the user's admission lock already."""
-    await limits_store.admit_turn(db, owner=owner, limits=limits or Limits(), locked=locked)
+    `locked`: the transaction holds the user's admission lock already. The tenant's config."""
+    return await limits_store.admit_turn(db, owner=owner, limits=limits or Limits(), locked=locked)
 
 
 async def _supersede(db: Db, action: actions.ActionRow) -> None:

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, BackgroundTasks, Response
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from parley.api.delivery import deliver_answers, deliver_decisions, deliver_steer
+from parley.api.delivery import deliver_answers, deliver_decisions, deliver_steer, start_case
 from parley.api.delivery import start_turn as _start
 from parley.api.deps import (
     After,
@@ -120,6 +120,8 @@ async def post_message(
     MESSAGES_POSTED.labels("new" if posted.created else "duplicate").inc()
     response.status_code = 202 if posted.created else 200
     if turn is None:  # a person of the support team holds the session: no turn, no model
+        if posted.opened is not None:  # the customer asked for one: the case's run starts
+            await start_case(temporal, one_statement, settings, posted.opened)
         return TurnStarted(
             turn_id=None,
             state=None,

@@ -16,19 +16,31 @@ OPEN = "status IN ('waiting', 'claimed')"
 
 
 class Handoff(Base):
-    """One escalation to a person: created by the model's `handoff_to_human` call, worked by
+    """One escalation to a person: opened by the model's `handoff_to_human` call, the
+    customer's own words or a tenant's policy (parley/handoff_rules.py), worked by
     a support agent of the session's tenant, run by its workflow (workflows/handoff.py)."""
 
     __tablename__ = "handoffs"
     __table_args__ = (
         # At most one open case per session: while it is open, it owns the conversation.
         Index("uq_handoffs_open_session", "session_id", unique=True, postgresql_where=text(OPEN)),
-        Index("ix_handoffs_inbox", "tenant_id", "created_at", postgresql_where=text(OPEN)),
+        # The inbox's order: the highest priority first, then the oldest.
+        Index(
+            "ix_handoffs_inbox",
+            "tenant_id",
+            text("priority DESC"),
+            "created_at",
+            postgresql_where=text(OPEN),
+        ),
     )
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id"))
-    turn_id: Mapped[str] = mapped_column(ForeignKey("turns.id"))
+    # The turn that opened it; None when the customer asked for a person in a message that
+    # started no turn (store/posting.py).
+    turn_id: Mapped[str | None] = mapped_column(ForeignKey("turns.id"))
+    # What opened it: `tool`, `user_asked` or `policy` (parley/handoff_rules.py `OpenedBy`).
+    opened_by: Mapped[str] = mapped_column(String(16), server_default="tool")
     # The customer whose conversation it is (the session's owner).
     tenant_id: Mapped[str] = mapped_column(String(64))
     user_id: Mapped[str] = mapped_column(String(64))

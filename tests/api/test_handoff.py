@@ -1,9 +1,11 @@
 """A hand-off to a person, through the public API on the shared stack (issue 43, acceptance 1
-and 3): the demo's "I want to talk to a person" opens a case whose summary names the order
-and the earlier refund question; an agent claims it (a second claim is 409), replies under
-their name into the customer's stream; the customer's next message reaches the agent and no
-model; an internal note never reaches the customer; after the hand-back the assistant answers
-again, with the human exchange in its prompt. Another tenant's agent finds nothing (404)."""
+and 3): the demo's "I want to talk to a person" opens a case (from the POST, no model asked:
+parley/handoff_rules.py) whose summary names the order and the earlier refund question; an
+agent claims it (a second claim is 409), replies under their name into the customer's
+stream; the customer's next message reaches the agent and no model; an internal note never
+reaches the customer; after the hand-back the assistant answers again, with the human
+exchange in its prompt. Another tenant's agent finds nothing (404). The other tests open
+their case by the model's `handoff_to_human`."""
 
 from __future__ import annotations
 
@@ -38,12 +40,25 @@ async def agents(api_url: str, sessions: Database) -> AsyncIterator[dict[str, Pa
         await client.aclose()
 
 
-async def _handed_off(priya: ParleyClient) -> tuple[str, str]:
+# Words the demo model hands off for with its `handoff_to_human` tool, and the code's check
+# of a customer asking for a person leaves to it (parley/handoff_rules.py).
+TO_THE_MODEL = "Could a representative help me?"
+# Words the code's check hears: the case opens from the POST, with no turn.
+PLAINLY = "I want to talk to a person"
+
+
+async def _handed_off(priya: ParleyClient, ask: str = TO_THE_MODEL) -> tuple[str, str]:
     """Priya's reference conversation up to the refund, then a person asked for: the session
     and the case."""
     sid = await priya.new_session()
-    for text in ("Where is my order?", "What about the refund?", "I want to talk to a person"):
+    for text in ("Where is my order?", "What about the refund?"):
         _, events = await priya.turn(sid, text)
+        assert events[-1].type == "done", events
+    if ask == PLAINLY:
+        posted = await priya.post(sid, ask)
+        assert posted.status_code == 202 and posted.json()["turn_id"] is None, posted.text
+    else:
+        _, events = await priya.turn(sid, ask)
         assert events[-1].type == "done", events
     found = await priya.http.get(f"/v1/sessions/{sid}/handoff")
     assert found.status_code == 200, found.text
@@ -82,7 +97,7 @@ async def test_a_person_takes_over_and_hands_back(
     sessions: Database,
 ) -> None:
     sam = agents["sam"]
-    sid, handoff_id = await _handed_off(priya)
+    sid, handoff_id = await _handed_off(priya, PLAINLY)
     inbox = await sam.http.get("/v1/handoffs")
     assert inbox.status_code == 200
     assert handoff_id in [case["id"] for case in inbox.json()["handoffs"]]
@@ -90,7 +105,8 @@ async def test_a_person_takes_over_and_hands_back(
     summary = case["handoff"]["summary"]
     assert "8472" in summary and "refund" in summary.lower(), summary
     assert case["handoff"]["summary_by"] == "model"
-    assert [m["text"] for m in case["messages"] if m["role"] == "user"][-1].endswith("a person")
+    assert [m["text"] for m in case["messages"] if m["role"] == "user"][-1] == PLAINLY
+    assert case["handoff"]["opened_by"] == "user_asked"
 
     claimed = await sam.http.post(f"/v1/handoffs/{handoff_id}/claim")
     assert claimed.status_code == 200 and claimed.json()["handoff"]["agent_name"] == "Sam"

@@ -38,7 +38,7 @@ async def test_erasure_takes_the_human_part_and_the_export_never_had_the_notes(
         await db.commit()
     try:
         sid = await customer.new_session()
-        await done_turn(customer, sid, f"I want to talk to a person about {word}")
+        await done_turn(customer, sid, f"Could a representative help me with {word}")
         case = (await customer.http.get(f"/v1/sessions/{sid}/handoff")).json()
         url = f"/v1/handoffs/{case['id']}"
         assert (await agent.http.post(url + "/claim")).status_code == 200

@@ -395,7 +395,7 @@ async def pending_call(
 
 
 async def turn_at_its_tool_step(sessions: Database, priya: ParleyClient) -> str:
-    turn_id = await unstarted_turn(sessions, priya, "I want to talk to a person")
+    turn_id = await unstarted_turn(sessions, priya, "Could a representative help me?")
     async with sessions() as db:
         for state in (TurnState.building_context, TurnState.calling_model):
             await turns.move_turn(db, turn_id=turn_id, to=state)

@@ -32,7 +32,7 @@ async def new_case(sessions: Database, webhook_url: str, *, claim_timeout_s: flo
     async with sessions() as db:
         await tenants.set_config(db, tenant_id=tenant.tenant_id, config=config)
         await db.commit()
-        posted = await post_unstarted(db, owner=owner, text="I want to talk to a person")
+        posted = await post_unstarted(db, owner=owner, text="Could a representative help me?")
     assert posted.turn is not None
     async with sessions() as db:
         case, _ = await handoffs.open_handoff(

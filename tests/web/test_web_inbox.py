@@ -30,8 +30,9 @@ async def _waiting_case(priya: ParleyClient) -> tuple[str, str]:
     """Priya asks about her order, then for a person: her session and the case, once its
     summary is written."""
     sid = await priya.new_session()
-    for text in ("Where is my order?", "I want to talk to a person"):
-        await priya.turn(sid, text)
+    await priya.turn(sid, "Where is my order?")
+    asked = await priya.post(sid, "I want to talk to a person")  # the case opens from the POST
+    assert asked.status_code == 202 and asked.json()["handoff_id"], asked.text
     case_id = (await priya.http.get(f"/v1/sessions/{sid}/handoff")).json()["id"]
     return sid, case_id
 
@@ -61,6 +62,7 @@ async def test_an_agent_claims_replies_notes_and_resolves_in_the_inbox(
     page = tab.page
     await _sign_in(page, await _token(sessions, "agent_sam"))
     case = page.locator(f'.case-button[data-handoff-id="{case_id}"]')
+    await expect(case).to_contain_text("priority 1 · the customer asked · waiting")
     await case.click()
     await expect(page.locator("#summary")).to_contain_text("8472")
     await expect(page.locator("#conversation")).to_contain_text("I want to talk to a person")

@@ -65,6 +65,14 @@ async function loadCases() {
   if (r.ok) drawCases(r.data.handoffs);
 }
 
+// What opened a case, as the list says it (the route lists the highest priority first).
+const OPENED_BY = {
+  tool: 'the assistant handed it over',
+  user_asked: 'the customer asked',
+  policy: 'opened by policy',
+};
+
+// In the route's order: the highest priority first, then the oldest.
 function drawCases(cases) {
   const list = $('cases');
   list.textContent = '';
@@ -75,7 +83,8 @@ function drawCases(cases) {
     button.dataset.handoffId = c.id;
     button.append(el('span', 'case-reason', c.reason));
     const held = c.status === 'claimed' ? 'held by ' + (c.agent_name || 'an agent') : 'waiting';
-    button.append(el('span', 'case-meta', held + ' · ' + age(c.created_at)));
+    const meta = ['priority ' + c.priority, OPENED_BY[c.opened_by], held, age(c.created_at)];
+    button.append(el('span', 'case-meta', meta.filter(Boolean).join(' · ')));
     if (S.selected === c.id) button.setAttribute('aria-current', 'true');
     button.addEventListener('click', () => select(c.id));
     const item = el('li');
