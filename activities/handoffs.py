@@ -12,6 +12,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 import httpx2
@@ -20,6 +21,7 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
 from parley.activities.metrics import HANDOFFS_OPENED
+from parley.business_hours import local_text
 from parley.config import Settings
 from parley.dispatch.handoffs import start_handoff
 from parley.egress import Resolver
@@ -30,6 +32,8 @@ from parley.gateway.registry import ProviderPool
 from parley.gateway.resolver import system_resolver
 from parley.handoff_rules import OpenedBy, policy_reason
 from parley.handoffs import (
+    AWAY_TEXT,
+    AwayNotice,
     CaseFacts,
     HandoffInput,
     HandoffOutcome,
@@ -98,6 +102,7 @@ class HandoffActivities:
         return [
             self.write_case_summary,
             self.tell_unclaimed,
+            self.tell_away,
             self.case_status,
             self.deliver_webhook,
         ]
@@ -117,6 +122,7 @@ class HandoffActivities:
             tenant_id=case.tenant_id,
             timeout_s=tenant.handoff_claim_timeout_s,
             default_s=self._settings.handoff_claim_timeout_s,
+            week=tenant.handoffs().week(),
         )
         await start_handoff(self._client, inp, task_queue=self._settings.task_queue)
 
@@ -199,6 +205,18 @@ class HandoffActivities:
             await db.commit()
         status = await self.case_status(inp)
         return HandoffOutcome(status.status, told)
+
+    @activity.defn
+    async def tell_away(self, notice: AwayNotice) -> bool:
+        """The case opened outside the team's hours: tell the customer when a person is
+        back (once, while it still waits). Whether they were told now."""
+        back = local_text(notice.week, datetime.fromisoformat(notice.back_at))
+        async with self._sessions() as db:
+            told = await store.tell_away(
+                db, handoff_id=notice.handoff_id, text=AWAY_TEXT.format(back=back)
+            )
+            await db.commit()
+        return told
 
     @activity.defn
     async def deliver_webhook(self, inp: WebhookInput) -> str:

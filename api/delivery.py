@@ -179,6 +179,7 @@ async def start_case(
             tenant_id=case.tenant_id,
             timeout_s=config.handoff_claim_timeout_s,
             default_s=settings.handoff_claim_timeout_s,
+            week=config.handoffs().week(),
         )
         client = await asyncio.wait_for(temporal.get(), TIMEOUT_S)
         await asyncio.wait_for(

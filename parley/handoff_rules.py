@@ -28,8 +28,11 @@ from __future__ import annotations
 import re
 from enum import StrEnum
 from typing import Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from parley.business_hours import BusinessWeek, check_span
 
 
 class OpenedBy(StrEnum):
@@ -79,6 +82,39 @@ RETRACTIONS_REASON = (
 ASKED_REASON = "The customer asked for a person: “{text}”"
 
 
+Day = Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
+
+
+class BusinessHours(BaseModel):
+    """When the support team works (parley/business_hours.py): a case's claim clock runs only
+    then, and a customer who writes outside them is told when a person will be back."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    time_zone: str = Field(max_length=64)  # an IANA zone, e.g. "Europe/Berlin"
+    days: dict[Day, str] = Field(min_length=1)  # "HH:MM-HH:MM" per open day; others closed
+
+    @field_validator("time_zone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError) as exc:
+            raise ValueError(f"{value!r} is not a known time zone") from exc
+        return value
+
+    @field_validator("days")
+    @classmethod
+    def _spans(cls, value: dict[str, str]) -> dict[str, str]:
+        for span in value.values():
+            check_span(span)
+        return value
+
+    def week(self) -> BusinessWeek:
+        days: dict[str, str] = dict(self.days.items())
+        return BusinessWeek(self.time_zone, days)
+
+
 class HandoffRules(BaseModel):
     """`handoff_rules` of a tenant's config; every field has the default described above."""
 
@@ -94,6 +130,12 @@ class HandoffRules(BaseModel):
     priorities: dict[Literal["tool", "user_asked", "policy"], int] | None = None
     # Words in a case's reason that raise its priority by one.
     urgent_words: list[str] = Field(default_factory=list, max_length=50)
+    # The team's weekly hours; None: the claim clock always runs.
+    business_hours: BusinessHours | None = None
+
+    def week(self) -> BusinessWeek | None:
+        """The team's hours as a case's workflow carries them; None: the clock always runs."""
+        return self.business_hours.week() if self.business_hours else None
 
     def phrases(self) -> tuple[str, ...]:
         return ASK_PHRASES_EN if self.ask_phrases is None else tuple(self.ask_phrases)

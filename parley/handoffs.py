@@ -22,8 +22,6 @@ not the JSON object asked for, or that loses the order in play, is replaced by o
 code from the record (`code_summary`), which always names the order and the reason.
 """
 
-from __future__ import annotations
-
 import json
 import re
 from dataclasses import dataclass
@@ -32,6 +30,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from parley.business_hours import BusinessWeek
 from parley.wire import MessageView, Timestamp
 
 HANDOFF_WORKFLOW = "HandoffWorkflow"
@@ -73,20 +72,40 @@ def handoff_workflow_id(*, session_id: str, handoff_id: str) -> str:
 
 
 # What crosses into and out of the workflow: ids and a number, never the conversation.
+# (No `from __future__ import annotations` in this module: the sandbox decodes these with
+# their annotations as evaluated here, not by looking names up; dispatch/runner.py.)
 @dataclass(frozen=True)
 class HandoffInput:
     handoff_id: str
     session_id: str
     tenant_id: str
     claim_timeout_s: float
+    # The team's hours (build 2): the claim clock counts open time only; None: all time.
+    business_hours: BusinessWeek | None = None
+
+
+@dataclass(frozen=True)
+class AwayNotice:
+    """`tell_away`: the case opened outside the team's hours; a person is back at `back_at`
+    (ISO 8601, UTC), told in the team's zone."""
+
+    handoff_id: str
+    back_at: str
+    week: BusinessWeek
 
 
 def case_input(
-    *, handoff_id: str, session_id: str, tenant_id: str, timeout_s: float | None, default_s: float
+    *,
+    handoff_id: str,
+    session_id: str,
+    tenant_id: str,
+    timeout_s: float | None,
+    default_s: float,
+    week: BusinessWeek | None = None,
 ) -> HandoffInput:
     """A case's workflow input: the tenant's claim timeout (`timeout_s`), else the
-    deployment's (`default_s`)."""
-    return HandoffInput(handoff_id, session_id, tenant_id, float(timeout_s or default_s))
+    deployment's (`default_s`), counted in the team's hours (`week`) if it has them."""
+    return HandoffInput(handoff_id, session_id, tenant_id, float(timeout_s or default_s), week)
 
 
 @dataclass(frozen=True)
@@ -164,6 +183,10 @@ UNCLAIMED_TEXT = (
     "Nobody from our support team is free right now, sorry for the wait. We can follow up by "
     "email instead: a person will write to your address on file. You can keep writing here "
     "too; your messages stay with your case."
+)
+AWAY_TEXT = (
+    "Our support team is away right now. A person will be back on {back}; your case keeps "
+    "its place, and you can keep writing here."
 )
 RESOLVED_TEXT = "{name} has marked your case as resolved."
 HANDED_BACK_TEXT = "{name} has handed the conversation back to the assistant."

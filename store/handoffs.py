@@ -401,6 +401,25 @@ async def tell_unclaimed(db: Db, *, handoff_id: str) -> bool:
     return True
 
 
+async def tell_away(db: Db, *, handoff_id: str, text: str) -> bool:
+    """The case opened outside the team's hours: the customer is told (`text`: when a person
+    is back), once, and only while it still waits. Whether they were told now."""
+    session_id = await db.value(_SESSION_OF, {"id": handoff_id})
+    if session_id is None:
+        return False
+    await db.value(LOCK_SESSION_BY_ID, {"session_id": session_id})
+    case = await db.row(_AWAY, {"id": handoff_id}, HandoffRow)
+    if case is None:  # claimed or ended meanwhile, or told already
+        return False
+    await add_message(db, case=case, role="assistant", text=text)
+    return True
+
+
+_AWAY = f"""
+    UPDATE handoffs SET away_told_at = now()
+    WHERE id = %(id)s AND status = 'waiting' AND away_told_at IS NULL
+    RETURNING {_COLUMNS}
+"""
 _SESSION_OF = "SELECT session_id FROM handoffs WHERE id = %(id)s"
 LOCK_SESSION_BY_ID = "SELECT id FROM sessions WHERE id = %(session_id)s FOR UPDATE"
 _UNCLAIMED = f"""

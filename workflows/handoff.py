@@ -1,12 +1,15 @@
 """The hand-off workflow: one case (parley/handoffs.py), from its summary to its end.
 
 One run per case (`handoff-<session>-<case>`, so an operator finds a session's cases by its
-id), started by the tool step that opened the case. It writes the case summary and tells
-the tenant's webhook (parley/webhooks.py: `new`, `unclaimed`, `resolved`), then waits for a
-person: a claim with the tenant's timeout (a durable timer, its wait shown in the Temporal
-UI); when nobody comes in time, the customer is told once, the webhook hears `unclaimed`, and
-the case stays open for a later claim. It ends when the holder resolves the case or hands it
-back. A webhook delivery that keeps failing stays in its log and never fails the case.
+id), started by whatever opened the case (the model's tool step, the POST, a turn's ending).
+It writes the case summary and tells the tenant's webhook (parley/webhooks.py: `new`,
+`unclaimed`, `resolved`), then waits for a person: a claim with the tenant's timeout (a
+durable timer, its wait shown in the Temporal UI), counted in the team's business hours
+when the tenant has them (build 2: a case opened while the team is away first tells the
+customer when a person is back, and its clock starts then); when nobody comes in time, the
+customer is told once, the webhook hears `unclaimed`, and the case stays open for a later
+claim. It ends when the holder resolves the case or hands it back. A webhook delivery that
+keeps failing stays in its log and never fails the case.
 
 The store holds the truth: the API commits each change (a claim, an end) and then tells this
 run by signal. A lost signal costs a delay, not the case: at each timeout the run asks the
@@ -26,10 +29,12 @@ from temporalio.workflow import ActivityHandle
 
 with workflow.unsafe.imports_passed_through():
     from parley.activities.handoffs import HandoffActivities
+    from parley.business_hours import claim_deadline, next_opening
     from parley.handoffs import (
         ENDED_STATUSES,
         HANDOFF_CHANGED_SIGNAL,
         HANDOFF_WORKFLOW,
+        AwayNotice,
         HandoffChange,
         HandoffInput,
         HandoffOutcome,
@@ -70,12 +75,11 @@ class HandoffWorkflow:
         workflow.set_current_details("writing the case summary")
         await SUMMARY.run(HandoffActivities.write_case_summary, inp, summary="case summary")
         new = self._notify(inp, "new")  # the team hears of it while the case waits
-        wait_s = inp.claim_timeout_s
-        workflow.set_current_details(f"waiting for an agent to claim it ({wait_s:g} s)")
+        wait = await self._claim_clock(inp)
         try:
             await workflow.wait_condition(
                 self._claimed_or_ended,
-                timeout=timedelta(seconds=wait_s),
+                timeout=wait,
                 timeout_summary="nobody claimed the case in time",
             )
         except TimeoutError:
@@ -93,6 +97,26 @@ class HandoffWorkflow:
             await self._delivered(self._notify(inp, "resolved"))
         await self._delivered(new)
         return HandoffOutcome(self._status)
+
+    async def _claim_clock(self, inp: HandoffInput) -> timedelta:
+        """How long the case waits for a claim: the tenant's timeout, counted in the team's
+        hours when it has them (build 2; parley/business_hours.py, from `workflow.now()`).
+        Opened while the team is away, the customer is told when a person is back."""
+        week, wait_s = inp.business_hours, inp.claim_timeout_s
+        if week is None:  # all time counts (as build 1 waited)
+            workflow.set_current_details(f"waiting for an agent to claim it ({wait_s:g} s)")
+            return timedelta(seconds=wait_s)
+        now = workflow.now()
+        back = next_opening(week, now)
+        if back is not None:
+            notice = AwayNotice(inp.handoff_id, back.isoformat(), week)
+            await STORE.run(HandoffActivities.tell_away, notice, summary="the team is away")
+        deadline = claim_deadline(week, now, wait_s)
+        workflow.set_current_details(
+            f"waiting for an agent to claim it ({wait_s:g} s of business hours, "
+            f"until {deadline:%Y-%m-%d %H:%M} UTC)"
+        )
+        return deadline - now
 
     def _notify(self, inp: HandoffInput, event: str) -> ActivityHandle[str]:
         return WEBHOOK.start(

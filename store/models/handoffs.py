@@ -56,6 +56,8 @@ class Handoff(Base):
     agent_id: Mapped[str | None] = mapped_column(String(64))
     agent_name: Mapped[str | None] = mapped_column(String(200))
     claimed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # When the customer was told the team is away and when a person is back (once).
+    away_told_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # When the customer was told nobody had claimed it in time (once).
     unclaimed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

@@ -7,6 +7,8 @@ port the worker's egress rules name.
   follows when the agent resolves the case. The delivery log says so.
 - Nobody claims within the tenant's timeout (one second here): the customer is told and
   offered an email follow-up, and the webhook gets `unclaimed` once.
+- A case opened while the team is away (its business hours, build 2 of the workflow): the
+  customer is told when a person is back, once, and the claim clock waits for the hours.
 - A receiver on a private address is refused by the egress rules: at save time (422) and at
   delivery time (the log says `refused`, nothing is sent).
 """
@@ -18,6 +20,9 @@ import contextlib
 import json
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from datetime import time as clock
 from typing import Any
 
 import httpx
@@ -26,11 +31,12 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
 from parley.activities.handoffs import HandoffActivities
+from parley.business_hours import DAYS, BusinessWeek, local_text
 from parley.config import Settings
 from parley.dispatch.handoffs import start_handoff, tell_handoff
 from parley.gateway.demo import DemoModel
 from parley.gateway.registry import ProviderPool
-from parley.handoffs import UNCLAIMED_TEXT, HandoffChange, handoff_workflow_id
+from parley.handoffs import AWAY_TEXT, UNCLAIMED_TEXT, HandoffChange, handoff_workflow_id
 from parley.store import handoffs
 from parley.store.db import Database
 from parley.webhooks import verify
@@ -140,6 +146,38 @@ async def test_nobody_in_time_tells_the_customer_and_the_webhook_once(
         stored = await handoffs.get_case(db, handoff_id=case.inp.handoff_id)
     assert [m.text for m in said].count(UNCLAIMED_TEXT) == 1
     assert "email" in UNCLAIMED_TEXT and stored is not None and stored.unclaimed_at is not None
+
+
+async def test_opened_while_the_team_is_away_the_customer_hears_when_a_person_is_back(
+    temporal_client: Client,
+    settings: Settings,
+    sessions: Database,
+    receiver: tuple[Receiver, int],
+) -> None:
+    heard, port = receiver
+    heard.fails = 0
+    case = await new_case(sessions, f"http://127.0.0.1:{port}/hooks", claim_timeout_s=1)
+    # The team works one day, the day after tomorrow: away now, whatever the time of the run.
+    day = (datetime.now(UTC) + timedelta(days=2)).date()
+    week = BusinessWeek("UTC", {DAYS[day.weekday()]: "09:00-17:00"})
+    case.inp = replace(case.inp, business_hours=week)
+    told = AWAY_TEXT.format(back=local_text(week, datetime.combine(day, clock(9), tzinfo=UTC)))
+
+    async def said() -> list[str]:
+        async with sessions() as db:
+            messages = await handoffs.conversation(db, session_id=case.inp.session_id)
+        return [m.text for m in messages if m.text == told]
+
+    async with _running(temporal_client, settings, sessions, case, port) as handle:
+        await _until(said)
+        await _until(lambda: _kept(heard, "new"))  # the team's tools hear of it at once
+        await _tell(temporal_client, case, "claimed")
+        await _tell(temporal_client, case, "handed_back")
+        async with asyncio.timeout(DEADLINE_S):
+            await handle.result()
+    # Its one second of claim time is one second of open hours, days away: never unclaimed.
+    assert heard.events() == ["new"]
+    assert len(await said()) == 1 and "keeps its place" in told
 
 
 async def test_a_receiver_on_a_private_address_is_refused(

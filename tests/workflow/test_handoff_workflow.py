@@ -3,8 +3,13 @@ the claim's wait with the tenant's timeout (a durable timer, skipped here), the 
 once when nobody came, a late claim still taken, and an end whose signal was lost found by
 asking the store.
 
-`PARLEY_RECORD_HISTORY=handoff_v1` writes each shape's history to
-tests/histories/handoff_v1_<shape>.json for the replay tier.
+Build 2 counts the claim's wait in the team's business hours (parley/business_hours.py): a
+case opened while the team is away tells the customer when a person is back, and its timer
+runs out that many seconds of open time later. Without hours it runs the commands build 1
+ran, so build 1's recordings replay on it (tests/replay).
+
+`PARLEY_RECORD_HISTORY=handoff_v2` writes each shape's history to
+tests/histories/handoff_v2_<shape>.json for the replay tier.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import asyncio
 import os
 import uuid
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, time, timedelta
 from typing import Any
 
 from temporalio import activity
@@ -21,9 +27,11 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
 
+from parley.business_hours import DAYS, BusinessWeek
 from parley.handoffs import (
     HANDOFF_CHANGED_SIGNAL,
     HANDOFF_WORKFLOW,
+    AwayNotice,
     HandoffChange,
     HandoffInput,
     HandoffOutcome,
@@ -44,6 +52,7 @@ class Steps:
     ran: list[str] = field(default_factory=list)
     webhooks: list[str] = field(default_factory=list)  # the events delivered, in order
     failing: set[str] = field(default_factory=set)  # events whose delivery fails for good
+    away: list[str] = field(default_factory=list)  # when the customer was told a person is back
     reached: dict[str, asyncio.Event] = field(default_factory=dict)
 
     def _ran(self, name: str) -> None:
@@ -65,6 +74,12 @@ class Steps:
             self._ran("tell_unclaimed")
             return HandoffOutcome(self.status, told=self.status == "waiting")
 
+        @activity.defn(name="tell_away")
+        async def away(notice: AwayNotice) -> bool:
+            self.away.append(notice.back_at)
+            self._ran("tell_away")
+            return True
+
         @activity.defn(name="deliver_webhook")
         async def webhook(inp: WebhookInput) -> str:
             self.webhooks.append(inp.event)
@@ -77,7 +92,7 @@ class Steps:
             self._ran("case_status")
             return HandoffOutcome(self.status)
 
-        return [summary, unclaimed, status, webhook]
+        return [summary, unclaimed, away, status, webhook]
 
 
 Case = WorkflowHandle[HandoffWorkflow, HandoffOutcome]
@@ -88,16 +103,21 @@ async def _signal(case: Case, status: str) -> None:
 
 
 async def run(
-    env: WorkflowEnvironment, steps: Steps, name: str, drive: Any
+    env: WorkflowEnvironment,
+    steps: Steps,
+    name: str,
+    drive: Any,
+    week: BusinessWeek | None = None,
 ) -> tuple[HandoffOutcome, Any]:
-    """Start a case, let `drive(case)` act on it, and return its outcome and history."""
+    """Start a case (in the team's hours `week`, if given), let `drive(case)` act on it, and
+    return its outcome and history."""
     queue = f"handoff-{uuid.uuid4().hex[:8]}"
     async with Worker(
         env.client, task_queue=queue, workflows=[HandoffWorkflow], activities=steps.activities()
     ):
         case: Case = await env.client.start_workflow(
             HANDOFF_WORKFLOW,
-            HandoffInput("hof_test", "ses_test", "northwind", CLAIM_TIMEOUT_S),
+            HandoffInput("hof_test", "ses_test", "northwind", CLAIM_TIMEOUT_S, week),
             id=f"handoff-ses_test-{name}-{uuid.uuid4().hex[:6]}",
             task_queue=queue,
             result_type=HandoffOutcome,
@@ -169,6 +189,60 @@ async def test_a_claim_and_an_end_whose_signals_were_lost_are_found_in_the_store
     assert sorted(steps.webhooks) == ["new", "resolved"]
 
 
-def test_the_input_carries_ids_and_a_timeout_only() -> None:
+async def test_opened_while_the_team_is_away_the_clock_waits_for_its_hours(
+    env: WorkflowEnvironment,
+) -> None:
+    # The team works one day only, the day after tomorrow (UTC), from 09:00: the case opens
+    # while it is away, whatever the time of the run.
+    opened = await env.get_current_time()
+    day = (opened + timedelta(days=2)).date()
+    week = BusinessWeek("UTC", {DAYS[day.weekday()]: "09:00-17:00"})
+    back = datetime.combine(day, time(9), tzinfo=UTC)
+    steps = Steps()
+
+    async def drive(case: Case) -> None:
+        await steps.until("tell_away")
+        await env.sleep(back - opened + timedelta(seconds=CLAIM_TIMEOUT_S + 1))
+        await steps.until("tell_unclaimed")
+        await _signal(case, "claimed")
+        await _signal(case, "resolved")
+
+    outcome, history = await run(env, steps, "away_unclaimed", drive, week)
+    assert outcome.status == "resolved"
+    assert steps.ran == ["summary", "tell_away", "tell_unclaimed"]
+    assert steps.away == [back.isoformat()]  # the customer hears when a person is back
+    # The claim's timer: the closed time plus the timeout in open time, not the bare timeout
+    # (the timers after it are the held case's rechecks).
+    timer = [
+        e.timer_started_event_attributes.start_to_fire_timeout.ToTimedelta()
+        for e in history.events
+        if e.HasField("timer_started_event_attributes")
+    ][0]
+    expected = back + timedelta(seconds=CLAIM_TIMEOUT_S) - opened
+    assert abs(timer - expected) < timedelta(seconds=5), (timer, expected)
+
+
+async def test_opened_in_the_teams_hours_no_one_is_told_it_is_away(
+    env: WorkflowEnvironment,
+) -> None:
+    always = BusinessWeek("UTC", dict.fromkeys(DAYS, "00:00-24:00"))
+    steps = Steps()
+
+    async def drive(case: Case) -> None:
+        await steps.until("summary")
+        await _signal(case, "claimed")
+        await _signal(case, "handed_back")
+
+    outcome, _ = await run(env, steps, "in_hours", drive, always)
+    assert outcome.status == "handed_back" and steps.ran == ["summary"] and steps.away == []
+
+
+def test_the_input_carries_ids_a_timeout_and_the_teams_hours_only() -> None:
     inp = HandoffInput("hof_x", "ses_x", "northwind", 5.0)
-    assert set(vars(inp)) == {"handoff_id", "session_id", "tenant_id", "claim_timeout_s"}
+    assert set(vars(inp)) == {
+        "handoff_id",
+        "session_id",
+        "tenant_id",
+        "claim_timeout_s",
+        "business_hours",
+    }

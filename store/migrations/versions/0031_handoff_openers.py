@@ -1,6 +1,7 @@
 """handoffs: what opened a case (`opened_by`: the model's tool call, the customer's own
 words or a tenant's policy), a case with no turn (the customer asked in a message that
-started none), and the inbox's order (priority, then age) as an index
+started none), when the customer was told the team is away (`away_told_at`), and the
+inbox's order (priority, then age) as an index
 
 Revision ID: 0031
 Revises: 0029
@@ -27,6 +28,7 @@ def upgrade() -> None:
         sa.Column("opened_by", sa.String(16), nullable=False, server_default="tool"),
     )
     op.alter_column("handoffs", "turn_id", nullable=True)
+    op.add_column("handoffs", sa.Column("away_told_at", sa.DateTime(timezone=True), nullable=True))
     op.drop_index("ix_handoffs_inbox", table_name="handoffs")
     op.create_index(
         "ix_handoffs_inbox",
@@ -43,4 +45,5 @@ def downgrade() -> None:
     )
     # Refused while a case without a turn is stored: nothing stored is dropped to go back.
     op.alter_column("handoffs", "turn_id", nullable=False)
+    op.drop_column("handoffs", "away_told_at")
     op.drop_column("handoffs", "opened_by")
