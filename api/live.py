@@ -201,7 +201,8 @@ def _payload(row: store_live.SessionEventRow) -> BaseModel:
         {
             "id": row.message_id,
             "seq": row.seq or 0,
-            "role": "user",
+            "role": row.role or "user",
+            "author_name": row.author_name,
             "turn_id": row.message_turn_id,
             "status": row.status or "complete",
             "text": row.text or "",

@@ -33,6 +33,7 @@ from typing import Annotated, Any, Literal, Self, Union
 
 from pydantic import BaseModel, Field, RootModel, create_model
 
+from parley.handoffs import HandoffStatusData
 from parley.wire import EVENT_DATA, JsonText, MessageView, RetryFrame
 
 
@@ -47,6 +48,10 @@ class SessionEventType(StrEnum):
     # The session shows another version of the conversation (a switch, an edit, a
     # regenerate: docs/api.md, Versions); a client reads its messages again.
     branch_switched = "branch_switched"
+    # A hand-off to a person moved (opened, claimed, unclaimed, ended: parley/handoffs.py);
+    # while one is open, the conversation's messages (the customer's, the person's replies,
+    # the support team's notices) are `message` frames with no turn.
+    handoff = "handoff"
     # The session was deleted; the stream ends after it.
     session_deleted = "session_deleted"
 
@@ -58,7 +63,8 @@ READY = "ready"
 
 class SessionMessageData(BaseModel):
     """`message`: the user's message as the session holds it when the frame is sent (a
-    forgotten message has empty text)."""
+    forgotten message has empty text); while a person holds the session, any message of the
+    conversation (the person's reply: `assistant`, with `author_name`)."""
 
     message: MessageView
 
@@ -101,6 +107,7 @@ SESSION_EVENT_DATA: dict[str, type[BaseModel]] = {
     SessionEventType.message: SessionMessageData,
     SessionEventType.turn: SessionTurnData,
     SessionEventType.branch_switched: BranchSwitchedData,
+    SessionEventType.handoff: HandoffStatusData,
     SessionEventType.session_deleted: SessionDeletedData,
 }
 

@@ -16,15 +16,14 @@ from parley.handoff_rules import HandoffRules, OpenedBy, asked_reason
 from parley.handoffs import OPENED_TEXT
 from parley.ids import new_id
 from parley.store.db import Db
-from parley.store.handoff_events import append_event
 from parley.store.handoffs import (
     LOCK_SESSION_BY_ID,
     OPEN_CASE,
     HandoffRow,
     add_message,
+    announce_status,
     from_customer,
     get_case,
-    status_data,
 )
 from parley.wire import MessageView
 
@@ -74,7 +73,7 @@ async def open_by_code(
     if opened is None:  # one is open, or this very one was opened by an earlier attempt
         earlier = await get_case(db, handoff_id=handoff_id)
         return Opened(earlier, None, new=False) if earlier is not None and earlier.open else None
-    await append_event(db, handoff_id=opened.id, data=status_data(opened))
+    await announce_status(db, case=opened)
     message = None
     if asked is not None:
         message = await from_customer(db, case=opened, text=asked[0], key=asked[1])

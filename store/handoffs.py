@@ -4,7 +4,8 @@ A case is a `handoffs` row: its status moves only through `_move` (the table of 
 moves is `parley.handoffs.MOVES`), one open case per session at most (a partial unique
 index), so while it is open it is the session's owner. Every change of status and every
 message of the conversation goes into the case's event log (store/handoff_events.py), which
-the customer's page and the agent's follow. Internal notes live apart, in `handoff_notes`,
+the customer's page and the agent's follow, and is announced on the session's own log
+(store/live.py: `handoff`, `message`), so every tab of the customer's session stream hears it. Internal notes live apart, in `handoff_notes`,
 and no statement here puts them in the log or among the messages.
 
 Locks: every writer takes the session's row first, then the case's (store/posting.py holds
@@ -31,11 +32,13 @@ from parley.handoffs import (
     HandoffStatusData,
 )
 from parley.ids import new_id
+from parley.live import SessionEventType
 from parley.resolver import ACTIVE_ORDER
 from parley.store.actions import ForeignRow
 from parley.store.db import Db
 from parley.store.handoff_events import append_event
 from parley.store.identity import Identity
+from parley.store.live import announce
 from parley.store.messages import (
     MESSAGE_AT_SEQ,
     MESSAGE_COLUMNS,
@@ -113,7 +116,7 @@ async def open_handoff(
     }
     opened = await db.row(OPEN_CASE, params, HandoffRow)
     if opened is not None:
-        await append_event(db, handoff_id=opened.id, data=status_data(opened))
+        await announce_status(db, case=opened)
         return opened, True
     earlier = await db.row(_CASE, {"id": handoff_id}, HandoffRow)
     if earlier is not None:
@@ -240,7 +243,7 @@ async def _move(
     moved = await db.row(statement, params, HandoffRow)
     if moved is None:  # the row is locked by this transaction: only the check above can fail
         _refuse(case)
-    await append_event(db, handoff_id=moved.id, data=status_data(moved))
+    await announce_status(db, case=moved)
     return moved
 
 
@@ -291,7 +294,18 @@ async def add_message(
     assert stored is not None
     view = MessageView.from_row(stored)
     await append_event(db, handoff_id=case.id, data=HandoffMessageData(message=view))
+    await announce(
+        db, session_id=case.session_id, type=SessionEventType.message, message_id=view.id
+    )
     return view
+
+
+async def announce_status(db: Db, *, case: HandoffRow) -> None:
+    """The case's status, on its own log and on the session's (every tab of the customer's
+    hears a person join or leave)."""
+    data = status_data(case)
+    await append_event(db, handoff_id=case.id, data=data)
+    await announce(db, session_id=case.session_id, type=SessionEventType.handoff, data=data)
 
 
 _ADD_MESSAGE = f"""
@@ -396,7 +410,7 @@ async def tell_unclaimed(db: Db, *, handoff_id: str) -> bool:
     case = await db.row(_UNCLAIMED, {"id": handoff_id}, HandoffRow)
     if case is None:  # claimed or ended meanwhile, or told already
         return False
-    await append_event(db, handoff_id=case.id, data=status_data(case))
+    await announce_status(db, case=case)
     await add_message(db, case=case, role="assistant", text=UNCLAIMED_TEXT)
     return True
 

@@ -134,6 +134,8 @@ class SessionEventRow:
     status: str | None
     text: str | None
     message_created_at: datetime | None
+    role: str | None  # the message's: `user`, or a hand-off's `assistant` (store/handoffs.py)
+    author_name: str | None
 
 
 async def read_after(
@@ -151,7 +153,8 @@ _READ_AFTER = """
         coalesce(m.turn_id, q.turn_id, e.turn_id) AS message_turn_id,
         coalesce(m.status, CASE WHEN q.turn_id IS NOT NULL THEN 'complete' END) AS status,
         coalesce(m.text, q.text) AS text,
-        coalesce(m.created_at, q.created_at) AS message_created_at
+        coalesce(m.created_at, q.created_at) AS message_created_at,
+        m.role, m.author_name
     FROM session_events AS e
     LEFT JOIN messages AS m ON m.id = e.message_id
     LEFT JOIN queued_messages AS q ON q.session_id = e.session_id AND q.message_id = e.message_id

@@ -18,6 +18,7 @@ import httpx
 import pytest_asyncio
 
 from parley.gateway.demo import DemoModel
+from parley.handoffs import OPENED_TEXT
 from parley.store.db import Database
 from parley.store.identity import create_token
 from tests.support.client import ParleyClient
@@ -144,6 +145,38 @@ async def test_a_person_takes_over_and_hands_back(
     assert events[-1].type == "done"
     prompt = await _prompt(sessions, turn_id)
     assert "Sam here" in prompt and "My parcel is late" in prompt
+
+
+async def test_every_tab_hears_the_case_on_the_session_stream(
+    priya: ParleyClient, agents: dict[str, ParleyClient]
+) -> None:
+    """The session stream (every tab and device of the customer's) carries the case: its
+    moves (`handoff`) and the conversation's messages while a person holds it, none of them
+    a turn's."""
+    sam = agents["sam"]
+    sid, handoff_id = await _handed_off(priya, PLAINLY)
+    url = f"/v1/handoffs/{handoff_id}"
+    assert (await sam.http.post(url + "/claim")).status_code == 200
+    said = await sam.http.post(url + "/messages", json={"text": "Hello from Sam, on it."})
+    assert said.status_code == 201
+    frames: list[Event] = []
+    async with asyncio.timeout(DEADLINE_S):
+        async with priya.http.stream(
+            "GET", f"/v1/sessions/{sid}/stream", headers={"Last-Event-ID": "0"}
+        ) as response:
+            assert response.status_code == 200
+            async for event in iter_events(response):
+                frames.append(event)
+                if "Hello from Sam" in json.dumps(event.data):
+                    break
+    moves = [(f.data["handoff_id"], f.data["status"]) for f in frames if f.type == "handoff"]
+    assert moves == [(handoff_id, "waiting"), (handoff_id, "claimed")]
+    held = [f.data["message"] for f in frames if f.type == "message"][-3:]
+    assert [(m["role"], m["text"], m["turn_id"]) for m in held[:2]] == [
+        ("user", PLAINLY, None),
+        ("assistant", OPENED_TEXT, None),
+    ]
+    assert (held[2]["role"], held[2]["author_name"]) == ("assistant", "Sam")
 
 
 async def _prompt(sessions: Database, turn_id: str) -> str:

@@ -402,6 +402,7 @@ function onLive(type, d) {
   if (type === 'message') return liveMessage(d.message);
   if (type === 'turn') return liveTurn(d.turn_id);
   if (type === 'branch_switched') return openSession(S.sid); // another version, as versions.js
+  if (type === 'handoff') return followCase(S.sid, seen); // a person's team holds it (handoff.js)
   if (type === 'session_deleted') {
     if (S.deleting === S.sid) return;
     S.sessions = S.sessions.filter((s) => s.id !== S.sid);
@@ -434,7 +435,7 @@ async function liveMessage(m) {
   }
   T.showMessage(m);
   S.lastSeq = Math.max(S.lastSeq, m.seq);
-  if (m.turn_id !== S.turnId) adopt(m.turn_id, m.seq);
+  if (m.turn_id && m.turn_id !== S.turnId) adopt(m.turn_id, m.seq); // none: a hand-off's
 }
 
 // A turn started without a new message (a retry): this tab's own is followed from its POST.
