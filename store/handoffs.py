@@ -5,8 +5,9 @@ moves is `parley.handoffs.MOVES`), one open case per session at most (a partial 
 index), so while it is open it is the session's owner. Every change of status and every
 message of the conversation goes into the case's event log (store/handoff_events.py), which
 the customer's page and the agent's follow, and is announced on the session's own log
-(store/live.py: `handoff`, `message`), so every tab of the customer's session stream hears it. Internal notes live apart, in `handoff_notes`,
-and no statement here puts them in the log or among the messages.
+(store/live.py: `handoff`, `message`), so every tab of the customer's session stream hears
+it. Internal notes live apart, in `handoff_notes`, and no statement here puts them in the
+log or among the messages.
 
 Locks: every writer takes the session's row first, then the case's (store/posting.py holds
 the session's when a customer's message joins the case), so a customer's message and an
