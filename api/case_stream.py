@@ -4,6 +4,8 @@ last id, then followed live until the case ends.
 It rides the turn streams' machinery: the API's one listener (`EventHub`) rings a doorbell
 keyed by the case's id (case and turn ids never collide), and the log is the truth. A case
 moves at a person's pace, so every ring reads the log; there is no batch to take from it.
+Each stream holds one of its caller's stream leases while it lasts (api/routes/handoffs.py,
+`StreamRegistry.reserve_case`), like a turn's or a session's stream.
 """
 
 from __future__ import annotations

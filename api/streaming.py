@@ -366,6 +366,18 @@ class StreamRegistry:
             )
         except LookupError:
             raise NotFound(TURN_NOT_FOUND if turn_id else SESSION_NOT_FOUND) from None
+        return await self._held(db, lease)
+
+    async def reserve_case(self, db: Db, owner: Identity) -> str:
+        """A lease on one of the user's open streams for a hand-off's stream, whose case the
+        caller has found theirs to read (api/routes/handoffs.py); 429 at the limit."""
+        lease = await limits.take_case_stream_lease(
+            db, owner=owner, limit=self._max_per_user, lease_s=self._lease_s
+        )
+        return await self._held(db, lease)
+
+    async def _held(self, db: Db, lease: str | None) -> str:
+        """The lease committed and renewed from now on, or 429 when there was none to take."""
         await db.commit()
         if lease is None:
             raise RateLimited(

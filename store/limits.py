@@ -276,6 +276,24 @@ async def take_stream_lease(
     return lease_id if taken is not None else None
 
 
+async def take_case_stream_lease(
+    conn: Db, *, owner: Identity, limit: int, lease_s: float
+) -> str | None:
+    """A lease for one more open stream of a hand-off's (api/case_stream.py), whose caller
+    has checked the case is the user's to read (the customer's session's, or their tenant's
+    for an agent); None at the limit. It follows no session: a case stream is not a watch on
+    the session's running turn (store/viewers.py)."""
+    who = {"tenant_id": owner.tenant_id, "user_id": owner.user_id}
+    await conn.value(_LOCK_USER_STREAMS, {"lock_key": locks.user_streams(owner)})
+    lease_id = new_id("lse")
+    asked = {"id": lease_id, "limit": limit, "lease_s": lease_s, "following": None}
+    taken = await conn.value(_TAKE_LEASE, who | asked)
+    return lease_id if taken is not None else None
+
+
+_LOCK_USER_STREAMS = f"SELECT 1, {locks.TAKE}"
+
+
 # The lock is taken for the row found (a select list is computed only for rows that pass
 # the WHERE), so a turn of someone else's takes no lock. Its one column is the void the lock
 # function returns, so the row is selected with a constant beside it.

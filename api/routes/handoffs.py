@@ -20,15 +20,16 @@ from parley.api.deps import (
     DbSession,
     Hub,
     LastEventId,
+    Streams,
     Temporal,
     resume_after,
 )
 from parley.api.errors import answers
 from parley.api.metrics import HANDOFF_CLAIM_SECONDS, HANDOFF_OPEN_SECONDS
 from parley.api.schemas import NO_NUL
-from parley.api.streaming import TurnEventResponse
+from parley.api.streaming import StreamRegistry, TurnEventResponse
 from parley.dispatch.handoffs import tell_handoff
-from parley.errors import Forbidden, HandoffClaimed, HandoffClosed, NotFound
+from parley.errors import Forbidden, HandoffClaimed, HandoffClosed, NotFound, RateLimited
 from parley.handoffs import HandoffChange, HandoffStatus, HandoffView
 from parley.store import handoffs as store
 from parley.store.sessions import get_session
@@ -197,13 +198,14 @@ _STREAM_RESPONSES: dict[int | str, dict[str, Any]] = {
 @router.get(
     INBOX + "/{handoff_id}/events",
     response_class=EventSourceResponse,
-    responses={**_STREAM_RESPONSES, **answers(Forbidden, NotFound)},
+    responses={**_STREAM_RESPONSES, **answers(Forbidden, NotFound, RateLimited)},
 )
 async def agent_case_events(
     handoff_id: str,
     db: DbSession,
     user: CurrentUser,
     hub: Hub,
+    registry: Streams,
     one_statement: AutocommitSessions,
     settings: AppSettings,
     last_event_id: LastEventId = None,
@@ -211,14 +213,27 @@ async def agent_case_events(
 ) -> EventSourceResponse:
     """Server-sent events of the hand-off, for its agents: replay, then live until it ends."""
     case = await store.case_for_agent(db, agent=user, handoff_id=handoff_id)
+    lease = await registry.reserve_case(db, user)  # 429 at the user's stream limit
     await db.close()
     start = resume_after(last_event_id, after)
-    return _stream(hub, one_statement, settings, case.id, start)
+    return _stream(hub, one_statement, settings, case.id, start, (registry, lease))
 
 
 def _stream(
-    hub: Hub, sessions: AutocommitSessions, settings: AppSettings, handoff_id: str, after: int
+    hub: Hub,
+    sessions: AutocommitSessions,
+    settings: AppSettings,
+    handoff_id: str,
+    after: int,
+    held: tuple[StreamRegistry, str],
 ) -> EventSourceResponse:
+    """The case's stream, counted among the user's open streams while it lasts (`held`: the
+    registry and its lease)."""
+    registry, lease = held
+
+    def release() -> None:  # when the response is done, whether or not the stream began
+        registry.release(lease, None, hung_up=False)
+
     async def frames() -> AsyncIterator[ServerSentEvent]:
         yield ServerSentEvent(retry=settings.stream_retry_ms)
         async for frame in case_event_stream(
@@ -228,6 +243,7 @@ def _stream(
 
     return TurnEventResponse(
         frames(),
+        on_close=release,
         ping=settings.stream_keepalive_s,
         send_timeout=settings.stream_send_timeout_s,
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
@@ -267,7 +283,7 @@ async def session_handoff(session_id: str, db: DbSession, user: CurrentUser) -> 
 @router.get(
     SESSION + "/handoffs/{handoff_id}/events",
     response_class=EventSourceResponse,
-    responses={**_STREAM_RESPONSES, **answers(NotFound)},
+    responses={**_STREAM_RESPONSES, **answers(NotFound, RateLimited)},
 )
 async def customer_case_events(
     session_id: str,
@@ -275,6 +291,7 @@ async def customer_case_events(
     db: DbSession,
     user: CurrentUser,
     hub: Hub,
+    registry: Streams,
     one_statement: AutocommitSessions,
     settings: AppSettings,
     last_event_id: LastEventId = None,
@@ -286,6 +303,7 @@ async def customer_case_events(
     case = await store.get_case(db, handoff_id=handoff_id)
     if case is None or case.session_id != session_id:
         raise NotFound("no such hand-off")
+    lease = await registry.reserve_case(db, user)  # 429 at the user's stream limit
     await db.close()
     start = resume_after(last_event_id, after)
-    return _stream(hub, one_statement, settings, case.id, start)
+    return _stream(hub, one_statement, settings, case.id, start, (registry, lease))

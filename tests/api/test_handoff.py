@@ -11,18 +11,23 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest_asyncio
 
+from parley.config import Settings
 from parley.gateway.demo import DemoModel
 from parley.handoffs import OPENED_TEXT
 from parley.store.db import Database
 from parley.store.identity import create_token
+from parley.store.models import User
 from tests.support.client import ParleyClient
+from tests.support.orm import orm
 from tests.support.sse import Event, iter_events
+from tests.support.toolkit import eventually
 
 DEADLINE_S = 20.0  # a bound on what the worker does in the background, never a wait
 
@@ -177,6 +182,52 @@ async def test_every_tab_hears_the_case_on_the_session_stream(
         ("assistant", OPENED_TEXT, None),
     ]
     assert (held[2]["role"], held[2]["author_name"]) == ("assistant", "Sam")
+
+
+async def test_case_streams_count_against_the_users_open_streams(
+    api_url: str, sessions: Database, settings: Settings
+) -> None:
+    """A case's stream is one of the caller's open streams, as a turn's or the session's
+    is: past `PARLEY_MAX_STREAMS_PER_USER` the next is 429, and a closed one frees its slot."""
+    user_id = f"cust_streams_{uuid.uuid4().hex[:8]}"  # a customer of their own: no other streams
+    async with orm(sessions) as db:
+        db.add(User(tenant_id="northwind", id=user_id, display_name="Streams"))
+        await db.commit()
+    async with sessions() as db:
+        customer = ParleyClient(
+            api_url, await create_token(db, tenant_id="northwind", user_id=user_id)
+        )
+        await db.commit()
+    held: list[Any] = []
+    try:
+        sid = await customer.new_session()
+        posted = await customer.post(sid, PLAINLY)
+        url = f"/v1/sessions/{sid}/handoffs/{posted.json()['handoff_id']}/events"
+        for _ in range(settings.max_streams_per_user):
+            context = customer.http.stream("GET", url)
+            held.append(context)
+            assert (await context.__aenter__()).status_code == 200
+        for over in (url, f"/v1/sessions/{sid}/stream"):  # a case's, or any other stream
+            refused = await customer.http.get(over)
+            assert refused.status_code == 429, refused.text
+            assert refused.json()["error"]["code"] == "rate_limited"
+        await held.pop().__aexit__(None, None, None)
+
+        async def admitted_again() -> bool:
+            context = customer.http.stream("GET", url)
+            response = await context.__aenter__()
+            if response.status_code == 200:
+                held.append(context)
+                return True
+            await response.aread()
+            await context.__aexit__(None, None, None)
+            return False
+
+        await eventually(admitted_again, timeout=10, what="a closed case stream frees its slot")
+    finally:
+        for context in held:
+            await context.__aexit__(None, None, None)
+        await customer.aclose()
 
 
 async def _prompt(sessions: Database, turn_id: str) -> str:
