@@ -15,9 +15,19 @@ from temporalio.client import Client, Interceptor
 from parley.api.streaming import EventHub, StreamRegistry
 from parley.config import Settings
 from parley.errors import Forbidden, NotFound, Unauthenticated
+from parley.jwks import KeySets
 from parley.logs import bind_log_context
+from parley.oidc import (
+    TokenClaimsInvalid,
+    TokenUnknownIssuer,
+    looks_like_jwt,
+    unverified_issuer,
+    user_from_claims,
+    verify,
+)
+from parley.store import tenants
 from parley.store.db import Database, Db
-from parley.store.identity import Identity, identity_for_token
+from parley.store.identity import Identity, external_identity, identity_for_token
 
 log = logging.getLogger(__name__)
 
@@ -81,15 +91,48 @@ _bearer = HTTPBearer(auto_error=False)
 
 
 async def current_identity(
+    request: Request,
     db: Annotated[Db, Depends(get_db)],
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Identity:
     if credentials is None or not credentials.credentials:
         raise Unauthenticated("a bearer token is required")
-    identity = await identity_for_token(db, token=credentials.credentials)
-    if identity is None:
-        raise Unauthenticated("the bearer token is not valid")
+    token = credentials.credentials
+    if looks_like_jwt(token):
+        state = request.app.state
+        identity = await jwt_identity(db, state.autocommit_sessions, state.key_sets, token)
+    else:
+        found = await identity_for_token(db, token=token)
+        if found is None:
+            raise Unauthenticated("the bearer token is not valid")
+        identity = found
     bind_log_context(tenant_id=identity.tenant_id)  # every line of this request names it
+    # Which tenant answers: its CORS allow-list applies to the response (api/cors.py).
+    request.state.tenant_id = identity.tenant_id
+    return identity
+
+
+async def jwt_identity(db: Db, autocommit: Database, keys: KeySets, token: str) -> Identity:
+    """The caller behind a tenant's identity provider token (parley/oidc.py): the tenant its
+    `iss` names, the claims verified against that tenant's config, the user made on first
+    sight. Each refusal is a `TokenRefused` naming why."""
+    issuer = unverified_issuer(token)
+    found = await tenants.tenants_of_issuer(db, issuer=issuer)
+    if len(found) != 1 or found[0][1].oidc is None:  # none, or two (refused when saved)
+        raise TokenUnknownIssuer(f"no tenant signs in with issuer {issuer!r}")
+    tenant_id, config = found[0][0], found[0][1].oidc
+    user = user_from_claims(await verify(token, config, keys), config)
+    async with autocommit() as made:
+        identity = await external_identity(
+            made,
+            tenant_id=tenant_id,
+            issuer=issuer,
+            user_id=user.user_id,
+            display_name=user.display_name,
+            roles=user.roles,
+        )
+    if identity is None:
+        raise TokenClaimsInvalid(f"user {user.user_id!r} was not made by this issuer")
     return identity
 
 

@@ -38,6 +38,7 @@ from parley.config import Settings, get_settings
 from parley.dispatch.control import cancel_turn_workflow
 from parley.dispatch.telemetry import telemetry_for
 from parley.errors import TurnFinished
+from parley.jwks import KeySets
 from parley.store.db import (
     Database,
     create_socket_checked_engine,
@@ -77,6 +78,7 @@ def create_app(
         await app.state.hub.start()
         try:
             async with AsyncExitStack() as stack:
+                app.state.key_sets = await stack.enter_async_context(KeySets())  # parley/jwks.py
                 if settings.api_worker:
                     # Eager starts need the worker on the very client that starts the turns.
                     from parley.worker import embedded_worker

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from parley.handoff_rules import HandoffRules
 from parley.mcp import McpServerConfig, find_tool, is_mcp_name
+from parley.oidc import OidcConfig
 from parley.retention import RetentionPeriods
 from parley.skills import RUN_SKILL
 from parley.specialists import DELEGATION_TOOLS
@@ -86,6 +87,9 @@ class TenantConfig(BaseModel):
     # How long this tenant keeps messages, prompts and traces, summaries and memory items
     # (parley/retention.py); unset periods are the deployment's `PARLEY_RETENTION_*_DAYS`.
     retention: RetentionPeriods | None = None
+    # Sign-in through the tenant's own identity provider (parley/oidc.py); None: only
+    # Parley's own tokens.
+    oidc: OidcConfig | None = None
 
     @model_validator(mode="after")
     def _no_nul(self) -> TenantConfig:

@@ -97,6 +97,57 @@ _IDENTITY = """
 """
 
 
+@dataclass(frozen=True)
+class _Known:
+    issuer: str | None
+    display_name: str
+    roles: list[str] | None
+    features: list[str] | None
+
+
+async def external_identity(
+    db: Db, *, tenant_id: str, issuer: str, user_id: str, display_name: str, roles: tuple[str, ...]
+) -> Identity | None:
+    """The caller a verified identity provider token names (parley/oidc.py), its user row
+    made on first sight from the claims; None when the id is a user another origin made
+    (seeded, the CLI, another issuer), whom this issuer's tokens never reach.
+
+    On an autocommit connection: the row is made once whether or not the request that first
+    saw the user goes on to commit, and two first requests at once make one row (the insert
+    does nothing on a conflict and the row is read again). The roles are the token's on
+    every request; the row follows the claims' name and roles only when they changed, so
+    a request does not write or lock it.
+    """
+    params = {"tenant_id": tenant_id, "user_id": user_id}
+    known = await db.row(_KNOWN, params, _Known)
+    if known is None:
+        made = params | {"issuer": issuer, "display_name": display_name, "roles": list(roles)}
+        await db.run(_MAKE_EXTERNAL, made)
+        known = await db.row(_KNOWN, params, _Known)
+    if known is None or known.issuer != issuer:
+        return None
+    if known.display_name != display_name or tuple(known.roles or ()) != roles:
+        changed = params | {"display_name": display_name, "roles": list(roles)}
+        await db.run(_FOLLOW_CLAIMS, changed)
+    return Identity(tenant_id, user_id, roles, tuple(known.features or ()))
+
+
+_KNOWN = """
+    SELECT issuer, display_name, roles, features FROM users
+    WHERE tenant_id = %(tenant_id)s AND id = %(user_id)s
+"""
+_MAKE_EXTERNAL = """
+    INSERT INTO users (tenant_id, id, display_name, roles, issuer)
+    VALUES (%(tenant_id)s, %(user_id)s, %(display_name)s, CAST(%(roles)s AS varchar[]),
+        %(issuer)s)
+    ON CONFLICT DO NOTHING
+"""
+_FOLLOW_CLAIMS = """
+    UPDATE users SET display_name = %(display_name)s, roles = CAST(%(roles)s AS varchar[])
+    WHERE tenant_id = %(tenant_id)s AND id = %(user_id)s
+"""
+
+
 async def set_feature(db: Db, *, tenant_id: str, user_id: str, feature: str, enabled: bool) -> bool:
     """Grant or revoke one feature of a user (the caller commits); False for an unknown user.
     Every request reads the features with its token, so the next request sees the change."""

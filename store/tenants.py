@@ -48,6 +48,13 @@ async def is_paused(db: Db, *, tenant_id: str) -> bool:
     return bool(await db.value(_PAUSED, {"tenant_id": tenant_id}))
 
 
+async def tenants_of_issuer(db: Db, *, issuer: str) -> list[tuple[str, TenantConfig]]:
+    """The tenants whose config names `issuer` for sign-in (one, when the configs are
+    right: `PUT .../config` refuses an issuer another tenant has)."""
+    rows = await db.rows(_OF_ISSUER, {"issuer": issuer}, TenantRow)
+    return [(row.id, TenantConfig.model_validate(row.config)) for row in rows]
+
+
 def _tenant(*, id: str, paused: bool, config: dict[str, Any] | None) -> TenantRow:
     # An unset configuration is NULL on old rows; the contract says `{}`.
     return TenantRow(id, paused, dict(config or {}))
@@ -61,6 +68,9 @@ def _found(tenant: TenantRow | None) -> TenantRow:
 
 _TENANT = "SELECT id, paused, config FROM tenants WHERE id = %(tenant_id)s"
 _CONFIG = "SELECT config FROM tenants WHERE id = %(tenant_id)s"
+_OF_ISSUER = """
+    SELECT id, paused, config FROM tenants WHERE config -> 'oidc' ->> 'issuer' = %(issuer)s
+"""
 _PAUSED = "SELECT paused FROM tenants WHERE id = %(tenant_id)s"
 _SET_PAUSED = """
     UPDATE tenants SET paused = %(paused)s WHERE id = %(tenant_id)s

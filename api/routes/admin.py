@@ -66,11 +66,20 @@ async def put_config(
     ]
     if config.handoff_webhook is not None:
         urls.append(("handoff_webhook.url", config.handoff_webhook.url))
+    if config.oidc is not None:
+        urls.append((f"oidc.{config.oidc.keys_at[0]}_url", config.oidc.keys_at[1]))
+        await _issuer_is_free(db, tenant_id=tenant_id, issuer=config.oidc.issuer)
     for field, url in urls:
         await check_url(url, settings.mcp_allowlist, field=field, resolve=system_resolver)
     tenant = await tenants.set_config(db, tenant_id=tenant_id, config=config)
     await db.commit()
     return TenantOut.from_row(tenant)
+
+
+async def _issuer_is_free(db: DbSession, *, tenant_id: str, issuer: str) -> None:
+    """A token's `iss` names the one tenant it signs in to: an issuer is one tenant's."""
+    if any(other != tenant_id for other, _ in await tenants.tenants_of_issuer(db, issuer=issuer)):
+        raise InvalidRequest("another tenant signs in with this issuer", field="oidc.issuer")
 
 
 @router.get("/usage")

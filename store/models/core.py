@@ -60,6 +60,9 @@ class User(Base):
     roles: Mapped[list[str]] = mapped_column(ARRAY(String(32)), server_default="{}")
     # What the user may use (parley/features.py); everyone has the assistant until revoked.
     features: Mapped[list[str]] = mapped_column(ARRAY(String(32)), server_default="{assistant}")
+    # The identity provider that made the user on first sight (parley/oidc.py); NULL for a
+    # user Parley made (seeded, the CLI). A provider's token reaches only its own users.
+    issuer: Mapped[str | None] = mapped_column(String(300))
     created_at: Mapped[datetime] = now_column()
 
 

@@ -20,11 +20,14 @@ from sqlalchemy import text, update
 from sqlalchemy.dialects.postgresql import insert
 
 from parley.consented import Remembered
-from parley.store import handoffs, user_memory
+from parley.oidc import OidcConfig
+from parley.store import handoffs, tenants, user_memory
 from parley.store.db import Database
 from parley.store.identity import create_token, revoke_token
 from parley.store.models import ApiToken, User
+from parley.tenancy import TenantConfig
 from tests.support.client import ParleyClient
+from tests.support.issuer import LocalIssuer, local_issuer
 from tests.support.orm import orm
 from tests.support.toolkit import eventually, propose
 
@@ -211,6 +214,49 @@ async def southwind_admin(sessions: Database) -> str:
 
 
 @pytest.fixture
+async def idp_users(sessions: Database) -> AsyncIterator[dict[str, dict[str, str]]]:
+    """Callers signed in through each demo tenant's own identity provider (a local issuer
+    per tenant, named in its config for this test): a northwind customer, a southwind
+    customer and admin, and one whose token has expired."""
+    async with local_issuer() as north, local_issuer() as south:
+        saved = {tid: await with_issuer(sessions, tid, idp) for tid, idp in _pair(north, south)}
+        try:
+            yield {
+                "same tenant (its IdP)": dict.fromkeys(
+                    ("session", "admin"), north.token("idp_mallory")
+                ),
+                "other tenant (its IdP)": {
+                    "session": south.token("idp_eve"),
+                    "admin": south.token("idp_eve", roles=["admin"]),
+                },
+                "expired IdP token": dict.fromkeys(
+                    ("session", "admin"), north.token("cust_idp", exp=1_700_000_000)
+                ),
+            }
+        finally:
+            for tenant_id, config in saved.items():
+                async with sessions() as db:
+                    await tenants.set_config(db, tenant_id=tenant_id, config=config)
+                    await db.commit()
+
+
+def _pair(north: LocalIssuer, south: LocalIssuer) -> list[tuple[str, LocalIssuer]]:
+    return [("northwind", north), ("southwind", south)]
+
+
+async def with_issuer(sessions: Database, tenant_id: str, idp: LocalIssuer) -> TenantConfig:
+    """Name the issuer in the tenant's config (over what it holds); the config before."""
+    async with sessions() as db:
+        before = await tenants.tenant_config(db, tenant_id=tenant_id)
+        oidc = OidcConfig.model_validate(idp.config())
+        await tenants.set_config(
+            db, tenant_id=tenant_id, config=before.model_copy(update={"oidc": oidc})
+        )
+        await db.commit()
+    return before
+
+
+@pytest.fixture
 async def priya_remembers(priya: ParleyClient, sessions: Database) -> AsyncIterator[str]:
     """Priya consents to durable memory and has one item (its key); both gone afterwards."""
     assert (await priya.http.put("/v1/memory/consent", json={"consent": True})).is_success
@@ -253,6 +299,7 @@ async def test_every_route_refuses_everyone_but_the_owner_and_changes_nothing(
     priya_remembers: str,
     tokens: dict[str, str],
     southwind_admin: str,
+    idp_users: dict[str, dict[str, str]],
     sessions: Database,
 ) -> None:
     sid = await priya.new_session()
@@ -290,6 +337,8 @@ async def test_every_route_refuses_everyone_but_the_owner_and_changes_nothing(
         intruders[name] = {"session": token, "admin": token}
     for name, token in (await dead_tokens(sessions, "ops_admin")).items():
         intruders[name]["admin"] = token
+    # The same callers again, signed in through their tenant's identity provider.
+    intruders |= idp_users
 
     async with httpx.AsyncClient(base_url=api_url, timeout=30) as http:
         spec = (await http.get("/openapi.json")).json()
@@ -324,7 +373,7 @@ async def test_every_route_refuses_everyone_but_the_owner_and_changes_nothing(
                     continue
                 missing = await call(http, token, method, path, MISSING)
                 allowed = {401} if who.endswith("token") else {404}
-                if path.startswith("/v1/admin/") and who == "same tenant":
+                if path.startswith("/v1/admin/") and who.startswith("same tenant"):
                     allowed = {403}  # a customer is no admin, whichever tenant is named
                 assert theirs.status_code in allowed, (where, theirs.status_code, theirs.text)
                 assert theirs.status_code == missing.status_code, where
