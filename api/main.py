@@ -13,6 +13,7 @@ from temporalio.client import Interceptor
 
 from parley.api import errors
 from parley.api.body_limit import BodyLimit
+from parley.api.cors import AllowedOrigins, TenantCors
 from parley.api.deps import TemporalConnector
 from parley.api.logcontext import RequestLogContext
 from parley.api.metrics import count_database_work
@@ -99,13 +100,21 @@ def create_app(
         lifespan=lifespan,
     )
     errors.install(app)
-    app.add_middleware(RequestLogContext)
-    # Outermost of ours: a body is refused before routing, authentication or parsing.
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, larger=_larger(settings))
+    _add_middleware(app, settings)
     _add_routes(app)
     app.openapi = lambda: _openapi(app, settings)  # type: ignore[method-assign]
     _trace(app, settings)
     return app
+
+
+def _add_middleware(app: FastAPI, settings: Settings) -> None:
+    app.add_middleware(RequestLogContext)
+    # A body is refused before routing, authentication or parsing.
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, larger=_larger(settings))
+    # Outermost of ours: a preflight is answered before anything else, and every answer,
+    # a refused body's too, carries the tenant's CORS headers.
+    app.state.cors_origins = AllowedOrigins()
+    app.add_middleware(TenantCors, origins=app.state.cors_origins)
 
 
 def _larger(settings: Settings) -> dict[str, int]:

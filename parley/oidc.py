@@ -35,7 +35,7 @@ from typing import Annotated, Any, Protocol
 
 import jwt
 from jwt import PyJWK
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from parley.errors import Unauthenticated
 
@@ -60,8 +60,9 @@ class OidcConfig(BaseModel):
 
     # The `iss` its tokens carry, exactly; one tenant per issuer.
     issuer: str = Field(pattern=r"^https?://", max_length=300)
-    # Where the key set is: a JWKS URL, or a discovery document naming it (its `issuer`
-    # must be this issuer). Neither: the issuer's `/.well-known/openid-configuration`.
+    # Where the key set is: the JWKS URL when given; else a discovery document naming it
+    # (its `issuer` must be this issuer), by default the issuer's
+    # `/.well-known/openid-configuration`.
     # Checked against the deployment's egress rules when saved (api/routes/admin.py).
     discovery_url: str | None = Field(default=None, pattern=r"^https?://", max_length=500)
     jwks_url: str | None = Field(default=None, pattern=r"^https?://", max_length=500)
@@ -69,7 +70,7 @@ class OidcConfig(BaseModel):
     audience: str = Field(min_length=1, max_length=300)
     algorithms: list[Algorithm] = Field(default=["RS256"], min_length=1, max_length=10)
     # Seconds a token's `exp`, `nbf` and `iat` may be off from this server's clock.
-    clock_skew_s: int = Field(default=60, ge=0, le=300)
+    clock_skew_s: float = Field(default=60.0, ge=0, le=300)
     user_id_claim: ClaimPath = "sub"
     display_name_claim: ClaimPath = "name"
     # A list of strings, or one space-separated string; None: the users hold no role.
@@ -84,12 +85,6 @@ class OidcConfig(BaseModel):
             if name not in ASYMMETRIC:
                 raise ValueError(f"{name} is not one of {', '.join(ASYMMETRIC)}")
         return algorithms
-
-    @model_validator(mode="after")
-    def _one_key_source(self) -> OidcConfig:
-        if self.discovery_url is not None and self.jwks_url is not None:
-            raise ValueError("give discovery_url or jwks_url, not both")
-        return self
 
     @property
     def keys_at(self) -> tuple[str, str]:

@@ -25,6 +25,8 @@ from parley.wire import IntOrNone
 # runs. The OpenAPI document lists them; `PUT .../config` refuses any other name.
 LOCAL_TOOLS = sorted(name for name, spec in TOOLS.items() if spec.risk != Risk.write)
 LocalTool = Annotated[str, Field(json_schema_extra={"enum": LOCAL_TOOLS})]
+# An origin as a browser sends it: scheme, lower-case host, a port only when not the default.
+WebOrigin = Annotated[str, Field(pattern=r"^https?://[a-z0-9.\-]+(:[0-9]{1,5})?$", max_length=300)]
 
 
 class TenantConfig(BaseModel):
@@ -90,6 +92,9 @@ class TenantConfig(BaseModel):
     # Sign-in through the tenant's own identity provider (parley/oidc.py); None: only
     # Parley's own tokens.
     oidc: OidcConfig | None = None
+    # Web origins (`https://app.example.com`) whose pages may call the API with this
+    # tenant's tokens (api/cors.py); None or empty: no cross-origin page may.
+    cors_origins: list[WebOrigin] | None = Field(default=None, max_length=20)
 
     @model_validator(mode="after")
     def _no_nul(self) -> TenantConfig:

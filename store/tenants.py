@@ -55,6 +55,17 @@ async def tenants_of_issuer(db: Db, *, issuer: str) -> list[tuple[str, TenantCon
     return [(row.id, TenantConfig.model_validate(row.config)) for row in rows]
 
 
+@dataclass(frozen=True)
+class _Origins:
+    id: str
+    origins: list[str]
+
+
+async def cors_origins(db: Db) -> dict[str, frozenset[str]]:
+    """Each tenant's listed web origins (`TenantConfig.cors_origins`; api/cors.py)."""
+    return {row.id: frozenset(row.origins) for row in await db.rows(_CORS, {}, _Origins)}
+
+
 def _tenant(*, id: str, paused: bool, config: dict[str, Any] | None) -> TenantRow:
     # An unset configuration is NULL on old rows; the contract says `{}`.
     return TenantRow(id, paused, dict(config or {}))
@@ -70,6 +81,10 @@ _TENANT = "SELECT id, paused, config FROM tenants WHERE id = %(tenant_id)s"
 _CONFIG = "SELECT config FROM tenants WHERE id = %(tenant_id)s"
 _OF_ISSUER = """
     SELECT id, paused, config FROM tenants WHERE config -> 'oidc' ->> 'issuer' = %(issuer)s
+"""
+_CORS = """
+    SELECT id, ARRAY(SELECT jsonb_array_elements_text(config -> 'cors_origins')) AS origins
+    FROM tenants WHERE jsonb_typeof(config -> 'cors_origins') = 'array'
 """
 _PAUSED = "SELECT paused FROM tenants WHERE id = %(tenant_id)s"
 _SET_PAUSED = """

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel
 
 from parley.api.deps import Admin, AppSettings, DbSession
@@ -53,7 +53,12 @@ async def get_config(tenant_id: str, db: DbSession, _: Admin) -> TenantOut:
 
 @router.put("/config", responses=answers(UrlNotAllowed))
 async def put_config(
-    tenant_id: str, config: TenantConfig, db: DbSession, _: Admin, settings: AppSettings
+    tenant_id: str,
+    config: TenantConfig,
+    db: DbSession,
+    _: Admin,
+    settings: AppSettings,
+    request: Request,
 ) -> TenantOut:
     """Replace the tenant's configuration (persona, model, tool allow-list, daily cap…); an
     MCP server or hand-off webhook the deployment may not reach is refused (`url_not_allowed`,
@@ -73,6 +78,7 @@ async def put_config(
         await check_url(url, settings.mcp_allowlist, field=field, resolve=system_resolver)
     tenant = await tenants.set_config(db, tenant_id=tenant_id, config=config)
     await db.commit()
+    request.app.state.cors_origins.forget()  # its origins apply from the next request
     return TenantOut.from_row(tenant)
 
 
