@@ -57,6 +57,14 @@ test: install embeddings browser sandbox
 test-fast: install embeddings sandbox
 	$(BIN)/pytest -n 2 --dist loadfile tests/unit tests/workflow tests/replay
 
+# The typed client: clients/typescript/parley.d.ts from the app's OpenAPI document, by the
+# openapi-typescript its lock pins (commit the result; tests/api/test_typed_client.py fails when it differs).
+.PHONY: client
+client: install
+	cd clients/typescript && npm ci --no-audit --no-fund --ignore-scripts
+	mkdir -p build && $(BIN)/python -m parley.launch.client build/openapi.json
+	cd clients/typescript && npm run --silent types -- ../../build/openapi.json -o parley.d.ts
+
 lint: install typed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
