@@ -1,6 +1,8 @@
 """Ownership matrix: every route the OpenAPI document lists, called on Priya's own
 resources by everyone who must not reach them, answers exactly as if they did not exist
-(or 401 for a dead token), and nothing in the database changes.
+(or 401 for a dead token), and nothing in the database changes. The intruders come with
+Parley's own tokens and again with tokens of their tenant's identity provider (a local
+issuer per demo tenant, parley/oidc.py).
 
 Routes are read from `/openapi.json`, so a route added later joins the matrix by itself;
 a route that documents no 401 must be on the short list of public ones.
