@@ -1154,6 +1154,19 @@ export interface components {
              */
             id: string;
         };
+        /**
+         * BusinessHours
+         * @description When the support team works (parley/business_hours.py): a case's claim clock runs only
+         *     then, and a customer who writes outside them is told when a person will be back.
+         */
+        BusinessHours: {
+            /** Days */
+            days: {
+                [key: string]: string;
+            };
+            /** Time Zone */
+            time_zone: string;
+        };
         /** CancelOut */
         CancelOut: {
             turn: components["schemas"]["TurnOut"];
@@ -1676,6 +1689,46 @@ export interface components {
             handoff: components["schemas"]["HandoffView"];
         };
         /**
+         * HandoffRules
+         * @description `handoff_rules` of a tenant's config; every field has the default described above.
+         */
+        HandoffRules: {
+            /** Ask Phrases */
+            ask_phrases?: string[] | null;
+            business_hours?: components["schemas"]["BusinessHours"] | null;
+            /** Priorities */
+            priorities?: {
+                [key: string]: number;
+            } | null;
+            /**
+             * Retractions
+             * @default 2
+             */
+            retractions?: number;
+            /**
+             * Tool Outages
+             * @default 3
+             */
+            tool_outages?: number;
+            /** Urgent Words */
+            urgent_words?: string[];
+        };
+        /** HandoffSessionFrame */
+        HandoffSessionFrame: {
+            /** Data */
+            data: string;
+            /**
+             * Event
+             * @constant
+             */
+            event: "handoff";
+            /**
+             * Id
+             * @description the session stream's cursor
+             */
+            id: string;
+        };
+        /**
          * HandoffView
          * @description A case as the inbox lists it.
          */
@@ -1693,6 +1746,8 @@ export interface components {
             ended_at: string | null;
             /** Id */
             id: string;
+            /** Opened By */
+            opened_by: string;
             /** Priority */
             priority: number;
             /** Reason */
@@ -2189,7 +2244,7 @@ export interface components {
          * @description One frame of the session stream (`text/event-stream`): a session event, or a turn's
          *     event with its turn's id.
          */
-        SessionStreamEvent: components["schemas"]["RetryFrame"] | components["schemas"]["ReadySessionFrame"] | components["schemas"]["MessageSessionFrame"] | components["schemas"]["TurnSessionFrame"] | components["schemas"]["BranchSwitchedSessionFrame"] | components["schemas"]["SessionDeletedSessionFrame"] | components["schemas"]["TurnStateSessionFrame"] | components["schemas"]["TurnDeltaSessionFrame"] | components["schemas"]["TurnResetSessionFrame"] | components["schemas"]["TurnToolSessionFrame"] | components["schemas"]["TurnConfirmationRequiredSessionFrame"] | components["schemas"]["TurnConfirmationResolvedSessionFrame"] | components["schemas"]["TurnConfirmationExpiringSessionFrame"] | components["schemas"]["TurnClarificationSessionFrame"] | components["schemas"]["TurnWarningSessionFrame"] | components["schemas"]["TurnRetractedSessionFrame"] | components["schemas"]["TurnFollowupsSessionFrame"] | components["schemas"]["TurnCitationsSessionFrame"] | components["schemas"]["TurnSubagentSessionFrame"] | components["schemas"]["TurnInteractionSessionFrame"] | components["schemas"]["TurnDoneSessionFrame"] | components["schemas"]["TurnErrorSessionFrame"] | components["schemas"]["TurnCancelledSessionFrame"] | components["schemas"]["TurnArtifactSessionFrame"] | components["schemas"]["TurnSteeredSessionFrame"];
+        SessionStreamEvent: components["schemas"]["RetryFrame"] | components["schemas"]["ReadySessionFrame"] | components["schemas"]["MessageSessionFrame"] | components["schemas"]["TurnSessionFrame"] | components["schemas"]["BranchSwitchedSessionFrame"] | components["schemas"]["HandoffSessionFrame"] | components["schemas"]["SessionDeletedSessionFrame"] | components["schemas"]["TurnStateSessionFrame"] | components["schemas"]["TurnDeltaSessionFrame"] | components["schemas"]["TurnResetSessionFrame"] | components["schemas"]["TurnToolSessionFrame"] | components["schemas"]["TurnConfirmationRequiredSessionFrame"] | components["schemas"]["TurnConfirmationResolvedSessionFrame"] | components["schemas"]["TurnConfirmationExpiringSessionFrame"] | components["schemas"]["TurnClarificationSessionFrame"] | components["schemas"]["TurnWarningSessionFrame"] | components["schemas"]["TurnRetractedSessionFrame"] | components["schemas"]["TurnFollowupsSessionFrame"] | components["schemas"]["TurnCitationsSessionFrame"] | components["schemas"]["TurnSubagentSessionFrame"] | components["schemas"]["TurnInteractionSessionFrame"] | components["schemas"]["TurnDoneSessionFrame"] | components["schemas"]["TurnErrorSessionFrame"] | components["schemas"]["TurnCancelledSessionFrame"] | components["schemas"]["TurnArtifactSessionFrame"] | components["schemas"]["TurnSteeredSessionFrame"];
         /**
          * SlotView
          * @description One conversation slot with where its value came from.
@@ -2265,6 +2320,7 @@ export interface components {
             daily_cap?: number | null;
             /** Handoff Claim Timeout S */
             handoff_claim_timeout_s?: number | null;
+            handoff_rules?: components["schemas"]["HandoffRules"] | null;
             handoff_webhook?: components["schemas"]["HandoffWebhookConfig"] | null;
             /** Max Active Turns Per User */
             max_active_turns_per_user?: number | null;
@@ -3961,6 +4017,16 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
+            /** @description A limit is reached; `Retry-After` says when to try again (code `rate_limited`) */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
             /** @description A dependency (the database) is down for now; `Retry-After` says when to try again (code `service_unavailable`) */
             503: {
                 headers: {
@@ -5560,6 +5626,16 @@ export interface operations {
             /** @description A field breaks the contract (code `invalid_request`) */
             422: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description A limit is reached; `Retry-After` says when to try again (code `rate_limited`) */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {

@@ -2,7 +2,7 @@
 made, seeded or by the CLI), so a provider's token never names a user it did not make
 
 Revision ID: 0033
-Revises: 0029
+Revises: 0031
 Create Date: 2026-12-06 15:00:00
 """
 
@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0033"
-down_revision = "0029"
+down_revision = "0031"
 branch_labels = None
 depends_on = None
 
