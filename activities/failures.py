@@ -83,8 +83,12 @@ async def wait_for_database(probe: Probe, wait: timedelta = STORE_OUTAGE_WAIT) -
     return False
 
 
+# How long an attempt waits, read when an attempt finds the database away.
+Wait = Callable[[], timedelta]
+
+
 class FailureInterceptor(Interceptor):
-    def __init__(self, probe: Probe | None = None, wait: timedelta = STORE_OUTAGE_WAIT) -> None:
+    def __init__(self, probe: Probe | None = None, wait: Wait = lambda: STORE_OUTAGE_WAIT) -> None:
         # Without a probe an unreachable database fails the attempt at once.
         self._probe = probe
         self._wait = wait
@@ -92,17 +96,18 @@ class FailureInterceptor(Interceptor):
     @classmethod
     def polling(cls, sessions: Database, settings: Settings) -> FailureInterceptor:
         """A worker's: an attempt that finds the database away polls it for up to
-        `store_outage_wait_s`."""
-        return cls(database_probe(sessions), timedelta(seconds=settings.store_outage_wait_s))
+        `store_outage_wait_s`, as the worker's settings say at that moment (a test of a long
+        outage shortens it for its own turn)."""
+        return cls(
+            database_probe(sessions), lambda: timedelta(seconds=settings.store_outage_wait_s)
+        )
 
     def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
         return _FailureMapper(next, self._probe, self._wait)
 
 
 class _FailureMapper(ActivityInboundInterceptor):
-    def __init__(
-        self, next: ActivityInboundInterceptor, probe: Probe | None, wait: timedelta
-    ) -> None:
+    def __init__(self, next: ActivityInboundInterceptor, probe: Probe | None, wait: Wait) -> None:
         super().__init__(next)
         self._probe = probe
         self._wait = wait
@@ -121,7 +126,7 @@ class _FailureMapper(ActivityInboundInterceptor):
             if self._probe is not None:
                 # The attempt fails either way (what it was doing is lost with the
                 # connection); waiting here keeps a short outage from spending the retries.
-                back = await wait_for_database(self._probe, self._wait)
+                back = await wait_for_database(self._probe, self._wait())
             raise ApplicationError(
                 f"the database is unreachable ({type(exc).__name__})",
                 type=TurnErrorCode.store_unavailable,

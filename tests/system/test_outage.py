@@ -10,8 +10,8 @@ again on the same data folder and socket, under a worker and an API of the modul
   `/readyz` is 200 (the same API process: nothing was restarted) and the answer completes
   as stored.
 - A long outage (the database stays away until the model call has spent all its retries, about
-  40 s with this module's shorter wait per attempt): the turn fails with a contract error code,
-  and once the database is back the session takes the next message.
+  15 s with the 1 s wait per attempt that test sets): the turn fails with a contract error
+  code, and once the database is back the session takes the next message.
 
 The session-wide PostgreSQL is shared by every test, so it is never the one stopped here; the
 Temporal dev server and the Northwind backend are the session's.
@@ -55,8 +55,12 @@ from tests.support.toolkit import Stack, eventually, own_stack
 # the short outage in one attempt, half the default's cost for the long one.
 STORE_OUTAGE_WAIT_S = 6.0
 SHORT_OUTAGE_S = 3.0
+# The long outage's attempts each wait this long: the outage outlasts every attempt whatever
+# each one waits, and five attempts of 1 s (plus the 2 s between them) take about 15 s, not
+# the 40 s of five of 6 s.
+LONG_OUTAGE_WAIT_S = 1.0
 # The long outage lasts until the workflow's history shows the model call gave up (its five
-# attempts each wait for the database, about 40 s in all); this bounds that wait. It is well
+# attempts each wait for the database, about 15 s in all); this bounds that wait. It is well
 # inside a store step's schedule-to-close (3 min), so the turn must then fail, and cleanly.
 LONG_OUTAGE_LIMIT_S = 150.0
 
@@ -211,21 +215,26 @@ async def model_call_gave_up(temporal_client: Client, turn_id: str) -> bool:
     return False
 
 
-# LONG TEST (about 40 s): the only one of its kind; the outage's length is the point of it.
+# LONG TEST (about 15 s): the only one of its kind; the outage's length is the point of it.
 async def test_long_outage_fails_the_turn_cleanly_and_frees_the_session(
     outage: Outage, temporal_client: Client
 ) -> None:
     session_id = await outage.client.new_session()
     turn_id, url = await start_turn(outage, session_id)
     seen: list[Event] = []
-    reader, _ = await stop_mid_answer(outage, url, seen)
-    # The outage itself: the database stays away until the model call has given up.
-    await eventually(
-        lambda: model_call_gave_up(temporal_client, turn_id),
-        timeout=LONG_OUTAGE_LIMIT_S,
-        what="the model call spent its retries",
-        every=1.0,
-    )
+    # The worker reads its wait per attempt: this turn's attempts each wait 1 s.
+    outage.stack.settings.store_outage_wait_s = LONG_OUTAGE_WAIT_S
+    try:
+        reader, _ = await stop_mid_answer(outage, url, seen)
+        # The outage itself: the database stays away until the model call has given up.
+        await eventually(
+            lambda: model_call_gave_up(temporal_client, turn_id),
+            timeout=LONG_OUTAGE_LIMIT_S,
+            what="the model call spent its retries",
+            every=0.5,
+        )
+    finally:
+        outage.stack.settings.store_outage_wait_s = STORE_OUTAGE_WAIT_S
     await outage.db.start()
     await reader
 
