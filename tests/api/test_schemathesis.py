@@ -129,9 +129,11 @@ async def _run(
     api_url: str, token: str, report: Path, *filters: str, tenant_id: str, har: bool = False
 ) -> dict[str, Any]:
     """One schemathesis run; returns its JSON report (and with `har`, writes every exchange
-    to a HAR file beside it). It runs in the test's own directory, where it keeps its cache
-    of earlier crashes, so every run starts from the same state. `tenant_id` is the admin
+    to a HAR file beside it). It runs in a directory of its own under the test's (`report`'s
+    folder), where it keeps its cache of earlier crashes, so every run starts from the same
+    state and the three runs, which go at once, share nothing. `tenant_id` is the admin
     routes' tenant: every run's config names it."""
+    report.parent.mkdir(parents=True, exist_ok=True)
     config = report.with_suffix(".toml")
     config.write_text(CONFIG)
     process = await asyncio.create_subprocess_exec(
@@ -215,30 +217,35 @@ async def test_the_api_keeps_its_openapi_contract(
 ) -> None:
     tenant = await new_admin_tenant(sessions, prefix="fuzz")
     customer, throwaway = new_customers(2)
-    user = await _run(
-        api_url,
-        await add_user(sessions, customer),
-        tmp_path / "user.json",
-        "--exclude-path-regex",
-        f"{ADMIN_ROUTES}|{ERASURE_ROUTES}",
-        tenant_id=tenant.tenant_id,
-    )
-    erasing = await _run(
-        api_url,
-        await add_user(sessions, throwaway),
-        tmp_path / "erasure.json",
-        "--include-path-regex",
-        ERASURE_ROUTES,
-        tenant_id=tenant.tenant_id,
-    )
-    admin = await _run(
-        api_url,
-        tenant.token,
-        tmp_path / "admin.json",
-        "--include-path-regex",
-        ADMIN_ROUTES,
-        tenant_id=tenant.tenant_id,
-        har=True,
+    # The three runs go at once: each is its own caller on its own routes (the admin's
+    # tenant is the run's, the erasing customer erases only itself), and each generates its
+    # cases alone, so what one run sends does not depend on the others.
+    user, erasing, admin = await asyncio.gather(
+        _run(
+            api_url,
+            await add_user(sessions, customer),
+            tmp_path / "user" / "user.json",
+            "--exclude-path-regex",
+            f"{ADMIN_ROUTES}|{ERASURE_ROUTES}",
+            tenant_id=tenant.tenant_id,
+        ),
+        _run(
+            api_url,
+            await add_user(sessions, throwaway),
+            tmp_path / "erasure" / "erasure.json",
+            "--include-path-regex",
+            ERASURE_ROUTES,
+            tenant_id=tenant.tenant_id,
+        ),
+        _run(
+            api_url,
+            tenant.token,
+            tmp_path / "admin" / "admin.json",
+            "--include-path-regex",
+            ADMIN_ROUTES,
+            tenant_id=tenant.tenant_id,
+            har=True,
+        ),
     )
     for report in (user, admin, erasing):
         assert report["failures"] == [] and report["errors"] == [], report
@@ -246,7 +253,7 @@ async def test_the_api_keeps_its_openapi_contract(
     # The admin run's cases reach the handlers of its tenant: each route answers 2xx to many
     # (the runs of a generated session are 404s, in the error shape the checks hold).
     prefix = f"{ADMIN_PREFIX}/{tenant.tenant_id}/"
-    answers = _answers(tmp_path / "admin.har", prefix)
+    answers = _answers(tmp_path / "admin" / "admin.har", prefix)
     done = {
         route: sum(n for status, n in answers.get(route, {}).items() if status < 300)
         for route in TENANT_ROUTES
@@ -260,7 +267,7 @@ async def test_the_api_keeps_its_openapi_contract(
         )
     assert stored.status_code == 200, stored.text
     TenantConfig.model_validate(stored.json()["config"])
-    refused = _refused_valid_configs(tmp_path / "admin.har", f"{prefix}config", document)
+    refused = _refused_valid_configs(tmp_path / "admin" / "admin.har", f"{prefix}config", document)
     assert refused == [], refused
     generated = user["test_cases"]["generated"]
     assert generated >= 1000, f"only {generated} cases generated for the session routes"
