@@ -57,6 +57,10 @@ EAGER_ACTIVITIES = ("--dynamic-config-value", "system.enableActivityEagerExecuti
 # workflow's first task in its response, for the worker on the same client. Recent dev servers
 # have it on already; older servers (and compose's, deploy/temporal/dynamicconfig.yaml) do not.
 EAGER_WORKFLOW_START = ("--dynamic-config-value", "system.enableEagerWorkflowStart=true")
+# A timer (a workflow's sleep, a retry's backoff, a start delay, a timeout) fires when due: by
+# default the server's timer queue may fire it up to a second late (its `maxTimeShift`), so a
+# 100 ms settle or a 500 ms first retry took about a second each.
+PROMPT_TIMERS = ("--dynamic-config-value", 'history.timerProcessorMaxTimeShift="10ms"')
 
 
 def temporal_dev_server_command(settings: Settings, db_file: Path) -> list[str]:
@@ -79,6 +83,7 @@ def temporal_dev_server_command(settings: Settings, db_file: Path) -> list[str]:
         "warn",
         *EAGER_ACTIVITIES,
         *EAGER_WORKFLOW_START,
+        *PROMPT_TIMERS,
     ]
     for key in SEARCH_ATTRIBUTES:
         command += ["--search-attribute", f"{key.name}=Keyword"]

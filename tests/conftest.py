@@ -21,7 +21,7 @@ from parley.demo_backend.app import create_app as create_backend
 from parley.dispatch.deployment import build_id
 from parley.gateway.demo import DemoModel
 from parley.gateway.minilm import EmbeddingsUnavailable, MiniLMEmbedder
-from parley.launch.dev import EAGER_ACTIVITIES, EAGER_WORKFLOW_START, temporal_cli
+from parley.launch.dev import EAGER_ACTIVITIES, EAGER_WORKFLOW_START, PROMPT_TIMERS, temporal_cli
 from parley.launch.knowledge import load_library, read_library
 from parley.store.db import Database, create_socket_checked_engine
 from parley.store.embedded import EmbeddedPostgres
@@ -64,7 +64,12 @@ async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
         dev_server_existing_path=temporal_cli(),
         search_attributes=SEARCH_ATTRIBUTES,
         dev_server_log_level="error",
-        dev_server_extra_args=[*EAGER_ACTIVITIES, *EAGER_WORKFLOW_START, *QUICK_QUEUE_CHECKPOINTS],
+        dev_server_extra_args=[
+            *EAGER_ACTIVITIES,
+            *EAGER_WORKFLOW_START,
+            *PROMPT_TIMERS,
+            *QUICK_QUEUE_CHECKPOINTS,
+        ],
     )
     yield env
     await env.shutdown()
