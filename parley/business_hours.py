@@ -19,7 +19,8 @@ from datetime import UTC, date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")  # as `date.weekday()` counts them
-_SPAN = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)-([01]\d|2[0-4]):([0-5]\d)$")
+SPAN_PATTERN = r"^([01]\d|2[0-3]):([0-5]\d)-([01]\d|2[0-4]):([0-5]\d)$"
+_SPAN = re.compile(SPAN_PATTERN)
 # How far ahead a deadline is looked for: a week with any hours reaches it well inside this.
 _HORIZON_DAYS = 400
 

@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
-from typing import Literal
+from typing import Annotated, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from parley.business_hours import BusinessWeek, check_span
+from parley.business_hours import SPAN_PATTERN, BusinessWeek, check_span
+from parley.wire import Integral
 
 
 class OpenedBy(StrEnum):
@@ -92,7 +93,8 @@ class BusinessHours(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     time_zone: str = Field(max_length=64)  # an IANA zone, e.g. "Europe/Berlin"
-    days: dict[Day, str] = Field(min_length=1)  # "HH:MM-HH:MM" per open day; others closed
+    # "HH:MM-HH:MM" per open day; others closed.
+    days: dict[Day, Annotated[str, Field(pattern=SPAN_PATTERN)]] = Field(min_length=1)
 
     @field_validator("time_zone")
     @classmethod
@@ -121,13 +123,13 @@ class HandoffRules(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     # Tool calls in a row that found the order system down before a case opens; 0: never.
-    tool_outages: int = Field(default=3, ge=0, le=50)
+    tool_outages: Integral = Field(default=3, ge=0, le=50)
     # Answers withdrawn by the output screen (since the last case) before one opens; 0: never.
-    retractions: int = Field(default=2, ge=0, le=50)
+    retractions: Integral = Field(default=2, ge=0, le=50)
     # What a customer asking for a person says (lower case); None: `ASK_PHRASES_EN`, []: off.
     ask_phrases: list[str] | None = Field(default=None, max_length=100)
     # A case's priority by what opened it (unnamed openers keep `DEFAULT_PRIORITIES`).
-    priorities: dict[Literal["tool", "user_asked", "policy"], int] | None = None
+    priorities: dict[Literal["tool", "user_asked", "policy"], Integral] | None = None
     # Words in a case's reason that raise its priority by one.
     urgent_words: list[str] = Field(default_factory=list, max_length=50)
     # The team's weekly hours; None: the claim clock always runs.

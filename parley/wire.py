@@ -58,6 +58,8 @@ def _integral(value: object) -> object:
 # `"5"`. The validator wraps the union, so a field's bounds stay `minimum`/`maximum` in the
 # OpenAPI document.
 IntOrNone = Annotated[int | None, BeforeValidator(_integral)]
+# The same, required.
+Integral = Annotated[int, BeforeValidator(_integral)]
 
 # Values the contract names; stored rows only ever hold these.
 Role = Literal["user", "assistant", "tool"]

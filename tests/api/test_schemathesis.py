@@ -100,6 +100,10 @@ UNSTATED_RULES = (
     "does not fit a provider's tool name",
     # An issuer signs in to one tenant (another tenant of the run's database may hold it).
     "another tenant signs in with this issuer",
+    # A hand-off team's time zone must be one the zone database knows.
+    "is not a known time zone",
+    # ... and a day's hours must end after they start.
+    "must end after it starts, within the day",
 )
 # Cases per operation in the fuzzing phase (the stateful phase scales with it; the coverage
 # phase's boundary cases come on top). For the routes of the customer's sessions, messages
