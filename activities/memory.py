@@ -28,11 +28,13 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 
+from parley.activities import ledger
 from parley.activities.metrics import SUMMARIES, record_usage
 from parley.activities.recall import embed_pending
 from parley.config import Settings
 from parley.context import WindowMessage
 from parley.contracts import SUMMARY_DUE_SIGNAL, SUMMARY_WORKFLOW, SummarizeInput, SummarizeResult
+from parley.costs import Usage
 from parley.fold import FALLBACK, ask_the_model, fold
 from parley.gateway.base import Finish, ModelRequest, OutputSchema, TextDelta, ToolCallRequest
 from parley.gateway.errors import ProviderFatal
@@ -51,10 +53,10 @@ from parley.memory import (
 )
 from parley.prompt import MIN_RECENT
 from parley.redaction import redact_messages
+from parley.store import costs, summaries, user_memory
 from parley.store import embeddings as embedding_store
 from parley.store import memory as memory_store
 from parley.store import sessions as session_store
-from parley.store import summaries, user_memory
 from parley.store.db import Database, connect
 from parley.store.lifecycle import forget
 from parley.tenancy import TenantConfig
@@ -78,6 +80,7 @@ class _Job:
     transcript: list[dict[str, Any]]
     ask_model: bool = True  # False: the model failed lately; the code writes (`_write`)
     redact: bool = False  # the tenant's `redact_model_input` (parley/redaction.py)
+    prices: dict[str, Any] | None = None  # the tenant's own (parley/costs.py)
 
 
 class MemoryActivities:
@@ -148,6 +151,7 @@ class MemoryActivities:
             return SummarizeResult(job)
         written = await self._write(job)
         lines, facts, usage = written.lines, written.facts, written.usage
+        await self._bill(job, usage)
         async with self._sessions() as db:
             await summaries.lock_session_memory(db, session_id=job.session_id)
             latest = await memory_store.latest_summary(db, session_id=job.session_id)
@@ -188,6 +192,26 @@ class MemoryActivities:
             await db.commit()
         SUMMARIES.labels(job.provider, job.model, written.outcome).inc()
         return SummarizeResult(job.through, summarized=True)
+
+    async def _bill(self, job: _Job, usage: dict[str, int]) -> None:
+        """The run's model calls (an answer and its repair, as one) in the ledger, once per
+        run's reach (a retried run is billed once), whether or not its version is stored;
+        a run the model did not answer costs nothing."""
+        if Usage.reported(usage) is None:
+            return
+        entry = ledger.priced(
+            provider=job.provider,
+            model=job.model,
+            usage=usage,
+            prompt={},
+            output="",
+            prices=job.prices,
+        )
+        key = costs.summary_key(job.session_id, job.through)
+        async with connect(self._sessions) as conn:
+            session_id = job.session_id
+            if await costs.record_session_call(conn, key=key, session_id=session_id, entry=entry):
+                ledger.count(entry, "summary")
 
     async def _write(self, job: _Job) -> _Written:
         """The summary's lines: the model's answer if it validates, else its answer to one
@@ -292,6 +316,7 @@ class MemoryActivities:
             [_transcript_item(m) for m in folded],
             ask_the_model(fallbacks, self._settings.summary_model_retry_every),
             bool(tenant.redact_model_input),
+            session.tenant_config.get("prices"),
         )
 
     def _to_fold(self, messages: list[WindowMessage], tenant: TenantConfig) -> list[WindowMessage]:

@@ -14,6 +14,13 @@ MODEL_TOKENS = Counter(
     "Tokens as the provider reported them",
     ["provider", "model", "kind"],
 )
+# The ledger's cost (store/costs.py) in USD, by provider, model and kind of call ("turn",
+# "summary", "specialist"): moved once per ledger row, by the write that made it.
+MODEL_COST = Counter(
+    "parley_model_cost_usd_total",
+    "Model calls' cost in USD as the ledger priced it, by provider, model and kind",
+    ["provider", "model", "kind"],
+)
 
 # What recall did for each prompt a context build packed: "skipped" (the window held the whole
 # conversation: no search, no embedding), "fts" (full-text search) or "hybrid" (full-text

@@ -18,6 +18,7 @@ from typing import Any
 
 from temporalio import activity
 
+from parley.activities import ledger
 from parley.activities.heartbeat import heartbeating
 from parley.activities.metrics import MODEL_CALLS, record_usage
 from parley.activities.specialist import SpecialistActivities
@@ -74,12 +75,15 @@ class SpecialistAgentActivities:
     async def step(self, inp: AgentStepInput) -> AgentStep:
         """One model call of the loop: the request built from the specialist's steps so far,
         the reply stored; the tool calls it asked for, each checked."""
-        call = await self._begin(inp)
+        call, prices = await self._begin(inp)
         if call.finish_reason is None:
             call = await self._ask_model(call)
+        # Billed once, whichever attempt gets here first after the reply is stored.
+        async with connect(self._sessions) as conn:
+            await ledger.bill_call(conn, call, prices=prices, kind="specialist")
         return _agent_step(call)
 
-    async def _begin(self, inp: AgentStepInput) -> CallRow:
+    async def _begin(self, inp: AgentStepInput) -> tuple[CallRow, dict[str, Any] | None]:
         """The step's stored call (written now on the first attempt), its attempt counted; a
         turn stopped or paused meanwhile refuses the step."""
         async with self._sessions() as db:
@@ -93,13 +97,13 @@ class SpecialistAgentActivities:
             call = found.call
             assert call is not None
             if call.finish_reason is not None:
-                return call
+                return call, found.prices
             await turns.advance_locked(db, found.turn, to=TurnState.executing_tools)
             if not found.paused:
                 call = await steps.count_attempt(db, call)
             await db.commit()  # the step was entered, whatever it finds
         refuse_if_paused(found.paused)
-        return call
+        return call, found.prices
 
     async def _new_call(self, inp: AgentStepInput) -> dict[str, Any]:
         """Who answers the step (the model that delegated) and the request it is sent."""

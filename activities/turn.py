@@ -17,7 +17,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from parley.activities import knowledge, tracing
+from parley.activities import knowledge, ledger, tracing
 from parley.activities.context import ContextBuilder
 from parley.activities.ending import Finalized
 from parley.activities.heartbeat import heartbeating
@@ -65,6 +65,7 @@ class _Attempt:
     model: str
     request: ModelRequest
     call: CallRow
+    prices: dict[str, Any] | None  # the tenant's own (store/steps.py `ForAttempt`)
 
 
 @dataclass
@@ -148,7 +149,9 @@ class TurnActivities:
         assert call is not None, f"model call {inp.model_call_id} is missing"
         if call.finish_reason is not None:
             # Finished by an attempt that died reporting it, or run again with the rest of
-            # its workflow task after a crash (wherever the turn has got to).
+            # its workflow task after a crash (wherever the turn has got to). Billed now if
+            # that attempt died before it could be (the ledger row is written once).
+            await ledger.bill_call(conn, call, prices=found.prices)
             return _result(call)
         # What the statement wrote nothing for: a turn stopped or ended, a refused move.
         turns.may_move(found.turn, to=TurnState.calling_model)
@@ -174,7 +177,7 @@ class TurnActivities:
             reasoning_effort=call.request.get("reasoning_effort"),
             cache_key=call.request.get("cache_key"),
         )
-        return _Attempt(message_id_for_call(call.id), provider, model, request, call)
+        return _Attempt(message_id_for_call(call.id), provider, model, request, call, found.prices)
 
     async def _stream(self, conn: Db, turn_id: str, attempt: _Attempt) -> _Streamed:
         """Relay the provider's stream into the event log, a frame at a time: a frame is one
@@ -245,6 +248,7 @@ class TurnActivities:
             first_token_ms=call.first_token_ms, total_ms=call.total_ms, usage=finish.usage
         )
         record_usage(attempt.provider, attempt.model, finish.usage)
+        await ledger.bill_call(conn, call, prices=attempt.prices)
         return _result(call)
 
     # --- endings ---------------------------------------------------------------------------

@@ -143,7 +143,8 @@ class AnthropicProvider:
     `base_url` is the host without `/v1` (the SDK adds `/v1/messages`); `None` lets the SDK
     read `ANTHROPIC_BASE_URL`/`ANTHROPIC_API_KEY`.
     Usage is reported like OpenAI's: `input_tokens` counts every prompt token (uncached,
-    cache reads and cache writes), `cached_tokens` the cache reads among them.
+    cache reads and cache writes), `cached_tokens` the cache reads among them, and
+    `cache_write_tokens` the cache writes (billed above the input price: parley/costs.py).
     """
 
     name = "anthropic"
@@ -256,11 +257,14 @@ class _Usage:
         self.output = _latest(report.output_tokens, self.output)
 
     def as_dict(self) -> dict[str, int]:
-        return {
+        usage = {
             "input_tokens": self.uncached + self.cache_read + self.cache_written,
             "output_tokens": self.output,
             "cached_tokens": self.cache_read,
         }
+        if self.cache_written:  # as OpenAI's report, unless there were writes
+            usage["cache_write_tokens"] = self.cache_written
+        return usage
 
 
 def _latest(value: int | None, previous: int) -> int:

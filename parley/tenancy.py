@@ -27,6 +27,19 @@ LOCAL_TOOLS = sorted(name for name, spec in TOOLS.items() if spec.risk != Risk.w
 LocalTool = Annotated[str, Field(json_schema_extra={"enum": LOCAL_TOOLS})]
 # An origin as a browser sends it: scheme, lower-case host, a port only when not the default.
 WebOrigin = Annotated[str, Field(pattern=r"^https?://[a-z0-9.\-]+(:[0-9]{1,5})?$", max_length=300)]
+# USD per million tokens, as a decimal string ("2.50"): money is never a float.
+Money = Annotated[str, Field(pattern=r"^\d{1,6}(\.\d{1,6})?$")]
+
+
+class ModelPrice(BaseModel):
+    """A tenant's price for one model, over the package's table (parley/costs.py)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    input: Money
+    output: Money
+    cached_input: Money | None = None
+    cache_write: Money | None = None
 
 
 class TenantConfig(BaseModel):
@@ -95,6 +108,11 @@ class TenantConfig(BaseModel):
     # Web origins (`https://app.example.com`) whose pages may call the API with this
     # tenant's tokens (api/cors.py); None or empty: no cross-origin page may.
     cors_origins: list[WebOrigin] | None = Field(default=None, max_length=20)
+
+
+    # Prices per `provider/model` over the package's table (a negotiated rate, a model the
+    # table does not know); the ledger prices this tenant's calls with them.
+    prices: dict[str, ModelPrice] | None = Field(default=None, max_length=50)
 
     @model_validator(mode="after")
     def _no_nul(self) -> TenantConfig:

@@ -45,11 +45,13 @@ class CallRow:
 @dataclass(frozen=True)
 class ForAttempt:
     """What an attempt at a model call starts from: the turn (locked), the call (None when
-    it is missing), and whether the turn's tenant is paused."""
+    it is missing), whether the turn's tenant is paused, and the tenant's own prices (its
+    configuration's `prices`, which the call's cost is priced with: parley/costs.py)."""
 
     turn: TurnRow
     call: CallRow | None
     paused: bool
+    prices: dict[str, Any] | None = None
 
 
 async def get_call(conn: Db, *, model_call_id: str) -> CallRow | None:
@@ -156,16 +158,19 @@ async def lock_for_attempt(conn: Db, *, turn_id: str, model_call_id: str) -> For
     return found
 
 
-def _for_attempt(*, paused: bool | None, **columns: Any) -> ForAttempt:
+def _for_attempt(
+    *, paused: bool | None, prices: dict[str, Any] | None, **columns: Any
+) -> ForAttempt:
     turn = TurnRow.from_columns(columns)
     call = {k: v for k, v in columns.items() if not k.startswith("t_")}
-    return ForAttempt(turn, CallRow(**call) if call["id"] is not None else None, bool(paused))
+    found = CallRow(**call) if call["id"] is not None else None
+    return ForAttempt(turn, found, bool(paused), prices)
 
 
 CALL_COLUMNS = """c.id, c.turn_id, c.step, c.provider, c.model, c.request, c.response_text,
     c.response_tool_calls, c.finish_reason, c.attempts, c.first_token_ms, c.total_ms, c.usage"""
 _FOR_ATTEMPT = f"""
-    SELECT {TurnRow.COLUMNS}, {CALL_COLUMNS}, n.paused
+    SELECT {TurnRow.COLUMNS}, {CALL_COLUMNS}, n.paused, n.config -> 'prices' AS prices
     FROM turns AS t
     LEFT JOIN model_calls AS c ON c.id = %(call)s
     LEFT JOIN tenants AS n ON n.id = t.tenant_id

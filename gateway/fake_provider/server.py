@@ -32,7 +32,7 @@ import json
 import logging
 from collections import deque
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -80,6 +80,10 @@ class Recorded:
     path: str
     body: dict[str, Any]
     headers: dict[str, str] = field(default_factory=dict)
+    # What the answer's usage report says (`Reply` token fields: input_tokens counts every
+    # prompt token, cached_tokens the cache reads, cache_write_tokens the cache writes);
+    # None for a request answered with an error. The provider's own log of what it bills.
+    usage: dict[str, int] | None = None
 
 
 class ConnectionDropped(Exception):
@@ -122,6 +126,10 @@ class FakeProvider:
         self.flag_terms = set()
         # In brain mode: the text that answers a summarizer's request (None: the demo's JSON).
         self.summarizer: Callable[[ModelRequest], str] | None = None
+        # Prompt caching in brain mode: OpenAI's prompts seen (prefixes are cached), and
+        # Anthropic's cached prefixes (up to a `cache_control` breakpoint) written so far.
+        self._openai_prompts: list[list[str]] = []
+        self._anthropic_prefixes: set[str] = set()
         self.app = self._build_app()
         uvicorn_log = logging.getLogger("uvicorn.error")
         if not any(isinstance(f, _HideDrops) for f in uvicorn_log.filters):
@@ -137,6 +145,8 @@ class FakeProvider:
     def reset(self) -> None:
         self.queue.clear()
         self.requests.clear()
+        self._openai_prompts.clear()
+        self._anthropic_prefixes.clear()
 
     def _build_app(self) -> FastAPI:
         app = FastAPI(title="Parley fake model provider")
@@ -198,6 +208,7 @@ class FakeProvider:
     async def _answer(self, request: Request, dialect: Dialect) -> Response:
         body = await request.json()
         self.requests.append(Recorded(request.url.path, body, _redacted(request.headers)))
+        index = len(self.requests) - 1
         item = self.queue.popleft() if self.queue else Reply(brain=True) if self.brain else None
         if item is None:
             return _error(dialect, Fail(status=400, error_type="fake_script_empty"))
@@ -211,6 +222,7 @@ class FakeProvider:
         if item.stall_s and not await _stall(request, item.stall_s):
             return Response(status_code=499)  # the client gave up; nobody reads this
         reply = self._think(dialect, body, item) if item.brain else item
+        self.requests[index] = replace(self.requests[index], usage=_reported(reply))
         if dialect == "openai":
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             frames = openai_sse(reply, model=body["model"], usage=include_usage)
@@ -238,15 +250,87 @@ class FakeProvider:
         if forced.get("type") == "tool" and not calls:  # the answer is the forced tool's input
             calls, text = [ToolCall(name=forced["name"], arguments=text)], ""
         tokens = tokenize(text)
+        cached, written = (
+            (self._openai_cached(request), 0)
+            if dialect == "openai"
+            else self._anthropic_cached(request, body)
+        )
         return item.model_copy(
             update={
                 "text": tokens,
                 "tool_calls": calls,
                 "input_tokens": prompt_tokens(request, body),
+                "cached_tokens": cached,
+                "cache_write_tokens": written,
                 "output_tokens": len(tokens) + 10 * len(calls),
                 "delay_s": item.delay_s or self.token_delay_s,
             }
         )
+
+    def _openai_cached(self, request: ModelRequest) -> int:
+        """OpenAI's automatic prefix caching: the tools and the longest run of leading
+        messages this prompt shares with an earlier one, counted when it reaches 1,024
+        tokens and then in steps of 128 (as the API reports `cached_tokens`)."""
+        counter = default_counter()
+        prompt = [json.dumps(m, sort_keys=True) for m in request.messages]
+        shared = max((_leading(prompt, seen) for seen in self._openai_prompts), default=0)
+        self._openai_prompts.append(prompt)
+        if not shared:
+            return 0
+        tokens = count_tools(counter, request.tools) + count_messages(
+            counter, request.messages[:shared]
+        )
+        return 0 if tokens < OPENAI_CACHE_MIN else tokens - (tokens - OPENAI_CACHE_MIN) % 128
+
+    def _anthropic_cached(self, request: ModelRequest, body: dict[str, Any]) -> tuple[int, int]:
+        """Anthropic's prompt caching: the prefix up to the last `cache_control` breakpoint
+        among the tools and the system blocks (tools, then system: the API's order) is
+        written to the cache on its first request and read on the next ones, once it reaches
+        the model's minimum. (reads, writes) in tokens."""
+        counter = default_counter()
+        system = body.get("system") or []
+        marked = [i for i, block in enumerate(system) if block.get("cache_control")]
+        if not marked and not any(t.get("cache_control") for t in body.get("tools") or []):
+            return 0, 0
+        upto = system[: marked[-1] + 1] if marked else []
+        tokens = count_tools(counter, request.tools) + sum(
+            counter.count(block.get("text", "")) for block in upto
+        )
+        if tokens < anthropic_cache_min(str(body.get("model", ""))):
+            return 0, 0
+        prefix = json.dumps([body.get("tools"), upto], sort_keys=True)
+        if prefix in self._anthropic_prefixes:
+            return tokens, 0
+        self._anthropic_prefixes.add(prefix)
+        return 0, tokens
+
+
+# The smallest prefix each provider caches, in tokens (their documented minimums).
+OPENAI_CACHE_MIN = 1024
+
+
+def anthropic_cache_min(model: str) -> int:
+    """Anthropic caches no prefix shorter than 1,024 tokens (2,048 for its Haiku models)."""
+    return 2048 if "haiku" in model else 1024
+
+
+def _leading(prompt: list[str], seen: list[str]) -> int:
+    """How many leading messages two prompts share."""
+    shared = 0
+    for a, b in zip(prompt, seen, strict=False):
+        if a != b:
+            break
+        shared += 1
+    return shared
+
+
+def _reported(reply: Reply) -> dict[str, int]:
+    return {
+        "input_tokens": reply.input_tokens,
+        "cached_tokens": reply.cached_tokens,
+        "cache_write_tokens": reply.cache_write_tokens,
+        "output_tokens": reply.output_tokens,
+    }
 
 
 def prompt_tokens(request: ModelRequest, body: dict[str, Any]) -> int:

@@ -41,7 +41,8 @@ class Reply(BaseModel):
     finish: Literal["stop", "length", "tool_calls"] | None = None  # default: from content
     input_tokens: int = 21  # all prompt tokens, the cached ones included
     output_tokens: int = 7
-    cached_tokens: int = 0
+    cached_tokens: int = 0  # read from the cache (OpenAI's cached_tokens, Anthropic's reads)
+    cache_write_tokens: int = 0  # written to it (Anthropic's cache_creation_input_tokens)
     stall_s: float = 0.0  # before the response starts: not even the headers go out
     delay_s: float = 0.0  # before each event
     drop_after: int | None = None  # close the connection after this many content deltas
@@ -154,8 +155,8 @@ def anthropic_sse(reply: Reply, *, model: str = "fake-model") -> list[Frame]:
         "stop_reason": None,
         "stop_sequence": None,
         "usage": {
-            "input_tokens": reply.input_tokens - reply.cached_tokens,
-            "cache_creation_input_tokens": 0,
+            "input_tokens": reply.input_tokens - reply.cached_tokens - reply.cache_write_tokens,
+            "cache_creation_input_tokens": reply.cache_write_tokens,
             "cache_read_input_tokens": reply.cached_tokens,
             "output_tokens": 1,
         },

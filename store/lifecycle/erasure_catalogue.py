@@ -86,6 +86,8 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry("conversation_summaries", _BY_SESSION, _BY_SESSION),
     Entry("branches", _BY_SESSION, _BY_SESSION),  # a session's versions (store/branches.py)
     Entry("model_calls", _BY_TURN, _BY_TURN),
+    # The cost ledger names the session and the user; tenants' totals lose the erased rows.
+    Entry("model_costs", f"{_BY_SESSION} OR ({_BY_USER})", _BY_SESSION),
     Entry("messages", _BY_SESSION, _BY_SESSION),
     Entry("turns", f"{_BY_SESSION} OR ({_BY_USER})", _BY_SESSION),
     Entry("sessions", "id IN ({sessions})", "id IN ({sessions})"),
@@ -93,6 +95,8 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry("stream_leases", _BY_USER, None),
     # The rate counters name their user as "<tenant>/<user>" (store/limits.py).
     Entry("usage_counters", "subject = %(tenant)s || '/' || %(user)s", None),
+    # A user's budget periods, "user:<tenant>/<user>" (store/costs.py); the tenant's stay.
+    Entry("budget_spend", "subject = 'user:' || %(tenant)s || '/' || %(user)s", None),
     # An export archive holds every session of its user, so a deleted session takes the
     # user's archives with it (asking again writes one without it).
     Entry("exports", _BY_USER, _BY_USER),

@@ -24,6 +24,7 @@ from parley.store.models.core import (
     UsageCounter,
     User,
 )
+from parley.store.models.costs import BudgetSpend, ModelCost
 from parley.store.models.erasure import Erasure
 from parley.store.models.handoffs import Handoff, HandoffEvent, HandoffNote, WebhookDelivery
 from parley.store.models.imports import ConversationImport
@@ -57,6 +58,8 @@ __all__ = [
     "StreamLease",
     "TurnEvent",
     "ModelCall",
+    "ModelCost",
+    "BudgetSpend",
     "ToolCall",
     "Action",
     "SessionSlot",

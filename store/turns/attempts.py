@@ -49,15 +49,22 @@ async def open_attempt(conn: Db, *, turn_id: str, model_call_id: str, to: TurnSt
 
 
 def _opened(
-    *, paused: bool | None, runs: bool, counted: int | None, notified: Any, **columns: Any
+    *,
+    paused: bool | None,
+    prices: dict[str, Any] | None,
+    runs: bool,
+    counted: int | None,
+    notified: Any,
+    **columns: Any,
 ) -> Opened:
     turn = TurnRow.from_columns(columns)
     call = {k: v for k, v in columns.items() if not k.startswith("t_")}
     if call["id"] is None:
-        return Opened(ForAttempt(turn, None, bool(paused)), counted=False)
+        return Opened(ForAttempt(turn, None, bool(paused), prices), counted=False)
     if counted is not None:
         call["attempts"] = counted
-    return Opened(ForAttempt(turn, CallRow(**call), bool(paused)), counted=counted is not None)
+    found = ForAttempt(turn, CallRow(**call), bool(paused), prices)
+    return Opened(found, counted=counted is not None)
 
 
 # `found` reads the turn locked (in READ COMMITTED, the newest version of its row) with its call
@@ -74,7 +81,7 @@ _OPEN_ATTEMPT = f"""
         FROM turns WHERE id = %(turn_id)s
         FOR UPDATE
     ), found AS (
-        SELECT {TurnRow.COLUMNS}, {CALL_COLUMNS}, n.paused,
+        SELECT {TurnRow.COLUMNS}, {CALL_COLUMNS}, n.paused, n.config -> 'prices' AS prices,
             c.id IS NOT NULL AND c.finish_reason IS NULL AND t.cancel_requested_at IS NULL
                 AND (t.state = %(to)s OR t.state = ANY(%(from)s)) AS runs
         FROM t

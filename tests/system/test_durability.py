@@ -20,7 +20,7 @@ from parley.config import Settings
 from parley.store import posting
 from parley.store.db import Database
 from parley.store.identity import Identity
-from parley.store.models import Message, ModelCall
+from parley.store.models import Message, ModelCall, ModelCost
 from tests.support.client import ParleyClient, streamed_text
 from tests.support.orm import orm
 from tests.support.processes import Workers, read_until
@@ -98,8 +98,16 @@ async def test_worker_killed_mid_stream_resumes_with_reset_and_stores_one_answer
                     select(ModelCall).where(ModelCall.turn_id == posted.json()["turn_id"])
                 )
             ).all()
+            billed = (
+                await db.scalars(select(ModelCost).where(ModelCost.session_id == session_id))
+            ).all()
         assert [m.text for m in stored] == [final["text"]]
         assert [c.attempts for c in calls] == [2]
+        # Billed once, for the attempt that answered: the ledger's row is the call's.
+        assert [(b.key, b.turn_id) for b in billed] == [(f"call:{calls[0].id}", calls[0].turn_id)]
+        assert calls[0].usage is not None
+        assert billed[0].output_tokens == calls[0].usage["output_tokens"] > 0
+        assert billed[0].cost_usd is not None and billed[0].cost_usd > 0
     finally:
         await client.aclose()
 

@@ -1,0 +1,64 @@
+"""Billing a model call: its cost priced (parley/costs.py) and written to the ledger once
+(store/costs.py), and the cost counter moved by the attempt that wrote the row.
+
+Called by every activity that calls a model, right after the call's outcome is stored; the
+call-model activity calls it again when a retry finds the outcome stored (the attempt that
+stored it may have died before billing), which writes nothing when the row is there.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from parley.activities.metrics import MODEL_COST
+from parley.costs import CallCost, Usage, call_cost, tenant_prices
+from parley.store import costs
+from parley.store.db import Db
+from parley.store.steps import CallRow
+
+
+def priced(
+    *,
+    provider: str,
+    model: str,
+    usage: dict[str, Any] | None,
+    prompt: dict[str, Any],
+    output: str,
+    prices: dict[str, Any] | None,
+) -> CallCost:
+    """The call's ledger entry: the provider's usage, else Parley's estimate of the prompt
+    as sent (`prompt`: the stored request's messages and tools) and what streamed."""
+    counted = Usage.reported(usage) or Usage.estimate(
+        messages=prompt.get("messages", []), tools=prompt.get("tools", []), output=output
+    )
+    today = datetime.now(UTC).date()
+    return call_cost(
+        provider=provider, model=model, usage=counted, on=today, overrides=tenant_prices(prices)
+    )
+
+
+async def bill_call(
+    db: Db, call: CallRow, *, prices: dict[str, Any] | None, kind: costs.Kind = "turn"
+) -> None:
+    """Write a turn's model call (its outcome stored) to the ledger, unless it is there.
+    The resolver's question is code's answer stored as a step, no model call."""
+    if call.provider == "resolver":
+        return
+    entry = priced(
+        provider=call.provider,
+        model=call.model,
+        usage=call.usage,
+        prompt=call.request,
+        output=call.response_text or "",
+        prices=prices,
+    )
+    key = costs.call_key(call.id)
+    if await costs.record_turn_call(db, key=key, turn_id=call.turn_id, kind=kind, entry=entry):
+        count(entry, kind)
+
+
+def count(entry: CallCost, kind: str) -> None:
+    """The cost counter, moved once per ledger row (by the write that made it)."""
+    if entry.cost_usd is not None:
+        MODEL_COST.labels(entry.provider, entry.model, kind).inc(float(entry.cost_usd))
