@@ -21,6 +21,7 @@ from parley.api.routes import (
     actions,
     admin,
     branches,
+    costs,
     erasure,
     exports,
     feedback,
@@ -140,6 +141,7 @@ def _add_routes(app: FastAPI) -> None:
         erasure,
         handoffs,
         admin,
+        costs,
         ops,
         web,
     ):

@@ -1,6 +1,6 @@
 """The operator CLI: `parley token create | token revoke | feature grant | feature revoke |
-export | purge | erase | erasure receipt | erasure show | migrate | seed | api | worker |
-demo-backend | eval | dev`."""
+export | purge | erase | erasure receipt | erasure show | usage | migrate | seed | api |
+worker | demo-backend | eval | dev`."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import re
 import sys
 import traceback
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -32,6 +32,14 @@ def duration(text: str) -> timedelta:
     if match is None or int(match.group(1)) == 0:
         raise argparse.ArgumentTypeError(f"not a duration: {text!r} (try 30d, 12h, 15m)")
     return timedelta(**{_UNITS[match.group(2) or "s"]: int(match.group(1))})
+
+
+def day(text: str) -> date:
+    """`2026-12-06`."""
+    try:
+        return date.fromisoformat(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a day: {text!r} (try 2026-12-01)") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -118,6 +126,12 @@ def _erasure_commands(commands: Any) -> None:
     receipt.add_argument("--session", default=None)
     show = receipt_commands.add_parser("show", help="one receipt by its erasure id")
     show.add_argument("erasure_id")
+    usage = commands.add_parser("usage", help="what a tenant's model calls cost in a period")
+    usage.add_argument("--tenant", required=True)
+    usage.add_argument("--from", dest="start", type=day, required=True, help="YYYY-MM-DD, UTC")
+    usage.add_argument("--to", dest="end", type=day, required=True, help="the last day, included")
+    usage.add_argument("--by", choices=["user", "model", "day", "session"])
+    usage.add_argument("--csv", action="store_true", help="CSV instead of JSON")
 
 
 def _erasure(settings: Settings, args: argparse.Namespace) -> None:
@@ -142,6 +156,19 @@ def _erasure(settings: Settings, args: argparse.Namespace) -> None:
     print(json.dumps(found, indent=2))
 
 
+def _usage(settings: Settings, args: argparse.Namespace) -> None:
+    from parley.launch.usage import usage_report
+
+    if args.end < args.start:
+        sys.exit("--to is before --from")
+    report = asyncio.run(
+        usage_report(
+            settings, tenant=args.tenant, start=args.start, end=args.end, by=args.by, csv=args.csv
+        )
+    )
+    sys.stdout.write(report if args.csv else report + "\n")
+
+
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     settings = get_settings()
@@ -163,6 +190,8 @@ def main(argv: list[str] | None = None) -> None:
         _exit_skipping_teardown(lambda: _data(settings, args))
     elif args.command in ("erase", "erasure"):
         _exit_skipping_teardown(lambda: _erasure(settings, args))
+    elif args.command == "usage":
+        _usage(settings, args)
     elif args.command == "migrate":
         from parley.store.migrate import upgrade
 

@@ -15,7 +15,7 @@ day, tenant) are queries over the rows of a period. Nothing here commits (see `s
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Literal
@@ -173,3 +173,93 @@ def day_bounds(start: date, end: date) -> tuple[datetime, datetime]:
         datetime.combine(start, time(), tzinfo=UTC),
         datetime.combine(end + timedelta(days=1), time(), tzinfo=UTC),
     )
+
+
+# --- a period's report (the admin route and `parley usage` print the same) ----------------
+
+
+@dataclass(frozen=True)
+class CostReport:
+    tenant_id: str
+    start: date  # the first day, UTC
+    end: date  # the last day, UTC, included
+    by: By | None
+    lines: list[CostLine]  # one per group (empty without `by`)
+    total: CostLine
+
+    def as_json(self) -> dict[str, object]:
+        """Money as decimal strings (exact), tokens as integers."""
+        return {
+            "tenant_id": self.tenant_id,
+            "from": self.start.isoformat(),
+            "to": self.end.isoformat(),
+            "by": self.by,
+            "currency": "USD",
+            "total": _line_json(self.total),
+            "lines": [_line_json(line) for line in self.lines],
+        }
+
+    def as_csv(self) -> str:
+        """One row per group (or the total alone without `by`), with a header."""
+        columns = [self.by or "tenant", *CSV_FIELDS]
+        rows = [",".join(columns)]
+        for line in self.lines or [replace(self.total, name=self.tenant_id)]:
+            found = _line_json(line)
+            rows.append(",".join(_csv_cell(str(found[c])) for c in ["name", *CSV_FIELDS]))
+        return "\n".join(rows) + "\n"
+
+
+CSV_FIELDS = [
+    "calls",
+    "input_tokens",
+    "cached_tokens",
+    "cache_write_tokens",
+    "output_tokens",
+    "estimated_calls",
+    "unpriced_calls",
+    "cost_usd",
+]
+
+
+def _line_json(line: CostLine) -> dict[str, object]:
+    return {
+        "name": line.name,
+        "calls": line.calls,
+        "input_tokens": line.input_tokens,
+        "cached_tokens": line.cached_tokens,
+        "cache_write_tokens": line.cache_write_tokens,
+        "output_tokens": line.output_tokens,
+        "estimated_calls": line.estimated_calls,
+        "unpriced_calls": line.unpriced_calls,
+        "cost_usd": money(line.cost_usd),
+    }
+
+
+def money(amount: Decimal) -> str:
+    """USD exactly as the ledger sums it, without trailing zeros past the cent."""
+    text = format(Decimal(amount).quantize(Decimal("0.0000000001")), "f").rstrip("0")
+    whole, _, cents = text.partition(".")
+    return f"{whole}.{cents.ljust(2, '0')}"
+
+
+def _csv_cell(text: str) -> str:
+    """A cell quoted when it holds a comma or a quote; one that a spreadsheet would run as a
+    formula (=, +, -, @) is prefixed with a quote mark."""
+    if text[:1] in ("=", "+", "@") or (text[:1] == "-" and not text[1:2].isdigit()):
+        text = "'" + text
+    if any(ch in text for ch in ',"\n'):
+        text = '"' + text.replace('"', '""') + '"'
+    return text
+
+
+_EMPTY = CostLine("", 0, 0, 0, 0, 0, 0, 0, Decimal(0))
+
+
+async def cost_report(
+    db: Db, *, tenant_id: str, start: date, end: date, by: By | None = None
+) -> CostReport:
+    """The tenant's cost in the UTC days [start, end], grouped `by`, with its total."""
+    since, until = day_bounds(start, end)
+    total = await roll_up(db, tenant_id=tenant_id, start=since, end=until)
+    lines = await roll_up(db, tenant_id=tenant_id, start=since, end=until, by=by) if by else []
+    return CostReport(tenant_id, start, end, by, lines, total[0] if total else _EMPTY)
