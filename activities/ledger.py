@@ -8,14 +8,18 @@ stored it may have died before billing), which writes nothing when the row is th
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime
 from typing import Any
 
-from parley.activities.metrics import MODEL_COST
-from parley.costs import CallCost, Usage, call_cost, tenant_prices
+from parley.activities.metrics import BUDGET_NOTICES, MODEL_COST
+from parley.costs import ZERO, CallCost, Usage, call_cost, soft_share, tenant_prices
+from parley.store import budgets as budget_store
 from parley.store import costs
 from parley.store.db import Db
 from parley.store.steps import CallRow
+
+log = logging.getLogger(__name__)
 
 
 def priced(
@@ -39,10 +43,17 @@ def priced(
 
 
 async def bill_call(
-    db: Db, call: CallRow, *, prices: dict[str, Any] | None, kind: costs.Kind = "turn"
+    db: Db,
+    call: CallRow,
+    *,
+    prices: dict[str, Any] | None,
+    budgets: dict[str, Any] | None = None,
+    kind: costs.Kind = "turn",
 ) -> None:
-    """Write a turn's model call (its outcome stored) to the ledger, unless it is there.
-    The resolver's question is code's answer stored as a step, no model call."""
+    """Write a turn's model call (its outcome stored) to the ledger, unless it is there, and
+    settle its budget reservation to the real cost (`budgets`: the tenant's configuration;
+    a settle finds nothing to move when it ran already). The resolver's question is code's
+    answer stored as a step, no model call."""
     if call.provider == "resolver":
         return
     entry = priced(
@@ -56,6 +67,23 @@ async def bill_call(
     key = costs.call_key(call.id)
     if await costs.record_turn_call(db, key=key, turn_id=call.turn_id, kind=kind, entry=entry):
         count(entry, kind)
+    if budgets:
+        crossed = await budget_store.settle(
+            db,
+            call_id=call.id,
+            cost=entry.cost_usd or ZERO,
+            soft_share=soft_share(budgets),
+        )
+        for budget in crossed:
+            BUDGET_NOTICES.labels(budget.period).inc()
+            log.info(
+                "budget %s %s from %s passed its soft share: %s of %s USD",
+                budget.subject,
+                budget.period,
+                budget.period_start,
+                budget.spent_usd,
+                budget.limit_usd,
+            )
 
 
 def count(entry: CallCost, kind: str) -> None:

@@ -21,6 +21,12 @@ MODEL_COST = Counter(
     "Model calls' cost in USD as the ledger priced it, by provider, model and kind",
     ["provider", "model", "kind"],
 )
+# Budgets whose soft share was crossed (a notice written: store/budgets.py), by period.
+BUDGET_NOTICES = Counter(
+    "parley_budget_notices_total",
+    "Budgets that passed their soft share in a period (a notice written), by period",
+    ["period"],
+)
 
 # What recall did for each prompt a context build packed: "skipped" (the window held the whole
 # conversation: no search, no embedding), "fts" (full-text search) or "hybrid" (full-text

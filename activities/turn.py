@@ -18,6 +18,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from parley.activities import knowledge, ledger, tracing
+from parley.activities.budgets import BUDGET_EXHAUSTED_TEXT, hold_for_call
 from parley.activities.context import ContextBuilder
 from parley.activities.ending import Finalized
 from parley.activities.heartbeat import heartbeating
@@ -65,7 +66,9 @@ class _Attempt:
     model: str
     request: ModelRequest
     call: CallRow
-    prices: dict[str, Any] | None  # the tenant's own (store/steps.py `ForAttempt`)
+    # The tenant's own prices and its budgets (store/steps.py `ForAttempt`).
+    prices: dict[str, Any] | None
+    budgets: dict[str, Any] | None
 
 
 @dataclass
@@ -151,7 +154,7 @@ class TurnActivities:
             # Finished by an attempt that died reporting it, or run again with the rest of
             # its workflow task after a crash (wherever the turn has got to). Billed now if
             # that attempt died before it could be (the ledger row is written once).
-            await ledger.bill_call(conn, call, prices=found.prices)
+            await ledger.bill_call(conn, call, prices=found.prices, budgets=found.budgets)
             return _result(call)
         # What the statement wrote nothing for: a turn stopped or ended, a refused move.
         turns.may_move(found.turn, to=TurnState.calling_model)
@@ -161,6 +164,7 @@ class TurnActivities:
                 conn, turn_id=inp.turn_id, message_id=message_id_for_call(call.id)
             )
         refuse_if_paused(found.paused)
+        await hold_for_call(conn, call, config_budgets=found.budgets, prices=found.prices)
         # The step's answer path; a re-answer names the capped step it is the child of.
         tracing.annotate(path=call.request.get("path", "tools"))
         if call.request.get("reanswer_of"):
@@ -177,7 +181,8 @@ class TurnActivities:
             reasoning_effort=call.request.get("reasoning_effort"),
             cache_key=call.request.get("cache_key"),
         )
-        return _Attempt(message_id_for_call(call.id), provider, model, request, call, found.prices)
+        message_id = message_id_for_call(call.id)
+        return _Attempt(message_id, provider, model, request, call, found.prices, found.budgets)
 
     async def _stream(self, conn: Db, turn_id: str, attempt: _Attempt) -> _Streamed:
         """Relay the provider's stream into the event log, a frame at a time: a frame is one
@@ -248,7 +253,7 @@ class TurnActivities:
             first_token_ms=call.first_token_ms, total_ms=call.total_ms, usage=finish.usage
         )
         record_usage(attempt.provider, attempt.model, finish.usage)
-        await ledger.bill_call(conn, call, prices=attempt.prices)
+        await ledger.bill_call(conn, call, prices=attempt.prices, budgets=attempt.budgets)
         return _result(call)
 
     # --- endings ---------------------------------------------------------------------------
@@ -350,12 +355,14 @@ class TurnActivities:
 
     @activity.defn(name="fail_turn")
     async def fail_turn(self, inp: FailTurnInput) -> None:
+        # The user is told why when a budget stopped the turn (not what it costs).
+        message = BUDGET_EXHAUSTED_TEXT if inp.code == TurnErrorCode.budget_exhausted else None
         async with self._sessions() as db:
             await turns.fail_turn(
                 db,
                 turn_id=inp.turn_id,
                 code=inp.code,
-                message=inp.message,
+                message=message or inp.message,
                 retryable=inp.retryable,
             )
             await db.commit()

@@ -186,3 +186,56 @@ def call_cost(
 ) -> CallCost:
     price = price_table().price(provider, model, on=on, overrides=overrides)
     return CallCost(provider, model, usage, None if price is None else cost(price, usage))
+
+
+# --- budgets ---------------------------------------------------------------------------------
+
+# The share of a budget whose crossing leaves a notice, unless the tenant sets its own.
+SOFT_SHARE = 0.8
+
+
+@dataclass(frozen=True)
+class BudgetTake:
+    """One budget a model call reserves against: whose (`tenant:<t>`, `user:<t>/<u>`), its
+    period ("day" | "month", UTC) and that period's first day, and its limit."""
+
+    subject: str
+    period: str
+    period_start: date
+    limit_usd: Decimal
+
+    @property
+    def key(self) -> str:
+        return f"{self.subject} {self.period}"
+
+
+def budget_takes(
+    budgets: dict[str, Any] | None, *, tenant_id: str, user_id: str, today: date
+) -> list[BudgetTake]:
+    """The budgets a call of this user reserves against today, in one fixed order (every
+    reservation locks its rows in it, so two turns never wait on each other crosswise)."""
+    found = budgets or {}
+    month = today.replace(day=1)
+    user = f"user:{tenant_id}/{user_id}"
+    wanted = [
+        (f"tenant:{tenant_id}", "month", month, found.get("monthly_usd")),
+        (user, "day", today, found.get("user_daily_usd")),
+        (user, "month", month, found.get("user_monthly_usd")),
+    ]
+    takes = [BudgetTake(s, p, start, Decimal(str(v))) for s, p, start, v in wanted if v is not None]
+    return sorted(takes, key=lambda t: (t.subject, t.period))
+
+
+def soft_share(budgets: dict[str, Any] | None) -> Decimal:
+    share = (budgets or {}).get("soft_share")
+    return Decimal(str(share if share is not None else SOFT_SHARE))
+
+
+def worst_case(price: Price | None, *, prompt_tokens: int, max_output_tokens: int) -> Decimal:
+    """What a call can cost at most: every prompt token at the dearer of the input and the
+    cache-write price, and the whole output reserve. Zero for an unpriced model (nothing to
+    reserve: its calls are not held to a budget, and the ledger shows them unpriced)."""
+    if price is None:
+        return ZERO
+    per_prompt_token = max(price.input, price.cache_write or price.input)
+    return (prompt_tokens * per_prompt_token + max_output_tokens * price.output) / MILLION

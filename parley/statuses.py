@@ -90,6 +90,9 @@ class TurnErrorCode(StrEnum):
     model_failed = "model_failed"
     # The tenant's assistant was paused while the turn ran; retrying after a resume may help.
     agent_paused = "agent_paused"
+    # A budget of the tenant or the user (in money) cannot take the model call's worst case:
+    # the turn ends before the call (activities/budgets.py).
+    budget_exhausted = "budget_exhausted"
     # The database stayed unreachable for longer than the step's schedule-to-close bound.
     store_unavailable = "store_unavailable"
     # The turn's workflow closed (execution timeout, a bug) without ending the turn.

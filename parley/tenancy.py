@@ -42,6 +42,19 @@ class ModelPrice(BaseModel):
     cache_write: Money | None = None
 
 
+class BudgetConfig(BaseModel):
+    """What a tenant's turns may spend on model calls, in USD (parley/costs.py): the tenant's
+    month, each user's day and month (UTC). Unset: no such budget."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    monthly_usd: Money | None = None
+    user_daily_usd: Money | None = None
+    user_monthly_usd: Money | None = None
+    # The share of a budget whose crossing leaves a notice, once per period (0.8 unset).
+    soft_share: float | None = Field(default=None, gt=0.0, le=1.0)
+
+
 class TenantConfig(BaseModel):
     # Strict: the contract's types exactly (`false` is no day count, `"5"` no cap, `1` no
     # switch), as a stored config is read back.
@@ -113,6 +126,9 @@ class TenantConfig(BaseModel):
     # Prices per `provider/model` over the package's table (a negotiated rate, a model the
     # table does not know); the ledger prices this tenant's calls with them.
     prices: dict[str, ModelPrice] | None = Field(default=None, max_length=50)
+    # Budgets in money; a turn at a budget's edge ends with `budget_exhausted` before its
+    # model call (activities/budgets.py).
+    budgets: BudgetConfig | None = None
 
     @model_validator(mode="after")
     def _no_nul(self) -> TenantConfig:

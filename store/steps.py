@@ -52,6 +52,7 @@ class ForAttempt:
     call: CallRow | None
     paused: bool
     prices: dict[str, Any] | None = None
+    budgets: dict[str, Any] | None = None  # its configuration's `budgets`
 
 
 async def get_call(conn: Db, *, model_call_id: str) -> CallRow | None:
@@ -159,18 +160,23 @@ async def lock_for_attempt(conn: Db, *, turn_id: str, model_call_id: str) -> For
 
 
 def _for_attempt(
-    *, paused: bool | None, prices: dict[str, Any] | None, **columns: Any
+    *,
+    paused: bool | None,
+    prices: dict[str, Any] | None,
+    budgets: dict[str, Any] | None,
+    **columns: Any,
 ) -> ForAttempt:
     turn = TurnRow.from_columns(columns)
     call = {k: v for k, v in columns.items() if not k.startswith("t_")}
     found = CallRow(**call) if call["id"] is not None else None
-    return ForAttempt(turn, found, bool(paused), prices)
+    return ForAttempt(turn, found, bool(paused), prices, budgets)
 
 
 CALL_COLUMNS = """c.id, c.turn_id, c.step, c.provider, c.model, c.request, c.response_text,
     c.response_tool_calls, c.finish_reason, c.attempts, c.first_token_ms, c.total_ms, c.usage"""
 _FOR_ATTEMPT = f"""
-    SELECT {TurnRow.COLUMNS}, {CALL_COLUMNS}, n.paused, n.config -> 'prices' AS prices
+    SELECT {TurnRow.COLUMNS}, {CALL_COLUMNS}, n.paused, n.config -> 'prices' AS prices,
+        n.config -> 'budgets' AS budgets
     FROM turns AS t
     LEFT JOIN model_calls AS c ON c.id = %(call)s
     LEFT JOIN tenants AS n ON n.id = t.tenant_id

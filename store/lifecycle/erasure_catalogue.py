@@ -97,6 +97,8 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry("usage_counters", "subject = %(tenant)s || '/' || %(user)s", None),
     # A user's budget periods, "user:<tenant>/<user>" (store/costs.py); the tenant's stay.
     Entry("budget_spend", "subject = 'user:' || %(tenant)s || '/' || %(user)s", None),
+    Entry("budget_holds", "subject = 'user:' || %(tenant)s || '/' || %(user)s", None),
+    Entry("budget_notices", "subject = 'user:' || %(tenant)s || '/' || %(user)s", None),
     # An export archive holds every session of its user, so a deleted session takes the
     # user's archives with it (asking again writes one without it).
     Entry("exports", _BY_USER, _BY_USER),

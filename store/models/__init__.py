@@ -24,7 +24,7 @@ from parley.store.models.core import (
     UsageCounter,
     User,
 )
-from parley.store.models.costs import BudgetSpend, ModelCost
+from parley.store.models.costs import BudgetHold, BudgetNotice, BudgetSpend, ModelCost
 from parley.store.models.erasure import Erasure
 from parley.store.models.handoffs import Handoff, HandoffEvent, HandoffNote, WebhookDelivery
 from parley.store.models.imports import ConversationImport
@@ -60,6 +60,8 @@ __all__ = [
     "ModelCall",
     "ModelCost",
     "BudgetSpend",
+    "BudgetHold",
+    "BudgetNotice",
     "ToolCall",
     "Action",
     "SessionSlot",

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import date, datetime
 from decimal import Decimal
 
-from sqlalchemy import Boolean, Date, Index, Integer, Numeric, String
+from sqlalchemy import Boolean, Date, DateTime, Index, Integer, Numeric, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from parley.store.models.core import Base, now_column
@@ -59,3 +59,36 @@ class BudgetSpend(Base):
     period_start: Mapped[date] = mapped_column(Date, primary_key=True)
     spent_usd: Mapped[Decimal] = mapped_column(Numeric(20, 10), default=0, server_default="0")
     reserved_usd: Mapped[Decimal] = mapped_column(Numeric(20, 10), default=0, server_default="0")
+    # The budget as the latest reservation found it (a tenant may change it mid-period).
+    limit_usd: Mapped[Decimal] = mapped_column(Numeric(20, 10))
+
+
+class BudgetHold(Base):
+    """One model call's reservation against one budget, until the call settles (its ledger
+    row written, the hold deleted and its amount moved from reserved to the real cost). A
+    retried attempt finds its call's holds and reserves nothing again."""
+
+    __tablename__ = "budget_holds"
+
+    call_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    subject: Mapped[str] = mapped_column(String(140), primary_key=True)
+    period: Mapped[str] = mapped_column(String(8), primary_key=True)
+    period_start: Mapped[date] = mapped_column(Date, primary_key=True)
+    amount_usd: Mapped[Decimal] = mapped_column(Numeric(20, 10))
+    created_at: Mapped[datetime] = now_column()
+
+
+class BudgetNotice(Base):
+    """A budget's soft threshold crossed: once per budget and period (the key), a row that
+    waits for an operator's tooling to pick it up (`delivered_at`), like an outbox."""
+
+    __tablename__ = "budget_notices"
+
+    subject: Mapped[str] = mapped_column(String(140), primary_key=True)
+    period: Mapped[str] = mapped_column(String(8), primary_key=True)
+    period_start: Mapped[date] = mapped_column(Date, primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(String(64))
+    spent_usd: Mapped[Decimal] = mapped_column(Numeric(20, 10))
+    limit_usd: Mapped[Decimal] = mapped_column(Numeric(20, 10))
+    created_at: Mapped[datetime] = now_column()
+    delivered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

@@ -52,6 +52,7 @@ def _opened(
     *,
     paused: bool | None,
     prices: dict[str, Any] | None,
+    budgets: dict[str, Any] | None,
     runs: bool,
     counted: int | None,
     notified: Any,
@@ -60,10 +61,10 @@ def _opened(
     turn = TurnRow.from_columns(columns)
     call = {k: v for k, v in columns.items() if not k.startswith("t_")}
     if call["id"] is None:
-        return Opened(ForAttempt(turn, None, bool(paused), prices), counted=False)
+        return Opened(ForAttempt(turn, None, bool(paused), prices, budgets), counted=False)
     if counted is not None:
         call["attempts"] = counted
-    found = ForAttempt(turn, CallRow(**call), bool(paused), prices)
+    found = ForAttempt(turn, CallRow(**call), bool(paused), prices, budgets)
     return Opened(found, counted=counted is not None)
 
 
@@ -82,6 +83,7 @@ _OPEN_ATTEMPT = f"""
         FOR UPDATE
     ), found AS (
         SELECT {TurnRow.COLUMNS}, {CALL_COLUMNS}, n.paused, n.config -> 'prices' AS prices,
+            n.config -> 'budgets' AS budgets,
             c.id IS NOT NULL AND c.finish_reason IS NULL AND t.cancel_requested_at IS NULL
                 AND (t.state = %(to)s OR t.state = ANY(%(from)s)) AS runs
         FROM t

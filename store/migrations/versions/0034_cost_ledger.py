@@ -1,5 +1,6 @@
 """model_costs: the ledger, one row per model call with its tokens and its cost;
-budget_spend: what each budget's period has spent and holds reserved
+budget_spend: what each budget's period has spent and holds reserved; budget_holds: each
+model call's reservation until it settles; budget_notices: a budget's soft threshold crossed
 
 Revision ID: 0034
 Revises: 0029
@@ -47,10 +48,37 @@ def upgrade() -> None:
         sa.Column("period_start", sa.Date(), primary_key=True),
         sa.Column("spent_usd", sa.Numeric(20, 10), server_default="0", nullable=False),
         sa.Column("reserved_usd", sa.Numeric(20, 10), server_default="0", nullable=False),
+        sa.Column("limit_usd", sa.Numeric(20, 10), nullable=False),
+    )
+    op.create_table(
+        "budget_holds",
+        sa.Column("call_id", sa.String(40), primary_key=True),
+        sa.Column("subject", sa.String(140), primary_key=True),
+        sa.Column("period", sa.String(8), primary_key=True),
+        sa.Column("period_start", sa.Date(), primary_key=True),
+        sa.Column("amount_usd", sa.Numeric(20, 10), nullable=False),
+        sa.Column(
+            "created_at", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False
+        ),
+    )
+    op.create_table(
+        "budget_notices",
+        sa.Column("subject", sa.String(140), primary_key=True),
+        sa.Column("period", sa.String(8), primary_key=True),
+        sa.Column("period_start", sa.Date(), primary_key=True),
+        sa.Column("tenant_id", sa.String(64), nullable=False),
+        sa.Column("spent_usd", sa.Numeric(20, 10), nullable=False),
+        sa.Column("limit_usd", sa.Numeric(20, 10), nullable=False),
+        sa.Column(
+            "created_at", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False
+        ),
+        sa.Column("delivered_at", sa.DateTime(timezone=True), nullable=True),
     )
 
 
 def downgrade() -> None:
+    op.drop_table("budget_notices")
+    op.drop_table("budget_holds")
     op.drop_table("budget_spend")
     op.drop_index("ix_model_costs_turn", table_name="model_costs")
     op.drop_index("ix_model_costs_tenant_time", table_name="model_costs")
