@@ -250,6 +250,9 @@ class FakeProvider:
         if forced.get("type") == "tool" and not calls:  # the answer is the forced tool's input
             calls, text = [ToolCall(name=forced["name"], arguments=text)], ""
         tokens = tokenize(text)
+        billed = prompt_tokens(request, body)
+        if dialect == "anthropic" and body.get("tools"):
+            billed += anthropic_tool_prompt(body)
         cached, written = (
             (self._openai_cached(request), 0)
             if dialect == "openai"
@@ -259,7 +262,7 @@ class FakeProvider:
             update={
                 "text": tokens,
                 "tool_calls": calls,
-                "input_tokens": prompt_tokens(request, body),
+                "input_tokens": billed,
                 "cached_tokens": cached,
                 "cache_write_tokens": written,
                 "output_tokens": len(tokens) + 10 * len(calls),
@@ -293,8 +296,10 @@ class FakeProvider:
         if not marked and not any(t.get("cache_control") for t in body.get("tools") or []):
             return 0, 0
         upto = system[: marked[-1] + 1] if marked else []
-        tokens = count_tools(counter, request.tools) + sum(
-            counter.count(block.get("text", "")) for block in upto
+        tokens = (
+            anthropic_tool_prompt(body)
+            + count_tools(counter, request.tools)
+            + sum(counter.count(block.get("text", "")) for block in upto)
         )
         if tokens < anthropic_cache_min(str(body.get("model", ""))):
             return 0, 0
@@ -307,6 +312,16 @@ class FakeProvider:
 
 # The smallest prefix each provider caches, in tokens (their documented minimums).
 OPENAI_CACHE_MIN = 1024
+
+
+def anthropic_tool_prompt(body: dict[str, Any]) -> int:
+    """The tokens of the system prompt Anthropic adds to a request with tools (billed as
+    input, first in the prompt, so inside any cached prefix): its documented counts for
+    current models, 346 with `tool_choice` auto or none, 313 with a forced tool."""
+    if not body.get("tools"):
+        return 0
+    forced = (body.get("tool_choice") or {}).get("type") in ("any", "tool")
+    return 313 if forced else 346
 
 
 def anthropic_cache_min(model: str) -> int:

@@ -17,11 +17,10 @@ from parley.activities.budgets import BUDGET_EXHAUSTED_TEXT
 from parley.costs import BudgetTake
 from parley.store import budgets
 from parley.store.db import Database, connect
-from parley.store.identity import create_token
-from parley.store.models import BudgetNotice, BudgetSpend, ModelCall, ModelCost, ToolCall, User
+from parley.store.models import BudgetNotice, BudgetSpend, ModelCall, ModelCost, ToolCall
 from tests.support.client import ParleyClient
 from tests.support.orm import orm
-from tests.support.tenants import AdminTenant, new_admin_tenant
+from tests.support.tenants import AdminTenant, new_admin_tenant, new_customer
 
 # Output tokens alone cost (a tenth of a cent each): a call's worst case is then its output
 # reserve, and its real cost its answer's length.
@@ -46,13 +45,7 @@ async def tenant(api_url: str, sessions: Database) -> AsyncIterator[Tenant]:
 
 
 async def customer(api_url: str, sessions: Database, tenant_id: str, user_id: str) -> ParleyClient:
-    async with orm(sessions) as db:
-        db.add(User(tenant_id=tenant_id, id=user_id, display_name=user_id, roles=[]))
-        await db.commit()
-    async with sessions() as db:
-        token = await create_token(db, tenant_id=tenant_id, user_id=user_id)
-        await db.commit()
-    return ParleyClient(api_url, token)
+    return ParleyClient(api_url, await new_customer(sessions, tenant_id=tenant_id, user_id=user_id))
 
 
 async def costs_of(sessions: Database, turn_id: str) -> list[ModelCost]:

@@ -38,3 +38,14 @@ async def new_admin_tenant(sessions: Database, *, prefix: str = "tmp") -> AdminT
         token = await create_token(db, tenant_id=tenant_id, user_id=admin_id)
         await db.commit()
     return AdminTenant(tenant_id, admin_id, token)
+
+
+async def new_customer(sessions: Database, *, tenant_id: str, user_id: str) -> str:
+    """Store a customer (no roles) of a throwaway tenant; their token."""
+    async with orm(sessions) as db:
+        db.add(User(tenant_id=tenant_id, id=user_id, display_name=user_id, roles=[]))
+        await db.commit()
+    async with sessions() as db:
+        token = await create_token(db, tenant_id=tenant_id, user_id=user_id)
+        await db.commit()
+    return token

@@ -13,6 +13,7 @@ from sqlalchemy import select
 from temporalio.client import Client
 
 from parley.config import Settings
+from parley.gateway.anthropic import AnthropicProvider
 from parley.gateway.errors import Timeouts
 from parley.gateway.fake_provider.server import FakeProvider
 from parley.gateway.fake_provider.wire import request_from_openai
@@ -23,6 +24,7 @@ from parley.store.models import ModelCost
 from tests.support.client import ParleyClient
 from tests.support.orm import orm
 from tests.support.stack import serve
+from tests.support.tenants import new_admin_tenant, new_customer
 from tests.support.toolkit import own_stack
 
 # gpt-4o as the price table has it, in USD per million tokens (written out here, not read
@@ -116,3 +118,97 @@ async def test_the_ledger_of_seven_turns_equals_the_providers_own_account(
     ledger = sum(Decimal(r.cost_usd or 0) for r in rows)
     assert ledger == expected
     assert ledger.quantize(Decimal("0.01")) == expected.quantize(Decimal("0.01")) > 0
+
+
+@pytest_asyncio.fixture(scope="module")
+async def fake_anthropic(
+    settings: Settings, temporal_client: Client, sessions: Database
+) -> AsyncIterator[tuple[FakeProvider, str]]:
+    fake = FakeProvider(brain=True)
+    async with serve(fake.app) as fake_url:
+        provider = AnthropicProvider(
+            base_url=fake_url,
+            api_key="test-key",
+            timeouts=Timeouts(connect_s=2.0, first_token_s=5.0, total_s=30.0),
+        )
+        async with own_stack(
+            temporal_client,
+            settings,
+            sessions,
+            provider,
+            prefix="cache",
+            model_provider="anthropic",
+            model="claude-sonnet-4-5",
+        ) as running:
+            yield fake, running.url
+        await provider.aclose()
+
+
+# A brand voice of a realistic length: with the tools of a tenant that delegates to a
+# specialist, the standing prompt passes Anthropic's minimum for a cached prefix.
+PERSONA = (
+    "You are the assistant of Northwind Outfitters, a family-run outdoor clothing shop. "
+    "Speak plainly and warmly, in short sentences, as a helpful person at the counter would. "
+    "Use the customer's words for things, never internal codes. When something went wrong "
+    "with an order, say so first, then say what happens next and when. Offer one next step "
+    "at a time. Never promise a refund, a delivery date or an exception the tools have not "
+    "confirmed. When a question is outside orders, returns and refunds, say what you can "
+    "help with instead. Prices are in the customer's currency with two decimals. Dates are "
+    "written as 'Tuesday 3 March'. Do not use exclamation marks or emoji. Thank the customer "
+    "once, at the end of the conversation, not in every answer. If the customer is upset, "
+    "acknowledge it in one sentence before anything else. Our returns desk answers e-mail "
+    "within one working day; our shop is open Monday to Saturday, nine to six. Orders "
+    "over fifty pounds ship free; smaller ones pay a flat four pounds ninety-five. Boots and "
+    "jackets can be exchanged for another size within sixty days if unworn, with the tags "
+    "on. Sale items can be returned but not exchanged. Gift cards never expire and cannot "
+    "be refunded. We repair zips and seams on our own jackets free for two years; the "
+    "customer posts the jacket to the workshop in Kendal and we post it back. Never ask "
+    "for a card number, a password or a full address in the chat. When the customer asks "
+    "about an order, name it by what was bought and when, not by its number alone. When two "
+    "orders match, ask which one with both named. Explain a refund's state in plain words: "
+    "asked for, approved, sent to the bank, or received. Banks take three to five working "
+    "days to show a refund. Keep every answer under eighty words unless asked for detail."
+)
+
+
+async def test_anthropics_prompt_cache_is_written_then_read_and_the_ledger_shows_it_cheaper(
+    fake_anthropic: tuple[FakeProvider, str], sessions: Database
+) -> None:
+    fake, url = fake_anthropic
+    fake.reset()
+    tenant = await new_admin_tenant(sessions, prefix="cache")
+    admin = ParleyClient(url, tenant.token)
+    config = {"persona": PERSONA, "specialists": True}
+    put = await admin.http.put(f"/v1/admin/tenants/{tenant.tenant_id}/config", json=config)
+    await admin.aclose()
+    assert put.status_code == 200, put.text
+    token = await new_customer(sessions, tenant_id=tenant.tenant_id, user_id="cust_cache")
+    client = ParleyClient(url, token)
+    try:
+        session_id = await client.new_session()
+        turns = []
+        for _ in range(2):
+            turn_id, events = await client.turn(session_id, "Tell me about yourself, please.")
+            assert events[-1].type == "done", [e.type for e in events]
+            turns.append(turn_id)
+    finally:
+        await client.aclose()
+
+    # The standing prompt (the tools and the first system block, up to its cache_control
+    # breakpoint) reaches Anthropic's minimum for Sonnet, so the provider caches it.
+    first = fake.requests[0].body
+    assert first["system"][0]["cache_control"] == {"type": "ephemeral"} and first["tools"]
+    async with orm(sessions) as db:
+        rows = {
+            r.turn_id: r
+            for r in await db.scalars(select(ModelCost).where(ModelCost.session_id == session_id))
+        }
+    written, read = rows[turns[0]], rows[turns[1]]
+    assert written.cache_write_tokens >= 1024 and written.cached_tokens == 0
+    assert read.cached_tokens == written.cache_write_tokens and read.cache_write_tokens == 0
+    # Sonnet: input 3.00, cache write 3.75, cache read 0.30 per million tokens.
+    uncached = Decimal("3.00") * read.input_tokens + Decimal("15.00") * read.output_tokens
+    assert read.cost_usd is not None and written.cost_usd is not None
+    assert read.cost_usd < uncached / 1_000_000 < written.cost_usd + Decimal("0.001")
+    saving = (Decimal("3.00") - Decimal("0.30")) * read.cached_tokens / 1_000_000
+    assert uncached / 1_000_000 - read.cost_usd == saving
