@@ -229,6 +229,14 @@ class AdminClient:
         url = f"/v1/admin/tenants/{tenant}/sessions/{session_id}/runs"
         return list(_checked(await self.http.get(url), 200)["turns"])
 
+    async def session_costs(self, tenant: str, start: str, end: str) -> dict[str, str]:
+        """What each of the tenant's sessions cost in the UTC days `start`..`end`, from the
+        ledger (USD as decimal strings, by session id)."""
+        url = f"/v1/admin/tenants/{tenant}/costs"
+        params = {"from": start, "to": end, "by": "session"}
+        lines = _checked(await self.http.get(url, params=params), 200)["lines"]
+        return {str(line["name"]): str(line["cost_usd"]) for line in lines}
+
 
 class BackendClient:
     """The Northwind demo backend: its clock, its fault knobs and the emails it accepted."""

@@ -45,6 +45,8 @@ class Options:
 class Outcome:
     runs: list[dict[str, Any]]
     differences: list[dict[str, Any]] | None
+    # With --compare: each conversation's cost in A and B, and B's difference.
+    costs: list[dict[str, Any]] | None
     regressions: list[str]
     exit_code: int
 
@@ -87,6 +89,7 @@ async def evaluate(options: Options, target: Target, progress: Progress | None =
         by_path = {item.path: item.conversation for item in suite}
         runs.append(report.result([score(by_path[s.path], s) for s in seen], label=label))
     diffs = report.differences(runs[0], runs[1]) if len(runs) == 2 else None
+    costs = report.cost_differences(runs[0], runs[1]) if len(runs) == 2 else None
     reference = baseline if baseline is not None else (runs[0] if len(runs) == 2 else None)
     latest = runs[-1]
     if reference is not None:
@@ -95,7 +98,7 @@ async def evaluate(options: Options, target: Target, progress: Progress | None =
         found = [f"{c['name']}: fails" for c in latest["conversations"] if not c["passed"]]
     violations = sum(run["suite"]["invariant_violations"] for run in runs)
     code = EXIT_INVARIANT if violations else (EXIT_REGRESSION if found else 0)
-    return Outcome(runs, diffs, found, code)
+    return Outcome(runs, diffs, costs, found, code)
 
 
 @asynccontextmanager
@@ -127,6 +130,7 @@ def write_outputs(options: Options, outcome: Outcome) -> None:
         **latest,
         "runs": outcome.runs if len(outcome.runs) > 1 else None,
         "differences": outcome.differences,
+        "cost_differences": outcome.costs,
         "regressions": outcome.regressions,
         "exit_code": outcome.exit_code,
     }
@@ -154,6 +158,9 @@ def terminal(outcome: Outcome) -> str:
             + "".join(f"\n    only in A: {p}" for p in d.get("only_in_a", []))
             for d in outcome.differences
         ] or ["no differences"]
+    if outcome.costs is not None:
+        parts.append("== cost in USD (A -> B, difference)")
+        parts += [f"{c['name']}: {c['a']} -> {c['b']} ({c['difference']})" for c in outcome.costs]
     parts += [f"regression: {line}" for line in outcome.regressions]
     return "\n".join(parts)
 

@@ -74,4 +74,6 @@ class ConversationSeen:
     emails: list[dict[str, Any]] | None = None
     tokens_in: int | None = None
     tokens_out: int | None = None
+    # What its model calls cost, USD as a decimal string, from the ledger (None: not read).
+    cost_usd: str | None = None
     crashed: str | None = None  # the run could not go on (the API refused, a stream broke)

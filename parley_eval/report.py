@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict
+from decimal import Decimal
 from typing import Any
 
 from parley.eval.observe import StepSeen
@@ -106,6 +107,7 @@ def result(scored: list[Scored], *, label: str = "run") -> dict[str, Any]:
                 "metrics": metrics(item.tally),
                 "tokens_in": seen.tokens_in if seen else None,
                 "tokens_out": seen.tokens_out if seen else None,
+                "cost_usd": seen.cost_usd if seen else None,
                 "emails": len(seen.emails) if seen and seen.emails is not None else None,
                 "turns": [_turn(s) for s in seen.steps] if seen else [],
             }
@@ -120,6 +122,7 @@ def result(scored: list[Scored], *, label: str = "run") -> dict[str, Any]:
         "latency": latency(steps),
         "tokens_in": _sum(c["tokens_in"] for c in conversations),
         "tokens_out": _sum(c["tokens_out"] for c in conversations),
+        "cost_usd": _money_sum(c["cost_usd"] for c in conversations),
     }
     return {"label": label, "suite": suite, "conversations": conversations}
 
@@ -127,6 +130,35 @@ def result(scored: list[Scored], *, label: str = "run") -> dict[str, Any]:
 def _sum(values: Any) -> int | None:
     present = [v for v in values if v is not None]
     return sum(present) if present else None
+
+
+def _money_sum(values: Any) -> str | None:
+    present = [Decimal(v) for v in values if v is not None]
+    return str(sum(present, Decimal(0))) if present else None
+
+
+def cost_differences(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per conversation in both runs, and for the whole suite: what run A's and run B's model
+    calls cost (USD, from the ledger) and B's difference (shown, not judged: a dearer
+    configuration is a choice)."""
+    in_b = {c["name"]: c for c in b["conversations"]}
+    rows = [
+        (c["name"], c.get("cost_usd"), in_b[c["name"]].get("cost_usd"))
+        for c in a["conversations"]
+        if c["name"] in in_b
+    ]
+    rows.append(("suite", a["suite"].get("cost_usd"), b["suite"].get("cost_usd")))
+    return [
+        {
+            "name": name,
+            "a": left,
+            "b": right,
+            "difference": None
+            if left is None or right is None
+            else str(Decimal(right) - Decimal(left)),
+        }
+        for name, left, right in rows
+    ]
 
 
 def regressions(run: dict[str, Any], baseline: dict[str, Any]) -> list[str]:
@@ -180,16 +212,16 @@ def _state(conversation: dict[str, Any]) -> str:
 
 def table(run: dict[str, Any]) -> str:
     """The terminal table: one line per conversation, its first problem, then the suite."""
-    rows = [("conversation", "result", "turns", "tokens in/out", "first problem")]
+    rows = [("conversation", "result", "turns", "tokens in/out", "cost USD", "first problem")]
     for c in run["conversations"]:
         problems = _problems(c)
         tokens = "-" if c["tokens_in"] is None else f"{c['tokens_in']}/{c['tokens_out']}"
+        cost = _usd(c.get("cost_usd"))
         verdict = "PASS" if c["passed"] else ("INVARIANT" if c["invariant_violations"] else "FAIL")
-        rows.append(
-            (c["name"], verdict, str(len(c["turns"])), tokens, problems[0] if problems else "")
-        )
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    lines = ["  ".join(r[i].ljust(widths[i]) for i in range(4)) + "  " + r[4] for r in rows]
+        first = problems[0] if problems else ""
+        rows.append((c["name"], verdict, str(len(c["turns"])), tokens, cost, first))
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    lines = ["  ".join(r[i].ljust(widths[i]) for i in range(5)) + "  " + r[5] for r in rows]
     suite = run["suite"]
     lines.append("")
     lines.append(
@@ -207,6 +239,14 @@ def table(run: dict[str, Any]) -> str:
                 f"  done p50 {_ms(figures['done_p50_s'])} p95 {_ms(figures['done_p95_s'])}"
             )
     return "\n".join(lines)
+
+
+def _usd(value: str | None) -> str:
+    """Whole cents and, below a cent, enough places to show something."""
+    if value is None:
+        return "-"
+    amount = Decimal(value)
+    return f"{amount:.2f}" if amount >= Decimal("0.01") or amount == 0 else f"{amount:.6f}"
 
 
 def _pct(value: float | None) -> str:

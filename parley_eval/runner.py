@@ -9,6 +9,8 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 from parley.eval.client import AdminClient, BackendClient, EvalClientError, Stream, UserClient
@@ -125,6 +127,10 @@ async def _read_runs(
             traces[str(run["turn_id"])] = list(run["trace"])
     for step in seen.steps:
         step.trace = traces.get(step.turn_id or "", [])
+    # The conversation's cost: its sessions' lines of the ledger's report for the days it ran.
+    today = datetime.now(UTC).date()
+    costs = await admin.session_costs(tenant, (today - timedelta(days=1)).isoformat(), str(today))
+    seen.cost_usd = str(sum((Decimal(costs.get(s, "0")) for s in sessions), Decimal(0)))
 
 
 async def _converse(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from decimal import Decimal
 from pathlib import Path
 
 import httpx
@@ -72,6 +73,15 @@ async def test_withholding_get_order_fails_the_conversations_that_need_it(
             ), difference
         assert sorted(line.split(":")[0] for line in outcome.regressions) == sorted(changed)
         assert (await admin.get(config_url)).json()["config"] == before  # restored
+        # What each conversation cost under A and under B, from the ledger, and the change.
+        assert outcome.costs is not None
+        assert [c["name"] for c in outcome.costs][-1] == "suite"
+        assert len(outcome.costs) == 4
+        for cost in outcome.costs:
+            assert Decimal(cost["a"]) > 0 and Decimal(cost["b"]) > 0, cost
+            assert Decimal(cost["difference"]) == Decimal(cost["b"]) - Decimal(cost["a"])
+        suite_a = sum(Decimal(c["a"]) for c in outcome.costs[:-1])
+        assert Decimal(outcome.costs[-1]["a"]) == suite_a
 
         same = await evaluate(Options(suite=suite, compare=(a, a), quiet=True), target)
         assert same.differences == [] and same.exit_code == 0

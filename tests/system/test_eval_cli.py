@@ -76,4 +76,5 @@ async def test_eval_against_a_url_with_given_tokens(
     result = json.loads(out)
     assert [c["passed"] for c in result["conversations"]] == [True, True]
     assert all(c["tokens_in"] for c in result["conversations"])
+    assert all(float(c["cost_usd"]) > 0 for c in result["conversations"])
     assert "2/2 passed" in err  # the table goes to stderr when the JSON takes stdout
