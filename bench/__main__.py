@@ -20,7 +20,8 @@ through the API with a summarizer that answers in prose (`--locomo-api`, alone w
 `POST .../import` and questioned, and (p) the import's speed (`--locomo-import`, alone with
 `--locomo-import-only`; bench/locomo_import.py); (q) the chaos soak, mixed turns under
 `make run`'s supervisor while a component is killed every 20-30 s (`--chaos`, alone with
-`--chaos-only`; bench/chaos.py).
+`--chaos-only`; bench/chaos.py); (s) what Anthropic's prompt cache saves on the standing
+prompt (offline arithmetic; bench/prompt_cache.py).
 
 The baseline is the same demo model streamed as SSE by a bare FastAPI endpoint (no Temporal,
 no database; see bench/baseline.py). Both use the same demo token delay and the same client
@@ -73,6 +74,7 @@ from bench.open_loop import (
 )
 from bench.paths import measure_paths, render_paths
 from bench.plain_summarizer import failing_summarizer_row
+from bench.prompt_cache import measure_prompt_cache, render_prompt_cache
 from bench.regexes import measure_regexes, render_regexes
 from bench.replay_cost import measure_replay_cost, render_replay_cost
 from bench.runner import BaselineTarget, ParleyTarget, Target
@@ -335,6 +337,7 @@ def offline_sections(args: argparse.Namespace) -> list[Section]:
         Section("regexes", _regexes, render_regexes),
         Section("replay_cost", _replay_cost, render_replay_cost),
         Section("eager_start", lambda: _eager_start(args), render_eager_start),
+        Section("prompt_cache", _prompt_cache, render_prompt_cache),
     ]
 
 
@@ -433,6 +436,11 @@ async def _knowledge(stack: Stack) -> dict[str, Any]:
 async def _regexes() -> dict[str, Any]:
     log("(i) regular expressions over long hostile runs")
     return measure_regexes()
+
+
+async def _prompt_cache() -> dict[str, Any]:
+    log("(s) Anthropic's prompt cache on the standing prompt")
+    return measure_prompt_cache()
 
 
 async def _replay_cost() -> dict[str, Any]:

@@ -78,3 +78,12 @@ def test_no_reported_usage_is_estimated_from_the_prompt_and_what_streamed() -> N
     )
     assert estimate.estimated
     assert estimate.input_tokens > 0 and estimate.output_tokens > 0
+
+
+def test_the_bench_prices_the_standing_prompt_cheaper_with_the_cache() -> None:
+    from bench.prompt_cache import measure_prompt_cache, render_prompt_cache
+
+    figures = measure_prompt_cache()
+    assert figures["cached"] and figures["prefix_tokens"] >= figures["minimum"]
+    assert Decimal(figures["cached_usd"]) < Decimal(figures["uncached_usd"])
+    assert "saved" in render_prompt_cache(figures)
