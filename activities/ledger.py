@@ -42,6 +42,24 @@ def priced(
     )
 
 
+def priced_call(call: CallRow, prices: dict[str, Any] | None) -> CallCost:
+    """A turn's model call's ledger entry, from its stored row (its outcome written)."""
+    return priced(
+        provider=call.provider,
+        model=call.model,
+        usage=call.usage,
+        prompt=call.request,
+        output=call.response_text or "",
+        prices=prices,
+    )
+
+
+def bill_params(call: CallRow, entry: CallCost, kind: costs.Kind = "turn") -> dict[str, Any]:
+    """The ledger row's parameters, for the statement that stores the call's outcome."""
+    key = costs.call_key(call.id)
+    return costs.ledger_params(key=key, kind=kind, turn_id=call.turn_id, entry=entry)
+
+
 async def bill_call(
     db: Db,
     call: CallRow,
@@ -51,39 +69,35 @@ async def bill_call(
     kind: costs.Kind = "turn",
 ) -> None:
     """Write a turn's model call (its outcome stored) to the ledger, unless it is there, and
-    settle its budget reservation to the real cost (`budgets`: the tenant's configuration;
-    a settle finds nothing to move when it ran already). The resolver's question is code's
-    answer stored as a step, no model call."""
+    settle its budget reservation (a retry that finds the outcome stored; the specialist's
+    steps). The resolver's question is code's answer stored as a step, no model call."""
     if call.provider == "resolver":
         return
-    entry = priced(
-        provider=call.provider,
-        model=call.model,
-        usage=call.usage,
-        prompt=call.request,
-        output=call.response_text or "",
-        prices=prices,
-    )
+    entry = priced_call(call, prices)
     key = costs.call_key(call.id)
     if await costs.record_turn_call(db, key=key, turn_id=call.turn_id, kind=kind, entry=entry):
         count(entry, kind)
-    if budgets:
-        crossed = await budget_store.settle(
-            db,
-            call_id=call.id,
-            cost=entry.cost_usd or ZERO,
-            soft_share=soft_share(budgets),
+    await settle(db, call, entry, budgets)
+
+
+async def settle(db: Db, call: CallRow, entry: CallCost, budgets: dict[str, Any] | None) -> None:
+    """Settle the call's budget reservation to its real cost (`budgets`: the tenant's
+    configuration; nothing to move when it ran already, or reserved nothing)."""
+    if not budgets:
+        return
+    crossed = await budget_store.settle(
+        db, call_id=call.id, cost=entry.cost_usd or ZERO, soft_share=soft_share(budgets)
+    )
+    for budget in crossed:
+        BUDGET_NOTICES.labels(budget.period).inc()
+        log.info(
+            "budget %s %s from %s passed its soft share: %s of %s USD",
+            budget.subject,
+            budget.period,
+            budget.period_start,
+            budget.spent_usd,
+            budget.limit_usd,
         )
-        for budget in crossed:
-            BUDGET_NOTICES.labels(budget.period).inc()
-            log.info(
-                "budget %s %s from %s passed its soft share: %s of %s USD",
-                budget.subject,
-                budget.period,
-                budget.period_start,
-                budget.spent_usd,
-                budget.limit_usd,
-            )
 
 
 def count(entry: CallCost, kind: str) -> None:

@@ -244,16 +244,20 @@ class TurnActivities:
             answered_by=(attempt.provider, attempt.model) if inp.fallback else None,
         )
         # One statement (the row `_begin_attempt` read, written without a read): the call's
-        # outcome, and its tool calls when it asked for any.
+        # outcome, its ledger row, and its tool calls when it asked for any.
+        entry = ledger.priced_call(call, attempt.prices)
+        bill = ledger.bill_params(call, entry)
         if requested:
-            await attempts.record_tool_requests(conn, call)
+            billed = await attempts.record_tool_requests(conn, call, bill=bill)
         else:
-            await steps.write_outcome(conn, call)
+            billed = await steps.write_outcome(conn, call, bill=bill)
         tracing.annotate(
             first_token_ms=call.first_token_ms, total_ms=call.total_ms, usage=finish.usage
         )
         record_usage(attempt.provider, attempt.model, finish.usage)
-        await ledger.bill_call(conn, call, prices=attempt.prices, budgets=attempt.budgets)
+        if billed:
+            ledger.count(entry, "turn")
+        await ledger.settle(conn, call, entry, attempt.budgets)
         return _result(call)
 
     # --- endings ---------------------------------------------------------------------------

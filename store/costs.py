@@ -4,9 +4,9 @@ A row's key is the call's own identity, not an attempt's: a turn's model call is
 `call:<model_call_id>` (the row `build_context` wrote before any attempt), a summary run
 `summary:<session>:<through_seq>`. Every write is `INSERT ... ON CONFLICT (key) DO
 NOTHING`, so an activity retried after a crash (its outcome stored, its ledger row not yet,
-or both) bills the call once. The call-model activity writes the row right after the
-call's outcome, and again (finding it written, or writing it now) when a retry finds the
-outcome stored (activities/turn.py).
+or both) bills the call once. The call-model activity writes the row with the call's
+outcome, in the same statement (`LEDGER_ROW`, composed), and again (finding it written, or
+writing it now) when a retry finds the outcome stored (activities/turn.py).
 
 Tenant, user and session are read from the turn's session by the same statement, so a row
 is never written for a turn that does not exist. Roll-ups (per turn, session, user, model,
@@ -35,32 +35,35 @@ def summary_key(session_id: str, through_seq: int) -> str:
     return f"summary:{session_id}:{through_seq}"
 
 
-def _params(key: str, kind: Kind, entry: CallCost) -> dict[str, object]:
+def ledger_params(*, key: str, kind: Kind, turn_id: str, entry: CallCost) -> dict[str, object]:
+    """The parameters of `LEDGER_ROW` (prefixed, so they sit beside a composing statement's)."""
     usage = entry.usage
     return {
-        "key": key,
-        "kind": kind,
-        "provider": entry.provider,
-        "model": entry.model,
-        "input_tokens": usage.input_tokens,
-        "cached_tokens": usage.cached_tokens,
-        "cache_write_tokens": usage.cache_write_tokens,
-        "output_tokens": usage.output_tokens,
-        "estimated": usage.estimated,
-        "cost_usd": entry.cost_usd,
+        "lc_key": key,
+        "lc_kind": kind,
+        "lc_turn_id": turn_id,
+        "lc_provider": entry.provider,
+        "lc_model": entry.model,
+        "lc_input_tokens": usage.input_tokens,
+        "lc_cached_tokens": usage.cached_tokens,
+        "lc_cache_write_tokens": usage.cache_write_tokens,
+        "lc_output_tokens": usage.output_tokens,
+        "lc_estimated": usage.estimated,
+        "lc_cost_usd": entry.cost_usd,
     }
 
 
 async def record_turn_call(db: Db, *, key: str, turn_id: str, kind: Kind, entry: CallCost) -> bool:
     """The ledger's row for one of a turn's model calls, unless it is written already;
     whether this wrote it."""
-    return bool(await db.run(_RECORD_TURN_CALL, {**_params(key, kind, entry), "turn_id": turn_id}))
+    params = ledger_params(key=key, kind=kind, turn_id=turn_id, entry=entry)
+    return bool(await db.run(LEDGER_ROW, params))
 
 
 async def record_session_call(db: Db, *, key: str, session_id: str, entry: CallCost) -> bool:
     """The ledger's row for a session's model call outside any turn (the summarizer's)."""
-    params = {**_params(key, "summary", entry), "session_id": session_id}
-    return bool(await db.run(_RECORD_SESSION_CALL, params))
+    params = {**ledger_params(key=key, kind="summary", turn_id="", entry=entry)}
+    return bool(await db.run(_RECORD_SESSION_CALL, {**params, "session_id": session_id}))
 
 
 async def is_recorded(db: Db, *, key: str) -> bool:
@@ -69,18 +72,24 @@ async def is_recorded(db: Db, *, key: str) -> bool:
 
 _COLUMNS = """(key, tenant_id, user_id, session_id, turn_id, kind, provider, model,
         input_tokens, cached_tokens, cache_write_tokens, output_tokens, estimated, cost_usd)"""
-_VALUES = """%(kind)s, %(provider)s, %(model)s, %(input_tokens)s, %(cached_tokens)s,
-        %(cache_write_tokens)s, %(output_tokens)s, %(estimated)s, %(cost_usd)s"""
-_RECORD_TURN_CALL = f"""
+_VALUES = """%(lc_kind)s, %(lc_provider)s, %(lc_model)s, %(lc_input_tokens)s,
+        %(lc_cached_tokens)s, %(lc_cache_write_tokens)s, %(lc_output_tokens)s,
+        %(lc_estimated)s, %(lc_cost_usd)s"""
+# A turn's model call's ledger row, unless written (parameters `ledger_params`; returns the
+# key when this wrote it). Composed, as a CTE, into the statement that stores the call's
+# outcome (store/steps.py `write_outcome`, store/turns/attempts.py `record_tool_requests`),
+# so a call's outcome and its row are written together, in one round trip.
+LEDGER_ROW = f"""
     INSERT INTO model_costs {_COLUMNS}
-    SELECT %(key)s, s.tenant_id, s.user_id, s.id, t.id, {_VALUES}
+    SELECT %(lc_key)s, s.tenant_id, s.user_id, s.id, t.id, {_VALUES}
     FROM turns AS t JOIN sessions AS s ON s.id = t.session_id
-    WHERE t.id = %(turn_id)s
+    WHERE t.id = %(lc_turn_id)s
     ON CONFLICT (key) DO NOTHING
+    RETURNING key
 """
 _RECORD_SESSION_CALL = f"""
     INSERT INTO model_costs {_COLUMNS}
-    SELECT %(key)s, s.tenant_id, s.user_id, s.id, NULL, {_VALUES}
+    SELECT %(lc_key)s, s.tenant_id, s.user_id, s.id, NULL, {_VALUES}
     FROM sessions AS s WHERE s.id = %(session_id)s
     ON CONFLICT (key) DO NOTHING
 """

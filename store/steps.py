@@ -16,6 +16,7 @@ from psycopg.types.json import Jsonb
 from parley.contracts import TERMINAL_TURN_STATES, EventType
 from parley.ids import new_id, tool_call_row_id
 from parley.statuses import ToolCallStatus
+from parley.store.costs import LEDGER_ROW
 from parley.store.db import Db
 from parley.store.turns.reads import TurnFacts, TurnRow
 from parley.store.turns.tool_calls import ToolCallRow
@@ -224,9 +225,14 @@ async def record_outcome(conn: Db, call: CallRow, **outcome: Any) -> CallRow:
     return written
 
 
-async def write_outcome(conn: Db, written: CallRow) -> None:
-    """Write the call's outcome as `written` holds it (`answered`)."""
-    await conn.run(_RECORD_OUTCOME, outcome_params(written))
+async def write_outcome(conn: Db, written: CallRow, *, bill: dict[str, Any] | None = None) -> bool:
+    """Write the call's outcome as `written` holds it (`answered`), and with `bill` (the
+    ledger's `store.costs.ledger_params`) its ledger row in the same statement; whether that
+    wrote the row (False: written already, or no `bill`)."""
+    if bill is None:
+        await conn.run(_RECORD_OUTCOME, outcome_params(written))
+        return False
+    return bool(await conn.value(_RECORD_BILLED_OUTCOME, {**outcome_params(written), **bill}))
 
 
 def answered(
@@ -282,6 +288,10 @@ OUTCOME_WRITTEN = """UPDATE model_calls SET provider = %(provider)s, model = %(m
 _RECORD_OUTCOME = f"""
     {OUTCOME_WRITTEN}
     WHERE id = %(id)s
+"""
+_RECORD_BILLED_OUTCOME = f"""
+    WITH outcome AS ({OUTCOME_WRITTEN} WHERE id = %(id)s), billed AS ({LEDGER_ROW})
+    SELECT count(*) FROM billed
 """
 
 

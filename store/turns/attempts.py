@@ -20,6 +20,7 @@ from psycopg.types.json import Jsonb
 from parley.contracts import TurnState
 from parley.ids import message_id_for_call, tool_call_row_id
 from parley.statuses import ToolCallStatus
+from parley.store.costs import LEDGER_ROW
 from parley.store.db import Db
 from parley.store.events import EVENTS_INSERTED, RUNG, append_params, counter, state_event
 from parley.store.messages import MESSAGE_AT_SEQ, message_params, seq_taken
@@ -100,13 +101,15 @@ _OPEN_ATTEMPT = f"""
 """
 
 
-async def record_tool_requests(conn: Db, written: CallRow) -> None:
+async def record_tool_requests(conn: Db, written: CallRow, *, bill: dict[str, Any]) -> bool:
     """Write the outcome of a call whose reply asks for tools (`written`: the call as it is
     to be stored, `store.steps.answered`), with the model's tool-calling message and one
     `tool_calls` row per call, `pending`: one statement, so a retry after a crash finds all of
     it or none, and the stored calls always match their results. The turn's row is locked
     first, then the session's (its seq): the order of every writer of store/turns/. A retry
-    that finds the message stored adds no other (nor any call it holds already)."""
+    that finds the message stored adds no other (nor any call it holds already). The call's
+    ledger row (`bill`: `store.costs.ledger_params`) is written by the same statement;
+    whether it wrote it."""
     requested = written.response_tool_calls or []
     calls = [
         {
@@ -132,9 +135,17 @@ async def record_tool_requests(conn: Db, written: CallRow) -> None:
         **outcome_params(written),
         "pending": ToolCallStatus.pending.value,
         "calls": Jsonb(calls),
+        **bill,
     }
-    session_id = await conn.value(_RECORD_TOOL_REQUESTS, params)
-    assert session_id is not None, f"turn {written.turn_id} is missing"
+    found = await conn.rows(_RECORD_TOOL_REQUESTS, params, _Recorded)
+    assert found, f"turn {written.turn_id} is missing"
+    return found[0].billed > 0
+
+
+@dataclass(frozen=True)
+class _Recorded:
+    session_id: str
+    billed: int
 
 
 _RECORD_TOOL_REQUESTS = f"""
@@ -152,6 +163,6 @@ _RECORD_TOOL_REQUESTS = f"""
             id text, provider_call_id text, name text, arguments jsonb, args_hash text
         )
         ON CONFLICT (id) DO NOTHING
-    )
-    SELECT session_id FROM turn
+    ), billed AS ({LEDGER_ROW})
+    SELECT session_id, (SELECT count(*) FROM billed) AS billed FROM turn
 """

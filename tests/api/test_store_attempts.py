@@ -5,12 +5,14 @@ that asks for tools is stored whole, once."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import pytest
 
 from parley.contracts import TurnState
+from parley.costs import Usage, call_cost
 from parley.ids import message_id_for_call, tool_call_row_id
-from parley.store import steps, turns
+from parley.store import costs, steps, turns
 from parley.store.db import Database, Db, connect
 from parley.store.identity import Identity
 from parley.store.steps import CallRow
@@ -107,10 +109,18 @@ async def test_a_reply_that_asks_for_tools_is_stored_whole_and_once(sessions: Se
         first_token_ms=3.0,
         total_ms=9.0,
     )
+    entry = call_cost(
+        provider="demo", model="demo-1", usage=Usage(40, 7), on=datetime.now(UTC).date()
+    )
+    bill = costs.ledger_params(
+        key=costs.call_key(call.id), kind="turn", turn_id=turn_id, entry=entry
+    )
     async with connect(sessions) as conn:
-        await attempts.record_tool_requests(conn, written)
+        assert await attempts.record_tool_requests(conn, written, bill=bill)
         seq = await conn.value(MESSAGE_SEQ, {"id": message_id_for_call(call.id)})
-        await attempts.record_tool_requests(conn, written)  # a retry adds nothing
+        # A retry adds nothing, and bills nothing again.
+        assert not await attempts.record_tool_requests(conn, written, bill=bill)
+        assert await costs.is_recorded(conn, key=costs.call_key(call.id))
         assert await steps.get_call(conn, model_call_id=call.id) == written
         assert await conn.value(MESSAGE_SEQ, {"id": message_id_for_call(call.id)}) == seq
         assert await conn.value(TOOL_CALLS, {"id": call.id}) == 2
