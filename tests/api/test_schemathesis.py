@@ -42,6 +42,7 @@ TENANT_ROUTES = (
     "PUT config",
     "GET usage",
     "GET feedback",
+    "GET costs",
 )
 # `DELETE /v1/me` and the erasure's status link: run apart, as a user made for the run.
 ERASURE_ROUTES = "^/v1/(me$|erasures/)"
@@ -52,10 +53,11 @@ ERASURE_ROUTES = "^/v1/(me$|erasures/)"
 # configuration has rules between fields no JSON Schema can state (a server's `risk` names
 # only its `allowed_tools`, a namespaced tool name fits 64 characters) and the deployment's
 # egress rules for an MCP server's URL (`url_not_allowed`, which resolves the host), so 422
-# is an expected answer to a schema-valid `PUT .../config` too. These two are the operations
-# where it is; every other operation keeps the default checks. The session stream never ends
-# by itself (the stateful phase opens it on a session it created): its first frame, `ready`,
-# is read and the stream closed.
+# is an expected answer to a schema-valid `PUT .../config` too; so is a cost report's period
+# (`to` before `from`, or longer than a year: the relation of two parameters). These are the
+# operations where it is; every other operation keeps the default checks. The session stream
+# never ends by itself (the stateful phase opens it on a session it created): its first
+# frame, `ready`, is read and the stream closed.
 CONFIG = r"""
 [[operations]]
 include-path = "/v1/sessions/{session_id}/messages"
@@ -78,6 +80,11 @@ generation.max-examples = 50
 checks.positive_data_acceptance.expected-statuses = [
     "2xx", "401", "403", "404", "409", "422", "429",
 ]
+
+[[operations]]
+include-path = "/v1/admin/tenants/{tenant_id}/costs"
+include-method = "GET"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "403", "404", "422"]
 
 [[operations]]
 include-path-regex = '^/v1/admin/tenants/\{tenant_id\}/'
