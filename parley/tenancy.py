@@ -121,8 +121,6 @@ class TenantConfig(BaseModel):
     # Web origins (`https://app.example.com`) whose pages may call the API with this
     # tenant's tokens (api/cors.py); None or empty: no cross-origin page may.
     cors_origins: list[WebOrigin] | None = Field(default=None, max_length=20)
-
-
     # Prices per `provider/model` over the package's table (a negotiated rate, a model the
     # table does not know); the ledger prices this tenant's calls with them.
     prices: dict[str, ModelPrice] | None = Field(default=None, max_length=50)

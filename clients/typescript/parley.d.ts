@@ -110,6 +110,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/admin/tenants/{tenant_id}/costs": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get Costs
+         * @description What the tenant's model calls cost in the UTC days `from`..`to` (inclusive), in total
+         *     and `by` user, model, day or session; `format=csv` for a spreadsheet.
+         */
+        get: operations["get_costs_v1_admin_tenants__tenant_id__costs_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/admin/tenants/{tenant_id}/feedback": {
         parameters: {
             query?: never;
@@ -1155,6 +1176,21 @@ export interface components {
             id: string;
         };
         /**
+         * BudgetConfig
+         * @description What a tenant's turns may spend on model calls, in USD (parley/costs.py): the tenant's
+         *     month, each user's day and month (UTC). Unset: no such budget.
+         */
+        BudgetConfig: {
+            /** Monthly Usd */
+            monthly_usd?: string | null;
+            /** Soft Share */
+            soft_share?: number | null;
+            /** User Daily Usd */
+            user_daily_usd?: string | null;
+            /** User Monthly Usd */
+            user_monthly_usd?: string | null;
+        };
+        /**
          * BusinessHours
          * @description When the support team works (parley/business_hours.py): a case's claim clock runs only
          *     then, and a customer who writes outside them is told when a person will be back.
@@ -1274,6 +1310,56 @@ export interface components {
         ConsentIn: {
             /** Consent */
             consent: boolean;
+        };
+        /**
+         * CostLineOut
+         * @description One group's calls: `name` is the user id, `provider/model` or day it groups (the
+         *     tenant's id on the total). Money is a decimal string in USD, exact.
+         */
+        CostLineOut: {
+            /** Cache Write Tokens */
+            cache_write_tokens: number;
+            /** Cached Tokens */
+            cached_tokens: number;
+            /** Calls */
+            calls: number;
+            /** Cost Usd */
+            cost_usd: string;
+            /** Estimated Calls */
+            estimated_calls: number;
+            /** Input Tokens */
+            input_tokens: number;
+            /** Name */
+            name: string;
+            /** Output Tokens */
+            output_tokens: number;
+            /** Unpriced Calls */
+            unpriced_calls: number;
+        };
+        /** CostReportOut */
+        CostReportOut: {
+            /** By */
+            by: string | null;
+            /**
+             * Currency
+             * @constant
+             */
+            currency: "USD";
+            /**
+             * From
+             * Format: date
+             */
+            from: string;
+            /** Lines */
+            lines: components["schemas"]["CostLineOut"][];
+            /** Tenant Id */
+            tenant_id: string;
+            /**
+             * To
+             * Format: date
+             */
+            to: string;
+            total: components["schemas"]["CostLineOut"];
         };
         /**
          * CustomerCase
@@ -1977,6 +2063,20 @@ export interface components {
             turn_id: string | null;
             versions?: components["schemas"]["VersionsView"] | null;
         };
+        /**
+         * ModelPrice
+         * @description A tenant's price for one model, over the package's table (parley/costs.py).
+         */
+        ModelPrice: {
+            /** Cache Write */
+            cache_write?: string | null;
+            /** Cached Input */
+            cached_input?: string | null;
+            /** Input */
+            input: string;
+            /** Output */
+            output: string;
+        };
         /** NoteOut */
         NoteOut: {
             note: components["schemas"]["NoteView"];
@@ -2304,6 +2404,7 @@ export interface components {
         };
         /** TenantConfig */
         TenantConfig: {
+            budgets?: components["schemas"]["BudgetConfig"] | null;
             /** Confirmation Warning S */
             confirmation_warning_s?: number | null;
             /** Context Conversation Max Tokens */
@@ -2335,6 +2436,10 @@ export interface components {
             output_reserve_tokens?: number | null;
             /** Persona */
             persona?: string | null;
+            /** Prices */
+            prices?: {
+                [key: string]: components["schemas"]["ModelPrice"];
+            } | null;
             /** Reasoning Effort */
             reasoning_effort?: ("low" | "medium" | "high") | null;
             /** Redact Model Input */
@@ -3172,6 +3277,89 @@ export interface operations {
                 };
             };
             /** @description A field breaks the contract (code `invalid_request`, `url_not_allowed`) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description A dependency (the database) is down for now; `Retry-After` says when to try again (code `service_unavailable`) */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    get_costs_v1_admin_tenants__tenant_id__costs_get: {
+        parameters: {
+            query: {
+                from: string;
+                to: string;
+                by?: ("user" | "model" | "day" | "session") | null;
+                format?: "json" | "csv";
+            };
+            header?: never;
+            path: {
+                tenant_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CostReportOut"];
+                    "text/csv": string;
+                };
+            };
+            /** @description Missing, unknown or revoked bearer token (code `unauthenticated`) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Not allowed (code `forbidden`) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Not found, or not the caller's (code `not_found`) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The request body is over the deployment's limit (`api/body_limit.py`) (code `payload_too_large`) */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description A field breaks the contract (code `invalid_request`) */
             422: {
                 headers: {
                     [name: string]: unknown;

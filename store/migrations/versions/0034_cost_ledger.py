@@ -3,7 +3,7 @@ budget_spend: what each budget's period has spent and holds reserved; budget_hol
 model call's reservation until it settles; budget_notices: a budget's soft threshold crossed
 
 Revision ID: 0034
-Revises: 0031
+Revises: 0033
 Create Date: 2026-12-06 15:00:00
 """
 
@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0034"
-down_revision = "0031"
+down_revision = "0033"
 branch_labels = None
 depends_on = None
 
