@@ -30,7 +30,7 @@ from parley.gateway.base import ModelRequest, TextDelta
 from parley.gateway.pinned import pinned_transport
 from parley.gateway.registry import ProviderPool
 from parley.gateway.resolver import system_resolver
-from parley.handoff_rules import OpenedBy, policy_reason
+from parley.handoff_rules import HandoffRules, OpenedBy, policy_reason
 from parley.handoffs import (
     AWAY_TEXT,
     AwayNotice,
@@ -132,19 +132,16 @@ class HandoffActivities:
         rest (no turn active or queued) and held by no case; once per turn however often the
         ending runs. The case's id, if one opened or was open from this turn."""
         async with self._sessions() as db:
+            # One unlocked read is what every turn's end pays; a case to open locks the
+            # session's row and looks again.
+            if await self._policy_reason(db, session_id) is None:
+                return None
             if not await openers.lock_session_row(db, session_id=session_id):
                 return None
-            session = await session_store.with_tenant(db, session_id=session_id)
-            assert session is not None
-            if session.active_turn_id or session.queued_turn_id:
-                return None  # the next turn's end asks again
-            rules = TenantConfig.model_validate(session.tenant_config).handoffs()
-            counts = await openers.policy_counts(
-                db, session_id=session_id, outages=rules.tool_outages
-            )
-            reason = policy_reason(rules, outages=counts.outages, retractions=counts.retractions)
-            if reason is None:
+            found = await self._policy_reason(db, session_id)
+            if found is None:
                 return None
+            reason, rules = found
             opened = await openers.open_by_code(
                 db,
                 handoff_id=handoff_id_for_policy(turn_id=turn_id),
@@ -161,6 +158,17 @@ class HandoffActivities:
             HANDOFFS_OPENED.labels(OpenedBy.policy.value).inc()
         await self.start_case(opened.case)
         return opened.case.id
+
+    @staticmethod
+    async def _policy_reason(db: Db, session_id: str) -> tuple[str, HandoffRules] | None:
+        """Why the tenant's policy hands this session to a person now, with its rules; None
+        while a turn is active or queued, or when nothing calls for it."""
+        seen = await openers.policy_seen(db, session_id=session_id)
+        if seen is None or seen.busy:
+            return None
+        rules = TenantConfig.model_validate(seen.tenant_config).handoffs()
+        reason = policy_reason(rules, outages=seen.outages, retractions=seen.retractions)
+        return None if reason is None else (reason, rules)
 
     @activity.defn
     async def write_case_summary(self, inp: HandoffInput) -> str:

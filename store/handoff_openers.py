@@ -11,6 +11,7 @@ row first. Nothing here commits (see `store`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from parley.handoff_rules import HandoffRules, OpenedBy, asked_reason
 from parley.handoffs import OPENED_TEXT
@@ -91,37 +92,50 @@ class Opened:
 
 
 @dataclass(frozen=True)
-class PolicyCounts:
-    """What a tenant's hand-off policy counts in a session, since its last case opened."""
+class PolicySeen:
+    """What a tenant's hand-off policy looks at in a session, since its last case opened."""
 
-    outages: int  # of its last `outages` tool calls (at most), how many found the system down
+    busy: bool  # a turn is active or queued: the next turn's end looks again
+    tenant_config: dict[str, Any]
+    outages: int  # its latest ended tool calls in a row that found the system down (<= 50)
     retractions: int  # answers the output screen withdrew
 
 
-async def policy_counts(db: Db, *, session_id: str, outages: int) -> PolicyCounts:
-    """The session's tool outages in a row (of its last `outages` ended tool calls) and its
-    retracted answers, both since its last case opened (a case a person ended starts over)."""
-    params = {"session_id": session_id, "last": outages}
-    counts = await db.row(_POLICY_COUNTS, params, PolicyCounts)
-    assert counts is not None  # a select list without FROM: always one row
-    return counts
+async def policy_seen(db: Db, *, session_id: str) -> PolicySeen | None:
+    """The session's state, its tenant's configuration, its tool outages in a row and its
+    retracted answers (both since its last case opened: a case a person ended starts over),
+    in one statement and unlocked: every turn's end reads it, and only a session the policy
+    would hand over is locked and read again. None when the session is gone."""
+    return await db.made(_POLICY_SEEN, {"session_id": session_id}, _seen)
 
 
-_POLICY_COUNTS = """
+def _seen(*, tenant_config: dict[str, Any] | None, **seen: Any) -> PolicySeen:
+    return PolicySeen(**seen, tenant_config=dict(tenant_config or {}))
+
+
+# `outages` counts from the latest ended call back to the first that did not find the system
+# down (a running AND over the calls, newest first), at most the 50 a tenant may ask for.
+_POLICY_SEEN = """
     WITH since AS (
         SELECT coalesce(max(created_at), '-infinity') AS t FROM handoffs
         WHERE session_id = %(session_id)s
     )
     SELECT
+        (s.active_turn_id IS NOT NULL OR s.queued_turn_id IS NOT NULL) AS busy,
+        tn.config AS tenant_config,
         (SELECT count(*) FROM (
-            SELECT tc.result FROM tool_calls AS tc JOIN turns AS t ON t.id = tc.turn_id
+            SELECT bool_and(coalesce(tc.result -> 'error' ->> 'code' = 'unavailable', false))
+                OVER (ORDER BY tc.created_at DESC, tc.id DESC) AS all_down
+            FROM tool_calls AS tc JOIN turns AS t ON t.id = tc.turn_id
             WHERE t.session_id = %(session_id)s AND tc.status <> 'pending'
                 AND tc.created_at > (SELECT t FROM since)
-            ORDER BY tc.created_at DESC, tc.id DESC LIMIT %(last)s) AS recent
-         WHERE recent.result -> 'error' ->> 'code' = 'unavailable') AS outages,
+            ORDER BY tc.created_at DESC, tc.id DESC LIMIT 50) AS recent
+         WHERE recent.all_down) AS outages,
         (SELECT count(*) FROM messages
          WHERE session_id = %(session_id)s AND status = 'retracted'
             AND created_at > (SELECT t FROM since)) AS retractions
+    FROM sessions AS s LEFT JOIN tenants AS tn ON tn.id = s.tenant_id
+    WHERE s.id = %(session_id)s
 """
 
 

@@ -43,7 +43,10 @@ from tests.support.toolkit import own_stack
 # and pinned facts came with the turn, 18 before the window came with the turn too, 17 before
 # finalize took the message's seq in its insert and wrote the turn's ending with its events, 15
 # before the build wrote the reference resolution with its model call, in one statement.
-STATEMENTS_PER_PLAIN_TURN = 9
+# 10 since 2026-12-06: the turn's end reads what the tenant's hand-off policy looks at (the
+# session's state and config, outages in a row, retractions) in one unlocked statement; a
+# next step is to read it with finalize's close-out.
+STATEMENTS_PER_PLAIN_TURN = 10
 
 
 async def test_a_plain_turn_costs_the_worker_a_fixed_number_of_statements(
@@ -84,7 +87,8 @@ async def test_a_plain_turn_costs_the_worker_a_fixed_number_of_statements(
 # statement each, the tail read the turn once and the log lines' owners came with the build's
 # read; 20 before the input screen took the user's message the build read, 19 before
 # finalize's last statement read the summary's backlog for its check.
-STATEMENTS_PER_TOOL_TURN = 18
+# 19 since 2026-12-06: the hand-off policy's read, as for the plain turn.
+STATEMENTS_PER_TOOL_TURN = 19
 
 
 async def test_a_tool_turn_costs_the_worker_a_fixed_number_of_statements(
