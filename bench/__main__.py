@@ -1,6 +1,8 @@
 """`make bench`: one run, figures for Parley beside a baseline measured in the same run.
 
 (a) time from POST to the first `delta` event at the client, sequential turns (bench/latency.py);
+(s) the same in a session of 600 imported messages, where recall runs, embeddings on and off
+(bench/recall_latency.py; alone with `--recall-latency-only`);
 (b) turns per second and full-turn latency with N concurrent sessions, beside Temporal's own
 floor (bench/throughput.py, bench/skeleton.py);
 (c)-(e) conversational memory: tokens against resending the history, time to `done` with and
@@ -75,6 +77,7 @@ from bench.open_loop import (
 from bench.paths import measure_paths, render_paths
 from bench.plain_summarizer import failing_summarizer_row
 from bench.prompt_cache import measure_prompt_cache, render_prompt_cache
+from bench.recall_latency import measure_recall_latency, render_recall_latency
 from bench.regexes import measure_regexes, render_regexes
 from bench.replay_cost import measure_replay_cost, render_replay_cost
 from bench.runner import BaselineTarget, ParleyTarget, Target
@@ -108,6 +111,7 @@ QUICK = {
     "live_tries": 3,
     "open_loop_s": 5.0,
     "eager_runs": 10,
+    "recall_latency_turns": 3,
 }
 
 
@@ -170,6 +174,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--locomo-api-sessions", type=int, default=15, help="(n) LoCoMo sessions posted"
     )
+    parser.add_argument(
+        "--recall-latency-turns",
+        type=int,
+        default=20,
+        help="(s) plain turns per system in a long session, embeddings on and off (0: skip)",
+    )
+    parser.add_argument("--recall-latency-only", action="store_true", help="only (s)")
     parser.add_argument("--stop-tries", type=int, default=20, help="(k) Stops mid-answer")
     parser.add_argument(
         "--live-tries", type=int, default=10, help="(r) confirms seen by a second client"
@@ -209,7 +220,11 @@ def chaos_section(args: argparse.Namespace) -> Section:
 def live_only(args: argparse.Namespace) -> bool:
     """A run of memory sections alone: no latency or load sections, no offline ones."""
     return bool(
-        args.memory_only or args.locomo_only or args.locomo_api_only or args.locomo_import_only
+        args.memory_only
+        or args.locomo_only
+        or args.locomo_api_only
+        or args.locomo_import_only
+        or args.recall_latency_only
     )
 
 
@@ -254,6 +269,10 @@ def live_sections(
             ),
             render_sequential,
         ),
+    ]
+    if args.recall_latency_turns:
+        sections.append(recall_latency_section(args, stack, baseline))
+    sections += [
         Section("shape", lambda: shapes(stack, parley)),
         Section(
             "concurrent",
@@ -311,10 +330,22 @@ def live_sections(
     return sections
 
 
+def recall_latency_section(args: argparse.Namespace, stack: Stack, baseline: Target) -> Section:
+    """(s): the first delta in a long session, embeddings on and off, beside the baseline."""
+
+    async def measure() -> dict[str, Any]:
+        async with database(stack) as db_sessions:
+            return await measure_recall_latency(
+                stack, db_sessions, baseline, turns=args.recall_latency_turns
+            )
+
+    return Section("recall_latency", measure, render_recall_latency)
+
+
 def memory_sections(args: argparse.Namespace, stack: Stack) -> list[Section]:
     """The memory sections asked for: (c)-(f) unless left out, then (n), (o) and (p) when
     asked (each `--...-only` flag runs its own alone)."""
-    only = args.locomo_api_only or args.locomo_import_only
+    only = args.locomo_api_only or args.locomo_import_only or args.recall_latency_only
     sections = []
     if not (only or args.no_memory):
         sections += [
@@ -494,6 +525,8 @@ async def run_live(
                 sections = (
                     [] if memory_only else live_sections(args, stack, parley, baseline, results)
                 )
+                if args.recall_latency_only:
+                    sections.append(recall_latency_section(args, stack, baseline))
                 sections += memory_sections(args, stack)
                 shown.extend(sections)
                 await run_sections(sections, results)

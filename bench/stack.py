@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -364,9 +364,52 @@ async def running_stack(token_delay_ms: float, *, eager: bool = True) -> AsyncIt
 
 
 @dataclass(frozen=True)
+class SideStack:
+    """A second Parley (worker and API on a task queue and deployment of their own, on the
+    bench's database and Temporal) whose settings differ from the stack's by `env`."""
+
+    settings: Settings
+    parley_url: str
+
+
+@contextlib.asynccontextmanager
+async def side_stack(
+    stack: Stack, name: str, env: dict[str, str], update: Mapping[str, object]
+) -> AsyncIterator[SideStack]:
+    """A worker and an API beside the stack's, with the stack's environment plus `env` (and
+    `update`, the same changes as settings): for figures of another configuration measured
+    in the same run. Stopped on exit."""
+    api_port = free_port()
+    queue = f"bench-{name}-{uuid.uuid4().hex[:8]}"
+    deployment = f"parley-{name}"
+    env = {**stack.env, **env, "PARLEY_TASK_QUEUE": queue, "PARLEY_WORKER_DEPLOYMENT": deployment}
+    children: list[Child] = []
+    try:
+        children.append(spawn(f"worker-{name}", ["-m", "parley.launch.cli", "worker"], env))
+        api = spawn(
+            f"api-{name}",
+            ["-m", "parley.launch.cli", "api", "--host", "127.0.0.1", "--port", str(api_port)],
+            env,
+        )
+        children.append(api)
+        parley_url = f"http://127.0.0.1:{api_port}"
+        await _wait_ready(parley_url + "/readyz", api)
+        settings = stack.settings.model_copy(
+            update={**update, "task_queue": queue, "worker_deployment": deployment}
+        )
+        client = await Client.connect(settings.temporal_address)
+        await wait_promoted(client, settings, 60)
+        yield SideStack(settings, parley_url)
+    finally:
+        for child in reversed(children):
+            with contextlib.suppress(Exception):
+                _stop(child)
+
+
+@dataclass(frozen=True)
 class ProviderStack:
-    """A second Parley (worker and API on a task queue and deployment of their own) whose
-    gateway speaks OpenAI's wire format to a local server, beside the bench's stack."""
+    """A second Parley (`side_stack`) whose gateway speaks OpenAI's wire format to a local
+    server, beside the bench's stack."""
 
     settings: Settings
     parley_url: str
@@ -382,50 +425,25 @@ async def provider_stack(
     --brain` answers turns as the demo model would, and the rolling summary's requests as
     `summarizer` says (`plain`: prose, never the JSON asked for). Stopped on exit."""
     delay_ms = str(stack.settings.demo_token_delay_ms)
-    provider_port, api_port = free_port(), free_port()
+    provider_port = free_port()
     provider_url = f"http://127.0.0.1:{provider_port}"
-    queue = f"bench-{summarizer}-{uuid.uuid4().hex[:8]}"
-    deployment = f"parley-{summarizer}"
     env = {
-        **stack.env,
         "PARLEY_MODEL_PROVIDER": "openai",
         "PARLEY_MODEL": model,
         "OPENAI_BASE_URL": provider_url + "/v1",
         "OPENAI_API_KEY": "bench-local-server",
-        "PARLEY_TASK_QUEUE": queue,
-        "PARLEY_WORKER_DEPLOYMENT": deployment,
     }
-    children: list[Child] = []
+    provider = spawn(
+        f"provider-{summarizer}",
+        ["-m", "parley.gateway.fake_provider", "--brain", "--summarizer", summarizer]
+        + ["--port", str(provider_port), "--token-delay-ms", delay_ms],
+        {**stack.env, **env},
+    )
     try:
-        provider = spawn(
-            f"provider-{summarizer}",
-            ["-m", "parley.gateway.fake_provider", "--brain", "--summarizer", summarizer]
-            + ["--port", str(provider_port), "--token-delay-ms", delay_ms],
-            env,
-        )
-        children.append(provider)
         await _wait_ready(provider_url + "/_fake/requests", provider)
-        children.append(spawn(f"worker-{summarizer}", ["-m", "parley.launch.cli", "worker"], env))
-        api = spawn(
-            f"api-{summarizer}",
-            ["-m", "parley.launch.cli", "api", "--host", "127.0.0.1", "--port", str(api_port)],
-            env,
-        )
-        children.append(api)
-        parley_url = f"http://127.0.0.1:{api_port}"
-        await _wait_ready(parley_url + "/readyz", api)
-        settings = stack.settings.model_copy(
-            update={
-                "task_queue": queue,
-                "worker_deployment": deployment,
-                "model_provider": "openai",
-                "model": model,
-            }
-        )
-        client = await Client.connect(settings.temporal_address)
-        await wait_promoted(client, settings, 60)
-        yield ProviderStack(settings, parley_url, provider_url, model)
+        update = {"model_provider": "openai", "model": model}
+        async with side_stack(stack, summarizer, env, update) as side:
+            yield ProviderStack(side.settings, side.parley_url, provider_url, model)
     finally:
-        for child in reversed(children):
-            with contextlib.suppress(Exception):
-                _stop(child)
+        with contextlib.suppress(Exception):
+            _stop(provider)

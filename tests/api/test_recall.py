@@ -120,6 +120,18 @@ async def test_a_paraphrased_question_recalls_the_turn_full_text_search_misses(
     assert 3 in (await recall(minilm))[:2]
 
 
+def test_the_embedder_multiplies_on_one_thread(minilm: MiniLMEmbedder) -> None:
+    """A question's embedding is on the turn's path: with a BLAS thread per core spinning on
+    a busy machine it took fourteen times as long (gateway/minilm.py). Once the embedder is
+    loaded, NumPy's BLAS runs every product on the calling thread."""
+    from threadpoolctl import threadpool_info
+
+    blas = [pool for pool in threadpool_info() if pool["user_api"] == "blas"]
+    assert blas  # NumPy's BLAS is loaded
+    assert [pool["num_threads"] for pool in blas] == [1] * len(blas)
+    assert len(minilm.embed(["one question"])[0]) == minilm.dimensions
+
+
 async def test_a_hit_comes_with_its_neighbours_in_the_search_s_one_statement(
     database_url: str, sessions: Database
 ) -> None:

@@ -8,8 +8,9 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+from bench.__main__ import live_only, memory_sections, parse_args
 from bench.acceptance import render_acceptance
 from bench.memory import render_memory
 from bench.open_loop import (
@@ -19,7 +20,9 @@ from bench.open_loop import (
     render_floors,
     render_open_loop,
 )
+from bench.recall_latency import render_recall_latency
 from bench.sections import Section, needed, render_sections, run_sections, write_document
+from bench.stack import Stack
 
 
 async def _figures() -> dict[str, Any]:
@@ -226,3 +229,34 @@ def test_the_acceptance_block_reads_each_figure_against_its_target() -> None:
     assert "p95 250.0 ms, max 280.0 ms over 20 stopped tries (target <= 300 ms over 20): met" in (
         block
     )
+
+
+def test_recall_latency_alone_runs_no_other_section_and_prints_the_ratios() -> None:
+    args = parse_args(["--recall-latency-only", "--recall-latency-turns", "4"])
+    assert live_only(args)  # no latency, load or offline sections
+    assert memory_sections(args, cast(Stack, None)) == []
+
+    def timing(p50: float) -> dict[str, Any]:
+        return {
+            "turns": 4,
+            "ok": 4,
+            "first_delta": {"p50_ms": p50, "p95_ms": p50 * 1.5},
+            "full_turn": {"p50_ms": p50 * 4},
+        }
+
+    shown = render_recall_latency(
+        {
+            "baseline": timing(100.0),
+            "on": timing(230.0),
+            "off": timing(200.0),
+            "messages": 600,
+            "embeddings": "local-minilm",
+            "first_delta_p50_ratio": {
+                "on_over_baseline": 2.3,
+                "off_over_baseline": 2.0,
+                "on_over_off": 1.15,
+            },
+        }
+    )
+    assert "600 imported messages" in shown
+    assert "on 2.30x, off 2.00x; on over off 1.15x" in shown
