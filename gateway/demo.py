@@ -60,9 +60,18 @@ def _money(amount: dict[str, Any]) -> str:
     return f"{amount['currency']} {amount['amount']}"
 
 
+# Asking for a person ("I want to talk to a person", "can I speak with an agent?"), not a
+# person or an agent mentioned ("my agent found me a flat", "a caring person"): a long chat
+# brought in or typed says those often, and each would hand the session to the support team.
+_ASKS_FOR_PERSON = re.compile(
+    r"\b(?:(?:talk|speak|chat)\s+(?:to|with)|want|need|get\s+me)\s+(?:a|an|some|the)?\s*"
+    r"(?:real\s+|live\s+)?(?:human|person|agent|representative)\b"
+)
+
+
 def _intent(text: str) -> str:
     t = text.lower()
-    if re.search(r"\b(human|person|agent|representative)\b", t):
+    if _ASKS_FOR_PERSON.search(t):
         return "handoff"
     if re.search(r"\be-?mail\b", t):
         return "email"

@@ -111,3 +111,19 @@ def test_an_event_is_stored_as_its_wire_model_and_a_mismatched_model_is_refused(
 
 def test_annotate_outside_a_traced_activity_does_nothing() -> None:
     tracing.annotate(model="m")  # a test calling an activity method directly has no span
+
+
+def test_the_demo_model_hands_off_when_asked_for_a_person_not_when_one_is_mentioned() -> None:
+    def handoff(text: str) -> bool:
+        request = ModelRequest(
+            model="demo-1",
+            messages=[{"role": "system", "content": "s"}, {"role": "user", "content": text}],
+            tools=[{"name": "handoff_to_human", "description": "", "input_schema": {}}],
+        )
+        return [c.name for c in compose_reply(request).tool_calls] == ["handoff_to_human"]
+
+    assert handoff("I want to talk to a person")
+    assert handoff("Can I speak with an agent about order 8472?")
+    # A long chat typed or brought in mentions people and agents all the time.
+    assert not handoff("Wow, my agent found me this awesome place, so thankful!")
+    assert not handoff("You're such a caring person, and I talked to a person there too.")
