@@ -60,12 +60,14 @@ def _money(amount: dict[str, Any]) -> str:
     return f"{amount['currency']} {amount['amount']}"
 
 
-# Asking for a person ("I want to talk to a person", "can I speak with an agent?"), not a
+# Asking for a person ("I want to talk to a person", "could a representative help me?"), not a
 # person or an agent mentioned ("my agent found me a flat", "a caring person"): a long chat
 # brought in or typed says those often, and each would hand the session to the support team.
 _ASKS_FOR_PERSON = re.compile(
-    r"\b(?:(?:talk|speak|chat)\s+(?:to|with)|want|need|get\s+me)\s+(?:a|an|some|the)?\s*"
-    r"(?:real\s+|live\s+)?(?:human|person|agent|representative)\b"
+    r"\brepresentative\b"
+    r"|\b(?:(?:talk|speak|chat)\s+(?:to|with)|want|need|get\s+me)\s+(?:a|an|some|the)?\s*"
+    r"(?:real\s+|live\s+)?(?:human|person|agent)\b"
+    r"|\b(?:a|an)\s+(?:real\s+|live\s+)?(?:human|person|agent)\s+help\b"
 )
 
 

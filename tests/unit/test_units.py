@@ -124,6 +124,7 @@ def test_the_demo_model_hands_off_when_asked_for_a_person_not_when_one_is_mentio
 
     assert handoff("I want to talk to a person")
     assert handoff("Can I speak with an agent about order 8472?")
+    assert handoff("Could a representative help me?")
     # A long chat typed or brought in mentions people and agents all the time.
     assert not handoff("Wow, my agent found me this awesome place, so thankful!")
     assert not handoff("You're such a caring person, and I talked to a person there too.")
