@@ -1,7 +1,7 @@
 """`make bench`: one run, figures for Parley beside a baseline measured in the same run.
 
 (a) time from POST to the first `delta` event at the client, sequential turns (bench/latency.py);
-(s) the same in a session of 600 imported messages, where recall runs, embeddings on and off
+(t) the same in a session of 600 imported messages, where recall runs, embeddings on and off
 (bench/recall_latency.py; alone with `--recall-latency-only`);
 (b) turns per second and full-turn latency with N concurrent sessions, beside Temporal's own
 floor (bench/throughput.py, bench/skeleton.py);
@@ -178,9 +178,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--recall-latency-turns",
         type=int,
         default=20,
-        help="(s) plain turns per system in a long session, embeddings on and off (0: skip)",
+        help="(t) plain turns per system in a long session, embeddings on and off (0: skip)",
     )
-    parser.add_argument("--recall-latency-only", action="store_true", help="only (s)")
+    parser.add_argument("--recall-latency-only", action="store_true", help="only (t)")
     parser.add_argument("--stop-tries", type=int, default=20, help="(k) Stops mid-answer")
     parser.add_argument(
         "--live-tries", type=int, default=10, help="(r) confirms seen by a second client"
@@ -331,7 +331,7 @@ def live_sections(
 
 
 def recall_latency_section(args: argparse.Namespace, stack: Stack, baseline: Target) -> Section:
-    """(s): the first delta in a long session, embeddings on and off, beside the baseline."""
+    """(t): the first delta in a long session, embeddings on and off, beside the baseline."""
 
     async def measure() -> dict[str, Any]:
         async with database(stack) as db_sessions:

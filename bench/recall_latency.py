@@ -1,4 +1,4 @@
-"""(s) The first delta of a plain turn in a session long enough for recall to run, recall by
+"""(t) The first delta of a plain turn in a session long enough for recall to run, recall by
 meaning on and off, beside the bare stream (issue 39, acceptance 5).
 
 Section (a) starts a fresh session every few turns, so its window holds the whole
@@ -72,7 +72,7 @@ async def measure_recall_latency(
     limit = stack.settings.max_import_messages
     off_env = {"PARLEY_EMBEDDINGS": ""}
     async with side_stack(stack, "no-embeddings", off_env, {"embeddings": ""}) as off:
-        log(f"(s) importing {messages} messages into a session of each system")
+        log(f"(t) importing {messages} messages into a session of each system")
         sessions = {
             "on": await long_session(
                 stack.parley_url, token, temporal, messages=messages, limit=limit
@@ -92,11 +92,11 @@ async def measure_recall_latency(
                 LongSession("off", off_http, sessions["off"]),
             ]
             await timed(
-                "(s) warm-up", sequential(targets, WARM_TURNS, WARM_TURNS, stack.check), log
+                "(t) warm-up", sequential(targets, WARM_TURNS, WARM_TURNS, stack.check), log
             )
-            log(f"(s) {turns} plain turns per system, interleaved")
+            log(f"(t) {turns} plain turns per system, interleaved")
             phases = await timed(
-                "(s) sequential", sequential(targets, turns, turns, stack.check), log
+                "(t) sequential", sequential(targets, turns, turns, stack.check), log
             )
     figures = {name: phase.report() for name, phase in phases.items()}
 
@@ -120,7 +120,7 @@ async def measure_recall_latency(
 def render_recall_latency(r: dict[str, Any]) -> str:
     lines = [
         "",
-        f"(s) First `delta` of a plain turn in a session of {r['messages']} imported messages "
+        f"(t) First `delta` of a plain turn in a session of {r['messages']} imported messages "
         f"(recall runs every turn), embeddings {r['embeddings']} / off (ms)",
         f"{'':<22}{'turns ok':>9}{'first-delta p50':>17}{'p95':>9}{'full-turn p50':>15}",
     ]
@@ -142,5 +142,5 @@ def render_recall_latency(r: dict[str, Any]) -> str:
     )
     for name in ("baseline", "on", "off"):
         for error in r[name].get("first_errors", []):
-            lines.append(f"(s) {name} failure: {error}")
+            lines.append(f"(t) {name} failure: {error}")
     return "\n".join(lines)
