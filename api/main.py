@@ -20,6 +20,7 @@ from parley.api.metrics import count_database_work
 from parley.api.routes import (
     actions,
     admin,
+    ai_sdk,
     branches,
     costs,
     erasure,
@@ -134,6 +135,7 @@ def _add_routes(app: FastAPI) -> None:
         live,
         imports,
         actions,
+        ai_sdk,
         memory,
         files,
         feedback,

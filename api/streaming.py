@@ -257,6 +257,25 @@ async def turn_event_batches(
     """The turn's frames in the batches they became known together (one log read, or one
     doorbell), so a caller can write each batch at once. The first batch comes after the
     first read even when it is empty; later batches are never empty."""
+    async for batch in stored_event_batches(
+        hub=hub, sessions=sessions, turn_id=turn_id, after=after, viewer=viewer
+    ):
+        yield _frames(batch)
+
+
+async def stored_event_batches(
+    *,
+    hub: EventHub,
+    sessions: Database,
+    turn_id: str,
+    after: int,
+    viewer: Viewer | None = None,
+) -> AsyncIterator[list[StoredEvent]]:
+    """The turn's stored events after `after`, in the batches they became known together,
+    up to the first terminal event or until the turn comes to rest awaiting the user (its
+    stream resumes once the user has answered). Every stream of a turn reads through here:
+    SSE (`turn_event_batches`) and the AI SDK chat (api/routes/ai_sdk.py). The first batch
+    comes after the first read even when it is empty; later batches are never empty."""
     with hub.subscribe(turn_id) as doorbell:
         read_log = True  # at the start, after a poll interval, while a read comes back full
         first = True
@@ -274,7 +293,7 @@ async def turn_event_batches(
                     viewer.attached = True
                 events, ended = read.events, read.ended
                 read_log = len(events) >= READ_LIMIT
-            batch, done = _frames(events)
+            batch, done = _until_end(events)
             if batch or first:
                 first = False
                 yield batch
@@ -292,12 +311,19 @@ async def turn_event_batches(
                 read_log = True
 
 
-def _frames(events: list[StoredEvent]) -> tuple[list[ServerSentEvent], bool]:
-    """The frames of `events` up to the first terminal one, and whether the stream ends with
-    them: at a terminal event, or when the turn comes to rest awaiting the user (its stream
-    resumes once the user has answered)."""
+def _until_end(events: list[StoredEvent]) -> tuple[list[StoredEvent], bool]:
+    """`events` up to the first terminal one, and whether the stream ends with them: at a
+    terminal event, or when the turn comes to rest awaiting the user."""
+    for at, event in enumerate(events):
+        if event.type in TERMINAL_EVENTS:
+            return events[: at + 1], True
+    resting = (EventType.confirmation_required, EventType.interaction)
+    return events, bool(events) and events[-1].type in resting
+
+
+def _frames(events: list[StoredEvent]) -> list[ServerSentEvent]:
+    """One SSE frame per event, each checked against its contract model."""
     frames: list[ServerSentEvent] = []
-    ended = False
     for event in events:
         _check_shape(event.id, event.type, event.data)
         frames.append(
@@ -307,13 +333,9 @@ def _frames(events: list[StoredEvent]) -> tuple[list[ServerSentEvent], bool]:
                 data=json.dumps(event.data, separators=(",", ":")),
             )
         )
-        if event.type in TERMINAL_EVENTS:
-            ended = True
-            break
     if frames:
         EVENTS_SENT.inc(len(frames))  # once a batch: the counter takes a lock each time
-    resting = (EventType.confirmation_required, EventType.interaction)
-    return frames, ended or (bool(events) and events[-1].type in resting)
+    return frames
 
 
 def _check_shape(event_id: int, type_: str, data: dict[str, Any]) -> None:
@@ -400,9 +422,14 @@ class StreamRegistry:
             except Exception:
                 log.warning("could not renew stream leases", exc_info=True)
 
-    def release(self, lease: str, turn_id: str | None, *, hung_up: bool) -> None:
+    def release(
+        self, lease: str, turn_id: str | None, *, hung_up: bool, grace_s: float | None = None
+    ) -> None:
+        """`grace_s`: how long a hung-up turn waits for a viewer before it is cancelled, when
+        not the registry's own (the AI SDK chat's Stop is a hang-up: api/routes/ai_sdk.py)."""
         self._leases.discard(lease)
-        self._spawn(self._release(lease, turn_id, watch=hung_up))
+        grace = self._grace if grace_s is None else timedelta(seconds=grace_s)
+        self._spawn(self._release(lease, turn_id, watch=hung_up, grace=grace))
 
     async def _drop_leases(self, leases: list[str]) -> None:
         try:
@@ -418,7 +445,9 @@ class StreamRegistry:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _release(self, lease: str, turn_id: str | None, *, watch: bool) -> None:
+    async def _release(
+        self, lease: str, turn_id: str | None, *, watch: bool, grace: timedelta
+    ) -> None:
         """Drop the lease and the viewer in one transaction; then, if the client hung up,
         cancel the turn should nobody come back to it within the grace period."""
         try:
@@ -431,13 +460,13 @@ class StreamRegistry:
             log.warning("could not release the stream of turn %s", turn_id, exc_info=True)
             return
         if turn_id is not None and watch:
-            await self._watch(turn_id)
+            await self._watch(turn_id, grace)
 
-    async def _watch(self, turn_id: str) -> None:
+    async def _watch(self, turn_id: str, grace: timedelta) -> None:
         try:
-            await asyncio.sleep(self._grace.total_seconds())
+            await asyncio.sleep(grace.total_seconds())
             async with self._sessions() as db:
-                if await viewers.abandoned(db, turn_id=turn_id, grace=self._grace):
+                if await viewers.abandoned(db, turn_id=turn_id, grace=grace):
                     log.info("nobody reattached to turn %s; cancelling it", turn_id)
                     await self._cancel_turn(turn_id)
         except asyncio.CancelledError:

@@ -78,6 +78,10 @@ class Settings(BaseSettings):
     # A client that disconnects does not cancel at once: the turn runs on this long so that
     # a reconnect can resume; if nobody reattaches, it is cancelled.
     stream_grace_s: float = 30.0
+    # The same for the AI SDK chat stream, whose client's Stop only closes the connection
+    # (api/routes/ai_sdk.py): short, so a Stop stops soon; a resume (a reload) within it
+    # keeps the turn.
+    ai_sdk_stop_grace_s: float = Field(default=3.0, ge=0)
     # The reconnect delay suggested to EventSource clients (`retry:` at stream start).
     stream_retry_ms: int = 1000
     # A consumer whose socket accepts nothing for this long is dropped (it resumes from the

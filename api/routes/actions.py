@@ -7,11 +7,11 @@ from datetime import timedelta
 
 from fastapi import APIRouter
 
-from parley.api.delivery import deliver_decisions, start_renewal_soon
+from parley.api.delivery import start_renewal_soon
 from parley.api.deps import AppSettings, AutocommitSessions, CurrentUser, DbSession, Temporal
 from parley.api.errors import answers
+from parley.api.posting import answer_card
 from parley.api.schemas import ActionOut
-from parley.contracts import ResolveActionSignal
 from parley.errors import (
     ActionChanged,
     ActionExpired,
@@ -24,7 +24,7 @@ from parley.errors import (
 )
 from parley.features import ASSISTANT
 from parley.statuses import Decision
-from parley.store import actions, approvals, tenants
+from parley.store import approvals, tenants
 from parley.store import sessions as store_sessions
 from parley.wire import ActionView
 
@@ -37,43 +37,6 @@ router = APIRouter(
 )
 
 
-async def _resolve(
-    session_id: str,
-    action_id: str,
-    decision: Decision,
-    db: DbSession,
-    user: CurrentUser,
-    temporal: Temporal,
-    one_statement: AutocommitSessions,
-) -> ActionOut:
-    await store_sessions.get_session(db, owner=user, session_id=session_id)
-    if await tenants.is_paused(db, tenant_id=user.tenant_id):
-        # Fails closed: nothing is decided, the action stays pending for after the resume.
-        raise AgentPaused("the assistant is paused for this tenant")
-    try:
-        action = await actions.resolve_action(
-            db, action_id=action_id, session_id=session_id, owner=user, decision=decision
-        )
-    except ActionExpired:
-        await db.commit()  # the action is stored expired, whatever the answer
-        raise
-    except ActionResolved:
-        # The same answer again: its first delivery may have been lost, so deliver it again
-        # (the turn takes a decision once) before answering 409.
-        answered = await actions.get_action(db, action_id=action_id)
-        if answered is not None and answered.status == decision:
-            again = ((answered.turn_id, ResolveActionSignal(action_id, decision)),)
-            await db.rollback()
-            renewal = answered.renewed_from is not None
-            await deliver_decisions(temporal, one_statement, again, renewal=renewal)
-        raise
-    await db.commit()
-    decided = ((action.turn_id, ResolveActionSignal(action.id, decision)),)
-    renewal = action.renewed_from is not None
-    await deliver_decisions(temporal, one_statement, decided, renewal=renewal)
-    return ActionOut(action=ActionView.from_row(action))
-
-
 @router.post("/{action_id}/confirm", status_code=202)
 async def confirm(
     session_id: str,
@@ -84,7 +47,7 @@ async def confirm(
     one_statement: AutocommitSessions,
 ) -> ActionOut:
     """Confirm the pending action exactly as shown; it runs once, however often this is sent."""
-    return await _resolve(
+    return await answer_card(
         session_id, action_id, Decision.confirmed, db, user, temporal, one_statement
     )
 
@@ -99,7 +62,7 @@ async def decline(
     one_statement: AutocommitSessions,
 ) -> ActionOut:
     """Decline the pending action; nothing is sent."""
-    return await _resolve(
+    return await answer_card(
         session_id, action_id, Decision.declined, db, user, temporal, one_statement
     )
 

@@ -9,7 +9,6 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, BackgroundTasks, Response
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from parley.api.delivery import deliver_answers, deliver_decisions, deliver_steer, start_case
 from parley.api.delivery import start_turn as _start
 from parley.api.deps import (
     After,
@@ -25,14 +24,13 @@ from parley.api.deps import (
     resume_after,
 )
 from parley.api.errors import answers
-from parley.api.faults import kill_at
-from parley.api.metrics import MESSAGES_POSTED, STREAMS_OPEN
+from parley.api.metrics import STREAMS_OPEN
+from parley.api.posting import post
 from parley.api.schemas import CancelOut, PostMessageIn, TurnOut, TurnStarted
 from parley.api.streaming import TurnEventResponse, Viewer, turn_event_batches
 from parley.config import Settings
 from parley.contracts import (
     TERMINAL_TURN_STATES,
-    SteerInput,
     TurnState,
 )
 from parley.dispatch.control import cancel_turn_workflow
@@ -51,7 +49,7 @@ from parley.errors import (
     TurnInProgress,
     TurnNotRetryable,
 )
-from parley.store import actions, posting, queue, retries
+from parley.store import actions, queue, retries
 from parley.store import sessions as store_sessions
 from parley.store.db import Db
 from parley.store.identity import Identity
@@ -101,50 +99,9 @@ async def post_message(
     queued as the next turn (`queued`, at most one), or with `"mode": "steer"` taken into the
     running turn; while a person holds the session (a hand-off), it goes to them and no turn
     starts; a repeated `client_message_id` is answered with the original turn."""
-    if len(body.text) > settings.max_message_chars:
-        raise InvalidRequest(f"text: at most {settings.max_message_chars} characters", field="text")
-    posted = await posting.post_user_message(
-        db,
-        owner=user,
-        session_id=session_id,
-        client_message_id=body.client_message_id,
-        text=body.text,
-        expected_last_seq=body.expected_last_seq,
-        limits=settings.limits,
-        file_ids=body.file_ids,
-        interaction_value=body.interaction_value,
-        steer=body.mode == "steer",
-    )
-    turn = posted.turn
-    await db.commit()  # the message and its turn (the start outbox) before any start
-    MESSAGES_POSTED.labels("new" if posted.created else "duplicate").inc()
+    posted = await post(session_id, body, db, one_statement, user, temporal, settings, background)
     response.status_code = 202 if posted.created else 200
-    if turn is None:  # a person of the support team holds the session: no turn, no model
-        if posted.opened is not None:  # the customer asked for one: the case's run starts
-            await start_case(temporal, one_statement, settings, posted.opened)
-        return TurnStarted(
-            turn_id=None,
-            state=None,
-            message=posted.message,
-            events_url=None,
-            handoff_id=posted.handoff_id,
-        )
-    if posted.answers:
-        kill_at(settings, "answer_committed")  # a test's crash between commit and delivery
-    await deliver_decisions(temporal, one_statement, posted.signals)
-    await deliver_answers(temporal, one_statement, posted.answers)
-    if posted.steered:
-        # After the response: the running step hears the store's doorbell, not this Update,
-        # which a turn streaming in one workflow task takes only at its next task.
-        steer = SteerInput(posted.message.id, posted.message.seq)
-        background.add_task(deliver_steer, temporal, turn.id, steer)
-    if posted.start:
-        # Its place in the session (the workflow's summary); a duplicate's start looks it up.
-        await _start(temporal, one_statement, settings, turn, background, posted.turn_number)
-    started = TurnStarted.build(
-        session_id=session_id, turn_id=turn.id, state=turn.state, message=posted.message
-    )
-    return started.model_copy(update={"steered": posted.steered})
+    return posted.started
 
 
 @router.get("/turns/{turn_id}")

@@ -120,7 +120,7 @@ TESTS = REPO / "tests"
 # Each test module lives in one tier (see each tier's conftest.py); `make test-fast` runs the
 # first three. What several modules share is in tests/support or a conftest.py, never in
 # another test module.
-TIERS = ("unit", "workflow", "replay", "api", "system", "web")
+TIERS = ("unit", "workflow", "replay", "api", "system", "web", "node")
 TEST_FILES = sorted(TESTS.rglob("*.py"))
 
 
