@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test test-fast lint typed fmt bench install browser sandbox clean embeddings
+.PHONY: run test test-fast lint typed fmt bench install browser sandbox clean embeddings example-page
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,14 @@ browser:
 	@command -v chromium >/dev/null 2>&1 || { \
 		echo "installing Debian chromium for the browser tests"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; }
+
+# The useChat example page (docs/features/ai-sdk.md): its pinned packages from the lock, its
+# source bundled once into the committed api/web/examples/use-chat.js; `make run` only serves it.
+example-page:
+	cd examples/use-chat && npm ci --no-audit --no-fund --ignore-scripts
+	cd examples/use-chat && node_modules/.bin/esbuild src/main.jsx --bundle --minify \
+		--format=esm --target=es2022 --jsx=automatic --define:process.env.NODE_ENV='"production"' \
+		--legal-comments=external --outfile=../../api/web/examples/use-chat.js
 
 # Debian's bubblewrap, the sandbox skills run in (parley/skills.py). Without it a skill turn
 # degrades with a warning; the tests exercise the sandbox itself, so they install it.

@@ -73,9 +73,22 @@ class ChatRequestIn(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     id: str = Field(min_length=1, max_length=64)
-    messages: list[UIMessageIn] = Field(min_length=1, max_length=10_000)
-    trigger: Literal["submit-message", "regenerate-message"] = "submit-message"
+    # The transport sends the whole history each time; Parley reads only the last message,
+    # so a client may send just that (`prepareSendMessagesRequest`, docs/features/ai-sdk.md),
+    # which keeps a long chat under the body limit.
+    messages: list[UIMessageIn] = Field(min_length=1, max_length=1000)
+    # `regenerate-message` is not taken: Parley answers a message again with
+    # `POST .../turns/{id}/retry` (or `/regenerate`, on a new branch).
+    trigger: Literal["submit-message"] = "submit-message"
     messageId: str | None = Field(default=None, max_length=64)  # noqa: N815 (the wire's name)
+
+
+class UIStreamFrame(BaseModel):
+    """One frame of the UI message stream: `data` is one chunk as JSON (its `type` first
+    among its fields: `start`, `text-delta`, `tool-approval-request`, `data-clarification`…),
+    the last frame's is `[DONE]`. A quiet stream also sends keep-alive comments."""
+
+    data: str
 
 
 def message_text(message: UIMessageIn) -> str:

@@ -27,6 +27,7 @@ from parley.ai_sdk import (
     ChatRequestIn,
     Chunk,
     TurnChunks,
+    UIStreamFrame,
     approval_answers,
     message_text,
     resting_end,
@@ -78,8 +79,9 @@ from parley.store.identity import Identity
 router = APIRouter(prefix="/v1/ai-sdk", tags=["ai-sdk"], responses=answers(NotFound))
 
 _STREAM = {
+    "model": UIStreamFrame,
     "description": "The UI message stream (SSE, one JSON chunk a frame, then `[DONE]`)",
-    "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    "content": {"text/event-stream": {}},
 }
 
 
@@ -118,11 +120,6 @@ async def chat(
     """The AI SDK's chat request: the last message is the user's new message (its id is its
     `client_message_id`) or their answers to the turn's approval requests; the response is
     that turn's UI message stream."""
-    if body.trigger != "submit-message":
-        raise InvalidRequest(
-            "trigger: only submit-message; to answer again use POST .../turns/{id}/retry",
-            field="trigger",
-        )
     await store_sessions.get_session(db, owner=user, session_id=body.id)
     last = body.messages[-1]
     background = BackgroundTasks()

@@ -69,6 +69,13 @@ async def inbox_page() -> FileResponse:
     return FileResponse(WEB_DIR / "inbox.html", media_type="text/html", headers=SECURITY_HEADERS)
 
 
+@router.get("/examples/use-chat", include_in_schema=False)
+async def use_chat_example() -> FileResponse:
+    """The example page on @ai-sdk/react's useChat (docs/features/ai-sdk.md)."""
+    page = WEB_DIR / "examples" / "use-chat.html"
+    return FileResponse(page, media_type="text/html", headers=SECURITY_HEADERS)
+
+
 @router.get("/web/config")
 async def web_config(db: DbSession, settings: AppSettings) -> WebConfig:
     """What the page offers before sign-in: the demo users (dev only) and the turn links."""

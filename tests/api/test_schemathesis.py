@@ -49,7 +49,9 @@ ERASURE_ROUTES = "^/v1/(me$|erasures/)"
 # A reused `client_message_id` with another text is answered 422 `idempotency_key_reused`
 # (api.md): a schema-valid body, rejected because of what an earlier case posted; so is an
 # import's (`client_import_id`), whose items also keep rules no schema states (times in order,
-# none in the future, text not blank: parley/imports.py). A tenant's
+# none in the future, text not blank: parley/imports.py); so is the AI SDK chat's (its
+# message id is the `client_message_id`, and its last message must hold text or answered
+# approvals: parts the schema keeps open, as the protocol does). A tenant's
 # configuration has rules between fields no JSON Schema can state (a server's `risk` names
 # only its `allowed_tools`, a namespaced tool name fits 64 characters) and the deployment's
 # egress rules for an MCP server's URL (`url_not_allowed`, which resolves the host), so 422
@@ -61,6 +63,13 @@ ERASURE_ROUTES = "^/v1/(me$|erasures/)"
 CONFIG = r"""
 [[operations]]
 include-path = "/v1/sessions/{session_id}/messages"
+include-method = "POST"
+checks.positive_data_acceptance.expected-statuses = [
+    "2xx", "401", "403", "404", "409", "422", "429",
+]
+
+[[operations]]
+include-path = "/v1/ai-sdk/chat"
 include-method = "POST"
 checks.positive_data_acceptance.expected-statuses = [
     "2xx", "401", "403", "404", "409", "422", "429",
