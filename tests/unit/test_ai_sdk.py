@@ -4,6 +4,8 @@ step of its call, one finish), and what of a request Parley reads."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 from parley.ai_sdk import (
@@ -13,6 +15,10 @@ from parley.ai_sdk import (
     message_text,
     resting_end,
 )
+from parley.wire import EVENT_DATA
+
+REPO = Path(__file__).resolve().parents[2]
+FEATURE_PAGE = REPO / "docs" / "features" / "ai-sdk.md"
 
 ACTION = {
     "id": "act_1",
@@ -262,3 +268,18 @@ def test_the_request_gives_the_new_user_text_and_the_answered_approvals() -> Non
     assert message_text(body.messages[0]) == "Hi there"
     assert approval_answers(body.messages[1]) == [("act_1", True), ("act_3", False)]
     assert approval_answers(body.messages[0]) == []
+
+
+def test_the_docs_map_every_event_and_their_use_chat_example_is_the_pages_code() -> None:
+    page = FEATURE_PAGE.read_text()
+    mapped = set(re.findall(r"^\| `([a-z_]+)`", page, flags=re.MULTILINE))
+    assert set(EVENT_DATA) <= mapped, set(EVENT_DATA) - mapped
+    example = re.search(
+        r"<!-- useChat example: begin -->\n```jsx\n(.*?)```\n<!-- useChat example: end -->",
+        page,
+        flags=re.DOTALL,
+    )
+    assert example is not None
+    source = (REPO / "examples" / "use-chat" / "src" / "main.jsx").read_text()
+    indented = "".join(f"  {line}" if line else line for line in example[1].splitlines(True))
+    assert indented in source
