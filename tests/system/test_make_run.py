@@ -66,6 +66,18 @@ async def test_dev_start_prints_urls_and_a_token_and_its_curl_streams_a_reply(
         assert sdk_metric in scraped
 
 
+async def test_the_use_chat_example_page_is_served_as_built(dev: DevRun) -> None:
+    """The useChat example (docs/features/ai-sdk.md): its page and its committed bundle, from
+    the installed package; nothing is built at run time."""
+    base = f"http://127.0.0.1:{dev.ports['api']}"
+    async with httpx.AsyncClient(base_url=base) as http:
+        page = await http.get("/examples/use-chat")
+        bundle = await http.get("/static/examples/use-chat.js")
+    assert page.status_code == 200 and "/static/examples/use-chat.js" in page.text
+    assert bundle.status_code == 200 and "javascript" in bundle.headers["content-type"]
+    assert "/v1/ai-sdk/chat" in bundle.text
+
+
 async def test_token_create_finds_the_running_dev_database_by_itself(dev: DevRun) -> None:
     # Nothing but the data folder (the default `.data` for a real user) points at the server.
     assert "DATABASE_URL" not in dev.env
