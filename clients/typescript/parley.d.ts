@@ -254,6 +254,49 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/ai-sdk/chat": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Chat
+         * @description The AI SDK's chat request: the last message is the user's new message (its id is its
+         *     `client_message_id`) or their answers to the turn's approval requests; the response is
+         *     that turn's UI message stream.
+         */
+        post: operations["chat_v1_ai_sdk_chat_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/ai-sdk/chat/{session_id}/stream": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Resume Chat
+         * @description The AI SDK's resume request: the session's running turn as a whole UI message (a
+         *     replay from its start, then live), or `204` when no turn is running.
+         */
+        get: operations["resume_chat_v1_ai_sdk_chat__session_id__stream_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/erasures/{erasure_id}": {
         parameters: {
             query?: never;
@@ -1221,6 +1264,27 @@ export interface components {
              * @description monotonic within the turn, from 1
              */
             id: string;
+        };
+        /**
+         * ChatRequestIn
+         * @description The body `DefaultChatTransport` posts (http-chat-transport.ts): the chat's id (a
+         *     Parley session id), its messages, why it sends, and the message it is about.
+         */
+        ChatRequestIn: {
+            /** Id */
+            id: string;
+            /** Messageid */
+            messageId?: string | null;
+            /** Messages */
+            messages: components["schemas"]["UIMessageIn"][];
+            /**
+             * Trigger
+             * @default submit-message
+             * @constant
+             */
+            trigger?: "submit-message";
+        } & {
+            [key: string]: unknown;
         };
         /** CitationSource */
         CitationSource: {
@@ -2926,6 +2990,41 @@ export interface components {
              */
             id: string;
         };
+        /** UIMessageIn */
+        UIMessageIn: {
+            /** Id */
+            id: string;
+            /** Parts */
+            parts?: components["schemas"]["UIPartIn"][];
+            /**
+             * Role
+             * @enum {string}
+             */
+            role: "system" | "user" | "assistant";
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * UIPartIn
+         * @description One part of a UI message as the client sends it; only text parts and answered
+         *     approvals are read, anything else is kept as sent and ignored.
+         */
+        UIPartIn: {
+            /** Type */
+            type: string;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * UIStreamFrame
+         * @description One frame of the UI message stream: `data` is one chunk as JSON (its `type` first
+         *     among its fields: `start`, `text-delta`, `tool-approval-request`, `data-clarification`…),
+         *     the last frame's is `[DONE]`. A quiet stream also sends keep-alive comments.
+         */
+        UIStreamFrame: {
+            /** Data */
+            data: string;
+        };
         /**
          * UsageOut
          * @description A tenant's model tokens since `since`: its turns', its summarizer's, and both.
@@ -3802,6 +3901,179 @@ export interface operations {
             };
             /** @description Not allowed (code `forbidden`) */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Not found, or not the caller's (code `not_found`) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The request body is over the deployment's limit (`api/body_limit.py`) (code `payload_too_large`) */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description A field breaks the contract (code `invalid_request`) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description A dependency (the database) is down for now; `Retry-After` says when to try again (code `service_unavailable`) */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    chat_v1_ai_sdk_chat_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ChatRequestIn"];
+            };
+        };
+        responses: {
+            /** @description The UI message stream (SSE, one JSON chunk a frame, then `[DONE]`) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": unknown;
+                };
+            };
+            /** @description Missing, unknown or revoked bearer token (code `unauthenticated`) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Not allowed (code `agent_paused`, `feature_not_enabled`) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Not found, or not the caller's (code `not_found`) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Conflicts with the resource's current state (code `stale_view`, `turn_in_progress`, `action_resolved`, `action_superseded`, `action_expired`, `action_changed`) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The request body is over the deployment's limit (`api/body_limit.py`) (code `payload_too_large`) */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description A field breaks the contract (code `invalid_request`, `idempotency_key_reused`) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description A limit is reached; `Retry-After` says when to try again (code `rate_limited`, `too_many_active_turns`, `daily_cap_reached`) */
+            429: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description A dependency (the database) is down for now; `Retry-After` says when to try again (code `service_unavailable`) */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    resume_chat_v1_ai_sdk_chat__session_id__stream_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                session_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The UI message stream (SSE, one JSON chunk a frame, then `[DONE]`) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": unknown;
+                };
+            };
+            /** @description No turn is running: nothing to resume */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Missing, unknown or revoked bearer token (code `unauthenticated`) */
+            401: {
                 headers: {
                     [name: string]: unknown;
                 };
