@@ -49,6 +49,9 @@ PUBLIC = {
 # intruder they would erase the intruder. tests/system/test_erasure.py shows another
 # user's rows byte-identical across an erasure.
 CALLER_ONLY = {("delete", "/v1/me")}
+# Routes with no id in their path whose body names the session (the AI SDK's chat id): a
+# stranger's call is a 404, as for a path that names it.
+NAMED_IN_BODY = {("post", "/v1/ai-sdk/chat")}
 MISSING = {
     "session_id": "ses_missing",
     "turn_id": "trn_missing",
@@ -112,7 +115,11 @@ async def snapshot(sessions: Database, sid: str) -> dict[str, Any]:
 EARLIER = "2026-01-01T09:00:00+00:00"
 
 
-def body_for(method: str, path: str) -> dict[str, Any] | None:
+def body_for(method: str, path: str, params: dict[str, str]) -> dict[str, Any] | None:
+    if (method, path) in NAMED_IN_BODY:
+        said = {"type": "text", "text": "Show me their orders"}
+        message = {"id": uuid.uuid4().hex, "role": "user", "parts": [said]}
+        return {"id": params["session_id"], "messages": [message], "trigger": "submit-message"}
     if path.endswith("/messages") and method == "post":
         return {"client_message_id": uuid.uuid4().hex, "text": "Show me their orders"}
     if path.endswith("/edit") and method == "post":
@@ -144,7 +151,7 @@ async def call(
     return await http.request(
         method.upper(),
         template.format(**params),
-        json=body_for(method, template),
+        json=body_for(method, template, params),
         files=upload_for(method, template),
         headers={"Authorization": f"Bearer {token}"},
     )
@@ -369,7 +376,11 @@ async def test_every_route_refuses_everyone_but_the_owner_and_changes_nothing(
                 if path.startswith(INBOX) and not who.endswith("token"):
                     assert theirs.status_code == 403, where
                     continue
-                if "{" not in path and not who.endswith("token"):
+                if (
+                    "{" not in path
+                    and (method, path) not in NAMED_IN_BODY
+                    and not who.endswith("token")
+                ):
                     # The caller's own collection (list, create): never Priya's session.
                     assert theirs.status_code < 300 and sid not in theirs.text, where
                     continue

@@ -26,7 +26,8 @@ from tests.support.toolkit import own_stack
 # the log lines' owners coming with the context build's read; 37 with the input screen taking
 # the user's message the build read; 36 with finalize's last statement reading the summary's
 # backlog for its check.
-STATEMENTS_PER_CONFIRMED_EMAIL = 36
+# 37 since 2026-12-06: each turn's end reads what the tenant's hand-off policy looks at.
+STATEMENTS_PER_CONFIRMED_EMAIL = 37
 
 
 async def test_a_confirmed_email_costs_the_worker_a_fixed_number_of_statements(
