@@ -398,6 +398,7 @@ async def _sweep(client: Client, sessions: Database, settings: Settings, bell: O
         fallback=settings.has_fallback_model,
         bell=bell,
         warning_lead_s=settings.confirmation_warning_s,
+        handoff_claim_timeout_s=settings.handoff_claim_timeout_s,
     )
 
 

@@ -23,7 +23,7 @@ from temporalio.exceptions import ApplicationError
 from parley.activities.metrics import HANDOFFS_OPENED
 from parley.business_hours import local_text
 from parley.config import Settings
-from parley.dispatch.handoffs import start_handoff
+from parley.dispatch.handoffs import start_case_run
 from parley.egress import Resolver
 from parley.errors import UrlNotAllowed
 from parley.gateway.base import ModelRequest, TextDelta
@@ -37,7 +37,6 @@ from parley.handoffs import (
     CaseFacts,
     HandoffInput,
     HandoffOutcome,
-    case_input,
     code_summary,
     parse_summary,
     summary_request,
@@ -112,19 +111,13 @@ class HandoffActivities:
         if self._client is None:
             log.warning("no Temporal client: hand-off %s has no workflow", case.id)
             return
-        async with self._sessions() as db:
-            session = await session_store.with_tenant(db, session_id=case.session_id)
-        assert session is not None
-        tenant = TenantConfig.model_validate(session.tenant_config)
-        inp = case_input(
-            handoff_id=case.id,
-            session_id=case.session_id,
-            tenant_id=case.tenant_id,
-            timeout_s=tenant.handoff_claim_timeout_s,
-            default_s=self._settings.handoff_claim_timeout_s,
-            week=tenant.handoffs().week(),
+        await start_case_run(
+            self._client,
+            self._sessions,
+            case,
+            task_queue=self._settings.task_queue,
+            default_timeout_s=self._settings.handoff_claim_timeout_s,
         )
-        await start_handoff(self._client, inp, task_queue=self._settings.task_queue)
 
     async def open_by_policy(self, *, session_id: str, turn_id: str) -> str | None:
         """As a turn ends: open a case when the tenant's policy says the assistant keeps

@@ -23,12 +23,10 @@ from parley.contracts import ResolveActionSignal, SteerInput, TurnInput
 from parley.dispatch.approvals import start_renewal
 from parley.dispatch.control import Delivery, deliver_and_record_decision, tell_steer
 from parley.dispatch.erasure import start_erasure
-from parley.dispatch.handoffs import start_handoff
+from parley.dispatch.handoffs import start_case_run
 from parley.dispatch.outbox import record_started, start_turn_workflow
 from parley.dispatch.specialists import deliver_and_record
 from parley.erasure import ErasureInput
-from parley.handoffs import case_input
-from parley.store import tenants
 from parley.store.actions import ActionRow
 from parley.store.db import Database
 from parley.store.handoffs import HandoffRow
@@ -168,23 +166,18 @@ async def start_case(
 ) -> None:
     """Start the workflow of a case the customer's words opened (store/posting.py), after its
     commit. Best effort: a case whose run does not start is still in the inbox, and an agent
-    can claim, answer and end it; it has no summary, no claim clock and no webhook."""
+    can claim, answer and end it, and the outbox sweep starts its run a few seconds later."""
     HANDOFFS_OPENED.labels(case.opened_by).inc()
     try:
-        async with sessions() as db:
-            config = await tenants.tenant_config(db, tenant_id=case.tenant_id)
-        inp = case_input(
-            handoff_id=case.id,
-            session_id=case.session_id,
-            tenant_id=case.tenant_id,
-            timeout_s=config.handoff_claim_timeout_s,
-            default_s=settings.handoff_claim_timeout_s,
-            week=config.handoffs().week(),
-        )
         client = await asyncio.wait_for(temporal.get(), TIMEOUT_S)
-        await asyncio.wait_for(
-            start_handoff(client, inp, task_queue=settings.task_queue), TIMEOUT_S
+        run = start_case_run(
+            client,
+            sessions,
+            case,
+            task_queue=settings.task_queue,
+            default_timeout_s=settings.handoff_claim_timeout_s,
         )
+        await asyncio.wait_for(run, TIMEOUT_S)
     except Exception:
         log.warning("could not start the run of hand-off %s", case.id, exc_info=True)
 

@@ -53,7 +53,9 @@ from parley.contracts import (
 from parley.dispatch.approvals import DEFAULT_WARNING_LEAD_S, sweep_renewals, warn_expiring
 from parley.dispatch.control import sweep_decisions
 from parley.dispatch.erasure import sweep_erasures
+from parley.dispatch.handoffs import sweep_cases
 from parley.dispatch.specialists import sweep_answers
+from parley.handoffs import DEFAULT_CLAIM_TIMEOUT_S
 from parley.ids import workflow_id_for_turn
 from parley.statuses import TurnErrorCode
 from parley.store import locks, outbox, queue, tenants
@@ -139,14 +141,15 @@ async def record_started(sessions: Database, turn_id: str) -> None:
 
 @dataclass(frozen=True)
 class Starts:
-    """What every start of an unstarted turn shares: where it starts and the turn options
-    the worker was configured with."""
+    """What every start of an unstarted turn (or case) shares: where it starts and the
+    options the worker was configured with."""
 
     client: Client
     sessions: Database
     task_queue: str
     confirmation_timeout_s: float = DEFAULT_CONFIRMATION_TIMEOUT_S
     fallback: bool = False
+    handoff_claim_timeout_s: float = DEFAULT_CLAIM_TIMEOUT_S
 
 
 async def sweep_once(
@@ -260,6 +263,13 @@ async def sweep_tick(
         await sweep_decisions(client, sessions, grace=grace)
         await sweep_answers(client, sessions, grace=grace)
         await sweep_erasures(client, sessions, task_queue=task_queue, grace=grace)
+        await sweep_cases(
+            client,
+            sessions,
+            task_queue=task_queue,
+            grace=grace,
+            default_timeout_s=starts.handoff_claim_timeout_s,
+        )
         await end_abandoned_turns(client, sessions)
     return True
 
@@ -275,11 +285,14 @@ async def sweep_forever(
     fallback: bool = False,
     bell: queue.OutboxBell | None = None,
     warning_lead_s: float = DEFAULT_WARNING_LEAD_S,
+    handoff_claim_timeout_s: float = DEFAULT_CLAIM_TIMEOUT_S,
 ) -> None:
     """Sweep every `every`; between sweeps, start each queued turn the moment `bell` rings
     for it (a ring this misses, the next sweep covers). `warning_lead_s`: the deployment's
     lead time of `confirmation_expiring` (a tenant's setting overrides it)."""
-    starts = Starts(client, sessions, task_queue, confirmation_timeout_s, fallback)
+    starts = Starts(
+        client, sessions, task_queue, confirmation_timeout_s, fallback, handoff_claim_timeout_s
+    )
     loop = asyncio.get_running_loop()
     due = loop.time()
     while True:

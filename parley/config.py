@@ -14,6 +14,7 @@ from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from parley.egress import Allowlist
+from parley.handoffs import DEFAULT_CLAIM_TIMEOUT_S
 from parley.ids import workflow_id_for_turn
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -247,7 +248,7 @@ class Settings(BaseSettings):
     confirmation_timeout_s: float = 600.0
     # How long a hand-off waits for a support agent's claim before the customer is told and
     # offered an email follow-up (parley/handoffs.py); a tenant sets its own.
-    handoff_claim_timeout_s: float = 300.0
+    handoff_claim_timeout_s: float = DEFAULT_CLAIM_TIMEOUT_S
     # How long before a card lapses its `confirmation_expiring` warning is shown (a tenant's
     # `confirmation_warning_s` overrides it); shown by the worker's outbox sweep, so up to
     # `outbox_poll_s` later than this. 0: no warning.

@@ -94,6 +94,11 @@ class AwayNotice:
     week: BusinessWeek
 
 
+# How long a case waits for a claim unless the deployment (`PARLEY_HANDOFF_CLAIM_TIMEOUT_S`)
+# or its tenant says otherwise.
+DEFAULT_CLAIM_TIMEOUT_S = 300.0
+
+
 def case_input(
     *,
     handoff_id: str,

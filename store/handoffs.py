@@ -17,7 +17,7 @@ agent's reply never wait on each other in opposite orders. Nothing here commits 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn
 
 from parley.errors import Forbidden, HandoffClaimed, HandoffClosed, HandoffOpen, NotFound
@@ -188,6 +188,21 @@ async def case_for_agent(db: Db, *, agent: Identity, handoff_id: str) -> Handoff
 
 
 _TENANT_CASE = f"SELECT {_COLUMNS} FROM handoffs WHERE id = %(id)s AND tenant_id = %(tenant)s"
+
+
+async def unstarted_cases(db: Db, *, older_than: timedelta) -> list[HandoffRow]:
+    """Open cases opened before `older_than` ago whose run has written no summary (its first
+    step): their start was lost, or their run is slow (the outbox sweep starts both; a start
+    attaches to a running run)."""
+    before = datetime.now(UTC) - older_than
+    return await db.rows(_UNSTARTED, {"before": before}, HandoffRow)
+
+
+_UNSTARTED = f"""
+    SELECT {_COLUMNS} FROM handoffs
+    WHERE {_OPEN} AND summary IS NULL AND created_at < %(before)s
+    ORDER BY created_at LIMIT 100
+"""
 
 
 async def inbox(db: Db, *, agent: Identity, limit: int = 100) -> list[HandoffRow]:

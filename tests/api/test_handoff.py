@@ -13,14 +13,21 @@ import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Any
 
 import httpx
+import pytest
 import pytest_asyncio
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.service import RPCError
 
 from parley.config import Settings
+from parley.dispatch.outbox import Starts, sweep_tick
 from parley.gateway.demo import DemoModel
-from parley.handoffs import OPENED_TEXT
+from parley.handoff_rules import HandoffRules
+from parley.handoffs import OPENED_TEXT, handoff_workflow_id
+from parley.store import handoff_openers as openers
 from parley.store.db import Database
 from parley.store.identity import create_token
 from parley.store.models import User
@@ -323,3 +330,37 @@ async def _measured(client: ParleyClient) -> tuple[float, float]:
         count("parley_handoff_claim_seconds_count"),
         count('parley_handoff_open_seconds_count{outcome="handed_back"}'),
     )
+
+
+async def test_a_case_whose_run_never_started_is_started_by_the_outbox_sweep(
+    priya: ParleyClient,
+    agents: dict[str, ParleyClient],
+    sessions: Database,
+    temporal_client: Client,
+    settings: Settings,
+) -> None:
+    # The API died between the case's commit and its run's start: the case is in the inbox,
+    # with no run (no summary, no claim clock, no webhook).
+    sid = await priya.new_session()
+    async with sessions() as db:
+        opened = await openers.open_asked(
+            db,
+            session_id=sid,
+            text=PLAINLY,
+            client_message_id=f"lost-{uuid.uuid4().hex[:8]}",
+            rules=HandoffRules(),
+        )
+        await db.commit()
+    assert opened is not None
+    case_id = opened.case.id
+    run = temporal_client.get_workflow_handle(
+        handoff_workflow_id(session_id=sid, handoff_id=case_id)
+    )
+    with pytest.raises(RPCError):
+        await run.describe()
+    starts = Starts(temporal_client, sessions, settings.task_queue)
+    assert await sweep_tick(starts, grace=timedelta(0))
+    # Its run took it from there: the summary for the person is written.
+    case = await _case(agents["sam"], case_id)
+    assert case["handoff"]["status"] == "waiting" and case["handoff"]["summary"]
+    assert (await run.describe()).status == WorkflowExecutionStatus.RUNNING

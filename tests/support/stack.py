@@ -156,6 +156,7 @@ async def running_outbox(
             every=every,
             confirmation_timeout_s=settings.confirmation_timeout_s,
             bell=bell,
+            handoff_claim_timeout_s=settings.handoff_claim_timeout_s,
         )
     )
     try:
