@@ -3,11 +3,10 @@
 A case is a `handoffs` row: its status moves only through `_move` (the table of allowed
 moves is `parley.handoffs.MOVES`), one open case per session at most (a partial unique
 index), so while it is open it is the session's owner. Every change of status and every
-message of the conversation goes into the case's event log (store/handoff_events.py), which
-the customer's page and the agent's follow, and is announced on the session's own log
-(store/live.py: `handoff`, `message`), so every tab of the customer's session stream hears
-it. Internal notes live apart, in `handoff_notes`, and no statement here puts them in the
-log or among the messages.
+message goes into the case's event log (store/handoff_events.py), which the customer's page
+and the agent's follow, and is announced on the session's log (store/live.py: `handoff`,
+`message`) for every tab of the customer's session stream. Internal notes live apart, in
+`handoff_notes`: no statement here puts them in a log or among the messages.
 
 Locks: every writer takes the session's row first, then the case's (store/posting.py holds
 the session's when a customer's message joins the case), so a customer's message and an
@@ -191,18 +190,13 @@ _TENANT_CASE = f"SELECT {_COLUMNS} FROM handoffs WHERE id = %(id)s AND tenant_id
 
 
 async def unstarted_cases(db: Db, *, older_than: timedelta) -> list[HandoffRow]:
-    """Open cases opened before `older_than` ago whose run has written no summary (its first
-    step): their start was lost, or their run is slow (the outbox sweep starts both; a start
-    attaches to a running run)."""
-    before = datetime.now(UTC) - older_than
-    return await db.rows(_UNSTARTED, {"before": before}, HandoffRow)
+    """Open cases older than `older_than` whose run wrote no summary (its first step): a
+    lost start, or a slow run (the outbox sweep starts both; a start attaches to a run)."""
+    return await db.rows(_UNSTARTED, {"before": datetime.now(UTC) - older_than}, HandoffRow)
 
 
-_UNSTARTED = f"""
-    SELECT {_COLUMNS} FROM handoffs
-    WHERE {_OPEN} AND summary IS NULL AND created_at < %(before)s
-    ORDER BY created_at LIMIT 100
-"""
+_UNSTARTED = f"""SELECT {_COLUMNS} FROM handoffs
+    WHERE {_OPEN} AND summary IS NULL AND created_at < %(before)s ORDER BY created_at LIMIT 100"""
 
 
 async def inbox(db: Db, *, agent: Identity, limit: int = 100) -> list[HandoffRow]:

@@ -6,7 +6,7 @@ Admins read their own tenant only; any other tenant is 404.
 
 from __future__ import annotations
 
-from datetime import date
+from datetime import UTC, date, datetime
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
@@ -66,13 +66,16 @@ async def get_costs(
     tenant_id: str,
     db: DbSession,
     _: Admin,
-    start: Annotated[date, Query(alias="from")],
-    end: Annotated[date, Query(alias="to")],
+    start: Annotated[date | None, Query(alias="from")] = None,
+    end: Annotated[date | None, Query(alias="to")] = None,
     by: Literal["user", "model", "day", "session"] | None = None,
     format: Literal["json", "csv"] = "json",
 ) -> CostReportOut | Response:
     """What the tenant's model calls cost in the UTC days `from`..`to` (inclusive), in total
-    and `by` user, model, day or session; `format=csv` for a spreadsheet."""
+    and `by` user, model, day or session; `format=csv` for a spreadsheet. Without `to`,
+    today; without `from`, the first day of `to`'s month (this month so far)."""
+    end = end or datetime.now(UTC).date()
+    start = start or end.replace(day=1)
     if end < start:
         raise InvalidRequest("`to` is before `from`", field="to")
     if (end - start).days >= MAX_DAYS:

@@ -120,7 +120,8 @@ export interface paths {
         /**
          * Get Costs
          * @description What the tenant's model calls cost in the UTC days `from`..`to` (inclusive), in total
-         *     and `by` user, model, day or session; `format=csv` for a spreadsheet.
+         *     and `by` user, model, day or session; `format=csv` for a spreadsheet. Without `to`,
+         *     today; without `from`, the first day of `to`'s month (this month so far).
          */
         get: operations["get_costs_v1_admin_tenants__tenant_id__costs_get"];
         put?: never;
@@ -3398,9 +3399,9 @@ export interface operations {
     };
     get_costs_v1_admin_tenants__tenant_id__costs_get: {
         parameters: {
-            query: {
-                from: string;
-                to: string;
+            query?: {
+                from?: string | null;
+                to?: string | null;
                 by?: ("user" | "model" | "day" | "session") | null;
                 format?: "json" | "csv";
             };
