@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import date, datetime
 from typing import Annotated, Any, Literal, Self, Union
 
 from pydantic import (
@@ -44,6 +44,20 @@ Timestamp = Annotated[
     PlainSerializer(_iso, return_type=str),
     WithJsonSchema({"type": "string", "format": "date-time"}),
 ]
+
+
+def _calendar_day(value: object) -> object:
+    # A day is written `YYYY-MM-DD` (JSON Schema's `date`); pydantic alone would also take
+    # `0` or `1700000000` as a Unix time.
+    if not isinstance(value, date) and not (
+        isinstance(value, str) and len(value) == 10 and value[4] == value[7] == "-"
+    ):
+        raise ValueError("a day is written YYYY-MM-DD")
+    return value
+
+
+# A calendar day, as JSON Schema's `date` format spells it and nothing else.
+CalendarDay = Annotated[date, BeforeValidator(_calendar_day)]
 
 
 def _integral(value: object) -> object:

@@ -17,6 +17,7 @@ from parley.api.deps import Admin, DbSession
 from parley.api.errors import answers
 from parley.errors import Forbidden, InvalidRequest, NotFound
 from parley.store import costs
+from parley.wire import CalendarDay
 
 router = APIRouter(
     prefix="/v1/admin/tenants/{tenant_id}",
@@ -66,8 +67,8 @@ async def get_costs(
     tenant_id: str,
     db: DbSession,
     _: Admin,
-    start: Annotated[date | None, Query(alias="from")] = None,
-    end: Annotated[date | None, Query(alias="to")] = None,
+    start: Annotated[CalendarDay | None, Query(alias="from")] = None,
+    end: Annotated[CalendarDay | None, Query(alias="to")] = None,
     by: Literal["user", "model", "day", "session"] | None = None,
     format: Literal["json", "csv"] = "json",
 ) -> CostReportOut | Response:
