@@ -54,7 +54,7 @@ run: install embeddings
 	$(BIN)/parley dev
 
 test: install embeddings browser sandbox
-	$(BIN)/pytest -n 2 --dist loadfile
+	$(BIN)/pytest -n 3 --dist loadfile
 
 # The tiers that start no database, worker, API or browser: pure code, the workflow alone on
 # the time-skipping server, and replay of the committed histories. Under a minute. Nothing

@@ -1,10 +1,10 @@
 """The order the suite's files are handed to its processes: the longest first.
 
-`make test` hands whole files to two processes (`--dist loadfile`), each handed its next file
+`make test` hands whole files to its processes (`--dist loadfile`), each handed its next file
 shortly before it ends the current one. pytest-xdist's own order (files with the most tests
 first) handed out the one-test files last, several of them a minute or more long
 (schemathesis, the restarts, the crashes), so one process worked on alone at the end while
-the other stood idle. Longest first, the last files handed out are short ones, and the two
+the others stood idle. Longest first, the last files handed out are short ones, and the
 processes end close together.
 
 How long a file takes is read from durations.json beside this module (seconds per file, from
@@ -12,7 +12,7 @@ a run's JUnit report); a file it does not list yet is guessed from its tier. Onl
 move: a file's tests keep their order and run together. After a change of weight, refresh the
 table from a run's report (a report of one tier updates that tier's files):
 
-    pytest -n 2 --dist loadfile --junitxml=run.xml && python -m tests.support.schedule run.xml
+    pytest -n 3 --dist loadfile --junitxml=run.xml && python -m tests.support.schedule run.xml
 """
 
 from __future__ import annotations
