@@ -22,7 +22,7 @@ from parley.costs import budget_takes, price_table, tenant_prices, worst_case
 from parley.statuses import TurnErrorCode
 from parley.store import budgets
 from parley.store.db import Db, StoreError
-from parley.store.steps import CallRow
+from parley.store.steps import CallRow, ForAttempt
 from parley.tokens import count_messages, count_tools, default_counter
 
 log = logging.getLogger(__name__)
@@ -30,14 +30,13 @@ log = logging.getLogger(__name__)
 BUDGET_EXHAUSTED_TEXT = "the budget for answers is used up for now"
 
 
-async def hold_for_call(
-    db: Db, call: CallRow, *, config_budgets: dict[str, Any] | None, prices: dict[str, Any] | None
-) -> None:
-    """Reserve the call's worst case against the turn's budgets, or refuse the step."""
-    if not config_budgets:
+async def hold_for_call(db: Db, call: CallRow, found: ForAttempt) -> None:
+    """Reserve the call's worst case against the budgets of the turn (`found`, as the step
+    read it: its owner, its tenant's budgets and prices), or refuse the step."""
+    if not found.budgets or found.owner is None:
         return
     try:
-        refused = await _reserve(db, call, config_budgets, prices)
+        refused = await _reserve(db, call, found.owner, found.budgets, found.prices)
     except StoreError:
         log.warning("budget reservation failed for turn %s; going ahead", call.turn_id)
         return
@@ -50,12 +49,13 @@ async def hold_for_call(
 
 
 async def _reserve(
-    db: Db, call: CallRow, config_budgets: dict[str, Any], prices: dict[str, Any] | None
+    db: Db,
+    call: CallRow,
+    owner: tuple[str, str],
+    config_budgets: dict[str, Any],
+    prices: dict[str, Any] | None,
 ) -> list[str]:
-    found = await budgets.owner(db, turn_id=call.turn_id)
-    if found is None:
-        return []
-    tenant_id, user_id = found
+    tenant_id, user_id = owner
     today = datetime.now(UTC).date()
     takes = budget_takes(config_budgets, tenant_id=tenant_id, user_id=user_id, today=today)
     if not takes:

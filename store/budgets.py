@@ -160,18 +160,3 @@ _SPEND = """
     SELECT subject, period, period_start, spent_usd, reserved_usd, limit_usd
     FROM budget_spend WHERE subject = %(subject)s ORDER BY period_start DESC, period
 """
-
-
-async def owner(db: Db, *, turn_id: str) -> tuple[str, str] | None:
-    """The turn's tenant and user."""
-    found = await db.rows(_OWNER, {"turn_id": turn_id}, _Owner)
-    return (found[0].tenant_id, found[0].user_id) if found else None
-
-
-@dataclass(frozen=True)
-class _Owner:
-    tenant_id: str
-    user_id: str
-
-
-_OWNER = "SELECT tenant_id, user_id FROM turns WHERE id = %(turn_id)s"

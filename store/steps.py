@@ -54,6 +54,7 @@ class ForAttempt:
     paused: bool
     prices: dict[str, Any] | None = None
     budgets: dict[str, Any] | None = None  # its configuration's `budgets`
+    owner: tuple[str, str] | None = None  # the turn's tenant and user (`OWNER_COLUMNS`)
 
 
 async def get_call(conn: Db, *, model_call_id: str) -> CallRow | None:
@@ -165,19 +166,23 @@ def _for_attempt(
     paused: bool | None,
     prices: dict[str, Any] | None,
     budgets: dict[str, Any] | None,
+    owner_tenant_id: str,
+    owner_user_id: str,
     **columns: Any,
 ) -> ForAttempt:
     turn = TurnRow.from_columns(columns)
     call = {k: v for k, v in columns.items() if not k.startswith("t_")}
     found = CallRow(**call) if call["id"] is not None else None
-    return ForAttempt(turn, found, bool(paused), prices, budgets)
+    owner = (owner_tenant_id, owner_user_id)
+    return ForAttempt(turn, found, bool(paused), prices, budgets, owner)
 
 
+OWNER_COLUMNS = "t.tenant_id AS owner_tenant_id, t.user_id AS owner_user_id"
 CALL_COLUMNS = """c.id, c.turn_id, c.step, c.provider, c.model, c.request, c.response_text,
     c.response_tool_calls, c.finish_reason, c.attempts, c.first_token_ms, c.total_ms, c.usage"""
 _FOR_ATTEMPT = f"""
     SELECT {TurnRow.COLUMNS}, {CALL_COLUMNS}, n.paused, n.config -> 'prices' AS prices,
-        n.config -> 'budgets' AS budgets
+        n.config -> 'budgets' AS budgets, {OWNER_COLUMNS}
     FROM turns AS t
     LEFT JOIN model_calls AS c ON c.id = %(call)s
     LEFT JOIN tenants AS n ON n.id = t.tenant_id

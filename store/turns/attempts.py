@@ -24,7 +24,14 @@ from parley.store.costs import LEDGER_ROW
 from parley.store.db import Db
 from parley.store.events import EVENTS_INSERTED, RUNG, append_params, counter, state_event
 from parley.store.messages import MESSAGE_AT_SEQ, message_params, seq_taken
-from parley.store.steps import CALL_COLUMNS, OUTCOME_WRITTEN, CallRow, ForAttempt, outcome_params
+from parley.store.steps import (
+    CALL_COLUMNS,
+    OUTCOME_WRITTEN,
+    OWNER_COLUMNS,
+    CallRow,
+    ForAttempt,
+    outcome_params,
+)
 from parley.store.turns.reads import TURN_LOCKED, TurnRow
 from parley.tools import args_hash
 
@@ -54,6 +61,8 @@ def _opened(
     paused: bool | None,
     prices: dict[str, Any] | None,
     budgets: dict[str, Any] | None,
+    owner_tenant_id: str,
+    owner_user_id: str,
     runs: bool,
     counted: int | None,
     notified: Any,
@@ -61,11 +70,13 @@ def _opened(
 ) -> Opened:
     turn = TurnRow.from_columns(columns)
     call = {k: v for k, v in columns.items() if not k.startswith("t_")}
+    owner = (owner_tenant_id, owner_user_id)
     if call["id"] is None:
-        return Opened(ForAttempt(turn, None, bool(paused), prices, budgets), counted=False)
+        found = ForAttempt(turn, None, bool(paused), prices, budgets, owner)
+        return Opened(found, counted=False)
     if counted is not None:
         call["attempts"] = counted
-    found = ForAttempt(turn, CallRow(**call), bool(paused), prices, budgets)
+    found = ForAttempt(turn, CallRow(**call), bool(paused), prices, budgets, owner)
     return Opened(found, counted=counted is not None)
 
 
@@ -78,13 +89,13 @@ _MOVES_IF_IT_RUNS = (
 )
 _OPEN_ATTEMPT = f"""
     WITH t AS (
-        SELECT id, session_id, tenant_id, state, cancel_requested_at, assistant_message_id,
-            retry_of
+        SELECT id, session_id, tenant_id, user_id, state, cancel_requested_at,
+            assistant_message_id, retry_of
         FROM turns WHERE id = %(turn_id)s
         FOR UPDATE
     ), found AS (
         SELECT {TurnRow.COLUMNS}, {CALL_COLUMNS}, n.paused, n.config -> 'prices' AS prices,
-            n.config -> 'budgets' AS budgets,
+            n.config -> 'budgets' AS budgets, {OWNER_COLUMNS},
             c.id IS NOT NULL AND c.finish_reason IS NULL AND t.cancel_requested_at IS NULL
                 AND (t.state = %(to)s OR t.state = ANY(%(from)s)) AS runs
         FROM t
