@@ -9,7 +9,7 @@ gap, or a ring without events, sends it back to the log. So any API process can 
 turn, and a reconnect with `Last-Event-ID` misses nothing.
 
 A stream whose read finds the database gone ends with a `retry:` frame instead of breaking
-off: the client reconnects with its last event id after that pause, is answered 503 with
+off (api/sse.py): the client reconnects with its last event id after that pause, is answered 503 with
 `Retry-After` until the database is back (api/errors.py), and then misses nothing.
 """
 
@@ -20,21 +20,25 @@ import contextlib
 import json
 import logging
 from collections import defaultdict
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Coroutine, Iterator
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterator,
+)
 from datetime import timedelta
 from typing import Any
 
 from pydantic import ValidationError
-from sse_starlette import EventSourceResponse, ServerSentEvent
-from sse_starlette.sse import SendTimeoutError
-from starlette.types import Message, Receive, Scope, Send
+from sse_starlette import ServerSentEvent
 
 from parley.api.metrics import EVENTS_SENT
 from parley.contracts import TERMINAL_EVENTS, EventType
 from parley.errors import NotFound, RateLimited
 from parley.store import events as store_events
 from parley.store import limits, viewers
-from parley.store.db import Database, Db, StoreError, connect, is_unreachable
+from parley.store.db import Database, Db, connect
 from parley.store.events import StoredEvent, parse_notification
 from parley.store.identity import Identity
 from parley.store.listener import listen_for_events
@@ -49,8 +53,6 @@ log = logging.getLogger(__name__)
 POLL_INTERVAL_S = 1.0
 LISTENING_POLL_S = 15.0
 READ_LIMIT = 500
-# The reconnect pause a stream cut by a database outage asks for (SSE `retry:`).
-OUTAGE_RETRY_MS = 2000
 
 
 class Doorbell:
@@ -166,59 +168,6 @@ class EventHub:
         for waiters in list(self._waiters.values()):
             for doorbell in waiters:
                 doorbell.ring([])
-
-
-class TurnEventResponse(EventSourceResponse):
-    """sse-starlette's response, each write bounded by asyncio's own timeout: its anyio
-    cancel scope (with the async library looked up each time) cost more than the write
-    itself, once per frame batch of every stream.
-
-    `on_close` runs once, when the response is done, however it ended: the place for a
-    stream's bookkeeping (its slot, its viewer). Not the generator's `finally`, which never
-    runs for a generator that never started (the headers could not be sent, the client was
-    gone first), and which may run only when the generator is collected."""
-
-    def __init__(self, *args: Any, on_close: Callable[[], None] | None = None, **kw: Any) -> None:
-        super().__init__(*args, **kw)
-        self.body_iterator = _until_outage(self.body_iterator)
-        self._on_close = on_close
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            if self._on_close is not None:
-                self._on_close()
-
-    async def _send_with_timeout(self, send: Send, message: Message) -> None:
-        bound = asyncio.timeout(self.send_timeout)
-        try:
-            async with bound:
-                await send(message)
-        except TimeoutError:
-            if bound.expired():
-                raise SendTimeoutError() from None
-            raise
-
-
-async def _until_outage(frames: AsyncIterable[Any]) -> AsyncIterator[Any]:
-    """The stream's frames until the database is found gone; then a last frame that asks the
-    client to come back (`retry:`), and a clean end rather than a broken one. Closing it
-    closes `frames` (their `finally` runs now, not when they are collected)."""
-    try:
-        async for frame in frames:
-            yield frame
-    except StoreError as exc:
-        if not is_unreachable(exc):
-            raise
-        log.warning("the database is unreachable; the stream asks its client to reconnect")
-        yield ServerSentEvent(
-            comment="the database is unreachable; reconnect", retry=OUTAGE_RETRY_MS
-        ).encode()
-    finally:
-        close = getattr(frames, "aclose", None)
-        if close is not None:
-            await close()
 
 
 class Viewer:

@@ -16,7 +16,7 @@ within `ai_sdk_stop_grace_s`: then the turn is cancelled, as `POST .../cancel` w
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 
 from fastapi import APIRouter, BackgroundTasks, Response
 from sse_starlette import EventSourceResponse
@@ -43,13 +43,12 @@ from parley.api.deps import (
     TemporalConnector,
 )
 from parley.api.errors import answers
-from parley.api.metrics import STREAMS_OPEN
 from parley.api.posting import answer_card, post
 from parley.api.schemas import PostMessageIn, TurnStarted
+from parley.api.sse import TurnEventResponse, live_response
 from parley.api.streaming import (
     EventHub,
     StreamRegistry,
-    TurnEventResponse,
     Viewer,
     stored_event_batches,
 )
@@ -214,27 +213,15 @@ async def _turn_stream(
         grace_s = settings.ai_sdk_stop_grace_s
         registry.release(lease, attached, hung_up=not finished, grace_s=grace_s)
 
-    async def frames() -> AsyncIterator[bytes]:
+    async def frames() -> AsyncGenerator[bytes, None]:
         nonlocal finished
-        STREAMS_OPEN.inc()
-        try:
-            if background is not None:
-                await background()  # the post's bookkeeping (the turn marked started)
-            async for frame in _chunks(
-                hub, one_statement, session_id, turn_id, viewer, continue_after
-            ):
-                yield frame
-            finished = True
-        finally:
-            STREAMS_OPEN.dec()
+        if background is not None:
+            await background()  # the post's bookkeeping (the turn marked started)
+        async for frame in _chunks(hub, one_statement, session_id, turn_id, viewer, continue_after):
+            yield frame
+        finished = True
 
-    return TurnEventResponse(
-        frames(),
-        on_close=release,
-        ping=settings.stream_keepalive_s,
-        send_timeout=settings.stream_send_timeout_s,
-        headers=STREAM_HEADERS,
-    )
+    return live_response(frames(), settings, on_close=release, headers=STREAM_HEADERS)
 
 
 async def _chunks(

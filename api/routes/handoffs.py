@@ -4,7 +4,7 @@ view of their case (`/v1/sessions/{session_id}/handoff`). The rules: parley/hand
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from fastapi import APIRouter
@@ -27,7 +27,8 @@ from parley.api.deps import (
 from parley.api.errors import answers
 from parley.api.metrics import HANDOFF_CLAIM_SECONDS, HANDOFF_OPEN_SECONDS
 from parley.api.schemas import NO_NUL
-from parley.api.streaming import StreamRegistry, TurnEventResponse
+from parley.api.sse import live_response
+from parley.api.streaming import StreamRegistry
 from parley.dispatch.handoffs import tell_handoff
 from parley.errors import Forbidden, HandoffClaimed, HandoffClosed, NotFound, RateLimited
 from parley.handoffs import HandoffChange, HandoffStatus, HandoffView
@@ -234,20 +235,14 @@ def _stream(
     def release() -> None:  # when the response is done, whether or not the stream began
         registry.release(lease, None, hung_up=False)
 
-    async def frames() -> AsyncIterator[ServerSentEvent]:
+    async def frames() -> AsyncGenerator[ServerSentEvent, None]:
         yield ServerSentEvent(retry=settings.stream_retry_ms)
         async for frame in case_event_stream(
             hub=hub, sessions=sessions, handoff_id=handoff_id, after=after
         ):
             yield frame
 
-    return TurnEventResponse(
-        frames(),
-        on_close=release,
-        ping=settings.stream_keepalive_s,
-        send_timeout=settings.stream_send_timeout_s,
-        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
-    )
+    return live_response(frames(), settings, on_close=release)
 
 
 # The customer's side: their session's case.

@@ -3,7 +3,7 @@ its owner (api/live.py; the contract is parley/live.py and docs/api.md)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Annotated
 
 from fastapi import APIRouter, Header
@@ -13,8 +13,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from parley.api.deps import AppSettings, AutocommitSessions, CurrentUser, DbSession, Hub, Streams
 from parley.api.errors import answers
 from parley.api.live import SessionStream
-from parley.api.metrics import STREAMS_OPEN
-from parley.api.streaming import TurnEventResponse
+from parley.api.sse import live_response
 from parley.errors import NotFound, RateLimited
 from parley.live import CURSOR_PATTERN, SessionCursor, SessionStreamEvent
 
@@ -61,20 +60,10 @@ async def session_stream(
     def release() -> None:  # when the response is done, whether or not the stream began
         registry.release(lease, None, hung_up=False)
 
-    async def frames() -> AsyncIterator[bytes]:
-        STREAMS_OPEN.inc()
+    async def frames() -> AsyncGenerator[bytes, None]:
         lead = ServerSentEvent(retry=settings.stream_retry_ms).encode()
-        try:
-            async for batch in stream.batches():
-                yield lead + b"".join(frame.encode() for frame in batch)
-                lead = b""
-        finally:
-            STREAMS_OPEN.dec()
+        async for batch in stream.batches():
+            yield lead + b"".join(frame.encode() for frame in batch)
+            lead = b""
 
-    return TurnEventResponse(
-        frames(),
-        on_close=release,
-        ping=settings.stream_keepalive_s,
-        send_timeout=settings.stream_send_timeout_s,
-        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
-    )
+    return live_response(frames(), settings, on_close=release)

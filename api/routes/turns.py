@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 from fastapi import APIRouter, BackgroundTasks, Response
 from sse_starlette import EventSourceResponse, ServerSentEvent
@@ -24,10 +24,10 @@ from parley.api.deps import (
     resume_after,
 )
 from parley.api.errors import answers
-from parley.api.metrics import STREAMS_OPEN
 from parley.api.posting import post
 from parley.api.schemas import CancelOut, PostMessageIn, TurnOut, TurnStarted
-from parley.api.streaming import TurnEventResponse, Viewer, turn_event_batches
+from parley.api.sse import live_response
+from parley.api.streaming import Viewer, turn_event_batches
 from parley.config import Settings
 from parley.contracts import (
     TERMINAL_TURN_STATES,
@@ -228,26 +228,16 @@ async def stream_events(
     def release() -> None:  # when the response is done, whether or not the stream began
         registry.release(lease, turn_id if viewer.attached else None, hung_up=not finished)
 
-    async def events() -> AsyncIterator[bytes]:
+    async def events() -> AsyncGenerator[bytes, None]:
         nonlocal finished
-        STREAMS_OPEN.inc()
         # Frames known together go out as one body chunk: the `retry:` frame with the first
         # read's events, then each batch the log or the doorbell brings.
         lead = ServerSentEvent(retry=settings.stream_retry_ms).encode()
-        try:
-            async for batch in turn_event_batches(
-                hub=hub, sessions=one_statement, turn_id=turn_id, after=start, viewer=viewer
-            ):
-                yield lead + b"".join(frame.encode() for frame in batch)
-                lead = b""
-            finished = True  # a terminal event, or the turn rests awaiting a confirmation
-        finally:
-            STREAMS_OPEN.dec()
+        async for batch in turn_event_batches(
+            hub=hub, sessions=one_statement, turn_id=turn_id, after=start, viewer=viewer
+        ):
+            yield lead + b"".join(frame.encode() for frame in batch)
+            lead = b""
+        finished = True  # a terminal event, or the turn rests awaiting a confirmation
 
-    return TurnEventResponse(
-        events(),
-        on_close=release,
-        ping=settings.stream_keepalive_s,
-        send_timeout=settings.stream_send_timeout_s,
-        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
-    )
+    return live_response(events(), settings, on_close=release)

@@ -15,7 +15,8 @@ import pytest
 from sse_starlette import ServerSentEvent
 from sse_starlette.sse import SendTimeoutError
 
-from parley.api.streaming import Doorbell, EventHub, TurnEventResponse, turn_event_stream
+from parley.api.sse import TurnEventResponse
+from parley.api.streaming import Doorbell, EventHub, turn_event_stream
 from parley.contracts import EventType
 from parley.store.db import Database, Db, libpq_url, on_statement_sent
 from parley.store.events import (
