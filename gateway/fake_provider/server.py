@@ -222,9 +222,11 @@ class FakeProvider:
         if item.stall_s and not await _stall(request, item.stall_s):
             return Response(status_code=499)  # the client gave up; nobody reads this
         reply = self._think(dialect, body, item) if item.brain else item
-        self.requests[index] = replace(self.requests[index], usage=_reported(reply))
+        reported = _reported(reply) if reply.report_usage or dialect != "openai" else None
+        self.requests[index] = replace(self.requests[index], usage=reported)
         if dialect == "openai":
-            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            asked = bool((body.get("stream_options") or {}).get("include_usage"))
+            include_usage = asked and reply.report_usage
             frames = openai_sse(reply, model=body["model"], usage=include_usage)
         else:
             frames = anthropic_sse(reply, model=body["model"])

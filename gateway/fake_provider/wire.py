@@ -46,6 +46,9 @@ class Reply(BaseModel):
     stall_s: float = 0.0  # before the response starts: not even the headers go out
     delay_s: float = 0.0  # before each event
     drop_after: int | None = None  # close the connection after this many content deltas
+    # False: no usage in the stream even when asked for (OpenAI-compatible servers that
+    # never report it); the request log records none either.
+    report_usage: bool = True
 
     @field_validator("text", mode="before")
     @classmethod

@@ -16,7 +16,7 @@ from parley.config import Settings
 from parley.gateway.anthropic import AnthropicProvider
 from parley.gateway.errors import Timeouts
 from parley.gateway.fake_provider.server import FakeProvider
-from parley.gateway.fake_provider.wire import request_from_openai
+from parley.gateway.fake_provider.wire import Reply, request_from_openai
 from parley.gateway.openai_compat import OpenAICompatProvider
 from parley.memory import is_summary_request
 from parley.store.db import Database
@@ -212,3 +212,26 @@ async def test_anthropics_prompt_cache_is_written_then_read_and_the_ledger_shows
     assert read.cost_usd < uncached / 1_000_000 < written.cost_usd + Decimal("0.001")
     saving = (Decimal("3.00") - Decimal("0.30")) * read.cached_tokens / 1_000_000
     assert uncached / 1_000_000 - read.cost_usd == saving
+
+
+async def test_a_call_whose_provider_reports_no_usage_is_billed_from_parleys_own_count(
+    fake_openai: tuple[FakeProvider, str], tokens: dict[str, str], sessions: Database
+) -> None:
+    fake, url = fake_openai
+    fake.reset()
+    fake.script(Reply(text="We sell outdoor clothing and boots.", report_usage=False))
+    client = ParleyClient(url, tokens["priya"])
+    try:
+        session_id = await client.new_session()
+        turn_id, events = await client.turn(session_id, "Tell me about your shop, please.")
+        assert events[-1].type == "done", [e.type for e in events]
+    finally:
+        await client.aclose()
+    assert fake.requests[0].usage is None  # the provider said nothing of its usage
+    async with orm(sessions) as db:
+        [row] = (await db.scalars(select(ModelCost).where(ModelCost.turn_id == turn_id))).all()
+    # Priced from Parley's count of the prompt it sent and the answer it streamed, and
+    # marked so: never a free call, never passed off as the provider's figure.
+    assert row.estimated
+    assert row.input_tokens > 0 and row.output_tokens > 0
+    assert Decimal(row.cost_usd or 0) > 0
