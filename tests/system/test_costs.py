@@ -61,6 +61,9 @@ async def fake_openai(
             prefix="cost",
             model_provider="openai",
             model="gpt-4o",
+            # No rolling summary: its call, on its own schedule after a test's turns, would
+            # take the reply a later test scripted for its turn (the fake answers in order).
+            summary_min_new_tokens=1_000_000,
         ) as running:
             yield fake, running.url
         await provider.aclose()
@@ -82,8 +85,8 @@ async def test_the_ledger_of_seven_turns_equals_the_providers_own_account(
     finally:
         await client.aclose()
 
-    # The provider's account: every answered request of the turns (the rolling summary's
-    # run on its own schedule and is left out on both sides).
+    # The provider's account: every answered request of the turns (no rolling summary runs
+    # in this module; one would be left out on both sides).
     billed = [
         r.usage
         for r in fake.requests
