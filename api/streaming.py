@@ -9,8 +9,8 @@ gap, or a ring without events, sends it back to the log. So any API process can 
 turn, and a reconnect with `Last-Event-ID` misses nothing.
 
 A stream whose read finds the database gone ends with a `retry:` frame instead of breaking
-off (api/sse.py): the client reconnects with its last event id after that pause, is answered 503 with
-`Retry-After` until the database is back (api/errors.py), and then misses nothing.
+off (api/sse.py): the client reconnects with its last event id after that pause, is answered
+503 with `Retry-After` until the database is back (api/errors.py), and then misses nothing.
 """
 
 from __future__ import annotations
