@@ -1,10 +1,12 @@
 // The `ai` package's own client (the version package-lock.json pins) against Parley's AI SDK
-// chat endpoint on a live stack: tests/node/test_ai_sdk_client.py starts the stack, installs
-// the pinned packages and runs this file with node's test runner.
+// chat endpoint on a live stack, run with node's test runner by two tests: against the
+// in-process stack (tests/node/test_ai_sdk_client.py) and against the stack `make run` starts
+// (tests/system/test_make_run.py). Nothing here knows which: only the environment differs.
 //
-// Environment: PARLEY_URL, PARLEY_TOKEN (Priya's bearer token), NORTHWIND_URL (the demo
-// backend, whose /emails lists what the email service accepted), LONG (the reply the stack's
-// model gives to a message with the word "long", slow enough to interrupt).
+// Environment: PARLEY_URL, PARLEY_TOKEN (Priya's bearer token), AGENT_TOKEN (Sam's, of the
+// support team), NORTHWIND_URL (the demo backend, whose /emails lists what the email service
+// accepted), LONG_QUESTION (a message whose answer comes slowly enough, and is long enough,
+// to be interrupted after its first words).
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
@@ -16,8 +18,9 @@ import {
   readUIMessageStream,
 } from 'ai';
 
-const { PARLEY_URL, PARLEY_TOKEN, NORTHWIND_URL, LONG } = process.env;
+const { PARLEY_URL, PARLEY_TOKEN, AGENT_TOKEN, NORTHWIND_URL, LONG_QUESTION } = process.env;
 const AUTH = { Authorization: `Bearer ${PARLEY_TOKEN}` };
+const AGENT = { Authorization: `Bearer ${AGENT_TOKEN}` };
 const CHAT_API = `${PARLEY_URL}/v1/ai-sdk/chat`;
 const DEADLINE_MS = 30_000;
 
@@ -54,10 +57,10 @@ function newChat(sessionId, { fetch } = {}) {
   });
 }
 
-async function parley(path, init = {}) {
+async function parley(path, init = {}, auth = AUTH) {
   const response = await fetch(`${PARLEY_URL}${path}`, {
     ...init,
-    headers: { ...AUTH, 'content-type': 'application/json', ...(init.headers ?? {}) },
+    headers: { ...auth, 'content-type': 'application/json', ...(init.headers ?? {}) },
   });
   const body = response.status === 204 ? null : await response.json();
   return { status: response.status, body };
@@ -96,6 +99,7 @@ const textOf = message =>
     .filter(p => p.type === 'text')
     .map(p => p.text)
     .join('');
+const wordsOf = text => text.split(/\s+/).filter(Boolean).length;
 const lastAnswer = chat => chat.messages.at(-1);
 const parts = (message, type) => message.parts.filter(p => p.type === type);
 
@@ -110,7 +114,8 @@ async function say(chat, text) {
 // Each UI message's text parts are Parley's assistant messages of its turn, under their ids.
 async function assertSameTextAsStored(chat, sessionId) {
   const stored = new Map((await storedMessages(sessionId)).map(m => [m.id, m]));
-  const answers = chat.messages.filter(m => m.role === 'assistant');
+  // (An answer while a person holds the session is no turn: it has a data-handoff part only.)
+  const answers = chat.messages.filter(m => m.role === 'assistant' && m.metadata?.turn_id);
   for (const answer of answers) {
     const turnId = answer.metadata.turn_id;
     const shown = parts(answer, 'text').filter(p => p.text);
@@ -215,10 +220,10 @@ test('resending the same user message id creates no second turn', async () => {
 test('stop mid-answer ends the turn cancelled on both sides', async () => {
   const sessionId = await newSession();
   const chat = newChat(sessionId);
-  const sending = chat.sendMessage({ text: 'A long answer please' });
+  const sending = chat.sendMessage({ text: LONG_QUESTION });
   const answer = await until('the answer to stream', () => {
     const last = lastAnswer(chat);
-    return last?.role === 'assistant' && textOf(last).includes('word5 ') ? last : null;
+    return last?.role === 'assistant' && wordsOf(textOf(last)) >= 5 ? last : null;
   });
   await chat.stop();
   await sending;
@@ -233,7 +238,6 @@ test('stop mid-answer ends the turn cancelled on both sides', async () => {
   const stored = (await storedMessages(sessionId)).filter(m => m.role === 'assistant');
   assert.equal(stored.at(-1).status, 'cancelled');
   assert.ok(stored.at(-1).text.startsWith(shown), 'the client shows a prefix of what was kept');
-  assert.notEqual(stored.at(-1).text, LONG);
   // Nothing runs any more: a reload has nothing to resume.
   const resumed = await fetch(`${CHAT_API}/${sessionId}/stream`, { headers: AUTH });
   assert.equal(resumed.status, 204);
@@ -242,7 +246,8 @@ test('stop mid-answer ends the turn cancelled on both sides', async () => {
 test('a resume after the connection drops mid-answer gives the full text once', async () => {
   const sessionId = await newSession();
   let cut = true;
-  // The network goes away once the answer has begun: the body breaks off mid-stream.
+  // The network goes away once the answer has begun: the body breaks off mid-stream, after
+  // the answer's fifth text delta.
   const droppingFetch = async (url, init) => {
     const response = await fetch(url, init);
     if (!cut || init?.method !== 'POST') return response;
@@ -252,7 +257,7 @@ test('a resume after the connection drops mid-answer gives the full text once', 
     const breaking = new TransformStream({
       transform(bytes, controller) {
         seen += decoder.decode(bytes, { stream: true });
-        if (seen.includes('word5 ')) {
+        if ((seen.match(/"type":"text-delta"/g) ?? []).length >= 5) {
           controller.error(new TypeError('network connection lost'));
           return;
         }
@@ -265,15 +270,71 @@ test('a resume after the connection drops mid-answer gives the full text once', 
     });
   };
   const chat = newChat(sessionId, { fetch: droppingFetch });
-  await chat.sendMessage({ text: 'A long answer please' });
+  await chat.sendMessage({ text: LONG_QUESTION });
   const partial = textOf(lastAnswer(chat));
-  assert.ok(partial.length < LONG.length, 'the drop came mid-answer');
 
   await chat.resumeStream(); // what useChat({ resume: true }) does after a reload
   assert.equal(chat.status, 'ready', String(chat.error));
   const answers = chat.messages.filter(m => m.role === 'assistant');
   assert.equal(answers.length, 1);
-  assert.equal(textOf(answers[0]), LONG);
+  const [stored] = (await storedMessages(sessionId)).filter(m => m.role === 'assistant');
+  assert.equal(stored.status, 'complete');
+  assert.ok(partial.length < stored.text.length, 'the drop came mid-answer');
+  assert.equal(textOf(answers[0]), stored.text);
   assert.equal(parts(answers[0], 'text').length, 1);
+  await assertSameTextAsStored(chat, sessionId);
+});
+
+// A person of the support team: while they hold the session, a message goes to them and no
+// turn runs (docs/api.md, Hand-off to a person); the answer is a `data-handoff` part.
+test('a person takes the conversation: data-handoff parts, then the assistant again', async () => {
+  const sessionId = await newSession();
+  const chat = newChat(sessionId);
+  const asked = await say(chat, 'I want to talk to a person');
+  const { status, body: handoff } = await parley(`/v1/sessions/${sessionId}/handoff`);
+  assert.equal(status, 200);
+  assert.equal(handoff.status, 'waiting');
+  assert.deepEqual(
+    parts(asked, 'data-handoff').map(p => p.data.handoff_id),
+    [handoff.id],
+  );
+  assert.equal(textOf(asked), '');
+
+  const held = await say(chat, 'My parcel is late and I am worried.');
+  assert.deepEqual(
+    parts(held, 'data-handoff').map(p => p.data.handoff_id),
+    [handoff.id],
+  );
+  const waiting = await storedMessages(sessionId);
+  assert.deepEqual(
+    waiting.filter(m => m.role === 'user').map(m => m.text),
+    ['I want to talk to a person', 'My parcel is late and I am worried.'],
+  );
+  assert.deepEqual(
+    waiting.filter(m => m.turn_id),
+    [],
+    'no turn ran, no model answered',
+  );
+  const handoffUrl = `/v1/handoffs/${handoff.id}`;
+  const read = await parley(handoffUrl, {}, AGENT);
+  assert.equal(read.body.messages.at(-1).text, 'My parcel is late and I am worried.');
+
+  // Sam claims it, answers, and hands the conversation back to the assistant.
+  for (const step of ['claim', 'hand-back']) {
+    const { status: moved } = await parley(`${handoffUrl}/${step}`, { method: 'POST' }, AGENT);
+    assert.equal(moved, 200, step);
+    if (step === 'claim') {
+      const said = await parley(
+        `${handoffUrl}/messages`,
+        { method: 'POST', body: JSON.stringify({ text: 'Hi Priya, Sam here.' }) },
+        AGENT,
+      );
+      assert.equal(said.status, 201);
+    }
+  }
+  const answered = await say(chat, 'Where is my order?');
+  assert.deepEqual(parts(answered, 'data-handoff'), []);
+  assert.equal(answered.metadata.status, 'complete');
+  assert.match(textOf(answered), /8472/);
   await assertSameTextAsStored(chat, sessionId);
 });

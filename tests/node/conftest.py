@@ -1,13 +1,12 @@
 """The Node tier: JavaScript clients of Parley (the `ai` package's own client) run by node
 against a stack of their own. The packages come from the committed lock: `npm ci` into a
 cache folder named by the lock's digest, once per lock (as the web tier needs its browser
-installed: tests/support/npm.py); a machine that cannot reach the registry fails with npm's
-words, it never skips.
+installed: tests/support/npm.py, tests/support/ai_client.py); a machine that cannot reach
+the registry fails with npm's words, it never skips.
 """
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -18,11 +17,11 @@ from temporalio.client import Client
 from parley.config import Settings
 from parley.gateway.base import ModelRequest
 from parley.store.db import Database
-from tests.support import npm
+from tests.support.ai_client import installed_client
 from tests.support.models import ControlledModel
 from tests.support.toolkit import Stack, own_stack
 
-HERE = Path(__file__).parent
+LONG_QUESTION = "A long answer please"
 # Long enough that a Stop lands mid-answer (about 4 s at the model's pace), short enough that
 # the resume test's whole answer is quick.
 LONG = " ".join(f"word{i}" for i in range(200))
@@ -31,16 +30,13 @@ LONG = " ".join(f"word{i}" for i in range(200))
 @pytest.fixture(scope="session")
 def node_folder() -> Path:
     """A folder holding the test's files and `node_modules` as the lock pins them."""
-    folder = npm.installed(HERE)
-    for script in HERE.glob("*.mjs"):
-        shutil.copy(script, folder / script.name)
-    return folder
+    return installed_client()
 
 
 @pytest.fixture
-def long_reply() -> str:
-    """What the stack's model answers to a message with the word "long"."""
-    return LONG
+def long_question() -> str:
+    """A message the stack's model answers with `LONG`, word by word."""
+    return LONG_QUESTION
 
 
 @pytest_asyncio.fixture(scope="module")

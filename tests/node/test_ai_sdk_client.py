@@ -1,51 +1,31 @@
 """The `ai` package's own client (Node, the version tests/node/package-lock.json pins) drives
 the AI SDK chat endpoint on a live stack: Priya's seven turns with the email approval, a
-resend, a Stop and a resume (tests/node/chat.test.mjs). A new `ai` release that changes the
-protocol fails here: bump the pin, run this, and fix what it finds."""
+resend, a Stop, a resume and a hand-off to a person (tests/node/chat.test.mjs; the same
+script runs against `make run` in tests/system/test_make_run.py). A new `ai` release that
+changes the protocol fails here: bump the pin, run this, and fix what it finds."""
 
 from __future__ import annotations
 
-import asyncio
-import os
 from pathlib import Path
 
+from parley.store.db import Database
+from parley.store.identity import create_token
+from tests.support.ai_client import ChatTarget, passed, run_chat_client
 from tests.support.models import ControlledModel
 from tests.support.toolkit import Stack
-
-NODE_TIMEOUT_S = 150
 
 
 async def test_the_ai_client_holds_the_conversation(
     stack: Stack[ControlledModel],
     node_folder: Path,
-    long_reply: str,
+    long_question: str,
     tokens: dict[str, str],
     northwind_url: str,
+    sessions: Database,
 ) -> None:
-    env = {
-        **os.environ,
-        "PARLEY_URL": stack.url,
-        "PARLEY_TOKEN": tokens["priya"],
-        "NORTHWIND_URL": northwind_url,
-        "LONG": long_reply,
-    }
-    node = await asyncio.create_subprocess_exec(
-        "node",
-        "--test-reporter=spec",
-        "--test",
-        "chat.test.mjs",
-        cwd=node_folder,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
-    try:
-        out, _ = await asyncio.wait_for(node.communicate(), NODE_TIMEOUT_S)
-    except TimeoutError:
-        node.kill()
-        await node.wait()
-        raise
-    report = out.decode()
-    assert node.returncode == 0, report
-    assert "# fail 0" in report or "fail 0" in report, report
-    assert "pass 4" in report, report
+    async with sessions() as db:
+        sam = await create_token(db, tenant_id="northwind", user_id="agent_sam")
+        await db.commit()
+    target = ChatTarget(stack.url, tokens["priya"], sam, northwind_url, long_question)
+    report = await run_chat_client(node_folder, target)
+    assert passed(report) == 5, report

@@ -68,7 +68,9 @@ class DevRun:
         return next(c.pid for c in children if c.cmdline()[-1:] == [command])
 
 
-def start_dev(tmp_path: Path) -> DevRun:
+def start_dev(tmp_path: Path, **settings: str) -> DevRun:
+    """`settings`: environment variables for the run besides its ports and data folder (a
+    test's own pace, never what `make run` gives a user)."""
     ports = {name: free_port() for name in ("api", "temporal", "ui", "backend", "metrics")}
     env = {
         key: value
@@ -85,6 +87,7 @@ def start_dev(tmp_path: Path) -> DevRun:
         # Slow enough tokens that a kill lands mid-answer.
         PARLEY_DEMO_TOKEN_DELAY_MS="40",
     )
+    env.update(settings)
     log = tmp_path / "dev-stderr.log"
     with log.open("w") as stderr:  # the child writes to its own copy of the descriptor
         dev = subprocess.Popen(
@@ -113,10 +116,11 @@ def start_dev(tmp_path: Path) -> DevRun:
 
 
 @contextmanager
-def dev_running(tmp_path: Path) -> Iterator[DevRun]:
-    """`parley dev` started in `tmp_path`, stopped with Ctrl-C on leaving (killed, its whole
-    process group, if it is still running a minute later)."""
-    run = start_dev(tmp_path)
+def dev_running(tmp_path: Path, **settings: str) -> Iterator[DevRun]:
+    """`parley dev` started in `tmp_path` (with `settings` in its environment), stopped with
+    Ctrl-C on leaving (killed, its whole process group, if it is still running a minute
+    later)."""
+    run = start_dev(tmp_path, **settings)
     try:
         yield run
     finally:

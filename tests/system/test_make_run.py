@@ -21,16 +21,22 @@ from temporalio.client import Client
 
 from parley.dispatch.deployment import current_build
 from parley.ids import workflow_id_for_turn
+from tests.support.ai_client import ChatTarget, installed_client, passed, run_chat_client
 from tests.support.client import ParleyClient, streamed_text
 from tests.support.dev_run import CLI, DevRun, dev_running, port_is_open
 from tests.support.processes import read_until
 from tests.support.stack import REPO
 from tests.support.toolkit import eventually
 
+# A policy question: the demo model quotes the policy, the longest answer it gives (about 70
+# tokens, near 3 s at this run's pace), so a Stop or a dropped connection lands mid-answer.
+LONG_QUESTION = "How long do refunds take?"
+
 
 @pytest.fixture(scope="module")
 def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevRun]:
-    with dev_running(tmp_path_factory.mktemp("dev")) as run:
+    # A Stop cancels 1 s after the client hung up (3 s by default), well before the answer ends.
+    with dev_running(tmp_path_factory.mktemp("dev"), PARLEY_AI_SDK_STOP_GRACE_S="1") as run:
         yield run
 
 
@@ -76,6 +82,25 @@ async def test_the_use_chat_example_page_is_served_as_built(dev: DevRun) -> None
     assert page.status_code == 200 and "/static/examples/use-chat.js" in page.text
     assert bundle.status_code == 200 and "javascript" in bundle.headers["content-type"]
     assert "/v1/ai-sdk/chat" in bundle.text
+
+
+async def test_the_ai_client_holds_priyas_conversation_against_make_run(dev: DevRun) -> None:
+    """Acceptance 1 of the AI SDK endpoint, against the stack `make run` starts: the `ai`
+    package's own client (tests/node/chat.test.mjs, as tests/node runs it in process)."""
+    folder = installed_client()  # before the clock of any answer starts
+    sam = subprocess.run(
+        [*CLI, "token", "create", "--tenant", "northwind", "--user", "agent_sam"],
+        cwd=REPO,
+        env=dev.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert sam.returncode == 0, sam.stderr
+    backend = f"http://127.0.0.1:{dev.ports['backend']}"
+    target = ChatTarget(dev.api, dev.priya_token, sam.stdout.strip(), backend, LONG_QUESTION)
+    report = await run_chat_client(folder, target)
+    assert passed(report) == 5, report
 
 
 async def test_token_create_finds_the_running_dev_database_by_itself(dev: DevRun) -> None:
