@@ -36,12 +36,12 @@ browser:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; }
 
 # The useChat example page (docs/features/ai-sdk.md): its pinned packages from the lock, its
-# source bundled once into the committed api/web/examples/use-chat.js; `make run` only serves it.
+# source bundled once (package.json's `bundle` script) into the committed
+# api/web/examples/use-chat.js; `make run` only serves it. tests/node/test_example_page.py
+# bundles it again and compares.
 example-page:
 	cd examples/use-chat && npm ci --no-audit --no-fund --ignore-scripts
-	cd examples/use-chat && node_modules/.bin/esbuild src/main.jsx --bundle --minify \
-		--format=esm --target=es2022 --jsx=automatic --define:process.env.NODE_ENV='"production"' \
-		--legal-comments=external --outfile=../../api/web/examples/use-chat.js
+	cd examples/use-chat && npm run --silent bundle -- --outfile=../../api/web/examples/use-chat.js
 
 # Debian's bubblewrap, the sandbox skills run in (parley/skills.py). Without it a skill turn
 # degrades with a warning; the tests exercise the sandbox itself, so they install it.
