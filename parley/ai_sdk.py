@@ -306,9 +306,11 @@ class TurnChunks:
         return [*self._ending(data), *self.end("other")]
 
     def _on_error(self, data: Mapping[str, Any]) -> list[Chunk]:
-        error = {"type": "error", "errorText": str(data.get("message") or data.get("code"))}
+        # The code and whether a retry may help go first: the `ai` client stops reading at
+        # the error part (its `Chat` throws there), so a part after it would never be shown.
         ended = _data("error", dict(data))
-        return [*self._close_text(), error, ended, *self.end("error")]
+        error = {"type": "error", "errorText": str(data.get("message") or data.get("code"))}
+        return [*self._close_text(), ended, error, *self.end("error")]
 
     def _ending(self, data: Mapping[str, Any]) -> list[Chunk]:
         """The turn's final message, as metadata: its id and status (`cancelled` on a Stop)."""

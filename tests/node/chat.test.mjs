@@ -11,51 +11,16 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
-import {
-  AbstractChat,
-  DefaultChatTransport,
-  lastAssistantMessageIsCompleteWithApprovalResponses,
-  readUIMessageStream,
-} from 'ai';
+import { DefaultChatTransport, readUIMessageStream } from 'ai';
+
+import { chatOn, lastAnswer, parts, textOf, until } from './ui-chat.mjs';
 
 const { PARLEY_URL, PARLEY_TOKEN, AGENT_TOKEN, NORTHWIND_URL, LONG_QUESTION } = process.env;
 const AUTH = { Authorization: `Bearer ${PARLEY_TOKEN}` };
 const AGENT = { Authorization: `Bearer ${AGENT_TOKEN}` };
 const CHAT_API = `${PARLEY_URL}/v1/ai-sdk/chat`;
-const DEADLINE_MS = 30_000;
 
-// The state a UI framework would keep (the React, Vue and Svelte packages each have one);
-// plain arrays here, replaced on each change as the frameworks do.
-class PlainState {
-  status = 'ready';
-  error = undefined;
-  messages = [];
-  pushMessage = message => {
-    this.messages = [...this.messages, message];
-  };
-  popMessage = () => {
-    this.messages = this.messages.slice(0, -1);
-  };
-  replaceMessage = (index, message) => {
-    this.messages = this.messages.map((m, i) => (i === index ? message : m));
-  };
-  snapshot = thing => structuredClone(thing);
-}
-
-class Chat extends AbstractChat {
-  constructor(init) {
-    super({ ...init, state: new PlainState() });
-  }
-}
-
-function newChat(sessionId, { fetch } = {}) {
-  return new Chat({
-    id: sessionId,
-    transport: new DefaultChatTransport({ api: CHAT_API, headers: AUTH, fetch }),
-    // What useChat users set so that answering an approval sends it (the AI SDK's docs).
-    sendAutomaticallyWhen: lastAssistantMessageIsCompleteWithApprovalResponses,
-  });
-}
+const newChat = (sessionId, options) => chatOn(PARLEY_URL, PARLEY_TOKEN, sessionId, options);
 
 async function parley(path, init = {}, auth = AUTH) {
   const response = await fetch(`${PARLEY_URL}${path}`, {
@@ -84,24 +49,7 @@ async function emailsFor(actionId) {
   return emails.filter(e => e.idempotency_key === `parley-${actionId}`);
 }
 
-async function until(what, check) {
-  const deadline = Date.now() + DEADLINE_MS;
-  for (;;) {
-    const value = await check();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise(resolve => setTimeout(resolve, 25));
-  }
-}
-
-const textOf = message =>
-  message.parts
-    .filter(p => p.type === 'text')
-    .map(p => p.text)
-    .join('');
 const wordsOf = text => text.split(/\s+/).filter(Boolean).length;
-const lastAnswer = chat => chat.messages.at(-1);
-const parts = (message, type) => message.parts.filter(p => p.type === type);
 
 async function say(chat, text) {
   await chat.sendMessage({ text });

@@ -9,7 +9,7 @@ import asyncio
 import os
 import re
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.support import npm
@@ -26,11 +26,12 @@ class ChatTarget:
 
     url: str
     priya_token: str
-    agent_token: str  # Sam's, of Northwind's support team (role `agent`)
-    northwind_url: str  # the demo backend, whose /emails lists the email service's sends
+    agent_token: str = ""  # Sam's, of Northwind's support team (role `agent`)
+    northwind_url: str = ""  # the demo backend, whose /emails lists the email service's sends
     # A message whose answer is long and slow enough that a Stop or a dropped connection
     # lands after its first words and before its end.
-    long_question: str
+    long_question: str = ""
+    extra: dict[str, str] = field(default_factory=dict)  # what another script reads
 
 
 def installed_client() -> Path:
@@ -52,6 +53,7 @@ async def run_chat_client(
         "AGENT_TOKEN": target.agent_token,
         "NORTHWIND_URL": target.northwind_url,
         "LONG_QUESTION": target.long_question,
+        **target.extra,
     }
     node = await asyncio.create_subprocess_exec(
         "node",

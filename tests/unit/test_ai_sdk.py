@@ -212,8 +212,10 @@ def test_what_has_no_standard_part_is_a_data_part() -> None:
 def test_an_error_is_the_protocols_error_part_and_finishes_once() -> None:
     error = {"code": "model_unavailable", "message": "The model is unavailable.", "retryable": True}
     chunks = run([state("calling_model"), delta("Hal"), ("error", error)])
-    assert types(chunks)[-5:] == ["text-end", "error", "data-error", "finish-step", "finish"]
-    assert chunks[-4]["errorText"] == "The model is unavailable."
+    # The data part first: the `ai` client reads nothing after the error part.
+    assert types(chunks)[-5:] == ["text-end", "data-error", "error", "finish-step", "finish"]
+    assert chunks[-4]["data"] == error
+    assert chunks[-3]["errorText"] == "The model is unavailable."
     assert chunks[-1]["finishReason"] == "error"
     assert types(chunks).count("finish") == 1
 
