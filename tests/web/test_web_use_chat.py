@@ -1,19 +1,31 @@
 """The useChat example page (examples/use-chat, served at /examples/use-chat) in Chromium, at
 desktop and phone width: Priya's answer streams in, the email proposal is the AI SDK's
-approval UI, the confirmation sends once and the answer says so; axe finds nothing serious."""
+approval UI, the confirmation sends once and the answer says so; axe finds nothing serious.
+A reload keeps the conversation (its id in the address) and follows the running answer
+through the SDK's resume request."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx
 import pytest
-from playwright.async_api import Page, expect
+import pytest_asyncio
+from playwright.async_api import Page, Response, expect
+from temporalio.client import Client
 
-from tests.support.toolkit import emails
+from parley.config import Settings
+from parley.gateway.base import ModelRequest
+from parley.store.db import Database
+from tests.support.client import ParleyClient
+from tests.support.models import ControlledModel
+from tests.support.toolkit import Stack, emails, own_stack
 from tests.support.webpage import DESKTOP, PHONE, screenshot, serious_accessibility_violations
+
+LONG_QUESTION = "A long answer please"
+LONG = " ".join(f"word{i}" for i in range(150))  # about 4.5 s at the slow stack's pace
 
 # Every text the answers' text parts showed, in order (React replaces nodes as it renders).
 WATCH_ANSWERS = """() => {
@@ -89,4 +101,72 @@ async def test_the_use_chat_page_streams_asks_for_approval_and_sends_once(
     assert len(await emails(northwind)) == before + 1
     assert await serious_accessibility_violations(page) == [], "the result"
     await screenshot(page, shot + "3-sent")
+    tab.assert_clean()
+
+
+@pytest_asyncio.fixture(scope="module")
+async def slow(
+    settings: Settings, temporal_client: Client, sessions: Database
+) -> AsyncIterator[Stack[ControlledModel]]:
+    """A stack whose model answers `LONG_QUESTION` with `LONG`, slowly enough to reload
+    during; the Stop grace is the deployment's default (3 s), which a reload must beat."""
+    model = ControlledModel(token_delay_s=0.03)
+
+    def reply(request: ModelRequest) -> str | None:
+        users = [m for m in request.messages if m.get("role") == "user"]
+        return LONG if users and users[-1].get("content") == LONG_QUESTION else None
+
+    model.reply = reply
+    async with own_stack(temporal_client, settings, sessions, model, prefix="usechat") as stack:
+        yield stack
+
+
+async def test_a_reload_keeps_the_conversation_and_resumes_the_running_answer(
+    open_tab: Callable[..., Any], slow: Stack[ControlledModel], tokens: dict[str, str]
+) -> None:
+    tab = await open_tab(slow.url)
+    page = tab.page
+    await page.goto("/examples/use-chat")
+    await page.get_by_role("button", name=re.compile("Priya")).click()
+    await expect(page.locator("#input")).to_be_visible()
+    await expect(page).to_have_url(re.compile(r"[?&]chat=ses_\w+"))
+    kept = re.search(r"chat=(ses_\w+)", page.url)
+    assert kept is not None
+    session_id = kept[1]
+    await ask(page, "Where is my order?")
+    await expect(page.locator(".msg-assistant").last.locator(".text").last).to_contain_text("8472")
+    await settled(page)
+
+    resumed: list[int] = []
+
+    def on_response(response: Response) -> None:
+        if response.url.endswith(f"/v1/ai-sdk/chat/{session_id}/stream"):
+            resumed.append(response.status)
+
+    page.on("response", on_response)
+    await ask(page, LONG_QUESTION)
+    await expect(page.locator(".msg-assistant").last.locator(".text")).to_contain_text("word5 ")
+    await page.reload()
+
+    # The same conversation, shown again from what Parley stored (the first answer's tool too),
+    # and the running answer followed to its end, whole and once.
+    assert f"chat={session_id}" in page.url
+    await expect(page.locator(".msg-user .text")).to_have_text(
+        ["Where is my order?", LONG_QUESTION]
+    )
+    answers = page.locator(".msg-assistant")
+    await expect(answers).to_have_count(2)
+    await expect(answers.first.locator(".tool")).to_have_text("Looking up your orders… (done)")
+    await expect(answers.first.locator(".text")).to_contain_text(["8472"])
+    await expect(answers.last.locator(".text")).to_have_text([LONG])
+    await settled(page)
+    assert resumed == [200], "the reload resumed the running turn (200), not an ended one (204)"
+
+    priya = ParleyClient(slow.url, tokens["priya"])
+    try:
+        stored = [m for m in await priya.messages(session_id) if m["role"] == "assistant"]
+    finally:
+        await priya.aclose()
+    long_turn = [m for m in stored if m["turn_id"] == stored[-1]["turn_id"]]
+    assert [(m["status"], m["text"]) for m in long_turn] == [("complete", LONG)]
     tab.assert_clean()

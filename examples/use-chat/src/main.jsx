@@ -5,6 +5,8 @@
 //
 // Built once into api/web/examples/use-chat.js (`make example-page`); `make run` serves it
 // at /examples/use-chat. The bearer token is the chat page's (same tab), or one pasted here.
+// The conversation's id is kept in the address (`?chat=<session id>`): a reload shows the
+// conversation again and follows a running answer through the SDK's resume request.
 
 import { useChat } from '@ai-sdk/react';
 import { DefaultChatTransport, lastAssistantMessageIsCompleteWithApprovalResponses } from 'ai';
@@ -20,6 +22,62 @@ async function newSession(token) {
   });
   if (!response.ok) throw new Error(`could not start a conversation (${response.status})`);
   return (await response.json()).id;
+}
+
+// Parley's stored messages (`GET .../messages`) as the UI messages the stream would have
+// built: a user message each, one assistant message per turn (its id the turn's, as the
+// stream's), its tools as dynamic tool parts and its texts as text parts. A running turn's
+// message is then replaced whole by the resume's replay, which carries the same id.
+function uiMessages(stored) {
+  const shown = [];
+  for (const m of stored) {
+    if (m.role === 'user') {
+      shown.push({ id: m.id, role: 'user', parts: [{ type: 'text', text: m.text }] });
+      continue;
+    }
+    const id = m.turn_id ?? m.id;
+    let answer = shown.at(-1);
+    if (answer?.id !== id) {
+      answer = { id, role: 'assistant', metadata: { turn_id: m.turn_id }, parts: [] };
+      shown.push(answer);
+    }
+    if (m.role === 'tool') {
+      const ok = m.tool.status === 'ok';
+      answer.parts.push({
+        type: 'dynamic-tool',
+        toolName: m.tool.name,
+        toolCallId: m.tool_call_id ?? m.id,
+        title: m.tool.label,
+        input: {},
+        ...(ok
+          ? { state: 'output-available', output: { status: m.tool.status, label: m.tool.label } }
+          : { state: 'output-error', errorText: m.tool.status }),
+      });
+    } else if (m.text) {
+      answer.parts.push({ type: 'text', text: m.text, state: 'done' });
+    }
+  }
+  return shown;
+}
+
+// The conversation the address names, when it is the user's; otherwise a new one, whose id
+// the address then keeps (so a reload comes back to it).
+async function openConversation(token) {
+  const kept = new URLSearchParams(location.search).get('chat');
+  if (kept) {
+    const response = await fetch(`/v1/sessions/${encodeURIComponent(kept)}/messages`, {
+      headers: { Authorization: `Bearer ${token}` },
+    });
+    if (response.ok) {
+      const { messages } = await response.json();
+      return { sessionId: kept, history: uiMessages(messages), reopened: true };
+    }
+  }
+  const sessionId = await newSession(token);
+  const address = new URL(location.href);
+  address.searchParams.set('chat', sessionId);
+  history.replaceState(null, '', address);
+  return { sessionId, history: [], reopened: false };
 }
 
 function SignIn({ onToken }) {
@@ -123,9 +181,12 @@ function Message({ message, answer, send }) {
   );
 }
 
-function Chat({ token, sessionId }) {
+function Chat({ token, sessionId, history, reopened }) {
   const { messages, sendMessage, status, stop, addToolApprovalResponse, error } = useChat({
     id: sessionId,
+    messages: history,
+    // Opened again (a reload): follow the answer still running, if any (a replay of its turn).
+    resume: reopened,
     transport: new DefaultChatTransport({
       api: '/v1/ai-sdk/chat',
       headers: { Authorization: `Bearer ${token}` },
@@ -173,11 +234,11 @@ function Chat({ token, sessionId }) {
 
 function App() {
   const [token, setToken] = useState(() => sessionStorage.getItem(TOKEN_KEY) ?? '');
-  const [sessionId, setSessionId] = useState(null);
+  const [conversation, setConversation] = useState(null);
   const [failed, setFailed] = useState('');
   useEffect(() => {
     if (!token) return;
-    newSession(token).then(setSessionId, e => setFailed(e.message));
+    openConversation(token).then(setConversation, e => setFailed(e.message));
   }, [token]);
   const signIn = value => {
     sessionStorage.setItem(TOKEN_KEY, value);
@@ -193,8 +254,8 @@ function App() {
           {failed && <p role="alert">{failed}</p>}
           <SignIn onToken={signIn} />
         </>
-      ) : sessionId ? (
-        <Chat token={token} sessionId={sessionId} />
+      ) : conversation ? (
+        <Chat token={token} {...conversation} />
       ) : (
         <p role="status">Starting…</p>
       )}
