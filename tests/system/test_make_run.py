@@ -1,6 +1,8 @@
-"""`make run` as a user and an SRE meet it: the printed curl example streams a reply; the CLI
-finds the running database by itself; a worker killed mid-answer or drained with SIGTERM is
-replaced while the API stays up and the answer completes once; Ctrl-C stops all.
+"""`make run` as a user and an SRE meet it: the printed curl example streams a reply; the `ai`
+package's own client holds Priya's conversation through the AI SDK endpoint (acceptance 1 of
+issue 44, tests/node/chat.test.mjs); the CLI finds the running database by itself; a worker
+killed mid-answer or drained with SIGTERM is replaced while the API stays up and the answer
+completes once; Ctrl-C stops all.
 
 Runs `parley dev` (what `make run` runs after installing) once for the module, on free ports
 with its own data folder, exactly as a user would. The last test presses Ctrl-C.
