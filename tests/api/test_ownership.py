@@ -79,7 +79,10 @@ SNAPSHOT = {
     # Priya's and the tenants' counters (the others' own new sessions count for them).
     "usage_counters": "SELECT * FROM usage_counters WHERE subject IN "
     "('northwind/cust_2291', 'northwind', 'southwind') ORDER BY scope, subject, window_start",
-    "stream_leases": "SELECT * FROM stream_leases ORDER BY id",
+    # Streams of her session held by anyone else (her own leases renew on their own clock,
+    # each renewal a new row, so they are left out).
+    "stream_leases": "SELECT tenant_id, user_id FROM stream_leases WHERE session_id = :sid "
+    "AND NOT (tenant_id = 'northwind' AND user_id = 'cust_2291') ORDER BY tenant_id, user_id",
     # Priya's imports of earlier messages: nobody else may add one to her session.
     "imports": "SELECT * FROM imports WHERE session_id = :sid ORDER BY id",
     # Priya's durable memory: the others' own consent and items are theirs to change.
