@@ -23,6 +23,7 @@ from prometheus_client import start_http_server
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from parley.activities.budget_approvals import BudgetApprovalActivities
 from parley.activities.context import ContextBuilder
 from parley.activities.ending import EndingActivities
 from parley.activities.erasure import ErasureActivities
@@ -45,6 +46,7 @@ from parley.activities.specialist_agent import SpecialistAgentActivities
 from parley.activities.tools import ToolActivities
 from parley.activities.tracing import TracingInterceptor
 from parley.activities.turn import TurnActivities
+from parley.activities.webhooks import WebhookSender
 from parley.breaker import CircuitBreaker
 from parley.config import Settings, get_settings
 from parley.dispatch.connect import connect_temporal
@@ -56,10 +58,12 @@ from parley.dispatch.telemetry import telemetry_for, tracing_on
 from parley.gateway import ModelProvider, ProviderPool
 from parley.gateway.embeddings import build_embedder as passage_embedder
 from parley.gateway.minilm import build_embedder
+from parley.gateway.resolver import system_resolver
 from parley.logs import configure_logging, exit_unfinalized
 from parley.screens import ModerationScreen, RulesScreen, Screen, ScreenChain
 from parley.store.db import Database, create_socket_checked_engine, libpq_url
 from parley.store.queue import OutboxBell
+from parley.workflows.budget_approval import BudgetApprovalWorkflow
 from parley.workflows.erasure import ErasureWorkflow
 from parley.workflows.export import ExportWorkflow
 from parley.workflows.handoff import HandoffWorkflow
@@ -173,12 +177,14 @@ def _handoff_activities(
     openers: tuple[ToolActivities, EndingActivities],
 ) -> list[Callable[..., Any]]:
     """A hand-off's steps; the tool step that opens a case, and a turn's ending that applies
-    the tenant's policy, start its run (workflows/handoff.py)."""
+    the tenant's policy, start its run (workflows/handoff.py). With them a budget approval's
+    (workflows/budget_approval.py): both ask a person, both tell the tenant's webhook."""
     handoffs = HandoffActivities(sessions=db, providers=pool, settings=settings, client=client)
     tools, ending = openers
     tools.attach(handoffs)
     ending.attach(handoffs)
-    return handoffs.steps()
+    budget = BudgetApprovalActivities(sessions=db, settings=settings)
+    return [*handoffs.steps(), *budget.steps()]
 
 
 def _import_activities(importing: ImportActivities) -> list[Callable[..., Any]]:
@@ -258,6 +264,7 @@ WORKFLOWS = (
     ImportWorkflow,
     HandoffWorkflow,
     RenewalWorkflow,
+    BudgetApprovalWorkflow,
 )
 
 
@@ -399,6 +406,9 @@ async def _sweep(client: Client, sessions: Database, settings: Settings, bell: O
         bell=bell,
         warning_lead_s=settings.confirmation_warning_s,
         handoff_claim_timeout_s=settings.handoff_claim_timeout_s,
+        notices=WebhookSender(
+            sessions=sessions, allowlist=settings.mcp_allowlist, resolve=system_resolver
+        ),
     )
 
 

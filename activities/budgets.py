@@ -8,6 +8,10 @@ ledger's billing settles the reservation to the real cost (activities/ledger.py)
 
 Counting fails open, as the daily message cap does: a store error while reserving is logged
 and the call goes ahead. An exhausted budget fails closed.
+
+The tenant's monthly budget refusing a call asks its operator, once a month
+(parley/budget_approvals.py): the approval is committed before the step fails, then its
+workflow started (the sweep starts it if this worker dies in between, dispatch/budgets.py).
 """
 
 from __future__ import annotations
@@ -16,12 +20,15 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
+from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from parley.costs import budget_takes, price_table, tenant_prices, worst_case
+from parley.budget_approvals import DEFAULT_APPROVAL_TIMEOUT_S, approval_id
+from parley.costs import BudgetTake, budget_takes, price_table, tenant_prices, worst_case
+from parley.dispatch.budgets import start_budget_approval
 from parley.statuses import TurnErrorCode
 from parley.store import budgets
-from parley.store.db import Db, StoreError
+from parley.store.db import Database, Db, StoreError
 from parley.store.steps import CallRow, ForAttempt
 from parley.tokens import count_messages, count_tools, default_counter
 
@@ -30,9 +37,10 @@ log = logging.getLogger(__name__)
 BUDGET_EXHAUSTED_TEXT = "the budget for answers is used up for now"
 
 
-async def hold_for_call(db: Db, call: CallRow, found: ForAttempt) -> None:
+async def hold_for_call(db: Db, call: CallRow, found: ForAttempt, *, sessions: Database) -> None:
     """Reserve the call's worst case against the budgets of the turn (`found`, as the step
-    read it: its owner, its tenant's budgets and prices), or refuse the step."""
+    read it: its owner, its tenant's budgets and prices), or refuse the step (asking the
+    tenant's operator when its month is used up)."""
     if not found.budgets or found.owner is None:
         return
     try:
@@ -41,8 +49,11 @@ async def hold_for_call(db: Db, call: CallRow, found: ForAttempt) -> None:
         log.warning("budget reservation failed for turn %s; going ahead", call.turn_id)
         return
     if refused:
+        month = [t for t in refused if t.subject.startswith("tenant:") and t.period == "month"]
+        if month:
+            await ask_operator(db, found.owner[0], month[0], found.budgets, sessions=sessions)
         raise ApplicationError(
-            f"{BUDGET_EXHAUSTED_TEXT} ({', '.join(refused)})",
+            f"{BUDGET_EXHAUSTED_TEXT} ({', '.join(t.key for t in refused)})",
             type=TurnErrorCode.budget_exhausted,
             non_retryable=True,
         )
@@ -54,7 +65,7 @@ async def _reserve(
     owner: tuple[str, str],
     config_budgets: dict[str, Any],
     prices: dict[str, Any] | None,
-) -> list[str]:
+) -> list[BudgetTake]:
     tenant_id, user_id = owner
     today = datetime.now(UTC).date()
     takes = budget_takes(config_budgets, tenant_id=tenant_id, user_id=user_id, today=today)
@@ -72,4 +83,37 @@ async def _reserve(
         prompt_tokens=prompt,
         max_output_tokens=int(call.request.get("max_output_tokens", 1024)),
     )
-    return await budgets.reserve(db, call_id=call.id, takes=takes, amount=amount)
+    refused = await budgets.reserve(db, call_id=call.id, takes=takes, amount=amount)
+    return [t for t in takes if t.key in refused]
+
+
+async def ask_operator(
+    db: Db,
+    tenant_id: str,
+    month: BudgetTake,
+    config_budgets: dict[str, Any],
+    *,
+    sessions: Database,
+) -> None:
+    """Ask the tenant's operator to approve going over its month (nothing when asked already
+    this month): the approval committed, then its workflow started on this worker's task
+    queue. A failure to start is logged; the sweep starts it."""
+    timeout = config_budgets.get("approval_timeout_s") or DEFAULT_APPROVAL_TIMEOUT_S
+    try:
+        asked = await budgets.ask_approval(
+            db,
+            approval_id=approval_id(tenant_id=tenant_id, period_start=month.period_start),
+            tenant_id=tenant_id,
+            period_start=month.period_start,
+            timeout_s=float(timeout),
+        )
+    except StoreError:
+        log.warning("could not ask for a budget approval of tenant %s", tenant_id)
+        return
+    if asked is None:
+        return
+    try:
+        queue = activity.info().task_queue
+        await start_budget_approval(activity.client(), sessions, asked, task_queue=queue)
+    except Exception:
+        log.warning("budget approval %s not started now; the sweep starts it", asked.id)

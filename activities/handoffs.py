@@ -10,24 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-import httpx2
 from temporalio import activity
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
 from parley.activities.metrics import HANDOFFS_OPENED
+from parley.activities.webhooks import WebhookSender
 from parley.business_hours import local_text
 from parley.config import Settings
 from parley.dispatch.handoffs import start_case_run
 from parley.egress import Resolver
-from parley.errors import UrlNotAllowed
 from parley.gateway.base import ModelRequest, TextDelta
-from parley.gateway.pinned import pinned_transport
 from parley.gateway.registry import ProviderPool
 from parley.gateway.resolver import system_resolver
 from parley.handoff_rules import HandoffRules, OpenedBy, policy_reason
@@ -49,14 +46,12 @@ from parley.store import sessions as session_store
 from parley.store import webhooks as hooks
 from parley.store.db import Database, Db
 from parley.tenancy import TenantConfig
-from parley.webhooks import WebhookInput, body_bytes, delivery_id, signature
+from parley.webhooks import WebhookInput, delivery_id
 
 log = logging.getLogger(__name__)
 
 # The model's time to write a summary before code writes it instead.
 SUMMARY_TIMEOUT_S = 30.0
-# One webhook attempt's bound; Temporal retries (workflows/options.py `WEBHOOK`).
-WEBHOOK_TIMEOUT_S = 10.0
 # The failures a delivery ends with, as the workflow sees them.
 WEBHOOK_REFUSED = "webhook_refused"
 WEBHOOK_FAILED = "webhook_failed"
@@ -95,6 +90,9 @@ class HandoffActivities:
         self._providers = providers
         self._settings = settings
         self._client = client
+        self._sender = WebhookSender(
+            sessions=sessions, allowlist=settings.mcp_allowlist, resolve=resolve
+        )
 
     def steps(self) -> list[Callable[..., Any]]:
         """The workflow's steps, as the worker registers them."""
@@ -232,12 +230,7 @@ class HandoffActivities:
         delivery, secret = planned
         if delivery.status in ("delivered", "refused"):
             return delivery.status
-        status, code, error = await self._send(delivery, secret)
-        async with self._sessions() as db:
-            await hooks.attempted(
-                db, delivery_id=delivery.id, status=status, code=code, error=error
-            )
-            await db.commit()
+        status, error = await self._sender.attempt(delivery, secret)
         if status == "refused":
             raise ApplicationError(error or "refused", type=WEBHOOK_REFUSED, non_retryable=True)
         if status != "delivered":
@@ -267,33 +260,6 @@ class HandoffActivities:
             payload=_payload(case, inp.event),
         )
         return delivery, secret
-
-    async def _send(
-        self, delivery: hooks.DeliveryRow, secret: str
-    ) -> tuple[str, int | None, str | None]:
-        """One attempt: (status, the receiver's HTTP status, what went wrong)."""
-        body = body_bytes(delivery.payload)
-        headers = {
-            "Content-Type": "application/json",
-            "Idempotency-Key": delivery.id,
-            "Parley-Event": delivery.event,
-            "Parley-Signature": signature(secret, int(time.time()), body),
-        }
-        transport = pinned_transport(
-            self._settings.mcp_allowlist, field="handoff_webhook.url", resolve=self._resolve
-        )
-        try:
-            async with httpx2.AsyncClient(
-                transport=transport, trust_env=False, timeout=WEBHOOK_TIMEOUT_S
-            ) as http:
-                answer = await http.post(delivery.url, content=body, headers=headers)
-        except UrlNotAllowed as exc:
-            return "refused", None, exc.message
-        except httpx2.HTTPError as exc:
-            return "pending", None, f"{type(exc).__name__}: {exc}"[:500]
-        if answer.is_success:
-            return "delivered", answer.status_code, None
-        return "pending", answer.status_code, f"HTTP {answer.status_code}"
 
     @activity.defn
     async def case_status(self, inp: HandoffInput) -> HandoffOutcome:

@@ -164,7 +164,7 @@ class TurnActivities:
                 conn, turn_id=inp.turn_id, message_id=message_id_for_call(call.id)
             )
         refuse_if_paused(found.paused)
-        await hold_for_call(conn, call, found)
+        await hold_for_call(conn, call, found, sessions=self._sessions)
         # The step's answer path; a re-answer names the capped step it is the child of.
         tracing.annotate(path=call.request.get("path", "tools"))
         if call.request.get("reanswer_of"):

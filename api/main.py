@@ -22,6 +22,7 @@ from parley.api.routes import (
     admin,
     ai_sdk,
     branches,
+    budgets,
     costs,
     erasure,
     exports,
@@ -144,6 +145,7 @@ def _add_routes(app: FastAPI) -> None:
         handoffs,
         admin,
         costs,
+        budgets,
         ops,
         web,
     ):

@@ -13,8 +13,9 @@ turns whose workflow closed while the row says they have not ended (an execution
 a bug in workflow code), so no session stays locked behind them. The same loop delivers the
 users' decisions on confirmations the API stored but did not deliver (dispatch/control.py)
 and the specialists' answers it committed but did not signal (dispatch/specialists.py),
-starts erasures and renewed cards' waits whose start was lost (dispatch/erasure.py,
-dispatch/approvals.py), and shows `confirmation_expiring` on cards that lapse soon. While
+starts erasures, renewed cards' waits and budget approvals whose start was lost
+(dispatch/erasure.py, dispatch/approvals.py, dispatch/budgets.py), delivers budget notices
+to the tenants' webhooks, and shows `confirmation_expiring` on cards that lapse soon. While
 Temporal is away a sweep fails and the next one tries again: everything it delivers or
 starts is in the store.
 
@@ -41,6 +42,7 @@ from temporalio.common import (
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from parley.activities.webhooks import WebhookSender
 from parley.contracts import (
     DEFAULT_CONFIRMATION_TIMEOUT_S,
     SA_SESSION_ID,
@@ -51,6 +53,7 @@ from parley.contracts import (
     TurnState,
 )
 from parley.dispatch.approvals import DEFAULT_WARNING_LEAD_S, sweep_renewals, warn_expiring
+from parley.dispatch.budgets import deliver_notices, sweep_approvals
 from parley.dispatch.control import sweep_decisions
 from parley.dispatch.erasure import sweep_erasures
 from parley.dispatch.handoffs import sweep_cases
@@ -150,6 +153,8 @@ class Starts:
     confirmation_timeout_s: float = DEFAULT_CONFIRMATION_TIMEOUT_S
     fallback: bool = False
     handoff_claim_timeout_s: float = DEFAULT_CLAIM_TIMEOUT_S
+    # Delivers budget notices to the tenants' webhooks (None: they wait in their table).
+    notices: WebhookSender | None = None
 
 
 async def sweep_once(
@@ -270,7 +275,10 @@ async def sweep_tick(
             grace=grace,
             default_timeout_s=starts.handoff_claim_timeout_s,
         )
+        await sweep_approvals(client, sessions, task_queue=task_queue, grace=grace)
         await end_abandoned_turns(client, sessions)
+        if starts.notices is not None:
+            await deliver_notices(sessions, starts.notices)
     return True
 
 
@@ -286,12 +294,19 @@ async def sweep_forever(
     bell: queue.OutboxBell | None = None,
     warning_lead_s: float = DEFAULT_WARNING_LEAD_S,
     handoff_claim_timeout_s: float = DEFAULT_CLAIM_TIMEOUT_S,
+    notices: WebhookSender | None = None,
 ) -> None:
     """Sweep every `every`; between sweeps, start each queued turn the moment `bell` rings
     for it (a ring this misses, the next sweep covers). `warning_lead_s`: the deployment's
     lead time of `confirmation_expiring` (a tenant's setting overrides it)."""
     starts = Starts(
-        client, sessions, task_queue, confirmation_timeout_s, fallback, handoff_claim_timeout_s
+        client,
+        sessions,
+        task_queue,
+        confirmation_timeout_s,
+        fallback,
+        handoff_claim_timeout_s,
+        notices,
     )
     loop = asyncio.get_running_loop()
     due = loop.time()

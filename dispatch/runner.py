@@ -59,6 +59,7 @@ PASSED_THROUGH = (
     "parley.workflows.imports",
     "parley.workflows.handoff",
     "parley.workflows.renewal",
+    "parley.workflows.budget_approval",
 )
 RESTRICTIONS = SandboxRestrictions.default.with_passthrough_modules(*PASSED_THROUGH)
 

@@ -15,7 +15,8 @@
     │   ├── ExportNotReady        the export's archive is still being written
     │   ├── HandoffClaimed        another agent holds the hand-off
     │   ├── HandoffOpen           a person holds the session (edit, regenerate, retry wait)
-    │   └── HandoffClosed         the hand-off has ended (resolved or handed back)
+    │   ├── HandoffClosed         the hand-off has ended (resolved or handed back)
+    │   └── BudgetApprovalDecided the budget approval was decided already (or timed out)
     ├── IdempotencyKeyReused      same client_message_id, different text
     ├── InvalidRequest            a field breaks the contract (names the field)
     │   └── UrlNotAllowed         an address the deployment's egress rules refuse (names the rule)
@@ -168,6 +169,12 @@ class HandoffClosed(Conflict):
 
 class HandoffOpen(Conflict):
     code = "handoff_open"
+
+
+class BudgetApprovalDecided(Conflict):
+    """The tenant's month over budget was approved, declined or timed out already."""
+
+    code = "budget_approval_decided"
 
 
 class ExportNotReady(Conflict):

@@ -53,6 +53,9 @@ class BudgetConfig(BaseModel):
     user_monthly_usd: Money | None = None
     # The share of a budget whose crossing leaves a notice, once per period (0.8 unset).
     soft_share: float | None = Field(default=None, gt=0.0, le=1.0)
+    # How long an operator has to approve going over the monthly budget once it is used up
+    # (parley/budget_approvals.py); None: a day.
+    approval_timeout_s: float | None = Field(default=None, ge=1.0, le=31 * 24 * 3600.0)
 
 
 class TenantConfig(BaseModel):

@@ -1,11 +1,15 @@
-"""A tenant's hand-off webhook: what it is told, how a receiver checks it, and its secret.
+"""A tenant's webhook: what it is told, how a receiver checks it, and its secret.
 
 A tenant names one URL (`TenantConfig.handoff_webhook`) for its team's own tools (a chat
 channel, a ticketing system, a pager). A case's workflow tells it of three events: `new` (a
 case opened, with its summary), `unclaimed` (nobody claimed it within the tenant's timeout)
-and `resolved`. Each delivery is one JSON body, the same bytes on every attempt, under one
-`Idempotency-Key` (`whk_<case>_<event>`), so a receiver that failed an attempt sees the event
-again with the same key and keeps it once.
+and `resolved`. Its budgets tell it of one more, `budget` (parley/budget_approvals.py), of two
+kinds: `soft_threshold` (a budget's soft share crossed, once per budget and period) and
+`approval_requested` (the tenant's month is used up: an operator may approve going on).
+Each delivery is one JSON body, the same bytes on every attempt, under one
+`Idempotency-Key` (`whk_<case>_<event>`, `whk_<approval>_budget`, `whk_bgt_<notice>_budget`),
+so a receiver that failed an attempt sees the event again with the same key and keeps it
+once.
 
 The signature: `Parley-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">`,
 keyed with the tenant's secret, so a receiver checks the sender and refuses an old replay
@@ -24,7 +28,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-WebhookEvent = Literal["new", "unclaimed", "resolved"]
+WebhookEvent = Literal["new", "unclaimed", "resolved", "budget"]
+BUDGET_EVENT = "budget"
 # How far a receiver should let `t` be from its own clock (a suggestion, in the docs).
 SIGNATURE_TOLERANCE_S = 300
 
@@ -45,7 +50,8 @@ class WebhookInput:
 
 
 def delivery_id(*, handoff_id: str, event: str) -> str:
-    """The delivery's id, and the receiver's idempotency key: one per case and event."""
+    """The delivery's id, and the receiver's idempotency key: one per case (or budget
+    approval) and event."""
     return f"whk_{handoff_id}_{event}"
 
 

@@ -1,6 +1,7 @@
-"""The hand-off webhook's record (the rules: parley/webhooks.py): each tenant's secret, made
-once at first use, and the delivery log, one row per case and event whose payload every
-attempt sends again. Nothing here commits (see `store`)."""
+"""The tenant webhook's record (the rules: parley/webhooks.py): each tenant's secret, made
+once at first use, and the delivery log, one row per case (or budget notice, or budget
+approval) and event, whose payload every attempt sends again. Nothing here commits (see
+`store`)."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ _SECRET = """
 class DeliveryRow:
     id: str
     tenant_id: str
-    handoff_id: str
+    handoff_id: str | None  # None: a budget event
     event: str
     url: str
     payload: dict[str, Any]
@@ -55,8 +56,8 @@ async def record(
     *,
     delivery_id: str,
     tenant_id: str,
-    session_id: str,
-    handoff_id: str,
+    session_id: str | None,
+    handoff_id: str | None,
     event: str,
     url: str,
     payload: dict[str, Any],

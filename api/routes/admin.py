@@ -111,7 +111,7 @@ class DeliveryView(BaseModel):
     """One delivery of the log: its id is the receiver's `Idempotency-Key`."""
 
     id: str
-    handoff_id: str
+    handoff_id: str | None  # None: a budget event
     event: str
     url: str
     status: str

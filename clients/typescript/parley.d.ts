@@ -84,6 +84,31 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/admin/tenants/{tenant_id}/budget/approval": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get Approval
+         * @description This month's approval to go over the tenant's budget (404 when none was asked).
+         */
+        get: operations["get_approval_v1_admin_tenants__tenant_id__budget_approval_get"];
+        put?: never;
+        /**
+         * Decide Approval
+         * @description Decide this month's waiting approval: `approve` lets the tenant's turns go on for the
+         *     rest of the month (under `monthly_usd` if given), `decline` keeps them refused.
+         */
+        post: operations["decide_approval_v1_admin_tenants__tenant_id__budget_approval_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/admin/tenants/{tenant_id}/config": {
         parameters: {
             query?: never;
@@ -1220,11 +1245,44 @@ export interface components {
             id: string;
         };
         /**
+         * BudgetApprovalOut
+         * @description The month's approval: `waiting` for an operator, then `approved`, `declined` or
+         *     `timed_out`. Money is a decimal string in USD.
+         */
+        BudgetApprovalOut: {
+            /** Approval Id */
+            approval_id: string;
+            /** Decided At */
+            decided_at: string | null;
+            /** Decided By */
+            decided_by: string | null;
+            /** Monthly Usd */
+            monthly_usd: string | null;
+            /**
+             * Period Start
+             * Format: date
+             */
+            period_start: string;
+            /**
+             * Requested At
+             * Format: date-time
+             */
+            requested_at: string;
+            /** Status */
+            status: string;
+            /** Tenant Id */
+            tenant_id: string;
+            /** Timeout S */
+            timeout_s: number;
+        };
+        /**
          * BudgetConfig
          * @description What a tenant's turns may spend on model calls, in USD (parley/costs.py): the tenant's
          *     month, each user's day and month (UTC). Unset: no such budget.
          */
         BudgetConfig: {
+            /** Approval Timeout S */
+            approval_timeout_s?: number | null;
             /** Monthly Usd */
             monthly_usd?: string | null;
             /** Soft Share */
@@ -1233,6 +1291,12 @@ export interface components {
             user_daily_usd?: string | null;
             /** User Monthly Usd */
             user_monthly_usd?: string | null;
+        };
+        /** BudgetDecisionIn */
+        BudgetDecisionIn: {
+            decision: components["schemas"]["Decision"];
+            /** Monthly Usd */
+            monthly_usd?: string | null;
         };
         /**
          * BusinessHours
@@ -1444,6 +1508,12 @@ export interface components {
             unclaimed: boolean;
         };
         /**
+         * Decision
+         * @description What an operator answers.
+         * @enum {string}
+         */
+        Decision: "approve" | "decline";
+        /**
          * DeliveryView
          * @description One delivery of the log: its id is the receiver's `Idempotency-Key`.
          */
@@ -1460,7 +1530,7 @@ export interface components {
             /** Event */
             event: string;
             /** Handoff Id */
-            handoff_id: string;
+            handoff_id: string | null;
             /** Id */
             id: string;
             /** Last Error */
@@ -3235,6 +3305,173 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Readiness"];
+                };
+            };
+        };
+    };
+    get_approval_v1_admin_tenants__tenant_id__budget_approval_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                tenant_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BudgetApprovalOut"];
+                };
+            };
+            /** @description Missing, unknown or revoked bearer token (code `unauthenticated`) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Not allowed (code `forbidden`) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Not found, or not the caller's (code `not_found`) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The request body is over the deployment's limit (`api/body_limit.py`) (code `payload_too_large`) */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description A field breaks the contract (code `invalid_request`) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description A dependency (the database) is down for now; `Retry-After` says when to try again (code `service_unavailable`) */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    decide_approval_v1_admin_tenants__tenant_id__budget_approval_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                tenant_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["BudgetDecisionIn"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BudgetApprovalOut"];
+                };
+            };
+            /** @description Missing, unknown or revoked bearer token (code `unauthenticated`) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Not allowed (code `forbidden`) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Not found, or not the caller's (code `not_found`) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Conflicts with the resource's current state (code `budget_approval_decided`) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The request body is over the deployment's limit (`api/body_limit.py`) (code `payload_too_large`) */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description A field breaks the contract (code `invalid_request`) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description A dependency (the database) is down for now; `Retry-After` says when to try again (code `service_unavailable`) */
+            503: {
+                headers: {
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
                 };
             };
         };

@@ -24,7 +24,13 @@ from parley.store.models.core import (
     UsageCounter,
     User,
 )
-from parley.store.models.costs import BudgetHold, BudgetNotice, BudgetSpend, ModelCost
+from parley.store.models.costs import (
+    BudgetApproval,
+    BudgetHold,
+    BudgetNotice,
+    BudgetSpend,
+    ModelCost,
+)
 from parley.store.models.erasure import Erasure
 from parley.store.models.handoffs import Handoff, HandoffEvent, HandoffNote, WebhookDelivery
 from parley.store.models.imports import ConversationImport
@@ -61,6 +67,7 @@ __all__ = [
     "ModelCost",
     "BudgetSpend",
     "BudgetHold",
+    "BudgetApproval",
     "BudgetNotice",
     "ToolCall",
     "Action",

@@ -6,7 +6,17 @@ from __future__ import annotations
 from datetime import date, datetime
 from decimal import Decimal
 
-from sqlalchemy import Boolean, Date, DateTime, Index, Integer, Numeric, String
+from sqlalchemy import (
+    Boolean,
+    Date,
+    DateTime,
+    Float,
+    Index,
+    Integer,
+    Numeric,
+    String,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import Mapped, mapped_column
 
 from parley.store.models.core import Base, now_column
@@ -92,3 +102,28 @@ class BudgetNotice(Base):
     limit_usd: Mapped[Decimal] = mapped_column(Numeric(20, 10))
     created_at: Mapped[datetime] = now_column()
     delivered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class BudgetApproval(Base):
+    """A tenant's monthly budget exhausted: an operator is asked whether its turns may go on
+    for the rest of the month (parley/budget_approvals.py). One row per tenant and month, the
+    start outbox of its workflow (`workflow_started_at`) and the decision's record; the budget
+    check reads it (store/budgets.py)."""
+
+    __tablename__ = "budget_approvals"
+    __table_args__ = (
+        UniqueConstraint("tenant_id", "period_start", name="uq_budget_approvals_period"),
+    )
+
+    id: Mapped[str] = mapped_column(String(120), primary_key=True)  # the workflow's id
+    tenant_id: Mapped[str] = mapped_column(String(64))
+    period_start: Mapped[date] = mapped_column(Date)  # the month's first day (UTC)
+    # waiting -> approved | declined | timed_out
+    status: Mapped[str] = mapped_column(String(16))
+    timeout_s: Mapped[float] = mapped_column(Float)
+    # An approval's new ceiling for the month; None on an approval: no ceiling.
+    limit_usd: Mapped[Decimal | None] = mapped_column(Numeric(20, 10))
+    decided_by: Mapped[str | None] = mapped_column(String(64))
+    decided_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = now_column()
+    workflow_started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

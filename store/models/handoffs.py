@@ -94,17 +94,18 @@ class HandoffEvent(Base):
 
 
 class WebhookDelivery(Base):
-    """The delivery log of a tenant's hand-off webhook (parley/webhooks.py): one row per case
-    and event, its id the receiver's idempotency key, its payload the bytes every attempt
-    sends."""
+    """The delivery log of a tenant's webhook (parley/webhooks.py): one row per case and
+    event (or budget event), its id the receiver's idempotency key, its payload the bytes
+    every attempt sends."""
 
     __tablename__ = "webhook_deliveries"
     __table_args__ = (Index("ix_webhook_deliveries_tenant", "tenant_id", "created_at"),)
 
     id: Mapped[str] = mapped_column(String(120), primary_key=True)
     tenant_id: Mapped[str] = mapped_column(String(64))
-    session_id: Mapped[str] = mapped_column(String(40))  # whose words the payload may hold
-    handoff_id: Mapped[str] = mapped_column(ForeignKey("handoffs.id"))
+    # Whose words the payload may hold; None for a budget event (parley/webhooks.py).
+    session_id: Mapped[str | None] = mapped_column(String(40))
+    handoff_id: Mapped[str | None] = mapped_column(ForeignKey("handoffs.id"))
     event: Mapped[str] = mapped_column(String(16))
     url: Mapped[str] = mapped_column(String(500))
     payload: Mapped[dict[str, Any]] = mapped_column(JSONB)

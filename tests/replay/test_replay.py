@@ -5,11 +5,13 @@ Every file in tests/histories/ is the history of a real turn (or of a session's 
 `data_v*`, recorded by tests/workflow/test_data_workflows.py; of an erasure, `erasure_v*`,
 recorded by tests/workflow/test_erasure_workflow.py; of an import's indexing, `import_v*`,
 recorded by tests/workflow/test_import_workflow.py; of a hand-off to a person, `handoff_v*`,
-recorded by tests/workflow/test_handoff_workflow.py; or of a renewed card's wait,
-`renewal_v*`, recorded by tests/workflow/test_renewal_workflow.py). A change to the workflow that
-would break a turn already running in production fails here. Turns are pinned to the build
-they started on (dispatch/deployment.py), so such a change ships as a new build with a new
-recording, never as a `workflow.patched()` branch (none is allowed, below).
+recorded by tests/workflow/test_handoff_workflow.py; of a renewed card's wait,
+`renewal_v*`, recorded by tests/workflow/test_renewal_workflow.py; or of a tenant's budget
+approval, `budget_v*`, recorded by tests/workflow/test_budget_approval_workflow.py). A
+change to the workflow that would break a turn already running in production fails here.
+Turns are pinned to the build they started on (dispatch/deployment.py), so such a change
+ships as a new build with a new recording, never as a `workflow.patched()` branch (none is
+allowed, below).
 
 To record the current code's histories next to the old ones:
     PARLEY_RECORD_HISTORY=turn_vN .venv/bin/pytest tests/workflow/test_replay_shapes.py
@@ -36,6 +38,7 @@ from temporalio.workflow import NondeterminismError
 
 from parley import workflows
 from parley.contracts import TurnInput
+from parley.workflows.budget_approval import BudgetApprovalWorkflow
 from parley.workflows.erasure import ErasureWorkflow
 from parley.workflows.export import ExportWorkflow
 from parley.workflows.handoff import HandoffWorkflow
@@ -67,8 +70,9 @@ async def test_committed_history_replays(path: Path) -> None:
     # test_data_workflows.py), the erasures (erasure_v*, tests/workflow/
     # test_erasure_workflow.py), the imports (import_v*, tests/workflow/
     # test_import_workflow.py), the hand-offs (handoff_v*, tests/workflow/
-    # test_handoff_workflow.py) and the renewals (renewal_v*, tests/workflow/
-    # test_renewal_workflow.py).
+    # test_handoff_workflow.py), the renewals (renewal_v*, tests/workflow/
+    # test_renewal_workflow.py) and the budget approvals (budget_v*, tests/workflow/
+    # test_budget_approval_workflow.py).
     workflows = [
         TurnWorkflow,
         SpecialistWorkflow,
@@ -79,6 +83,7 @@ async def test_committed_history_replays(path: Path) -> None:
         ImportWorkflow,
         HandoffWorkflow,
         RenewalWorkflow,
+        BudgetApprovalWorkflow,
     ]
     await Replayer(workflows=workflows).replay_workflow(history)
 
