@@ -1,21 +1,25 @@
-"""A turn's model call held to its tenant's budgets (parley/costs.py, store/budgets.py).
+"""A model call held to its tenant's budgets (parley/costs.py, store/budgets.py): a turn's,
+a specialist's step (activities/specialist_agent.py) and a summary run's
+(activities/memory.py), each under the budgets of its tenant and user.
 
 Before the call: its worst case (the prompt as stored, every token at the input price, and
 the whole output reserve at the output price) is reserved against each budget it falls
 under; a budget that cannot take it ends the turn with `budget_exhausted` before any model
-is called (the step raises, non-retryable, like a paused tenant's). After the call, the
-ledger's billing settles the reservation to the real cost (activities/ledger.py).
+is called (the step raises, non-retryable, like a paused tenant's), and skips a summary run
+(its messages stay unfolded for a later pass). After the call, the ledger's billing settles
+the reservation to the real cost (activities/ledger.py).
 
 Counting fails open, as the daily message cap does: a store error while reserving is logged
 and the call goes ahead. An exhausted budget fails closed.
 
-The tenant's monthly budget refusing a call asks its operator, once a month
+The tenant's monthly budget refusing a turn's call asks its operator, once a month
 (parley/budget_approvals.py): the approval is committed before the step fails, then its
 workflow started (the sweep starts it if this worker dies in between, dispatch/budgets.py).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from datetime import UTC, datetime
 from typing import Any
@@ -66,24 +70,55 @@ async def _reserve(
     config_budgets: dict[str, Any],
     prices: dict[str, Any] | None,
 ) -> list[BudgetTake]:
+    return await reserve_worst_case(
+        db,
+        hold_id=call.id,
+        owner=owner,
+        config_budgets=config_budgets,
+        prices=prices,
+        provider=call.provider,
+        model=call.model,
+        request=call.request,
+    )
+
+
+def summary_hold_id(session_id: str, through: int) -> str:
+    """A summary run's reservation: one per session and reach, as its ledger row (within the
+    40 characters of a hold's call id)."""
+    digest = hashlib.sha256(f"{session_id}:{through}".encode()).hexdigest()[:32]
+    return f"sum_{digest}"
+
+
+async def reserve_worst_case(
+    db: Db,
+    *,
+    hold_id: str,
+    owner: tuple[str, str],
+    config_budgets: dict[str, Any],
+    prices: dict[str, Any] | None,
+    provider: str,
+    model: str,
+    request: dict[str, Any],
+) -> list[BudgetTake]:
+    """Reserve a model call's worst case (`request`: its messages, tools and output reserve)
+    against the budgets of its tenant and user (`owner`), held as `hold_id`; the budgets that
+    refused it (none: reserved, or held already by an earlier attempt)."""
     tenant_id, user_id = owner
     today = datetime.now(UTC).date()
     takes = budget_takes(config_budgets, tenant_id=tenant_id, user_id=user_id, today=today)
     if not takes:
         return []
-    price = price_table().price(
-        call.provider, call.model, on=today, overrides=tenant_prices(prices)
-    )
+    price = price_table().price(provider, model, on=today, overrides=tenant_prices(prices))
     counter = default_counter()
-    prompt = count_messages(counter, call.request.get("messages", [])) + count_tools(
-        counter, call.request.get("tools", [])
+    prompt = count_messages(counter, request.get("messages", [])) + count_tools(
+        counter, request.get("tools", [])
     )
     amount = worst_case(
         price,
         prompt_tokens=prompt,
-        max_output_tokens=int(call.request.get("max_output_tokens", 1024)),
+        max_output_tokens=int(request.get("max_output_tokens", 1024)),
     )
-    refused = await budgets.reserve(db, call_id=call.id, takes=takes, amount=amount)
+    refused = await budgets.reserve(db, call_id=hold_id, takes=takes, amount=amount)
     return [t for t in takes if t.key in refused]
 
 

@@ -77,16 +77,21 @@ async def bill_call(
     key = costs.call_key(call.id)
     if await costs.record_turn_call(db, key=key, turn_id=call.turn_id, kind=kind, entry=entry):
         count(entry, kind)
-    await settle(db, call, entry, budgets)
+    await settle(db, call.id, entry, budgets)
 
 
-async def settle(db: Db, call: CallRow, entry: CallCost, budgets: dict[str, Any] | None) -> None:
-    """Settle the call's budget reservation to its real cost (`budgets`: the tenant's
-    configuration; nothing to move when it ran already, or reserved nothing)."""
+async def settle(
+    db: Db, hold_id: str, entry: CallCost | None, budgets: dict[str, Any] | None
+) -> None:
+    """Settle a call's budget reservation (`hold_id`: the turn's or specialist's model call,
+    a summary run's hold) to its real cost, nothing for a call never made (`entry` None);
+    `budgets`: the tenant's configuration. Nothing moves when it ran already, or reserved
+    nothing."""
     if not budgets:
         return
+    cost = entry.cost_usd if entry is not None and entry.cost_usd is not None else ZERO
     crossed = await budget_store.settle(
-        db, call_id=call.id, cost=entry.cost_usd or ZERO, soft_share=soft_share(budgets)
+        db, call_id=hold_id, cost=cost, soft_share=soft_share(budgets)
     )
     for budget in crossed:
         BUDGET_NOTICES.labels(budget.period).inc()

@@ -29,6 +29,7 @@ from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 
 from parley.activities import ledger
+from parley.activities.budgets import reserve_worst_case, summary_hold_id
 from parley.activities.metrics import SUMMARIES, record_usage
 from parley.activities.recall import embed_pending
 from parley.config import Settings
@@ -57,7 +58,7 @@ from parley.store import costs, summaries, user_memory
 from parley.store import embeddings as embedding_store
 from parley.store import memory as memory_store
 from parley.store import sessions as session_store
-from parley.store.db import Database, connect
+from parley.store.db import Database, StoreError, connect
 from parley.store.lifecycle import forget
 from parley.tenancy import TenantConfig
 from parley.tokens import counter_for
@@ -81,6 +82,8 @@ class _Job:
     ask_model: bool = True  # False: the model failed lately; the code writes (`_write`)
     redact: bool = False  # the tenant's `redact_model_input` (parley/redaction.py)
     prices: dict[str, Any] | None = None  # the tenant's own (parley/costs.py)
+    budgets: dict[str, Any] | None = None  # the tenant's (activities/budgets.py)
+    owner: tuple[str, str] | None = None  # the session's tenant and user
 
 
 class MemoryActivities:
@@ -149,6 +152,8 @@ class MemoryActivities:
         job = await self._plan(inp.session_id)
         if isinstance(job, int):
             return SummarizeResult(job)
+        if not await self._held(job):
+            return SummarizeResult(job.base)  # nothing folded: a later pass asks again
         written = await self._write(job)
         lines, facts, usage = written.lines, written.facts, written.usage
         await self._bill(job, usage)
@@ -193,11 +198,42 @@ class MemoryActivities:
         SUMMARIES.labels(job.provider, job.model, written.outcome).inc()
         return SummarizeResult(job.through, summarized=True)
 
+    async def _held(self, job: _Job) -> bool:
+        """Whether the run may ask the model, held to the budgets of the session's tenant and
+        user as a turn's call is (activities/budgets.py): its worst case reserved, once per
+        run's reach. A budget that cannot take it skips the run; its messages stay unfolded
+        for a later pass. Counting fails open; a run the code writes costs nothing."""
+        if not job.budgets or job.owner is None or not job.ask_model:
+            return True
+        request = {"messages": summary_request(job.transcript), "max_output_tokens": 1500}
+        try:
+            async with connect(self._sessions) as conn:
+                refused = await reserve_worst_case(
+                    conn,
+                    hold_id=summary_hold_id(job.session_id, job.through),
+                    owner=job.owner,
+                    config_budgets=job.budgets,
+                    prices=job.prices,
+                    provider=job.provider,
+                    model=job.model,
+                    request=request,
+                )
+        except StoreError:
+            log.warning("budget reservation failed for session %s; going ahead", job.session_id)
+            return True
+        if refused:
+            log.info("summary of session %s skipped: %s", job.session_id, refused[0].key)
+        return not refused
+
     async def _bill(self, job: _Job, usage: dict[str, int]) -> None:
         """The run's model calls (an answer and its repair, as one) in the ledger, once per
         run's reach (a retried run is billed once), whether or not its version is stored;
-        a run the model did not answer costs nothing."""
+        a run the model did not answer costs nothing. Its reservation settles to the cost."""
         if Usage.reported(usage) is None:
+            if job.budgets:
+                async with connect(self._sessions) as conn:
+                    hold = summary_hold_id(job.session_id, job.through)
+                    await ledger.settle(conn, hold, None, job.budgets)
             return
         entry = ledger.priced(
             provider=job.provider,
@@ -212,6 +248,8 @@ class MemoryActivities:
             session_id = job.session_id
             if await costs.record_session_call(conn, key=key, session_id=session_id, entry=entry):
                 ledger.count(entry, "summary")
+            hold = summary_hold_id(job.session_id, job.through)
+            await ledger.settle(conn, hold, entry, job.budgets)
 
     async def _write(self, job: _Job) -> _Written:
         """The summary's lines: the model's answer if it validates, else its answer to one
@@ -317,6 +355,8 @@ class MemoryActivities:
             ask_the_model(fallbacks, self._settings.summary_model_retry_every),
             bool(tenant.redact_model_input),
             session.tenant_config.get("prices"),
+            session.tenant_config.get("budgets"),
+            (session.tenant_id, session.user_id),
         )
 
     def _to_fold(self, messages: list[WindowMessage], tenant: TenantConfig) -> list[WindowMessage]:

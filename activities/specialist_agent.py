@@ -19,6 +19,7 @@ from typing import Any
 from temporalio import activity
 
 from parley.activities import ledger
+from parley.activities.budgets import hold_for_call
 from parley.activities.heartbeat import heartbeating
 from parley.activities.metrics import MODEL_CALLS, record_usage
 from parley.activities.specialist import SpecialistActivities
@@ -49,7 +50,7 @@ from parley.screens import Screen
 from parley.statuses import FinishReason, ToolCallStatus
 from parley.store import steps, turns
 from parley.store.db import Database, connect
-from parley.store.steps import CallRow
+from parley.store.steps import CallRow, ForAttempt
 from parley.wire import Option
 
 log = logging.getLogger(__name__)
@@ -75,15 +76,22 @@ class SpecialistAgentActivities:
     async def step(self, inp: AgentStepInput) -> AgentStep:
         """One model call of the loop: the request built from the specialist's steps so far,
         the reply stored; the tool calls it asked for, each checked."""
-        call, prices = await self._begin(inp)
+        call, found = await self._begin(inp)
         if call.finish_reason is None:
+            # Held to the turn's budgets as the turn's own calls are (activities/budgets.py):
+            # an exhausted one refuses the step before the model is asked.
+            async with connect(self._sessions) as conn:
+                await hold_for_call(conn, call, found, sessions=self._sessions)
             call = await self._ask_model(call)
-        # Billed once, whichever attempt gets here first after the reply is stored.
+        # Billed once, whichever attempt gets here first after the reply is stored, and the
+        # reservation settled to its real cost.
         async with connect(self._sessions) as conn:
-            await ledger.bill_call(conn, call, prices=prices, kind="specialist")
+            await ledger.bill_call(
+                conn, call, prices=found.prices, budgets=found.budgets, kind="specialist"
+            )
         return _agent_step(call)
 
-    async def _begin(self, inp: AgentStepInput) -> tuple[CallRow, dict[str, Any] | None]:
+    async def _begin(self, inp: AgentStepInput) -> tuple[CallRow, ForAttempt]:
         """The step's stored call (written now on the first attempt), its attempt counted; a
         turn stopped or paused meanwhile refuses the step."""
         async with self._sessions() as db:
@@ -97,13 +105,13 @@ class SpecialistAgentActivities:
             call = found.call
             assert call is not None
             if call.finish_reason is not None:
-                return call, found.prices
+                return call, found
             await turns.advance_locked(db, found.turn, to=TurnState.executing_tools)
             if not found.paused:
                 call = await steps.count_attempt(db, call)
             await db.commit()  # the step was entered, whatever it finds
         refuse_if_paused(found.paused)
-        return call, found.prices
+        return call, found
 
     async def _new_call(self, inp: AgentStepInput) -> dict[str, Any]:
         """Who answers the step (the model that delegated) and the request it is sent."""

@@ -257,7 +257,7 @@ class TurnActivities:
         record_usage(attempt.provider, attempt.model, finish.usage)
         if billed:
             ledger.count(entry, "turn")
-        await ledger.settle(conn, call, entry, attempt.budgets)
+        await ledger.settle(conn, call.id, entry, attempt.budgets)
         return _result(call)
 
     # --- endings ---------------------------------------------------------------------------
