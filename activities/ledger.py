@@ -105,6 +105,27 @@ async def settle(
         )
 
 
+async def bill_dropped(
+    db: Db,
+    call: CallRow,
+    *,
+    provider: str,
+    model: str,
+    usage: dict[str, int] | None,
+    prices: dict[str, Any] | None,
+) -> None:
+    """An attempt of a turn's call whose stream broke after the provider reported usage for
+    it (Anthropic's `message_start`): billed on its own row, once per attempt, as the
+    provider bills it. Nothing when it reported none (Parley's estimate is for the call
+    that answers). The budgets hold the answering attempt's cost only."""
+    if Usage.reported(usage) is None:
+        return
+    entry = priced(provider=provider, model=model, usage=usage, prompt={}, output="", prices=prices)
+    key = costs.dropped_key(call.id, call.attempts)
+    if await costs.record_turn_call(db, key=key, turn_id=call.turn_id, kind="turn", entry=entry):
+        count(entry, "turn")
+
+
 def count(entry: CallCost, kind: str) -> None:
     """The cost counter, moved once per ledger row (by the write that made it)."""
     if entry.cost_usd is not None:

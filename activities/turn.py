@@ -211,6 +211,14 @@ class TurnActivities:
             streamed.finish = Finish(FinishReason.steered)
         except (ProviderFatal, ProviderRetryable) as exc:
             MODEL_CALLS.labels(attempt.provider, attempt.model, exc.code).inc()
+            await ledger.bill_dropped(
+                conn,
+                attempt.call,
+                provider=attempt.provider,
+                model=attempt.model,
+                usage=exc.usage,
+                prices=attempt.prices,
+            )
             raise provider_failure(exc) from None
         finally:
             # Closing the generators stops the upstream generation at once (a cancelled

@@ -185,34 +185,39 @@ class AnthropicProvider:
         finish = "stop"
         complete = False
         events = guarded_stream(self.name, open_stream, self._timeouts, self._classify)
-        async with aclosing(events):
-            async for event in events:
-                if event.type == "message_start":
-                    usage.update(event.message.usage)
-                elif event.type == "content_block_start":
-                    block = event.content_block
-                    if block.type == "tool_use":
-                        calls[event.index] = _PendingCall(block.id, block.name, block.input)
-                    elif block.type == "text" and block.text:
-                        yield TextDelta(block.text)
-                elif event.type == "content_block_delta":
-                    delta = event.delta
-                    if delta.type == "text_delta" and delta.text:
-                        yield TextDelta(delta.text)
-                    elif delta.type == "input_json_delta" and event.index in calls:
-                        calls[event.index].parts.append(delta.partial_json)
-                elif event.type == "content_block_stop":
-                    call = calls.pop(event.index, None)
-                    if call is not None:
-                        yield ToolCallRequest(call.id, call.name, _arguments(call))
-                elif event.type == "message_delta":
-                    usage.update(event.usage)
-                    if event.delta.stop_reason is not None:
-                        finish = _FINISH.get(event.delta.stop_reason, "stop")
-                elif event.type == "message_stop":
-                    complete = True
-        if not complete:
-            raise incomplete_stream(self.name)
+        try:
+            async with aclosing(events):
+                async for event in events:
+                    if event.type == "message_start":
+                        usage.update(event.message.usage)
+                    elif event.type == "content_block_start":
+                        block = event.content_block
+                        if block.type == "tool_use":
+                            calls[event.index] = _PendingCall(block.id, block.name, block.input)
+                        elif block.type == "text" and block.text:
+                            yield TextDelta(block.text)
+                    elif event.type == "content_block_delta":
+                        delta = event.delta
+                        if delta.type == "text_delta" and delta.text:
+                            yield TextDelta(delta.text)
+                        elif delta.type == "input_json_delta" and event.index in calls:
+                            calls[event.index].parts.append(delta.partial_json)
+                    elif event.type == "content_block_stop":
+                        call = calls.pop(event.index, None)
+                        if call is not None:
+                            yield ToolCallRequest(call.id, call.name, _arguments(call))
+                    elif event.type == "message_delta":
+                        usage.update(event.usage)
+                        if event.delta.stop_reason is not None:
+                            finish = _FINISH.get(event.delta.stop_reason, "stop")
+                    elif event.type == "message_stop":
+                        complete = True
+            if not complete:
+                raise incomplete_stream(self.name)
+        except ProviderError as exc:
+            # Billed by the provider all the same: its input counts came at `message_start`.
+            exc.usage = usage.as_dict() if usage.reported else None
+            raise
         for call in calls.values():  # a block left open by a lenient server
             yield ToolCallRequest(call.id, call.name, _arguments(call))
         yield Finish(finish, usage.as_dict())
@@ -249,6 +254,10 @@ class _Usage:
     cache_read: int = 0
     cache_written: int = 0
     output: int = 0
+
+    @property
+    def reported(self) -> bool:
+        return bool(self.uncached or self.cache_read or self.cache_written or self.output)
 
     def update(self, report: Usage | MessageDeltaUsage) -> None:
         self.uncached = _latest(report.input_tokens, self.uncached)

@@ -34,6 +34,9 @@ _T_co = TypeVar("_T_co", covariant=True)
 
 class ProviderError(Exception):
     retryable: bool = False
+    # What the provider reported it billed for the request before it failed (a stream that
+    # broke after Anthropic's `message_start`), as `Finish.usage`; None: nothing reported.
+    usage: dict[str, int] | None = None
 
     def __init__(
         self,

@@ -31,6 +31,12 @@ def call_key(model_call_id: str) -> str:
     return f"call:{model_call_id}"
 
 
+def dropped_key(model_call_id: str, attempt: int) -> str:
+    """An attempt of the call that broke off, its usage reported (the answering attempt's
+    row is `call_key`'s)."""
+    return f"call:{model_call_id}:dropped:{attempt}"
+
+
 def summary_key(session_id: str, through_seq: int) -> str:
     return f"summary:{session_id}:{through_seq}"
 

@@ -142,6 +142,8 @@ async def fake_anthropic(
             prefix="cache",
             model_provider="anthropic",
             model="claude-sonnet-4-5",
+            # No rolling summary, as above: the drop test scripts the fake's next replies.
+            summary_min_new_tokens=1_000_000,
         ) as running:
             yield fake, running.url
         await provider.aclose()
@@ -238,3 +240,36 @@ async def test_a_call_whose_provider_reports_no_usage_is_billed_from_parleys_own
     assert row.estimated
     assert row.input_tokens > 0 and row.output_tokens > 0
     assert Decimal(row.cost_usd or 0) > 0
+
+
+async def test_an_attempt_dropped_after_anthropic_reported_its_input_is_billed_too(
+    fake_anthropic: tuple[FakeProvider, str], sessions: Database
+) -> None:
+    fake, url = fake_anthropic
+    fake.reset()
+    # The first attempt breaks after a word (Anthropic has reported, and bills, its input);
+    # Temporal retries the call, and the second attempt answers.
+    fake.script(
+        Reply(text=["Part ", "of ", "an ", "answer"], drop_after=1, input_tokens=4000),
+        Reply(text="The whole answer.", input_tokens=4100, output_tokens=5),
+    )
+    tenant = await new_admin_tenant(sessions, prefix="dropped")
+    token = await new_customer(sessions, tenant_id=tenant.tenant_id, user_id="cust_drop")
+    client = ParleyClient(url, token)
+    try:
+        session_id = await client.new_session()
+        turn_id, events = await client.turn(session_id, "Tell me about yourself, please.")
+        assert events[-1].type == "done", [e.type for e in events]
+    finally:
+        await client.aclose()
+    async with orm(sessions) as db:
+        rows = {
+            r.key: r
+            for r in await db.scalars(select(ModelCost).where(ModelCost.turn_id == turn_id))
+        }
+    dropped = [r for key, r in rows.items() if ":dropped:" in key]
+    answered = [r for key, r in rows.items() if ":dropped:" not in key]
+    assert len(dropped) == 1 and len(answered) == 1
+    assert dropped[0].input_tokens == 4000 and not dropped[0].estimated
+    assert answered[0].input_tokens == 4100 and answered[0].output_tokens == 5
+    assert dropped[0].cost_usd is not None and dropped[0].cost_usd > 0

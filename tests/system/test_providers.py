@@ -520,6 +520,21 @@ async def test_drop_mid_stream_yields_partial_text_then_raises(
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)
+async def test_a_drop_carries_the_usage_the_provider_reported_before_it(
+    dialect: str, fake: FakeProvider, url: str
+) -> None:
+    # Anthropic reports the input at `message_start`, before any text, and bills it; OpenAI
+    # reports usage only in its last chunk, which a broken stream never sends.
+    fake.script(Reply(text=["one ", "two ", "three "], drop_after=1, input_tokens=321))
+    with pytest.raises(ProviderRetryable) as caught:
+        await collect(provider(dialect, url), simple_request())
+    if dialect == "anthropic":
+        assert caught.value.usage is not None and caught.value.usage["input_tokens"] == 321
+    else:
+        assert caught.value.usage is None
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
 async def test_consumer_may_stop_early(dialect: str, fake: FakeProvider, url: str) -> None:
     fake.script(Reply(text=["a", "b", "c"], delay_s=0.05), Reply(text=["again"]))
     p = provider(dialect, url)
