@@ -22,9 +22,17 @@ from parley.erasure import ErasureScope
 from parley.store.db import Db
 
 # Tables that hold no user's rows: the tenant's own, knowledge documents (written by
-# operators), the schema's version, and the receipts themselves.
+# operators), the tenant's budget approvals (its month; `decided_by` names the operator who
+# decided, as a record of the decision), the schema's version, and the receipts themselves.
 NOT_PERSONAL = frozenset(
-    {"tenants", "knowledge_documents", "knowledge_chunks", "alembic_version", "erasures"}
+    {
+        "tenants",
+        "knowledge_documents",
+        "knowledge_chunks",
+        "budget_approvals",
+        "alembic_version",
+        "erasures",
+    }
 )
 
 # The subject's sessions and turns, as subqueries (bound: `tenant`, `user`, `session`).
@@ -75,7 +83,13 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry("actions", f"{_BY_SESSION} OR ({_BY_USER})", _BY_SESSION),
     # A hand-off's event log (the conversation's messages with a person) and its notes.
     Entry("handoff_events", _BY_CASE, _BY_CASE),
-    Entry("webhook_deliveries", _BY_SESSION, _BY_SESSION),  # their payloads quote the case
+    # Their payloads quote the case; a user's budget notice names the user (`subject`).
+    Entry(
+        "webhook_deliveries",
+        f"{_BY_SESSION} OR (tenant_id = %(tenant)s"
+        " AND payload ->> 'subject' = 'user:' || %(tenant)s || '/' || %(user)s)",
+        _BY_SESSION,
+    ),
     Entry("handoff_notes", _BY_CASE, _BY_CASE),
     Entry("handoffs", _BY_SESSION, _BY_SESSION),
     Entry("message_embeddings", _BY_SESSION, _BY_SESSION),  # only where pgvector is

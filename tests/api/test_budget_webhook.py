@@ -4,6 +4,7 @@ receiver on a local port the egress rules name:
 - a soft threshold crossed is delivered by the sweep's step, once per budget and period: a
   receiver that fails the first attempt gets the same signed body under the same idempotency
   key on the next sweep, and nothing after it took it;
+- a user's erasure takes the notices delivered about them (their payload names the user);
 - the operator's approval asked for (workflows/budget_approval.py, on a worker of this
   module's own) is delivered as a `budget` event too, once, and the run ends on the decision.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -29,9 +31,11 @@ from parley.config import Settings
 from parley.costs import BudgetTake
 from parley.dispatch.budgets import deliver_notices, start_budget_approval, tell_budget_approval
 from parley.egress import Allowlist
+from parley.erasure import ErasureScope
 from parley.gateway.resolver import system_resolver
 from parley.store import budgets, tenants, webhooks
 from parley.store.db import Database, connect
+from parley.store.lifecycle.erasure_catalogue import Subject, delete_batch
 from parley.store.models import BudgetNotice
 from parley.tenancy import BudgetConfig, TenantConfig
 from parley.webhooks import HandoffWebhookConfig, verify
@@ -164,3 +168,30 @@ async def test_the_approval_asked_reaches_the_webhook(
     secret = await _secret(sessions, made.tenant_id)
     headers = heard.requests[-1][0]
     assert verify(secret, headers["parley-signature"], body, now=int(time.time()))
+
+
+async def test_a_users_erasure_takes_the_budget_notices_delivered_about_them(
+    sessions: Database, receiver: tuple[Receiver, int]
+) -> None:
+    heard, port = receiver
+    made = await _hooked_tenant(sessions, port)
+    today = datetime.now(UTC).date()
+    for subject in (f"user:{made.tenant_id}/cust_n", f"tenant:{made.tenant_id}"):
+        takes = [BudgetTake(subject, "day", today, Decimal("1"))]
+        hold = f"c_{uuid.uuid4().hex[:12]}"
+        async with connect(sessions) as db:
+            assert await budgets.reserve(db, call_id=hold, takes=takes, amount=Decimal("1")) == []
+            await budgets.settle(db, call_id=hold, cost=Decimal("0.9"), soft_share=Decimal("0.8"))
+    sender = WebhookSender(
+        sessions=sessions, allowlist=Allowlist.parse([f"127.0.0.1:{port}"]), resolve=system_resolver
+    )
+    for _ in range(2):  # the receiver fails its first request
+        await deliver_notices(sessions, sender)
+    async with sessions() as db:
+        assert len(await webhooks.deliveries(db, tenant_id=made.tenant_id)) == 2
+        subject = Subject(ErasureScope.user, made.tenant_id, "cust_n")
+        erased = await delete_batch(db, subject=subject, table="webhook_deliveries", limit=100)
+        await db.commit()
+        kept = await webhooks.deliveries(db, tenant_id=made.tenant_id)
+    assert erased == 1  # the user's; the tenant's stays
+    assert [d.payload["subject"] for d in kept] == [f"tenant:{made.tenant_id}"]
