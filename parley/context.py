@@ -98,6 +98,13 @@ class Packed:
         return [*self.left_out, *(b.label for b in self.dropped)]
 
 
+def written_by_person(name: str, text: str) -> str:
+    """A reply a person wrote into the conversation during a hand-off, as the model reads it:
+    stored in the assistant's role (the customer saw it there), so it is marked as the
+    person's, or the model would take it for its own words and promises."""
+    return f"[{name}, a person on the support team, wrote:] {text}"
+
+
 @dataclass(frozen=True)
 class WindowMessage:
     seq: int

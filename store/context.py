@@ -188,7 +188,8 @@ _FACTS = f"""
     {memory_store.SUMMARY_OF_SESSION.format(session="t.session_id")} AS summary,
     {memory_store.FACTS_OF_SESSION.format(session="t.session_id")} AS facts,
     (SELECT coalesce(json_agg(json_build_array(w.seq, w.role, w.text, w.status, w.tool_calls,
-        w.tool_call_id, w.token_count, w.token_counter, CAST(w.created_at AS date), w.turn_id)
+        w.tool_call_id, w.token_count, w.token_counter, CAST(w.created_at AS date), w.turn_id,
+        w.author_name)
         ORDER BY w.seq), '[]')
         FROM messages AS w
         WHERE w.session_id = t.session_id AND w.replaced_by IS NULL AND NOT w.off_path

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from parley.context import WindowMessage
+from parley.context import WindowMessage, written_by_person
 from parley.memory import PinnedFact, SummaryLine
 from parley.prompt import StoredSummary
 from parley.store.db import Db
@@ -169,6 +169,7 @@ class _WindowRow:
     token_counter: str | None
     created_at: datetime
     turn_id: str | None
+    author_name: str | None
 
 
 # Where loading starts: a little before the summary's end (`{summary_through}`, 0: none),
@@ -187,7 +188,7 @@ def _messages(*, after: str, before: bool, hiding: bool) -> str:
     model the answer it is replacing)."""
     return f"""
     SELECT seq, role, text, status, tool_calls, tool_call_id, token_count, token_counter,
-        created_at, turn_id
+        created_at, turn_id, author_name
     FROM messages
     WHERE session_id = %(session_id)s AND replaced_by IS NULL AND NOT off_path
         AND seq > {after}
@@ -206,6 +207,7 @@ def _window_rows(rows: Iterable[_WindowRow], counter: TokenCounter) -> list[Wind
             counter,
             *(m.seq, m.role, m.text, m.status, m.tool_calls, m.tool_call_id),
             *(m.token_count, m.token_counter, m.created_at.date().isoformat(), m.turn_id),
+            m.author_name,
         )
         for m in rows
     ]
@@ -229,7 +231,10 @@ def _window_message(
     token_counter: str | None,
     created_at: str,
     turn_id: str | None,
+    author_name: str | None = None,
 ) -> WindowMessage:
+    if author_name is not None:  # a person's reply: marked, so its stored count is not it
+        text, token_count = written_by_person(author_name, text), None
     if token_count is None or token_counter != counter.name:
         shown = {"role": role, "content": text, "tool_calls": tool_calls}
         token_count = count_message(counter, shown)

@@ -157,6 +157,8 @@ async def test_a_person_takes_over_and_hands_back(
     assert events[-1].type == "done"
     prompt = await _prompt(sessions, turn_id)
     assert "Sam here" in prompt and "My parcel is late" in prompt
+    # Sam's words are marked as his, so the model does not take them for its own.
+    assert "[Sam, a person on the support team, wrote:] Hi Priya, Sam here." in prompt
 
 
 async def test_every_tab_hears_the_case_on_the_session_stream(
