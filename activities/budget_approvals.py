@@ -11,7 +11,6 @@ from collections.abc import Callable
 from typing import Any
 
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
 
 from parley.activities.webhooks import WebhookSender, plan_budget_delivery
 from parley.budget_approvals import BudgetApprovalInput, BudgetApprovalOutcome
@@ -21,10 +20,6 @@ from parley.gateway.resolver import system_resolver
 from parley.store import budgets
 from parley.store.db import Database, Db
 from parley.webhooks import BUDGET_EVENT, delivery_id
-
-# The failures a delivery ends with, as the workflow sees them (as a hand-off's).
-WEBHOOK_REFUSED = "webhook_refused"
-WEBHOOK_FAILED = "webhook_failed"
 
 
 def outcome(approval: budgets.Approval) -> BudgetApprovalOutcome:
@@ -59,17 +54,7 @@ class BudgetApprovalActivities:
                 payload=payload,
             )
             await db.commit()
-        if planned is None:
-            return "none"
-        delivery, secret = planned
-        if delivery.status in ("delivered", "refused"):
-            return delivery.status
-        status, error = await self._sender.attempt(delivery, secret)
-        if status == "refused":
-            raise ApplicationError(error or "refused", type=WEBHOOK_REFUSED, non_retryable=True)
-        if status != "delivered":
-            raise ApplicationError(f"the receiver did not take it: {error}", type=WEBHOOK_FAILED)
-        return status
+        return await self._sender.deliver(planned)
 
     @activity.defn
     async def time_out_approval(self, inp: BudgetApprovalInput) -> BudgetApprovalOutcome:

@@ -16,7 +16,6 @@ from typing import Any
 
 from temporalio import activity
 from temporalio.client import Client
-from temporalio.exceptions import ApplicationError
 
 from parley.activities.metrics import HANDOFFS_OPENED
 from parley.activities.webhooks import WebhookSender
@@ -52,9 +51,6 @@ log = logging.getLogger(__name__)
 
 # The model's time to write a summary before code writes it instead.
 SUMMARY_TIMEOUT_S = 30.0
-# The failures a delivery ends with, as the workflow sees them.
-WEBHOOK_REFUSED = "webhook_refused"
-WEBHOOK_FAILED = "webhook_failed"
 
 
 def _payload(case: store.HandoffRow, event: str) -> dict[str, Any]:
@@ -225,17 +221,7 @@ class HandoffActivities:
         async with self._sessions() as db:
             planned = await self._plan_delivery(db, inp)
             await db.commit()
-        if planned is None:
-            return "none"  # the tenant has no webhook
-        delivery, secret = planned
-        if delivery.status in ("delivered", "refused"):
-            return delivery.status
-        status, error = await self._sender.attempt(delivery, secret)
-        if status == "refused":
-            raise ApplicationError(error or "refused", type=WEBHOOK_REFUSED, non_retryable=True)
-        if status != "delivered":
-            raise ApplicationError(f"the receiver did not take it: {error}", type=WEBHOOK_FAILED)
-        return status
+        return await self._sender.deliver(planned)
 
     async def _plan_delivery(
         self, db: Db, inp: WebhookInput

@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 import httpx2
+from temporalio.exceptions import ApplicationError
 
 from parley.egress import Allowlist, Resolver
 from parley.errors import UrlNotAllowed
@@ -23,6 +24,10 @@ from parley.webhooks import BUDGET_EVENT, body_bytes, signature
 
 # One attempt's bound; whoever delivers retries (a workflow's `WEBHOOK` options, the sweep).
 WEBHOOK_TIMEOUT_S = 10.0
+# How an activity's attempt failed: an address the egress rules refuse is not retried; a
+# receiver that did not take it is (Temporal's retries).
+WEBHOOK_REFUSED = "webhook_refused"
+WEBHOOK_FAILED = "webhook_failed"
 
 
 class WebhookSender:
@@ -41,6 +46,22 @@ class WebhookSender:
             )
             await db.commit()
         return status, error
+
+    async def deliver(self, planned: tuple[hooks.DeliveryRow, str] | None) -> str:
+        """An activity's attempt at a planned delivery (None: the tenant has no webhook):
+        its status, or an error Temporal retries unless the address is refused. A delivery
+        that already ended is not sent again."""
+        if planned is None:
+            return "none"
+        delivery, secret = planned
+        if delivery.status in ("delivered", "refused"):
+            return delivery.status
+        status, error = await self.attempt(delivery, secret)
+        if status == "refused":
+            raise ApplicationError(error or "refused", type=WEBHOOK_REFUSED, non_retryable=True)
+        if status != "delivered":
+            raise ApplicationError(f"the receiver did not take it: {error}", type=WEBHOOK_FAILED)
+        return status
 
     async def _send(
         self, delivery: hooks.DeliveryRow, secret: str
