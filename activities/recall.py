@@ -6,7 +6,9 @@ full-text search fused with recall by meaning when an embedder is configured
 Message vectors are computed off the turn's critical path, by the summary workflow's activity
 (`embed_pending`, called from `MemoryActivities.summarize`); a turn embeds only its own
 question, and only when recall runs at all (the context builder skips it while the window
-holds the whole conversation). That embedding is CPU work, so it runs in a thread, started
+holds the whole conversation) and the question reaches back past the last turns: a follow-up
+about them (most turns of a chat) is searched by its words, which the recent turns share,
+with no embedding on its path. The embedding is CPU work, so it runs in a thread, started
 before the build's remaining reads (`RecallQuery.start`), which the database answers
 meanwhile. Messages not embedded yet are recent ones, which the window shows anyway, and
 full-text search still finds them. Without the extra, the weights or the `vector` extension,
@@ -58,15 +60,20 @@ class RecallQuery:
     # The days the question names ("in March 2023", "last week"; parley/periods.py), whose
     # lines recall shows first; None: it names none.
     period: Period | None = None
+    # Whether the question reaches back past the last turns (parley/budget.py
+    # `reaches_back`; `start_recall` decides): False, a follow-up, is searched by its words
+    # alone, its recall share the follow-up's.
+    reaches_back: bool = True
 
     async def start(self, db: Db) -> RecallQuery:
-        """This query with its embedding under way, when there is an embedder and the
-        database holds vectors to compare it with (else as it is): the forward pass is CPU
-        work, so it runs in a thread while the caller's next statements wait on the database.
-        The caller awaits it through `recall_hits`, or `cancel`s it."""
+        """This query with its embedding under way, when it reaches back, there is an
+        embedder and the database holds vectors to compare it with (else as it is): the
+        forward pass is CPU work, so it runs in a thread while the caller's next statements
+        wait on the database. The caller awaits it through `recall_hits`, or `cancel`s it."""
         if (
             self.embedder is None
             or self.vector is not None
+            or not self.reaches_back
             or not await embedding_store.available_once_seen(db)
         ):
             return self
@@ -186,17 +193,19 @@ def candidate_limit(recall_tokens: int) -> int:
     return max(8, recall_tokens // 40)
 
 
-def reaching_back(
-    budgets: Budgets, terms: list[str], history: list[list[WindowMessage]]
-) -> Budgets:
-    """`budgets` with recall's share for this question: most of the conversation's when it
-    reaches back past the last turns, the follow-up's otherwise. Asked only when recall runs
-    (reading the loaded messages' words costs a couple of milliseconds on a long session)."""
-    if budgets.recall_reaching_back <= budgets.recall:
-        return budgets
+def asks_back(terms: list[str], history: list[list[WindowMessage]]) -> bool:
+    """Whether a question with these terms reaches back past the last turns of `history`
+    (parley/budget.py `reaches_back`). Asked only when recall runs (reading the loaded
+    messages' words costs a couple of milliseconds on a long session)."""
     recent = [(m.role, m.text) for turn in history[-RECENT_TURNS:] for m in turn if m.text]
     earlier = [m.text for turn in history for m in turn if m.text]  # as loaded
-    if not reaches_back(terms, recent, earlier):
+    return reaches_back(terms, recent, earlier)
+
+
+def reaching_back(budgets: Budgets, query: RecallQuery) -> Budgets:
+    """`budgets` with recall's share for this question: most of the conversation's when it
+    reaches back past the last turns, the follow-up's otherwise."""
+    if budgets.recall_reaching_back <= budgets.recall or not query.reaches_back:
         return budgets
     return replace(budgets, recall=budgets.recall_reaching_back)
 
@@ -231,14 +240,21 @@ def cancel(query: RecallQuery | None) -> None:
 
 
 async def start_recall(
-    db: Db, turn: TurnFacts, whole: Window, query: RecallQuery
+    db: Db,
+    turn: TurnFacts,
+    whole: Window,
+    history: list[list[WindowMessage]],
+    query: RecallQuery,
 ) -> RecallQuery | None:
     """No recall (None) when the `whole` window holds the conversation: nothing to search,
-    nothing to embed. Else `query`, its embedding started in a thread so that it runs while
-    the build's other reads do; recall awaits it last."""
+    nothing to embed. Else `query`, knowing whether it reaches back past the last turns of
+    `history`: when it does, its embedding is started in a thread so that it runs while the
+    build's other reads do (recall awaits it last); a follow-up is searched by its words
+    alone, with no embedding on the build's path (the recent turns it asks about share its
+    words; recall's share for it is the follow-up's, a few lines)."""
     if holds_everything(whole, turn):
         return None
-    return await query.start(db)
+    return await replace(query, reaches_back=asks_back(query.terms, history)).start(db)
 
 
 async def window_and_recall(
@@ -265,7 +281,7 @@ async def window_and_recall(
     shows)."""
     if query is None:
         return whole, fold_block(counter, whole, memory, max_tokens=budgets.summary), [], []
-    budgets = reaching_back(budgets, query.terms, history)
+    budgets = reaching_back(budgets, query)
     first = plan_window(history, memory, recent=left - budgets.recall)
     folded = fold_block(counter, first, memory, max_tokens=budgets.summary)
     fold_tokens = sum(b.tokens for b in folded.blocks)

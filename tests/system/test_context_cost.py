@@ -1,6 +1,7 @@
 """A context build costs what the conversation needs: while the recent window holds the whole
 conversation, recall neither searches nor embeds the question (and the prompt still shows
-every message); once it does not, recall by words and by meaning still finds an old fact.
+every message); once it does not, recall by words and by meaning still finds an old fact, and
+a follow-up about the last turns is searched by its words without embedding it.
 
 Through the whole stack (API, Temporal, a worker with the local MiniLM embedder, PostgreSQL),
 read where an operator reads it: the stored request, the build's span, the worker's
@@ -239,6 +240,49 @@ async def test_a_conversation_too_long_for_the_window_still_recalls_the_old_fact
     folded = budget["folded"]
     assert budget["summary_through_seq"] == 50 and (folded is None or folded["from_seq"] > 1)
     assert FACT_LINE in prompt_text(call.request)
+
+
+async def test_a_follow_up_about_the_last_turns_is_searched_by_its_words_not_embedded(
+    settings: Settings,
+    temporal_client: Client,
+    sessions: Database,
+    tokens: dict[str, str],
+    counted: tuple[Database, list[str]],
+    minilm: MiniLMEmbedder,
+) -> None:
+    """A question about what the last turns said (most turns of a chat) reaches back to
+    nothing: recall searches it by its words, which those turns share, and its embedding,
+    CPU work on the way to the first token, is not computed, though the session's messages
+    have vectors and the same stack embeds a question that reaches back (the test above)."""
+    worker_sessions, sent = counted
+    history = exchanges(30)
+    async with recall_stack(temporal_client, settings, worker_sessions, "follow") as running:
+        client = ParleyClient(running.url, tokens["priya"])
+        try:
+            sid = await client.new_session()
+            await seed(sessions, sid, history, summary=50)
+            memory = MemoryActivities(
+                sessions=sessions,
+                providers=ProviderPool(settings, primary=DemoModel(token_delay_s=0)),
+                settings=settings,
+                embedder=minilm,
+            )
+            assert await memory.embed_messages(sid) == len(history)
+            fts, hybrid = recalls("fts"), recalls("hybrid")
+            sent.clear()
+            # The last answer: "the trail runners come in size 34, in blue and grey".
+            turn_id, events = await client.turn(sid, "Do the size 34 trail runners come in grey?")
+            during_turn = list(sent)
+        finally:
+            await client.aclose()
+    assert events[-1].type == "done"
+    assert any(s.startswith(RECALL_SEARCH) for s in during_turn)
+    assert not any(s.startswith(NEAREST) for s in during_turn)
+    assert (recalls("fts"), recalls("hybrid")) == (fts + 1, hybrid)
+    [call] = await model_calls(sessions, turn_id)
+    assert call.request["budget"]["recall"] == "fts"
+    # The exchange it asks about is in the prompt, in the recent window.
+    assert history[-1] in prompt_text(call.request)
 
 
 def long_exchanges(n: int) -> list[str]:
