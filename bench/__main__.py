@@ -224,6 +224,7 @@ def live_only(args: argparse.Namespace) -> bool:
         or args.locomo_only
         or args.locomo_api_only
         or args.locomo_import_only
+        or args.import_speed_only
         or args.recall_latency_only
     )
 
@@ -345,7 +346,12 @@ def recall_latency_section(args: argparse.Namespace, stack: Stack, baseline: Tar
 def memory_sections(args: argparse.Namespace, stack: Stack) -> list[Section]:
     """The memory sections asked for: (c)-(f) unless left out, then (n), (o) and (p) when
     asked (each `--...-only` flag runs its own alone)."""
-    only = args.locomo_api_only or args.locomo_import_only or args.recall_latency_only
+    only = (
+        args.locomo_api_only
+        or args.locomo_import_only
+        or args.import_speed_only
+        or args.recall_latency_only
+    )
     sections = []
     if not (only or args.no_memory):
         sections += [
@@ -354,11 +360,14 @@ def memory_sections(args: argparse.Namespace, stack: Stack) -> list[Section]:
         ]
     if args.locomo_api_only or (args.locomo_api and not only):
         sections.append(Section("locomo_api", lambda: _locomo_api(args, stack), render_locomo_api))
+    if args.locomo_import_only or args.import_speed_only or (args.locomo_import and not only):
+        sections.append(
+            Section("import_speed", lambda: _import_speed(args, stack), render_import_speed)
+        )
     if args.locomo_import_only or (args.locomo_import and not only):
-        sections += [
-            Section("import_speed", lambda: _import_speed(args, stack), render_import_speed),
-            Section("locomo_import", lambda: _locomo_import(args, stack), render_locomo_import),
-        ]
+        sections.append(
+            Section("locomo_import", lambda: _locomo_import(args, stack), render_locomo_import)
+        )
     return sections
 
 

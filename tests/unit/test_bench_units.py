@@ -231,6 +231,18 @@ def test_the_acceptance_block_reads_each_figure_against_its_target() -> None:
     )
 
 
+def test_import_speed_alone_runs_only_its_section() -> None:
+    """(p) alone, without (o)'s ten conversations (which need their data and take long)."""
+    args = parse_args(["--import-speed-only"])
+    assert live_only(args)
+    assert [s.name for s in memory_sections(args, cast(Stack, None))] == ["import_speed"]
+    both = parse_args(["--locomo-import-only", "--locomo-dir", "."])
+    assert [s.name for s in memory_sections(both, cast(Stack, None))] == [
+        "import_speed",
+        "locomo_import",
+    ]
+
+
 def test_recall_latency_alone_runs_no_other_section_and_prints_the_ratios() -> None:
     args = parse_args(["--recall-latency-only", "--recall-latency-turns", "4"])
     assert live_only(args)  # no latency, load or offline sections
