@@ -121,17 +121,17 @@ class MiniLMEmbedder:
         return tensors
 
     def embed(self, texts: list[str]) -> list[list[float]]:
-        """The texts' vectors, in their order. Batched by length: a batch is padded to its
-        longest text, so texts of like length go together (on LoCoMo's messages, a third of
-        the CPU of batches in the order given; a text's vector does not depend on its batch)."""
-        out: list[list[float]] = [[] for _ in texts]
-        by_length = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        for start in range(0, len(by_length), self._batch):
-            batch = by_length[start : start + self._batch]
-            vectors = self._embed_batch([texts[i] for i in batch]).tolist()
-            for i, vector in zip(batch, vectors, strict=True):
-                out[i] = vector
-        return out
+        """The texts' vectors, in their order, each distinct text computed once (a canned
+        reply said forty times is one forward pass). Batched by length: a batch is padded to
+        its longest text, so texts of like length go together (on LoCoMo's messages, a third
+        of the CPU of batches in the order given; a text's vector does not depend on its
+        batch)."""
+        distinct = sorted(set(texts), key=len)
+        found: dict[str, list[float]] = {}
+        for start in range(0, len(distinct), self._batch):
+            batch = distinct[start : start + self._batch]
+            found.update(zip(batch, self._embed_batch(batch).tolist(), strict=True))
+        return [found[t] for t in texts]
 
     def _embed_batch(self, texts: list[str]) -> Any:
         np = self._np
