@@ -18,9 +18,11 @@ embedding sits off the critical path when on's ratio is within 10% of off's.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import httpx
+from sqlalchemy import select
 from temporalio.client import Client
 
 from bench.locomo_import import TENANT, fresh_user, imported_session, synthetic_items
@@ -28,7 +30,9 @@ from bench.runner import ParleyTarget, Target, sequential, timed
 from bench.stack import Stack, log, side_stack
 from bench.throughput import fmt, ratio
 from parley.store.db import Database
+from parley.store.models import ModelCall, Turn
 from tests.support.client import ParleyClient
+from tests.support.orm import orm
 
 MESSAGES = 600
 TURNS = 20
@@ -99,6 +103,7 @@ async def measure_recall_latency(
                 "(t) sequential", sequential(targets, turns, turns, stack.check), log
             )
     figures = {name: phase.report() for name, phase in phases.items()}
+    searched = {name: await recall_methods(db_sessions, sid) for name, sid in sessions.items()}
 
     def over(name: str, other: str) -> float:
         return ratio(
@@ -109,12 +114,26 @@ async def measure_recall_latency(
         **figures,
         "messages": messages,
         "embeddings": stack.settings.embeddings or "off",
+        # How each system's builds recalled, as their stored requests say ("fts": by words,
+        # "hybrid": with the question embedded; the untimed turns among them).
+        "recall": searched,
         "first_delta_p50_ratio": {
             "on_over_baseline": over("on", "baseline"),
             "off_over_baseline": over("off", "baseline"),
             "on_over_off": over("on", "off"),
         },
     }
+
+
+async def recall_methods(db_sessions: Database, session_id: str) -> dict[str, int]:
+    """How the session's model requests were recalled, counted by method."""
+    async with orm(db_sessions) as db:
+        methods = await db.scalars(
+            select(ModelCall.request["budget"]["recall"].astext)
+            .join(Turn, Turn.id == ModelCall.turn_id)
+            .where(Turn.session_id == session_id)
+        )
+        return dict(Counter(str(m) for m in methods))
 
 
 def render_recall_latency(r: dict[str, Any]) -> str:
@@ -140,6 +159,10 @@ def render_recall_latency(r: dict[str, Any]) -> str:
         f"{fmt(ra['off_over_baseline'], 2)}x; on over off {fmt(ra['on_over_off'], 2)}x "
         "(acceptance 5: the query's embedding off the critical path, on within 10% of off)"
     )
+    for name in ("on", "off"):
+        counts = r.get("recall", {}).get(name, {})
+        shown = ", ".join(f"{method} {n}" for method, n in sorted(counts.items()))
+        lines.append(f"  {name}: the builds recalled by {shown or 'nothing recorded'}")
     for name in ("baseline", "on", "off"):
         for error in r[name].get("first_errors", []):
             lines.append(f"(t) {name} failure: {error}")

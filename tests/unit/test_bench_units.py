@@ -268,7 +268,9 @@ def test_recall_latency_alone_runs_no_other_section_and_prints_the_ratios() -> N
                 "off_over_baseline": 2.0,
                 "on_over_off": 1.15,
             },
+            "recall": {"on": {"hybrid": 2, "fts": 5}, "off": {"fts": 7}},
         }
     )
     assert "600 imported messages" in shown
     assert "on 2.30x, off 2.00x; on over off 1.15x" in shown
+    assert "on: the builds recalled by fts 5, hybrid 2" in shown
