@@ -9,7 +9,9 @@ from that pool, written in psycopg's form (`%(name)s`) as a named statement of t
 that owns it, its rows returned as frozen dataclasses. A `Db` keeps what the pool gives: its
 checks, errors without parameters (a psycopg error is raised as the `StoreError` SQLAlchemy
 would raise, with `hide_parameters`), a connection that broke mid-statement discarded, and
-every statement counted (`on_statement_sent`).
+every statement counted (`on_statement_sent`). Statements that do not wait on each other's
+answers can go in one round trip (`Db.together`, psycopg's pipeline mode): a hot path that
+needs several owners' statements sends them at once and reads their results after.
 
 The transaction rule, written here once. A `Db` from `database()` is a unit of work: its
 first statement begins a transaction, which its opener commits (`await db.commit()`, or
@@ -36,7 +38,7 @@ import select
 import weakref
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, Generic, TypeAlias, TypeVar
 
 import psycopg
 from psycopg import pq
@@ -157,7 +159,8 @@ def count_work(
 
 def on_statement_sent(engine: AsyncEngine, hook: Callable[[str], None]) -> Callable[[], None]:
     """Call `hook` with the text of every statement a `Db` sends on the engine's
-    connections. Returns what stops it."""
+    connections (the statements of a `Db.together` block as one: one round trip). Returns
+    what stops it."""
     hooks = _HOOKS.setdefault(engine.sync_engine.pool, [])
     hooks.append(hook)
     return lambda: hooks.remove(hook)
@@ -184,6 +187,8 @@ class Db:
         self._autocommit = autocommit
         self._taken: _Taken | None = None
         self._savepoints = 0
+        # The statements `together` has queued, not yet sent (None: outside such a block).
+        self._queued: list[str] | None = None
 
     async def rows(self, sql: str, params: Params, row: type[Row]) -> list[Row]:
         """Every row the statement returns, as `row` (a dataclass: one field a column)."""
@@ -215,6 +220,36 @@ class Db:
         """Run the statement; how many rows it changed."""
         cursor = await self._execute(sql, params, tuple_row)
         return cursor.rowcount
+
+    async def send(self, sql: str, params: Params, row: type[Row]) -> Sent[Row]:
+        """Send the statement, or queue it in a `together` block; its rows as `row`, read
+        through what this returns (after the block)."""
+        return Sent(await self._execute(sql, params, class_row(row)), sql)
+
+    async def send_made(self, sql: str, params: Params, make: Callable[..., Row]) -> Sent[Row]:
+        """`send`, each row's columns given to `make` by name."""
+        return Sent(await self._execute(sql, params, kwargs_row(make)), sql)
+
+    @asynccontextmanager
+    async def together(self) -> AsyncIterator[None]:
+        """Statements `send` queues in this block reach the server together when it ends: one
+        round trip for all of them (and for the `BEGIN` of a unit of work that starts with
+        them), run in order. Read each one's result through what `send` returned, after the
+        block. A statement the server refuses raises on leaving, and those queued after it did
+        not run. The statement hooks see the block's statements as one (one round trip)."""
+        taken = await self._take()
+        assert self._queued is None, "one `together` block at a time"
+        self._queued = []
+        try:
+            async with taken.driver.pipeline():
+                yield
+        except psycopg.Error as exc:
+            raise _store_error(" ; ".join(self._queued), exc) from exc
+        finally:
+            queued, self._queued = self._queued, None
+            if queued:
+                for hook in taken.hooks:
+                    hook(" ; ".join(q.strip() for q in queued))
 
     @property
     def database(self) -> str:
@@ -294,8 +329,11 @@ class Db:
         self, sql: str, params: Params, rows: BaseRowFactory[Any]
     ) -> psycopg.AsyncCursor[Any]:
         taken = await self._take()
-        for hook in taken.hooks:
-            hook(sql)
+        if self._queued is not None:
+            self._queued.append(sql)  # the hooks hear of it when the block sends it
+        else:
+            for hook in taken.hooks:
+                hook(sql)
         try:
             # A connection that broke under an earlier statement of this unit of work
             # refuses even the cursor: that too is the store's error, an unreachable one.
@@ -304,6 +342,28 @@ class Db:
         except psycopg.Error as exc:
             raise _store_error(sql, exc) from exc
         return cursor
+
+
+class Sent(Generic[Row]):
+    """A statement sent by `Db.send` (or queued in `Db.together`): its result, once there."""
+
+    def __init__(self, cursor: psycopg.AsyncCursor[Row], sql: str) -> None:
+        self._cursor = cursor
+        self._sql = sql
+
+    async def row(self) -> Row | None:
+        """The statement's first row, or None."""
+        try:
+            return await self._cursor.fetchone()
+        except psycopg.Error as exc:
+            raise _store_error(self._sql, exc) from exc
+
+    async def rows(self) -> list[Row]:
+        """Every row the statement returned."""
+        try:
+            return await self._cursor.fetchall()
+        except psycopg.Error as exc:
+            raise _store_error(self._sql, exc) from exc
 
 
 class _Taken:

@@ -16,7 +16,7 @@ appends). A statement that appends as part
 of a larger write composes `counter`, `EVENTS_INSERTED` and `DOORBELL` (or `RUNG`) instead of
 writing them again: store/turns/endings.py (an ending's release), store/turns/attempts.py (an
 attempt's opening), store/context.py (the build's move), store/turns/birth.py,
-store/posting.py `open_turn` and store/queue.py `queue_message` (a turn born with its first
+store/turns/birth.py `open_turn` and store/queue.py `queue_message` (a turn born with its first
 event) and store/queue.py `promote` (a queued turn's promotion). A move of the turn's state
 is the counter's own UPDATE, opened by store/turn_states.py `MOVE`.
 """

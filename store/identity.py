@@ -77,7 +77,9 @@ async def identity_for_token(db: Db, *, token: str) -> Identity | None:
     so every API process agrees). On the session's own connection, in its transaction: every
     request runs it, and a statement through the session costs several times its round trip
     in Python (store/db.py `Db`)."""
-    return await db.made(_IDENTITY, {"token_hash": hash_token(token)}, _identity)
+    async with db.together():  # with the `BEGIN` of the request's unit of work: one round trip
+        found = await db.send_made(_IDENTITY, {"token_hash": hash_token(token)}, _identity)
+    return await found.row()
 
 
 def _identity(

@@ -24,22 +24,24 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from parley.config import Limits
 from parley.contracts import TERMINAL_TURN_STATES, TurnState
 from parley.errors import AgentPaused, DailyCapReached, RateLimited, TooManyActiveTurns
 from parley.ids import new_id
 from parley.store import locks
-from parley.store.db import Db
+from parley.store.db import Db, Sent, StoreError
 from parley.store.identity import Identity
 from parley.store.viewers import DETACH_VIEWER_SQL
 from parley.tenancy import TenantConfig
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 # States in which a turn does no model work: it waits for its user.
 RESTING = (TurnState.awaiting_confirmation, TurnState.awaiting_input)
@@ -53,24 +55,41 @@ async def admit_turn(
     the deployment's. `locked`: the caller's transaction already holds `locks.user_turns(owner)`
     (taken by an earlier statement of its own, saving this one a round trip). Returns the
     tenant's configuration, as this read found it."""
-    now, running, paused, stored = await _running_turns(
-        db, owner=owner, limits=limits, locked=locked
-    )
-    if paused:
+    if not locked:
+        await locks.hold(db, locks.user_turns(owner))
+    admitted = await admission(await send_running(db, owner=owner, limits=limits), owner, limits)
+    await take_all(db, admitted.takes)
+    return admitted.config
+
+
+@dataclass(frozen=True)
+class Admission:
+    """A post the switch and the running-turns limit let through: the tenant's configuration
+    and the windowed counters the post is still to take (`take_all`, `take_all_then`)."""
+
+    config: TenantConfig
+    takes: list[Take]
+
+
+async def admission(read: Sent[_RunningAndTenant], owner: Identity, limits: Limits) -> Admission:
+    """From the read `send_running` sent: refuse a paused tenant's post, or one over the
+    user's running turns; else what the post is to count."""
+    row = await read.row()
+    assert row is not None  # a select list without FROM: always one row
+    if row.paused:
         raise AgentPaused("the assistant is paused for this tenant")
-    config = TenantConfig.model_validate(stored or {})
+    config = TenantConfig.model_validate(row.config or {})
     limits = replace(
         limits,
         active_turns_per_user=config.max_active_turns_per_user or limits.active_turns_per_user,
         user_per_minute=config.user_requests_per_minute or limits.user_per_minute,
     )
-    if running >= limits.active_turns_per_user:
+    if row.running >= limits.active_turns_per_user:
         raise TooManyActiveTurns(
             f"at most {limits.active_turns_per_user} answers can run at once for a user",
             retry_after_s=2,
         )
-    await take_all(db, _takes(now, owner, limits, config))
-    return config
+    return Admission(config, _takes(row.now, owner, limits, config))
 
 
 def _takes(now: datetime, owner: Identity, limits: Limits, config: TenantConfig) -> list[Take]:
@@ -128,25 +147,19 @@ async def admit_session(db: Db, *, owner: Identity, per_day: int) -> None:
     await take_all(db, [Take("day_sessions", subject, day, per_day, refusal)])
 
 
-async def _running_turns(
-    db: Db, *, owner: Identity, limits: Limits, locked: bool
-) -> tuple[datetime, int, bool, dict[str, Any] | None]:
-    """The database's clock (so every API process puts a post in the same window), the
-    user's running turns, and the tenant's switch and configuration (a tenant without a row
-    is not paused and configures nothing): one statement, read under the user's lock."""
-    # The user's lock, held to the end of the caller's transaction: two posts of one user
-    # cannot both see room for one more turn. Its own statement: the count that follows
-    # must be read after the lock is held.
-    if not locked:
-        await locks.hold(db, locks.user_turns(owner))
+async def send_running(db: Db, *, owner: Identity, limits: Limits) -> Sent[_RunningAndTenant]:
+    """Send (or queue, `Db.together`) the read `admission` decides on: the database's clock
+    (so every API process puts a post in the same window), the user's running turns, and the
+    tenant's switch and configuration (a tenant without a row is not paused and configures
+    nothing), in one statement. The caller's transaction holds the user's lock
+    (`locks.user_turns`) already, taken by an earlier statement: two posts of one user cannot
+    both see room for one more turn, and the count must be read after the lock is held."""
     params = {
         "tenant_id": owner.tenant_id,
         "user_id": owner.user_id,
         "stale": timedelta(seconds=limits.turn_stale_after_s),
     }
-    row = await db.row(_RUNNING_AND_TENANT, params, _RunningAndTenant)
-    assert row is not None  # a select list without FROM: always one row
-    return row.now, row.running, bool(row.paused), row.config
+    return await db.send(_RUNNING_AND_TENANT, params, _RunningAndTenant)
 
 
 @dataclass(frozen=True)
@@ -189,32 +202,46 @@ async def take_all(db: Db, takes: Sequence[Take]) -> None:
     for all of them (a refusal rolls the caller's transaction back, so the others count for
     nothing either). A counting error lets the use through (logged): the limits protect the
     operator's bill, and an outage of this table must not take the product down with it."""
+
+    async def nothing() -> None:
+        return None
+
+    await take_all_then(db, takes, nothing)
+
+
+async def take_all_then(db: Db, takes: Sequence[Take], write: Callable[[], Awaitable[T]]) -> T:
+    """`take_all`, and the statement `write` sends, in one round trip (`Db.together`): the
+    write runs before the counts are looked at, so on a refusal it is raised all the same,
+    and the caller's transaction, rolled back, undoes the write with the counts. A counting
+    error lets the use through as `take_all` does: the counts are undone to their savepoint
+    and the write, which did not run, is sent again on its own. Returns what `write` did."""
     for take in takes:
         if take.limit <= 0:
             raise take.refusal
     if not takes:
-        return
+        return await write()
     params: dict[str, Any] = {}
     for i, take in enumerate(takes):
         params |= {f"scope{i}": take.scope, f"subject{i}": take.subject}
         params |= {f"window{i}": take.window, f"limit{i}": take.limit}
     try:
         # In a savepoint: a counting error must not abort the caller's transaction.
-        await db.run(_SAVEPOINT, {})
-        try:
-            row = await db.made(_take_statement(len(takes)), params, _taken)
-        except Exception:
-            await db.run(_ROLLBACK_TO_SAVEPOINT, {})
-            raise
-        await db.run(_RELEASE_SAVEPOINT, {})
-    except Exception:
+        async with db.together():
+            await db.run(_SAVEPOINT, {})
+            taking = await db.send_made(_take_statement(len(takes)), params, _taken)
+            await db.run(_RELEASE_SAVEPOINT, {})
+            written = await write()
+        row = await taking.row()
+    except StoreError:
         scopes = ", ".join(f"{t.scope} for {t.subject}" for t in takes)
         log.warning("could not count %s; letting it through", scopes, exc_info=True)
-        return
+        await db.run(_ROLLBACK_TO_SAVEPOINT, {})
+        return await write()
     assert row is not None  # a select list without FROM: always one row
     for take, taken in zip(takes, row, strict=True):
         if not taken:
             raise take.refusal
+    return written
 
 
 def _taken(**taken: bool) -> list[bool]:

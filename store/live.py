@@ -13,7 +13,7 @@ This module owns the append. `announce` is the one-statement append for a writer
 not otherwise write the session row; a statement that does composes `COUNTED` into its own
 UPDATE of the session (which returns the row's `id` and `last_event_id`), `announced(cte)`
 and `LIVE_RUNG` instead: store/turns/birth.py (a plain post), store/queue.py `queue_message`
-(a queued post), store/posting.py `open_turn` (a retry's turn) and `_join_turn` (a message
+(a queued post), store/turns/birth.py `open_turn` (a retry's turn) and `_join_turn` (a message
 to a resting turn) and store/steering.py `join_as_steer` (a steer), both through `joining`,
 and store/sessions.py `delete_session`. Every statement that gives birth to a turn announces it:
 tests/unit/test_live.py holds that, so the session stream never misses a turn.

@@ -1,10 +1,12 @@
 """Posting a user message, as a pipeline that reads top to bottom (`post_user_message`):
 
 1. **Lock** the session row (every write that assigns a seq or changes the active turn does,
-   so seqs are dense and there is at most one active turn).
+   so seqs are dense and there is at most one active turn), sent together with the reads
+   the lock orders: one round trip.
 2. **Idempotency**: the same `client_message_id` again is answered with its original turn.
 3. **Admission**: first what the request itself gets wrong (a stale view, a file that is not
-   the user's), which costs nothing; then the user's access and the limits, which count it.
+   the user's), which costs nothing; then the user's access and the limits, which count it
+   (the windowed counts ride with the kind's write: a new turn's in the same round trip).
 4. **Classification**: what the message is, from the session's state, without writing:
    a message to the person of an open hand-off, or one asking for a person, which opens a
    case (store/handoffs.py, handoff_openers.py: no turn, no model asked), a new turn, an
@@ -37,23 +39,22 @@ from parley.errors import (
 from parley.features import ASSISTANT
 from parley.handoff_rules import HandoffRules, asks_for_person
 from parley.ids import new_id
-from parley.live import SessionEventType, SessionTurnData
+from parley.live import SessionEventType
 from parley.statuses import ActionStatus, Decision
 from parley.store import actions, handoff_openers, handoffs, interactions, locks, queue, steering
 from parley.store import files as files_store
 from parley.store import limits as limits_store
-from parley.store.db import Db
-from parley.store.events import BASE, EVENTS_INSERTED, RUNG, append_params, state_event
+from parley.store import sessions as store_sessions
+from parley.store.db import Db, Sent
 from parley.store.identity import Identity
-from parley.store.live import COUNTED, LIVE_RUNG, announce_params, announced, joined_row, joining
+from parley.store.live import COUNTED, announce_params, joined_row, joining
 from parley.store.messages import (
     MESSAGE,
     MessageRow,
     message_params,
     seq_taken,
 )
-from parley.store.sessions import SessionRow, lock_session
-from parley.store.turn_states import BORN
+from parley.store.sessions import SessionRow
 from parley.store.turns import birth
 from parley.store.turns.reads import PostedTurn, TurnFacts, turn_facts
 from parley.tenancy import TenantConfig
@@ -162,30 +163,42 @@ async def post_user_message(
     interaction_value: str | None = None,
     steer: bool = False,
 ) -> PostedMessage:
-    """Store a user message and what it starts or answers, in the caller's transaction."""
-    session = await lock_session(db, owner=owner, session_id=session_id)
-    earlier, before, held = await _earlier_post(db, owner, session_id, client_message_id, text)
+    """Store a user message and what it starts or answers, in the caller's transaction.
+    A new turn's post is three round trips: the session's lock with the reads it orders, then
+    the counts with the write (store/limits.py `take_all_then`), then the caller's commit."""
+    limits = limits or Limits()
+    async with db.together():  # the lock first: the reads behind it run once it is held
+        locking = await store_sessions.send_lock(db, owner=owner, session_id=session_id)
+        earlier_read = await _send_earlier(db, owner, session_id, client_message_id)
+        running = await limits_store.send_running(db, owner=owner, limits=limits)
+    session = await store_sessions.owned(locking)
+    earlier, before, held = await _earlier_post(
+        db, owner, session_id, client_message_id, text, earlier_read
+    )
     if earlier is not None:
         return earlier
     attached = await _validate(db, owner, session, expected_last_seq, file_ids)
-    tenant = await _admit(db, owner=owner, limits=limits, locked=True)
+    # The tenant's switch and the running turns; the windowed counts come with the write.
+    admitted = await limits_store.admission(running, owner, limits)
     post = Post(session, owner, client_message_id, text, attached, interaction_value, steer)
-    match await _classify(db, post, held, tenant.handoffs()):
+    kind = await _classify(db, post, held, admitted.config.handoffs())
+    if isinstance(kind, NewTurn):
+        return await _open_new_turn(db, post, kind, number=before + 1, takes=admitted.takes)
+    await limits_store.take_all(db, admitted.takes)
+    match kind:
         case ToPerson(case=case):  # for the case's person: no turn, and no model is asked
             message = await handoffs.from_customer(db, case=case, text=text, key=client_message_id)
             return PostedMessage(None, message, True, handoff_id=case.id)
         case AsksForPerson(rules=rules):  # the customer's words open a case: no model asked
             return await _open_case(db, post, rules)
-        case AnswerToSpecialist() as kind:
+        case AnswerToSpecialist():
             return await _answer_specialist(db, post, kind)
-        case DecisionOnCard() as kind:
+        case DecisionOnCard():
             return await _decide_card(db, post, kind)
         case NextTurn():
             return await _queue_next_turn(db, post)
-        case SteerTurn() as kind:
+        case SteerTurn():
             return await _steer_turn(db, post, kind)
-        case NewTurn() as kind:
-            return await _open_new_turn(db, post, kind, number=before + 1)
 
 
 async def _validate(
@@ -299,9 +312,12 @@ async def _queue_next_turn(db: Db, post: Post) -> PostedMessage:
     return PostedMessage(_posted_turn(queued.turn), queued.message, True)
 
 
-async def _open_new_turn(db: Db, post: Post, kind: NewTurn, *, number: int) -> PostedMessage:
-    """The message and its new turn (born in `received`, the start outbox); a card the user
-    moved on from is superseded first, and its turn told so after commit."""
+async def _open_new_turn(
+    db: Db, post: Post, kind: NewTurn, *, number: int, takes: Sequence[limits_store.Take]
+) -> PostedMessage:
+    """The message and its new turn (born in `received`, the start outbox), written in the
+    round trip that counts the post; a card the user moved on from is superseded first, and
+    its turn told so after commit."""
     signals: tuple[tuple[str, ResolveActionSignal], ...] = ()
     if kind.superseded is not None:
         await _supersede(db, kind.superseded)
@@ -309,34 +325,55 @@ async def _open_new_turn(db: Db, post: Post, kind: NewTurn, *, number: int) -> P
             (kind.superseded.turn_id, ResolveActionSignal(kind.superseded.id, Decision.superseded)),
         )
     owner = post.owner
-    message, turn_id = await birth.insert_message_and_turn(
-        db,
-        session_id=post.session.id,
-        last_seq=post.session.last_seq,
-        owner=owner,
-        client_message_id=post.client_message_id,
-        text=post.text,
-        attached=post.attached,
-    )
+
+    async def write() -> birth.Born:
+        return await birth.send_message_and_turn(
+            db,
+            session_id=post.session.id,
+            last_seq=post.session.last_seq,
+            owner=owner,
+            client_message_id=post.client_message_id,
+            text=post.text,
+            attached=post.attached,
+        )
+
+    born = await limits_store.take_all_then(db, takes, write)
+    message, turn_id = await born.made()
     turn = PostedTurn(turn_id, post.session.id, owner.tenant_id, owner.user_id, TurnState.received)
     return PostedMessage(turn, message, True, start=True, signals=signals, turn_number=number)
 
 
+async def _send_earlier(
+    db: Db, owner: Identity, session_id: str, client_message_id: str
+) -> Sent[tuple[str | None, str | None, int, bool]]:
+    """Send (or queue behind the session's lock, `Db.together`) the read `_earlier_post`
+    decides on."""
+    params = {
+        "session_id": session_id,
+        "client_message_id": client_message_id,
+        "lock_key": locks.user_turns(owner),
+    }
+    return await db.send_made(_EARLIER_AND_TURNS, params, _earlier)
+
+
 async def _earlier_post(
-    db: Db, owner: Identity, session_id: str, client_message_id: str, text: str
+    db: Db,
+    owner: Identity,
+    session_id: str,
+    client_message_id: str,
+    text: str,
+    sent: Sent[tuple[str | None, str | None, int, bool]] | None = None,
 ) -> tuple[PostedMessage | None, int, bool]:
     """The same message posted before (answered with its original turn), if it was, and how
     many turns the session has: one read, taken after the session's lock. The same statement
     takes the user's admission lock (`locks.user_turns`, always after the session's, as
     before), which `_admit` would otherwise take in a round trip of its own; a repeated post
     holds it briefly for nothing. A message still queued is found among the queued ones. The
-    same read says whether a hand-off holds the session (store/handoffs.py)."""
-    params = {
-        "session_id": session_id,
-        "client_message_id": client_message_id,
-        "lock_key": locks.user_turns(owner),
-    }
-    read = await db.made(_EARLIER_AND_TURNS, params, _earlier)
+    same read says whether a hand-off holds the session (store/handoffs.py). `sent`: the read
+    as the caller sent it already (`_send_earlier`); None: sent here."""
+    if sent is None:
+        sent = await _send_earlier(db, owner, session_id, client_message_id)
+    read = await sent.row()
     assert read is not None  # a select list without FROM: always one row
     found, waiting, turns_before, held = read
     if found is None and waiting is None:
@@ -426,52 +463,6 @@ _JOIN_TURN = joining(seq_taken(session="%(session_id)s", message="%(message_id)s
 
 def _posted_turn(turn: TurnFacts | _EarlierTurn | PostedTurn) -> PostedTurn:
     return PostedTurn(turn.id, turn.session_id, turn.tenant_id, turn.user_id, TurnState(turn.state))
-
-
-async def open_turn(
-    db: Db,
-    *,
-    session_id: str,
-    owner: Identity,
-    message: MessageRow,
-    turn_id: str | None = None,
-    retry_of: str | None = None,
-) -> PostedTurn:
-    """Create the session's active turn for a user message already stored: the row is the
-    outbox the workflow start relies on, and its first event is `received`. A turn is born
-    here in `received` (store/turn_states.py `BORN`, with its first event and the session's
-    active turn, in one statement); every later state goes through `store.turns.move_turn`.
-    `retry_of`: the turn this one retries, written by a statement of its own."""
-    turn = PostedTurn(
-        turn_id or new_id("trn"), session_id, owner.tenant_id, owner.user_id, TurnState.received
-    )
-    announcement = SessionTurnData(turn_id=turn.id, retry_of=retry_of)
-    params = {
-        **append_params(turn.id, [state_event(TurnState.received)]),
-        **announce_params(SessionEventType.turn, announcement, turn_id=turn.id),
-        "to": TurnState.received.value,
-        "session_id": session_id,
-        "tenant_id": owner.tenant_id,
-        "user_id": owner.user_id,
-        "message_id": message.id,
-        "seq": message.seq,
-    }
-    await db.run(_OPEN_TURN, params)
-    if retry_of is not None:
-        await db.run(_RETRY_OF, {"turn_id": turn.id, "retry_of": retry_of})
-    return turn
-
-
-# Born as the `counter` of its first event's append (store/events.py), the session held and
-# its own log told (store/live.py).
-_OPEN_TURN = f"""
-    WITH counter AS ({BORN} RETURNING {BASE}), {EVENTS_INSERTED}, held AS (
-        UPDATE sessions SET active_turn_id = %(turn_id)s, {COUNTED} WHERE id = %(session_id)s
-        RETURNING sessions.id, sessions.last_event_id
-    ), {announced("held")}
-    SELECT {RUNG} AS notified, {LIVE_RUNG} AS announced
-"""
-_RETRY_OF = "UPDATE turns SET retry_of = %(retry_of)s WHERE id = %(turn_id)s"
 
 
 def _may_use_assistant(owner: Identity) -> None:

@@ -1,6 +1,6 @@
 """Retrying a turn: a failed or cancelled answer asked again, once, as a new turn for the same
 user message (`POST .../turns/{turn_id}/retry`). The turn is opened as a post opens one
-(store/posting.py `open_turn`, after the same access check and admission); nothing here
+(store/turns/birth.py `open_turn`, after the same access check and admission); nothing here
 commits (see `store`): the API commits the new turn, its start outbox, then starts it."""
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from parley.store import handoffs
 from parley.store.db import Db
 from parley.store.identity import Identity
 from parley.store.messages import MESSAGE, MessageRow
-from parley.store.posting import PostedMessage, _admit, _may_use_assistant, open_turn
+from parley.store.posting import PostedMessage, _admit, _may_use_assistant
 from parley.store.sessions import get_turn, lock_session
+from parley.store.turns.birth import open_turn
 from parley.wire import MessageView
 
 

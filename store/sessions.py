@@ -15,7 +15,7 @@ from parley.errors import NotFound
 from parley.ids import new_id
 from parley.live import SessionEventType
 from parley.store import limits
-from parley.store.db import Db
+from parley.store.db import Db, Sent
 from parley.store.identity import Identity
 from parley.store.live import COUNTED, LIVE_RUNG, announce_params, announced
 from parley.store.messages import MESSAGE_COLUMNS, MessageRow
@@ -123,6 +123,21 @@ async def lock_session(db: Db, *, owner: Identity, session_id: str) -> SessionRo
     """The owner's session, its row locked for this transaction: for a writer that moves its
     counters in statements of its own (a plain post's new turn, store/turns/birth.py)."""
     return await _owned(db, _LOCK_SESSION_ROW, owner=owner, session_id=session_id)
+
+
+async def send_lock(db: Db, *, owner: Identity, session_id: str) -> Sent[SessionRow]:
+    """`lock_session`, sent (or queued in `Db.together`, ahead of the statements the lock
+    orders); `owned` reads what it found."""
+    params = {"session_id": session_id, "tenant_id": owner.tenant_id, "user_id": owner.user_id}
+    return await db.send(_LOCK_SESSION_ROW, params, SessionRow)
+
+
+async def owned(sent: Sent[SessionRow]) -> SessionRow:
+    """The session a `send_lock` found: 404 when it is not the owner's (or deleted)."""
+    session = await sent.row()
+    if session is None:
+        raise NotFound(SESSION_NOT_FOUND)
+    return session
 
 
 async def _owned(db: Db, query: str, *, owner: Identity, session_id: str) -> SessionRow:

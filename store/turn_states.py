@@ -14,7 +14,7 @@ its first events. The paths that compose them, each keeping its one round trip:
 - store/turns/attempts.py `open_attempt`: a model call's step entered with its attempt counted;
 - store/context.py `read_for_build`: the build's rows read with its move;
 - store/turns/birth.py: a plain post's turn born with its message;
-- store/posting.py `open_turn` (a retry's turn) and store/queue.py `queue_message` (a queued
+- store/turns/birth.py `open_turn` (a retry's turn) and store/queue.py `queue_message` (a queued
   turn), each born with its first event.
 """
 

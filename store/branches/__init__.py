@@ -62,7 +62,6 @@ from parley.store.posting import (
     _earlier_post,
     _may_use_assistant,
     _supersede,
-    open_turn,
 )
 from parley.store.sessions import SessionRow, get_turn, lock_session
 from parley.store.turns import birth
@@ -170,7 +169,7 @@ async def regenerate(
     new = await _fork(
         db, session, branches, fork_seq=asked.seq + 1, point=point, keep_before=asked.seq
     )
-    turn = await open_turn(db, session_id=session_id, owner=owner, message=asked)
+    turn = await birth.open_turn(db, session_id=session_id, owner=owner, message=asked)
     await db.run(_HEAD, {"session_id": session_id, "number": new, "head": turn.id})
     await _announce(db, session_id, new)
     return PostedMessage(turn, MessageView.from_row(asked), True, start=True, signals=signals)

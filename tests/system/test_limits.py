@@ -12,6 +12,7 @@ import logging
 import subprocess
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -21,8 +22,9 @@ import pytest
 from sqlalchemy import func, select, text
 
 from parley.config import Limits, Settings
+from parley.errors import DailyCapReached
 from parley.store import limits
-from parley.store.db import Database
+from parley.store.db import Database, Sent
 from parley.store.identity import Identity, create_token
 from parley.store.models import ChatSession, Message, Tenant, User
 from tests.support.client import ParleyClient
@@ -298,6 +300,61 @@ async def test_a_counting_error_lets_the_post_through_and_is_logged(
                 await limits.admit_turn(db, owner=owner, limits=Limits())
         await db.rollback()
     assert "letting it through" in caplog.text
+
+
+async def test_a_counting_error_still_makes_the_write_sent_with_the_counts_once(
+    sessions: Database, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A new turn's post counts and writes in one round trip (`take_all_then`); when the
+    counting fails, the write (which did not run behind the failed count) is made on its own,
+    once, and the post goes through."""
+    tenant, _ = await new_tenant(sessions, {"user_daily_cap": 1})
+    owner = Identity(tenant_id=tenant, user_id="u0", roles=())
+    async with sessions() as db:
+        await db.run("CREATE TEMPORARY TABLE written (n int) ON COMMIT DROP", {})
+        await db.run("ALTER TABLE usage_counters RENAME TO usage_counters_away", {})
+        admitted = await limits.admission(
+            await limits.send_running(db, owner=owner, limits=Limits()), owner, Limits()
+        )
+
+        async def write() -> Sent[_N]:
+            return await db.send("INSERT INTO written VALUES (7) RETURNING n", {}, _N)
+
+        with caplog.at_level(logging.WARNING, logger="parley.store.limits"):
+            made = await limits.take_all_then(db, admitted.takes, write)
+        assert await made.row() == _N(7)
+        assert await db.value("SELECT count(*) FROM written", {}) == 1
+        await db.rollback()
+    assert "letting it through" in caplog.text
+
+
+async def test_a_refused_count_undoes_the_write_sent_with_it(sessions: Database) -> None:
+    """The write rides with the counts; a refusal raises after it ran, and the rolled-back
+    transaction takes it away: nothing of a refused post is stored."""
+    tenant, _ = await new_tenant(sessions, {"user_daily_cap": 1})
+    owner = Identity(tenant_id=tenant, user_id="u0", roles=())
+    async with sessions() as db:
+        await limits.admit_turn(db, owner=owner, limits=Limits())  # the day's one message
+        await db.commit()
+    async with sessions() as db:
+        await db.run("CREATE TEMPORARY TABLE written (n int)", {})
+        await db.commit()
+        admitted = await limits.admission(
+            await limits.send_running(db, owner=owner, limits=Limits()), owner, Limits()
+        )
+
+        async def write() -> Sent[_N]:
+            return await db.send("INSERT INTO written VALUES (7) RETURNING n", {}, _N)
+
+        with pytest.raises(DailyCapReached):
+            await limits.take_all_then(db, admitted.takes, write)
+        await db.rollback()
+        assert await db.value("SELECT count(*) FROM written", {}) == 0
+
+
+@dataclass(frozen=True)
+class _N:
+    n: int
 
 
 def test_retry_after_rounds_up_to_the_end_of_the_window_and_is_never_zero() -> None:
