@@ -394,7 +394,7 @@ async def _schedule_purge(client: Client, settings: Settings) -> None:
 
 async def _sweep(client: Client, sessions: Database, settings: Settings, bell: OutboxBell) -> None:
     """The outbox loop: unstarted turns, undelivered answers, lost erasures, abandoned turns,
-    and a queued turn the moment the bell rings."""
+    and a posted or promoted turn the moment the bell rings."""
     await sweep_forever(
         client,
         sessions,
@@ -409,6 +409,8 @@ async def _sweep(client: Client, sessions: Database, settings: Settings, bell: O
         notices=WebhookSender(
             sessions=sessions, allowlist=settings.mcp_allowlist, resolve=system_resolver
         ),
+        tracing=bool(settings.otlp_endpoint),
+        kill_at=settings.fault_kill_at,
     )
 
 
@@ -437,7 +439,7 @@ async def run_worker(settings: Settings) -> None:
     draining = asyncio.create_task(sdk_metrics.drain_forever()) if sdk_metrics else None
     if settings.worker_metrics_port:
         start_http_server(settings.worker_metrics_port, addr=settings.api_host)
-    bell = OutboxBell(libpq_url(settings.database_url))  # queued turns start when it rings
+    bell = OutboxBell(libpq_url(settings.database_url))  # posted and queued turns start on it
     sweep = asyncio.create_task(_sweep(client, sessions, settings, bell))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

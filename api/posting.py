@@ -17,12 +17,14 @@ from parley.api.metrics import MESSAGES_POSTED
 from parley.api.schemas import ActionOut, PostMessageIn, TurnStarted
 from parley.config import Settings
 from parley.contracts import ResolveActionSignal, SteerInput
+from parley.dispatch.telemetry import name_post, post_trace
 from parley.errors import ActionExpired, ActionResolved, AgentPaused, InvalidRequest
 from parley.statuses import Decision
 from parley.store import actions, tenants
 from parley.store import posting as store_posting
 from parley.store import sessions as store_sessions
 from parley.store.db import Database, Db
+from parley.store.events import OutboxRing
 from parley.store.identity import Identity
 from parley.wire import ActionView
 
@@ -46,6 +48,7 @@ async def post(
     """Store the user's message and start (or queue, or steer with) its turn; commits."""
     if len(body.text) > settings.max_message_chars:
         raise InvalidRequest(f"text: at most {settings.max_message_chars} characters", field="text")
+    trace = post_trace(settings)  # the turn's trace, joined by the worker that starts it
     posted = await store_posting.post_user_message(
         db,
         owner=user,
@@ -57,6 +60,9 @@ async def post(
         file_ids=body.file_ids,
         interaction_value=body.interaction_value,
         steer=body.mode == "steer",
+        # A new turn rings the workers' outbox from its write; one of them starts it at once
+        # (dispatch/outbox.py). An API that runs a worker of its own starts it itself.
+        start_on=None if settings.api_worker else _ring(settings, trace),
     )
     turn = posted.turn
     await db.commit()  # the message and its turn (the start outbox) before any start
@@ -81,13 +87,26 @@ async def post(
         # which a turn streaming in one workflow task takes only at its next task.
         steer = SteerInput(posted.message.id, posted.message.seq)
         background.add_task(deliver_steer, temporal, turn.id, steer)
-    if posted.start:
+    name_post(settings, turn_id=turn.id, session_id=turn.session_id, tenant_id=turn.tenant_id)
+    if posted.start and settings.api_worker:
         # Its place in the session (the workflow's summary); a duplicate's start looks it up.
         await _start(temporal, one_statement, settings, turn, background, posted.turn_number)
     started = TurnStarted.build(
         session_id=session_id, turn_id=turn.id, state=turn.state, message=posted.message
     )
     return Posted(started.model_copy(update={"steered": posted.steered}), posted.created)
+
+
+def _ring(settings: Settings, trace: str) -> OutboxRing:
+    """The ring of a new turn (its id filled in by its write), with what the API starts a
+    turn with: its task queue, the card's window, whether a fallback model is configured."""
+    return OutboxRing(
+        "",
+        settings.task_queue,
+        settings.confirmation_timeout_s,
+        settings.has_fallback_model,
+        trace,
+    )
 
 
 async def answer_card(

@@ -39,6 +39,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from temporalio.contrib.opentelemetry import TracingInterceptor
 
 from parley.gateway.base import Finish, ModelProvider, ModelRequest, StreamEvent
@@ -51,6 +52,9 @@ if TYPE_CHECKING:
 TRACER = "parley"
 IDS = ("turn_id", "session_id", "tenant_id")
 PREFIX = "parley."
+# Only the span's context crosses to the worker that starts a posted turn (not the request's
+# baggage): W3C trace context alone.
+_TRACE_CONTEXT = TraceContextTextMapPropagator()
 
 # Request attributes the exporter never sends: who asked from where, and the query string.
 DROPPED = frozenset(
@@ -114,6 +118,30 @@ def current_trace_id() -> str | None:
     """The trace the running code is part of (32 hex digits), or None outside one."""
     span_context = trace.get_current_span().get_span_context()
     return format(span_context.trace_id, "032x") if span_context.is_valid else None
+
+
+def traceparent_here() -> str:
+    """The running span's context (the POST's, whose turn a worker starts) as a W3C
+    `traceparent`, for that start to join (`joined`)."""
+    carrier: dict[str, str] = {}
+    _TRACE_CONTEXT.inject(carrier)
+    return carrier.get("traceparent", "")
+
+
+def name_span(ids: dict[str, str]) -> None:
+    """Name the running span (the POST's) with the turn's ids, as its start would have."""
+    trace.get_current_span().set_attributes(ids)
+
+
+@contextmanager
+def joined(traceparent: str) -> Iterator[None]:
+    """Run as part of the trace `traceparent` names (a POST's, in the worker that starts its
+    turn): the start's spans are its children."""
+    token = context.attach(_TRACE_CONTEXT.extract({"traceparent": traceparent}))
+    try:
+        yield
+    finally:
+        context.detach(token)
 
 
 def tracing_of(client: temporalio.client.Client) -> TurnTracing | None:

@@ -1,7 +1,11 @@
 """Starting, signalling and cancelling turn workflows; the turns table is the start outbox.
 
-The API commits the user message and its turn first, then starts the workflow. If the API
-dies in between, the turn row still says `workflow_started_at IS NULL`; the sweep starts
+The API commits the user message and its turn, and the statement that writes the turn rings
+`OUTBOX_CHANNEL` (heard at the commit); the API calls no Temporal. A worker of the turn's task
+queue that hears the ring claims the start (`start_rung`: one of the many that hear it) and
+starts the workflow eagerly on its own client, so the first workflow task runs in it with no
+trip through matching, then marks the row started. If nobody hears the ring, or the claimer
+dies before its start, the turn row still says `workflow_started_at IS NULL`; the sweep starts
 such turns a few seconds later. Every worker ticks, and one sweeps at a time (an advisory
 lock, store/locks.py): a tick that finds another worker sweeping skips. Starting is
 idempotent: the workflow id comes from the turn, a running workflow is attached to
@@ -29,6 +33,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import signal
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -58,11 +64,13 @@ from parley.dispatch.control import sweep_decisions
 from parley.dispatch.erasure import sweep_erasures
 from parley.dispatch.handoffs import sweep_cases
 from parley.dispatch.specialists import sweep_answers
+from parley.dispatch.telemetry import joined_trace
 from parley.handoffs import DEFAULT_CLAIM_TIMEOUT_S
 from parley.ids import workflow_id_for_turn
 from parley.statuses import TurnErrorCode
 from parley.store import locks, outbox, queue, tenants
 from parley.store.db import Database, connect
+from parley.store.events import OutboxRing
 from parley.wire import ErrorData
 
 # A turn's workflow runs at most this much longer than its confirmation wait; past that
@@ -155,6 +163,8 @@ class Starts:
     handoff_claim_timeout_s: float = DEFAULT_CLAIM_TIMEOUT_S
     # Delivers budget notices to the tenants' webhooks (None: they wait in their table).
     notices: WebhookSender | None = None
+    tracing: bool = False  # a posted turn's start joins its POST's trace
+    kill_at: str = ""  # a crash test's point (`PARLEY_FAULT_KILL_AT`, dev only)
 
 
 async def sweep_once(
@@ -175,7 +185,7 @@ async def _sweep(starts: Starts, grace: timedelta) -> int:
     async with starts.sessions() as db:
         pending = await outbox.unstarted_turns(db, older_than=grace)
     for turn in pending:
-        log.warning("starting turn %s that the API did not start", turn.id)
+        log.warning("starting turn %s that no ring started", turn.id)
         await _start_unstarted(starts, turn)
     return len(pending)
 
@@ -189,6 +199,57 @@ async def start_promoted(starts: Starts, turn_id: str) -> bool:
         return False
     await _start_unstarted(starts, turn)
     return True
+
+
+async def start_rung(starts: Starts, payload: str, *, promoted: bool = True) -> bool:
+    """Start the turn the outbox's doorbell rang for (store/events.py `OutboxRing`): a new
+    turn's post names its task queue, and a worker of that queue claims it (store/outbox.py
+    `claim_start`: one worker of the many that hear it) and starts it eagerly on its own
+    client, so its first workflow task runs here without a trip through matching; the claim
+    is held until the start is marked. A turn promoted from its session's queue (no task
+    queue named) is started as `start_promoted` does, when `promoted`. False when this worker
+    starts nothing. A worker that dies with the claim lets it go with its connection: the
+    sweep starts the turn a few seconds later."""
+    rung = OutboxRing.heard(payload)
+    if rung.task_queue is None:
+        return promoted and await start_promoted(starts, rung.turn_id)
+    if rung.task_queue != starts.task_queue:
+        return False  # another deployment's turn (tests share a database)
+    async with starts.sessions() as db:
+        claimed = await outbox.claim_start(db, turn_id=rung.turn_id)
+        if claimed is None:
+            return False
+        _die_at(starts, "turn_claimed")
+        if claimed.paused:
+            await db.rollback()  # the claim goes: the ending is written apart
+            turn = queue.Startable(claimed.id, claimed.session_id, claimed.tenant_id)
+            return await _end_if_paused(starts.sessions, turn.id, turn.tenant_id)
+        inp = TurnInput(
+            turn_id=claimed.id,
+            session_id=claimed.session_id,
+            tenant_id=claimed.tenant_id,
+            confirmation_timeout_s=rung.confirmation_timeout_s,
+            fallback=rung.fallback,
+        )
+        with joined_trace(rung.trace if starts.tracing else ""):
+            await start_turn_workflow(
+                starts.client,
+                inp,
+                task_queue=starts.task_queue,
+                turn_number=claimed.number,
+                eager=True,
+            )
+        _die_at(starts, "turn_started")
+        await outbox.mark_workflow_started(db, turn_id=claimed.id)
+        await db.commit()
+    return True
+
+
+def _die_at(starts: Starts, point: str) -> None:
+    """A crash test's SIGKILL at `point` (dispatch only: `PARLEY_FAULT_KILL_AT`)."""
+    if starts.kill_at == point:
+        log.warning("fault injection: killed at %s", point)
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 async def _start_unstarted(starts: Starts, turn: queue.Startable) -> None:
@@ -295,6 +356,8 @@ async def sweep_forever(
     warning_lead_s: float = DEFAULT_WARNING_LEAD_S,
     handoff_claim_timeout_s: float = DEFAULT_CLAIM_TIMEOUT_S,
     notices: WebhookSender | None = None,
+    tracing: bool = False,
+    kill_at: str = "",
 ) -> None:
     """Sweep every `every`; between sweeps, start each queued turn the moment `bell` rings
     for it (a ring this misses, the next sweep covers). `warning_lead_s`: the deployment's
@@ -307,8 +370,13 @@ async def sweep_forever(
         fallback,
         handoff_claim_timeout_s,
         notices,
+        tracing,
+        kill_at,
     )
     loop = asyncio.get_running_loop()
+    starting: set[asyncio.Task[bool]] = set()  # each ring's start runs beside the others
+    if bell is not None:
+        await bell.listen()
     due = loop.time()
     while True:
         if loop.time() >= due:
@@ -321,8 +389,27 @@ async def sweep_forever(
         if bell is None:
             await asyncio.sleep(wait)
             continue
-        for turn_id in await bell.rung(wait):
-            try:
-                await start_promoted(starts, turn_id)
-            except Exception:  # the sweep starts it
-                log.warning("could not start queued turn %s now", turn_id, exc_info=True)
+        for payload in await bell.rung(wait):
+            task = asyncio.create_task(_start_now(starts, payload))
+            starting.add(task)
+            task.add_done_callback(starting.discard)
+
+
+async def start_forever(starts: Starts, bell: queue.OutboxBell) -> None:
+    """Start each posted turn of this worker's queue the moment its ring is heard, and
+    nothing else (a worker beside which no outbox loop runs: tests' in-process workers)."""
+    starting: set[asyncio.Task[bool]] = set()
+    await bell.listen()
+    while True:
+        for payload in await bell.rung(60.0):
+            task = asyncio.create_task(_start_now(starts, payload, promoted=False))
+            starting.add(task)
+            task.add_done_callback(starting.discard)
+
+
+async def _start_now(starts: Starts, payload: str, *, promoted: bool = True) -> bool:
+    try:
+        return await start_rung(starts, payload, promoted=promoted)
+    except Exception:  # the sweep starts it
+        log.warning("could not start the turn rung as %r now", payload, exc_info=True)
+        return False

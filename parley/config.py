@@ -303,9 +303,10 @@ class Settings(BaseSettings):
     # fails and is retried (activities/failures.py): five model-call attempts ride out about
     # a minute of outage with the default.
     store_outage_wait_s: float = 12.0
-    # Tests only (api/faults.py): the API process kills itself (SIGKILL) when it reaches the
-    # named point, e.g. `answer_committed` (a specialist's answer committed, not signalled).
-    # Refused outside dev.
+    # Tests only (api/faults.py, dispatch/outbox.py): the process kills itself (SIGKILL) when
+    # it reaches the named point, e.g. `answer_committed` (the API: a specialist's answer
+    # committed, not signalled), `turn_claimed` / `turn_started` (a worker: a posted turn's
+    # start claimed, or started and not yet marked). Refused outside dev.
     fault_kill_at: str = ""
 
     @field_validator("mcp_allowed_hosts")

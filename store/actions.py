@@ -433,3 +433,13 @@ _DECISION_DELIVERED = """
     UPDATE actions SET decision_delivered_at = %(now)s
     WHERE id = %(id)s AND decision_delivered_at IS NULL
 """
+
+
+async def supersede(db: Db, *, action: ActionRow) -> None:
+    """The user moved on from a pending card (a new message, an edit): it is superseded, and
+    the session's log told; an action no longer pending is left as it is."""
+    updated = await set_action_status(
+        db, action_id=action.id, status=ActionStatus.superseded, only_from=(ActionStatus.pending,)
+    )
+    if updated is not None:
+        await announce_resolution(db, action=updated)

@@ -271,6 +271,45 @@ _APPEND_WHILE_OPEN = f"""
     """
 
 
+# The workers' outbox (dispatch/outbox.py) hears of a turn to start on this channel: a turn
+# promoted from its session's queue (store/queue.py), or a new turn's post (store/turns/birth.py,
+# which rings it from its write: `OUTBOX_DOORBELL`, a select-list expression whose payload is
+# `%(outbox_ring)s`, nothing rung when that is NULL). The payload is an `OutboxRing`.
+OUTBOX_CHANNEL = "parley_outbox"
+OUTBOX_DOORBELL = f"""CASE WHEN CAST(%(outbox_ring)s AS text) IS NOT NULL
+        THEN pg_notify('{OUTBOX_CHANNEL}', CAST(%(outbox_ring)s AS text)) END"""
+
+
+@dataclass(frozen=True)
+class OutboxRing:
+    """What the outbox's doorbell says: the turn to start; for a new turn's post, what its
+    API starts it with (the task queue: only a worker of that queue claims it; the card's
+    window and whether a fallback model is configured, as the API's settings say) and the
+    post's trace context (W3C `traceparent`, empty when tracing is off), so the start joins
+    the POST's trace. Space-separated, the turn id first (a promoted turn's ring is its id
+    alone: the worker starts it with its own settings)."""
+
+    turn_id: str
+    task_queue: str | None = None
+    confirmation_timeout_s: float = 0.0
+    fallback: bool = False
+    trace: str = ""
+
+    def payload(self) -> str:
+        if self.task_queue is None:
+            return self.turn_id
+        window, fallback = f"{self.confirmation_timeout_s:g}", "1" if self.fallback else "0"
+        return " ".join((self.turn_id, self.task_queue, window, fallback, self.trace)).rstrip()
+
+    @classmethod
+    def heard(cls, payload: str) -> OutboxRing:
+        turn_id, *rest = payload.split(" ")
+        if len(rest) < 3:
+            return cls(turn_id)
+        task_queue, window, fallback, *trace = rest
+        return cls(turn_id, task_queue, float(window), fallback == "1", "".join(trace))
+
+
 async def ring(conn: Db, *, channel: str, payload: str) -> None:
     """Ring another doorbell of the record (store/queue.py's outbox), in the caller's
     transaction: heard at its commit."""

@@ -11,12 +11,15 @@ the transaction that takes it (a statement in autocommit holds it for itself alo
   locking the session's row, which the turns keep writing (store/summaries.py);
 - the outbox sweep (`OUTBOX_SWEEP`): one worker sweeps at a time; a worker whose tick finds
   it held skips that tick (dispatch/outbox.py), so N workers do not run N sweeps;
+- a new turn's start (`turn_start`): of the workers that hear its post's ring, the one that
+  takes it starts the turn, holding it through the start (store/outbox.py `claim_start`);
+  the others skip it, and a dead claimer's connection lets it go for the sweep;
 - the schema (`SCHEMA_MIGRATIONS`): one `parley migrate` upgrades at a time, so every pod of
   a deployment may run it on start; the others wait, then find nothing to do
   (store/migrations/env.py).
 
-A statement that takes a lock beside other work composes `TAKE` (its parameter is
-`lock_key`); one that only takes it runs `hold`.
+A statement that takes a lock beside other work composes `TAKE` (or `TRY_TAKE`; its
+parameter is `lock_key`); one that only takes it runs `hold`.
 """
 
 from __future__ import annotations
@@ -48,6 +51,11 @@ SCHEMA_MIGRATIONS = "schema:migrations"
 OUTBOX_SWEEP = "outbox:sweep"
 
 
+def turn_start(turn_id: str) -> str:
+    """A new turn's start, claimed by the one worker that starts it (dispatch/outbox.py)."""
+    return f"start:{turn_id}"
+
+
 async def hold(db: Db, key: str) -> None:
     """Take the lock named `key` for the rest of the caller's transaction."""
     await db.run(_HOLD, {"lock_key": key})
@@ -63,7 +71,9 @@ async def if_free(database: Database, key: str) -> AsyncIterator[bool]:
         yield bool(await db.value(_TRY_HOLD, {"lock_key": key}))
 
 
-_TRY_HOLD = "SELECT pg_try_advisory_xact_lock(hashtext(%(lock_key)s))"
+# Held if free, to the end of the transaction: a select-list expression, true when taken.
+TRY_TAKE = "pg_try_advisory_xact_lock(hashtext(%(lock_key)s))"
+_TRY_HOLD = f"SELECT {TRY_TAKE}"
 _HOLD = f"SELECT {TAKE}"
 # The same, for the migrations' synchronous connection (`exec_driver_sql`).
 HOLD_SQL = _HOLD

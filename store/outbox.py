@@ -3,10 +3,11 @@ turn row still open whose workflow may have closed without ending it."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from parley.contracts import TERMINAL_TURN_STATES, TurnState
-from parley.store import turns
+from parley.store import locks, turns
 from parley.store.db import Db
 from parley.store.queue import Startable
 from parley.wire import ErrorData
@@ -21,6 +22,59 @@ async def turn_number(db: Db, *, turn_id: str) -> int:
 _TURN_NUMBER = """
     SELECT count(*) FROM turns AS t JOIN turns AS this ON this.id = %(turn_id)s
     WHERE t.session_id = this.session_id AND t.created_at <= this.created_at
+"""
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A turn this worker claimed to start (`claim_start`), with what its start needs."""
+
+    id: str
+    session_id: str
+    tenant_id: str
+    number: int  # its place in the session (`turn_number`)
+    paused: bool  # its tenant's switch (store/tenants.py), read with it
+
+
+async def claim_start(db: Db, *, turn_id: str) -> Claimed | None:
+    """Claim the start of a turn whose post rang the outbox: the turn's start lock
+    (store/locks.py `turn_start`), taken if free and held by `db`'s transaction until the
+    caller marks the start and commits, with the turn, when it still waits to start, in one
+    statement. None: another worker holds it, or the turn no longer waits (started, ended)."""
+    params = {
+        "lock_key": locks.turn_start(turn_id),
+        "turn_id": turn_id,
+        "received": TurnState.received.value,
+    }
+    claimed = await db.row(_CLAIM_START, params, _Claim)
+    if claimed is None or not claimed.mine or claimed.id is None:
+        return None
+    assert claimed.session_id is not None and claimed.tenant_id is not None
+    number, paused = int(claimed.number or 0), bool(claimed.paused)
+    return Claimed(claimed.id, claimed.session_id, claimed.tenant_id, number, paused)
+
+
+@dataclass(frozen=True)
+class _Claim:
+    mine: bool
+    id: str | None
+    session_id: str | None
+    tenant_id: str | None
+    number: int | None
+    paused: bool | None
+
+
+# The lock first; the turn read beside it (a turn that another worker started just before is
+# found started; one started between this statement's snapshot and the lock is started
+# again, which attaches to its workflow).
+_CLAIM_START = f"""
+    SELECT {locks.TRY_TAKE} AS mine, t.id, t.session_id, t.tenant_id,
+        (SELECT count(*) FROM turns AS o
+            WHERE o.session_id = t.session_id AND o.created_at <= t.created_at) AS number,
+        (SELECT paused FROM tenants WHERE id = t.tenant_id) AS paused
+    FROM (SELECT 1) AS one
+    LEFT JOIN turns AS t ON t.id = %(turn_id)s AND t.state = %(received)s
+        AND t.workflow_started_at IS NULL
 """
 
 
@@ -78,3 +132,8 @@ async def end_unstarted_turn(
     started, in the caller's one transaction: the outbox can never start it afterwards."""
     await turns.end_unfinished_turn(db, turn_id=turn_id, state=state, error=error)
     await mark_workflow_started(db, turn_id=turn_id)
+
+
+# What a worker sends to start a posted turn (`claim_start`, `mark_workflow_started`): the
+# turn's start, apart from its steps (tests/support/counting.py counts them apart).
+START_STATEMENTS = (_CLAIM_START, _MARK_STARTED)

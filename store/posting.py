@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -40,12 +40,13 @@ from parley.features import ASSISTANT
 from parley.handoff_rules import HandoffRules, asks_for_person
 from parley.ids import new_id
 from parley.live import SessionEventType
-from parley.statuses import ActionStatus, Decision
+from parley.statuses import Decision
 from parley.store import actions, handoff_openers, handoffs, interactions, locks, queue, steering
 from parley.store import files as files_store
 from parley.store import limits as limits_store
 from parley.store import sessions as store_sessions
 from parley.store.db import Db, Sent
+from parley.store.events import OUTBOX_CHANNEL, OutboxRing, ring
 from parley.store.identity import Identity
 from parley.store.live import COUNTED, announce_params, joined_row, joining
 from parley.store.messages import (
@@ -162,10 +163,13 @@ async def post_user_message(
     file_ids: Sequence[str] = (),
     interaction_value: str | None = None,
     steer: bool = False,
+    start_on: OutboxRing | None = None,
 ) -> PostedMessage:
     """Store a user message and what it starts or answers, in the caller's transaction.
     A new turn's post is three round trips: the session's lock with the reads it orders, then
-    the counts with the write (store/limits.py `take_all_then`), then the caller's commit."""
+    the counts with the write (store/limits.py `take_all_then`), then the caller's commit.
+    `start_on`: the outbox's ring for a turn to start (its turn id filled in here), heard by
+    the workers at commit (dispatch/outbox.py); None: the caller starts it (`start`)."""
     limits = limits or Limits()
     async with db.together():  # the lock first: the reads behind it run once it is held
         locking = await store_sessions.send_lock(db, owner=owner, session_id=session_id)
@@ -176,6 +180,10 @@ async def post_user_message(
         db, owner, session_id, client_message_id, text, earlier_read
     )
     if earlier is not None:
+        if earlier.start and earlier.turn is not None and start_on is not None:
+            # Committed by a post whose ring nobody acted on: rung again.
+            again = replace(start_on, turn_id=earlier.turn.id)
+            await ring(db, channel=OUTBOX_CHANNEL, payload=again.payload())
         return earlier
     attached = await _validate(db, owner, session, expected_last_seq, file_ids)
     # The tenant's switch and the running turns; the windowed counts come with the write.
@@ -183,7 +191,9 @@ async def post_user_message(
     post = Post(session, owner, client_message_id, text, attached, interaction_value, steer)
     kind = await _classify(db, post, held, admitted.config.handoffs())
     if isinstance(kind, NewTurn):
-        return await _open_new_turn(db, post, kind, number=before + 1, takes=admitted.takes)
+        return await _open_new_turn(
+            db, post, kind, number=before + 1, takes=admitted.takes, start_on=start_on
+        )
     await limits_store.take_all(db, admitted.takes)
     match kind:
         case ToPerson(case=case):  # for the case's person: no turn, and no model is asked
@@ -313,14 +323,20 @@ async def _queue_next_turn(db: Db, post: Post) -> PostedMessage:
 
 
 async def _open_new_turn(
-    db: Db, post: Post, kind: NewTurn, *, number: int, takes: Sequence[limits_store.Take]
+    db: Db,
+    post: Post,
+    kind: NewTurn,
+    *,
+    number: int,
+    takes: Sequence[limits_store.Take],
+    start_on: OutboxRing | None,
 ) -> PostedMessage:
     """The message and its new turn (born in `received`, the start outbox), written in the
     round trip that counts the post; a card the user moved on from is superseded first, and
     its turn told so after commit."""
     signals: tuple[tuple[str, ResolveActionSignal], ...] = ()
     if kind.superseded is not None:
-        await _supersede(db, kind.superseded)
+        await actions.supersede(db, action=kind.superseded)
         signals = (
             (kind.superseded.turn_id, ResolveActionSignal(kind.superseded.id, Decision.superseded)),
         )
@@ -335,6 +351,7 @@ async def _open_new_turn(
             client_message_id=post.client_message_id,
             text=post.text,
             attached=post.attached,
+            start_on=start_on,
         )
 
     born = await limits_store.take_all_then(db, takes, write)
@@ -478,14 +495,3 @@ async def _admit(
     tenant's switch (paused fails closed), then the limits (`store.limits`), cheapest first.
     `locked`: the transaction holds the user's admission lock already. The tenant's config."""
     return await limits_store.admit_turn(db, owner=owner, limits=limits or Limits(), locked=locked)
-
-
-async def _supersede(db: Db, action: actions.ActionRow) -> None:
-    updated = await actions.set_action_status(
-        db,
-        action_id=action.id,
-        status=ActionStatus.superseded,
-        only_from=(ActionStatus.pending,),
-    )
-    if updated is not None:
-        await actions.announce_resolution(db, action=updated)

@@ -35,6 +35,7 @@ from parley.store.events import (
     BASE,
     DOORBELL,
     EVENTS_INSERTED,
+    OUTBOX_CHANNEL,
     RUNG,
     append_events,
     append_params,
@@ -54,7 +55,6 @@ from parley.wire import MessageData, MessageView
 log = logging.getLogger(__name__)
 
 # Rung (with the promoted turn's id) when a queued turn becomes startable.
-OUTBOX_CHANNEL = "parley_outbox"
 
 
 @dataclass(frozen=True)
@@ -287,14 +287,25 @@ class OutboxBell:
         self._conninfo = conninfo
         self._conn: psycopg.AsyncConnection[Any] | None = None
 
+    async def listen(self) -> None:
+        """Start listening now (else at the first `rung`): a ring before that is not heard.
+        A failure to connect is left to `rung`, which tries again."""
+        with contextlib.suppress(psycopg.Error):
+            await self._connected()
+
+    async def _connected(self) -> psycopg.AsyncConnection[Any]:
+        if self._conn is None or self._conn.closed:
+            self._conn = await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True)
+            await self._conn.execute(f"LISTEN {OUTBOX_CHANNEL}")
+        return self._conn
+
     async def rung(self, timeout: float) -> list[str]:
-        """The turn ids rung within `timeout` seconds (returning at the first ring), or none.
+        """The payloads rung within `timeout` seconds (returning at the first ring), or none
+        (store/events.py `OutboxRing`).
         A broken connection is dropped, and the wait passes as if nothing rang."""
         try:
-            if self._conn is None or self._conn.closed:
-                self._conn = await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True)
-                await self._conn.execute(f"LISTEN {OUTBOX_CHANNEL}")
-            heard = [n.payload async for n in self._conn.notifies(timeout=timeout, stop_after=1)]
+            conn = await self._connected()
+            heard = [n.payload async for n in conn.notifies(timeout=timeout, stop_after=1)]
         except psycopg.Error:
             log.warning("the outbox's listener lost its connection", exc_info=True)
             await self.close()

@@ -61,7 +61,6 @@ from parley.store.posting import (
     _admit,
     _earlier_post,
     _may_use_assistant,
-    _supersede,
 )
 from parley.store.sessions import SessionRow, get_turn, lock_session
 from parley.store.turns import birth
@@ -284,7 +283,7 @@ async def _supersede_card(
     after commit, and ends."""
     if card is None:
         return ()
-    await _supersede(db, card)
+    await actions.supersede(db, action=card)
     return ((card.turn_id, ResolveActionSignal(card.id, Decision.superseded)),)
 
 

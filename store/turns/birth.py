@@ -10,14 +10,22 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from parley.contracts import MessageStatus, TurnState
 from parley.ids import new_id
 from parley.live import SessionEventType, SessionTurnData
 from parley.store.db import Db, Sent
-from parley.store.events import BASE, EVENTS_INSERTED, RUNG, append_params, state_event
+from parley.store.events import (
+    BASE,
+    EVENTS_INSERTED,
+    OUTBOX_DOORBELL,
+    RUNG,
+    OutboxRing,
+    append_params,
+    state_event,
+)
 from parley.store.identity import Identity
 from parley.store.live import COUNTED, LIVE_RUNG, announce_params, announced
 from parley.store.messages import SEQ_TAKEN, MessageRow, next_seq, token_count
@@ -78,9 +86,11 @@ async def send_message_and_turn(
     client_message_id: str,
     text: str,
     attached: Sequence[str],
+    start_on: OutboxRing | None = None,
 ) -> Born:
     """`insert_message_and_turn`, sent (or queued in `Db.together` with the post's counts);
-    read it with `Born.made`."""
+    read it with `Born.made`. `start_on`: the outbox's ring (its turn id is this turn's),
+    heard by the workers at commit; one of them starts the turn (dispatch/outbox.py)."""
     turn_id, seq = new_id("trn"), next_seq(last_seq)
     message = {
         "id": new_id("msg"),
@@ -94,7 +104,10 @@ async def send_message_and_turn(
         "file_ids": list(attached) or None,
         **token_count("user", text),
     }
-    return Born(message, await db.send_made(_WRITE, _write_params(message, owner), _tuple))
+    params = _write_params(message, owner)
+    ring = replace(start_on, turn_id=turn_id) if start_on is not None else None
+    params["outbox_ring"] = ring.payload() if ring is not None else None
+    return Born(message, await db.send_made(_WRITE, params, _tuple))
 
 
 def _tuple(**columns: Any) -> tuple[Any, ...]:
@@ -142,7 +155,8 @@ _WRITE = f"""
         WHERE id = %(session_id)s
         RETURNING sessions.id, sessions.last_event_id
     ), {announced("moved_session")}
-    SELECT new_message.created_at, {RUNG} AS notified, {LIVE_RUNG} AS announced
+    SELECT new_message.created_at, {RUNG} AS notified, {LIVE_RUNG} AS announced,
+        {OUTBOX_DOORBELL} AS start_rung
     FROM new_message, moved_session
 """
 

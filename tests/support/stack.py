@@ -25,7 +25,7 @@ from temporalio.client import Client
 from parley.api.main import create_app
 from parley.config import Settings
 from parley.dispatch.deployment import promote_configured
-from parley.dispatch.outbox import sweep_forever
+from parley.dispatch.outbox import Starts, start_forever, sweep_forever
 from parley.gateway.base import ModelProvider
 from parley.screens import Screen
 from parley.store.db import Database, libpq_url
@@ -129,7 +129,36 @@ async def running_worker(
         ):
             # Versioned by default, as `parley worker` is: its version becomes current.
             await promote_configured(client, settings)
-            yield
+            async with starting_posted_turns(client, settings, sessions):
+                yield
+
+
+@asynccontextmanager
+async def starting_posted_turns(
+    client: Client, settings: Settings, sessions: Database
+) -> AsyncIterator[None]:
+    """What `parley worker`'s outbox loop does for a posted turn of its queue: claim it when
+    its post rings and start it eagerly (dispatch/outbox.py `start_forever`), listening
+    before the block begins."""
+    assert settings.database_url is not None
+    bell = OutboxBell(libpq_url(settings.database_url))
+    await bell.listen()
+    starts = Starts(
+        client,
+        sessions,
+        settings.task_queue,
+        settings.confirmation_timeout_s,
+        settings.has_fallback_model,
+        tracing=bool(settings.otlp_endpoint),
+    )
+    loop = asyncio.create_task(start_forever(starts, bell))
+    try:
+        yield
+    finally:
+        loop.cancel()
+        with suppress(asyncio.CancelledError):
+            await loop
+        await bell.close()
 
 
 @asynccontextmanager

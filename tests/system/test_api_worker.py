@@ -1,7 +1,7 @@
 """`PARLEY_API_WORKER`: the API process runs a worker on its own Temporal client and starts
-turns eagerly. No other worker serves this API's task queue, so a turn that ends at all ran on
-the API's own worker; the start response carried its first task (an eager start), and the turn
-is pinned to the build, as any turn is.
+turns eagerly (without it, the API starts none: a worker does). No other worker serves this
+API's task queue, so a turn that ends at all ran on the API's own worker; the start response
+carried its first task (an eager start), and the turn is pinned to the build, as any turn is.
 """
 
 from __future__ import annotations
@@ -67,9 +67,11 @@ async def test_an_api_that_runs_a_worker_starts_its_turns_eagerly_and_runs_them(
     assert info.behavior == 1 and info.deployment_version.build_id == build_id(settings), info
 
 
-async def test_by_default_the_api_starts_turns_without_asking_for_eagerness(
+async def test_by_default_the_api_starts_no_turn_and_a_worker_does(
     settings: Settings, tokens: dict[str, str], worker: Any
 ) -> None:
+    """Without a worker of its own, the API calls no Temporal for a new turn: the post rings
+    the workers' outbox and one of them starts it (dispatch/outbox.py `start_rung`)."""
     starts = EagerStarts()
     async with serve(create_app(settings, temporal_interceptors=[starts])) as url:
         priya = ParleyClient(url, tokens["priya"])
@@ -79,4 +81,4 @@ async def test_by_default_the_api_starts_turns_without_asking_for_eagerness(
         finally:
             await priya.aclose()
     assert events[-1].type == "done"
-    assert starts.starts[workflow_id_for_turn(turn_id)] == (False, False)
+    assert workflow_id_for_turn(turn_id) not in starts.starts, starts.starts

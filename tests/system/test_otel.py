@@ -75,6 +75,11 @@ async def test_one_turn_is_one_trace_without_message_text(
                 client = ParleyClient(api_url, tokens["priya"])
                 try:
                     session_id = await client.new_session()
+                    # The worker may not be listening yet: the sweep starts a turn it did not
+                    # hear, in a trace of its own (docs/operations.md). Once a turn has
+                    # ended, it listens: the next one's start joins the POST's trace.
+                    _, first = await client.turn(session_id, "Tell me about yourself, please.")
+                    assert first[-1].type == "done"
                     turn_id, events = await client.turn(session_id, QUESTION)
                 finally:
                     await client.aclose()

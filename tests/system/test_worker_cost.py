@@ -47,6 +47,7 @@ from tests.support.toolkit import own_stack
 # session's state and config, outages in a row, retractions) in one unlocked statement; a
 # next step is to read it with finalize's close-out.
 STATEMENTS_PER_PLAIN_TURN = 10
+STATEMENTS_TO_START = 2
 
 
 async def test_a_plain_turn_costs_the_worker_a_fixed_number_of_statements(
@@ -73,6 +74,9 @@ async def test_a_plain_turn_costs_the_worker_a_fixed_number_of_statements(
     counted_here = counted.counted()
     print(f"a plain turn: {len(counted_here)} statements")
     assert len(counted_here) <= STATEMENTS_PER_PLAIN_TURN, "\n".join(counted_here)
+    # Its start, counted apart since the worker that hears a post's ring starts the turn: the
+    # claim (with the turn it starts) and the start mark, which the API sent before.
+    assert len(counted.starts()) <= STATEMENTS_TO_START, "\n".join(counted.starts())
 
 
 # A turn whose model asks for one tool ("where is my order?": `list_open_orders`; the customer

@@ -1,0 +1,116 @@
+"""Issue 45, acceptance 6: the worker that claims a posted turn dies, and the turn still ends
+once.
+
+A new turn's post rings the workers' outbox at its commit; one worker claims the turn's start
+and starts its workflow eagerly on its own client (dispatch/outbox.py `start_rung`). Here
+that worker is a real process that kills itself (`SIGKILL`, `PARLEY_FAULT_KILL_AT`) right
+after the claim, or right after the start (its first workflow task handed to it, the start not
+yet marked). A second worker then takes the turn: its sweep starts it (attaching to the
+workflow already started, in the second case, whose task another worker picks up once the
+dead one's times out). The turn ends `completed` with one answer, from one workflow run.
+
+The crashing worker's own sweep waits far longer than the test, so only a ring starts a turn
+there; the test rings the outbox again until that worker is dead (it may not be listening
+yet when the post rings).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+
+from parley.config import Settings
+from parley.ids import workflow_id_for_turn
+from parley.store.db import Database
+from parley.store.events import OUTBOX_CHANNEL, OutboxRing, ring
+from tests.support.client import ParleyClient
+from tests.support.processes import Workers
+from tests.support.stack import own_queue, serve_api, service_env, spawn
+from tests.support.toolkit import eventually
+
+QUESTION = "Tell me about yourself, please."
+
+
+@pytest.fixture
+def claim_settings(settings: Settings) -> Settings:
+    return own_queue(settings, "claim")
+
+
+@pytest.fixture
+def workers(claim_settings: Settings) -> Iterator[Workers]:
+    pool = Workers(claim_settings)
+    yield pool
+    pool.stop_all()
+
+
+def crashing_worker(settings: Settings, point: str) -> subprocess.Popen[bytes]:
+    """A worker that kills itself at `point` of a ring's start; its sweep never runs in time."""
+    env = service_env(
+        settings,
+        PARLEY_FAULT_KILL_AT=point,
+        PARLEY_OUTBOX_GRACE_S="3600",
+        PARLEY_OUTBOX_POLL_S="3600",
+    )
+    return spawn(["worker.py"], env)
+
+
+@pytest.mark.parametrize("point", ["turn_claimed", "turn_started"])
+async def test_a_turn_whose_claiming_worker_dies_still_ends_once(
+    point: str,
+    claim_settings: Settings,
+    workers: Workers,
+    tokens: dict[str, str],
+    temporal_client: Client,
+    sessions: Database,
+) -> None:
+    crashing = crashing_worker(claim_settings, point)
+    try:
+        async with serve_api(claim_settings) as api_url:
+            client = ParleyClient(api_url, tokens["priya"])
+            try:
+                session_id = await client.new_session()
+                posted = await client.post(session_id, QUESTION)
+                assert posted.status_code == 202, posted.text
+                turn_id = posted.json()["turn_id"]
+                await _ring_until_dead(sessions, claim_settings, turn_id, crashing)
+                workers.start()  # a worker that lives: its sweep (1 s grace) takes the turn
+                events = await asyncio.wait_for(client.events(session_id, turn_id), 90)
+                messages = await client.messages(session_id)
+            finally:
+                await client.aclose()
+    finally:
+        if crashing.poll() is None:
+            crashing.kill()
+        crashing.wait(10)
+    assert crashing.returncode == -9, "the worker was to die at its fault point"
+    assert [e.type for e in events].count("done") == 1, [e.type for e in events]
+    assert events[-1].type == "done"
+    answers = [m for m in messages if m["role"] == "assistant"]
+    assert len(answers) == 1, messages
+    # One workflow, started once (the sweep's second start attached to it, if it had begun).
+    handle = temporal_client.get_workflow_handle(workflow_id_for_turn(turn_id))
+    history = [e.event_type async for e in handle.fetch_history_events()]
+    assert history.count(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED) == 1
+    assert history[-1] == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED
+
+
+async def _ring_until_dead(
+    sessions: Database, settings: Settings, turn_id: str, worker: subprocess.Popen[bytes]
+) -> None:
+    """Ring the outbox for the turn, as its post did, until the worker that claims it dies."""
+    payload = OutboxRing(turn_id, settings.task_queue, settings.confirmation_timeout_s).payload()
+
+    async def dead() -> bool:
+        if worker.poll() is not None:
+            return True
+        async with sessions() as db:
+            await ring(db, channel=OUTBOX_CHANNEL, payload=payload)
+            await db.commit()
+        return False
+
+    await eventually(dead, timeout=60, what="the claiming worker dies", every=0.3)
