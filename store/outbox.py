@@ -46,7 +46,9 @@ async def claim_start(db: Db, *, turn_id: str) -> Claimed | None:
         "turn_id": turn_id,
         "received": TurnState.received.value,
     }
-    claimed = await db.row(_CLAIM_START, params, _Claim)
+    async with db.together():  # with the claim's `BEGIN`: one round trip
+        sent = await db.send(_CLAIM_START, params, _Claim)
+    claimed = await sent.row()
     if claimed is None or not claimed.mine or claimed.id is None:
         return None
     assert claimed.session_id is not None and claimed.tenant_id is not None
