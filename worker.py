@@ -25,7 +25,6 @@ from temporalio.worker import Worker
 
 from parley.activities.budget_approvals import BudgetApprovalActivities
 from parley.activities.context import ContextBuilder
-from parley.activities.early_build import EarlyBuilds
 from parley.activities.ending import EndingActivities
 from parley.activities.erasure import ErasureActivities
 from parley.activities.exports import ExportActivities
@@ -116,14 +115,15 @@ def build_activities(
     *,
     providers: ProviderPool,
     screens: tuple[Screen, Screen],
-    early: EarlyBuilds | None = None,
 ) -> list[Callable[..., Any]]:
     """Every activity of a turn, as methods of small classes holding their collaborators."""
     input_screen, output_screen = screens
     embedder = build_embedder(settings)  # recall by meaning; None: full-text only
     mcp = McpTools(sessions=sessions, allowed=settings.mcp_allowlist)  # the tenants' MCP servers
-    skills = SkillTools(sessions=sessions, northwind=northwind, settings=settings)  # one sandbox
-    # The user's message as a turn's first build read it, for the input screen beside it.
+    # The skills catalog and the sandbox they run in (one per worker; each run its own folder).
+    skills = SkillTools(sessions=sessions, northwind=northwind, settings=settings)
+    # The user's message, read by a turn's first context build, screened by the input screen
+    # started beside it without a read of its own.
     asked: Handover[str] = Handover()
     context = ContextBuilder(
         sessions=sessions,
@@ -143,7 +143,6 @@ def build_activities(
         settings=settings,
         context=context,
         output_screen=output_screen,
-        early=early,
     )
     tools = ToolActivities(
         sessions=sessions, northwind=northwind, settings=settings, mcp=mcp, skills=skills
@@ -280,11 +279,11 @@ def build_worker(
     screens: tuple[Screen, Screen] | None = None,
     task_queue: str | None = None,
     breaker_clock: Callable[[], float] = time.monotonic,
-    early: EarlyBuilds | None = None,
 ) -> Worker:
     """Wire the activities to their collaborators; tests pass their own provider, screens,
-    queue or breaker clock. A client with the tracing interceptor (`PARLEY_OTLP_ENDPOINT`)
-    lends it to the worker: a span around each provider call, the trace id in each ledger row."""
+    queue or the clock the breaker's cooldown is measured on. A client connected with the
+    tracing interceptor (`PARLEY_OTLP_ENDPOINT`) lends it to the worker: a span around each
+    provider call, the trace id in each ledger row."""
     tracing = tracing_on(client, settings)
     activities = build_activities(
         client,
@@ -298,7 +297,6 @@ def build_worker(
             wrap=tracing.traced if tracing is not None else None,
         ),
         screens=screens or build_screens(settings),
-        early=early,
     )
     ledger = TracingInterceptor(sessions)
     if tracing is not None:
@@ -310,9 +308,9 @@ def build_worker(
             workflows=list(WORKFLOWS),
             activities=activities,
             workflow_runner=workflow_runner(client.data_converter),
-            # Every activity attempt leaves a span in the trace ledger, and its failures reach
-            # the workflow under names it relies on (activities/failures.py); the OpenTelemetry
-            # interceptor, when on, comes first (from the client).
+            # Every activity attempt leaves a span in the trace ledger,
+            # and its failures reach the workflow under names it relies on (activities/failures.py).
+            # (The OpenTelemetry interceptor, when on, comes first: from the client.)
             interceptors=[ledger, FailureInterceptor.polling(sessions, settings)],
             # SIGTERM: poll no more, let running steps (a whole streamed answer) finish.
             graceful_shutdown_timeout=timedelta(seconds=settings.worker_shutdown_grace_s),
@@ -394,9 +392,7 @@ async def _schedule_purge(client: Client, settings: Settings) -> None:
         logging.getLogger(__name__).warning("could not set the purge schedule", exc_info=True)
 
 
-async def _sweep(
-    client: Client, sessions: Database, settings: Settings, bell: OutboxBell, early: EarlyBuilds
-) -> None:
+async def _sweep(client: Client, sessions: Database, settings: Settings, bell: OutboxBell) -> None:
     """The outbox loop: unstarted turns, undelivered answers, lost erasures, abandoned turns,
     and a posted or promoted turn the moment the bell rings."""
     await sweep_forever(
@@ -415,7 +411,6 @@ async def _sweep(
         ),
         tracing=bool(settings.otlp_endpoint),
         kill_at=settings.fault_kill_at,
-        prepare=early.begin,  # a posted turn's first build begins beside its start
     )
 
 
@@ -439,14 +434,13 @@ async def run_worker(settings: Settings) -> None:
         interceptors=[telemetry.interceptor] if telemetry is not None else [],
     )
     http = httpx.AsyncClient()
-    early = EarlyBuilds()
-    worker = build_worker(client, settings, sessions, http, early=early)
+    worker = build_worker(client, settings, sessions, http)
     freeze_startup_objects()
     draining = asyncio.create_task(sdk_metrics.drain_forever()) if sdk_metrics else None
     if settings.worker_metrics_port:
         start_http_server(settings.worker_metrics_port, addr=settings.api_host)
     bell = OutboxBell(libpq_url(settings.database_url))  # posted and queued turns start on it
-    sweep = asyncio.create_task(_sweep(client, sessions, settings, bell, early))
+    sweep = asyncio.create_task(_sweep(client, sessions, settings, bell))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

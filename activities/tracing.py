@@ -15,8 +15,7 @@ import asyncio
 import contextvars
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
@@ -52,37 +51,6 @@ def owners_read(*, session_id: str, tenant_id: str) -> None:
     sink = _owners_sink.get()
     if sink is not None:
         sink(session_id, tenant_id)
-
-
-class Recorded:
-    """What a step's code annotated while no step ran (a first build begun on its turn's ring,
-    activities/early_build.py), given to the span of the step that takes its result."""
-
-    def __init__(self) -> None:
-        self.attrs: dict[str, Any] = {}
-        self.owners: tuple[str, str] | None = None
-
-    def owners_read(self, session_id: str, tenant_id: str) -> None:
-        self.owners = (session_id, tenant_id)
-
-    def replay(self) -> None:
-        """Into the running step's span (and its log lines' owners)."""
-        annotate(**self.attrs)
-        if self.owners is not None:
-            owners_read(session_id=self.owners[0], tenant_id=self.owners[1])
-
-
-@contextmanager
-def recording() -> Iterator[Recorded]:
-    """Keep what the code in the block annotates (no step is running) for `Recorded.replay`."""
-    recorded = Recorded()
-    attrs = _current_attrs.set(recorded.attrs)
-    owners = _owners_sink.set(recorded.owners_read)
-    try:
-        yield recorded
-    finally:
-        _owners_sink.reset(owners)
-        _current_attrs.reset(attrs)
 
 
 def annotate(**attrs: Any) -> None:

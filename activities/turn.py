@@ -20,7 +20,6 @@ from temporalio.exceptions import ApplicationError
 from parley.activities import knowledge, ledger, tracing
 from parley.activities.budgets import BUDGET_EXHAUSTED_TEXT, hold_for_call
 from parley.activities.context import ContextBuilder
-from parley.activities.early_build import EarlyBuilds
 from parley.activities.ending import Finalized
 from parley.activities.heartbeat import heartbeating
 from parley.activities.metrics import MODEL_CALLS, record_usage
@@ -111,20 +110,16 @@ class TurnActivities:
         settings: Settings,
         context: ContextBuilder,
         output_screen: Screen | None = None,
-        early: EarlyBuilds | None = None,
     ) -> None:
         self._sessions = sessions
         self._providers = providers
         self._settings = settings
         self._context = context
         self._output_screen = output_screen
-        # First builds begun on the ring that started their turn (activities/early_build.py).
-        self._early = early or EarlyBuilds()
-        self._early.attach(context)
 
     @activity.defn(name="build_context")
     async def build_context(self, inp: BuildContextInput) -> BuildContextResult:
-        return await self._early.first(self._context, inp)
+        return await self._context.build(inp)
 
     # --- the model call --------------------------------------------------------------------
 

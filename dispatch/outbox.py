@@ -35,7 +35,6 @@ import asyncio
 import logging
 import os
 import signal
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -166,8 +165,6 @@ class Starts:
     notices: WebhookSender | None = None
     tracing: bool = False  # a posted turn's start joins its POST's trace
     kill_at: str = ""  # a crash test's point (`PARLEY_FAULT_KILL_AT`, dev only)
-    # Begins a claimed turn's first context build beside its start (activities/early_build.py).
-    prepare: Callable[[str], None] | None = None
 
 
 async def sweep_once(
@@ -234,8 +231,6 @@ async def start_rung(starts: Starts, payload: str, *, promoted: bool = True) -> 
             confirmation_timeout_s=rung.confirmation_timeout_s,
             fallback=rung.fallback,
         )
-        if starts.prepare is not None:
-            starts.prepare(claimed.id)  # its first step, eager here, takes it from memory
         with joined_trace(rung.trace if starts.tracing else ""):
             await start_turn_workflow(
                 starts.client,
@@ -363,7 +358,6 @@ async def sweep_forever(
     notices: WebhookSender | None = None,
     tracing: bool = False,
     kill_at: str = "",
-    prepare: Callable[[str], None] | None = None,
 ) -> None:
     """Sweep every `every`; between sweeps, start each queued turn the moment `bell` rings
     for it (a ring this misses, the next sweep covers). `warning_lead_s`: the deployment's
@@ -378,7 +372,6 @@ async def sweep_forever(
         notices,
         tracing,
         kill_at,
-        prepare,
     )
     loop = asyncio.get_running_loop()
     starting: set[asyncio.Task[bool]] = set()  # each ring's start runs beside the others

@@ -22,7 +22,6 @@ import httpx
 import uvicorn
 from temporalio.client import Client
 
-from parley.activities.early_build import EarlyBuilds
 from parley.api.main import create_app
 from parley.config import Settings
 from parley.dispatch.deployment import promote_configured
@@ -117,7 +116,6 @@ async def running_worker(
     fallback: ModelProvider | None = None,
     breaker_clock: SteppedClock | None = None,
 ) -> AsyncIterator[None]:
-    early = EarlyBuilds()
     async with httpx.AsyncClient() as http:
         async with build_worker(
             client,
@@ -128,17 +126,16 @@ async def running_worker(
             fallback=fallback,
             screens=screens,
             breaker_clock=breaker_clock or time.monotonic,
-            early=early,
         ):
             # Versioned by default, as `parley worker` is: its version becomes current.
             await promote_configured(client, settings)
-            async with starting_posted_turns(client, settings, sessions, early):
+            async with starting_posted_turns(client, settings, sessions):
                 yield
 
 
 @asynccontextmanager
 async def starting_posted_turns(
-    client: Client, settings: Settings, sessions: Database, early: EarlyBuilds | None = None
+    client: Client, settings: Settings, sessions: Database
 ) -> AsyncIterator[None]:
     """What `parley worker`'s outbox loop does for a posted turn of its queue: claim it when
     its post rings and start it eagerly (dispatch/outbox.py `start_forever`), listening
@@ -153,7 +150,6 @@ async def starting_posted_turns(
         settings.confirmation_timeout_s,
         settings.has_fallback_model,
         tracing=bool(settings.otlp_endpoint),
-        prepare=early.begin if early is not None else None,
     )
     loop = asyncio.create_task(start_forever(starts, bell))
     try:
