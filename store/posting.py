@@ -15,8 +15,9 @@
 5. **The write** that kind of message makes, each a function of its own.
 
 Nothing here commits (see `store`): the API commits the message and its turn in this one
-transaction before it starts the workflow, because the turn row is the outbox that start
-relies on. Callers get typed rows (`PostedMessage`), never ORM objects to change.
+transaction, whose ring a worker hears at the commit and starts the turn by, because the turn
+row is the outbox that start relies on. Callers get typed rows (`PostedMessage`), never ORM
+objects to change.
 """
 
 from __future__ import annotations
