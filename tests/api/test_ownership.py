@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import AsyncIterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -21,9 +21,10 @@ import pytest
 from sqlalchemy import text, update
 from sqlalchemy.dialects.postgresql import insert
 
+from parley.budget_approvals import approval_id
 from parley.consented import Remembered
 from parley.oidc import OidcConfig
-from parley.store import handoffs, tenants, user_memory
+from parley.store import budgets, handoffs, tenants, user_memory
 from parley.store.db import Database
 from parley.store.identity import create_token, revoke_token
 from parley.store.models import ApiToken, User
@@ -94,6 +95,8 @@ SNAPSHOT = {
     # Priya's exports: nobody else may read, add to or change them.
     "exports": "SELECT id, state, bytes, expires_at FROM exports WHERE user_id = 'cust_2291' "
     "ORDER BY id",
+    # Northwind's request to go over its month's budget: only its own operator decides it.
+    "budget_approvals": "SELECT * FROM budget_approvals WHERE tenant_id = 'northwind'",
     # Her hand-off to a person: no customer is an agent, so nobody else may work it.
     "handoffs": "SELECT * FROM handoffs WHERE session_id = :sid ORDER BY id",
     "handoff_notes": "SELECT n.* FROM handoff_notes n JOIN handoffs h ON h.id = n.handoff_id "
@@ -173,6 +176,24 @@ async def handed_off(sessions: Database, session_id: str, turn_id: str) -> str:
         )
         await db.commit()
     return case.id
+
+
+async def budget_asked(sessions: Database) -> None:
+    """Northwind's operator asked to approve going over this month's budget, as a refused turn
+    asks (marked started, so no sweep starts its workflow: nothing here needs it to wait)."""
+    month = datetime.now(UTC).date().replace(day=1)
+    async with sessions() as db:
+        await budgets.ask_approval(
+            db,
+            approval_id=approval_id(tenant_id="northwind", period_start=month),
+            tenant_id="northwind",
+            period_start=month,
+            timeout_s=86400,
+        )
+        await budgets.mark_approval_started(
+            db, approval_id=approval_id(tenant_id="northwind", period_start=month)
+        )
+        await db.commit()
 
 
 async def agent_token(sessions: Database) -> str:
@@ -328,6 +349,7 @@ async def test_every_route_refuses_everyone_but_the_owner_and_changes_nothing(
     answer = next(m for m in await priya.messages(sid) if m["role"] == "assistant")
     export_id = await exported(priya)
     handoff_id = await handed_off(sessions, sid, turn_id)
+    await budget_asked(sessions)
     owned = {
         "session_id": sid,
         "turn_id": turn_id,
