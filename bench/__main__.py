@@ -16,7 +16,9 @@ kind of load (bench/open_loop.py); then, with
 the stack down, (i) regular expressions over long hostile input (bench/regexes.py), (j) the
 workflow code's own CPU per turn, replayed (bench/replay_cost.py), (m) eager workflow start
 on a dev server of its own (bench/eager_start.py); last, issue 25's acceptance figures in
-one block (bench/acceptance.py). Not in the default run: (n) LoCoMo conversation 50 posted
+one block (bench/acceptance.py), after (u) the stream-scale ceiling, this checkout beside issue
+45's starting commit on stacks of their own (bench/stream_scale.py; alone with
+`python -m bench.stream_scale`). Not in the default run: (n) LoCoMo conversation 50 posted
 through the API with a summarizer that answers in prose (`--locomo-api`, alone with
 `--locomo-api-only`; bench/locomo_api.py); (o) the ten LoCoMo conversations imported through
 `POST .../import` and questioned, and (p) the import's speed (`--locomo-import`, alone with
@@ -93,6 +95,7 @@ from bench.sections import (
 )
 from bench.stack import REPO, Stack, log, running_stack
 from bench.stop import measure_stop, render_stop
+from bench.stream_scale import add_scale_arguments, render_stream_scale, stream_scale
 from bench.throughput import render_concurrent, shapes, throughput
 from bench.timeline import measure_timeline, render_timeline
 from parley.store.db import Database, create_engine
@@ -112,6 +115,7 @@ QUICK = {
     "open_loop_s": 5.0,
     "eager_runs": 10,
     "recall_latency_turns": 3,
+    "stream_scale_answer_s": 4.0,
 }
 
 
@@ -201,6 +205,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--chaos-s", type=float, default=300.0, help="(q) seconds of kills")
     parser.add_argument("--chaos-sessions", type=int, default=20, help="(q) sessions running turns")
     add_arguments(parser)
+    add_scale_arguments(parser)
     if "--quick" in (sys.argv[1:] if argv is None else argv):
         parser.set_defaults(**QUICK)
     args = parser.parse_args(argv)
@@ -378,6 +383,7 @@ def offline_sections(args: argparse.Namespace) -> list[Section]:
         Section("replay_cost", _replay_cost, render_replay_cost),
         Section("eager_start", lambda: _eager_start(args), render_eager_start),
         Section("prompt_cache", _prompt_cache, render_prompt_cache),
+        Section("stream_scale", lambda: stream_scale(args), render_stream_scale),
     ]
 
 
