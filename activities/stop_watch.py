@@ -4,8 +4,8 @@ The model call runs as a local activity of the turn's workflow task: a cancel re
 Update sent to the workflow reaches it only at the next workflow task, seconds later. The
 Stop is recorded on the turn's row first (`store.turns`), and a steer rings the session's
 doorbell when its message is stored (store/steering.py), so the step watches the rows
-instead: every delta's append reads both in the same round trip
-(`store.events.append_streamed`), and while the provider sends nothing (before its first
+instead: every delta's append reads both in the same round trip (the worker's writer,
+activities/frame_writer.py), and while the provider sends nothing (before its first
 token, or a long tool call's arguments) they are read every STOP_CHECK_S.
 """
 
@@ -15,7 +15,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import TypeVar
 
-from parley.store.db import Db
+from parley.store.db import Database, connect
 from parley.store.events import Heard, stop_or_steer
 from parley.store.steering import is_newer
 from parley.store.turns import TurnStopped
@@ -36,8 +36,8 @@ class Watch:
     """What one streaming step listens for: the turn's Stop, and a steer newer than the one
     its request was built with (`seen`, the request's `steer_seq`)."""
 
-    def __init__(self, connection: Db, turn_id: str, seen: int | None) -> None:
-        self._connection = connection  # the stream's own: free between appends
+    def __init__(self, sessions: Database, turn_id: str, seen: int | None) -> None:
+        self._sessions = sessions  # a connection taken for each check, given straight back
         self._turn_id = turn_id
         self._seen = seen
 
@@ -50,7 +50,9 @@ class Watch:
 
     async def check(self) -> None:
         """The quiet check: read both, and raise as `heard` does."""
-        self.heard(await stop_or_steer(self._connection, turn_id=self._turn_id))
+        async with connect(self._sessions) as conn:
+            heard = await stop_or_steer(conn, turn_id=self._turn_id)
+        self.heard(heard)
 
 
 async def checking_while_quiet(

@@ -21,6 +21,7 @@ from parley.activities import knowledge, ledger, tracing
 from parley.activities.budgets import BUDGET_EXHAUSTED_TEXT, hold_for_call
 from parley.activities.context import ContextBuilder
 from parley.activities.ending import Finalized
+from parley.activities.frame_writer import FrameWriter
 from parley.activities.heartbeat import heartbeating
 from parley.activities.metrics import MODEL_CALLS, record_usage
 from parley.activities.stop_watch import STOP_CHECK_S, Steered, Watch, checking_while_quiet
@@ -46,7 +47,7 @@ from parley.screens import RETRACTION_TEXT, Screen
 from parley.statuses import FinalizeOutcome, FinishReason, TurnErrorCode
 from parley.store import actions, steps, turns
 from parley.store.db import Database, Db, connect
-from parley.store.events import append_event, append_streamed, withdraw_turn_text
+from parley.store.events import append_event, withdraw_turn_text
 from parley.store.steps import CallRow
 from parley.store.turns import attempts
 from parley.store.turns.reads import turn_facts
@@ -116,6 +117,7 @@ class TurnActivities:
         self._settings = settings
         self._context = context
         self._output_screen = output_screen
+        self._frames = FrameWriter(sessions)  # one per worker: its streaming steps' frames
 
     @activity.defn(name="build_context")
     async def build_context(self, inp: BuildContextInput) -> BuildContextResult:
@@ -130,15 +132,18 @@ class TurnActivities:
             raise ApplicationError(
                 "no fallback model is configured", type="no_fallback", non_retryable=True
             )
-        # One connection for the whole call, in autocommit: the opening, each frame's append
-        # and the outcome are a statement each, which commits by itself.
-        async with heartbeating(), connect(self._sessions) as conn:
-            attempt = await self._begin_attempt(conn, inp)
+        # In autocommit: the opening, each frame's append and the outcome are a statement
+        # each, which commits by itself. No connection is held while the model streams: the
+        # frames go through the worker's writer (activities/frame_writer.py).
+        async with heartbeating():
+            async with connect(self._sessions) as conn:
+                attempt = await self._begin_attempt(conn, inp)
             if isinstance(attempt, CallModelResult):
                 return attempt
             tracing.annotate(provider=attempt.provider, model=attempt.model, fallback=inp.fallback)
-            streamed = await self._stream(conn, inp.turn_id, attempt)
-            return await self._store_outcome(conn, inp, attempt, streamed)
+            streamed = await self._stream(inp.turn_id, attempt)
+            async with connect(self._sessions) as conn:
+                return await self._store_outcome(conn, inp, attempt, streamed)
 
     async def _begin_attempt(self, conn: Db, inp: CallModelInput) -> _Attempt | CallModelResult:
         """Enter `calling_model` and count the attempt; a call that an earlier attempt
@@ -184,41 +189,38 @@ class TurnActivities:
         message_id = message_id_for_call(call.id)
         return _Attempt(message_id, provider, model, request, call, found.prices, found.budgets)
 
-    async def _stream(self, conn: Db, turn_id: str, attempt: _Attempt) -> _Streamed:
-        """Relay the provider's stream into the event log, a frame at a time: a frame is one
-        statement, one round trip, which also says whether the user's Stop is recorded or a
-        steer came in (activities/stop_watch.py). A steer ends the stream: what streamed is
-        kept as the call's superseded text, its tool calls (never run) dropped."""
+    async def _stream(self, turn_id: str, attempt: _Attempt) -> _Streamed:
+        """Relay the provider's stream into the event log, a frame at a time: each frame is
+        committed by the worker's writer, whose flush also says whether the user's Stop is
+        recorded or a steer came in (activities/stop_watch.py). A steer ends the stream: what
+        streamed is kept as the call's superseded text, its tool calls (never run) dropped."""
         provider = self._providers.get(attempt.provider)
         streamed = _Streamed(started=time.monotonic())
         upstream = provider.stream(attempt.request)
         frames = _coalesce(upstream, self._settings.frame_seconds)
-        watch = Watch(conn, turn_id, attempt.call.request.get("steer_seq"))
+        watch = Watch(self._sessions, turn_id, attempt.call.request.get("steer_seq"))
         try:
             async for item in checking_while_quiet(frames, watch, STOP_CHECK_S):
                 text = streamed.take(item)
                 if text is None:
                     continue
-                appended = await append_streamed(
-                    conn,
-                    turn_id=turn_id,
-                    type=EventType.delta,
-                    data=DeltaData(message_id=attempt.message_id, text=text),
-                )
+                delta = DeltaData(message_id=attempt.message_id, text=text)
+                appended = await self._frames.append(turn_id, delta)
                 watch.heard(appended)
         except Steered:
             streamed.tool_calls.clear()
             streamed.finish = Finish(FinishReason.steered)
         except (ProviderFatal, ProviderRetryable) as exc:
             MODEL_CALLS.labels(attempt.provider, attempt.model, exc.code).inc()
-            await ledger.bill_dropped(
-                conn,
-                attempt.call,
-                provider=attempt.provider,
-                model=attempt.model,
-                usage=exc.usage,
-                prices=attempt.prices,
-            )
+            async with connect(self._sessions) as conn:  # the stream holds none
+                await ledger.bill_dropped(
+                    conn,
+                    attempt.call,
+                    provider=attempt.provider,
+                    model=attempt.model,
+                    usage=exc.usage,
+                    prices=attempt.prices,
+                )
             raise provider_failure(exc) from None
         finally:
             # Closing the generators stops the upstream generation at once (a cancelled

@@ -39,7 +39,7 @@ from parley.errors import NotFound, RateLimited
 from parley.store import events as store_events
 from parley.store import limits, viewers
 from parley.store.db import Database, Db, connect
-from parley.store.events import StoredEvent, parse_notification
+from parley.store.events import StoredEvent, parse_notification, parse_ring
 from parley.store.identity import Identity
 from parley.store.listener import listen_for_events
 from parley.store.sessions import SESSION_NOT_FOUND, TURN_NOT_FOUND
@@ -134,7 +134,13 @@ class EventHub:
         return doorbell
 
     def _ring(self, payload: str) -> None:
-        """Wake this process's streams of the payload's turn (or session); parse the events
+        """Wake this process's streams of each turn (or session) the payload names (a
+        worker's batched ring names many: store/events.py `ring_turns`)."""
+        for line in parse_ring(payload):
+            self._ring_one(line)
+
+    def _ring_one(self, payload: str) -> None:
+        """Wake this process's streams of one doorbell's turn (or session); parse the events
         only if any."""
         waiters = self._waiters.get(payload.partition(":")[0])
         if not waiters:

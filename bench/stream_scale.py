@@ -56,7 +56,8 @@ from bench.stack import (
 )
 from parley.config import Settings
 from parley.dispatch.deployment import wait_promoted
-from parley.store.db import libpq_url
+from parley.store.db import Database, create_engine, libpq_url
+from parley.store.identity import create_token
 from parley.store.migrate import upgrade
 
 LAG_LIMIT_MS = 250.0
@@ -71,7 +72,7 @@ class ScaleStack:
     api_url: str
     provider_url: str
     database_url: str
-    token: str
+    tokens: list[str]  # a user each: one user's turns and streams share its locks and limits
     children: list[Child]
     postmaster: int | None
 
@@ -112,7 +113,7 @@ def _module(root: Path | None, module: str, *args: str) -> list[str]:
 
 @contextlib.asynccontextmanager
 async def scale_stack(
-    name: str, root: Path | None, *, token_delay_ms: float
+    name: str, root: Path | None, *, token_delay_ms: float, users: int
 ) -> AsyncIterator[ScaleStack]:
     """One stack of the checkout at `root` (None: this one), stopped and deleted on exit."""
     tmp = Path(tempfile.mkdtemp(prefix=f"parley-scale-{name}-"))
@@ -126,7 +127,8 @@ async def scale_stack(
         else:
             args = [sys.executable, *_module(root, "parley.launch.cli", "migrate")]
             await asyncio.to_thread(subprocess.run, args, env=migrate_env, check=True, cwd=root)
-        token = await _seed_and_token(database_url)
+        await _seed_and_token(database_url)
+        tokens = await _users(database_url, users)
         env = await start_temporal(eager=True, log_name=f"temporal-{name}")
         address = str(env.client.service_client.config.target_host)
         provider_port, api_port = free_port(), free_port()
@@ -177,7 +179,7 @@ async def scale_stack(
             api_url,
             provider_url,
             database_url,
-            token,
+            tokens,
             children,
             _postmaster_pid(pg.pgdata),
         )
@@ -194,6 +196,28 @@ async def scale_stack(
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+async def _users(database_url: str, count: int) -> list[str]:
+    """A token for each of `count` customers of the demo tenant, made for the run."""
+    engine = create_engine(database_url, pool_size=1)
+    try:
+        async with Database(engine)() as db:
+            await db.run(_USERS, {"count": count})
+            tokens = [
+                await create_token(db, tenant_id="northwind", user_id=f"scale_{i}")
+                for i in range(count)
+            ]
+            await db.commit()
+            return tokens
+    finally:
+        await engine.dispose()
+
+
+_USERS = """
+    INSERT INTO users (tenant_id, id, display_name)
+    SELECT 'northwind', 'scale_' || i, 'Scale ' || i FROM generate_series(0, %(count)s - 1) AS i
+"""
+
+
 @dataclass
 class Received:
     """One turn's stream at the client: each event id with the time its frame arrived."""
@@ -204,28 +228,33 @@ class Received:
     error: str | None = None
 
 
-async def stream_one(http: httpx.AsyncClient, session: str, text: str) -> Received:
+async def stream_one(http: httpx.AsyncClient, token: str, session: str, text: str) -> Received:
     got = Received()
+    auth = {"Authorization": f"Bearer {token}"}
     try:
         posted = await http.post(
             f"/v1/sessions/{session}/messages",
             json={"client_message_id": uuid.uuid4().hex, "text": text, "expected_last_seq": None},
+            headers=auth,
         )
         if posted.status_code != 202:
             raise RuntimeError(f"POST: {posted.status_code} {posted.text[:200]}")
         got.turn_id = posted.json()["turn_id"]
-        async with http.stream("GET", posted.json()["events_url"]) as response:
+        async with http.stream("GET", posted.json()["events_url"], headers=auth) as response:
             event_id: int | None = None
-            event_type = ""
+            event_type = data = ""
             async for line in response.aiter_lines():
                 if line.startswith("id:"):
                     event_id = int(line[3:])
                 elif line.startswith("event:"):
                     event_type = line[6:].strip()
+                elif line.startswith("data:"):
+                    data = line[5:]
                 elif not line and event_id is not None:
                     got.frames.append((event_id, time.time()))
                     if event_type in TERMINAL:
                         got.terminal = event_type
+                        got.error = None if event_type == "done" else data[:200]
                         return got
                     event_id = None
         got.error = "stream closed without a terminal event"
@@ -281,20 +310,30 @@ async def one_step(
 ) -> dict[str, Any]:
     """N turns at once, each in a session of its own, each answer `answer_tokens` long."""
     conninfo = libpq_url(stack.database_url)
+    tokens = stack.tokens[:n]
     sessions = []
     for i in range(0, n, 50):
-        made = await asyncio.gather(*(http.post("/v1/sessions") for _ in range(min(50, n - i))))
+        made = await asyncio.gather(
+            *(
+                http.post("/v1/sessions", headers={"Authorization": f"Bearer {token}"})
+                for token in tokens[i : i + 50]
+            )
+        )
         sessions += [r.json()["id"] for r in made]
     async with httpx.AsyncClient(base_url=stack.provider_url) as provider:
         await provider.post("/_fake/reset")
         words = [f"word{i % 97} " for i in range(answer_tokens)]
-        await provider.post("/_fake/script", json=[{"text": words}] * n)
+        # Spares for the calls a retry makes again (a step that timed out under the load).
+        await provider.post("/_fake/script", json=[{"text": words}] * (3 * n))
     async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
         commits_before = (await (await conn.execute(_COMMITS)).fetchone() or [0])[0]
         cpu_before, started = snapshot(), time.perf_counter()
         async with Sampler(conninfo) as sampler:
             received = await asyncio.gather(
-                *(stream_one(http, s, f"stream scale turn {i}") for i, s in enumerate(sessions))
+                *(
+                    stream_one(http, token, s, f"stream scale turn {i}")
+                    for i, (token, s) in enumerate(zip(tokens, sessions, strict=True))
+                )
             )
         wall = time.perf_counter() - started
         cpu = usage(cpu_before, snapshot(), stack.roles())
@@ -354,11 +393,10 @@ def _figures(
 async def measure_stack(
     stack: ScaleStack, *, start_n: int, max_n: int, answer_tokens: int
 ) -> dict[str, Any]:
-    headers = {"Authorization": f"Bearer {stack.token}"}
     limits = httpx.Limits(max_connections=max_n + 20, max_keepalive_connections=max_n + 20)
     steps: list[dict[str, Any]] = []
     async with httpx.AsyncClient(
-        base_url=stack.api_url, headers=headers, limits=limits, timeout=httpx.Timeout(120.0)
+        base_url=stack.api_url, limits=limits, timeout=httpx.Timeout(120.0)
     ) as http:
         await one_step(stack, http, 2, 20)  # warm-up: first turns pay for imports and caches
         n = start_n
@@ -389,7 +427,7 @@ async def measure_stream_scale(
     with tempfile.TemporaryDirectory(prefix="parley-scale-src-") as src:
         root = export_commit(baseline, Path(src) / "tree")
         for name, checkout in (("baseline", root), ("current", None)):
-            async with scale_stack(name, checkout, token_delay_ms=delay_ms) as stack:
+            async with scale_stack(name, checkout, token_delay_ms=delay_ms, users=max_n) as stack:
                 figures[name] = await measure_stack(
                     stack, start_n=start_n, max_n=max_n, answer_tokens=answer_tokens
                 )

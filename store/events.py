@@ -7,14 +7,17 @@ Appends take the turn row's lock to hand out the next id, so ids are gap-free an
 even when two writers race (an activity retried while its old attempt is still finishing).
 The NOTIFY is sent inside the same transaction, so listeners are woken only once the event
 is committed and readable; it carries the events themselves when they fit, so a live stream
-need not read them back.
+need not read them back. The deltas are the exception: a worker's writer appends many turns'
+frames in one commit with no NOTIFY (`append_frames`), then rings once for the turns that
+moved (`ring_turns`, a line per turn in the one payload format), so no delta's commit waits
+on PostgreSQL's notification lock.
 
 This module owns the append (the turn's counter moved, the events inserted) and the doorbell
-(its channel and payload, a session's `SESSION_DOORBELL` on the same channel, the one other
-bell, `ring`, and the steer's, `STEER_SEQ_OF_SESSION`, which a streaming step hears with its
-appends). A statement that appends as part
-of a larger write composes `counter`, `EVENTS_INSERTED` and `DOORBELL` (or `RUNG`) instead of
-writing them again: store/turns/endings.py (an ending's release), store/turns/attempts.py (an
+(its channel and payload, the batched ring, a session's `SESSION_DOORBELL` on the same
+channel, the one other bell, `ring`, and the steer's, `STEER_SEQ_OF_SESSION`, which a
+streaming step hears with its appends). A statement that appends as part of a larger write
+composes `counter`, `EVENTS_INSERTED` and `DOORBELL` (or `RUNG`) instead of writing them
+again: store/turns/endings.py (an ending's release), store/turns/attempts.py (an
 attempt's opening), store/context.py (the build's move), store/turns/birth.py,
 store/turns/birth.py `open_turn` and store/queue.py `queue_message` (a turn born with its first
 event) and store/queue.py `promote` (a queued turn's promotion). A move of the turn's state
@@ -138,6 +141,106 @@ def _appended(
         if event_id is None
         else Appended(stopped=bool(stopped), steer_seq=steer_seq, event_id=event_id)
     )
+
+
+async def append_frames(conn: Db, frames: Sequence[Frame]) -> dict[str, Appended]:
+    """Append the frames of several turns (one per turn) in one statement, in autocommit on
+    a `Db` outside a transaction: one commit for a worker's streaming steps together
+    (activities/frame_writer.py). It rings no doorbell (no NOTIFY holds PostgreSQL's one
+    notification lock while the deltas commit): the writer rings once for the turns that
+    moved, `ring_turns`. Each turn's outcome as `append_streamed` gives it; a turn that does
+    not exist is missing."""
+    ordered = sorted(frames, key=lambda frame: frame.turn_id)  # rows locked in one order
+    assert len({f.turn_id for f in ordered}) == len(ordered), "one frame per turn"
+    batch = [{"turn_id": f.turn_id, "events": _batch(f.events)} for f in ordered]
+    rows = await conn.rows(_APPEND_FRAMES, {"frames": json.dumps(batch)}, _FrameAppended)
+    return {
+        r.turn_id: Appended(stopped=r.stopped, steer_seq=r.steer_seq, event_id=r.event_id)
+        for r in rows
+    }
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One turn's events for `append_frames`."""
+
+    turn_id: str
+    events: Sequence[tuple[EventType, BaseModel]]
+
+
+@dataclass(frozen=True)
+class _FrameAppended:
+    turn_id: str
+    event_id: int
+    stopped: bool
+    steer_seq: int | None
+
+
+def _batch(events: Sequence[tuple[EventType, BaseModel]]) -> list[dict[str, Any]]:
+    return [{"type": type_, "data": _wire(type_, data)} for type_, data in events]
+
+
+# `counter` and `EVENTS_INSERTED` for many turns: the turns locked in id order (two writers
+# never wait on each other in a cycle), each counter moved by its frame's size, the events
+# inserted after each base; no doorbell.
+_APPEND_FRAMES = f"""
+    WITH frames AS (
+        SELECT f.turn_id, f.events, jsonb_array_length(f.events) AS n
+        FROM jsonb_to_recordset(CAST(%(frames)s AS jsonb)) AS f(turn_id text, events jsonb)
+    ), locked AS (
+        SELECT turns.id FROM turns JOIN frames ON frames.turn_id = turns.id
+        ORDER BY turns.id FOR UPDATE OF turns
+    ), counter AS (
+        UPDATE turns SET last_event_id = turns.last_event_id + frames.n, updated_at = now()
+        FROM frames JOIN locked ON locked.id = frames.turn_id
+        WHERE turns.id = frames.turn_id
+        RETURNING turns.id AS turn_id, turns.last_event_id - frames.n AS base, frames.events,
+            turns.last_event_id AS event_id,
+            turns.cancel_requested_at IS NOT NULL AS stopped,
+            {STEER_SEQ_OF_SESSION.format(session="turns.session_id")} AS steer_seq
+    ), inserted AS (
+        INSERT INTO turn_events (turn_id, id, type, data, created_at)
+        SELECT counter.turn_id, counter.base + e.ord, e.value ->> 'type', e.value -> 'data',
+            now()
+        FROM counter, jsonb_array_elements(counter.events) WITH ORDINALITY AS e(value, ord)
+    )
+    SELECT turn_id, event_id, stopped, steer_seq FROM counter
+"""
+
+
+def turn_ring(turn_id: str, first_id: int, events: Sequence[tuple[EventType, BaseModel]]) -> str:
+    """One turn's line of a batched ring (`ring_turns`): the doorbell's own payload,
+    `turn_id:first_id:batch`, the batch empty when it does not fit."""
+    batch = json.dumps(_batch(events))
+    if len(batch.encode()) > NOTIFY_EVENTS_MAX:
+        batch = ""
+    return f"{turn_id}:{first_id}:{batch}"
+
+
+async def ring_turns(conn: Db, lines: Sequence[str]) -> None:
+    """Ring the event log's doorbell once for many turns that moved (`turn_ring`'s lines), in
+    a statement of its own: as few notifications as fit the lines, newline-separated (a
+    listener reads each line as one doorbell: `parse_ring`)."""
+    payloads: list[str] = []
+    for line in lines:
+        if payloads and len(payloads[-1]) + len(line) < _RING_MAX:
+            payloads[-1] += "\n" + line
+        else:
+            payloads.append(line)
+    if payloads:
+        await conn.run(_RING_ALL, {"channel": NOTIFY_CHANNEL, "payloads": payloads})
+
+
+# Below PostgreSQL's 8000 bytes (a line's batch is at most NOTIFY_EVENTS_MAX); `len` counts
+# characters, and the batch's JSON is ASCII (json.dumps escapes the rest).
+_RING_MAX = 7900
+_RING_ALL = "SELECT pg_notify(%(channel)s, p) FROM unnest(CAST(%(payloads)s AS text[])) AS p"
+
+
+def parse_ring(payload: str) -> list[str]:
+    """The doorbells of one notification: a batched ring's lines, or the one a single
+    append rang."""
+    return payload.split("\n")
 
 
 async def append_while_open(conn: Db, *, turn_id: str, type: EventType, data: BaseModel) -> bool:
@@ -421,4 +524,4 @@ _WARNED = (
 # The statements that append and do nothing else: how many a turn sends follows how its
 # answer's tokens fall into frames, not its shape (tests that count a turn's statements leave
 # them out).
-APPENDS_ALONE = (_APPEND, _APPEND_MOVING, _APPEND_WHILE_OPEN)
+APPENDS_ALONE = (_APPEND, _APPEND_MOVING, _APPEND_WHILE_OPEN, _APPEND_FRAMES, _RING_ALL)

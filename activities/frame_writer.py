@@ -1,0 +1,144 @@
+"""One writer per worker for the frames its streaming steps append.
+
+A streaming step (activities/turn.py `_stream`) hands each frame to the worker's writer and
+waits for it to be committed; it holds no database connection while the model streams. The
+writer appends the frames of every step that has one waiting in one statement
+(store/events.py `append_frames`), on a connection taken from the pool for that statement and
+given straight back: while one flush is in flight the next frames gather, so a quiet worker
+writes each frame at once and a busy one writes many turns in a commit. Each step learns
+from its flush what `append_streamed` told it: the id, and whether the turn's Stop is
+recorded or a steer came in.
+
+The wake-up of the streams is rung once for the turns that moved (store/events.py
+`ring_turns`), in a statement of its own beside the flushes, never inside a delta's commit:
+while one ring is in flight the next turns gather for the next. The log stays the truth: a
+ring that is lost (the worker dies between the commit and the ring, the statement fails)
+costs the streams of those turns one poll of the log, never an event (api/streaming.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+from parley.contracts import EventType
+from parley.store import events
+from parley.store.db import Database, connect
+from parley.store.events import Appended, Frame
+from parley.wire import DeltaData
+
+log = logging.getLogger(__name__)
+
+# Frames in one flush at most: the statement's JSON stays small, and a flush commits fast.
+FLUSH_MAX = 256
+
+
+@dataclass
+class _Waiting:
+    turn_id: str
+    data: DeltaData
+    written: asyncio.Future[Appended]
+
+
+@dataclass
+class _Loop:
+    """The writer's tasks in one event loop (a test's loop ends; the worker's lives on)."""
+
+    loop: asyncio.AbstractEventLoop
+    frames: list[_Waiting] = field(default_factory=list)
+    rings: list[str] = field(default_factory=list)
+    framed: asyncio.Event = field(default_factory=asyncio.Event)
+    moved: asyncio.Event = field(default_factory=asyncio.Event)
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+
+class FrameWriter:
+    def __init__(self, sessions: Database) -> None:
+        self._sessions = sessions
+        self._running: _Loop | None = None
+
+    async def append(self, turn_id: str, data: DeltaData) -> Appended:
+        """Append one `delta` to the turn's log with the next flush; what the flush learned
+        of the turn once it has committed. Raises what the flush raised, and `LookupError`
+        for a turn that does not exist."""
+        running = self._start()
+        waiting = _Waiting(turn_id, data, running.loop.create_future())
+        running.frames.append(waiting)
+        running.framed.set()
+        return await waiting.written
+
+    def _start(self) -> _Loop:
+        loop = asyncio.get_running_loop()
+        running = self._running
+        if running is None or running.loop is not loop or any(t.done() for t in running.tasks):
+            running = self._running = _Loop(loop)
+            running.tasks = [
+                loop.create_task(self._write_forever(running)),
+                loop.create_task(self._ring_forever(running)),
+            ]
+        return running
+
+    async def _write_forever(self, running: _Loop) -> None:
+        while True:
+            await running.framed.wait()
+            running.framed.clear()
+            while running.frames:
+                await self._flush(running, self._take(running))
+
+    @staticmethod
+    def _take(running: _Loop) -> list[_Waiting]:
+        """The next flush: one frame per turn (a turn's next frame waits for the one after),
+        at most FLUSH_MAX."""
+        batch: list[_Waiting] = []
+        later: list[_Waiting] = []
+        turns: set[str] = set()
+        for waiting in running.frames:
+            if waiting.written.done():
+                continue  # its step was cancelled while it waited: nothing to write
+            if waiting.turn_id in turns or len(batch) >= FLUSH_MAX:
+                later.append(waiting)
+            else:
+                turns.add(waiting.turn_id)
+                batch.append(waiting)
+        running.frames = later
+        return batch
+
+    async def _flush(self, running: _Loop, batch: list[_Waiting]) -> None:
+        if not batch:
+            return
+        frames = [Frame(w.turn_id, [(EventType.delta, w.data)]) for w in batch]
+        try:
+            async with connect(self._sessions) as conn:  # autocommit: one statement, one commit
+                written = await events.append_frames(conn, frames)
+        except Exception as exc:
+            for waiting in batch:
+                if not waiting.written.done():
+                    waiting.written.set_exception(exc)
+            return
+        for waiting, frame in zip(batch, frames, strict=True):
+            appended = written.get(waiting.turn_id)
+            if appended is not None:
+                first = appended.event_id - len(frame.events) + 1
+                running.rings.append(events.turn_ring(frame.turn_id, first, frame.events))
+            if waiting.written.done():
+                continue
+            if appended is None:
+                waiting.written.set_exception(LookupError(f"turn {waiting.turn_id} does not exist"))
+            else:
+                waiting.written.set_result(appended)
+        running.moved.set()
+
+    async def _ring_forever(self, running: _Loop) -> None:
+        while True:
+            await running.moved.wait()
+            running.moved.clear()
+            lines, running.rings = running.rings, []
+            if not lines:
+                continue
+            try:
+                async with connect(self._sessions) as conn:
+                    await events.ring_turns(conn, lines)
+            except Exception:
+                # The streams of these turns read the log at their next poll.
+                log.warning("could not ring for %d turns", len(lines), exc_info=True)

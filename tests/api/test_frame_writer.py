@@ -1,0 +1,151 @@
+"""A worker's streaming steps append their deltas through one writer: many turns' frames in
+one commit with no NOTIFY, then one ring for the turns that moved; the log stays the truth,
+so a ring that is lost costs a stream one poll, never an event."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+
+import pytest
+from sse_starlette import ServerSentEvent
+
+from parley.activities.frame_writer import FrameWriter
+from parley.api.streaming import EventHub, turn_event_stream
+from parley.contracts import EventType
+from parley.store import events
+from parley.store.db import Database, Db, libpq_url, on_statement_sent
+from parley.store.events import append_events
+from parley.store.identity import Identity
+from parley.wire import DeltaData, ErrorData
+from tests.support.toolkit import eventually, post_unstarted
+
+PRIYA = Identity(tenant_id="northwind", user_id="cust_2291", roles=())
+
+
+async def _new_turn(db: Db) -> str:
+    return (await post_unstarted(db, owner=PRIYA, text="Hello")).turn.id
+
+
+@pytest.fixture
+async def hub(database_url: str) -> AsyncIterator[EventHub]:
+    hub = EventHub(libpq_url(database_url))
+    await hub.start()
+    await asyncio.wait_for(hub.listening.wait(), timeout=30)
+    yield hub
+    await hub.stop()
+
+
+def _delta(text: str) -> DeltaData:
+    return DeltaData(message_id="m", text=text)
+
+
+async def _end(sessions: Database, turn_id: str) -> None:
+    async with sessions() as db:
+        error = ErrorData(code="model_unavailable", message="gone", retryable=True)
+        await append_events(db, turn_id=turn_id, events=[(EventType.error, error)])
+        await db.commit()
+
+
+class Follower:
+    """One live stream of a turn, its frames as they come."""
+
+    def __init__(self, hub: EventHub, sessions: Database, turn_id: str) -> None:
+        self.received: list[ServerSentEvent] = []
+        self.task = asyncio.create_task(self._follow(hub, sessions, turn_id))
+
+    async def _follow(self, hub: EventHub, sessions: Database, turn_id: str) -> None:
+        async for event in turn_event_stream(hub=hub, sessions=sessions, turn_id=turn_id, after=0):
+            self.received.append(event)
+
+    def texts(self) -> list[str]:
+        deltas = [e for e in self.received if e.event == "delta"]
+        return [DeltaData.model_validate_json(str(e.data)).text for e in deltas]
+
+    def ids(self) -> list[int]:
+        return [int(e.id or 0) for e in self.received]
+
+
+async def test_many_turns_deltas_commit_together_without_notify_and_reach_every_stream(
+    sessions: Database, hub: EventHub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("parley.api.streaming.LISTENING_POLL_S", 120.0)  # only rings wake
+    async with sessions() as db:
+        turns = [await _new_turn(db) for _ in range(3)]
+        await db.commit()
+    followers = [Follower(hub, sessions, t) for t in turns]
+
+    async def all_reading() -> bool:  # each stream has read its log and waits on its bell
+        return all(len(f.received) >= 1 for f in followers)
+
+    await eventually(all_reading, timeout=30, what="each stream reads its log")
+    sent: list[str] = []
+    stop = on_statement_sent(sessions.engine, sent.append)
+    try:
+        writer = FrameWriter(sessions)
+        for word in ("one", "two", "three"):
+            await asyncio.gather(*(writer.append(t, _delta(f"{word} {t}")) for t in turns))
+
+        async def all_arrived() -> bool:
+            return all(len(f.texts()) == 3 for f in followers)
+
+        await eventually(all_arrived, timeout=30, what="every delta, rung")
+    finally:
+        stop()
+    writes = [s for s in sent if "INSERT INTO turn_events" in s]
+    # Three turns' frames in each commit, and none of those commits rings.
+    assert len(writes) == 3
+    assert not any("pg_notify" in s for s in writes)
+    assert any("pg_notify" in s for s in sent)
+    for follower, turn_id in zip(followers, turns, strict=True):
+        await _end(sessions, turn_id)
+        await asyncio.wait_for(follower.task, timeout=30)
+        assert follower.texts() == [f"{w} {turn_id}" for w in ("one", "two", "three")]
+        assert follower.ids() == list(range(1, 6))
+
+
+async def test_a_lost_ring_costs_one_poll_never_an_event(
+    sessions: Database, hub: EventHub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("parley.api.streaming.LISTENING_POLL_S", 0.2)
+    ring = events.ring_turns
+    dropped: list[Sequence[str]] = []
+
+    async def drop_the_last(conn: Db, lines: Sequence[str]) -> None:
+        if any(":4:" in line for line in lines):
+            dropped.append(lines)  # the worker died between the commit and the ring
+            return
+        await ring(conn, lines)
+
+    monkeypatch.setattr(events, "ring_turns", drop_the_last)
+    async with sessions() as db:
+        turn_id = await _new_turn(db)
+        await db.commit()
+    follower = Follower(hub, sessions, turn_id)
+    writer = FrameWriter(sessions)
+    for text in ("a", "b", "c"):
+        await writer.append(turn_id, _delta(text))
+
+    async def all_three() -> bool:
+        return follower.texts() == ["a", "b", "c"]
+
+    # The third delta (event 4) rang nothing: the stream's poll of the log brings it.
+    await eventually(all_three, timeout=30, what="the unrung delta, from the log")
+    assert dropped
+    await _end(sessions, turn_id)
+    await asyncio.wait_for(follower.task, timeout=30)
+    assert follower.ids() == list(range(1, 6))
+
+
+async def test_a_frame_for_a_turn_that_does_not_exist_fails_alone(sessions: Database) -> None:
+    async with sessions() as db:
+        turn_id = await _new_turn(db)
+        await db.commit()
+    writer = FrameWriter(sessions)
+    missing, found = await asyncio.gather(
+        writer.append("trn_missing", _delta("x")),
+        writer.append(turn_id, _delta("y")),
+        return_exceptions=True,
+    )
+    assert isinstance(missing, LookupError)
+    assert isinstance(found, events.Appended) and not found.stopped
