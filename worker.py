@@ -335,9 +335,11 @@ POOL_RESERVE = 4
 
 
 def worker_pool(settings: Settings) -> dict[str, int]:
-    """The worker engine's pool: a connection for every activity slot (`call_model` holds one
-    for its whole stream), so steps never queue behind the pool; Temporal queues the rest,
-    where another worker can take them."""
+    """The worker engine's pool: a connection for every activity slot, so steps never queue
+    behind the pool (Temporal queues the rest, where another worker can take them). A step
+    holds one only for its statements: a streaming step's frames go through the worker's
+    writer (activities/frame_writer.py), so the pool is what a worker may use at once, not
+    what its open streams hold."""
     return {
         "pool_size": settings.worker_max_activities + POOL_RESERVE,
         "max_overflow": POOL_RESERVE,
@@ -439,7 +441,8 @@ async def run_worker(settings: Settings) -> None:
     draining = asyncio.create_task(sdk_metrics.drain_forever()) if sdk_metrics else None
     if settings.worker_metrics_port:
         start_http_server(settings.worker_metrics_port, addr=settings.api_host)
-    bell = OutboxBell(libpq_url(settings.database_url))  # posted and queued turns start on it
+    # Posted and queued turns start on it; a LISTEN needs a session (PgBouncer: docs/operations.md).
+    bell = OutboxBell(libpq_url(settings.listen_database_url or settings.database_url))
     sweep = asyncio.create_task(_sweep(client, sessions, settings, bell))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

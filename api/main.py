@@ -62,7 +62,7 @@ def create_app(
         _open_database(app, settings.database_url)
         app.state.settings = settings
         app.state.temporal = TemporalConnector(settings, _interceptors(app, temporal_interceptors))
-        app.state.hub = EventHub(libpq_url(settings.database_url))
+        app.state.hub = EventHub(libpq_url(settings.listen_database_url or settings.database_url))
         temporal = app.state.temporal
         sessions = app.state.sessions
 

@@ -42,6 +42,10 @@ class Settings(BaseSettings):
     database_url: str | None = Field(
         default=None, validation_alias=AliasChoices("DATABASE_URL", "PARLEY_DATABASE_URL")
     )
+    # Where the LISTEN connections go (the API's event listener, the workers' outbox bell):
+    # a session of their own, so PostgreSQL itself when DATABASE_URL is a pooler in
+    # transaction mode (docs/operations.md, PgBouncer). Unset: DATABASE_URL.
+    listen_database_url: str | None = None
     temporal_address: str = Field(
         default="127.0.0.1:7233",
         validation_alias=AliasChoices("TEMPORAL_ADDRESS", "PARLEY_TEMPORAL_ADDRESS"),
@@ -114,9 +118,9 @@ class Settings(BaseSettings):
     # restart resets nobody's stream. Deployments give the process a little more
     # (docker-compose.yml `stop_grace_period`).
     worker_shutdown_grace_s: float = 90.0
-    # Activities one worker runs at once. Each may hold one database connection for its
-    # whole run (`call_model` keeps one for its stream), so the worker's pool is sized from
-    # this and a step never waits for a connection behind other steps.
+    # Activities one worker runs at once. The worker's pool is sized from this so a step never
+    # waits for a connection behind other steps (a streaming step holds none while the model
+    # streams: its frames go through the worker's one writer).
     worker_max_activities: int = 32
     # Worker Deployment Versioning (dispatch/deployment.py), on by default so that a new shape
     # of the turn is a new build rather than a `workflow.patched()` branch: each worker joins

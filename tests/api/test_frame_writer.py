@@ -7,17 +7,21 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Sequence
 
+import psycopg
 import pytest
 from sse_starlette import ServerSentEvent
 
 from parley.activities.frame_writer import FrameWriter
+from parley.api.main import create_app
 from parley.api.streaming import EventHub, turn_event_stream
+from parley.config import Settings
 from parley.contracts import EventType
 from parley.store import events
 from parley.store.db import Database, Db, libpq_url, on_statement_sent
 from parley.store.events import append_events
 from parley.store.identity import Identity
 from parley.wire import DeltaData, ErrorData
+from tests.support.stack import serve
 from tests.support.toolkit import eventually, post_unstarted
 
 PRIYA = Identity(tenant_id="northwind", user_id="cust_2291", roles=())
@@ -149,3 +153,23 @@ async def test_a_frame_for_a_turn_that_does_not_exist_fails_alone(sessions: Data
     )
     assert isinstance(missing, LookupError)
     assert isinstance(found, events.Appended) and not found.stopped
+
+
+async def test_the_api_listens_on_its_own_url_when_one_is_set(
+    settings: Settings, database_url: str
+) -> None:
+    # Behind PgBouncer in transaction mode the listener must reach PostgreSQL itself.
+    joiner = "&" if "?" in database_url else "?"
+    listen = f"{database_url}{joiner}application_name=parley_listen"
+    app = create_app(settings.model_copy(update={"listen_database_url": listen}))
+    async with serve(app):
+        hub: EventHub = app.state.hub
+        await asyncio.wait_for(hub.listening.wait(), timeout=30)
+        async with await psycopg.AsyncConnection.connect(
+            libpq_url(database_url), autocommit=True
+        ) as admin:
+            cur = await admin.execute(
+                "SELECT application_name, query FROM pg_stat_activity WHERE pid = %s",
+                (hub.listener_pid,),
+            )
+            assert await cur.fetchone() == ("parley_listen", f"LISTEN {events.NOTIFY_CHANNEL}")
