@@ -182,7 +182,10 @@ def _batch(events: Sequence[tuple[EventType, BaseModel]]) -> list[dict[str, Any]
 
 # `counter` and `EVENTS_INSERTED` for many turns: the turns locked in id order (two writers
 # never wait on each other in a cycle), each counter moved by its frame's size, the events
-# inserted after each base; no doorbell.
+# inserted after each base; no doorbell. `updated_at` (in the index of open turns) moves
+# only when it is `FRAME_TOUCH` old: a delta's update then changes no indexed column, so it
+# can stay on its page (HOT), and the quiet-turn sweep (2 minutes) still sees a live turn.
+FRAME_TOUCH = "10 seconds"
 _APPEND_FRAMES = f"""
     WITH frames AS (
         SELECT f.turn_id, f.events, jsonb_array_length(f.events) AS n
@@ -191,7 +194,9 @@ _APPEND_FRAMES = f"""
         SELECT turns.id FROM turns JOIN frames ON frames.turn_id = turns.id
         ORDER BY turns.id FOR UPDATE OF turns
     ), counter AS (
-        UPDATE turns SET last_event_id = turns.last_event_id + frames.n, updated_at = now()
+        UPDATE turns SET last_event_id = turns.last_event_id + frames.n,
+            updated_at = CASE WHEN turns.updated_at < now() - interval '{FRAME_TOUCH}'
+                THEN now() ELSE turns.updated_at END
         FROM frames JOIN locked ON locked.id = frames.turn_id
         WHERE turns.id = frames.turn_id
         RETURNING turns.id AS turn_id, turns.last_event_id - frames.n AS base, frames.events,

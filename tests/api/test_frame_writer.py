@@ -173,3 +173,30 @@ async def test_the_api_listens_on_its_own_url_when_one_is_set(
                 (hub.listener_pid,),
             )
             assert await cur.fetchone() == ("parley_listen", f"LISTEN {events.NOTIFY_CHANNEL}")
+
+
+async def test_a_delta_leaves_the_indexed_updated_at_alone_until_it_is_old(
+    sessions: Database, database_url: str
+) -> None:
+    async with sessions() as db:
+        turn_id = await _new_turn(db)
+        await db.commit()
+    async with await psycopg.AsyncConnection.connect(
+        libpq_url(database_url), autocommit=True
+    ) as admin:
+
+        async def touched() -> object:
+            cur = await admin.execute("SELECT updated_at FROM turns WHERE id = %s", (turn_id,))
+            return ((await cur.fetchone()) or (None,))[0]
+
+        writer = FrameWriter(sessions)
+        born = await touched()
+        for text in ("a", "b", "c"):
+            await writer.append(turn_id, _delta(text))
+        assert await touched() == born  # no index entry per delta
+        await admin.execute(
+            "UPDATE turns SET updated_at = now() - interval '1 minute' WHERE id = %s", (turn_id,)
+        )
+        aged = await touched()
+        await writer.append(turn_id, _delta("d"))
+        assert await touched() > aged  # a streaming turn still looks alive to the sweep
