@@ -306,9 +306,10 @@ _LOGGED = """
 
 
 async def one_step(
-    stack: ScaleStack, http: httpx.AsyncClient, n: int, answer_tokens: int
+    stack: ScaleStack, http: httpx.AsyncClient, n: int, answer_tokens: int, delay_s: float
 ) -> dict[str, Any]:
-    """N turns at once, each in a session of its own, each answer `answer_tokens` long."""
+    """N turns at once, each in a session of its own, each answer `answer_tokens` long with
+    `delay_s` before each token."""
     conninfo = libpq_url(stack.database_url)
     tokens = stack.tokens[:n]
     sessions = []
@@ -324,7 +325,8 @@ async def one_step(
         await provider.post("/_fake/reset")
         words = [f"word{i % 97} " for i in range(answer_tokens)]
         # Spares for the calls a retry makes again (a step that timed out under the load).
-        await provider.post("/_fake/script", json=[{"text": words}] * (3 * n))
+        reply = {"text": words, "delay_s": delay_s}  # before each token: a model's pace
+        await provider.post("/_fake/script", json=[reply] * (3 * n))
     async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
         commits_before = (await (await conn.execute(_COMMITS)).fetchone() or [0])[0]
         cpu_before, started = snapshot(), time.perf_counter()
@@ -373,6 +375,10 @@ def _figures(
         "n": n,
         "wall_s": round(wall, 1),
         "deltas": len(lags),
+        # How long an answer streamed at the client (the model's pace, if nothing lagged).
+        "stream_s_p50": round(
+            percentile([r.frames[-1][1] - r.frames[0][1] for r in received if r.frames], 0.5), 1
+        ),
         "lag_p50_ms": round(percentile(lags, 0.5) * 1000, 1),
         "lag_p95_ms": round(percentile(lags, 0.95) * 1000, 1),
         "commits_per_s": round(commits / wall, 1),
@@ -391,18 +397,18 @@ def _figures(
 
 
 async def measure_stack(
-    stack: ScaleStack, *, start_n: int, max_n: int, answer_tokens: int
+    stack: ScaleStack, *, start_n: int, max_n: int, answer_tokens: int, delay_s: float
 ) -> dict[str, Any]:
     limits = httpx.Limits(max_connections=max_n + 20, max_keepalive_connections=max_n + 20)
     steps: list[dict[str, Any]] = []
     async with httpx.AsyncClient(
         base_url=stack.api_url, limits=limits, timeout=httpx.Timeout(120.0)
     ) as http:
-        await one_step(stack, http, 2, 20)  # warm-up: first turns pay for imports and caches
+        await one_step(stack, http, 2, 20, delay_s)  # warm-up: imports and caches
         n = start_n
         while n <= max_n:
             log(f"(u) {stack.name}: {n} streams at once")
-            step = await one_step(stack, http, n, answer_tokens)
+            step = await one_step(stack, http, n, answer_tokens, delay_s)
             steps.append(step)
             log(f"(u) {stack.name}: N={n} lag p95 {step['lag_p95_ms']} ms")
             if step["lag_p95_ms"] > LAG_LIMIT_MS or step["failed"] > n // 10:
@@ -429,7 +435,11 @@ async def measure_stream_scale(
         for name, checkout in (("baseline", root), ("current", None)):
             async with scale_stack(name, checkout, token_delay_ms=delay_ms, users=max_n) as stack:
                 figures[name] = await measure_stack(
-                    stack, start_n=start_n, max_n=max_n, answer_tokens=answer_tokens
+                    stack,
+                    start_n=start_n,
+                    max_n=max_n,
+                    answer_tokens=answer_tokens,
+                    delay_s=delay_ms / 1000,
                 )
     figures["load_after"] = os.getloadavg()
     return figures
