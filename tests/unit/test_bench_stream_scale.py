@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.stream_scale import Received, Sampler, _figures
+from bench.stream_scale import Received, Sampler, _figures, _under
 
 
 def _step(received: list[Received], logged: list[tuple[str, int, str, float]]) -> dict:
@@ -20,6 +20,7 @@ def test_lag_is_from_the_commit_to_the_frame_and_only_deltas_count() -> None:
     # Per stream and per second, the machine's other processes left out.
     assert figures["commits_per_s_per_stream"] == 20.0
     assert figures["cpu_per_stream"] == 0.15
+    assert (figures["commits_per_answer"], figures["cpu_per_answer_s"]) == (200.0, 1.5)
 
 
 def test_an_event_the_client_skipped_or_saw_twice_is_counted() -> None:
@@ -34,3 +35,11 @@ def test_a_stream_that_never_ended_is_a_failure_not_a_loss() -> None:
     broken = Received("t", [(1, 0.0)], error="stream closed without a terminal event")
     figures = _step([broken], logged)
     assert (figures["failed"], figures["lost"]) == (1, 0)
+
+
+def test_a_step_whose_answers_fall_behind_the_model_is_above_the_ceiling() -> None:
+    step = {"lag_p95_ms": 40.0, "failed": 0, "pace": 1.1}
+    assert _under(step)
+    assert not _under(step | {"pace": 3.0})  # the stack could not keep up with the model
+    assert not _under(step | {"lag_p95_ms": 300.0})
+    assert not _under(step | {"failed": 1})
