@@ -43,14 +43,15 @@ class _Waiting:
 
 @dataclass
 class _Loop:
-    """The writer's tasks in one event loop (a test's loop ends; the worker's lives on)."""
+    """The writer's work in one event loop (a test's loop ends; the worker's lives on): the
+    frames and ring lines waiting, and the task flushing or ringing them, which runs while
+    there is something to do and ends when there is not."""
 
     loop: asyncio.AbstractEventLoop
     frames: list[_Waiting] = field(default_factory=list)
     rings: list[str] = field(default_factory=list)
-    framed: asyncio.Event = field(default_factory=asyncio.Event)
-    moved: asyncio.Event = field(default_factory=asyncio.Event)
-    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    writing: asyncio.Task[None] | None = None
+    ringing: asyncio.Task[None] | None = None
 
 
 class FrameWriter:
@@ -62,29 +63,20 @@ class FrameWriter:
         """Append one `delta` to the turn's log with the next flush; what the flush learned
         of the turn once it has committed. Raises what the flush raised, and `LookupError`
         for a turn that does not exist."""
-        running = self._start()
-        waiting = _Waiting(turn_id, data, running.loop.create_future())
-        running.frames.append(waiting)
-        running.framed.set()
-        return await waiting.written
-
-    def _start(self) -> _Loop:
         loop = asyncio.get_running_loop()
         running = self._running
-        if running is None or running.loop is not loop or any(t.done() for t in running.tasks):
+        if running is None or running.loop is not loop:
             running = self._running = _Loop(loop)
-            running.tasks = [
-                loop.create_task(self._write_forever(running)),
-                loop.create_task(self._ring_forever(running)),
-            ]
-        return running
+        waiting = _Waiting(turn_id, data, loop.create_future())
+        running.frames.append(waiting)
+        if running.writing is None or running.writing.done():
+            running.writing = loop.create_task(self._write(running))
+        return await waiting.written
 
-    async def _write_forever(self, running: _Loop) -> None:
-        while True:
-            await running.framed.wait()
-            running.framed.clear()
-            while running.frames:
-                await self._flush(running, self._take(running))
+    async def _write(self, running: _Loop) -> None:
+        """Flush until no frame waits (the frames that came during a flush go in the next)."""
+        while running.frames:
+            await self._flush(running, self._take(running))
 
     @staticmethod
     def _take(running: _Loop) -> list[_Waiting]:
@@ -127,15 +119,13 @@ class FrameWriter:
                 waiting.written.set_exception(LookupError(f"turn {waiting.turn_id} does not exist"))
             else:
                 waiting.written.set_result(appended)
-        running.moved.set()
+        if running.rings and (running.ringing is None or running.ringing.done()):
+            running.ringing = running.loop.create_task(self._ring(running))
 
-    async def _ring_forever(self, running: _Loop) -> None:
-        while True:
-            await running.moved.wait()
-            running.moved.clear()
+    async def _ring(self, running: _Loop) -> None:
+        """Ring until no turn waits for it (the turns that moved during a ring go in the next)."""
+        while running.rings:
             lines, running.rings = running.rings, []
-            if not lines:
-                continue
             try:
                 async with connect(self._sessions) as conn:
                     await events.ring_turns(conn, lines)
