@@ -45,6 +45,8 @@ LAG_LIMIT_MS = 250.0
 PACE_LIMIT = 1.25
 BASELINE_COMMIT = "6fe9d89"  # issue 45's starting commit
 TERMINAL = frozenset({"done", "error", "cancelled"})
+# The processes of the stack measured (not the client, the model server or the machine's).
+PARLEY_ROLES = ("api", "worker", "temporal", "postgres")
 
 
 @dataclass
@@ -199,7 +201,7 @@ def _figures(
             kind, committed_at = log_of_turn.get(event_id, ("?", 0.0))
             if kind == "delta":
                 lags.append(at - committed_at)
-    processes = sum(v for k, v in cpu.items() if k.endswith("_cpu_s") and k != "other_cpu_s")
+    processes = sum(cpu.get(f"{role}_cpu_s", 0.0) for role in PARLEY_ROLES)
     return {
         "n": n,
         "wall_s": round(wall, 1),

@@ -6,7 +6,7 @@ from bench.stream_scale import Received, Sampler, _figures, _under
 
 
 def _step(received: list[Received], logged: list[tuple[str, int, str, float]]) -> dict:
-    cpu = {"postgres_cpu_s": 1.0, "api_cpu_s": 2.0, "other_cpu_s": 50.0}
+    cpu = {"postgres_cpu_s": 1.0, "api_cpu_s": 2.0, "other_cpu_s": 50.0, "bench_client_cpu_s": 9.0}
     return _figures(2, 10.0, received, logged, cpu, 400, Sampler(""))
 
 
@@ -17,7 +17,7 @@ def test_lag_is_from_the_commit_to_the_frame_and_only_deltas_count() -> None:
     assert figures["deltas"] == 1
     assert round(figures["lag_p95_ms"]) == 100
     assert (figures["lost"], figures["duplicated"]) == (0, 0)
-    # Per stream and per second, the machine's other processes left out.
+    # Per stream and per second, the client's and the machine's other processes left out.
     assert figures["commits_per_s_per_stream"] == 20.0
     assert figures["cpu_per_stream"] == 0.15
     assert (figures["commits_per_answer"], figures["cpu_per_answer_s"]) == (200.0, 1.5)
