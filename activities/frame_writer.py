@@ -9,9 +9,9 @@ writes each frame at once and a busy one writes many turns in a commit. Each ste
 from its flush what `append_streamed` told it: the id, and whether the turn's Stop is
 recorded or a steer came in.
 
-The wake-up of the streams is rung once for the turns that moved (store/events.py
-`ring_turns`), in a statement of its own beside the flushes, never inside a delta's commit:
-while one ring is in flight the next turns gather for the next. The log stays the truth: a
+The wake-up of the streams is rung once a flush for the turns that moved (store/events.py
+`ring_turns`), in a statement of its own on the flush's connection right after its commit,
+never inside a delta's commit. The log stays the truth: a
 ring that is lost (the worker dies between the commit and the ring, the statement fails)
 costs the streams of those turns one poll of the log, never an event (api/streaming.py).
 """
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from parley.contracts import EventType
 from parley.store import events
-from parley.store.db import Database, connect
+from parley.store.db import Database, Db, connect
 from parley.store.events import Appended, Frame
 from parley.wire import DeltaData
 
@@ -44,14 +44,12 @@ class _Waiting:
 @dataclass
 class _Loop:
     """The writer's work in one event loop (a test's loop ends; the worker's lives on): the
-    frames and ring lines waiting, and the task flushing or ringing them, which runs while
-    there is something to do and ends when there is not."""
+    frames waiting, and the task flushing them, which runs while there is something to do
+    and ends when there is not."""
 
     loop: asyncio.AbstractEventLoop
     frames: list[_Waiting] = field(default_factory=list)
-    rings: list[str] = field(default_factory=list)
     writing: asyncio.Task[None] | None = None
-    ringing: asyncio.Task[None] | None = None
 
 
 class FrameWriter:
@@ -76,7 +74,7 @@ class FrameWriter:
     async def _write(self, running: _Loop) -> None:
         """Flush until no frame waits (the frames that came during a flush go in the next)."""
         while running.frames:
-            await self._flush(running, self._take(running))
+            await self._flush(self._take(running))
 
     @staticmethod
     def _take(running: _Loop) -> list[_Waiting]:
@@ -96,39 +94,42 @@ class FrameWriter:
         running.frames = later
         return batch
 
-    async def _flush(self, running: _Loop, batch: list[_Waiting]) -> None:
+    async def _flush(self, batch: list[_Waiting]) -> None:
         if not batch:
             return
         frames = [Frame(w.turn_id, [(EventType.delta, w.data)]) for w in batch]
         try:
-            async with connect(self._sessions) as conn:  # autocommit: one statement, one commit
+            # Autocommit: the append is one statement, one commit; the ring is the next one,
+            # on the same connection (one checkout a flush).
+            async with connect(self._sessions) as conn:
                 written = await events.append_frames(conn, frames)
+                await self._ring(conn, _settle(batch, frames, written))
         except Exception as exc:
             for waiting in batch:
                 if not waiting.written.done():
                     waiting.written.set_exception(exc)
-            return
-        for waiting, frame in zip(batch, frames, strict=True):
-            appended = written.get(waiting.turn_id)
-            if appended is not None:
-                first = appended.event_id - len(frame.events) + 1
-                running.rings.append(events.turn_ring(frame.turn_id, first, frame.events))
-            if waiting.written.done():
-                continue
-            if appended is None:
-                waiting.written.set_exception(LookupError(f"turn {waiting.turn_id} does not exist"))
-            else:
-                waiting.written.set_result(appended)
-        if running.rings and (running.ringing is None or running.ringing.done()):
-            running.ringing = running.loop.create_task(self._ring(running))
 
-    async def _ring(self, running: _Loop) -> None:
-        """Ring until no turn waits for it (the turns that moved during a ring go in the next)."""
-        while running.rings:
-            lines, running.rings = running.rings, []
-            try:
-                async with connect(self._sessions) as conn:
-                    await events.ring_turns(conn, lines)
-            except Exception:
-                # The streams of these turns read the log at their next poll.
-                log.warning("could not ring for %d turns", len(lines), exc_info=True)
+    @staticmethod
+    async def _ring(conn: Db, lines: list[str]) -> None:
+        try:
+            await events.ring_turns(conn, lines)
+        except Exception:
+            # The streams of these turns read the log at their next poll.
+            log.warning("could not ring for %d turns", len(lines), exc_info=True)
+
+
+def _settle(batch: list[_Waiting], frames: list[Frame], written: dict[str, Appended]) -> list[str]:
+    """Tell each step what its flush learned; the ring's line of each turn that moved."""
+    lines = []
+    for waiting, frame in zip(batch, frames, strict=True):
+        appended = written.get(waiting.turn_id)
+        if appended is not None:
+            first = appended.event_id - len(frame.events) + 1
+            lines.append(events.turn_ring(frame.turn_id, first, frame.events))
+        if waiting.written.done():
+            continue  # its step was cancelled meanwhile
+        if appended is None:
+            waiting.written.set_exception(LookupError(f"turn {waiting.turn_id} does not exist"))
+        else:
+            waiting.written.set_result(appended)
+    return lines
