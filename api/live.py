@@ -32,7 +32,7 @@ from parley.live import (
     SessionMessageData,
     TurnFrameData,
 )
-from parley.store import events as store_events
+from parley.store import event_log
 from parley.store import live as store_live
 from parley.store.db import Database, Db, connect
 from parley.store.events import StoredEvent
@@ -159,9 +159,7 @@ class SessionStream:
             events = self._bells[turn_id].take(after)
             ended = False
             if events is None or read_all or turn_id in fresh:
-                read = await store_events.read_log(
-                    db, turn_id=turn_id, after=after, limit=READ_LIMIT
-                )
+                read = await event_log.read_log(db, turn_id=turn_id, after=after, limit=READ_LIMIT)
                 events, ended = read.events, read.ended
                 more = more or len(events) >= READ_LIMIT
             for event in events:

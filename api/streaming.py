@@ -36,8 +36,7 @@ from sse_starlette import ServerSentEvent
 from parley.api.metrics import EVENTS_SENT
 from parley.contracts import TERMINAL_EVENTS, EventType
 from parley.errors import NotFound, RateLimited
-from parley.store import events as store_events
-from parley.store import limits, viewers
+from parley.store import event_log, limits, viewers
 from parley.store.db import Database, Db, connect
 from parley.store.events import StoredEvent, parse_notification, parse_ring
 from parley.store.identity import Identity
@@ -241,7 +240,7 @@ async def stored_event_batches(
             if events is None or read_log:
                 attach = viewer is not None and not viewer.attached
                 async with connect(sessions) as conn:  # autocommit: the attach commits
-                    read = await store_events.read_log(
+                    read = await event_log.read_log(
                         conn, turn_id=turn_id, after=after, limit=READ_LIMIT, attach=attach
                     )
                 if viewer is not None and attach:

@@ -49,7 +49,7 @@ from bench.stack import Child, free_port, log, spawn
 from parley.config import Settings
 from parley.launch.devstate import state_path
 from parley.store.db import Database, connect, create_engine
-from parley.store.events import read_log
+from parley.store.event_log import read_log
 from tests.support.sse import TERMINAL, Event, iter_events
 
 # Issue 41's soak: a kill every 20-30 s, rotating over these (what `make run` supervises).

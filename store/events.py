@@ -36,7 +36,6 @@ from pydantic import BaseModel
 from parley.contracts import TERMINAL_TURN_STATES, EventType, TurnState
 from parley.store.db import Db
 from parley.store.turn_states import MOVE, move_params
-from parley.store.viewers import ATTACH_VIEWER_SQL
 from parley.wire import EVENT_DATA, StateData
 
 NOTIFY_CHANNEL = "parley_turn_events"
@@ -434,63 +433,6 @@ async def ring_log(conn: Db, *, log_id: str, first_id: int, events: list[dict[st
     if len(batch.encode()) > NOTIFY_EVENTS_MAX:
         batch = ""  # the listener reads the log
     await ring(conn, channel=NOTIFY_CHANNEL, payload=f"{log_id}:{first_id}:{batch}")
-
-
-@dataclass(frozen=True)
-class LogRead:
-    """What a stream learns from one read of the log: the events after its last id, and
-    whether the turn has ended with nothing left to send after them."""
-
-    events: list[StoredEvent]
-    ended: bool
-
-
-async def read_log(
-    conn: Db, *, turn_id: str, after: int, limit: int = 500, attach: bool = False
-) -> LogRead:
-    """The events after `after` and whether the turn has ended, from one statement: one
-    snapshot, so an event committed between two reads is never taken for the end. A turn
-    that does not exist has no events and has not ended. With `attach`, the same statement
-    counts the reader as a viewer of the turn (store/viewers.py); on a connection in
-    autocommit (`store.db.connect`), that commits with it."""
-    statement = _ATTACH_AND_READ if attach else _READ_WITH_END
-    rows = await conn.rows(statement, {"turn_id": turn_id, "after": after, "limit": limit}, _LogRow)
-    if not rows:
-        return LogRead([], False)
-    events = [StoredEvent(r.id, r.type, r.data) for r in rows if r.id is not None]
-    last_sent = events[-1].id if events else after
-    turn = rows[0]
-    return LogRead(events, turn.state in _TERMINAL and last_sent >= turn.last_event_id)
-
-
-@dataclass(frozen=True)
-class _LogRow:
-    """One row of a read: the turn's state and counter beside each event. The event's columns
-    are all None in the one row of a turn with nothing after `after` (the empty side of the
-    join), which `read_log` drops by its id."""
-
-    state: str
-    last_event_id: int
-    id: int | None
-    type: Any
-    data: Any
-
-
-_TERMINAL = frozenset(state.value for state in TERMINAL_TURN_STATES)
-# Plain SQL on psycopg's own connection: this runs at the start of every stream, at every poll
-# and after every gap (the JSON comes back as Python objects, psycopg's default for jsonb).
-_READ_WITH_END = """
-    SELECT t.state, t.last_event_id, e.id, e.type, e.data
-    FROM turns AS t LEFT JOIN LATERAL (
-        SELECT id, type, data FROM turn_events
-        WHERE turn_id = t.id AND id > %(after)s ORDER BY id LIMIT %(limit)s
-    ) AS e ON true
-    WHERE t.id = %(turn_id)s
-    ORDER BY e.id
-"""
-# The UPDATE in the WITH runs whether or not it is read; the SELECT sees the turn as it was
-# before it, which differs only in the viewer count.
-_ATTACH_AND_READ = f"WITH attached AS ({ATTACH_VIEWER_SQL}) {_READ_WITH_END}"
 
 
 async def withdraw_turn_text(db: Db, *, turn_id: str) -> None:
