@@ -52,12 +52,7 @@ from parley.activities.step_request import pack_blocks, stored_request
 from parley.activities.tool_offer import offered_tools
 from parley.config import Settings
 from parley.context import Block, Packed, WindowMessage
-from parley.contracts import (
-    BuildContextInput,
-    BuildContextResult,
-    MessageStatus,
-    TurnState,
-)
+from parley.contracts import BuildContextInput, BuildContextResult, MessageStatus, TurnState
 from parley.gateway.minilm import Embedder
 from parley.memory import extract_facts, recall_terms
 from parley.paths import AnswerPath, choose_path, path_block
@@ -72,10 +67,8 @@ from parley.prompt import (
     plan_window,
     split_current,
 )
-from parley.resolver import (
-    PENDING_CLARIFICATION,
-    Slot,
-)
+from parley.recall import without_speakers
+from parley.resolver import PENDING_CLARIFICATION, Slot
 from parley.store import identity, steering, steps, turns, user_memory
 from parley.store import memory as memory_store
 from parley.store import sessions as session_store
@@ -86,6 +79,7 @@ from parley.store.context import (
     memory_read_again,
     read_for_build,
     session_memory,
+    speakers,
     window_messages,
 )
 from parley.store.db import Database, Db, connect
@@ -302,8 +296,9 @@ class ContextBuilder:
         remembered = memory_blocks(counter, memory, budgets) + hints.blocks
         left = budgets.conversation - sum(b.tokens for b in remembered)
         whole = plan_window(history, memory, recent=left)
+        named = await speakers(db, turn, facts)
         query = await start_recall(
-            conn, turn, whole, history, self._query(question, terms, current)
+            conn, turn, whole, history, self._query(question, terms, current, named)
         )
         try:  # the state block, files, window and recall, knowledge's passages
             state, files = await self._state_and_files(
@@ -334,9 +329,13 @@ class ContextBuilder:
         }
         return packed, plan
 
-    def _query(self, question: str, terms: list[str], current: list[WindowMessage]) -> RecallQuery:
-        """What recall searches with: the terms, the question (to embed), its period."""
-        return RecallQuery(terms, question, self._embedder, period=_period(question, current))
+    def _query(
+        self, question: str, terms: list[str], current: list[WindowMessage], named: list[str]
+    ) -> RecallQuery:
+        """What recall searches with: the terms, the question to embed (without the names of
+        the session's speakers), its period."""
+        meaning = without_speakers(question, named)
+        return RecallQuery(terms, meaning, self._embedder, period=_period(question, current))
 
     def _system_prompt(self, tenant: TenantConfig) -> str:
         persona = f"\n\n{tenant.persona}" if tenant.persona else ""

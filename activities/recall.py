@@ -31,7 +31,7 @@ from parley.context import Block, WindowMessage
 from parley.gateway.minilm import Embedder
 from parley.periods import Period, in_period
 from parley.prompt import Budgets, Fold, Memory, RecallHit, fold_block, plan_window, recall_block
-from parley.recall import CANDIDATES, NEIGHBOUR_TOP, rounds_for, with_neighbours
+from parley.recall import CANDIDATES, NEIGHBOUR_TOP, rounds_for, said, with_neighbours
 from parley.store import embeddings as embedding_store
 from parley.store import recall as recall_store
 from parley.store.context import SessionFacts, remembered_tokens
@@ -363,7 +363,7 @@ async def embed_pending(
     # one thread of its own, so that however many sessions' runs embed at once, their batches
     # take one core in turn instead of every core at once (a question's embedding, on a turn's
     # path, never waits behind them: it runs on the loop's own pool).
-    texts = [m.text for m in todo]
+    texts = [said(m.text) for m in todo]  # what each says, not who says it
     vectors = await asyncio.get_running_loop().run_in_executor(BACKLOG, embedder.embed, texts)
     async with sessions() as db:
         await embedding_store.save_embeddings(

@@ -48,6 +48,7 @@ from parley.gateway.minilm import Embedder, build_embedder
 from parley.memory import recall_terms
 from parley.periods import named_period
 from parley.prompt import RECALLED_SEQ, Budgets, recall_block
+from parley.recall import without_speakers
 from parley.store import memory as memory_store
 from parley.store.db import Database, create_engine
 from parley.store.embedded import EmbeddedPostgres
@@ -155,6 +156,7 @@ async def evaluate(folder: Path, names: list[str] | None, *, show: bool = False)
                     db, session_id=sid, before_seq=before
                 )
                 budget = rule.recall(rule.conversation(remembered), reaches_back=True)
+                named = await memory_store.speakers(db, session_id=sid, before_seq=before)
                 for qa in conv["qa"]:
                     if qa["category"] not in CATEGORIES or not qa["evidence"]:
                         continue
@@ -163,7 +165,7 @@ async def evaluate(folder: Path, names: list[str] | None, *, show: bool = False)
                         continue
                     query = RecallQuery(
                         terms=recall_terms(qa["question"]),
-                        question=qa["question"],
+                        question=without_speakers(qa["question"], named),
                         embedder=embedder,
                         period=named_period(qa["question"], today),
                     )

@@ -180,7 +180,7 @@ class Settings(BaseSettings):
     # question that reaches back (its words are not in the last turns) gives recall this
     # share of the conversation budget instead.
     context_recall_tokens: int = 200
-    context_recall_reach_back_share: float = Field(default=0.85, ge=0.0, le=1.0)
+    context_recall_reach_back_share: float = Field(default=0.95, ge=0.0, le=1.0)
     # Tool results older than this many turns are shown as metadata, not payloads.
     context_tool_result_age_turns: int = 2
     # An older message longer than this is cut in the window (recall still finds all of it).

@@ -36,6 +36,30 @@ REMEMBERED_SQL = (
 )
 
 
+# The speakers a transcript names, as a JSON array: each `Name: ` label that starts at least
+# three of the session's messages before `{before}` and a tenth of them (a conversation
+# brought in from elsewhere, or typed as one, names its speaker in every line). Recall by
+# meaning leaves their names out of the question (parley/recall.py `without_speakers`).
+SPEAKERS_SQL = (
+    "SELECT coalesce(json_agg(label ORDER BY label), '[]') FROM ("
+    "SELECT substring(r.text FROM '^([A-Z][[:alnum:]_''-]{{0,30}}): ') AS label, "
+    "count(*) AS n, sum(count(*)) OVER () AS total FROM messages AS r "
+    "WHERE r.session_id = {session} AND r.seq < {before} AND r.replaced_by IS NULL "
+    "AND NOT r.off_path "
+    "AND r.role IN ('user', 'assistant') AND r.status <> 'retracted' AND r.text <> '' "
+    "GROUP BY 1) AS labels WHERE label IS NOT NULL AND n >= 3 AND n * 10 >= total"
+)
+
+
+async def speakers(db: Db, *, session_id: str, before_seq: int) -> list[str]:
+    """The speakers the session's messages before `before_seq` name (`SPEAKERS_SQL`)."""
+    found = await db.value(_SPEAKERS, {"session_id": session_id, "before": before_seq})
+    return [str(name) for name in found or []]
+
+
+_SPEAKERS = SPEAKERS_SQL.format(session="%(session_id)s", before="%(before)s")
+
+
 async def remembered_tokens(db: Db, *, session_id: str, before_seq: int) -> int:
     """The tokens of the session's distinct text before `before_seq` (`REMEMBERED_SQL`)."""
     found = await db.value(_REMEMBERED, {"session_id": session_id, "before": before_seq})

@@ -4,6 +4,8 @@ it, which full-text search cannot find."""
 
 from __future__ import annotations
 
+import json
+import math
 import uuid
 
 import pytest
@@ -17,6 +19,7 @@ from parley.gateway.minilm import MiniLMEmbedder
 from parley.gateway.registry import ProviderPool
 from parley.memory import recall_terms
 from parley.recall import fuse
+from parley.store import memory as memory_store
 from parley.store.db import Database, connect
 from parley.store.models import ChatSession, Message
 from tests.support.orm import orm
@@ -73,9 +76,10 @@ OTHERS = [
 ]
 
 
-async def _conversation(sessions: Database) -> tuple[str, int]:
-    """A session whose third message is the evidence; returns its id and the next seq."""
-    texts = OTHERS[:2] + [EVIDENCE] + OTHERS[2:]
+async def _conversation(sessions: Database, texts: list[str] | None = None) -> tuple[str, int]:
+    """A session whose third message is the evidence (or of `texts`); returns its id and the
+    next seq."""
+    texts = texts or OTHERS[:2] + [EVIDENCE] + OTHERS[2:]
     sid = f"ses_rec{uuid.uuid4().hex[:12]}"
     async with orm(sessions) as db:
         db.add(ChatSession(id=sid, tenant_id="northwind", user_id="cust_2291"))
@@ -212,3 +216,45 @@ async def test_vectors_are_removed_with_their_messages(
         await db.execute(text("DELETE FROM messages WHERE session_id = :sid"), {"sid": sid})
         await db.commit()
         assert await db.scalar(count, {"sid": sid}) == 0
+
+
+async def test_a_transcript_s_speakers_are_read_and_its_lines_embedded_for_what_they_say(
+    settings: Settings, sessions: Database, minilm: MiniLMEmbedder
+) -> None:
+    """A conversation brought in as a transcript names its speaker in every line. The
+    session's speakers are read (a label that starts a line or two is not one), and each line
+    is embedded without its label and greetings, so that a question, without those names, is
+    compared with what was said rather than with who said it."""
+    transcript = [
+        f"{'Mira' if n % 2 else 'Tomas'}: {body}" for n, body in enumerate(OTHERS, start=1)
+    ]
+    transcript[6] = "Mira: Hey Tomas! How are you? I took my sister fishing on Sunday."
+    transcript.append("Note: the vet moved to Friday.")
+    sid, next_seq = await _conversation(sessions, transcript)
+    async with sessions() as db:
+        assert await memory_store.speakers(db, session_id=sid, before_seq=next_seq) == [
+            "Mira",
+            "Tomas",
+        ]
+        assert await memory_store.speakers(db, session_id=sid, before_seq=3) == []
+    memory = MemoryActivities(
+        sessions=sessions,
+        providers=ProviderPool(settings, primary=DemoModel(token_delay_s=0)),
+        settings=settings,
+        embedder=minilm,
+    )
+    await memory.embed_messages(sid)
+    stored = text(
+        "SELECT CAST(embedding AS text) FROM message_embeddings WHERE session_id = :sid AND seq = 7"
+    )
+    async with orm(sessions) as db:
+        vector = json.loads(await db.scalar(stored, {"sid": sid}))
+    (meant,) = minilm.embed(["I took my sister fishing on Sunday."])
+    (whole,) = minilm.embed([transcript[6]])
+    assert _cosine(vector, meant) > 0.999
+    assert _cosine(vector, whole) < 0.95
+
+
+def _cosine(a: list[float], b: list[float]) -> float:
+    dot = sum(x * y for x, y in zip(a, b, strict=True))
+    return dot / math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))

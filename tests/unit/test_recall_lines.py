@@ -4,7 +4,15 @@ recalled lines (one date heading per day, greetings and thank-yous left out, wit
 from __future__ import annotations
 
 from parley.prompt import RECALLED_SEQ, Budgets, RecallHit, recall_block
-from parley.recall import fuse, neighbours, rounds_for, trim_filler, with_neighbours
+from parley.recall import (
+    fuse,
+    neighbours,
+    rounds_for,
+    said,
+    trim_filler,
+    with_neighbours,
+    without_speakers,
+)
 from parley.tokens import default_counter
 
 # --- neighbours ---------------------------------------------------------------------------------
@@ -167,3 +175,25 @@ def test_a_transcripts_speakers_are_named_once_in_the_heading_not_in_every_line(
     assert "assistant lines are Melanie's" in content
     (block,) = recall_block(counter, hits[:4], budgets)
     assert "lines are" not in block.messages[0]["content"]
+
+
+# --- what recall by meaning compares --------------------------------------------------------------
+
+
+def test_a_line_is_embedded_for_what_it_says_not_for_who_says_it() -> None:
+    line = "Mira: Hey Tomas! How are you? I took my sister fishing on the lake on Sunday."
+    assert said(line) == "I took my sister fishing on the lake on Sunday."
+    assert said("Mira: Thanks!") == "Thanks!"  # nothing but filler: kept as it is
+    assert said("a plain message, no label") == "a plain message, no label"
+
+
+def test_the_question_leaves_out_the_speakers_names_but_not_what_it_asks_about() -> None:
+    speakers = ["Mira", "Tomas"]
+    assert without_speakers("Where did Mira go fishing?", speakers) == "Where did go fishing?"
+    assert without_speakers("What are Tomas's dogs called?", speakers) == "What are dogs called?"
+    # Another name, or a name inside a longer word, stays.
+    assert without_speakers("Who is Miranda's dog Pixie?", speakers) == (
+        "Who is Miranda's dog Pixie?"
+    )
+    assert without_speakers("Mira?", speakers) == "Mira?"  # nothing else would be left
+    assert without_speakers("Where did Mira go?", []) == "Where did Mira go?"
