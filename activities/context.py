@@ -296,10 +296,8 @@ class ContextBuilder:
         remembered = memory_blocks(counter, memory, budgets) + hints.blocks
         left = budgets.conversation - sum(b.tokens for b in remembered)
         whole = plan_window(history, memory, recent=left)
-        named = await speakers(db, turn, facts)
-        query = await start_recall(
-            conn, turn, whole, history, self._query(question, terms, current, named)
-        )
+        query = await self._query(db, turn, facts, (question, terms, current))
+        query = await start_recall(conn, turn, whole, history, query)
         try:  # the state block, files, window and recall, knowledge's passages
             state, files = await self._state_and_files(
                 db, turn, step, current_slots, (counter, terms), read
@@ -329,12 +327,17 @@ class ContextBuilder:
         }
         return packed, plan
 
-    def _query(
-        self, question: str, terms: list[str], current: list[WindowMessage], named: list[str]
+    async def _query(
+        self,
+        db: Db,
+        turn: TurnFacts,
+        facts: SessionFacts | None,
+        asked: tuple[str, list[str], list[WindowMessage]],
     ) -> RecallQuery:
         """What recall searches with: the terms, the question to embed (without the names of
-        the session's speakers), its period."""
-        meaning = without_speakers(question, named)
+        the session's speakers, as read with the turn), its period."""
+        question, terms, current = asked
+        meaning = without_speakers(question, await speakers(db, turn, facts))
         return RecallQuery(terms, meaning, self._embedder, period=_period(question, current))
 
     def _system_prompt(self, tenant: TenantConfig) -> str:
