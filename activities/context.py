@@ -296,8 +296,8 @@ class ContextBuilder:
         remembered = memory_blocks(counter, memory, budgets) + hints.blocks
         left = budgets.conversation - sum(b.tokens for b in remembered)
         whole = plan_window(history, memory, recent=left)
-        query = await self._query(db, turn, facts, (question, terms, current))
-        query = await start_recall(conn, turn, whole, history, query)
+        asked = await self._query(db, turn, facts, (question, terms, current))
+        query = await start_recall(conn, turn, whole, history, asked)
         try:  # the state block, files, window and recall, knowledge's passages
             state, files = await self._state_and_files(
                 db, turn, step, current_slots, (counter, terms), read
