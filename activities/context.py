@@ -67,7 +67,6 @@ from parley.prompt import (
     plan_window,
     split_current,
 )
-from parley.recall import without_speakers
 from parley.resolver import PENDING_CLARIFICATION, Slot
 from parley.store import identity, steering, steps, turns, user_memory
 from parley.store import memory as memory_store
@@ -79,7 +78,6 @@ from parley.store.context import (
     memory_read_again,
     read_for_build,
     session_memory,
-    speakers,
     window_messages,
 )
 from parley.store.db import Database, Db, connect
@@ -296,7 +294,7 @@ class ContextBuilder:
         remembered = memory_blocks(counter, memory, budgets) + hints.blocks
         left = budgets.conversation - sum(b.tokens for b in remembered)
         whole = plan_window(history, memory, recent=left)
-        asked = await self._query(db, turn, facts, (question, terms, current))
+        asked = RecallQuery(terms, question, self._embedder, period=_period(question, current))
         query = await start_recall(conn, turn, whole, history, asked)
         try:  # the state block, files, window and recall, knowledge's passages
             state, files = await self._state_and_files(
@@ -326,19 +324,6 @@ class ContextBuilder:
             "knowledge": known,
         }
         return packed, plan
-
-    async def _query(
-        self,
-        db: Db,
-        turn: TurnFacts,
-        facts: SessionFacts | None,
-        asked: tuple[str, list[str], list[WindowMessage]],
-    ) -> RecallQuery:
-        """What recall searches with: the terms, the question to embed (without the names of
-        the session's speakers, as read with the turn), its period."""
-        question, terms, current = asked
-        meaning = without_speakers(question, await speakers(db, turn, facts))
-        return RecallQuery(terms, meaning, self._embedder, period=_period(question, current))
 
     def _system_prompt(self, tenant: TenantConfig) -> str:
         persona = f"\n\n{tenant.persona}" if tenant.persona else ""

@@ -31,8 +31,16 @@ from parley.context import Block, WindowMessage
 from parley.gateway.minilm import Embedder
 from parley.periods import Period, in_period
 from parley.prompt import Budgets, Fold, Memory, RecallHit, fold_block, plan_window, recall_block
-from parley.recall import CANDIDATES, NEIGHBOUR_TOP, rounds_for, said, with_neighbours
+from parley.recall import (
+    CANDIDATES,
+    NEIGHBOUR_TOP,
+    rounds_for,
+    said,
+    with_neighbours,
+    without_speakers,
+)
 from parley.store import embeddings as embedding_store
+from parley.store import memory as memory_store
 from parley.store import recall as recall_store
 from parley.store.context import SessionFacts, remembered_tokens
 from parley.store.db import Database, Db
@@ -254,7 +262,15 @@ async def start_recall(
     words; recall's share for it is the follow-up's, a few lines)."""
     if holds_everything(whole, turn):
         return None
-    return await replace(query, reaches_back=asks_back(query.terms, history)).start(db)
+    query = replace(query, reaches_back=asks_back(query.terms, history))
+    if query.reaches_back and query.embedder is not None:
+        # Embedded without the names of the session's speakers (lines are embedded without
+        # their labels): read only for a question that will be embedded, not on every build.
+        names = await memory_store.speakers(
+            db, session_id=turn.session_id, before_seq=turn.user_seq
+        )
+        query = replace(query, question=without_speakers(query.question, names))
+    return await query.start(db)
 
 
 async def window_and_recall(

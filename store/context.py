@@ -54,9 +54,6 @@ class SessionFacts:
     # The tokens of the session's distinct text before the turn (parley/budget.py; None:
     # read by `remembered_tokens`).
     remembered: int | None = None
-    # The speakers a transcript's lines name (`memory_store.SPEAKERS_SQL`; None: read by
-    # `speakers`).
-    speakers: list[str] | None = None
     # Whether an import of earlier messages into the session is still being indexed: recall
     # of its part is pending (store/imports.py).
     importing: bool = False
@@ -134,7 +131,6 @@ def _build_rows(
     facts: list[list[Any]],
     window: list[list[Any]],
     remembered: int,
-    speakers: list[str] | None,
     importing: bool,
     elsewhere: list[list[Any]] | None,
     steer_seq: int | None = None,
@@ -167,7 +163,6 @@ def _build_rows(
             pinned=pinned,
             window=window,
             remembered=remembered,
-            speakers=[str(name) for name in speakers or []],
             importing=importing,
             elsewhere=branches.parse_elsewhere(elsewhere),
         ),
@@ -203,8 +198,6 @@ _FACTS = f"""
                 AND w.role = 'assistant' AND w.tool_calls IS NULL)) AS window,
     ({memory_store.REMEMBERED_SQL.format(session="t.session_id", before="t.user_seq")})
         AS remembered,
-    ({memory_store.SPEAKERS_SQL.format(session="t.session_id", before="t.user_seq")})
-        AS speakers,
     EXISTS (SELECT 1 FROM imports WHERE session_id = t.session_id
         AND status <> '{ImportState.done.value}') AS importing,
     {branches.ELSEWHERE_OF_SESSION.format(session="t.session_id")} AS elsewhere
@@ -269,14 +262,6 @@ async def remembered_tokens(db: Db, turn: TurnFacts, read: SessionFacts | None) 
     return await memory_store.remembered_tokens(
         db, session_id=turn.session_id, before_seq=turn.user_seq
     )
-
-
-async def speakers(db: Db, turn: TurnFacts, read: SessionFacts | None) -> list[str]:
-    """The speakers the session's lines name, as the build read them with its turn (or read
-    here)."""
-    if read is not None and read.speakers is not None:
-        return read.speakers
-    return await memory_store.speakers(db, session_id=turn.session_id, before_seq=turn.user_seq)
 
 
 async def memory_read_again(db: Db, turn: TurnFacts, read: SessionFacts) -> SessionFacts:
