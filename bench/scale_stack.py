@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -24,12 +23,12 @@ from bench.stack import (
     Child,
     _postmaster_pid,
     _seed_and_token,
-    _stop,
     _wait_ready,
     free_port,
     spawn,
     start_postgres,
     start_temporal,
+    stop_everything,
 )
 from parley.config import Settings
 from parley.dispatch.deployment import wait_promoted
@@ -158,16 +157,7 @@ async def scale_stack(
             _postmaster_pid(pg.pgdata),
         )
     finally:
-        for child in reversed(children):
-            with contextlib.suppress(Exception):
-                _stop(child)
-        if env is not None:
-            with contextlib.suppress(Exception):
-                await env.shutdown()
-        if pg is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.to_thread(pg.stop)
-        shutil.rmtree(tmp, ignore_errors=True)
+        await stop_everything(children, env, pg, tmp)
 
 
 async def _users(database_url: str, count: int) -> list[str]:

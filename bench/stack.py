@@ -181,6 +181,26 @@ def _stop(child: Child, timeout: float = 15.0) -> None:
     child.log_file.close()
 
 
+async def stop_everything(
+    children: list[Child],
+    env: WorkflowEnvironment | None,
+    pg: EmbeddedPostgres | None,
+    tmp: Path,
+) -> None:
+    """A stack's teardown, each part whatever became of the others: its processes (newest
+    first), the Temporal dev server, PostgreSQL, then its folder."""
+    for child in reversed(children):
+        with contextlib.suppress(Exception):
+            _stop(child)
+    if env is not None:
+        with contextlib.suppress(Exception):
+            await env.shutdown()
+    if pg is not None:
+        with contextlib.suppress(Exception):
+            await asyncio.to_thread(pg.stop)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
 async def _wait_ready(url: str, child: Child, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     async with httpx.AsyncClient(timeout=5) as http:
@@ -351,16 +371,7 @@ async def running_stack(token_delay_ms: float, *, eager: bool = True) -> AsyncIt
         )
     finally:
         log("stopping everything")
-        for child in reversed(children):
-            with contextlib.suppress(Exception):
-                _stop(child)
-        if env is not None:
-            with contextlib.suppress(Exception):
-                await env.shutdown()
-        if pg is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.to_thread(pg.stop)
-        shutil.rmtree(tmp, ignore_errors=True)
+        await stop_everything(children, env, pg, tmp)
 
 
 @dataclass(frozen=True)

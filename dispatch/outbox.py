@@ -395,18 +395,13 @@ async def sweep_forever(
             task.add_done_callback(starting.discard)
 
 
-# How long `start_forever` listens at a time: a listener that lost its connection (the
-# database restarted) waits this long before it listens again, and no sweep covers for it.
-START_LISTEN_S = 1.0
-
-
 async def start_forever(starts: Starts, bell: queue.OutboxBell) -> None:
     """Start each posted turn of this worker's queue the moment its ring is heard, and
     nothing else (a worker beside which no outbox loop runs: tests' in-process workers)."""
     starting: set[asyncio.Task[bool]] = set()
     await bell.listen()
     while True:
-        for payload in await bell.rung(START_LISTEN_S):
+        for payload in await bell.rung(60.0):
             task = asyncio.create_task(_start_now(starts, payload, promoted=False))
             starting.add(task)
             task.add_done_callback(starting.discard)

@@ -278,6 +278,11 @@ def queued_view(row: QueuedRow, *, status: MessageStatus = MessageStatus.complet
     return MessageView.model_validate(fields)
 
 
+# How long a listener that lost its connection (the database restarted) waits before it
+# connects again.
+RECONNECT_S = 1.0
+
+
 class OutboxBell:
     """The workers' ear for `OUTBOX_CHANNEL`: one LISTEN connection, opened on first use and
     opened again after it fails. Losing a ring costs only time: the periodic sweep finds
@@ -302,14 +307,15 @@ class OutboxBell:
     async def rung(self, timeout: float) -> list[str]:
         """The payloads rung within `timeout` seconds (returning at the first ring), or none
         (store/events.py `OutboxRing`).
-        A broken connection is dropped, and the wait passes as if nothing rang."""
+        A broken connection is dropped, and nothing is heard for a moment (at most
+        `RECONNECT_S`, however long the caller meant to listen) before it connects again."""
         try:
             conn = await self._connected()
             heard = [n.payload async for n in conn.notifies(timeout=timeout, stop_after=1)]
         except psycopg.Error:
             log.warning("the outbox's listener lost its connection", exc_info=True)
             await self.close()
-            await asyncio.sleep(timeout)
+            await asyncio.sleep(min(timeout, RECONNECT_S))
             return []
         return heard
 
