@@ -204,6 +204,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--chaos-only", action="store_true", help="only (q)")
     parser.add_argument("--chaos-s", type=float, default=300.0, help="(q) seconds of kills")
     parser.add_argument("--chaos-sessions", type=int, default=20, help="(q) sessions running turns")
+    parser.add_argument(
+        "--no-offline", action="store_true", help="skip (i), (j), (m), (s) and (u): the live ones"
+    )
     add_arguments(parser)
     add_scale_arguments(parser)
     if "--quick" in (sys.argv[1:] if argv is None else argv):
@@ -557,7 +560,7 @@ async def main_async(args: argparse.Namespace) -> None:
     try:
         if not args.chaos_only:
             await run_live(args, settings, results, shown)
-        if not (live_only(args) or args.chaos_only):
+        if not (live_only(args) or args.chaos_only or args.no_offline):
             offline = offline_sections(args)
             shown.extend(offline)
             await run_sections(offline, results)
