@@ -314,6 +314,7 @@ def live_sections(
                         "p50_ms"
                     ],
                     duration_s=args.open_loop_s,
+                    turns_per_session=args.turns_per_session,
                 ),
                 render_open_loop,
             )

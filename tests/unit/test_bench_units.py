@@ -5,6 +5,7 @@ read in tests/api/test_bench_skeleton.py.)"""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 from pathlib import Path
@@ -14,6 +15,8 @@ from bench.__main__ import live_only, memory_sections, parse_args
 from bench.acceptance import render_acceptance
 from bench.memory import render_memory
 from bench.open_loop import (
+    Load,
+    _arrive,
     arrival_times,
     floor_capacities,
     plain_capacity,
@@ -21,6 +24,7 @@ from bench.open_loop import (
     render_open_loop,
 )
 from bench.recall_latency import render_recall_latency
+from bench.runner import Turn
 from bench.sections import Section, needed, render_sections, run_sections, write_document
 from bench.stack import Stack
 
@@ -106,6 +110,31 @@ def test_open_loop_arrivals_are_a_fixed_poisson_schedule() -> None:
     assert times == arrival_times(5.0, 60.0, random.Random(25))
     assert times == sorted(times) and 0 < times[0] and times[-1] < 60.0
     assert 240 < len(times) < 360  # 300 expected; the Poisson spread, with room
+
+
+def test_an_open_loop_session_runs_as_many_turns_as_a_session_of_a_then_a_fresh_one() -> None:
+    made: list[str] = []
+    ran: list[str] = []
+
+    async def new_keys(n: int) -> list[str]:
+        fresh = [f"s{len(made) + k}" for k in range(n)]
+        made.extend(fresh)
+        return fresh
+
+    async def run(key: str, i: int) -> Turn:
+        ran.append(key)
+        return Turn(ok=True, first_delta_s=0.01, total_s=0.02)
+
+    async def drive() -> None:
+        keys: asyncio.Queue[str] = asyncio.Queue()
+        for key in await new_keys(2):
+            keys.put_nowait(key)
+        await _arrive(Load(new_keys, run, turns_per_key=3), keys, [0.0] * 12)
+
+    asyncio.run(drive())
+    assert len(ran) == 12
+    assert max(ran.count(k) for k in set(ran)) == 3  # no session past its third turn
+    assert len(set(ran)) >= 4  # fresh sessions took the old ones' places
 
 
 def test_capacity_is_the_best_plain_rate_of_any_table() -> None:
