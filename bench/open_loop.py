@@ -42,6 +42,7 @@ from bench.throughput import NEW_SHAPE, fmt, ratio
 
 SEED = 25  # the number: one fixed schedule for every run
 POOL_SECONDS = 5.0  # sessions made before the clock: enough for this many seconds of arrivals
+POOL_BATCH = 8  # sessions made at once, before the clock
 FLOOR_SHARE = 0.5  # each floor's open loop runs this share of Parley's duration
 FLOOR_UNLOADED_RUNS = 20  # the new-shape skeleton's unloaded p50: this many runs, one at a time
 
@@ -86,7 +87,13 @@ class Load:
 
 def target_load(target: Target, turns_per_session: int | None = None) -> Load:
     async def conversations(n: int) -> list[str]:
-        return list(await asyncio.gather(*(target.new_conversation() for _ in range(n))))
+        # A few at a time: fifty POSTs at once outgrow the stack's connections (the API's
+        # pool overflows while the worker holds its own) and PostgreSQL refuses the rest.
+        made: list[str] = []
+        while len(made) < n:
+            batch = min(POOL_BATCH, n - len(made))
+            made += await asyncio.gather(*(target.new_conversation() for _ in range(batch)))
+        return made
 
     async def run(conversation: str, i: int) -> Turn:
         return await run_turn(target, conversation, turn_text(i))
