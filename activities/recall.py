@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
 from parley.activities import tracing
+from parley.activities.embedding_batches import batches as embedding_batches
 from parley.activities.metrics import RECALLS
 from parley.budget import RECENT_TURNS, BudgetRule, reaches_back
 from parley.config import Settings
@@ -54,8 +54,6 @@ log = logging.getLogger(__name__)
 # Messages embedded per summary run: a long backlog is spread over a few runs, well within
 # the activity's timeout (about 25 ms a message on one core).
 EMBED_BATCH = 256
-# The one thread the process embeds stored messages on (`embed_pending`).
-BACKLOG = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed-backlog")
 
 
 @dataclass(frozen=True)
@@ -375,12 +373,10 @@ async def embed_pending(
         )
     if not todo:
         return 0
-    # The forward pass is CPU work: off the event loop, so heartbeats and others go on, and on
-    # one thread of its own, so that however many sessions' runs embed at once, their batches
-    # take one core in turn instead of every core at once (a question's embedding, on a turn's
-    # path, never waits behind them: it runs on the loop's own pool).
+    # The forward pass is CPU work: off the event loop, on one thread of its own, and shared
+    # with the other sessions' runs asking at the same time (activities/embedding_batches.py).
     texts = [said(m.text) for m in todo]  # what each says, not who says it
-    vectors = await asyncio.get_running_loop().run_in_executor(BACKLOG, embedder.embed, texts)
+    vectors = await embedding_batches().embed(embedder, texts)
     async with sessions() as db:
         await embedding_store.save_embeddings(
             db,
