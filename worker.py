@@ -298,6 +298,7 @@ def build_worker(
         ),
         screens=screens or build_screens(settings),
     )
+    runner = workflow_runner(client.data_converter, sandboxed=settings.workflow_sandbox)
     ledger = TracingInterceptor(sessions)
     if tracing is not None:
         ledger = TracingInterceptor(sessions, trace_id=tracing.trace_id)
@@ -307,7 +308,7 @@ def build_worker(
             task_queue=task_queue or settings.task_queue,
             workflows=list(WORKFLOWS),
             activities=activities,
-            workflow_runner=workflow_runner(client.data_converter),
+            workflow_runner=runner,  # no sandbox unless PARLEY_WORKFLOW_SANDBOX=on
             # Every activity attempt leaves a span in the trace ledger,
             # and its failures reach the workflow under names it relies on (activities/failures.py).
             # (The OpenTelemetry interceptor, when on, comes first: from the client.)

@@ -1,5 +1,6 @@
 """(j) What the workflow code costs the worker per turn: committed histories replayed in one
-process, under the worker's runner (dispatch/runner.py) and under the SDK's default sandbox.
+process, under the worker's runner (dispatch/runner.py: no sandbox, or its sandbox with
+`PARLEY_WORKFLOW_SANDBOX=on`) and under the SDK's default sandbox.
 
 A replay runs exactly the Python a live worker runs for the workflow (every activation, the
 sandbox around it, the commands it answers), without the activities, the server or the
@@ -57,7 +58,8 @@ async def measure_replay_cost(runs: int = RUNS) -> dict[str, Any]:
     generation = newest_generation()
     runners: dict[str, WorkflowRunner] = {
         "default sandbox": SandboxedWorkflowRunner(),
-        "worker's runner": workflow_runner(DataConverter.default),
+        "worker's sandbox": workflow_runner(DataConverter.default, sandboxed=True),
+        "worker's runner": workflow_runner(DataConverter.default, sandboxed=False),
     }
     shapes: dict[str, dict[str, float]] = {}
     for shape in SHAPES:
@@ -78,12 +80,18 @@ def render_replay_cost(result: dict[str, Any]) -> str:
         f"(j) Workflow code per turn: CPU ms per replay of a committed {result['generation']} "
         f"history ({result['runs']} runs, best of {ROUNDS} rounds; no activities, server or "
         "database)",
-        f"  {'shape':<10} {'default sandbox':>16} {'worker runner':>14} {'ratio':>7}",
+        f"  {'shape':<10} {'default sandbox':>16} {'sandbox on':>11} {'worker runner':>14} "
+        f"{'ratio':>7}",
     ]
     for shape, figures in result["cpu_ms_per_run"].items():
         base, ours = figures["default sandbox"], figures["worker's runner"]
+        boxed = figures.get("worker's sandbox", float("nan"))
         ratio = ours / base if base else float("nan")
-        lines.append(f"  {shape:<10} {base:>16.2f} {ours:>14.2f} {ratio:>6.2f}x")
+        lines.append(f"  {shape:<10} {base:>16.2f} {boxed:>11.2f} {ours:>14.2f} {ratio:>6.2f}x")
+    lines.append(
+        "  (sandbox on: the worker with PARLEY_WORKFLOW_SANDBOX=on; worker runner: its default, "
+        "no sandbox)"
+    )
     return "\n".join(lines)
 
 

@@ -1,16 +1,22 @@
-"""How the worker runs workflow code: in Temporal's sandbox, with two costs of it taken off
-each turn.
+"""How the worker runs workflow code: outside Temporal's sandbox by default, with the
+determinism checks the sandbox makes moved to the test tier, where they cost no turn anything.
 
-- By default the sandbox imports a workflow's module afresh for every run, so that module
-  state cannot leak from one run to the next: for a turn that was the module executed again
-  and its class decorated again, about a third of the Python work of a plain turn's workflow
-  (bench/replay_cost.py). No workflow module here keeps state at module level (constants,
-  frozen options and pure functions only; every run's state lives on its workflow instance),
-  so every module under `workflows` is passed through: imported once per process. What the
-  sandbox still does per run: its own module table, restricted builtins, and the checks on
-  what the workflow code calls at run time. The replay tests run every committed history
-  under the SDK's default sandbox (no module passed through), so the strict import-time
-  checks still hold over all the workflow code.
+- The sandbox gives each workflow run its own module table, restricted builtins and proxies
+  that refuse the clock, randomness and I/O at run time. That costs every run: building the
+  sandbox for a new workflow (its first task, on the path to a turn's first token) and
+  entering it on every activation, about 1.5 ms of a plain turn's worker CPU, 0.5 ms of it
+  before the first step (bench/replay_cost.py). The workflow code is the same in every run of
+  a build, so the checks are made where they fail a build rather than a turn:
+  tests/replay/test_replay.py replays every committed history under the SDK's default
+  sandbox (a workflow that reads the clock, draws a random number, does I/O or imports
+  unsafely fails there, on the path the history took), and tests/replay/test_runner.py
+  runs every registered workflow's module through the sandbox's import checks.
+  `PARLEY_WORKFLOW_SANDBOX=on` runs production workflows in the sandbox again.
+- In the sandbox (that setting on), the default would import a workflow's module afresh for
+  every run, so that module state cannot leak from one run to the next. No workflow module
+  here keeps state at module level (constants, frozen options and pure functions only;
+  every run's state lives on its workflow instance: tests/replay/test_runner.py checks),
+  so every module under `workflows` is passed through: imported once per process.
 - For every payload of every activation the SDK asks the workflow, inside its sandbox, which
   serialization context applies (a snippet compiled and the import state swapped each time).
   A context matters only to a payload codec, external payload storage or a converter that
@@ -37,7 +43,13 @@ from temporalio.converter import (
     StorageDriverWorkflowInfo,
     WorkflowSerializationContext,
 )
-from temporalio.worker import Worker, WorkflowInstance, WorkflowInstanceDetails, WorkflowRunner
+from temporalio.worker import (
+    UnsandboxedWorkflowRunner,
+    Worker,
+    WorkflowInstance,
+    WorkflowInstanceDetails,
+    WorkflowRunner,
+)
 from temporalio.worker._workflow_instance import _WorkflowLogicFlag
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 from temporalio.workflow import Info
@@ -64,8 +76,11 @@ PASSED_THROUGH = (
 RESTRICTIONS = SandboxRestrictions.default.with_passthrough_modules(*PASSED_THROUGH)
 
 
-def workflow_runner(converter: DataConverter) -> WorkflowRunner:
-    """The worker's runner for workflows whose payloads `converter` writes."""
+def workflow_runner(converter: DataConverter, *, sandboxed: bool) -> WorkflowRunner:
+    """The worker's runner for workflows whose payloads `converter` writes; `sandboxed`:
+    `PARLEY_WORKFLOW_SANDBOX` (see the module's docstring)."""
+    if not sandboxed:
+        return UnsandboxedWorkflowRunner()
     if context_free(converter):
         return ContextFreeRunner(restrictions=RESTRICTIONS)
     return SandboxedWorkflowRunner(restrictions=RESTRICTIONS)

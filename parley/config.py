@@ -146,6 +146,12 @@ class Settings(BaseSettings):
     # worker. Eager starts pin a turn to the API's own build, whatever version is current, so
     # the API and the workers must run one build. Off: the API only starts turns.
     api_worker: bool = False
+    # Workflow code runs outside Temporal's sandbox: its determinism checks are made by the
+    # replay tests, under the SDK's default sandbox, for every committed history and every
+    # registered workflow's module (dispatch/runner.py). On ("on", "true", "1"): every run
+    # builds and enters the sandbox again, which refuses the clock, randomness and I/O at
+    # run time, at about 1.5 ms of worker CPU a turn.
+    workflow_sandbox: bool = False
 
     # Logs: "text" (the dev default, one readable line) or "json" (one object per line, with
     # the turn, session and tenant ids when known). Addresses and card numbers are redacted

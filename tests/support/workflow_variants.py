@@ -6,6 +6,7 @@ refuse them, so the suite would catch such a change before it reached running tu
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Generator
+from datetime import UTC, datetime
 from typing import Any
 
 from temporalio import workflow
@@ -64,3 +65,14 @@ class _StartedWhenAwaited:
 
     def __await__(self) -> Generator[Any, None, ScreenResult]:
         return self._start().__await__()
+
+
+@workflow.defn(name=TURN_WORKFLOW)
+class ReadsTheClock(TurnWorkflow):
+    """Reads the machine's clock as it starts (instead of `workflow.now()`): the same commands,
+    but a replay would see another instant. Only a sandbox refuses it."""
+
+    @workflow.run
+    async def run(self, inp: TurnInput) -> TurnOutcome:
+        self.started_at = datetime.now(UTC)
+        return await super().run(inp)
