@@ -150,7 +150,7 @@ class Settings(BaseSettings):
     # replay tests, under the SDK's default sandbox, for every committed history and every
     # registered workflow's module (dispatch/runner.py). On ("on", "true", "1"): every run
     # builds and enters the sandbox again, which refuses the clock, randomness and I/O at
-    # run time, at about 1.5 ms of worker CPU a turn.
+    # run time, at 1.5 to 3 ms of worker CPU a turn.
     workflow_sandbox: bool = False
 
     # Logs: "text" (the dev default, one readable line) or "json" (one object per line, with
