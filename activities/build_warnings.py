@@ -4,9 +4,9 @@ searchable yet (`recall_pending`). Each once per turn; the stored request says t
 
 from __future__ import annotations
 
-from parley.contracts import EventType, WarningCode
+from parley.contracts import WarningCode
 from parley.store.db import Db
-from parley.store.events import append_event, has_warning
+from parley.store.events import warn_once
 from parley.store.turns.reads import TurnFacts
 from parley.wire import WarningData
 
@@ -41,8 +41,4 @@ async def warn_dropped(db: Db, turn: TurnFacts, missing: list[str]) -> None:
 
 async def _warn_once(db: Db, turn: TurnFacts, code: WarningCode, message: str) -> None:
     """The `warning` event, once per turn and code (a retried build says it no twice)."""
-    if await has_warning(db, turn_id=turn.id, code=code):
-        return
-    await append_event(
-        db, turn_id=turn.id, type=EventType.warning, data=WarningData(code=code, message=message)
-    )
+    await warn_once(db, turn_id=turn.id, data=WarningData(code=code, message=message))

@@ -38,7 +38,7 @@ from parley.knowledge import (
 from parley.statuses import TurnErrorCode
 from parley.store import knowledge as knowledge_store
 from parley.store.db import Database, Db, StoreError, connect
-from parley.store.events import append_event, has_warning
+from parley.store.events import append_event, warn_once
 from parley.store.steps import CallRow
 from parley.store.turns.reads import TurnFacts, TurnRow
 from parley.tokens import TokenCounter, count_message
@@ -202,13 +202,8 @@ def authorize(turn: TurnFacts, *, user_known: bool, session_tenant: str | None) 
 
 async def _warn(db: Db, turn: TurnFacts, message: str) -> None:
     """One warning per turn, however many steps search."""
-    if not await has_warning(db, turn_id=turn.id, code=KNOWLEDGE_UNAVAILABLE):
-        await append_event(
-            db,
-            turn_id=turn.id,
-            type=EventType.warning,
-            data=WarningData(code=KNOWLEDGE_UNAVAILABLE, message=message),
-        )
+    data = WarningData(code=KNOWLEDGE_UNAVAILABLE, message=message)
+    await warn_once(db, turn_id=turn.id, data=data)
 
 
 async def emit_citations(

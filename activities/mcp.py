@@ -36,7 +36,7 @@ from mcp.client.streamable_http import streamable_http_client
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from parley.contracts import TOOL_ATTEMPTS, EventType
+from parley.contracts import TOOL_ATTEMPTS
 from parley.egress import Allowlist, check_redirect
 from parley.errors import UrlNotAllowed
 from parley.gateway.pinned import pinned_transport
@@ -56,7 +56,7 @@ from parley.statuses import ActionStatus
 from parley.store import actions, steps, tenants
 from parley.store.actions import ActionRow
 from parley.store.db import Database, Db, connect
-from parley.store.events import append_event, has_warning
+from parley.store.events import warn_once as warn_once_in_log
 from parley.store.turns.reads import TurnFacts
 from parley.store.turns.tool_calls import ToolCallRow
 from parley.tenancy import TenantConfig
@@ -158,9 +158,8 @@ def refused_warning(server: McpServerConfig, exc: UrlNotAllowed) -> str:
 
 async def warn_once(db: Db, *, turn_id: str, message: str) -> None:
     """The turn's `mcp_unavailable` warning, once however many steps meet the failure."""
-    if not await has_warning(db, turn_id=turn_id, code=MCP_UNAVAILABLE):
-        data = WarningData(code=MCP_UNAVAILABLE, message=message)
-        await append_event(db, turn_id=turn_id, type=EventType.warning, data=data)
+    data = WarningData(code=MCP_UNAVAILABLE, message=message)
+    await warn_once_in_log(db, turn_id=turn_id, data=data)
 
 
 def _content(result: Any) -> tuple[str, Any]:

@@ -36,7 +36,7 @@ from pydantic import BaseModel
 from parley.contracts import TERMINAL_TURN_STATES, EventType, TurnState
 from parley.store.db import Db
 from parley.store.turn_states import MOVE, move_params
-from parley.wire import EVENT_DATA, StateData
+from parley.wire import EVENT_DATA, StateData, WarningData
 
 NOTIFY_CHANNEL = "parley_turn_events"
 # The steer's doorbell (store/steering.py): the seq of the session's newest steering message,
@@ -455,17 +455,30 @@ _WITHDRAW_MESSAGES = (
 )
 
 
-async def has_warning(db: Db, *, turn_id: str, code: str) -> bool:
-    """Whether the turn's log already holds a `warning` with this code (a warning a turn
-    gives once, however many steps meet its cause)."""
-    found = await db.value(_WARNED, {"turn_id": turn_id, "code": code})
-    return found is not None
+async def warn_once(db: Db, *, turn_id: str, data: WarningData) -> bool:
+    """Append the `warning` unless the turn's log holds one with its code already (a warning
+    a turn gives once, however many steps meet its cause): the look and the append are one
+    statement, sent with the `BEGIN` of a unit of work that starts with it, so one round
+    trip. Whether it was appended (False too for a turn that does not exist)."""
+    params = append_params(turn_id, [(EventType.warning, data)]) | {"code": data.code}
+    async with db.together():
+        sent = await db.send_made(_WARN_ONCE, params, _warned)
+    return bool(await sent.row())
 
 
-_WARNED = (
-    "SELECT 1 FROM turn_events"
-    " WHERE turn_id = %(turn_id)s AND type = 'warning' AND data ->> 'code' = %(code)s LIMIT 1"
-)
+def _warned(*, appended: bool | None, notified: Any) -> bool:
+    return bool(appended)
+
+
+# `_APPEND` of one warning, for a turn whose log holds none of its code: the counter's UPDATE
+# finds no row otherwise, and then nothing is inserted, no doorbell rung, no row comes back.
+_UNWARNED = """WHERE turns.id = %(turn_id)s AND NOT EXISTS (
+            SELECT 1 FROM turn_events WHERE turn_id = %(turn_id)s AND type = 'warning'
+                AND data ->> 'code' = %(code)s)"""
+_WARN_ONCE = f"""
+    WITH {counter(rest=_UNWARNED)}, {EVENTS_INSERTED}
+    SELECT true AS appended, {DOORBELL} AS notified FROM inserted HAVING count(*) > 0
+    """
 
 
 # The statements that append and do nothing else: how many a turn sends follows how its

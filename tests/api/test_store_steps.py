@@ -10,7 +10,8 @@ import pytest_asyncio
 from parley.contracts import EventType, TurnState
 from parley.ids import message_id_for_call
 from parley.store import events, steps, traces
-from parley.store.db import Database, connect
+from parley.store.db import Database, connect, on_statement_sent
+from parley.store.event_log import read_log
 from parley.store.turns.reads import turn_facts
 from parley.wire import FollowupsData, WarningData
 from tests.support.client import ParleyClient
@@ -105,16 +106,31 @@ async def test_the_locking_reads_return_the_turn_with_its_call(
             await steps.lock_for_attempt(db, turn_id="turn-that-is-not", model_call_id=call_id)
 
 
-async def test_a_warning_is_found_by_its_code_once_appended(
-    sessions: Database, answered: str
-) -> None:
-    async with sessions() as db:
-        assert not await events.has_warning(db, turn_id=answered, code="context_trimmed")
-        data = WarningData(code="context_trimmed", message="left out: nothing")
-        await events.append_event(db, turn_id=answered, type=EventType.warning, data=data)
-        assert await events.has_warning(db, turn_id=answered, code="context_trimmed")
-        assert not await events.has_warning(db, turn_id=answered, code="mcp_unavailable")
-        await db.rollback()
+async def test_a_warning_is_appended_once_per_code(sessions: Database, answered: str) -> None:
+    """`warn_once` looks for the code and appends in one statement: a second warning of the
+    code is not appended (the stream says it once), one of another code is, after it."""
+    trimmed = WarningData(code="context_trimmed", message="left out: nothing")
+    again = WarningData(code="context_trimmed", message="left out: more")
+    other = WarningData(code="mcp_unavailable", message="no MCP tools")
+    sent: list[str] = []
+    stop = on_statement_sent(sessions.engine, sent.append)
+    try:
+        async with sessions() as db:
+            last = (await read_log(db, turn_id=answered, after=0)).events[-1].id
+            sent.clear()
+            assert await events.warn_once(db, turn_id=answered, data=trimmed)
+            assert len(sent) == 1  # the look and the append: one statement
+            assert not await events.warn_once(db, turn_id=answered, data=again)
+            assert await events.warn_once(db, turn_id=answered, data=other)
+            assert not await events.warn_once(db, turn_id="turn-that-is-not", data=trimmed)
+            logged = (await read_log(db, turn_id=answered, after=last)).events
+            assert [(e.id, e.type, e.data["code"]) for e in logged] == [
+                (last + 1, "warning", "context_trimmed"),
+                (last + 2, "warning", "mcp_unavailable"),
+            ]
+            await db.rollback()
+    finally:
+        stop()
 
 
 async def test_an_append_moves_the_turn_only_when_asked_to(
