@@ -6,6 +6,11 @@ providers never rewrites a conversation. Text deltas pass straight through; tool
 arrive as fragments keyed by `index` (the `id` and name on the first one only) and are
 emitted whole once the choice's `finish_reason` arrives. Usage comes in a final chunk with
 no choices because we ask for `stream_options.include_usage`.
+
+The SDK sends the request (auth, headers, the status errors); the stream's body is read as
+plain JSON chunks (gateway/sse.py), not as the SDK's chunk models, whose construction per
+token was most of a busy worker's CPU. An error object inside a 200 stream is the SDK's
+`APIError` case, classified the same way.
 """
 
 from __future__ import annotations
@@ -16,12 +21,11 @@ from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
+import httpx2
 import openai
-from openai.types.chat import ChatCompletionChunk
-from openai.types.chat.chat_completion_chunk import ChoiceDeltaToolCall
-from openai.types.completion_usage import CompletionUsage
 
 import parley.gateway.errors as errors
+from parley.gateway import sse
 from parley.gateway.base import (
     Finish,
     ModelRequest,
@@ -160,10 +164,12 @@ class OpenAICompatProvider:
         if request.output_schema is not None:
             params["response_format"] = to_openai_response_format(request.output_schema)
 
-        async def open_stream() -> openai.AsyncStream[ChatCompletionChunk]:
+        async def open_stream() -> _Chunks:
+            # The raw response keeps the body unread: its chunks are taken as JSON below.
             # The wire dicts follow the SDK's TypedDicts; the cast keeps translation plain JSON.
-            create = cast(Any, self._client.chat.completions.create)
-            return cast(openai.AsyncStream[ChatCompletionChunk], await create(**params))
+            create = cast(Any, self._client.chat.completions.with_raw_response.create)
+            raw = await create(**params)
+            return _Chunks(self.name, raw.http_response)
 
         calls: dict[int, _PendingCall] = {}
         finish: str | None = None
@@ -172,18 +178,19 @@ class OpenAICompatProvider:
         chunks = errors.guarded_stream(self.name, open_stream, self._timeouts, self._classify)
         async with aclosing(chunks):
             async for chunk in chunks:
-                if chunk.usage is not None:
-                    usage = _usage(chunk.usage)
-                for choice in chunk.choices:
-                    if choice.index != 0:  # we never ask for n > 1
+                if chunk.get("usage"):
+                    usage = _usage(chunk["usage"])
+                for choice in chunk.get("choices") or ():
+                    if choice.get("index", 0) != 0:  # we never ask for n > 1
                         continue
-                    text = choice.delta.content or choice.delta.refusal
+                    delta = choice.get("delta") or {}
+                    text = delta.get("content") or delta.get("refusal")
                     if text:
                         yield TextDelta(text)
-                    for fragment in choice.delta.tool_calls or []:
+                    for fragment in delta.get("tool_calls") or ():
                         _add_fragment(calls, fragment)
-                    if choice.finish_reason is not None:
-                        finish = _FINISH.get(choice.finish_reason, "stop")
+                    if choice.get("finish_reason") is not None:
+                        finish = _FINISH.get(choice["finish_reason"], "stop")
                         for call in _complete(calls):
                             called = True
                             yield call
@@ -213,13 +220,14 @@ class OpenAICompatProvider:
         return errors.transport_error(self.name, exc, started=started)
 
 
-def _add_fragment(calls: dict[int, _PendingCall], fragment: ChoiceDeltaToolCall) -> None:
-    call = calls.setdefault(fragment.index, _PendingCall())
+def _add_fragment(calls: dict[int, _PendingCall], fragment: dict[str, Any]) -> None:
+    call = calls.setdefault(fragment.get("index", 0), _PendingCall())
     # The id and name come on the first fragment; some compatible servers repeat them.
-    call.id = call.id or fragment.id or ""
-    if fragment.function is not None:
-        call.name = call.name or fragment.function.name or ""
-        call.parts.append(fragment.function.arguments or "")
+    call.id = call.id or fragment.get("id") or ""
+    function = fragment.get("function")
+    if function is not None:
+        call.name = call.name or function.get("name") or ""
+        call.parts.append(function.get("arguments") or "")
 
 
 def _complete(calls: dict[int, _PendingCall]) -> list[ToolCallRequest]:
@@ -232,10 +240,36 @@ def _complete(calls: dict[int, _PendingCall]) -> list[ToolCallRequest]:
     return done
 
 
-def _usage(usage: CompletionUsage) -> dict[str, int]:
-    details = usage.prompt_tokens_details
+def _usage(usage: dict[str, Any]) -> dict[str, int]:
+    details = usage.get("prompt_tokens_details") or {}
     return {
-        "input_tokens": usage.prompt_tokens,
-        "output_tokens": usage.completion_tokens,
-        "cached_tokens": (details.cached_tokens or 0) if details is not None else 0,
+        "input_tokens": usage.get("prompt_tokens") or 0,
+        "output_tokens": usage.get("completion_tokens") or 0,
+        "cached_tokens": details.get("cached_tokens") or 0,
     }
+
+
+class _Chunks:
+    """The chunks of a streaming response body as JSON objects (an `errors.EventStream`):
+    the stream ends at `[DONE]` (the rest of the body is read, so the connection can be
+    reused), and an error object in the stream raises as the SDK's stream would."""
+
+    def __init__(self, provider: str, response: httpx2.Response) -> None:
+        self._provider = provider
+        self._response = response
+
+    async def __aiter__(self) -> AsyncIterator[dict[str, Any]]:
+        done = False
+        async for data in sse.event_data(self._response.aiter_bytes()):
+            if done:
+                continue
+            if data.startswith(b"[DONE]"):
+                done = True
+                continue
+            chunk = json.loads(data)
+            if isinstance(chunk, dict) and chunk.get("error"):
+                raise errors.stream_error(self._provider, errors.error_type(chunk["error"]))
+            yield chunk
+
+    async def close(self) -> None:
+        await self._response.aclose()

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from parley.gateway.anthropic import AnthropicProvider
 from parley.gateway.base import Finish, ModelProvider, ModelRequest, TextDelta, ToolCallRequest
-from parley.gateway.errors import ProviderRetryable
+from parley.gateway.errors import ProviderFatal, ProviderRetryable
 from parley.gateway.fake_provider.server import Frame, Reply, ToolCall, anthropic_sse, openai_sse
 from parley.gateway.openai_compat import OpenAICompatProvider
 
@@ -194,3 +194,49 @@ async def test_anthropic_error_event_mid_stream_is_retryable() -> None:
     assert received == [TextDelta("Checking ☕ ")]
     assert caught.value.code == "stream_error"
     assert "overloaded_error" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("error", "kind"),
+    [
+        ({"type": "server_error", "message": "The server had an error"}, ProviderRetryable),
+        ({"type": "invalid_request_error", "message": "Bad"}, ProviderFatal),
+    ],
+)
+async def test_openai_error_object_mid_stream(error: dict[str, Any], kind: type) -> None:
+    """An OpenAI-compatible server that fails after a 200 puts an error object in the stream:
+    the text before it stands, and the error is classified by its type."""
+    frames = openai_sse(REPLY)
+    cut = next(i for i, f in enumerate(frames) if f.content) + 1
+    wire = Wire("openai")
+    failure = f"data: {json.dumps({'error': error})}\n\n".encode()
+    wire.chunks = [b"".join(f.data for f in frames[:cut]), failure]
+    received: list[Any] = []
+    with pytest.raises(kind) as caught:
+        async for event in wire.provider.stream(REQUEST):
+            received.append(event)
+    assert received == [TextDelta("Checking ☕ ")]
+    assert caught.value.code == "stream_error"
+    assert error["type"] in str(caught.value) and error["message"] not in str(caught.value)
+
+
+def _spread_stream() -> bytes:
+    """The recorded stream with a keep-alive comment first, and its first chunk's JSON over
+    two `data:` lines of an event that also has `event:` and `id:` fields."""
+    frames = openai_sse(REPLY)
+    payload = frames[0].data.decode().removeprefix("data: ").rstrip("\n")
+    at = payload.index(",")
+    spread = f"event: chunk\nid: 7\ndata: {payload[:at]}\ndata:{payload[at:]}\n\n".encode()
+    return b": keep-alive\n\n" + spread + b"".join(f.data for f in frames[1:])
+
+
+@pytest.mark.parametrize("newline", [b"\n", b"\r\n", b"\r"])
+async def test_openai_event_stream_format(newline: bytes) -> None:
+    """Comments, other fields and an event's data over several lines read as the event-stream
+    format says, with lines ended by LF, CRLF or a lone CR; cut anywhere, a CRLF is one line
+    end (not an empty line, which would end the event before its second data line)."""
+    data = _spread_stream().replace(b"\n", newline)
+    wire = Wire("openai")
+    assert await wire.events([data]) == EXPECTED
+    for i in range(1, len(data)):
+        assert await wire.events([data[:i], data[i:]]) == EXPECTED, f"cut at byte {i}"
