@@ -3,23 +3,26 @@
 A streaming step (activities/turn.py `_stream`) hands each frame to the worker's writer and
 waits for it to be committed; it holds no database connection while the model streams. The
 writer appends the frames of every step that has one waiting in one statement
-(store/events.py `append_frames`), on a connection taken from the pool for that statement and
-given straight back: while one flush is in flight the next frames gather, so a quiet worker
-writes each frame at once and a busy one writes many turns in a commit. Each step learns
-from its flush what `append_streamed` told it: the id, and whether the turn's Stop is
-recorded or a steer came in.
+(store/events.py `append_frames`): while one flush is in flight the next frames gather, so a
+quiet worker writes each frame at once and a busy one writes many turns in a commit. A busy
+writer also spaces its flushes (`spacing_s`, a part of the frame length: activities/frames.py)
+so that more frames share each commit, and keeps its connection from one flush to the next
+for as long as frames keep coming (one connection per worker, none per stream), giving it
+back when nothing waits. Each step learns from its flush what `append_streamed` told it: the
+id, and whether the turn's Stop is recorded or a steer came in.
 
 The wake-up of the streams is rung once a flush for the turns that moved (store/events.py
 `ring_turns`), in a statement of its own on the flush's connection right after its commit,
-never inside a delta's commit. The log stays the truth: a
-ring that is lost (the worker dies between the commit and the ring, the statement fails)
-costs the streams of those turns one poll of the log, never an event (api/streaming.py).
+never inside a delta's commit. The log stays the truth: a ring that is lost (the worker dies
+between the commit and the ring, the statement fails) costs the streams of those turns one
+poll of the log, never an event (api/streaming.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from parley.contracts import EventType
@@ -53,8 +56,10 @@ class _Loop:
 
 
 class FrameWriter:
-    def __init__(self, sessions: Database) -> None:
+    def __init__(self, sessions: Database, spacing_s: Callable[[], float] = lambda: 0.0) -> None:
         self._sessions = sessions
+        # A flush starts at least this long after the one before it began (0: at once).
+        self._spacing_s = spacing_s
         self._running: _Loop | None = None
 
     async def append(self, turn_id: str, data: DeltaData) -> Appended:
@@ -72,9 +77,19 @@ class FrameWriter:
         return await waiting.written
 
     async def _write(self, running: _Loop) -> None:
-        """Flush until no frame waits (the frames that came during a flush go in the next)."""
+        """Flush until no frame waits (the frames that came during a flush go in the next),
+        on one connection while the flushes succeed (a failed one's may be broken: the next
+        flush takes another)."""
         while running.frames:
-            await self._flush(self._take(running))
+            async with connect(self._sessions) as conn:
+                began = float("-inf")
+                while running.frames:
+                    wait = began + self._spacing_s() - running.loop.time()
+                    if wait > 0:
+                        await asyncio.sleep(wait)  # more frames gather meanwhile
+                    began = running.loop.time()
+                    if not await self._flush(conn, self._take(running)):
+                        break
 
     @staticmethod
     def _take(running: _Loop) -> list[_Waiting]:
@@ -94,20 +109,22 @@ class FrameWriter:
         running.frames = later
         return batch
 
-    async def _flush(self, batch: list[_Waiting]) -> None:
+    async def _flush(self, conn: Db, batch: list[_Waiting]) -> bool:
+        """Append the batch and ring for it; whether that went through (a failure is each
+        waiting step's exception)."""
         if not batch:
-            return
+            return True
         frames = [Frame(w.turn_id, [(EventType.delta, w.data)]) for w in batch]
         try:
-            # Autocommit: the append is one statement, one commit; the ring is the next one,
-            # on the same connection (one checkout a flush).
-            async with connect(self._sessions) as conn:
-                written = await events.append_frames(conn, frames)
-                await self._ring(conn, _settle(batch, frames, written))
+            # Autocommit: the append is one statement, one commit; the ring is the next one.
+            written = await events.append_frames(conn, frames)
         except Exception as exc:
             for waiting in batch:
                 if not waiting.written.done():
                     waiting.written.set_exception(exc)
+            return False
+        await self._ring(conn, _settle(batch, frames, written))
+        return True
 
     @staticmethod
     async def _ring(conn: Db, lines: list[str]) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -22,6 +21,7 @@ from parley.activities.budgets import BUDGET_EXHAUSTED_TEXT, hold_for_call
 from parley.activities.context import ContextBuilder
 from parley.activities.ending import Finalized
 from parley.activities.frame_writer import FrameWriter
+from parley.activities.frames import FrameClock, coalesce
 from parley.activities.heartbeat import heartbeating
 from parley.activities.metrics import MODEL_CALLS, record_usage
 from parley.activities.stop_watch import STOP_CHECK_S, Steered, Watch, checking_while_quiet
@@ -39,7 +39,7 @@ from parley.contracts import (
     ToolCallRef,
     TurnState,
 )
-from parley.gateway.base import Finish, ModelRequest, TextDelta, ToolCallRequest
+from parley.gateway.base import Finish, ModelRequest, ToolCallRequest, reads_ahead
 from parley.gateway.errors import ProviderFatal, ProviderRetryable
 from parley.gateway.registry import ProviderPool
 from parley.ids import message_id_for_call, override_message_id, tool_call_row_id
@@ -117,7 +117,10 @@ class TurnActivities:
         self._settings = settings
         self._context = context
         self._output_screen = output_screen
-        self._frames = FrameWriter(sessions)  # one per worker: its streaming steps' frames
+        # One per worker: how long its streams' frames are (activities/frames.py), and the
+        # writer of those frames, whose flushes a busy worker spaces by a part of that length.
+        self._clock = FrameClock(settings)
+        self._frames = FrameWriter(sessions, spacing_s=self._clock.flush_spacing_s)
 
     @activity.defn(name="build_context")
     async def build_context(self, inp: BuildContextInput) -> BuildContextResult:
@@ -141,7 +144,8 @@ class TurnActivities:
             if isinstance(attempt, CallModelResult):
                 return attempt
             tracing.annotate(provider=attempt.provider, model=attempt.model, fallback=inp.fallback)
-            streamed = await self._stream(inp.turn_id, attempt)
+            with self._clock.streaming():
+                streamed = await self._stream(inp.turn_id, attempt)
             async with connect(self._sessions) as conn:
                 return await self._store_outcome(conn, inp, attempt, streamed)
 
@@ -197,7 +201,7 @@ class TurnActivities:
         provider = self._providers.get(attempt.provider)
         streamed = _Streamed(started=time.monotonic())
         upstream = provider.stream(attempt.request)
-        frames = _coalesce(upstream, self._settings.frame_seconds)
+        frames = coalesce(upstream, self._clock.frame_s, reads_ahead=reads_ahead(provider))
         watch = Watch(self._sessions, turn_id, attempt.call.request.get("steer_seq"))
         try:
             async for item in checking_while_quiet(frames, watch, STOP_CHECK_S):
@@ -451,33 +455,3 @@ async def _reset_partial_stream(conn: Db, *, turn_id: str, message_id: str) -> N
             type=EventType.reset,
             data=ResetData(message_id=message_id, reason="retry"),
         )
-
-
-async def _coalesce(
-    stream: AsyncIterator[TextDelta | ToolCallRequest | Finish], frame_s: float
-) -> AsyncGenerator[str | ToolCallRequest | Finish, None]:
-    """Join text deltas into frames of at least `frame_s`; the first token goes out at once.
-    Tool calls and the finish pass through after any buffered text. If the stream breaks,
-    the text already received is yielded before the error: the user has seen it."""
-    buffer: list[str] = []
-    last_flush = float("-inf")
-    try:
-        async for event in stream:
-            if not isinstance(event, TextDelta):
-                if buffer:
-                    yield "".join(buffer)
-                    buffer.clear()
-                yield event
-                continue
-            buffer.append(event.text)
-            now = time.monotonic()
-            if now - last_flush >= frame_s:
-                yield "".join(buffer)
-                buffer.clear()
-                last_flush = now
-    except Exception:
-        if buffer:
-            yield "".join(buffer)
-        raise
-    if buffer:
-        yield "".join(buffer)

@@ -42,7 +42,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from temporalio.contrib.opentelemetry import TracingInterceptor
 
-from parley.gateway.base import Finish, ModelProvider, ModelRequest, StreamEvent
+from parley.gateway.base import Finish, ModelProvider, ModelRequest, StreamEvent, reads_ahead
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -298,6 +298,7 @@ class TracedProvider:
 
     def __init__(self, inner: ModelProvider, tracer: trace.Tracer) -> None:
         self.name = inner.name
+        self.reads_ahead = reads_ahead(inner)
         self._inner = inner
         self._tracer = tracer
 

@@ -148,6 +148,7 @@ class AnthropicProvider:
     """
 
     name = "anthropic"
+    reads_ahead = True  # the answer comes over a socket (gateway.base.reads_ahead)
 
     def __init__(
         self,

@@ -71,3 +71,11 @@ class ModelProvider(Protocol):
     name: str
 
     def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]: ...
+
+
+def reads_ahead(provider: object) -> bool:
+    """Whether a provider's answer keeps arriving while nobody reads it: it comes over the
+    network, and the socket's buffer holds what is not read yet (`reads_ahead = True` on the
+    adapter), so a reader may take it in batches (activities/frames.py). A model made in this
+    process makes its next token only when asked: reading it later only slows it down."""
+    return getattr(provider, "reads_ahead", False) is True

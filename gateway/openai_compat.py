@@ -118,6 +118,7 @@ class OpenAICompatProvider:
     """
 
     name = "openai"
+    reads_ahead = True  # the answer comes over a socket (gateway.base.reads_ahead)
 
     def __init__(
         self,

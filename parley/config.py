@@ -77,8 +77,12 @@ class Settings(BaseSettings):
     max_import_messages: int = 2000
     max_import_bytes: int = 8 * 1024 * 1024
 
-    # Streaming: deltas are coalesced into frames of this many milliseconds.
+    # Streaming: deltas are coalesced into frames of this many milliseconds; a worker that
+    # streams many answers at once lengthens them so that it writes about `stream_frames_per_s`
+    # frames a second in all, up to `stream_frame_max_ms` (activities/frames.py).
     stream_frame_ms: int = 40
+    stream_frame_max_ms: int = 160
+    stream_frames_per_s: float = Field(default=100.0, gt=0)
     stream_keepalive_s: float = 15.0
     # A client that disconnects does not cancel at once: the turn runs on this long so that
     # a reconnect can resume; if nobody reattaches, it is cancelled.
@@ -372,10 +376,6 @@ class Settings(BaseSettings):
         base = self.temporal_ui_url.rstrip("/")
         workflow = workflow_id_for_turn(turn_id)
         return f"{base}/namespaces/{self.temporal_namespace}/workflows/{workflow}"
-
-    @property
-    def frame_seconds(self) -> float:
-        return self.stream_frame_ms / 1000.0
 
 
 @lru_cache

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from parley.activities import tracing
-from parley.activities.turn import _coalesce
+from parley.activities.frames import coalesce
 from parley.context import WindowMessage
 from parley.contracts import EventType
 from parley.gateway.base import Finish, ModelRequest, TextDelta
@@ -63,7 +63,7 @@ async def _timed(tokens: list[str], gap_s: float) -> AsyncIterator[TextDelta | F
 
 async def test_coalescing_sends_the_first_token_alone_then_joins_frames() -> None:
     tokens = [f"t{i} " for i in range(40)]
-    frames = [f async for f in _coalesce(_timed(tokens, 0.002), frame_s=0.03)]
+    frames = [f async for f in coalesce(_timed(tokens, 0.002), lambda: 0.03)]
     texts = [f for f in frames if isinstance(f, str)]
     assert texts[0] == "t0 "
     assert "".join(texts) == "".join(tokens)  # nothing lost, nothing repeated
@@ -73,7 +73,7 @@ async def test_coalescing_sends_the_first_token_alone_then_joins_frames() -> Non
 
 async def test_coalescing_with_zero_frame_passes_every_token() -> None:
     tokens = ["a", "b", "c"]
-    frames = [f async for f in _coalesce(_timed(tokens, 0), frame_s=0)]
+    frames = [f async for f in coalesce(_timed(tokens, 0), lambda: 0)]
     assert frames[:3] == tokens
 
 
