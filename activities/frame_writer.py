@@ -79,17 +79,17 @@ class FrameWriter:
     async def _write(self, running: _Loop) -> None:
         """Flush until no frame waits (the frames that came during a flush go in the next),
         on one connection while the flushes succeed (a failed one's may be broken: the next
-        flush takes another)."""
+        flush takes another). After a flush the writer waits out the spacing before it looks
+        again: the frames that come meanwhile go in the next flush, on the same connection."""
         while running.frames:
             async with connect(self._sessions) as conn:
-                began = float("-inf")
                 while running.frames:
-                    wait = began + self._spacing_s() - running.loop.time()
-                    if wait > 0:
-                        await asyncio.sleep(wait)  # more frames gather meanwhile
                     began = running.loop.time()
                     if not await self._flush(conn, self._take(running)):
                         break
+                    wait = began + self._spacing_s() - running.loop.time()
+                    if wait > 0:
+                        await asyncio.sleep(wait)
 
     @staticmethod
     def _take(running: _Loop) -> list[_Waiting]:

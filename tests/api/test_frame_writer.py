@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Sequence
 
 import psycopg
 import pytest
+from sqlalchemy import event as sql_events
 from sse_starlette import ServerSentEvent
 
 from parley.activities.frame_writer import FrameWriter
@@ -200,3 +201,35 @@ async def test_a_delta_leaves_the_indexed_updated_at_alone_until_it_is_old(
         aged = await touched()
         await writer.append(turn_id, _delta("d"))
         assert await touched() > aged  # a streaming turn still looks alive to the sweep
+
+
+async def test_a_busy_writer_spaces_its_flushes_on_one_connection(sessions: Database) -> None:
+    """Steps that keep streaming share commits when the writer spaces its flushes, and the
+    writer keeps one connection while frames keep coming (no checkout a flush)."""
+    async with sessions() as db:
+        turns = [await _new_turn(db) for _ in range(3)]
+        await db.commit()
+    sent: list[str] = []
+    checkouts: list[object] = []
+
+    def checked_out(*args: object) -> None:
+        checkouts.append(args)
+
+    pool = sessions.engine.sync_engine.pool
+    sql_events.listen(pool, "checkout", checked_out)
+    stop = on_statement_sent(sessions.engine, sent.append)
+    try:
+        writer = FrameWriter(sessions, spacing_s=lambda: 0.05)
+
+        async def stream(turn_id: str) -> list[events.Appended]:
+            return [await writer.append(turn_id, _delta(f"{i}")) for i in range(5)]
+
+        written = await asyncio.gather(*(stream(t) for t in turns))
+    finally:
+        stop()
+        sql_events.remove(pool, "checkout", checked_out)
+    for appended in written:
+        assert [a.event_id for a in appended] == [2, 3, 4, 5, 6]  # each in order, once
+    writes = [s for s in sent if "INSERT INTO turn_events" in s]
+    assert len(writes) == 5  # one commit for the three streams' frames, each time
+    assert len(checkouts) == 1
