@@ -5,8 +5,8 @@ waits for it to be committed; it holds no database connection while the model st
 writer appends the frames of every step that has one waiting in one statement
 (store/events.py `append_frames`): while one flush is in flight the next frames gather, so a
 quiet worker writes each frame at once and a busy one writes many turns in a commit. A busy
-writer also spaces its flushes (`spacing_s`, a part of the frame length: activities/frames.py)
-so that more frames share each commit, and keeps its connection from one flush to the next
+writer also spaces its flushes (`spacing_s`, half a frame: activities/frames.py) so that
+more frames share each commit, and keeps its connection from one flush to the next
 for as long as frames keep coming (one connection per worker, none per stream), giving it
 back when nothing waits. Each step learns from its flush what `append_streamed` told it: the
 id, and whether the turn's Stop is recorded or a steer came in.

@@ -31,7 +31,7 @@ from parley.gateway.base import Finish, TextDelta, ToolCallRequest
 # used up (a burst of already-received events comes back in microseconds).
 WAITED_S = 0.002
 # A busy worker's writer flushes about this many times a frame (`FrameClock.flush_spacing_s`).
-FLUSHES_PER_FRAME = 4
+FLUSHES_PER_FRAME = 2
 
 
 class FrameClock:
@@ -48,8 +48,8 @@ class FrameClock:
 
     def flush_spacing_s(self) -> float:
         """How far apart the worker's writer starts its flushes while frames keep waiting
-        (activities/frame_writer.py): a quarter of a frame, so each stream's frame waits at
-        most that long to be written, and a flush takes the frames of about a quarter of the
+        (activities/frame_writer.py): half a frame, so each stream's frame waits at
+        most that long to be written, and a flush takes the frames of about half of the
         streams (one commit, not one a frame)."""
         return self.frame_s() / FLUSHES_PER_FRAME
 

@@ -25,7 +25,7 @@ import httpx2
 import openai
 
 import parley.gateway.errors as errors
-from parley.gateway import sse
+import parley.gateway.sse as sse
 from parley.gateway.base import (
     Finish,
     ModelRequest,

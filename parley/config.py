@@ -82,7 +82,7 @@ class Settings(BaseSettings):
     # frames a second in all, up to `stream_frame_max_ms` (activities/frames.py).
     stream_frame_ms: int = 40
     stream_frame_max_ms: int = 160
-    stream_frames_per_s: float = Field(default=100.0, gt=0)
+    stream_frames_per_s: float = Field(default=50.0, gt=0)
     stream_keepalive_s: float = 15.0
     # A client that disconnects does not cancel at once: the turn runs on this long so that
     # a reconnect can resume; if nobody reattaches, it is cancelled.

@@ -65,9 +65,7 @@ async def test_a_model_in_this_process_is_read_as_fast_as_it_answers() -> None:
     when asked is not slowed by waiting for frames."""
     socket = Socket([f"t{i} " for i in range(20)], gap_s=0.004)
     frames = [f async for f in coalesce(socket, lambda: 0.04, reads_ahead=False)]
-    assert "".join(f for f in frames if isinstance(f, str)) == "".join(
-        f"t{i} " for i in range(20)
-    )
+    assert "".join(f for f in frames if isinstance(f, str)) == "".join(f"t{i} " for i in range(20))
     assert socket.waits >= 15  # each token read when it came (a few may come together)
 
 
