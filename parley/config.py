@@ -81,7 +81,7 @@ class Settings(BaseSettings):
     # streams many answers at once lengthens them so that it writes about `stream_frames_per_s`
     # frames a second in all, up to `stream_frame_max_ms` (activities/frames.py).
     stream_frame_ms: int = 40
-    stream_frame_max_ms: int = 160
+    stream_frame_max_ms: int = 90  # the design's "frames of tens of milliseconds"
     stream_frames_per_s: float = Field(default=50.0, gt=0)
     stream_keepalive_s: float = 15.0
     # A client that disconnects does not cancel at once: the turn runs on this long so that
