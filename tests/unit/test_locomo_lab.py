@@ -239,6 +239,7 @@ def test_the_bundled_retrievers_when_installed() -> None:
     except (EmbeddingsUnavailable, ImportError) as exc:
         pytest.fail(f"the lab's retrievers come with `make embeddings` ({exc})")
     splade = SpladeEncoder()
+    assert splade.runtime == "numpy"  # its head sits on the NumPy pass's states
     (pets,) = splade.encode(["What pets does Melanie have?"])
     words = [w for w, _ in expansion_terms(pets, splade.vocab, top=8, skip={"pets"})]
     assert "dogs" in words or "dog" in words
