@@ -79,3 +79,21 @@ def test_a_long_message_is_cut_at_the_model_s_length_on_both_passes(
     longer = LONG + " And then, much later, the storm came and the bridge washed away."
     _assert_same(minilm.embed([longer]), minilm.embed([LONG]))
     _assert_same(numpy_minilm.embed([longer]), minilm.embed([LONG]))
+
+
+def test_a_session_that_cannot_be_built_leaves_the_numpy_pass(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An onnxruntime that is installed but refuses the graph (a version too old for its
+    operators, say) costs the speed, not recall by meaning."""
+    from parley.gateway import minilm_onnx
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("this onnxruntime cannot load opset 17")
+
+    monkeypatch.setattr(minilm_onnx, "EncoderSession", refuse)
+    embedder = MiniLMEmbedder()
+    assert embedder.runtime == "numpy"
+    assert "no onnxruntime session" in caplog.text and "opset 17" in caplog.text
+    [vector] = embedder.embed(["Where did I go hiking?"])
+    assert math.isclose(sum(x * x for x in vector), 1.0, rel_tol=1e-5)
