@@ -10,7 +10,7 @@ message's vector takes 2 to 2.8 times less CPU, a batch of LoCoMo's messages 1.6
 
 The graph takes token ids, token types and the padding mask, batch and length both dynamic,
 and gives the last layer's states; pooling and normalisation stay with the caller, as for the
-NumPy pass. Optional: without onnx and onnxruntime, `encoder_session` raises ImportError and
+NumPy pass. Optional: without onnx or onnxruntime, `EncoderSession` raises ImportError and
 the embedder runs its NumPy pass.
 """
 
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-# Opset 17 brings LayerNormalization as one operator; IR version 8 is its pair, so any
-# onnxruntime since 1.13 loads the graph whatever the installed onnx package's default is.
+# Opset 17 brings LayerNormalization as one operator; IR version 8 is its pair, fixed so that
+# the onnxruntime installed loads the graph whatever IR version the onnx package defaults to.
 OPSET = 17
 IR_VERSION = 8
 
