@@ -116,7 +116,8 @@ class MemoryActivities:
         self, inp: SummarizeInput, backlog: summaries.Backlog | None = None
     ) -> None:
         """Ask the session's summary workflow for a pass after a finished turn, when there is
-        work: messages to embed, or enough past the recent window to fold. Most turns have
+        work: messages recall may soon search without their vectors (`_recall_may_search`),
+        or enough past the recent window to fold. Most turns have
         none, and a pass that would only find that out costs the server and the worker more
         than this check. One call starts the workflow (on this worker's queue, after the
         configured idle delay) or, when a run is under way, signals it for one more pass, so a
@@ -279,19 +280,43 @@ class MemoryActivities:
         return _Written(lines, facts, usage, FALLBACK, FALLBACK)
 
     async def _has_work(self, session_id: str, backlog: summaries.Backlog | None) -> bool:
-        if self._embedder is not None:
-            async with self._sessions() as db:
-                if await embedding_store.available(db) and await embedding_store.unembedded(
-                    db, session_id=session_id, model=self._embedder.name, limit=1
-                ):
-                    return True
         if backlog is None:
             async with connect(self._sessions) as conn:  # one read, in autocommit
                 backlog = await summaries.summary_backlog(conn, session_id=session_id)
+        if self._embedder is not None and self._recall_may_search(backlog):
+            model = self._embedder.name
+            async with connect(self._sessions) as conn:  # in autocommit: one statement
+                vectors = await embedding_store.available_once_seen(conn)
+                if vectors and await embedding_store.unembedded(
+                    conn, session_id=session_id, model=model, limit=1
+                ):
+                    return True
         due = self._due_by_stored_counts(backlog)
         if due is not None:
             return due
         return not isinstance(await self._plan(session_id), int)
+
+    def _recall_may_search(self, backlog: summaries.Backlog | None) -> bool:
+        """Whether a coming turn's recall may search the session, so its messages need their
+        vectors now. Recall searches nothing while the window holds the whole conversation
+        (activities/recall.py `holds_everything`); once it runs, a question that reaches back
+        gives it nearly all the budget and it searches all but the last turn. So the rule is
+        by session: a short conversation's messages are not embedded (no pass is asked for
+        them), and all are once the conversation from its first message outgrows half the
+        smallest window. The half is the margin: recall runs only past the whole window, so
+        the pass comes at least a turn before any search that reads them. True (embed, as
+        before) when the stored counts cannot tell, or a summary already folded a part."""
+        if backlog is None or backlog.base:
+            return True
+        tenant = TenantConfig.model_validate(backlog.tenant_config)
+        messages = self._by_stored_counts(backlog, tenant)
+        if messages is None:
+            return True
+        turns = group_turns(messages)
+        if not turns:
+            return bool(messages)  # nothing a window shows: searched as any other
+        half = self._smallest_window(tenant) // 2
+        return choose_window(turns, recent_tokens=half, summary_through=0).from_seq != 1
 
     def _due_by_stored_counts(self, backlog: summaries.Backlog | None) -> bool | None:
         """Whether `_plan` would find work, decided as it decides but from the messages'
@@ -304,6 +329,16 @@ class MemoryActivities:
         tenant = TenantConfig.model_validate(backlog.tenant_config)
         if tenant.summaries is False:
             return False
+        messages = self._by_stored_counts(backlog, tenant)
+        if messages is None:
+            return None
+        return bool(self._to_fold(messages, tenant))
+
+    def _by_stored_counts(
+        self, backlog: summaries.Backlog, tenant: TenantConfig
+    ) -> list[WindowMessage] | None:
+        """The backlog's messages as the window's grouping sees them, by their stored token
+        counts (None: a count is missing or made by another counter than the tenant's)."""
         counter = counter_for(tenant.model or self._settings.model)
         messages: list[WindowMessage] = []
         for seq, role, status, tokens, made_by, shows in backlog.messages:
@@ -311,7 +346,7 @@ class MemoryActivities:
                 return None
             # The text stands in for what the window's grouping asks of it: is there any.
             messages.append(WindowMessage(seq, role, "." if shows else "", status, tokens=tokens))
-        return bool(self._to_fold(messages, tenant))
+        return messages
 
     async def embed_messages(self, session_id: str) -> int:
         """Index the session's new messages for recall by meaning (activities/recall.py), off
@@ -362,19 +397,9 @@ class MemoryActivities:
     def _to_fold(self, messages: list[WindowMessage], tenant: TenantConfig) -> list[WindowMessage]:
         """The oldest messages the summary should fold in now: those before the window the
         next turn will show, when there are enough of them; empty when there is nothing to do."""
-        # The smallest window a turn will show: the conversation budget less the largest
-        # summary and recall blocks (folding a little early only makes them overlap).
-        conversation = (
-            tenant.context_conversation_tokens or self._settings.context_conversation_tokens
-        )
-        recent = max(
-            MIN_RECENT,
-            conversation
-            - self._settings.context_summary_tokens
-            - self._settings.context_recall_tokens,
-        )
         if not messages:
             return []
+        recent = self._smallest_window(tenant)
         # The window the next turn shows by its budget alone (not widened: this run is what
         # will let it start there).
         window = choose_window(
@@ -387,6 +412,20 @@ class MemoryActivities:
         if sum(m.tokens for m in folded) < self._settings.summary_min_new_tokens:
             return []
         return folded
+
+    def _smallest_window(self, tenant: TenantConfig) -> int:
+        """The smallest window a turn will show, in tokens: the conversation budget's floor
+        less the largest summary and recall blocks (folding a little early only makes them
+        overlap)."""
+        conversation = (
+            tenant.context_conversation_tokens or self._settings.context_conversation_tokens
+        )
+        return max(
+            MIN_RECENT,
+            conversation
+            - self._settings.context_summary_tokens
+            - self._settings.context_recall_tokens,
+        )
 
     async def _ask(self, job: _Job, messages: list[dict[str, Any]]) -> tuple[str, dict[str, int]]:
         """The summarizer's model call, through the gateway like any other, in the provider's

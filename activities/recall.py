@@ -4,7 +4,10 @@ full-text search fused with recall by meaning when an embedder is configured
 (parley/recall.py), and the indexing of messages for it.
 
 Message vectors are computed off the turn's critical path, by the summary workflow's activity
-(`embed_pending`, called from `MemoryActivities.summarize`); a turn embeds only its own
+(`embed_pending`, called from `MemoryActivities.summarize`), and only once recall may search
+the session: a conversation the window holds whole is never searched, so its messages get no
+vectors and its turns ask for no pass to make them (`MemoryActivities._recall_may_search`
+says when, with a turn's margin). A turn embeds only its own
 question, and only when recall runs at all (the context builder skips it while the window
 holds the whole conversation) and the question reaches back past the last turns: a follow-up
 about them (most turns of a chat) is searched by its words, which the recent turns share,

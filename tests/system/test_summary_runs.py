@@ -25,7 +25,6 @@ from temporalio import activity
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
-from temporalio.service import RPCError
 from temporalio.worker import Replayer, Worker
 
 from parley.activities.memory import MemoryActivities
@@ -36,7 +35,7 @@ from parley.gateway.base import Finish, ModelRequest, StreamEvent, TextDelta
 from parley.gateway.demo import DemoModel
 from parley.gateway.errors import ProviderRetryable
 from parley.gateway.registry import ProviderPool
-from parley.ids import summary_workflow_id, workflow_id_for_turn
+from parley.ids import summary_workflow_id
 from parley.memory import is_summary_request
 from parley.prompt import StoredSummary
 from parley.store import memory as memory_store
@@ -47,6 +46,7 @@ from parley.workflows.summary import PASSES_PER_RUN, SummaryWorkflow
 from tests.support.client import ParleyClient
 from tests.support.histories import HISTORIES, scrub
 from tests.support.orm import orm
+from tests.support.summary_runs import run_settled, turn_closed
 from tests.support.toolkit import eventually, own_stack
 
 ATTEMPTS = SUMMARY.retry.maximum_attempts
@@ -327,24 +327,6 @@ async def turn(client: ParleyClient, sid: str, n: int) -> str:
     turn_id, events = await client.turn(sid, statement(n))
     assert events[-1].type == "done", events[-1]
     return turn_id
-
-
-async def turn_closed(client: Client, turn_id: str) -> None:
-    """The turn's workflow has ended: its last step, which asks for the summary, has run."""
-    await client.get_workflow_handle(workflow_id_for_turn(turn_id)).result()
-
-
-async def run_settled(client: Client, session_id: str) -> str | None:
-    """The status of the session's latest summary run once it has ended ("none": never
-    started); None while it runs."""
-    handle = client.get_workflow_handle(summary_workflow_id(session_id=session_id))
-    try:
-        described = await handle.describe()
-    except RPCError:
-        return "none"
-    if described.status == WorkflowExecutionStatus.RUNNING:
-        return None
-    return described.status.name if described.status is not None else "?"
 
 
 async def test_turns_finishing_during_a_summary_run_share_one_run_and_one_more_pass(
