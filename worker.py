@@ -23,6 +23,7 @@ from prometheus_client import start_http_server
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from parley.activities import indexing
 from parley.activities.budget_approvals import BudgetApprovalActivities
 from parley.activities.context import ContextBuilder
 from parley.activities.ending import EndingActivities
@@ -364,14 +365,17 @@ async def embedded_worker(client: Client, settings: Settings) -> AsyncIterator[W
         async with worker:
             await promote_configured(client, settings)
             yield worker
-        await _drain_spans(worker)
+        await _drain(worker)
     finally:
         await http.aclose()
         await engine.dispose()
 
 
-async def _drain_spans(worker: Worker) -> None:
-    """The trace ledger's last spans (the final steps'), written before the pool closes."""
+async def _drain(worker: Worker) -> None:
+    """Before the pool closes: the trace ledger's last spans (the final steps') written, and
+    the embedding of messages asked for stopped (activities/indexing.py: the next turn asks
+    again)."""
+    await indexing.stop()
     for interceptor in worker.config()["interceptors"]:
         if isinstance(interceptor, TracingInterceptor):
             await interceptor.ledger.drain()
@@ -462,7 +466,7 @@ async def run_worker(settings: Settings) -> None:
     with contextlib.suppress(asyncio.CancelledError):
         await sweep
     await bell.close()
-    await _drain_spans(worker)
+    await _drain(worker)
     if draining is not None:
         draining.cancel()
     if telemetry is not None:

@@ -28,8 +28,9 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 
-from parley.activities import ledger
+from parley.activities import indexing, ledger
 from parley.activities.budgets import reserve_worst_case, summary_hold_id
+from parley.activities.indexing import by_stored_counts, recall_may_search, smallest_window
 from parley.activities.metrics import SUMMARIES, record_usage
 from parley.activities.recall import embed_pending
 from parley.config import Settings
@@ -52,10 +53,8 @@ from parley.memory import (
     repair_request,
     summary_request,
 )
-from parley.prompt import MIN_RECENT
 from parley.redaction import redact_messages
 from parley.store import costs, summaries, user_memory
-from parley.store import embeddings as embedding_store
 from parley.store import memory as memory_store
 from parley.store import sessions as session_store
 from parley.store.db import Database, StoreError, connect
@@ -116,13 +115,12 @@ class MemoryActivities:
         self, inp: SummarizeInput, backlog: summaries.Backlog | None = None
     ) -> None:
         """Ask the session's summary workflow for a pass after a finished turn, when there is
-        work: messages recall may soon search without their vectors (`_recall_may_search`),
-        or enough past the recent window to fold. Most turns have
-        none, and a pass that would only find that out costs the server and the worker more
-        than this check. One call starts the workflow (on this worker's queue, after the
-        configured idle delay) or, when a run is under way, signals it for one more pass, so a
-        session has at most one run at a time; a retried start asks again, which at most
-        costs a pass that finds nothing to do.
+        work: enough past the recent window to fold (the turn's messages are embedded for
+        recall without a pass: `_index`). Most turns have none, and a pass that would only
+        find that out costs the server and the worker more than this check. One call starts
+        the workflow (on this worker's queue, after the configured idle delay) or, when a run
+        is under way, signals it for one more pass, so a session has at most one run at a
+        time; a retried start asks again, which at most costs a pass that finds nothing to do.
 
         The delay is the server's: it holds the run's first task back, unless another turn's
         start arrives meanwhile, which dispatches it at once (that turn has finished too, so
@@ -131,7 +129,11 @@ class MemoryActivities:
         `backlog`: the session's backlog as the turn's ending read it with its last statement
         (None: read here)."""
         assert self._client is not None, "the worker builds this with its Temporal client"
-        if not await self._has_work(inp.session_id, backlog):
+        if backlog is None:
+            async with connect(self._sessions) as conn:  # one read, in autocommit
+                backlog = await summaries.summary_backlog(conn, session_id=inp.session_id)
+        self._index(inp.session_id, backlog)
+        if not await self._needs_a_pass(inp.session_id, backlog):
             return
         await self._client.start_workflow(
             SUMMARY_WORKFLOW,
@@ -279,44 +281,19 @@ class MemoryActivities:
         lines, facts = fold(job.transcript)
         return _Written(lines, facts, usage, FALLBACK, FALLBACK)
 
-    async def _has_work(self, session_id: str, backlog: summaries.Backlog | None) -> bool:
-        if backlog is None:
-            async with connect(self._sessions) as conn:  # one read, in autocommit
-                backlog = await summaries.summary_backlog(conn, session_id=session_id)
-        if self._embedder is not None and self._recall_may_search(backlog):
-            model = self._embedder.name
-            async with connect(self._sessions) as conn:  # in autocommit: one statement
-                vectors = await embedding_store.available_once_seen(conn)
-                if vectors and await embedding_store.unembedded(
-                    conn, session_id=session_id, model=model, limit=1
-                ):
-                    return True
+    async def _needs_a_pass(self, session_id: str, backlog: summaries.Backlog | None) -> bool:
+        """Whether a pass has enough to fold."""
         due = self._due_by_stored_counts(backlog)
         if due is not None:
             return due
         return not isinstance(await self._plan(session_id), int)
 
-    def _recall_may_search(self, backlog: summaries.Backlog | None) -> bool:
-        """Whether a coming turn's recall may search the session, so its messages need their
-        vectors now. Recall searches nothing while the window holds the whole conversation
-        (activities/recall.py `holds_everything`); once it runs, a question that reaches back
-        gives it nearly all the budget and it searches all but the last turn. So the rule is
-        by session: a short conversation's messages are not embedded (no pass is asked for
-        them), and all are once the conversation from its first message outgrows half the
-        smallest window. The half is the margin: recall runs only past the whole window, so
-        the pass comes at least a turn before any search that reads them. True (embed, as
-        before) when the stored counts cannot tell, or a summary already folded a part."""
-        if backlog is None or backlog.base:
-            return True
-        tenant = TenantConfig.model_validate(backlog.tenant_config)
-        messages = self._by_stored_counts(backlog, tenant)
-        if messages is None:
-            return True
-        turns = group_turns(messages)
-        if not turns:
-            return bool(messages)  # nothing a window shows: searched as any other
-        half = self._smallest_window(tenant) // 2
-        return choose_window(turns, recent_tokens=half, summary_through=0).from_seq != 1
+    def _index(self, session_id: str, backlog: summaries.Backlog | None) -> None:
+        """Ask this process's indexer to embed the session's new messages, when recall may
+        search the session (activities/indexing.py), without a pass: a pass started only to
+        embed a turn's messages cost more than the embedding."""
+        if self._embedder is not None and recall_may_search(backlog, self._settings):
+            indexing.ask(self._sessions, self._embedder, session_id=session_id)
 
     def _due_by_stored_counts(self, backlog: summaries.Backlog | None) -> bool | None:
         """Whether `_plan` would find work, decided as it decides but from the messages'
@@ -329,28 +306,15 @@ class MemoryActivities:
         tenant = TenantConfig.model_validate(backlog.tenant_config)
         if tenant.summaries is False:
             return False
-        messages = self._by_stored_counts(backlog, tenant)
+        messages = by_stored_counts(backlog, self._settings, tenant)
         if messages is None:
             return None
         return bool(self._to_fold(messages, tenant))
 
-    def _by_stored_counts(
-        self, backlog: summaries.Backlog, tenant: TenantConfig
-    ) -> list[WindowMessage] | None:
-        """The backlog's messages as the window's grouping sees them, by their stored token
-        counts (None: a count is missing or made by another counter than the tenant's)."""
-        counter = counter_for(tenant.model or self._settings.model)
-        messages: list[WindowMessage] = []
-        for seq, role, status, tokens, made_by, shows in backlog.messages:
-            if tokens is None or made_by != counter.name:
-                return None
-            # The text stands in for what the window's grouping asks of it: is there any.
-            messages.append(WindowMessage(seq, role, "." if shows else "", status, tokens=tokens))
-        return messages
-
     async def embed_messages(self, session_id: str) -> int:
         """Index the session's new messages for recall by meaning (activities/recall.py), off
-        the turn's path. Best effort: a failure here never stops the summary."""
+        the turn's path: what the indexer left (a worker that stopped), before a pass folds.
+        Best effort: a failure here never stops the summary."""
         if self._embedder is None:
             return 0
         try:
@@ -399,7 +363,9 @@ class MemoryActivities:
         next turn will show, when there are enough of them; empty when there is nothing to do."""
         if not messages:
             return []
-        recent = self._smallest_window(tenant)
+        # The window the smallest budget shows (folding a little early only makes the
+        # summary and recall blocks overlap).
+        recent = smallest_window(self._settings, tenant)
         # The window the next turn shows by its budget alone (not widened: this run is what
         # will let it start there).
         window = choose_window(
@@ -412,20 +378,6 @@ class MemoryActivities:
         if sum(m.tokens for m in folded) < self._settings.summary_min_new_tokens:
             return []
         return folded
-
-    def _smallest_window(self, tenant: TenantConfig) -> int:
-        """The smallest window a turn will show, in tokens: the conversation budget's floor
-        less the largest summary and recall blocks (folding a little early only makes them
-        overlap)."""
-        conversation = (
-            tenant.context_conversation_tokens or self._settings.context_conversation_tokens
-        )
-        return max(
-            MIN_RECENT,
-            conversation
-            - self._settings.context_summary_tokens
-            - self._settings.context_recall_tokens,
-        )
 
     async def _ask(self, job: _Job, messages: list[dict[str, Any]]) -> tuple[str, dict[str, int]]:
         """The summarizer's model call, through the gateway like any other, in the provider's

@@ -3,18 +3,17 @@ whole conversation), how the window and the recalled lines share the conversatio
 full-text search fused with recall by meaning when an embedder is configured
 (parley/recall.py), and the indexing of messages for it.
 
-Message vectors are computed off the turn's critical path, by the summary workflow's activity
-(`embed_pending`, called from `MemoryActivities.summarize`), and only once recall may search
-the session: a conversation the window holds whole is never searched, so its messages get no
-vectors and its turns ask for no pass to make them (`MemoryActivities._recall_may_search`
-says when, with a turn's margin). A turn embeds only its own
-question, and only when recall runs at all (the context builder skips it while the window
-holds the whole conversation) and the question reaches back past the last turns: a follow-up
-about them (most turns of a chat) is searched by its words, which the recent turns share,
-with no embedding on its path. The embedding is CPU work, so it runs in a thread, started
-before the build's remaining reads (`RecallQuery.start`), which the database answers
-meanwhile. Messages not embedded yet are recent ones, which the window shows anyway, and
-full-text search still finds them. Without the extra, the weights or the `vector` extension,
+Message vectors are computed off the turn's critical path, after its answer is stored, and
+only once recall may search the session (activities/indexing.py: when, and by whom; both
+embed with `embed_pending`). A turn's
+build embeds only its question, and only when recall runs at all (the context builder skips
+it while the window holds the whole conversation) and the question reaches back past the
+last turns: a follow-up about them (most turns of a chat) is searched by its words, which
+the recent turns share, with no embedding on its path. The embedding is CPU work, so it
+runs in a thread, started before the build's remaining reads (`RecallQuery.start`), which
+the database answers meanwhile. Messages not embedded yet are those of a conversation the
+window holds whole, or of a turn just ended, which the window shows anyway; full-text search
+finds them all. Without the extra, the weights or the `vector` extension,
 recall is full-text alone.
 """
 
@@ -46,7 +45,7 @@ from parley.store import embeddings as embedding_store
 from parley.store import memory as memory_store
 from parley.store import recall as recall_store
 from parley.store.context import SessionFacts, remembered_tokens
-from parley.store.db import Database, Db
+from parley.store.db import Database, Db, connect
 from parley.store.turns.reads import TurnFacts
 from parley.tenancy import TenantConfig
 from parley.tokens import TokenCounter
@@ -368,11 +367,11 @@ async def embed_pending(
 ) -> int:
     """Embed up to `batch` of the session's messages that have no vector yet; returns how
     many were stored (0: nothing to do, or no `vector` extension)."""
-    async with sessions() as db:
-        if not await embedding_store.available(db):
+    async with connect(sessions) as conn:  # in autocommit: one statement
+        if not await embedding_store.available_once_seen(conn):
             return 0
         todo = await embedding_store.unembedded(
-            db, session_id=session_id, model=embedder.name, limit=batch
+            conn, session_id=session_id, model=embedder.name, limit=batch
         )
     if not todo:
         return 0
@@ -380,12 +379,11 @@ async def embed_pending(
     # with the other sessions' runs asking at the same time (activities/embedding_batches.py).
     texts = [said(m.text) for m in todo]  # what each says, not who says it
     vectors = await embedding_batches().embed(embedder, texts)
-    async with sessions() as db:
+    async with connect(sessions) as conn:  # one statement, in autocommit
         await embedding_store.save_embeddings(
-            db,
+            conn,
             session_id=session_id,
             model=embedder.name,
             items=list(zip(todo, vectors, strict=True)),
         )
-        await db.commit()
     return len(todo)

@@ -22,6 +22,7 @@ import httpx
 import uvicorn
 from temporalio.client import Client
 
+from parley.activities import indexing
 from parley.api.main import create_app
 from parley.config import Settings
 from parley.dispatch.deployment import promote_configured
@@ -117,20 +118,23 @@ async def running_worker(
     breaker_clock: SteppedClock | None = None,
 ) -> AsyncIterator[None]:
     async with httpx.AsyncClient() as http:
-        async with build_worker(
-            client,
-            settings,
-            sessions,
-            http,
-            provider=provider,
-            fallback=fallback,
-            screens=screens,
-            breaker_clock=breaker_clock or time.monotonic,
-        ):
-            # Versioned by default, as `parley worker` is: its version becomes current.
-            await promote_configured(client, settings)
-            async with starting_posted_turns(client, settings, sessions):
-                yield
+        try:
+            async with build_worker(
+                client,
+                settings,
+                sessions,
+                http,
+                provider=provider,
+                fallback=fallback,
+                screens=screens,
+                breaker_clock=breaker_clock or time.monotonic,
+            ):
+                # Versioned by default, as `parley worker` is: its version becomes current.
+                await promote_configured(client, settings)
+                async with starting_posted_turns(client, settings, sessions):
+                    yield
+        finally:
+            await indexing.stop()  # as the worker's drain: nothing embeds after the stack
 
 
 @asynccontextmanager

@@ -1,18 +1,22 @@
 """Messages are embedded for recall by meaning only once recall may search them: a short chat's
 turns ask for no summary pass and store no vectors; a conversation that outgrows the window has
 every message embedded a turn before the first search that could read it, so a question in
-other words still finds, by meaning, the message that has just left the window.
+other words still finds, by meaning, the message that has just left the window. The worker
+embeds them after the turn's tail step asks (activities/indexing.py): no summary run starts
+only to embed them.
 
 Through the whole stack (API, Temporal, a worker with the local MiniLM embedder, PostgreSQL):
 the summary workflow as the server has it, the vectors as stored, the request the model got."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import text, update
 from temporalio.client import Client
 
+from parley.activities import indexing
 from parley.activities.recall import RecallQuery, recall_hits
 from parley.config import Settings
 from parley.gateway.demo import DemoModel
@@ -20,10 +24,11 @@ from parley.gateway.minilm import MiniLMEmbedder
 from parley.memory import recall_terms
 from parley.store import embeddings as embedding_store
 from parley.store.db import Database, connect
+from parley.store.models import ChatSession, Message
 from tests.support.client import ParleyClient
 from tests.support.orm import orm
 from tests.support.summary_runs import run_settled, turn_closed
-from tests.support.toolkit import eventually, model_calls, own_stack
+from tests.support.toolkit import model_calls, own_stack
 
 # A statement and a question about it that share no word (tests/api/test_recall.py): only
 # recall by meaning can bring the one back for the other.
@@ -43,7 +48,7 @@ CHAT = [
     "Our team won the quiz night at the pub.",
 ]
 # A small conversation budget (the window holds about six exchanges of small talk), no recall
-# share beyond the reach-back one, and no folding: the summary's passes here only embed.
+# share beyond the reach-back one, and no folding (a summary run would only embed).
 SMALL = {
     "embeddings": "local-minilm",
     "summary_start_delay_ms": 0,
@@ -53,7 +58,6 @@ SMALL = {
 }
 # The default conversation budget: half its smallest window holds two exchanges.
 SHORT = SMALL | {"context_conversation_tokens": 600}
-DEADLINE_S = 60.0
 COUNT = text("SELECT count(*) FROM message_embeddings WHERE session_id = :sid")
 
 
@@ -76,6 +80,7 @@ async def test_a_short_chat_starts_no_summary_run_and_stores_no_vectors(
                 turn_id, events = await client.turn(sid, text)
                 assert events[-1].type == "done", events[-1]
                 await turn_closed(temporal_client, turn_id)
+                await indexing.idle()  # whatever the turn asked to embed is stored
                 [call] = await model_calls(sessions, turn_id)
                 assert call.request["budget"]["recall"] == "skipped"
         finally:
@@ -93,7 +98,7 @@ async def test_a_long_chat_s_vectors_are_there_a_turn_before_recall_reads_them(
     tokens: dict[str, str],
     minilm: MiniLMEmbedder,
 ) -> None:
-    stored_after: list[int] = []  # the session's vectors after each turn (and its run)
+    stored_after: list[int] = []  # the session's vectors after each turn
     recall: list[str] = []  # what recall did in each turn's build
     async with own_stack(
         temporal_client, settings, sessions, DemoModel(token_delay_s=0), prefix="long", **SMALL
@@ -106,11 +111,7 @@ async def test_a_long_chat_s_vectors_are_there_a_turn_before_recall_reads_them(
                 turn_id, events = await client.turn(sid, text)
                 assert events[-1].type == "done", events[-1]
                 await turn_closed(temporal_client, turn_id)
-                await eventually(
-                    lambda: run_settled(temporal_client, sid),
-                    timeout=DEADLINE_S,
-                    what="the summary run ended",
-                )
+                await indexing.idle()  # whatever the turn asked to embed is stored
                 [call] = await model_calls(sessions, turn_id)
                 budget: dict[str, Any] = call.request["budget"]
                 recall.append(budget["recall"])
@@ -128,12 +129,14 @@ async def test_a_long_chat_s_vectors_are_there_a_turn_before_recall_reads_them(
     # Lazily: the first turns stored no vectors, ...
     assert stored_after[0] == 0
     first_embedded = next(i for i, n in enumerate(stored_after) if n)
-    # ... and the pass that embedded the conversation came at least a whole turn before the
+    # ... and the turn that embedded the conversation came at least a whole turn before the
     # first turn whose recall searched it (the margin).
     first_search = next(i for i, method in enumerate(recall) if method != "skipped")
     assert first_embedded < first_search - 1, (stored_after, recall)
-    # Once embedding, every pass left every message stored so far with its vector (each turn
-    # a question and its answer): the question's turn found the evidence's there.
+    # Once embedding, every turn left every message stored so far with its vector (each turn
+    # a question and its answer): the question's turn found the evidence's there. No summary
+    # run embedded them: none was started (nothing was due to fold).
+    assert await run_settled(temporal_client, sid) == "none"
     assert stored_after[first_embedded:] == [
         2 * (i + 1) for i in range(first_embedded, len(stored_after))
     ]
@@ -159,3 +162,48 @@ async def test_a_long_chat_s_vectors_are_there_a_turn_before_recall_reads_them(
         hits = await recall_hits(conn, words, session_id=sid, before_seq=evidence_seq + 2, limit=8)
     assert nearest == [evidence_seq]
     assert evidence_seq not in [h.seq for h in hits]
+
+
+async def test_a_backlog_stored_without_vectors_is_embedded_after_the_next_turn(
+    settings: Settings, temporal_client: Client, sessions: Database, tokens: dict[str, str]
+) -> None:
+    """A session whose messages were stored without vectors (or their token counts: from
+    before either was recorded) is embedded whole after its next turn, still with no summary
+    run."""
+    async with own_stack(
+        temporal_client, settings, sessions, DemoModel(token_delay_s=0), prefix="backlog", **SMALL
+    ) as stack:
+        client = ParleyClient(stack.url, tokens["priya"])
+        try:
+            sid = await client.new_session()
+            texts = [text for line in CHAT for text in (line, "Noted.")] * 2  # 40 messages
+            await seed(sessions, sid, texts)
+            turn_id, events = await client.turn(sid, QUESTION)
+            assert events[-1].type == "done", events[-1]
+            await turn_closed(temporal_client, turn_id)
+            await indexing.idle()
+        finally:
+            await client.aclose()
+    assert await vectors(sessions, sid) == len(texts) + 2  # the question and its answer too
+    assert await run_settled(temporal_client, sid) == "none"
+
+
+async def seed(sessions: Database, session_id: str, texts: list[str]) -> None:
+    """A transcript as earlier turns would have stored it (seq 1..n, user then assistant),
+    with no vectors."""
+    async with orm(sessions) as db:
+        for seq, body in enumerate(texts, start=1):
+            db.add(
+                Message(
+                    id=f"msg_{uuid.uuid4().hex[:20]}",
+                    session_id=session_id,
+                    seq=seq,
+                    role="user" if seq % 2 else "assistant",
+                    status="complete",
+                    text=body,
+                )
+            )
+        await db.execute(
+            update(ChatSession).where(ChatSession.id == session_id).values(last_seq=len(texts))
+        )
+        await db.commit()
