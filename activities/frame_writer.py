@@ -79,8 +79,10 @@ class FrameWriter:
     async def _write(self, running: _Loop) -> None:
         """Flush until no frame waits (the frames that came during a flush go in the next),
         on one connection while the flushes succeed (a failed one's may be broken: the next
-        flush takes another). After a flush the writer waits out the spacing before it looks
-        again: the frames that come meanwhile go in the next flush, on the same connection."""
+        flush takes another). When frames came in during a flush, the writer waits out the
+        spacing before the next: the frames that come meanwhile join it, on the same
+        connection. When none did, it stops at once, so the next frame (a new turn's first
+        delta, a turn's `done`) is written the moment it comes, not a half frame later."""
         while running.frames:
             async with connect(self._sessions) as conn:
                 while running.frames:
@@ -88,7 +90,7 @@ class FrameWriter:
                     if not await self._flush(conn, self._take(running)):
                         break
                     wait = began + self._spacing_s() - running.loop.time()
-                    if wait > 0:
+                    if wait > 0 and running.frames:  # busy: let more frames join the next
                         await asyncio.sleep(wait)
 
     @staticmethod
