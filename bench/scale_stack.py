@@ -19,6 +19,7 @@ from temporalio.client import Client
 
 from bench.cpu import Roles
 from bench.stack import (
+    LIFTED_LIMITS,
     REPO,
     Child,
     _postmaster_pid,
@@ -122,14 +123,7 @@ async def scale_stack(
             "PARLEY_MODEL": "gpt-stream",
             "OPENAI_BASE_URL": provider_url + "/v1",
             "OPENAI_API_KEY": "bench-local-server",
-            "PARLEY_MAX_STREAMS_PER_USER": "100000",
-            "PARLEY_MAX_ACTIVE_TURNS_PER_USER": "100000",
-            "PARLEY_USER_REQUESTS_PER_MINUTE": "1000000",
-            "PARLEY_TENANT_REQUESTS_PER_MINUTE": "1000000",
-            "PARLEY_MAX_SESSIONS_PER_USER_PER_DAY": "1000000",
-            "PARLEY_USER_DAILY_MESSAGES": "0",
-            "PARLEY_WORKER_METRICS_PORT": "0",
-            "PYTHONUNBUFFERED": "1",
+            **LIFTED_LIMITS,
         }
         provider = spawn(
             f"provider-{name}",

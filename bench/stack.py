@@ -258,6 +258,20 @@ async def start_temporal(eager: bool, log_name: str = "temporal") -> WorkflowEnv
             watching.watch_dev_servers()
 
 
+# One user drives every concurrent session of a bench: its per-user and per-tenant limits
+# are lifted (and the worker's metrics port is left to the OS).
+LIFTED_LIMITS = {
+    "PARLEY_MAX_STREAMS_PER_USER": "100000",
+    "PARLEY_MAX_ACTIVE_TURNS_PER_USER": "100000",
+    "PARLEY_USER_REQUESTS_PER_MINUTE": "1000000",
+    "PARLEY_TENANT_REQUESTS_PER_MINUTE": "1000000",
+    "PARLEY_MAX_SESSIONS_PER_USER_PER_DAY": "1000000",
+    "PARLEY_USER_DAILY_MESSAGES": "0",
+    "PARLEY_WORKER_METRICS_PORT": "0",
+    "PYTHONUNBUFFERED": "1",
+}
+
+
 async def start_postgres(folder: Path) -> tuple[EmbeddedPostgres, str]:
     """Embedded PostgreSQL with its data under `folder`, guarded; returns it and its URL."""
     pg = EmbeddedPostgres(folder / "pg" / "data")
@@ -296,15 +310,8 @@ async def running_stack(token_delay_ms: float, *, eager: bool = True) -> AsyncIt
             "TEMPORAL_ADDRESS": temporal_address,
             "PARLEY_TASK_QUEUE": settings.task_queue,
             "PARLEY_DEMO_TOKEN_DELAY_MS": str(token_delay_ms),
-            # One user drives every concurrent session here; lift the per-user limits.
+            **LIFTED_LIMITS,
             "PARLEY_MAX_STREAMS_PER_USER": "1000",
-            "PARLEY_MAX_ACTIVE_TURNS_PER_USER": "100000",
-            "PARLEY_USER_REQUESTS_PER_MINUTE": "1000000",
-            "PARLEY_TENANT_REQUESTS_PER_MINUTE": "1000000",
-            "PARLEY_MAX_SESSIONS_PER_USER_PER_DAY": "1000000",
-            "PARLEY_USER_DAILY_MESSAGES": "0",
-            "PARLEY_WORKER_METRICS_PORT": "0",
-            "PYTHONUNBUFFERED": "1",
         }
         api_port, baseline_port, backend_port = free_port(), free_port(), free_port()
         # The Northwind demo backend, so the scripted conversations get real tool results
