@@ -10,14 +10,13 @@ read where an operator reads it: the stored request, the build's span, the worke
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import pytest_asyncio
 from prometheus_client import REGISTRY
-from sqlalchemy import select, update
+from sqlalchemy import select
 from temporalio.client import Client
 
 from parley.activities.memory import MemoryActivities
@@ -29,9 +28,9 @@ from parley.memory import recall_terms
 from parley.prompt import CONVERSATION_KINDS
 from parley.store import recall as recall_store
 from parley.store.db import Database
-from parley.store.models import ChatSession, ConversationSummary, Message, TraceSpan
+from parley.store.models import ConversationSummary, TraceSpan
 from tests.support.client import ParleyClient
-from tests.support.orm import orm
+from tests.support.orm import add_transcript, orm
 from tests.support.toolkit import Stack, counted_sessions, model_calls, own_stack
 
 FACT = "My gym locker code is 4417, please keep it in mind."
@@ -85,20 +84,7 @@ async def seed(sessions: Database, session_id: str, texts: list[str], *, summary
                 model="demo-1",
             )
         )
-        for seq, body in enumerate(texts, start=1):
-            db.add(
-                Message(
-                    id=f"msg_{uuid.uuid4().hex[:20]}",
-                    session_id=session_id,
-                    seq=seq,
-                    role="user" if seq % 2 else "assistant",
-                    status="complete",
-                    text=body,
-                )
-            )
-        await db.execute(
-            update(ChatSession).where(ChatSession.id == session_id).values(last_seq=len(texts))
-        )
+        await add_transcript(db, session_id, texts)
         await db.commit()
 
 

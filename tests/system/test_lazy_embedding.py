@@ -10,10 +10,9 @@ the summary workflow as the server has it, the vectors as stored, the request th
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
-from sqlalchemy import text, update
+from sqlalchemy import text
 from temporalio.client import Client
 
 from parley.activities import indexing
@@ -24,9 +23,8 @@ from parley.gateway.minilm import MiniLMEmbedder
 from parley.memory import recall_terms
 from parley.store import embeddings as embedding_store
 from parley.store.db import Database, connect
-from parley.store.models import ChatSession, Message
 from tests.support.client import ParleyClient
-from tests.support.orm import orm
+from tests.support.orm import add_transcript, orm
 from tests.support.summary_runs import run_settled, turn_closed
 from tests.support.toolkit import model_calls, own_stack
 
@@ -192,18 +190,5 @@ async def seed(sessions: Database, session_id: str, texts: list[str]) -> None:
     """A transcript as earlier turns would have stored it (seq 1..n, user then assistant),
     with no vectors."""
     async with orm(sessions) as db:
-        for seq, body in enumerate(texts, start=1):
-            db.add(
-                Message(
-                    id=f"msg_{uuid.uuid4().hex[:20]}",
-                    session_id=session_id,
-                    seq=seq,
-                    role="user" if seq % 2 else "assistant",
-                    status="complete",
-                    text=body,
-                )
-            )
-        await db.execute(
-            update(ChatSession).where(ChatSession.id == session_id).values(last_seq=len(texts))
-        )
+        await add_transcript(db, session_id, texts)
         await db.commit()
