@@ -11,7 +11,7 @@ from __future__ import annotations
 from temporalio import activity
 
 from parley.archive import ArchiveWriter
-from parley.contracts import ExportInput, ExportResult
+from parley.data_contracts import ExportInput, ExportResult
 from parley.statuses import ExportState
 from parley.store.db import Database
 from parley.store.lifecycle import exports

@@ -15,7 +15,8 @@ from temporalio import activity
 
 from parley.activities.memory import MemoryActivities
 from parley.activities.recall import embed_pending
-from parley.contracts import ImportInput, SummarizeInput
+from parley.contracts import SummarizeInput
+from parley.data_contracts import ImportInput
 from parley.gateway.minilm import Embedder
 from parley.statuses import ImportState
 from parley.store import embeddings as embedding_store

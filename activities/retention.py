@@ -14,7 +14,7 @@ from temporalio import activity
 
 from parley.activities.metrics import RETENTION_PURGED
 from parley.config import Settings
-from parley.contracts import PurgeBatchInput, PurgeInput, PurgePlan, PurgeTask
+from parley.data_contracts import PurgeBatchInput, PurgeInput, PurgePlan, PurgeTask
 from parley.retention import purge_plan
 from parley.store.db import Database
 from parley.store.lifecycle import retention

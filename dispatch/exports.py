@@ -13,7 +13,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from parley.contracts import EXPORT_WORKFLOW, ExportInput, ExportResult
+from parley.data_contracts import EXPORT_WORKFLOW, ExportInput, ExportResult
 from parley.ids import export_workflow_id
 
 # An export that takes longer than this has failed for good (its steps' attempts are spent

@@ -13,7 +13,7 @@ from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from parley.contracts import IMPORT_WORKFLOW, ImportInput
+from parley.data_contracts import IMPORT_WORKFLOW, ImportInput
 from parley.ids import import_workflow_id
 
 # An import whose indexing takes longer has failed for good (its steps' attempts are spent

@@ -18,7 +18,7 @@ from temporalio.client import (
 )
 
 from parley.config import Settings
-from parley.contracts import PURGE_SCHEDULE_ID, PURGE_WORKFLOW, PurgeInput
+from parley.data_contracts import PURGE_SCHEDULE_ID, PURGE_WORKFLOW, PurgeInput
 
 
 def purge_schedule(settings: Settings) -> Schedule:

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from temporalio.client import Client
 
 from parley.config import Settings
-from parley.contracts import PURGE_WORKFLOW, PurgeInput, PurgeResult
+from parley.data_contracts import PURGE_WORKFLOW, PurgeInput, PurgeResult
 from parley.dispatch.exports import start_export
 from parley.ids import new_id
 from parley.launch.seeding import require_database

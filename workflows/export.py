@@ -14,7 +14,7 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from parley.activities.exports import ExportActivities
-    from parley.contracts import EXPORT_WORKFLOW, ExportInput, ExportResult
+    from parley.data_contracts import EXPORT_WORKFLOW, ExportInput, ExportResult
 
 from parley.workflows.options import EXPORT, STORE
 

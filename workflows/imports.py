@@ -16,7 +16,7 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from parley.activities.imports import ImportActivities
-    from parley.contracts import IMPORT_WORKFLOW, ImportInput
+    from parley.data_contracts import IMPORT_WORKFLOW, ImportInput
 
 from parley.workflows.options import INDEX, STORE
 

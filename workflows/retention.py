@@ -16,12 +16,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from parley.activities.retention import RetentionActivities
-    from parley.contracts import (
-        PURGE_WORKFLOW,
-        PurgeBatchInput,
-        PurgeInput,
-        PurgeResult,
-    )
+    from parley.data_contracts import PURGE_WORKFLOW, PurgeBatchInput, PurgeInput, PurgeResult
 
 from parley.workflows.options import PURGE, STORE
 

@@ -15,7 +15,7 @@ from sqlalchemy.dialects.postgresql import insert
 from temporalio.client import Client, ScheduleActionStartWorkflow, ScheduleSpec
 
 from parley.config import Settings
-from parley.contracts import PURGE_SCHEDULE_ID, PURGE_WORKFLOW, PurgeInput, PurgeResult
+from parley.data_contracts import PURGE_SCHEDULE_ID, PURGE_WORKFLOW, PurgeInput, PurgeResult
 from parley.dispatch.retention import ensure_purge_schedule
 from parley.store.db import Database
 from parley.store.identity import create_token

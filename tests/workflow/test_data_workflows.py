@@ -19,7 +19,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
 
-from parley.contracts import (
+from parley.data_contracts import (
     EXPORT_WORKFLOW,
     PURGE_WORKFLOW,
     ExportInput,

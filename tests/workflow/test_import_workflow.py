@@ -22,7 +22,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
 
-from parley.contracts import IMPORT_WORKFLOW, ImportInput
+from parley.data_contracts import IMPORT_WORKFLOW, ImportInput
 from parley.ids import import_workflow_id
 from parley.statuses import ImportState
 from parley.workflows.imports import STEPS_PER_RUN, ImportWorkflow
