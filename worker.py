@@ -37,6 +37,7 @@ from parley.activities.knowledge import KnowledgeSource
 from parley.activities.mcp import McpTools
 from parley.activities.memory import MemoryActivities
 from parley.activities.northwind import NorthwindClient
+from parley.activities.opening import StepOpening
 from parley.activities.retention import RetentionActivities
 from parley.activities.screens import ScreenActivities
 from parley.activities.sdk_metrics import sdk_runtime
@@ -123,8 +124,7 @@ def build_activities(
     mcp = McpTools(sessions=sessions, allowed=settings.mcp_allowlist)  # the tenants' MCP servers
     # The skills catalog and the sandbox they run in (one per worker; each run its own folder).
     skills = SkillTools(sessions=sessions, northwind=northwind, settings=settings)
-    # The user's message, read by a turn's first context build, screened by the input screen
-    # started beside it without a read of its own.
+    # The user's message, read by a first step's build, for the input screen beside it.
     asked: Handover[str] = Handover()
     context = ContextBuilder(
         sessions=sessions,
@@ -165,7 +165,8 @@ def build_activities(
     )
     ending = EndingActivities(turn=turn, screens=screening, memory=memory)
     importing = ImportActivities(sessions=sessions, memory=memory, embedder=embedder)
-    steps = _activity_list(turn, tools, send, screening, memory, (specialist, agent), ending)
+    steps = [StepOpening(turn=turn, screens=screening).open_step]  # turn build 14
+    steps += _activity_list(turn, tools, send, screening, memory, (specialist, agent), ending)
     steps += _handoff_activities(client, settings, sessions, providers, (tools, ending))
     return [*steps, *_import_activities(importing), *_data_activities(client, settings, sessions)]
 

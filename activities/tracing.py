@@ -15,7 +15,8 @@ import asyncio
 import contextvars
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
@@ -38,11 +39,16 @@ GATHER_S = 0.02
 _current_attrs: ContextVar[dict[str, Any] | None] = ContextVar("span_attrs", default=None)
 # Where the running step tells the turn's owners it read (`owners_read`); None outside one.
 _owners_sink: ContextVar[Callable[[str, str], None] | None] = ContextVar("owners", default=None)
+# Keeps a span of a part of the running step (`part`); None outside a traced step.
+_part_keeper: ContextVar[Callable[[str, datetime, str, dict[str, Any]], None] | None] = ContextVar(
+    "part_keeper", default=None
+)
 
-# The steps a turn's first workflow task starts together: the context build reads the turn's
-# session and tenant with its turn, so neither it nor the input screen beside it has them
-# looked up (unless the build has not told them within `TurnOwners.REPORT_WITHIN_S`).
-TOLD_OWNERS = frozenset({"screen_input", "build_context"})
+# The steps whose context build reads the turn's session and tenant with its turn, so that
+# neither they nor an input screen beside the build have them looked up (unless the build has
+# not told them within `TurnOwners.REPORT_WITHIN_S`): a model step opened in one step (build
+# 14), and build 13's separate build and screen.
+TOLD_OWNERS = frozenset({"open_step", "screen_input", "build_context"})
 
 
 def owners_read(*, session_id: str, tenant_id: str) -> None:
@@ -51,6 +57,30 @@ def owners_read(*, session_id: str, tenant_id: str) -> None:
     sink = _owners_sink.get()
     if sink is not None:
         sink(session_id, tenant_id)
+
+
+@contextmanager
+def part(name: str) -> Iterator[None]:
+    """A part of the running step, with a span of its own named `name` beside the step's:
+    the opening step (activities/opening.py) records its build, its input screen and its
+    model call as the steps they were before build 14, so a turn's trace still shows each.
+    What the part `annotate`s goes on its own span."""
+    keep = _part_keeper.get()
+    if keep is None:
+        yield
+        return
+    started = datetime.now(UTC)
+    attrs: dict[str, Any] = {}
+    token = _current_attrs.set(attrs)
+    outcome = "ok"
+    try:
+        yield
+    except BaseException as exc:
+        outcome = type(exc).__name__
+        raise
+    finally:
+        _current_attrs.reset(token)
+        keep(name, started, outcome, attrs)
 
 
 def annotate(**attrs: Any) -> None:
@@ -247,6 +277,23 @@ class _SpanRecorder(ActivityInboundInterceptor):
         started = datetime.now(UTC)
         attrs: dict[str, Any] = {}
         token = _current_attrs.set(attrs)
+        info = activity.info()
+
+        def keep(name: str, began: datetime, outcome: str, attrs: dict[str, Any]) -> None:
+            self._ledger.keep(
+                {
+                    "turn_id": turn_id,
+                    "name": name,
+                    "attempt": info.attempt,
+                    "started_at": began.isoformat(),
+                    "ended_at": datetime.now(UTC).isoformat(),
+                    "outcome": outcome,
+                    "attrs": attrs or None,
+                    "otel_trace_id": self._trace_id(),
+                }
+            )
+
+        parts = _part_keeper.set(keep)
         outcome = "ok"
         try:
             return await self.next.execute_activity(input)
@@ -254,20 +301,9 @@ class _SpanRecorder(ActivityInboundInterceptor):
             outcome = type(exc).__name__
             raise
         finally:
+            _part_keeper.reset(parts)
             _current_attrs.reset(token)
-            info = activity.info()
-            self._ledger.keep(
-                {
-                    "turn_id": turn_id,
-                    "name": info.activity_type,
-                    "attempt": info.attempt,
-                    "started_at": started.isoformat(),
-                    "ended_at": datetime.now(UTC).isoformat(),
-                    "outcome": outcome,
-                    "attrs": attrs or None,
-                    "otel_trace_id": self._trace_id(),
-                }
-            )
+            keep(info.activity_type, started, outcome, attrs)
 
 
 def _binding(

@@ -165,6 +165,20 @@ class CallModelInput:
 
 
 @dataclass
+class OpenStepInput:
+    """A model step opened in one local step (turn build 14, activities/opening.py): its
+    context built (beside the input screen, for the turn's first), then its model called."""
+
+    turn_id: str
+    step: int = 0
+    reanswer_of: str | None = None  # as BuildContextInput's
+    screen_input: bool = False  # the turn's own message is screened beside the build
+    # The newest steer the turn's earlier steps took: steers the build takes past it are
+    # screened before the model sees them.
+    steers_taken: int = 0
+
+
+@dataclass
 class ToolCallRef:
     """What the workflow needs to schedule a tool call; the arguments stay in the store."""
 
@@ -182,6 +196,17 @@ class CallModelResult:
     tool_calls: list[ToolCallRef] = field(default_factory=list)
     # Requests sent to providers for this call: retries and the fallback each count one.
     attempts: int = 1
+
+
+@dataclass
+class OpenStepResult:
+    built: BuildContextResult
+    # What the input screen said of the turn's message (or, `steer_declined`, of the steers
+    # the build took): a declined step calls no model.
+    allowed: bool = True
+    steer_declined: bool = False
+    # The model's answer; None when no model was called (declined, or code asks the user).
+    call: CallModelResult | None = None
 
 
 @dataclass

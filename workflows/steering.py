@@ -32,7 +32,10 @@ class Steers:
     def __init__(self) -> None:
         self.delivered: list[str] = []  # message ids, in the order the API delivered them
         self.newest = 0  # the newest delivered seq
-        self.taken = 0  # the newest seq a step's build took
+        self.taken = 0  # the newest seq the turn has answered (or set aside, `take_all`)
+        # The newest seq a step's build took, its steers screened: a later step screens only
+        # the steers past it, whatever `take_all` set aside.
+        self.screened = 0
 
     def deliver(self, steer: SteerInput) -> int:
         """Record a delivered steer (once); how many the turn has had."""
@@ -42,8 +45,9 @@ class Steers:
         return len(self.delivered)
 
     def took(self, seq: int | None) -> None:
-        """A step's build took the steers up to `seq` (None: it read none)."""
+        """A step's build took the steers up to `seq`, screened (None: it read none)."""
         self.taken = max(self.taken, seq or 0)
+        self.screened = max(self.screened, seq or 0)
 
     @property
     def waiting(self) -> bool:
@@ -57,9 +61,9 @@ class Steers:
 async def screened(inp: TurnInput, built: BuildContextResult, steers: Steers) -> None:
     """A step's build took steers no step took before: the input screen checks them, as it
     checks every message, before the model sees them. `SteerDeclined` when it declines."""
-    before = steers.taken
+    before = steers.screened
     steers.took(built.steer_seq)
-    if steers.taken == before:
+    if steers.screened == before:
         return
     verdict = await SCREEN.run_local(
         ScreenActivities.screen_input,

@@ -3,9 +3,10 @@
 Deterministic orchestration: every step that touches the world is an activity, and only ids
 travel through history (never prompts or tool results), so it does not grow with the chat.
 
-A plain answer is one workflow task: the context build (beside the input screen), the model
-call and the tail (`finish_turn`: output screen, follow-ups, ending, summary start) run as
-local activities of the worker running the turn. A dead worker is noticed at the workflow
+A plain answer is one workflow task of two local activities of the worker running the turn:
+the opening step (`open_step`, build 14: the context build beside the input screen, then the
+model call, activities/opening.py) and the tail (`finish_turn`: output screen, follow-ups,
+ending, summary start). A dead worker is noticed at the workflow
 task's timeout (5 s, dispatch/outbox.py; the SDK extends the task while a long local step
 runs), and the next worker runs the step again (a model call resets what it had streamed).
 Tools, the confirmed send, the confirmation wait and the endings by failure or Stop stay
@@ -25,6 +26,10 @@ Bounded by MAX_MODEL_CALLS requests (retries count), MAX_OUTPUT_TOKENS and
 MAX_TOOL_CALLS_PER_RESPONSE; a repeated call is refused; the loop keeps its last request for a
 re-answer without tools (`_at_the_cap`, parley/paths.py).
 
+Build 14 opens every model step in one local step where build 13 ran the build (beside the
+input screen) and the call as steps of their own: the same decisions, one hop and two
+activities fewer before the first token. Turns pinned to build 13 run build 13's code.
+
 Steer (build 13): a message sent with `"mode": "steer"` reaches a running step through the
 store's doorbell (store/steering.py): a stream stops (`steered`) and the next step takes it;
 a tool batch ends first; an ending it holds back (`turn_steered`) answers it first; a card's
@@ -41,7 +46,6 @@ of the workflow's cancel only at the next workflow task.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
 from datetime import timedelta
 
 from temporalio import workflow
@@ -50,7 +54,6 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 with workflow.unsafe.imports_passed_through():
     from parley.activities.ending import EndingActivities
     from parley.activities.memory import MemoryActivities
-    from parley.activities.screens import ScreenActivities
     from parley.activities.send import SendActivities
     from parley.activities.turn import TurnActivities
     from parley.contracts import (
@@ -65,16 +68,14 @@ with workflow.unsafe.imports_passed_through():
         TURN_STOPPED,
         TURN_WORKFLOW,
         ActionInput,
-        BuildContextInput,
-        BuildContextResult,
         CallModelResult,
         FailTurnInput,
         FinalizeTurnInput,
         FinishTurnInput,
+        OpenStepInput,
+        OpenStepResult,
         RequestConfirmationInput,
         ResolveActionSignal,
-        ScreenInput,
-        ScreenResult,
         SteerInput,
         SummarizeInput,
         TurnInput,
@@ -90,10 +91,10 @@ with workflow.unsafe.imports_passed_through():
         turn_error_code,
     )
 
-from parley.workflows.model_step import call_model_or_fallback
-from parley.workflows.options import SCREEN, SEND, STORE, to_its_end
+from parley.workflows.model_step import open_step
+from parley.workflows.options import SEND, STORE, to_its_end
 from parley.workflows.specialist import delegation, run_specialist
-from parley.workflows.steering import EndingSteered, SteerDeclined, Steers, screened
+from parley.workflows.steering import EndingSteered, SteerDeclined, Steers
 from parley.workflows.tool_batch import honour_cancel, run_tools
 from parley.workflows.wording import (
     BOUNDS_TEXT,
@@ -257,20 +258,16 @@ class TurnWorkflow:
             )
 
     async def _answered(self, inp: TurnInput) -> TurnOutcome:
-        # Started first, awaited just before the first model call: its latency overlaps
-        # context building instead of adding to it (two local activities run at once).
-        input_screen = self._screen_input(inp)
-        self._enter(TurnState.building_context, "context for model step 1")
-        context = await self._build_context(inp, self._step)
-        verdict = await input_screen  # an error here fails the turn closed
-        honour_cancel()
-        if not verdict.allowed:
+        # One local step: the input screen beside the context build, then the model call
+        # (activities/opening.py). A screen that keeps failing fails the turn closed.
+        opened = await self._open(inp, screen_input=True)
+        if not opened.allowed:
             return await self._finalize(
-                inp, context.model_call_id, override=DECLINE_TEXT, steerable=False
+                inp, opened.built.model_call_id, override=DECLINE_TEXT, steerable=False
             )
-        if context.clarification:  # code asks: its ending is not held back by a steer
-            return await self._finalize(inp, context.model_call_id, steerable=False)
-        call = await self._call_model(inp, context.model_call_id)
+        if opened.call is None:  # code asks: its ending is not held back by a steer
+            return await self._finalize(inp, opened.built.model_call_id, steerable=False)
+        call = await self._until_answered(inp, opened.call)
         while True:
             try:
                 return await self._answer(inp, call)
@@ -314,11 +311,6 @@ class TurnWorkflow:
                 call = await self._next_model_call(inp)
         return await self._screened_answer(inp, call)
 
-    def _screen_input(self, inp: TurnInput) -> Awaitable[ScreenResult]:
-        return SCREEN.run_local(
-            ScreenActivities.screen_input, ScreenInput(inp.turn_id), summary="screen input"
-        )
-
     async def _at_the_cap(self, inp: TurnInput, capped: CallModelResult) -> TurnOutcome:
         """The tool loop hit its cap: a step without tools, the capped step's child, answers
         from what the turn found; with no request left (or no words from it), the bounds
@@ -327,9 +319,8 @@ class TurnWorkflow:
             return await self._finalize(
                 inp, capped.model_call_id, override=BOUNDS_TEXT, steerable=False
             )
-        self._step += 1
-        context = await self._build_context(inp, self._step, reanswer_of=capped.model_call_id)
-        answer = await self._call_model(inp, context.model_call_id)
+        answer = await self._next_call(inp, reanswer_of=capped.model_call_id)
+        answer = await self._until_answered(inp, answer)
         if answer.tool_calls:  # a provider that asks anyway: refused, every call answered
             await run_tools(inp, answer.tool_calls, self._seen, refuse_all=BUDGET_SPENT)
         if answer.tool_calls or answer.output_chars == 0:
@@ -350,45 +341,50 @@ class TurnWorkflow:
             )
         return await self._finalize(inp, call.model_call_id, screen=True)
 
-    async def _build_context(
-        self, inp: TurnInput, step: int, *, reanswer_of: str | None = None
-    ) -> BuildContextResult:
+    async def _open(
+        self, inp: TurnInput, *, reanswer_of: str | None = None, screen_input: bool = False
+    ) -> OpenStepResult:
+        """Step `self._step`, opened in one local step: its context built (beside the input
+        screen, `screen_input`), the steers it took screened, then its model called; the call
+        counted. `SteerDeclined` when the screen declines the steers."""
+        self._model_step += 1
         what = " (re-answer, no tools)" if reanswer_of else ""
-        built = await STORE.run_local(
-            TurnActivities.build_context,
-            BuildContextInput(inp.turn_id, step, reanswer_of),
-            summary=f"context for model step {self._model_step + 1}{what}",
+        self._enter(TurnState.calling_model, f"model step {self._model_step}{what}")
+        opening = OpenStepInput(
+            inp.turn_id, self._step, reanswer_of, screen_input, self._steers.screened
         )
+        opened = await open_step(inp, opening, self._model_step, self._steers)
+        # A step that finished before it heard of the Stop does not swallow it.
         honour_cancel()
-        await screened(inp, built, self._steers)
-        return built
+        self._steers.took(opened.built.steer_seq)
+        if opened.steer_declined:
+            raise SteerDeclined(opened.built.model_call_id)
+        if opened.call is not None:
+            self._count(opened.call)
+            self._output_tokens += opened.call.output_tokens
+        return opened
 
-    async def _call_model(self, inp: TurnInput, model_call_id: str) -> CallModelResult:
-        """The model call, counted; one stopped for a steer is followed by the next step
-        (its build takes the steer) while the turn has requests left."""
-        answered = await self._one_call(inp, model_call_id)
+    async def _next_call(
+        self, inp: TurnInput, *, reanswer_of: str | None = None
+    ) -> CallModelResult:
+        """The turn's next step and its model's answer (code answers only a turn's first)."""
+        self._step += 1
+        opened = await self._open(inp, reanswer_of=reanswer_of)
+        if opened.call is None:
+            raise ApplicationError("a later step was answered by code", non_retryable=True)
+        return opened.call
+
+    async def _until_answered(self, inp: TurnInput, answered: CallModelResult) -> CallModelResult:
+        """A call stopped for a steer is followed by the next step (its build takes the steer)
+        while the turn has requests left."""
         while answered.finish_reason == FinishReason.steered:
             if self._budget_spent(self._output_tokens):
                 break
-            self._step += 1
-            context = await self._build_context(inp, self._step)
-            answered = await self._one_call(inp, context.model_call_id)
-        return answered
-
-    async def _one_call(self, inp: TurnInput, model_call_id: str) -> CallModelResult:
-        self._model_step += 1
-        self._enter(TurnState.calling_model, f"model step {self._model_step}")
-        answered = await call_model_or_fallback(inp, model_call_id, self._model_step)
-        # A call that finished before it heard of the Stop does not swallow it.
-        honour_cancel()
-        self._count(answered)
-        self._output_tokens += answered.output_tokens
+            answered = await self._next_call(inp)
         return answered
 
     async def _next_model_call(self, inp: TurnInput) -> CallModelResult:
-        self._step += 1
-        context = await self._build_context(inp, self._step)
-        return await self._call_model(inp, context.model_call_id)
+        return await self._until_answered(inp, await self._next_call(inp))
 
     async def _finalize(
         self,
@@ -445,10 +441,9 @@ class TurnWorkflow:
         if self._budget_spent(self._output_tokens):
             self._steers.take_all()  # no request left: the card still waits
             return card
-        self._step += 1
-        context = await self._build_context(inp, self._step, reanswer_of=card.model_call_id)
-        self._steers.take_all()
-        answer = await self._call_model(inp, context.model_call_id)
+        answer = await self._next_call(inp, reanswer_of=card.model_call_id)
+        answer = await self._until_answered(inp, answer)
+        self._steers.take_all()  # answered (a retried build reports no steer it took)
         await STORE.run_local(
             TurnActivities.request_confirmation,
             RequestConfirmationInput(inp.turn_id, action_id, answer.model_call_id),

@@ -11,33 +11,34 @@ approval, `budget_v*`, recorded by tests/workflow/test_budget_approval_workflow.
 change to the workflow that would break a turn already running in production fails here.
 Turns are pinned to the build they started on (dispatch/deployment.py), so such a change
 ships as a new build with a new recording, never as a `workflow.patched()` branch (none is
-allowed, below).
+allowed, below). The previous build's turn recordings are replayed on the previous build's
+own code, exported from git (tests/support/previous_build.py), which is what runs them: they
+no longer replay on this build's (shown below, so that a build that does not change the
+shape is not called a new one).
 
 To record the current code's histories next to the old ones:
     PARLEY_RECORD_HISTORY=turn_vN .venv/bin/pytest tests/workflow/test_replay_shapes.py
 then commit tests/histories/turn_vN_*.json: one history of every shape in SHAPES, each
 fetched after the workflow closed (tests/workflow/test_replay_shapes.py), and move `CURRENT`
-(tests/support/histories.py). The previous build's recordings stay beside the current ones
-until no turn started on that build can still be running; older ones go.
+(tests/support/histories.py), and `PREVIOUS`/`PREVIOUS_BUILD` to the build before. The previous
+build's recordings stay beside the current ones until no turn started on that build can still
+be running; older ones go.
 """
 
 from __future__ import annotations
 
 import ast
 import gc
-import json
 import warnings
 from pathlib import Path
 
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
-from temporalio.converter import DataConverter
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
 from parley import workflows
-from parley.contracts import TurnInput
 from parley.workflows.budget_approval import BudgetApprovalWorkflow
 from parley.workflows.erasure import ErasureWorkflow
 from parley.workflows.export import ExportWorkflow
@@ -48,8 +49,18 @@ from parley.workflows.retention import RetentionPurgeWorkflow
 from parley.workflows.specialist import SpecialistWorkflow
 from parley.workflows.summary import SummaryWorkflow
 from parley.workflows.turn import TurnWorkflow
-from tests.support.histories import HISTORIES, PREVIOUS, PREVIOUS_SHAPES, SHAPES, current
-from tests.support.workflow_variants import ExtraStep, ScreenAfterContext
+from tests.support.histories import (
+    CURRENT,
+    HISTORIES,
+    PREVIOUS,
+    PREVIOUS_BUILD,
+    PREVIOUS_SHAPES,
+    SHAPES,
+    current,
+    previous_build_histories,
+)
+from tests.support.previous_build import export, replay
+from tests.support.workflow_variants import ExtraStep, SeparateSteps
 
 WORKFLOW_TASK = {
     EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED,
@@ -62,7 +73,14 @@ CLOSED = {
 }
 
 
-@pytest.mark.parametrize("path", sorted(HISTORIES.glob("*.json")), ids=lambda p: p.stem)
+PREVIOUS_BUILD_HISTORIES = previous_build_histories()
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted(set(HISTORIES.glob("*.json")) - set(PREVIOUS_BUILD_HISTORIES)),
+    ids=lambda p: p.stem,
+)
 async def test_committed_history_replays(path: Path) -> None:
     history = WorkflowHistory.from_json("recorded-turn", path.read_text())
     # A delegated turn's specialist (specialist_v*_returns) replays beside the turns, and so
@@ -92,6 +110,32 @@ def test_there_is_at_least_one_committed_history() -> None:
     assert list(HISTORIES.glob("*.json")), "record one with PARLEY_RECORD_HISTORY"
 
 
+@pytest.fixture(scope="module")
+def previous_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return export(PREVIOUS_BUILD, tmp_path_factory.mktemp("previous-build"))
+
+
+def test_the_previous_build_replays_its_recordings_on_its_own_code(previous_build: Path) -> None:
+    assert all(path.exists() for path in PREVIOUS_BUILD_HISTORIES)
+    replayed = replay(previous_build, PREVIOUS_BUILD_HISTORIES)
+    assert replayed == {path.name: "ok" for path in PREVIOUS_BUILD_HISTORIES}
+
+
+def test_the_current_recordings_do_not_replay_on_the_previous_build(previous_build: Path) -> None:
+    # The shape changed: a turn of either build must end on its own build's workers.
+    recordings = [HISTORIES / f"{CURRENT}_{shape}.json" for shape in ("plain", "tool")]
+    replayed = replay(previous_build, recordings)
+    assert all(outcome != "ok" for outcome in replayed.values()), replayed
+
+
+@pytest.mark.parametrize("shape", PREVIOUS_SHAPES)
+async def test_the_previous_build_s_recordings_do_not_replay_on_the_current_code(
+    shape: str,
+) -> None:
+    with pytest.raises((NondeterminismError, RuntimeError)):
+        await Replayer(workflows=[TurnWorkflow]).replay_workflow(current(shape, PREVIOUS))
+
+
 @pytest.mark.parametrize("shape", SHAPES)
 def test_the_current_recording_has_every_shape_each_to_its_close(shape: str) -> None:
     history = current(shape)
@@ -109,29 +153,17 @@ async def test_an_extra_activity_fails_replay_of_every_shape(shape: str) -> None
 
 
 @pytest.mark.parametrize("shape", SHAPES)
-async def test_two_reordered_local_steps_fail_replay_of_every_shape(shape: str) -> None:
-    # Local steps' recorded results are matched to the steps by order: swapped, the first
-    # step is handed the other's result and its decoding fails the task.
+async def test_a_step_split_into_its_parts_fails_replay_of_every_shape(shape: str) -> None:
+    # Local steps' recorded results are matched to the steps by order: the first part is
+    # handed the whole step's result and its decoding fails the task.
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with pytest.raises((NondeterminismError, RuntimeError)):
-            await Replayer(workflows=[ScreenAfterContext]).replay_workflow(current(shape))
+            await Replayer(workflows=[SeparateSteps]).replay_workflow(current(shape))
         # What the failed replay left behind is collected here, not in a later test: no
         # step of the variant was left unawaited to warn then.
         gc.collect()
     assert not [w for w in caught if "never awaited" in str(w.message)], caught
-
-
-@pytest.mark.parametrize("shape", PREVIOUS_SHAPES)
-def test_a_recorded_input_with_a_field_since_removed_still_decodes(shape: str) -> None:
-    # The previous build's recordings' inputs name the `generation` their turns ran, a field
-    # TurnInput no longer has: the SDK's converter ignores a key the dataclass lacks (its
-    # `value_to_type`), so their turns replay with the code that dropped it.
-    [started] = current(shape, PREVIOUS).events[:1]
-    [payload] = started.workflow_execution_started_event_attributes.input.payloads
-    assert "generation" in json.loads(payload.data)
-    [inp] = DataConverter.default.payload_converter.from_payloads([payload], [TurnInput])
-    assert isinstance(inp, TurnInput) and inp.turn_id.startswith("turn_")
 
 
 PATCH_CALLS = {"patched", "deprecate_patch"}

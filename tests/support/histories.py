@@ -18,13 +18,19 @@ from parley.workflows.specialist import SpecialistWorkflow
 from parley.workflows.turn import TurnWorkflow
 
 HISTORIES = Path(__file__).resolve().parents[1] / "histories"
-# The recording of the current build's turns (build 13, which steers a running answer):
-# every shape, each to its close.
-CURRENT = "turn_v13"
-# The previous build's, replayed until no turn started on it can still be running: a turn
-# that is not steered runs the same commands on both (its decision came by signal then).
-PREVIOUS = "turn_v12"
-PREVIOUS_SHAPES = (
+# The recording of the current build's turns (build 14, which opens each model step in one
+# local step): every shape, each to its close.
+CURRENT = "turn_v14"
+# The previous build's (13: a step's build, beside the input screen, and its call were steps of
+# their own), replayed on that build's own code (tests/support/previous_build.py: pinned
+# turns end on the workers of the build they started on) until none of its turns can still be
+# running. PREVIOUS_BUILD is the last commit with that code.
+PREVIOUS = "turn_v13"
+PREVIOUS_BUILD = "f4d990d0b097d5f230a11f99e3b65ae47b9bf066"
+# The turns recorded before the current build by the full-stack tests of specialists: theirs
+# to replay too.
+PREVIOUS_DELEGATED = ("specialist_v2_delegated_turn", "specialist_v3_agent_turn")
+SHAPES = (
     "plain",
     "tool",
     "confirmed",
@@ -37,8 +43,13 @@ PREVIOUS_SHAPES = (
     "fallback",
     "retracted",
     "reanswer",
+    "steered",
+    "steered_late",
+    "steered_card",
+    "steer_declined",
 )
-SHAPES = (*PREVIOUS_SHAPES, "steered", "steered_late", "steered_card", "steer_declined")
+# Build 14 took the shapes build 13 had, each in fewer steps.
+PREVIOUS_SHAPES = SHAPES
 
 
 def scrub(history_json: str) -> str:
@@ -48,6 +59,12 @@ def scrub(history_json: str) -> str:
     text = json.dumps(data, indent=1, sort_keys=True)
     text = re.sub(r'"identity": "[^"]*"', '"identity": "recorded-worker"', text)
     return re.sub(r'"stackTrace": "(?:[^"\\]|\\.)*"', '"stackTrace": ""', text) + "\n"
+
+
+def previous_build_histories() -> list[Path]:
+    """Every committed turn history the previous build recorded (replayed on its code)."""
+    names = [f"{PREVIOUS}_{shape}" for shape in PREVIOUS_SHAPES] + list(PREVIOUS_DELEGATED)
+    return [HISTORIES / f"{name}.json" for name in names]
 
 
 def current(shape: str, recording: str = CURRENT) -> WorkflowHistory:

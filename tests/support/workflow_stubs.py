@@ -19,6 +19,7 @@ from temporalio.exceptions import ApplicationError
 
 from parley.activities.ending import EndingActivities, Finalized
 from parley.activities.heartbeat import heartbeating
+from parley.activities.opening import StepOpening
 from parley.contracts import (
     TURN_STEERED,
     ActionInput,
@@ -114,7 +115,10 @@ class Stubs:
     def activities(self) -> list[Callable[..., Any]]:
         # The real tail step, over the stubs of its parts: a test reads the parts it ran.
         ending = EndingActivities(turn=self, screens=self, memory=self)
+        # And the real opening step, over the stubs of the build, the screen and the call.
+        opening = StepOpening(turn=self, screens=self)
         return [
+            opening.open_step,
             ending.finish_turn,
             self.build_context,
             self.call_model,

@@ -5,66 +5,70 @@ refuse them, so the suite would catch such a change before it reached running tu
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Generator
 from datetime import UTC, datetime
-from typing import Any
 
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    from parley.activities.screens import ScreenActivities
     from parley.activities.turn import TurnActivities
     from parley.contracts import (
         TURN_WORKFLOW,
         BuildContextInput,
-        BuildContextResult,
-        ScreenResult,
+        CallModelInput,
+        OpenStepResult,
+        ScreenInput,
         TurnInput,
         TurnOutcome,
     )
 
-from parley.workflows.options import STORE
+from parley.workflows.options import MODEL, SCREEN, STORE
 from parley.workflows.turn import TurnWorkflow
 
 
 @workflow.defn(name=TURN_WORKFLOW)
 class ExtraStep(TurnWorkflow):
-    """Builds the first context twice: one activity more than the histories scheduled."""
+    """Builds the first context once more before opening the step: one activity more than the
+    histories scheduled."""
 
     @workflow.run
     async def run(self, inp: TurnInput) -> TurnOutcome:
         return await super().run(inp)
 
-    async def _build_context(
-        self, inp: TurnInput, step: int, *, reanswer_of: str | None = None
-    ) -> BuildContextResult:
-        if step == 0:
-            await STORE.run(TurnActivities.build_context, BuildContextInput(inp.turn_id, step))
-        return await super()._build_context(inp, step, reanswer_of=reanswer_of)
+    async def _open(
+        self, inp: TurnInput, *, reanswer_of: str | None = None, screen_input: bool = False
+    ) -> OpenStepResult:
+        if self._step == 0:
+            await STORE.run(TurnActivities.build_context, BuildContextInput(inp.turn_id, 0))
+        return await super()._open(inp, reanswer_of=reanswer_of, screen_input=screen_input)
 
 
 @workflow.defn(name=TURN_WORKFLOW)
-class ScreenAfterContext(TurnWorkflow):
-    """Starts the input screen once the first context is built instead of before: the same
-    steps, two reordered."""
+class SeparateSteps(TurnWorkflow):
+    """Opens every step as build 13 did: the build (beside the input screen, at the first),
+    then the call, local steps of their own where the recordings have one."""
 
     @workflow.run
     async def run(self, inp: TurnInput) -> TurnOutcome:
         return await super().run(inp)
 
-    def _screen_input(self, inp: TurnInput) -> Awaitable[ScreenResult]:
-        return _StartedWhenAwaited(lambda: super(ScreenAfterContext, self)._screen_input(inp))
-
-
-class _StartedWhenAwaited:
-    """Schedules its step only when awaited. Not a coroutine: the replays that refuse this
-    variant fail before it is awaited, and an unawaited coroutine would warn later, when the
-    collector finds it, in whichever test of the process is running then."""
-
-    def __init__(self, start: Callable[[], Awaitable[ScreenResult]]) -> None:
-        self._start = start
-
-    def __await__(self) -> Generator[Any, None, ScreenResult]:
-        return self._start().__await__()
+    async def _open(
+        self, inp: TurnInput, *, reanswer_of: str | None = None, screen_input: bool = False
+    ) -> OpenStepResult:
+        screening = (
+            SCREEN.run_local(ScreenActivities.screen_input, ScreenInput(inp.turn_id))
+            if screen_input
+            else None
+        )
+        built = await STORE.run_local(
+            TurnActivities.build_context, BuildContextInput(inp.turn_id, self._step, reanswer_of)
+        )
+        if screening is not None and not (await screening).allowed:
+            return OpenStepResult(built, allowed=False)
+        call = await MODEL.run_local(
+            TurnActivities.call_model, CallModelInput(inp.turn_id, built.model_call_id)
+        )
+        return OpenStepResult(built, call=call)
 
 
 @workflow.defn(name=TURN_WORKFLOW)
