@@ -167,8 +167,10 @@ class TurnOwners:
     has them looked up (`ask`), once, and no step waits for them."""
 
     SIZE = 512
-    # How long a step told the owners by the build waits for them before looking them up.
-    REPORT_WITHIN_S = 1.0
+    # How long a step told the owners by the build waits for them before looking them up
+    # (no step waits: only its log lines lack the ids meanwhile). Long enough that a build
+    # slowed by a busy machine still tells them: the lookup is for a build that failed.
+    REPORT_WITHIN_S = 5.0
 
     def __init__(self, sessions: Database) -> None:
         self._sessions = sessions
