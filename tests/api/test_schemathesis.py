@@ -56,8 +56,10 @@ ERASURE_ROUTES = "^/v1/(me$|erasures/)"
 # only its `allowed_tools`, a namespaced tool name fits 64 characters) and the deployment's
 # egress rules for an MCP server's URL (`url_not_allowed`, which resolves the host), so 422
 # is an expected answer to a schema-valid `PUT .../config` too; so is a cost report's period
-# (`to` before `from`, or longer than a year: the relation of two parameters). These are the
-# operations where it is; every other operation keeps the default checks. The session stream
+# (`to` before `from`, or longer than a year: the relation of two parameters). An export's
+# archive answers 409 (`export_not_ready`) while its workflow still writes it: the stateful
+# phase asks for it right after the export it made, and a busy machine has not written it yet.
+# These are the operations where it is; every other operation keeps the default checks. The session stream
 # never ends by itself (the stateful phase opens it on a session it created): its first
 # frame, `ready`, is read and the stream closed.
 CONFIG = r"""
@@ -89,6 +91,11 @@ generation.max-examples = 50
 checks.positive_data_acceptance.expected-statuses = [
     "2xx", "401", "403", "404", "409", "422", "429",
 ]
+
+[[operations]]
+include-path = "/v1/me/exports/{export_id}/archive"
+include-method = "GET"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "403", "404", "409", "422"]
 
 [[operations]]
 include-path = "/v1/admin/tenants/{tenant_id}/costs"

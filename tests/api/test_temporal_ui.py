@@ -103,9 +103,10 @@ async def test_an_operator_finds_a_turn_by_session_and_state_and_reads_its_steps
     first_steps = await step_summaries(
         temporal_client, temporal_client.get_workflow_handle(workflow_id_for_turn(first))
     )
-    assert first_steps[:3] == ["screen input", "context for model step 1", "model step 1"]
-    assert first_steps[3 : 3 + len(tools)] == tools  # each tool by its name
-    assert first_steps[3 + len(tools) :][:2] == ["context for model step 2", "model step 2"]
+    # A model step is one step: its context, beside the input screen, then the call.
+    assert first_steps[:1] == ["model step 1"]
+    assert first_steps[1 : 1 + len(tools)] == tools  # each tool by its name
+    assert first_steps[1 + len(tools) :][:1] == ["model step 2"]
     # One step screens the answer, stores it and starts the session's rolling summary.
     assert first_steps[-1] == "finish (completed, screened)"
 
