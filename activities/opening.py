@@ -83,8 +83,8 @@ class StepOpening:
                 screening.cancel()
         if verdict is not None and not verdict.allowed:
             return OpenStepResult(built, allowed=False)
-        if (built.steer_seq or 0) > inp.steers_taken:
-            steers = await self._screen(ScreenInput(inp.turn_id, steers_after=inp.steers_taken))
+        if (built.steer_seq or 0) > inp.steers_screened:
+            steers = await self._screen(ScreenInput(inp.turn_id, steers_after=inp.steers_screened))
             if not steers.allowed:
                 return OpenStepResult(built, steer_declined=True)
         if built.clarification:

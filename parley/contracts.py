@@ -173,9 +173,9 @@ class OpenStepInput:
     step: int = 0
     reanswer_of: str | None = None  # as BuildContextInput's
     screen_input: bool = False  # the turn's own message is screened beside the build
-    # The newest steer the turn's earlier steps took: steers the build takes past it are
+    # The newest steer the turn's earlier steps screened: steers the build takes past it are
     # screened before the model sees them.
-    steers_taken: int = 0
+    steers_screened: int = 0
 
 
 @dataclass
