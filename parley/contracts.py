@@ -115,7 +115,7 @@ DEFAULT_CONFIRMATION_TIMEOUT_S = 600.0
 # A decision as a Workflow Update, the one way the API delivers it (dispatch/control.py): the
 # turn's validator takes only the decision it waits for, and the API retries until it does.
 RESOLVE_ACTION_UPDATE = "decide_action"
-RESOLVE_ACTION_SIGNAL = "resolve_action"  # the same as a signal: only turn_v12 recordings have it
+RESOLVE_ACTION_SIGNAL = "resolve_action"  # the same as a signal (build 12's turns took it)
 STEER_UPDATE = "steer"  # for the turn's history: the store's doorbell is what takes it
 # At most this many tool calls of one model response run; the rest are refused to the model.
 MAX_TOOL_CALLS_PER_RESPONSE = 8

@@ -131,9 +131,9 @@ class TurnWorkflow:
         """The turn's current state, as operators see it in the Temporal UI."""
         return self._state
 
-    # Kept only for the previous build's recordings (tests/histories/turn_v12_*), whose
-    # decisions came by signal; the API delivers every decision as the Update below. It goes
-    # with those recordings.
+    # The API delivers every decision as the Update below; build 12's turns took them by
+    # signal, and a workflow-tier test still races one against a Stop (the order of the two
+    # in history is what it checks). Dropping it is not a change of shape: no command.
     @workflow.signal(name=RESOLVE_ACTION_SIGNAL)
     def resolve_action(self, signal: ResolveActionSignal) -> None:
         """The user confirmed or declined (or moved on from) a pending action."""
