@@ -10,8 +10,16 @@ product is the cosine similarity.
 The encoder runs as an ONNX graph built from the same weights (gateway/minilm_onnx.py) when
 onnx and onnxruntime are installed (the extra brings them): about half the CPU a message.
 Otherwise, or where the session cannot be built, the NumPy pass below runs; it is the
-reference the graph is tested against, and its vectors are the same to float rounding, so
-vectors stored by either compare with the other's under the one model name.
+reference the float32 graph is tested against, and its vectors are the same to float
+rounding, so vectors stored by either compare with the other's under the one model name.
+
+`int8=True` (the `embeddings_precision` setting) runs the graph's linear layers on 8-bit
+integers instead: a third to a half of the CPU a text, vectors at cosine 0.965-0.999 to the
+float32 ones (median 0.996). They are stored under the same model name, so a store holds
+both kinds side by side. Why that is safe: docs/features/memory.md (recall by meaning) has
+the measure: on LoCoMo, float32 vectors stored and int8 questions find what float32 found;
+a new name would instead have made every stored vector unusable until the fold's passes
+re-embedded it, recall of those messages falling back to full-text meanwhile.
 
 `Embedder` is the interface recall depends on: a name (stored beside each vector, so vectors
 of another model are never compared), a dimension and a batch call. A hosted embedding
@@ -34,6 +42,28 @@ MODEL_NAME = "all-minilm-l6-v2"
 # The `embeddings` setting that selects this model.
 SETTING = "local-minilm"
 MAX_TOKENS = 256  # the model's trained sequence length (sentence_bert_config.json)
+# A batch is padded to its longest text, and the padding is computed like real tokens. Texts
+# (in order of length) join the batch being filled while its cells stay within this share
+# above its real tokens: a 15-token question and a 74-token answer together cost 33 ms of
+# CPU, apart 22 (float32); sixteen LoCoMo lines XX.
+PADDING_SLACK = 0.25
+
+
+def batches(lengths: list[int], *, limit: int, slack: float = PADDING_SLACK) -> list[range]:
+    """`lengths` (token counts, ascending) cut into consecutive batches of at most `limit`
+    texts, a new one begun when padding to the newest (longest) text would make the batch's
+    cells exceed its real tokens by more than `slack`."""
+    cuts: list[range] = []
+    start, real = 0, 0
+    for i, length in enumerate(lengths):
+        size = i - start + 1
+        if size > limit or (size > 1 and size * length > (1 + slack) * (real + length)):
+            cuts.append(range(start, i))
+            start, real = i, 0
+        real += length
+    if lengths:
+        cuts.append(range(start, len(lengths)))
+    return cuts
 
 
 class Embedder(Protocol):
@@ -92,8 +122,11 @@ class MiniLMEmbedder:
     # Whether `embed` may run the encoder through onnxruntime (a subclass that puts another
     # head on `_hidden`'s states keeps the NumPy pass: bench/splade.py).
     accelerated = True
+    padding_slack = PADDING_SLACK  # `batches`
 
-    def __init__(self, model_dir: Path | None = None, *, batch_size: int = 32) -> None:
+    def __init__(
+        self, model_dir: Path | None = None, *, batch_size: int = 32, int8: bool = False
+    ) -> None:
         try:
             import numpy as np
             from safetensors.numpy import load_file
@@ -120,20 +153,24 @@ class MiniLMEmbedder:
         self.dimensions = int(config["hidden_size"])
         self._tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
         self._tokenizer.enable_truncation(MAX_TOKENS)
-        self._tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")  # noqa: S106
+        self._tokenizer.no_padding()  # `_padded` pads each batch to its longest text
         self._batch = batch_size
-        self._lock = threading.Lock()  # the tokenizer's padding state is shared
-        self._session = self._encoder_session() if self.accelerated else None
-        # Which forward pass `embed` runs: "onnxruntime" or "numpy".
+        self._lock = threading.Lock()  # one tokenizer for the threads that embed
+        self._session = self._encoder_session(int8) if self.accelerated else None
+        # Which forward pass `embed` runs: "onnxruntime" or "numpy", and on what numbers:
+        # "int8" or "float32" (the NumPy pass is float32 only).
         self.runtime = "numpy" if self._session is None else "onnxruntime"
+        self.precision = "int8" if int8 and self._session is not None else "float32"
 
-    def _encoder_session(self) -> Any:
+    def _encoder_session(self, int8: bool) -> Any:
         """The onnxruntime session over these weights, or None for the NumPy pass: onnx or
         onnxruntime missing, or a session that cannot be built (logged; recall still works)."""
         try:
             from parley.gateway.minilm_onnx import EncoderSession
 
-            return EncoderSession(self._w, layers=self._layers, heads=self._heads, eps=self._eps)
+            return EncoderSession(
+                self._w, layers=self._layers, heads=self._heads, eps=self._eps, quantized=int8
+            )
         except ImportError:
             log.info("MiniLM runs as a NumPy pass: onnx or onnxruntime is not installed")
         except Exception:
@@ -148,22 +185,28 @@ class MiniLMEmbedder:
     def embed(self, texts: list[str]) -> list[list[float]]:
         """The texts' vectors, in their order, each distinct text computed once (a canned
         reply said forty times is one forward pass). Batched by length: a batch is padded to
-        its longest text, so texts of like length go together (on LoCoMo's messages, a third
-        of the CPU of batches in the order given; a text's vector does not depend on its
+        its longest text, so texts of like length go together, and a text much longer than
+        the batch's starts the next (`batches`; a text's vector does not depend on its
         batch)."""
-        distinct = sorted(set(texts), key=len)
+        distinct = sorted(set(texts))
+        with self._lock:
+            encoded = self._tokenizer.encode_batch([t or " " for t in distinct])
+        order = sorted(range(len(distinct)), key=lambda i: len(encoded[i].ids))
         found: dict[str, list[float]] = {}
-        for start in range(0, len(distinct), self._batch):
-            batch = distinct[start : start + self._batch]
-            found.update(zip(batch, self._embed_batch(batch).tolist(), strict=True))
+        for part in batches(
+            [len(encoded[i].ids) for i in order], limit=self._batch, slack=self.padding_slack
+        ):
+            chosen = [order[i] for i in part]
+            vectors = self._embed_batch([distinct[i] for i in chosen], [encoded[i] for i in chosen])
+            found.update(zip((distinct[i] for i in chosen), vectors.tolist(), strict=True))
         return [found[t] for t in texts]
 
-    def _embed_batch(self, texts: list[str]) -> Any:
+    def _embed_batch(self, texts: list[str], encoded: list[Any]) -> Any:
         np = self._np
         if self._session is None:
             h, mask, _ = self._hidden(texts)
         else:
-            ids, types, mask = self._tokens(texts)
+            ids, types, mask = self._padded(encoded)
             h = self._session.hidden(ids, types, mask)
         pooled = (h * mask[:, :, None]).sum(axis=1) / np.maximum(mask.sum(axis=1), 1.0)[:, None]
         return pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
@@ -189,12 +232,19 @@ class MiniLMEmbedder:
     def _tokens(self, texts: list[str]) -> tuple[Any, Any, Any]:
         """Token ids, token types (int64) and the padding mask (float32), (batch, tokens),
         padded to the batch's longest text and cut at MAX_TOKENS."""
-        np = self._np
         with self._lock:
             encoded = self._tokenizer.encode_batch([t or " " for t in texts])
-        ids = np.array([e.ids for e in encoded], dtype=np.int64)
-        types = np.array([e.type_ids for e in encoded], dtype=np.int64)
-        mask = np.array([e.attention_mask for e in encoded], dtype=np.float32)
+        return self._padded(encoded)
+
+    def _padded(self, encoded: list[Any]) -> tuple[Any, Any, Any]:
+        """`_tokens` of texts already tokenized: padding is id 0 ([PAD]), type 0, mask 0."""
+        np = self._np
+        shape = (len(encoded), max(len(e.ids) for e in encoded))
+        ids, types = np.zeros(shape, dtype=np.int64), np.zeros(shape, dtype=np.int64)
+        mask = np.zeros(shape, dtype=np.float32)
+        for row, e in enumerate(encoded):
+            length = len(e.ids)
+            ids[row, :length], types[row, :length], mask[row, :length] = e.ids, e.type_ids, 1.0
         return ids, types, mask
 
     def _dense(self, x: Any, name: str) -> Any:
@@ -242,14 +292,14 @@ def build_embedder(settings: Settings) -> Embedder | None:
         return None
     if name != SETTING:
         raise ValueError(f"unknown embeddings {settings.embeddings!r} (known: {SETTING!r})")
-    return _local_minilm()
+    return _local_minilm(settings.embeddings_precision == "int8")
 
 
 @lru_cache(maxsize=1)
-def _local_minilm() -> Embedder | None:
+def _local_minilm(int8: bool) -> Embedder | None:
     """One model per process: the weights are read once (about 90 MB)."""
     try:
-        return MiniLMEmbedder()
+        return MiniLMEmbedder(int8=int8)
     except EmbeddingsUnavailable as exc:
         log.warning("recall by meaning is off: %s", exc)
         return None

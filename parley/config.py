@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -201,6 +202,10 @@ class Settings(BaseSettings):
     # optional `embeddings` extra; see gateway/minilm.py). Falls back to full-text when the
     # extra, the weights or PostgreSQL's `vector` extension is missing.
     embeddings: str = "local-minilm"
+    # The local MiniLM's arithmetic: "int8" (its linear layers on 8-bit integers, a third to a
+    # half of the CPU a text) or "float32" (the reference). Vectors of both are stored under
+    # one model name and compared with each other (gateway/minilm.py says why that is safe).
+    embeddings_precision: Literal["int8", "float32"] = "int8"
     # The text of every file attached to one message shares this many characters of the
     # prompt, split evenly; a file over its share is chunked and searched like a paste.
     context_file_chars: int = 24_000
