@@ -63,15 +63,17 @@ def test_the_int8_encoder_multiplies_integers_in_every_linear_layer(
 def test_int8_vectors_stay_close_to_float32_ones(
     int8_minilm: MiniLMEmbedder, minilm: MiniLMEmbedder
 ) -> None:
-    """Measured on these 81 texts (2 to 100 tokens): lowest 0.965 ("thanks!"; the one-word
-    texts are the farthest, "no" 0.974, "yes" 0.981), median 0.9955. The integer products
-    are exact on every CPU (gateway/minilm_onnx.py), so the floors only leave room for
-    float rounding elsewhere in the graph."""
+    """Measured on these 81 texts (2 to 100 tokens): lowest 0.969 ("thanks!"; the one-word
+    texts are the farthest, "no" 0.981, "yes" 0.982), median 0.997. On LoCoMo those vectors
+    lost no recall (bench (e), docs/benchmarks-results.md). The floors sit a little under the
+    measure (float rounding differs by CPU) and above what a slip gives: the products' zero
+    point off by one gave 0.66 at the lowest (median 0.90), every weight scale 5% off 0.90
+    (median 0.984)."""
     texts = _varied_texts()
     cosines = sorted(
         _cosine(a, b) for a, b in zip(int8_minilm.embed(texts), minilm.embed(texts), strict=True)
     )
-    assert cosines[0] >= 0.955
+    assert cosines[0] >= 0.96
     assert cosines[len(cosines) // 2] >= 0.99
 
 
