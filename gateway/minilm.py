@@ -159,26 +159,43 @@ class MiniLMEmbedder:
         self._tokenizer.no_padding()  # `_padded` pads each batch to its longest text
         self._batch = batch_size
         self._lock = threading.Lock()  # one tokenizer for the threads that embed
-        self._session = self._encoder_session(int8) if self.accelerated else None
-        # Which forward pass `embed` runs: "onnxruntime" or "numpy", and on what numbers:
-        # "int8" or "float32" (the NumPy pass is float32 only).
+        self._session: Any = None
+        self.precision = "float32"
+        if self.accelerated:
+            self._session, self.precision = self._encoder_session(int8)
+        # Which forward pass `embed` runs: "onnxruntime" or "numpy"; `precision` on what
+        # numbers: "int8" or "float32" (the NumPy pass is float32 only).
         self.runtime = "numpy" if self._session is None else "onnxruntime"
-        self.precision = "int8" if int8 and self._session is not None else "float32"
 
-    def _encoder_session(self, int8: bool) -> Any:
-        """The onnxruntime session over these weights, or None for the NumPy pass: onnx or
-        onnxruntime missing, or a session that cannot be built (logged; recall still works)."""
-        try:
-            from parley.gateway.minilm_onnx import EncoderSession
+    def _encoder_session(self, int8: bool) -> tuple[Any, str]:
+        """The onnxruntime session over these weights and its precision, or None for the
+        NumPy pass: onnx or onnxruntime missing, or no session can be built (logged; an int8
+        encoder that cannot be built gives way to the float32 one; recall still works)."""
+        from parley.gateway.minilm_onnx import EncoderSession
 
-            return EncoderSession(
-                self._w, layers=self._layers, heads=self._heads, eps=self._eps, quantized=int8
-            )
-        except ImportError:
-            log.info("MiniLM runs as a NumPy pass: onnx or onnxruntime is not installed")
-        except Exception:
-            log.warning("MiniLM runs as a NumPy pass: no onnxruntime session", exc_info=True)
-        return None
+        for quantized in (True, False) if int8 else (False,):
+            kind = "int8" if quantized else "float32"
+            try:
+                session = EncoderSession(
+                    self._w,
+                    layers=self._layers,
+                    heads=self._heads,
+                    eps=self._eps,
+                    quantized=quantized,
+                )
+                return session, kind
+            except ImportError:
+                log.info("MiniLM runs as a NumPy pass: onnx or onnxruntime is not installed")
+                break
+            except Exception:
+                instead = "the float32 encoder" if quantized else "a NumPy pass"
+                log.warning(
+                    "MiniLM runs as %s: no onnxruntime session for the %s encoder",
+                    instead,
+                    kind,
+                    exc_info=True,
+                )
+        return None, "float32"
 
     def _weights(self, tensors: dict[str, Any]) -> dict[str, Any]:
         """The tensors by the names this forward pass reads (a subclass renames another

@@ -45,6 +45,26 @@ def test_the_default_precision_is_int8_and_float32_stays_a_setting() -> None:
     assert int8.name == fp32.name  # stored vectors of both compare (gateway/minilm.py)
 
 
+def test_an_int8_session_that_cannot_be_built_leaves_the_float32_encoder(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An onnxruntime without the integer operators costs the saving, not the speed of the
+    float32 graph (nor recall by meaning)."""
+    from parley.gateway import minilm_onnx
+
+    built = minilm_onnx.EncoderSession
+
+    def float32_only(*args: object, quantized: bool = False, **kwargs: object) -> object:
+        if quantized:
+            raise RuntimeError("MatMulInteger is not implemented")
+        return built(*args, **kwargs)
+
+    monkeypatch.setattr(minilm_onnx, "EncoderSession", float32_only)
+    embedder = MiniLMEmbedder(int8=True)
+    assert (embedder.runtime, embedder.precision) == ("onnxruntime", "float32")
+    assert "the float32 encoder" in caplog.text and "MatMulInteger" in caplog.text
+
+
 def test_the_int8_encoder_multiplies_integers_in_every_linear_layer(
     int8_minilm: MiniLMEmbedder,
 ) -> None:
