@@ -18,20 +18,21 @@ CPU on plain turns): the 36 linear layers multiply 8-bit integers; embeddings, a
 own products, softmax, GELU and LayerNorm stay float32. Built here rather than by
 onnxruntime's `quantize_dynamic`, which writes its model to a file, took 2.0 s of CPU and
 270 MB more resident to give a session (this graph: 0.19 s and 20 MB; float32's 0.18 s and
-130 MB), and quantizes each layer's input with one scale for the whole batch, so that a
-text's vector moved with the texts beside it (cosine 0.949 to the same text alone). Here:
+130 MB), and quantizes each layer's input with one scale for the whole batch
+(DynamicQuantizeLinear): built that way here, a text's vector moved with the texts beside
+it, to cosine 0.949 of the same text alone. Here:
 - Weights: one scale per output column (per channel), symmetric, -127..127, quantized once
   at load from the float32 tensors in memory.
 - Activations: quantized when the layer runs, one scale per token (symmetric, stored as
   uint8 around 128), with the standard operators (ReduceMax, QuantizeLinear,
   MatMulInteger): a token's integers depend on that token alone, so a text's vector does
   not depend on its batch or its padding.
-On CPUs with VNNI (AVX-512 or AVX) the integer sums are exact. onnxruntime's AVX2 kernels
-without VNNI add pairs of products in 16 bits, which can saturate (255 * 127 * 2 > 32767);
-its documentation finds the loss small, and it touches only a pair of large activations
-meeting large weights. Weights of 7 bits (-63..63) would rule it out, but cost recall: on
-LoCoMo (bench (e)) conversation 49 fell from 77.8% to 76.5% against 77.1% with 8 bits, and
-the cosine to float32 fell from 0.9963 to 0.9948 on average.
+On x86 CPUs with VNNI (AVX512-VNNI or AVX-VNNI, as the build machine has) the integer sums
+are exact. onnxruntime's AVX2 kernels without VNNI add pairs of products in 16 bits, which
+can saturate (255 * 127 * 2 > 32767); its documentation finds the loss small, and it takes
+a pair of large activations meeting large weights. Weights of 7 bits (-63..63) would rule
+it out but cost recall: on LoCoMo (bench (e)) conversation 49 fell from 77.8% to 76.5%
+(77.1% with 8 bits), and the mean cosine to float32 from 0.9963 to 0.9948.
 """
 
 from __future__ import annotations
