@@ -47,8 +47,8 @@ MAX_TOKENS = 256  # the model's trained sequence length (sentence_bert_config.js
 # A batch is padded to its longest text, and the padding is computed like real tokens. Texts
 # (in order of length) join the batch being filled while its cells stay within this share
 # above its real tokens. A 15-token question with a 62-token answer took 28 ms of CPU in one
-# batch, 24 in two (float32; int8 15 and 8.5); LoCoMo's first 16 lines 111 ms in one, 86 in
-# two (int8 50 and 41). Below a quarter, the runs multiply for little padding saved.
+# batch, 23 in two (float32; int8 14 and 7.7); LoCoMo's first 16 lines 111 ms in one, 81 in
+# two (int8 50 and 38). Below a quarter, the runs multiply for little padding saved.
 PADDING_SLACK = 0.25
 
 
