@@ -59,9 +59,9 @@ ERASURE_ROUTES = "^/v1/(me$|erasures/)"
 # (`to` before `from`, or longer than a year: the relation of two parameters). An export's
 # archive answers 409 (`export_not_ready`) while its workflow still writes it: the stateful
 # phase asks for it right after the export it made, and a busy machine has not written it yet.
-# These are the operations where it is; every other operation keeps the default checks. The session stream
-# never ends by itself (the stateful phase opens it on a session it created): its first
-# frame, `ready`, is read and the stream closed.
+# These are the operations where it is; every other operation keeps the default checks.
+# The session stream never ends by itself (the stateful phase opens it on a session it
+# created): its first frame, `ready`, is read and the stream closed.
 CONFIG = r"""
 [[operations]]
 include-path = "/v1/sessions/{session_id}/messages"
