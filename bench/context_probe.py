@@ -3,13 +3,18 @@
 The bench's stage table (h) times the build on the wall clock, beside everything else the
 machine runs; this probe takes the build alone. It starts an embedded PostgreSQL of its own,
 seeds the demo tenant (its knowledge library too, as the demo seed does), stores a session of
-ten plain turns and posts an eleventh, then builds that turn's step-0 context `--builds`
-times with the real `ContextBuilder` (the worker's own wiring: knowledge, no embedder), the
-turn put back in `received` between builds (on another engine, not counted). It prints the
-process's CPU per build (`time.process_time`, so other processes on a shared machine do not
-count; the database server's own CPU is not in it) and the statements each build sent.
+`--turns` minus one plain turns (ten by default) and posts the next, then builds that turn's
+step-0 context `--builds` times with the real `ContextBuilder` (the worker's own wiring:
+knowledge, no embedder), the turn put back in `received` between builds (on another engine,
+not counted). It prints the process's CPU per build (`time.process_time`, so other processes
+on a shared machine do not count; the database server's own CPU is not in it) and the
+statements each build sent.
 
-    .venv/bin/python -m bench.context_probe [--builds 200] [--profile out.prof] [--dump out.json]
+    .venv/bin/python -m bench.context_probe [--builds 200] [--turns 11] [--profile out.prof]
+        [--dump out.json]
+
+`--turns 1` to `--turns 5` probe what bench (a) measures: the first turns of a fresh session,
+whose window holds the whole conversation (no recall search, nothing dropped).
 """
 
 from __future__ import annotations
@@ -44,15 +49,17 @@ from tests.support.orm import orm
 from tests.support.toolkit import post_unstarted
 
 OWNER = Identity(tenant_id="northwind", user_id="cust_2291", roles=("customer",))
-TURNS = 10
+# The probed turn's place in its session (the turns before it are stored finished).
+TURNS = 11
 ANSWER = (
     "I am the Northwind shop's assistant. I can look up your orders and refunds, explain our "
     "return policy, and email you a summary of an order once you confirm it."
 )
 
 
-async def seed(url: str) -> str:
-    """The demo seed, a session of `TURNS` finished plain turns and a posted one; its id."""
+async def seed(url: str, turns: int) -> str:
+    """The demo seed, a session of `turns - 1` finished plain turns and a posted one; its
+    id."""
     engine = create_socket_checked_engine(url)
     try:
         async with Database(engine)() as db:
@@ -60,13 +67,13 @@ async def seed(url: str) -> str:
             await load_library(db, read_library())
             session_id = (await create_session(db, owner=OWNER)).id
             await db.commit()
-        for i in range(TURNS + 1):
+        for i in range(turns):
             async with Database(engine)() as db:
                 text_ = f"Tell me about yourself, please ({i})."
                 posted = await post_unstarted(db, owner=OWNER, text=text_, session_id=session_id)
                 assert posted.turn is not None  # no hand-off holds the probe's session
                 turn_id = posted.turn.id
-            if i == TURNS:
+            if i == turns - 1:
                 return turn_id
             async with orm(Database(engine)) as db:
                 await db.execute(_FINISH, {"turn": turn_id, "session": session_id, "text": ANSWER})
@@ -102,7 +109,7 @@ _RESET = (
 
 
 async def probe(
-    url: str, turn_id: str, builds: int, profile: Path | None, dump: Path | None
+    url: str, turn_id: str, builds: int, profile: Path | None, dump: Path | None, *, turns: int
 ) -> None:
     settings = Settings(database_url=url, knowledge_passages=3)
     engine = create_socket_checked_engine(url)
@@ -148,7 +155,7 @@ async def probe(
         await resets.dispose()
     if profiler and profile:
         profiler.dump_stats(profile)
-    print(f"builds: {len(cpu)}")
+    print(f"builds: {len(cpu)} of turn {turns} of its session")
     # The low decile too: on a shared machine, contention inflates even a process's own CPU.
     low = statistics.quantiles(cpu, n=10)[0]
     print(f"CPU ms per build: p50 {statistics.median(cpu):.2f}, p10 {low:.2f}")
@@ -160,6 +167,9 @@ async def probe(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--builds", type=int, default=200)
+    parser.add_argument(
+        "--turns", type=int, default=TURNS, help="the probed turn's place in its session (1: new)"
+    )
     parser.add_argument("--profile", type=Path, default=None, help="cProfile's stats, CPU time")
     parser.add_argument("--dump", type=Path, default=None, help="the last stored request (JSON)")
     args = parser.parse_args()
@@ -171,8 +181,8 @@ def main() -> None:
     url = pg.start()
     try:
         upgrade(url)
-        turn_id = asyncio.run(seed(url))
-        asyncio.run(probe(url, turn_id, args.builds, args.profile, args.dump))
+        turn_id = asyncio.run(seed(url, args.turns))
+        asyncio.run(probe(url, turn_id, args.builds, args.profile, args.dump, turns=args.turns))
     finally:
         pg.stop()
 
