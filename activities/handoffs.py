@@ -43,7 +43,7 @@ from parley.store import handoff_openers as openers
 from parley.store import handoffs as store
 from parley.store import sessions as session_store
 from parley.store import webhooks as hooks
-from parley.store.db import Database, Db
+from parley.store.db import Database, Db, connect
 from parley.tenancy import TenantConfig
 from parley.webhooks import WebhookInput, delivery_id
 
@@ -118,11 +118,14 @@ class HandoffActivities:
         failing the customer (parley/handoff_rules.py), and start its run. Only a session at
         rest (no turn active or queued) and held by no case; once per turn however often the
         ending runs. The case's id, if one opened or was open from this turn."""
-        async with self._sessions() as db:
-            # One unlocked read is what every turn's end pays; a case to open locks the
-            # session's row and looks again.
-            if await self._policy_reason(db, session_id) is None:
+        # One unlocked read is what every turn's end pays, in autocommit: one round trip,
+        # with no `BEGIN` before it nor `ROLLBACK` after (psycopg's rollback also drops the
+        # connection's prepared statements). A case to open locks the session's row in a
+        # unit of work and looks again.
+        async with connect(self._sessions) as conn:
+            if await self._policy_reason(conn, session_id) is None:
                 return None
+        async with self._sessions() as db:
             if not await openers.lock_session_row(db, session_id=session_id):
                 return None
             found = await self._policy_reason(db, session_id)

@@ -166,8 +166,17 @@ def on_statement_sent(engine: AsyncEngine, hook: Callable[[str], None]) -> Calla
     return lambda: hooks.remove(hook)
 
 
-# The statement hooks of each pool (a `Db` is told them when it takes a connection).
+def on_transaction_sent(engine: AsyncEngine, hook: Callable[[str], None]) -> Callable[[], None]:
+    """Call `hook` with each `BEGIN`, `COMMIT` or `ROLLBACK` a unit of work sends on the
+    engine's connections (psycopg's own round trips, unseen by statement hooks); its stop."""
+    hooks = _TX_HOOKS.setdefault(engine.sync_engine.pool, [])
+    hooks.append(hook)
+    return lambda: hooks.remove(hook)
+
+
+# The statement and transaction hooks of each pool (a `Db` is told them when it takes one).
 _HOOKS: weakref.WeakKeyDictionary[Any, list[Callable[[str], None]]] = weakref.WeakKeyDictionary()
+_TX_HOOKS: weakref.WeakKeyDictionary[Any, list[Callable[[str], None]]] = weakref.WeakKeyDictionary()
 
 Row = TypeVar("Row")
 Params: TypeAlias = Mapping[str, Any]
@@ -272,6 +281,7 @@ class Db:
     async def commit(self) -> None:
         """Make the unit of work's statements permanent."""
         if self._taken is not None and not self._taken.driver.autocommit:
+            self._taken.tell("COMMIT")
             try:
                 await self._taken.driver.commit()
             except psycopg.Error as exc:
@@ -280,6 +290,7 @@ class Db:
     async def rollback(self) -> None:
         """Undo every statement since the last commit."""
         if self._taken is not None and not self._taken.driver.autocommit:
+            self._taken.tell("ROLLBACK")
             try:
                 await self._taken.driver.rollback()
             except psycopg.Error as exc:
@@ -329,6 +340,7 @@ class Db:
         self, sql: str, params: Params, rows: BaseRowFactory[Any]
     ) -> psycopg.AsyncCursor[Any]:
         taken = await self._take()
+        taken.tell("BEGIN")  # psycopg's own, before the statement, in a unit of work
         if self._queued is not None:
             self._queued.append(sql)  # the hooks hear of it when the block sends it
         else:
@@ -376,6 +388,14 @@ class _Taken:
         self.driver = driver
         self.switched = switched
         self.hooks = _HOOKS.get(connection.sync_engine.pool, [])
+        self._tx_hooks = _TX_HOOKS.get(connection.sync_engine.pool, [])
+
+    def tell(self, command: str) -> None:
+        """The transaction hooks told of psycopg's `command` (`BEGIN` only when none is open)."""
+        idle = self.driver.pgconn.transaction_status == pq.TransactionStatus.IDLE
+        if not self.driver.autocommit and idle == (command == "BEGIN"):
+            for hook in self._tx_hooks:
+                hook(command)
 
     @classmethod
     async def take(cls, database: Database, *, autocommit: bool) -> _Taken:
@@ -406,6 +426,7 @@ class _Taken:
                 await self.connection.invalidate()
                 return
             if status != pq.TransactionStatus.IDLE:
+                self.tell("ROLLBACK")
                 await driver.rollback()
             if self.switched:
                 await driver.set_autocommit(not driver.autocommit)

@@ -22,10 +22,12 @@ STARTS = {statement.strip() for statement in START_STATEMENTS}
 
 @dataclass
 class Counted:
-    """A worker's own engine (`sessions`) and every statement it sent."""
+    """A worker's own engine (`sessions`), every statement it sent, and every `BEGIN`,
+    `COMMIT` and `ROLLBACK` psycopg sent around them (`transactions`)."""
 
     sessions: Database
     sent: list[str] = field(default_factory=list)
+    transactions: list[str] = field(default_factory=list)
 
     def counted(self) -> list[str]:
         """What was sent for the turn's steps, less the statements whose number is not the

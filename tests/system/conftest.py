@@ -14,7 +14,12 @@ from temporalio.client import Client
 
 from parley.config import Settings
 from parley.store import tenants
-from parley.store.db import Database, create_socket_checked_engine, on_statement_sent
+from parley.store.db import (
+    Database,
+    create_socket_checked_engine,
+    on_statement_sent,
+    on_transaction_sent,
+)
 from tests.support.client import ParleyClient
 from tests.support.counting import Counted
 from tests.support.models import ControlledModel
@@ -81,5 +86,6 @@ async def counted(database_url: str) -> AsyncIterator[Counted]:
     engine = create_socket_checked_engine(database_url)
     recorder = Counted(Database(engine))
     on_statement_sent(engine, lambda sql: recorder.sent.append(sql.strip()))
+    on_transaction_sent(engine, recorder.transactions.append)
     yield recorder
     await engine.dispose()

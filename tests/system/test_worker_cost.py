@@ -48,6 +48,8 @@ from tests.support.toolkit import own_stack
 # next step is to read it with finalize's close-out.
 STATEMENTS_PER_PLAIN_TURN = 10
 STATEMENTS_TO_START = 2
+# Units of work: the turn's start (the claim with its mark) and its ending (finalize).
+TRANSACTIONS_PER_PLAIN_TURN = 2
 
 
 async def test_a_plain_turn_costs_the_worker_a_fixed_number_of_statements(
@@ -65,6 +67,7 @@ async def test_a_plain_turn_costs_the_worker_a_fixed_number_of_statements(
         try:
             session_id = await client.new_session()
             sent.clear()
+            counted.transactions.clear()
             turn_id, events = await client.turn(session_id, "Tell me about yourself, please.")
             assert events[-1].type == "done"
             # The turn's steps after `done` (the summary's start) are part of its cost.
@@ -74,6 +77,13 @@ async def test_a_plain_turn_costs_the_worker_a_fixed_number_of_statements(
     counted_here = counted.counted()
     print(f"a plain turn: {len(counted_here)} statements")
     assert len(counted_here) <= STATEMENTS_PER_PLAIN_TURN, "\n".join(counted_here)
+    # Only what writes opens a transaction: a read-only step reads in autocommit, with no
+    # `BEGIN` round trip before it and no `ROLLBACK` after (which also drops the
+    # connection's prepared statements). Counted on 2026-12-07: 3, the hand-off policy's read
+    # at the turn's end in a transaction it rolled back, before it read in autocommit.
+    print(f"a plain turn: {counted.transactions}")
+    assert "ROLLBACK" not in counted.transactions, counted.transactions
+    assert counted.transactions.count("BEGIN") <= TRANSACTIONS_PER_PLAIN_TURN
     # Its start, counted apart since the worker that hears a post's ring starts the turn: the
     # claim (with the turn it starts) and the start mark, which the API sent before.
     assert len(counted.starts()) <= STATEMENTS_TO_START, "\n".join(counted.starts())
