@@ -6,7 +6,7 @@ Recorded by a worker interceptor, so no activity opens its own span. A span is w
 outside the step's transaction, so a failing step still leaves its span and tracing never
 rolls back the work it describes. The step does not wait for it: the spans of the steps that
 end close together are written together, in one statement, a moment later (`SpanLedger`); a
-worker that is killed loses the spans of its last few milliseconds, never a step's work.
+worker that is killed loses the spans of its last half second, never a step's work.
 """
 
 from __future__ import annotations
@@ -30,9 +30,12 @@ from parley.store.db import Database
 
 log = logging.getLogger(__name__)
 
-# How long a written span waits for the spans of other steps that end at about the same time,
-# to share their statement.
-GATHER_S = 0.02
+# How long a written span waits for the spans of other steps, to share their statement (an
+# insert and a commit: worker and PostgreSQL CPU). Longer than most plain turns' steps take
+# together: a turn's ending drains the ledger anyway (its earlier steps' spans stored before
+# its `done`), so a turn's spans take about one statement, where 20 ms took three (one when
+# the screen and the build end, the drain, and the ending's own span).
+GATHER_S = 0.5
 
 # The attributes of the span being recorded around the running activity; None outside one
 # (a test calling an activity method directly), where `annotate` does nothing.
