@@ -326,7 +326,9 @@ class MemoryActivities:
     async def _plan(self, session_id: str) -> _Job | int:
         """What to fold in: messages after the summary's end and before the window the next
         turn will show. Returns the current end instead when there is not enough yet."""
-        async with self._sessions() as db:
+        # Only reads, in autocommit: no `BEGIN`, and no `ROLLBACK` (which drops the
+        # connection's prepared statements); each read takes its own snapshot either way.
+        async with connect(self._sessions) as db:
             # The session and its tenant's configuration in one round trip.
             session = await session_store.with_tenant(db, session_id=session_id)
             assert session is not None
