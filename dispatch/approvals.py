@@ -68,7 +68,7 @@ async def sweep_renewals(
     client: Client, sessions: Database, *, task_queue: str, grace: timedelta
 ) -> int:
     """Start every renewal whose start was not marked within `grace`; how many."""
-    async with sessions() as db:
+    async with connect(sessions) as db:
         unstarted = await approvals.unstarted_renewals(db, older_than=grace)
     for action in unstarted:
         log.warning("starting the renewal %s that the API did not start", action.id)

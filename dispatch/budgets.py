@@ -94,7 +94,7 @@ async def sweep_approvals(
     client: Client, sessions: Database, *, task_queue: str, grace: timedelta
 ) -> int:
     """Start every approval whose start was not marked within `grace`; how many."""
-    async with sessions() as db:
+    async with connect(sessions) as db:
         unstarted = await budgets.unstarted_approvals(db, older_than=grace)
     for approval in unstarted:
         log.warning("starting the budget approval %s that nobody started", approval.id)
@@ -105,7 +105,7 @@ async def sweep_approvals(
 async def deliver_notices(sessions: Database, sender: WebhookSender) -> int:
     """Deliver every budget notice not yet delivered to its tenant's webhook (one attempt
     each per sweep); how many the receivers took."""
-    async with sessions() as db:
+    async with connect(sessions) as db:
         waiting = await budgets.undelivered_notices(db, max_attempts=NOTICE_ATTEMPTS)
     taken = 0
     for notice in waiting:

@@ -211,7 +211,7 @@ async def sweep_decisions(
     away, the API died after its commit); return how many were delivered. A decision whose
     turn has ended is marked without a delivery; the round stops at the first that Temporal
     does not answer for (the next sweep tries again)."""
-    async with sessions() as db:
+    async with connect(sessions) as db:
         pending = await actions.undelivered_decisions(db, older_than=grace)
     delivered = 0
     for action in pending:

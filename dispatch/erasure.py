@@ -16,7 +16,7 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from parley.erasure import ERASURE_WORKFLOW, ErasureInput, ErasureReceipt, erasure_workflow_id
-from parley.store.db import Database
+from parley.store.db import Database, connect
 from parley.store.lifecycle import erasure
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ async def sweep_erasures(
     grace: timedelta,
 ) -> int:
     """Start every erasure whose start was not confirmed within `grace`; how many."""
-    async with sessions() as db:
+    async with connect(sessions) as db:
         pending = await erasure.unstarted(db, older_than=grace)
     for row in pending:
         log.warning("starting erasure %s that its requester did not start", row.id)

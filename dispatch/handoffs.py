@@ -35,7 +35,7 @@ from parley.handoffs import (
 )
 from parley.store import handoffs as store
 from parley.store import tenants
-from parley.store.db import Database
+from parley.store.db import Database, connect
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ async def sweep_cases(
 ) -> int:
     """Start the run of every open case older than `grace` with no summary yet: its start
     was lost (a start of a run that is only slow attaches to it). How many were asked."""
-    async with sessions() as db:
+    async with connect(sessions) as db:
         cases = await store.unstarted_cases(db, older_than=grace)
     for case in cases:
         log.warning("starting the run of hand-off %s that nobody started", case.id)

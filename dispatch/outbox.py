@@ -182,7 +182,7 @@ async def sweep_once(
 
 
 async def _sweep(starts: Starts, grace: timedelta) -> int:
-    async with starts.sessions() as db:
+    async with connect(starts.sessions) as db:
         pending = await outbox.unstarted_turns(db, older_than=grace)
     for turn in pending:
         log.warning("starting turn %s that no ring started", turn.id)
@@ -193,7 +193,7 @@ async def _sweep(starts: Starts, grace: timedelta) -> int:
 async def start_promoted(starts: Starts, turn_id: str) -> bool:
     """Start a queued turn the moment its session's running turn ended (the outbox's bell,
     store/queue.py); False when it is no longer waiting to start (started, or dropped)."""
-    async with starts.sessions() as db:
+    async with connect(starts.sessions) as db:
         turn = await queue.startable_turn(db, turn_id=turn_id)
     if turn is None:
         return False
@@ -284,7 +284,7 @@ async def end_abandoned_turns(
     client: Client, sessions: Database, *, quiet_for: timedelta = QUIET_FOR
 ) -> int:
     """End every open turn whose workflow has closed (or never existed); return how many."""
-    async with sessions() as db:
+    async with connect(sessions) as db:
         quiet = await outbox.quiet_open_turns(db, quiet_for=quiet_for)
     ended = 0
     for turn in quiet:
@@ -316,7 +316,10 @@ async def sweep_tick(
     starts: Starts, *, grace: timedelta, warning_lead_s: float = DEFAULT_WARNING_LEAD_S
 ) -> bool:
     """One sweep of everything the outbox keeps, by one worker at a time: False, doing
-    nothing, when another worker's sweep is running (its tick covers this one)."""
+    nothing, when another worker's sweep is running (its tick covers this one). Its reads
+    run in autocommit: a unit of work that only reads ends in a `ROLLBACK`, and psycopg's
+    rollback drops the pooled connection's prepared statements, which every tick would
+    do to a few of the worker's connections."""
     client, sessions, task_queue = starts.client, starts.sessions, starts.task_queue
     async with locks.if_free(sessions, locks.OUTBOX_SWEEP) as mine:
         if not mine:

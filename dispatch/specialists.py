@@ -28,7 +28,7 @@ from parley.contracts import (
 )
 from parley.ids import specialist_workflow_id
 from parley.store import interactions
-from parley.store.db import Database
+from parley.store.db import Database, connect
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ async def deliver_and_record(
 
 async def sweep_answers(client: Client, sessions: Database, *, grace: timedelta) -> int:
     """Deliver every answer the API did not mark delivered within `grace`; return how many."""
-    async with sessions() as db:
+    async with connect(sessions) as db:
         pending = await interactions.undelivered_answers(db, older_than=grace)
     for row in pending:
         log.warning("delivering answer %s to turn %s that the API did not", row.id, row.turn_id)

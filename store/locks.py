@@ -65,10 +65,13 @@ async def hold(db: Db, key: str) -> None:
 async def if_free(database: Database, key: str) -> AsyncIterator[bool]:
     """Hold the lock named `key` for the block if nobody holds it (yields True), else hold
     nothing (False). It lives in a transaction of its own that the block leaves open and
-    that ends, commit or not, when the block does: a worker that dies mid-block drops its
-    connection and with it the lock, so no one waits on a dead holder."""
+    that ends when the block does (committed: a `ROLLBACK` would also drop the pooled
+    connection's prepared statements; the block writes nothing through it): a worker that
+    dies mid-block drops its connection and with it the lock, so no one waits on a dead
+    holder."""
     async with database() as db:
         yield bool(await db.value(_TRY_HOLD, {"lock_key": key}))
+        await db.commit()
 
 
 # Held if free, to the end of the transaction: a select-list expression, true when taken.

@@ -34,13 +34,14 @@ from parley.errors import TurnFinished
 from parley.ids import tool_call_row_id
 from parley.statuses import Decision
 from parley.store import actions, locks, outbox, posting, turns
-from parley.store.db import Database
+from parley.store.db import Database, on_transaction_sent
 from parley.store.identity import Identity
 from parley.store.models import Action, Handoff, Message, ModelCall, ToolCall, Turn, TurnEvent
 from tests.support.client import ParleyClient
 from tests.support.orm import orm
 from tests.support.stack import LIFTED_LIMITS, serve
 from tests.support.toolkit import (
+    counted_sessions,
     emails,
     eventually,
     propose,
@@ -494,3 +495,18 @@ async def test_one_worker_sweeps_at_a_time_and_the_next_tick_covers_a_skipped_on
     # Theirs ended (it would have started the turn; here nobody did): the next tick does.
     assert await sweep_tick(starts, grace=timedelta(0)) is True
     await wait_for_stored_state(sessions, turn_id, [TurnState.completed], timeout=60)
+
+
+async def test_a_sweep_tick_leaves_the_pooled_connections_prepared_statements(
+    database_url: str, temporal_client: Client, settings: Settings
+) -> None:
+    """A tick reads in autocommit and ends its lock's transaction with a commit, never a
+    `ROLLBACK`: psycopg's rollback drops the connection's prepared statements, and a tick
+    every two seconds did that to the worker's connections, whose hot statements (the
+    context build's read, the ending's) were then parsed and planned again on every turn."""
+    async with counted_sessions(database_url) as (counted, _):
+        transactions: list[str] = []
+        on_transaction_sent(counted.engine, transactions.append)
+        starts = Starts(temporal_client, counted, settings.task_queue)
+        assert await sweep_tick(starts, grace=timedelta(hours=1)) is True
+    assert transactions and "ROLLBACK" not in transactions, transactions
