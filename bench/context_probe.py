@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 import httpx
-from sqlalchemy import event, text
+from sqlalchemy import text
 
 from parley.activities.context import ContextBuilder
 from parley.activities.handover import Handover
@@ -39,7 +39,12 @@ from parley.activities.knowledge import KnowledgeSource
 from parley.config import Settings
 from parley.contracts import BuildContextInput
 from parley.launch.knowledge import load_library, read_library
-from parley.store.db import Database, create_socket_checked_engine, on_statement_sent
+from parley.store.db import (
+    Database,
+    create_socket_checked_engine,
+    on_statement_sent,
+    on_transaction_sent,
+)
 from parley.store.embedded import EmbeddedPostgres
 from parley.store.identity import Identity, seed_demo
 from parley.store.migrate import upgrade
@@ -116,8 +121,9 @@ async def probe(
     resets = create_socket_checked_engine(url, pool_size=1)
     sent: list[str] = []
     on_statement_sent(engine, lambda sql: sent.append(sql.strip().split("\n")[0][:70]))
-    # A transaction costs two round trips more (psycopg's BEGIN, and the COMMIT).
-    event.listen(engine.sync_engine, "begin", lambda _conn: sent.append("BEGIN"))
+    # A transaction costs round trips more (psycopg's BEGIN, and the COMMIT or ROLLBACK); the
+    # engine's `begin` event, listened to before, never fires for a `Db`'s statements.
+    on_transaction_sent(engine, sent.append)
     cpu: list[float] = []
     wall: list[float] = []  # the round trips' waits too (noisy on a shared machine)
     counts: list[int] = []
@@ -162,7 +168,7 @@ async def probe(
     low = statistics.quantiles(cpu, n=10)[0]
     print(f"CPU ms per build: p50 {statistics.median(cpu):.2f}, p10 {low:.2f}")
     print(f"wall ms per build: p50 {statistics.median(wall):.2f}")
-    print(f"statements per build: {statistics.median(counts):.0f} (a BEGIN: a transaction)")
+    print(f"round trips per build: {statistics.median(counts):.0f} (statements, BEGIN, COMMIT)")
     for line in last:
         print(f"  {line}")
 
