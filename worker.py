@@ -366,13 +366,13 @@ async def embedded_worker(client: Client, settings: Settings) -> AsyncIterator[W
         async with worker:
             await promote_configured(client, settings)
             yield worker
-        await _drain(worker)
+        await drain(worker)
     finally:
         await http.aclose()
         await engine.dispose()
 
 
-async def _drain(worker: Worker) -> None:
+async def drain(worker: Worker) -> None:
     """Before the pool closes: the trace ledger's last spans (the final steps') written, and
     the embedding of messages asked for stopped (activities/indexing.py: the next turn asks
     again)."""
@@ -467,7 +467,7 @@ async def run_worker(settings: Settings) -> None:
     with contextlib.suppress(asyncio.CancelledError):
         await sweep
     await bell.close()
-    await _drain(worker)
+    await drain(worker)
     if draining is not None:
         draining.cancel()
     if telemetry is not None:

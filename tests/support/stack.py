@@ -22,7 +22,6 @@ import httpx
 import uvicorn
 from temporalio.client import Client
 
-from parley.activities import indexing
 from parley.api.main import create_app
 from parley.config import Settings
 from parley.dispatch.deployment import promote_configured
@@ -31,7 +30,7 @@ from parley.gateway.base import ModelProvider
 from parley.screens import Screen
 from parley.store.db import Database, libpq_url
 from parley.store.queue import OutboxBell
-from parley.worker import build_worker
+from parley.worker import build_worker, drain
 from tests.support.client import ParleyClient
 
 REPO = Path(__file__).resolve().parents[2]
@@ -118,23 +117,26 @@ async def running_worker(
     breaker_clock: SteppedClock | None = None,
 ) -> AsyncIterator[None]:
     async with httpx.AsyncClient() as http:
+        worker = build_worker(
+            client,
+            settings,
+            sessions,
+            http,
+            provider=provider,
+            fallback=fallback,
+            screens=screens,
+            breaker_clock=breaker_clock or time.monotonic,
+        )
         try:
-            async with build_worker(
-                client,
-                settings,
-                sessions,
-                http,
-                provider=provider,
-                fallback=fallback,
-                screens=screens,
-                breaker_clock=breaker_clock or time.monotonic,
-            ):
+            async with worker:
                 # Versioned by default, as `parley worker` is: its version becomes current.
                 await promote_configured(client, settings)
                 async with starting_posted_turns(client, settings, sessions):
                     yield
         finally:
-            await indexing.stop()  # as the worker's drain: nothing embeds after the stack
+            # As `parley worker` stops: nothing embeds after the stack, and the trace
+            # ledger's last spans are written (a test counting rows then finds them all).
+            await drain(worker)
 
 
 @asynccontextmanager
