@@ -27,11 +27,16 @@ RUNNER = Path(__file__).with_name("replay_build.py")
 
 def export(commit: str, into: Path) -> Path:
     """The commit's sources under `into`, importable as `parley` with `into` on the path."""
-    archive = subprocess.run(
+    archived = subprocess.run(
         ["git", "-C", str(REPO), "archive", "--format=tar", commit, "--", *SOURCES],
         capture_output=True,
-        check=True,
-    ).stdout
+    )
+    if archived.returncode != 0:
+        raise RuntimeError(
+            f"the previous build's commit {commit} is not in this checkout (a shallow clone "
+            f"lacks it; fetch the history): {archived.stderr.decode(errors='replace')}"
+        )
+    archive = archived.stdout
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(into, filter="data")
     layout = tomllib.loads((into / "pyproject.toml").read_text())
