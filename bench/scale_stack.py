@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import subprocess
 import sys
@@ -96,11 +97,19 @@ async def scale_stack(
     try:
         pg, database_url = await start_postgres(tmp)
         migrate_env = {**os.environ, "DATABASE_URL": database_url}
+        # Alembic's INFO lines (a line per migration) are not the bench's report: kept out
+        # of its output unless the migration fails.
         if root is None:
+            logging.getLogger("alembic").setLevel(logging.WARNING)
             await asyncio.to_thread(upgrade, database_url)
         else:
             args = [sys.executable, *_module(root, "parley.launch.cli", "migrate")]
-            await asyncio.to_thread(subprocess.run, args, env=migrate_env, check=True, cwd=root)
+            migrated = await asyncio.to_thread(
+                subprocess.run, args, env=migrate_env, cwd=root, capture_output=True, text=True
+            )
+            if migrated.returncode != 0:
+                said = migrated.stdout[-1000:] + migrated.stderr[-2000:]
+                raise RuntimeError(f"{name}: migrate failed\n{said}")
         await _seed_and_token(database_url)
         tokens = await _users(database_url, users)
         env = await start_temporal(eager=True, log_name=f"temporal-{name}")
