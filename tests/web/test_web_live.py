@@ -43,6 +43,9 @@ async def test_a_second_device_follows_the_conversation_live(
     phone = await open_tab(api_url, viewport)
     await sign_in(phone.page, "cust_2291")
     await open_conversation(phone.page, sid, phone=viewport == PHONE)
+    # Its session stream is open (its `ready` frame read) before the laptop types: it starts
+    # from now, so a message sent while it was still connecting would not show here.
+    await expect(phone.page.locator(f'html[data-live-session="{sid}"]')).to_have_count(1)
     await phone.page.evaluate(WATCH_STREAMING)
 
     # Typed on the laptop: on the phone, the message and its answer, streamed.

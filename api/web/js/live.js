@@ -39,7 +39,11 @@ export function followSession(sid, onFrame) {
     const parser = sseParser((id, type, raw) => {
       if (id !== null) cursor = id;
       live = true;
-      if (type === 'ready') return;
+      if (type === 'ready') {
+        // Following from here on: what another device does from now shows in this tab.
+        document.documentElement.dataset.liveSession = sid;
+        return;
+      }
       let data;
       try { data = JSON.parse(raw); } catch (_) { return; }
       if (type === 'session_deleted') ended = true;
@@ -59,7 +63,14 @@ export function followSession(sid, onFrame) {
     return live ? 'live' : 'dropped';
   }
 
-  return { abort: () => ctrl.abort() };
+  return {
+    abort: () => {
+      ctrl.abort();
+      if (document.documentElement.dataset.liveSession === sid) {
+        delete document.documentElement.dataset.liveSession;
+      }
+    },
+  };
 }
 
 function pause(ms, signal) {
