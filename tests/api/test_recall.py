@@ -22,7 +22,7 @@ from parley.recall import fuse
 from parley.store import memory as memory_store
 from parley.store.db import Database, connect
 from parley.store.models import ChatSession, Message
-from tests.support.orm import orm
+from tests.support.orm import add_transcript, orm
 from tests.support.toolkit import counted_sessions
 
 # --- the fusion rule (pure) -------------------------------------------------------------------
@@ -84,18 +84,7 @@ async def _conversation(sessions: Database, texts: list[str] | None = None) -> t
     async with orm(sessions) as db:
         db.add(ChatSession(id=sid, tenant_id="northwind", user_id="cust_2291"))
         await db.flush()
-        for seq, body in enumerate(texts, start=1):
-            db.add(
-                Message(
-                    id=f"msg_{uuid.uuid4().hex[:20]}",
-                    session_id=sid,
-                    seq=seq,
-                    role="user" if seq % 2 else "assistant",
-                    status="complete",
-                    text=body,
-                )
-            )
-        await db.execute(update(ChatSession).where(ChatSession.id == sid).values(last_seq=seq))
+        await add_transcript(db, sid, texts)
         await db.commit()
     return sid, len(texts) + 1
 
