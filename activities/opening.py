@@ -81,6 +81,8 @@ class StepOpening:
         finally:
             if screening is not None and not screening.done():
                 screening.cancel()
+            elif screening is not None and not screening.cancelled():
+                screening.exception()  # read: when the build failed, its error is the step's
         if verdict is not None and not verdict.allowed:
             return OpenStepResult(built, allowed=False)
         if (built.steer_seq or 0) > inp.steers_screened:

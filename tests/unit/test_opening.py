@@ -5,6 +5,8 @@ stubs in every turn shape (tests/support/workflow_stubs.py)."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from temporalio.exceptions import ApplicationError
 
@@ -114,3 +116,18 @@ async def test_a_screen_that_keeps_failing_fails_the_step_for_good_before_any_mo
         )
     assert failed.value.type == SCREEN_FAILED and failed.value.non_retryable
     assert len(parts.screened) == SCREEN_TRIES and parts.called == []
+
+
+async def test_a_build_that_fails_is_the_step_s_error_whatever_the_screen_said() -> None:
+    class BrokenBuild(Parts):
+        async def build_context(self, inp: BuildContextInput) -> BuildContextResult:
+            await asyncio.sleep(0)  # the screen finishes (failing) first
+            raise RuntimeError("build failed")
+
+    parts = BrokenBuild()
+    parts.verdicts = [ApplicationError("refused", non_retryable=True)]
+    with pytest.raises(RuntimeError, match="build failed"):
+        await StepOpening(turn=parts, screens=parts).open_step(
+            OpenStepInput("trn_1", screen_input=True)
+        )
+    assert parts.called == []
