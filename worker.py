@@ -26,6 +26,7 @@ from temporalio.worker import Worker
 from parley.activities import indexing
 from parley.activities.budget_approvals import BudgetApprovalActivities
 from parley.activities.context import ContextBuilder
+from parley.activities.early_build import EarlyBuilds
 from parley.activities.ending import EndingActivities
 from parley.activities.erasure import ErasureActivities
 from parley.activities.exports import ExportActivities
@@ -48,19 +49,17 @@ from parley.activities.specialist_agent import SpecialistAgentActivities
 from parley.activities.tools import ToolActivities
 from parley.activities.tracing import TracingInterceptor
 from parley.activities.turn import TurnActivities
-from parley.activities.webhooks import WebhookSender
 from parley.breaker import CircuitBreaker
 from parley.config import Settings, get_settings
 from parley.dispatch.connect import connect_temporal
 from parley.dispatch.deployment import build_id, deployment_config, promote_configured
-from parley.dispatch.outbox import sweep_forever
+from parley.dispatch.outbox import run_outbox
 from parley.dispatch.retention import ensure_purge_schedule
 from parley.dispatch.runner import one_batch_per_task, workflow_runner
 from parley.dispatch.telemetry import telemetry_for, tracing_on
 from parley.gateway import ModelProvider, ProviderPool
 from parley.gateway.embeddings import build_embedder as passage_embedder
 from parley.gateway.minilm import build_embedder
-from parley.gateway.resolver import system_resolver
 from parley.logs import configure_logging, exit_unfinalized
 from parley.screens import ModerationScreen, RulesScreen, Screen, ScreenChain
 from parley.store.db import Database, create_socket_checked_engine, libpq_url
@@ -117,6 +116,7 @@ def build_activities(
     *,
     providers: ProviderPool,
     screens: tuple[Screen, Screen],
+    early: EarlyBuilds | None = None,
 ) -> list[Callable[..., Any]]:
     """Every activity of a turn, as methods of small classes holding their collaborators."""
     input_screen, output_screen = screens
@@ -155,20 +155,32 @@ def build_activities(
     agent = SpecialistAgentActivities(
         sessions=sessions, providers=providers, specialist=specialist, output_screen=output_screen
     )
-    # Starts a session's summary workflow after a turn, so it needs the client.
     memory = MemoryActivities(
         sessions=sessions, providers=providers, settings=settings, embedder=embedder
     )
-    memory.attach(client)
+    memory.attach(client)  # it starts a session's summary workflow after a turn
     screening = ScreenActivities(
         sessions=sessions, input_screen=input_screen, output_screen=output_screen, asked=asked
     )
     ending = EndingActivities(turn=turn, screens=screening, memory=memory)
     importing = ImportActivities(sessions=sessions, memory=memory, embedder=embedder)
-    steps = [StepOpening(turn=turn, screens=screening).open_step]  # turn build 14
+    steps = [_opening(turn, screening, context, early)]
     steps += _activity_list(turn, tools, send, screening, memory, (specialist, agent), ending)
     steps += _handoff_activities(client, settings, sessions, providers, (tools, ending))
     return [*steps, *_import_activities(importing), *_data_activities(client, settings, sessions)]
+
+
+def _opening(
+    turn: TurnActivities,
+    screening: ScreenActivities,
+    context: ContextBuilder,
+    early: EarlyBuilds | None,
+) -> Callable[..., Any]:
+    """A model step's opening (turn build 14); `early`, where the outbox loop begins a turn's
+    first build beside its start, builds with the turns' context build."""
+    if early is not None:
+        early.attach(context.build)
+    return StepOpening(turn=turn, screens=screening, early=early).open_step
 
 
 def _handoff_activities(
@@ -281,11 +293,12 @@ def build_worker(
     screens: tuple[Screen, Screen] | None = None,
     task_queue: str | None = None,
     breaker_clock: Callable[[], float] = time.monotonic,
+    early: EarlyBuilds | None = None,
 ) -> Worker:
     """Wire the activities to their collaborators; tests pass their own provider, screens,
-    queue or the clock the breaker's cooldown is measured on. A client connected with the
-    tracing interceptor (`PARLEY_OTLP_ENDPOINT`) lends it to the worker: a span around each
-    provider call, the trace id in each ledger row."""
+    queue, the clock the breaker's cooldown is measured on, `early` (`early_builds`). A client
+    connected with the tracing interceptor (`PARLEY_OTLP_ENDPOINT`) lends it to the worker: a
+    span around each provider call, the trace id in each ledger row."""
     tracing = tracing_on(client, settings)
     activities = build_activities(
         client,
@@ -299,11 +312,10 @@ def build_worker(
             wrap=tracing.traced if tracing is not None else None,
         ),
         screens=screens or build_screens(settings),
+        early=early,
     )
     runner = workflow_runner(client.data_converter, sandboxed=settings.workflow_sandbox)
-    ledger = TracingInterceptor(sessions)
-    if tracing is not None:
-        ledger = TracingInterceptor(sessions, trace_id=tracing.trace_id)
+    ledger = TracingInterceptor(sessions, trace_id=tracing.trace_id if tracing else lambda: None)
     return one_batch_per_task(
         Worker(
             client,
@@ -311,9 +323,8 @@ def build_worker(
             workflows=list(WORKFLOWS),
             activities=activities,
             workflow_runner=runner,  # no sandbox unless PARLEY_WORKFLOW_SANDBOX=on
-            # Every activity attempt leaves a span in the trace ledger,
-            # and its failures reach the workflow under names it relies on (activities/failures.py).
-            # (The OpenTelemetry interceptor, when on, comes first: from the client.)
+            # Every activity attempt leaves a span in the trace ledger, and its failures reach the
+            # workflow under names it relies on (activities/failures.py); OpenTelemetry's first.
             interceptors=[ledger, FailureInterceptor.polling(sessions, settings)],
             # SIGTERM: poll no more, let running steps (a whole streamed answer) finish.
             graceful_shutdown_timeout=timedelta(seconds=settings.worker_shutdown_grace_s),
@@ -400,26 +411,9 @@ async def _schedule_purge(client: Client, settings: Settings) -> None:
         logging.getLogger(__name__).warning("could not set the purge schedule", exc_info=True)
 
 
-async def _sweep(client: Client, sessions: Database, settings: Settings, bell: OutboxBell) -> None:
-    """The outbox loop: unstarted turns, undelivered answers, lost erasures, abandoned turns,
-    and a posted or promoted turn the moment the bell rings."""
-    await sweep_forever(
-        client,
-        sessions,
-        task_queue=settings.task_queue,
-        grace=timedelta(seconds=settings.outbox_grace_s),
-        every=timedelta(seconds=settings.outbox_poll_s),
-        confirmation_timeout_s=settings.confirmation_timeout_s,
-        fallback=settings.has_fallback_model,
-        bell=bell,
-        warning_lead_s=settings.confirmation_warning_s,
-        handoff_claim_timeout_s=settings.handoff_claim_timeout_s,
-        notices=WebhookSender(
-            sessions=sessions, allowlist=settings.mcp_allowlist, resolve=system_resolver
-        ),
-        tracing=bool(settings.otlp_endpoint),
-        kill_at=settings.fault_kill_at,
-    )
+def early_builds(settings: Settings) -> EarlyBuilds | None:
+    """Where the outbox loop begins a claimed turn's first build (`Settings.early_build`)."""
+    return EarlyBuilds() if settings.early_build else None
 
 
 async def run_worker(settings: Settings) -> None:
@@ -442,14 +436,16 @@ async def run_worker(settings: Settings) -> None:
         interceptors=[telemetry.interceptor] if telemetry is not None else [],
     )
     http = httpx.AsyncClient()
-    worker = build_worker(client, settings, sessions, http)
+    early = early_builds(settings)
+    worker = build_worker(client, settings, sessions, http, early=early)
     freeze_startup_objects()
     draining = asyncio.create_task(sdk_metrics.drain_forever()) if sdk_metrics else None
     if settings.worker_metrics_port:
         start_http_server(settings.worker_metrics_port, addr=settings.api_host)
     # Posted and queued turns start on it; a LISTEN needs a session (PgBouncer: docs/operations.md).
     bell = OutboxBell(libpq_url(settings.listen_database_url or settings.database_url))
-    sweep = asyncio.create_task(_sweep(client, sessions, settings, bell))
+    begin = early.begin if early is not None else None
+    sweep = asyncio.create_task(run_outbox(client, sessions, settings, bell, begin_build=begin))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -16,6 +16,10 @@ is retried here, briefly, as its own step was; when it keeps failing the step fa
 (non-retryable): a turn whose message could not be screened ends failed, never answered by a
 fallback model. A cancel heard while the build or the screen runs ends the step before the
 model is asked; a Stop recorded on the turn stops the call itself (`turn_stopped`).
+
+A turn's first build may have begun before the step, beside the workflow's start, on the
+worker that claimed the turn (activities/early_build.py): the step then awaits that build's
+result instead of building, and records its span as its own part.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from parley.activities import tracing
+from parley.activities.early_build import EarlyBuilds
 from parley.contracts import (
     BuildContextInput,
     BuildContextResult,
@@ -61,9 +66,12 @@ class InputScreen(Protocol):
 
 
 class StepOpening:
-    def __init__(self, *, turn: StepParts, screens: InputScreen) -> None:
+    def __init__(
+        self, *, turn: StepParts, screens: InputScreen, early: EarlyBuilds | None = None
+    ) -> None:
         self._turn = turn
         self._screens = screens
+        self._early = early
 
     @activity.defn(name="open_step")
     async def open_step(self, inp: OpenStepInput) -> OpenStepResult:
@@ -73,10 +81,7 @@ class StepOpening:
             else None
         )
         try:
-            with tracing.part("build_context"):
-                built = await self._turn.build_context(
-                    BuildContextInput(inp.turn_id, inp.step, inp.reanswer_of)
-                )
+            built = await self._build(BuildContextInput(inp.turn_id, inp.step, inp.reanswer_of))
             verdict = None if screening is None else await screening
         finally:
             if screening is not None and not screening.done():
@@ -97,6 +102,17 @@ class StepOpening:
         with tracing.part("call_model"):
             call = await self._turn.call_model(CallModelInput(inp.turn_id, built.model_call_id))
         return OpenStepResult(built, call=call)
+
+    async def _build(self, inp: BuildContextInput) -> BuildContextResult:
+        """The step's build: the one begun early for it on this worker, when there is one
+        and it succeeded; otherwise built here."""
+        begun = self._early.take(inp) if self._early is not None else None
+        if begun is not None:
+            built = await begun.result()
+            if built is not None:
+                return built
+        with tracing.part("build_context"):
+            return await self._turn.build_context(inp)
 
     async def _screen(self, inp: ScreenInput) -> ScreenResult:
         """The input screen, tried SCREEN_TRIES times; then the step fails closed."""

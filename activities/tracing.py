@@ -18,6 +18,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -42,10 +43,8 @@ GATHER_S = 0.5
 _current_attrs: ContextVar[dict[str, Any] | None] = ContextVar("span_attrs", default=None)
 # Where the running step tells the turn's owners it read (`owners_read`); None outside one.
 _owners_sink: ContextVar[Callable[[str, str], None] | None] = ContextVar("owners", default=None)
-# Keeps a span of a part of the running step (`part`); None outside a traced step.
-_part_keeper: ContextVar[Callable[[str, datetime, str, dict[str, Any]], None] | None] = ContextVar(
-    "part_keeper", default=None
-)
+# Keeps a span of a part of the running step (`part`, `adopt`); None outside a traced step.
+_part_keeper: ContextVar[Callable[..., None] | None] = ContextVar("part_keeper", default=None)
 
 # The steps whose context build reads the turn's session and tenant with its turn, so that
 # neither they nor an input screen beside the build have them looked up (unless the build has
@@ -84,6 +83,47 @@ def part(name: str) -> Iterator[None]:
     finally:
         _current_attrs.reset(token)
         keep(name, started, outcome, attrs)
+
+
+@dataclass
+class Detached:
+    """A part run before the step it belongs to (a turn's first context build, begun beside
+    the workflow's start: activities/early_build.py): its span, and the owners it read,
+    kept until the step `adopt`s it."""
+
+    started: datetime = field(default_factory=lambda: datetime.now(UTC))
+    ended: datetime | None = None
+    outcome: str = "ok"
+    attrs: dict[str, Any] = field(default_factory=dict)
+    owners: tuple[str, str] | None = None
+
+
+@contextmanager
+def detached(record: Detached) -> Iterator[None]:
+    """Run a part outside any step, into `record`: what it `annotate`s, its outcome and end,
+    and the owners it reads."""
+    record.started = datetime.now(UTC)
+    attrs = _current_attrs.set(record.attrs)
+    sink = _owners_sink.set(lambda s, t: setattr(record, "owners", (s, t)))
+    try:
+        yield
+    except BaseException as exc:
+        record.outcome = type(exc).__name__
+        raise
+    finally:
+        record.ended = datetime.now(UTC)
+        _owners_sink.reset(sink)
+        _current_attrs.reset(attrs)
+
+
+def adopt(name: str, record: Detached) -> None:
+    """A part run before the running step (`detached`), recorded as the step's part named
+    `name` with its own times; the owners it read are told as the step's."""
+    keep = _part_keeper.get()
+    if keep is not None:
+        keep(name, record.started, record.outcome, record.attrs, ended=record.ended)
+    if record.owners is not None:
+        owners_read(session_id=record.owners[0], tenant_id=record.owners[1])
 
 
 def annotate(**attrs: Any) -> None:
@@ -284,14 +324,20 @@ class _SpanRecorder(ActivityInboundInterceptor):
         token = _current_attrs.set(attrs)
         info = activity.info()
 
-        def keep(name: str, began: datetime, outcome: str, attrs: dict[str, Any]) -> None:
+        def keep(
+            name: str,
+            began: datetime,
+            outcome: str,
+            attrs: dict[str, Any],
+            ended: datetime | None = None,
+        ) -> None:
             self._ledger.keep(
                 {
                     "turn_id": turn_id,
                     "name": name,
                     "attempt": info.attempt,
                     "started_at": began.isoformat(),
-                    "ended_at": datetime.now(UTC).isoformat(),
+                    "ended_at": (ended or datetime.now(UTC)).isoformat(),
                     "outcome": outcome,
                     "attrs": attrs or None,
                     "otel_trace_id": self._trace_id(),

@@ -8,6 +8,11 @@ the first delta it read. A stage's figure is the time from the previous stage, p
 turns; their sum is close to the first delta's p50 (medians do not add exactly). Beside them,
 the floor Temporal alone sets: a no-op workflow started by a client, to its first regular
 activity running (bench/skeleton.py), on the same server, interleaved with the turns.
+
+The first context build begins beside the workflow's start, on the worker that claimed the
+turn (activities/early_build.py), so it may end before the first step runs: "context built"
+is then 0, the time it still held the step up; the build's own time and how many turns began
+it early are printed below the stages.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ async def measure_timeline(
 ) -> dict[str, Any]:
     conversation = await parley.new_conversation()
     samples: list[list[float]] = []
+    builds: list[tuple[float, bool]] = []  # the build's own ms, and whether it began early
     floor: list[float] = []
     for i in range(turns):
         if skeleton_queue:  # interleaved with the turns, so both see the same machine
@@ -57,9 +63,11 @@ async def measure_timeline(
         turn = await run_turn(parley, conversation, turn_text(i))
         if not turn.ok or turn.first_delta_s is None or parley.last_turn_id is None:
             continue
-        marks = await _marks(db_sessions, temporal, parley.last_turn_id)
-        if marks is None:
+        found = await _marks(db_sessions, temporal, parley.last_turn_id)
+        if found is None:
             continue
+        marks, build = found
+        builds.append(build)
         marks.append(posted_at + turn.first_delta_s)
         points = [posted_at, *marks]
         samples.append([(b - a) * 1000 for a, b in zip(points, points[1:], strict=False)])
@@ -69,11 +77,16 @@ async def measure_timeline(
         if samples
         else {},
         "skeleton_first_step_p50_ms": percentile(floor, 0.5) if floor else None,
+        "build_p50_ms": percentile([ms for ms, _ in builds], 0.5) if builds else None,
+        "builds_early": sum(early for _, early in builds),
     }
 
 
-async def _marks(db_sessions: Database, temporal: Client, turn_id: str) -> list[float] | None:
-    """The wall-clock instants of the stages after the POST, or None when a record is missing."""
+async def _marks(
+    db_sessions: Database, temporal: Client, turn_id: str
+) -> tuple[list[float], tuple[float, bool]] | None:
+    """The wall-clock instants of the stages after the POST, and the build's own ms and
+    whether it began before the first step; None when a record is missing."""
     started = picked = None
     handle = temporal.get_workflow_handle(workflow_id_for_turn(turn_id))
     async for event in handle.fetch_history_events():
@@ -94,10 +107,13 @@ async def _marks(db_sessions: Database, temporal: Client, turn_id: str) -> list[
         )
     if stored is None:
         return None
-    first_step = min(s.started_at for s in spans)
-    context = min(s.ended_at for s in spans if s.name == "build_context")
+    first_step = min(s.started_at for s in spans if s.name != "build_context")
+    build = min((s for s in spans if s.name == "build_context"), key=lambda s: s.started_at)
+    context = max(build.ended_at, first_step)  # an early build holds the step up only past it
     model = min(s.started_at for s in spans if s.name == "call_model")
-    return [started, picked, *(t.timestamp() for t in (first_step, context, model, stored))]
+    marks = [started, picked, *(t.timestamp() for t in (first_step, context, model, stored))]
+    own_ms = (build.ended_at - build.started_at).total_seconds() * 1000
+    return marks, (own_ms, build.started_at < first_step)
 
 
 async def _spans(db_sessions: Database, turn_id: str) -> list[TraceSpan] | None:
@@ -121,6 +137,12 @@ def render_timeline(results: dict[str, Any]) -> str:
             lines.append(f"  {stage:<38}{stages[stage]:>8.1f}")
     if stages:
         lines.append(f"  {'sum':<38}{sum(stages.values()):>8.1f}   ({results['turns']} turns)")
+    build = results.get("build_p50_ms")
+    if build is not None:
+        lines.append(
+            f"  {'the build itself':<38}{build:>8.1f}   (begun beside the start in "
+            f"{results['builds_early']} of {results['turns']} turns)"
+        )
     floor = results.get("skeleton_first_step_p50_ms")
     if floor is not None:
         lines.append(

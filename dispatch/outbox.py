@@ -4,24 +4,26 @@ The API commits the user message and its turn, and the statement that writes the
 `OUTBOX_CHANNEL` (heard at the commit); the API calls no Temporal. A worker of the turn's task
 queue that hears the ring claims the start (`start_rung`: one of the many that hear it) and
 starts the workflow eagerly on its own client, so the first workflow task runs in it with no
-trip through matching, then marks the row started. If nobody hears the ring, or the claimer
-dies before its start, the turn row still says `workflow_started_at IS NULL`; the sweep starts
-such turns a few seconds later. Every worker ticks, and one sweeps at a time (an advisory
-lock, store/locks.py): a tick that finds another worker sweeping skips. Starting is
-idempotent: the workflow id comes from the turn, a running workflow is attached to
-(`USE_EXISTING`), and a finished one is never started again (`REJECT_DUPLICATE`).
+trip through matching, then marks the row started; beside the start, it begins the turn's
+first context build (activities/early_build.py), which its first step takes from memory. If
+nobody hears the ring, or the claimer dies before its start, the turn row still says
+`workflow_started_at IS NULL`; the sweep starts such turns a few seconds later. Every worker
+ticks, and one sweeps at a time (an advisory lock, store/locks.py): a tick that finds
+another worker sweeping skips. Starting is idempotent: the workflow id comes from the turn,
+a running workflow is attached to (`USE_EXISTING`), and a finished one is never started
+again (`REJECT_DUPLICATE`).
 
-The sweep starts only turns still in `received`; a paused tenant's turn is ended instead
-(`agent_paused`, retryable), in the transaction that marks it started. A second sweep ends
-turns whose workflow closed while the row says they have not ended (an execution timeout,
-a bug in workflow code), so no session stays locked behind them. The same loop delivers the
-users' decisions on confirmations the API stored but did not deliver (dispatch/control.py)
-and the specialists' answers it committed but did not signal (dispatch/specialists.py),
-starts erasures, renewed cards' waits and budget approvals whose start was lost
-(dispatch/erasure.py, dispatch/approvals.py, dispatch/budgets.py), delivers budget notices
-to the tenants' webhooks, and shows `confirmation_expiring` on cards that lapse soon. While
-Temporal is away a sweep fails and the next one tries again: everything it delivers or
-starts is in the store.
+The sweep starts only turns still in `received` (or `building_context`, an early build's); a
+paused tenant's turn is ended instead (`agent_paused`, retryable), in the transaction that
+marks it started. A second sweep ends turns whose workflow closed while the row says they
+have not ended (an execution timeout, a bug in workflow code), so no session stays locked
+behind them. The same loop delivers the users' decisions on confirmations the API stored but
+did not deliver (dispatch/control.py) and the specialists' answers it committed but did not
+signal (dispatch/specialists.py), starts erasures, renewed cards' waits and budget approvals
+whose start was lost (dispatch/erasure.py, dispatch/approvals.py, dispatch/budgets.py),
+delivers budget notices to the tenants' webhooks, and shows `confirmation_expiring` on cards
+that lapse soon. While Temporal is away a sweep fails and the next one tries again:
+everything it delivers or starts is in the store.
 
 A turn queued behind a running one (store/queue.py) becomes an ordinary unstarted turn when
 that one ends, whichever way; the transaction that ends it rings `OUTBOX_CHANNEL`, and the
@@ -35,6 +37,7 @@ import asyncio
 import logging
 import os
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -49,6 +52,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from parley.activities.webhooks import WebhookSender
+from parley.config import Settings
 from parley.contracts import (
     DEFAULT_CONFIRMATION_TIMEOUT_S,
     SA_SESSION_ID,
@@ -65,6 +69,7 @@ from parley.dispatch.erasure import sweep_erasures
 from parley.dispatch.handoffs import sweep_cases
 from parley.dispatch.specialists import sweep_answers
 from parley.dispatch.telemetry import joined_trace
+from parley.gateway.resolver import system_resolver
 from parley.handoffs import DEFAULT_CLAIM_TIMEOUT_S
 from parley.ids import workflow_id_for_turn
 from parley.statuses import TurnErrorCode
@@ -165,6 +170,9 @@ class Starts:
     notices: WebhookSender | None = None
     tracing: bool = False  # a posted turn's start joins its POST's trace
     kill_at: str = ""  # a crash test's point (`PARLEY_FAULT_KILL_AT`, dev only)
+    # Begins a claimed turn's first context build beside its start (activities/early_build.py);
+    # None: its first step builds.
+    begin_build: Callable[[str], None] | None = None
 
 
 async def sweep_once(
@@ -206,7 +214,8 @@ async def start_rung(starts: Starts, payload: str, *, promoted: bool = True) -> 
     turn's post names its task queue, and a worker of that queue claims it (store/outbox.py
     `claim_start`: one worker of the many that hear it) and starts it eagerly on its own
     client, so its first workflow task runs here without a trip through matching; the claim
-    is held until the start is marked. A turn promoted from its session's queue (no task
+    is held until the start is marked. The turn's first build begins beside the start
+    (`begin_build`). A turn promoted from its session's queue (no task
     queue named) is started as `start_promoted` does, when `promoted`. False when this worker
     starts nothing. A worker that dies with the claim lets it go with its connection: the
     sweep starts the turn a few seconds later."""
@@ -232,6 +241,8 @@ async def start_rung(starts: Starts, payload: str, *, promoted: bool = True) -> 
             fallback=rung.fallback,
         )
         with joined_trace(rung.trace if starts.tracing else ""):
+            if starts.begin_build is not None:
+                starts.begin_build(claimed.id)  # its first task runs here, eagerly
             await start_turn_workflow(
                 starts.client,
                 inp,
@@ -361,6 +372,7 @@ async def sweep_forever(
     notices: WebhookSender | None = None,
     tracing: bool = False,
     kill_at: str = "",
+    begin_build: Callable[[str], None] | None = None,
 ) -> None:
     """Sweep every `every`; between sweeps, start each queued turn the moment `bell` rings
     for it (a ring this misses, the next sweep covers). `warning_lead_s`: the deployment's
@@ -375,6 +387,7 @@ async def sweep_forever(
         notices,
         tracing,
         kill_at,
+        begin_build,
     )
     loop = asyncio.get_running_loop()
     starting: set[asyncio.Task[bool]] = set()  # each ring's start runs beside the others
@@ -396,6 +409,37 @@ async def sweep_forever(
             task = asyncio.create_task(_start_now(starts, payload))
             starting.add(task)
             task.add_done_callback(starting.discard)
+
+
+async def run_outbox(
+    client: Client,
+    sessions: Database,
+    settings: Settings,
+    bell: queue.OutboxBell,
+    *,
+    begin_build: Callable[[str], None] | None = None,
+) -> None:
+    """A worker's outbox loop as its settings say (`sweep_forever`): unstarted turns,
+    undelivered answers, lost erasures, abandoned turns, and a posted or promoted turn the
+    moment the bell rings, its first build begun beside its start (`begin_build`)."""
+    await sweep_forever(
+        client,
+        sessions,
+        task_queue=settings.task_queue,
+        grace=timedelta(seconds=settings.outbox_grace_s),
+        every=timedelta(seconds=settings.outbox_poll_s),
+        confirmation_timeout_s=settings.confirmation_timeout_s,
+        fallback=settings.has_fallback_model,
+        bell=bell,
+        warning_lead_s=settings.confirmation_warning_s,
+        handoff_claim_timeout_s=settings.handoff_claim_timeout_s,
+        notices=WebhookSender(
+            sessions=sessions, allowlist=settings.mcp_allowlist, resolve=system_resolver
+        ),
+        tracing=bool(settings.otlp_endpoint),
+        kill_at=settings.fault_kill_at,
+        begin_build=begin_build,
+    )
 
 
 async def start_forever(starts: Starts, bell: queue.OutboxBell) -> None:

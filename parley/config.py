@@ -151,6 +151,10 @@ class Settings(BaseSettings):
     # worker. Eager starts pin a turn to the API's own build, whatever version is current, so
     # the API and the workers must run one build. Off: the API only starts turns.
     api_worker: bool = False
+    # The worker that claims a posted turn's start begins the turn's first context build
+    # beside the start, while Temporal starts the workflow (activities/early_build.py); the
+    # first step, eagerly on that worker, takes it from memory. Off: the first step builds.
+    early_build: bool = True
     # Workflow code runs outside Temporal's sandbox: its determinism checks are made by the
     # replay tests, under the SDK's default sandbox, for every committed history and every
     # registered workflow's module (dispatch/runner.py). On ("on", "true", "1"): every run

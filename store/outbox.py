@@ -93,10 +93,12 @@ _MARK_STARTED = (
 
 async def unstarted_turns(db: Db, *, older_than: timedelta, limit: int = 50) -> list[Startable]:
     """Turns committed by the API whose workflow start was never confirmed. Only turns still
-    in `received`: a turn that ended (a cancel raced the start) is never started."""
+    in `received`, or in `building_context` (the claiming worker began the first build beside
+    a start it did not live to make: activities/early_build.py): a turn that ended (a cancel
+    raced the start) is never started."""
     params = {
         "cutoff": datetime.now(UTC) - older_than,
-        "received": TurnState.received.value,
+        "waiting": [TurnState.received.value, TurnState.building_context.value],
         "limit": limit,
     }
     return await db.rows(_UNSTARTED, params, Startable)
@@ -104,7 +106,7 @@ async def unstarted_turns(db: Db, *, older_than: timedelta, limit: int = 50) -> 
 
 _UNSTARTED = """
     SELECT id, session_id, tenant_id FROM turns
-    WHERE workflow_started_at IS NULL AND created_at < %(cutoff)s AND state = %(received)s
+    WHERE workflow_started_at IS NULL AND created_at < %(cutoff)s AND state = ANY(%(waiting)s)
     ORDER BY created_at LIMIT %(limit)s
 """
 

@@ -22,6 +22,7 @@ import httpx
 import uvicorn
 from temporalio.client import Client
 
+from parley.activities.early_build import EarlyBuilds
 from parley.api.main import create_app
 from parley.config import Settings
 from parley.dispatch.deployment import promote_configured
@@ -30,7 +31,7 @@ from parley.gateway.base import ModelProvider
 from parley.screens import Screen
 from parley.store.db import Database, libpq_url
 from parley.store.queue import OutboxBell
-from parley.worker import build_worker, drain
+from parley.worker import build_worker, drain, early_builds
 from tests.support.client import ParleyClient
 
 REPO = Path(__file__).resolve().parents[2]
@@ -116,6 +117,7 @@ async def running_worker(
     fallback: ModelProvider | None = None,
     breaker_clock: SteppedClock | None = None,
 ) -> AsyncIterator[None]:
+    early = early_builds(settings)  # as `parley worker`: its outbox loop begins first builds
     async with httpx.AsyncClient() as http:
         worker = build_worker(
             client,
@@ -126,12 +128,13 @@ async def running_worker(
             fallback=fallback,
             screens=screens,
             breaker_clock=breaker_clock or time.monotonic,
+            early=early,
         )
         try:
             async with worker:
                 # Versioned by default, as `parley worker` is: its version becomes current.
                 await promote_configured(client, settings)
-                async with starting_posted_turns(client, settings, sessions):
+                async with starting_posted_turns(client, settings, sessions, early):
                     yield
         finally:
             # As `parley worker` stops: nothing embeds after the stack, and the trace
@@ -141,7 +144,7 @@ async def running_worker(
 
 @asynccontextmanager
 async def starting_posted_turns(
-    client: Client, settings: Settings, sessions: Database
+    client: Client, settings: Settings, sessions: Database, early: EarlyBuilds | None = None
 ) -> AsyncIterator[None]:
     """What `parley worker`'s outbox loop does for a posted turn of its queue: claim it when
     its post rings and start it eagerly (dispatch/outbox.py `start_forever`), listening
@@ -156,6 +159,7 @@ async def starting_posted_turns(
         settings.confirmation_timeout_s,
         settings.has_fallback_model,
         tracing=bool(settings.otlp_endpoint),
+        begin_build=early.begin if early is not None else None,
     )
     loop = asyncio.create_task(start_forever(starts, bell))
     try:

@@ -1,0 +1,99 @@
+"""A posted turn's first context build begins beside its workflow's start, on the worker that
+claimed the turn (activities/early_build.py), on the shared stack (real PostgreSQL, Temporal,
+worker and API): the trace shows the build before the opening step, which built nothing of
+its own; a turn whose claimer moved it to `building_context` and died before the start is
+still started by the outbox sweep, and answered once."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+from sqlalchemy import select
+from temporalio.client import Client
+
+from parley.config import Settings
+from parley.dispatch.outbox import sweep_once
+from parley.store import posting
+from parley.store.context import read_for_build
+from parley.store.db import Database, connect
+from parley.store.identity import Identity
+from parley.store.models import Message, ModelCall, TraceSpan, Turn
+from tests.support.client import ParleyClient
+from tests.support.orm import orm
+from tests.support.stack import LIFTED_LIMITS
+from tests.support.toolkit import eventually, wait_for_stored_state
+
+PRIYA = Identity(tenant_id="northwind", user_id="cust_2291", roles=())
+PLAIN = "Thanks, that helps."  # one model step, no tools
+
+
+async def spans_of(sessions: Database, turn_id: str) -> list[TraceSpan]:
+    """The turn's spans once its opening step's and its build's are written (the ledger
+    writes them a moment after the step)."""
+    found: list[TraceSpan] = []
+
+    async def written() -> bool:
+        async with orm(sessions) as db:
+            rows = await db.scalars(select(TraceSpan).where(TraceSpan.turn_id == turn_id))
+            found[:] = list(rows)
+        return {"open_step", "build_context"} <= {s.name for s in found}
+
+    await eventually(written, timeout=20, what="the turn's spans")
+    return found
+
+
+async def test_a_posted_turn_s_build_runs_before_its_first_step_which_builds_nothing(
+    priya: ParleyClient, sessions: Database
+) -> None:
+    sid = await priya.new_session()
+    turn_id, events = await priya.turn(sid, PLAIN)
+    assert events[-1].type == "done", events
+    spans = await spans_of(sessions, turn_id)
+    builds = [s for s in spans if s.name == "build_context"]
+    opening = next(s for s in spans if s.name == "open_step")
+    assert len(builds) == 1, [(s.name, s.started_at) for s in spans]
+    # Begun beside the start, before the workflow's first step ran; a step that built for
+    # itself would show its build inside the step.
+    assert builds[0].started_at < opening.started_at
+    states = [e.data["state"] for e in events if e.type == "state"]
+    assert states == ["received", "building_context", "calling_model", "completed"], states
+
+
+async def test_a_turn_whose_claimer_began_its_build_and_died_is_started_by_the_sweep(
+    priya: ParleyClient, sessions: Database, temporal_client: Client, settings: Settings
+) -> None:
+    sid = await priya.new_session()
+    async with sessions() as db:  # committed without a ring: nobody claims it
+        posted = await posting.post_user_message(
+            db,
+            owner=PRIYA,
+            session_id=sid,
+            client_message_id=f"early-{time.monotonic_ns()}",
+            text=PLAIN,
+            expected_last_seq=None,
+            limits=LIFTED_LIMITS,
+        )
+        await db.commit()
+    assert posted.turn is not None
+    turn_id = posted.turn.id
+    # What an early build does first (its read moves the turn), then its worker is gone.
+    async with connect(sessions) as conn:
+        read = await read_for_build(conn, turn_id, 0, move=True, recent_turns=3)
+    assert read.moved
+    started = await sweep_once(
+        temporal_client, sessions, task_queue=settings.task_queue, grace=timedelta(0)
+    )
+    assert started >= 1
+    await wait_for_stored_state(sessions, turn_id, {"completed"}, timeout=30)
+    async with orm(sessions) as db:
+        turn = await db.get(Turn, turn_id)
+        assert turn is not None and turn.workflow_started_at is not None
+        answers = list(
+            await db.scalars(
+                select(Message).where(Message.turn_id == turn_id, Message.role == "assistant")
+            )
+        )
+        calls = list(await db.scalars(select(ModelCall).where(ModelCall.turn_id == turn_id)))
+    assert len(answers) == 1 and answers[0].status == "complete"
+    assert len(calls) == 1  # built once: by the step, the early build having stored nothing
