@@ -7,14 +7,21 @@ from __future__ import annotations
 from pydantic import BaseModel, Field, field_validator
 
 from parley.api.schemas import NO_NUL
+from parley.live import CURSOR_PATTERN
 from parley.wire import ElsewhereView, MessageView, VersionsView
 
 
 class MessageList(BaseModel):
-    """The active path's messages; `elsewhere`: actions done on other versions of it."""
+    """The active path's messages; `elsewhere`: actions done on other versions of it;
+    `cursor`: where the session stream takes up from this read."""
 
     messages: list[MessageView]
     elsewhere: list[ElsewhereView] = Field(default_factory=list)
+    cursor: str = Field(
+        pattern=CURSOR_PATTERN,
+        description="the session stream's cursor as of this read (the same snapshot as its "
+        "messages): sent as the stream's first `Last-Event-ID`, it replays what came after",
+    )
 
 
 class EditMessageIn(BaseModel):

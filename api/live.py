@@ -106,18 +106,22 @@ class SessionStream:
     async def _begin(self, db: Db) -> None:
         """Where to start: the cursor's place (its turns checked as this session's), or the
         session as it stands, its open turns from their first event."""
-        if self._cursor is None:
-            start = await store_live.live_start(db, session_id=self._session_id, ended=_ENDED)
-            self._place.session_event_id = start.last_event_id
-            turns = dict.fromkeys(start.open_turns, 0)
-        else:
-            self._place.session_event_id = self._cursor.session_event_id
-            named = [turn_id for turn_id, _ in self._cursor.turns]
-            own = set(
-                await store_live.session_turns(db, session_id=self._session_id, turn_ids=named)
+        start = self._cursor
+        if start is not None:
+            named = [turn_id for turn_id, _ in start.turns]
+            found = await store_live.resume_start(db, session_id=self._session_id, turn_ids=named)
+            own = set(found.own_turns)
+            start = SessionCursor(
+                start.session_event_id, tuple((t, e) for t, e in start.turns if t in own)
             )
-            turns = {turn_id: after for turn_id, after in self._cursor.turns if turn_id in own}
-        for turn_id, after in turns.items():
+            # A session's counter only grows: a cursor ahead of it is none of this session's,
+            # read as no cursor (were it kept, the events up to it would be skipped).
+            if start.session_event_id > found.last_event_id:
+                start = None
+        if start is None:
+            start = await cursor_now(db, session_id=self._session_id)
+        self._place.session_event_id = start.session_event_id
+        for turn_id, after in start.turns:
             self._follow_turn(turn_id, after)
 
     def _follow_turn(self, turn_id: str, after: int) -> None:
@@ -188,6 +192,15 @@ class SessionStream:
             event=event.type,
             data=json.dumps(data.model_dump(mode="json"), separators=(",", ":")),
         )
+
+
+async def cursor_now(db: Db, *, session_id: str) -> SessionCursor:
+    """The session stream's cursor as `db`'s snapshot sees the session: its last event, and
+    its turns that have not ended from their first event (a turn's answer is in no transcript
+    until it ends). A transcript read gives it from the snapshot of its messages
+    (api/routes/sessions.py), so a stream resumed from it sends what came after the read."""
+    start = await store_live.live_start(db, session_id=session_id, ended=_ENDED)
+    return SessionCursor(start.last_event_id, tuple((turn_id, 0) for turn_id in start.open_turns))
 
 
 def _payload(row: store_live.SessionEventRow) -> BaseModel:

@@ -190,10 +190,27 @@ _START = """
 """
 
 
-async def session_turns(db: Db, *, session_id: str, turn_ids: list[str]) -> list[str]:
-    """Which of `turn_ids` are turns of the session (a cursor names no one else's)."""
+@dataclass(frozen=True)
+class ResumeStart:
+    """Where a stream with a cursor starts: the session's last event now, and which of the
+    turns the cursor names are the session's (a cursor names no one else's)."""
+
+    last_event_id: int
+    own_turns: list[str]
+
+
+async def resume_start(db: Db, *, session_id: str, turn_ids: list[str]) -> ResumeStart:
+    """One statement; a session that does not exist has nothing (its stream was refused)."""
     params = {"session_id": session_id, "turn_ids": turn_ids}
-    return [str(v) for v in await db.values(_OWN_TURNS, params)]
+    row = await db.row(_RESUME, params, ResumeStart)
+    return row if row is not None else ResumeStart(0, [])
 
 
-_OWN_TURNS = "SELECT id FROM turns WHERE session_id = %(session_id)s AND id = ANY(%(turn_ids)s)"
+_RESUME = """
+    SELECT s.last_event_id,
+        coalesce(array_agg(t.id) FILTER (WHERE t.id IS NOT NULL), '{}') AS own_turns
+    FROM sessions AS s
+    LEFT JOIN turns AS t ON t.session_id = s.id AND t.id = ANY(%(turn_ids)s)
+    WHERE s.id = %(session_id)s
+    GROUP BY s.last_event_id
+"""

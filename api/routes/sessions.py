@@ -12,6 +12,7 @@ from parley.api.branch_schemas import MessageList
 from parley.api.delivery import start_erasure_soon
 from parley.api.deps import AppSettings, CurrentUser, DbSession, Sessions, Temporal
 from parley.api.errors import answers
+from parley.api.live import cursor_now
 from parley.api.schemas import ForgottenOut, SessionDetail, SessionList, SessionOut
 from parley.dispatch.control import cancel_turn_workflow
 from parley.dispatch.summaries import ask_for_summary
@@ -116,7 +117,12 @@ async def list_messages(
 ) -> MessageList:
     """The conversation shown (its active branch's path): messages after `after_seq`, in seq
     order, each edited or regenerated one with its `versions`; `elsewhere`: actions done on
-    other versions of it."""
+    other versions of it; `cursor`: the session stream's `Last-Event-ID` to take up from this
+    read."""
+    # One snapshot for the messages and the cursor: what commits between two statements is in
+    # both or neither. The sign-in's reads before it are done with.
+    await db.rollback()
+    await db.repeatable_read()
     messages = await store_sessions.list_messages(
         db, owner=user, session_id=session_id, after_seq=after_seq, limit=limit
     )
@@ -127,8 +133,11 @@ async def list_messages(
         else m
         for m in messages
     ]
+    cursor = await cursor_now(db, session_id=session_id)
     return MessageList(
-        messages=shown, elsewhere=[ElsewhereView.model_validate(vars(e)) for e in elsewhere]
+        messages=shown,
+        elsewhere=[ElsewhereView.model_validate(vars(e)) for e in elsewhere],
+        cursor=str(cursor),
     )
 
 

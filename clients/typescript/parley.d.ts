@@ -894,7 +894,8 @@ export interface paths {
          * List Messages
          * @description The conversation shown (its active branch's path): messages after `after_seq`, in seq
          *     order, each edited or regenerated one with its `versions`; `elsewhere`: actions done on
-         *     other versions of it.
+         *     other versions of it; `cursor`: the session stream's `Last-Event-ID` to take up from this
+         *     read.
          */
         get: operations["list_messages_v1_sessions__session_id__messages_get"];
         put?: never;
@@ -2130,9 +2131,15 @@ export interface components {
         };
         /**
          * MessageList
-         * @description The active path's messages; `elsewhere`: actions done on other versions of it.
+         * @description The active path's messages; `elsewhere`: actions done on other versions of it;
+         *     `cursor`: where the session stream takes up from this read.
          */
         MessageList: {
+            /**
+             * Cursor
+             * @description the session stream's cursor as of this read (the same snapshot as its messages): sent as the stream's first `Last-Event-ID`, it replays what came after
+             */
+            cursor: string;
             /** Elsewhere */
             elsewhere?: components["schemas"]["ElsewhereView"][];
             /** Messages */

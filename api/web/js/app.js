@@ -197,7 +197,7 @@ async function openSession(sid) {
   const r = await request('GET', sessionPath(sid));
   if (gen !== S.openGen) return;
   if (!r.ok) return fail(r);
-  await syncMessages(0);
+  const cursor = await syncMessages(0);
   if (gen !== S.openGen) return;
   S.lastSeq = Math.max(S.lastSeq, r.data.last_seq || 0);
   followCase(sid, seen); // a person may hold it
@@ -209,7 +209,7 @@ async function openSession(sid) {
   else if (!followQueued()) offerRetry();
   // A card asked for again after its turn ended waits on its own.
   if (!active && r.data.pending_action) showConfirm(r.data.pending_action, resolveAction, renewAction);
-  goLive();
+  goLive(cursor);
 }
 
 async function deleteSession(sid) {
@@ -223,15 +223,18 @@ async function deleteSession(sid) {
 }
 
 // Draw the stored messages after `fromSeq` (paged); their status, times and badges are the
-// server's, replacing whatever streamed.
+// server's, replacing whatever streamed. Returns the session stream's cursor as of the first
+// page: what happened since comes on the stream (a later page's messages again, drawn once).
 async function syncMessages(fromSeq) {
   const sid = S.sid;
   let after = fromSeq;
+  let cursor = null;
   for (;;) {
     const r = await request('GET', sessionPath(sid, 'messages') + '?after_seq=' + after + '&limit=200');
     if (sid !== S.sid) return;
     if (!r.ok) return fail(r);
     const messages = r.data.messages || [];
+    if (cursor === null) cursor = r.data.cursor || null;
     const withFiles = new Set();
     showElsewhere(r.data.elsewhere);
     for (const m of messages) {
@@ -245,7 +248,7 @@ async function syncMessages(fromSeq) {
       after = m.seq;
     }
     withFiles.forEach((turnId) => T.attachArtifacts(turnId));
-    if (messages.length < 200) return;
+    if (messages.length < 200) return cursor;
   }
 }
 
@@ -387,10 +390,11 @@ function draw(turnId, id, type, d, fromScratch) {
 
 /* ---------- the session stream: other tabs and devices, live ---------- */
 
-function goLive() {
+// `cursor`: the transcript's, so that nothing done between its read and the stream is missed.
+function goLive(cursor) {
   if (!S.sid || S.live) return;
   const sid = S.sid;
-  S.live = followSession(sid, (type, d) => { if (sid === S.sid) onLive(type, d); });
+  S.live = followSession(sid, (type, d) => { if (sid === S.sid) onLive(type, d); }, cursor);
 }
 
 function stopLive() {

@@ -9,10 +9,11 @@ import { sseParser } from './stream.js';
 const RECONNECT_MS = [500, 1000, 2000, 4000];
 
 // `onFrame(type, data)` gets every frame but `ready`; the stream ends for good on a refusal
-// (the conversation is gone, or the sign-in is) and after `session_deleted`.
-export function followSession(sid, onFrame) {
+// (the conversation is gone, or the sign-in is) and after `session_deleted`. `from`: where
+// to take up on the first connection (the transcript's `cursor`), else from now.
+export function followSession(sid, onFrame, from) {
   const ctrl = new AbortController();
-  let cursor = null;
+  let cursor = from || null;
   (async () => {
     let failures = 0;
     while (!ctrl.signal.aborted) {
