@@ -1,15 +1,20 @@
 """Every tab live (issue 42, acceptance 7's second tab): the same customer has the
 conversation open on two devices. What is typed on one appears on the other with its answer
 streaming, a card shows on both, and confirmed on one it turns confirmed on the other at
-once; the follower's page stays accessible. At a phone's 390 px and on a desktop."""
+once; the follower's page stays accessible. At a phone's 390 px and on a desktop.
+
+A message sent while the other device is still opening the conversation (its transcript read,
+its session stream not yet connected) shows there too: the stream takes up where the
+transcript stopped (docs/api.md, Opening a conversation)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
 import pytest
-from playwright.async_api import Page, expect
+from playwright.async_api import Page, Route, expect
 
 from tests.support.webpage import (
     DESKTOP,
@@ -22,6 +27,9 @@ from tests.support.webpage import (
     sign_in,
     streamed_snapshots,
 )
+
+# An upper bound on waiting for the page to ask for its stream, not a target.
+CONNECT_TIMEOUT_S = 45
 
 
 async def open_conversation(page: Page, sid: str, *, phone: bool) -> None:
@@ -43,8 +51,8 @@ async def test_a_second_device_follows_the_conversation_live(
     phone = await open_tab(api_url, viewport)
     await sign_in(phone.page, "cust_2291")
     await open_conversation(phone.page, sid, phone=viewport == PHONE)
-    # Its session stream is open (its `ready` frame read) before the laptop types: it starts
-    # from now, so a message sent while it was still connecting would not show here.
+    # Its session stream is open (its `ready` frame read) before the laptop types, so that the
+    # answer is seen streaming here (one sent while it connects: the test below).
     await expect(phone.page.locator(f'html[data-live-session="{sid}"]')).to_have_count(1)
     await phone.page.evaluate(WATCH_STREAMING)
 
@@ -74,5 +82,40 @@ async def test_a_second_device_follows_the_conversation_live(
     await finished_answer(phone.page, "accepted")
     await finished_answer(laptop.page, "accepted")
     assert await serious_accessibility_violations(phone.page) == [], "follower after the send"
+    laptop.assert_clean()
+    phone.assert_clean()
+
+
+async def test_a_message_sent_while_the_other_device_opens_the_conversation_shows_there(
+    open_tab: Callable[..., Any], api_url: str
+) -> None:
+    laptop = await open_tab(api_url)
+    await sign_in(laptop.page, "cust_2291")
+    await send(laptop.page, "Where is my order?", reply_has="8472")
+    sid = await laptop.page.evaluate("sessionStorage.getItem('parley_session')")
+    phone = await open_tab(api_url)
+    await sign_in(phone.page, "cust_2291")
+    # The phone's session stream is held at its request: the page has read the transcript and
+    # is connecting when the laptop's message is sent and answered.
+    asked, release = asyncio.Event(), asyncio.Event()
+
+    async def connecting(route: Route) -> None:
+        asked.set()
+        await release.wait()
+        await route.continue_()
+
+    await phone.page.route(f"**/v1/sessions/{sid}/stream", connecting)
+    await open_conversation(phone.page, sid, phone=False)
+    await asyncio.wait_for(asked.wait(), CONNECT_TIMEOUT_S)
+    await send(laptop.page, "What about the refund?", reply_has="24.00")
+    release.set()
+
+    users = phone.page.locator("#transcript .msg-user")
+    await expect(users).to_have_count(2)
+    await expect(users.last.locator(".body")).to_have_text("What about the refund?")
+    refund = await finished_answer(phone.page, "24.00")
+    assert "8472" in refund
+    await expect(phone.page.locator("#transcript .msg-assistant")).to_have_count(2)
+    await expect(phone.page.locator(f'html[data-live-session="{sid}"]')).to_have_count(1)
     laptop.assert_clean()
     phone.assert_clean()
