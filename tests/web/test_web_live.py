@@ -3,9 +3,10 @@ conversation open on two devices. What is typed on one appears on the other with
 streaming, a card shows on both, and confirmed on one it turns confirmed on the other at
 once; the follower's page stays accessible. At a phone's 390 px and on a desktop.
 
-A message sent while the other device is still opening the conversation (its transcript read,
-its session stream not yet connected) shows there too: the stream takes up where the
-transcript stopped (docs/api.md, Opening a conversation)."""
+A message sent while the other device is still opening the conversation shows there too: sent
+between its transcript read and its stream's connection, the stream takes up where the
+transcript stopped (docs/api.md, Opening a conversation); sent between its read of the session
+and of the transcript, the turn the stream follows from its start is shown."""
 
 from __future__ import annotations
 
@@ -28,8 +29,21 @@ from tests.support.webpage import (
     streamed_snapshots,
 )
 
-# An upper bound on waiting for the page to ask for its stream, not a target.
-CONNECT_TIMEOUT_S = 45
+# An upper bound on waiting for the page to ask for what is held, not a target.
+ASKED_TIMEOUT_S = 45
+
+
+def held_until(release: asyncio.Event) -> tuple[asyncio.Event, Callable[[Route], Any]]:
+    """A route handler that holds the page's request until `release`, and the event set when
+    the page has asked."""
+    asked = asyncio.Event()
+
+    async def hold(route: Route) -> None:
+        asked.set()
+        await release.wait()
+        await route.continue_()
+
+    return asked, hold
 
 
 async def open_conversation(page: Page, sid: str, *, phone: bool) -> None:
@@ -97,16 +111,11 @@ async def test_a_message_sent_while_the_other_device_opens_the_conversation_show
     await sign_in(phone.page, "cust_2291")
     # The phone's session stream is held at its request: the page has read the transcript and
     # is connecting when the laptop's message is sent and answered.
-    asked, release = asyncio.Event(), asyncio.Event()
-
-    async def connecting(route: Route) -> None:
-        asked.set()
-        await release.wait()
-        await route.continue_()
-
+    release = asyncio.Event()
+    asked, connecting = held_until(release)
     await phone.page.route(f"**/v1/sessions/{sid}/stream", connecting)
     await open_conversation(phone.page, sid, phone=False)
-    await asyncio.wait_for(asked.wait(), CONNECT_TIMEOUT_S)
+    await asyncio.wait_for(asked.wait(), ASKED_TIMEOUT_S)
     await send(laptop.page, "What about the refund?", reply_has="24.00")
     release.set()
 
@@ -117,5 +126,39 @@ async def test_a_message_sent_while_the_other_device_opens_the_conversation_show
     assert "8472" in refund
     await expect(phone.page.locator("#transcript .msg-assistant")).to_have_count(2)
     await expect(phone.page.locator(f'html[data-live-session="{sid}"]')).to_have_count(1)
+    laptop.assert_clean()
+    phone.assert_clean()
+
+
+async def test_a_turn_begun_between_the_pages_reads_shows_there(
+    open_tab: Callable[..., Any], api_url: str
+) -> None:
+    laptop = await open_tab(api_url)
+    await sign_in(laptop.page, "cust_2291")
+    await send(laptop.page, "Where is my order?", reply_has="8472")
+    sid = await laptop.page.evaluate("sessionStorage.getItem('parley_session')")
+    phone = await open_tab(api_url)
+    await sign_in(phone.page, "cust_2291")
+    # The phone has read the session (no turn running) and asks for the transcript, which is
+    # held while the laptop's next turn begins and comes to rest on its card: the transcript
+    # has its message, no answer, and names the turn in its cursor.
+    release = asyncio.Event()
+    asked, reading = held_until(release)
+    await phone.page.route(f"**/v1/sessions/{sid}/messages?*", reading)
+    await phone.page.locator(f'#sessions li[data-sid="{sid}"] .session-open').click()
+    await asyncio.wait_for(asked.wait(), ASKED_TIMEOUT_S)
+    await laptop.page.locator("#input").fill("Can you email me?")
+    await laptop.page.locator("#input").press("Enter")
+    await expect(laptop.page.locator("#confirm-card")).to_be_visible()
+    release.set()
+
+    await expect(phone.page.locator("#transcript .msg-user")).to_have_count(2)
+    await expect(phone.page.locator("#confirm-card")).to_be_visible()
+    await expect(phone.page.locator("#confirm-card .summary")).to_have_text(
+        await laptop.page.locator("#confirm-card .summary").inner_text()
+    )
+    await phone.page.locator("#confirm-btn").click()
+    await finished_answer(phone.page, "accepted")
+    await finished_answer(laptop.page, "accepted")
     laptop.assert_clean()
     phone.assert_clean()

@@ -403,6 +403,7 @@ function stopLive() {
 }
 
 function onLive(type, d) {
+  if (type === 'ready') return liveReady(d.turns);
   if (type === 'message') return liveMessage(d.message);
   if (type === 'turn') return liveTurn(d.turn_id);
   if (type === 'branch_switched') return openSession(S.sid); // another version, as versions.js
@@ -423,6 +424,15 @@ function onLive(type, d) {
   if (own) return; // its own stream ends the turn in this tab
   if (terminal) afterTurn('terminal', null, S.openGen);
   else if (RESTING.has(type)) afterTurn('paused', null, S.openGen);
+}
+
+// The turns the stream follows: one this tab neither follows nor holds as queued started
+// between its reads of the session and of the transcript, and is shown from here.
+async function liveReady(turns) {
+  if (S.posting) await S.posting;
+  const waiting = S.queued && S.queued.turnId;
+  const open = (turns || []).find((t) => t !== waiting && !S.ended.has(t));
+  if (open && open !== S.turnId) adopt(open, S.lastSeq);
 }
 
 // A user's message from another tab or device (one of this tab's own is drawn from its POST's

@@ -8,9 +8,10 @@ import { sseParser } from './stream.js';
 
 const RECONNECT_MS = [500, 1000, 2000, 4000];
 
-// `onFrame(type, data)` gets every frame but `ready`; the stream ends for good on a refusal
-// (the conversation is gone, or the sign-in is) and after `session_deleted`. `from`: where
-// to take up on the first connection (the transcript's `cursor`), else from now.
+// `onFrame(type, data)` gets every frame (`ready` first on each connection); the stream ends
+// for good on a refusal (the conversation is gone, or the sign-in is) and after
+// `session_deleted`. `from`: where the first connection takes up (the transcript's `cursor`),
+// else from now.
 export function followSession(sid, onFrame, from) {
   const ctrl = new AbortController();
   let cursor = from || null;
@@ -40,13 +41,10 @@ export function followSession(sid, onFrame, from) {
     const parser = sseParser((id, type, raw) => {
       if (id !== null) cursor = id;
       live = true;
-      if (type === 'ready') {
-        // Following from here on: what another device does from now shows in this tab.
-        document.documentElement.dataset.liveSession = sid;
-        return;
-      }
       let data;
       try { data = JSON.parse(raw); } catch (_) { return; }
+      // Following from here on: what another device does from now shows in this tab.
+      if (type === 'ready') document.documentElement.dataset.liveSession = sid;
       if (type === 'session_deleted') ended = true;
       onFrame(type, data);
     });
