@@ -80,7 +80,7 @@ from parley.store.context import (
     session_memory,
     window_messages,
 )
-from parley.store.db import Database, Db, connect
+from parley.store.db import Database, Db, StoreError, connect
 from parley.store.steps import CallRow
 from parley.store.turns.reads import TurnFacts
 from parley.tenancy import TenantConfig
@@ -225,11 +225,23 @@ class ContextBuilder:
         session (slots, a warning); when it used none (a plain step), alone on the build's
         `Db`, in autocommit: no `BEGIN` and `COMMIT` round trips around it."""
         conn, db = on
-        if db.in_transaction():
-            written = await steps.insert_call(db, **call)
-            await db.commit()
-            return written
-        return await steps.insert_call(conn, **call)
+        try:
+            if db.in_transaction():
+                written = await steps.insert_call(db, **call)
+                await db.commit()
+                return written
+            return await steps.insert_call(conn, **call)
+        except StoreError as exc:
+            # Another build of the step stored it first (a turn's early build on the worker
+            # that claimed it, racing a first step that runs on another): the first one
+            # stored is the step's request, and a read is all this one costs, not a retry.
+            if not steps.step_taken(exc):
+                raise
+            await db.rollback()
+            stored = await steps.step_call(conn, turn_id=call["turn_id"], step=call["step"])
+            if stored is None:
+                raise
+            return stored
 
     async def _tools(
         self, db: Db, read: BuildRows, tenant: TenantConfig, *, reanswer: bool

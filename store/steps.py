@@ -67,6 +67,17 @@ async def step_call(conn: Db, *, turn_id: str, step: int) -> CallRow | None:
     return await conn.row(_STEP_CALL, {"turn_id": turn_id, "step": step}, CallRow)
 
 
+# One model call per turn step (migration 0002's `uq_model_calls_turn_step`).
+_ONE_CALL_PER_STEP = "uq_model_calls_turn_step"
+
+
+def step_taken(exc: BaseException) -> bool:
+    """Whether a store error says the step's model call was already stored (by another
+    build of the same step)."""
+    diag = getattr(getattr(exc, "orig", None), "diag", None)
+    return getattr(diag, "constraint_name", None) == _ONE_CALL_PER_STEP
+
+
 async def get_tool_call(db: Db, *, call_id: str) -> ToolCallRow | None:
     """The tool call as it stands now, on a `Db` or in a session's transaction."""
     return await db.row(_TOOL_CALL, {"id": call_id}, ToolCallRow)

@@ -6,19 +6,24 @@ still started by the outbox sweep, and answered once."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from datetime import timedelta
 
+import httpx
 from sqlalchemy import select
 from temporalio.client import Client
 
+from parley.activities.context import ContextBuilder
 from parley.config import Settings
+from parley.contracts import BuildContextInput
 from parley.dispatch.outbox import sweep_once
 from parley.store import posting
 from parley.store.context import read_for_build
 from parley.store.db import Database, connect
 from parley.store.identity import Identity
 from parley.store.models import Message, ModelCall, TraceSpan, Turn
+from parley.worker import build_northwind
 from tests.support.client import ParleyClient
 from tests.support.orm import orm
 from tests.support.stack import LIFTED_LIMITS
@@ -26,6 +31,23 @@ from tests.support.toolkit import eventually, wait_for_stored_state
 
 PRIYA = Identity(tenant_id="northwind", user_id="cust_2291", roles=())
 PLAIN = "Thanks, that helps."  # one model step, no tools
+
+
+async def unstarted_turn(sessions: Database, sid: str) -> str:
+    """A plain turn committed without a ring: nobody claims it, nothing starts it."""
+    async with sessions() as db:
+        posted = await posting.post_user_message(
+            db,
+            owner=PRIYA,
+            session_id=sid,
+            client_message_id=f"early-{time.monotonic_ns()}",
+            text=PLAIN,
+            expected_last_seq=None,
+            limits=LIFTED_LIMITS,
+        )
+        await db.commit()
+    assert posted.turn is not None
+    return posted.turn.id
 
 
 async def spans_of(sessions: Database, turn_id: str) -> list[TraceSpan]:
@@ -63,20 +85,7 @@ async def test_a_posted_turn_s_build_runs_before_its_first_step_which_builds_not
 async def test_a_turn_whose_claimer_began_its_build_and_died_is_started_by_the_sweep(
     priya: ParleyClient, sessions: Database, temporal_client: Client, settings: Settings
 ) -> None:
-    sid = await priya.new_session()
-    async with sessions() as db:  # committed without a ring: nobody claims it
-        posted = await posting.post_user_message(
-            db,
-            owner=PRIYA,
-            session_id=sid,
-            client_message_id=f"early-{time.monotonic_ns()}",
-            text=PLAIN,
-            expected_last_seq=None,
-            limits=LIFTED_LIMITS,
-        )
-        await db.commit()
-    assert posted.turn is not None
-    turn_id = posted.turn.id
+    turn_id = await unstarted_turn(sessions, await priya.new_session())
     # What an early build does first (its read moves the turn), then its worker is gone.
     async with connect(sessions) as conn:
         read = await read_for_build(conn, turn_id, 0, move=True, recent_turns=3)
@@ -97,3 +106,23 @@ async def test_a_turn_whose_claimer_began_its_build_and_died_is_started_by_the_s
         calls = list(await db.scalars(select(ModelCall).where(ModelCall.turn_id == turn_id)))
     assert len(answers) == 1 and answers[0].status == "complete"
     assert len(calls) == 1  # built once: by the step, the early build having stored nothing
+
+
+async def test_two_builds_of_one_step_store_one_request_and_both_answer_with_it(
+    priya: ParleyClient, sessions: Database, settings: Settings
+) -> None:
+    """The early build on the claiming worker and a first step on another (its eager start
+    refused) may build the same step at once: the second finds the first's request, a read,
+    where it used to fail its attempt on the step's unique call and wait for a retry."""
+    turn_id = await unstarted_turn(sessions, await priya.new_session())
+    async with httpx.AsyncClient() as http:
+        northwind = build_northwind(settings, http, time.monotonic)
+        builders = [
+            ContextBuilder(sessions=sessions, settings=settings, northwind=northwind)
+            for _ in range(2)
+        ]
+        built = await asyncio.gather(*(b.build(BuildContextInput(turn_id)) for b in builders))
+    assert built[0].model_call_id == built[1].model_call_id
+    async with orm(sessions) as db:
+        calls = list(await db.scalars(select(ModelCall.id).where(ModelCall.turn_id == turn_id)))
+    assert calls == [built[0].model_call_id]
