@@ -118,13 +118,7 @@ class ContextBuilder:
 
     async def build(self, inp: BuildContextInput) -> BuildContextResult:
         async with connect(self._sessions) as conn, self._sessions() as db:
-            read = await read_for_build(
-                conn,
-                inp.turn_id,
-                inp.step,
-                move=inp.step == 0,
-                recent_turns=self._settings.context_tool_result_age_turns,
-            )
+            read = await self._read(conn, inp)
             tracing.owners_read(session_id=read.turn.session_id, tenant_id=read.turn.tenant_id)
             if self._asked is not None and inp.step == 0:
                 self._asked.give(inp.turn_id, None if read.message is None else read.message.text)
@@ -134,9 +128,6 @@ class ContextBuilder:
             if read.packed is not None:
                 call_id, provider = read.packed
                 return BuildContextResult(call_id, provider == "resolver")
-            to = TurnState.building_context
-            if inp.step == 0 and not read.moved and turns.may_move(read.turn, to=to):
-                raise TurnChanged(f"turn {inp.turn_id} changed while its build read it")
             turn, facts, message = read.turn, read.facts, read.message
             pinned = await consented_memory.remember_validated(
                 db, turn, self._settings, step=inp.step, message=message
@@ -158,6 +149,22 @@ class ContextBuilder:
                 pinned=pinned,
             )
             return BuildContextResult(call.id, steer_seq=_steer_of_turn(read))
+
+    async def _read(self, conn: Db, inp: BuildContextInput) -> BuildRows:
+        """The build's rows; at step 0 the turn enters `building_context` with the read. A
+        read whose snapshot predates another build's move of the turn (a turn's early build
+        racing its first step on another worker) is read again; a turn that changed otherwise
+        refuses the build (`TurnChanged`: the step is retried)."""
+        ages = self._settings.context_tool_result_age_turns
+        first = inp.step == 0
+        read = await read_for_build(conn, inp.turn_id, inp.step, move=first, recent_turns=ages)
+        if not first or read.moved or read.packed is not None:
+            return read
+        if turns.may_move(read.turn, to=TurnState.building_context):
+            read = await read_for_build(conn, inp.turn_id, 0, move=False, recent_turns=ages)
+            if read.packed is None and turns.may_move(read.turn, to=TurnState.building_context):
+                raise TurnChanged(f"turn {inp.turn_id} changed while its build read it")
+        return read
 
     async def _pack_request(
         self,

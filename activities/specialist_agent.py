@@ -48,7 +48,7 @@ from parley.returns_agent import (
 )
 from parley.screens import Screen
 from parley.statuses import FinishReason, ToolCallStatus
-from parley.store import steps, turns
+from parley.store import agent_steps, steps, turns
 from parley.store.db import Database, connect
 from parley.store.steps import CallRow, ForAttempt
 from parley.wire import Option
@@ -122,7 +122,7 @@ class SpecialistAgentActivities:
             assert asked_by is not None
             order_id = str((delegated.arguments or {}).get("order_id", ""))
             message = await steps.question(db, turn_id=inp.turn_id) or ""
-            past = await steps.agent_steps(
+            past = await agent_steps.agent_steps(
                 db,
                 turn_id=inp.turn_id,
                 first_step=AGENT_STEP_BASE,
@@ -293,7 +293,7 @@ class SpecialistAgentActivities:
         status: ToolCallStatus = ToolCallStatus.ok,
     ) -> None:
         async with self._sessions() as db:
-            await steps.record_agent_result(
+            await agent_steps.record_agent_result(
                 db,
                 turn_id=inp.turn_id,
                 model_call_id=inp.model_call_id,
@@ -313,7 +313,7 @@ class SpecialistAgentActivities:
     async def _chosen(self, turn_id: str) -> set[str]:
         """The option values the user chose in the specialist's questions."""
         async with self._sessions() as db:
-            past = await steps.agent_steps(
+            past = await agent_steps.agent_steps(
                 db, turn_id=turn_id, first_step=AGENT_STEP_BASE, before_step=AGENT_STEP_BASE * 2
             )
         chosen = set()
