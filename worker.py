@@ -350,12 +350,14 @@ POOL_RESERVE = 4
 
 def worker_pool(settings: Settings) -> dict[str, int]:
     """The worker engine's pool: a connection for every activity slot, so steps never queue
-    behind the pool (Temporal queues the rest, where another worker can take them). A step
+    behind the pool (Temporal queues the rest, where another worker can take them), and those
+    of the first builds begun early (activities/early_build.py `AT_ONCE`). A step
     holds one only for its statements: a streaming step's frames go through the worker's
     writer (activities/frame_writer.py), so the pool is what a worker may use at once, not
     what its open streams hold."""
+    early = EarlyBuilds.AT_ONCE * EarlyBuilds.CONNECTIONS_EACH if settings.early_build else 0
     return {
-        "pool_size": settings.worker_max_activities + POOL_RESERVE,
+        "pool_size": settings.worker_max_activities + POOL_RESERVE + early,
         "max_overflow": POOL_RESERVE,
     }
 

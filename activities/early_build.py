@@ -12,7 +12,10 @@ Only a shortcut, like the input screen's handover (activities/handover.py): the 
 same one, idempotent, and it stores its result. A step that finds nothing begun here (the
 task went to another worker, the start failed, the build failed or this is a retry) builds
 for itself, which finds the request already packed when the early build stored it: a read,
-not a second build. A result nobody takes is dropped after `KEEP_S`.
+not a second build. A result nobody takes is dropped after `KEEP_S`. At most `AT_ONCE`
+builds run early at a time, whatever the rings: the worker's pool holds connections for them
+beside one per activity slot (worker.py `worker_pool`), so that a burst of posts never makes
+the steps wait for a connection; a turn rung past that builds in its step, as before.
 
 The early build moves the turn to `building_context` before its workflow may have started;
 the outbox sweep starts an unstarted turn in either state (store/outbox.py).
@@ -61,10 +64,15 @@ class EarlyBuilds:
 
     # How long a begun build waits for its turn's step before it is dropped (stored anyway).
     KEEP_S = 30.0
+    # Builds begun early that may run at once, and the pooled connections each may hold (the
+    # build's reads, its writes, the knowledge search beside them).
+    AT_ONCE = 4
+    CONNECTIONS_EACH = 3
 
     def __init__(self) -> None:
         self._build: Build | None = None
         self._begun: dict[str, Begun] = {}
+        self._running = 0
 
     def attach(self, build: Build) -> None:
         """The worker's context build (activities/context.py); none attached, none begun."""
@@ -72,11 +80,12 @@ class EarlyBuilds:
 
     def begin(self, turn_id: str) -> None:
         """Begin the turn's first build now, beside its start."""
-        if self._build is None or turn_id in self._begun:
+        if self._build is None or turn_id in self._begun or self._running >= self.AT_ONCE:
             return
         record = tracing.Detached()
         task = asyncio.create_task(self._run(self._build, turn_id, record))
-        task.add_done_callback(_quiet)
+        self._running += 1
+        task.add_done_callback(self._ended)
         begun = self._begun[turn_id] = Begun(task, record)
         asyncio.get_running_loop().call_later(self.KEEP_S, self._drop, turn_id, begun)
 
@@ -96,8 +105,11 @@ class EarlyBuilds:
         if self._begun.get(turn_id) is begun:
             del self._begun[turn_id]
 
-
-def _quiet(task: asyncio.Task[BuildContextResult]) -> None:
-    """An early build's failure is read here (its step builds again and reports its own)."""
-    if not task.cancelled() and task.exception() is not None:
-        log.info("an early context build failed; its step builds for itself: %r", task.exception())
+    def _ended(self, task: asyncio.Task[BuildContextResult]) -> None:
+        """One early build fewer; its failure is read here (its step builds again and
+        reports its own)."""
+        self._running -= 1
+        if not task.cancelled() and task.exception() is not None:
+            log.info(
+                "an early context build failed; its step builds for itself: %r", task.exception()
+            )

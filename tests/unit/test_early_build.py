@@ -150,3 +150,23 @@ def test_the_early_build_s_span_and_owners_become_the_step_s() -> None:
         tracing._part_keeper.reset(keeper)
     assert kept == [("build_context", "ok", {"recall": "skipped"}, True)]
     assert told == [("ses_1", "northwind")]
+
+
+async def test_a_burst_of_rings_begins_no_more_than_its_share_of_the_pool() -> None:
+    """Past `AT_ONCE` early builds under way, a ring begins none: that turn's step builds,
+    and the pool the worker sized for them is never outgrown by a burst of posts."""
+    build = EarlyBuild()
+    step, parts, early = opening_with(build)
+    rung = [f"trn_{n}" for n in range(EarlyBuilds.AT_ONCE + 2)]
+    for turn_id in rung:
+        early.begin(turn_id)
+    await asyncio.sleep(0)
+    assert len(build.asked) == EarlyBuilds.AT_ONCE
+    build.release.set()
+    await step.open_step(OpenStepInput(rung[-1]))
+    assert parts.called == ["mc_step_0"]  # past the share: built by its step
+    await step.open_step(OpenStepInput(rung[0]))
+    assert parts.called[-1] == "mc_early"
+    early.begin("trn_later")  # the builds that ended gave their places back
+    await asyncio.sleep(0)
+    assert build.asked[-1] == BuildContextInput("trn_later")
