@@ -1,8 +1,7 @@
 """Engines, units of work and the one way statements are sent.
 
-SQLAlchemy's engine is the pool (and alembic's, for migrations); it wants
-`postgresql+psycopg://…`, psycopg's own LISTEN connection a plain libpq URL. Both come from
-the one `DATABASE_URL`.
+SQLAlchemy's engine is the pool (and alembic's, for migrations); its URL and psycopg's own
+come from the one `DATABASE_URL` (store/urls.py).
 
 Every statement of store/ goes the same way: through a `Db`, on psycopg's own connection taken
 from that pool, written in psycopg's form (`%(name)s`) as a named statement of the module
@@ -47,23 +46,15 @@ from sqlalchemy import event, exc
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
+from parley.store.urls import libpq_url as libpq_url
+from parley.store.urls import sqlalchemy_url as sqlalchemy_url
+
 # What callers outside store/ name: a unit of work (repository functions take it as `db`),
 # where units of work come from (`Database`, below), and an engine. Callers never import
 # SQLAlchemy or psycopg themselves (tests/unit/test_layout.py).
 Engine: TypeAlias = AsyncEngine
 # What a statement the database refused, or could not run, raises.
 StoreError = SQLAlchemyError
-
-
-def sqlalchemy_url(url: str) -> str:
-    for prefix in ("postgresql+psycopg://", "postgresql://", "postgres://"):
-        if url.startswith(prefix):
-            return "postgresql+psycopg://" + url[len(prefix) :]
-    raise ValueError("DATABASE_URL must be a postgresql:// URL")
-
-
-def libpq_url(url: str) -> str:
-    return "postgresql://" + sqlalchemy_url(url).removeprefix("postgresql+psycopg://")
 
 
 def create_engine(url: str, *, pool_size: int = 10, max_overflow: int = 20) -> AsyncEngine:
@@ -95,6 +86,13 @@ def create_socket_checked_engine(
 _AUTOCOMMIT_ENGINES: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
+# psycopg prepares a statement at its second run on a connection (its default: the sixth),
+# and the pool hands out the connection given back last: after a burst, the next turns run
+# on a few connections, where their statements are prepared (planning the big reads costs
+# PostgreSQL more than running them), not in turn on each one the burst opened.
+PREPARE_THRESHOLD = 1
+
+
 def _engine(
     url: str, *, pool_size: int, max_overflow: int, pre_ping: bool, **options: Any
 ) -> AsyncEngine:
@@ -103,6 +101,8 @@ def _engine(
         pool_size=pool_size,
         max_overflow=max_overflow,
         pool_pre_ping=pre_ping,
+        pool_use_lifo=True,
+        connect_args={"prepare_threshold": PREPARE_THRESHOLD},
         # Errors must not carry statement parameters (message text, addresses) into logs or
         # into Temporal history as activity failures.
         hide_parameters=True,

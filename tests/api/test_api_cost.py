@@ -8,7 +8,7 @@ from sqlalchemy import text
 
 from parley.config import Settings
 from parley.gateway.demo import DemoModel
-from parley.store.db import Database, on_statement_sent
+from parley.store.db import Database, on_statement_sent, on_transaction_sent
 from tests.support.orm import orm
 from tests.support.stack import api_in_process
 from tests.support.toolkit import eventually
@@ -21,6 +21,7 @@ from tests.support.toolkit import eventually
 # round trip. 14 before the POST sent its statements together, 9 before the worker that
 # starts the turn marked its start instead of the API (2026-12-06).
 STATEMENTS_PER_TURN = 8
+TRANSACTIONS_PER_TURN = 2
 
 # A new turn's POST in round trips to PostgreSQL before its answer: the token (with the unit
 # of work's `BEGIN`), the session's lock with the reads it orders (the earlier post, the
@@ -48,6 +49,8 @@ async def test_a_turn_costs_the_api_a_fixed_number_of_statements(
 
         # Through SQLAlchemy or on psycopg's connection from the same pool (`store.db.Db`).
         stops = [on_statement_sent(engine, count) for engine in app.state.engines]
+        transactions: list[str] = []
+        stops += [on_transaction_sent(engine, transactions.append) for engine in app.state.engines]
         turn_id, events = await client.turn(session_id, "Tell me about yourself, please.")
         assert events[-1].type == "done"
 
@@ -62,6 +65,10 @@ async def test_a_turn_costs_the_api_a_fixed_number_of_statements(
         for stop in stops:
             stop()
     assert len(sent) <= STATEMENTS_PER_TURN, "\n".join(sent)
+    # The POST's unit of work and the stream's lease; nothing rolled back (a rollback also
+    # drops the connection's prepared statements: store/db.py).
+    print(f"a turn in the API: {transactions}")
+    assert transactions == ["BEGIN", "COMMIT"] * TRANSACTIONS_PER_TURN, transactions
 
 
 async def test_a_new_turns_post_takes_a_fixed_number_of_round_trips(

@@ -317,3 +317,47 @@ async def test_an_autocommit_engines_units_of_work_take_its_connections_as_they_
 
 
 _XACT = "SELECT pg_current_xact_id()::text"
+
+
+# Whether this very statement runs prepared: psycopg prepares it under a name of its own, and
+# PostgreSQL lists the connection's prepared statements with their text.
+PREPARED = """
+    SELECT count(*) > 0 FROM pg_prepared_statements WHERE strpos(statement, %(me)s) > 0
+"""
+
+
+async def test_after_a_burst_units_of_work_share_a_connection_that_prepares_statements(
+    database_url: str,
+) -> None:
+    """Planning the hot path's big statements costs PostgreSQL more than running them: a
+    statement is prepared on its connection at its second run there, and after a burst of
+    concurrent work (which opens many connections) the next units of work, one at a time,
+    take the connection given back last, so their statements run prepared. Handed out in
+    turn, each would have run once on every connection of the burst first."""
+    burst = 8
+    engine = create_socket_checked_engine(database_url, pool_size=burst, max_overflow=0)
+    sessions = Database(engine)
+    holding, all_held = 0, asyncio.Event()
+
+    async def busy() -> int:
+        nonlocal holding
+        async with connect(sessions) as db:
+            pid = int(await db.value(PID, {}))
+            holding += 1
+            if holding == burst:
+                all_held.set()
+            await all_held.wait()  # every connection of the pool held at once
+            return pid
+
+    try:
+        assert len(set(await asyncio.gather(*(busy() for _ in range(burst))))) == burst
+        pids, prepared = set(), []
+        for _ in range(4):
+            async with connect(sessions) as db:
+                pids.add(await db.value(PID, {}))
+                prepared.append(await db.value(PREPARED, {"me": "pg_prepared_statements WHERE"}))
+        assert len(pids) == 1, pids
+        # Not prepared at its first run on the connection; prepared from its second on.
+        assert prepared == [False, True, True, True]
+    finally:
+        await engine.dispose()
