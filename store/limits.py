@@ -286,21 +286,30 @@ async def take_stream_lease(
 ) -> str | None:
     """A lease for one more open stream of the user's turn `turn` (session id, turn id; no
     turn id: the session's own stream), or None at the limit; LookupError when the turn (or
-    the session) is not theirs. In the caller's unit of work: one statement finds the
-    owner's turn and takes the user's lock, then one forgets the user's lapsed leases and
-    takes the new one if the live ones leave room."""
+    the session) is not theirs. In the caller's unit of work, in one round trip: one
+    statement finds the owner's turn and takes the user's lock, then one (which sees what
+    committed before that lock was taken) forgets the user's lapsed leases and takes the new
+    one if the live ones leave room. For a turn not theirs no lock is taken, and a lease the
+    second statement took goes with the unit of work, which the caller does not commit."""
     session_id, turn_id = turn
     who = {"tenant_id": owner.tenant_id, "user_id": owner.user_id}
     params = {"turn_id": turn_id, "session_id": session_id}
     key = {"lock_key": locks.user_streams(owner)}
     found = _LOCK_FOR_TURN if turn_id is not None else _LOCK_FOR_SESSION
-    if await conn.value(found, params | who | key) is None:
-        raise LookupError(turn_id or session_id)
     lease_id = new_id("lse")
     following = session_id if turn_id is None else None  # a session stream watches its turns
     asked = {"id": lease_id, "limit": limit, "lease_s": lease_s, "following": following}
-    taken = await conn.value(_TAKE_LEASE, who | asked)
-    return lease_id if taken is not None else None
+    async with conn.together():
+        locked = await conn.send_made(found, params | who | key, _a_row)
+        taken = await conn.send_made(_TAKE_LEASE, who | asked, _a_row)
+    if await locked.row() is None:
+        raise LookupError(turn_id or session_id)
+    return lease_id if await taken.row() is not None else None
+
+
+def _a_row(**_columns: object) -> bool:
+    """That the statement returned a row, whatever its columns."""
+    return True
 
 
 async def take_case_stream_lease(

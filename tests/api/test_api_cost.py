@@ -16,11 +16,12 @@ from tests.support.toolkit import eventually
 # POST: the token; the session's lock, the earlier post and the session's turns with the
 # user's lock, and the running turns with the tenant, sent together; the counters (in a
 # savepoint) with the message, its turn and `received` event (and the outbox's ring), sent
-# together. Stream: the token, the turn with the user's stream lock, the lease, the first read
-# with the viewer, the lease's end. Statements sent together (`Db.together`) count as one: one
-# round trip. 14 before the POST sent its statements together, 9 before the worker that
-# starts the turn marked its start instead of the API (2026-12-06).
-STATEMENTS_PER_TURN = 8
+# together. Stream: the token, the turn with the user's stream lock and the lease sent
+# together, the first read with the viewer, the lease's end. Statements sent together
+# (`Db.together`) count as one: one round trip. 14 before the POST sent its statements
+# together, 9 before the worker that starts the turn marked its start instead of the API
+# (2026-12-06), 8 before the stream's lock and lease went in one round trip (2026-12-07).
+STATEMENTS_PER_TURN = 7
 TRANSACTIONS_PER_TURN = 2
 
 # A new turn's POST in round trips to PostgreSQL before its answer: the token (with the unit

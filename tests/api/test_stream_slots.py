@@ -11,6 +11,7 @@ from starlette.types import Message
 
 from parley.config import Settings
 from parley.store.db import Database
+from tests.support.client import ParleyClient
 from tests.support.orm import orm
 from tests.support.stack import api_in_process
 from tests.support.toolkit import eventually
@@ -63,3 +64,22 @@ async def test_a_stream_whose_headers_never_went_out_gives_its_slot_back(
             return await leases(sessions) == before
 
         await eventually(given_back, timeout=10, what="the stream's lease is dropped")
+
+
+async def test_a_stream_of_someone_elses_turn_is_not_found_and_takes_no_slot(
+    settings: Settings, tokens: dict[str, str], sessions: Database
+) -> None:
+    """The stream's owner check and its slot go to the database together (one round trip):
+    a turn that is not the caller's is a 404, and the slot its second statement may have
+    taken is not kept."""
+    async with api_in_process(settings, tokens["marco"]) as (app, client):
+        session_id = await client.new_session()
+        events_url = (await client.post(session_id, "Hello")).json()["events_url"]
+        before = await leases(sessions)
+        other = ParleyClient(str(client.http.base_url), tokens["priya"])
+        try:
+            response = await other.http.get(events_url)
+        finally:
+            await other.aclose()
+        assert response.status_code == 404, response.text
+        assert await leases(sessions) == before
