@@ -1,7 +1,7 @@
 """Engines, units of work and the one way statements are sent.
 
 SQLAlchemy's engine is the pool (and alembic's, for migrations); its URL and psycopg's own
-come from the one `DATABASE_URL` (store/urls.py).
+come from the one `DATABASE_URL` (store/postgres.py, with every connection's options).
 
 Every statement of store/ goes the same way: through a `Db`, on psycopg's own connection taken
 from that pool, written in psycopg's form (`%(name)s`) as a named statement of the module
@@ -42,12 +42,13 @@ from typing import Any, Generic, TypeAlias, TypeVar
 import psycopg
 from psycopg import pq
 from psycopg.rows import BaseRowFactory, class_row, kwargs_row, tuple_row
-from sqlalchemy import event, exc
+from sqlalchemy import event, exc, make_url
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from parley.store.urls import libpq_url as libpq_url
-from parley.store.urls import sqlalchemy_url as sqlalchemy_url
+from parley.store.postgres import CONNECTION_OPTIONS
+from parley.store.postgres import libpq_url as libpq_url
+from parley.store.postgres import sqlalchemy_url as sqlalchemy_url
 
 # What callers outside store/ name: a unit of work (repository functions take it as `db`),
 # where units of work come from (`Database`, below), and an engine. Callers never import
@@ -86,23 +87,17 @@ def create_socket_checked_engine(
 _AUTOCOMMIT_ENGINES: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
-# psycopg prepares a statement at its second run on a connection (its default: the sixth),
-# and the pool hands out the connection given back last: after a burst, the next turns run
-# on a few connections, where their statements are prepared (planning the big reads costs
-# PostgreSQL more than running them), not in turn on each one the burst opened.
-PREPARE_THRESHOLD = 1
-
-
 def _engine(
     url: str, *, pool_size: int, max_overflow: int, pre_ping: bool, **options: Any
 ) -> AsyncEngine:
+    given = make_url(sqlalchemy_url(url)).query  # options the URL sets itself stay its own
     return create_async_engine(
         sqlalchemy_url(url),
         pool_size=pool_size,
         max_overflow=max_overflow,
         pool_pre_ping=pre_ping,
-        pool_use_lifo=True,
-        connect_args={"prepare_threshold": PREPARE_THRESHOLD},
+        pool_use_lifo=True,  # the connection given back last: store/postgres.py
+        connect_args={k: v for k, v in CONNECTION_OPTIONS.items() if k not in given},
         # Errors must not carry statement parameters (message text, addresses) into logs or
         # into Temporal history as activity failures.
         hide_parameters=True,

@@ -361,3 +361,26 @@ async def test_after_a_burst_units_of_work_share_a_connection_that_prepares_stat
         assert prepared == [False, True, True, True]
     finally:
         await engine.dispose()
+
+
+@pytest.mark.parametrize(("asked", "idle"), [(None, "60"), ("keepalives_idle=5", "5")])
+async def test_pooled_connections_send_keepalives_unless_the_url_sets_its_own(
+    database_url: str, asked: str | None, idle: str
+) -> None:
+    """The pool hands out the connection given back last, so the ones at its bottom may sit
+    idle for long: after a minute of silence TCP keepalives probe them, so one a network cut
+    dropped without a word is found (and thrown away at checkout) rather than a statement
+    hanging on it. A URL that sets its own is kept."""
+    url = (
+        database_url
+        if asked is None
+        else f"{database_url}{'&' if '?' in database_url else '?'}{asked}"
+    )
+    engine = create_socket_checked_engine(url, pool_size=1, max_overflow=0)
+    try:
+        async with engine.connect() as connection:
+            raw = await connection.get_raw_connection()
+            parameters = raw.driver_connection.info.get_parameters()
+        assert parameters.get("keepalives_idle") == idle, parameters
+    finally:
+        await engine.dispose()
