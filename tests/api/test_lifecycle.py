@@ -33,17 +33,18 @@ from parley.dispatch.outbox import Starts, sweep_once, sweep_tick
 from parley.errors import TurnFinished
 from parley.ids import tool_call_row_id
 from parley.statuses import Decision
-from parley.store import actions, locks, outbox, posting, turns
+from parley.store import actions, locks, outbox, turns
 from parley.store.db import Database, on_transaction_sent
 from parley.store.identity import Identity
 from parley.store.models import Action, Handoff, Message, ModelCall, ToolCall, Turn, TurnEvent
 from tests.support.client import ParleyClient
 from tests.support.orm import orm
-from tests.support.stack import LIFTED_LIMITS, serve
+from tests.support.stack import serve
 from tests.support.toolkit import (
     counted_sessions,
     emails,
     eventually,
+    post_unstarted,
     propose,
     wait_for_stored_state,
     wait_for_view_state,
@@ -161,19 +162,9 @@ async def unstarted_turn(sessions: Database, priya: ParleyClient, text: str) -> 
     sid = await priya.new_session()
     await priya.turn(sid, "Where is my order?")
     async with sessions() as db:
-        posted = await posting.post_user_message(
-            db,
-            owner=PRIYA,
-            session_id=sid,
-            client_message_id=f"race-{time.monotonic_ns()}",
-            text=text,
-            expected_last_seq=None,
-            # Priya posts hundreds of turns a minute across the suite; the limits have their
-            # own tests (test_limits.py).
-            limits=LIFTED_LIMITS,
-        )
-        await db.commit()
-        return posted.turn.id
+        posted = await post_unstarted(db, owner=PRIYA, text=text, session_id=sid, for_sweep=True)
+    assert posted.turn is not None
+    return posted.turn.id
 
 
 @pytest.mark.parametrize("order", ["cancel_first", "sweep_first", "together"])

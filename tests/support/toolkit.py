@@ -245,11 +245,12 @@ async def counted_sessions(
 
 
 async def post_unstarted(
-    db: Db, *, owner: Identity, text: str, session_id: str | None = None
+    db: Db, *, owner: Identity, text: str, session_id: str | None = None, for_sweep: bool = False
 ) -> PostedMessage:
     """A message posted through the POST pipeline (in a new session of `owner`'s unless one
     is named) whose turn no workflow runs: its start outbox row is marked started, so the
-    worker's sweep leaves the turn to the test. Committed."""
+    worker's sweep leaves the turn to the test; `for_sweep`, left unstarted and unrung (as
+    when the API or the claiming worker died), for the outbox sweep. Committed."""
     if session_id is None:
         session_id = (await create_session(db, owner=owner)).id
     posted = await posting.post_user_message(
@@ -262,6 +263,7 @@ async def post_unstarted(
         limits=LIFTED_LIMITS,
     )
     assert posted.turn is not None  # no hand-off holds a test's session
-    await outbox.mark_workflow_started(db, turn_id=posted.turn.id)
+    if not for_sweep:
+        await outbox.mark_workflow_started(db, turn_id=posted.turn.id)
     await db.commit()
     return posted

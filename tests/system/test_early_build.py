@@ -18,7 +18,6 @@ from parley.activities.context import ContextBuilder
 from parley.config import Settings
 from parley.contracts import BuildContextInput
 from parley.dispatch.outbox import sweep_once
-from parley.store import posting
 from parley.store.context import read_for_build
 from parley.store.db import Database, connect
 from parley.store.identity import Identity
@@ -26,8 +25,7 @@ from parley.store.models import Message, ModelCall, TraceSpan, Turn
 from parley.worker import build_northwind
 from tests.support.client import ParleyClient
 from tests.support.orm import orm
-from tests.support.stack import LIFTED_LIMITS
-from tests.support.toolkit import eventually, wait_for_stored_state
+from tests.support.toolkit import eventually, post_unstarted, wait_for_stored_state
 
 PRIYA = Identity(tenant_id="northwind", user_id="cust_2291", roles=())
 PLAIN = "Thanks, that helps."  # one model step, no tools
@@ -36,16 +34,7 @@ PLAIN = "Thanks, that helps."  # one model step, no tools
 async def unstarted_turn(sessions: Database, sid: str) -> str:
     """A plain turn committed without a ring: nobody claims it, nothing starts it."""
     async with sessions() as db:
-        posted = await posting.post_user_message(
-            db,
-            owner=PRIYA,
-            session_id=sid,
-            client_message_id=f"early-{time.monotonic_ns()}",
-            text=PLAIN,
-            expected_last_seq=None,
-            limits=LIFTED_LIMITS,
-        )
-        await db.commit()
+        posted = await post_unstarted(db, owner=PRIYA, text=PLAIN, session_id=sid, for_sweep=True)
     assert posted.turn is not None
     return posted.turn.id
 
