@@ -23,7 +23,7 @@ from parley.store.events import append_events
 from parley.store.identity import Identity
 from parley.wire import DeltaData, ErrorData
 from tests.support.stack import serve
-from tests.support.toolkit import eventually, post_unstarted
+from tests.support.toolkit import counted_sessions, eventually, post_unstarted
 
 PRIYA = Identity(tenant_id="northwind", user_id="cust_2291", roles=())
 
@@ -203,31 +203,32 @@ async def test_a_delta_leaves_the_indexed_updated_at_alone_until_it_is_old(
         assert await touched() > aged  # a streaming turn still looks alive to the sweep
 
 
-async def test_a_busy_writer_spaces_its_flushes_on_one_connection(sessions: Database) -> None:
+async def test_a_busy_writer_spaces_its_flushes_on_one_connection(
+    sessions: Database, database_url: str
+) -> None:
     """Steps that keep streaming share commits when the writer spaces its flushes, and the
-    writer keeps one connection while frames keep coming (no checkout a flush)."""
+    writer keeps one connection while frames keep coming (no checkout a flush). The writer
+    is on an engine of its own: the shared worker's checkouts are not this test's."""
     async with sessions() as db:
         turns = [await _new_turn(db) for _ in range(3)]
         await db.commit()
-    sent: list[str] = []
     checkouts: list[object] = []
 
     def checked_out(*args: object) -> None:
         checkouts.append(args)
 
-    pool = sessions.engine.sync_engine.pool
-    sql_events.listen(pool, "checkout", checked_out)
-    stop = on_statement_sent(sessions.engine, sent.append)
-    try:
-        writer = FrameWriter(sessions, spacing_s=lambda: 0.05)
+    async with counted_sessions(database_url) as (own, sent):
+        pool = own.engine.sync_engine.pool
+        sql_events.listen(pool, "checkout", checked_out)
+        try:
+            writer = FrameWriter(own, spacing_s=lambda: 0.05)
 
-        async def stream(turn_id: str) -> list[events.Appended]:
-            return [await writer.append(turn_id, _delta(f"{i}")) for i in range(5)]
+            async def stream(turn_id: str) -> list[events.Appended]:
+                return [await writer.append(turn_id, _delta(f"{i}")) for i in range(5)]
 
-        written = await asyncio.gather(*(stream(t) for t in turns))
-    finally:
-        stop()
-        sql_events.remove(pool, "checkout", checked_out)
+            written = await asyncio.gather(*(stream(t) for t in turns))
+        finally:
+            sql_events.remove(pool, "checkout", checked_out)
     for appended in written:
         assert [a.event_id for a in appended] == [2, 3, 4, 5, 6]  # each in order, once
     writes = [s for s in sent if "INSERT INTO turn_events" in s]

@@ -10,11 +10,12 @@ import pytest_asyncio
 from parley.contracts import EventType, TurnState
 from parley.ids import message_id_for_call
 from parley.store import events, steps, traces
-from parley.store.db import Database, connect, on_statement_sent
+from parley.store.db import Database, connect
 from parley.store.event_log import read_log
 from parley.store.turns.reads import turn_facts
 from parley.wire import FollowupsData, WarningData
 from tests.support.client import ParleyClient
+from tests.support.toolkit import counted_sessions
 
 QUESTION = "What can you help me with today?"
 LAST_EVENT_ID = "SELECT last_event_id FROM turns WHERE id = %(id)s"
@@ -106,15 +107,14 @@ async def test_the_locking_reads_return_the_turn_with_its_call(
             await steps.lock_for_attempt(db, turn_id="turn-that-is-not", model_call_id=call_id)
 
 
-async def test_a_warning_is_appended_once_per_code(sessions: Database, answered: str) -> None:
+async def test_a_warning_is_appended_once_per_code(database_url: str, answered: str) -> None:
     """`warn_once` looks for the code and appends in one statement: a second warning of the
-    code is not appended (the stream says it once), one of another code is, after it."""
+    code is not appended (the stream says it once), one of another code is, after it. (On an
+    engine of its own: the shared worker's statements on the shared one are not this test's.)"""
     trimmed = WarningData(code="context_trimmed", message="left out: nothing")
     again = WarningData(code="context_trimmed", message="left out: more")
     other = WarningData(code="mcp_unavailable", message="no MCP tools")
-    sent: list[str] = []
-    stop = on_statement_sent(sessions.engine, sent.append)
-    try:
+    async with counted_sessions(database_url) as (sessions, sent):
         async with sessions() as db:
             last = (await read_log(db, turn_id=answered, after=0)).events[-1].id
             sent.clear()
@@ -129,8 +129,6 @@ async def test_a_warning_is_appended_once_per_code(sessions: Database, answered:
                 (last + 2, "warning", "mcp_unavailable"),
             ]
             await db.rollback()
-    finally:
-        stop()
 
 
 async def test_an_append_moves_the_turn_only_when_asked_to(
