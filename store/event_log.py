@@ -26,9 +26,13 @@ async def read_log(
 ) -> LogRead:
     """The events after `after` and whether the turn has ended, from one statement: one
     snapshot, so an event committed between two reads is never taken for the end. A turn
-    that does not exist has no events and has not ended. With `attach`, the same statement
-    counts the reader as a viewer of the turn (store/viewers.py); on a connection in
-    autocommit (`store.db.connect`), that commits with it."""
+    that does not exist has no events and has not ended. An ended turn whose read came back
+    short has nothing more to give, even when it stops before the turn's last event: the
+    retention purge deletes a turn's events and keeps the turn, and a reader resuming from
+    before the purge would otherwise follow it for as long as it stays connected. With
+    `attach`, the same statement counts the reader as a viewer of the turn
+    (store/viewers.py); on a connection in autocommit (`store.db.connect`), that commits
+    with it."""
     statement = _ATTACH_AND_READ if attach else _READ_WITH_END
     rows = await conn.rows(statement, {"turn_id": turn_id, "after": after, "limit": limit}, _LogRow)
     if not rows:
@@ -36,7 +40,8 @@ async def read_log(
     events = [StoredEvent(r.id, r.type, r.data) for r in rows if r.id is not None]
     last_sent = events[-1].id if events else after
     turn = rows[0]
-    return LogRead(events, turn.state in _TERMINAL and last_sent >= turn.last_event_id)
+    drained = last_sent >= turn.last_event_id or len(events) < limit
+    return LogRead(events, turn.state in _TERMINAL and drained)
 
 
 @dataclass(frozen=True)

@@ -7,13 +7,16 @@ A's next message is posted and its turn runs to the end. Connected with the tran
 order; connected without one (what a page did before), they are missing. A turn still open at
 the read (resting on a card) comes whole from its first event. A cursor from long before
 replays everything since; one ahead of the session is read as none (nothing after it is
-skipped), and text that is not a cursor is refused.
+skipped), and text that is not a cursor is refused. A cursor naming a turn whose events the
+retention purge deleted lets that turn go at its first read, as the turn's own stream ends.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
+from parley.store.db import Database
 from tests.support.client import ParleyClient
 from tests.support.session_stream import (
     SESSION_FRAMES,
@@ -131,3 +134,34 @@ async def test_an_old_cursor_replays_everything_since_and_one_ahead_skips_nothin
             assert refused.json()["error"]["code"] == "invalid_request"
     finally:
         await other.aclose()
+
+
+async def test_a_turn_whose_events_were_purged_is_let_go_by_both_streams(
+    priya: ParleyClient, api_url: str, tokens: dict[str, str], sessions: Database
+) -> None:
+    sid = await priya.new_session()
+    first, events = await priya.turn(sid, "Where is my order?")
+    assert events[-1].type == "done"
+    # What the retention purge does to an ended turn past its period: its events go, the
+    # turn stays.
+    async with sessions() as db:
+        await db.run("DELETE FROM turn_events WHERE turn_id = %(turn_id)s", {"turn_id": first})
+        await db.commit()
+    # The turn's own stream, resumed from before the purge, ends at once (it waited for
+    # events that never come before).
+    assert await asyncio.wait_for(priya.events(sid, first, last_event_id=1), 20) == []
+
+    other = await second_client(api_url, tokens)
+    try:
+        session_event = (await transcript(other, sid))["cursor"]
+        # A cursor from while the turn ran, naming it at its first event.
+        async with other.session_stream(sid, last_event_id=f"{session_event}.{first}.1") as frames:
+            ready = await anext(frames)
+            second, _ = await priya.turn(sid, "What about the refund?")
+            later = await read_until(frames, done_of(second))
+    finally:
+        await other.aclose()
+    assert ready.data == {"session_id": sid, "turns": [first]}
+    assert posted(later) == ["What about the refund?"]
+    # Its first read let the purged turn go: no later frame's cursor names it.
+    assert later and all(first not in (frame.cursor or "") for frame in later)
