@@ -215,15 +215,17 @@ async def start_rung(starts: Starts, payload: str, *, promoted: bool = True) -> 
     `claim_start`: one worker of the many that hear it) and starts it eagerly on its own
     client, so its first workflow task runs here without a trip through matching; the claim
     is held until the start is marked. The turn's first build begins beside the start
-    (`begin_build`). A turn promoted from its session's queue (no task
-    queue named) is started as `start_promoted` does, when `promoted`. False when this worker
-    starts nothing. A worker that dies with the claim lets it go with its connection: the
-    sweep starts the turn a few seconds later."""
+    (`begin_build`). A turn promoted from its session's queue is started as `start_promoted`
+    does when its ring names this worker's queue, or names none (queued before the queue was
+    recorded) and `promoted` says so. False when this worker starts nothing. A worker that
+    dies with the claim lets it go with its connection: the sweep starts the turn a few
+    seconds later."""
     rung = OutboxRing.heard(payload)
-    if rung.task_queue is None:
-        return promoted and await start_promoted(starts, rung.turn_id)
-    if rung.task_queue != starts.task_queue:
+    if rung.task_queue is not None and rung.task_queue != starts.task_queue:
         return False  # another deployment's turn (tests share a database)
+    if rung.promoted:
+        named = rung.task_queue is not None
+        return (named or promoted) and await start_promoted(starts, rung.turn_id)
     async with starts.sessions() as db:
         claimed = await outbox.claim_start(db, turn_id=rung.turn_id)
         if claimed is None:
@@ -443,8 +445,10 @@ async def run_outbox(
 
 
 async def start_forever(starts: Starts, bell: queue.OutboxBell) -> None:
-    """Start each posted turn of this worker's queue the moment its ring is heard, and
-    nothing else (a worker beside which no outbox loop runs: tests' in-process workers)."""
+    """Start each posted or promoted turn of this worker's queue the moment its ring is
+    heard, and nothing else: no sweep, no promoted turn whose ring names no queue (a worker
+    beside which no outbox loop runs: tests' in-process workers, on a database other
+    deployments share)."""
     starting: set[asyncio.Task[bool]] = set()
     await bell.listen()
     while True:

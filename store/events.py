@@ -393,26 +393,29 @@ class OutboxRing:
     API starts it with (the task queue: only a worker of that queue claims it; the card's
     window and whether a fallback model is configured, as the API's settings say) and the
     post's trace context (W3C `traceparent`, empty when tracing is off), so the start joins
-    the POST's trace. Space-separated, the turn id first (a promoted turn's ring is its id
-    alone: the worker starts it with its own settings)."""
+    the POST's trace. Space-separated, the turn id first. A turn promoted from its session's
+    queue (`promoted`) rings its id and the task queue of the API that queued it: a worker of
+    that queue starts it with its own settings. One queued before that queue was recorded
+    rings its id alone, and any worker may start it."""
 
     turn_id: str
     task_queue: str | None = None
     confirmation_timeout_s: float = 0.0
     fallback: bool = False
     trace: str = ""
+    promoted: bool = False
 
     def payload(self) -> str:
-        if self.task_queue is None:
-            return self.turn_id
+        if self.promoted or self.task_queue is None:
+            return " ".join(filter(None, (self.turn_id, self.task_queue)))
         window, fallback = f"{self.confirmation_timeout_s:g}", "1" if self.fallback else "0"
         return " ".join((self.turn_id, self.task_queue, window, fallback, self.trace)).rstrip()
 
     @classmethod
     def heard(cls, payload: str) -> OutboxRing:
         turn_id, *rest = payload.split(" ")
-        if len(rest) < 3:
-            return cls(turn_id)
+        if len(rest) < 3:  # a promoted turn's: its id, then its task queue when recorded
+            return cls(turn_id, rest[0] if rest else None, promoted=True)
         task_queue, window, fallback, *trace = rest
         return cls(turn_id, task_queue, float(window), fallback == "1", "".join(trace))
 

@@ -170,7 +170,8 @@ async def post_user_message(
     A new turn's post is three round trips: the session's lock with the reads it orders, then
     the counts with the write (store/limits.py `take_all_then`), then the caller's commit.
     `start_on`: the outbox's ring for a turn to start (its turn id filled in here), heard by
-    the workers at commit (dispatch/outbox.py); None: the caller starts it (`start`)."""
+    the workers at commit (dispatch/outbox.py); None: the caller starts it (`start`). Its
+    task queue is also recorded with a queued message, for the ring of its promotion."""
     limits = limits or Limits()
     async with db.together():  # the lock first: the reads behind it run once it is held
         locking = await store_sessions.send_lock(db, owner=owner, session_id=session_id)
@@ -207,7 +208,7 @@ async def post_user_message(
         case DecisionOnCard():
             return await _decide_card(db, post, kind)
         case NextTurn():
-            return await _queue_next_turn(db, post)
+            return await _queue_next_turn(db, post, start_on)
         case SteerTurn():
             return await _steer_turn(db, post, kind)
 
@@ -310,7 +311,7 @@ async def _steer_turn(db: Db, post: Post, kind: SteerTurn) -> PostedMessage:
     return PostedMessage(_posted_turn(kind.turn), message, True, steered=True)
 
 
-async def _queue_next_turn(db: Db, post: Post) -> PostedMessage:
+async def _queue_next_turn(db: Db, post: Post, start_on: OutboxRing | None) -> PostedMessage:
     """The session's next turn, `queued`: started when the running one ends."""
     queued = await queue.queue_message(
         db,
@@ -319,6 +320,7 @@ async def _queue_next_turn(db: Db, post: Post) -> PostedMessage:
         client_message_id=post.client_message_id,
         text=post.text,
         file_ids=post.attached,
+        task_queue=start_on.task_queue if start_on is not None else None,
     )
     return PostedMessage(_posted_turn(queued.turn), queued.message, True)
 

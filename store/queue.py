@@ -37,6 +37,7 @@ from parley.store.events import (
     EVENTS_INSERTED,
     OUTBOX_CHANNEL,
     RUNG,
+    OutboxRing,
     append_events,
     append_params,
     counter,
@@ -99,11 +100,13 @@ async def queue_message(
     client_message_id: str,
     text: str,
     file_ids: Sequence[str],
+    task_queue: str | None = None,
 ) -> Queued:
     """Queue the message as the session's next turn (the caller checked there is none yet,
     and holds the session row's lock). The turn is born `queued` with its first event, in
     one statement; `user_seq` is provisional until it is promoted (the seq it would take if
-    nothing came between)."""
+    nothing came between). `task_queue`: the queue of the workers that start the posting
+    API's turns, which the promotion's ring names."""
     turn = PostedTurn(new_id("trn"), session.id, owner.tenant_id, owner.user_id, TurnState.queued)
     message_id = new_id("msg")
     params = {
@@ -118,6 +121,7 @@ async def queue_message(
         "client_message_id": client_message_id,
         "text": text,
         "file_ids": Jsonb(list(file_ids)) if file_ids else None,
+        "task_queue": task_queue,
     }
     row = await db.made(_QUEUE, params, _queued_row)
     assert row is not None
@@ -134,9 +138,9 @@ def _queued_row(*, notified: Any, announced: Any, **columns: Any) -> QueuedRow:
 _QUEUE = f"""
     WITH counter AS ({BORN} RETURNING {BASE}), {EVENTS_INSERTED}, waiting AS (
         INSERT INTO queued_messages
-            (turn_id, session_id, message_id, client_message_id, text, file_ids)
+            (turn_id, session_id, message_id, client_message_id, text, file_ids, task_queue)
         VALUES (%(turn_id)s, %(session_id)s, %(message_id)s, %(client_message_id)s,
-            %(text)s, %(file_ids)s)
+            %(text)s, %(file_ids)s, %(task_queue)s)
         RETURNING {_QUEUED_COLUMNS}
     ), held AS (
         UPDATE sessions SET queued_turn_id = %(turn_id)s, {COUNTED} WHERE id = %(session_id)s
@@ -149,12 +153,13 @@ _QUEUE = f"""
 async def promote(db: Db, *, session_id: str, turn_id: str) -> None:
     """The running turn ended (its ending released the session, whose row this transaction
     has locked): the queued message joins the conversation with the next seq, the turn moves
-    to `received` and holds the session, and the outbox is rung."""
+    to `received` and holds the session, and the outbox is rung for a worker of the task
+    queue its message was queued for."""
     params = {"session_id": session_id, "turn_id": turn_id}
     waiting = await db.made(_WAITING, params, _waiting)
     if waiting is None:
         return  # dropped meanwhile
-    row, last_seq = waiting
+    row, last_seq, task_queue = waiting
     if not can_move(TurnState.queued, TurnState.received):
         raise IllegalTransition(turn_id=turn_id, from_state=TurnState.queued, to=TurnState.received)
     joined = message_params(
@@ -173,15 +178,18 @@ async def promote(db: Db, *, session_id: str, turn_id: str) -> None:
         "seq": next_seq(last_seq),
     }
     await db.run(_PROMOTE, promoted)
-    await ring(db, channel=OUTBOX_CHANNEL, payload=turn_id)
+    rung = OutboxRing(turn_id, task_queue, promoted=True)
+    await ring(db, channel=OUTBOX_CHANNEL, payload=rung.payload())
 
 
-def _waiting(*, last_seq: int, **columns: Any) -> tuple[QueuedRow, int]:
-    return QueuedRow(**columns), last_seq
+def _waiting(
+    *, last_seq: int, task_queue: str | None, **columns: Any
+) -> tuple[QueuedRow, int, str | None]:
+    return QueuedRow(**columns), last_seq, task_queue
 
 
 _WAITING = f"""
-    SELECT {", ".join("q." + c for c in _QUEUED_COLUMNS.split(", "))}, s.last_seq
+    SELECT {", ".join("q." + c for c in _QUEUED_COLUMNS.split(", "))}, s.last_seq, q.task_queue
     FROM queued_messages AS q JOIN sessions AS s ON s.id = q.session_id
     WHERE q.turn_id = %(turn_id)s AND s.id = %(session_id)s
 """

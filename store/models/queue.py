@@ -27,4 +27,6 @@ class QueuedMessage(Base):
     client_message_id: Mapped[str] = mapped_column(String(64))
     text: Mapped[str] = mapped_column(Text)
     file_ids: Mapped[list[str] | None] = mapped_column(JSONB)
+    # The task queue of the API that queued it: the ring that promotes the turn names it.
+    task_queue: Mapped[str | None] = mapped_column(String(200))
     created_at: Mapped[datetime] = now_column()

@@ -1,10 +1,13 @@
 """A queued message as the session API shows it (issue 30 item 4): on the session a reloaded
-page reads, refused again with other text under the same key, and dropped with its session.
-Its start when the running turn ends is tests/system/test_queued_turns.py (the outbox loop
-runs in `parley worker` only)."""
+page reads, refused again with other text under the same key, and dropped with its session;
+started when the running turn ends by a worker of the queue its API posts to (the ring of
+its promotion names that queue). The outbox loop's sweep and its start of a promoted turn
+whose ring names no queue are tests/system/test_queued_turns.py (that loop runs in
+`parley worker` only)."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 from sqlalchemy import select
@@ -85,7 +88,28 @@ async def test_a_turn_resting_on_a_card_with_a_message_queued_takes_only_its_dec
     rest = await priya.events(sid, turn_id, last_event_id=events[-1].id)
     assert rest[-1].type == "done"
     promoted = await priya.http.get(f"/v1/sessions/{sid}/turns/{queued.turn.id}")
-    assert promoted.json()["state"] == "received"  # no outbox loop runs in this tier
+    # Queued by the store with no task queue (as a release before it was recorded did), its
+    # ring names none: only an outbox loop starts it, and none runs in this tier.
+    assert promoted.json()["state"] == "received"
     said = [m["text"] for m in await priya.messages(sid) if m["role"] == "user"]
     assert said[-2:] == ["yes", "And my refund?"]
     await priya.http.post(f"/v1/sessions/{sid}/turns/{queued.turn.id}/cancel")
+
+
+async def test_a_message_queued_through_the_api_is_answered_once_the_running_turn_ends(
+    priya: ParleyClient,
+) -> None:
+    sid = await priya.new_session()
+    first = await priya.post(sid, "Tell me everything about my orders")
+    queued = await priya.post(sid, "Is a refund possible?")
+    assert queued.json()["state"] == "queued"
+    # The running turn's end promotes it and rings the queue this API posts to: the stack's
+    # worker, which runs no outbox loop and no sweep, starts it from that ring.
+    ran = await asyncio.wait_for(priya.events(sid, queued.json()["turn_id"]), 60)
+    assert ran[-1].type == "done"
+    assert [e.data["state"] for e in ran if e.type == "state"][:2] == ["queued", "received"]
+    said = [m["text"] for m in await priya.messages(sid) if m["role"] == "user"]
+    assert said == ["Tell me everything about my orders", "Is a refund possible?"]
+    shown = (await priya.http.get(f"/v1/sessions/{sid}")).json()
+    assert shown["active_turn"] is None and shown["queued_message"] is None
+    assert first.json()["turn_id"] != queued.json()["turn_id"]
