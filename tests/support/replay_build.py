@@ -2,13 +2,17 @@
 
 Run as a script, not imported: `python replay_build.py TREE HISTORY...` with TREE first on
 the path, so that `parley` is that build's. Its last line is one JSON object: where `parley`
-came from and, by history file name, "ok" or the replay's error.
+came from and, by history file name, "ok" or the replay's error. It then leaves at once,
+without the interpreter's shutdown: a replay that failed can leave the SDK core's threads
+running, and one of them releasing the GIL while the interpreter finalized aborted the
+process once ("PyGILState_Release: thread state ... must be current"), after its answer.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -39,3 +43,6 @@ async def main(tree: Path, paths: list[Path]) -> None:
 
 if __name__ == "__main__":
     asyncio.run(main(Path(sys.argv[1]), [Path(p) for p in sys.argv[2:]]))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
