@@ -151,6 +151,20 @@ def test_modules_and_functions_stay_small(path: Path) -> None:
     assert not long, f"functions over {MAX_FUNCTION_LINES} lines in {path.name}: {long}"
 
 
+# The pages' own scripts (vendored libraries aside) are held to the same length.
+SCRIPTS = sorted((REPO / "api" / "web" / "js").glob("*.js"))
+
+
+@pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.name)
+def test_the_pages_scripts_stay_small(path: Path) -> None:
+    lines = len(path.read_text().splitlines())
+    assert lines <= MAX_MODULE_LINES, f"{path.name} has {lines} lines; split it along a seam"
+
+
+def test_the_script_rule_sees_the_pages() -> None:
+    assert {"app.js", "transcript.js", "state.js"} <= {p.name for p in SCRIPTS}
+
+
 def test_the_domain_package_imports_no_io_layer() -> None:
     offending = {
         f"{name} imports {imported}"

@@ -1,53 +1,26 @@
-// The chat page: sign-in, the conversation list, sending, following a turn's stream, and the
-// controls (Stop, Retry, confirmations, options). State lives in `S`; the DOM is drawn by
-// transcript.js, confirm.js and sessions.js.
+// The chat page: the conversation list, sending, following a turn's stream, the session
+// stream, Retry and the options. State lives in `S` (state.js); sign-in is signin.js, cards
+// cards.js, Stop stop.js, a turn's events turn_events.js; the DOM is drawn by transcript.js,
+// confirm.js and sessions.js.
 
 import { auth, errorText, request, sessionPath } from './api.js';
-import { expireConfirm, removeConfirm, showConfirm, warnConfirm } from './confirm.js';
+import { initCards, showCard } from './cards.js';
+import { removeConfirm } from './confirm.js';
 import { followSession } from './live.js';
 import { initMemory, loadMemory } from './memory.js';
 import { renderSessions } from './sessions.js';
+import { initSignIn, showSignIn } from './signin.js';
+import { initStop } from './stop.js';
 import { followCase, stopCase } from './handoff.js';
+import { $, RESTING, S, TERMINAL, status } from './state.js';
 import { followTurn } from './stream.js';
 import * as T from './transcript.js';
+import { initTurnEvents, onEvent } from './turn_events.js';
 import { decorate, initVersions, showElsewhere } from './versions.js';
 
-const $ = (id) => document.getElementById(id);
 const SID_KEY = 'parley_session';
-const PROGRESS = {
-  received: 'Starting…',
-  building_context: 'Thinking…',
-  calling_model: 'Writing…',
-  executing_tools: 'Looking that up…',
-  awaiting_confirmation: 'Waiting for your confirmation',
-  awaiting_input: 'Waiting for your answer',
-  executing_action: 'Sending…',
-};
-
-const S = {
-  demoUsers: [],
-  sid: null, lastSeq: 0, sessions: [],
-  follow: null, turnId: null, turnFromSeq: 0, busy: false,
-  options: null, replacing: null, openGen: 0,
-  queued: null, // a message sent while an answer streams: { turnId, url, bubble }
-  queueing: null, // that message's POST, until it answers (Stop waits for it)
-  posting: null, // a message's POST, until it answers (the session stream waits for it)
-  live: null, // the open conversation's session stream (live.js)
-  streaming: null, // the turn whose own stream this tab reads now
-  seen: new Map(), // turn id -> the last of its events drawn, from either stream
-  ended: new Set(), // turns drawn to their terminal event
-  deleting: null, // a conversation this tab is deleting
-};
-const TERMINAL = new Set(['done', 'error', 'cancelled']);
-const RESTING = new Set(['confirmation_required', 'interaction']);
 
 /* ---------- status line ---------- */
-
-function status(text, kind) {
-  const s = $('status');
-  s.textContent = text || '';
-  s.dataset.kind = kind || '';
-}
 
 // While an answer streams, Enter steers it (the message joins the running answer) and the
 // button queues (it waits as the next turn); the hint says which is which.
@@ -77,55 +50,6 @@ async function boot() {
   else showSignIn('');
 }
 
-function showSignIn(message) {
-  $('app').hidden = true;
-  $('sign-out').hidden = true;
-  $('menu').hidden = true;
-  $('whoami').textContent = '';
-  $('signin').hidden = false;
-  $('signin-error').textContent = message || '';
-  const list = $('demo-users');
-  list.textContent = '';
-  for (const u of S.demoUsers) {
-    const b = T.el('button', 'demo-user');
-    b.type = 'button';
-    b.dataset.userId = u.user_id;
-    b.append(T.el('span', 'demo-name', u.display_name), T.el('span', 'demo-tenant', u.tenant_id));
-    b.addEventListener('click', () => signInAs(u));
-    const li = T.el('li');
-    li.append(b);
-    list.append(li);
-  }
-  $('demo-signin').hidden = S.demoUsers.length === 0;
-  (list.querySelector('button') || $('token')).focus();
-}
-
-async function signInAs(u) {
-  const r = await request('POST', '/dev/sign-in/' + encodeURIComponent(u.tenant_id) + '/' + encodeURIComponent(u.user_id));
-  if (!r.ok) {
-    $('signin-error').textContent = errorText(r);
-    return;
-  }
-  auth.save(r.data.token, r.data.user.display_name);
-  enterApp();
-}
-
-async function signInWithToken(event) {
-  event.preventDefault();
-  const token = $('token').value.trim();
-  if (!token) return;
-  auth.save(token, '');
-  const r = await request('GET', '/v1/sessions');
-  if (!r.ok) {
-    auth.clear();
-    $('signin-error').textContent = r.status === 401
-      ? 'That token was not accepted. Check it and try again.' : errorText(r);
-    return;
-  }
-  $('token').value = '';
-  enterApp();
-}
-
 function signOut(message) {
   stopFollowing();
   stopLive();
@@ -139,6 +63,9 @@ function signOut(message) {
 }
 
 initVersions({ sid: () => S.sid, reopen: () => openSession(S.sid), fail });
+initSignIn(enterApp);
+initCards({ follow, openSession, fail });
+initTurnEvents({ send, fetchFile });
 
 async function enterApp() {
   $('signin').hidden = true;
@@ -208,7 +135,7 @@ async function openSession(sid) {
   if (active) follow(active.id, sessionPath(sid, 'turns', active.id, 'events'), active.user_seq, null);
   else if (!followQueued()) offerRetry();
   // A card asked for again after its turn ended waits on its own.
-  if (!active && r.data.pending_action) showConfirm(r.data.pending_action, resolveAction, renewAction);
+  if (!active && r.data.pending_action) showCard(r.data.pending_action);
   goLive(cursor);
 }
 
@@ -484,150 +411,7 @@ async function afterTurn(outcome, detail, gen) {
   followCase(S.sid, seen); // the turn may have handed the conversation to a person
 }
 
-// How a card ended, as the transcript says it (each outcome its own words).
-const RESOLVED = {
-  confirmed: 'You confirmed: ',
-  declined: 'You declined: ',
-  expired: 'Expired, nothing sent: ',
-  superseded: 'Set aside when you moved on: ',
-};
-
-// How a specialist named in a `subagent` event is introduced.
-const SPECIALISTS = { returns: 'Returns specialist' };
-
-function onEvent(turnId, type, d, fromScratch) {
-  switch (type) {
-    case 'state':
-      if (PROGRESS[d.state]) status(PROGRESS[d.state], 'progress');
-      return false;
-    case 'delta': {
-      T.appendDelta(d.message_id, d.text, turnId, fromScratch, S.replacing);
-      S.replacing = null;
-      return false;
-    }
-    case 'reset': T.resetMessage(d.message_id); return false;
-    case 'steered':
-      if (d.superseded_message_id) T.supersede(d.superseded_message_id);
-      status('Taking your new message into account…', 'progress');
-      return false;
-    case 'tool': T.toolChip(turnId, d); return false;
-    case 'warning': T.notice(d.message, 'warning'); return false;
-    case 'confirmation_required':
-      T.endStreaming(); // the proposal's words are whole; only the card waits
-      status('');
-      showConfirm(d.action, resolveAction, renewAction);
-      return false;
-    case 'confirmation_expiring': warnConfirm(d.action); return false;
-    case 'confirmation_resolved':
-      if (document.getElementById('confirm-card')?.dataset.actionId === d.action.id) {
-        // An expired card stays, offering to ask again; any other answer takes it away.
-        if (d.action.status === 'expired') expireConfirm(renewAction);
-        else removeConfirm();
-      }
-      T.notice((RESOLVED[d.action.status] || 'You confirmed: ') + d.action.summary);
-      return false;
-    case 'clarification':
-      S.options = T.options(turnId, d, (o) => send(o.value));
-      return false;
-    case 'interaction':
-      S.options = T.options(turnId, d, (o) => send(o.label, o.value));
-      return false;
-    case 'retracted': T.retract(d.message_id, d.replacement_text); return false;
-    case 'followups': drawFollowups(d.suggestions || []); return false;
-    case 'citations': T.citations(d); return false;
-    case 'artifact': T.artifact(turnId, d, fetchFile); return false;
-    case 'subagent':
-      if (d.phase === 'start') T.notice((SPECIALISTS[d.name] || d.name) + ' is helping with this.', 'info');
-      return false;
-    case 'done':
-    case 'cancelled':
-      T.showMessage(d.message);
-      T.attachArtifacts(turnId, d.message.id);
-      S.lastSeq = Math.max(S.lastSeq, d.message.seq || 0);
-      status(type === 'cancelled' ? 'You stopped this answer.' : '');
-      return true;
-    case 'error':
-      status(d.message, 'error');
-      return true;
-    default:
-      return false;
-  }
-}
-
-function drawFollowups(suggestions) {
-  const box = $('followups');
-  box.textContent = '';
-  for (const text of suggestions) {
-    const chip = T.el('button', 'chip', text);
-    chip.type = 'button';
-    chip.addEventListener('click', () => send(text));
-    box.append(chip);
-  }
-}
-
 /* ---------- controls ---------- */
-
-async function resolveAction(actionId, verb, action) {
-  const r = await request('POST', sessionPath(S.sid, 'actions', actionId, verb));
-  if (r.status === 202) {
-    status('');
-    if (action && action.renewed_from) watchRenewal(action, verb);
-    // The waiting turn goes on: follow its stream after the last event shown.
-    else if (S.turnId) follow(S.turnId, sessionPath(S.sid, 'turns', S.turnId, 'events'), S.turnFromSeq, S.seen.get(S.turnId) ?? null);
-    return true;
-  }
-  if (r.error && r.error.code === 'action_expired') { expireConfirm(renewAction); return true; }
-  if (r.error && r.error.code === 'action_resolved') { removeConfirm(); await openSession(S.sid); return true; }
-  fail(r);
-  return false;
-}
-
-// An expired card asked for again: the same action, a new window (no new answer is written).
-// A server whose clock is a little behind this one's may still call it pending: ask again
-// after a second, a few times.
-async function renewAction(actionId, attempt = 0) {
-  const r = await request('POST', sessionPath(S.sid, 'actions', actionId, 'renew'));
-  if (r.status === 202) {
-    status('');
-    showConfirm(r.data.action, resolveAction, renewAction);
-    return true;
-  }
-  const early = r.error && r.error.code === 'action_not_expired' && r.error.action?.status === 'pending';
-  if (early && attempt < 5) {
-    await new Promise((resolve) => setTimeout(resolve, 1000));
-    return renewAction(actionId, attempt + 1);
-  }
-  fail(r);
-  return false;
-}
-
-// A renewed card is answered after its turn has ended: its send shows on that turn's log,
-// read again from where it was left until the send's end is there (for a minute at most).
-function watchRenewal(action, verb) {
-  if (verb !== 'confirm') {
-    removeConfirm();
-    T.notice(RESOLVED.declined + action.summary);
-    return;
-  }
-  status(PROGRESS.executing_action, 'progress');
-  const gen = S.openGen;
-  const url = sessionPath(S.sid, 'turns', action.turn_id, 'events');
-  const watch = followTurn(url, {
-    event: (type, d) => {
-      if (type !== 'tool' || d.call_id !== action.id || d.phase !== 'end') return false;
-      watch.abort();
-      clearTimeout(giveUp);
-      if (gen !== S.openGen) return false;
-      removeConfirm();
-      status('');
-      const sent = d.status === 'ok';
-      T.notice((sent ? 'Sent: ' : 'Not sent: ') + action.summary, sent ? 'info' : 'warning');
-      return false;
-    },
-    connection: () => {},
-  });
-  const giveUp = setTimeout(() => watch.abort(), 60000);
-}
 
 // Retry belongs on the latest answer when it was cut short (incomplete or stopped).
 function offerRetry() {
@@ -654,37 +438,6 @@ async function retry(answer, button) {
   follow(r.data.turn_id, r.data.events_url, r.data.message.seq, null);
 }
 
-async function stop() {
-  if (!S.turnId) return;
-  // A message on its way to the queue is asked about too, once the server has it (unless
-  // the answer Stop was meant for ended meanwhile: the next one was not asked to stop).
-  const running = S.turnId;
-  if (S.queueing) await S.queueing;
-  if (S.turnId !== running) return;
-  if (S.queued) { // ask first: drop the waiting message too, or keep it for next?
-    $('stop-queued').hidden = false;
-    $('drop-queued').focus();
-    return;
-  }
-  await stopRunning();
-}
-
-async function stopWith(dropQueued) {
-  $('stop-queued').hidden = true;
-  const q = S.queued;
-  if (dropQueued && q) { // before the running turn: once that ends, the queued one starts
-    const r = await request('POST', sessionPath(S.sid, 'turns', q.turnId, 'cancel'));
-    if (r.status === 202 || r.error?.code === 'turn_finished') { q.bubble.remove(); S.queued = null; }
-  }
-  await stopRunning();
-}
-
-async function stopRunning() {
-  const r = await request('POST', sessionPath(S.sid, 'turns', S.turnId, 'cancel'));
-  if (r.status === 202) status('Stopping…', 'progress');
-  else if (!(r.error && r.error.code === 'turn_finished')) fail(r);
-}
-
 // A file of the session (owner only, so with the token), as a Blob; null when it cannot be had.
 async function fetchFile(fileId) {
   const res = await fetch(sessionPath(S.sid, 'files', fileId), {
@@ -707,13 +460,10 @@ $('menu').addEventListener('click', () => {
 
 /* ---------- wiring ---------- */
 
-$('token-form').addEventListener('submit', signInWithToken);
 $('sign-out').addEventListener('click', () => signOut(''));
 $('new-session').addEventListener('click', newConversation);
 initMemory();
-$('stop').addEventListener('click', stop);
-$('drop-queued').addEventListener('click', () => stopWith(true));
-$('keep-queued').addEventListener('click', () => stopWith(false));
+initStop(fail);
 $('composer').addEventListener('submit', (e) => { e.preventDefault(); send($('input').value); });
 $('input').addEventListener('keydown', (e) => {
   // Enter sends (steers, while an answer streams); Shift+Enter is a new line; Enter that
