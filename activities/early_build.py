@@ -78,16 +78,18 @@ class EarlyBuilds:
         """The worker's context build (activities/context.py); none attached, none begun."""
         self._build = build
 
-    def begin(self, turn_id: str) -> None:
-        """Begin the turn's first build now, beside its start."""
+    def begin(self, turn_id: str) -> asyncio.Task[BuildContextResult] | None:
+        """Begin the turn's first build now, beside its start; its task, or None when none
+        was begun."""
         if self._build is None or turn_id in self._begun or self._running >= self.AT_ONCE:
-            return
+            return None
         record = tracing.Detached()
         task = asyncio.create_task(self._run(self._build, turn_id, record))
         self._running += 1
         task.add_done_callback(self._ended)
         begun = self._begun[turn_id] = Begun(task, record)
         asyncio.get_running_loop().call_later(self.KEEP_S, self._drop, turn_id, begun)
+        return task
 
     def take(self, inp: BuildContextInput) -> Begun | None:
         """The early build of this step, once: a turn's first step only (a later step, or

@@ -40,6 +40,7 @@ import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import (
@@ -172,7 +173,7 @@ class Starts:
     kill_at: str = ""  # a crash test's point (`PARLEY_FAULT_KILL_AT`, dev only)
     # Begins a claimed turn's first context build beside its start (activities/early_build.py);
     # None: its first step builds.
-    begin_build: Callable[[str], None] | None = None
+    begin_build: Callable[[str], asyncio.Task[Any] | None] | None = None
 
 
 async def sweep_once(
@@ -243,8 +244,7 @@ async def start_rung(starts: Starts, payload: str, *, promoted: bool = True) -> 
             fallback=rung.fallback,
         )
         with joined_trace(rung.trace if starts.tracing else ""):
-            if starts.begin_build is not None:
-                starts.begin_build(claimed.id)  # its first task runs here, eagerly
+            await _begin_build(starts, claimed.id)  # its first task runs here, eagerly
             await start_turn_workflow(
                 starts.client,
                 inp,
@@ -256,6 +256,18 @@ async def start_rung(starts: Starts, payload: str, *, promoted: bool = True) -> 
         await outbox.mark_workflow_started(db, turn_id=claimed.id)
         await db.commit()
     return True
+
+
+async def _begin_build(starts: Starts, turn_id: str) -> None:
+    """Begin the turn's first build beside its start (activities/early_build.py). A crash
+    test's `context_built` lets the build move the turn and store its request, then dies
+    before the start is asked for."""
+    if starts.begin_build is None:
+        return
+    begun = starts.begin_build(turn_id)
+    if begun is not None and starts.kill_at == "context_built":
+        await asyncio.wait([begun])
+        _die_at(starts, "context_built")
 
 
 def _die_at(starts: Starts, point: str) -> None:
@@ -374,7 +386,7 @@ async def sweep_forever(
     notices: WebhookSender | None = None,
     tracing: bool = False,
     kill_at: str = "",
-    begin_build: Callable[[str], None] | None = None,
+    begin_build: Callable[[str], asyncio.Task[Any] | None] | None = None,
 ) -> None:
     """Sweep every `every`; between sweeps, start each queued turn the moment `bell` rings
     for it (a ring this misses, the next sweep covers). `warning_lead_s`: the deployment's
@@ -419,7 +431,7 @@ async def run_outbox(
     settings: Settings,
     bell: queue.OutboxBell,
     *,
-    begin_build: Callable[[str], None] | None = None,
+    begin_build: Callable[[str], asyncio.Task[Any] | None] | None = None,
 ) -> None:
     """A worker's outbox loop as its settings say (`sweep_forever`): unstarted turns,
     undelivered answers, lost erasures, abandoned turns, and a posted or promoted turn the

@@ -328,8 +328,9 @@ class Settings(BaseSettings):
     store_outage_wait_s: float = 12.0
     # Tests only (api/faults.py, dispatch/outbox.py): the process kills itself (SIGKILL) when
     # it reaches the named point, e.g. `answer_committed` (the API: a specialist's answer
-    # committed, not signalled), `turn_claimed` / `turn_started` (a worker: a posted turn's
-    # start claimed, or started and not yet marked). Refused outside dev.
+    # committed, not signalled), `turn_claimed` / `context_built` / `turn_started` (a worker:
+    # a posted turn's start claimed; its early build stored, the start not asked for; or
+    # started and not yet marked). Refused outside dev.
     fault_kill_at: str = ""
 
     @field_validator("mcp_allowed_hosts")

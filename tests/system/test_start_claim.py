@@ -4,10 +4,14 @@ once.
 A new turn's post rings the workers' outbox at its commit; one worker claims the turn's start
 and starts its workflow eagerly on its own client (dispatch/outbox.py `start_rung`). Here
 that worker is a real process that kills itself (`SIGKILL`, `PARLEY_FAULT_KILL_AT`) right
-after the claim, or right after the start (its first workflow task handed to it, the start not
-yet marked). A second worker then takes the turn: its sweep starts it (attaching to the
-workflow already started, in the second case, whose task another worker picks up once the
-dead one's times out). The turn ends `completed` with one answer, from one workflow run.
+after the claim; once the turn's first context build, begun beside the start
+(activities/early_build.py), has moved the turn to `building_context` and stored its request,
+before the start is asked for; or right after the start (its first workflow task handed to
+it, the start not yet marked). A second worker then takes the turn: its sweep starts it
+(attaching to the workflow already started, in the last case, whose task another worker picks
+up once the dead one's times out), and its first step reads the request the dead worker
+stored instead of building another. The turn ends `completed` with one answer, from one
+workflow run.
 
 The crashing worker's own sweep waits far longer than the test, so only a ring starts a turn
 there; the test rings the outbox again until that worker is dead (it may not be listening
@@ -59,7 +63,7 @@ def crashing_worker(settings: Settings, point: str) -> subprocess.Popen[bytes]:
     return spawn(["worker.py"], env)
 
 
-@pytest.mark.parametrize("point", ["turn_claimed", "turn_started"])
+@pytest.mark.parametrize("point", ["turn_claimed", "context_built", "turn_started"])
 async def test_a_turn_whose_claiming_worker_dies_still_ends_once(
     point: str,
     claim_settings: Settings,
@@ -78,6 +82,8 @@ async def test_a_turn_whose_claiming_worker_dies_still_ends_once(
                 assert posted.status_code == 202, posted.text
                 turn_id = posted.json()["turn_id"]
                 await _ring_until_dead(sessions, claim_settings, turn_id, crashing)
+                left = await _state(sessions, turn_id)
+                stored = await _first_request(sessions, turn_id)
                 workers.start()  # a worker that lives: its sweep (1 s grace) takes the turn
                 events = await asyncio.wait_for(client.events(session_id, turn_id), 90)
                 messages = await client.messages(session_id)
@@ -88,6 +94,12 @@ async def test_a_turn_whose_claiming_worker_dies_still_ends_once(
             crashing.kill()
         crashing.wait(10)
     assert crashing.returncode == -9, "the worker was to die at its fault point"
+    answered = await _first_request(sessions, turn_id)
+    if point == "context_built":
+        # The dead worker's build moved the turn and stored the first step's request; the
+        # step that ran read and answered that one.
+        assert left == "building_context" and stored is not None
+        assert answered == stored
     assert [e.type for e in events].count("done") == 1, [e.type for e in events]
     assert events[-1].type == "done"
     answers = [m for m in messages if m["role"] == "assistant"]
@@ -97,6 +109,21 @@ async def test_a_turn_whose_claiming_worker_dies_still_ends_once(
     history = [e.event_type async for e in handle.fetch_history_events()]
     assert history.count(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED) == 1
     assert history[-1] == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED
+
+
+async def _state(sessions: Database, turn_id: str) -> str:
+    async with sessions() as db:
+        return str(await db.value("SELECT state FROM turns WHERE id = %(id)s", {"id": turn_id}))
+
+
+async def _first_request(sessions: Database, turn_id: str) -> str | None:
+    """The id of the first step's stored request, or None."""
+    async with sessions() as db:
+        found = await db.value(_FIRST_REQUEST, {"turn_id": turn_id})
+    return None if found is None else str(found)
+
+
+_FIRST_REQUEST = "SELECT id FROM model_calls WHERE turn_id = %(turn_id)s AND step = 0"
 
 
 async def _ring_until_dead(
