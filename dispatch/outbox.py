@@ -212,21 +212,19 @@ async def start_promoted(starts: Starts, turn_id: str) -> bool:
 
 async def start_rung(starts: Starts, payload: str, *, promoted: bool = True) -> bool:
     """Start the turn the outbox's doorbell rang for (store/events.py `OutboxRing`): a new
-    turn's post names its task queue, and a worker of that queue claims it (store/outbox.py
-    `claim_start`: one worker of the many that hear it) and starts it eagerly on its own
-    client, so its first workflow task runs here without a trip through matching; the claim
-    is held until the start is marked. The turn's first build begins beside the start
-    (`begin_build`). A turn promoted from its session's queue is started as `start_promoted`
-    does when its ring names this worker's queue, or names none (queued before the queue was
-    recorded) and `promoted` says so. False when this worker starts nothing. A worker that
-    dies with the claim lets it go with its connection: the sweep starts the turn a few
-    seconds later."""
+    turn's post, or a queued turn's promotion, names its task queue, and a worker of that
+    queue claims it (store/outbox.py `claim_start`: one worker of the many that hear it) and
+    starts it eagerly on its own client, so its first workflow task runs here without a trip
+    through matching; the claim is held until the start is marked. The turn's first build
+    begins beside the start (`begin_build`). A promoted turn's ring that names no queue (an
+    older release's) is started as `start_promoted` does, when `promoted`. False when this
+    worker starts nothing. A worker that dies with the claim lets it go with its connection:
+    the sweep starts the turn a few seconds later."""
     rung = OutboxRing.heard(payload)
-    if rung.task_queue is not None and rung.task_queue != starts.task_queue:
+    if rung.task_queue is None:
+        return promoted and await start_promoted(starts, rung.turn_id)
+    if rung.task_queue != starts.task_queue:
         return False  # another deployment's turn (tests share a database)
-    if rung.promoted:
-        named = rung.task_queue is not None
-        return (named or promoted) and await start_promoted(starts, rung.turn_id)
     async with starts.sessions() as db:
         claimed = await outbox.claim_start(db, turn_id=rung.turn_id)
         if claimed is None:
@@ -236,12 +234,14 @@ async def start_rung(starts: Starts, payload: str, *, promoted: bool = True) -> 
             await db.rollback()  # the claim goes: the ending is written apart
             turn = queue.Startable(claimed.id, claimed.session_id, claimed.tenant_id)
             return await _end_if_paused(starts.sessions, turn.id, turn.tenant_id)
+        # A posted turn starts with its API's settings; a promoted one with this worker's.
+        given = starts if rung.promoted else rung
         inp = TurnInput(
             turn_id=claimed.id,
             session_id=claimed.session_id,
             tenant_id=claimed.tenant_id,
-            confirmation_timeout_s=rung.confirmation_timeout_s,
-            fallback=rung.fallback,
+            confirmation_timeout_s=given.confirmation_timeout_s,
+            fallback=given.fallback,
         )
         with joined_trace(rung.trace if starts.tracing else ""):
             await _begin_build(starts, claimed.id)  # its first task runs here, eagerly

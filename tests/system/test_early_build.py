@@ -1,8 +1,9 @@
 """A posted turn's first context build begins beside its workflow's start, on the worker that
 claimed the turn (activities/early_build.py), on the shared stack (real PostgreSQL, Temporal,
 worker and API): the trace shows the build before the opening step, which built nothing of
-its own; a turn whose claimer moved it to `building_context` and died before the start is
-still started by the outbox sweep, and answered once."""
+its own, for a posted turn and for a queued one promoted when the turn before it ended (its
+ring is claimed as a post's is); a turn whose claimer moved it to `building_context` and died
+before the start is still started by the outbox sweep, and answered once."""
 
 from __future__ import annotations
 
@@ -69,6 +70,22 @@ async def test_a_posted_turn_s_build_runs_before_its_first_step_which_builds_not
     assert builds[0].started_at < opening.started_at
     states = [e.data["state"] for e in events if e.type == "state"]
     assert states == ["received", "building_context", "calling_model", "completed"], states
+
+
+async def test_a_promoted_turn_is_claimed_and_built_beside_its_start_too(
+    priya: ParleyClient, sessions: Database
+) -> None:
+    sid = await priya.new_session()
+    await priya.post(sid, "Tell me everything about my orders")
+    queued = await priya.post(sid, PLAIN)
+    assert queued.json()["state"] == "queued"
+    turn_id = queued.json()["turn_id"]
+    events = await asyncio.wait_for(priya.events(sid, turn_id), 60)
+    assert events[-1].type == "done", events
+    spans = await spans_of(sessions, turn_id)
+    builds = [s for s in spans if s.name == "build_context"]
+    opening = next(s for s in spans if s.name == "open_step")
+    assert len(builds) == 1 and builds[0].started_at < opening.started_at
 
 
 async def test_a_turn_whose_claimer_began_its_build_and_died_is_started_by_the_sweep(

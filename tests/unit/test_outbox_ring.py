@@ -1,11 +1,14 @@
 """The outbox's doorbell (store/events.py `OutboxRing`) and who answers it
 (dispatch/outbox.py `start_rung`): a posted turn's ring is claimed by a worker of the queue it
-names; a promoted turn's names the queue of the API that queued its message, so a worker of
-another deployment on the same database leaves it alone; one queued before the queue was
-recorded names none, and only a worker running the outbox loop (`promoted`) starts it."""
+names; a promoted turn's names the queue of the API that queued its message and is claimed
+the same way, so a worker of another deployment on the same database leaves it alone; one
+queued before the queue was recorded names none, and only a worker running the outbox loop
+(`promoted`) starts it."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any, cast
 
 import pytest
@@ -32,24 +35,33 @@ def test_a_promoted_ring_names_its_queue_and_an_older_one_names_none() -> None:
 
 
 @pytest.mark.parametrize(
-    ("payload", "promoted", "started"),
+    ("payload", "promoted", "route"),
     [
-        ("trn_4 turns-a", False, True),  # its own queue: the tests' in-process worker too
-        ("trn_4 turns-b", True, False),  # another deployment's, even for the outbox loop
-        ("trn_4", True, True),  # named none: the outbox loop starts it
-        ("trn_4", False, False),  # ... and a worker without one leaves it
+        ("trn_4 turns-a", False, "claim"),  # its own queue: the tests' in-process worker too
+        ("trn_4 turns-a", True, "claim"),  # claimed by one worker, started eagerly
+        ("trn_4 turns-b", True, None),  # another deployment's, even for the outbox loop
+        ("trn_4", True, "promoted"),  # named none: the outbox loop starts it
+        ("trn_4", False, None),  # ... and a worker without one leaves it
     ],
 )
 async def test_a_promoted_turn_is_started_by_a_worker_of_the_queue_its_ring_names(
-    monkeypatch: pytest.MonkeyPatch, payload: str, promoted: bool, started: bool
+    monkeypatch: pytest.MonkeyPatch, payload: str, promoted: bool, route: str | None
 ) -> None:
-    begun: list[str] = []
+    taken: list[tuple[str, str]] = []
 
     async def start_promoted(starts: Starts, turn_id: str) -> bool:
-        begun.append(turn_id)
+        taken.append(("promoted", turn_id))
         return True
 
+    async def claim_start(db: object, *, turn_id: str) -> None:
+        taken.append(("claim", turn_id))  # another worker holds it: nothing more here
+
+    @asynccontextmanager
+    async def unit_of_work() -> AsyncIterator[None]:
+        yield None
+
     monkeypatch.setattr(outbox, "start_promoted", start_promoted)
-    starts = Starts(cast(Any, None), cast(Any, None), "turns-a")
-    assert await start_rung(starts, payload, promoted=promoted) is started
-    assert begun == (["trn_4"] if started else [])
+    monkeypatch.setattr(outbox.outbox, "claim_start", claim_start)
+    starts = Starts(cast(Any, None), cast(Any, unit_of_work), "turns-a")
+    await start_rung(starts, payload, promoted=promoted)
+    assert taken == ([(route, "trn_4")] if route else [])
