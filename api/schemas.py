@@ -467,6 +467,15 @@ class ImportItemIn(BaseModel):
     text: str = Field(min_length=1, json_schema_extra={"pattern": NO_NUL})  # max_message_chars
     created_at: AwareDatetime
 
+    @field_validator("created_at", mode="before")
+    @classmethod
+    def _written_as_text(cls, value: Any) -> Any:
+        """The contract's date-time is text. Pydantic would read a number as seconds since
+        1970 and accept what the schema refuses."""
+        if isinstance(value, int | float):
+            raise ValueError("a date-time is text with its offset, e.g. 2026-01-31T09:00:00Z")
+        return value
+
 
 class ImportIn(BaseModel):
     # Idempotency key: again with the same items, the first import; with others, a 422.

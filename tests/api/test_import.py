@@ -142,6 +142,12 @@ async def test_a_malformed_item_is_refused_by_its_index_and_nothing_is_stored(
     missing = [good[0], {"role": "user", "text": "no time"}]
     answer = await send(priya, sid, missing)
     assert answer.status_code == 422 and answer.json()["error"]["field"] == "items.1.created_at"
+    # A number is no date-time in the contract (found by schemathesis: it was read as seconds
+    # since 1970 and the import accepted).
+    for number in (0, 1764000000, 1764000000.5):
+        answer = await send(priya, sid, [good[0], {**good[1], "created_at": number}])
+        assert answer.status_code == 422, answer.text
+        assert answer.json()["error"]["field"] == "items.1.created_at"
     assert await stored_count(sessions, sid) == (0, 0)
 
 
