@@ -11,7 +11,7 @@ from fastapi import APIRouter, Response
 
 from parley.api.deps import AppSettings, CurrentUser, DbSession, Temporal
 from parley.api.errors import answers
-from parley.api.schemas import ImportIn, ImportOut
+from parley.api.import_schemas import ImportIn, ImportOut
 from parley.dispatch.imports import start_import
 from parley.errors import IdempotencyKeyReused, InvalidRequest, NotFound, TurnInProgress
 from parley.imports import ImportItem, check_items, digest

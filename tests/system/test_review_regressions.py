@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 import httpx
@@ -80,11 +81,13 @@ async def test_a_message_right_after_a_confirmation_waits_for_that_turn(
     assert await deliver_decision(temporal_client, turn_id=turn_id, decision=confirmed)
     rest = await priya.events(sid, turn_id, last_event_id=events[-1].id)
     assert rest[-1].type == "done"
-    # The turn's end promoted the queued one (this stack runs no outbox loop to start it).
+    # The turn's end promoted the queued one, whose ring names this stack's queue: its
+    # worker starts it, and it is answered after the confirmed turn.
     queued_id = waiting.json()["turn_id"]
-    shown = await priya.http.get(f"/v1/sessions/{sid}/turns/{queued_id}")
-    assert shown.json()["state"] == "received"
-    await priya.http.post(f"/v1/sessions/{sid}/turns/{queued_id}/cancel")
+    after = await asyncio.wait_for(priya.events(sid, queued_id), 60)
+    assert after[-1].type == "done"
+    said = [m["text"] for m in await priya.messages(sid) if m["role"] == "user"]
+    assert said[-1] == "And another thing"
 
 
 async def test_a_retried_proposal_finds_its_action(sessions: Database, priya: ParleyClient) -> None:
