@@ -47,7 +47,13 @@ def free_port() -> int:
 async def serve(app: Any) -> AsyncIterator[str]:
     """Run an ASGI app under uvicorn on a free loopback port, in this event loop."""
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    # The server keeps an idle connection longer than a test's httpx client does (5 s), so the
+    # client never reuses one the server is closing at that moment ("Server disconnected
+    # without sending a response", after a test's client sat idle about 5 s).
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_level="warning", timeout_keep_alive=75
+    )
+    server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
     while not server.started:
         if task.done():
