@@ -27,16 +27,21 @@ it, to cosine 0.949 of the same text alone. Here:
   uint8 around 128), with the standard operators (ReduceMax, QuantizeLinear,
   MatMulInteger): a token's integers depend on that token alone, so a text's vector does
   not depend on its batch or its padding.
-On x86 CPUs with VNNI (AVX512-VNNI or AVX-VNNI, as the build machine has) the integer sums
-are exact. onnxruntime's AVX2 kernels without VNNI add pairs of products in 16 bits, which
-can saturate (255 * 127 * 2 > 32767); its documentation finds the loss small, and it takes
-a pair of large activations meeting large weights. Weights of 7 bits (-63..63) would rule
-it out but cost recall: on LoCoMo (bench (e)) conversation 49 fell from 77.8% to 76.5%
-(77.1% with 8 bits), and the mean cosine to float32 from 0.9963 to 0.9948.
+- Integer sums exact on every CPU. On x86 CPUs with VNNI (AVX512-VNNI or AVX-VNNI) the
+  products take int8 weights as they are. Without VNNI, onnxruntime's AVX2 kernels for
+  uint8 x int8 add pairs of products in 16 bits, which saturate (255 * 127 * 2 > 32767):
+  on LoCoMo, with the same weights, conv-26 lost 2 of 149 questions on such a CPU. There
+  the weights are stored as uint8 around 128 instead, whose kernel widens to 16 bits before
+  it multiplies (exact): 13% more CPU per text than the saturating kernel, 20% less than
+  float32, and the vectors a VNNI machine gives (`exact_signed_products`). Weights of 7
+  bits would also rule saturation out, at a cost in recall (conv-49 77.1% -> 76.5%).
 """
 
 from __future__ import annotations
 
+import platform
+from functools import cache
+from pathlib import Path
 from typing import Any
 
 # Opset 17 brings LayerNormalization as one operator; IR version 8 is its pair, fixed so that
@@ -48,6 +53,24 @@ IR_VERSION = 8
 WEIGHT_LEVELS = 127
 ACTIVATION_LEVELS = 127
 MIDDLE = 128
+
+
+X86 = {"x86_64", "amd64", "i386", "i686", "x86"}
+VNNI = {"avx512_vnni", "avx_vnni"}
+
+
+@cache
+def exact_signed_products() -> bool:
+    """Whether onnxruntime sums uint8 x int8 products exactly on this CPU: everywhere but
+    on x86 without VNNI (module docstring). An x86 CPU whose flags cannot be read counts as
+    one without."""
+    if platform.machine().lower() not in X86:
+        return True
+    try:
+        flags = Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        return False
+    return not VNNI.isdisjoint(flags)
 
 
 def quantize_columns(weight: Any) -> tuple[Any, Any]:
@@ -67,11 +90,18 @@ class _Encoder:
     names for intermediate values."""
 
     def __init__(
-        self, weights: dict[str, Any], *, heads: int, eps: float, quantized: bool = False
+        self,
+        weights: dict[str, Any],
+        *,
+        heads: int,
+        eps: float,
+        quantized: bool = False,
+        signed_weights: bool = True,
     ) -> None:
         import numpy as np
 
         self.quantized = quantized
+        self.signed_weights = signed_weights
         self.nodes: list[Any] = []
         self.initializers: list[Any] = []
         self.arrays: dict[str, Any] = {}
@@ -148,7 +178,13 @@ class _Encoder:
         weight = np.asarray(self._weights[name + ".weight"], dtype=np.float32)
         levels, scale = quantize_columns(np.ascontiguousarray(weight.T))
         rows, row_scale = self.quantized_rows(x, int(weight.shape[1]))
-        product = self.op("MatMulInteger", rows, self.external(name + ".int8", levels), self.middle)
+        if self.signed_weights:
+            stored = self.external(name + ".int8", levels)
+            product = self.op("MatMulInteger", rows, stored, self.middle)
+        else:  # the same levels as uint8 around MIDDLE: an exact kernel without VNNI
+            shifted = (levels.astype(np.int16) + MIDDLE).astype(np.uint8)
+            stored = self.external(name + ".int8", shifted)
+            product = self.op("MatMulInteger", rows, stored, self.middle, self.middle)
         product = self.op("Cast", product, to=TensorProto.FLOAT)
         columns = self.external(name + ".scale", scale)
         y = self.op("Mul", self.op("Mul", product, columns), row_scale)
@@ -229,16 +265,25 @@ class _Encoder:
 
 
 def build_encoder(
-    weights: dict[str, Any], *, layers: int, heads: int, eps: float, quantized: bool = False
+    weights: dict[str, Any],
+    *,
+    layers: int,
+    heads: int,
+    eps: float,
+    quantized: bool = False,
+    signed_weights: bool | None = None,
 ) -> tuple[Any, dict[str, Any]]:
     """The BERT encoder over `weights` (named as gateway/minilm.py reads them), as a model
     (onnx.ModelProto) with inputs `input_ids`, `token_type_ids` (int64, batch x tokens),
     `attention_mask` (float32, 1 for a token, 0 for padding) and output `hidden` (batch x
     tokens x width), and the arrays of its external weights by name. `quantized`: the int8
-    encoder (module docstring)."""
+    encoder (module docstring), its weights int8 or, if not `signed_weights` (by default:
+    where this CPU's uint8 x int8 sums may saturate), uint8 around MIDDLE."""
     from onnx import TensorProto, helper
 
-    g = _Encoder(weights, heads=heads, eps=eps, quantized=quantized)
+    if signed_weights is None:
+        signed_weights = exact_signed_products()
+    g = _Encoder(weights, heads=heads, eps=eps, quantized=quantized, signed_weights=signed_weights)
     h, bias = g.embeddings(), g.padding()
     for layer in range(layers):
         h = g.layer(h, bias, f"encoder.layer.{layer}.")
@@ -261,6 +306,28 @@ def build_encoder(
     return model, g.arrays
 
 
+def session(model: Any, arrays: dict[str, Any]) -> Any:
+    """An onnxruntime session over `model`, its external weights handed over from memory."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    # The weights from memory, copied once into the session (which may then drop them).
+    names = list(arrays)
+    options.add_external_initializers(
+        names, [ort.OrtValue.ortvalue_from_numpy(arrays[n]) for n in names]
+    )
+    # One thread, as NumPy's BLAS has (gateway/minilm.py, threadpool_limits): a worker's
+    # parallelism comes from the sessions it serves at once, and a pool of threads per
+    # product spins against them on a busy machine.
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return ort.InferenceSession(
+        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+
+
 class EncoderSession:
     """An onnxruntime session over the encoder graph (float32, or int8 if `quantized`): token
     ids in, last states out."""
@@ -273,28 +340,17 @@ class EncoderSession:
         heads: int,
         eps: float,
         quantized: bool = False,
+        signed_weights: bool | None = None,
     ) -> None:
-        import onnxruntime as ort
-
         model, arrays = build_encoder(
-            weights, layers=layers, heads=heads, eps=eps, quantized=quantized
+            weights,
+            layers=layers,
+            heads=heads,
+            eps=eps,
+            quantized=quantized,
+            signed_weights=signed_weights,
         )
-        options = ort.SessionOptions()
-        # The weights from memory, copied once into the session (which may then drop them).
-        names = list(arrays)
-        options.add_external_initializers(
-            names, [ort.OrtValue.ortvalue_from_numpy(arrays[n]) for n in names]
-        )
-        # One thread, as NumPy's BLAS has (gateway/minilm.py, threadpool_limits): a worker's
-        # parallelism comes from the sessions it serves at once, and a pool of threads per
-        # product spins against them on a busy machine.
-        options.intra_op_num_threads = 1
-        options.inter_op_num_threads = 1
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        self._session = ort.InferenceSession(
-            model.SerializeToString(), options, providers=["CPUExecutionProvider"]
-        )
+        self._session = session(model, arrays)
 
     def hidden(self, ids: Any, types: Any, mask: Any) -> Any:
         """(batch, tokens) int64 ids and types and float32 mask -> (batch, tokens, width)."""

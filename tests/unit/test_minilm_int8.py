@@ -9,11 +9,13 @@ import json
 import math
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from parley.config import Settings
 from parley.gateway.minilm import MiniLMEmbedder, batches, build_embedder
+from parley.gateway.minilm_onnx import exact_signed_products
 
 LOCOMO = Path(__file__).resolve().parents[2] / "bench" / "data" / "locomo3.json"
 SHORT = ["", "yes", "ok", "no", "thanks!", "hello", "Where is my order?", "Zürich — 東京 🎉 Привет"]
@@ -77,7 +79,48 @@ def test_the_int8_encoder_multiplies_integers_in_every_linear_layer(
     kinds = [node.op_type for node in model.graph.node]
     assert kinds.count("MatMulInteger") == 36
     assert kinds.count("MatMul") == 12  # scores and context, per layer
-    assert {a.dtype.name for n, a in arrays.items() if n.endswith(".int8")} == {"int8"}
+    stored = {a.dtype.name for n, a in arrays.items() if n.endswith(".int8")}
+    assert stored == ({"int8"} if exact_signed_products() else {"uint8"})
+
+
+def _one_linear_layer(signed_weights: bool) -> Any:
+    """A session over one int8 linear layer of 64 inputs whose weights are all 1.0: (batch,
+    tokens, 64) -> (batch, tokens, 8)."""
+    import numpy as np
+    from onnx import TensorProto, helper
+
+    from parley.gateway.minilm_onnx import IR_VERSION, OPSET, _Encoder, session
+
+    weights = {
+        "embeddings.word_embeddings.weight": np.zeros((2, 64), np.float32),
+        "layer.weight": np.ones((8, 64), np.float32),
+        "layer.bias": np.zeros(8, np.float32),
+    }
+    g = _Encoder(weights, heads=1, eps=1e-12, quantized=True, signed_weights=signed_weights)
+    g.nodes.append(helper.make_node("Identity", [g.dense("x", "layer")], ["y"]))
+    inputs = [
+        helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["b", "t"]),
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "t", 64]),
+    ]
+    output = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", "t", 8])
+    graph = helper.make_graph(g.nodes, "one_layer", inputs, [output], g.initializers)
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION
+    )
+    return session(model, g.arrays)
+
+
+def test_large_activations_meeting_large_weights_still_sum_exactly() -> None:
+    """Every activation at its token's peak meets a weight at its column's: the integer
+    products are the largest there are. On x86 without VNNI onnxruntime's uint8 x int8
+    kernel adds them in pairs in 16 bits, which saturate; the encoder this CPU gets sums
+    them exactly (module docstring of gateway/minilm_onnx.py)."""
+    import numpy as np
+
+    layer = _one_linear_layer(signed_weights=exact_signed_products())
+    x = np.ones((1, 3, 64), np.float32) * np.array([1.0, 3.5, 0.02], np.float32)[None, :, None]
+    (y,) = layer.run(["y"], {"input_ids": np.zeros((1, 3), np.int64), "x": x})
+    assert np.allclose(y, x.sum(axis=2, keepdims=True).repeat(8, axis=2), rtol=1e-5)
 
 
 def test_int8_vectors_stay_close_to_float32_ones(
