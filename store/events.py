@@ -394,9 +394,10 @@ class OutboxRing:
     window and whether a fallback model is configured, as the API's settings say) and the
     post's trace context (W3C `traceparent`, empty when tracing is off), so the start joins
     the POST's trace. Space-separated, the turn id first. A turn promoted from its session's
-    queue (`promoted`) rings its id and the task queue of the API that queued it: a worker of
-    that queue starts it with its own settings. One queued before that queue was recorded
-    rings its id alone, and any worker may start it."""
+    queue (`promoted`) rings its id, the task queue of the API that queued it and the trace
+    context of the POST that did: a worker of that queue starts it with its own settings, in
+    that trace. One queued before that queue was recorded rings its id alone, and any worker
+    may start it."""
 
     turn_id: str
     task_queue: str | None = None
@@ -406,16 +407,19 @@ class OutboxRing:
     promoted: bool = False
 
     def payload(self) -> str:
-        if self.promoted or self.task_queue is None:
-            return " ".join(filter(None, (self.turn_id, self.task_queue)))
+        if self.task_queue is None:
+            return self.turn_id
+        if self.promoted:
+            return " ".join(filter(None, (self.turn_id, self.task_queue, self.trace)))
         window, fallback = f"{self.confirmation_timeout_s:g}", "1" if self.fallback else "0"
         return " ".join((self.turn_id, self.task_queue, window, fallback, self.trace)).rstrip()
 
     @classmethod
     def heard(cls, payload: str) -> OutboxRing:
         turn_id, *rest = payload.split(" ")
-        if len(rest) < 3:  # a promoted turn's: its id, then its task queue when recorded
-            return cls(turn_id, rest[0] if rest else None, promoted=True)
+        if len(rest) < 3:  # a promoted turn's: its id, then its queue and trace when recorded
+            queue, context = (rest[0] if rest else None), (rest[1] if len(rest) > 1 else "")
+            return cls(turn_id, queue, trace=context, promoted=True)
         task_queue, window, fallback, *trace = rest
         return cls(turn_id, task_queue, float(window), fallback == "1", "".join(trace))
 

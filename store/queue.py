@@ -101,12 +101,13 @@ async def queue_message(
     text: str,
     file_ids: Sequence[str],
     task_queue: str | None = None,
+    trace: str = "",
 ) -> Queued:
     """Queue the message as the session's next turn (the caller checked there is none yet,
     and holds the session row's lock). The turn is born `queued` with its first event, in
     one statement; `user_seq` is provisional until it is promoted (the seq it would take if
     nothing came between). `task_queue`: the queue of the workers that start the posting
-    API's turns, which the promotion's ring names."""
+    API's turns, which the promotion's ring names, with the POST's `trace` context."""
     turn = PostedTurn(new_id("trn"), session.id, owner.tenant_id, owner.user_id, TurnState.queued)
     message_id = new_id("msg")
     params = {
@@ -122,6 +123,7 @@ async def queue_message(
         "text": text,
         "file_ids": Jsonb(list(file_ids)) if file_ids else None,
         "task_queue": task_queue,
+        "trace": trace or None,
     }
     row = await db.made(_QUEUE, params, _queued_row)
     assert row is not None
@@ -138,9 +140,10 @@ def _queued_row(*, notified: Any, announced: Any, **columns: Any) -> QueuedRow:
 _QUEUE = f"""
     WITH counter AS ({BORN} RETURNING {BASE}), {EVENTS_INSERTED}, waiting AS (
         INSERT INTO queued_messages
-            (turn_id, session_id, message_id, client_message_id, text, file_ids, task_queue)
+            (turn_id, session_id, message_id, client_message_id, text, file_ids, task_queue,
+            trace)
         VALUES (%(turn_id)s, %(session_id)s, %(message_id)s, %(client_message_id)s,
-            %(text)s, %(file_ids)s, %(task_queue)s)
+            %(text)s, %(file_ids)s, %(task_queue)s, %(trace)s)
         RETURNING {_QUEUED_COLUMNS}
     ), held AS (
         UPDATE sessions SET queued_turn_id = %(turn_id)s, {COUNTED} WHERE id = %(session_id)s
@@ -159,7 +162,7 @@ async def promote(db: Db, *, session_id: str, turn_id: str) -> None:
     waiting = await db.made(_WAITING, params, _waiting)
     if waiting is None:
         return  # dropped meanwhile
-    row, last_seq, task_queue = waiting
+    row, last_seq, task_queue, trace = waiting
     if not can_move(TurnState.queued, TurnState.received):
         raise IllegalTransition(turn_id=turn_id, from_state=TurnState.queued, to=TurnState.received)
     joined = message_params(
@@ -178,18 +181,19 @@ async def promote(db: Db, *, session_id: str, turn_id: str) -> None:
         "seq": next_seq(last_seq),
     }
     await db.run(_PROMOTE, promoted)
-    rung = OutboxRing(turn_id, task_queue, promoted=True)
+    rung = OutboxRing(turn_id, task_queue, trace=trace or "", promoted=True)
     await ring(db, channel=OUTBOX_CHANNEL, payload=rung.payload())
 
 
 def _waiting(
-    *, last_seq: int, task_queue: str | None, **columns: Any
-) -> tuple[QueuedRow, int, str | None]:
-    return QueuedRow(**columns), last_seq, task_queue
+    *, last_seq: int, task_queue: str | None, trace: str | None, **columns: Any
+) -> tuple[QueuedRow, int, str | None, str | None]:
+    return QueuedRow(**columns), last_seq, task_queue, trace
 
 
 _WAITING = f"""
-    SELECT {", ".join("q." + c for c in _QUEUED_COLUMNS.split(", "))}, s.last_seq, q.task_queue
+    SELECT {", ".join("q." + c for c in _QUEUED_COLUMNS.split(", "))}, s.last_seq, q.task_queue,
+        q.trace
     FROM queued_messages AS q JOIN sessions AS s ON s.id = q.session_id
     WHERE q.turn_id = %(turn_id)s AND s.id = %(session_id)s
 """

@@ -29,4 +29,7 @@ class QueuedMessage(Base):
     file_ids: Mapped[list[str] | None] = mapped_column(JSONB)
     # The task queue of the API that queued it: the ring that promotes the turn names it.
     task_queue: Mapped[str | None] = mapped_column(String(200))
+    # The trace context of the POST that queued it (W3C traceparent; null without tracing):
+    # the promoted turn's start joins that trace.
+    trace: Mapped[str | None] = mapped_column(String(200))
     created_at: Mapped[datetime] = now_column()

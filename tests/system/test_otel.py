@@ -33,6 +33,7 @@ from tests.support.stack import own_queue, serve, serve_api, service_env, spawn
 
 # A question the demo answers with a tool call first; its last word is found nowhere else.
 QUESTION = "Where is my order? Kestrelwood"
+FOLLOW_UP = "Thanks, and what can you do about returns?"
 DEADLINE_S = 60.0
 
 # The parts of a model step (activities/opening.py): spans in the ledger, not activities.
@@ -59,7 +60,8 @@ async def test_one_turn_is_one_trace_without_message_text(
     tokens: dict[str, str],
     sessions: Database,
 ) -> None:
-    collector, fake = Collector(), FakeProvider(brain=True)
+    # Tokens 10 ms apart: the tool turn outlasts the post queued behind it by far.
+    collector, fake = Collector(), FakeProvider(brain=True, token_delay_s=0.01)
     async with serve(collector.app) as collector_url, serve(fake.app) as fake_url:
         own = own_queue(settings, "otel", otlp_endpoint=collector_url)
         worker = spawn(
@@ -83,7 +85,14 @@ async def test_one_turn_is_one_trace_without_message_text(
                     # ended, it listens: the next one's start joins the POST's trace.
                     _, first = await client.turn(session_id, "Tell me about yourself, please.")
                     assert first[-1].type == "done"
-                    turn_id, events = await client.turn(session_id, QUESTION)
+                    posted = await client.post(session_id, QUESTION)
+                    turn_id = posted.json()["turn_id"]
+                    # Posted while that answer runs: queued, promoted when it ends.
+                    queued = await client.post(session_id, FOLLOW_UP)
+                    assert queued.json()["state"] == "queued", queued.text
+                    events = await client.events(session_id, turn_id)
+                    queued_id = queued.json()["turn_id"]
+                    followed = await client.events(session_id, queued_id)
                 finally:
                     await client.aclose()
             await _stop(worker)  # the API has stopped (and flushed) already
@@ -94,6 +103,7 @@ async def test_one_turn_is_one_trace_without_message_text(
         await _check_turn(collector, sessions, session_id, turn_id, events, provider="openai")
         services = {s.service for s in collector.spans if s.attributes.get("parley.turn_id")}
         assert services == {"parley-api", "parley-worker"}, services
+        await _check_queued_turn(collector, queued_id, followed)
 
 
 async def test_an_eager_start_in_an_api_that_runs_a_worker_is_one_trace_too(
@@ -147,6 +157,28 @@ async def _check_turn(
     _check_one_trace(collector, turn_spans(), ledger, session_id)
     _check_provider_span(turn_spans(), provider)
     _check_no_text(collector.spans, [QUESTION, "Kestrelwood", answer])
+
+
+async def _check_queued_turn(collector: Collector, turn_id: str, events: list[Event]) -> None:
+    """A queued turn's trace starts at the POST that queued it (its ring carries the POST's
+    trace context, store/queue.py) and runs through the worker's start and steps."""
+    assert events[-1].type == "done", [e.type for e in events]
+    expected = {
+        "POST /v1/sessions/{session_id}/messages",
+        "StartWorkflow:TurnWorkflow",
+        "RunWorkflow:TurnWorkflow",
+        "RunActivity:open_step",
+    }
+
+    def turn_spans() -> list[ExportedSpan]:
+        return [s for s in collector.spans if s.attributes.get("parley.turn_id") == turn_id]
+
+    await _until(f"spans {expected}", lambda: expected <= {s.name for s in turn_spans()})
+    (trace_id,) = {span.trace_id for span in turn_spans()}
+    roots = [span for span in collector.trace(trace_id) if span.parent_id is None]
+    assert [(r.name, r.attributes.get("parley.turn_id")) for r in roots] == [
+        ("POST /v1/sessions/{session_id}/messages", turn_id)
+    ], roots
 
 
 async def _ledger(sessions: Database, turn_id: str) -> list[TraceSpan]:

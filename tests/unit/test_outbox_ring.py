@@ -29,6 +29,9 @@ def test_a_promoted_ring_names_its_queue_and_an_older_one_names_none() -> None:
     named = OutboxRing("trn_2", "turns-a", promoted=True)
     assert named.payload() == "trn_2 turns-a"
     assert OutboxRing.heard("trn_2 turns-a") == named
+    traced = OutboxRing("trn_2", "turns-a", trace="00-abc-def-01", promoted=True)
+    assert traced.payload() == "trn_2 turns-a 00-abc-def-01"  # the queuing POST's trace
+    assert OutboxRing.heard(traced.payload()) == traced
     older = OutboxRing.heard("trn_3")  # what a release before the queue was recorded rings
     assert (older.turn_id, older.task_queue, older.promoted) == ("trn_3", None, True)
     assert older.payload() == "trn_3"

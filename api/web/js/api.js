@@ -45,5 +45,17 @@ export function errorText(r) {
   return text;
 }
 
+// A pasted token tried on `path`: kept if the API answers, forgotten if not, with the reason
+// in `errorBox` (`refusal(r)`: the words for a refusal this page expects, or null).
+export async function tryToken(token, path, errorBox, refusal) {
+  auth.save(token, '');
+  const r = await request('GET', path);
+  if (!r.ok) {
+    auth.clear();
+    errorBox.textContent = refusal(r) || errorText(r);
+  }
+  return r;
+}
+
 export const sessionPath = (sid, ...rest) =>
   '/v1/sessions/' + [sid, ...rest].map(encodeURIComponent).join('/');

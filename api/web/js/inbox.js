@@ -3,7 +3,7 @@
 // The selected case's stream keeps its conversation live; the list is read again every few
 // seconds and after each action.
 
-import { auth, errorText, request } from './api.js';
+import { auth, errorText, request, tryToken } from './api.js';
 import { followTurn } from './stream.js';
 
 const $ = (id) => document.getElementById(id);
@@ -31,14 +31,9 @@ function age(iso) {
 
 async function signIn(event) {
   event.preventDefault();
-  auth.save($('token').value.trim(), '');
-  const r = await request('GET', '/v1/handoffs');
-  if (!r.ok) {
-    auth.clear();
-    $('signin-error').textContent = r.status === 403
-      ? 'This token is not an agent\'s: the inbox needs the role "agent".' : errorText(r);
-    return;
-  }
+  const r = await tryToken($('token').value.trim(), '/v1/handoffs', $('signin-error'),
+    (r) => (r.status === 403 ? 'This token is not an agent\'s: the inbox needs the role "agent".' : null));
+  if (!r.ok) return;
   $('token').value = '';
   show(r.data.handoffs);
 }

@@ -1,7 +1,7 @@
 // Signing in: a demo user's button (`make run`'s users, from /web/config) or a pasted token.
 // app.js shows the form when there is no token and enters the app once one is accepted.
 
-import { auth, errorText, request } from './api.js';
+import { auth, errorText, request, tryToken } from './api.js';
 import { $, S } from './state.js';
 import * as T from './transcript.js';
 
@@ -50,14 +50,9 @@ async function signInWithToken(event) {
   event.preventDefault();
   const token = $('token').value.trim();
   if (!token) return;
-  auth.save(token, '');
-  const r = await request('GET', '/v1/sessions');
-  if (!r.ok) {
-    auth.clear();
-    $('signin-error').textContent = r.status === 401
-      ? 'That token was not accepted. Check it and try again.' : errorText(r);
-    return;
-  }
+  const r = await tryToken(token, '/v1/sessions', $('signin-error'), (r) => (r.status === 401
+    ? 'That token was not accepted. Check it and try again.' : null));
+  if (!r.ok) return;
   $('token').value = '';
   enter();
 }
