@@ -320,8 +320,7 @@ async def _queue_next_turn(db: Db, post: Post, start_on: OutboxRing | None) -> P
         client_message_id=post.client_message_id,
         text=post.text,
         file_ids=post.attached,
-        task_queue=start_on.task_queue if start_on is not None else None,
-        trace=start_on.trace if start_on is not None else "",
+        posted_on=start_on,
     )
     return PostedMessage(_posted_turn(queued.turn), queued.message, True)
 

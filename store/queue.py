@@ -84,6 +84,10 @@ class QueuedRow:
 _QUEUED_COLUMNS = "turn_id, session_id, message_id, client_message_id, text, file_ids, created_at"
 
 
+# What a message queued by no API's ring records: no task queue, no trace.
+NOT_RUNG = OutboxRing("")
+
+
 @dataclass(frozen=True)
 class Queued:
     """A queued turn as the POST answers it."""
@@ -100,14 +104,14 @@ async def queue_message(
     client_message_id: str,
     text: str,
     file_ids: Sequence[str],
-    task_queue: str | None = None,
-    trace: str = "",
+    posted_on: OutboxRing | None = None,
 ) -> Queued:
     """Queue the message as the session's next turn (the caller checked there is none yet,
     and holds the session row's lock). The turn is born `queued` with its first event, in
     one statement; `user_seq` is provisional until it is promoted (the seq it would take if
-    nothing came between). `task_queue`: the queue of the workers that start the posting
-    API's turns, which the promotion's ring names, with the POST's `trace` context."""
+    nothing came between). `posted_on`: the ring the posting API starts a new turn with, whose
+    task queue (that of the workers that start its turns) and trace context (the POST's) the
+    promotion's ring names again."""
     turn = PostedTurn(new_id("trn"), session.id, owner.tenant_id, owner.user_id, TurnState.queued)
     message_id = new_id("msg")
     params = {
@@ -122,8 +126,8 @@ async def queue_message(
         "client_message_id": client_message_id,
         "text": text,
         "file_ids": Jsonb(list(file_ids)) if file_ids else None,
-        "task_queue": task_queue,
-        "trace": trace or None,
+        "task_queue": (posted_on or NOT_RUNG).task_queue,
+        "trace": (posted_on or NOT_RUNG).trace or None,
     }
     row = await db.made(_QUEUE, params, _queued_row)
     assert row is not None
