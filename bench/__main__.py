@@ -15,7 +15,7 @@ summarizer that fails, through OpenAI's wire format (bench/plain_summarizer.py);
 kind of load (bench/open_loop.py); then, with
 the stack down, (i) regular expressions over long hostile input (bench/regexes.py), (j) the
 workflow code's own CPU per turn, replayed (bench/replay_cost.py), (m) eager workflow start
-on a dev server of its own (bench/eager_start.py); last, issue 25's acceptance figures in
+on a dev server of its own (bench/eager_start.py); last, issue 45's acceptance figures in
 one block (bench/acceptance.py), after (u) the stream-scale ceiling, this checkout beside issue
 45's starting commit on stacks of their own (bench/stream_scale.py; alone with
 `python -m bench.stream_scale`). Not in the default run: (n) LoCoMo conversation 50 posted

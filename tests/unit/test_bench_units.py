@@ -199,8 +199,10 @@ def test_the_open_loop_shows_the_floors_ratios_beside_parleys() -> None:
         },
     }
     block = render_acceptance(results)
-    assert "first delta p95 250.0 ms = 3.57x the unloaded p50 70.0 ms (target <= 2x)" in block
-    assert "baseline p95 3.00x its unloaded p50, skeleton new shape p95 3.00x" in block
+    # Point 4 reads Parley's ratio against the new-shape skeleton's at half its own capacity.
+    assert "first delta p95 250.0 ms = 3.57x the unloaded p50 70.0 ms" in block
+    assert "skeleton new shape's p95 at half its capacity 3.00x its unloaded p50" in block
+    assert "3.57 / 3.00 = 1.19 (target <= 1.3): met" in block
     assert "3.57x" in render_open_loop(results["open_loop"])
     floors = render_floors(results["open_loop_floors"])
     assert "skeleton new shape" in floors and "3.00x" in floors
@@ -215,12 +217,16 @@ def _row(turns_per_s: float, cpu_total: float, lost: int = 0) -> dict[str, Any]:
     }
 
 
+def _step(n: int, *, lost: int = 0, dup: int = 0) -> dict[str, Any]:
+    return {"n": n, "lost": lost, "duplicated": dup}
+
+
 def test_the_acceptance_block_reads_each_figure_against_its_target() -> None:
     results = {
         "sequential": {
             "parley": {"first_delta": {"p50_ms": 80.6, "p95_ms": 100.0}},
             "baseline": {"first_delta": {"p50_ms": 9.8, "p95_ms": 20.0}},
-            "ratio_parley_over_baseline": {"first_delta_p50": 8.22, "first_delta_p95": 5.0},
+            "ratio_parley_over_baseline": {"first_delta_p50": 8.22, "first_delta_p95": 3.4},
         },
         "concurrent": {
             "20": {
@@ -240,24 +246,26 @@ def test_the_acceptance_block_reads_each_figure_against_its_target() -> None:
                 },
             }
         },
-        "stop": {
-            "cancelled": 20,
-            "cancel_to_cancelled_ms": {"p50_ms": 120.0, "p95_ms": 250.0, "max_ms": 280.0},
+        "stream_scale": {
+            "baseline_commit": "6fe9d89",
+            "baseline": {"ceiling": 20, "steps": [_step(10), _step(20), _step(40, lost=3)]},
+            "current": {"ceiling": 80, "steps": [_step(10), _step(80, dup=1), _step(160, lost=2)]},
         },
         "memory": {"error": "RuntimeError: boom"},
     }
     block = render_acceptance(results)
     assert "0 sections that failed: memory" in block
-    assert "= 8.22x (target <= 6x): NOT met" in block
-    assert "= 5.00x (target <= 7x): met" in block
-    assert "19% of the one-activity skeleton's 54.80 (target >= 30%): NOT met" in block
+    assert "= 8.22x (target <= 3x): NOT met" in block
+    assert "= 3.40x (target <= 3.5x): met" in block
+    assert "19% of the one-activity skeleton's 54.80 (target >= 65%): NOT met" in block
     assert "13% of the new-shape skeleton's 80.00" in block
+    assert "12% of the one-activity skeleton's (target >= 40%): NOT met" in block
     assert "lost events in the Parley rows of that table: 0 (target 0): met" in block
-    assert "= 5.17x the one-activity skeleton's 30 ms (target <= 3.5x): NOT met" in block
-    assert "4 not measured: open_loop failed or skipped" in block
-    assert "p95 250.0 ms, max 280.0 ms over 20 stopped tries (target <= 300 ms over 20): met" in (
-        block
-    )
+    assert "= 5.17x the one-activity skeleton's 30 ms (target <= 1.7x): NOT met" in block
+    assert "4 not measured: open_loop, open_loop_floors failed or skipped" in block
+    assert "ceiling 80 / the starting commit's (6fe9d89) 20 = 4.00x (target >= 4x): met" in block
+    # Below the ceiling only: the step past it lost events, one under it repeated one.
+    assert "lost or duplicated events at the 2 steps up to it: 1 (target 0): NOT met" in block
 
 
 def test_import_speed_alone_runs_only_its_section() -> None:
