@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from playwright.async_api import Browser, BrowserContext, Locator, Page, expect
+from playwright.async_api import Browser, BrowserContext, Locator, Page, Route, expect
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
@@ -183,3 +183,23 @@ class DroppingRelay:
             sink.transport.abort()
 
         await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+
+async def hold_second_read(page: Page, sid: str, release: asyncio.Event) -> asyncio.Event:
+    """Hold the second of the page's two reads as it opens conversation `sid` (the session,
+    the transcript's first page; whichever order it makes them) until `release`; the event
+    returned is set once the page has asked for it. Later requests go through."""
+    asked = asyncio.Event()
+    reads = 0
+
+    async def hold(route: Route) -> None:
+        nonlocal reads
+        reads += 1
+        if reads == 2:
+            asked.set()
+            await release.wait()
+        await route.continue_()
+
+    await page.route(f"**/v1/sessions/{sid}", hold)
+    await page.route(f"**/v1/sessions/{sid}/messages?*", hold)
+    return asked

@@ -5,8 +5,8 @@ once; the follower's page stays accessible. At a phone's 390 px and on a desktop
 
 A message sent while the other device is still opening the conversation shows there too: sent
 between its transcript read and its stream's connection, the stream takes up where the
-transcript stopped (docs/api.md, Opening a conversation); sent between its read of the session
-and of the transcript, the turn the stream follows from its start is shown."""
+transcript stopped (docs/api.md, Opening a conversation); begun between its reads of the
+transcript and of the session, the turn is shown."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from tests.support.webpage import (
     PHONE,
     WATCH_STREAMING,
     finished_answer,
+    hold_second_read,
     last_answer,
     send,
     serious_accessibility_violations,
@@ -139,12 +140,10 @@ async def test_a_turn_begun_between_the_pages_reads_shows_there(
     sid = await laptop.page.evaluate("sessionStorage.getItem('parley_session')")
     phone = await open_tab(api_url)
     await sign_in(phone.page, "cust_2291")
-    # The phone has read the session (no turn running) and asks for the transcript, which is
-    # held while the laptop's next turn begins and comes to rest on its card: the transcript
-    # has its message, no answer, and names the turn in its cursor.
+    # The phone has made the first of its two reads (the transcript, the session) and the
+    # second is held while the laptop's next turn begins and comes to rest on its card.
     release = asyncio.Event()
-    asked, reading = held_until(release)
-    await phone.page.route(f"**/v1/sessions/{sid}/messages?*", reading)
+    asked = await hold_second_read(phone.page, sid, release)
     await phone.page.locator(f'#sessions li[data-sid="{sid}"] .session-open').click()
     await asyncio.wait_for(asked.wait(), ASKED_TIMEOUT_S)
     await laptop.page.locator("#input").fill("Can you email me?")

@@ -18,7 +18,13 @@ from parley.store.db import Database
 from tests.support.models import ControlledModel
 from tests.support.stack import running_outbox
 from tests.support.toolkit import Stack, own_stack
-from tests.support.webpage import finished_answer, last_answer, opener, sign_in
+from tests.support.webpage import (
+    finished_answer,
+    hold_second_read,
+    last_answer,
+    opener,
+    sign_in,
+)
 
 LONG = " ".join(f"word{i}" for i in range(70))  # about 2 s at the stack's pace
 WebStack = Stack[ControlledModel]
@@ -41,6 +47,10 @@ async def stack(
     async with own_stack(temporal_client, settings, sessions, model, prefix="webq") as stack:
         async with running_outbox(temporal_client, stack.settings, sessions):
             yield stack
+
+
+# An upper bound on waiting for a page to ask for what is held, not a target.
+ASKED_TIMEOUT_S = 45
 
 
 @pytest_asyncio.fixture
@@ -171,3 +181,41 @@ async def test_a_reload_shows_the_waiting_message_and_then_its_answer(page: Page
     await expect(page.locator("#transcript .msg-user .body")).to_have_text(
         ["A long answer please", "Reload and the next thing"]
     )
+
+
+async def test_a_message_queued_while_another_tab_opens_the_conversation_waits_there(
+    page: Page, browser: Browser, stack: WebStack
+) -> None:
+    """Queued between the other tab's two reads as it opens the conversation: neither read
+    has it, whichever came first, unless the stream starts where the transcript ended and
+    the session is read after it (api/web/js/app.js `openSession`)."""
+    await _type(page, "The first next")
+    await finished_answer(page, "Queued answer: The first next")
+    sid = await page.evaluate("sessionStorage.getItem('parley_session')")
+    other = await opener(browser)(stack.url)
+    await sign_in(other.page, "cust_2291")
+    stack.model.first_token_gate = gate = asyncio.Event()  # the answer runs, says nothing
+    stack.model.waiting.clear()
+    try:
+        await _type(page, "A long answer please")
+        await asyncio.wait_for(stack.model.waiting.wait(), ASKED_TIMEOUT_S)
+        release = asyncio.Event()
+        asked = await hold_second_read(other.page, sid, release)
+        await other.page.locator(f'#sessions li[data-sid="{sid}"] .session-open').click()
+        await asyncio.wait_for(asked.wait(), ASKED_TIMEOUT_S)
+        await _queue(page, "And the next thing, meanwhile")
+        await expect(page.locator("#transcript .msg.pending")).to_have_count(1)
+        release.set()
+        pending = other.page.locator("#transcript .msg.pending")
+        await expect(pending.locator(".body")).to_have_text("And the next thing, meanwhile")
+        await expect(pending.locator(".badge")).to_have_text("Sends when this answer ends")
+    finally:
+        stack.model.first_token_gate = None
+        gate.set()
+    await finished_answer(other.page, "Queued answer: And the next thing, meanwhile")
+    await expect(other.page.locator("#transcript .msg.pending")).to_have_count(0)
+    await expect(other.page.locator("#transcript .msg-user .body")).to_have_text(
+        ["The first next", "A long answer please", "And the next thing, meanwhile"]
+    )
+    other.assert_clean()
+    await other.context.close()

@@ -121,11 +121,13 @@ function newConversation() {
 
 async function openSession(sid) {
   const gen = switchTo(sid);
+  // The transcript first: the stream starts at its cursor, so whatever the session's read
+  // misses (a message queued, a turn begun after it) comes on the stream.
+  const cursor = await syncMessages(0);
+  if (gen !== S.openGen || cursor === undefined) return;
   const r = await request('GET', sessionPath(sid));
   if (gen !== S.openGen) return;
   if (!r.ok) return fail(r);
-  const cursor = await syncMessages(0);
-  if (gen !== S.openGen) return;
   S.lastSeq = Math.max(S.lastSeq, r.data.last_seq || 0);
   followCase(sid, seen); // a person may hold it
   const active = r.data.active_turn;
