@@ -104,6 +104,7 @@ async def test_one_turn_is_one_trace_without_message_text(
         services = {s.service for s in collector.spans if s.attributes.get("parley.turn_id")}
         assert services == {"parley-api", "parley-worker"}, services
         await _check_queued_turn(collector, queued_id, followed)
+        _check_no_text(collector.spans, [FOLLOW_UP, streamed_text(followed)])
 
 
 async def test_an_eager_start_in_an_api_that_runs_a_worker_is_one_trace_too(

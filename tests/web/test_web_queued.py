@@ -194,12 +194,12 @@ async def test_a_message_queued_while_another_tab_opens_the_conversation_waits_t
     sid = await page.evaluate("sessionStorage.getItem('parley_session')")
     other = await opener(browser)(stack.url)
     await sign_in(other.page, "cust_2291")
+    release = asyncio.Event()
     stack.model.first_token_gate = gate = asyncio.Event()  # the answer runs, says nothing
     stack.model.waiting.clear()
     try:
         await _type(page, "A long answer please")
         await asyncio.wait_for(stack.model.waiting.wait(), ASKED_TIMEOUT_S)
-        release = asyncio.Event()
         asked = await hold_second_read(other.page, sid, release)
         await other.page.locator(f'#sessions li[data-sid="{sid}"] .session-open').click()
         await asyncio.wait_for(asked.wait(), ASKED_TIMEOUT_S)
@@ -212,10 +212,69 @@ async def test_a_message_queued_while_another_tab_opens_the_conversation_waits_t
     finally:
         stack.model.first_token_gate = None
         gate.set()
-    await finished_answer(other.page, "Queued answer: And the next thing, meanwhile")
-    await expect(other.page.locator("#transcript .msg.pending")).to_have_count(0)
-    await expect(other.page.locator("#transcript .msg-user .body")).to_have_text(
-        ["The first next", "A long answer please", "And the next thing, meanwhile"]
-    )
-    other.assert_clean()
-    await other.context.close()
+        release.set()
+    try:
+        await finished_answer(other.page, "Queued answer: And the next thing, meanwhile")
+        await expect(other.page.locator("#transcript .msg.pending")).to_have_count(0)
+        await expect(other.page.locator("#transcript .msg-user .body")).to_have_text(
+            ["The first next", "A long answer please", "And the next thing, meanwhile"]
+        )
+        other.assert_clean()
+    finally:
+        await other.context.close()
+
+
+async def test_a_turn_that_ends_while_another_tab_opens_the_conversation_shows_there_whole(
+    page: Page, browser: Browser, stack: WebStack
+) -> None:
+    """Between the other tab's two reads the running answer ends and the message queued
+    behind it starts: the first read has neither the answer nor that message, the second
+    shows the queued turn running. Both are drawn, then its answer."""
+    await _type(page, "The first next")
+    await finished_answer(page, "Queued answer: The first next")
+    sid = await page.evaluate("sessionStorage.getItem('parley_session')")
+    other = await opener(browser)(stack.url)
+    await sign_in(other.page, "cust_2291")
+    release = asyncio.Event()
+    stack.model.first_token_gate = first = asyncio.Event()
+    stack.model.waiting.clear()
+    later = asyncio.Event()
+    try:
+        await _type(page, "A long answer please")
+        await asyncio.wait_for(stack.model.waiting.wait(), ASKED_TIMEOUT_S)
+        await _queue(page, "And the next thing, later on")
+        await expect(page.locator("#transcript .msg.pending")).to_have_count(1)
+        asked = await hold_second_read(other.page, sid, release)
+        await other.page.locator(f'#sessions li[data-sid="{sid}"] .session-open').click()
+        await asyncio.wait_for(asked.wait(), ASKED_TIMEOUT_S)
+        # The long answer goes (its stream is past the gate it waited at); the queued turn
+        # starts once it ends, and waits at the next gate: running, silent.
+        stack.model.waiting.clear()
+        stack.model.first_token_gate = later
+        first.set()
+        await asyncio.wait_for(stack.model.waiting.wait(), ASKED_TIMEOUT_S)
+        release.set()
+        bodies = other.page.locator("#transcript .msg .body")
+        await expect(bodies.nth(2)).to_have_text("A long answer please")
+        await expect(bodies.nth(3)).to_have_text(LONG)
+        await expect(bodies.nth(4)).to_have_text("And the next thing, later on")
+    finally:
+        stack.model.first_token_gate = None
+        first.set()
+        later.set()
+        release.set()
+    try:
+        await finished_answer(other.page, "Queued answer: And the next thing, later on")
+        await expect(other.page.locator("#transcript .msg .body")).to_have_text(
+            [
+                "The first next",
+                "Queued answer: The first next",
+                "A long answer please",
+                LONG,
+                "And the next thing, later on",
+                "Queued answer: And the next thing, later on",
+            ]
+        )
+        other.assert_clean()
+    finally:
+        await other.context.close()

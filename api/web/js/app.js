@@ -128,6 +128,10 @@ async function openSession(sid) {
   const r = await request('GET', sessionPath(sid));
   if (gen !== S.openGen) return;
   if (!r.ok) return fail(r);
+  // Stored between the two reads (an answer that ended, the queued message its end started):
+  // drawn now, as the session's turn is followed from its own message on.
+  if ((r.data.last_seq || 0) > S.lastSeq && (await syncMessages(S.lastSeq)) === undefined) return;
+  if (gen !== S.openGen) return;
   S.lastSeq = Math.max(S.lastSeq, r.data.last_seq || 0);
   followCase(sid, seen); // a person may hold it
   const active = r.data.active_turn;
@@ -355,8 +359,9 @@ function onLive(type, d) {
   else if (RESTING.has(type)) afterTurn('paused', null, S.openGen);
 }
 
-// The turns the stream follows: one this tab neither follows nor holds as queued started
-// between its reads of the session and of the transcript, and is shown from here.
+// The turns the stream follows: one this tab neither follows nor holds as queued (begun
+// after the transcript's read, or running then and ended before the session's) is shown
+// from here.
 async function liveReady(turns) {
   if (S.posting) await S.posting;
   const waiting = S.queued && S.queued.turnId;
