@@ -178,13 +178,12 @@ class _Encoder:
         weight = np.asarray(self._weights[name + ".weight"], dtype=np.float32)
         levels, scale = quantize_columns(np.ascontiguousarray(weight.T))
         rows, row_scale = self.quantized_rows(x, int(weight.shape[1]))
-        if self.signed_weights:
-            stored = self.external(name + ".int8", levels)
-            product = self.op("MatMulInteger", rows, stored, self.middle)
-        else:  # the same levels as uint8 around MIDDLE: an exact kernel without VNNI
-            shifted = (levels.astype(np.int16) + MIDDLE).astype(np.uint8)
-            stored = self.external(name + ".int8", shifted)
-            product = self.op("MatMulInteger", rows, stored, self.middle, self.middle)
+        stored, zero_points = levels, [self.middle]
+        if not self.signed_weights:  # the same levels as uint8 around MIDDLE: exact sums
+            stored = (levels.astype(np.int16) + MIDDLE).astype(np.uint8)
+            zero_points.append(self.middle)
+        weights = self.external(name + ".int8", stored)
+        product = self.op("MatMulInteger", rows, weights, *zero_points)
         product = self.op("Cast", product, to=TensorProto.FLOAT)
         columns = self.external(name + ".scale", scale)
         y = self.op("Mul", self.op("Mul", product, columns), row_scale)
@@ -265,25 +264,18 @@ class _Encoder:
 
 
 def build_encoder(
-    weights: dict[str, Any],
-    *,
-    layers: int,
-    heads: int,
-    eps: float,
-    quantized: bool = False,
-    signed_weights: bool | None = None,
+    weights: dict[str, Any], *, layers: int, heads: int, eps: float, quantized: bool = False
 ) -> tuple[Any, dict[str, Any]]:
     """The BERT encoder over `weights` (named as gateway/minilm.py reads them), as a model
     (onnx.ModelProto) with inputs `input_ids`, `token_type_ids` (int64, batch x tokens),
     `attention_mask` (float32, 1 for a token, 0 for padding) and output `hidden` (batch x
     tokens x width), and the arrays of its external weights by name. `quantized`: the int8
-    encoder (module docstring), its weights int8 or, if not `signed_weights` (by default:
-    where this CPU's uint8 x int8 sums may saturate), uint8 around MIDDLE."""
+    encoder (module docstring), its weights int8, or uint8 around MIDDLE where this CPU's
+    uint8 x int8 sums may saturate (`exact_signed_products`)."""
     from onnx import TensorProto, helper
 
-    if signed_weights is None:
-        signed_weights = exact_signed_products()
-    g = _Encoder(weights, heads=heads, eps=eps, quantized=quantized, signed_weights=signed_weights)
+    signed = exact_signed_products()
+    g = _Encoder(weights, heads=heads, eps=eps, quantized=quantized, signed_weights=signed)
     h, bias = g.embeddings(), g.padding()
     for layer in range(layers):
         h = g.layer(h, bias, f"encoder.layer.{layer}.")
@@ -340,15 +332,9 @@ class EncoderSession:
         heads: int,
         eps: float,
         quantized: bool = False,
-        signed_weights: bool | None = None,
     ) -> None:
         model, arrays = build_encoder(
-            weights,
-            layers=layers,
-            heads=heads,
-            eps=eps,
-            quantized=quantized,
-            signed_weights=signed_weights,
+            weights, layers=layers, heads=heads, eps=eps, quantized=quantized
         )
         self._session = session(model, arrays)
 

@@ -38,6 +38,12 @@ DEADLINE_S = 60.0
 
 # The parts of a model step (activities/opening.py): spans in the ledger, not activities.
 STEP_PARTS = {"build_context", "screen_input", "call_model"}
+# Every turn's trace holds these: the POST, the workflow's start and its run.
+TURN_SPANS = (
+    "POST /v1/sessions/{session_id}/messages",
+    "StartWorkflow:TurnWorkflow",
+    "RunWorkflow:TurnWorkflow",
+)
 
 
 async def _until(what: str, check: Callable[[], bool], deadline_s: float = DEADLINE_S) -> None:
@@ -60,8 +66,8 @@ async def test_one_turn_is_one_trace_without_message_text(
     tokens: dict[str, str],
     sessions: Database,
 ) -> None:
-    # Tokens 10 ms apart: the tool turn outlasts the post queued behind it by far.
-    collector, fake = Collector(), FakeProvider(brain=True, token_delay_s=0.01)
+    # Tokens 20 ms apart: the tool turn outlasts the post queued behind it by far.
+    collector, fake = Collector(), FakeProvider(brain=True, token_delay_s=0.02)
     async with serve(collector.app) as collector_url, serve(fake.app) as fake_url:
         own = own_queue(settings, "otel", otlp_endpoint=collector_url)
         worker = spawn(
@@ -143,39 +149,31 @@ async def _check_turn(
     # A local step and a regular one are among them (a model step and the tool call); the
     # ledger records the model step's parts as well, which are no activities of their own.
     assert {"open_step", "build_context", "call_model", "execute_tool"} <= steps, steps
-    expected = {
-        "POST /v1/sessions/{session_id}/messages",
-        "StartWorkflow:TurnWorkflow",
-        "RunWorkflow:TurnWorkflow",
-        "chat demo-1",
-        *(f"RunActivity:{name}" for name in steps - STEP_PARTS),
-    }
+    expected = {"chat demo-1", *(f"RunActivity:{name}" for name in steps - STEP_PARTS)}
+    spans = await _turn_spans(collector, turn_id, expected)
+    _check_one_trace(collector, spans, ledger, session_id)
+    _check_provider_span(spans, provider)
+    _check_no_text(collector.spans, [QUESTION, "Kestrelwood", answer])
+
+
+async def _turn_spans(collector: Collector, turn_id: str, expected: set[str]) -> list[ExportedSpan]:
+    """The turn's spans once the collector holds the POST's, the workflow's start and run,
+    and the `expected` ones."""
+    expected = {*TURN_SPANS, *expected}
 
     def turn_spans() -> list[ExportedSpan]:
         return [s for s in collector.spans if s.attributes.get("parley.turn_id") == turn_id]
 
     await _until(f"spans {expected}", lambda: expected <= {s.name for s in turn_spans()})
-    _check_one_trace(collector, turn_spans(), ledger, session_id)
-    _check_provider_span(turn_spans(), provider)
-    _check_no_text(collector.spans, [QUESTION, "Kestrelwood", answer])
+    return turn_spans()
 
 
 async def _check_queued_turn(collector: Collector, turn_id: str, events: list[Event]) -> None:
     """A queued turn's trace starts at the POST that queued it (its ring carries the POST's
     trace context, store/queue.py) and runs through the worker's start and steps."""
     assert events[-1].type == "done", [e.type for e in events]
-    expected = {
-        "POST /v1/sessions/{session_id}/messages",
-        "StartWorkflow:TurnWorkflow",
-        "RunWorkflow:TurnWorkflow",
-        "RunActivity:open_step",
-    }
-
-    def turn_spans() -> list[ExportedSpan]:
-        return [s for s in collector.spans if s.attributes.get("parley.turn_id") == turn_id]
-
-    await _until(f"spans {expected}", lambda: expected <= {s.name for s in turn_spans()})
-    (trace_id,) = {span.trace_id for span in turn_spans()}
+    spans = await _turn_spans(collector, turn_id, {"RunActivity:open_step"})
+    (trace_id,) = {span.trace_id for span in spans}
     roots = [span for span in collector.trace(trace_id) if span.parent_id is None]
     assert [(r.name, r.attributes.get("parley.turn_id")) for r in roots] == [
         ("POST /v1/sessions/{session_id}/messages", turn_id)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import pytest_asyncio
 from playwright.async_api import Browser, Page, Route, expect
@@ -19,6 +20,7 @@ from tests.support.models import ControlledModel
 from tests.support.stack import running_outbox
 from tests.support.toolkit import Stack, own_stack
 from tests.support.webpage import (
+    Tab,
     finished_answer,
     hold_second_read,
     last_answer,
@@ -183,45 +185,62 @@ async def test_a_reload_shows_the_waiting_message_and_then_its_answer(page: Page
     )
 
 
+@asynccontextmanager
+async def _another_tab(page: Page, browser: Browser, stack: WebStack) -> AsyncIterator[Tab]:
+    """The page's conversation with one answered turn, and a second tab of the same user
+    signed in beside it (its conversation not open yet); closed afterwards."""
+    await _type(page, "The first next")
+    await finished_answer(page, "Queued answer: The first next")
+    other = await opener(browser)(stack.url)
+    try:
+        await sign_in(other.page, "cust_2291")
+        yield other
+        other.assert_clean()
+    finally:
+        await other.context.close()
+
+
+async def _open_holding_the_second_read(tab: Tab, sid: str, release: asyncio.Event) -> None:
+    """Open the conversation in `tab`; return once it has made its first read and asked for
+    its second, which waits for `release`."""
+    asked = await hold_second_read(tab.page, sid, release)
+    await tab.page.locator(f'#sessions li[data-sid="{sid}"] .session-open').click()
+    await asyncio.wait_for(asked.wait(), ASKED_TIMEOUT_S)
+
+
+async def _session_id(page: Page) -> str:
+    return str(await page.evaluate("sessionStorage.getItem('parley_session')"))
+
+
 async def test_a_message_queued_while_another_tab_opens_the_conversation_waits_there(
     page: Page, browser: Browser, stack: WebStack
 ) -> None:
     """Queued between the other tab's two reads as it opens the conversation: neither read
     has it, whichever came first, unless the stream starts where the transcript ended and
     the session is read after it (api/web/js/app.js `openSession`)."""
-    await _type(page, "The first next")
-    await finished_answer(page, "Queued answer: The first next")
-    sid = await page.evaluate("sessionStorage.getItem('parley_session')")
-    other = await opener(browser)(stack.url)
-    await sign_in(other.page, "cust_2291")
-    release = asyncio.Event()
-    stack.model.first_token_gate = gate = asyncio.Event()  # the answer runs, says nothing
-    stack.model.waiting.clear()
-    try:
-        await _type(page, "A long answer please")
-        await asyncio.wait_for(stack.model.waiting.wait(), ASKED_TIMEOUT_S)
-        asked = await hold_second_read(other.page, sid, release)
-        await other.page.locator(f'#sessions li[data-sid="{sid}"] .session-open').click()
-        await asyncio.wait_for(asked.wait(), ASKED_TIMEOUT_S)
-        await _queue(page, "And the next thing, meanwhile")
-        await expect(page.locator("#transcript .msg.pending")).to_have_count(1)
-        release.set()
-        pending = other.page.locator("#transcript .msg.pending")
-        await expect(pending.locator(".body")).to_have_text("And the next thing, meanwhile")
-        await expect(pending.locator(".badge")).to_have_text("Sends when this answer ends")
-    finally:
-        stack.model.first_token_gate = None
-        gate.set()
-        release.set()
-    try:
+    async with _another_tab(page, browser, stack) as other:
+        release = asyncio.Event()
+        stack.model.first_token_gate = gate = asyncio.Event()  # the answer runs, says nothing
+        stack.model.waiting.clear()
+        try:
+            await _type(page, "A long answer please")
+            await asyncio.wait_for(stack.model.waiting.wait(), ASKED_TIMEOUT_S)
+            await _open_holding_the_second_read(other, await _session_id(page), release)
+            await _queue(page, "And the next thing, meanwhile")
+            await expect(page.locator("#transcript .msg.pending")).to_have_count(1)
+            release.set()
+            pending = other.page.locator("#transcript .msg.pending")
+            await expect(pending.locator(".body")).to_have_text("And the next thing, meanwhile")
+            await expect(pending.locator(".badge")).to_have_text("Sends when this answer ends")
+        finally:
+            stack.model.first_token_gate = None
+            gate.set()
+            release.set()
         await finished_answer(other.page, "Queued answer: And the next thing, meanwhile")
         await expect(other.page.locator("#transcript .msg.pending")).to_have_count(0)
         await expect(other.page.locator("#transcript .msg-user .body")).to_have_text(
             ["The first next", "A long answer please", "And the next thing, meanwhile"]
         )
-        other.assert_clean()
-    finally:
-        await other.context.close()
 
 
 async def test_a_turn_that_ends_while_another_tab_opens_the_conversation_shows_there_whole(
@@ -230,40 +249,32 @@ async def test_a_turn_that_ends_while_another_tab_opens_the_conversation_shows_t
     """Between the other tab's two reads the running answer ends and the message queued
     behind it starts: the first read has neither the answer nor that message, the second
     shows the queued turn running. Both are drawn, then its answer."""
-    await _type(page, "The first next")
-    await finished_answer(page, "Queued answer: The first next")
-    sid = await page.evaluate("sessionStorage.getItem('parley_session')")
-    other = await opener(browser)(stack.url)
-    await sign_in(other.page, "cust_2291")
-    release = asyncio.Event()
-    stack.model.first_token_gate = first = asyncio.Event()
-    stack.model.waiting.clear()
-    later = asyncio.Event()
-    try:
-        await _type(page, "A long answer please")
-        await asyncio.wait_for(stack.model.waiting.wait(), ASKED_TIMEOUT_S)
-        await _queue(page, "And the next thing, later on")
-        await expect(page.locator("#transcript .msg.pending")).to_have_count(1)
-        asked = await hold_second_read(other.page, sid, release)
-        await other.page.locator(f'#sessions li[data-sid="{sid}"] .session-open').click()
-        await asyncio.wait_for(asked.wait(), ASKED_TIMEOUT_S)
-        # The long answer goes (its stream is past the gate it waited at); the queued turn
-        # starts once it ends, and waits at the next gate: running, silent.
+    async with _another_tab(page, browser, stack) as other:
+        release, later = asyncio.Event(), asyncio.Event()
+        stack.model.first_token_gate = first = asyncio.Event()
         stack.model.waiting.clear()
-        stack.model.first_token_gate = later
-        first.set()
-        await asyncio.wait_for(stack.model.waiting.wait(), ASKED_TIMEOUT_S)
-        release.set()
-        bodies = other.page.locator("#transcript .msg .body")
-        await expect(bodies.nth(2)).to_have_text("A long answer please")
-        await expect(bodies.nth(3)).to_have_text(LONG)
-        await expect(bodies.nth(4)).to_have_text("And the next thing, later on")
-    finally:
-        stack.model.first_token_gate = None
-        first.set()
-        later.set()
-        release.set()
-    try:
+        try:
+            await _type(page, "A long answer please")
+            await asyncio.wait_for(stack.model.waiting.wait(), ASKED_TIMEOUT_S)
+            await _queue(page, "And the next thing, later on")
+            await expect(page.locator("#transcript .msg.pending")).to_have_count(1)
+            await _open_holding_the_second_read(other, await _session_id(page), release)
+            # The long answer goes (its stream is past the gate it waited at); the queued
+            # turn starts once it ends, and waits at the next gate: running, silent.
+            stack.model.waiting.clear()
+            stack.model.first_token_gate = later
+            first.set()
+            await asyncio.wait_for(stack.model.waiting.wait(), ASKED_TIMEOUT_S)
+            release.set()
+            bodies = other.page.locator("#transcript .msg .body")
+            await expect(bodies.nth(2)).to_have_text("A long answer please")
+            await expect(bodies.nth(3)).to_have_text(LONG)
+            await expect(bodies.nth(4)).to_have_text("And the next thing, later on")
+        finally:
+            stack.model.first_token_gate = None
+            first.set()
+            later.set()
+            release.set()
         await finished_answer(other.page, "Queued answer: And the next thing, later on")
         await expect(other.page.locator("#transcript .msg .body")).to_have_text(
             [
@@ -275,6 +286,3 @@ async def test_a_turn_that_ends_while_another_tab_opens_the_conversation_shows_t
                 "Queued answer: And the next thing, later on",
             ]
         )
-        other.assert_clean()
-    finally:
-        await other.context.close()
