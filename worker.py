@@ -64,6 +64,7 @@ from parley.logs import configure_logging, exit_unfinalized
 from parley.screens import ModerationScreen, RulesScreen, Screen, ScreenChain
 from parley.store.db import Database, create_socket_checked_engine, libpq_url
 from parley.store.queue import OutboxBell
+from parley.tls import httpx_verified
 from parley.workflows.budget_approval import BudgetApprovalWorkflow
 from parley.workflows.erasure import ErasureWorkflow
 from parley.workflows.export import ExportWorkflow
@@ -373,7 +374,7 @@ async def embedded_worker(client: Client, settings: Settings) -> AsyncIterator[W
     engine = create_socket_checked_engine(
         settings.database_url, pool_size=pool["pool_size"], max_overflow=pool["max_overflow"]
     )
-    http = httpx.AsyncClient()
+    http = httpx.AsyncClient(verify=httpx_verified())
     try:
         worker = build_worker(client, settings, Database(engine), http)
         async with worker:
@@ -437,7 +438,7 @@ async def run_worker(settings: Settings) -> None:
         runtime=runtime,
         interceptors=[telemetry.interceptor] if telemetry is not None else [],
     )
-    http = httpx.AsyncClient()
+    http = httpx.AsyncClient(verify=httpx_verified())
     early = early_builds(settings)
     worker = build_worker(client, settings, sessions, http, early=early)
     freeze_startup_objects()

@@ -15,6 +15,7 @@ from typing import Protocol
 import httpx
 
 from parley.config import Settings
+from parley.tls import httpx_verified
 
 
 class EmbeddingError(Exception):
@@ -41,7 +42,7 @@ class OpenAICompatEmbedder:
             return []
         body = {"model": self.model, "input": list(texts), "encoding_format": "float"}
         try:
-            async with httpx.AsyncClient(timeout=self._timeout) as http:
+            async with httpx.AsyncClient(timeout=self._timeout, verify=httpx_verified()) as http:
                 response = await http.post(self._url, json=body, headers=self._headers)
         except httpx.HTTPError as exc:
             raise EmbeddingError(f"embeddings: {type(exc).__name__}") from None

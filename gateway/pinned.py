@@ -23,6 +23,7 @@ import httpcore2
 import httpx2
 
 from parley.egress import Allowlist, Resolver, addresses_to_reach
+from parley.tls import httpx2_verified
 
 # The pool's bounds: httpx2's defaults (`httpx2.Limits`, a client's default limits).
 LIMITS = httpx2.Limits(max_connections=100, max_keepalive_connections=20)
@@ -79,11 +80,11 @@ def pinned_transport(
     httpx2's request, response and error translation. The check below makes an httpx2 that
     no longer keeps its pool there fail loudly rather than connect unpinned;
     tests/system/test_mcp_pinning.py covers the rest (a rebinding name reaches nothing)."""
-    transport = httpx2.AsyncHTTPTransport()
+    transport = httpx2.AsyncHTTPTransport(verify=httpx2_verified())
     if not isinstance(getattr(transport, "_pool", None), httpcore2.AsyncConnectionPool):
         raise RuntimeError("httpx2's transport no longer keeps its pool in `_pool`")
     transport._pool = httpcore2.AsyncConnectionPool(
-        ssl_context=httpx2.create_ssl_context(),  # as httpx2 builds it: verified, system CAs
+        ssl_context=httpx2_verified(),  # as httpx2 builds it: verified, system CAs
         max_connections=LIMITS.max_connections,
         max_keepalive_connections=LIMITS.max_keepalive_connections,
         keepalive_expiry=LIMITS.keepalive_expiry,

@@ -38,6 +38,7 @@ from parley.launch.devstate import clear_dev_state, with_demo_backend, write_dev
 from parley.launch.lifeline import Lifeline, dev_ports, refuse_taken_ports
 from parley.launch.seeding import create_token, seed
 from parley.launch.supervisor import EmbeddedDatabase, Supervisor
+from parley.tls import httpx_verified
 
 
 def temporal_cli() -> str:
@@ -96,13 +97,14 @@ TEMPORAL_LOG = "temporal.log"
 
 def _wait_http(url: str, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url, timeout=1).status_code < 500:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
+    with httpx.Client(timeout=1, verify=httpx_verified()) as http:  # one client for every poll
+        while time.monotonic() < deadline:
+            try:
+                if http.get(url).status_code < 500:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
     raise SystemExit(f"{url} did not come up within {timeout_s:.0f}s")
 
 
@@ -157,7 +159,9 @@ def run_dev(settings: Settings, *, workers: int = 1) -> None:
         api = _start_services(settings, supervisor, workers, embedded=embedded is not None)
         token = asyncio.run(create_token(settings, "northwind", "cust_2291"))
         session_id = httpx.post(
-            f"{api}/v1/sessions", headers={"Authorization": f"Bearer {token}"}
+            f"{api}/v1/sessions",
+            headers={"Authorization": f"Bearer {token}"},
+            verify=httpx_verified(),
         ).json()["id"]
         _print_banner(settings, api, token, session_id, embedded is not None)
         while not stopping:

@@ -25,6 +25,7 @@ from jwt import PyJWK, PyJWKSet
 from jwt.exceptions import PyJWKError, PyJWKSetError
 
 from parley.oidc import OidcConfig, TokenUnknownKey
+from parley.tls import httpx_verified
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,7 @@ class KeySets:
         refetch_after_s: float = REFETCH_AFTER_S,
         max_age_s: float = MAX_AGE_S,
     ) -> None:
-        self._http = http or httpx.AsyncClient(follow_redirects=False)
+        self._http = http or httpx.AsyncClient(follow_redirects=False, verify=httpx_verified())
         # Injected so a test moves time forward instead of sleeping.
         self._clock = clock
         self._refetch_after_s = refetch_after_s

@@ -15,6 +15,8 @@ from typing import Any
 
 import httpx
 
+from parley.tls import httpx_verified
+
 TERMINAL = frozenset({"done", "error", "cancelled"})
 # The stream also closes when the turn rests on the user.
 RESTING = frozenset({"confirmation_required", "interaction"})
@@ -89,7 +91,10 @@ class UserClient:
 
     def __init__(self, base_url: str, token: str, *, timeout: float = 60.0) -> None:
         self.http = httpx.AsyncClient(
-            base_url=base_url, headers={"Authorization": f"Bearer {token}"}, timeout=timeout
+            base_url=base_url,
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=timeout,
+            verify=httpx_verified(),
         )
 
     async def aclose(self) -> None:
@@ -205,7 +210,10 @@ class AdminClient:
 
     def __init__(self, base_url: str, token: str) -> None:
         self.http = httpx.AsyncClient(
-            base_url=base_url, headers={"Authorization": f"Bearer {token}"}, timeout=30
+            base_url=base_url,
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=30,
+            verify=httpx_verified(),
         )
 
     async def aclose(self) -> None:
@@ -242,7 +250,7 @@ class BackendClient:
     """The Northwind demo backend: its clock, its fault knobs and the emails it accepted."""
 
     def __init__(self, base_url: str) -> None:
-        self.http = httpx.AsyncClient(base_url=base_url, timeout=10)
+        self.http = httpx.AsyncClient(base_url=base_url, timeout=10, verify=httpx_verified())
 
     async def aclose(self) -> None:
         await self.http.aclose()

@@ -27,6 +27,7 @@ from parley.store.db import Database, create_socket_checked_engine
 from parley.store.embedded import EmbeddedPostgres
 from parley.store.identity import create_token, seed_demo
 from parley.store.migrate import upgrade
+from parley.tls import httpx_verified
 from tests.support.client import ParleyClient
 from tests.support.schedule import longest_first
 from tests.support.stack import SHARED_STACK_LIMITS, SteppedClock, running_worker, serve, serve_api
@@ -95,7 +96,7 @@ async def northwind_url() -> AsyncIterator[str]:
 @pytest_asyncio.fixture
 async def northwind(northwind_url: str) -> AsyncIterator[httpx.AsyncClient]:
     """A client for the backend's inspection and fault endpoints; faults are cleared after."""
-    async with httpx.AsyncClient(base_url=northwind_url) as client:
+    async with httpx.AsyncClient(base_url=northwind_url, verify=httpx_verified()) as client:
         yield client
         await client.delete("/faults")
         await client.put("/clock", json={"today": "2026-10-28"})

@@ -9,13 +9,16 @@ from typing import Any
 
 import httpx
 
+from parley.tls import httpx_verified
 from tests.support.sse import TERMINAL, Event, iter_events
 
 
 class ParleyClient:
     def __init__(self, base_url: str, token: str | None) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.http = httpx.AsyncClient(base_url=base_url, headers=headers, timeout=30)
+        self.http = httpx.AsyncClient(
+            base_url=base_url, headers=headers, timeout=30, verify=httpx_verified()
+        )
 
     async def aclose(self) -> None:
         await self.http.aclose()

@@ -21,6 +21,7 @@ from typing import IO
 import httpx
 import psutil
 
+from parley.tls import httpx_verified
 from tests.support.stack import REPO, free_port
 
 CLI = [sys.executable, "-m", "parley.launch.cli"]
@@ -142,13 +143,14 @@ def _script_at_first_healthz(run: DevRun) -> None:
     """A user's script: poll the API's `/healthz`, and the moment it answers, create a token
     with the CLI (which finds the database through `dev.json` only)."""
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and run.process.poll() is None:
-        try:
-            if httpx.get(f"{run.api}/healthz", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.05)
+    with httpx.Client(timeout=1, verify=httpx_verified()) as http:  # one client for every poll
+        while time.monotonic() < deadline and run.process.poll() is None:
+            try:
+                if http.get(f"{run.api}/healthz").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
     run.early["dev_json"] = (run.data_dir / "dev.json").exists()
     run.early["token"] = subprocess.run(
         [*CLI, "token", "create", "--tenant", "northwind", "--user", "cust_3301"],

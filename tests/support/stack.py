@@ -31,6 +31,7 @@ from parley.gateway.base import ModelProvider
 from parley.screens import Screen
 from parley.store.db import Database, libpq_url
 from parley.store.queue import OutboxBell
+from parley.tls import httpx_verified
 from parley.worker import build_worker, drain, early_builds
 from tests.support.client import ParleyClient
 
@@ -69,9 +70,13 @@ async def serve(app: Any) -> AsyncIterator[str]:
 @asynccontextmanager
 async def api_in_process(settings: Settings, token: str) -> AsyncIterator[tuple[Any, ParleyClient]]:
     """The API app served in this event loop (so a test can reach the app object too), and
-    a client of it with `token`."""
+    a client of it with `token`. Yielded once the app listens for the log's rings: a stream
+    opened before that reads the log again when the listener comes up (api/streaming.py), a
+    round trip that depends on how loaded the machine is, not on the code."""
     app = create_app(settings)
     async with serve(app) as url:
+        async with asyncio.timeout(60):
+            await app.state.hub.listening.wait()
         client = ParleyClient(url, token)
         try:
             yield app, client
@@ -124,7 +129,7 @@ async def running_worker(
     breaker_clock: SteppedClock | None = None,
 ) -> AsyncIterator[None]:
     early = early_builds(settings)  # as `parley worker`: its outbox loop begins first builds
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(verify=httpx_verified()) as http:
         worker = build_worker(
             client,
             settings,

@@ -51,7 +51,7 @@ from tests.support.stack import (
     service_env,
     spawn,
 )
-from tests.support.toolkit import eventually
+from tests.support.toolkit import api_answers
 
 # The sweep's grace and poll (1 s each in tests.processes.Workers) plus a worker start-up.
 DELIVERY_S = 45
@@ -147,7 +147,7 @@ async def _conversation(
     asked = events[-1].data["interaction_id"]
 
     # The answer goes to the API process that dies between its commit and its signal.
-    await _api_up(crashing_url)
+    await api_answers(crashing_url, timeout=60)
     headers = {"Authorization": f"Bearer {tokens['priya']}"}
     async with httpx.AsyncClient(base_url=crashing_url, headers=headers) as http:
         with pytest.raises(httpx.TransportError):
@@ -194,17 +194,6 @@ async def _conversation(
 
 def events_question_id(events: list[Event]) -> str:
     return str([e for e in events if e.type == "interaction"][-1].data["interaction_id"])
-
-
-async def _api_up(url: str) -> None:
-    async def healthy() -> bool:
-        try:
-            async with httpx.AsyncClient() as http:
-                return (await http.get(f"{url}/healthz", timeout=1)).status_code == 200
-        except httpx.TransportError:
-            return False
-
-    await eventually(healthy, timeout=60, what="the API process answering /healthz")
 
 
 async def _answer_signals(temporal_client: Client, turn_id: str) -> Counter[str]:

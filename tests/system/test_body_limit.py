@@ -16,7 +16,7 @@ import pytest
 
 from parley.config import Settings
 from tests.support.stack import free_port, service_env, spawn
-from tests.support.toolkit import eventually
+from tests.support.toolkit import api_answers
 
 DECLARED = 50 * 1024 * 1024
 SENT = 4 * 1024  # what the client sends of the declared body before waiting for an answer
@@ -42,16 +42,7 @@ def api_process(settings: Settings) -> Iterator[tuple[str, subprocess.Popen[byte
 @pytest.fixture
 async def api(api_process: tuple[str, subprocess.Popen[bytes]]) -> AsyncIterator[str]:
     address, process = api_process
-
-    async def healthy() -> bool:
-        assert process.poll() is None, "the API process exited"
-        try:
-            async with httpx.AsyncClient() as http:
-                return (await http.get(f"http://{address}/healthz")).status_code == 200
-        except httpx.TransportError:
-            return False
-
-    await eventually(healthy, timeout=30, what="the API process answers /healthz")
+    await api_answers(f"http://{address}", timeout=30, running=process)
     yield address
 
 

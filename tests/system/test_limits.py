@@ -30,7 +30,7 @@ from parley.store.models import ChatSession, Message, Tenant, User
 from tests.support.client import ParleyClient
 from tests.support.orm import orm
 from tests.support.stack import api_in_process, free_port, own_queue, service_env, spawn
-from tests.support.toolkit import eventually
+from tests.support.toolkit import api_answers, eventually
 
 DEFAULTS = Settings(database_url="postgresql://unused")
 
@@ -70,15 +70,7 @@ def two_apis(settings: Settings) -> Iterator[list[str]]:
 @pytest.fixture
 async def apis(two_apis: list[str]) -> list[str]:
     for url in two_apis:
-
-        async def healthy(url: str = url) -> bool:
-            try:
-                async with httpx.AsyncClient() as http:
-                    return (await http.get(f"{url}/healthz")).status_code == 200
-            except httpx.TransportError:
-                return False
-
-        await eventually(healthy, timeout=30, what=f"{url} answers")
+        await api_answers(url, timeout=30)
     return two_apis
 
 

@@ -33,7 +33,7 @@ from parley.logs import (
 )
 from tests.support.client import ParleyClient
 from tests.support.stack import REPO, free_port, own_queue, service_env
-from tests.support.toolkit import emails, eventually, reply
+from tests.support.toolkit import api_answers, emails, reply
 
 PLANTED_ADDRESS = "priya.private+orders@mail.example.org"
 PLANTED_CARDS = ("4111 1111 1111 1111", "5500-0000-0000-0004", "378282246310005")
@@ -172,15 +172,7 @@ def logged_processes(
 @pytest_asyncio.fixture
 async def logged_api(logged_processes: tuple[str, list[Path]]) -> AsyncIterator[str]:
     url = logged_processes[0]
-
-    async def healthy() -> bool:
-        try:
-            async with httpx.AsyncClient() as http:
-                return (await http.get(f"{url}/healthz")).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    await eventually(healthy, timeout=60, what="the API process answering")
+    await api_answers(url, timeout=60)
     yield url
 
 

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import asyncio
 
-import httpx
 import pytest
 
 from parley.config import Settings
 from tests.support.client import ParleyClient, streamed_text
 from tests.support.stack import free_port, service_env, spawn
-from tests.support.toolkit import eventually
+from tests.support.toolkit import api_answers
 
 
 def assert_gap_free(ids: list[int | None], start: int) -> None:
@@ -65,15 +64,7 @@ async def test_a_second_api_process_serves_the_same_live_stream(
     other = spawn(["-m", "parley.launch.cli", "api", "--port", str(port)], service_env(settings))
     other_url = f"http://127.0.0.1:{port}"
     try:
-        async with httpx.AsyncClient() as http:
-
-            async def healthy() -> bool:
-                try:
-                    return (await http.get(f"{other_url}/healthz")).status_code == 200
-                except httpx.TransportError:
-                    return False
-
-            await eventually(healthy, timeout=30, what="the second API process answers /healthz")
+        await api_answers(other_url, timeout=30)
         session_id = await priya.new_session()
         posted = await priya.post(session_id, "Hello there")
         turn_id = posted.json()["turn_id"]
