@@ -26,13 +26,11 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urljoin
 
 import httpx2
 import jsonschema
-from mcp.client.session import ClientSession
-from mcp.client.streamable_http import streamable_http_client
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -62,6 +60,9 @@ from parley.store.turns.tool_calls import ToolCallRow
 from parley.tenancy import TenantConfig
 from parley.tools import ToolError
 from parley.wire import WarningData
+
+if TYPE_CHECKING:
+    from mcp.client.session import ClientSession
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +128,11 @@ async def mcp_session(
     resolved then, not when the config was saved, and connected to as checked):
     `UrlNotAllowed` names the rule that refused it, and nothing was sent to a refused
     address."""
+    # The SDK is loaded at a worker's first session, not at its start: its protocol models
+    # are about a third of the worker's imports, and a tenant without servers never needs them.
+    from mcp.client.session import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
     headers = server.headers(tenant_id=tenant_id, user_id=user_id) | (extra or {})
     timeout = httpx2.Timeout(server.timeout_s)
     guard = _OriginGuard(server, allowed)
