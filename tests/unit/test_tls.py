@@ -4,8 +4,10 @@ store again (about 45 ms of CPU each), and verification stays as each library se
 
 from __future__ import annotations
 
+import ast
 import ssl
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +15,7 @@ from parley.egress import Allowlist
 from parley.gateway.pinned import pinned_transport
 from parley.jwks import KeySets
 from parley.tls import httpx2_verified, httpx_verified
+from tests.unit.test_layout import FILES, REPO
 
 
 @pytest.fixture
@@ -56,3 +59,31 @@ async def test_many_pinned_transports_and_key_sets_read_the_trust_store_once_eac
             await sets.aclose()
         for transport in transports:
             await transport.aclose()
+
+
+# What makes an HTTP client (or sends through a throwaway one) in httpx and httpx2.
+CLIENT_MAKERS = {"Client", "AsyncClient", "HTTPTransport", "AsyncHTTPTransport"}
+ONE_SHOT = {"get", "post", "put", "patch", "delete", "head", "options", "request", "stream"}
+
+
+def _unshared_clients(path: Path) -> list[str]:
+    """The calls in `path` that make an httpx or httpx2 client with neither a context
+    (`verify=`) nor a transport of its own (`transport=`): each would read the trust store."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        owner = node.func.value
+        if not (isinstance(owner, ast.Name) and owner.id in ("httpx", "httpx2")):
+            continue
+        if node.func.attr not in CLIENT_MAKERS | ONE_SHOT:
+            continue
+        given = {keyword.arg for keyword in node.keywords}
+        if not given & {"verify", "transport"}:
+            found.append(f"{path.relative_to(REPO)}:{node.lineno} {owner.id}.{node.func.attr}")
+    return found
+
+
+def test_every_client_the_product_makes_shares_the_verified_context() -> None:
+    unshared = [call for path in FILES for call in _unshared_clients(path)]
+    assert unshared == [], "pass verify=httpx_verified() (or httpx2_verified()): " + str(unshared)
