@@ -10,30 +10,11 @@ from __future__ import annotations
 import ast
 import re
 import tomllib
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-
-# Product folders (what `pip install` ships) and the wiring module at the root, with the names
-# they are installed under: each folder a subpackage of `parley` (pyproject.toml's
-# package-dir), worker.py the module `parley.worker` (setup.py). The rules below name a
-# component by the last part of its installed name: `store`, `eval`, `worker`.
-PACKAGES = {
-    "api": "parley.api",
-    "workflows": "parley.workflows",
-    "activities": "parley.activities",
-    "parley": "parley",
-    "store": "parley.store",
-    "gateway": "parley.gateway",
-    "demo_backend": "parley.demo_backend",
-    "dispatch": "parley.dispatch",
-    "launch": "parley.launch",
-    "parley_eval": "parley.eval",
-}
-TOP_MODULES = {"worker.py": "parley.worker"}
+from tests.support.layout import PACKAGES, REPO, TOP_MODULES, product_files
 
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 60
@@ -57,19 +38,6 @@ ORM_MODELS = "parley.store.models"
 READS_TYPED_ROWS = tuple(
     name.rsplit(".", 1)[-1] for name in PACKAGES.values() if not name.endswith(DATABASE_HOME)
 )
-
-
-def _product_files() -> Iterator[Path]:
-    for package in PACKAGES:
-        root = REPO / package
-        if not root.is_dir():
-            continue
-        for path in sorted(root.rglob("*.py")):
-            # An editable install links parley/worker.py to worker.py: not a module of its own.
-            if "migrations" not in path.parts and not path.is_symlink():
-                yield path
-    for name in TOP_MODULES:
-        yield REPO / name
 
 
 def _module_name(path: Path) -> str:
@@ -112,7 +80,7 @@ def _imports(path: Path) -> set[str]:
     return found
 
 
-FILES = list(_product_files())
+FILES = list(product_files())
 MODULES = {_module_name(path): path for path in FILES}
 
 

@@ -15,7 +15,7 @@ from parley.egress import Allowlist
 from parley.gateway.pinned import pinned_transport
 from parley.jwks import KeySets
 from parley.tls import httpx2_verified, httpx_verified
-from tests.unit.test_layout import FILES, REPO
+from tests.support.layout import REPO, product_files
 
 
 @pytest.fixture
@@ -85,5 +85,5 @@ def _unshared_clients(path: Path) -> list[str]:
 
 
 def test_every_client_the_product_makes_shares_the_verified_context() -> None:
-    unshared = [call for path in FILES for call in _unshared_clients(path)]
+    unshared = [call for path in product_files() for call in _unshared_clients(path)]
     assert unshared == [], "pass verify=httpx_verified() (or httpx2_verified()): " + str(unshared)
