@@ -66,7 +66,15 @@ class DevRun:
 
     def child_pid(self, command: str) -> int:
         children = psutil.Process(self.process.pid).children()
-        return next(c.pid for c in children if c.cmdline()[-1:] == [command])
+        found = [c.pid for c in children if c.cmdline()[-1:] == [command]]
+        assert found, f"no `{command}` child of parley dev\n{self.story()}"
+        return found[0]
+
+    def story(self) -> str:
+        """What the run said (the end of its stderr, where the supervisor logs every death
+        and restart, and of its stdout): a failed test shows why, not only that."""
+        stderr = self.log.read_text(errors="replace").splitlines()[-60:]
+        return "\n".join(["-- stderr (end):", *stderr, "-- stdout (end):", *self.output[-20:]])
 
 
 def start_dev(tmp_path: Path, **settings: str) -> DevRun:

@@ -257,7 +257,7 @@ def test_ctrl_c_still_stops_everything(dev: DevRun) -> None:
     finally:
         if dev.process.poll() is None:
             os.killpg(dev.process.pid, signal.SIGKILL)
-    assert dev.process.returncode == 0
+    assert dev.process.returncode == 0, dev.story()
     assert postmaster(dev) is None, "the restarted PostgreSQL outlived the run"
     for port in dev.ports.values():
         assert not port_is_open(port), f"port {port} still open after Ctrl-C"

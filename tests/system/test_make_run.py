@@ -238,7 +238,7 @@ def test_ctrl_c_stops_everything_and_leaves_no_process_or_port(dev: DevRun) -> N
     finally:
         if dev.process.poll() is None:
             os.killpg(dev.process.pid, signal.SIGKILL)
-    assert dev.process.returncode == 0
+    assert dev.process.returncode == 0, dev.story()
     for port in dev.ports.values():
         assert not port_is_open(port), f"port {port} still open after Ctrl-C"
     assert not (dev.data_dir / "dev.json").exists(), "the CLI would find a stopped server"
