@@ -117,13 +117,26 @@ def _watch(lines: IO[str]) -> None:
 
 
 def _group(leader: psutil.Process) -> list[psutil.Process]:
-    """The processes of the group `leader` started (it may be gone already): those in a
-    group of its pid that started no earlier than it did."""
-    born = leader.create_time()
+    return group_members(leader.pid, leader.create_time())
+
+
+def group_members(leader_pid: int, born: float) -> list[psutil.Process]:
+    """The processes of the group that the process (`leader_pid`, started at `born`) led; it
+    may be gone already. The kernel gives no new process a pid still in use as a group's id,
+    so while any member of that group lives the pid is not reused. A process that holds the
+    pid now and started later is someone else: a leader restarted long ago, its pid taken by
+    another run's server that leads a group of its own. That group is not ours."""
+    try:
+        if psutil.Process(leader_pid).create_time() != born:
+            return []
+    except psutil.NoSuchProcess:
+        pass  # gone: what is left of its group is still ours
+    except psutil.Error:
+        return []  # another user's process holds the pid now
     members = []
     for process in psutil.process_iter():
         with contextlib.suppress(psutil.Error, OSError):
-            if os.getpgid(process.pid) == leader.pid and process.create_time() >= born:
+            if os.getpgid(process.pid) == leader_pid and process.create_time() >= born:
                 members.append(process)
     return members
 
