@@ -167,9 +167,8 @@ class OpenAICompatProvider:
 
         async def open_stream() -> _Chunks:
             # The raw response keeps the body unread: its chunks are taken as JSON below.
-            # The wire dicts follow the SDK's TypedDicts; the cast keeps translation plain JSON.
             create = cast(Any, self._client.chat.completions.with_raw_response.create)
-            raw = await create(**params)
+            raw = await create(**_bare(params), extra_body=params)
             return _Chunks(self.name, raw.http_response)
 
         calls: dict[int, _PendingCall] = {}
@@ -239,6 +238,16 @@ def _complete(calls: dict[int, _PendingCall]) -> list[ToolCallRequest]:
     ]
     calls.clear()
     return done
+
+
+def _bare(params: dict[str, Any]) -> dict[str, Any]:
+    """The arguments `create` requires, with an empty message list: the request itself goes as
+    the body's extra fields (`extra_body`, sent as given, the last word on every key). The SDK
+    walks what `create` is given through a transform driven by its types, and for a long
+    conversation with tools that costs more CPU than the rest of the call: 13.5 ms for 31
+    messages and 10 tool schemas, measured. Parley's wire dicts are final JSON already.
+    `stream` stays an argument: it is what keeps the response's body unread."""
+    return {"model": params["model"], "messages": [], "stream": params["stream"]}
 
 
 def _usage(usage: dict[str, Any]) -> dict[str, int]:

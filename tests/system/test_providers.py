@@ -222,6 +222,15 @@ async def test_openai_wire_format(fake: FakeProvider, url: str) -> None:
     assert seen.path == "/v1/chat/completions"
     assert seen.headers["authorization"] == "***" + OPENAI_KEY[-4:]
     body = seen.body
+    # Exactly the request, each field once (it goes as the SDK's extra body fields).
+    assert sorted(body) == [
+        "max_completion_tokens",
+        "messages",
+        "model",
+        "stream",
+        "stream_options",
+        "tools",
+    ]
     assert body["model"] == "gpt-test"
     assert body["stream"] is True
     assert body["stream_options"] == {"include_usage": True}
