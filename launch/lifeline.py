@@ -103,7 +103,7 @@ def _watch(lines: IO[str]) -> None:
         with contextlib.suppress(psutil.Error):
             server.send_signal(signal.SIGQUIT)
     for leader in (p for how, p in watched if how == "group"):
-        for member in _group(leader):
+        for member in group_members(leader.pid, leader.create_time()):
             with contextlib.suppress(psutil.Error):
                 member.kill()
     for process in (p for how, p in watched if how == "process"):
@@ -114,10 +114,6 @@ def _watch(lines: IO[str]) -> None:
     for server in alive:
         with contextlib.suppress(psutil.Error):
             server.kill()
-
-
-def _group(leader: psutil.Process) -> list[psutil.Process]:
-    return group_members(leader.pid, leader.create_time())
 
 
 def group_members(leader_pid: int, born: float) -> list[psutil.Process]:
