@@ -33,6 +33,7 @@ from parley.workflows.wording import TOO_MANY_TOOLS
 from tests.support.time_skipping import (
     STEP_DEADLINE_S,
     decide,
+    end_if_running,
     ends_cancelled,
     proposing,
     reached,
@@ -116,18 +117,22 @@ async def test_a_stop_recorded_before_the_confirm_in_one_workflow_task_starts_no
     stubs.answers = proposing()
     queue = f"wf-{uuid.uuid4().hex[:8]}"
     # No sticky queue: the next task must go to whichever worker polls next.
-    async with stub_worker(env, stubs, queue, max_cached_workflows=0):
-        handle = await env.client.start_workflow(
-            TurnWorkflow.run,
-            TurnInput("turn_batched", "ses_1", "northwind"),
-            id=f"turn-{uuid.uuid4().hex[:8]}",
-            task_queue=queue,
-        )
-        await asyncio.wait_for(waiting_for_confirmation(handle), STEP_DEADLINE_S)
-    await handle.cancel()
-    await handle.signal(TurnWorkflow.resolve_action, ResolveActionSignal(ACTION_ID, "confirmed"))
-    async with stub_worker(env, stubs, queue):
-        await ends_cancelled(handle, stubs)
+    handle = await env.client.start_workflow(
+        TurnWorkflow.run,
+        TurnInput("turn_batched", "ses_1", "northwind"),
+        id=f"turn-{uuid.uuid4().hex[:8]}",
+        task_queue=queue,
+    )
+    try:
+        async with stub_worker(env, stubs, queue, max_cached_workflows=0):
+            await asyncio.wait_for(waiting_for_confirmation(handle), STEP_DEADLINE_S)
+        await handle.cancel()
+        confirmed = ResolveActionSignal(ACTION_ID, "confirmed")
+        await handle.signal(TurnWorkflow.resolve_action, confirmed)
+        async with stub_worker(env, stubs, queue):
+            await ends_cancelled(handle, stubs)
+    finally:
+        await end_if_running(handle)
     order = [
         e.event_type
         async for e in handle.fetch_history_events()
