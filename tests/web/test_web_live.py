@@ -6,7 +6,8 @@ once; the follower's page stays accessible. At a phone's 390 px and on a desktop
 A message sent while the other device is still opening the conversation shows there too: sent
 between its transcript read and its stream's connection, the stream takes up where the
 transcript stopped (docs/api.md, Opening a conversation); begun between its reads of the
-transcript and of the session, the turn is shown."""
+transcript and of the session, the turn is shown. Opened while the API cannot answer (the
+network drops, the database restarts), the conversation opens, live, once it can."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 from playwright.async_api import Page, Route, expect
 
+from parley.api.errors import unavailable_response
 from tests.support.webpage import (
     DESKTOP,
     PHONE,
@@ -29,6 +31,15 @@ from tests.support.webpage import (
     sign_in,
     streamed_snapshots,
 )
+
+# Every text the status line shows, kept in `window.__statuses`.
+WATCH_STATUS = """() => {
+  window.__statuses = [];
+  const line = document.getElementById('status');
+  new MutationObserver(() => window.__statuses.push(line.textContent)).observe(line, {
+    subtree: true, childList: true, characterData: true,
+  });
+}"""
 
 # An upper bound on waiting for the page to ask for what is held, not a target.
 ASKED_TIMEOUT_S = 45
@@ -159,5 +170,46 @@ async def test_a_turn_begun_between_the_pages_reads_shows_there(
     await phone.page.locator("#confirm-btn").click()
     await finished_answer(phone.page, "accepted")
     await finished_answer(laptop.page, "accepted")
+    laptop.assert_clean()
+    phone.assert_clean()
+
+
+async def test_a_conversation_opened_while_the_api_cannot_answer_opens_live_once_it_can(
+    open_tab: Callable[..., Any], api_url: str
+) -> None:
+    laptop = await open_tab(api_url)
+    await sign_in(laptop.page, "cust_2291")
+    await send(laptop.page, "Where is my order?", reply_has="8472")
+    sid = await laptop.page.evaluate("sessionStorage.getItem('parley_session')")
+    phone = await open_tab(api_url)
+    await sign_in(phone.page, "cust_2291")
+    # Each of the page's two reads fails once: the transcript's connection drops, and the
+    # session's read gets the answer the API gives while its database is down.
+    failing = {"messages": 1, "session": 1}
+
+    async def fail_once(route: Route) -> None:
+        read = "messages" if "/messages" in route.request.url else "session"
+        if not failing[read]:
+            return await route.continue_()
+        failing[read] -= 1
+        if read == "messages":
+            return await route.abort("internetdisconnected")
+        down = unavailable_response("database")  # the API's own answer, its Retry-After too
+        await route.fulfill(status=down.status_code, body=bytes(down.body), headers=down.headers)
+
+    await phone.page.route(f"**/v1/sessions/{sid}", fail_once)
+    await phone.page.route(f"**/v1/sessions/{sid}/messages?*", fail_once)
+    await phone.page.evaluate(WATCH_STATUS)
+    await phone.page.locator(f'#sessions li[data-sid="{sid}"] .session-open').click()
+
+    await expect(phone.page.locator(f'html[data-live-session="{sid}"]')).to_have_count(1)
+    assert failing == {"messages": 0, "session": 0}
+    await expect(phone.page.locator("#transcript .msg-user")).to_have_count(1)
+    said = await phone.page.evaluate("window.__statuses")
+    assert any("network is unreachable" in s and "Trying again in" in s for s in said), said
+    assert any("database is unreachable" in s and "Trying again in" in s for s in said), said
+    await expect(phone.page.locator("#status")).to_have_text("")
+    await send(laptop.page, "What about the refund?", reply_has="24.00")
+    await finished_answer(phone.page, "24.00")  # live: the laptop's turn streams here
     laptop.assert_clean()
     phone.assert_clean()

@@ -3,7 +3,7 @@
 // cards.js, Stop stop.js, a turn's events turn_events.js; the DOM is drawn by transcript.js,
 // confirm.js and sessions.js.
 
-import { auth, errorText, request, sessionPath } from './api.js';
+import { auth, errorText, readPatiently, request, sessionPath } from './api.js';
 import { initCards, showCard } from './cards.js';
 import { removeConfirm } from './confirm.js';
 import { followSession } from './live.js';
@@ -123,15 +123,16 @@ async function openSession(sid) {
   const gen = switchTo(sid);
   // The transcript first: the stream starts at its cursor, so whatever the session's read
   // misses (a message queued, a turn begun after it) comes on the stream.
-  const cursor = await syncMessages(0);
+  const cursor = await syncMessages(0, gen);
   if (gen !== S.openGen || cursor === undefined) return;
-  const r = await request('GET', sessionPath(sid));
+  const r = await openRead(sessionPath(sid), gen);
   if (gen !== S.openGen) return;
   if (!r.ok) return fail(r);
   // Stored between the two reads (an answer that ended, the queued message its end started):
   // drawn now, as the session's turn is followed from its own message on.
-  if ((r.data.last_seq || 0) > S.lastSeq && (await syncMessages(S.lastSeq)) === undefined) return;
+  if ((r.data.last_seq || 0) > S.lastSeq && (await syncMessages(S.lastSeq, gen)) === undefined) return;
   if (gen !== S.openGen) return;
+  if (S.openWaited === gen) status(''); // the reads answered after all
   S.lastSeq = Math.max(S.lastSeq, r.data.last_seq || 0);
   followCase(sid, seen); // a person may hold it
   const active = r.data.active_turn;
@@ -143,6 +144,16 @@ async function openSession(sid) {
   // A card asked for again after its turn ended waits on its own.
   if (!active && r.data.pending_action) showCard(r.data.pending_action);
   goLive(cursor);
+}
+
+// Opening a conversation rides out a server or network away for a while (a database
+// restarting): its reads are made again until they answer or the tab opens another.
+function openRead(path, gen) {
+  return readPatiently(path, () => gen === S.openGen, (r, ms) => {
+    S.openWaited = gen;
+    const why = (r.error ? r.error.message : 'HTTP ' + r.status).replace(/\.$/, '');
+    status('Could not load this conversation (' + why + '). Trying again in ' + Math.ceil(ms / 1000) + ' s.', 'error');
+  });
 }
 
 async function deleteSession(sid) {
@@ -158,12 +169,14 @@ async function deleteSession(sid) {
 // Draw the stored messages after `fromSeq` (paged); their status, times and badges are the
 // server's, replacing whatever streamed. Returns the session stream's cursor as of the first
 // page: what happened since comes on the stream (a later page's messages again, drawn once).
-async function syncMessages(fromSeq) {
+// With `gen`, read as the opening `gen` reads (`openRead`).
+async function syncMessages(fromSeq, gen) {
   const sid = S.sid;
   let after = fromSeq;
   let cursor = null;
   for (;;) {
-    const r = await request('GET', sessionPath(sid, 'messages') + '?after_seq=' + after + '&limit=200');
+    const path = sessionPath(sid, 'messages') + '?after_seq=' + after + '&limit=200';
+    const r = gen === undefined ? await request('GET', path) : await openRead(path, gen);
     if (sid !== S.sid) return;
     if (!r.ok) return fail(r);
     const messages = r.data.messages || [];
