@@ -20,7 +20,6 @@ import pytest_asyncio
 from prometheus_client import REGISTRY
 from sqlalchemy import insert, update
 from temporalio.client import Client
-from temporalio.worker import Replayer
 
 from parley.activities.send import SendActivities
 from parley.config import Settings
@@ -37,6 +36,7 @@ from parley.store.turns.reads import turn_facts
 from parley.tenancy import TenantConfig
 from parley.workflows.renewal import RenewalWorkflow
 from tests.support.client import ParleyClient
+from tests.support.histories import replayer
 from tests.support.orm import orm
 from tests.support.stack import serve_api
 from tests.support.tenants import new_admin_tenant
@@ -189,7 +189,7 @@ async def test_a_card_warns_expires_and_is_renewed_once_then_sent_once(
     assert any(
         e.HasField("workflow_execution_update_accepted_event_attributes") for e in history.events
     )
-    await Replayer(workflows=[RenewalWorkflow]).replay_workflow(history)
+    await replayer(RenewalWorkflow).replay_workflow(history)
     assert len(await sent()) == 1
     assert await emails(northwind, action_id=aid) == []
     # No model was asked again: the renewal is the stored proposal, shown anew.

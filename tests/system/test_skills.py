@@ -23,7 +23,6 @@ import httpx
 import pytest
 import pytest_asyncio
 from temporalio.client import Client
-from temporalio.worker import Replayer
 
 from parley.activities.sandbox import SCRATCH_PREFIX
 from parley.config import REPO_ROOT, Settings
@@ -36,7 +35,7 @@ from parley.store.db import Database
 from parley.store.identity import create_token
 from parley.workflows.turn import TurnWorkflow
 from tests.support.client import ParleyClient
-from tests.support.histories import HISTORIES, scrub
+from tests.support.histories import HISTORIES, replayer, scrub
 from tests.support.stack import serve
 from tests.support.toolkit import Stack, eventually, own_stack, reply
 
@@ -241,7 +240,7 @@ async def replay_and_maybe_record(client: Client, turn_id: str) -> None:
         if e.HasField("marker_recorded_event_attributes")
     ]
     assert set(markers) <= {"core_local_activity"}, markers
-    await Replayer(workflows=[TurnWorkflow]).replay_workflow(history)
+    await replayer(TurnWorkflow).replay_workflow(history)
     name = os.environ.get("PARLEY_RECORD_HISTORY")
     if name:
         (HISTORIES / f"{name}_skill.json").write_text(scrub(history.to_json()))

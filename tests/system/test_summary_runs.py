@@ -25,7 +25,7 @@ from temporalio import activity
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
-from temporalio.worker import Replayer, Worker
+from temporalio.worker import Worker
 
 from parley.activities.memory import MemoryActivities
 from parley.config import Settings
@@ -44,7 +44,7 @@ from parley.store.models import ConversationSummary
 from parley.workflows.options import SUMMARY
 from parley.workflows.summary import PASSES_PER_RUN, SummaryWorkflow
 from tests.support.client import ParleyClient
-from tests.support.histories import HISTORIES, scrub
+from tests.support.histories import HISTORIES, replayer, scrub
 from tests.support.orm import orm
 from tests.support.summary_runs import run_settled, turn_closed
 from tests.support.toolkit import eventually, own_stack
@@ -118,7 +118,7 @@ async def maybe_record(client: Client, session_id: str, run_id: str, shape: str)
     for the replay tests (tests/replay/test_replay.py replays every committed history)."""
     handle = client.get_workflow_handle(summary_workflow_id(session_id=session_id), run_id=run_id)
     history = await handle.fetch_history()
-    await Replayer(workflows=[SummaryWorkflow]).replay_workflow(history)
+    await replayer(SummaryWorkflow).replay_workflow(history)
     name = os.environ.get("PARLEY_RECORD_SUMMARY_HISTORY")
     if name:
         (HISTORIES / f"{name}_{shape}.json").write_text(scrub(history.to_json()))

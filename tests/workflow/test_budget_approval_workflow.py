@@ -18,7 +18,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.client import WorkflowHandle, WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Replayer, Worker
+from temporalio.worker import Worker
 
 from parley.budget_approvals import (
     BUDGET_APPROVAL_WORKFLOW,
@@ -29,7 +29,7 @@ from parley.budget_approvals import (
     BudgetDecided,
 )
 from parley.workflows.budget_approval import BudgetApprovalWorkflow
-from tests.support.histories import HISTORIES, scrub
+from tests.support.histories import HISTORIES, replayer, scrub
 
 WAIT_S = 3600.0  # skipped by the test server: a timeout takes milliseconds
 DECIDED_AT = "2026-12-06T18:00:00+00:00"
@@ -82,7 +82,7 @@ async def _asked(env: WorkflowEnvironment, queue: str) -> Handle:
 async def _closed(handle: Handle, name: str) -> BudgetApprovalOutcome:
     result = await handle.result()
     history = await handle.fetch_history()
-    await Replayer(workflows=[BudgetApprovalWorkflow]).replay_workflow(history)
+    await replayer(BudgetApprovalWorkflow).replay_workflow(history)
     _record(name, history)
     return result
 

@@ -17,7 +17,7 @@ from temporalio import activity
 from temporalio.client import WorkflowHistory
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Replayer, Worker
+from temporalio.worker import Worker
 
 from parley.data_contracts import (
     EXPORT_WORKFLOW,
@@ -32,7 +32,7 @@ from parley.data_contracts import (
 )
 from parley.workflows.export import ExportWorkflow
 from parley.workflows.retention import RetentionPurgeWorkflow
-from tests.support.histories import HISTORIES, scrub
+from tests.support.histories import HISTORIES, replayer, scrub
 
 
 @dataclass
@@ -90,7 +90,7 @@ async def _run(
         )
         outcome = await handle.result()
         history = await handle.fetch_history()
-    await Replayer(workflows=[ExportWorkflow, RetentionPurgeWorkflow]).replay_workflow(history)
+    await replayer(ExportWorkflow, RetentionPurgeWorkflow).replay_workflow(history)
     return outcome, history
 
 

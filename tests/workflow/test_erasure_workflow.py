@@ -17,7 +17,7 @@ import pytest
 from temporalio import activity
 from temporalio.client import WorkflowFailureError
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Replayer, Worker
+from temporalio.worker import Worker
 
 from parley.erasure import (
     ERASURE_WORKFLOW,
@@ -27,7 +27,7 @@ from parley.erasure import (
     ErasureReceipt,
 )
 from parley.workflows.erasure import MAX_PASSES, ErasureWorkflow
-from tests.support.histories import HISTORIES, scrub
+from tests.support.histories import HISTORIES, replayer, scrub
 
 
 @dataclass
@@ -92,7 +92,7 @@ async def run(
         except WorkflowFailureError:
             result = None
         history = await handle.fetch_history()
-    await Replayer(workflows=[ErasureWorkflow]).replay_workflow(history)
+    await replayer(ErasureWorkflow).replay_workflow(history)
     recording = os.environ.get("PARLEY_RECORD_HISTORY")
     if recording:
         (HISTORIES / f"{recording}_{name}.json").write_text(scrub(history.to_json()))

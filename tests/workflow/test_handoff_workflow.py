@@ -25,7 +25,7 @@ from temporalio import activity
 from temporalio.client import WorkflowHandle
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Replayer, Worker
+from temporalio.worker import Worker
 
 from parley.business_hours import DAYS, BusinessWeek
 from parley.handoffs import (
@@ -38,7 +38,7 @@ from parley.handoffs import (
 )
 from parley.webhooks import WebhookInput
 from parley.workflows.handoff import RECHECK, HandoffWorkflow
-from tests.support.histories import HISTORIES, scrub
+from tests.support.histories import HISTORIES, replayer, scrub
 
 CLAIM_TIMEOUT_S = 30.0
 STEP_DEADLINE_S = 10.0  # a bound on reaching a step, never a wait
@@ -125,7 +125,7 @@ async def run(
         await drive(case)
         outcome = await case.result()
         history = await case.fetch_history()
-    await Replayer(workflows=[HandoffWorkflow]).replay_workflow(history)
+    await replayer(HandoffWorkflow).replay_workflow(history)
     recording = os.environ.get("PARLEY_RECORD_HISTORY")
     if recording:
         (HISTORIES / f"{recording}_{name}.json").write_text(scrub(history.to_json()))

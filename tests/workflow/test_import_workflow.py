@@ -20,13 +20,13 @@ from temporalio.client import WorkflowHistory
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Replayer, Worker
+from temporalio.worker import Worker
 
 from parley.data_contracts import IMPORT_WORKFLOW, ImportInput
 from parley.ids import import_workflow_id
 from parley.statuses import ImportState
 from parley.workflows.imports import STEPS_PER_RUN, ImportWorkflow
-from tests.support.histories import HISTORIES, scrub
+from tests.support.histories import HISTORIES, replayer, scrub
 
 
 @dataclass
@@ -77,7 +77,7 @@ async def _run(env: WorkflowEnvironment, importing: Importing) -> WorkflowHistor
         history = await handle.fetch_history()
         metadata = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
     assert metadata.current_details == "done"
-    await Replayer(workflows=[ImportWorkflow]).replay_workflow(history)
+    await replayer(ImportWorkflow).replay_workflow(history)
     return history
 
 

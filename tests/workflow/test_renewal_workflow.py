@@ -18,14 +18,14 @@ import pytest
 from temporalio import activity
 from temporalio.client import WorkflowHandle, WorkflowHistory, WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Replayer, Worker
+from temporalio.worker import Worker
 
 from parley.approvals import RENEWAL_WORKFLOW, RenewalInput
 from parley.contracts import RESOLVE_ACTION_UPDATE, ActionInput, ActionResult, ResolveActionSignal
 from parley.ids import renewal_workflow_id
 from parley.statuses import ActionStatus
 from parley.workflows.renewal import RenewalWorkflow
-from tests.support.histories import HISTORIES, scrub
+from tests.support.histories import HISTORIES, replayer, scrub
 
 WINDOW_S = 600.0  # skipped by the test server: a lapse takes milliseconds
 
@@ -75,7 +75,7 @@ def _decision(handle: WorkflowHandle[Any, ActionResult], decision: str) -> Resol
 async def _closed(handle: WorkflowHandle[Any, ActionResult], name: str) -> ActionResult:
     result = await handle.result()
     history = await handle.fetch_history()
-    await Replayer(workflows=[RenewalWorkflow]).replay_workflow(history)
+    await replayer(RenewalWorkflow).replay_workflow(history)
     _record(name, history)
     return result
 

@@ -19,12 +19,11 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Replayer
 
 from parley.contracts import MAX_MODEL_CALLS, ScreenResult, SteerInput
 from parley.dispatch.outbox import WORKFLOW_TASK_TIMEOUT
 from parley.workflows.turn import TurnWorkflow
-from tests.support.histories import HISTORIES, SHAPES, scrub
+from tests.support.histories import HISTORIES, SHAPES, replayer, scrub
 from tests.support.time_skipping import (
     STEP_DEADLINE_S,
     STOP_HEARD_SOONER,
@@ -221,7 +220,7 @@ async def test_each_shape_runs_to_its_close_and_replays(
         # The steer's step: built, called and ended once more, with no second turn.
         assert [i.step for i in stubs.inputs("build_context")] == [0, 1]
         assert len(stubs.inputs("call_model")) == 2
-    await Replayer(workflows=[TurnWorkflow]).replay_workflow(history)
+    await replayer(TurnWorkflow).replay_workflow(history)
     recording = os.environ.get("PARLEY_RECORD_HISTORY")
     if recording:
         (HISTORIES / f"{recording}_{name}.json").write_text(scrub(history.to_json()))
