@@ -23,9 +23,13 @@ HISTORIES = Path(__file__).resolve().parents[1] / "histories"
 def replayer(*workflows: type) -> Replayer:
     """A replayer for the tests' determinism checks, without the SDK's deadlock detector. That
     detector fails an activation held past a fixed 2 s, and a loaded machine (or a garbage
-    collection over a test process's heap) can hold a replay that long: a CI run failed the
-    returns conversation's replay so, on no deadlock. What a replay checks, that the code
-    makes the recorded commands, is the same either way."""
+    collection over a test process's heap) can hold a replay that long: a clean-clone run
+    failed the returns conversation's replay so, on no deadlock. `debug_mode` is the SDK's
+    one switch for it, and it does more: activations run inline on the caller's event loop,
+    the sandbox lets `breakpoint()` through, and a real hang ends at pytest-timeout instead.
+    None of that touches what a replay checks (that the code makes the recorded commands);
+    the sandbox's own rules are tested with replayers of their own (tests/replay/
+    test_runner.py)."""
     return Replayer(workflows=list(workflows), debug_mode=True)
 
 

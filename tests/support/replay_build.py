@@ -28,7 +28,9 @@ async def main(tree: Path, paths: list[Path]) -> None:
 
     if not Path(parley.__file__).resolve().is_relative_to(tree.resolve()):
         raise SystemExit(f"parley came from {parley.__file__}, not from {tree}")
-    replayer = Replayer(workflows=[TurnWorkflow, SpecialistWorkflow])
+    # No deadlock detector, as tests/support/histories.py `replayer` (imported from there,
+    # this script would load the tests' parley, not the tree's).
+    replayer = Replayer(workflows=[TurnWorkflow, SpecialistWorkflow], debug_mode=True)
     replayed: dict[str, str] = {}
     for path in paths:
         history = WorkflowHistory.from_json(path.stem, path.read_text())

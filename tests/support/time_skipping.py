@@ -6,7 +6,6 @@ uses to act at a step. Every await ends on an event; the deadline only bounds it
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import sys
 import uuid
@@ -53,8 +52,9 @@ Turn = WorkflowHandle[TurnWorkflow, TurnOutcome]
 # long enough that a loaded machine does not time a task out.
 STOP_HEARD_SOONER = timedelta(seconds=2)
 
-# A bound on one query's answer; a query left unanswered is asked again (`state_of`).
-QUERY_ANSWERED = timedelta(seconds=2)
+# Bounds on one query's answer, one per try: a query left unanswered is asked again
+# (`state_of`), with more time, since a worker without a cache replays the whole run for each.
+QUERY_ANSWERED = (timedelta(seconds=2), timedelta(seconds=4), timedelta(seconds=8))
 
 
 @asynccontextmanager
@@ -127,21 +127,26 @@ async def state_of(handle: Turn) -> TurnState:
     """The turn's state, asked again if the worker dropped the query. A worker without a
     workflow cache evicts the run after each task, and the SDK's core then discards a query
     that arrived while the task ran ("leftover buffered tasks when evicting run"). The
-    server then left the query unanswered past a test's 10 s deadline (a CI run)."""
-    while True:
+    server then left the query unanswered past a test's 10 s deadline (a run of the suite)."""
+    *earlier, last = QUERY_ANSWERED
+    for bound in earlier:
         try:
-            return await handle.query(TurnWorkflow.state, rpc_timeout=QUERY_ANSWERED)
+            return await handle.query(TurnWorkflow.state, rpc_timeout=bound)
         except RPCError as err:
             if err.status != RPCStatusCode.DEADLINE_EXCEEDED:
                 raise
+    return await handle.query(TurnWorkflow.state, rpc_timeout=last)
 
 
 async def end_if_running(handle: Turn) -> None:
     """Terminate a turn a failed test left running. The module's server is shared, and a
     run whose workflow task no worker will take holds its skipped time still for the
     tests after it."""
-    with contextlib.suppress(RPCError):  # it had ended (the usual case)
+    try:
         await handle.terminate("the test is over")
+    except RPCError as err:
+        if err.status != RPCStatusCode.NOT_FOUND:  # it had ended: the usual case
+            raise
 
 
 async def ends_cancelled(handle: Turn, stubs: Stubs, *, in_a_refused_task: bool = False) -> None:

@@ -130,6 +130,22 @@ async def receipts_finished_since(
     return found
 
 
+async def no_other_erasure_running(sessions: Database, *, but: str = "") -> None:
+    """Until no erasure but `but` is under way. One that is (another test's deleted session,
+    its grace ended) deletes rows before its receipt counts them: a suite run saw a session
+    and its hand-off go that no finished receipt named yet."""
+
+    async def settled() -> bool:
+        async with orm(sessions) as db:
+            running = await db.scalar(
+                text("SELECT count(*) FROM erasures WHERE status = 'running' AND id <> :but"),
+                {"but": but},
+            )
+        return running == 0
+
+    await eventually(settled, timeout=120, what="the other erasures are done", every=0.1)
+
+
 @pytest.mark.timeout(300)
 async def test_erasing_a_user_leaves_no_canary_and_no_row_and_touches_nobody_else(
     stack: Stack[DemoModel],
@@ -151,6 +167,7 @@ async def test_erasing_a_user_leaves_no_canary_and_no_row_and_touches_nobody_els
         places = {place.split(".")[0] for found in before.values() for place in found}
         assert EXPECTED_PLACES <= places, before
         assert all(before[c] for c in ERASED.canaries.values()), before
+        await no_other_erasure_running(sessions)  # none straddles the snapshot
         snapshot_at = datetime.now(UTC)
         prints = await table_fingerprints(database_url)
 
@@ -160,6 +177,7 @@ async def test_erasing_a_user_leaves_no_canary_and_no_row_and_touches_nobody_els
         assert body["status_url"] == f"/v1/erasures/{body['erasure_id']}"
         assert (await erased.http.get("/v1/sessions")).status_code == 401  # revoked at once
         done = await receipt(erased, body["status_url"], timeout=120)
+        await no_other_erasure_running(sessions, but=body["erasure_id"])
     finally:
         await erased.aclose()
         await kept.aclose()

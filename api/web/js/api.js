@@ -39,16 +39,19 @@ export async function request(method, path, body) {
 }
 
 // A read whose failure may pass (the network, a dependency away: status 0, 429, 502-504) is
-// made again after a pause, growing to 15 s (longer if Retry-After says so), for as long as
-// `wanted()` holds; `waiting(r, ms)` hears of each pause. Any other answer comes back as it is.
+// made again after a pause, growing to 15 s (longer if Retry-After says so, up to a minute),
+// for as long as `wanted()` holds; `waiting(r, ms)` hears of each pause. Any other answer
+// comes back as it is.
 const AGAIN_MS = [500, 1000, 2000, 4000, 8000, 15000];
+const MAX_WAIT_MS = 60000;
 const PASSING = new Set([0, 429, 502, 503, 504]);
 
 export async function readPatiently(path, wanted, waiting) {
   for (let tries = 0; ; tries += 1) {
     const r = await request('GET', path);
     if (r.ok || !PASSING.has(r.status) || !wanted()) return r;
-    const ms = Math.max(AGAIN_MS[Math.min(tries, AGAIN_MS.length - 1)], 1000 * (Number(r.retryAfter) || 0));
+    const asked = Math.min(1000 * (Number(r.retryAfter) || 0), MAX_WAIT_MS);
+    const ms = Math.max(AGAIN_MS[Math.min(tries, AGAIN_MS.length - 1)], asked);
     waiting(r, ms);
     await new Promise((done) => setTimeout(done, ms));
     if (!wanted()) return r;

@@ -1,13 +1,14 @@
 // The chat page: the conversation list, sending, following a turn's stream, the session
 // stream, Retry and the options. State lives in `S` (state.js); sign-in is signin.js, cards
-// cards.js, Stop stop.js, a turn's events turn_events.js; the DOM is drawn by transcript.js,
-// confirm.js and sessions.js.
+// cards.js, Stop stop.js, a turn's events turn_events.js, an opening's retries opening.js;
+// the DOM is drawn by transcript.js, confirm.js and sessions.js.
 
-import { auth, errorText, readPatiently, request, sessionPath } from './api.js';
+import { auth, errorText, request, sessionPath } from './api.js';
 import { initCards, showCard } from './cards.js';
 import { removeConfirm } from './confirm.js';
 import { followSession } from './live.js';
 import { initMemory, loadMemory } from './memory.js';
+import { openRead, opened } from './opening.js';
 import { renderSessions } from './sessions.js';
 import { initSignIn, showSignIn } from './signin.js';
 import { initStop } from './stop.js';
@@ -56,6 +57,7 @@ function signOut(message) {
   auth.clear();
   sessionStorage.removeItem(SID_KEY);
   S.sid = null;
+  S.openGen += 1; // an opening still under way stops
   T.clear();
   removeConfirm();
   status('');
@@ -132,7 +134,7 @@ async function openSession(sid) {
   // drawn now, as the session's turn is followed from its own message on.
   if ((r.data.last_seq || 0) > S.lastSeq && (await syncMessages(S.lastSeq, gen)) === undefined) return;
   if (gen !== S.openGen) return;
-  if (S.openWaited === gen) status(''); // the reads answered after all
+  opened(gen);
   S.lastSeq = Math.max(S.lastSeq, r.data.last_seq || 0);
   followCase(sid, seen); // a person may hold it
   const active = r.data.active_turn;
@@ -144,16 +146,6 @@ async function openSession(sid) {
   // A card asked for again after its turn ended waits on its own.
   if (!active && r.data.pending_action) showCard(r.data.pending_action);
   goLive(cursor);
-}
-
-// Opening a conversation rides out a server or network away for a while (a database
-// restarting): its reads are made again until they answer or the tab opens another.
-function openRead(path, gen) {
-  return readPatiently(path, () => gen === S.openGen, (r, ms) => {
-    S.openWaited = gen;
-    const why = (r.error ? r.error.message : 'HTTP ' + r.status).replace(/\.$/, '');
-    status('Could not load this conversation (' + why + '). Trying again in ' + Math.ceil(ms / 1000) + ' s.', 'error');
-  });
 }
 
 async function deleteSession(sid) {
@@ -177,7 +169,7 @@ async function syncMessages(fromSeq, gen) {
   for (;;) {
     const path = sessionPath(sid, 'messages') + '?after_seq=' + after + '&limit=200';
     const r = gen === undefined ? await request('GET', path) : await openRead(path, gen);
-    if (sid !== S.sid) return;
+    if (sid !== S.sid || (gen !== undefined && gen !== S.openGen)) return; // moved on meanwhile
     if (!r.ok) return fail(r);
     const messages = r.data.messages || [];
     if (cursor === null) cursor = r.data.cursor || null;

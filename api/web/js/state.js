@@ -8,7 +8,7 @@ export const S = {
   demoUsers: [],
   sid: null, lastSeq: 0, sessions: [],
   follow: null, turnId: null, turnFromSeq: 0, busy: false,
-  options: null, replacing: null, openGen: 0, openWaited: 0,
+  options: null, replacing: null, openGen: 0,
   queued: null, // a message sent while an answer streams: { turnId, url, bubble }
   queueing: null, // that message's POST, until it answers (Stop waits for it)
   posting: null, // a message's POST, until it answers (the session stream waits for it)
