@@ -16,6 +16,7 @@ from typing import Any
 
 from bench.sections import failed, failures
 from bench.throughput import NEW_SHAPE, ONE_ACTIVITY, PARLEY_ROLES, fmt, ratio
+from bench.timeline import STAGES
 
 TABLE = "20"  # acceptance 2 and 3 read the table with 20 concurrent sessions
 OPEN_LOOP_FLOOR = "skeleton new shape"  # acceptance 4's floor
@@ -52,10 +53,18 @@ def first_delta(results: dict[str, Any]) -> list[str]:
         f"{fmt(ratios['first_delta_p95'], 2)}x (target <= 3.5x): "
         f"{_at_most(ratios['first_delta_p95'], 3.5)}",
     ]
-    stages = results.get("timeline", {}).get("stages_p50_ms")
+    timeline = results.get("timeline", {})
+    stages = timeline.get("stages_p50_ms")
     if stages:
         where = ", ".join(f"{stage.removeprefix('-> ')} {ms:.1f}" for stage, ms in stages.items())
         lines.append(f"  where it goes, p50 ms per stage (h): {where}")
+    floor = timeline.get("eager_local_first_step_p50_ms")
+    if stages and floor is not None:
+        to_step = sum(list(stages.values())[: STAGES.index("-> first step running") + 1])
+        lines.append(
+            f"  POST -> first step running {to_step:.1f} ms; Temporal's floor for a turn's shape "
+            f"(eager start -> first local step) {floor:.1f} ms"
+        )
     return lines
 
 

@@ -105,7 +105,7 @@ async def _quiet_dev_server() -> WorkflowEnvironment:
             guard().watch_dev_servers()  # it dies with the bench (bench/stack.py)
 
 
-async def _first_step(client: Client, queue: str, step: str, eager: bool) -> tuple[float, bool]:
+async def first_step(client: Client, queue: str, step: str, eager: bool) -> tuple[float, bool]:
     """Seconds from the start request to the first step's clock, and whether the server
     handed the first workflow task back in the start response."""
     started = time.time()
@@ -121,7 +121,7 @@ async def _first_step(client: Client, queue: str, step: str, eager: bool) -> tup
     return ran - started, bool(getattr(handle, "__temporal_eagerly_started", False))
 
 
-def _worker(client: Client, queue: str, settings: Settings | None) -> Worker:
+def floor_worker(client: Client, queue: str, settings: Settings | None = None) -> Worker:
     return Worker(
         client,
         task_queue=queue,
@@ -145,13 +145,13 @@ async def measure_eager_start(runs: int = 60) -> dict[str, Any]:
         queues["unversioned"] = f"eager-u-{uuid.uuid4().hex[:6]}"
         # Both workers on the client that starts the workflows: eager start needs that.
         async with (
-            _worker(client, queues["versioned"], versioned),
-            _worker(client, queues["unversioned"], None),
+            floor_worker(client, queues["versioned"], versioned),
+            floor_worker(client, queues["unversioned"], None),
         ):
             await promote_configured(client, versioned)
             for worker, step, eager in MODES:
                 for _ in range(WARMUP):
-                    await _first_step(client, queues[worker], step, eager)
+                    await first_step(client, queues[worker], step, eager)
             return await _measure(client, queues, runs)
     finally:
         await env.shutdown()
@@ -168,7 +168,7 @@ async def _measure(client: Client, queues: dict[str, str], runs: int) -> dict[st
             name = mode_name(worker, step, eager)
             before = snapshot()
             for _ in range(min(BLOCK, runs - len(seconds[name]))):
-                elapsed, was_eager = await _first_step(client, queues[worker], step, eager)
+                elapsed, was_eager = await first_step(client, queues[worker], step, eager)
                 seconds[name].append(elapsed)
                 eager_starts[name] += was_eager
             spent = usage(before, snapshot(), roles)

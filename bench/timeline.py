@@ -6,8 +6,11 @@ Temporal history (workflow started, its first workflow task picked up), the trac
 event log (`turn_events`: the first delta stored), and the client's own clock for the POST and
 the first delta it read. A stage's figure is the time from the previous stage, p50 over the
 turns; their sum is close to the first delta's p50 (medians do not add exactly). Beside them,
-the floor Temporal alone sets: a no-op workflow started by a client, to its first regular
-activity running (bench/skeleton.py), on the same server, interleaved with the turns.
+two floors Temporal alone sets on the same server, interleaved with the turns: a no-op
+workflow started by a client, to its first regular activity running in another process
+(bench/skeleton.py); and a turn's own shape, started eagerly, to its first local step running
+on a worker of the client that started it (bench/eager_start.py), as Parley's claiming
+worker starts a turn.
 
 The first context build begins beside the workflow's start, on the worker that claimed the
 turn (activities/early_build.py), so it may end before the first step runs: "context built"
@@ -19,12 +22,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from typing import Any
 
 from sqlalchemy import func, select
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
+from bench.eager_start import first_step, floor_worker
 from bench.runner import ParleyTarget, percentile, run_turn, turn_text
 from bench.skeleton import first_step_ms
 from parley.ids import workflow_id_for_turn
@@ -56,27 +61,35 @@ async def measure_timeline(
     samples: list[list[float]] = []
     builds: list[tuple[float, bool]] = []  # the build's own ms, and whether it began early
     floor: list[float] = []
-    for i in range(turns):
-        if skeleton_queue:  # interleaved with the turns, so both see the same machine
-            floor.append(await first_step_ms(temporal, skeleton_queue, f"{time.time_ns()}-{i}"))
-        posted_at = time.time()
-        turn = await run_turn(parley, conversation, turn_text(i))
-        if not turn.ok or turn.first_delta_s is None or parley.last_turn_id is None:
-            continue
-        found = await _marks(db_sessions, temporal, parley.last_turn_id)
-        if found is None:
-            continue
-        marks, build = found
-        builds.append(build)
-        marks.append(posted_at + turn.first_delta_s)
-        points = [posted_at, *marks]
-        samples.append([(b - a) * 1000 for a, b in zip(points, points[1:], strict=False)])
+    eager: list[float] = []  # the eager local floor, from the starts the server made eager
+    queue = f"eager-floor-{uuid.uuid4().hex[:6]}"
+    async with floor_worker(temporal, queue):
+        for i in range(turns):
+            if skeleton_queue:  # interleaved with the turns, so all see the same machine
+                key = f"{time.time_ns()}-{i}"
+                floor.append(await first_step_ms(temporal, skeleton_queue, key))
+                seconds, made_eager = await first_step(temporal, queue, "local", True)
+                if made_eager:
+                    eager.append(seconds * 1000)
+            posted_at = time.time()
+            turn = await run_turn(parley, conversation, turn_text(i))
+            if not turn.ok or turn.first_delta_s is None or parley.last_turn_id is None:
+                continue
+            found = await _marks(db_sessions, temporal, parley.last_turn_id)
+            if found is None:
+                continue
+            marks, build = found
+            builds.append(build)
+            marks.append(posted_at + turn.first_delta_s)
+            points = [posted_at, *marks]
+            samples.append([(b - a) * 1000 for a, b in zip(points, points[1:], strict=False)])
     return {
         "turns": len(samples),
         "stages_p50_ms": {s: percentile([x[k] for x in samples], 0.5) for k, s in enumerate(STAGES)}
         if samples
         else {},
         "skeleton_first_step_p50_ms": percentile(floor, 0.5) if floor else None,
+        "eager_local_first_step_p50_ms": percentile(eager, 0.5) if eager else None,
         "build_p50_ms": percentile([ms for ms, _ in builds], 0.5) if builds else None,
         "builds_early": sum(early for _, early in builds),
     }
@@ -148,5 +161,11 @@ def render_timeline(results: dict[str, Any]) -> str:
         lines.append(
             f"  {'floor: start -> no-op first activity':<38}{floor:>8.1f}   "
             "(Temporal alone, bench/skeleton.py)"
+        )
+    eager = results.get("eager_local_first_step_p50_ms")
+    if eager is not None:
+        lines.append(
+            f"  {'floor: eager start -> first local step':<38}{eager:>8.1f}   "
+            "(Temporal alone, a turn's shape: bench/eager_start.py)"
         )
     return "\n".join(lines)

@@ -27,6 +27,7 @@ from bench.recall_latency import render_recall_latency
 from bench.runner import Turn
 from bench.sections import Section, needed, render_sections, run_sections, write_document
 from bench.stack import Stack
+from bench.timeline import STAGES, render_timeline
 
 
 async def _figures() -> dict[str, Any]:
@@ -311,3 +312,31 @@ def test_recall_latency_alone_runs_no_other_section_and_prints_the_ratios() -> N
     assert "600 imported messages" in shown
     assert "on 2.30x, off 2.00x; on over off 1.15x" in shown
     assert "on: the builds recalled by fts 5, hybrid 2" in shown
+
+
+def test_the_stage_table_sets_parleys_way_to_its_first_step_beside_temporals_floor() -> None:
+    stages = dict(zip(STAGES, (25.0, 0.5, 24.5, 0.0, 0.4, 11.0, 5.0), strict=True))
+    timeline = {
+        "turns": 20,
+        "stages_p50_ms": stages,
+        "skeleton_first_step_p50_ms": 40.5,
+        "eager_local_first_step_p50_ms": 15.4,
+        "build_p50_ms": 22.0,
+        "builds_early": 20,
+    }
+    table = render_timeline(timeline)
+    assert "floor: start -> no-op first activity      40.5" in table
+    assert "floor: eager start -> first local step    15.4" in table
+    sequential = {
+        "parley": {"first_delta": {"p50_ms": 72.5, "p95_ms": 90.8}},
+        "baseline": {"first_delta": {"p50_ms": 16.5, "p95_ms": 27.8}},
+        "ratio_parley_over_baseline": {"first_delta_p50": 4.4, "first_delta_p95": 3.27},
+    }
+    block = render_acceptance({"sequential": sequential, "timeline": timeline})
+    assert "POST -> first step running 50.0 ms; Temporal's floor for a turn's shape" in block
+    assert "(eager start -> first local step) 15.4 ms" in block
+    # A run that made no start eager has no such floor, and says nothing of it.
+    del timeline["eager_local_first_step_p50_ms"]
+    assert "eager" not in render_timeline(timeline)
+    block = render_acceptance({"sequential": sequential, "timeline": timeline})
+    assert "where it goes" in block and "Temporal's floor" not in block
