@@ -237,6 +237,13 @@ def live_only(args: argparse.Namespace) -> bool:
     )
 
 
+def shown_path(path: Path) -> str:
+    """`path` as the report prints it: relative to the repository when inside it, so a report
+    pasted into the docs names no machine's folders."""
+    resolved = path.resolve()
+    return str(resolved.relative_to(REPO)) if resolved.is_relative_to(REPO) else str(path)
+
+
 def http_client(base_url: str, token: str | None, connections: int) -> httpx.AsyncClient:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     return httpx.AsyncClient(
@@ -578,7 +585,7 @@ async def main_async(args: argparse.Namespace) -> None:
         if not (live_only(args) or args.chaos_only):
             print(render_acceptance(results))
         write_document(args.output, settings, results)
-        print(f"\nfigures written to {args.output}")
+        print(f"\nfigures written to {shown_path(args.output)}")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -11,7 +11,7 @@ import random
 from pathlib import Path
 from typing import Any, cast
 
-from bench.__main__ import live_only, memory_sections, parse_args
+from bench.__main__ import live_only, memory_sections, parse_args, shown_path
 from bench.acceptance import render_acceptance
 from bench.memory import render_memory
 from bench.open_loop import (
@@ -340,3 +340,10 @@ def test_the_stage_table_sets_parleys_way_to_its_first_step_beside_temporals_flo
     assert "eager" not in render_timeline(timeline)
     block = render_acceptance({"sequential": sequential, "timeline": timeline})
     assert "where it goes" in block and "Temporal's floor" not in block
+
+
+def test_the_report_names_its_figures_file_relative_to_the_repository(tmp_path: Path) -> None:
+    # The report is pasted into docs/benchmarks-results.md: no machine's folders in it.
+    assert shown_path(parse_args([]).output) == ".data/bench/latest.json"
+    elsewhere = tmp_path / "figures.json"
+    assert shown_path(elsewhere) == str(elsewhere)
