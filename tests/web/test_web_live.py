@@ -23,6 +23,7 @@ from tests.support.webpage import (
     DESKTOP,
     PHONE,
     WATCH_STREAMING,
+    Tab,
     finished_answer,
     hold_second_read,
     last_answer,
@@ -56,6 +57,18 @@ def held_until(release: asyncio.Event) -> tuple[asyncio.Event, Callable[[Route],
         await route.continue_()
 
     return asked, hold
+
+
+async def two_devices(open_tab: Callable[..., Any], api_url: str) -> tuple[Tab, Tab, str]:
+    """The customer's laptop, one answered turn into a conversation, and a phone signed in as
+    the same customer that has not opened it yet; and the conversation's id."""
+    laptop = await open_tab(api_url)
+    await sign_in(laptop.page, "cust_2291")
+    await send(laptop.page, "Where is my order?", reply_has="8472")
+    sid = await laptop.page.evaluate("sessionStorage.getItem('parley_session')")
+    phone = await open_tab(api_url)
+    await sign_in(phone.page, "cust_2291")
+    return laptop, phone, sid
 
 
 async def open_conversation(page: Page, sid: str, *, phone: bool) -> None:
@@ -115,12 +128,7 @@ async def test_a_second_device_follows_the_conversation_live(
 async def test_a_message_sent_while_the_other_device_opens_the_conversation_shows_there(
     open_tab: Callable[..., Any], api_url: str
 ) -> None:
-    laptop = await open_tab(api_url)
-    await sign_in(laptop.page, "cust_2291")
-    await send(laptop.page, "Where is my order?", reply_has="8472")
-    sid = await laptop.page.evaluate("sessionStorage.getItem('parley_session')")
-    phone = await open_tab(api_url)
-    await sign_in(phone.page, "cust_2291")
+    laptop, phone, sid = await two_devices(open_tab, api_url)
     # The phone's session stream is held at its request: the page has read the transcript and
     # is connecting when the laptop's message is sent and answered.
     release = asyncio.Event()
@@ -145,12 +153,7 @@ async def test_a_message_sent_while_the_other_device_opens_the_conversation_show
 async def test_a_turn_begun_between_the_pages_reads_shows_there(
     open_tab: Callable[..., Any], api_url: str
 ) -> None:
-    laptop = await open_tab(api_url)
-    await sign_in(laptop.page, "cust_2291")
-    await send(laptop.page, "Where is my order?", reply_has="8472")
-    sid = await laptop.page.evaluate("sessionStorage.getItem('parley_session')")
-    phone = await open_tab(api_url)
-    await sign_in(phone.page, "cust_2291")
+    laptop, phone, sid = await two_devices(open_tab, api_url)
     # The phone has made the first of its two reads (the transcript, the session) and the
     # second is held while the laptop's next turn begins and comes to rest on its card.
     release = asyncio.Event()
@@ -177,12 +180,7 @@ async def test_a_turn_begun_between_the_pages_reads_shows_there(
 async def test_a_conversation_opened_while_the_api_cannot_answer_opens_live_once_it_can(
     open_tab: Callable[..., Any], api_url: str
 ) -> None:
-    laptop = await open_tab(api_url)
-    await sign_in(laptop.page, "cust_2291")
-    await send(laptop.page, "Where is my order?", reply_has="8472")
-    sid = await laptop.page.evaluate("sessionStorage.getItem('parley_session')")
-    phone = await open_tab(api_url)
-    await sign_in(phone.page, "cust_2291")
+    laptop, phone, sid = await two_devices(open_tab, api_url)
     # Each of the page's two reads fails once: the transcript's connection drops, and the
     # session's read gets the answer the API gives while its database is down.
     failing = {"messages": 1, "session": 1}
