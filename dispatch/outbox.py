@@ -53,7 +53,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from parley.activities.webhooks import WebhookSender
-from parley.config import Settings
+from parley.config import DEFAULT_CLAIM_TIMEOUT_S, Settings
 from parley.contracts import (
     DEFAULT_CONFIRMATION_TIMEOUT_S,
     SA_SESSION_ID,
@@ -71,7 +71,6 @@ from parley.dispatch.handoffs import sweep_cases
 from parley.dispatch.specialists import sweep_answers
 from parley.dispatch.telemetry import joined_trace
 from parley.gateway.resolver import system_resolver
-from parley.handoffs import DEFAULT_CLAIM_TIMEOUT_S
 from parley.ids import workflow_id_for_turn
 from parley.statuses import TurnErrorCode
 from parley.store import locks, outbox, queue, tenants

@@ -1,12 +1,15 @@
 """MiniLM's encoder as an ONNX graph built in memory, run by onnxruntime.
 
 The NumPy pass of gateway/minilm.py is the reference; this is the same BERT encoder over the
-same weights (the tensors the embedder has already loaded), written out node by node with
-`onnx.helper`: no exported file, no torch, no network. Why: the encoder's products are a few
-rows tall (one message is a dozen tokens), where NumPy's BLAS is slow; onnxruntime's kernels
-did one (14 x 384) @ (384 x 1536) product in 0.18 ms against NumPy's 1.3-2.4 ms. A short
-message's vector takes 2 to 2.8 times less CPU, a batch of LoCoMo's messages 1.6 times less
-(docs/benchmarks-results.md).
+same weights (the tensors the embedder has already loaded), described node by node and
+written out with `onnx.helper`: no exported file, no torch, no network. The written graph
+(weights apart: those go to the session from memory) is kept in a cache folder, named by
+what it was written from (`graph_bytes`), so a process that starts where one has run before
+skips the onnx package's import, which cost more CPU than all the rest of a session's build.
+Why onnxruntime: the encoder's products are a few rows tall (one message is a dozen tokens),
+where NumPy's BLAS is slow; onnxruntime's kernels did one (14 x 384) @ (384 x 1536) product
+in 0.18 ms against NumPy's 1.3-2.4 ms. A short message's vector takes 2 to 2.8 times less
+CPU, a batch of LoCoMo's messages 1.6 times less (docs/benchmarks-results.md).
 
 The graph takes token ids, token types and the padding mask, batch and length both dynamic,
 and gives the last layer's states; pooling and normalisation stay with the caller, as for the
@@ -39,10 +42,16 @@ it, to cosine 0.949 of the same text alone. Here:
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import logging
+import os
 import platform
 from functools import cache
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 # Opset 17 brings LayerNormalization as one operator; IR version 8 is its pair, fixed so that
 # the onnxruntime installed loads the graph whatever IR version the onnx package defaults to.
@@ -53,6 +62,10 @@ IR_VERSION = 8
 WEIGHT_LEVELS = 127
 ACTIVATION_LEVELS = 127
 MIDDLE = 128
+# ONNX's element type numbers (TensorProto.DataType), fixed by the format: a graph is
+# described with them before the onnx package is imported, if it is at all.
+FLOAT = 1
+ONNX_TYPES = {"float32": 1, "uint8": 2, "int8": 3, "int64": 7}
 
 
 X86 = {"x86_64", "amd64", "i386", "i686", "x86"}
@@ -85,9 +98,11 @@ def quantize_columns(weight: Any) -> tuple[Any, Any]:
 
 
 class _Encoder:
-    """The graph being built: its nodes, its initializers (small constants stored in it, and
-    the weights declared as external data, handed to the session from memory), and fresh
-    names for intermediate values."""
+    """The graph being described: its nodes, its initializers (small constants stored in it,
+    and the weights declared as external data, handed to the session from memory), and fresh
+    names for intermediate values. Plain data and NumPy arrays only: `build_encoder` writes
+    it out with the onnx package, and `EncoderSession` skips that when the graph it
+    describes is in the cache (`graph_bytes`)."""
 
     def __init__(
         self,
@@ -102,8 +117,8 @@ class _Encoder:
 
         self.quantized = quantized
         self.signed_weights = signed_weights
-        self.nodes: list[Any] = []
-        self.initializers: list[Any] = []
+        self.nodes: list[tuple[str, list[str], str, dict[str, Any]]] = []
+        self.constants: list[tuple[str, Any]] = []
         self.arrays: dict[str, Any] = {}
         self._weights = weights
         self._eps = eps
@@ -127,9 +142,7 @@ class _Encoder:
 
     def const(self, name: str, array: Any) -> str:
         """A small constant, stored in the graph (shapes, scalars)."""
-        from onnx import numpy_helper
-
-        self.initializers.append(numpy_helper.from_array(array, name))
+        self.constants.append((name, array))
         return name
 
     def weight(self, name: str, *, transposed: bool = False) -> str:
@@ -142,26 +155,30 @@ class _Encoder:
         return self.external(name, np.ascontiguousarray(array.T if transposed else array))
 
     def external(self, name: str, array: Any) -> str:
-        """`array` (float32 or int8) as an initializer the session takes from memory."""
-        from onnx import TensorProto, helper
-
-        kind = helper.np_dtype_to_tensor_dtype(array.dtype)
-        tensor = TensorProto(name=name, data_type=kind)
-        tensor.dims.extend(array.shape)
-        tensor.data_location = TensorProto.EXTERNAL
-        for key, value in (("location", "memory"), ("offset", "0"), ("length", array.nbytes)):
-            tensor.external_data.add(key=key, value=str(value))
-        self.initializers.append(tensor)
+        """`array` (float32, int8 or uint8) as an initializer the session takes from memory."""
         self.arrays[name] = array
         return name
 
     def op(self, kind: str, *inputs: str, **attributes: Any) -> str:
-        from onnx import helper
-
         self._count += 1
         out = f"{kind.lower()}_{self._count}"
-        self.nodes.append(helper.make_node(kind, list(inputs), [out], **attributes))
+        self.nodes.append((kind, list(inputs), out, attributes))
         return out
+
+    def fingerprint(self) -> str:
+        """What the written-out graph depends on, hashed: this module's code (which writes
+        it), its nodes, its constants' values, and its external weights' names, types and
+        shapes (not their values: the session takes those from memory)."""
+        digest = hashlib.sha256(Path(__file__).read_bytes())
+        digest.update(f"{self.width}".encode())
+        for node in self.nodes:
+            digest.update(repr(node).encode())
+        for name, array in self.constants:
+            digest.update(f"{name} {array.dtype} {array.shape}".encode())
+            digest.update(array.tobytes())
+        for name, array in self.arrays.items():
+            digest.update(f"{name} {array.dtype} {array.shape}".encode())
+        return digest.hexdigest()
 
     def dense(self, x: str, name: str) -> str:
         if self.quantized:
@@ -173,7 +190,6 @@ class _Encoder:
         """A linear layer as an integer product: (batch, tokens, in) -> (batch, tokens, out),
         float32 on both sides."""
         import numpy as np
-        from onnx import TensorProto
 
         weight = np.asarray(self._weights[name + ".weight"], dtype=np.float32)
         levels, scale = quantize_columns(np.ascontiguousarray(weight.T))
@@ -184,7 +200,7 @@ class _Encoder:
             zero_points.append(self.middle)
         weights = self.external(name + ".int8", stored)
         product = self.op("MatMulInteger", rows, weights, *zero_points)
-        product = self.op("Cast", product, to=TensorProto.FLOAT)
+        product = self.op("Cast", product, to=FLOAT)
         columns = self.external(name + ".scale", scale)
         y = self.op("Mul", self.op("Mul", product, columns), row_scale)
         y = self.op("Add", y, self.weight(name + ".bias"))
@@ -263,43 +279,105 @@ class _Encoder:
         return self.norm(fed, p + "output.LayerNorm")
 
 
-def build_encoder(
-    weights: dict[str, Any], *, layers: int, heads: int, eps: float, quantized: bool = False
-) -> tuple[Any, dict[str, Any]]:
-    """The BERT encoder over `weights` (named as gateway/minilm.py reads them), as a model
-    (onnx.ModelProto) with inputs `input_ids`, `token_type_ids` (int64, batch x tokens),
-    `attention_mask` (float32, 1 for a token, 0 for padding) and output `hidden` (batch x
-    tokens x width), and the arrays of its external weights by name. `quantized`: the int8
-    encoder (module docstring), its weights int8, or uint8 around MIDDLE where this CPU's
-    uint8 x int8 sums may saturate (`exact_signed_products`)."""
-    from onnx import TensorProto, helper
+# The encoder's inputs and output: (name, ONNX element type, dimensions).
+ENCODER_INPUTS = (
+    ("input_ids", ONNX_TYPES["int64"], ["batch", "tokens"]),
+    ("token_type_ids", ONNX_TYPES["int64"], ["batch", "tokens"]),
+    ("attention_mask", FLOAT, ["batch", "tokens"]),
+)
 
+
+def describe_encoder(
+    weights: dict[str, Any], *, layers: int, heads: int, eps: float, quantized: bool = False
+) -> _Encoder:
+    """The BERT encoder over `weights` (named as gateway/minilm.py reads them), described:
+    inputs `ENCODER_INPUTS` (the mask 1 for a token, 0 for padding), output `hidden` (batch
+    x tokens x width). `quantized`: the int8 encoder (module docstring), its weights int8, or
+    uint8 around MIDDLE where this CPU's uint8 x int8 sums may saturate
+    (`exact_signed_products`)."""
     signed = exact_signed_products()
     g = _Encoder(weights, heads=heads, eps=eps, quantized=quantized, signed_weights=signed)
     h, bias = g.embeddings(), g.padding()
     for layer in range(layers):
         h = g.layer(h, bias, f"encoder.layer.{layer}.")
-    g.nodes.append(helper.make_node("Identity", [h], ["hidden"]))
-    ids = ["batch", "tokens"]
+    g.nodes.append(("Identity", [h], "hidden", {}))
+    return g
+
+
+def written(
+    g: _Encoder,
+    inputs: tuple[tuple[str, int, list[Any]], ...],
+    outputs: tuple[tuple[str, int, list[Any]], ...],
+) -> Any:
+    """The described graph as an onnx.ModelProto (the one place the onnx package is used):
+    the external weights declared, not copied (copying 90 MB into protobuf messages took
+    1.4 s of CPU and as much memory again)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    initializers = [numpy_helper.from_array(array, name) for name, array in g.constants]
+    for name, array in g.arrays.items():
+        tensor = TensorProto(name=name, data_type=ONNX_TYPES[array.dtype.name])
+        tensor.dims.extend(array.shape)
+        tensor.data_location = TensorProto.EXTERNAL
+        for key, value in (("location", "memory"), ("offset", "0"), ("length", array.nbytes)):
+            tensor.external_data.add(key=key, value=str(value))
+        initializers.append(tensor)
     graph = helper.make_graph(
-        g.nodes,
+        [helper.make_node(kind, ins, [out], **attrs) for kind, ins, out, attrs in g.nodes],
         "minilm_encoder",
-        [
-            helper.make_tensor_value_info("input_ids", TensorProto.INT64, ids),
-            helper.make_tensor_value_info("token_type_ids", TensorProto.INT64, ids),
-            helper.make_tensor_value_info("attention_mask", TensorProto.FLOAT, ids),
-        ],
-        [helper.make_tensor_value_info("hidden", TensorProto.FLOAT, [*ids, g.width])],
-        g.initializers,
+        [helper.make_tensor_value_info(*spec) for spec in inputs],
+        [helper.make_tensor_value_info(*spec) for spec in outputs],
+        initializers,
     )
-    model = helper.make_model(
+    return helper.make_model(
         graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION
     )
-    return model, g.arrays
 
 
-def session(model: Any, arrays: dict[str, Any]) -> Any:
-    """An onnxruntime session over `model`, its external weights handed over from memory."""
+def build_encoder(
+    weights: dict[str, Any], *, layers: int, heads: int, eps: float, quantized: bool = False
+) -> tuple[Any, dict[str, Any]]:
+    """`describe_encoder`'s graph as an onnx.ModelProto, and the arrays of its external
+    weights by name."""
+    g = describe_encoder(weights, layers=layers, heads=heads, eps=eps, quantized=quantized)
+    return _written_encoder(g), g.arrays
+
+
+def _written_encoder(g: _Encoder) -> Any:
+    return written(g, ENCODER_INPUTS, (("hidden", FLOAT, ["batch", "tokens", g.width]),))
+
+
+def cache_dir() -> Path:
+    """Where written graphs are kept: `$XDG_CACHE_HOME/parley/encoders` (~/.cache/...)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "parley" / "encoders"
+
+
+def graph_bytes(g: _Encoder, folder: Path | None = None, *, fresh: bool = False) -> bytes:
+    """The described encoder, serialized: read from the cache when a process has written
+    this very graph before (its `fingerprint` names the file), else written out with the
+    onnx package and kept there. Importing onnx costs a process 1.1-1.5 s of CPU, more
+    than the rest of building a session; a cache that cannot be read or written only
+    costs that again. `fresh`: written out and kept whatever the cache holds."""
+    folder = folder or cache_dir()
+    path = folder / f"minilm-{g.fingerprint()}.onnx"
+    if not fresh:
+        with contextlib.suppress(OSError):
+            return path.read_bytes()
+    data: bytes = _written_encoder(g).SerializeToString()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(f".{os.getpid()}.partial")
+        partial.write_bytes(data)
+        os.replace(partial, path)  # whole or not at all, whoever else writes it meanwhile
+    except OSError as exc:
+        log.debug("the encoder's graph is not cached: %s", exc)
+    return data
+
+
+def session(model: bytes, arrays: dict[str, Any]) -> Any:
+    """An onnxruntime session over the serialized `model`, its external weights handed over
+    from memory."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -315,9 +393,7 @@ def session(model: Any, arrays: dict[str, Any]) -> Any:
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    return ort.InferenceSession(
-        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
-    )
+    return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
 
 
 class EncoderSession:
@@ -333,10 +409,16 @@ class EncoderSession:
         eps: float,
         quantized: bool = False,
     ) -> None:
-        model, arrays = build_encoder(
-            weights, layers=layers, heads=heads, eps=eps, quantized=quantized
-        )
-        self._session = session(model, arrays)
+        g = describe_encoder(weights, layers=layers, heads=heads, eps=eps, quantized=quantized)
+        try:
+            self._session = session(graph_bytes(g), g.arrays)
+        except ImportError:
+            raise
+        except Exception:
+            # A cached graph onnxruntime refuses (a file cut short, say) is written afresh;
+            # what fails again is the session's own failure, for the caller.
+            log.warning("the cached encoder graph was refused; writing it again", exc_info=True)
+            self._session = session(graph_bytes(g, fresh=True), g.arrays)
 
     def hidden(self, ids: Any, types: Any, mask: Any) -> Any:
         """(batch, tokens) int64 ids and types and float32 mask -> (batch, tokens, width)."""

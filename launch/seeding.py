@@ -10,7 +10,6 @@ import sys
 from datetime import timedelta
 
 from parley.config import Settings
-from parley.launch.knowledge import load_knowledge
 from parley.mcp import McpServerConfig
 from parley.store import identity, tenants
 from parley.store.db import Database, create_engine
@@ -105,6 +104,8 @@ async def seed(settings: Settings) -> None:
     finally:
         await engine.dispose()
     # The demo tenants' knowledge documents (launch/knowledge/).
+    from parley.launch.knowledge import load_knowledge  # the seed alone loads documents
+
     await load_knowledge(settings)
 
 

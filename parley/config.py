@@ -15,8 +15,12 @@ from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from parley.egress import Allowlist
-from parley.handoffs import DEFAULT_CLAIM_TIMEOUT_S
 from parley.ids import workflow_id_for_turn
+
+# How long a hand-off case waits for a claim before the customer is told, unless the
+# deployment (`PARLEY_HANDOFF_CLAIM_TIMEOUT_S`) or its tenant
+# (`TenantConfig.handoff_claim_timeout_s`) says otherwise.
+DEFAULT_CLAIM_TIMEOUT_S = 300.0
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # The erasure receipt key a dev stack uses; refused outside dev (`Settings`).

@@ -61,10 +61,6 @@ MOVES: dict[HandoffStatus, frozenset[HandoffStatus]] = {
 
 SummaryBy = Literal["model", "code"]
 
-# The seconds a case waits for a claim before the customer is told; a tenant sets its own
-# (`TenantConfig.handoff_claim_timeout_s`).
-DEFAULT_CLAIM_TIMEOUT_S = 300.0
-
 
 def handoff_workflow_id(*, session_id: str, handoff_id: str) -> str:
     """Named by the session first, so an operator finds a session's cases by its id."""
@@ -92,11 +88,6 @@ class AwayNotice:
     handoff_id: str
     back_at: str
     week: BusinessWeek
-
-
-# How long a case waits for a claim unless the deployment (`PARLEY_HANDOFF_CLAIM_TIMEOUT_S`)
-# or its tenant says otherwise.
-DEFAULT_CLAIM_TIMEOUT_S = 300.0
 
 
 def case_input(

@@ -87,9 +87,8 @@ def _one_linear_layer(signed_weights: bool) -> Any:
     """A session over one int8 linear layer of 64 inputs whose weights are all 1.0: (batch,
     tokens, 64) -> (batch, tokens, 8)."""
     import numpy as np
-    from onnx import TensorProto, helper
 
-    from parley.gateway.minilm_onnx import IR_VERSION, OPSET, _Encoder, session
+    from parley.gateway.minilm_onnx import FLOAT, ONNX_TYPES, _Encoder, session, written
 
     weights = {
         "embeddings.word_embeddings.weight": np.zeros((2, 64), np.float32),
@@ -97,17 +96,10 @@ def _one_linear_layer(signed_weights: bool) -> Any:
         "layer.bias": np.zeros(8, np.float32),
     }
     g = _Encoder(weights, heads=1, eps=1e-12, quantized=True, signed_weights=signed_weights)
-    g.nodes.append(helper.make_node("Identity", [g.dense("x", "layer")], ["y"]))
-    inputs = [
-        helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["b", "t"]),
-        helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "t", 64]),
-    ]
-    output = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", "t", 8])
-    graph = helper.make_graph(g.nodes, "one_layer", inputs, [output], g.initializers)
-    model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION
-    )
-    return session(model, g.arrays)
+    g.nodes.append(("Identity", [g.dense("x", "layer")], "y", {}))
+    inputs = (("input_ids", ONNX_TYPES["int64"], ["b", "t"]), ("x", FLOAT, ["b", "t", 64]))
+    model = written(g, inputs, (("y", FLOAT, ["b", "t", 8]),))
+    return session(model.SerializeToString(), g.arrays)
 
 
 def test_large_activations_meeting_large_weights_still_sum_exactly() -> None:
