@@ -8,7 +8,8 @@ tokens and L2-normalised, as sentence-transformers computes them for this model,
 product is the cosine similarity.
 
 The encoder runs as an ONNX graph built from the same weights (gateway/minilm_onnx.py) when
-onnx and onnxruntime are installed (the extra brings them): about half the CPU a message.
+onnxruntime is installed, with onnx or a graph cached by an earlier start (the extra brings
+both): about half the CPU a message.
 Otherwise, or where the session cannot be built, the NumPy pass below runs; it is the
 reference the float32 graph is tested against, and its vectors are the same to float
 rounding, so vectors stored by either compare with the other's under the one model name.

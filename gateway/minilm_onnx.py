@@ -4,8 +4,9 @@ The NumPy pass of gateway/minilm.py is the reference; this is the same BERT enco
 same weights (the tensors the embedder has already loaded), described node by node and
 written out with `onnx.helper`: no exported file, no torch, no network. The written graph
 (weights apart: those go to the session from memory) is kept in a cache folder, named by
-what it was written from (`graph_bytes`), so a process that starts where one has run before
-skips the onnx package's import, which cost more CPU than all the rest of a session's build.
+what it was written from (gateway/encoder_cache.py), so a process that starts where one has
+run before skips the onnx package's import, which cost more CPU than all the rest of a
+session's build.
 Why onnxruntime: the encoder's products are a few rows tall (one message is a dozen tokens),
 where NumPy's BLAS is slow; onnxruntime's kernels did one (14 x 384) @ (384 x 1536) product
 in 0.18 ms against NumPy's 1.3-2.4 ms. A short message's vector takes 2 to 2.8 times less
@@ -13,8 +14,8 @@ CPU, a batch of LoCoMo's messages 1.6 times less (docs/benchmarks-results.md).
 
 The graph takes token ids, token types and the padding mask, batch and length both dynamic,
 and gives the last layer's states; pooling and normalisation stay with the caller, as for the
-NumPy pass. Optional: without onnx or onnxruntime, `EncoderSession` raises ImportError and
-the embedder runs its NumPy pass.
+NumPy pass. Optional: without onnxruntime, or without onnx where the graph is not cached yet,
+`EncoderSession` raises ImportError and the embedder runs its NumPy pass.
 
 `quantized=True` builds the int8 encoder (issue 45: the encoder was a third of a worker's
 CPU on plain turns): the 36 linear layers multiply 8-bit integers; embeddings, attention's
@@ -42,16 +43,19 @@ it, to cosine 0.949 of the same text alone. Here:
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
-import os
 import platform
 from functools import cache
 from pathlib import Path
 from typing import Any
 
+from parley.gateway import encoder_cache
+
 log = logging.getLogger(__name__)
+# This module's code as this process imported it: what writes the graph (a file changed under
+# a running process must not name that process's graph).
+_CODE = Path(__file__).read_bytes()
 
 # Opset 17 brings LayerNormalization as one operator; IR version 8 is its pair, fixed so that
 # the onnxruntime installed loads the graph whatever IR version the onnx package defaults to.
@@ -100,9 +104,9 @@ def quantize_columns(weight: Any) -> tuple[Any, Any]:
 class _Encoder:
     """The graph being described: its nodes, its initializers (small constants stored in it,
     and the weights declared as external data, handed to the session from memory), and fresh
-    names for intermediate values. Plain data and NumPy arrays only: `build_encoder` writes
-    it out with the onnx package, and `EncoderSession` skips that when the graph it
-    describes is in the cache (`graph_bytes`)."""
+    names for intermediate values. Plain data and NumPy arrays only: `written` writes it out
+    with the onnx package, which `EncoderSession` skips when the graph it describes is in
+    the cache (gateway/encoder_cache.py)."""
 
     def __init__(
         self,
@@ -169,7 +173,7 @@ class _Encoder:
         """What the written-out graph depends on, hashed: this module's code (which writes
         it), its nodes, its constants' values, and its external weights' names, types and
         shapes (not their values: the session takes those from memory)."""
-        digest = hashlib.sha256(Path(__file__).read_bytes())
+        digest = hashlib.sha256(_CODE)
         digest.update(f"{self.width}".encode())
         for node in self.nodes:
             digest.update(repr(node).encode())
@@ -344,35 +348,8 @@ def build_encoder(
 
 
 def _written_encoder(g: _Encoder) -> Any:
+    """The encoder's graph with its inputs and its one output, `hidden`."""
     return written(g, ENCODER_INPUTS, (("hidden", FLOAT, ["batch", "tokens", g.width]),))
-
-
-def cache_dir() -> Path:
-    """Where written graphs are kept: `$XDG_CACHE_HOME/parley/encoders` (~/.cache/...)."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "parley" / "encoders"
-
-
-def graph_bytes(g: _Encoder, folder: Path | None = None, *, fresh: bool = False) -> bytes:
-    """The described encoder, serialized: read from the cache when a process has written
-    this very graph before (its `fingerprint` names the file), else written out with the
-    onnx package and kept there. Importing onnx costs a process 1.1-1.5 s of CPU, more
-    than the rest of building a session; a cache that cannot be read or written only
-    costs that again. `fresh`: written out and kept whatever the cache holds."""
-    folder = folder or cache_dir()
-    path = folder / f"minilm-{g.fingerprint()}.onnx"
-    if not fresh:
-        with contextlib.suppress(OSError):
-            return path.read_bytes()
-    data: bytes = _written_encoder(g).SerializeToString()
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(f".{os.getpid()}.partial")
-        partial.write_bytes(data)
-        os.replace(partial, path)  # whole or not at all, whoever else writes it meanwhile
-    except OSError as exc:
-        log.debug("the encoder's graph is not cached: %s", exc)
-    return data
 
 
 def session(model: bytes, arrays: dict[str, Any]) -> Any:
@@ -410,15 +387,26 @@ class EncoderSession:
         quantized: bool = False,
     ) -> None:
         g = describe_encoder(weights, layers=layers, heads=heads, eps=eps, quantized=quantized)
+        key = g.fingerprint()
+
+        def write() -> bytes:
+            data: bytes = _written_encoder(g).SerializeToString()
+            return data
+
+        data, kept = encoder_cache.cached(key, write)  # gateway/encoder_cache.py
         try:
-            self._session = session(graph_bytes(g), g.arrays)
+            self._session = session(data, g.arrays)
         except ImportError:
-            raise
+            raise  # no onnxruntime: the NumPy pass runs (gateway/minilm.py)
         except Exception:
-            # A cached graph onnxruntime refuses (a file cut short, say) is written afresh;
-            # what fails again is the session's own failure, for the caller.
-            log.warning("the cached encoder graph was refused; writing it again", exc_info=True)
-            self._session = session(graph_bytes(g, fresh=True), g.arrays)
+            if not kept:
+                raise
+            # A kept graph this onnxruntime refuses (one written by another version, say):
+            # written again here, and what fails then is the session's own failure.
+            log.warning("onnxruntime refused the cached encoder graph", exc_info=True)
+            encoder_cache.forget(key)
+            data, _ = encoder_cache.cached(key, write, fresh=True)
+            self._session = session(data, g.arrays)
 
     def hidden(self, ids: Any, types: Any, mask: Any) -> Any:
         """(batch, tokens) int64 ids and types and float32 mask -> (batch, tokens, width)."""

@@ -100,7 +100,8 @@ class TenantConfig(BaseModel):
     # None or empty: no `run_skill` tool is offered.
     skills: list[str] | None = Field(default=None, max_length=20)
     # Seconds a hand-off to a person waits for an agent's claim before the customer is told
-    # (parley/handoffs.py); None: the deployment's `PARLEY_HANDOFF_CLAIM_TIMEOUT_S`.
+    # (parley/handoffs.py); None: the deployment's `PARLEY_HANDOFF_CLAIM_TIMEOUT_S` (its
+    # default: parley/config.py `DEFAULT_CLAIM_TIMEOUT_S`).
     handoff_claim_timeout_s: float | None = Field(default=None, ge=1, le=7 * 24 * 3600)
     # Hand-offs code opens (the customer asking for a person, repeated outages or
     # retractions), cases' priorities (parley/handoff_rules.py); None: the defaults there.

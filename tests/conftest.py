@@ -222,6 +222,10 @@ def pytest_configure(config: pytest.Config) -> None:
     # in pytest-xdist's order by number of tests.
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
+    # What Parley keeps between processes (the encoder's graph: gateway/encoder_cache.py)
+    # goes under the checkout's git-ignored .data/, not the runner's home: each checkout's
+    # suite starts from its own cache, the spawned workers and `parley dev` stacks share it.
+    os.environ.setdefault("PARLEY_CACHE_DIR", str(config.rootpath / ".data" / "test-cache"))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
