@@ -40,25 +40,27 @@ def cache_dir() -> Path | None:
 
 def cached(key: str, write: Callable[[], bytes], *, fresh: bool = False) -> tuple[bytes, bool]:
     """The graph kept under `key`, or `write()`'s, then kept; and whether it was read from
-    the cache. `fresh`: written and kept whatever the cache holds."""
+    the cache. `fresh`: what the cache holds (a graph onnxruntime refused) is dropped first,
+    so that it is gone even where the new one cannot be kept."""
     folder = cache_dir()
-    path = None if folder is None else folder / f"minilm-{key}.onnx"
-    if path is not None and not fresh:
+    if folder is None:
+        return write(), False
+    path = folder / f"minilm-{key}.onnx"
+    if fresh:
+        with contextlib.suppress(OSError):
+            path.unlink()
+    else:
         found = _read(path)
         if found is not None:
             return found, True
     data = write()
-    if path is not None:
-        _keep(path, data)
+    _keep(path, data)
     return data, False
 
 
-def forget(key: str) -> None:
-    """Drop the graph kept under `key` (one onnxruntime refused)."""
-    folder = cache_dir()
-    if folder is not None:
-        with contextlib.suppress(OSError):
-            (folder / f"minilm-{key}.onnx").unlink()
+def _head(data: bytes) -> bytes:
+    """A kept file's first line: the SHA-256 of the graph after it."""
+    return HEADER + hashlib.sha256(data).hexdigest().encode()
 
 
 def _read(path: Path) -> bytes | None:
@@ -67,7 +69,7 @@ def _read(path: Path) -> bytes | None:
     except OSError:
         return None
     head, _, data = stored.partition(b"\n")
-    if head == HEADER + hashlib.sha256(data).hexdigest().encode():
+    if head == _head(data):
         return data
     log.warning("the cached encoder graph %s is damaged; writing it again", path.name)
     with contextlib.suppress(OSError):
@@ -88,7 +90,7 @@ def _keep(path: Path, data: bytes) -> None:
         return
     try:
         with partial:
-            partial.write(HEADER + hashlib.sha256(data).hexdigest().encode() + b"\n" + data)
+            partial.write(_head(data) + b"\n" + data)
         os.replace(partial.name, path)
     except OSError as exc:
         log.debug("the encoder's graph is not cached: %s", exc)

@@ -68,8 +68,8 @@ ACTIVATION_LEVELS = 127
 MIDDLE = 128
 # ONNX's element type numbers (TensorProto.DataType), fixed by the format: a graph is
 # described with them before the onnx package is imported, if it is at all.
-FLOAT = 1
 ONNX_TYPES = {"float32": 1, "uint8": 2, "int8": 3, "int64": 7}
+FLOAT = ONNX_TYPES["float32"]
 
 
 X86 = {"x86_64", "amd64", "i386", "i686", "x86"}
@@ -338,20 +338,6 @@ def written(
     )
 
 
-def build_encoder(
-    weights: dict[str, Any], *, layers: int, heads: int, eps: float, quantized: bool = False
-) -> tuple[Any, dict[str, Any]]:
-    """`describe_encoder`'s graph as an onnx.ModelProto, and the arrays of its external
-    weights by name."""
-    g = describe_encoder(weights, layers=layers, heads=heads, eps=eps, quantized=quantized)
-    return _written_encoder(g), g.arrays
-
-
-def _written_encoder(g: _Encoder) -> Any:
-    """The encoder's graph with its inputs and its one output, `hidden`."""
-    return written(g, ENCODER_INPUTS, (("hidden", FLOAT, ["batch", "tokens", g.width]),))
-
-
 def session(model: bytes, arrays: dict[str, Any]) -> Any:
     """An onnxruntime session over the serialized `model`, its external weights handed over
     from memory."""
@@ -390,7 +376,8 @@ class EncoderSession:
         key = g.fingerprint()
 
         def write() -> bytes:
-            data: bytes = _written_encoder(g).SerializeToString()
+            output = ("hidden", FLOAT, ["batch", "tokens", g.width])
+            data: bytes = written(g, ENCODER_INPUTS, (output,)).SerializeToString()
             return data
 
         data, kept = encoder_cache.cached(key, write)  # gateway/encoder_cache.py
@@ -404,7 +391,6 @@ class EncoderSession:
             # A kept graph this onnxruntime refuses (one written by another version, say):
             # written again here, and what fails then is the session's own failure.
             log.warning("onnxruntime refused the cached encoder graph", exc_info=True)
-            encoder_cache.forget(key)
             data, _ = encoder_cache.cached(key, write, fresh=True)
             self._session = session(data, g.arrays)
 

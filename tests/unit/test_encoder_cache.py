@@ -52,6 +52,25 @@ def _kept(cache: Path) -> list[Path]:
     return sorted(cache.glob("minilm-*.onnx"))
 
 
+def _written_again(
+    minilm: MiniLMEmbedder,
+    graph: Path,
+    whole: bytes,
+    want: np.ndarray,
+    caplog: pytest.LogCaptureFixture,
+    said: str,
+    *,
+    quantized: bool = True,
+) -> None:
+    """The next session, over the spoilt `graph`: it says `said`, writes the graph `whole`
+    again and gives the states `want`."""
+    with caplog.at_level(logging.WARNING):
+        again = _states(minilm, _session(minilm, quantized=quantized))
+    assert said in caplog.text
+    assert graph.read_bytes() == whole
+    assert np.array_equal(again, want)
+
+
 def test_a_start_after_another_reads_its_graph_and_imports_no_onnx(
     minilm: MiniLMEmbedder, cache: Path
 ) -> None:
@@ -85,11 +104,7 @@ def test_a_damaged_graph_is_written_again_not_run(
         at = len(whole) - 100
         graph.write_bytes(whole[:at] + bytes([whole[at] ^ 0x40]) + whole[at + 1 :])
 
-    with caplog.at_level(logging.WARNING):
-        again = _states(minilm, _session(minilm))
-    assert "is damaged; writing it again" in caplog.text
-    assert graph.read_bytes() == whole
-    assert np.array_equal(again, want)
+    _written_again(minilm, graph, whole, want, caplog, "is damaged; writing it again")
 
 
 def test_a_kept_graph_onnxruntime_refuses_is_written_again(
@@ -100,14 +115,9 @@ def test_a_kept_graph_onnxruntime_refuses_is_written_again(
     [graph] = _kept(cache)
     whole = graph.read_bytes()
     key = graph.name.removeprefix("minilm-").removesuffix(".onnx")
-    encoder_cache.forget(key)
-    encoder_cache.cached(key, lambda: b"not a graph")
-
-    with caplog.at_level(logging.WARNING):
-        again = _states(minilm, _session(minilm, quantized=False))
-    assert "onnxruntime refused the cached encoder graph" in caplog.text
-    assert graph.read_bytes() == whole
-    assert np.array_equal(again, want)
+    encoder_cache.cached(key, lambda: b"not a graph", fresh=True)
+    refused = "onnxruntime refused the cached encoder graph"
+    _written_again(minilm, graph, whole, want, caplog, refused, quantized=False)
 
 
 def test_without_a_folder_to_keep_it_every_start_writes_the_graph(

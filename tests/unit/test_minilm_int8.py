@@ -71,12 +71,11 @@ def test_the_int8_encoder_multiplies_integers_in_every_linear_layer(
     int8_minilm: MiniLMEmbedder,
 ) -> None:
     """Six layers of six linear layers each; the float products left are attention's."""
-    from parley.gateway.minilm_onnx import build_encoder
+    from parley.gateway.minilm_onnx import describe_encoder
 
-    model, arrays = build_encoder(
-        int8_minilm._w, layers=6, heads=12, eps=int8_minilm._eps, quantized=True
-    )
-    kinds = [node.op_type for node in model.graph.node]
+    g = describe_encoder(int8_minilm._w, layers=6, heads=12, eps=int8_minilm._eps, quantized=True)
+    arrays = g.arrays
+    kinds = [kind for kind, *_ in g.nodes]
     assert kinds.count("MatMulInteger") == 36
     assert kinds.count("MatMul") == 12  # scores and context, per layer
     stored = {a.dtype.name for n, a in arrays.items() if n.endswith(".int8")}
