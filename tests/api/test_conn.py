@@ -15,6 +15,7 @@ from typing import Any
 import psycopg
 import pytest
 import pytest_asyncio
+from sqlalchemy import event
 
 from parley.store.db import (
     Database,
@@ -292,16 +293,23 @@ async def test_an_autocommit_engines_units_of_work_take_its_connections_as_they_
     connection's mode at checkout. That switch awaited the driver between the pool handing
     a connection out and the unit of work holding it; a stream cancelled there (its client
     gone) left the connection unreturned, and the garbage collector warned of it later."""
-    switched: list[bool] = []
+    # The patch is the class's, so it sees every connection of this process: with the
+    # session's one event loop, another engine's work may switch its own meanwhile. Only this
+    # engine's connections (named by the pool as it opens them) are counted.
+    calls: list[tuple[psycopg.AsyncConnection[Any], bool]] = []
     original = psycopg.AsyncConnection.set_autocommit
 
     async def set_autocommit(self: psycopg.AsyncConnection[Any], value: bool) -> None:
-        switched.append(value)
+        calls.append((self, value))
         await original(self, value)
 
     monkeypatch.setattr(psycopg.AsyncConnection, "set_autocommit", set_autocommit)
     engine = create_socket_checked_engine(
         database_url, pool_size=1, max_overflow=0, autocommit=True
+    )
+    ours: list[psycopg.AsyncConnection[Any]] = []
+    event.listen(
+        engine.sync_engine, "connect", lambda dbapi, _: ours.append(dbapi.driver_connection)
     )
     try:
         sessions = Database(engine, autocommit=True)
@@ -313,7 +321,8 @@ async def test_an_autocommit_engines_units_of_work_take_its_connections_as_they_
     finally:
         await engine.dispose()
     # Set once, when the pool opened its one connection; never at a checkout or a return.
-    assert switched == [True]
+    assert len(ours) == 1
+    assert [value for made, value in calls if made is ours[0]] == [True]
 
 
 _XACT = "SELECT pg_current_xact_id()::text"
