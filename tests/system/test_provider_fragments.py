@@ -220,23 +220,35 @@ async def test_openai_error_object_mid_stream(error: dict[str, Any], kind: type)
     assert error["type"] in str(caught.value) and error["message"] not in str(caught.value)
 
 
-def _spread_stream() -> bytes:
+def _spread_stream() -> tuple[bytes, bytes]:
     """The recorded stream with a keep-alive comment first, and its first chunk's JSON over
-    two `data:` lines of an event that also has `event:` and `id:` fields."""
+    two `data:` lines of an event that also has `event:` and `id:` fields: (that head, the
+    rest)."""
     frames = openai_sse(REPLY)
     payload = frames[0].data.decode().removeprefix("data: ").rstrip("\n")
     at = payload.index(",")
     spread = f"event: chunk\nid: 7\ndata: {payload[:at]}\ndata:{payload[at:]}\n\n".encode()
-    return b": keep-alive\n\n" + spread + b"".join(f.data for f in frames[1:])
+    return b": keep-alive\n\n" + spread, b"".join(f.data for f in frames[1:])
+
+
+def _cuts(head: bytes, data: bytes) -> list[int]:
+    """Every cut in the head, and every cut of the rest within two bytes of a line end's
+    bytes: a cut between a CR and its LF, or just before or after either. A cut anywhere
+    else in the rest splits a JSON text or a field name, as in test_every_single_cut."""
+    ends = [i for i, byte in enumerate(data) if byte in b"\r\n"]
+    near = {cut for end in ends for cut in range(end - 1, end + 3) if 0 < cut < len(data)}
+    return sorted(set(range(1, len(head) + 1)) | near)
 
 
 @pytest.mark.parametrize("newline", [b"\n", b"\r\n", b"\r"])
 async def test_openai_event_stream_format(newline: bytes) -> None:
     """Comments, other fields and an event's data over several lines read as the event-stream
-    format says, with lines ended by LF, CRLF or a lone CR; cut anywhere, a CRLF is one line
-    end (not an empty line, which would end the event before its second data line)."""
-    data = _spread_stream().replace(b"\n", newline)
+    format says, with lines ended by LF, CRLF or a lone CR; cut anywhere in the fields or at
+    any line end, a CRLF is one line end (not an empty line, which would end the event before
+    its second data line)."""
+    head, rest = (part.replace(b"\n", newline) for part in _spread_stream())
+    data = head + rest
     wire = Wire("openai")
     assert await wire.events([data]) == EXPECTED
-    for i in range(1, len(data)):
+    for i in _cuts(head, data):
         assert await wire.events([data[:i], data[i:]]) == EXPECTED, f"cut at byte {i}"
