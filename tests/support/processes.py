@@ -7,6 +7,7 @@ import asyncio
 import signal
 import subprocess
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
@@ -14,10 +15,13 @@ from temporalio.client import Client
 
 from parley.config import Settings
 from parley.launch.dev import temporal_dev_server_command
+from parley.store.db import Database
+from parley.store.events import OUTBOX_CHANNEL, OutboxRing, ring
 from tests.support.client import ParleyClient
 from tests.support.sse import TERMINAL, Event, iter_events
-from tests.support.stack import service_env, spawn
+from tests.support.stack import service_env
 from tests.support.toolkit import eventually
+from tests.support.zygote import Forked, fork_worker
 
 # A question whose demo answer streams long enough for an outage or a restart to cut it.
 QUESTION = "Tell me about yourself, please."
@@ -26,10 +30,10 @@ QUESTION = "Tell me about yourself, please."
 class Workers:
     def __init__(self, settings: Settings) -> None:
         self.env = service_env(settings, PARLEY_OUTBOX_GRACE_S="1", PARLEY_OUTBOX_POLL_S="1")
-        self.processes: list[subprocess.Popen[bytes]] = []
+        self.processes: list[Forked] = []
 
-    def start(self) -> subprocess.Popen[bytes]:
-        process = spawn(["worker.py"], self.env)
+    def start(self) -> Forked:
+        process = fork_worker(self.env)
         self.processes.append(process)
         return process
 
@@ -81,6 +85,30 @@ class TemporalServer:
         return await eventually(
             connected, timeout=60, what="the Temporal dev server answers", every=0.2
         )
+
+
+async def ring_until(
+    sessions: Database,
+    settings: Settings,
+    turn_id: str,
+    done: Callable[[], Awaitable[bool]],
+    *,
+    what: str,
+) -> None:
+    """Ring the outbox for a posted turn, as its post did, until `done()`. A worker just
+    started listens a moment after it polls: a post in between rang for nobody, and a worker
+    whose sweep waits long (as a test sets it) would leave that turn where it is."""
+    payload = OutboxRing(turn_id, settings.task_queue, settings.confirmation_timeout_s).payload()
+
+    async def answered() -> bool:
+        if await done():
+            return True
+        async with sessions() as db:
+            await ring(db, channel=OUTBOX_CHANNEL, payload=payload)
+            await db.commit()
+        return False
+
+    await eventually(answered, timeout=60, what=what, every=0.3)
 
 
 async def read_until(client: ParleyClient, url: str, *, after: int, stop: str) -> list[Event]:

@@ -14,7 +14,6 @@ its own worker (`PARLEY_API_WORKER`) and starts the turn on that worker's client
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import time
 from collections.abc import Callable
 from typing import Any
@@ -29,7 +28,8 @@ from tests.support.client import ParleyClient, streamed_text
 from tests.support.orm import orm
 from tests.support.otlp import Collector, ExportedSpan
 from tests.support.sse import Event
-from tests.support.stack import own_queue, serve, serve_api, service_env, spawn
+from tests.support.stack import own_queue, serve, serve_api, service_env
+from tests.support.zygote import Forked, fork_worker
 
 # A question the demo answers with a tool call first; its last word is found nowhere else.
 QUESTION = "Where is my order? Kestrelwood"
@@ -53,7 +53,7 @@ async def _until(what: str, check: Callable[[], bool], deadline_s: float = DEADL
         await asyncio.sleep(0.1)
 
 
-async def _stop(process: subprocess.Popen[bytes]) -> None:
+async def _stop(process: Forked) -> None:
     """SIGTERM (a worker drains, flushes its spans and leaves), waited for without blocking
     the loop the collector answers on."""
     process.terminate()
@@ -70,8 +70,7 @@ async def test_one_turn_is_one_trace_without_message_text(
     collector, fake = Collector(), FakeProvider(brain=True, token_delay_s=0.02)
     async with serve(collector.app) as collector_url, serve(fake.app) as fake_url:
         own = own_queue(settings, "otel", otlp_endpoint=collector_url)
-        worker = spawn(
-            ["worker.py"],
+        worker = fork_worker(
             service_env(
                 own,
                 PARLEY_OTLP_ENDPOINT=collector_url,
@@ -79,7 +78,7 @@ async def test_one_turn_is_one_trace_without_message_text(
                 OPENAI_BASE_URL=f"{fake_url}/v1",
                 OPENAI_API_KEY="fake-key",
                 PARLEY_WORKER_SHUTDOWN_GRACE_S="10",
-            ),
+            )
         )
         try:
             async with serve_api(own) as api_url:

@@ -25,7 +25,7 @@ from parley.store.identity import Identity
 from parley.store.models import TurnEvent
 from tests.support.client import ParleyClient
 from tests.support.orm import orm
-from tests.support.processes import Workers, follow, read_until
+from tests.support.processes import Workers, follow, read_until, ring_until
 from tests.support.sse import Event
 from tests.support.stack import LIFTED_LIMITS, own_queue, serve_api
 
@@ -78,7 +78,7 @@ async def _logged_at(sessions: Database, turn_id: str) -> list[float]:
 
 
 async def test_a_message_posted_while_an_answer_streams_is_the_next_turn(
-    priya: ParleyClient, workers: Workers, sessions: Database
+    priya: ParleyClient, workers: Workers, sessions: Database, queue_settings: Settings
 ) -> None:
     # The periodic sweep runs once at start, then not within this test: only the bell the
     # first turn's ending rings can start the queued turn in time.
@@ -87,6 +87,15 @@ async def test_a_message_posted_while_an_answer_streams_is_the_next_turn(
     sid = await priya.new_session()
     first = await priya.post(sid, "Tell me about yourself, please.")
     assert first.status_code == 202 and first.json()["state"] == "received"
+
+    async def started() -> bool:
+        async with sessions() as db:
+            state = await db.value(
+                "SELECT state FROM turns WHERE id = %(id)s", {"id": first.json()["turn_id"]}
+            )
+        return state != TurnState.received
+
+    await ring_until(sessions, queue_settings, first.json()["turn_id"], started, what="started")
     first_url = first.json()["events_url"]
     seen_first = await read_until(priya, first_url, after=0, stop="delta")
     assert seen_first[-1].type == "delta"

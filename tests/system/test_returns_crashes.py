@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import subprocess
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -26,6 +25,7 @@ from tests.support.client import ParleyClient
 from tests.support.processes import Workers, read_until
 from tests.support.sse import Event
 from tests.support.stack import own_queue, serve, serve_api
+from tests.support.zygote import Forked
 
 # A ~5 s heartbeat or sticky-queue timeout for the killed worker's work, plus a start-up.
 RECOVERY_S = 45
@@ -56,7 +56,7 @@ async def crash_api(crash_settings: Settings, sessions: object) -> AsyncIterator
         yield url
 
 
-def kill(process: subprocess.Popen[bytes]) -> None:
+def kill(process: Forked) -> None:
     assert process.poll() is None, "the worker died before the test killed it"
     process.send_signal(signal.SIGKILL)
     process.wait(10)

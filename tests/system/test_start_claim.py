@@ -21,8 +21,7 @@ yet when the post rings).
 from __future__ import annotations
 
 import asyncio
-import subprocess
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 
 import pytest
 from temporalio.api.enums.v1 import EventType
@@ -31,11 +30,10 @@ from temporalio.client import Client
 from parley.config import Settings
 from parley.ids import workflow_id_for_turn
 from parley.store.db import Database
-from parley.store.events import OUTBOX_CHANNEL, OutboxRing, ring
 from tests.support.client import ParleyClient
-from tests.support.processes import Workers
-from tests.support.stack import own_queue, serve_api, service_env, spawn
-from tests.support.toolkit import eventually
+from tests.support.processes import Workers, ring_until
+from tests.support.stack import own_queue, serve_api, service_env
+from tests.support.zygote import Forked, fork_worker
 
 QUESTION = "Tell me about yourself, please."
 
@@ -52,7 +50,7 @@ def workers(claim_settings: Settings) -> Iterator[Workers]:
     pool.stop_all()
 
 
-def crashing_worker(settings: Settings, point: str) -> subprocess.Popen[bytes]:
+def crashing_worker(settings: Settings, point: str) -> Forked:
     """A worker that kills itself at `point` of a ring's start; its sweep never runs in time."""
     env = service_env(
         settings,
@@ -60,7 +58,7 @@ def crashing_worker(settings: Settings, point: str) -> subprocess.Popen[bytes]:
         PARLEY_OUTBOX_GRACE_S="3600",
         PARLEY_OUTBOX_POLL_S="3600",
     )
-    return spawn(["worker.py"], env)
+    return fork_worker(env)
 
 
 @pytest.mark.parametrize("point", ["turn_claimed", "context_built", "turn_started"])
@@ -81,7 +79,9 @@ async def test_a_turn_whose_claiming_worker_dies_still_ends_once(
                 posted = await client.post(session_id, QUESTION)
                 assert posted.status_code == 202, posted.text
                 turn_id = posted.json()["turn_id"]
-                await _ring_until_dead(sessions, claim_settings, turn_id, crashing)
+                await ring_until(
+                    sessions, claim_settings, turn_id, dead(crashing), what="the claimer dies"
+                )
                 left = await _state(sessions, turn_id)
                 stored = await _first_request(sessions, turn_id)
                 workers.start()  # a worker that lives: its sweep (1 s grace) takes the turn
@@ -126,18 +126,8 @@ async def _first_request(sessions: Database, turn_id: str) -> str | None:
 _FIRST_REQUEST = "SELECT id FROM model_calls WHERE turn_id = %(turn_id)s AND step = 0"
 
 
-async def _ring_until_dead(
-    sessions: Database, settings: Settings, turn_id: str, worker: subprocess.Popen[bytes]
-) -> None:
-    """Ring the outbox for the turn, as its post did, until the worker that claims it dies."""
-    payload = OutboxRing(turn_id, settings.task_queue, settings.confirmation_timeout_s).payload()
+def dead(worker: Forked) -> Callable[[], Awaitable[bool]]:
+    async def ended() -> bool:
+        return worker.poll() is not None
 
-    async def dead() -> bool:
-        if worker.poll() is not None:
-            return True
-        async with sessions() as db:
-            await ring(db, channel=OUTBOX_CHANNEL, payload=payload)
-            await db.commit()
-        return False
-
-    await eventually(dead, timeout=60, what="the claiming worker dies", every=0.3)
+    return ended
