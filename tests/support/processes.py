@@ -21,7 +21,7 @@ from tests.support.client import ParleyClient
 from tests.support.sse import TERMINAL, Event, iter_events
 from tests.support.stack import service_env
 from tests.support.toolkit import eventually
-from tests.support.zygote import Forked, fork_worker
+from tests.support.zygote import Forked, fork_worker, warm_zygote
 
 # A question whose demo answer streams long enough for an outage or a restart to cut it.
 QUESTION = "Tell me about yourself, please."
@@ -31,6 +31,7 @@ class Workers:
     def __init__(self, settings: Settings) -> None:
         self.env = service_env(settings, PARLEY_OUTBOX_GRACE_S="1", PARLEY_OUTBOX_POLL_S="1")
         self.processes: list[Forked] = []
+        warm_zygote()  # its imports run while the test sets up, not in its first start
 
     def start(self) -> Forked:
         process = fork_worker(self.env)
@@ -98,7 +99,12 @@ async def ring_until(
     """Ring the outbox for a posted turn, as its post did, until `done()`. A worker just
     started listens a moment after it polls: a post in between rang for nobody, and a worker
     whose sweep waits long (as a test sets it) would leave that turn where it is."""
-    payload = OutboxRing(turn_id, settings.task_queue, settings.confirmation_timeout_s).payload()
+    payload = OutboxRing(
+        turn_id,
+        settings.task_queue,
+        settings.confirmation_timeout_s,
+        fallback=settings.has_fallback_model,
+    ).payload()
 
     async def answered() -> bool:
         if await done():

@@ -21,6 +21,8 @@ closes its end (at exit) it kills the children still running, then leaves.
 from __future__ import annotations
 
 import atexit
+import contextlib
+import itertools
 import json
 import os
 import queue
@@ -57,8 +59,10 @@ class Forked:
         return code
 
     def send_signal(self, sig: int) -> None:
+        # As Popen's: a child already gone (reaped, its exit not read yet) is no error.
         if self.returncode is None:
-            os.kill(self.pid, sig)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
@@ -77,10 +81,12 @@ class Zygote:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
         )
-        self._forks: queue.Queue[dict[str, Any]] = queue.Queue()
+        self._answers: queue.Queue[dict[str, Any]] = queue.Queue()
         self._exits: dict[int, int] = {}
+        self._ended: str | None = None  # why the zygote is gone, once it is
         self._changed = threading.Condition()
         self._asking = threading.Lock()
+        self._requests = itertools.count()
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
@@ -92,29 +98,43 @@ class Zygote:
                     self._exits[message["exit"]] = message["code"]
                     self._changed.notify_all()
             else:
-                self._forks.put(message)
-        self._forks.put({"error": f"the zygote ended (exit code {self._process.wait()})"})
+                self._answers.put(message)
+        ended = f"the zygote ended (exit code {self._process.wait()})"
+        with self._changed:
+            self._ended = ended
+            self._changed.notify_all()
+        self._answers.put({"error": ended})
 
     def fork(self, env: dict[str, str], timeout: float = 120) -> Forked:
         """A worker running with `env` as its whole environment."""
         assert self._process.stdin is not None
         with self._asking:
-            self._process.stdin.write(json.dumps({"env": env}).encode() + b"\n")
+            request = next(self._requests)
+            self._process.stdin.write(json.dumps({"id": request, "env": env}).encode() + b"\n")
             self._process.stdin.flush()
-            # The first answer waits for the zygote's own imports.
-            answer = self._forks.get(timeout=timeout)
+            while True:  # an answer to an earlier request that timed out is not this one's
+                # The first answer waits for the zygote's own imports.
+                answer = self._answers.get(timeout=timeout)
+                if answer.get("id", request) == request:
+                    break
         if "error" in answer:
             raise RuntimeError(f"no worker forked: {answer['error']}")
         return Forked(self, answer["pid"])
 
     def exit_code(self, pid: int) -> int | None:
         with self._changed:
+            self._check(pid)
             return self._exits.get(pid)
 
     def wait_exit(self, pid: int, timeout: float | None) -> int | None:
         with self._changed:
-            self._changed.wait_for(lambda: pid in self._exits, timeout)
+            self._changed.wait_for(lambda: pid in self._exits or self._ended, timeout)
+            self._check(pid)
             return self._exits.get(pid)
+
+    def _check(self, pid: int) -> None:
+        if pid not in self._exits and self._ended:
+            raise RuntimeError(f"worker {pid}: {self._ended}; its end is unknown")
 
     def close(self) -> None:
         """The zygote kills the workers still running and leaves."""
@@ -131,23 +151,29 @@ _zygote: Zygote | None = None
 _starting = threading.Lock()
 
 
-def fork_worker(env: dict[str, str]) -> Forked:
-    """`python worker.py` in `env`, forked from this test process's zygote."""
+def warm_zygote() -> Zygote:
+    """This test process's zygote, started (without waiting for its imports) if need be."""
     global _zygote
     with _starting:
         if _zygote is None:
             _zygote = Zygote()
             atexit.register(_zygote.close)
-    return _zygote.fork(env)
+        return _zygote
+
+
+def fork_worker(env: dict[str, str]) -> Forked:
+    """`python worker.py` in `env`, forked from this test process's zygote."""
+    return warm_zygote().fork(env)
 
 
 # --- the zygote process ----------------------------------------------------------------------
 
 
 def serve() -> None:
-    """The zygote's loop: a JSON line `{"env": {...}}` on stdin forks a worker and answers
-    `{"pid": N}`; each child's end is reported as `{"exit": N, "code": C}`. At the end of its
-    input it kills its children still running and leaves."""
+    """The zygote's loop: a JSON line `{"id": I, "env": {...}}` on stdin forks a worker and
+    answers `{"id": I, "pid": N}`; each child's end is reported as `{"exit": N, "code": C}`.
+    At the end of its input (or on its own failure) it kills its children still running and
+    leaves."""
     try:
         from parley import worker  # noqa: F401  (what every child would import)
     except BaseException:
@@ -158,35 +184,42 @@ def serve() -> None:
     signal.set_wakeup_fd(woken_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # a child's end wakes the select below
     children: set[int] = set()
+    try:
+        _serve_requests(children, (woken_r, woken_w))
+    finally:  # the end of the input, or the zygote's own failure: no worker outlives it
+        for pid in children:
+            os.kill(pid, signal.SIGKILL)
+        while children:
+            _reap(children, block=True)
+
+
+def _serve_requests(children: set[int], wakeup: tuple[int, int]) -> None:
     pending = b""
     while True:
-        readable, _, _ = select.select([0, woken_r], [], [])
-        if woken_r in readable:
-            os.read(woken_r, 4096)
+        readable, _, _ = select.select([0, wakeup[0]], [], [])
+        if wakeup[0] in readable:
+            os.read(wakeup[0], 4096)
         _reap(children)
         if 0 not in readable:
             continue
         chunk = os.read(0, 65536)
         if not chunk:
-            break
+            return
         pending += chunk
         while b"\n" in pending:
             line, pending = pending.split(b"\n", 1)
-            env = json.loads(line)["env"]
-            pid = _fork(env, (woken_r, woken_w))
+            request = json.loads(line)
+            pid = _fork(request["env"], wakeup, request["id"])
             if pid is not None:
                 children.add(pid)
-                _say({"pid": pid})
-    for pid in children:
-        os.kill(pid, signal.SIGKILL)
-    while children:
-        _reap(children, block=True)
+                _say({"id": request["id"], "pid": pid})
 
 
-def _fork(env: dict[str, str], wakeup: tuple[int, int]) -> int | None:
+def _fork(env: dict[str, str], wakeup: tuple[int, int], request: int) -> int | None:
     threads = len(os.listdir("/proc/self/task"))
     if threads != 1:
-        _say({"error": f"the zygote holds {threads} threads: a fork would lose all but one"})
+        refused = f"the zygote holds {threads} threads: a fork would lose all but one"
+        _say({"id": request, "error": refused})
         return None
     pid = os.fork()
     if pid:
@@ -194,7 +227,9 @@ def _fork(env: dict[str, str], wakeup: tuple[int, int]) -> int | None:
     code = 1
     try:
         code = _run_worker(env, wakeup)
-    except SystemExit as stop:
+    except SystemExit as stop:  # as the interpreter ends on one: a message is printed
+        if isinstance(stop.code, str):
+            print(stop.code, file=sys.stderr)
         code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
     except BaseException:
         traceback.print_exc()
@@ -240,5 +275,7 @@ def _reap(children: set[int], *, block: bool = False) -> None:
 
 
 def _say(message: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(message) + "\n")
-    sys.stdout.flush()
+    """A line to the test process; none once it is gone (its children are killed then)."""
+    with contextlib.suppress(BrokenPipeError):
+        sys.stdout.write(json.dumps(message) + "\n")
+        sys.stdout.flush()
