@@ -106,6 +106,14 @@ async def emails(northwind: httpx.AsyncClient, *, action_id: str | None = None) 
 # --- a turn's state: the stored row, or the API's view ----------------------------------------
 
 
+async def stored_state(sessions: Database, turn_id: str) -> str:
+    """The turn's row's state now."""
+    async with orm(sessions) as db:
+        turn = await db.get(Turn, turn_id)
+    assert turn is not None, f"no turn {turn_id}"
+    return str(turn.state)
+
+
 async def wait_for_stored_state(
     sessions: Database,
     turn_id: str,
@@ -117,15 +125,12 @@ async def wait_for_stored_state(
     wanted = set(states)
     seen: list[str] = []
 
-    async def stored_state() -> str | None:
-        async with orm(sessions) as db:
-            turn = await db.get(Turn, turn_id)
-        assert turn is not None, f"no turn {turn_id}"
-        seen.append(turn.state)
-        return str(turn.state) if turn.state in wanted else None
+    async def reached() -> str | None:
+        seen.append(await stored_state(sessions, turn_id))
+        return seen[-1] if seen[-1] in wanted else None
 
     try:
-        return await eventually(stored_state, timeout=timeout, what=f"turn {turn_id} in {wanted}")
+        return await eventually(reached, timeout=timeout, what=f"turn {turn_id} in {wanted}")
     except AssertionError:
         raise AssertionError(f"turn stayed {seen[-1]} (wanted one of {sorted(wanted)})") from None
 

@@ -28,6 +28,7 @@ from tests.support.orm import orm
 from tests.support.processes import Workers, follow, read_until, ring_until
 from tests.support.sse import Event
 from tests.support.stack import LIFTED_LIMITS, own_queue, serve_api
+from tests.support.toolkit import stored_state
 
 PRIYA = Identity(tenant_id="northwind", user_id="cust_2291", roles=())
 
@@ -89,11 +90,7 @@ async def test_a_message_posted_while_an_answer_streams_is_the_next_turn(
     assert first.status_code == 202 and first.json()["state"] == "received"
 
     async def started() -> bool:
-        async with sessions() as db:
-            state = await db.value(
-                "SELECT state FROM turns WHERE id = %(id)s", {"id": first.json()["turn_id"]}
-            )
-        return state != TurnState.received
+        return await stored_state(sessions, first.json()["turn_id"]) != TurnState.received
 
     await ring_until(sessions, queue_settings, first.json()["turn_id"], started, what="started")
     first_url = first.json()["events_url"]

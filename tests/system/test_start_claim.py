@@ -33,6 +33,7 @@ from parley.store.db import Database
 from tests.support.client import ParleyClient
 from tests.support.processes import Workers, ring_until
 from tests.support.stack import own_queue, serve_api, service_env
+from tests.support.toolkit import stored_state
 from tests.support.zygote import Forked, fork_worker
 
 QUESTION = "Tell me about yourself, please."
@@ -82,7 +83,7 @@ async def test_a_turn_whose_claiming_worker_dies_still_ends_once(
                 await ring_until(
                     sessions, claim_settings, turn_id, dead(crashing), what="the claimer dies"
                 )
-                left = await _state(sessions, turn_id)
+                left = await stored_state(sessions, turn_id)
                 stored = await _first_request(sessions, turn_id)
                 workers.start()  # a worker that lives: its sweep (1 s grace) takes the turn
                 events = await asyncio.wait_for(client.events(session_id, turn_id), 90)
@@ -109,11 +110,6 @@ async def test_a_turn_whose_claiming_worker_dies_still_ends_once(
     history = [e.event_type async for e in handle.fetch_history_events()]
     assert history.count(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED) == 1
     assert history[-1] == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED
-
-
-async def _state(sessions: Database, turn_id: str) -> str:
-    async with sessions() as db:
-        return str(await db.value("SELECT state FROM turns WHERE id = %(id)s", {"id": turn_id}))
 
 
 async def _first_request(sessions: Database, turn_id: str) -> str | None:
